@@ -1,0 +1,54 @@
+# runplane — see README.md. The two set-up commands are `make dev` and `make test`.
+SHELL := /bin/bash
+GO ?= go
+export GONOSUMDB := k8s.io/kubernetes
+# Go test flags for make test; -v so the output names every test that ran.
+TESTFLAGS ?= -count=1 -v -timeout 40m
+BENCHFLAGS ?= -run '^$$' -bench . -benchtime 2000x -count 3
+
+.PHONY: all dev test unit bench lint testbin deps build python-test clean
+
+all: build
+
+## dev: a local control plane with GPU nodes, NATS and every runplane component (Ctrl-C stops it).
+dev: deps
+	$(GO) run ./test/dev
+
+## test: unit + integration + e2e tests (builds the control-plane binaries once, cached outside the repo).
+test: deps lint
+	@dir=$$(bash test/testbin/build.sh) && \
+	RUNPLANE_TESTBIN_DIR=$$dir $(GO) test $(TESTFLAGS) ./... && \
+	$(MAKE) --no-print-directory python-test
+
+## unit: only the tests that need no control plane.
+unit:
+	$(GO) test -short $(TESTFLAGS) ./...
+
+python-test:
+	python3 -m unittest discover -s framework/python -v
+
+## bench: every benchmark, printed as a table of medians.
+bench: deps
+	@dir=$$(bash test/testbin/build.sh) && \
+	RUNPLANE_TESTBIN_DIR=$$dir $(GO) test $(BENCHFLAGS) ./... | tee /tmp/runplane-bench.txt | $(GO) run ./test/bench/table
+
+## lint: gofmt and go vet.
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+## testbin: build the control-plane binaries into the cache (prints its dir).
+testbin:
+	bash test/testbin/build.sh
+
+## deps: Debian packages the tests use (OpenSSH client/server for the SSH tests).
+deps:
+	@bash hack/install-deps.sh
+
+## build: every runplane binary into bin/.
+build:
+	$(GO) build -o bin/ ./cmd/...
+
+clean:
+	rm -rf bin/

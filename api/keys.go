@@ -1,0 +1,126 @@
+// Package api is runplane's shared vocabulary: the label and annotation keys
+// of the user surface (DESIGN.md "The user surface"), the names runplane
+// gives the objects it creates, and their allowed values. It holds constants
+// only, so every component can import it without pulling in behaviour.
+package api
+
+// Prefix is the domain every runplane label and annotation lives under.
+const Prefix = "runplane.io/"
+
+// Pod labels: they select, so the webhook's objectSelectors match on them.
+const (
+	// LabelGPUSpec makes a Pod a GPU workload of the named catalog spec.
+	LabelGPUSpec = Prefix + "gpu-spec"
+	// LabelStock makes a Pod a stock placeholder of the named catalog spec.
+	LabelStock = Prefix + "stock"
+	// LabelPool makes a Pod a serverless worker of the named pool. On a
+	// Deployment it marks the workload that owns the pool's Pods.
+	LabelPool = Prefix + "pool"
+	// LabelSSH with value SSHEnabled injects the SSH sidecar.
+	LabelSSH = Prefix + "ssh"
+	// LabelEgress with value EgressRestricted puts the Pod under the
+	// controller-owned egress NetworkPolicy.
+	LabelEgress = Prefix + "egress"
+)
+
+// Label values.
+const (
+	SSHEnabled       = "enabled"
+	EgressRestricted = "restricted"
+	AccessorEnabled  = "enabled"
+)
+
+// Pod annotations that configure.
+const (
+	AnnotationFrameworkSocket     = Prefix + "framework-socket"
+	AnnotationFrameworkInvokePath = Prefix + "framework-invoke-path"
+	AnnotationFrameworkHealthPath = Prefix + "framework-health-path"
+	AnnotationConcurrency         = Prefix + "concurrency"
+	AnnotationSSHAuthorizedKeys   = Prefix + "ssh-authorized-keys"
+	AnnotationSSHServiceType      = Prefix + "ssh-service-type"
+)
+
+// Pod annotations that runplane writes.
+const (
+	// AnnotationInjected records what the webhook injected and a hash of the
+	// injection config, so a reinvocation is a no-op.
+	AnnotationInjected = Prefix + "injected"
+	// AnnotationSSHEndpoint says how to reach a Pod's SSH sidecar.
+	AnnotationSSHEndpoint = Prefix + "ssh-endpoint"
+	// AnnotationClaimedStock is written by the extender on a GPU Pod before
+	// it deletes the stock placeholder the Pod takes over:
+	// "<node>/<namespace>/<name>/<uid>" of that placeholder. A restarted
+	// extender reads it to keep the claim, so no placeholder is claimed twice.
+	AnnotationClaimedStock = Prefix + "claimed-stock"
+)
+
+// Pool policy annotations, on the workload (Deployment) that owns a pool.
+const (
+	AnnotationMinAvailable    = Prefix + "min-available"
+	AnnotationMaxReplicas     = Prefix + "max-replicas"
+	AnnotationIdleTimeout     = Prefix + "idle-timeout"
+	AnnotationMinRequestCount = Prefix + "min-request-count"
+	AnnotationStartupTimeout  = Prefix + "startup-timeout"
+)
+
+// PersistentVolumeClaim annotations that configure.
+const (
+	AnnotationPrepareFromImage = Prefix + "prepare-from-image"
+	AnnotationPrepareCommand   = Prefix + "prepare-command"
+	AnnotationPrepareArgs      = Prefix + "prepare-args"
+	AnnotationPrepareFromPVC   = Prefix + "prepare-from-pvc"
+	AnnotationPrepareAttempt   = Prefix + "prepare-attempt"
+	AnnotationAccessor         = Prefix + "accessor"
+)
+
+// PersistentVolumeClaim annotations that runplane writes.
+const (
+	AnnotationPreparePhase           = Prefix + "prepare-phase"
+	AnnotationPrepareJob             = Prefix + "prepare-job"
+	AnnotationPrepareMessage         = Prefix + "prepare-message"
+	AnnotationPrepareObservedAttempt = Prefix + "prepare-observed-attempt"
+	AnnotationAccessorURL            = Prefix + "accessor-url"
+	AnnotationAccessorPhase          = Prefix + "accessor-phase"
+)
+
+// Preparation phases (AnnotationPreparePhase).
+const (
+	PhasePending   = "Pending"
+	PhaseRunning   = "Running"
+	PhaseSucceeded = "Succeeded"
+	PhaseFailed    = "Failed"
+)
+
+// Accessor phases (AnnotationAccessorPhase).
+const (
+	AccessorPending = "Pending"
+	AccessorReady   = "Ready"
+	AccessorFailed  = "Failed"
+)
+
+// Names of cluster objects runplane relies on.
+const (
+	// DefaultNamespace is where runplane runs, in the chart and in make dev.
+	DefaultNamespace = "runplane-system"
+	// CatalogConfigMap holds the GPU spec catalog, one data key per spec.
+	CatalogConfigMap = "runplane-gpu-specs"
+	// SchedulerName is the kube-scheduler profile that schedules GPU Pods.
+	SchedulerName = "runplane-scheduler"
+	// PriorityClassWorkload is given to GPU workloads.
+	PriorityClassWorkload = "runplane-workload"
+	// PriorityClassStock is given to stock placeholders (the lowest).
+	PriorityClassStock = "runplane-stock"
+	// SchedulingGateStorage holds a Pod until its PVCs are prepared.
+	SchedulingGateStorage = Prefix + "storage-prepared"
+	// DefaultGPUResource is the extended resource a spec's GPUs are counted in.
+	DefaultGPUResource = "nvidia.com/gpu"
+)
+
+// Serverless defaults shared by the webhook, the queue and the sidecar.
+const (
+	DefaultFrameworkSocket     = "/tmp/serverless-framework/framework.sock"
+	DefaultFrameworkInvokePath = "/invoke"
+	DefaultFrameworkHealthPath = "/healthz"
+	DefaultSubjectPrefix       = "runtime.serverless"
+	DefaultStreamName          = "RUNTIME_SERVERLESS"
+)

@@ -1,0 +1,140 @@
+// Package catalog reads the GPU spec catalog: the ConfigMap
+// runplane-gpu-specs, one data key per spec whose value is a YAML document.
+// The webhook and the extender both read it through a Store, which follows
+// the ConfigMap's changes without a restart.
+package catalog
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/yaml"
+
+	"github.com/runplane/runplane/api"
+)
+
+// StockPolicy says whether a spec's Pods may use free capacity or only stock.
+type StockPolicy string
+
+const (
+	// StockPreferred takes a same-spec placeholder when there is one, else
+	// free capacity. It is the default.
+	StockPreferred StockPolicy = "Preferred"
+	// StockRequired binds only by taking over a same-spec placeholder.
+	StockRequired StockPolicy = "Required"
+)
+
+// Spec is one GPU spec of the catalog.
+type Spec struct {
+	// Name is the data key the spec was read from, e.g. "g1.1".
+	Name string `json:"-"`
+	// GPU is the number of GPUs per Pod.
+	GPU int64 `json:"gpu"`
+	// GPUResource is the extended resource GPUs are counted in.
+	GPUResource corev1.ResourceName `json:"gpuResource,omitempty"`
+	CPU         resource.Quantity   `json:"cpu"`
+	Memory      resource.Quantity   `json:"memory"`
+	// NodeSelector and Tolerations are added to the spec's Pods.
+	NodeSelector map[string]string   `json:"nodeSelector,omitempty"`
+	Tolerations  []corev1.Toleration `json:"tolerations,omitempty"`
+	Stock        StockPolicy         `json:"stock,omitempty"`
+}
+
+// Resources is the requests (equal to the limits) a Pod of this spec gets.
+func (s Spec) Resources() corev1.ResourceList {
+	list := corev1.ResourceList{
+		corev1.ResourceCPU:    s.CPU.DeepCopy(),
+		corev1.ResourceMemory: s.Memory.DeepCopy(),
+	}
+	if s.GPU > 0 {
+		list[s.GPUResource] = *resource.NewQuantity(s.GPU, resource.DecimalSI)
+	}
+	return list
+}
+
+// Catalog is a parsed catalog, keyed by spec name.
+type Catalog map[string]Spec
+
+// Names returns the spec names, sorted, for error messages.
+func (c Catalog) Names() []string {
+	names := make([]string, 0, len(c))
+	for n := range c {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// UnknownSpecError says that a Pod named a spec the catalog lacks.
+type UnknownSpecError struct {
+	Key   string // the label that named it
+	Spec  string
+	Known []string
+}
+
+func (e *UnknownSpecError) Error() string {
+	known := "none (the catalog ConfigMap " + api.CatalogConfigMap + " is empty or missing)"
+	if len(e.Known) > 0 {
+		known = strings.Join(e.Known, ", ")
+	}
+	return fmt.Sprintf("label %s: unknown GPU spec %q; known specs: %s", e.Key, e.Spec, known)
+}
+
+// Lookup returns the named spec, or an *UnknownSpecError naming key.
+func (c Catalog) Lookup(key, name string) (Spec, error) {
+	s, ok := c[name]
+	if !ok {
+		return Spec{}, &UnknownSpecError{Key: key, Spec: name, Known: c.Names()}
+	}
+	return s, nil
+}
+
+// Parse reads every data key of the catalog ConfigMap. It fails on the first
+// bad entry, naming it: a half-read catalog would silently drop specs.
+func Parse(data map[string]string) (Catalog, error) {
+	c := make(Catalog, len(data))
+	for name, doc := range data {
+		s, err := ParseSpec(name, doc)
+		if err != nil {
+			return nil, err
+		}
+		c[name] = s
+	}
+	return c, nil
+}
+
+// ParseSpec reads one spec document and applies the defaults.
+func ParseSpec(name, doc string) (Spec, error) {
+	if errs := validation.IsConfigMapKey(name); len(errs) > 0 {
+		return Spec{}, fmt.Errorf("catalog spec %q: invalid name: %s", name, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsValidLabelValue(name); len(errs) > 0 {
+		return Spec{}, fmt.Errorf("catalog spec %q: a spec name must be a valid label value: %s", name, strings.Join(errs, "; "))
+	}
+	var s Spec
+	if err := yaml.UnmarshalStrict([]byte(doc), &s); err != nil {
+		return Spec{}, fmt.Errorf("catalog spec %q: %w", name, err)
+	}
+	s.Name = name
+	if s.GPUResource == "" {
+		s.GPUResource = api.DefaultGPUResource
+	}
+	if s.Stock == "" {
+		s.Stock = StockPreferred
+	}
+	switch {
+	case s.GPU < 0:
+		return Spec{}, fmt.Errorf("catalog spec %q: gpu must be >= 0, got %d", name, s.GPU)
+	case s.CPU.Sign() <= 0:
+		return Spec{}, fmt.Errorf("catalog spec %q: cpu must be set and positive", name)
+	case s.Memory.Sign() <= 0:
+		return Spec{}, fmt.Errorf("catalog spec %q: memory must be set and positive", name)
+	case s.Stock != StockPreferred && s.Stock != StockRequired:
+		return Spec{}, fmt.Errorf("catalog spec %q: stock must be %s or %s, got %q", name, StockPreferred, StockRequired, s.Stock)
+	}
+	return s, nil
+}

@@ -1,0 +1,57 @@
+// Command runplane-sidecar is the worker sidecar of a serverless Pod. It is
+// configured from the env the webhook injects (see api/env.go); the flags
+// only tune timings. SIGTERM drains; a second signal exits at once.
+package main
+
+import (
+	"context"
+	"flag"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/runplane/runplane/sidecar"
+)
+
+func main() {
+	hb := flag.Duration("heartbeat-interval", sidecar.DefaultHeartbeatInterval, "how often to publish a heartbeat event")
+	probe := flag.Duration("probe-interval", sidecar.DefaultProbeInterval, "how often to check the framework's health")
+	ackWait := flag.Duration("ack-wait", sidecar.DefaultAckWait, "ack wait of the dispatch consumer (in-progress acks every third of it)")
+	inactive := flag.Duration("inactive-threshold", sidecar.DefaultInactiveThreshold, "delete the durable consumer after this long without this worker")
+	grace := flag.Duration("shutdown-grace", sidecar.DefaultShutdownGrace, "time in-flight invocations get to finish after SIGTERM")
+	fetchWait := flag.Duration("fetch-wait", sidecar.DefaultFetchWait, "how long one pull request waits for a dispatch")
+	debug := flag.Bool("debug", false, "log every invocation")
+	flag.Parse()
+
+	level := slog.LevelInfo
+	if *debug {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	cfg, err := sidecar.ConfigFromEnv(os.Getenv)
+	if err != nil {
+		log.Error("runplane-sidecar: bad configuration", "err", err)
+		os.Exit(2)
+	}
+	cfg.HeartbeatInterval, cfg.ProbeInterval, cfg.AckWait = *hb, *probe, *ackWait
+	cfg.InactiveThreshold, cfg.ShutdownGrace, cfg.FetchWait = *inactive, *grace, *fetchWait
+	cfg.Logger = log
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal now kills the process the default way
+	}()
+	s, err := sidecar.New(cfg)
+	if err != nil {
+		log.Error("runplane-sidecar", "err", err)
+		os.Exit(2)
+	}
+	log.Info("runplane-sidecar: serving", "http", s.Addr())
+	if err := s.Run(ctx); err != nil {
+		log.Error("runplane-sidecar", "err", err)
+		os.Exit(1)
+	}
+}

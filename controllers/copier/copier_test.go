@@ -1,0 +1,190 @@
+package copier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// tree builds a source tree covering every kind of entry the copier keeps.
+func tree(t *testing.T) string {
+	t.Helper()
+	src := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(src, "a/b/c"), 0o755))
+	must(os.WriteFile(filepath.Join(src, "a/small.txt"), []byte("hello"), 0o640))
+	must(os.WriteFile(filepath.Join(src, "a/b/empty"), nil, 0o600))
+	big := make([]byte, 3*smallFile+17)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	must(os.WriteFile(filepath.Join(src, "a/b/c/big.bin"), big, 0o755))
+	must(os.WriteFile(filepath.Join(src, "setuid"), []byte("x"), 0o755))
+	must(os.Chmod(filepath.Join(src, "setuid"), 0o755|fs.ModeSetuid))
+	must(os.Symlink("a/small.txt", filepath.Join(src, "rel-link")))
+	must(os.Symlink("/etc/hostname", filepath.Join(src, "abs-link")))
+	must(os.Symlink("does-not-exist", filepath.Join(src, "dangling")))
+	must(os.Link(filepath.Join(src, "a/small.txt"), filepath.Join(src, "a/b/hard1")))
+	must(os.Link(filepath.Join(src, "a/small.txt"), filepath.Join(src, "hard2")))
+	must(syscall.Mkfifo(filepath.Join(src, "fifo"), 0o620))
+	must(os.Mkdir(filepath.Join(src, "ro"), 0o755))
+	must(os.WriteFile(filepath.Join(src, "ro/inside"), []byte("ro"), 0o444))
+	must(os.Chmod(filepath.Join(src, "ro"), 0o555))
+	t.Cleanup(func() { _ = os.Chmod(filepath.Join(src, "ro"), 0o755) })
+	// Distinct, old timestamps so a copy that forgets them is caught.
+	old := time.Date(2001, 2, 3, 4, 5, 6, 789, time.UTC)
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.Type()&fs.ModeSymlink != 0 {
+			return err
+		}
+		return os.Chtimes(p, old, old.Add(time.Duration(len(p))*time.Second))
+	})
+	must(err)
+	return src
+}
+
+type fileState struct {
+	mode       fs.FileMode
+	uid, gid   uint32
+	mtime      int64
+	size       int64
+	link       string
+	content    string
+	linkGroup  int // index of the hard-link group, 0 if single
+	nlink      uint64
+	permString string
+}
+
+// snapshot describes every entry of a tree by relative path, with hard links
+// grouped by inode so both trees can be compared without raw inode numbers.
+func snapshot(t *testing.T, root string) map[string]fileState {
+	t.Helper()
+	out := map[string]fileState{}
+	groups := map[uint64]int{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		var st syscall.Stat_t
+		if err := syscall.Lstat(p, &st); err != nil {
+			return err
+		}
+		s := fileState{mode: modeOf(&st) | fs.FileMode(st.Mode&0o7000), uid: st.Uid, gid: st.Gid, nlink: st.Nlink,
+			mtime: st.Mtim.Nano(), permString: fmt.Sprintf("%o", st.Mode&0o7777)}
+		if rel == "." {
+			s.mtime = 0 // the root's own timestamps are the destination's business
+		}
+		switch {
+		case s.mode.IsRegular():
+			s.size = st.Size
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			s.content = string(b)
+			if st.Nlink > 1 {
+				if _, ok := groups[st.Ino]; !ok {
+					groups[st.Ino] = len(groups) + 1
+				}
+				s.linkGroup = groups[st.Ino]
+			}
+		case s.mode&fs.ModeSymlink != 0:
+			s.link, _ = os.Readlink(p)
+		}
+		out[rel] = s
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestCopyKeepsEverything(t *testing.T) {
+	for _, workers := range []int{1, 3, 16} {
+		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
+			src := tree(t)
+			dst := filepath.Join(t.TempDir(), "dst")
+			var reports []Progress
+			p, err := Copy(context.Background(), src, dst, Options{Workers: workers, Progress: func(p Progress) { reports = append(reports, p) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, got := snapshot(t, src), snapshot(t, dst)
+			for rel, w := range want {
+				g, ok := got[rel]
+				if !ok {
+					t.Errorf("%s: missing in copy", rel)
+					continue
+				}
+				if g != w {
+					t.Errorf("%s:\n got %+v\nwant %+v", rel, g, w)
+				}
+			}
+			for rel := range got {
+				if _, ok := want[rel]; !ok {
+					t.Errorf("%s: extra entry in copy", rel)
+				}
+			}
+			// 11 non-directories (3 names share one inode), 4 directories below the root.
+			if p.Files != 11 || p.Dirs != 4 || p.Bytes != int64(5+3*smallFile+17+1+2) || !p.Done {
+				t.Errorf("progress = %+v", p)
+			}
+			if len(reports) == 0 || reports[len(reports)-1] != p {
+				t.Errorf("final progress report missing: %v", reports)
+			}
+		})
+	}
+}
+
+func TestCopyErrors(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nonEmpty := t.TempDir()
+	if err := os.WriteFile(filepath.Join(nonEmpty, "small.txt"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "small.txt"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	tests := []struct {
+		name     string
+		ctx      context.Context
+		from, to string
+		want     string
+	}{
+		{"missing source", context.Background(), filepath.Join(src, "nope"), t.TempDir(), "no such file"},
+		{"source is a file", context.Background(), file, t.TempDir(), "not a directory"},
+		{"destination has the entry", context.Background(), src, nonEmpty, "file exists"},
+		{"cancelled", cancelled, src, t.TempDir(), "context canceled"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Copy(tt.ctx, tt.from, tt.to, Options{})
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want it to contain %q", err, tt.want)
+			}
+			if tt.ctx.Err() != nil && !errors.Is(err, context.Canceled) {
+				t.Fatalf("err = %v, want context.Canceled", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,722 @@
+// Package ledger is the extender's per-node capacity book: allocatable minus
+// the requests of bound, non-terminal Pods, minus Pods the extender has
+// assumed onto a node but not yet seen bound. Stock placeholders are indexed
+// per node and spec so a GPU Pod can count a same-spec, Running, unclaimed
+// placeholder as capacity it may take. Every decision that consumes capacity
+// (a filter's reservation, a bind) happens under one lock together with its
+// fit check, so concurrent scheduling cycles never count capacity twice and
+// two Pods never claim the same placeholder. The ledger is pure logic fed by
+// informer events; it makes no API calls.
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/runplane/runplane/api"
+)
+
+// State is where an assumed Pod stands.
+type State int
+
+const (
+	// Reserved: a filter chose this node for the Pod; the scheduler has not
+	// asked to bind yet. Expires after the reservation TTL.
+	Reserved State = iota
+	// Binding: a bind for the Pod is in progress.
+	Binding
+	// Bound: the Binding was created; waiting for the informer to catch up.
+	Bound
+	// Recovered: rebuilt after a restart from the claim annotation a previous
+	// extender wrote before deleting a placeholder for this Pod.
+	Recovered
+)
+
+func (s State) String() string {
+	return [...]string{"Reserved", "Binding", "Bound", "Recovered"}[s]
+}
+
+// doomed marks a placeholder whose deletion was requested: it is neither
+// counted nor claimable while the informer has not yet seen it go.
+const doomed types.UID = "-doomed-"
+
+// ErrBindInProgress: the scheduler asked again for a Pod whose bind runs.
+var ErrBindInProgress = errors.New("a bind for this Pod is already in progress")
+
+// NoRoomError says why a node cannot take a Pod at bind time.
+type NoRoomError struct{ Node, Reason string }
+
+func (e *NoRoomError) Error() string { return fmt.Sprintf("node %s: %s", e.Node, e.Reason) }
+
+// Request is a Pod asking for a node.
+type Request struct {
+	UID             types.UID
+	Namespace, Name string
+	Requests        Resources
+	// Spec is the GPU spec of a workload Pod (label runplane.io/gpu-spec);
+	// empty for a placeholder or a Pod runplane does not know.
+	Spec string
+	// Required: the Pod binds only by taking a same-spec placeholder.
+	Required bool
+}
+
+// RequestFor builds the Request of a Pod. Pods with neither runplane label
+// take free capacity only, like placeholders.
+func RequestFor(pod *corev1.Pod, required bool) Request {
+	return Request{
+		UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name,
+		Requests: PodRequests(pod), Spec: pod.Labels[api.LabelGPUSpec], Required: required,
+	}
+}
+
+// Placeholder identifies a claimed stock placeholder.
+type Placeholder struct {
+	UID             types.UID
+	Namespace, Name string
+	Node, Spec      string
+}
+
+// String is the value of the claim annotation: node/namespace/name/uid.
+func (p Placeholder) String() string {
+	return p.Node + "/" + p.Namespace + "/" + p.Name + "/" + string(p.UID)
+}
+
+// ParseClaim reads a claim annotation written by Placeholder.String.
+func ParseClaim(v string) (Placeholder, error) {
+	parts := strings.Split(v, "/")
+	if len(parts) != 4 || parts[0] == "" || parts[3] == "" {
+		return Placeholder{}, fmt.Errorf("annotation %s: want node/namespace/name/uid, got %q", api.AnnotationClaimedStock, v)
+	}
+	return Placeholder{Node: parts[0], Namespace: parts[1], Name: parts[2], UID: types.UID(parts[3])}, nil
+}
+
+type podRec struct {
+	uid       types.UID
+	ns, name  string
+	node      string
+	req       Resources
+	counted   bool   // bound and not terminal: takes capacity on its node
+	stockSpec string // placeholder of this spec (label runplane.io/stock)
+	running   bool   // Running and not being deleted
+	claimedBy types.UID
+}
+
+func (p *podRec) claimable() bool {
+	return p.stockSpec != "" && p.counted && p.running && p.claimedBy == ""
+}
+
+type node struct {
+	name   string
+	exists bool
+	alloc  Resources
+	used   Resources
+	stock  map[string]map[types.UID]*podRec // spec -> placeholders on the node
+}
+
+type assumption struct {
+	uid     types.UID
+	node    string
+	req     Resources
+	state   State
+	expires time.Time
+	ph      types.UID // claimed placeholder, or ""
+}
+
+// Options tune the ledger.
+type Options struct {
+	// ReservationTTL bounds how long a filter's reservation holds capacity
+	// when no bind follows (the scheduling cycle failed later). Default 30s.
+	ReservationTTL time.Duration
+	// RecoveredTTL bounds a claim rebuilt after a restart. Default 2m.
+	RecoveredTTL time.Duration
+	// BoundTTL bounds how long a bound Pod stays assumed if the informer
+	// never reports it. Default 2m.
+	BoundTTL time.Duration
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// Ledger is the per-node capacity book. The zero value is not usable; use New.
+type Ledger struct {
+	opts Options
+
+	mu      sync.Mutex
+	nodes   map[string]*node
+	pods    map[types.UID]*podRec
+	assumed map[types.UID]*assumption
+	// handled are Pods this process has bound or tried to: their claim
+	// annotations describe this process's own actions, not a predecessor's.
+	handled map[types.UID]bool
+	gone    map[types.UID]chan struct{}
+}
+
+// New returns an empty ledger.
+func New(opts Options) *Ledger {
+	if opts.ReservationTTL <= 0 {
+		opts.ReservationTTL = 30 * time.Second
+	}
+	if opts.RecoveredTTL <= 0 {
+		opts.RecoveredTTL = 2 * time.Minute
+	}
+	if opts.BoundTTL <= 0 {
+		opts.BoundTTL = 2 * time.Minute
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Ledger{
+		opts:    opts,
+		nodes:   map[string]*node{},
+		pods:    map[types.UID]*podRec{},
+		assumed: map[types.UID]*assumption{},
+		handled: map[types.UID]bool{},
+		gone:    map[types.UID]chan struct{}{},
+	}
+}
+
+func (l *Ledger) node(name string) *node {
+	n := l.nodes[name]
+	if n == nil {
+		n = &node{name: name, stock: map[string]map[types.UID]*podRec{}}
+		l.nodes[name] = n
+	}
+	return n
+}
+
+// UpsertNode records a node's allocatable.
+func (l *Ledger) UpsertNode(n *corev1.Node) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	nd := l.node(n.Name)
+	nd.exists = true
+	nd.alloc = FromList(n.Status.Allocatable)
+}
+
+// DeleteNode forgets a node's capacity (its Pods go with their own events).
+func (l *Ledger) DeleteNode(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if nd := l.nodes[name]; nd != nil {
+		nd.exists = false
+		nd.alloc = Resources{}
+	}
+}
+
+func (l *Ledger) addRec(p *podRec) {
+	if p.node == "" {
+		return
+	}
+	n := l.node(p.node)
+	if p.counted && p.claimedBy == "" {
+		n.used.add(p.req)
+	}
+	if p.stockSpec != "" {
+		m := n.stock[p.stockSpec]
+		if m == nil {
+			m = map[types.UID]*podRec{}
+			n.stock[p.stockSpec] = m
+		}
+		m[p.uid] = p
+	}
+}
+
+func (l *Ledger) removeRec(p *podRec) {
+	if p.node == "" {
+		return
+	}
+	n := l.node(p.node)
+	if p.counted && p.claimedBy == "" {
+		n.used.sub(p.req)
+	}
+	if p.stockSpec != "" {
+		delete(n.stock[p.stockSpec], p.uid)
+	}
+}
+
+func (l *Ledger) claim(phUID, by types.UID) {
+	p := l.pods[phUID]
+	if p == nil || p.claimedBy != "" {
+		return
+	}
+	l.removeRec(p)
+	p.claimedBy = by
+	l.addRec(p)
+}
+
+func (l *Ledger) release(phUID types.UID, deleted bool) {
+	p := l.pods[phUID]
+	if p == nil {
+		return
+	}
+	l.removeRec(p)
+	p.claimedBy = ""
+	if deleted {
+		p.claimedBy = doomed
+	}
+	l.addRec(p)
+}
+
+func (l *Ledger) assume(a *assumption) {
+	l.assumed[a.uid] = a
+	l.node(a.node).used.add(a.req)
+	if a.ph != "" {
+		l.claim(a.ph, a.uid)
+	}
+}
+
+func (l *Ledger) unassume(a *assumption, phDeleted bool) {
+	if l.assumed[a.uid] != a {
+		return
+	}
+	delete(l.assumed, a.uid)
+	l.node(a.node).used.sub(a.req)
+	if a.ph != "" {
+		if p := l.pods[a.ph]; p != nil && p.claimedBy == a.uid {
+			l.release(a.ph, phDeleted)
+		}
+	}
+}
+
+func terminal(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// UpsertPod records a Pod as the informer sees it.
+func (l *Ledger) UpsertPod(pod *corev1.Pod) {
+	if terminal(pod) {
+		l.DeletePod(pod.UID)
+		return
+	}
+	rec := &podRec{
+		uid: pod.UID, ns: pod.Namespace, name: pod.Name, node: pod.Spec.NodeName,
+		counted:   pod.Spec.NodeName != "",
+		stockSpec: pod.Labels[api.LabelStock],
+		running:   pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil,
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old := l.pods[pod.UID]
+	if old != nil && old.node == rec.node && old.counted == rec.counted {
+		rec.req = old.req // requests of a bound Pod do not change in ways we track
+	} else {
+		rec.req = PodRequests(pod)
+	}
+	if old != nil {
+		l.removeRec(old)
+		rec.claimedBy = old.claimedBy
+	}
+	l.pods[pod.UID] = rec
+	if a := l.assumed[pod.UID]; a != nil && rec.node != "" {
+		// The Pod is bound: its own record now counts. Its placeholder, if
+		// any, was deleted before the Binding was created.
+		l.unassume(a, true)
+	}
+	l.addRec(rec)
+	if rec.node == "" && !l.handled[pod.UID] && l.assumed[pod.UID] == nil {
+		l.recover(pod, rec)
+	}
+}
+
+// recover rebuilds the claim a previous extender made for an unbound Pod:
+// it had deleted (or was about to delete) a placeholder for it, so the
+// capacity that placeholder held belongs to this Pod, not to whoever comes
+// next (such as the placeholder's replacement).
+func (l *Ledger) recover(pod *corev1.Pod, rec *podRec) {
+	v, ok := pod.Annotations[api.AnnotationClaimedStock]
+	if !ok {
+		return
+	}
+	l.handled[pod.UID] = true // recover once per process
+	claim, err := ParseClaim(v)
+	if err != nil {
+		return
+	}
+	a := &assumption{uid: pod.UID, node: claim.Node, req: PodRequests(pod), state: Recovered,
+		expires: l.opts.Now().Add(l.opts.RecoveredTTL)}
+	if p := l.pods[claim.UID]; p != nil && p.claimedBy == "" && p.node == claim.Node {
+		a.ph = claim.UID
+	}
+	_ = rec
+	l.assume(a)
+}
+
+// DeletePod forgets a Pod (deleted, or terminal).
+func (l *Ledger) DeletePod(uid types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if a := l.assumed[uid]; a != nil {
+		l.unassume(a, false)
+	}
+	if p := l.pods[uid]; p != nil {
+		l.removeRec(p)
+		delete(l.pods, uid)
+	}
+	delete(l.handled, uid)
+	if ch := l.gone[uid]; ch != nil {
+		close(ch)
+		delete(l.gone, uid)
+	}
+}
+
+// WaitGone blocks until the informer has seen the Pod go, or ctx ends.
+func (l *Ledger) WaitGone(ctx context.Context, uid types.UID) error {
+	l.mu.Lock()
+	if _, ok := l.pods[uid]; !ok {
+		l.mu.Unlock()
+		return nil
+	}
+	ch := l.gone[uid]
+	if ch == nil {
+		ch = make(chan struct{})
+		l.gone[uid] = ch
+	}
+	l.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for placeholder %s to be gone: %w", uid, ctx.Err())
+	}
+}
+
+// Sweep drops assumptions whose time is up.
+func (l *Ledger) Sweep() {
+	now := l.opts.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, a := range l.assumed {
+		if a.state != Binding && now.After(a.expires) {
+			l.unassume(a, a.state == Bound)
+		}
+	}
+}
+
+// verdict is the evaluation of one node for one request.
+type verdict struct {
+	fits     bool
+	reason   string
+	ph       *podRec // placeholder to claim, if the Pod needs one
+	hasStock bool    // a claimable same-spec placeholder is on the node
+	packing  float64 // utilisation of the primary resource after placement
+}
+
+func primary(req Resources) corev1.ResourceName {
+	var names []string
+	for k, v := range req.Scalar {
+		if v > 0 {
+			names = append(names, string(k))
+		}
+	}
+	if len(names) == 0 {
+		return corev1.ResourceCPU
+	}
+	sort.Strings(names)
+	return corev1.ResourceName(names[0])
+}
+
+func (l *Ledger) evaluate(req Request, prim corev1.ResourceName, n *node, prefer types.UID) verdict {
+	if n == nil || !n.exists {
+		return verdict{reason: "node not (yet) known to the runplane extender"}
+	}
+	var v verdict
+	var ph *podRec
+	if req.Spec != "" {
+		for _, p := range n.stock[req.Spec] {
+			if !p.claimable() {
+				continue
+			}
+			if ok, _ := fits(n.alloc, n.used, &p.req, req.Requests); !ok {
+				continue
+			}
+			if ph == nil || p.uid == prefer || (ph.uid != prefer && p.uid < ph.uid) {
+				ph = p
+			}
+		}
+		v.hasStock = ph != nil
+	}
+	freeOK, short := fits(n.alloc, n.used, nil, req.Requests)
+	switch {
+	case req.Required && ph == nil:
+		v.reason = fmt.Sprintf("GPU spec %q has stock: Required and the node has no Running, unclaimed %s=%s placeholder", req.Spec, api.LabelStock, req.Spec)
+		return v
+	case req.Required:
+		v.fits, v.ph = true, ph
+	case freeOK:
+		v.fits = true
+	case ph != nil:
+		v.fits, v.ph = true, ph
+	default:
+		v.reason = "insufficient " + string(short)
+		if req.Spec != "" {
+			v.reason += fmt.Sprintf(" and no Running, unclaimed %s=%s placeholder", api.LabelStock, req.Spec)
+		}
+		return v
+	}
+	v.packing = packing(prim, n, req.Requests, v.ph)
+	return v
+}
+
+func amount(r Resources, name corev1.ResourceName) int64 {
+	if name == corev1.ResourceCPU {
+		return r.MilliCPU
+	}
+	return r.Scalar[name]
+}
+
+func packing(prim corev1.ResourceName, n *node, req Resources, ph *podRec) float64 {
+	alloc := amount(n.alloc, prim)
+	if alloc <= 0 {
+		return 0
+	}
+	used := amount(n.used, prim) + amount(req, prim)
+	if ph != nil {
+		used -= amount(ph.req, prim)
+	}
+	return math.Min(1, math.Max(0, float64(used)/float64(alloc)))
+}
+
+// better orders feasible nodes: a warm node (same-spec stock) first, then
+// the fuller one, then by name so every cycle agrees.
+func better(a verdict, an string, b verdict, bn string) bool {
+	if a.hasStock != b.hasStock {
+		return a.hasStock
+	}
+	if a.packing != b.packing {
+		return a.packing > b.packing
+	}
+	return an < bn
+}
+
+// FilterResult is the outcome of Filter.
+type FilterResult struct {
+	Feasible []string
+	// Failed maps a node to why the Pod does not fit there.
+	Failed map[string]string
+	// Chosen is the node reserved for the Pod ("" when none fits or when
+	// Filter was asked not to reserve).
+	Chosen string
+	// Claim is the placeholder the Pod will take on Chosen, if it needs one.
+	Claim *Placeholder
+}
+
+// Filter evaluates the Pod on every named node. With reserve (the leader
+// does), it also reserves the best node for the Pod, superseding any earlier
+// reservation of the same Pod, so the next scheduling cycle already sees
+// this capacity as taken.
+func (l *Ledger) Filter(req Request, nodeNames []string, reserve bool) FilterResult {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	res := FilterResult{Feasible: make([]string, 0, len(nodeNames)), Failed: map[string]string{}}
+	prev := l.assumed[req.UID]
+	var prefer types.UID
+	preferNode := ""
+	if prev != nil {
+		if prev.state == Binding || prev.state == Bound {
+			for _, name := range nodeNames {
+				res.Failed[name] = ErrBindInProgress.Error()
+			}
+			return res
+		}
+		if prev.state == Recovered {
+			preferNode, prefer = prev.node, prev.ph
+		}
+		l.unassume(prev, false)
+	}
+	prim := primary(req.Requests)
+	var best verdict
+	bestName := ""
+	for _, name := range nodeNames {
+		v := l.evaluate(req, prim, l.nodes[name], prefer)
+		if !v.fits {
+			res.Failed[name] = v.reason
+			continue
+		}
+		res.Feasible = append(res.Feasible, name)
+		switch {
+		case bestName == "":
+		case name == preferNode:
+		case bestName == preferNode:
+			continue
+		case !better(v, name, best, bestName):
+			continue
+		}
+		best, bestName = v, name
+	}
+	if !reserve || bestName == "" {
+		if prev != nil && !reserve {
+			l.assume(prev)
+		}
+		return res
+	}
+	a := &assumption{uid: req.UID, node: bestName, req: req.Requests, state: Reserved,
+		expires: l.opts.Now().Add(l.opts.ReservationTTL)}
+	if best.ph != nil {
+		a.ph = best.ph.uid
+		res.Claim = &Placeholder{UID: best.ph.uid, Namespace: best.ph.ns, Name: best.ph.name, Node: bestName, Spec: best.ph.stockSpec}
+	}
+	l.assume(a)
+	res.Chosen = bestName
+	return res
+}
+
+// Score is a node's extender priority, 0..10.
+type Score struct {
+	Node  string
+	Score int64
+}
+
+// Prioritize scores the named nodes: the node reserved for the Pod (or the
+// best one) gets 10, so the scheduler picks the node the ledger reserved;
+// other warm nodes 5..9, other nodes 0..4, by how full they would be.
+func (l *Ledger) Prioritize(req Request, nodeNames []string) []Score {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	chosen := ""
+	if a := l.assumed[req.UID]; a != nil {
+		chosen = a.node
+	}
+	// Score the Pod as if its own reservation were not there.
+	a := l.assumed[req.UID]
+	if a != nil {
+		l.unassume(a, false)
+		defer l.assume(a)
+	}
+	prim := primary(req.Requests)
+	out := make([]Score, len(nodeNames))
+	var best verdict
+	bestIdx := -1
+	for i, name := range nodeNames {
+		out[i].Node = name
+		v := l.evaluate(req, prim, l.nodes[name], "")
+		if !v.fits {
+			continue
+		}
+		s := int64(math.Round(v.packing * 4))
+		if v.hasStock {
+			s += 5
+		}
+		out[i].Score = s
+		if name == chosen || (chosen == "" && (bestIdx < 0 || better(v, name, best, nodeNames[bestIdx]))) {
+			best, bestIdx = v, i
+		}
+	}
+	if bestIdx >= 0 {
+		out[bestIdx].Score = 10
+	}
+	return out
+}
+
+// BeginBind moves the Pod's reservation on node to Binding, or, when the
+// scheduler picked another node, re-checks that node and reserves it. It
+// returns the placeholder the bind must claim, if any.
+func (l *Ledger) BeginBind(req Request, nodeName string) (*Placeholder, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.handled[req.UID] = true
+	a := l.assumed[req.UID]
+	if a != nil && (a.state == Binding || a.state == Bound) {
+		return nil, ErrBindInProgress
+	}
+	if a == nil || a.node != nodeName {
+		if a != nil {
+			l.unassume(a, false)
+		}
+		v := l.evaluate(req, primary(req.Requests), l.nodes[nodeName], "")
+		if !v.fits {
+			return nil, &NoRoomError{Node: nodeName, Reason: v.reason}
+		}
+		a = &assumption{uid: req.UID, node: nodeName, req: req.Requests}
+		if v.ph != nil {
+			a.ph = v.ph.uid
+		}
+		l.assume(a)
+	}
+	a.state = Binding
+	if a.ph == "" {
+		return nil, nil
+	}
+	p := l.pods[a.ph]
+	if p == nil {
+		return nil, nil // already gone: its capacity is free and ours
+	}
+	return &Placeholder{UID: p.uid, Namespace: p.ns, Name: p.name, Node: nodeName, Spec: p.stockSpec}, nil
+}
+
+// EndBind records a bind's outcome. On failure the Pod's assumption is
+// released; phDeleted says whether its placeholder was already deleted (its
+// capacity then stays uncounted until the informer sees it go).
+func (l *Ledger) EndBind(uid types.UID, ok, phDeleted bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a := l.assumed[uid]
+	if a == nil || a.state != Binding {
+		return
+	}
+	if ok {
+		a.state = Bound
+		a.expires = l.opts.Now().Add(l.opts.BoundTTL)
+		return
+	}
+	l.unassume(a, phDeleted)
+}
+
+// Assumed reports a Pod's assumption, for tests and diagnostics.
+func (l *Ledger) Assumed(uid types.UID) (nodeName string, state State, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a := l.assumed[uid]
+	if a == nil {
+		return "", 0, false
+	}
+	return a.node, a.state, true
+}
+
+// Free is a node's allocatable minus what the ledger counts as used.
+func (l *Ledger) Free(nodeName string) Resources {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.nodes[nodeName]
+	if n == nil {
+		return Resources{}
+	}
+	free := Resources{}
+	free.add(n.alloc)
+	free.sub(n.used)
+	return free
+}
+
+// StockCount is the placeholders of one spec on one node.
+type StockCount struct {
+	Node, Spec string
+	// Available are Running and unclaimed; Total includes pending-delete and
+	// claimed ones still present.
+	Available, Total int
+}
+
+// Stock lists placeholder counts per node and spec.
+func (l *Ledger) Stock() []StockCount {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []StockCount
+	for _, n := range l.nodes {
+		for spec, m := range n.stock {
+			c := StockCount{Node: n.name, Spec: spec, Total: len(m)}
+			for _, p := range m {
+				if p.claimable() {
+					c.Available++
+				}
+			}
+			out = append(out, c)
+		}
+	}
+	return out
+}

@@ -1,0 +1,111 @@
+package framework
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+)
+
+// Client calls a framework over its unix socket. It is what the sidecar
+// uses; tests and benchmarks use it to exercise a framework directly.
+type Client struct {
+	socketPath string
+	invokePath string
+	healthPath string
+	http       *http.Client
+}
+
+// NewClient returns a client for the framework listening on socketPath.
+// Empty paths take the contract defaults.
+func NewClient(socketPath, invokePath, healthPath string) *Client {
+	if invokePath == "" {
+		invokePath = DefaultInvokePath
+	}
+	if healthPath == "" {
+		healthPath = DefaultHealthPath
+	}
+	var d net.Dialer
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, "unix", socketPath)
+		},
+		// One connection per in-flight invocation is kept warm.
+		MaxIdleConns:        64,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	return &Client{socketPath: socketPath, invokePath: invokePath, healthPath: healthPath, http: &http.Client{Transport: tr}}
+}
+
+// SocketPath is the socket this client dials.
+func (c *Client) SocketPath() string { return c.socketPath }
+
+// Health returns nil when the framework answers 200 on its health path.
+func (c *Client) Health(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://framework"+c.healthPath, nil)
+	if err != nil {
+		return fmt.Errorf("build health request: %w", err)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("framework health on %s: %w", c.socketPath, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("framework health on %s%s: HTTP %d: %s", c.socketPath, c.healthPath, resp.StatusCode, bytes.TrimSpace(body))
+	}
+	return nil
+}
+
+// Invoke posts req to the invoke path and decodes the Response envelope.
+// An error means the framework did not produce an envelope: it could not be
+// reached, it broke the connection (a crash), it answered a non-200 status
+// or an undecodable body, or ctx ended first.
+func (c *Client) Invoke(ctx context.Context, r Request) (Response, error) {
+	if r.Version == "" {
+		r.Version = Version
+	}
+	body, err := json.Marshal(r)
+	if err != nil {
+		return Response{}, fmt.Errorf("encode invocation envelope: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://framework"+c.invokePath, bytes.NewReader(body))
+	if err != nil {
+		return Response{}, fmt.Errorf("build invoke request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return Response{}, fmt.Errorf("framework invoke on %s: %w", c.socketPath, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return Response{}, fmt.Errorf("read framework response on %s: %w", c.socketPath, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return Response{}, fmt.Errorf("framework invoke on %s%s: HTTP %d: %s", c.socketPath, c.invokePath, resp.StatusCode, truncate(bytes.TrimSpace(data), 512))
+	}
+	var out Response
+	if err := json.Unmarshal(data, &out); err != nil {
+		return Response{}, fmt.Errorf("decode framework response envelope: %w", err)
+	}
+	return out, nil
+}
+
+// CloseIdleConnections drops kept-alive connections (e.g. after the
+// framework restarted).
+func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
+
+func truncate(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}

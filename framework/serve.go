@@ -1,0 +1,170 @@
+package framework
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Default paths of the contract; a Pod may override them with the
+// runplane.io/framework-* annotations (the webhook passes them as env).
+const (
+	DefaultInvokePath = "/invoke"
+	DefaultHealthPath = "/healthz"
+)
+
+// HandlerFunc runs one invocation. A returned error becomes a Response with
+// statusCode 500 and the error text, which the sidecar reports as failed.
+type HandlerFunc func(ctx context.Context, req Request) (Response, error)
+
+// Option configures NewHandler.
+type Option func(*handlerOptions)
+
+type handlerOptions struct {
+	invokePath string
+	healthPath string
+	health     func(context.Context) error
+}
+
+// WithPaths overrides the invoke and health paths (empty keeps the default).
+func WithPaths(invokePath, healthPath string) Option {
+	return func(o *handlerOptions) {
+		if invokePath != "" {
+			o.invokePath = invokePath
+		}
+		if healthPath != "" {
+			o.healthPath = healthPath
+		}
+	}
+}
+
+// WithHealth makes the health path report the framework unready while check
+// returns an error (e.g. a model still loading).
+func WithHealth(check func(context.Context) error) Option {
+	return func(o *handlerOptions) { o.health = check }
+}
+
+// errorBody is the JSON body of a transport-level error (bad envelope,
+// wrong method), as opposed to an invocation error inside a Response.
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+// NewHandler serves the framework contract: GET health path answers 200
+// while healthy, POST invoke path decodes a Request, runs fn and answers the
+// Response envelope. The request context ends when the sidecar gives up
+// (cancel, timeout), so fn should honour ctx.
+func NewHandler(fn HandlerFunc, opts ...Option) http.Handler {
+	o := handlerOptions{invokePath: DefaultInvokePath, healthPath: DefaultHealthPath}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc(o.healthPath, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: fmt.Sprintf("method %s not allowed on %s: use GET", r.Method, o.healthPath)})
+			return
+		}
+		if o.health != nil {
+			if err := o.health(r.Context()); err != nil {
+				writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: err.Error()})
+				return
+			}
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc(o.invokePath, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: fmt.Sprintf("method %s not allowed on %s: use POST", r.Method, o.invokePath)})
+			return
+		}
+		var req Request
+		dec := json.NewDecoder(r.Body)
+		if err := dec.Decode(&req); err != nil {
+			writeJSON(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("decode invocation envelope: %v", err)})
+			return
+		}
+		if req.InvocationID == "" {
+			writeJSON(w, http.StatusBadRequest, errorBody{Error: "invocation envelope: field invocationID must not be empty"})
+			return
+		}
+		resp, err := fn(r.Context(), req)
+		if err != nil {
+			resp = Response{StatusCode: http.StatusInternalServerError, Error: err.Error()}
+		}
+		if resp.StatusCode == 0 {
+			resp.StatusCode = http.StatusOK
+		}
+		writeJSON(w, http.StatusOK, resp)
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// ServeUnix serves h on the unix socket at socketPath until ctx ends, then
+// shuts down gracefully, letting running invocations finish (up to 30s).
+// It creates the socket's directory and replaces a stale socket file.
+func ServeUnix(ctx context.Context, socketPath string, h http.Handler) error {
+	ln, err := ListenUnix(socketPath)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve framework on %s: %w", socketPath, err)
+	case <-ctx.Done():
+	}
+	shutCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutCtx); err != nil {
+		return fmt.Errorf("shut down framework on %s: %w", socketPath, err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve framework on %s: %w", socketPath, err)
+	}
+	return nil
+}
+
+// ListenUnix listens on socketPath, creating its directory and removing a
+// stale socket left by a previous run. The socket is world-writable because
+// the sidecar and the framework container may run as different users; the
+// directory (an emptyDir of the Pod) is what scopes access.
+func ListenUnix(socketPath string) (net.Listener, error) {
+	if socketPath == "" {
+		return nil, errors.New("framework socket path must not be empty")
+	}
+	if err := os.MkdirAll(filepath.Dir(socketPath), 0o755); err != nil {
+		return nil, fmt.Errorf("create socket directory for %s: %w", socketPath, err)
+	}
+	if fi, err := os.Lstat(socketPath); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("framework socket path %s exists and is not a socket", socketPath)
+		}
+		if err := os.Remove(socketPath); err != nil {
+			return nil, fmt.Errorf("remove stale socket %s: %w", socketPath, err)
+		}
+	}
+	ln, err := net.Listen("unix", socketPath)
+	if err != nil {
+		return nil, fmt.Errorf("listen on framework socket %s: %w", socketPath, err)
+	}
+	if err := os.Chmod(socketPath, 0o666); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("chmod framework socket %s: %w", socketPath, err)
+	}
+	return ln, nil
+}

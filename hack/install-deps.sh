@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# install-deps.sh installs the Debian packages runplane's tests and make dev
+# use, when they are missing. It is a no-op on a machine that has them.
+set -euo pipefail
+need=()
+command -v ssh >/dev/null 2>&1 || need+=(openssh-client)
+[[ -x /usr/sbin/sshd ]] || need+=(openssh-server)
+[[ -x /usr/lib/openssh/sftp-server || -x /usr/lib/sftp-server ]] || need+=(openssh-sftp-server)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+command -v cp >/dev/null 2>&1 || need+=(coreutils)
+if ((${#need[@]} == 0)); then exit 0; fi
+if [[ $(id -u) != 0 ]]; then
+	echo "install-deps: missing ${need[*]}; run as root or install them (apt-get install ${need[*]})" >&2
+	exit 1
+fi
+echo "install-deps: installing ${need[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >/dev/null
+apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

@@ -1,0 +1,296 @@
+// Package stream owns the queue service's JetStream resources: the stream
+// that stores invocations, dispatches, results and dead letters, the KV
+// bucket that holds each invocation's Record (state and result), and the KV
+// bucket where the activator publishes pool status for the ingress
+// replicas. Record updates go through compare-and-set so concurrent writers
+// (ingress, activator) never lose a transition.
+package stream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/queue/messages"
+)
+
+// Config names and sizes the JetStream resources.
+type Config struct {
+	// Prefix of every subject (default api.DefaultSubjectPrefix).
+	Prefix string
+	// Stream is the stream name (default api.DefaultStreamName).
+	Stream string
+	// Replicas of the stream and buckets (default 1).
+	Replicas int
+	// MaxAge of stream messages (default 72h).
+	MaxAge time.Duration
+	// DuplicateWindow of the stream (default 2m). Idempotency beyond it
+	// comes from the Records bucket.
+	DuplicateWindow time.Duration
+	// RecordsBucket is the KV bucket of invocation Records
+	// (default "runplane-invocations").
+	RecordsBucket string
+	// RecordTTL is how long a Record is kept (default 24h).
+	RecordTTL time.Duration
+	// PoolsBucket holds the activator's per-pool status (default "runplane-pools").
+	PoolsBucket string
+}
+
+// WithDefaults fills unset fields.
+func (c Config) WithDefaults() Config {
+	if c.Prefix == "" {
+		c.Prefix = api.DefaultSubjectPrefix
+	}
+	if c.Stream == "" {
+		c.Stream = api.DefaultStreamName
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.MaxAge == 0 {
+		c.MaxAge = 72 * time.Hour
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = 2 * time.Minute
+	}
+	if c.RecordsBucket == "" {
+		c.RecordsBucket = "runplane-invocations"
+	}
+	if c.RecordTTL == 0 {
+		c.RecordTTL = 24 * time.Hour
+	}
+	if c.PoolsBucket == "" {
+		c.PoolsBucket = "runplane-pools"
+	}
+	return c
+}
+
+// Validate reports the first bad field.
+func (c Config) Validate() error {
+	if c.Replicas < 1 || c.Replicas > 5 {
+		return fmt.Errorf("stream replicas %d: must be between 1 and 5", c.Replicas)
+	}
+	if c.DuplicateWindow > c.MaxAge {
+		return fmt.Errorf("duplicate window %s must not exceed max age %s", c.DuplicateWindow, c.MaxAge)
+	}
+	if c.RecordTTL < c.DuplicateWindow {
+		return fmt.Errorf("record TTL %s must be at least the duplicate window %s", c.RecordTTL, c.DuplicateWindow)
+	}
+	return nil
+}
+
+// Store is the opened set of resources.
+type Store struct {
+	Config   Config
+	Subjects messages.Subjects
+	JS       jetstream.JetStream
+	Stream   jetstream.Stream
+	Records  jetstream.KeyValue
+	Pools    jetstream.KeyValue
+}
+
+// Open creates or updates the stream and buckets and returns the Store.
+func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	subj := messages.Subjects{Prefix: cfg.Prefix}
+	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:       cfg.Stream,
+		Subjects:   subj.StreamSubjects(),
+		Storage:    jetstream.FileStorage,
+		Retention:  jetstream.LimitsPolicy,
+		Replicas:   cfg.Replicas,
+		MaxAge:     cfg.MaxAge,
+		Duplicates: cfg.DuplicateWindow,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create stream %s: %w", cfg.Stream, err)
+	}
+	rec, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:   cfg.RecordsBucket,
+		TTL:      cfg.RecordTTL,
+		Storage:  jetstream.FileStorage,
+		Replicas: cfg.Replicas,
+		History:  1,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create KV bucket %s: %w", cfg.RecordsBucket, err)
+	}
+	pools, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:   cfg.PoolsBucket,
+		Storage:  jetstream.FileStorage,
+		Replicas: cfg.Replicas,
+		History:  1,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create KV bucket %s: %w", cfg.PoolsBucket, err)
+	}
+	return &Store{Config: cfg, Subjects: subj, JS: js, Stream: st, Records: rec, Pools: pools}, nil
+}
+
+// ErrExists is returned by Create when the invocation ID is taken.
+var ErrExists = errors.New("invocation record exists")
+
+// ErrNotFound is returned when there is no Record for an ID.
+var ErrNotFound = errors.New("invocation record not found")
+
+// Create writes a new Record; the first writer wins (KV Create is atomic).
+func (s *Store) Create(ctx context.Context, r messages.Record) (uint64, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return 0, fmt.Errorf("encode record %s: %w", r.InvocationID, err)
+	}
+	rev, err := s.Records.Create(ctx, r.InvocationID, b)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, ErrExists
+	}
+	if err != nil {
+		return 0, fmt.Errorf("create record %s: %w", r.InvocationID, err)
+	}
+	return rev, nil
+}
+
+// Get reads a Record and its revision.
+func (s *Store) Get(ctx context.Context, id string) (messages.Record, uint64, error) {
+	e, err := s.Records.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return messages.Record{}, 0, ErrNotFound
+	}
+	if err != nil {
+		return messages.Record{}, 0, fmt.Errorf("get record %s: %w", id, err)
+	}
+	r, err := Decode(e.Value())
+	if err != nil {
+		return messages.Record{}, 0, fmt.Errorf("record %s: %w", id, err)
+	}
+	return r, e.Revision(), nil
+}
+
+// Delete removes a Record (used when its invocation could not be published).
+func (s *Store) Delete(ctx context.Context, id string) error {
+	if err := s.Records.Delete(ctx, id); err != nil {
+		return fmt.Errorf("delete record %s: %w", id, err)
+	}
+	return nil
+}
+
+// Decode parses a Record.
+func Decode(b []byte) (messages.Record, error) {
+	var r messages.Record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("decode record: %w", err)
+	}
+	return r, nil
+}
+
+// Update applies mutate to the current Record with compare-and-set, retrying
+// on conflicts. mutate returns false to leave the Record unchanged. It
+// returns the Record as stored afterwards and whether mutate's change was
+// written.
+func (s *Store) Update(ctx context.Context, id string, mutate func(*messages.Record) bool) (messages.Record, bool, error) {
+	for i := 0; ; i++ {
+		r, rev, err := s.Get(ctx, id)
+		if err != nil {
+			return r, false, err
+		}
+		if !mutate(&r) {
+			return r, false, nil
+		}
+		r.UpdatedAt = time.Now().UTC()
+		b, err := json.Marshal(r)
+		if err != nil {
+			return r, false, fmt.Errorf("encode record %s: %w", id, err)
+		}
+		_, err = s.Records.Update(ctx, id, b, rev)
+		if err == nil {
+			return r, true, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) || i > 50 {
+			return r, false, fmt.Errorf("update record %s: %w", id, err)
+		}
+		// Lost a race with another writer: re-read and re-apply.
+	}
+}
+
+// rank orders the non-terminal states; terminal states rank highest.
+func rank(s messages.State) int {
+	switch s {
+	case messages.StateQueued:
+		return 1
+	case messages.StateDispatched:
+		return 2
+	case messages.StateRunning:
+		return 3
+	}
+	if s.Terminal() {
+		return 4
+	}
+	return 0
+}
+
+// Advance reports whether a Record in state cur at attempt curAttempt may
+// move to next at attempt attempt. Terminal states never change; a later
+// attempt supersedes an earlier one (redelivery); within one attempt states
+// only move forward; any attempt may finish a non-terminal Record (the
+// first result wins).
+func Advance(cur messages.State, curAttempt int, next messages.State, attempt int) bool {
+	if cur.Terminal() {
+		return false
+	}
+	if next.Terminal() {
+		return true
+	}
+	if attempt != curAttempt {
+		return attempt > curAttempt
+	}
+	return rank(next) > rank(cur)
+}
+
+// Transition moves a Record to state (with worker and attempt) when Advance
+// allows it; extra, when set, adjusts the Record further in the same write.
+func (s *Store) Transition(ctx context.Context, id string, state messages.State, worker string, attempt int, extra func(*messages.Record)) (messages.Record, bool, error) {
+	return s.Update(ctx, id, func(r *messages.Record) bool {
+		if !Advance(r.State, r.Attempt, state, attempt) {
+			return false
+		}
+		r.State = state
+		if worker != "" {
+			r.Worker = worker
+		}
+		if attempt > 0 {
+			r.Attempt = attempt
+		}
+		if extra != nil {
+			extra(r)
+		}
+		return true
+	})
+}
+
+// PoolStatus is what the activator publishes per pool (key: pool name).
+type PoolStatus struct {
+	Pool      string         `json:"pool"`
+	Replicas  int            `json:"replicas"`
+	Backlog   int            `json:"backlog"`
+	InFlight  int            `json:"inFlight"`
+	Capacity  int            `json:"capacity"`
+	Workers   []WorkerStatus `json:"workers"`
+	UpdatedAt time.Time      `json:"updatedAt"`
+}
+
+// WorkerStatus is one worker in a PoolStatus.
+type WorkerStatus struct {
+	Name        string `json:"name"`
+	Ready       bool   `json:"ready"`
+	Draining    bool   `json:"draining,omitempty"`
+	Starting    bool   `json:"starting,omitempty"`
+	Concurrency int    `json:"concurrency"`
+	InFlight    int    `json:"inFlight"`
+}

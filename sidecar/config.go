@@ -1,0 +1,250 @@
+package sidecar
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/queue/messages"
+)
+
+// Config is everything a sidecar needs. ConfigFromEnv fills the contract
+// part from the env the webhook injects; the tuning fields have defaults
+// (see Defaults) and are flags of cmd/runplane-sidecar.
+type Config struct {
+	Pool            string
+	WorkerName      string
+	WorkerNamespace string
+
+	FrameworkSocket string
+	InvokePath      string
+	HealthPath      string
+	// Concurrency is how many invocations run at once (MaxAckPending of the
+	// dispatch consumer).
+	Concurrency int
+
+	NATSURL       string
+	SubjectPrefix string
+	StreamName    string
+	// NATSCredentialsDir holds "creds", or "token", or "user" + "password".
+	// Empty (or an empty directory) means no authentication.
+	NATSCredentialsDir string
+
+	// HTTPAddr serves /livez, /readyz and /metrics.
+	HTTPAddr string
+
+	// HeartbeatInterval is how often a heartbeat Event is published.
+	HeartbeatInterval time.Duration
+	// ProbeInterval is how often the framework's health is checked.
+	ProbeInterval time.Duration
+	// AckWait is the dispatch consumer's ack wait; in-progress acks are sent
+	// every AckWait/3 while an invocation runs.
+	AckWait time.Duration
+	// InactiveThreshold lets the server delete the durable consumer of a
+	// worker that is gone for good.
+	InactiveThreshold time.Duration
+	// ShutdownGrace bounds how long in-flight invocations may finish after
+	// the sidecar is told to stop; the rest end as failed.
+	ShutdownGrace time.Duration
+	// FetchWait is how long one pull request waits for a dispatch. A drain
+	// waits for the outstanding pull to end, so keep it short.
+	FetchWait time.Duration
+
+	Logger *slog.Logger
+}
+
+// Defaults for the tuning fields.
+const (
+	DefaultHeartbeatInterval = 5 * time.Second
+	DefaultProbeInterval     = time.Second
+	DefaultAckWait           = 30 * time.Second
+	DefaultInactiveThreshold = 10 * time.Minute
+	DefaultShutdownGrace     = 25 * time.Second
+	DefaultFetchWait         = 2 * time.Second
+)
+
+// ConfigFromEnv reads the env contract of api/env.go (the RUNPLANE_* names,
+// with the seed's SERVERLESS_* names as fallbacks for the framework
+// contract). getenv is os.Getenv in the binary.
+func ConfigFromEnv(getenv func(string) string) (Config, error) {
+	c := Config{
+		Pool:               getenv(api.EnvPool),
+		WorkerName:         first(getenv(api.EnvWorkerName), getenv(api.EnvSeedWorkerName)),
+		WorkerNamespace:    first(getenv(api.EnvWorkerNamespace), getenv(api.EnvSeedWorkerNamespace)),
+		FrameworkSocket:    first(getenv(api.EnvFrameworkSocket), getenv(api.EnvSeedSocketPath), api.DefaultFrameworkSocket),
+		InvokePath:         first(getenv(api.EnvFrameworkInvokePath), getenv(api.EnvSeedInvokePath), api.DefaultFrameworkInvokePath),
+		HealthPath:         first(getenv(api.EnvFrameworkHealthPath), getenv(api.EnvSeedHealthPath), api.DefaultFrameworkHealthPath),
+		NATSURL:            getenv(api.EnvNATSURL),
+		SubjectPrefix:      first(getenv(api.EnvSubjectPrefix), api.DefaultSubjectPrefix),
+		StreamName:         first(getenv(api.EnvStreamName), api.DefaultStreamName),
+		NATSCredentialsDir: getenv(api.EnvNATSCredentialsDir),
+		HTTPAddr:           first(getenv(api.EnvSidecarHTTPAddr), ":"+strconv.Itoa(api.SidecarHTTPPort)),
+		Concurrency:        1,
+	}
+	if c.Pool == "" {
+		c.Pool = getenv(api.EnvSeedRequestID)
+	}
+	var errs []error
+	if v := getenv(api.EnvConcurrency); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			errs = append(errs, fmt.Errorf("%s: %q is not a positive integer", api.EnvConcurrency, v))
+		} else {
+			c.Concurrency = n
+		}
+	}
+	for _, req := range []struct{ name, val string }{
+		{api.EnvPool, c.Pool},
+		{api.EnvWorkerName, c.WorkerName},
+		{api.EnvWorkerNamespace, c.WorkerNamespace},
+		{api.EnvNATSURL, c.NATSURL},
+	} {
+		if req.val == "" {
+			errs = append(errs, fmt.Errorf("%s must be set", req.name))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, fmt.Errorf("sidecar env: %w", err)
+	}
+	return c, nil
+}
+
+func first(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// withDefaults fills unset tuning fields and validates the rest.
+func (c Config) withDefaults() (Config, error) {
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.ProbeInterval <= 0 {
+		c.ProbeInterval = DefaultProbeInterval
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = DefaultAckWait
+	}
+	if c.InactiveThreshold <= 0 {
+		c.InactiveThreshold = DefaultInactiveThreshold
+	}
+	if c.ShutdownGrace <= 0 {
+		c.ShutdownGrace = DefaultShutdownGrace
+	}
+	if c.FetchWait <= 0 {
+		c.FetchWait = DefaultFetchWait
+	}
+	if c.InvokePath == "" {
+		c.InvokePath = framework.DefaultInvokePath
+	}
+	if c.HealthPath == "" {
+		c.HealthPath = framework.DefaultHealthPath
+	}
+	if c.SubjectPrefix == "" {
+		c.SubjectPrefix = api.DefaultSubjectPrefix
+	}
+	if c.StreamName == "" {
+		c.StreamName = api.DefaultStreamName
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	var errs []error
+	if err := messages.ValidateToken(api.EnvPool, c.Pool); err != nil {
+		errs = append(errs, err)
+	}
+	if err := messages.ValidateToken(api.EnvWorkerName, c.WorkerName); err != nil {
+		errs = append(errs, err)
+	}
+	if c.WorkerNamespace == "" {
+		errs = append(errs, fmt.Errorf("%s must be set", api.EnvWorkerNamespace))
+	}
+	if c.Concurrency < 1 {
+		errs = append(errs, fmt.Errorf("%s: %d is not a positive integer", api.EnvConcurrency, c.Concurrency))
+	}
+	if c.NATSURL == "" {
+		errs = append(errs, fmt.Errorf("%s must be set", api.EnvNATSURL))
+	}
+	if c.FrameworkSocket == "" {
+		errs = append(errs, fmt.Errorf("%s must be set", api.EnvFrameworkSocket))
+	}
+	for _, p := range []struct{ name, val string }{{api.EnvFrameworkInvokePath, c.InvokePath}, {api.EnvFrameworkHealthPath, c.HealthPath}} {
+		if !strings.HasPrefix(p.val, "/") {
+			errs = append(errs, fmt.Errorf("%s: %q must start with /", p.name, p.val))
+		}
+	}
+	if c.HTTPAddr == "" {
+		errs = append(errs, fmt.Errorf("%s must be set", api.EnvSidecarHTTPAddr))
+	} else if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+		errs = append(errs, fmt.Errorf("%s: %q is not host:port: %v", api.EnvSidecarHTTPAddr, c.HTTPAddr, err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, fmt.Errorf("sidecar config: %w", err)
+	}
+	return c, nil
+}
+
+// natsAuth reads the credentials directory: "creds" (a NATS user JWT and
+// seed), else "token", else "user" and "password". A directory without any
+// of them means the server needs no authentication (e.g. make dev).
+func natsAuth(dir string) ([]nats.Option, error) {
+	if dir == "" {
+		return nil, nil
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", api.EnvNATSCredentialsDir, err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("%s: %s is not a directory", api.EnvNATSCredentialsDir, dir)
+	}
+	read := func(name string) (string, bool, error) {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if errors.Is(err, os.ErrNotExist) {
+			return "", false, nil
+		}
+		if err != nil {
+			return "", false, fmt.Errorf("%s: read %s: %w", api.EnvNATSCredentialsDir, name, err)
+		}
+		return strings.TrimSpace(string(b)), true, nil
+	}
+	if _, ok, err := read("creds"); err != nil {
+		return nil, err
+	} else if ok {
+		return []nats.Option{nats.UserCredentials(filepath.Join(dir, "creds"))}, nil
+	}
+	if tok, ok, err := read("token"); err != nil {
+		return nil, err
+	} else if ok {
+		return []nats.Option{nats.Token(tok)}, nil
+	}
+	user, okU, err := read("user")
+	if err != nil {
+		return nil, err
+	}
+	pass, okP, err := read("password")
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case okU && okP:
+		return []nats.Option{nats.UserInfo(user, pass)}, nil
+	case okU || okP:
+		return nil, fmt.Errorf("%s: %s has only one of user and password; both are needed", api.EnvNATSCredentialsDir, dir)
+	}
+	return nil, nil
+}

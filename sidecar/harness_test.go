@@ -1,0 +1,311 @@
+package sidecar
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/queue/messages"
+)
+
+const testPool = "echo"
+
+var subjects = messages.Subjects{Prefix: api.DefaultSubjectPrefix}
+
+// env is one test's NATS server, stream and client connection.
+type env struct {
+	t   *testing.T
+	srv *server.Server
+	nc  *nats.Conn
+	js  jetstream.JetStream
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1"})
+	if err != nil {
+		t.Fatalf("nats server: %v", err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: api.DefaultStreamName, Subjects: subjects.StreamSubjects()}); err != nil {
+		t.Fatalf("create stream: %v", err)
+	}
+	return &env{t: t, srv: srv, nc: nc, js: js}
+}
+
+// socketPath is short enough for the 108-byte limit of unix socket paths.
+func socketPath(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "rpsc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return filepath.Join(dir, "framework.sock")
+}
+
+// serveFramework serves fn on sock until the returned stop is called (or
+// the test ends).
+func serveFramework(t *testing.T, sock string, fn framework.HandlerFunc) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	ln, err := framework.ListenUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: framework.NewHandler(fn)}
+	go func() { defer close(done); _ = srv.Serve(ln) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			srv.Close()
+			<-done
+		})
+	}
+	_ = ctx
+	t.Cleanup(stop)
+	return stop
+}
+
+func (e *env) config(worker, sock string) Config {
+	return Config{
+		Pool:              testPool,
+		WorkerName:        worker,
+		WorkerNamespace:   "default",
+		FrameworkSocket:   sock,
+		Concurrency:       1,
+		NATSURL:           e.srv.ClientURL(),
+		HTTPAddr:          "127.0.0.1:0",
+		HeartbeatInterval: 200 * time.Millisecond,
+		ProbeInterval:     50 * time.Millisecond,
+		FetchWait:         200 * time.Millisecond,
+		AckWait:           5 * time.Second,
+		ShutdownGrace:     5 * time.Second,
+		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+}
+
+// running is a sidecar started in-process.
+type running struct {
+	*Sidecar
+	stop func() error // SIGTERM equivalent; returns Run's error
+}
+
+func (e *env) startSidecar(cfg Config) *running {
+	e.t.Helper()
+	s, err := New(cfg)
+	if err != nil {
+		e.t.Fatalf("new sidecar: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- s.Run(ctx) }()
+	var once sync.Once
+	var runErr error
+	stop := func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case runErr = <-errc:
+			case <-time.After(30 * time.Second):
+				runErr = fmt.Errorf("sidecar did not stop")
+			}
+		})
+		return runErr
+	}
+	e.t.Cleanup(func() { _ = stop() })
+	return &running{Sidecar: s, stop: stop}
+}
+
+// events subscribes to the pool's metrics subject.
+func (e *env) events() <-chan messages.Event {
+	ch := make(chan messages.Event, 1024)
+	sub, err := e.nc.Subscribe(subjects.Metrics(testPool), func(m *nats.Msg) {
+		var ev messages.Event
+		if err := json.Unmarshal(m.Data, &ev); err != nil {
+			e.t.Errorf("bad event %s: %v", m.Data, err)
+			return
+		}
+		select {
+		case ch <- ev:
+		default:
+		}
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := e.nc.Flush(); err != nil {
+		e.t.Fatal(err)
+	}
+	return ch
+}
+
+// results subscribes to the pool's result subject (core NATS sees what is
+// published into the stream), keeping the Nats-Msg-Id.
+type gotResult struct {
+	messages.Result
+	MsgID string
+}
+
+func (e *env) results() <-chan gotResult {
+	ch := make(chan gotResult, 1024)
+	sub, err := e.nc.Subscribe(subjects.Result(testPool), func(m *nats.Msg) {
+		var r messages.Result
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			e.t.Errorf("bad result %s: %v", m.Data, err)
+			return
+		}
+		ch <- gotResult{Result: r, MsgID: m.Header.Get(jetstream.MsgIDHeader)}
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := e.nc.Flush(); err != nil {
+		e.t.Fatal(err)
+	}
+	return ch
+}
+
+func (e *env) dispatch(worker string, d messages.Dispatch) {
+	e.t.Helper()
+	d.Pool, d.Worker = testPool, worker
+	if d.Attempt == 0 {
+		d.Attempt = 1
+	}
+	if d.Mode == "" {
+		d.Mode = messages.ModeAsync
+	}
+	d.DispatchedAt = time.Now().UTC()
+	data, err := json.Marshal(d)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := e.js.Publish(ctx, subjects.Dispatch(testPool, worker), data, jetstream.WithMsgID(messages.DispatchMsgID(d.InvocationID, d.Attempt))); err != nil {
+		e.t.Fatalf("publish dispatch: %v", err)
+	}
+}
+
+func waitEvent(t *testing.T, ch <-chan messages.Event, what string, match func(messages.Event) bool) messages.Event {
+	t.Helper()
+	deadline := time.After(15 * time.Second)
+	for {
+		select {
+		case ev := <-ch:
+			if match(ev) {
+				return ev
+			}
+		case <-deadline:
+			t.Fatalf("timed out waiting for event: %s", what)
+		}
+	}
+}
+
+func waitResult(t *testing.T, ch <-chan gotResult) gotResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(20 * time.Second):
+		t.Fatal("timed out waiting for a result")
+	}
+	return gotResult{}
+}
+
+// eventually polls cond until it holds or 15s pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (e *env) consumerInfo(worker string) *jetstream.ConsumerInfo {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := e.js.Consumer(ctx, api.DefaultStreamName, ConsumerName(testPool, worker))
+	if err != nil {
+		e.t.Fatalf("consumer: %v", err)
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return info
+}
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// binaries builds runplane-sidecar and framework-echo once per test binary.
+func binaries(t testing.TB) (sidecarBin, echoBin string) {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "rpbin")
+		if buildErr != nil {
+			return
+		}
+		for _, pkg := range []string{"runplane-sidecar", "framework-echo"} {
+			out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, pkg), "github.com/runplane/runplane/cmd/"+pkg).CombinedOutput()
+			if err != nil {
+				buildErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return filepath.Join(binDir, "runplane-sidecar"), filepath.Join(binDir, "framework-echo")
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}

@@ -1,0 +1,568 @@
+// Package sidecar is the worker sidecar of a serverless Pod: it alone holds
+// the NATS credentials, consumes the worker's dispatch subject from
+// JetStream with a durable consumer, calls the user's framework over the
+// unix socket (package framework) and publishes results, sync replies and
+// worker events (queue/messages). It serves /livez, /readyz and /metrics.
+package sidecar
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"regexp"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/queue/messages"
+)
+
+// Causes of an invocation's context ending, mapped to result states.
+var (
+	errCancelled = errors.New("invocation cancelled")
+	errTimedOut  = errors.New("invocation timed out")
+	errShutdown  = errors.New("worker shut down before the invocation finished")
+)
+
+// completedCap bounds the memory of answered dispatch IDs.
+const completedCap = 10000
+
+// Sidecar is one running worker sidecar. Use Run; New and Start exist so
+// tests and local workers can reach Addr before Run returns.
+type Sidecar struct {
+	cfg      Config
+	log      *slog.Logger
+	subjects messages.Subjects
+	client   *framework.Client
+	metrics  *metrics
+
+	ln net.Listener
+
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	consumer atomic.Pointer[jetstream.Consumer]
+
+	ready    atomic.Bool // framework healthy (last probe)
+	draining atomic.Bool
+	inFlight atomic.Int64
+
+	mu        sync.Mutex
+	running   map[string]context.CancelCauseFunc // dispatch msg ID → cancel
+	completed map[string]struct{}
+	order     []string // completed IDs, oldest first
+
+	wakeFetch chan struct{} // readiness became true
+}
+
+// New validates cfg and binds the HTTP listener, so /livez answers as soon
+// as the process starts.
+func New(cfg Config) (*Sidecar, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on sidecar HTTP address %s: %w", cfg.HTTPAddr, err)
+	}
+	s := &Sidecar{
+		cfg:       cfg,
+		log:       cfg.Logger.With("pool", cfg.Pool, "worker", cfg.WorkerName),
+		subjects:  messages.Subjects{Prefix: cfg.SubjectPrefix},
+		client:    framework.NewClient(cfg.FrameworkSocket, cfg.InvokePath, cfg.HealthPath),
+		metrics:   newMetrics(cfg.Concurrency),
+		ln:        ln,
+		running:   map[string]context.CancelCauseFunc{},
+		completed: map[string]struct{}{},
+		wakeFetch: make(chan struct{}, 1),
+	}
+	return s, nil
+}
+
+// Addr is the address the HTTP endpoints are served on.
+func (s *Sidecar) Addr() string { return s.ln.Addr().String() }
+
+// Run is New followed by Sidecar.Run.
+func Run(ctx context.Context, cfg Config) error {
+	s, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	return s.Run(ctx)
+}
+
+// Run serves until ctx ends, then drains: it stops fetching, lets in-flight
+// invocations finish within ShutdownGrace, publishes deregistered and
+// returns.
+func (s *Sidecar) Run(ctx context.Context) error {
+	defer s.ln.Close()
+	auth, err := natsAuth(s.cfg.NATSCredentialsDir)
+	if err != nil {
+		return err
+	}
+	opts := append([]nats.Option{
+		nats.Name("runplane-sidecar/" + s.cfg.Pool + "/" + s.cfg.WorkerName),
+		// The queue's NATS may start after the worker: keep trying, and let
+		// readiness say whether we are connected.
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(500 * time.Millisecond),
+	}, auth...)
+	nc, err := nats.Connect(s.cfg.NATSURL, opts...)
+	if err != nil {
+		return fmt.Errorf("connect to NATS at %s: %w", s.cfg.NATSURL, err)
+	}
+	defer nc.Close()
+	s.nc = nc
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	s.js = js
+
+	// Connect returned at once (it retries in the background), so /livez
+	// still answers right away.
+	srv := &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+	httpErr := make(chan error, 1)
+	go func() { httpErr <- srv.Serve(s.ln) }()
+	defer srv.Close()
+
+	// Background loops live until the drain is over, not until ctx ends.
+	bg, stopBG := context.WithCancel(context.Background())
+	defer stopBG()
+	var bgWG sync.WaitGroup
+	bgWG.Add(1)
+	go func() { defer bgWG.Done(); s.probeLoop(bg) }()
+
+	cons, err := s.ensureConsumer(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // told to stop before we ever took work
+		}
+		return err
+	}
+	s.consumer.Store(&cons)
+
+	cancelSub, err := nc.Subscribe(s.subjects.Cancel(s.cfg.Pool, s.cfg.WorkerName), s.onCancel)
+	if err != nil {
+		return fmt.Errorf("subscribe to cancel subject: %w", err)
+	}
+	defer cancelSub.Unsubscribe()
+
+	s.publishEvent(messages.Event{Type: messages.EventRegistered})
+	s.log.Info("registered", "concurrency", s.cfg.Concurrency, "stream", s.cfg.StreamName)
+	bgWG.Add(1)
+	go func() { defer bgWG.Done(); s.heartbeatLoop(bg) }()
+
+	// Invocations run on their own context so SIGTERM does not cut them;
+	// it is cancelled only when the grace period is over.
+	invCtx, stopInv := context.WithCancelCause(context.Background())
+	defer stopInv(errShutdown)
+	var handlers sync.WaitGroup
+	s.fetchLoop(ctx, invCtx, cons, &handlers)
+
+	// Drain.
+	s.draining.Store(true)
+	s.log.Info("draining", "inFlight", s.inFlight.Load(), "grace", s.cfg.ShutdownGrace)
+	s.publishEvent(messages.Event{Type: messages.EventHeartbeat})
+	done := make(chan struct{})
+	go func() { handlers.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(s.cfg.ShutdownGrace):
+		s.log.Warn("grace period over; failing the invocations still running", "inFlight", s.inFlight.Load())
+		stopInv(errShutdown)
+		<-done
+	}
+	s.publishEvent(messages.Event{Type: messages.EventDeregistered})
+	stopBG()
+	bgWG.Wait()
+	if err := nc.Flush(); err != nil {
+		s.log.Warn("flush NATS on shutdown", "err", err)
+	}
+	s.log.Info("deregistered")
+	select {
+	case err := <-httpErr:
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("sidecar HTTP server: %w", err)
+		}
+	default:
+	}
+	return nil
+}
+
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_-]`)
+
+// ConsumerName is the durable consumer of a worker: named after the pool and
+// worker, so a restarted sidecar of the same Pod resumes its unacked work.
+func ConsumerName(pool, worker string) string {
+	return unsafeName.ReplaceAllString(pool+"_"+worker, "_")
+}
+
+// ensureConsumer creates (or finds) the worker's durable consumer, retrying
+// while NATS or the stream (created by the queue) is not there yet.
+func (s *Sidecar) ensureConsumer(ctx context.Context) (jetstream.Consumer, error) {
+	cfg := jetstream.ConsumerConfig{
+		Durable:           ConsumerName(s.cfg.Pool, s.cfg.WorkerName),
+		Description:       "dispatches of worker " + s.cfg.WorkerNamespace + "/" + s.cfg.WorkerName,
+		FilterSubject:     s.subjects.Dispatch(s.cfg.Pool, s.cfg.WorkerName),
+		AckPolicy:         jetstream.AckExplicitPolicy,
+		AckWait:           s.cfg.AckWait,
+		MaxAckPending:     s.cfg.Concurrency,
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: s.cfg.InactiveThreshold,
+	}
+	backoff := 200 * time.Millisecond
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		cons, err := s.js.CreateOrUpdateConsumer(cctx, s.cfg.StreamName, cfg)
+		cancel()
+		if err == nil {
+			return cons, nil
+		}
+		s.log.Info("waiting for the dispatch stream", "stream", s.cfg.StreamName, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("create consumer %s on stream %s: %w", cfg.Durable, s.cfg.StreamName, err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// fetchLoop pulls one dispatch per free slot while the framework is ready,
+// until ctx ends. A pull already on its way when ctx ends is awaited and its
+// message run, so no delivered dispatch is left unhandled.
+func (s *Sidecar) fetchLoop(ctx, invCtx context.Context, cons jetstream.Consumer, handlers *sync.WaitGroup) {
+	slots := make(chan struct{}, s.cfg.Concurrency)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case slots <- struct{}{}:
+		}
+		if !s.ready.Load() {
+			<-slots
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.wakeFetch:
+			case <-time.After(s.cfg.ProbeInterval):
+			}
+			continue
+		}
+		msg, err := cons.Next(jetstream.FetchMaxWait(s.cfg.FetchWait))
+		if err != nil {
+			<-slots
+			if !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
+				s.log.Warn("fetch dispatch", "err", err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(500 * time.Millisecond):
+				}
+			}
+			continue
+		}
+		handlers.Add(1)
+		go func() {
+			defer handlers.Done()
+			defer func() { <-slots }()
+			s.handle(invCtx, msg)
+		}()
+	}
+}
+
+// handle runs one delivered dispatch to the end: framework call, result,
+// reply, events, ack.
+func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
+	var d messages.Dispatch
+	if err := json.Unmarshal(msg.Data(), &d); err != nil || d.InvocationID == "" {
+		// Not a dispatch: it can never succeed, so do not redeliver it.
+		s.log.Error("dropping undecodable dispatch", "subject", msg.Subject(), "err", err)
+		_ = msg.TermWithReason("undecodable dispatch")
+		return
+	}
+	id := messages.DispatchMsgID(d.InvocationID, d.Attempt)
+	log := s.log.With("invocation", d.InvocationID, "attempt", d.Attempt)
+
+	ctx, cancel := context.WithCancelCause(invCtx)
+	defer cancel(nil)
+	s.mu.Lock()
+	if _, ok := s.completed[id]; ok {
+		s.mu.Unlock()
+		// Already answered: the result is in the stream; only the ack was lost.
+		log.Info("acking duplicate dispatch")
+		s.metrics.duplicates.Inc()
+		_ = msg.Ack()
+		return
+	}
+	if _, ok := s.running[id]; ok {
+		s.mu.Unlock()
+		// A redelivery of what we are running: the running copy acks the
+		// same stream sequence when it finishes.
+		log.Info("dispatch redelivered while running; keeping the running copy")
+		s.metrics.duplicates.Inc()
+		_ = msg.InProgress()
+		return
+	}
+	s.running[id] = cancel
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.running, id)
+		s.mu.Unlock()
+	}()
+
+	s.inFlight.Add(1)
+	s.metrics.inFlight.Inc()
+	defer func() { s.inFlight.Add(-1); s.metrics.inFlight.Dec() }()
+
+	started := time.Now().UTC()
+	s.publishEvent(messages.Event{Type: messages.EventStarted, InvocationID: d.InvocationID, Attempt: d.Attempt, State: messages.StateRunning})
+
+	// Keep the dispatch from being redelivered while the framework runs.
+	stopProgress := make(chan struct{})
+	progressDone := make(chan struct{})
+	go func() {
+		defer close(progressDone)
+		t := time.NewTicker(max(s.cfg.AckWait/3, 50*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-stopProgress:
+				return
+			case <-t.C:
+				if err := msg.InProgress(); err != nil {
+					log.Warn("in-progress ack", "err", err)
+				}
+			}
+		}
+	}()
+
+	callCtx := ctx
+	if d.TimeoutSeconds > 0 {
+		var stop context.CancelFunc
+		callCtx, stop = context.WithTimeoutCause(ctx, time.Duration(d.TimeoutSeconds)*time.Second, errTimedOut)
+		defer stop()
+	}
+	resp, err := s.client.Invoke(callCtx, framework.Request{
+		Version:             framework.Version,
+		InvocationID:        d.InvocationID,
+		ServerlessRequestID: s.cfg.Pool,
+		WorkerName:          s.cfg.WorkerName,
+		WorkerNamespace:     s.cfg.WorkerNamespace,
+		Mode:                string(d.Mode),
+		ContentType:         d.ContentType,
+		Headers:             d.Headers,
+		Attributes:          d.Attributes,
+		Payload:             d.Payload,
+		TimeoutSeconds:      d.TimeoutSeconds,
+		DispatchedAt:        d.DispatchedAt,
+	})
+	res := messages.Result{
+		InvocationID: d.InvocationID,
+		Pool:         s.cfg.Pool,
+		Worker:       s.cfg.WorkerName,
+		Attempt:      d.Attempt,
+		StartedAt:    started,
+	}
+	switch {
+	case err == nil && resp.Error == "":
+		res.State, res.Response = messages.StateSucceeded, &resp
+	case err == nil:
+		res.State, res.Response, res.Error = messages.StateFailed, &resp, resp.Error
+	case errors.Is(context.Cause(callCtx), errTimedOut):
+		res.State, res.Error = messages.StateTimedOut, fmt.Sprintf("%v after %ds", errTimedOut, d.TimeoutSeconds)
+	case errors.Is(context.Cause(callCtx), errCancelled):
+		res.State, res.Error = messages.StateCancelled, errCancelled.Error()
+	case errors.Is(context.Cause(callCtx), errShutdown):
+		res.State, res.Error = messages.StateFailed, errShutdown.Error()
+	default:
+		res.State, res.Error = messages.StateFailed, err.Error()
+		// A crashed framework leaves dead keep-alive connections behind.
+		s.client.CloseIdleConnections()
+	}
+	res.FinishedAt = time.Now().UTC()
+
+	published := s.publishResult(res, id, d.ReplyTo)
+	close(stopProgress)
+	<-progressDone
+	dur := res.FinishedAt.Sub(started)
+	s.metrics.observe(res.State, dur)
+	s.publishEvent(messages.Event{Type: messages.EventFinished, InvocationID: d.InvocationID, Attempt: d.Attempt, State: res.State, DurationMS: dur.Milliseconds()})
+	if !published {
+		// The result is not durable: let JetStream redeliver the dispatch.
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	s.rememberCompleted(id)
+	actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer acancel()
+	if err := msg.DoubleAck(actx); err != nil {
+		// The result is published; a redelivery is acked as a duplicate.
+		log.Warn("ack dispatch", "err", err)
+	}
+	log.Debug("finished", "state", res.State, "duration", dur)
+}
+
+// publishResult stores the result in the stream (deduplicated by the
+// dispatch ID) and answers a sync caller. It reports whether the result is
+// durable.
+func (s *Sidecar) publishResult(res messages.Result, id, replyTo string) bool {
+	data, err := json.Marshal(res)
+	if err != nil {
+		s.log.Error("encode result", "err", err)
+		return false
+	}
+	ok := false
+	backoff := 100 * time.Millisecond
+	for attempt := 0; attempt < 5; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err = s.js.Publish(ctx, s.subjects.Result(s.cfg.Pool), data, jetstream.WithMsgID(id))
+		cancel()
+		if err == nil {
+			ok = true
+			break
+		}
+		s.log.Warn("publish result", "invocation", res.InvocationID, "err", err)
+		time.Sleep(backoff)
+		backoff *= 2
+	}
+	if replyTo != "" {
+		m := nats.NewMsg(replyTo)
+		m.Data = data
+		m.Header.Set(jetstream.MsgIDHeader, id)
+		if err := s.nc.PublishMsg(m); err != nil {
+			s.log.Warn("sync reply", "invocation", res.InvocationID, "err", err)
+		}
+	}
+	return ok
+}
+
+func (s *Sidecar) rememberCompleted(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.completed[id]; ok {
+		return
+	}
+	s.completed[id] = struct{}{}
+	s.order = append(s.order, id)
+	if len(s.order) > completedCap {
+		delete(s.completed, s.order[0])
+		s.order = s.order[1:]
+	}
+}
+
+// onCancel cancels a running invocation; attempt 0 matches any attempt.
+func (s *Sidecar) onCancel(m *nats.Msg) {
+	var c messages.Cancel
+	if err := json.Unmarshal(m.Data, &c); err != nil || c.InvocationID == "" {
+		s.log.Warn("ignoring undecodable cancel", "err", err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, cancel := range s.running {
+		if c.Attempt != 0 && id != messages.DispatchMsgID(c.InvocationID, c.Attempt) {
+			continue
+		}
+		if c.Attempt == 0 && !isAttemptOf(id, c.InvocationID) {
+			continue
+		}
+		s.log.Info("cancelling invocation", "invocation", c.InvocationID, "attempt", c.Attempt)
+		cancel(errCancelled)
+	}
+}
+
+// isAttemptOf reports whether dispatch ID id is an attempt of invocation inv.
+func isAttemptOf(id, inv string) bool {
+	if len(id) <= len(inv)+1 || id[:len(inv)] != inv || id[len(inv)] != '.' {
+		return false
+	}
+	for _, r := range id[len(inv)+1:] {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// probeLoop keeps the framework's health in s.ready, and publishes a
+// heartbeat at once when it changes so the activator learns quickly.
+func (s *Sidecar) probeLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.ProbeInterval)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, max(s.cfg.ProbeInterval, time.Second))
+		err := s.client.Health(pctx)
+		cancel()
+		now := err == nil
+		if was := s.ready.Swap(now); was != now {
+			s.log.Info("framework readiness changed", "ready", now, "err", err)
+			s.metrics.ready.Set(b2f(now))
+			if now {
+				select {
+				case s.wakeFetch <- struct{}{}:
+				default:
+				}
+			}
+			if s.consumer.Load() != nil {
+				s.publishEvent(messages.Event{Type: messages.EventHeartbeat})
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Sidecar) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.publishEvent(messages.Event{Type: messages.EventHeartbeat})
+		}
+	}
+}
+
+// publishEvent fills the worker's identity and load into e and publishes it
+// on metrics.<pool> (core NATS: a lost event is superseded by the next).
+func (s *Sidecar) publishEvent(e messages.Event) {
+	e.Pool = s.cfg.Pool
+	e.Worker = s.cfg.WorkerName
+	e.Namespace = s.cfg.WorkerNamespace
+	e.Concurrency = s.cfg.Concurrency
+	e.InFlight = int(s.inFlight.Load())
+	e.Ready = s.ready.Load() && !s.draining.Load()
+	e.Draining = s.draining.Load()
+	e.At = time.Now().UTC()
+	data, err := json.Marshal(e)
+	if err != nil {
+		s.log.Error("encode event", "err", err)
+		return
+	}
+	if err := s.nc.Publish(s.subjects.Metrics(s.cfg.Pool), data); err != nil {
+		s.log.Warn("publish event", "type", e.Type, "err", err)
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,194 @@
+package sshserver
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"golang.org/x/crypto/ssh"
+)
+
+func newPub(t *testing.T) ssh.PublicKey {
+	t.Helper()
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func TestParseAuthorizedKeys(t *testing.T) {
+	a, b := newPub(t), newPub(t)
+	line := func(k ssh.PublicKey) string { return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(k))) }
+	tests := []struct {
+		name    string
+		content string
+		want    []ssh.PublicKey
+		bad     []int
+	}{
+		{"empty", "", nil, nil},
+		{"comments and blanks", "# team keys\n\n   \n", nil, nil},
+		{"two keys", line(a) + " alice@laptop\n" + line(b) + "\n", []ssh.PublicKey{a, b}, nil},
+		{"options are accepted", `no-pty,from="10.0.0.1" ` + line(a) + "\n", []ssh.PublicKey{a}, nil},
+		{"malformed line is skipped", "ssh-ed25519 notbase64\n" + line(b) + "\n", []ssh.PublicKey{b}, []int{1}},
+		{"crlf", line(a) + "\r\n", []ssh.PublicKey{a}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			keys, bad := ParseAuthorizedKeys([]byte(tt.content))
+			if len(keys) != len(tt.want) {
+				t.Fatalf("got %d keys, want %d", len(keys), len(tt.want))
+			}
+			for _, k := range tt.want {
+				if _, ok := keys[string(k.Marshal())]; !ok {
+					t.Errorf("key %s missing", ssh.FingerprintSHA256(k))
+				}
+			}
+			if !slices.Equal(bad, tt.bad) {
+				t.Errorf("bad lines = %v, want %v", bad, tt.bad)
+			}
+		})
+	}
+}
+
+func TestKeySetReload(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "authorized_keys")
+	a, b := newPub(t), newPub(t)
+	ks := NewKeySet(path, discardLogger())
+	if _, err := ks.Reload(); err == nil {
+		t.Fatal("missing file: want an error")
+	}
+	if ks.Allowed(a) {
+		t.Fatal("missing file must allow nobody")
+	}
+	write := func(keys ...ssh.PublicKey) {
+		var s []byte
+		for _, k := range keys {
+			s = append(s, ssh.MarshalAuthorizedKey(k)...)
+		}
+		if err := os.WriteFile(path, s, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	steps := []struct {
+		keys        []ssh.PublicKey
+		wantChanged bool
+		allowA      bool
+		allowB      bool
+	}{
+		{[]ssh.PublicKey{a}, true, true, false},
+		{[]ssh.PublicKey{a}, false, true, false},
+		{[]ssh.PublicKey{b}, true, false, true},
+		{nil, true, false, false},
+	}
+	for i, st := range steps {
+		write(st.keys...)
+		changed, err := ks.Reload()
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if changed != st.wantChanged || ks.Allowed(a) != st.allowA || ks.Allowed(b) != st.allowB {
+			t.Errorf("step %d: changed=%v a=%v b=%v, want %v %v %v", i, changed, ks.Allowed(a), ks.Allowed(b),
+				st.wantChanged, st.allowA, st.allowB)
+		}
+	}
+}
+
+func TestLoadOrCreateHostKey(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "host_key")
+	first, err := LoadOrCreateHostKey(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.PublicKey().Type() != ssh.KeyAlgoED25519 {
+		t.Errorf("type = %s, want ed25519", first.PublicKey().Type())
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("mode = %v, want 0600", st.Mode().Perm())
+	}
+	again, err := LoadOrCreateHostKey(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ssh.FingerprintSHA256(first.PublicKey()) != ssh.FingerprintSHA256(again.PublicKey()) {
+		t.Error("host key changed on reload")
+	}
+	bad := filepath.Join(dir, "bad")
+	if err := os.WriteFile(bad, []byte("junk"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadOrCreateHostKey(bad); err == nil || !strings.Contains(err.Error(), bad) {
+		t.Errorf("corrupt key: err = %v, want one naming %s", err, bad)
+	}
+}
+
+func TestForwardTarget(t *testing.T) {
+	tests := []struct {
+		host    string
+		port    uint32
+		want    string
+		wantErr string
+	}{
+		{"127.0.0.1", 8888, "127.0.0.1:8888", ""},
+		{"::1", 22, "[::1]:22", ""},
+		{"localhost", 8888, "127.0.0.1:8888", ""},
+		{"192.0.2.10", 80, "", "not this Pod"},
+		{"127.0.0.1", 0, "", "out of range"},
+		{"127.0.0.1", 70000, "", "out of range"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.host, func(t *testing.T) {
+			got, err := forwardTarget(context.Background(), tt.host, tt.port)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.host == "localhost" && strings.HasPrefix(got, "[::1]") {
+				return // some resolvers answer ::1 first
+			}
+			if got != tt.want {
+				t.Errorf("got %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no keys", Config{HostKey: "h"}, "authorized-keys"},
+		{"no host key", Config{AuthorizedKeys: "a"}, "host-key"},
+		{"negative poll", Config{AuthorizedKeys: "a", HostKey: "h", KeysPollInterval: -1}, "keys-poll-interval"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.validate()
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want one naming %q", err, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,235 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	configv1 "k8s.io/kube-scheduler/config/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/runplane/runplane/test/cluster"
+)
+
+var env *cluster.Cluster
+
+func TestMain(m *testing.M) {
+	cluster.Main(m, cluster.Options{Nodes: []cluster.Node{
+		{Name: "gpu-0", GPUs: 8},
+		{Name: "gpu-1", GPUs: 8, Labels: map[string]string{"pool": "b"}},
+	}}, func(c *cluster.Cluster) { env = c })
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func namespace(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	name := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+	if err := env.CreateNamespace(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+func gpuPodSpec(gpus int64) corev1.PodSpec {
+	return corev1.PodSpec{
+		InitContainers: []corev1.Container{{
+			Name: "sidecar", Image: "sidecar", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+		}},
+		Containers: []corev1.Container{{
+			Name: "main", Image: "main",
+			Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(gpus, resource.DecimalSI), corev1.ResourceCPU: resource.MustParse("1")},
+				Limits:   corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(gpus, resource.DecimalSI)},
+			},
+		}},
+	}
+}
+
+func TestNodesAreReadyWithGPUs(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	nodes, err := env.Client().CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes.Items) != 2 {
+		t.Fatalf("got %d nodes, want 2", len(nodes.Items))
+	}
+	for _, n := range nodes.Items {
+		gpu := n.Status.Allocatable["nvidia.com/gpu"]
+		if gpu.Value() != 8 {
+			t.Errorf("node %s: allocatable nvidia.com/gpu = %s, want 8", n.Name, gpu.String())
+		}
+	}
+	v, err := env.Client().Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.GitVersion != cluster.KubernetesVersion {
+		t.Errorf("apiserver version %q, want %q", v.GitVersion, cluster.KubernetesVersion)
+	}
+}
+
+func TestGPUDeploymentWithNativeSidecarRuns(t *testing.T) {
+	ctx := ctxFor(t, 2*time.Minute)
+	ns := namespace(t, ctx)
+	labels := map[string]string{"app": "gpu"}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpu", Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](3),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: gpuPodSpec(4)},
+		},
+	}
+	if _, err := env.Client().AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		pods, err := env.Client().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=gpu"})
+		if err != nil {
+			return false, err
+		}
+		running := 0
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning && p.Spec.NodeName != "" {
+				running++
+			}
+		}
+		return running == 3, nil
+	})
+	if err != nil {
+		t.Fatalf("3 GPU Pods with a native sidecar did not reach Running: %v", err)
+	}
+	pods, _ := env.Client().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=gpu"})
+	for _, p := range pods.Items {
+		if len(p.Status.InitContainerStatuses) != 1 || p.Status.InitContainerStatuses[0].State.Running == nil {
+			t.Errorf("pod %s: native sidecar not running: %+v", p.Name, p.Status.InitContainerStatuses)
+		}
+	}
+}
+
+func TestPodThatCannotFitStaysPending(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	ns := namespace(t, ctx)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "too-big", Namespace: ns}, Spec: gpuPodSpec(16)}
+	if _, err := env.Client().CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitForEvent(t, ctx, ns, "too-big", "FailedScheduling", "Insufficient nvidia.com/gpu")
+	got, err := env.Client().CoreV1().Pods(ns).Get(ctx, "too-big", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != corev1.PodPending || got.Spec.NodeName != "" {
+		t.Errorf("pod is %s on %q, want Pending and unbound", got.Status.Phase, got.Spec.NodeName)
+	}
+}
+
+func waitForEvent(t *testing.T, ctx context.Context, ns, object, reason, message string) {
+	t.Helper()
+	var seen []string
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		events, err := env.Client().CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + object})
+		if err != nil {
+			return false, err
+		}
+		seen = seen[:0]
+		for _, e := range events.Items {
+			seen = append(seen, e.Reason+": "+e.Message)
+			if e.Reason == reason && strings.Contains(e.Message, message) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no %s event containing %q on %s (seen: %v): %v", reason, message, object, seen, err)
+	}
+}
+
+func TestPVCIsBoundAndPodMountingItRuns(t *testing.T) {
+	ctx := ctxFor(t, 2*time.Minute)
+	ns := namespace(t, ctx)
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+	if _, err := env.Client().CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "mounter", Namespace: ns},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "main", Image: "main", VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
+			Volumes:    []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}},
+		},
+	}
+	if _, err := env.Client().CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		p, err := env.Client().CoreV1().Pods(ns).Get(ctx, "mounter", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return p.Status.Phase == corev1.PodRunning, nil
+	})
+	if err != nil {
+		t.Fatalf("pod mounting a PVC did not run: %v", err)
+	}
+	got, err := env.Client().CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != corev1.ClaimBound {
+		t.Errorf("PVC phase %s, want Bound", got.Status.Phase)
+	}
+}
+
+func TestSecondSchedulerProfile(t *testing.T) {
+	ctx := ctxFor(t, 2*time.Minute)
+	ns := namespace(t, ctx)
+	proc, err := env.StartScheduler(ctx, &configv1.KubeSchedulerConfiguration{
+		Profiles: []configv1.KubeSchedulerProfile{{SchedulerName: ptr.To("second-scheduler")}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proc.Stop()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "second", Namespace: ns},
+		Spec:       corev1.PodSpec{SchedulerName: "second-scheduler", Containers: []corev1.Container{{Name: "main", Image: "main"}}},
+	}
+	if _, err := env.Client().CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitForEvent(t, ctx, ns, "second", "Scheduled", "Successfully assigned")
+	proc.Stop()
+	if exited, _ := proc.Exited(); !exited {
+		t.Error("scheduler process still running after Stop")
+	}
+}
+
+func TestProcessesLogToDir(t *testing.T) {
+	for _, p := range env.Processes() {
+		if _, err := os.Stat(p.LogPath); err != nil {
+			t.Errorf("%s: %v", p.Name, fmt.Errorf("log file: %w", err))
+		}
+	}
+}

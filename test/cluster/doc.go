@@ -1,0 +1,14 @@
+// Package cluster runs a real, local Kubernetes control plane for tests and
+// for `make dev`: etcd, kube-apiserver (RBAC, service-account tokens and
+// admission webhooks on), kube-controller-manager, kube-scheduler and kwok,
+// which fakes the nodes and drives Pods through their lifecycle with its
+// stages. A small provisioner binds every PVC to a hostPath PV, so Pods and
+// Jobs that mount PVCs schedule.
+//
+// Everything listens on free loopback ports and lives in one temp dir. Stop
+// stops every process it started; the processes also die with the test
+// binary (parent-death signal), so none outlives the run.
+//
+// The binaries come from test/testbin (see Binaries). Tests in one package
+// share one cluster through Main, called from TestMain.
+package cluster

@@ -1,0 +1,121 @@
+package cluster
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Process is one control-plane process, its output in a log file.
+type Process struct {
+	Name    string
+	LogPath string
+
+	cmd     *exec.Cmd
+	done    chan struct{}
+	waitErr error
+	stop    sync.Once
+}
+
+// startProcess starts bin with args, logging to dir/<name>.log. The process
+// gets its own process group (so Stop reaches its children) and is killed by
+// the kernel if the test binary dies first.
+func startProcess(dir, name, bin string, args ...string) (*Process, error) {
+	logPath := filepath.Join(dir, name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &Process{Name: name, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.waitErr = cmd.Wait()
+		logFile.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Exited reports whether the process has ended, and how.
+func (p *Process) Exited() (bool, error) {
+	select {
+	case <-p.done:
+		return true, p.waitErr
+	default:
+		return false, nil
+	}
+}
+
+// Stop sends SIGTERM to the process group, then SIGKILL after a grace period.
+func (p *Process) Stop() {
+	p.stop.Do(func() {
+		pgid := -p.cmd.Process.Pid
+		_ = syscall.Kill(pgid, syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(5 * time.Second):
+			_ = syscall.Kill(pgid, syscall.SIGKILL)
+			<-p.done
+		}
+	})
+}
+
+// Kill ends the process group at once with SIGKILL, as a crash would.
+func (p *Process) Kill() {
+	p.stop.Do(func() {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	})
+}
+
+// Tail returns the last n lines of the process log.
+func (p *Process) Tail(n int) string {
+	data, err := os.ReadFile(p.LogPath)
+	if err != nil {
+		return fmt.Sprintf("(reading %s: %v)", p.LogPath, err)
+	}
+	var lines []string
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 1024*1024), 1024*1024)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// waitFor polls check until it succeeds, the process exits or ctx ends.
+func waitFor(ctx context.Context, p *Process, what string, check func() error) error {
+	var last error
+	for {
+		if exited, err := p.Exited(); exited {
+			return fmt.Errorf("%s exited while waiting for %s (%v); log tail:\n%s", p.Name, what, err, p.Tail(30))
+		}
+		if last = check(); last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w (last: %v)", what, errors.Join(ctx.Err()), last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

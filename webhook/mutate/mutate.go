@@ -1,0 +1,261 @@
+package mutate
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/catalog"
+)
+
+// Feature is one thing the webhook can do to a Pod. Features are listed in
+// the runplane.io/injected annotation and label the admission metrics.
+type Feature string
+
+const (
+	FeatureGPUSpec     Feature = "gpu-spec"
+	FeatureStock       Feature = "stock"
+	FeaturePool        Feature = "pool"
+	FeatureSSH         Feature = "ssh"
+	FeatureStorageGate Feature = "storage-gate"
+)
+
+// Features lists every feature in the order they are applied and recorded.
+var Features = []Feature{FeatureGPUSpec, FeatureStock, FeaturePool, FeatureSSH, FeatureStorageGate}
+
+// Names of what runplane adds to a Pod. The runplane- prefix is reserved:
+// a user container or volume of the same name is replaced.
+const (
+	PauseContainerName     = "pause"
+	VolumeFrameworkSocket  = "runplane-framework-socket"
+	VolumeNATSCredentials  = "runplane-nats-credentials"
+	VolumeSSHAuthorizedKey = "runplane-ssh-authorized-keys"
+	VolumeSSHHostKey       = "runplane-ssh-host-key"
+	SidecarCommand         = "runplane-sidecar"
+	SSHCommand             = "runplane-ssh"
+	// DefaultContainerAnnotation picks the main container that gets a GPU
+	// spec's resources (kubectl uses the same annotation).
+	DefaultContainerAnnotation = "kubectl.kubernetes.io/default-container"
+	// ManagedByLabel with value ManagedByRunplane marks Pods runplane itself
+	// creates (prepare Jobs, accessors): they mount PVCs that are not
+	// prepared yet by design, so the storage gate skips them.
+	ManagedByLabel    = "app.kubernetes.io/managed-by"
+	ManagedByRunplane = "runplane"
+)
+
+// Config is the platform side of an injection: what the chart or make dev
+// configures, the same for every Pod.
+type Config struct {
+	// Image is the runplane image holding every binary (runplane-sidecar,
+	// runplane-ssh, ...).
+	Image           string            `json:"image"`
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+	// PauseImage is the container image of stock placeholders.
+	PauseImage    string `json:"pauseImage"`
+	NATSURL       string `json:"natsURL"`
+	SubjectPrefix string `json:"subjectPrefix"`
+	StreamName    string `json:"streamName"`
+}
+
+// DefaultConfig returns the defaults of everything but NATSURL and Image.
+func DefaultConfig() Config {
+	return Config{
+		PauseImage:    "registry.k8s.io/pause:3.10",
+		SubjectPrefix: api.DefaultSubjectPrefix,
+		StreamName:    api.DefaultStreamName,
+	}
+}
+
+// Validate reports a missing or malformed setting.
+func (c Config) Validate() error {
+	switch {
+	case c.Image == "":
+		return errors.New("injection config: image (the runplane image) must be set")
+	case c.PauseImage == "":
+		return errors.New("injection config: pause image must be set")
+	case c.NATSURL == "":
+		return errors.New("injection config: NATS URL must be set")
+	case c.SubjectPrefix == "" || c.StreamName == "":
+		return errors.New("injection config: subject prefix and stream name must be set")
+	}
+	switch c.ImagePullPolicy {
+	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		return fmt.Errorf("injection config: image pull policy must be Always, IfNotPresent or Never, got %q", c.ImagePullPolicy)
+	}
+	return nil
+}
+
+// PVCGetter finds a PersistentVolumeClaim; it returns nil, nil when the
+// claim does not exist.
+type PVCGetter interface {
+	GetPVC(ctx context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error)
+}
+
+// PriorityClassGetter finds a PriorityClass; nil, nil when it does not exist.
+type PriorityClassGetter interface {
+	GetPriorityClass(ctx context.Context, name string) (*schedulingv1.PriorityClass, error)
+}
+
+// Mutator applies the features a Pod's labels ask for.
+type Mutator struct {
+	Config          Config
+	Catalog         func() catalog.Catalog
+	PVCs            PVCGetter
+	PriorityClasses PriorityClassGetter
+}
+
+// Result is a mutated Pod and what was applied to it.
+type Result struct {
+	Pod      *corev1.Pod
+	Features []Feature
+}
+
+// Mutate returns a mutated copy of pod (created in namespace, which the Pod
+// itself may not carry yet). It is idempotent: Mutate of its own output
+// returns an equal Pod, so a reinvocation yields an empty patch. Errors that
+// the user can fix are *InvalidError or *catalog.UnknownSpecError (see
+// IsDenial); others are failures to read cluster state.
+func (m *Mutator) Mutate(ctx context.Context, pod *corev1.Pod, namespace string) (*Result, error) {
+	opts, err := ParseOptions(pod.Labels, pod.Annotations)
+	if err != nil {
+		return nil, err
+	}
+	out := pod.DeepCopy()
+	prev := injectedFeatures(pod.Annotations)
+	cat := m.Catalog()
+	var features []Feature
+	hashed := struct {
+		Config  Config        `json:"config"`
+		Options Options       `json:"options"`
+		Specs   []catalogSpec `json:"specs,omitempty"`
+	}{Config: m.Config, Options: opts}
+
+	if opts.Stock != "" {
+		spec, err := cat.Lookup(api.LabelStock, opts.Stock)
+		if err != nil {
+			return nil, err
+		}
+		hashed.Specs = append(hashed.Specs, catalogSpec{spec})
+		if err := m.applyStock(ctx, out, spec); err != nil {
+			return nil, err
+		}
+		features = append(features, FeatureStock)
+	}
+	if opts.GPUSpec != "" {
+		spec, err := cat.Lookup(api.LabelGPUSpec, opts.GPUSpec)
+		if err != nil {
+			return nil, err
+		}
+		hashed.Specs = append(hashed.Specs, catalogSpec{spec})
+		if err := m.applyGPU(ctx, out, spec, slices.Contains(prev, FeatureGPUSpec)); err != nil {
+			return nil, err
+		}
+		features = append(features, FeatureGPUSpec)
+	}
+	if opts.Pool != "" {
+		if err := m.applyPool(out, opts); err != nil {
+			return nil, err
+		}
+		features = append(features, FeaturePool)
+	}
+	if opts.SSH {
+		if err := m.applySSH(out, opts); err != nil {
+			return nil, err
+		}
+		features = append(features, FeatureSSH)
+	}
+	if opts.Stock == "" && out.Labels[ManagedByLabel] != ManagedByRunplane {
+		gated, err := m.applyStorageGate(ctx, out, namespace)
+		if err != nil {
+			return nil, err
+		}
+		// A gate added by the first pass stays recorded on reinvocation even
+		// if the PVC became ready in between: the gate is still there.
+		if gated || (slices.Contains(prev, FeatureStorageGate) && hasGate(out)) {
+			features = append(features, FeatureStorageGate)
+		}
+	}
+	if len(features) > 0 {
+		if out.Annotations == nil {
+			out.Annotations = map[string]string{}
+		}
+		v, err := injectedValue(features, hashed)
+		if err != nil {
+			return nil, err
+		}
+		out.Annotations[api.AnnotationInjected] = v
+	}
+	return &Result{Pod: out, Features: features}, nil
+}
+
+// IsDenial reports whether err is the user's to fix (bad label, annotation,
+// unknown spec, conflicting Pod field) rather than a failure of the webhook.
+func IsDenial(err error) bool {
+	var inv *InvalidError
+	var unk *catalog.UnknownSpecError
+	var con *ConflictError
+	return errors.As(err, &inv) || errors.As(err, &unk) || errors.As(err, &con)
+}
+
+// ConflictError says that the Pod sets a field runplane must set differently.
+type ConflictError struct {
+	Label  string // the label whose feature needs the field
+	Field  string
+	Reason string
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("label %s: %s: %s", e.Label, e.Field, e.Reason)
+}
+
+// catalogSpec hashes a spec including its name (Spec.Name is not JSON).
+type catalogSpec struct{ catalog.Spec }
+
+func (s catalogSpec) MarshalJSON() ([]byte, error) {
+	type plain catalog.Spec
+	return json.Marshal(struct {
+		Name string `json:"name"`
+		plain
+	}{s.Name, plain(s.Spec)})
+}
+
+// injectedValue is "<feature>,<feature> hash=<16 hex>": readable by a human
+// and stable for one injection config, so reinvocations compare equal.
+func injectedValue(features []Feature, hashed any) (string, error) {
+	b, err := json.Marshal(hashed)
+	if err != nil {
+		return "", fmt.Errorf("hashing injection config: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	names := make([]string, len(features))
+	for i, f := range features {
+		names[i] = string(f)
+	}
+	return strings.Join(names, ",") + " hash=" + hex.EncodeToString(sum[:8]), nil
+}
+
+// injectedFeatures reads the features a previous pass recorded.
+func injectedFeatures(annotations map[string]string) []Feature {
+	v, ok := annotations[api.AnnotationInjected]
+	if !ok {
+		return nil
+	}
+	list, _, _ := strings.Cut(v, " ")
+	var out []Feature
+	for _, f := range strings.Split(list, ",") {
+		if slices.Contains(Features, Feature(f)) {
+			out = append(out, Feature(f))
+		}
+	}
+	return out
+}
