@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -285,35 +284,10 @@ func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int) error 
 	})
 }
 
-// kwokStages are the stage files kwok runs, relative to kwok-stages/: nodes
-// become Ready and keep their lease; Pods go through the general lifecycle
-// (init containers, native sidecars, readiness, Job completion, deletion);
-// the chaos stages fail a Pod's containers when it carries their label.
-var kwokStages = []string{
-	"node/fast/node-initialize.yaml",
-	"node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
-	"pod/general/pod-create.yaml",
-	"pod/general/pod-init-container-running.yaml",
-	"pod/general/pod-init-container-completed.yaml",
-	"pod/general/pod-ready.yaml",
-	"pod/general/pod-complete.yaml",
-	"pod/general/pod-delete.yaml",
-	"pod/chaos/pod-container-running-failed.yaml",
-	"pod/chaos/pod-init-container-running-failed.yaml",
-}
-
 func (c *Cluster) startKwok(port int) error {
-	var docs []string
-	for _, rel := range kwokStages {
-		data, err := os.ReadFile(filepath.Join(c.bin, "kwok-stages", rel))
-		if err != nil {
-			return fmt.Errorf("reading kwok stage: %w", err)
-		}
-		docs = append(docs, strings.TrimSpace(string(data)))
-	}
 	stages := filepath.Join(c.dir, "kwok-stages.yaml")
-	if err := os.WriteFile(stages, []byte(strings.Join(docs, "\n---\n")+"\n"), 0o644); err != nil {
-		return fmt.Errorf("writing kwok stages: %w", err)
+	if err := writeStages(filepath.Join(c.bin, "kwok-stages"), stages); err != nil {
+		return err
 	}
 	_, err := c.start("kwok", "kwok",
 		"--kubeconfig="+c.kubeconfig, "--config="+stages,

@@ -83,7 +83,7 @@ func TestNodesAreReadyWithGPUs(t *testing.T) {
 }
 
 func TestGPUDeploymentWithNativeSidecarRuns(t *testing.T) {
-	ctx := ctxFor(t, 2*time.Minute)
+	ctx := ctxFor(t, 30*time.Second)
 	ns := namespace(t, ctx)
 	labels := map[string]string{"app": "gpu"}
 	dep := &appsv1.Deployment{
@@ -111,6 +111,14 @@ func TestGPUDeploymentWithNativeSidecarRuns(t *testing.T) {
 		return running == 3, nil
 	})
 	if err != nil {
+		pods, _ := env.Client().CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+		events, _ := env.Client().CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		for _, e := range events.Items {
+			t.Logf("event %s %s: %s", e.InvolvedObject.Name, e.Reason, e.Message)
+		}
+		for _, p := range pods.Items {
+			t.Logf("pod %s on %q: %s %+v %+v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.InitContainerStatuses, p.Status.Conditions)
+		}
 		t.Fatalf("3 GPU Pods with a native sidecar did not reach Running: %v", err)
 	}
 	pods, _ := env.Client().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=gpu"})

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/test/cluster"
+)
+
+type config struct {
+	nodes, gpusPerNode int
+	dir                string
+	queuePort          int
+}
+
+// defaultCatalog is the GPU spec catalog make dev installs.
+var defaultCatalog = map[string]string{
+	"g1.1": "gpu: 1\ncpu: \"4\"\nmemory: 16Gi\n",
+	"g1.2": "gpu: 2\ncpu: \"8\"\nmemory: 32Gi\n",
+	"g1.8": "gpu: 8\ncpu: \"32\"\nmemory: 128Gi\nstock: Required\n",
+}
+
+func run(ctx context.Context, cfg config) error {
+	began := time.Now()
+	dir, err := filepath.Abs(cfg.dir)
+	if err != nil {
+		return err
+	}
+	// A previous run's state is stale: its processes are gone.
+	if err := os.RemoveAll(filepath.Join(dir, "cluster")); err != nil {
+		return fmt.Errorf("cleaning %s: %w", dir, err)
+	}
+	nodes := make([]cluster.Node, cfg.nodes)
+	for i := range nodes {
+		nodes[i] = cluster.Node{Name: fmt.Sprintf("gpu-node-%d", i), GPUs: cfg.gpusPerNode, Labels: map[string]string{"runplane.io/gpu-node": "true"}}
+	}
+	fmt.Println("dev: starting the local control plane (the first run builds the binaries: ~10 minutes)")
+	c, err := cluster.Start(ctx, cluster.Options{
+		Nodes: nodes, Dir: filepath.Join(dir, "cluster"), KeepDir: true,
+		Logf: func(format string, args ...any) { fmt.Printf("dev: "+format+"\n", args...) },
+	})
+	if err != nil {
+		return err
+	}
+	defer c.Stop()
+	if err := bootstrap(ctx, c.Client()); err != nil {
+		return err
+	}
+	stack, err := startComponents(ctx, c, cfg)
+	if err != nil {
+		return err
+	}
+	defer stack.stop()
+
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	data, err := os.ReadFile(c.Kubeconfig())
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(kubeconfig, data, 0o600); err != nil {
+		return fmt.Errorf("writing kubeconfig: %w", err)
+	}
+	fmt.Printf("dev: ready in %s\n", time.Since(began).Round(100*time.Millisecond))
+	fmt.Printf("kubeconfig: %s\n", kubeconfig)
+	if stack.queueURL != "" {
+		fmt.Printf("queue ingress URL: %s\n", stack.queueURL)
+	}
+	fmt.Printf(`
+Try:
+  export KUBECONFIG=%s
+  kubectl get nodes                       # kubectl: %s
+  kubectl -n %s get configmap %s -o yaml
+Component logs: %s
+Press Ctrl-C to stop everything.
+`, kubeconfig, c.Binary("kubectl"), api.DefaultNamespace, api.CatalogConfigMap, filepath.Join(dir, "cluster"))
+	<-ctx.Done()
+	fmt.Println("\ndev: stopping")
+	return nil
+}
+
+// bootstrap creates what the chart would: runplane's namespace, the
+// priority classes and the GPU spec catalog.
+func bootstrap(ctx context.Context, client kubernetes.Interface) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: api.DefaultNamespace}}
+	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace: %w", err)
+	}
+	for _, pc := range []schedulingv1.PriorityClass{
+		{ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassStock}, Value: -1000, Description: "runplane stock placeholders: the first to give way"},
+		{ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassWorkload}, Value: 1000, Description: "runplane GPU workloads"},
+	} {
+		if _, err := client.SchedulingV1().PriorityClasses().Create(ctx, &pc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating priority class %s: %w", pc.Name, err)
+		}
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: api.CatalogConfigMap, Namespace: api.DefaultNamespace}, Data: defaultCatalog}
+	if _, err := client.CoreV1().ConfigMaps(api.DefaultNamespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating the GPU spec catalog: %w", err)
+	}
+	return nil
+}
