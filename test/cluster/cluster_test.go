@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +24,14 @@ import (
 
 var env *cluster.Cluster
 
+// envPanicChild makes the test binary start a cluster and panic: the
+// child half of TestNoProcessOutlivesAPanic.
+const envPanicChild = "RUNPLANE_CLUSTER_PANIC_CHILD"
+
 func TestMain(m *testing.M) {
+	if pidFile := os.Getenv(envPanicChild); pidFile != "" {
+		panicWithCluster(pidFile)
+	}
 	cluster.Main(m, cluster.Options{Nodes: []cluster.Node{
 		{Name: "gpu-0", GPUs: 8},
 		{Name: "gpu-1", GPUs: 8, Labels: map[string]string{"pool": "b"}},
@@ -239,5 +249,55 @@ func TestProcessesLogToDir(t *testing.T) {
 		if _, err := os.Stat(p.LogPath); err != nil {
 			t.Errorf("%s: %v", p.Name, fmt.Errorf("log file: %w", err))
 		}
+	}
+}
+
+func panicWithCluster(pidFile string) {
+	c, err := cluster.Start(context.Background(), cluster.Options{Nodes: []cluster.Node{{Name: "n", GPUs: 1}}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(3)
+	}
+	var pids []string
+	for _, p := range c.Processes() {
+		pids = append(pids, strconv.Itoa(p.Pid()))
+	}
+	if err := os.WriteFile(pidFile, []byte(strings.Join(pids, "\n")), 0o644); err != nil {
+		os.Exit(4)
+	}
+	panic("a test panicked while its cluster was running")
+}
+
+func TestNoProcessOutlivesAPanic(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a second cluster")
+	}
+	pidFile := t.TempDir() + "/pids"
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envPanicChild+"="+pidFile)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "a test panicked") {
+		t.Fatalf("child did not panic as planned: %v\n%s", err, out)
+	}
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := strings.Fields(string(data))
+	if len(pids) < 5 {
+		t.Fatalf("child reported %d processes, want at least 5 (etcd, apiserver, kcm, scheduler, kwok)", len(pids))
+	}
+	ctx := ctxFor(t, 15*time.Second)
+	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+		for _, s := range pids {
+			pid, _ := strconv.Atoi(s)
+			if syscall.Kill(pid, 0) == nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("control-plane processes %v outlived the panicking test binary", pids)
 	}
 }

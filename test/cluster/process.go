@@ -119,3 +119,6 @@ func waitFor(ctx context.Context, p *Process, what string, check func() error) e
 		}
 	}
 }
+
+// Pid is the process ID (also its process group ID).
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
