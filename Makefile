@@ -6,7 +6,7 @@ export GONOSUMDB := k8s.io/kubernetes
 TESTFLAGS ?= -count=1 -v -timeout 40m
 BENCHFLAGS ?= -run '^$$' -bench . -benchtime 2000x -count 3
 
-.PHONY: all dev test unit bench lint testbin deps build python-test clean
+.PHONY: all dev test unit bench lint testbin deps build python-test clean image
 
 all: build
 
@@ -49,6 +49,11 @@ deps:
 ## build: every runplane binary into bin/.
 build:
 	$(GO) build -o bin/ ./cmd/...
+
+## image: the one runplane image holding every binary (needs a Docker engine).
+IMAGE ?= ghcr.io/runplane/runplane:dev
+image:
+	docker build -t $(IMAGE) .
 
 clean:
 	rm -rf bin/

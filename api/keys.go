@@ -21,6 +21,10 @@ const (
 	// LabelEgress with value EgressRestricted puts the Pod under the
 	// controller-owned egress NetworkPolicy.
 	LabelEgress = Prefix + "egress"
+	// LabelSSHPod is written by the SSH Service controller on an SSH Pod,
+	// with the Pod's UID as value (always a valid label value, unlike long
+	// Pod names): the Pod's SSH Service selects exactly that Pod by it.
+	LabelSSHPod = Prefix + "ssh-pod"
 )
 
 // Label values.
@@ -96,6 +100,14 @@ const (
 	AccessorPending = "Pending"
 	AccessorReady   = "Ready"
 	AccessorFailed  = "Failed"
+)
+
+// Labels runplane puts on the objects its controller creates, so the
+// controller's caches watch only those (Jobs, Deployments, Services,
+// NetworkPolicies, Secrets).
+const (
+	LabelManagedBy      = "app.kubernetes.io/managed-by"
+	ManagedByController = "runplane-controller"
 )
 
 // Names of cluster objects runplane relies on.

@@ -366,6 +366,11 @@ func Run(ctx context.Context, cfg Config) error {
 		}()
 		cfg.Logger.Info("metrics listening", "addr", mln.Addr().String())
 	}
+	if _, err := os.Stat(cfg.Shell); err != nil {
+		// A distroless image has no shell: SFTP and port forwarding still
+		// work, shell and exec sessions are refused.
+		cfg.Logger.Warn("no shell: shell and exec sessions will be refused", "shell", cfg.Shell, "err", err)
+	}
 	cfg.Logger.Info("listening", "addr", ln.Addr().String(),
 		"hostKey", ssh.FingerprintSHA256(srv.HostKey()), "authorizedKeys", srv.keys.Len(),
 		"remoteForward", cfg.AllowRemoteForward, "idleTimeout", cfg.IdleTimeout.String())

@@ -87,16 +87,44 @@ func (c *conn) handleSession(ctx context.Context, nch ssh.NewChannel) {
 	s := &session{c: c, ch: ch, log: c.log, done: make(chan struct{})}
 	defer ch.Close()
 	for req := range reqs {
-		ok := s.handleRequest(ctx, req)
+		ok, run := s.handleRequest(ctx, req)
 		if req.WantReply {
 			_ = req.Reply(ok, nil)
+		}
+		// The command's I/O and its exit (which closes the channel) start
+		// only after the reply, so a fast command cannot close the channel
+		// before the client has heard that it started.
+		if run != nil {
+			go run()
 		}
 	}
 	// The client closed the channel: hang up whatever still runs.
 	s.hangup()
 }
 
-func (s *session) handleRequest(ctx context.Context, req *ssh.Request) bool {
+func (s *session) handleRequest(ctx context.Context, req *ssh.Request) (bool, func()) {
+	switch req.Type {
+	case "shell":
+		return s.start(ctx, "shell", "")
+	case "exec":
+		var m execMsg
+		if ssh.Unmarshal(req.Payload, &m) != nil {
+			return false, nil
+		}
+		return s.start(ctx, "exec", m.Command)
+	case "subsystem":
+		var m subsystemMsg
+		if ssh.Unmarshal(req.Payload, &m) != nil || m.Name != "sftp" {
+			return false, nil
+		}
+		return s.start(ctx, "sftp", "")
+	default:
+		return s.handleSetting(req), nil
+	}
+}
+
+// handleSetting answers the requests that configure or steer a session.
+func (s *session) handleSetting(req *ssh.Request) bool {
 	switch req.Type {
 	case "env":
 		var m envMsg
@@ -136,20 +164,6 @@ func (s *session) handleRequest(ctx context.Context, req *ssh.Request) bool {
 			return false
 		}
 		return s.signal(sig) == nil
-	case "shell":
-		return s.start(ctx, "shell", "")
-	case "exec":
-		var m execMsg
-		if ssh.Unmarshal(req.Payload, &m) != nil {
-			return false
-		}
-		return s.start(ctx, "exec", m.Command)
-	case "subsystem":
-		var m subsystemMsg
-		if ssh.Unmarshal(req.Payload, &m) != nil || m.Name != "sftp" {
-			return false
-		}
-		return s.start(ctx, "sftp", "")
 	default:
 		return false
 	}
@@ -165,11 +179,13 @@ func winsize(cols, rows, w, h uint32) *pty.Winsize {
 	return &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows), X: uint16(w), Y: uint16(h)}
 }
 
-func (s *session) start(ctx context.Context, kind, command string) bool {
+// start launches the shell, command or SFTP server and returns the function
+// that serves its I/O until it ends.
+func (s *session) start(_ context.Context, kind, command string) (bool, func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
-		return false
+		return false, nil
 	}
 	m := s.c.srv.metrics
 	log := s.log.With("session", kind, "pty", s.pty != nil)
@@ -177,18 +193,19 @@ func (s *session) start(ctx context.Context, kind, command string) bool {
 		srv, err := sftp.NewServer(s.ch, sftp.WithServerWorkingDirectory(homeDir()))
 		if err != nil {
 			log.Error("start sftp", "err", err)
-			return false
+			return false, nil
 		}
 		s.started = true
 		m.sessions.WithLabelValues(kind).Inc()
 		m.activeSessions.Inc()
 		log.Info("session started")
-		go func() {
+		return true, func() {
 			defer close(s.done)
 			defer m.activeSessions.Dec()
 			start := time.Now()
+			// No srv.Close() here: it closes the channel, and scp (unlike
+			// sftp) fails without the exit status that exit() sends first.
 			err := srv.Serve()
-			srv.Close()
 			status := uint32(0)
 			if err != nil && !errors.Is(err, io.EOF) {
 				status = 1
@@ -196,8 +213,7 @@ func (s *session) start(ctx context.Context, kind, command string) bool {
 			}
 			s.exit(exitStatusMsg{Status: status}, nil)
 			log.Info("session ended", "status", status, "duration", time.Since(start).Round(time.Millisecond).String())
-		}()
-		return true
+		}
 	}
 
 	cmd := s.command(command)
@@ -209,14 +225,14 @@ func (s *session) start(ctx context.Context, kind, command string) bool {
 	}
 	if err != nil {
 		log.Error("start command", "err", err)
-		return false
+		return false, nil
 	}
 	s.started, s.cmd = true, cmd
 	m.sessions.WithLabelValues(kind).Inc()
 	m.activeSessions.Inc()
 	// The command text is not logged: it may carry tokens.
 	log.Info("session started", "pid", cmd.Process.Pid)
-	go func() {
+	return true, func() {
 		defer close(s.done)
 		defer m.activeSessions.Dec()
 		start := time.Now()
@@ -227,8 +243,7 @@ func (s *session) start(ctx context.Context, kind, command string) bool {
 		} else {
 			log.Info("session ended", "status", status.Status, "duration", time.Since(start).Round(time.Millisecond).String())
 		}
-	}()
-	return true
+	}
 }
 
 func homeDir() string {

@@ -1,0 +1,407 @@
+// Package chart_test tests the runplane Helm chart: helm lint, golden
+// rendered manifests, the values schema and the chart's own checks, that the
+// webhook configuration and the scheduler configuration mirror the Go code
+// that defines them, that the bundled NATS configuration loads, that every
+// container's flags exist in its binary, and (install_test.go) that every
+// object is accepted by a real kube-apiserver, that a real helm install and
+// upgrade work, and that RBAC is least-privilege.
+//
+// Run: go test ./charts/runplane/ (add -update to rewrite the golden files).
+// With -short no control plane starts; the helm tests then run only when
+// RUNPLANE_TESTBIN_DIR names the testbin directory.
+package chart_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/runplane/runplane/test/cluster"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden")
+
+// releaseNamespace is where the golden renders and the install put runplane.
+const releaseNamespace = "runplane-system"
+
+var (
+	env    *cluster.Cluster
+	binDir string
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		binDir = os.Getenv(cluster.EnvBinDir)
+		os.Exit(m.Run())
+	}
+	cluster.Main(m, cluster.Options{Nodes: []cluster.Node{
+		{Name: "gpu-0", GPUs: 8},
+		{Name: "cpu-0"},
+	}}, func(c *cluster.Cluster) {
+		env = c
+		binDir = filepath.Dir(c.Binary("helm"))
+	})
+}
+
+func needHelm(t *testing.T) {
+	t.Helper()
+	if binDir == "" {
+		t.Skip("needs the testbin binaries (helm, kubectl): run without -short or set " + cluster.EnvBinDir)
+	}
+}
+
+func needCluster(t *testing.T) {
+	t.Helper()
+	if env == nil {
+		t.Skip("needs the local control plane: run without -short")
+	}
+}
+
+// run runs a testbin binary with helm's state kept out of $HOME.
+func run(t *testing.T, name string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, name), args...)
+	state := helmState(t)
+	cmd.Env = append(os.Environ(),
+		"HELM_CACHE_HOME="+filepath.Join(state, "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(state, "config"),
+		"HELM_DATA_HOME="+filepath.Join(state, "data"),
+	)
+	if env != nil {
+		cmd.Env = append(cmd.Env, "KUBECONFIG="+env.Kubeconfig())
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), &cmdError{cmd: name + " " + strings.Join(args, " "), err: err, stderr: stderr.String()}
+	}
+	return stdout.String(), nil
+}
+
+// cmdError is a failed command; Stderr is what it said (without the
+// command line, so tests can match its message alone).
+type cmdError struct {
+	cmd    string
+	err    error
+	stderr string
+}
+
+func (e *cmdError) Error() string { return fmt.Sprintf("%s: %v\n%s", e.cmd, e.err, e.stderr) }
+func (e *cmdError) Unwrap() error { return e.err }
+
+var helmStateDir string
+
+func helmState(t *testing.T) string {
+	if helmStateDir == "" {
+		dir, err := os.MkdirTemp("", "runplane-chart-helm-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		helmStateDir = dir // removed with the temp dir of the OS; small
+	}
+	return helmStateDir
+}
+
+func mustRun(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := run(t, name, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// render runs helm template for the release "runplane" in releaseNamespace.
+func render(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	return run(t, "helm", append([]string{"template", "runplane", ".", "--namespace", releaseNamespace, "--kube-version", cluster.KubernetesVersion}, args...)...)
+}
+
+func mustRender(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := render(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// object is one rendered manifest.
+type object struct {
+	raw  string
+	data map[string]any
+}
+
+func (o object) kind() string { s, _ := o.data["kind"].(string); return s }
+func (o object) name() string {
+	m, _ := o.data["metadata"].(map[string]any)
+	s, _ := m["name"].(string)
+	return s
+}
+func (o object) namespace() string {
+	m, _ := o.data["metadata"].(map[string]any)
+	s, _ := m["namespace"].(string)
+	return s
+}
+
+// into decodes the object into a typed API object.
+func (o object) into(t *testing.T, v any) {
+	t.Helper()
+	if err := yaml.Unmarshal([]byte(o.raw), v); err != nil {
+		t.Fatalf("decoding %s %s: %v", o.kind(), o.name(), err)
+	}
+}
+
+var docSep = regexp.MustCompile(`(?m)^---\s*$`)
+
+func parse(t *testing.T, manifests string) []object {
+	t.Helper()
+	var out []object
+	for _, doc := range docSep.Split(manifests, -1) {
+		if strings.TrimSpace(stripComments(doc)) == "" {
+			continue
+		}
+		var data map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &data); err != nil {
+			t.Fatalf("rendered YAML does not parse: %v\n%s", err, doc)
+		}
+		out = append(out, object{raw: doc, data: data})
+	}
+	return out
+}
+
+func stripComments(doc string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(doc, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
+
+func find(t *testing.T, objs []object, kind, name string) object {
+	t.Helper()
+	for _, o := range objs {
+		if o.kind() == kind && o.name() == name {
+			return o
+		}
+	}
+	t.Fatalf("no %s %s rendered", kind, name)
+	return object{}
+}
+
+// generated lists the Secret keys the chart fills with random data once
+// (kept on upgrade through lookup); the golden files hold a placeholder.
+var generated = map[string][]string{
+	"runplane-nats-credentials": {"token"},
+	"runplane-extender-tls":     {"ca.crt", "tls.crt", "tls.key"},
+}
+
+func maskGenerated(manifests string) string {
+	docs := docSep.Split(manifests, -1)
+	for i, doc := range docs {
+		if !strings.Contains(doc, "\nkind: Secret\n") {
+			continue
+		}
+		for name, keys := range generated {
+			if !strings.Contains(doc, "\n  name: "+name+"\n") {
+				continue
+			}
+			for _, k := range keys {
+				re := regexp.MustCompile(`(?m)^(  ` + regexp.QuoteMeta(k) + `: ).+$`)
+				doc = re.ReplaceAllString(doc, "${1}<generated>")
+			}
+		}
+		docs[i] = doc
+	}
+	return strings.Join(docs, "---")
+}
+
+type renderCase struct {
+	name string
+	args []string
+}
+
+// Capabilities the golden renders assume: ServiceMonitors are rendered only
+// when the cluster serves monitoring.coreos.com/v1.
+var withMonitoring = []string{"--api-versions", "monitoring.coreos.com/v1/ServiceMonitor", "--api-versions", "cert-manager.io/v1"}
+
+var renderCases = []renderCase{
+	{"default", nil},
+	{"full", append([]string{"--values", "testdata/values-full.yaml"}, withMonitoring...)},
+	{"external-nats", []string{"--values", "testdata/values-external.yaml"}},
+}
+
+func TestLint(t *testing.T) {
+	needHelm(t)
+	for _, c := range []struct {
+		name string
+		args []string
+	}{
+		{"default", nil},
+		{"full", []string{"--values", "testdata/values-full.yaml"}},
+		{"external-nats", []string{"--values", "testdata/values-external.yaml"}},
+		{"install", []string{"--values", "testdata/values-install.yaml"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out := mustRun(t, "helm", append([]string{"lint", "--strict", "--namespace", releaseNamespace, "."}, c.args...)...)
+			if !strings.Contains(out, "0 chart(s) failed") {
+				t.Fatalf("helm lint:\n%s", out)
+			}
+		})
+	}
+}
+
+func TestGolden(t *testing.T) {
+	needHelm(t)
+	for _, c := range renderCases {
+		t.Run(c.name, func(t *testing.T) {
+			got := maskGenerated(mustRender(t, c.args...))
+			path := filepath.Join("testdata", "golden", c.name+".yaml")
+			if *update {
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			if got != string(want) {
+				t.Fatalf("%s differs from the render (run with -update to accept):\n%s", path, firstDiff(string(want), got))
+			}
+		})
+	}
+}
+
+// firstDiff shows the first differing line with some context.
+func firstDiff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	for i := 0; i < len(w) || i < len(g); i++ {
+		var wl, gl string
+		if i < len(w) {
+			wl = w[i]
+		}
+		if i < len(g) {
+			gl = g[i]
+		}
+		if wl != gl {
+			from := max(0, i-3)
+			return fmt.Sprintf("line %d:\n  want: %q\n  got:  %q\ncontext (got):\n%s", i+1, wl, gl, strings.Join(g[from:min(len(g), i+3)], "\n"))
+		}
+	}
+	return "(no line differs)"
+}
+
+// TestInvalidValues: bad values fail the render with a message that names
+// the key and what is allowed (the schema or the chart's own checks).
+func TestInvalidValues(t *testing.T) {
+	needHelm(t)
+	for _, c := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"nats replicas", []string{"--set", "nats.bundled.replicas=2"}, []string{"/nats/bundled/replicas", "must be one of 1, 3"}},
+		{"nats mode", []string{"--set", "nats.mode=embedded"}, []string{"/nats/mode", "'bundled', 'external'"}},
+		{"external without url", []string{"--set", "nats.mode=external"}, []string{"nats.external.url is required"}},
+		{"stream replicas above servers", []string{"--set", "queue.stream.replicas=3"}, []string{"queue.stream.replicas (3) cannot exceed nats.bundled.replicas (1)"}},
+		{"failure policy", []string{"--set", "webhook.failurePolicy=Sometimes"}, []string{"/webhook/failurePolicy", "'Fail', 'Ignore'"}},
+		{"unknown key", []string{"--set", "webhook.replica=2"}, []string{"/webhook", "'replica' not allowed"}},
+		{"stock spec not in catalog", []string{"--values", "testdata/values-full.yaml", "--set", "stock.pools[0].spec=g9.9", "--set", "stock.pools[0].replicas=1"},
+			[]string{`stock.pools[0].spec "g9.9" is not a spec of catalog.specs (known: g1.1, h100.8)`}},
+		{"external without egress", []string{"--set", "nats.mode=external", "--set", "nats.external.url=nats://nats.messaging:4222"}, []string{"nats.external.egress.namespace is required"}},
+		{"stock in release namespace", []string{"--set", "stock.namespace=" + releaseNamespace, "--set", "stock.pools[0].spec=g1.1", "--set", "stock.pools[0].replicas=1"},
+			[]string{"stock.namespace must differ from the release namespace"}},
+		{"stock above workload", []string{"--set", "priorityClasses.stock.value=5000"}, []string{"priorityClasses.stock.value must be lower than priorityClasses.workload.value"}},
+		{"catalog stock policy", []string{"--values", "testdata/values-full.yaml", "--set", "catalog.specs.g1\\.1.stock=Sometimes"}, []string{"/catalog/specs/g1.1/stock", "'Preferred', 'Required'"}},
+		{"catalog spec without gpu", []string{"--set", "catalog.specs.x1.cpu=1", "--set", "catalog.specs.x1.memory=1Gi"}, []string{"/catalog/specs/x1", "missing property 'gpu'"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := render(t, c.args...)
+			if err == nil {
+				t.Fatalf("render succeeded; want an error containing %q\n%s", c.want, out)
+			}
+			var ce *cmdError
+			if !errors.As(err, &ce) {
+				t.Fatal(err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(ce.stderr, w) {
+					t.Errorf("helm's error does not contain %q:\n%s", w, ce.stderr)
+				}
+			}
+		})
+	}
+}
+
+// TestSecurityContexts: every runplane container runs as non-root with a
+// read-only root file system and no capabilities, and no Pod of ours but
+// those that talk to the API server gets a ServiceAccount token.
+func TestSecurityContexts(t *testing.T) {
+	needHelm(t)
+	for _, c := range renderCases {
+		t.Run(c.name, func(t *testing.T) {
+			for _, o := range parse(t, mustRender(t, c.args...)) {
+				spec := podSpec(o)
+				if spec == nil {
+					continue
+				}
+				psc, _ := spec["securityContext"].(map[string]any)
+				if psc["runAsNonRoot"] != true {
+					t.Errorf("%s %s: pod securityContext.runAsNonRoot is not true", o.kind(), o.name())
+				}
+				for _, ct := range spec["containers"].([]any) {
+					ctr := ct.(map[string]any)
+					sc, _ := ctr["securityContext"].(map[string]any)
+					caps, _ := sc["capabilities"].(map[string]any)
+					drop, _ := caps["drop"].([]any)
+					if sc["readOnlyRootFilesystem"] != true || sc["allowPrivilegeEscalation"] != false || len(drop) != 1 || drop[0] != "ALL" {
+						t.Errorf("%s %s container %s: securityContext %v; want readOnlyRootFilesystem, no privilege escalation, drop ALL", o.kind(), o.name(), ctr["name"], sc)
+					}
+				}
+			}
+		})
+	}
+}
+
+func podSpec(o object) map[string]any {
+	switch o.kind() {
+	case "Deployment", "StatefulSet":
+	default:
+		return nil
+	}
+	spec, _ := o.data["spec"].(map[string]any)
+	tmpl, _ := spec["template"].(map[string]any)
+	ps, _ := tmpl["spec"].(map[string]any)
+	return ps
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

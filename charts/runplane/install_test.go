@@ -1,0 +1,424 @@
+package chart_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/test/cluster"
+)
+
+// stubCRDs serves the kinds of the Prometheus Operator and cert-manager the
+// chart renders, with open schemas: enough for the API server to accept the
+// objects and for helm's capability check (.Capabilities.APIVersions) to see
+// monitoring.coreos.com/v1.
+const stubCRDs = `
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: servicemonitors.monitoring.coreos.com
+spec:
+  group: monitoring.coreos.com
+  scope: Namespaced
+  names: {kind: ServiceMonitor, plural: servicemonitors, singular: servicemonitor, listKind: ServiceMonitorList}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: certificates.cert-manager.io
+spec:
+  group: cert-manager.io
+  scope: Namespaced
+  names: {kind: Certificate, plural: certificates, singular: certificate, listKind: CertificateList}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: issuers.cert-manager.io
+spec:
+  group: cert-manager.io
+  scope: Namespaced
+  names: {kind: Issuer, plural: issuers, singular: issuer, listKind: IssuerList}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+`
+
+func kubectl(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	return run(t, "kubectl", args...)
+}
+
+func ensureStubCRDs(t *testing.T) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "crds.yaml")
+	if err := os.WriteFile(path, []byte(stubCRDs), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := kubectl(t, "apply", "-f", path); err != nil {
+		t.Fatal(err)
+	} else {
+		t.Log(strings.TrimSpace(out))
+	}
+	if _, err := kubectl(t, "wait", "--for=condition=Established", "--timeout=60s",
+		"crd/servicemonitors.monitoring.coreos.com", "crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ensureNamespace(t *testing.T, name string) {
+	t.Helper()
+	_, err := env.Client().CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !strings.Contains(err.Error(), "already exists") {
+		t.Fatal(err)
+	}
+}
+
+// TestServerSideDryRun: every object of every render is accepted by the
+// real kube-apiserver (schema, defaulting, validation, admission) in a
+// server-side dry run.
+func TestServerSideDryRun(t *testing.T) {
+	needHelm(t)
+	needCluster(t)
+	ensureStubCRDs(t)
+	const ns, stockNS = "dryrun-system", "dryrun-stock"
+	ensureNamespace(t, ns)
+	ensureNamespace(t, stockNS)
+	for _, c := range renderCases {
+		t.Run(c.name, func(t *testing.T) {
+			args := append([]string{"template", "runplane", ".", "--namespace", ns, "--kube-version", cluster.KubernetesVersion, "--set", "stock.namespace=" + stockNS}, c.args...)
+			manifests := mustRun(t, "helm", args...)
+			objs := parse(t, manifests)
+			path := filepath.Join(t.TempDir(), "manifests.yaml")
+			if err := os.WriteFile(path, []byte(manifests), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, err := kubectl(t, "apply", "--dry-run=server", "--server-side", "--field-manager=chart-test", "-f", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			if len(lines) != len(objs) {
+				t.Fatalf("%d objects rendered, the API server answered for %d:\n%s", len(objs), len(lines), out)
+			}
+			for _, l := range lines {
+				if !strings.Contains(l, "(server dry run)") {
+					t.Errorf("not a server dry run: %s", l)
+				}
+			}
+			t.Logf("%d objects accepted", len(objs))
+		})
+	}
+}
+
+// TestInstall installs the chart into the local control plane (kwok nodes
+// run no containers, but every object, the RBAC and the webhook
+// configurations are real), checks what the cluster does with them, checks
+// RBAC with kubectl auth can-i, and upgrades.
+func TestInstall(t *testing.T) {
+	needHelm(t)
+	needCluster(t)
+	ensureStubCRDs(t) // so the ServiceMonitors are rendered from the cluster's capabilities
+	ctx := t.Context()
+	client := env.Client()
+	ns := releaseNamespace
+
+	mustRun(t, "helm", "install", "runplane", ".", "--namespace", ns, "--create-namespace",
+		"--values", "testdata/values-install.yaml", "--timeout", "2m")
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := kubectl(t, "get", "all,events", "-A")
+			t.Logf("cluster state:\n%s", out)
+		}
+	})
+
+	t.Run("objects", func(t *testing.T) {
+		for _, d := range []string{"runplane-webhook", "runplane-controller", "runplane-queue", "runplane-scheduler"} {
+			if _, err := client.AppsV1().Deployments(ns).Get(ctx, d, metav1.GetOptions{}); err != nil {
+				t.Errorf("Deployment %s: %v", d, err)
+			}
+		}
+		if _, err := client.AppsV1().StatefulSets(ns).Get(ctx, "runplane-nats", metav1.GetOptions{}); err != nil {
+			t.Errorf("StatefulSet runplane-nats: %v", err)
+		}
+		for _, pc := range []string{api.PriorityClassWorkload, api.PriorityClassStock} {
+			if _, err := client.SchedulingV1().PriorityClasses().Get(ctx, pc, metav1.GetOptions{}); err != nil {
+				t.Errorf("PriorityClass %s: %v", pc, err)
+			}
+		}
+		m, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "runplane-webhook", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, w := range m.Webhooks {
+			names = append(names, w.Name)
+		}
+		if got := strings.Join(names, ","); got != "gpu-spec.runplane.io,stock.runplane.io,pool.runplane.io,ssh.runplane.io,storage-gate.runplane.io" {
+			t.Errorf("mutating webhooks %s", got)
+		}
+		out, err := kubectl(t, "get", "servicemonitors", "-n", ns, "-o", "name")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Count(out, "servicemonitor") != 4 {
+			t.Errorf("want 4 ServiceMonitors (the cluster serves monitoring.coreos.com/v1), got:\n%s", out)
+		}
+	})
+
+	t.Run("workloads become ready", func(t *testing.T) {
+		// kwok runs no containers but moves Pods to Running and Ready: this
+		// proves the Pods schedule (the NATS claims bind, nothing is refused
+		// by admission or a quota) and the Deployments roll out.
+		err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			for _, d := range []string{"runplane-webhook", "runplane-controller", "runplane-queue", "runplane-scheduler"} {
+				dep, err := client.AppsV1().Deployments(ns).Get(ctx, d, metav1.GetOptions{})
+				if err != nil || dep.Status.ReadyReplicas != *dep.Spec.Replicas {
+					return false, nil
+				}
+			}
+			sts, err := client.AppsV1().StatefulSets(ns).Get(ctx, "runplane-nats", metav1.GetOptions{})
+			return err == nil && sts.Status.ReadyReplicas == *sts.Spec.Replicas, nil
+		})
+		if err != nil {
+			out, _ := kubectl(t, "get", "pods,pvc", "-n", ns, "-o", "wide")
+			t.Fatalf("runplane's workloads did not become ready: %v\n%s", err, out)
+		}
+	})
+
+	t.Run("admission", func(t *testing.T) {
+		// The webhook's Pods run no process here, so every call to it fails:
+		// that shows exactly which objects the configurations select.
+		ensureNamespace(t, "team-a")
+		pod := func(name string, labels map[string]string, claim string) *corev1.Pod {
+			p := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
+			}
+			if claim != "" {
+				p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+					PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
+			}
+			return p
+		}
+		for _, c := range []struct {
+			name, namespace string
+			pod             *corev1.Pod
+			webhook         string // "" = admitted without calling the webhook
+		}{
+			{"unlabelled pod", "team-a", pod("plain", nil, ""), ""},
+			{"unrelated label", "team-a", pod("other", map[string]string{"app": "x"}, ""), ""},
+			{"gpu-spec", "team-a", pod("gpu", map[string]string{api.LabelGPUSpec: "g1.1"}, ""), "gpu-spec.runplane.io"},
+			{"stock", "team-a", pod("stock", map[string]string{api.LabelStock: "g1.1"}, ""), "stock.runplane.io"},
+			{"pool", "team-a", pod("worker", map[string]string{api.LabelPool: "echo"}, ""), "pool.runplane.io"},
+			{"ssh", "team-a", pod("devbox", map[string]string{api.LabelSSH: api.SSHEnabled}, ""), "ssh.runplane.io"},
+			{"mounts a claim", "team-a", pod("mounts", nil, "data"), "storage-gate.runplane.io"},
+			{"runplane's own prepare pod", "team-a", pod("prepare", map[string]string{"app.kubernetes.io/managed-by": "runplane"}, "data"), ""},
+			{"kube-system is excluded", "kube-system", pod("gpu", map[string]string{api.LabelGPUSpec: "g1.1"}, ""), ""},
+			{"the release namespace is excluded", ns, pod("gpu", map[string]string{api.LabelGPUSpec: "g1.1"}, ""), ""},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				created, err := client.CoreV1().Pods(c.namespace).Create(ctx, c.pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+				switch {
+				case c.webhook == "" && err != nil:
+					t.Fatalf("refused: %v", err)
+				case c.webhook == "" && created.Name != c.pod.Name:
+					t.Fatalf("created %q", created.Name)
+				case c.webhook != "" && err == nil:
+					t.Fatalf("admitted; want a call to webhook %s (failurePolicy Fail)", c.webhook)
+				case c.webhook != "" && !strings.Contains(err.Error(), `failed calling webhook "`+c.webhook+`"`):
+					t.Fatalf("want a failed call to %s, got: %v", c.webhook, err)
+				}
+			})
+		}
+		claim := func(name string, annotations map[string]string) *corev1.PersistentVolumeClaim {
+			return &corev1.PersistentVolumeClaim{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
+				Spec: corev1.PersistentVolumeClaimSpec{
+					AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+				},
+			}
+		}
+		if _, err := client.CoreV1().PersistentVolumeClaims("team-a").Create(ctx, claim("plain", map[string]string{"other.io/x": "y"}), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			t.Errorf("a claim without runplane annotations was refused: %v", err)
+		}
+		_, err := client.CoreV1().PersistentVolumeClaims("team-a").Create(ctx, claim("prepared", map[string]string{api.AnnotationPrepareFromImage: "busybox"}), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil || !strings.Contains(err.Error(), `failed calling webhook "pvc.runplane.io"`) {
+			t.Errorf("a claim with %s: want a failed call to pvc.runplane.io, got %v", api.AnnotationPrepareFromImage, err)
+		}
+	})
+
+	t.Run("stock pool pods go through the webhook", func(t *testing.T) {
+		// The ReplicaSet of the stock Deployment reports the webhook it called.
+		err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+			evs, err := client.CoreV1().Events("install-stock").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, nil
+			}
+			for _, e := range evs.Items {
+				if e.Reason == "FailedCreate" && strings.Contains(e.Message, `"stock.runplane.io"`) {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			out, _ := kubectl(t, "get", "deploy,rs,events", "-n", "install-stock")
+			t.Fatalf("no FailedCreate event naming stock.runplane.io: %v\n%s", err, out)
+		}
+	})
+
+	t.Run("rbac", func(t *testing.T) {
+		ensureNamespace(t, "team-a")
+		sa := func(name string) string { return "system:serviceaccount:" + ns + ":" + name }
+		for _, c := range []struct {
+			who  string
+			args []string
+			want bool
+		}{
+			// Nobody reads Secrets cluster-wide.
+			{"runplane-webhook", []string{"get", "secrets", "-A"}, false},
+			{"runplane-webhook", []string{"list", "secrets", "-A"}, false},
+			{"runplane-controller", []string{"get", "secrets", "-A"}, false},
+			{"runplane-controller", []string{"list", "secrets", "-A"}, false},
+			{"runplane-controller", []string{"watch", "secrets", "-A"}, false},
+			{"runplane-queue", []string{"get", "secrets", "-A"}, false},
+			{"runplane-queue", []string{"list", "secrets", "-A"}, false},
+			{"runplane-scheduler", []string{"get", "secrets", "-A"}, false},
+			{"runplane-scheduler", []string{"list", "secrets", "-A"}, false},
+			{"runplane-scheduler", []string{"list", "secrets", "-n", ns}, false},
+			// The controller keeps one Secret, by name, in any namespace.
+			{"runplane-controller", []string{"get", "secret/" + api.NATSCredentialsSecret, "-n", "team-a"}, true},
+			{"runplane-controller", []string{"update", "secret/" + api.NATSCredentialsSecret, "-n", "team-a"}, true},
+			{"runplane-controller", []string{"get", "secret/ssh-keys", "-n", "team-a"}, false},
+			{"runplane-controller", []string{"get", "secret/runplane-webhook-tls", "-n", ns}, false},
+			{"runplane-controller", []string{"create", "secrets", "-n", "team-a"}, true},
+			// The webhook keeps its own TLS Secret only.
+			{"runplane-webhook", []string{"get", "secret/runplane-webhook-tls", "-n", ns}, true},
+			{"runplane-webhook", []string{"get", "secret/runplane-nats-credentials", "-n", ns}, false},
+			{"runplane-webhook", []string{"update", "mutatingwebhookconfigurations/runplane-webhook"}, true},
+			{"runplane-webhook", []string{"update", "mutatingwebhookconfigurations/another"}, false},
+			{"runplane-webhook", []string{"create", "mutatingwebhookconfigurations"}, false},
+			{"runplane-webhook", []string{"create", "pods", "-n", "team-a"}, false},
+			// The queue scales pool Deployments, nothing more.
+			{"runplane-queue", []string{"update", "deployments", "--subresource=scale", "-n", "team-a"}, true},
+			{"runplane-queue", []string{"update", "deployments", "-n", "team-a"}, false},
+			{"runplane-queue", []string{"delete", "pods", "-n", "team-a"}, false},
+			{"runplane-queue", []string{"update", "leases/runplane-queue-activator", "-n", ns}, true},
+			{"runplane-queue", []string{"update", "leases/runplane-controller", "-n", ns}, false},
+			// The scheduler binds and claims placeholders.
+			{"runplane-scheduler", []string{"create", "pods", "--subresource=binding", "-n", "team-a"}, true},
+			{"runplane-scheduler", []string{"delete", "pods", "-n", "team-a"}, true},
+			{"runplane-scheduler", []string{"update", "leases/runplane-scheduler", "-n", ns}, true},
+			{"runplane-scheduler", []string{"update", "leases/runplane-extender", "-n", ns}, true},
+			{"runplane-scheduler", []string{"get", "configmap/runplane-gpu-specs", "-n", ns}, true},
+			{"runplane-scheduler", []string{"create", "deployments", "-n", "team-a"}, false},
+			// The controller works on users' objects.
+			{"runplane-controller", []string{"create", "jobs", "-n", "team-a"}, true},
+			{"runplane-controller", []string{"create", "networkpolicies", "-n", "team-a"}, true},
+			{"runplane-controller", []string{"patch", "pods", "-n", "team-a"}, true},
+			{"runplane-controller", []string{"delete", "pods", "-n", "team-a"}, false},
+			{"runplane-controller", []string{"create", "clusterrolebindings"}, false},
+		} {
+			t.Run(c.who+" "+strings.Join(c.args, " "), func(t *testing.T) {
+				out, _ := kubectl(t, append([]string{"auth", "can-i", "--as=" + sa(c.who)}, c.args...)...)
+				got := strings.TrimSpace(out)
+				if want := map[bool]string{true: "yes", false: "no"}[c.want]; !strings.HasPrefix(got, want) {
+					t.Errorf("kubectl auth can-i %s as %s: %q, want %s", strings.Join(c.args, " "), c.who, got, want)
+				}
+			})
+		}
+	})
+
+	t.Run("upgrade keeps generated credentials and the patched caBundle", func(t *testing.T) {
+		// The webhook patches the caBundle at run time (no process runs
+		// here, so the test plays its part); an upgrade must not reset it,
+		// nor regenerate the NATS token or the extender's certificate.
+		ca := []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+		m, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "runplane-webhook", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range m.Webhooks {
+			m.Webhooks[i].ClientConfig.CABundle = ca
+		}
+		if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, m, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		secret := func(name string) map[string][]byte {
+			s, err := client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s.Data
+		}
+		token, tls := secret("runplane-nats-credentials")["token"], secret("runplane-extender-tls")["ca.crt"]
+		if len(token) < 32 {
+			t.Fatalf("generated NATS token %q is too short", token)
+		}
+
+		mustRun(t, "helm", "upgrade", "runplane", ".", "--namespace", ns,
+			"--values", "testdata/values-install.yaml", "--set", "queue.replicas=3", "--timeout", "2m")
+
+		m, err = client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "runplane-webhook", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range m.Webhooks {
+			if string(w.ClientConfig.CABundle) != string(ca) {
+				t.Errorf("webhook %s: caBundle %q after upgrade, want the patched one", w.Name, w.ClientConfig.CABundle)
+			}
+		}
+		if got := secret("runplane-nats-credentials")["token"]; string(got) != string(token) {
+			t.Error("the upgrade regenerated the NATS token: running workers would lose NATS")
+		}
+		if got := secret("runplane-extender-tls")["ca.crt"]; string(got) != string(tls) {
+			t.Error("the upgrade regenerated the extender's CA")
+		}
+		dep, err := client.AppsV1().Deployments(ns).Get(ctx, "runplane-queue", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if *dep.Spec.Replicas != 3 {
+			t.Errorf("queue replicas %d after upgrade, want 3", *dep.Spec.Replicas)
+		}
+	})
+
+	t.Run("uninstall", func(t *testing.T) {
+		mustRun(t, "helm", "uninstall", "runplane", "--namespace", ns, "--wait", "--timeout", "2m")
+		if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "runplane-webhook", metav1.GetOptions{}); err == nil {
+			t.Error("the MutatingWebhookConfiguration outlived the release")
+		}
+		// With runplane gone, labelled Pods are admitted again.
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gpu", Labels: map[string]string{api.LabelGPUSpec: "g1.1"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox"}}}}
+		if _, err := client.CoreV1().Pods("team-a").Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			t.Errorf("a labelled Pod is refused after uninstall: %v", err)
+		}
+	})
+}

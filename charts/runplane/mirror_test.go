@@ -1,0 +1,325 @@
+package chart_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	configv1 "k8s.io/kube-scheduler/config/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/catalog"
+	"github.com/runplane/runplane/extender/profile"
+	"github.com/runplane/runplane/test/cluster"
+	"github.com/runplane/runplane/webhook"
+)
+
+func toYAML(v any) string {
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
+}
+
+// TestWebhookConfigurationsMirrorGo: the chart's webhook configurations are
+// exactly what webhook.Configurations builds for a Service-backed webhook.
+func TestWebhookConfigurationsMirrorGo(t *testing.T) {
+	needHelm(t)
+	objs := parse(t, mustRender(t))
+	var gotM admissionregistrationv1.MutatingWebhookConfiguration
+	var gotV admissionregistrationv1.ValidatingWebhookConfiguration
+	find(t, objs, "MutatingWebhookConfiguration", webhook.DefaultConfigurationName).into(t, &gotM)
+	find(t, objs, "ValidatingWebhookConfiguration", webhook.DefaultConfigurationName).into(t, &gotV)
+
+	wantM, wantV := webhook.Configurations(webhook.ConfigurationOptions{
+		Namespace: releaseNamespace,
+		Service:   &admissionregistrationv1.ServiceReference{Namespace: releaseNamespace, Name: "runplane-webhook"},
+	})
+	if !apiequality.Semantic.DeepEqual(gotM.Webhooks, wantM.Webhooks) {
+		t.Errorf("MutatingWebhookConfiguration webhooks differ from webhook.Configurations.\nchart:\n%s\ngo:\n%s", toYAML(gotM.Webhooks), toYAML(wantM.Webhooks))
+	}
+	if !apiequality.Semantic.DeepEqual(gotV.Webhooks, wantV.Webhooks) {
+		t.Errorf("ValidatingWebhookConfiguration webhooks differ from webhook.Configurations.\nchart:\n%s\ngo:\n%s", toYAML(gotV.Webhooks), toYAML(wantV.Webhooks))
+	}
+}
+
+// schedulerConfig decodes the rendered runplane-scheduler ConfigMap.
+func schedulerConfig(t *testing.T, objs []object) *configv1.KubeSchedulerConfiguration {
+	t.Helper()
+	var cm corev1.ConfigMap
+	find(t, objs, "ConfigMap", "runplane-scheduler").into(t, &cm)
+	var cfg configv1.KubeSchedulerConfiguration
+	if err := yaml.UnmarshalStrict([]byte(cm.Data["config.yaml"]), &cfg); err != nil {
+		t.Fatalf("scheduler config.yaml: %v\n%s", err, cm.Data["config.yaml"])
+	}
+	return &cfg
+}
+
+// TestSchedulerConfigMirrorsGo: the chart's KubeSchedulerConfiguration is
+// what profile.SchedulerConfig builds for the extender in the same Pod.
+func TestSchedulerConfigMirrorsGo(t *testing.T) {
+	needHelm(t)
+	for _, c := range []struct {
+		name    string
+		args    []string
+		options profile.Options
+	}{
+		{"default", nil, profile.Options{}},
+		{"full", []string{"--values", "testdata/values-full.yaml"}, profile.Options{Weight: 300, HTTPTimeout: 20 * time.Second}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := schedulerConfig(t, parse(t, mustRender(t, c.args...)))
+			o := c.options
+			o.URLPrefix, o.CAFile = "https://127.0.0.1:8443", "/etc/runplane-extender/tls/ca.crt"
+			o.LeaderElect, o.LeaseNamespace = true, releaseNamespace
+			want, err := profile.SchedulerConfig(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !apiequality.Semantic.DeepEqual(got, want) {
+				t.Errorf("scheduler config differs from profile.SchedulerConfig.\nchart:\n%s\ngo:\n%s", toYAML(got), toYAML(want))
+			}
+		})
+	}
+}
+
+// TestSchedulerConfigRunsInKubeScheduler: the real kube-scheduler v1.36.3
+// accepts the rendered configuration, including the extender's TLS (the CA
+// from the chart's generated Secret).
+func TestSchedulerConfigRunsInKubeScheduler(t *testing.T) {
+	needHelm(t)
+	needCluster(t)
+	objs := parse(t, mustRender(t))
+	cfg := schedulerConfig(t, objs)
+	var secret corev1.Secret
+	find(t, objs, "Secret", "runplane-extender-tls").into(t, &secret)
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(caFile, secret.Data["ca.crt"], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Extenders[0].TLSConfig.CAFile = caFile
+	p, err := env.StartScheduler(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("kube-scheduler did not start with the chart's configuration: %v", err)
+	}
+	p.Stop()
+}
+
+// TestCatalogParses: the catalog ConfigMap the chart renders from values is
+// read by the catalog package the webhook and the extender use.
+func TestCatalogParses(t *testing.T) {
+	needHelm(t)
+	for _, c := range []struct {
+		name  string
+		args  []string
+		specs []string
+	}{
+		{"default", nil, nil},
+		{"full", []string{"--values", "testdata/values-full.yaml"}, []string{"g1.1", "h100.8"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var cm corev1.ConfigMap
+			find(t, parse(t, mustRender(t, c.args...)), "ConfigMap", api.CatalogConfigMap).into(t, &cm)
+			cat, err := catalog.Parse(cm.Data)
+			if err != nil {
+				t.Fatalf("catalog.Parse: %v", err)
+			}
+			if got := strings.Join(cat.Names(), ","); got != strings.Join(c.specs, ",") {
+				t.Fatalf("specs %s, want %s", got, strings.Join(c.specs, ","))
+			}
+		})
+	}
+}
+
+// TestNATSConfigLoads: nats-server v2.12 accepts the bundled configuration
+// of one and of three servers (nats-server -t checks it and exits).
+func TestNATSConfigLoads(t *testing.T) {
+	needHelm(t)
+	for _, c := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"single", nil, []string{"authorization", "max_file_store: 10Gi"}},
+		{"cluster", []string{"--values", "testdata/values-full.yaml"}, []string{"cluster {", "runplane-nats-2.runplane-nats-headless." + releaseNamespace + ".svc.cluster.local:6222"}},
+		{"no auth", []string{"--set", "nats.bundled.auth.enabled=false"}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var cm corev1.ConfigMap
+			find(t, parse(t, mustRender(t, c.args...)), "ConfigMap", "runplane-nats").into(t, &cm)
+			conf := cm.Data["nats.conf"]
+			for _, w := range c.want {
+				if !strings.Contains(conf, w) {
+					t.Errorf("nats.conf lacks %q:\n%s", w, conf)
+				}
+			}
+			// The paths of the Pod's volumes, moved into a temp dir.
+			dir := t.TempDir()
+			conf = strings.ReplaceAll(conf, "/data/jetstream", filepath.Join(dir, "jetstream"))
+			conf = strings.ReplaceAll(conf, "/var/run/nats/", dir+"/")
+			path := filepath.Join(dir, "nats.conf")
+			if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.CommandContext(t.Context(), filepath.Join(binDir, "nats-server"), "-t", "-c", path)
+			cmd.Env = append(os.Environ(), "POD_NAME=runplane-nats-0", "NATS_TOKEN=secret-token")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("nats-server -t rejects the configuration: %v\n%s\n%s", err, out, conf)
+			}
+		})
+	}
+}
+
+var metricRef = regexp.MustCompile(`\b(runplane_[a-z0-9_]+)`)
+
+// TestDashboardMetricsExist: every metric the dashboard queries is defined
+// by the queue or the extender, so a renamed metric fails here rather than
+// leaving an empty panel.
+func TestDashboardMetricsExist(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("dashboards", "runplane.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(data, &dash); err != nil {
+		t.Fatalf("dashboard JSON: %v", err)
+	}
+	defined := map[string]bool{}
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{"queue", "extender"} {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			src, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for _, m := range regexp.MustCompile(`"(runplane_[a-z0-9_]+)"`).FindAllStringSubmatch(string(src), -1) {
+				defined[m[1]] = true
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	used := 0
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for _, m := range metricRef.FindAllString(tg.Expr, -1) {
+				used++
+				name := m
+				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+					if base, ok := strings.CutSuffix(m, suffix); ok && defined[base] {
+						name = base
+					}
+				}
+				if !defined[name] {
+					t.Errorf("panel %q queries %s, which no non-test Go file of queue/ or extender/ defines", p.Title, m)
+				}
+			}
+		}
+	}
+	if used == 0 {
+		t.Fatal("the dashboard queries no runplane metric")
+	}
+}
+
+var flagLine = regexp.MustCompile(`(?m)^\s+(?:-[A-Za-z], )?--?([A-Za-z0-9][-A-Za-z0-9_.]*)`)
+
+// TestContainerFlagsExist: every flag the chart passes to a runplane binary
+// or to kube-scheduler is one that binary defines (read from its -h), so the
+// chart and the mains cannot drift apart silently.
+func TestContainerFlagsExist(t *testing.T) {
+	needHelm(t)
+	if testing.Short() {
+		t.Skip("builds every runplane binary")
+	}
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	type flagSet struct {
+		flags map[string]bool
+		err   error
+	}
+	flagsOf := map[string]flagSet{}
+	// known builds the binary once and reads its flags from -h.
+	known := func(name string) flagSet {
+		if f, ok := flagsOf[name]; ok {
+			return f
+		}
+		f := flagSet{flags: map[string]bool{}}
+		defer func() { flagsOf[name] = f }()
+		path := filepath.Join(binDir, name)
+		if name != "kube-scheduler" {
+			path = filepath.Join(bin, name)
+			build := exec.CommandContext(t.Context(), "go", "build", "-o", path, "./cmd/"+name)
+			build.Dir = root
+			if out, err := build.CombinedOutput(); err != nil {
+				f.err = fmt.Errorf("building cmd/%s: %v\n%s", name, err, out)
+				return f
+			}
+		}
+		out, _ := exec.CommandContext(t.Context(), path, "-h").CombinedOutput() // -h exits non-zero in some binaries
+		for _, m := range flagLine.FindAllStringSubmatch(string(out), -1) {
+			f.flags[m[1]] = true
+		}
+		if len(f.flags) == 0 {
+			f.err = fmt.Errorf("%s -h lists no flags:\n%s", name, out)
+		}
+		return f
+	}
+	for _, c := range renderCases {
+		t.Run(c.name, func(t *testing.T) {
+			for _, o := range parse(t, mustRender(t, c.args...)) {
+				if o.kind() != "Deployment" {
+					continue
+				}
+				var d appsv1.Deployment
+				o.into(t, &d)
+				for _, ctr := range d.Spec.Template.Spec.Containers {
+					argv := append(append([]string{}, ctr.Command...), ctr.Args...)
+					if len(argv) == 0 || !(strings.HasPrefix(argv[0], "runplane-") || argv[0] == "kube-scheduler") {
+						continue
+					}
+					f := known(argv[0])
+					if f.err != nil {
+						t.Errorf("Deployment %s container %s: %v", d.Name, ctr.Name, f.err)
+						continue
+					}
+					for _, a := range argv[1:] {
+						name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+						if !f.flags[name] {
+							t.Errorf("Deployment %s container %s passes %s, which %s does not define", d.Name, ctr.Name, a, argv[0])
+						}
+					}
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,152 @@
+{{/*
+Names are fixed (runplane-*), not derived from the release name: the components find each other
+and their shared objects (runplane-gpu-specs, runplane-nats-credentials, the runplane-scheduler
+profile, the PriorityClasses) by these names, and the cluster-scoped objects allow one runplane
+per cluster anyway.
+*/}}
+
+{{- define "runplane.labels" -}}
+app.kubernetes.io/name: runplane
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: runplane
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* runplane.componentLabels: labels of a component's objects. Call with (dict "ctx" $ "component" "webhook"). */}}
+{{- define "runplane.componentLabels" -}}
+{{ include "runplane.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* runplane.selectorLabels: the immutable selector of a component's Pods. */}}
+{{- define "runplane.selectorLabels" -}}
+app.kubernetes.io/name: runplane
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* runplane.image: the one image that holds every runplane binary. */}}
+{{- define "runplane.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
+
+{{- define "runplane.podSecurityContext" -}}
+{{ toYaml .Values.podSecurityContext }}
+{{- end -}}
+
+{{- define "runplane.securityContext" -}}
+{{ toYaml .Values.securityContext }}
+{{- end -}}
+
+{{/* runplane.podCommon: pull secrets and scheduling knobs of a component. Call with (dict "ctx" $ "values" .Values.webhook). */}}
+{{- define "runplane.podCommon" -}}
+{{- with .ctx.Values.imagePullSecrets }}
+imagePullSecrets:
+{{ toYaml . }}
+{{- end }}
+{{- with .values.nodeSelector }}
+nodeSelector:
+{{ toYaml . | indent 2 }}
+{{- end }}
+{{- with .values.tolerations }}
+tolerations:
+{{ toYaml . }}
+{{- end }}
+{{- with .values.affinity }}
+affinity:
+{{ toYaml . | indent 2 }}
+{{- end }}
+{{- with .values.topologySpreadConstraints }}
+topologySpreadConstraints:
+{{ toYaml . }}
+{{- end }}
+{{- with .ctx.Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{- define "runplane.webhookServiceName" -}}runplane-webhook{{- end -}}
+{{- define "runplane.webhookSecretName" -}}runplane-webhook-tls{{- end -}}
+
+{{/* runplane.natsURL: the URL every component (and every worker sidecar, in any namespace) dials. */}}
+{{- define "runplane.natsURL" -}}
+{{- if eq .Values.nats.mode "external" -}}
+{{ required "nats.external.url is required when nats.mode is external" .Values.nats.external.url }}
+{{- else -}}
+nats://runplane-nats.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}:4222
+{{- end -}}
+{{- end -}}
+
+{{/* runplane.natsSecretName: the Secret in the release namespace holding the NATS credentials (token, creds, or user and password), or "" when NATS needs none. */}}
+{{- define "runplane.natsSecretName" -}}
+{{- if eq .Values.nats.mode "external" -}}
+{{ .Values.nats.external.credentialsSecret }}
+{{- else if .Values.nats.bundled.auth.enabled -}}
+runplane-nats-credentials
+{{- end -}}
+{{- end -}}
+
+{{/* runplane.natsCredentialsVolume: the volume and mount of the NATS credentials, for components that dial NATS. */}}
+{{- define "runplane.natsCredentialsVolume" -}}
+{{- $secret := include "runplane.natsSecretName" . -}}
+{{- if $secret }}
+- name: nats-credentials
+  secret:
+    secretName: {{ $secret }}
+    defaultMode: 0440
+{{- end }}
+{{- end -}}
+{{- define "runplane.natsCredentialsMount" -}}
+{{- if include "runplane.natsSecretName" . }}
+- name: nats-credentials
+  mountPath: /var/run/runplane/nats
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* runplane.namespaceSelector: the webhook never sees kube-system or runplane's own namespace, so runplane can always start and repair itself. Sorted, as webhook.Configurations builds it. */}}
+{{- define "runplane.namespaceSelector" -}}
+{{- $excluded := concat (list "kube-system" .Release.Namespace) .Values.webhook.excludeNamespaces | uniq | sortAlpha -}}
+namespaceSelector:
+  matchExpressions:
+    - key: kubernetes.io/metadata.name
+      operator: NotIn
+      values:
+{{- range $excluded }}
+        - {{ . }}
+{{- end }}
+{{- end -}}
+
+{{/* runplane.controllerNATSArgs: the NATS Pods restricted egress may reach, and the Secret the controller copies into pool namespaces. */}}
+{{- define "runplane.controllerNATSArgs" -}}
+{{- if eq .Values.nats.mode "bundled" -}}
+- --nats-namespace={{ .Release.Namespace }}
+- --nats-pod-labels=app.kubernetes.io/component=nats,app.kubernetes.io/instance={{ .Release.Name }},app.kubernetes.io/name=runplane
+- --nats-port=4222
+{{- else -}}
+{{- $e := .Values.nats.external.egress -}}
+- --nats-namespace={{ required "nats.external.egress.namespace is required when nats.mode is external (the namespace of the NATS Pods restricted egress may reach)" $e.namespace }}
+- --nats-pod-labels={{ include "runplane.labelList" (required "nats.external.egress.podLabels is required when nats.mode is external" $e.podLabels) }}
+- --nats-port={{ $e.port }}
+{{- end }}
+{{- with include "runplane.natsSecretName" . }}
+- --nats-credentials-secret={{ . }}
+{{- end }}
+{{- end -}}
+
+{{/* runplane.labelList: a map as k=v,k=v in key order. */}}
+{{- define "runplane.labelList" -}}
+{{- $out := list -}}
+{{- range $k := keys . | sortAlpha -}}
+{{- $out = append $out (printf "%s=%s" $k (index $ $k)) -}}
+{{- end -}}
+{{- join "," $out -}}
+{{- end -}}

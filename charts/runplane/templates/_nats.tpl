@@ -1,0 +1,30 @@
+{{/* runplane.natsConfig: the bundled NATS server configuration. */}}
+{{- define "runplane.natsConfig" -}}
+server_name: $POD_NAME
+pid_file: /var/run/nats/nats.pid
+listen: 0.0.0.0:4222
+http: 0.0.0.0:8222
+lame_duck_duration: 30s
+lame_duck_grace_period: 10s
+jetstream {
+  store_dir: /data/jetstream
+  max_memory_store: {{ $.Values.nats.bundled.jetstream.maxMemoryStore }}
+  max_file_store: {{ $.Values.nats.bundled.jetstream.maxFileStore }}
+}
+{{- if $.Values.nats.bundled.auth.enabled }}
+authorization {
+  token: $NATS_TOKEN
+}
+{{- end }}
+{{- if gt (int $.Values.nats.bundled.replicas) 1 }}
+cluster {
+  name: runplane
+  listen: 0.0.0.0:6222
+  routes: [
+    {{- range $i := until (int $.Values.nats.bundled.replicas) }}
+    nats://runplane-nats-{{ $i }}.runplane-nats-headless.{{ $.Release.Namespace }}.svc.{{ $.Values.clusterDomain }}:6222
+    {{- end }}
+  ]
+}
+{{- end }}
+{{- end -}}

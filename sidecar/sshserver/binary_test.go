@@ -1,0 +1,610 @@
+package sshserver_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+)
+
+// fixture is a running server with one listed key ("good") and one key
+// that is not listed ("stranger").
+type fixture struct {
+	srv            *server
+	good, stranger userKey
+}
+
+func newFixture(t *testing.T, extra ...string) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	f := &fixture{good: newUserKey(t, dir, "good"), stranger: newUserKey(t, dir, "stranger")}
+	keys := filepath.Join(dir, "authorized_keys")
+	writeAuthorized(t, keys, f.good)
+	f.srv = startServer(t, dir, keys, extra...)
+	return f
+}
+
+func runGo(c *ssh.Client, command string) (string, error) {
+	sess, err := c.NewSession()
+	if err != nil {
+		return "", err
+	}
+	defer sess.Close()
+	out, err := sess.CombinedOutput(command)
+	return string(out), err
+}
+
+func TestGoClientAuth(t *testing.T) {
+	f := newFixture(t)
+	tests := []struct {
+		name   string
+		user   string
+		auth   ssh.AuthMethod
+		wantOK bool
+	}{
+		{"listed key", "dev", ssh.PublicKeys(f.good.signer), true},
+		{"listed key, any user name", "someone-else", ssh.PublicKeys(f.good.signer), true},
+		{"unknown key", "dev", ssh.PublicKeys(f.stranger.signer), false},
+		{"password", "dev", ssh.Password("hunter2"), false},
+		{"keyboard-interactive", "dev", ssh.KeyboardInteractive(func(string, string, []string, []bool) ([]string, error) {
+			return []string{"hunter2"}, nil
+		}), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := f.srv.dial(tt.user, tt.auth)
+			if !tt.wantOK {
+				if err == nil {
+					c.Close()
+					t.Fatal("login succeeded, want refused")
+				}
+				if !strings.Contains(err.Error(), "unable to authenticate") {
+					t.Fatalf("err = %v, want an authentication failure", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			out, err := runGo(c, "echo hello from $0")
+			if err != nil || !strings.Contains(out, "hello from") {
+				t.Fatalf("exec: %q, %v", out, err)
+			}
+		})
+	}
+}
+
+func TestOpenSSHAuth(t *testing.T) {
+	needOpenSSH(t, "ssh")
+	f := newFixture(t)
+	tests := []struct {
+		name     string
+		identity string
+		opts     []string
+		wantOut  string
+		wantErr  string
+	}{
+		{"listed key", f.good.file, nil, "ok", ""},
+		{"unknown key", f.stranger.file, nil, "", "Permission denied (publickey)"},
+		// The server must not even offer password or keyboard-interactive.
+		{"password only", f.good.file, []string{"-o", "PreferredAuthentications=password,keyboard-interactive"}, "",
+			"Permission denied (publickey)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := f.srv.sshCmd(t, tt.identity, append(tt.opts, "echo", "ok")...)
+			// -o options must precede the host: sshCmd puts them first, but
+			// per-test ones are inserted before the destination here.
+			if tt.opts != nil {
+				cmd = exec.Command("ssh", append(append(opensshOpts(t, f.srv.dir, f.srv.addr, f.srv.hostKey, tt.identity), tt.opts...),
+					"-p", f.srv.port(), "dev@127.0.0.1", "echo", "ok")...)
+			}
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(stderr.String(), tt.wantErr) {
+					t.Fatalf("err = %v, stderr %q, want %q", err, stderr.String(), tt.wantErr)
+				}
+				return
+			}
+			if err != nil || strings.TrimSpace(string(out)) != tt.wantOut {
+				t.Fatalf("out %q, err %v, stderr %q", out, err, stderr.String())
+			}
+		})
+	}
+}
+
+func TestOpenSSHCommands(t *testing.T) {
+	needOpenSSH(t, "ssh")
+	f := newFixture(t)
+	tests := []struct {
+		name     string
+		args     []string
+		stdin    string
+		wantOut  string
+		wantCode int
+	}{
+		{"shell syntax", []string{"cd / && echo $((6*7)) $(pwd)"}, "", "42 /", 0},
+		{"exit status", []string{"exit 7"}, "", "", 7},
+		{"stdin", []string{"wc -c"}, "12345", "5", 0},
+		{"stderr is separate", []string{"echo out; echo err >&2"}, "", "out", 0},
+		{"pty", []string{"-tt", "tty"}, "", "/dev/pts/", 0},
+		{"shell on stdin", nil, "echo via-shell\nexit 3\n", "via-shell", 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := f.srv.sshCmd(t, f.good.file, tt.args...)
+			if len(tt.args) > 0 && tt.args[0] == "-tt" {
+				cmd = exec.Command("ssh", append(append(opensshOpts(t, f.srv.dir, f.srv.addr, f.srv.hostKey, f.good.file),
+					"-tt", "-p", f.srv.port(), "dev@127.0.0.1"), tt.args[1:]...)...)
+			}
+			cmd.Stdin = strings.NewReader(tt.stdin)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if code != tt.wantCode {
+				t.Errorf("exit code %d, want %d (stderr %q)", code, tt.wantCode, stderr.String())
+			}
+			if !strings.Contains(stdout.String(), tt.wantOut) || (tt.wantOut == "out" && strings.Contains(stdout.String(), "err")) {
+				t.Errorf("stdout %q, want %q", stdout.String(), tt.wantOut)
+			}
+		})
+	}
+}
+
+// TestPTYShellWindowChange drives an interactive shell through a PTY with
+// the Go client and checks the terminal follows window-change requests.
+func TestPTYShellWindowChange(t *testing.T) {
+	f := newFixture(t)
+	c, err := f.srv.dial("dev", ssh.PublicKeys(f.good.signer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sess, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	if err := sess.RequestPty("xterm", 40, 100, ssh.TerminalModes{ssh.ECHO: 0}); err != nil {
+		t.Fatal(err)
+	}
+	stdin, _ := sess.StdinPipe()
+	var out lockedBuffer
+	sess.Stdout = &out
+	if err := sess.Shell(); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(stdin, `echo "size:$(stty size) term:$TERM"`)
+	eventually(t, 10*time.Second, "initial size", func() error {
+		if !strings.Contains(out.String(), "size:40 100 term:xterm") {
+			return fmt.Errorf("output %q", out.String())
+		}
+		return nil
+	})
+	if err := sess.WindowChange(50, 132); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(stdin, `echo "size:$(stty size)"`)
+	eventually(t, 10*time.Second, "resized", func() error {
+		if !strings.Contains(out.String(), "size:50 132") {
+			return fmt.Errorf("output %q", out.String())
+		}
+		return nil
+	})
+	fmt.Fprintln(stdin, "exit 5")
+	err = sess.Wait()
+	if ee, ok := err.(*ssh.ExitError); !ok || ee.ExitStatus() != 5 {
+		t.Fatalf("wait: %v, want exit status 5", err)
+	}
+}
+
+func sha256File(t *testing.T, path string) [32]byte {
+	t.Helper()
+	fh, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, fh); err != nil {
+		t.Fatal(err)
+	}
+	var sum [32]byte
+	copy(sum[:], h.Sum(nil))
+	return sum
+}
+
+// writeRandomFile writes size pseudo-random (incompressible) bytes.
+func writeRandomFile(tb testing.TB, path string, size int64) {
+	tb.Helper()
+	fh, err := os.Create(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer fh.Close()
+	r := rand.NewChaCha8([32]byte{1, 2, 3})
+	if _, err := io.CopyN(fh, r, size); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func sftpBatch(tb testing.TB, s *server, identity, batch string) {
+	tb.Helper()
+	opts := opensshOpts(tb, s.dir, s.addr, s.hostKey, identity)
+	runSFTP(tb, opts, "dev", s.port(), batch)
+}
+
+func runSFTP(tb testing.TB, opts []string, user, port, batch string) {
+	tb.Helper()
+	cmd := exec.Command("sftp", append(append(opts, "-P", port, "-b", "-"), user+"@127.0.0.1")...)
+	cmd.Stdin = strings.NewReader(batch)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("sftp: %v\n%s", err, out)
+	}
+}
+
+func TestSFTPPutGet100MB(t *testing.T) {
+	needOpenSSH(t, "sftp")
+	f := newFixture(t)
+	dir := t.TempDir()
+	src, remote, back := filepath.Join(dir, "src.bin"), filepath.Join(dir, "remote.bin"), filepath.Join(dir, "back.bin")
+	writeRandomFile(t, src, 100<<20)
+	want := sha256File(t, src)
+	sftpBatch(t, f.srv, f.good.file, fmt.Sprintf("put %s %s\nget %s %s\n", src, remote, remote, back))
+	for _, p := range []string{remote, back} {
+		if got := sha256File(t, p); got != want {
+			t.Errorf("%s: sha256 %x, want %x", filepath.Base(p), got, want)
+		}
+	}
+}
+
+func TestLocalForward(t *testing.T) {
+	needOpenSSH(t, "ssh")
+	f := newFixture(t)
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "jupyter says hi")
+	}))
+	defer web.Close()
+	_, webPort, _ := net.SplitHostPort(web.Listener.Addr().String())
+
+	// A free local port for ssh -L to listen on.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	localPort := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+
+	cmd := exec.Command("ssh", append(opensshOpts(t, f.srv.dir, f.srv.addr, f.srv.hostKey, f.good.file),
+		"-N", "-o", "ExitOnForwardFailure=yes", "-L", "127.0.0.1:"+localPort+":127.0.0.1:"+webPort,
+		"-p", f.srv.port(), "dev@127.0.0.1")...)
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	eventually(t, 15*time.Second, "GET through ssh -L", func() error {
+		resp, err := http.Get("http://127.0.0.1:" + localPort + "/")
+		if err != nil {
+			return fmt.Errorf("%w (ssh stderr %q)", err, stderr.String())
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if string(body) != "jupyter says hi" {
+			return fmt.Errorf("body %q", body)
+		}
+		return nil
+	})
+}
+
+// TestForwardRules checks with the Go client that local forwarding reaches
+// the Pod's own ports only, and that remote forwarding needs the flag.
+func TestForwardRules(t *testing.T) {
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(c, c); c.Close() }()
+		}
+	}()
+	for _, allowRemote := range []bool{false, true} {
+		t.Run(fmt.Sprintf("allow-remote-forward=%v", allowRemote), func(t *testing.T) {
+			var extra []string
+			if allowRemote {
+				extra = []string{"--allow-remote-forward"}
+			}
+			f := newFixture(t, extra...)
+			c, err := f.srv.dial("dev", ssh.PublicKeys(f.good.signer))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+
+			// Local forward to loopback: allowed, and data round-trips.
+			fc, err := c.Dial("tcp", echo.Addr().String())
+			if err != nil {
+				t.Fatalf("forward to loopback: %v", err)
+			}
+			fmt.Fprint(fc, "ping")
+			buf := make([]byte, 4)
+			if _, err := io.ReadFull(fc, buf); err != nil || string(buf) != "ping" {
+				t.Fatalf("echo through forward: %q %v", buf, err)
+			}
+			fc.Close()
+
+			// Local forward elsewhere (TEST-NET-1): refused by policy.
+			if fc, err := c.Dial("tcp", "192.0.2.1:80"); err == nil {
+				fc.Close()
+				t.Fatal("forward to 192.0.2.1 succeeded, want refused")
+			} else if !strings.Contains(err.Error(), "not this Pod") {
+				t.Fatalf("err = %v, want a policy refusal", err)
+			}
+
+			ln, err := c.Listen("tcp", "127.0.0.1:0")
+			if !allowRemote {
+				if err == nil {
+					ln.Close()
+					t.Fatal("remote forward accepted without --allow-remote-forward")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("remote forward: %v", err)
+			}
+			defer ln.Close()
+			go func() {
+				rc, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(rc, rc)
+				rc.Close()
+			}()
+			// Connect inside the "Pod" to the port the server opened.
+			pc, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pc.Close()
+			fmt.Fprint(pc, "pong")
+			if _, err := io.ReadFull(pc, buf); err != nil || string(buf) != "pong" {
+				t.Fatalf("echo through remote forward: %q %v", buf, err)
+			}
+		})
+	}
+}
+
+// TestKeyRotation swaps authorized_keys the way kubelet updates a Secret
+// volume (a new directory, then an atomic rename of the ..data symlink) and
+// checks the running server follows without a restart.
+func TestKeyRotation(t *testing.T) {
+	needOpenSSH(t, "ssh")
+	dir := t.TempDir()
+	oldKey, newKey := newUserKey(t, dir, "old"), newUserKey(t, dir, "new")
+	vol := filepath.Join(dir, "secret")
+	publish := func(version string, k userKey) {
+		ts := filepath.Join(vol, version)
+		if err := os.MkdirAll(ts, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeAuthorized(t, filepath.Join(ts, "authorized_keys"), k)
+		tmp := filepath.Join(vol, "..data_tmp")
+		if err := os.Symlink(version, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(vol, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(vol, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	publish("..v1", oldKey)
+	if err := os.Symlink("..data/authorized_keys", filepath.Join(vol, "authorized_keys")); err != nil {
+		t.Fatal(err)
+	}
+	srv := startServer(t, dir, filepath.Join(vol, "authorized_keys"))
+	pid := srv.cmd.Process.Pid
+
+	login := func(k userKey) error {
+		out, err := srv.sshCmd(t, k.file, "echo", "in").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	}
+	if err := login(oldKey); err != nil {
+		t.Fatalf("old key before rotation: %v", err)
+	}
+	if login(newKey) == nil {
+		t.Fatal("new key accepted before rotation")
+	}
+	publish("..v2", newKey)
+	eventually(t, 10*time.Second, "new key accepted", func() error { return login(newKey) })
+	if login(oldKey) == nil {
+		t.Fatal("old key still accepted after rotation")
+	}
+	if srv.cmd.ProcessState != nil || srv.cmd.Process.Pid != pid {
+		t.Fatal("server restarted")
+	}
+	if !strings.Contains(srv.log.String(), "authorized keys reloaded") {
+		t.Error("no reload logged")
+	}
+}
+
+func TestIdleTimeout(t *testing.T) {
+	f := newFixture(t, "--idle-timeout", "300ms")
+	c, err := f.srv.dial("dev", ssh.PublicKeys(f.good.signer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		c.Close()
+		t.Fatal("idle connection was not closed")
+	}
+	eventually(t, 5*time.Second, "idle disconnect logged", func() error {
+		if !strings.Contains(f.srv.log.String(), `"msg":"idle timeout"`) {
+			return fmt.Errorf("log:\n%s", f.srv.log.String())
+		}
+		return nil
+	})
+}
+
+// TestHostKeyStable restarts the server on the same host key file.
+func TestHostKeyStable(t *testing.T) {
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "authorized_keys")
+	writeAuthorized(t, keys, newUserKey(t, dir, "k"))
+	first := startServer(t, dir, keys)
+	_ = first.cmd.Process.Signal(os.Interrupt)
+	_ = first.cmd.Wait()
+	second := startServer(t, dir, keys)
+	if first.hostKeyFP == "" || first.hostKeyFP != second.hostKeyFP {
+		t.Fatalf("host key changed across restarts: %q vs %q", first.hostKeyFP, second.hostKeyFP)
+	}
+}
+
+// TestLogsAndMetricsCarryNoSecrets runs a command holding a token and
+// checks neither the log nor /metrics repeats it, while both record the
+// session and the refused login.
+func TestLogsAndMetricsCarryNoSecrets(t *testing.T) {
+	f := newFixture(t)
+	const token = "tok-5e3cr3t-value"
+	c, err := f.srv.dial("dev", ssh.PublicKeys(f.good.signer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runGo(c, "TOKEN="+token+" true && echo done"); err != nil {
+		t.Fatalf("%q %v", out, err)
+	}
+	c.Close()
+	if _, err := f.srv.dial("dev", ssh.Password(token)); err == nil {
+		t.Fatal("password accepted")
+	}
+	if _, err := f.srv.dial("dev", ssh.PublicKeys(f.stranger.signer)); err == nil {
+		t.Fatal("unknown key accepted")
+	}
+	var metrics string
+	eventually(t, 5*time.Second, "metrics record the sessions and refusals", func() error {
+		resp, err := http.Get("http://" + f.srv.metricsAddr + "/metrics")
+		if err != nil {
+			return err
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		metrics = string(body)
+		for _, want := range []string{
+			`runplane_ssh_sessions_total{kind="exec"} 1`,
+			`runplane_ssh_auth_attempts_total{method="publickey",result="rejected"} 1`,
+			`runplane_ssh_connections_total{result="auth_failed"} 2`,
+			`runplane_ssh_connections_total{result="ok"} 1`,
+			`runplane_ssh_authorized_keys 1`,
+		} {
+			if !strings.Contains(metrics, want) {
+				return fmt.Errorf("metrics lack %s", want)
+			}
+		}
+		return nil
+	})
+	eventually(t, 5*time.Second, "session end and refusal logged", func() error {
+		for _, want := range []string{`"msg":"session ended"`, `"msg":"auth rejected"`} {
+			if !strings.Contains(f.srv.log.String(), want) {
+				return fmt.Errorf("log lacks %s:\n%s", want, f.srv.log.String())
+			}
+		}
+		return nil
+	})
+	for name, text := range map[string]string{"log": f.srv.log.String(), "metrics": metrics} {
+		if strings.Contains(text, token) {
+			t.Errorf("%s contains the secret", name)
+		}
+	}
+}
+
+func TestRefusesRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("not running as root: the refusal cannot be exercised")
+	}
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "authorized_keys")
+	writeAuthorized(t, keys, newUserKey(t, dir, "k"))
+	out, err := exec.Command(binPath, "--listen", "127.0.0.1:0", "--authorized-keys", keys,
+		"--host-key", filepath.Join(dir, "hk")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "refusing to run as root") {
+		t.Fatalf("err %v, out %q: want a refusal", err, out)
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no authorized keys", []string{"--host-key", filepath.Join(dir, "hk")}, "authorized-keys"},
+		{"missing keys file", []string{"--host-key", filepath.Join(dir, "hk"), "--authorized-keys", filepath.Join(dir, "nope")}, "nope"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"--listen", "127.0.0.1:0", "--allow-root"}, tt.args...)
+			out, err := exec.Command(binPath, args...).CombinedOutput()
+			if err == nil || !strings.Contains(string(out), tt.want) {
+				t.Fatalf("err %v, out %q: want an error naming %q", err, out, tt.want)
+			}
+		})
+	}
+}
+
+// TestSCP copies both ways with scp, which speaks SFTP since OpenSSH 9.
+func TestSCP(t *testing.T) {
+	needOpenSSH(t, "scp")
+	f := newFixture(t)
+	dir := t.TempDir()
+	src, remote, back := filepath.Join(dir, "src"), filepath.Join(dir, "remote"), filepath.Join(dir, "back")
+	writeRandomFile(t, src, 1<<20)
+	opts := opensshOpts(t, f.srv.dir, f.srv.addr, f.srv.hostKey, f.good.file)
+	for _, args := range [][]string{{src, "dev@127.0.0.1:" + remote}, {"dev@127.0.0.1:" + remote, back}} {
+		cmd := exec.Command("scp", append(append(opts, "-P", f.srv.port()), args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("scp %v: %v\n%s", args, err, out)
+		}
+	}
+	if sha256File(t, back) != sha256File(t, src) {
+		t.Fatal("scp round trip changed the file")
+	}
+}
