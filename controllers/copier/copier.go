@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -55,7 +54,7 @@ const smallFile = 128 << 10
 
 // batchSize is how many entries of one directory a single task handles, so a
 // huge flat directory is still spread across the workers.
-const batchSize = 64
+const batchSize = 256
 
 type inodeKey struct{ dev, ino uint64 }
 
@@ -348,59 +347,80 @@ func (c *copier) copyEntry(e entry) error {
 	return nil
 }
 
+// copyFile uses raw descriptors rather than *os.File: the runtime poller's
+// registration costs several syscalls per file, which dominates small files.
 func (c *copier) copyFile(e entry) error {
-	in, err := os.Open(e.src)
+	in, err := unix.Open(e.src, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return fmt.Errorf("copier: open %s: %w", e.src, err)
 	}
-	defer in.Close()
-	out, err := os.OpenFile(e.dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	defer unix.Close(in)
+	out, err := unix.Open(e.dst, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return fmt.Errorf("copier: create %s: %w", e.dst, err)
 	}
 	n, err := c.copyData(out, in, e.st.Size)
 	if err != nil {
-		out.Close()
+		unix.Close(out)
 		return fmt.Errorf("copier: copy %s: %w", e.src, err)
 	}
 	atomic.AddInt64(&c.progress.Bytes, n)
-	if err := c.applyMeta(e, int(out.Fd())); err != nil {
-		out.Close()
+	if err := c.applyMeta(e, out); err != nil {
+		unix.Close(out)
 		return err
 	}
-	if err := out.Close(); err != nil {
+	if err := unix.Close(out); err != nil {
 		return fmt.Errorf("copier: close %s: %w", e.dst, err)
 	}
 	atomic.AddInt64(&c.progress.Files, 1)
 	return nil
 }
 
-func (c *copier) copyData(out, in *os.File, size int64) (int64, error) {
-	if size == 0 {
-		return 0, nil
-	}
-	if size > smallFile {
-		// *os.File.ReadFrom uses copy_file_range (reflink/server-side copy
-		// where the filesystem can) and falls back to splice or read/write.
-		return io.Copy(out, in)
-	}
-	bp := c.bufs.Get().(*[]byte)
-	defer c.bufs.Put(bp)
+// copyData copies the content: copy_file_range for large files (in-kernel,
+// reflink or server-side where the filesystem can), one pooled buffer
+// otherwise, falling back to the buffer when copy_file_range is refused.
+func (c *copier) copyData(out, in int, size int64) (int64, error) {
 	var total int64
-	for {
-		n, err := in.Read(*bp)
-		if n > 0 {
-			if _, werr := out.Write((*bp)[:n]); werr != nil {
-				return total, werr
+	if size > smallFile {
+		for {
+			n, err := unix.CopyFileRange(in, nil, out, nil, 1<<30, 0)
+			if err != nil {
+				if total == 0 && (errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP)) {
+					break // e.g. across filesystems on old kernels: copy by hand
+				}
+				return total, err
+			}
+			if n == 0 {
+				return total, nil
 			}
 			total += int64(n)
 		}
-		if errors.Is(err, io.EOF) || (err == nil && n == 0) {
-			return total, nil
+	}
+	bp := c.bufs.Get().(*[]byte)
+	defer c.bufs.Put(bp)
+	buf := *bp
+	for {
+		n, err := unix.Read(in, buf)
+		if errors.Is(err, unix.EINTR) {
+			continue
 		}
 		if err != nil {
 			return total, err
 		}
+		if n == 0 {
+			return total, nil
+		}
+		for w := 0; w < n; {
+			m, err := unix.Write(out, buf[w:n])
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil {
+				return total, err
+			}
+			w += m
+		}
+		total += int64(n)
 	}
 }
 

@@ -1,0 +1,77 @@
+// Command runplane-controller runs runplane's controllers (storage prepare,
+// accessor, storage gate, egress policy, NATS credentials sync): flags become
+// a controllers.Config, and controllers.Run does the rest.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/controllers"
+)
+
+func main() {
+	var cfg controllers.Config
+	var kubeconfig, natsLabels string
+	var natsPort int
+	// A FlagSet of our own: controller-runtime registers --kubeconfig on the
+	// global one in an init function.
+	fs := flag.NewFlagSet("runplane-controller", flag.ExitOnError)
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig path; in-cluster config when empty")
+	fs.StringVar(&cfg.Namespace, "namespace", api.DefaultNamespace, "runplane's namespace (leader-election Lease, NATS credentials source)")
+	fs.StringVar(&cfg.Image, "image", "", "runplane image for copy Jobs (runplane-copy) and accessors (runplane-accessor); required")
+	fs.DurationVar(&cfg.PrepareDeadline, "prepare-deadline", 0, "activeDeadlineSeconds of prepare Jobs (default 6h)")
+	fs.DurationVar(&cfg.ImagePullTimeout, "image-pull-timeout", 0, "fail a prepare attempt whose image cannot be pulled for this long (default 5m)")
+	fs.StringVar(&cfg.ClusterDomain, "cluster-domain", "cluster.local", "cluster DNS domain, for accessor URLs")
+	fs.StringVar(&cfg.NATS.Namespace, "nats-namespace", api.DefaultNamespace, "namespace of the NATS Pods restricted egress may reach")
+	fs.StringVar(&natsLabels, "nats-pod-labels", "app.kubernetes.io/name=nats", "labels of the NATS Pods, k=v[,k=v]")
+	fs.IntVar(&natsPort, "nats-port", 4222, "NATS client port")
+	fs.StringVar(&cfg.NATSCredentialsSource, "nats-credentials-secret", "", "Secret in --namespace copied as "+api.NATSCredentialsSecret+" into namespaces with pool Pods; empty disables")
+	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", ":8080", "Prometheus metrics address (0 disables)")
+	fs.StringVar(&cfg.ProbeAddr, "probe-addr", ":8081", "health probe address (/healthz, /readyz; 0 disables)")
+	fs.BoolVar(&cfg.LeaderElection, "leader-elect", true, "run controllers only while holding the Lease")
+	fs.StringVar(&cfg.LeaderElectionID, "lease-name", "runplane-controller", "name of the leader-election Lease")
+	_ = fs.Parse(os.Args[1:])
+
+	labels, err := parseLabels(natsLabels)
+	if err != nil {
+		fail(2, "--nats-pod-labels: %v", err)
+	}
+	cfg.NATS.PodLabels, cfg.NATS.Port = labels, int32(natsPort)
+	if cfg.RESTConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
+		fail(2, "loading kubeconfig: %v", err)
+	}
+	cfg.Logger = logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := controllers.Run(ctx, cfg); err != nil {
+		fail(1, "%v", err)
+	}
+}
+
+func parseLabels(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%q is not key=value", kv)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+func fail(code int, format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "runplane-controller: "+format+"\n", args...)
+	os.Exit(code)
+}

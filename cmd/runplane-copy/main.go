@@ -1,0 +1,37 @@
+// Command runplane-copy copies a directory tree in parallel, keeping modes,
+// ownership, timestamps, symlinks and hard links (controllers/copier). The
+// storage controller's prepare-from-pvc Jobs run it; progress goes to stderr.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/runplane/runplane/controllers/copier"
+)
+
+func main() {
+	var from, to string
+	var opts copier.Options
+	flag.StringVar(&from, "from", "", "source directory (required)")
+	flag.StringVar(&to, "to", "", "destination directory, created if missing (required)")
+	flag.IntVar(&opts.Workers, "workers", 0, "parallel workers (default 4×CPUs)")
+	flag.DurationVar(&opts.ProgressInterval, "progress-interval", 5*time.Second, "how often to report progress")
+	flag.Parse()
+	if from == "" || to == "" {
+		fmt.Fprintln(os.Stderr, "runplane-copy: --from and --to are required")
+		os.Exit(2)
+	}
+	opts.Progress = func(p copier.Progress) { fmt.Fprintf(os.Stderr, "runplane-copy: %s\n", p) }
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if _, err := copier.Copy(ctx, from, to, opts); err != nil {
+		fmt.Fprintf(os.Stderr, "runplane-copy: %v\n", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,293 @@
+// Package filebrowser is the read-only HTTP file browser the accessor
+// Deployment runs (cmd/runplane-accessor) over a mounted PVC: directory
+// listings (HTML or JSON), file downloads and tar.gz archives of a folder.
+//
+// It never writes, and it never serves anything outside its root: every
+// access goes through an os.Root, which refuses paths that leave the root by
+// `..` or through a symlink, and request paths are checked to be local
+// before they reach it.
+package filebrowser
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Server serves one directory tree read-only.
+type Server struct {
+	root *os.Root
+	mux  *http.ServeMux
+}
+
+// New opens dir as the served root. Close the Server to release it.
+func New(dir string) (*Server, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("filebrowser: opening root %s: %w", dir, err)
+	}
+	s := &Server{root: root, mux: http.NewServeMux()}
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	s.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/files/", http.StatusFound) })
+	s.mux.HandleFunc("GET /files/{path...}", s.files)
+	s.mux.HandleFunc("GET /archive/{path...}", s.archive)
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			writeError(w, http.StatusMethodNotAllowed, "read-only file browser: method %s is not allowed, use GET", r.Method)
+			return
+		}
+		writeError(w, http.StatusNotFound, "no such endpoint %q: use /files/<path> or /archive/<path>", r.URL.Path)
+	})
+	return s, nil
+}
+
+// Close releases the root.
+func (s *Server) Close() error { return s.root.Close() }
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Entry is one item of a JSON directory listing.
+type Entry struct {
+	Name    string    `json:"name"`
+	Type    string    `json:"type"` // file, dir, symlink, other
+	Size    int64     `json:"size"`
+	Mode    string    `json:"mode"`
+	ModTime time.Time `json:"modTime"`
+	// Target is a symlink's text; Escapes marks links that lead outside the
+	// volume (or nowhere) and so cannot be followed.
+	Target  string `json:"target,omitempty"`
+	Escapes bool   `json:"escapes,omitempty"`
+}
+
+// Listing is the JSON answer for a directory.
+type Listing struct {
+	Path    string  `json:"path"`
+	Entries []Entry `json:"entries"`
+}
+
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, code int, format string, args ...any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(errorBody{Error: fmt.Sprintf(format, args...)})
+}
+
+// clean turns the request's path value into a root-relative name, refusing
+// anything that is not local (absolute, `..`, NUL...).
+func clean(p string) (string, error) {
+	if p == "" {
+		return ".", nil
+	}
+	if strings.ContainsRune(p, 0) || strings.Contains(p, "\\") {
+		return "", fmt.Errorf("path %q contains a forbidden character", p)
+	}
+	for _, part := range strings.Split(p, "/") {
+		if part == ".." {
+			return "", fmt.Errorf("path %q must not contain '..'", p)
+		}
+	}
+	c := path.Clean(p)
+	if !fs.ValidPath(c) {
+		return "", fmt.Errorf("path %q is not a valid path inside the volume", p)
+	}
+	return c, nil
+}
+
+// fail maps a filesystem error to a status: escapes are 403, absent is 404.
+func fail(w http.ResponseWriter, name string, err error) {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		writeError(w, http.StatusNotFound, "%s: not found", name)
+	case strings.Contains(err.Error(), "escapes from parent"), errors.Is(err, fs.ErrPermission):
+		writeError(w, http.StatusForbidden, "%s: outside the volume or not readable", name)
+	default:
+		writeError(w, http.StatusInternalServerError, "%s: %v", name, err)
+	}
+}
+
+func (s *Server) files(w http.ResponseWriter, r *http.Request) {
+	name, err := clean(r.PathValue("path"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	f, err := s.root.Open(name)
+	if err != nil {
+		fail(w, name, err)
+		return
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		fail(w, name, err)
+		return
+	}
+	switch {
+	case info.IsDir():
+		if !strings.HasSuffix(r.URL.Path, "/") {
+			http.Redirect(w, r, r.URL.Path+"/", http.StatusMovedPermanently)
+			return
+		}
+		s.list(w, r, name, f)
+	case info.Mode().IsRegular():
+		w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", path.Base(name)))
+		http.ServeContent(w, r, path.Base(name), info.ModTime(), f)
+	default:
+		writeError(w, http.StatusBadRequest, "%s: not a regular file or directory", name)
+	}
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request, name string, dir *os.File) {
+	des, err := dir.ReadDir(-1)
+	if err != nil {
+		fail(w, name, err)
+		return
+	}
+	l := Listing{Path: "/" + strings.TrimPrefix(name, "."), Entries: make([]Entry, 0, len(des))}
+	for _, de := range des {
+		info, err := de.Info()
+		if err != nil {
+			continue // removed meanwhile
+		}
+		e := Entry{Name: de.Name(), Size: info.Size(), Mode: info.Mode().String(), ModTime: info.ModTime().UTC()}
+		child := path.Join(name, de.Name())
+		switch {
+		case info.IsDir():
+			e.Type = "dir"
+		case info.Mode().IsRegular():
+			e.Type = "file"
+		case info.Mode()&fs.ModeSymlink != 0:
+			e.Type = "symlink"
+			e.Target, _ = s.root.Readlink(child)
+			// Resolve through the root: a link that leaves it is shown, not followed.
+			if target, err := s.root.Stat(child); err != nil {
+				e.Escapes = true
+			} else if target.IsDir() {
+				e.Type = "dir"
+			}
+		default:
+			e.Type = "other"
+		}
+		l.Entries = append(l.Entries, e)
+	}
+	sort.Slice(l.Entries, func(i, j int) bool { return l.Entries[i].Name < l.Entries[j].Name })
+	if wantsJSON(r) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(l)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if err := listingPage.Execute(w, l); err != nil {
+		// Headers are gone; nothing better to do than stop.
+		return
+	}
+}
+
+func wantsJSON(r *http.Request) bool {
+	if f := r.URL.Query().Get("format"); f != "" {
+		return f == "json"
+	}
+	return strings.Contains(r.Header.Get("Accept"), "application/json")
+}
+
+var listingPage = template.Must(template.New("listing").Funcs(template.FuncMap{
+	"join": func(a, b string) string { return strings.TrimSuffix(a, "/") + "/" + b },
+}).Parse(`<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>{{.Path}}</title></head>
+<body><h1>{{.Path}}</h1>
+<p><a href="/archive{{.Path}}">download this folder as .tar.gz</a></p>
+<table><tr><th>name</th><th>size</th><th>mode</th><th>modified</th></tr>
+{{if ne .Path "/"}}<tr><td><a href="../">../</a></td></tr>{{end}}
+{{range .Entries}}<tr><td>{{if .Escapes}}{{.Name}} &rarr; {{.Target}} (outside the volume){{else if eq .Type "dir"}}<a href="{{.Name}}/">{{.Name}}/</a>{{else}}<a href="{{.Name}}">{{.Name}}</a>{{end}}</td><td>{{.Size}}</td><td>{{.Mode}}</td><td>{{.ModTime.Format "2006-01-02 15:04:05"}}</td></tr>
+{{end}}</table></body></html>
+`))
+
+// archive streams a tar.gz of a folder. Symlinks are stored as links (their
+// text only), never followed, so an archive cannot carry outside content.
+func (s *Server) archive(w http.ResponseWriter, r *http.Request) {
+	name, err := clean(strings.TrimSuffix(r.PathValue("path"), "/"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	info, err := s.root.Stat(name)
+	if err != nil {
+		fail(w, name, err)
+		return
+	}
+	if !info.IsDir() {
+		writeError(w, http.StatusBadRequest, "%s: archives are made of folders; download files under /files/", name)
+		return
+	}
+	base := path.Base(name)
+	if name == "." {
+		base = "volume"
+	}
+	w.Header().Set("Content-Type", "application/gzip")
+	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", base+".tar.gz"))
+	gz := gzip.NewWriter(w)
+	tw := tar.NewWriter(gz)
+	fsys := s.root.FS()
+	// Errors after the first byte cannot change the status; the truncated
+	// archive then fails to decompress, which tells the client.
+	_ = fs.WalkDir(fsys, name, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel := base
+		if p != name {
+			rel = path.Join(base, strings.TrimPrefix(p, name+"/"))
+			if name == "." {
+				rel = path.Join(base, p)
+			}
+		}
+		link := ""
+		if d.Type()&fs.ModeSymlink != 0 {
+			if link, err = s.root.Readlink(p); err != nil {
+				return err
+			}
+		}
+		hdr, err := tar.FileInfoHeader(info, link)
+		if err != nil {
+			return nil // sockets and the like: skip
+		}
+		hdr.Name = rel
+		if info.IsDir() {
+			hdr.Name += "/"
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if !info.Mode().IsRegular() {
+			return nil
+		}
+		f, err := fsys.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.Copy(tw, f)
+		return err
+	})
+	_ = tw.Close()
+	_ = gz.Close()
+}

@@ -1,0 +1,260 @@
+package filebrowser
+
+import (
+	"archive/tar"
+	"bufio"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// setup serves vol/ of a temp dir that also holds a secret next to the
+// volume, the target of every escape attempt.
+func setup(t *testing.T) (*httptest.Server, string) {
+	t.Helper()
+	dir := t.TempDir()
+	vol := filepath.Join(dir, "vol")
+	for _, d := range []string{"vol/data/sub", "vol/empty"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := map[string]string{
+		"secret.txt":           "TOP SECRET",
+		"vol/hello.txt":        "hello world",
+		"vol/data/a.txt":       "aaa",
+		"vol/data/sub/b.txt":   "bbb",
+		"vol/data/sub/<x>.txt": "html name",
+	}
+	for p, c := range files {
+		if err := os.WriteFile(filepath.Join(dir, p), []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	links := map[string]string{
+		"vol/inside-link":  "data/a.txt",
+		"vol/inside-dir":   "data",
+		"vol/escape-rel":   "../secret.txt",
+		"vol/escape-abs":   filepath.Join(dir, "secret.txt"),
+		"vol/escape-dir":   "..",
+		"vol/data/up-link": "../../secret.txt",
+		"vol/dangling":     "nowhere",
+	}
+	for p, target := range links {
+		if err := os.Symlink(target, filepath.Join(dir, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := New(vol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s)
+	t.Cleanup(func() { srv.Close(); s.Close() })
+	return srv, dir
+}
+
+// rawGet sends the request line verbatim, so `..` reaches the server
+// un-normalised by the client.
+func rawGet(t *testing.T, srv *httptest.Server, target string) (int, string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", target)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestNoEscape(t *testing.T) {
+	srv, _ := setup(t)
+	tests := []struct {
+		target string
+		want   int
+	}{
+		{"/files/escape-rel", http.StatusForbidden},
+		{"/files/escape-abs", http.StatusForbidden},
+		{"/files/escape-dir/", http.StatusForbidden},
+		{"/files/escape-dir/secret.txt", http.StatusForbidden},
+		{"/files/data/up-link", http.StatusForbidden},
+		{"/archive/escape-dir", http.StatusForbidden},
+		{"/files/../secret.txt", 0},               // any non-2xx
+		{"/files/data/../../secret.txt", 0},       // any non-2xx
+		{"/files/%2e%2e/secret.txt", 0},           // any non-2xx
+		{"/files/data%2f..%2f..%2fsecret.txt", 0}, // any non-2xx
+		{"/archive/..", 0},
+		{"/archive/%2e%2e/", 0},
+		{"/files/dangling", http.StatusNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.target, func(t *testing.T) {
+			code, body := rawGet(t, srv, tt.target)
+			if strings.Contains(body, "TOP SECRET") {
+				t.Fatalf("%s leaked the secret: %d %s", tt.target, code, body)
+			}
+			if code >= 200 && code < 300 {
+				t.Fatalf("%s = %d, want an error; body %s", tt.target, code, body)
+			}
+			if tt.want != 0 && code != tt.want {
+				t.Fatalf("%s = %d, want %d; body %s", tt.target, code, tt.want, body)
+			}
+			if code >= 400 && !json.Valid([]byte(body)) {
+				t.Fatalf("%s: error body is not JSON: %s", tt.target, body)
+			}
+		})
+	}
+}
+
+func TestReadOnly(t *testing.T) {
+	srv, dir := setup(t)
+	for _, m := range []string{http.MethodPut, http.MethodPost, http.MethodDelete, http.MethodPatch} {
+		req, _ := http.NewRequest(m, srv.URL+"/files/hello.txt", strings.NewReader("overwritten"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e errorBody
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed || !strings.Contains(e.Error, "read-only") {
+			t.Errorf("%s = %d %q, want 405 with a read-only error", m, resp.StatusCode, e.Error)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "vol/hello.txt")); string(b) != "hello world" {
+		t.Fatalf("file changed: %q", b)
+	}
+}
+
+func get(t *testing.T, url string, header ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, b
+}
+
+func TestDownload(t *testing.T) {
+	srv, _ := setup(t)
+	tests := []struct{ path, want string }{
+		{"/files/hello.txt", "hello world"},
+		{"/files/data/sub/b.txt", "bbb"},
+		{"/files/inside-link", "aaa"}, // a link inside the volume is followed
+		{"/files/inside-dir/a.txt", "aaa"},
+	}
+	for _, tt := range tests {
+		resp, b := get(t, srv.URL+tt.path)
+		if resp.StatusCode != http.StatusOK || string(b) != tt.want {
+			t.Errorf("%s = %d %q, want 200 %q", tt.path, resp.StatusCode, b, tt.want)
+		}
+	}
+}
+
+func TestListing(t *testing.T) {
+	srv, _ := setup(t)
+	resp, b := get(t, srv.URL+"/files/?format=json")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	var l Listing
+	if err := json.Unmarshal(b, &l); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, e := range l.Entries {
+		got[e.Name] = fmt.Sprintf("%s escapes=%t", e.Type, e.Escapes)
+	}
+	want := map[string]string{
+		"hello.txt": "file escapes=false", "data": "dir escapes=false", "empty": "dir escapes=false",
+		"inside-link": "symlink escapes=false", "inside-dir": "dir escapes=false",
+		"escape-rel": "symlink escapes=true", "escape-abs": "symlink escapes=true", "escape-dir": "symlink escapes=true",
+		"dangling": "symlink escapes=true",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("listing\n got %v\nwant %v", got, want)
+	}
+	// Accept header selects JSON too; HTML escapes names.
+	if resp, _ := get(t, srv.URL+"/files/data/", "Accept", "application/json"); resp.Header.Get("Content-Type") != "application/json" {
+		t.Errorf("Accept: application/json gave %s", resp.Header.Get("Content-Type"))
+	}
+	resp, b = get(t, srv.URL+"/files/data/sub/")
+	if !strings.Contains(string(b), "&lt;x&gt;.txt") || strings.Contains(string(b), "<x>") {
+		t.Errorf("HTML listing does not escape names: %s", b)
+	}
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		t.Errorf("HTML listing content type %s", resp.Header.Get("Content-Type"))
+	}
+}
+
+func TestArchive(t *testing.T) {
+	srv, _ := setup(t)
+	tests := []struct {
+		path string
+		want []string
+	}{
+		{"/archive/data", []string{"data/", "data/a.txt=aaa", "data/sub/", "data/sub/<x>.txt=html name", "data/sub/b.txt=bbb", "data/up-link->../../secret.txt"}},
+		{"/archive/empty/", []string{"empty/"}},
+	}
+	for _, tt := range tests {
+		resp, b := get(t, srv.URL+tt.path)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d %s", tt.path, resp.StatusCode, b)
+		}
+		gz, err := gzip.NewReader(strings.NewReader(string(b)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := tar.NewReader(gz)
+		var got []string
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, _ := io.ReadAll(tr)
+			switch h.Typeflag {
+			case tar.TypeReg:
+				got = append(got, h.Name+"="+string(c))
+			case tar.TypeSymlink:
+				got = append(got, h.Name+"->"+h.Linkname)
+			default:
+				got = append(got, h.Name)
+			}
+		}
+		sort.Strings(got)
+		if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+			t.Errorf("%s:\n got %v\nwant %v", tt.path, got, tt.want)
+		}
+	}
+	if resp, _ := get(t, srv.URL+"/archive/hello.txt"); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("archive of a file = %d, want 400", resp.StatusCode)
+	}
+}

@@ -1,0 +1,202 @@
+// Package controllers runs runplane's controllers in one controller-runtime
+// manager (leader election, metrics, health probes): storage preparation
+// (controllers/storage), the read-only accessor (controllers/accessor), the
+// storage scheduling gate (controllers/gate), the egress NetworkPolicy
+// (controllers/egress) and the NATS credentials Secret sync
+// (controllers/natssecret). Other components register more controllers
+// through Config.Setups.
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/controllers/accessor"
+	"github.com/runplane/runplane/controllers/egress"
+	"github.com/runplane/runplane/controllers/gate"
+	"github.com/runplane/runplane/controllers/natssecret"
+	"github.com/runplane/runplane/controllers/storage"
+)
+
+// Config configures Run.
+type Config struct {
+	// RESTConfig reaches the cluster; nil means ctrl.GetConfig() (kubeconfig
+	// flag, KUBECONFIG, in-cluster).
+	RESTConfig *rest.Config
+	// Namespace is runplane's namespace: the leader-election Lease and the
+	// NATS credentials source Secret live there. Default api.DefaultNamespace.
+	Namespace string
+	// Image is the runplane image; copy Jobs run runplane-copy and accessor
+	// Deployments run runplane-accessor from it. Required.
+	Image string
+	// PrepareDeadline bounds a prepare Job (activeDeadlineSeconds); default 6h.
+	PrepareDeadline time.Duration
+	// ImagePullTimeout is how long a prepare Pod may fail to pull its image
+	// before the attempt is Failed; default 5m.
+	ImagePullTimeout time.Duration
+	// ClusterDomain forms accessor URLs; default cluster.local.
+	ClusterDomain string
+	// NATS is the endpoint restricted Pods may reach (labels and port are
+	// required; the namespace defaults to Namespace).
+	NATS egress.NATSEndpoint
+	// NATSCredentialsSource names the Secret (in Namespace) copied into every
+	// namespace with pool Pods as api.NATSCredentialsSecret. Empty disables
+	// the sync.
+	NATSCredentialsSource string
+
+	// MetricsAddr serves Prometheus metrics ("0" disables); default :8080.
+	MetricsAddr string
+	// ProbeAddr serves /healthz and /readyz ("0" disables); default :8081.
+	ProbeAddr string
+	// LeaderElection turns on leader election (on in the chart; off for a
+	// single in-process instance in make dev and tests).
+	LeaderElection bool
+	// LeaderElectionID names the Lease; default runplane-controller.
+	LeaderElectionID string
+
+	// SkipNameValidation allows several managers in one process one after
+	// another (tests restart the controller in-process); controller names
+	// are otherwise unique per process because of their metrics.
+	SkipNameValidation bool
+
+	// Logger receives the manager's and controllers' logs; zero discards.
+	Logger logr.Logger
+
+	// Setups register further controllers on the manager (for example the
+	// SSH Service controller). They run after runplane's own.
+	Setups []func(ctrl.Manager) error
+}
+
+func (c *Config) defaults() error {
+	if c.Image == "" {
+		return errors.New("controllers: Config.Image is required (the runplane image for copy and accessor Pods)")
+	}
+	if c.Namespace == "" {
+		c.Namespace = api.DefaultNamespace
+	}
+	if c.NATS.Namespace == "" {
+		c.NATS.Namespace = c.Namespace
+	}
+	if c.PrepareDeadline == 0 {
+		c.PrepareDeadline = 6 * time.Hour
+	}
+	if c.ImagePullTimeout == 0 {
+		c.ImagePullTimeout = 5 * time.Minute
+	}
+	if c.ClusterDomain == "" {
+		c.ClusterDomain = "cluster.local"
+	}
+	if c.MetricsAddr == "" {
+		c.MetricsAddr = ":8080"
+	}
+	if c.ProbeAddr == "" {
+		c.ProbeAddr = ":8081"
+	}
+	if c.LeaderElectionID == "" {
+		c.LeaderElectionID = "runplane-controller"
+	}
+	if c.RESTConfig == nil {
+		rc, err := ctrl.GetConfig()
+		if err != nil {
+			return fmt.Errorf("controllers: kubernetes client config: %w", err)
+		}
+		c.RESTConfig = rc
+	}
+	return nil
+}
+
+// Run starts the manager and blocks until ctx is done or a controller fails.
+func Run(ctx context.Context, cfg Config) error {
+	mgr, err := NewManager(cfg)
+	if err != nil {
+		return err
+	}
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("controllers: manager: %w", err)
+	}
+	return nil
+}
+
+// NewManager builds the manager with every controller registered, without
+// starting it.
+func NewManager(cfg Config) (ctrl.Manager, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("controllers: scheme: %w", err)
+	}
+	// Objects runplane creates are watched through their managed-by label
+	// only; Secrets in particular are never cached cluster-wide.
+	owned := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{api.LabelManagedBy: api.ManagedByController})}
+	mgr, err := ctrl.NewManager(cfg.RESTConfig, ctrl.Options{
+		Scheme:     scheme,
+		Logger:     cfg.Logger,
+		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(cfg.SkipNameValidation)},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&batchv1.Job{}:                owned,
+			&appsv1.Deployment{}:          owned,
+			&corev1.Service{}:             owned,
+			&networkingv1.NetworkPolicy{}: owned,
+			&corev1.Secret{}:              owned,
+		}},
+		Metrics:                       metricsserver.Options{BindAddress: cfg.MetricsAddr},
+		HealthProbeBindAddress:        cfg.ProbeAddr,
+		LeaderElection:                cfg.LeaderElection,
+		LeaderElectionID:              cfg.LeaderElectionID,
+		LeaderElectionNamespace:       cfg.Namespace,
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("controllers: new manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("controllers: healthz: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("controllers: readyz: %w", err)
+	}
+	setups := []func(ctrl.Manager) error{
+		func(m ctrl.Manager) error {
+			return storage.Setup(m, storage.Options{Image: cfg.Image, Deadline: cfg.PrepareDeadline, ImagePullTimeout: cfg.ImagePullTimeout})
+		},
+		func(m ctrl.Manager) error {
+			return accessor.Setup(m, accessor.Options{Image: cfg.Image, ClusterDomain: cfg.ClusterDomain})
+		},
+		gate.Setup,
+		func(m ctrl.Manager) error { return egress.Setup(m, egress.Options{NATS: cfg.NATS}) },
+	}
+	if cfg.NATSCredentialsSource != "" {
+		setups = append(setups, func(m ctrl.Manager) error {
+			return natssecret.Setup(m, natssecret.Options{Namespace: cfg.Namespace, Source: cfg.NATSCredentialsSource})
+		})
+	}
+	for _, setup := range append(setups, cfg.Setups...) {
+		if err := setup(mgr); err != nil {
+			return nil, fmt.Errorf("controllers: %w", err)
+		}
+	}
+	return mgr, nil
+}
