@@ -45,11 +45,6 @@ const (
 	// DefaultContainerAnnotation picks the main container that gets a GPU
 	// spec's resources (kubectl uses the same annotation).
 	DefaultContainerAnnotation = "kubectl.kubernetes.io/default-container"
-	// ManagedByLabel with value ManagedByRunplane marks Pods runplane itself
-	// creates (prepare Jobs, accessors): they mount PVCs that are not
-	// prepared yet by design, so the storage gate skips them.
-	ManagedByLabel    = "app.kubernetes.io/managed-by"
-	ManagedByRunplane = "runplane"
 )
 
 // Config is the platform side of an injection: what the chart or make dev
@@ -118,6 +113,76 @@ type Mutator struct {
 type Result struct {
 	Pod      *corev1.Pod
 	Features []Feature
+	// Unchanged is set when the Pod was already injected with this
+	// configuration (a reinvocation): Pod is the input itself.
+	Unchanged bool
+}
+
+// plan is what a Pod's labels ask for under the current configuration.
+type plan struct {
+	opts               Options
+	stockSpec, gpuSpec catalog.Spec
+	labelled           []Feature
+	hash               string
+}
+
+func (m *Mutator) plan(labels, annotations map[string]string) (*plan, error) {
+	opts, err := ParseOptions(labels, annotations)
+	if err != nil {
+		return nil, err
+	}
+	cat := m.Catalog()
+	p := &plan{opts: opts}
+	hashed := struct {
+		Config  Config        `json:"config"`
+		Options Options       `json:"options"`
+		Specs   []catalogSpec `json:"specs,omitempty"`
+	}{Config: m.Config, Options: opts}
+	if opts.Stock != "" {
+		if p.stockSpec, err = cat.Lookup(api.LabelStock, opts.Stock); err != nil {
+			return nil, err
+		}
+		hashed.Specs = append(hashed.Specs, catalogSpec{p.stockSpec})
+		p.labelled = append(p.labelled, FeatureStock)
+	}
+	if opts.GPUSpec != "" {
+		if p.gpuSpec, err = cat.Lookup(api.LabelGPUSpec, opts.GPUSpec); err != nil {
+			return nil, err
+		}
+		hashed.Specs = append(hashed.Specs, catalogSpec{p.gpuSpec})
+		p.labelled = append(p.labelled, FeatureGPUSpec)
+	}
+	if opts.Pool != "" {
+		p.labelled = append(p.labelled, FeaturePool)
+	}
+	if opts.SSH {
+		p.labelled = append(p.labelled, FeatureSSH)
+	}
+	if p.hash, err = configHash(hashed); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// done reports whether the Pod already carries this plan's injection.
+func (p *plan) done(annotations map[string]string) ([]Feature, bool) {
+	prev, prevHash := parseInjected(annotations)
+	return prev, prevHash == p.hash && slices.Equal(withoutGate(prev), p.labelled)
+}
+
+// AlreadyInjected reports whether a Pod with these labels and annotations
+// was already injected with the current configuration, so the caller can
+// skip decoding the whole Pod (the common case on reinvocation).
+func (m *Mutator) AlreadyInjected(labels, annotations map[string]string) bool {
+	if _, ok := annotations[api.AnnotationInjected]; !ok {
+		return false
+	}
+	p, err := m.plan(labels, annotations)
+	if err != nil {
+		return false
+	}
+	_, ok := p.done(annotations)
+	return ok
 }
 
 // Mutate returns a mutated copy of pod (created in namespace, which the Pod
@@ -126,38 +191,30 @@ type Result struct {
 // the user can fix are *InvalidError or *catalog.UnknownSpecError (see
 // IsDenial); others are failures to read cluster state.
 func (m *Mutator) Mutate(ctx context.Context, pod *corev1.Pod, namespace string) (*Result, error) {
-	opts, err := ParseOptions(pod.Labels, pod.Annotations)
+	p, err := m.plan(pod.Labels, pod.Annotations)
 	if err != nil {
 		return nil, err
 	}
-	out := pod.DeepCopy()
-	prev := injectedFeatures(pod.Annotations)
-	cat := m.Catalog()
-	var features []Feature
-	hashed := struct {
-		Config  Config        `json:"config"`
-		Options Options       `json:"options"`
-		Specs   []catalogSpec `json:"specs,omitempty"`
-	}{Config: m.Config, Options: opts}
+	opts, stockSpec, gpuSpec, hash := p.opts, p.stockSpec, p.gpuSpec, p.hash
 
+	// A Pod this configuration already injected is left alone: on
+	// reinvocation the object also carries what other admission plugins
+	// added since (token mounts, other sidecars), which must not be undone.
+	prev, done := p.done(pod.Annotations)
+	if done {
+		return &Result{Pod: pod, Features: prev, Unchanged: true}, nil
+	}
+
+	out := pod.DeepCopy()
+	var features []Feature
 	if opts.Stock != "" {
-		spec, err := cat.Lookup(api.LabelStock, opts.Stock)
-		if err != nil {
-			return nil, err
-		}
-		hashed.Specs = append(hashed.Specs, catalogSpec{spec})
-		if err := m.applyStock(ctx, out, spec); err != nil {
+		if err := m.applyStock(ctx, out, stockSpec); err != nil {
 			return nil, err
 		}
 		features = append(features, FeatureStock)
 	}
 	if opts.GPUSpec != "" {
-		spec, err := cat.Lookup(api.LabelGPUSpec, opts.GPUSpec)
-		if err != nil {
-			return nil, err
-		}
-		hashed.Specs = append(hashed.Specs, catalogSpec{spec})
-		if err := m.applyGPU(ctx, out, spec, slices.Contains(prev, FeatureGPUSpec)); err != nil {
+		if err := m.applyGPU(ctx, out, gpuSpec, slices.Contains(prev, FeatureGPUSpec)); err != nil {
 			return nil, err
 		}
 		features = append(features, FeatureGPUSpec)
@@ -174,13 +231,13 @@ func (m *Mutator) Mutate(ctx context.Context, pod *corev1.Pod, namespace string)
 		}
 		features = append(features, FeatureSSH)
 	}
-	if opts.Stock == "" && out.Labels[ManagedByLabel] != ManagedByRunplane {
+	// runplane's own Pods (prepare Jobs, accessors) mount claims that are
+	// not prepared yet by design: never gate them.
+	if opts.Stock == "" && out.Labels[api.LabelManagedBy] != api.ManagedByController {
 		gated, err := m.applyStorageGate(ctx, out, namespace)
 		if err != nil {
 			return nil, err
 		}
-		// A gate added by the first pass stays recorded on reinvocation even
-		// if the PVC became ready in between: the gate is still there.
 		if gated || (slices.Contains(prev, FeatureStorageGate) && hasGate(out)) {
 			features = append(features, FeatureStorageGate)
 		}
@@ -189,11 +246,7 @@ func (m *Mutator) Mutate(ctx context.Context, pod *corev1.Pod, namespace string)
 		if out.Annotations == nil {
 			out.Annotations = map[string]string{}
 		}
-		v, err := injectedValue(features, hashed)
-		if err != nil {
-			return nil, err
-		}
-		out.Annotations[api.AnnotationInjected] = v
+		out.Annotations[api.AnnotationInjected] = injectedValue(features, hash)
 	}
 	return &Result{Pod: out, Features: features}, nil
 }
@@ -229,33 +282,41 @@ func (s catalogSpec) MarshalJSON() ([]byte, error) {
 	}{s.Name, plain(s.Spec)})
 }
 
-// injectedValue is "<feature>,<feature> hash=<16 hex>": readable by a human
-// and stable for one injection config, so reinvocations compare equal.
-func injectedValue(features []Feature, hashed any) (string, error) {
+func configHash(hashed any) (string, error) {
 	b, err := json.Marshal(hashed)
 	if err != nil {
 		return "", fmt.Errorf("hashing injection config: %w", err)
 	}
 	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8]), nil
+}
+
+// injectedValue is "<feature>,<feature> hash=<16 hex>": readable by a human
+// and stable for one injection config, so reinvocations compare equal.
+func injectedValue(features []Feature, hash string) string {
 	names := make([]string, len(features))
 	for i, f := range features {
 		names[i] = string(f)
 	}
-	return strings.Join(names, ",") + " hash=" + hex.EncodeToString(sum[:8]), nil
+	return strings.Join(names, ",") + " hash=" + hash
 }
 
-// injectedFeatures reads the features a previous pass recorded.
-func injectedFeatures(annotations map[string]string) []Feature {
+// parseInjected reads the features and hash a previous pass recorded.
+func parseInjected(annotations map[string]string) ([]Feature, string) {
 	v, ok := annotations[api.AnnotationInjected]
 	if !ok {
-		return nil
+		return nil, ""
 	}
-	list, _, _ := strings.Cut(v, " ")
+	list, hash, _ := strings.Cut(v, " hash=")
 	var out []Feature
 	for _, f := range strings.Split(list, ",") {
 		if slices.Contains(Features, Feature(f)) {
 			out = append(out, Feature(f))
 		}
 	}
-	return out
+	return out, hash
+}
+
+func withoutGate(fs []Feature) []Feature {
+	return slices.DeleteFunc(slices.Clone(fs), func(f Feature) bool { return f == FeatureStorageGate })
 }

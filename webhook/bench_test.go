@@ -1,0 +1,70 @@
+package webhook
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// BenchmarkAdmit measures one admission review through the handler,
+// in-process (decode, mutate, patch, encode; no TLS or network), and
+// reports p50/p99 latency and admissions per second. Goal: p99 <= 1 ms.
+//
+//	go test ./webhook -run '^$' -bench BenchmarkAdmit -benchtime 2000x
+func BenchmarkAdmit(b *testing.B) {
+	for _, tc := range []struct{ name, file string }{
+		{"gpu", "testdata/pods/gpu.in.yaml"},
+		{"all-features", "testdata/pods/gpu-pool-ssh-storage.in.yaml"},
+		{"reinvocation", "testdata/pods/gpu-pool-ssh-storage.out.yaml"},
+		{"denied", "testdata/pods/deny-gpu-unknown-spec.in.yaml"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			raw, err := os.ReadFile(tc.file)
+			if err != nil {
+				b.Fatal(err)
+			}
+			body, err := json.Marshal(&admissionv1.AdmissionReview{
+				TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+				Request: &admissionv1.AdmissionRequest{
+					UID: "u", Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, Namespace: testNamespace,
+					Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: podJSON(b, raw)},
+				},
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := NewHandler(testMutator(b), nil, nil)
+			lat := make([]time.Duration, 0, b.N)
+			b.ReportAllocs()
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				req := httptest.NewRequest(http.MethodPost, MutatePodsPath, bytes.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				lat = append(lat, time.Since(t0))
+				if rec.Code != http.StatusOK {
+					b.Fatalf("status %d", rec.Code)
+				}
+			}
+			elapsed := time.Since(start)
+			b.StopTimer()
+			slices.Sort(lat)
+			q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) }
+			b.ReportMetric(q(0.50), "p50-µs")
+			b.ReportMetric(q(0.99), "p99-µs")
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "admissions/s")
+		})
+	}
+}

@@ -1,0 +1,163 @@
+package webhook
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"slices"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/webhook/mutate"
+)
+
+// Paths the webhook serves admission reviews on.
+const (
+	MutatePodsPath   = "/mutate-pods"
+	ValidatePVCsPath = "/validate-pvcs"
+)
+
+// DefaultConfigurationName names both the Mutating- and the
+// ValidatingWebhookConfiguration.
+const DefaultConfigurationName = "runplane-webhook"
+
+// ConfigHashAnnotation on a webhook configuration records the hash of the
+// shape it was written with, so Run rewrites it only when the shape changes.
+const ConfigHashAnnotation = api.Prefix + "config-hash"
+
+// ConfigurationOptions shapes the webhook configuration objects.
+type ConfigurationOptions struct {
+	// Name of both configuration objects (default runplane-webhook).
+	Name string
+	// Namespace is runplane's namespace; it and kube-system are excluded.
+	Namespace string
+	// Exactly one of URL (a base such as https://127.0.0.1:9443, for make
+	// dev and tests) and Service (the chart) says where the webhook is.
+	URL     string
+	Service *admissionregistrationv1.ServiceReference
+	// CABundle verifies the webhook's serving certificate.
+	CABundle []byte
+}
+
+// Configurations returns the webhook configuration objects: one mutating
+// entry per Pod feature, each selecting only Pods carrying its label (so
+// unlabelled Pods never reach the webhook and are admitted even while it is
+// down), one for the storage gate selecting only Pods that mount a claim,
+// and one validating entry for claims carrying a runplane annotation. The
+// Helm chart copies this shape; tests use it as is.
+func Configurations(o ConfigurationOptions) (*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.ValidatingWebhookConfiguration) {
+	if o.Name == "" {
+		o.Name = DefaultConfigurationName
+	}
+	if o.Namespace == "" {
+		o.Namespace = api.DefaultNamespace
+	}
+	excluded := []string{"kube-system", o.Namespace}
+	slices.Sort(excluded)
+	excluded = slices.Compact(excluded)
+	nsSelector := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: excluded,
+	}}}
+	client := func(p string) admissionregistrationv1.WebhookClientConfig {
+		cc := admissionregistrationv1.WebhookClientConfig{CABundle: o.CABundle}
+		if o.Service != nil {
+			svc := *o.Service
+			svc.Path = ptr.To(p)
+			if svc.Port == nil {
+				svc.Port = ptr.To(int32(443))
+			}
+			cc.Service = &svc
+		} else {
+			cc.URL = ptr.To(o.URL + p)
+		}
+		return cc
+	}
+	podRules := []admissionregistrationv1.RuleWithOperations{{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+		Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"},
+			Resources: []string{"pods"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+	}}
+	mutating := func(name string, sel *metav1.LabelSelector, conds []admissionregistrationv1.MatchCondition) admissionregistrationv1.MutatingWebhook {
+		return admissionregistrationv1.MutatingWebhook{
+			Name:                    name,
+			ClientConfig:            client(MutatePodsPath),
+			Rules:                   podRules,
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			NamespaceSelector:       nsSelector,
+			ObjectSelector:          sel,
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			TimeoutSeconds:          ptr.To(int32(5)),
+			AdmissionReviewVersions: []string{"v1"},
+			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
+			MatchConditions:         conds,
+		}
+	}
+	exists := func(key string) *metav1.LabelSelector {
+		return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: key, Operator: metav1.LabelSelectorOpExists}}}
+	}
+	m := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: o.Name},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{
+			mutating(string(mutate.FeatureGPUSpec)+".runplane.io", exists(api.LabelGPUSpec), nil),
+			mutating(string(mutate.FeatureStock)+".runplane.io", exists(api.LabelStock), nil),
+			mutating(string(mutate.FeaturePool)+".runplane.io", exists(api.LabelPool), nil),
+			mutating(string(mutate.FeatureSSH)+".runplane.io", exists(api.LabelSSH), nil),
+			// No label selects the storage gate: a CEL condition sends only
+			// Pods that mount a claim, and runplane's own prepare and
+			// accessor Pods are left out.
+			mutating(string(mutate.FeatureStorageGate)+".runplane.io",
+				&metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+					Key: api.LabelManagedBy, Operator: metav1.LabelSelectorOpNotIn, Values: []string{api.ManagedByController}}}},
+				[]admissionregistrationv1.MatchCondition{{
+					Name:       "mounts-a-claim",
+					Expression: "has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.persistentVolumeClaim))",
+				}}),
+		},
+	}
+	v := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: o.Name},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:         "pvc.runplane.io",
+			ClientConfig: client(ValidatePVCsPath),
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"},
+					Resources: []string{"persistentvolumeclaims"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+			}},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			NamespaceSelector:       nsSelector,
+			ObjectSelector:          &metav1.LabelSelector{},
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			TimeoutSeconds:          ptr.To(int32(5)),
+			AdmissionReviewVersions: []string{"v1"},
+			MatchConditions: []admissionregistrationv1.MatchCondition{{
+				Name:       "has-runplane-annotation",
+				Expression: "has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('" + api.Prefix + "'))",
+			}},
+		}},
+	}
+	m.Annotations = map[string]string{ConfigHashAnnotation: shapeHash(m.Webhooks)}
+	v.Annotations = map[string]string{ConfigHashAnnotation: shapeHash(v.Webhooks)}
+	return m, v
+}
+
+// shapeHash hashes the webhooks without their caBundle, which is patched on
+// its own.
+func shapeHash(webhooks any) string {
+	b, _ := json.Marshal(webhooks) // plain API types always marshal
+	var generic []map[string]any
+	_ = json.Unmarshal(b, &generic)
+	for _, w := range generic {
+		if cc, ok := w["clientConfig"].(map[string]any); ok {
+			delete(cc, "caBundle")
+		}
+	}
+	b, _ = json.Marshal(generic)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}

@@ -1,0 +1,77 @@
+package webhook
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/catalog"
+	"github.com/runplane/runplane/webhook/mutate"
+)
+
+// The fixtures of the in-process tests: a fixed catalog, claims and
+// PriorityClasses, standing in for cluster state (the integration tests in
+// webhook/e2e use the real thing).
+
+const testNamespace = "team-a"
+
+func testCatalog(t testing.TB) catalog.Catalog {
+	t.Helper()
+	c, err := catalog.Parse(map[string]string{
+		"g1.1":      "gpu: 1\ncpu: \"8\"\nmemory: 32Gi\n",
+		"g8.a100":   "gpu: 8\ncpu: \"64\"\nmemory: 512Gi\nnodeSelector:\n  gpu.runplane.io/model: a100\ntolerations:\n- key: nvidia.com/gpu\n  operator: Exists\n  effect: NoSchedule\nstock: Required\n",
+		"cpu.small": "gpu: 0\ncpu: \"2\"\nmemory: 4Gi\n",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+type fakePVCs map[string]*corev1.PersistentVolumeClaim
+
+func (f fakePVCs) GetPVC(_ context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error) {
+	return f[namespace+"/"+name], nil
+}
+
+type fakePCs map[string]*schedulingv1.PriorityClass
+
+func (f fakePCs) GetPriorityClass(_ context.Context, name string) (*schedulingv1.PriorityClass, error) {
+	return f[name], nil
+}
+
+func claim(name string, annotations map[string]string) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace, Annotations: annotations}}
+}
+
+func testMutator(t testing.TB) *mutate.Mutator {
+	never := corev1.PreemptNever
+	cat := testCatalog(t)
+	return &mutate.Mutator{
+		Config: mutate.Config{
+			Image:         "ghcr.io/runplane/runplane:v0.1.0",
+			PauseImage:    "registry.k8s.io/pause:3.10",
+			NATSURL:       "nats://nats.runplane-system.svc:4222",
+			SubjectPrefix: api.DefaultSubjectPrefix,
+			StreamName:    api.DefaultStreamName,
+		},
+		Catalog: func() catalog.Catalog { return cat },
+		PVCs: fakePVCs{
+			testNamespace + "/plain":    claim("plain", nil),
+			testNamespace + "/prepared": claim("prepared", map[string]string{api.AnnotationPrepareFromImage: "busybox:1.36", api.AnnotationPreparePhase: api.PhaseSucceeded, api.AnnotationPrepareObservedAttempt: "0"}),
+			// Succeeded, but the user bumped the attempt to prepare again.
+			testNamespace + "/recovering": claim("recovering", map[string]string{api.AnnotationPrepareFromImage: "busybox:1.36", api.AnnotationPrepareAttempt: "2",
+				api.AnnotationPreparePhase: api.PhaseSucceeded, api.AnnotationPrepareObservedAttempt: "1"}),
+			testNamespace + "/preparing": claim("preparing", map[string]string{api.AnnotationPrepareFromImage: "busybox:1.36", api.AnnotationPreparePhase: api.PhaseRunning}),
+			testNamespace + "/copying":   claim("copying", map[string]string{api.AnnotationPrepareFromPVC: "prepared"}),
+		},
+		PriorityClasses: fakePCs{
+			api.PriorityClassWorkload: {ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassWorkload}, Value: 1000},
+			api.PriorityClassStock:    {ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassStock}, Value: -1000, PreemptionPolicy: &never},
+		},
+	}
+}

@@ -1,0 +1,443 @@
+package mutate
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/catalog"
+)
+
+// Injected objects carry every field the API server would default, so a
+// reinvocation (which sees the defaulted Pod) computes the same objects and
+// an empty patch.
+const (
+	terminationMessagePath = "/dev/termination-log"
+	secretDefaultMode      = int32(0o644)
+	sidecarPortName        = "runplane-http"
+	sshPortName            = "ssh"
+	nonRootUID             = int64(65532)
+)
+
+func (m *Mutator) applyStock(ctx context.Context, pod *corev1.Pod, spec catalog.Spec) error {
+	if err := setScheduler(pod, api.LabelStock); err != nil {
+		return err
+	}
+	if err := placeOnSpec(pod, api.LabelStock, spec); err != nil {
+		return err
+	}
+	res := spec.Resources()
+	// A placeholder only holds capacity: whatever the template runs is
+	// replaced by one pause container holding the full spec.
+	pause := m.container(PauseContainerName, m.Config.PauseImage)
+	pause.Resources = corev1.ResourceRequirements{Requests: res, Limits: spec.Resources()}
+	pod.Spec.InitContainers = nil
+	pod.Spec.Containers = []corev1.Container{pause}
+	pod.Spec.Volumes = nil
+	pod.Spec.AutomountServiceAccountToken = ptr.To(false)
+	pod.Spec.TerminationGracePeriodSeconds = ptr.To(int64(0))
+	return m.setPriorityClass(ctx, pod, api.LabelStock, api.PriorityClassStock)
+}
+
+func (m *Mutator) applyGPU(ctx context.Context, pod *corev1.Pod, spec catalog.Spec, reinvoked bool) error {
+	main, err := mainContainer(pod)
+	if err != nil {
+		return err
+	}
+	want := *resource.NewQuantity(spec.GPU, resource.DecimalSI)
+	check := func(c *corev1.Container, isMain bool) error {
+		for _, list := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
+			q, ok := list[spec.GPUResource]
+			if !ok {
+				continue
+			}
+			if isMain && !reinvoked && q.Cmp(want) != 0 {
+				return &ConflictError{Label: api.LabelGPUSpec, Field: fmt.Sprintf("container %q resource %s", c.Name, spec.GPUResource),
+					Reason: fmt.Sprintf("the container asks for %s but GPU spec %q gives %d; remove the GPU request (runplane sets it) or choose a spec with that many GPUs", q.String(), spec.Name, spec.GPU)}
+			}
+			if !isMain && !q.IsZero() {
+				return &ConflictError{Label: api.LabelGPUSpec, Field: fmt.Sprintf("container %q resource %s", c.Name, spec.GPUResource),
+					Reason: fmt.Sprintf("only the main container %q gets the GPUs of spec %q; remove the GPU request from %q", pod.Spec.Containers[main].Name, spec.Name, c.Name)}
+			}
+		}
+		return nil
+	}
+	for i := range pod.Spec.Containers {
+		if err := check(&pod.Spec.Containers[i], i == main); err != nil {
+			return err
+		}
+	}
+	for i := range pod.Spec.InitContainers {
+		if err := check(&pod.Spec.InitContainers[i], false); err != nil {
+			return err
+		}
+	}
+	c := &pod.Spec.Containers[main]
+	if c.Resources.Requests == nil {
+		c.Resources.Requests = corev1.ResourceList{}
+	}
+	if c.Resources.Limits == nil {
+		c.Resources.Limits = corev1.ResourceList{}
+	}
+	for name, q := range spec.Resources() {
+		c.Resources.Requests[name] = q
+		c.Resources.Limits[name] = q.DeepCopy()
+	}
+	if err := setScheduler(pod, api.LabelGPUSpec); err != nil {
+		return err
+	}
+	if err := placeOnSpec(pod, api.LabelGPUSpec, spec); err != nil {
+		return err
+	}
+	return m.setPriorityClass(ctx, pod, api.LabelGPUSpec, api.PriorityClassWorkload)
+}
+
+// mainContainer is the container that gets a spec's resources: the one the
+// kubectl default-container annotation names, else the first.
+func mainContainer(pod *corev1.Pod) (int, error) {
+	if len(pod.Spec.Containers) == 0 {
+		return 0, &ConflictError{Label: api.LabelGPUSpec, Field: "spec.containers", Reason: "the Pod has no container"}
+	}
+	name, ok := pod.Annotations[DefaultContainerAnnotation]
+	if !ok {
+		return 0, nil
+	}
+	for i, c := range pod.Spec.Containers {
+		if c.Name == name {
+			return i, nil
+		}
+	}
+	names := make([]string, len(pod.Spec.Containers))
+	for i, c := range pod.Spec.Containers {
+		names[i] = c.Name
+	}
+	return 0, invalidAnnotation(DefaultContainerAnnotation, "names container %q, which the Pod does not have; containers: %s", name, strings.Join(names, ", "))
+}
+
+func setScheduler(pod *corev1.Pod, label string) error {
+	switch pod.Spec.SchedulerName {
+	case "", corev1.DefaultSchedulerName, api.SchedulerName:
+		pod.Spec.SchedulerName = api.SchedulerName
+		return nil
+	}
+	return &ConflictError{Label: label, Field: "spec.schedulerName",
+		Reason: fmt.Sprintf("is %q, but runplane Pods are scheduled by %q; remove schedulerName", pod.Spec.SchedulerName, api.SchedulerName)}
+}
+
+// placeOnSpec adds the spec's node selector and tolerations.
+func placeOnSpec(pod *corev1.Pod, label string, spec catalog.Spec) error {
+	for _, k := range sortedKeys(spec.NodeSelector) {
+		v := spec.NodeSelector[k]
+		if have, ok := pod.Spec.NodeSelector[k]; ok && have != v {
+			return &ConflictError{Label: label, Field: "spec.nodeSelector[" + k + "]",
+				Reason: fmt.Sprintf("is %q, but GPU spec %q needs %q; remove it", have, spec.Name, v)}
+		}
+		if pod.Spec.NodeSelector == nil {
+			pod.Spec.NodeSelector = map[string]string{}
+		}
+		pod.Spec.NodeSelector[k] = v
+	}
+	for _, t := range spec.Tolerations {
+		if !slices.ContainsFunc(pod.Spec.Tolerations, func(have corev1.Toleration) bool { return equality.Semantic.DeepEqual(have, t) }) {
+			pod.Spec.Tolerations = append(pod.Spec.Tolerations, t)
+		}
+	}
+	return nil
+}
+
+// setPriorityClass sets the class and also its value and preemption policy:
+// the Priority admission plugin resolved them before this webhook ran, and
+// recomputes (and insists on) them if the chain is reinvoked.
+func (m *Mutator) setPriorityClass(ctx context.Context, pod *corev1.Pod, label, name string) error {
+	pc, err := m.PriorityClasses.GetPriorityClass(ctx, name)
+	if err != nil {
+		return fmt.Errorf("label %s: reading PriorityClass %s: %w", label, name, err)
+	}
+	if pc == nil {
+		return fmt.Errorf("label %s: PriorityClass %s does not exist: runplane's chart creates it", label, name)
+	}
+	pod.Spec.PriorityClassName = name
+	pod.Spec.Priority = ptr.To(pc.Value)
+	policy := corev1.PreemptLowerPriority
+	if pc.PreemptionPolicy != nil {
+		policy = *pc.PreemptionPolicy
+	}
+	pod.Spec.PreemptionPolicy = &policy
+	return nil
+}
+
+func (m *Mutator) applyPool(pod *corev1.Pod, o Options) error {
+	if pod.Labels[api.LabelEgress] != api.EgressRestricted {
+		if pod.Labels == nil {
+			pod.Labels = map[string]string{}
+		}
+		pod.Labels[api.LabelEgress] = api.EgressRestricted
+	}
+	socketDir := path.Dir(o.Framework.Socket)
+	upsertVolume(pod, corev1.Volume{Name: VolumeFrameworkSocket, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	upsertVolume(pod, corev1.Volume{Name: VolumeNATSCredentials, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		SecretName: api.NATSCredentialsSecret, DefaultMode: ptr.To(secretDefaultMode)}}})
+
+	contract := frameworkEnv(o)
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		if err := upsertMount(c, corev1.VolumeMount{Name: VolumeFrameworkSocket, MountPath: socketDir}, api.AnnotationFrameworkSocket); err != nil {
+			return err
+		}
+		upsertEnv(c, contract)
+	}
+
+	probe := func(p string, period, failures int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path: p, Port: intstr.FromString(sidecarPortName), Scheme: corev1.URISchemeHTTP}},
+			TimeoutSeconds: 1, PeriodSeconds: period, SuccessThreshold: 1, FailureThreshold: failures,
+		}
+	}
+	sc := m.container(api.SidecarContainerName, m.Config.Image)
+	sc.Command = []string{SidecarCommand}
+	sc.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
+	sc.Ports = []corev1.ContainerPort{{Name: sidecarPortName, ContainerPort: api.SidecarHTTPPort, Protocol: corev1.ProtocolTCP}}
+	sc.Env = append(contract,
+		corev1.EnvVar{Name: api.EnvConcurrency, Value: strconv.Itoa(o.Concurrency)},
+		corev1.EnvVar{Name: api.EnvNATSURL, Value: m.Config.NATSURL},
+		corev1.EnvVar{Name: api.EnvSubjectPrefix, Value: m.Config.SubjectPrefix},
+		corev1.EnvVar{Name: api.EnvStreamName, Value: m.Config.StreamName},
+		corev1.EnvVar{Name: api.EnvNATSCredentialsDir, Value: api.NATSCredentialsMountDir},
+		corev1.EnvVar{Name: api.EnvSidecarHTTPAddr, Value: ":" + strconv.Itoa(api.SidecarHTTPPort)},
+	)
+	sc.VolumeMounts = []corev1.VolumeMount{
+		{Name: VolumeFrameworkSocket, MountPath: socketDir},
+		{Name: VolumeNATSCredentials, MountPath: api.NATSCredentialsMountDir, ReadOnly: true},
+	}
+	// Startup only needs the sidecar itself (/livez): the main containers
+	// start after it, so waiting for the framework here would deadlock.
+	// Readiness reports the framework's health, so the Pod is Ready only
+	// when it can serve.
+	sc.StartupProbe = probe("/livez", 1, 60)
+	sc.ReadinessProbe = probe("/readyz", 2, 3)
+	sc.LivenessProbe = probe("/livez", 10, 3)
+	sc.SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true)}
+	upsertSidecar(pod, sc)
+	return nil
+}
+
+// frameworkEnv is the framework contract every main container gets, under
+// runplane's names and the seed's SERVERLESS_* names.
+func frameworkEnv(o Options) []corev1.EnvVar {
+	field := func(name, p string) corev1.EnvVar {
+		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: p}}}
+	}
+	val := func(name, v string) corev1.EnvVar { return corev1.EnvVar{Name: name, Value: v} }
+	return []corev1.EnvVar{
+		val(api.EnvPool, o.Pool),
+		field(api.EnvWorkerName, "metadata.name"),
+		field(api.EnvWorkerNamespace, "metadata.namespace"),
+		val(api.EnvFrameworkSocket, o.Framework.Socket),
+		val(api.EnvFrameworkInvokePath, o.Framework.InvokePath),
+		val(api.EnvFrameworkHealthPath, o.Framework.HealthPath),
+		val(api.EnvSeedRequestID, o.Pool),
+		field(api.EnvSeedWorkerName, "metadata.name"),
+		field(api.EnvSeedWorkerNamespace, "metadata.namespace"),
+		val(api.EnvSeedSocketPath, o.Framework.Socket),
+		val(api.EnvSeedInvokePath, o.Framework.InvokePath),
+		val(api.EnvSeedHealthPath, o.Framework.HealthPath),
+	}
+}
+
+func (m *Mutator) applySSH(pod *corev1.Pod, o Options) error {
+	upsertVolume(pod, corev1.Volume{Name: VolumeSSHAuthorizedKey, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		SecretName:  o.SSHSecret,
+		Items:       []corev1.KeyToPath{{Key: api.SSHAuthorizedKeysKey, Path: api.SSHAuthorizedKeysKey}},
+		DefaultMode: ptr.To(secretDefaultMode),
+	}}})
+	// An emptyDir outlives container restarts, so the host key the sidecar
+	// generates on first start stays the same for the Pod's life.
+	upsertVolume(pod, corev1.Volume{Name: VolumeSSHHostKey, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+
+	sc := m.container(api.SSHContainerName, m.Config.Image)
+	sc.Command = []string{SSHCommand,
+		"--listen", ":" + strconv.Itoa(api.SSHPort),
+		"--authorized-keys", path.Join(api.SSHAuthorizedKeysDir, api.SSHAuthorizedKeysKey),
+		"--host-key", path.Join(api.SSHHostKeyDir, "host_key"),
+	}
+	sc.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
+	sc.Ports = []corev1.ContainerPort{{Name: sshPortName, ContainerPort: api.SSHPort, Protocol: corev1.ProtocolTCP}}
+	sc.VolumeMounts = []corev1.VolumeMount{
+		{Name: VolumeSSHAuthorizedKey, MountPath: api.SSHAuthorizedKeysDir, ReadOnly: true},
+		{Name: VolumeSSHHostKey, MountPath: api.SSHHostKeyDir},
+	}
+	sc.StartupProbe = &corev1.Probe{
+		ProbeHandler:   corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(sshPortName)}},
+		TimeoutSeconds: 1, PeriodSeconds: 1, SuccessThreshold: 1, FailureThreshold: 60,
+	}
+	sc.SecurityContext = &corev1.SecurityContext{
+		RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(nonRootUID), RunAsGroup: ptr.To(nonRootUID),
+		AllowPrivilegeEscalation: ptr.To(false),
+	}
+	upsertSidecar(pod, sc)
+	return nil
+}
+
+// applyStorageGate adds the scheduling gate when a mounted PVC waits for its
+// preparation. A PVC that does not exist yet is gated too: it may be created
+// with prepare annotations, and the gate controller releases the Pod once
+// every claim exists and is ready.
+func (m *Mutator) applyStorageGate(ctx context.Context, pod *corev1.Pod, namespace string) (bool, error) {
+	if pod.Spec.NodeName != "" {
+		return false, nil // a bound Pod cannot carry scheduling gates
+	}
+	need := false
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		pvc, err := m.PVCs.GetPVC(ctx, namespace, v.PersistentVolumeClaim.ClaimName)
+		if err != nil {
+			return false, fmt.Errorf("storage gate: reading PVC %s/%s: %w", namespace, v.PersistentVolumeClaim.ClaimName, err)
+		}
+		if pvc == nil || NeedsPreparation(pvc) {
+			need = true
+			break
+		}
+	}
+	if !need || hasGate(pod) {
+		return need, nil
+	}
+	pod.Spec.SchedulingGates = append(pod.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: api.SchedulingGateStorage})
+	return true, nil
+}
+
+// NeedsPreparation reports whether a PVC asks for preparation whose
+// current attempt has not succeeded yet. It is the inverse of the gate
+// controller's readiness (controllers/storage.Ready): phase Succeeded for the
+// attempt the user asked for (runplane.io/prepare-attempt, absent = 0).
+func NeedsPreparation(pvc *corev1.PersistentVolumeClaim) bool {
+	a := pvc.Annotations
+	if a[api.AnnotationPrepareFromImage] == "" && a[api.AnnotationPrepareFromPVC] == "" {
+		return false
+	}
+	attempt := int64(0)
+	if v := a[api.AnnotationPrepareAttempt]; v != "" {
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil || n < 0 {
+			return true // the controller cannot prepare it either: hold the Pod
+		}
+		attempt = n
+	}
+	return a[api.AnnotationPreparePhase] != api.PhaseSucceeded || a[api.AnnotationPrepareObservedAttempt] != strconv.FormatInt(attempt, 10)
+}
+
+func hasGate(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == api.SchedulingGateStorage })
+}
+
+// container is an injected container with the API server's defaults set.
+func (m *Mutator) container(name, image string) corev1.Container {
+	policy := m.Config.ImagePullPolicy
+	if policy == "" {
+		policy = defaultPullPolicy(image)
+	}
+	return corev1.Container{
+		Name: name, Image: image, ImagePullPolicy: policy,
+		TerminationMessagePath:   terminationMessagePath,
+		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+	}
+}
+
+// defaultPullPolicy mirrors the API server: Always for :latest or untagged.
+func defaultPullPolicy(image string) corev1.PullPolicy {
+	if strings.Contains(image, "@") {
+		return corev1.PullIfNotPresent
+	}
+	_, tag, ok := strings.Cut(image[strings.LastIndex(image, "/")+1:], ":")
+	if !ok || tag == "latest" {
+		return corev1.PullAlways
+	}
+	return corev1.PullIfNotPresent
+}
+
+func upsertVolume(pod *corev1.Pod, v corev1.Volume) {
+	for i := range pod.Spec.Volumes {
+		if pod.Spec.Volumes[i].Name == v.Name {
+			pod.Spec.Volumes[i] = v
+			return
+		}
+	}
+	pod.Spec.Volumes = append(pod.Spec.Volumes, v)
+}
+
+func upsertMount(c *corev1.Container, vm corev1.VolumeMount, key string) error {
+	for i, have := range c.VolumeMounts {
+		if have.Name == vm.Name {
+			c.VolumeMounts[i] = vm
+			return nil
+		}
+		if path.Clean(have.MountPath) == vm.MountPath {
+			return invalidAnnotation(key, "container %q already mounts volume %q at %s, where the framework socket directory goes; set %s to a socket in another directory", c.Name, have.Name, vm.MountPath, key)
+		}
+	}
+	c.VolumeMounts = append(c.VolumeMounts, vm)
+	return nil
+}
+
+// upsertEnv sets each variable, keeping the position of one that exists.
+func upsertEnv(c *corev1.Container, vars []corev1.EnvVar) {
+	for _, v := range vars {
+		i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == v.Name })
+		if i >= 0 {
+			c.Env[i] = v
+		} else {
+			c.Env = append(c.Env, v)
+		}
+	}
+}
+
+// sidecarOrder is the order of runplane's sidecars at the head of the init
+// containers: they start before any user init container.
+var sidecarOrder = []string{api.SidecarContainerName, api.SSHContainerName}
+
+func upsertSidecar(pod *corev1.Pod, sc corev1.Container) {
+	var ours, rest []corev1.Container
+	for _, c := range pod.Spec.InitContainers {
+		switch {
+		case c.Name == sc.Name:
+			// Keep mounts other admission plugins added since (the
+			// ServiceAccount plugin mounts the API token into every
+			// container when the chain is reinvoked).
+			for _, m := range c.VolumeMounts {
+				if !slices.ContainsFunc(sc.VolumeMounts, func(o corev1.VolumeMount) bool { return o.Name == m.Name || o.MountPath == m.MountPath }) {
+					sc.VolumeMounts = append(sc.VolumeMounts, m)
+				}
+			}
+		case slices.Contains(sidecarOrder, c.Name):
+			ours = append(ours, c)
+		default:
+			rest = append(rest, c)
+		}
+	}
+	ours = append(ours, sc)
+	slices.SortStableFunc(ours, func(a, b corev1.Container) int {
+		return slices.Index(sidecarOrder, a.Name) - slices.Index(sidecarOrder, b.Name)
+	})
+	pod.Spec.InitContainers = append(ours, rest...)
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
