@@ -6,7 +6,7 @@
 // Flow: ingress publishes an Invocation on invoke.<pool> (JetStream,
 // Nats-Msg-Id = invocation ID) and records a Record in the KV bucket. The
 // activator sends a Dispatch on dispatch.<pool>.<worker> (JetStream,
-// Nats-Msg-Id = DispatchMsgID). The sidecar consumes its dispatch subject,
+// Nats-Msg-Id = DispatchPublishID). The sidecar consumes its dispatch subject,
 // acks in progress while the framework runs, publishes a Result on
 // result.<pool> (JetStream, Nats-Msg-Id = DispatchMsgID), answers the sync
 // caller on Dispatch.ReplyTo when set, then acks. Worker Events (register,
@@ -115,6 +115,14 @@ type Dispatch struct {
 // retried publish of either is deduplicated by the stream.
 func DispatchMsgID(invocationID string, attempt int) string {
 	return fmt.Sprintf("%s.%d", invocationID, attempt)
+}
+
+// DispatchPublishID is the Nats-Msg-Id the activator publishes a Dispatch
+// with. It must differ from DispatchMsgID, which the Result carries: one
+// stream deduplicates message IDs across all its subjects, so a shared ID
+// would drop the Result as a duplicate of its Dispatch.
+func DispatchPublishID(invocationID string, attempt int) string {
+	return "dispatch." + DispatchMsgID(invocationID, attempt)
 }
 
 // Result is what the sidecar publishes on result.<pool> (and to ReplyTo).

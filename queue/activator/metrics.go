@@ -1,0 +1,32 @@
+package activator
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	accepted, dispatched, redelivered, lost, deadLettered *prometheus.CounterVec
+	finished, scaled                                      *prometheus.CounterVec
+	backlog, inflight                                     *prometheus.GaugeVec
+	scaleFromZero                                         prometheus.Histogram
+}
+
+func newMetrics(r prometheus.Registerer) *metrics {
+	m := &metrics{
+		accepted:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_invocations_accepted_total", Help: "Invocations taken from the stream."}, []string{"pool"}),
+		dispatched:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_dispatches_total", Help: "Dispatches published to workers."}, []string{"pool"}),
+		redelivered:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_redeliveries_total", Help: "Invocations requeued after their worker was lost."}, []string{"pool"}),
+		lost:         prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_lost_invocations_total", Help: "In-flight invocations whose worker was lost."}, []string{"pool"}),
+		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_dead_lettered_total", Help: "Invocations dead-lettered."}, []string{"pool"}),
+		finished:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_results_total", Help: "Terminal results recorded."}, []string{"pool", "state"}),
+		scaled:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_scale_total", Help: "Scale operations."}, []string{"pool", "direction"}),
+		backlog:      prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runplane_activator_backlog", Help: "Queued invocations per pool."}, []string{"pool"}),
+		inflight:     prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runplane_activator_inflight", Help: "Dispatched invocations per pool."}, []string{"pool"}),
+		scaleFromZero: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "runplane_activator_scale_from_zero_seconds",
+			Help: "From the oldest waiting invocation to the scale-up of an empty pool.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
+	}
+	if r != nil {
+		for _, c := range []prometheus.Collector{m.accepted, m.dispatched, m.redelivered, m.lost, m.deadLettered, m.finished, m.scaled, m.backlog, m.inflight, m.scaleFromZero} {
+			_ = r.Register(c)
+		}
+	}
+	return m
+}

@@ -1,0 +1,198 @@
+package queue_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/pool"
+)
+
+// BenchmarkSyncRoundTrip measures a sync invocation end to end: HTTP
+// ingress → JetStream → activator → dispatch → stub worker → result →
+// reply, next to a bare NATS request/reply ("baseline") in the same run.
+// Sub-benchmarks rate=N issue requests open-loop at N/s and report p50 and
+// p99; rate=max runs closed-loop with 32 concurrent callers for throughput.
+// -short runs only rate=100 and rate=max.
+func BenchmarkSyncRoundTrip(b *testing.B) {
+	e := newEnv(b, func(c *queue.Config) { c.MaxBacklog = 1 << 20 })
+	for i := range 2 {
+		e.worker(fmt.Sprintf("w%d", i), 64, nil)
+	}
+	// Baseline responder: a bare NATS service.
+	sub, err := e.nc.Subscribe("bench.echo", func(m *nats.Msg) { _ = m.Respond(m.Data) })
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 30 * time.Second}
+	body := []byte(`{"mode":"sync","payload":{"prompt":"robot"}}`)
+	calls := map[string]func() error{
+		"baseline": func() error {
+			_, err := e.nc.Request("bench.echo", body, 5*time.Second)
+			return err
+		},
+		"queue": func() error {
+			r, err := client.Post(e.base+"/v1/pools/"+testPool+"/invocations", "application/json", bytes.NewReader(body))
+			if err != nil {
+				return err
+			}
+			_, _ = io.Copy(io.Discard, r.Body)
+			r.Body.Close()
+			if r.StatusCode != 200 {
+				return fmt.Errorf("status %d", r.StatusCode)
+			}
+			return nil
+		},
+	}
+	rates := []int{100, 500, 1000}
+	if testing.Short() {
+		rates = []int{100}
+	}
+	for _, rate := range rates {
+		for _, name := range []string{"baseline", "queue"} {
+			b.Run(fmt.Sprintf("rate=%d/%s", rate, name), func(b *testing.B) { openLoop(b, rate, calls[name]) })
+		}
+	}
+	for _, name := range []string{"baseline", "queue"} {
+		b.Run("rate=max/"+name, func(b *testing.B) { closedLoop(b, 32, calls[name]) })
+	}
+}
+
+func report(b *testing.B, lat []time.Duration, elapsed time.Duration) {
+	slices.Sort(lat)
+	if len(lat) == 0 {
+		return
+	}
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "req/s")
+}
+
+// openLoop issues b.N calls at a fixed rate regardless of completions.
+func openLoop(b *testing.B, rate int, call func() error) {
+	interval := time.Second / time.Duration(rate)
+	lat := make([]time.Duration, b.N)
+	var wg sync.WaitGroup
+	var errs sync.Map
+	b.ResetTimer()
+	start := time.Now()
+	for i := range b.N {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			if err := call(); err != nil {
+				errs.Store(i, err)
+			}
+			lat[i] = time.Since(t0)
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	errs.Range(func(_, v any) bool { b.Fatal(v); return false })
+	report(b, lat, elapsed)
+}
+
+// closedLoop runs b.N calls from n concurrent callers.
+func closedLoop(b *testing.B, n int, call func() error) {
+	lat := make([]time.Duration, b.N)
+	next := make(chan int, b.N)
+	for i := range b.N {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				t0 := time.Now()
+				if err := call(); err != nil {
+					b.Error(err)
+					return
+				}
+				lat[i] = time.Since(t0)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	report(b, lat, elapsed)
+}
+
+// recordingScaler notes when each pool is first scaled.
+type recordingScaler struct {
+	mu   sync.Mutex
+	seen map[string]chan struct{}
+}
+
+func (r *recordingScaler) ch(p string) chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seen[p] == nil {
+		r.seen[p] = make(chan struct{})
+	}
+	return r.seen[p]
+}
+
+func (r *recordingScaler) Scale(_ context.Context, p pool.Pool, from, to int) error {
+	if from == 0 && to > 0 {
+		ch := r.ch(p.Name)
+		select {
+		case <-ch:
+		default:
+			close(ch)
+		}
+	}
+	return nil
+}
+
+func (r *recordingScaler) MarkIdle(context.Context, string, []string) error { return nil }
+
+// BenchmarkScaleFromZeroDecision measures from POSTing the first invocation
+// of an empty pool to the activator's scale-up call.
+func BenchmarkScaleFromZeroDecision(b *testing.B) {
+	sc := &recordingScaler{seen: map[string]chan struct{}{}}
+	pools := make([]string, b.N)
+	for i := range pools {
+		pools[i] = fmt.Sprintf("cold%d", i)
+	}
+	e := newEnv(b, func(c *queue.Config) { c.StaticPools = pools; c.Scaler = sc; c.Tick = 250 * time.Millisecond })
+	lat := make([]time.Duration, b.N)
+	b.ResetTimer()
+	start := time.Now()
+	for i, p := range pools {
+		t0 := time.Now()
+		r := e.do("POST", "/v1/pools/"+p+"/invocations", map[string]any{"mode": "async"})
+		if r.code != 202 {
+			b.Fatalf("%d %s", r.code, r.raw)
+		}
+		select {
+		case <-sc.ch(p):
+		case <-time.After(10 * time.Second):
+			b.Fatal("no scale decision")
+		}
+		lat[i] = time.Since(t0)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	report(b, lat, elapsed)
+}

@@ -1,0 +1,271 @@
+package queue_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/messages"
+	"github.com/runplane/runplane/queue/stream"
+	"github.com/runplane/runplane/queue/stubworker"
+)
+
+const testPool = "echo"
+
+type env struct {
+	t        testing.TB
+	ns       *server.Server
+	storeDir string
+	port     int
+	base     string
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	cfg      queue.Config
+	subj     messages.Subjects
+	log      *stubworker.Log
+	stop     func()
+
+	workersMu sync.Mutex
+	workers   map[string]*stubworker.Worker
+}
+
+func startNATS(t testing.TB, dir string, port int) *server.Server {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{JetStream: true, StoreDir: dir, Port: port, Host: "127.0.0.1", NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats not ready")
+	}
+	return ns
+}
+
+func (e *env) natsURL() string { return e.ns.ClientURL() }
+
+// newEnv starts an embedded NATS and the queue service in-process.
+func newEnv(t testing.TB, mutate func(*queue.Config)) *env {
+	t.Helper()
+	e := &env{t: t, storeDir: t.TempDir(), log: stubworker.NewLog()}
+	e.ns = startNATS(t, e.storeDir, -1)
+	e.port = e.ns.Addr().(*net.TCPAddr).Port
+	t.Cleanup(func() { e.ns.Shutdown(); e.ns.WaitForShutdown() })
+	nc, err := nats.Connect(e.natsURL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	e.nc = nc
+	e.js, _ = jetstream.New(nc)
+	e.cfg = queue.Config{
+		NATSURL:          e.natsURL(),
+		Listen:           "127.0.0.1:0",
+		StaticPools:      []string{testPool, "other"},
+		Stream:           stream.Config{DuplicateWindow: time.Second, RecordTTL: time.Hour},
+		HeartbeatTimeout: time.Second,
+		Backoff:          100 * time.Millisecond,
+		Tick:             50 * time.Millisecond,
+		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	if testing.Verbose() {
+		e.cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	if mutate != nil {
+		mutate(&e.cfg)
+	}
+	e.subj = messages.Subjects{Prefix: e.cfg.Stream.WithDefaults().Prefix}
+	e.startQueue()
+	return e
+}
+
+func (e *env) startQueue() {
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	cfg := e.cfg
+	cfg.OnListen = func(a string) { addr <- a }
+	done := make(chan error, 1)
+	go func() { done <- queue.Run(ctx, cfg) }()
+	select {
+	case a := <-addr:
+		e.base = "http://" + a
+	case err := <-done:
+		e.t.Fatalf("queue.Run: %v", err)
+	case <-time.After(20 * time.Second):
+		e.t.Fatal("queue did not start")
+	}
+	e.stop = func() { cancel(); <-done }
+	e.t.Cleanup(func() {
+		if e.stop != nil {
+			e.stop()
+		}
+	})
+	// Let the activator's consumers come up before traffic.
+	time.Sleep(100 * time.Millisecond)
+}
+
+func (e *env) worker(name string, conc int, h stubworker.Handler) *stubworker.Worker {
+	e.t.Helper()
+	w, err := stubworker.Start(context.Background(), stubworker.Config{NC: e.nc, Stream: e.cfg.Stream.WithDefaults().Stream, Subjects: e.subj,
+		Pool: testPool, Name: name, Namespace: "default", Concurrency: conc, Heartbeat: 100 * time.Millisecond, Handler: h, Log: e.log})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(w.Kill)
+	e.workersMu.Lock()
+	if e.workers == nil {
+		e.workers = map[string]*stubworker.Worker{}
+	}
+	e.workers[name] = w
+	e.workersMu.Unlock()
+	return w
+}
+
+type resp struct {
+	code   int
+	header http.Header
+	body   map[string]any
+	raw    []byte
+}
+
+func (e *env) do(method, path string, body any) resp {
+	e.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = bytes.NewBufferString(b)
+	default:
+		bb, _ := json.Marshal(b)
+		rd = bytes.NewReader(bb)
+	}
+	req, _ := http.NewRequest(method, e.base+path, rd)
+	req.Header.Set("Content-Type", "application/json")
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer r.Body.Close()
+	raw, _ := io.ReadAll(r.Body)
+	out := resp{code: r.StatusCode, header: r.Header, raw: raw}
+	_ = json.Unmarshal(raw, &out.body)
+	if out.body == nil {
+		e.t.Fatalf("%s %s: %d non-JSON body %q", method, path, r.StatusCode, raw)
+	}
+	return out
+}
+
+func (e *env) invoke(body map[string]any) resp {
+	return e.do("POST", "/v1/pools/"+testPool+"/invocations", body)
+}
+
+func (e *env) record(id string) messages.Record {
+	e.t.Helper()
+	r := e.do("GET", "/v1/invocations/"+id, nil)
+	var rec messages.Record
+	_ = json.Unmarshal(r.raw, &rec)
+	return rec
+}
+
+func (e *env) waitState(id string, want messages.State, within time.Duration) messages.Record {
+	e.t.Helper()
+	deadline := time.Now().Add(within)
+	var rec messages.Record
+	for time.Now().Before(deadline) {
+		rec = e.record(id)
+		if rec.State == want {
+			return rec
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	e.t.Fatalf("invocation %s: state %q, want %q (record %+v)", id, rec.State, want, rec)
+	return rec
+}
+
+// watchStates collects every state an invocation's Record passes through.
+func (e *env) watchStates(id string) func() []messages.State {
+	e.t.Helper()
+	kv, err := e.js.KeyValue(context.Background(), e.cfg.Stream.WithDefaults().RecordsBucket)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	w, err := kv.Watch(context.Background(), id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = w.Stop() })
+	ch := make(chan messages.State, 64)
+	go func() {
+		for en := range w.Updates() {
+			if en == nil || en.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			if r, err := stream.Decode(en.Value()); err == nil {
+				ch <- r.State
+			}
+		}
+	}()
+	return func() []messages.State {
+		var out []messages.State
+		for {
+			select {
+			case s := <-ch:
+				if len(out) == 0 || out[len(out)-1] != s {
+					out = append(out, s)
+				}
+			case <-time.After(200 * time.Millisecond):
+				return out
+			}
+		}
+	}
+}
+
+// gate is a handler that blocks until released (or cancelled).
+type gate struct {
+	release   chan struct{}
+	started   chan string
+	cancelled chan string
+}
+
+func newGate() *gate {
+	return &gate{release: make(chan struct{}), started: make(chan string, 16), cancelled: make(chan string, 16)}
+}
+
+func (g *gate) handler(ctx context.Context, d messages.Dispatch) (*framework.Response, messages.State, string) {
+	g.started <- d.InvocationID
+	select {
+	case <-g.release:
+		return stubworker.Echo(ctx, d)
+	case <-ctx.Done():
+		g.cancelled <- d.InvocationID
+		return nil, messages.StateCancelled, "cancelled"
+	}
+}
+
+func httpGet(url string) (string, error) {
+	r, err := http.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer r.Body.Close()
+	b, err := io.ReadAll(r.Body)
+	return string(b), err
+}
+
+func httpClient() *http.Client { return &http.Client{Timeout: 5 * time.Second} }
+
+func stringsReader(s string) io.Reader { return bytes.NewBufferString(s) }

@@ -1,0 +1,652 @@
+// Package ingress is the queue service's HTTP API: it validates
+// invocations, records them in the Records bucket (KV Create: the first
+// writer of an invocation ID wins), publishes them durably on
+// invoke.<pool> with the invocation ID as Nats-Msg-Id, and answers async
+// callers with the JetStream ack and sync callers with the result. Sync
+// callers wait on a watch of the Records bucket, so any ingress replica can
+// answer any invocation, plus a core NATS reply inbox as a fast path.
+// Ingress replicas hold no state of their own.
+package ingress
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/runplane/runplane/queue/messages"
+	"github.com/runplane/runplane/queue/pool"
+	"github.com/runplane/runplane/queue/stream"
+)
+
+// Config configures a Server.
+type Config struct {
+	Store *stream.Store
+	NC    *nats.Conn
+	Pools pool.Source
+	// MaxBodyBytes bounds a request body (default 4 MiB; 413 beyond).
+	MaxBodyBytes int64
+	// MaxBacklog bounds the queued invocations per pool (default 1000; 429
+	// beyond).
+	MaxBacklog int
+	// DefaultTimeoutSeconds applies when timeoutSeconds is 0 (default 300);
+	// MaxTimeoutSeconds bounds it (default 3600).
+	DefaultTimeoutSeconds, MaxTimeoutSeconds int
+	// DefaultTTLSeconds applies when ttlSeconds is 0 (default 600).
+	DefaultTTLSeconds int
+	// DisableReplyFastPath makes sync callers rely on the KV watch only.
+	DisableReplyFastPath bool
+	Logger               *slog.Logger
+	Registerer           prometheus.Registerer
+	Gatherer             prometheus.Gatherer
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 4 << 20
+	}
+	if c.MaxBacklog == 0 {
+		c.MaxBacklog = 1000
+	}
+	if c.DefaultTimeoutSeconds == 0 {
+		c.DefaultTimeoutSeconds = 300
+	}
+	if c.MaxTimeoutSeconds == 0 {
+		c.MaxTimeoutSeconds = 3600
+	}
+	if c.DefaultTTLSeconds == 0 {
+		c.DefaultTTLSeconds = 600
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Server serves the ingress API.
+type Server struct {
+	cfg   Config
+	inbox string
+	m     *ingressMetrics
+
+	mu      sync.Mutex
+	waiters map[string]map[chan messages.Record]struct{}
+	status  map[string]stream.PoolStatus
+	local   map[string]int // accepted here since the pool's last status
+
+	stop []func()
+}
+
+// New starts the watches a Server needs; Close stops them.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Store == nil || cfg.NC == nil || cfg.Pools == nil {
+		return nil, errors.New("ingress: Store, NC and Pools are required")
+	}
+	s := &Server{cfg: cfg, waiters: map[string]map[chan messages.Record]struct{}{},
+		status: map[string]stream.PoolStatus{}, local: map[string]int{}, m: newIngressMetrics(cfg.Registerer)}
+	rw, err := cfg.Store.Records.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("watch records: %w", err)
+	}
+	s.stop = append(s.stop, func() { _ = rw.Stop() })
+	go s.watchRecords(rw)
+	pw, err := cfg.Store.Pools.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("watch pool status: %w", err)
+	}
+	s.stop = append(s.stop, func() { _ = pw.Stop() })
+	go s.watchPools(pw)
+	if !cfg.DisableReplyFastPath {
+		s.inbox = "_INBOX.runplane." + nuid.Next()
+		sub, err := cfg.NC.Subscribe(s.inbox+".>", s.onReply)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("subscribe reply inbox: %w", err)
+		}
+		s.stop = append(s.stop, func() { _ = sub.Unsubscribe() })
+	}
+	return s, nil
+}
+
+// Close stops the watches.
+func (s *Server) Close() {
+	for _, f := range s.stop {
+		f()
+	}
+	s.stop = nil
+}
+
+func (s *Server) watchRecords(w jetstream.KeyWatcher) {
+	for e := range w.Updates() {
+		if e == nil || e.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		r, err := stream.Decode(e.Value())
+		if err != nil || !r.State.Terminal() {
+			continue
+		}
+		s.notify(r)
+	}
+}
+
+func (s *Server) watchPools(w jetstream.KeyWatcher) {
+	for e := range w.Updates() {
+		if e == nil || e.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		var ps stream.PoolStatus
+		if json.Unmarshal(e.Value(), &ps) != nil {
+			continue
+		}
+		s.mu.Lock()
+		s.status[e.Key()] = ps
+		s.local[e.Key()] = 0
+		s.mu.Unlock()
+	}
+}
+
+func (s *Server) onReply(m *nats.Msg) {
+	var res messages.Result
+	if json.Unmarshal(m.Data, &res) != nil || res.InvocationID == "" || !res.State.Terminal() {
+		return
+	}
+	s.notify(messages.Record{InvocationID: res.InvocationID, Pool: res.Pool, State: res.State, Worker: res.Worker,
+		Attempt: res.Attempt, Response: res.Response, Error: res.Error, UpdatedAt: res.FinishedAt})
+}
+
+func (s *Server) notify(r messages.Record) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ch := range s.waiters[r.InvocationID] {
+		select {
+		case ch <- r:
+		default:
+		}
+	}
+}
+
+func (s *Server) addWaiter(id string) (chan messages.Record, func()) {
+	ch := make(chan messages.Record, 1)
+	s.mu.Lock()
+	if s.waiters[id] == nil {
+		s.waiters[id] = map[chan messages.Record]struct{}{}
+	}
+	s.waiters[id][ch] = struct{}{}
+	s.mu.Unlock()
+	return ch, func() {
+		s.mu.Lock()
+		delete(s.waiters[id], ch)
+		if len(s.waiters[id]) == 0 {
+			delete(s.waiters, id)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// Handler returns the HTTP API.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/pools/{pool}/invocations", func(w http.ResponseWriter, r *http.Request) {
+		s.handleInvoke(w, r, r.PathValue("pool"), false)
+	})
+	mux.HandleFunc("POST /api/v1/serverless/invocations", func(w http.ResponseWriter, r *http.Request) {
+		s.handleInvoke(w, r, "", true)
+	})
+	mux.HandleFunc("GET /v1/invocations/{id}", s.handleGet)
+	mux.HandleFunc("POST /v1/invocations/{id}/cancel", s.handleCancel)
+	mux.HandleFunc("GET /v1/pools/{pool}", s.handlePool)
+	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(OpenAPI))
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		switch {
+		case !s.cfg.NC.IsConnected():
+			writeError(w, http.StatusServiceUnavailable, "NATS is not connected")
+		case !s.cfg.Pools.Synced():
+			writeError(w, http.StatusServiceUnavailable, "pool list not synced")
+		default:
+			writeJSON(w, 200, map[string]string{"status": "ready"})
+		}
+	})
+	if s.cfg.Gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+// InvokeRequest is the body of POST /v1/pools/{pool}/invocations (and of
+// the seed alias, which names the pool in serverlessRequestID).
+type InvokeRequest struct {
+	Mode                messages.Mode     `json:"mode"`
+	InvocationID        string            `json:"invocationID,omitempty"`
+	ServerlessRequestID string            `json:"serverlessRequestID,omitempty"`
+	Payload             json.RawMessage   `json:"payload,omitempty"`
+	Headers             map[string]string `json:"headers,omitempty"`
+	Attributes          map[string]string `json:"attributes,omitempty"`
+	ContentType         string            `json:"contentType,omitempty"`
+	TimeoutSeconds      int               `json:"timeoutSeconds,omitempty"`
+	TTLSeconds          int               `json:"ttlSeconds,omitempty"`
+}
+
+// Subjects are the subjects of an invocation's pool, as in the seed ack.
+type Subjects struct {
+	Invoke  string `json:"invoke"`
+	Result  string `json:"result"`
+	Metrics string `json:"metrics"`
+}
+
+// Ack is the answer to an accepted async invocation (202).
+type Ack struct {
+	InvocationID string         `json:"invocationID"`
+	Pool         string         `json:"pool"`
+	Stream       string         `json:"stream"`
+	Sequence     uint64         `json:"sequence"`
+	Duplicate    bool           `json:"duplicate"`
+	State        messages.State `json:"state"`
+	Subjects     Subjects       `json:"subjects"`
+	AcceptedAt   time.Time      `json:"acceptedAt"`
+}
+
+// idPattern: usable as a KV key and a Nats-Msg-Id. No '.': derived
+// message IDs append ".<attempt>", which must not collide with another
+// invocation's ID in the stream's duplicate window.
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9_=-]{1,128}$`)
+
+func (s *Server) validate(req *InvokeRequest) error {
+	switch req.Mode {
+	case messages.ModeSync, messages.ModeAsync:
+	case "":
+		return errors.New("field mode is required: sync or async")
+	default:
+		return fmt.Errorf("field mode %q: must be sync or async", req.Mode)
+	}
+	if req.InvocationID != "" && !idPattern.MatchString(req.InvocationID) {
+		return fmt.Errorf("field invocationID %q: 1-128 characters of A-Z a-z 0-9 _ = -", req.InvocationID)
+	}
+	if req.TimeoutSeconds < 0 || req.TimeoutSeconds > s.cfg.MaxTimeoutSeconds {
+		return fmt.Errorf("field timeoutSeconds %d: must be between 0 (default %d) and %d", req.TimeoutSeconds, s.cfg.DefaultTimeoutSeconds, s.cfg.MaxTimeoutSeconds)
+	}
+	if req.TTLSeconds < 0 {
+		return fmt.Errorf("field ttlSeconds %d: must be >= 0 (0: default %d)", req.TTLSeconds, s.cfg.DefaultTTLSeconds)
+	}
+	if len(req.Payload) > 0 && !json.Valid(req.Payload) {
+		return errors.New("field payload: must be valid JSON")
+	}
+	return nil
+}
+
+func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, poolName string, alias bool) {
+	start := time.Now()
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	var req InvokeRequest
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			s.reject(w, poolName, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", s.cfg.MaxBodyBytes))
+			return
+		}
+		s.reject(w, poolName, http.StatusBadRequest, fmt.Sprintf("invalid JSON body: %v", err))
+		return
+	}
+	if alias {
+		poolName = req.ServerlessRequestID
+		if poolName == "" {
+			s.reject(w, poolName, http.StatusBadRequest, "field serverlessRequestID is required (the pool name)")
+			return
+		}
+	} else if req.ServerlessRequestID != "" && req.ServerlessRequestID != poolName {
+		s.reject(w, poolName, http.StatusBadRequest, fmt.Sprintf("field serverlessRequestID %q differs from the pool %q in the path", req.ServerlessRequestID, poolName))
+		return
+	}
+	if err := messages.ValidateToken("pool", poolName); err != nil {
+		s.reject(w, poolName, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := s.validate(&req); err != nil {
+		s.reject(w, poolName, http.StatusBadRequest, err.Error())
+		return
+	}
+	if _, ok := s.cfg.Pools.Lookup(poolName); !ok {
+		s.reject(w, poolName, http.StatusNotFound, fmt.Sprintf("unknown pool %q: no Deployment is labelled runplane.io/pool=%s", poolName, poolName))
+		return
+	}
+	if req.InvocationID == "" {
+		req.InvocationID = nuid.Next()
+	}
+	if req.TimeoutSeconds == 0 {
+		req.TimeoutSeconds = s.cfg.DefaultTimeoutSeconds
+	}
+	if req.TTLSeconds == 0 {
+		req.TTLSeconds = s.cfg.DefaultTTLSeconds
+	}
+	ctx := r.Context()
+	inv := messages.Invocation{InvocationID: req.InvocationID, Pool: poolName, Mode: req.Mode, ContentType: req.ContentType,
+		Headers: req.Headers, Attributes: req.Attributes, Payload: req.Payload, TimeoutSeconds: req.TimeoutSeconds,
+		TTLSeconds: req.TTLSeconds, AcceptedAt: time.Now().UTC()}
+	if req.Mode == messages.ModeSync && s.inbox != "" {
+		inv.ReplyTo = s.inbox + "." + inv.InvocationID
+	}
+	// A sync caller registers before anything is published, so no result
+	// can slip past it.
+	var ch chan messages.Record
+	if req.Mode == messages.ModeSync {
+		var done func()
+		ch, done = s.addWaiter(inv.InvocationID)
+		defer done()
+	}
+
+	ack, rec, err := s.accept(ctx, inv)
+	if errors.Is(err, errBacklog) {
+		w.Header().Set("Retry-After", strconv.Itoa(s.retryAfter(poolName)))
+		s.reject(w, poolName, http.StatusTooManyRequests, fmt.Sprintf("pool %q backlog is full (%d queued)", poolName, s.cfg.MaxBacklog))
+		return
+	}
+	var ce *conflictError
+	if errors.As(err, &ce) {
+		s.reject(w, poolName, http.StatusConflict, ce.Error())
+		return
+	}
+	if err != nil {
+		s.cfg.Logger.Warn("accept invocation", "invocation", inv.InvocationID, "err", err)
+		s.reject(w, poolName, http.StatusServiceUnavailable, fmt.Sprintf("could not enqueue invocation %s: %v", inv.InvocationID, err))
+		return
+	}
+	if ack.Duplicate {
+		s.m.duplicates.WithLabelValues(poolName).Inc()
+	}
+	s.m.accepted.WithLabelValues(poolName, string(req.Mode)).Inc()
+	if req.Mode == messages.ModeAsync {
+		writeJSON(w, http.StatusAccepted, ack)
+		return
+	}
+	if rec.State.Terminal() {
+		writeJSON(w, http.StatusOK, rec)
+		return
+	}
+	final, ok := s.wait(ctx, inv.InvocationID, ch, time.Duration(req.TimeoutSeconds)*time.Second)
+	s.m.syncLatency.WithLabelValues(poolName).Observe(time.Since(start).Seconds())
+	if !ok {
+		writeJSON(w, http.StatusGatewayTimeout, map[string]any{
+			"error":        fmt.Sprintf("no result within timeoutSeconds=%d; poll GET /v1/invocations/%s", req.TimeoutSeconds, inv.InvocationID),
+			"invocationID": inv.InvocationID, "state": final.State,
+		})
+		return
+	}
+	writeJSON(w, http.StatusOK, final)
+}
+
+var errBacklog = errors.New("backlog full")
+
+type conflictError struct{ msg string }
+
+func (e *conflictError) Error() string { return e.msg }
+
+// accept makes inv durable exactly once and returns the ack and the Record.
+func (s *Server) accept(ctx context.Context, inv messages.Invocation) (Ack, messages.Record, error) {
+	st := s.cfg.Store
+	ack := Ack{InvocationID: inv.InvocationID, Pool: inv.Pool, Stream: st.Config.Stream, Subjects: Subjects{
+		Invoke: st.Subjects.Invoke(inv.Pool), Result: st.Subjects.Result(inv.Pool), Metrics: st.Subjects.Metrics(inv.Pool)}}
+	// The Record comes first: it outlives the duplicate window, so a
+	// re-post after it finds the existing invocation.
+	if rec, _, err := st.Get(ctx, inv.InvocationID); err == nil {
+		return s.duplicate(ctx, ack, rec, inv)
+	} else if !errors.Is(err, stream.ErrNotFound) {
+		return ack, rec, err
+	}
+	if s.backlog(inv.Pool) >= s.cfg.MaxBacklog {
+		return ack, messages.Record{}, errBacklog
+	}
+	rec := messages.Record{InvocationID: inv.InvocationID, Pool: inv.Pool, Mode: inv.Mode, State: messages.StateQueued,
+		Stream: st.Config.Stream, AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt}
+	if _, err := st.Create(ctx, rec); errors.Is(err, stream.ErrExists) {
+		// Another request with this ID won the race.
+		cur, _, gerr := st.Get(ctx, inv.InvocationID)
+		if gerr != nil {
+			return ack, cur, gerr
+		}
+		return s.duplicate(ctx, ack, cur, inv)
+	} else if err != nil {
+		return ack, rec, err
+	}
+	pa, err := s.publish(ctx, inv)
+	if err != nil {
+		// Not accepted: free the ID so the caller can retry.
+		_ = st.Delete(context.WithoutCancel(ctx), inv.InvocationID)
+		return ack, rec, err
+	}
+	s.mu.Lock()
+	s.local[inv.Pool]++
+	s.mu.Unlock()
+	rec.Sequence = pa.Sequence
+	s.setSequence(ctx, inv.InvocationID, pa.Sequence)
+	ack.Sequence, ack.Duplicate, ack.State, ack.AcceptedAt = pa.Sequence, pa.Duplicate, messages.StateQueued, inv.AcceptedAt
+	return ack, rec, nil
+}
+
+func (s *Server) publish(ctx context.Context, inv messages.Invocation) (*jetstream.PubAck, error) {
+	b, err := json.Marshal(inv)
+	if err != nil {
+		return nil, fmt.Errorf("encode invocation: %w", err)
+	}
+	msg := &nats.Msg{Subject: s.cfg.Store.Subjects.Invoke(inv.Pool), Data: b, Header: nats.Header{}}
+	pa, err := s.cfg.Store.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(inv.InvocationID))
+	if err != nil {
+		return nil, fmt.Errorf("publish invocation %s: %w", inv.InvocationID, err)
+	}
+	return pa, nil
+}
+
+func (s *Server) setSequence(ctx context.Context, id string, seq uint64) {
+	_, _, err := s.cfg.Store.Update(context.WithoutCancel(ctx), id, func(r *messages.Record) bool {
+		if r.Sequence != 0 {
+			return false
+		}
+		r.Sequence = seq
+		return true
+	})
+	if err != nil {
+		s.cfg.Logger.Debug("record sequence", "invocation", id, "err", err)
+	}
+}
+
+// duplicate answers a re-post of an existing invocation ID.
+func (s *Server) duplicate(ctx context.Context, ack Ack, rec messages.Record, inv messages.Invocation) (Ack, messages.Record, error) {
+	if rec.Pool != inv.Pool {
+		return ack, rec, &conflictError{fmt.Sprintf("invocationID %s already belongs to pool %q", inv.InvocationID, rec.Pool)}
+	}
+	if rec.State == messages.StateQueued && rec.Sequence == 0 && time.Since(rec.AcceptedAt) > 5*time.Second {
+		// The first accepting replica died between the Record and the
+		// publish: publish now (the stream deduplicates a racing publish).
+		pa, err := s.publish(ctx, inv)
+		if err != nil {
+			return ack, rec, err
+		}
+		rec.Sequence = pa.Sequence
+		s.setSequence(ctx, inv.InvocationID, pa.Sequence)
+	}
+	ack.Sequence, ack.Duplicate, ack.State, ack.AcceptedAt = rec.Sequence, true, rec.State, rec.AcceptedAt
+	return ack, rec, nil
+}
+
+// wait blocks until the invocation is terminal or timeout passes.
+func (s *Server) wait(ctx context.Context, id string, ch chan messages.Record, timeout time.Duration) (messages.Record, bool) {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	// Polling backs up the watch across NATS reconnects.
+	poll := time.NewTicker(2 * time.Second)
+	defer poll.Stop()
+	var last messages.Record
+	for {
+		select {
+		case r := <-ch:
+			return r, true
+		case <-poll.C:
+			if r, _, err := s.cfg.Store.Get(ctx, id); err == nil {
+				last = r
+				if r.State.Terminal() {
+					return r, true
+				}
+			}
+		case <-timer.C:
+			if r, _, err := s.cfg.Store.Get(context.WithoutCancel(ctx), id); err == nil {
+				last = r
+				if r.State.Terminal() {
+					return r, true
+				}
+			}
+			if last.State == "" {
+				last.State = messages.StateQueued
+			}
+			return last, false
+		case <-ctx.Done():
+			return last, false
+		}
+	}
+}
+
+func (s *Server) backlog(poolName string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.status[poolName].Backlog + s.local[poolName]
+}
+
+func (s *Server) retryAfter(poolName string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.status[poolName].Capacity > 0 {
+		return 1
+	}
+	return 5
+}
+
+func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	rec, _, err := s.cfg.Store.Get(r.Context(), id)
+	if errors.Is(err, stream.ErrNotFound) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("invocation %q not found", id))
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, rec)
+}
+
+func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var before messages.Record
+	rec, changed, err := s.cfg.Store.Update(r.Context(), id, func(rec *messages.Record) bool {
+		before = *rec
+		if rec.State.Terminal() {
+			return false
+		}
+		rec.State = messages.StateCancelled
+		rec.Error = "cancelled by request"
+		return true
+	})
+	if errors.Is(err, stream.ErrNotFound) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("invocation %q not found", id))
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	if !changed {
+		writeJSON(w, http.StatusConflict, map[string]any{"error": fmt.Sprintf("invocation %s is already %s", id, rec.State), "invocationID": id, "state": rec.State})
+		return
+	}
+	if (before.State == messages.StateDispatched || before.State == messages.StateRunning) && before.Worker != "" {
+		// The worker is told; its late result cannot overwrite cancelled.
+		b, _ := json.Marshal(messages.Cancel{InvocationID: id, Attempt: before.Attempt})
+		if err := s.cfg.NC.Publish(s.cfg.Store.Subjects.Cancel(before.Pool, before.Worker), b); err != nil {
+			s.cfg.Logger.Warn("send cancel", "invocation", id, "err", err)
+		}
+	}
+	writeJSON(w, http.StatusOK, rec)
+}
+
+// PoolInfo is the answer to GET /v1/pools/{pool}.
+type PoolInfo struct {
+	pool.Pool
+	Status *stream.PoolStatus `json:"status,omitempty"`
+}
+
+func (s *Server) handlePool(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("pool")
+	p, ok := s.cfg.Pools.Lookup(name)
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown pool %q: no Deployment is labelled runplane.io/pool=%s", name, name))
+		return
+	}
+	info := PoolInfo{Pool: p}
+	if e, err := s.cfg.Store.Pools.Get(r.Context(), name); err == nil {
+		var ps stream.PoolStatus
+		if json.Unmarshal(e.Value(), &ps) == nil {
+			info.Status = &ps
+		}
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+func (s *Server) reject(w http.ResponseWriter, poolName string, code int, msg string) {
+	s.m.rejected.WithLabelValues(strconv.Itoa(code)).Inc()
+	writeError(w, code, msg)
+	_ = poolName
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v)
+}
+
+type ingressMetrics struct {
+	accepted, duplicates, rejected *prometheus.CounterVec
+	syncLatency                    *prometheus.HistogramVec
+}
+
+func newIngressMetrics(r prometheus.Registerer) *ingressMetrics {
+	m := &ingressMetrics{
+		accepted:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_ingress_invocations_total", Help: "Invocations accepted (including duplicates)."}, []string{"pool", "mode"}),
+		duplicates:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_ingress_duplicates_total", Help: "Re-posted invocation IDs."}, []string{"pool"}),
+		rejected:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_ingress_rejected_total", Help: "Rejected requests by HTTP status."}, []string{"code"}),
+		syncLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "runplane_ingress_sync_seconds", Help: "Sync invocation latency.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 20)}, []string{"pool"}),
+	}
+	if r != nil {
+		for _, c := range []prometheus.Collector{m.accepted, m.duplicates, m.rejected, m.syncLatency} {
+			_ = r.Register(c)
+		}
+	}
+	return m
+}
+
+var _ = strings.TrimSpace

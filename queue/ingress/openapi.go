@@ -1,0 +1,86 @@
+package ingress
+
+// OpenAPI is the ingress API description served at /openapi.json.
+const OpenAPI = `{
+  "openapi": "3.0.3",
+  "info": {"title": "runplane queue ingress", "version": "v1"},
+  "paths": {
+    "/v1/pools/{pool}/invocations": {
+      "post": {
+        "summary": "Enqueue an invocation (sync waits for the result, async returns the ack)",
+        "parameters": [{"name": "pool", "in": "path", "required": true, "schema": {"type": "string"}}],
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/InvokeRequest"}}}},
+        "responses": {
+          "200": {"description": "sync: terminal record", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Record"}}}},
+          "202": {"description": "async: accepted", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Ack"}}}},
+          "400": {"$ref": "#/components/responses/Error"},
+          "404": {"$ref": "#/components/responses/Error"},
+          "409": {"$ref": "#/components/responses/Error"},
+          "413": {"$ref": "#/components/responses/Error"},
+          "429": {"description": "pool backlog full", "headers": {"Retry-After": {"schema": {"type": "integer"}}}, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+          "503": {"$ref": "#/components/responses/Error"},
+          "504": {"description": "sync: no result within timeoutSeconds; the invocation stays pollable", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+        }
+      }
+    },
+    "/api/v1/serverless/invocations": {
+      "post": {
+        "summary": "Seed alias: the pool is named by serverlessRequestID",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/InvokeRequest"}}}},
+        "responses": {"200": {"description": "sync result"}, "202": {"description": "async ack"}, "400": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}}
+      }
+    },
+    "/v1/invocations/{id}": {
+      "get": {
+        "summary": "Invocation state and result",
+        "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
+        "responses": {"200": {"description": "record", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Record"}}}}, "404": {"$ref": "#/components/responses/Error"}}
+      }
+    },
+    "/v1/invocations/{id}/cancel": {
+      "post": {
+        "summary": "Cancel: queued becomes cancelled at once; a running invocation's worker is sent a cancel",
+        "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
+        "responses": {"200": {"description": "cancelled record"}, "404": {"$ref": "#/components/responses/Error"}, "409": {"description": "already terminal"}}
+      }
+    },
+    "/v1/pools/{pool}": {
+      "get": {
+        "summary": "Pool policy, workers, backlog and in-flight count",
+        "parameters": [{"name": "pool", "in": "path", "required": true, "schema": {"type": "string"}}],
+        "responses": {"200": {"description": "pool"}, "404": {"$ref": "#/components/responses/Error"}}
+      }
+    },
+    "/healthz": {"get": {"responses": {"200": {"description": "alive"}}}},
+    "/readyz": {"get": {"responses": {"200": {"description": "ready"}, "503": {"description": "not ready"}}}},
+    "/metrics": {"get": {"responses": {"200": {"description": "Prometheus metrics"}}}}
+  },
+  "components": {
+    "responses": {"Error": {"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}},
+    "schemas": {
+      "Error": {"type": "object", "properties": {"error": {"type": "string"}, "invocationID": {"type": "string"}, "state": {"type": "string"}}},
+      "InvokeRequest": {"type": "object", "required": ["mode"], "additionalProperties": false, "properties": {
+        "mode": {"type": "string", "enum": ["sync", "async"]},
+        "invocationID": {"type": "string", "pattern": "^[A-Za-z0-9_=-]{1,128}$"},
+        "serverlessRequestID": {"type": "string", "description": "pool name (seed alias)"},
+        "payload": {},
+        "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+        "attributes": {"type": "object", "additionalProperties": {"type": "string"}},
+        "contentType": {"type": "string"},
+        "timeoutSeconds": {"type": "integer", "minimum": 0, "description": "execution time allowed; sync callers wait this long"},
+        "ttlSeconds": {"type": "integer", "minimum": 0, "description": "time allowed in the queue before dispatch"}}},
+      "Ack": {"type": "object", "properties": {
+        "invocationID": {"type": "string"}, "pool": {"type": "string"}, "stream": {"type": "string"}, "sequence": {"type": "integer"},
+        "duplicate": {"type": "boolean"}, "state": {"$ref": "#/components/schemas/State"},
+        "subjects": {"type": "object", "properties": {"invoke": {"type": "string"}, "result": {"type": "string"}, "metrics": {"type": "string"}}},
+        "acceptedAt": {"type": "string", "format": "date-time"}}},
+      "State": {"type": "string", "enum": ["queued", "dispatched", "running", "succeeded", "failed", "timed_out", "cancelled", "dead_lettered"]},
+      "Record": {"type": "object", "properties": {
+        "invocationID": {"type": "string"}, "pool": {"type": "string"}, "mode": {"type": "string"}, "state": {"$ref": "#/components/schemas/State"},
+        "worker": {"type": "string"}, "attempt": {"type": "integer"}, "stream": {"type": "string"}, "sequence": {"type": "integer"},
+        "response": {"type": "object", "properties": {"statusCode": {"type": "integer"}, "contentType": {"type": "string"}, "headers": {"type": "object"}, "body": {}, "error": {"type": "string"}}},
+        "error": {"type": "string"}, "acceptedAt": {"type": "string", "format": "date-time"}, "updatedAt": {"type": "string", "format": "date-time"}}}
+    }
+  }
+}
+`

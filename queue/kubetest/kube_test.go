@@ -1,0 +1,318 @@
+package kubetest_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/activator"
+	"github.com/runplane/runplane/queue/messages"
+	"github.com/runplane/runplane/queue/stubworker"
+	"github.com/runplane/runplane/test/cluster"
+)
+
+var env *cluster.Cluster
+
+func TestMain(m *testing.M) {
+	cluster.Main(m, cluster.Options{Nodes: []cluster.Node{{Name: "node-0"}}}, func(c *cluster.Cluster) { env = c })
+}
+
+type fixture struct {
+	t     *testing.T
+	ctx   context.Context
+	ns    string
+	pool  string
+	base  string
+	nc    *nats.Conn
+	subj  messages.Subjects
+	log   *stubworker.Log
+	mu    sync.Mutex
+	procs map[string]*stubworker.Worker
+	// handler for new workers, swappable by tests.
+	handler stubworker.Handler
+}
+
+// setup starts NATS, the queue service with Kubernetes and leader election,
+// a Deployment for the pool with the given policy annotations, and a
+// "kubelet" that runs a stub worker for every Running Pod of the pool.
+func setup(t *testing.T, ann map[string]string, replicas int32) *fixture {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	name := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+	if err := env.CreateNamespace(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, ctx: ctx, ns: name, pool: "p-" + name, log: stubworker.NewLog(), procs: map[string]*stubworker.Worker{}, handler: stubworker.Echo}
+	f.subj = messages.Subjects{Prefix: api.DefaultSubjectPrefix}
+
+	ns, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats not ready")
+	}
+	t.Cleanup(ns.Shutdown)
+	f.nc, err = nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.nc.Close)
+
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "workers", Namespace: name, Labels: map[string]string{api.LabelPool: f.pool}, Annotations: ann},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{api.LabelPool: f.pool}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{api.LabelPool: f.pool}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "framework", Image: "framework"}},
+					TerminationGracePeriodSeconds: ptr.To(int64(0))},
+			},
+		},
+	}
+	if _, err := env.Client().AppsV1().Deployments(name).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	go f.kubelet(ctx)
+
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	addr := make(chan string, 1)
+	qctx, qcancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- queue.Run(qctx, queue.Config{NATSURL: ns.ClientURL(), Listen: "127.0.0.1:0", OnListen: func(a string) { addr <- a },
+			RESTConfig: env.RESTConfig(), Namespace: name, LeaderElection: true, LeaseNamespace: name, Identity: "test",
+			HeartbeatTimeout: 2 * time.Second, Backoff: 100 * time.Millisecond, Tick: 100 * time.Millisecond, Logger: logger})
+	}()
+	t.Cleanup(func() { qcancel(); <-done })
+	select {
+	case a := <-addr:
+		f.base = "http://" + a
+	case err := <-done:
+		t.Fatalf("queue.Run: %v", err)
+	}
+	// Ready once the pool's Deployment is known.
+	f.eventually("pool known", 30*time.Second, func() bool { return f.get("/v1/pools/"+f.pool) == 200 })
+	return f
+}
+
+// kubelet runs a stub worker per Running Pod and kills it when the Pod goes.
+func (f *fixture) kubelet(ctx context.Context) {
+	for ctx.Err() == nil {
+		w, err := env.Client().CoreV1().Pods(f.ns).Watch(ctx, metav1.ListOptions{LabelSelector: api.LabelPool + "=" + f.pool})
+		if err != nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		for ev := range w.ResultChan() {
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			f.mu.Lock()
+			wk := f.procs[pod.Name]
+			gone := ev.Type == watch.Deleted || pod.DeletionTimestamp != nil
+			switch {
+			case gone && wk != nil:
+				wk.Kill()
+				delete(f.procs, pod.Name)
+			case !gone && wk == nil && pod.Status.Phase == corev1.PodRunning:
+				nw, err := stubworker.Start(ctx, stubworker.Config{NC: f.nc, Stream: api.DefaultStreamName, Subjects: f.subj, Pool: f.pool,
+					Name: pod.Name, Namespace: f.ns, Concurrency: 1, Heartbeat: 200 * time.Millisecond, Handler: f.handler, Log: f.log})
+				if err == nil {
+					f.procs[pod.Name] = nw
+				}
+			}
+			f.mu.Unlock()
+		}
+	}
+	f.mu.Lock()
+	for _, w := range f.procs {
+		w.Kill()
+	}
+	f.mu.Unlock()
+}
+
+func (f *fixture) get(path string) int {
+	r, err := http.Get(f.base + path)
+	if err != nil {
+		return 0
+	}
+	r.Body.Close()
+	return r.StatusCode
+}
+
+func (f *fixture) invoke(id string) {
+	f.t.Helper()
+	b, _ := json.Marshal(map[string]any{"mode": "async", "invocationID": id, "ttlSeconds": 120})
+	r, err := http.Post(f.base+"/v1/pools/"+f.pool+"/invocations", "application/json", bytes.NewReader(b))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != 202 {
+		f.t.Fatalf("invoke %s: %d", id, r.StatusCode)
+	}
+}
+
+func (f *fixture) state(id string) messages.Record {
+	var rec messages.Record
+	r, err := http.Get(f.base + "/v1/invocations/" + id)
+	if err != nil {
+		return rec
+	}
+	defer r.Body.Close()
+	_ = json.NewDecoder(r.Body).Decode(&rec)
+	return rec
+}
+
+func (f *fixture) replicas() int32 {
+	d, err := env.Client().AppsV1().Deployments(f.ns).Get(f.ctx, "workers", metav1.GetOptions{})
+	if err != nil {
+		return -1
+	}
+	return *d.Spec.Replicas
+}
+
+func (f *fixture) eventually(what string, within time.Duration, cond func() bool) {
+	f.t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	f.t.Fatalf("timed out waiting for %s (replicas %d)", what, f.replicas())
+}
+
+// TestScaleFromZeroAndBackToZero: the first invocation scales an empty pool
+// up, runs, and the idle worker is removed after idle-timeout.
+func TestScaleFromZeroAndBackToZero(t *testing.T) {
+	f := setup(t, map[string]string{api.AnnotationIdleTimeout: "2s"}, 0)
+	time.Sleep(500 * time.Millisecond)
+	if r := f.replicas(); r != 0 {
+		t.Fatalf("scaled to %d without demand", r)
+	}
+	f.invoke("first")
+	f.eventually("scale from zero", 20*time.Second, func() bool { return f.replicas() == 1 })
+	f.eventually("first succeeded", 30*time.Second, func() bool { return f.state("first").State == messages.StateSucceeded })
+	f.eventually("idle scale-down to 0", 30*time.Second, func() bool { return f.replicas() == 0 })
+}
+
+// TestScaleUpUnderBacklogAndPrewarmFloor: min-available workers exist
+// without demand; a backlog scales up to max-replicas; idle scale-down
+// stops at the floor.
+func TestScaleUpUnderBacklogAndPrewarmFloor(t *testing.T) {
+	f := setup(t, map[string]string{api.AnnotationMinAvailable: "2", api.AnnotationMaxReplicas: "4", api.AnnotationIdleTimeout: "2s"}, 0)
+	f.handler = stubworker.Sleep(1500 * time.Millisecond)
+	f.eventually("prewarm floor", 20*time.Second, func() bool { return f.replicas() == 2 })
+	for i := range 10 {
+		f.invoke(fmt.Sprintf("b%d", i))
+	}
+	f.eventually("scale-up to max-replicas", 20*time.Second, func() bool { return f.replicas() == 4 })
+	time.Sleep(500 * time.Millisecond)
+	if r := f.replicas(); r > 4 {
+		t.Fatalf("exceeded max-replicas: %d", r)
+	}
+	for i := range 10 {
+		id := fmt.Sprintf("b%d", i)
+		f.eventually(id+" succeeded", 60*time.Second, func() bool { return f.state(id).State == messages.StateSucceeded })
+	}
+	f.eventually("scale-down to the floor", 30*time.Second, func() bool { return f.replicas() == 2 })
+	time.Sleep(3 * time.Second)
+	if r := f.replicas(); r != 2 {
+		t.Fatalf("went below min-available: %d", r)
+	}
+}
+
+// TestIdleScaleDownKeepsBusyPod: with one busy and two idle workers, the
+// idle ones get the low pod-deletion-cost and go; the busy one survives and
+// finishes.
+func TestIdleScaleDownKeepsBusyPod(t *testing.T) {
+	f := setup(t, map[string]string{api.AnnotationIdleTimeout: "2s"}, 3)
+	release := make(chan struct{})
+	f.handler = func(ctx context.Context, d messages.Dispatch) (*framework.Response, messages.State, string) {
+		<-release
+		return stubworker.Echo(ctx, d)
+	}
+	f.eventually("3 workers", 20*time.Second, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.procs) == 3 })
+	f.invoke("busy")
+	var busyPod string
+	f.eventually("busy running", 20*time.Second, func() bool {
+		r := f.state("busy")
+		busyPod = r.Worker
+		return r.State == messages.StateRunning
+	})
+	f.eventually("scale-down to 1", 30*time.Second, func() bool { return f.replicas() == 1 })
+	pods, err := env.Client().CoreV1().Pods(f.ns).List(f.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, p := range pods.Items {
+		if p.Name == busyPod && p.Annotations[activator.PodDeletionCost] != "" {
+			t.Fatalf("busy pod %s marked for deletion", p.Name)
+		}
+	}
+	f.eventually("idle pods removed", 30*time.Second, func() bool {
+		pods, _ := env.Client().CoreV1().Pods(f.ns).List(f.ctx, metav1.ListOptions{})
+		return len(pods.Items) == 1 && pods.Items[0].Name == busyPod
+	})
+	close(release)
+	f.eventually("busy succeeded", 20*time.Second, func() bool { return f.state("busy").State == messages.StateSucceeded })
+
+}
+
+// TestPodLossRedelivers: deleting the Pod running an invocation redelivers
+// it to the replacement worker.
+func TestPodLossRedelivers(t *testing.T) {
+	f := setup(t, map[string]string{api.AnnotationMinAvailable: "1"}, 1)
+	block := make(chan struct{})
+	var once sync.Once
+	f.handler = func(ctx context.Context, d messages.Dispatch) (*framework.Response, messages.State, string) {
+		if d.Attempt == 1 {
+			once.Do(func() { close(block) })
+			<-ctx.Done() // stuck until its Pod is deleted (Kill cancels)
+			return nil, messages.StateFailed, "killed"
+		}
+		return stubworker.Echo(ctx, d)
+	}
+	f.eventually("1 worker", 20*time.Second, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.procs) == 1 })
+	f.invoke("victim")
+	<-block
+	first := f.state("victim").Worker
+	if err := env.Client().CoreV1().Pods(f.ns).Delete(f.ctx, first, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually("redelivered and succeeded", 30*time.Second, func() bool {
+		r := f.state("victim")
+		return r.State == messages.StateSucceeded && r.Attempt == 2 && r.Worker != first
+	})
+}

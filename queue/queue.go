@@ -1,0 +1,210 @@
+// Package queue wires the queue service: it connects to NATS, opens the
+// JetStream stream and buckets (queue/stream), learns the pools from
+// Deployments (queue/pool), serves the HTTP ingress (queue/ingress) and runs
+// the activator (queue/activator), under leader election when asked. Run is
+// what cmd/runplane-queue and `make dev` call.
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/queue/activator"
+	"github.com/runplane/runplane/queue/ingress"
+	"github.com/runplane/runplane/queue/pool"
+	"github.com/runplane/runplane/queue/stream"
+)
+
+// Config configures the queue service.
+type Config struct {
+	// NATSURL is the NATS server (required); NATSCreds an optional
+	// credentials file.
+	NATSURL, NATSCreds string
+	// Stream configures the JetStream resources (prefix, stream, replicas,
+	// max age, duplicate window, buckets, record TTL).
+	Stream stream.Config
+	// Listen is the ingress address (default ":8080"; "127.0.0.1:0" picks a
+	// free port, reported through OnListen).
+	Listen   string
+	OnListen func(addr string)
+	// RESTConfig enables Kubernetes: pools from Deployments, workers from
+	// Pods, scaling, leader election. Nil: StaticPools are used and nothing
+	// is scaled.
+	RESTConfig *rest.Config
+	// Namespace scopes the Deployments and Pods watched ("" = all).
+	Namespace string
+	// StaticPools are the known pools when RESTConfig is nil.
+	StaticPools []string
+	// LeaderElection runs the activator only while holding the Lease
+	// LeaseName in LeaseNamespace (defaults runplane-queue-activator,
+	// api.DefaultNamespace). Requires RESTConfig.
+	LeaderElection bool
+	LeaseNamespace string
+	LeaseName      string
+	Identity       string
+	// DisableIngress / DisableActivator run only one half.
+	DisableIngress, DisableActivator bool
+	// Ingress and Activator knobs (zero values take the packages' defaults).
+	MaxBacklog        int
+	DefaultTTLSeconds int
+	MaxBodyBytes      int64
+	HeartbeatTimeout  time.Duration
+	MaxAttempts       int
+	Backoff           time.Duration
+	Tick              time.Duration
+	// Scaler replaces the Kubernetes scaler (benchmarks; with StaticPools).
+	Scaler activator.Scaler
+	Logger *slog.Logger
+}
+
+// Run serves until ctx ends.
+func Run(ctx context.Context, cfg Config) error {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if cfg.NATSURL == "" {
+		return errors.New("queue: NATS URL is required")
+	}
+	if cfg.LeaderElection && cfg.RESTConfig == nil {
+		return errors.New("queue: leader election needs a Kubernetes config")
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = ":8080"
+	}
+	opts := []nats.Option{nats.Name("runplane-queue"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.RetryOnFailedConnect(true)}
+	if cfg.NATSCreds != "" {
+		opts = append(opts, nats.UserCredentials(cfg.NATSCreds))
+	}
+	nc, err := nats.Connect(cfg.NATSURL, opts...)
+	if err != nil {
+		return fmt.Errorf("connect to NATS %s: %w", cfg.NATSURL, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	var st *stream.Store
+	for {
+		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		st, err = stream.Open(octx, js, cfg.Stream)
+		cancel()
+		if err == nil {
+			break
+		}
+		log.Warn("opening JetStream resources; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("open JetStream resources: %w", err)
+		case <-time.After(time.Second):
+		}
+	}
+
+	var kube kubernetes.Interface
+	var pools pool.Source
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if cfg.RESTConfig != nil {
+		kube, err = kubernetes.NewForConfig(cfg.RESTConfig)
+		if err != nil {
+			return fmt.Errorf("kubernetes client: %w", err)
+		}
+		inf := pool.NewInformer(kube, cfg.Namespace, 0)
+		go inf.Run(ctx)
+		pools = inf
+	} else {
+		sp := pool.Static{}
+		for _, p := range cfg.StaticPools {
+			sp[p] = pool.DefaultPolicy()
+		}
+		pools = sp
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	errc := make(chan error, 2)
+	running := 0
+	if !cfg.DisableIngress {
+		srv, err := ingress.New(ctx, ingress.Config{Store: st, NC: nc, Pools: pools, MaxBacklog: cfg.MaxBacklog,
+			DefaultTTLSeconds: cfg.DefaultTTLSeconds, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log, Registerer: reg, Gatherer: reg})
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		ln, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+		}
+		hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		if cfg.OnListen != nil {
+			cfg.OnListen(ln.Addr().String())
+		}
+		log.Info("ingress listening", "addr", ln.Addr().String())
+		running++
+		go func() {
+			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("ingress: %w", err)
+				return
+			}
+			errc <- nil
+		}()
+		defer func() {
+			sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+			defer c()
+			_ = hs.Shutdown(sctx)
+		}()
+	}
+	if !cfg.DisableActivator {
+		act, err := activator.New(activator.Config{Store: st, NC: nc, Pools: pools, Kube: kube, Namespace: cfg.Namespace,
+			HeartbeatTimeout: cfg.HeartbeatTimeout, MaxAttempts: cfg.MaxAttempts, Backoff: cfg.Backoff, Tick: cfg.Tick, Scaler: cfg.Scaler,
+			Logger: log, Registerer: reg})
+		if err != nil {
+			return err
+		}
+		running++
+		go func() {
+			if cfg.LeaderElection {
+				id := cfg.Identity
+				if id == "" {
+					h, _ := os.Hostname()
+					id = h + "-" + nuid.Next()
+				}
+				ns := cfg.LeaseNamespace
+				if ns == "" {
+					ns = api.DefaultNamespace
+				}
+				errc <- activator.RunElected(ctx, activator.Election{Client: kube, Namespace: ns, Name: cfg.LeaseName, Identity: id, Logger: log}, act.Run)
+				return
+			}
+			errc <- act.Run(ctx)
+		}()
+	}
+	if running == 0 {
+		return errors.New("queue: both ingress and activator are disabled")
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errc:
+		if err != nil {
+			return err
+		}
+		return ctx.Err()
+	}
+}

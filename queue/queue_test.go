@@ -1,0 +1,344 @@
+package queue_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/messages"
+	"github.com/runplane/runplane/queue/stubworker"
+)
+
+func TestRequestValidation(t *testing.T) {
+	e := newEnv(t, func(c *queue.Config) { c.MaxBodyBytes = 1024 })
+	// An ID owned by another pool makes a re-post a conflict.
+	if r := e.do("POST", "/v1/pools/other/invocations", map[string]any{"mode": "async", "invocationID": "taken"}); r.code != 202 {
+		t.Fatalf("setup: %d %s", r.code, r.raw)
+	}
+	tests := []struct {
+		name, method, path string
+		body               any
+		code               int
+		errContains        string
+	}{
+		{"bad json", "POST", "/v1/pools/echo/invocations", "{", 400, "invalid JSON"},
+		{"missing mode", "POST", "/v1/pools/echo/invocations", map[string]any{}, 400, "mode is required"},
+		{"bad mode", "POST", "/v1/pools/echo/invocations", map[string]any{"mode": "later"}, 400, "must be sync or async"},
+		{"unknown field", "POST", "/v1/pools/echo/invocations", map[string]any{"mode": "async", "bogus": 1}, 400, "bogus"},
+		{"bad id", "POST", "/v1/pools/echo/invocations", map[string]any{"mode": "async", "invocationID": "a b"}, 400, "invocationID"},
+		{"negative timeout", "POST", "/v1/pools/echo/invocations", map[string]any{"mode": "async", "timeoutSeconds": -1}, 400, "timeoutSeconds"},
+		{"negative ttl", "POST", "/v1/pools/echo/invocations", map[string]any{"mode": "async", "ttlSeconds": -1}, 400, "ttlSeconds"},
+		{"bad pool token", "POST", "/v1/pools/a.b/invocations", map[string]any{"mode": "async"}, 400, "pool"},
+		{"unknown pool", "POST", "/v1/pools/nope/invocations", map[string]any{"mode": "async"}, 404, "unknown pool"},
+		{"too large", "POST", "/v1/pools/echo/invocations", map[string]any{"mode": "async", "payload": strings.Repeat("x", 2000)}, 413, "exceeds"},
+		{"alias without pool", "POST", "/api/v1/serverless/invocations", map[string]any{"mode": "async"}, 400, "serverlessRequestID"},
+		{"alias unknown pool", "POST", "/api/v1/serverless/invocations", map[string]any{"mode": "async", "serverlessRequestID": "nope"}, 404, "unknown pool"},
+		{"id of another pool", "POST", "/v1/pools/echo/invocations", map[string]any{"mode": "async", "invocationID": "taken"}, 409, "belongs to pool"},
+		{"unknown invocation", "GET", "/v1/invocations/missing", nil, 404, "not found"},
+		{"cancel unknown", "POST", "/v1/invocations/missing/cancel", nil, 404, "not found"},
+		{"unknown pool info", "GET", "/v1/pools/nope", nil, 404, "unknown pool"},
+		{"unknown route", "GET", "/nothing", nil, 404, "no route"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.do(tc.method, tc.path, tc.body)
+			msg, _ := r.body["error"].(string)
+			if r.code != tc.code || !strings.Contains(msg, tc.errContains) {
+				t.Fatalf("got %d %q, want %d containing %q", r.code, msg, tc.code, tc.errContains)
+			}
+		})
+	}
+}
+
+func TestServiceEndpoints(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, p := range []string{"/healthz", "/readyz", "/v1/pools/echo"} {
+		if r := e.do("GET", p, nil); r.code != 200 {
+			t.Errorf("GET %s: %d %s", p, r.code, r.raw)
+		}
+	}
+	r := e.do("GET", "/openapi.json", nil)
+	paths, _ := r.body["paths"].(map[string]any)
+	for _, p := range []string{"/v1/pools/{pool}/invocations", "/v1/invocations/{id}", "/v1/invocations/{id}/cancel", "/v1/pools/{pool}", "/api/v1/serverless/invocations"} {
+		if _, ok := paths[p]; !ok {
+			t.Errorf("openapi.json lacks %s", p)
+		}
+	}
+	e.invoke(map[string]any{"mode": "async"})
+	req, _ := e.do("GET", "/healthz", nil), 0
+	_ = req
+	mr, err := httpGet(e.base + "/metrics")
+	if err != nil || !strings.Contains(mr, "runplane_ingress_invocations_total") {
+		t.Errorf("metrics lack ingress counters: %v", err)
+	}
+}
+
+// TestAsyncLifecycle follows one invocation through queued, dispatched,
+// running and succeeded, and checks the ack.
+func TestAsyncLifecycle(t *testing.T) {
+	e := newEnv(t, nil)
+	states := e.watchStates("inv-1")
+	r := e.invoke(map[string]any{"mode": "async", "invocationID": "inv-1", "payload": map[string]string{"prompt": "robot"}})
+	if r.code != 202 {
+		t.Fatalf("async: %d %s", r.code, r.raw)
+	}
+	var ack struct {
+		InvocationID, Stream string
+		Sequence             uint64
+		Duplicate            bool
+		Subjects             map[string]string
+		AcceptedAt           time.Time
+	}
+	_ = json.Unmarshal(r.raw, &ack)
+	if ack.InvocationID != "inv-1" || ack.Stream == "" || ack.Sequence == 0 || ack.Duplicate || ack.AcceptedAt.IsZero() ||
+		ack.Subjects["invoke"] != "runtime.serverless.invoke.echo" || ack.Subjects["result"] != "runtime.serverless.result.echo" || ack.Subjects["metrics"] == "" {
+		t.Fatalf("bad ack %s", r.raw)
+	}
+	if rec := e.record("inv-1"); rec.State != messages.StateQueued {
+		t.Fatalf("without workers: state %s, want queued", rec.State)
+	}
+	g := newGate()
+	e.worker("w1", 1, g.handler)
+	<-g.started
+	rec := e.waitState("inv-1", messages.StateRunning, 5*time.Second)
+	if rec.Worker != "w1" || rec.Attempt != 1 {
+		t.Fatalf("running record %+v", rec)
+	}
+	close(g.release)
+	rec = e.waitState("inv-1", messages.StateSucceeded, 5*time.Second)
+	if rec.Response == nil || string(rec.Response.Body) != `{"prompt":"robot"}` {
+		t.Fatalf("result %+v", rec.Response)
+	}
+	got := states()
+	want := []messages.State{messages.StateQueued, messages.StateDispatched, messages.StateRunning, messages.StateSucceeded}
+	if !slices.Equal(got, want) {
+		t.Fatalf("transitions %v, want %v", got, want)
+	}
+}
+
+func TestSyncRoundTripAndAlias(t *testing.T) {
+	e := newEnv(t, nil)
+	e.worker("w1", 4, nil)
+	tests := []struct {
+		name, path string
+		body       map[string]any
+	}{
+		{"v1", "/v1/pools/echo/invocations", map[string]any{"mode": "sync", "payload": map[string]int{"n": 1}}},
+		{"seed alias", "/api/v1/serverless/invocations", map[string]any{"mode": "sync", "serverlessRequestID": "echo", "payload": map[string]int{"n": 1}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.do("POST", tc.path, tc.body)
+			var rec messages.Record
+			_ = json.Unmarshal(r.raw, &rec)
+			if r.code != 200 || rec.State != messages.StateSucceeded || string(rec.Response.Body) != `{"n":1}` {
+				t.Fatalf("sync: %d %s", r.code, r.raw)
+			}
+		})
+	}
+}
+
+// TestIdempotency: a re-posted ID never runs twice — within the duplicate
+// window, after it, and for concurrent sync callers waiting on one result.
+func TestIdempotency(t *testing.T) {
+	e := newEnv(t, nil)
+	g := newGate()
+	e.worker("w1", 2, g.handler)
+
+	// Concurrent sync callers with one ID share one execution.
+	var wg sync.WaitGroup
+	bodies := make([]string, 3)
+	for i := range bodies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := e.invoke(map[string]any{"mode": "sync", "invocationID": "same", "payload": "p", "timeoutSeconds": 10})
+			bodies[i] = fmt.Sprintf("%d %v", r.code, r.body["state"])
+		}()
+	}
+	<-g.started
+	time.Sleep(200 * time.Millisecond)
+	close(g.release)
+	wg.Wait()
+	// The sync answer may come from the reply fast path before the Record
+	// is final; re-posts below read the Record.
+	e.waitState("same", messages.StateSucceeded, 5*time.Second)
+	for _, b := range bodies {
+		if b != "200 succeeded" {
+			t.Fatalf("sync duplicates: %v", bodies)
+		}
+	}
+	// Re-post within and after the (1s) duplicate window.
+	for _, wait := range []time.Duration{0, 1500 * time.Millisecond} {
+		time.Sleep(wait)
+		r := e.invoke(map[string]any{"mode": "async", "invocationID": "same", "payload": "p"})
+		if r.code != 202 || r.body["duplicate"] != true || r.body["state"] != "succeeded" {
+			t.Fatalf("re-post after %s: %d %s", wait, r.code, r.raw)
+		}
+		r = e.invoke(map[string]any{"mode": "sync", "invocationID": "same", "payload": "p"})
+		if r.code != 200 || r.body["state"] != "succeeded" {
+			t.Fatalf("sync re-post after %s: %d %s", wait, r.code, r.raw)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	if runs := e.log.Runs("same"); len(runs) != 1 {
+		t.Fatalf("ran %d times: %v", len(runs), runs)
+	}
+}
+
+func TestSyncTimeoutIsPollable(t *testing.T) {
+	e := newEnv(t, nil)
+	start := time.Now()
+	r := e.invoke(map[string]any{"mode": "sync", "invocationID": "slow", "timeoutSeconds": 1})
+	if r.code != 504 || r.body["invocationID"] != "slow" || time.Since(start) < time.Second {
+		t.Fatalf("want 504 after 1s with the ID, got %d %s after %s", r.code, r.raw, time.Since(start))
+	}
+	e.waitState("slow", messages.StateQueued, time.Second)
+	e.worker("w1", 1, nil)
+	e.waitState("slow", messages.StateSucceeded, 5*time.Second)
+}
+
+func TestCancel(t *testing.T) {
+	e := newEnv(t, nil)
+	// Queued: cancelled at once, never runs.
+	e.invoke(map[string]any{"mode": "async", "invocationID": "q1"})
+	if r := e.do("POST", "/v1/invocations/q1/cancel", nil); r.code != 200 || r.body["state"] != "cancelled" {
+		t.Fatalf("cancel queued: %d %s", r.code, r.raw)
+	}
+	g := newGate()
+	e.worker("w1", 1, g.handler)
+	// Running: the worker gets a Cancel.
+	e.invoke(map[string]any{"mode": "async", "invocationID": "r1"})
+	if id := <-g.started; id != "r1" {
+		t.Fatalf("worker started %s, want r1 (q1 was cancelled)", id)
+	}
+	e.waitState("r1", messages.StateRunning, 5*time.Second)
+	if r := e.do("POST", "/v1/invocations/r1/cancel", nil); r.code != 200 || r.body["state"] != "cancelled" {
+		t.Fatalf("cancel running: %d %s", r.code, r.raw)
+	}
+	select {
+	case id := <-g.cancelled:
+		if id != "r1" {
+			t.Fatalf("cancelled %s", id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("worker never got the cancel")
+	}
+	if r := e.do("POST", "/v1/invocations/r1/cancel", nil); r.code != 409 {
+		t.Fatalf("cancel terminal: %d %s", r.code, r.raw)
+	}
+	if e.record("r1").State != messages.StateCancelled || len(e.log.Runs("q1")) != 0 {
+		t.Fatalf("r1 %s, q1 runs %v", e.record("r1").State, e.log.Runs("q1"))
+	}
+}
+
+func TestTimeouts(t *testing.T) {
+	e := newEnv(t, nil)
+	// ttlSeconds: time allowed in the queue, no worker ever comes.
+	e.invoke(map[string]any{"mode": "async", "invocationID": "ttl", "ttlSeconds": 1})
+	rec := e.waitState("ttl", messages.StateTimedOut, 5*time.Second)
+	if !strings.Contains(rec.Error, "ttlSeconds") {
+		t.Fatalf("ttl error %q", rec.Error)
+	}
+	// timeoutSeconds: execution time, enforced by the worker.
+	e.worker("w1", 1, stubworker.Sleep(10*time.Second))
+	e.invoke(map[string]any{"mode": "async", "invocationID": "exec", "timeoutSeconds": 1, "ttlSeconds": 60})
+	e.waitState("exec", messages.StateTimedOut, 5*time.Second)
+}
+
+func TestBacklogBound(t *testing.T) {
+	e := newEnv(t, func(c *queue.Config) { c.MaxBacklog = 2 })
+	for i := range 2 {
+		if r := e.invoke(map[string]any{"mode": "async"}); r.code != 202 {
+			t.Fatalf("%d: %d", i, r.code)
+		}
+	}
+	r := e.invoke(map[string]any{"mode": "async"})
+	if r.code != 429 || r.header.Get("Retry-After") == "" {
+		t.Fatalf("want 429 with Retry-After, got %d %v", r.code, r.header)
+	}
+	// Draining the backlog admits work again.
+	e.worker("w1", 4, nil)
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if r = e.invoke(map[string]any{"mode": "async"}); r.code == 202 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("backlog never drained: %d", r.code)
+}
+
+// TestWorkerLossRedelivery: a worker that vanishes mid-invocation has its
+// invocation redelivered to another worker; after MaxAttempts losses it is
+// dead-lettered.
+func TestWorkerLossRedelivery(t *testing.T) {
+	e := newEnv(t, func(c *queue.Config) { c.MaxAttempts = 2 })
+	g := newGate()
+	a := e.worker("a", 1, g.handler)
+	e.invoke(map[string]any{"mode": "async", "invocationID": "x", "ttlSeconds": 60})
+	<-g.started
+	a.Kill()
+	close(g.release)
+	e.worker("b", 1, nil)
+	rec := e.waitState("x", messages.StateSucceeded, 10*time.Second)
+	if rec.Worker != "b" || rec.Attempt != 2 || !slices.Equal(e.log.Runs("x"), []string{"a", "b"}) {
+		t.Fatalf("record %+v runs %v", rec, e.log.Runs("x"))
+	}
+
+	// Dead letter: two workers lost in a row (MaxAttempts 2).
+	e.workers["b"].Stop()
+	g2 := newGate()
+	c := e.worker("c", 1, g2.handler)
+	e.invoke(map[string]any{"mode": "async", "invocationID": "y", "ttlSeconds": 60})
+	<-g2.started
+	c.Kill()
+	d := e.worker("d", 1, g2.handler)
+	<-g2.started
+	d.Kill()
+	rec = e.waitState("y", messages.StateDeadLettered, 10*time.Second)
+	if rec.Attempt != 2 || !strings.Contains(rec.Error, "lost") {
+		t.Fatalf("dead-letter record %+v", rec)
+	}
+	st, _ := e.js.Stream(context.Background(), e.cfg.Stream.WithDefaults().Stream)
+	m, err := st.GetLastMsgForSubject(context.Background(), e.subj.DeadLetter(testPool))
+	if err != nil || !strings.Contains(string(m.Data), `"invocationID":"y"`) {
+		t.Fatalf("no dead letter for y: %v", err)
+	}
+}
+
+// TestNATSRestart: the service rides through a NATS restart; invocations
+// accepted before it complete, new ones work after it.
+func TestNATSRestart(t *testing.T) {
+	e := newEnv(t, nil)
+	e.worker("w1", 2, nil)
+	if r := e.invoke(map[string]any{"mode": "sync", "invocationID": "before"}); r.code != 200 {
+		t.Fatalf("before restart: %d %s", r.code, r.raw)
+	}
+	e.workers["w1"].Stop()
+	e.invoke(map[string]any{"mode": "async", "invocationID": "queued-during", "ttlSeconds": 120})
+	e.ns.Shutdown()
+	e.ns.WaitForShutdown()
+	time.Sleep(300 * time.Millisecond)
+	e.ns = startNATS(t, e.storeDir, e.port)
+	t.Cleanup(func() { e.ns.Shutdown() })
+	e.worker("w2", 2, nil)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r := e.invoke(map[string]any{"mode": "sync", "invocationID": "after", "timeoutSeconds": 3})
+		if r.code == 200 && r.body["state"] == "succeeded" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after restart: %d %s", r.code, r.raw)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	e.waitState("queued-during", messages.StateSucceeded, 10*time.Second)
+}

@@ -1,0 +1,138 @@
+package queue_test
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/messages"
+	"github.com/runplane/runplane/queue/stubworker"
+)
+
+// TestProcessKilledUnderLoad builds cmd/runplane-queue, runs it against the
+// embedded NATS, SIGKILLs it while async invocations pour in, restarts it,
+// and checks that every accepted invocation succeeds exactly once.
+func TestProcessKilledUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "runplane-queue")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/runplane/runplane/cmd/runplane-queue").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	// The in-process service is only used for its NATS and helpers; stop it
+	// so the binary is the only activator.
+	e := newEnv(t, func(c *queue.Config) {})
+	e.stop()
+	e.stop = nil
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	e.base = "http://" + addr
+	logf, _ := os.Create(filepath.Join(t.TempDir(), "queue.log"))
+	start := func() *exec.Cmd {
+		cmd := exec.Command(bin, "-no-kube", "-pools", testPool, "-listen", addr, "-nats-url", e.natsURL(),
+			"-duplicate-window", "1s", "-record-ttl", "1h", "-heartbeat-timeout", "1s", "-max-backlog", "100000")
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(15 * time.Second)
+		for time.Now().Before(deadline) {
+			if _, err := httpGet(e.base + "/readyz"); err == nil {
+				return cmd
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Fatal("queue process not ready")
+		return nil
+	}
+	cmd := start()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	for i := range 3 {
+		e.worker(fmt.Sprintf("w%d", i), 4, stubworker.Sleep(5*time.Millisecond))
+	}
+
+	var mu sync.Mutex
+	var accepted []string
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := "load-" + strconv.Itoa(g) + "-" + strconv.Itoa(n)
+				code, err := postAsync(e.base, id)
+				if err == nil && code == 202 {
+					mu.Lock()
+					accepted = append(accepted, id)
+					mu.Unlock()
+				} else {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	mu.Lock()
+	atKill := len(accepted)
+	mu.Unlock()
+	time.Sleep(300 * time.Millisecond)
+	cmd = start()
+	time.Sleep(1000 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if atKill == 0 || len(accepted) == atKill {
+		t.Fatalf("load did not span the kill: %d accepted before, %d total", atKill, len(accepted))
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, id := range accepted {
+		for {
+			rec := e.record(id)
+			if rec.State == messages.StateSucceeded {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("accepted invocation %s lost: %+v (%d accepted)", id, rec, len(accepted))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if runs := e.log.Runs(id); len(runs) != 1 {
+			t.Errorf("invocation %s ran %d times: %v", id, len(runs), runs)
+		}
+	}
+	t.Logf("%d invocations accepted (%d before SIGKILL), all succeeded once", len(accepted), atKill)
+}
+
+func postAsync(base, id string) (int, error) {
+	c := httpClient()
+	r, err := c.Post(base+"/v1/pools/"+testPool+"/invocations", "application/json",
+		stringsReader(`{"mode":"async","invocationID":"`+id+`","ttlSeconds":300}`))
+	if err != nil {
+		return 0, err
+	}
+	r.Body.Close()
+	return r.StatusCode, nil
+}

@@ -1,0 +1,261 @@
+// Package stubworker is a test worker that speaks the queue/messages
+// contract against real NATS the way the sidecar does: it registers and
+// heartbeats on metrics.<pool>, consumes dispatch.<pool>.<worker> through a
+// durable consumer, publishes started/finished Events, the Result on
+// result.<pool> (Nats-Msg-Id = DispatchMsgID) and the sync reply, and
+// honours Cancel. It stands in for the real sidecar in queue tests and
+// benchmarks.
+package stubworker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/queue/messages"
+)
+
+// Handler runs one invocation. The default echoes the payload.
+type Handler func(ctx context.Context, d messages.Dispatch) (*framework.Response, messages.State, string)
+
+// Echo answers 200 with the payload as body.
+func Echo(_ context.Context, d messages.Dispatch) (*framework.Response, messages.State, string) {
+	return &framework.Response{StatusCode: 200, ContentType: "application/json", Body: d.Payload}, messages.StateSucceeded, ""
+}
+
+// Sleep returns a handler that takes d before echoing (or is cancelled).
+func Sleep(d time.Duration) Handler {
+	return func(ctx context.Context, x messages.Dispatch) (*framework.Response, messages.State, string) {
+		select {
+		case <-time.After(d):
+			return Echo(ctx, x)
+		case <-ctx.Done():
+			return nil, messages.StateCancelled, "cancelled"
+		}
+	}
+}
+
+// Log counts executions per invocation across workers.
+type Log struct {
+	mu   sync.Mutex
+	runs map[string][]string
+}
+
+// NewLog returns an empty Log.
+func NewLog() *Log { return &Log{runs: map[string][]string{}} }
+
+func (l *Log) add(id, worker string) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	l.runs[id] = append(l.runs[id], worker)
+	l.mu.Unlock()
+}
+
+// Runs returns the workers that ran id, in order.
+func (l *Log) Runs(id string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.runs[id]...)
+}
+
+// Total is the number of executions.
+func (l *Log) Total() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, r := range l.runs {
+		n += len(r)
+	}
+	return n
+}
+
+// Config describes a stub worker.
+type Config struct {
+	NC          *nats.Conn
+	Stream      string
+	Subjects    messages.Subjects
+	Pool, Name  string
+	Namespace   string
+	Concurrency int
+	Heartbeat   time.Duration // default 200ms
+	Handler     Handler
+	Log         *Log
+	// Ready reported in heartbeats (default true).
+	NotReady bool
+}
+
+// Worker is a running stub worker.
+type Worker struct {
+	cfg     Config
+	cc      jetstream.ConsumeContext
+	sub     *nats.Subscription
+	stop    chan struct{}
+	once    sync.Once
+	mu      sync.Mutex
+	running map[string]context.CancelFunc
+	wg      sync.WaitGroup
+	dead    bool
+}
+
+// Start registers the worker and starts consuming its dispatch subject.
+func Start(ctx context.Context, cfg Config) (*Worker, error) {
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 1
+	}
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = 200 * time.Millisecond
+	}
+	if cfg.Handler == nil {
+		cfg.Handler = Echo
+	}
+	w := &Worker{cfg: cfg, stop: make(chan struct{}), running: map[string]context.CancelFunc{}}
+	js, err := jetstream.New(cfg.NC)
+	if err != nil {
+		return nil, err
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{
+		Durable:       "worker-" + cfg.Pool + "-" + cfg.Name,
+		FilterSubject: cfg.Subjects.Dispatch(cfg.Pool, cfg.Name),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverNewPolicy,
+		AckWait:       30 * time.Second,
+		MaxAckPending: cfg.Concurrency,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("stub worker consumer: %w", err)
+	}
+	w.sub, err = cfg.NC.Subscribe(cfg.Subjects.Cancel(cfg.Pool, cfg.Name), func(m *nats.Msg) {
+		var c messages.Cancel
+		if json.Unmarshal(m.Data, &c) == nil {
+			w.mu.Lock()
+			if f := w.running[c.InvocationID]; f != nil {
+				f()
+			}
+			w.mu.Unlock()
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	w.cc, err = cons.Consume(func(m jetstream.Msg) {
+		w.wg.Add(1)
+		go w.handle(js, m)
+	})
+	if err != nil {
+		return nil, err
+	}
+	w.event(messages.EventRegistered, "", 0, "")
+	go w.heartbeat()
+	return w, nil
+}
+
+func (w *Worker) inflight() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.running)
+}
+
+func (w *Worker) event(t messages.EventType, id string, attempt int, st messages.State) {
+	ev := messages.Event{Type: t, Pool: w.cfg.Pool, Worker: w.cfg.Name, Namespace: w.cfg.Namespace, Concurrency: w.cfg.Concurrency,
+		InFlight: w.inflight(), Ready: !w.cfg.NotReady, InvocationID: id, Attempt: attempt, State: st, At: time.Now().UTC()}
+	b, _ := json.Marshal(ev)
+	_ = w.cfg.NC.Publish(w.cfg.Subjects.Metrics(w.cfg.Pool), b)
+}
+
+func (w *Worker) heartbeat() {
+	t := time.NewTicker(w.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-t.C:
+			w.event(messages.EventHeartbeat, "", 0, "")
+		}
+	}
+}
+
+func (w *Worker) handle(js jetstream.JetStream, m jetstream.Msg) {
+	defer w.wg.Done()
+	var d messages.Dispatch
+	if err := json.Unmarshal(m.Data(), &d); err != nil {
+		_ = m.Term()
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if d.TimeoutSeconds > 0 {
+		ctx, cancel = context.WithTimeout(context.Background(), time.Duration(d.TimeoutSeconds)*time.Second)
+	}
+	defer cancel()
+	w.mu.Lock()
+	if w.dead {
+		w.mu.Unlock()
+		return
+	}
+	w.running[d.InvocationID] = cancel
+	w.mu.Unlock()
+	w.cfg.Log.add(d.InvocationID, w.cfg.Name)
+	started := time.Now().UTC()
+	w.event(messages.EventStarted, d.InvocationID, d.Attempt, messages.StateRunning)
+	resp, state, errMsg := w.cfg.Handler(ctx, d)
+	if ctx.Err() == context.DeadlineExceeded {
+		state, errMsg = messages.StateTimedOut, "timeoutSeconds exceeded"
+	}
+	w.mu.Lock()
+	delete(w.running, d.InvocationID)
+	dead := w.dead
+	w.mu.Unlock()
+	if dead {
+		return // killed: vanish without a trace, like a lost Pod
+	}
+	res := messages.Result{InvocationID: d.InvocationID, Pool: d.Pool, Worker: w.cfg.Name, Attempt: d.Attempt, State: state,
+		Response: resp, Error: errMsg, StartedAt: started, FinishedAt: time.Now().UTC()}
+	b, _ := json.Marshal(res)
+	pctx, pc := context.WithTimeout(context.Background(), 10*time.Second)
+	defer pc()
+	if _, err := js.PublishMsg(pctx, &nats.Msg{Subject: w.cfg.Subjects.Result(d.Pool), Data: b, Header: nats.Header{}},
+		jetstream.WithMsgID(messages.DispatchMsgID(d.InvocationID, d.Attempt))); err != nil {
+		_ = m.Nak()
+		return
+	}
+	if d.ReplyTo != "" {
+		_ = w.cfg.NC.Publish(d.ReplyTo, b)
+	}
+	_ = m.Ack()
+	w.event(messages.EventFinished, d.InvocationID, d.Attempt, state)
+}
+
+// Stop deregisters and stops the worker after its running invocations.
+func (w *Worker) Stop() {
+	w.once.Do(func() {
+		close(w.stop)
+		w.cc.Stop()
+		_ = w.sub.Unsubscribe()
+		w.wg.Wait()
+		w.event(messages.EventDeregistered, "", 0, "")
+	})
+}
+
+// Kill makes the worker vanish: no more heartbeats, no results, no
+// deregistration (a crashed Pod).
+func (w *Worker) Kill() {
+	w.once.Do(func() {
+		w.mu.Lock()
+		w.dead = true
+		for _, c := range w.running {
+			c()
+		}
+		w.mu.Unlock()
+		close(w.stop)
+		w.cc.Stop()
+		_ = w.sub.Unsubscribe()
+	})
+}
