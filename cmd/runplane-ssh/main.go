@@ -17,6 +17,8 @@ import (
 func main() {
 	var cfg sshserver.Config
 	var debug bool
+	var installTo string
+	flag.StringVar(&installTo, "install-to", "", "copy this binary to the given path and exit (the webhook's init container uses it)")
 	flag.StringVar(&cfg.Listen, "listen", sshserver.DefaultListen, "SSH listen address")
 	flag.StringVar(&cfg.AuthorizedKeys, "authorized-keys", "", "OpenSSH authorized_keys file (required; re-read when it changes)")
 	flag.StringVar(&cfg.HostKey, "host-key", "", "host key file; an ed25519 key is generated there if it does not exist (required)")
@@ -28,6 +30,13 @@ func main() {
 	flag.StringVar(&cfg.Shell, "shell", "", "shell for sessions (default $SHELL, /bin/bash, /bin/sh)")
 	flag.BoolVar(&debug, "debug", false, "debug logging")
 	flag.Parse()
+	if installTo != "" {
+		if err := sshserver.InstallSelf(installTo); err != nil {
+			fmt.Fprintln(os.Stderr, "runplane-ssh:", err)
+			os.Exit(1)
+		}
+		return
+	}
 
 	level := slog.LevelInfo
 	if debug {

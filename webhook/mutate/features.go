@@ -265,17 +265,46 @@ func (m *Mutator) applySSH(pod *corev1.Pod, o Options) error {
 	// generates on first start stays the same for the Pod's life.
 	upsertVolume(pod, corev1.Volume{Name: VolumeSSHHostKey, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 
-	sc := m.container(api.SSHContainerName, m.Config.Image)
-	sc.Command = []string{SSHCommand,
+	// The SSH sidecar runs from the main container's image, with its
+	// mounts and env, so a session has the user's shell, tools and data;
+	// only the static runplane-ssh binary comes from runplane's image, copied
+	// into an emptyDir by an init container that runs just before it.
+	upsertVolume(pod, corev1.Volume{Name: VolumeSSHBinary, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	mainIdx, err := mainContainer(pod)
+	if err != nil {
+		return err
+	}
+	userMain := pod.Spec.Containers[mainIdx]
+	binary := path.Join(SSHBinaryDir, SSHCommand)
+	install := m.container(SSHInstallContainerName, m.Config.Image)
+	install.Command = []string{SSHCommand, "--install-to", binary}
+	install.VolumeMounts = []corev1.VolumeMount{{Name: VolumeSSHBinary, MountPath: SSHBinaryDir}}
+	install.SecurityContext = &corev1.SecurityContext{
+		RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(nonRootUID), RunAsGroup: ptr.To(nonRootUID),
+		AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
+	}
+	upsertSidecar(pod, install)
+
+	sc := m.container(api.SSHContainerName, userMain.Image)
+	sc.Command = []string{binary,
 		"--listen", ":" + strconv.Itoa(api.SSHPort),
 		"--authorized-keys", path.Join(api.SSHAuthorizedKeysDir, api.SSHAuthorizedKeysKey),
 		"--host-key", path.Join(api.SSHHostKeyDir, "host_key"),
 	}
+	sc.Env = slices.Clone(userMain.Env)
+	sc.EnvFrom = slices.Clone(userMain.EnvFrom)
+	sc.WorkingDir = userMain.WorkingDir
 	sc.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
 	sc.Ports = []corev1.ContainerPort{{Name: sshPortName, ContainerPort: api.SSHPort, Protocol: corev1.ProtocolTCP}}
 	sc.VolumeMounts = []corev1.VolumeMount{
 		{Name: VolumeSSHAuthorizedKey, MountPath: api.SSHAuthorizedKeysDir, ReadOnly: true},
 		{Name: VolumeSSHHostKey, MountPath: api.SSHHostKeyDir},
+		{Name: VolumeSSHBinary, MountPath: SSHBinaryDir, ReadOnly: true},
+	}
+	for _, vm := range userMain.VolumeMounts {
+		if !slices.ContainsFunc(sc.VolumeMounts, func(o corev1.VolumeMount) bool { return o.MountPath == vm.MountPath }) {
+			sc.VolumeMounts = append(sc.VolumeMounts, vm)
+		}
 	}
 	sc.StartupProbe = &corev1.Probe{
 		ProbeHandler:   corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(sshPortName)}},
@@ -405,7 +434,7 @@ func upsertEnv(c *corev1.Container, vars []corev1.EnvVar) {
 
 // sidecarOrder is the order of runplane's sidecars at the head of the init
 // containers: they start before any user init container.
-var sidecarOrder = []string{api.SidecarContainerName, api.SSHContainerName}
+var sidecarOrder = []string{api.SidecarContainerName, SSHInstallContainerName, api.SSHContainerName}
 
 func upsertSidecar(pod *corev1.Pod, sc corev1.Container) {
 	var ours, rest []corev1.Container

@@ -40,6 +40,12 @@ const (
 	VolumeNATSCredentials  = "runplane-nats-credentials"
 	VolumeSSHAuthorizedKey = "runplane-ssh-authorized-keys"
 	VolumeSSHHostKey       = "runplane-ssh-host-key"
+	VolumeSSHBinary        = "runplane-ssh-bin"
+	// SSHInstallContainerName copies runplane-ssh into VolumeSSHBinary, so the
+	// SSH sidecar can run from the user's image (with its shell and tools).
+	SSHInstallContainerName = "runplane-ssh-install"
+	// SSHBinaryDir is where VolumeSSHBinary is mounted.
+	SSHBinaryDir = "/var/run/runplane/ssh-bin"
 	SidecarCommand         = "runplane-sidecar"
 	SSHCommand             = "runplane-ssh"
 	// DefaultContainerAnnotation picks the main container that gets a GPU
