@@ -29,13 +29,13 @@ var subjects = messages.Subjects{Prefix: api.DefaultSubjectPrefix}
 
 // env is one test's NATS server, stream and client connection.
 type env struct {
-	t   *testing.T
+	t   testing.TB
 	srv *server.Server
 	nc  *nats.Conn
 	js  jetstream.JetStream
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1"})
 	if err != nil {
@@ -64,7 +64,7 @@ func newEnv(t *testing.T) *env {
 }
 
 // socketPath is short enough for the 108-byte limit of unix socket paths.
-func socketPath(t *testing.T) string {
+func socketPath(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "rpsc")
 	if err != nil {
@@ -76,7 +76,7 @@ func socketPath(t *testing.T) string {
 
 // serveFramework serves fn on sock until the returned stop is called (or
 // the test ends).
-func serveFramework(t *testing.T, sock string, fn framework.HandlerFunc) (stop func()) {
+func serveFramework(t testing.TB, sock string, fn framework.HandlerFunc) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

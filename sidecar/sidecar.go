@@ -166,15 +166,13 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	// it is cancelled only when the grace period is over.
 	invCtx, stopInv := context.WithCancelCause(context.Background())
 	defer stopInv(errShutdown)
-	var handlers sync.WaitGroup
-	s.fetchLoop(ctx, invCtx, cons, &handlers)
+	done := s.fetchLoop(ctx, invCtx, cons)
+	<-ctx.Done()
 
 	// Drain.
 	s.draining.Store(true)
 	s.log.Info("draining", "inFlight", s.inFlight.Load(), "grace", s.cfg.ShutdownGrace)
 	s.publishEvent(messages.Event{Type: messages.EventHeartbeat})
-	done := make(chan struct{})
-	go func() { handlers.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(s.cfg.ShutdownGrace):
@@ -238,46 +236,52 @@ func (s *Sidecar) ensureConsumer(ctx context.Context) (jetstream.Consumer, error
 	}
 }
 
-// fetchLoop pulls one dispatch per free slot while the framework is ready,
-// until ctx ends. A pull already on its way when ctx ends is awaited and its
-// message run, so no delivered dispatch is left unhandled.
-func (s *Sidecar) fetchLoop(ctx, invCtx context.Context, cons jetstream.Consumer, handlers *sync.WaitGroup) {
-	slots := make(chan struct{}, s.cfg.Concurrency)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case slots <- struct{}{}:
-		}
-		if !s.ready.Load() {
-			<-slots
-			select {
-			case <-ctx.Done():
-				return
-			case <-s.wakeFetch:
-			case <-time.After(s.cfg.ProbeInterval):
-			}
-			continue
-		}
-		msg, err := cons.Next(jetstream.FetchMaxWait(s.cfg.FetchWait))
-		if err != nil {
-			<-slots
-			if !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
-				s.log.Warn("fetch dispatch", "err", err)
-				select {
-				case <-ctx.Done():
-				case <-time.After(500 * time.Millisecond):
-				}
-			}
-			continue
-		}
-		handlers.Add(1)
+// fetchLoop runs one puller per unit of concurrency until ctx ends: each
+// pulls one dispatch while the framework is ready and runs it. Pulls of
+// different slots overlap, so a slot never waits for another's round trip.
+// A pull already on its way when ctx ends is awaited and a dispatch it
+// brings is nak'ed at once, so it is neither run nor left waiting for the
+// ack wait to expire. The returned channel closes
+// when every puller (and so every invocation) is done.
+func (s *Sidecar) fetchLoop(ctx, invCtx context.Context, cons jetstream.Consumer) <-chan struct{} {
+	var wg sync.WaitGroup
+	for range s.cfg.Concurrency {
+		wg.Add(1)
 		go func() {
-			defer handlers.Done()
-			defer func() { <-slots }()
-			s.handle(invCtx, msg)
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if !s.ready.Load() {
+					select {
+					case <-ctx.Done():
+					case <-s.wakeFetch:
+					case <-time.After(s.cfg.ProbeInterval):
+					}
+					continue
+				}
+				msg, err := cons.Next(jetstream.FetchMaxWait(s.cfg.FetchWait))
+				if err != nil {
+					if !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
+						s.log.Warn("fetch dispatch", "err", err)
+						select {
+						case <-ctx.Done():
+						case <-time.After(500 * time.Millisecond):
+						}
+					}
+					continue
+				}
+				if ctx.Err() != nil {
+					// Arrived on a pull made before the drain began: hand it
+					// back instead of taking new work.
+					_ = msg.Nak()
+					return
+				}
+				s.handle(invCtx, msg)
+			}
 		}()
 	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	return done
 }
 
 // handle runs one delivered dispatch to the end: framework call, result,

@@ -103,7 +103,7 @@ type podRec struct {
 	uid       types.UID
 	ns, name  string
 	node      string
-	req       Resources
+	req       vec
 	counted   bool   // bound and not terminal: takes capacity on its node
 	stockSpec string // placeholder of this spec (label runplane.io/stock)
 	running   bool   // Running and not being deleted
@@ -117,15 +117,15 @@ func (p *podRec) claimable() bool {
 type node struct {
 	name   string
 	exists bool
-	alloc  Resources
-	used   Resources
-	stock  map[string]map[types.UID]*podRec // spec -> placeholders on the node
+	alloc  vec
+	used   vec
+	stock  map[string][]*podRec // spec -> placeholders on the node
 }
 
 type assumption struct {
 	uid     types.UID
 	node    string
-	req     Resources
+	req     vec
 	state   State
 	expires time.Time
 	ph      types.UID // claimed placeholder, or ""
@@ -157,6 +157,18 @@ type Ledger struct {
 	// annotations describe this process's own actions, not a predecessor's.
 	handled map[types.UID]bool
 	gone    map[types.UID]chan struct{}
+	slots   map[corev1.ResourceName]int
+	names   []corev1.ResourceName
+	// last keeps the scores of the latest Filter: the scheduler asks to
+	// prioritize the same Pod on the nodes that filter returned, right
+	// after it, so scoring 5,000 nodes a second time is wasted work.
+	last *filterScores
+}
+
+type filterScores struct {
+	uid    types.UID
+	nodes  []string
+	scores []int64
 }
 
 // New returns an empty ledger.
@@ -180,13 +192,14 @@ func New(opts Options) *Ledger {
 		assumed: map[types.UID]*assumption{},
 		handled: map[types.UID]bool{},
 		gone:    map[types.UID]chan struct{}{},
+		slots:   map[corev1.ResourceName]int{},
 	}
 }
 
 func (l *Ledger) node(name string) *node {
 	n := l.nodes[name]
 	if n == nil {
-		n = &node{name: name, stock: map[string]map[types.UID]*podRec{}}
+		n = &node{name: name, stock: map[string][]*podRec{}}
 		l.nodes[name] = n
 	}
 	return n
@@ -198,7 +211,7 @@ func (l *Ledger) UpsertNode(n *corev1.Node) {
 	defer l.mu.Unlock()
 	nd := l.node(n.Name)
 	nd.exists = true
-	nd.alloc = FromList(n.Status.Allocatable)
+	nd.alloc = l.pack(FromList(n.Status.Allocatable))
 }
 
 // DeleteNode forgets a node's capacity (its Pods go with their own events).
@@ -207,7 +220,7 @@ func (l *Ledger) DeleteNode(name string) {
 	defer l.mu.Unlock()
 	if nd := l.nodes[name]; nd != nil {
 		nd.exists = false
-		nd.alloc = Resources{}
+		nd.alloc = nil
 	}
 }
 
@@ -220,12 +233,7 @@ func (l *Ledger) addRec(p *podRec) {
 		n.used.add(p.req)
 	}
 	if p.stockSpec != "" {
-		m := n.stock[p.stockSpec]
-		if m == nil {
-			m = map[types.UID]*podRec{}
-			n.stock[p.stockSpec] = m
-		}
-		m[p.uid] = p
+		n.stock[p.stockSpec] = append(n.stock[p.stockSpec], p)
 	}
 }
 
@@ -238,7 +246,15 @@ func (l *Ledger) removeRec(p *podRec) {
 		n.used.sub(p.req)
 	}
 	if p.stockSpec != "" {
-		delete(n.stock[p.stockSpec], p.uid)
+		list := n.stock[p.stockSpec]
+		for i, q := range list {
+			if q.uid == p.uid {
+				list[i] = list[len(list)-1]
+				list[len(list)-1] = nil
+				n.stock[p.stockSpec] = list[:len(list)-1]
+				break
+			}
+		}
 	}
 }
 
@@ -308,7 +324,7 @@ func (l *Ledger) UpsertPod(pod *corev1.Pod) {
 	if old != nil && old.node == rec.node && old.counted == rec.counted {
 		rec.req = old.req // requests of a bound Pod do not change in ways we track
 	} else {
-		rec.req = PodRequests(pod)
+		rec.req = l.pack(PodRequests(pod))
 	}
 	if old != nil {
 		l.removeRec(old)
@@ -340,7 +356,7 @@ func (l *Ledger) recover(pod *corev1.Pod, rec *podRec) {
 	if err != nil {
 		return
 	}
-	a := &assumption{uid: pod.UID, node: claim.Node, req: PodRequests(pod), state: Recovered,
+	a := &assumption{uid: pod.UID, node: claim.Node, req: l.pack(PodRequests(pod)), state: Recovered,
 		expires: l.opts.Now().Add(l.opts.RecoveredTTL)}
 	if p := l.pods[claim.UID]; p != nil && p.claimedBy == "" && p.node == claim.Node {
 		a.ph = claim.UID
@@ -388,6 +404,22 @@ func (l *Ledger) WaitGone(ctx context.Context, uid types.UID) error {
 	}
 }
 
+// Intern converts raw node names to strings, reusing the ledger's own
+// copy of a known node's name so a 5,000-node request allocates nothing.
+func (l *Ledger) Intern(raw [][]byte) []string {
+	out := make([]string, len(raw))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, b := range raw {
+		if n, ok := l.nodes[string(b)]; ok {
+			out[i] = n.name
+		} else {
+			out[i] = string(b)
+		}
+	}
+	return out
+}
+
 // Sweep drops assumptions whose time is up.
 func (l *Ledger) Sweep() {
 	now := l.opts.Now()
@@ -423,10 +455,51 @@ func primary(req Resources) corev1.ResourceName {
 	return corev1.ResourceName(names[0])
 }
 
-func (l *Ledger) evaluate(req Request, prim corev1.ResourceName, n *node, prefer types.UID) verdict {
-	if n == nil || !n.exists {
-		return verdict{reason: "node not (yet) known to the runplane extender"}
+// probe is a request prepared once per call and evaluated on many nodes:
+// the per-node work must stay a handful of comparisons at 5,000 nodes.
+type probe struct {
+	req      Request
+	vec      vec
+	nz       []int // slots the request needs
+	prim     int   // slot packing is measured on
+	reasons  map[int]string
+	names    func(int) corev1.ResourceName
+	required string
+}
+
+// newProbe prepares req. Callers hold l.mu.
+func (l *Ledger) newProbe(req Request) *probe {
+	p := &probe{req: req, vec: l.pack(req.Requests), prim: l.slot(primary(req.Requests)), reasons: map[int]string{}, names: l.slotName}
+	for i, x := range p.vec {
+		if x > 0 {
+			p.nz = append(p.nz, i)
+		}
 	}
+	if req.Required {
+		p.required = fmt.Sprintf("GPU spec %q has stock: Required and the node has no Running, unclaimed %s=%s placeholder", req.Spec, api.LabelStock, req.Spec)
+	}
+	return p
+}
+
+func (pr *probe) insufficient(short int) string {
+	if r, ok := pr.reasons[short]; ok {
+		return r
+	}
+	r := "insufficient " + string(pr.names(short))
+	if pr.req.Spec != "" {
+		r += fmt.Sprintf(" and no Running, unclaimed %s=%s placeholder", api.LabelStock, pr.req.Spec)
+	}
+	pr.reasons[short] = r
+	return r
+}
+
+const unknownNode = "node not (yet) known to the runplane extender"
+
+func (l *Ledger) evaluate(pr *probe, n *node, prefer types.UID) verdict {
+	if n == nil || !n.exists {
+		return verdict{reason: unknownNode}
+	}
+	req := &pr.req
 	var v verdict
 	var ph *podRec
 	if req.Spec != "" {
@@ -434,7 +507,7 @@ func (l *Ledger) evaluate(req Request, prim corev1.ResourceName, n *node, prefer
 			if !p.claimable() {
 				continue
 			}
-			if ok, _ := fits(n.alloc, n.used, &p.req, req.Requests); !ok {
+			if ok, _ := fitsVec(n.alloc, n.used, p.req, pr.vec, pr.nz); !ok {
 				continue
 			}
 			if ph == nil || p.uid == prefer || (ph.uid != prefer && p.uid < ph.uid) {
@@ -443,43 +516,36 @@ func (l *Ledger) evaluate(req Request, prim corev1.ResourceName, n *node, prefer
 		}
 		v.hasStock = ph != nil
 	}
-	freeOK, short := fits(n.alloc, n.used, nil, req.Requests)
 	switch {
 	case req.Required && ph == nil:
-		v.reason = fmt.Sprintf("GPU spec %q has stock: Required and the node has no Running, unclaimed %s=%s placeholder", req.Spec, api.LabelStock, req.Spec)
+		v.reason = pr.required
 		return v
 	case req.Required:
 		v.fits, v.ph = true, ph
-	case freeOK:
-		v.fits = true
-	case ph != nil:
-		v.fits, v.ph = true, ph
 	default:
-		v.reason = "insufficient " + string(short)
-		if req.Spec != "" {
-			v.reason += fmt.Sprintf(" and no Running, unclaimed %s=%s placeholder", api.LabelStock, req.Spec)
+		freeOK, short := fitsVec(n.alloc, n.used, nil, pr.vec, pr.nz)
+		switch {
+		case freeOK:
+			v.fits = true
+		case ph != nil:
+			v.fits, v.ph = true, ph
+		default:
+			v.reason = pr.insufficient(short)
+			return v
 		}
-		return v
 	}
-	v.packing = packing(prim, n, req.Requests, v.ph)
+	v.packing = packing(pr.prim, n, pr.vec, v.ph)
 	return v
 }
 
-func amount(r Resources, name corev1.ResourceName) int64 {
-	if name == corev1.ResourceCPU {
-		return r.MilliCPU
-	}
-	return r.Scalar[name]
-}
-
-func packing(prim corev1.ResourceName, n *node, req Resources, ph *podRec) float64 {
-	alloc := amount(n.alloc, prim)
+func packing(prim int, n *node, req vec, ph *podRec) float64 {
+	alloc := at(n.alloc, prim)
 	if alloc <= 0 {
 		return 0
 	}
-	used := amount(n.used, prim) + amount(req, prim)
+	used := at(n.used, prim) + at(req, prim)
 	if ph != nil {
-		used -= amount(ph.req, prim)
+		used -= at(ph.req, prim)
 	}
 	return math.Min(1, math.Max(0, float64(used)/float64(alloc)))
 }
@@ -531,16 +597,19 @@ func (l *Ledger) Filter(req Request, nodeNames []string, reserve bool) FilterRes
 		}
 		l.unassume(prev, false)
 	}
-	prim := primary(req.Requests)
+	pr := l.newProbe(req)
 	var best verdict
 	bestName := ""
+	scores := make([]int64, 0, len(nodeNames))
+	defer func() { l.last = &filterScores{uid: req.UID, nodes: res.Feasible, scores: scores} }()
 	for _, name := range nodeNames {
-		v := l.evaluate(req, prim, l.nodes[name], prefer)
+		v := l.evaluate(pr, l.nodes[name], prefer)
 		if !v.fits {
 			res.Failed[name] = v.reason
 			continue
 		}
 		res.Feasible = append(res.Feasible, name)
+		scores = append(scores, score(v))
 		switch {
 		case bestName == "":
 		case name == preferNode:
@@ -557,7 +626,7 @@ func (l *Ledger) Filter(req Request, nodeNames []string, reserve bool) FilterRes
 		}
 		return res
 	}
-	a := &assumption{uid: req.UID, node: bestName, req: req.Requests, state: Reserved,
+	a := &assumption{uid: req.UID, node: bestName, req: pr.vec, state: Reserved,
 		expires: l.opts.Now().Add(l.opts.ReservationTTL)}
 	if best.ph != nil {
 		a.ph = best.ph.uid
@@ -590,27 +659,55 @@ func (l *Ledger) Prioritize(req Request, nodeNames []string) []Score {
 		l.unassume(a, false)
 		defer l.assume(a)
 	}
-	prim := primary(req.Requests)
+	if out := l.cachedScores(req.UID, nodeNames, chosen); out != nil {
+		return out
+	}
+	pr := l.newProbe(req)
 	out := make([]Score, len(nodeNames))
 	var best verdict
 	bestIdx := -1
 	for i, name := range nodeNames {
 		out[i].Node = name
-		v := l.evaluate(req, prim, l.nodes[name], "")
+		v := l.evaluate(pr, l.nodes[name], "")
 		if !v.fits {
 			continue
 		}
-		s := int64(math.Round(v.packing * 4))
-		if v.hasStock {
-			s += 5
-		}
-		out[i].Score = s
+		out[i].Score = score(v)
 		if name == chosen || (chosen == "" && (bestIdx < 0 || better(v, name, best, nodeNames[bestIdx]))) {
 			best, bestIdx = v, i
 		}
 	}
 	if bestIdx >= 0 {
 		out[bestIdx].Score = 10
+	}
+	return out
+}
+
+func score(v verdict) int64 {
+	s := int64(math.Round(v.packing * 4))
+	if v.hasStock {
+		s += 5
+	}
+	return s
+}
+
+// cachedScores answers Prioritize from the Pod's latest Filter when the
+// scheduler asks about the very nodes that Filter returned (it does, in
+// the same order, within one scheduling cycle); nil otherwise.
+func (l *Ledger) cachedScores(uid types.UID, nodeNames []string, chosen string) []Score {
+	c := l.last
+	if c == nil || c.uid != uid || chosen == "" || len(c.nodes) != len(nodeNames) {
+		return nil
+	}
+	out := make([]Score, len(nodeNames))
+	for i, n := range nodeNames {
+		if c.nodes[i] != n {
+			return nil
+		}
+		out[i] = Score{Node: n, Score: min(c.scores[i], 9)}
+		if n == chosen {
+			out[i].Score = 10
+		}
 	}
 	return out
 }
@@ -630,11 +727,12 @@ func (l *Ledger) BeginBind(req Request, nodeName string) (*Placeholder, error) {
 		if a != nil {
 			l.unassume(a, false)
 		}
-		v := l.evaluate(req, primary(req.Requests), l.nodes[nodeName], "")
+		pr := l.newProbe(req)
+		v := l.evaluate(pr, l.nodes[nodeName], "")
 		if !v.fits {
 			return nil, &NoRoomError{Node: nodeName, Reason: v.reason}
 		}
-		a = &assumption{uid: req.UID, node: nodeName, req: req.Requests}
+		a = &assumption{uid: req.UID, node: nodeName, req: pr.vec}
 		if v.ph != nil {
 			a.ph = v.ph.uid
 		}
@@ -688,10 +786,10 @@ func (l *Ledger) Free(nodeName string) Resources {
 	if n == nil {
 		return Resources{}
 	}
-	free := Resources{}
+	free := vec{}
 	free.add(n.alloc)
 	free.sub(n.used)
-	return free
+	return l.unpack(free)
 }
 
 // StockCount is the placeholders of one spec on one node.

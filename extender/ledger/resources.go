@@ -78,18 +78,6 @@ func (r *Resources) add(o Resources) {
 	}
 }
 
-func (r *Resources) sub(o Resources) {
-	r.MilliCPU -= o.MilliCPU
-	r.Memory -= o.Memory
-	r.Pods -= o.Pods
-	for k, v := range o.Scalar {
-		if r.Scalar == nil {
-			r.Scalar = make(map[corev1.ResourceName]int64, len(o.Scalar))
-		}
-		r.Scalar[k] -= v
-	}
-}
-
 func (r *Resources) max(o Resources) {
 	r.MilliCPU = max(r.MilliCPU, o.MilliCPU)
 	r.Memory = max(r.Memory, o.Memory)
@@ -100,35 +88,4 @@ func (r *Resources) max(o Resources) {
 		}
 		r.Scalar[k] = max(r.Scalar[k], v)
 	}
-}
-
-// fits reports whether req fits into alloc-used+extra, and names the first
-// resource that does not. extra is capacity a claim would free (may be nil).
-func fits(alloc, used Resources, extra *Resources, req Resources) (bool, corev1.ResourceName) {
-	var eCPU, eMem, ePods int64
-	if extra != nil {
-		eCPU, eMem, ePods = extra.MilliCPU, extra.Memory, extra.Pods
-	}
-	if req.MilliCPU > 0 && alloc.MilliCPU-used.MilliCPU+eCPU < req.MilliCPU {
-		return false, corev1.ResourceCPU
-	}
-	if req.Memory > 0 && alloc.Memory-used.Memory+eMem < req.Memory {
-		return false, corev1.ResourceMemory
-	}
-	if alloc.Pods-used.Pods+ePods < req.Pods {
-		return false, corev1.ResourcePods
-	}
-	for k, v := range req.Scalar {
-		if v <= 0 {
-			continue
-		}
-		var e int64
-		if extra != nil {
-			e = extra.Scalar[k]
-		}
-		if alloc.Scalar[k]-used.Scalar[k]+e < v {
-			return false, k
-		}
-	}
-	return true, ""
 }

@@ -45,9 +45,9 @@ const (
 	// SSH sidecar can run from the user's image (with its shell and tools).
 	SSHInstallContainerName = "runplane-ssh-install"
 	// SSHBinaryDir is where VolumeSSHBinary is mounted.
-	SSHBinaryDir = "/var/run/runplane/ssh-bin"
-	SidecarCommand         = "runplane-sidecar"
-	SSHCommand             = "runplane-ssh"
+	SSHBinaryDir   = "/var/run/runplane/ssh-bin"
+	SidecarCommand = "runplane-sidecar"
+	SSHCommand     = "runplane-ssh"
 	// DefaultContainerAnnotation picks the main container that gets a GPU
 	// spec's resources (kubectl uses the same annotation).
 	DefaultContainerAnnotation = "kubectl.kubernetes.io/default-container"
