@@ -1,0 +1,99 @@
+package sidecar
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/queue/messages"
+)
+
+// BenchmarkDispatchToReply is the sidecar hot path: a JetStream dispatch
+// with a sync ReplyTo → sidecar → Go echo framework over the unix socket →
+// result into the stream + reply, measured from publish to reply. The
+// parallel cases keep `concurrency` dispatches in flight.
+func BenchmarkDispatchToReply(b *testing.B) {
+	for _, conc := range []int{1, 4} {
+		b.Run(fmt.Sprintf("concurrency%d", conc), func(b *testing.B) {
+			e := newEnv(b)
+			sock := socketPath(b)
+			serveFramework(b, sock, framework.Echo(framework.EchoOptions{}))
+			cfg := e.config("bench", sock)
+			cfg.Concurrency = conc
+			cfg.FetchWait = time.Second
+			s, err := New(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- s.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			for !s.ready.Load() || s.consumer.Load() == nil {
+				time.Sleep(10 * time.Millisecond)
+			}
+
+			var mu sync.Mutex
+			samples := make([]time.Duration, 0, b.N)
+			next := make(chan int)
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			for w := range conc {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					inbox := nats.NewInbox()
+					sub, err := e.nc.SubscribeSync(inbox)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					defer sub.Unsubscribe()
+					local := []time.Duration{}
+					for i := range next {
+						id := fmt.Sprintf("b%d-%d", w, i)
+						d, _ := json.Marshal(messages.Dispatch{Invocation: messages.Invocation{InvocationID: id, Pool: testPool, Mode: messages.ModeSync,
+							ReplyTo: inbox, Payload: json.RawMessage(`{"prompt":"draw a robot"}`)}, Worker: "bench", Attempt: 1, DispatchedAt: time.Now()})
+						t0 := time.Now()
+						if _, err := e.js.Publish(context.Background(), subjects.Dispatch(testPool, "bench"), d, jetstream.WithMsgID(id+".1")); err != nil {
+							b.Error(err)
+							return
+						}
+						m, err := sub.NextMsg(10 * time.Second)
+						if err != nil {
+							b.Errorf("reply for %s: %v", id, err)
+							return
+						}
+						local = append(local, time.Since(t0))
+						var r messages.Result
+						if err := json.Unmarshal(m.Data, &r); err != nil || r.State != messages.StateSucceeded {
+							b.Errorf("reply %s: %s", id, m.Data)
+						}
+					}
+					mu.Lock()
+					samples = append(samples, local...)
+					mu.Unlock()
+				}()
+			}
+			for i := range b.N {
+				next <- i
+			}
+			close(next)
+			wg.Wait()
+			b.StopTimer()
+			slices.Sort(samples)
+			if len(samples) > 0 {
+				b.ReportMetric(float64(samples[len(samples)/2].Microseconds()), "p50-µs")
+				b.ReportMetric(float64(samples[len(samples)*99/100].Microseconds()), "p99-µs")
+			}
+		})
+	}
+}

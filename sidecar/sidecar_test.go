@@ -1,0 +1,518 @@
+package sidecar
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/queue/messages"
+)
+
+func TestDispatchResultReplyEvents(t *testing.T) {
+	e := newEnv(t)
+	sock := socketPath(t)
+	serveFramework(t, sock, framework.Echo(framework.EchoOptions{}))
+	events, results := e.events(), e.results()
+	reply := make(chan *nats.Msg, 1)
+	inbox := nats.NewInbox()
+	sub, err := e.nc.ChanSubscribe(inbox, reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+
+	e.startSidecar(e.config("w1", sock))
+	reg := waitEvent(t, events, "registered", func(ev messages.Event) bool { return ev.Type == messages.EventRegistered })
+	if reg.Worker != "w1" || reg.Namespace != "default" || reg.Concurrency != 1 {
+		t.Errorf("registered event = %+v, want worker w1, namespace default, concurrency 1", reg)
+	}
+	waitEvent(t, events, "ready heartbeat", func(ev messages.Event) bool { return ev.Type == messages.EventHeartbeat && ev.Ready })
+
+	e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{
+		InvocationID: "inv-1", Mode: messages.ModeSync, ReplyTo: inbox,
+		ContentType: "application/json", Payload: json.RawMessage(`{"prompt":"robot"}`),
+		Headers: map[string]string{"x-request-id": "abc"}, Attributes: map[string]string{"path": "/generate"},
+	}})
+
+	res := waitResult(t, results)
+	if res.MsgID != "inv-1.1" {
+		t.Errorf("result Nats-Msg-Id = %q, want inv-1.1", res.MsgID)
+	}
+	if res.State != messages.StateSucceeded || res.Response == nil || res.Worker != "w1" || res.Attempt != 1 || res.StartedAt.IsZero() || res.FinishedAt.Before(res.StartedAt) {
+		t.Fatalf("result = %+v, want succeeded with response from w1 attempt 1", res.Result)
+	}
+	var echoed framework.Request
+	if err := json.Unmarshal(res.Response.Body, &echoed); err != nil {
+		t.Fatalf("echo body: %v", err)
+	}
+	if echoed.Version != framework.Version || echoed.InvocationID != "inv-1" || echoed.ServerlessRequestID != testPool ||
+		echoed.WorkerName != "w1" || echoed.WorkerNamespace != "default" || echoed.Mode != "sync" ||
+		string(echoed.Payload) != `{"prompt":"robot"}` || echoed.Headers["x-request-id"] != "abc" || echoed.Attributes["path"] != "/generate" || echoed.DispatchedAt.IsZero() {
+		t.Errorf("framework got envelope %+v", echoed)
+	}
+	select {
+	case m := <-reply:
+		var r messages.Result
+		if err := json.Unmarshal(m.Data, &r); err != nil || r.InvocationID != "inv-1" || r.State != messages.StateSucceeded {
+			t.Errorf("sync reply = %s (%v), want succeeded inv-1", m.Data, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no sync reply")
+	}
+	waitEvent(t, events, "started", func(ev messages.Event) bool {
+		return ev.Type == messages.EventStarted && ev.InvocationID == "inv-1" && ev.Attempt == 1
+	})
+	waitEvent(t, events, "finished", func(ev messages.Event) bool {
+		return ev.Type == messages.EventFinished && ev.InvocationID == "inv-1" && ev.State == messages.StateSucceeded
+	})
+	eventually(t, "dispatch acked", func() bool {
+		ci := e.consumerInfo("w1")
+		return ci.NumAckPending == 0 && ci.NumPending == 0 && ci.Delivered.Consumer == 1
+	})
+	if ci := e.consumerInfo("w1"); ci.Config.MaxAckPending != 1 || ci.Config.InactiveThreshold == 0 || ci.Config.Durable != "echo_w1" {
+		t.Errorf("consumer config = %+v, want durable echo_w1, MaxAckPending 1, InactiveThreshold set", ci.Config)
+	}
+}
+
+func TestResultStates(t *testing.T) {
+	e := newEnv(t)
+	sock := socketPath(t)
+	serveFramework(t, sock, framework.Echo(framework.EchoOptions{}))
+	results := e.results()
+	e.startSidecar(e.config("w1", sock))
+	tests := []struct {
+		name    string
+		attrs   map[string]string
+		timeout int
+		state   messages.State
+		errText string
+	}{
+		{name: "echo", state: messages.StateSucceeded},
+		{name: "framework error envelope", attrs: map[string]string{framework.EchoAttrFail: "model exploded"}, state: messages.StateFailed, errText: "model exploded"},
+		{name: "timeout", attrs: map[string]string{framework.EchoAttrSleep: "10s"}, timeout: 1, state: messages.StateTimedOut, errText: "invocation timed out after 1s"},
+		{name: "bad attribute answered by framework", attrs: map[string]string{framework.EchoAttrSleep: "soon"}, state: messages.StateFailed,
+			errText: `attribute echo.sleep: "soon" is not a duration (e.g. 2s): time: invalid duration "soon"`},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := "inv-" + string(rune('a'+i))
+			start := time.Now()
+			e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: id, Attributes: tt.attrs, TimeoutSeconds: tt.timeout}})
+			res := waitResult(t, results)
+			if res.InvocationID != id || res.State != tt.state || res.Error != tt.errText {
+				t.Errorf("result = {id %s state %s error %q}, want {id %s state %s error %q}", res.InvocationID, res.State, res.Error, id, tt.state, tt.errText)
+			}
+			if tt.state == messages.StateTimedOut && time.Since(start) > 5*time.Second {
+				t.Errorf("timed_out result took %v, want about the 1s timeout", time.Since(start))
+			}
+		})
+	}
+}
+
+func TestConcurrencyLimit(t *testing.T) {
+	e := newEnv(t)
+	sock := socketPath(t)
+	var cur, peak atomic.Int32
+	echo := framework.Echo(framework.EchoOptions{})
+	serveFramework(t, sock, func(ctx context.Context, r framework.Request) (framework.Response, error) {
+		n := cur.Add(1)
+		defer cur.Add(-1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		time.Sleep(300 * time.Millisecond)
+		return echo(ctx, r)
+	})
+	events, results := e.events(), e.results()
+	cfg := e.config("w1", sock)
+	cfg.Concurrency = 2
+	e.startSidecar(cfg)
+	waitEvent(t, events, "registered", func(ev messages.Event) bool { return ev.Type == messages.EventRegistered && ev.Concurrency == 2 })
+	const n = 6
+	for i := range n {
+		e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: "c" + string(rune('0'+i))}})
+	}
+	seen := map[string]bool{}
+	for range n {
+		r := waitResult(t, results)
+		if r.State != messages.StateSucceeded {
+			t.Errorf("result %s = %s (%s)", r.InvocationID, r.State, r.Error)
+		}
+		seen[r.InvocationID] = true
+	}
+	if len(seen) != n {
+		t.Errorf("got results for %d distinct invocations, want %d", len(seen), n)
+	}
+	if p := peak.Load(); p != 2 {
+		t.Errorf("peak concurrent framework calls = %d, want exactly 2", p)
+	}
+	// Heartbeats never report more in flight than the concurrency.
+	for {
+		select {
+		case ev := <-events:
+			if ev.InFlight > 2 {
+				t.Errorf("event %s reports inFlight %d > concurrency 2", ev.Type, ev.InFlight)
+			}
+			continue
+		default:
+		}
+		break
+	}
+}
+
+func TestLongInvocationIsNotRedelivered(t *testing.T) {
+	e := newEnv(t)
+	sock := socketPath(t)
+	var calls atomic.Int32
+	echo := framework.Echo(framework.EchoOptions{Sleep: 2 * time.Second})
+	serveFramework(t, sock, func(ctx context.Context, r framework.Request) (framework.Response, error) {
+		calls.Add(1)
+		return echo(ctx, r)
+	})
+	results := e.results()
+	cfg := e.config("w1", sock)
+	cfg.Concurrency = 2 // room for a redelivery to be run, were it sent
+	cfg.AckWait = 400 * time.Millisecond
+	e.startSidecar(cfg)
+	e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: "long"}})
+	res := waitResult(t, results)
+	if res.State != messages.StateSucceeded {
+		t.Fatalf("state = %s (%s), want succeeded", res.State, res.Error)
+	}
+	if c := calls.Load(); c != 1 {
+		t.Errorf("framework called %d times, want 1", c)
+	}
+	ci := e.consumerInfo("w1")
+	if ci.NumRedelivered != 0 || ci.Delivered.Consumer != 1 {
+		t.Errorf("consumer redelivered %d, delivered %d; want 0 and 1 (in-progress acks keep a 2s call within a 400ms ack wait)", ci.NumRedelivered, ci.Delivered.Consumer)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	e := newEnv(t)
+	sock := socketPath(t)
+	ctxEnded := make(chan struct{}, 1)
+	serveFramework(t, sock, func(ctx context.Context, r framework.Request) (framework.Response, error) {
+		<-ctx.Done()
+		ctxEnded <- struct{}{}
+		return framework.Response{}, ctx.Err()
+	})
+	events, results := e.events(), e.results()
+	e.startSidecar(e.config("w1", sock))
+	for _, c := range []struct {
+		id      string
+		attempt int // of the Cancel; 0 = any
+	}{{"cx", 1}, {"cy", 0}} {
+		e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: c.id}})
+		waitEvent(t, events, "started "+c.id, func(ev messages.Event) bool { return ev.Type == messages.EventStarted && ev.InvocationID == c.id })
+		// A cancel for another invocation (or attempt) must not touch it.
+		for _, other := range []messages.Cancel{{InvocationID: "other"}, {InvocationID: c.id, Attempt: 7}, {InvocationID: c.id[:1]}} {
+			data, _ := json.Marshal(other)
+			if err := e.nc.Publish(subjects.Cancel(testPool, "w1"), data); err != nil {
+				t.Fatal(err)
+			}
+		}
+		data, _ := json.Marshal(messages.Cancel{InvocationID: c.id, Attempt: c.attempt})
+		if err := e.nc.Publish(subjects.Cancel(testPool, "w1"), data); err != nil {
+			t.Fatal(err)
+		}
+		res := waitResult(t, results)
+		if res.InvocationID != c.id || res.State != messages.StateCancelled {
+			t.Fatalf("result = %s %s (%s), want %s cancelled", res.InvocationID, res.State, res.Error, c.id)
+		}
+		select {
+		case <-ctxEnded:
+		case <-time.After(5 * time.Second):
+			t.Fatal("framework call's context was not cancelled")
+		}
+	}
+}
+
+func TestFrameworkCrashFails(t *testing.T) {
+	_, echoBin := binaries(t)
+	e := newEnv(t)
+	sock := socketPath(t)
+	fw := exec.Command(echoBin, "-socket", sock)
+	fw.Stderr = os.Stderr
+	if err := fw.Start(); err != nil {
+		t.Fatal(err)
+	}
+	fwDone := make(chan error, 1)
+	go func() { fwDone <- fw.Wait() }()
+	t.Cleanup(func() { _ = fw.Process.Kill() })
+	events, results := e.events(), e.results()
+	e.startSidecar(e.config("w1", sock))
+	waitEvent(t, events, "ready", func(ev messages.Event) bool { return ev.Ready })
+	e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: "boom", Attributes: map[string]string{framework.EchoAttrCrash: "true"}}})
+	res := waitResult(t, results)
+	if res.State != messages.StateFailed || res.Error == "" {
+		t.Fatalf("result = %s %q, want failed with an error", res.State, res.Error)
+	}
+	select {
+	case <-fwDone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("framework-echo did not exit")
+	}
+	waitEvent(t, events, "unready heartbeat after the crash", func(ev messages.Event) bool { return ev.Type == messages.EventHeartbeat && !ev.Ready })
+	eventually(t, "crashed dispatch acked", func() bool { return e.consumerInfo("w1").NumAckPending == 0 })
+}
+
+func TestDuplicateDeliveryRunsOnce(t *testing.T) {
+	e := newEnv(t)
+	sock := socketPath(t)
+	var calls atomic.Int32
+	echo := framework.Echo(framework.EchoOptions{})
+	serveFramework(t, sock, func(ctx context.Context, r framework.Request) (framework.Response, error) {
+		calls.Add(1)
+		return echo(ctx, r)
+	})
+	results := e.results()
+	e.startSidecar(e.config("w1", sock))
+	d := messages.Dispatch{Invocation: messages.Invocation{InvocationID: "dup", Pool: testPool}, Worker: "w1", Attempt: 1}
+	data, _ := json.Marshal(d)
+	ctx := context.Background()
+	// Two stream messages with the same dispatch: what a republish outside
+	// the stream's duplicate window looks like.
+	for range 2 {
+		if _, err := e.js.Publish(ctx, subjects.Dispatch(testPool, "w1"), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := waitResult(t, results); r.State != messages.StateSucceeded {
+		t.Fatalf("state = %s", r.State)
+	}
+	eventually(t, "both deliveries acked", func() bool {
+		ci := e.consumerInfo("w1")
+		return ci.Delivered.Consumer == 2 && ci.NumAckPending == 0
+	})
+	if c := calls.Load(); c != 1 {
+		t.Errorf("framework ran the dispatch %d times, want 1", c)
+	}
+	select {
+	case r := <-results:
+		t.Errorf("second result published for a duplicate: %+v", r)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+func get(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func TestReadinessFollowsFramework(t *testing.T) {
+	e := newEnv(t)
+	sock := socketPath(t)
+	events := e.events()
+	s := e.startSidecar(e.config("w1", sock))
+	base := "http://" + s.Addr()
+	if c := get(t, base+"/livez"); c != http.StatusOK {
+		t.Errorf("/livez = %d before the framework exists, want 200", c)
+	}
+	waitEvent(t, events, "registered", func(ev messages.Event) bool { return ev.Type == messages.EventRegistered })
+	if c := get(t, base+"/readyz"); c != http.StatusServiceUnavailable {
+		t.Errorf("/readyz = %d without a framework, want 503", c)
+	}
+	stop := serveFramework(t, sock, framework.Echo(framework.EchoOptions{}))
+	eventually(t, "/readyz 200 once the framework serves", func() bool { return get(t, base+"/readyz") == http.StatusOK })
+	waitEvent(t, events, "ready heartbeat", func(ev messages.Event) bool { return ev.Type == messages.EventHeartbeat && ev.Ready })
+	stop()
+	eventually(t, "/readyz 503 once the framework is gone", func() bool { return get(t, base+"/readyz") == http.StatusServiceUnavailable })
+	waitEvent(t, events, "unready heartbeat", func(ev messages.Event) bool { return ev.Type == messages.EventHeartbeat && !ev.Ready })
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/metrics = %d", resp.StatusCode)
+	}
+}
+
+func TestReadinessNeedsNATS(t *testing.T) {
+	sock := socketPath(t)
+	serveFramework(t, sock, framework.Echo(framework.EchoOptions{}))
+	e := &env{t: t}
+	cfg := Config{Pool: testPool, WorkerName: "w1", WorkerNamespace: "default", FrameworkSocket: sock, Concurrency: 1,
+		NATSURL: "nats://127.0.0.1:1", HTTPAddr: "127.0.0.1:0", ProbeInterval: 50 * time.Millisecond}
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	s := e.startSidecar(cfg)
+	base := "http://" + s.Addr()
+	eventually(t, "/livez", func() bool { return get(t, base+"/livez") == http.StatusOK })
+	time.Sleep(200 * time.Millisecond) // framework probe has passed by now
+	if c := get(t, base+"/readyz"); c != http.StatusServiceUnavailable {
+		t.Errorf("/readyz = %d with NATS unreachable, want 503", c)
+	}
+	if err := s.stop(); err != nil {
+		t.Errorf("stop before registering: %v", err)
+	}
+}
+
+// TestSIGTERMDrain runs the built binaries: SIGTERM lets the running
+// invocation finish, takes no new work, deregisters and exits 0.
+func TestSIGTERMDrain(t *testing.T) {
+	sidecarBin, echoBin := binaries(t)
+	e := newEnv(t)
+	sock := socketPath(t)
+	fw := exec.Command(echoBin, "-socket", sock, "-sleep", "1500ms")
+	if err := fw.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fw.Process.Kill(); _ = fw.Wait() })
+	events, results := e.events(), e.results()
+
+	sc := exec.Command(sidecarBin, "-heartbeat-interval", "200ms", "-probe-interval", "50ms", "-fetch-wait", "200ms", "-shutdown-grace", "10s")
+	sc.Env = append(os.Environ(),
+		api.EnvPool+"="+testPool, api.EnvWorkerName+"=w1", api.EnvWorkerNamespace+"=default",
+		api.EnvFrameworkSocket+"="+sock, api.EnvNATSURL+"="+e.srv.ClientURL(), api.EnvConcurrency+"=2",
+		api.EnvSidecarHTTPAddr+"=127.0.0.1:0")
+	sc.Stderr = os.Stderr
+	if err := sc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	scDone := make(chan error, 1)
+	go func() { scDone <- sc.Wait() }()
+	t.Cleanup(func() { _ = sc.Process.Kill() })
+
+	waitEvent(t, events, "ready", func(ev messages.Event) bool { return ev.Ready })
+	e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: "inflight"}})
+	waitEvent(t, events, "started", func(ev messages.Event) bool { return ev.Type == messages.EventStarted })
+	if err := sc.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, events, "draining heartbeat", func(ev messages.Event) bool { return ev.Draining && !ev.Ready })
+	e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: "late"}})
+
+	res := waitResult(t, results)
+	if res.InvocationID != "inflight" || res.State != messages.StateSucceeded {
+		t.Errorf("result = %s %s (%s), want inflight succeeded", res.InvocationID, res.State, res.Error)
+	}
+	waitEvent(t, events, "deregistered", func(ev messages.Event) bool { return ev.Type == messages.EventDeregistered })
+	select {
+	case err := <-scDone:
+		if err != nil {
+			t.Errorf("sidecar exit: %v, want 0", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("sidecar did not exit after SIGTERM")
+	}
+	select {
+	case r := <-results:
+		t.Errorf("work taken after SIGTERM: %+v", r.Result)
+	default:
+	}
+	// The late dispatch waits in the durable consumer for a restart.
+	if ci := e.consumerInfo("w1"); ci.NumPending+uint64(ci.NumAckPending) != 1 {
+		t.Errorf("consumer pending %d + ack pending %d, want the late dispatch left", ci.NumPending, ci.NumAckPending)
+	}
+}
+
+// TestRestartResumesUnackedWork: a sidecar killed mid-invocation leaves its
+// dispatch unacked; the next sidecar of the same worker runs it.
+func TestRestartResumesUnackedWork(t *testing.T) {
+	sidecarBin, _ := binaries(t)
+	e := newEnv(t)
+	sock := socketPath(t)
+	var calls atomic.Int32
+	var mu sync.Mutex
+	block := true
+	echo := framework.Echo(framework.EchoOptions{})
+	serveFramework(t, sock, func(ctx context.Context, r framework.Request) (framework.Response, error) {
+		calls.Add(1)
+		mu.Lock()
+		b := block
+		mu.Unlock()
+		if b {
+			<-ctx.Done()
+			return framework.Response{}, ctx.Err()
+		}
+		return echo(ctx, r)
+	})
+	events, results := e.events(), e.results()
+	envv := append(os.Environ(),
+		api.EnvPool+"="+testPool, api.EnvWorkerName+"=w1", api.EnvWorkerNamespace+"=default",
+		api.EnvFrameworkSocket+"="+sock, api.EnvNATSURL+"="+e.srv.ClientURL(), api.EnvSidecarHTTPAddr+"=127.0.0.1:0")
+	start := func() *exec.Cmd {
+		c := exec.Command(sidecarBin, "-probe-interval", "50ms", "-fetch-wait", "200ms", "-ack-wait", "1s")
+		c.Env = envv
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+		return c
+	}
+	first := start()
+	e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: "resume"}})
+	waitEvent(t, events, "started", func(ev messages.Event) bool { return ev.Type == messages.EventStarted })
+	_ = first.Process.Kill()
+	_ = first.Wait()
+	mu.Lock()
+	block = false
+	mu.Unlock()
+	start()
+	res := waitResult(t, results)
+	if res.InvocationID != "resume" || res.State != messages.StateSucceeded {
+		t.Errorf("result = %s %s (%s), want resume succeeded", res.InvocationID, res.State, res.Error)
+	}
+	if c := calls.Load(); c != 2 {
+		t.Errorf("framework calls = %d, want 2 (killed + resumed)", c)
+	}
+}
+
+// TestPythonFramework runs the sidecar against the Python reference
+// framework, so both sides of the contract are checked together.
+func TestPythonFramework(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	e := newEnv(t)
+	sock := socketPath(t)
+	fw := exec.Command(py, "../framework/python/echo.py")
+	fw.Env = append(os.Environ(), api.EnvFrameworkSocket+"="+sock)
+	if err := fw.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fw.Process.Kill(); _ = fw.Wait() })
+	events, results := e.events(), e.results()
+	e.startSidecar(e.config("py", sock))
+	waitEvent(t, events, "ready", func(ev messages.Event) bool { return ev.Ready })
+	for _, tt := range []struct {
+		id    string
+		attrs map[string]string
+		state messages.State
+	}{{"py-ok", nil, messages.StateSucceeded}, {"py-fail", map[string]string{"echo.fail": "nope"}, messages.StateFailed}} {
+		e.dispatch("py", messages.Dispatch{Invocation: messages.Invocation{InvocationID: tt.id, Attributes: tt.attrs, Payload: json.RawMessage(`[1,2]`)}})
+		res := waitResult(t, results)
+		if res.InvocationID != tt.id || res.State != tt.state || res.Response == nil {
+			t.Fatalf("result = %+v, want %s %s", res.Result, tt.id, tt.state)
+		}
+		if tt.state == messages.StateSucceeded {
+			var echoed framework.Request
+			if err := json.Unmarshal(res.Response.Body, &echoed); err != nil || echoed.WorkerName != "py" || string(echoed.Payload) != "[1,2]" {
+				t.Errorf("python echo body = %s (%v)", res.Response.Body, err)
+			}
+		}
+	}
+}

@@ -1,0 +1,201 @@
+package serverless
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/queue/messages"
+)
+
+// echoed decodes the framework-echo body of a record.
+func echoed(t *testing.T, rec messages.Record) framework.Request {
+	t.Helper()
+	if rec.Response == nil {
+		t.Fatalf("record %s (%s) has no response: %s", rec.InvocationID, rec.State, rec.Error)
+	}
+	var r framework.Request
+	if err := json.Unmarshal(rec.Response.Body, &r); err != nil {
+		t.Fatalf("echo body %s: %v", rec.Response.Body, err)
+	}
+	return r
+}
+
+func TestSyncInvocationScalesFromZero(t *testing.T) {
+	pool(t, "sync", 0, 1, nil)
+	if r := replicas(t, "sync"); r != 0 {
+		t.Fatalf("pool starts with %d replicas, want 0", r)
+	}
+	start := time.Now()
+	var rec messages.Record
+	code := invoke(t, "sync", map[string]any{"mode": "sync", "timeoutSeconds": 90, "payload": map[string]string{"prompt": "draw a robot"},
+		"headers": map[string]string{"x-request-id": "abc"}}, &rec)
+	if code != http.StatusOK || rec.State != messages.StateSucceeded {
+		t.Fatalf("sync invoke = HTTP %d %+v, want 200 succeeded", code, rec)
+	}
+	t.Logf("cold sync invocation took %v", time.Since(start))
+	req := echoed(t, rec)
+	pods := poolPods(t, "sync")
+	if len(pods) != 1 || req.WorkerName != pods[0].Name || req.WorkerNamespace != ns || req.ServerlessRequestID != "sync" ||
+		string(req.Payload) != `{"prompt":"draw a robot"}` || req.Headers["x-request-id"] != "abc" {
+		t.Errorf("echo = %+v from pods %d, want the envelope as seen by the single pool Pod", req, len(pods))
+	}
+	if r := replicas(t, "sync"); r != 1 {
+		t.Errorf("replicas after the first invocation = %d, want 1", r)
+	}
+
+	// The user container holds no NATS settings or credentials.
+	pod := pods[0]
+	for _, c := range pod.Spec.Containers {
+		for _, e := range c.Env {
+			if strings.HasPrefix(e.Name, "RUNPLANE_NATS") || e.Name == api.EnvSubjectPrefix || e.Name == api.EnvStreamName {
+				t.Errorf("container %s has env %s", c.Name, e.Name)
+			}
+		}
+		for _, m := range c.VolumeMounts {
+			if m.MountPath == api.NATSCredentialsMountDir {
+				t.Errorf("container %s mounts the NATS credentials (%s)", c.Name, m.Name)
+			}
+		}
+	}
+}
+
+func TestAsyncInvocationAndGet(t *testing.T) {
+	pool(t, "async", 0, 1, nil)
+	var ack struct {
+		InvocationID string         `json:"invocationID"`
+		State        messages.State `json:"state"`
+	}
+	if code := invoke(t, "async", map[string]any{"mode": "async", "invocationID": "async-1", "payload": []int{1, 2}}, &ack); code != http.StatusAccepted {
+		t.Fatalf("async invoke = HTTP %d, want 202", code)
+	}
+	if ack.InvocationID != "async-1" {
+		t.Errorf("ack = %+v", ack)
+	}
+	var rec messages.Record
+	eventually(t, 90*time.Second, "async-1 succeeded", func() bool {
+		getJSON(t, st.queueURL+"/v1/invocations/async-1", &rec)
+		return rec.State.Terminal()
+	})
+	if rec.State != messages.StateSucceeded || string(echoed(t, rec).Payload) != "[1,2]" || echoed(t, rec).Mode != "async" {
+		t.Errorf("record = %+v", rec)
+	}
+}
+
+func TestBurstScalesUpThenIdlesDownToFloor(t *testing.T) {
+	pool(t, "burst", 0, 2, map[string]string{api.AnnotationMinAvailable: "1", api.AnnotationMaxReplicas: "6", api.AnnotationIdleTimeout: "3s"})
+	eventually(t, 60*time.Second, "prewarm floor of 1", func() bool { return replicas(t, "burst") == 1 })
+
+	var peak atomic.Int32
+	stopWatch := make(chan struct{})
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		for {
+			sc, err := st.cluster.Client().AppsV1().Deployments(ns).GetScale(context.Background(), "burst", metav1.GetOptions{})
+			if err == nil && sc.Spec.Replicas > peak.Load() {
+				peak.Store(sc.Spec.Replicas)
+			}
+			select {
+			case <-stopWatch:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	const n = 50
+	var wg sync.WaitGroup
+	workers := sync.Map{}
+	var failed atomic.Int32
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var rec messages.Record
+			code := invoke(t, "burst", map[string]any{"mode": "sync", "invocationID": fmt.Sprintf("burst-%d", i), "timeoutSeconds": 120,
+				"attributes": map[string]string{framework.EchoAttrSleep: "1s"}}, &rec)
+			if code != http.StatusOK || rec.State != messages.StateSucceeded {
+				failed.Add(1)
+				t.Errorf("burst-%d: HTTP %d %s %s", i, code, rec.State, rec.Error)
+				return
+			}
+			workers.Store(rec.Worker, true)
+		}()
+	}
+	wg.Wait()
+	close(stopWatch)
+	<-watchDone
+	distinct := 0
+	workers.Range(func(any, any) bool { distinct++; return true })
+	t.Logf("50 invocations: peak replicas %d, %d distinct workers answered", peak.Load(), distinct)
+	if peak.Load() < 2 || distinct < 2 {
+		t.Errorf("peak replicas %d, distinct workers %d; want the pool scaled past one worker", peak.Load(), distinct)
+	}
+	if failed.Load() > 0 {
+		t.Fatalf("%d of %d invocations failed", failed.Load(), n)
+	}
+	eventually(t, 90*time.Second, "idle scale-down to the floor of 1", func() bool {
+		return replicas(t, "burst") == 1 && len(poolPods(t, "burst")) == 1
+	})
+}
+
+func TestKilledWorkerIsRedeliveredAndCompletesOnce(t *testing.T) {
+	pool(t, "kill", 1, 1, nil)
+	// Warm up: find the worker.
+	var warm messages.Record
+	if code := invoke(t, "kill", map[string]any{"mode": "sync", "timeoutSeconds": 90}, &warm); code != http.StatusOK || warm.State != messages.StateSucceeded {
+		t.Fatalf("warm-up = HTTP %d %+v", code, warm)
+	}
+	victim := warm.Worker
+
+	var results atomic.Int32
+	sub, err := st.nc.Subscribe(messages.Subjects{Prefix: api.DefaultSubjectPrefix}.Result("kill"), func(m *nats.Msg) {
+		var r messages.Result
+		if json.Unmarshal(m.Data, &r) == nil && r.InvocationID == "killed-1" {
+			results.Add(1)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+
+	if code := invoke(t, "kill", map[string]any{"mode": "async", "invocationID": "killed-1", "timeoutSeconds": 120,
+		"attributes": map[string]string{framework.EchoAttrSleep: "3s"}}, nil); code != http.StatusAccepted {
+		t.Fatalf("async invoke = HTTP %d", code)
+	}
+	var rec messages.Record
+	eventually(t, 30*time.Second, "killed-1 running on "+victim, func() bool {
+		getJSON(t, st.queueURL+"/v1/invocations/killed-1", &rec)
+		return rec.State == messages.StateRunning && rec.Worker == victim
+	})
+	// The node dies: processes gone without a drain, Pod deleted.
+	if err := st.workers.Kill(ns, victim); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.cluster.Client().CoreV1().Pods(ns).Delete(context.Background(), victim, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 120*time.Second, "killed-1 terminal", func() bool {
+		getJSON(t, st.queueURL+"/v1/invocations/killed-1", &rec)
+		return rec.State.Terminal()
+	})
+	if rec.State != messages.StateSucceeded || rec.Worker == victim || rec.Attempt < 2 {
+		t.Errorf("record = state %s worker %s attempt %d (%s); want succeeded by another worker on a later attempt", rec.State, rec.Worker, rec.Attempt, rec.Error)
+	}
+	time.Sleep(time.Second) // a second result would have arrived by now
+	if n := results.Load(); n != 1 {
+		t.Errorf("results published for killed-1: %d, want exactly 1", n)
+	}
+}

@@ -1,0 +1,115 @@
+package localworkers
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/runplane/runplane/api"
+)
+
+func fieldEnv(name, path string) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+}
+
+func TestPodEnv(t *testing.T) {
+	local := Local{NATSURL: "nats://127.0.0.1:4222", Socket: "/tmp/x/framework.sock", SidecarHTTPAddr: "127.0.0.1:9999"}
+	meta := metav1.ObjectMeta{Name: "echo-abc", Namespace: "team", UID: "u1",
+		Labels: map[string]string{api.LabelPool: "echo", "app": "demo"}, Annotations: map[string]string{api.AnnotationConcurrency: "3"}}
+	contract := []corev1.EnvVar{
+		{Name: api.EnvPool, Value: "echo"},
+		fieldEnv(api.EnvWorkerName, "metadata.name"),
+		fieldEnv(api.EnvWorkerNamespace, "metadata.namespace"),
+		{Name: api.EnvFrameworkSocket, Value: "/tmp/serverless-framework/framework.sock"},
+		{Name: api.EnvSeedSocketPath, Value: "/tmp/serverless-framework/framework.sock"},
+	}
+	injected := &corev1.Pod{ObjectMeta: meta, Spec: corev1.PodSpec{
+		InitContainers: []corev1.Container{{Name: api.SidecarContainerName, Env: append(slices.Clone(contract),
+			corev1.EnvVar{Name: api.EnvConcurrency, Value: "3"},
+			corev1.EnvVar{Name: api.EnvNATSURL, Value: "nats://nats.runplane-system:4222"},
+			corev1.EnvVar{Name: api.EnvSubjectPrefix, Value: "custom.prefix"},
+			corev1.EnvVar{Name: api.EnvNATSCredentialsDir, Value: api.NATSCredentialsMountDir},
+			corev1.EnvVar{Name: api.EnvSidecarHTTPAddr, Value: ":8091"})}},
+		Containers: []corev1.Container{{Name: "app", Env: append(slices.Clone(contract),
+			fieldEnv("APP_LABEL", "metadata.labels['app']"),
+			corev1.EnvVar{Name: "GREETING", Value: "hi $(APP_LABEL) $$(APP_LABEL) $(NOPE)"},
+			corev1.EnvVar{Name: api.EnvNATSURL, Value: "nats://leak"})}},
+	}}
+	bare := &corev1.Pod{ObjectMeta: meta, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}}}
+
+	tests := []struct {
+		name          string
+		pod           *corev1.Pod
+		local         Local
+		wantSidecar   []string
+		wantFramework []string
+		absentFw      []string // variable names the framework must not get
+		absentSidecar []string
+	}{
+		{
+			name: "injected pod", pod: injected, local: local,
+			wantSidecar: []string{"RUNPLANE_POOL=echo", "RUNPLANE_WORKER_NAME=echo-abc", "RUNPLANE_WORKER_NAMESPACE=team", "RUNPLANE_CONCURRENCY=3",
+				"RUNPLANE_NATS_URL=nats://127.0.0.1:4222", "RUNPLANE_SUBJECT_PREFIX=custom.prefix", "RUNPLANE_FRAMEWORK_SOCKET=/tmp/x/framework.sock",
+				"SERVERLESS_FRAMEWORK_SOCKET_PATH=/tmp/x/framework.sock", "RUNPLANE_SIDECAR_HTTP_ADDR=127.0.0.1:9999"},
+			absentSidecar: []string{api.EnvNATSCredentialsDir},
+			wantFramework: []string{"RUNPLANE_WORKER_NAME=echo-abc", "RUNPLANE_FRAMEWORK_SOCKET=/tmp/x/framework.sock", "APP_LABEL=demo",
+				"GREETING=hi demo $(APP_LABEL) $(NOPE)"},
+			absentFw: []string{api.EnvNATSURL, api.EnvNATSCredentialsDir, api.EnvSubjectPrefix, api.EnvSidecarHTTPAddr},
+		},
+		{
+			name: "credentials replaced", pod: injected, local: Local{NATSURL: "nats://l", NATSCredentialsDir: "/local/creds", Socket: "/s", SidecarHTTPAddr: "127.0.0.1:1"},
+			wantSidecar: []string{"RUNPLANE_NATS_CREDENTIALS_DIR=/local/creds"},
+			absentFw:    []string{api.EnvNATSCredentialsDir},
+		},
+		{
+			name: "not injected: synthesized from labels and annotations", pod: bare, local: local,
+			wantSidecar: []string{"RUNPLANE_POOL=echo", "RUNPLANE_WORKER_NAME=echo-abc", "RUNPLANE_WORKER_NAMESPACE=team", "RUNPLANE_CONCURRENCY=3",
+				"RUNPLANE_NATS_URL=nats://127.0.0.1:4222", "RUNPLANE_FRAMEWORK_SOCKET=/tmp/x/framework.sock"},
+			wantFramework: []string{"RUNPLANE_POOL=echo", "RUNPLANE_FRAMEWORK_SOCKET=/tmp/x/framework.sock"},
+			absentFw:      []string{api.EnvNATSURL},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sc, fw, err := PodEnv(tt.pod, tt.local)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tt.wantSidecar {
+				if !slices.Contains(sc, w) {
+					t.Errorf("sidecar env lacks %s: %v", w, sc)
+				}
+			}
+			for _, w := range tt.wantFramework {
+				if !slices.Contains(fw, w) {
+					t.Errorf("framework env lacks %s: %v", w, fw)
+				}
+			}
+			for _, k := range tt.absentFw {
+				for _, kv := range fw {
+					if strings.HasPrefix(kv, k+"=") {
+						t.Errorf("framework env has %s", kv)
+					}
+				}
+			}
+			for _, k := range tt.absentSidecar {
+				for _, kv := range sc {
+					if strings.HasPrefix(kv, k+"=") {
+						t.Errorf("sidecar env has %s", kv)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestPodEnvUnsupportedField(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{api.LabelPool: "x"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Env: []corev1.EnvVar{fieldEnv("X", "status.podIPs")}}}}}
+	if _, _, err := PodEnv(pod, Local{}); err == nil || !strings.Contains(err.Error(), `env X: field path "status.podIPs"`) {
+		t.Errorf("err = %v, want one naming env X and the field path", err)
+	}
+}
