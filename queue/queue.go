@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/natsauth"
 	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/ingress"
 	"github.com/runplane/runplane/queue/pool"
@@ -32,9 +33,10 @@ import (
 
 // Config configures the queue service.
 type Config struct {
-	// NATSURL is the NATS server (required); NATSCreds an optional
-	// credentials file.
-	NATSURL, NATSCreds string
+	// NATSURL is the NATS server (required). NATSCredentialsDir, when set,
+	// holds the credentials as the worker sidecar reads them ("creds",
+	// "token", or "user" + "password"; see natsauth).
+	NATSURL, NATSCredentialsDir string
 	// Stream configures the JetStream resources (prefix, stream, replicas,
 	// max age, duplicate window, buckets, record TTL).
 	Stream stream.Config
@@ -88,9 +90,11 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Listen = ":8080"
 	}
 	opts := []nats.Option{nats.Name("runplane-queue"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.RetryOnFailedConnect(true)}
-	if cfg.NATSCreds != "" {
-		opts = append(opts, nats.UserCredentials(cfg.NATSCreds))
+	auth, err := natsauth.FromDir(cfg.NATSCredentialsDir)
+	if err != nil {
+		return fmt.Errorf("queue: %w", err)
 	}
+	opts = append(opts, auth...)
 	nc, err := nats.Connect(cfg.NATSURL, opts...)
 	if err != nil {
 		return fmt.Errorf("connect to NATS %s: %w", cfg.NATSURL, err)

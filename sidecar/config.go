@@ -5,13 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/framework"
@@ -196,55 +193,4 @@ func (c Config) withDefaults() (Config, error) {
 		return Config{}, fmt.Errorf("sidecar config: %w", err)
 	}
 	return c, nil
-}
-
-// natsAuth reads the credentials directory: "creds" (a NATS user JWT and
-// seed), else "token", else "user" and "password". A directory without any
-// of them means the server needs no authentication (e.g. make dev).
-func natsAuth(dir string) ([]nats.Option, error) {
-	if dir == "" {
-		return nil, nil
-	}
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", api.EnvNATSCredentialsDir, err)
-	}
-	if !fi.IsDir() {
-		return nil, fmt.Errorf("%s: %s is not a directory", api.EnvNATSCredentialsDir, dir)
-	}
-	read := func(name string) (string, bool, error) {
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if errors.Is(err, os.ErrNotExist) {
-			return "", false, nil
-		}
-		if err != nil {
-			return "", false, fmt.Errorf("%s: read %s: %w", api.EnvNATSCredentialsDir, name, err)
-		}
-		return strings.TrimSpace(string(b)), true, nil
-	}
-	if _, ok, err := read("creds"); err != nil {
-		return nil, err
-	} else if ok {
-		return []nats.Option{nats.UserCredentials(filepath.Join(dir, "creds"))}, nil
-	}
-	if tok, ok, err := read("token"); err != nil {
-		return nil, err
-	} else if ok {
-		return []nats.Option{nats.Token(tok)}, nil
-	}
-	user, okU, err := read("user")
-	if err != nil {
-		return nil, err
-	}
-	pass, okP, err := read("password")
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case okU && okP:
-		return []nats.Option{nats.UserInfo(user, pass)}, nil
-	case okU || okP:
-		return nil, fmt.Errorf("%s: %s has only one of user and password; both are needed", api.EnvNATSCredentialsDir, dir)
-	}
-	return nil, nil
 }

@@ -1,8 +1,6 @@
 package sidecar
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -109,43 +107,6 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func TestNATSAuth(t *testing.T) {
-	tests := []struct {
-		name    string
-		files   map[string]string
-		opts    int
-		wantErr string
-	}{
-		{name: "empty dir: no auth", files: map[string]string{}, opts: 0},
-		{name: "token", files: map[string]string{"token": "s3cret\n"}, opts: 1},
-		{name: "user and password", files: map[string]string{"user": "u", "password": "p"}, opts: 1},
-		{name: "creds wins", files: map[string]string{"creds": "x", "token": "t"}, opts: 1},
-		{name: "user without password", files: map[string]string{"user": "u"}, wantErr: "only one of user and password"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			dir := t.TempDir()
-			for k, v := range tt.files {
-				if err := os.WriteFile(filepath.Join(dir, k), []byte(v), 0o600); err != nil {
-					t.Fatal(err)
-				}
-			}
-			opts, err := natsAuth(dir)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(err.Error(), api.EnvNATSCredentialsDir) {
-					t.Fatalf("error = %v, want %q naming %s", err, tt.wantErr, api.EnvNATSCredentialsDir)
-				}
-				return
-			}
-			if err != nil || len(opts) != tt.opts {
-				t.Fatalf("opts = %d, err = %v; want %d options", len(opts), err, tt.opts)
-			}
-		})
-	}
-	if _, err := natsAuth(filepath.Join(t.TempDir(), "missing")); err == nil || !strings.Contains(err.Error(), api.EnvNATSCredentialsDir) {
-		t.Errorf("missing dir: error = %v, want one naming %s", err, api.EnvNATSCredentialsDir)
-	}
-}
 
 func TestConsumerName(t *testing.T) {
 	for _, tt := range []struct{ pool, worker, want string }{

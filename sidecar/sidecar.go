@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/natsauth"
 	"github.com/runplane/runplane/queue/messages"
 )
 
@@ -104,7 +105,7 @@ func Run(ctx context.Context, cfg Config) error {
 // returns.
 func (s *Sidecar) Run(ctx context.Context) error {
 	defer s.ln.Close()
-	auth, err := natsAuth(s.cfg.NATSCredentialsDir)
+	auth, err := natsauth.FromDir(s.cfg.NATSCredentialsDir)
 	if err != nil {
 		return err
 	}

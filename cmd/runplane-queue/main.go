@@ -32,7 +32,7 @@ func run() error {
 	var kubeconfig, pools string
 	var inCluster, noKube bool
 	flag.StringVar(&c.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL")
-	flag.StringVar(&c.NATSCreds, "nats-creds", "", "NATS credentials file")
+	flag.StringVar(&c.NATSCredentialsDir, "nats-credentials-dir", "", "directory with the NATS credentials: creds, token, or user and password")
 	flag.StringVar(&c.Stream.Prefix, "subject-prefix", api.DefaultSubjectPrefix, "subject prefix")
 	flag.StringVar(&c.Stream.Stream, "stream", api.DefaultStreamName, "JetStream stream name")
 	flag.IntVar(&c.Stream.Replicas, "stream-replicas", 1, "stream and bucket replicas")

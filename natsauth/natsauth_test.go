@@ -1,0 +1,97 @@
+package natsauth
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+func writeDir(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for k, v := range files {
+		if err := os.WriteFile(filepath.Join(dir, k), []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestFromDirChoosesCredentials(t *testing.T) {
+	tests := []struct {
+		name    string
+		files   map[string]string
+		opts    int
+		wantErr string
+	}{
+		{name: "empty dir: no auth", files: map[string]string{}, opts: 0},
+		{name: "token", files: map[string]string{"token": "s3cret\n"}, opts: 1},
+		{name: "user and password", files: map[string]string{"user": "u", "password": "p"}, opts: 1},
+		{name: "creds wins", files: map[string]string{"creds": "x", "token": "t"}, opts: 1},
+		{name: "user without password", files: map[string]string{"user": "u"}, wantErr: "only one of user and password"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts, err := FromDir(writeDir(t, tt.files))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || len(opts) != tt.opts {
+				t.Fatalf("opts = %d, err = %v; want %d options", len(opts), err, tt.opts)
+			}
+		})
+	}
+	if _, err := FromDir(filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Error("a missing directory gave no error")
+	}
+}
+
+// TestFromDirAgainstServer connects to a real nats-server that demands a
+// token (or a user and password), with the right and the wrong secret.
+func TestFromDirAgainstServer(t *testing.T) {
+	tests := []struct {
+		name   string
+		server server.Options
+		files  map[string]string
+		ok     bool
+	}{
+		{"token accepted", server.Options{Authorization: "tok"}, map[string]string{"token": "tok\n"}, true},
+		{"wrong token refused", server.Options{Authorization: "tok"}, map[string]string{"token": "nope"}, false},
+		{"no credentials refused", server.Options{Authorization: "tok"}, map[string]string{}, false},
+		{"user and password accepted", server.Options{Username: "u", Password: "p"}, map[string]string{"user": "u", "password": "p"}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := tt.server
+			o.Host, o.Port, o.NoLog, o.NoSigs = "127.0.0.1", -1, true, true
+			s, err := server.NewServer(&o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Start()
+			defer s.Shutdown()
+			if !s.ReadyForConnections(5 * time.Second) {
+				t.Fatal("nats-server not ready")
+			}
+			opts, err := FromDir(writeDir(t, tt.files))
+			if err != nil {
+				t.Fatal(err)
+			}
+			nc, err := nats.Connect(s.ClientURL(), opts...)
+			if nc != nil {
+				nc.Close()
+			}
+			if (err == nil) != tt.ok {
+				t.Fatalf("connect error = %v, want success %v", err, tt.ok)
+			}
+		})
+	}
+}
