@@ -12,7 +12,7 @@ all: build
 
 ## dev: a local control plane with GPU nodes, NATS and every runplane component (Ctrl-C stops it).
 dev: deps
-	$(GO) run ./test/dev
+	@$(GO) build -o bin/runplane-dev ./test/dev && exec bin/runplane-dev
 
 ## test: unit + integration + e2e tests (builds the control-plane binaries once, cached outside the repo).
 test: deps lint

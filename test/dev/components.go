@@ -2,23 +2,226 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/nats-io/nats-server/v2/server"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/controllers"
+	"github.com/runplane/runplane/controllers/egress"
+	"github.com/runplane/runplane/controllers/sshservice"
+	"github.com/runplane/runplane/extender"
+	"github.com/runplane/runplane/extender/profile"
+	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/test/cluster"
+	"github.com/runplane/runplane/test/localworkers"
+	"github.com/runplane/runplane/webhook"
+	"github.com/runplane/runplane/webhook/mutate"
 )
+
+// devImage is the image name Pods are given; kwok never pulls it.
+const devImage = "ghcr.io/runplane/runplane:dev"
+
+// natsSourceSecret holds the NATS token in runplane's namespace; the
+// controller copies it into every namespace with pool Pods.
+const natsSourceSecret = "runplane-nats"
 
 // stack is the runplane components make dev runs next to the cluster.
 type stack struct {
 	queueURL string
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
 	stops    []func()
+	errs     chan error
 }
 
+// stop stops every component and waits for them.
 func (s *stack) stop() {
+	s.cancel()
 	for i := len(s.stops) - 1; i >= 0; i-- {
 		s.stops[i]()
 	}
+	s.wg.Wait()
 }
 
-// startComponents starts NATS and the runplane components in-process.
-func startComponents(ctx context.Context, c *cluster.Cluster, cfg config) (*stack, error) {
-	return &stack{}, nil
+// goRun runs a component until the stack stops; an early error is reported
+// on s.errs so make dev fails loudly instead of running half a system.
+func (s *stack) goRun(ctx context.Context, name string, fn func(context.Context) error) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := fn(ctx); err != nil && ctx.Err() == nil {
+			select {
+			case s.errs <- fmt.Errorf("%s stopped: %w", name, err):
+			default:
+			}
+		}
+	}()
+}
+
+// startComponents starts an embedded NATS JetStream and every runplane
+// component: webhook, controllers, extender with the runplane-scheduler,
+// queue (ingress + activator) and local workers for pool Pods. Logs go to
+// files in the cluster dir.
+func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ *stack, err error) {
+	ctx, cancel := context.WithCancel(parent)
+	s := &stack{cancel: cancel, errs: make(chan error, 8)}
+	defer func() {
+		if err != nil {
+			s.stop()
+		}
+	}()
+	logFile, err := os.Create(filepath.Join(c.Dir(), "runplane.log"))
+	if err != nil {
+		return nil, err
+	}
+	s.stops = append(s.stops, func() { logFile.Close() })
+	log := slog.New(slog.NewTextHandler(logFile, nil))
+	// controller-runtime's informers log through its global logger.
+	ctrl.SetLogger(logr.FromSlogHandler(log.With("component", "controller-runtime").Handler()))
+
+	// NATS with token auth: only the queue and the workers' sidecars hold it.
+	token, err := randomToken()
+	if err != nil {
+		return nil, err
+	}
+	ns, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: filepath.Join(c.Dir(), "nats"),
+		Authorization: token, NoSigs: true, NoLog: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("nats: %w", err)
+	}
+	ns.Start()
+	s.stops = append(s.stops, ns.Shutdown)
+	if !ns.ReadyForConnections(15 * time.Second) {
+		return nil, fmt.Errorf("nats: not ready for connections")
+	}
+	natsURL := ns.ClientURL()
+	natsPort := ns.Addr().(*net.TCPAddr).Port
+	credsDir := filepath.Join(c.Dir(), "nats-credentials")
+	if err := os.MkdirAll(credsDir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(credsDir, "token"), []byte(token), 0o600); err != nil {
+		return nil, err
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: natsSourceSecret, Namespace: api.DefaultNamespace}, StringData: map[string]string{"token": token}}
+	if _, err := c.Client().CoreV1().Secrets(api.DefaultNamespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("creating the NATS credentials Secret: %w", err)
+	}
+
+	// Webhook, registered by URL on loopback with its own CA.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	inj := mutate.DefaultConfig()
+	inj.Image = devImage
+	// What Pods see: an in-cluster address, never the token.
+	inj.NATSURL = "nats://nats." + api.DefaultNamespace + ".svc:" + strconv.Itoa(natsPort)
+	s.goRun(ctx, "webhook", func(ctx context.Context) error {
+		return webhook.Run(ctx, webhook.Config{
+			RESTConfig: c.RESTConfig(), Listener: ln, HealthAddr: "-", Injection: inj, Logger: log.With("component", "webhook"),
+			TLS:      webhook.TLSConfig{IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}},
+			Webhooks: webhook.WebhooksConfig{Manage: true, URL: "https://" + ln.Addr().String()},
+		})
+	})
+
+	// Controllers, with the SSH Service controller.
+	s.goRun(ctx, "controllers", func(ctx context.Context) error {
+		return controllers.Run(ctx, controllers.Config{
+			RESTConfig: c.RESTConfig(), Image: devImage,
+			NATS:                  egress.NATSEndpoint{Namespace: api.DefaultNamespace, PodLabels: map[string]string{"app.kubernetes.io/name": "nats"}, Port: int32(natsPort)},
+			NATSCredentialsSource: natsSourceSecret,
+			MetricsAddr:           "0", ProbeAddr: "0",
+			Logger: logr.FromSlogHandler(log.With("component", "controllers").Handler()),
+			Setups: []func(ctrl.Manager) error{sshservice.Setup},
+		})
+	})
+
+	// Extender, then the runplane-scheduler kube-scheduler that calls it.
+	ext, err := extender.Start(ctx, extender.Config{RESTConfig: c.RESTConfig(), Addr: "127.0.0.1:0", Logger: log.With("component", "extender")})
+	if err != nil {
+		return nil, fmt.Errorf("extender: %w", err)
+	}
+	s.goRun(ctx, "extender", func(context.Context) error { return ext.Wait() })
+	schedCfg, err := profile.SchedulerConfig(profile.Options{URLPrefix: "https://" + ext.Addr(), CAData: ext.CACert()})
+	if err != nil {
+		return nil, fmt.Errorf("scheduler profile: %w", err)
+	}
+	sched, err := c.StartScheduler(ctx, schedCfg)
+	if err != nil {
+		return nil, fmt.Errorf("runplane-scheduler: %w", err)
+	}
+	s.stops = append(s.stops, sched.Stop)
+
+	// Queue: ingress + activator.
+	addr := make(chan string, 1)
+	queueListen := "127.0.0.1:" + strconv.Itoa(cfg.queuePort)
+	s.goRun(ctx, "queue", func(ctx context.Context) error {
+		return queue.Run(ctx, queue.Config{
+			NATSURL: natsURL, NATSCredentialsDir: credsDir, Listen: queueListen,
+			OnListen:   func(a string) { addr <- a },
+			RESTConfig: c.RESTConfig(), Logger: log.With("component", "queue"),
+		})
+	})
+	select {
+	case a := <-addr:
+		s.queueURL = "http://" + a
+	case err := <-s.errs:
+		return nil, err
+	case <-time.After(2 * time.Minute):
+		return nil, fmt.Errorf("queue: did not listen within 2 minutes")
+	}
+
+	// Local workers: every running pool Pod becomes a sidecar + framework-echo.
+	bin := filepath.Join(c.Dir(), "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return nil, err
+	}
+	sidecarBin, echoBin, err := localworkers.BuildBinaries(ctx, bin)
+	if err != nil {
+		return nil, err
+	}
+	workers, err := localworkers.Start(ctx, localworkers.Config{
+		Client: c.Client(), NATSURL: natsURL, NATSCredentialsDir: credsDir,
+		SidecarBinary: sidecarBin, FrameworkBinary: echoBin, Dir: filepath.Join(c.Dir(), "workers"),
+		StopGrace: 10 * time.Second,
+		Logf:      func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...), "component", "localworkers") },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("local workers: %w", err)
+	}
+	s.stops = append(s.stops, workers.Wait)
+
+	// A component that failed while the others started fails make dev.
+	select {
+	case err := <-s.errs:
+		return nil, err
+	default:
+	}
+	return s, nil
+}
+
+func randomToken() (string, error) {
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("generating the NATS token: %w", err)
+	}
+	return hex.EncodeToString(b), nil
 }

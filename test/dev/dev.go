@@ -61,6 +61,9 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	defer stack.stop()
+	if err := createDemo(ctx, c); err != nil {
+		return err
+	}
 
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	data, err := os.ReadFile(c.Kubeconfig())
@@ -77,15 +80,22 @@ func run(ctx context.Context, cfg config) error {
 	}
 	fmt.Printf(`
 Try:
-  export KUBECONFIG=%s
-  kubectl get nodes                       # kubectl: %s
-  kubectl -n %s get configmap %s -o yaml
-Component logs: %s
+  export KUBECONFIG=%[1]s PATH=%[2]s:$PATH   # kubectl and helm built for this cluster
+  kubectl get nodes
+  kubectl -n %[3]s get configmap %[4]s -o yaml      # the GPU spec catalog
+  kubectl -n demo get deploy,pods                   # pool "echo" at 0 replicas, 4 g1.1 stock placeholders
+  curl -s -X POST %[5]s/v1/pools/echo/invocations -H 'Content-Type: application/json' \
+       -d '{"mode":"sync","payload":{"prompt":"hello"}}'   # scales "echo" from zero, returns the echo
+Component logs: %[6]s (runplane.log, workers/, *.log)
 Press Ctrl-C to stop everything.
-`, kubeconfig, c.Binary("kubectl"), api.DefaultNamespace, api.CatalogConfigMap, filepath.Join(dir, "cluster"))
-	<-ctx.Done()
-	fmt.Println("\ndev: stopping")
-	return nil
+`, kubeconfig, filepath.Dir(c.Binary("kubectl")), api.DefaultNamespace, api.CatalogConfigMap, stack.queueURL, filepath.Join(dir, "cluster"))
+	select {
+	case <-ctx.Done():
+		fmt.Println("\ndev: stopping")
+		return nil
+	case err := <-stack.errs:
+		return err
+	}
 }
 
 // bootstrap creates what the chart would: runplane's namespace, the
