@@ -8,6 +8,7 @@ command -v ssh >/dev/null 2>&1 || need+=(openssh-client)
 [[ -x /usr/lib/openssh/sftp-server || -x /usr/lib/sftp-server ]] || need+=(openssh-sftp-server)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 command -v cp >/dev/null 2>&1 || need+=(coreutils)
+command -v pgrep >/dev/null 2>&1 || need+=(procps)
 if ((${#need[@]} == 0)); then exit 0; fi
 if [[ $(id -u) != 0 ]]; then
 	echo "install-deps: missing ${need[*]}; run as root or install them (apt-get install ${need[*]})" >&2

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// TestMakeDev runs the make dev program as a user would: it must print the
+// kubeconfig and queue URL lines, serve Ready GPU nodes, answer a sync
+// invocation through a pool that starts at zero, and on SIGINT exit 0
+// leaving no process behind.
+func TestMakeDev(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the whole local system")
+	}
+	bin := filepath.Join(t.TempDir(), "runplane-dev")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("building: %v\n%s", err, out)
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(bin, "-dir", dir, "-nodes", "2")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var output bytes.Buffer
+	cmd.Stderr = &output
+	began := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var kubeconfig, queueURL string
+	timeout := time.After(3 * time.Minute)
+	for kubeconfig == "" || queueURL == "" {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("make dev exited early:\n%s", output.String())
+			}
+			output.WriteString(line + "\n")
+			if v, ok := strings.CutPrefix(line, "kubeconfig: "); ok {
+				kubeconfig = v
+			}
+			if v, ok := strings.CutPrefix(line, "queue ingress URL: "); ok {
+				queueURL = v
+			}
+		case <-timeout:
+			t.Fatalf("no kubeconfig and queue URL lines within 3 minutes:\n%s", output.String())
+		}
+	}
+	t.Logf("make dev serving after %s", time.Since(began).Round(100*time.Millisecond))
+	go func() {
+		for line := range lines {
+			output.WriteString(line + "\n")
+		}
+	}()
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := kubernetes.NewForConfigOrDie(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := 0
+	for _, n := range nodes.Items {
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				ready++
+			}
+		}
+	}
+	if ready != 2 {
+		t.Errorf("%d Ready nodes, want 2", ready)
+	}
+
+	body := `{"mode":"sync","payload":{"prompt":"hello"},"timeoutSeconds":60}`
+	resp, err := http.Post(queueURL+"/v1/pools/echo/invocations", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var rec struct {
+		State    string `json:"state"`
+		Response struct {
+			Body struct {
+				Payload map[string]string `json:"payload"`
+			} `json:"body"`
+		} `json:"response"`
+	}
+	if err := json.Unmarshal(data, &rec); err != nil || resp.StatusCode != http.StatusOK || rec.State != "succeeded" || rec.Response.Body.Payload["prompt"] != "hello" {
+		t.Fatalf("sync invocation: %d %s (%v)", resp.StatusCode, data, err)
+	}
+
+	// Ctrl-C: everything stops, nothing outlives it.
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("make dev exited with %v after SIGINT:\n%s", err, output.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("make dev still running a minute after SIGINT")
+	}
+	if out, _ := exec.Command("pgrep", "-f", dir).Output(); len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("processes outlived make dev: %s", out)
+	}
+}
