@@ -6,8 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"syscall"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
