@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/queue/messages"

@@ -107,7 +107,6 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-
 func TestConsumerName(t *testing.T) {
 	for _, tt := range []struct{ pool, worker, want string }{
 		{"echo", "echo-7d9f-abc", "echo_echo-7d9f-abc"},
