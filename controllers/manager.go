@@ -19,6 +19,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -149,8 +150,12 @@ func NewManager(cfg Config) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("controllers: scheme: %w", err)
 	}
 	// Objects runplane creates are watched through their managed-by label
-	// only; Secrets in particular are never cached cluster-wide.
+	// only. Secrets are also selected by name: the chart grants list and
+	// watch on the one name api.NATSCredentialsSecret, which RBAC honours
+	// only for requests carrying the field selector metadata.name=<name>.
 	owned := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{api.LabelManagedBy: api.ManagedByController})}
+	ownedSecrets := owned
+	ownedSecrets.Field = fields.OneTermEqualSelector("metadata.name", api.NATSCredentialsSecret)
 	mgr, err := ctrl.NewManager(cfg.RESTConfig, ctrl.Options{
 		Scheme:     scheme,
 		Logger:     cfg.Logger,
@@ -160,7 +165,7 @@ func NewManager(cfg Config) (ctrl.Manager, error) {
 			&appsv1.Deployment{}:          owned,
 			&corev1.Service{}:             owned,
 			&networkingv1.NetworkPolicy{}: owned,
-			&corev1.Secret{}:              owned,
+			&corev1.Secret{}:              ownedSecrets,
 		}},
 		Metrics:                       metricsserver.Options{BindAddress: cfg.MetricsAddr},
 		HealthProbeBindAddress:        cfg.ProbeAddr,

@@ -237,7 +237,7 @@ func TestInstall(t *testing.T) {
 			{"pool", "team-a", pod("worker", map[string]string{api.LabelPool: "echo"}, ""), "pool.runplane.io"},
 			{"ssh", "team-a", pod("devbox", map[string]string{api.LabelSSH: api.SSHEnabled}, ""), "ssh.runplane.io"},
 			{"mounts a claim", "team-a", pod("mounts", nil, "data"), "storage-gate.runplane.io"},
-			{"runplane's own prepare pod", "team-a", pod("prepare", map[string]string{"app.kubernetes.io/managed-by": "runplane"}, "data"), ""},
+			{"runplane's own prepare pod", "team-a", pod("prepare", map[string]string{api.LabelManagedBy: api.ManagedByController}, "data"), ""},
 			{"kube-system is excluded", "kube-system", pod("gpu", map[string]string{api.LabelGPUSpec: "g1.1"}, ""), ""},
 			{"the release namespace is excluded", ns, pod("gpu", map[string]string{api.LabelGPUSpec: "g1.1"}, ""), ""},
 		} {

@@ -1,0 +1,210 @@
+package rbac_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/controllers"
+	"github.com/runplane/runplane/controllers/accessor"
+	"github.com/runplane/runplane/controllers/egress"
+	"github.com/runplane/runplane/controllers/sshservice"
+	"github.com/runplane/runplane/controllers/storage"
+	"github.com/runplane/runplane/test/e2e/rbac"
+)
+
+const testImage = "ghcr.io/runplane/runplane:rbac-test"
+
+func claim(name string, annotations map[string]string) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+}
+
+func mounting(name, claim string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "main", Image: "busybox:1.36"}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}},
+		},
+	}
+}
+
+// TestControllers runs every controller (with the SSH Service controller)
+// as runplane-controller, with the arguments the chart gives it, and
+// checks each does its work in a user namespace.
+func TestControllers(t *testing.T) {
+	install(t)
+	rec := &rbac.Recorder{}
+	t.Cleanup(func() { checkNoDenials(t, "runplane-controller", rec, globalLog) })
+	// The settings the chart passes (controller.yaml, runplane.controllerNATSArgs).
+	args := chartArgs(t, "runplane-controller", "controller")
+	port, err := strconv.Atoi(arg(t, args, "nats-port"))
+	if err != nil {
+		t.Fatalf("--nats-port: %v", err)
+	}
+	podLabels := map[string]string{}
+	for _, kv := range strings.Split(arg(t, args, "nats-pod-labels"), ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		podLabels[k] = v
+	}
+	cfg := controllers.Config{
+		RESTConfig:            rec.As(env.RESTConfig(), releaseNS, "runplane-controller"),
+		Namespace:             arg(t, args, "namespace"),
+		Image:                 testImage,
+		ClusterDomain:         arg(t, args, "cluster-domain"),
+		NATS:                  egress.NATSEndpoint{Namespace: arg(t, args, "nats-namespace"), Port: int32(port), PodLabels: podLabels},
+		NATSCredentialsSource: arg(t, args, "nats-credentials-secret"),
+		MetricsAddr:           "0", ProbeAddr: "0",
+		LeaderElection: arg(t, args, "leader-elect") == "true",
+		Logger:         logr.FromSlogHandler(rec.Logger().Handler()),
+		Setups:         []func(ctrl.Manager) error{sshservice.Setup},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- controllers.Run(ctx, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("controllers.Run: %v", err)
+		}
+	})
+	client := env.Client()
+	ns := controllersNS
+
+	t.Run("leader election", func(t *testing.T) {
+		eventually(t, rec, 30*time.Second, "the Lease runplane-controller to be held", func() (bool, error) {
+			l, err := client.CoordinationV1().Leases(releaseNS).Get(ctx, "runplane-controller", metav1.GetOptions{})
+			return err == nil && ptr.Deref(l.Spec.HolderIdentity, "") != "", err
+		})
+	})
+
+	t.Run("prepare job, phase and storage gate", func(t *testing.T) {
+		c := claim("data", map[string]string{api.AnnotationPrepareFromImage: "busybox:1.36"})
+		if _, err := client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, c, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		gated := mounting("gated", "data")
+		gated.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: api.SchedulingGateStorage}}
+		if _, err := client.CoreV1().Pods(ns).Create(ctx, gated, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, rec, 60*time.Second, "the claim prepared", func() (bool, error) {
+			p, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			st := storage.StatusOf(p)
+			return st.Phase == api.PhaseSucceeded, fmt.Errorf("phase %q, annotations %v", st.Phase, p.Annotations)
+		})
+		p, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		job := p.Annotations[api.AnnotationPrepareJob]
+		if _, err := client.BatchV1().Jobs(ns).Get(ctx, job, metav1.GetOptions{}); err != nil {
+			t.Fatalf("prepare Job %q: %v", job, err)
+		}
+		eventually(t, rec, 30*time.Second, "the storage gate removed", func() (bool, error) {
+			p, err := client.CoreV1().Pods(ns).Get(ctx, "gated", metav1.GetOptions{})
+			return err == nil && len(p.Spec.SchedulingGates) == 0, err
+		})
+	})
+
+	t.Run("accessor", func(t *testing.T) {
+		if _, err := client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim("shared", nil), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		user := mounting("user", "shared")
+		user.Spec.NodeName = "rbac-cpu-0"
+		if _, err := client.CoreV1().Pods(ns).Create(ctx, user, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, api.AnnotationAccessor, api.AccessorEnabled)
+		if _, err := client.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, "shared", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		name := accessor.Name("shared")
+		eventually(t, rec, 60*time.Second, "the accessor Deployment, Service and Ready phase", func() (bool, error) {
+			if _, err := client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
+				return false, err
+			}
+			if _, err := client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
+				return false, err
+			}
+			p, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "shared", metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			return p.Annotations[api.AnnotationAccessorPhase] == api.AccessorReady, fmt.Errorf("annotations %v", p.Annotations)
+		})
+	})
+
+	t.Run("nats credentials and egress policy", func(t *testing.T) {
+		src, err := client.CoreV1().Secrets(releaseNS).Get(ctx, api.NATSCredentialsSecret, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the chart's NATS credentials: %v", err)
+		}
+		worker := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "worker", Labels: map[string]string{api.LabelPool: "echo", api.LabelEgress: api.EgressRestricted}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox:1.36"}}},
+		}
+		if _, err := client.CoreV1().Pods(ns).Create(ctx, worker, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, rec, 30*time.Second, "the egress NetworkPolicy", func() (bool, error) {
+			_, err := client.NetworkingV1().NetworkPolicies(ns).Get(ctx, egress.PolicyName, metav1.GetOptions{})
+			return err == nil, err
+		})
+		eventually(t, rec, 30*time.Second, "the NATS credentials copied", func() (bool, error) {
+			s, err := client.CoreV1().Secrets(ns).Get(ctx, api.NATSCredentialsSecret, metav1.GetOptions{})
+			return err == nil && len(src.Data["token"]) > 0 && string(s.Data["token"]) == string(src.Data["token"]), err
+		})
+		// The last pool Pod gone, the copy and the policy go (delete).
+		if err := client.CoreV1().Pods(ns).Delete(ctx, "worker", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, rec, 30*time.Second, "the copy and the policy removed", func() (bool, error) {
+			_, perr := client.NetworkingV1().NetworkPolicies(ns).Get(ctx, egress.PolicyName, metav1.GetOptions{})
+			_, serr := client.CoreV1().Secrets(ns).Get(ctx, api.NATSCredentialsSecret, metav1.GetOptions{})
+			return apierrors.IsNotFound(perr) && apierrors.IsNotFound(serr), fmt.Errorf("policy: %v, secret: %v", perr, serr)
+		})
+	})
+
+	t.Run("ssh service", func(t *testing.T) {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "devbox", Labels: map[string]string{api.LabelSSH: api.SSHEnabled}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox:1.36"}}},
+		}
+		created, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, rec, 30*time.Second, "the SSH Service", func() (bool, error) {
+			svc, err := client.CoreV1().Services(ns).Get(ctx, sshservice.ServiceName("devbox"), metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			return svc.Spec.Selector[api.LabelSSHPod] == string(created.UID), fmt.Errorf("selector %v", svc.Spec.Selector)
+		})
+	})
+}

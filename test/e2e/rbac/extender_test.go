@@ -1,0 +1,225 @@
+package rbac_test
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	configv1 "k8s.io/kube-scheduler/config/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/extender"
+	"github.com/runplane/runplane/test/cluster"
+	"github.com/runplane/runplane/test/e2e/rbac"
+)
+
+// g11 is a Pod of catalog spec g1.1 (testdata/values.yaml) as the webhook
+// shapes it, pinned to the GPU node.
+func g11(priorityClass string, grace int64) corev1.PodSpec {
+	list := corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi"),
+		api.DefaultGPUResource: resource.MustParse("1"),
+	}
+	return corev1.PodSpec{
+		SchedulerName:                 api.SchedulerName,
+		PriorityClassName:             priorityClass,
+		TerminationGracePeriodSeconds: ptr.To(grace),
+		NodeSelector:                  map[string]string{"rbac.runplane.io/gpu": "true"},
+		Containers: []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10",
+			Resources: corev1.ResourceRequirements{Requests: list, Limits: list.DeepCopy()}}},
+	}
+}
+
+// TestExtender: as runplane-scheduler (the ServiceAccount of the Pod the
+// extender runs in), the extender reads the catalog, nodes and Pods, holds
+// its Lease, binds a stock placeholder (a Binding), then gives a GPU Pod of
+// the same spec the placeholder's node: it annotates the Pod with the
+// claim, deletes the placeholder and binds the Pod. The rest of that Pod is
+// proven too: kube-scheduler runs as the same ServiceAccount with the
+// chart's own configuration (leader election included), pointed at the
+// in-process extender.
+func TestExtender(t *testing.T) {
+	install(t)
+	rec := &rbac.Recorder{}
+	t.Cleanup(func() { checkNoDenials(t, "runplane-extender", rec) })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	client := env.Client()
+	ns := extenderNS
+
+	// The settings the chart passes (scheduler.yaml, container extender).
+	args := chartArgs(t, "runplane-scheduler", "extender")
+	ext, err := extender.Start(ctx, extender.Config{
+		RESTConfig: rec.As(env.RESTConfig(), releaseNS, "runplane-scheduler"),
+		Namespace:  arg(t, args, "namespace"), Addr: "127.0.0.1:0", TLSHosts: []string{"127.0.0.1"},
+		LeaderElection: arg(t, args, "leader-elect") == "true", Identity: "rbac-test",
+		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
+		Logger: rec.Logger(),
+	})
+	if err != nil {
+		t.Fatalf("extender.Start: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := ext.Wait(); err != nil {
+			t.Errorf("extender: %v", err)
+		}
+	})
+	eventually(t, rec, 30*time.Second, "the extender to lead", func() (bool, error) {
+		l, err := client.CoordinationV1().Leases(releaseNS).Get(ctx, extender.DefaultLeaseName, metav1.GetOptions{})
+		return ext.IsLeader() && err == nil && ptr.Deref(l.Spec.HolderIdentity, "") == "rbac-test", err
+	})
+	schedLog := &rbac.Recorder{}
+	t.Cleanup(func() { checkNoDenials(t, "kube-scheduler as runplane-scheduler", schedLog) })
+	runScheduler(t, ext, schedLog)
+	eventually(t, schedLog, 30*time.Second, "kube-scheduler to lead", func() (bool, error) {
+		l, err := client.CoordinationV1().Leases(releaseNS).Get(ctx, "runplane-scheduler", metav1.GetOptions{})
+		return err == nil && ptr.Deref(l.Spec.HolderIdentity, "") != "", err
+	})
+
+	stock := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "stock-g1-1"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "stock-g1-1"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{api.LabelStock: "g1.1", "app": "stock-g1-1"}},
+				Spec:       g11(api.PriorityClassStock, 0),
+			},
+		},
+	}
+	if _, err := client.AppsV1().Deployments(ns).Create(ctx, stock, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var placeholder corev1.Pod
+	eventually(t, rec, 60*time.Second, "the placeholder bound to the GPU node and running", func() (bool, error) {
+		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=stock-g1-1"})
+		if err != nil || len(pods.Items) != 1 {
+			return false, err
+		}
+		placeholder = pods.Items[0]
+		return placeholder.Spec.NodeName == gpuNode && placeholder.Status.Phase == corev1.PodRunning,
+			fmt.Errorf("placeholder on %q, phase %s", placeholder.Spec.NodeName, placeholder.Status.Phase)
+	})
+
+	work := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "work", Labels: map[string]string{api.LabelGPUSpec: "g1.1"}},
+		Spec: g11(api.PriorityClassWorkload, 30)}
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, work, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, rec, 60*time.Second, "the GPU Pod bound to the placeholder's node with the claim", func() (bool, error) {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, "work", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		claim := p.Annotations[api.AnnotationClaimedStock]
+		return p.Spec.NodeName == gpuNode && strings.Contains(claim, string(placeholder.UID)),
+			fmt.Errorf("node %q, claim %q", p.Spec.NodeName, claim)
+	})
+	_, err = client.CoreV1().Pods(ns).Get(ctx, placeholder.Name, metav1.GetOptions{})
+	if !apierrors.IsNotFound(err) {
+		t.Fatalf("the claimed placeholder %s still exists (%v)", placeholder.Name, err)
+	}
+}
+
+// runScheduler runs kube-scheduler the way the chart's runplane-scheduler
+// Pod does: its configuration is the chart's ConfigMap (the extender's
+// address and CA changed to the in-process extender's), and every request,
+// delegated authentication included, is made as the ServiceAccount. Its
+// log goes to rec, where klog reports denials.
+func runScheduler(t *testing.T, ext *extender.Extender, rec *rbac.Recorder) {
+	t.Helper()
+	cm, err := env.Client().CoreV1().ConfigMaps(releaseNS).Get(t.Context(), "runplane-scheduler", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg configv1.KubeSchedulerConfiguration
+	if err := yaml.UnmarshalStrict([]byte(cm.Data["config.yaml"]), &cfg); err != nil {
+		t.Fatalf("the chart's scheduler config: %v", err)
+	}
+	if len(cfg.Extenders) != 1 || cfg.Extenders[0].TLSConfig == nil {
+		t.Fatalf("the chart's scheduler config has extenders %+v, want one over HTTPS", cfg.Extenders)
+	}
+	dir := t.TempDir()
+	cfg.Extenders[0].URLPrefix = "https://" + ext.Addr()
+	cfg.Extenders[0].TLSConfig.CAFile, cfg.Extenders[0].TLSConfig.CAData = "", ext.CACert()
+
+	// The admin kubeconfig, impersonating the ServiceAccount.
+	kc, err := clientcmd.LoadFromFile(env.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ai := range kc.AuthInfos {
+		ai.Impersonate = rbac.ServiceAccountUser(releaseNS, "runplane-scheduler")
+		ai.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + releaseNS}
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	cfg.ClientConnection.Kubeconfig = kubeconfig
+	cfg.APIVersion, cfg.Kind = configv1.SchemeGroupVersion.String(), "KubeSchedulerConfiguration"
+	data, err := yaml.Marshal(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(config, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port, err := cluster.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(env.Binary("kube-scheduler"), "--config="+config,
+		"--authentication-kubeconfig="+kubeconfig, "--authorization-kubeconfig="+kubeconfig,
+		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port), "--v=1")
+	cmd.Stdout, cmd.Stderr = rec, rec
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	// It serves /healthz with a self-signed certificate.
+	insecure := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	eventually(t, nil, 30*time.Second, "kube-scheduler /healthz", func() (bool, error) {
+		select {
+		case err := <-exited:
+			t.Fatalf("kube-scheduler exited: %v\n%s", err, tail(rec.Log(), 40))
+		default:
+		}
+		resp, err := insecure.Get("https://127.0.0.1:" + strconv.Itoa(port) + "/healthz")
+		if err != nil {
+			return false, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, fmt.Errorf("%s", resp.Status)
+	})
+}

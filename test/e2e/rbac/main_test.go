@@ -1,0 +1,185 @@
+package rbac_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/test/cluster"
+	"github.com/runplane/runplane/test/e2e/rbac"
+)
+
+// releaseNS is where the chart is installed, as in production.
+const releaseNS = api.DefaultNamespace
+
+// gpuNode is the one node with a GPU; the extender test places a stock
+// placeholder on it and takes it over.
+const gpuNode = "rbac-gpu-0"
+
+// The namespaces the tests work in. All but webhookNS are excluded from
+// the webhook (testdata/values.yaml), so their Pods do not depend on the
+// in-process webhook running.
+const (
+	controllersNS = "rbac-controllers"
+	queueNS       = "rbac-queue"
+	extenderNS    = "rbac-extender"
+	webhookNS     = "rbac-webhook"
+)
+
+var (
+	env *cluster.Cluster
+	// globalLog receives controller-runtime's process-wide logger (set once
+	// per process); the controllers test checks it for denials too.
+	globalLog = &rbac.Recorder{}
+
+	installOnce sync.Once
+	installErr  error
+)
+
+func TestMain(m *testing.M) {
+	ctrl.SetLogger(logr.FromSlogHandler(globalLog.Logger().Handler()))
+	cluster.Main(m, cluster.Options{Nodes: []cluster.Node{
+		{Name: "rbac-cpu-0"},
+		{Name: gpuNode, GPUs: 1, Labels: map[string]string{"rbac.runplane.io/gpu": "true"}},
+	}}, func(c *cluster.Cluster) { env = c })
+}
+
+// install helm-installs the chart once for the package, the way
+// charts/runplane/install_test.go does (helm's state kept out of $HOME).
+func install(t *testing.T) {
+	t.Helper()
+	installOnce.Do(func() { installErr = helmInstall() })
+	if installErr != nil {
+		t.Fatal(installErr)
+	}
+}
+
+func helmInstall() error {
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		return err
+	}
+	values, err := filepath.Abs(filepath.Join("testdata", "values.yaml"))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	state := filepath.Join(env.Dir(), "helm")
+	cmd := exec.CommandContext(ctx, env.Binary("helm"), "install", "runplane", filepath.Join(root, "charts", "runplane"),
+		"--namespace", releaseNS, "--create-namespace", "--values", values, "--timeout", "2m")
+	cmd.Env = append(os.Environ(),
+		"HELM_CACHE_HOME="+filepath.Join(state, "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(state, "config"),
+		"HELM_DATA_HOME="+filepath.Join(state, "data"),
+		"KUBECONFIG="+env.Kubeconfig(),
+	)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("helm install: %w\n%s", err, out.String())
+	}
+	for _, ns := range []string{controllersNS, queueNS, extenderNS, webhookNS} {
+		if err := env.CreateNamespace(ctx, ns); err != nil {
+			return fmt.Errorf("namespace %s: %w", ns, err)
+		}
+	}
+	return nil
+}
+
+// checkNoDenials fails t with every denial rec recorded. Register it with
+// t.Cleanup before the component's stop, so it runs after the stop.
+func checkNoDenials(t *testing.T, who string, recs ...*rbac.Recorder) {
+	t.Helper()
+	if used := recs[0].Used(); len(used) > 0 {
+		t.Logf("%s used: %s", who, strings.Join(used, ", "))
+	}
+	for _, rec := range recs {
+		if d := rec.Denied(); len(d) > 0 {
+			t.Errorf("%s was denied under the chart's RBAC:\n  %s", who, strings.Join(d, "\n  "))
+		}
+	}
+	if t.Failed() {
+		for _, rec := range recs {
+			t.Logf("%s log:\n%s", who, tail(rec.Log(), 80))
+		}
+	}
+}
+
+func tail(s string, lines int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return strings.Join(l, "\n")
+}
+
+// eventually polls cond every 100ms until it holds or within passes; the
+// last error cond returned is in the failure. It gives up at once when rec
+// (if not nil) has recorded a denial: the component cannot get there.
+func eventually(t *testing.T, rec *rbac.Recorder, within time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var last error
+	for time.Now().Before(deadline) {
+		ok, err := cond()
+		if ok {
+			return
+		}
+		last = err
+		if rec != nil && len(rec.Denied()) > 0 {
+			t.Fatalf("waiting for %s: denied (last error: %v)", what, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s (last error: %v)", within, what, last)
+}
+
+// chartArgs returns the --flag=value arguments the installed chart gives
+// container of Deployment name, so the in-process components run with the
+// chart's settings rather than copies of them.
+func chartArgs(t *testing.T, name, container string) map[string]string {
+	t.Helper()
+	d, err := env.Client().AppsV1().Deployments(releaseNS).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the chart's Deployment %s: %v", name, err)
+	}
+	for _, c := range d.Spec.Template.Spec.Containers {
+		if c.Name != container {
+			continue
+		}
+		args := map[string]string{}
+		for _, a := range c.Args {
+			k, v, ok := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+			if !ok {
+				v = "true"
+			}
+			args[k] = v
+		}
+		return args
+	}
+	t.Fatalf("Deployment %s has no container %s", name, container)
+	return nil
+}
+
+// arg returns args[key], failing t when the chart does not pass it.
+func arg(t *testing.T, args map[string]string, key string) string {
+	t.Helper()
+	v, ok := args[key]
+	if !ok {
+		t.Fatalf("the chart passes no --%s (args %v)", key, args)
+	}
+	return v
+}

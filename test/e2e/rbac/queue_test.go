@@ -1,0 +1,223 @@
+package rbac_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/activator"
+	"github.com/runplane/runplane/queue/messages"
+	"github.com/runplane/runplane/queue/stubworker"
+	"github.com/runplane/runplane/test/e2e/rbac"
+)
+
+// TestQueue: as runplane-queue (all namespaces, as the chart runs it), the
+// queue learns a pool from its Deployment, holds the activator Lease,
+// scales the pool from zero through the scale subresource when an
+// invocation arrives, and, once the worker is idle, marks its Pod with a
+// low pod-deletion-cost and scales back to zero. It dials an embedded NATS
+// with the chart's generated token, read from a credentials directory as
+// the chart mounts it.
+func TestQueue(t *testing.T) {
+	install(t)
+	rec := &rbac.Recorder{}
+	t.Cleanup(func() { checkNoDenials(t, "runplane-queue", rec) })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	client := env.Client()
+	ns, pool := queueNS, "echo"
+
+	creds, err := client.CoreV1().Secrets(releaseNS).Get(ctx, api.NATSCredentialsSecret, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the chart's NATS credentials: %v", err)
+	}
+	token := string(creds.Data["token"])
+	credsDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(credsDir, "token"), []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
+		Authorization: token, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats not ready")
+	}
+	nc, err := nats.Connect(srv.ClientURL(), nats.Token(token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "workers", Labels: map[string]string{api.LabelPool: pool},
+			Annotations: map[string]string{api.AnnotationIdleTimeout: "1s"}},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](0),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{api.LabelPool: pool}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{api.LabelPool: pool}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "framework", Image: "framework"}},
+					TerminationGracePeriodSeconds: ptr.To[int64](0)},
+			},
+		},
+	}
+	if _, err := client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	marked := make(chan string, 1)
+	go kubelet(ctx, nc, ns, pool, marked)
+
+	// The settings the chart passes (queue.yaml): no --namespace (all
+	// namespaces), leader election in the release namespace.
+	args := chartArgs(t, "runplane-queue", "queue")
+	if _, ok := args["nats-credentials-dir"]; !ok {
+		t.Fatal("the chart mounts no NATS credentials for the queue")
+	}
+	cfg := queue.Config{
+		NATSURL: srv.ClientURL(), NATSCredentialsDir: credsDir, Listen: "127.0.0.1:0",
+		RESTConfig:     rec.As(env.RESTConfig(), releaseNS, "runplane-queue"),
+		Namespace:      args["namespace"],
+		LeaderElection: arg(t, args, "leader-elect") == "true", LeaseNamespace: arg(t, args, "leader-election-namespace"), Identity: "rbac-test",
+		HeartbeatTimeout: 2 * time.Second, Tick: 100 * time.Millisecond, Logger: rec.Logger(),
+	}
+	addr := make(chan string, 1)
+	cfg.OnListen = func(a string) { addr <- a }
+	qctx, qcancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- queue.Run(qctx, cfg) }()
+	t.Cleanup(func() {
+		qcancel()
+		if err := <-done; err != nil {
+			t.Errorf("queue.Run: %v", err)
+		}
+	})
+	var base string
+	select {
+	case a := <-addr:
+		base = "http://" + a
+	case err := <-done:
+		t.Fatalf("queue.Run: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the queue did not listen")
+	}
+	replicas := func() int32 {
+		d, err := client.AppsV1().Deployments(ns).Get(ctx, "workers", metav1.GetOptions{})
+		if err != nil {
+			return -1
+		}
+		return *d.Spec.Replicas
+	}
+
+	eventually(t, rec, 30*time.Second, "the pool known from its Deployment", func() (bool, error) {
+		r, err := http.Get(base + "/v1/pools/" + pool)
+		if err != nil {
+			return false, err
+		}
+		r.Body.Close()
+		return r.StatusCode == http.StatusOK, nil
+	})
+	eventually(t, rec, 30*time.Second, "the activator Lease held", func() (bool, error) {
+		l, err := client.CoordinationV1().Leases(releaseNS).Get(ctx, "runplane-queue-activator", metav1.GetOptions{})
+		return err == nil && ptr.Deref(l.Spec.HolderIdentity, "") == "rbac-test", err
+	})
+	body, _ := json.Marshal(map[string]any{"mode": "async", "invocationID": "rbac-1", "ttlSeconds": 120})
+	r, err := http.Post(base+"/v1/pools/"+pool+"/invocations", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusAccepted {
+		t.Fatalf("invoke: %d", r.StatusCode)
+	}
+	eventually(t, rec, 30*time.Second, "scale from zero", func() (bool, error) { return replicas() == 1, nil })
+	eventually(t, rec, 30*time.Second, "the invocation to succeed", func() (bool, error) {
+		r, err := http.Get(base + "/v1/invocations/rbac-1")
+		if err != nil {
+			return false, err
+		}
+		defer r.Body.Close()
+		var rec messages.Record
+		if err := json.NewDecoder(r.Body).Decode(&rec); err != nil {
+			return false, err
+		}
+		return rec.State == messages.StateSucceeded, nil
+	})
+	eventually(t, rec, 30*time.Second, "idle scale-down to zero", func() (bool, error) { return replicas() == 0, nil })
+	select {
+	case name := <-marked:
+		t.Logf("pod %s got %s before it went", name, activator.PodDeletionCost)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no pool Pod got %s", activator.PodDeletionCost)
+	}
+}
+
+// kubelet plays the worker sidecar: a stub worker for every Running Pod of
+// the pool, killed when its Pod goes. It reports the first Pod it sees with
+// the activator's pod-deletion-cost on marked.
+func kubelet(ctx context.Context, nc *nats.Conn, ns, pool string, marked chan<- string) {
+	var mu sync.Mutex
+	procs := map[string]*stubworker.Worker{}
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, w := range procs {
+			w.Kill()
+		}
+	}()
+	log := stubworker.NewLog()
+	for ctx.Err() == nil {
+		w, err := env.Client().CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: api.LabelPool + "=" + pool})
+		if err != nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		for ev := range w.ResultChan() {
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			if pod.Annotations[activator.PodDeletionCost] != "" {
+				select {
+				case marked <- pod.Name:
+				default:
+				}
+			}
+			mu.Lock()
+			wk := procs[pod.Name]
+			gone := ev.Type == watch.Deleted || pod.DeletionTimestamp != nil
+			switch {
+			case gone && wk != nil:
+				wk.Kill()
+				delete(procs, pod.Name)
+			case !gone && wk == nil && pod.Status.Phase == corev1.PodRunning:
+				nw, err := stubworker.Start(ctx, stubworker.Config{NC: nc, Stream: api.DefaultStreamName,
+					Subjects: messages.Subjects{Prefix: api.DefaultSubjectPrefix}, Pool: pool, Name: pod.Name, Namespace: ns,
+					Concurrency: 1, Heartbeat: 200 * time.Millisecond, Handler: stubworker.Echo, Log: log})
+				if err == nil { // else the Pod's next event retries
+					procs[pod.Name] = nw
+				}
+			}
+			mu.Unlock()
+		}
+	}
+}

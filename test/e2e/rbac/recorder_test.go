@@ -1,0 +1,117 @@
+package rbac_test
+
+import (
+	"net/url"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/test/e2e/rbac"
+)
+
+// TestRecorderSeesDenials: the impersonating config really acts as the
+// ServiceAccount, and the Recorder catches a 403 (so the component tests'
+// "no denial" checks can fail). It also pins what the controllers' Secret
+// cache relies on: the chart grants list and watch on Secrets by name
+// only, which the API server honours for a metadata.name field selector
+// and for nothing else.
+func TestRecorderSeesDenials(t *testing.T) {
+	install(t)
+	managed := api.LabelManagedBy + "=" + api.ManagedByController
+	for _, c := range []struct {
+		name, sa, namespace string
+		opts                metav1.ListOptions
+		allowed             bool
+	}{
+		{"queue lists Secrets", "runplane-queue", "", metav1.ListOptions{}, false},
+		{"controller lists every Secret", "runplane-controller", "", metav1.ListOptions{}, false},
+		{"controller lists Secrets by label (the old cache)", "runplane-controller", "", metav1.ListOptions{LabelSelector: managed}, false},
+		{"controller lists Secrets by name (the cache)", "runplane-controller", "",
+			metav1.ListOptions{LabelSelector: managed, FieldSelector: "metadata.name=" + api.NATSCredentialsSecret}, true},
+		{"controller lists another Secret by name", "runplane-controller", "", metav1.ListOptions{FieldSelector: "metadata.name=runplane-webhook-tls"}, false},
+		{"controller lists the source Secret by name", "runplane-controller", releaseNS,
+			metav1.ListOptions{FieldSelector: "metadata.name=" + api.NATSCredentialsSecret}, true},
+		{"webhook lists Secrets in its namespace", "runplane-webhook", releaseNS, metav1.ListOptions{}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rec := &rbac.Recorder{}
+			client, err := kubernetes.NewForConfig(rec.As(env.RESTConfig(), releaseNS, c.sa))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = client.CoreV1().Secrets(c.namespace).List(t.Context(), c.opts)
+			denied := rec.Denied()
+			switch {
+			case c.allowed && err != nil:
+				t.Fatalf("refused: %v", err)
+			case c.allowed && len(denied) != 0:
+				t.Fatalf("recorded denials %v for an allowed call", denied)
+			case !c.allowed && !apierrors.IsForbidden(err):
+				t.Fatalf("want Forbidden, got %v", err)
+			case !c.allowed && (len(denied) != 1 || !strings.Contains(denied[0], rbac.ServiceAccountUser(releaseNS, c.sa))):
+				t.Fatalf("want one recorded denial naming the ServiceAccount, got %q", denied)
+			}
+		})
+	}
+}
+
+// TestRecorderLogLines: log lines that mention forbidden count as denials,
+// whatever their case and however they are split across writes.
+func TestRecorderLogLines(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		writes []string
+		want   int
+	}{
+		{"clean", []string{"level=INFO msg=started\n"}, 0},
+		{"one line", []string{"level=ERROR msg=\"secrets is Forbidden: User ...\"\n"}, 1},
+		{"split across writes", []string{"level=ERROR msg=\"leases is forb", "idden\"\nlevel=INFO msg=ok\n"}, 1},
+		{"unterminated line not yet counted", []string{"forbidden"}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rec := &rbac.Recorder{}
+			for _, w := range c.writes {
+				if _, err := rec.Write([]byte(w)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := len(rec.Denied()); got != c.want {
+				t.Fatalf("%d denials %q, want %d", got, rec.Denied(), c.want)
+			}
+			if rec.Log() != strings.Join(c.writes, "") {
+				t.Fatalf("log %q", rec.Log())
+			}
+		})
+	}
+}
+
+func TestRBACTerm(t *testing.T) {
+	for _, c := range []struct{ method, url, want string }{
+		{"GET", "/api/v1/secrets?fieldSelector=metadata.name%3Dx&limit=500", "list secrets"},
+		{"GET", "/api/v1/secrets?watch=true", "watch secrets"},
+		{"GET", "/api/v1/namespaces/a/secrets/x", "get secrets"},
+		{"GET", "/api/v1/namespaces/a", "get namespaces"},
+		{"GET", "/api/v1/namespaces", "list namespaces"},
+		{"POST", "/api/v1/namespaces/a/pods/p/binding", "create pods/binding"},
+		{"PUT", "/apis/apps/v1/namespaces/a/deployments/d/scale", "update apps/deployments/scale"},
+		{"PATCH", "/api/v1/namespaces/a/pods/p", "patch pods"},
+		{"DELETE", "/api/v1/namespaces/a/pods/p", "delete pods"},
+		{"DELETE", "/api/v1/namespaces/a/pods", "deletecollection pods"},
+		{"PUT", "/apis/coordination.k8s.io/v1/namespaces/s/leases/l", "update coordination.k8s.io/leases"},
+		{"PUT", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/w", "update admissionregistration.k8s.io/mutatingwebhookconfigurations"},
+		{"GET", "/apis", "GET /apis"},
+		{"GET", "/version", "GET /version"},
+	} {
+		u, err := url.Parse(c.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rbac.RBACTerm(c.method, u); got != c.want {
+			t.Errorf("%s %s: %q, want %q", c.method, c.url, got, c.want)
+		}
+	}
+}

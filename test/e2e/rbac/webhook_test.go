@@ -1,0 +1,220 @@
+package rbac_test
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/test/e2e/rbac"
+	"github.com/runplane/runplane/webhook"
+	"github.com/runplane/runplane/webhook/certs"
+	"github.com/runplane/runplane/webhook/mutate"
+)
+
+const webhookSecret = "runplane-webhook-tls"
+
+// pointAt rewrites the chart's two webhook configurations (as the cluster
+// admin) to call addr instead of the webhook Service, which has no running
+// Pod here, and clears their caBundle: the webhook must put it back.
+func pointAt(t *testing.T, addr string) {
+	t.Helper()
+	ctx := t.Context()
+	adm := env.Client().AdmissionregistrationV1()
+	url := func(cc *admissionregistrationv1.WebhookClientConfig) {
+		if cc.Service == nil || cc.Service.Path == nil {
+			t.Fatalf("chart's webhook client config %+v has no Service path", cc)
+		}
+		*cc = admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + addr + *cc.Service.Path)}
+	}
+	m, err := adm.MutatingWebhookConfigurations().Get(ctx, webhook.DefaultConfigurationName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range m.Webhooks {
+		url(&m.Webhooks[i].ClientConfig)
+	}
+	if _, err := adm.MutatingWebhookConfigurations().Update(ctx, m, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := adm.ValidatingWebhookConfigurations().Get(ctx, webhook.DefaultConfigurationName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range v.Webhooks {
+		url(&v.Webhooks[i].ClientConfig)
+	}
+	if _, err := adm.ValidatingWebhookConfigurations().Update(ctx, v, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runWebhook runs the webhook as runplane-webhook, the way the chart runs
+// it (it keeps its TLS Secret and only patches the caBundle of the chart's
+// configurations), until the returned stop is called.
+func runWebhook(t *testing.T, rec *rbac.Recorder, ln net.Listener, dnsNames []string) (stop func()) {
+	t.Helper()
+	args := chartArgs(t, "runplane-webhook", "webhook")
+	if secret := arg(t, args, "tls-secret"); secret != webhookSecret {
+		t.Fatalf("the chart's --tls-secret is %q, the test expects %q", secret, webhookSecret)
+	}
+	inj := mutate.DefaultConfig()
+	inj.Image = testImage
+	inj.NATSURL = "nats://runplane-nats." + releaseNS + ".svc:4222"
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- webhook.Run(ctx, webhook.Config{
+			RESTConfig: rec.As(env.RESTConfig(), releaseNS, "runplane-webhook"),
+			Namespace:  arg(t, args, "namespace"), Listener: ln, HealthAddr: "-", Injection: inj, Logger: rec.Logger(),
+			TLS:      webhook.TLSConfig{SecretName: webhookSecret, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: dnsNames},
+			Webhooks: webhook.WebhooksConfig{Name: arg(t, args, "webhook-config-name"), Manage: false, Resync: time.Second},
+		})
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("webhook.Run: %v", err)
+			}
+		})
+	}
+}
+
+// caBundles returns the caBundle of every entry of both configurations.
+func caBundles(ctx context.Context) ([][]byte, error) {
+	adm := env.Client().AdmissionregistrationV1()
+	m, err := adm.MutatingWebhookConfigurations().Get(ctx, webhook.DefaultConfigurationName, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	v, err := adm.ValidatingWebhookConfigurations().Get(ctx, webhook.DefaultConfigurationName, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for _, w := range m.Webhooks {
+		out = append(out, w.ClientConfig.CABundle)
+	}
+	for _, w := range v.Webhooks {
+		out = append(out, w.ClientConfig.CABundle)
+	}
+	return out, nil
+}
+
+// TestWebhook: as runplane-webhook, the webhook creates and later updates
+// its TLS Secret, patches the caBundle into the chart's configurations,
+// and admits through the real API server: a GPU Pod gets the catalog's
+// resources and the PriorityClass's value, a Pod's claims are looked up for
+// the storage gate, and a claim's annotations are validated.
+func TestWebhook(t *testing.T) {
+	install(t)
+	rec := &rbac.Recorder{}
+	t.Cleanup(func() { checkNoDenials(t, "runplane-webhook", rec) })
+	ctx := t.Context()
+	client := env.Client()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	pointAt(t, addr)
+	stop := runWebhook(t, rec, ln, nil)
+	t.Cleanup(func() { stop() }) // stop is replaced on restart
+
+	secretCA := func() []byte {
+		s, err := client.CoreV1().Secrets(releaseNS).Get(ctx, webhookSecret, metav1.GetOptions{})
+		if err != nil {
+			return nil
+		}
+		return s.Data[certs.KeyCABundle]
+	}
+	waitTrusted := func(t *testing.T) {
+		t.Helper()
+		eventually(t, rec, 30*time.Second, "the TLS Secret and the caBundle in every webhook entry", func() (bool, error) {
+			ca := secretCA()
+			bundles, err := caBundles(ctx)
+			if err != nil || len(ca) == 0 {
+				return false, err
+			}
+			for _, b := range bundles {
+				if !bytes.Equal(b, ca) {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+	}
+
+	t.Run("tls secret and caBundle", waitTrusted)
+
+	t.Run("gpu pod gets the catalog spec and priority", func(t *testing.T) {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "gpu", Labels: map[string]string{api.LabelGPUSpec: "g1.1"}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox:1.36"}}},
+		}
+		got, err := client.CoreV1().Pods(webhookNS).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gpu := got.Spec.Containers[0].Resources.Limits[api.DefaultGPUResource]
+		if gpu.String() != "1" || got.Spec.SchedulerName != api.SchedulerName ||
+			got.Spec.PriorityClassName != api.PriorityClassWorkload || ptr.Deref(got.Spec.Priority, 0) != 1000 {
+			t.Fatalf("not mutated from the catalog and the PriorityClass: gpu %s, scheduler %q, class %q, priority %v",
+				gpu.String(), got.Spec.SchedulerName, got.Spec.PriorityClassName, got.Spec.Priority)
+		}
+	})
+
+	t.Run("claims are read for the storage gate and validated", func(t *testing.T) {
+		for _, c := range []*corev1.PersistentVolumeClaim{
+			claim("plain", nil),
+			claim("prepared", map[string]string{api.AnnotationPrepareFromImage: "busybox:1.36"}),
+		} {
+			if _, err := client.CoreV1().PersistentVolumeClaims(webhookNS).Create(ctx, c, metav1.CreateOptions{}); err != nil {
+				t.Fatalf("claim %s: %v", c.Name, err)
+			}
+		}
+		for _, c := range []struct {
+			claim string
+			gated bool
+		}{{"plain", false}, {"prepared", true}} {
+			// The webhook's claim informer may lag the create by a moment;
+			// a claim it cannot find counts as unprepared.
+			eventually(t, rec, 10*time.Second, "the storage gate decision for "+c.claim, func() (bool, error) {
+				got, err := client.CoreV1().Pods(webhookNS).Create(ctx, mounting("m-"+c.claim, c.claim), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+				if err != nil {
+					return false, err
+				}
+				return (len(got.Spec.SchedulingGates) > 0) == c.gated, nil
+			})
+		}
+	})
+
+	t.Run("restart renews the certificate in its Secret", func(t *testing.T) {
+		before, err := client.CoreV1().Secrets(releaseNS).Get(ctx, webhookSecret, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop()
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A name the old certificate does not cover: the Secret is updated.
+		stop = runWebhook(t, rec, ln, []string{"runplane-webhook." + releaseNS + ".svc"})
+		eventually(t, rec, 30*time.Second, "the TLS Secret updated with a new certificate", func() (bool, error) {
+			s, err := client.CoreV1().Secrets(releaseNS).Get(ctx, webhookSecret, metav1.GetOptions{})
+			return err == nil && !bytes.Equal(s.Data["tls.crt"], before.Data["tls.crt"]), err
+		})
+		waitTrusted(t)
+	})
+}
