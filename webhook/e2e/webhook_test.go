@@ -61,10 +61,14 @@ func TestDeploymentPodsAreInjected(t *testing.T) {
 		if !strings.HasPrefix(p.GenerateName, "llm-") {
 			t.Errorf("Pod %s: not created with generateName", p.Name)
 		}
-		if got := names(p.Spec.InitContainers); got != "runplane-worker,runplane-ssh" {
+		if got := names(p.Spec.InitContainers); got != "runplane-worker,runplane-ssh-install,runplane-ssh" {
 			t.Errorf("Pod %s init containers %s", p.Name, got)
 		}
 		main := p.Spec.Containers[0]
+		// The SSH sidecar runs from the user's image, so sessions get its shell.
+		if ssh := p.Spec.InitContainers[2]; ssh.Image != main.Image {
+			t.Errorf("Pod %s: SSH sidecar image %q, want the main image %q", p.Name, ssh.Image, main.Image)
+		}
 		if q := main.Resources.Limits[api.DefaultGPUResource]; q.Cmp(resource.MustParse("1")) != 0 {
 			t.Errorf("Pod %s GPU limit %s", p.Name, q.String())
 		}
