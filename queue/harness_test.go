@@ -108,12 +108,10 @@ func (e *env) startQueue() {
 	case <-time.After(20 * time.Second):
 		e.t.Fatal("queue did not start")
 	}
-	e.stop = func() { cancel(); <-done }
-	e.t.Cleanup(func() {
-		if e.stop != nil {
-			e.stop()
-		}
-	})
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	e.stop = stop
+	e.t.Cleanup(stop)
 	// Let the activator's consumers come up before traffic.
 	time.Sleep(100 * time.Millisecond)
 }

@@ -1,7 +1,7 @@
 // Package ledger is the extender's per-node capacity book: allocatable minus
 // the requests of bound, non-terminal Pods, minus Pods the extender has
 // assumed onto a node but not yet seen bound. Stock placeholders are indexed
-// per node and spec so a GPU Pod can count a same-spec, Running, unclaimed
+// per node and spec so a GPU Pod can count a same-spec, bound, unclaimed
 // placeholder as capacity it may take. Every decision that consumes capacity
 // (a filter's reservation, a bind) happens under one lock together with its
 // fit check, so concurrent scheduling cycles never count capacity twice and
@@ -106,12 +106,17 @@ type podRec struct {
 	req       vec
 	counted   bool   // bound and not terminal: takes capacity on its node
 	stockSpec string // placeholder of this spec (label runplane.io/stock)
-	running   bool   // Running and not being deleted
+	live      bool   // not being deleted
 	claimedBy types.UID
 }
 
+// claimable: a bound, live, unclaimed placeholder. Bound is enough (it need
+// not be Running yet): it holds its capacity in the ledger either way, and
+// kube-scheduler does not requeue a Pod that waits for stock when a
+// placeholder's status turns Running, only when it is bound — a Required
+// Pod would wait for the scheduler's 5-minute flush.
 func (p *podRec) claimable() bool {
-	return p.stockSpec != "" && p.counted && p.running && p.claimedBy == ""
+	return p.stockSpec != "" && p.counted && p.live && p.claimedBy == ""
 }
 
 type node struct {
@@ -156,9 +161,13 @@ type Ledger struct {
 	// handled are Pods this process has bound or tried to: their claim
 	// annotations describe this process's own actions, not a predecessor's.
 	handled map[types.UID]bool
-	gone    map[types.UID]chan struct{}
-	slots   map[corev1.ResourceName]int
-	names   []corev1.ResourceName
+	// inherits maps a Pod to the placeholder whose claim it took over from
+	// a predecessor (recover), inheritedBy the other way: one heir each.
+	inherits    map[types.UID]types.UID
+	inheritedBy map[types.UID]types.UID
+	gone        map[types.UID]chan struct{}
+	slots       map[corev1.ResourceName]int
+	names       []corev1.ResourceName
 	// last keeps the scores of the latest Filter: the scheduler asks to
 	// prioritize the same Pod on the nodes that filter returned, right
 	// after it, so scoring 5,000 nodes a second time is wasted work.
@@ -191,8 +200,11 @@ func New(opts Options) *Ledger {
 		pods:    map[types.UID]*podRec{},
 		assumed: map[types.UID]*assumption{},
 		handled: map[types.UID]bool{},
-		gone:    map[types.UID]chan struct{}{},
-		slots:   map[corev1.ResourceName]int{},
+
+		inherits:    map[types.UID]types.UID{},
+		inheritedBy: map[types.UID]types.UID{},
+		gone:        map[types.UID]chan struct{}{},
+		slots:       map[corev1.ResourceName]int{},
 	}
 }
 
@@ -316,11 +328,16 @@ func (l *Ledger) UpsertPod(pod *corev1.Pod) {
 		uid: pod.UID, ns: pod.Namespace, name: pod.Name, node: pod.Spec.NodeName,
 		counted:   pod.Spec.NodeName != "",
 		stockSpec: pod.Labels[api.LabelStock],
-		running:   pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil,
+		live:      pod.DeletionTimestamp == nil,
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	old := l.pods[pod.UID]
+	if old != nil && old.node != "" && rec.node == "" {
+		// A Pod's node never goes back to unset: this event predates a
+		// binding the ledger already recorded (EndBind of a placeholder).
+		return
+	}
 	if old != nil && old.node == rec.node && old.counted == rec.counted {
 		rec.req = old.req // requests of a bound Pod do not change in ways we track
 	} else {
@@ -338,7 +355,7 @@ func (l *Ledger) UpsertPod(pod *corev1.Pod) {
 	}
 	l.addRec(rec)
 	if rec.node == "" && !l.handled[pod.UID] && l.assumed[pod.UID] == nil {
-		l.recover(pod, rec)
+		l.recover(pod)
 	}
 }
 
@@ -346,7 +363,7 @@ func (l *Ledger) UpsertPod(pod *corev1.Pod) {
 // it had deleted (or was about to delete) a placeholder for it, so the
 // capacity that placeholder held belongs to this Pod, not to whoever comes
 // next (such as the placeholder's replacement).
-func (l *Ledger) recover(pod *corev1.Pod, rec *podRec) {
+func (l *Ledger) recover(pod *corev1.Pod) {
 	v, ok := pod.Annotations[api.AnnotationClaimedStock]
 	if !ok {
 		return
@@ -356,12 +373,17 @@ func (l *Ledger) recover(pod *corev1.Pod, rec *podRec) {
 	if err != nil {
 		return
 	}
+	if _, taken := l.inheritedBy[claim.UID]; taken {
+		// Another Pod names the same placeholder (a claim intent that was
+		// superseded before the predecessor died): only one inherits it.
+		return
+	}
+	l.inherits[pod.UID], l.inheritedBy[claim.UID] = claim.UID, pod.UID
 	a := &assumption{uid: pod.UID, node: claim.Node, req: l.pack(PodRequests(pod)), state: Recovered,
 		expires: l.opts.Now().Add(l.opts.RecoveredTTL)}
 	if p := l.pods[claim.UID]; p != nil && p.claimedBy == "" && p.node == claim.Node {
 		a.ph = claim.UID
 	}
-	_ = rec
 	l.assume(a)
 }
 
@@ -377,6 +399,10 @@ func (l *Ledger) DeletePod(uid types.UID) {
 		delete(l.pods, uid)
 	}
 	delete(l.handled, uid)
+	if ph, ok := l.inherits[uid]; ok {
+		delete(l.inherits, uid)
+		delete(l.inheritedBy, ph)
+	}
 	if ch := l.gone[uid]; ch != nil {
 		close(ch)
 		delete(l.gone, uid)
@@ -402,6 +428,22 @@ func (l *Ledger) WaitGone(ctx context.Context, uid types.UID) error {
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for placeholder %s to be gone: %w", uid, ctx.Err())
 	}
+}
+
+// Inherits returns the placeholder whose claim the Pod inherited from a
+// predecessor extender, or "".
+func (l *Ledger) Inherits(uid types.UID) types.UID {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.inherits[uid]
+}
+
+// Exists reports whether the ledger knows a (non-terminal) Pod.
+func (l *Ledger) Exists(uid types.UID) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.pods[uid]
+	return ok
 }
 
 // Intern converts raw node names to strings, reusing the ledger's own
@@ -476,7 +518,7 @@ func (l *Ledger) newProbe(req Request) *probe {
 		}
 	}
 	if req.Required {
-		p.required = fmt.Sprintf("GPU spec %q has stock: Required and the node has no Running, unclaimed %s=%s placeholder", req.Spec, api.LabelStock, req.Spec)
+		p.required = fmt.Sprintf("GPU spec %q has stock: Required and the node has no unclaimed %s=%s placeholder", req.Spec, api.LabelStock, req.Spec)
 	}
 	return p
 }
@@ -487,7 +529,7 @@ func (pr *probe) insufficient(short int) string {
 	}
 	r := "insufficient " + string(pr.names(short))
 	if pr.req.Spec != "" {
-		r += fmt.Sprintf(" and no Running, unclaimed %s=%s placeholder", api.LabelStock, pr.req.Spec)
+		r += fmt.Sprintf(" and no unclaimed %s=%s placeholder", api.LabelStock, pr.req.Spec)
 	}
 	pr.reasons[short] = r
 	return r
@@ -501,6 +543,21 @@ func (l *Ledger) evaluate(pr *probe, n *node, prefer types.UID) verdict {
 	}
 	req := &pr.req
 	var v verdict
+	freeOK, short := fitsVec(n.alloc, n.used, nil, pr.vec, pr.nz)
+	if freeOK && !req.Required {
+		// No claim needed: only whether the node is warm matters (scoring).
+		if req.Spec != "" {
+			for _, p := range n.stock[req.Spec] {
+				if p.claimable() {
+					v.hasStock = true
+					break
+				}
+			}
+		}
+		v.fits = true
+		v.packing = packing(pr.prim, n, pr.vec, nil)
+		return v
+	}
 	var ph *podRec
 	if req.Spec != "" {
 		for _, p := range n.stock[req.Spec] {
@@ -520,19 +577,11 @@ func (l *Ledger) evaluate(pr *probe, n *node, prefer types.UID) verdict {
 	case req.Required && ph == nil:
 		v.reason = pr.required
 		return v
-	case req.Required:
+	case ph != nil:
 		v.fits, v.ph = true, ph
 	default:
-		freeOK, short := fitsVec(n.alloc, n.used, nil, pr.vec, pr.nz)
-		switch {
-		case freeOK:
-			v.fits = true
-		case ph != nil:
-			v.fits, v.ph = true, ph
-		default:
-			v.reason = pr.insufficient(short)
-			return v
-		}
+		v.reason = pr.insufficient(short)
+		return v
 	}
 	v.packing = packing(pr.prim, n, pr.vec, v.ph)
 	return v
@@ -626,6 +675,7 @@ func (l *Ledger) Filter(req Request, nodeNames []string, reserve bool) FilterRes
 		}
 		return res
 	}
+	l.handled[req.UID] = true // its claim annotation, if any, is this process's own
 	a := &assumption{uid: req.UID, node: bestName, req: pr.vec, state: Reserved,
 		expires: l.opts.Now().Add(l.opts.ReservationTTL)}
 	if best.ph != nil {
@@ -723,12 +773,16 @@ func (l *Ledger) BeginBind(req Request, nodeName string) (*Placeholder, error) {
 	if a != nil && (a.state == Binding || a.state == Bound) {
 		return nil, ErrBindInProgress
 	}
-	if a == nil || a.node != nodeName {
+	// A recovered claim was assumed without a fit check (it records what a
+	// predecessor did): check it now like any other.
+	if a == nil || a.node != nodeName || a.state == Recovered {
+		var prefer types.UID
 		if a != nil {
+			prefer = a.ph
 			l.unassume(a, false)
 		}
 		pr := l.newProbe(req)
-		v := l.evaluate(pr, l.nodes[nodeName], "")
+		v := l.evaluate(pr, l.nodes[nodeName], prefer)
 		if !v.fits {
 			return nil, &NoRoomError{Node: nodeName, Reason: v.reason}
 		}
@@ -760,6 +814,15 @@ func (l *Ledger) EndBind(uid types.UID, ok, phDeleted bool) {
 		return
 	}
 	if ok {
+		if p := l.pods[uid]; p != nil && p.node == "" && p.stockSpec != "" {
+			// A placeholder: record it bound now rather than when the
+			// informer says so. The scheduler retries Pods waiting for stock
+			// on this very binding, and their filter must already see it.
+			l.unassume(a, false)
+			p.node, p.counted = a.node, true
+			l.addRec(p)
+			return
+		}
 		a.state = Bound
 		a.expires = l.opts.Now().Add(l.opts.BoundTTL)
 		return

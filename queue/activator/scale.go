@@ -269,7 +269,7 @@ func (a *Activator) onPod(o any, deleted bool) {
 	w := p.workers[pod.Name]
 	if gone {
 		if w != nil {
-			a.loseLocked(p, w, "pod gone")
+			a.loseLocked(p, w, "pod gone", false)
 		}
 		a.poke()
 		return

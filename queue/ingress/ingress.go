@@ -85,7 +85,7 @@ type Server struct {
 	mu      sync.Mutex
 	waiters map[string]map[chan messages.Record]struct{}
 	status  map[string]stream.PoolStatus
-	local   map[string]int // accepted here since the pool's last status
+	local   map[string][]uint64 // stream sequences accepted here, not yet in the pool's status
 
 	stop []func()
 }
@@ -97,7 +97,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, errors.New("ingress: Store, NC and Pools are required")
 	}
 	s := &Server{cfg: cfg, waiters: map[string]map[chan messages.Record]struct{}{},
-		status: map[string]stream.PoolStatus{}, local: map[string]int{}, m: newIngressMetrics(cfg.Registerer)}
+		status: map[string]stream.PoolStatus{}, local: map[string][]uint64{}, m: newIngressMetrics(cfg.Registerer)}
 	rw, err := cfg.Store.Records.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, fmt.Errorf("watch records: %w", err)
@@ -133,7 +133,7 @@ func (s *Server) Close() {
 
 func (s *Server) watchRecords(w jetstream.KeyWatcher) {
 	for e := range w.Updates() {
-		if e == nil || e.Operation() != jetstream.KeyValuePut {
+		if e == nil || e.Operation() != jetstream.KeyValuePut || !s.waiting(e.Key()) {
 			continue
 		}
 		r, err := stream.Decode(e.Value())
@@ -155,7 +155,15 @@ func (s *Server) watchPools(w jetstream.KeyWatcher) {
 		}
 		s.mu.Lock()
 		s.status[e.Key()] = ps
-		s.local[e.Key()] = 0
+		// Keep what the activator had not taken in when it wrote this.
+		// (A status without InvokeSeq, from an older activator, covers all.)
+		kept := s.local[e.Key()][:0]
+		for _, q := range s.local[e.Key()] {
+			if ps.InvokeSeq != 0 && q > ps.InvokeSeq {
+				kept = append(kept, q)
+			}
+		}
+		s.local[e.Key()] = kept
 		s.mu.Unlock()
 	}
 }
@@ -167,6 +175,14 @@ func (s *Server) onReply(m *nats.Msg) {
 	}
 	s.notify(messages.Record{InvocationID: res.InvocationID, Pool: res.Pool, State: res.State, Worker: res.Worker,
 		Attempt: res.Attempt, Response: res.Response, Error: res.Error, UpdatedAt: res.FinishedAt})
+}
+
+// waiting reports whether a sync caller here waits on invocation id (the
+// watch sees every Record update; most need no decoding).
+func (s *Server) waiting(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.waiters[id]) > 0
 }
 
 func (s *Server) notify(r messages.Record) {
@@ -409,19 +425,22 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation) (Ack, mess
 	ack := Ack{InvocationID: inv.InvocationID, Pool: inv.Pool, Stream: st.Config.Stream, Subjects: Subjects{
 		Invoke: st.Subjects.Invoke(inv.Pool), Result: st.Subjects.Result(inv.Pool), Metrics: st.Subjects.Metrics(inv.Pool)}}
 	// The Record comes first: it outlives the duplicate window, so a
-	// re-post after it finds the existing invocation.
-	if rec, _, err := st.Get(ctx, inv.InvocationID); err == nil {
-		return s.duplicate(ctx, ack, rec, inv)
-	} else if !errors.Is(err, stream.ErrNotFound) {
-		return ack, rec, err
-	}
+	// re-post after it finds the existing invocation. KV Create is the
+	// check: a taken ID fails it, and only then is the Record read.
 	if s.backlog(inv.Pool) >= s.cfg.MaxBacklog {
+		// A re-post of an accepted ID is answered even when the pool is full.
+		if rec, _, err := st.Get(ctx, inv.InvocationID); err == nil {
+			return s.duplicate(ctx, ack, rec, inv)
+		} else if !errors.Is(err, stream.ErrNotFound) {
+			return ack, rec, err
+		}
 		return ack, messages.Record{}, errBacklog
 	}
 	rec := messages.Record{InvocationID: inv.InvocationID, Pool: inv.Pool, Mode: inv.Mode, State: messages.StateQueued,
 		Stream: st.Config.Stream, AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt}
-	if _, err := st.Create(ctx, rec); errors.Is(err, stream.ErrExists) {
-		// Another request with this ID won the race.
+	rev, err := st.Create(ctx, rec)
+	if errors.Is(err, stream.ErrExists) {
+		// Posted before, or another request with this ID won the race.
 		cur, _, gerr := st.Get(ctx, inv.InvocationID)
 		if gerr != nil {
 			return ack, cur, gerr
@@ -430,27 +449,35 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation) (Ack, mess
 	} else if err != nil {
 		return ack, rec, err
 	}
-	pa, err := s.publish(ctx, inv)
+	// The Record's sequence is filled in by the activator when it
+	// dispatches: writing it here would cost two more KV round trips.
+	pa, err := s.publish(ctx, inv, rev)
 	if err != nil {
 		// Not accepted: free the ID so the caller can retry.
 		_ = st.Delete(context.WithoutCancel(ctx), inv.InvocationID)
 		return ack, rec, err
 	}
 	s.mu.Lock()
-	s.local[inv.Pool]++
+	if !pa.Duplicate {
+		s.local[inv.Pool] = append(s.local[inv.Pool], pa.Sequence)
+	}
 	s.mu.Unlock()
 	rec.Sequence = pa.Sequence
-	s.setSequence(ctx, inv.InvocationID, pa.Sequence)
 	ack.Sequence, ack.Duplicate, ack.State, ack.AcceptedAt = pa.Sequence, pa.Duplicate, messages.StateQueued, inv.AcceptedAt
 	return ack, rec, nil
 }
 
-func (s *Server) publish(ctx context.Context, inv messages.Invocation) (*jetstream.PubAck, error) {
+// publish stores inv on invoke.<pool>; rev, when known, is the revision of
+// the Record just created (stream.RevisionHeader).
+func (s *Server) publish(ctx context.Context, inv messages.Invocation, rev uint64) (*jetstream.PubAck, error) {
 	b, err := json.Marshal(inv)
 	if err != nil {
 		return nil, fmt.Errorf("encode invocation: %w", err)
 	}
 	msg := &nats.Msg{Subject: s.cfg.Store.Subjects.Invoke(inv.Pool), Data: b, Header: nats.Header{}}
+	if rev != 0 {
+		msg.Header.Set(stream.RevisionHeader, strconv.FormatUint(rev, 10))
+	}
 	pa, err := s.cfg.Store.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(inv.InvocationID))
 	if err != nil {
 		return nil, fmt.Errorf("publish invocation %s: %w", inv.InvocationID, err)
@@ -458,33 +485,21 @@ func (s *Server) publish(ctx context.Context, inv messages.Invocation) (*jetstre
 	return pa, nil
 }
 
-func (s *Server) setSequence(ctx context.Context, id string, seq uint64) {
-	_, _, err := s.cfg.Store.Update(context.WithoutCancel(ctx), id, func(r *messages.Record) bool {
-		if r.Sequence != 0 {
-			return false
-		}
-		r.Sequence = seq
-		return true
-	})
-	if err != nil {
-		s.cfg.Logger.Debug("record sequence", "invocation", id, "err", err)
-	}
-}
-
 // duplicate answers a re-post of an existing invocation ID.
 func (s *Server) duplicate(ctx context.Context, ack Ack, rec messages.Record, inv messages.Invocation) (Ack, messages.Record, error) {
 	if rec.Pool != inv.Pool {
 		return ack, rec, &conflictError{fmt.Sprintf("invocationID %s already belongs to pool %q", inv.InvocationID, rec.Pool)}
 	}
-	if rec.State == messages.StateQueued && rec.Sequence == 0 && time.Since(rec.AcceptedAt) > 5*time.Second {
-		// The first accepting replica died between the Record and the
-		// publish: publish now (the stream deduplicates a racing publish).
-		pa, err := s.publish(ctx, inv)
+	if rec.State == messages.StateQueued && rec.Attempt == 0 && time.Since(rec.AcceptedAt) > 5*time.Second {
+		// The first accepting replica may have died between the Record and
+		// the publish: publish again. Within the duplicate window the stream
+		// drops the copy; after it the activator does (it knows the ID, or
+		// its dispatch compare-and-set on the Record refuses it).
+		pa, err := s.publish(ctx, inv, 0)
 		if err != nil {
 			return ack, rec, err
 		}
 		rec.Sequence = pa.Sequence
-		s.setSequence(ctx, inv.InvocationID, pa.Sequence)
 	}
 	ack.Sequence, ack.Duplicate, ack.State, ack.AcceptedAt = rec.Sequence, true, rec.State, rec.AcceptedAt
 	return ack, rec, nil
@@ -529,7 +544,7 @@ func (s *Server) wait(ctx context.Context, id string, ch chan messages.Record, t
 func (s *Server) backlog(poolName string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.status[poolName].Backlog + s.local[poolName]
+	return s.status[poolName].Backlog + len(s.local[poolName])
 }
 
 func (s *Server) retryAfter(poolName string) int {

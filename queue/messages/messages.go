@@ -176,7 +176,10 @@ type Cancel struct {
 
 // Record is the invocation's entry in the KV bucket (key: invocation ID):
 // its state and, once terminal, its result. It outlives the stream's
-// duplicate window, so re-posting an ID finds it.
+// duplicate window, so re-posting an ID finds it. Sequence (the
+// invocation's stream sequence) is recorded with the first dispatch; Worker
+// and Attempt name the current attempt, the only one a Dispatch is
+// published for.
 type Record struct {
 	InvocationID string              `json:"invocationID"`
 	Pool         string              `json:"pool"`

@@ -190,32 +190,67 @@ func Decode(b []byte) (messages.Record, error) {
 	return r, nil
 }
 
+// RevisionHeader is set by the ingress on the invocation message it
+// publishes: the revision of the Record it has just created. The activator
+// uses it as the Record's known revision, so its first write is a single
+// compare-and-set with no read. It is a hint: a wrong or missing value only
+// costs a read.
+const RevisionHeader = "Runplane-Record-Revision"
+
+// Cached is a Record as a writer last read or wrote it, with its revision
+// (0: unknown). A writer that keeps it can update the Record without
+// reading it first; a stale Cached costs one extra read, never a lost
+// update.
+type Cached struct {
+	Record messages.Record
+	Rev    uint64
+}
+
 // Update applies mutate to the current Record with compare-and-set, retrying
 // on conflicts. mutate returns false to leave the Record unchanged. It
 // returns the Record as stored afterwards and whether mutate's change was
 // written.
 func (s *Store) Update(ctx context.Context, id string, mutate func(*messages.Record) bool) (messages.Record, bool, error) {
+	var c Cached
+	ok, err := s.UpdateCached(ctx, id, &c, mutate)
+	return c.Record, ok, err
+}
+
+// UpdateCached is Update starting from c instead of a read when c.Rev is
+// set; c is refreshed with what is stored afterwards. mutate may see a
+// stale c: a refusal is final only for monotonic mutations (Advance: what a
+// stale Record refuses, the current one refuses too); others must start
+// from an empty Cached.
+func (s *Store) UpdateCached(ctx context.Context, id string, c *Cached, mutate func(*messages.Record) bool) (bool, error) {
 	for i := 0; ; i++ {
-		r, rev, err := s.Get(ctx, id)
-		if err != nil {
-			return r, false, err
+		if c.Rev == 0 {
+			r, rev, err := s.Get(ctx, id)
+			if err != nil {
+				return false, err
+			}
+			c.Record, c.Rev = r, rev
 		}
+		r := c.Record
 		if !mutate(&r) {
-			return r, false, nil
+			return false, nil
 		}
 		r.UpdatedAt = time.Now().UTC()
 		b, err := json.Marshal(r)
 		if err != nil {
-			return r, false, fmt.Errorf("encode record %s: %w", id, err)
+			return false, fmt.Errorf("encode record %s: %w", id, err)
 		}
-		_, err = s.Records.Update(ctx, id, b, rev)
+		rev, err := s.Records.Update(ctx, id, b, c.Rev)
 		if err == nil {
-			return r, true, nil
+			c.Record, c.Rev = r, rev
+			return true, nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) || i > 50 {
-			return r, false, fmt.Errorf("update record %s: %w", id, err)
+		conflict := errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+		if !conflict || i > 50 {
+			return false, fmt.Errorf("update record %s: %w", id, err)
 		}
-		// Lost a race with another writer: re-read and re-apply.
+		// Lost a race with another writer (or the cache was stale):
+		// re-read and re-apply.
+		c.Rev = 0
 	}
 }
 
@@ -256,7 +291,14 @@ func Advance(cur messages.State, curAttempt int, next messages.State, attempt in
 // Transition moves a Record to state (with worker and attempt) when Advance
 // allows it; extra, when set, adjusts the Record further in the same write.
 func (s *Store) Transition(ctx context.Context, id string, state messages.State, worker string, attempt int, extra func(*messages.Record)) (messages.Record, bool, error) {
-	return s.Update(ctx, id, func(r *messages.Record) bool {
+	var c Cached
+	ok, err := s.TransitionCached(ctx, id, &c, state, worker, attempt, extra)
+	return c.Record, ok, err
+}
+
+// TransitionCached is Transition starting from c (see UpdateCached).
+func (s *Store) TransitionCached(ctx context.Context, id string, c *Cached, state messages.State, worker string, attempt int, extra func(*messages.Record)) (bool, error) {
+	return s.UpdateCached(ctx, id, c, func(r *messages.Record) bool {
 		if !Advance(r.State, r.Attempt, state, attempt) {
 			return false
 		}
@@ -276,9 +318,13 @@ func (s *Store) Transition(ctx context.Context, id string, state messages.State,
 
 // PoolStatus is what the activator publishes per pool (key: pool name).
 type PoolStatus struct {
-	Pool      string         `json:"pool"`
-	Replicas  int            `json:"replicas"`
-	Backlog   int            `json:"backlog"`
+	Pool     string `json:"pool"`
+	Replicas int    `json:"replicas"`
+	Backlog  int    `json:"backlog"`
+	// InvokeSeq is the last invoke.<pool> stream sequence the activator
+	// took in: the ingress counts what it accepted after it on top of
+	// Backlog.
+	InvokeSeq uint64         `json:"invokeSeq,omitempty"`
 	InFlight  int            `json:"inFlight"`
 	Capacity  int            `json:"capacity"`
 	Workers   []WorkerStatus `json:"workers"`

@@ -90,6 +90,9 @@ type Config struct {
 	Log         *Log
 	// Ready reported in heartbeats (default true).
 	NotReady bool
+	// DeliverAll makes a new consumer start at the first dispatch stored
+	// for the worker, as the sidecar's does, instead of at new ones.
+	DeliverAll bool
 }
 
 // Worker is a running stub worker.
@@ -121,11 +124,15 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	deliver := jetstream.DeliverNewPolicy
+	if cfg.DeliverAll {
+		deliver = jetstream.DeliverAllPolicy
+	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{
 		Durable:       "worker-" + cfg.Pool + "-" + cfg.Name,
 		FilterSubject: cfg.Subjects.Dispatch(cfg.Pool, cfg.Name),
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		DeliverPolicy: jetstream.DeliverNewPolicy,
+		DeliverPolicy: deliver,
 		AckWait:       30 * time.Second,
 		MaxAckPending: cfg.Concurrency,
 	})
