@@ -4,7 +4,6 @@ GO ?= go
 export GONOSUMDB := k8s.io/kubernetes
 # Go test flags for make test; -v so the output names every test that ran.
 TESTFLAGS ?= -count=1 -v -timeout 40m
-BENCHFLAGS ?= -run '^$$' -bench . -benchtime 2000x -count 3
 
 .PHONY: all dev test unit bench lint testbin deps build python-test clean image
 
@@ -29,8 +28,7 @@ python-test:
 
 ## bench: every benchmark, printed as a table of medians.
 bench: deps
-	@dir=$$(bash test/testbin/build.sh) && \
-	RUNPLANE_TESTBIN_DIR=$$dir $(GO) test $(BENCHFLAGS) ./... | tee /tmp/runplane-bench.txt | $(GO) run ./test/bench/table
+	@dir=$$(bash test/testbin/build.sh) && RUNPLANE_TESTBIN_DIR=$$dir bash test/bench/run.sh
 
 ## lint: gofmt and go vet.
 lint:

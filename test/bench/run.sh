@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# run.sh is make bench: it runs every benchmark of benchmarks.txt (-count
+# BENCH_COUNT, default 3) and prints them as one table of medians. The raw
+# output is kept in BENCH_OUT (default /tmp/runplane-bench.txt) for benchstat.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+count="${BENCH_COUNT:-3}"
+out="${BENCH_OUT:-/tmp/runplane-bench.txt}"
+: >"$out"
+while read -r pkg regex benchtime; do
+	[[ -z "$pkg" || "$pkg" == \#* ]] && continue
+	echo "bench: $pkg $regex ($benchtime x $count)" >&2
+	go test -run '^$' -bench "^${regex}" -benchtime "$benchtime" -count "$count" -short -timeout 30m "$pkg" >>"$out" 2>&1 ||
+		echo "bench: $pkg $regex FAILED (see $out)" >&2
+done <test/bench/benchmarks.txt
+go run ./test/bench/table <"$out"

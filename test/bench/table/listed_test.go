@@ -1,0 +1,74 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestEveryBenchmarkIsListed keeps make bench honest: a Benchmark function
+// that no line of test/bench/benchmarks.txt selects would never be run.
+func TestEveryBenchmarkIsListed(t *testing.T) {
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type line struct {
+		pkg string
+		re  *regexp.Regexp
+	}
+	var lines []line
+	f, err := os.Open(filepath.Join(root, "test", "bench", "benchmarks.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) != 3 || strings.HasPrefix(fields[0], "#") {
+			continue
+		}
+		lines = append(lines, line{pkg: filepath.Clean(fields[0]), re: regexp.MustCompile("^" + fields[1])})
+	}
+	decl := regexp.MustCompile(`(?m)^func (Benchmark\w*)\(b \*testing\.B\)`)
+	found := 0
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "testbin" || strings.HasPrefix(d.Name(), ".")) {
+			return filepath.SkipDir
+		}
+		if !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, filepath.Dir(path))
+		for _, m := range decl.FindAllStringSubmatch(string(data), -1) {
+			found++
+			listed := false
+			for _, l := range lines {
+				if l.pkg == rel && l.re.MatchString(m[1]) {
+					listed = true
+				}
+			}
+			if !listed {
+				t.Errorf("%s in ./%s is not selected by any line of test/bench/benchmarks.txt", m[1], rel)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found == 0 {
+		t.Fatal("found no Benchmark functions at all: is the walk rooted right?")
+	}
+}
