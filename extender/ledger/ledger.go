@@ -108,6 +108,7 @@ type podRec struct {
 	stockSpec string // placeholder of this spec (label runplane.io/stock)
 	live      bool   // not being deleted
 	claimedBy types.UID
+	record    types.UID // bound Pod: the placeholder its claim annotation names
 }
 
 // claimable: a bound, live, unclaimed placeholder. Bound is enough (it need
@@ -165,9 +166,12 @@ type Ledger struct {
 	// a predecessor (recover), inheritedBy the other way: one heir each.
 	inherits    map[types.UID]types.UID
 	inheritedBy map[types.UID]types.UID
-	gone        map[types.UID]chan struct{}
-	slots       map[corev1.ResourceName]int
-	names       []corev1.ResourceName
+	// recorded maps a placeholder to the bound Pod whose claim annotation
+	// names it: that claim is settled, nobody can inherit it.
+	recorded map[types.UID]types.UID
+	gone     map[types.UID]chan struct{}
+	slots    map[corev1.ResourceName]int
+	names    []corev1.ResourceName
 	// last keeps the scores of the latest Filter: the scheduler asks to
 	// prioritize the same Pod on the nodes that filter returned, right
 	// after it, so scoring 5,000 nodes a second time is wasted work.
@@ -203,6 +207,7 @@ func New(opts Options) *Ledger {
 
 		inherits:    map[types.UID]types.UID{},
 		inheritedBy: map[types.UID]types.UID{},
+		recorded:    map[types.UID]types.UID{},
 		gone:        map[types.UID]chan struct{}{},
 		slots:       map[corev1.ResourceName]int{},
 	}
@@ -348,6 +353,9 @@ func (l *Ledger) UpsertPod(pod *corev1.Pod) {
 		rec.claimedBy = old.claimedBy
 	}
 	l.pods[pod.UID] = rec
+	if rec.node != "" {
+		l.settle(pod, rec)
+	}
 	if a := l.assumed[pod.UID]; a != nil && rec.node != "" {
 		// The Pod is bound: its own record now counts. Its placeholder, if
 		// any, was deleted before the Binding was created.
@@ -356,6 +364,25 @@ func (l *Ledger) UpsertPod(pod *corev1.Pod) {
 	l.addRec(rec)
 	if rec.node == "" && !l.handled[pod.UID] && l.assumed[pod.UID] == nil {
 		l.recover(pod)
+	}
+}
+
+// settle notes the claim a bound Pod records. A Pod that inherited the same
+// placeholder (its annotation was an intent superseded before the
+// predecessor died) loses that inheritance: the bound Pod took it.
+func (l *Ledger) settle(pod *corev1.Pod, rec *podRec) {
+	c, err := ParseClaim(pod.Annotations[api.AnnotationClaimedStock])
+	if err != nil {
+		return
+	}
+	rec.record = c.UID
+	l.recorded[c.UID] = rec.uid
+	if heir, ok := l.inheritedBy[c.UID]; ok && heir != rec.uid {
+		delete(l.inheritedBy, c.UID)
+		delete(l.inherits, heir)
+		if a := l.assumed[heir]; a != nil && a.state == Recovered {
+			l.unassume(a, false)
+		}
 	}
 }
 
@@ -373,7 +400,8 @@ func (l *Ledger) recover(pod *corev1.Pod) {
 	if err != nil {
 		return
 	}
-	if _, taken := l.inheritedBy[claim.UID]; taken {
+	_, settled := l.recorded[claim.UID]
+	if _, taken := l.inheritedBy[claim.UID]; taken || settled {
 		// Another Pod names the same placeholder (a claim intent that was
 		// superseded before the predecessor died): only one inherits it.
 		return
@@ -397,6 +425,9 @@ func (l *Ledger) DeletePod(uid types.UID) {
 	if p := l.pods[uid]; p != nil {
 		l.removeRec(p)
 		delete(l.pods, uid)
+		if p.record != "" && l.recorded[p.record] == uid {
+			delete(l.recorded, p.record)
+		}
 	}
 	delete(l.handled, uid)
 	if ph, ok := l.inherits[uid]; ok {

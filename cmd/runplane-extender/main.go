@@ -1,0 +1,57 @@
+// Command runplane-extender runs runplane's kube-scheduler extender: flags
+// become an extender.Config, and extender.Run does the rest.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/extender"
+)
+
+func main() {
+	var cfg extender.Config
+	var kubeconfig, hosts string
+	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig path; in-cluster config when empty")
+	flag.StringVar(&cfg.Namespace, "namespace", api.DefaultNamespace, "namespace of the catalog ConfigMap and the Lease")
+	flag.StringVar(&cfg.Addr, "addr", ":8443", "HTTPS listen address (filter, prioritize, bind, /metrics, /healthz, /readyz)")
+	flag.StringVar(&cfg.CertFile, "tls-cert-file", "", "serving certificate; self-signed at startup when empty")
+	flag.StringVar(&cfg.KeyFile, "tls-key-file", "", "serving key")
+	flag.StringVar(&hosts, "tls-hosts", "localhost,127.0.0.1", "comma-separated names/IPs of a self-signed certificate")
+	flag.BoolVar(&cfg.LeaderElection, "leader-elect", true, "bind only while holding the Lease")
+	flag.StringVar(&cfg.LeaseName, "lease-name", extender.DefaultLeaseName, "name of the leader-election Lease")
+	flag.StringVar(&cfg.FollowLease, "follow-lease", "", "namespace/name of the co-located runplane-scheduler's Lease: bind while this host holds it (instead of --leader-elect)")
+	flag.DurationVar(&cfg.LeaseDuration, "lease-duration", 0, "leader-election lease duration (default 15s)")
+	flag.DurationVar(&cfg.RenewDeadline, "renew-deadline", 0, "leader-election renew deadline (default 10s)")
+	flag.DurationVar(&cfg.RetryPeriod, "retry-period", 0, "leader-election retry period (default 2s)")
+	flag.DurationVar(&cfg.ClaimTimeout, "claim-timeout", 0, "bound on deleting a placeholder and waiting until it is gone (default 10s)")
+	flag.Parse()
+	cfg.TLSHosts = strings.Split(hosts, ",")
+	if cfg.FollowLease != "" {
+		cfg.LeaderElection = false // following the scheduler's Lease replaces the own election
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "runplane-extender: loading kubeconfig: %v\n", err)
+		os.Exit(2)
+	}
+	rc.QPS, rc.Burst = 200, 400
+	cfg.RESTConfig = rc
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := extender.Run(ctx, cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "runplane-extender: %v\n", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,100 @@
+package extender
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/runplane/runplane/api"
+)
+
+// Config configures an extender.
+type Config struct {
+	// RESTConfig reaches the API server.
+	RESTConfig *rest.Config
+	// Namespace holds the catalog ConfigMap and the leader-election Lease.
+	// Default api.DefaultNamespace.
+	Namespace string
+	// Addr is the HTTPS listen address. Default ":8443".
+	Addr string
+	// CertFile and KeyFile are the serving certificate. When both are
+	// empty a self-signed certificate for TLSHosts is made at startup; its
+	// PEM is then Extender.CACert (what the scheduler config must trust).
+	CertFile, KeyFile string
+	// TLSHosts are the DNS names and IPs of a generated certificate.
+	// Default localhost and 127.0.0.1.
+	TLSHosts []string
+	// LeaderElection makes the extender bind only while it holds the Lease
+	// LeaseName in Namespace. Without it the extender always binds.
+	LeaderElection bool
+	LeaseName      string // default "runplane-extender"
+	Identity       string // default hostname + random suffix
+	LeaseDuration  time.Duration
+	RenewDeadline  time.Duration
+	RetryPeriod    time.Duration
+	// FollowLease, "namespace/name", replaces the extender's own election
+	// when the extender runs in the same Pod as the runplane-scheduler: it
+	// binds while that Lease (the scheduler's) is held by an identity of
+	// this host (kube-scheduler's identity is "<hostname>_<uuid>"). The
+	// scheduler leader then always talks to a binding extender.
+	FollowLease string
+	// ClaimTimeout bounds deleting a placeholder and waiting until it is
+	// gone. Default 10s.
+	ClaimTimeout time.Duration
+	// ReservationTTL bounds a filter's reservation without a bind. Default 30s.
+	ReservationTTL time.Duration
+	// Logger; slog.Default() when nil.
+	Logger *slog.Logger
+}
+
+// DefaultLeaseName is the Lease the extender replicas compete for.
+const DefaultLeaseName = "runplane-extender"
+
+func (c *Config) defaults() error {
+	if c.RESTConfig == nil {
+		return errors.New("extender config: RESTConfig is required")
+	}
+	if (c.CertFile == "") != (c.KeyFile == "") {
+		return fmt.Errorf("extender config: certFile and keyFile must be set together (certFile %q, keyFile %q)", c.CertFile, c.KeyFile)
+	}
+	if c.Namespace == "" {
+		c.Namespace = api.DefaultNamespace
+	}
+	if c.Addr == "" {
+		c.Addr = ":8443"
+	}
+	if len(c.TLSHosts) == 0 {
+		c.TLSHosts = []string{"localhost", "127.0.0.1"}
+	}
+	if c.FollowLease != "" {
+		if ns, name, ok := strings.Cut(c.FollowLease, "/"); !ok || ns == "" || name == "" {
+			return fmt.Errorf("extender config: followLease must be namespace/name, got %q", c.FollowLease)
+		}
+		if c.LeaderElection {
+			return errors.New("extender config: leaderElection and followLease are exclusive")
+		}
+	}
+	if c.LeaseName == "" {
+		c.LeaseName = DefaultLeaseName
+	}
+	if c.LeaseDuration <= 0 {
+		c.LeaseDuration = 15 * time.Second
+	}
+	if c.RenewDeadline <= 0 {
+		c.RenewDeadline = 10 * time.Second
+	}
+	if c.RetryPeriod <= 0 {
+		c.RetryPeriod = 2 * time.Second
+	}
+	if c.ClaimTimeout <= 0 {
+		c.ClaimTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}

@@ -1,0 +1,220 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/runplane/runplane/api"
+)
+
+// boundWatcher records when each Pod of a namespace is first seen bound.
+type boundWatcher struct {
+	mu      sync.Mutex
+	bound   map[string]time.Time
+	waiters map[string]chan struct{}
+}
+
+// watchBound starts an informer (not a bare watch: the API server drops
+// watchers that fall behind in a burst, and a reflector just re-watches).
+func watchBound(t testing.TB, ctx context.Context, c kubernetes.Interface, ns, selector string) *boundWatcher {
+	t.Helper()
+	bw := &boundWatcher{bound: map[string]time.Time{}, waiters: map[string]chan struct{}{}}
+	seen := func(obj any) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok || p.Spec.NodeName == "" {
+			return
+		}
+		now := time.Now()
+		bw.mu.Lock()
+		defer bw.mu.Unlock()
+		if _, seen := bw.bound[p.Name]; !seen {
+			bw.bound[p.Name] = now
+			if ch := bw.waiters[p.Name]; ch != nil {
+				close(ch)
+			}
+		}
+	}
+	f := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
+	inf := f.Core().V1().Pods().Informer()
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    seen,
+		UpdateFunc: func(_, obj any) { seen(obj) },
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		t.Fatal("pod informer did not sync")
+	}
+	return bw
+}
+
+func (bw *boundWatcher) wait(ctx context.Context, name string) (time.Time, error) {
+	bw.mu.Lock()
+	if t, ok := bw.bound[name]; ok {
+		bw.mu.Unlock()
+		return t, nil
+	}
+	ch := bw.waiters[name]
+	if ch == nil {
+		ch = make(chan struct{})
+		bw.waiters[name] = ch
+	}
+	bw.mu.Unlock()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		return time.Time{}, fmt.Errorf("pod %s not bound: %w", name, ctx.Err())
+	}
+	bw.mu.Lock()
+	defer bw.mu.Unlock()
+	return bw.bound[name], nil
+}
+
+func (bw *boundWatcher) count() int {
+	bw.mu.Lock()
+	defer bw.mu.Unlock()
+	return len(bw.bound)
+}
+
+func percentile(d []time.Duration, p int) float64 {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := (len(s)*p + 99) / 100
+	if i > 0 {
+		i--
+	}
+	return float64(s[i].Microseconds()) / 1000
+}
+
+func waitRunning(t testing.TB, c kubernetes.Interface, ns, selector string, want int) {
+	t.Helper()
+	waitFor(t, 3*time.Minute, fmt.Sprintf("%d Pods %q running", want, selector), func() (bool, error) {
+		pods, err := listPods(t.Context(), c, ns, selector)
+		n := 0
+		for i := range pods {
+			if running(&pods[i]) {
+				n++
+			}
+		}
+		return n == want, err
+	})
+}
+
+// BenchmarkTakeoverLatency measures, in the same run, Pod created → bound
+// for (1) a GPU Pod taking over a same-spec stock placeholder through the
+// runplane-scheduler and the extender, and (2) the baseline: a
+// high-priority Pod of the default kube-scheduler preempting a low-priority
+// pause Pod of the same size (grace period 0 as well). Every node has one
+// GPU, held by the placeholder or the pause Pod, so each sample is a
+// takeover. Samples alternate between the two.
+func BenchmarkTakeoverLatency(b *testing.B) {
+	const samples = 40
+	h := setup(b)
+	ctx, c := b.Context(), h.client
+	ns := namespace(b, "bench-takeover")
+	addNodes(b, "bench-stock", samples, 1)
+	addNodes(b, "bench-preempt", samples, 1)
+	for i := range samples {
+		ph := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("ph-%02d", i), Labels: map[string]string{api.LabelStock: "g1", "bench": "ph"}},
+			Spec: placeholderTemplate("g1", "bench-stock", "ph").Spec}
+		victim := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("victim-%02d", i), Labels: map[string]string{"bench": "victim"}},
+			Spec: podSpec("bench-preempt", api.PriorityClassStock, 0)}
+		victim.Spec.SchedulerName = corev1.DefaultSchedulerName
+		createPod(b, c, ns, ph)
+		createPod(b, c, ns, victim)
+	}
+	waitRunning(b, c, ns, "bench=ph", samples)
+	waitRunning(b, c, ns, "bench=victim", samples)
+	bw := watchBound(b, ctx, c, ns, "")
+	var stock, preempt []time.Duration
+	measure := func(p *corev1.Pod) time.Duration {
+		waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		start := time.Now()
+		createPod(b, c, ns, p)
+		at, err := bw.wait(waitCtx, p.Name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return at.Sub(start)
+	}
+	// One round uses the nodes up: the whole function is one op (its setup
+	// takes longer than the default -benchtime, so it runs once).
+	b.ResetTimer()
+	for i := range samples {
+		stock = append(stock, measure(gpuPod(fmt.Sprintf("gpu-%02d", i), "g1", "bench-stock")))
+		p := gpuPod(fmt.Sprintf("hi-%02d", i), "g1", "bench-preempt")
+		delete(p.Labels, api.LabelGPUSpec)
+		p.Spec.SchedulerName = corev1.DefaultSchedulerName
+		preempt = append(preempt, measure(p))
+	}
+	b.StopTimer()
+	if m, err := h.get("/metrics"); err == nil {
+		for _, line := range strings.Split(m, "\n") {
+			if strings.Contains(line, "_sum") || strings.Contains(line, "_count") {
+				b.Log(line)
+			}
+		}
+	}
+	b.ReportMetric(percentile(stock, 50), "stock-p50-ms")
+	b.ReportMetric(percentile(stock, 99), "stock-p99-ms")
+	b.ReportMetric(percentile(preempt, 50), "preempt-p50-ms")
+	b.ReportMetric(percentile(preempt, 99), "preempt-p99-ms")
+	b.ReportMetric(percentile(preempt, 50)/percentile(stock, 50), "speedup-p50")
+}
+
+// BenchmarkBindThroughput creates many kwok nodes, stock on half of them,
+// and measures GPU Pods bound per second through the runplane-scheduler
+// for a burst that takes every placeholder and then free capacity.
+// One burst uses the capacity up, so the function is one op.
+func BenchmarkBindThroughput(b *testing.B) {
+	const nodes, gpus, placeholders, pods = 1000, 4, 500, 1000
+	h := setup(b)
+	ctx, c := b.Context(), h.client
+	ns := namespace(b, "bench-throughput")
+	addNodes(b, "bench-tp", nodes, gpus)
+	stockDeployment(b, c, ns, "stock-tp", "g1", "bench-tp", placeholders)
+	waitRunning(b, c, ns, "app=stock-tp", placeholders)
+	bw := watchBound(b, ctx, c, ns, api.LabelGPUSpec)
+	b.ResetTimer()
+	{
+		start := time.Now()
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 32)
+		for i := range pods {
+			wg.Go(func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				createPod(b, c, ns, gpuPod(fmt.Sprintf("tp-%04d", i), "g1", "bench-tp"))
+			})
+		}
+		wg.Wait()
+		var last time.Time
+		waitCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		for i := range pods {
+			at, err := bw.wait(waitCtx, fmt.Sprintf("tp-%04d", i))
+			if err != nil {
+				cancel()
+				b.Fatal(err)
+			}
+			if at.After(last) {
+				last = at
+			}
+		}
+		cancel()
+		b.ReportMetric(float64(pods)/last.Sub(start).Seconds(), "pods/s")
+	}
+}

@@ -1,0 +1,290 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/extender"
+	"github.com/runplane/runplane/extender/profile"
+	"github.com/runplane/runplane/test/cluster"
+)
+
+var env *cluster.Cluster
+
+func TestMain(m *testing.M) {
+	cluster.Main(m, cluster.Options{}, func(c *cluster.Cluster) { env = c })
+}
+
+// catalogData is the test catalog: two Preferred specs and a Required one.
+var catalogData = map[string]string{
+	"g1":   "gpu: 1\ncpu: \"4\"\nmemory: 16Gi\n",
+	"g2":   "gpu: 1\ncpu: \"4\"\nmemory: 16Gi\n",
+	"greq": "gpu: 1\ncpu: \"4\"\nmemory: 16Gi\nstock: Required\n",
+}
+
+// harness is the extender process and the runplane-scheduler, shared by the
+// tests of the package (each test uses its own namespace and nodes).
+type harness struct {
+	client  kubernetes.Interface
+	bin     string
+	addr    string
+	cert    string
+	key     string
+	https   *http.Client
+	mu      sync.Mutex
+	proc    *exec.Cmd
+	exited  chan struct{}
+	restart int
+}
+
+var (
+	setupOnce sync.Once
+	shared    *harness
+	setupErr  error
+)
+
+func setup(t testing.TB) *harness {
+	t.Helper()
+	setupOnce.Do(func() { shared, setupErr = newHarness() })
+	if setupErr != nil {
+		t.Fatalf("setup: %v", setupErr)
+	}
+	return shared
+}
+
+func newHarness() (*harness, error) {
+	ctx := context.Background()
+	c := env.Client()
+	h := &harness{client: c}
+	if err := env.CreateNamespace(ctx, api.DefaultNamespace); err != nil {
+		return nil, err
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: api.CatalogConfigMap, Namespace: api.DefaultNamespace}, Data: catalogData}
+	if _, err := c.CoreV1().ConfigMaps(api.DefaultNamespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("creating catalog: %w", err)
+	}
+	// What the chart installs: placeholders lowest, workloads above.
+	for name, value := range map[string]int32{api.PriorityClassStock: -100, api.PriorityClassWorkload: 1000} {
+		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}
+		if _, err := c.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("creating PriorityClass %s: %w", name, err)
+		}
+	}
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	h.bin = filepath.Join(env.Dir(), "runplane-extender")
+	build := exec.Command("go", "build", "-o", h.bin, "./cmd/runplane-extender")
+	build.Dir, build.Stderr = root, os.Stderr
+	if err := build.Run(); err != nil {
+		return nil, fmt.Errorf("building runplane-extender: %w", err)
+	}
+	port, err := cluster.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	h.addr = "127.0.0.1:" + strconv.Itoa(port)
+	h.cert, h.key = filepath.Join(env.Dir(), "extender.crt"), filepath.Join(env.Dir(), "extender.key")
+	caPEM, err := extender.WriteSelfSignedCert(h.cert, h.key, []string{"127.0.0.1"})
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	h.https = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	if err := h.startExtender(ctx); err != nil {
+		return nil, err
+	}
+	cfg, err := profile.SchedulerConfig(profile.Options{URLPrefix: "https://" + h.addr, CAData: caPEM})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := env.StartScheduler(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("starting runplane-scheduler: %w", err)
+	}
+	return h, nil
+}
+
+// startExtender runs the extender binary and waits until it is ready and
+// leads.
+func (h *harness) startExtender(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.restart++
+	logPath := filepath.Join(env.Dir(), fmt.Sprintf("runplane-extender-%d.log", h.restart))
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return fmt.Errorf("creating extender log: %w", err)
+	}
+	cmd := exec.Command(h.bin, "--kubeconfig="+env.Kubeconfig(), "--addr="+h.addr,
+		"--tls-cert-file="+h.cert, "--tls-key-file="+h.key, "--namespace="+api.DefaultNamespace,
+		"--leader-elect=true", "--lease-duration=4s", "--renew-deadline=3s", "--retry-period=500ms")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return fmt.Errorf("starting extender: %w", err)
+	}
+	h.proc, h.exited = cmd, make(chan struct{})
+	exited := h.exited
+	go func() { _ = cmd.Wait(); logFile.Close(); close(exited) }()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			data, _ := os.ReadFile(logPath)
+			return fmt.Errorf("extender exited during startup:\n%s", data)
+		default:
+		}
+		if body, err := h.get("/metrics"); err == nil && containsLine(body, "runplane_extender_leader 1") {
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	data, _ := os.ReadFile(logPath)
+	return fmt.Errorf("extender not leading after 60s:\n%s", data)
+}
+
+// killExtender ends the extender the hard way: no lease release, no
+// graceful end of in-flight binds.
+func (h *harness) killExtender() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.proc != nil {
+		_ = h.proc.Process.Kill()
+		<-h.exited
+		h.proc = nil
+	}
+}
+
+func (h *harness) get(path string) (string, error) {
+	resp, err := h.https.Get("https://" + h.addr + path)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return string(body), fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return string(body), nil
+}
+
+func containsLine(body, line string) bool {
+	for len(body) > 0 {
+		i := 0
+		for i < len(body) && body[i] != '\n' {
+			i++
+		}
+		if body[:i] == line {
+			return true
+		}
+		if i == len(body) {
+			break
+		}
+		body = body[i+1:]
+	}
+	return false
+}
+
+const groupLabel = "e2e.runplane.io/group"
+
+// addNodes creates count kwok nodes of gpus GPUs, labelled with group so
+// only the test's Pods (which select the group) land there.
+func addNodes(t testing.TB, group string, count, gpus int) []string {
+	t.Helper()
+	var nodes []cluster.Node
+	var names []string
+	for i := range count {
+		n := fmt.Sprintf("%s-%d", group, i)
+		names = append(names, n)
+		nodes = append(nodes, cluster.Node{Name: n, GPUs: gpus, Labels: map[string]string{groupLabel: group}})
+	}
+	if err := env.AddNodes(t.Context(), nodes...); err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+func namespace(t testing.TB, name string) string {
+	t.Helper()
+	if err := env.CreateNamespace(t.Context(), name); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+func specResources() corev1.ResourceRequirements {
+	list := corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi"),
+		api.DefaultGPUResource: resource.MustParse("1"),
+	}
+	return corev1.ResourceRequirements{Requests: list, Limits: list.DeepCopy()}
+}
+
+// podSpec is a Pod in the shape the webhook gives it.
+func podSpec(group, priorityClass string, grace int64) corev1.PodSpec {
+	return corev1.PodSpec{
+		SchedulerName:                 api.SchedulerName,
+		PriorityClassName:             priorityClass,
+		TerminationGracePeriodSeconds: &grace,
+		NodeSelector:                  map[string]string{groupLabel: group},
+		Containers:                    []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10", Resources: specResources()}},
+	}
+}
+
+// gpuPod is a GPU workload of spec, already mutated.
+func gpuPod(name, spec, group string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{api.LabelGPUSpec: spec}},
+		Spec:       podSpec(group, api.PriorityClassWorkload, 30),
+	}
+}
+
+// placeholderTemplate is a stock placeholder of spec, already mutated.
+func placeholderTemplate(spec, group, app string) corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{api.LabelStock: spec, "app": app}},
+		Spec:       podSpec(group, api.PriorityClassStock, 0),
+	}
+}
+
+// waitFor polls cond until it holds or timeout passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var lastErr error
+	for time.Now().Before(deadline) {
+		ok, err := cond()
+		if ok {
+			return
+		}
+		lastErr = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, lastErr)
+}

@@ -1,0 +1,503 @@
+package ledger
+
+import (
+	"fmt"
+	"math/rand"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/runplane/runplane/api"
+)
+
+const gpu corev1.ResourceName = "nvidia.com/gpu"
+
+func testNode(name string, gpus int64) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("256Gi"),
+		corev1.ResourcePods: resource.MustParse("110"), gpu: *resource.NewQuantity(gpus, resource.DecimalSI),
+	}}}
+}
+
+// testPod is a Pod of n GPUs (8 cpu, 32Gi each); kind is "gpu", "stock" or "".
+func testPod(name, kind, spec, nodeName string, gpus int64, phase corev1.PodPhase) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name), Labels: map[string]string{}},
+		Spec: corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{
+				corev1.ResourceCPU: *resource.NewQuantity(8*gpus, resource.DecimalSI), corev1.ResourceMemory: *resource.NewQuantity(gpus*32<<30, resource.BinarySI),
+				gpu: *resource.NewQuantity(gpus, resource.DecimalSI),
+			}}}}},
+		Status: corev1.PodStatus{Phase: phase},
+	}
+	switch kind {
+	case "gpu":
+		p.Labels[api.LabelGPUSpec] = spec
+	case "stock":
+		p.Labels[api.LabelStock] = spec
+	}
+	return p
+}
+
+func TestPodRequests(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	req := func(cpu string) corev1.ResourceRequirements {
+		return corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}
+	}
+	tests := []struct {
+		name string
+		spec corev1.PodSpec
+		want int64 // millicores
+	}{
+		{"containers add up", corev1.PodSpec{Containers: []corev1.Container{{Resources: req("1")}, {Resources: req("500m")}}}, 1500},
+		{"init peak wins", corev1.PodSpec{InitContainers: []corev1.Container{{Resources: req("4")}}, Containers: []corev1.Container{{Resources: req("1")}}}, 4000},
+		{"sidecar adds to containers and to later inits", corev1.PodSpec{
+			InitContainers: []corev1.Container{{Resources: req("1"), RestartPolicy: &always}, {Resources: req("3")}},
+			Containers:     []corev1.Container{{Resources: req("1")}},
+		}, 4000},
+		{"overhead", corev1.PodSpec{Containers: []corev1.Container{{Resources: req("1")}}, Overhead: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")}}, 1250},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := PodRequests(&corev1.Pod{Spec: tt.spec})
+			if got.MilliCPU != tt.want || got.Pods != 1 {
+				t.Fatalf("PodRequests = %d millicores, %d pods; want %d, 1", got.MilliCPU, got.Pods, tt.want)
+			}
+		})
+	}
+}
+
+func TestFilter(t *testing.T) {
+	type pod struct {
+		name, kind, spec, node string
+		gpus                   int64
+	}
+	tests := []struct {
+		name     string
+		nodes    map[string]int64
+		pods     []pod
+		incoming pod
+		required bool
+		// want: node -> "" when feasible, else a substring of the reason.
+		want       map[string]string
+		wantChosen string
+		wantClaim  string // placeholder name
+	}{
+		{
+			name: "free capacity fits, full node does not", nodes: map[string]int64{"a": 1, "b": 1},
+			pods:       []pod{{"w", "gpu", "g1", "b", 1}},
+			incoming:   pod{"x", "gpu", "g1", "", 1},
+			want:       map[string]string{"a": "", "b": "insufficient nvidia.com/gpu and no unclaimed runplane.io/stock=g1 placeholder"},
+			wantChosen: "a",
+		},
+		{
+			name: "same-spec placeholder counts as capacity and is preferred", nodes: map[string]int64{"a": 2, "b": 1},
+			pods:     []pod{{"ph", "stock", "g1", "b", 1}},
+			incoming: pod{"x", "gpu", "g1", "", 1},
+			want:     map[string]string{"a": "", "b": ""}, wantChosen: "b", wantClaim: "ph",
+		},
+		{
+			name: "warm node with free room: no claim needed", nodes: map[string]int64{"a": 2},
+			pods:     []pod{{"ph", "stock", "g1", "a", 1}},
+			incoming: pod{"x", "gpu", "g1", "", 1},
+			want:     map[string]string{"a": ""}, wantChosen: "a",
+		},
+		{
+			name: "other-spec placeholder is never capacity", nodes: map[string]int64{"a": 1},
+			pods:     []pod{{"ph", "stock", "g2", "a", 1}},
+			incoming: pod{"x", "gpu", "g1", "", 1},
+			want:     map[string]string{"a": "insufficient nvidia.com/gpu"},
+		},
+		{
+			name: "Required ignores free capacity", nodes: map[string]int64{"a": 8, "b": 1},
+			pods:     []pod{{"ph", "stock", "g1", "b", 1}},
+			incoming: pod{"x", "gpu", "g1", "", 1}, required: true,
+			want: map[string]string{"a": `GPU spec "g1" has stock: Required`, "b": ""}, wantChosen: "b", wantClaim: "ph",
+		},
+		{
+			name: "a placeholder itself never claims", nodes: map[string]int64{"a": 1},
+			pods:     []pod{{"ph", "stock", "g1", "a", 1}},
+			incoming: pod{"ph2", "stock", "g1", "", 1},
+			want:     map[string]string{"a": "insufficient nvidia.com/gpu"},
+		},
+		{
+			name: "packs onto the fuller node", nodes: map[string]int64{"a": 8, "b": 8},
+			pods:     []pod{{"w", "gpu", "g1", "b", 3}},
+			incoming: pod{"x", "gpu", "g1", "", 1},
+			want:     map[string]string{"a": "", "b": ""}, wantChosen: "b",
+		},
+		{
+			name: "unknown node", nodes: map[string]int64{},
+			incoming: pod{"x", "gpu", "g1", "", 1},
+			want:     map[string]string{"ghost": "not (yet) known"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := New(Options{})
+			var names []string
+			for n, g := range tt.nodes {
+				l.UpsertNode(testNode(n, g))
+			}
+			for n := range tt.want {
+				names = append(names, n)
+			}
+			for _, p := range tt.pods {
+				l.UpsertPod(testPod(p.name, p.kind, p.spec, p.node, p.gpus, corev1.PodRunning))
+			}
+			in := testPod(tt.incoming.name, tt.incoming.kind, tt.incoming.spec, "", tt.incoming.gpus, corev1.PodPending)
+			res := l.Filter(RequestFor(in, tt.required), names, true)
+			for n, want := range tt.want {
+				got, failed := res.Failed[n]
+				if want == "" && failed {
+					t.Errorf("node %s failed: %s", n, got)
+				}
+				if want != "" && !strings.Contains(got, want) {
+					t.Errorf("node %s: reason %q, want it to contain %q", n, got, want)
+				}
+			}
+			if res.Chosen != tt.wantChosen {
+				t.Errorf("chosen %q, want %q", res.Chosen, tt.wantChosen)
+			}
+			gotClaim := ""
+			if res.Claim != nil {
+				gotClaim = res.Claim.Name
+			}
+			if gotClaim != tt.wantClaim {
+				t.Errorf("claim %q, want %q", gotClaim, tt.wantClaim)
+			}
+		})
+	}
+}
+
+func TestReservationsNeverDoubleCount(t *testing.T) {
+	l := New(Options{})
+	l.UpsertNode(testNode("a", 2))
+	l.UpsertPod(testPod("ph", "stock", "g1", "a", 1, corev1.PodRunning))
+	l.UpsertPod(testPod("w", "gpu", "g1", "a", 1, corev1.PodRunning))
+	x := RequestFor(testPod("x", "gpu", "g1", "", 1, corev1.PodPending), false)
+	y := RequestFor(testPod("y", "gpu", "g1", "", 1, corev1.PodPending), false)
+	if r := l.Filter(x, []string{"a"}, true); r.Chosen != "a" || r.Claim == nil || r.Claim.Name != "ph" {
+		t.Fatalf("x: %+v", r)
+	}
+	if r := l.Filter(y, []string{"a"}, true); r.Chosen != "" {
+		t.Fatalf("y got node %q although x reserved the only placeholder", r.Chosen)
+	}
+	// x filtered again (a new cycle) supersedes its own reservation.
+	if r := l.Filter(x, []string{"a"}, true); r.Chosen != "a" {
+		t.Fatalf("x refilter: %+v", r)
+	}
+	// The scheduler binds y to a anyway: the bind re-check refuses it.
+	if _, err := l.BeginBind(y, "a"); err == nil {
+		t.Fatal("BeginBind(y) succeeded on a full node")
+	}
+	ph, err := l.BeginBind(x, "a")
+	if err != nil || ph == nil || ph.Name != "ph" {
+		t.Fatalf("BeginBind(x) = %v, %v", ph, err)
+	}
+	if _, err := l.BeginBind(x, "a"); err != ErrBindInProgress {
+		t.Fatalf("second BeginBind(x) = %v, want ErrBindInProgress", err)
+	}
+	// Bind fails before the delete: the placeholder is claimable again.
+	l.EndBind(x.UID, false, false)
+	if r := l.Filter(y, []string{"a"}, true); r.Claim == nil || r.Claim.Name != "ph" {
+		t.Fatalf("y after x's failed bind: %+v", r)
+	}
+}
+
+func TestBindLifecycle(t *testing.T) {
+	l := New(Options{})
+	l.UpsertNode(testNode("a", 1))
+	ph := testPod("ph", "stock", "g1", "a", 1, corev1.PodRunning)
+	l.UpsertPod(ph)
+	xp := testPod("x", "gpu", "g1", "", 1, corev1.PodPending)
+	l.UpsertPod(xp)
+	x := RequestFor(xp, false)
+	l.Filter(x, []string{"a"}, true)
+	claim, err := l.BeginBind(x, "a")
+	if err != nil || claim == nil {
+		t.Fatalf("BeginBind = %v, %v", claim, err)
+	}
+	if got := l.Free("a").Scalar[gpu]; got != 0 {
+		t.Fatalf("free GPUs during claim = %d, want 0 (x assumed, ph claimed)", got)
+	}
+	// The placeholder is deleted: waiting returns once the informer says so.
+	done := make(chan error)
+	go func() { done <- l.WaitGone(t.Context(), claim.UID) }()
+	l.DeletePod(claim.UID)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	l.EndBind(x.UID, true, true)
+	if _, st, ok := l.Assumed(x.UID); !ok || st != Bound {
+		t.Fatalf("x state %v %v, want Bound", st, ok)
+	}
+	// Its replacement cannot take x's capacity.
+	ph2 := RequestFor(testPod("ph2", "stock", "g1", "", 1, corev1.PodPending), false)
+	if r := l.Filter(ph2, []string{"a"}, true); r.Chosen != "" {
+		t.Fatalf("replacement placeholder got %q", r.Chosen)
+	}
+	// Informer sees x bound: the assumption turns into the bound record.
+	xp = xp.DeepCopy()
+	xp.Spec.NodeName = "a"
+	l.UpsertPod(xp)
+	if _, _, ok := l.Assumed(x.UID); ok {
+		t.Fatal("x still assumed after the informer saw it bound")
+	}
+	if got := l.Free("a").Scalar[gpu]; got != 0 {
+		t.Fatalf("free GPUs = %d, want 0", got)
+	}
+	xp = xp.DeepCopy()
+	xp.Status.Phase = corev1.PodSucceeded
+	l.UpsertPod(xp)
+	if got := l.Free("a").Scalar[gpu]; got != 1 {
+		t.Fatalf("free GPUs after x finished = %d, want 1", got)
+	}
+}
+
+func TestReservationExpires(t *testing.T) {
+	now := time.Unix(0, 0)
+	l := New(Options{ReservationTTL: time.Second, Now: func() time.Time { return now }})
+	l.UpsertNode(testNode("a", 1))
+	x := RequestFor(testPod("x", "gpu", "g1", "", 1, corev1.PodPending), false)
+	y := RequestFor(testPod("y", "gpu", "g1", "", 1, corev1.PodPending), false)
+	l.Filter(x, []string{"a"}, true)
+	if r := l.Filter(y, []string{"a"}, true); r.Chosen != "" {
+		t.Fatal("y fit while x held the reservation")
+	}
+	now = now.Add(2 * time.Second)
+	l.Sweep()
+	if r := l.Filter(y, []string{"a"}, true); r.Chosen != "a" {
+		t.Fatal("x's stale reservation was not swept")
+	}
+}
+
+func TestRecoverClaimAfterRestart(t *testing.T) {
+	// A previous leader annotated x and deleted ph, then died before binding.
+	l := New(Options{})
+	l.UpsertNode(testNode("a", 1))
+	l.UpsertNode(testNode("b", 1))
+	xp := testPod("x", "gpu", "g1", "", 1, corev1.PodPending)
+	xp.Annotations = map[string]string{api.AnnotationClaimedStock: "a/ns/ph/uid-ph"}
+	l.UpsertPod(xp)
+	// ph's replacement must not take the capacity ph left for x.
+	ph2 := RequestFor(testPod("ph2", "stock", "g1", "", 1, corev1.PodPending), false)
+	if r := l.Filter(ph2, []string{"a", "b"}, true); r.Chosen != "b" {
+		t.Fatalf("replacement chose %q, want b", r.Chosen)
+	}
+	if r := l.Filter(RequestFor(xp, false), []string{"a", "b"}, true); r.Chosen != "a" || r.Claim != nil {
+		t.Fatalf("x: %+v, want node a with nothing to claim", r)
+	}
+}
+
+func TestRecoverClaimPlaceholderStillThere(t *testing.T) {
+	// The previous leader annotated x but died before deleting ph.
+	l := New(Options{})
+	l.UpsertNode(testNode("a", 1))
+	l.UpsertPod(testPod("ph", "stock", "g1", "a", 1, corev1.PodRunning))
+	xp := testPod("x", "gpu", "g1", "", 1, corev1.PodPending)
+	xp.Annotations = map[string]string{api.AnnotationClaimedStock: "a/ns/ph/uid-ph"}
+	l.UpsertPod(xp)
+	y := RequestFor(testPod("y", "gpu", "g1", "", 1, corev1.PodPending), false)
+	if r := l.Filter(y, []string{"a"}, true); r.Chosen != "" {
+		t.Fatalf("y took %q: ph is x's", r.Chosen)
+	}
+	if r := l.Filter(RequestFor(xp, false), []string{"a"}, true); r.Claim == nil || r.Claim.Name != "ph" {
+		t.Fatalf("x: %+v, want claim of ph", r)
+	}
+}
+
+func TestPrioritize(t *testing.T) {
+	l := New(Options{})
+	for _, n := range []string{"cold-empty", "cold-busy", "warm"} {
+		l.UpsertNode(testNode(n, 8))
+	}
+	l.UpsertPod(testPod("w", "gpu", "g1", "cold-busy", 3, corev1.PodRunning))
+	l.UpsertPod(testPod("ph", "stock", "g1", "warm", 1, corev1.PodRunning))
+	x := RequestFor(testPod("x", "gpu", "g1", "", 1, corev1.PodPending), false)
+	names := []string{"cold-empty", "cold-busy", "warm"}
+	got := map[string]int64{}
+	for _, s := range l.Prioritize(x, names) {
+		got[s.Node] = s.Score
+	}
+	if !(got["warm"] == 10 && got["cold-busy"] > got["cold-empty"] && got["cold-busy"] < 10) {
+		t.Fatalf("scores %v: want warm 10 > cold-busy > cold-empty", got)
+	}
+	// After a reservation the reserved node gets 10 whatever it scores.
+	l.UpsertPod(testPod("y", "gpu", "g1", "warm", 2, corev1.PodRunning))
+	l.Filter(x, names, true)
+	n, _, _ := l.Assumed(x.UID)
+	for _, s := range l.Prioritize(x, names) {
+		if (s.Node == n) != (s.Score == 10) {
+			t.Fatalf("reserved %s, scores %+v", n, l.Prioritize(x, names))
+		}
+	}
+}
+
+// TestConcurrentNeverOvercommits runs filter/bind cycles from many
+// goroutines against few nodes and placeholders and checks the invariants:
+// no node over-committed, no placeholder claimed twice.
+func TestConcurrentNeverOvercommits(t *testing.T) {
+	l := New(Options{})
+	const nodes, pods = 8, 200
+	var names []string
+	for i := range nodes {
+		n := fmt.Sprintf("n%d", i)
+		names = append(names, n)
+		l.UpsertNode(testNode(n, 4))
+		for j := range 2 {
+			l.UpsertPod(testPod(fmt.Sprintf("ph-%d-%d", i, j), "stock", "g1", n, 1, corev1.PodRunning))
+		}
+	}
+	var mu sync.Mutex
+	claimed := map[types.UID]types.UID{}
+	gpusBound := map[string]int64{}
+	var wg sync.WaitGroup
+	for i := range pods {
+		wg.Go(func() {
+			p := testPod(fmt.Sprintf("x%d", i), "gpu", "g1", "", 1+int64(i%2), corev1.PodPending)
+			req := RequestFor(p, i%5 == 0)
+			r := l.Filter(req, names, true)
+			node := r.Chosen
+			if node == "" || rand.Intn(4) == 0 {
+				node = names[rand.Intn(nodes)] // the scheduler may pick another node
+			}
+			ph, err := l.BeginBind(req, node)
+			if err != nil {
+				return
+			}
+			if ph != nil {
+				mu.Lock()
+				if prev, dup := claimed[ph.UID]; dup {
+					t.Errorf("placeholder %s claimed by %s and %s", ph.Name, prev, req.UID)
+				}
+				claimed[ph.UID] = req.UID
+				mu.Unlock()
+				if rand.Intn(3) == 0 {
+					l.EndBind(req.UID, false, false)
+					mu.Lock()
+					delete(claimed, ph.UID)
+					mu.Unlock()
+					return
+				}
+				l.DeletePod(ph.UID)
+			}
+			l.EndBind(req.UID, true, ph != nil)
+			mu.Lock()
+			gpusBound[node] += req.Requests.Scalar[gpu]
+			mu.Unlock()
+			p.Spec.NodeName = node
+			p.Status.Phase = corev1.PodRunning
+			l.UpsertPod(p)
+		})
+	}
+	wg.Wait()
+	for _, n := range names {
+		free := l.Free(n)
+		if free.Scalar[gpu] < 0 || free.MilliCPU < 0 {
+			t.Errorf("node %s over-committed: free %+v", n, free)
+		}
+		left := int64(0)
+		for _, s := range l.Stock() {
+			if s.Node == n {
+				left += int64(s.Total)
+			}
+		}
+		if gpusBound[n]+left > 4 {
+			t.Errorf("node %s: %d GPUs bound + %d placeholders left > 4", n, gpusBound[n], left)
+		}
+	}
+}
+
+// A placeholder the extender just bound is claimable at once, and a stale
+// informer event from before the binding does not unbind it.
+func TestPlaceholderBoundIsClaimableAtOnce(t *testing.T) {
+	l := New(Options{})
+	l.UpsertNode(testNode("a", 1))
+	php := testPod("ph", "stock", "g1", "", 1, corev1.PodPending)
+	l.UpsertPod(php)
+	ph := RequestFor(php, false)
+	if r := l.Filter(ph, []string{"a"}, true); r.Chosen != "a" {
+		t.Fatalf("placeholder: %+v", r)
+	}
+	if _, err := l.BeginBind(ph, "a"); err != nil {
+		t.Fatal(err)
+	}
+	l.EndBind(ph.UID, true, false)
+	l.UpsertPod(php) // stale: still unbound
+	x := RequestFor(testPod("x", "gpu", "g1", "", 1, corev1.PodPending), true)
+	if r := l.Filter(x, []string{"a"}, true); r.Claim == nil || r.Claim.Name != "ph" {
+		t.Fatalf("Required Pod right after the placeholder's bind: %+v", r)
+	}
+	if got := l.Free("a").Scalar[gpu]; got != 0 {
+		t.Fatalf("free GPUs %d, want 0", got)
+	}
+}
+
+// Two unbound Pods name the same placeholder (a superseded intent): only
+// one inherits the claim, and a recovered claim is re-checked at bind.
+func TestRecoverOneHeir(t *testing.T) {
+	l := New(Options{})
+	l.UpsertNode(testNode("a", 1))
+	var reqs []Request
+	for _, name := range []string{"x", "y"} {
+		p := testPod(name, "gpu", "g1", "", 1, corev1.PodPending)
+		p.Annotations = map[string]string{api.AnnotationClaimedStock: "a/ns/ph/uid-ph"}
+		l.UpsertPod(p)
+		reqs = append(reqs, RequestFor(p, false))
+	}
+	heirs := 0
+	for _, r := range reqs {
+		if l.Inherits(r.UID) == "uid-ph" {
+			heirs++
+		}
+	}
+	if heirs != 1 {
+		t.Fatalf("%d heirs of one placeholder, want 1", heirs)
+	}
+	bound := 0
+	for _, r := range reqs {
+		if _, err := l.BeginBind(r, "a"); err == nil {
+			bound++
+		}
+	}
+	if bound != 1 {
+		t.Fatalf("%d Pods bound to a 1-GPU node, want 1", bound)
+	}
+}
+
+// A bound Pod recording a claim settles it: an unbound Pod naming the same
+// placeholder (a superseded intent) does not inherit it, in either order.
+func TestRecoverSettledClaim(t *testing.T) {
+	for _, boundFirst := range []bool{true, false} {
+		l := New(Options{})
+		l.UpsertNode(testNode("a", 2))
+		bound := testPod("b", "gpu", "g1", "a", 1, corev1.PodRunning)
+		pending := testPod("p", "gpu", "g1", "", 1, corev1.PodPending)
+		for _, p := range []*corev1.Pod{bound, pending} {
+			p.Annotations = map[string]string{api.AnnotationClaimedStock: "a/ns/ph/uid-ph"}
+		}
+		if boundFirst {
+			l.UpsertPod(bound)
+			l.UpsertPod(pending)
+		} else {
+			l.UpsertPod(pending)
+			l.UpsertPod(bound)
+		}
+		if got := l.Inherits(pending.UID); got != "" {
+			t.Errorf("boundFirst=%v: pending Pod inherits %s", boundFirst, got)
+		}
+		if _, _, ok := l.Assumed(pending.UID); ok {
+			t.Errorf("boundFirst=%v: pending Pod keeps a recovered assumption", boundFirst)
+		}
+		if got := l.Free("a").Scalar[gpu]; got != 1 {
+			t.Errorf("boundFirst=%v: free GPUs %d, want 1", boundFirst, got)
+		}
+	}
+}

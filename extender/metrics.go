@@ -1,0 +1,75 @@
+package extender
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/runplane/runplane/extender/ledger"
+)
+
+// metrics are the extender's Prometheus metrics, on a private registry.
+type metrics struct {
+	registry     *prometheus.Registry
+	latency      *prometheus.HistogramVec
+	steps        *prometheus.HistogramVec
+	claims       *prometheus.CounterVec
+	bindFailures *prometheus.CounterVec
+	binds        prometheus.Counter
+	leader       prometheus.Gauge
+}
+
+func newMetrics(l *ledger.Ledger) *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "runplane_extender_request_duration_seconds",
+			Help:    "Latency of extender requests by verb (filter, prioritize, bind).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
+		}, []string{"verb"}),
+		steps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "runplane_extender_bind_step_duration_seconds",
+			Help:    "Latency of the API calls a bind makes, by step (claim_annotate, claim_delete, claim_wait, binding).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"step"}),
+		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "runplane_extender_stock_claims_total",
+			Help: "Stock placeholders claimed (deleted) for a GPU Pod, by spec.",
+		}, []string{"spec"}),
+		bindFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "runplane_extender_bind_failures_total",
+			Help: "Failed binds by reason.",
+		}, []string{"reason"}),
+		binds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "runplane_extender_binds_total",
+			Help: "Pods bound by the extender.",
+		}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "runplane_extender_leader",
+			Help: "1 while this replica holds the Lease and binds.",
+		}),
+	}
+	m.registry.MustRegister(m.latency, m.steps, m.claims, m.bindFailures, m.binds, m.leader, stockCollector{l})
+	return m
+}
+
+var (
+	stockAvailableDesc = prometheus.NewDesc("runplane_extender_stock_available",
+		"Bound, unclaimed stock placeholders (not being deleted) by spec and node.", []string{"spec", "node"}, nil)
+	stockTotalDesc = prometheus.NewDesc("runplane_extender_stock_placeholders",
+		"Bound stock placeholders (claimed or not) by spec and node.", []string{"spec", "node"}, nil)
+)
+
+// stockCollector reads the ledger at scrape time, so the gauges are never
+// stale and cost nothing between scrapes.
+type stockCollector struct{ l *ledger.Ledger }
+
+func (c stockCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- stockAvailableDesc
+	ch <- stockTotalDesc
+}
+
+func (c stockCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range c.l.Stock() {
+		ch <- prometheus.MustNewConstMetric(stockAvailableDesc, prometheus.GaugeValue, float64(s.Available), s.Spec, s.Node)
+		ch <- prometheus.MustNewConstMetric(stockTotalDesc, prometheus.GaugeValue, float64(s.Total), s.Spec, s.Node)
+	}
+}

@@ -1,0 +1,68 @@
+package profile
+
+import (
+	"strings"
+	"testing"
+
+	configv1 "k8s.io/kube-scheduler/config/v1"
+)
+
+func TestSchedulerConfig(t *testing.T) {
+	cfg, err := SchedulerConfig(Options{URLPrefix: "https://127.0.0.1:8443", CAData: []byte("pem")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := cfg.Profiles[0]
+	has := func(set configv1.PluginSet, name string) bool {
+		for _, pl := range set.Disabled {
+			if pl.Name == name {
+				return true
+			}
+		}
+		return false
+	}
+	ext := cfg.Extenders[0]
+	checks := []struct {
+		what string
+		ok   bool
+	}{
+		{"schedulerName runplane-scheduler", *p.SchedulerName == "runplane-scheduler"},
+		{"NodeResourcesFit filter disabled", has(p.Plugins.Filter, "NodeResourcesFit")},
+		{"NodeResourcesFit score disabled", has(p.Plugins.Score, "NodeResourcesFit")},
+		{"percentageOfNodesToScore 100", *cfg.PercentageOfNodesToScore == 100 && *p.PercentageOfNodesToScore == 100},
+		{"verbs", ext.FilterVerb == "filter" && ext.PrioritizeVerb == "prioritize" && ext.BindVerb == "bind"},
+		{"https with CA", ext.EnableHTTPS && string(ext.TLSConfig.CAData) == "pem"},
+		{"nodeCacheCapable", ext.NodeCacheCapable},
+		{"managed nvidia.com/gpu ignored by scheduler", len(ext.ManagedResources) == 1 &&
+			ext.ManagedResources[0].Name == "nvidia.com/gpu" && ext.ManagedResources[0].IgnoredByScheduler},
+		{"weight", ext.Weight == DefaultWeight},
+		{"no leader election by default", !*cfg.LeaderElection.LeaderElect},
+	}
+	for _, c := range checks {
+		if !c.ok {
+			t.Errorf("%s: not so in %+v", c.what, cfg)
+		}
+	}
+	data, err := YAML(cfg)
+	if err != nil || !strings.Contains(string(data), "kind: KubeSchedulerConfiguration") || !strings.Contains(string(data), "caData: cGVt") {
+		t.Fatalf("YAML: %v\n%s", err, data)
+	}
+}
+
+func TestSchedulerConfigErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"http URL", Options{URLPrefix: "http://x", CAData: []byte("x")}, "must be an https:// URL"},
+		{"no CA", Options{URLPrefix: "https://x"}, "CAData or CAFile is required"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := SchedulerConfig(tt.opts); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
