@@ -69,7 +69,7 @@ func TestExtender(t *testing.T) {
 	ext, err := extender.Start(ctx, extender.Config{
 		RESTConfig: rec.As(env.RESTConfig(), releaseNS, "runplane-scheduler"),
 		Namespace:  arg(t, args, "namespace"), Addr: "127.0.0.1:0", TLSHosts: []string{"127.0.0.1"},
-		LeaderElection: arg(t, args, "leader-elect") == "true", Identity: "rbac-test",
+		LeaderElection: arg(t, args, "leader-elect") == "true", FollowLease: arg(t, args, "follow-lease"),
 		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
 		Logger: rec.Logger(),
 	})
@@ -82,16 +82,14 @@ func TestExtender(t *testing.T) {
 			t.Errorf("extender: %v", err)
 		}
 	})
-	eventually(t, rec, 30*time.Second, "the extender to lead", func() (bool, error) {
-		l, err := client.CoordinationV1().Leases(releaseNS).Get(ctx, extender.DefaultLeaseName, metav1.GetOptions{})
-		return ext.IsLeader() && err == nil && ptr.Deref(l.Spec.HolderIdentity, "") == "rbac-test", err
-	})
 	schedLog := &rbac.Recorder{}
 	t.Cleanup(func() { checkNoDenials(t, "kube-scheduler as runplane-scheduler", schedLog) })
 	runScheduler(t, ext, schedLog)
-	eventually(t, schedLog, 30*time.Second, "kube-scheduler to lead", func() (bool, error) {
+	// The chart's extender follows the scheduler's Lease: it binds once the
+	// kube-scheduler of its own Pod (here: this host) leads.
+	eventually(t, schedLog, 30*time.Second, "kube-scheduler to lead and the extender to follow", func() (bool, error) {
 		l, err := client.CoordinationV1().Leases(releaseNS).Get(ctx, "runplane-scheduler", metav1.GetOptions{})
-		return err == nil && ptr.Deref(l.Spec.HolderIdentity, "") != "", err
+		return err == nil && ptr.Deref(l.Spec.HolderIdentity, "") != "" && ext.IsLeader(), err
 	})
 
 	stock := &appsv1.Deployment{
