@@ -621,6 +621,7 @@ func (a *Activator) dispatchAll() {
 			}
 			it.queued = false
 			it.attempt++
+			it.started = false
 			it.worker = w.name
 			it.dispatchedAt = now
 			w.inflight[it.inv.InvocationID] = it

@@ -141,3 +141,61 @@ func TestCreateFirstWriterWins(t *testing.T) {
 		t.Fatalf("missing: %v", err)
 	}
 }
+
+// TestTransitionCached: a writer that keeps the Record it wrote updates it
+// without reading; a stale copy (someone else wrote in between) costs a
+// read and loses nothing.
+func TestTransitionCached(t *testing.T) {
+	tests := []struct {
+		name string
+		// meddle writes between the cached writer's writes (nil: nobody).
+		meddle    func(t *testing.T, st *Store)
+		wantState messages.State
+		wantError string
+		wantOK    bool
+	}{
+		{"nobody else writes", nil, messages.StateRunning, "", true},
+		{"another writer in between", func(t *testing.T, st *Store) {
+			if _, _, err := st.Update(context.Background(), "c", func(r *messages.Record) bool { r.Error = "note"; return true }); err != nil {
+				t.Fatal(err)
+			}
+		}, messages.StateRunning, "note", true},
+		{"cancelled in between", func(t *testing.T, st *Store) {
+			if _, _, err := st.Transition(context.Background(), "c", messages.StateCancelled, "", 0, nil); err != nil {
+				t.Fatal(err)
+			}
+		}, messages.StateCancelled, "", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := open(t)
+			ctx := context.Background()
+			r := messages.Record{InvocationID: "c", Pool: "p", State: messages.StateQueued}
+			rev, err := st.Create(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := Cached{Record: r, Rev: rev}
+			if ok, err := st.TransitionCached(ctx, "c", &c, messages.StateDispatched, "w", 1, nil); err != nil || !ok {
+				t.Fatalf("dispatch from the created revision: %v %v", ok, err)
+			}
+			if tc.meddle != nil {
+				tc.meddle(t, st)
+			}
+			ok, err := st.TransitionCached(ctx, "c", &c, messages.StateRunning, "w", 1, nil)
+			if err != nil || ok != tc.wantOK {
+				t.Fatalf("running: ok %v err %v, want ok %v", ok, err, tc.wantOK)
+			}
+			got, gotRev, err := st.Get(ctx, "c")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.State != tc.wantState || got.Error != tc.wantError || got.Worker != "w" || got.Attempt != 1 {
+				t.Fatalf("stored %+v, want state %s error %q worker w attempt 1", got, tc.wantState, tc.wantError)
+			}
+			if c.Rev != gotRev || c.Record.State != got.State {
+				t.Fatalf("cache at rev %d (%s), store at %d (%s)", c.Rev, c.Record.State, gotRev, got.State)
+			}
+		})
+	}
+}

@@ -1,0 +1,240 @@
+package queue_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/messages"
+	"github.com/runplane/runplane/queue/stream"
+	"github.com/runplane/runplane/queue/stubworker"
+)
+
+// TestDeregisterRightAfterResultsRunsEachOnce: a worker finishes N
+// invocations and deregisters as soon as its results are stored, while the
+// activator's results consumer may still be behind. No finished invocation
+// is dispatched again, though another worker stands ready and redelivery
+// has no backoff.
+func TestDeregisterRightAfterResultsRunsEachOnce(t *testing.T) {
+	const n = 16
+	e := newEnv(t, func(c *queue.Config) { c.Backoff = time.Nanosecond })
+	g := newGate()
+	a := e.worker("a", n, g.handler)
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("fin-%d", i)
+		if r := e.invoke(map[string]any{"mode": "async", "invocationID": ids[i], "ttlSeconds": 60}); r.code != 202 {
+			t.Fatalf("%s: %d %s", ids[i], r.code, r.raw)
+		}
+	}
+	for range n {
+		select {
+		case <-g.started:
+		case <-time.After(10 * time.Second):
+			t.Fatal("worker a did not start every invocation")
+		}
+	}
+	e.worker("b", n, nil) // would take any redelivery at once
+	close(g.release)
+	a.Stop() // returns once the results are stored, then deregisters
+	for _, id := range ids {
+		rec := e.waitState(id, messages.StateSucceeded, 10*time.Second)
+		if rec.Worker != "a" || rec.Attempt != 1 {
+			t.Errorf("%s: finished by %s on attempt %d, want a on attempt 1", id, rec.Worker, rec.Attempt)
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // room for a wrong redelivery to run
+	for _, id := range ids {
+		if runs := e.log.Runs(id); !slices.Equal(runs, []string{"a"}) {
+			t.Errorf("%s ran on %v, want once on a", id, runs)
+		}
+	}
+}
+
+// TestDeregisterRedeliversUnstartedWork: what a worker was sent but never
+// started when it deregistered cleanly goes to another worker at once and
+// does not count as a lost attempt.
+func TestDeregisterRedeliversUnstartedWork(t *testing.T) {
+	e := newEnv(t, func(c *queue.Config) { c.MaxAttempts = 1; c.Backoff = time.Hour })
+	a := e.fakeWorker("a")
+	if r := e.invoke(map[string]any{"mode": "async", "invocationID": "unstarted", "ttlSeconds": 60}); r.code != 202 {
+		t.Fatalf("%d %s", r.code, r.raw)
+	}
+	e.waitState("unstarted", messages.StateDispatched, 5*time.Second)
+	e.worker("b", 1, nil)
+	a.deregister(0)
+	rec := e.waitState("unstarted", messages.StateSucceeded, 5*time.Second)
+	if rec.Worker != "b" || rec.Attempt != 2 || !slices.Equal(e.log.Runs("unstarted"), []string{"b"}) {
+		t.Fatalf("record %+v, runs %v", rec, e.log.Runs("unstarted"))
+	}
+	// The abandoned attempt's Dispatch is gone: a worker named a that
+	// resumes its consumer finds nothing to run.
+	if n := e.dispatches(t, "a", "unstarted"); n != 0 {
+		t.Fatalf("%d dispatches of unstarted left for a", n)
+	}
+}
+
+// TestActivatorRestartAfterDuplicateWindow: an invocation dispatched to a
+// worker that has not started it yet is not handed to it a second time by
+// an activator that restarts after the stream's duplicate window (1s here);
+// one recorded as dispatched whose Dispatch never reached the stream (the
+// old leader died in between) is published by the new one.
+func TestActivatorRestartAfterDuplicateWindow(t *testing.T) {
+	tests := []struct {
+		name string
+		// prepare leaves id recorded as dispatched to worker w while the
+		// queue service is stopped.
+		prepare func(e *env, id, w string)
+	}{
+		{"dispatch published", func(e *env, id, w string) {
+			e.invoke(map[string]any{"mode": "async", "invocationID": id, "ttlSeconds": 60})
+			e.waitState(id, messages.StateDispatched, 5*time.Second)
+			e.stop()
+		}},
+		{"leader died before publishing", func(e *env, id, w string) {
+			e.stop()
+			e.crashedDispatch(id, w)
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, nil)
+			if e.cfg.Stream.DuplicateWindow != time.Second {
+				t.Fatalf("duplicate window %s, want 1s", e.cfg.Stream.DuplicateWindow)
+			}
+			const w, id = "late", "not-yet-started"
+			fw := e.fakeWorker(w) // registered and heartbeating, fetches nothing
+			tc.prepare(e, id, w)
+			time.Sleep(1500 * time.Millisecond) // past the duplicate window
+			e.startQueue()
+			time.Sleep(500 * time.Millisecond) // rebuild done
+			fw.stop()
+			e.startWorker(w, true)
+			rec := e.waitState(id, messages.StateSucceeded, 10*time.Second)
+			time.Sleep(300 * time.Millisecond)
+			if runs := e.log.Runs(id); len(runs) != 1 || rec.Attempt != 1 {
+				t.Fatalf("ran %d times (%v), record attempt %d", len(runs), runs, rec.Attempt)
+			}
+			if n := e.dispatches(t, w, id); n != 1 {
+				t.Fatalf("%d dispatches of attempt 1 stored, want 1", n)
+			}
+		})
+	}
+}
+
+// startWorker starts a stub worker; deliverAll makes it pick up dispatches
+// stored before it started (as the sidecar's durable consumer does).
+func (e *env) startWorker(name string, deliverAll bool) *stubworker.Worker {
+	e.t.Helper()
+	w, err := stubworker.Start(context.Background(), stubworker.Config{NC: e.nc, Stream: e.cfg.Stream.WithDefaults().Stream, Subjects: e.subj,
+		Pool: testPool, Name: name, Namespace: "default", Concurrency: 1, Heartbeat: 100 * time.Millisecond, Log: e.log, DeliverAll: deliverAll})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(w.Kill)
+	return w
+}
+
+// fake is a worker that registers and heartbeats but fetches nothing.
+type fake struct {
+	e    *env
+	name string
+	done chan struct{}
+}
+
+func (e *env) fakeWorker(name string) *fake {
+	f := &fake{e: e, name: name, done: make(chan struct{})}
+	f.event(messages.EventRegistered, 0)
+	go func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-f.done:
+				return
+			case <-t.C:
+				f.event(messages.EventHeartbeat, 0)
+			}
+		}
+	}()
+	e.t.Cleanup(f.stop)
+	return f
+}
+
+func (f *fake) event(t messages.EventType, inFlight int) {
+	b, _ := json.Marshal(messages.Event{Type: t, Pool: testPool, Worker: f.name, Namespace: "default", Concurrency: 1,
+		InFlight: inFlight, Ready: true, At: time.Now().UTC()})
+	_ = f.e.nc.Publish(f.e.subj.Metrics(testPool), b)
+}
+
+func (f *fake) stop() {
+	select {
+	case <-f.done:
+	default:
+		close(f.done)
+	}
+}
+
+func (f *fake) deregister(inFlight int) {
+	f.stop()
+	f.event(messages.EventDeregistered, inFlight)
+}
+
+// crashedDispatch leaves the state an activator leaves when it dies between
+// the dispatch compare-and-set and the publish: the invocation stored, its
+// Record dispatched to w on attempt 1, no Dispatch.
+func (e *env) crashedDispatch(id, w string) {
+	e.t.Helper()
+	ctx := context.Background()
+	st, err := stream.Open(ctx, e.js, e.cfg.Stream)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	inv := messages.Invocation{InvocationID: id, Pool: testPool, Mode: messages.ModeAsync, TimeoutSeconds: 60, TTLSeconds: 60, AcceptedAt: time.Now().UTC()}
+	b, _ := json.Marshal(inv)
+	pa, err := e.js.Publish(ctx, e.subj.Invoke(testPool), b, jetstream.WithMsgID(id))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := st.Create(ctx, messages.Record{InvocationID: id, Pool: testPool, Mode: inv.Mode, State: messages.StateDispatched,
+		Worker: w, Attempt: 1, Stream: st.Config.Stream, Sequence: pa.Sequence, AcceptedAt: inv.AcceptedAt, UpdatedAt: time.Now().UTC()}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// dispatches counts the stored Dispatches of id's attempt 1 to worker w.
+func (e *env) dispatches(t *testing.T, w, id string) int {
+	t.Helper()
+	ctx := context.Background()
+	st, err := e.js.Stream(ctx, e.cfg.Stream.WithDefaults().Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{e.subj.Dispatch(testPool, w)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for {
+		batch, err := c.Fetch(100, jetstream.FetchMaxWait(300*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			if m.Headers().Get(jetstream.MsgIDHeader) == messages.DispatchPublishID(id, 1) {
+				n++
+			}
+		}
+		if got == 0 {
+			return n
+		}
+	}
+}
