@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -92,6 +93,13 @@ func NewHandler(fn HandlerFunc, opts ...Option) http.Handler {
 		}
 		if req.InvocationID == "" {
 			writeJSON(w, http.StatusBadRequest, errorBody{Error: "invocation envelope: field invocationID must not be empty"})
+			return
+		}
+		// Drain the body: net/http notices a caller that hangs up (the
+		// sidecar cancelling an invocation) only once the body is consumed,
+		// and only then cancels r.Context() for the handler.
+		if _, err := io.Copy(io.Discard, r.Body); err != nil {
+			writeJSON(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("read invocation envelope: %v", err)})
 			return
 		}
 		resp, err := fn(r.Context(), req)

@@ -207,8 +207,9 @@ func TestLongInvocationIsNotRedelivered(t *testing.T) {
 func TestCancel(t *testing.T) {
 	e := newEnv(t)
 	sock := socketPath(t)
-	ctxEnded := make(chan struct{}, 1)
+	entered, ctxEnded := make(chan struct{}, 1), make(chan struct{}, 1)
 	serveFramework(t, sock, func(ctx context.Context, r framework.Request) (framework.Response, error) {
+		entered <- struct{}{}
 		<-ctx.Done()
 		ctxEnded <- struct{}{}
 		return framework.Response{}, ctx.Err()
@@ -235,6 +236,14 @@ func TestCancel(t *testing.T) {
 		res := waitResult(t, results)
 		if res.InvocationID != c.id || res.State != messages.StateCancelled {
 			t.Fatalf("result = %s %s (%s), want %s cancelled", res.InvocationID, res.State, res.Error, c.id)
+		}
+		// The started event can beat the HTTP request to the framework; a
+		// cancel that lands first ends the call before the framework sees
+		// it. A call the framework did see must have its context cancelled.
+		select {
+		case <-entered:
+		case <-time.After(time.Second):
+			continue
 		}
 		select {
 		case <-ctxEnded:
