@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -143,6 +144,10 @@ func Run(ctx context.Context, cfg Config) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	errc := make(chan error, 2)
+	// The activator must have stopped before nc closes (deferred above):
+	// Run returns only once nothing uses the connection any more.
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
 	running := 0
 	if !cfg.DisableIngress {
 		srv, err := ingress.New(ctx, ingress.Config{Store: st, NC: nc, Pools: pools, MaxBacklog: cfg.MaxBacklog,
@@ -182,7 +187,9 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		running++
+		wg.Add(1)
 		go func() {
+			defer wg.Done()
 			if cfg.LeaderElection {
 				id := cfg.Identity
 				if id == "" {

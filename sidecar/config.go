@@ -186,7 +186,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.HTTPAddr == "" {
 		errs = append(errs, fmt.Errorf("%s must be set", api.EnvSidecarHTTPAddr))
 	} else if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
-		errs = append(errs, fmt.Errorf("%s: %q is not host:port: %v", api.EnvSidecarHTTPAddr, c.HTTPAddr, err))
+		errs = append(errs, fmt.Errorf("%s: %q is not host:port: %w", api.EnvSidecarHTTPAddr, c.HTTPAddr, err))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, fmt.Errorf("sidecar config: %w", err)

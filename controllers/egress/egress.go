@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -59,7 +60,8 @@ func (o Options) validate() error {
 	return nil
 }
 
-// Policy is the desired NetworkPolicy of a namespace.
+// Policy is the desired NetworkPolicy of a namespace. It shares no slice or
+// map with package state: the client decodes API answers into it in place.
 func Policy(namespace string, nats NATSEndpoint) *networkingv1.NetworkPolicy {
 	udp, tcp := corev1.ProtocolUDP, corev1.ProtocolTCP
 	dns := intstr.FromInt32(53)
@@ -75,8 +77,8 @@ func Policy(namespace string, nats NATSEndpoint) *networkingv1.NetworkPolicy {
 				{Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &dns}, {Protocol: &tcp, Port: &dns}}},
 				// The public internet, minus every private range.
 				{To: []networkingv1.NetworkPolicyPeer{
-					{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: DeniedIPv4}},
-					{IPBlock: &networkingv1.IPBlock{CIDR: "::/0", Except: DeniedIPv6}},
+					{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: slices.Clone(DeniedIPv4)}},
+					{IPBlock: &networkingv1.IPBlock{CIDR: "::/0", Except: slices.Clone(DeniedIPv6)}},
 				}},
 				// NATS, by identity rather than address.
 				{

@@ -17,7 +17,6 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -663,5 +662,3 @@ func newIngressMetrics(r prometheus.Registerer) *ingressMetrics {
 	}
 	return m
 }
-
-var _ = strings.TrimSpace

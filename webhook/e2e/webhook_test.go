@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
@@ -302,13 +303,18 @@ func TestStorageGate(t *testing.T) {
 	}
 
 	// The controller reports success; a new Pod is no longer gated.
-	claim, err := c.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "model", metav1.GetOptions{})
+	// The PV binder updates the claim too: retry on a write conflict.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		claim, err := c.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "model", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		claim.Annotations[api.AnnotationPreparePhase] = api.PhaseSucceeded
+		claim.Annotations[api.AnnotationPrepareObservedAttempt] = "0"
+		_, err = c.CoreV1().PersistentVolumeClaims(ns).Update(ctx, claim, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	claim.Annotations[api.AnnotationPreparePhase] = api.PhaseSucceeded
-	claim.Annotations[api.AnnotationPrepareObservedAttempt] = "0"
-	if _, err := c.CoreV1().PersistentVolumeClaims(ns).Update(ctx, claim, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("status write refused: %v", err)
 	}
 	waitFor(t, "an ungated Pod after preparation", 20*time.Second, func() (bool, error) {
