@@ -46,6 +46,10 @@ func RunElected(ctx context.Context, e Election, run func(context.Context) error
 		LockConfig: resourcelock.ResourceLockConfig{Identity: e.Identity},
 	}
 	for ctx.Err() == nil {
+		// The term runs here, not in client-go's callback goroutine, which
+		// le.Run does not wait for: one term must have fully stopped before
+		// the next campaign, or two activators would share state.
+		terms := make(chan context.Context)
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 			Lock:            lock,
 			LeaseDuration:   e.LeaseDuration,
@@ -55,17 +59,9 @@ func RunElected(ctx context.Context, e Election, run func(context.Context) error
 			Name:            e.Name,
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(lctx context.Context) {
-					e.Logger.Info("leading", "lease", e.Namespace+"/"+e.Name, "identity", e.Identity)
-					// Keep the activator running for the whole term: a
-					// failure (e.g. NATS down) is retried, not abandoned.
-					for lctx.Err() == nil {
-						if err := run(lctx); err != nil {
-							e.Logger.Error("activator stopped; retrying", "err", err)
-						}
-						select {
-						case <-lctx.Done():
-						case <-time.After(time.Second):
-						}
+					select {
+					case terms <- lctx:
+					case <-lctx.Done():
 					}
 				},
 				OnStoppedLeading: func() { e.Logger.Info("leadership lost", "identity", e.Identity) },
@@ -74,11 +70,46 @@ func RunElected(ctx context.Context, e Election, run func(context.Context) error
 		if err != nil {
 			return fmt.Errorf("leader election: %w", err)
 		}
-		le.Run(ctx)
+		// The campaign outlives ctx until the term has drained, so the Lease
+		// is released (ReleaseOnCancel) only after run has returned: the
+		// next leader never overlaps this one.
+		campaignCtx, cancelCampaign := context.WithCancel(context.WithoutCancel(ctx))
+		campaign := make(chan struct{})
+		go func() {
+			defer close(campaign)
+			le.Run(campaignCtx)
+		}()
+		select {
+		case lctx := <-terms:
+			e.Logger.Info("leading", "lease", e.Namespace+"/"+e.Name, "identity", e.Identity)
+			termCtx, endTerm := context.WithCancel(lctx)
+			stopOnShutdown := context.AfterFunc(ctx, endTerm)
+			runTerm(termCtx, e.Logger, run)
+			stopOnShutdown()
+			endTerm()
+		case <-ctx.Done():
+		}
+		cancelCampaign()
+		<-campaign
 		select {
 		case <-ctx.Done():
 		case <-time.After(e.RetryPeriod):
 		}
 	}
 	return nil
+}
+
+// runTerm keeps the activator running for the whole term: a failure (e.g.
+// NATS down) is retried, not abandoned. It returns once the term has ended
+// and run has returned.
+func runTerm(lctx context.Context, log *slog.Logger, run func(context.Context) error) {
+	for lctx.Err() == nil {
+		if err := run(lctx); err != nil {
+			log.Error("activator stopped; retrying", "err", err)
+		}
+		select {
+		case <-lctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
 }
