@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,6 +41,7 @@ type Extender struct {
 	podLister listersv1.PodLister
 	synced    []cache.InformerSynced
 	intents   intents
+	scratch   sync.Pool // *scratch: request buffers
 	leader    atomic.Bool
 	listener  net.Listener
 	caPEM     []byte

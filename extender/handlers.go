@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -70,117 +72,338 @@ func (e *Extender) request(pod *corev1.Pod) (ledger.Request, error) {
 	return ledger.RequestFor(pod, required), nil
 }
 
-// argsWire is ExtenderArgs with NodeNames left raw: at 5,000 nodes,
-// encoding/json's per-string decoding is most of a filter call's cost, and
-// node names (DNS subdomains) never need unescaping.
-type argsWire struct {
-	Pod       *corev1.Pod
-	Nodes     *corev1.NodeList
-	NodeNames json.RawMessage
+// args is a decoded ExtenderArgs. With nodeCacheCapable (what the
+// runplane-scheduler profile sets) the scheduler sends 5,000 node names per
+// call: they stay raw slices of the request body, never strings.
+type args struct {
+	pod   *corev1.Pod
+	nodes *corev1.NodeList
+	// names are NodeNames, or the names of Nodes when NodeNames is absent.
+	names [][]byte
+	// plain: every name is written between quotes as is (taken from the
+	// body, where it held no escape, control or non-ASCII byte).
+	plain bool
 }
 
-const nodeNamesKey = `"NodeNames":`
-
-// splitNodeNames is the fast path for what kube-scheduler sends: Go's
-// encoder writes ExtenderArgs' fields in order, so the top-level NodeNames
-// array is the last member, after the last occurrence of its key (inside
-// the Pod any such text is an escaped string or an annotation's string
-// value, never followed by an array that closes the body). The head is
-// decoded normally, the array by parseNames: the 5,000 names are scanned
-// once instead of three times. ok is false when the body is not so shaped.
-func splitNodeNames(body []byte) (head, names []byte, ok bool) {
-	i := bytes.LastIndex(body, []byte(nodeNamesKey))
-	if i < 0 {
-		return nil, nil, false
-	}
-	tail := bytes.TrimRight(body[i+len(nodeNamesKey):], " \t\r\n")
-	if !bytes.HasSuffix(tail, []byte("]}")) {
-		return nil, nil, false
-	}
-	head = bytes.TrimRight(body[:i], " \t\r\n")
-	if !bytes.HasSuffix(head, []byte(",")) {
-		return nil, nil, false
-	}
-	head = append(head[:len(head)-1:len(head)-1], '}')
-	return head, bytes.TrimSpace(tail[:len(tail)-1]), true
+// scratch holds one request's buffers; Extender.scratch pools them, so a
+// scheduling cycle reuses the previous one's instead of allocating
+// megabytes for the garbage collector.
+type scratch struct {
+	body    bytes.Buffer
+	names   [][]byte
+	reasons []string
+	scores  []int64
+	out     []byte
 }
 
-func (e *Extender) decodeArgs(w http.ResponseWriter, r *http.Request) (*extenderv1.ExtenderArgs, bool) {
+func (e *Extender) getScratch() *scratch {
+	if s, ok := e.scratch.Get().(*scratch); ok {
+		return s
+	}
+	return &scratch{}
+}
+
+func (e *Extender) putScratch(s *scratch) {
+	if s.body.Cap() > maxPooled {
+		return // one huge request should not pin its buffer
+	}
+	s.body.Reset()
+	clear(s.names)
+	s.names, s.out = s.names[:0], s.out[:0]
+	e.scratch.Put(s)
+}
+
+// maxPooled bounds the request buffer kept for reuse: 5,000 names are
+// about 60 KiB, full Node objects are not worth keeping.
+const maxPooled = 4 << 20
+
+func (e *Extender) decodeArgs(w http.ResponseWriter, r *http.Request, s *scratch) (*args, bool) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "method " + r.Method + " not allowed; use POST"})
 		return nil, false
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
+	if r.ContentLength > 0 && r.ContentLength <= maxBody {
+		s.body.Grow(int(r.ContentLength) + bytes.MinRead)
+	}
+	if _, err := s.body.ReadFrom(http.MaxBytesReader(w, r.Body, maxBody)); err != nil {
 		badRequest(w, "reading request body: %v", err)
 		return nil, false
 	}
-	var wire argsWire
-	if head, names, ok := splitNodeNames(body); ok && json.Unmarshal(head, &wire) == nil && wire.NodeNames == nil {
-		wire.NodeNames = names
-	} else {
-		wire = argsWire{}
+	body := s.body.Bytes()
+	out := &args{}
+	pod, nodes, names, parsed, ok := splitArgs(body, s.names[:0])
+	if parsed != nil {
+		s.names = parsed
+	}
+	if ok && pod != nil {
+		ok = json.Unmarshal(pod, &out.pod) == nil
+	}
+	if ok && nodes != nil {
+		ok = json.Unmarshal(nodes, &out.nodes) == nil
+	}
+	if !ok {
+		// Not the shape kube-scheduler sends, or not valid: encoding/json
+		// decides, and its error names the problem.
+		var wire struct {
+			Pod       *corev1.Pod
+			Nodes     *corev1.NodeList
+			NodeNames json.RawMessage
+		}
 		if err := json.Unmarshal(body, &wire); err != nil {
 			badRequest(w, "decoding request body: %v", err)
 			return nil, false
 		}
+		out.pod, out.nodes, names = wire.Pod, wire.Nodes, wire.NodeNames
 	}
-	args := &extenderv1.ExtenderArgs{Pod: wire.Pod, Nodes: wire.Nodes}
-	if len(wire.NodeNames) > 0 && string(wire.NodeNames) != "null" {
-		names, err := parseNames(wire.NodeNames, e.ledger.Intern)
-		if err != nil {
+	if parsed != nil && ok {
+		out.names, out.plain = parsed, true
+	} else if len(names) > 0 && string(names) != "null" {
+		var err error
+		if s.names, out.plain, err = parseNames(names, s.names[:0]); err != nil {
 			badRequest(w, "field NodeNames: %v", err)
 			return nil, false
 		}
-		args.NodeNames = &names
+		out.names = s.names
+	} else if out.nodes != nil {
+		for i := range out.nodes.Items {
+			s.names = append(s.names, []byte(out.nodes.Items[i].Name))
+		}
+		out.names = s.names
 	}
-	if args.Pod == nil {
+	if out.pod == nil {
 		badRequest(w, "field Pod: required")
 		return nil, false
 	}
-	return args, true
+	return out, true
 }
 
-// parseNames reads a JSON array of strings, falling back to encoding/json
-// when a string holds an escape. intern turns the raw names into strings
-// (the ledger reuses its own node names instead of allocating 5,000).
-func parseNames(raw []byte, intern func([][]byte) []string) ([]string, error) {
-	names := make([][]byte, 0, bytes.Count(raw, []byte{','})+1)
+// splitArgs finds the members of an ExtenderArgs object without decoding
+// them, so the node names are scanned once rather than by encoding/json's
+// validation, decoding and reflection. Each is nil when absent. When
+// NodeNames is an array of plain names (as node names are), parsed holds
+// them (appended to dst), non-nil. ok is false for anything but an object
+// of distinct, plainly spelled members; the caller then leaves the body to
+// encoding/json. An unknown member is skipped (as encoding/json does) once
+// it is valid JSON.
+func splitArgs(body []byte, dst [][]byte) (pod, nodes, names []byte, parsed [][]byte, ok bool) {
+	fail := func() ([]byte, []byte, []byte, [][]byte, bool) { return nil, nil, nil, parsed, false }
+	i := skipSpace(body, 0)
+	if i >= len(body) || body[i] != '{' {
+		return fail()
+	}
+	i = skipSpace(body, i+1)
+	if i < len(body) && body[i] == '}' {
+		return nil, nil, nil, nil, skipSpace(body, i+1) == len(body)
+	}
+	for {
+		if i >= len(body) || body[i] != '"' {
+			return fail()
+		}
+		end := bytes.IndexByte(body[i+1:], '"')
+		if end < 0 {
+			return fail()
+		}
+		key := body[i+1 : i+1+end]
+		for _, c := range key {
+			// Escapes and non-ASCII keys (encoding/json folds some) go the
+			// slow way.
+			if c < 0x20 || c == '\\' || c >= 0x80 {
+				return fail()
+			}
+		}
+		i = skipSpace(body, i+2+end)
+		if i >= len(body) || body[i] != ':' {
+			return fail()
+		}
+		i = skipSpace(body, i+1)
+		isNames := bytes.EqualFold(key, []byte("NodeNames"))
+		var j int
+		var p [][]byte
+		plain := false
+		if isNames && names == nil {
+			p, j, plain = scanNames(body, i, dst)
+		}
+		if plain {
+			parsed = p
+		} else if j, ok = skipValue(body, i); !ok {
+			return fail()
+		}
+		val := body[i:j]
+		// encoding/json matches member names case-insensitively.
+		switch {
+		case bytes.EqualFold(key, []byte("Pod")):
+			if pod != nil {
+				return fail()
+			}
+			pod = val
+		case bytes.EqualFold(key, []byte("Nodes")):
+			if nodes != nil {
+				return fail()
+			}
+			nodes = val
+		case isNames:
+			if names != nil {
+				return fail()
+			}
+			names = val
+		default:
+			if !json.Valid(val) {
+				return fail()
+			}
+		}
+		i = skipSpace(body, j)
+		if i < len(body) && body[i] == ',' {
+			i = skipSpace(body, i+1)
+			continue
+		}
+		if i < len(body) && body[i] == '}' && skipSpace(body, i+1) == len(body) {
+			return pod, nodes, names, parsed, true
+		}
+		return fail()
+	}
+}
+
+// scanNames reads a JSON array of plain names (printable ASCII, no escapes)
+// starting at b[i], appending them to dst; ok is false for anything else.
+func scanNames(b []byte, i int, dst [][]byte) (names [][]byte, end int, ok bool) {
+	if i >= len(b) || b[i] != '[' {
+		return nil, 0, false
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return dst, i + 1, true
+	}
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return nil, 0, false
+		}
+		n := bytes.IndexByte(b[i+1:], '"')
+		if n < 0 || !plainName(b[i+1:i+1+n]) {
+			return nil, 0, false
+		}
+		dst = append(dst, b[i+1:i+1+n])
+		i = skipSpace(b, i+2+n)
+		if i < len(b) && b[i] == ']' {
+			return dst, i + 1, true
+		}
+		if i >= len(b) || b[i] != ',' {
+			return nil, 0, false
+		}
+		i = skipSpace(b, i+1)
+	}
+}
+
+// skipValue returns the end of the JSON value starting at i. It only finds
+// the extent; whoever reads the value validates it.
+func skipValue(b []byte, i int) (int, bool) {
+	if i >= len(b) {
+		return 0, false
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				end, ok := skipString(b, i)
+				if !ok {
+					return 0, false
+				}
+				i = end
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1, true
+				}
+			}
+			i++
+		}
+		return 0, false
+	}
+	j := i
+	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\t' && b[j] != '\n' && b[j] != '\r' {
+		j++
+	}
+	return j, j > i
+}
+
+// skipString returns the end of the JSON string starting at b[i] == '"'.
+func skipString(b []byte, i int) (int, bool) {
+	i++
+	for {
+		j := bytes.IndexAny(b[i:], `"\`)
+		if j < 0 {
+			return 0, false
+		}
+		i += j
+		if b[i] == '"' {
+			return i + 1, true
+		}
+		i += 2 // an escape: skip the escaped byte
+		if i > len(b) {
+			return 0, false
+		}
+	}
+}
+
+// parseNames reads a JSON array of strings into names (slices of raw).
+// plain says every name is printable ASCII without escapes, as node names
+// (DNS subdomains) are; otherwise encoding/json decodes the array.
+func parseNames(raw []byte, names [][]byte) (_ [][]byte, plain bool, _ error) {
 	i := skipSpace(raw, 0)
 	if i >= len(raw) || raw[i] != '[' {
-		return nil, errors.New("want a JSON array of node names")
+		return names, false, errors.New("want a JSON array of node names")
 	}
 	i = skipSpace(raw, i+1)
 	if i < len(raw) && raw[i] == ']' {
-		return []string{}, nil
+		return names, true, nil
 	}
 	for {
 		if i >= len(raw) || raw[i] != '"' {
-			return nil, errors.New("want a JSON array of node names")
+			return names, false, errors.New("want a JSON array of node names")
 		}
 		end := bytes.IndexByte(raw[i+1:], '"')
 		if end < 0 {
-			return nil, errors.New("unterminated string in NodeNames")
+			return names, false, errors.New("unterminated string in NodeNames")
 		}
 		name := raw[i+1 : i+1+end]
-		if bytes.IndexByte(name, '\\') >= 0 {
+		if !plainName(name) {
 			var slow []string
 			if err := json.Unmarshal(raw, &slow); err != nil {
-				return nil, err
+				return names, false, err
 			}
-			return slow, nil
+			names = names[:0]
+			for _, n := range slow {
+				names = append(names, []byte(n))
+			}
+			return names, false, nil
 		}
 		names = append(names, name)
 		i = skipSpace(raw, i+2+end)
 		if i < len(raw) && raw[i] == ']' {
-			return intern(names), nil
+			return names, true, nil
 		}
 		if i >= len(raw) || raw[i] != ',' {
-			return nil, errors.New("want a JSON array of node names")
+			return names, false, errors.New("want a JSON array of node names")
 		}
 		i = skipSpace(raw, i+1)
 	}
+}
+
+// plainName reports whether a name can be written between quotes as is.
+func plainName(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 func skipSpace(b []byte, i int) int {
@@ -190,164 +413,153 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
-func nodeNames(args *extenderv1.ExtenderArgs) []string {
-	if args.NodeNames != nil {
-		return *args.NodeNames
-	}
-	if args.Nodes == nil {
-		return nil
-	}
-	names := make([]string, len(args.Nodes.Items))
-	for i := range args.Nodes.Items {
-		names[i] = args.Nodes.Items[i].Name
-	}
-	return names
-}
-
 func (e *Extender) step(name string, began time.Time) {
 	e.metrics.steps.WithLabelValues(name).Observe(time.Since(began).Seconds())
 }
 
-func (e *Extender) observe(verb string, began time.Time) {
-	e.metrics.latency.WithLabelValues(verb).Observe(time.Since(began).Seconds())
+func (e *Extender) observe(o prometheus.Observer, began time.Time) {
+	o.Observe(time.Since(began).Seconds())
 }
 
 func (e *Extender) handleFilter(w http.ResponseWriter, r *http.Request) {
-	defer e.observe("filter", time.Now())
-	args, ok := e.decodeArgs(w, r)
+	defer e.observe(e.metrics.filterLatency, time.Now())
+	s := e.getScratch()
+	defer e.putScratch(s)
+	args, ok := e.decodeArgs(w, r, s)
 	if !ok {
 		return
 	}
-	names := nodeNames(args)
-	out := extenderv1.ExtenderFilterResult{}
-	req, err := e.request(args.Pod)
+	s.reasons = slices.Grow(s.reasons[:0], len(args.names))[:len(args.names)]
+	reasons := s.reasons
+	req, err := e.request(args.pod)
 	if err != nil {
 		// Unresolvable on every node: the Pod's event names the bad label.
-		out.FailedAndUnresolvableNodes = make(extenderv1.FailedNodesMap, len(names))
-		for _, n := range names {
-			out.FailedAndUnresolvableNodes[n] = err.Error()
+		msg := err.Error()
+		for i := range reasons {
+			reasons[i] = msg
 		}
-		out.NodeNames = &[]string{}
 	} else {
-		res := e.ledger.Filter(req, names, e.isLeader())
-		if res.Claim != nil {
-			e.intents.record(e.client, args.Pod, *res.Claim)
+		_, claim := e.ledger.FilterNodes(req, args.names, e.isLeader(), reasons)
+		if claim != nil {
+			e.intents.record(e.client, args.pod, *claim)
 		}
-		out.NodeNames = &res.Feasible
-		// Unresolvable: preempting other Pods never helps here; takeover of
-		// stock happens at bind, not through the scheduler's preemption.
-		out.FailedAndUnresolvableNodes = res.Failed
 	}
-	if args.Nodes != nil {
-		keep := make(map[string]bool, len(*out.NodeNames))
-		for _, n := range *out.NodeNames {
-			keep[n] = true
-		}
-		list := &corev1.NodeList{}
-		for i := range args.Nodes.Items {
-			if keep[args.Nodes.Items[i].Name] {
-				list.Items = append(list.Items, args.Nodes.Items[i])
+	// Failed nodes are unresolvable: preempting other Pods never helps
+	// here; takeover of stock happens at bind, not through the scheduler's
+	// preemption.
+	if args.nodes != nil {
+		out := extenderv1.ExtenderFilterResult{FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{}}
+		for i, n := range args.names {
+			if reasons[i] != "" {
+				out.FailedAndUnresolvableNodes[string(n)] = reasons[i]
 			}
 		}
-		out.Nodes, out.NodeNames = list, nil
+		keep := make(map[string]bool, len(args.names))
+		for i, n := range args.names {
+			if reasons[i] == "" {
+				keep[string(n)] = true
+			}
+		}
+		list := &corev1.NodeList{}
+		for i := range args.nodes.Items {
+			if keep[args.nodes.Items[i].Name] {
+				list.Items = append(list.Items, args.nodes.Items[i])
+			}
+		}
+		out.Nodes = list
 		writeJSON(w, http.StatusOK, &out)
 		return
 	}
-	writeFilterResult(w, *out.NodeNames, out.FailedAndUnresolvableNodes)
+	s.out = appendFilterResult(s.out[:0], args.names, args.plain, reasons)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(s.out)
 }
 
-// safeName reports whether s can be written between quotes as is (node
-// names are DNS subdomains; anything else goes through encoding/json).
-func safeName(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
-			return false
-		}
-	}
-	return true
-}
-
-func appendString(buf []byte, s string) []byte {
-	if safeName(s) {
+func appendName(buf, name []byte, plain bool) []byte {
+	if plain {
 		buf = append(buf, '"')
-		buf = append(buf, s...)
+		buf = append(buf, name...)
 		return append(buf, '"')
 	}
-	b, _ := json.Marshal(s)
+	b, _ := json.Marshal(string(name))
 	return append(buf, b...)
 }
 
-// writeFilterResult encodes an ExtenderFilterResult by hand: with 5,000
-// node names encoding/json's reflection is a third of a filter call.
-func writeFilterResult(w http.ResponseWriter, feasible []string, failed extenderv1.FailedNodesMap) {
-	buf := make([]byte, 0, 64+len(feasible)*24)
+// appendFilterResult encodes an ExtenderFilterResult by hand: with 5,000
+// node names encoding/json's reflection is a third of a filter call. Node i
+// is feasible when reasons[i] is "".
+func appendFilterResult(buf []byte, names [][]byte, plain bool, reasons []string) []byte {
 	buf = append(buf, `{"NodeNames":[`...)
-	for i, n := range feasible {
-		if i > 0 {
+	first := true
+	for i, n := range names {
+		if reasons[i] != "" {
+			continue
+		}
+		if !first {
 			buf = append(buf, ',')
 		}
-		buf = appendString(buf, n)
+		first = false
+		buf = appendName(buf, n, plain)
 	}
 	buf = append(buf, `],"FailedAndUnresolvableNodes":{`...)
-	quoted := map[string][]byte{} // few distinct reasons, many nodes
-	i := 0
-	for n, reason := range failed {
-		if i > 0 {
+	// Few distinct reasons (the ledger shares their strings), many nodes.
+	var lastReason string
+	var quoted []byte
+	first = true
+	for i, n := range names {
+		reason := reasons[i]
+		if reason == "" {
+			continue
+		}
+		if !first {
 			buf = append(buf, ',')
 		}
-		i++
-		buf = appendString(buf, n)
+		first = false
+		buf = appendName(buf, n, plain)
 		buf = append(buf, ':')
-		q, ok := quoted[reason]
-		if !ok {
-			q, _ = json.Marshal(reason)
-			quoted[reason] = q
+		if quoted == nil || reason != lastReason {
+			quoted, _ = json.Marshal(reason)
+			lastReason = reason
 		}
-		buf = append(buf, q...)
+		buf = append(buf, quoted...)
 	}
-	buf = append(buf, "}}\n"...)
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(buf)
+	return append(buf, "}}\n"...)
 }
 
-func writePriorities(w http.ResponseWriter, list extenderv1.HostPriorityList) {
-	buf := make([]byte, 0, 2+len(list)*40)
+// appendPriorities encodes a HostPriorityList by hand, like appendFilterResult.
+func appendPriorities(buf []byte, names [][]byte, plain bool, scores []int64) []byte {
 	buf = append(buf, '[')
-	for i, p := range list {
+	for i, n := range names {
 		if i > 0 {
 			buf = append(buf, ',')
 		}
 		buf = append(buf, `{"Host":`...)
-		buf = appendString(buf, p.Host)
+		buf = appendName(buf, n, plain)
 		buf = append(buf, `,"Score":`...)
-		buf = strconv.AppendInt(buf, p.Score, 10)
+		buf = strconv.AppendInt(buf, scores[i], 10)
 		buf = append(buf, '}')
 	}
-	buf = append(buf, "]\n"...)
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(buf)
+	return append(buf, "]\n"...)
 }
 
 func (e *Extender) handlePrioritize(w http.ResponseWriter, r *http.Request) {
-	defer e.observe("prioritize", time.Now())
-	args, ok := e.decodeArgs(w, r)
+	defer e.observe(e.metrics.prioritizeLatency, time.Now())
+	s := e.getScratch()
+	defer e.putScratch(s)
+	args, ok := e.decodeArgs(w, r, s)
 	if !ok {
 		return
 	}
-	names := nodeNames(args)
-	out := make(extenderv1.HostPriorityList, len(names))
-	req, err := e.request(args.Pod)
-	if err != nil {
-		for i, n := range names {
-			out[i] = extenderv1.HostPriority{Host: n}
-		}
-		writeJSON(w, http.StatusOK, out)
-		return
+	s.scores = slices.Grow(s.scores[:0], len(args.names))[:len(args.names)]
+	scores := s.scores
+	if req, err := e.request(args.pod); err != nil {
+		clear(scores)
+	} else {
+		e.ledger.PrioritizeNodes(req, args.names, scores)
 	}
-	for i, s := range e.ledger.Prioritize(req, names) {
-		out[i] = extenderv1.HostPriority{Host: s.Node, Score: s.Score}
-	}
-	writePriorities(w, out)
+	s.out = appendPriorities(s.out[:0], args.names, args.plain, scores)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(s.out)
 }
 
 // Bind failure reasons (label values of runplane_extender_bind_failures_total).
@@ -372,7 +584,7 @@ func (b *bindError) Error() string { return b.err.Error() }
 func (b *bindError) Unwrap() error { return b.err }
 
 func (e *Extender) handleBind(w http.ResponseWriter, r *http.Request) {
-	defer e.observe("bind", time.Now())
+	defer e.observe(e.metrics.bindLatency, time.Now())
 	var args extenderv1.ExtenderBindingArgs
 	if !decode(w, r, &args) {
 		return

@@ -176,66 +176,102 @@ func TestPrioritizeHandler(t *testing.T) {
 
 func TestParseNames(t *testing.T) {
 	tests := []struct {
-		raw     string
-		want    []string
-		wantErr bool
+		raw       string
+		want      []string
+		wantPlain bool
+		wantErr   bool
 	}{
-		{`[]`, []string{}, false},
-		{` [ "a" , "b.c-1" ] `, []string{"a", "b.c-1"}, false},
-		{`["a\u002db"]`, []string{"a-b"}, false},
-		{`["a",]`, nil, true},
-		{`{"a":1}`, nil, true},
-		{`["a"`, nil, true},
-		{`["a`, nil, true},
+		{`[]`, []string{}, true, false},
+		{` [ "a" , "b.c-1" ] `, []string{"a", "b.c-1"}, true, false},
+		{`["a\u002db"]`, []string{"a-b"}, false, false},
+		{`["a","we\"ird"]`, []string{"a", `we"ird`}, false, false},
+		{`["a",]`, nil, false, true},
+		{`{"a":1}`, nil, false, true},
+		{`["a"`, nil, false, true},
+		{`["a`, nil, false, true},
 	}
 	for _, tt := range tests {
-		got, err := parseNames([]byte(tt.raw), ledger.New(ledger.Options{}).Intern)
-		if (err != nil) != tt.wantErr || (!tt.wantErr && fmt.Sprint(got) != fmt.Sprint(tt.want)) {
-			t.Errorf("parseNames(%s) = %q, %v; want %q, error %v", tt.raw, got, err, tt.want, tt.wantErr)
+		got, plain, err := parseNames([]byte(tt.raw), nil)
+		var names []string
+		for _, n := range got {
+			names = append(names, string(n))
+		}
+		if (err != nil) != tt.wantErr || (!tt.wantErr && (fmt.Sprint(names) != fmt.Sprint(tt.want) || plain != tt.wantPlain)) {
+			t.Errorf("parseNames(%s) = %q, plain %v, %v; want %q, plain %v, error %v", tt.raw, names, plain, err, tt.want, tt.wantPlain, tt.wantErr)
 		}
 	}
 }
 
-// The hand-written encoders must agree with encoding/json.
+// The hand-written encoders must agree with encoding/json, for plain names
+// and for names that need escaping.
 func TestWriteResultsRoundTrip(t *testing.T) {
-	feasible := []string{"a", "b.example-1", "we\"ird"}
-	failed := extenderv1.FailedNodesMap{"c": `spec "x": no`, "d": "insufficient cpu"}
-	rec := httptest.NewRecorder()
-	writeFilterResult(rec, feasible, failed)
-	var got extenderv1.ExtenderFilterResult
-	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
-		t.Fatalf("%v: %s", err, rec.Body)
-	}
-	if fmt.Sprint(*got.NodeNames) != fmt.Sprint(feasible) || fmt.Sprint(got.FailedAndUnresolvableNodes) != fmt.Sprint(failed) {
-		t.Fatalf("round trip: %+v", got)
-	}
-	list := extenderv1.HostPriorityList{{Host: "a", Score: 10}, {Host: "b\\c", Score: 0}}
-	rec = httptest.NewRecorder()
-	writePriorities(rec, list)
-	var gotList extenderv1.HostPriorityList
-	if err := json.Unmarshal(rec.Body.Bytes(), &gotList); err != nil || fmt.Sprint(gotList) != fmt.Sprint(list) {
-		t.Fatalf("priorities round trip: %v %+v", err, gotList)
-	}
-}
-
-func TestSplitNodeNames(t *testing.T) {
 	tests := []struct {
-		name, body, head, names string
-		ok                      bool
+		name  string
+		names []string
+		plain bool
 	}{
-		{"scheduler shape", `{"Pod":{"metadata":{"name":"x"}},"Nodes":null,"NodeNames":["a","b"]}`,
-			`{"Pod":{"metadata":{"name":"x"}},"Nodes":null}`, `["a","b"]`, true},
-		{"key inside an annotation value is not the last", `{"Pod":{"metadata":{"annotations":{"NodeNames":"[\\"z\\"]"}}},"NodeNames":["a"]}`,
-			`{"Pod":{"metadata":{"annotations":{"NodeNames":"[\\"z\\"]"}}}}`, `["a"]`, true},
-		{"no NodeNames", `{"Pod":{}}`, "", "", false},
-		{"NodeNames not last", `{"NodeNames":["a"],"Pod":{}}`, "", "", false},
-		{"NodeNames first and only", `{"NodeNames":["a"]}`, "", "", false},
+		{"plain", []string{"a", "b.example-1", "c", "d"}, true},
+		{"escaped", []string{"a", "we\"ird", "c", "b\\c"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			head, names, ok := splitNodeNames([]byte(tt.body))
-			if ok != tt.ok || (ok && (string(head) != tt.head || string(names) != tt.names)) {
-				t.Fatalf("got %q %q %v, want %q %q %v", head, names, ok, tt.head, tt.names, tt.ok)
+			var raw [][]byte
+			for _, n := range tt.names {
+				raw = append(raw, []byte(n))
+			}
+			reasons := []string{"", "", `spec "x": no`, "insufficient cpu"}
+			var got extenderv1.ExtenderFilterResult
+			out := appendFilterResult(nil, raw, tt.plain, reasons)
+			if err := json.Unmarshal(out, &got); err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			wantFailed := extenderv1.FailedNodesMap{tt.names[2]: reasons[2], tt.names[3]: reasons[3]}
+			if fmt.Sprint(*got.NodeNames) != fmt.Sprint(tt.names[:2]) || fmt.Sprint(got.FailedAndUnresolvableNodes) != fmt.Sprint(wantFailed) {
+				t.Fatalf("round trip: %+v", got)
+			}
+			scores := []int64{10, 0, 3, 9}
+			out = appendPriorities(nil, raw, tt.plain, scores)
+			var gotList, want extenderv1.HostPriorityList
+			for i, n := range tt.names {
+				want = append(want, extenderv1.HostPriority{Host: n, Score: scores[i]})
+			}
+			if err := json.Unmarshal(out, &gotList); err != nil || fmt.Sprint(gotList) != fmt.Sprint(want) {
+				t.Fatalf("priorities round trip: %v %+v", err, gotList)
+			}
+		})
+	}
+}
+
+func TestSplitArgs(t *testing.T) {
+	tests := []struct {
+		name, body, pod, nodes, names string
+		ok                            bool
+		parsed                        string // %q of the plain names parsed
+	}{
+		{"scheduler shape", `{"Pod":{"metadata":{"name":"x"}},"Nodes":null,"NodeNames":["a","b"]}`,
+			`{"metadata":{"name":"x"}}`, `null`, `["a","b"]`, true, `["a" "b"]`},
+		{"escaped names are left to parseNames", `{"Pod":{},"NodeNames":["a\u002db"]}`, `{}`, "", `["a\u002db"]`, true, `[]`},
+		{"key inside an annotation value", `{"Pod":{"metadata":{"annotations":{"NodeNames":"[\"z\"]}"}}},"NodeNames":["a"]}`,
+			`{"metadata":{"annotations":{"NodeNames":"[\"z\"]}"}}}`, "", `["a"]`, true, `["a"]`},
+		{"any order, any case, spaces", ` { "nodenames" : ["a"] , "POD" : {} } `, `{}`, "", `["a"]`, true, `["a"]`},
+		{"unknown member skipped", `{"X":["n"],"Pod":{}}`, `{}`, "", "", true, `[]`},
+		{"unknown member with brackets in strings", `{"X":[1,{"y":"}"}],"Pod":{}}`, `{}`, "", "", true, `[]`},
+		{"empty object", `{}`, "", "", "", true, `[]`},
+		{"invalid unknown member", `{"X":[1,,2],"Pod":{}}`, "", "", "", false, ""},
+		{"duplicate member", `{"Pod":{},"pod":{}}`, "", "", "", false, ""},
+		{"escaped key", `{"P\u006fd":{}}`, "", "", "", false, ""},
+		{"trailing garbage", `{"Pod":{}} x`, "", "", "", false, ""},
+		{"truncated", `{"Pod":{"a":"b}`, "", "", "", false, ""},
+		{"not an object", `["Pod"]`, "", "", "", false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pod, nodes, names, parsed, ok := splitArgs([]byte(tt.body), nil)
+			if ok != tt.ok || (ok && (string(pod) != tt.pod || string(nodes) != tt.nodes || string(names) != tt.names)) {
+				t.Fatalf("got %q %q %q %v, want %q %q %q %v", pod, nodes, names, ok, tt.pod, tt.nodes, tt.names, tt.ok)
+			}
+			if ok && tt.parsed != fmt.Sprintf("%q", parsed) {
+				t.Fatalf("parsed names %q, want %s", parsed, tt.parsed)
 			}
 		})
 	}
@@ -251,5 +287,38 @@ func TestFilterTrickyAnnotation(t *testing.T) {
 	var out extenderv1.ExtenderFilterResult
 	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || fmt.Sprint(*out.NodeNames) != "[real]" {
 		t.Fatalf("%v %s", err, rec.Body)
+	}
+}
+
+// Bodies that are not the shape kube-scheduler sends (full Node objects,
+// members in another order, escaped names) take encoding/json's path and
+// must answer exactly like the fast path.
+func TestFilterBodyShapes(t *testing.T) {
+	p := pod("x", api.LabelGPUSpec, "g1", "")
+	podJSON, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, body, want string
+	}{
+		{"scheduler shape", filterBody(t, p, "warm", "full"),
+			`{"NodeNames":["warm"],"FailedAndUnresolvableNodes":{"full":"insufficient nvidia.com/gpu and no unclaimed runplane.io/stock=g1 placeholder"}}`},
+		{"names first, escaped", `{"NodeNames":["w\u0061rm","full"],"Pod":` + string(podJSON) + `}`,
+			`{"NodeNames":["warm"],"FailedAndUnresolvableNodes":{"full":"insufficient nvidia.com/gpu and no unclaimed runplane.io/stock=g1 placeholder"}}`},
+		{"full Node objects", `{"Pod":` + string(podJSON) + `,"Nodes":{"items":[{"metadata":{"name":"warm"}},{"metadata":{"name":"full"}}]}}`,
+			`{"Nodes":{"metadata":{},"items":[{"metadata":{"name":"warm"},"spec":{},"status":{"daemonEndpoints":{"kubeletEndpoint":{"Port":0}},"nodeInfo":{"machineID":"","systemUUID":"","bootID":"","kernelVersion":"","osImage":"","containerRuntimeVersion":"","kubeletVersion":"","kubeProxyVersion":"","operatingSystem":"","architecture":""}}}]},"NodeNames":null,"FailedNodes":null,"FailedAndUnresolvableNodes":{"full":"insufficient nvidia.com/gpu and no unclaimed runplane.io/stock=g1 placeholder"},"Error":""}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := testExtender(t, false)
+			e.ledger.UpsertNode(node("warm", 1))
+			e.ledger.UpsertNode(node("full", 1))
+			e.ledger.UpsertPod(pod("busy", api.LabelGPUSpec, "g1", "full"))
+			rec := call(t, e.handleFilter, http.MethodPost, tt.body)
+			if rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != tt.want {
+				t.Fatalf("got %d %s\nwant %s", rec.Code, rec.Body, tt.want)
+			}
+		})
 	}
 }

@@ -8,13 +8,16 @@ import (
 
 // metrics are the extender's Prometheus metrics, on a private registry.
 type metrics struct {
-	registry     *prometheus.Registry
-	latency      *prometheus.HistogramVec
-	steps        *prometheus.HistogramVec
-	claims       *prometheus.CounterVec
-	bindFailures *prometheus.CounterVec
-	binds        prometheus.Counter
-	leader       prometheus.Gauge
+	registry *prometheus.Registry
+	latency  *prometheus.HistogramVec
+	// The verbs' observers, resolved once: filter and prioritize run every
+	// scheduling cycle.
+	filterLatency, prioritizeLatency, bindLatency prometheus.Observer
+	steps                                         *prometheus.HistogramVec
+	claims                                        *prometheus.CounterVec
+	bindFailures                                  *prometheus.CounterVec
+	binds                                         prometheus.Counter
+	leader                                        prometheus.Gauge
 }
 
 func newMetrics(l *ledger.Ledger) *metrics {
@@ -47,6 +50,9 @@ func newMetrics(l *ledger.Ledger) *metrics {
 			Help: "1 while this replica holds the Lease and binds.",
 		}),
 	}
+	m.filterLatency = m.latency.WithLabelValues("filter")
+	m.prioritizeLatency = m.latency.WithLabelValues("prioritize")
+	m.bindLatency = m.latency.WithLabelValues("bind")
 	m.registry.MustRegister(m.latency, m.steps, m.claims, m.bindFailures, m.binds, m.leader, stockCollector{l})
 	return m
 }

@@ -126,6 +126,10 @@ type node struct {
 	alloc  vec
 	used   vec
 	stock  map[string][]*podRec // spec -> placeholders on the node
+	// warm counts the claimable placeholders per spec index (Ledger.specs):
+	// a filter asks "is this node warm" of every node, and a slice read is
+	// far cheaper there than walking the stock map.
+	warm []int32
 }
 
 type assumption struct {
@@ -155,7 +159,10 @@ type Options struct {
 type Ledger struct {
 	opts Options
 
-	mu      sync.Mutex
+	// mu is held for writing by everything that changes the book (a
+	// filter reserves), for reading by a prioritize answered from the
+	// latest filter's scores and by pure queries.
+	mu      sync.RWMutex
 	nodes   map[string]*node
 	pods    map[types.UID]*podRec
 	assumed map[types.UID]*assumption
@@ -172,15 +179,19 @@ type Ledger struct {
 	gone     map[types.UID]chan struct{}
 	slots    map[corev1.ResourceName]int
 	names    []corev1.ResourceName
+	// specs indexes the stock specs seen, for node.warm.
+	specs map[string]int
 	// last keeps the scores of the latest Filter: the scheduler asks to
 	// prioritize the same Pod on the nodes that filter returned, right
-	// after it, so scoring 5,000 nodes a second time is wasted work.
-	last *filterScores
+	// after it, so scoring 5,000 nodes a second time is wasted work. Its
+	// slices are reused by every Filter (under the write lock).
+	last filterScores
 }
 
 type filterScores struct {
+	valid  bool
 	uid    types.UID
-	nodes  []string
+	nodes  []string // feasible nodes, the ledger's own name strings
 	scores []int64
 }
 
@@ -210,7 +221,30 @@ func New(opts Options) *Ledger {
 		recorded:    map[types.UID]types.UID{},
 		gone:        map[types.UID]chan struct{}{},
 		slots:       map[corev1.ResourceName]int{},
+		specs:       map[string]int{},
 	}
+}
+
+// specIndex interns a stock spec for node.warm. Callers hold l.mu for writing.
+func (l *Ledger) specIndex(spec string) int {
+	i, ok := l.specs[spec]
+	if !ok {
+		i = len(l.specs)
+		l.specs[spec] = i
+	}
+	return i
+}
+
+// warmDelta adjusts the count of claimable placeholders of p's spec on n.
+func (l *Ledger) warmDelta(n *node, p *podRec, d int32) {
+	if !p.claimable() {
+		return
+	}
+	i := l.specIndex(p.stockSpec)
+	for len(n.warm) <= i {
+		n.warm = append(n.warm, 0)
+	}
+	n.warm[i] += d
 }
 
 func (l *Ledger) node(name string) *node {
@@ -251,6 +285,7 @@ func (l *Ledger) addRec(p *podRec) {
 	}
 	if p.stockSpec != "" {
 		n.stock[p.stockSpec] = append(n.stock[p.stockSpec], p)
+		l.warmDelta(n, p, 1)
 	}
 }
 
@@ -263,6 +298,7 @@ func (l *Ledger) removeRec(p *podRec) {
 		n.used.sub(p.req)
 	}
 	if p.stockSpec != "" {
+		l.warmDelta(n, p, -1)
 		list := n.stock[p.stockSpec]
 		for i, q := range list {
 			if q.uid == p.uid {
@@ -477,22 +513,6 @@ func (l *Ledger) Exists(uid types.UID) bool {
 	return ok
 }
 
-// Intern converts raw node names to strings, reusing the ledger's own
-// copy of a known node's name so a 5,000-node request allocates nothing.
-func (l *Ledger) Intern(raw [][]byte) []string {
-	out := make([]string, len(raw))
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for i, b := range raw {
-		if n, ok := l.nodes[string(b)]; ok {
-			out[i] = n.name
-		} else {
-			out[i] = string(b)
-		}
-	}
-	return out
-}
-
 // Sweep drops assumptions whose time is up.
 func (l *Ledger) Sweep() {
 	now := l.opts.Now()
@@ -538,11 +558,15 @@ type probe struct {
 	reasons  map[int]string
 	names    func(int) corev1.ResourceName
 	required string
+	warm     int // index of req.Spec in node.warm; -1 when no node has stock of it
 }
 
 // newProbe prepares req. Callers hold l.mu.
 func (l *Ledger) newProbe(req Request) *probe {
-	p := &probe{req: req, vec: l.pack(req.Requests), prim: l.slot(primary(req.Requests)), reasons: map[int]string{}, names: l.slotName}
+	p := &probe{req: req, vec: l.pack(req.Requests), prim: l.slot(primary(req.Requests)), reasons: map[int]string{}, names: l.slotName, warm: -1}
+	if i, ok := l.specs[req.Spec]; ok && req.Spec != "" {
+		p.warm = i
+	}
 	for i, x := range p.vec {
 		if x > 0 {
 			p.nz = append(p.nz, i)
@@ -577,14 +601,7 @@ func (l *Ledger) evaluate(pr *probe, n *node, prefer types.UID) verdict {
 	freeOK, short := fitsVec(n.alloc, n.used, nil, pr.vec, pr.nz)
 	if freeOK && !req.Required {
 		// No claim needed: only whether the node is warm matters (scoring).
-		if req.Spec != "" {
-			for _, p := range n.stock[req.Spec] {
-				if p.claimable() {
-					v.hasStock = true
-					break
-				}
-			}
-		}
+		v.hasStock = pr.warm >= 0 && pr.warm < len(n.warm) && n.warm[pr.warm] > 0
 		v.fits = true
 		v.packing = packing(pr.prim, n, pr.vec, nil)
 		return v
@@ -659,18 +676,40 @@ type FilterResult struct {
 // reservation of the same Pod, so the next scheduling cycle already sees
 // this capacity as taken.
 func (l *Ledger) Filter(req Request, nodeNames []string, reserve bool) FilterResult {
+	raw := make([][]byte, len(nodeNames))
+	for i, n := range nodeNames {
+		raw[i] = []byte(n)
+	}
+	reasons := make([]string, len(nodeNames))
+	res := FilterResult{Feasible: make([]string, 0, len(nodeNames)), Failed: map[string]string{}}
+	res.Chosen, res.Claim = l.FilterNodes(req, raw, reserve, reasons)
+	for i, r := range reasons {
+		if r == "" {
+			res.Feasible = append(res.Feasible, nodeNames[i])
+		} else {
+			res.Failed[nodeNames[i]] = r
+		}
+	}
+	return res
+}
+
+// FilterNodes is Filter on node names as a request body holds them: it
+// sets reasons[i] (len(reasons) >= len(names)) to why the Pod does not fit
+// names[i], "" where it fits, and returns the node it reserved and the
+// placeholder the Pod will take there. It allocates nothing per node: at
+// 5,000 nodes a scheduling cycle must not churn the heap.
+func (l *Ledger) FilterNodes(req Request, names [][]byte, reserve bool, reasons []string) (chosen string, claim *Placeholder) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	res := FilterResult{Feasible: make([]string, 0, len(nodeNames)), Failed: map[string]string{}}
 	prev := l.assumed[req.UID]
 	var prefer types.UID
 	preferNode := ""
 	if prev != nil {
 		if prev.state == Binding || prev.state == Bound {
-			for _, name := range nodeNames {
-				res.Failed[name] = ErrBindInProgress.Error()
+			for i := range names {
+				reasons[i] = ErrBindInProgress.Error()
 			}
-			return res
+			return "", nil
 		}
 		if prev.state == Recovered {
 			preferNode, prefer = prev.node, prev.ph
@@ -678,44 +717,45 @@ func (l *Ledger) Filter(req Request, nodeNames []string, reserve bool) FilterRes
 		l.unassume(prev, false)
 	}
 	pr := l.newProbe(req)
+	last := &l.last
+	last.valid, last.uid, last.nodes, last.scores = true, req.UID, last.nodes[:0], last.scores[:0]
 	var best verdict
-	bestName := ""
-	scores := make([]int64, 0, len(nodeNames))
-	defer func() { l.last = &filterScores{uid: req.UID, nodes: res.Feasible, scores: scores} }()
-	for _, name := range nodeNames {
-		v := l.evaluate(pr, l.nodes[name], prefer)
+	var bestNode *node
+	for i, name := range names {
+		n := l.nodes[string(name)]
+		v := l.evaluate(pr, n, prefer)
 		if !v.fits {
-			res.Failed[name] = v.reason
+			reasons[i] = v.reason
 			continue
 		}
-		res.Feasible = append(res.Feasible, name)
-		scores = append(scores, score(v))
+		reasons[i] = ""
+		last.nodes = append(last.nodes, n.name)
+		last.scores = append(last.scores, score(v))
 		switch {
-		case bestName == "":
-		case name == preferNode:
-		case bestName == preferNode:
+		case bestNode == nil:
+		case n.name == preferNode:
+		case bestNode.name == preferNode:
 			continue
-		case !better(v, name, best, bestName):
+		case !better(v, n.name, best, bestNode.name):
 			continue
 		}
-		best, bestName = v, name
+		best, bestNode = v, n
 	}
-	if !reserve || bestName == "" {
+	if !reserve || bestNode == nil {
 		if prev != nil && !reserve {
 			l.assume(prev)
 		}
-		return res
+		return "", nil
 	}
 	l.handled[req.UID] = true // its claim annotation, if any, is this process's own
-	a := &assumption{uid: req.UID, node: bestName, req: pr.vec, state: Reserved,
+	a := &assumption{uid: req.UID, node: bestNode.name, req: pr.vec, state: Reserved,
 		expires: l.opts.Now().Add(l.opts.ReservationTTL)}
 	if best.ph != nil {
 		a.ph = best.ph.uid
-		res.Claim = &Placeholder{UID: best.ph.uid, Namespace: best.ph.ns, Name: best.ph.name, Node: bestName, Spec: best.ph.stockSpec}
+		claim = &Placeholder{UID: best.ph.uid, Namespace: best.ph.ns, Name: best.ph.name, Node: bestNode.name, Spec: best.ph.stockSpec}
 	}
 	l.assume(a)
-	res.Chosen = bestName
-	return res
+	return bestNode.name, claim
 }
 
 // Score is a node's extender priority, 0..10.
@@ -728,40 +768,60 @@ type Score struct {
 // best one) gets 10, so the scheduler picks the node the ledger reserved;
 // other warm nodes 5..9, other nodes 0..4, by how full they would be.
 func (l *Ledger) Prioritize(req Request, nodeNames []string) []Score {
+	raw := make([][]byte, len(nodeNames))
+	for i, n := range nodeNames {
+		raw[i] = []byte(n)
+	}
+	scores := make([]int64, len(nodeNames))
+	l.PrioritizeNodes(req, raw, scores)
+	out := make([]Score, len(nodeNames))
+	for i, n := range nodeNames {
+		out[i] = Score{Node: n, Score: scores[i]}
+	}
+	return out
+}
+
+// PrioritizeNodes is Prioritize on node names as a request body holds
+// them: it sets scores[i] (len(scores) >= len(names)) for names[i].
+func (l *Ledger) PrioritizeNodes(req Request, names [][]byte, scores []int64) {
+	// The usual case, the nodes the Pod's filter just returned, only reads.
+	l.mu.RLock()
+	hit := l.cachedScores(req.UID, names, scores)
+	l.mu.RUnlock()
+	if hit {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.cachedScores(req.UID, names, scores) {
+		return
+	}
 	chosen := ""
+	// Score the Pod as if its own reservation were not there.
 	if a := l.assumed[req.UID]; a != nil {
 		chosen = a.node
-	}
-	// Score the Pod as if its own reservation were not there.
-	a := l.assumed[req.UID]
-	if a != nil {
 		l.unassume(a, false)
 		defer l.assume(a)
 	}
-	if out := l.cachedScores(req.UID, nodeNames, chosen); out != nil {
-		return out
-	}
 	pr := l.newProbe(req)
-	out := make([]Score, len(nodeNames))
 	var best verdict
+	var bestNode *node
 	bestIdx := -1
-	for i, name := range nodeNames {
-		out[i].Node = name
-		v := l.evaluate(pr, l.nodes[name], "")
+	for i, name := range names {
+		scores[i] = 0
+		n := l.nodes[string(name)]
+		v := l.evaluate(pr, n, "")
 		if !v.fits {
 			continue
 		}
-		out[i].Score = score(v)
-		if name == chosen || (chosen == "" && (bestIdx < 0 || better(v, name, best, nodeNames[bestIdx]))) {
-			best, bestIdx = v, i
+		scores[i] = score(v)
+		if n.name == chosen || (chosen == "" && (bestNode == nil || better(v, n.name, best, bestNode.name))) {
+			best, bestNode, bestIdx = v, n, i
 		}
 	}
 	if bestIdx >= 0 {
-		out[bestIdx].Score = 10
+		scores[bestIdx] = 10
 	}
-	return out
 }
 
 func score(v verdict) int64 {
@@ -774,23 +834,29 @@ func score(v verdict) int64 {
 
 // cachedScores answers Prioritize from the Pod's latest Filter when the
 // scheduler asks about the very nodes that Filter returned (it does, in
-// the same order, within one scheduling cycle); nil otherwise.
-func (l *Ledger) cachedScores(uid types.UID, nodeNames []string, chosen string) []Score {
-	c := l.last
-	if c == nil || c.uid != uid || chosen == "" || len(c.nodes) != len(nodeNames) {
-		return nil
+// the same order, within one scheduling cycle), and reports whether it
+// did. Callers hold l.mu (reading is enough).
+func (l *Ledger) cachedScores(uid types.UID, names [][]byte, scores []int64) bool {
+	c := &l.last
+	chosen := ""
+	if a := l.assumed[uid]; a != nil {
+		chosen = a.node
 	}
-	out := make([]Score, len(nodeNames))
-	for i, n := range nodeNames {
-		if c.nodes[i] != n {
-			return nil
+	if !c.valid || c.uid != uid || chosen == "" || len(c.nodes) != len(names) {
+		return false
+	}
+	for i, n := range names {
+		if c.nodes[i] != string(n) {
+			return false
 		}
-		out[i] = Score{Node: n, Score: min(c.scores[i], 9)}
+	}
+	for i, n := range c.nodes {
+		scores[i] = min(c.scores[i], 9)
 		if n == chosen {
-			out[i].Score = 10
+			scores[i] = 10
 		}
 	}
-	return out
+	return true
 }
 
 // BeginBind moves the Pod's reservation on node to Binding, or, when the

@@ -398,6 +398,7 @@ func TestConcurrentNeverOvercommits(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	checkWarm(t, l)
 	for _, n := range names {
 		free := l.Free(n)
 		if free.Scalar[gpu] < 0 || free.MilliCPU < 0 {
@@ -498,6 +499,31 @@ func TestRecoverSettledClaim(t *testing.T) {
 		}
 		if got := l.Free("a").Scalar[gpu]; got != 1 {
 			t.Errorf("boundFirst=%v: free GPUs %d, want 1", boundFirst, got)
+		}
+	}
+}
+
+// checkWarm compares each node's claimable-placeholder counts, which
+// Filter reads, with a walk of its placeholders.
+func checkWarm(t *testing.T, l *Ledger) {
+	t.Helper()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	for _, n := range l.nodes {
+		for spec, list := range n.stock {
+			want := int32(0)
+			for _, p := range list {
+				if p.claimable() {
+					want++
+				}
+			}
+			got := int32(0)
+			if i, ok := l.specs[spec]; ok && i < len(n.warm) {
+				got = n.warm[i]
+			}
+			if got != want {
+				t.Errorf("node %s spec %s: warm count %d, %d claimable placeholders", n.name, spec, got, want)
+			}
 		}
 	}
 }
