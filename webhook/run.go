@@ -365,70 +365,77 @@ func (r *reconciler) reconcile(ctx context.Context, caBundle []byte) error {
 		Name: r.cfg.Webhooks.Name, Namespace: r.cfg.Namespace,
 		URL: r.cfg.Webhooks.URL, Service: r.cfg.Webhooks.Service, CABundle: caBundle,
 	})
+	manage := r.cfg.Webhooks.Manage
 	mapi := r.client.AdmissionregistrationV1().MutatingWebhookConfigurations()
-	have, err := mapi.Get(ctx, want.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err) && r.cfg.Webhooks.Manage:
-		if _, err := mapi.Create(ctx, want, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("creating MutatingWebhookConfiguration %s: %w", want.Name, err)
-		}
-		r.log.Info("created MutatingWebhookConfiguration", "name", want.Name)
-	case apierrors.IsNotFound(err):
-		r.log.Warn("MutatingWebhookConfiguration not found; the chart creates it", "name", want.Name)
-	case err != nil:
-		return fmt.Errorf("reading MutatingWebhookConfiguration %s: %w", want.Name, err)
-	default:
-		update := have.DeepCopy()
-		changed := false
-		if r.cfg.Webhooks.Manage && have.Annotations[ConfigHashAnnotation] != want.Annotations[ConfigHashAnnotation] {
-			update.Webhooks, update.Annotations = want.Webhooks, mergeAnnotations(update.Annotations, want.Annotations)
-			changed = true
-		}
-		for i := range update.Webhooks {
-			if !bytes.Equal(update.Webhooks[i].ClientConfig.CABundle, caBundle) {
-				update.Webhooks[i].ClientConfig.CABundle = caBundle
-				changed = true
+	err := reconcileObject(ctx, r, "MutatingWebhookConfiguration", want, mapi.Get, mapi.Create, mapi.Update,
+		func(have *admissionregistrationv1.MutatingWebhookConfiguration) (*admissionregistrationv1.MutatingWebhookConfiguration, bool) {
+			update := have.DeepCopy()
+			changed := manage && have.Annotations[ConfigHashAnnotation] != want.Annotations[ConfigHashAnnotation]
+			if changed {
+				update.Webhooks, update.Annotations = want.Webhooks, mergeAnnotations(update.Annotations, want.Annotations)
 			}
-		}
-		if changed {
-			if _, err := mapi.Update(ctx, update, metav1.UpdateOptions{}); err != nil {
-				return fmt.Errorf("updating MutatingWebhookConfiguration %s: %w", want.Name, err)
+			for i := range update.Webhooks {
+				changed = setCABundle(&update.Webhooks[i].ClientConfig, caBundle) || changed
 			}
-			r.log.Info("updated MutatingWebhookConfiguration", "name", want.Name)
-		}
+			return update, changed
+		})
+	if err != nil {
+		return err
 	}
-
 	vapi := r.client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-	haveV, err := vapi.Get(ctx, wantV.Name, metav1.GetOptions{})
+	return reconcileObject(ctx, r, "ValidatingWebhookConfiguration", wantV, vapi.Get, vapi.Create, vapi.Update,
+		func(have *admissionregistrationv1.ValidatingWebhookConfiguration) (*admissionregistrationv1.ValidatingWebhookConfiguration, bool) {
+			update := have.DeepCopy()
+			changed := manage && have.Annotations[ConfigHashAnnotation] != wantV.Annotations[ConfigHashAnnotation]
+			if changed {
+				update.Webhooks, update.Annotations = wantV.Webhooks, mergeAnnotations(update.Annotations, wantV.Annotations)
+			}
+			for i := range update.Webhooks {
+				changed = setCABundle(&update.Webhooks[i].ClientConfig, caBundle) || changed
+			}
+			return update, changed
+		})
+}
+
+// reconcileObject creates the configuration when runplane manages it, and
+// otherwise brings the existing one in line through sync (caBundle, and the
+// webhooks themselves when managed).
+func reconcileObject[T metav1.Object](ctx context.Context, r *reconciler, kind string, want T,
+	get func(context.Context, string, metav1.GetOptions) (T, error),
+	create func(context.Context, T, metav1.CreateOptions) (T, error),
+	update func(context.Context, T, metav1.UpdateOptions) (T, error),
+	sync func(have T) (T, bool),
+) error {
+	name := want.GetName()
+	have, err := get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err) && r.cfg.Webhooks.Manage:
-		if _, err := vapi.Create(ctx, wantV, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("creating ValidatingWebhookConfiguration %s: %w", wantV.Name, err)
+		if _, err := create(ctx, want, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating %s %s: %w", kind, name, err)
 		}
+		r.log.Info("created "+kind, "name", name)
 	case apierrors.IsNotFound(err):
-		r.log.Warn("ValidatingWebhookConfiguration not found; the chart creates it", "name", wantV.Name)
+		r.log.Warn(kind+" not found; the chart creates it", "name", name)
 	case err != nil:
-		return fmt.Errorf("reading ValidatingWebhookConfiguration %s: %w", wantV.Name, err)
+		return fmt.Errorf("reading %s %s: %w", kind, name, err)
 	default:
-		update := haveV.DeepCopy()
-		changed := false
-		if r.cfg.Webhooks.Manage && haveV.Annotations[ConfigHashAnnotation] != wantV.Annotations[ConfigHashAnnotation] {
-			update.Webhooks, update.Annotations = wantV.Webhooks, mergeAnnotations(update.Annotations, wantV.Annotations)
-			changed = true
-		}
-		for i := range update.Webhooks {
-			if !bytes.Equal(update.Webhooks[i].ClientConfig.CABundle, caBundle) {
-				update.Webhooks[i].ClientConfig.CABundle = caBundle
-				changed = true
+		if next, changed := sync(have); changed {
+			if _, err := update(ctx, next, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("updating %s %s: %w", kind, name, err)
 			}
-		}
-		if changed {
-			if _, err := vapi.Update(ctx, update, metav1.UpdateOptions{}); err != nil {
-				return fmt.Errorf("updating ValidatingWebhookConfiguration %s: %w", wantV.Name, err)
-			}
+			r.log.Info("updated "+kind, "name", name)
 		}
 	}
 	return nil
+}
+
+// setCABundle sets a webhook's caBundle and reports whether it changed.
+func setCABundle(cc *admissionregistrationv1.WebhookClientConfig, caBundle []byte) bool {
+	if bytes.Equal(cc.CABundle, caBundle) {
+		return false
+	}
+	cc.CABundle = caBundle
+	return true
 }
 
 func mergeAnnotations(have, want map[string]string) map[string]string {
