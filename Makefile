@@ -15,9 +15,7 @@ dev: deps
 
 ## test: unit + integration + e2e tests (builds the control-plane binaries once, cached outside the repo).
 test: deps lint
-	@dir=$$(bash test/testbin/build.sh) && \
-	RUNPLANE_TESTBIN_DIR=$$dir $(GO) test $(TESTFLAGS) ./... && \
-	$(MAKE) --no-print-directory python-test
+	@TESTFLAGS="$(TESTFLAGS)" bash hack/test.sh
 
 ## unit: only the tests that need no control plane.
 unit:

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# test.sh is make test: the Go tests (unit, integration against the local
+# control plane, e2e) and the Python framework's tests, then one closing
+# line counting every test that ran, e.g. "tests: 412 passed, 0 failed, 3 skipped".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+go_flags=(${TESTFLAGS:--count=1 -v -timeout 40m})
+log="$(mktemp -d)"
+trap 'rm -rf "$log"' EXIT
+
+bin_dir="$(bash test/testbin/build.sh)" || { echo "test: building the control-plane binaries failed" >&2; exit 1; }
+RUNPLANE_TESTBIN_DIR="$bin_dir" go test "${go_flags[@]}" ./... 2>&1 | tee "$log/go.txt"
+go_status=${PIPESTATUS[0]}
+python3 -m unittest discover -s framework/python -v 2>&1 | tee "$log/python.txt"
+py_status=${PIPESTATUS[0]}
+
+# Top-level Go tests only (subtests are indented); Python's unittest lines
+# end in "... ok", "... FAIL"/"... ERROR" or "... skipped '<why>'".
+go_pass=$(grep -c '^--- PASS' "$log/go.txt")
+go_fail=$(grep -c '^--- FAIL' "$log/go.txt")
+go_skip=$(grep -c '^--- SKIP' "$log/go.txt")
+py_pass=$(grep -c '\.\.\. ok$' "$log/python.txt")
+py_fail=$(grep -cE '\.\.\. (FAIL|ERROR)$' "$log/python.txt")
+py_skip=$(grep -c "\.\.\. skipped" "$log/python.txt")
+# A package that fails to build or panics may print no "--- FAIL" line.
+failed=$((go_fail + py_fail))
+if ((failed == 0 && (go_status != 0 || py_status != 0))); then
+	failed=1
+fi
+echo
+echo "tests: $((go_pass + py_pass)) passed, $failed failed, $((go_skip + py_skip)) skipped"
+if ((go_status != 0 || py_status != 0)); then
+	exit 1
+fi
