@@ -7,10 +7,11 @@ cd "$(dirname "$0")/../.."
 count="${BENCH_COUNT:-3}"
 out="${BENCH_OUT:-/tmp/runplane-bench.txt}"
 : >"$out"
-while read -r pkg regex benchtime; do
+while read -r pkg regex benchtime own_count; do
 	[[ -z "$pkg" || "$pkg" == \#* ]] && continue
-	echo "bench: $pkg $regex ($benchtime x $count)" >&2
-	go test -run '^$' -bench "^${regex}" -benchtime "$benchtime" -count "$count" -short -timeout 30m "$pkg" >>"$out" 2>&1 ||
+	n="${own_count:-$count}"
+	echo "bench: $pkg $regex ($benchtime x $n)" >&2
+	go test -run '^$' -bench "^${regex}" -benchtime "$benchtime" -count "$n" -short -timeout 30m "$pkg" >>"$out" 2>&1 ||
 		echo "bench: $pkg $regex FAILED (see $out)" >&2
 done <test/bench/benchmarks.txt
 go run ./test/bench/table <"$out"
