@@ -25,7 +25,7 @@ import (
 	"github.com/runplane/runplane/controllers"
 	"github.com/runplane/runplane/controllers/accessor"
 	"github.com/runplane/runplane/controllers/egress"
-	"github.com/runplane/runplane/controllers/storage"
+	"github.com/runplane/runplane/pvcspec"
 	"github.com/runplane/runplane/test/cluster"
 )
 
@@ -171,7 +171,7 @@ func waitPhase(t *testing.T, ns, name, phase, attempt string) *corev1.Persistent
 			return false, err
 		}
 		got = p
-		st := storage.StatusOf(p)
+		st := pvcspec.StatusOf(p)
 		return st.Phase == phase && st.ObservedAttempt == attempt, nil
 	})
 	return got
@@ -323,12 +323,12 @@ func TestPrepareFromPVCWaitsForSource(t *testing.T) {
 	for {
 		src := getPVC(t, ns, "base")
 		if n := len(jobsOf(t, ns, getPVC(t, ns, "copy"))); n != 0 {
-			if !storage.Ready(src) {
-				t.Fatalf("copy Job created while the source is %q", storage.StatusOf(src).Phase)
+			if !pvcspec.Ready(src) {
+				t.Fatalf("copy Job created while the source is %q", pvcspec.StatusOf(src).Phase)
 			}
 			break
 		}
-		if storage.Ready(src) {
+		if pvcspec.Ready(src) {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -375,13 +375,13 @@ func TestGateReleasedAfterPreparation(t *testing.T) {
 		t.Fatal(err)
 	}
 	// While the PVC is not prepared, the Pod keeps its gate and no node.
-	for !storage.Ready(getPVC(t, ns, "data")) {
+	for !pvcspec.Ready(getPVC(t, ns, "data")) {
 		pod, err := client().CoreV1().Pods(ns).Get(ctx, "worker", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(pod.Spec.SchedulingGates) == 0 || pod.Spec.NodeName != "" {
-			if storage.Ready(getPVC(t, ns, "data")) {
+			if pvcspec.Ready(getPVC(t, ns, "data")) {
 				break // released right after Succeeded: fine
 			}
 			t.Fatalf("Pod released before its PVC was prepared: gates %v node %q", pod.Spec.SchedulingGates, pod.Spec.NodeName)
@@ -580,7 +580,7 @@ func TestInvalidAnnotationsReported(t *testing.T) {
 	}{
 		{"bad-args", map[string]string{api.AnnotationPrepareFromImage: "busybox", api.AnnotationPrepareArgs: `"echo"`}, api.AnnotationPrepareArgs},
 		{"bad-attempt", map[string]string{api.AnnotationPrepareFromImage: "busybox", api.AnnotationPrepareAttempt: "-1"}, api.AnnotationPrepareAttempt},
-		{"both", map[string]string{api.AnnotationPrepareFromImage: "busybox", api.AnnotationPrepareFromPVC: "x"}, "exclusive"},
+		{"both", map[string]string{api.AnnotationPrepareFromImage: "busybox", api.AnnotationPrepareFromPVC: "x"}, "cannot be combined with " + api.AnnotationPrepareFromPVC},
 	}
 	for _, tt := range tests {
 		createPVC(t, pvc(ns, tt.name, tt.annotations))

@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/runplane/runplane/api"
-	"github.com/runplane/runplane/controllers/storage"
+	"github.com/runplane/runplane/pvcspec"
 )
 
 // indexGatedClaims indexes gated Pods by the PVCs they mount.
@@ -107,10 +107,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		case err != nil:
 			return reconcile.Result{}, fmt.Errorf("getting PVC %s: %w", name, err)
 		}
-		if storage.Ready(&pvc) {
+		if pvcspec.Ready(&pvc) {
 			continue
 		}
-		if bad, why := storage.Failed(&pvc); bad {
+		if bad, why := pvcspec.Failed(&pvc); bad {
 			failed = append(failed, fmt.Sprintf("%s: %s", name, why))
 		}
 		waiting = append(waiting, name)

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/pvcspec"
 )
 
 // Workspace is where a prepare Job sees the PVC it fills.
@@ -79,7 +80,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Named("storage-prepare").
 		For(&corev1.PersistentVolumeClaim{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			pvc, ok := o.(*corev1.PersistentVolumeClaim)
-			return ok && (HasPrepare(pvc) || pvc.Annotations[api.AnnotationPreparePhase] != "")
+			return ok && (pvcspec.WantsPreparation(pvc) || pvc.Annotations[api.AnnotationPreparePhase] != "")
 		}))).
 		Owns(&batchv1.Job{}).
 		// A copy waits for its source: wake the PVCs prepared from this one.
@@ -127,21 +128,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// finished Job Pods, and the garbage collector waits for the PVC.
 		return reconcile.Result{}, r.deleteJobs(ctx, &pvc)
 	}
-	spec, err := ParseSpec(&pvc)
-	if spec == nil && err == nil {
+	spec, attempt, ok, err := desired(&pvc)
+	if !ok {
 		return reconcile.Result{}, nil
 	}
 	st := StatusOf(&pvc)
 	if err != nil {
 		// Admission denies these; a PVC created before the webhook still
 		// deserves a clear status rather than silence.
-		observed := st.ObservedAttempt
-		if spec != nil {
-			observed = strconv.FormatInt(spec.Attempt, 10)
+		if attempt == "" {
+			attempt = st.ObservedAttempt
 		}
-		return reconcile.Result{}, r.report(ctx, &pvc, Status{Phase: api.PhaseFailed, Message: err.Error(), ObservedAttempt: observed}, "PrepareInvalid")
+		return reconcile.Result{}, r.report(ctx, &pvc, Status{Phase: api.PhaseFailed, Message: err.Error(), ObservedAttempt: attempt}, "PrepareInvalid")
 	}
-	attempt := strconv.FormatInt(spec.Attempt, 10)
 	jobName := JobName(pvc.Name, spec.Attempt)
 	if st.ObservedAttempt == attempt && (st.Phase == api.PhaseSucceeded || st.Phase == api.PhaseFailed) {
 		return reconcile.Result{}, nil // terminal until the attempt is bumped
@@ -172,14 +171,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 }
 
 // start creates the attempt's Job once its source is ready.
-func (r *Reconciler) start(ctx context.Context, pvc *corev1.PersistentVolumeClaim, spec *Spec, st Status, jobName string) (reconcile.Result, error) {
+func (r *Reconciler) start(ctx context.Context, pvc *corev1.PersistentVolumeClaim, spec pvcspec.Spec, st Status, jobName string) (reconcile.Result, error) {
 	attempt := strconv.FormatInt(spec.Attempt, 10)
 	if st.ObservedAttempt == attempt && st.Job == jobName && (st.Phase == api.PhaseRunning || (st.Phase == api.PhasePending && st.Job != "")) {
 		// We created it and someone deleted it before it finished.
 		return reconcile.Result{}, r.report(ctx, pvc, Status{Phase: api.PhaseFailed, Job: jobName, ObservedAttempt: attempt,
 			Message: fmt.Sprintf("Job %s was deleted before it finished; bump %s to retry", jobName, api.AnnotationPrepareAttempt)}, "PrepareFailed")
 	}
-	if spec.Kind == FromPVC {
+	if spec.FromPVC != "" {
 		var src corev1.PersistentVolumeClaim
 		err := r.Get(ctx, types.NamespacedName{Namespace: pvc.Namespace, Name: spec.FromPVC}, &src)
 		waiting := ""
@@ -188,7 +187,7 @@ func (r *Reconciler) start(ctx context.Context, pvc *corev1.PersistentVolumeClai
 			waiting = fmt.Sprintf("waiting for source PVC %s to exist", spec.FromPVC)
 		case err != nil:
 			return reconcile.Result{}, fmt.Errorf("getting source PVC %s: %w", spec.FromPVC, err)
-		case !Ready(&src):
+		case !pvcspec.Ready(&src):
 			phase := StatusOf(&src).Phase
 			if phase == "" {
 				phase = api.PhasePending
@@ -206,21 +205,21 @@ func (r *Reconciler) start(ctx context.Context, pvc *corev1.PersistentVolumeClai
 	if err := r.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
 		return reconcile.Result{}, fmt.Errorf("creating Job %s: %w", jobName, err)
 	}
-	what := "image " + spec.Image
-	if spec.Kind == FromPVC {
+	what := "image " + spec.FromImage
+	if spec.FromPVC != "" {
 		what = "PVC " + spec.FromPVC
 	}
 	return reconcile.Result{}, r.report(ctx, pvc, Status{Phase: api.PhasePending, Job: jobName, ObservedAttempt: attempt,
 		Message: fmt.Sprintf("attempt %s: Job %s prepares from %s", attempt, jobName, what)}, "PrepareStarted")
 }
 
-func (r *Reconciler) jobFor(pvc *corev1.PersistentVolumeClaim, spec *Spec, name string) *batchv1.Job {
+func (r *Reconciler) jobFor(pvc *corev1.PersistentVolumeClaim, spec pvcspec.Spec, name string) *batchv1.Job {
 	labels := map[string]string{api.LabelManagedBy: api.ManagedByController, labelPVCUID: string(pvc.UID)}
 	volumes := []corev1.Volume{{Name: "workspace", VolumeSource: corev1.VolumeSource{
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: pvc.Name}}}}
 	mounts := []corev1.VolumeMount{{Name: "workspace", MountPath: Workspace}}
-	c := corev1.Container{Name: "prepare", Image: spec.Image, Command: spec.Command, Args: spec.Args, WorkingDir: Workspace}
-	if spec.Kind == FromPVC {
+	c := corev1.Container{Name: "prepare", Image: spec.FromImage, Command: spec.Command, Args: spec.Args, WorkingDir: Workspace}
+	if spec.FromPVC != "" {
 		volumes = append(volumes, corev1.Volume{Name: "source", VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: spec.FromPVC, ReadOnly: true}}})
 		mounts = append(mounts, corev1.VolumeMount{Name: "source", MountPath: sourceMount, ReadOnly: true})

@@ -3,7 +3,9 @@
 // Job with the PVC at /workspace; runplane.io/prepare-from-pvc runs a copy Job
 // (runplane-copy) once its source is ready. Progress is reported in the
 // prepare-* annotations and in Events; bumping runplane.io/prepare-attempt
-// starts exactly one new attempt.
+// starts exactly one new attempt. The annotations are parsed by pvcspec, the
+// same rules admission applies: a claim admission would deny is reported
+// Failed (PrepareInvalid), never silently skipped.
 //
 // Idempotency comes from names, not memory: the Job of an attempt is named
 // from the PVC and the attempt, so a restarted controller finds the Job it
@@ -11,7 +13,6 @@
 package storage
 
 import (
-	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"strconv"
@@ -19,112 +20,33 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/pvcspec"
 )
 
-// Source kinds of a preparation.
-const (
-	FromImage = "image"
-	FromPVC   = "pvc"
-)
+// Status is what the controller reports in the PVC's annotations.
+type Status = pvcspec.Status
 
-// Spec is a PVC's preparation request, parsed from its annotations.
-type Spec struct {
-	Kind    string // FromImage or FromPVC
-	Image   string
-	Command []string
-	Args    []string
-	FromPVC string
-	Attempt int64
-}
+// StatusOf reads the written prepare-* annotations (pvcspec.StatusOf; kept
+// for callers that read the controller's report, such as test/e2e/rbac).
+func StatusOf(pvc *corev1.PersistentVolumeClaim) Status { return pvcspec.StatusOf(pvc) }
 
-// HasPrepare reports whether the PVC asks for any preparation.
-func HasPrepare(pvc *corev1.PersistentVolumeClaim) bool {
-	a := pvc.Annotations
-	return a[api.AnnotationPrepareFromImage] != "" || a[api.AnnotationPrepareFromPVC] != ""
-}
-
-// ParseAttempt reads runplane.io/prepare-attempt: absent means 0.
-func ParseAttempt(v string) (int64, error) {
-	if v == "" {
-		return 0, nil
+// desired is what the controller makes of a PVC: ok is false when it asks
+// for no preparation; err is the pvcspec error when its request is invalid.
+// attempt is the attempt to record then: the one asked for when that key
+// alone parses, so fixing the annotations needs a bump like any failed
+// attempt.
+func desired(pvc *corev1.PersistentVolumeClaim) (spec pvcspec.Spec, attempt string, ok bool, err error) {
+	if !pvcspec.WantsPreparation(pvc) {
+		return pvcspec.Spec{}, "", false, nil
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("%s: %q is not a non-negative integer", api.AnnotationPrepareAttempt, v)
-	}
-	return n, nil
-}
-
-// ParseSpec reads the preparation annotations. It returns nil, nil when the
-// PVC asks for no preparation, and an error naming the key on bad input.
-func ParseSpec(pvc *corev1.PersistentVolumeClaim) (*Spec, error) {
-	if !HasPrepare(pvc) {
-		return nil, nil
-	}
-	a := pvc.Annotations
-	attempt, err := ParseAttempt(a[api.AnnotationPrepareAttempt])
+	spec, err = pvcspec.ParseClaim(pvc)
 	if err != nil {
-		return nil, err
-	}
-	s := &Spec{Attempt: attempt, Image: a[api.AnnotationPrepareFromImage], FromPVC: a[api.AnnotationPrepareFromPVC]}
-	switch {
-	case s.Image != "" && s.FromPVC != "":
-		return s, fmt.Errorf("%s and %s are exclusive: set one of them", api.AnnotationPrepareFromImage, api.AnnotationPrepareFromPVC)
-	case s.FromPVC == pvc.Name:
-		return s, fmt.Errorf("%s: a PVC cannot be prepared from itself", api.AnnotationPrepareFromPVC)
-	case s.FromPVC != "":
-		s.Kind = FromPVC
-		return s, nil
-	}
-	s.Kind = FromImage
-	for key, dst := range map[string]*[]string{api.AnnotationPrepareCommand: &s.Command, api.AnnotationPrepareArgs: &s.Args} {
-		v, ok := a[key]
-		if !ok {
-			continue
+		if n, aerr := pvcspec.Attempt(pvc.Annotations); aerr == nil {
+			attempt = strconv.FormatInt(n, 10)
 		}
-		if err := json.Unmarshal([]byte(v), dst); err != nil {
-			return s, fmt.Errorf("%s: %q is not a JSON array of strings: %w", key, v, err)
-		}
+		return pvcspec.Spec{}, attempt, true, err
 	}
-	return s, nil
-}
-
-// Status is what the controller reported in the PVC's annotations.
-type Status struct {
-	Phase, Job, Message string
-	ObservedAttempt     string
-}
-
-// StatusOf reads the written prepare-* annotations.
-func StatusOf(pvc *corev1.PersistentVolumeClaim) Status {
-	a := pvc.Annotations
-	return Status{Phase: a[api.AnnotationPreparePhase], Job: a[api.AnnotationPrepareJob],
-		Message: a[api.AnnotationPrepareMessage], ObservedAttempt: a[api.AnnotationPrepareObservedAttempt]}
-}
-
-// Ready reports whether the PVC's data can be used: it asks for no
-// preparation, or the current attempt has Succeeded.
-func Ready(pvc *corev1.PersistentVolumeClaim) bool {
-	if !HasPrepare(pvc) {
-		return true
-	}
-	st := StatusOf(pvc)
-	attempt, err := ParseAttempt(pvc.Annotations[api.AnnotationPrepareAttempt])
-	return err == nil && st.Phase == api.PhaseSucceeded && st.ObservedAttempt == strconv.FormatInt(attempt, 10)
-}
-
-// Failed reports whether the current attempt has Failed, and why.
-func Failed(pvc *corev1.PersistentVolumeClaim) (bool, string) {
-	if !HasPrepare(pvc) {
-		return false, ""
-	}
-	st := StatusOf(pvc)
-	attempt, err := ParseAttempt(pvc.Annotations[api.AnnotationPrepareAttempt])
-	if err != nil {
-		return true, err.Error()
-	}
-	return st.Phase == api.PhaseFailed && st.ObservedAttempt == strconv.FormatInt(attempt, 10), st.Message
+	return spec, strconv.FormatInt(spec.Attempt, 10), true, nil
 }
 
 // JobName is the deterministic name of a PVC's prepare Job for an attempt.

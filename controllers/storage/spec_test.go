@@ -1,6 +1,10 @@
 package storage
 
 import (
+	"encoding/json"
+	"errors"
+	"os"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -8,48 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/pvcspec"
+	"github.com/runplane/runplane/webhook/pvc"
 )
-
-func TestParseSpec(t *testing.T) {
-	tests := []struct {
-		name    string
-		ann     map[string]string
-		want    string // Kind, or "" for no preparation
-		wantErr string // substring naming the key
-	}{
-		{"none", nil, "", ""},
-		{"image", map[string]string{api.AnnotationPrepareFromImage: "busybox", api.AnnotationPrepareCommand: `["sh"]`, api.AnnotationPrepareArgs: `["-c","true"]`}, FromImage, ""},
-		{"pvc", map[string]string{api.AnnotationPrepareFromPVC: "base"}, FromPVC, ""},
-		{"both", map[string]string{api.AnnotationPrepareFromImage: "x", api.AnnotationPrepareFromPVC: "y"}, "", "exclusive"},
-		{"self", map[string]string{api.AnnotationPrepareFromPVC: "me"}, "", api.AnnotationPrepareFromPVC},
-		{"bad command", map[string]string{api.AnnotationPrepareFromImage: "x", api.AnnotationPrepareCommand: `sh -c`}, "", api.AnnotationPrepareCommand},
-		{"bad args", map[string]string{api.AnnotationPrepareFromImage: "x", api.AnnotationPrepareArgs: `[1]`}, "", api.AnnotationPrepareArgs},
-		{"bad attempt", map[string]string{api.AnnotationPrepareFromImage: "x", api.AnnotationPrepareAttempt: "two"}, "", api.AnnotationPrepareAttempt},
-		{"negative attempt", map[string]string{api.AnnotationPrepareFromImage: "x", api.AnnotationPrepareAttempt: "-1"}, "", api.AnnotationPrepareAttempt},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "me", Annotations: tt.ann}}
-			s, err := ParseSpec(pvc)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want it to name %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := ""
-			if s != nil {
-				got = s.Kind
-			}
-			if got != tt.want {
-				t.Fatalf("kind = %q, want %q", got, tt.want)
-			}
-		})
-	}
-}
 
 func TestJobName(t *testing.T) {
 	long := strings.Repeat("a", 80)
@@ -72,22 +37,112 @@ func TestJobName(t *testing.T) {
 	}
 }
 
-func TestReady(t *testing.T) {
+// TestAdmissionAndControllerAgree feeds pvcspec's shared table
+// (pvcspec/testdata/cases.json) to the webhook's validation and to what
+// this controller makes of the same claim. Admission may deny a claim the
+// controller has nothing to do with (a bad accessor value without a
+// preparation); for a claim that asks for preparation the two decide alike,
+// with the same message, and an admitted claim's Job runs exactly what the
+// annotations say.
+func TestAdmissionAndControllerAgree(t *testing.T) {
+	raw, err := os.ReadFile("../../pvcspec/testdata/cases.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []struct {
+		Name string            `json:"name"`
+		A    map[string]string `json:"annotations"`
+	}
+	if err := json.Unmarshal(raw, &cases); err != nil || len(cases) < 30 {
+		t.Fatalf("shared table: %d cases, %v", len(cases), err)
+	}
+	r := &Reconciler{Options: Options{Image: "runplane:test"}}
+	for _, tt := range cases {
+		t.Run(tt.Name, func(t *testing.T) {
+			claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: "ns", Annotations: tt.A}}
+			denied := pvc.ValidateCreate(claim)
+			spec, attempt, asks, rejected := desired(claim)
+			if denied != nil {
+				var inv *pvcspec.InvalidError
+				if !errors.As(denied, &inv) {
+					t.Fatalf("admission error %v is not a *pvcspec.InvalidError", denied)
+				}
+			}
+			if !asks {
+				if rejected != nil {
+					t.Fatalf("controller rejects a claim that asks for no preparation: %v", rejected)
+				}
+				if pvcspec.NeedsPreparation(claim) || !pvcspec.Ready(claim) {
+					t.Fatal("a claim without preparation is gated")
+				}
+				return
+			}
+			switch {
+			case denied != nil && rejected == nil:
+				t.Fatalf("admission denies (%v) what the controller would prepare", denied)
+			case denied == nil && rejected != nil:
+				t.Fatalf("the controller rejects (%v) what admission admits", rejected)
+			case denied != nil:
+				if denied.Error() != rejected.Error() {
+					t.Fatalf("messages differ:\nadmission:  %v\ncontroller: %v", denied, rejected)
+				}
+				if !pvcspec.NeedsPreparation(claim) {
+					t.Fatal("an invalid preparation request does not hold Pods")
+				}
+				return
+			}
+			// Admitted: the Job does what was asked, and readiness follows
+			// the attempt the controller records.
+			c := r.jobFor(claim, spec, JobName(claim.Name, spec.Attempt)).Spec.Template.Spec.Containers[0]
+			if src := tt.A[api.AnnotationPrepareFromPVC]; src != "" {
+				if c.Image != r.Image || spec.FromPVC != src {
+					t.Fatalf("copy Job runs %s from %q, want %s from %q", c.Image, spec.FromPVC, r.Image, src)
+				}
+			} else {
+				want := func(key string) []string {
+					v, ok := tt.A[key]
+					if !ok {
+						return nil
+					}
+					var l []string
+					if err := json.Unmarshal([]byte(v), &l); err != nil {
+						t.Fatalf("admitted %s %q: %v", key, v, err)
+					}
+					return l
+				}
+				if c.Image != tt.A[api.AnnotationPrepareFromImage] || !reflect.DeepEqual(c.Command, want(api.AnnotationPrepareCommand)) || !reflect.DeepEqual(c.Args, want(api.AnnotationPrepareArgs)) {
+					t.Fatalf("Job container %s %q %q does not match %v", c.Image, c.Command, c.Args, tt.A)
+				}
+			}
+			if !pvcspec.NeedsPreparation(claim) {
+				t.Fatal("a claim not yet prepared does not hold Pods")
+			}
+			done := claim.DeepCopy()
+			done.Annotations[api.AnnotationPreparePhase] = api.PhaseSucceeded
+			done.Annotations[api.AnnotationPrepareObservedAttempt] = attempt
+			if !pvcspec.Ready(done) || pvcspec.NeedsPreparation(done) {
+				t.Fatalf("attempt %s recorded Succeeded, but the claim is not ready", attempt)
+			}
+		})
+	}
+}
+
+// An invalid request records the attempt the user asked for when that key
+// parses, and the previous one otherwise (the attempt itself is invalid).
+func TestDesiredAttemptOfInvalid(t *testing.T) {
 	tests := []struct {
-		name string
-		ann  map[string]string
-		want bool
+		a    map[string]string
+		want string
 	}{
-		{"no prepare", nil, true},
-		{"succeeded", map[string]string{api.AnnotationPrepareFromImage: "x", api.AnnotationPreparePhase: api.PhaseSucceeded, api.AnnotationPrepareObservedAttempt: "0"}, true},
-		{"succeeded, attempt bumped", map[string]string{api.AnnotationPrepareFromImage: "x", api.AnnotationPrepareAttempt: "1", api.AnnotationPreparePhase: api.PhaseSucceeded, api.AnnotationPrepareObservedAttempt: "0"}, false},
-		{"running", map[string]string{api.AnnotationPrepareFromImage: "x", api.AnnotationPreparePhase: api.PhaseRunning, api.AnnotationPrepareObservedAttempt: "0"}, false},
-		{"not started", map[string]string{api.AnnotationPrepareFromPVC: "y"}, false},
+		{map[string]string{api.AnnotationPrepareFromImage: "b", api.AnnotationPrepareFromPVC: "c", api.AnnotationPrepareAttempt: "4"}, "4"},
+		{map[string]string{api.AnnotationPrepareFromImage: "b", api.AnnotationPrepareCommand: "null"}, "0"},
+		{map[string]string{api.AnnotationPrepareFromImage: "b", api.AnnotationPrepareAttempt: "x"}, ""},
 	}
 	for _, tt := range tests {
-		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "me", Annotations: tt.ann}}
-		if got := Ready(pvc); got != tt.want {
-			t.Errorf("%s: Ready = %t, want %t", tt.name, got, tt.want)
+		claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data", Annotations: tt.a}}
+		_, attempt, asks, err := desired(claim)
+		if !asks || err == nil || attempt != tt.want {
+			t.Errorf("%v: asks=%t err=%v attempt=%q, want an error and attempt %q", tt.a, asks, err, attempt, tt.want)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/catalog"
+	"github.com/runplane/runplane/pvcspec"
 )
 
 // Injected objects carry every field the API server would default, so a
@@ -368,7 +369,7 @@ func (m *Mutator) applyStorageGate(ctx context.Context, pod *corev1.Pod, namespa
 		if err != nil {
 			return false, fmt.Errorf("storage gate: reading PVC %s/%s: %w", namespace, v.PersistentVolumeClaim.ClaimName, err)
 		}
-		if pvc == nil || NeedsPreparation(pvc) {
+		if pvc == nil || pvcspec.NeedsPreparation(pvc) {
 			need = true
 			break
 		}
@@ -378,26 +379,6 @@ func (m *Mutator) applyStorageGate(ctx context.Context, pod *corev1.Pod, namespa
 	}
 	pod.Spec.SchedulingGates = append(pod.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: api.SchedulingGateStorage})
 	return true, nil
-}
-
-// NeedsPreparation reports whether a PVC asks for preparation whose
-// current attempt has not succeeded yet. It is the inverse of the gate
-// controller's readiness (controllers/storage.Ready): phase Succeeded for the
-// attempt the user asked for (runplane.io/prepare-attempt, absent = 0).
-func NeedsPreparation(pvc *corev1.PersistentVolumeClaim) bool {
-	a := pvc.Annotations
-	if a[api.AnnotationPrepareFromImage] == "" && a[api.AnnotationPrepareFromPVC] == "" {
-		return false
-	}
-	attempt := int64(0)
-	if v := a[api.AnnotationPrepareAttempt]; v != "" {
-		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		if err != nil || n < 0 {
-			return true // the controller cannot prepare it either: hold the Pod
-		}
-		attempt = n
-	}
-	return a[api.AnnotationPreparePhase] != api.PhaseSucceeded || a[api.AnnotationPrepareObservedAttempt] != strconv.FormatInt(attempt, 10)
 }
 
 func hasGate(pod *corev1.Pod) bool {

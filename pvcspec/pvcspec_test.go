@@ -1,0 +1,202 @@
+package pvcspec
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/runplane/runplane/api"
+)
+
+// Case is one entry of testdata/cases.json, the shared table of annotation
+// sets: these tests use it, and so does the test in controllers/storage that
+// checks admission and the controller agree on it. Claims are named "data".
+// WantKey is the key a denial names ("" = valid), WantMsg a substring of the
+// message, Want the parsed Spec of a valid set.
+type Case struct {
+	Name    string            `json:"name"`
+	A       map[string]string `json:"annotations"`
+	WantKey string            `json:"wantKey"`
+	WantMsg string            `json:"wantMsg"`
+	Want    Spec              `json:"want"`
+}
+
+func loadCases(t *testing.T) []Case {
+	t.Helper()
+	f, err := os.Open("testdata/cases.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	dec := json.NewDecoder(f)
+	dec.DisallowUnknownFields() // a misspelt field would make a case vacuous
+	var cases []Case
+	if err := dec.Decode(&cases); err != nil {
+		t.Fatalf("testdata/cases.json: %v", err)
+	}
+	if len(cases) < 30 {
+		t.Fatalf("testdata/cases.json holds %d cases; the table was lost", len(cases))
+	}
+	return cases
+}
+
+func TestParse(t *testing.T) {
+	for _, tt := range loadCases(t) {
+		t.Run(tt.Name, func(t *testing.T) {
+			s, err := Parse("data", tt.A)
+			if tt.WantKey == "" {
+				if err != nil {
+					t.Fatalf("want valid, got %v", err)
+				}
+				if !reflect.DeepEqual(s, tt.Want) {
+					t.Fatalf("spec = %+v, want %+v", s, tt.Want)
+				}
+				return
+			}
+			var inv *InvalidError
+			if !errors.As(err, &inv) {
+				t.Fatalf("want *InvalidError for %s, got %v", tt.WantKey, err)
+			}
+			if inv.Key != tt.WantKey || !strings.Contains(err.Error(), tt.WantMsg) || !strings.HasPrefix(err.Error(), "annotation "+tt.WantKey+": ") {
+				t.Fatalf("got %q, want key %s and %q", err, tt.WantKey, tt.WantMsg)
+			}
+			if !reflect.DeepEqual(s, Spec{}) {
+				t.Fatalf("invalid input returned spec %+v, want the zero Spec", s)
+			}
+		})
+	}
+}
+
+func claim(a map[string]string) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data", Annotations: a}}
+}
+
+// with returns a copy of a with the given key/value pairs added.
+func with(a map[string]string, kv ...string) map[string]string {
+	out := map[string]string{}
+	for k, v := range a {
+		out[k] = v
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		out[kv[i]] = kv[i+1]
+	}
+	return out
+}
+
+func TestReadiness(t *testing.T) {
+	img := map[string]string{api.AnnotationPrepareFromImage: "x"}
+	done := func(a map[string]string, observed string) map[string]string {
+		return with(a, api.AnnotationPreparePhase, api.PhaseSucceeded, api.AnnotationPrepareObservedAttempt, observed)
+	}
+	tests := []struct {
+		name        string
+		a           map[string]string
+		wants       bool // WantsPreparation
+		ready       bool
+		failed      bool
+		failedNames string // substring of Failed's reason
+	}{
+		{"no prepare", nil, false, true, false, ""},
+		{"accessor only", map[string]string{api.AnnotationAccessor: api.AccessorEnabled}, false, true, false, ""},
+		{"invalid but no source", map[string]string{api.AnnotationPrepareAttempt: "-1"}, false, true, false, ""},
+		{"succeeded", done(img, "0"), true, true, false, ""},
+		{"succeeded, explicit attempt 0", done(with(img, api.AnnotationPrepareAttempt, "0"), "0"), true, true, false, ""},
+		{"succeeded, attempt bumped", done(with(img, api.AnnotationPrepareAttempt, "1"), "0"), true, false, false, ""},
+		{"succeeded attempt 2", done(with(img, api.AnnotationPrepareAttempt, "2"), "2"), true, true, false, ""},
+		{"running", with(img, api.AnnotationPreparePhase, api.PhaseRunning, api.AnnotationPrepareObservedAttempt, "0"), true, false, false, ""},
+		{"not started", map[string]string{api.AnnotationPrepareFromPVC: "y"}, true, false, false, ""},
+		{"failed", with(img, api.AnnotationPreparePhase, api.PhaseFailed, api.AnnotationPrepareObservedAttempt, "0", api.AnnotationPrepareMessage, "exit 1"), true, false, true, "exit 1"},
+		{"failed earlier attempt", with(img, api.AnnotationPrepareAttempt, "1", api.AnnotationPreparePhase, api.PhaseFailed, api.AnnotationPrepareObservedAttempt, "0"), true, false, false, ""},
+		// Empty is not absent: an empty source asks for preparation and is invalid.
+		{"empty image", map[string]string{api.AnnotationPrepareFromImage: ""}, true, false, true, api.AnnotationPrepareFromImage},
+		{"empty source", map[string]string{api.AnnotationPrepareFromPVC: ""}, true, false, true, api.AnnotationPrepareFromPVC},
+		// Invalid annotations are never ready, whatever the status says.
+		{"succeeded but invalid attempt", done(with(img, api.AnnotationPrepareAttempt, " 0"), "0"), true, false, true, api.AnnotationPrepareAttempt},
+		{"succeeded but null command", done(with(img, api.AnnotationPrepareCommand, "null"), "0"), true, false, true, api.AnnotationPrepareCommand},
+		{"both sources", map[string]string{api.AnnotationPrepareFromImage: "x", api.AnnotationPrepareFromPVC: "y"}, true, false, true, "cannot be combined"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pvc := claim(tt.a)
+			if got := WantsPreparation(pvc); got != tt.wants {
+				t.Errorf("WantsPreparation = %t, want %t", got, tt.wants)
+			}
+			if got := Ready(pvc); got != tt.ready {
+				t.Errorf("Ready = %t, want %t", got, tt.ready)
+			}
+			if got, want := NeedsPreparation(pvc), tt.wants && !tt.ready; got != want {
+				t.Errorf("NeedsPreparation = %t, want %t", got, want)
+			}
+			failed, why := Failed(pvc)
+			if failed != tt.failed || (tt.failed && !strings.Contains(why, tt.failedNames)) {
+				t.Errorf("Failed = %t %q, want %t naming %q", failed, why, tt.failed, tt.failedNames)
+			}
+		})
+	}
+}
+
+func TestAttempt(t *testing.T) {
+	tests := []struct {
+		a       map[string]string
+		want    int64
+		wantErr bool
+	}{
+		{nil, 0, false},
+		{map[string]string{api.AnnotationPrepareAttempt: "0"}, 0, false},
+		{map[string]string{api.AnnotationPrepareAttempt: "007"}, 7, false},
+		{map[string]string{api.AnnotationPrepareAttempt: ""}, 0, true},
+		{map[string]string{api.AnnotationPrepareAttempt: "1 "}, 0, true},
+		{map[string]string{api.AnnotationPrepareAttempt: "2147483648"}, 0, true},
+	}
+	for _, tt := range tests {
+		got, err := Attempt(tt.a)
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("Attempt(%v) = %d, %v; want %d, error %t", tt.a, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+// FuzzParse: any annotation values are either accepted, with a Spec that
+// holds what was asked, or refused with an error naming a configurable key;
+// never a panic. The seed corpus runs with go test.
+func FuzzParse(f *testing.F) {
+	f.Add("busybox:1.36", "", `["sh","-c","true"]`, `[]`, "3", "enabled", uint8(0b111101))
+	f.Add("b", "c", "", "", "", "", uint8(0b000011))
+	f.Add("", "", `[1]`, `null`, "-1", "yes", uint8(0b111100))
+	f.Fuzz(func(t *testing.T, image, source, command, args, attempt, accessor string, mask uint8) {
+		a := map[string]string{}
+		for i, kv := range [][2]string{{api.AnnotationPrepareFromImage, image}, {api.AnnotationPrepareFromPVC, source},
+			{api.AnnotationPrepareCommand, command}, {api.AnnotationPrepareArgs, args},
+			{api.AnnotationPrepareAttempt, attempt}, {api.AnnotationAccessor, accessor}} {
+			if mask&(1<<i) != 0 {
+				a[kv[0]] = kv[1]
+			}
+		}
+		s, err := Parse("data", a)
+		if err != nil {
+			var inv *InvalidError
+			if !errors.As(err, &inv) || !strings.HasPrefix(inv.Key, api.Prefix) {
+				t.Fatalf("error does not name a key: %v", err)
+			}
+			return
+		}
+		// Accepted: presence means a usable value, so every reader agrees.
+		_, hasImage := a[api.AnnotationPrepareFromImage]
+		_, hasSource := a[api.AnnotationPrepareFromPVC]
+		if s.Prepares() != (hasImage || hasSource) || s.Prepares() != WantsPreparation(claim(a)) {
+			t.Fatalf("accepted %v but Prepares = %t", a, s.Prepares())
+		}
+		if _, ok := a[api.AnnotationPrepareCommand]; ok && len(s.Command) == 0 {
+			t.Fatalf("accepted command %q as empty", command)
+		}
+		if _, ok := a[api.AnnotationPrepareArgs]; ok && s.Args == nil {
+			t.Fatalf("accepted args %q as null", args)
+		}
+	})
+}
