@@ -474,6 +474,13 @@ func TestRestartResumesUnackedWork(t *testing.T) {
 	first := start()
 	e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: "resume"}})
 	waitEvent(t, events, "started", func(ev messages.Event) bool { return ev.Type == messages.EventStarted })
+	// The started event can beat the HTTP call: kill only once the
+	// framework has the invocation, so the kill is truly mid-invocation.
+	for deadline := time.Now().Add(10 * time.Second); calls.Load() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the framework never received the invocation")
+		}
+	}
 	_ = first.Process.Kill()
 	_ = first.Wait()
 	mu.Lock()
