@@ -35,7 +35,11 @@ func main() {
 	flag.DurationVar(&cfg.RetryPeriod, "retry-period", 0, "leader-election retry period (default 2s)")
 	flag.DurationVar(&cfg.ClaimTimeout, "claim-timeout", 0, "bound on deleting a placeholder and waiting until it is gone (default 10s)")
 	flag.Parse()
-	cfg.TLSHosts = strings.Split(hosts, ",")
+	for _, h := range strings.Split(hosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			cfg.TLSHosts = append(cfg.TLSHosts, h)
+		}
+	}
 	if cfg.FollowLease != "" {
 		cfg.LeaderElection = false // following the scheduler's Lease replaces the own election
 	}
@@ -46,7 +50,6 @@ func main() {
 		fmt.Fprintf(os.Stderr, "runplane-extender: loading kubeconfig: %v\n", err)
 		os.Exit(2)
 	}
-	rc.QPS, rc.Burst = 200, 400
 	cfg.RESTConfig = rc
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -733,10 +733,14 @@ func (a *Activator) publishDispatch(it *item, workerName string, attempt int) (u
 		if err == nil {
 			return pa.Sequence, nil
 		}
-		if i == 2 || a.ctx.Err() != nil {
+		if i == 2 {
 			return 0, fmt.Errorf("publish dispatch %s: %w", msgID, err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-a.ctx.Done():
+			return 0, fmt.Errorf("publish dispatch %s: %w", msgID, errors.Join(err, a.ctx.Err()))
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
 
@@ -1128,10 +1132,14 @@ func (a *Activator) deadLetter(it *item, reason string) {
 	msg.Header.Set("Runplane-Reason", reason)
 	for {
 		_, err := st.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(it.inv.InvocationID+".deadletter"))
-		if err == nil || ctx.Err() != nil {
+		if err == nil {
 			break
 		}
-		time.Sleep(time.Second)
+		select {
+		case <-ctx.Done(): // shutting down: the next leader dead-letters it
+			return
+		case <-time.After(time.Second):
+		}
 	}
 	_, err := a.write(it, func(c *stream.Cached) (bool, error) {
 		return st.TransitionCached(ctx, it.inv.InvocationID, c, messages.StateDeadLettered, "", 0, func(r *messages.Record) { r.Error = reason })
