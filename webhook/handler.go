@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,7 +11,6 @@ import (
 	"net/http"
 	"time"
 
-	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -134,6 +134,9 @@ func requestedFeatures(labels map[string]string) []string {
 	return out
 }
 
+// injectedKey is how the injected annotation's key appears in a Pod's JSON.
+var injectedKey = []byte(`"` + api.AnnotationInjected + `"`)
+
 func (h *Handler) mutatePod(ctx context.Context, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, []string, string) {
 	if req.Kind.Kind != "Pod" || req.Operation != admissionv1.Create || req.SubResource != "" {
 		return &admissionv1.AdmissionResponse{Allowed: true}, []string{"none"}, OutcomeUnchanged
@@ -147,7 +150,9 @@ func (h *Handler) mutatePod(ctx context.Context, req *admissionv1.AdmissionReque
 			Annotations map[string]string `json:"annotations"`
 		} `json:"metadata"`
 	}
-	if err := json.Unmarshal(req.Object.Raw, &meta); err == nil && h.mutator.AlreadyInjected(meta.Metadata.Labels, meta.Metadata.Annotations) {
+	// Only a Pod that carries the injected annotation can be a
+	// reinvocation; a first admission skips this extra pass over the body.
+	if bytes.Contains(req.Object.Raw, injectedKey) && json.Unmarshal(req.Object.Raw, &meta) == nil && h.mutator.AlreadyInjected(meta.Metadata.Labels, meta.Metadata.Annotations) {
 		return &admissionv1.AdmissionResponse{Allowed: true}, requestedFeatures(meta.Metadata.Labels), OutcomeUnchanged
 	}
 	var pod corev1.Pod
@@ -183,32 +188,6 @@ func (h *Handler) mutatePod(ctx context.Context, req *admissionv1.AdmissionReque
 	pt := admissionv1.PatchTypeJSONPatch
 	h.log.Debug("mutated Pod", "namespace", req.Namespace, "name", podName(&pod), "features", features)
 	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt}, features, OutcomeMutated
-}
-
-// Patch is the JSON patch from one Pod to another, nil when they are equal.
-// Both sides are encoded from the same Go types, so fields this webhook's
-// API version does not know are never removed.
-func Patch(from, to *corev1.Pod) ([]byte, error) {
-	a, err := json.Marshal(from)
-	if err != nil {
-		return nil, fmt.Errorf("encoding the Pod: %w", err)
-	}
-	b, err := json.Marshal(to)
-	if err != nil {
-		return nil, fmt.Errorf("encoding the mutated Pod: %w", err)
-	}
-	ops, err := jsonpatch.CreatePatch(a, b)
-	if err != nil {
-		return nil, fmt.Errorf("computing the patch: %w", err)
-	}
-	if len(ops) == 0 {
-		return nil, nil
-	}
-	out, err := json.Marshal(ops)
-	if err != nil {
-		return nil, fmt.Errorf("encoding the patch: %w", err)
-	}
-	return out, nil
 }
 
 func podName(p *corev1.Pod) string {

@@ -49,13 +49,15 @@ type stack struct {
 	errs     chan error
 }
 
-// stop stops every component and waits for them.
+// stop stops every component and waits for them: the in-process ones
+// first, then what they used (workers, scheduler, NATS, the log file), in
+// the reverse order of starting.
 func (s *stack) stop() {
 	s.cancel()
+	s.wg.Wait()
 	for i := len(s.stops) - 1; i >= 0; i-- {
 		s.stops[i]()
 	}
-	s.wg.Wait()
 }
 
 // goRun runs a component until the stack stops; an early error is reported
