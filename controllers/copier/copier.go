@@ -9,17 +9,22 @@
 package copier
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -58,24 +63,40 @@ const batchSize = 256
 
 type inodeKey struct{ dev, ino uint64 }
 
+// entry is a directory (or the root) whose metadata is applied at the end.
 type entry struct {
 	src, dst string
-	st       *syscall.Stat_t
-	mode     fs.FileMode
+	st       *unix.Stat_t
+}
+
+// dirent is one name from getdents with its d_type, which spares an lstat
+// per entry: regular files are stat'ed through their open descriptor.
+type dirent struct {
+	name string
+	typ  uint8
 }
 
 type task struct {
-	dir     *entry  // a directory to read, or
-	entries []entry // non-directory entries to create
+	dir            *entry   // a directory to read, or
+	srcDir, dstDir string   // the directories of
+	entries        []dirent // non-directory entries to create
 }
 
 type linkReq struct{ first, dst string }
 
 type copier struct {
-	ctx      context.Context
-	cancel   context.CancelCauseFunc
-	euid     int
-	progress Progress // updated atomically
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	euid   int
+	egid   int
+	// inheritGID: the destination root is setgid, so new entries take its
+	// group rather than the copier's and ownership must always be set.
+	inheritGID bool
+	// umask as read at start; modeExact is false when the creation mode
+	// cannot be trusted (umask unknown, default ACL on the destination).
+	umask     uint32
+	modeExact bool
+	progress  Progress // updated atomically
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -85,22 +106,27 @@ type copier struct {
 	inodes  map[inodeKey]string // first destination path of a multiply linked inode
 	links   []linkReq
 
-	bufs sync.Pool
+	bufs       sync.Pool
+	direntBufs sync.Pool
 }
 
 // Copy copies the tree at from into to. to is created if missing; an existing
 // to must be a directory, and existing entries inside it make the copy fail
 // (it fills fresh volumes, it does not merge).
 func Copy(ctx context.Context, from, to string, opts Options) (Progress, error) {
-	rootInfo, err := os.Lstat(from)
-	if err != nil {
-		return Progress{}, fmt.Errorf("copier: source: %w", err)
+	var rootSt unix.Stat_t
+	if err := unix.Lstat(from, &rootSt); err != nil {
+		return Progress{}, fmt.Errorf("copier: source: %w", &fs.PathError{Op: "lstat", Path: from, Err: err})
 	}
-	if !rootInfo.IsDir() {
+	if rootSt.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return Progress{}, fmt.Errorf("copier: source %s is not a directory", from)
 	}
 	if err := os.MkdirAll(to, 0o700); err != nil {
 		return Progress{}, fmt.Errorf("copier: destination: %w", err)
+	}
+	var toSt unix.Stat_t
+	if err := unix.Stat(to, &toSt); err != nil {
+		return Progress{}, fmt.Errorf("copier: destination: %w", &fs.PathError{Op: "stat", Path: to, Err: err})
 	}
 	workers := opts.Workers
 	if workers <= 0 {
@@ -112,7 +138,14 @@ func Copy(ctx context.Context, from, to string, opts Options) (Progress, error) 
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	c := &copier{ctx: ctx, cancel: cancel, euid: os.Geteuid(), inodes: map[inodeKey]string{}}
+	umask, umaskKnown := readUmask()
+	c := &copier{
+		ctx: ctx, cancel: cancel, euid: os.Geteuid(), egid: os.Getegid(),
+		inheritGID: toSt.Mode&unix.S_ISGID != 0,
+		umask:      umask,
+		modeExact:  umaskKnown && !hasDefaultACL(to),
+		inodes:     map[inodeKey]string{},
+	}
 	c.cond = sync.NewCond(&c.mu)
 	// Wake idle workers when the copy fails or the caller gives up; the
 	// lock makes sure no worker is between its check and its Wait.
@@ -122,9 +155,12 @@ func Copy(ctx context.Context, from, to string, opts Options) (Progress, error) 
 		c.mu.Unlock()
 	})
 	defer stopWake()
-	c.bufs.New = func() any { b := make([]byte, smallFile); return &b }
+	// One page more than smallFile so a small file is read in one call that
+	// also shows its end (see copyData).
+	c.bufs.New = func() any { b := make([]byte, smallFile+4096); return &b }
+	c.direntBufs.New = func() any { b := make([]byte, 32<<10); return &b }
 
-	root := entry{src: from, dst: to, st: rootInfo.Sys().(*syscall.Stat_t), mode: rootInfo.Mode()}
+	root := entry{src: from, dst: to, st: &rootSt}
 	c.dirs = append(c.dirs, root)
 	c.push(task{dir: &root})
 
@@ -169,7 +205,8 @@ func Copy(ctx context.Context, from, to string, opts Options) (Progress, error) 
 		atomic.AddInt64(&c.progress.Files, 1)
 	}
 	for i := len(c.dirs) - 1; i >= 0; i-- { // deepest first: parents' mtimes are final
-		if err := c.applyMeta(c.dirs[i], -1); err != nil {
+		d := c.dirs[i]
+		if err := c.applyMetaAt(unix.AT_FDCWD, d.dst, d.st, false); err != nil {
 			return c.snapshot(), err
 		}
 	}
@@ -179,6 +216,31 @@ func Copy(ctx context.Context, from, to string, opts Options) (Progress, error) 
 		opts.Progress(p)
 	}
 	return p, nil
+}
+
+// readUmask reads the process umask without changing it (umask(2) can only
+// read by setting, which would race with other goroutines creating files).
+func readUmask() (uint32, bool) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(b)) {
+		v, ok := strings.CutPrefix(line, "Umask:")
+		if !ok {
+			continue
+		}
+		m, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32)
+		return uint32(m), err == nil
+	}
+	return 0, false
+}
+
+// hasDefaultACL reports whether new entries under dir take their mode from a
+// default ACL instead of the umask.
+func hasDefaultACL(dir string) bool {
+	n, err := unix.Getxattr(dir, "system.posix_acl_default", nil)
+	return err == nil && n > 0
 }
 
 func (c *copier) snapshot() Progress {
@@ -239,11 +301,7 @@ func (c *copier) work() {
 		if t.dir != nil {
 			err = c.readDir(*t.dir)
 		} else {
-			for _, e := range t.entries {
-				if err = c.copyEntry(e); err != nil {
-					break
-				}
-			}
+			err = c.copyBatch(t.srcDir, t.dstDir, t.entries)
 		}
 		if err != nil {
 			c.fail(err)
@@ -255,122 +313,256 @@ func (c *copier) work() {
 	}
 }
 
+// readDir creates d's subdirectories (queued for their own reads) and copies
+// its first batch of other entries itself, with the directory descriptors it
+// already holds and its dentries still warm; further batches go to the queue.
 func (c *copier) readDir(d entry) error {
-	names, err := readNames(d.src)
+	srcFd, err := openDir(d.src)
 	if err != nil {
 		return fmt.Errorf("copier: read dir %s: %w", d.src, err)
 	}
-	batch := make([]entry, 0, min(len(names), batchSize))
-	for _, name := range names {
-		src := filepath.Join(d.src, name)
-		var st syscall.Stat_t
-		if err := syscall.Lstat(src, &st); err != nil {
-			return fmt.Errorf("copier: lstat %s: %w", src, err)
-		}
-		e := entry{src: src, dst: filepath.Join(d.dst, name), st: &st, mode: modeOf(&st)}
-		if e.mode.IsDir() {
-			// Owner-writable until the end so children can be created.
-			if err := os.Mkdir(e.dst, 0o700); err != nil {
-				return fmt.Errorf("copier: mkdir %s: %w", e.dst, err)
+	defer unix.Close(srcFd)
+	ents, err := c.readDirents(srcFd)
+	if err != nil {
+		return fmt.Errorf("copier: read dir %s: %w", d.src, err)
+	}
+	dstFd, err := openDir(d.dst)
+	if err != nil {
+		return fmt.Errorf("copier: open dir %s: %w", d.dst, err)
+	}
+	defer unix.Close(dstFd)
+	files := ents[:0]
+	for _, de := range ents {
+		if de.typ == unix.DT_UNKNOWN { // some filesystems do not fill d_type
+			var st unix.Stat_t
+			if err := unix.Fstatat(srcFd, de.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return fmt.Errorf("copier: lstat %s: %w", filepath.Join(d.src, de.name), err)
 			}
-			atomic.AddInt64(&c.progress.Dirs, 1)
-			c.mu.Lock()
-			c.dirs = append(c.dirs, e)
-			c.mu.Unlock()
-			c.push(task{dir: &e})
+			de.typ = dtOf(st.Mode)
+		}
+		if de.typ != unix.DT_DIR {
+			files = append(files, de)
 			continue
 		}
-		batch = append(batch, e)
-		if len(batch) == batchSize {
-			c.push(task{entries: batch})
-			batch = make([]entry, 0, batchSize)
+		st := new(unix.Stat_t)
+		if err := unix.Fstatat(srcFd, de.name, st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("copier: lstat %s: %w", filepath.Join(d.src, de.name), err)
+		}
+		e := entry{src: filepath.Join(d.src, de.name), dst: filepath.Join(d.dst, de.name), st: st}
+		// Owner-writable until the end so children can be created.
+		if err := unix.Mkdirat(dstFd, de.name, 0o700); err != nil {
+			return fmt.Errorf("copier: mkdir %s: %w", e.dst, err)
+		}
+		atomic.AddInt64(&c.progress.Dirs, 1)
+		c.mu.Lock()
+		c.dirs = append(c.dirs, e)
+		c.mu.Unlock()
+		c.push(task{dir: &e})
+	}
+	first := files[:min(len(files), batchSize)]
+	for rest := files[len(first):]; len(rest) > 0; {
+		n := min(len(rest), batchSize)
+		c.push(task{srcDir: d.src, dstDir: d.dst, entries: rest[:n:n]})
+		rest = rest[n:]
+	}
+	return c.copyEntries(srcFd, dstFd, d.src, d.dst, first)
+}
+
+func openDir(path string) (int, error) {
+	return unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+}
+
+// readDirents lists a directory with getdents directly: os.ReadDir sorts
+// and drops d_type's cost savings behind a poller-registered *os.File.
+func (c *copier) readDirents(fd int) ([]dirent, error) {
+	bp := c.direntBufs.Get().(*[]byte)
+	defer c.direntBufs.Put(bp)
+	buf := *bp
+	var out []dirent
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n <= 0 {
+			return out, nil
+		}
+		// struct linux_dirent64: ino u64, off s64, reclen u16, type u8, name.
+		for b := buf[:n]; len(b) >= 19; {
+			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
+			if reclen < 19 || reclen > len(b) {
+				return nil, fmt.Errorf("malformed directory entry")
+			}
+			typ := b[18]
+			name := b[19:reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			b = b[reclen:]
+			if s := string(name); s != "." && s != ".." {
+				out = append(out, dirent{name: s, typ: typ})
+			}
 		}
 	}
-	if len(batch) > 0 {
-		c.push(task{entries: batch})
+}
+
+// copyBatch copies a further batch of a large directory's entries.
+func (c *copier) copyBatch(srcDir, dstDir string, ents []dirent) error {
+	srcFd, err := openDir(srcDir)
+	if err != nil {
+		return fmt.Errorf("copier: open dir %s: %w", srcDir, err)
+	}
+	defer unix.Close(srcFd)
+	dstFd, err := openDir(dstDir)
+	if err != nil {
+		return fmt.Errorf("copier: open dir %s: %w", dstDir, err)
+	}
+	defer unix.Close(dstFd)
+	return c.copyEntries(srcFd, dstFd, srcDir, dstDir, ents)
+}
+
+func (c *copier) copyEntries(srcFd, dstFd int, srcDir, dstDir string, ents []dirent) error {
+	for _, de := range ents {
+		if c.ctx.Err() != nil {
+			return nil // Copy reports the cause
+		}
+		var err error
+		if de.typ == unix.DT_REG {
+			err = c.copyFile(srcFd, dstFd, srcDir, dstDir, de.name)
+		} else {
+			err = c.copyOther(srcFd, dstFd, srcDir, dstDir, de.name)
+		}
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// readNames lists a directory without sorting it: order does not matter here
-// and os.ReadDir's sort is measurable on large directories.
-func readNames(dir string) ([]string, error) {
-	f, err := os.Open(dir)
-	if err != nil {
-		return nil, err
+// linked records a multiply linked inode; it reports true when an earlier
+// name already holds the copy, and the link is made after the walk.
+func (c *copier) linked(st *unix.Stat_t, dst string) bool {
+	if st.Nlink <= 1 {
+		return false
 	}
-	defer f.Close()
-	return f.Readdirnames(-1)
+	key := inodeKey{dev: st.Dev, ino: st.Ino}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if first, seen := c.inodes[key]; seen {
+		c.links = append(c.links, linkReq{first: first, dst: dst})
+		return true
+	}
+	c.inodes[key] = dst
+	return false
 }
 
-func (c *copier) copyEntry(e entry) error {
-	if e.st.Nlink > 1 && !e.mode.IsDir() {
-		key := inodeKey{dev: uint64(e.st.Dev), ino: e.st.Ino}
-		c.mu.Lock()
-		first, seen := c.inodes[key]
-		if seen {
-			c.links = append(c.links, linkReq{first: first, dst: e.dst})
-		} else {
-			c.inodes[key] = e.dst
-		}
-		c.mu.Unlock()
-		if seen {
-			return nil
-		}
+// copyOther recreates symlinks and special files (as cp -a does), and
+// anything d_type mislabelled as not regular.
+func (c *copier) copyOther(srcFd, dstFd int, srcDir, dstDir, name string) error {
+	src := filepath.Join(srcDir, name)
+	dst := filepath.Join(dstDir, name)
+	st := new(unix.Stat_t)
+	if err := unix.Fstatat(srcFd, name, st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("copier: lstat %s: %w", src, err)
 	}
-	switch {
-	case e.mode.IsRegular():
-		return c.copyFile(e)
-	case e.mode&fs.ModeSymlink != 0:
-		target, err := os.Readlink(e.src)
-		if err != nil {
-			return fmt.Errorf("copier: readlink %s: %w", e.src, err)
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG: // copyFile does its own hard-link bookkeeping
+		return c.copyFile(srcFd, dstFd, srcDir, dstDir, name)
+	case unix.S_IFDIR:
+		return fmt.Errorf("copier: %s: became a directory during the copy", src)
+	}
+	if c.linked(st, dst) {
+		return nil
+	}
+	isLink := false
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		isLink = true
+		buf := make([]byte, max(st.Size+1, 256))
+		for {
+			n, err := unix.Readlinkat(srcFd, name, buf)
+			if err != nil {
+				return fmt.Errorf("copier: readlink %s: %w", src, err)
+			}
+			if n < len(buf) {
+				buf = buf[:n]
+				break
+			}
+			buf = make([]byte, 2*len(buf))
 		}
-		if err := os.Symlink(target, e.dst); err != nil {
-			return fmt.Errorf("copier: symlink %s: %w", e.dst, err)
+		if err := unix.Symlinkat(string(buf), dstFd, name); err != nil {
+			return fmt.Errorf("copier: symlink %s: %w", dst, err)
 		}
-		if err := c.applyMeta(e, -1); err != nil {
-			return err
-		}
-	case e.mode&(fs.ModeNamedPipe|fs.ModeDevice|fs.ModeCharDevice|fs.ModeSocket) != 0:
-		// Special files: recreate the node itself, as cp -a does.
-		if err := unix.Mknod(e.dst, e.st.Mode, int(e.st.Rdev)); err != nil {
-			return fmt.Errorf("copier: mknod %s: %w", e.dst, err)
-		}
-		if err := c.applyMeta(e, -1); err != nil {
-			return err
+	case unix.S_IFIFO, unix.S_IFSOCK, unix.S_IFCHR, unix.S_IFBLK:
+		if err := unix.Mknodat(dstFd, name, st.Mode, int(st.Rdev)); err != nil {
+			return fmt.Errorf("copier: mknod %s: %w", dst, err)
 		}
 	default:
-		return fmt.Errorf("copier: %s: unsupported file type %v", e.src, e.mode.Type())
+		return fmt.Errorf("copier: %s: unsupported file type %v", src, modeOfMode(st.Mode).Type())
+	}
+	if err := c.applyMetaAt(dstFd, name, st, isLink); err != nil {
+		return fmt.Errorf("%w (in %s)", err, dstDir)
 	}
 	atomic.AddInt64(&c.progress.Files, 1)
 	return nil
 }
 
-// copyFile uses raw descriptors rather than *os.File: the runtime poller's
-// registration costs several syscalls per file, which dominates small files.
-func (c *copier) copyFile(e entry) error {
-	in, err := unix.Open(e.src, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+// copyFile copies a regular file with raw descriptors rather than *os.File
+// (the runtime poller's registration costs several syscalls per file, which
+// dominates small files), relative to the directory descriptors (no path
+// walk), and in as few calls as the metadata allows: openat, fstat, openat
+// with the final mode, read, write, futimens, close, close.
+func (c *copier) copyFile(srcFd, dstFd int, srcDir, dstDir, name string) error {
+	in, err := unix.Openat(srcFd, name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
-		return fmt.Errorf("copier: open %s: %w", e.src, err)
+		if errors.Is(err, unix.ELOOP) { // a symlink where d_type said file
+			return c.copyOther(srcFd, dstFd, srcDir, dstDir, name)
+		}
+		return fmt.Errorf("copier: open %s: %w", filepath.Join(srcDir, name), err)
 	}
 	defer unix.Close(in)
-	out, err := unix.Open(e.dst, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return fmt.Errorf("copier: create %s: %w", e.dst, err)
+	var st unix.Stat_t
+	if err := unix.Fstat(in, &st); err != nil {
+		return fmt.Errorf("copier: stat %s: %w", filepath.Join(srcDir, name), err)
 	}
-	n, err := c.copyData(out, in, e.st.Size)
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return c.copyOther(srcFd, dstFd, srcDir, dstDir, name)
+	}
+	if c.linked(&st, filepath.Join(dstDir, name)) {
+		return nil
+	}
+	perm := st.Mode & 0o777
+	out, err := unix.Openat(dstFd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, perm)
+	if err != nil {
+		return fmt.Errorf("copier: create %s: %w", filepath.Join(dstDir, name), err)
+	}
+	n, err := c.copyData(out, in, st.Size)
 	if err != nil {
 		unix.Close(out)
-		return fmt.Errorf("copier: copy %s: %w", e.src, err)
+		return fmt.Errorf("copier: copy %s: %w", filepath.Join(srcDir, name), err)
 	}
 	atomic.AddInt64(&c.progress.Bytes, n)
-	if err := c.applyMeta(e, out); err != nil {
+	if err := c.chown(out, dstFd, name, &st, false); err != nil {
 		unix.Close(out)
 		return err
 	}
+	// Set the mode when open's was cut by the umask, or has bits open does
+	// not keep: setuid/setgid are cleared by the write and by chown.
+	if !c.modeExact || perm&c.umask != 0 || st.Mode&0o7000 != 0 {
+		if err := unix.Fchmod(out, st.Mode&0o7777); err != nil {
+			unix.Close(out)
+			return fmt.Errorf("copier: chmod %s: %w", filepath.Join(dstDir, name), err)
+		}
+	}
+	if err := futimens(out, &st); err != nil {
+		unix.Close(out)
+		return fmt.Errorf("copier: utimes %s: %w", filepath.Join(dstDir, name), err)
+	}
 	if err := unix.Close(out); err != nil {
-		return fmt.Errorf("copier: close %s: %w", e.dst, err)
+		return fmt.Errorf("copier: close %s: %w", filepath.Join(dstDir, name), err)
 	}
 	atomic.AddInt64(&c.progress.Files, 1)
 	return nil
@@ -399,6 +591,11 @@ func (c *copier) copyData(out, in int, size int64) (int64, error) {
 	bp := c.bufs.Get().(*[]byte)
 	defer c.bufs.Put(bp)
 	buf := *bp
+	if size < int64(len(buf)) {
+		// Ask for one byte more than the file holds: getting exactly its
+		// size back is the end, which saves the read that returns 0.
+		buf = buf[:size+1]
+	}
 	for {
 		n, err := unix.Read(in, buf)
 		if errors.Is(err, unix.EINTR) {
@@ -421,58 +618,101 @@ func (c *copier) copyData(out, in int, size int64) (int64, error) {
 			w += m
 		}
 		total += int64(n)
+		if total == size && n < len(buf) {
+			return total, nil
+		}
+		buf = *bp
 	}
 }
 
-// applyMeta sets ownership, mode and timestamps of e.dst from e.st. fd is an
-// open descriptor of a regular file (saves path lookups) or -1.
-func (c *copier) applyMeta(e entry, fd int) error {
-	isLink := e.mode&fs.ModeSymlink != 0
-	uid, gid := int(e.st.Uid), int(e.st.Gid)
-	// Only root may give files away; like cp -a, an unprivileged copy keeps
-	// the copier's own ownership rather than failing.
-	if c.euid == 0 || uid == c.euid {
-		var err error
-		switch {
-		case fd >= 0:
-			err = unix.Fchown(fd, uid, gid)
-		default:
-			err = os.Lchown(e.dst, uid, gid)
+// chown gives the new entry the source's ownership, through fd when >= 0 or
+// else name under dirFd. It skips the call when creation already gave the
+// right owner, and, like cp -a, an unprivileged copy keeps its own
+// ownership rather than failing.
+func (c *copier) chown(fd, dirFd int, name string, st *unix.Stat_t, isLink bool) error {
+	uid, gid := int(st.Uid), int(st.Gid)
+	if c.euid != 0 && uid != c.euid {
+		return nil
+	}
+	if uid == c.euid && gid == c.egid && !c.inheritGID {
+		return nil
+	}
+	var err error
+	if fd >= 0 {
+		err = unix.Fchown(fd, uid, gid)
+	} else {
+		flags := 0
+		if isLink {
+			flags = unix.AT_SYMLINK_NOFOLLOW
 		}
-		if err != nil && !(c.euid != 0 && errors.Is(err, syscall.EPERM)) {
-			return fmt.Errorf("copier: chown %s: %w", e.dst, err)
+		err = unix.Fchownat(dirFd, name, uid, gid, flags)
+	}
+	if err != nil {
+		if c.euid != 0 && errors.Is(err, unix.EPERM) {
+			return nil
 		}
+		return fmt.Errorf("copier: chown %s: %w", name, err)
+	}
+	return nil
+}
+
+// futimens sets fd's timestamps; x/sys/unix has no wrapper for
+// utimensat(fd, NULL, ...), and the path form would walk the path again.
+func futimens(fd int, st *unix.Stat_t) error {
+	ts := [2]unix.Timespec{
+		{Sec: st.Atim.Sec, Nsec: st.Atim.Nsec},
+		{Sec: st.Mtim.Sec, Nsec: st.Mtim.Nsec},
+	}
+	_, _, errno := unix.Syscall6(unix.SYS_UTIMENSAT, uintptr(fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// applyMetaAt sets ownership, mode and timestamps of name under dirFd (a
+// path when dirFd is AT_FDCWD) from st.
+func (c *copier) applyMetaAt(dirFd int, name string, st *unix.Stat_t, isLink bool) error {
+	if err := c.chown(-1, dirFd, name, st, isLink); err != nil {
+		return err
 	}
 	if !isLink {
 		// After chown, because chown clears setuid/setgid.
-		perm := uint32(e.st.Mode & 0o7777)
-		var err error
-		if fd >= 0 {
-			err = unix.Fchmod(fd, perm)
-		} else {
-			err = unix.Chmod(e.dst, perm)
-		}
-		if err != nil {
-			return fmt.Errorf("copier: chmod %s: %w", e.dst, err)
+		if err := unix.Fchmodat(dirFd, name, st.Mode&0o7777, 0); err != nil {
+			return fmt.Errorf("copier: chmod %s: %w", name, err)
 		}
 	}
 	ts := []unix.Timespec{
-		{Sec: e.st.Atim.Sec, Nsec: e.st.Atim.Nsec},
-		{Sec: e.st.Mtim.Sec, Nsec: e.st.Mtim.Nsec},
+		{Sec: st.Atim.Sec, Nsec: st.Atim.Nsec},
+		{Sec: st.Mtim.Sec, Nsec: st.Mtim.Nsec},
 	}
 	flags := 0
 	if isLink {
 		flags = unix.AT_SYMLINK_NOFOLLOW
 	}
-	if err := unix.UtimesNanoAt(unix.AT_FDCWD, e.dst, ts, flags); err != nil {
-		return fmt.Errorf("copier: utimes %s: %w", e.dst, err)
+	if err := unix.UtimesNanoAt(dirFd, name, ts, flags); err != nil {
+		return fmt.Errorf("copier: utimes %s: %w", name, err)
 	}
 	return nil
 }
 
-func modeOf(st *syscall.Stat_t) fs.FileMode {
-	m := fs.FileMode(st.Mode & 0o777)
-	switch st.Mode & syscall.S_IFMT {
+func dtOf(mode uint32) uint8 {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return unix.DT_DIR
+	case unix.S_IFREG:
+		return unix.DT_REG
+	case unix.S_IFLNK:
+		return unix.DT_LNK
+	}
+	return unix.DT_UNKNOWN // copyOther stats it and decides
+}
+
+func modeOf(st *syscall.Stat_t) fs.FileMode { return modeOfMode(st.Mode) }
+
+func modeOfMode(mode uint32) fs.FileMode {
+	m := fs.FileMode(mode & 0o777)
+	switch mode & syscall.S_IFMT {
 	case syscall.S_IFDIR:
 		m |= fs.ModeDir
 	case syscall.S_IFLNK:

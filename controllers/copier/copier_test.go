@@ -42,6 +42,19 @@ func tree(t *testing.T) string {
 	must(os.Mkdir(filepath.Join(src, "ro"), 0o755))
 	must(os.WriteFile(filepath.Join(src, "ro/inside"), []byte("ro"), 0o444))
 	must(os.Chmod(filepath.Join(src, "ro"), 0o555))
+	// Modes the umask would cut at creation, so the copy must set them.
+	must(os.WriteFile(filepath.Join(src, "a/b/shared"), []byte("rw"), 0o644))
+	must(os.Chmod(filepath.Join(src, "a/b/shared"), 0o666))
+	must(os.Mkdir(filepath.Join(src, "a/sgid-dir"), 0o755))
+	must(os.Chmod(filepath.Join(src, "a/sgid-dir"), 0o777|fs.ModeSetgid))
+	if os.Geteuid() == 0 {
+		// Foreign owners, which the copier must set (it skips chown only
+		// when creation already gave the right owner).
+		for _, p := range []string{"a/small.txt", "a/b", "rel-link", "fifo", "setuid"} {
+			must(os.Lchown(filepath.Join(src, p), 1234, 5678))
+		}
+		must(os.Chmod(filepath.Join(src, "setuid"), 0o755|fs.ModeSetuid|fs.ModeSetgid))
+	}
 	t.Cleanup(func() { _ = os.Chmod(filepath.Join(src, "ro"), 0o755) })
 	// Distinct, old timestamps so a copy that forgets them is caught.
 	old := time.Date(2001, 2, 3, 4, 5, 6, 789, time.UTC)
@@ -118,6 +131,8 @@ func TestCopyKeepsEverything(t *testing.T) {
 		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
 			src := tree(t)
 			dst := filepath.Join(t.TempDir(), "dst")
+			// Unprivileged, TempDir's cleanup cannot empty the read-only copy.
+			t.Cleanup(func() { _ = os.Chmod(filepath.Join(dst, "ro"), 0o755) })
 			var reports []Progress
 			p, err := Copy(context.Background(), src, dst, Options{Workers: workers, Progress: func(p Progress) { reports = append(reports, p) }})
 			if err != nil {
@@ -139,8 +154,8 @@ func TestCopyKeepsEverything(t *testing.T) {
 					t.Errorf("%s: extra entry in copy", rel)
 				}
 			}
-			// 11 non-directories (3 names share one inode), 4 directories below the root.
-			if p.Files != 11 || p.Dirs != 4 || p.Bytes != int64(5+3*smallFile+17+1+2) || !p.Done {
+			// 12 non-directories (3 names share one inode), 5 directories below the root.
+			if p.Files != 12 || p.Dirs != 5 || p.Bytes != int64(5+3*smallFile+17+1+2+2) || !p.Done {
 				t.Errorf("progress = %+v", p)
 			}
 			if len(reports) == 0 || reports[len(reports)-1] != p {
