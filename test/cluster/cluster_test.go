@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -253,7 +254,10 @@ func TestProcessesLogToDir(t *testing.T) {
 }
 
 func panicWithCluster(pidFile string) {
-	c, err := cluster.Start(context.Background(), cluster.Options{Nodes: []cluster.Node{{Name: "n", GPUs: 1}}})
+	// The cluster dir sits in the parent test's temp dir, which removes it.
+	c, err := cluster.Start(context.Background(), cluster.Options{
+		Nodes: []cluster.Node{{Name: "n", GPUs: 1}}, Dir: filepath.Join(filepath.Dir(pidFile), "cluster"),
+	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(3)
