@@ -274,6 +274,12 @@ func TestInstall(t *testing.T) {
 	})
 
 	t.Run("stock pool pods go through the webhook", func(t *testing.T) {
+		// A placeholder the ReplicaSet made before helm created the webhook
+		// configuration was admitted without it (helm installs webhook
+		// configurations last); delete it so the replacement meets the webhook.
+		if err := client.CoreV1().Pods("install-stock").DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "runplane.io/stock"}); err != nil {
+			t.Fatal(err)
+		}
 		// The ReplicaSet of the stock Deployment reports the webhook it called.
 		err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
 			evs, err := client.CoreV1().Events("install-stock").List(ctx, metav1.ListOptions{})
