@@ -132,14 +132,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !ok {
 		return reconcile.Result{}, nil
 	}
-	st := StatusOf(&pvc)
+	st := pvcspec.StatusOf(&pvc)
 	if err != nil {
 		// Admission denies these; a PVC created before the webhook still
 		// deserves a clear status rather than silence.
 		if attempt == "" {
 			attempt = st.ObservedAttempt
 		}
-		return reconcile.Result{}, r.report(ctx, &pvc, Status{Phase: api.PhaseFailed, Message: err.Error(), ObservedAttempt: attempt}, "PrepareInvalid")
+		return reconcile.Result{}, r.report(ctx, &pvc, pvcspec.Status{Phase: api.PhaseFailed, Message: err.Error(), ObservedAttempt: attempt}, "PrepareInvalid")
 	}
 	jobName := JobName(pvc.Name, spec.Attempt)
 	if st.ObservedAttempt == attempt && (st.Phase == api.PhaseSucceeded || st.Phase == api.PhaseFailed) {
@@ -164,18 +164,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if ref := metav1.GetControllerOf(&job); ref == nil || ref.UID != pvc.UID {
 		// A Job of an earlier PVC of the same name, waiting for the garbage
 		// collector: never adopt it, wait for it to go.
-		return reconcile.Result{RequeueAfter: 2 * time.Second}, r.report(ctx, &pvc, Status{Phase: api.PhasePending, Job: jobName,
+		return reconcile.Result{RequeueAfter: 2 * time.Second}, r.report(ctx, &pvc, pvcspec.Status{Phase: api.PhasePending, Job: jobName,
 			Message: fmt.Sprintf("waiting for Job %s of a deleted PVC to be removed", jobName), ObservedAttempt: attempt}, "")
 	}
 	return r.observe(ctx, &pvc, &job, attempt, st)
 }
 
 // start creates the attempt's Job once its source is ready.
-func (r *Reconciler) start(ctx context.Context, pvc *corev1.PersistentVolumeClaim, spec pvcspec.Spec, st Status, jobName string) (reconcile.Result, error) {
+func (r *Reconciler) start(ctx context.Context, pvc *corev1.PersistentVolumeClaim, spec pvcspec.Spec, st pvcspec.Status, jobName string) (reconcile.Result, error) {
 	attempt := strconv.FormatInt(spec.Attempt, 10)
 	if st.ObservedAttempt == attempt && st.Job == jobName && (st.Phase == api.PhaseRunning || (st.Phase == api.PhasePending && st.Job != "")) {
 		// We created it and someone deleted it before it finished.
-		return reconcile.Result{}, r.report(ctx, pvc, Status{Phase: api.PhaseFailed, Job: jobName, ObservedAttempt: attempt,
+		return reconcile.Result{}, r.report(ctx, pvc, pvcspec.Status{Phase: api.PhaseFailed, Job: jobName, ObservedAttempt: attempt,
 			Message: fmt.Sprintf("Job %s was deleted before it finished; bump %s to retry", jobName, api.AnnotationPrepareAttempt)}, "PrepareFailed")
 	}
 	if spec.FromPVC != "" {
@@ -188,14 +188,14 @@ func (r *Reconciler) start(ctx context.Context, pvc *corev1.PersistentVolumeClai
 		case err != nil:
 			return reconcile.Result{}, fmt.Errorf("getting source PVC %s: %w", spec.FromPVC, err)
 		case !pvcspec.Ready(&src):
-			phase := StatusOf(&src).Phase
+			phase := pvcspec.StatusOf(&src).Phase
 			if phase == "" {
 				phase = api.PhasePending
 			}
 			waiting = fmt.Sprintf("waiting for source PVC %s to be prepared (its phase: %s)", spec.FromPVC, phase)
 		}
 		if waiting != "" {
-			return reconcile.Result{}, r.report(ctx, pvc, Status{Phase: api.PhasePending, Message: waiting, ObservedAttempt: attempt}, "PrepareWaiting")
+			return reconcile.Result{}, r.report(ctx, pvc, pvcspec.Status{Phase: api.PhasePending, Message: waiting, ObservedAttempt: attempt}, "PrepareWaiting")
 		}
 	}
 	job := r.jobFor(pvc, spec, jobName)
@@ -209,7 +209,7 @@ func (r *Reconciler) start(ctx context.Context, pvc *corev1.PersistentVolumeClai
 	if spec.FromPVC != "" {
 		what = "PVC " + spec.FromPVC
 	}
-	return reconcile.Result{}, r.report(ctx, pvc, Status{Phase: api.PhasePending, Job: jobName, ObservedAttempt: attempt,
+	return reconcile.Result{}, r.report(ctx, pvc, pvcspec.Status{Phase: api.PhasePending, Job: jobName, ObservedAttempt: attempt,
 		Message: fmt.Sprintf("attempt %s: Job %s prepares from %s", attempt, jobName, what)}, "PrepareStarted")
 }
 
@@ -297,13 +297,13 @@ func finished(j *batchv1.Job) batchv1.JobConditionType {
 }
 
 // observe maps the Job and its Pods to the PVC's phase.
-func (r *Reconciler) observe(ctx context.Context, pvc *corev1.PersistentVolumeClaim, job *batchv1.Job, attempt string, st Status) (reconcile.Result, error) {
+func (r *Reconciler) observe(ctx context.Context, pvc *corev1.PersistentVolumeClaim, job *batchv1.Job, attempt string, st pvcspec.Status) (reconcile.Result, error) {
 	var pods corev1.PodList
 	if err := r.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingLabels{jobNameLabel: job.Name}); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing Pods of Job %s: %w", job.Name, err)
 	}
 	sort.Slice(pods.Items, func(i, j int) bool { return pods.Items[i].CreationTimestamp.Before(&pods.Items[j].CreationTimestamp) })
-	next := Status{Job: job.Name, ObservedAttempt: attempt}
+	next := pvcspec.Status{Job: job.Name, ObservedAttempt: attempt}
 	switch finished(job) {
 	case batchv1.JobComplete:
 		next.Phase, next.Message = api.PhaseSucceeded, fmt.Sprintf("attempt %s: Job %s succeeded", attempt, job.Name)
@@ -416,8 +416,8 @@ func podFailure(p *corev1.Pod) string {
 
 // report writes the status annotations when they change, with an Event named
 // reason (none when reason is empty).
-func (r *Reconciler) report(ctx context.Context, pvc *corev1.PersistentVolumeClaim, next Status, reason string) error {
-	cur := StatusOf(pvc)
+func (r *Reconciler) report(ctx context.Context, pvc *corev1.PersistentVolumeClaim, next pvcspec.Status, reason string) error {
+	cur := pvcspec.StatusOf(pvc)
 	if cur == next {
 		return nil
 	}

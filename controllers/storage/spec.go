@@ -23,13 +23,6 @@ import (
 	"github.com/runplane/runplane/pvcspec"
 )
 
-// Status is what the controller reports in the PVC's annotations.
-type Status = pvcspec.Status
-
-// StatusOf reads the written prepare-* annotations (pvcspec.StatusOf; kept
-// for callers that read the controller's report, such as test/e2e/rbac).
-func StatusOf(pvc *corev1.PersistentVolumeClaim) Status { return pvcspec.StatusOf(pvc) }
-
 // desired is what the controller makes of a PVC: ok is false when it asks
 // for no preparation; err is the pvcspec error when its request is invalid.
 // attempt is the attempt to record then: the one asked for when that key

@@ -22,7 +22,7 @@ import (
 	"github.com/runplane/runplane/controllers/accessor"
 	"github.com/runplane/runplane/controllers/egress"
 	"github.com/runplane/runplane/controllers/sshservice"
-	"github.com/runplane/runplane/controllers/storage"
+	"github.com/runplane/runplane/pvcspec"
 	"github.com/runplane/runplane/test/e2e/rbac"
 )
 
@@ -113,7 +113,7 @@ func TestControllers(t *testing.T) {
 			if err != nil {
 				return false, err
 			}
-			st := storage.StatusOf(p)
+			st := pvcspec.StatusOf(p)
 			return st.Phase == api.PhaseSucceeded, fmt.Errorf("phase %q, annotations %v", st.Phase, p.Annotations)
 		})
 		p, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
