@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -114,7 +113,7 @@ func waitFor(ctx context.Context, p *Process, what string, check func() error) e
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w (last: %v)", what, errors.Join(ctx.Err()), last)
+			return fmt.Errorf("waiting for %s: %w (last: %v)", what, ctx.Err(), last)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
