@@ -1,0 +1,123 @@
+package natscallout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// tokens is a fake Authenticator: token → identity.
+type tokens map[string]Identity
+
+func (t tokens) Authenticate(_ context.Context, token string) (Identity, error) {
+	id, ok := t[token]
+	if !ok {
+		return Identity{}, errors.New("unknown token")
+	}
+	return id, nil
+}
+
+// workerPermit lets a worker publish on its pool's results and receive its
+// own dispatches: the shape runplane grants, minus JetStream details.
+func workerPermit(id Identity) jwt.Permissions {
+	var p jwt.Permissions
+	p.Pub.Allow.Add(fmt.Sprintf("result.%s.%s", id.Namespace, id.Pool))
+	p.Sub.Allow.Add(fmt.Sprintf("dispatch.%s.%s.%s", id.Namespace, id.Pool, id.Worker))
+	return p
+}
+
+func newRequest(t *testing.T, token, password string) (req []byte, userPub, serverID string) {
+	t.Helper()
+	server, err := nkeys.CreateServer()
+	require.NoError(t, err)
+	serverID, err = server.PublicKey()
+	require.NoError(t, err)
+	user, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	userPub, err = user.PublicKey()
+	require.NoError(t, err)
+	rc := jwt.NewAuthorizationRequestClaims("runplane-test")
+	rc.Server.ID = serverID
+	rc.UserNkey = userPub
+	rc.ConnectOptions.Token = token
+	rc.ConnectOptions.Password = password
+	s, err := rc.Encode(server)
+	require.NoError(t, err)
+	return []byte(s), userPub, serverID
+}
+
+func TestRespond(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	alice := Identity{Name: "team-a/echo-1", Namespace: "team-a", Pool: "echo", Worker: "echo-1", Expires: now.Add(time.Hour)}
+	stale := Identity{Name: "team-a/old", Namespace: "team-a", Pool: "echo", Worker: "old", Expires: now.Add(-time.Second)}
+	cases := []struct {
+		name            string
+		token, password string
+		maxTTL          time.Duration
+		wantRefusal     string // substring of Result.Err; "" means admitted
+		wantExpires     time.Time
+	}{
+		{name: "worker token admitted until the token expires", token: "alice", wantExpires: alice.Expires},
+		{name: "token sent as password", password: "alice", wantExpires: alice.Expires},
+		{name: "max TTL caps the user", token: "alice", maxTTL: 10 * time.Minute, wantExpires: now.Add(10 * time.Minute)},
+		{name: "no token", wantRefusal: "no token presented"},
+		{name: "unknown token", token: "mallory", wantRefusal: "unknown token"},
+		{name: "expired credential", token: "stale", wantRefusal: "expired"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			issuer, err := nkeys.CreateAccount()
+			require.NoError(t, err)
+			issuerPub, err := issuer.PublicKey()
+			require.NoError(t, err)
+			r := &Responder{
+				Issuer: issuer, Account: "RUNPLANE", Permit: workerPermit, MaxTTL: tc.maxTTL,
+				Auth:  tokens{"alice": alice, "stale": stale},
+				Clock: clocktesting.NewFakePassiveClock(now),
+			}
+			req, userPub, serverID := newRequest(t, tc.token, tc.password)
+
+			res, err := r.Respond(context.Background(), req)
+			require.NoError(t, err)
+
+			resp, err := jwt.DecodeAuthorizationResponseClaims(string(res.Response))
+			require.NoError(t, err)
+			assert.Equal(t, issuerPub, resp.Issuer, "signed by the issuer the server trusts")
+			assert.Equal(t, userPub, resp.Subject, "answers for the connection's user key")
+			assert.Equal(t, serverID, resp.Audience, "addressed to the asking server")
+			if tc.wantRefusal != "" {
+				require.ErrorIs(t, res.Err, ErrRefused)
+				assert.Contains(t, res.Err.Error(), tc.wantRefusal)
+				assert.Equal(t, "not authorized", resp.Error, "the client learns nothing about why")
+				assert.Empty(t, resp.Jwt)
+				return
+			}
+			require.NoError(t, res.Err)
+			user, err := jwt.DecodeUserClaims(resp.Jwt)
+			require.NoError(t, err)
+			assert.Equal(t, userPub, user.Subject)
+			assert.Equal(t, "RUNPLANE", user.Audience)
+			assert.Equal(t, tc.wantExpires.Unix(), user.Expires)
+			assert.Equal(t, jwt.StringList{"result.team-a.echo"}, user.Pub.Allow)
+			assert.Equal(t, jwt.StringList{"dispatch.team-a.echo.echo-1"}, user.Sub.Allow)
+			assert.Equal(t, jwt.StringList{jwt.ConnectionTypeStandard}, user.AllowedConnectionTypes)
+		})
+	}
+}
+
+func TestRespondRejectsGarbage(t *testing.T) {
+	issuer, err := nkeys.CreateAccount()
+	require.NoError(t, err)
+	r := &Responder{Issuer: issuer, Account: "RUNPLANE", Permit: workerPermit, Auth: tokens{},
+		Clock: clocktesting.NewFakePassiveClock(time.Now())}
+	_, err = r.Respond(context.Background(), []byte("not a jwt"))
+	require.ErrorContains(t, err, "decoding authorization request")
+}

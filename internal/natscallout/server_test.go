@@ -1,0 +1,117 @@
+package natscallout
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/utils/clock"
+)
+
+// startServer runs a nats-server in config mode whose only configured user
+// is runplane's own; every other client goes through the callout.
+func startServer(t *testing.T, issuerPub string) *server.Server {
+	t.Helper()
+	acc := server.NewAccount("RUNPLANE")
+	opts := &server.Options{
+		Host: "127.0.0.1", Port: -1, NoSigs: true,
+		Accounts: []*server.Account{acc},
+		Users:    []*server.User{{Username: "runplane", Password: "internal", Account: acc}},
+		AuthCallout: &server.AuthCallout{
+			Issuer: issuerPub, Account: "RUNPLANE", AuthUsers: []string{"runplane"},
+		},
+	}
+	srv, err := server.NewServer(opts)
+	require.NoError(t, err)
+	go srv.Start()
+	require.True(t, srv.ReadyForConnections(10*time.Second), "nats-server did not start")
+	t.Cleanup(srv.Shutdown)
+	return srv
+}
+
+// TestCalloutOnRealServer connects clients through a real nats-server:
+// a known worker token gets exactly its subjects, the server enforces them,
+// and anything else is refused at connect.
+func TestCalloutOnRealServer(t *testing.T) {
+	issuer, err := nkeys.CreateAccount()
+	require.NoError(t, err)
+	issuerPub, err := issuer.PublicKey()
+	require.NoError(t, err)
+	srv := startServer(t, issuerPub)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	internal, err := nats.Connect(srv.ClientURL(), nats.UserInfo("runplane", "internal"))
+	require.NoError(t, err)
+	defer internal.Close()
+	m := NewMetrics(nil)
+	r := &Responder{
+		Issuer: issuer, Account: "RUNPLANE", Permit: workerPermit, MaxTTL: time.Hour,
+		Auth: tokens{"alice": {Name: "team-a/echo-1", Namespace: "team-a", Pool: "echo", Worker: "echo-1",
+			Expires: time.Now().Add(time.Hour)}},
+		Clock: clock.RealClock{},
+	}
+	served := make(chan error, 1)
+	go func() { served <- Serve(ctx, internal, r, m, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	// Serve subscribes asynchronously; a flush after the subscription is
+	// visible on the server is the barrier before clients connect.
+	require.Eventually(t, func() bool { return srv.NumSubscriptions() > 0 }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, internal.Flush())
+
+	t.Run("refused credentials", func(t *testing.T) {
+		for _, opt := range []nats.Option{nats.Token("mallory"), nats.Token(""), nats.UserInfo("runplane", "wrong")} {
+			_, err := nats.Connect(srv.ClientURL(), opt, nats.NoReconnect())
+			require.Error(t, err)
+			assert.Contains(t, strings.ToLower(err.Error()), "authorization violation")
+		}
+		assert.GreaterOrEqual(t, testutil.ToFloat64(m.Answers.WithLabelValues("refused")), 2.0)
+	})
+
+	t.Run("worker gets exactly its subjects", func(t *testing.T) {
+		violations := make(chan error, 4)
+		worker, err := nats.Connect(srv.ClientURL(), nats.Token("alice"), nats.NoReconnect(),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
+		require.NoError(t, err)
+		defer worker.Close()
+		assert.Equal(t, 1.0, testutil.ToFloat64(m.Answers.WithLabelValues("admitted")))
+
+		// Its own dispatch subject: the internal user's message arrives.
+		own, err := worker.SubscribeSync("dispatch.team-a.echo.echo-1")
+		require.NoError(t, err)
+		require.NoError(t, worker.Flush())
+		require.NoError(t, internal.Publish("dispatch.team-a.echo.echo-1", []byte("work")))
+		msg, err := own.NextMsg(5 * time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, "work", string(msg.Data))
+
+		// Its result subject: the internal user receives what it publishes.
+		results, err := internal.SubscribeSync("result.team-a.echo")
+		require.NoError(t, err)
+		require.NoError(t, internal.Flush())
+		require.NoError(t, worker.Publish("result.team-a.echo", []byte("done")))
+		msg, err = results.NextMsg(5 * time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, "done", string(msg.Data))
+
+		// Another tenant's dispatches and results: the server says no.
+		_, err = worker.SubscribeSync("dispatch.team-b.echo.>")
+		require.NoError(t, err) // the violation arrives asynchronously
+		require.NoError(t, worker.Flush())
+		require.ErrorContains(t, <-violations, `Permissions Violation for Subscription to "dispatch.team-b.echo.>"`)
+		require.NoError(t, worker.Publish("result.team-b.echo", []byte("forged")))
+		require.NoError(t, worker.Flush())
+		require.ErrorContains(t, <-violations, `Permissions Violation for Publish to "result.team-b.echo"`)
+	})
+
+	cancel()
+	require.NoError(t, <-served)
+}
