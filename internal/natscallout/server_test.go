@@ -2,8 +2,11 @@ package natscallout
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,19 +20,22 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// startServer runs a nats-server in config mode whose only configured user
-// is runplane's own; every other client goes through the callout.
+// startServer runs a nats-server in config mode, with JetStream, whose
+// only configured user is runplane's own; every other client goes through
+// the callout.
 func startServer(t *testing.T, issuerPub string) *server.Server {
 	t.Helper()
-	acc := server.NewAccount("RUNPLANE")
-	opts := &server.Options{
-		Host: "127.0.0.1", Port: -1, NoSigs: true,
-		Accounts: []*server.Account{acc},
-		Users:    []*server.User{{Username: "runplane", Password: "internal", Account: acc}},
-		AuthCallout: &server.AuthCallout{
-			Issuer: issuerPub, Account: "RUNPLANE", AuthUsers: []string{"runplane"},
-		},
-	}
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "nats.conf")
+	require.NoError(t, os.WriteFile(conf, fmt.Appendf(nil, `
+listen: "127.0.0.1:-1"
+jetstream { store_dir: %q }
+accounts { RUNPLANE { jetstream: enabled, users: [ { user: runplane, password: internal } ] } }
+authorization { auth_callout { issuer: %q, account: RUNPLANE, auth_users: [ runplane ] } }
+`, filepath.Join(dir, "js"), issuerPub), 0o600))
+	opts, err := server.ProcessConfigFile(conf)
+	require.NoError(t, err)
+	opts.NoSigs = true
 	srv, err := server.NewServer(opts)
 	require.NoError(t, err)
 	go srv.Start()
@@ -38,34 +44,45 @@ func startServer(t *testing.T, issuerPub string) *server.Server {
 	return srv
 }
 
+// serveCallout runs the responder on the internal user's connection and
+// returns it once the server routes requests to it.
+func serveCallout(t *testing.T, ctx context.Context, srv *server.Server, r *Responder) (*nats.Conn, *Metrics, <-chan error) {
+	t.Helper()
+	internal, err := nats.Connect(srv.ClientURL(), nats.UserInfo("runplane", "internal"))
+	require.NoError(t, err)
+	t.Cleanup(internal.Close)
+	m := NewMetrics(nil)
+	served := make(chan error, 1)
+	go func() { served <- Serve(ctx, internal, r, m, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	// Serve subscribes asynchronously; the subscription showing on the
+	// server is the barrier before clients connect.
+	require.Eventually(t, func() bool { return srv.NumSubscriptions() > 0 }, 5*time.Second, 10*time.Millisecond)
+	return internal, m, served
+}
+
+func newIssuer(t *testing.T) (nkeys.KeyPair, string) {
+	t.Helper()
+	issuer, err := nkeys.CreateAccount()
+	require.NoError(t, err)
+	pub, err := issuer.PublicKey()
+	require.NoError(t, err)
+	return issuer, pub
+}
+
 // TestCalloutOnRealServer connects clients through a real nats-server:
 // a known worker token gets exactly its subjects, the server enforces them,
 // and anything else is refused at connect.
 func TestCalloutOnRealServer(t *testing.T) {
-	issuer, err := nkeys.CreateAccount()
-	require.NoError(t, err)
-	issuerPub, err := issuer.PublicKey()
-	require.NoError(t, err)
+	issuer, issuerPub := newIssuer(t)
 	srv := startServer(t, issuerPub)
-
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	internal, err := nats.Connect(srv.ClientURL(), nats.UserInfo("runplane", "internal"))
-	require.NoError(t, err)
-	defer internal.Close()
-	m := NewMetrics(nil)
-	r := &Responder{
+	internal, m, served := serveCallout(t, ctx, srv, &Responder{
 		Issuer: issuer, Account: "RUNPLANE", Permit: workerPermit, MaxTTL: time.Hour,
 		Auth: tokens{"alice": {Name: "team-a/echo-1", Namespace: "team-a", Pool: "echo", Worker: "echo-1",
 			Expires: time.Now().Add(time.Hour)}},
 		Clock: clock.RealClock{},
-	}
-	served := make(chan error, 1)
-	go func() { served <- Serve(ctx, internal, r, m, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
-	// Serve subscribes asynchronously; a flush after the subscription is
-	// visible on the server is the barrier before clients connect.
-	require.Eventually(t, func() bool { return srv.NumSubscriptions() > 0 }, 5*time.Second, 10*time.Millisecond)
-	require.NoError(t, internal.Flush())
+	})
 
 	t.Run("refused credentials", func(t *testing.T) {
 		for _, opt := range []nats.Option{nats.Token("mallory"), nats.Token(""), nats.UserInfo("runplane", "wrong")} {

@@ -1,0 +1,41 @@
+package natscallout
+
+import (
+	"github.com/nats-io/jwt/v2"
+)
+
+// WorkerSubjects are the subjects one worker uses. The queue's subject
+// layout fills them for an Identity; everything else is denied.
+type WorkerSubjects struct {
+	// Stream holds the worker's dispatches; Consumer is its durable pull
+	// consumer there, filtered to Dispatch.
+	Stream, Consumer, Dispatch string
+	// Cancel is where cancels addressed to the worker arrive (core NATS).
+	Cancel string
+	// Publish are the subjects it publishes results and events on.
+	Publish []string
+	// Replies matches the reply subjects of its pool's sync callers.
+	Replies string
+	// Inbox is its own inbox prefix (nats.CustomInboxPrefix): JetStream
+	// answers its API calls and publish acks there.
+	Inbox string
+}
+
+// WorkerPermissions allows exactly what the sidecar does: create and read
+// its own consumer (the JetStream API subject carries the filter, so the
+// consumer cannot be pointed at another worker's dispatches), pull and ack
+// its messages, publish its results and events, answer its pool's sync
+// callers, and hear its cancels and its inbox.
+func WorkerPermissions(s WorkerSubjects) jwt.Permissions {
+	var p jwt.Permissions
+	p.Pub.Allow.Add(
+		"$JS.API.CONSUMER.CREATE."+s.Stream+"."+s.Consumer+"."+s.Dispatch,
+		"$JS.API.CONSUMER.INFO."+s.Stream+"."+s.Consumer,
+		"$JS.API.CONSUMER.MSG.NEXT."+s.Stream+"."+s.Consumer,
+		"$JS.ACK."+s.Stream+"."+s.Consumer+".>",
+		s.Replies,
+	)
+	p.Pub.Allow.Add(s.Publish...)
+	p.Sub.Allow.Add(s.Cancel, s.Inbox+".>")
+	return p
+}

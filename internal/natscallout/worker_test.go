@@ -1,0 +1,131 @@
+package natscallout
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/utils/clock"
+)
+
+// testLayout is a namespaced subject layout of the shape the queue uses.
+func testLayout(id Identity) WorkerSubjects {
+	scope := id.Namespace + "." + id.Pool
+	return WorkerSubjects{
+		Stream:   "RS",
+		Consumer: id.Namespace + "_" + id.Pool + "_" + id.Worker,
+		Dispatch: "rs.dispatch." + scope + "." + id.Worker,
+		Cancel:   "rs.cancel." + scope + "." + id.Worker,
+		Publish:  []string{"rs.result." + scope, "rs.metrics." + scope},
+		Replies:  "_RS_REPLY." + scope + ".>",
+		Inbox:    "_INBOX." + scope + "." + id.Worker,
+	}
+}
+
+// TestWorkerPermissionsOnJetStream runs the sidecar's JetStream calls with
+// the permissions WorkerPermissions grants: all of them work, and the same
+// calls aimed at another tenant's worker are refused by the server.
+func TestWorkerPermissionsOnJetStream(t *testing.T) {
+	issuer, issuerPub := newIssuer(t)
+	srv := startServer(t, issuerPub)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	alice := Identity{Name: "team-a/echo-1", Namespace: "team-a", Pool: "echo", Worker: "echo-1", Expires: time.Now().Add(time.Hour)}
+	internal, _, _ := serveCallout(t, ctx, srv, &Responder{
+		Issuer: issuer, Account: "RUNPLANE", MaxTTL: time.Hour, Clock: clock.RealClock{},
+		Auth:   tokens{"alice": alice},
+		Permit: func(id Identity) jwt.Permissions { return WorkerPermissions(testLayout(id)) },
+	})
+	ijs, err := jetstream.New(internal)
+	require.NoError(t, err)
+	_, err = ijs.CreateStream(ctx, jetstream.StreamConfig{Name: "RS", Subjects: []string{"rs.dispatch.>", "rs.result.>"}})
+	require.NoError(t, err)
+
+	own := testLayout(alice)
+	violations := make(chan error, 16)
+	nc, err := nats.Connect(srv.ClientURL(), nats.Token("alice"), nats.CustomInboxPrefix(own.Inbox),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+
+	t.Run("the sidecar's calls work", func(t *testing.T) {
+		cons, err := js.CreateOrUpdateConsumer(ctx, own.Stream, jetstream.ConsumerConfig{
+			Durable: own.Consumer, FilterSubject: own.Dispatch, AckPolicy: jetstream.AckExplicitPolicy,
+		})
+		require.NoError(t, err)
+		_, err = cons.Info(ctx)
+		require.NoError(t, err)
+		cancels, err := nc.SubscribeSync(own.Cancel)
+		require.NoError(t, err)
+
+		_, err = ijs.Publish(ctx, own.Dispatch, []byte("work"))
+		require.NoError(t, err)
+		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		require.NoError(t, err)
+		assert.Equal(t, "work", string(msg.Data()))
+		require.NoError(t, msg.InProgress())
+		ack, err := js.Publish(ctx, own.Publish[0], []byte("result"))
+		require.NoError(t, err)
+		assert.Equal(t, "RS", ack.Stream)
+		require.NoError(t, nc.Publish(own.Publish[1], []byte("heartbeat")))
+		require.NoError(t, nc.Publish("_RS_REPLY.team-a.echo.caller-1", []byte("sync answer")))
+		require.NoError(t, msg.DoubleAck(ctx))
+
+		require.NoError(t, internal.Publish(own.Cancel, []byte("cancel")))
+		_, err = cancels.NextMsg(5 * time.Second)
+		require.NoError(t, err)
+	})
+
+	// Each attempt on another tenant's worker is refused; the server's
+	// permission violation is the proof (a JetStream request that cannot
+	// be published also times out on the client).
+	bob := testLayout(Identity{Namespace: "team-b", Pool: "echo", Worker: "echo-1"})
+	attempts := []struct {
+		name string
+		try  func(ctx context.Context) error
+		want string
+	}{
+		{name: "consumer on another worker's dispatches", want: "$JS.API.CONSUMER.CREATE.RS.team-a_echo_echo-1.rs.dispatch.team-b.echo.echo-1",
+			try: func(ctx context.Context) error {
+				_, err := js.CreateOrUpdateConsumer(ctx, "RS", jetstream.ConsumerConfig{Durable: own.Consumer, FilterSubject: bob.Dispatch})
+				return err
+			}},
+		{name: "pull from another worker's consumer", want: "$JS.API.CONSUMER.MSG.NEXT.RS.team-b_echo_echo-1",
+			try: func(ctx context.Context) error {
+				_, err := nc.Request("$JS.API.CONSUMER.MSG.NEXT.RS."+bob.Consumer, []byte(`{"batch":1}`), time.Second)
+				return err
+			}},
+		{name: "read the stream", want: "$JS.API.STREAM.INFO.RS",
+			try: func(ctx context.Context) error { _, err := js.Stream(ctx, "RS"); return err }},
+		{name: "publish another tenant's result", want: "rs.result.team-b.echo",
+			try: func(context.Context) error { return nc.Publish(bob.Publish[0], []byte("forged")) }},
+		{name: "answer another tenant's caller", want: "_RS_REPLY.team-b.echo.caller-1",
+			try: func(context.Context) error { return nc.Publish("_RS_REPLY.team-b.echo.caller-1", []byte("forged")) }},
+		{name: "listen to another worker's cancels", want: "rs.cancel.team-b.echo.echo-1",
+			try: func(context.Context) error { _, err := nc.SubscribeSync(bob.Cancel); return err }},
+		{name: "listen to another tenant's inbox", want: "_INBOX.team-b.>",
+			try: func(context.Context) error { _, err := nc.SubscribeSync("_INBOX.team-b.>"); return err }},
+	}
+	for _, a := range attempts {
+		t.Run(a.name, func(t *testing.T) {
+			actx, acancel := context.WithTimeout(ctx, time.Second)
+			defer acancel()
+			_ = a.try(actx) // refused asynchronously: the violation below is the verdict
+			require.NoError(t, nc.Flush())
+			select {
+			case err := <-violations:
+				require.ErrorContains(t, err, "Permissions Violation")
+				require.ErrorContains(t, err, a.want)
+			case <-ctx.Done():
+				t.Fatal("no permission violation")
+			}
+		})
+	}
+}
