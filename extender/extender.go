@@ -42,6 +42,7 @@ type Extender struct {
 	synced    []cache.InformerSynced
 	intents   intents
 	scratch   sync.Pool // *scratch: request buffers
+	buffers   sync.Pool // *buffers
 	leader    atomic.Bool
 	listener  net.Listener
 	caPEM     []byte

@@ -323,8 +323,8 @@ func TestPrioritize(t *testing.T) {
 	x := RequestFor(testPod("x", "gpu", "g1", "", 1, corev1.PodPending), false)
 	names := []string{"cold-empty", "cold-busy", "warm"}
 	got := map[string]int64{}
-	for _, s := range l.Prioritize(x, names) {
-		got[s.Node] = s.Score
+	for i, s := range l.Prioritize(x, names) {
+		got[names[i]] = s
 	}
 	if !(got["warm"] == 10 && got["cold-busy"] > got["cold-empty"] && got["cold-busy"] < 10) {
 		t.Fatalf("scores %v: want warm 10 > cold-busy > cold-empty", got)
@@ -333,8 +333,8 @@ func TestPrioritize(t *testing.T) {
 	l.UpsertPod(testPod("y", "gpu", "g1", "warm", 2, corev1.PodRunning))
 	l.Filter(x, names, true)
 	n, _, _ := l.Assumed(x.UID)
-	for _, s := range l.Prioritize(x, names) {
-		if (s.Node == n) != (s.Score == 10) {
+	for i, s := range l.Prioritize(x, names) {
+		if (names[i] == n) != (s == 10) {
 			t.Fatalf("reserved %s, scores %+v", n, l.Prioritize(x, names))
 		}
 	}
