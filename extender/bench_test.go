@@ -48,12 +48,25 @@ func BenchmarkFilterPrioritize(b *testing.B) {
 		pods[i] = pod(fmt.Sprintf("incoming-%d", i), api.LabelGPUSpec, "g1", "")
 		bodies[i] = filterBody(b, pods[i], names...)
 	}
+	// The baseline is plain encoding/json on the same v1 types around the
+	// same filter and prioritize: what codec.go must beat to exist.
+	plain := func(verb func(*extenderv1.ExtenderArgs) any) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			var args extenderv1.ExtenderArgs
+			if err := json.NewDecoder(r.Body).Decode(&args); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			_ = json.NewEncoder(w).Encode(verb(&args))
+		}
+	}
 	for _, path := range []struct {
 		name               string
 		filter, prioritize http.HandlerFunc
 	}{
-		{"baseline", e.baselineFilter, e.baselinePrioritize},
-		{"v1", e.handleFilter, e.handlePrioritize},
+		{"baseline", plain(func(a *extenderv1.ExtenderArgs) any { return e.filter(a) }),
+			plain(func(a *extenderv1.ExtenderArgs) any { return e.prioritize(a) })},
+		{"codec", e.handleFilter, e.handlePrioritize},
 	} {
 		b.Run(path.name, func(b *testing.B) { cycles(b, pods, bodies, path.filter, path.prioritize) })
 	}

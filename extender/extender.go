@@ -41,7 +41,6 @@ type Extender struct {
 	podLister listersv1.PodLister
 	synced    []cache.InformerSynced
 	intents   intents
-	scratch   sync.Pool // *scratch: request buffers
 	buffers   sync.Pool // *buffers
 	leader    atomic.Bool
 	listener  net.Listener

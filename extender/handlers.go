@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/catalog"
@@ -71,36 +72,38 @@ func (e *Extender) putBuffers(b *buffers) {
 	e.buffers.Put(b)
 }
 
-// readArgs reads an ExtenderArgs; names are its NodeNames (what a
-// nodeCacheCapable scheduler sends) or the names of its Nodes.
-func readArgs(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) (_ *extenderv1.ExtenderArgs, names []string, ok bool) {
+// readArgs reads the ExtenderArgs of a filter or prioritize call.
+func readArgs(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) (*extenderv1.ExtenderArgs, bool) {
 	if !post(w, r) {
-		return nil, nil, false
+		return nil, false
 	}
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBody)); err != nil {
 		http.Error(w, "reading request body: "+err.Error(), http.StatusBadRequest)
-		return nil, nil, false
+		return nil, false
 	}
 	var args extenderv1.ExtenderArgs
 	if err := decodeArgs(buf.Bytes(), &args); err != nil {
 		http.Error(w, "decoding request body: "+err.Error(), http.StatusBadRequest)
-		return nil, nil, false
+		return nil, false
 	}
 	if args.Pod == nil {
 		http.Error(w, "field Pod: required", http.StatusBadRequest)
-		return nil, nil, false
+		return nil, false
 	}
-	switch {
-	case args.NodeNames != nil:
-		names = *args.NodeNames
-	case args.Nodes != nil:
-		for i := range args.Nodes.Items {
-			names = append(names, args.Nodes.Items[i].Name)
-		}
-	default:
-		args.NodeNames = &names
+	return &args, true
+}
+
+// nodeNames are the NodeNames (what a nodeCacheCapable scheduler sends) or
+// the names of the Nodes.
+func nodeNames(args *extenderv1.ExtenderArgs) []string {
+	if args.NodeNames != nil || args.Nodes == nil {
+		return ptr.Deref(args.NodeNames, nil)
 	}
-	return &args, names, true
+	names := make([]string, len(args.Nodes.Items))
+	for i := range args.Nodes.Items {
+		names[i] = args.Nodes.Items[i].Name
+	}
+	return names
 }
 
 func write(w http.ResponseWriter, out []byte) {
@@ -134,10 +137,15 @@ func (e *Extender) handleFilter(w http.ResponseWriter, r *http.Request) {
 	defer e.observe(e.metrics.filterLatency, time.Now())
 	b := e.getBuffers()
 	defer e.putBuffers(b)
-	args, names, ok := readArgs(w, r, &b.in)
-	if !ok {
-		return
+	if args, ok := readArgs(w, r, &b.in); ok {
+		b.out = appendFilterResult(b.out, e.filter(args))
+		write(w, b.out)
 	}
+}
+
+// filter evaluates the Pod on the nodes; the leader reserves the best one.
+func (e *Extender) filter(args *extenderv1.ExtenderArgs) *extenderv1.ExtenderFilterResult {
+	names := nodeNames(args)
 	var res ledger.FilterResult
 	if req, err := e.request(args.Pod); err != nil {
 		// Unresolvable on every node: the Pod's event names the bad label.
@@ -154,29 +162,33 @@ func (e *Extender) handleFilter(w http.ResponseWriter, r *http.Request) {
 	// Failed nodes are unresolvable: preempting other Pods never helps
 	// here; takeover of stock happens at bind, not through the scheduler's
 	// preemption.
-	out := extenderv1.ExtenderFilterResult{FailedAndUnresolvableNodes: res.Failed}
-	if args.NodeNames != nil {
+	out := &extenderv1.ExtenderFilterResult{FailedAndUnresolvableNodes: res.Failed}
+	if args.Nodes == nil || args.NodeNames != nil {
 		out.NodeNames = &res.Feasible
-	} else {
-		out.Nodes = &corev1.NodeList{}
-		for _, n := range args.Nodes.Items {
-			if _, failed := res.Failed[n.Name]; !failed {
-				out.Nodes.Items = append(out.Nodes.Items, n)
-			}
+		return out
+	}
+	out.Nodes = &corev1.NodeList{}
+	for _, n := range args.Nodes.Items {
+		if _, failed := res.Failed[n.Name]; !failed {
+			out.Nodes.Items = append(out.Nodes.Items, n)
 		}
 	}
-	b.out = appendFilterResult(b.out, &out)
-	write(w, b.out)
+	return out
 }
 
 func (e *Extender) handlePrioritize(w http.ResponseWriter, r *http.Request) {
 	defer e.observe(e.metrics.prioritizeLatency, time.Now())
 	b := e.getBuffers()
 	defer e.putBuffers(b)
-	args, names, ok := readArgs(w, r, &b.in)
-	if !ok {
-		return
+	if args, ok := readArgs(w, r, &b.in); ok {
+		b.out = appendPriorities(b.out, e.prioritize(args))
+		write(w, b.out)
 	}
+}
+
+// prioritize scores the nodes; an unknown spec scores 0 everywhere.
+func (e *Extender) prioritize(args *extenderv1.ExtenderArgs) extenderv1.HostPriorityList {
+	names := nodeNames(args)
 	out := make(extenderv1.HostPriorityList, len(names))
 	var scores []int64
 	if req, err := e.request(args.Pod); err == nil {
@@ -188,8 +200,7 @@ func (e *Extender) handlePrioritize(w http.ResponseWriter, r *http.Request) {
 			out[i].Score = scores[i]
 		}
 	}
-	b.out = appendPriorities(b.out, out)
-	write(w, b.out)
+	return out
 }
 
 // Bind failure reasons (label values of runplane_extender_bind_failures_total).

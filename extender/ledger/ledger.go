@@ -740,71 +740,6 @@ func (l *Ledger) Filter(req Request, names []string, reserve bool) FilterResult 
 	return res
 }
 
-// FilterNodes is Filter on node names as a request body holds them: it
-// sets reasons[i] (len(reasons) >= len(names)) to why the Pod does not fit
-// names[i], "" where it fits, and returns the node it reserved and the
-// placeholder the Pod will take there. It allocates nothing per node: at
-// 5,000 nodes a scheduling cycle must not churn the heap.
-func (l *Ledger) FilterNodes(req Request, names [][]byte, reserve bool, reasons []string) (chosen string, claim *Placeholder) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	prev := l.assumed[req.UID]
-	var prefer types.UID
-	preferNode := ""
-	if prev != nil {
-		if prev.state == Binding || prev.state == Bound {
-			for i := range names {
-				reasons[i] = ErrBindInProgress.Error()
-			}
-			return "", nil
-		}
-		if prev.state == Recovered {
-			preferNode, prefer = prev.node, prev.ph
-		}
-		l.unassume(prev, false)
-	}
-	pr := l.newProbe(req)
-	last := &l.last
-	last.valid, last.uid, last.nodes, last.scores = true, req.UID, last.nodes[:0], last.scores[:0]
-	var best verdict
-	var bestNode *node
-	for i, name := range names {
-		n := l.nodes[string(name)]
-		v := l.evaluate(pr, n, prefer)
-		if !v.fits {
-			reasons[i] = v.reason
-			continue
-		}
-		reasons[i] = ""
-		last.nodes = append(last.nodes, n.name)
-		last.scores = append(last.scores, score(v))
-		switch {
-		case bestNode == nil:
-		case n.name == preferNode:
-		case bestNode.name == preferNode:
-			continue
-		case !better(v, n.name, best, bestNode.name):
-			continue
-		}
-		best, bestNode = v, n
-	}
-	if !reserve || bestNode == nil {
-		if prev != nil && !reserve {
-			l.assume(prev)
-		}
-		return "", nil
-	}
-	l.handled[req.UID] = true // its claim annotation, if any, is this process's own
-	a := &assumption{uid: req.UID, node: bestNode.name, req: pr.vec, state: Reserved,
-		expires: l.opts.Now().Add(l.opts.ReservationTTL)}
-	if best.ph != nil {
-		a.ph = best.ph.uid
-		claim = &Placeholder{UID: best.ph.uid, Namespace: best.ph.ns, Name: best.ph.name, Node: bestNode.name, Spec: best.ph.stockSpec}
-	}
-	l.assume(a)
-	return bestNode.name, claim
-}
-
 // Prioritize scores the named nodes, 0..10 (scores[i] is names[i]'s): the
 // node reserved for the Pod (or the best one) gets 10, so the scheduler
 // picks the node the ledger reserved; other warm nodes 5..9, other nodes
@@ -851,49 +786,6 @@ func (l *Ledger) Prioritize(req Request, names []string) []int64 {
 	return scores
 }
 
-// PrioritizeNodes is Prioritize on node names as a request body holds
-// them: it sets scores[i] (len(scores) >= len(names)) for names[i].
-func (l *Ledger) PrioritizeNodes(req Request, names [][]byte, scores []int64) {
-	// The usual case, the nodes the Pod's filter just returned, only reads.
-	l.mu.RLock()
-	hit := cachedScoresOf(l, req.UID, names, scores)
-	l.mu.RUnlock()
-	if hit {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if cachedScoresOf(l, req.UID, names, scores) {
-		return
-	}
-	chosen := ""
-	// Score the Pod as if its own reservation were not there.
-	if a := l.assumed[req.UID]; a != nil {
-		chosen = a.node
-		l.unassume(a, false)
-		defer l.assume(a)
-	}
-	pr := l.newProbe(req)
-	var best verdict
-	var bestNode *node
-	bestIdx := -1
-	for i, name := range names {
-		scores[i] = 0
-		n := l.nodes[string(name)]
-		v := l.evaluate(pr, n, "")
-		if !v.fits {
-			continue
-		}
-		scores[i] = score(v)
-		if n.name == chosen || (chosen == "" && (bestNode == nil || better(v, n.name, best, bestNode.name))) {
-			best, bestNode, bestIdx = v, n, i
-		}
-	}
-	if bestIdx >= 0 {
-		scores[bestIdx] = 10
-	}
-}
-
 func score(v verdict) int64 {
 	s := int64(math.Round(v.packing * 4))
 	if v.hasStock {
@@ -907,10 +799,6 @@ func score(v verdict) int64 {
 // the same order, within one scheduling cycle), and reports whether it
 // did. Callers hold l.mu (reading is enough).
 func (l *Ledger) cachedScores(uid types.UID, names []string, scores []int64) bool {
-	return cachedScoresOf(l, uid, names, scores)
-}
-
-func cachedScoresOf[N ~string | ~[]byte](l *Ledger, uid types.UID, names []N, scores []int64) bool {
 	c := &l.last
 	chosen := ""
 	if a := l.assumed[uid]; a != nil {
@@ -920,7 +808,7 @@ func cachedScoresOf[N ~string | ~[]byte](l *Ledger, uid types.UID, names []N, sc
 		return false
 	}
 	for i, n := range names {
-		if c.nodes[i] != string(n) {
+		if c.nodes[i] != n {
 			return false
 		}
 	}
