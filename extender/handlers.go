@@ -134,11 +134,22 @@ func (e *Extender) observe(o prometheus.Observer, began time.Time) {
 }
 
 func (e *Extender) handleFilter(w http.ResponseWriter, r *http.Request) {
-	defer e.observe(e.metrics.filterLatency, time.Now())
+	serveArgs(e, w, r, e.metrics.filterLatency, e.filter, appendFilterResult)
+}
+
+func (e *Extender) handlePrioritize(w http.ResponseWriter, r *http.Request) {
+	serveArgs(e, w, r, e.metrics.prioritizeLatency, e.prioritize, appendPriorities)
+}
+
+// serveArgs answers a filter or prioritize call: the ExtenderArgs in, the
+// verb's result out.
+func serveArgs[R any](e *Extender, w http.ResponseWriter, r *http.Request, latency prometheus.Observer,
+	verb func(*extenderv1.ExtenderArgs) R, encode func([]byte, R) []byte) {
+	defer e.observe(latency, time.Now())
 	b := e.getBuffers()
 	defer e.putBuffers(b)
 	if args, ok := readArgs(w, r, &b.in); ok {
-		b.out = appendFilterResult(b.out, e.filter(args))
+		b.out = encode(b.out, verb(args))
 		write(w, b.out)
 	}
 }
@@ -174,16 +185,6 @@ func (e *Extender) filter(args *extenderv1.ExtenderArgs) *extenderv1.ExtenderFil
 		}
 	}
 	return out
-}
-
-func (e *Extender) handlePrioritize(w http.ResponseWriter, r *http.Request) {
-	defer e.observe(e.metrics.prioritizeLatency, time.Now())
-	b := e.getBuffers()
-	defer e.putBuffers(b)
-	if args, ok := readArgs(w, r, &b.in); ok {
-		b.out = appendPriorities(b.out, e.prioritize(args))
-		write(w, b.out)
-	}
 }
 
 // prioritize scores the nodes; an unknown spec scores 0 everywhere.
