@@ -22,7 +22,6 @@ import (
 	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -97,7 +96,6 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:        "0",
 		LeaderElection:                cfg.LeaderElection,
-		LeaderElectionResourceLock:    resourcelock.LeasesResourceLock,
 		LeaderElectionID:              cfg.LeaseName,
 		LeaderElectionNamespace:       cfg.Namespace,
 		LeaderElectionReleaseOnCancel: true,
@@ -136,8 +134,14 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		}
 		runnables = append(runnables, follow)
 	} else {
-		// Without LeaderElection the manager starts it at once.
-		runnables = append(runnables, leading{e})
+		// Binding while the manager leads: a RunnableFunc needs leader
+		// election, and without LeaderElection it starts at once.
+		runnables = append(runnables, manager.RunnableFunc(func(ctx context.Context) error {
+			e.setLeader(true)
+			<-ctx.Done()
+			e.setLeader(false)
+			return nil
+		}))
 	}
 	for _, r := range runnables {
 		if err := mgr.Add(r); err != nil {
@@ -214,18 +218,6 @@ func (e *Extender) setLeader(v bool) {
 	}
 }
 
-// leading binds while the manager leads (at once without leader election).
-type leading struct{ e *Extender }
-
-func (l leading) Start(ctx context.Context) error {
-	l.e.setLeader(true)
-	<-ctx.Done()
-	l.e.setLeader(false)
-	return nil
-}
-
-func (leading) NeedLeaderElection() bool { return true }
-
 // always is a runnable that runs whether or not the manager leads: a
 // non-leader keeps its ledger warm and answers filter and prioritize.
 type always func(context.Context) error
@@ -280,34 +272,10 @@ func (e *Extender) informers() (manager.Runnable, error) {
 	podInf := f.Core().V1().Pods()
 	nodeInf := f.Core().V1().Nodes()
 	e.podLister = podInf.Lister()
-	_, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { e.ledger.UpsertPod(obj.(*corev1.Pod)) },
-		UpdateFunc: func(_, obj any) { e.ledger.UpsertPod(obj.(*corev1.Pod)) },
-		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if p, ok := obj.(*corev1.Pod); ok {
-				e.ledger.DeletePod(p.UID)
-			}
-		},
-	})
-	if err != nil {
+	if _, err := podInf.Informer().AddEventHandler(feed(e.ledger.UpsertPod, func(p *corev1.Pod) { e.ledger.DeletePod(p.UID) })); err != nil {
 		return nil, fmt.Errorf("extender: pod informer: %w", err)
 	}
-	_, err = nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { e.ledger.UpsertNode(obj.(*corev1.Node)) },
-		UpdateFunc: func(_, obj any) { e.ledger.UpsertNode(obj.(*corev1.Node)) },
-		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if n, ok := obj.(*corev1.Node); ok {
-				e.ledger.DeleteNode(n.Name)
-			}
-		},
-	})
-	if err != nil {
+	if _, err := nodeInf.Informer().AddEventHandler(feed(e.ledger.UpsertNode, func(n *corev1.Node) { e.ledger.DeleteNode(n.Name) })); err != nil {
 		return nil, fmt.Errorf("extender: node informer: %w", err)
 	}
 	e.informerSynced = []cache.InformerSynced{podInf.Informer().HasSynced, nodeInf.Informer().HasSynced}
@@ -317,4 +285,20 @@ func (e *Extender) informers() (manager.Runnable, error) {
 		f.Shutdown()
 		return nil
 	}), nil
+}
+
+// feed hands an informer's objects to the ledger.
+func feed[T any](upsert, remove func(T)) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { upsert(obj.(T)) },
+		UpdateFunc: func(_, obj any) { upsert(obj.(T)) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if o, ok := obj.(T); ok {
+				remove(o)
+			}
+		},
+	}
 }

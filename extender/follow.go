@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
@@ -32,17 +31,13 @@ func (e *Extender) followLease() (manager.Runnable, error) {
 		}))
 	inf := f.Coordination().V1().Leases()
 	changed := make(chan struct{}, 1)
-	poke := func() {
+	poke := func(*coordinationv1.Lease) {
 		select {
 		case changed <- struct{}{}:
 		default:
 		}
 	}
-	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { poke() },
-		UpdateFunc: func(_, _ any) { poke() },
-		DeleteFunc: func(any) { poke() },
-	}); err != nil {
+	if _, err := inf.Informer().AddEventHandler(feed(poke, poke)); err != nil {
 		return nil, fmt.Errorf("extender: lease informer: %w", err)
 	}
 	fl := follower{host: host, clock: e.cfg.Clock, set: e.setLeader,

@@ -106,11 +106,6 @@ func nodeNames(args *extenderv1.ExtenderArgs) []string {
 	return names
 }
 
-func write(w http.ResponseWriter, out []byte) {
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(out)
-}
-
 // request turns a Pod into a ledger request using the catalog: a GPU Pod of
 // an unknown spec is an error naming the label and the known specs.
 func (e *Extender) request(pod *corev1.Pod) (ledger.Request, error) {
@@ -150,7 +145,8 @@ func serveArgs[R any](e *Extender, w http.ResponseWriter, r *http.Request, laten
 	defer e.putBuffers(b)
 	if args, ok := readArgs(w, r, &b.in); ok {
 		b.out = encode(b.out, verb(args))
-		write(w, b.out)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(b.out)
 	}
 }
 

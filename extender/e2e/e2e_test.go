@@ -51,12 +51,6 @@ func listPods(ctx context.Context, c kubernetes.Interface, ns, selector string) 
 	return l.Items, nil
 }
 
-// runningPlaceholder waits until the one Pod of selector runs.
-func runningPlaceholder(t *testing.T, c kubernetes.Interface, ns, selector string) corev1.Pod {
-	t.Helper()
-	return waitRunning(t, c, ns, selector, 1)[0]
-}
-
 func running(p *corev1.Pod) bool {
 	return p.Spec.NodeName != "" && p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil
 }
@@ -81,7 +75,7 @@ func TestTakeoverSameSpec(t *testing.T) {
 	ns := namespace(t, "takeover")
 	nodes := addNodes(t, "takeover", 1, 1)
 	stockDeployment(t, c, ns, "stock-g1", "g1", "takeover", 1)
-	ph := runningPlaceholder(t, c, ns, "app=stock-g1")
+	ph := waitRunning(t, c, ns, "app=stock-g1", 1)[0]
 	require.Equal(t, nodes[0], ph.Spec.NodeName)
 	created := createPod(t, c, ns, gpuPod("work", "g1", "takeover"))
 	var bound *corev1.Pod
@@ -117,7 +111,7 @@ func TestOtherSpecNeverEvicted(t *testing.T) {
 	ns := namespace(t, "otherspec")
 	addNodes(t, "otherspec", 1, 1)
 	stockDeployment(t, c, ns, "stock-g2", "g2", "otherspec", 1)
-	ph := runningPlaceholder(t, c, ns, "app=stock-g2")
+	ph := waitRunning(t, c, ns, "app=stock-g2", 1)[0]
 	createPod(t, c, ns, gpuPod("work", "g1", "otherspec"))
 	// The barrier: the scheduler asked the extender, which failed the only
 	// node. A bind (the only step that takes a placeholder) follows a

@@ -11,7 +11,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -195,22 +197,7 @@ func (h *harness) get(path string) (string, error) {
 	return string(body), nil
 }
 
-func containsLine(body, line string) bool {
-	for len(body) > 0 {
-		i := 0
-		for i < len(body) && body[i] != '\n' {
-			i++
-		}
-		if body[:i] == line {
-			return true
-		}
-		if i == len(body) {
-			break
-		}
-		body = body[i+1:]
-	}
-	return false
-}
+func containsLine(body, line string) bool { return slices.Contains(strings.Split(body, "\n"), line) }
 
 const groupLabel = "e2e.runplane.io/group"
 
