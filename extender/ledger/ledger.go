@@ -21,6 +21,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	"github.com/runplane/runplane/api"
 )
@@ -151,8 +152,8 @@ type Options struct {
 	// BoundTTL bounds how long a bound Pod stays assumed if the informer
 	// never reports it. Default 2m.
 	BoundTTL time.Duration
-	// Now is the clock; time.Now when nil.
-	Now func() time.Time
+	// Clock ages reservations; the real clock when nil.
+	Clock clock.PassiveClock
 }
 
 // Ledger is the per-node capacity book. The zero value is not usable; use New.
@@ -206,8 +207,8 @@ func New(opts Options) *Ledger {
 	if opts.BoundTTL <= 0 {
 		opts.BoundTTL = 2 * time.Minute
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
 	}
 	return &Ledger{
 		opts:    opts,
@@ -444,7 +445,7 @@ func (l *Ledger) recover(pod *corev1.Pod) {
 	}
 	l.inherits[pod.UID], l.inheritedBy[claim.UID] = claim.UID, pod.UID
 	a := &assumption{uid: pod.UID, node: claim.Node, req: l.pack(PodRequests(pod)), state: Recovered,
-		expires: l.opts.Now().Add(l.opts.RecoveredTTL)}
+		expires: l.opts.Clock.Now().Add(l.opts.RecoveredTTL)}
 	if p := l.pods[claim.UID]; p != nil && p.claimedBy == "" && p.node == claim.Node {
 		a.ph = claim.UID
 	}
@@ -515,7 +516,7 @@ func (l *Ledger) Exists(uid types.UID) bool {
 
 // Sweep drops assumptions whose time is up.
 func (l *Ledger) Sweep() {
-	now := l.opts.Now()
+	now := l.opts.Clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, a := range l.assumed {
@@ -730,7 +731,7 @@ func (l *Ledger) Filter(req Request, names []string, reserve bool) FilterResult 
 	}
 	l.handled[req.UID] = true // its claim annotation, if any, is this process's own
 	a := &assumption{uid: req.UID, node: bestNode.name, req: pr.vec, state: Reserved,
-		expires: l.opts.Now().Add(l.opts.ReservationTTL)}
+		expires: l.opts.Clock.Now().Add(l.opts.ReservationTTL)}
 	if best.ph != nil {
 		a.ph = best.ph.uid
 		res.Claim = &Placeholder{UID: best.ph.uid, Namespace: best.ph.ns, Name: best.ph.name, Node: bestNode.name, Spec: best.ph.stockSpec}
@@ -883,7 +884,7 @@ func (l *Ledger) EndBind(uid types.UID, ok, phDeleted bool) {
 			return
 		}
 		a.state = Bound
-		a.expires = l.opts.Now().Add(l.opts.BoundTTL)
+		a.expires = l.opts.Clock.Now().Add(l.opts.BoundTTL)
 		return
 	}
 	l.unassume(a, phDeleted)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/runplane/runplane/api"
 )
@@ -237,14 +238,14 @@ func TestBindLifecycle(t *testing.T) {
 }
 
 func TestReservationExpires(t *testing.T) {
-	now := time.Unix(0, 0)
-	l := New(Options{ReservationTTL: time.Second, Now: func() time.Time { return now }})
+	clk := clocktesting.NewFakePassiveClock(time.Unix(0, 0))
+	l := New(Options{ReservationTTL: time.Second, Clock: clk})
 	l.UpsertNode(testNode("a", 1))
 	x := RequestFor(testPod("x", "gpu", "g1", "", 1, corev1.PodPending), false)
 	y := RequestFor(testPod("y", "gpu", "g1", "", 1, corev1.PodPending), false)
 	l.Filter(x, []string{"a"}, true)
 	require.Empty(t, l.Filter(y, []string{"a"}, true).Chosen, "y fit while x held the reservation")
-	now = now.Add(2 * time.Second)
+	clk.SetTime(clk.Now().Add(2 * time.Second))
 	l.Sweep()
 	require.Equal(t, "a", l.Filter(y, []string{"a"}, true).Chosen, "x's stale reservation was not swept")
 }
