@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	listersv1 "k8s.io/client-go/listers/core/v1"
@@ -243,17 +244,11 @@ func (e *Extender) catalogSynced(*http.Request) error {
 }
 
 func (e *Extender) sweep(ctx context.Context) error {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			e.ledger.Sweep()
-			e.intents.sweep(time.Minute)
-		}
-	}
+	wait.UntilWithContext(ctx, func(context.Context) {
+		e.ledger.Sweep()
+		e.intents.sweep(time.Minute)
+	}, time.Second)
+	return nil
 }
 
 // stripManaged drops managed fields: the ledger never reads them and at
