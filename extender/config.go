@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 
 	"github.com/runplane/runplane/api"
 )
@@ -28,11 +29,11 @@ type Config struct {
 	// TLSHosts are the DNS names and IPs of a generated certificate.
 	// Default localhost and 127.0.0.1.
 	TLSHosts []string
-	// LeaderElection makes the extender bind only while it holds the Lease
-	// LeaseName in Namespace. Without it the extender always binds.
+	// LeaderElection makes the extender bind only while its manager holds
+	// the Lease LeaseName in Namespace. Without it (and without
+	// FollowLease) the extender always binds.
 	LeaderElection bool
 	LeaseName      string // default "runplane-extender"
-	Identity       string // default hostname + random suffix
 	LeaseDuration  time.Duration
 	RenewDeadline  time.Duration
 	RetryPeriod    time.Duration
@@ -49,6 +50,8 @@ type Config struct {
 	ReservationTTL time.Duration
 	// Logger; slog.Default() when nil.
 	Logger *slog.Logger
+	// Clock judges Lease expiry and reservation age; the real clock when nil.
+	Clock clock.Clock
 }
 
 // DefaultLeaseName is the Lease the extender replicas compete for.
@@ -95,6 +98,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
 	}
 	return nil
 }

@@ -2,29 +2,32 @@ package extender
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/runplane/runplane/catalog"
 	"github.com/runplane/runplane/extender/ledger"
@@ -39,14 +42,15 @@ type Extender struct {
 	ledger    *ledger.Ledger
 	metrics   *metrics
 	podLister listersv1.PodLister
-	synced    []cache.InformerSynced
-	intents   intents
-	scratch   sync.Pool // *scratch: request buffers
-	leader    atomic.Bool
-	listener  net.Listener
-	caPEM     []byte
-	done      chan struct{}
-	err       error
+	// informerSynced report whether the Pod and Node informers synced.
+	informerSynced []cache.InformerSynced
+	intents        intents
+	buffers        sync.Pool // *buffers
+	leader         atomic.Bool
+	listener       net.Listener
+	caPEM          []byte
+	done           chan struct{}
+	err            error
 }
 
 // Run starts an extender and serves until ctx ends.
@@ -58,9 +62,11 @@ func Run(ctx context.Context, cfg Config) error {
 	return e.Wait()
 }
 
-// Start builds the ledger from the API (informers synced), starts leader
-// election and begins serving HTTPS. It returns once the extender serves;
-// everything stops when ctx ends.
+// Start runs the extender as a controller-runtime manager: the Pod and Node
+// informers, the HTTPS server (a manager.Server) and, with LeaderElection,
+// the manager's Lease election (the extender binds while it leads). It
+// returns once the informers have synced and the server listens;
+// everything stops, gracefully, when ctx ends.
 func Start(ctx context.Context, cfg Config) (*Extender, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
@@ -82,57 +88,109 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 	}
 	e := &Extender{
 		cfg: cfg, log: cfg.Logger, client: client, caPEM: caPEM, done: make(chan struct{}),
-		ledger: ledger.New(ledger.Options{ReservationTTL: cfg.ReservationTTL}),
+		ledger: ledger.New(ledger.Options{ReservationTTL: cfg.ReservationTTL, Clock: cfg.Clock}),
 	}
 	e.metrics = newMetrics(e.ledger)
+	mgr, err := manager.New(rc, manager.Options{
+		Logger: logr.FromSlogHandler(cfg.Logger.Handler()),
+		// Metrics and probes are served on the extender's HTTPS listener.
+		Metrics:                       metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:        "0",
+		LeaderElection:                cfg.LeaderElection,
+		LeaderElectionID:              cfg.LeaseName,
+		LeaderElectionNamespace:       cfg.Namespace,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &cfg.LeaseDuration,
+		RenewDeadline:                 &cfg.RenewDeadline,
+		RetryPeriod:                   &cfg.RetryPeriod,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("extender: new manager: %w", err)
+	}
 	if e.catalog, err = catalog.Watch(ctx, client, cfg.Namespace); err != nil {
 		return nil, fmt.Errorf("extender: %w", err)
 	}
-	if err := e.startInformers(ctx); err != nil {
+	informers, err := e.informers()
+	if err != nil {
 		return nil, err
 	}
-	switch {
-	case cfg.LeaderElection:
-		if err := e.startLeaderElection(ctx); err != nil {
+	e.listener, err = net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("extender: listening on %s: %w", cfg.Addr, err)
+	}
+	runnables := []manager.Runnable{
+		informers,
+		always(e.sweep),
+		&manager.Server{
+			Name:            "runplane-extender",
+			Server:          &http.Server{Handler: e.mux(), ReadHeaderTimeout: 10 * time.Second},
+			Listener:        tls.NewListener(e.listener, tlsCfg),
+			ShutdownTimeout: ptr.To(5 * time.Second),
+		},
+	}
+	if cfg.FollowLease != "" {
+		follow, err := e.followLease()
+		if err != nil {
 			return nil, err
 		}
-	case cfg.FollowLease != "":
-		go e.followLease(ctx)
-	default:
-		e.setLeader(true)
+		runnables = append(runnables, follow)
+	} else {
+		// Binding while the manager leads: a RunnableFunc needs leader
+		// election, and without LeaderElection it starts at once.
+		runnables = append(runnables, manager.RunnableFunc(func(ctx context.Context) error {
+			e.setLeader(true)
+			<-ctx.Done()
+			e.setLeader(false)
+			return nil
+		}))
 	}
-	go e.sweep(ctx)
+	for _, r := range runnables {
+		if err := mgr.Add(r); err != nil {
+			_ = e.listener.Close()
+			return nil, fmt.Errorf("extender: adding runnable: %w", err)
+		}
+	}
+	mgrCtx, stop := context.WithCancel(ctx)
+	go func() {
+		defer close(e.done)
+		defer stop()
+		if err := mgr.Start(mgrCtx); err != nil {
+			e.err = fmt.Errorf("extender: %w", err)
+		}
+	}()
+	syncCtx, cancel := context.WithTimeout(mgrCtx, 2*time.Minute)
+	defer cancel()
+	if !cache.WaitForCacheSync(syncCtx.Done(), e.informerSynced...) {
+		stop()
+		if err := e.Wait(); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("extender: pod and node informers did not sync: %w", syncCtx.Err())
+	}
+	e.log.Info("runplane extender serving", "addr", e.listener.Addr().String(), "leaderElection", cfg.LeaderElection, "followLease", cfg.FollowLease)
+	return e, nil
+}
 
+// mux routes the extender verbs, /metrics (the extender's metrics and the
+// manager's: leader election, client-go) and the health probes.
+func (e *Extender) mux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc(FilterPath, e.handleFilter)
 	mux.HandleFunc(PrioritizePath, e.handlePrioritize)
 	mux.HandleFunc(BindPath, e.handleBind)
-	mux.Handle("/metrics", promhttp.HandlerFor(e.metrics.registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-	mux.HandleFunc("/readyz", e.handleReady)
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("extender: listening on %s: %w", cfg.Addr, err)
+	mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{crmetrics.Registry, e.metrics.registry}, promhttp.HandlerOpts{}))
+	probes := map[string]*healthz.Handler{
+		"/healthz": {Checks: map[string]healthz.Checker{"ping": healthz.Ping}},
+		"/readyz":  {Checks: map[string]healthz.Checker{"informers": e.informersSynced, "catalog": e.catalogSynced}},
 	}
-	e.listener = ln
-	srv := &http.Server{Handler: mux, TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shut)
-	}()
-	go func() {
-		defer close(e.done)
-		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			e.err = fmt.Errorf("extender: serving: %w", err)
-		}
-	}()
-	e.log.Info("runplane extender serving", "addr", ln.Addr().String(), "leaderElection", cfg.LeaderElection)
-	return e, nil
+	for path, h := range probes {
+		mux.Handle(path, http.StripPrefix(path, h))
+		mux.Handle(path+"/", http.StripPrefix(path, h))
+	}
+	return mux
 }
 
-// Wait blocks until the server has stopped and returns its error.
+// Wait blocks until the manager has stopped and returns its error.
 func (e *Extender) Wait() error {
 	<-e.done
 	return e.err
@@ -151,7 +209,9 @@ func (e *Extender) IsLeader() bool { return e.isLeader() }
 func (e *Extender) isLeader() bool { return e.leader.Load() }
 
 func (e *Extender) setLeader(v bool) {
-	e.leader.Store(v)
+	if e.leader.Swap(v) != v {
+		e.log.Info("runplane extender binding", "binding", v)
+	}
 	if v {
 		e.metrics.leader.Set(1)
 	} else {
@@ -159,32 +219,36 @@ func (e *Extender) setLeader(v bool) {
 	}
 }
 
-func (e *Extender) handleReady(w http.ResponseWriter, _ *http.Request) {
-	for _, s := range e.synced {
+// always is a runnable that runs whether or not the manager leads: a
+// non-leader keeps its ledger warm and answers filter and prioritize.
+type always func(context.Context) error
+
+func (f always) Start(ctx context.Context) error { return f(ctx) }
+
+func (always) NeedLeaderElection() bool { return false }
+
+func (e *Extender) informersSynced(*http.Request) error {
+	for _, s := range e.informerSynced {
 		if !s() {
-			http.Error(w, "informers not synced", http.StatusServiceUnavailable)
-			return
+			return errors.New("pod and node informers not synced")
 		}
 	}
-	if !e.catalog.HasSynced() {
-		http.Error(w, "catalog not synced", http.StatusServiceUnavailable)
-		return
-	}
-	_, _ = w.Write([]byte("ok"))
+	return nil
 }
 
-func (e *Extender) sweep(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			e.ledger.Sweep()
-			e.intents.sweep(time.Minute)
-		}
+func (e *Extender) catalogSynced(*http.Request) error {
+	if !e.catalog.HasSynced() {
+		return errors.New("catalog not synced")
 	}
+	return nil
+}
+
+func (e *Extender) sweep(ctx context.Context) error {
+	wait.UntilWithContext(ctx, func(context.Context) {
+		e.ledger.Sweep()
+		e.intents.sweep(time.Minute)
+	}, time.Second)
+	return nil
 }
 
 // stripManaged drops managed fields: the ledger never reads them and at
@@ -196,116 +260,40 @@ func stripManaged(obj any) (any, error) {
 	return obj, nil
 }
 
-func (e *Extender) startInformers(ctx context.Context) error {
+// informers feed the ledger from Pod and Node informers; the runnable
+// runs them.
+func (e *Extender) informers() (manager.Runnable, error) {
 	f := informers.NewSharedInformerFactoryWithOptions(e.client, 0, informers.WithTransform(stripManaged))
 	podInf := f.Core().V1().Pods()
 	nodeInf := f.Core().V1().Nodes()
 	e.podLister = podInf.Lister()
-	_, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { e.ledger.UpsertPod(obj.(*corev1.Pod)) },
-		UpdateFunc: func(_, obj any) { e.ledger.UpsertPod(obj.(*corev1.Pod)) },
+	if _, err := podInf.Informer().AddEventHandler(feed(e.ledger.UpsertPod, func(p *corev1.Pod) { e.ledger.DeletePod(p.UID) })); err != nil {
+		return nil, fmt.Errorf("extender: pod informer: %w", err)
+	}
+	if _, err := nodeInf.Informer().AddEventHandler(feed(e.ledger.UpsertNode, func(n *corev1.Node) { e.ledger.DeleteNode(n.Name) })); err != nil {
+		return nil, fmt.Errorf("extender: node informer: %w", err)
+	}
+	e.informerSynced = []cache.InformerSynced{podInf.Informer().HasSynced, nodeInf.Informer().HasSynced}
+	return always(func(ctx context.Context) error {
+		f.Start(ctx.Done())
+		<-ctx.Done()
+		f.Shutdown()
+		return nil
+	}), nil
+}
+
+// feed hands an informer's objects to the ledger.
+func feed[T any](upsert, remove func(T)) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { upsert(obj.(T)) },
+		UpdateFunc: func(_, obj any) { upsert(obj.(T)) },
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
 			}
-			if p, ok := obj.(*corev1.Pod); ok {
-				e.ledger.DeletePod(p.UID)
+			if o, ok := obj.(T); ok {
+				remove(o)
 			}
 		},
-	})
-	if err != nil {
-		return fmt.Errorf("extender: pod informer: %w", err)
 	}
-	_, err = nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { e.ledger.UpsertNode(obj.(*corev1.Node)) },
-		UpdateFunc: func(_, obj any) { e.ledger.UpsertNode(obj.(*corev1.Node)) },
-		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if n, ok := obj.(*corev1.Node); ok {
-				e.ledger.DeleteNode(n.Name)
-			}
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("extender: node informer: %w", err)
-	}
-	e.synced = []cache.InformerSynced{podInf.Informer().HasSynced, nodeInf.Informer().HasSynced}
-	f.Start(ctx.Done())
-	syncCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if !cache.WaitForCacheSync(syncCtx.Done(), e.synced...) {
-		return fmt.Errorf("extender: pod and node informers did not sync: %w", syncCtx.Err())
-	}
-	return nil
-}
-
-// followLease binds while the followed Lease is held, unexpired, by this
-// host: the co-located kube-scheduler leads.
-func (e *Extender) followLease(ctx context.Context) {
-	ns, name, _ := strings.Cut(e.cfg.FollowLease, "/")
-	host, _ := os.Hostname()
-	t := time.NewTicker(e.cfg.RetryPeriod)
-	defer t.Stop()
-	for {
-		lease, err := e.client.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
-		held := err == nil && lease.Spec.HolderIdentity != nil && lease.Spec.RenewTime != nil &&
-			lease.Spec.LeaseDurationSeconds != nil &&
-			strings.HasPrefix(*lease.Spec.HolderIdentity, host+"_") &&
-			time.Since(lease.Spec.RenewTime.Time) < time.Duration(*lease.Spec.LeaseDurationSeconds)*time.Second
-		if held != e.isLeader() {
-			e.log.Info("runplane extender follows the scheduler's Lease", "lease", e.cfg.FollowLease, "binding", held)
-			e.setLeader(held)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-func (e *Extender) startLeaderElection(ctx context.Context) error {
-	id := e.cfg.Identity
-	if id == "" {
-		host, _ := os.Hostname()
-		b := make([]byte, 4)
-		_, _ = rand.Read(b)
-		id = host + "_" + hex.EncodeToString(b)
-	}
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: e.cfg.Namespace, Name: e.cfg.LeaseName},
-		Client:     e.client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
-	}
-	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		LeaseDuration:   e.cfg.LeaseDuration,
-		RenewDeadline:   e.cfg.RenewDeadline,
-		RetryPeriod:     e.cfg.RetryPeriod,
-		ReleaseOnCancel: true,
-		Name:            e.cfg.LeaseName,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(context.Context) {
-				e.log.Info("runplane extender leading", "identity", id)
-				e.setLeader(true)
-			},
-			OnStoppedLeading: func() {
-				e.log.Info("runplane extender stopped leading", "identity", id)
-				e.setLeader(false)
-			},
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("extender: leader election: %w", err)
-	}
-	// A lost Lease is retried: the replica keeps its ledger warm and binds
-	// again once it leads.
-	go func() {
-		for ctx.Err() == nil {
-			le.Run(ctx)
-		}
-	}()
-	return nil
 }

@@ -1,9 +1,7 @@
 package extender
 
 import (
-	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -11,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,9 +29,7 @@ func testExtender(t testing.TB, leader bool) *Extender {
 		"g1":   "gpu: 1\ncpu: \"8\"\nmemory: 32Gi\n",
 		"greq": "gpu: 1\ncpu: \"8\"\nmemory: 32Gi\nstock: Required\n",
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	l := ledger.New(ledger.Options{})
 	// The fake client only absorbs the claim-intent patches filter starts.
 	e := &Extender{ledger: l, catalog: catalog.NewStaticStore(c), metrics: newMetrics(l), client: fake.NewClientset(),
@@ -80,25 +78,23 @@ func TestBadInput(t *testing.T) {
 		{"filter not JSON", e.handleFilter, http.MethodPost, "{", 400, "decoding request body"},
 		{"filter without Pod", e.handleFilter, http.MethodPost, `{"NodeNames":["a"]}`, 400, "field Pod: required"},
 		{"prioritize without Pod", e.handlePrioritize, http.MethodPost, `{}`, 400, "field Pod: required"},
+		{"bind not JSON", e.handleBind, http.MethodPost, `[`, 400, "decoding request body"},
 		{"bind without node", e.handleBind, http.MethodPost, `{"PodName":"x","PodNamespace":"ns"}`, 400, "Node are required"},
 		{"GET filter", e.handleFilter, http.MethodGet, "", 405, "use POST"},
+		{"GET bind", e.handleBind, http.MethodGet, "", 405, "use POST"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := call(t, tt.handler, tt.method, tt.body)
-			var out map[string]string
-			if rec.Code != tt.code || json.Unmarshal(rec.Body.Bytes(), &out) != nil || !strings.Contains(out["error"], tt.errPart) {
-				t.Fatalf("got %d %s, want %d with JSON error containing %q", rec.Code, rec.Body, tt.code, tt.errPart)
-			}
+			require.Equal(t, tt.code, rec.Code, rec.Body.String())
+			require.Contains(t, rec.Body.String(), tt.errPart)
 		})
 	}
 }
 
 func filterBody(t testing.TB, p *corev1.Pod, nodes ...string) string {
 	b, err := json.Marshal(extenderv1.ExtenderArgs{Pod: p, NodeNames: &nodes})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return string(b)
 }
 
@@ -110,7 +106,7 @@ func TestFilterHandler(t *testing.T) {
 		feasible []string
 		failed   map[string]string // node -> substring
 	}{
-		{"unknown spec names the label and the known specs", true, pod("x", api.LabelGPUSpec, "g9", ""), nil,
+		{"unknown spec names the label and the known specs", true, pod("x", api.LabelGPUSpec, "g9", ""), []string{},
 			map[string]string{"warm": `label runplane.io/gpu-spec: unknown GPU spec "g9"; known specs: g1, greq`, "cold": "known specs"}},
 		{"Preferred fits warm and cold", true, pod("x", api.LabelGPUSpec, "g1", ""), []string{"cold", "warm"}, nil},
 		{"Required fits only the warm node", true, pod("x", api.LabelGPUSpec, "greq", ""), []string{"warm"},
@@ -126,17 +122,14 @@ func TestFilterHandler(t *testing.T) {
 			e.ledger.UpsertPod(pod("ph-g1", api.LabelStock, "g1", "warm"))
 			e.ledger.UpsertPod(pod("ph-greq", api.LabelStock, "greq", "warm"))
 			rec := call(t, e.handleFilter, http.MethodPost, filterBody(t, tt.pod, "cold", "warm"))
+			require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 			var out extenderv1.ExtenderFilterResult
-			if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || rec.Code != 200 {
-				t.Fatalf("%d %s", rec.Code, rec.Body)
-			}
-			if fmt.Sprint(*out.NodeNames) != fmt.Sprint(tt.feasible) && !(len(*out.NodeNames) == 0 && tt.feasible == nil) {
-				t.Errorf("feasible %v, want %v", *out.NodeNames, tt.feasible)
-			}
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &out))
+			require.NotNil(t, out.NodeNames)
+			require.Equal(t, tt.feasible, *out.NodeNames)
+			require.Len(t, out.FailedAndUnresolvableNodes, len(tt.failed))
 			for n, part := range tt.failed {
-				if !strings.Contains(out.FailedAndUnresolvableNodes[n], part) {
-					t.Errorf("node %s: %q, want %q", n, out.FailedAndUnresolvableNodes[n], part)
-				}
+				require.Contains(t, out.FailedAndUnresolvableNodes[n], part, "node %s", n)
 			}
 		})
 	}
@@ -145,18 +138,13 @@ func TestFilterHandler(t *testing.T) {
 func TestBindNotLeader(t *testing.T) {
 	e := testExtender(t, false)
 	rec := call(t, e.handleBind, http.MethodPost, `{"PodName":"x","PodNamespace":"ns","PodUID":"x","Node":"a"}`)
+	require.Equal(t, http.StatusOK, rec.Code)
 	var out extenderv1.ExtenderBindingResult
-	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || !strings.Contains(out.Error, "not the leader") {
-		t.Fatalf("%d %s", rec.Code, rec.Body)
-	}
-	m := &bytes.Buffer{}
-	mfs, _ := e.metrics.registry.Gather()
-	for _, mf := range mfs {
-		fmt.Fprintln(m, mf.String())
-	}
-	if !strings.Contains(m.String(), "not_leader") {
-		t.Fatalf("no not_leader bind failure in metrics:\n%s", m)
-	}
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &out))
+	require.Contains(t, out.Error, "not the leader")
+	m := &dto.Metric{}
+	require.NoError(t, e.metrics.bindFailures.WithLabelValues(reasonNotLeader).Write(m))
+	require.Equal(t, 1.0, m.GetCounter().GetValue())
 }
 
 func TestPrioritizeHandler(t *testing.T) {
@@ -165,149 +153,39 @@ func TestPrioritizeHandler(t *testing.T) {
 	e.ledger.UpsertNode(node("cold", 2))
 	e.ledger.UpsertPod(pod("ph", api.LabelStock, "g1", "warm"))
 	rec := call(t, e.handlePrioritize, http.MethodPost, filterBody(t, pod("x", api.LabelGPUSpec, "g1", ""), "cold", "warm"))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 	var out extenderv1.HostPriorityList
-	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
-		t.Fatal(err)
-	}
-	if len(out) != 2 || out[1].Host != "warm" || out[1].Score != 10 || out[0].Score >= 10 {
-		t.Fatalf("priorities %+v, want warm 10 and cold lower", out)
-	}
-}
-
-func TestParseNames(t *testing.T) {
-	tests := []struct {
-		raw       string
-		want      []string
-		wantPlain bool
-		wantErr   bool
-	}{
-		{`[]`, []string{}, true, false},
-		{` [ "a" , "b.c-1" ] `, []string{"a", "b.c-1"}, true, false},
-		{`["a\u002db"]`, []string{"a-b"}, false, false},
-		{`["a","we\"ird"]`, []string{"a", `we"ird`}, false, false},
-		{`["a",]`, nil, false, true},
-		{`{"a":1}`, nil, false, true},
-		{`["a"`, nil, false, true},
-		{`["a`, nil, false, true},
-	}
-	for _, tt := range tests {
-		got, plain, err := parseNames([]byte(tt.raw), nil)
-		var names []string
-		for _, n := range got {
-			names = append(names, string(n))
-		}
-		if (err != nil) != tt.wantErr || (!tt.wantErr && (fmt.Sprint(names) != fmt.Sprint(tt.want) || plain != tt.wantPlain)) {
-			t.Errorf("parseNames(%s) = %q, plain %v, %v; want %q, plain %v, error %v", tt.raw, names, plain, err, tt.want, tt.wantPlain, tt.wantErr)
-		}
-	}
-}
-
-// The hand-written encoders must agree with encoding/json, for plain names
-// and for names that need escaping.
-func TestWriteResultsRoundTrip(t *testing.T) {
-	tests := []struct {
-		name  string
-		names []string
-		plain bool
-	}{
-		{"plain", []string{"a", "b.example-1", "c", "d"}, true},
-		{"escaped", []string{"a", "we\"ird", "c", "b\\c"}, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var raw [][]byte
-			for _, n := range tt.names {
-				raw = append(raw, []byte(n))
-			}
-			reasons := []string{"", "", `spec "x": no`, "insufficient cpu"}
-			var got extenderv1.ExtenderFilterResult
-			out := appendFilterResult(nil, raw, tt.plain, reasons)
-			if err := json.Unmarshal(out, &got); err != nil {
-				t.Fatalf("%v: %s", err, out)
-			}
-			wantFailed := extenderv1.FailedNodesMap{tt.names[2]: reasons[2], tt.names[3]: reasons[3]}
-			if fmt.Sprint(*got.NodeNames) != fmt.Sprint(tt.names[:2]) || fmt.Sprint(got.FailedAndUnresolvableNodes) != fmt.Sprint(wantFailed) {
-				t.Fatalf("round trip: %+v", got)
-			}
-			scores := []int64{10, 0, 3, 9}
-			out = appendPriorities(nil, raw, tt.plain, scores)
-			var gotList, want extenderv1.HostPriorityList
-			for i, n := range tt.names {
-				want = append(want, extenderv1.HostPriority{Host: n, Score: scores[i]})
-			}
-			if err := json.Unmarshal(out, &gotList); err != nil || fmt.Sprint(gotList) != fmt.Sprint(want) {
-				t.Fatalf("priorities round trip: %v %+v", err, gotList)
-			}
-		})
-	}
-}
-
-func TestSplitArgs(t *testing.T) {
-	tests := []struct {
-		name, body, pod, nodes, names string
-		ok                            bool
-		parsed                        string // %q of the plain names parsed
-	}{
-		{"scheduler shape", `{"Pod":{"metadata":{"name":"x"}},"Nodes":null,"NodeNames":["a","b"]}`,
-			`{"metadata":{"name":"x"}}`, `null`, `["a","b"]`, true, `["a" "b"]`},
-		{"escaped names are left to parseNames", `{"Pod":{},"NodeNames":["a\u002db"]}`, `{}`, "", `["a\u002db"]`, true, `[]`},
-		{"key inside an annotation value", `{"Pod":{"metadata":{"annotations":{"NodeNames":"[\"z\"]}"}}},"NodeNames":["a"]}`,
-			`{"metadata":{"annotations":{"NodeNames":"[\"z\"]}"}}}`, "", `["a"]`, true, `["a"]`},
-		{"any order, any case, spaces", ` { "nodenames" : ["a"] , "POD" : {} } `, `{}`, "", `["a"]`, true, `["a"]`},
-		{"unknown member skipped", `{"X":["n"],"Pod":{}}`, `{}`, "", "", true, `[]`},
-		{"unknown member with brackets in strings", `{"X":[1,{"y":"}"}],"Pod":{}}`, `{}`, "", "", true, `[]`},
-		{"empty object", `{}`, "", "", "", true, `[]`},
-		{"invalid unknown member", `{"X":[1,,2],"Pod":{}}`, "", "", "", false, ""},
-		{"duplicate member", `{"Pod":{},"pod":{}}`, "", "", "", false, ""},
-		{"escaped key", `{"P\u006fd":{}}`, "", "", "", false, ""},
-		{"trailing garbage", `{"Pod":{}} x`, "", "", "", false, ""},
-		{"truncated", `{"Pod":{"a":"b}`, "", "", "", false, ""},
-		{"not an object", `["Pod"]`, "", "", "", false, ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			pod, nodes, names, parsed, ok := splitArgs([]byte(tt.body), nil)
-			if ok != tt.ok || (ok && (string(pod) != tt.pod || string(nodes) != tt.nodes || string(names) != tt.names)) {
-				t.Fatalf("got %q %q %q %v, want %q %q %q %v", pod, nodes, names, ok, tt.pod, tt.nodes, tt.names, tt.ok)
-			}
-			if ok && tt.parsed != fmt.Sprintf("%q", parsed) {
-				t.Fatalf("parsed names %q, want %s", parsed, tt.parsed)
-			}
-		})
-	}
-}
-
-// A Pod whose annotation value mimics the key must not confuse the fast path.
-func TestFilterTrickyAnnotation(t *testing.T) {
-	e := testExtender(t, true)
-	e.ledger.UpsertNode(node("real", 1))
-	p := pod("x", api.LabelGPUSpec, "g1", "")
-	p.Annotations = map[string]string{"NodeNames": `["fake"]}`}
-	rec := call(t, e.handleFilter, http.MethodPost, filterBody(t, p, "real"))
-	var out extenderv1.ExtenderFilterResult
-	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || fmt.Sprint(*out.NodeNames) != "[real]" {
-		t.Fatalf("%v %s", err, rec.Body)
-	}
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &out))
+	require.Len(t, out, 2)
+	require.Equal(t, extenderv1.HostPriority{Host: "warm", Score: 10}, out[1])
+	require.Equal(t, "cold", out[0].Host)
+	require.Less(t, out[0].Score, int64(10))
 }
 
 // Bodies that are not the shape kube-scheduler sends (full Node objects,
-// members in another order, escaped names) take encoding/json's path and
-// must answer exactly like the fast path.
+// members in another order, escaped names, a Pod whose annotation mimics
+// the names) answer like the scheduler's shape.
 func TestFilterBodyShapes(t *testing.T) {
 	p := pod("x", api.LabelGPUSpec, "g1", "")
 	podJSON, err := json.Marshal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	tricky := p.DeepCopy()
+	tricky.Annotations = map[string]string{"NodeNames": `["fake"]}`}
+	const full = "insufficient nvidia.com/gpu and no unclaimed runplane.io/stock=g1 placeholder"
+	names := []string{"warm"}
 	tests := []struct {
-		name, body, want string
+		name, body string
+		want       extenderv1.ExtenderFilterResult
 	}{
 		{"scheduler shape", filterBody(t, p, "warm", "full"),
-			`{"NodeNames":["warm"],"FailedAndUnresolvableNodes":{"full":"insufficient nvidia.com/gpu and no unclaimed runplane.io/stock=g1 placeholder"}}`},
+			extenderv1.ExtenderFilterResult{NodeNames: &names, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{"full": full}}},
+		{"an annotation mimics the names", filterBody(t, tricky, "warm", "full"),
+			extenderv1.ExtenderFilterResult{NodeNames: &names, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{"full": full}}},
 		{"names first, escaped", `{"NodeNames":["w\u0061rm","full"],"Pod":` + string(podJSON) + `}`,
-			`{"NodeNames":["warm"],"FailedAndUnresolvableNodes":{"full":"insufficient nvidia.com/gpu and no unclaimed runplane.io/stock=g1 placeholder"}}`},
+			extenderv1.ExtenderFilterResult{NodeNames: &names, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{"full": full}}},
 		{"full Node objects", `{"Pod":` + string(podJSON) + `,"Nodes":{"items":[{"metadata":{"name":"warm"}},{"metadata":{"name":"full"}}]}}`,
-			`{"Nodes":{"metadata":{},"items":[{"metadata":{"name":"warm"},"spec":{},"status":{"daemonEndpoints":{"kubeletEndpoint":{"Port":0}},"nodeInfo":{"machineID":"","systemUUID":"","bootID":"","kernelVersion":"","osImage":"","containerRuntimeVersion":"","kubeletVersion":"","kubeProxyVersion":"","operatingSystem":"","architecture":""}}}]},"NodeNames":null,"FailedNodes":null,"FailedAndUnresolvableNodes":{"full":"insufficient nvidia.com/gpu and no unclaimed runplane.io/stock=g1 placeholder"},"Error":""}`},
+			extenderv1.ExtenderFilterResult{Nodes: &corev1.NodeList{Items: []corev1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "warm"}}}},
+				FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{"full": full}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -316,9 +194,10 @@ func TestFilterBodyShapes(t *testing.T) {
 			e.ledger.UpsertNode(node("full", 1))
 			e.ledger.UpsertPod(pod("busy", api.LabelGPUSpec, "g1", "full"))
 			rec := call(t, e.handleFilter, http.MethodPost, tt.body)
-			if rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != tt.want {
-				t.Fatalf("got %d %s\nwant %s", rec.Code, rec.Body, tt.want)
-			}
+			require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+			var got extenderv1.ExtenderFilterResult
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &got))
+			require.Equal(t, tt.want, got)
 		})
 	}
 }

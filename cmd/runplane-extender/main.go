@@ -12,7 +12,9 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/tools/clientcmd"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/extender"
@@ -44,6 +46,7 @@ func main() {
 		cfg.LeaderElection = false // following the scheduler's Lease replaces the own election
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	ctrllog.SetLogger(logr.FromSlogHandler(cfg.Logger.Handler()))
 
 	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
@@ -48,16 +50,13 @@ func watchBound(t testing.TB, ctx context.Context, c kubernetes.Interface, ns, s
 	f := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithNamespace(ns),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
 	inf := f.Core().V1().Pods().Informer()
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    seen,
 		UpdateFunc: func(_, obj any) { seen(obj) },
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
+	require.NoError(t, err)
 	f.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		t.Fatal("pod informer did not sync")
-	}
+	require.True(t, cache.WaitForCacheSync(ctx.Done(), inf.HasSynced), "pod informer did not sync")
 	return bw
 }
 
@@ -99,18 +98,22 @@ func percentile(d []time.Duration, p int) float64 {
 	return float64(s[i].Microseconds()) / 1000
 }
 
-func waitRunning(t testing.TB, c kubernetes.Interface, ns, selector string, want int) {
+// waitRunning waits until want Pods of selector run, and returns them.
+func waitRunning(t testing.TB, c kubernetes.Interface, ns, selector string, want int) []corev1.Pod {
 	t.Helper()
-	waitFor(t, 3*time.Minute, fmt.Sprintf("%d Pods %q running", want, selector), func() (bool, error) {
-		pods, err := listPods(t.Context(), c, ns, selector)
-		n := 0
-		for i := range pods {
-			if running(&pods[i]) {
-				n++
+	var pods []corev1.Pod
+	require.EventuallyWithT(t, func(t *assert.CollectT) {
+		all, err := listPods(context.Background(), c, ns, selector)
+		require.NoError(t, err)
+		pods = pods[:0]
+		for i := range all {
+			if running(&all[i]) {
+				pods = append(pods, all[i])
 			}
 		}
-		return n == want, err
-	})
+		require.Len(t, pods, want)
+	}, 3*time.Minute, poll, "%d Pods %q running", want, selector)
+	return pods
 }
 
 // BenchmarkTakeoverLatency measures, in the same run, Pod created → bound

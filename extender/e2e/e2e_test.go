@@ -3,16 +3,18 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/runplane/runplane/api"
@@ -22,9 +24,7 @@ import (
 func createPod(t testing.TB, c kubernetes.Interface, ns string, p *corev1.Pod) *corev1.Pod {
 	t.Helper()
 	out, err := c.CoreV1().Pods(ns).Create(t.Context(), p, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("creating Pod %s: %v", p.Name, err)
-	}
+	require.NoError(t, err, "creating Pod %s", p.Name)
 	return out
 }
 
@@ -38,9 +38,8 @@ func stockDeployment(t testing.TB, c kubernetes.Interface, ns, name, spec, group
 			Template: placeholderTemplate(spec, group, name),
 		},
 	}
-	if _, err := c.AppsV1().Deployments(ns).Create(t.Context(), d, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating Deployment %s: %v", name, err)
-	}
+	_, err := c.AppsV1().Deployments(ns).Create(t.Context(), d, metav1.CreateOptions{})
+	require.NoError(t, err, "creating Deployment %s", name)
 }
 
 func listPods(ctx context.Context, c kubernetes.Interface, ns, selector string) ([]corev1.Pod, error) {
@@ -75,53 +74,33 @@ func TestTakeoverSameSpec(t *testing.T) {
 	ns := namespace(t, "takeover")
 	nodes := addNodes(t, "takeover", 1, 1)
 	stockDeployment(t, c, ns, "stock-g1", "g1", "takeover", 1)
-	var ph corev1.Pod
-	waitFor(t, 30*time.Second, "the placeholder to run", func() (bool, error) {
-		pods, err := listPods(ctx, c, ns, "app=stock-g1")
-		if len(pods) == 1 && running(&pods[0]) {
-			ph = pods[0]
-			return true, nil
-		}
-		return false, err
-	})
-	if ph.Spec.NodeName != nodes[0] {
-		t.Fatalf("placeholder on %q, want %s", ph.Spec.NodeName, nodes[0])
-	}
+	ph := waitRunning(t, c, ns, "app=stock-g1", 1)[0]
+	require.Equal(t, nodes[0], ph.Spec.NodeName)
 	created := createPod(t, c, ns, gpuPod("work", "g1", "takeover"))
 	var bound *corev1.Pod
-	waitFor(t, 30*time.Second, "the GPU Pod to be bound", func() (bool, error) {
+	require.EventuallyWithT(t, func(t *assert.CollectT) {
 		p, err := c.CoreV1().Pods(ns).Get(ctx, created.Name, metav1.GetOptions{})
+		require.NoError(t, err)
+		require.NotEmpty(t, p.Spec.NodeName)
 		bound = p
-		return err == nil && p.Spec.NodeName != "", err
-	})
-	if bound.Spec.NodeName != nodes[0] {
-		t.Fatalf("GPU Pod bound to %s, want %s", bound.Spec.NodeName, nodes[0])
-	}
+	}, 30*time.Second, poll, "the GPU Pod to be bound")
+	require.Equal(t, nodes[0], bound.Spec.NodeName)
 	claim, err := ledger.ParseClaim(bound.Annotations[api.AnnotationClaimedStock])
-	if err != nil || claim.UID != ph.UID {
-		t.Fatalf("claim annotation %q (%v), want placeholder UID %s", bound.Annotations[api.AnnotationClaimedStock], err, ph.UID)
-	}
-	waitFor(t, 30*time.Second, "the placeholder's replacement to wait for capacity", func() (bool, error) {
+	require.NoError(t, err)
+	require.Equal(t, ph.UID, claim.UID)
+	require.EventuallyWithT(t, func(t *assert.CollectT) {
 		pods, err := listPods(ctx, c, ns, "app=stock-g1")
-		if err != nil || len(pods) != 1 {
-			return false, err
-		}
-		if pods[0].UID == ph.UID {
-			return false, fmt.Errorf("old placeholder %s still exists", ph.UID)
-		}
-		if pods[0].Spec.NodeName != "" {
-			return false, fmt.Errorf("replacement bound to %s on a full node", pods[0].Spec.NodeName)
-		}
+		require.NoError(t, err)
+		require.Len(t, pods, 1)
+		require.NotEqual(t, ph.UID, pods[0].UID, "the old placeholder still exists")
+		require.Empty(t, pods[0].Spec.NodeName, "the replacement is bound on a full node")
 		msg, err := schedulingEvent(ctx, c, ns, pods[0].Name)
-		return strings.Contains(msg, "insufficient nvidia.com/gpu"), err
-	})
+		require.NoError(t, err)
+		require.Contains(t, msg, "insufficient nvidia.com/gpu")
+	}, 30*time.Second, poll, "the placeholder's replacement to wait for capacity")
 	metrics, err := h.get("/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(metrics, `runplane_extender_stock_claims_total{spec="g1"}`) {
-		t.Errorf("metrics lack a g1 claim:\n%s", metrics)
-	}
+	require.NoError(t, err)
+	require.Contains(t, metrics, `runplane_extender_stock_claims_total{spec="g1"}`)
 }
 
 // (b) A GPU Pod never evicts a placeholder of another spec.
@@ -131,28 +110,29 @@ func TestOtherSpecNeverEvicted(t *testing.T) {
 	ns := namespace(t, "otherspec")
 	addNodes(t, "otherspec", 1, 1)
 	stockDeployment(t, c, ns, "stock-g2", "g2", "otherspec", 1)
-	var ph corev1.Pod
-	waitFor(t, 30*time.Second, "the g2 placeholder to run", func() (bool, error) {
-		pods, err := listPods(ctx, c, ns, "app=stock-g2")
-		if len(pods) == 1 && running(&pods[0]) {
-			ph = pods[0]
-			return true, nil
-		}
-		return false, err
-	})
+	ph := waitRunning(t, c, ns, "app=stock-g2", 1)[0]
 	createPod(t, c, ns, gpuPod("work", "g1", "otherspec"))
-	waitFor(t, 30*time.Second, "a FailedScheduling event for the g1 Pod", func() (bool, error) {
+	// The barrier: the scheduler asked the extender, which failed the only
+	// node. A bind (the only step that takes a placeholder) follows a
+	// passing filter in the same cycle, so once the event is out the cycle
+	// is over and took nothing, and the extender's ledger still counts the
+	// g2 placeholder as available.
+	require.EventuallyWithT(t, func(t *assert.CollectT) {
 		msg, err := schedulingEvent(ctx, c, ns, "work")
-		return strings.Contains(msg, "insufficient nvidia.com/gpu and no unclaimed runplane.io/stock=g1 placeholder"), err
-	})
-	time.Sleep(2 * time.Second) // a few more scheduling attempts
+		require.NoError(t, err)
+		require.Contains(t, msg, "insufficient nvidia.com/gpu and no unclaimed runplane.io/stock=g1 placeholder")
+	}, 30*time.Second, poll, "a FailedScheduling event for the g1 Pod")
+	metrics, err := h.get("/metrics")
+	require.NoError(t, err)
+	require.True(t, containsLine(metrics, fmt.Sprintf(`runplane_extender_stock_available{node=%q,spec="g2"} 1`, ph.Spec.NodeName)), metrics)
+	require.NotContains(t, metrics, `runplane_extender_stock_claims_total{spec="g2"}`)
 	p, err := c.CoreV1().Pods(ns).Get(ctx, ph.Name, metav1.GetOptions{})
-	if err != nil || p.UID != ph.UID || !running(p) {
-		t.Fatalf("g2 placeholder disturbed: %v %+v", err, p)
-	}
-	if w, _ := c.CoreV1().Pods(ns).Get(ctx, "work", metav1.GetOptions{}); w.Spec.NodeName != "" {
-		t.Fatalf("g1 Pod bound to %s", w.Spec.NodeName)
-	}
+	require.NoError(t, err)
+	require.Equal(t, ph.UID, p.UID)
+	require.True(t, running(p), "g2 placeholder disturbed: %+v", p.Status)
+	w, err := c.CoreV1().Pods(ns).Get(ctx, "work", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Empty(t, w.Spec.NodeName, "the g1 Pod is bound")
 }
 
 // (c) With stock: Required and no stock the Pod stays Pending with an event
@@ -164,24 +144,21 @@ func TestRequiredWithoutStock(t *testing.T) {
 	nodes := addNodes(t, "required", 1, 4)
 	createPod(t, c, ns, gpuPod("work", "greq", "required"))
 	want := `GPU spec "greq" has stock: Required and the node has no unclaimed runplane.io/stock=greq placeholder`
-	waitFor(t, 30*time.Second, "a FailedScheduling event naming the Required policy", func() (bool, error) {
+	require.EventuallyWithT(t, func(t *assert.CollectT) {
 		msg, err := schedulingEvent(ctx, c, ns, "work")
-		return strings.Contains(msg, want), err
-	})
-	if w, _ := c.CoreV1().Pods(ns).Get(ctx, "work", metav1.GetOptions{}); w.Spec.NodeName != "" {
-		t.Fatalf("Required Pod bound to %s without stock (free capacity)", w.Spec.NodeName)
-	}
+		require.NoError(t, err)
+		require.Contains(t, msg, want)
+	}, 30*time.Second, poll, "a FailedScheduling event naming the Required policy")
+	w, err := c.CoreV1().Pods(ns).Get(ctx, "work", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Empty(t, w.Spec.NodeName, "Required Pod bound without stock (free capacity)")
 	stockDeployment(t, c, ns, "stock-greq", "greq", "required", 1)
-	waitFor(t, 60*time.Second, "the Required Pod to take the new placeholder", func() (bool, error) {
+	require.EventuallyWithT(t, func(t *assert.CollectT) {
 		w, err := c.CoreV1().Pods(ns).Get(ctx, "work", metav1.GetOptions{})
-		if err != nil || w.Spec.NodeName == "" {
-			return false, err
-		}
-		if w.Spec.NodeName != nodes[0] || w.Annotations[api.AnnotationClaimedStock] == "" {
-			return false, fmt.Errorf("bound to %s with claim %q", w.Spec.NodeName, w.Annotations[api.AnnotationClaimedStock])
-		}
-		return true, nil
-	})
+		require.NoError(t, err)
+		require.Equal(t, nodes[0], w.Spec.NodeName)
+		require.NotEmpty(t, w.Annotations[api.AnnotationClaimedStock])
+	}, 60*time.Second, poll, "the Required Pod to take the new placeholder")
 }
 
 // usage sums the requests of bound, non-terminal Pods per node.
@@ -233,22 +210,9 @@ func runBurst(t *testing.T, group string, restart bool) {
 	}
 	stockDeployment(t, c, ns, "stock-burst", "g1", group, burstPlaceholders)
 	original := map[types.UID]bool{}
-	waitFor(t, 90*time.Second, "100 placeholders running", func() (bool, error) {
-		pods, err := listPods(ctx, c, ns, "app=stock-burst")
-		n := 0
-		for i := range pods {
-			if running(&pods[i]) {
-				n++
-			}
-		}
-		if n == burstPlaceholders {
-			for i := range pods {
-				original[pods[i].UID] = true
-			}
-			return true, nil
-		}
-		return false, err
-	})
+	for _, p := range waitRunning(t, c, ns, "app=stock-burst", burstPlaceholders) {
+		original[p.UID] = true
+	}
 
 	// Watch for over-commit during the whole burst, not only at the end.
 	var overcommit atomic.Value
@@ -298,14 +262,12 @@ func runBurst(t *testing.T, group string, restart bool) {
 		// rest are still being created and scheduled.
 		go func() {
 			defer close(killed)
-			for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(2 * time.Millisecond) {
-				if bw.count() >= 10 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Error("timed out waiting for 10 GPU Pods bound")
-					return
-				}
+			err := wait.PollUntilContextTimeout(ctx, 2*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+				return bw.count() >= 10, nil
+			})
+			if err != nil {
+				t.Errorf("waiting for 10 GPU Pods bound: %v", err)
+				return
 			}
 			h.killExtender()
 			t.Logf("killed the extender with %d GPU Pods bound, %s into the burst", bw.count(), time.Since(began).Round(time.Millisecond))
@@ -336,21 +298,18 @@ func runBurst(t *testing.T, group string, restart bool) {
 
 	capacity := burstNodes * burstGPUsPerNode
 	var final []corev1.Pod
-	waitFor(t, 120*time.Second, fmt.Sprintf("%d GPU Pods bound", capacity), func() (bool, error) {
+	require.EventuallyWithT(t, func(t *assert.CollectT) {
 		n, pods, err := boundGPU()
+		require.NoError(t, err)
+		assert.LessOrEqual(t, n, capacity, "GPU Pods bound to %d GPUs", capacity)
+		require.Equal(t, capacity, n)
 		final = pods
-		if n > capacity {
-			return false, fmt.Errorf("%d GPU Pods bound to %d GPUs", n, capacity)
-		}
-		return n == capacity, err
-	})
+	}, 120*time.Second, poll, "%d GPU Pods bound", capacity)
 	t.Logf("all %d fitting GPU Pods bound %s after the burst began", capacity, time.Since(began).Round(time.Millisecond))
 	close(stopCheck)
 	<-checkDone
 	check()
-	if v := overcommit.Load(); v != nil {
-		t.Fatal(v)
-	}
+	require.Nil(t, overcommit.Load())
 
 	claimedBy := map[types.UID]string{}
 	for i := range final {
@@ -360,28 +319,16 @@ func runBurst(t *testing.T, group string, restart bool) {
 			continue // bound on free capacity
 		}
 		claim, err := ledger.ParseClaim(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if other, dup := claimedBy[claim.UID]; dup {
-			t.Errorf("placeholder %s claimed by %s and %s", claim.UID, other, p.Name)
-		}
+		require.NoError(t, err)
+		assert.NotContains(t, claimedBy, claim.UID, "placeholder claimed twice, by %s too", p.Name)
 		claimedBy[claim.UID] = p.Name
-		if claim.Node != p.Spec.NodeName {
-			t.Errorf("Pod %s bound to %s but claimed a placeholder on %s", p.Name, p.Spec.NodeName, claim.Node)
-		}
+		assert.Equal(t, p.Spec.NodeName, claim.Node, "Pod %s bound to one node, its claim on another", p.Name)
 	}
 	ph, err := listPods(ctx, c, ns, "app=stock-burst")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for i := range ph {
-		if _, claimed := claimedBy[ph[i].UID]; claimed {
-			t.Errorf("placeholder %s was claimed but still exists", ph[i].Name)
-		}
-		if original[ph[i].UID] {
-			t.Errorf("original placeholder %s still exists although GPU Pods hold every GPU", ph[i].Name)
-		}
+		assert.NotContains(t, claimedBy, ph[i].UID, "placeholder %s was claimed but still exists", ph[i].Name)
+		assert.False(t, original[ph[i].UID], "original placeholder %s still exists although GPU Pods hold every GPU", ph[i].Name)
 	}
 	t.Logf("%d placeholders claimed (%d of the original %d); %d placeholders now wait for capacity",
 		len(claimedBy), countIn(claimedBy, original), burstPlaceholders, len(ph))
@@ -390,8 +337,8 @@ func runBurst(t *testing.T, group string, restart bool) {
 	// extender made for a Pod that then lost its recovery to another Pod
 	// naming the same placeholder may go unrecorded: no double claim, so
 	// that run only checks uniqueness.)
-	if n := countIn(claimedBy, original); !restart && n != burstPlaceholders {
-		t.Errorf("%d of the %d original placeholders are recorded as claimed by a bound GPU Pod", n, burstPlaceholders)
+	if !restart {
+		assert.Equal(t, burstPlaceholders, countIn(claimedBy, original), "original placeholders recorded as claimed by a bound GPU Pod")
 	}
 }
 

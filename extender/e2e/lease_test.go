@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -21,14 +22,11 @@ func TestFollowSchedulerLease(t *testing.T) {
 	defer cancel()
 	e, err := extender.Start(ctx, extender.Config{
 		RESTConfig: env.RESTConfig(), Namespace: api.DefaultNamespace, Addr: "127.0.0.1:0",
-		FollowLease: api.DefaultNamespace + "/test-scheduler", RetryPeriod: 100 * time.Millisecond,
+		FollowLease: api.DefaultNamespace + "/test-scheduler",
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(e.CACert()) == 0 || e.IsLeader() {
-		t.Fatalf("fresh extender: CA %d bytes, leader %v; want a CA and not leading", len(e.CACert()), e.IsLeader())
-	}
+	require.NoError(t, err)
+	require.NotEmpty(t, e.CACert())
+	require.False(t, e.IsLeader(), "binding before the scheduler's Lease exists")
 	host, _ := os.Hostname()
 	holder, dur := host+"_1234", int32(10)
 	lease := &coordinationv1.Lease{
@@ -36,18 +34,14 @@ func TestFollowSchedulerLease(t *testing.T) {
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &dur, RenewTime: &metav1.MicroTime{Time: time.Now()}},
 	}
 	leases := h.client.CoordinationV1().Leases(api.DefaultNamespace)
-	if lease, err = leases.Create(ctx, lease, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 10*time.Second, "binding while this host's scheduler leads", func() (bool, error) { return e.IsLeader(), nil })
+	lease, err = leases.Create(ctx, lease, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, e.IsLeader, 10*time.Second, poll, "binding while this host's scheduler leads")
 	other := "elsewhere_1"
 	lease.Spec.HolderIdentity = &other
-	if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 10*time.Second, "not binding once another host's scheduler leads", func() (bool, error) { return !e.IsLeader(), nil })
+	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return !e.IsLeader() }, 10*time.Second, poll, "not binding once another host's scheduler leads")
 	cancel()
-	if err := e.Wait(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e.Wait())
 }

@@ -4,23 +4,28 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/runplane/runplane/api"
@@ -66,9 +71,7 @@ var (
 func setup(t testing.TB) *harness {
 	t.Helper()
 	setupOnce.Do(func() { shared, setupErr = newHarness() })
-	if setupErr != nil {
-		t.Fatalf("setup: %v", setupErr)
-	}
+	require.NoError(t, setupErr, "setup")
 	return shared
 }
 
@@ -149,21 +152,20 @@ func (h *harness) startExtender(ctx context.Context) error {
 	h.proc, h.exited = cmd, make(chan struct{})
 	exited := h.exited
 	go func() { _ = cmd.Wait(); logFile.Close(); close(exited) }()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
 		select {
 		case <-exited:
-			data, _ := os.ReadFile(logPath)
-			return fmt.Errorf("extender exited during startup:\n%s", data)
+			return false, errors.New("extender exited during startup")
 		default:
 		}
-		if body, err := h.get("/metrics"); err == nil && containsLine(body, "runplane_extender_leader 1") {
-			return nil
-		}
-		time.Sleep(200 * time.Millisecond)
+		body, err := h.get("/metrics")
+		return err == nil && containsLine(body, "runplane_extender_leader 1"), nil
+	})
+	if err != nil {
+		data, _ := os.ReadFile(logPath)
+		return fmt.Errorf("extender not leading: %w\n%s", err, data)
 	}
-	data, _ := os.ReadFile(logPath)
-	return fmt.Errorf("extender not leading after 60s:\n%s", data)
+	return nil
 }
 
 // killExtender ends the extender the hard way: no lease release, no
@@ -194,22 +196,7 @@ func (h *harness) get(path string) (string, error) {
 	return string(body), nil
 }
 
-func containsLine(body, line string) bool {
-	for len(body) > 0 {
-		i := 0
-		for i < len(body) && body[i] != '\n' {
-			i++
-		}
-		if body[:i] == line {
-			return true
-		}
-		if i == len(body) {
-			break
-		}
-		body = body[i+1:]
-	}
-	return false
-}
+func containsLine(body, line string) bool { return slices.Contains(strings.Split(body, "\n"), line) }
 
 const groupLabel = "e2e.runplane.io/group"
 
@@ -224,17 +211,13 @@ func addNodes(t testing.TB, group string, count, gpus int) []string {
 		names = append(names, n)
 		nodes = append(nodes, cluster.Node{Name: n, GPUs: gpus, Labels: map[string]string{groupLabel: group}})
 	}
-	if err := env.AddNodes(t.Context(), nodes...); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, env.AddNodes(t.Context(), nodes...))
 	return names
 }
 
 func namespace(t testing.TB, name string) string {
 	t.Helper()
-	if err := env.CreateNamespace(t.Context(), name); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, env.CreateNamespace(t.Context(), name))
 	return name
 }
 
@@ -273,18 +256,5 @@ func placeholderTemplate(spec, group, app string) corev1.PodTemplateSpec {
 	}
 }
 
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var lastErr error
-	for time.Now().Before(deadline) {
-		ok, err := cond()
-		if ok {
-			return
-		}
-		lastErr = err
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, lastErr)
-}
+// poll is the interval of the tests' waits for the cluster.
+const poll = 100 * time.Millisecond

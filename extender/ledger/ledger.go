@@ -21,6 +21,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	"github.com/runplane/runplane/api"
 )
@@ -151,8 +152,8 @@ type Options struct {
 	// BoundTTL bounds how long a bound Pod stays assumed if the informer
 	// never reports it. Default 2m.
 	BoundTTL time.Duration
-	// Now is the clock; time.Now when nil.
-	Now func() time.Time
+	// Clock ages reservations; the real clock when nil.
+	Clock clock.PassiveClock
 }
 
 // Ledger is the per-node capacity book. The zero value is not usable; use New.
@@ -206,8 +207,8 @@ func New(opts Options) *Ledger {
 	if opts.BoundTTL <= 0 {
 		opts.BoundTTL = 2 * time.Minute
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
 	}
 	return &Ledger{
 		opts:    opts,
@@ -444,7 +445,7 @@ func (l *Ledger) recover(pod *corev1.Pod) {
 	}
 	l.inherits[pod.UID], l.inheritedBy[claim.UID] = claim.UID, pod.UID
 	a := &assumption{uid: pod.UID, node: claim.Node, req: l.pack(PodRequests(pod)), state: Recovered,
-		expires: l.opts.Now().Add(l.opts.RecoveredTTL)}
+		expires: l.opts.Clock.Now().Add(l.opts.RecoveredTTL)}
 	if p := l.pods[claim.UID]; p != nil && p.claimedBy == "" && p.node == claim.Node {
 		a.ph = claim.UID
 	}
@@ -515,7 +516,7 @@ func (l *Ledger) Exists(uid types.UID) bool {
 
 // Sweep drops assumptions whose time is up.
 func (l *Ledger) Sweep() {
-	now := l.opts.Now()
+	now := l.opts.Clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, a := range l.assumed {
@@ -661,6 +662,7 @@ func better(a verdict, an string, b verdict, bn string) bool {
 
 // FilterResult is the outcome of Filter.
 type FilterResult struct {
+	// Feasible are the nodes the Pod fits, in the order asked.
 	Feasible []string
 	// Failed maps a node to why the Pod does not fit there.
 	Failed map[string]string
@@ -674,31 +676,10 @@ type FilterResult struct {
 // Filter evaluates the Pod on every named node. With reserve (the leader
 // does), it also reserves the best node for the Pod, superseding any earlier
 // reservation of the same Pod, so the next scheduling cycle already sees
-// this capacity as taken.
-func (l *Ledger) Filter(req Request, nodeNames []string, reserve bool) FilterResult {
-	raw := make([][]byte, len(nodeNames))
-	for i, n := range nodeNames {
-		raw[i] = []byte(n)
-	}
-	reasons := make([]string, len(nodeNames))
-	res := FilterResult{Feasible: make([]string, 0, len(nodeNames)), Failed: map[string]string{}}
-	res.Chosen, res.Claim = l.FilterNodes(req, raw, reserve, reasons)
-	for i, r := range reasons {
-		if r == "" {
-			res.Feasible = append(res.Feasible, nodeNames[i])
-		} else {
-			res.Failed[nodeNames[i]] = r
-		}
-	}
-	return res
-}
-
-// FilterNodes is Filter on node names as a request body holds them: it
-// sets reasons[i] (len(reasons) >= len(names)) to why the Pod does not fit
-// names[i], "" where it fits, and returns the node it reserved and the
-// placeholder the Pod will take there. It allocates nothing per node: at
-// 5,000 nodes a scheduling cycle must not churn the heap.
-func (l *Ledger) FilterNodes(req Request, names [][]byte, reserve bool, reasons []string) (chosen string, claim *Placeholder) {
+// this capacity as taken. The per-node work is a map lookup and a handful
+// of comparisons: at 5,000 nodes a scheduling cycle must stay cheap.
+func (l *Ledger) Filter(req Request, names []string, reserve bool) FilterResult {
+	res := FilterResult{Failed: map[string]string{}}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	prev := l.assumed[req.UID]
@@ -706,10 +687,10 @@ func (l *Ledger) FilterNodes(req Request, names [][]byte, reserve bool, reasons 
 	preferNode := ""
 	if prev != nil {
 		if prev.state == Binding || prev.state == Bound {
-			for i := range names {
-				reasons[i] = ErrBindInProgress.Error()
+			for _, name := range names {
+				res.Failed[name] = ErrBindInProgress.Error()
 			}
-			return "", nil
+			return res
 		}
 		if prev.state == Recovered {
 			preferNode, prefer = prev.node, prev.ph
@@ -719,16 +700,17 @@ func (l *Ledger) FilterNodes(req Request, names [][]byte, reserve bool, reasons 
 	pr := l.newProbe(req)
 	last := &l.last
 	last.valid, last.uid, last.nodes, last.scores = true, req.UID, last.nodes[:0], last.scores[:0]
+	res.Feasible = make([]string, 0, len(names))
 	var best verdict
 	var bestNode *node
-	for i, name := range names {
-		n := l.nodes[string(name)]
+	for _, name := range names {
+		n := l.nodes[name]
 		v := l.evaluate(pr, n, prefer)
 		if !v.fits {
-			reasons[i] = v.reason
+			res.Failed[name] = v.reason
 			continue
 		}
-		reasons[i] = ""
+		res.Feasible = append(res.Feasible, name)
 		last.nodes = append(last.nodes, n.name)
 		last.scores = append(last.scores, score(v))
 		switch {
@@ -745,56 +727,37 @@ func (l *Ledger) FilterNodes(req Request, names [][]byte, reserve bool, reasons 
 		if prev != nil && !reserve {
 			l.assume(prev)
 		}
-		return "", nil
+		return res
 	}
 	l.handled[req.UID] = true // its claim annotation, if any, is this process's own
 	a := &assumption{uid: req.UID, node: bestNode.name, req: pr.vec, state: Reserved,
-		expires: l.opts.Now().Add(l.opts.ReservationTTL)}
+		expires: l.opts.Clock.Now().Add(l.opts.ReservationTTL)}
 	if best.ph != nil {
 		a.ph = best.ph.uid
-		claim = &Placeholder{UID: best.ph.uid, Namespace: best.ph.ns, Name: best.ph.name, Node: bestNode.name, Spec: best.ph.stockSpec}
+		res.Claim = &Placeholder{UID: best.ph.uid, Namespace: best.ph.ns, Name: best.ph.name, Node: bestNode.name, Spec: best.ph.stockSpec}
 	}
 	l.assume(a)
-	return bestNode.name, claim
+	res.Chosen = bestNode.name
+	return res
 }
 
-// Score is a node's extender priority, 0..10.
-type Score struct {
-	Node  string
-	Score int64
-}
-
-// Prioritize scores the named nodes: the node reserved for the Pod (or the
-// best one) gets 10, so the scheduler picks the node the ledger reserved;
-// other warm nodes 5..9, other nodes 0..4, by how full they would be.
-func (l *Ledger) Prioritize(req Request, nodeNames []string) []Score {
-	raw := make([][]byte, len(nodeNames))
-	for i, n := range nodeNames {
-		raw[i] = []byte(n)
-	}
-	scores := make([]int64, len(nodeNames))
-	l.PrioritizeNodes(req, raw, scores)
-	out := make([]Score, len(nodeNames))
-	for i, n := range nodeNames {
-		out[i] = Score{Node: n, Score: scores[i]}
-	}
-	return out
-}
-
-// PrioritizeNodes is Prioritize on node names as a request body holds
-// them: it sets scores[i] (len(scores) >= len(names)) for names[i].
-func (l *Ledger) PrioritizeNodes(req Request, names [][]byte, scores []int64) {
+// Prioritize scores the named nodes, 0..10 (scores[i] is names[i]'s): the
+// node reserved for the Pod (or the best one) gets 10, so the scheduler
+// picks the node the ledger reserved; other warm nodes 5..9, other nodes
+// 0..4, by how full they would be.
+func (l *Ledger) Prioritize(req Request, names []string) []int64 {
+	scores := make([]int64, len(names))
 	// The usual case, the nodes the Pod's filter just returned, only reads.
 	l.mu.RLock()
 	hit := l.cachedScores(req.UID, names, scores)
 	l.mu.RUnlock()
 	if hit {
-		return
+		return scores
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.cachedScores(req.UID, names, scores) {
-		return
+		return scores
 	}
 	chosen := ""
 	// Score the Pod as if its own reservation were not there.
@@ -808,8 +771,7 @@ func (l *Ledger) PrioritizeNodes(req Request, names [][]byte, scores []int64) {
 	var bestNode *node
 	bestIdx := -1
 	for i, name := range names {
-		scores[i] = 0
-		n := l.nodes[string(name)]
+		n := l.nodes[name]
 		v := l.evaluate(pr, n, "")
 		if !v.fits {
 			continue
@@ -822,6 +784,7 @@ func (l *Ledger) PrioritizeNodes(req Request, names [][]byte, scores []int64) {
 	if bestIdx >= 0 {
 		scores[bestIdx] = 10
 	}
+	return scores
 }
 
 func score(v verdict) int64 {
@@ -836,7 +799,7 @@ func score(v verdict) int64 {
 // scheduler asks about the very nodes that Filter returned (it does, in
 // the same order, within one scheduling cycle), and reports whether it
 // did. Callers hold l.mu (reading is enough).
-func (l *Ledger) cachedScores(uid types.UID, names [][]byte, scores []int64) bool {
+func (l *Ledger) cachedScores(uid types.UID, names []string, scores []int64) bool {
 	c := &l.last
 	chosen := ""
 	if a := l.assumed[uid]; a != nil {
@@ -846,7 +809,7 @@ func (l *Ledger) cachedScores(uid types.UID, names [][]byte, scores []int64) boo
 		return false
 	}
 	for i, n := range names {
-		if c.nodes[i] != string(n) {
+		if c.nodes[i] != n {
 			return false
 		}
 	}
@@ -921,7 +884,7 @@ func (l *Ledger) EndBind(uid types.UID, ok, phDeleted bool) {
 			return
 		}
 		a.state = Bound
-		a.expires = l.opts.Now().Add(l.opts.BoundTTL)
+		a.expires = l.opts.Clock.Now().Add(l.opts.BoundTTL)
 		return
 	}
 	l.unassume(a, phDeleted)

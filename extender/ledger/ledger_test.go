@@ -3,15 +3,17 @@ package ledger
 import (
 	"fmt"
 	"math/rand"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/runplane/runplane/api"
 )
@@ -66,9 +68,8 @@ func TestPodRequests(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := PodRequests(&corev1.Pod{Spec: tt.spec})
-			if got.MilliCPU != tt.want || got.Pods != 1 {
-				t.Fatalf("PodRequests = %d millicores, %d pods; want %d, 1", got.MilliCPU, got.Pods, tt.want)
-			}
+			require.Equal(t, tt.want, got.MilliCPU)
+			require.Equal(t, int64(1), got.Pods)
 		})
 	}
 }
@@ -154,24 +155,19 @@ func TestFilter(t *testing.T) {
 			in := testPod(tt.incoming.name, tt.incoming.kind, tt.incoming.spec, "", tt.incoming.gpus, corev1.PodPending)
 			res := l.Filter(RequestFor(in, tt.required), names, true)
 			for n, want := range tt.want {
-				got, failed := res.Failed[n]
-				if want == "" && failed {
-					t.Errorf("node %s failed: %s", n, got)
-				}
-				if want != "" && !strings.Contains(got, want) {
-					t.Errorf("node %s: reason %q, want it to contain %q", n, got, want)
+				if want == "" {
+					assert.NotContains(t, res.Failed, n)
+					assert.Contains(t, res.Feasible, n)
+				} else {
+					assert.Contains(t, res.Failed[n], want, "node %s", n)
 				}
 			}
-			if res.Chosen != tt.wantChosen {
-				t.Errorf("chosen %q, want %q", res.Chosen, tt.wantChosen)
-			}
+			assert.Equal(t, tt.wantChosen, res.Chosen)
 			gotClaim := ""
 			if res.Claim != nil {
 				gotClaim = res.Claim.Name
 			}
-			if gotClaim != tt.wantClaim {
-				t.Errorf("claim %q, want %q", gotClaim, tt.wantClaim)
-			}
+			assert.Equal(t, tt.wantClaim, gotClaim)
 		})
 	}
 }
@@ -183,32 +179,24 @@ func TestReservationsNeverDoubleCount(t *testing.T) {
 	l.UpsertPod(testPod("w", "gpu", "g1", "a", 1, corev1.PodRunning))
 	x := RequestFor(testPod("x", "gpu", "g1", "", 1, corev1.PodPending), false)
 	y := RequestFor(testPod("y", "gpu", "g1", "", 1, corev1.PodPending), false)
-	if r := l.Filter(x, []string{"a"}, true); r.Chosen != "a" || r.Claim == nil || r.Claim.Name != "ph" {
-		t.Fatalf("x: %+v", r)
-	}
-	if r := l.Filter(y, []string{"a"}, true); r.Chosen != "" {
-		t.Fatalf("y got node %q although x reserved the only placeholder", r.Chosen)
-	}
+	r := l.Filter(x, []string{"a"}, true)
+	require.Equal(t, "a", r.Chosen)
+	requireClaim(t, "ph", r)
+	require.Empty(t, l.Filter(y, []string{"a"}, true).Chosen, "x reserved the only placeholder")
 	// x filtered again (a new cycle) supersedes its own reservation.
-	if r := l.Filter(x, []string{"a"}, true); r.Chosen != "a" {
-		t.Fatalf("x refilter: %+v", r)
-	}
+	require.Equal(t, "a", l.Filter(x, []string{"a"}, true).Chosen)
 	// The scheduler binds y to a anyway: the bind re-check refuses it.
-	if _, err := l.BeginBind(y, "a"); err == nil {
-		t.Fatal("BeginBind(y) succeeded on a full node")
-	}
+	_, err := l.BeginBind(y, "a")
+	require.Error(t, err, "BeginBind(y) on a full node")
 	ph, err := l.BeginBind(x, "a")
-	if err != nil || ph == nil || ph.Name != "ph" {
-		t.Fatalf("BeginBind(x) = %v, %v", ph, err)
-	}
-	if _, err := l.BeginBind(x, "a"); err != ErrBindInProgress {
-		t.Fatalf("second BeginBind(x) = %v, want ErrBindInProgress", err)
-	}
+	require.NoError(t, err)
+	require.NotNil(t, ph)
+	require.Equal(t, "ph", ph.Name)
+	_, err = l.BeginBind(x, "a")
+	require.ErrorIs(t, err, ErrBindInProgress)
 	// Bind fails before the delete: the placeholder is claimable again.
 	l.EndBind(x.UID, false, false)
-	if r := l.Filter(y, []string{"a"}, true); r.Claim == nil || r.Claim.Name != "ph" {
-		t.Fatalf("y after x's failed bind: %+v", r)
-	}
+	requireClaim(t, "ph", l.Filter(y, []string{"a"}, true))
 }
 
 func TestBindLifecycle(t *testing.T) {
@@ -221,61 +209,45 @@ func TestBindLifecycle(t *testing.T) {
 	x := RequestFor(xp, false)
 	l.Filter(x, []string{"a"}, true)
 	claim, err := l.BeginBind(x, "a")
-	if err != nil || claim == nil {
-		t.Fatalf("BeginBind = %v, %v", claim, err)
-	}
-	if got := l.Free("a").Scalar[gpu]; got != 0 {
-		t.Fatalf("free GPUs during claim = %d, want 0 (x assumed, ph claimed)", got)
-	}
+	require.NoError(t, err)
+	require.NotNil(t, claim)
+	require.Zero(t, l.Free("a").Scalar[gpu], "free GPUs during claim (x assumed, ph claimed)")
 	// The placeholder is deleted: waiting returns once the informer says so.
 	done := make(chan error)
 	go func() { done <- l.WaitGone(t.Context(), claim.UID) }()
 	l.DeletePod(claim.UID)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, <-done)
 	l.EndBind(x.UID, true, true)
-	if _, st, ok := l.Assumed(x.UID); !ok || st != Bound {
-		t.Fatalf("x state %v %v, want Bound", st, ok)
-	}
+	_, st, ok := l.Assumed(x.UID)
+	require.True(t, ok)
+	require.Equal(t, Bound, st)
 	// Its replacement cannot take x's capacity.
 	ph2 := RequestFor(testPod("ph2", "stock", "g1", "", 1, corev1.PodPending), false)
-	if r := l.Filter(ph2, []string{"a"}, true); r.Chosen != "" {
-		t.Fatalf("replacement placeholder got %q", r.Chosen)
-	}
+	require.Empty(t, l.Filter(ph2, []string{"a"}, true).Chosen, "the replacement placeholder got a node")
 	// Informer sees x bound: the assumption turns into the bound record.
 	xp = xp.DeepCopy()
 	xp.Spec.NodeName = "a"
 	l.UpsertPod(xp)
-	if _, _, ok := l.Assumed(x.UID); ok {
-		t.Fatal("x still assumed after the informer saw it bound")
-	}
-	if got := l.Free("a").Scalar[gpu]; got != 0 {
-		t.Fatalf("free GPUs = %d, want 0", got)
-	}
+	_, _, ok = l.Assumed(x.UID)
+	require.False(t, ok, "x still assumed after the informer saw it bound")
+	require.Zero(t, l.Free("a").Scalar[gpu])
 	xp = xp.DeepCopy()
 	xp.Status.Phase = corev1.PodSucceeded
 	l.UpsertPod(xp)
-	if got := l.Free("a").Scalar[gpu]; got != 1 {
-		t.Fatalf("free GPUs after x finished = %d, want 1", got)
-	}
+	require.Equal(t, int64(1), l.Free("a").Scalar[gpu], "free GPUs after x finished")
 }
 
 func TestReservationExpires(t *testing.T) {
-	now := time.Unix(0, 0)
-	l := New(Options{ReservationTTL: time.Second, Now: func() time.Time { return now }})
+	clk := clocktesting.NewFakePassiveClock(time.Unix(0, 0))
+	l := New(Options{ReservationTTL: time.Second, Clock: clk})
 	l.UpsertNode(testNode("a", 1))
 	x := RequestFor(testPod("x", "gpu", "g1", "", 1, corev1.PodPending), false)
 	y := RequestFor(testPod("y", "gpu", "g1", "", 1, corev1.PodPending), false)
 	l.Filter(x, []string{"a"}, true)
-	if r := l.Filter(y, []string{"a"}, true); r.Chosen != "" {
-		t.Fatal("y fit while x held the reservation")
-	}
-	now = now.Add(2 * time.Second)
+	require.Empty(t, l.Filter(y, []string{"a"}, true).Chosen, "y fit while x held the reservation")
+	clk.SetTime(clk.Now().Add(2 * time.Second))
 	l.Sweep()
-	if r := l.Filter(y, []string{"a"}, true); r.Chosen != "a" {
-		t.Fatal("x's stale reservation was not swept")
-	}
+	require.Equal(t, "a", l.Filter(y, []string{"a"}, true).Chosen, "x's stale reservation was not swept")
 }
 
 func TestRecoverClaimAfterRestart(t *testing.T) {
@@ -288,12 +260,10 @@ func TestRecoverClaimAfterRestart(t *testing.T) {
 	l.UpsertPod(xp)
 	// ph's replacement must not take the capacity ph left for x.
 	ph2 := RequestFor(testPod("ph2", "stock", "g1", "", 1, corev1.PodPending), false)
-	if r := l.Filter(ph2, []string{"a", "b"}, true); r.Chosen != "b" {
-		t.Fatalf("replacement chose %q, want b", r.Chosen)
-	}
-	if r := l.Filter(RequestFor(xp, false), []string{"a", "b"}, true); r.Chosen != "a" || r.Claim != nil {
-		t.Fatalf("x: %+v, want node a with nothing to claim", r)
-	}
+	require.Equal(t, "b", l.Filter(ph2, []string{"a", "b"}, true).Chosen)
+	r := l.Filter(RequestFor(xp, false), []string{"a", "b"}, true)
+	require.Equal(t, "a", r.Chosen)
+	require.Nil(t, r.Claim)
 }
 
 func TestRecoverClaimPlaceholderStillThere(t *testing.T) {
@@ -305,12 +275,8 @@ func TestRecoverClaimPlaceholderStillThere(t *testing.T) {
 	xp.Annotations = map[string]string{api.AnnotationClaimedStock: "a/ns/ph/uid-ph"}
 	l.UpsertPod(xp)
 	y := RequestFor(testPod("y", "gpu", "g1", "", 1, corev1.PodPending), false)
-	if r := l.Filter(y, []string{"a"}, true); r.Chosen != "" {
-		t.Fatalf("y took %q: ph is x's", r.Chosen)
-	}
-	if r := l.Filter(RequestFor(xp, false), []string{"a"}, true); r.Claim == nil || r.Claim.Name != "ph" {
-		t.Fatalf("x: %+v, want claim of ph", r)
-	}
+	require.Empty(t, l.Filter(y, []string{"a"}, true).Chosen, "ph is x's")
+	requireClaim(t, "ph", l.Filter(RequestFor(xp, false), []string{"a"}, true))
 }
 
 func TestPrioritize(t *testing.T) {
@@ -323,20 +289,18 @@ func TestPrioritize(t *testing.T) {
 	x := RequestFor(testPod("x", "gpu", "g1", "", 1, corev1.PodPending), false)
 	names := []string{"cold-empty", "cold-busy", "warm"}
 	got := map[string]int64{}
-	for _, s := range l.Prioritize(x, names) {
-		got[s.Node] = s.Score
+	for i, s := range l.Prioritize(x, names) {
+		got[names[i]] = s
 	}
-	if !(got["warm"] == 10 && got["cold-busy"] > got["cold-empty"] && got["cold-busy"] < 10) {
-		t.Fatalf("scores %v: want warm 10 > cold-busy > cold-empty", got)
-	}
+	require.Equal(t, int64(10), got["warm"])
+	require.Greater(t, got["cold-busy"], got["cold-empty"])
+	require.Less(t, got["cold-busy"], int64(10))
 	// After a reservation the reserved node gets 10 whatever it scores.
 	l.UpsertPod(testPod("y", "gpu", "g1", "warm", 2, corev1.PodRunning))
 	l.Filter(x, names, true)
 	n, _, _ := l.Assumed(x.UID)
-	for _, s := range l.Prioritize(x, names) {
-		if (s.Node == n) != (s.Score == 10) {
-			t.Fatalf("reserved %s, scores %+v", n, l.Prioritize(x, names))
-		}
+	for i, s := range l.Prioritize(x, names) {
+		require.Equal(t, names[i] == n, s == 10, "reserved %s, node %s scores %d", n, names[i], s)
 	}
 }
 
@@ -374,9 +338,7 @@ func TestConcurrentNeverOvercommits(t *testing.T) {
 			}
 			if ph != nil {
 				mu.Lock()
-				if prev, dup := claimed[ph.UID]; dup {
-					t.Errorf("placeholder %s claimed by %s and %s", ph.Name, prev, req.UID)
-				}
+				assert.NotContains(t, claimed, ph.UID, "placeholder %s claimed twice, by %s too", ph.Name, req.UID)
 				claimed[ph.UID] = req.UID
 				mu.Unlock()
 				if rand.Intn(3) == 0 {
@@ -401,18 +363,15 @@ func TestConcurrentNeverOvercommits(t *testing.T) {
 	checkWarm(t, l)
 	for _, n := range names {
 		free := l.Free(n)
-		if free.Scalar[gpu] < 0 || free.MilliCPU < 0 {
-			t.Errorf("node %s over-committed: free %+v", n, free)
-		}
+		assert.GreaterOrEqual(t, free.Scalar[gpu], int64(0), "node %s over-committed", n)
+		assert.GreaterOrEqual(t, free.MilliCPU, int64(0), "node %s over-committed", n)
 		left := int64(0)
 		for _, s := range l.Stock() {
 			if s.Node == n {
 				left += int64(s.Total)
 			}
 		}
-		if gpusBound[n]+left > 4 {
-			t.Errorf("node %s: %d GPUs bound + %d placeholders left > 4", n, gpusBound[n], left)
-		}
+		assert.LessOrEqual(t, gpusBound[n]+left, int64(4), "node %s: GPUs bound + placeholders left", n)
 	}
 }
 
@@ -424,21 +383,14 @@ func TestPlaceholderBoundIsClaimableAtOnce(t *testing.T) {
 	php := testPod("ph", "stock", "g1", "", 1, corev1.PodPending)
 	l.UpsertPod(php)
 	ph := RequestFor(php, false)
-	if r := l.Filter(ph, []string{"a"}, true); r.Chosen != "a" {
-		t.Fatalf("placeholder: %+v", r)
-	}
-	if _, err := l.BeginBind(ph, "a"); err != nil {
-		t.Fatal(err)
-	}
+	require.Equal(t, "a", l.Filter(ph, []string{"a"}, true).Chosen)
+	_, err := l.BeginBind(ph, "a")
+	require.NoError(t, err)
 	l.EndBind(ph.UID, true, false)
 	l.UpsertPod(php) // stale: still unbound
 	x := RequestFor(testPod("x", "gpu", "g1", "", 1, corev1.PodPending), true)
-	if r := l.Filter(x, []string{"a"}, true); r.Claim == nil || r.Claim.Name != "ph" {
-		t.Fatalf("Required Pod right after the placeholder's bind: %+v", r)
-	}
-	if got := l.Free("a").Scalar[gpu]; got != 0 {
-		t.Fatalf("free GPUs %d, want 0", got)
-	}
+	requireClaim(t, "ph", l.Filter(x, []string{"a"}, true))
+	require.Zero(t, l.Free("a").Scalar[gpu])
 }
 
 // Two unbound Pods name the same placeholder (a superseded intent): only
@@ -459,18 +411,14 @@ func TestRecoverOneHeir(t *testing.T) {
 			heirs++
 		}
 	}
-	if heirs != 1 {
-		t.Fatalf("%d heirs of one placeholder, want 1", heirs)
-	}
+	require.Equal(t, 1, heirs, "heirs of one placeholder")
 	bound := 0
 	for _, r := range reqs {
 		if _, err := l.BeginBind(r, "a"); err == nil {
 			bound++
 		}
 	}
-	if bound != 1 {
-		t.Fatalf("%d Pods bound to a 1-GPU node, want 1", bound)
-	}
+	require.Equal(t, 1, bound, "Pods bound to a 1-GPU node")
 }
 
 // A bound Pod recording a claim settles it: an unbound Pod naming the same
@@ -491,15 +439,10 @@ func TestRecoverSettledClaim(t *testing.T) {
 			l.UpsertPod(pending)
 			l.UpsertPod(bound)
 		}
-		if got := l.Inherits(pending.UID); got != "" {
-			t.Errorf("boundFirst=%v: pending Pod inherits %s", boundFirst, got)
-		}
-		if _, _, ok := l.Assumed(pending.UID); ok {
-			t.Errorf("boundFirst=%v: pending Pod keeps a recovered assumption", boundFirst)
-		}
-		if got := l.Free("a").Scalar[gpu]; got != 1 {
-			t.Errorf("boundFirst=%v: free GPUs %d, want 1", boundFirst, got)
-		}
+		assert.Empty(t, l.Inherits(pending.UID), "boundFirst=%v: the pending Pod inherits", boundFirst)
+		_, _, ok := l.Assumed(pending.UID)
+		assert.False(t, ok, "boundFirst=%v: the pending Pod keeps a recovered assumption", boundFirst)
+		assert.Equal(t, int64(1), l.Free("a").Scalar[gpu], "boundFirst=%v: free GPUs", boundFirst)
 	}
 }
 
@@ -521,9 +464,14 @@ func checkWarm(t *testing.T, l *Ledger) {
 			if i, ok := l.specs[spec]; ok && i < len(n.warm) {
 				got = n.warm[i]
 			}
-			if got != want {
-				t.Errorf("node %s spec %s: warm count %d, %d claimable placeholders", n.name, spec, got, want)
-			}
+			assert.Equal(t, want, got, "node %s spec %s: warm count vs claimable placeholders", n.name, spec)
 		}
 	}
+}
+
+// requireClaim requires that the filter reserved the placeholder named ph.
+func requireClaim(t *testing.T, ph string, r FilterResult) {
+	t.Helper()
+	require.NotNil(t, r.Claim, "%+v", r)
+	require.Equal(t, ph, r.Claim.Name)
 }

@@ -1,17 +1,16 @@
 package profile
 
 import (
-	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	configv1 "k8s.io/kube-scheduler/config/v1"
 )
 
 func TestSchedulerConfig(t *testing.T) {
 	cfg, err := SchedulerConfig(Options{URLPrefix: "https://127.0.0.1:8443", CAData: []byte("pem")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	p := cfg.Profiles[0]
 	has := func(set configv1.PluginSet, name string) bool {
 		for _, pl := range set.Disabled {
@@ -39,14 +38,12 @@ func TestSchedulerConfig(t *testing.T) {
 		{"no leader election by default", !*cfg.LeaderElection.LeaderElect},
 	}
 	for _, c := range checks {
-		if !c.ok {
-			t.Errorf("%s: not so in %+v", c.what, cfg)
-		}
+		assert.True(t, c.ok, "%s: not so in %+v", c.what, cfg)
 	}
 	data, err := YAML(cfg)
-	if err != nil || !strings.Contains(string(data), "kind: KubeSchedulerConfiguration") || !strings.Contains(string(data), "caData: cGVt") {
-		t.Fatalf("YAML: %v\n%s", err, data)
-	}
+	require.NoError(t, err)
+	require.Contains(t, string(data), "kind: KubeSchedulerConfiguration")
+	require.Contains(t, string(data), "caData: cGVt")
 }
 
 func TestSchedulerConfigErrors(t *testing.T) {
@@ -60,9 +57,8 @@ func TestSchedulerConfigErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := SchedulerConfig(tt.opts); err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("err %v, want %q", err, tt.want)
-			}
+			_, err := SchedulerConfig(tt.opts)
+			require.ErrorContains(t, err, tt.want)
 		})
 	}
 }

@@ -1,0 +1,97 @@
+package extender
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+)
+
+// FuzzDecodeArgs: decodeArgs equals json.Unmarshal into the v1 type on
+// every input, result and error. `go test` runs the seeds; `go test -fuzz
+// FuzzDecodeArgs ./extender` searches further.
+func FuzzDecodeArgs(f *testing.F) {
+	for _, seed := range []string{
+		`{"Pod":{"metadata":{"name":"x"}},"Nodes":null,"NodeNames":["a","b"]}`,
+		`{"Pod":{"metadata":{"annotations":{"NodeNames":"[\"z\"]}"}}},"NodeNames":["a"]}`,
+		` { "nodenames" : [ "a" , "b.c-1" ] , "POD" : {} } `,
+		`{"Pod":{},"NodeNames":["a\u002db","we\"ird"]}`,
+		`{"Pod":{},"NodeNames":[]}`,
+		`{"Pod":{},"NodeNames":null}`,
+		`{"Pod":null}`,
+		`{"X":[1,{"y":"}"}],"Pod":{}}`,
+		`{"X":[1,,2],"Pod":{}}`,
+		`{"Pod":{"metadata":{"name":"a"}},"pod":{"metadata":{"namespace":"b"}}}`,
+		`{"P\u006fd":{}}`,
+		`{"NodeNameſ":["a"]}`,
+		`{"Pod":{}} x`,
+		`{"Pod":{"a":"b}`,
+		`{"NodeNames":["a",]}`,
+		`{"NodeNames":"a"}`,
+		`{"NodeNames":[1]}`,
+		`{"Pod":5,"NodeNames":["a"]}`,
+		`{"Pod":{},"Nodes":{"items":[{"metadata":{"name":"n"}}]}}`,
+		`["Pod"]`,
+		`{}`,
+		`null`,
+		``,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var want, got extenderv1.ExtenderArgs
+		wantErr := json.Unmarshal(body, &want)
+		gotErr := decodeArgs(body, &got)
+		if wantErr != nil {
+			require.EqualError(t, gotErr, wantErr.Error())
+		} else {
+			require.NoError(t, gotErr)
+		}
+		require.Equal(t, want, got)
+	})
+}
+
+// FuzzEncode: the append functions encode the v1 types to JSON that reads
+// back as what json.Marshal's does. The input is split at NUL bytes into
+// node names and reasons.
+func FuzzEncode(f *testing.F) {
+	for _, seed := range []string{"a\x00b\x00c\x00d", "we\"ird\x00b\\c\x00<&>\x00\xff\xfe", "", "\x00", "ünï\x00\u2028"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		parts := strings.Split(in, "\x00")
+		feasible := []string{}
+		failed := extenderv1.FailedNodesMap{}
+		var list extenderv1.HostPriorityList
+		for i, p := range parts {
+			if i%2 == 0 {
+				feasible = append(feasible, p)
+			} else {
+				failed[p] = parts[i-1]
+			}
+			list = append(list, extenderv1.HostPriority{Host: p, Score: int64(len(p) - 3)})
+		}
+		results := []extenderv1.ExtenderFilterResult{
+			{NodeNames: &feasible, FailedAndUnresolvableNodes: failed, Error: in},
+			{FailedNodes: failed},
+		}
+		for i := range results {
+			sameJSON[extenderv1.ExtenderFilterResult](t, appendFilterResult(nil, &results[i]), &results[i])
+		}
+		sameJSON[extenderv1.HostPriorityList](t, appendPriorities(nil, list), list)
+		sameJSON[extenderv1.HostPriorityList](t, appendPriorities(nil, nil), extenderv1.HostPriorityList(nil))
+	})
+}
+
+// sameJSON requires that got decodes into a T exactly as json.Marshal(v) does.
+func sameJSON[T any](t *testing.T, got []byte, v any) {
+	t.Helper()
+	want, err := json.Marshal(v)
+	require.NoError(t, err)
+	var fromGot, fromWant T
+	require.NoError(t, json.Unmarshal(got, &fromGot), "%s", got)
+	require.NoError(t, json.Unmarshal(want, &fromWant))
+	require.Equal(t, fromWant, fromGot)
+}

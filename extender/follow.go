@@ -1,0 +1,100 @@
+package extender
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+)
+
+// followLease is the runnable of FollowLease: an informer on that one Lease
+// (RBAC grants list and watch on its name only, which needs the field
+// selector) wakes a follower, which binds while the Lease says this host's
+// scheduler leads.
+func (e *Extender) followLease() (manager.Runnable, error) {
+	ns, name, _ := strings.Cut(e.cfg.FollowLease, "/")
+	host, err := os.Hostname()
+	if err != nil {
+		return nil, fmt.Errorf("extender: following Lease %s: %w", e.cfg.FollowLease, err)
+	}
+	f := informers.NewSharedInformerFactoryWithOptions(e.client, 0, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+		}))
+	inf := f.Coordination().V1().Leases()
+	changed := make(chan struct{}, 1)
+	poke := func(*coordinationv1.Lease) {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := inf.Informer().AddEventHandler(feed(poke, poke)); err != nil {
+		return nil, fmt.Errorf("extender: lease informer: %w", err)
+	}
+	fl := follower{host: host, clock: e.cfg.Clock, set: e.setLeader,
+		get: func() (*coordinationv1.Lease, error) { return inf.Lister().Leases(ns).Get(name) }}
+	return always(func(ctx context.Context) error {
+		f.Start(ctx.Done())
+		defer f.Shutdown()
+		fl.run(ctx, changed)
+		return nil
+	}), nil
+}
+
+// follower binds (set(true)) while the followed Lease is held, unexpired,
+// by an identity of host: kube-scheduler's identity is "<hostname>_<uuid>".
+type follower struct {
+	host  string
+	clock clock.Clock
+	get   func() (*coordinationv1.Lease, error)
+	set   func(bool)
+}
+
+// run judges the Lease whenever changed says it changed, and again when the
+// term it holds runs out (a scheduler that died renews nothing, so no event
+// would come), until ctx ends; then it stops binding.
+func (f follower) run(ctx context.Context, changed <-chan struct{}) {
+	defer f.set(false)
+	for {
+		lease, _ := f.get() // not found: nobody leads
+		left := f.held(lease)
+		f.set(left > 0)
+		var expired <-chan time.Time
+		var timer clock.Timer
+		if left > 0 {
+			timer = f.clock.NewTimer(left)
+			expired = timer.C()
+		}
+		select {
+		case <-ctx.Done():
+		case <-changed:
+		case <-expired:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// held is how long lease stays held by this host's scheduler; 0 when it
+// is not.
+func (f follower) held(lease *coordinationv1.Lease) time.Duration {
+	if lease == nil || lease.Spec.HolderIdentity == nil || lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil ||
+		!strings.HasPrefix(*lease.Spec.HolderIdentity, f.host+"_") {
+		return 0
+	}
+	expiry := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
+	return max(0, expiry.Sub(f.clock.Now()))
+}
