@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/controllers"
@@ -77,7 +76,6 @@ func TestControllers(t *testing.T) {
 		MetricsAddr:           "0", ProbeAddr: "0",
 		LeaderElection: arg(t, args, "leader-elect") == "true",
 		Logger:         logr.FromSlogHandler(rec.Logger().Handler()),
-		Setups:         []func(ctrl.Manager) error{sshservice.Setup},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
