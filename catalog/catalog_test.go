@@ -3,6 +3,8 @@ package catalog
 import (
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 func TestParseSpec(t *testing.T) {
@@ -40,9 +42,7 @@ func TestParseSpec(t *testing.T) {
 				}
 				return
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			tt.check(t, s)
 		})
 	}
@@ -50,9 +50,7 @@ func TestParseSpec(t *testing.T) {
 
 func TestLookupUnknownNamesKeyAndKnownSpecs(t *testing.T) {
 	c, err := Parse(map[string]string{"g1.1": "gpu: 1\ncpu: 1\nmemory: 1Gi", "g1.2": "gpu: 2\ncpu: 1\nmemory: 1Gi"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	_, err = c.Lookup("runplane.io/gpu-spec", "g9")
 	want := `label runplane.io/gpu-spec: unknown GPU spec "g9"; known specs: g1.1, g1.2`
 	if err == nil || err.Error() != want {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 func TestHandler(t *testing.T) {
@@ -55,9 +57,7 @@ func TestHandler(t *testing.T) {
 func shortSocket(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "rpfw")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return filepath.Join(dir, "sub", "framework.sock")
 }
@@ -87,13 +87,9 @@ func serve(t testing.TB, sock, healthPath string, h http.Handler) {
 func TestServeUnixAndClient(t *testing.T) {
 	sock := shortSocket(t)
 	// A stale socket file from a previous run must not stop the server.
-	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.MkdirAll(filepath.Dir(sock), 0o755))
 	ln, err := ListenUnix(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ln.(interface{ SetUnlinkOnClose(bool) }).SetUnlinkOnClose(false)
 	ln.Close()
 
@@ -101,13 +97,9 @@ func TestServeUnixAndClient(t *testing.T) {
 	c := NewClient(sock, "/run", "/ok")
 	req := Request{InvocationID: "i1", WorkerName: "w", Payload: json.RawMessage(`{"a":1}`), Attributes: map[string]string{"k": "v"}}
 	resp, err := c.Invoke(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var back Request
-	if err := json.Unmarshal(resp.Body, &back); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, json.Unmarshal(resp.Body, &back))
 	if resp.StatusCode != 200 || resp.ContentType != "application/json" || back.InvocationID != "i1" || back.Version != Version || string(back.Payload) != `{"a":1}` || back.Attributes["k"] != "v" {
 		t.Errorf("echo = %+v / %+v", resp, back)
 	}
@@ -125,9 +117,7 @@ func TestServeUnixAndClient(t *testing.T) {
 
 func TestListenUnixRefusesNonSocket(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "file")
-	if err := os.WriteFile(p, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(p, nil, 0o600))
 	if _, err := ListenUnix(p); err == nil || !strings.Contains(err.Error(), "is not a socket") {
 		t.Errorf("err = %v, want 'is not a socket'", err)
 	}
@@ -168,9 +158,7 @@ func TestHealthCheckAndContextCancel(t *testing.T) {
 	}
 	<-healthy
 	healthy <- true
-	if err := c.Health(context.Background()); err != nil {
-		t.Fatalf("healthy: %v", err)
-	}
+	require.NoError(t, c.Health(context.Background()), "healthy")
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-started; cancel() }()
 	if _, err := c.Invoke(ctx, Request{InvocationID: "x"}); !errors.Is(err, context.Canceled) {

@@ -9,15 +9,14 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
 )
 
 func writeDir(t *testing.T, files map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
 	for k, v := range files {
-		if err := os.WriteFile(filepath.Join(dir, k), []byte(v), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(filepath.Join(dir, k), []byte(v), 0o600))
 	}
 	return dir
 }
@@ -73,18 +72,14 @@ func TestFromDirAgainstServer(t *testing.T) {
 			o := tt.server
 			o.Host, o.Port, o.NoLog, o.NoSigs = "127.0.0.1", -1, true, true
 			s, err := server.NewServer(&o)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			s.Start()
 			defer s.Shutdown()
 			if !s.ReadyForConnections(5 * time.Second) {
 				t.Fatal("nats-server not ready")
 			}
 			opts, err := FromDir(writeDir(t, tt.files))
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			nc, err := nats.Connect(s.ClientURL(), opts...)
 			if nc != nil {
 				nc.Close()

@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/runplane/runplane/api"
 )
 
@@ -30,16 +32,12 @@ type Case struct {
 func loadCases(t *testing.T) []Case {
 	t.Helper()
 	f, err := os.Open("testdata/cases.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer f.Close()
 	dec := json.NewDecoder(f)
 	dec.DisallowUnknownFields() // a misspelt field would make a case vacuous
 	var cases []Case
-	if err := dec.Decode(&cases); err != nil {
-		t.Fatalf("testdata/cases.json: %v", err)
-	}
+	require.NoError(t, dec.Decode(&cases), "testdata/cases.json")
 	if len(cases) < 30 {
 		t.Fatalf("testdata/cases.json holds %d cases; the table was lost", len(cases))
 	}
@@ -51,9 +49,7 @@ func TestParse(t *testing.T) {
 		t.Run(tt.Name, func(t *testing.T) {
 			s, err := Parse("data", tt.A)
 			if tt.WantKey == "" {
-				if err != nil {
-					t.Fatalf("want valid, got %v", err)
-				}
+				require.NoError(t, err, "want valid, got")
 				if !reflect.DeepEqual(s, tt.Want) {
 					t.Fatalf("spec = %+v, want %+v", s, tt.Want)
 				}

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/runplane/runplane/api"
 )
 
@@ -70,9 +72,7 @@ func TestConfigFromEnv(t *testing.T) {
 				}
 				return
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			tt.check(t, c)
 		})
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/framework"
@@ -29,9 +30,7 @@ func TestDispatchResultReplyEvents(t *testing.T) {
 	reply := make(chan *nats.Msg, 1)
 	inbox := nats.NewInbox()
 	sub, err := e.nc.ChanSubscribe(inbox, reply)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer sub.Unsubscribe()
 
 	e.startSidecar(e.config("w1", sock))
@@ -55,9 +54,7 @@ func TestDispatchResultReplyEvents(t *testing.T) {
 		t.Fatalf("result = %+v, want succeeded with response from w1 attempt 1", res.Result)
 	}
 	var echoed framework.Request
-	if err := json.Unmarshal(res.Response.Body, &echoed); err != nil {
-		t.Fatalf("echo body: %v", err)
-	}
+	require.NoError(t, json.Unmarshal(res.Response.Body, &echoed), "echo body")
 	if echoed.Version != framework.Version || echoed.InvocationID != "inv-1" || echoed.ServerlessRequestID != testPool ||
 		echoed.WorkerName != "w1" || echoed.WorkerNamespace != "default" || echoed.Mode != "sync" ||
 		string(echoed.Payload) != `{"prompt":"robot"}` || echoed.Headers["x-request-id"] != "abc" || echoed.Attributes["path"] != "/generate" || echoed.DispatchedAt.IsZero() {
@@ -78,10 +75,10 @@ func TestDispatchResultReplyEvents(t *testing.T) {
 	waitEvent(t, events, "finished", func(ev messages.Event) bool {
 		return ev.Type == messages.EventFinished && ev.InvocationID == "inv-1" && ev.State == messages.StateSucceeded
 	})
-	eventually(t, "dispatch acked", func() bool {
+	require.Eventually(t, func() bool {
 		ci := e.consumerInfo("w1")
 		return ci.NumAckPending == 0 && ci.NumPending == 0 && ci.Delivered.Consumer == 1
-	})
+	}, waitFor, tick, "dispatch acked")
 	if ci := e.consumerInfo("w1"); ci.Config.MaxAckPending != 1 || ci.Config.InactiveThreshold == 0 || ci.Config.Durable != "echo_w1" {
 		t.Errorf("consumer config = %+v, want durable echo_w1, MaxAckPending 1, InactiveThreshold set", ci.Config)
 	}
@@ -225,14 +222,10 @@ func TestCancel(t *testing.T) {
 		// A cancel for another invocation (or attempt) must not touch it.
 		for _, other := range []messages.Cancel{{InvocationID: "other"}, {InvocationID: c.id, Attempt: 7}, {InvocationID: c.id[:1]}} {
 			data, _ := json.Marshal(other)
-			if err := e.nc.Publish(subjects.Cancel(testPool, "w1"), data); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, e.nc.Publish(subjects.Cancel(testPool, "w1"), data))
 		}
 		data, _ := json.Marshal(messages.Cancel{InvocationID: c.id, Attempt: c.attempt})
-		if err := e.nc.Publish(subjects.Cancel(testPool, "w1"), data); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, e.nc.Publish(subjects.Cancel(testPool, "w1"), data))
 		res := waitResult(t, results)
 		if res.InvocationID != c.id || res.State != messages.StateCancelled {
 			t.Fatalf("result = %s %s (%s), want %s cancelled", res.InvocationID, res.State, res.Error, c.id)
@@ -259,9 +252,7 @@ func TestFrameworkCrashFails(t *testing.T) {
 	sock := socketPath(t)
 	fw := exec.Command(echoBin, "-socket", sock)
 	fw.Stderr = os.Stderr
-	if err := fw.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, fw.Start())
 	fwDone := make(chan error, 1)
 	go func() { fwDone <- fw.Wait() }()
 	t.Cleanup(func() { _ = fw.Process.Kill() })
@@ -279,7 +270,7 @@ func TestFrameworkCrashFails(t *testing.T) {
 		t.Fatal("framework-echo did not exit")
 	}
 	waitEvent(t, events, "unready heartbeat after the crash", func(ev messages.Event) bool { return ev.Type == messages.EventHeartbeat && !ev.Ready })
-	eventually(t, "crashed dispatch acked", func() bool { return e.consumerInfo("w1").NumAckPending == 0 })
+	require.Eventually(t, func() bool { return e.consumerInfo("w1").NumAckPending == 0 }, waitFor, tick, "crashed dispatch acked")
 }
 
 func TestDuplicateDeliveryRunsOnce(t *testing.T) {
@@ -306,10 +297,10 @@ func TestDuplicateDeliveryRunsOnce(t *testing.T) {
 	if r := waitResult(t, results); r.State != messages.StateSucceeded {
 		t.Fatalf("state = %s", r.State)
 	}
-	eventually(t, "both deliveries acked", func() bool {
+	require.Eventually(t, func() bool {
 		ci := e.consumerInfo("w1")
 		return ci.Delivered.Consumer == 2 && ci.NumAckPending == 0
-	})
+	}, waitFor, tick, "both deliveries acked")
 	if c := calls.Load(); c != 1 {
 		t.Errorf("framework ran the dispatch %d times, want 1", c)
 	}
@@ -344,15 +335,13 @@ func TestReadinessFollowsFramework(t *testing.T) {
 		t.Errorf("/readyz = %d without a framework, want 503", c)
 	}
 	stop := serveFramework(t, sock, framework.Echo(framework.EchoOptions{}))
-	eventually(t, "/readyz 200 once the framework serves", func() bool { return get(t, base+"/readyz") == http.StatusOK })
+	require.Eventually(t, func() bool { return get(t, base+"/readyz") == http.StatusOK }, waitFor, tick, "/readyz 200 once the framework serves")
 	waitEvent(t, events, "ready heartbeat", func(ev messages.Event) bool { return ev.Type == messages.EventHeartbeat && ev.Ready })
 	stop()
-	eventually(t, "/readyz 503 once the framework is gone", func() bool { return get(t, base+"/readyz") == http.StatusServiceUnavailable })
+	require.Eventually(t, func() bool { return get(t, base+"/readyz") == http.StatusServiceUnavailable }, waitFor, tick, "/readyz 503 once the framework is gone")
 	waitEvent(t, events, "unready heartbeat", func(ev messages.Event) bool { return ev.Type == messages.EventHeartbeat && !ev.Ready })
 	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("/metrics = %d", resp.StatusCode)
@@ -368,19 +357,15 @@ func TestReadinessNeedsNATS(t *testing.T) {
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	s := e.startSidecar(cfg)
 	base := "http://" + s.Addr()
-	eventually(t, "/livez", func() bool { return get(t, base+"/livez") == http.StatusOK })
+	require.Eventually(t, func() bool { return get(t, base+"/livez") == http.StatusOK }, waitFor, tick, "/livez")
 	// /readyz checks the framework live, so no wait is needed; the body
 	// says the 503 comes from NATS alone, not from the healthy framework.
 	resp, err := http.Get(base + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var st struct{ Framework, NATS string }
 	err = json.NewDecoder(resp.Body).Decode(&st)
 	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if resp.StatusCode != http.StatusServiceUnavailable || st.Framework != "ok" || st.NATS == "connected" {
 		t.Errorf("/readyz = %d %+v with NATS unreachable, want 503 with framework ok and NATS not connected", resp.StatusCode, st)
 	}
@@ -396,9 +381,7 @@ func TestSIGTERMDrain(t *testing.T) {
 	e := newEnv(t)
 	sock := socketPath(t)
 	fw := exec.Command(echoBin, "-socket", sock, "-sleep", "1500ms")
-	if err := fw.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, fw.Start())
 	t.Cleanup(func() { _ = fw.Process.Kill(); _ = fw.Wait() })
 	events, results := e.events(), e.results()
 
@@ -408,9 +391,7 @@ func TestSIGTERMDrain(t *testing.T) {
 		api.EnvFrameworkSocket+"="+sock, api.EnvNATSURL+"="+e.srv.ClientURL(), api.EnvConcurrency+"=2",
 		api.EnvSidecarHTTPAddr+"=127.0.0.1:0")
 	sc.Stderr = os.Stderr
-	if err := sc.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, sc.Start())
 	scDone := make(chan error, 1)
 	go func() { scDone <- sc.Wait() }()
 	t.Cleanup(func() { _ = sc.Process.Kill() })
@@ -418,9 +399,7 @@ func TestSIGTERMDrain(t *testing.T) {
 	waitEvent(t, events, "ready", func(ev messages.Event) bool { return ev.Ready })
 	e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: "inflight"}})
 	waitEvent(t, events, "started", func(ev messages.Event) bool { return ev.Type == messages.EventStarted })
-	if err := sc.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, sc.Process.Signal(syscall.SIGTERM))
 	waitEvent(t, events, "draining heartbeat", func(ev messages.Event) bool { return ev.Draining && !ev.Ready })
 	e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: "late"}})
 
@@ -476,9 +455,7 @@ func TestRestartResumesUnackedWork(t *testing.T) {
 	start := func() *exec.Cmd {
 		c := exec.Command(sidecarBin, "-probe-interval", "50ms", "-fetch-wait", "200ms", "-ack-wait", "1s")
 		c.Env = envv
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, c.Start())
 		t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
 		return c
 	}
@@ -518,9 +495,7 @@ func TestPythonFramework(t *testing.T) {
 	sock := socketPath(t)
 	fw := exec.Command(py, "../framework/python/echo.py")
 	fw.Env = append(os.Environ(), api.EnvFrameworkSocket+"="+sock)
-	if err := fw.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, fw.Start())
 	t.Cleanup(func() { _ = fw.Process.Kill(); _ = fw.Wait() })
 	events, results := e.events(), e.results()
 	e.startSidecar(e.config("py", sock))

@@ -28,6 +28,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/runplane/runplane/test/cluster"
 )
 
@@ -109,9 +111,7 @@ var helmStateDir string
 func helmState(t *testing.T) string {
 	if helmStateDir == "" {
 		dir, err := os.MkdirTemp("", "runplane-chart-helm-")
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		helmStateDir = dir // removed with the temp dir of the OS; small
 	}
 	return helmStateDir
@@ -120,9 +120,7 @@ func helmState(t *testing.T) string {
 func mustRun(t *testing.T, name string, args ...string) string {
 	t.Helper()
 	out, err := run(t, name, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return out
 }
 
@@ -135,9 +133,7 @@ func render(t *testing.T, args ...string) (string, error) {
 func mustRender(t *testing.T, args ...string) string {
 	t.Helper()
 	out, err := render(t, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return out
 }
 
@@ -275,12 +271,8 @@ func TestGolden(t *testing.T) {
 			got := maskGenerated(mustRender(t, c.args...))
 			path := filepath.Join("testdata", "golden", c.name+".yaml")
 			if *update {
-				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+				require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
 				return
 			}
 			want, err := os.ReadFile(path)

@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/test/cluster"
 )
@@ -76,9 +78,7 @@ func kubectl(t *testing.T, args ...string) (string, error) {
 func ensureStubCRDs(t *testing.T) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "crds.yaml")
-	if err := os.WriteFile(path, []byte(stubCRDs), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(path, []byte(stubCRDs), 0o600))
 	if out, err := kubectl(t, "apply", "-f", path); err != nil {
 		t.Fatal(err)
 	} else {
@@ -114,13 +114,9 @@ func TestServerSideDryRun(t *testing.T) {
 			manifests := mustRun(t, "helm", args...)
 			objs := parse(t, manifests)
 			path := filepath.Join(t.TempDir(), "manifests.yaml")
-			if err := os.WriteFile(path, []byte(manifests), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, os.WriteFile(path, []byte(manifests), 0o600))
 			out, err := kubectl(t, "apply", "--dry-run=server", "--server-side", "--field-manager=chart-test", "-f", path)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			lines := strings.Split(strings.TrimSpace(out), "\n")
 			if len(lines) != len(objs) {
 				t.Fatalf("%d objects rendered, the API server answered for %d:\n%s", len(objs), len(lines), out)
@@ -171,9 +167,7 @@ func TestInstall(t *testing.T) {
 			}
 		}
 		m, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "runplane-webhook", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		var names []string
 		for _, w := range m.Webhooks {
 			names = append(names, w.Name)
@@ -182,9 +176,7 @@ func TestInstall(t *testing.T) {
 			t.Errorf("mutating webhooks %s", got)
 		}
 		out, err := kubectl(t, "get", "servicemonitors", "-n", ns, "-o", "name")
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if strings.Count(out, "servicemonitor") != 4 {
 			t.Errorf("want 4 ServiceMonitors (the cluster serves monitoring.coreos.com/v1), got:\n%s", out)
 		}
@@ -277,9 +269,7 @@ func TestInstall(t *testing.T) {
 		// A placeholder the ReplicaSet made before helm created the webhook
 		// configuration was admitted without it (helm installs webhook
 		// configurations last); delete it so the replacement meets the webhook.
-		if err := client.CoreV1().Pods("install-stock").DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "runplane.io/stock"}); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, client.CoreV1().Pods("install-stock").DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "runplane.io/stock"}))
 		// The ReplicaSet of the stock Deployment reports the webhook it called.
 		err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
 			evs, err := client.CoreV1().Events("install-stock").List(ctx, metav1.ListOptions{})
@@ -368,9 +358,7 @@ func TestInstall(t *testing.T) {
 		// nor regenerate the NATS token or the extender's certificate.
 		ca := []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
 		m, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "runplane-webhook", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		for i := range m.Webhooks {
 			m.Webhooks[i].ClientConfig.CABundle = ca
 		}
@@ -379,9 +367,7 @@ func TestInstall(t *testing.T) {
 		}
 		secret := func(name string) map[string][]byte {
 			s, err := client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			return s.Data
 		}
 		token, tls := secret("runplane-nats-credentials")["token"], secret("runplane-extender-tls")["ca.crt"]
@@ -393,9 +379,7 @@ func TestInstall(t *testing.T) {
 			"--values", "testdata/values-install.yaml", "--set", "queue.replicas=3", "--timeout", "2m")
 
 		m, err = client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "runplane-webhook", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		for _, w := range m.Webhooks {
 			if string(w.ClientConfig.CABundle) != string(ca) {
 				t.Errorf("webhook %s: caBundle %q after upgrade, want the patched one", w.Name, w.ClientConfig.CABundle)
@@ -408,9 +392,7 @@ func TestInstall(t *testing.T) {
 			t.Error("the upgrade regenerated the extender's CA")
 		}
 		dep, err := client.AppsV1().Deployments(ns).Get(ctx, "runplane-queue", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if *dep.Spec.Replicas != 3 {
 			t.Errorf("queue replicas %d after upgrade, want 3", *dep.Spec.Replicas)
 		}

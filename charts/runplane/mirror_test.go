@@ -18,6 +18,8 @@ import (
 	configv1 "k8s.io/kube-scheduler/config/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/catalog"
 	"github.com/runplane/runplane/extender/profile"
@@ -85,9 +87,7 @@ func TestSchedulerConfigMirrorsGo(t *testing.T) {
 			o.URLPrefix, o.CAFile = "https://127.0.0.1:8443", "/etc/runplane-extender/tls/ca.crt"
 			o.LeaderElect, o.LeaseNamespace = true, releaseNamespace
 			want, err := profile.SchedulerConfig(o)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			if !apiequality.Semantic.DeepEqual(got, want) {
 				t.Errorf("scheduler config differs from profile.SchedulerConfig.\nchart:\n%s\ngo:\n%s", toYAML(got), toYAML(want))
 			}
@@ -106,14 +106,10 @@ func TestSchedulerConfigRunsInKubeScheduler(t *testing.T) {
 	var secret corev1.Secret
 	find(t, objs, "Secret", "runplane-extender-tls").into(t, &secret)
 	caFile := filepath.Join(t.TempDir(), "ca.crt")
-	if err := os.WriteFile(caFile, secret.Data["ca.crt"], 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(caFile, secret.Data["ca.crt"], 0o600))
 	cfg.Extenders[0].TLSConfig.CAFile = caFile
 	p, err := env.StartScheduler(t.Context(), cfg)
-	if err != nil {
-		t.Fatalf("kube-scheduler did not start with the chart's configuration: %v", err)
-	}
+	require.NoError(t, err, "kube-scheduler did not start with the chart's configuration")
 	p.Stop()
 }
 
@@ -133,9 +129,7 @@ func TestCatalogParses(t *testing.T) {
 			var cm corev1.ConfigMap
 			find(t, parse(t, mustRender(t, c.args...)), "ConfigMap", api.CatalogConfigMap).into(t, &cm)
 			cat, err := catalog.Parse(cm.Data)
-			if err != nil {
-				t.Fatalf("catalog.Parse: %v", err)
-			}
+			require.NoError(t, err, "catalog.Parse")
 			if got := strings.Join(cat.Names(), ","); got != strings.Join(c.specs, ",") {
 				t.Fatalf("specs %s, want %s", got, strings.Join(c.specs, ","))
 			}
@@ -170,9 +164,7 @@ func TestNATSConfigLoads(t *testing.T) {
 			conf = strings.ReplaceAll(conf, "/data/jetstream", filepath.Join(dir, "jetstream"))
 			conf = strings.ReplaceAll(conf, "/var/run/nats/", dir+"/")
 			path := filepath.Join(dir, "nats.conf")
-			if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, os.WriteFile(path, []byte(conf), 0o600))
 			cmd := exec.CommandContext(t.Context(), filepath.Join(binDir, "nats-server"), "-t", "-c", path)
 			cmd.Env = append(os.Environ(), "POD_NAME=runplane-nats-0", "NATS_TOKEN=secret-token")
 			if out, err := cmd.CombinedOutput(); err != nil {
@@ -189,9 +181,7 @@ var metricRef = regexp.MustCompile(`\b(runplane_[a-z0-9_]+)`)
 // leaving an empty panel.
 func TestDashboardMetricsExist(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("dashboards", "runplane.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var dash struct {
 		Panels []struct {
 			Title   string `json:"title"`
@@ -200,14 +190,10 @@ func TestDashboardMetricsExist(t *testing.T) {
 			} `json:"targets"`
 		} `json:"panels"`
 	}
-	if err := json.Unmarshal(data, &dash); err != nil {
-		t.Fatalf("dashboard JSON: %v", err)
-	}
+	require.NoError(t, json.Unmarshal(data, &dash), "dashboard JSON")
 	defined := map[string]bool{}
 	root, err := cluster.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, dir := range []string{"queue", "extender"} {
 		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d os.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
@@ -222,9 +208,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 			}
 			return nil
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 	}
 	used := 0
 	for _, p := range dash.Panels {
@@ -259,9 +243,7 @@ func TestContainerFlagsExist(t *testing.T) {
 		t.Skip("builds every runplane binary")
 	}
 	root, err := cluster.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	bin := t.TempDir()
 	type flagSet struct {
 		flags map[string]bool

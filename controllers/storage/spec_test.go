@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/pvcspec"
 	"github.com/runplane/runplane/webhook/pvc"
@@ -46,9 +48,7 @@ func TestJobName(t *testing.T) {
 // annotations say.
 func TestAdmissionAndControllerAgree(t *testing.T) {
 	raw, err := os.ReadFile("../../pvcspec/testdata/cases.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var cases []struct {
 		Name string            `json:"name"`
 		A    map[string]string `json:"annotations"`

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // tree builds a source tree covering every kind of entry the copier keeps.
@@ -19,9 +21,7 @@ func tree(t *testing.T) string {
 	src := t.TempDir()
 	must := func(err error) {
 		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 	}
 	must(os.MkdirAll(filepath.Join(src, "a/b/c"), 0o755))
 	must(os.WriteFile(filepath.Join(src, "a/small.txt"), []byte("hello"), 0o640))
@@ -120,9 +120,7 @@ func snapshot(t *testing.T, root string) map[string]fileState {
 		out[rel] = s
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return out
 }
 
@@ -135,9 +133,7 @@ func TestCopyKeepsEverything(t *testing.T) {
 			t.Cleanup(func() { _ = os.Chmod(filepath.Join(dst, "ro"), 0o755) })
 			var reports []Progress
 			p, err := Copy(context.Background(), src, dst, Options{Workers: workers, Progress: func(p Progress) { reports = append(reports, p) }})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			want, got := snapshot(t, src), snapshot(t, dst)
 			for rel, w := range want {
 				g, ok := got[rel]
@@ -167,17 +163,11 @@ func TestCopyKeepsEverything(t *testing.T) {
 
 func TestCopyErrors(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "file")
-	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(file, []byte("x"), 0o644))
 	nonEmpty := t.TempDir()
-	if err := os.WriteFile(filepath.Join(nonEmpty, "small.txt"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(nonEmpty, "small.txt"), nil, 0o644))
 	src := t.TempDir()
-	if err := os.WriteFile(filepath.Join(src, "small.txt"), []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(src, "small.txt"), []byte("x"), 0o644))
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	tests := []struct {

@@ -15,6 +15,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // setup serves vol/ of a temp dir that also holds a secret next to the
@@ -24,9 +26,7 @@ func setup(t *testing.T) (*httptest.Server, string) {
 	dir := t.TempDir()
 	vol := filepath.Join(dir, "vol")
 	for _, d := range []string{"vol/data/sub", "vol/empty"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.MkdirAll(filepath.Join(dir, d), 0o755))
 	}
 	files := map[string]string{
 		"secret.txt":           "TOP SECRET",
@@ -36,9 +36,7 @@ func setup(t *testing.T) (*httptest.Server, string) {
 		"vol/data/sub/<x>.txt": "html name",
 	}
 	for p, c := range files {
-		if err := os.WriteFile(filepath.Join(dir, p), []byte(c), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(filepath.Join(dir, p), []byte(c), 0o644))
 	}
 	links := map[string]string{
 		"vol/inside-link":  "data/a.txt",
@@ -50,14 +48,10 @@ func setup(t *testing.T) (*httptest.Server, string) {
 		"vol/dangling":     "nowhere",
 	}
 	for p, target := range links {
-		if err := os.Symlink(target, filepath.Join(dir, p)); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.Symlink(target, filepath.Join(dir, p)))
 	}
 	s, err := New(vol)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	srv := httptest.NewServer(s)
 	t.Cleanup(func() { srv.Close(); s.Close() })
 	return srv, dir
@@ -68,15 +62,11 @@ func setup(t *testing.T) (*httptest.Server, string) {
 func rawGet(t *testing.T, srv *httptest.Server, target string) (int, string) {
 	t.Helper()
 	conn, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer conn.Close()
 	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", target)
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
@@ -126,9 +116,7 @@ func TestReadOnly(t *testing.T) {
 	for _, m := range []string{http.MethodPut, http.MethodPost, http.MethodDelete, http.MethodPatch} {
 		req, _ := http.NewRequest(m, srv.URL+"/files/hello.txt", strings.NewReader("overwritten"))
 		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		var e errorBody
 		_ = json.NewDecoder(resp.Body).Decode(&e)
 		resp.Body.Close()
@@ -148,14 +136,10 @@ func get(t *testing.T, url string, header ...string) (*http.Response, []byte) {
 		req.Header.Set(header[i], header[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return resp, b
 }
 
@@ -182,9 +166,7 @@ func TestListing(t *testing.T) {
 		t.Fatalf("status %d: %s", resp.StatusCode, b)
 	}
 	var l Listing
-	if err := json.Unmarshal(b, &l); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, json.Unmarshal(b, &l))
 	got := map[string]string{}
 	for _, e := range l.Entries {
 		got[e.Name] = fmt.Sprintf("%s escapes=%t", e.Type, e.Escapes)
@@ -226,9 +208,7 @@ func TestArchive(t *testing.T) {
 			t.Fatalf("%s: %d %s", tt.path, resp.StatusCode, b)
 		}
 		gz, err := gzip.NewReader(strings.NewReader(string(b)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		tr := tar.NewReader(gz)
 		var got []string
 		for {
@@ -236,9 +216,7 @@ func TestArchive(t *testing.T) {
 			if err == io.EOF {
 				break
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			c, _ := io.ReadAll(tr)
 			switch h.Typeflag {
 			case tar.TypeReg:

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -76,9 +78,7 @@ func TestGoClientAuth(t *testing.T) {
 				}
 				return
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			defer c.Close()
 			out, err := runGo(c, "echo hello from $0")
 			if err != nil || !strings.Contains(out, "hello from") {
@@ -160,8 +160,8 @@ func TestOpenSSHCommands(t *testing.T) {
 			code := 0
 			if ee, ok := err.(*exec.ExitError); ok {
 				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
+			} else {
+				require.NoError(t, err)
 			}
 			if code != tt.wantCode {
 				t.Errorf("exit code %d, want %d (stderr %q)", code, tt.wantCode, stderr.String())
@@ -178,41 +178,25 @@ func TestOpenSSHCommands(t *testing.T) {
 func TestPTYShellWindowChange(t *testing.T) {
 	f := newFixture(t)
 	c, err := f.srv.dial("dev", ssh.PublicKeys(f.good.signer))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.Close()
 	sess, err := c.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer sess.Close()
-	if err := sess.RequestPty("xterm", 40, 100, ssh.TerminalModes{ssh.ECHO: 0}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, sess.RequestPty("xterm", 40, 100, ssh.TerminalModes{ssh.ECHO: 0}))
 	stdin, _ := sess.StdinPipe()
 	var out lockedBuffer
 	sess.Stdout = &out
-	if err := sess.Shell(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, sess.Shell())
 	fmt.Fprintln(stdin, `echo "size:$(stty size) term:$TERM"`)
-	eventually(t, 10*time.Second, "initial size", func() error {
-		if !strings.Contains(out.String(), "size:40 100 term:xterm") {
-			return fmt.Errorf("output %q", out.String())
-		}
-		return nil
-	})
-	if err := sess.WindowChange(50, 132); err != nil {
-		t.Fatal(err)
-	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, out.String(), "size:40 100 term:xterm")
+	}, 10*time.Second, tick, "initial size")
+	require.NoError(t, sess.WindowChange(50, 132))
 	fmt.Fprintln(stdin, `echo "size:$(stty size)"`)
-	eventually(t, 10*time.Second, "resized", func() error {
-		if !strings.Contains(out.String(), "size:50 132") {
-			return fmt.Errorf("output %q", out.String())
-		}
-		return nil
-	})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, out.String(), "size:50 132")
+	}, 10*time.Second, tick, "resized")
 	fmt.Fprintln(stdin, "exit 5")
 	err = sess.Wait()
 	if ee, ok := err.(*ssh.ExitError); !ok || ee.ExitStatus() != 5 {
@@ -223,9 +207,7 @@ func TestPTYShellWindowChange(t *testing.T) {
 func sha256File(t *testing.T, path string) [32]byte {
 	t.Helper()
 	fh, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer fh.Close()
 	h := sha256.New()
 	if _, err := io.Copy(h, fh); err != nil {
@@ -240,9 +222,7 @@ func sha256File(t *testing.T, path string) [32]byte {
 func writeRandomFile(tb testing.TB, path string, size int64) {
 	tb.Helper()
 	fh, err := os.Create(path)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	require.NoError(tb, err)
 	defer fh.Close()
 	r := rand.NewChaCha8([32]byte{1, 2, 3})
 	if _, err := io.CopyN(fh, r, size); err != nil {
@@ -291,9 +271,7 @@ func TestLocalForward(t *testing.T) {
 
 	// A free local port for ssh -L to listen on.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	localPort := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 	l.Close()
 
@@ -302,31 +280,22 @@ func TestLocalForward(t *testing.T) {
 		"-p", f.srv.port(), "dev@127.0.0.1")...)
 	var stderr lockedBuffer
 	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Start())
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	eventually(t, 15*time.Second, "GET through ssh -L", func() error {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		resp, err := http.Get("http://127.0.0.1:" + localPort + "/")
-		if err != nil {
-			return fmt.Errorf("%w (ssh stderr %q)", err, stderr.String())
-		}
+		require.NoError(c, err, "ssh stderr %q", stderr.String())
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
-		if string(body) != "jupyter says hi" {
-			return fmt.Errorf("body %q", body)
-		}
-		return nil
-	})
+		assert.Equal(c, "jupyter says hi", string(body))
+	}, 15*time.Second, tick, "GET through ssh -L")
 }
 
 // TestForwardRules checks with the Go client that local forwarding reaches
 // the Pod's own ports only, and that remote forwarding needs the flag.
 func TestForwardRules(t *testing.T) {
 	echo, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer echo.Close()
 	go func() {
 		for {
@@ -345,16 +314,12 @@ func TestForwardRules(t *testing.T) {
 			}
 			f := newFixture(t, extra...)
 			c, err := f.srv.dial("dev", ssh.PublicKeys(f.good.signer))
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			defer c.Close()
 
 			// Local forward to loopback: allowed, and data round-trips.
 			fc, err := c.Dial("tcp", echo.Addr().String())
-			if err != nil {
-				t.Fatalf("forward to loopback: %v", err)
-			}
+			require.NoError(t, err, "forward to loopback")
 			fmt.Fprint(fc, "ping")
 			buf := make([]byte, 4)
 			if _, err := io.ReadFull(fc, buf); err != nil || string(buf) != "ping" {
@@ -378,9 +343,7 @@ func TestForwardRules(t *testing.T) {
 				}
 				return
 			}
-			if err != nil {
-				t.Fatalf("remote forward: %v", err)
-			}
+			require.NoError(t, err, "remote forward")
 			defer ln.Close()
 			go func() {
 				rc, err := ln.Accept()
@@ -392,9 +355,7 @@ func TestForwardRules(t *testing.T) {
 			}()
 			// Connect inside the "Pod" to the port the server opened.
 			pc, err := net.Dial("tcp", ln.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			defer pc.Close()
 			fmt.Fprint(pc, "pong")
 			if _, err := io.ReadFull(pc, buf); err != nil || string(buf) != "pong" {
@@ -414,25 +375,15 @@ func TestKeyRotation(t *testing.T) {
 	vol := filepath.Join(dir, "secret")
 	publish := func(version string, k userKey) {
 		ts := filepath.Join(vol, version)
-		if err := os.MkdirAll(ts, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.MkdirAll(ts, 0o755))
 		writeAuthorized(t, filepath.Join(ts, "authorized_keys"), k)
 		tmp := filepath.Join(vol, "..data_tmp")
-		if err := os.Symlink(version, tmp); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, filepath.Join(vol, "..data")); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.Symlink(version, tmp))
+		require.NoError(t, os.Rename(tmp, filepath.Join(vol, "..data")))
 	}
-	if err := os.MkdirAll(vol, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.MkdirAll(vol, 0o755))
 	publish("..v1", oldKey)
-	if err := os.Symlink("..data/authorized_keys", filepath.Join(vol, "authorized_keys")); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Symlink("..data/authorized_keys", filepath.Join(vol, "authorized_keys")))
 	srv := startServer(t, dir, filepath.Join(vol, "authorized_keys"))
 	pid := srv.cmd.Process.Pid
 
@@ -443,14 +394,12 @@ func TestKeyRotation(t *testing.T) {
 		}
 		return nil
 	}
-	if err := login(oldKey); err != nil {
-		t.Fatalf("old key before rotation: %v", err)
-	}
+	require.NoError(t, login(oldKey), "old key before rotation")
 	if login(newKey) == nil {
 		t.Fatal("new key accepted before rotation")
 	}
 	publish("..v2", newKey)
-	eventually(t, 10*time.Second, "new key accepted", func() error { return login(newKey) })
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.NoError(c, login(newKey)) }, 10*time.Second, tick, "new key accepted")
 	if login(oldKey) == nil {
 		t.Fatal("old key still accepted after rotation")
 	}
@@ -465,9 +414,7 @@ func TestKeyRotation(t *testing.T) {
 func TestIdleTimeout(t *testing.T) {
 	f := newFixture(t, "--idle-timeout", "300ms")
 	c, err := f.srv.dial("dev", ssh.PublicKeys(f.good.signer))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- c.Wait() }()
 	select {
@@ -476,12 +423,9 @@ func TestIdleTimeout(t *testing.T) {
 		c.Close()
 		t.Fatal("idle connection was not closed")
 	}
-	eventually(t, 5*time.Second, "idle disconnect logged", func() error {
-		if !strings.Contains(f.srv.log.String(), `"msg":"idle timeout"`) {
-			return fmt.Errorf("log:\n%s", f.srv.log.String())
-		}
-		return nil
-	})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, f.srv.log.String(), `"msg":"idle timeout"`)
+	}, 5*time.Second, tick, "idle disconnect logged")
 }
 
 // TestHostKeyStable restarts the server on the same host key file.
@@ -505,9 +449,7 @@ func TestLogsAndMetricsCarryNoSecrets(t *testing.T) {
 	f := newFixture(t)
 	const token = "tok-5e3cr3t-value"
 	c, err := f.srv.dial("dev", ssh.PublicKeys(f.good.signer))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if out, err := runGo(c, "TOKEN="+token+" true && echo done"); err != nil {
 		t.Fatalf("%q %v", out, err)
 	}
@@ -519,11 +461,9 @@ func TestLogsAndMetricsCarryNoSecrets(t *testing.T) {
 		t.Fatal("unknown key accepted")
 	}
 	var metrics string
-	eventually(t, 5*time.Second, "metrics record the sessions and refusals", func() error {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		resp, err := http.Get("http://" + f.srv.metricsAddr + "/metrics")
-		if err != nil {
-			return err
-		}
+		require.NoError(c, err)
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		metrics = string(body)
@@ -534,20 +474,14 @@ func TestLogsAndMetricsCarryNoSecrets(t *testing.T) {
 			`runplane_ssh_connections_total{result="ok"} 1`,
 			`runplane_ssh_authorized_keys 1`,
 		} {
-			if !strings.Contains(metrics, want) {
-				return fmt.Errorf("metrics lack %s", want)
-			}
+			assert.Contains(c, metrics, want)
 		}
-		return nil
-	})
-	eventually(t, 5*time.Second, "session end and refusal logged", func() error {
+	}, 5*time.Second, tick, "metrics record the sessions and refusals")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for _, want := range []string{`"msg":"session ended"`, `"msg":"auth rejected"`} {
-			if !strings.Contains(f.srv.log.String(), want) {
-				return fmt.Errorf("log lacks %s:\n%s", want, f.srv.log.String())
-			}
+			assert.Contains(c, f.srv.log.String(), want)
 		}
-		return nil
-	})
+	}, 5*time.Second, tick, "session end and refusal logged")
 	for name, text := range map[string]string{"log": f.srv.log.String(), "metrics": metrics} {
 		if strings.Contains(text, token) {
 			t.Errorf("%s contains the secret", name)

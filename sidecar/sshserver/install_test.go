@@ -5,31 +5,25 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 func TestInstallFileCopiesExecutable(t *testing.T) {
 	dir := t.TempDir()
 	src := filepath.Join(dir, "src")
-	if err := os.WriteFile(src, []byte("#!/bin/sh\necho hi\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(src, []byte("#!/bin/sh\necho hi\n"), 0o600))
 	dst := filepath.Join(dir, "bin", "runplane-ssh")
 	if err := installFile(src, dst); err == nil {
 		t.Fatal("install into a missing directory succeeded")
 	}
-	if err := os.Mkdir(filepath.Dir(dst), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Mkdir(filepath.Dir(dst), 0o755))
 	// Twice: a restarted init container installs over its earlier copy.
 	for range 2 {
-		if err := installFile(src, dst); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, installFile(src, dst))
 	}
 	got, err := os.ReadFile(dst)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if !bytes.Equal(got, []byte("#!/bin/sh\necho hi\n")) {
 		t.Errorf("content %q", got)
 	}

@@ -10,19 +10,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/ssh"
 )
 
 func newPub(t *testing.T) ssh.PublicKey {
 	t.Helper()
 	pub, _, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	k, err := ssh.NewPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return k
 }
 
@@ -76,9 +73,7 @@ func TestKeySetReload(t *testing.T) {
 		for _, k := range keys {
 			s = append(s, ssh.MarshalAuthorizedKey(k)...)
 		}
-		if err := os.WriteFile(path, s, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(path, s, 0o600))
 	}
 	steps := []struct {
 		keys        []ssh.PublicKey
@@ -108,30 +103,22 @@ func TestLoadOrCreateHostKey(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "host_key")
 	first, err := LoadOrCreateHostKey(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if first.PublicKey().Type() != ssh.KeyAlgoED25519 {
 		t.Errorf("type = %s, want ed25519", first.PublicKey().Type())
 	}
 	st, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if st.Mode().Perm() != 0o600 {
 		t.Errorf("mode = %v, want 0600", st.Mode().Perm())
 	}
 	again, err := LoadOrCreateHostKey(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if ssh.FingerprintSHA256(first.PublicKey()) != ssh.FingerprintSHA256(again.PublicKey()) {
 		t.Error("host key changed on reload")
 	}
 	bad := filepath.Join(dir, "bad")
-	if err := os.WriteFile(bad, []byte("junk"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(bad, []byte("junk"), 0o600))
 	if _, err := LoadOrCreateHostKey(bad); err == nil || !strings.Contains(err.Error(), bad) {
 		t.Errorf("corrupt key: err = %v, want one naming %s", err, bad)
 	}
@@ -160,9 +147,7 @@ func TestForwardTarget(t *testing.T) {
 				}
 				return
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			if tt.host == "localhost" && strings.HasPrefix(got, "[::1]") {
 				return // some resolvers answer ::1 first
 			}

@@ -20,6 +20,8 @@ import (
 	configv1 "k8s.io/kube-scheduler/config/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/runplane/runplane/test/cluster"
 )
 
@@ -48,9 +50,7 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 func namespace(t *testing.T, ctx context.Context) string {
 	t.Helper()
 	name := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
-	if err := env.CreateNamespace(ctx, name); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, env.CreateNamespace(ctx, name))
 	return name
 }
 
@@ -72,9 +72,7 @@ func gpuPodSpec(gpus int64) corev1.PodSpec {
 func TestNodesAreReadyWithGPUs(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
 	nodes, err := env.Client().CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if len(nodes.Items) != 2 {
 		t.Fatalf("got %d nodes, want 2", len(nodes.Items))
 	}
@@ -85,9 +83,7 @@ func TestNodesAreReadyWithGPUs(t *testing.T) {
 		}
 	}
 	v, err := env.Client().Discovery().ServerVersion()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if v.GitVersion != cluster.KubernetesVersion {
 		t.Errorf("apiserver version %q, want %q", v.GitVersion, cluster.KubernetesVersion)
 	}
@@ -149,9 +145,7 @@ func TestPodThatCannotFitStaysPending(t *testing.T) {
 	}
 	waitForEvent(t, ctx, ns, "too-big", "FailedScheduling", "Insufficient nvidia.com/gpu")
 	got, err := env.Client().CoreV1().Pods(ns).Get(ctx, "too-big", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if got.Status.Phase != corev1.PodPending || got.Spec.NodeName != "" {
 		t.Errorf("pod is %s on %q, want Pending and unbound", got.Status.Phase, got.Spec.NodeName)
 	}
@@ -209,13 +203,9 @@ func TestPVCIsBoundAndPodMountingItRuns(t *testing.T) {
 		}
 		return p.Status.Phase == corev1.PodRunning, nil
 	})
-	if err != nil {
-		t.Fatalf("pod mounting a PVC did not run: %v", err)
-	}
+	require.NoError(t, err, "pod mounting a PVC did not run")
 	got, err := env.Client().CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if got.Status.Phase != corev1.ClaimBound {
 		t.Errorf("PVC phase %s, want Bound", got.Status.Phase)
 	}
@@ -227,9 +217,7 @@ func TestSecondSchedulerProfile(t *testing.T) {
 	proc, err := env.StartScheduler(ctx, &configv1.KubeSchedulerConfiguration{
 		Profiles: []configv1.KubeSchedulerProfile{{SchedulerName: ptr.To("second-scheduler")}},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer proc.Stop()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "second", Namespace: ns},
@@ -284,9 +272,7 @@ func TestNoProcessOutlivesAPanic(t *testing.T) {
 		t.Fatalf("child did not panic as planned: %v\n%s", err, out)
 	}
 	data, err := os.ReadFile(pidFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	pids := strings.Fields(string(data))
 	if len(pids) < 5 {
 		t.Fatalf("child reported %d processes, want at least 5 (etcd, apiserver, kcm, scheduler, kwok)", len(pids))

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -37,15 +38,11 @@ func TestMakeDev(t *testing.T) {
 	cmd := exec.Command(bin, "-dir", dir, "-nodes", "2")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var output bytes.Buffer
 	cmd.Stderr = &output
 	began := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Start())
 	defer syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	lines := make(chan string, 100)
 	go func() {
@@ -82,16 +79,12 @@ func TestMakeDev(t *testing.T) {
 	}()
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	client := kubernetes.NewForConfigOrDie(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ready := 0
 	for _, n := range nodes.Items {
 		for _, c := range n.Status.Conditions {
@@ -106,9 +99,7 @@ func TestMakeDev(t *testing.T) {
 
 	body := `{"mode":"sync","payload":{"prompt":"hello"},"timeoutSeconds":60}`
 	resp, err := http.Post(queueURL+"/v1/pools/echo/invocations", "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	data, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	var rec struct {
@@ -124,9 +115,7 @@ func TestMakeDev(t *testing.T) {
 	}
 
 	// Ctrl-C: everything stops, nothing outlives it.
-	if err := cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {

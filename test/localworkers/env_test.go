@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/runplane/runplane/api"
 )
 
@@ -75,9 +77,7 @@ func TestPodEnv(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			sc, fw, err := PodEnv(tt.pod, tt.local)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			for _, w := range tt.wantSidecar {
 				if !slices.Contains(sc, w) {
 					t.Errorf("sidecar env lacks %s: %v", w, sc)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -30,18 +31,14 @@ func TestWorkerFollowsPod(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	srv.Start()
 	defer srv.Shutdown()
 	if !srv.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats not ready")
 	}
 	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	subj := messages.Subjects{Prefix: api.DefaultSubjectPrefix}
@@ -69,12 +66,8 @@ func TestWorkerFollowsPod(t *testing.T) {
 
 	binDir := t.TempDir()
 	scBin, fwBin, err := BuildBinaries(ctx, binDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := env.CreateNamespace(ctx, "lw"); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, env.CreateNamespace(ctx, "lw"))
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	r, err := Start(runCtx, Config{
@@ -82,9 +75,7 @@ func TestWorkerFollowsPod(t *testing.T) {
 		SidecarArgs: []string{"-heartbeat-interval", "500ms", "-probe-interval", "100ms", "-fetch-wait", "300ms"},
 		Namespace:   "lw", StopGrace: 10 * time.Second, Logf: t.Logf, Dir: t.TempDir(),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "lw-0", Namespace: "lw", Labels: map[string]string{api.LabelPool: "lw"},
@@ -136,9 +127,7 @@ func TestWorkerFollowsPod(t *testing.T) {
 		t.Fatal("no result")
 	}
 
-	if err := env.Client().CoreV1().Pods("lw").Delete(ctx, "lw-0", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, env.Client().CoreV1().Pods("lw").Delete(ctx, "lw-0", metav1.DeleteOptions{}))
 	wait("deregistered", func(e messages.Event) bool { return e.Worker == "lw-0" && e.Type == messages.EventDeregistered })
 	deadline := time.Now().Add(30 * time.Second)
 	for len(r.Workers()) > 0 {
