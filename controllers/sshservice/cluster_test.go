@@ -17,6 +17,7 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/controllers"
+	"github.com/runplane/runplane/controllers/egress"
 	"github.com/runplane/runplane/controllers/sshservice"
 	"github.com/runplane/runplane/test/cluster"
 )
@@ -34,7 +35,10 @@ func TestMain(m *testing.M) {
 		env = c
 		// The manager runplane-controller runs (Services cached by the
 		// managed-by label only), for the whole package.
-		mgr, err := controllers.NewManager(controllers.Config{RESTConfig: c.RESTConfig(), Image: "runplane:test", MetricsAddr: "0", ProbeAddr: "0"})
+		mgr, err := controllers.NewManager(controllers.Config{
+			RESTConfig: c.RESTConfig(), Image: "runplane:test", MetricsAddr: "0", ProbeAddr: "0",
+			NATS: egress.NATSEndpoint{PodLabels: map[string]string{"app.kubernetes.io/name": "nats"}, Port: 4222},
+		})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "manager:", err)
 			os.Exit(1)

@@ -207,7 +207,9 @@ func TestReconcile(t *testing.T) {
 				assert.Empty(t, svc.OwnerReferences)
 			default:
 				assert.True(t, apierrors.IsNotFound(err), "Service: %v", err)
-				assert.NotContains(t, pod.Labels, api.LabelSSHPod)
+				if pod.Labels[api.LabelSSH] != api.SSHEnabled {
+					assert.NotContains(t, pod.Labels, api.LabelSSHPod, "the selector label goes with SSH")
+				}
 			}
 			var got []string
 			for len(rec.Events) > 0 {
