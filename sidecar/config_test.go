@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/api"
@@ -62,13 +63,9 @@ func TestConfigFromEnv(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := ConfigFromEnv(func(k string) string { return tt.env[k] })
 			if len(tt.wantErr) > 0 {
-				if err == nil {
-					t.Fatalf("no error, want %v", tt.wantErr)
-				}
+				require.Error(t, err, "no error, want %v", tt.wantErr)
 				for _, w := range tt.wantErr {
-					if !strings.Contains(err.Error(), w) {
-						t.Errorf("error %q does not name %q", err, w)
-					}
+					assert.Contains(t, err.Error(), w)
 				}
 				return
 			}

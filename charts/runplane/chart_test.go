@@ -28,6 +28,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/test/cluster"
@@ -331,17 +332,13 @@ func TestInvalidValues(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out, err := render(t, c.args...)
-			if err == nil {
-				t.Fatalf("render succeeded; want an error containing %q\n%s", c.want, out)
-			}
+			require.Error(t, err, "render succeeded; want an error containing %q\n%s", c.want, out)
 			var ce *cmdError
 			if !errors.As(err, &ce) {
 				t.Fatal(err)
 			}
 			for _, w := range c.want {
-				if !strings.Contains(ce.stderr, w) {
-					t.Errorf("helm's error does not contain %q:\n%s", w, ce.stderr)
-				}
+				assert.Contains(t, ce.stderr, w)
 			}
 		})
 	}

@@ -18,6 +18,7 @@ import (
 	configv1 "k8s.io/kube-scheduler/config/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/api"
@@ -155,9 +156,7 @@ func TestNATSConfigLoads(t *testing.T) {
 			find(t, parse(t, mustRender(t, c.args...)), "ConfigMap", "runplane-nats").into(t, &cm)
 			conf := cm.Data["nats.conf"]
 			for _, w := range c.want {
-				if !strings.Contains(conf, w) {
-					t.Errorf("nats.conf lacks %q:\n%s", w, conf)
-				}
+				assert.Contains(t, conf, w)
 			}
 			// The paths of the Pod's volumes, moved into a temp dir.
 			dir := t.TempDir()

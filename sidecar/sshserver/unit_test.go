@@ -89,9 +89,7 @@ func TestKeySetReload(t *testing.T) {
 	for i, st := range steps {
 		write(st.keys...)
 		changed, err := ks.Reload()
-		if err != nil {
-			t.Fatalf("step %d: %v", i, err)
-		}
+		require.NoError(t, err, "step %d", i)
 		if changed != st.wantChanged || ks.Allowed(a) != st.allowA || ks.Allowed(b) != st.allowB {
 			t.Errorf("step %d: changed=%v a=%v b=%v, want %v %v %v", i, changed, ks.Allowed(a), ks.Allowed(b),
 				st.wantChanged, st.allowA, st.allowB)

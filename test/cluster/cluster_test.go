@@ -168,9 +168,7 @@ func waitForEvent(t *testing.T, ctx context.Context, ns, object, reason, message
 		}
 		return false, nil
 	})
-	if err != nil {
-		t.Fatalf("no %s event containing %q on %s (seen: %v): %v", reason, message, object, seen, err)
-	}
+	require.NoError(t, err, "no %s event containing %q on %s (seen: %v)", reason, message, object, seen)
 }
 
 func TestPVCIsBoundAndPodMountingItRuns(t *testing.T) {
