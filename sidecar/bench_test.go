@@ -36,9 +36,7 @@ func BenchmarkDispatchToReply(b *testing.B) {
 			done := make(chan error, 1)
 			go func() { done <- s.Run(ctx) }()
 			defer func() { cancel(); <-done }()
-			for !s.ready.Load() || s.consumer.Load() == nil {
-				time.Sleep(10 * time.Millisecond)
-			}
+			require.Eventually(b, func() bool { return s.ready.Load() && s.consumer.Load() != nil }, waitFor, 10*time.Millisecond, "sidecar ready")
 
 			var mu sync.Mutex
 			samples := make([]time.Duration, 0, b.N)

@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -129,16 +129,8 @@ func TestWorkerFollowsPod(t *testing.T) {
 
 	require.NoError(t, env.Client().CoreV1().Pods("lw").Delete(ctx, "lw-0", metav1.DeleteOptions{}))
 	wait("deregistered", func(e messages.Event) bool { return e.Worker == "lw-0" && e.Type == messages.EventDeregistered })
-	deadline := time.Now().Add(30 * time.Second)
-	for len(r.Workers()) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("workers after delete: %v", r.Workers())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	require.Eventually(t, func() bool { return len(r.Workers()) == 0 }, 30*time.Second, 50*time.Millisecond, "workers left after delete")
 	stopRun()
 	r.Wait()
-	if _, err := os.Stat(fmt.Sprintf("%s/lw_lw-0/sidecar.log", r.cfg.Dir)); err != nil {
-		t.Errorf("sidecar log: %v", err)
-	}
+	assert.FileExists(t, fmt.Sprintf("%s/lw_lw-0/sidecar.log", r.cfg.Dir), "sidecar log")
 }
