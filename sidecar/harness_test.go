@@ -41,9 +41,7 @@ func newEnv(t testing.TB) *env {
 	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1"})
 	require.NoError(t, err, "nats server")
 	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server not ready")
-	}
+	require.True(t, srv.ReadyForConnections(10*time.Second), "nats server not ready")
 	t.Cleanup(srv.Shutdown)
 	nc, err := nats.Connect(srv.ClientURL())
 	require.NoError(t, err, "connect")
@@ -265,9 +263,7 @@ func binaries(t testing.TB) (sidecarBin, echoBin string) {
 			}
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
+	require.NoError(t, buildErr)
 	return filepath.Join(binDir, "runplane-sidecar"), filepath.Join(binDir, "framework-echo")
 }
 

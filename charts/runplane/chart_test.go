@@ -159,9 +159,7 @@ func (o object) namespace() string {
 // into decodes the object into a typed API object.
 func (o object) into(t *testing.T, v any) {
 	t.Helper()
-	if err := yaml.Unmarshal([]byte(o.raw), v); err != nil {
-		t.Fatalf("decoding %s %s: %v", o.kind(), o.name(), err)
-	}
+	require.NoError(t, yaml.Unmarshal([]byte(o.raw), v), "decoding %s %s", o.kind(), o.name())
 }
 
 var docSep = regexp.MustCompile(`(?m)^---\s*$`)
@@ -174,9 +172,7 @@ func parse(t *testing.T, manifests string) []object {
 			continue
 		}
 		var data map[string]any
-		if err := yaml.Unmarshal([]byte(doc), &data); err != nil {
-			t.Fatalf("rendered YAML does not parse: %v\n%s", err, doc)
-		}
+		require.NoError(t, yaml.Unmarshal([]byte(doc), &data), "rendered YAML does not parse:\n%s", doc)
 		out = append(out, object{raw: doc, data: data})
 	}
 	return out
@@ -258,9 +254,7 @@ func TestLint(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out := mustRun(t, "helm", append([]string{"lint", "--strict", "--namespace", releaseNamespace, "."}, c.args...)...)
-			if !strings.Contains(out, "0 chart(s) failed") {
-				t.Fatalf("helm lint:\n%s", out)
-			}
+			require.True(t, strings.Contains(out, "0 chart(s) failed"), "helm lint:\n%s", out)
 		})
 	}
 }
@@ -277,12 +271,8 @@ func TestGolden(t *testing.T) {
 				return
 			}
 			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create it)", err)
-			}
-			if got != string(want) {
-				t.Fatalf("%s differs from the render (run with -update to accept):\n%s", path, firstDiff(string(want), got))
-			}
+			require.NoError(t, err, "%v (run with -update to create it)", err)
+			require.Equal(t, string(want), got, "%s differs from the render (run with -update to accept):\n%s", path, firstDiff(string(want), got))
 		})
 	}
 }
@@ -357,9 +347,7 @@ func TestSecurityContexts(t *testing.T) {
 					continue
 				}
 				psc, _ := spec["securityContext"].(map[string]any)
-				if psc["runAsNonRoot"] != true {
-					t.Errorf("%s %s: pod securityContext.runAsNonRoot is not true", o.kind(), o.name())
-				}
+				assert.Equal(t, true, psc["runAsNonRoot"], "%s %s: pod securityContext.runAsNonRoot is not true", o.kind(), o.name())
 				for _, ct := range spec["containers"].([]any) {
 					ctr := ct.(map[string]any)
 					sc, _ := ctr["securityContext"].(map[string]any)

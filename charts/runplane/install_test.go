@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/api"
@@ -118,13 +119,9 @@ func TestServerSideDryRun(t *testing.T) {
 			out, err := kubectl(t, "apply", "--dry-run=server", "--server-side", "--field-manager=chart-test", "-f", path)
 			require.NoError(t, err)
 			lines := strings.Split(strings.TrimSpace(out), "\n")
-			if len(lines) != len(objs) {
-				t.Fatalf("%d objects rendered, the API server answered for %d:\n%s", len(objs), len(lines), out)
-			}
+			require.Len(t, lines, len(objs), "%d objects rendered, the API server answered for %d:\n%s", len(objs), len(lines), out)
 			for _, l := range lines {
-				if !strings.Contains(l, "(server dry run)") {
-					t.Errorf("not a server dry run: %s", l)
-				}
+				assert.True(t, strings.Contains(l, "(server dry run)"), "not a server dry run: %s", l)
 			}
 			t.Logf("%d objects accepted", len(objs))
 		})
@@ -172,14 +169,10 @@ func TestInstall(t *testing.T) {
 		for _, w := range m.Webhooks {
 			names = append(names, w.Name)
 		}
-		if got := strings.Join(names, ","); got != "gpu-spec.runplane.io,stock.runplane.io,pool.runplane.io,ssh.runplane.io,storage-gate.runplane.io" {
-			t.Errorf("mutating webhooks %s", got)
-		}
+		assert.Equal(t, "gpu-spec.runplane.io,stock.runplane.io,pool.runplane.io,ssh.runplane.io,storage-gate.runplane.io", strings.Join(names, ","), "mutating webhooks")
 		out, err := kubectl(t, "get", "servicemonitors", "-n", ns, "-o", "name")
 		require.NoError(t, err)
-		if strings.Count(out, "servicemonitor") != 4 {
-			t.Errorf("want 4 ServiceMonitors (the cluster serves monitoring.coreos.com/v1), got:\n%s", out)
-		}
+		assert.EqualValues(t, 4, strings.Count(out, "servicemonitor"), "want 4 ServiceMonitors (the cluster serves monitoring.coreos.com/v1), got:\n%s", out)
 	})
 
 	t.Run("workloads become ready", func(t *testing.T) {
@@ -260,9 +253,7 @@ func TestInstall(t *testing.T) {
 			t.Errorf("a claim without runplane annotations was refused: %v", err)
 		}
 		_, err := client.CoreV1().PersistentVolumeClaims("team-a").Create(ctx, claim("prepared", map[string]string{api.AnnotationPrepareFromImage: "busybox"}), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err == nil || !strings.Contains(err.Error(), `failed calling webhook "pvc.runplane.io"`) {
-			t.Errorf("a claim with %s: want a failed call to pvc.runplane.io, got %v", api.AnnotationPrepareFromImage, err)
-		}
+		assert.ErrorContains(t, err, `failed calling webhook "pvc.runplane.io"`, "a claim with %s: want a failed call to pvc.runplane.io, got %v", api.AnnotationPrepareFromImage, err)
 	})
 
 	t.Run("stock pool pods go through the webhook", func(t *testing.T) {
@@ -381,9 +372,7 @@ func TestInstall(t *testing.T) {
 		m, err = client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "runplane-webhook", metav1.GetOptions{})
 		require.NoError(t, err)
 		for _, w := range m.Webhooks {
-			if string(w.ClientConfig.CABundle) != string(ca) {
-				t.Errorf("webhook %s: caBundle %q after upgrade, want the patched one", w.Name, w.ClientConfig.CABundle)
-			}
+			assert.Equal(t, string(ca), string(w.ClientConfig.CABundle), "webhook %s: caBundle %q after upgrade, want the patched one", w.Name, w.ClientConfig.CABundle)
 		}
 		if got := secret("runplane-nats-credentials")["token"]; string(got) != string(token) {
 			t.Error("the upgrade regenerated the NATS token: running workers would lose NATS")
@@ -393,9 +382,7 @@ func TestInstall(t *testing.T) {
 		}
 		dep, err := client.AppsV1().Deployments(ns).Get(ctx, "runplane-queue", metav1.GetOptions{})
 		require.NoError(t, err)
-		if *dep.Spec.Replicas != 3 {
-			t.Errorf("queue replicas %d after upgrade, want 3", *dep.Spec.Replicas)
-		}
+		assert.EqualValues(t, 3, *dep.Spec.Replicas, "queue replicas %d after upgrade, want 3", *dep.Spec.Replicas)
 	})
 
 	t.Run("uninstall", func(t *testing.T) {

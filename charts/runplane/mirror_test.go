@@ -50,12 +50,8 @@ func TestWebhookConfigurationsMirrorGo(t *testing.T) {
 		Namespace: releaseNamespace,
 		Service:   &admissionregistrationv1.ServiceReference{Namespace: releaseNamespace, Name: "runplane-webhook"},
 	})
-	if !apiequality.Semantic.DeepEqual(gotM.Webhooks, wantM.Webhooks) {
-		t.Errorf("MutatingWebhookConfiguration webhooks differ from webhook.Configurations.\nchart:\n%s\ngo:\n%s", toYAML(gotM.Webhooks), toYAML(wantM.Webhooks))
-	}
-	if !apiequality.Semantic.DeepEqual(gotV.Webhooks, wantV.Webhooks) {
-		t.Errorf("ValidatingWebhookConfiguration webhooks differ from webhook.Configurations.\nchart:\n%s\ngo:\n%s", toYAML(gotV.Webhooks), toYAML(wantV.Webhooks))
-	}
+	assert.True(t, apiequality.Semantic.DeepEqual(gotM.Webhooks, wantM.Webhooks), "MutatingWebhookConfiguration webhooks differ from webhook.Configurations.\nchart:\n%s\ngo:\n%s", toYAML(gotM.Webhooks), toYAML(wantM.Webhooks))
+	assert.True(t, apiequality.Semantic.DeepEqual(gotV.Webhooks, wantV.Webhooks), "ValidatingWebhookConfiguration webhooks differ from webhook.Configurations.\nchart:\n%s\ngo:\n%s", toYAML(gotV.Webhooks), toYAML(wantV.Webhooks))
 }
 
 // schedulerConfig decodes the rendered runplane-scheduler ConfigMap.
@@ -64,9 +60,7 @@ func schedulerConfig(t *testing.T, objs []object) *configv1.KubeSchedulerConfigu
 	var cm corev1.ConfigMap
 	find(t, objs, "ConfigMap", "runplane-scheduler").into(t, &cm)
 	var cfg configv1.KubeSchedulerConfiguration
-	if err := yaml.UnmarshalStrict([]byte(cm.Data["config.yaml"]), &cfg); err != nil {
-		t.Fatalf("scheduler config.yaml: %v\n%s", err, cm.Data["config.yaml"])
-	}
+	require.NoError(t, yaml.UnmarshalStrict([]byte(cm.Data["config.yaml"]), &cfg), "scheduler config.yaml:\n%s", cm.Data["config.yaml"])
 	return &cfg
 }
 
@@ -89,9 +83,7 @@ func TestSchedulerConfigMirrorsGo(t *testing.T) {
 			o.LeaderElect, o.LeaseNamespace = true, releaseNamespace
 			want, err := profile.SchedulerConfig(o)
 			require.NoError(t, err)
-			if !apiequality.Semantic.DeepEqual(got, want) {
-				t.Errorf("scheduler config differs from profile.SchedulerConfig.\nchart:\n%s\ngo:\n%s", toYAML(got), toYAML(want))
-			}
+			assert.True(t, apiequality.Semantic.DeepEqual(got, want), "scheduler config differs from profile.SchedulerConfig.\nchart:\n%s\ngo:\n%s", toYAML(got), toYAML(want))
 		})
 	}
 }
@@ -131,9 +123,7 @@ func TestCatalogParses(t *testing.T) {
 			find(t, parse(t, mustRender(t, c.args...)), "ConfigMap", api.CatalogConfigMap).into(t, &cm)
 			cat, err := catalog.Parse(cm.Data)
 			require.NoError(t, err, "catalog.Parse")
-			if got := strings.Join(cat.Names(), ","); got != strings.Join(c.specs, ",") {
-				t.Fatalf("specs %s, want %s", got, strings.Join(c.specs, ","))
-			}
+			require.Equal(t, strings.Join(c.specs, ","), strings.Join(cat.Names(), ","), "catalog specs")
 		})
 	}
 }
@@ -220,9 +210,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 						name = base
 					}
 				}
-				if !defined[name] {
-					t.Errorf("panel %q queries %s, which no non-test Go file of queue/ or extender/ defines", p.Title, m)
-				}
+				assert.True(t, defined[name], "panel %q queries %s, which no non-test Go file of queue/ or extender/ defines", p.Title, m)
 			}
 		}
 	}
@@ -295,9 +283,7 @@ func TestContainerFlagsExist(t *testing.T) {
 					}
 					for _, a := range argv[1:] {
 						name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-						if !f.flags[name] {
-							t.Errorf("Deployment %s container %s passes %s, which %s does not define", d.Name, ctr.Name, a, argv[0])
-						}
+						assert.True(t, f.flags[name], "Deployment %s container %s passes %s, which %s does not define", d.Name, ctr.Name, a, argv[0])
 					}
 				}
 			}

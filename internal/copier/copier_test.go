@@ -7,11 +7,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -141,9 +141,7 @@ func TestCopyKeepsEverything(t *testing.T) {
 					t.Errorf("%s: missing in copy", rel)
 					continue
 				}
-				if g != w {
-					t.Errorf("%s:\n got %+v\nwant %+v", rel, g, w)
-				}
+				assert.Equal(t, w, g, "%s:\n got %+v\nwant %+v", rel, g, w)
 			}
 			for rel := range got {
 				if _, ok := want[rel]; !ok {
@@ -184,9 +182,7 @@ func TestCopyErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Copy(tt.ctx, tt.from, tt.to, Options{})
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("err = %v, want it to contain %q", err, tt.want)
-			}
+			require.ErrorContains(t, err, tt.want, "err = %v, want it to contain %q", err, tt.want)
 			if tt.ctx.Err() != nil && !errors.Is(err, context.Canceled) {
 				t.Fatalf("err = %v, want context.Canceled", err)
 			}

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -162,9 +163,7 @@ func TestDownload(t *testing.T) {
 func TestListing(t *testing.T) {
 	srv, _ := setup(t)
 	resp, b := get(t, srv.URL+"/files/?format=json")
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("status %d: %s", resp.StatusCode, b)
-	}
+	require.Equal(t, http.StatusOK, resp.StatusCode, "status %d: %s", resp.StatusCode, b)
 	var l Listing
 	require.NoError(t, json.Unmarshal(b, &l))
 	got := map[string]string{}
@@ -177,9 +176,7 @@ func TestListing(t *testing.T) {
 		"escape-rel": "symlink escapes=true", "escape-abs": "symlink escapes=true", "escape-dir": "symlink escapes=true",
 		"dangling": "symlink escapes=true",
 	}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("listing\n got %v\nwant %v", got, want)
-	}
+	assert.Equal(t, fmt.Sprint(want), fmt.Sprint(got), "listing\n got %v\nwant %v", got, want)
 	// Accept header selects JSON too; HTML escapes names.
 	if resp, _ := get(t, srv.URL+"/files/data/", "Accept", "application/json"); resp.Header.Get("Content-Type") != "application/json" {
 		t.Errorf("Accept: application/json gave %s", resp.Header.Get("Content-Type"))
@@ -188,9 +185,7 @@ func TestListing(t *testing.T) {
 	if !strings.Contains(string(b), "&lt;x&gt;.txt") || strings.Contains(string(b), "<x>") {
 		t.Errorf("HTML listing does not escape names: %s", b)
 	}
-	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
-		t.Errorf("HTML listing content type %s", resp.Header.Get("Content-Type"))
-	}
+	assert.True(t, strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html"), "HTML listing content type %s", resp.Header.Get("Content-Type"))
 }
 
 func TestArchive(t *testing.T) {
@@ -204,9 +199,7 @@ func TestArchive(t *testing.T) {
 	}
 	for _, tt := range tests {
 		resp, b := get(t, srv.URL+tt.path)
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("%s: %d %s", tt.path, resp.StatusCode, b)
-		}
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %d %s", tt.path, resp.StatusCode, b)
 		gz, err := gzip.NewReader(strings.NewReader(string(b)))
 		require.NoError(t, err)
 		tr := tar.NewReader(gz)
@@ -228,9 +221,7 @@ func TestArchive(t *testing.T) {
 			}
 		}
 		sort.Strings(got)
-		if fmt.Sprint(got) != fmt.Sprint(tt.want) {
-			t.Errorf("%s:\n got %v\nwant %v", tt.path, got, tt.want)
-		}
+		assert.Equal(t, fmt.Sprint(tt.want), fmt.Sprint(got), "%s:\n got %v\nwant %v", tt.path, got, tt.want)
 	}
 	if resp, _ := get(t, srv.URL+"/archive/hello.txt"); resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("archive of a file = %d, want 400", resp.StatusCode)

@@ -73,9 +73,7 @@ func TestGoClientAuth(t *testing.T) {
 					c.Close()
 					t.Fatal("login succeeded, want refused")
 				}
-				if !strings.Contains(err.Error(), "unable to authenticate") {
-					t.Fatalf("err = %v, want an authentication failure", err)
-				}
+				require.Contains(t, err.Error(), "unable to authenticate", "err = %v, want an authentication failure", err)
 				return
 			}
 			require.NoError(t, err)
@@ -163,9 +161,7 @@ func TestOpenSSHCommands(t *testing.T) {
 			} else {
 				require.NoError(t, err)
 			}
-			if code != tt.wantCode {
-				t.Errorf("exit code %d, want %d (stderr %q)", code, tt.wantCode, stderr.String())
-			}
+			assert.Equal(t, tt.wantCode, code, "exit code %d, want %d (stderr %q)", code, tt.wantCode, stderr.String())
 			if !strings.Contains(stdout.String(), tt.wantOut) || (tt.wantOut == "out" && strings.Contains(stdout.String(), "err")) {
 				t.Errorf("stdout %q, want %q", stdout.String(), tt.wantOut)
 			}
@@ -254,9 +250,7 @@ func TestSFTPPutGet100MB(t *testing.T) {
 	want := sha256File(t, src)
 	sftpBatch(t, f.srv, f.good.file, fmt.Sprintf("put %s %s\nget %s %s\n", src, remote, remote, back))
 	for _, p := range []string{remote, back} {
-		if got := sha256File(t, p); got != want {
-			t.Errorf("%s: sha256 %x, want %x", filepath.Base(p), got, want)
-		}
+		assert.Equal(t, want, sha256File(t, p), "%s: sha256", filepath.Base(p))
 	}
 }
 
@@ -406,9 +400,7 @@ func TestKeyRotation(t *testing.T) {
 	if srv.cmd.ProcessState != nil || srv.cmd.Process.Pid != pid {
 		t.Fatal("server restarted")
 	}
-	if !strings.Contains(srv.log.String(), "authorized keys reloaded") {
-		t.Error("no reload logged")
-	}
+	assert.Contains(t, srv.log.String(), "authorized keys reloaded", "no reload logged")
 }
 
 func TestIdleTimeout(t *testing.T) {
@@ -536,7 +528,5 @@ func TestSCP(t *testing.T) {
 			t.Fatalf("scp %v: %v\n%s", args, err, out)
 		}
 	}
-	if sha256File(t, back) != sha256File(t, src) {
-		t.Fatal("scp round trip changed the file")
-	}
+	require.Equal(t, sha256File(t, src), sha256File(t, back), "scp round trip changed the file")
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -14,9 +15,7 @@ func TestInstallFileCopiesExecutable(t *testing.T) {
 	src := filepath.Join(dir, "src")
 	require.NoError(t, os.WriteFile(src, []byte("#!/bin/sh\necho hi\n"), 0o600))
 	dst := filepath.Join(dir, "bin", "runplane-ssh")
-	if err := installFile(src, dst); err == nil {
-		t.Fatal("install into a missing directory succeeded")
-	}
+	require.Error(t, installFile(src, dst), "install into a missing directory succeeded")
 	require.NoError(t, os.Mkdir(filepath.Dir(dst), 0o755))
 	// Twice: a restarted init container installs over its earlier copy.
 	for range 2 {
@@ -28,11 +27,7 @@ func TestInstallFileCopiesExecutable(t *testing.T) {
 		t.Errorf("content %q", got)
 	}
 	info, _ := os.Stat(dst)
-	if info.Mode().Perm() != 0o755 {
-		t.Errorf("mode %v, want 0755", info.Mode().Perm())
-	}
+	assert.EqualValues(t, 0o755, info.Mode().Perm(), "mode %v, want 0755", info.Mode().Perm())
 	leftovers, _ := filepath.Glob(filepath.Join(filepath.Dir(dst), ".install-*"))
-	if len(leftovers) != 0 {
-		t.Errorf("temp files left: %v", leftovers)
-	}
+	assert.Empty(t, leftovers, "temp files left: %v", leftovers)
 }

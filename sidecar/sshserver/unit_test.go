@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/ssh"
 )
@@ -42,17 +43,13 @@ func TestParseAuthorizedKeys(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			keys, bad := ParseAuthorizedKeys([]byte(tt.content))
-			if len(keys) != len(tt.want) {
-				t.Fatalf("got %d keys, want %d", len(keys), len(tt.want))
-			}
+			require.Len(t, keys, len(tt.want), "got %d keys, want %d", len(keys), len(tt.want))
 			for _, k := range tt.want {
 				if _, ok := keys[string(k.Marshal())]; !ok {
 					t.Errorf("key %s missing", ssh.FingerprintSHA256(k))
 				}
 			}
-			if !slices.Equal(bad, tt.bad) {
-				t.Errorf("bad lines = %v, want %v", bad, tt.bad)
-			}
+			assert.True(t, slices.Equal(bad, tt.bad), "bad lines = %v, want %v", bad, tt.bad)
 		})
 	}
 }
@@ -102,19 +99,13 @@ func TestLoadOrCreateHostKey(t *testing.T) {
 	path := filepath.Join(dir, "host_key")
 	first, err := LoadOrCreateHostKey(path)
 	require.NoError(t, err)
-	if first.PublicKey().Type() != ssh.KeyAlgoED25519 {
-		t.Errorf("type = %s, want ed25519", first.PublicKey().Type())
-	}
+	assert.Equal(t, ssh.KeyAlgoED25519, first.PublicKey().Type(), "type = %s, want ed25519", first.PublicKey().Type())
 	st, err := os.Stat(path)
 	require.NoError(t, err)
-	if st.Mode().Perm() != 0o600 {
-		t.Errorf("mode = %v, want 0600", st.Mode().Perm())
-	}
+	assert.EqualValues(t, 0o600, st.Mode().Perm(), "mode = %v, want 0600", st.Mode().Perm())
 	again, err := LoadOrCreateHostKey(path)
 	require.NoError(t, err)
-	if ssh.FingerprintSHA256(first.PublicKey()) != ssh.FingerprintSHA256(again.PublicKey()) {
-		t.Error("host key changed on reload")
-	}
+	assert.Equal(t, ssh.FingerprintSHA256(again.PublicKey()), ssh.FingerprintSHA256(first.PublicKey()), "host key changed on reload")
 	bad := filepath.Join(dir, "bad")
 	require.NoError(t, os.WriteFile(bad, []byte("junk"), 0o600))
 	if _, err := LoadOrCreateHostKey(bad); err == nil || !strings.Contains(err.Error(), bad) {
@@ -140,18 +131,14 @@ func TestForwardTarget(t *testing.T) {
 		t.Run(tt.host, func(t *testing.T) {
 			got, err := forwardTarget(context.Background(), tt.host, tt.port)
 			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want containing %q", err, tt.wantErr)
-				}
+				require.ErrorContains(t, err, tt.wantErr, "err = %v, want containing %q", err, tt.wantErr)
 				return
 			}
 			require.NoError(t, err)
 			if tt.host == "localhost" && strings.HasPrefix(got, "[::1]") {
 				return // some resolvers answer ::1 first
 			}
-			if got != tt.want {
-				t.Errorf("got %s, want %s", got, tt.want)
-			}
+			assert.Equal(t, tt.want, got, "got %s, want %s", got, tt.want)
 		})
 	}
 }
@@ -169,9 +156,7 @@ func TestConfigValidate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.cfg.validate()
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("err = %v, want one naming %q", err, tt.want)
-			}
+			assert.ErrorContains(t, err, tt.want, "err = %v, want one naming %q", err, tt.want)
 		})
 	}
 }

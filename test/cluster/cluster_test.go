@@ -20,6 +20,7 @@ import (
 	configv1 "k8s.io/kube-scheduler/config/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/test/cluster"
@@ -73,20 +74,14 @@ func TestNodesAreReadyWithGPUs(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
 	nodes, err := env.Client().CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	require.NoError(t, err)
-	if len(nodes.Items) != 2 {
-		t.Fatalf("got %d nodes, want 2", len(nodes.Items))
-	}
+	require.Len(t, nodes.Items, 2, "got %d nodes, want 2", len(nodes.Items))
 	for _, n := range nodes.Items {
 		gpu := n.Status.Allocatable["nvidia.com/gpu"]
-		if gpu.Value() != 8 {
-			t.Errorf("node %s: allocatable nvidia.com/gpu = %s, want 8", n.Name, gpu.String())
-		}
+		assert.EqualValues(t, 8, gpu.Value(), "node %s: allocatable nvidia.com/gpu = %s, want 8", n.Name, gpu.String())
 	}
 	v, err := env.Client().Discovery().ServerVersion()
 	require.NoError(t, err)
-	if v.GitVersion != cluster.KubernetesVersion {
-		t.Errorf("apiserver version %q, want %q", v.GitVersion, cluster.KubernetesVersion)
-	}
+	assert.Equal(t, cluster.KubernetesVersion, v.GitVersion, "apiserver version %q, want %q", v.GitVersion, cluster.KubernetesVersion)
 }
 
 func TestGPUDeploymentWithNativeSidecarRuns(t *testing.T) {
@@ -204,9 +199,7 @@ func TestPVCIsBoundAndPodMountingItRuns(t *testing.T) {
 	require.NoError(t, err, "pod mounting a PVC did not run")
 	got, err := env.Client().CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
 	require.NoError(t, err)
-	if got.Status.Phase != corev1.ClaimBound {
-		t.Errorf("PVC phase %s, want Bound", got.Status.Phase)
-	}
+	assert.Equal(t, corev1.ClaimBound, got.Status.Phase, "PVC phase %s, want Bound", got.Status.Phase)
 }
 
 func TestSecondSchedulerProfile(t *testing.T) {
@@ -285,7 +278,5 @@ func TestNoProcessOutlivesAPanic(t *testing.T) {
 		}
 		return true, nil
 	})
-	if err != nil {
-		t.Fatalf("control-plane processes %v outlived the panicking test binary", pids)
-	}
+	require.NoError(t, err, "control-plane processes %v outlived the panicking test binary", pids)
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -57,9 +58,7 @@ func TestMakeDev(t *testing.T) {
 	for kubeconfig == "" || queueURL == "" {
 		select {
 		case line, ok := <-lines:
-			if !ok {
-				t.Fatalf("make dev exited early:\n%s", output.String())
-			}
+			require.True(t, ok, "make dev exited early:\n%s", output.String())
 			output.WriteString(line + "\n")
 			if v, ok := strings.CutPrefix(line, "kubeconfig: "); ok {
 				kubeconfig = v
@@ -93,9 +92,7 @@ func TestMakeDev(t *testing.T) {
 			}
 		}
 	}
-	if ready != 2 {
-		t.Errorf("%d Ready nodes, want 2", ready)
-	}
+	assert.EqualValues(t, 2, ready, "%d Ready nodes, want 2", ready)
 
 	body := `{"mode":"sync","payload":{"prompt":"hello"},"timeoutSeconds":60}`
 	resp, err := http.Post(queueURL+"/v1/pools/echo/invocations", "application/json", strings.NewReader(body))
@@ -120,9 +117,7 @@ func TestMakeDev(t *testing.T) {
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
-		if err != nil {
-			t.Errorf("make dev exited with %v after SIGINT:\n%s", err, output.String())
-		}
+		assert.NoError(t, err, "make dev exited with %v after SIGINT:\n%s", err, output.String())
 	case <-time.After(time.Minute):
 		t.Fatalf("make dev still running a minute after SIGINT")
 	}

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/api"
@@ -79,14 +80,10 @@ func TestPodEnv(t *testing.T) {
 			sc, fw, err := PodEnv(tt.pod, tt.local)
 			require.NoError(t, err)
 			for _, w := range tt.wantSidecar {
-				if !slices.Contains(sc, w) {
-					t.Errorf("sidecar env lacks %s: %v", w, sc)
-				}
+				assert.True(t, slices.Contains(sc, w), "sidecar env lacks %s: %v", w, sc)
 			}
 			for _, w := range tt.wantFramework {
-				if !slices.Contains(fw, w) {
-					t.Errorf("framework env lacks %s: %v", w, fw)
-				}
+				assert.True(t, slices.Contains(fw, w), "framework env lacks %s: %v", w, fw)
 			}
 			for _, k := range tt.absentFw {
 				for _, kv := range fw {

@@ -34,9 +34,7 @@ func TestWorkerFollowsPod(t *testing.T) {
 	require.NoError(t, err)
 	srv.Start()
 	defer srv.Shutdown()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats not ready")
-	}
+	require.True(t, srv.ReadyForConnections(10*time.Second), "nats not ready")
 	nc, err := nats.Connect(srv.ClientURL())
 	require.NoError(t, err)
 	defer nc.Close()
@@ -103,9 +101,7 @@ func TestWorkerFollowsPod(t *testing.T) {
 		return e.Worker == "lw-0" && e.Namespace == "lw" && e.Concurrency == 2 && e.Ready
 	})
 	addr, ok := r.SidecarAddr("lw", "lw-0")
-	if !ok {
-		t.Fatal("no sidecar address for lw-0")
-	}
+	require.True(t, ok, "no sidecar address for lw-0")
 	resp, err := http.Get("http://" + addr + "/readyz")
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("/readyz of lw-0: %v %v", resp, err)
