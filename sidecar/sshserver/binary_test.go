@@ -79,9 +79,8 @@ func TestGoClientAuth(t *testing.T) {
 			require.NoError(t, err)
 			defer c.Close()
 			out, err := runGo(c, "echo hello from $0")
-			if err != nil || !strings.Contains(out, "hello from") {
-				t.Fatalf("exec: %q, %v", out, err)
-			}
+			require.NoError(t, err, "exec")
+			require.Contains(t, out, "hello from")
 		})
 	}
 }
@@ -115,14 +114,12 @@ func TestOpenSSHAuth(t *testing.T) {
 			cmd.Stderr = &stderr
 			out, err := cmd.Output()
 			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(stderr.String(), tt.wantErr) {
-					t.Fatalf("err = %v, stderr %q, want %q", err, stderr.String(), tt.wantErr)
-				}
+				require.Error(t, err)
+				require.Contains(t, stderr.String(), tt.wantErr)
 				return
 			}
-			if err != nil || strings.TrimSpace(string(out)) != tt.wantOut {
-				t.Fatalf("out %q, err %v, stderr %q", out, err, stderr.String())
-			}
+			require.NoError(t, err, "stderr %q", stderr.String())
+			require.Equal(t, tt.wantOut, strings.TrimSpace(string(out)))
 		})
 	}
 }
@@ -162,8 +159,9 @@ func TestOpenSSHCommands(t *testing.T) {
 				require.NoError(t, err)
 			}
 			assert.Equal(t, tt.wantCode, code, "exit code %d, want %d (stderr %q)", code, tt.wantCode, stderr.String())
-			if !strings.Contains(stdout.String(), tt.wantOut) || (tt.wantOut == "out" && strings.Contains(stdout.String(), "err")) {
-				t.Errorf("stdout %q, want %q", stdout.String(), tt.wantOut)
+			assert.Contains(t, stdout.String(), tt.wantOut)
+			if tt.wantOut == "out" {
+				assert.NotContains(t, stdout.String(), "err")
 			}
 		})
 	}
@@ -195,9 +193,9 @@ func TestPTYShellWindowChange(t *testing.T) {
 	}, 10*time.Second, tick, "resized")
 	fmt.Fprintln(stdin, "exit 5")
 	err = sess.Wait()
-	if ee, ok := err.(*ssh.ExitError); !ok || ee.ExitStatus() != 5 {
-		t.Fatalf("wait: %v, want exit status 5", err)
-	}
+	var ee *ssh.ExitError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, 5, ee.ExitStatus())
 }
 
 func sha256File(t *testing.T, path string) [32]byte {
@@ -206,9 +204,8 @@ func sha256File(t *testing.T, path string) [32]byte {
 	require.NoError(t, err)
 	defer fh.Close()
 	h := sha256.New()
-	if _, err := io.Copy(h, fh); err != nil {
-		t.Fatal(err)
-	}
+	_, err = io.Copy(h, fh)
+	require.NoError(t, err)
 	var sum [32]byte
 	copy(sum[:], h.Sum(nil))
 	return sum
@@ -221,9 +218,8 @@ func writeRandomFile(tb testing.TB, path string, size int64) {
 	require.NoError(tb, err)
 	defer fh.Close()
 	r := rand.NewChaCha8([32]byte{1, 2, 3})
-	if _, err := io.CopyN(fh, r, size); err != nil {
-		tb.Fatal(err)
-	}
+	_, err = io.CopyN(fh, r, size)
+	require.NoError(tb, err)
 }
 
 func sftpBatch(tb testing.TB, s *server, identity, batch string) {
@@ -236,9 +232,8 @@ func runSFTP(tb testing.TB, opts []string, user, port, batch string) {
 	tb.Helper()
 	cmd := exec.Command("sftp", append(append(opts, "-P", port, "-b", "-"), user+"@127.0.0.1")...)
 	cmd.Stdin = strings.NewReader(batch)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		tb.Fatalf("sftp: %v\n%s", err, out)
-	}
+	out, err := cmd.CombinedOutput()
+	require.NoError(tb, err, "sftp:\n%s", out)
 }
 
 func TestSFTPPutGet100MB(t *testing.T) {
@@ -316,9 +311,9 @@ func TestForwardRules(t *testing.T) {
 			require.NoError(t, err, "forward to loopback")
 			fmt.Fprint(fc, "ping")
 			buf := make([]byte, 4)
-			if _, err := io.ReadFull(fc, buf); err != nil || string(buf) != "ping" {
-				t.Fatalf("echo through forward: %q %v", buf, err)
-			}
+			_, err = io.ReadFull(fc, buf)
+			require.NoError(t, err, "echo through forward")
+			require.Equal(t, "ping", string(buf))
 			fc.Close()
 
 			// Local forward elsewhere (TEST-NET-1): refused by policy.
@@ -352,9 +347,9 @@ func TestForwardRules(t *testing.T) {
 			require.NoError(t, err)
 			defer pc.Close()
 			fmt.Fprint(pc, "pong")
-			if _, err := io.ReadFull(pc, buf); err != nil || string(buf) != "pong" {
-				t.Fatalf("echo through remote forward: %q %v", buf, err)
-			}
+			_, err = io.ReadFull(pc, buf)
+			require.NoError(t, err, "echo through remote forward")
+			require.Equal(t, "pong", string(buf))
 		})
 	}
 }
@@ -389,17 +384,12 @@ func TestKeyRotation(t *testing.T) {
 		return nil
 	}
 	require.NoError(t, login(oldKey), "old key before rotation")
-	if login(newKey) == nil {
-		t.Fatal("new key accepted before rotation")
-	}
+	require.Error(t, login(newKey), "new key accepted before rotation")
 	publish("..v2", newKey)
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.NoError(c, login(newKey)) }, 10*time.Second, tick, "new key accepted")
-	if login(oldKey) == nil {
-		t.Fatal("old key still accepted after rotation")
-	}
-	if srv.cmd.ProcessState != nil || srv.cmd.Process.Pid != pid {
-		t.Fatal("server restarted")
-	}
+	require.Error(t, login(oldKey), "old key still accepted after rotation")
+	require.Nil(t, srv.cmd.ProcessState, "server restarted")
+	require.Equal(t, pid, srv.cmd.Process.Pid, "server restarted")
 	assert.Contains(t, srv.log.String(), "authorized keys reloaded", "no reload logged")
 }
 
@@ -413,7 +403,7 @@ func TestIdleTimeout(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		c.Close()
-		t.Fatal("idle connection was not closed")
+		require.Fail(t, "idle connection was not closed")
 	}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Contains(c, f.srv.log.String(), `"msg":"idle timeout"`)
@@ -429,9 +419,8 @@ func TestHostKeyStable(t *testing.T) {
 	_ = first.cmd.Process.Signal(os.Interrupt)
 	_ = first.cmd.Wait()
 	second := startServer(t, dir, keys)
-	if first.hostKeyFP == "" || first.hostKeyFP != second.hostKeyFP {
-		t.Fatalf("host key changed across restarts: %q vs %q", first.hostKeyFP, second.hostKeyFP)
-	}
+	require.NotEmpty(t, first.hostKeyFP)
+	require.Equal(t, first.hostKeyFP, second.hostKeyFP, "host key changed across restarts")
 }
 
 // TestLogsAndMetricsCarryNoSecrets runs a command holding a token and
@@ -442,16 +431,13 @@ func TestLogsAndMetricsCarryNoSecrets(t *testing.T) {
 	const token = "tok-5e3cr3t-value"
 	c, err := f.srv.dial("dev", ssh.PublicKeys(f.good.signer))
 	require.NoError(t, err)
-	if out, err := runGo(c, "TOKEN="+token+" true && echo done"); err != nil {
-		t.Fatalf("%q %v", out, err)
-	}
+	out, err := runGo(c, "TOKEN="+token+" true && echo done")
+	require.NoError(t, err, "%q", out)
 	c.Close()
-	if _, err := f.srv.dial("dev", ssh.Password(token)); err == nil {
-		t.Fatal("password accepted")
-	}
-	if _, err := f.srv.dial("dev", ssh.PublicKeys(f.stranger.signer)); err == nil {
-		t.Fatal("unknown key accepted")
-	}
+	_, err = f.srv.dial("dev", ssh.Password(token))
+	require.Error(t, err, "password accepted")
+	_, err = f.srv.dial("dev", ssh.PublicKeys(f.stranger.signer))
+	require.Error(t, err, "unknown key accepted")
 	var metrics string
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		resp, err := http.Get("http://" + f.srv.metricsAddr + "/metrics")
@@ -488,9 +474,8 @@ func TestRefusesRoot(t *testing.T) {
 	writeAuthorized(t, keys, newUserKey(t, dir, "k"))
 	out, err := exec.Command(binPath, "--listen", "127.0.0.1:0", "--authorized-keys", keys,
 		"--host-key", filepath.Join(dir, "hk")).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "refusing to run as root") {
-		t.Fatalf("err %v, out %q: want a refusal", err, out)
-	}
+	require.Error(t, err, "want a refusal")
+	require.Contains(t, string(out), "refusing to run as root")
 }
 
 func TestBadFlags(t *testing.T) {
@@ -507,9 +492,8 @@ func TestBadFlags(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			args := append([]string{"--listen", "127.0.0.1:0", "--allow-root"}, tt.args...)
 			out, err := exec.Command(binPath, args...).CombinedOutput()
-			if err == nil || !strings.Contains(string(out), tt.want) {
-				t.Fatalf("err %v, out %q: want an error naming %q", err, out, tt.want)
-			}
+			require.Error(t, err)
+			require.Contains(t, string(out), tt.want)
 		})
 	}
 }
@@ -524,9 +508,8 @@ func TestSCP(t *testing.T) {
 	opts := opensshOpts(t, f.srv.dir, f.srv.addr, f.srv.hostKey, f.good.file)
 	for _, args := range [][]string{{src, "dev@127.0.0.1:" + remote}, {"dev@127.0.0.1:" + remote, back}} {
 		cmd := exec.Command("scp", append(append(opts, "-P", f.srv.port()), args...)...)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("scp %v: %v\n%s", args, err, out)
-		}
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "scp %v:\n%s", args, out)
 	}
 	require.Equal(t, sha256File(t, src), sha256File(t, back), "scp round trip changed the file")
 }
