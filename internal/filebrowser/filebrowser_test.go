@@ -96,17 +96,13 @@ func TestNoEscape(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.target, func(t *testing.T) {
 			code, body := rawGet(t, srv, tt.target)
-			if strings.Contains(body, "TOP SECRET") {
-				t.Fatalf("%s leaked the secret: %d %s", tt.target, code, body)
+			require.NotContains(t, body, "TOP SECRET", "leaked the secret")
+			require.False(t, code >= 200 && code < 300, "%d, want an error; body %s", code, body)
+			if tt.want != 0 {
+				require.Equal(t, tt.want, code, "body %s", body)
 			}
-			if code >= 200 && code < 300 {
-				t.Fatalf("%s = %d, want an error; body %s", tt.target, code, body)
-			}
-			if tt.want != 0 && code != tt.want {
-				t.Fatalf("%s = %d, want %d; body %s", tt.target, code, tt.want, body)
-			}
-			if code >= 400 && !json.Valid([]byte(body)) {
-				t.Fatalf("%s: error body is not JSON: %s", tt.target, body)
+			if code >= 400 {
+				require.True(t, json.Valid([]byte(body)), "error body is not JSON: %s", body)
 			}
 		})
 	}
@@ -121,13 +117,12 @@ func TestReadOnly(t *testing.T) {
 		var e errorBody
 		_ = json.NewDecoder(resp.Body).Decode(&e)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusMethodNotAllowed || !strings.Contains(e.Error, "read-only") {
-			t.Errorf("%s = %d %q, want 405 with a read-only error", m, resp.StatusCode, e.Error)
-		}
+		assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, m)
+		assert.Contains(t, e.Error, "read-only", m)
 	}
-	if b, _ := os.ReadFile(filepath.Join(dir, "vol/hello.txt")); string(b) != "hello world" {
-		t.Fatalf("file changed: %q", b)
-	}
+	b, err := os.ReadFile(filepath.Join(dir, "vol/hello.txt"))
+	require.NoError(t, err)
+	require.Equal(t, "hello world", string(b), "file changed")
 }
 
 func get(t *testing.T, url string, header ...string) (*http.Response, []byte) {
@@ -154,9 +149,8 @@ func TestDownload(t *testing.T) {
 	}
 	for _, tt := range tests {
 		resp, b := get(t, srv.URL+tt.path)
-		if resp.StatusCode != http.StatusOK || string(b) != tt.want {
-			t.Errorf("%s = %d %q, want 200 %q", tt.path, resp.StatusCode, b, tt.want)
-		}
+		assert.Equal(t, http.StatusOK, resp.StatusCode, tt.path)
+		assert.Equal(t, tt.want, string(b), tt.path)
 	}
 }
 
@@ -178,13 +172,11 @@ func TestListing(t *testing.T) {
 	}
 	assert.Equal(t, fmt.Sprint(want), fmt.Sprint(got), "listing\n got %v\nwant %v", got, want)
 	// Accept header selects JSON too; HTML escapes names.
-	if resp, _ := get(t, srv.URL+"/files/data/", "Accept", "application/json"); resp.Header.Get("Content-Type") != "application/json" {
-		t.Errorf("Accept: application/json gave %s", resp.Header.Get("Content-Type"))
-	}
+	resp, _ = get(t, srv.URL+"/files/data/", "Accept", "application/json")
+	assert.Equal(t, "application/json", resp.Header.Get("Content-Type"), "Accept: application/json")
 	resp, b = get(t, srv.URL+"/files/data/sub/")
-	if !strings.Contains(string(b), "&lt;x&gt;.txt") || strings.Contains(string(b), "<x>") {
-		t.Errorf("HTML listing does not escape names: %s", b)
-	}
+	assert.Contains(t, string(b), "&lt;x&gt;.txt", "HTML listing escapes names")
+	assert.NotContains(t, string(b), "<x>", "HTML listing escapes names")
 	assert.True(t, strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html"), "HTML listing content type %s", resp.Header.Get("Content-Type"))
 }
 
@@ -223,7 +215,6 @@ func TestArchive(t *testing.T) {
 		sort.Strings(got)
 		assert.Equal(t, fmt.Sprint(tt.want), fmt.Sprint(got), "%s:\n got %v\nwant %v", tt.path, got, tt.want)
 	}
-	if resp, _ := get(t, srv.URL+"/archive/hello.txt"); resp.StatusCode != http.StatusBadRequest {
-		t.Errorf("archive of a file = %d, want 400", resp.StatusCode)
-	}
+	resp, _ := get(t, srv.URL+"/archive/hello.txt")
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "archive of a file")
 }
