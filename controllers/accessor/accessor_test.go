@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/eventstest"
 )
 
 const (
@@ -146,17 +147,11 @@ func TestReconcile(t *testing.T) {
 				checkDeployment(t, &dep, tt.wantNode)
 			}
 
-			var got []string
-			for len(rec.Events) > 0 {
-				typ, rest, _ := strings.Cut(<-rec.Events, " ")
-				reason, _, _ := strings.Cut(rest, " ")
-				got = append(got, typ+" "+reason)
+			var want []string
+			if tt.wantEvent != "" {
+				want = []string{tt.wantEvent}
 			}
-			if tt.wantEvent == "" {
-				assert.Empty(t, got)
-			} else {
-				assert.Equal(t, []string{tt.wantEvent}, got)
-			}
+			assert.Equal(t, want, eventstest.Drain(rec))
 		})
 	}
 }

@@ -2,7 +2,6 @@ package gate
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -16,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/eventstest"
 )
 
 func gatedPod(claims ...string) *corev1.Pod {
@@ -49,7 +49,7 @@ func TestReconcile(t *testing.T) {
 		name      string
 		objects   []client.Object
 		wantGated bool
-		wantEvent string // "<type> <reason> <note>" prefix, "" for none
+		wantEvent string // "<type> <reason>", "" for none
 	}{
 		{"no PVC: released", []client.Object{gatedPod()}, false, "Normal StorageReady"},
 		{"PVC asks for nothing: released", []client.Object{gatedPod("data"), claim("data", "")}, false, "Normal StorageReady"},
@@ -58,7 +58,7 @@ func TestReconcile(t *testing.T) {
 		{"one of two PVCs not prepared: kept", []client.Object{gatedPod("a", "b"), claim("a", api.PhaseSucceeded), claim("b", api.PhasePending)}, true, ""},
 		{"PVC missing: kept", []client.Object{gatedPod("data")}, true, ""},
 		{"PVC failed: kept, with a Warning naming it", []client.Object{gatedPod("data"), claim("data", api.PhaseFailed)}, true,
-			"Warning StoragePrepareFailed preparation failed for PVC data: "},
+			"Warning StoragePrepareFailed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -74,14 +74,23 @@ func TestReconcile(t *testing.T) {
 			require.NoError(t, c.Get(context.Background(), key, &pod))
 			assert.Equal(t, tt.wantGated, Gated(&pod))
 			assert.Equal(t, "other", pod.Spec.SchedulingGates[0].Name, "other gates are kept")
-			if tt.wantEvent == "" {
-				assert.Empty(t, rec.Events)
-				return
+			var want []string
+			if tt.wantEvent != "" {
+				want = []string{tt.wantEvent}
 			}
-			require.Len(t, rec.Events, 1)
-			assert.True(t, strings.HasPrefix(<-rec.Events, tt.wantEvent))
+			assert.Equal(t, want, eventstest.Drain(rec))
 		})
 	}
+}
+
+// TestFailedNamesThePVC: the Warning says which PVC failed and why.
+func TestFailedNamesThePVC(t *testing.T) {
+	rec := events.NewFakeRecorder(1)
+	r := &Reconciler{Client: fake.NewClientBuilder().WithObjects(gatedPod("ok", "data"), claim("ok", ""), claim("data", api.PhaseFailed)).Build(), Recorder: rec}
+	_, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "team", Name: "worker"}})
+	require.NoError(t, err)
+	require.Len(t, rec.Events, 1)
+	assert.Contains(t, <-rec.Events, "preparation failed for PVC data: exit code 3")
 }
 
 func TestClaims(t *testing.T) {

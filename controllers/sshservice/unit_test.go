@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/eventstest"
 )
 
 func TestServiceName(t *testing.T) {
@@ -211,17 +212,11 @@ func TestReconcile(t *testing.T) {
 					assert.NotContains(t, pod.Labels, api.LabelSSHPod, "the selector label goes with SSH")
 				}
 			}
-			var got []string
-			for len(rec.Events) > 0 {
-				typ, rest, _ := strings.Cut(<-rec.Events, " ")
-				reason, _, _ := strings.Cut(rest, " ")
-				got = append(got, typ+" "+reason)
+			var want []string
+			if tt.wantEvent != "" {
+				want = []string{tt.wantEvent}
 			}
-			if tt.wantEvent == "" {
-				assert.Empty(t, got)
-			} else {
-				assert.Equal(t, []string{tt.wantEvent}, got)
-			}
+			assert.Equal(t, want, eventstest.Drain(rec))
 		})
 	}
 }

@@ -2,7 +2,6 @@ package storage
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/eventstest"
 	"github.com/runplane/runplane/pvcspec"
 )
 
@@ -202,21 +202,9 @@ func TestReconcile(t *testing.T) {
 				names = append(names, j.Name)
 			}
 			assert.Equal(t, tt.wantJobs, names)
-			assert.Equal(t, tt.wantEvents, eventKinds(rec))
+			assert.Equal(t, tt.wantEvents, eventstest.Drain(rec))
 		})
 	}
-}
-
-// eventKinds drains the recorder: "<type> <reason>" of each Event.
-func eventKinds(rec *events.FakeRecorder) []string {
-	var got []string
-	for len(rec.Events) > 0 {
-		e := <-rec.Events
-		typ, rest, _ := strings.Cut(e, " ")
-		reason, _, _ := strings.Cut(rest, " ")
-		got = append(got, typ+" "+reason)
-	}
-	return got
 }
 
 // TestJobSpec checks the Job a from-image attempt runs: the image and its
