@@ -50,9 +50,8 @@ func newEnv(t testing.TB) *env {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: api.DefaultStreamName, Subjects: subjects.StreamSubjects()}); err != nil {
-		t.Fatalf("create stream: %v", err)
-	}
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: api.DefaultStreamName, Subjects: subjects.StreamSubjects()})
+	require.NoError(t, err, "create stream")
 	return &env{t: t, srv: srv, nc: nc, js: js}
 }
 
@@ -193,9 +192,8 @@ func (e *env) dispatch(worker string, d messages.Dispatch) {
 	require.NoError(e.t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := e.js.Publish(ctx, subjects.Dispatch(testPool, worker), data, jetstream.WithMsgID(messages.DispatchMsgID(d.InvocationID, d.Attempt))); err != nil {
-		e.t.Fatalf("publish dispatch: %v", err)
-	}
+	_, err = e.js.Publish(ctx, subjects.Dispatch(testPool, worker), data, jetstream.WithMsgID(messages.DispatchMsgID(d.InvocationID, d.Attempt)))
+	require.NoError(e.t, err, "publish dispatch")
 }
 
 func waitEvent(t *testing.T, ch <-chan messages.Event, what string, match func(messages.Event) bool) messages.Event {

@@ -151,17 +151,14 @@ func TestInstall(t *testing.T) {
 
 	t.Run("objects", func(t *testing.T) {
 		for _, d := range []string{"runplane-webhook", "runplane-controller", "runplane-queue", "runplane-scheduler"} {
-			if _, err := client.AppsV1().Deployments(ns).Get(ctx, d, metav1.GetOptions{}); err != nil {
-				t.Errorf("Deployment %s: %v", d, err)
-			}
+			_, err := client.AppsV1().Deployments(ns).Get(ctx, d, metav1.GetOptions{})
+			assert.NoError(t, err, "Deployment %s", d)
 		}
-		if _, err := client.AppsV1().StatefulSets(ns).Get(ctx, "runplane-nats", metav1.GetOptions{}); err != nil {
-			t.Errorf("StatefulSet runplane-nats: %v", err)
-		}
+		_, err := client.AppsV1().StatefulSets(ns).Get(ctx, "runplane-nats", metav1.GetOptions{})
+		assert.NoError(t, err, "StatefulSet runplane-nats")
 		for _, pc := range []string{api.PriorityClassWorkload, api.PriorityClassStock} {
-			if _, err := client.SchedulingV1().PriorityClasses().Get(ctx, pc, metav1.GetOptions{}); err != nil {
-				t.Errorf("PriorityClass %s: %v", pc, err)
-			}
+			_, err := client.SchedulingV1().PriorityClasses().Get(ctx, pc, metav1.GetOptions{})
+			assert.NoError(t, err, "PriorityClass %s", pc)
 		}
 		m, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "runplane-webhook", metav1.GetOptions{})
 		require.NoError(t, err)
@@ -249,10 +246,9 @@ func TestInstall(t *testing.T) {
 				},
 			}
 		}
-		if _, err := client.CoreV1().PersistentVolumeClaims("team-a").Create(ctx, claim("plain", map[string]string{"other.io/x": "y"}), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
-			t.Errorf("a claim without runplane annotations was refused: %v", err)
-		}
-		_, err := client.CoreV1().PersistentVolumeClaims("team-a").Create(ctx, claim("prepared", map[string]string{api.AnnotationPrepareFromImage: "busybox"}), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		_, err := client.CoreV1().PersistentVolumeClaims("team-a").Create(ctx, claim("plain", map[string]string{"other.io/x": "y"}), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		assert.NoError(t, err, "a claim without runplane annotations was refused")
+		_, err = client.CoreV1().PersistentVolumeClaims("team-a").Create(ctx, claim("prepared", map[string]string{api.AnnotationPrepareFromImage: "busybox"}), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		assert.ErrorContains(t, err, `failed calling webhook "pvc.runplane.io"`, "a claim with %s: want a failed call to pvc.runplane.io, got %v", api.AnnotationPrepareFromImage, err)
 	})
 
@@ -353,9 +349,8 @@ func TestInstall(t *testing.T) {
 		for i := range m.Webhooks {
 			m.Webhooks[i].ClientConfig.CABundle = ca
 		}
-		if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, m, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		_, err = client.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, m, metav1.UpdateOptions{})
+		require.NoError(t, err)
 		secret := func(name string) map[string][]byte {
 			s, err := client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 			require.NoError(t, err)
@@ -387,14 +382,12 @@ func TestInstall(t *testing.T) {
 
 	t.Run("uninstall", func(t *testing.T) {
 		mustRun(t, "helm", "uninstall", "runplane", "--namespace", ns, "--wait", "--timeout", "2m")
-		if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "runplane-webhook", metav1.GetOptions{}); err == nil {
-			t.Error("the MutatingWebhookConfiguration outlived the release")
-		}
+		_, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "runplane-webhook", metav1.GetOptions{})
+		assert.Error(t, err, "the MutatingWebhookConfiguration outlived the release")
 		// With runplane gone, labelled Pods are admitted again.
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gpu", Labels: map[string]string{api.LabelGPUSpec: "g1.1"}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox"}}}}
-		if _, err := client.CoreV1().Pods("team-a").Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
-			t.Errorf("a labelled Pod is refused after uninstall: %v", err)
-		}
+		_, err = client.CoreV1().Pods("team-a").Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		assert.NoError(t, err, "a labelled Pod is refused after uninstall")
 	})
 }

@@ -29,9 +29,8 @@ var (
 func BenchmarkCopySmallFiles(b *testing.B) {
 	src := b.TempDir()
 	buf := make([]byte, *benchSmallSize)
-	if _, err := rand.Read(buf); err != nil {
-		b.Fatal(err)
-	}
+	_, err := rand.Read(buf)
+	require.NoError(b, err)
 	for i := range *benchSmallFiles {
 		dir := filepath.Join(src, fmt.Sprintf("d%04d", i/100))
 		if i%100 == 0 {
@@ -50,12 +49,10 @@ func BenchmarkCopyLargeFiles(b *testing.B) {
 		f, err := os.Create(filepath.Join(src, fmt.Sprintf("large%d.bin", i)))
 		require.NoError(b, err)
 		for written := 0; written < *benchLargeSize; written += len(buf) {
-			if _, err := rand.Read(buf); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := f.Write(buf[:min(len(buf), *benchLargeSize-written)]); err != nil {
-				b.Fatal(err)
-			}
+			_, err := rand.Read(buf)
+			require.NoError(b, err)
+			_, err = f.Write(buf[:min(len(buf), *benchLargeSize-written)])
+			require.NoError(b, err)
 		}
 		require.NoError(b, f.Close())
 	}

@@ -1,7 +1,6 @@
 package sshserver
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
@@ -23,9 +22,7 @@ func TestInstallFileCopiesExecutable(t *testing.T) {
 	}
 	got, err := os.ReadFile(dst)
 	require.NoError(t, err)
-	if !bytes.Equal(got, []byte("#!/bin/sh\necho hi\n")) {
-		t.Errorf("content %q", got)
-	}
+	assert.Equal(t, "#!/bin/sh\necho hi\n", string(got), "content")
 	info, _ := os.Stat(dst)
 	assert.EqualValues(t, 0o755, info.Mode().Perm(), "mode %v, want 0755", info.Mode().Perm())
 	leftovers, _ := filepath.Glob(filepath.Join(filepath.Dir(dst), ".install-*"))

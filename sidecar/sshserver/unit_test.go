@@ -45,9 +45,7 @@ func TestParseAuthorizedKeys(t *testing.T) {
 			keys, bad := ParseAuthorizedKeys([]byte(tt.content))
 			require.Len(t, keys, len(tt.want), "got %d keys, want %d", len(keys), len(tt.want))
 			for _, k := range tt.want {
-				if _, ok := keys[string(k.Marshal())]; !ok {
-					t.Errorf("key %s missing", ssh.FingerprintSHA256(k))
-				}
+				assert.Contains(t, keys, string(k.Marshal()), "key %s missing", ssh.FingerprintSHA256(k))
 			}
 			assert.True(t, slices.Equal(bad, tt.bad), "bad lines = %v, want %v", bad, tt.bad)
 		})
@@ -59,12 +57,9 @@ func TestKeySetReload(t *testing.T) {
 	path := filepath.Join(dir, "authorized_keys")
 	a, b := newPub(t), newPub(t)
 	ks := NewKeySet(path, discardLogger())
-	if _, err := ks.Reload(); err == nil {
-		t.Fatal("missing file: want an error")
-	}
-	if ks.Allowed(a) {
-		t.Fatal("missing file must allow nobody")
-	}
+	_, err := ks.Reload()
+	require.Error(t, err, "missing file: want an error")
+	require.False(t, ks.Allowed(a), "missing file must allow nobody")
 	write := func(keys ...ssh.PublicKey) {
 		var s []byte
 		for _, k := range keys {
@@ -87,10 +82,9 @@ func TestKeySetReload(t *testing.T) {
 		write(st.keys...)
 		changed, err := ks.Reload()
 		require.NoError(t, err, "step %d", i)
-		if changed != st.wantChanged || ks.Allowed(a) != st.allowA || ks.Allowed(b) != st.allowB {
-			t.Errorf("step %d: changed=%v a=%v b=%v, want %v %v %v", i, changed, ks.Allowed(a), ks.Allowed(b),
-				st.wantChanged, st.allowA, st.allowB)
-		}
+		assert.Equal(t, st.wantChanged, changed, "step %d: changed", i)
+		assert.Equal(t, st.allowA, ks.Allowed(a), "step %d: a allowed", i)
+		assert.Equal(t, st.allowB, ks.Allowed(b), "step %d: b allowed", i)
 	}
 }
 
@@ -108,9 +102,8 @@ func TestLoadOrCreateHostKey(t *testing.T) {
 	assert.Equal(t, ssh.FingerprintSHA256(again.PublicKey()), ssh.FingerprintSHA256(first.PublicKey()), "host key changed on reload")
 	bad := filepath.Join(dir, "bad")
 	require.NoError(t, os.WriteFile(bad, []byte("junk"), 0o600))
-	if _, err := LoadOrCreateHostKey(bad); err == nil || !strings.Contains(err.Error(), bad) {
-		t.Errorf("corrupt key: err = %v, want one naming %s", err, bad)
-	}
+	_, err = LoadOrCreateHostKey(bad)
+	assert.ErrorContains(t, err, bad, "corrupt key")
 }
 
 func TestForwardTarget(t *testing.T) {

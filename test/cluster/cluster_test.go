@@ -96,10 +96,9 @@ func TestGPUDeploymentWithNativeSidecarRuns(t *testing.T) {
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: gpuPodSpec(4)},
 		},
 	}
-	if _, err := env.Client().AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+	_, err := env.Client().AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{})
+	require.NoError(t, err)
+	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		pods, err := env.Client().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=gpu"})
 		if err != nil {
 			return false, err
@@ -135,9 +134,8 @@ func TestPodThatCannotFitStaysPending(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
 	ns := namespace(t, ctx)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "too-big", Namespace: ns}, Spec: gpuPodSpec(16)}
-	if _, err := env.Client().CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := env.Client().CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	require.NoError(t, err)
 	waitForEvent(t, ctx, ns, "too-big", "FailedScheduling", "Insufficient nvidia.com/gpu")
 	got, err := env.Client().CoreV1().Pods(ns).Get(ctx, "too-big", metav1.GetOptions{})
 	require.NoError(t, err)
@@ -176,9 +174,8 @@ func TestPVCIsBoundAndPodMountingItRuns(t *testing.T) {
 			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
 		},
 	}
-	if _, err := env.Client().CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := env.Client().CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{})
+	require.NoError(t, err)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "mounter", Namespace: ns},
 		Spec: corev1.PodSpec{
@@ -186,10 +183,9 @@ func TestPVCIsBoundAndPodMountingItRuns(t *testing.T) {
 			Volumes:    []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}},
 		},
 	}
-	if _, err := env.Client().CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+	_, err = env.Client().CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	require.NoError(t, err)
+	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		p, err := env.Client().CoreV1().Pods(ns).Get(ctx, "mounter", metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -214,9 +210,8 @@ func TestSecondSchedulerProfile(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "second", Namespace: ns},
 		Spec:       corev1.PodSpec{SchedulerName: "second-scheduler", Containers: []corev1.Container{{Name: "main", Image: "main"}}},
 	}
-	if _, err := env.Client().CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = env.Client().CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	require.NoError(t, err)
 	waitForEvent(t, ctx, ns, "second", "Scheduled", "Successfully assigned")
 	proc.Stop()
 	if exited, _ := proc.Exited(); !exited {

@@ -32,9 +32,8 @@ func TestMakeDev(t *testing.T) {
 		t.Skip("starts the whole local system")
 	}
 	bin := filepath.Join(t.TempDir(), "runplane-dev")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("building: %v\n%s", err, out)
-	}
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "building:\n%s", out)
 	dir := t.TempDir()
 	cmd := exec.Command(bin, "-dir", dir, "-nodes", "2")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -107,9 +106,10 @@ func TestMakeDev(t *testing.T) {
 			} `json:"body"`
 		} `json:"response"`
 	}
-	if err := json.Unmarshal(data, &rec); err != nil || resp.StatusCode != http.StatusOK || rec.State != "succeeded" || rec.Response.Body.Payload["prompt"] != "hello" {
-		t.Fatalf("sync invocation: %d %s (%v)", resp.StatusCode, data, err)
-	}
+	require.Equal(t, http.StatusOK, resp.StatusCode, "sync invocation: %s", data)
+	require.NoError(t, json.Unmarshal(data, &rec), "sync invocation: %s", data)
+	require.Equal(t, "succeeded", rec.State, "sync invocation: %s", data)
+	require.Equal(t, "hello", rec.Response.Body.Payload["prompt"], "sync invocation: %s", data)
 
 	// Ctrl-C: everything stops, nothing outlives it.
 	require.NoError(t, cmd.Process.Signal(os.Interrupt))
@@ -117,11 +117,10 @@ func TestMakeDev(t *testing.T) {
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
-		assert.NoError(t, err, "make dev exited with %v after SIGINT:\n%s", err, output.String())
+		assert.NoError(t, err, "make dev exit after SIGINT:\n%s", output.String())
 	case <-time.After(time.Minute):
 		t.Fatalf("make dev still running a minute after SIGINT")
 	}
-	if out, _ := exec.Command("pgrep", "-f", dir).Output(); len(bytes.TrimSpace(out)) > 0 {
-		t.Errorf("processes outlived make dev: %s", out)
-	}
+	out, _ = exec.Command("pgrep", "-f", dir).Output()
+	assert.Empty(t, bytes.TrimSpace(out), "processes outlived make dev")
 }

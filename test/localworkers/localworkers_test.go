@@ -40,27 +40,24 @@ func TestWorkerFollowsPod(t *testing.T) {
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	subj := messages.Subjects{Prefix: api.DefaultSubjectPrefix}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: api.DefaultStreamName, Subjects: subj.StreamSubjects()}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: api.DefaultStreamName, Subjects: subj.StreamSubjects()})
+	require.NoError(t, err)
 	events := make(chan messages.Event, 100)
-	if _, err := nc.Subscribe(subj.Metrics("lw"), func(m *nats.Msg) {
+	_, err = nc.Subscribe(subj.Metrics("lw"), func(m *nats.Msg) {
 		var e messages.Event
 		if json.Unmarshal(m.Data, &e) == nil {
 			events <- e
 		}
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
+	require.NoError(t, err)
 	results := make(chan messages.Result, 10)
-	if _, err := nc.Subscribe(subj.Result("lw"), func(m *nats.Msg) {
+	_, err = nc.Subscribe(subj.Result("lw"), func(m *nats.Msg) {
 		var r messages.Result
 		if json.Unmarshal(m.Data, &r) == nil {
 			results <- r
 		}
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
+	require.NoError(t, err)
 
 	binDir := t.TempDir()
 	scBin, fwBin, err := BuildBinaries(ctx, binDir)
@@ -81,9 +78,8 @@ func TestWorkerFollowsPod(t *testing.T) {
 		Spec: corev1.PodSpec{NodeName: "kwok-0", Containers: []corev1.Container{{Name: "app", Image: "framework"}},
 			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}}},
 	}
-	if _, err := env.Client().CoreV1().Pods("lw").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = env.Client().CoreV1().Pods("lw").Create(ctx, pod, metav1.CreateOptions{})
+	require.NoError(t, err)
 	wait := func(what string, match func(messages.Event) bool) {
 		t.Helper()
 		for {
@@ -103,22 +99,20 @@ func TestWorkerFollowsPod(t *testing.T) {
 	addr, ok := r.SidecarAddr("lw", "lw-0")
 	require.True(t, ok, "no sidecar address for lw-0")
 	resp, err := http.Get("http://" + addr + "/readyz")
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("/readyz of lw-0: %v %v", resp, err)
-	}
+	require.NoError(t, err, "/readyz of lw-0")
+	require.Equal(t, http.StatusOK, resp.StatusCode, "/readyz of lw-0")
 	resp.Body.Close()
 
 	d, _ := json.Marshal(messages.Dispatch{Invocation: messages.Invocation{InvocationID: "i1", Pool: "lw", Mode: messages.ModeAsync}, Worker: "lw-0", Attempt: 1})
-	if _, err := js.Publish(ctx, subj.Dispatch("lw", "lw-0"), d, jetstream.WithMsgID("i1.1")); err != nil {
-		t.Fatal(err)
-	}
+	_, err = js.Publish(ctx, subj.Dispatch("lw", "lw-0"), d, jetstream.WithMsgID("i1.1"))
+	require.NoError(t, err)
 	select {
 	case res := <-results:
 		var body map[string]any
 		_ = json.Unmarshal(res.Response.Body, &body)
-		if res.State != messages.StateSucceeded || body["workerName"] != "lw-0" || body["workerNamespace"] != "lw" {
-			t.Errorf("result = %+v body %v, want succeeded echo from lw/lw-0", res, body)
-		}
+		assert.Equal(t, messages.StateSucceeded, res.State)
+		assert.Equal(t, "lw-0", body["workerName"])
+		assert.Equal(t, "lw", body["workerNamespace"])
 	case <-ctx.Done():
 		t.Fatal("no result")
 	}
