@@ -14,7 +14,6 @@ package chart_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -324,9 +323,7 @@ func TestInvalidValues(t *testing.T) {
 			out, err := render(t, c.args...)
 			require.Error(t, err, "render succeeded; want an error containing %q\n%s", c.want, out)
 			var ce *cmdError
-			if !errors.As(err, &ce) {
-				t.Fatal(err)
-			}
+			require.ErrorAs(t, err, &ce)
 			for _, w := range c.want {
 				assert.Contains(t, ce.stderr, w)
 			}

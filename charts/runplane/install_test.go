@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -85,17 +86,16 @@ func ensureStubCRDs(t *testing.T) {
 	} else {
 		t.Log(strings.TrimSpace(out))
 	}
-	if _, err := kubectl(t, "wait", "--for=condition=Established", "--timeout=60s",
-		"crd/servicemonitors.monitoring.coreos.com", "crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io"); err != nil {
-		t.Fatal(err)
-	}
+	_, err := kubectl(t, "wait", "--for=condition=Established", "--timeout=60s",
+		"crd/servicemonitors.monitoring.coreos.com", "crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io")
+	require.NoError(t, err)
 }
 
 func ensureNamespace(t *testing.T, name string) {
 	t.Helper()
 	_, err := env.Client().CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	if err != nil && !strings.Contains(err.Error(), "already exists") {
-		t.Fatal(err)
+	if !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
 	}
 }
 
@@ -226,14 +226,12 @@ func TestInstall(t *testing.T) {
 			t.Run(c.name, func(t *testing.T) {
 				created, err := client.CoreV1().Pods(c.namespace).Create(ctx, c.pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 				switch {
-				case c.webhook == "" && err != nil:
-					t.Fatalf("refused: %v", err)
-				case c.webhook == "" && created.Name != c.pod.Name:
-					t.Fatalf("created %q", created.Name)
-				case c.webhook != "" && err == nil:
-					t.Fatalf("admitted; want a call to webhook %s (failurePolicy Fail)", c.webhook)
-				case c.webhook != "" && !strings.Contains(err.Error(), `failed calling webhook "`+c.webhook+`"`):
-					t.Fatalf("want a failed call to %s, got: %v", c.webhook, err)
+				case c.webhook == "":
+					require.NoError(t, err, "refused")
+					require.Equal(t, c.pod.Name, created.Name)
+				default:
+					require.Error(t, err, "admitted; want a call to webhook %s (failurePolicy Fail)", c.webhook)
+					require.Contains(t, err.Error(), `failed calling webhook "`+c.webhook+`"`)
 				}
 			})
 		}
@@ -332,9 +330,8 @@ func TestInstall(t *testing.T) {
 			t.Run(c.who+" "+strings.Join(c.args, " "), func(t *testing.T) {
 				out, _ := kubectl(t, append([]string{"auth", "can-i", "--as=" + sa(c.who)}, c.args...)...)
 				got := strings.TrimSpace(out)
-				if want := map[bool]string{true: "yes", false: "no"}[c.want]; !strings.HasPrefix(got, want) {
-					t.Errorf("kubectl auth can-i %s as %s: %q, want %s", strings.Join(c.args, " "), c.who, got, want)
-				}
+				want := map[bool]string{true: "yes", false: "no"}[c.want]
+				assert.True(t, strings.HasPrefix(got, want), "kubectl auth can-i %s as %s: %q, want %s", strings.Join(c.args, " "), c.who, got, want)
 			})
 		}
 	})
@@ -357,9 +354,7 @@ func TestInstall(t *testing.T) {
 			return s.Data
 		}
 		token, tls := secret("runplane-nats-credentials")["token"], secret("runplane-extender-tls")["ca.crt"]
-		if len(token) < 32 {
-			t.Fatalf("generated NATS token %q is too short", token)
-		}
+		require.GreaterOrEqual(t, len(token), 32, "generated NATS token %q is too short", token)
 
 		mustRun(t, "helm", "upgrade", "runplane", ".", "--namespace", ns,
 			"--values", "testdata/values-install.yaml", "--set", "queue.replicas=3", "--timeout", "2m")
@@ -369,12 +364,8 @@ func TestInstall(t *testing.T) {
 		for _, w := range m.Webhooks {
 			assert.Equal(t, string(ca), string(w.ClientConfig.CABundle), "webhook %s: caBundle %q after upgrade, want the patched one", w.Name, w.ClientConfig.CABundle)
 		}
-		if got := secret("runplane-nats-credentials")["token"]; string(got) != string(token) {
-			t.Error("the upgrade regenerated the NATS token: running workers would lose NATS")
-		}
-		if got := secret("runplane-extender-tls")["ca.crt"]; string(got) != string(tls) {
-			t.Error("the upgrade regenerated the extender's CA")
-		}
+		assert.Equal(t, string(token), string(secret("runplane-nats-credentials")["token"]), "the upgrade regenerated the NATS token: running workers would lose NATS")
+		assert.Equal(t, string(tls), string(secret("runplane-extender-tls")["ca.crt"]), "the upgrade regenerated the extender's CA")
 		dep, err := client.AppsV1().Deployments(ns).Get(ctx, "runplane-queue", metav1.GetOptions{})
 		require.NoError(t, err)
 		assert.EqualValues(t, 3, *dep.Spec.Replicas, "queue replicas %d after upgrade, want 3", *dep.Spec.Replicas)

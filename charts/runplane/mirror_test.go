@@ -156,9 +156,8 @@ func TestNATSConfigLoads(t *testing.T) {
 			require.NoError(t, os.WriteFile(path, []byte(conf), 0o600))
 			cmd := exec.CommandContext(t.Context(), filepath.Join(binDir, "nats-server"), "-t", "-c", path)
 			cmd.Env = append(os.Environ(), "POD_NAME=runplane-nats-0", "NATS_TOKEN=secret-token")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Fatalf("nats-server -t rejects the configuration: %v\n%s\n%s", err, out, conf)
-			}
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "nats-server -t rejects the configuration:\n%s\n%s", out, conf)
 		})
 	}
 }
@@ -214,9 +213,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 			}
 		}
 	}
-	if used == 0 {
-		t.Fatal("the dashboard queries no runplane metric")
-	}
+	require.NotZero(t, used, "the dashboard queries no runplane metric")
 }
 
 var flagLine = regexp.MustCompile(`(?m)^\s+(?:-[A-Za-z], )?--?([A-Za-z0-9][-A-Za-z0-9_.]*)`)

@@ -124,8 +124,8 @@ func TestGPUDeploymentWithNativeSidecarRuns(t *testing.T) {
 	}
 	pods, _ := env.Client().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=gpu"})
 	for _, p := range pods.Items {
-		if len(p.Status.InitContainerStatuses) != 1 || p.Status.InitContainerStatuses[0].State.Running == nil {
-			t.Errorf("pod %s: native sidecar not running: %+v", p.Name, p.Status.InitContainerStatuses)
+		if assert.Len(t, p.Status.InitContainerStatuses, 1, "pod %s: native sidecar", p.Name) {
+			assert.NotNil(t, p.Status.InitContainerStatuses[0].State.Running, "pod %s: native sidecar not running", p.Name)
 		}
 	}
 }
@@ -139,9 +139,8 @@ func TestPodThatCannotFitStaysPending(t *testing.T) {
 	waitForEvent(t, ctx, ns, "too-big", "FailedScheduling", "Insufficient nvidia.com/gpu")
 	got, err := env.Client().CoreV1().Pods(ns).Get(ctx, "too-big", metav1.GetOptions{})
 	require.NoError(t, err)
-	if got.Status.Phase != corev1.PodPending || got.Spec.NodeName != "" {
-		t.Errorf("pod is %s on %q, want Pending and unbound", got.Status.Phase, got.Spec.NodeName)
-	}
+	assert.Equal(t, corev1.PodPending, got.Status.Phase)
+	assert.Empty(t, got.Spec.NodeName, "unbound")
 }
 
 func waitForEvent(t *testing.T, ctx context.Context, ns, object, reason, message string) {
@@ -214,16 +213,13 @@ func TestSecondSchedulerProfile(t *testing.T) {
 	require.NoError(t, err)
 	waitForEvent(t, ctx, ns, "second", "Scheduled", "Successfully assigned")
 	proc.Stop()
-	if exited, _ := proc.Exited(); !exited {
-		t.Error("scheduler process still running after Stop")
-	}
+	exited, _ := proc.Exited()
+	assert.True(t, exited, "scheduler process still running after Stop")
 }
 
 func TestProcessesLogToDir(t *testing.T) {
 	for _, p := range env.Processes() {
-		if _, err := os.Stat(p.LogPath); err != nil {
-			t.Errorf("%s: %v", p.Name, fmt.Errorf("log file: %w", err))
-		}
+		assert.FileExists(t, p.LogPath, "%s log file", p.Name)
 	}
 }
 
@@ -254,15 +250,12 @@ func TestNoProcessOutlivesAPanic(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envPanicChild+"="+pidFile)
 	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "a test panicked") {
-		t.Fatalf("child did not panic as planned: %v\n%s", err, out)
-	}
+	require.Error(t, err, "child did not panic as planned:\n%s", out)
+	require.Contains(t, string(out), "a test panicked", "child did not panic as planned")
 	data, err := os.ReadFile(pidFile)
 	require.NoError(t, err)
 	pids := strings.Fields(string(data))
-	if len(pids) < 5 {
-		t.Fatalf("child reported %d processes, want at least 5 (etcd, apiserver, kcm, scheduler, kwok)", len(pids))
-	}
+	require.GreaterOrEqual(t, len(pids), 5, "child's processes: etcd, apiserver, kcm, scheduler, kwok")
 	ctx := ctxFor(t, 15*time.Second)
 	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
 		for _, s := range pids {
