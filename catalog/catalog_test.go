@@ -1,8 +1,11 @@
 package catalog
 
 import (
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 )
 
 func TestParseSpec(t *testing.T) {
@@ -12,18 +15,15 @@ func TestParseSpec(t *testing.T) {
 		check     func(t *testing.T, s Spec)
 	}{
 		{name: "g1.1", doc: "gpu: 1\ncpu: \"8\"\nmemory: 32Gi\n", check: func(t *testing.T, s Spec) {
-			if s.GPUResource != "nvidia.com/gpu" || s.Stock != StockPreferred || s.GPU != 1 {
-				t.Errorf("defaults not applied: %+v", s)
-			}
-			r := s.Resources()
-			if q := r["nvidia.com/gpu"]; q.Value() != 1 {
-				t.Errorf("gpu resource = %v", q.String())
-			}
+			assert.Equal(t, corev1.ResourceName("nvidia.com/gpu"), s.GPUResource, "default GPU resource")
+			assert.Equal(t, StockPreferred, s.Stock, "default stock")
+			assert.Equal(t, int64(1), s.GPU)
+			q := s.Resources()["nvidia.com/gpu"]
+			assert.Equal(t, int64(1), q.Value(), "gpu resource")
 		}},
 		{name: "a100.8", doc: "gpu: 8\ngpuResource: example.com/a100\ncpu: 64\nmemory: 512Gi\nstock: Required\n", check: func(t *testing.T, s Spec) {
-			if s.Stock != StockRequired || s.GPUResource != "example.com/a100" {
-				t.Errorf("got %+v", s)
-			}
+			assert.Equal(t, StockRequired, s.Stock)
+			assert.Equal(t, corev1.ResourceName("example.com/a100"), s.GPUResource)
 		}},
 		{name: "bad", doc: "gpu: 1\ncpu: 1\nmemory: 1Gi\nstock: Sometimes\n", wantErr: "stock must be Preferred or Required"},
 		{name: "nocpu", doc: "gpu: 1\nmemory: 1Gi\n", wantErr: "cpu must be set"},
@@ -35,14 +35,10 @@ func TestParseSpec(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s, err := ParseSpec(tt.name, tt.doc)
 			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want it to contain %q", err, tt.wantErr)
-				}
+				require.ErrorContains(t, err, tt.wantErr)
 				return
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			tt.check(t, s)
 		})
 	}
@@ -50,12 +46,7 @@ func TestParseSpec(t *testing.T) {
 
 func TestLookupUnknownNamesKeyAndKnownSpecs(t *testing.T) {
 	c, err := Parse(map[string]string{"g1.1": "gpu: 1\ncpu: 1\nmemory: 1Gi", "g1.2": "gpu: 2\ncpu: 1\nmemory: 1Gi"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	_, err = c.Lookup("runplane.io/gpu-spec", "g9")
-	want := `label runplane.io/gpu-spec: unknown GPU spec "g9"; known specs: g1.1, g1.2`
-	if err == nil || err.Error() != want {
-		t.Fatalf("err = %v, want %s", err, want)
-	}
+	require.EqualError(t, err, `label runplane.io/gpu-spec: unknown GPU spec "g9"; known specs: g1.1, g1.2`)
 }

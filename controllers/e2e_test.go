@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -63,9 +65,7 @@ func startManager(t *testing.T) (stop func()) {
 		SkipNameValidation:    true,
 	}
 	mgr, err := controllers.NewManager(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
@@ -73,9 +73,7 @@ func startManager(t *testing.T) (stop func()) {
 	stop = func() {
 		once.Do(func() {
 			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("manager: %v", err)
-			}
+			assert.NoError(t, <-done, "manager")
 		})
 	}
 	t.Cleanup(stop)
@@ -93,17 +91,15 @@ func namespace(t *testing.T) string {
 	}
 	name = strings.TrimRight(name, "-")
 	_, err := client().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return name
 }
 
 func ensureNamespace(t *testing.T, name string) {
 	t.Helper()
 	_, err := client().CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
+	if !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
 	}
 }
 
@@ -119,17 +115,14 @@ func pvc(ns, name string, annotations map[string]string) *corev1.PersistentVolum
 
 func createPVC(t *testing.T, p *corev1.PersistentVolumeClaim) {
 	t.Helper()
-	if _, err := client().CoreV1().PersistentVolumeClaims(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := client().CoreV1().PersistentVolumeClaims(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{})
+	require.NoError(t, err)
 }
 
 func getPVC(t *testing.T, ns, name string) *corev1.PersistentVolumeClaim {
 	t.Helper()
 	p, err := client().CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return p
 }
 
@@ -140,49 +133,31 @@ func annotatePVC(t *testing.T, ns, name, key string, value *string) {
 		v = fmt.Sprintf("%q", *value)
 	}
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%s}}}`, key, v)
-	if _, err := client().CoreV1().PersistentVolumeClaims(ns).Patch(context.Background(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := client().CoreV1().PersistentVolumeClaims(ns).Patch(context.Background(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	require.NoError(t, err)
 }
 
-// eventually polls cond until it holds or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, error)) {
-	t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		ok, err := cond()
-		if err != nil {
-			last = err
-			return false, nil
-		}
-		return ok, nil
-	})
-	if err != nil {
-		t.Fatalf("timed out waiting for %s (last error: %v)", what, last)
-	}
-}
+// tick is the interval of every poll in this file.
+const tick = 200 * time.Millisecond
 
 func waitPhase(t *testing.T, ns, name, phase, attempt string) *corev1.PersistentVolumeClaim {
 	t.Helper()
 	var got *corev1.PersistentVolumeClaim
-	eventually(t, 60*time.Second, fmt.Sprintf("PVC %s phase %s attempt %s", name, phase, attempt), func() (bool, error) {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		p, err := client().CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
+		require.NoError(c, err)
 		got = p
 		st := pvcspec.StatusOf(p)
-		return st.Phase == phase && st.ObservedAttempt == attempt, nil
-	})
+		assert.Equal(c, phase, st.Phase)
+		assert.Equal(c, attempt, st.ObservedAttempt)
+	}, 60*time.Second, tick, "PVC %s phase %s attempt %s", name, phase, attempt)
 	return got
 }
 
 func jobsOf(t *testing.T, ns string, p *corev1.PersistentVolumeClaim) []batchv1.Job {
 	t.Helper()
 	jobs, err := client().BatchV1().Jobs(ns).List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var out []batchv1.Job
 	for _, j := range jobs.Items {
 		if ref := metav1.GetControllerOf(&j); ref != nil && ref.UID == p.UID {
@@ -192,18 +167,17 @@ func jobsOf(t *testing.T, ns string, p *corev1.PersistentVolumeClaim) []batchv1.
 	return out
 }
 
-func hasEvent(t *testing.T, ns, object, reason, contains string) bool {
+// waitEvent waits for an Event about object with this reason whose message
+// contains the text.
+func waitEvent(t *testing.T, timeout time.Duration, ns, object, reason, contains string) {
 	t.Helper()
-	evs, err := client().CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range evs.Items {
-		if e.InvolvedObject.Name == object && e.Reason == reason && strings.Contains(e.Message, contains) {
-			return true
-		}
-	}
-	return false
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		evs, err := client().CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		require.NoError(c, err)
+		assert.True(c, slices.ContainsFunc(evs.Items, func(e corev1.Event) bool {
+			return e.InvolvedObject.Name == object && e.Reason == reason && strings.Contains(e.Message, contains)
+		}))
+	}, timeout, tick, "%s Event on %s containing %q", reason, object, contains)
 }
 
 // failJobPods makes the Pods of a Job fail with exit code 3, through kwok's
@@ -214,25 +188,23 @@ func failJobPods(t *testing.T, ns, job string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	go func() {
-		labelled := map[string]bool{}
-		for ctx.Err() == nil {
-			pods, err := client().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: jobNameLabel + "=" + job})
-			if err == nil {
-				for _, p := range pods.Items {
-					if labelled[p.Name] {
-						continue
-					}
-					patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"true"},"annotations":{%q:"3",%q:"Error",%q:"prepare script failed"}}}`,
-						chaosLabel, chaosExitCode, chaosReason, chaosMessage)
-					if _, err := client().CoreV1().Pods(ns).Patch(ctx, p.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err == nil {
-						labelled[p.Name] = true
-					}
-				}
-			}
-			time.Sleep(50 * time.Millisecond)
+	labelled := map[string]bool{}
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"true"},"annotations":{%q:"3",%q:"Error",%q:"prepare script failed"}}}`,
+		chaosLabel, chaosExitCode, chaosReason, chaosMessage)
+	go wait.UntilWithContext(ctx, func(ctx context.Context) {
+		pods, err := client().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: jobNameLabel + "=" + job})
+		if err != nil {
+			return
 		}
-	}()
+		for _, p := range pods.Items {
+			if labelled[p.Name] {
+				continue
+			}
+			if _, err := client().CoreV1().Pods(ns).Patch(ctx, p.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err == nil {
+				labelled[p.Name] = true
+			}
+		}
+	}, 50*time.Millisecond)
 }
 
 func TestPrepareFromImage(t *testing.T) {
@@ -244,39 +216,31 @@ func TestPrepareFromImage(t *testing.T) {
 		api.AnnotationPrepareArgs:      `["echo hi > /workspace/hello"]`,
 	}))
 	p := waitPhase(t, ns, "data", api.PhaseSucceeded, "0")
-	if got := p.Annotations[api.AnnotationPrepareJob]; got != "prepare-data-0" {
-		t.Errorf("prepare-job = %q, want prepare-data-0", got)
-	}
+	assert.Equal(t, "prepare-data-0", p.Annotations[api.AnnotationPrepareJob])
 	jobs := jobsOf(t, ns, p)
-	if len(jobs) != 1 {
-		t.Fatalf("%d Jobs, want 1", len(jobs))
-	}
+	require.Len(t, jobs, 1)
 	j := jobs[0]
 	c := j.Spec.Template.Spec.Containers[0]
-	if *j.Spec.BackoffLimit != 0 || c.Image != "busybox:1.36" || !slices.Equal(c.Command, []string{"sh", "-c"}) ||
-		!slices.Equal(c.Args, []string{"echo hi > /workspace/hello"}) || c.VolumeMounts[0].MountPath != "/workspace" ||
-		j.Spec.Template.Spec.Volumes[0].PersistentVolumeClaim.ClaimName != "data" {
-		t.Errorf("unexpected Job spec: backoffLimit %d, container %+v, volumes %+v", *j.Spec.BackoffLimit, c, j.Spec.Template.Spec.Volumes)
-	}
-	eventually(t, 10*time.Second, "PrepareSucceeded event", func() (bool, error) {
-		return hasEvent(t, ns, "data", "PrepareSucceeded", "succeeded"), nil
-	})
+	assert.Equal(t, int32(0), *j.Spec.BackoffLimit)
+	assert.Equal(t, "busybox:1.36", c.Image)
+	assert.Equal(t, []string{"sh", "-c"}, c.Command)
+	assert.Equal(t, []string{"echo hi > /workspace/hello"}, c.Args)
+	assert.Equal(t, "/workspace", c.VolumeMounts[0].MountPath)
+	assert.Equal(t, "data", j.Spec.Template.Spec.Volumes[0].PersistentVolumeClaim.ClaimName)
+	waitEvent(t, 10*time.Second, ns, "data", "PrepareSucceeded", "succeeded")
 
 	// Deleting the PVC removes its Jobs through the owner reference.
-	if err := client().CoreV1().PersistentVolumeClaims(ns).Delete(context.Background(), "data", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 60*time.Second, "the Job to be garbage collected", func() (bool, error) {
+	require.NoError(t, client().CoreV1().PersistentVolumeClaims(ns).Delete(context.Background(), "data", metav1.DeleteOptions{}))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		_, err := client().BatchV1().Jobs(ns).Get(context.Background(), j.Name, metav1.GetOptions{})
-		if err == nil {
-			p, perr := client().CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), "data", metav1.GetOptions{})
-			if perr == nil {
-				return false, fmt.Errorf("PVC still there: deleting %v, finalizers %v", p.DeletionTimestamp, p.Finalizers)
-			}
-			return false, fmt.Errorf("PVC: %v; Job still there", perr)
+		if assert.True(c, apierrors.IsNotFound(err), "Job still there (err %v)", err) {
+			return
 		}
-		return apierrors.IsNotFound(err), nil
-	})
+		p, perr := client().CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), "data", metav1.GetOptions{})
+		if perr == nil {
+			c.Errorf("PVC still there: deleting %v, finalizers %v", p.DeletionTimestamp, p.Finalizers)
+		}
+	}, 60*time.Second, tick, "the Job to be garbage collected")
 }
 
 func TestPrepareFailsThenRecovers(t *testing.T) {
@@ -287,27 +251,26 @@ func TestPrepareFailsThenRecovers(t *testing.T) {
 	p := waitPhase(t, ns, "data", api.PhaseFailed, "0")
 	msg := p.Annotations[api.AnnotationPrepareMessage]
 	for _, want := range []string{"BackoffLimitExceeded", "exited with code 3", "prepare script failed", api.AnnotationPrepareAttempt} {
-		if !strings.Contains(msg, want) {
-			t.Errorf("prepare-message %q does not contain %q", msg, want)
-		}
+		assert.Contains(t, msg, want)
 	}
-	eventually(t, 10*time.Second, "PrepareFailed event", func() (bool, error) {
-		return hasEvent(t, ns, "data", "PrepareFailed", "exited with code 3"), nil
-	})
-	// Failed is terminal: no retry until the attempt is bumped.
-	time.Sleep(2 * time.Second)
-	if n := len(jobsOf(t, ns, p)); n != 1 {
-		t.Fatalf("%d Jobs after a failure, want 1", n)
-	}
+	waitEvent(t, 10*time.Second, ns, "data", "PrepareFailed", "exited with code 3")
+	jobs := jobsOf(t, ns, p)
+	require.Len(t, jobs, 1)
+	failed := jobs[0]
 
 	annotatePVC(t, ns, "data", api.AnnotationPrepareAttempt, ptr.To("1"))
 	p = waitPhase(t, ns, "data", api.PhaseSucceeded, "1")
-	if got := p.Annotations[api.AnnotationPrepareJob]; got != "prepare-data-1" {
-		t.Errorf("prepare-job = %q, want prepare-data-1", got)
-	}
-	if n := len(jobsOf(t, ns, p)); n != 2 {
-		t.Errorf("%d Jobs after one recovery, want 2 (one per attempt)", n)
-	}
+	assert.Equal(t, "prepare-data-1", p.Annotations[api.AnnotationPrepareJob])
+	// Failed is terminal: no retry until the attempt is bumped. The barrier
+	// is the controller's own record of attempt 1: the work queue handles a
+	// PVC in order, so whatever it did with attempt 0 happened before. The
+	// failed Job is the one it had (same UID: never deleted and redone),
+	// and attempt 1 added exactly one.
+	jobs = jobsOf(t, ns, p)
+	require.Len(t, jobs, 2, "one Job per attempt")
+	i := slices.IndexFunc(jobs, func(j batchv1.Job) bool { return j.Name == failed.Name })
+	require.GreaterOrEqual(t, i, 0, "Job of attempt 0 gone")
+	assert.Equal(t, failed.UID, jobs[i].UID, "Job of attempt 0 was recreated")
 }
 
 func TestPrepareFromPVCWaitsForSource(t *testing.T) {
@@ -315,43 +278,32 @@ func TestPrepareFromPVCWaitsForSource(t *testing.T) {
 	ns := namespace(t)
 	createPVC(t, pvc(ns, "copy", map[string]string{api.AnnotationPrepareFromPVC: "base"}))
 	p := waitPhase(t, ns, "copy", api.PhasePending, "0")
-	if msg := p.Annotations[api.AnnotationPrepareMessage]; !strings.Contains(msg, "waiting for source PVC base") {
-		t.Errorf("message %q does not say it waits for the source", msg)
-	}
+	assert.Contains(t, p.Annotations[api.AnnotationPrepareMessage], "waiting for source PVC base")
 	createPVC(t, pvc(ns, "base", map[string]string{api.AnnotationPrepareFromImage: "busybox:1.36"}))
-	// Until the source has Succeeded, the copy has no Job.
-	for {
+	// Until the source has Succeeded, the copy has no Job: watch the two
+	// until either the source is ready or a copy Job shows up.
+	require.Eventually(t, func() bool {
 		src := getPVC(t, ns, "base")
 		if n := len(jobsOf(t, ns, getPVC(t, ns, "copy"))); n != 0 {
-			if !pvcspec.Ready(src) {
-				t.Fatalf("copy Job created while the source is %q", pvcspec.StatusOf(src).Phase)
-			}
-			break
+			assert.True(t, pvcspec.Ready(getPVC(t, ns, "base")), "copy Job created while the source is %q", pvcspec.StatusOf(src).Phase)
+			return true
 		}
-		if pvcspec.Ready(src) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return pvcspec.Ready(src)
+	}, 60*time.Second, 100*time.Millisecond, "the source to be prepared")
 	p = waitPhase(t, ns, "copy", api.PhaseSucceeded, "0")
 	jobs := jobsOf(t, ns, p)
-	if len(jobs) != 1 {
-		t.Fatalf("%d copy Jobs, want 1", len(jobs))
-	}
+	require.Len(t, jobs, 1, "copy Jobs")
 	spec := jobs[0].Spec.Template.Spec
 	c := spec.Containers[0]
-	if c.Image != testImage || !slices.Equal(c.Command, []string{"runplane-copy", "--from", "/source", "--to", "/workspace"}) {
-		t.Errorf("copy container %+v", c)
-	}
-	var src *corev1.Volume
-	for i := range spec.Volumes {
-		if v := spec.Volumes[i].PersistentVolumeClaim; v != nil && v.ClaimName == "base" {
-			src = &spec.Volumes[i]
-		}
-	}
-	if src == nil || !src.PersistentVolumeClaim.ReadOnly || !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == src.Name && m.ReadOnly }) {
-		t.Errorf("source not mounted read-only: volumes %+v mounts %+v", spec.Volumes, c.VolumeMounts)
-	}
+	assert.Equal(t, testImage, c.Image)
+	assert.Equal(t, []string{"runplane-copy", "--from", "/source", "--to", "/workspace"}, c.Command)
+	i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool {
+		return v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == "base"
+	})
+	require.GreaterOrEqual(t, i, 0, "source volume: %+v", spec.Volumes)
+	assert.True(t, spec.Volumes[i].PersistentVolumeClaim.ReadOnly, "source volume read-only")
+	assert.True(t, slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == spec.Volumes[i].Name && m.ReadOnly }),
+		"source mounted read-only: %+v", c.VolumeMounts)
 }
 
 func gatedPod(ns, name, claim string) *corev1.Pod {
@@ -371,27 +323,31 @@ func TestGateReleasedAfterPreparation(t *testing.T) {
 	ns := namespace(t)
 	ctx := context.Background()
 	createPVC(t, pvc(ns, "data", map[string]string{api.AnnotationPrepareFromImage: "busybox:1.36"}))
-	if _, err := client().CoreV1().Pods(ns).Create(ctx, gatedPod(ns, "worker", "data"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := client().CoreV1().Pods(ns).Create(ctx, gatedPod(ns, "worker", "data"), metav1.CreateOptions{})
+	require.NoError(t, err)
 	// While the PVC is not prepared, the Pod keeps its gate and no node.
-	for !pvcspec.Ready(getPVC(t, ns, "data")) {
+	require.Eventually(t, func() bool {
+		if pvcspec.Ready(getPVC(t, ns, "data")) {
+			return true
+		}
 		pod, err := client().CoreV1().Pods(ns).Get(ctx, "worker", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
+		if !assert.NoError(t, err) {
+			return true
 		}
 		if len(pod.Spec.SchedulingGates) == 0 || pod.Spec.NodeName != "" {
-			if pvcspec.Ready(getPVC(t, ns, "data")) {
-				break // released right after Succeeded: fine
-			}
-			t.Fatalf("Pod released before its PVC was prepared: gates %v node %q", pod.Spec.SchedulingGates, pod.Spec.NodeName)
+			// Released right after Succeeded is fine.
+			assert.True(t, pvcspec.Ready(getPVC(t, ns, "data")), "Pod released before its PVC was prepared: gates %v node %q",
+				pod.Spec.SchedulingGates, pod.Spec.NodeName)
+			return true
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	eventually(t, 30*time.Second, "the Pod to be ungated and scheduled", func() (bool, error) {
+		return false
+	}, 60*time.Second, 100*time.Millisecond, "the PVC to be prepared")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		pod, err := client().CoreV1().Pods(ns).Get(ctx, "worker", metav1.GetOptions{})
-		return err == nil && len(pod.Spec.SchedulingGates) == 0 && pod.Spec.NodeName != "", err
-	})
+		require.NoError(c, err)
+		assert.Empty(c, pod.Spec.SchedulingGates)
+		assert.NotEmpty(c, pod.Spec.NodeName)
+	}, 30*time.Second, tick, "the Pod to be ungated and scheduled")
 }
 
 func TestGateEventOnFailure(t *testing.T) {
@@ -399,20 +355,13 @@ func TestGateEventOnFailure(t *testing.T) {
 	ns := namespace(t)
 	failJobPods(t, ns, "prepare-data-0")
 	createPVC(t, pvc(ns, "data", map[string]string{api.AnnotationPrepareFromImage: "busybox:1.36"}))
-	if _, err := client().CoreV1().Pods(ns).Create(context.Background(), gatedPod(ns, "worker", "data"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := client().CoreV1().Pods(ns).Create(context.Background(), gatedPod(ns, "worker", "data"), metav1.CreateOptions{})
+	require.NoError(t, err)
 	waitPhase(t, ns, "data", api.PhaseFailed, "0")
-	eventually(t, 20*time.Second, "StoragePrepareFailed event on the Pod", func() (bool, error) {
-		return hasEvent(t, ns, "worker", "StoragePrepareFailed", "data"), nil
-	})
+	waitEvent(t, 20*time.Second, ns, "worker", "StoragePrepareFailed", "data")
 	pod, err := client().CoreV1().Pods(ns).Get(context.Background(), "worker", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(pod.Spec.SchedulingGates) != 1 {
-		t.Errorf("a Pod whose PVC failed lost its gate: %v", pod.Spec.SchedulingGates)
-	}
+	require.NoError(t, err)
+	assert.Len(t, pod.Spec.SchedulingGates, 1, "a Pod whose PVC failed lost its gate")
 }
 
 func TestAccessorAppearsAndGoes(t *testing.T) {
@@ -424,45 +373,43 @@ func TestAccessorAppearsAndGoes(t *testing.T) {
 	user := gatedPod(ns, "user", "data")
 	user.Spec.SchedulingGates = nil
 	user.Spec.NodeName = "node-b"
-	if _, err := client().CoreV1().Pods(ns).Create(ctx, user, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := client().CoreV1().Pods(ns).Create(ctx, user, metav1.CreateOptions{})
+	require.NoError(t, err)
 	annotatePVC(t, ns, "data", api.AnnotationAccessor, ptr.To(api.AccessorEnabled))
 	name := accessor.Name("data")
 	var dep *appsv1.Deployment
-	eventually(t, 30*time.Second, "accessor Deployment and Service", func() (bool, error) {
-		d, err := client().AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		dep = d
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var err error
+		dep, err = client().AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		require.NoError(c, err)
 		_, err = client().CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
-		return err == nil, err
-	})
+		require.NoError(c, err)
+	}, 30*time.Second, tick, "accessor Deployment and Service")
 	spec := dep.Spec.Template.Spec
 	c := spec.Containers[0]
-	if c.Image != testImage || c.Command[0] != "runplane-accessor" || !c.VolumeMounts[0].ReadOnly || !spec.Volumes[0].PersistentVolumeClaim.ReadOnly {
-		t.Errorf("accessor container %+v volumes %+v", c, spec.Volumes)
-	}
+	assert.Equal(t, testImage, c.Image)
+	assert.Equal(t, "runplane-accessor", c.Command[0])
+	assert.True(t, c.VolumeMounts[0].ReadOnly, "mount read-only")
+	assert.True(t, spec.Volumes[0].PersistentVolumeClaim.ReadOnly, "volume read-only")
 	terms := spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
-	if len(terms) != 1 || terms[0].MatchFields[0].Values[0] != "node-b" {
-		t.Errorf("accessor not pinned to node-b: %+v", terms)
-	}
-	eventually(t, 60*time.Second, "accessor Ready with its URL", func() (bool, error) {
+	require.Len(t, terms, 1)
+	assert.Equal(t, []string{"node-b"}, terms[0].MatchFields[0].Values, "accessor pinned to node-b")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		p := getPVC(t, ns, "data")
-		return p.Annotations[api.AnnotationAccessorPhase] == api.AccessorReady &&
-			p.Annotations[api.AnnotationAccessorURL] == fmt.Sprintf("http://%s.%s.svc.cluster.local/", name, ns), nil
-	})
+		assert.Equal(c, api.AccessorReady, p.Annotations[api.AnnotationAccessorPhase])
+		assert.Equal(c, fmt.Sprintf("http://%s.%s.svc.cluster.local/", name, ns), p.Annotations[api.AnnotationAccessorURL])
+	}, 60*time.Second, tick, "accessor Ready with its URL")
 
 	annotatePVC(t, ns, "data", api.AnnotationAccessor, nil)
-	eventually(t, 30*time.Second, "accessor objects and annotations removed", func() (bool, error) {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		_, derr := client().AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		assert.True(c, apierrors.IsNotFound(derr), "Deployment: %v", derr)
 		_, serr := client().CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+		assert.True(c, apierrors.IsNotFound(serr), "Service: %v", serr)
 		p := getPVC(t, ns, "data")
-		_, hasURL := p.Annotations[api.AnnotationAccessorURL]
-		_, hasPhase := p.Annotations[api.AnnotationAccessorPhase]
-		return apierrors.IsNotFound(derr) && apierrors.IsNotFound(serr) && !hasURL && !hasPhase, nil
-	})
+		assert.NotContains(c, p.Annotations, api.AnnotationAccessorURL)
+		assert.NotContains(c, p.Annotations, api.AnnotationAccessorPhase)
+	}, 30*time.Second, tick, "accessor objects and annotations removed")
 }
 
 func TestEgressPolicyAndNATSSecret(t *testing.T) {
@@ -471,52 +418,49 @@ func TestEgressPolicyAndNATSSecret(t *testing.T) {
 	ns := namespace(t)
 	ctx := context.Background()
 	src := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: natsSource, Namespace: api.DefaultNamespace}, Data: map[string][]byte{"token": []byte("t0")}}
-	if _, err := client().CoreV1().Secrets(api.DefaultNamespace).Create(ctx, src, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
+	if _, err := client().CoreV1().Secrets(api.DefaultNamespace).Create(ctx, src, metav1.CreateOptions{}); !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
 	}
 	worker := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "worker", Namespace: ns, Labels: map[string]string{api.LabelPool: "echo", api.LabelEgress: api.EgressRestricted}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox:1.36"}}},
 	}
-	if _, err := client().CoreV1().Pods(ns).Create(ctx, worker, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := client().CoreV1().Pods(ns).Create(ctx, worker, metav1.CreateOptions{})
+	require.NoError(t, err)
 	var np *networkingv1.NetworkPolicy
-	eventually(t, 30*time.Second, "egress NetworkPolicy", func() (bool, error) {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var err error
 		np, err = client().NetworkingV1().NetworkPolicies(ns).Get(ctx, egress.PolicyName, metav1.GetOptions{})
-		return err == nil, err
-	})
+		require.NoError(c, err)
+	}, 30*time.Second, tick, "egress NetworkPolicy")
 	checkPolicy(t, np)
 
-	eventually(t, 30*time.Second, "NATS credentials copied", func() (bool, error) {
-		s, err := client().CoreV1().Secrets(ns).Get(ctx, api.NATSCredentialsSecret, metav1.GetOptions{})
-		return err == nil && string(s.Data["token"]) == "t0", err
-	})
+	token := func(want string) func(c *assert.CollectT) {
+		return func(c *assert.CollectT) {
+			s, err := client().CoreV1().Secrets(ns).Get(ctx, api.NATSCredentialsSecret, metav1.GetOptions{})
+			require.NoError(c, err)
+			assert.Equal(c, want, string(s.Data["token"]))
+		}
+	}
+	require.EventuallyWithT(t, token("t0"), 30*time.Second, tick, "NATS credentials copied")
 	src.Data["token"] = []byte("t1")
-	if _, err := client().CoreV1().Secrets(api.DefaultNamespace).Update(ctx, src, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 30*time.Second, "NATS credentials follow the source", func() (bool, error) {
-		s, err := client().CoreV1().Secrets(ns).Get(ctx, api.NATSCredentialsSecret, metav1.GetOptions{})
-		return err == nil && string(s.Data["token"]) == "t1", err
-	})
+	_, err = client().CoreV1().Secrets(api.DefaultNamespace).Update(ctx, src, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.EventuallyWithT(t, token("t1"), 30*time.Second, tick, "NATS credentials follow the source")
 
-	if err := client().CoreV1().Pods(ns).Delete(ctx, "worker", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 30*time.Second, "policy and secret removed with the last Pod", func() (bool, error) {
+	require.NoError(t, client().CoreV1().Pods(ns).Delete(ctx, "worker", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		_, perr := client().NetworkingV1().NetworkPolicies(ns).Get(ctx, egress.PolicyName, metav1.GetOptions{})
+		assert.True(c, apierrors.IsNotFound(perr), "NetworkPolicy: %v", perr)
 		_, serr := client().CoreV1().Secrets(ns).Get(ctx, api.NATSCredentialsSecret, metav1.GetOptions{})
-		return apierrors.IsNotFound(perr) && apierrors.IsNotFound(serr), nil
-	})
+		assert.True(c, apierrors.IsNotFound(serr), "Secret: %v", serr)
+	}, 30*time.Second, tick, "policy and secret removed with the last Pod")
 }
 
 func checkPolicy(t *testing.T, np *networkingv1.NetworkPolicy) {
 	t.Helper()
-	if np.Spec.PodSelector.MatchLabels[api.LabelEgress] != api.EgressRestricted || !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}) {
-		t.Errorf("selector/policy types: %+v %v", np.Spec.PodSelector, np.Spec.PolicyTypes)
-	}
+	assert.Equal(t, api.EgressRestricted, np.Spec.PodSelector.MatchLabels[api.LabelEgress])
+	assert.Equal(t, []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}, np.Spec.PolicyTypes)
 	var dns, public, nats bool
 	for _, r := range np.Spec.Egress {
 		switch {
@@ -528,9 +472,7 @@ func checkPolicy(t *testing.T, np *networkingv1.NetworkPolicy) {
 			for _, peer := range r.To {
 				if peer.IPBlock.CIDR == "0.0.0.0/0" {
 					for _, cidr := range []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16"} {
-						if !slices.Contains(peer.IPBlock.Except, cidr) {
-							t.Errorf("private range %s not denied: %v", cidr, peer.IPBlock.Except)
-						}
+						assert.Contains(t, peer.IPBlock.Except, cidr, "private range not denied")
 					}
 					public = true
 				}
@@ -540,9 +482,7 @@ func checkPolicy(t *testing.T, np *networkingv1.NetworkPolicy) {
 				r.To[0].PodSelector.MatchLabels["app.kubernetes.io/name"] == "nats" && r.Ports[0].Port.IntVal == 4222
 		}
 	}
-	if !dns || !public || !nats {
-		t.Errorf("policy rules dns=%t public=%t nats=%t: %+v", dns, public, nats, np.Spec.Egress)
-	}
+	assert.True(t, dns && public && nats, "policy rules dns=%t public=%t nats=%t: %+v", dns, public, nats, np.Spec.Egress)
 }
 
 func TestRestartedControllerMakesNoDuplicate(t *testing.T) {
@@ -551,9 +491,7 @@ func TestRestartedControllerMakesNoDuplicate(t *testing.T) {
 	ctx := context.Background()
 	// The attempt may still run, or have finished, across the restart.
 	createPVC(t, pvc(ns, "data", map[string]string{api.AnnotationPrepareFromImage: "busybox:1.36"}))
-	eventually(t, 30*time.Second, "the prepare Job", func() (bool, error) {
-		return len(jobsOf(t, ns, getPVC(t, ns, "data"))) == 1, nil
-	})
+	require.Eventually(t, func() bool { return len(jobsOf(t, ns, getPVC(t, ns, "data"))) == 1 }, 30*time.Second, tick, "the prepare Job")
 	stop()
 	// Lose the status as a crash between creating the Job and recording it
 	// would, then run a fresh controller.
@@ -562,12 +500,9 @@ func TestRestartedControllerMakesNoDuplicate(t *testing.T) {
 	}
 	startManager(t)
 	p := waitPhase(t, ns, "data", api.PhaseSucceeded, "0")
-	if n := len(jobsOf(t, ns, p)); n != 1 {
-		t.Fatalf("%d Jobs after a restart, want 1", n)
-	}
-	if _, err := client().BatchV1().Jobs(ns).Get(ctx, "prepare-data-0", metav1.GetOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	require.Len(t, jobsOf(t, ns, p), 1, "Jobs after a restart")
+	_, err := client().BatchV1().Jobs(ns).Get(ctx, "prepare-data-0", metav1.GetOptions{})
+	require.NoError(t, err)
 }
 
 func TestInvalidAnnotationsReported(t *testing.T) {
@@ -586,16 +521,13 @@ func TestInvalidAnnotationsReported(t *testing.T) {
 		createPVC(t, pvc(ns, tt.name, tt.annotations))
 	}
 	for _, tt := range tests {
-		eventually(t, 30*time.Second, tt.name+" Failed", func() (bool, error) {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Eventually(t, func() bool {
+				return getPVC(t, ns, tt.name).Annotations[api.AnnotationPreparePhase] == api.PhaseFailed
+			}, 30*time.Second, tick, "phase Failed")
 			p := getPVC(t, ns, tt.name)
-			return p.Annotations[api.AnnotationPreparePhase] == api.PhaseFailed, nil
+			assert.Contains(t, p.Annotations[api.AnnotationPrepareMessage], tt.want)
+			assert.Empty(t, jobsOf(t, ns, p), "Jobs for invalid annotations")
 		})
-		p := getPVC(t, ns, tt.name)
-		if msg := p.Annotations[api.AnnotationPrepareMessage]; !strings.Contains(msg, tt.want) {
-			t.Errorf("%s: message %q does not name %q", tt.name, msg, tt.want)
-		}
-		if n := len(jobsOf(t, ns, p)); n != 0 {
-			t.Errorf("%s: %d Jobs for invalid annotations", tt.name, n)
-		}
 	}
 }

@@ -2,9 +2,8 @@
 // manager (leader election, metrics, health probes): storage preparation
 // (controllers/storage), the read-only accessor (controllers/accessor), the
 // storage scheduling gate (controllers/gate), the egress NetworkPolicy
-// (controllers/egress) and the NATS credentials Secret sync
-// (controllers/natssecret). Other components register more controllers
-// through Config.Setups.
+// (controllers/egress), the NATS credentials Secret sync
+// (controllers/natssecret) and the SSH Service (controllers/sshservice).
 package controllers
 
 import (
@@ -37,6 +36,7 @@ import (
 	"github.com/runplane/runplane/controllers/egress"
 	"github.com/runplane/runplane/controllers/gate"
 	"github.com/runplane/runplane/controllers/natssecret"
+	"github.com/runplane/runplane/controllers/sshservice"
 	"github.com/runplane/runplane/controllers/storage"
 )
 
@@ -83,10 +83,6 @@ type Config struct {
 
 	// Logger receives the manager's and controllers' logs; zero discards.
 	Logger logr.Logger
-
-	// Setups register further controllers on the manager (for example the
-	// SSH Service controller). They run after runplane's own.
-	Setups []func(ctrl.Manager) error
 }
 
 func (c *Config) defaults() error {
@@ -192,13 +188,14 @@ func NewManager(cfg Config) (ctrl.Manager, error) {
 		},
 		gate.Setup,
 		func(m ctrl.Manager) error { return egress.Setup(m, egress.Options{NATS: cfg.NATS}) },
+		sshservice.Setup,
 	}
 	if cfg.NATSCredentialsSource != "" {
 		setups = append(setups, func(m ctrl.Manager) error {
 			return natssecret.Setup(m, natssecret.Options{Namespace: cfg.Namespace, Source: cfg.NATSCredentialsSource})
 		})
 	}
-	for _, setup := range append(setups, cfg.Setups...) {
+	for _, setup := range setups {
 		if err := setup(mgr); err != nil {
 			return nil, fmt.Errorf("controllers: %w", err)
 		}

@@ -11,6 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestHandler(t *testing.T) {
@@ -45,9 +48,8 @@ func TestHandler(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, httptest.NewRequest(tt.method, tt.path, strings.NewReader(tt.body)))
-			if rec.Code != tt.wantStatus || !strings.Contains(rec.Body.String(), tt.wantBody) {
-				t.Errorf("%s %s = %d %s, want %d containing %s", tt.method, tt.path, rec.Code, rec.Body, tt.wantStatus, tt.wantBody)
-			}
+			assert.Equal(t, tt.wantStatus, rec.Code, "%s %s", tt.method, tt.path)
+			assert.Contains(t, rec.Body.String(), tt.wantBody, "%s %s", tt.method, tt.path)
 		})
 	}
 }
@@ -55,9 +57,7 @@ func TestHandler(t *testing.T) {
 func shortSocket(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "rpfw")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return filepath.Join(dir, "sub", "framework.sock")
 }
@@ -70,30 +70,18 @@ func serve(t testing.TB, sock, healthPath string, h http.Handler) {
 	go func() { done <- ServeUnix(ctx, sock, h) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("ServeUnix: %v", err)
-		}
+		assert.NoError(t, <-done, "ServeUnix")
 	})
 	c := NewClient(sock, "", healthPath)
-	deadline := time.Now().Add(5 * time.Second)
-	for c.Health(context.Background()) != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("framework did not come up")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	require.Eventually(t, func() bool { return c.Health(context.Background()) == nil }, 5*time.Second, 10*time.Millisecond, "framework did not come up")
 }
 
 func TestServeUnixAndClient(t *testing.T) {
 	sock := shortSocket(t)
 	// A stale socket file from a previous run must not stop the server.
-	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.MkdirAll(filepath.Dir(sock), 0o755))
 	ln, err := ListenUnix(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ln.(interface{ SetUnlinkOnClose(bool) }).SetUnlinkOnClose(false)
 	ln.Close()
 
@@ -101,39 +89,31 @@ func TestServeUnixAndClient(t *testing.T) {
 	c := NewClient(sock, "/run", "/ok")
 	req := Request{InvocationID: "i1", WorkerName: "w", Payload: json.RawMessage(`{"a":1}`), Attributes: map[string]string{"k": "v"}}
 	resp, err := c.Invoke(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var back Request
-	if err := json.Unmarshal(resp.Body, &back); err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != 200 || resp.ContentType != "application/json" || back.InvocationID != "i1" || back.Version != Version || string(back.Payload) != `{"a":1}` || back.Attributes["k"] != "v" {
-		t.Errorf("echo = %+v / %+v", resp, back)
-	}
-	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o666 {
-		t.Errorf("socket mode = %v (%v), want 0666", fi.Mode(), err)
-	}
+	require.NoError(t, json.Unmarshal(resp.Body, &back))
+	assert.Equal(t, 200, resp.StatusCode)
+	assert.Equal(t, "application/json", resp.ContentType)
+	assert.Equal(t, "i1", back.InvocationID)
+	assert.Equal(t, Version, back.Version)
+	assert.JSONEq(t, `{"a":1}`, string(back.Payload))
+	assert.Equal(t, "v", back.Attributes["k"])
+	fi, err := os.Stat(sock)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o666), fi.Mode().Perm(), "socket mode")
 	// Wrong paths: an HTTP error, not an envelope.
-	if _, err := NewClient(sock, "/invoke", "").Invoke(context.Background(), req); err == nil || !strings.Contains(err.Error(), "HTTP 404") {
-		t.Errorf("invoke on wrong path: err = %v, want HTTP 404", err)
-	}
-	if err := NewClient(sock, "", "").Health(context.Background()); err == nil {
-		t.Error("health on wrong path: no error")
-	}
+	_, err = NewClient(sock, "/invoke", "").Invoke(context.Background(), req)
+	assert.ErrorContains(t, err, "HTTP 404", "invoke on wrong path")
+	assert.Error(t, NewClient(sock, "", "").Health(context.Background()), "health on wrong path")
 }
 
 func TestListenUnixRefusesNonSocket(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "file")
-	if err := os.WriteFile(p, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ListenUnix(p); err == nil || !strings.Contains(err.Error(), "is not a socket") {
-		t.Errorf("err = %v, want 'is not a socket'", err)
-	}
-	if _, err := ListenUnix(""); err == nil {
-		t.Error("empty path: no error")
-	}
+	require.NoError(t, os.WriteFile(p, nil, 0o600))
+	_, err := ListenUnix(p)
+	assert.ErrorContains(t, err, "is not a socket")
+	_, err = ListenUnix("")
+	assert.Error(t, err, "empty path")
 }
 
 func TestHealthCheckAndContextCancel(t *testing.T) {
@@ -155,27 +135,16 @@ func TestHealthCheckAndContextCancel(t *testing.T) {
 	}))
 	go func() { _ = ServeUnix(t.Context(), sock, h) }()
 	c := NewClient(sock, "", "")
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := c.Health(context.Background())
-		if err != nil && strings.Contains(err.Error(), "HTTP 503: {\"error\":\"model loading\"}") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("health err = %v, want HTTP 503 model loading", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	require.EventuallyWithT(t, func(c2 *assert.CollectT) {
+		assert.ErrorContains(c2, c.Health(context.Background()), "HTTP 503: {\"error\":\"model loading\"}")
+	}, 5*time.Second, 10*time.Millisecond, "health reports the model loading")
 	<-healthy
 	healthy <- true
-	if err := c.Health(context.Background()); err != nil {
-		t.Fatalf("healthy: %v", err)
-	}
+	require.NoError(t, c.Health(context.Background()), "healthy")
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-started; cancel() }()
-	if _, err := c.Invoke(ctx, Request{InvocationID: "x"}); !errors.Is(err, context.Canceled) {
-		t.Errorf("cancelled invoke: err = %v, want context.Canceled", err)
-	}
+	_, err := c.Invoke(ctx, Request{InvocationID: "x"})
+	assert.ErrorIs(t, err, context.Canceled, "cancelled invoke")
 }
 
 func TestEcho(t *testing.T) {
@@ -200,15 +169,12 @@ func TestEcho(t *testing.T) {
 			exited = 0
 			tt.opts.Exit = func(c int) { exited = c }
 			resp, _ := Echo(tt.opts)(context.Background(), Request{InvocationID: "e", Attributes: tt.attrs})
-			if exited != tt.wantExit {
-				t.Errorf("exit = %d, want %d", exited, tt.wantExit)
-			}
+			assert.Equal(t, tt.wantExit, exited, "exit code")
 			if tt.wantExit != 0 {
 				return
 			}
-			if resp.StatusCode != tt.wantCode || !strings.HasPrefix(resp.Error, tt.wantError) {
-				t.Errorf("resp = %d %q, want %d %q", resp.StatusCode, resp.Error, tt.wantCode, tt.wantError)
-			}
+			assert.Equal(t, tt.wantCode, resp.StatusCode)
+			assert.True(t, strings.HasPrefix(resp.Error, tt.wantError), "error %q, want prefix %q", resp.Error, tt.wantError)
 		})
 	}
 }

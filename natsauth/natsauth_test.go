@@ -3,21 +3,20 @@ package natsauth
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func writeDir(t *testing.T, files map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
 	for k, v := range files {
-		if err := os.WriteFile(filepath.Join(dir, k), []byte(v), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(filepath.Join(dir, k), []byte(v), 0o600))
 	}
 	return dir
 }
@@ -39,19 +38,15 @@ func TestFromDirChoosesCredentials(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			opts, err := FromDir(writeDir(t, tt.files))
 			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error = %v, want %q", err, tt.wantErr)
-				}
+				require.ErrorContains(t, err, tt.wantErr)
 				return
 			}
-			if err != nil || len(opts) != tt.opts {
-				t.Fatalf("opts = %d, err = %v; want %d options", len(opts), err, tt.opts)
-			}
+			require.NoError(t, err)
+			require.Len(t, opts, tt.opts)
 		})
 	}
-	if _, err := FromDir(filepath.Join(t.TempDir(), "missing")); err == nil {
-		t.Error("a missing directory gave no error")
-	}
+	_, err := FromDir(filepath.Join(t.TempDir(), "missing"))
+	assert.Error(t, err, "a missing directory")
 }
 
 // TestFromDirAgainstServer connects to a real nats-server that demands a
@@ -73,24 +68,20 @@ func TestFromDirAgainstServer(t *testing.T) {
 			o := tt.server
 			o.Host, o.Port, o.NoLog, o.NoSigs = "127.0.0.1", -1, true, true
 			s, err := server.NewServer(&o)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			s.Start()
 			defer s.Shutdown()
-			if !s.ReadyForConnections(5 * time.Second) {
-				t.Fatal("nats-server not ready")
-			}
+			require.True(t, s.ReadyForConnections(5*time.Second), "nats-server not ready")
 			opts, err := FromDir(writeDir(t, tt.files))
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			nc, err := nats.Connect(s.ClientURL(), opts...)
 			if nc != nil {
 				nc.Close()
 			}
-			if (err == nil) != tt.ok {
-				t.Fatalf("connect error = %v, want success %v", err, tt.ok)
+			if tt.ok {
+				require.NoError(t, err, "connect")
+			} else {
+				require.Error(t, err, "connect")
 			}
 		})
 	}

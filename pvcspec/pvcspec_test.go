@@ -2,14 +2,15 @@ package pvcspec
 
 import (
 	"encoding/json"
-	"errors"
 	"os"
-	"reflect"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/api"
 )
@@ -30,19 +31,13 @@ type Case struct {
 func loadCases(t *testing.T) []Case {
 	t.Helper()
 	f, err := os.Open("testdata/cases.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer f.Close()
 	dec := json.NewDecoder(f)
 	dec.DisallowUnknownFields() // a misspelt field would make a case vacuous
 	var cases []Case
-	if err := dec.Decode(&cases); err != nil {
-		t.Fatalf("testdata/cases.json: %v", err)
-	}
-	if len(cases) < 30 {
-		t.Fatalf("testdata/cases.json holds %d cases; the table was lost", len(cases))
-	}
+	require.NoError(t, dec.Decode(&cases), "testdata/cases.json")
+	require.GreaterOrEqual(t, len(cases), 30, "testdata/cases.json: the table was lost")
 	return cases
 }
 
@@ -51,24 +46,16 @@ func TestParse(t *testing.T) {
 		t.Run(tt.Name, func(t *testing.T) {
 			s, err := Parse("data", tt.A)
 			if tt.WantKey == "" {
-				if err != nil {
-					t.Fatalf("want valid, got %v", err)
-				}
-				if !reflect.DeepEqual(s, tt.Want) {
-					t.Fatalf("spec = %+v, want %+v", s, tt.Want)
-				}
+				require.NoError(t, err, "want valid, got")
+				require.Equal(t, tt.Want, s)
 				return
 			}
 			var inv *InvalidError
-			if !errors.As(err, &inv) {
-				t.Fatalf("want *InvalidError for %s, got %v", tt.WantKey, err)
-			}
-			if inv.Key != tt.WantKey || !strings.Contains(err.Error(), tt.WantMsg) || !strings.HasPrefix(err.Error(), "annotation "+tt.WantKey+": ") {
-				t.Fatalf("got %q, want key %s and %q", err, tt.WantKey, tt.WantMsg)
-			}
-			if !reflect.DeepEqual(s, Spec{}) {
-				t.Fatalf("invalid input returned spec %+v, want the zero Spec", s)
-			}
+			require.ErrorAs(t, err, &inv)
+			require.Equal(t, tt.WantKey, inv.Key)
+			require.Contains(t, err.Error(), tt.WantMsg)
+			require.True(t, strings.HasPrefix(err.Error(), "annotation "+tt.WantKey+": "), "%q names its key first", err)
+			require.Zero(t, s, "invalid input returns the zero Spec")
 		})
 	}
 }
@@ -124,18 +111,13 @@ func TestReadiness(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pvc := claim(tt.a)
-			if got := WantsPreparation(pvc); got != tt.wants {
-				t.Errorf("WantsPreparation = %t, want %t", got, tt.wants)
-			}
-			if got := Ready(pvc); got != tt.ready {
-				t.Errorf("Ready = %t, want %t", got, tt.ready)
-			}
-			if got, want := NeedsPreparation(pvc), tt.wants && !tt.ready; got != want {
-				t.Errorf("NeedsPreparation = %t, want %t", got, want)
-			}
+			assert.Equal(t, tt.wants, WantsPreparation(pvc), "WantsPreparation")
+			assert.Equal(t, tt.ready, Ready(pvc), "Ready")
+			assert.Equal(t, tt.wants && !tt.ready, NeedsPreparation(pvc), "NeedsPreparation")
 			failed, why := Failed(pvc)
-			if failed != tt.failed || (tt.failed && !strings.Contains(why, tt.failedNames)) {
-				t.Errorf("Failed = %t %q, want %t naming %q", failed, why, tt.failed, tt.failedNames)
+			assert.Equal(t, tt.failed, failed, "Failed")
+			if tt.failed {
+				assert.Contains(t, why, tt.failedNames)
 			}
 		})
 	}
@@ -156,9 +138,8 @@ func TestAttempt(t *testing.T) {
 	}
 	for _, tt := range tests {
 		got, err := Attempt(tt.a)
-		if (err != nil) != tt.wantErr || got != tt.want {
-			t.Errorf("Attempt(%v) = %d, %v; want %d, error %t", tt.a, got, err, tt.want, tt.wantErr)
-		}
+		assert.Equal(t, tt.wantErr, err != nil, "Attempt(%v) error: %v", tt.a, err)
+		assert.Equal(t, tt.want, got, "Attempt(%v)", tt.a)
 	}
 }
 
@@ -181,22 +162,20 @@ func FuzzParse(f *testing.F) {
 		s, err := Parse("data", a)
 		if err != nil {
 			var inv *InvalidError
-			if !errors.As(err, &inv) || !strings.HasPrefix(inv.Key, api.Prefix) {
-				t.Fatalf("error does not name a key: %v", err)
-			}
+			require.ErrorAs(t, err, &inv)
+			require.True(t, strings.HasPrefix(inv.Key, api.Prefix), "error does not name a key: %v", err)
 			return
 		}
 		// Accepted: presence means a usable value, so every reader agrees.
 		_, hasImage := a[api.AnnotationPrepareFromImage]
 		_, hasSource := a[api.AnnotationPrepareFromPVC]
-		if s.Prepares() != (hasImage || hasSource) || s.Prepares() != WantsPreparation(claim(a)) {
-			t.Fatalf("accepted %v but Prepares = %t", a, s.Prepares())
+		require.Equal(t, hasImage || hasSource, s.Prepares(), "accepted %v", a)
+		require.Equal(t, WantsPreparation(claim(a)), s.Prepares(), "accepted %v", a)
+		if _, ok := a[api.AnnotationPrepareCommand]; ok {
+			require.NotEmpty(t, s.Command, "accepted command %q as empty", command)
 		}
-		if _, ok := a[api.AnnotationPrepareCommand]; ok && len(s.Command) == 0 {
-			t.Fatalf("accepted command %q as empty", command)
-		}
-		if _, ok := a[api.AnnotationPrepareArgs]; ok && s.Args == nil {
-			t.Fatalf("accepted args %q as null", args)
+		if _, ok := a[api.AnnotationPrepareArgs]; ok {
+			require.NotNil(t, s.Args, "accepted args %q as null", args)
 		}
 	})
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/queue/messages"
@@ -30,16 +31,12 @@ func BenchmarkDispatchToReply(b *testing.B) {
 			cfg.Concurrency = conc
 			cfg.FetchWait = time.Second
 			s, err := New(cfg)
-			if err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, err)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() { done <- s.Run(ctx) }()
 			defer func() { cancel(); <-done }()
-			for !s.ready.Load() || s.consumer.Load() == nil {
-				time.Sleep(10 * time.Millisecond)
-			}
+			require.Eventually(b, func() bool { return s.ready.Load() && s.consumer.Load() != nil }, waitFor, 10*time.Millisecond, "sidecar ready")
 
 			var mu sync.Mutex
 			samples := make([]time.Duration, 0, b.N)

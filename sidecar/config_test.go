@@ -1,8 +1,10 @@
 package sidecar
 
 import (
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/api"
 )
@@ -33,24 +35,30 @@ func TestConfigFromEnv(t *testing.T) {
 		check   func(t *testing.T, c Config)
 	}{
 		{name: "defaults", env: full, check: func(t *testing.T, c Config) {
-			if c.Concurrency != 1 || c.FrameworkSocket != api.DefaultFrameworkSocket || c.InvokePath != "/invoke" || c.HealthPath != "/healthz" ||
-				c.SubjectPrefix != api.DefaultSubjectPrefix || c.StreamName != api.DefaultStreamName || c.HTTPAddr != ":8091" {
-				t.Errorf("defaults = %+v", c)
-			}
+			assert.Equal(t, 1, c.Concurrency)
+			assert.Equal(t, api.DefaultFrameworkSocket, c.FrameworkSocket)
+			assert.Equal(t, "/invoke", c.InvokePath)
+			assert.Equal(t, "/healthz", c.HealthPath)
+			assert.Equal(t, api.DefaultSubjectPrefix, c.SubjectPrefix)
+			assert.Equal(t, api.DefaultStreamName, c.StreamName)
+			assert.Equal(t, ":8091", c.HTTPAddr)
 		}},
 		{name: "everything set", env: with(api.EnvConcurrency, "4", api.EnvFrameworkSocket, "/s/f.sock", api.EnvFrameworkInvokePath, "/run",
 			api.EnvFrameworkHealthPath, "/ok", api.EnvSubjectPrefix, "p", api.EnvStreamName, "S", api.EnvSidecarHTTPAddr, "127.0.0.1:9",
 			api.EnvNATSCredentialsDir, "/creds"), check: func(t *testing.T, c Config) {
-			if c.Concurrency != 4 || c.FrameworkSocket != "/s/f.sock" || c.InvokePath != "/run" || c.HealthPath != "/ok" ||
-				c.SubjectPrefix != "p" || c.StreamName != "S" || c.HTTPAddr != "127.0.0.1:9" || c.NATSCredentialsDir != "/creds" {
-				t.Errorf("config = %+v", c)
-			}
+			assert.Equal(t, 4, c.Concurrency)
+			assert.Equal(t, "/s/f.sock", c.FrameworkSocket)
+			assert.Equal(t, "/run", c.InvokePath)
+			assert.Equal(t, "/ok", c.HealthPath)
+			assert.Equal(t, "p", c.SubjectPrefix)
+			assert.Equal(t, "S", c.StreamName)
+			assert.Equal(t, "127.0.0.1:9", c.HTTPAddr)
+			assert.Equal(t, "/creds", c.NATSCredentialsDir)
 		}},
 		{name: "seed names as fallback", env: with(api.EnvWorkerName, "<unset>", api.EnvSeedWorkerName, "seed-w", api.EnvSeedSocketPath, "/seed.sock"),
 			check: func(t *testing.T, c Config) {
-				if c.WorkerName != "seed-w" || c.FrameworkSocket != "/seed.sock" {
-					t.Errorf("config = %+v", c)
-				}
+				assert.Equal(t, "seed-w", c.WorkerName)
+				assert.Equal(t, "/seed.sock", c.FrameworkSocket)
 			}},
 		{name: "nothing set", env: map[string]string{}, wantErr: []string{api.EnvPool + " must be set", api.EnvWorkerName + " must be set", api.EnvWorkerNamespace + " must be set", api.EnvNATSURL + " must be set"}},
 		{name: "concurrency zero", env: with(api.EnvConcurrency, "0"), wantErr: []string{api.EnvConcurrency + `: "0" is not a positive integer`}},
@@ -60,19 +68,13 @@ func TestConfigFromEnv(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := ConfigFromEnv(func(k string) string { return tt.env[k] })
 			if len(tt.wantErr) > 0 {
-				if err == nil {
-					t.Fatalf("no error, want %v", tt.wantErr)
-				}
+				require.Error(t, err, "no error, want %v", tt.wantErr)
 				for _, w := range tt.wantErr {
-					if !strings.Contains(err.Error(), w) {
-						t.Errorf("error %q does not name %q", err, w)
-					}
+					assert.Contains(t, err.Error(), w)
 				}
 				return
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			tt.check(t, c)
 		})
 	}
@@ -97,11 +99,10 @@ func TestConfigValidate(t *testing.T) {
 			c := ok
 			tt.mutate(&c)
 			_, err := c.withDefaults()
-			switch {
-			case tt.wantErr == "" && err != nil:
-				t.Fatal(err)
-			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
-				t.Fatalf("error = %v, want it to contain %q", err, tt.wantErr)
+			if tt.wantErr == "" {
+				require.NoError(t, err)
+			} else {
+				require.ErrorContains(t, err, tt.wantErr)
 			}
 		})
 	}
@@ -112,9 +113,7 @@ func TestConsumerName(t *testing.T) {
 		{"echo", "echo-7d9f-abc", "echo_echo-7d9f-abc"},
 		{"my_pool", "w", "my_pool_w"},
 	} {
-		if got := ConsumerName(tt.pool, tt.worker); got != tt.want {
-			t.Errorf("ConsumerName(%q, %q) = %q, want %q", tt.pool, tt.worker, got, tt.want)
-		}
+		assert.Equal(t, tt.want, ConsumerName(tt.pool, tt.worker), "ConsumerName(%q, %q)", tt.pool, tt.worker)
 	}
 }
 
@@ -125,8 +124,6 @@ func TestIsAttemptOf(t *testing.T) {
 	}{
 		{"abc.1", "abc", true}, {"abc.12", "abc", true}, {"abc.1", "ab", false}, {"abc", "abc", false}, {"abc.x", "abc", false}, {"abcd.1", "abc", false},
 	} {
-		if got := isAttemptOf(tt.id, tt.inv); got != tt.want {
-			t.Errorf("isAttemptOf(%q, %q) = %v, want %v", tt.id, tt.inv, got, tt.want)
-		}
+		assert.Equal(t, tt.want, isAttemptOf(tt.id, tt.inv), "isAttemptOf(%q, %q)", tt.id, tt.inv)
 	}
 }

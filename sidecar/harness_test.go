@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/framework"
@@ -38,28 +39,19 @@ type env struct {
 func newEnv(t testing.TB) *env {
 	t.Helper()
 	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1"})
-	if err != nil {
-		t.Fatalf("nats server: %v", err)
-	}
+	require.NoError(t, err, "nats server")
 	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server not ready")
-	}
+	require.True(t, srv.ReadyForConnections(10*time.Second), "nats server not ready")
 	t.Cleanup(srv.Shutdown)
 	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
+	require.NoError(t, err, "connect")
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: api.DefaultStreamName, Subjects: subjects.StreamSubjects()}); err != nil {
-		t.Fatalf("create stream: %v", err)
-	}
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: api.DefaultStreamName, Subjects: subjects.StreamSubjects()})
+	require.NoError(t, err, "create stream")
 	return &env{t: t, srv: srv, nc: nc, js: js}
 }
 
@@ -67,9 +59,7 @@ func newEnv(t testing.TB) *env {
 func socketPath(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "rpsc")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return filepath.Join(dir, "framework.sock")
 }
@@ -81,9 +71,7 @@ func serveFramework(t testing.TB, sock string, fn framework.HandlerFunc) (stop f
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	ln, err := framework.ListenUnix(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	srv := &http.Server{Handler: framework.NewHandler(fn)}
 	go func() { defer close(done); _ = srv.Serve(ln) }()
 	var once sync.Once
@@ -126,9 +114,7 @@ type running struct {
 func (e *env) startSidecar(cfg Config) *running {
 	e.t.Helper()
 	s, err := New(cfg)
-	if err != nil {
-		e.t.Fatalf("new sidecar: %v", err)
-	}
+	require.NoError(e.t, err, "new sidecar")
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- s.Run(ctx) }()
@@ -163,13 +149,9 @@ func (e *env) events() <-chan messages.Event {
 		default:
 		}
 	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	require.NoError(e.t, err)
 	e.t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := e.nc.Flush(); err != nil {
-		e.t.Fatal(err)
-	}
+	require.NoError(e.t, e.nc.Flush())
 	return ch
 }
 
@@ -190,13 +172,9 @@ func (e *env) results() <-chan gotResult {
 		}
 		ch <- gotResult{Result: r, MsgID: m.Header.Get(jetstream.MsgIDHeader)}
 	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	require.NoError(e.t, err)
 	e.t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := e.nc.Flush(); err != nil {
-		e.t.Fatal(err)
-	}
+	require.NoError(e.t, e.nc.Flush())
 	return ch
 }
 
@@ -211,14 +189,11 @@ func (e *env) dispatch(worker string, d messages.Dispatch) {
 	}
 	d.DispatchedAt = time.Now().UTC()
 	data, err := json.Marshal(d)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	require.NoError(e.t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := e.js.Publish(ctx, subjects.Dispatch(testPool, worker), data, jetstream.WithMsgID(messages.DispatchMsgID(d.InvocationID, d.Attempt))); err != nil {
-		e.t.Fatalf("publish dispatch: %v", err)
-	}
+	_, err = e.js.Publish(ctx, subjects.Dispatch(testPool, worker), data, jetstream.WithMsgID(messages.DispatchMsgID(d.InvocationID, d.Attempt)))
+	require.NoError(e.t, err, "publish dispatch")
 }
 
 func waitEvent(t *testing.T, ch <-chan messages.Event, what string, match func(messages.Event) bool) messages.Event {
@@ -247,30 +222,20 @@ func waitResult(t *testing.T, ch <-chan gotResult) gotResult {
 	return gotResult{}
 }
 
-// eventually polls cond until it holds or 15s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// waitFor and tick bound every poll of this package's tests.
+const (
+	waitFor = 15 * time.Second
+	tick    = 20 * time.Millisecond
+)
 
 func (e *env) consumerInfo(worker string) *jetstream.ConsumerInfo {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, err := e.js.Consumer(ctx, api.DefaultStreamName, ConsumerName(testPool, worker))
-	if err != nil {
-		e.t.Fatalf("consumer: %v", err)
-	}
+	require.NoError(e.t, err, "consumer")
 	info, err := c.Info(ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	require.NoError(e.t, err)
 	return info
 }
 
@@ -296,9 +261,7 @@ func binaries(t testing.TB) (sidecarBin, echoBin string) {
 			}
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
+	require.NoError(t, buildErr)
 	return filepath.Join(binDir, "runplane-sidecar"), filepath.Join(binDir, "framework-echo")
 }
 

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/framework"
@@ -29,16 +31,14 @@ func TestDispatchResultReplyEvents(t *testing.T) {
 	reply := make(chan *nats.Msg, 1)
 	inbox := nats.NewInbox()
 	sub, err := e.nc.ChanSubscribe(inbox, reply)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer sub.Unsubscribe()
 
 	e.startSidecar(e.config("w1", sock))
 	reg := waitEvent(t, events, "registered", func(ev messages.Event) bool { return ev.Type == messages.EventRegistered })
-	if reg.Worker != "w1" || reg.Namespace != "default" || reg.Concurrency != 1 {
-		t.Errorf("registered event = %+v, want worker w1, namespace default, concurrency 1", reg)
-	}
+	assert.Equal(t, "w1", reg.Worker)
+	assert.Equal(t, "default", reg.Namespace)
+	assert.Equal(t, 1, reg.Concurrency)
 	waitEvent(t, events, "ready heartbeat", func(ev messages.Event) bool { return ev.Type == messages.EventHeartbeat && ev.Ready })
 
 	e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{
@@ -48,29 +48,33 @@ func TestDispatchResultReplyEvents(t *testing.T) {
 	}})
 
 	res := waitResult(t, results)
-	if res.MsgID != "inv-1.1" {
-		t.Errorf("result Nats-Msg-Id = %q, want inv-1.1", res.MsgID)
-	}
-	if res.State != messages.StateSucceeded || res.Response == nil || res.Worker != "w1" || res.Attempt != 1 || res.StartedAt.IsZero() || res.FinishedAt.Before(res.StartedAt) {
-		t.Fatalf("result = %+v, want succeeded with response from w1 attempt 1", res.Result)
-	}
+	assert.Equal(t, "inv-1.1", res.MsgID, "result Nats-Msg-Id")
+	require.Equal(t, messages.StateSucceeded, res.State)
+	require.NotNil(t, res.Response)
+	assert.Equal(t, "w1", res.Worker)
+	assert.Equal(t, 1, res.Attempt)
+	assert.False(t, res.StartedAt.IsZero(), "startedAt")
+	assert.False(t, res.FinishedAt.Before(res.StartedAt), "finishedAt before startedAt")
 	var echoed framework.Request
-	if err := json.Unmarshal(res.Response.Body, &echoed); err != nil {
-		t.Fatalf("echo body: %v", err)
-	}
-	if echoed.Version != framework.Version || echoed.InvocationID != "inv-1" || echoed.ServerlessRequestID != testPool ||
-		echoed.WorkerName != "w1" || echoed.WorkerNamespace != "default" || echoed.Mode != "sync" ||
-		string(echoed.Payload) != `{"prompt":"robot"}` || echoed.Headers["x-request-id"] != "abc" || echoed.Attributes["path"] != "/generate" || echoed.DispatchedAt.IsZero() {
-		t.Errorf("framework got envelope %+v", echoed)
-	}
+	require.NoError(t, json.Unmarshal(res.Response.Body, &echoed), "echo body")
+	assert.Equal(t, framework.Version, echoed.Version)
+	assert.Equal(t, "inv-1", echoed.InvocationID)
+	assert.Equal(t, testPool, echoed.ServerlessRequestID)
+	assert.Equal(t, "w1", echoed.WorkerName)
+	assert.Equal(t, "default", echoed.WorkerNamespace)
+	assert.Equal(t, "sync", echoed.Mode)
+	assert.JSONEq(t, `{"prompt":"robot"}`, string(echoed.Payload))
+	assert.Equal(t, "abc", echoed.Headers["x-request-id"])
+	assert.Equal(t, "/generate", echoed.Attributes["path"])
+	assert.False(t, echoed.DispatchedAt.IsZero(), "dispatchedAt")
 	select {
 	case m := <-reply:
 		var r messages.Result
-		if err := json.Unmarshal(m.Data, &r); err != nil || r.InvocationID != "inv-1" || r.State != messages.StateSucceeded {
-			t.Errorf("sync reply = %s (%v), want succeeded inv-1", m.Data, err)
-		}
+		require.NoError(t, json.Unmarshal(m.Data, &r), "sync reply")
+		assert.Equal(t, "inv-1", r.InvocationID)
+		assert.Equal(t, messages.StateSucceeded, r.State)
 	case <-time.After(5 * time.Second):
-		t.Fatal("no sync reply")
+		require.Fail(t, "no sync reply")
 	}
 	waitEvent(t, events, "started", func(ev messages.Event) bool {
 		return ev.Type == messages.EventStarted && ev.InvocationID == "inv-1" && ev.Attempt == 1
@@ -78,10 +82,10 @@ func TestDispatchResultReplyEvents(t *testing.T) {
 	waitEvent(t, events, "finished", func(ev messages.Event) bool {
 		return ev.Type == messages.EventFinished && ev.InvocationID == "inv-1" && ev.State == messages.StateSucceeded
 	})
-	eventually(t, "dispatch acked", func() bool {
+	require.Eventually(t, func() bool {
 		ci := e.consumerInfo("w1")
 		return ci.NumAckPending == 0 && ci.NumPending == 0 && ci.Delivered.Consumer == 1
-	})
+	}, waitFor, tick, "dispatch acked")
 	if ci := e.consumerInfo("w1"); ci.Config.MaxAckPending != 1 || ci.Config.InactiveThreshold == 0 || ci.Config.Durable != "echo_w1" {
 		t.Errorf("consumer config = %+v, want durable echo_w1, MaxAckPending 1, InactiveThreshold set", ci.Config)
 	}
@@ -112,11 +116,11 @@ func TestResultStates(t *testing.T) {
 			start := time.Now()
 			e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: id, Attributes: tt.attrs, TimeoutSeconds: tt.timeout}})
 			res := waitResult(t, results)
-			if res.InvocationID != id || res.State != tt.state || res.Error != tt.errText {
-				t.Errorf("result = {id %s state %s error %q}, want {id %s state %s error %q}", res.InvocationID, res.State, res.Error, id, tt.state, tt.errText)
-			}
-			if tt.state == messages.StateTimedOut && time.Since(start) > 5*time.Second {
-				t.Errorf("timed_out result took %v, want about the 1s timeout", time.Since(start))
+			assert.Equal(t, id, res.InvocationID)
+			assert.Equal(t, tt.state, res.State)
+			assert.Equal(t, tt.errText, res.Error)
+			if tt.state == messages.StateTimedOut {
+				assert.Less(t, time.Since(start), 5*time.Second, "timed_out result, want about the 1s timeout")
 			}
 		})
 	}
@@ -151,24 +155,16 @@ func TestConcurrencyLimit(t *testing.T) {
 	seen := map[string]bool{}
 	for range n {
 		r := waitResult(t, results)
-		if r.State != messages.StateSucceeded {
-			t.Errorf("result %s = %s (%s)", r.InvocationID, r.State, r.Error)
-		}
+		assert.Equal(t, messages.StateSucceeded, r.State, "result %s (%s)", r.InvocationID, r.Error)
 		seen[r.InvocationID] = true
 	}
-	if len(seen) != n {
-		t.Errorf("got results for %d distinct invocations, want %d", len(seen), n)
-	}
-	if p := peak.Load(); p != 2 {
-		t.Errorf("peak concurrent framework calls = %d, want exactly 2", p)
-	}
+	assert.Len(t, seen, n, "results for distinct invocations")
+	assert.Equal(t, int32(2), peak.Load(), "peak concurrent framework calls")
 	// Heartbeats never report more in flight than the concurrency.
 	for {
 		select {
 		case ev := <-events:
-			if ev.InFlight > 2 {
-				t.Errorf("event %s reports inFlight %d > concurrency 2", ev.Type, ev.InFlight)
-			}
+			assert.LessOrEqual(t, ev.InFlight, 2, "event %s reports inFlight above the concurrency", ev.Type)
 			continue
 		default:
 		}
@@ -192,16 +188,12 @@ func TestLongInvocationIsNotRedelivered(t *testing.T) {
 	e.startSidecar(cfg)
 	e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: "long"}})
 	res := waitResult(t, results)
-	if res.State != messages.StateSucceeded {
-		t.Fatalf("state = %s (%s), want succeeded", res.State, res.Error)
-	}
-	if c := calls.Load(); c != 1 {
-		t.Errorf("framework called %d times, want 1", c)
-	}
+	require.Equal(t, messages.StateSucceeded, res.State, res.Error)
+	assert.Equal(t, int32(1), calls.Load(), "framework calls")
 	ci := e.consumerInfo("w1")
-	if ci.NumRedelivered != 0 || ci.Delivered.Consumer != 1 {
-		t.Errorf("consumer redelivered %d, delivered %d; want 0 and 1 (in-progress acks keep a 2s call within a 400ms ack wait)", ci.NumRedelivered, ci.Delivered.Consumer)
-	}
+	// In-progress acks keep a 2s call within a 400ms ack wait.
+	assert.Zero(t, ci.NumRedelivered, "redelivered")
+	assert.Equal(t, uint64(1), ci.Delivered.Consumer, "delivered")
 }
 
 func TestCancel(t *testing.T) {
@@ -225,18 +217,13 @@ func TestCancel(t *testing.T) {
 		// A cancel for another invocation (or attempt) must not touch it.
 		for _, other := range []messages.Cancel{{InvocationID: "other"}, {InvocationID: c.id, Attempt: 7}, {InvocationID: c.id[:1]}} {
 			data, _ := json.Marshal(other)
-			if err := e.nc.Publish(subjects.Cancel(testPool, "w1"), data); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, e.nc.Publish(subjects.Cancel(testPool, "w1"), data))
 		}
 		data, _ := json.Marshal(messages.Cancel{InvocationID: c.id, Attempt: c.attempt})
-		if err := e.nc.Publish(subjects.Cancel(testPool, "w1"), data); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, e.nc.Publish(subjects.Cancel(testPool, "w1"), data))
 		res := waitResult(t, results)
-		if res.InvocationID != c.id || res.State != messages.StateCancelled {
-			t.Fatalf("result = %s %s (%s), want %s cancelled", res.InvocationID, res.State, res.Error, c.id)
-		}
+		require.Equal(t, c.id, res.InvocationID)
+		require.Equal(t, messages.StateCancelled, res.State, res.Error)
 		// The started event can beat the HTTP request to the framework; a
 		// cancel that lands first ends the call before the framework sees
 		// it. A call the framework did see must have its context cancelled.
@@ -259,9 +246,7 @@ func TestFrameworkCrashFails(t *testing.T) {
 	sock := socketPath(t)
 	fw := exec.Command(echoBin, "-socket", sock)
 	fw.Stderr = os.Stderr
-	if err := fw.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, fw.Start())
 	fwDone := make(chan error, 1)
 	go func() { fwDone <- fw.Wait() }()
 	t.Cleanup(func() { _ = fw.Process.Kill() })
@@ -270,16 +255,15 @@ func TestFrameworkCrashFails(t *testing.T) {
 	waitEvent(t, events, "ready", func(ev messages.Event) bool { return ev.Ready })
 	e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: "boom", Attributes: map[string]string{framework.EchoAttrCrash: "true"}}})
 	res := waitResult(t, results)
-	if res.State != messages.StateFailed || res.Error == "" {
-		t.Fatalf("result = %s %q, want failed with an error", res.State, res.Error)
-	}
+	require.Equal(t, messages.StateFailed, res.State)
+	require.NotEmpty(t, res.Error)
 	select {
 	case <-fwDone:
 	case <-time.After(5 * time.Second):
 		t.Fatal("framework-echo did not exit")
 	}
 	waitEvent(t, events, "unready heartbeat after the crash", func(ev messages.Event) bool { return ev.Type == messages.EventHeartbeat && !ev.Ready })
-	eventually(t, "crashed dispatch acked", func() bool { return e.consumerInfo("w1").NumAckPending == 0 })
+	require.Eventually(t, func() bool { return e.consumerInfo("w1").NumAckPending == 0 }, waitFor, tick, "crashed dispatch acked")
 }
 
 func TestDuplicateDeliveryRunsOnce(t *testing.T) {
@@ -299,25 +283,22 @@ func TestDuplicateDeliveryRunsOnce(t *testing.T) {
 	// Two stream messages with the same dispatch: what a republish outside
 	// the stream's duplicate window looks like.
 	for range 2 {
-		if _, err := e.js.Publish(ctx, subjects.Dispatch(testPool, "w1"), data); err != nil {
-			t.Fatal(err)
-		}
+		_, err := e.js.Publish(ctx, subjects.Dispatch(testPool, "w1"), data)
+		require.NoError(t, err)
 	}
-	if r := waitResult(t, results); r.State != messages.StateSucceeded {
-		t.Fatalf("state = %s", r.State)
-	}
-	eventually(t, "both deliveries acked", func() bool {
+	r := waitResult(t, results)
+	require.Equal(t, "dup", r.InvocationID)
+	require.Equal(t, messages.StateSucceeded, r.State)
+	require.Eventually(t, func() bool {
 		ci := e.consumerInfo("w1")
 		return ci.Delivered.Consumer == 2 && ci.NumAckPending == 0
-	})
-	if c := calls.Load(); c != 1 {
-		t.Errorf("framework ran the dispatch %d times, want 1", c)
-	}
-	select {
-	case r := <-results:
-		t.Errorf("second result published for a duplicate: %+v", r)
-	case <-time.After(200 * time.Millisecond):
-	}
+	}, waitFor, tick, "both deliveries acked")
+	assert.Equal(t, int32(1), calls.Load(), "framework runs of the dispatch")
+	// Barrier: a later dispatch through the same consumer (one in flight at
+	// a time). A result of the duplicate would have come before its result.
+	e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: "after"}})
+	r = waitResult(t, results)
+	assert.Equal(t, "after", r.InvocationID, "no second result for the duplicate")
 }
 
 func get(t *testing.T, url string) int {
@@ -336,27 +317,19 @@ func TestReadinessFollowsFramework(t *testing.T) {
 	events := e.events()
 	s := e.startSidecar(e.config("w1", sock))
 	base := "http://" + s.Addr()
-	if c := get(t, base+"/livez"); c != http.StatusOK {
-		t.Errorf("/livez = %d before the framework exists, want 200", c)
-	}
+	assert.Equal(t, http.StatusOK, get(t, base+"/livez"), "/livez before the framework exists")
 	waitEvent(t, events, "registered", func(ev messages.Event) bool { return ev.Type == messages.EventRegistered })
-	if c := get(t, base+"/readyz"); c != http.StatusServiceUnavailable {
-		t.Errorf("/readyz = %d without a framework, want 503", c)
-	}
+	assert.Equal(t, http.StatusServiceUnavailable, get(t, base+"/readyz"), "/readyz without a framework")
 	stop := serveFramework(t, sock, framework.Echo(framework.EchoOptions{}))
-	eventually(t, "/readyz 200 once the framework serves", func() bool { return get(t, base+"/readyz") == http.StatusOK })
+	require.Eventually(t, func() bool { return get(t, base+"/readyz") == http.StatusOK }, waitFor, tick, "/readyz 200 once the framework serves")
 	waitEvent(t, events, "ready heartbeat", func(ev messages.Event) bool { return ev.Type == messages.EventHeartbeat && ev.Ready })
 	stop()
-	eventually(t, "/readyz 503 once the framework is gone", func() bool { return get(t, base+"/readyz") == http.StatusServiceUnavailable })
+	require.Eventually(t, func() bool { return get(t, base+"/readyz") == http.StatusServiceUnavailable }, waitFor, tick, "/readyz 503 once the framework is gone")
 	waitEvent(t, events, "unready heartbeat", func(ev messages.Event) bool { return ev.Type == messages.EventHeartbeat && !ev.Ready })
 	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("/metrics = %d", resp.StatusCode)
-	}
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "/metrics")
 }
 
 func TestReadinessNeedsNATS(t *testing.T) {
@@ -368,25 +341,19 @@ func TestReadinessNeedsNATS(t *testing.T) {
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	s := e.startSidecar(cfg)
 	base := "http://" + s.Addr()
-	eventually(t, "/livez", func() bool { return get(t, base+"/livez") == http.StatusOK })
+	require.Eventually(t, func() bool { return get(t, base+"/livez") == http.StatusOK }, waitFor, tick, "/livez")
 	// /readyz checks the framework live, so no wait is needed; the body
 	// says the 503 comes from NATS alone, not from the healthy framework.
 	resp, err := http.Get(base + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var st struct{ Framework, NATS string }
 	err = json.NewDecoder(resp.Body).Decode(&st)
 	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusServiceUnavailable || st.Framework != "ok" || st.NATS == "connected" {
-		t.Errorf("/readyz = %d %+v with NATS unreachable, want 503 with framework ok and NATS not connected", resp.StatusCode, st)
-	}
-	if err := s.stop(); err != nil {
-		t.Errorf("stop before registering: %v", err)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "/readyz with NATS unreachable")
+	assert.Equal(t, "ok", st.Framework)
+	assert.NotEqual(t, "connected", st.NATS)
+	assert.NoError(t, s.stop(), "stop before registering")
 }
 
 // TestSIGTERMDrain runs the built binaries: SIGTERM lets the running
@@ -396,9 +363,7 @@ func TestSIGTERMDrain(t *testing.T) {
 	e := newEnv(t)
 	sock := socketPath(t)
 	fw := exec.Command(echoBin, "-socket", sock, "-sleep", "1500ms")
-	if err := fw.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, fw.Start())
 	t.Cleanup(func() { _ = fw.Process.Kill(); _ = fw.Wait() })
 	events, results := e.events(), e.results()
 
@@ -408,9 +373,7 @@ func TestSIGTERMDrain(t *testing.T) {
 		api.EnvFrameworkSocket+"="+sock, api.EnvNATSURL+"="+e.srv.ClientURL(), api.EnvConcurrency+"=2",
 		api.EnvSidecarHTTPAddr+"=127.0.0.1:0")
 	sc.Stderr = os.Stderr
-	if err := sc.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, sc.Start())
 	scDone := make(chan error, 1)
 	go func() { scDone <- sc.Wait() }()
 	t.Cleanup(func() { _ = sc.Process.Kill() })
@@ -418,22 +381,17 @@ func TestSIGTERMDrain(t *testing.T) {
 	waitEvent(t, events, "ready", func(ev messages.Event) bool { return ev.Ready })
 	e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: "inflight"}})
 	waitEvent(t, events, "started", func(ev messages.Event) bool { return ev.Type == messages.EventStarted })
-	if err := sc.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, sc.Process.Signal(syscall.SIGTERM))
 	waitEvent(t, events, "draining heartbeat", func(ev messages.Event) bool { return ev.Draining && !ev.Ready })
 	e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: "late"}})
 
 	res := waitResult(t, results)
-	if res.InvocationID != "inflight" || res.State != messages.StateSucceeded {
-		t.Errorf("result = %s %s (%s), want inflight succeeded", res.InvocationID, res.State, res.Error)
-	}
+	assert.Equal(t, "inflight", res.InvocationID)
+	assert.Equal(t, messages.StateSucceeded, res.State, res.Error)
 	waitEvent(t, events, "deregistered", func(ev messages.Event) bool { return ev.Type == messages.EventDeregistered })
 	select {
 	case err := <-scDone:
-		if err != nil {
-			t.Errorf("sidecar exit: %v, want 0", err)
-		}
+		assert.NoError(t, err, "sidecar exit")
 	case <-time.After(15 * time.Second):
 		t.Fatal("sidecar did not exit after SIGTERM")
 	}
@@ -443,9 +401,8 @@ func TestSIGTERMDrain(t *testing.T) {
 	default:
 	}
 	// The late dispatch waits in the durable consumer for a restart.
-	if ci := e.consumerInfo("w1"); ci.NumPending+uint64(ci.NumAckPending) != 1 {
-		t.Errorf("consumer pending %d + ack pending %d, want the late dispatch left", ci.NumPending, ci.NumAckPending)
-	}
+	ci := e.consumerInfo("w1")
+	assert.Equal(t, uint64(1), ci.NumPending+uint64(ci.NumAckPending), "the late dispatch left in the consumer")
 }
 
 // TestRestartResumesUnackedWork: a sidecar killed mid-invocation leaves its
@@ -476,9 +433,7 @@ func TestRestartResumesUnackedWork(t *testing.T) {
 	start := func() *exec.Cmd {
 		c := exec.Command(sidecarBin, "-probe-interval", "50ms", "-fetch-wait", "200ms", "-ack-wait", "1s")
 		c.Env = envv
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, c.Start())
 		t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
 		return c
 	}
@@ -487,11 +442,7 @@ func TestRestartResumesUnackedWork(t *testing.T) {
 	waitEvent(t, events, "started", func(ev messages.Event) bool { return ev.Type == messages.EventStarted })
 	// The started event can beat the HTTP call: kill only once the
 	// framework has the invocation, so the kill is truly mid-invocation.
-	for deadline := time.Now().Add(10 * time.Second); calls.Load() == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the framework never received the invocation")
-		}
-	}
+	require.Eventually(t, func() bool { return calls.Load() > 0 }, waitFor, tick, "the framework never received the invocation")
 	_ = first.Process.Kill()
 	_ = first.Wait()
 	mu.Lock()
@@ -499,12 +450,9 @@ func TestRestartResumesUnackedWork(t *testing.T) {
 	mu.Unlock()
 	start()
 	res := waitResult(t, results)
-	if res.InvocationID != "resume" || res.State != messages.StateSucceeded {
-		t.Errorf("result = %s %s (%s), want resume succeeded", res.InvocationID, res.State, res.Error)
-	}
-	if c := calls.Load(); c != 2 {
-		t.Errorf("framework calls = %d, want 2 (killed + resumed)", c)
-	}
+	assert.Equal(t, "resume", res.InvocationID)
+	assert.Equal(t, messages.StateSucceeded, res.State, res.Error)
+	assert.Equal(t, int32(2), calls.Load(), "framework calls (killed + resumed)")
 }
 
 // TestPythonFramework runs the sidecar against the Python reference
@@ -518,9 +466,7 @@ func TestPythonFramework(t *testing.T) {
 	sock := socketPath(t)
 	fw := exec.Command(py, "../framework/python/echo.py")
 	fw.Env = append(os.Environ(), api.EnvFrameworkSocket+"="+sock)
-	if err := fw.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, fw.Start())
 	t.Cleanup(func() { _ = fw.Process.Kill(); _ = fw.Wait() })
 	events, results := e.events(), e.results()
 	e.startSidecar(e.config("py", sock))
@@ -532,14 +478,14 @@ func TestPythonFramework(t *testing.T) {
 	}{{"py-ok", nil, messages.StateSucceeded}, {"py-fail", map[string]string{"echo.fail": "nope"}, messages.StateFailed}} {
 		e.dispatch("py", messages.Dispatch{Invocation: messages.Invocation{InvocationID: tt.id, Attributes: tt.attrs, Payload: json.RawMessage(`[1,2]`)}})
 		res := waitResult(t, results)
-		if res.InvocationID != tt.id || res.State != tt.state || res.Response == nil {
-			t.Fatalf("result = %+v, want %s %s", res.Result, tt.id, tt.state)
-		}
+		require.Equal(t, tt.id, res.InvocationID)
+		require.Equal(t, tt.state, res.State)
+		require.NotNil(t, res.Response)
 		if tt.state == messages.StateSucceeded {
 			var echoed framework.Request
-			if err := json.Unmarshal(res.Response.Body, &echoed); err != nil || echoed.WorkerName != "py" || string(echoed.Payload) != "[1,2]" {
-				t.Errorf("python echo body = %s (%v)", res.Response.Body, err)
-			}
+			require.NoError(t, json.Unmarshal(res.Response.Body, &echoed), "python echo body")
+			assert.Equal(t, "py", echoed.WorkerName)
+			assert.JSONEq(t, "[1,2]", string(echoed.Payload))
 		}
 	}
 }

@@ -14,7 +14,6 @@ package chart_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -27,6 +26,9 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/test/cluster"
 )
@@ -109,9 +111,7 @@ var helmStateDir string
 func helmState(t *testing.T) string {
 	if helmStateDir == "" {
 		dir, err := os.MkdirTemp("", "runplane-chart-helm-")
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		helmStateDir = dir // removed with the temp dir of the OS; small
 	}
 	return helmStateDir
@@ -120,9 +120,7 @@ func helmState(t *testing.T) string {
 func mustRun(t *testing.T, name string, args ...string) string {
 	t.Helper()
 	out, err := run(t, name, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return out
 }
 
@@ -135,9 +133,7 @@ func render(t *testing.T, args ...string) (string, error) {
 func mustRender(t *testing.T, args ...string) string {
 	t.Helper()
 	out, err := render(t, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return out
 }
 
@@ -162,9 +158,7 @@ func (o object) namespace() string {
 // into decodes the object into a typed API object.
 func (o object) into(t *testing.T, v any) {
 	t.Helper()
-	if err := yaml.Unmarshal([]byte(o.raw), v); err != nil {
-		t.Fatalf("decoding %s %s: %v", o.kind(), o.name(), err)
-	}
+	require.NoError(t, yaml.Unmarshal([]byte(o.raw), v), "decoding %s %s", o.kind(), o.name())
 }
 
 var docSep = regexp.MustCompile(`(?m)^---\s*$`)
@@ -177,9 +171,7 @@ func parse(t *testing.T, manifests string) []object {
 			continue
 		}
 		var data map[string]any
-		if err := yaml.Unmarshal([]byte(doc), &data); err != nil {
-			t.Fatalf("rendered YAML does not parse: %v\n%s", err, doc)
-		}
+		require.NoError(t, yaml.Unmarshal([]byte(doc), &data), "rendered YAML does not parse:\n%s", doc)
 		out = append(out, object{raw: doc, data: data})
 	}
 	return out
@@ -261,9 +253,7 @@ func TestLint(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out := mustRun(t, "helm", append([]string{"lint", "--strict", "--namespace", releaseNamespace, "."}, c.args...)...)
-			if !strings.Contains(out, "0 chart(s) failed") {
-				t.Fatalf("helm lint:\n%s", out)
-			}
+			require.True(t, strings.Contains(out, "0 chart(s) failed"), "helm lint:\n%s", out)
 		})
 	}
 }
@@ -275,21 +265,13 @@ func TestGolden(t *testing.T) {
 			got := maskGenerated(mustRender(t, c.args...))
 			path := filepath.Join("testdata", "golden", c.name+".yaml")
 			if *update {
-				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+				require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
 				return
 			}
 			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create it)", err)
-			}
-			if got != string(want) {
-				t.Fatalf("%s differs from the render (run with -update to accept):\n%s", path, firstDiff(string(want), got))
-			}
+			require.NoError(t, err, "%v (run with -update to create it)", err)
+			require.Equal(t, string(want), got, "%s differs from the render (run with -update to accept):\n%s", path, firstDiff(string(want), got))
 		})
 	}
 }
@@ -339,17 +321,11 @@ func TestInvalidValues(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out, err := render(t, c.args...)
-			if err == nil {
-				t.Fatalf("render succeeded; want an error containing %q\n%s", c.want, out)
-			}
+			require.Error(t, err, "render succeeded; want an error containing %q\n%s", c.want, out)
 			var ce *cmdError
-			if !errors.As(err, &ce) {
-				t.Fatal(err)
-			}
+			require.ErrorAs(t, err, &ce)
 			for _, w := range c.want {
-				if !strings.Contains(ce.stderr, w) {
-					t.Errorf("helm's error does not contain %q:\n%s", w, ce.stderr)
-				}
+				assert.Contains(t, ce.stderr, w)
 			}
 		})
 	}
@@ -368,9 +344,7 @@ func TestSecurityContexts(t *testing.T) {
 					continue
 				}
 				psc, _ := spec["securityContext"].(map[string]any)
-				if psc["runAsNonRoot"] != true {
-					t.Errorf("%s %s: pod securityContext.runAsNonRoot is not true", o.kind(), o.name())
-				}
+				assert.Equal(t, true, psc["runAsNonRoot"], "%s %s: pod securityContext.runAsNonRoot is not true", o.kind(), o.name())
 				for _, ct := range spec["containers"].([]any) {
 					ctr := ct.(map[string]any)
 					sc, _ := ctr["securityContext"].(map[string]any)

@@ -9,9 +9,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/test/cluster"
@@ -76,25 +80,22 @@ func kubectl(t *testing.T, args ...string) (string, error) {
 func ensureStubCRDs(t *testing.T) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "crds.yaml")
-	if err := os.WriteFile(path, []byte(stubCRDs), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(path, []byte(stubCRDs), 0o600))
 	if out, err := kubectl(t, "apply", "-f", path); err != nil {
 		t.Fatal(err)
 	} else {
 		t.Log(strings.TrimSpace(out))
 	}
-	if _, err := kubectl(t, "wait", "--for=condition=Established", "--timeout=60s",
-		"crd/servicemonitors.monitoring.coreos.com", "crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io"); err != nil {
-		t.Fatal(err)
-	}
+	_, err := kubectl(t, "wait", "--for=condition=Established", "--timeout=60s",
+		"crd/servicemonitors.monitoring.coreos.com", "crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io")
+	require.NoError(t, err)
 }
 
 func ensureNamespace(t *testing.T, name string) {
 	t.Helper()
 	_, err := env.Client().CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	if err != nil && !strings.Contains(err.Error(), "already exists") {
-		t.Fatal(err)
+	if !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
 	}
 }
 
@@ -114,21 +115,13 @@ func TestServerSideDryRun(t *testing.T) {
 			manifests := mustRun(t, "helm", args...)
 			objs := parse(t, manifests)
 			path := filepath.Join(t.TempDir(), "manifests.yaml")
-			if err := os.WriteFile(path, []byte(manifests), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, os.WriteFile(path, []byte(manifests), 0o600))
 			out, err := kubectl(t, "apply", "--dry-run=server", "--server-side", "--field-manager=chart-test", "-f", path)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			lines := strings.Split(strings.TrimSpace(out), "\n")
-			if len(lines) != len(objs) {
-				t.Fatalf("%d objects rendered, the API server answered for %d:\n%s", len(objs), len(lines), out)
-			}
+			require.Len(t, lines, len(objs), "%d objects rendered, the API server answered for %d:\n%s", len(objs), len(lines), out)
 			for _, l := range lines {
-				if !strings.Contains(l, "(server dry run)") {
-					t.Errorf("not a server dry run: %s", l)
-				}
+				assert.True(t, strings.Contains(l, "(server dry run)"), "not a server dry run: %s", l)
 			}
 			t.Logf("%d objects accepted", len(objs))
 		})
@@ -158,36 +151,25 @@ func TestInstall(t *testing.T) {
 
 	t.Run("objects", func(t *testing.T) {
 		for _, d := range []string{"runplane-webhook", "runplane-controller", "runplane-queue", "runplane-scheduler"} {
-			if _, err := client.AppsV1().Deployments(ns).Get(ctx, d, metav1.GetOptions{}); err != nil {
-				t.Errorf("Deployment %s: %v", d, err)
-			}
+			_, err := client.AppsV1().Deployments(ns).Get(ctx, d, metav1.GetOptions{})
+			assert.NoError(t, err, "Deployment %s", d)
 		}
-		if _, err := client.AppsV1().StatefulSets(ns).Get(ctx, "runplane-nats", metav1.GetOptions{}); err != nil {
-			t.Errorf("StatefulSet runplane-nats: %v", err)
-		}
+		_, err := client.AppsV1().StatefulSets(ns).Get(ctx, "runplane-nats", metav1.GetOptions{})
+		assert.NoError(t, err, "StatefulSet runplane-nats")
 		for _, pc := range []string{api.PriorityClassWorkload, api.PriorityClassStock} {
-			if _, err := client.SchedulingV1().PriorityClasses().Get(ctx, pc, metav1.GetOptions{}); err != nil {
-				t.Errorf("PriorityClass %s: %v", pc, err)
-			}
+			_, err := client.SchedulingV1().PriorityClasses().Get(ctx, pc, metav1.GetOptions{})
+			assert.NoError(t, err, "PriorityClass %s", pc)
 		}
 		m, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "runplane-webhook", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		var names []string
 		for _, w := range m.Webhooks {
 			names = append(names, w.Name)
 		}
-		if got := strings.Join(names, ","); got != "gpu-spec.runplane.io,stock.runplane.io,pool.runplane.io,ssh.runplane.io,storage-gate.runplane.io" {
-			t.Errorf("mutating webhooks %s", got)
-		}
+		assert.Equal(t, "gpu-spec.runplane.io,stock.runplane.io,pool.runplane.io,ssh.runplane.io,storage-gate.runplane.io", strings.Join(names, ","), "mutating webhooks")
 		out, err := kubectl(t, "get", "servicemonitors", "-n", ns, "-o", "name")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.Count(out, "servicemonitor") != 4 {
-			t.Errorf("want 4 ServiceMonitors (the cluster serves monitoring.coreos.com/v1), got:\n%s", out)
-		}
+		require.NoError(t, err)
+		assert.EqualValues(t, 4, strings.Count(out, "servicemonitor"), "want 4 ServiceMonitors (the cluster serves monitoring.coreos.com/v1), got:\n%s", out)
 	})
 
 	t.Run("workloads become ready", func(t *testing.T) {
@@ -244,14 +226,12 @@ func TestInstall(t *testing.T) {
 			t.Run(c.name, func(t *testing.T) {
 				created, err := client.CoreV1().Pods(c.namespace).Create(ctx, c.pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 				switch {
-				case c.webhook == "" && err != nil:
-					t.Fatalf("refused: %v", err)
-				case c.webhook == "" && created.Name != c.pod.Name:
-					t.Fatalf("created %q", created.Name)
-				case c.webhook != "" && err == nil:
-					t.Fatalf("admitted; want a call to webhook %s (failurePolicy Fail)", c.webhook)
-				case c.webhook != "" && !strings.Contains(err.Error(), `failed calling webhook "`+c.webhook+`"`):
-					t.Fatalf("want a failed call to %s, got: %v", c.webhook, err)
+				case c.webhook == "":
+					require.NoError(t, err, "refused")
+					require.Equal(t, c.pod.Name, created.Name)
+				default:
+					require.Error(t, err, "admitted; want a call to webhook %s (failurePolicy Fail)", c.webhook)
+					require.Contains(t, err.Error(), `failed calling webhook "`+c.webhook+`"`)
 				}
 			})
 		}
@@ -264,22 +244,17 @@ func TestInstall(t *testing.T) {
 				},
 			}
 		}
-		if _, err := client.CoreV1().PersistentVolumeClaims("team-a").Create(ctx, claim("plain", map[string]string{"other.io/x": "y"}), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
-			t.Errorf("a claim without runplane annotations was refused: %v", err)
-		}
-		_, err := client.CoreV1().PersistentVolumeClaims("team-a").Create(ctx, claim("prepared", map[string]string{api.AnnotationPrepareFromImage: "busybox"}), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err == nil || !strings.Contains(err.Error(), `failed calling webhook "pvc.runplane.io"`) {
-			t.Errorf("a claim with %s: want a failed call to pvc.runplane.io, got %v", api.AnnotationPrepareFromImage, err)
-		}
+		_, err := client.CoreV1().PersistentVolumeClaims("team-a").Create(ctx, claim("plain", map[string]string{"other.io/x": "y"}), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		assert.NoError(t, err, "a claim without runplane annotations was refused")
+		_, err = client.CoreV1().PersistentVolumeClaims("team-a").Create(ctx, claim("prepared", map[string]string{api.AnnotationPrepareFromImage: "busybox"}), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		assert.ErrorContains(t, err, `failed calling webhook "pvc.runplane.io"`, "a claim with %s: want a failed call to pvc.runplane.io, got %v", api.AnnotationPrepareFromImage, err)
 	})
 
 	t.Run("stock pool pods go through the webhook", func(t *testing.T) {
 		// A placeholder the ReplicaSet made before helm created the webhook
 		// configuration was admitted without it (helm installs webhook
 		// configurations last); delete it so the replacement meets the webhook.
-		if err := client.CoreV1().Pods("install-stock").DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "runplane.io/stock"}); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, client.CoreV1().Pods("install-stock").DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "runplane.io/stock"}))
 		// The ReplicaSet of the stock Deployment reports the webhook it called.
 		err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
 			evs, err := client.CoreV1().Events("install-stock").List(ctx, metav1.ListOptions{})
@@ -355,9 +330,8 @@ func TestInstall(t *testing.T) {
 			t.Run(c.who+" "+strings.Join(c.args, " "), func(t *testing.T) {
 				out, _ := kubectl(t, append([]string{"auth", "can-i", "--as=" + sa(c.who)}, c.args...)...)
 				got := strings.TrimSpace(out)
-				if want := map[bool]string{true: "yes", false: "no"}[c.want]; !strings.HasPrefix(got, want) {
-					t.Errorf("kubectl auth can-i %s as %s: %q, want %s", strings.Join(c.args, " "), c.who, got, want)
-				}
+				want := map[bool]string{true: "yes", false: "no"}[c.want]
+				assert.True(t, strings.HasPrefix(got, want), "kubectl auth can-i %s as %s: %q, want %s", strings.Join(c.args, " "), c.who, got, want)
 			})
 		}
 	})
@@ -368,64 +342,43 @@ func TestInstall(t *testing.T) {
 		// nor regenerate the NATS token or the extender's certificate.
 		ca := []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
 		m, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "runplane-webhook", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		for i := range m.Webhooks {
 			m.Webhooks[i].ClientConfig.CABundle = ca
 		}
-		if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, m, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		_, err = client.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, m, metav1.UpdateOptions{})
+		require.NoError(t, err)
 		secret := func(name string) map[string][]byte {
 			s, err := client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			return s.Data
 		}
 		token, tls := secret("runplane-nats-credentials")["token"], secret("runplane-extender-tls")["ca.crt"]
-		if len(token) < 32 {
-			t.Fatalf("generated NATS token %q is too short", token)
-		}
+		require.GreaterOrEqual(t, len(token), 32, "generated NATS token %q is too short", token)
 
 		mustRun(t, "helm", "upgrade", "runplane", ".", "--namespace", ns,
 			"--values", "testdata/values-install.yaml", "--set", "queue.replicas=3", "--timeout", "2m")
 
 		m, err = client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "runplane-webhook", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		for _, w := range m.Webhooks {
-			if string(w.ClientConfig.CABundle) != string(ca) {
-				t.Errorf("webhook %s: caBundle %q after upgrade, want the patched one", w.Name, w.ClientConfig.CABundle)
-			}
+			assert.Equal(t, string(ca), string(w.ClientConfig.CABundle), "webhook %s: caBundle %q after upgrade, want the patched one", w.Name, w.ClientConfig.CABundle)
 		}
-		if got := secret("runplane-nats-credentials")["token"]; string(got) != string(token) {
-			t.Error("the upgrade regenerated the NATS token: running workers would lose NATS")
-		}
-		if got := secret("runplane-extender-tls")["ca.crt"]; string(got) != string(tls) {
-			t.Error("the upgrade regenerated the extender's CA")
-		}
+		assert.Equal(t, string(token), string(secret("runplane-nats-credentials")["token"]), "the upgrade regenerated the NATS token: running workers would lose NATS")
+		assert.Equal(t, string(tls), string(secret("runplane-extender-tls")["ca.crt"]), "the upgrade regenerated the extender's CA")
 		dep, err := client.AppsV1().Deployments(ns).Get(ctx, "runplane-queue", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if *dep.Spec.Replicas != 3 {
-			t.Errorf("queue replicas %d after upgrade, want 3", *dep.Spec.Replicas)
-		}
+		require.NoError(t, err)
+		assert.EqualValues(t, 3, *dep.Spec.Replicas, "queue replicas %d after upgrade, want 3", *dep.Spec.Replicas)
 	})
 
 	t.Run("uninstall", func(t *testing.T) {
 		mustRun(t, "helm", "uninstall", "runplane", "--namespace", ns, "--wait", "--timeout", "2m")
-		if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "runplane-webhook", metav1.GetOptions{}); err == nil {
-			t.Error("the MutatingWebhookConfiguration outlived the release")
-		}
+		_, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "runplane-webhook", metav1.GetOptions{})
+		assert.Error(t, err, "the MutatingWebhookConfiguration outlived the release")
 		// With runplane gone, labelled Pods are admitted again.
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gpu", Labels: map[string]string{api.LabelGPUSpec: "g1.1"}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox"}}}}
-		if _, err := client.CoreV1().Pods("team-a").Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
-			t.Errorf("a labelled Pod is refused after uninstall: %v", err)
-		}
+		_, err = client.CoreV1().Pods("team-a").Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		assert.NoError(t, err, "a labelled Pod is refused after uninstall")
 	})
 }

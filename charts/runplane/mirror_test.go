@@ -18,6 +18,9 @@ import (
 	configv1 "k8s.io/kube-scheduler/config/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/catalog"
 	"github.com/runplane/runplane/extender/profile"
@@ -47,12 +50,8 @@ func TestWebhookConfigurationsMirrorGo(t *testing.T) {
 		Namespace: releaseNamespace,
 		Service:   &admissionregistrationv1.ServiceReference{Namespace: releaseNamespace, Name: "runplane-webhook"},
 	})
-	if !apiequality.Semantic.DeepEqual(gotM.Webhooks, wantM.Webhooks) {
-		t.Errorf("MutatingWebhookConfiguration webhooks differ from webhook.Configurations.\nchart:\n%s\ngo:\n%s", toYAML(gotM.Webhooks), toYAML(wantM.Webhooks))
-	}
-	if !apiequality.Semantic.DeepEqual(gotV.Webhooks, wantV.Webhooks) {
-		t.Errorf("ValidatingWebhookConfiguration webhooks differ from webhook.Configurations.\nchart:\n%s\ngo:\n%s", toYAML(gotV.Webhooks), toYAML(wantV.Webhooks))
-	}
+	assert.True(t, apiequality.Semantic.DeepEqual(gotM.Webhooks, wantM.Webhooks), "MutatingWebhookConfiguration webhooks differ from webhook.Configurations.\nchart:\n%s\ngo:\n%s", toYAML(gotM.Webhooks), toYAML(wantM.Webhooks))
+	assert.True(t, apiequality.Semantic.DeepEqual(gotV.Webhooks, wantV.Webhooks), "ValidatingWebhookConfiguration webhooks differ from webhook.Configurations.\nchart:\n%s\ngo:\n%s", toYAML(gotV.Webhooks), toYAML(wantV.Webhooks))
 }
 
 // schedulerConfig decodes the rendered runplane-scheduler ConfigMap.
@@ -61,9 +60,7 @@ func schedulerConfig(t *testing.T, objs []object) *configv1.KubeSchedulerConfigu
 	var cm corev1.ConfigMap
 	find(t, objs, "ConfigMap", "runplane-scheduler").into(t, &cm)
 	var cfg configv1.KubeSchedulerConfiguration
-	if err := yaml.UnmarshalStrict([]byte(cm.Data["config.yaml"]), &cfg); err != nil {
-		t.Fatalf("scheduler config.yaml: %v\n%s", err, cm.Data["config.yaml"])
-	}
+	require.NoError(t, yaml.UnmarshalStrict([]byte(cm.Data["config.yaml"]), &cfg), "scheduler config.yaml:\n%s", cm.Data["config.yaml"])
 	return &cfg
 }
 
@@ -85,12 +82,8 @@ func TestSchedulerConfigMirrorsGo(t *testing.T) {
 			o.URLPrefix, o.CAFile = "https://127.0.0.1:8443", "/etc/runplane-extender/tls/ca.crt"
 			o.LeaderElect, o.LeaseNamespace = true, releaseNamespace
 			want, err := profile.SchedulerConfig(o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !apiequality.Semantic.DeepEqual(got, want) {
-				t.Errorf("scheduler config differs from profile.SchedulerConfig.\nchart:\n%s\ngo:\n%s", toYAML(got), toYAML(want))
-			}
+			require.NoError(t, err)
+			assert.True(t, apiequality.Semantic.DeepEqual(got, want), "scheduler config differs from profile.SchedulerConfig.\nchart:\n%s\ngo:\n%s", toYAML(got), toYAML(want))
 		})
 	}
 }
@@ -106,14 +99,10 @@ func TestSchedulerConfigRunsInKubeScheduler(t *testing.T) {
 	var secret corev1.Secret
 	find(t, objs, "Secret", "runplane-extender-tls").into(t, &secret)
 	caFile := filepath.Join(t.TempDir(), "ca.crt")
-	if err := os.WriteFile(caFile, secret.Data["ca.crt"], 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(caFile, secret.Data["ca.crt"], 0o600))
 	cfg.Extenders[0].TLSConfig.CAFile = caFile
 	p, err := env.StartScheduler(t.Context(), cfg)
-	if err != nil {
-		t.Fatalf("kube-scheduler did not start with the chart's configuration: %v", err)
-	}
+	require.NoError(t, err, "kube-scheduler did not start with the chart's configuration")
 	p.Stop()
 }
 
@@ -133,12 +122,8 @@ func TestCatalogParses(t *testing.T) {
 			var cm corev1.ConfigMap
 			find(t, parse(t, mustRender(t, c.args...)), "ConfigMap", api.CatalogConfigMap).into(t, &cm)
 			cat, err := catalog.Parse(cm.Data)
-			if err != nil {
-				t.Fatalf("catalog.Parse: %v", err)
-			}
-			if got := strings.Join(cat.Names(), ","); got != strings.Join(c.specs, ",") {
-				t.Fatalf("specs %s, want %s", got, strings.Join(c.specs, ","))
-			}
+			require.NoError(t, err, "catalog.Parse")
+			require.Equal(t, strings.Join(c.specs, ","), strings.Join(cat.Names(), ","), "catalog specs")
 		})
 	}
 }
@@ -161,23 +146,18 @@ func TestNATSConfigLoads(t *testing.T) {
 			find(t, parse(t, mustRender(t, c.args...)), "ConfigMap", "runplane-nats").into(t, &cm)
 			conf := cm.Data["nats.conf"]
 			for _, w := range c.want {
-				if !strings.Contains(conf, w) {
-					t.Errorf("nats.conf lacks %q:\n%s", w, conf)
-				}
+				assert.Contains(t, conf, w)
 			}
 			// The paths of the Pod's volumes, moved into a temp dir.
 			dir := t.TempDir()
 			conf = strings.ReplaceAll(conf, "/data/jetstream", filepath.Join(dir, "jetstream"))
 			conf = strings.ReplaceAll(conf, "/var/run/nats/", dir+"/")
 			path := filepath.Join(dir, "nats.conf")
-			if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, os.WriteFile(path, []byte(conf), 0o600))
 			cmd := exec.CommandContext(t.Context(), filepath.Join(binDir, "nats-server"), "-t", "-c", path)
 			cmd.Env = append(os.Environ(), "POD_NAME=runplane-nats-0", "NATS_TOKEN=secret-token")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Fatalf("nats-server -t rejects the configuration: %v\n%s\n%s", err, out, conf)
-			}
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "nats-server -t rejects the configuration:\n%s\n%s", out, conf)
 		})
 	}
 }
@@ -189,9 +169,7 @@ var metricRef = regexp.MustCompile(`\b(runplane_[a-z0-9_]+)`)
 // leaving an empty panel.
 func TestDashboardMetricsExist(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("dashboards", "runplane.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var dash struct {
 		Panels []struct {
 			Title   string `json:"title"`
@@ -200,14 +178,10 @@ func TestDashboardMetricsExist(t *testing.T) {
 			} `json:"targets"`
 		} `json:"panels"`
 	}
-	if err := json.Unmarshal(data, &dash); err != nil {
-		t.Fatalf("dashboard JSON: %v", err)
-	}
+	require.NoError(t, json.Unmarshal(data, &dash), "dashboard JSON")
 	defined := map[string]bool{}
 	root, err := cluster.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, dir := range []string{"queue", "extender"} {
 		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d os.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
@@ -222,9 +196,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 			}
 			return nil
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 	}
 	used := 0
 	for _, p := range dash.Panels {
@@ -237,15 +209,11 @@ func TestDashboardMetricsExist(t *testing.T) {
 						name = base
 					}
 				}
-				if !defined[name] {
-					t.Errorf("panel %q queries %s, which no non-test Go file of queue/ or extender/ defines", p.Title, m)
-				}
+				assert.True(t, defined[name], "panel %q queries %s, which no non-test Go file of queue/ or extender/ defines", p.Title, m)
 			}
 		}
 	}
-	if used == 0 {
-		t.Fatal("the dashboard queries no runplane metric")
-	}
+	require.NotZero(t, used, "the dashboard queries no runplane metric")
 }
 
 var flagLine = regexp.MustCompile(`(?m)^\s+(?:-[A-Za-z], )?--?([A-Za-z0-9][-A-Za-z0-9_.]*)`)
@@ -259,9 +227,7 @@ func TestContainerFlagsExist(t *testing.T) {
 		t.Skip("builds every runplane binary")
 	}
 	root, err := cluster.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	bin := t.TempDir()
 	type flagSet struct {
 		flags map[string]bool
@@ -314,9 +280,7 @@ func TestContainerFlagsExist(t *testing.T) {
 					}
 					for _, a := range argv[1:] {
 						name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-						if !f.flags[name] {
-							t.Errorf("Deployment %s container %s passes %s, which %s does not define", d.Name, ctr.Name, a, argv[0])
-						}
+						assert.True(t, f.flags[name], "Deployment %s container %s passes %s, which %s does not define", d.Name, ctr.Name, a, argv[0])
 					}
 				}
 			}

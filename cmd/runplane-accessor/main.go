@@ -1,5 +1,5 @@
 // Command runplane-accessor serves a directory read-only over HTTP
-// (controllers/filebrowser): listings, downloads, tar.gz archives. The
+// (internal/filebrowser): listings, downloads, tar.gz archives. The
 // accessor Deployments run it over a PVC mounted read-only.
 package main
 
@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/runplane/runplane/controllers/filebrowser"
+	"github.com/runplane/runplane/internal/filebrowser"
 )
 
 func main() {

@@ -15,11 +15,9 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/tools/clientcmd"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/controllers"
-	"github.com/runplane/runplane/controllers/sshservice"
 )
 
 func main() {
@@ -54,8 +52,6 @@ func main() {
 		fail(2, "loading kubeconfig: %v", err)
 	}
 	cfg.Logger = logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, nil))
-	// Without it, runplane.io/ssh: enabled Pods get a sidecar but no Service.
-	cfg.Setups = []func(ctrl.Manager) error{sshservice.Setup}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := controllers.Run(ctx, cfg); err != nil {

@@ -1,5 +1,5 @@
 // Command runplane-copy copies a directory tree in parallel, keeping modes,
-// ownership, timestamps, symlinks and hard links (controllers/copier). The
+// ownership, timestamps, symlinks and hard links (internal/copier). The
 // storage controller's prepare-from-pvc Jobs run it; progress goes to stderr.
 package main
 
@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/runplane/runplane/controllers/copier"
+	"github.com/runplane/runplane/internal/copier"
 )
 
 func main() {

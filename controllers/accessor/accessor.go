@@ -71,19 +71,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return fmt.Errorf("accessor: Options.Image and Options.ClusterDomain are required")
 	}
 	r := &Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("runplane-accessor"), Options: opts}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, indexClaims, func(o client.Object) []string {
-		pod, ok := o.(*corev1.Pod)
-		if !ok || pod.Labels[labelAccessorFor] != "" {
-			return nil // the accessor's own Pods do not pin it
-		}
-		var out []string
-		for _, v := range pod.Spec.Volumes {
-			if v.PersistentVolumeClaim != nil {
-				out = append(out, v.PersistentVolumeClaim.ClaimName)
-			}
-		}
-		return out
-	}); err != nil {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, indexClaims, mountedClaims); err != nil {
 		return fmt.Errorf("accessor: index: %w", err)
 	}
 	return ctrl.NewControllerManagedBy(mgr).
@@ -96,15 +84,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Owns(&corev1.Service{}).
 		// A Pod landing on a node decides where a ReadWriteOnce accessor goes.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			pod, ok := o.(*corev1.Pod)
-			if !ok || pod.Labels[labelAccessorFor] != "" {
-				return nil
-			}
 			var reqs []reconcile.Request
-			for _, v := range pod.Spec.Volumes {
-				if v.PersistentVolumeClaim != nil {
-					reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: v.PersistentVolumeClaim.ClaimName}})
-				}
+			for _, name := range mountedClaims(o) {
+				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}})
 			}
 			return reqs
 		}), builder.WithPredicates(predicate.Funcs{
@@ -116,6 +98,21 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			GenericFunc: func(event.GenericEvent) bool { return false },
 		})).
 		Complete(r)
+}
+
+// mountedClaims indexes a Pod by the PVCs it mounts.
+func mountedClaims(o client.Object) []string {
+	pod, ok := o.(*corev1.Pod)
+	if !ok || pod.Labels[labelAccessorFor] != "" {
+		return nil // the accessor's own Pods do not pin it
+	}
+	var out []string
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			out = append(out, v.PersistentVolumeClaim.ClaimName)
+		}
+	}
+	return out
 }
 
 // Name is the accessor Deployment's and Service's name for a PVC (a DNS

@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
 )
 
 // TestDeniedRanges checks the denied ranges against addresses that must and
@@ -31,9 +33,7 @@ func TestDeniedRanges(t *testing.T) {
 	for _, tt := range tests {
 		a := netip.MustParseAddr(tt.addr)
 		got := slices.ContainsFunc(prefixes, func(p netip.Prefix) bool { return p.Contains(a) })
-		if got != tt.denied {
-			t.Errorf("%s denied = %t, want %t", tt.addr, got, tt.denied)
-		}
+		assert.Equal(t, tt.denied, got, "%s denied", tt.addr)
 	}
 }
 
@@ -49,8 +49,13 @@ func TestOptionsValidate(t *testing.T) {
 		{"no namespace", NATSEndpoint{PodLabels: map[string]string{"app": "nats"}, Port: 4222}, false},
 	}
 	for _, tt := range tests {
-		if err := (Options{NATS: tt.nats}).validate(); (err == nil) != tt.ok {
-			t.Errorf("%s: err = %v", tt.name, err)
-		}
+		t.Run(tt.name, func(t *testing.T) {
+			err := (Options{NATS: tt.nats}).validate()
+			if tt.ok {
+				assert.NoError(t, err)
+			} else {
+				assert.Error(t, err)
+			}
+		})
 	}
 }

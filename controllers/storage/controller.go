@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -58,6 +59,7 @@ type Reconciler struct {
 	client.Client
 	Reader   client.Reader // uncached, to tell "not created" from "not seen yet"
 	Recorder events.EventRecorder
+	Clock    clock.PassiveClock // measures how long a Pod has failed to pull its image
 	Options
 }
 
@@ -66,7 +68,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.Image == "" {
 		return fmt.Errorf("storage: Options.Image is required")
 	}
-	r := &Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("runplane-storage"), Options: opts}
+	r := &Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("runplane-storage"), Clock: clock.RealClock{}, Options: opts}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.PersistentVolumeClaim{}, indexFromPVC,
 		func(o client.Object) []string {
 			if src := o.GetAnnotations()[api.AnnotationPrepareFromPVC]; src != "" {
@@ -320,7 +322,7 @@ func (r *Reconciler) observe(ctx context.Context, pvc *corev1.PersistentVolumeCl
 		}
 		if problem, since, fatal := pullProblem(p); problem != "" {
 			next.Message = fmt.Sprintf("attempt %s: Pod %s: %s", attempt, p.Name, problem)
-			waited := time.Since(since)
+			waited := r.Clock.Since(since)
 			if fatal || waited >= r.ImagePullTimeout {
 				// A Job would wait for the image until its deadline; the
 				// user learns nothing more by waiting, so end the attempt.

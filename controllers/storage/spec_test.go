@@ -2,14 +2,15 @@ package storage
 
 import (
 	"encoding/json"
-	"errors"
 	"os"
-	"reflect"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/pvcspec"
@@ -27,14 +28,14 @@ func TestJobName(t *testing.T) {
 		{"data", 12, "prepare-data-12"},
 	}
 	for _, tt := range tests {
-		if got := JobName(tt.pvc, tt.attempt); got != tt.want {
-			t.Errorf("JobName(%q, %d) = %q, want %q", tt.pvc, tt.attempt, got, tt.want)
-		}
+		assert.Equal(t, tt.want, JobName(tt.pvc, tt.attempt), "JobName(%q, %d)", tt.pvc, tt.attempt)
 	}
 	a, b := JobName(long, 3), JobName(long+"b", 3)
-	if len(a) > 63 || len(b) > 63 || a == b || !strings.HasSuffix(a, "-3") || JobName(long, 3) != a {
-		t.Errorf("long names not bounded, distinct and deterministic: %q %q", a, b)
-	}
+	assert.LessOrEqual(t, len(a), 63)
+	assert.LessOrEqual(t, len(b), 63)
+	assert.NotEqual(t, a, b, "distinct")
+	assert.True(t, strings.HasSuffix(a, "-3"), "%q ends in the attempt", a)
+	assert.Equal(t, a, JobName(long, 3), "deterministic")
 }
 
 // TestAdmissionAndControllerAgree feeds pvcspec's shared table
@@ -46,16 +47,13 @@ func TestJobName(t *testing.T) {
 // annotations say.
 func TestAdmissionAndControllerAgree(t *testing.T) {
 	raw, err := os.ReadFile("../../pvcspec/testdata/cases.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var cases []struct {
 		Name string            `json:"name"`
 		A    map[string]string `json:"annotations"`
 	}
-	if err := json.Unmarshal(raw, &cases); err != nil || len(cases) < 30 {
-		t.Fatalf("shared table: %d cases, %v", len(cases), err)
-	}
+	require.NoError(t, json.Unmarshal(raw, &cases), "shared table")
+	require.GreaterOrEqual(t, len(cases), 30, "shared table")
 	r := &Reconciler{Options: Options{Image: "runplane:test"}}
 	for _, tt := range cases {
 		t.Run(tt.Name, func(t *testing.T) {
@@ -64,40 +62,27 @@ func TestAdmissionAndControllerAgree(t *testing.T) {
 			spec, attempt, asks, rejected := desired(claim)
 			if denied != nil {
 				var inv *pvcspec.InvalidError
-				if !errors.As(denied, &inv) {
-					t.Fatalf("admission error %v is not a *pvcspec.InvalidError", denied)
-				}
+				require.ErrorAs(t, denied, &inv, "admission error")
 			}
 			if !asks {
-				if rejected != nil {
-					t.Fatalf("controller rejects a claim that asks for no preparation: %v", rejected)
-				}
-				if pvcspec.NeedsPreparation(claim) || !pvcspec.Ready(claim) {
-					t.Fatal("a claim without preparation is gated")
-				}
+				require.NoError(t, rejected, "controller rejects a claim that asks for no preparation")
+				require.False(t, pvcspec.NeedsPreparation(claim), "a claim without preparation is gated")
+				require.True(t, pvcspec.Ready(claim), "a claim without preparation is gated")
 				return
 			}
-			switch {
-			case denied != nil && rejected == nil:
-				t.Fatalf("admission denies (%v) what the controller would prepare", denied)
-			case denied == nil && rejected != nil:
-				t.Fatalf("the controller rejects (%v) what admission admits", rejected)
-			case denied != nil:
-				if denied.Error() != rejected.Error() {
-					t.Fatalf("messages differ:\nadmission:  %v\ncontroller: %v", denied, rejected)
-				}
-				if !pvcspec.NeedsPreparation(claim) {
-					t.Fatal("an invalid preparation request does not hold Pods")
-				}
+			if denied != nil || rejected != nil {
+				require.Error(t, denied, "admission admits what the controller rejects")
+				require.Error(t, rejected, "the controller would prepare what admission denies")
+				require.Equal(t, denied.Error(), rejected.Error(), "messages differ")
+				require.True(t, pvcspec.NeedsPreparation(claim), "an invalid preparation request does not hold Pods")
 				return
 			}
 			// Admitted: the Job does what was asked, and readiness follows
 			// the attempt the controller records.
 			c := r.jobFor(claim, spec, JobName(claim.Name, spec.Attempt)).Spec.Template.Spec.Containers[0]
 			if src := tt.A[api.AnnotationPrepareFromPVC]; src != "" {
-				if c.Image != r.Image || spec.FromPVC != src {
-					t.Fatalf("copy Job runs %s from %q, want %s from %q", c.Image, spec.FromPVC, r.Image, src)
-				}
+				require.Equal(t, r.Image, c.Image, "copy Job image")
+				require.Equal(t, src, spec.FromPVC, "copy Job source")
 			} else {
 				want := func(key string) []string {
 					v, ok := tt.A[key]
@@ -105,24 +90,19 @@ func TestAdmissionAndControllerAgree(t *testing.T) {
 						return nil
 					}
 					var l []string
-					if err := json.Unmarshal([]byte(v), &l); err != nil {
-						t.Fatalf("admitted %s %q: %v", key, v, err)
-					}
+					require.NoError(t, json.Unmarshal([]byte(v), &l), "admitted %s %q", key, v)
 					return l
 				}
-				if c.Image != tt.A[api.AnnotationPrepareFromImage] || !reflect.DeepEqual(c.Command, want(api.AnnotationPrepareCommand)) || !reflect.DeepEqual(c.Args, want(api.AnnotationPrepareArgs)) {
-					t.Fatalf("Job container %s %q %q does not match %v", c.Image, c.Command, c.Args, tt.A)
-				}
+				require.Equal(t, tt.A[api.AnnotationPrepareFromImage], c.Image)
+				require.Equal(t, want(api.AnnotationPrepareCommand), c.Command)
+				require.Equal(t, want(api.AnnotationPrepareArgs), c.Args)
 			}
-			if !pvcspec.NeedsPreparation(claim) {
-				t.Fatal("a claim not yet prepared does not hold Pods")
-			}
+			require.True(t, pvcspec.NeedsPreparation(claim), "a claim not yet prepared does not hold Pods")
 			done := claim.DeepCopy()
 			done.Annotations[api.AnnotationPreparePhase] = api.PhaseSucceeded
 			done.Annotations[api.AnnotationPrepareObservedAttempt] = attempt
-			if !pvcspec.Ready(done) || pvcspec.NeedsPreparation(done) {
-				t.Fatalf("attempt %s recorded Succeeded, but the claim is not ready", attempt)
-			}
+			require.True(t, pvcspec.Ready(done), "attempt %s recorded Succeeded, but the claim is not ready", attempt)
+			require.False(t, pvcspec.NeedsPreparation(done), "attempt %s recorded Succeeded, but the claim holds Pods", attempt)
 		})
 	}
 }
@@ -141,8 +121,8 @@ func TestDesiredAttemptOfInvalid(t *testing.T) {
 	for _, tt := range tests {
 		claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data", Annotations: tt.a}}
 		_, attempt, asks, err := desired(claim)
-		if !asks || err == nil || attempt != tt.want {
-			t.Errorf("%v: asks=%t err=%v attempt=%q, want an error and attempt %q", tt.a, asks, err, attempt, tt.want)
-		}
+		assert.True(t, asks, "%v", tt.a)
+		assert.Error(t, err, "%v", tt.a)
+		assert.Equal(t, tt.want, attempt, "%v", tt.a)
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -48,22 +50,16 @@ func startOpenSSHD(tb testing.TB, dir, authorizedKeys string) *opensshd {
 	}
 	if os.Geteuid() == 0 {
 		// sshd running as root insists on its privilege-separation dir.
-		if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
-			tb.Fatal(err)
-		}
+		require.NoError(tb, os.MkdirAll("/run/sshd", 0o755))
 	}
 	_, priv, _ := ed25519.GenerateKey(rand.Reader)
 	block, _ := ssh.MarshalPrivateKey(priv, "bench sshd")
 	hostKeyFile := filepath.Join(dir, "sshd_host_key")
-	if err := os.WriteFile(hostKeyFile, pem.EncodeToMemory(block), 0o600); err != nil {
-		tb.Fatal(err)
-	}
+	require.NoError(tb, os.WriteFile(hostKeyFile, pem.EncodeToMemory(block), 0o600))
 	signer, _ := ssh.NewSignerFromKey(priv)
 
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
+	require.NoError(tb, err)
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	cfg := fmt.Sprintf(`ListenAddress 127.0.0.1:%d
@@ -80,25 +76,18 @@ LogLevel ERROR
 Subsystem sftp %s
 `, port, hostKeyFile, authorizedKeys, sftpServer)
 	cfgFile := filepath.Join(dir, "sshd_config")
-	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
-		tb.Fatal(err)
-	}
+	require.NoError(tb, os.WriteFile(cfgFile, []byte(cfg), 0o600))
 	cmd := exec.Command(sshd, "-D", "-e", "-f", cfgFile)
 	var log lockedBuffer
 	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
+	require.NoError(tb, cmd.Start())
 	tb.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	eventually(tb, 10*time.Second, "sshd listening", func() error {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			return fmt.Errorf("%w (sshd log %q)", err, log.String())
-		}
-		c.Close()
-		return nil
-	})
+	require.EventuallyWithT(tb, func(c *assert.CollectT) {
+		conn, err := net.Dial("tcp", addr)
+		require.NoError(c, err, "sshd log %q", log.String())
+		conn.Close()
+	}, 10*time.Second, tick, "sshd listening")
 	return &opensshd{addr: addr, hostKey: signer.PublicKey()}
 }
 
@@ -120,9 +109,7 @@ func BenchmarkSFTPThroughput(b *testing.B) {
 	writeRandomFile(b, src, size)
 
 	me, err := user.Current()
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	// sshd needs a real account; runplane-ssh accepts any name.
 	servers := []struct {
 		name    string
@@ -143,9 +130,7 @@ func BenchmarkSFTPThroughput(b *testing.B) {
 						batch := fmt.Sprintf("put %s %s\n", src, remote)
 						if dirn == "get" {
 							if _, err := os.Stat(remote); err != nil {
-								if err := os.Link(src, remote); err != nil {
-									b.Fatal(err)
-								}
+								require.NoError(b, os.Link(src, remote))
 							}
 							batch = fmt.Sprintf("get %s %s\n", remote, filepath.Join(dir, s.name+".local"))
 						}

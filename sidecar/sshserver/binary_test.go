@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -71,19 +73,14 @@ func TestGoClientAuth(t *testing.T) {
 					c.Close()
 					t.Fatal("login succeeded, want refused")
 				}
-				if !strings.Contains(err.Error(), "unable to authenticate") {
-					t.Fatalf("err = %v, want an authentication failure", err)
-				}
+				require.Contains(t, err.Error(), "unable to authenticate", "err = %v, want an authentication failure", err)
 				return
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			defer c.Close()
 			out, err := runGo(c, "echo hello from $0")
-			if err != nil || !strings.Contains(out, "hello from") {
-				t.Fatalf("exec: %q, %v", out, err)
-			}
+			require.NoError(t, err, "exec")
+			require.Contains(t, out, "hello from")
 		})
 	}
 }
@@ -117,14 +114,12 @@ func TestOpenSSHAuth(t *testing.T) {
 			cmd.Stderr = &stderr
 			out, err := cmd.Output()
 			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(stderr.String(), tt.wantErr) {
-					t.Fatalf("err = %v, stderr %q, want %q", err, stderr.String(), tt.wantErr)
-				}
+				require.Error(t, err)
+				require.Contains(t, stderr.String(), tt.wantErr)
 				return
 			}
-			if err != nil || strings.TrimSpace(string(out)) != tt.wantOut {
-				t.Fatalf("out %q, err %v, stderr %q", out, err, stderr.String())
-			}
+			require.NoError(t, err, "stderr %q", stderr.String())
+			require.Equal(t, tt.wantOut, strings.TrimSpace(string(out)))
 		})
 	}
 }
@@ -160,14 +155,13 @@ func TestOpenSSHCommands(t *testing.T) {
 			code := 0
 			if ee, ok := err.(*exec.ExitError); ok {
 				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
+			} else {
+				require.NoError(t, err)
 			}
-			if code != tt.wantCode {
-				t.Errorf("exit code %d, want %d (stderr %q)", code, tt.wantCode, stderr.String())
-			}
-			if !strings.Contains(stdout.String(), tt.wantOut) || (tt.wantOut == "out" && strings.Contains(stdout.String(), "err")) {
-				t.Errorf("stdout %q, want %q", stdout.String(), tt.wantOut)
+			assert.Equal(t, tt.wantCode, code, "exit code %d, want %d (stderr %q)", code, tt.wantCode, stderr.String())
+			assert.Contains(t, stdout.String(), tt.wantOut)
+			if tt.wantOut == "out" {
+				assert.NotContains(t, stdout.String(), "err")
 			}
 		})
 	}
@@ -178,59 +172,40 @@ func TestOpenSSHCommands(t *testing.T) {
 func TestPTYShellWindowChange(t *testing.T) {
 	f := newFixture(t)
 	c, err := f.srv.dial("dev", ssh.PublicKeys(f.good.signer))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.Close()
 	sess, err := c.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer sess.Close()
-	if err := sess.RequestPty("xterm", 40, 100, ssh.TerminalModes{ssh.ECHO: 0}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, sess.RequestPty("xterm", 40, 100, ssh.TerminalModes{ssh.ECHO: 0}))
 	stdin, _ := sess.StdinPipe()
 	var out lockedBuffer
 	sess.Stdout = &out
-	if err := sess.Shell(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, sess.Shell())
 	fmt.Fprintln(stdin, `echo "size:$(stty size) term:$TERM"`)
-	eventually(t, 10*time.Second, "initial size", func() error {
-		if !strings.Contains(out.String(), "size:40 100 term:xterm") {
-			return fmt.Errorf("output %q", out.String())
-		}
-		return nil
-	})
-	if err := sess.WindowChange(50, 132); err != nil {
-		t.Fatal(err)
-	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, out.String(), "size:40 100 term:xterm")
+	}, 10*time.Second, tick, "initial size")
+	require.NoError(t, sess.WindowChange(50, 132))
 	fmt.Fprintln(stdin, `echo "size:$(stty size)"`)
-	eventually(t, 10*time.Second, "resized", func() error {
-		if !strings.Contains(out.String(), "size:50 132") {
-			return fmt.Errorf("output %q", out.String())
-		}
-		return nil
-	})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, out.String(), "size:50 132")
+	}, 10*time.Second, tick, "resized")
 	fmt.Fprintln(stdin, "exit 5")
 	err = sess.Wait()
-	if ee, ok := err.(*ssh.ExitError); !ok || ee.ExitStatus() != 5 {
-		t.Fatalf("wait: %v, want exit status 5", err)
-	}
+	var ee *ssh.ExitError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, 5, ee.ExitStatus())
 }
 
 func sha256File(t *testing.T, path string) [32]byte {
 	t.Helper()
 	fh, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer fh.Close()
 	h := sha256.New()
-	if _, err := io.Copy(h, fh); err != nil {
-		t.Fatal(err)
-	}
+	_, err = io.Copy(h, fh)
+	require.NoError(t, err)
 	var sum [32]byte
 	copy(sum[:], h.Sum(nil))
 	return sum
@@ -240,14 +215,11 @@ func sha256File(t *testing.T, path string) [32]byte {
 func writeRandomFile(tb testing.TB, path string, size int64) {
 	tb.Helper()
 	fh, err := os.Create(path)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	require.NoError(tb, err)
 	defer fh.Close()
 	r := rand.NewChaCha8([32]byte{1, 2, 3})
-	if _, err := io.CopyN(fh, r, size); err != nil {
-		tb.Fatal(err)
-	}
+	_, err = io.CopyN(fh, r, size)
+	require.NoError(tb, err)
 }
 
 func sftpBatch(tb testing.TB, s *server, identity, batch string) {
@@ -260,9 +232,8 @@ func runSFTP(tb testing.TB, opts []string, user, port, batch string) {
 	tb.Helper()
 	cmd := exec.Command("sftp", append(append(opts, "-P", port, "-b", "-"), user+"@127.0.0.1")...)
 	cmd.Stdin = strings.NewReader(batch)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		tb.Fatalf("sftp: %v\n%s", err, out)
-	}
+	out, err := cmd.CombinedOutput()
+	require.NoError(tb, err, "sftp:\n%s", out)
 }
 
 func TestSFTPPutGet100MB(t *testing.T) {
@@ -274,9 +245,7 @@ func TestSFTPPutGet100MB(t *testing.T) {
 	want := sha256File(t, src)
 	sftpBatch(t, f.srv, f.good.file, fmt.Sprintf("put %s %s\nget %s %s\n", src, remote, remote, back))
 	for _, p := range []string{remote, back} {
-		if got := sha256File(t, p); got != want {
-			t.Errorf("%s: sha256 %x, want %x", filepath.Base(p), got, want)
-		}
+		assert.Equal(t, want, sha256File(t, p), "%s: sha256", filepath.Base(p))
 	}
 }
 
@@ -291,9 +260,7 @@ func TestLocalForward(t *testing.T) {
 
 	// A free local port for ssh -L to listen on.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	localPort := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 	l.Close()
 
@@ -302,31 +269,22 @@ func TestLocalForward(t *testing.T) {
 		"-p", f.srv.port(), "dev@127.0.0.1")...)
 	var stderr lockedBuffer
 	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Start())
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	eventually(t, 15*time.Second, "GET through ssh -L", func() error {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		resp, err := http.Get("http://127.0.0.1:" + localPort + "/")
-		if err != nil {
-			return fmt.Errorf("%w (ssh stderr %q)", err, stderr.String())
-		}
+		require.NoError(c, err, "ssh stderr %q", stderr.String())
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
-		if string(body) != "jupyter says hi" {
-			return fmt.Errorf("body %q", body)
-		}
-		return nil
-	})
+		assert.Equal(c, "jupyter says hi", string(body))
+	}, 15*time.Second, tick, "GET through ssh -L")
 }
 
 // TestForwardRules checks with the Go client that local forwarding reaches
 // the Pod's own ports only, and that remote forwarding needs the flag.
 func TestForwardRules(t *testing.T) {
 	echo, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer echo.Close()
 	go func() {
 		for {
@@ -345,21 +303,17 @@ func TestForwardRules(t *testing.T) {
 			}
 			f := newFixture(t, extra...)
 			c, err := f.srv.dial("dev", ssh.PublicKeys(f.good.signer))
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			defer c.Close()
 
 			// Local forward to loopback: allowed, and data round-trips.
 			fc, err := c.Dial("tcp", echo.Addr().String())
-			if err != nil {
-				t.Fatalf("forward to loopback: %v", err)
-			}
+			require.NoError(t, err, "forward to loopback")
 			fmt.Fprint(fc, "ping")
 			buf := make([]byte, 4)
-			if _, err := io.ReadFull(fc, buf); err != nil || string(buf) != "ping" {
-				t.Fatalf("echo through forward: %q %v", buf, err)
-			}
+			_, err = io.ReadFull(fc, buf)
+			require.NoError(t, err, "echo through forward")
+			require.Equal(t, "ping", string(buf))
 			fc.Close()
 
 			// Local forward elsewhere (TEST-NET-1): refused by policy.
@@ -378,9 +332,7 @@ func TestForwardRules(t *testing.T) {
 				}
 				return
 			}
-			if err != nil {
-				t.Fatalf("remote forward: %v", err)
-			}
+			require.NoError(t, err, "remote forward")
 			defer ln.Close()
 			go func() {
 				rc, err := ln.Accept()
@@ -392,14 +344,12 @@ func TestForwardRules(t *testing.T) {
 			}()
 			// Connect inside the "Pod" to the port the server opened.
 			pc, err := net.Dial("tcp", ln.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			defer pc.Close()
 			fmt.Fprint(pc, "pong")
-			if _, err := io.ReadFull(pc, buf); err != nil || string(buf) != "pong" {
-				t.Fatalf("echo through remote forward: %q %v", buf, err)
-			}
+			_, err = io.ReadFull(pc, buf)
+			require.NoError(t, err, "echo through remote forward")
+			require.Equal(t, "pong", string(buf))
 		})
 	}
 }
@@ -414,25 +364,15 @@ func TestKeyRotation(t *testing.T) {
 	vol := filepath.Join(dir, "secret")
 	publish := func(version string, k userKey) {
 		ts := filepath.Join(vol, version)
-		if err := os.MkdirAll(ts, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.MkdirAll(ts, 0o755))
 		writeAuthorized(t, filepath.Join(ts, "authorized_keys"), k)
 		tmp := filepath.Join(vol, "..data_tmp")
-		if err := os.Symlink(version, tmp); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, filepath.Join(vol, "..data")); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.Symlink(version, tmp))
+		require.NoError(t, os.Rename(tmp, filepath.Join(vol, "..data")))
 	}
-	if err := os.MkdirAll(vol, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.MkdirAll(vol, 0o755))
 	publish("..v1", oldKey)
-	if err := os.Symlink("..data/authorized_keys", filepath.Join(vol, "authorized_keys")); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Symlink("..data/authorized_keys", filepath.Join(vol, "authorized_keys")))
 	srv := startServer(t, dir, filepath.Join(vol, "authorized_keys"))
 	pid := srv.cmd.Process.Pid
 
@@ -443,45 +383,31 @@ func TestKeyRotation(t *testing.T) {
 		}
 		return nil
 	}
-	if err := login(oldKey); err != nil {
-		t.Fatalf("old key before rotation: %v", err)
-	}
-	if login(newKey) == nil {
-		t.Fatal("new key accepted before rotation")
-	}
+	require.NoError(t, login(oldKey), "old key before rotation")
+	require.Error(t, login(newKey), "new key accepted before rotation")
 	publish("..v2", newKey)
-	eventually(t, 10*time.Second, "new key accepted", func() error { return login(newKey) })
-	if login(oldKey) == nil {
-		t.Fatal("old key still accepted after rotation")
-	}
-	if srv.cmd.ProcessState != nil || srv.cmd.Process.Pid != pid {
-		t.Fatal("server restarted")
-	}
-	if !strings.Contains(srv.log.String(), "authorized keys reloaded") {
-		t.Error("no reload logged")
-	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.NoError(c, login(newKey)) }, 10*time.Second, tick, "new key accepted")
+	require.Error(t, login(oldKey), "old key still accepted after rotation")
+	require.Nil(t, srv.cmd.ProcessState, "server restarted")
+	require.Equal(t, pid, srv.cmd.Process.Pid, "server restarted")
+	assert.Contains(t, srv.log.String(), "authorized keys reloaded", "no reload logged")
 }
 
 func TestIdleTimeout(t *testing.T) {
 	f := newFixture(t, "--idle-timeout", "300ms")
 	c, err := f.srv.dial("dev", ssh.PublicKeys(f.good.signer))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- c.Wait() }()
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		c.Close()
-		t.Fatal("idle connection was not closed")
+		require.Fail(t, "idle connection was not closed")
 	}
-	eventually(t, 5*time.Second, "idle disconnect logged", func() error {
-		if !strings.Contains(f.srv.log.String(), `"msg":"idle timeout"`) {
-			return fmt.Errorf("log:\n%s", f.srv.log.String())
-		}
-		return nil
-	})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, f.srv.log.String(), `"msg":"idle timeout"`)
+	}, 5*time.Second, tick, "idle disconnect logged")
 }
 
 // TestHostKeyStable restarts the server on the same host key file.
@@ -493,9 +419,8 @@ func TestHostKeyStable(t *testing.T) {
 	_ = first.cmd.Process.Signal(os.Interrupt)
 	_ = first.cmd.Wait()
 	second := startServer(t, dir, keys)
-	if first.hostKeyFP == "" || first.hostKeyFP != second.hostKeyFP {
-		t.Fatalf("host key changed across restarts: %q vs %q", first.hostKeyFP, second.hostKeyFP)
-	}
+	require.NotEmpty(t, first.hostKeyFP)
+	require.Equal(t, first.hostKeyFP, second.hostKeyFP, "host key changed across restarts")
 }
 
 // TestLogsAndMetricsCarryNoSecrets runs a command holding a token and
@@ -505,25 +430,18 @@ func TestLogsAndMetricsCarryNoSecrets(t *testing.T) {
 	f := newFixture(t)
 	const token = "tok-5e3cr3t-value"
 	c, err := f.srv.dial("dev", ssh.PublicKeys(f.good.signer))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := runGo(c, "TOKEN="+token+" true && echo done"); err != nil {
-		t.Fatalf("%q %v", out, err)
-	}
+	require.NoError(t, err)
+	out, err := runGo(c, "TOKEN="+token+" true && echo done")
+	require.NoError(t, err, "%q", out)
 	c.Close()
-	if _, err := f.srv.dial("dev", ssh.Password(token)); err == nil {
-		t.Fatal("password accepted")
-	}
-	if _, err := f.srv.dial("dev", ssh.PublicKeys(f.stranger.signer)); err == nil {
-		t.Fatal("unknown key accepted")
-	}
+	_, err = f.srv.dial("dev", ssh.Password(token))
+	require.Error(t, err, "password accepted")
+	_, err = f.srv.dial("dev", ssh.PublicKeys(f.stranger.signer))
+	require.Error(t, err, "unknown key accepted")
 	var metrics string
-	eventually(t, 5*time.Second, "metrics record the sessions and refusals", func() error {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		resp, err := http.Get("http://" + f.srv.metricsAddr + "/metrics")
-		if err != nil {
-			return err
-		}
+		require.NoError(c, err)
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		metrics = string(body)
@@ -534,24 +452,16 @@ func TestLogsAndMetricsCarryNoSecrets(t *testing.T) {
 			`runplane_ssh_connections_total{result="ok"} 1`,
 			`runplane_ssh_authorized_keys 1`,
 		} {
-			if !strings.Contains(metrics, want) {
-				return fmt.Errorf("metrics lack %s", want)
-			}
+			assert.Contains(c, metrics, want)
 		}
-		return nil
-	})
-	eventually(t, 5*time.Second, "session end and refusal logged", func() error {
+	}, 5*time.Second, tick, "metrics record the sessions and refusals")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for _, want := range []string{`"msg":"session ended"`, `"msg":"auth rejected"`} {
-			if !strings.Contains(f.srv.log.String(), want) {
-				return fmt.Errorf("log lacks %s:\n%s", want, f.srv.log.String())
-			}
+			assert.Contains(c, f.srv.log.String(), want)
 		}
-		return nil
-	})
+	}, 5*time.Second, tick, "session end and refusal logged")
 	for name, text := range map[string]string{"log": f.srv.log.String(), "metrics": metrics} {
-		if strings.Contains(text, token) {
-			t.Errorf("%s contains the secret", name)
-		}
+		assert.NotContains(t, text, token, "%s contains the secret", name)
 	}
 }
 
@@ -564,9 +474,8 @@ func TestRefusesRoot(t *testing.T) {
 	writeAuthorized(t, keys, newUserKey(t, dir, "k"))
 	out, err := exec.Command(binPath, "--listen", "127.0.0.1:0", "--authorized-keys", keys,
 		"--host-key", filepath.Join(dir, "hk")).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "refusing to run as root") {
-		t.Fatalf("err %v, out %q: want a refusal", err, out)
-	}
+	require.Error(t, err, "want a refusal")
+	require.Contains(t, string(out), "refusing to run as root")
 }
 
 func TestBadFlags(t *testing.T) {
@@ -583,9 +492,8 @@ func TestBadFlags(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			args := append([]string{"--listen", "127.0.0.1:0", "--allow-root"}, tt.args...)
 			out, err := exec.Command(binPath, args...).CombinedOutput()
-			if err == nil || !strings.Contains(string(out), tt.want) {
-				t.Fatalf("err %v, out %q: want an error naming %q", err, out, tt.want)
-			}
+			require.Error(t, err)
+			require.Contains(t, string(out), tt.want)
 		})
 	}
 }
@@ -600,11 +508,8 @@ func TestSCP(t *testing.T) {
 	opts := opensshOpts(t, f.srv.dir, f.srv.addr, f.srv.hostKey, f.good.file)
 	for _, args := range [][]string{{src, "dev@127.0.0.1:" + remote}, {"dev@127.0.0.1:" + remote, back}} {
 		cmd := exec.Command("scp", append(append(opts, "-P", f.srv.port()), args...)...)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("scp %v: %v\n%s", args, err, out)
-		}
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "scp %v:\n%s", args, out)
 	}
-	if sha256File(t, back) != sha256File(t, src) {
-		t.Fatal("scp round trip changed the file")
-	}
+	require.Equal(t, sha256File(t, src), sha256File(t, back), "scp round trip changed the file")
 }

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -50,21 +51,13 @@ type userKey struct {
 func newUserKey(tb testing.TB, dir, name string) userKey {
 	tb.Helper()
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	require.NoError(tb, err)
 	signer, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	require.NoError(tb, err)
 	block, err := ssh.MarshalPrivateKey(priv, name)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	require.NoError(tb, err)
 	file := filepath.Join(dir, name)
-	if err := os.WriteFile(file, pem.EncodeToMemory(block), 0o600); err != nil {
-		tb.Fatal(err)
-	}
+	require.NoError(tb, os.WriteFile(file, pem.EncodeToMemory(block), 0o600))
 	return userKey{signer: signer, file: file}
 }
 
@@ -76,9 +69,7 @@ func writeAuthorized(tb testing.TB, path string, keys ...userKey) {
 	for _, k := range keys {
 		b = append(b, k.authorizedLine()...)
 	}
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		tb.Fatal(err)
-	}
+	require.NoError(tb, os.WriteFile(path, b, 0o600))
 }
 
 // lockedBuffer collects the server's log for assertions.
@@ -126,12 +117,8 @@ func startServer(tb testing.TB, dir, keysFile string, extra ...string) *server {
 	cmd := exec.Command(binPath, args...)
 	cmd.Env = append(os.Environ(), "SHELL=/bin/sh")
 	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
+	require.NoError(tb, err)
+	require.NoError(tb, cmd.Start())
 	s := &server{dir: dir, keysFile: keysFile, cmd: cmd, log: &lockedBuffer{}}
 	ready := make(chan struct{})
 	go func() {
@@ -172,13 +159,9 @@ func startServer(tb testing.TB, dir, keysFile string, extra ...string) *server {
 		tb.Fatalf("server did not start; log:\n%s", s.log.String())
 	}
 	data, err := os.ReadFile(hostKey)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	require.NoError(tb, err)
 	hk, err := ssh.ParsePrivateKey(data)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	require.NoError(tb, err)
 	s.hostKey = hk.PublicKey()
 	return s
 }
@@ -208,9 +191,7 @@ func opensshOpts(tb testing.TB, dir, addr string, hostKey ssh.PublicKey, identit
 	host, port, _ := net.SplitHostPort(addr)
 	kh := filepath.Join(dir, "known_hosts_"+port)
 	line := fmt.Sprintf("[%s]:%s %s", host, port, strings.TrimSpace(string(ssh.MarshalAuthorizedKey(hostKey))))
-	if err := os.WriteFile(kh, []byte(line+"\n"), 0o600); err != nil {
-		tb.Fatal(err)
-	}
+	require.NoError(tb, os.WriteFile(kh, []byte(line+"\n"), 0o600))
 	return []string{"-F", "/dev/null", "-o", "StrictHostKeyChecking=yes", "-o", "UserKnownHostsFile=" + kh,
 		"-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "IdentityAgent=none", "-o", "LogLevel=ERROR",
 		"-o", "ConnectTimeout=10", "-i", identity}
@@ -222,18 +203,5 @@ func (s *server) sshCmd(tb testing.TB, identity string, args ...string) *exec.Cm
 	return exec.Command("ssh", append(all, args...)...)
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(tb testing.TB, timeout time.Duration, what string, cond func() error) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("%s: still failing after %s: %v", what, timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
+// tick is the interval of every poll in this package's tests.
+const tick = 100 * time.Millisecond

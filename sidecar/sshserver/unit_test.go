@@ -10,19 +10,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/ssh"
 )
 
 func newPub(t *testing.T) ssh.PublicKey {
 	t.Helper()
 	pub, _, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	k, err := ssh.NewPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return k
 }
 
@@ -45,17 +43,11 @@ func TestParseAuthorizedKeys(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			keys, bad := ParseAuthorizedKeys([]byte(tt.content))
-			if len(keys) != len(tt.want) {
-				t.Fatalf("got %d keys, want %d", len(keys), len(tt.want))
-			}
+			require.Len(t, keys, len(tt.want), "got %d keys, want %d", len(keys), len(tt.want))
 			for _, k := range tt.want {
-				if _, ok := keys[string(k.Marshal())]; !ok {
-					t.Errorf("key %s missing", ssh.FingerprintSHA256(k))
-				}
+				assert.Contains(t, keys, string(k.Marshal()), "key %s missing", ssh.FingerprintSHA256(k))
 			}
-			if !slices.Equal(bad, tt.bad) {
-				t.Errorf("bad lines = %v, want %v", bad, tt.bad)
-			}
+			assert.True(t, slices.Equal(bad, tt.bad), "bad lines = %v, want %v", bad, tt.bad)
 		})
 	}
 }
@@ -65,20 +57,15 @@ func TestKeySetReload(t *testing.T) {
 	path := filepath.Join(dir, "authorized_keys")
 	a, b := newPub(t), newPub(t)
 	ks := NewKeySet(path, discardLogger())
-	if _, err := ks.Reload(); err == nil {
-		t.Fatal("missing file: want an error")
-	}
-	if ks.Allowed(a) {
-		t.Fatal("missing file must allow nobody")
-	}
+	_, err := ks.Reload()
+	require.Error(t, err, "missing file: want an error")
+	require.False(t, ks.Allowed(a), "missing file must allow nobody")
 	write := func(keys ...ssh.PublicKey) {
 		var s []byte
 		for _, k := range keys {
 			s = append(s, ssh.MarshalAuthorizedKey(k)...)
 		}
-		if err := os.WriteFile(path, s, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(path, s, 0o600))
 	}
 	steps := []struct {
 		keys        []ssh.PublicKey
@@ -94,13 +81,10 @@ func TestKeySetReload(t *testing.T) {
 	for i, st := range steps {
 		write(st.keys...)
 		changed, err := ks.Reload()
-		if err != nil {
-			t.Fatalf("step %d: %v", i, err)
-		}
-		if changed != st.wantChanged || ks.Allowed(a) != st.allowA || ks.Allowed(b) != st.allowB {
-			t.Errorf("step %d: changed=%v a=%v b=%v, want %v %v %v", i, changed, ks.Allowed(a), ks.Allowed(b),
-				st.wantChanged, st.allowA, st.allowB)
-		}
+		require.NoError(t, err, "step %d", i)
+		assert.Equal(t, st.wantChanged, changed, "step %d: changed", i)
+		assert.Equal(t, st.allowA, ks.Allowed(a), "step %d: a allowed", i)
+		assert.Equal(t, st.allowB, ks.Allowed(b), "step %d: b allowed", i)
 	}
 }
 
@@ -108,33 +92,18 @@ func TestLoadOrCreateHostKey(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "host_key")
 	first, err := LoadOrCreateHostKey(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if first.PublicKey().Type() != ssh.KeyAlgoED25519 {
-		t.Errorf("type = %s, want ed25519", first.PublicKey().Type())
-	}
+	require.NoError(t, err)
+	assert.Equal(t, ssh.KeyAlgoED25519, first.PublicKey().Type(), "type = %s, want ed25519", first.PublicKey().Type())
 	st, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Mode().Perm() != 0o600 {
-		t.Errorf("mode = %v, want 0600", st.Mode().Perm())
-	}
+	require.NoError(t, err)
+	assert.EqualValues(t, 0o600, st.Mode().Perm(), "mode = %v, want 0600", st.Mode().Perm())
 	again, err := LoadOrCreateHostKey(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ssh.FingerprintSHA256(first.PublicKey()) != ssh.FingerprintSHA256(again.PublicKey()) {
-		t.Error("host key changed on reload")
-	}
+	require.NoError(t, err)
+	assert.Equal(t, ssh.FingerprintSHA256(again.PublicKey()), ssh.FingerprintSHA256(first.PublicKey()), "host key changed on reload")
 	bad := filepath.Join(dir, "bad")
-	if err := os.WriteFile(bad, []byte("junk"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := LoadOrCreateHostKey(bad); err == nil || !strings.Contains(err.Error(), bad) {
-		t.Errorf("corrupt key: err = %v, want one naming %s", err, bad)
-	}
+	require.NoError(t, os.WriteFile(bad, []byte("junk"), 0o600))
+	_, err = LoadOrCreateHostKey(bad)
+	assert.ErrorContains(t, err, bad, "corrupt key")
 }
 
 func TestForwardTarget(t *testing.T) {
@@ -155,20 +124,14 @@ func TestForwardTarget(t *testing.T) {
 		t.Run(tt.host, func(t *testing.T) {
 			got, err := forwardTarget(context.Background(), tt.host, tt.port)
 			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want containing %q", err, tt.wantErr)
-				}
+				require.ErrorContains(t, err, tt.wantErr, "err = %v, want containing %q", err, tt.wantErr)
 				return
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			if tt.host == "localhost" && strings.HasPrefix(got, "[::1]") {
 				return // some resolvers answer ::1 first
 			}
-			if got != tt.want {
-				t.Errorf("got %s, want %s", got, tt.want)
-			}
+			assert.Equal(t, tt.want, got, "got %s, want %s", got, tt.want)
 		})
 	}
 }
@@ -186,9 +149,7 @@ func TestConfigValidate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.cfg.validate()
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("err = %v, want one naming %q", err, tt.want)
-			}
+			assert.ErrorContains(t, err, tt.want, "err = %v, want one naming %q", err, tt.want)
 		})
 	}
 }

@@ -20,6 +20,9 @@ import (
 	configv1 "k8s.io/kube-scheduler/config/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/runplane/runplane/test/cluster"
 )
 
@@ -48,9 +51,7 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 func namespace(t *testing.T, ctx context.Context) string {
 	t.Helper()
 	name := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
-	if err := env.CreateNamespace(ctx, name); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, env.CreateNamespace(ctx, name))
 	return name
 }
 
@@ -72,25 +73,15 @@ func gpuPodSpec(gpus int64) corev1.PodSpec {
 func TestNodesAreReadyWithGPUs(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
 	nodes, err := env.Client().CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(nodes.Items) != 2 {
-		t.Fatalf("got %d nodes, want 2", len(nodes.Items))
-	}
+	require.NoError(t, err)
+	require.Len(t, nodes.Items, 2, "got %d nodes, want 2", len(nodes.Items))
 	for _, n := range nodes.Items {
 		gpu := n.Status.Allocatable["nvidia.com/gpu"]
-		if gpu.Value() != 8 {
-			t.Errorf("node %s: allocatable nvidia.com/gpu = %s, want 8", n.Name, gpu.String())
-		}
+		assert.EqualValues(t, 8, gpu.Value(), "node %s: allocatable nvidia.com/gpu = %s, want 8", n.Name, gpu.String())
 	}
 	v, err := env.Client().Discovery().ServerVersion()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v.GitVersion != cluster.KubernetesVersion {
-		t.Errorf("apiserver version %q, want %q", v.GitVersion, cluster.KubernetesVersion)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, cluster.KubernetesVersion, v.GitVersion, "apiserver version %q, want %q", v.GitVersion, cluster.KubernetesVersion)
 }
 
 func TestGPUDeploymentWithNativeSidecarRuns(t *testing.T) {
@@ -105,10 +96,9 @@ func TestGPUDeploymentWithNativeSidecarRuns(t *testing.T) {
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: gpuPodSpec(4)},
 		},
 	}
-	if _, err := env.Client().AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+	_, err := env.Client().AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{})
+	require.NoError(t, err)
+	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		pods, err := env.Client().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=gpu"})
 		if err != nil {
 			return false, err
@@ -134,8 +124,8 @@ func TestGPUDeploymentWithNativeSidecarRuns(t *testing.T) {
 	}
 	pods, _ := env.Client().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=gpu"})
 	for _, p := range pods.Items {
-		if len(p.Status.InitContainerStatuses) != 1 || p.Status.InitContainerStatuses[0].State.Running == nil {
-			t.Errorf("pod %s: native sidecar not running: %+v", p.Name, p.Status.InitContainerStatuses)
+		if assert.Len(t, p.Status.InitContainerStatuses, 1, "pod %s: native sidecar", p.Name) {
+			assert.NotNil(t, p.Status.InitContainerStatuses[0].State.Running, "pod %s: native sidecar not running", p.Name)
 		}
 	}
 }
@@ -144,17 +134,13 @@ func TestPodThatCannotFitStaysPending(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
 	ns := namespace(t, ctx)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "too-big", Namespace: ns}, Spec: gpuPodSpec(16)}
-	if _, err := env.Client().CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := env.Client().CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	require.NoError(t, err)
 	waitForEvent(t, ctx, ns, "too-big", "FailedScheduling", "Insufficient nvidia.com/gpu")
 	got, err := env.Client().CoreV1().Pods(ns).Get(ctx, "too-big", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Status.Phase != corev1.PodPending || got.Spec.NodeName != "" {
-		t.Errorf("pod is %s on %q, want Pending and unbound", got.Status.Phase, got.Spec.NodeName)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, corev1.PodPending, got.Status.Phase)
+	assert.Empty(t, got.Spec.NodeName, "unbound")
 }
 
 func waitForEvent(t *testing.T, ctx context.Context, ns, object, reason, message string) {
@@ -174,9 +160,7 @@ func waitForEvent(t *testing.T, ctx context.Context, ns, object, reason, message
 		}
 		return false, nil
 	})
-	if err != nil {
-		t.Fatalf("no %s event containing %q on %s (seen: %v): %v", reason, message, object, seen, err)
-	}
+	require.NoError(t, err, "no %s event containing %q on %s (seen: %v)", reason, message, object, seen)
 }
 
 func TestPVCIsBoundAndPodMountingItRuns(t *testing.T) {
@@ -189,9 +173,8 @@ func TestPVCIsBoundAndPodMountingItRuns(t *testing.T) {
 			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
 		},
 	}
-	if _, err := env.Client().CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := env.Client().CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{})
+	require.NoError(t, err)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "mounter", Namespace: ns},
 		Spec: corev1.PodSpec{
@@ -199,26 +182,19 @@ func TestPVCIsBoundAndPodMountingItRuns(t *testing.T) {
 			Volumes:    []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}},
 		},
 	}
-	if _, err := env.Client().CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+	_, err = env.Client().CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	require.NoError(t, err)
+	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		p, err := env.Client().CoreV1().Pods(ns).Get(ctx, "mounter", metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
 		return p.Status.Phase == corev1.PodRunning, nil
 	})
-	if err != nil {
-		t.Fatalf("pod mounting a PVC did not run: %v", err)
-	}
+	require.NoError(t, err, "pod mounting a PVC did not run")
 	got, err := env.Client().CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Status.Phase != corev1.ClaimBound {
-		t.Errorf("PVC phase %s, want Bound", got.Status.Phase)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, corev1.ClaimBound, got.Status.Phase, "PVC phase %s, want Bound", got.Status.Phase)
 }
 
 func TestSecondSchedulerProfile(t *testing.T) {
@@ -227,29 +203,23 @@ func TestSecondSchedulerProfile(t *testing.T) {
 	proc, err := env.StartScheduler(ctx, &configv1.KubeSchedulerConfiguration{
 		Profiles: []configv1.KubeSchedulerProfile{{SchedulerName: ptr.To("second-scheduler")}},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer proc.Stop()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "second", Namespace: ns},
 		Spec:       corev1.PodSpec{SchedulerName: "second-scheduler", Containers: []corev1.Container{{Name: "main", Image: "main"}}},
 	}
-	if _, err := env.Client().CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = env.Client().CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	require.NoError(t, err)
 	waitForEvent(t, ctx, ns, "second", "Scheduled", "Successfully assigned")
 	proc.Stop()
-	if exited, _ := proc.Exited(); !exited {
-		t.Error("scheduler process still running after Stop")
-	}
+	exited, _ := proc.Exited()
+	assert.True(t, exited, "scheduler process still running after Stop")
 }
 
 func TestProcessesLogToDir(t *testing.T) {
 	for _, p := range env.Processes() {
-		if _, err := os.Stat(p.LogPath); err != nil {
-			t.Errorf("%s: %v", p.Name, fmt.Errorf("log file: %w", err))
-		}
+		assert.FileExists(t, p.LogPath, "%s log file", p.Name)
 	}
 }
 
@@ -280,17 +250,12 @@ func TestNoProcessOutlivesAPanic(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envPanicChild+"="+pidFile)
 	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "a test panicked") {
-		t.Fatalf("child did not panic as planned: %v\n%s", err, out)
-	}
+	require.Error(t, err, "child did not panic as planned:\n%s", out)
+	require.Contains(t, string(out), "a test panicked", "child did not panic as planned")
 	data, err := os.ReadFile(pidFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	pids := strings.Fields(string(data))
-	if len(pids) < 5 {
-		t.Fatalf("child reported %d processes, want at least 5 (etcd, apiserver, kcm, scheduler, kwok)", len(pids))
-	}
+	require.GreaterOrEqual(t, len(pids), 5, "child's processes: etcd, apiserver, kcm, scheduler, kwok")
 	ctx := ctxFor(t, 15*time.Second)
 	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
 		for _, s := range pids {
@@ -301,7 +266,5 @@ func TestNoProcessOutlivesAPanic(t *testing.T) {
 		}
 		return true, nil
 	})
-	if err != nil {
-		t.Fatalf("control-plane processes %v outlived the panicking test binary", pids)
-	}
+	require.NoError(t, err, "control-plane processes %v outlived the panicking test binary", pids)
 }

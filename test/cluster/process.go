@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Process is one control-plane process, its output in a log file.
@@ -104,19 +106,17 @@ func (p *Process) Tail(n int) string {
 // waitFor polls check until it succeeds, the process exits or ctx ends.
 func waitFor(ctx context.Context, p *Process, what string, check func() error) error {
 	var last error
-	for {
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
 		if exited, err := p.Exited(); exited {
-			return fmt.Errorf("%s exited while waiting for %s (%v); log tail:\n%s", p.Name, what, err, p.Tail(30))
+			return false, fmt.Errorf("%s exited while waiting for %s (%v); log tail:\n%s", p.Name, what, err, p.Tail(30))
 		}
-		if last = check(); last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w (last: %v)", what, ctx.Err(), last)
-		case <-time.After(100 * time.Millisecond):
-		}
+		last = check()
+		return last == nil, nil
+	})
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("waiting for %s: %w (last: %v)", what, ctx.Err(), last)
 	}
+	return err
 }
 
 // Pid is the process ID (also its process group ID).

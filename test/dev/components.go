@@ -23,7 +23,6 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/controllers"
 	"github.com/runplane/runplane/controllers/egress"
-	"github.com/runplane/runplane/controllers/sshservice"
 	"github.com/runplane/runplane/extender"
 	"github.com/runplane/runplane/extender/profile"
 	"github.com/runplane/runplane/queue"
@@ -144,7 +143,7 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 		})
 	})
 
-	// Controllers, with the SSH Service controller.
+	// Controllers, the SSH Service controller among them.
 	s.goRun(ctx, "controllers", func(ctx context.Context) error {
 		return controllers.Run(ctx, controllers.Config{
 			RESTConfig: c.RESTConfig(), Image: devImage,
@@ -152,7 +151,6 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 			NATSCredentialsSource: natsSourceSecret,
 			MetricsAddr:           "0", ProbeAddr: "0",
 			Logger: logr.FromSlogHandler(log.With("component", "controllers").Handler()),
-			Setups: []func(ctrl.Manager) error{sshservice.Setup},
 		})
 	})
 

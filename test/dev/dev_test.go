@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -30,22 +32,17 @@ func TestMakeDev(t *testing.T) {
 		t.Skip("starts the whole local system")
 	}
 	bin := filepath.Join(t.TempDir(), "runplane-dev")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("building: %v\n%s", err, out)
-	}
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "building:\n%s", out)
 	dir := t.TempDir()
 	cmd := exec.Command(bin, "-dir", dir, "-nodes", "2")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var output bytes.Buffer
 	cmd.Stderr = &output
 	began := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Start())
 	defer syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	lines := make(chan string, 100)
 	go func() {
@@ -60,9 +57,7 @@ func TestMakeDev(t *testing.T) {
 	for kubeconfig == "" || queueURL == "" {
 		select {
 		case line, ok := <-lines:
-			if !ok {
-				t.Fatalf("make dev exited early:\n%s", output.String())
-			}
+			require.True(t, ok, "make dev exited early:\n%s", output.String())
 			output.WriteString(line + "\n")
 			if v, ok := strings.CutPrefix(line, "kubeconfig: "); ok {
 				kubeconfig = v
@@ -82,16 +77,12 @@ func TestMakeDev(t *testing.T) {
 	}()
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	client := kubernetes.NewForConfigOrDie(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ready := 0
 	for _, n := range nodes.Items {
 		for _, c := range n.Status.Conditions {
@@ -100,15 +91,11 @@ func TestMakeDev(t *testing.T) {
 			}
 		}
 	}
-	if ready != 2 {
-		t.Errorf("%d Ready nodes, want 2", ready)
-	}
+	assert.EqualValues(t, 2, ready, "%d Ready nodes, want 2", ready)
 
 	body := `{"mode":"sync","payload":{"prompt":"hello"},"timeoutSeconds":60}`
 	resp, err := http.Post(queueURL+"/v1/pools/echo/invocations", "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	data, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	var rec struct {
@@ -119,25 +106,21 @@ func TestMakeDev(t *testing.T) {
 			} `json:"body"`
 		} `json:"response"`
 	}
-	if err := json.Unmarshal(data, &rec); err != nil || resp.StatusCode != http.StatusOK || rec.State != "succeeded" || rec.Response.Body.Payload["prompt"] != "hello" {
-		t.Fatalf("sync invocation: %d %s (%v)", resp.StatusCode, data, err)
-	}
+	require.Equal(t, http.StatusOK, resp.StatusCode, "sync invocation: %s", data)
+	require.NoError(t, json.Unmarshal(data, &rec), "sync invocation: %s", data)
+	require.Equal(t, "succeeded", rec.State, "sync invocation: %s", data)
+	require.Equal(t, "hello", rec.Response.Body.Payload["prompt"], "sync invocation: %s", data)
 
 	// Ctrl-C: everything stops, nothing outlives it.
-	if err := cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
-		if err != nil {
-			t.Errorf("make dev exited with %v after SIGINT:\n%s", err, output.String())
-		}
+		assert.NoError(t, err, "make dev exit after SIGINT:\n%s", output.String())
 	case <-time.After(time.Minute):
 		t.Fatalf("make dev still running a minute after SIGINT")
 	}
-	if out, _ := exec.Command("pgrep", "-f", dir).Output(); len(bytes.TrimSpace(out)) > 0 {
-		t.Errorf("processes outlived make dev: %s", out)
-	}
+	out, _ = exec.Command("pgrep", "-f", dir).Output()
+	assert.Empty(t, bytes.TrimSpace(out), "processes outlived make dev")
 }

@@ -8,6 +8,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/runplane/runplane/api"
 )
 
@@ -75,18 +78,12 @@ func TestPodEnv(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			sc, fw, err := PodEnv(tt.pod, tt.local)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			for _, w := range tt.wantSidecar {
-				if !slices.Contains(sc, w) {
-					t.Errorf("sidecar env lacks %s: %v", w, sc)
-				}
+				assert.True(t, slices.Contains(sc, w), "sidecar env lacks %s: %v", w, sc)
 			}
 			for _, w := range tt.wantFramework {
-				if !slices.Contains(fw, w) {
-					t.Errorf("framework env lacks %s: %v", w, fw)
-				}
+				assert.True(t, slices.Contains(fw, w), "framework env lacks %s: %v", w, fw)
 			}
 			for _, k := range tt.absentFw {
 				for _, kv := range fw {
@@ -109,7 +106,6 @@ func TestPodEnv(t *testing.T) {
 func TestPodEnvUnsupportedField(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{api.LabelPool: "x"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Env: []corev1.EnvVar{fieldEnv("X", "status.podIPs")}}}}}
-	if _, _, err := PodEnv(pod, Local{}); err == nil || !strings.Contains(err.Error(), `env X: field path "status.podIPs"`) {
-		t.Errorf("err = %v, want one naming env X and the field path", err)
-	}
+	_, _, err := PodEnv(pod, Local{})
+	assert.ErrorContains(t, err, `env X: field path "status.podIPs"`)
 }

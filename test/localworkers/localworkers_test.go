@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -30,51 +31,38 @@ func TestWorkerFollowsPod(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	srv.Start()
 	defer srv.Shutdown()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats not ready")
-	}
+	require.True(t, srv.ReadyForConnections(10*time.Second), "nats not ready")
 	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	subj := messages.Subjects{Prefix: api.DefaultSubjectPrefix}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: api.DefaultStreamName, Subjects: subj.StreamSubjects()}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: api.DefaultStreamName, Subjects: subj.StreamSubjects()})
+	require.NoError(t, err)
 	events := make(chan messages.Event, 100)
-	if _, err := nc.Subscribe(subj.Metrics("lw"), func(m *nats.Msg) {
+	_, err = nc.Subscribe(subj.Metrics("lw"), func(m *nats.Msg) {
 		var e messages.Event
 		if json.Unmarshal(m.Data, &e) == nil {
 			events <- e
 		}
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
+	require.NoError(t, err)
 	results := make(chan messages.Result, 10)
-	if _, err := nc.Subscribe(subj.Result("lw"), func(m *nats.Msg) {
+	_, err = nc.Subscribe(subj.Result("lw"), func(m *nats.Msg) {
 		var r messages.Result
 		if json.Unmarshal(m.Data, &r) == nil {
 			results <- r
 		}
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
+	require.NoError(t, err)
 
 	binDir := t.TempDir()
 	scBin, fwBin, err := BuildBinaries(ctx, binDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := env.CreateNamespace(ctx, "lw"); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, env.CreateNamespace(ctx, "lw"))
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	r, err := Start(runCtx, Config{
@@ -82,9 +70,7 @@ func TestWorkerFollowsPod(t *testing.T) {
 		SidecarArgs: []string{"-heartbeat-interval", "500ms", "-probe-interval", "100ms", "-fetch-wait", "300ms"},
 		Namespace:   "lw", StopGrace: 10 * time.Second, Logf: t.Logf, Dir: t.TempDir(),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "lw-0", Namespace: "lw", Labels: map[string]string{api.LabelPool: "lw"},
@@ -92,9 +78,8 @@ func TestWorkerFollowsPod(t *testing.T) {
 		Spec: corev1.PodSpec{NodeName: "kwok-0", Containers: []corev1.Container{{Name: "app", Image: "framework"}},
 			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}}},
 	}
-	if _, err := env.Client().CoreV1().Pods("lw").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = env.Client().CoreV1().Pods("lw").Create(ctx, pod, metav1.CreateOptions{})
+	require.NoError(t, err)
 	wait := func(what string, match func(messages.Event) bool) {
 		t.Helper()
 		for {
@@ -112,44 +97,30 @@ func TestWorkerFollowsPod(t *testing.T) {
 		return e.Worker == "lw-0" && e.Namespace == "lw" && e.Concurrency == 2 && e.Ready
 	})
 	addr, ok := r.SidecarAddr("lw", "lw-0")
-	if !ok {
-		t.Fatal("no sidecar address for lw-0")
-	}
+	require.True(t, ok, "no sidecar address for lw-0")
 	resp, err := http.Get("http://" + addr + "/readyz")
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("/readyz of lw-0: %v %v", resp, err)
-	}
+	require.NoError(t, err, "/readyz of lw-0")
+	require.Equal(t, http.StatusOK, resp.StatusCode, "/readyz of lw-0")
 	resp.Body.Close()
 
 	d, _ := json.Marshal(messages.Dispatch{Invocation: messages.Invocation{InvocationID: "i1", Pool: "lw", Mode: messages.ModeAsync}, Worker: "lw-0", Attempt: 1})
-	if _, err := js.Publish(ctx, subj.Dispatch("lw", "lw-0"), d, jetstream.WithMsgID("i1.1")); err != nil {
-		t.Fatal(err)
-	}
+	_, err = js.Publish(ctx, subj.Dispatch("lw", "lw-0"), d, jetstream.WithMsgID("i1.1"))
+	require.NoError(t, err)
 	select {
 	case res := <-results:
 		var body map[string]any
 		_ = json.Unmarshal(res.Response.Body, &body)
-		if res.State != messages.StateSucceeded || body["workerName"] != "lw-0" || body["workerNamespace"] != "lw" {
-			t.Errorf("result = %+v body %v, want succeeded echo from lw/lw-0", res, body)
-		}
+		assert.Equal(t, messages.StateSucceeded, res.State)
+		assert.Equal(t, "lw-0", body["workerName"])
+		assert.Equal(t, "lw", body["workerNamespace"])
 	case <-ctx.Done():
 		t.Fatal("no result")
 	}
 
-	if err := env.Client().CoreV1().Pods("lw").Delete(ctx, "lw-0", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, env.Client().CoreV1().Pods("lw").Delete(ctx, "lw-0", metav1.DeleteOptions{}))
 	wait("deregistered", func(e messages.Event) bool { return e.Worker == "lw-0" && e.Type == messages.EventDeregistered })
-	deadline := time.Now().Add(30 * time.Second)
-	for len(r.Workers()) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("workers after delete: %v", r.Workers())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	require.Eventually(t, func() bool { return len(r.Workers()) == 0 }, 30*time.Second, 50*time.Millisecond, "workers left after delete")
 	stopRun()
 	r.Wait()
-	if _, err := os.Stat(fmt.Sprintf("%s/lw_lw-0/sidecar.log", r.cfg.Dir)); err != nil {
-		t.Errorf("sidecar log: %v", err)
-	}
+	assert.FileExists(t, fmt.Sprintf("%s/lw_lw-0/sidecar.log", r.cfg.Dir), "sidecar log")
 }

@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/controllers"
@@ -59,9 +60,7 @@ func TestControllers(t *testing.T) {
 	// The settings the chart passes (controller.yaml, runplane.controllerNATSArgs).
 	args := chartArgs(t, "runplane-controller", "controller")
 	port, err := strconv.Atoi(arg(t, args, "nats-port"))
-	if err != nil {
-		t.Fatalf("--nats-port: %v", err)
-	}
+	require.NoError(t, err, "--nats-port")
 	podLabels := map[string]string{}
 	for _, kv := range strings.Split(arg(t, args, "nats-pod-labels"), ",") {
 		k, v, _ := strings.Cut(kv, "=")
@@ -77,16 +76,13 @@ func TestControllers(t *testing.T) {
 		MetricsAddr:           "0", ProbeAddr: "0",
 		LeaderElection: arg(t, args, "leader-elect") == "true",
 		Logger:         logr.FromSlogHandler(rec.Logger().Handler()),
-		Setups:         []func(ctrl.Manager) error{sshservice.Setup},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- controllers.Run(ctx, cfg) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("controllers.Run: %v", err)
-		}
+		assert.NoError(t, <-done, "controllers.Run")
 	})
 	client := env.Client()
 	ns := controllersNS
@@ -100,14 +96,12 @@ func TestControllers(t *testing.T) {
 
 	t.Run("prepare job, phase and storage gate", func(t *testing.T) {
 		c := claim("data", map[string]string{api.AnnotationPrepareFromImage: "busybox:1.36"})
-		if _, err := client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, c, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		_, err := client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, c, metav1.CreateOptions{})
+		require.NoError(t, err)
 		gated := mounting("gated", "data")
 		gated.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: api.SchedulingGateStorage}}
-		if _, err := client.CoreV1().Pods(ns).Create(ctx, gated, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		_, err = client.CoreV1().Pods(ns).Create(ctx, gated, metav1.CreateOptions{})
+		require.NoError(t, err)
 		eventually(t, rec, 60*time.Second, "the claim prepared", func() (bool, error) {
 			p, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
 			if err != nil {
@@ -117,13 +111,10 @@ func TestControllers(t *testing.T) {
 			return st.Phase == api.PhaseSucceeded, fmt.Errorf("phase %q, annotations %v", st.Phase, p.Annotations)
 		})
 		p, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		job := p.Annotations[api.AnnotationPrepareJob]
-		if _, err := client.BatchV1().Jobs(ns).Get(ctx, job, metav1.GetOptions{}); err != nil {
-			t.Fatalf("prepare Job %q: %v", job, err)
-		}
+		_, err = client.BatchV1().Jobs(ns).Get(ctx, job, metav1.GetOptions{})
+		require.NoError(t, err, "prepare Job %q", job)
 		eventually(t, rec, 30*time.Second, "the storage gate removed", func() (bool, error) {
 			p, err := client.CoreV1().Pods(ns).Get(ctx, "gated", metav1.GetOptions{})
 			return err == nil && len(p.Spec.SchedulingGates) == 0, err
@@ -131,18 +122,15 @@ func TestControllers(t *testing.T) {
 	})
 
 	t.Run("accessor", func(t *testing.T) {
-		if _, err := client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim("shared", nil), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		_, err := client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim("shared", nil), metav1.CreateOptions{})
+		require.NoError(t, err)
 		user := mounting("user", "shared")
 		user.Spec.NodeName = "rbac-cpu-0"
-		if _, err := client.CoreV1().Pods(ns).Create(ctx, user, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		_, err = client.CoreV1().Pods(ns).Create(ctx, user, metav1.CreateOptions{})
+		require.NoError(t, err)
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, api.AnnotationAccessor, api.AccessorEnabled)
-		if _, err := client.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, "shared", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		_, err = client.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, "shared", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		require.NoError(t, err)
 		name := accessor.Name("shared")
 		eventually(t, rec, 60*time.Second, "the accessor Deployment, Service and Ready phase", func() (bool, error) {
 			if _, err := client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
@@ -161,16 +149,13 @@ func TestControllers(t *testing.T) {
 
 	t.Run("nats credentials and egress policy", func(t *testing.T) {
 		src, err := client.CoreV1().Secrets(releaseNS).Get(ctx, api.NATSCredentialsSecret, metav1.GetOptions{})
-		if err != nil {
-			t.Fatalf("the chart's NATS credentials: %v", err)
-		}
+		require.NoError(t, err, "the chart's NATS credentials")
 		worker := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "worker", Labels: map[string]string{api.LabelPool: "echo", api.LabelEgress: api.EgressRestricted}},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox:1.36"}}},
 		}
-		if _, err := client.CoreV1().Pods(ns).Create(ctx, worker, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		_, err = client.CoreV1().Pods(ns).Create(ctx, worker, metav1.CreateOptions{})
+		require.NoError(t, err)
 		eventually(t, rec, 30*time.Second, "the egress NetworkPolicy", func() (bool, error) {
 			_, err := client.NetworkingV1().NetworkPolicies(ns).Get(ctx, egress.PolicyName, metav1.GetOptions{})
 			return err == nil, err
@@ -180,9 +165,7 @@ func TestControllers(t *testing.T) {
 			return err == nil && len(src.Data["token"]) > 0 && string(s.Data["token"]) == string(src.Data["token"]), err
 		})
 		// The last pool Pod gone, the copy and the policy go (delete).
-		if err := client.CoreV1().Pods(ns).Delete(ctx, "worker", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, client.CoreV1().Pods(ns).Delete(ctx, "worker", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
 		eventually(t, rec, 30*time.Second, "the copy and the policy removed", func() (bool, error) {
 			_, perr := client.NetworkingV1().NetworkPolicies(ns).Get(ctx, egress.PolicyName, metav1.GetOptions{})
 			_, serr := client.CoreV1().Secrets(ns).Get(ctx, api.NATSCredentialsSecret, metav1.GetOptions{})
@@ -196,9 +179,7 @@ func TestControllers(t *testing.T) {
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox:1.36"}}},
 		}
 		created, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		eventually(t, rec, 30*time.Second, "the SSH Service", func() (bool, error) {
 			svc, err := client.CoreV1().Services(ns).Get(ctx, sshservice.ServiceName("devbox"), metav1.GetOptions{})
 			if err != nil {

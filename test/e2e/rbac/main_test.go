@@ -3,6 +3,7 @@ package rbac_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,7 +14,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/runplane/runplane/api"
@@ -61,9 +65,7 @@ func TestMain(m *testing.M) {
 func install(t *testing.T) {
 	t.Helper()
 	installOnce.Do(func() { installErr = helmInstall() })
-	if installErr != nil {
-		t.Fatal(installErr)
-	}
+	require.NoError(t, installErr)
 }
 
 func helmInstall() error {
@@ -107,9 +109,7 @@ func checkNoDenials(t *testing.T, who string, recs ...*rbac.Recorder) {
 		t.Logf("%s used: %s", who, strings.Join(used, ", "))
 	}
 	for _, rec := range recs {
-		if d := rec.Denied(); len(d) > 0 {
-			t.Errorf("%s was denied under the chart's RBAC:\n  %s", who, strings.Join(d, "\n  "))
-		}
+		assert.Empty(t, rec.Denied(), "%s was denied under the chart's RBAC", who)
 	}
 	if t.Failed() {
 		for _, rec := range recs {
@@ -126,25 +126,26 @@ func tail(s string, lines int) string {
 	return strings.Join(l, "\n")
 }
 
-// eventually polls cond every 100ms until it holds or within passes; the
-// last error cond returned is in the failure. It gives up at once when rec
-// (if not nil) has recorded a denial: the component cannot get there.
+// eventually polls cond every 100ms (wait.PollUntilContextTimeout) until it
+// holds or within passes; the last error cond returned is in the failure.
+// It gives up at once when rec (if not nil) has recorded a denial: the
+// component cannot get there. That early stop is why the tests do not call
+// require.Eventually directly.
 func eventually(t *testing.T, rec *rbac.Recorder, within time.Duration, what string, cond func() (bool, error)) {
 	t.Helper()
-	deadline := time.Now().Add(within)
 	var last error
-	for time.Now().Before(deadline) {
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, within, true, func(context.Context) (bool, error) {
 		ok, err := cond()
 		if ok {
-			return
+			return true, nil
 		}
 		last = err
 		if rec != nil && len(rec.Denied()) > 0 {
-			t.Fatalf("waiting for %s: denied (last error: %v)", what, last)
+			return false, errors.New("denied")
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s (last error: %v)", within, what, last)
+		return false, nil
+	})
+	require.NoError(t, err, "waiting %s for %s (last error: %v)", within, what, last)
 }
 
 // chartArgs returns the --flag=value arguments the installed chart gives
@@ -153,9 +154,7 @@ func eventually(t *testing.T, rec *rbac.Recorder, within time.Duration, what str
 func chartArgs(t *testing.T, name, container string) map[string]string {
 	t.Helper()
 	d, err := env.Client().AppsV1().Deployments(releaseNS).Get(t.Context(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("the chart's Deployment %s: %v", name, err)
-	}
+	require.NoError(t, err, "the chart's Deployment %s", name)
 	for _, c := range d.Spec.Template.Spec.Containers {
 		if c.Name != container {
 			continue
@@ -178,8 +177,6 @@ func chartArgs(t *testing.T, name, container string) map[string]string {
 func arg(t *testing.T, args map[string]string, key string) string {
 	t.Helper()
 	v, ok := args[key]
-	if !ok {
-		t.Fatalf("the chart passes no --%s (args %v)", key, args)
-	}
+	require.True(t, ok, "the chart passes no --%s (args %v)", key, args)
 	return v
 }

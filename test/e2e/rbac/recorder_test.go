@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -40,21 +42,17 @@ func TestRecorderSeesDenials(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			rec := &rbac.Recorder{}
 			client, err := kubernetes.NewForConfig(rec.As(env.RESTConfig(), releaseNS, c.sa))
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			_, err = client.CoreV1().Secrets(c.namespace).List(t.Context(), c.opts)
 			denied := rec.Denied()
-			switch {
-			case c.allowed && err != nil:
-				t.Fatalf("refused: %v", err)
-			case c.allowed && len(denied) != 0:
-				t.Fatalf("recorded denials %v for an allowed call", denied)
-			case !c.allowed && !apierrors.IsForbidden(err):
-				t.Fatalf("want Forbidden, got %v", err)
-			case !c.allowed && (len(denied) != 1 || !strings.Contains(denied[0], rbac.ServiceAccountUser(releaseNS, c.sa))):
-				t.Fatalf("want one recorded denial naming the ServiceAccount, got %q", denied)
+			if c.allowed {
+				require.NoError(t, err, "refused")
+				require.Empty(t, denied, "recorded denials for an allowed call")
+				return
 			}
+			require.True(t, apierrors.IsForbidden(err), "want Forbidden, got %v", err)
+			require.Len(t, denied, 1, "one recorded denial")
+			require.Contains(t, denied[0], rbac.ServiceAccountUser(releaseNS, c.sa), "the denial names the ServiceAccount")
 		})
 	}
 }
@@ -75,16 +73,11 @@ func TestRecorderLogLines(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			rec := &rbac.Recorder{}
 			for _, w := range c.writes {
-				if _, err := rec.Write([]byte(w)); err != nil {
-					t.Fatal(err)
-				}
+				_, err := rec.Write([]byte(w))
+				require.NoError(t, err)
 			}
-			if got := len(rec.Denied()); got != c.want {
-				t.Fatalf("%d denials %q, want %d", got, rec.Denied(), c.want)
-			}
-			if rec.Log() != strings.Join(c.writes, "") {
-				t.Fatalf("log %q", rec.Log())
-			}
+			assert.Len(t, rec.Denied(), c.want, "denials")
+			assert.Equal(t, strings.Join(c.writes, ""), rec.Log())
 		})
 	}
 }
@@ -107,11 +100,7 @@ func TestRBACTerm(t *testing.T) {
 		{"GET", "/version", "GET /version"},
 	} {
 		u, err := url.Parse(c.url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := rbac.RBACTerm(c.method, u); got != c.want {
-			t.Errorf("%s %s: %q, want %q", c.method, c.url, got, c.want)
-		}
+		require.NoError(t, err)
+		assert.Equal(t, c.want, rbac.RBACTerm(c.method, u), "%s %s", c.method, c.url)
 	}
 }

@@ -2,15 +2,16 @@ package copier
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // tree builds a source tree covering every kind of entry the copier keeps.
@@ -19,9 +20,7 @@ func tree(t *testing.T) string {
 	src := t.TempDir()
 	must := func(err error) {
 		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 	}
 	must(os.MkdirAll(filepath.Join(src, "a/b/c"), 0o755))
 	must(os.WriteFile(filepath.Join(src, "a/small.txt"), []byte("hello"), 0o640))
@@ -120,9 +119,7 @@ func snapshot(t *testing.T, root string) map[string]fileState {
 		out[rel] = s
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return out
 }
 
@@ -135,31 +132,25 @@ func TestCopyKeepsEverything(t *testing.T) {
 			t.Cleanup(func() { _ = os.Chmod(filepath.Join(dst, "ro"), 0o755) })
 			var reports []Progress
 			p, err := Copy(context.Background(), src, dst, Options{Workers: workers, Progress: func(p Progress) { reports = append(reports, p) }})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			want, got := snapshot(t, src), snapshot(t, dst)
 			for rel, w := range want {
 				g, ok := got[rel]
-				if !ok {
-					t.Errorf("%s: missing in copy", rel)
+				if !assert.True(t, ok, "%s: missing in copy", rel) {
 					continue
 				}
-				if g != w {
-					t.Errorf("%s:\n got %+v\nwant %+v", rel, g, w)
-				}
+				assert.Equal(t, w, g, "%s:\n got %+v\nwant %+v", rel, g, w)
 			}
 			for rel := range got {
-				if _, ok := want[rel]; !ok {
-					t.Errorf("%s: extra entry in copy", rel)
-				}
+				assert.Contains(t, want, rel, "extra entry in copy")
 			}
 			// 12 non-directories (3 names share one inode), 5 directories below the root.
-			if p.Files != 12 || p.Dirs != 5 || p.Bytes != int64(5+3*smallFile+17+1+2+2) || !p.Done {
-				t.Errorf("progress = %+v", p)
-			}
-			if len(reports) == 0 || reports[len(reports)-1] != p {
-				t.Errorf("final progress report missing: %v", reports)
+			assert.EqualValues(t, 12, p.Files, "files")
+			assert.EqualValues(t, 5, p.Dirs, "dirs")
+			assert.Equal(t, int64(5+3*smallFile+17+1+2+2), p.Bytes, "bytes")
+			assert.True(t, p.Done, "done")
+			if assert.NotEmpty(t, reports, "progress reports") {
+				assert.Equal(t, p, reports[len(reports)-1], "final progress report")
 			}
 		})
 	}
@@ -167,17 +158,11 @@ func TestCopyKeepsEverything(t *testing.T) {
 
 func TestCopyErrors(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "file")
-	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(file, []byte("x"), 0o644))
 	nonEmpty := t.TempDir()
-	if err := os.WriteFile(filepath.Join(nonEmpty, "small.txt"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(nonEmpty, "small.txt"), nil, 0o644))
 	src := t.TempDir()
-	if err := os.WriteFile(filepath.Join(src, "small.txt"), []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(src, "small.txt"), []byte("x"), 0o644))
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	tests := []struct {
@@ -194,11 +179,9 @@ func TestCopyErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Copy(tt.ctx, tt.from, tt.to, Options{})
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("err = %v, want it to contain %q", err, tt.want)
-			}
-			if tt.ctx.Err() != nil && !errors.Is(err, context.Canceled) {
-				t.Fatalf("err = %v, want context.Canceled", err)
+			require.ErrorContains(t, err, tt.want, "err = %v, want it to contain %q", err, tt.want)
+			if tt.ctx.Err() != nil {
+				require.ErrorIs(t, err, context.Canceled)
 			}
 		})
 	}

@@ -15,6 +15,9 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // setup serves vol/ of a temp dir that also holds a secret next to the
@@ -24,9 +27,7 @@ func setup(t *testing.T) (*httptest.Server, string) {
 	dir := t.TempDir()
 	vol := filepath.Join(dir, "vol")
 	for _, d := range []string{"vol/data/sub", "vol/empty"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.MkdirAll(filepath.Join(dir, d), 0o755))
 	}
 	files := map[string]string{
 		"secret.txt":           "TOP SECRET",
@@ -36,9 +37,7 @@ func setup(t *testing.T) (*httptest.Server, string) {
 		"vol/data/sub/<x>.txt": "html name",
 	}
 	for p, c := range files {
-		if err := os.WriteFile(filepath.Join(dir, p), []byte(c), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(filepath.Join(dir, p), []byte(c), 0o644))
 	}
 	links := map[string]string{
 		"vol/inside-link":  "data/a.txt",
@@ -50,14 +49,10 @@ func setup(t *testing.T) (*httptest.Server, string) {
 		"vol/dangling":     "nowhere",
 	}
 	for p, target := range links {
-		if err := os.Symlink(target, filepath.Join(dir, p)); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.Symlink(target, filepath.Join(dir, p)))
 	}
 	s, err := New(vol)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	srv := httptest.NewServer(s)
 	t.Cleanup(func() { srv.Close(); s.Close() })
 	return srv, dir
@@ -68,15 +63,11 @@ func setup(t *testing.T) (*httptest.Server, string) {
 func rawGet(t *testing.T, srv *httptest.Server, target string) (int, string) {
 	t.Helper()
 	conn, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer conn.Close()
 	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", target)
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
@@ -105,17 +96,13 @@ func TestNoEscape(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.target, func(t *testing.T) {
 			code, body := rawGet(t, srv, tt.target)
-			if strings.Contains(body, "TOP SECRET") {
-				t.Fatalf("%s leaked the secret: %d %s", tt.target, code, body)
+			require.NotContains(t, body, "TOP SECRET", "leaked the secret")
+			require.False(t, code >= 200 && code < 300, "%d, want an error; body %s", code, body)
+			if tt.want != 0 {
+				require.Equal(t, tt.want, code, "body %s", body)
 			}
-			if code >= 200 && code < 300 {
-				t.Fatalf("%s = %d, want an error; body %s", tt.target, code, body)
-			}
-			if tt.want != 0 && code != tt.want {
-				t.Fatalf("%s = %d, want %d; body %s", tt.target, code, tt.want, body)
-			}
-			if code >= 400 && !json.Valid([]byte(body)) {
-				t.Fatalf("%s: error body is not JSON: %s", tt.target, body)
+			if code >= 400 {
+				require.True(t, json.Valid([]byte(body)), "error body is not JSON: %s", body)
 			}
 		})
 	}
@@ -126,19 +113,16 @@ func TestReadOnly(t *testing.T) {
 	for _, m := range []string{http.MethodPut, http.MethodPost, http.MethodDelete, http.MethodPatch} {
 		req, _ := http.NewRequest(m, srv.URL+"/files/hello.txt", strings.NewReader("overwritten"))
 		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		var e errorBody
 		_ = json.NewDecoder(resp.Body).Decode(&e)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusMethodNotAllowed || !strings.Contains(e.Error, "read-only") {
-			t.Errorf("%s = %d %q, want 405 with a read-only error", m, resp.StatusCode, e.Error)
-		}
+		assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, m)
+		assert.Contains(t, e.Error, "read-only", m)
 	}
-	if b, _ := os.ReadFile(filepath.Join(dir, "vol/hello.txt")); string(b) != "hello world" {
-		t.Fatalf("file changed: %q", b)
-	}
+	b, err := os.ReadFile(filepath.Join(dir, "vol/hello.txt"))
+	require.NoError(t, err)
+	require.Equal(t, "hello world", string(b), "file changed")
 }
 
 func get(t *testing.T, url string, header ...string) (*http.Response, []byte) {
@@ -148,14 +132,10 @@ func get(t *testing.T, url string, header ...string) (*http.Response, []byte) {
 		req.Header.Set(header[i], header[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return resp, b
 }
 
@@ -169,22 +149,17 @@ func TestDownload(t *testing.T) {
 	}
 	for _, tt := range tests {
 		resp, b := get(t, srv.URL+tt.path)
-		if resp.StatusCode != http.StatusOK || string(b) != tt.want {
-			t.Errorf("%s = %d %q, want 200 %q", tt.path, resp.StatusCode, b, tt.want)
-		}
+		assert.Equal(t, http.StatusOK, resp.StatusCode, tt.path)
+		assert.Equal(t, tt.want, string(b), tt.path)
 	}
 }
 
 func TestListing(t *testing.T) {
 	srv, _ := setup(t)
 	resp, b := get(t, srv.URL+"/files/?format=json")
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("status %d: %s", resp.StatusCode, b)
-	}
+	require.Equal(t, http.StatusOK, resp.StatusCode, "status %d: %s", resp.StatusCode, b)
 	var l Listing
-	if err := json.Unmarshal(b, &l); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, json.Unmarshal(b, &l))
 	got := map[string]string{}
 	for _, e := range l.Entries {
 		got[e.Name] = fmt.Sprintf("%s escapes=%t", e.Type, e.Escapes)
@@ -195,20 +170,14 @@ func TestListing(t *testing.T) {
 		"escape-rel": "symlink escapes=true", "escape-abs": "symlink escapes=true", "escape-dir": "symlink escapes=true",
 		"dangling": "symlink escapes=true",
 	}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("listing\n got %v\nwant %v", got, want)
-	}
+	assert.Equal(t, fmt.Sprint(want), fmt.Sprint(got), "listing\n got %v\nwant %v", got, want)
 	// Accept header selects JSON too; HTML escapes names.
-	if resp, _ := get(t, srv.URL+"/files/data/", "Accept", "application/json"); resp.Header.Get("Content-Type") != "application/json" {
-		t.Errorf("Accept: application/json gave %s", resp.Header.Get("Content-Type"))
-	}
+	resp, _ = get(t, srv.URL+"/files/data/", "Accept", "application/json")
+	assert.Equal(t, "application/json", resp.Header.Get("Content-Type"), "Accept: application/json")
 	resp, b = get(t, srv.URL+"/files/data/sub/")
-	if !strings.Contains(string(b), "&lt;x&gt;.txt") || strings.Contains(string(b), "<x>") {
-		t.Errorf("HTML listing does not escape names: %s", b)
-	}
-	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
-		t.Errorf("HTML listing content type %s", resp.Header.Get("Content-Type"))
-	}
+	assert.Contains(t, string(b), "&lt;x&gt;.txt", "HTML listing escapes names")
+	assert.NotContains(t, string(b), "<x>", "HTML listing escapes names")
+	assert.True(t, strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html"), "HTML listing content type %s", resp.Header.Get("Content-Type"))
 }
 
 func TestArchive(t *testing.T) {
@@ -222,13 +191,9 @@ func TestArchive(t *testing.T) {
 	}
 	for _, tt := range tests {
 		resp, b := get(t, srv.URL+tt.path)
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("%s: %d %s", tt.path, resp.StatusCode, b)
-		}
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %d %s", tt.path, resp.StatusCode, b)
 		gz, err := gzip.NewReader(strings.NewReader(string(b)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		tr := tar.NewReader(gz)
 		var got []string
 		for {
@@ -236,9 +201,7 @@ func TestArchive(t *testing.T) {
 			if err == io.EOF {
 				break
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			c, _ := io.ReadAll(tr)
 			switch h.Typeflag {
 			case tar.TypeReg:
@@ -250,11 +213,8 @@ func TestArchive(t *testing.T) {
 			}
 		}
 		sort.Strings(got)
-		if fmt.Sprint(got) != fmt.Sprint(tt.want) {
-			t.Errorf("%s:\n got %v\nwant %v", tt.path, got, tt.want)
-		}
+		assert.Equal(t, fmt.Sprint(tt.want), fmt.Sprint(got), "%s:\n got %v\nwant %v", tt.path, got, tt.want)
 	}
-	if resp, _ := get(t, srv.URL+"/archive/hello.txt"); resp.StatusCode != http.StatusBadRequest {
-		t.Errorf("archive of a file = %d, want 400", resp.StatusCode)
-	}
+	resp, _ := get(t, srv.URL+"/archive/hello.txt")
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "archive of a file")
 }

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // The default sizes keep `make bench` short on a shared 2-core machine;
@@ -27,19 +29,14 @@ var (
 func BenchmarkCopySmallFiles(b *testing.B) {
 	src := b.TempDir()
 	buf := make([]byte, *benchSmallSize)
-	if _, err := rand.Read(buf); err != nil {
-		b.Fatal(err)
-	}
+	_, err := rand.Read(buf)
+	require.NoError(b, err)
 	for i := range *benchSmallFiles {
 		dir := filepath.Join(src, fmt.Sprintf("d%04d", i/100))
 		if i%100 == 0 {
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, os.MkdirAll(dir, 0o755))
 		}
-		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%06d", i)), buf, 0o644); err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%06d", i)), buf, 0o644))
 	}
 	compare(b, src, int64(*benchSmallFiles), int64(*benchSmallFiles)*int64(*benchSmallSize))
 }
@@ -50,20 +47,14 @@ func BenchmarkCopyLargeFiles(b *testing.B) {
 	buf := make([]byte, 1<<20)
 	for i := range *benchLargeFiles {
 		f, err := os.Create(filepath.Join(src, fmt.Sprintf("large%d.bin", i)))
-		if err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, err)
 		for written := 0; written < *benchLargeSize; written += len(buf) {
-			if _, err := rand.Read(buf); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := f.Write(buf[:min(len(buf), *benchLargeSize-written)]); err != nil {
-				b.Fatal(err)
-			}
+			_, err := rand.Read(buf)
+			require.NoError(b, err)
+			_, err = f.Write(buf[:min(len(buf), *benchLargeSize-written)])
+			require.NoError(b, err)
 		}
-		if err := f.Close(); err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, f.Close())
 	}
 	compare(b, src, int64(*benchLargeFiles), int64(*benchLargeFiles)*int64(*benchLargeSize))
 }
@@ -102,9 +93,7 @@ func compare(b *testing.B, src string, files, bytes int64) {
 			// other's writeback.
 			_ = exec.Command("sync").Run()
 			start := time.Now()
-			if err := t.run(dst); err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, t.run(dst))
 			spent[(k+n)%2] += time.Since(start)
 			// The copy stays until the benchmark ends (TempDir cleanup):
 			// ext4 skips inodes freed in the last 30s when allocating
