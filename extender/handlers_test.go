@@ -87,7 +87,10 @@ func TestBadInput(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := call(t, tt.handler, tt.method, tt.body)
 			require.Equal(t, tt.code, rec.Code, rec.Body.String())
-			require.Contains(t, rec.Body.String(), tt.errPart)
+			require.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+			var body struct{ Error string }
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body), "a JSON error body")
+			require.Contains(t, body.Error, tt.errPart)
 		})
 	}
 }
