@@ -76,7 +76,7 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 	if err != nil {
 		return nil, fmt.Errorf("extender: building client: %w", err)
 	}
-	tlsCfg, caPEM, err := cfg.tlsConfig()
+	tlsCfg, caPEM, err := cfg.tlsConfig(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("extender: %w", err)
 	}
