@@ -69,4 +69,3 @@ func TestTLSCertFilesRotate(t *testing.T) {
 	}, 20*time.Second, 50*time.Millisecond)
 	require.False(t, servedCert(t, cfg, rotatedCA).Equal(first))
 }
-
