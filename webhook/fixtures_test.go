@@ -2,6 +2,8 @@ package webhook
 
 import (
 	"context"
+	"log/slog"
+	"net/http"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -74,4 +76,17 @@ func testMutator(t testing.TB) *mutate.Mutator {
 			api.PriorityClassStock:    {ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassStock}, Value: -1000, PreemptionPolicy: &never},
 		},
 	}
+}
+
+// newHandler serves the admission paths as the webhook server does; a nil
+// metrics is a fresh set.
+func newHandler(t testing.TB, metrics *Metrics) http.Handler {
+	if metrics == nil {
+		metrics = NewMetrics()
+	}
+	mux := http.NewServeMux()
+	for path, h := range hooks(testMutator(t), metrics, slog.New(slog.DiscardHandler)) {
+		mux.Handle(path, h)
+	}
+	return mux
 }

@@ -121,7 +121,7 @@ func TestGolden(t *testing.T) {
 	if err != nil || len(inputs) == 0 {
 		t.Fatalf("no golden inputs: %v", err)
 	}
-	h := NewHandler(testMutator(t), nil, nil)
+	h := newHandler(t, nil)
 	for _, in := range inputs {
 		name := strings.TrimSuffix(filepath.Base(in), ".in.yaml")
 		t.Run(name, func(t *testing.T) {

@@ -12,9 +12,21 @@ import (
 	"strings"
 
 	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
+
+// baselineResponse answers with Patch, the old differ (BenchmarkAdmit/baseline).
+func baselineResponse(from, to *corev1.Pod) (admission.Response, error) {
+	patch, err := Patch(from, to)
+	if err != nil || patch == nil {
+		return admission.Response{}, err
+	}
+	pt := admissionv1.PatchTypeJSONPatch
+	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt}}, nil
+}
 
 // Patch is the JSON patch from one Pod to another, nil when they are equal.
 // Both sides are encoded from the same Go types, so fields this webhook's
