@@ -46,7 +46,11 @@ type Config struct {
 	// Secret live there, and admission skips it (default runplane-system).
 	Namespace string
 	// Addr is the HTTPS admission address, host:port (default :9443).
-	Addr string
+	// Listener, when set, names the address instead (tests pass
+	// 127.0.0.1:0): controller-runtime's webhook server opens its own
+	// listener, so Run closes this one and listens on its address.
+	Addr     string
+	Listener net.Listener
 	// HealthAddr serves /healthz, /readyz and /metrics over plain HTTP
 	// (default :8081; "-" turns it off). HealthListener overrides it. The
 	// same paths are also served on the HTTPS listener.
@@ -143,6 +147,12 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger.With("component", "webhook")
+	if cfg.Listener != nil {
+		cfg.Addr = cfg.Listener.Addr().String()
+		if err := cfg.Listener.Close(); err != nil {
+			return fmt.Errorf("webhook: freeing %s: %w", cfg.Addr, err)
+		}
+	}
 	host, portStr, err := net.SplitHostPort(cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("webhook: address %q: %w", cfg.Addr, err)
