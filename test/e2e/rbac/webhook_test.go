@@ -14,9 +14,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/pki"
 	"github.com/runplane/runplane/test/e2e/rbac"
 	"github.com/runplane/runplane/webhook"
-	"github.com/runplane/runplane/internal/pki"
 	"github.com/runplane/runplane/webhook/mutate"
 )
 
