@@ -32,6 +32,7 @@ func TestWatchFilesCert(t *testing.T) {
 	write("first.example")
 	var loaded atomic.Pointer[x509.Certificate]
 	w, err := WatchFiles(certFile, keyFile, func(c *x509.Certificate) { loaded.Store(c) })
+	w.WithWatchInterval(200 * time.Millisecond) // the backstop poll, should the write beat the file watch
 	require.NoError(t, err)
 	require.Equal(t, "first.example", loaded.Load().Subject.CommonName)
 	served := func() string {
