@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,9 +29,7 @@ func testCatalog(t testing.TB) catalog.Catalog {
 		"g8.a100":   "gpu: 8\ncpu: \"64\"\nmemory: 512Gi\nnodeSelector:\n  gpu.runplane.io/model: a100\ntolerations:\n- key: nvidia.com/gpu\n  operator: Exists\n  effect: NoSchedule\nstock: Required\n",
 		"cpu.small": "gpu: 0\ncpu: \"2\"\nmemory: 4Gi\n",
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return c
 }
 
