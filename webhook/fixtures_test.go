@@ -84,7 +84,9 @@ func newHandler(t testing.TB, metrics *Metrics) http.Handler {
 		metrics = NewMetrics()
 	}
 	mux := http.NewServeMux()
-	for path, h := range hooks(testMutator(t), metrics, slog.New(slog.DiscardHandler)) {
+	hs, err := hooks(testMutator(t), metrics, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	for path, h := range hs {
 		mux.Handle(path, h)
 	}
 	return mux

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/go-logr/logr"
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -23,11 +24,19 @@ import (
 // hooks are the admission webhooks by path: Pod mutation and claim
 // validation. controller-runtime decodes the reviews and encodes the
 // answers; metrics and log may not be nil.
-func hooks(m *mutate.Mutator, metrics *Metrics, log *slog.Logger) map[string]http.Handler {
-	return map[string]http.Handler{
-		MutatePodsPath:   &admission.Webhook{Handler: measured("pods", metrics, (&podHandler{mutator: m, log: log}).admit)},
-		ValidatePVCsPath: &admission.Webhook{Handler: measured("persistentvolumeclaims", metrics, validatePVC)},
+func hooks(m *mutate.Mutator, metrics *Metrics, log *slog.Logger) (map[string]http.Handler, error) {
+	out := map[string]http.Handler{}
+	for path, h := range map[string]admission.HandlerFunc{
+		MutatePodsPath:   measured("pods", metrics, (&podHandler{mutator: m, log: log}).admit),
+		ValidatePVCsPath: measured("persistentvolumeclaims", metrics, validatePVC),
+	} {
+		hook, err := admission.StandaloneWebhook(&admission.Webhook{Handler: h}, admission.StandaloneOptions{Logger: logr.FromSlogHandler(log.Handler())})
+		if err != nil {
+			return nil, fmt.Errorf("webhook %s: %w", path, err)
+		}
+		out[path] = hook
 	}
+	return out, nil
 }
 
 // admit answers one admission request and names the features and outcome

@@ -223,7 +223,11 @@ func Run(ctx context.Context, cfg Config) error {
 	srv := webhook.NewServer(webhook.Options{Host: host, Port: port, WebhookMux: mux, TLSOpts: []func(*tls.Config){func(c *tls.Config) {
 		c.MinVersion, c.GetCertificate = tls.VersionTLS12, getCert
 	}}})
-	for path, h := range hooks(mutator, metrics, log) {
+	hs, err := hooks(mutator, metrics, log)
+	if err != nil {
+		return err
+	}
+	for path, h := range hs {
 		srv.Register(path, h)
 	}
 	runnables := append([]manager.Runnable{srv}, keepers...)

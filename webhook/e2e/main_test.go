@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +26,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/test/cluster"
@@ -35,6 +37,9 @@ import (
 var env *cluster.Cluster
 
 func TestMain(m *testing.M) {
+	// Run logs through the test's slog; controller-runtime's own start-up
+	// lines are not needed.
+	crlog.SetLogger(logr.Discard())
 	cluster.Main(m, cluster.Options{Nodes: []cluster.Node{{Name: "gpu-0", GPUs: 8}}}, func(c *cluster.Cluster) { env = c })
 }
 
