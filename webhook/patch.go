@@ -22,13 +22,15 @@ import (
 //
 // Hand-written because jsonpatch.CreatePatch on the whole Pods (createPatch)
 // misses the admission goal, p99 <= 1 ms: it encodes the Pod twice, decodes
-// both into generic maps and re-encodes the values. BenchmarkAdmit, the
-// all-features Pod, both paths in one run (go test ./webhook -run '^$'
-// -bench BenchmarkAdmit/all-features -benchtime 2000x -count 5, on a shared
-// 2-core machine): library p50 670 µs, 2214 allocs/op; this differ
-// ("baseline") p50 345 µs, 513 allocs/op. Thread CPU time per admission
-// (CLOCK_THREAD_CPUTIME_ID, 3000 reviews): library p50 630-735 µs, p99
-// 1.54-1.59 ms; this differ p50 250-303 µs, p99 0.68-0.82 ms.
+// both into generic maps and re-encodes every value. All-features Pod, both
+// paths in one run on a shared, loaded 2-core machine:
+//   - go test ./webhook -run '^$' -bench BenchmarkAdmit -benchtime 2000x
+//     -count 3 (wall clock, p99 dominated by the load): library p50 722 µs,
+//     p99 14.4 ms, 2214 allocs/op; this differ p50 417 µs, p99 8.2 ms,
+//     523 allocs/op.
+//   - thread CPU time (CLOCK_THREAD_CPUTIME_ID) of 3000 reviews, twice:
+//     library p50 547-562 µs, p99 1.53-1.60 ms; this differ p50
+//     370-414 µs, p99 0.93-1.31 ms.
 func Patch(from, to *corev1.Pod) ([]jsonpatch.Operation, error) {
 	if from.TypeMeta != to.TypeMeta || !reflect.DeepEqual(&from.Status, &to.Status) {
 		// Never the webhook's own doing; the whole-object diff is exact.
