@@ -88,46 +88,38 @@ func (r *configReconciler) apply(ctx context.Context, caBundle []byte) error {
 		Name: r.cfg.Webhooks.Name, Namespace: r.cfg.Namespace,
 		URL: r.cfg.Webhooks.URL, Service: r.cfg.Webhooks.Service, CABundle: caBundle,
 	})
-	manage := r.cfg.Webhooks.Manage
 	mapi := r.client.AdmissionregistrationV1().MutatingWebhookConfigurations()
-	err := reconcileObject(ctx, r, "MutatingWebhookConfiguration", want, mapi.Get, mapi.Create, mapi.Update,
-		func(have *admissionregistrationv1.MutatingWebhookConfiguration) (*admissionregistrationv1.MutatingWebhookConfiguration, bool) {
-			update := have.DeepCopy()
-			changed := manage && have.Annotations[ConfigHashAnnotation] != want.Annotations[ConfigHashAnnotation]
-			if changed {
-				update.Webhooks, update.Annotations = want.Webhooks, mergeAnnotations(update.Annotations, want.Annotations)
-			}
-			for i := range update.Webhooks {
-				changed = setCABundle(&update.Webhooks[i].ClientConfig, caBundle) || changed
-			}
-			return update, changed
+	err := reconcileObject(ctx, r, "MutatingWebhookConfiguration", want, caBundle, mapi.Get, mapi.Create, mapi.Update,
+		func(c *admissionregistrationv1.MutatingWebhookConfiguration) *[]admissionregistrationv1.MutatingWebhook {
+			return &c.Webhooks
+		},
+		func(w *admissionregistrationv1.MutatingWebhook) *admissionregistrationv1.WebhookClientConfig {
+			return &w.ClientConfig
 		})
 	if err != nil {
 		return err
 	}
 	vapi := r.client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-	return reconcileObject(ctx, r, "ValidatingWebhookConfiguration", wantV, vapi.Get, vapi.Create, vapi.Update,
-		func(have *admissionregistrationv1.ValidatingWebhookConfiguration) (*admissionregistrationv1.ValidatingWebhookConfiguration, bool) {
-			update := have.DeepCopy()
-			changed := manage && have.Annotations[ConfigHashAnnotation] != wantV.Annotations[ConfigHashAnnotation]
-			if changed {
-				update.Webhooks, update.Annotations = wantV.Webhooks, mergeAnnotations(update.Annotations, wantV.Annotations)
-			}
-			for i := range update.Webhooks {
-				changed = setCABundle(&update.Webhooks[i].ClientConfig, caBundle) || changed
-			}
-			return update, changed
+	return reconcileObject(ctx, r, "ValidatingWebhookConfiguration", wantV, caBundle, vapi.Get, vapi.Create, vapi.Update,
+		func(c *admissionregistrationv1.ValidatingWebhookConfiguration) *[]admissionregistrationv1.ValidatingWebhook {
+			return &c.Webhooks
+		},
+		func(w *admissionregistrationv1.ValidatingWebhook) *admissionregistrationv1.WebhookClientConfig {
+			return &w.ClientConfig
 		})
 }
 
 // reconcileObject creates the configuration when runplane manages it, and
-// otherwise brings the existing one in line through sync (caBundle, and the
-// webhooks themselves when managed).
-func reconcileObject[T metav1.Object](ctx context.Context, r *configReconciler, kind string, want T,
+// otherwise brings the existing one in line: its webhooks (list W) when
+// managed and their shape changed, and every caBundle.
+func reconcileObject[T interface {
+	metav1.Object
+	DeepCopy() T
+}, W any](ctx context.Context, r *configReconciler, kind string, want T, caBundle []byte,
 	get func(context.Context, string, metav1.GetOptions) (T, error),
 	create func(context.Context, T, metav1.CreateOptions) (T, error),
 	update func(context.Context, T, metav1.UpdateOptions) (T, error),
-	sync func(have T) (T, bool),
+	webhooks func(T) *[]W, clientConfig func(*W) *admissionregistrationv1.WebhookClientConfig,
 ) error {
 	name := want.GetName()
 	have, err := get(ctx, name, metav1.GetOptions{})
@@ -137,18 +129,29 @@ func reconcileObject[T metav1.Object](ctx context.Context, r *configReconciler, 
 			return fmt.Errorf("creating %s %s: %w", kind, name, err)
 		}
 		r.log.Info("created "+kind, "name", name)
+		return nil
 	case apierrors.IsNotFound(err):
 		r.log.Warn(kind+" not found; the chart creates it", "name", name)
+		return nil
 	case err != nil:
 		return fmt.Errorf("reading %s %s: %w", kind, name, err)
-	default:
-		if next, changed := sync(have); changed {
-			if _, err := update(ctx, next, metav1.UpdateOptions{}); err != nil {
-				return fmt.Errorf("updating %s %s: %w", kind, name, err)
-			}
-			r.log.Info("updated "+kind, "name", name)
-		}
 	}
+	next := have.DeepCopy()
+	changed := r.cfg.Webhooks.Manage && have.GetAnnotations()[ConfigHashAnnotation] != want.GetAnnotations()[ConfigHashAnnotation]
+	if changed {
+		*webhooks(next) = *webhooks(want)
+		next.SetAnnotations(mergeAnnotations(next.GetAnnotations(), want.GetAnnotations()))
+	}
+	for i := range *webhooks(next) {
+		changed = setCABundle(clientConfig(&(*webhooks(next))[i]), caBundle) || changed
+	}
+	if !changed {
+		return nil
+	}
+	if _, err := update(ctx, next, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("updating %s %s: %w", kind, name, err)
+	}
+	r.log.Info("updated "+kind, "name", name)
 	return nil
 }
 
