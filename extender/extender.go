@@ -142,7 +142,7 @@ func (e *Extender) Wait() error {
 func (e *Extender) Addr() string { return e.listener.Addr().String() }
 
 // CACert is the PEM certificate the scheduler must trust to reach the
-// extender (the serving certificate itself when it is self-signed).
+// extender (the generated CA, or the certificate file read at startup).
 func (e *Extender) CACert() []byte { return e.caPEM }
 
 // IsLeader reports whether this replica binds.
