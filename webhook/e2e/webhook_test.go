@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -358,4 +360,45 @@ func TestServingCertificateRotates(t *testing.T) {
 	ns := namespace(t, "team-rotate")
 	_, err := env.Client().CoreV1().Pods(ns).Create(context.Background(), gpuPod("after-rotation", "g1.1"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	require.NoError(t, err, "admission after rotation")
+}
+
+// With -cert-manager the webhook serves the files cert-manager keeps (the
+// configurations carry cert-manager's CA, which the webhook leaves alone)
+// and follows a renewal without a restart.
+func TestCertManagerFilesFollowed(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := pki.NewCA("cert-manager-ca", time.Now(), time.Hour)
+	require.NoError(t, err)
+	issue := func() {
+		certPEM, keyPEM, err := ca.Issue(pki.Serving("runplane-webhook", []string{"127.0.0.1"}, time.Hour), time.Now())
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "tls.key"), keyPEM, 0o600))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "tls.crt"), certPEM, 0o600))
+	}
+	issue()
+	c := env.Client()
+	ctx := context.Background()
+	r := startWebhook(t, func(cfg *webhook.Config) {
+		cfg.TLS = webhook.TLSConfig{CertManager: true, CertDir: dir}
+		// What the chart and cert-manager's CA injector would write.
+		m, v := webhook.Configurations(webhook.ConfigurationOptions{Namespace: runplaneNS, URL: cfg.Webhooks.URL, CABundle: ca.CertPEM})
+		for _, err := range []error{
+			c.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, m.Name, metav1.DeleteOptions{}),
+			c.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, v.Name, metav1.DeleteOptions{}),
+		} {
+			if !apierrors.IsNotFound(err) {
+				require.NoError(t, err)
+			}
+		}
+		_, err := c.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, m, metav1.CreateOptions{})
+		require.NoError(t, err)
+		_, err = c.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, v, metav1.CreateOptions{})
+		require.NoError(t, err)
+	})
+	first := servedCert(t, r.addr)
+	issue()
+	require.Eventually(t, func() bool { return !bytes.Equal(servedCert(t, r.addr), first) }, 30*time.Second, 200*time.Millisecond,
+		"the renewed certificate served")
+	_, err = c.CoreV1().Pods(namespace(t, "team-cert-manager")).Create(ctx, gpuPod("after-renewal", "g1.1"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	require.NoError(t, err, "admission after the renewal")
 }
