@@ -22,8 +22,9 @@ type Config struct {
 	Namespace string
 	// Addr is the HTTPS listen address. Default ":8443".
 	Addr string
-	// CertFile and KeyFile are the serving certificate. When both are
-	// empty a self-signed certificate for TLSHosts is made at startup; its
+	// CertFile and KeyFile are the serving certificate, reloaded when the
+	// files change (cert-manager renewing it). When both are empty a
+	// certificate for TLSHosts is issued at startup by a fresh CA, whose
 	// PEM is then Extender.CACert (what the scheduler config must trust).
 	CertFile, KeyFile string
 	// TLSHosts are the DNS names and IPs of a generated certificate.

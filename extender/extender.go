@@ -82,7 +82,7 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 	if err != nil {
 		return nil, fmt.Errorf("extender: building client: %w", err)
 	}
-	tlsCfg, caPEM, err := cfg.tlsConfig()
+	tlsCfg, caPEM, err := cfg.tlsConfig(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("extender: %w", err)
 	}
@@ -200,7 +200,7 @@ func (e *Extender) Wait() error {
 func (e *Extender) Addr() string { return e.listener.Addr().String() }
 
 // CACert is the PEM certificate the scheduler must trust to reach the
-// extender (the serving certificate itself when it is self-signed).
+// extender (the generated CA, or the certificate file read at startup).
 func (e *Extender) CACert() []byte { return e.caPEM }
 
 // IsLeader reports whether this replica binds.

@@ -1,65 +1,35 @@
 package extender
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
+	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"os"
 	"time"
+
+	"github.com/runplane/runplane/internal/pki"
 )
 
-// SelfSignedCert makes a self-signed serving certificate for hosts (DNS
-// names or IPs), valid for a year. It is its own CA: give certPEM to the
-// scheduler config as the CA.
-func SelfSignedCert(hosts []string) (certPEM, keyPEM []byte, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+// selfSignedValidity is how long a generated serving certificate lasts.
+const selfSignedValidity = 365 * 24 * time.Hour
+
+// selfSigned issues a serving certificate for hosts (DNS names or IPs)
+// from a fresh CA: give the CA's PEM to the scheduler config.
+func selfSigned(hosts []string) (caPEM, certPEM, keyPEM []byte, err error) {
+	now := time.Now()
+	ca, err := pki.NewCA("runplane-extender-ca", now, selfSignedValidity)
 	if err != nil {
-		return nil, nil, fmt.Errorf("generating key: %w", err)
+		return nil, nil, nil, err
 	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
-	if err != nil {
-		return nil, nil, fmt.Errorf("generating serial: %w", err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "runplane-extender"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(365 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	for _, h := range hosts {
-		if ip := net.ParseIP(h); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else {
-			tmpl.DNSNames = append(tmpl.DNSNames, h)
-		}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("creating certificate: %w", err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("encoding key: %w", err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
+	certPEM, keyPEM, err = ca.Issue(pki.Serving("runplane-extender", hosts, selfSignedValidity), now)
+	return ca.CertPEM, certPEM, keyPEM, err
 }
 
-// WriteSelfSignedCert writes a SelfSignedCert to certFile and keyFile, so
-// restarts of an extender keep the certificate the scheduler trusts.
-func WriteSelfSignedCert(certFile, keyFile string, hosts []string) (certPEM []byte, err error) {
-	certPEM, keyPEM, err := SelfSignedCert(hosts)
+// WriteSelfSignedCert writes a serving certificate for hosts to certFile
+// and keyFile, so restarts of an extender keep the certificate the
+// scheduler trusts, and returns the PEM of the CA that issued it.
+func WriteSelfSignedCert(certFile, keyFile string, hosts []string) (caPEM []byte, err error) {
+	caPEM, certPEM, keyPEM, err := selfSigned(hosts)
 	if err != nil {
 		return nil, err
 	}
@@ -69,25 +39,40 @@ func WriteSelfSignedCert(certFile, keyFile string, hosts []string) (certPEM []by
 	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
 		return nil, fmt.Errorf("writing %s: %w", keyFile, err)
 	}
-	return certPEM, nil
+	return caPEM, nil
 }
 
-func (c *Config) tlsConfig() (*tls.Config, []byte, error) {
-	var certPEM, keyPEM []byte
-	var err error
-	if c.CertFile != "" {
-		if certPEM, err = os.ReadFile(c.CertFile); err != nil {
-			return nil, nil, fmt.Errorf("reading certFile: %w", err)
+// tlsConfig is the serving configuration and the PEM the scheduler must
+// trust: the generated CA, or the certificate file as it was at startup.
+// Certificate files are followed until ctx ends, so a rotated certificate
+// is served without a restart.
+func (c *Config) tlsConfig(ctx context.Context) (*tls.Config, []byte, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.CertFile == "" {
+		caPEM, certPEM, keyPEM, err := selfSigned(c.TLSHosts)
+		if err != nil {
+			return nil, nil, err
 		}
-		if keyPEM, err = os.ReadFile(c.KeyFile); err != nil {
-			return nil, nil, fmt.Errorf("reading keyFile: %w", err)
+		pair, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			return nil, nil, fmt.Errorf("loading serving certificate: %w", err)
 		}
-	} else if certPEM, keyPEM, err = SelfSignedCert(c.TLSHosts); err != nil {
+		cfg.Certificates = []tls.Certificate{pair}
+		return cfg, caPEM, nil
+	}
+	w, err := pki.WatchFiles(c.CertFile, c.KeyFile, nil)
+	if err != nil {
 		return nil, nil, err
 	}
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	certPEM, err := os.ReadFile(c.CertFile)
 	if err != nil {
-		return nil, nil, fmt.Errorf("loading serving certificate: %w", err)
+		return nil, nil, fmt.Errorf("reading certFile: %w", err)
 	}
-	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, certPEM, nil
+	go func() {
+		if err := w.Start(ctx); err != nil {
+			c.Logger.Error("watching the serving certificate", "certFile", c.CertFile, "error", err)
+		}
+	}()
+	cfg.GetCertificate = w.GetCertificate
+	return cfg, certPEM, nil
 }

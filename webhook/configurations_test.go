@@ -1,9 +1,9 @@
 package webhook
 
 import (
-	"slices"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
 	"github.com/runplane/runplane/api"
@@ -15,34 +15,30 @@ func TestConfigurationsShape(t *testing.T) {
 		"gpu-spec.runplane.io": api.LabelGPUSpec, "stock.runplane.io": api.LabelStock,
 		"pool.runplane.io": api.LabelPool, "ssh.runplane.io": api.LabelSSH, "storage-gate.runplane.io": "",
 	}
-	if len(m.Webhooks) != len(wantLabels) {
-		t.Fatalf("%d mutating webhooks, want %d", len(m.Webhooks), len(wantLabels))
-	}
+	require.Len(t, m.Webhooks, len(wantLabels))
 	for _, w := range m.Webhooks {
 		label, ok := wantLabels[w.Name]
-		switch {
-		case !ok:
-			t.Errorf("unexpected webhook %s", w.Name)
-		case *w.FailurePolicy != admissionregistrationv1.Fail || *w.SideEffects != admissionregistrationv1.SideEffectClassNone ||
-			*w.TimeoutSeconds != 5 || *w.ReinvocationPolicy != admissionregistrationv1.IfNeededReinvocationPolicy:
-			t.Errorf("%s: policy fields %v %v %v %v", w.Name, *w.FailurePolicy, *w.SideEffects, *w.TimeoutSeconds, *w.ReinvocationPolicy)
-		case *w.ClientConfig.URL != "https://127.0.0.1:9443"+MutatePodsPath || string(w.ClientConfig.CABundle) != "ca":
-			t.Errorf("%s: client config %v", w.Name, w.ClientConfig)
-		case !slices.Equal(w.NamespaceSelector.MatchExpressions[0].Values, []string{"kube-system", "rp"}):
-			t.Errorf("%s: namespace selector %v", w.Name, w.NamespaceSelector)
-		case label != "" && (w.ObjectSelector.MatchExpressions[0].Key != label || w.ObjectSelector.MatchExpressions[0].Operator != "Exists"):
-			t.Errorf("%s: object selector %v, want %s Exists", w.Name, w.ObjectSelector, label)
-		case label == "" && len(w.MatchConditions) != 1:
-			t.Errorf("%s: want a match condition on claim volumes", w.Name)
+		require.True(t, ok, "unexpected webhook %s", w.Name)
+		require.Equal(t, admissionregistrationv1.Fail, *w.FailurePolicy, w.Name)
+		require.Equal(t, admissionregistrationv1.SideEffectClassNone, *w.SideEffects, w.Name)
+		require.EqualValues(t, 5, *w.TimeoutSeconds, w.Name)
+		require.Equal(t, admissionregistrationv1.IfNeededReinvocationPolicy, *w.ReinvocationPolicy, w.Name)
+		require.Equal(t, "https://127.0.0.1:9443"+MutatePodsPath, *w.ClientConfig.URL, w.Name)
+		require.Equal(t, "ca", string(w.ClientConfig.CABundle), w.Name)
+		require.Equal(t, []string{"kube-system", "rp"}, w.NamespaceSelector.MatchExpressions[0].Values, w.Name)
+		if label == "" {
+			require.Len(t, w.MatchConditions, 1, "%s: want a match condition on claim volumes", w.Name)
+			continue
 		}
+		require.Equal(t, label, w.ObjectSelector.MatchExpressions[0].Key, w.Name)
+		require.EqualValues(t, "Exists", w.ObjectSelector.MatchExpressions[0].Operator, w.Name)
 	}
-	if len(v.Webhooks) != 1 || *v.Webhooks[0].ClientConfig.URL != "https://127.0.0.1:9443"+ValidatePVCsPath || len(v.Webhooks[0].MatchConditions) != 1 {
-		t.Errorf("validating webhook %+v", v.Webhooks)
-	}
+	require.Len(t, v.Webhooks, 1)
+	require.Equal(t, "https://127.0.0.1:9443"+ValidatePVCsPath, *v.Webhooks[0].ClientConfig.URL)
+	require.Len(t, v.Webhooks[0].MatchConditions, 1)
 	// The shape hash ignores the caBundle (patched on its own) but not the rest.
 	m2, _ := Configurations(ConfigurationOptions{Namespace: "rp", URL: "https://127.0.0.1:9443", CABundle: []byte("other")})
 	m3, _ := Configurations(ConfigurationOptions{Namespace: "rp", URL: "https://127.0.0.1:9444"})
-	if m.Annotations[ConfigHashAnnotation] != m2.Annotations[ConfigHashAnnotation] || m.Annotations[ConfigHashAnnotation] == m3.Annotations[ConfigHashAnnotation] {
-		t.Error("config hash must ignore caBundle and follow the URL")
-	}
+	require.Equal(t, m.Annotations[ConfigHashAnnotation], m2.Annotations[ConfigHashAnnotation], "config hash must ignore caBundle")
+	require.NotEqual(t, m.Annotations[ConfigHashAnnotation], m3.Annotations[ConfigHashAnnotation], "config hash must follow the URL")
 }

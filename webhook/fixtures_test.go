@@ -2,8 +2,11 @@ package webhook
 
 import (
 	"context"
+	"log/slog"
+	"net/http"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,9 +29,7 @@ func testCatalog(t testing.TB) catalog.Catalog {
 		"g8.a100":   "gpu: 8\ncpu: \"64\"\nmemory: 512Gi\nnodeSelector:\n  gpu.runplane.io/model: a100\ntolerations:\n- key: nvidia.com/gpu\n  operator: Exists\n  effect: NoSchedule\nstock: Required\n",
 		"cpu.small": "gpu: 0\ncpu: \"2\"\nmemory: 4Gi\n",
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return c
 }
 
@@ -74,4 +75,19 @@ func testMutator(t testing.TB) *mutate.Mutator {
 			api.PriorityClassStock:    {ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassStock}, Value: -1000, PreemptionPolicy: &never},
 		},
 	}
+}
+
+// newHandler serves the admission paths as the webhook server does; a nil
+// metrics is a fresh set.
+func newHandler(t testing.TB, metrics *Metrics) http.Handler {
+	if metrics == nil {
+		metrics = NewMetrics()
+	}
+	mux := http.NewServeMux()
+	hs, err := hooks(testMutator(t), metrics, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	for path, h := range hs {
+		mux.Handle(path, h)
+	}
+	return mux
 }

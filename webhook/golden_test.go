@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
+	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,23 +42,16 @@ func review(t testing.TB, h http.Handler, pod []byte) *admissionv1.AdmissionResp
 		},
 	}
 	body, err := json.Marshal(&in)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	req := httptest.NewRequest(http.MethodPost, MutatePodsPath, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
-	if rec.Code != http.StatusOK {
-		t.Fatalf("status %d: %s", rec.Code, rec.Body)
-	}
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 	var out admissionv1.AdmissionReview
-	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
-		t.Fatal(err)
-	}
-	if out.Response == nil || out.Response.UID != in.Request.UID {
-		t.Fatalf("response missing or for another UID: %s", rec.Body)
-	}
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &out))
+	require.NotNil(t, out.Response, rec.Body.String())
+	require.Equal(t, in.Request.UID, out.Response.UID, "response for another UID")
 	return out.Response
 }
 
@@ -67,13 +61,9 @@ func applyPatch(t testing.TB, doc []byte, resp *admissionv1.AdmissionResponse) [
 		return doc
 	}
 	p, err := jsonpatch.DecodePatch(resp.Patch)
-	if err != nil {
-		t.Fatalf("decoding patch: %v", err)
-	}
+	require.NoError(t, err, "decoding patch")
 	out, err := p.Apply(doc)
-	if err != nil {
-		t.Fatalf("applying patch: %v", err)
-	}
+	require.NoError(t, err, "applying patch")
 	return out
 }
 
@@ -82,31 +72,21 @@ func applyPatch(t testing.TB, doc []byte, resp *admissionv1.AdmissionResponse) [
 func podJSON(t testing.TB, doc []byte) []byte {
 	t.Helper()
 	var pod corev1.Pod
-	if err := yaml.UnmarshalStrict(doc, &pod); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, yaml.UnmarshalStrict(doc, &pod))
 	b, err := json.Marshal(&pod)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return b
 }
 
 func golden(t *testing.T, path string, got []byte) {
 	t.Helper()
 	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(path, got, 0o644))
 		return
 	}
 	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./webhook -run TestGolden -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from the golden file (rerun with -update if intended)\n--- got ---\n%s\n--- want ---\n%s", path, got, want)
-	}
+	require.NoError(t, err, "run go test ./webhook -run TestGolden -update to create it")
+	require.Equal(t, string(want), string(got), "%s differs from the golden file (rerun with -update if intended)", path)
 }
 
 // TestGolden runs every testdata/pods/<case>.in.yaml through the handler and
@@ -118,33 +98,24 @@ func golden(t *testing.T, path string, got []byte) {
 // nothing but that annotation.
 func TestGolden(t *testing.T) {
 	inputs, err := filepath.Glob("testdata/pods/*.in.yaml")
-	if err != nil || len(inputs) == 0 {
-		t.Fatalf("no golden inputs: %v", err)
-	}
-	h := NewHandler(testMutator(t), nil, nil)
+	require.NoError(t, err)
+	require.NotEmpty(t, inputs, "golden inputs")
+	h := newHandler(t, nil)
 	for _, in := range inputs {
 		name := strings.TrimSuffix(filepath.Base(in), ".in.yaml")
 		t.Run(name, func(t *testing.T) {
 			raw, err := os.ReadFile(in)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			doc := podJSON(t, raw)
 			resp := review(t, h, doc)
 			base := strings.TrimSuffix(in, ".in.yaml")
 			if strings.HasPrefix(name, "deny-") {
-				if resp.Allowed || resp.Result == nil {
-					t.Fatalf("want a denial, got allowed (patch %s)", resp.Patch)
-				}
-				if resp.Result.Code != http.StatusForbidden {
-					t.Errorf("denial code %d, want 403 (a user error, not a webhook failure): %s", resp.Result.Code, resp.Result.Message)
-				}
+				require.False(t, resp.Allowed, "want a denial, got allowed (patch %s)", resp.Patch)
+				require.EqualValues(t, http.StatusForbidden, resp.Result.Code, "a user error, not a webhook failure: %s", resp.Result.Message)
 				golden(t, base+".denied.txt", []byte(resp.Result.Message+"\n"))
 				return
 			}
-			if !resp.Allowed {
-				t.Fatalf("denied: %v", resp.Result)
-			}
+			require.True(t, resp.Allowed, "denied: %v", resp.Result)
 			patch := []byte("[]")
 			if resp.Patch != nil {
 				patch = canonicalPatch(t, resp.Patch)
@@ -152,32 +123,23 @@ func TestGolden(t *testing.T) {
 			golden(t, base+".patch.json", append(patch, '\n'))
 			mutated := applyPatch(t, doc, resp)
 			out, err := yaml.JSONToYAML(mutated)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			golden(t, base+".out.yaml", out)
 
 			again := review(t, h, mutated)
-			if !again.Allowed || again.Patch != nil {
-				t.Errorf("reinvocation: want allowed with an empty patch, got allowed=%v patch %s", again.Allowed, again.Patch)
-			}
+			require.True(t, again.Allowed, "reinvocation")
+			require.Nil(t, again.Patch, "reinvocation: want an empty patch")
 
 			var pod corev1.Pod
-			if err := json.Unmarshal(mutated, &pod); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, json.Unmarshal(mutated, &pod))
 			if _, ok := pod.Annotations[api.AnnotationInjected]; !ok {
 				return
 			}
 			delete(pod.Annotations, api.AnnotationInjected)
 			stripped, err := json.Marshal(&pod)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			redo := applyPatch(t, stripped, review(t, h, stripped))
-			if !bytes.Equal(podJSON(t, redo), podJSON(t, mutated)) {
-				t.Errorf("mutating the mutated Pod again changed it:\n%s\nwant\n%s", redo, mutated)
-			}
+			require.JSONEq(t, string(podJSON(t, mutated)), string(podJSON(t, redo)), "mutating the mutated Pod again changed it")
 		})
 	}
 }
@@ -189,9 +151,7 @@ func TestGolden(t *testing.T) {
 func canonicalPatch(t testing.TB, patch []byte) []byte {
 	t.Helper()
 	var ops []map[string]any
-	if err := json.Unmarshal(patch, &ops); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, json.Unmarshal(patch, &ops))
 	key := func(op map[string]any) []string { s, _ := op["path"].(string); return strings.Split(s, "/") }
 	sort.SliceStable(ops, func(i, j int) bool {
 		a, b := key(ops[i]), key(ops[j])
@@ -209,8 +169,33 @@ func canonicalPatch(t testing.TB, patch []byte) []byte {
 		return len(a) < len(b)
 	})
 	out, err := json.MarshalIndent(ops, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return out
+}
+
+// TestGoldenPatchesApply applies every golden patch, as a JSON patch library
+// other than the one that made it reads it, to its input and compares the
+// result with the golden mutated Pod: a regenerated patch must still yield
+// the same Pod.
+func TestGoldenPatchesApply(t *testing.T) {
+	patches, err := filepath.Glob("testdata/pods/*.patch.json")
+	require.NoError(t, err)
+	require.NotEmpty(t, patches)
+	for _, p := range patches {
+		base := strings.TrimSuffix(p, ".patch.json")
+		t.Run(filepath.Base(base), func(t *testing.T) {
+			read := func(path string) []byte {
+				b, err := os.ReadFile(path)
+				require.NoError(t, err)
+				return b
+			}
+			patch, err := jsonpatch.DecodePatch(read(p))
+			require.NoError(t, err)
+			got, err := patch.Apply(podJSON(t, read(base+".in.yaml")))
+			require.NoError(t, err)
+			want, err := yaml.YAMLToJSON(read(base + ".out.yaml"))
+			require.NoError(t, err)
+			require.JSONEq(t, string(want), string(got))
+		})
+	}
 }

@@ -1,13 +1,13 @@
-// Package webhook is runplane's admission webhook server: it mutates
-// labelled Pods (webhook/mutate), validates claim annotations (webhook/pvc),
-// keeps its TLS material (webhook/certs) and its webhook configuration
-// objects, follows the GPU spec catalog, and serves Prometheus metrics and
-// health endpoints. Run is the whole server; cmd/runplane-webhook and make
-// dev call it.
+// Package webhook is runplane's admission webhook server, a
+// controller-runtime manager: it mutates labelled Pods (webhook/mutate) and
+// validates claim annotations (webhook/pvc) behind controller-runtime's
+// webhook server, keeps its TLS material (internal/pki) and its webhook
+// configuration objects, follows the GPU spec catalog, and serves
+// Prometheus metrics and health endpoints. Run is the whole server;
+// cmd/runplane-webhook and make dev call it.
 package webhook
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -15,22 +15,26 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
+	"strconv"
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/catalog"
-	"github.com/runplane/runplane/webhook/certs"
+	"github.com/runplane/runplane/internal/pki"
 	"github.com/runplane/runplane/webhook/mutate"
 )
 
@@ -41,8 +45,10 @@ type Config struct {
 	// Namespace is runplane's namespace: the catalog ConfigMap and the TLS
 	// Secret live there, and admission skips it (default runplane-system).
 	Namespace string
-	// Addr is the HTTPS admission address (default :9443); Listener, when
-	// set, is used instead (tests pass 127.0.0.1:0).
+	// Addr is the HTTPS admission address, host:port (default :9443).
+	// Listener, when set, names the address instead (tests pass
+	// 127.0.0.1:0): controller-runtime's webhook server opens its own
+	// listener, so Run closes this one and listens on its address.
 	Addr     string
 	Listener net.Listener
 	// HealthAddr serves /healthz, /readyz and /metrics over plain HTTP
@@ -69,9 +75,10 @@ type TLSConfig struct {
 	DNSNames    []string
 	IPAddresses []net.IP
 	// CheckInterval is how often the certificate is checked for renewal
-	// (default 1h); certs.Options.RenewBefore decides when to renew.
+	// (default 1h); Certs.RenewBefore decides when to renew. Certs' names
+	// are DNSNames and IPAddresses.
 	CheckInterval time.Duration
-	Certs         certs.Options
+	Certs         pki.Options
 }
 
 // WebhooksConfig says which webhook configuration objects Run keeps.
@@ -131,15 +138,29 @@ func (c *Config) defaults() error {
 	return c.Injection.Validate()
 }
 
-// Run serves admission until ctx ends, then shuts its servers down. It
-// fails early when the caches do not sync or TLS cannot be set up; once
-// serving, /readyz reports whether the certificate is trusted (caBundle in
-// place) and the catalog is synced.
+// Run serves admission until ctx ends, then shuts its servers down
+// gracefully. It fails early when the caches do not sync or TLS cannot be
+// set up; once serving, /readyz reports whether the certificate is trusted
+// (caBundle in place) and the catalog is synced.
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.defaults(); err != nil {
 		return err
 	}
 	log := cfg.Logger.With("component", "webhook")
+	if cfg.Listener != nil {
+		cfg.Addr = cfg.Listener.Addr().String()
+		if err := cfg.Listener.Close(); err != nil {
+			return fmt.Errorf("webhook: freeing %s: %w", cfg.Addr, err)
+		}
+	}
+	host, portStr, err := net.SplitHostPort(cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("webhook: address %q: %w", cfg.Addr, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return fmt.Errorf("webhook: address %q: %w", cfg.Addr, err)
+	}
 	client, err := kubernetes.NewForConfig(cfg.RESTConfig)
 	if err != nil {
 		return fmt.Errorf("webhook: client: %w", err)
@@ -169,282 +190,73 @@ func Run(ctx context.Context, cfg Config) error {
 		PVCs:            pvcLookup{lister: pvcs.Lister(), client: client},
 		PriorityClasses: priorityClassLookup{lister: pcs.Lister(), client: client},
 	}
-	handler := NewHandler(mutator, metrics, log)
-
 	var ready atomic.Bool
-	getCert, certLoop, err := serving(ctx, client, cfg, metrics, log, &ready)
+	getCert, keepers, err := serving(ctx, client, cfg, metrics, log, &ready)
 	if err != nil {
 		return err
 	}
 
-	mux := http.NewServeMux()
-	mux.Handle(MutatePodsPath, handler)
-	mux.Handle(ValidatePVCsPath, handler)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() || !store.HasSynced() {
-			http.Error(w, "not ready: certificate or webhook configuration not in place yet", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok\n"))
+	mgr, err := manager.New(cfg.RESTConfig, manager.Options{
+		Logger: logr.FromSlogHandler(log.Handler()),
+		// The webhook serves its own metrics registry, with the health
+		// endpoints, on one plain HTTP listener (HealthAddr).
+		Metrics:                 metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:  "0",
+		GracefulShutdownTimeout: ptr.To(5 * time.Second),
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
-
-	ln := cfg.Listener
-	if ln == nil {
-		if ln, err = net.Listen("tcp", cfg.Addr); err != nil {
-			return fmt.Errorf("webhook: listen %s: %w", cfg.Addr, err)
+	if err != nil {
+		return fmt.Errorf("webhook: manager: %w", err)
+	}
+	checks := map[string]healthz.Checker{"certificate": func(*http.Request) error {
+		if !ready.Load() {
+			return errors.New("certificate or webhook configuration not in place yet")
 		}
-	}
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCert},
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	servers := []*http.Server{srv}
-	errc := make(chan error, 3)
-	go func() { errc <- serveErr("admission", srv.ServeTLS(ln, "", "")) }()
-
-	hln := cfg.HealthListener
-	if hln == nil && cfg.HealthAddr != "-" {
-		if hln, err = net.Listen("tcp", cfg.HealthAddr); err != nil {
-			_ = srv.Close()
-			return fmt.Errorf("webhook: listen %s: %w", cfg.HealthAddr, err)
-		}
-	}
-	if hln != nil {
-		hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		servers = append(servers, hsrv)
-		go func() { errc <- serveErr("health", hsrv.Serve(hln)) }()
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); certLoop(ctx) }()
-	log.Info("webhook serving", "addr", ln.Addr().String(), "namespace", cfg.Namespace)
-
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
-	}
-	cancel()
-	shutdownCtx, shutdownCancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer shutdownCancel()
-	for _, s := range servers {
-		_ = s.Shutdown(shutdownCtx)
-	}
-	wg.Wait()
-	return err
-}
-
-func serveErr(name string, err error) error {
-	if errors.Is(err, http.ErrServerClosed) {
 		return nil
-	}
-	return fmt.Errorf("webhook: %s server: %w", name, err)
-}
-
-// serving returns the certificate getter and the loop that keeps the
-// certificate and the webhook configurations current.
-func serving(ctx context.Context, client kubernetes.Interface, cfg Config, metrics *Metrics, log *slog.Logger, ready *atomic.Bool) (func(*tls.ClientHelloInfo) (*tls.Certificate, error), func(context.Context), error) {
-	if cfg.TLS.CertManager {
-		src := &certs.FileSource{CertFile: cfg.TLS.CertDir + "/tls.crt", KeyFile: cfg.TLS.CertDir + "/tls.key"}
-		c, err := src.Load()
-		if err != nil {
-			return nil, nil, fmt.Errorf("webhook: %w", err)
+	}, "catalog": func(*http.Request) error {
+		if !store.HasSynced() {
+			return errors.New("catalog not synced")
 		}
-		if c.Leaf != nil {
-			metrics.certExpiry.Set(float64(c.Leaf.NotAfter.Unix()))
-		}
-		ready.Store(true)
-		return src.GetCertificate, func(context.Context) {}, nil
-	}
-
-	opts := cfg.TLS.Certs
-	opts.Namespace, opts.SecretName = cfg.Namespace, cfg.TLS.SecretName
-	opts.DNSNames, opts.IPAddresses = cfg.TLS.DNSNames, cfg.TLS.IPAddresses
-	bundle, _, err := certs.Ensure(ctx, client, opts)
-	if err != nil {
-		return nil, nil, fmt.Errorf("webhook: %w", err)
-	}
-	var current atomic.Pointer[tls.Certificate]
-	c, err := bundle.TLSCertificate()
-	if err != nil {
-		return nil, nil, fmt.Errorf("webhook: %w", err)
-	}
-	current.Store(c)
-	metrics.certExpiry.Set(float64(bundle.NotAfter.Unix()))
-
-	rec := &reconciler{client: client, cfg: cfg, log: log}
-	if err := rec.reconcile(ctx, bundle.CABundle); err != nil {
-		// The loop retries; the first admissions may fail TLS until then.
-		log.Error("webhook configurations", "error", err)
-	} else {
-		ready.Store(true)
-	}
-	trigger := rec.watch(ctx)
-
-	loop := func(ctx context.Context) {
-		certTick := time.NewTicker(cfg.TLS.CheckInterval)
-		defer certTick.Stop()
-		resync := time.NewTicker(cfg.Webhooks.Resync)
-		defer resync.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-certTick.C:
-				b, changed, err := certs.Ensure(ctx, client, opts)
-				if err != nil {
-					log.Error("renewing the serving certificate", "error", err)
-					continue
-				}
-				if changed || !bytes.Equal(b.CABundle, bundle.CABundle) || !bytes.Equal(b.CertPEM, bundle.CertPEM) {
-					// Trust first, then serve: the API server must accept
-					// the new certificate before it is presented.
-					if err := rec.reconcile(ctx, b.CABundle); err != nil {
-						log.Error("webhook configurations", "error", err)
-						continue
-					}
-					c, err := b.TLSCertificate()
-					if err != nil {
-						log.Error("renewed certificate", "error", err)
-						continue
-					}
-					bundle = b
-					current.Store(c)
-					metrics.certExpiry.Set(float64(b.NotAfter.Unix()))
-					log.Info("serving certificate renewed", "notAfter", b.NotAfter)
-				}
-			case <-resync.C:
-			case <-trigger:
-			}
-			if err := rec.reconcile(ctx, bundle.CABundle); err != nil {
-				log.Error("webhook configurations", "error", err)
-				continue
-			}
-			ready.Store(true)
-		}
-	}
-	get := func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return current.Load(), nil }
-	return get, loop, nil
-}
-
-// reconciler keeps the webhook configuration objects: whole objects when
-// managing them, else only their caBundle.
-type reconciler struct {
-	client kubernetes.Interface
-	cfg    Config
-	log    *slog.Logger
-}
-
-// watch signals when either configuration object changes, so drift (say a
-// reinstall that reset the caBundle) is repaired at once.
-func (r *reconciler) watch(ctx context.Context) <-chan struct{} {
-	ch := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { poke() }, UpdateFunc: func(any, any) { poke() }, DeleteFunc: func(any) { poke() },
-	}
-	factory := informers.NewSharedInformerFactoryWithOptions(r.client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = "metadata.name=" + r.cfg.Webhooks.Name
-	}))
-	_, _ = factory.Admissionregistration().V1().MutatingWebhookConfigurations().Informer().AddEventHandler(handler)
-	_, _ = factory.Admissionregistration().V1().ValidatingWebhookConfigurations().Informer().AddEventHandler(handler)
-	factory.Start(ctx.Done())
-	return ch
-}
-
-func (r *reconciler) reconcile(ctx context.Context, caBundle []byte) error {
-	want, wantV := Configurations(ConfigurationOptions{
-		Name: r.cfg.Webhooks.Name, Namespace: r.cfg.Namespace,
-		URL: r.cfg.Webhooks.URL, Service: r.cfg.Webhooks.Service, CABundle: caBundle,
-	})
-	manage := r.cfg.Webhooks.Manage
-	mapi := r.client.AdmissionregistrationV1().MutatingWebhookConfigurations()
-	err := reconcileObject(ctx, r, "MutatingWebhookConfiguration", want, mapi.Get, mapi.Create, mapi.Update,
-		func(have *admissionregistrationv1.MutatingWebhookConfiguration) (*admissionregistrationv1.MutatingWebhookConfiguration, bool) {
-			update := have.DeepCopy()
-			changed := manage && have.Annotations[ConfigHashAnnotation] != want.Annotations[ConfigHashAnnotation]
-			if changed {
-				update.Webhooks, update.Annotations = want.Webhooks, mergeAnnotations(update.Annotations, want.Annotations)
-			}
-			for i := range update.Webhooks {
-				changed = setCABundle(&update.Webhooks[i].ClientConfig, caBundle) || changed
-			}
-			return update, changed
-		})
+		return nil
+	}}
+	// The health endpoints are also served on the HTTPS listener.
+	mux := healthMux(checks, metrics)
+	srv := webhook.NewServer(webhook.Options{Host: host, Port: port, WebhookMux: mux, TLSOpts: []func(*tls.Config){func(c *tls.Config) {
+		c.MinVersion, c.GetCertificate = tls.VersionTLS12, getCert
+	}}})
+	hs, err := hooks(mutator, metrics, log)
 	if err != nil {
 		return err
 	}
-	vapi := r.client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-	return reconcileObject(ctx, r, "ValidatingWebhookConfiguration", wantV, vapi.Get, vapi.Create, vapi.Update,
-		func(have *admissionregistrationv1.ValidatingWebhookConfiguration) (*admissionregistrationv1.ValidatingWebhookConfiguration, bool) {
-			update := have.DeepCopy()
-			changed := manage && have.Annotations[ConfigHashAnnotation] != wantV.Annotations[ConfigHashAnnotation]
-			if changed {
-				update.Webhooks, update.Annotations = wantV.Webhooks, mergeAnnotations(update.Annotations, wantV.Annotations)
-			}
-			for i := range update.Webhooks {
-				changed = setCABundle(&update.Webhooks[i].ClientConfig, caBundle) || changed
-			}
-			return update, changed
-		})
-}
-
-// reconcileObject creates the configuration when runplane manages it, and
-// otherwise brings the existing one in line through sync (caBundle, and the
-// webhooks themselves when managed).
-func reconcileObject[T metav1.Object](ctx context.Context, r *reconciler, kind string, want T,
-	get func(context.Context, string, metav1.GetOptions) (T, error),
-	create func(context.Context, T, metav1.CreateOptions) (T, error),
-	update func(context.Context, T, metav1.UpdateOptions) (T, error),
-	sync func(have T) (T, bool),
-) error {
-	name := want.GetName()
-	have, err := get(ctx, name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err) && r.cfg.Webhooks.Manage:
-		if _, err := create(ctx, want, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("creating %s %s: %w", kind, name, err)
+	for path, h := range hs {
+		srv.Register(path, h)
+	}
+	runnables := append([]manager.Runnable{srv}, keepers...)
+	if cfg.HealthListener != nil || cfg.HealthAddr != "-" {
+		runnables = append(runnables, &manager.Server{Name: "health", Listener: cfg.HealthListener,
+			Server: &http.Server{Addr: cfg.HealthAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}})
+	}
+	for _, r := range runnables {
+		if err := mgr.Add(r); err != nil {
+			return fmt.Errorf("webhook: %w", err)
 		}
-		r.log.Info("created "+kind, "name", name)
-	case apierrors.IsNotFound(err):
-		r.log.Warn(kind+" not found; the chart creates it", "name", name)
-	case err != nil:
-		return fmt.Errorf("reading %s %s: %w", kind, name, err)
-	default:
-		if next, changed := sync(have); changed {
-			if _, err := update(ctx, next, metav1.UpdateOptions{}); err != nil {
-				return fmt.Errorf("updating %s %s: %w", kind, name, err)
-			}
-			r.log.Info("updated "+kind, "name", name)
-		}
+	}
+	log.Info("webhook serving", "addr", cfg.Addr, "namespace", cfg.Namespace)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("webhook: %w", err)
 	}
 	return nil
 }
 
-// setCABundle sets a webhook's caBundle and reports whether it changed.
-func setCABundle(cc *admissionregistrationv1.WebhookClientConfig, caBundle []byte) bool {
-	if bytes.Equal(cc.CABundle, caBundle) {
-		return false
+// healthMux serves /healthz, /readyz (checks) and /metrics.
+func healthMux(checks map[string]healthz.Checker, metrics *Metrics) *http.ServeMux {
+	mux := http.NewServeMux()
+	for path, h := range map[string]http.Handler{
+		"/healthz": &healthz.Handler{Checks: map[string]healthz.Checker{"ping": healthz.Ping}},
+		"/readyz":  &healthz.Handler{Checks: checks},
+	} {
+		mux.Handle("GET "+path, http.StripPrefix(path, h))
+		mux.Handle("GET "+path+"/", http.StripPrefix(path, h))
 	}
-	cc.CABundle = caBundle
-	return true
-}
-
-func mergeAnnotations(have, want map[string]string) map[string]string {
-	out := map[string]string{}
-	for k, v := range have {
-		out[k] = v
-	}
-	for k, v := range want {
-		out[k] = v
-	}
-	return out
+	mux.Handle("GET /metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
+	return mux
 }

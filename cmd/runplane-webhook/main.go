@@ -1,5 +1,5 @@
 // Command runplane-webhook is runplane's admission webhook: flags in,
-// webhook.Run out.
+// webhook.Run (a controller-runtime manager) out.
 package main
 
 import (
@@ -14,10 +14,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/webhook"
@@ -65,6 +67,7 @@ func run() error {
 		return fmt.Errorf("-log-level: %w", err)
 	}
 	cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	crlog.SetLogger(logr.FromSlogHandler(cfg.Logger.Handler())) // controller-runtime's own logs
 	cfg.Injection.ImagePullPolicy = corev1.PullPolicy(*pullPolicy)
 	cfg.TLS.DNSNames = split(*dnsNames)
 	if len(cfg.TLS.DNSNames) == 0 {

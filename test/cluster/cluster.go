@@ -63,7 +63,7 @@ type Cluster struct {
 	kubeconfig string
 	restConfig *rest.Config
 	client     kubernetes.Interface
-	pki        *pki
+	pki        *certFiles
 	logf       func(string, ...any)
 
 	mu        sync.Mutex

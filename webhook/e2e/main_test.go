@@ -12,16 +12,21 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/test/cluster"
@@ -32,6 +37,9 @@ import (
 var env *cluster.Cluster
 
 func TestMain(m *testing.M) {
+	// Run logs through the test's slog; controller-runtime's own start-up
+	// lines are not needed.
+	crlog.SetLogger(logr.Discard())
 	cluster.Main(m, cluster.Options{Nodes: []cluster.Node{{Name: "gpu-0", GPUs: 8}}}, func(c *cluster.Cluster) { env = c })
 }
 
@@ -46,24 +54,21 @@ func setup(t *testing.T) kubernetes.Interface {
 	c := env.Client()
 	setupOnce.Do(func() {
 		ctx := context.Background()
-		if err := env.CreateNamespace(ctx, runplaneNS); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
+		if err := env.CreateNamespace(ctx, runplaneNS); !apierrors.IsAlreadyExists(err) {
+			require.NoError(t, err)
 		}
 		_, err := c.CoreV1().ConfigMaps(runplaneNS).Create(ctx, &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: api.CatalogConfigMap},
 			Data:       map[string]string{"g1.1": "gpu: 1\ncpu: \"8\"\nmemory: 32Gi\n"},
 		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		never := corev1.PreemptNever
 		for _, pc := range []*schedulingv1.PriorityClass{
 			{ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassWorkload}, Value: 1000},
 			{ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassStock}, Value: -100, PreemptionPolicy: &never},
 		} {
-			if _, err := c.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			_, err := c.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{})
+			require.NoError(t, err)
 		}
 	})
 	return c
@@ -71,8 +76,8 @@ func setup(t *testing.T) kubernetes.Interface {
 
 func namespace(t *testing.T, name string) string {
 	t.Helper()
-	if err := env.CreateNamespace(context.Background(), name); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
+	if err := env.CreateNamespace(context.Background(), name); !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
 	}
 	return name
 }
@@ -89,74 +94,59 @@ type running struct {
 func startWebhook(t *testing.T, modify ...func(*webhook.Config)) *running {
 	t.Helper()
 	setup(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	port, err := cluster.FreePort()
+	require.NoError(t, err)
 	hln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	addr := "127.0.0.1:" + strconv.Itoa(port)
 	cfg := webhook.Config{
 		RESTConfig:     env.RESTConfig(),
 		Namespace:      runplaneNS,
-		Listener:       ln,
+		Addr:           addr,
 		HealthListener: hln,
 		Injection: mutate.Config{
 			Image: "runplane:e2e", PauseImage: "registry.k8s.io/pause:3.10", NATSURL: "nats://127.0.0.1:4222",
 			SubjectPrefix: api.DefaultSubjectPrefix, StreamName: api.DefaultStreamName,
 		},
 		TLS:      webhook.TLSConfig{IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, CheckInterval: time.Hour},
-		Webhooks: webhook.WebhooksConfig{Manage: true, URL: "https://" + ln.Addr().String(), Resync: 2 * time.Second},
+		Webhooks: webhook.WebhooksConfig{Manage: true, URL: "https://" + addr, Resync: 2 * time.Second},
 		Logger:   slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	for _, m := range modify {
 		m(&cfg)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- webhook.Run(ctx, cfg) }()
-	r := &running{addr: ln.Addr().String(), health: "http://" + hln.Addr().String()}
+	exited := make(chan struct{})
+	var runErr error // set before exited closes
+	go func() { runErr = webhook.Run(ctx, cfg); close(exited) }()
+	r := &running{addr: addr, health: "http://" + hln.Addr().String()}
 	var once sync.Once
 	r.stop = func() {
 		once.Do(func() {
 			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("webhook.Run: %v", err)
-			}
+			<-exited
+			assert.NoError(t, runErr, "webhook.Run")
 		})
 	}
 	t.Cleanup(r.stop)
 
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	// Ready, and then the API server picks up the rewritten configuration
+	// (new URL, new port) through its own watch: wait until a dry-run is
+	// mutated by this instance.
+	probeNS := namespace(t, "webhook-probe")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		select {
-		case err := <-done:
-			t.Fatalf("webhook.Run returned early: %v", err)
+		case <-exited:
+			require.FailNow(c, "webhook.Run returned early", "%v", runErr)
 		default:
 		}
-		if status(r.health+"/readyz") == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("webhook never ready")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	// The API server picks up the rewritten configuration (new URL, new
-	// port) through its own watch: wait until a dry-run is mutated by this
-	// instance.
-	probeNS := namespace(t, "webhook-probe")
-	for {
+		require.Equal(c, http.StatusOK, status(r.health+"/readyz"), "ready")
 		pod, err := env.Client().CoreV1().Pods(probeNS).Create(context.Background(), gpuPod("probe", "g1.1"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err == nil && pod.Spec.SchedulerName == api.SchedulerName && strings.Contains(scrape(t, r.health), `outcome="mutated"`) {
-			return r
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the API server never called the webhook: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		require.NoError(c, err, "the API server calls the webhook")
+		require.Equal(c, api.SchedulerName, pod.Spec.SchedulerName)
+		require.Contains(c, scrape(c, r.health), `outcome="mutated"`)
+	}, 60*time.Second, 200*time.Millisecond)
+	return r
 }
 
 type testWriter struct{ t *testing.T }
@@ -175,17 +165,12 @@ func status(url string) int {
 	return resp.StatusCode
 }
 
-func scrape(t *testing.T, health string) string {
-	t.Helper()
+func scrape(t require.TestingT, health string) string {
 	resp, err := http.Get(health + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return string(b)
 }
 
@@ -200,26 +185,9 @@ func gpuPod(name, spec string) *corev1.Pod {
 func servedCert(t *testing.T, addr string) []byte {
 	t.Helper()
 	conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true}) // only reading the certificate
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer conn.Close()
 	return conn.ConnectionState().PeerCertificates[0].Raw
-}
-
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, err := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s: %v", what, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 func kubectl(t *testing.T, stdin string, args ...string) (string, error) {

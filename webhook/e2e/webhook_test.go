@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
@@ -19,8 +23,8 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/catalog"
+	"github.com/runplane/runplane/internal/pki"
 	"github.com/runplane/runplane/webhook"
-	"github.com/runplane/runplane/webhook/certs"
 	"github.com/runplane/runplane/webhook/mutate"
 )
 
@@ -46,60 +50,44 @@ func TestDeploymentPodsAreInjected(t *testing.T) {
 			},
 		},
 	}
-	if _, err := c.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := c.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{})
+	require.NoError(t, err)
 	var pods []corev1.Pod
-	waitFor(t, "2 Pods of the Deployment", 60*time.Second, func() (bool, error) {
-		list, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=llm"})
-		if err != nil {
-			return false, err
-		}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		list, err := env.Client().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=llm"})
+		require.NoError(c, err)
+		require.Len(c, list.Items, 2, "Pods of the Deployment")
 		pods = list.Items
-		return len(pods) == 2, nil
-	})
+	}, 60*time.Second, 200*time.Millisecond)
 	for _, p := range pods {
-		if !strings.HasPrefix(p.GenerateName, "llm-") {
-			t.Errorf("Pod %s: not created with generateName", p.Name)
-		}
-		if got := names(p.Spec.InitContainers); got != "runplane-worker,runplane-ssh-install,runplane-ssh" {
-			t.Errorf("Pod %s init containers %s", p.Name, got)
-		}
+		require.True(t, strings.HasPrefix(p.GenerateName, "llm-"), "Pod %s: not created with generateName", p.Name)
+		require.Equal(t, "runplane-worker,runplane-ssh-install,runplane-ssh", names(p.Spec.InitContainers), "Pod %s init containers", p.Name)
 		main := p.Spec.Containers[0]
 		// The SSH sidecar runs from the user's image, so sessions get its shell.
-		if ssh := p.Spec.InitContainers[2]; ssh.Image != main.Image {
-			t.Errorf("Pod %s: SSH sidecar image %q, want the main image %q", p.Name, ssh.Image, main.Image)
-		}
-		if q := main.Resources.Limits[api.DefaultGPUResource]; q.Cmp(resource.MustParse("1")) != 0 {
-			t.Errorf("Pod %s GPU limit %s", p.Name, q.String())
-		}
-		if p.Spec.SchedulerName != api.SchedulerName || p.Spec.PriorityClassName != api.PriorityClassWorkload || ptr.Deref(p.Spec.Priority, 0) != 1000 {
-			t.Errorf("Pod %s scheduler %q class %q priority %v", p.Name, p.Spec.SchedulerName, p.Spec.PriorityClassName, p.Spec.Priority)
-		}
-		if p.Labels[api.LabelEgress] != api.EgressRestricted || !strings.HasPrefix(p.Annotations[api.AnnotationInjected], "gpu-spec,pool,ssh hash=") {
-			t.Errorf("Pod %s labels %v annotations %v", p.Name, p.Labels, p.Annotations)
-		}
-		sc := p.Spec.InitContainers[0]
-		if env := envOf(sc, api.EnvConcurrency); env != "3" {
-			t.Errorf("sidecar concurrency %q", env)
-		}
+		require.Equal(t, main.Image, p.Spec.InitContainers[2].Image, "Pod %s: SSH sidecar image", p.Name)
+		q := main.Resources.Limits[api.DefaultGPUResource]
+		require.Zero(t, q.Cmp(resource.MustParse("1")), "Pod %s GPU limit %s", p.Name, q.String())
+		require.Equal(t, api.SchedulerName, p.Spec.SchedulerName)
+		require.Equal(t, api.PriorityClassWorkload, p.Spec.PriorityClassName)
+		require.EqualValues(t, 1000, ptr.Deref(p.Spec.Priority, 0))
+		require.Equal(t, api.EgressRestricted, p.Labels[api.LabelEgress])
+		require.True(t, strings.HasPrefix(p.Annotations[api.AnnotationInjected], "gpu-spec,pool,ssh hash="), "annotations %v", p.Annotations)
+		require.Equal(t, "3", envOf(p.Spec.InitContainers[0], api.EnvConcurrency), "sidecar concurrency")
 		for _, m := range main.VolumeMounts {
-			if m.Name == mutate.VolumeNATSCredentials || m.Name == mutate.VolumeSSHAuthorizedKey {
-				t.Errorf("main container mounts %s", m.Name)
-			}
+			require.NotContains(t, []string{mutate.VolumeNATSCredentials, mutate.VolumeSSHAuthorizedKey}, m.Name, "main container mounts")
 		}
 
 		// Reinvocation against the real, defaulted object.
 		again := p.DeepCopy()
 		delete(again.Annotations, api.AnnotationInjected)
 		res, err := testMutator(t).Mutate(ctx, again, ns)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		delete(res.Pod.Annotations, api.AnnotationInjected)
-		if patch, err := webhook.Patch(again, res.Pod); err != nil || patch != nil {
-			t.Errorf("mutating the stored Pod again changes it (defaults missing from injected objects?): %s %v", patch, err)
-		}
+		want, err := json.Marshal(again)
+		require.NoError(t, err)
+		got, err := json.Marshal(res.Pod)
+		require.NoError(t, err)
+		require.JSONEq(t, string(want), string(got), "mutating the stored Pod again changes it (defaults missing from injected objects?)")
 	}
 }
 
@@ -107,9 +95,7 @@ func TestDeploymentPodsAreInjected(t *testing.T) {
 // cluster's PriorityClass value.
 func testMutator(t *testing.T) *mutate.Mutator {
 	cat, err := catalog.Parse(map[string]string{"g1.1": "gpu: 1\ncpu: \"8\"\nmemory: 32Gi\n"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return &mutate.Mutator{
 		Config: mutate.Config{Image: "runplane:e2e", PauseImage: "registry.k8s.io/pause:3.10", NATSURL: "nats://127.0.0.1:4222",
 			SubjectPrefix: api.DefaultSubjectPrefix, StreamName: api.DefaultStreamName},
@@ -197,12 +183,8 @@ spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}`,
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			out, err := kubectl(t, tt.manifest, "apply", "-n", ns, "-f", "-")
-			if err == nil {
-				t.Fatalf("kubectl apply succeeded: %s", out)
-			}
-			if !strings.Contains(out, tt.want) {
-				t.Fatalf("kubectl said:\n%s\nwant it to contain:\n%s", out, tt.want)
-			}
+			require.Error(t, err, "kubectl apply succeeded: %s", out)
+			require.Contains(t, out, tt.want)
 			t.Logf("kubectl: %s", strings.TrimSpace(out))
 		})
 	}
@@ -217,19 +199,13 @@ apiVersion: v1
 kind: Pod
 metadata: {name: worker, labels: {runplane.io/pool: echo}}
 spec: {containers: [{name: framework, image: example.com/echo:1}]}`, "apply", "-n", ns, "--dry-run=server", "-o", "json", "-f", "-")
-	if err != nil {
-		t.Fatalf("kubectl: %v\n%s", err, out)
-	}
+	require.NoError(t, err, out)
 	var pod corev1.Pod
-	if err := json.Unmarshal([]byte(out), &pod); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	if names(pod.Spec.InitContainers) != api.SidecarContainerName || envOf(pod.Spec.Containers[0], api.EnvPool) != "echo" {
-		t.Fatalf("dry-run Pod not mutated: %s", out)
-	}
-	if _, err := env.Client().CoreV1().Pods(ns).Get(context.Background(), "worker", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Fatalf("dry-run stored the Pod: %v", err)
-	}
+	require.NoError(t, json.Unmarshal([]byte(out), &pod), out)
+	require.Equal(t, api.SidecarContainerName, names(pod.Spec.InitContainers), "dry-run Pod not mutated: %s", out)
+	require.Equal(t, "echo", envOf(pod.Spec.Containers[0], api.EnvPool), "dry-run Pod not mutated: %s", out)
+	_, err = env.Client().CoreV1().Pods(ns).Get(context.Background(), "worker", metav1.GetOptions{})
+	require.True(t, apierrors.IsNotFound(err), "dry-run stored the Pod: %v", err)
 }
 
 // A spec added to the catalog ConfigMap is used without a restart.
@@ -239,21 +215,16 @@ func TestCatalogChangeFollowed(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t, "team-catalog")
 	cm, err := c.CoreV1().ConfigMaps(runplaneNS).Get(ctx, api.CatalogConfigMap, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	cm.Data["g2.new"] = "gpu: 2\ncpu: \"16\"\nmemory: 64Gi\n"
-	if _, err := c.CoreV1().ConfigMaps(runplaneNS).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the new spec to be admitted", 30*time.Second, func() (bool, error) {
+	_, err = c.CoreV1().ConfigMaps(runplaneNS).Update(ctx, cm, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		pod, err := c.CoreV1().Pods(ns).Create(ctx, gpuPod("new-spec", "g2.new"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil {
-			return false, err
-		}
+		require.NoError(ct, err, "the new spec admitted")
 		q := pod.Spec.Containers[0].Resources.Limits[api.DefaultGPUResource]
-		return q.Cmp(resource.MustParse("2")) == 0, nil
-	})
+		require.Zero(ct, q.Cmp(resource.MustParse("2")), "GPU limit %s", q.String())
+	}, 30*time.Second, 200*time.Millisecond)
 }
 
 // A Pod mounting a claim still being prepared is gated; one mounting only
@@ -271,9 +242,7 @@ func TestStorageGate(t *testing.T) {
 			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
 		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 	}
 	mk("model", map[string]string{api.AnnotationPrepareFromImage: "busybox:1.36", api.AnnotationPrepareCommand: `["sh","-c","true"]`})
 	mk("plain", nil)
@@ -288,19 +257,12 @@ func TestStorageGate(t *testing.T) {
 		}
 	}
 	gated, err := c.CoreV1().Pods(ns).Create(ctx, pod("reader", "model"), metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(gated.Spec.SchedulingGates) != 1 || gated.Spec.SchedulingGates[0].Name != api.SchedulingGateStorage {
-		t.Fatalf("gates %v", gated.Spec.SchedulingGates)
-	}
+	require.NoError(t, err)
+	require.Equal(t, []corev1.PodSchedulingGate{{Name: api.SchedulingGateStorage}}, gated.Spec.SchedulingGates)
 	plain, err := c.CoreV1().Pods(ns).Create(ctx, pod("plain-reader", "plain"), metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(plain.Spec.SchedulingGates) != 0 || plain.Annotations[api.AnnotationInjected] != "" {
-		t.Fatalf("plain claim Pod changed: gates %v annotations %v", plain.Spec.SchedulingGates, plain.Annotations)
-	}
+	require.NoError(t, err)
+	require.Empty(t, plain.Spec.SchedulingGates, "plain claim Pod gated")
+	require.Empty(t, plain.Annotations[api.AnnotationInjected], "plain claim Pod injected")
 
 	// The controller reports success; a new Pod is no longer gated.
 	// The PV binder updates the claim too: retry on a write conflict.
@@ -314,13 +276,12 @@ func TestStorageGate(t *testing.T) {
 		_, err = c.CoreV1().PersistentVolumeClaims(ns).Update(ctx, claim, metav1.UpdateOptions{})
 		return err
 	})
-	if err != nil {
-		t.Fatalf("status write refused: %v", err)
-	}
-	waitFor(t, "an ungated Pod after preparation", 20*time.Second, func() (bool, error) {
+	require.NoError(t, err, "status write refused")
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		p, err := c.CoreV1().Pods(ns).Create(ctx, pod("reader-2", "model"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err == nil && len(p.Spec.SchedulingGates) == 0, err
-	})
+		require.NoError(ct, err)
+		require.Empty(ct, p.Spec.SchedulingGates, "a Pod gated after preparation")
+	}, 20*time.Second, 200*time.Millisecond)
 }
 
 // The TLS material lives in a Secret, survives a restart, and the caBundle
@@ -330,54 +291,37 @@ func TestCertificateSecretAndCABundleDrift(t *testing.T) {
 	c := env.Client()
 	ctx := context.Background()
 	sec, err := c.CoreV1().Secrets(runplaneNS).Get(ctx, "runplane-webhook-tls", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bundle := sec.Data[certs.KeyCABundle]
+	require.NoError(t, err)
+	bundle := sec.Data[pki.KeyCABundle]
 	mwc, err := c.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, webhook.DefaultConfigurationName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, w := range mwc.Webhooks {
-		if !bytes.Equal(w.ClientConfig.CABundle, bundle) {
-			t.Fatalf("webhook %s caBundle differs from the Secret's", w.Name)
-		}
+		require.Equal(t, bundle, w.ClientConfig.CABundle, "webhook %s caBundle differs from the Secret's", w.Name)
 	}
 
 	// Drift: another CA in every entry; the watch repairs it.
-	other, err := certs.Renew(nil, certs.Options{DNSNames: []string{"x"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	other, err := pki.Renew(nil, pki.Options{DNSNames: []string{"x"}})
+	require.NoError(t, err)
 	for i := range mwc.Webhooks {
 		mwc.Webhooks[i].ClientConfig.CABundle = other.CABundle
 	}
-	if _, err := c.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, mwc, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the caBundle to be repaired", 20*time.Second, func() (bool, error) {
+	_, err = c.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, mwc, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		m, err := c.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, webhook.DefaultConfigurationName, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
+		require.NoError(ct, err)
 		for _, w := range m.Webhooks {
-			if !bytes.Equal(w.ClientConfig.CABundle, bundle) {
-				return false, nil
-			}
+			require.Equal(ct, bundle, w.ClientConfig.CABundle, "the caBundle of %s repaired", w.Name)
 		}
-		return true, nil
-	})
+	}, 20*time.Second, 200*time.Millisecond)
 
 	// Restart: the same CA is loaded, not a new one.
 	r.stop()
 	startWebhook(t)
 	sec2, err := c.CoreV1().Secrets(runplaneNS).Get(ctx, "runplane-webhook-tls", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(sec2.Data[certs.KeyCABundle], bundle) || !bytes.Equal(sec2.Data[corev1.TLSCertKey], sec.Data[corev1.TLSCertKey]) {
-		t.Fatal("restart replaced the CA or serving certificate")
-	}
+	require.NoError(t, err)
+	require.Equal(t, bundle, sec2.Data[pki.KeyCABundle], "restart replaced the CA")
+	require.Equal(t, sec.Data[corev1.TLSCertKey], sec2.Data[corev1.TLSCertKey], "restart replaced the serving certificate")
 }
 
 // Unlabelled Pods never reach the webhook: they are admitted unchanged even
@@ -393,16 +337,13 @@ func TestUnlabelledPodAdmittedWhileWebhookDown(t *testing.T) {
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
 	}
 	pod, err := c.CoreV1().Pods(ns).Create(ctx, in, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("unlabelled Pod refused while the webhook is down: %v", err)
-	}
-	if len(pod.Spec.InitContainers) != 0 || pod.Spec.SchedulerName != corev1.DefaultSchedulerName || len(pod.Annotations) != 0 || len(pod.Spec.SchedulingGates) != 0 {
-		t.Fatalf("unlabelled Pod changed: %+v", pod.Spec)
-	}
+	require.NoError(t, err, "unlabelled Pod refused while the webhook is down")
+	require.Empty(t, pod.Spec.InitContainers, "unlabelled Pod changed")
+	require.Equal(t, corev1.DefaultSchedulerName, pod.Spec.SchedulerName, "unlabelled Pod changed")
+	require.Empty(t, pod.Annotations, "unlabelled Pod changed")
+	require.Empty(t, pod.Spec.SchedulingGates, "unlabelled Pod changed")
 	_, err = c.CoreV1().Pods(ns).Create(ctx, gpuPod("labelled", "g1.1"), metav1.CreateOptions{})
-	if err == nil || !strings.Contains(err.Error(), "gpu-spec.runplane.io") {
-		t.Fatalf("labelled Pod while the webhook is down: want a webhook failure, got %v", err)
-	}
+	require.ErrorContains(t, err, "gpu-spec.runplane.io", "labelled Pod while the webhook is down: want a webhook failure")
 }
 
 // A serving certificate close to expiry is renewed by the running webhook
@@ -411,14 +352,53 @@ func TestServingCertificateRotates(t *testing.T) {
 	r := startWebhook(t, func(c *webhook.Config) {
 		c.TLS.SecretName = "runplane-webhook-tls-rotating"
 		c.TLS.CheckInterval = 500 * time.Millisecond
-		c.TLS.Certs = certs.Options{CertValidity: time.Hour + 40*time.Second, RenewBefore: time.Hour + 30*time.Second}
+		c.TLS.Certs = pki.Options{CertValidity: time.Hour + 40*time.Second, RenewBefore: time.Hour + 30*time.Second}
 	})
 	first := servedCert(t, r.addr)
-	waitFor(t, "a renewed serving certificate", 30*time.Second, func() (bool, error) {
-		return !bytes.Equal(servedCert(t, r.addr), first), nil
-	})
+	require.Eventually(t, func() bool { return !bytes.Equal(servedCert(t, r.addr), first) }, 30*time.Second, 200*time.Millisecond,
+		"a renewed serving certificate")
 	ns := namespace(t, "team-rotate")
-	if _, err := env.Client().CoreV1().Pods(ns).Create(context.Background(), gpuPod("after-rotation", "g1.1"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
-		t.Fatalf("admission after rotation: %v", err)
+	_, err := env.Client().CoreV1().Pods(ns).Create(context.Background(), gpuPod("after-rotation", "g1.1"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	require.NoError(t, err, "admission after rotation")
+}
+
+// With -cert-manager the webhook serves the files cert-manager keeps (the
+// configurations carry cert-manager's CA, which the webhook leaves alone)
+// and follows a renewal without a restart.
+func TestCertManagerFilesFollowed(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := pki.NewCA("cert-manager-ca", time.Now(), time.Hour)
+	require.NoError(t, err)
+	issue := func() {
+		certPEM, keyPEM, err := ca.Issue(pki.Serving("runplane-webhook", []string{"127.0.0.1"}, time.Hour), time.Now())
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "tls.key"), keyPEM, 0o600))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "tls.crt"), certPEM, 0o600))
 	}
+	issue()
+	c := env.Client()
+	ctx := context.Background()
+	r := startWebhook(t, func(cfg *webhook.Config) {
+		cfg.TLS = webhook.TLSConfig{CertManager: true, CertDir: dir}
+		// What the chart and cert-manager's CA injector would write.
+		m, v := webhook.Configurations(webhook.ConfigurationOptions{Namespace: runplaneNS, URL: cfg.Webhooks.URL, CABundle: ca.CertPEM})
+		for _, err := range []error{
+			c.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, m.Name, metav1.DeleteOptions{}),
+			c.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, v.Name, metav1.DeleteOptions{}),
+		} {
+			if !apierrors.IsNotFound(err) {
+				require.NoError(t, err)
+			}
+		}
+		_, err := c.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, m, metav1.CreateOptions{})
+		require.NoError(t, err)
+		_, err = c.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, v, metav1.CreateOptions{})
+		require.NoError(t, err)
+	})
+	first := servedCert(t, r.addr)
+	issue()
+	require.Eventually(t, func() bool { return !bytes.Equal(servedCert(t, r.addr), first) }, 30*time.Second, 200*time.Millisecond,
+		"the renewed certificate served")
+	_, err = c.CoreV1().Pods(namespace(t, "team-cert-manager")).Create(ctx, gpuPod("after-renewal", "g1.1"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	require.NoError(t, err, "admission after the renewal")
 }

@@ -2,11 +2,11 @@ package mutate
 
 import (
 	"context"
-	"errors"
 	"path"
-	"reflect"
+	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -59,9 +59,7 @@ func FuzzParseOptions(f *testing.F) {
 	f.Add(uint16(0b0000000001), "", "", "", "", "", "", "", "", "", "")
 
 	cat, err := catalog.Parse(map[string]string{"g1.1": "gpu: 1\ncpu: \"8\"\nmemory: 32Gi\n"})
-	if err != nil {
-		f.Fatal(err)
-	}
+	require.NoError(f, err)
 	m := &Mutator{
 		Config:          Config{Image: "runplane:v1", PauseImage: "pause:3.10", NATSURL: "nats://n:4222", SubjectPrefix: "p", StreamName: "S"},
 		Catalog:         func() catalog.Catalog { return cat },
@@ -83,26 +81,18 @@ func FuzzParseOptions(f *testing.F) {
 		o, err := ParseOptions(labels, annotations)
 		if err != nil {
 			var inv *InvalidError
-			if !errors.As(err, &inv) || inv.Key == "" || inv.Reason == "" {
-				t.Fatalf("error is not an *InvalidError naming a key: %v", err)
-			}
+			require.ErrorAs(t, err, &inv)
+			require.NotEmpty(t, inv.Key, "an *InvalidError names a key: %v", err)
+			require.NotEmpty(t, inv.Reason, "an *InvalidError has a reason: %v", err)
 			return
 		}
-		if o.Concurrency < 1 || o.Concurrency > MaxConcurrency {
-			t.Fatalf("concurrency %d accepted", o.Concurrency)
-		}
-		if !path.IsAbs(o.Framework.Socket) || path.Clean(o.Framework.Socket) != o.Framework.Socket || path.Dir(o.Framework.Socket) == "/" {
-			t.Fatalf("socket %q accepted", o.Framework.Socket)
-		}
-		if o.Framework.InvokePath == "" || o.Framework.InvokePath[0] != '/' || o.Framework.HealthPath == "" || o.Framework.HealthPath[0] != '/' {
-			t.Fatalf("paths %q %q accepted", o.Framework.InvokePath, o.Framework.HealthPath)
-		}
-		if o.SSH && o.SSHSecret == "" {
-			t.Fatal("ssh without a Secret accepted")
-		}
-		if o.Stock != "" && (o.GPUSpec != "" || o.Pool != "" || o.SSH) {
-			t.Fatal("stock combined with a workload label accepted")
-		}
+		require.True(t, o.Concurrency >= 1 && o.Concurrency <= MaxConcurrency, "concurrency %d accepted", o.Concurrency)
+		require.True(t, path.IsAbs(o.Framework.Socket) && path.Clean(o.Framework.Socket) == o.Framework.Socket && path.Dir(o.Framework.Socket) != "/",
+			"socket %q accepted", o.Framework.Socket)
+		require.True(t, strings.HasPrefix(o.Framework.InvokePath, "/") && strings.HasPrefix(o.Framework.HealthPath, "/"),
+			"paths %q %q accepted", o.Framework.InvokePath, o.Framework.HealthPath)
+		require.False(t, o.SSH && o.SSHSecret == "", "ssh without a Secret accepted")
+		require.False(t, o.Stock != "" && (o.GPUSpec != "" || o.Pool != "" || o.SSH), "stock combined with a workload label accepted")
 
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: annotations},
@@ -110,14 +100,12 @@ func FuzzParseOptions(f *testing.F) {
 		}
 		res, err := m.Mutate(context.Background(), pod, "ns")
 		if err != nil {
-			if !IsDenial(err) {
-				t.Fatalf("accepted options, then a non-denial error: %v", err)
-			}
+			require.True(t, IsDenial(err), "accepted options, then a non-denial error: %v", err)
 			return
 		}
 		again, err := m.Mutate(context.Background(), res.Pod, "ns")
-		if err != nil || (len(res.Features) > 0) != again.Unchanged || !reflect.DeepEqual(again.Pod, res.Pod) {
-			t.Fatalf("second pass not a no-op: err=%v unchanged=%v", err, again != nil && again.Unchanged)
-		}
+		require.NoError(t, err, "second pass")
+		require.Equal(t, len(res.Features) > 0, again.Unchanged, "second pass unchanged")
+		require.Equal(t, res.Pod, again.Pod, "second pass not a no-op")
 	})
 }

@@ -14,9 +14,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/pki"
 	"github.com/runplane/runplane/test/e2e/rbac"
 	"github.com/runplane/runplane/webhook"
-	"github.com/runplane/runplane/webhook/certs"
 	"github.com/runplane/runplane/webhook/mutate"
 )
 
@@ -136,7 +136,7 @@ func TestWebhook(t *testing.T) {
 		if err != nil {
 			return nil
 		}
-		return s.Data[certs.KeyCABundle]
+		return s.Data[pki.KeyCABundle]
 	}
 	waitTrusted := func(t *testing.T) {
 		t.Helper()

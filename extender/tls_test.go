@@ -1,0 +1,71 @@
+package extender
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// servedCert handshakes with a listener serving cfg and returns the
+// certificate it presented, verified against the trusted PEM.
+func servedCert(t *testing.T, cfg *tls.Config, trusted []byte) *x509.Certificate {
+	t.Helper()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			_ = c.(*tls.Conn).Handshake()
+			_ = c.Close()
+		}
+	}()
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(trusted))
+	conn, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
+	require.NoError(t, err)
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0]
+}
+
+func TestTLSSelfSigned(t *testing.T) {
+	c := Config{TLSHosts: []string{"localhost", "127.0.0.1"}}
+	cfg, caPEM, err := c.tlsConfig(context.Background())
+	require.NoError(t, err)
+	leaf := servedCert(t, cfg, caPEM)
+	require.Equal(t, []string{"localhost"}, leaf.DNSNames)
+}
+
+// TestTLSCertFilesRotate: a certificate rewritten on disk (cert-manager
+// renewing it) is served without a restart.
+func TestTLSCertFilesRotate(t *testing.T) {
+	dir := t.TempDir()
+	c := Config{CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key"), Logger: slog.Default()}
+	caPEM, err := WriteSelfSignedCert(c.CertFile, c.KeyFile, []string{"127.0.0.1"})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	cfg, _, err := c.tlsConfig(ctx)
+	require.NoError(t, err)
+	first := servedCert(t, cfg, caPEM)
+
+	// The files now hold a certificate from another CA.
+	rotatedCA, err := WriteSelfSignedCert(filepath.Join(dir, "new.crt"), filepath.Join(dir, "new.key"), []string{"127.0.0.1"})
+	require.NoError(t, err)
+	for _, f := range []struct{ from, to string }{{"new.key", "tls.key"}, {"new.crt", "tls.crt"}} {
+		b, err := os.ReadFile(filepath.Join(dir, f.from))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, f.to), b, 0o600))
+	}
+	require.Eventually(t, func() bool {
+		served, err := cfg.GetCertificate(&tls.ClientHelloInfo{})
+		return err == nil && !served.Leaf.Equal(first)
+	}, 20*time.Second, 50*time.Millisecond)
+	require.False(t, servedCert(t, cfg, rotatedCA).Equal(first))
+}

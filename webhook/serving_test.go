@@ -1,0 +1,84 @@
+package webhook
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/runplane/runplane/internal/pki"
+)
+
+// TestCertKeeperRenews walks the self-managed certificate on a fake clock
+// against a fake API: a renewal is trusted by both configurations before it
+// is served, and a drifted caBundle is put back.
+func TestCertKeeperRenews(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	client := fake.NewClientset()
+	cfg := Config{Namespace: "rp", TLS: TLSConfig{SecretName: "tls", IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		Certs: pki.Options{CertValidity: 30 * 24 * time.Hour, RenewBefore: 10 * 24 * time.Hour, Clock: clk}},
+		Webhooks: WebhooksConfig{Name: "rp-webhook", Manage: true, URL: "https://127.0.0.1:9443"}}
+	var ready atomic.Bool
+	get, runnables, err := serving(ctx, client, cfg, NewMetrics(), slog.New(slog.DiscardHandler), &ready)
+	require.NoError(t, err)
+	require.Len(t, runnables, 2)
+	k := runnables[0].(*certKeeper)
+	caBundles := func() [][]byte {
+		m, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "rp-webhook", metav1.GetOptions{})
+		require.NoError(t, err)
+		v, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "rp-webhook", metav1.GetOptions{})
+		require.NoError(t, err)
+		out := [][]byte{v.Webhooks[0].ClientConfig.CABundle}
+		for _, w := range m.Webhooks {
+			out = append(out, w.ClientConfig.CABundle)
+		}
+		return out
+	}
+	trusted := func(b []byte) {
+		t.Helper()
+		for _, got := range caBundles() {
+			require.Equal(t, b, got)
+		}
+	}
+
+	require.NoError(t, k.configs.reconcile(ctx))
+	require.True(t, ready.Load())
+	first, err := get(nil)
+	require.NoError(t, err)
+	trusted(k.bundle.Load().CABundle)
+
+	// Not due: nothing changes.
+	clk.SetTime(clk.Now().Add(19 * 24 * time.Hour))
+	require.NoError(t, k.renew(ctx))
+	same, err := get(nil)
+	require.NoError(t, err)
+	require.Same(t, first, same)
+
+	// Inside RenewBefore: a new certificate, served and trusted.
+	clk.SetTime(clk.Now().Add(2 * 24 * time.Hour))
+	require.NoError(t, k.renew(ctx))
+	renewed, err := get(nil)
+	require.NoError(t, err)
+	require.NotEqual(t, first.Certificate[0], renewed.Certificate[0])
+	sec, err := client.CoreV1().Secrets("rp").Get(ctx, "tls", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, k.bundle.Load().CertPEM, sec.Data["tls.crt"])
+	trusted(k.bundle.Load().CABundle)
+
+	// Drift: another caBundle is put back.
+	m, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "rp-webhook", metav1.GetOptions{})
+	require.NoError(t, err)
+	m.Webhooks[0].ClientConfig.CABundle = []byte("other")
+	_, err = client.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, m, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, k.configs.reconcile(ctx))
+	trusted(k.bundle.Load().CABundle)
+}
