@@ -12,19 +12,17 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/natsauth"
 	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/ingress"
@@ -143,12 +141,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	errc := make(chan error, 2)
-	// The activator must have stopped before nc closes (deferred above):
-	// Run returns only once nothing uses the connection any more.
-	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
-	running := 0
+	var runnables []manager.Runnable
 	if !cfg.DisableIngress {
 		srv, err := ingress.New(ctx, ingress.Config{Store: st, NC: nc, Pools: pools, MaxBacklog: cfg.MaxBacklog,
 			DefaultTTLSeconds: cfg.DefaultTTLSeconds, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log, Registerer: reg, Gatherer: reg})
@@ -160,24 +153,13 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 		}
-		hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 		if cfg.OnListen != nil {
 			cfg.OnListen(ln.Addr().String())
 		}
 		log.Info("ingress listening", "addr", ln.Addr().String())
-		running++
-		go func() {
-			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("ingress: %w", err)
-				return
-			}
-			errc <- nil
-		}()
-		defer func() {
-			sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
-			defer c()
-			_ = hs.Shutdown(sctx)
-		}()
+		// Served on every replica; the manager stops it after the activator.
+		runnables = append(runnables, &manager.Server{Name: "ingress", Listener: ln, ShutdownTimeout: ptr.To(5 * time.Second),
+			Server: &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}})
 	}
 	if !cfg.DisableActivator {
 		act, err := activator.New(activator.Config{Store: st, NC: nc, Pools: pools, Kube: kube, Namespace: cfg.Namespace,
@@ -186,36 +168,28 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		running++
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if cfg.LeaderElection {
-				id := cfg.Identity
-				if id == "" {
-					h, _ := os.Hostname()
-					id = h + "-" + nuid.Next()
-				}
-				ns := cfg.LeaseNamespace
-				if ns == "" {
-					ns = api.DefaultNamespace
-				}
-				errc <- activator.RunElected(ctx, activator.Election{Client: kube, Namespace: ns, Name: cfg.LeaseName, Identity: id, Logger: log}, act.Run)
-				return
-			}
-			errc <- act.Run(ctx)
-		}()
+		runnables = append(runnables, act)
 	}
-	if running == 0 {
+	if len(runnables) == 0 {
 		return errors.New("queue: both ingress and activator are disabled")
 	}
-	select {
-	case <-ctx.Done():
-		return nil
-	case err := <-errc:
-		if err != nil {
-			return err
-		}
-		return ctx.Err()
+	// Everything below returns only once the activator has stopped, before
+	// nc closes (deferred above).
+	if cfg.RESTConfig == nil {
+		return runAll(ctx, runnables)
 	}
+	mgr, err := NewManager(cfg)
+	if err != nil {
+		return err
+	}
+	for _, r := range runnables {
+		if err := mgr.Add(r); err != nil {
+			return fmt.Errorf("queue: add runnable: %w", err)
+		}
+	}
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("queue: %w", err)
+	}
+	return nil
+
 }
