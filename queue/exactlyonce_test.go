@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/messages"
@@ -49,7 +50,7 @@ func TestDeregisterRightAfterResultsRunsEachOnce(t *testing.T) {
 			t.Errorf("%s: finished by %s on attempt %d, want a on attempt 1", id, rec.Worker, rec.Attempt)
 		}
 	}
-	time.Sleep(500 * time.Millisecond) // room for a wrong redelivery to run
+	e.quiet("b") // a wrong redelivery would have run on b by now
 	for _, id := range ids {
 		if runs := e.log.Runs(id); !slices.Equal(runs, []string{"a"}) {
 			t.Errorf("%s ran on %v, want once on a", id, runs)
@@ -113,11 +114,12 @@ func TestActivatorRestartAfterDuplicateWindow(t *testing.T) {
 			tc.prepare(e, id, w)
 			time.Sleep(1500 * time.Millisecond) // past the duplicate window
 			e.startQueue()
-			time.Sleep(500 * time.Millisecond) // rebuild done
+			// Rebuilt: the new activator holds id on w.
+			require.Eventually(t, func() bool { return e.poolStatus().InFlight == 1 }, 10*time.Second, 20*time.Millisecond)
 			fw.stop()
 			e.startWorker(w, true)
 			rec := e.waitState(id, messages.StateSucceeded, 10*time.Second)
-			time.Sleep(300 * time.Millisecond)
+			e.quiet(w)
 			if runs := e.log.Runs(id); len(runs) != 1 || rec.Attempt != 1 {
 				t.Fatalf("ran %d times (%v), record attempt %d", len(runs), runs, rec.Attempt)
 			}

@@ -16,6 +16,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/queue"
@@ -181,17 +183,56 @@ func (e *env) record(id string) messages.Record {
 
 func (e *env) waitState(id string, want messages.State, within time.Duration) messages.Record {
 	e.t.Helper()
-	deadline := time.Now().Add(within)
 	var rec messages.Record
-	for time.Now().Before(deadline) {
+	require.EventuallyWithT(e.t, func(c *assert.CollectT) {
 		rec = e.record(id)
-		if rec.State == want {
-			return rec
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	e.t.Fatalf("invocation %s: state %q, want %q (record %+v)", id, rec.State, want, rec)
+		assert.Equal(c, want, rec.State, "invocation %s (record %+v)", id, rec)
+	}, within, 20*time.Millisecond)
 	return rec
+}
+
+// poolStatus is the pool status the activator last published (zero if none).
+func (e *env) poolStatus() stream.PoolStatus {
+	e.t.Helper()
+	var info struct {
+		Status *stream.PoolStatus `json:"status"`
+	}
+	require.NoError(e.t, json.Unmarshal(e.do("GET", "/v1/pools/"+testPool, nil).raw, &info))
+	if info.Status == nil {
+		return stream.PoolStatus{}
+	}
+	return *info.Status
+}
+
+// quiet is the barrier before asserting that nothing more ran: it waits
+// until the activator's consumers and those of the named workers have
+// nothing pending or unacked, and the pool status the activator published
+// shows nothing queued or in flight. A wrong redelivery would show in one
+// of them.
+func (e *env) quiet(workers ...string) {
+	e.t.Helper()
+	ctx := context.Background()
+	name := e.cfg.Stream.WithDefaults().Stream
+	consumers := []string{"activator-invoke", "activator-results"}
+	for _, w := range workers {
+		consumers = append(consumers, "worker-"+testPool+"-"+w)
+	}
+	require.EventuallyWithT(e.t, func(c *assert.CollectT) {
+		for _, n := range consumers {
+			con, err := e.js.Consumer(ctx, name, n)
+			if !assert.NoError(c, err, n) {
+				return
+			}
+			info, err := con.Info(ctx)
+			if assert.NoError(c, err, n) {
+				assert.Zero(c, info.NumPending, "%s pending", n)
+				assert.Zero(c, info.NumAckPending, "%s unacked", n)
+			}
+		}
+		s := e.poolStatus()
+		assert.Zero(c, s.Backlog, "backlog")
+		assert.Zero(c, s.InFlight, "in flight")
+	}, 10*time.Second, 20*time.Millisecond)
 }
 
 // watchStates collects every state an invocation's Record passes through.

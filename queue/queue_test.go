@@ -13,6 +13,9 @@ import (
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/messages"
 	"github.com/runplane/runplane/queue/stubworker"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestRequestValidation(t *testing.T) {
@@ -186,7 +189,7 @@ func TestIdempotency(t *testing.T) {
 			t.Fatalf("sync re-post after %s: %d %s", wait, r.code, r.raw)
 		}
 	}
-	time.Sleep(300 * time.Millisecond)
+	e.quiet("w1")
 	if runs := e.log.Runs("same"); len(runs) != 1 {
 		t.Fatalf("ran %d times: %v", len(runs), runs)
 	}
@@ -265,14 +268,8 @@ func TestBacklogBound(t *testing.T) {
 	}
 	// Draining the backlog admits work again.
 	e.worker("w1", 4, nil)
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if r = e.invoke(map[string]any{"mode": "async"}); r.code == 202 {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("backlog never drained: %d", r.code)
+	require.Eventually(t, func() bool { return e.invoke(map[string]any{"mode": "async"}).code == 202 }, 5*time.Second, 100*time.Millisecond,
+		"backlog never drained")
 }
 
 // TestWorkerLossRedelivery: a worker that vanishes mid-invocation has its
@@ -329,16 +326,10 @@ func TestNATSRestart(t *testing.T) {
 	e.ns = startNATS(t, e.storeDir, e.port)
 	t.Cleanup(func() { e.ns.Shutdown() })
 	e.worker("w2", 2, nil)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		r := e.invoke(map[string]any{"mode": "sync", "invocationID": "after", "timeoutSeconds": 3})
-		if r.code == 200 && r.body["state"] == "succeeded" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after restart: %d %s", r.code, r.raw)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		assert.Equal(c, 200, r.code, "after restart: %s", r.raw)
+		assert.Equal(c, "succeeded", r.body["state"])
+	}, 20*time.Second, 200*time.Millisecond)
 	e.waitState("queued-during", messages.StateSucceeded, 10*time.Second)
 }

@@ -15,6 +15,9 @@ import (
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/messages"
 	"github.com/runplane/runplane/queue/stubworker"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestProcessKilledUnderLoad builds cmd/runplane-queue, runs it against the
@@ -107,21 +110,13 @@ func TestProcessKilledUnderLoad(t *testing.T) {
 	if atKill == 0 || len(accepted) == atKill {
 		t.Fatalf("load did not span the kill: %d accepted before, %d total", atKill, len(accepted))
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, id := range accepted {
+			assert.Equal(c, messages.StateSucceeded, e.record(id).State, "accepted invocation %s lost (%d accepted)", id, len(accepted))
+		}
+	}, 30*time.Second, 50*time.Millisecond)
 	for _, id := range accepted {
-		for {
-			rec := e.record(id)
-			if rec.State == messages.StateSucceeded {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("accepted invocation %s lost: %+v (%d accepted)", id, rec, len(accepted))
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		if runs := e.log.Runs(id); len(runs) != 1 {
-			t.Errorf("invocation %s ran %d times: %v", id, len(runs), runs)
-		}
+		assert.Len(t, e.log.Runs(id), 1, "invocation %s ran more than once", id)
 	}
 	t.Logf("%d invocations accepted (%d before SIGKILL), all succeeded once", len(accepted), atKill)
 }

@@ -23,13 +23,17 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/messages"
 	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/localworkers"
 	"github.com/runplane/runplane/webhook"
@@ -176,21 +180,18 @@ func start(ctx context.Context, c *cluster.Cluster, wg *sync.WaitGroup) (*stack,
 
 	// Ready when a pool Pod is mutated (the webhook serves and is trusted)
 	// and the ingress answers /readyz.
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		select {
 		case err := <-errc:
-			return nil, err
+			return false, err
 		default:
 		}
-		if webhookInjects(ctx, c) && httpOK(s.queueURL+"/readyz") {
-			return s, nil
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("webhook or queue not ready after 2m (see %s)", filepath.Join(c.Dir(), "components.log"))
-		}
-		time.Sleep(200 * time.Millisecond)
+		return webhookInjects(ctx, c) && httpOK(s.queueURL+"/readyz"), nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("webhook or queue not ready (see %s): %w", filepath.Join(c.Dir(), "components.log"), err)
 	}
+	return s, nil
 }
 
 func logFile(c *cluster.Cluster, name string) io.Writer {
@@ -252,13 +253,8 @@ func pool(t testing.TB, name string, replicas int32, concurrency int, ann map[st
 		_ = st.cluster.Client().AppsV1().Deployments(ns).Delete(context.Background(), name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
 	})
 	// Let the queue learn the pool before invoking it.
-	deadline := time.Now().Add(30 * time.Second)
-	for !httpOK(st.queueURL + "/v1/pools/" + name) {
-		if time.Now().After(deadline) {
-			t.Fatalf("queue does not know pool %s", name)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	require.Eventually(t, func() bool { return httpOK(st.queueURL + "/v1/pools/" + name) }, 30*time.Second, 100*time.Millisecond,
+		"queue does not know pool %s", name)
 }
 
 // invoke posts an invocation and decodes the JSON answer into out.
@@ -288,9 +284,7 @@ func getJSON(t *testing.T, url string, out any) int {
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
-	if err := json.Unmarshal(data, out); err != nil {
-		t.Fatalf("GET %s: HTTP %d %s: %v", url, resp.StatusCode, data, err)
-	}
+	require.NoError(t, json.Unmarshal(data, out), "GET %s: HTTP %d %s", url, resp.StatusCode, data, err)
 	return resp.StatusCode
 }
 
@@ -318,13 +312,32 @@ func poolPods(t *testing.T, name string) []corev1.Pod {
 	return out
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+// storedResults counts the results for id stored on result.<pool>.
+func storedResults(t *testing.T, poolName, id string) int {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, err := jetstream.New(st.nc)
+	require.NoError(t, err)
+	str, err := js.Stream(ctx, api.DefaultStreamName)
+	require.NoError(t, err)
+	c, err := str.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{messages.Subjects{Prefix: api.DefaultSubjectPrefix}.Result(poolName)}})
+	require.NoError(t, err)
+	n := 0
+	for {
+		batch, err := c.FetchNoWait(500)
+		require.NoError(t, err)
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			var r messages.Result
+			if json.Unmarshal(m.Data(), &r) == nil && r.InvocationID == id {
+				n++
+			}
 		}
-		time.Sleep(200 * time.Millisecond)
+		if got == 0 {
+			return n
+		}
 	}
 }

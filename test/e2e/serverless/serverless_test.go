@@ -12,11 +12,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/queue/messages"
+	"github.com/runplane/runplane/queue/stream"
 )
 
 // echoed decodes the framework-echo body of a record.
@@ -84,10 +86,10 @@ func TestAsyncInvocationAndGet(t *testing.T) {
 		t.Errorf("ack = %+v", ack)
 	}
 	var rec messages.Record
-	eventually(t, 90*time.Second, "async-1 succeeded", func() bool {
+	require.Eventually(t, func() bool {
 		getJSON(t, st.queueURL+"/v1/invocations/async-1", &rec)
 		return rec.State.Terminal()
-	})
+	}, 90*time.Second, 200*time.Millisecond, "async-1 succeeded")
 	if rec.State != messages.StateSucceeded || string(echoed(t, rec).Payload) != "[1,2]" || echoed(t, rec).Mode != "async" {
 		t.Errorf("record = %+v", rec)
 	}
@@ -95,7 +97,7 @@ func TestAsyncInvocationAndGet(t *testing.T) {
 
 func TestBurstScalesUpThenIdlesDownToFloor(t *testing.T) {
 	pool(t, "burst", 0, 2, map[string]string{api.AnnotationMinAvailable: "1", api.AnnotationMaxReplicas: "6", api.AnnotationIdleTimeout: "3s"})
-	eventually(t, 60*time.Second, "prewarm floor of 1", func() bool { return replicas(t, "burst") == 1 })
+	require.Eventually(t, func() bool { return replicas(t, "burst") == 1 }, 60*time.Second, 200*time.Millisecond, "prewarm floor of 1")
 
 	var peak atomic.Int32
 	stopWatch := make(chan struct{})
@@ -145,9 +147,9 @@ func TestBurstScalesUpThenIdlesDownToFloor(t *testing.T) {
 	if failed.Load() > 0 {
 		t.Fatalf("%d of %d invocations failed", failed.Load(), n)
 	}
-	eventually(t, 90*time.Second, "idle scale-down to the floor of 1", func() bool {
+	require.Eventually(t, func() bool {
 		return replicas(t, "burst") == 1 && len(poolPods(t, "burst")) == 1
-	})
+	}, 90*time.Second, 200*time.Millisecond, "idle scale-down to the floor of 1")
 }
 
 func TestKilledWorkerIsRedeliveredAndCompletesOnce(t *testing.T) {
@@ -166,9 +168,7 @@ func TestKilledWorkerIsRedeliveredAndCompletesOnce(t *testing.T) {
 			results.Add(1)
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer sub.Unsubscribe()
 
 	if code := invoke(t, "kill", map[string]any{"mode": "async", "invocationID": "killed-1", "timeoutSeconds": 120,
@@ -176,26 +176,30 @@ func TestKilledWorkerIsRedeliveredAndCompletesOnce(t *testing.T) {
 		t.Fatalf("async invoke = HTTP %d", code)
 	}
 	var rec messages.Record
-	eventually(t, 30*time.Second, "killed-1 running on "+victim, func() bool {
+	require.Eventually(t, func() bool {
 		getJSON(t, st.queueURL+"/v1/invocations/killed-1", &rec)
 		return rec.State == messages.StateRunning && rec.Worker == victim
-	})
+	}, 30*time.Second, 200*time.Millisecond, "killed-1 running on "+victim)
 	// The node dies: processes gone without a drain, Pod deleted.
-	if err := st.workers.Kill(ns, victim); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.cluster.Client().CoreV1().Pods(ns).Delete(context.Background(), victim, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 120*time.Second, "killed-1 terminal", func() bool {
+	require.NoError(t, st.workers.Kill(ns, victim))
+	require.NoError(t, st.cluster.Client().CoreV1().Pods(ns).Delete(context.Background(), victim, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
+	require.Eventually(t, func() bool {
 		getJSON(t, st.queueURL+"/v1/invocations/killed-1", &rec)
 		return rec.State.Terminal()
-	})
+	}, 120*time.Second, 200*time.Millisecond, "killed-1 terminal")
 	if rec.State != messages.StateSucceeded || rec.Worker == victim || rec.Attempt < 2 {
 		t.Errorf("record = state %s worker %s attempt %d (%s); want succeeded by another worker on a later attempt", rec.State, rec.Worker, rec.Attempt, rec.Error)
 	}
-	time.Sleep(time.Second) // a second result would have arrived by now
-	if n := results.Load(); n != 1 {
-		t.Errorf("results published for killed-1: %d, want exactly 1", n)
-	}
+	// Barrier: the activator has nothing queued or in flight for the pool,
+	// so no other attempt of killed-1 is pending; then count the results
+	// stored for it (the stream holds every one published).
+	require.Eventually(t, func() bool {
+		var info struct {
+			Status *stream.PoolStatus `json:"status"`
+		}
+		getJSON(t, st.queueURL+"/v1/pools/kill", &info)
+		return info.Status != nil && info.Status.Backlog == 0 && info.Status.InFlight == 0
+	}, 30*time.Second, 200*time.Millisecond, "pool kill quiet")
+	require.Equal(t, 1, storedResults(t, "kill", "killed-1"), "results stored for killed-1")
+	require.EqualValues(t, 1, results.Load(), "results published for killed-1")
 }
