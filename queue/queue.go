@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -79,6 +80,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if log == nil {
 		log = slog.Default()
 	}
+	// controller-runtime's Runnables log through the context.
+	ctx = logr.NewContext(ctx, logr.FromSlogHandler(log.Handler()))
 	if cfg.NATSURL == "" {
 		return errors.New("queue: NATS URL is required")
 	}
