@@ -114,8 +114,15 @@ func (e *env) startQueue() {
 	stop := func() { once.Do(func() { cancel(); <-done }) }
 	e.stop = stop
 	e.t.Cleanup(stop)
-	// Let the activator's consumers come up before traffic.
-	time.Sleep(100 * time.Millisecond)
+	// The activator's consumers are up before traffic.
+	require.Eventually(e.t, func() bool {
+		for _, n := range []string{"activator-invoke", "activator-results"} {
+			if _, err := e.js.Consumer(context.Background(), e.cfg.Stream.WithDefaults().Stream, n); err != nil {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 10*time.Millisecond, "activator consumers")
 }
 
 func (e *env) worker(name string, conc int, h stubworker.Handler) *stubworker.Worker {

@@ -1,8 +1,9 @@
 // Package queue wires the queue service: it connects to NATS, opens the
 // JetStream stream and buckets (queue/stream), learns the pools from
 // Deployments (queue/pool), serves the HTTP ingress (queue/ingress) and runs
-// the activator (queue/activator), under leader election when asked. Run is
-// what cmd/runplane-queue and `make dev` call.
+// the activator (queue/activator) under a controller-runtime manager
+// (leader election for the activator when asked). Run is what
+// cmd/runplane-queue and `make dev` call.
 package queue
 
 import (

@@ -1,16 +1,17 @@
-// Package activator is the queue service's dispatcher: one active instance
-// (leader election on a Lease) consumes invocations from JetStream through
-// durable consumers, keeps a per-pool state machine of queued and in-flight
-// invocations and of workers (known from the pool's Pods and from sidecar
-// Events), dispatches each invocation to the least-loaded ready worker
-// within its concurrency, writes terminal Records from results, redelivers
-// a lost worker's invocations with backoff and dead-letters them after
-// MaxAttempts, and scales each pool's Deployment through its scale
-// subresource. Everything it needs to resume lives in JetStream: on start it
-// rebuilds its state from the Records bucket and the stream.
+// Package activator is the queue service's dispatcher: the Lease holder
+// (a controller-runtime Runnable with NeedLeaderElection) consumes
+// invocations from JetStream through durable consumers and dispatches each
+// to the least-loaded ready worker, writes terminal Records from results,
+// redelivers a lost worker's invocations with backoff, dead-letters them
+// after MaxAttempts and scales each pool's Deployment through its scale
+// subresource. The decisions live in the pure internal/state package; this
+// package is the I/O around it: consumers (consume.go), Record writes and
+// publishes (dispatch.go, workers.go), the rebuild from the stream and the
+// Records bucket at start (rebuild.go), Pods and scaling (scale.go).
 package activator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -79,42 +80,18 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.HeartbeatTimeout == 0 {
-		c.HeartbeatTimeout = 15 * time.Second
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 3
-	}
-	if c.Backoff == 0 {
-		c.Backoff = 500 * time.Millisecond
-	}
-	if c.MaxBackoff == 0 {
-		c.MaxBackoff = 30 * time.Second
-	}
-	if c.ExecutionGrace == 0 {
-		c.ExecutionGrace = 10 * time.Second
-	}
-	if c.DrainHold == 0 {
-		c.DrainHold = 60 * time.Second
-	}
-	if c.Tick == 0 {
-		c.Tick = 250 * time.Millisecond
-	}
-	if c.RunningDelay == 0 {
-		c.RunningDelay = 25 * time.Millisecond
-	}
-	if c.ResultAckWait == 0 {
-		c.ResultAckWait = 5 * time.Second
-	}
-	if c.ConsumerPrefix == "" {
-		c.ConsumerPrefix = "activator"
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Clock == nil {
-		c.Clock = clock.RealClock{}
-	}
+	c.HeartbeatTimeout = cmp.Or(c.HeartbeatTimeout, 15*time.Second)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, 3)
+	c.Backoff = cmp.Or(c.Backoff, 500*time.Millisecond)
+	c.MaxBackoff = cmp.Or(c.MaxBackoff, 30*time.Second)
+	c.ExecutionGrace = cmp.Or(c.ExecutionGrace, 10*time.Second)
+	c.DrainHold = cmp.Or(c.DrainHold, 60*time.Second)
+	c.Tick = cmp.Or(c.Tick, 250*time.Millisecond)
+	c.RunningDelay = cmp.Or(c.RunningDelay, 25*time.Millisecond)
+	c.ResultAckWait = cmp.Or(c.ResultAckWait, 5*time.Second)
+	c.ConsumerPrefix = cmp.Or(c.ConsumerPrefix, "activator")
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.Clock = cmp.Or[clock.WithTickerAndDelayedExecution](c.Clock, clock.RealClock{})
 	return c
 }
 

@@ -39,6 +39,9 @@ func (drainingRunnable) NeedLeaderElection() bool { return true }
 // activator returned (the Lease is released on cancel, after the
 // Runnables stopped), so two activators never run at once.
 func TestManagerHandsOverWithoutOverlap(t *testing.T) {
+	// Longer than the manager's RetryPeriod (2s): a Lease released before
+	// the drain ended would be taken while the first still runs.
+	const drain = 2500 * time.Millisecond
 	var active, maxed atomic.Int32
 	leaders := make(chan string, 4)
 	stops := map[string]context.CancelFunc{}
@@ -47,7 +50,7 @@ func TestManagerHandsOverWithoutOverlap(t *testing.T) {
 		mgr, err := queue.NewManager(queue.Config{RESTConfig: env.RESTConfig(), LeaderElection: true,
 			LeaseNamespace: "default", LeaseName: "overlap-test", Identity: id})
 		require.NoError(t, err)
-		require.NoError(t, mgr.Add(drainingRunnable{id: id, drain: 500 * time.Millisecond, active: &active, maxed: &maxed, leaders: leaders}))
+		require.NoError(t, mgr.Add(drainingRunnable{id: id, drain: drain, active: &active, maxed: &maxed, leaders: leaders}))
 		ctx, cancel := context.WithCancel(context.Background())
 		stops[id] = cancel
 		go func() { done <- mgr.Start(ctx) }()
