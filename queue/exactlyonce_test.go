@@ -15,6 +15,8 @@ import (
 	"github.com/runplane/runplane/queue/messages"
 	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/queue/stubworker"
+
+	"github.com/stretchr/testify/assert"
 )
 
 // TestDeregisterRightAfterResultsRunsEachOnce: a worker finishes N
@@ -46,9 +48,7 @@ func TestDeregisterRightAfterResultsRunsEachOnce(t *testing.T) {
 	a.Stop() // returns once the results are stored, then deregisters
 	for _, id := range ids {
 		rec := e.waitState(id, messages.StateSucceeded, 10*time.Second)
-		if rec.Worker != "a" || rec.Attempt != 1 {
-			t.Errorf("%s: finished by %s on attempt %d, want a on attempt 1", id, rec.Worker, rec.Attempt)
-		}
+		assert.False(t, rec.Worker != "a" || rec.Attempt != 1, "%s: finished by %s on attempt %d, want a on attempt 1", id, rec.Worker, rec.Attempt)
 	}
 	e.quiet("b") // a wrong redelivery would have run on b by now
 	for _, id := range ids {
@@ -106,9 +106,7 @@ func TestActivatorRestartAfterDuplicateWindow(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, nil)
-			if e.cfg.Stream.DuplicateWindow != time.Second {
-				t.Fatalf("duplicate window %s, want 1s", e.cfg.Stream.DuplicateWindow)
-			}
+			require.Equal(t, time.Second, e.cfg.Stream.DuplicateWindow, "duplicate window %s, want 1s", e.cfg.Stream.DuplicateWindow)
 			const w, id = "late", "not-yet-started"
 			fw := e.fakeWorker(w) // registered and heartbeating, fetches nothing
 			tc.prepare(e, id, w)
@@ -136,9 +134,7 @@ func (e *env) startWorker(name string, deliverAll bool) *stubworker.Worker {
 	e.t.Helper()
 	w, err := stubworker.Start(context.Background(), stubworker.Config{NC: e.nc, Stream: e.cfg.Stream.WithDefaults().Stream, Subjects: e.subj,
 		Pool: testPool, Name: name, Namespace: "default", Concurrency: 1, Heartbeat: 100 * time.Millisecond, Log: e.log, DeliverAll: deliverAll})
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	require.NoError(e.t, err)
 	e.t.Cleanup(w.Kill)
 	return w
 }
@@ -195,15 +191,11 @@ func (e *env) crashedDispatch(id, w string) {
 	e.t.Helper()
 	ctx := context.Background()
 	st, err := stream.Open(ctx, e.js, e.cfg.Stream)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	require.NoError(e.t, err)
 	inv := messages.Invocation{InvocationID: id, Pool: testPool, Mode: messages.ModeAsync, TimeoutSeconds: 60, TTLSeconds: 60, AcceptedAt: time.Now().UTC()}
 	b, _ := json.Marshal(inv)
 	pa, err := e.js.Publish(ctx, e.subj.Invoke(testPool), b, jetstream.WithMsgID(id))
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	require.NoError(e.t, err)
 	if _, err := st.Create(ctx, messages.Record{InvocationID: id, Pool: testPool, Mode: inv.Mode, State: messages.StateDispatched,
 		Worker: w, Attempt: 1, Stream: st.Config.Stream, Sequence: pa.Sequence, AcceptedAt: inv.AcceptedAt, UpdatedAt: time.Now().UTC()}); err != nil {
 		e.t.Fatal(err)
@@ -215,19 +207,13 @@ func (e *env) dispatches(t *testing.T, w, id string) int {
 	t.Helper()
 	ctx := context.Background()
 	st, err := e.js.Stream(ctx, e.cfg.Stream.WithDefaults().Stream)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{e.subj.Dispatch(testPool, w)}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	n := 0
 	for {
 		batch, err := c.Fetch(100, jetstream.FetchMaxWait(300*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		got := 0
 		for m := range batch.Messages() {
 			got++

@@ -48,13 +48,9 @@ type env struct {
 func startNATS(t testing.TB, dir string, port int) *server.Server {
 	t.Helper()
 	ns, err := server.NewServer(&server.Options{JetStream: true, StoreDir: dir, Port: port, Host: "127.0.0.1", NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats not ready")
-	}
+	require.True(t, ns.ReadyForConnections(10*time.Second), "nats not ready")
 	return ns
 }
 
@@ -68,9 +64,7 @@ func newEnv(t testing.TB, mutate func(*queue.Config)) *env {
 	e.port = e.ns.Addr().(*net.TCPAddr).Port
 	t.Cleanup(func() { e.ns.Shutdown(); e.ns.WaitForShutdown() })
 	nc, err := nats.Connect(e.natsURL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	e.nc = nc
 	e.js, _ = jetstream.New(nc)
@@ -129,9 +123,7 @@ func (e *env) worker(name string, conc int, h stubworker.Handler) *stubworker.Wo
 	e.t.Helper()
 	w, err := stubworker.Start(context.Background(), stubworker.Config{NC: e.nc, Stream: e.cfg.Stream.WithDefaults().Stream, Subjects: e.subj,
 		Pool: testPool, Name: name, Namespace: "default", Concurrency: conc, Heartbeat: 100 * time.Millisecond, Handler: h, Log: e.log})
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	require.NoError(e.t, err)
 	e.t.Cleanup(w.Kill)
 	e.workersMu.Lock()
 	if e.workers == nil {
@@ -163,16 +155,12 @@ func (e *env) do(method, path string, body any) resp {
 	req, _ := http.NewRequest(method, e.base+path, rd)
 	req.Header.Set("Content-Type", "application/json")
 	r, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatalf("%s %s: %v", method, path, err)
-	}
+	require.NoError(e.t, err, "%s %s: %v", method, path, err)
 	defer r.Body.Close()
 	raw, _ := io.ReadAll(r.Body)
 	out := resp{code: r.StatusCode, header: r.Header, raw: raw}
 	_ = json.Unmarshal(raw, &out.body)
-	if out.body == nil {
-		e.t.Fatalf("%s %s: %d non-JSON body %q", method, path, r.StatusCode, raw)
-	}
+	require.NotNil(e.t, out.body, "%s %s: %d non-JSON body %q", method, path, r.StatusCode, raw)
 	return out
 }
 
@@ -246,13 +234,9 @@ func (e *env) quiet(workers ...string) {
 func (e *env) watchStates(id string) func() []messages.State {
 	e.t.Helper()
 	kv, err := e.js.KeyValue(context.Background(), e.cfg.Stream.WithDefaults().RecordsBucket)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	require.NoError(e.t, err)
 	w, err := kv.Watch(context.Background(), id)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	require.NoError(e.t, err)
 	e.t.Cleanup(func() { _ = w.Stop() })
 	ch := make(chan messages.State, 64)
 	go func() {

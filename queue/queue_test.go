@@ -52,9 +52,7 @@ func TestRequestValidation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := e.do(tc.method, tc.path, tc.body)
 			msg, _ := r.body["error"].(string)
-			if r.code != tc.code || !strings.Contains(msg, tc.errContains) {
-				t.Fatalf("got %d %q, want %d containing %q", r.code, msg, tc.code, tc.errContains)
-			}
+			require.False(t, r.code != tc.code || !strings.Contains(msg, tc.errContains), "got %d %q, want %d containing %q", r.code, msg, tc.code, tc.errContains)
 		})
 	}
 }
@@ -77,9 +75,7 @@ func TestServiceEndpoints(t *testing.T) {
 	req, _ := e.do("GET", "/healthz", nil), 0
 	_ = req
 	mr, err := httpGet(e.base + "/metrics")
-	if err != nil || !strings.Contains(mr, "runplane_ingress_invocations_total") {
-		t.Errorf("metrics lack ingress counters: %v", err)
-	}
+	assert.False(t, err != nil || !strings.Contains(mr, "runplane_ingress_invocations_total"), "metrics lack ingress counters: %v", err)
 }
 
 // TestAsyncLifecycle follows one invocation through queued, dispatched,
@@ -88,9 +84,7 @@ func TestAsyncLifecycle(t *testing.T) {
 	e := newEnv(t, nil)
 	states := e.watchStates("inv-1")
 	r := e.invoke(map[string]any{"mode": "async", "invocationID": "inv-1", "payload": map[string]string{"prompt": "robot"}})
-	if r.code != 202 {
-		t.Fatalf("async: %d %s", r.code, r.raw)
-	}
+	require.Equal(t, 202, r.code, "async: %d %s", r.code, r.raw)
 	var ack struct {
 		InvocationID, Stream string
 		Sequence             uint64
@@ -110,9 +104,7 @@ func TestAsyncLifecycle(t *testing.T) {
 	e.worker("w1", 1, g.handler)
 	<-g.started
 	rec := e.waitState("inv-1", messages.StateRunning, 5*time.Second)
-	if rec.Worker != "w1" || rec.Attempt != 1 {
-		t.Fatalf("running record %+v", rec)
-	}
+	require.False(t, rec.Worker != "w1" || rec.Attempt != 1, "running record %+v", rec)
 	close(g.release)
 	rec = e.waitState("inv-1", messages.StateSucceeded, 5*time.Second)
 	if rec.Response == nil || string(rec.Response.Body) != `{"prompt":"robot"}` {
@@ -120,9 +112,7 @@ func TestAsyncLifecycle(t *testing.T) {
 	}
 	got := states()
 	want := []messages.State{messages.StateQueued, messages.StateDispatched, messages.StateRunning, messages.StateSucceeded}
-	if !slices.Equal(got, want) {
-		t.Fatalf("transitions %v, want %v", got, want)
-	}
+	require.True(t, slices.Equal(got, want), "transitions %v, want %v", got, want)
 }
 
 func TestSyncRoundTripAndAlias(t *testing.T) {
@@ -173,21 +163,15 @@ func TestIdempotency(t *testing.T) {
 	// is final; re-posts below read the Record.
 	e.waitState("same", messages.StateSucceeded, 5*time.Second)
 	for _, b := range bodies {
-		if b != "200 succeeded" {
-			t.Fatalf("sync duplicates: %v", bodies)
-		}
+		require.Equal(t, "200 succeeded", b, "sync duplicates: %v", bodies)
 	}
 	// Re-post within and after the (1s) duplicate window.
 	for _, wait := range []time.Duration{0, 1500 * time.Millisecond} {
 		time.Sleep(wait)
 		r := e.invoke(map[string]any{"mode": "async", "invocationID": "same", "payload": "p"})
-		if r.code != 202 || r.body["duplicate"] != true || r.body["state"] != "succeeded" {
-			t.Fatalf("re-post after %s: %d %s", wait, r.code, r.raw)
-		}
+		require.False(t, r.code != 202 || r.body["duplicate"] != true || r.body["state"] != "succeeded", "re-post after %s: %d %s", wait, r.code, r.raw)
 		r = e.invoke(map[string]any{"mode": "sync", "invocationID": "same", "payload": "p"})
-		if r.code != 200 || r.body["state"] != "succeeded" {
-			t.Fatalf("sync re-post after %s: %d %s", wait, r.code, r.raw)
-		}
+		require.False(t, r.code != 200 || r.body["state"] != "succeeded", "sync re-post after %s: %d %s", wait, r.code, r.raw)
 	}
 	e.quiet("w1")
 	if runs := e.log.Runs("same"); len(runs) != 1 {
@@ -199,9 +183,7 @@ func TestSyncTimeoutIsPollable(t *testing.T) {
 	e := newEnv(t, nil)
 	start := time.Now()
 	r := e.invoke(map[string]any{"mode": "sync", "invocationID": "slow", "timeoutSeconds": 1})
-	if r.code != 504 || r.body["invocationID"] != "slow" || time.Since(start) < time.Second {
-		t.Fatalf("want 504 after 1s with the ID, got %d %s after %s", r.code, r.raw, time.Since(start))
-	}
+	require.False(t, r.code != 504 || r.body["invocationID"] != "slow" || time.Since(start) < time.Second, "want 504 after 1s with the ID, got %d %s after %s", r.code, r.raw, time.Since(start))
 	e.waitState("slow", messages.StateQueued, time.Second)
 	e.worker("w1", 1, nil)
 	e.waitState("slow", messages.StateSucceeded, 5*time.Second)
@@ -227,18 +209,14 @@ func TestCancel(t *testing.T) {
 	}
 	select {
 	case id := <-g.cancelled:
-		if id != "r1" {
-			t.Fatalf("cancelled %s", id)
-		}
+		require.Equal(t, "r1", id, "cancelled %s", id)
 	case <-time.After(5 * time.Second):
 		t.Fatal("worker never got the cancel")
 	}
 	if r := e.do("POST", "/v1/invocations/r1/cancel", nil); r.code != 409 {
 		t.Fatalf("cancel terminal: %d %s", r.code, r.raw)
 	}
-	if e.record("r1").State != messages.StateCancelled || len(e.log.Runs("q1")) != 0 {
-		t.Fatalf("r1 %s, q1 runs %v", e.record("r1").State, e.log.Runs("q1"))
-	}
+	require.False(t, e.record("r1").State != messages.StateCancelled || len(e.log.Runs("q1")) != 0, "r1 %s, q1 runs %v", e.record("r1").State, e.log.Runs("q1"))
 }
 
 func TestTimeouts(t *testing.T) {
@@ -246,9 +224,7 @@ func TestTimeouts(t *testing.T) {
 	// ttlSeconds: time allowed in the queue, no worker ever comes.
 	e.invoke(map[string]any{"mode": "async", "invocationID": "ttl", "ttlSeconds": 1})
 	rec := e.waitState("ttl", messages.StateTimedOut, 5*time.Second)
-	if !strings.Contains(rec.Error, "ttlSeconds") {
-		t.Fatalf("ttl error %q", rec.Error)
-	}
+	require.True(t, strings.Contains(rec.Error, "ttlSeconds"), "ttl error %q", rec.Error)
 	// timeoutSeconds: execution time, enforced by the worker.
 	e.worker("w1", 1, stubworker.Sleep(10*time.Second))
 	e.invoke(map[string]any{"mode": "async", "invocationID": "exec", "timeoutSeconds": 1, "ttlSeconds": 60})
@@ -263,9 +239,7 @@ func TestBacklogBound(t *testing.T) {
 		}
 	}
 	r := e.invoke(map[string]any{"mode": "async"})
-	if r.code != 429 || r.header.Get("Retry-After") == "" {
-		t.Fatalf("want 429 with Retry-After, got %d %v", r.code, r.header)
-	}
+	require.False(t, r.code != 429 || r.header.Get("Retry-After") == "", "want 429 with Retry-After, got %d %v", r.code, r.header)
 	// Draining the backlog admits work again.
 	e.worker("w1", 4, nil)
 	require.Eventually(t, func() bool { return e.invoke(map[string]any{"mode": "async"}).code == 202 }, 5*time.Second, 100*time.Millisecond,
@@ -300,14 +274,10 @@ func TestWorkerLossRedelivery(t *testing.T) {
 	<-g2.started
 	d.Kill()
 	rec = e.waitState("y", messages.StateDeadLettered, 10*time.Second)
-	if rec.Attempt != 2 || !strings.Contains(rec.Error, "lost") {
-		t.Fatalf("dead-letter record %+v", rec)
-	}
+	require.False(t, rec.Attempt != 2 || !strings.Contains(rec.Error, "lost"), "dead-letter record %+v", rec)
 	st, _ := e.js.Stream(context.Background(), e.cfg.Stream.WithDefaults().Stream)
 	m, err := st.GetLastMsgForSubject(context.Background(), e.subj.DeadLetter(testPool))
-	if err != nil || !strings.Contains(string(m.Data), `"invocationID":"y"`) {
-		t.Fatalf("no dead letter for y: %v", err)
-	}
+	require.False(t, err != nil || !strings.Contains(string(m.Data), `"invocationID":"y"`), "no dead letter for y: %v", err)
 }
 
 // TestNATSRestart: the service rides through a NATS restart; invocations

@@ -37,9 +37,7 @@ func TestProcessKilledUnderLoad(t *testing.T) {
 	e.stop()
 	e.stop = nil
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	addr := ln.Addr().String()
 	ln.Close()
 	e.base = "http://" + addr
@@ -49,9 +47,7 @@ func TestProcessKilledUnderLoad(t *testing.T) {
 			"-duplicate-window", "1s", "-record-ttl", "1h", "-heartbeat-timeout", "1s", "-max-backlog", "100000")
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, cmd.Start())
 		deadline := time.Now().Add(15 * time.Second)
 		for time.Now().Before(deadline) {
 			if _, err := httpGet(e.base + "/readyz"); err == nil {
@@ -95,9 +91,7 @@ func TestProcessKilledUnderLoad(t *testing.T) {
 		}()
 	}
 	time.Sleep(1500 * time.Millisecond)
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	_ = cmd.Wait()
 	mu.Lock()
 	atKill := len(accepted)
@@ -107,9 +101,7 @@ func TestProcessKilledUnderLoad(t *testing.T) {
 	time.Sleep(1000 * time.Millisecond)
 	close(stop)
 	wg.Wait()
-	if atKill == 0 || len(accepted) == atKill {
-		t.Fatalf("load did not span the kill: %d accepted before, %d total", atKill, len(accepted))
-	}
+	require.False(t, atKill == 0 || len(accepted) == atKill, "load did not span the kill: %d accepted before, %d total", atKill, len(accepted))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for _, id := range accepted {
 			assert.Equal(c, messages.StateSucceeded, e.record(id).State, "accepted invocation %s lost (%d accepted)", id, len(accepted))

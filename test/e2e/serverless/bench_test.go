@@ -16,6 +16,8 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/queue/messages"
+
+	"github.com/stretchr/testify/require"
 )
 
 func percentile(d []time.Duration, p int) time.Duration {
@@ -47,21 +49,15 @@ func BenchmarkWarmSync(b *testing.B) {
 		if code := invoke(b, name, map[string]any{"mode": "sync", "timeoutSeconds": 60}, &rec); code == http.StatusOK && rec.State == messages.StateSucceeded {
 			break
 		}
-		if time.Now().After(deadline) {
-			b.Fatal("pool never answered")
-		}
+		require.False(b, time.Now().After(deadline), "pool never answered")
 	}
 
 	// Bare NATS request/reply on the same server.
 	sub, err := st.nc.Subscribe("bench.echo", func(m *nats.Msg) { _ = m.Respond(m.Data) })
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	defer sub.Unsubscribe()
 	nc2, err := nats.Connect(st.nats.ClientURL())
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	defer nc2.Close()
 	var bare, full []time.Duration
 	b.ResetTimer()
@@ -102,9 +98,7 @@ func BenchmarkColdStart(b *testing.B) {
 				}
 			}
 		})
-		if err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, err)
 		var scaledAt, runningAt time.Time
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
@@ -137,18 +131,14 @@ func BenchmarkColdStart(b *testing.B) {
 		close(stop)
 		wg.Wait()
 		_ = sub.Unsubscribe()
-		if code != http.StatusOK || rec.State != messages.StateSucceeded {
-			b.Fatalf("cold invoke: HTTP %d %s %s", code, rec.State, rec.Error)
-		}
+		require.False(b, code != http.StatusOK || rec.State != messages.StateSucceeded, "cold invoke: HTTP %d %s %s", code, rec.State, rec.Error)
 		var readyTime time.Time
 		select {
 		case readyTime = <-readyAt:
 		default:
 			b.Fatal("no ready event")
 		}
-		if scaledAt.IsZero() || runningAt.IsZero() {
-			b.Fatal("scale or Pod running not observed")
-		}
+		require.False(b, scaledAt.IsZero() || runningAt.IsZero(), "scale or Pod running not observed")
 		scale = append(scale, scaledAt.Sub(t0))
 		running = append(running, runningAt.Sub(scaledAt))
 		ready = append(ready, readyTime.Sub(runningAt))

@@ -279,9 +279,7 @@ func invoke(t testing.TB, poolName string, body map[string]any, out any) int {
 func getJSON(t *testing.T, url string, out any) int {
 	t.Helper()
 	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
+	require.NoError(t, err, "GET %s: %v", url, err)
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
 	require.NoError(t, json.Unmarshal(data, out), "GET %s: HTTP %d %s", url, resp.StatusCode, data, err)
@@ -291,18 +289,14 @@ func getJSON(t *testing.T, url string, out any) int {
 func replicas(t *testing.T, name string) int32 {
 	t.Helper()
 	sc, err := st.cluster.Client().AppsV1().Deployments(ns).GetScale(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("scale of %s: %v", name, err)
-	}
+	require.NoError(t, err, "scale of %s: %v", name, err)
 	return sc.Spec.Replicas
 }
 
 func poolPods(t *testing.T, name string) []corev1.Pod {
 	t.Helper()
 	l, err := st.cluster.Client().CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: api.LabelPool + "=" + name})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var out []corev1.Pod
 	for _, p := range l.Items {
 		if p.DeletionTimestamp == nil {

@@ -19,14 +19,14 @@ import (
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/queue/messages"
 	"github.com/runplane/runplane/queue/stream"
+
+	"github.com/stretchr/testify/assert"
 )
 
 // echoed decodes the framework-echo body of a record.
 func echoed(t *testing.T, rec messages.Record) framework.Request {
 	t.Helper()
-	if rec.Response == nil {
-		t.Fatalf("record %s (%s) has no response: %s", rec.InvocationID, rec.State, rec.Error)
-	}
+	require.NotNil(t, rec.Response, "record %s (%s) has no response: %s", rec.InvocationID, rec.State, rec.Error)
 	var r framework.Request
 	if err := json.Unmarshal(rec.Response.Body, &r); err != nil {
 		t.Fatalf("echo body %s: %v", rec.Response.Body, err)
@@ -43,9 +43,7 @@ func TestSyncInvocationScalesFromZero(t *testing.T) {
 	var rec messages.Record
 	code := invoke(t, "sync", map[string]any{"mode": "sync", "timeoutSeconds": 90, "payload": map[string]string{"prompt": "draw a robot"},
 		"headers": map[string]string{"x-request-id": "abc"}}, &rec)
-	if code != http.StatusOK || rec.State != messages.StateSucceeded {
-		t.Fatalf("sync invoke = HTTP %d %+v, want 200 succeeded", code, rec)
-	}
+	require.False(t, code != http.StatusOK || rec.State != messages.StateSucceeded, "sync invoke = HTTP %d %+v, want 200 succeeded", code, rec)
 	t.Logf("cold sync invocation took %v", time.Since(start))
 	req := echoed(t, rec)
 	pods := poolPods(t, "sync")
@@ -61,14 +59,10 @@ func TestSyncInvocationScalesFromZero(t *testing.T) {
 	pod := pods[0]
 	for _, c := range pod.Spec.Containers {
 		for _, e := range c.Env {
-			if strings.HasPrefix(e.Name, "RUNPLANE_NATS") || e.Name == api.EnvSubjectPrefix || e.Name == api.EnvStreamName {
-				t.Errorf("container %s has env %s", c.Name, e.Name)
-			}
+			assert.False(t, strings.HasPrefix(e.Name, "RUNPLANE_NATS") || e.Name == api.EnvSubjectPrefix || e.Name == api.EnvStreamName, "container %s has env %s", c.Name, e.Name)
 		}
 		for _, m := range c.VolumeMounts {
-			if m.MountPath == api.NATSCredentialsMountDir {
-				t.Errorf("container %s mounts the NATS credentials (%s)", c.Name, m.Name)
-			}
+			assert.False(t, m.MountPath == api.NATSCredentialsMountDir, "container %s mounts the NATS credentials (%s)", c.Name, m.Name)
 		}
 	}
 }
@@ -82,17 +76,13 @@ func TestAsyncInvocationAndGet(t *testing.T) {
 	if code := invoke(t, "async", map[string]any{"mode": "async", "invocationID": "async-1", "payload": []int{1, 2}}, &ack); code != http.StatusAccepted {
 		t.Fatalf("async invoke = HTTP %d, want 202", code)
 	}
-	if ack.InvocationID != "async-1" {
-		t.Errorf("ack = %+v", ack)
-	}
+	assert.Equal(t, "async-1", ack.InvocationID, "ack = %+v", ack)
 	var rec messages.Record
 	require.Eventually(t, func() bool {
 		getJSON(t, st.queueURL+"/v1/invocations/async-1", &rec)
 		return rec.State.Terminal()
 	}, 90*time.Second, 200*time.Millisecond, "async-1 succeeded")
-	if rec.State != messages.StateSucceeded || string(echoed(t, rec).Payload) != "[1,2]" || echoed(t, rec).Mode != "async" {
-		t.Errorf("record = %+v", rec)
-	}
+	assert.False(t, rec.State != messages.StateSucceeded || string(echoed(t, rec).Payload) != "[1,2]" || echoed(t, rec).Mode != "async", "record = %+v", rec)
 }
 
 func TestBurstScalesUpThenIdlesDownToFloor(t *testing.T) {
@@ -141,12 +131,8 @@ func TestBurstScalesUpThenIdlesDownToFloor(t *testing.T) {
 	distinct := 0
 	workers.Range(func(any, any) bool { distinct++; return true })
 	t.Logf("50 invocations: peak replicas %d, %d distinct workers answered", peak.Load(), distinct)
-	if peak.Load() < 2 || distinct < 2 {
-		t.Errorf("peak replicas %d, distinct workers %d; want the pool scaled past one worker", peak.Load(), distinct)
-	}
-	if failed.Load() > 0 {
-		t.Fatalf("%d of %d invocations failed", failed.Load(), n)
-	}
+	assert.False(t, peak.Load() < 2 || distinct < 2, "peak replicas %d, distinct workers %d; want the pool scaled past one worker", peak.Load(), distinct)
+	require.False(t, failed.Load() > 0, "%d of %d invocations failed", failed.Load(), n)
 	require.Eventually(t, func() bool {
 		return replicas(t, "burst") == 1 && len(poolPods(t, "burst")) == 1
 	}, 90*time.Second, 200*time.Millisecond, "idle scale-down to the floor of 1")
@@ -187,9 +173,7 @@ func TestKilledWorkerIsRedeliveredAndCompletesOnce(t *testing.T) {
 		getJSON(t, st.queueURL+"/v1/invocations/killed-1", &rec)
 		return rec.State.Terminal()
 	}, 120*time.Second, 200*time.Millisecond, "killed-1 terminal")
-	if rec.State != messages.StateSucceeded || rec.Worker == victim || rec.Attempt < 2 {
-		t.Errorf("record = state %s worker %s attempt %d (%s); want succeeded by another worker on a later attempt", rec.State, rec.Worker, rec.Attempt, rec.Error)
-	}
+	assert.False(t, rec.State != messages.StateSucceeded || rec.Worker == victim || rec.Attempt < 2, "record = state %s worker %s attempt %d (%s); want succeeded by another worker on a later attempt", rec.State, rec.Worker, rec.Attempt, rec.Error)
 	// Barrier: the activator has nothing queued or in flight for the pool,
 	// so no other attempt of killed-1 is pending; then count the results
 	// stored for it (the stream holds every one published).
