@@ -216,7 +216,7 @@ func BenchmarkScaleFromZeroDecision(b *testing.B) {
 	for i, p := range pools {
 		t0 := time.Now()
 		r := e.do("POST", "/v1/pools/"+p+"/invocations", map[string]any{"mode": "async"})
-		require.Equal(b, 202, r.code, "%d %s", r.code, r.raw)
+		require.EqualValues(b, 202, r.code, "%d %s", r.code, r.raw)
 		select {
 		case <-sc.ch(p):
 		case <-time.After(10 * time.Second):

@@ -32,9 +32,8 @@ func TestDeregisterRightAfterResultsRunsEachOnce(t *testing.T) {
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("fin-%d", i)
-		if r := e.invoke(map[string]any{"mode": "async", "invocationID": ids[i], "ttlSeconds": 60}); r.code != 202 {
-			t.Fatalf("%s: %d %s", ids[i], r.code, r.raw)
-		}
+		r := e.invoke(map[string]any{"mode": "async", "invocationID": ids[i], "ttlSeconds": 60})
+		require.EqualValues(t, 202, r.code, "%s: %d %s", ids[i], r.code, r.raw)
 	}
 	for range n {
 		select {
@@ -64,9 +63,8 @@ func TestDeregisterRightAfterResultsRunsEachOnce(t *testing.T) {
 func TestDeregisterRedeliversUnstartedWork(t *testing.T) {
 	e := newEnv(t, func(c *queue.Config) { c.MaxAttempts = 1; c.Backoff = time.Hour })
 	a := e.fakeWorker("a")
-	if r := e.invoke(map[string]any{"mode": "async", "invocationID": "unstarted", "ttlSeconds": 60}); r.code != 202 {
-		t.Fatalf("%d %s", r.code, r.raw)
-	}
+	r := e.invoke(map[string]any{"mode": "async", "invocationID": "unstarted", "ttlSeconds": 60})
+	require.EqualValues(t, 202, r.code, "%d %s", r.code, r.raw)
 	e.waitState("unstarted", messages.StateDispatched, 5*time.Second)
 	e.worker("b", 1, nil)
 	a.deregister(0)
@@ -76,9 +74,8 @@ func TestDeregisterRedeliversUnstartedWork(t *testing.T) {
 	}
 	// The abandoned attempt's Dispatch is gone: a worker named a that
 	// resumes its consumer finds nothing to run.
-	if n := e.dispatches(t, "a", "unstarted"); n != 0 {
-		t.Fatalf("%d dispatches of unstarted left for a", n)
-	}
+	n := e.dispatches(t, "a", "unstarted")
+	require.EqualValues(t, 0, n, "%d dispatches of unstarted left for a", n)
 }
 
 // TestActivatorRestartAfterDuplicateWindow: an invocation dispatched to a
@@ -118,12 +115,10 @@ func TestActivatorRestartAfterDuplicateWindow(t *testing.T) {
 			e.startWorker(w, true)
 			rec := e.waitState(id, messages.StateSucceeded, 10*time.Second)
 			e.quiet(w)
-			if runs := e.log.Runs(id); len(runs) != 1 || rec.Attempt != 1 {
-				t.Fatalf("ran %d times (%v), record attempt %d", len(runs), runs, rec.Attempt)
-			}
-			if n := e.dispatches(t, w, id); n != 1 {
-				t.Fatalf("%d dispatches of attempt 1 stored, want 1", n)
-			}
+			runs := e.log.Runs(id)
+			require.False(t, len(runs) != 1 || rec.Attempt != 1, "ran %d times (%v), record attempt %d", len(runs), runs, rec.Attempt)
+			n := e.dispatches(t, w, id)
+			require.EqualValues(t, 1, n, "%d dispatches of attempt 1 stored, want 1", n)
 		})
 	}
 }

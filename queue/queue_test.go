@@ -21,9 +21,8 @@ import (
 func TestRequestValidation(t *testing.T) {
 	e := newEnv(t, func(c *queue.Config) { c.MaxBodyBytes = 1024 })
 	// An ID owned by another pool makes a re-post a conflict.
-	if r := e.do("POST", "/v1/pools/other/invocations", map[string]any{"mode": "async", "invocationID": "taken"}); r.code != 202 {
-		t.Fatalf("setup: %d %s", r.code, r.raw)
-	}
+	r := e.do("POST", "/v1/pools/other/invocations", map[string]any{"mode": "async", "invocationID": "taken"})
+	require.EqualValues(t, 202, r.code, "setup: %d %s", r.code, r.raw)
 	tests := []struct {
 		name, method, path string
 		body               any
@@ -60,9 +59,8 @@ func TestRequestValidation(t *testing.T) {
 func TestServiceEndpoints(t *testing.T) {
 	e := newEnv(t, nil)
 	for _, p := range []string{"/healthz", "/readyz", "/v1/pools/echo"} {
-		if r := e.do("GET", p, nil); r.code != 200 {
-			t.Errorf("GET %s: %d %s", p, r.code, r.raw)
-		}
+		r := e.do("GET", p, nil)
+		assert.EqualValues(t, 200, r.code, "GET %s: %d %s", p, r.code, r.raw)
 	}
 	r := e.do("GET", "/openapi.json", nil)
 	paths, _ := r.body["paths"].(map[string]any)
@@ -84,7 +82,7 @@ func TestAsyncLifecycle(t *testing.T) {
 	e := newEnv(t, nil)
 	states := e.watchStates("inv-1")
 	r := e.invoke(map[string]any{"mode": "async", "invocationID": "inv-1", "payload": map[string]string{"prompt": "robot"}})
-	require.Equal(t, 202, r.code, "async: %d %s", r.code, r.raw)
+	require.EqualValues(t, 202, r.code, "async: %d %s", r.code, r.raw)
 	var ack struct {
 		InvocationID, Stream string
 		Sequence             uint64
@@ -97,13 +95,12 @@ func TestAsyncLifecycle(t *testing.T) {
 		ack.Subjects["invoke"] != "runtime.serverless.invoke.echo" || ack.Subjects["result"] != "runtime.serverless.result.echo" || ack.Subjects["metrics"] == "" {
 		t.Fatalf("bad ack %s", r.raw)
 	}
-	if rec := e.record("inv-1"); rec.State != messages.StateQueued {
-		t.Fatalf("without workers: state %s, want queued", rec.State)
-	}
+	rec := e.record("inv-1")
+	require.Equal(t, messages.StateQueued, rec.State, "without workers: state %s, want queued", rec.State)
 	g := newGate()
 	e.worker("w1", 1, g.handler)
 	<-g.started
-	rec := e.waitState("inv-1", messages.StateRunning, 5*time.Second)
+	rec = e.waitState("inv-1", messages.StateRunning, 5*time.Second)
 	require.False(t, rec.Worker != "w1" || rec.Attempt != 1, "running record %+v", rec)
 	close(g.release)
 	rec = e.waitState("inv-1", messages.StateSucceeded, 5*time.Second)
@@ -174,9 +171,8 @@ func TestIdempotency(t *testing.T) {
 		require.False(t, r.code != 200 || r.body["state"] != "succeeded", "sync re-post after %s: %d %s", wait, r.code, r.raw)
 	}
 	e.quiet("w1")
-	if runs := e.log.Runs("same"); len(runs) != 1 {
-		t.Fatalf("ran %d times: %v", len(runs), runs)
-	}
+	runs := e.log.Runs("same")
+	require.False(t, len(runs) != 1, "ran %d times: %v", len(runs), runs)
 }
 
 func TestSyncTimeoutIsPollable(t *testing.T) {
@@ -193,29 +189,25 @@ func TestCancel(t *testing.T) {
 	e := newEnv(t, nil)
 	// Queued: cancelled at once, never runs.
 	e.invoke(map[string]any{"mode": "async", "invocationID": "q1"})
-	if r := e.do("POST", "/v1/invocations/q1/cancel", nil); r.code != 200 || r.body["state"] != "cancelled" {
-		t.Fatalf("cancel queued: %d %s", r.code, r.raw)
-	}
+	r := e.do("POST", "/v1/invocations/q1/cancel", nil)
+	require.False(t, r.code != 200 || r.body["state"] != "cancelled", "cancel queued: %d %s", r.code, r.raw)
 	g := newGate()
 	e.worker("w1", 1, g.handler)
 	// Running: the worker gets a Cancel.
 	e.invoke(map[string]any{"mode": "async", "invocationID": "r1"})
-	if id := <-g.started; id != "r1" {
-		t.Fatalf("worker started %s, want r1 (q1 was cancelled)", id)
-	}
+	id := <-g.started
+	require.Equal(t, "r1", id, "worker started %s, want r1 (q1 was cancelled)", id)
 	e.waitState("r1", messages.StateRunning, 5*time.Second)
-	if r := e.do("POST", "/v1/invocations/r1/cancel", nil); r.code != 200 || r.body["state"] != "cancelled" {
-		t.Fatalf("cancel running: %d %s", r.code, r.raw)
-	}
+	r = e.do("POST", "/v1/invocations/r1/cancel", nil)
+	require.False(t, r.code != 200 || r.body["state"] != "cancelled", "cancel running: %d %s", r.code, r.raw)
 	select {
 	case id := <-g.cancelled:
 		require.Equal(t, "r1", id, "cancelled %s", id)
 	case <-time.After(5 * time.Second):
 		t.Fatal("worker never got the cancel")
 	}
-	if r := e.do("POST", "/v1/invocations/r1/cancel", nil); r.code != 409 {
-		t.Fatalf("cancel terminal: %d %s", r.code, r.raw)
-	}
+	r = e.do("POST", "/v1/invocations/r1/cancel", nil)
+	require.EqualValues(t, 409, r.code, "cancel terminal: %d %s", r.code, r.raw)
 	require.False(t, e.record("r1").State != messages.StateCancelled || len(e.log.Runs("q1")) != 0, "r1 %s, q1 runs %v", e.record("r1").State, e.log.Runs("q1"))
 }
 
@@ -234,9 +226,8 @@ func TestTimeouts(t *testing.T) {
 func TestBacklogBound(t *testing.T) {
 	e := newEnv(t, func(c *queue.Config) { c.MaxBacklog = 2 })
 	for i := range 2 {
-		if r := e.invoke(map[string]any{"mode": "async"}); r.code != 202 {
-			t.Fatalf("%d: %d", i, r.code)
-		}
+		r := e.invoke(map[string]any{"mode": "async"})
+		require.EqualValues(t, 202, r.code, "%d: %d", i, r.code)
 	}
 	r := e.invoke(map[string]any{"mode": "async"})
 	require.False(t, r.code != 429 || r.header.Get("Retry-After") == "", "want 429 with Retry-After, got %d %v", r.code, r.header)
@@ -285,9 +276,8 @@ func TestWorkerLossRedelivery(t *testing.T) {
 func TestNATSRestart(t *testing.T) {
 	e := newEnv(t, nil)
 	e.worker("w1", 2, nil)
-	if r := e.invoke(map[string]any{"mode": "sync", "invocationID": "before"}); r.code != 200 {
-		t.Fatalf("before restart: %d %s", r.code, r.raw)
-	}
+	r := e.invoke(map[string]any{"mode": "sync", "invocationID": "before"})
+	require.EqualValues(t, 200, r.code, "before restart: %d %s", r.code, r.raw)
 	e.workers["w1"].Stop()
 	e.invoke(map[string]any{"mode": "async", "invocationID": "queued-during", "ttlSeconds": 120})
 	e.ns.Shutdown()
@@ -298,7 +288,7 @@ func TestNATSRestart(t *testing.T) {
 	e.worker("w2", 2, nil)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		r := e.invoke(map[string]any{"mode": "sync", "invocationID": "after", "timeoutSeconds": 3})
-		assert.Equal(c, 200, r.code, "after restart: %s", r.raw)
+		assert.EqualValues(c, 200, r.code, "after restart: %s", r.raw)
 		assert.Equal(c, "succeeded", r.body["state"])
 	}, 20*time.Second, 200*time.Millisecond)
 	e.waitState("queued-during", messages.StateSucceeded, 10*time.Second)

@@ -167,7 +167,7 @@ func (f *fixture) invoke(id string) {
 	r, err := http.Post(f.base+"/v1/pools/"+f.pool+"/invocations", "application/json", bytes.NewReader(b))
 	require.NoError(f.t, err)
 	r.Body.Close()
-	require.Equal(f.t, 202, r.StatusCode, "invoke %s", id)
+	require.EqualValues(f.t, 202, r.StatusCode, "invoke %s", id)
 }
 
 func (f *fixture) state(id string) messages.Record {

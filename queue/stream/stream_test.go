@@ -14,6 +14,8 @@ import (
 	"github.com/runplane/runplane/queue/messages"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/stretchr/testify/assert"
 )
 
 func TestAdvance(t *testing.T) {
@@ -36,9 +38,8 @@ func TestAdvance(t *testing.T) {
 		{q, 0, messages.StateCancelled, 0, true},
 	}
 	for _, tc := range tests {
-		if got := Advance(tc.cur, tc.curAttempt, tc.next, tc.attempt); got != tc.want {
-			t.Errorf("Advance(%s@%d → %s@%d) = %v, want %v", tc.cur, tc.curAttempt, tc.next, tc.attempt, got, tc.want)
-		}
+		got := Advance(tc.cur, tc.curAttempt, tc.next, tc.attempt)
+		assert.Equal(t, tc.want, got, "Advance(%s@%d → %s@%d) = %v, want %v", tc.cur, tc.curAttempt, tc.next, tc.attempt, got, tc.want)
 	}
 }
 
@@ -54,9 +55,8 @@ func TestConfigValidate(t *testing.T) {
 		{"ttl below window", Config{DuplicateWindow: time.Hour, RecordTTL: time.Minute}, false},
 	}
 	for _, tc := range tests {
-		if err := tc.c.WithDefaults().Validate(); (err == nil) != tc.ok {
-			t.Errorf("%s: err %v", tc.name, err)
-		}
+		err := tc.c.WithDefaults().Validate()
+		assert.False(t, (err == nil) != tc.ok, "%s: err %v", tc.name, err)
 	}
 }
 
@@ -110,7 +110,7 @@ func TestCreateFirstWriterWins(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	require.Equal(t, 1, wins, "%d creators won", wins)
+	require.EqualValues(t, 1, wins, "%d creators won", wins)
 	for i := range 8 {
 		wg.Add(1)
 		go func() {

@@ -38,6 +38,8 @@ import (
 	"github.com/runplane/runplane/test/localworkers"
 	"github.com/runplane/runplane/webhook"
 	"github.com/runplane/runplane/webhook/mutate"
+
+	"github.com/stretchr/testify/assert"
 )
 
 const ns = "e2e"
@@ -269,9 +271,8 @@ func invoke(t testing.TB, poolName string, body map[string]any, out any) int {
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
 	if out != nil {
-		if err := json.Unmarshal(data, out); err != nil {
-			t.Errorf("invoke %s: HTTP %d, body %s: %v", poolName, resp.StatusCode, data, err)
-		}
+		err := json.Unmarshal(data, out)
+		assert.NoError(t, err, "invoke %s: HTTP %d, body %s: %v", poolName, resp.StatusCode, data, err)
 	}
 	return resp.StatusCode
 }

@@ -28,17 +28,15 @@ func echoed(t *testing.T, rec messages.Record) framework.Request {
 	t.Helper()
 	require.NotNil(t, rec.Response, "record %s (%s) has no response: %s", rec.InvocationID, rec.State, rec.Error)
 	var r framework.Request
-	if err := json.Unmarshal(rec.Response.Body, &r); err != nil {
-		t.Fatalf("echo body %s: %v", rec.Response.Body, err)
-	}
+	err := json.Unmarshal(rec.Response.Body, &r)
+	require.NoError(t, err, "echo body %s: %v", rec.Response.Body, err)
 	return r
 }
 
 func TestSyncInvocationScalesFromZero(t *testing.T) {
 	pool(t, "sync", 0, 1, nil)
-	if r := replicas(t, "sync"); r != 0 {
-		t.Fatalf("pool starts with %d replicas, want 0", r)
-	}
+	r := replicas(t, "sync")
+	require.EqualValues(t, 0, r, "pool starts with %d replicas, want 0", r)
 	start := time.Now()
 	var rec messages.Record
 	code := invoke(t, "sync", map[string]any{"mode": "sync", "timeoutSeconds": 90, "payload": map[string]string{"prompt": "draw a robot"},
@@ -51,9 +49,8 @@ func TestSyncInvocationScalesFromZero(t *testing.T) {
 		string(req.Payload) != `{"prompt":"draw a robot"}` || req.Headers["x-request-id"] != "abc" {
 		t.Errorf("echo = %+v from pods %d, want the envelope as seen by the single pool Pod", req, len(pods))
 	}
-	if r := replicas(t, "sync"); r != 1 {
-		t.Errorf("replicas after the first invocation = %d, want 1", r)
-	}
+	r = replicas(t, "sync")
+	assert.EqualValues(t, 1, r, "replicas after the first invocation = %d, want 1", r)
 
 	// The user container holds no NATS settings or credentials.
 	pod := pods[0]
@@ -73,9 +70,8 @@ func TestAsyncInvocationAndGet(t *testing.T) {
 		InvocationID string         `json:"invocationID"`
 		State        messages.State `json:"state"`
 	}
-	if code := invoke(t, "async", map[string]any{"mode": "async", "invocationID": "async-1", "payload": []int{1, 2}}, &ack); code != http.StatusAccepted {
-		t.Fatalf("async invoke = HTTP %d, want 202", code)
-	}
+	code := invoke(t, "async", map[string]any{"mode": "async", "invocationID": "async-1", "payload": []int{1, 2}}, &ack)
+	require.Equal(t, http.StatusAccepted, code, "async invoke = HTTP %d, want 202", code)
 	assert.Equal(t, "async-1", ack.InvocationID, "ack = %+v", ack)
 	var rec messages.Record
 	require.Eventually(t, func() bool {
@@ -142,9 +138,8 @@ func TestKilledWorkerIsRedeliveredAndCompletesOnce(t *testing.T) {
 	pool(t, "kill", 1, 1, nil)
 	// Warm up: find the worker.
 	var warm messages.Record
-	if code := invoke(t, "kill", map[string]any{"mode": "sync", "timeoutSeconds": 90}, &warm); code != http.StatusOK || warm.State != messages.StateSucceeded {
-		t.Fatalf("warm-up = HTTP %d %+v", code, warm)
-	}
+	code := invoke(t, "kill", map[string]any{"mode": "sync", "timeoutSeconds": 90}, &warm)
+	require.False(t, code != http.StatusOK || warm.State != messages.StateSucceeded, "warm-up = HTTP %d %+v", code, warm)
 	victim := warm.Worker
 
 	var results atomic.Int32
@@ -184,6 +179,6 @@ func TestKilledWorkerIsRedeliveredAndCompletesOnce(t *testing.T) {
 		getJSON(t, st.queueURL+"/v1/pools/kill", &info)
 		return info.Status != nil && info.Status.Backlog == 0 && info.Status.InFlight == 0
 	}, 30*time.Second, 200*time.Millisecond, "pool kill quiet")
-	require.Equal(t, 1, storedResults(t, "kill", "killed-1"), "results stored for killed-1")
+	require.EqualValues(t, 1, storedResults(t, "kill", "killed-1"), "results stored for killed-1")
 	require.EqualValues(t, 1, results.Load(), "results published for killed-1")
 }
