@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/nats-io/nuid"
+	"golang.org/x/sync/errgroup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -84,16 +84,9 @@ func NewManager(cfg Config) (manager.Manager, error) {
 // runAll runs runnables without Kubernetes (-no-kube) until ctx ends or
 // one fails, and returns once all have returned.
 func runAll(ctx context.Context, runnables []manager.Runnable) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errs := make([]error, len(runnables))
-	var wg sync.WaitGroup
-	for i, r := range runnables {
-		wg.Go(func() {
-			defer cancel()
-			errs[i] = r.Start(ctx)
-		})
+	g, ctx := errgroup.WithContext(ctx)
+	for _, r := range runnables {
+		g.Go(func() error { return r.Start(ctx) })
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return g.Wait()
 }

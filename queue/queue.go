@@ -55,7 +55,8 @@ type Config struct {
 	StaticPools []string
 	// LeaderElection runs the activator only while holding the Lease
 	// LeaseName in LeaseNamespace (defaults runplane-queue-activator,
-	// api.DefaultNamespace). Requires RESTConfig.
+	// api.DefaultNamespace), through the manager's leader election; a
+	// replica that loses the Lease returns an error. Requires RESTConfig.
 	LeaderElection bool
 	LeaseNamespace string
 	LeaseName      string
@@ -195,5 +196,4 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("queue: %w", err)
 	}
 	return nil
-
 }
