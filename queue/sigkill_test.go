@@ -48,15 +48,9 @@ func TestProcessKilledUnderLoad(t *testing.T) {
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		require.NoError(t, cmd.Start())
-		deadline := time.Now().Add(15 * time.Second)
-		for time.Now().Before(deadline) {
-			if _, err := httpGet(e.base + "/readyz"); err == nil {
-				return cmd
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		t.Fatal("queue process not ready")
-		return nil
+		require.Eventually(t, func() bool { _, err := httpGet(e.base + "/readyz"); return err == nil }, 15*time.Second, 50*time.Millisecond,
+			"queue process not ready")
+		return cmd
 	}
 	cmd := start()
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })

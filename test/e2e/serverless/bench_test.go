@@ -43,14 +43,11 @@ func BenchmarkWarmSync(b *testing.B) {
 	name := fmt.Sprintf("warm%d", time.Now().UnixNano()%100000)
 	pool(b, name, 1, 4, map[string]string{api.AnnotationMinAvailable: "1"})
 	// Warm up until a worker answers.
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	require.Eventually(b, func() bool {
 		var rec messages.Record
-		if code := invoke(b, name, map[string]any{"mode": "sync", "timeoutSeconds": 60}, &rec); code == http.StatusOK && rec.State == messages.StateSucceeded {
-			break
-		}
-		require.False(b, time.Now().After(deadline), "pool never answered")
-	}
+		code := invoke(b, name, map[string]any{"mode": "sync", "timeoutSeconds": 60}, &rec)
+		return code == http.StatusOK && rec.State == messages.StateSucceeded
+	}, 90*time.Second, 200*time.Millisecond, "pool never answered")
 
 	// Bare NATS request/reply on the same server.
 	sub, err := st.nc.Subscribe("bench.echo", func(m *nats.Msg) { _ = m.Respond(m.Data) })
