@@ -275,6 +275,18 @@ func newGate() *gate {
 	return &gate{release: make(chan struct{}), started: make(chan string, 16), cancelled: make(chan string, 16)}
 }
 
+// next returns the next invocation the gate's worker started.
+func (g *gate) next(t testing.TB) string {
+	t.Helper()
+	select {
+	case id := <-g.started:
+		return id
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "no invocation started within 10s")
+		return ""
+	}
+}
+
 func (g *gate) handler(ctx context.Context, d messages.Dispatch) (*framework.Response, messages.State, string) {
 	g.started <- d.InvocationID
 	select {

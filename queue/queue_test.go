@@ -99,7 +99,7 @@ func TestAsyncLifecycle(t *testing.T) {
 	require.Equal(t, messages.StateQueued, rec.State, "without workers: state %s, want queued", rec.State)
 	g := newGate()
 	e.worker("w1", 1, g.handler)
-	<-g.started
+	g.next(t)
 	rec = e.waitState("inv-1", messages.StateRunning, 5*time.Second)
 	require.False(t, rec.Worker != "w1" || rec.Attempt != 1, "running record %+v", rec)
 	close(g.release)
@@ -152,7 +152,7 @@ func TestIdempotency(t *testing.T) {
 			bodies[i] = fmt.Sprintf("%d %v", r.code, r.body["state"])
 		}()
 	}
-	<-g.started
+	g.next(t)
 	// Barrier: the other two callers are duplicates waiting on the result.
 	require.Eventually(t, func() bool {
 		m, err := httpGet(e.base + "/metrics")
@@ -199,7 +199,7 @@ func TestCancel(t *testing.T) {
 	e.worker("w1", 1, g.handler)
 	// Running: the worker gets a Cancel.
 	e.invoke(map[string]any{"mode": "async", "invocationID": "r1"})
-	id := <-g.started
+	id := g.next(t)
 	require.Equal(t, "r1", id, "worker started %s, want r1 (q1 was cancelled)", id)
 	e.waitState("r1", messages.StateRunning, 5*time.Second)
 	r = e.do("POST", "/v1/invocations/r1/cancel", nil)
@@ -249,7 +249,7 @@ func TestWorkerLossRedelivery(t *testing.T) {
 	g := newGate()
 	a := e.worker("a", 1, g.handler)
 	e.invoke(map[string]any{"mode": "async", "invocationID": "x", "ttlSeconds": 60})
-	<-g.started
+	g.next(t)
 	a.Kill()
 	close(g.release)
 	e.worker("b", 1, nil)
@@ -263,10 +263,10 @@ func TestWorkerLossRedelivery(t *testing.T) {
 	g2 := newGate()
 	c := e.worker("c", 1, g2.handler)
 	e.invoke(map[string]any{"mode": "async", "invocationID": "y", "ttlSeconds": 60})
-	<-g2.started
+	g2.next(t)
 	c.Kill()
 	d := e.worker("d", 1, g2.handler)
-	<-g2.started
+	g2.next(t)
 	d.Kill()
 	rec = e.waitState("y", messages.StateDeadLettered, 10*time.Second)
 	require.False(t, rec.Attempt != 2 || !strings.Contains(rec.Error, "lost"), "dead-letter record %+v", rec)

@@ -15,7 +15,7 @@ func (a *Activator) Start(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(time.Second):
+		case <-a.cfg.Clock.After(time.Second):
 		}
 	}
 	return nil

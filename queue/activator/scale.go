@@ -157,13 +157,7 @@ func (a *Activator) onPod(ctx context.Context, o any, deleted bool) {
 	}
 	gone := deleted || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 	conc, _ := strconv.Atoi(pod.Annotations[api.AnnotationConcurrency])
-	ready := false
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-			ready = true
-		}
-	}
-	info := state.Pod{Created: pod.CreationTimestamp.Time, Ready: ready, Terminating: pod.DeletionTimestamp != nil}
+	info := state.Pod{Created: pod.CreationTimestamp.Time, Terminating: pod.DeletionTimestamp != nil}
 	var lost *state.Loss
 	var poke bool
 	a.locked(func(s *state.State) {

@@ -157,6 +157,7 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w.event(messages.EventRegistered, "", 0, "")
+	w.wg.Add(1) // Stop deregisters only after the last heartbeat
 	go w.heartbeat()
 	return w, nil
 }
@@ -175,6 +176,7 @@ func (w *Worker) event(t messages.EventType, id string, attempt int, st messages
 }
 
 func (w *Worker) heartbeat() {
+	defer w.wg.Done()
 	t := time.NewTicker(w.cfg.Heartbeat)
 	defer t.Stop()
 	for {

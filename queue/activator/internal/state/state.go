@@ -92,7 +92,6 @@ type Worker struct {
 // Pod is what the Pod informer says about a worker.
 type Pod struct {
 	Created     time.Time
-	Ready       bool
 	Terminating bool
 }
 
