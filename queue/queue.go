@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/runplane/runplane/natsauth"
 	"github.com/runplane/runplane/queue/activator"
@@ -149,7 +150,10 @@ func Run(ctx context.Context, cfg Config) error {
 	var runnables []manager.Runnable
 	if !cfg.DisableIngress {
 		srv, err := ingress.New(ctx, ingress.Config{Store: st, NC: nc, Pools: pools, MaxBacklog: cfg.MaxBacklog,
-			DefaultTTLSeconds: cfg.DefaultTTLSeconds, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log, Registerer: reg, Gatherer: reg})
+			DefaultTTLSeconds: cfg.DefaultTTLSeconds, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log, Registerer: reg,
+			// With the manager's metrics (leader election, client-go), whose
+			// own metrics listener is off: /metrics stays on the ingress port.
+			Gatherer: prometheus.Gatherers{reg, ctrlmetrics.Registry}})
 		if err != nil {
 			return err
 		}

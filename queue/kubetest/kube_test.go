@@ -241,6 +241,13 @@ func TestScaleFromZeroAndBackToZero(t *testing.T) {
 	f := setup(t, map[string]string{api.AnnotationIdleTimeout: "2s"}, 0)
 	f.decidedSince(time.Now())
 	require.Zero(t, f.replicas(), "scaled without demand")
+	// The manager's leader-election metrics are served with the queue's.
+	r, err := http.Get(f.base + "/metrics")
+	require.NoError(t, err)
+	body, err := io.ReadAll(r.Body)
+	r.Body.Close()
+	require.NoError(t, err)
+	require.Contains(t, string(body), `leader_election_master_status{name="runplane-queue-activator"} 1`)
 	f.invoke("first")
 	f.eventually("scale from zero", 20*time.Second, func() bool { return f.replicas() == 1 })
 	f.eventually("first succeeded", 30*time.Second, func() bool { return f.state("first").State == messages.StateSucceeded })
