@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -36,11 +35,7 @@ func TestDeregisterRightAfterResultsRunsEachOnce(t *testing.T) {
 		require.EqualValues(t, 202, r.code, "%s: %d %s", ids[i], r.code, r.raw)
 	}
 	for range n {
-		select {
-		case <-g.started:
-		case <-time.After(10 * time.Second):
-			t.Fatal("worker a did not start every invocation")
-		}
+		g.next(t)
 	}
 	e.worker("b", n, nil) // would take any redelivery at once
 	close(g.release)
@@ -51,9 +46,7 @@ func TestDeregisterRightAfterResultsRunsEachOnce(t *testing.T) {
 	}
 	e.quiet("b") // a wrong redelivery would have run on b by now
 	for _, id := range ids {
-		if runs := e.log.Runs(id); !slices.Equal(runs, []string{"a"}) {
-			t.Errorf("%s ran on %v, want once on a", id, runs)
-		}
+		assert.Equal(t, []string{"a"}, e.log.Runs(id), "%s runs", id)
 	}
 }
 
@@ -69,9 +62,9 @@ func TestDeregisterRedeliversUnstartedWork(t *testing.T) {
 	e.worker("b", 1, nil)
 	a.deregister(0)
 	rec := e.waitState("unstarted", messages.StateSucceeded, 5*time.Second)
-	if rec.Worker != "b" || rec.Attempt != 2 || !slices.Equal(e.log.Runs("unstarted"), []string{"b"}) {
-		t.Fatalf("record %+v, runs %v", rec, e.log.Runs("unstarted"))
-	}
+	require.Equal(t, "b", rec.Worker)
+	require.Equal(t, 2, rec.Attempt)
+	require.Equal(t, []string{"b"}, e.log.Runs("unstarted"))
 	// The abandoned attempt's Dispatch is gone: a worker named a that
 	// resumes its consumer finds nothing to run.
 	n := e.dispatches(t, "a", "unstarted")
@@ -191,10 +184,9 @@ func (e *env) crashedDispatch(id, w string) {
 	b, _ := json.Marshal(inv)
 	pa, err := e.js.Publish(ctx, e.subj.Invoke(testPool), b, jetstream.WithMsgID(id))
 	require.NoError(e.t, err)
-	if _, err := st.Create(ctx, messages.Record{InvocationID: id, Pool: testPool, Mode: inv.Mode, State: messages.StateDispatched,
-		Worker: w, Attempt: 1, Stream: st.Config.Stream, Sequence: pa.Sequence, AcceptedAt: inv.AcceptedAt, UpdatedAt: time.Now().UTC()}); err != nil {
-		e.t.Fatal(err)
-	}
+	_, err = st.Create(ctx, messages.Record{InvocationID: id, Pool: testPool, Mode: inv.Mode, State: messages.StateDispatched,
+		Worker: w, Attempt: 1, Stream: st.Config.Stream, Sequence: pa.Sequence, AcceptedAt: inv.AcceptedAt, UpdatedAt: time.Now().UTC()})
+	require.NoError(e.t, err)
 }
 
 // dispatches counts the stored Dispatches of id's attempt 1 to worker w.

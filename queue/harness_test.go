@@ -100,9 +100,9 @@ func (e *env) startQueue() {
 	case a := <-addr:
 		e.base = "http://" + a
 	case err := <-done:
-		e.t.Fatalf("queue.Run: %v", err)
+		require.FailNow(e.t, "queue.Run returned", "%v", err)
 	case <-time.After(20 * time.Second):
-		e.t.Fatal("queue did not start")
+		require.FailNow(e.t, "queue did not start")
 	}
 	var once sync.Once
 	stop := func() { once.Do(func() { cancel(); <-done }) }

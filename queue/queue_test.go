@@ -65,9 +65,7 @@ func TestServiceEndpoints(t *testing.T) {
 	r := e.do("GET", "/openapi.json", nil)
 	paths, _ := r.body["paths"].(map[string]any)
 	for _, p := range []string{"/v1/pools/{pool}/invocations", "/v1/invocations/{id}", "/v1/invocations/{id}/cancel", "/v1/pools/{pool}", "/api/v1/serverless/invocations"} {
-		if _, ok := paths[p]; !ok {
-			t.Errorf("openapi.json lacks %s", p)
-		}
+		assert.Contains(t, paths, p, "openapi.json")
 	}
 	e.invoke(map[string]any{"mode": "async"})
 	req, _ := e.do("GET", "/healthz", nil), 0
@@ -91,10 +89,11 @@ func TestAsyncLifecycle(t *testing.T) {
 		AcceptedAt           time.Time
 	}
 	_ = json.Unmarshal(r.raw, &ack)
-	if ack.InvocationID != "inv-1" || ack.Stream == "" || ack.Sequence == 0 || ack.Duplicate || ack.AcceptedAt.IsZero() ||
-		ack.Subjects["invoke"] != "runtime.serverless.invoke.echo" || ack.Subjects["result"] != "runtime.serverless.result.echo" || ack.Subjects["metrics"] == "" {
-		t.Fatalf("bad ack %s", r.raw)
-	}
+	require.Equal(t, "inv-1", ack.InvocationID)
+	require.False(t, ack.Stream == "" || ack.Sequence == 0 || ack.Duplicate || ack.AcceptedAt.IsZero(), "bad ack %s", r.raw)
+	require.Equal(t, "runtime.serverless.invoke.echo", ack.Subjects["invoke"])
+	require.Equal(t, "runtime.serverless.result.echo", ack.Subjects["result"])
+	require.NotEmpty(t, ack.Subjects["metrics"])
 	rec := e.record("inv-1")
 	require.Equal(t, messages.StateQueued, rec.State, "without workers: state %s, want queued", rec.State)
 	g := newGate()
@@ -104,9 +103,8 @@ func TestAsyncLifecycle(t *testing.T) {
 	require.False(t, rec.Worker != "w1" || rec.Attempt != 1, "running record %+v", rec)
 	close(g.release)
 	rec = e.waitState("inv-1", messages.StateSucceeded, 5*time.Second)
-	if rec.Response == nil || string(rec.Response.Body) != `{"prompt":"robot"}` {
-		t.Fatalf("result %+v", rec.Response)
-	}
+	require.NotNil(t, rec.Response)
+	require.JSONEq(t, `{"prompt":"robot"}`, string(rec.Response.Body))
 	got := states()
 	want := []messages.State{messages.StateQueued, messages.StateDispatched, messages.StateRunning, messages.StateSucceeded}
 	require.True(t, slices.Equal(got, want), "transitions %v, want %v", got, want)
@@ -127,9 +125,9 @@ func TestSyncRoundTripAndAlias(t *testing.T) {
 			r := e.do("POST", tc.path, tc.body)
 			var rec messages.Record
 			_ = json.Unmarshal(r.raw, &rec)
-			if r.code != 200 || rec.State != messages.StateSucceeded || string(rec.Response.Body) != `{"n":1}` {
-				t.Fatalf("sync: %d %s", r.code, r.raw)
-			}
+			require.Equal(t, 200, r.code, "sync: %s", r.raw)
+			require.Equal(t, messages.StateSucceeded, rec.State)
+			require.JSONEq(t, `{"n":1}`, string(rec.Response.Body))
 		})
 	}
 }
@@ -208,7 +206,7 @@ func TestCancel(t *testing.T) {
 	case id := <-g.cancelled:
 		require.Equal(t, "r1", id, "cancelled %s", id)
 	case <-time.After(5 * time.Second):
-		t.Fatal("worker never got the cancel")
+		require.FailNow(t, "worker never got the cancel")
 	}
 	r = e.do("POST", "/v1/invocations/r1/cancel", nil)
 	require.EqualValues(t, 409, r.code, "cancel terminal: %d %s", r.code, r.raw)
@@ -254,9 +252,9 @@ func TestWorkerLossRedelivery(t *testing.T) {
 	close(g.release)
 	e.worker("b", 1, nil)
 	rec := e.waitState("x", messages.StateSucceeded, 10*time.Second)
-	if rec.Worker != "b" || rec.Attempt != 2 || !slices.Equal(e.log.Runs("x"), []string{"a", "b"}) {
-		t.Fatalf("record %+v runs %v", rec, e.log.Runs("x"))
-	}
+	require.Equal(t, "b", rec.Worker)
+	require.Equal(t, 2, rec.Attempt)
+	require.Equal(t, []string{"a", "b"}, e.log.Runs("x"))
 
 	// Dead letter: two workers lost in a row (MaxAttempts 2).
 	e.workers["b"].Stop()

@@ -28,9 +28,8 @@ func TestProcessKilledUnderLoad(t *testing.T) {
 		t.Skip("builds and runs the binary")
 	}
 	bin := filepath.Join(t.TempDir(), "runplane-queue")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/runplane/runplane/cmd/runplane-queue").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/runplane/runplane/cmd/runplane-queue").CombinedOutput()
+	require.NoError(t, err, "build: %s", out)
 	// The in-process service is only used for its NATS and helpers; stop it
 	// so the binary is the only activator.
 	e := newEnv(t, func(c *queue.Config) {})

@@ -82,9 +82,8 @@ func TestOpenCreatesStreamAndBuckets(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, info.Config.Storage != jetstream.FileStorage || info.Config.Duplicates != time.Second || len(info.Config.Subjects) != 4, "stream config %+v", info.Config)
 	// Re-opening (another replica, a restart) is fine.
-	if _, err := Open(context.Background(), st.JS, st.Config); err != nil {
-		t.Fatal(err)
-	}
+	_, err = Open(context.Background(), st.JS, st.Config)
+	require.NoError(t, err)
 }
 
 // TestCreateFirstWriterWins: of many concurrent creators of one ID exactly
@@ -123,9 +122,8 @@ func TestCreateFirstWriterWins(t *testing.T) {
 	wg.Wait()
 	r, _, err := st.Get(ctx, "x")
 	require.False(t, err != nil || r.Attempt != 8, "attempt %d after 8 CAS increments (%v)", r.Attempt, err)
-	if _, _, err := st.Get(ctx, "missing"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("missing: %v", err)
-	}
+	_, _, err = st.Get(ctx, "missing")
+	require.ErrorIs(t, err, ErrNotFound)
 }
 
 // TestTransitionCached: a writer that keeps the Record it wrote updates it
@@ -142,14 +140,12 @@ func TestTransitionCached(t *testing.T) {
 	}{
 		{"nobody else writes", nil, messages.StateRunning, "", true},
 		{"another writer in between", func(t *testing.T, st *Store) {
-			if _, _, err := st.Update(context.Background(), "c", func(r *messages.Record) bool { r.Error = "note"; return true }); err != nil {
-				t.Fatal(err)
-			}
+			_, _, err := st.Update(context.Background(), "c", func(r *messages.Record) bool { r.Error = "note"; return true })
+			require.NoError(t, err)
 		}, messages.StateRunning, "note", true},
 		{"cancelled in between", func(t *testing.T, st *Store) {
-			if _, _, err := st.Transition(context.Background(), "c", messages.StateCancelled, "", 0, nil); err != nil {
-				t.Fatal(err)
-			}
+			_, _, err := st.Transition(context.Background(), "c", messages.StateCancelled, "", 0, nil)
+			require.NoError(t, err)
 		}, messages.StateCancelled, "", false},
 	}
 	for _, tc := range tests {
@@ -160,14 +156,15 @@ func TestTransitionCached(t *testing.T) {
 			rev, err := st.Create(ctx, r)
 			require.NoError(t, err)
 			c := Cached{Record: r, Rev: rev}
-			if ok, err := st.TransitionCached(ctx, "c", &c, messages.StateDispatched, "w", 1, nil); err != nil || !ok {
-				t.Fatalf("dispatch from the created revision: %v %v", ok, err)
-			}
+			ok, err := st.TransitionCached(ctx, "c", &c, messages.StateDispatched, "w", 1, nil)
+			require.NoError(t, err)
+			require.True(t, ok, "dispatch from the created revision")
 			if tc.meddle != nil {
 				tc.meddle(t, st)
 			}
-			ok, err := st.TransitionCached(ctx, "c", &c, messages.StateRunning, "w", 1, nil)
-			require.False(t, err != nil || ok != tc.wantOK, "running: ok %v err %v, want ok %v", ok, err, tc.wantOK)
+			ok, err = st.TransitionCached(ctx, "c", &c, messages.StateRunning, "w", 1, nil)
+			require.NoError(t, err)
+			require.Equal(t, tc.wantOK, ok, "running")
 			got, gotRev, err := st.Get(ctx, "c")
 			require.NoError(t, err)
 			require.False(t, got.State != tc.wantState || got.Error != tc.wantError || got.Worker != "w" || got.Attempt != 1, "stored %+v, want state %s error %q worker w attempt 1", got, tc.wantState, tc.wantError)

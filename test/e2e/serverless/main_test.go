@@ -248,9 +248,8 @@ func pool(t testing.TB, name string, replicas int32, concurrency int, ann map[st
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := st.cluster.Client().AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create pool %s: %v", name, err)
-	}
+	_, err := st.cluster.Client().AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{})
+	require.NoError(t, err, "create pool %s", name)
 	t.Cleanup(func() {
 		_ = st.cluster.Client().AppsV1().Deployments(ns).Delete(context.Background(), name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
 	})

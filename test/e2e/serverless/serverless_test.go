@@ -45,10 +45,13 @@ func TestSyncInvocationScalesFromZero(t *testing.T) {
 	t.Logf("cold sync invocation took %v", time.Since(start))
 	req := echoed(t, rec)
 	pods := poolPods(t, "sync")
-	if len(pods) != 1 || req.WorkerName != pods[0].Name || req.WorkerNamespace != ns || req.ServerlessRequestID != "sync" ||
-		string(req.Payload) != `{"prompt":"draw a robot"}` || req.Headers["x-request-id"] != "abc" {
-		t.Errorf("echo = %+v from pods %d, want the envelope as seen by the single pool Pod", req, len(pods))
+	if assert.Len(t, pods, 1) {
+		assert.Equal(t, pods[0].Name, req.WorkerName, "the envelope as seen by the single pool Pod")
 	}
+	assert.Equal(t, ns, req.WorkerNamespace)
+	assert.Equal(t, "sync", req.ServerlessRequestID)
+	assert.JSONEq(t, `{"prompt":"draw a robot"}`, string(req.Payload))
+	assert.Equal(t, "abc", req.Headers["x-request-id"])
 	r = replicas(t, "sync")
 	assert.EqualValues(t, 1, r, "replicas after the first invocation = %d, want 1", r)
 
@@ -152,10 +155,9 @@ func TestKilledWorkerIsRedeliveredAndCompletesOnce(t *testing.T) {
 	require.NoError(t, err)
 	defer sub.Unsubscribe()
 
-	if code := invoke(t, "kill", map[string]any{"mode": "async", "invocationID": "killed-1", "timeoutSeconds": 120,
-		"attributes": map[string]string{framework.EchoAttrSleep: "3s"}}, nil); code != http.StatusAccepted {
-		t.Fatalf("async invoke = HTTP %d", code)
-	}
+	code = invoke(t, "kill", map[string]any{"mode": "async", "invocationID": "killed-1", "timeoutSeconds": 120,
+		"attributes": map[string]string{framework.EchoAttrSleep: "3s"}}, nil)
+	require.Equal(t, http.StatusAccepted, code, "async invoke")
 	var rec messages.Record
 	require.Eventually(t, func() bool {
 		getJSON(t, st.queueURL+"/v1/invocations/killed-1", &rec)
