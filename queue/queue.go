@@ -7,6 +7,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -91,9 +93,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.LeaderElection && cfg.RESTConfig == nil {
 		return errors.New("queue: leader election needs a Kubernetes config")
 	}
-	if cfg.Listen == "" {
-		cfg.Listen = ":8080"
-	}
+	cfg.Listen = cmp.Or(cfg.Listen, ":8080")
 	opts := []nats.Option{nats.Name("runplane-queue"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.RetryOnFailedConnect(true)}
 	auth, err := natsauth.FromDir(cfg.NATSCredentialsDir)
 	if err != nil {
@@ -110,19 +110,16 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	var st *stream.Store
-	for {
+	err = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
 		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		st, err = stream.Open(octx, js, cfg.Stream)
-		cancel()
-		if err == nil {
-			break
+		defer cancel()
+		if st, err = stream.Open(octx, js, cfg.Stream); err != nil {
+			log.Warn("opening JetStream resources; retrying", "err", err)
 		}
-		log.Warn("opening JetStream resources; retrying", "err", err)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("open JetStream resources: %w", err)
-		case <-time.After(time.Second):
-		}
+		return err == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("open JetStream resources: %w", err)
 	}
 
 	var kube kubernetes.Interface
