@@ -41,7 +41,6 @@ func TestMain(m *testing.M) {
 
 type fixture struct {
 	t     *testing.T
-	ctx   context.Context
 	ns    string
 	pool  string
 	base  string
@@ -63,7 +62,7 @@ func setup(t *testing.T, ann map[string]string, replicas int32) *fixture {
 	t.Cleanup(cancel)
 	name := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
 	require.NoError(t, env.CreateNamespace(ctx, name))
-	f := &fixture{t: t, ctx: ctx, ns: name, pool: "p-" + name, log: stubworker.NewLog(), procs: map[string]*stubworker.Worker{}, handler: stubworker.Echo}
+	f := &fixture{t: t, ns: name, pool: "p-" + name, log: stubworker.NewLog(), procs: map[string]*stubworker.Worker{}, handler: stubworker.Echo}
 	f.subj = messages.Subjects{Prefix: api.DefaultSubjectPrefix}
 
 	ns, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true})
@@ -182,7 +181,7 @@ func (f *fixture) state(id string) messages.Record {
 }
 
 func (f *fixture) replicas() int32 {
-	d, err := env.Client().AppsV1().Deployments(f.ns).Get(f.ctx, "workers", metav1.GetOptions{})
+	d, err := env.Client().AppsV1().Deployments(f.ns).Get(f.t.Context(), "workers", metav1.GetOptions{})
 	if err != nil {
 		return -1
 	}
@@ -218,7 +217,7 @@ func (f *fixture) decidedSince(since time.Time) {
 // watchReplicas records the smallest and largest replicas the pool's
 // Deployment has from now on.
 func (f *fixture) watchReplicas() (lo, hi func() int32) {
-	w, err := env.Client().AppsV1().Deployments(f.ns).Watch(f.ctx, metav1.ListOptions{FieldSelector: "metadata.name=workers"})
+	w, err := env.Client().AppsV1().Deployments(f.ns).Watch(f.t.Context(), metav1.ListOptions{FieldSelector: "metadata.name=workers"})
 	require.NoError(f.t, err)
 	f.t.Cleanup(w.Stop)
 	var mu sync.Mutex
@@ -298,7 +297,7 @@ func TestIdleScaleDownKeepsBusyPod(t *testing.T) {
 		return r.State == messages.StateRunning
 	})
 	f.eventually("scale-down to 1", 30*time.Second, func() bool { return f.replicas() == 1 })
-	pods, err := env.Client().CoreV1().Pods(f.ns).List(f.ctx, metav1.ListOptions{})
+	pods, err := env.Client().CoreV1().Pods(f.ns).List(f.t.Context(), metav1.ListOptions{})
 	require.NoError(t, err)
 
 	for _, p := range pods.Items {
@@ -307,7 +306,7 @@ func TestIdleScaleDownKeepsBusyPod(t *testing.T) {
 		}
 	}
 	f.eventually("idle pods removed", 30*time.Second, func() bool {
-		pods, _ := env.Client().CoreV1().Pods(f.ns).List(f.ctx, metav1.ListOptions{})
+		pods, _ := env.Client().CoreV1().Pods(f.ns).List(f.t.Context(), metav1.ListOptions{})
 		return len(pods.Items) == 1 && pods.Items[0].Name == busyPod
 	})
 	close(release)
@@ -333,7 +332,7 @@ func TestPodLossRedelivers(t *testing.T) {
 	f.invoke("victim")
 	<-block
 	first := f.state("victim").Worker
-	require.NoError(t, env.Client().CoreV1().Pods(f.ns).Delete(f.ctx, first, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}))
+	require.NoError(t, env.Client().CoreV1().Pods(f.ns).Delete(f.t.Context(), first, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}))
 	f.eventually("redelivered and succeeded", 30*time.Second, func() bool {
 		r := f.state("victim")
 		return r.State == messages.StateSucceeded && r.Attempt == 2 && r.Worker != first
