@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,18 +32,15 @@ const DefaultLeaseName = "runplane-queue-activator"
 // never overlaps it. /metrics, /healthz and /readyz stay on the ingress
 // port, where the chart's probes and ServiceMonitor expect them: the
 // manager's own metrics and probe listeners are off.
+//
 // Run adds the ingress and the activator to it; tests add their own
 // Runnables.
 func NewManager(cfg Config) (manager.Manager, error) {
 	if cfg.RESTConfig == nil {
 		return nil, errors.New("queue: manager needs a Kubernetes config")
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
 	opts := manager.Options{
-		Logger:                  logr.FromSlogHandler(log.Handler()),
+		Logger:                  logr.FromSlogHandler(cmp.Or(cfg.Logger, slog.Default()).Handler()),
 		Metrics:                 metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:  "0",
 		GracefulShutdownTimeout: ptr.To[time.Duration](-1),
@@ -53,13 +51,7 @@ func NewManager(cfg Config) (manager.Manager, error) {
 			h, _ := os.Hostname()
 			id = h + "-" + nuid.Next()
 		}
-		ns, name := cfg.LeaseNamespace, cfg.LeaseName
-		if ns == "" {
-			ns = api.DefaultNamespace
-		}
-		if name == "" {
-			name = DefaultLeaseName
-		}
+		ns, name := cmp.Or(cfg.LeaseNamespace, api.DefaultNamespace), cmp.Or(cfg.LeaseName, DefaultLeaseName)
 		coord, err := coordinationv1.NewForConfig(cfg.RESTConfig)
 		if err != nil {
 			return nil, fmt.Errorf("queue: lease client: %w", err)
