@@ -16,6 +16,8 @@ import (
 
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/pool"
+
+	"github.com/stretchr/testify/require"
 )
 
 // BenchmarkSyncRoundTrip measures a sync invocation end to end: HTTP
@@ -31,9 +33,7 @@ func BenchmarkSyncRoundTrip(b *testing.B) {
 	}
 	// Baseline responder: a bare NATS service.
 	sub, err := e.nc.Subscribe("bench.echo", func(m *nats.Msg) { _ = m.Respond(m.Data) })
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	defer sub.Unsubscribe()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 30 * time.Second}
 	body := []byte(`{"mode":"sync","payload":{"prompt":"robot"}}`)
@@ -75,9 +75,7 @@ func BenchmarkSyncRoundTrip(b *testing.B) {
 		last := func() uint64 {
 			time.Sleep(200 * time.Millisecond) // final writes land after the reply
 			st, err := e.js.Stream(context.Background(), bucket)
-			if err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, err)
 			return st.CachedInfo().State.LastSeq
 		}
 		before := last()
@@ -218,9 +216,7 @@ func BenchmarkScaleFromZeroDecision(b *testing.B) {
 	for i, p := range pools {
 		t0 := time.Now()
 		r := e.do("POST", "/v1/pools/"+p+"/invocations", map[string]any{"mode": "async"})
-		if r.code != 202 {
-			b.Fatalf("%d %s", r.code, r.raw)
-		}
+		require.EqualValues(b, 202, r.code, "%d %s", r.code, r.raw)
 		select {
 		case <-sc.ch(p):
 		case <-time.After(10 * time.Second):

@@ -4,16 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/messages"
 	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/queue/stubworker"
+
+	"github.com/stretchr/testify/assert"
 )
 
 // TestDeregisterRightAfterResultsRunsEachOnce: a worker finishes N
@@ -29,31 +31,22 @@ func TestDeregisterRightAfterResultsRunsEachOnce(t *testing.T) {
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("fin-%d", i)
-		if r := e.invoke(map[string]any{"mode": "async", "invocationID": ids[i], "ttlSeconds": 60}); r.code != 202 {
-			t.Fatalf("%s: %d %s", ids[i], r.code, r.raw)
-		}
+		r := e.invoke(map[string]any{"mode": "async", "invocationID": ids[i], "ttlSeconds": 60})
+		require.EqualValues(t, 202, r.code, "%s: %d %s", ids[i], r.code, r.raw)
 	}
 	for range n {
-		select {
-		case <-g.started:
-		case <-time.After(10 * time.Second):
-			t.Fatal("worker a did not start every invocation")
-		}
+		g.next(t)
 	}
 	e.worker("b", n, nil) // would take any redelivery at once
 	close(g.release)
 	a.Stop() // returns once the results are stored, then deregisters
 	for _, id := range ids {
 		rec := e.waitState(id, messages.StateSucceeded, 10*time.Second)
-		if rec.Worker != "a" || rec.Attempt != 1 {
-			t.Errorf("%s: finished by %s on attempt %d, want a on attempt 1", id, rec.Worker, rec.Attempt)
-		}
+		assert.False(t, rec.Worker != "a" || rec.Attempt != 1, "%s: finished by %s on attempt %d, want a on attempt 1", id, rec.Worker, rec.Attempt)
 	}
-	time.Sleep(500 * time.Millisecond) // room for a wrong redelivery to run
+	e.quiet("b") // a wrong redelivery would have run on b by now
 	for _, id := range ids {
-		if runs := e.log.Runs(id); !slices.Equal(runs, []string{"a"}) {
-			t.Errorf("%s ran on %v, want once on a", id, runs)
-		}
+		assert.Equal(t, []string{"a"}, e.log.Runs(id), "%s runs", id)
 	}
 }
 
@@ -63,21 +56,19 @@ func TestDeregisterRightAfterResultsRunsEachOnce(t *testing.T) {
 func TestDeregisterRedeliversUnstartedWork(t *testing.T) {
 	e := newEnv(t, func(c *queue.Config) { c.MaxAttempts = 1; c.Backoff = time.Hour })
 	a := e.fakeWorker("a")
-	if r := e.invoke(map[string]any{"mode": "async", "invocationID": "unstarted", "ttlSeconds": 60}); r.code != 202 {
-		t.Fatalf("%d %s", r.code, r.raw)
-	}
+	r := e.invoke(map[string]any{"mode": "async", "invocationID": "unstarted", "ttlSeconds": 60})
+	require.EqualValues(t, 202, r.code, "%d %s", r.code, r.raw)
 	e.waitState("unstarted", messages.StateDispatched, 5*time.Second)
 	e.worker("b", 1, nil)
 	a.deregister(0)
 	rec := e.waitState("unstarted", messages.StateSucceeded, 5*time.Second)
-	if rec.Worker != "b" || rec.Attempt != 2 || !slices.Equal(e.log.Runs("unstarted"), []string{"b"}) {
-		t.Fatalf("record %+v, runs %v", rec, e.log.Runs("unstarted"))
-	}
+	require.Equal(t, "b", rec.Worker)
+	require.Equal(t, 2, rec.Attempt)
+	require.Equal(t, []string{"b"}, e.log.Runs("unstarted"))
 	// The abandoned attempt's Dispatch is gone: a worker named a that
 	// resumes its consumer finds nothing to run.
-	if n := e.dispatches(t, "a", "unstarted"); n != 0 {
-		t.Fatalf("%d dispatches of unstarted left for a", n)
-	}
+	n := e.dispatches(t, "a", "unstarted")
+	require.EqualValues(t, 0, n, "%d dispatches of unstarted left for a", n)
 }
 
 // TestActivatorRestartAfterDuplicateWindow: an invocation dispatched to a
@@ -105,25 +96,22 @@ func TestActivatorRestartAfterDuplicateWindow(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, nil)
-			if e.cfg.Stream.DuplicateWindow != time.Second {
-				t.Fatalf("duplicate window %s, want 1s", e.cfg.Stream.DuplicateWindow)
-			}
+			require.Equal(t, time.Second, e.cfg.Stream.DuplicateWindow, "duplicate window %s, want 1s", e.cfg.Stream.DuplicateWindow)
 			const w, id = "late", "not-yet-started"
 			fw := e.fakeWorker(w) // registered and heartbeating, fetches nothing
 			tc.prepare(e, id, w)
 			time.Sleep(1500 * time.Millisecond) // past the duplicate window
 			e.startQueue()
-			time.Sleep(500 * time.Millisecond) // rebuild done
+			// Rebuilt: the new activator holds id on w.
+			require.Eventually(t, func() bool { return e.poolStatus().InFlight == 1 }, 10*time.Second, 20*time.Millisecond)
 			fw.stop()
 			e.startWorker(w, true)
 			rec := e.waitState(id, messages.StateSucceeded, 10*time.Second)
-			time.Sleep(300 * time.Millisecond)
-			if runs := e.log.Runs(id); len(runs) != 1 || rec.Attempt != 1 {
-				t.Fatalf("ran %d times (%v), record attempt %d", len(runs), runs, rec.Attempt)
-			}
-			if n := e.dispatches(t, w, id); n != 1 {
-				t.Fatalf("%d dispatches of attempt 1 stored, want 1", n)
-			}
+			e.quiet(w)
+			runs := e.log.Runs(id)
+			require.False(t, len(runs) != 1 || rec.Attempt != 1, "ran %d times (%v), record attempt %d", len(runs), runs, rec.Attempt)
+			n := e.dispatches(t, w, id)
+			require.EqualValues(t, 1, n, "%d dispatches of attempt 1 stored, want 1", n)
 		})
 	}
 }
@@ -134,9 +122,7 @@ func (e *env) startWorker(name string, deliverAll bool) *stubworker.Worker {
 	e.t.Helper()
 	w, err := stubworker.Start(context.Background(), stubworker.Config{NC: e.nc, Stream: e.cfg.Stream.WithDefaults().Stream, Subjects: e.subj,
 		Pool: testPool, Name: name, Namespace: "default", Concurrency: 1, Heartbeat: 100 * time.Millisecond, Log: e.log, DeliverAll: deliverAll})
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	require.NoError(e.t, err)
 	e.t.Cleanup(w.Kill)
 	return w
 }
@@ -193,19 +179,14 @@ func (e *env) crashedDispatch(id, w string) {
 	e.t.Helper()
 	ctx := context.Background()
 	st, err := stream.Open(ctx, e.js, e.cfg.Stream)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	require.NoError(e.t, err)
 	inv := messages.Invocation{InvocationID: id, Pool: testPool, Mode: messages.ModeAsync, TimeoutSeconds: 60, TTLSeconds: 60, AcceptedAt: time.Now().UTC()}
 	b, _ := json.Marshal(inv)
 	pa, err := e.js.Publish(ctx, e.subj.Invoke(testPool), b, jetstream.WithMsgID(id))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if _, err := st.Create(ctx, messages.Record{InvocationID: id, Pool: testPool, Mode: inv.Mode, State: messages.StateDispatched,
-		Worker: w, Attempt: 1, Stream: st.Config.Stream, Sequence: pa.Sequence, AcceptedAt: inv.AcceptedAt, UpdatedAt: time.Now().UTC()}); err != nil {
-		e.t.Fatal(err)
-	}
+	require.NoError(e.t, err)
+	_, err = st.Create(ctx, messages.Record{InvocationID: id, Pool: testPool, Mode: inv.Mode, State: messages.StateDispatched,
+		Worker: w, Attempt: 1, Stream: st.Config.Stream, Sequence: pa.Sequence, AcceptedAt: inv.AcceptedAt, UpdatedAt: time.Now().UTC()})
+	require.NoError(e.t, err)
 }
 
 // dispatches counts the stored Dispatches of id's attempt 1 to worker w.
@@ -213,19 +194,13 @@ func (e *env) dispatches(t *testing.T, w, id string) int {
 	t.Helper()
 	ctx := context.Background()
 	st, err := e.js.Stream(ctx, e.cfg.Stream.WithDefaults().Stream)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{e.subj.Dispatch(testPool, w)}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	n := 0
 	for {
 		batch, err := c.Fetch(100, jetstream.FetchMaxWait(300*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		got := 0
 		for m := range batch.Messages() {
 			got++

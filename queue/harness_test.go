@@ -16,6 +16,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/queue"
@@ -46,13 +48,9 @@ type env struct {
 func startNATS(t testing.TB, dir string, port int) *server.Server {
 	t.Helper()
 	ns, err := server.NewServer(&server.Options{JetStream: true, StoreDir: dir, Port: port, Host: "127.0.0.1", NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats not ready")
-	}
+	require.True(t, ns.ReadyForConnections(10*time.Second), "nats not ready")
 	return ns
 }
 
@@ -66,9 +64,7 @@ func newEnv(t testing.TB, mutate func(*queue.Config)) *env {
 	e.port = e.ns.Addr().(*net.TCPAddr).Port
 	t.Cleanup(func() { e.ns.Shutdown(); e.ns.WaitForShutdown() })
 	nc, err := nats.Connect(e.natsURL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	e.nc = nc
 	e.js, _ = jetstream.New(nc)
@@ -104,25 +100,30 @@ func (e *env) startQueue() {
 	case a := <-addr:
 		e.base = "http://" + a
 	case err := <-done:
-		e.t.Fatalf("queue.Run: %v", err)
+		require.FailNow(e.t, "queue.Run returned", "%v", err)
 	case <-time.After(20 * time.Second):
-		e.t.Fatal("queue did not start")
+		require.FailNow(e.t, "queue did not start")
 	}
 	var once sync.Once
 	stop := func() { once.Do(func() { cancel(); <-done }) }
 	e.stop = stop
 	e.t.Cleanup(stop)
-	// Let the activator's consumers come up before traffic.
-	time.Sleep(100 * time.Millisecond)
+	// The activator's consumers are up before traffic.
+	require.Eventually(e.t, func() bool {
+		for _, n := range []string{"activator-invoke", "activator-results"} {
+			if _, err := e.js.Consumer(context.Background(), e.cfg.Stream.WithDefaults().Stream, n); err != nil {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 10*time.Millisecond, "activator consumers")
 }
 
 func (e *env) worker(name string, conc int, h stubworker.Handler) *stubworker.Worker {
 	e.t.Helper()
 	w, err := stubworker.Start(context.Background(), stubworker.Config{NC: e.nc, Stream: e.cfg.Stream.WithDefaults().Stream, Subjects: e.subj,
 		Pool: testPool, Name: name, Namespace: "default", Concurrency: conc, Heartbeat: 100 * time.Millisecond, Handler: h, Log: e.log})
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	require.NoError(e.t, err)
 	e.t.Cleanup(w.Kill)
 	e.workersMu.Lock()
 	if e.workers == nil {
@@ -154,16 +155,12 @@ func (e *env) do(method, path string, body any) resp {
 	req, _ := http.NewRequest(method, e.base+path, rd)
 	req.Header.Set("Content-Type", "application/json")
 	r, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatalf("%s %s: %v", method, path, err)
-	}
+	require.NoError(e.t, err, "%s %s: %v", method, path, err)
 	defer r.Body.Close()
 	raw, _ := io.ReadAll(r.Body)
 	out := resp{code: r.StatusCode, header: r.Header, raw: raw}
 	_ = json.Unmarshal(raw, &out.body)
-	if out.body == nil {
-		e.t.Fatalf("%s %s: %d non-JSON body %q", method, path, r.StatusCode, raw)
-	}
+	require.NotNil(e.t, out.body, "%s %s: %d non-JSON body %q", method, path, r.StatusCode, raw)
 	return out
 }
 
@@ -181,30 +178,65 @@ func (e *env) record(id string) messages.Record {
 
 func (e *env) waitState(id string, want messages.State, within time.Duration) messages.Record {
 	e.t.Helper()
-	deadline := time.Now().Add(within)
 	var rec messages.Record
-	for time.Now().Before(deadline) {
+	require.EventuallyWithT(e.t, func(c *assert.CollectT) {
 		rec = e.record(id)
-		if rec.State == want {
-			return rec
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	e.t.Fatalf("invocation %s: state %q, want %q (record %+v)", id, rec.State, want, rec)
+		assert.Equal(c, want, rec.State, "invocation %s (record %+v)", id, rec)
+	}, within, 20*time.Millisecond)
 	return rec
+}
+
+// poolStatus is the pool status the activator last published (zero if none).
+func (e *env) poolStatus() stream.PoolStatus {
+	e.t.Helper()
+	var info struct {
+		Status *stream.PoolStatus `json:"status"`
+	}
+	require.NoError(e.t, json.Unmarshal(e.do("GET", "/v1/pools/"+testPool, nil).raw, &info))
+	if info.Status == nil {
+		return stream.PoolStatus{}
+	}
+	return *info.Status
+}
+
+// quiet is the barrier before asserting that nothing more ran: it waits
+// until the activator's consumers and those of the named workers have
+// nothing pending or unacked, and the pool status the activator published
+// shows nothing queued or in flight. A wrong redelivery would show in one
+// of them.
+func (e *env) quiet(workers ...string) {
+	e.t.Helper()
+	ctx := context.Background()
+	name := e.cfg.Stream.WithDefaults().Stream
+	consumers := []string{"activator-invoke", "activator-results"}
+	for _, w := range workers {
+		consumers = append(consumers, "worker-"+testPool+"-"+w)
+	}
+	require.EventuallyWithT(e.t, func(c *assert.CollectT) {
+		for _, n := range consumers {
+			con, err := e.js.Consumer(ctx, name, n)
+			if !assert.NoError(c, err, n) {
+				return
+			}
+			info, err := con.Info(ctx)
+			if assert.NoError(c, err, n) {
+				assert.Zero(c, info.NumPending, "%s pending", n)
+				assert.Zero(c, info.NumAckPending, "%s unacked", n)
+			}
+		}
+		s := e.poolStatus()
+		assert.Zero(c, s.Backlog, "backlog")
+		assert.Zero(c, s.InFlight, "in flight")
+	}, 10*time.Second, 20*time.Millisecond)
 }
 
 // watchStates collects every state an invocation's Record passes through.
 func (e *env) watchStates(id string) func() []messages.State {
 	e.t.Helper()
 	kv, err := e.js.KeyValue(context.Background(), e.cfg.Stream.WithDefaults().RecordsBucket)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	require.NoError(e.t, err)
 	w, err := kv.Watch(context.Background(), id)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	require.NoError(e.t, err)
 	e.t.Cleanup(func() { _ = w.Stop() })
 	ch := make(chan messages.State, 64)
 	go func() {
@@ -241,6 +273,18 @@ type gate struct {
 
 func newGate() *gate {
 	return &gate{release: make(chan struct{}), started: make(chan string, 16), cancelled: make(chan string, 16)}
+}
+
+// next returns the next invocation the gate's worker started.
+func (g *gate) next(t testing.TB) string {
+	t.Helper()
+	select {
+	case id := <-g.started:
+		return id
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "no invocation started within 10s")
+		return ""
+	}
 }
 
 func (g *gate) handler(ctx context.Context, d messages.Dispatch) (*framework.Response, messages.State, string) {

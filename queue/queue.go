@@ -1,30 +1,33 @@
 // Package queue wires the queue service: it connects to NATS, opens the
 // JetStream stream and buckets (queue/stream), learns the pools from
 // Deployments (queue/pool), serves the HTTP ingress (queue/ingress) and runs
-// the activator (queue/activator), under leader election when asked. Run is
-// what cmd/runplane-queue and `make dev` call.
+// the activator (queue/activator) under a controller-runtime manager
+// (leader election for the activator when asked). Run is what
+// cmd/runplane-queue and `make dev` call.
 package queue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/natsauth"
 	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/ingress"
@@ -55,7 +58,8 @@ type Config struct {
 	StaticPools []string
 	// LeaderElection runs the activator only while holding the Lease
 	// LeaseName in LeaseNamespace (defaults runplane-queue-activator,
-	// api.DefaultNamespace). Requires RESTConfig.
+	// api.DefaultNamespace), through the manager's leader election; a
+	// replica that loses the Lease returns an error. Requires RESTConfig.
 	LeaderElection bool
 	LeaseNamespace string
 	LeaseName      string
@@ -81,15 +85,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if log == nil {
 		log = slog.Default()
 	}
+	// controller-runtime's Runnables log through the context.
+	ctx = logr.NewContext(ctx, logr.FromSlogHandler(log.Handler()))
 	if cfg.NATSURL == "" {
 		return errors.New("queue: NATS URL is required")
 	}
 	if cfg.LeaderElection && cfg.RESTConfig == nil {
 		return errors.New("queue: leader election needs a Kubernetes config")
 	}
-	if cfg.Listen == "" {
-		cfg.Listen = ":8080"
-	}
+	cfg.Listen = cmp.Or(cfg.Listen, ":8080")
 	opts := []nats.Option{nats.Name("runplane-queue"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.RetryOnFailedConnect(true)}
 	auth, err := natsauth.FromDir(cfg.NATSCredentialsDir)
 	if err != nil {
@@ -106,19 +110,16 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	var st *stream.Store
-	for {
+	err = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
 		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		st, err = stream.Open(octx, js, cfg.Stream)
-		cancel()
-		if err == nil {
-			break
+		defer cancel()
+		if st, err = stream.Open(octx, js, cfg.Stream); err != nil {
+			log.Warn("opening JetStream resources; retrying", "err", err)
 		}
-		log.Warn("opening JetStream resources; retrying", "err", err)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("open JetStream resources: %w", err)
-		case <-time.After(time.Second):
-		}
+		return err == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("open JetStream resources: %w", err)
 	}
 
 	var kube kubernetes.Interface
@@ -143,15 +144,13 @@ func Run(ctx context.Context, cfg Config) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	errc := make(chan error, 2)
-	// The activator must have stopped before nc closes (deferred above):
-	// Run returns only once nothing uses the connection any more.
-	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
-	running := 0
+	var runnables []manager.Runnable
 	if !cfg.DisableIngress {
 		srv, err := ingress.New(ctx, ingress.Config{Store: st, NC: nc, Pools: pools, MaxBacklog: cfg.MaxBacklog,
-			DefaultTTLSeconds: cfg.DefaultTTLSeconds, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log, Registerer: reg, Gatherer: reg})
+			DefaultTTLSeconds: cfg.DefaultTTLSeconds, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log, Registerer: reg,
+			// With the manager's metrics (leader election, client-go), whose
+			// own metrics listener is off: /metrics stays on the ingress port.
+			Gatherer: prometheus.Gatherers{reg, ctrlmetrics.Registry}})
 		if err != nil {
 			return err
 		}
@@ -160,24 +159,13 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 		}
-		hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 		if cfg.OnListen != nil {
 			cfg.OnListen(ln.Addr().String())
 		}
 		log.Info("ingress listening", "addr", ln.Addr().String())
-		running++
-		go func() {
-			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("ingress: %w", err)
-				return
-			}
-			errc <- nil
-		}()
-		defer func() {
-			sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
-			defer c()
-			_ = hs.Shutdown(sctx)
-		}()
+		// Served on every replica; the manager stops it after the activator.
+		runnables = append(runnables, &manager.Server{Name: "ingress", Listener: ln, ShutdownTimeout: ptr.To(5 * time.Second),
+			Server: &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}})
 	}
 	if !cfg.DisableActivator {
 		act, err := activator.New(activator.Config{Store: st, NC: nc, Pools: pools, Kube: kube, Namespace: cfg.Namespace,
@@ -186,36 +174,27 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		running++
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if cfg.LeaderElection {
-				id := cfg.Identity
-				if id == "" {
-					h, _ := os.Hostname()
-					id = h + "-" + nuid.Next()
-				}
-				ns := cfg.LeaseNamespace
-				if ns == "" {
-					ns = api.DefaultNamespace
-				}
-				errc <- activator.RunElected(ctx, activator.Election{Client: kube, Namespace: ns, Name: cfg.LeaseName, Identity: id, Logger: log}, act.Run)
-				return
-			}
-			errc <- act.Run(ctx)
-		}()
+		runnables = append(runnables, act)
 	}
-	if running == 0 {
+	if len(runnables) == 0 {
 		return errors.New("queue: both ingress and activator are disabled")
 	}
-	select {
-	case <-ctx.Done():
-		return nil
-	case err := <-errc:
-		if err != nil {
-			return err
-		}
-		return ctx.Err()
+	// Everything below returns only once the activator has stopped, before
+	// nc closes (deferred above).
+	if cfg.RESTConfig == nil {
+		return runAll(ctx, runnables)
 	}
+	mgr, err := NewManager(cfg)
+	if err != nil {
+		return err
+	}
+	for _, r := range runnables {
+		if err := mgr.Add(r); err != nil {
+			return fmt.Errorf("queue: add runnable: %w", err)
+		}
+	}
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("queue: %w", err)
+	}
+	return nil
 }

@@ -13,14 +13,16 @@ import (
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/messages"
 	"github.com/runplane/runplane/queue/stubworker"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestRequestValidation(t *testing.T) {
 	e := newEnv(t, func(c *queue.Config) { c.MaxBodyBytes = 1024 })
 	// An ID owned by another pool makes a re-post a conflict.
-	if r := e.do("POST", "/v1/pools/other/invocations", map[string]any{"mode": "async", "invocationID": "taken"}); r.code != 202 {
-		t.Fatalf("setup: %d %s", r.code, r.raw)
-	}
+	r := e.do("POST", "/v1/pools/other/invocations", map[string]any{"mode": "async", "invocationID": "taken"})
+	require.EqualValues(t, 202, r.code, "setup: %d %s", r.code, r.raw)
 	tests := []struct {
 		name, method, path string
 		body               any
@@ -49,9 +51,7 @@ func TestRequestValidation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := e.do(tc.method, tc.path, tc.body)
 			msg, _ := r.body["error"].(string)
-			if r.code != tc.code || !strings.Contains(msg, tc.errContains) {
-				t.Fatalf("got %d %q, want %d containing %q", r.code, msg, tc.code, tc.errContains)
-			}
+			require.False(t, r.code != tc.code || !strings.Contains(msg, tc.errContains), "got %d %q, want %d containing %q", r.code, msg, tc.code, tc.errContains)
 		})
 	}
 }
@@ -59,24 +59,19 @@ func TestRequestValidation(t *testing.T) {
 func TestServiceEndpoints(t *testing.T) {
 	e := newEnv(t, nil)
 	for _, p := range []string{"/healthz", "/readyz", "/v1/pools/echo"} {
-		if r := e.do("GET", p, nil); r.code != 200 {
-			t.Errorf("GET %s: %d %s", p, r.code, r.raw)
-		}
+		r := e.do("GET", p, nil)
+		assert.EqualValues(t, 200, r.code, "GET %s: %d %s", p, r.code, r.raw)
 	}
 	r := e.do("GET", "/openapi.json", nil)
 	paths, _ := r.body["paths"].(map[string]any)
 	for _, p := range []string{"/v1/pools/{pool}/invocations", "/v1/invocations/{id}", "/v1/invocations/{id}/cancel", "/v1/pools/{pool}", "/api/v1/serverless/invocations"} {
-		if _, ok := paths[p]; !ok {
-			t.Errorf("openapi.json lacks %s", p)
-		}
+		assert.Contains(t, paths, p, "openapi.json")
 	}
 	e.invoke(map[string]any{"mode": "async"})
 	req, _ := e.do("GET", "/healthz", nil), 0
 	_ = req
 	mr, err := httpGet(e.base + "/metrics")
-	if err != nil || !strings.Contains(mr, "runplane_ingress_invocations_total") {
-		t.Errorf("metrics lack ingress counters: %v", err)
-	}
+	assert.False(t, err != nil || !strings.Contains(mr, "runplane_ingress_invocations_total"), "metrics lack ingress counters: %v", err)
 }
 
 // TestAsyncLifecycle follows one invocation through queued, dispatched,
@@ -85,9 +80,7 @@ func TestAsyncLifecycle(t *testing.T) {
 	e := newEnv(t, nil)
 	states := e.watchStates("inv-1")
 	r := e.invoke(map[string]any{"mode": "async", "invocationID": "inv-1", "payload": map[string]string{"prompt": "robot"}})
-	if r.code != 202 {
-		t.Fatalf("async: %d %s", r.code, r.raw)
-	}
+	require.EqualValues(t, 202, r.code, "async: %d %s", r.code, r.raw)
 	var ack struct {
 		InvocationID, Stream string
 		Sequence             uint64
@@ -96,30 +89,25 @@ func TestAsyncLifecycle(t *testing.T) {
 		AcceptedAt           time.Time
 	}
 	_ = json.Unmarshal(r.raw, &ack)
-	if ack.InvocationID != "inv-1" || ack.Stream == "" || ack.Sequence == 0 || ack.Duplicate || ack.AcceptedAt.IsZero() ||
-		ack.Subjects["invoke"] != "runtime.serverless.invoke.echo" || ack.Subjects["result"] != "runtime.serverless.result.echo" || ack.Subjects["metrics"] == "" {
-		t.Fatalf("bad ack %s", r.raw)
-	}
-	if rec := e.record("inv-1"); rec.State != messages.StateQueued {
-		t.Fatalf("without workers: state %s, want queued", rec.State)
-	}
+	require.Equal(t, "inv-1", ack.InvocationID)
+	require.False(t, ack.Stream == "" || ack.Sequence == 0 || ack.Duplicate || ack.AcceptedAt.IsZero(), "bad ack %s", r.raw)
+	require.Equal(t, "runtime.serverless.invoke.echo", ack.Subjects["invoke"])
+	require.Equal(t, "runtime.serverless.result.echo", ack.Subjects["result"])
+	require.NotEmpty(t, ack.Subjects["metrics"])
+	rec := e.record("inv-1")
+	require.Equal(t, messages.StateQueued, rec.State, "without workers: state %s, want queued", rec.State)
 	g := newGate()
 	e.worker("w1", 1, g.handler)
-	<-g.started
-	rec := e.waitState("inv-1", messages.StateRunning, 5*time.Second)
-	if rec.Worker != "w1" || rec.Attempt != 1 {
-		t.Fatalf("running record %+v", rec)
-	}
+	g.next(t)
+	rec = e.waitState("inv-1", messages.StateRunning, 5*time.Second)
+	require.False(t, rec.Worker != "w1" || rec.Attempt != 1, "running record %+v", rec)
 	close(g.release)
 	rec = e.waitState("inv-1", messages.StateSucceeded, 5*time.Second)
-	if rec.Response == nil || string(rec.Response.Body) != `{"prompt":"robot"}` {
-		t.Fatalf("result %+v", rec.Response)
-	}
+	require.NotNil(t, rec.Response)
+	require.JSONEq(t, `{"prompt":"robot"}`, string(rec.Response.Body))
 	got := states()
 	want := []messages.State{messages.StateQueued, messages.StateDispatched, messages.StateRunning, messages.StateSucceeded}
-	if !slices.Equal(got, want) {
-		t.Fatalf("transitions %v, want %v", got, want)
-	}
+	require.True(t, slices.Equal(got, want), "transitions %v, want %v", got, want)
 }
 
 func TestSyncRoundTripAndAlias(t *testing.T) {
@@ -137,9 +125,9 @@ func TestSyncRoundTripAndAlias(t *testing.T) {
 			r := e.do("POST", tc.path, tc.body)
 			var rec messages.Record
 			_ = json.Unmarshal(r.raw, &rec)
-			if r.code != 200 || rec.State != messages.StateSucceeded || string(rec.Response.Body) != `{"n":1}` {
-				t.Fatalf("sync: %d %s", r.code, r.raw)
-			}
+			require.Equal(t, 200, r.code, "sync: %s", r.raw)
+			require.Equal(t, messages.StateSucceeded, rec.State)
+			require.JSONEq(t, `{"n":1}`, string(rec.Response.Body))
 		})
 	}
 }
@@ -162,43 +150,38 @@ func TestIdempotency(t *testing.T) {
 			bodies[i] = fmt.Sprintf("%d %v", r.code, r.body["state"])
 		}()
 	}
-	<-g.started
-	time.Sleep(200 * time.Millisecond)
+	g.next(t)
+	// Barrier: the other two callers are duplicates waiting on the result.
+	require.Eventually(t, func() bool {
+		m, err := httpGet(e.base + "/metrics")
+		return err == nil && strings.Contains(m, `runplane_ingress_duplicates_total{pool="echo"} 2`)
+	}, 5*time.Second, 10*time.Millisecond, "both duplicate sync callers waiting")
 	close(g.release)
 	wg.Wait()
 	// The sync answer may come from the reply fast path before the Record
 	// is final; re-posts below read the Record.
 	e.waitState("same", messages.StateSucceeded, 5*time.Second)
 	for _, b := range bodies {
-		if b != "200 succeeded" {
-			t.Fatalf("sync duplicates: %v", bodies)
-		}
+		require.Equal(t, "200 succeeded", b, "sync duplicates: %v", bodies)
 	}
 	// Re-post within and after the (1s) duplicate window.
 	for _, wait := range []time.Duration{0, 1500 * time.Millisecond} {
 		time.Sleep(wait)
 		r := e.invoke(map[string]any{"mode": "async", "invocationID": "same", "payload": "p"})
-		if r.code != 202 || r.body["duplicate"] != true || r.body["state"] != "succeeded" {
-			t.Fatalf("re-post after %s: %d %s", wait, r.code, r.raw)
-		}
+		require.False(t, r.code != 202 || r.body["duplicate"] != true || r.body["state"] != "succeeded", "re-post after %s: %d %s", wait, r.code, r.raw)
 		r = e.invoke(map[string]any{"mode": "sync", "invocationID": "same", "payload": "p"})
-		if r.code != 200 || r.body["state"] != "succeeded" {
-			t.Fatalf("sync re-post after %s: %d %s", wait, r.code, r.raw)
-		}
+		require.False(t, r.code != 200 || r.body["state"] != "succeeded", "sync re-post after %s: %d %s", wait, r.code, r.raw)
 	}
-	time.Sleep(300 * time.Millisecond)
-	if runs := e.log.Runs("same"); len(runs) != 1 {
-		t.Fatalf("ran %d times: %v", len(runs), runs)
-	}
+	e.quiet("w1")
+	runs := e.log.Runs("same")
+	require.False(t, len(runs) != 1, "ran %d times: %v", len(runs), runs)
 }
 
 func TestSyncTimeoutIsPollable(t *testing.T) {
 	e := newEnv(t, nil)
 	start := time.Now()
 	r := e.invoke(map[string]any{"mode": "sync", "invocationID": "slow", "timeoutSeconds": 1})
-	if r.code != 504 || r.body["invocationID"] != "slow" || time.Since(start) < time.Second {
-		t.Fatalf("want 504 after 1s with the ID, got %d %s after %s", r.code, r.raw, time.Since(start))
-	}
+	require.False(t, r.code != 504 || r.body["invocationID"] != "slow" || time.Since(start) < time.Second, "want 504 after 1s with the ID, got %d %s after %s", r.code, r.raw, time.Since(start))
 	e.waitState("slow", messages.StateQueued, time.Second)
 	e.worker("w1", 1, nil)
 	e.waitState("slow", messages.StateSucceeded, 5*time.Second)
@@ -208,34 +191,26 @@ func TestCancel(t *testing.T) {
 	e := newEnv(t, nil)
 	// Queued: cancelled at once, never runs.
 	e.invoke(map[string]any{"mode": "async", "invocationID": "q1"})
-	if r := e.do("POST", "/v1/invocations/q1/cancel", nil); r.code != 200 || r.body["state"] != "cancelled" {
-		t.Fatalf("cancel queued: %d %s", r.code, r.raw)
-	}
+	r := e.do("POST", "/v1/invocations/q1/cancel", nil)
+	require.False(t, r.code != 200 || r.body["state"] != "cancelled", "cancel queued: %d %s", r.code, r.raw)
 	g := newGate()
 	e.worker("w1", 1, g.handler)
 	// Running: the worker gets a Cancel.
 	e.invoke(map[string]any{"mode": "async", "invocationID": "r1"})
-	if id := <-g.started; id != "r1" {
-		t.Fatalf("worker started %s, want r1 (q1 was cancelled)", id)
-	}
+	id := g.next(t)
+	require.Equal(t, "r1", id, "worker started %s, want r1 (q1 was cancelled)", id)
 	e.waitState("r1", messages.StateRunning, 5*time.Second)
-	if r := e.do("POST", "/v1/invocations/r1/cancel", nil); r.code != 200 || r.body["state"] != "cancelled" {
-		t.Fatalf("cancel running: %d %s", r.code, r.raw)
-	}
+	r = e.do("POST", "/v1/invocations/r1/cancel", nil)
+	require.False(t, r.code != 200 || r.body["state"] != "cancelled", "cancel running: %d %s", r.code, r.raw)
 	select {
 	case id := <-g.cancelled:
-		if id != "r1" {
-			t.Fatalf("cancelled %s", id)
-		}
+		require.Equal(t, "r1", id, "cancelled %s", id)
 	case <-time.After(5 * time.Second):
-		t.Fatal("worker never got the cancel")
+		require.FailNow(t, "worker never got the cancel")
 	}
-	if r := e.do("POST", "/v1/invocations/r1/cancel", nil); r.code != 409 {
-		t.Fatalf("cancel terminal: %d %s", r.code, r.raw)
-	}
-	if e.record("r1").State != messages.StateCancelled || len(e.log.Runs("q1")) != 0 {
-		t.Fatalf("r1 %s, q1 runs %v", e.record("r1").State, e.log.Runs("q1"))
-	}
+	r = e.do("POST", "/v1/invocations/r1/cancel", nil)
+	require.EqualValues(t, 409, r.code, "cancel terminal: %d %s", r.code, r.raw)
+	require.False(t, e.record("r1").State != messages.StateCancelled || len(e.log.Runs("q1")) != 0, "r1 %s, q1 runs %v", e.record("r1").State, e.log.Runs("q1"))
 }
 
 func TestTimeouts(t *testing.T) {
@@ -243,9 +218,7 @@ func TestTimeouts(t *testing.T) {
 	// ttlSeconds: time allowed in the queue, no worker ever comes.
 	e.invoke(map[string]any{"mode": "async", "invocationID": "ttl", "ttlSeconds": 1})
 	rec := e.waitState("ttl", messages.StateTimedOut, 5*time.Second)
-	if !strings.Contains(rec.Error, "ttlSeconds") {
-		t.Fatalf("ttl error %q", rec.Error)
-	}
+	require.True(t, strings.Contains(rec.Error, "ttlSeconds"), "ttl error %q", rec.Error)
 	// timeoutSeconds: execution time, enforced by the worker.
 	e.worker("w1", 1, stubworker.Sleep(10*time.Second))
 	e.invoke(map[string]any{"mode": "async", "invocationID": "exec", "timeoutSeconds": 1, "ttlSeconds": 60})
@@ -255,24 +228,15 @@ func TestTimeouts(t *testing.T) {
 func TestBacklogBound(t *testing.T) {
 	e := newEnv(t, func(c *queue.Config) { c.MaxBacklog = 2 })
 	for i := range 2 {
-		if r := e.invoke(map[string]any{"mode": "async"}); r.code != 202 {
-			t.Fatalf("%d: %d", i, r.code)
-		}
+		r := e.invoke(map[string]any{"mode": "async"})
+		require.EqualValues(t, 202, r.code, "%d: %d", i, r.code)
 	}
 	r := e.invoke(map[string]any{"mode": "async"})
-	if r.code != 429 || r.header.Get("Retry-After") == "" {
-		t.Fatalf("want 429 with Retry-After, got %d %v", r.code, r.header)
-	}
+	require.False(t, r.code != 429 || r.header.Get("Retry-After") == "", "want 429 with Retry-After, got %d %v", r.code, r.header)
 	// Draining the backlog admits work again.
 	e.worker("w1", 4, nil)
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if r = e.invoke(map[string]any{"mode": "async"}); r.code == 202 {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("backlog never drained: %d", r.code)
+	require.Eventually(t, func() bool { return e.invoke(map[string]any{"mode": "async"}).code == 202 }, 5*time.Second, 100*time.Millisecond,
+		"backlog never drained")
 }
 
 // TestWorkerLossRedelivery: a worker that vanishes mid-invocation has its
@@ -283,34 +247,30 @@ func TestWorkerLossRedelivery(t *testing.T) {
 	g := newGate()
 	a := e.worker("a", 1, g.handler)
 	e.invoke(map[string]any{"mode": "async", "invocationID": "x", "ttlSeconds": 60})
-	<-g.started
+	g.next(t)
 	a.Kill()
 	close(g.release)
 	e.worker("b", 1, nil)
 	rec := e.waitState("x", messages.StateSucceeded, 10*time.Second)
-	if rec.Worker != "b" || rec.Attempt != 2 || !slices.Equal(e.log.Runs("x"), []string{"a", "b"}) {
-		t.Fatalf("record %+v runs %v", rec, e.log.Runs("x"))
-	}
+	require.Equal(t, "b", rec.Worker)
+	require.Equal(t, 2, rec.Attempt)
+	require.Equal(t, []string{"a", "b"}, e.log.Runs("x"))
 
 	// Dead letter: two workers lost in a row (MaxAttempts 2).
 	e.workers["b"].Stop()
 	g2 := newGate()
 	c := e.worker("c", 1, g2.handler)
 	e.invoke(map[string]any{"mode": "async", "invocationID": "y", "ttlSeconds": 60})
-	<-g2.started
+	g2.next(t)
 	c.Kill()
 	d := e.worker("d", 1, g2.handler)
-	<-g2.started
+	g2.next(t)
 	d.Kill()
 	rec = e.waitState("y", messages.StateDeadLettered, 10*time.Second)
-	if rec.Attempt != 2 || !strings.Contains(rec.Error, "lost") {
-		t.Fatalf("dead-letter record %+v", rec)
-	}
+	require.False(t, rec.Attempt != 2 || !strings.Contains(rec.Error, "lost"), "dead-letter record %+v", rec)
 	st, _ := e.js.Stream(context.Background(), e.cfg.Stream.WithDefaults().Stream)
 	m, err := st.GetLastMsgForSubject(context.Background(), e.subj.DeadLetter(testPool))
-	if err != nil || !strings.Contains(string(m.Data), `"invocationID":"y"`) {
-		t.Fatalf("no dead letter for y: %v", err)
-	}
+	require.False(t, err != nil || !strings.Contains(string(m.Data), `"invocationID":"y"`), "no dead letter for y: %v", err)
 }
 
 // TestNATSRestart: the service rides through a NATS restart; invocations
@@ -318,9 +278,8 @@ func TestWorkerLossRedelivery(t *testing.T) {
 func TestNATSRestart(t *testing.T) {
 	e := newEnv(t, nil)
 	e.worker("w1", 2, nil)
-	if r := e.invoke(map[string]any{"mode": "sync", "invocationID": "before"}); r.code != 200 {
-		t.Fatalf("before restart: %d %s", r.code, r.raw)
-	}
+	r := e.invoke(map[string]any{"mode": "sync", "invocationID": "before"})
+	require.EqualValues(t, 200, r.code, "before restart: %d %s", r.code, r.raw)
 	e.workers["w1"].Stop()
 	e.invoke(map[string]any{"mode": "async", "invocationID": "queued-during", "ttlSeconds": 120})
 	e.ns.Shutdown()
@@ -329,16 +288,10 @@ func TestNATSRestart(t *testing.T) {
 	e.ns = startNATS(t, e.storeDir, e.port)
 	t.Cleanup(func() { e.ns.Shutdown() })
 	e.worker("w2", 2, nil)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		r := e.invoke(map[string]any{"mode": "sync", "invocationID": "after", "timeoutSeconds": 3})
-		if r.code == 200 && r.body["state"] == "succeeded" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after restart: %d %s", r.code, r.raw)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		assert.EqualValues(c, 200, r.code, "after restart: %s", r.raw)
+		assert.Equal(c, "succeeded", r.body["state"])
+	}, 20*time.Second, 200*time.Millisecond)
 	e.waitState("queued-during", messages.StateSucceeded, 10*time.Second)
 }

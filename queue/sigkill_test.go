@@ -15,6 +15,9 @@ import (
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/messages"
 	"github.com/runplane/runplane/queue/stubworker"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestProcessKilledUnderLoad builds cmd/runplane-queue, runs it against the
@@ -25,18 +28,15 @@ func TestProcessKilledUnderLoad(t *testing.T) {
 		t.Skip("builds and runs the binary")
 	}
 	bin := filepath.Join(t.TempDir(), "runplane-queue")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/runplane/runplane/cmd/runplane-queue").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/runplane/runplane/cmd/runplane-queue").CombinedOutput()
+	require.NoError(t, err, "build: %s", out)
 	// The in-process service is only used for its NATS and helpers; stop it
 	// so the binary is the only activator.
 	e := newEnv(t, func(c *queue.Config) {})
 	e.stop()
 	e.stop = nil
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	addr := ln.Addr().String()
 	ln.Close()
 	e.base = "http://" + addr
@@ -46,18 +46,10 @@ func TestProcessKilledUnderLoad(t *testing.T) {
 			"-duplicate-window", "1s", "-record-ttl", "1h", "-heartbeat-timeout", "1s", "-max-backlog", "100000")
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		deadline := time.Now().Add(15 * time.Second)
-		for time.Now().Before(deadline) {
-			if _, err := httpGet(e.base + "/readyz"); err == nil {
-				return cmd
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		t.Fatal("queue process not ready")
-		return nil
+		require.NoError(t, cmd.Start())
+		require.Eventually(t, func() bool { _, err := httpGet(e.base + "/readyz"); return err == nil }, 15*time.Second, 50*time.Millisecond,
+			"queue process not ready")
+		return cmd
 	}
 	cmd := start()
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
@@ -92,9 +84,7 @@ func TestProcessKilledUnderLoad(t *testing.T) {
 		}()
 	}
 	time.Sleep(1500 * time.Millisecond)
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	_ = cmd.Wait()
 	mu.Lock()
 	atKill := len(accepted)
@@ -104,24 +94,14 @@ func TestProcessKilledUnderLoad(t *testing.T) {
 	time.Sleep(1000 * time.Millisecond)
 	close(stop)
 	wg.Wait()
-	if atKill == 0 || len(accepted) == atKill {
-		t.Fatalf("load did not span the kill: %d accepted before, %d total", atKill, len(accepted))
-	}
-	deadline := time.Now().Add(30 * time.Second)
+	require.False(t, atKill == 0 || len(accepted) == atKill, "load did not span the kill: %d accepted before, %d total", atKill, len(accepted))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, id := range accepted {
+			assert.Equal(c, messages.StateSucceeded, e.record(id).State, "accepted invocation %s lost (%d accepted)", id, len(accepted))
+		}
+	}, 30*time.Second, 50*time.Millisecond)
 	for _, id := range accepted {
-		for {
-			rec := e.record(id)
-			if rec.State == messages.StateSucceeded {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("accepted invocation %s lost: %+v (%d accepted)", id, rec, len(accepted))
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		if runs := e.log.Runs(id); len(runs) != 1 {
-			t.Errorf("invocation %s ran %d times: %v", id, len(runs), runs)
-		}
+		assert.Len(t, e.log.Runs(id), 1, "invocation %s ran more than once", id)
 	}
 	t.Logf("%d invocations accepted (%d before SIGKILL), all succeeded once", len(accepted), atKill)
 }

@@ -4,7 +4,7 @@ import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
 	accepted, dispatched, redelivered, lost, deadLettered *prometheus.CounterVec
-	finished, scaled                                      *prometheus.CounterVec
+	finished, scaled, ackErrors                           *prometheus.CounterVec
 	backlog, inflight                                     *prometheus.GaugeVec
 	scaleFromZero                                         prometheus.Histogram
 }
@@ -18,13 +18,15 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_dead_lettered_total", Help: "Invocations dead-lettered."}, []string{"pool"}),
 		finished:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_results_total", Help: "Terminal results recorded."}, []string{"pool", "state"}),
 		scaled:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_scale_total", Help: "Scale operations."}, []string{"pool", "direction"}),
-		backlog:      prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runplane_activator_backlog", Help: "Queued invocations per pool."}, []string{"pool"}),
-		inflight:     prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runplane_activator_inflight", Help: "Dispatched invocations per pool."}, []string{"pool"}),
+		ackErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_ack_errors_total",
+			Help: "JetStream Ack, Nak and Term calls that failed (the message comes back after the ack wait)."}, []string{"consumer", "op"}),
+		backlog:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runplane_activator_backlog", Help: "Queued invocations per pool."}, []string{"pool"}),
+		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runplane_activator_inflight", Help: "Dispatched invocations per pool."}, []string{"pool"}),
 		scaleFromZero: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "runplane_activator_scale_from_zero_seconds",
 			Help: "From the oldest waiting invocation to the scale-up of an empty pool.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 	}
 	if r != nil {
-		for _, c := range []prometheus.Collector{m.accepted, m.dispatched, m.redelivered, m.lost, m.deadLettered, m.finished, m.scaled, m.backlog, m.inflight, m.scaleFromZero} {
+		for _, c := range []prometheus.Collector{m.accepted, m.dispatched, m.redelivered, m.lost, m.deadLettered, m.finished, m.scaled, m.ackErrors, m.backlog, m.inflight, m.scaleFromZero} {
 			_ = r.Register(c)
 		}
 	}

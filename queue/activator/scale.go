@@ -3,7 +3,6 @@ package activator
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strconv"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/queue/activator/internal/state"
 	"github.com/runplane/runplane/queue/pool"
 )
 
@@ -68,148 +68,49 @@ func (k KubeScaler) MarkIdle(ctx context.Context, namespace string, pods []strin
 	return nil
 }
 
-// Decision is what the scaling policy asks for one pool.
-type Decision struct {
-	// To is the replica count wanted (== current: nothing to do).
-	To int
-	// Remove names the idle workers to take out when To < current.
-	Remove []string
-	Reason string
-}
-
-// WorkerView is one worker as the scaling policy sees it.
-type WorkerView struct {
-	Name      string
-	Ready     bool // registered and ready: can serve
-	Starting  bool // Pod exists, not ready yet, within startup-timeout
-	InFlight  int
-	IdleSince time.Time // zero while busy
-}
-
-// Decide applies a pool's policy. current is the workload's replicas,
-// backlog the queued invocations, inflight the running ones.
-func Decide(pol pool.Policy, current, backlog, inflight int, workers []WorkerView, now time.Time) Decision {
-	conc := max(pol.Concurrency, 1)
-	need := (backlog + inflight + conc - 1) / conc
-	want := current
-	reason := ""
-	if need > current {
-		if current <= pol.MinAvailable && backlog < pol.MinRequestCount {
-			reason = fmt.Sprintf("backlog %d below min-request-count %d", backlog, pol.MinRequestCount)
-		} else {
-			want, reason = need, fmt.Sprintf("backlog %d + in flight %d need %d workers", backlog, inflight, need)
-		}
-	}
-	if pol.MaxReplicas > 0 && want > pol.MaxReplicas {
-		want, reason = pol.MaxReplicas, reason+"; capped by max-replicas"
-	}
-	if want < pol.MinAvailable {
-		want, reason = pol.MinAvailable, "min-available floor"
-	}
-	if want != current {
-		return Decision{To: want, Reason: reason}
-	}
-	floor := max(need, pol.MinAvailable)
-	if current <= floor {
-		return Decision{To: current}
-	}
-	var idle []WorkerView
-	for _, w := range workers {
-		if w.Starting {
-			// Removing replicas now could take the starting Pod (the
-			// ReplicaSet deletes unready Pods first): wait.
-			return Decision{To: current, Reason: "a worker is starting"}
-		}
-		if w.Ready && w.InFlight == 0 && !w.IdleSince.IsZero() && now.Sub(w.IdleSince) >= pol.IdleTimeout {
-			idle = append(idle, w)
-		}
-	}
-	sort.Slice(idle, func(i, j int) bool {
-		if !idle[i].IdleSince.Equal(idle[j].IdleSince) {
-			return idle[i].IdleSince.Before(idle[j].IdleSince)
-		}
-		return idle[i].Name < idle[j].Name
-	})
-	n := min(len(idle), current-floor)
-	if n <= 0 {
-		return Decision{To: current}
-	}
-	d := Decision{To: current - n, Reason: fmt.Sprintf("%d workers idle for %s", n, pol.IdleTimeout)}
-	for _, w := range idle[:n] {
-		d.Remove = append(d.Remove, w.Name)
-	}
-	return d
-}
-
-// scaleAll decides for every pool and applies decisions in goroutines.
-func (a *Activator) scaleAll(ctx context.Context, now time.Time) {
+// scaleAll decides for every pool (state.Decide) and applies the
+// decisions in goroutines, one at a time per pool.
+func (a *Activator) scaleAll(ctx context.Context) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	now := a.st.Now()
 	for _, pl := range a.cfg.Pools.List() {
 		if pl.Deployment == "" && a.cfg.Scaler == nil {
 			continue
 		}
-		p := a.poolLocked(pl.Name)
-		if p.scaling {
+		p := a.st.Pool(pl.Name)
+		if p.Scaling {
 			continue
 		}
-		p.policyErr = pl.PolicyError
 		current := pl.Replicas
-		if !p.setAt.IsZero() && now.Sub(p.setAt) < 5*time.Second && current != p.setTo {
-			current = p.setTo // our last decision, not yet seen by the informer
+		if !p.SetAt.IsZero() && now.Sub(p.SetAt) < 5*time.Second && current != p.SetTo {
+			current = p.SetTo // our last decision, not yet seen by the informer
 		}
-		inflight := 0
-		var views []WorkerView
-		for _, w := range p.workers {
-			inflight += len(w.inflight)
-			ready := w.registered && w.ready
-			starting := false
-			if !ready && w.pod != nil && !w.pod.terminating && now.Sub(w.pod.created) < pl.Policy.StartupTimeout {
-				starting = true
-			}
-			if w.pod != nil && w.pod.terminating {
-				continue
-			}
-			views = append(views, WorkerView{Name: w.name, Ready: ready && !w.draining, Starting: starting, InFlight: len(w.inflight), IdleSince: w.idleSince})
-		}
-		d := Decide(pl.Policy, current, len(p.queue), inflight, views, now)
+		backlog, inflight, views, waited := a.st.ScaleInput(pl.Name, pl.Policy.StartupTimeout)
+		d := state.Decide(pl.Policy, current, backlog, inflight, views, now)
 		if d.To == current {
 			continue
 		}
-		var waited time.Duration
-		if current == 0 {
-			for _, it := range p.queue {
-				if age := now.Sub(it.inv.AcceptedAt); age > waited {
-					waited = age
+		a.st.Hold(pl.Name, d.Remove) // no new work for them
+		p.Scaling = true
+		a.wg.Go(func() {
+			err := a.applyScale(ctx, pl, current, d)
+			a.locked(func(s *state.State) {
+				p.Scaling = false
+				if err == nil {
+					p.SetTo, p.SetAt = d.To, s.Now()
 				}
-			}
-		}
-		for _, n := range d.Remove {
-			if w := p.workers[n]; w != nil {
-				w.drainUntil = now.Add(a.cfg.DrainHold) // no new work for it
-			}
-		}
-		p.scaling = true
-		a.wg.Add(1)
-		go func(pl pool.Pool, from int, d Decision, waited time.Duration) {
-			defer a.wg.Done()
-			err := a.applyScale(ctx, pl, from, d)
-			a.mu.Lock()
-			p.scaling = false
-			if err == nil {
-				p.setTo, p.setAt = d.To, time.Now()
-			}
-			a.mu.Unlock()
+			})
 			if err != nil {
-				a.cfg.Logger.Warn("scale failed", "pool", pl.Name, "from", from, "to", d.To, "err", err)
+				a.cfg.Logger.Warn("scale failed", "pool", pl.Name, "from", current, "to", d.To, "err", err)
 				return
 			}
-			a.metrics.scaled.WithLabelValues(pl.Name, dir(from, d.To)).Inc()
-			if from == 0 && waited > 0 {
-				a.metrics.scaleFromZero.Observe(time.Since(time.Now().Add(-waited)).Seconds())
+			a.metrics.scaled.WithLabelValues(pl.Name, dir(current, d.To)).Inc()
+			if current == 0 && waited > 0 {
+				a.metrics.scaleFromZero.Observe((waited + a.cfg.Clock.Since(now)).Seconds())
 			}
-			a.cfg.Logger.Info("scaled pool", "pool", pl.Name, "from", from, "to", d.To, "reason", d.Reason, "removed", d.Remove)
-		}(pl, current, d, waited)
+			a.cfg.Logger.Info("scaled pool", "pool", pl.Name, "from", current, "to", d.To, "reason", d.Reason, "removed", d.Remove)
+		})
 	}
 }
 
@@ -220,7 +121,7 @@ func dir(from, to int) string {
 	return "down"
 }
 
-func (a *Activator) applyScale(ctx context.Context, pl pool.Pool, from int, d Decision) error {
+func (a *Activator) applyScale(ctx context.Context, pl pool.Pool, from int, d state.Decision) error {
 	if len(d.Remove) > 0 {
 		if err := a.scaler.MarkIdle(ctx, pl.Namespace, d.Remove); err != nil {
 			return err
@@ -229,67 +130,41 @@ func (a *Activator) applyScale(ctx context.Context, pl pool.Pool, from int, d De
 	return a.scaler.Scale(ctx, pl, from, d.To)
 }
 
-// podWatcher feeds the Pods of every pool into the activator.
-type podWatcher struct {
-	a   *Activator
-	inf cache.SharedIndexInformer
-}
-
-func newPodWatcher(a *Activator, client kubernetes.Interface, namespace string) *podWatcher {
-	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace),
+// watchPods feeds the Pods of every pool into the state until ctx ends.
+func (a *Activator) watchPods(ctx context.Context) {
+	f := informers.NewSharedInformerFactoryWithOptions(a.cfg.Kube, 0, informers.WithNamespace(a.cfg.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = api.LabelPool }))
-	return &podWatcher{a: a, inf: f.Core().V1().Pods().Informer()}
-}
-
-func (pw *podWatcher) run(ctx context.Context) {
-	_, _ = pw.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { pw.a.onPod(o, false) },
-		UpdateFunc: func(_, o any) { pw.a.onPod(o, false) },
-		DeleteFunc: func(o any) { pw.a.onPod(o, true) },
+	inf := f.Core().V1().Pods().Informer()
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { a.onPod(ctx, o, false) },
+		UpdateFunc: func(_, o any) { a.onPod(ctx, o, false) },
+		DeleteFunc: func(o any) { a.onPod(ctx, o, true) },
 	})
-	pw.inf.Run(ctx.Done())
+	if err != nil {
+		a.cfg.Logger.Error("pod informer", "err", err)
+		return
+	}
+	inf.Run(ctx.Done())
 }
 
-func (a *Activator) onPod(o any, deleted bool) {
+func (a *Activator) onPod(ctx context.Context, o any, deleted bool) {
 	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
 		o = t.Obj
 	}
 	pod, ok := o.(*corev1.Pod)
-	if !ok {
-		return
-	}
-	poolName := pod.Labels[api.LabelPool]
-	if poolName == "" {
+	if !ok || pod.Labels[api.LabelPool] == "" {
 		return
 	}
 	gone := deleted || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	p := a.poolLocked(poolName)
-	w := p.workers[pod.Name]
-	if gone {
-		if w != nil {
-			a.loseLocked(p, w, "pod gone", false)
-		}
-		a.poke()
-		return
-	}
-	if w == nil {
-		w = &worker{name: pod.Name, pool: poolName, namespace: pod.Namespace, concurrency: 1, inflight: map[string]*item{}, lastSeen: time.Now()}
-		if v, err := strconv.Atoi(pod.Annotations[api.AnnotationConcurrency]); err == nil && v > 0 {
-			w.concurrency = v
-		}
-		p.workers[pod.Name] = w
-	}
-	ready := false
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-			ready = true
-		}
-	}
-	w.namespace = pod.Namespace
-	w.pod = &podInfo{created: pod.CreationTimestamp.Time, ready: ready, terminating: pod.DeletionTimestamp != nil}
-	if w.pod.terminating {
+	conc, _ := strconv.Atoi(pod.Annotations[api.AnnotationConcurrency])
+	info := state.Pod{Created: pod.CreationTimestamp.Time, Terminating: pod.DeletionTimestamp != nil}
+	var lost *state.Loss
+	var poke bool
+	a.locked(func(s *state.State) {
+		lost, poke = s.PodSeen(pod.Labels[api.LabelPool], pod.Name, pod.Namespace, conc, info, gone)
+	})
+	a.lost(ctx, lost)
+	if poke {
 		a.poke()
 	}
 }

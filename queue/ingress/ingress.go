@@ -9,6 +9,7 @@
 package ingress
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -54,24 +55,12 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.MaxBodyBytes == 0 {
-		c.MaxBodyBytes = 4 << 20
-	}
-	if c.MaxBacklog == 0 {
-		c.MaxBacklog = 1000
-	}
-	if c.DefaultTimeoutSeconds == 0 {
-		c.DefaultTimeoutSeconds = 300
-	}
-	if c.MaxTimeoutSeconds == 0 {
-		c.MaxTimeoutSeconds = 3600
-	}
-	if c.DefaultTTLSeconds == 0 {
-		c.DefaultTTLSeconds = 600
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, 4<<20)
+	c.MaxBacklog = cmp.Or(c.MaxBacklog, 1000)
+	c.DefaultTimeoutSeconds = cmp.Or(c.DefaultTimeoutSeconds, 300)
+	c.MaxTimeoutSeconds = cmp.Or(c.MaxTimeoutSeconds, 3600)
+	c.DefaultTTLSeconds = cmp.Or(c.DefaultTTLSeconds, 600)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
 }
 
@@ -350,12 +339,8 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, poolName s
 	if req.InvocationID == "" {
 		req.InvocationID = nuid.Next()
 	}
-	if req.TimeoutSeconds == 0 {
-		req.TimeoutSeconds = s.cfg.DefaultTimeoutSeconds
-	}
-	if req.TTLSeconds == 0 {
-		req.TTLSeconds = s.cfg.DefaultTTLSeconds
-	}
+	req.TimeoutSeconds = cmp.Or(req.TimeoutSeconds, s.cfg.DefaultTimeoutSeconds)
+	req.TTLSeconds = cmp.Or(req.TTLSeconds, s.cfg.DefaultTTLSeconds)
 	ctx := r.Context()
 	inv := messages.Invocation{InvocationID: req.InvocationID, Pool: poolName, Mode: req.Mode, ContentType: req.ContentType,
 		Headers: req.Headers, Attributes: req.Attributes, Payload: req.Payload, TimeoutSeconds: req.TimeoutSeconds,

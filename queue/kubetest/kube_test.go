@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,6 +28,7 @@ import (
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/messages"
+	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/queue/stubworker"
 	"github.com/runplane/runplane/test/cluster"
 )
@@ -39,7 +41,6 @@ func TestMain(m *testing.M) {
 
 type fixture struct {
 	t     *testing.T
-	ctx   context.Context
 	ns    string
 	pool  string
 	base  string
@@ -60,25 +61,17 @@ func setup(t *testing.T, ann map[string]string, replicas int32) *fixture {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	t.Cleanup(cancel)
 	name := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
-	if err := env.CreateNamespace(ctx, name); err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{t: t, ctx: ctx, ns: name, pool: "p-" + name, log: stubworker.NewLog(), procs: map[string]*stubworker.Worker{}, handler: stubworker.Echo}
+	require.NoError(t, env.CreateNamespace(ctx, name))
+	f := &fixture{t: t, ns: name, pool: "p-" + name, log: stubworker.NewLog(), procs: map[string]*stubworker.Worker{}, handler: stubworker.Echo}
 	f.subj = messages.Subjects{Prefix: api.DefaultSubjectPrefix}
 
 	ns, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats not ready")
-	}
+	require.True(t, ns.ReadyForConnections(10*time.Second), "nats not ready")
 	t.Cleanup(ns.Shutdown)
 	f.nc, err = nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(f.nc.Close)
 
 	d := &appsv1.Deployment{
@@ -93,9 +86,8 @@ func setup(t *testing.T, ann map[string]string, replicas int32) *fixture {
 			},
 		},
 	}
-	if _, err := env.Client().AppsV1().Deployments(name).Create(ctx, d, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = env.Client().AppsV1().Deployments(name).Create(ctx, d, metav1.CreateOptions{})
+	require.NoError(t, err)
 	go f.kubelet(ctx)
 
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -115,7 +107,7 @@ func setup(t *testing.T, ann map[string]string, replicas int32) *fixture {
 	case a := <-addr:
 		f.base = "http://" + a
 	case err := <-done:
-		t.Fatalf("queue.Run: %v", err)
+		require.FailNow(t, "queue.Run returned", "%v", err)
 	}
 	// Ready once the pool's Deployment is known.
 	f.eventually("pool known", 30*time.Second, func() bool { return f.get("/v1/pools/"+f.pool) == 200 })
@@ -172,13 +164,9 @@ func (f *fixture) invoke(id string) {
 	f.t.Helper()
 	b, _ := json.Marshal(map[string]any{"mode": "async", "invocationID": id, "ttlSeconds": 120})
 	r, err := http.Post(f.base+"/v1/pools/"+f.pool+"/invocations", "application/json", bytes.NewReader(b))
-	if err != nil {
-		f.t.Fatal(err)
-	}
+	require.NoError(f.t, err)
 	r.Body.Close()
-	if r.StatusCode != 202 {
-		f.t.Fatalf("invoke %s: %d", id, r.StatusCode)
-	}
+	require.EqualValues(f.t, 202, r.StatusCode, "invoke %s", id)
 }
 
 func (f *fixture) state(id string) messages.Record {
@@ -193,7 +181,7 @@ func (f *fixture) state(id string) messages.Record {
 }
 
 func (f *fixture) replicas() int32 {
-	d, err := env.Client().AppsV1().Deployments(f.ns).Get(f.ctx, "workers", metav1.GetOptions{})
+	d, err := env.Client().AppsV1().Deployments(f.ns).Get(f.t.Context(), "workers", metav1.GetOptions{})
 	if err != nil {
 		return -1
 	}
@@ -202,24 +190,63 @@ func (f *fixture) replicas() int32 {
 
 func (f *fixture) eventually(what string, within time.Duration, cond func() bool) {
 	f.t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	require.Eventually(f.t, cond, within, 100*time.Millisecond, "waiting for %s (replicas %d)", what, f.replicas())
+}
+
+// status is the pool status the activator last published.
+func (f *fixture) status() stream.PoolStatus {
+	var info struct {
+		Status stream.PoolStatus `json:"status"`
 	}
-	f.t.Fatalf("timed out waiting for %s (replicas %d)", what, f.replicas())
+	if r, err := http.Get(f.base + "/v1/pools/" + f.pool); err == nil {
+		defer r.Body.Close()
+		_ = json.NewDecoder(r.Body).Decode(&info)
+	}
+	return info.Status
+}
+
+// decidedSince is the barrier before asserting that the activator did not
+// scale: it waits for a pool status published after since, which the
+// activator writes after a scaling decision on the same tick (and at least
+// every 5s).
+func (f *fixture) decidedSince(since time.Time) {
+	f.t.Helper()
+	f.eventually("a pool status after "+since.Format(time.RFC3339Nano), 15*time.Second, func() bool { return f.status().UpdatedAt.After(since) })
+}
+
+// watchReplicas records the smallest and largest replicas the pool's
+// Deployment has from now on.
+func (f *fixture) watchReplicas() (lo, hi func() int32) {
+	w, err := env.Client().AppsV1().Deployments(f.ns).Watch(f.t.Context(), metav1.ListOptions{FieldSelector: "metadata.name=workers"})
+	require.NoError(f.t, err)
+	f.t.Cleanup(w.Stop)
+	var mu sync.Mutex
+	lowest, highest := f.replicas(), f.replicas()
+	go func() {
+		for ev := range w.ResultChan() {
+			if d, ok := ev.Object.(*appsv1.Deployment); ok && d.Spec.Replicas != nil {
+				mu.Lock()
+				lowest, highest = min(lowest, *d.Spec.Replicas), max(highest, *d.Spec.Replicas)
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() int32 { mu.Lock(); defer mu.Unlock(); return lowest }, func() int32 { mu.Lock(); defer mu.Unlock(); return highest }
 }
 
 // TestScaleFromZeroAndBackToZero: the first invocation scales an empty pool
 // up, runs, and the idle worker is removed after idle-timeout.
 func TestScaleFromZeroAndBackToZero(t *testing.T) {
 	f := setup(t, map[string]string{api.AnnotationIdleTimeout: "2s"}, 0)
-	time.Sleep(500 * time.Millisecond)
-	if r := f.replicas(); r != 0 {
-		t.Fatalf("scaled to %d without demand", r)
-	}
+	f.decidedSince(time.Now())
+	require.Zero(t, f.replicas(), "scaled without demand")
+	// The manager's leader-election metrics are served with the queue's.
+	r, err := http.Get(f.base + "/metrics")
+	require.NoError(t, err)
+	body, err := io.ReadAll(r.Body)
+	r.Body.Close()
+	require.NoError(t, err)
+	require.Contains(t, string(body), `leader_election_master_status{name="runplane-queue-activator"} 1`)
 	f.invoke("first")
 	f.eventually("scale from zero", 20*time.Second, func() bool { return f.replicas() == 1 })
 	f.eventually("first succeeded", 30*time.Second, func() bool { return f.state("first").State == messages.StateSucceeded })
@@ -233,23 +260,22 @@ func TestScaleUpUnderBacklogAndPrewarmFloor(t *testing.T) {
 	f := setup(t, map[string]string{api.AnnotationMinAvailable: "2", api.AnnotationMaxReplicas: "4", api.AnnotationIdleTimeout: "2s"}, 0)
 	f.handler = stubworker.Sleep(1500 * time.Millisecond)
 	f.eventually("prewarm floor", 20*time.Second, func() bool { return f.replicas() == 2 })
+	lo, hi := f.watchReplicas()
 	for i := range 10 {
 		f.invoke(fmt.Sprintf("b%d", i))
 	}
 	f.eventually("scale-up to max-replicas", 20*time.Second, func() bool { return f.replicas() == 4 })
-	time.Sleep(500 * time.Millisecond)
-	if r := f.replicas(); r > 4 {
-		t.Fatalf("exceeded max-replicas: %d", r)
-	}
 	for i := range 10 {
 		id := fmt.Sprintf("b%d", i)
 		f.eventually(id+" succeeded", 60*time.Second, func() bool { return f.state(id).State == messages.StateSucceeded })
 	}
 	f.eventually("scale-down to the floor", 30*time.Second, func() bool { return f.replicas() == 2 })
-	time.Sleep(3 * time.Second)
-	if r := f.replicas(); r != 2 {
-		t.Fatalf("went below min-available: %d", r)
-	}
+	// Past idle-timeout (2s) the floor's workers are idle enough to go:
+	// wait for a decision on them.
+	f.decidedSince(time.Now().Add(2 * time.Second))
+	require.EqualValues(t, 4, hi(), "max-replicas")
+	require.EqualValues(t, 2, lo(), "min-available")
+	require.EqualValues(t, 2, f.replicas())
 }
 
 // TestIdleScaleDownKeepsBusyPod: with one busy and two idle workers, the
@@ -271,18 +297,16 @@ func TestIdleScaleDownKeepsBusyPod(t *testing.T) {
 		return r.State == messages.StateRunning
 	})
 	f.eventually("scale-down to 1", 30*time.Second, func() bool { return f.replicas() == 1 })
-	pods, err := env.Client().CoreV1().Pods(f.ns).List(f.ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pods, err := env.Client().CoreV1().Pods(f.ns).List(f.t.Context(), metav1.ListOptions{})
+	require.NoError(t, err)
 
 	for _, p := range pods.Items {
-		if p.Name == busyPod && p.Annotations[activator.PodDeletionCost] != "" {
-			t.Fatalf("busy pod %s marked for deletion", p.Name)
+		if p.Name == busyPod {
+			require.Empty(t, p.Annotations[activator.PodDeletionCost], "busy pod %s marked for deletion", p.Name)
 		}
 	}
 	f.eventually("idle pods removed", 30*time.Second, func() bool {
-		pods, _ := env.Client().CoreV1().Pods(f.ns).List(f.ctx, metav1.ListOptions{})
+		pods, _ := env.Client().CoreV1().Pods(f.ns).List(f.t.Context(), metav1.ListOptions{})
 		return len(pods.Items) == 1 && pods.Items[0].Name == busyPod
 	})
 	close(release)
@@ -308,9 +332,7 @@ func TestPodLossRedelivers(t *testing.T) {
 	f.invoke("victim")
 	<-block
 	first := f.state("victim").Worker
-	if err := env.Client().CoreV1().Pods(f.ns).Delete(f.ctx, first, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, env.Client().CoreV1().Pods(f.ns).Delete(f.t.Context(), first, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}))
 	f.eventually("redelivered and succeeded", 30*time.Second, func() bool {
 		r := f.state("victim")
 		return r.State == messages.StateSucceeded && r.Attempt == 2 && r.Worker != first

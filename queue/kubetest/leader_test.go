@@ -2,77 +2,79 @@ package kubetest_test
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/runplane/runplane/queue/activator"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runplane/runplane/queue"
 )
 
-// TestRunElectedHandsOverWithoutOverlap runs two contenders for one Lease
-// in this process. The leader is shut down while its activator takes a
-// while to drain; the other may lead only after that activator returned,
-// so two activators never run at once.
-func TestRunElectedHandsOverWithoutOverlap(t *testing.T) {
-	const drain = 500 * time.Millisecond
-	var active, maxActive atomic.Int32
+// drainingRunnable stands in for the activator: a leader-election Runnable
+// that takes drain to stop after its context ends.
+type drainingRunnable struct {
+	id            string
+	drain         time.Duration
+	active, maxed *atomic.Int32
+	leaders       chan<- string
+}
+
+func (r drainingRunnable) Start(ctx context.Context) error {
+	n := r.active.Add(1)
+	for m := r.maxed.Load(); n > m && !r.maxed.CompareAndSwap(m, n); m = r.maxed.Load() {
+	}
+	r.leaders <- r.id
+	<-ctx.Done()
+	time.Sleep(r.drain) // an activator finishing in-flight work
+	r.active.Add(-1)
+	return nil
+}
+
+func (drainingRunnable) NeedLeaderElection() bool { return true }
+
+// TestManagerHandsOverWithoutOverlap runs two queue managers contending
+// for one Lease in this process. The leader is shut down while its
+// activator takes a while to drain; the other may lead only after that
+// activator returned (the Lease is released on cancel, after the
+// Runnables stopped), so two activators never run at once.
+func TestManagerHandsOverWithoutOverlap(t *testing.T) {
+	// Longer than the manager's RetryPeriod (2s): a Lease released before
+	// the drain ended would be taken while the first still runs.
+	const drain = 2500 * time.Millisecond
+	var active, maxed atomic.Int32
 	leaders := make(chan string, 4)
-	run := func(id string) func(context.Context) error {
-		return func(ctx context.Context) error {
-			n := active.Add(1)
-			for {
-				m := maxActive.Load()
-				if n <= m || maxActive.CompareAndSwap(m, n) {
-					break
-				}
-			}
-			leaders <- id
-			<-ctx.Done()
-			time.Sleep(drain) // an activator finishing in-flight work
-			active.Add(-1)
-			return nil
-		}
-	}
-	ctxs := map[string]context.CancelFunc{}
-	var wg sync.WaitGroup
+	stops := map[string]context.CancelFunc{}
+	done := make(chan error, 2)
 	for _, id := range []string{"a", "b"} {
+		mgr, err := queue.NewManager(queue.Config{RESTConfig: env.RESTConfig(), LeaderElection: true,
+			LeaseNamespace: "default", LeaseName: "overlap-test", Identity: id})
+		require.NoError(t, err)
+		require.NoError(t, mgr.Add(drainingRunnable{id: id, drain: drain, active: &active, maxed: &maxed, leaders: leaders}))
 		ctx, cancel := context.WithCancel(context.Background())
-		ctxs[id] = cancel
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := activator.RunElected(ctx, activator.Election{
-				Client: env.Client(), Namespace: "default", Name: "overlap-test", Identity: id,
-				LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond,
-			}, run(id))
-			if err != nil {
-				t.Errorf("RunElected(%s): %v", id, err)
-			}
-		}()
+		stops[id] = cancel
+		go func() { done <- mgr.Start(ctx) }()
 	}
-	defer func() {
-		for _, cancel := range ctxs {
-			cancel()
+	t.Cleanup(func() {
+		for _, stop := range stops {
+			stop()
 		}
-		wg.Wait()
-	}()
+		for range stops {
+			require.NoError(t, <-done)
+		}
+	})
 	var first string
 	select {
 	case first = <-leaders:
 	case <-time.After(30 * time.Second):
-		t.Fatal("nobody led within 30s")
+		require.FailNow(t, "nobody led within 30s")
 	}
-	ctxs[first]()
+	stops[first]()
 	select {
 	case second := <-leaders:
-		if second == first {
-			t.Fatalf("%s led again after it was shut down", first)
-		}
+		require.NotEqual(t, first, second, "the stopped manager led again")
 	case <-time.After(30 * time.Second):
-		t.Fatal("the other contender did not take over within 30s")
+		require.FailNow(t, "the other contender did not take over within 30s")
 	}
-	if m := maxActive.Load(); m > 1 {
-		t.Fatalf("%d activators ran at once", m)
-	}
+	require.EqualValues(t, 1, maxed.Load(), "activators ran at once")
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/runplane/runplane/api"
+
+	"github.com/stretchr/testify/require"
 )
 
 func TestParsePolicy(t *testing.T) {
@@ -31,14 +33,10 @@ func TestParsePolicy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParsePolicy(tc.ann, tc.podAnn)
 			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err %v, want one containing %q", err, tc.wantErr)
-				}
+				require.False(t, err == nil || !strings.Contains(err.Error(), tc.wantErr), "err %v, want one containing %q", err, tc.wantErr)
 				return
 			}
-			if err != nil || got != tc.want {
-				t.Fatalf("got %+v, %v; want %+v", got, err, tc.want)
-			}
+			require.False(t, err != nil || got != tc.want, "got %+v, %v; want %+v", got, err, tc.want)
 		})
 	}
 }

@@ -7,6 +7,7 @@
 package stream
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,30 +44,14 @@ type Config struct {
 
 // WithDefaults fills unset fields.
 func (c Config) WithDefaults() Config {
-	if c.Prefix == "" {
-		c.Prefix = api.DefaultSubjectPrefix
-	}
-	if c.Stream == "" {
-		c.Stream = api.DefaultStreamName
-	}
-	if c.Replicas == 0 {
-		c.Replicas = 1
-	}
-	if c.MaxAge == 0 {
-		c.MaxAge = 72 * time.Hour
-	}
-	if c.DuplicateWindow == 0 {
-		c.DuplicateWindow = 2 * time.Minute
-	}
-	if c.RecordsBucket == "" {
-		c.RecordsBucket = "runplane-invocations"
-	}
-	if c.RecordTTL == 0 {
-		c.RecordTTL = 24 * time.Hour
-	}
-	if c.PoolsBucket == "" {
-		c.PoolsBucket = "runplane-pools"
-	}
+	c.Prefix = cmp.Or(c.Prefix, api.DefaultSubjectPrefix)
+	c.Stream = cmp.Or(c.Stream, api.DefaultStreamName)
+	c.Replicas = cmp.Or(c.Replicas, 1)
+	c.MaxAge = cmp.Or(c.MaxAge, 72*time.Hour)
+	c.DuplicateWindow = cmp.Or(c.DuplicateWindow, 2*time.Minute)
+	c.RecordsBucket = cmp.Or(c.RecordsBucket, "runplane-invocations")
+	c.RecordTTL = cmp.Or(c.RecordTTL, 24*time.Hour)
+	c.PoolsBucket = cmp.Or(c.PoolsBucket, "runplane-pools")
 	return c
 }
 

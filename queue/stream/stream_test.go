@@ -12,6 +12,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/runplane/runplane/queue/messages"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stretchr/testify/assert"
 )
 
 func TestAdvance(t *testing.T) {
@@ -34,9 +38,8 @@ func TestAdvance(t *testing.T) {
 		{q, 0, messages.StateCancelled, 0, true},
 	}
 	for _, tc := range tests {
-		if got := Advance(tc.cur, tc.curAttempt, tc.next, tc.attempt); got != tc.want {
-			t.Errorf("Advance(%s@%d → %s@%d) = %v, want %v", tc.cur, tc.curAttempt, tc.next, tc.attempt, got, tc.want)
-		}
+		got := Advance(tc.cur, tc.curAttempt, tc.next, tc.attempt)
+		assert.Equal(t, tc.want, got, "Advance(%s@%d → %s@%d) = %v, want %v", tc.cur, tc.curAttempt, tc.next, tc.attempt, got, tc.want)
 	}
 }
 
@@ -52,49 +55,35 @@ func TestConfigValidate(t *testing.T) {
 		{"ttl below window", Config{DuplicateWindow: time.Hour, RecordTTL: time.Minute}, false},
 	}
 	for _, tc := range tests {
-		if err := tc.c.WithDefaults().Validate(); (err == nil) != tc.ok {
-			t.Errorf("%s: err %v", tc.name, err)
-		}
+		err := tc.c.WithDefaults().Validate()
+		assert.False(t, (err == nil) != tc.ok, "%s: err %v", tc.name, err)
 	}
 }
 
 func open(t *testing.T) *Store {
 	t.Helper()
 	ns, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	go ns.Start()
-	if !ns.ReadyForConnections(5 * time.Second) {
-		t.Fatal("nats not ready")
-	}
+	require.True(t, ns.ReadyForConnections(5*time.Second), "nats not ready")
 	t.Cleanup(ns.Shutdown)
 	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, _ := jetstream.New(nc)
 	st, err := Open(context.Background(), js, Config{DuplicateWindow: time.Second, RecordTTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return st
 }
 
 func TestOpenCreatesStreamAndBuckets(t *testing.T) {
 	st := open(t)
 	info, err := st.Stream.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.Config.Storage != jetstream.FileStorage || info.Config.Duplicates != time.Second || len(info.Config.Subjects) != 4 {
-		t.Fatalf("stream config %+v", info.Config)
-	}
+	require.NoError(t, err)
+	require.False(t, info.Config.Storage != jetstream.FileStorage || info.Config.Duplicates != time.Second || len(info.Config.Subjects) != 4, "stream config %+v", info.Config)
 	// Re-opening (another replica, a restart) is fine.
-	if _, err := Open(context.Background(), st.JS, st.Config); err != nil {
-		t.Fatal(err)
-	}
+	_, err = Open(context.Background(), st.JS, st.Config)
+	require.NoError(t, err)
 }
 
 // TestCreateFirstWriterWins: of many concurrent creators of one ID exactly
@@ -120,9 +109,7 @@ func TestCreateFirstWriterWins(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if wins != 1 {
-		t.Fatalf("%d creators won", wins)
-	}
+	require.EqualValues(t, 1, wins, "%d creators won", wins)
 	for i := range 8 {
 		wg.Add(1)
 		go func() {
@@ -134,12 +121,9 @@ func TestCreateFirstWriterWins(t *testing.T) {
 	}
 	wg.Wait()
 	r, _, err := st.Get(ctx, "x")
-	if err != nil || r.Attempt != 8 {
-		t.Fatalf("attempt %d after 8 CAS increments (%v)", r.Attempt, err)
-	}
-	if _, _, err := st.Get(ctx, "missing"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("missing: %v", err)
-	}
+	require.False(t, err != nil || r.Attempt != 8, "attempt %d after 8 CAS increments (%v)", r.Attempt, err)
+	_, _, err = st.Get(ctx, "missing")
+	require.ErrorIs(t, err, ErrNotFound)
 }
 
 // TestTransitionCached: a writer that keeps the Record it wrote updates it
@@ -156,14 +140,12 @@ func TestTransitionCached(t *testing.T) {
 	}{
 		{"nobody else writes", nil, messages.StateRunning, "", true},
 		{"another writer in between", func(t *testing.T, st *Store) {
-			if _, _, err := st.Update(context.Background(), "c", func(r *messages.Record) bool { r.Error = "note"; return true }); err != nil {
-				t.Fatal(err)
-			}
+			_, _, err := st.Update(context.Background(), "c", func(r *messages.Record) bool { r.Error = "note"; return true })
+			require.NoError(t, err)
 		}, messages.StateRunning, "note", true},
 		{"cancelled in between", func(t *testing.T, st *Store) {
-			if _, _, err := st.Transition(context.Background(), "c", messages.StateCancelled, "", 0, nil); err != nil {
-				t.Fatal(err)
-			}
+			_, _, err := st.Transition(context.Background(), "c", messages.StateCancelled, "", 0, nil)
+			require.NoError(t, err)
 		}, messages.StateCancelled, "", false},
 	}
 	for _, tc := range tests {
@@ -172,30 +154,21 @@ func TestTransitionCached(t *testing.T) {
 			ctx := context.Background()
 			r := messages.Record{InvocationID: "c", Pool: "p", State: messages.StateQueued}
 			rev, err := st.Create(ctx, r)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			c := Cached{Record: r, Rev: rev}
-			if ok, err := st.TransitionCached(ctx, "c", &c, messages.StateDispatched, "w", 1, nil); err != nil || !ok {
-				t.Fatalf("dispatch from the created revision: %v %v", ok, err)
-			}
+			ok, err := st.TransitionCached(ctx, "c", &c, messages.StateDispatched, "w", 1, nil)
+			require.NoError(t, err)
+			require.True(t, ok, "dispatch from the created revision")
 			if tc.meddle != nil {
 				tc.meddle(t, st)
 			}
-			ok, err := st.TransitionCached(ctx, "c", &c, messages.StateRunning, "w", 1, nil)
-			if err != nil || ok != tc.wantOK {
-				t.Fatalf("running: ok %v err %v, want ok %v", ok, err, tc.wantOK)
-			}
+			ok, err = st.TransitionCached(ctx, "c", &c, messages.StateRunning, "w", 1, nil)
+			require.NoError(t, err)
+			require.Equal(t, tc.wantOK, ok, "running")
 			got, gotRev, err := st.Get(ctx, "c")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got.State != tc.wantState || got.Error != tc.wantError || got.Worker != "w" || got.Attempt != 1 {
-				t.Fatalf("stored %+v, want state %s error %q worker w attempt 1", got, tc.wantState, tc.wantError)
-			}
-			if c.Rev != gotRev || c.Record.State != got.State {
-				t.Fatalf("cache at rev %d (%s), store at %d (%s)", c.Rev, c.Record.State, gotRev, got.State)
-			}
+			require.NoError(t, err)
+			require.False(t, got.State != tc.wantState || got.Error != tc.wantError || got.Worker != "w" || got.Attempt != 1, "stored %+v, want state %s error %q worker w attempt 1", got, tc.wantState, tc.wantError)
+			require.False(t, c.Rev != gotRev || c.Record.State != got.State, "cache at rev %d (%s), store at %d (%s)", c.Rev, c.Record.State, gotRev, got.State)
 		})
 	}
 }

@@ -8,6 +8,7 @@
 package stubworker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -110,12 +111,8 @@ type Worker struct {
 
 // Start registers the worker and starts consuming its dispatch subject.
 func Start(ctx context.Context, cfg Config) (*Worker, error) {
-	if cfg.Concurrency == 0 {
-		cfg.Concurrency = 1
-	}
-	if cfg.Heartbeat == 0 {
-		cfg.Heartbeat = 200 * time.Millisecond
-	}
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, 1)
+	cfg.Heartbeat = cmp.Or(cfg.Heartbeat, 200*time.Millisecond)
 	if cfg.Handler == nil {
 		cfg.Handler = Echo
 	}
@@ -160,6 +157,7 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w.event(messages.EventRegistered, "", 0, "")
+	w.wg.Add(1) // Stop deregisters only after the last heartbeat
 	go w.heartbeat()
 	return w, nil
 }
@@ -178,6 +176,7 @@ func (w *Worker) event(t messages.EventType, id string, attempt int, st messages
 }
 
 func (w *Worker) heartbeat() {
+	defer w.wg.Done()
 	t := time.NewTicker(w.cfg.Heartbeat)
 	defer t.Stop()
 	for {

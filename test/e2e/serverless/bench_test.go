@@ -16,6 +16,8 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/queue/messages"
+
+	"github.com/stretchr/testify/require"
 )
 
 func percentile(d []time.Duration, p int) time.Duration {
@@ -41,36 +43,26 @@ func BenchmarkWarmSync(b *testing.B) {
 	name := fmt.Sprintf("warm%d", time.Now().UnixNano()%100000)
 	pool(b, name, 1, 4, map[string]string{api.AnnotationMinAvailable: "1"})
 	// Warm up until a worker answers.
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	require.Eventually(b, func() bool {
 		var rec messages.Record
-		if code := invoke(b, name, map[string]any{"mode": "sync", "timeoutSeconds": 60}, &rec); code == http.StatusOK && rec.State == messages.StateSucceeded {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("pool never answered")
-		}
-	}
+		code := invoke(b, name, map[string]any{"mode": "sync", "timeoutSeconds": 60}, &rec)
+		return code == http.StatusOK && rec.State == messages.StateSucceeded
+	}, 90*time.Second, 200*time.Millisecond, "pool never answered")
 
 	// Bare NATS request/reply on the same server.
 	sub, err := st.nc.Subscribe("bench.echo", func(m *nats.Msg) { _ = m.Respond(m.Data) })
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	defer sub.Unsubscribe()
 	nc2, err := nats.Connect(st.nats.ClientURL())
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	defer nc2.Close()
 	var bare, full []time.Duration
 	b.ResetTimer()
 	for range b.N {
 		t0 := time.Now()
 		var rec messages.Record
-		if code := invoke(b, name, map[string]any{"mode": "sync", "timeoutSeconds": 30, "payload": map[string]string{"prompt": "draw a robot"}}, &rec); code != http.StatusOK || rec.State != messages.StateSucceeded {
-			b.Fatalf("invoke: HTTP %d %s %s", code, rec.State, rec.Error)
-		}
+		code := invoke(b, name, map[string]any{"mode": "sync", "timeoutSeconds": 30, "payload": map[string]string{"prompt": "draw a robot"}}, &rec)
+		require.False(b, code != http.StatusOK || rec.State != messages.StateSucceeded, "invoke: HTTP %d %s %s", code, rec.State, rec.Error)
 		full = append(full, time.Since(t0))
 		t1 := time.Now()
 		if _, err := nc2.Request("bench.echo", []byte(`{"prompt":"draw a robot"}`), 5*time.Second); err != nil {
@@ -102,9 +94,7 @@ func BenchmarkColdStart(b *testing.B) {
 				}
 			}
 		})
-		if err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, err)
 		var scaledAt, runningAt time.Time
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
@@ -137,18 +127,14 @@ func BenchmarkColdStart(b *testing.B) {
 		close(stop)
 		wg.Wait()
 		_ = sub.Unsubscribe()
-		if code != http.StatusOK || rec.State != messages.StateSucceeded {
-			b.Fatalf("cold invoke: HTTP %d %s %s", code, rec.State, rec.Error)
-		}
+		require.False(b, code != http.StatusOK || rec.State != messages.StateSucceeded, "cold invoke: HTTP %d %s %s", code, rec.State, rec.Error)
 		var readyTime time.Time
 		select {
 		case readyTime = <-readyAt:
 		default:
 			b.Fatal("no ready event")
 		}
-		if scaledAt.IsZero() || runningAt.IsZero() {
-			b.Fatal("scale or Pod running not observed")
-		}
+		require.False(b, scaledAt.IsZero() || runningAt.IsZero(), "scale or Pod running not observed")
 		scale = append(scale, scaledAt.Sub(t0))
 		running = append(running, runningAt.Sub(scaledAt))
 		ready = append(ready, readyTime.Sub(runningAt))

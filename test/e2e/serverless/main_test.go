@@ -23,17 +23,23 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/messages"
 	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/localworkers"
 	"github.com/runplane/runplane/webhook"
 	"github.com/runplane/runplane/webhook/mutate"
+
+	"github.com/stretchr/testify/assert"
 )
 
 const ns = "e2e"
@@ -176,21 +182,18 @@ func start(ctx context.Context, c *cluster.Cluster, wg *sync.WaitGroup) (*stack,
 
 	// Ready when a pool Pod is mutated (the webhook serves and is trusted)
 	// and the ingress answers /readyz.
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		select {
 		case err := <-errc:
-			return nil, err
+			return false, err
 		default:
 		}
-		if webhookInjects(ctx, c) && httpOK(s.queueURL+"/readyz") {
-			return s, nil
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("webhook or queue not ready after 2m (see %s)", filepath.Join(c.Dir(), "components.log"))
-		}
-		time.Sleep(200 * time.Millisecond)
+		return webhookInjects(ctx, c) && httpOK(s.queueURL+"/readyz"), nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("webhook or queue not ready (see %s): %w", filepath.Join(c.Dir(), "components.log"), err)
 	}
+	return s, nil
 }
 
 func logFile(c *cluster.Cluster, name string) io.Writer {
@@ -245,20 +248,14 @@ func pool(t testing.TB, name string, replicas int32, concurrency int, ann map[st
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := st.cluster.Client().AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create pool %s: %v", name, err)
-	}
+	_, err := st.cluster.Client().AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{})
+	require.NoError(t, err, "create pool %s", name)
 	t.Cleanup(func() {
 		_ = st.cluster.Client().AppsV1().Deployments(ns).Delete(context.Background(), name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
 	})
 	// Let the queue learn the pool before invoking it.
-	deadline := time.Now().Add(30 * time.Second)
-	for !httpOK(st.queueURL + "/v1/pools/" + name) {
-		if time.Now().After(deadline) {
-			t.Fatalf("queue does not know pool %s", name)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	require.Eventually(t, func() bool { return httpOK(st.queueURL + "/v1/pools/" + name) }, 30*time.Second, 100*time.Millisecond,
+		"queue does not know pool %s", name)
 }
 
 // invoke posts an invocation and decodes the JSON answer into out.
@@ -273,9 +270,8 @@ func invoke(t testing.TB, poolName string, body map[string]any, out any) int {
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
 	if out != nil {
-		if err := json.Unmarshal(data, out); err != nil {
-			t.Errorf("invoke %s: HTTP %d, body %s: %v", poolName, resp.StatusCode, data, err)
-		}
+		err := json.Unmarshal(data, out)
+		assert.NoError(t, err, "invoke %s: HTTP %d, body %s: %v", poolName, resp.StatusCode, data, err)
 	}
 	return resp.StatusCode
 }
@@ -283,32 +279,24 @@ func invoke(t testing.TB, poolName string, body map[string]any, out any) int {
 func getJSON(t *testing.T, url string, out any) int {
 	t.Helper()
 	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
+	require.NoError(t, err, "GET %s: %v", url, err)
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
-	if err := json.Unmarshal(data, out); err != nil {
-		t.Fatalf("GET %s: HTTP %d %s: %v", url, resp.StatusCode, data, err)
-	}
+	require.NoError(t, json.Unmarshal(data, out), "GET %s: HTTP %d %s", url, resp.StatusCode, data, err)
 	return resp.StatusCode
 }
 
 func replicas(t *testing.T, name string) int32 {
 	t.Helper()
 	sc, err := st.cluster.Client().AppsV1().Deployments(ns).GetScale(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("scale of %s: %v", name, err)
-	}
+	require.NoError(t, err, "scale of %s: %v", name, err)
 	return sc.Spec.Replicas
 }
 
 func poolPods(t *testing.T, name string) []corev1.Pod {
 	t.Helper()
 	l, err := st.cluster.Client().CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: api.LabelPool + "=" + name})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var out []corev1.Pod
 	for _, p := range l.Items {
 		if p.DeletionTimestamp == nil {
@@ -318,13 +306,32 @@ func poolPods(t *testing.T, name string) []corev1.Pod {
 	return out
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+// storedResults counts the results for id stored on result.<pool>.
+func storedResults(t *testing.T, poolName, id string) int {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, err := jetstream.New(st.nc)
+	require.NoError(t, err)
+	str, err := js.Stream(ctx, api.DefaultStreamName)
+	require.NoError(t, err)
+	c, err := str.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{messages.Subjects{Prefix: api.DefaultSubjectPrefix}.Result(poolName)}})
+	require.NoError(t, err)
+	n := 0
+	for {
+		batch, err := c.FetchNoWait(500)
+		require.NoError(t, err)
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			var r messages.Result
+			if json.Unmarshal(m.Data(), &r) == nil && r.InvocationID == id {
+				n++
+			}
 		}
-		time.Sleep(200 * time.Millisecond)
+		if got == 0 {
+			return n
+		}
 	}
 }

@@ -12,61 +12,57 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/queue/messages"
+	"github.com/runplane/runplane/queue/stream"
+
+	"github.com/stretchr/testify/assert"
 )
 
 // echoed decodes the framework-echo body of a record.
 func echoed(t *testing.T, rec messages.Record) framework.Request {
 	t.Helper()
-	if rec.Response == nil {
-		t.Fatalf("record %s (%s) has no response: %s", rec.InvocationID, rec.State, rec.Error)
-	}
+	require.NotNil(t, rec.Response, "record %s (%s) has no response: %s", rec.InvocationID, rec.State, rec.Error)
 	var r framework.Request
-	if err := json.Unmarshal(rec.Response.Body, &r); err != nil {
-		t.Fatalf("echo body %s: %v", rec.Response.Body, err)
-	}
+	err := json.Unmarshal(rec.Response.Body, &r)
+	require.NoError(t, err, "echo body %s: %v", rec.Response.Body, err)
 	return r
 }
 
 func TestSyncInvocationScalesFromZero(t *testing.T) {
 	pool(t, "sync", 0, 1, nil)
-	if r := replicas(t, "sync"); r != 0 {
-		t.Fatalf("pool starts with %d replicas, want 0", r)
-	}
+	r := replicas(t, "sync")
+	require.EqualValues(t, 0, r, "pool starts with %d replicas, want 0", r)
 	start := time.Now()
 	var rec messages.Record
 	code := invoke(t, "sync", map[string]any{"mode": "sync", "timeoutSeconds": 90, "payload": map[string]string{"prompt": "draw a robot"},
 		"headers": map[string]string{"x-request-id": "abc"}}, &rec)
-	if code != http.StatusOK || rec.State != messages.StateSucceeded {
-		t.Fatalf("sync invoke = HTTP %d %+v, want 200 succeeded", code, rec)
-	}
+	require.False(t, code != http.StatusOK || rec.State != messages.StateSucceeded, "sync invoke = HTTP %d %+v, want 200 succeeded", code, rec)
 	t.Logf("cold sync invocation took %v", time.Since(start))
 	req := echoed(t, rec)
 	pods := poolPods(t, "sync")
-	if len(pods) != 1 || req.WorkerName != pods[0].Name || req.WorkerNamespace != ns || req.ServerlessRequestID != "sync" ||
-		string(req.Payload) != `{"prompt":"draw a robot"}` || req.Headers["x-request-id"] != "abc" {
-		t.Errorf("echo = %+v from pods %d, want the envelope as seen by the single pool Pod", req, len(pods))
+	if assert.Len(t, pods, 1) {
+		assert.Equal(t, pods[0].Name, req.WorkerName, "the envelope as seen by the single pool Pod")
 	}
-	if r := replicas(t, "sync"); r != 1 {
-		t.Errorf("replicas after the first invocation = %d, want 1", r)
-	}
+	assert.Equal(t, ns, req.WorkerNamespace)
+	assert.Equal(t, "sync", req.ServerlessRequestID)
+	assert.JSONEq(t, `{"prompt":"draw a robot"}`, string(req.Payload))
+	assert.Equal(t, "abc", req.Headers["x-request-id"])
+	r = replicas(t, "sync")
+	assert.EqualValues(t, 1, r, "replicas after the first invocation = %d, want 1", r)
 
 	// The user container holds no NATS settings or credentials.
 	pod := pods[0]
 	for _, c := range pod.Spec.Containers {
 		for _, e := range c.Env {
-			if strings.HasPrefix(e.Name, "RUNPLANE_NATS") || e.Name == api.EnvSubjectPrefix || e.Name == api.EnvStreamName {
-				t.Errorf("container %s has env %s", c.Name, e.Name)
-			}
+			assert.False(t, strings.HasPrefix(e.Name, "RUNPLANE_NATS") || e.Name == api.EnvSubjectPrefix || e.Name == api.EnvStreamName, "container %s has env %s", c.Name, e.Name)
 		}
 		for _, m := range c.VolumeMounts {
-			if m.MountPath == api.NATSCredentialsMountDir {
-				t.Errorf("container %s mounts the NATS credentials (%s)", c.Name, m.Name)
-			}
+			assert.False(t, m.MountPath == api.NATSCredentialsMountDir, "container %s mounts the NATS credentials (%s)", c.Name, m.Name)
 		}
 	}
 }
@@ -77,25 +73,20 @@ func TestAsyncInvocationAndGet(t *testing.T) {
 		InvocationID string         `json:"invocationID"`
 		State        messages.State `json:"state"`
 	}
-	if code := invoke(t, "async", map[string]any{"mode": "async", "invocationID": "async-1", "payload": []int{1, 2}}, &ack); code != http.StatusAccepted {
-		t.Fatalf("async invoke = HTTP %d, want 202", code)
-	}
-	if ack.InvocationID != "async-1" {
-		t.Errorf("ack = %+v", ack)
-	}
+	code := invoke(t, "async", map[string]any{"mode": "async", "invocationID": "async-1", "payload": []int{1, 2}}, &ack)
+	require.Equal(t, http.StatusAccepted, code, "async invoke = HTTP %d, want 202", code)
+	assert.Equal(t, "async-1", ack.InvocationID, "ack = %+v", ack)
 	var rec messages.Record
-	eventually(t, 90*time.Second, "async-1 succeeded", func() bool {
+	require.Eventually(t, func() bool {
 		getJSON(t, st.queueURL+"/v1/invocations/async-1", &rec)
 		return rec.State.Terminal()
-	})
-	if rec.State != messages.StateSucceeded || string(echoed(t, rec).Payload) != "[1,2]" || echoed(t, rec).Mode != "async" {
-		t.Errorf("record = %+v", rec)
-	}
+	}, 90*time.Second, 200*time.Millisecond, "async-1 succeeded")
+	assert.False(t, rec.State != messages.StateSucceeded || string(echoed(t, rec).Payload) != "[1,2]" || echoed(t, rec).Mode != "async", "record = %+v", rec)
 }
 
 func TestBurstScalesUpThenIdlesDownToFloor(t *testing.T) {
 	pool(t, "burst", 0, 2, map[string]string{api.AnnotationMinAvailable: "1", api.AnnotationMaxReplicas: "6", api.AnnotationIdleTimeout: "3s"})
-	eventually(t, 60*time.Second, "prewarm floor of 1", func() bool { return replicas(t, "burst") == 1 })
+	require.Eventually(t, func() bool { return replicas(t, "burst") == 1 }, 60*time.Second, 200*time.Millisecond, "prewarm floor of 1")
 
 	var peak atomic.Int32
 	stopWatch := make(chan struct{})
@@ -139,24 +130,19 @@ func TestBurstScalesUpThenIdlesDownToFloor(t *testing.T) {
 	distinct := 0
 	workers.Range(func(any, any) bool { distinct++; return true })
 	t.Logf("50 invocations: peak replicas %d, %d distinct workers answered", peak.Load(), distinct)
-	if peak.Load() < 2 || distinct < 2 {
-		t.Errorf("peak replicas %d, distinct workers %d; want the pool scaled past one worker", peak.Load(), distinct)
-	}
-	if failed.Load() > 0 {
-		t.Fatalf("%d of %d invocations failed", failed.Load(), n)
-	}
-	eventually(t, 90*time.Second, "idle scale-down to the floor of 1", func() bool {
+	assert.False(t, peak.Load() < 2 || distinct < 2, "peak replicas %d, distinct workers %d; want the pool scaled past one worker", peak.Load(), distinct)
+	require.False(t, failed.Load() > 0, "%d of %d invocations failed", failed.Load(), n)
+	require.Eventually(t, func() bool {
 		return replicas(t, "burst") == 1 && len(poolPods(t, "burst")) == 1
-	})
+	}, 90*time.Second, 200*time.Millisecond, "idle scale-down to the floor of 1")
 }
 
 func TestKilledWorkerIsRedeliveredAndCompletesOnce(t *testing.T) {
 	pool(t, "kill", 1, 1, nil)
 	// Warm up: find the worker.
 	var warm messages.Record
-	if code := invoke(t, "kill", map[string]any{"mode": "sync", "timeoutSeconds": 90}, &warm); code != http.StatusOK || warm.State != messages.StateSucceeded {
-		t.Fatalf("warm-up = HTTP %d %+v", code, warm)
-	}
+	code := invoke(t, "kill", map[string]any{"mode": "sync", "timeoutSeconds": 90}, &warm)
+	require.False(t, code != http.StatusOK || warm.State != messages.StateSucceeded, "warm-up = HTTP %d %+v", code, warm)
 	victim := warm.Worker
 
 	var results atomic.Int32
@@ -166,36 +152,35 @@ func TestKilledWorkerIsRedeliveredAndCompletesOnce(t *testing.T) {
 			results.Add(1)
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer sub.Unsubscribe()
 
-	if code := invoke(t, "kill", map[string]any{"mode": "async", "invocationID": "killed-1", "timeoutSeconds": 120,
-		"attributes": map[string]string{framework.EchoAttrSleep: "3s"}}, nil); code != http.StatusAccepted {
-		t.Fatalf("async invoke = HTTP %d", code)
-	}
+	code = invoke(t, "kill", map[string]any{"mode": "async", "invocationID": "killed-1", "timeoutSeconds": 120,
+		"attributes": map[string]string{framework.EchoAttrSleep: "3s"}}, nil)
+	require.Equal(t, http.StatusAccepted, code, "async invoke")
 	var rec messages.Record
-	eventually(t, 30*time.Second, "killed-1 running on "+victim, func() bool {
+	require.Eventually(t, func() bool {
 		getJSON(t, st.queueURL+"/v1/invocations/killed-1", &rec)
 		return rec.State == messages.StateRunning && rec.Worker == victim
-	})
+	}, 30*time.Second, 200*time.Millisecond, "killed-1 running on "+victim)
 	// The node dies: processes gone without a drain, Pod deleted.
-	if err := st.workers.Kill(ns, victim); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.cluster.Client().CoreV1().Pods(ns).Delete(context.Background(), victim, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 120*time.Second, "killed-1 terminal", func() bool {
+	require.NoError(t, st.workers.Kill(ns, victim))
+	require.NoError(t, st.cluster.Client().CoreV1().Pods(ns).Delete(context.Background(), victim, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
+	require.Eventually(t, func() bool {
 		getJSON(t, st.queueURL+"/v1/invocations/killed-1", &rec)
 		return rec.State.Terminal()
-	})
-	if rec.State != messages.StateSucceeded || rec.Worker == victim || rec.Attempt < 2 {
-		t.Errorf("record = state %s worker %s attempt %d (%s); want succeeded by another worker on a later attempt", rec.State, rec.Worker, rec.Attempt, rec.Error)
-	}
-	time.Sleep(time.Second) // a second result would have arrived by now
-	if n := results.Load(); n != 1 {
-		t.Errorf("results published for killed-1: %d, want exactly 1", n)
-	}
+	}, 120*time.Second, 200*time.Millisecond, "killed-1 terminal")
+	assert.False(t, rec.State != messages.StateSucceeded || rec.Worker == victim || rec.Attempt < 2, "record = state %s worker %s attempt %d (%s); want succeeded by another worker on a later attempt", rec.State, rec.Worker, rec.Attempt, rec.Error)
+	// Barrier: the activator has nothing queued or in flight for the pool,
+	// so no other attempt of killed-1 is pending; then count the results
+	// stored for it (the stream holds every one published).
+	require.Eventually(t, func() bool {
+		var info struct {
+			Status *stream.PoolStatus `json:"status"`
+		}
+		getJSON(t, st.queueURL+"/v1/pools/kill", &info)
+		return info.Status != nil && info.Status.Backlog == 0 && info.Status.InFlight == 0
+	}, 30*time.Second, 200*time.Millisecond, "pool kill quiet")
+	require.EqualValues(t, 1, storedResults(t, "kill", "killed-1"), "results stored for killed-1")
+	require.EqualValues(t, 1, results.Load(), "results published for killed-1")
 }

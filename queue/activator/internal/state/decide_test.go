@@ -1,15 +1,16 @@
-package activator
+package state
 
 import (
-	"slices"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/queue/pool"
 )
 
 func TestDecide(t *testing.T) {
-	now := time.Now()
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	long := now.Add(-time.Hour)
 	pol := func(mut func(*pool.Policy)) pool.Policy {
 		p := pool.DefaultPolicy()
@@ -50,42 +51,46 @@ func TestDecide(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			d := Decide(tc.pol, tc.current, tc.backlog, tc.inflight, tc.workers, now)
-			if d.To != tc.wantTo || !slices.Equal(d.Remove, tc.wantRemove) {
-				t.Fatalf("got to=%d remove=%v (%s); want to=%d remove=%v", d.To, d.Remove, d.Reason, tc.wantTo, tc.wantRemove)
-			}
+			require.Equal(t, tc.wantTo, d.To, d.Reason)
+			require.Equal(t, tc.wantRemove, d.Remove, d.Reason)
 		})
 	}
 }
 
 func TestLeastLoaded(t *testing.T) {
-	now := time.Now()
-	mk := func(n string, conc, inflight int) *worker {
-		w := &worker{name: n, concurrency: conc, inflight: map[string]*item{}, registered: true, ready: true}
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	mk := func(n string, conc, inflight int) *Worker {
+		w := &Worker{Name: n, Concurrency: conc, InFlight: map[string]*Item{}, Registered: true, Ready: true}
 		for i := range inflight {
-			w.inflight[string(rune('a'+i))] = &item{}
+			w.InFlight[string(rune('a'+i))] = &Item{}
 		}
 		return w
 	}
+	draining := mk("d", 4, 0)
+	draining.Draining = true
+	held := mk("h", 4, 0)
+	held.DrainUntil = now.Add(time.Second)
+	terminating := mk("t", 4, 0)
+	terminating.Pod = &Pod{Terminating: true}
 	tests := []struct {
 		name string
-		ws   []*worker
+		ws   []*Worker
 		want string
 	}{
-		{"lowest ratio", []*worker{mk("a", 4, 3), mk("b", 2, 1)}, "b"},
-		{"full excluded", []*worker{mk("a", 1, 1), mk("b", 4, 3)}, "b"},
-		{"all full", []*worker{mk("a", 1, 1)}, ""},
-		{"tie by name", []*worker{mk("b", 1, 0), mk("a", 1, 0)}, "a"},
+		{"lowest ratio", []*Worker{mk("a", 4, 3), mk("b", 2, 1)}, "b"},
+		{"full excluded", []*Worker{mk("a", 1, 1), mk("b", 4, 3)}, "b"},
+		{"all full", []*Worker{mk("a", 1, 1)}, ""},
+		{"tie by name", []*Worker{mk("b", 1, 0), mk("a", 1, 0)}, "a"},
+		{"draining, held for scale-down or terminating excluded", []*Worker{draining, held, terminating, mk("z", 1, 0)}, "z"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := leastLoaded(tc.ws, now)
+			got := LeastLoaded(tc.ws, now)
 			name := ""
 			if got != nil {
-				name = got.name
+				name = got.Name
 			}
-			if name != tc.want {
-				t.Fatalf("got %q want %q", name, tc.want)
-			}
+			require.Equal(t, tc.want, name)
 		})
 	}
 }

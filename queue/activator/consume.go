@@ -1,0 +1,175 @@
+package activator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/runplane/runplane/queue/activator/internal/state"
+	"github.com/runplane/runplane/queue/messages"
+	"github.com/runplane/runplane/queue/stream"
+)
+
+// consume runs h on every message of subject through the durable consumer
+// <prefix>-<name>.
+func (a *Activator) consume(ctx context.Context, name, subject string, ackWait time.Duration,
+	h func(context.Context, jetstream.Msg)) (jetstream.ConsumeContext, error) {
+	st := a.cfg.Store
+	c, err := st.JS.CreateOrUpdateConsumer(ctx, st.Config.Stream, jetstream.ConsumerConfig{
+		Durable:       a.cfg.ConsumerPrefix + "-" + name,
+		FilterSubject: subject,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckWait:       ackWait,
+		MaxAckPending: 20000,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create consumer %s-%s: %w", a.cfg.ConsumerPrefix, name, err)
+	}
+	if info := c.CachedInfo(); info != nil && name == "results" {
+		// Results up to the ack floor were handled by a previous leader.
+		a.locked(func(s *state.State) { s.NoteResultSeq(info.AckFloor.Stream) })
+	}
+	// Consume pulls in batches (up to 500 messages) and hands them over one
+	// by one; the handlers never wait on the network for long.
+	cc, err := c.Consume(func(m jetstream.Msg) { h(ctx, m) }, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
+			a.cfg.Logger.Debug("consumer error", "consumer", name, "err", err)
+		}
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("consume %s: %w", name, err)
+	}
+	return cc, nil
+}
+
+// acked logs and counts a failed Ack, Nak or Term of a message of consumer:
+// JetStream then redelivers it after the ack wait.
+func (a *Activator) acked(consumer, op string, m jetstream.Msg, err error) {
+	if err == nil {
+		return
+	}
+	a.metrics.ackErrors.WithLabelValues(consumer, op).Inc()
+	a.cfg.Logger.Warn("jetstream acknowledgement failed", "consumer", consumer, "op", op, "subject", m.Subject(), "err", err)
+}
+
+// freshAge: an invocation consumed within this of being stored has its
+// Record as the ingress created it (or cancelled, which the dispatch
+// compare-and-set finds), so it is queued without reading the Record.
+const freshAge = 2 * time.Second
+
+// onInvocation takes a new invocation from invoke.<pool>.
+func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
+	const c = "invoke"
+	var inv messages.Invocation
+	if err := json.Unmarshal(m.Data(), &inv); err != nil || inv.InvocationID == "" || inv.Pool == "" {
+		a.cfg.Logger.Warn("dropping malformed invocation", "subject", m.Subject(), "err", err)
+		a.acked(c, "term", m, m.Term())
+		return
+	}
+	md, err := m.Metadata()
+	if err != nil {
+		a.acked(c, "nak", m, m.Nak())
+		return
+	}
+	var known bool
+	a.locked(func(s *state.State) { known = s.Accept(inv.Pool, inv.InvocationID, md.Sequence.Stream) })
+	if known {
+		a.acked(c, "ack", m, m.Ack())
+		return
+	}
+	st := a.cfg.Store
+	it := &state.Item{Inv: inv, Seq: md.Sequence.Stream}
+	rev, _ := strconv.ParseUint(m.Headers().Get(stream.RevisionHeader), 10, 64)
+	if rev != 0 && md.NumDelivered == 1 && a.cfg.Clock.Since(md.Timestamp) < freshAge {
+		it.Rec = stream.Cached{Rev: rev, Record: messages.Record{InvocationID: inv.InvocationID, Pool: inv.Pool, Mode: inv.Mode,
+			State: messages.StateQueued, Stream: st.Config.Stream, AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt}}
+	} else {
+		// Stored a while ago (the activator was away): it may have been
+		// cancelled or timed out since.
+		rec, rev, err := st.Get(ctx, inv.InvocationID)
+		switch {
+		case errors.Is(err, stream.ErrNotFound):
+			// The Record expired or was removed after a failed publish
+			// response; the message is authoritative and the dispatch
+			// creates the Record.
+		case err != nil:
+			a.acked(c, "nak", m, m.NakWithDelay(time.Second))
+			return
+		case rec.State != messages.StateQueued:
+			// Finished, or dispatched by this leader (then it is known) or
+			// by the one before (then rebuild loaded it): nothing to do.
+			a.acked(c, "ack", m, m.Ack())
+			return
+		default:
+			it.Rec = stream.Cached{Record: rec, Rev: rev}
+			it.Attempt = rec.Attempt
+		}
+	}
+	var added bool
+	a.locked(func(s *state.State) { added = s.Enqueue(it) })
+	if added {
+		a.metrics.accepted.WithLabelValues(inv.Pool).Inc()
+	}
+	a.acked(c, "ack", m, m.Ack())
+	a.poke()
+}
+
+// onResult records a worker's result and frees its slot. The state
+// changes at once, in stream order (so a lost worker's invocations can
+// wait for the results it published before it went); the Record write runs
+// concurrently and the result is acked after it.
+func (a *Activator) onResult(ctx context.Context, m jetstream.Msg) {
+	const c = "results"
+	var res messages.Result
+	if err := json.Unmarshal(m.Data(), &res); err != nil || res.InvocationID == "" {
+		a.acked(c, "term", m, m.Term())
+		return
+	}
+	final := res.State
+	if !final.Terminal() {
+		final = messages.StateFailed
+		if res.Error == "" {
+			res.Error = fmt.Sprintf("worker reported non-terminal state %q as result", res.State)
+		}
+	}
+	var seq uint64
+	if md, err := m.Metadata(); err == nil {
+		seq = md.Sequence.Stream
+	}
+	var it *state.Item
+	var other *state.Superseded
+	a.locked(func(s *state.State) { it, other = s.Result(res, seq) })
+	if other != nil {
+		a.sendCancel(other.Pool, other.Worker, other.InvocationID, other.Attempt) // a newer attempt runs elsewhere
+	}
+	a.poke()
+
+	a.wg.Go(func() {
+		record := func(r *messages.Record) { r.Response, r.Error = res.Response, res.Error }
+		var ok bool
+		var err error
+		if it != nil {
+			ok, err = a.write(it, func(cached *stream.Cached) (bool, error) {
+				return a.cfg.Store.TransitionCached(ctx, res.InvocationID, cached, final, res.Worker, res.Attempt, record)
+			})
+		} else {
+			_, ok, err = a.cfg.Store.Transition(ctx, res.InvocationID, final, res.Worker, res.Attempt, record)
+		}
+		if err != nil && !errors.Is(err, stream.ErrNotFound) {
+			// Redelivered; the item is forgotten, so it takes the path above
+			// without a known Record.
+			a.acked(c, "nak", m, m.NakWithDelay(500*time.Millisecond))
+			return
+		}
+		a.acked(c, "ack", m, m.Ack())
+		if ok {
+			a.metrics.finished.WithLabelValues(res.Pool, string(final)).Inc()
+		}
+	})
+}

@@ -1,0 +1,122 @@
+package activator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/runplane/runplane/queue/activator/internal/state"
+	"github.com/runplane/runplane/queue/messages"
+	"github.com/runplane/runplane/queue/stream"
+)
+
+// dispatchAll carries out the state's dispatch decisions, each in its own
+// goroutine so no pool or invocation waits on another.
+func (a *Activator) dispatchAll(ctx context.Context) {
+	var as []state.Assignment
+	a.locked(func(s *state.State) { as = s.Dispatch() })
+	for _, as := range as {
+		a.wg.Go(func() { a.dispatch(ctx, as.Item, as.Worker, as.Attempt) })
+	}
+}
+
+// dispatch records attempt of it as current and publishes it to worker.
+func (a *Activator) dispatch(ctx context.Context, it *state.Item, worker string, attempt int) {
+	st := a.cfg.Store
+	id := it.Inv.InvocationID
+	// The Record is the source of truth: a Dispatch is published only after
+	// the compare-and-set that makes this attempt the current one.
+	ok, err := a.write(it, func(c *stream.Cached) (bool, error) {
+		ok, err := st.TransitionCached(ctx, id, c, messages.StateDispatched, worker, attempt, func(r *messages.Record) {
+			if r.Sequence == 0 {
+				r.Stream, r.Sequence = st.Config.Stream, it.Seq
+			}
+		})
+		if !errors.Is(err, stream.ErrNotFound) {
+			return ok, err
+		}
+		// The Record expired or was removed after a publish that did not
+		// answer; the message is authoritative.
+		r := messages.Record{InvocationID: id, Pool: it.Inv.Pool, Mode: it.Inv.Mode, State: messages.StateDispatched, Worker: worker,
+			Attempt: attempt, Stream: st.Config.Stream, Sequence: it.Seq, AcceptedAt: it.Inv.AcceptedAt, UpdatedAt: a.cfg.Clock.Now().UTC()}
+		rev, err := st.Create(ctx, r)
+		if errors.Is(err, stream.ErrExists) {
+			// Created meanwhile: apply the transition to it.
+			*c = stream.Cached{}
+			return st.TransitionCached(ctx, id, c, messages.StateDispatched, worker, attempt, nil)
+		}
+		if err != nil {
+			return false, err
+		}
+		*c = stream.Cached{Record: r, Rev: rev}
+		return true, nil
+	})
+	if err != nil {
+		a.cfg.Logger.Warn("dispatch: record update failed; requeue", "invocation", id, "err", err)
+		a.locked(func(s *state.State) { s.Requeue(it, worker, time.Second) })
+		return
+	}
+	if !ok {
+		// Cancelled, finished elsewhere or superseded: forget it.
+		a.locked(func(s *state.State) { s.Forget(it, worker) })
+		a.poke()
+		return
+	}
+	if err := a.publishDispatch(ctx, it, worker, attempt); err != nil {
+		a.cfg.Logger.Warn("dispatch: publish failed; requeue", "invocation", id, "err", err)
+		a.locked(func(s *state.State) { s.Requeue(it, worker, time.Second) })
+		return
+	}
+	a.metrics.dispatched.WithLabelValues(it.Inv.Pool).Inc()
+}
+
+// write runs one Record write of it, serialised with its other writes.
+func (a *Activator) write(it *state.Item, fn func(c *stream.Cached) (bool, error)) (bool, error) {
+	it.WriteMu.Lock()
+	defer it.WriteMu.Unlock()
+	return fn(&it.Rec)
+}
+
+// publishDispatch publishes attempt of it to worker, retrying under the
+// same Nats-Msg-Id (the stream drops a copy within the duplicate window),
+// and notes the Dispatch's stream sequence.
+func (a *Activator) publishDispatch(ctx context.Context, it *state.Item, worker string, attempt int) error {
+	st := a.cfg.Store
+	b, err := json.Marshal(messages.Dispatch{Invocation: it.Inv, Worker: worker, Attempt: attempt, DispatchedAt: a.cfg.Clock.Now().UTC()})
+	if err != nil {
+		return fmt.Errorf("encode dispatch: %w", err)
+	}
+	msgID := messages.DispatchPublishID(it.Inv.InvocationID, attempt)
+	for i := 0; ; i++ {
+		msg := &nats.Msg{Subject: st.Subjects.Dispatch(it.Inv.Pool, worker), Data: b, Header: nats.Header{}}
+		pa, err := st.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID))
+		if err == nil {
+			a.locked(func(s *state.State) { s.Dispatched(it, attempt, pa.Sequence) })
+			return nil
+		}
+		if i == 2 {
+			return fmt.Errorf("publish dispatch %s: %w", msgID, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("publish dispatch %s: %w", msgID, errors.Join(err, ctx.Err()))
+		case <-a.cfg.Clock.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// sendCancel tells worker to stop attempt of invocation id.
+func (a *Activator) sendCancel(pool, worker, id string, attempt int) {
+	b, err := json.Marshal(messages.Cancel{InvocationID: id, Attempt: attempt})
+	if err == nil {
+		err = a.cfg.NC.Publish(a.cfg.Store.Subjects.Cancel(pool, worker), b)
+	}
+	if err != nil {
+		a.cfg.Logger.Warn("send cancel", "invocation", id, "worker", worker, "err", err)
+	}
+}

@@ -1,0 +1,81 @@
+package state
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/runplane/runplane/queue/messages"
+)
+
+// Expiry is an invocation closed on the activator's own authority: its
+// Record is to be written timed_out, and Cancel sent to Worker if set.
+type Expiry struct {
+	Item   *Item
+	Worker string
+	Reason string
+}
+
+// Housekeep applies the periodic checks: workers silent for
+// HeartbeatTimeout are lost, queued invocations past ttlSeconds and
+// dispatched ones past timeoutSeconds (+ ExecutionGrace) expire.
+func (s *State) Housekeep() (losses []*Loss, expired []Expiry) {
+	now := s.clk.Now()
+	for _, p := range s.pools {
+		for _, w := range p.Workers {
+			silent := now.Sub(w.LastSeen) > s.cfg.HeartbeatTimeout
+			if silent && (w.Registered || len(w.InFlight) > 0) {
+				if l := s.lose(p, w, "heartbeats stopped", false); l != nil {
+					losses = append(losses, l)
+				}
+			}
+		}
+		q := p.Queue[:0]
+		for _, it := range p.Queue {
+			if it.Inv.TTLSeconds > 0 && now.After(it.Inv.AcceptedAt.Add(time.Duration(it.Inv.TTLSeconds)*time.Second)) {
+				delete(s.items, it.Inv.InvocationID)
+				it.Done.Store(true)
+				expired = append(expired, Expiry{Item: it, Reason: fmt.Sprintf("not dispatched within ttlSeconds=%d", it.Inv.TTLSeconds)})
+				continue
+			}
+			q = append(q, it)
+		}
+		p.Queue = q
+		for _, w := range p.Workers {
+			for id, it := range w.InFlight {
+				if it.Inv.TimeoutSeconds <= 0 || it.DispatchedAt.IsZero() {
+					continue
+				}
+				if now.After(it.DispatchedAt.Add(time.Duration(it.Inv.TimeoutSeconds)*time.Second + s.cfg.ExecutionGrace)) {
+					delete(w.InFlight, id)
+					delete(s.items, id)
+					it.Done.Store(true)
+					expired = append(expired, Expiry{Item: it, Worker: w.Name, Reason: fmt.Sprintf("no result within timeoutSeconds=%d", it.Inv.TimeoutSeconds)})
+				}
+			}
+		}
+	}
+	return losses, expired
+}
+
+// Restore puts an open Record found at start back: queued, or in flight
+// on its recorded worker (assumed alive until heartbeats say otherwise).
+func (s *State) Restore(it *Item, r messages.Record) {
+	s.items[it.Inv.InvocationID] = it
+	p := s.Pool(it.Inv.Pool)
+	if (r.State != messages.StateDispatched && r.State != messages.StateRunning) || r.Worker == "" {
+		it.Queued = true
+		p.Queue = append(p.Queue, it)
+		return
+	}
+	w := p.Workers[r.Worker]
+	if w == nil {
+		w = s.newWorker(r.Worker, it.Inv.Pool, "")
+		w.LastSeen = s.clk.Now()
+		p.Workers[r.Worker] = w
+	}
+	it.Worker, it.DispatchedAt = r.Worker, r.UpdatedAt
+	// Strikes are not recorded; count every earlier attempt.
+	it.Strikes = max(r.Attempt-1, 0)
+	it.Started = r.State == messages.StateRunning
+	w.InFlight[it.Inv.InvocationID] = it
+}

@@ -1,0 +1,152 @@
+// Package state is the activator's pure core: the per-pool queues, the
+// workers and the invocations in flight, and every decision taken on them
+// (dispatch to the least-loaded worker, worker loss, redelivery with
+// backoff, dead letters, expiry, scaling, status). It does no I/O and reads
+// time from an injected clock; the activator holds the lock around it and
+// carries out what it decides (Record writes, publishes, scale calls).
+package state
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/runplane/runplane/queue/messages"
+	"github.com/runplane/runplane/queue/stream"
+)
+
+// Config holds the limits the decisions apply.
+type Config struct {
+	// HeartbeatTimeout: a worker silent for this long is lost.
+	HeartbeatTimeout time.Duration
+	// MaxAttempts: losses that count before an invocation is dead-lettered.
+	MaxAttempts int
+	// Backoff is the first redelivery delay, doubled per strike up to
+	// MaxBackoff.
+	Backoff, MaxBackoff time.Duration
+	// ExecutionGrace is added to timeoutSeconds before a dispatched
+	// invocation times out.
+	ExecutionGrace time.Duration
+	// DrainHold: how long a worker picked for scale-down gets no new work.
+	DrainHold time.Duration
+}
+
+// State is every pool's queue and workers and every open invocation. It is
+// not safe for concurrent use: the caller serialises access.
+type State struct {
+	cfg   Config
+	clk   clock.PassiveClock
+	pools map[string]*Pool
+	items map[string]*Item
+	// resultSeq is the highest stream sequence the results consumer has
+	// delivered: every result stored before it has been seen.
+	resultSeq uint64
+}
+
+// New returns an empty State.
+func New(cfg Config, clk clock.PassiveClock) *State {
+	return &State{cfg: cfg, clk: clk, pools: map[string]*Pool{}, items: map[string]*Item{}}
+}
+
+// Item is one open invocation.
+type Item struct {
+	Inv          messages.Invocation
+	Seq          uint64 // stream sequence of the invocation
+	Attempt      int    // last dispatched attempt; 0 = never dispatched
+	Worker       string // worker of the current attempt ("" while queued or settling)
+	Queued       bool
+	NotBefore    time.Time
+	DispatchedAt time.Time
+	// Started: the worker reported invocation.started for this attempt.
+	Started bool
+	// Strikes counts the losses that count towards MaxAttempts: a worker
+	// that deregistered with nothing in flight never ran it.
+	Strikes int
+	// DispatchSeq is the stream sequence of the current attempt's Dispatch
+	// (0: unknown), deleted when the attempt is given up.
+	DispatchSeq uint64
+
+	// Done is set once a result (or the activator's own verdict) is known:
+	// pending intermediate Record writes are skipped.
+	Done atomic.Bool
+	// WriteMu serialises this invocation's Record writes; Rec is the Record
+	// as last written or read (under WriteMu), so most writes need no read.
+	WriteMu sync.Mutex
+	Rec     stream.Cached
+}
+
+// Worker is one worker of a pool, known from its Pod or its Events.
+type Worker struct {
+	Name, Pool, Namespace string
+	Concurrency           int
+	InFlight              map[string]*Item
+	Ready, Draining       bool
+	Registered            bool
+	LastSeen, IdleSince   time.Time
+	DrainUntil            time.Time
+	Pod                   *Pod
+}
+
+// Pod is what the Pod informer says about a worker.
+type Pod struct {
+	Created     time.Time
+	Terminating bool
+}
+
+// Pool is one pool's queue and workers.
+type Pool struct {
+	Name      string
+	InvokeSeq uint64 // last invoke stream sequence taken in
+	Queue     []*Item
+	Workers   map[string]*Worker
+	// Status publishing and scaling bookkeeping of the activator.
+	LastStatus []byte
+	StatusAt   time.Time
+	Scaling    bool
+	SetTo      int
+	SetAt      time.Time
+}
+
+// Pool returns (creating) the state of a pool.
+func (s *State) Pool(name string) *Pool {
+	p := s.pools[name]
+	if p == nil {
+		p = &Pool{Name: name, Workers: map[string]*Worker{}}
+		s.pools[name] = p
+	}
+	return p
+}
+
+// PoolNames lists the pools with state.
+func (s *State) PoolNames() []string {
+	names := make([]string, 0, len(s.pools))
+	for n := range s.pools {
+		names = append(names, n)
+	}
+	return names
+}
+
+// Item returns the open invocation id (nil if none).
+func (s *State) Item(id string) *Item { return s.items[id] }
+
+// Now is the clock's time.
+func (s *State) Now() time.Time { return s.clk.Now() }
+
+// ResultSeq is the highest result stream sequence delivered.
+func (s *State) ResultSeq() uint64 { return s.resultSeq }
+
+// NoteResultSeq records that results up to seq were delivered.
+func (s *State) NoteResultSeq(seq uint64) { s.resultSeq = max(s.resultSeq, seq) }
+
+func (s *State) newWorker(name, pool, namespace string) *Worker {
+	return &Worker{Name: name, Pool: pool, Namespace: namespace, Concurrency: 1, InFlight: map[string]*Item{}}
+}
+
+func (w *Worker) take(id string, now time.Time) {
+	delete(w.InFlight, id)
+	if len(w.InFlight) == 0 {
+		w.IdleSince = now
+	}
+}

@@ -1,0 +1,339 @@
+package state
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/runplane/runplane/queue/messages"
+)
+
+var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+func newState(maxAttempts int) (*State, *clocktesting.FakeClock) {
+	clk := clocktesting.NewFakeClock(t0)
+	return New(Config{HeartbeatTimeout: 15 * time.Second, MaxAttempts: maxAttempts, Backoff: time.Second, MaxBackoff: 4 * time.Second,
+		ExecutionGrace: 10 * time.Second, DrainHold: time.Minute}, clk), clk
+}
+
+func register(s *State, worker string, conc int) {
+	s.Event(messages.Event{Type: messages.EventRegistered, Pool: "p", Worker: worker, Namespace: "ns", Concurrency: conc, Ready: true})
+}
+
+func enqueue(s *State, id string, mut ...func(*messages.Invocation)) *Item {
+	inv := messages.Invocation{InvocationID: id, Pool: "p", AcceptedAt: s.Now(), TTLSeconds: 60, TimeoutSeconds: 30}
+	for _, m := range mut {
+		m(&inv)
+	}
+	it := &Item{Inv: inv}
+	s.Enqueue(it)
+	return it
+}
+
+func workersOf(as []Assignment) []string {
+	var out []string
+	for _, a := range as {
+		out = append(out, a.Item.Inv.InvocationID+"→"+a.Worker)
+	}
+	return out
+}
+
+// TestLifecycle walks one invocation queued → dispatched → running →
+// finished.
+func TestLifecycle(t *testing.T) {
+	s, clk := newState(3)
+	it := enqueue(s, "i")
+	require.True(t, it.Queued)
+	require.Empty(t, s.Dispatch(), "no worker yet")
+
+	register(s, "w", 1)
+	as := s.Dispatch()
+	require.Equal(t, []Assignment{{Item: it, Worker: "w", Namespace: "ns", Attempt: 1}}, as)
+	require.False(t, it.Queued)
+	require.Equal(t, t0, it.DispatchedAt)
+	require.Empty(t, s.Dispatch(), "dispatched once")
+	s.Dispatched(it, 1, 42)
+	require.EqualValues(t, 42, it.DispatchSeq)
+
+	out := s.Event(messages.Event{Type: messages.EventStarted, Pool: "p", Worker: "w", InvocationID: "i", Attempt: 1})
+	require.Same(t, it, out.Started)
+	require.True(t, it.Started)
+	stale := s.Event(messages.Event{Type: messages.EventStarted, Pool: "p", Worker: "w", InvocationID: "i", Attempt: 0})
+	require.Nil(t, stale.Started, "an older attempt's start changes nothing")
+
+	clk.Step(time.Second)
+	got, other := s.Result(messages.Result{InvocationID: "i", Pool: "p", Worker: "w", Attempt: 1, State: messages.StateSucceeded}, 7)
+	require.Same(t, it, got)
+	require.Nil(t, other)
+	require.True(t, it.Done.Load())
+	require.Nil(t, s.Item("i"))
+	require.EqualValues(t, 7, s.ResultSeq())
+	w := s.Pool("p").Workers["w"]
+	require.Empty(t, w.InFlight)
+	require.Equal(t, t0.Add(time.Second), w.IdleSince)
+}
+
+// TestResultFromOtherWorkerCancelsNewerAttempt: the first result wins; an
+// attempt running elsewhere is to be cancelled.
+func TestResultFromOtherWorkerCancelsNewerAttempt(t *testing.T) {
+	s, _ := newState(3)
+	register(s, "b", 1)
+	it := enqueue(s, "i")
+	it.Attempt = 1 // attempt 1 ran on a, which was lost
+	s.Dispatch()
+	_, other := s.Result(messages.Result{InvocationID: "i", Pool: "p", Worker: "a", Attempt: 1, State: messages.StateSucceeded}, 1)
+	require.Equal(t, &Superseded{Pool: "p", Worker: "b", InvocationID: "i", Attempt: 2}, other)
+	require.Empty(t, s.Pool("p").Workers["b"].InFlight)
+}
+
+func TestDispatchRespectsConcurrencyBackoffAndOrder(t *testing.T) {
+	s, clk := newState(3)
+	register(s, "a", 2)
+	register(s, "b", 1)
+	enqueue(s, "1")
+	enqueue(s, "2")
+	enqueue(s, "3")
+	enqueue(s, "4")
+	require.Equal(t, []string{"1→a", "2→b", "3→a"}, workersOf(s.Dispatch()), "least loaded, then name; within concurrency")
+	require.Len(t, s.Pool("p").Queue, 1)
+
+	later := s.Pool("p").Queue[0]
+	s.Requeue(later, "", time.Second) // queued already: no change
+	require.True(t, later.NotBefore.IsZero())
+	_, _ = s.Result(messages.Result{InvocationID: "1", Pool: "p", Worker: "a", Attempt: 1}, 1)
+	it := s.Item("3")
+	s.Requeue(it, "a", time.Second) // a failed Record write
+	require.Equal(t, []string{"4→a"}, workersOf(s.Dispatch()), "3 waits for its delay, 4 goes")
+	clk.Step(time.Second + time.Millisecond)
+	_, _ = s.Result(messages.Result{InvocationID: "4", Pool: "p", Worker: "a", Attempt: 1}, 2)
+	require.Equal(t, []string{"3→a"}, workersOf(s.Dispatch()))
+	require.Equal(t, 2, it.Attempt)
+}
+
+func TestDrainingAndHeldWorkersGetNothing(t *testing.T) {
+	s, clk := newState(3)
+	s.Event(messages.Event{Type: messages.EventHeartbeat, Pool: "p", Worker: "d", Ready: true, Draining: true})
+	register(s, "h", 1)
+	s.Hold("p", []string{"h"})
+	enqueue(s, "i")
+	require.Empty(t, s.Dispatch())
+	clk.Step(time.Minute + time.Millisecond)
+	require.Equal(t, []string{"i→h"}, workersOf(s.Dispatch()), "hold over")
+}
+
+// TestLossAndRedelivery covers every way a worker is lost and what Settle
+// decides: redelivery with backoff, at once, or a dead letter.
+func TestLossAndRedelivery(t *testing.T) {
+	type step struct {
+		strike      bool
+		wantVerdict Verdict
+		wantDelay   time.Duration
+	}
+	tests := []struct {
+		name        string
+		maxAttempts int
+		lose        func(s *State, clk *clocktesting.FakeClock) *Loss
+		wantWhy     string
+		wantClean   bool
+		steps       []step
+	}{
+		{name: "heartbeat timeout", maxAttempts: 3, wantWhy: "heartbeats stopped",
+			lose: func(s *State, clk *clocktesting.FakeClock) *Loss {
+				clk.Step(15 * time.Second)
+				l, _ := s.Housekeep()
+				if len(l) != 0 {
+					return l[0] // not silent for longer than the timeout yet
+				}
+				clk.Step(time.Millisecond)
+				l, _ = s.Housekeep()
+				return l[0]
+			},
+			steps: []step{{true, Redeliver, time.Second}, {true, Redeliver, 2 * time.Second}, {true, DeadLetter, 0}}},
+		{name: "pod gone", maxAttempts: 2, wantWhy: "pod gone",
+			lose: func(s *State, _ *clocktesting.FakeClock) *Loss {
+				l, poke := s.PodSeen("p", "w", "ns", 1, Pod{}, true)
+				if !poke {
+					return nil
+				}
+				return l
+			},
+			steps: []step{{true, Redeliver, time.Second}, {true, DeadLetter, 0}}},
+		{name: "clean deregistration of unstarted work", maxAttempts: 1, wantWhy: "deregistered", wantClean: true,
+			lose: func(s *State, _ *clocktesting.FakeClock) *Loss {
+				out := s.Event(messages.Event{Type: messages.EventDeregistered, Pool: "p", Worker: "w", InFlight: 0})
+				if !out.Gone {
+					return nil
+				}
+				return out.Lost
+			},
+			steps: []step{{false, Redeliver, 0}, {false, Redeliver, 0}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, clk := newState(tc.maxAttempts)
+			for _, st := range tc.steps {
+				register(s, "w", 1)
+				it := s.Item("i")
+				if it == nil {
+					it = enqueue(s, "i")
+				}
+				require.Len(t, s.Dispatch(), 1)
+				s.Dispatched(it, it.Attempt, 99)
+				l := tc.lose(s, clk)
+				require.NotNil(t, l)
+				require.Equal(t, tc.wantWhy, l.Why)
+				require.Equal(t, tc.wantClean, l.Clean)
+				require.Equal(t, []*Item{it}, l.Items)
+				require.NotContains(t, s.Pool("p").Workers, "w")
+				live, _ := s.Settling(it)
+				require.True(t, live)
+
+				v, stale := s.Settle(it, st.strike)
+				require.Equal(t, st.wantVerdict, v)
+				if v == DeadLetter {
+					require.Nil(t, s.Item("i"))
+					require.True(t, it.Done.Load())
+					return
+				}
+				require.EqualValues(t, 99, stale, "the abandoned Dispatch is to be deleted")
+				require.Equal(t, []*Item{it}, s.Pool("p").Queue, "at the head of the queue")
+				require.Equal(t, s.Now().Add(st.wantDelay), it.NotBefore)
+				v, _ = s.Settle(it, st.strike)
+				require.Equal(t, Skip, v, "settled once")
+				if st.wantDelay > 0 {
+					register(s, "w", 1)
+					require.Empty(t, s.Dispatch(), "backoff")
+					clk.Step(st.wantDelay)
+				}
+			}
+			require.Zero(t, s.Item("i").Strikes, "unstarted work counts no strikes")
+		})
+	}
+}
+
+func TestSettleSkipsFinished(t *testing.T) {
+	s, _ := newState(3)
+	register(s, "w", 1)
+	it := enqueue(s, "i")
+	s.Dispatch()
+	out := s.Event(messages.Event{Type: messages.EventDeregistered, Pool: "p", Worker: "w", InFlight: 0})
+	_, _ = s.Result(messages.Result{InvocationID: "i", Pool: "p", Worker: "w", Attempt: 1, State: messages.StateSucceeded}, 3)
+	live, _ := s.Settling(out.Lost.Items[0])
+	require.False(t, live)
+	v, _ := s.Settle(it, true)
+	require.Equal(t, Skip, v)
+}
+
+func TestBackoff(t *testing.T) {
+	s, _ := newState(3)
+	for strikes, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 10: 4 * time.Second} {
+		require.Equal(t, want, s.Backoff(strikes), "strikes %d", strikes)
+	}
+}
+
+func TestExpiry(t *testing.T) {
+	tests := []struct {
+		name       string
+		dispatch   bool
+		after      time.Duration
+		wantWorker string
+		wantReason string
+	}{
+		{name: "queued within ttl", after: 60 * time.Second},
+		{name: "queued past ttl", after: 60*time.Second + time.Millisecond, wantReason: "not dispatched within ttlSeconds=60"},
+		{name: "running within timeout and grace", dispatch: true, after: 40 * time.Second},
+		{name: "running past timeout and grace", dispatch: true, after: 40*time.Second + time.Millisecond, wantWorker: "w",
+			wantReason: "no result within timeoutSeconds=30"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, clk := newState(3)
+			it := enqueue(s, "i")
+			if tc.dispatch {
+				register(s, "w", 1)
+				s.Dispatch()
+			}
+			clk.Step(tc.after)
+			if tc.dispatch { // keep the worker alive
+				register(s, "w", 1)
+			}
+			_, expired := s.Housekeep()
+			if tc.wantReason == "" {
+				require.Empty(t, expired)
+				require.Same(t, it, s.Item("i"))
+				return
+			}
+			require.Equal(t, []Expiry{{Item: it, Worker: tc.wantWorker, Reason: tc.wantReason}}, expired)
+			require.Nil(t, s.Item("i"))
+			require.True(t, it.Done.Load())
+			require.Zero(t, s.Status("p", 0).Backlog+s.Status("p", 0).InFlight)
+		})
+	}
+}
+
+func TestRestore(t *testing.T) {
+	tests := []struct {
+		name        string
+		rec         messages.Record
+		wantQueued  bool
+		wantStrikes int
+		wantStarted bool
+	}{
+		{name: "queued", rec: messages.Record{State: messages.StateQueued}, wantQueued: true},
+		{name: "dispatched", rec: messages.Record{State: messages.StateDispatched, Worker: "w", Attempt: 2, UpdatedAt: t0}, wantStrikes: 1},
+		{name: "running", rec: messages.Record{State: messages.StateRunning, Worker: "w", Attempt: 1, UpdatedAt: t0}, wantStarted: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, _ := newState(3)
+			it := &Item{Inv: messages.Invocation{InvocationID: "i", Pool: "p"}, Attempt: tc.rec.Attempt}
+			s.Restore(it, tc.rec)
+			require.Same(t, it, s.Item("i"))
+			require.Equal(t, tc.wantQueued, it.Queued)
+			require.Equal(t, tc.wantStrikes, it.Strikes)
+			require.Equal(t, tc.wantStarted, it.Started)
+			st := s.Status("p", 1)
+			if tc.wantQueued {
+				require.Equal(t, 1, st.Backlog)
+				return
+			}
+			require.Equal(t, 1, st.InFlight)
+			require.Equal(t, "w", it.Worker)
+			require.Equal(t, t0, it.DispatchedAt)
+		})
+	}
+}
+
+func TestStatusAndScaleInput(t *testing.T) {
+	s, clk := newState(3)
+	register(s, "ready", 2)
+	_, _ = s.PodSeen("p", "starting", "ns", 4, Pod{Created: t0}, false)
+	_, poke := s.PodSeen("p", "leaving", "ns", 1, Pod{Created: t0, Terminating: true}, false)
+	require.True(t, poke, "a terminating Pod takes no more work")
+	enqueue(s, "a")
+	enqueue(s, "b")
+	enqueue(s, "c")
+	require.Len(t, s.Dispatch(), 2)
+	clk.Step(time.Second)
+
+	st := s.Status("p", 3)
+	require.Equal(t, 3, st.Replicas)
+	require.Equal(t, 1, st.Backlog)
+	require.Equal(t, 2, st.InFlight)
+	require.Equal(t, 2, st.Capacity)
+	require.Len(t, st.Workers, 3)
+	require.Equal(t, "leaving", st.Workers[0].Name)
+	require.True(t, st.Workers[1].Ready)
+	require.Equal(t, 4, st.Workers[2].Concurrency)
+
+	backlog, inflight, views, waited := s.ScaleInput("p", 10*time.Second)
+	require.Equal(t, 1, backlog)
+	require.Equal(t, 2, inflight)
+	require.Equal(t, time.Second, waited)
+	require.ElementsMatch(t, []WorkerView{{Name: "ready", Ready: true, InFlight: 2}, {Name: "starting", Starting: true}}, views)
+	clk.Step(10 * time.Second)
+	_, _, views, _ = s.ScaleInput("p", 10*time.Second)
+	require.ElementsMatch(t, []WorkerView{{Name: "ready", Ready: true, InFlight: 2}, {Name: "starting"}}, views, "past startup-timeout")
+}

@@ -1,0 +1,64 @@
+package state
+
+import (
+	"sort"
+	"time"
+
+	"github.com/runplane/runplane/queue/stream"
+)
+
+// Status summarises a pool; replicas is its workload's.
+func (s *State) Status(pool string, replicas int) stream.PoolStatus {
+	now := s.clk.Now()
+	p := s.Pool(pool)
+	st := stream.PoolStatus{Pool: p.Name, Replicas: replicas, Backlog: len(p.Queue), InvokeSeq: p.InvokeSeq, Workers: []stream.WorkerStatus{}}
+	names := make([]string, 0, len(p.Workers))
+	for n := range p.Workers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		w := p.Workers[n]
+		st.InFlight += len(w.InFlight)
+		ready := w.Registered && w.Ready
+		if ready && !w.Draining {
+			st.Capacity += w.Concurrency
+		}
+		st.Workers = append(st.Workers, stream.WorkerStatus{Name: n, Ready: ready, Draining: w.Draining || now.Before(w.DrainUntil),
+			Starting: !ready, Concurrency: w.Concurrency, InFlight: len(w.InFlight)})
+	}
+	return st
+}
+
+// ScaleInput is what the scaling policy needs of a pool: its backlog, what
+// is in flight, the workers as the policy sees them and, for an empty
+// pool, how long its oldest invocation has waited.
+func (s *State) ScaleInput(pool string, startupTimeout time.Duration) (backlog, inflight int, views []WorkerView, waited time.Duration) {
+	now := s.clk.Now()
+	p := s.Pool(pool)
+	for _, w := range p.Workers {
+		inflight += len(w.InFlight)
+		if w.Pod != nil && w.Pod.Terminating {
+			continue
+		}
+		ready := w.Registered && w.Ready
+		starting := !ready && w.Pod != nil && now.Sub(w.Pod.Created) < startupTimeout
+		views = append(views, WorkerView{Name: w.Name, Ready: ready && !w.Draining, Starting: starting, InFlight: len(w.InFlight), IdleSince: w.IdleSince})
+	}
+	for _, it := range p.Queue {
+		waited = max(waited, now.Sub(it.Inv.AcceptedAt))
+	}
+	return len(p.Queue), inflight, views, waited
+}
+
+// Hold keeps the named workers of pool from new work for DrainHold: they
+// are about to be removed by a scale-down.
+func (s *State) Hold(pool string, workers []string) {
+	until := s.clk.Now().Add(s.cfg.DrainHold)
+	p := s.Pool(pool)
+	for _, n := range workers {
+		if w := p.Workers[n]; w != nil {
+			w.DrainUntil = until
+		}
+	}
+}

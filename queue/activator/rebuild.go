@@ -1,0 +1,195 @@
+package activator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/runplane/runplane/queue/activator/internal/state"
+	"github.com/runplane/runplane/queue/messages"
+	"github.com/runplane/runplane/queue/stream"
+)
+
+// rebuild loads every non-terminal Record and its invocation from the
+// stream, so a new leader resumes where the old one stopped.
+func (a *Activator) rebuild(ctx context.Context) error {
+	st := a.cfg.Store
+	w, err := st.Records.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("rebuild: watch records: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	type openRec struct {
+		rec messages.Record
+		rev uint64
+	}
+	var known []openRec
+	unseq := map[string]openRec{} // queued, sequence not recorded yet
+	for e := range w.Updates() {
+		if e == nil {
+			break
+		}
+		r, err := stream.Decode(e.Value())
+		if err != nil || r.State.Terminal() {
+			continue
+		}
+		if r.Sequence == 0 {
+			unseq[r.InvocationID] = openRec{r, e.Revision()}
+			continue
+		}
+		known = append(known, openRec{r, e.Revision()})
+	}
+	_ = w.Stop()
+	invs := map[string]messages.Invocation{}
+	seqs := map[string]uint64{}
+	for _, o := range known {
+		m, err := st.Stream.GetMsg(ctx, o.rec.Sequence)
+		if err != nil {
+			a.cfg.Logger.Warn("rebuild: invocation missing from stream", "invocation", o.rec.InvocationID, "seq", o.rec.Sequence, "err", err)
+			continue
+		}
+		var inv messages.Invocation
+		if err := json.Unmarshal(m.Data, &inv); err != nil {
+			continue
+		}
+		invs[inv.InvocationID], seqs[inv.InvocationID] = inv, o.rec.Sequence
+	}
+	if len(unseq) > 0 {
+		// The Record learns its sequence at dispatch: find queued
+		// invocations in the stream. Those the invoke consumer has not
+		// delivered yet turn up here too; it acks them as known.
+		since := a.cfg.Clock.Now()
+		pools := map[string]bool{}
+		for _, o := range unseq {
+			since = minTime(since, o.rec.AcceptedAt)
+			pools[o.rec.Pool] = true
+		}
+		var subjects []string
+		for p := range pools {
+			subjects = append(subjects, st.Subjects.Invoke(p))
+		}
+		err := scan(ctx, st, subjects, since, func(m jetstream.Msg, seq uint64) {
+			var inv messages.Invocation
+			if json.Unmarshal(m.Data(), &inv) != nil {
+				return
+			}
+			if o, ok := unseq[inv.InvocationID]; ok && o.rec.Pool == inv.Pool {
+				if _, dup := invs[inv.InvocationID]; !dup {
+					invs[inv.InvocationID], seqs[inv.InvocationID] = inv, seq
+					known = append(known, o)
+				}
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("rebuild: %w", err)
+		}
+	}
+	// A dispatched attempt is published again only when its Dispatch is
+	// not in the stream: the Record is written first, and the old leader
+	// may have died before publishing. Republishing one that is there would
+	// hand the worker a second copy once the duplicate window is over.
+	published := map[string]uint64{} // Dispatch publish ID → stream sequence
+	var subjects []string
+	since := a.cfg.Clock.Now()
+	for _, o := range known {
+		if o.rec.State == messages.StateDispatched && o.rec.Worker != "" {
+			subjects = append(subjects, st.Subjects.Dispatch(o.rec.Pool, o.rec.Worker))
+			since = minTime(since, o.rec.UpdatedAt)
+			published[messages.DispatchPublishID(o.rec.InvocationID, o.rec.Attempt)] = 0
+		}
+	}
+	if len(subjects) > 0 {
+		slices.Sort(subjects)
+		err := scan(ctx, st, slices.Compact(subjects), since, func(m jetstream.Msg, seq uint64) {
+			if id := m.Headers().Get(jetstream.MsgIDHeader); id != "" {
+				if _, ok := published[id]; ok {
+					published[id] = seq
+				}
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("rebuild: %w", err)
+		}
+	}
+
+	n, republished := 0, 0
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, o := range known {
+		r := o.rec
+		inv, ok := invs[r.InvocationID]
+		if !ok {
+			continue
+		}
+		// Assume a recorded worker still runs it; heartbeats confirm it, or
+		// it is declared lost after HeartbeatTimeout and redelivered.
+		it := &state.Item{Inv: inv, Seq: seqs[r.InvocationID], Attempt: r.Attempt, Rec: stream.Cached{Record: r, Rev: o.rev}}
+		a.st.Restore(it, r)
+		if r.State == messages.StateDispatched && r.Worker != "" {
+			if seq := published[messages.DispatchPublishID(r.InvocationID, r.Attempt)]; seq != 0 {
+				it.DispatchSeq = seq
+			} else {
+				republished++
+				a.wg.Go(func() {
+					if err := a.publishDispatch(ctx, it, r.Worker, r.Attempt); err != nil {
+						a.cfg.Logger.Warn("rebuild: republish dispatch failed", "invocation", r.InvocationID, "err", err)
+					}
+				})
+			}
+		}
+		n++
+	}
+	a.cfg.Logger.Info("activator rebuilt state", "invocations", n, "republished", republished)
+	return nil
+}
+
+// scanSlack covers clock skew between the writers of Record times and the
+// NATS server that stamps stream messages.
+const scanSlack = time.Minute
+
+// scan calls fn with every message on subjects stored since since (less
+// scanSlack), oldest first, up to the end of the stream.
+func scan(ctx context.Context, st *stream.Store, subjects []string, since time.Time, fn func(m jetstream.Msg, seq uint64)) error {
+	start := since.Add(-scanSlack)
+	c, err := st.Stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: subjects,
+		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &start})
+	if err != nil {
+		return fmt.Errorf("scan %v: %w", subjects, err)
+	}
+	for ctx.Err() == nil {
+		batch, err := c.FetchNoWait(500)
+		if err != nil {
+			return fmt.Errorf("scan %v: %w", subjects, err)
+		}
+		got, last := 0, false
+		for m := range batch.Messages() {
+			got++
+			md, err := m.Metadata()
+			if err != nil {
+				continue
+			}
+			fn(m, md.Sequence.Stream)
+			last = md.NumPending == 0
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return fmt.Errorf("scan %v: %w", subjects, err)
+		}
+		if got == 0 || last {
+			return nil
+		}
+	}
+	return ctx.Err()
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,268 @@
+package activator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/runplane/runplane/queue/activator/internal/state"
+	"github.com/runplane/runplane/queue/messages"
+	"github.com/runplane/runplane/queue/stream"
+)
+
+// onEvent tracks workers from sidecar Events.
+func (a *Activator) onEvent(ctx context.Context, m *nats.Msg) {
+	var ev messages.Event
+	if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Worker == "" || ev.Pool == "" {
+		return
+	}
+	var out state.EventOutcome
+	a.locked(func(s *state.State) { out = s.Event(ev) })
+	a.lost(ctx, out.Lost)
+	if it := out.Started; it != nil {
+		a.wg.Add(1)
+		if a.cfg.RunningDelay > 0 {
+			a.cfg.Clock.AfterFunc(a.cfg.RunningDelay, func() { a.markRunning(ctx, it, ev) })
+		} else {
+			go a.markRunning(ctx, it, ev)
+		}
+	}
+	if out.Ready || out.Gone {
+		a.poke()
+	}
+}
+
+// markRunning records that a worker started an invocation, unless its
+// result is already in: running would add nothing then.
+func (a *Activator) markRunning(ctx context.Context, it *state.Item, ev messages.Event) {
+	defer a.wg.Done()
+	_, err := a.write(it, func(c *stream.Cached) (bool, error) {
+		if it.Done.Load() {
+			return false, nil
+		}
+		return a.cfg.Store.TransitionCached(ctx, ev.InvocationID, c, messages.StateRunning, ev.Worker, ev.Attempt, nil)
+	})
+	if err != nil {
+		a.cfg.Logger.Debug("record running", "invocation", ev.InvocationID, "err", err)
+	}
+}
+
+// lost logs a worker loss and has its invocations settled.
+func (a *Activator) lost(ctx context.Context, l *state.Loss) {
+	if l == nil {
+		return
+	}
+	a.cfg.Logger.Info("worker lost", "pool", l.Pool, "worker", l.Worker, "reason", l.Why, "invocations", len(l.Items), "clean", l.Clean)
+	if len(l.Items) > 0 {
+		a.wg.Go(func() { a.settle(ctx, l) })
+	}
+}
+
+// settle decides what becomes of a lost worker's invocations. A worker
+// publishes its results to the stream before it deregisters (or dies), and
+// the results consumer may still be behind: settle first waits until it has
+// delivered everything stored on result.<pool>, so a finished invocation
+// is never run again. What is still open then is checked against its
+// Record (a result handled by a previous leader, a cancel, a timeout) and
+// only then handed to state.Settle: redelivered, or dead-lettered.
+func (a *Activator) settle(ctx context.Context, l *state.Loss) {
+	st := a.cfg.Store
+	a.waitResults(ctx, l.Pool)
+	for _, it := range l.Items {
+		id := it.Inv.InvocationID
+		var live, started bool
+		a.locked(func(s *state.State) { live, started = s.Settling(it) })
+		if !live {
+			continue
+		}
+		rec, _, err := st.Get(ctx, id)
+		if errors.Is(err, stream.ErrNotFound) || (err == nil && (rec.State.Terminal() || rec.Attempt > it.Attempt)) {
+			a.locked(func(s *state.State) { s.Forget(it, "") })
+			continue
+		}
+		if err != nil {
+			// The dispatch compare-and-set still guards a redelivery.
+			a.cfg.Logger.Warn("settle: read record", "invocation", id, "err", err)
+		}
+		// Only a clean deregistration shows that the worker never ran it
+		// (a started event may be lost); one it did start, clean or not,
+		// ran without a result.
+		strike := !l.Clean || started || (err == nil && rec.State == messages.StateRunning && rec.Worker == l.Worker)
+		var v state.Verdict
+		var stale uint64
+		a.locked(func(s *state.State) { v, stale = s.Settle(it, strike) })
+		switch v {
+		case state.Skip:
+			continue
+		case state.DeadLetter:
+			a.metrics.lost.WithLabelValues(l.Pool).Inc()
+			reason := fmt.Sprintf("worker %s lost (%s) on attempt %d; %d of %d allowed losses", l.Worker, l.Why, it.Attempt, it.Strikes, a.cfg.MaxAttempts)
+			a.wg.Go(func() { a.deadLetter(ctx, it, reason) })
+			continue
+		}
+		a.metrics.lost.WithLabelValues(l.Pool).Inc()
+		a.metrics.redelivered.WithLabelValues(l.Pool).Inc()
+		if stale != 0 {
+			// The abandoned attempt must not run later (a restarted worker
+			// of the same name resumes its consumer): remove its Dispatch.
+			if err := st.Stream.DeleteMsg(ctx, stale); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+				a.cfg.Logger.Debug("settle: delete abandoned dispatch", "invocation", id, "seq", stale, "err", err)
+			}
+		}
+	}
+	a.poke()
+}
+
+// waitResults returns once the results consumer has delivered every result
+// stored on result.<pool> so far, or when it has made no progress for
+// ResultAckWait and a bit (a result delivered to a previous leader comes
+// back only after it).
+func (a *Activator) waitResults(ctx context.Context, pool string) {
+	st := a.cfg.Store
+	m, err := st.Stream.GetLastMsgForSubject(ctx, st.Subjects.Result(pool))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return
+	}
+	if err != nil {
+		a.cfg.Logger.Warn("settle: last result", "pool", pool, "err", err)
+		return
+	}
+	clk := a.cfg.Clock
+	patience := a.cfg.ResultAckWait + time.Second
+	deadline := clk.Now().Add(patience)
+	t := clk.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	var last uint64
+	for {
+		var seen uint64
+		a.locked(func(s *state.State) { seen = s.ResultSeq() })
+		if seen >= m.Sequence {
+			return
+		}
+		if seen != last {
+			last, deadline = seen, clk.Now().Add(patience)
+		}
+		if clk.Now().After(deadline) {
+			a.cfg.Logger.Warn("settle: results consumer behind; deciding on the Records", "pool", pool, "seen", seen, "last", m.Sequence)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+	}
+}
+
+// deadLetter publishes it on deadletter.<pool> and records dead_lettered.
+func (a *Activator) deadLetter(ctx context.Context, it *state.Item, reason string) {
+	st := a.cfg.Store
+	b, err := json.Marshal(it.Inv)
+	if err != nil {
+		a.cfg.Logger.Error("dead letter: encode", "invocation", it.Inv.InvocationID, "err", err)
+		return
+	}
+	msg := &nats.Msg{Subject: st.Subjects.DeadLetter(it.Inv.Pool), Data: b, Header: nats.Header{}}
+	msg.Header.Set("Runplane-Reason", reason)
+	for {
+		_, err := st.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(it.Inv.InvocationID+".deadletter"))
+		if err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done(): // shutting down: the next leader dead-letters it
+			return
+		case <-a.cfg.Clock.After(time.Second):
+		}
+	}
+	_, err = a.write(it, func(c *stream.Cached) (bool, error) {
+		return st.TransitionCached(ctx, it.Inv.InvocationID, c, messages.StateDeadLettered, "", 0, func(r *messages.Record) { r.Error = reason })
+	})
+	if err != nil {
+		a.cfg.Logger.Warn("dead-letter record update failed", "invocation", it.Inv.InvocationID, "err", err)
+	}
+	a.metrics.deadLettered.WithLabelValues(it.Inv.Pool).Inc()
+}
+
+// expire records an invocation timed out on the activator's authority
+// (TTL in queue or execution timeout) and cancels it on its worker.
+func (a *Activator) expire(ctx context.Context, e state.Expiry) {
+	if e.Worker != "" {
+		a.sendCancel(e.Item.Inv.Pool, e.Worker, e.Item.Inv.InvocationID, e.Item.Attempt)
+	}
+	_, err := a.write(e.Item, func(c *stream.Cached) (bool, error) {
+		return a.cfg.Store.TransitionCached(ctx, e.Item.Inv.InvocationID, c, messages.StateTimedOut, "", 0, func(r *messages.Record) { r.Error = e.Reason })
+	})
+	if err != nil {
+		a.cfg.Logger.Warn("expire: record update failed", "invocation", e.Item.Inv.InvocationID, "err", err)
+	}
+}
+
+// housekeep runs the periodic checks (lost workers, TTLs, execution
+// timeouts), then scaling and status.
+func (a *Activator) housekeep(ctx context.Context) {
+	var losses []*state.Loss
+	var expired []state.Expiry
+	a.locked(func(s *state.State) { losses, expired = s.Housekeep() })
+	for _, l := range losses {
+		a.lost(ctx, l)
+	}
+	for _, e := range expired {
+		a.wg.Go(func() { a.expire(ctx, e) })
+	}
+	if a.scaler != nil {
+		a.scaleAll(ctx)
+	}
+	a.publishStatus(ctx)
+}
+
+// publishStatus writes each pool's status to the pool-status bucket when
+// it changed, and at least every 5s.
+func (a *Activator) publishStatus(ctx context.Context) {
+	type put struct {
+		key string
+		b   []byte
+	}
+	var puts []put
+	names := map[string]bool{}
+	for _, pl := range a.cfg.Pools.List() {
+		names[pl.Name] = true
+	}
+	a.locked(func(s *state.State) {
+		now := s.Now()
+		for _, n := range s.PoolNames() {
+			names[n] = true
+		}
+		for n := range names {
+			replicas := 0
+			if pl, ok := a.cfg.Pools.Lookup(n); ok {
+				replicas = pl.Replicas
+			}
+			ps := s.Status(n, replicas)
+			a.metrics.backlog.WithLabelValues(n).Set(float64(ps.Backlog))
+			a.metrics.inflight.WithLabelValues(n).Set(float64(ps.InFlight))
+			b, err := json.Marshal(ps)
+			p := s.Pool(n)
+			if err != nil || (string(b) == string(p.LastStatus) && now.Sub(p.StatusAt) < 5*time.Second) {
+				continue
+			}
+			ps.UpdatedAt = now.UTC()
+			full, err := json.Marshal(ps)
+			if err != nil {
+				continue
+			}
+			p.LastStatus, p.StatusAt = b, now
+			puts = append(puts, put{n, full})
+		}
+	})
+	for _, p := range puts {
+		if _, err := a.cfg.Store.Pools.Put(ctx, p.key, p.b); err != nil {
+			a.cfg.Logger.Debug("publish pool status", "pool", p.key, "err", err)
+		}
+	}
+}

@@ -1,0 +1,84 @@
+package queue
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/nats-io/nuid"
+	"golang.org/x/sync/errgroup"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/runplane/runplane/api"
+)
+
+// DefaultLeaseName is the activator's Lease (-leader-election-name).
+const DefaultLeaseName = "runplane-queue-activator"
+
+// NewManager builds the controller-runtime manager that runs the ingress on
+// every replica and the activator (a leader-election Runnable) on the Lease
+// holder. The Lease is released only after the activator has drained
+// (LeaderElectionReleaseOnCancel, no shutdown timeout), so the next leader
+// never overlaps it. /metrics, /healthz and /readyz stay on the ingress
+// port, where the chart's probes and ServiceMonitor expect them: the
+// manager's own metrics and probe listeners are off.
+//
+// Run adds the ingress and the activator to it; tests add their own
+// Runnables.
+func NewManager(cfg Config) (manager.Manager, error) {
+	if cfg.RESTConfig == nil {
+		return nil, errors.New("queue: manager needs a Kubernetes config")
+	}
+	opts := manager.Options{
+		Logger:                  logr.FromSlogHandler(cmp.Or(cfg.Logger, slog.Default()).Handler()),
+		Metrics:                 metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:  "0",
+		GracefulShutdownTimeout: ptr.To[time.Duration](-1),
+	}
+	if cfg.LeaderElection {
+		id := cfg.Identity
+		if id == "" {
+			h, _ := os.Hostname()
+			id = h + "-" + nuid.Next()
+		}
+		ns, name := cmp.Or(cfg.LeaseNamespace, api.DefaultNamespace), cmp.Or(cfg.LeaseName, DefaultLeaseName)
+		coord, err := coordinationv1.NewForConfig(cfg.RESTConfig)
+		if err != nil {
+			return nil, fmt.Errorf("queue: lease client: %w", err)
+		}
+		opts.LeaderElection, opts.LeaderElectionReleaseOnCancel = true, true
+		opts.LeaderElectionID, opts.LeaderElectionNamespace = name, ns
+		// A Lease lock of our own keeps Config.Identity (the chart passes
+		// none; tests name their contenders).
+		opts.LeaderElectionResourceLockInterface = &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: name},
+			Client:     coord,
+			LockConfig: resourcelock.ResourceLockConfig{Identity: id},
+		}
+	}
+	mgr, err := manager.New(cfg.RESTConfig, opts)
+	if err != nil {
+		return nil, fmt.Errorf("queue: manager: %w", err)
+	}
+	return mgr, nil
+}
+
+// runAll runs runnables without Kubernetes (-no-kube) until ctx ends or
+// one fails, and returns once all have returned.
+func runAll(ctx context.Context, runnables []manager.Runnable) error {
+	g, ctx := errgroup.WithContext(ctx)
+	for _, r := range runnables {
+		g.Go(func() error { return r.Start(ctx) })
+	}
+	return g.Wait()
+}
