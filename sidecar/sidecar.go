@@ -273,7 +273,7 @@ func (s *Sidecar) fetchLoop(ctx, invCtx context.Context, cons jetstream.Consumer
 				if ctx.Err() != nil {
 					// Arrived on a pull made before the drain began: hand it
 					// back instead of taking new work.
-					_ = msg.Nak()
+					s.acked(s.log, "nak", msg.Nak())
 					return
 				}
 				s.handle(invCtx, msg)
@@ -292,7 +292,7 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 	if err := json.Unmarshal(msg.Data(), &d); err != nil || d.InvocationID == "" {
 		// Not a dispatch: it can never succeed, so do not redeliver it.
 		s.log.Error("dropping undecodable dispatch", "subject", msg.Subject(), "err", err)
-		_ = msg.TermWithReason("undecodable dispatch")
+		s.acked(s.log, "term", msg.TermWithReason("undecodable dispatch"))
 		return
 	}
 	id := messages.DispatchMsgID(d.InvocationID, d.Attempt)
@@ -306,7 +306,7 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 		// Already answered: the result is in the stream; only the ack was lost.
 		log.Info("acking duplicate dispatch")
 		s.metrics.duplicates.Inc()
-		_ = msg.Ack()
+		s.acked(log, "ack", msg.Ack())
 		return
 	}
 	if _, ok := s.running[id]; ok {
@@ -315,7 +315,7 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 		// same stream sequence when it finishes.
 		log.Info("dispatch redelivered while running; keeping the running copy")
 		s.metrics.duplicates.Inc()
-		_ = msg.InProgress()
+		s.acked(log, "in_progress", msg.InProgress())
 		return
 	}
 	s.running[id] = cancel
@@ -345,9 +345,7 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 			case <-stopProgress:
 				return
 			case <-t.C:
-				if err := msg.InProgress(); err != nil {
-					log.Warn("in-progress ack", "err", err)
-				}
+				s.acked(log, "in_progress", msg.InProgress())
 			}
 		}
 	}()
@@ -405,17 +403,27 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 	s.publishEvent(messages.Event{Type: messages.EventFinished, InvocationID: d.InvocationID, Attempt: d.Attempt, State: res.State, DurationMS: dur.Milliseconds()})
 	if !published {
 		// The result is not durable: let JetStream redeliver the dispatch.
-		_ = msg.NakWithDelay(time.Second)
+		s.acked(log, "nak", msg.NakWithDelay(time.Second))
 		return
 	}
 	s.rememberCompleted(id)
 	actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer acancel()
-	if err := msg.DoubleAck(actx); err != nil {
-		// The result is published; a redelivery is acked as a duplicate.
-		log.Warn("ack dispatch", "err", err)
-	}
+	// The result is published; if this ack is lost, the redelivery is acked
+	// as a duplicate.
+	s.acked(log, "ack", msg.DoubleAck(actx))
 	log.Debug("finished", "state", res.State, "duration", dur)
+}
+
+// acked logs and counts a failed acknowledgement: JetStream then
+// redelivers the dispatch after the ack wait, where the completed and
+// running sets keep it from running twice.
+func (s *Sidecar) acked(log *slog.Logger, op string, err error) {
+	if err == nil {
+		return
+	}
+	s.metrics.ackErrors.WithLabelValues(op).Inc()
+	log.Warn("jetstream acknowledgement failed", "op", op, "err", err)
 }
 
 // publishResult stores the result in the stream (deduplicated by the
