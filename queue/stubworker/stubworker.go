@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -105,6 +106,8 @@ type Worker struct {
 	once    sync.Once
 	mu      sync.Mutex
 	running map[string]context.CancelFunc
+	// ackErrors counts acknowledgements the server did not take.
+	ackErrors atomic.Int64
 	wg      sync.WaitGroup
 	dead    bool
 }
@@ -193,7 +196,7 @@ func (w *Worker) handle(js jetstream.JetStream, m jetstream.Msg) {
 	defer w.wg.Done()
 	var d messages.Dispatch
 	if err := json.Unmarshal(m.Data(), &d); err != nil {
-		_ = m.Term()
+		w.acked(m.Term())
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -229,15 +232,26 @@ func (w *Worker) handle(js jetstream.JetStream, m jetstream.Msg) {
 	defer pc()
 	if _, err := js.PublishMsg(pctx, &nats.Msg{Subject: w.cfg.Subjects.Result(d.Pool), Data: b, Header: nats.Header{}},
 		jetstream.WithMsgID(messages.DispatchMsgID(d.InvocationID, d.Attempt))); err != nil {
-		_ = m.Nak()
+		w.acked(m.Nak())
 		return
 	}
 	if d.ReplyTo != "" {
 		_ = w.cfg.NC.Publish(d.ReplyTo, b)
 	}
-	_ = m.Ack()
+	w.acked(m.Ack())
 	w.event(messages.EventFinished, d.InvocationID, d.Attempt, state)
 }
+
+// acked counts a failed acknowledgement: the dispatch is then redelivered
+// after the ack wait, which the exactly-once tests must survive.
+func (w *Worker) acked(err error) {
+	if err != nil {
+		w.ackErrors.Add(1)
+	}
+}
+
+// AckErrors is how many acknowledgements failed.
+func (w *Worker) AckErrors() int64 { return w.ackErrors.Load() }
 
 // Stop deregisters and stops the worker after its running invocations.
 func (w *Worker) Stop() {
