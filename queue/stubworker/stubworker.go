@@ -108,8 +108,8 @@ type Worker struct {
 	running map[string]context.CancelFunc
 	// ackErrors counts acknowledgements the server did not take.
 	ackErrors atomic.Int64
-	wg      sync.WaitGroup
-	dead    bool
+	wg        sync.WaitGroup
+	dead      bool
 }
 
 // Start registers the worker and starts consuming its dispatch subject.
