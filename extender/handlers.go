@@ -21,6 +21,7 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/catalog"
 	"github.com/runplane/runplane/extender/ledger"
+	"github.com/runplane/runplane/internal/httpjson"
 )
 
 // Paths of the extender verbs, relative to the scheduler config's urlPrefix.
@@ -34,23 +35,13 @@ const (
 // full Node objects (nodeCacheCapable false) need more.
 const maxBody = 64 << 20
 
-// fail answers a request the extender cannot serve with code and a JSON
-// body {"error": msg}, the shape every runplane HTTP error has.
-func fail(w http.ResponseWriter, code int, msg string) {
-	body, _ := json.Marshal(map[string]string{"error": msg}) // a map of strings always encodes
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(code)
-	_, _ = w.Write(append(body, '\n'))
-}
-
 // post answers anything but a POST with 405.
 func post(w http.ResponseWriter, r *http.Request) bool {
 	if r.Method == http.MethodPost {
 		return true
 	}
 	w.Header().Set("Allow", http.MethodPost)
-	fail(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed; use POST")
+	httpjson.Error(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed; use POST")
 	return false
 }
 
@@ -88,16 +79,16 @@ func readArgs(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) (*exten
 		return nil, false
 	}
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBody)); err != nil {
-		fail(w, http.StatusBadRequest, "reading request body: "+err.Error())
+		httpjson.Error(w, http.StatusBadRequest, "reading request body: "+err.Error())
 		return nil, false
 	}
 	var args extenderv1.ExtenderArgs
 	if err := decodeArgs(buf.Bytes(), &args); err != nil {
-		fail(w, http.StatusBadRequest, "decoding request body: "+err.Error())
+		httpjson.Error(w, http.StatusBadRequest, "decoding request body: "+err.Error())
 		return nil, false
 	}
 	if args.Pod == nil {
-		fail(w, http.StatusBadRequest, "field Pod: required")
+		httpjson.Error(w, http.StatusBadRequest, "field Pod: required")
 		return nil, false
 	}
 	return &args, true
@@ -238,11 +229,11 @@ func (e *Extender) handleBind(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody)).Decode(&args); err != nil {
-		fail(w, http.StatusBadRequest, "decoding request body: "+err.Error())
+		httpjson.Error(w, http.StatusBadRequest, "decoding request body: "+err.Error())
 		return
 	}
 	if args.PodName == "" || args.PodNamespace == "" || args.Node == "" {
-		fail(w, http.StatusBadRequest, "fields PodName, PodNamespace and Node are required")
+		httpjson.Error(w, http.StatusBadRequest, "fields PodName, PodNamespace and Node are required")
 		return
 	}
 	err := e.bind(r.Context(), &args)

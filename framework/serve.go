@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/runplane/runplane/internal/httpjson"
 )
 
 // Default paths of the contract; a Pod may override them with the
@@ -69,37 +71,37 @@ func NewHandler(fn HandlerFunc, opts ...Option) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc(o.healthPath, func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: fmt.Sprintf("method %s not allowed on %s: use GET", r.Method, o.healthPath)})
+			httpjson.Write(w, http.StatusMethodNotAllowed, errorBody{Error: fmt.Sprintf("method %s not allowed on %s: use GET", r.Method, o.healthPath)})
 			return
 		}
 		if o.health != nil {
 			if err := o.health(r.Context()); err != nil {
-				writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: err.Error()})
+				httpjson.Write(w, http.StatusServiceUnavailable, errorBody{Error: err.Error()})
 				return
 			}
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		httpjson.Write(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc(o.invokePath, func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
-			writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: fmt.Sprintf("method %s not allowed on %s: use POST", r.Method, o.invokePath)})
+			httpjson.Write(w, http.StatusMethodNotAllowed, errorBody{Error: fmt.Sprintf("method %s not allowed on %s: use POST", r.Method, o.invokePath)})
 			return
 		}
 		var req Request
 		dec := json.NewDecoder(r.Body)
 		if err := dec.Decode(&req); err != nil {
-			writeJSON(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("decode invocation envelope: %v", err)})
+			httpjson.Write(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("decode invocation envelope: %v", err)})
 			return
 		}
 		if req.InvocationID == "" {
-			writeJSON(w, http.StatusBadRequest, errorBody{Error: "invocation envelope: field invocationID must not be empty"})
+			httpjson.Write(w, http.StatusBadRequest, errorBody{Error: "invocation envelope: field invocationID must not be empty"})
 			return
 		}
 		// Drain the body: net/http notices a caller that hangs up (the
 		// sidecar cancelling an invocation) only once the body is consumed,
 		// and only then cancels r.Context() for the handler.
 		if _, err := io.Copy(io.Discard, r.Body); err != nil {
-			writeJSON(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("read invocation envelope: %v", err)})
+			httpjson.Write(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("read invocation envelope: %v", err)})
 			return
 		}
 		resp, err := fn(r.Context(), req)
@@ -109,15 +111,9 @@ func NewHandler(fn HandlerFunc, opts ...Option) http.Handler {
 		if resp.StatusCode == 0 {
 			resp.StatusCode = http.StatusOK
 		}
-		writeJSON(w, http.StatusOK, resp)
+		httpjson.Write(w, http.StatusOK, resp)
 	})
 	return mux
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
 }
 
 // ServeUnix serves h on the unix socket at socketPath until ctx ends, then

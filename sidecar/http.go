@@ -2,13 +2,13 @@ package sidecar
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/runplane/runplane/internal/httpjson"
 	"github.com/runplane/runplane/queue/messages"
 )
 
@@ -64,7 +64,7 @@ type status struct {
 func (s *Sidecar) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, status{Status: "ok"})
+		httpjson.Write(w, http.StatusOK, status{Status: "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		st, ok := s.readiness(r.Context())
@@ -72,7 +72,7 @@ func (s *Sidecar) httpHandler() http.Handler {
 		if !ok {
 			code = http.StatusServiceUnavailable
 		}
-		writeJSON(w, code, st)
+		httpjson.Write(w, code, st)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	return mux
@@ -101,10 +101,4 @@ func (s *Sidecar) readiness(ctx context.Context) (status, bool) {
 		st.Status = "not ready"
 	}
 	return st, ok
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
 }

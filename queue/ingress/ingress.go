@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/runplane/runplane/internal/httpjson"
 	"github.com/runplane/runplane/queue/messages"
 	"github.com/runplane/runplane/queue/pool"
 	"github.com/runplane/runplane/queue/stream"
@@ -218,22 +219,24 @@ func (s *Server) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(OpenAPI))
 	})
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		httpjson.Write(w, 200, map[string]string{"status": "ok"})
+	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		switch {
 		case !s.cfg.NC.IsConnected():
-			writeError(w, http.StatusServiceUnavailable, "NATS is not connected")
+			httpjson.Error(w, http.StatusServiceUnavailable, "NATS is not connected")
 		case !s.cfg.Pools.Synced():
-			writeError(w, http.StatusServiceUnavailable, "pool list not synced")
+			httpjson.Error(w, http.StatusServiceUnavailable, "pool list not synced")
 		default:
-			writeJSON(w, 200, map[string]string{"status": "ready"})
+			httpjson.Write(w, 200, map[string]string{"status": "ready"})
 		}
 	})
 	if s.cfg.Gatherer != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+		httpjson.Error(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 	})
 	return mux
 }
@@ -378,23 +381,23 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, poolName s
 	}
 	s.m.accepted.WithLabelValues(poolName, string(req.Mode)).Inc()
 	if req.Mode == messages.ModeAsync {
-		writeJSON(w, http.StatusAccepted, ack)
+		httpjson.Write(w, http.StatusAccepted, ack)
 		return
 	}
 	if rec.State.Terminal() {
-		writeJSON(w, http.StatusOK, rec)
+		httpjson.Write(w, http.StatusOK, rec)
 		return
 	}
 	final, ok := s.wait(ctx, inv.InvocationID, ch, time.Duration(req.TimeoutSeconds)*time.Second)
 	s.m.syncLatency.WithLabelValues(poolName).Observe(time.Since(start).Seconds())
 	if !ok {
-		writeJSON(w, http.StatusGatewayTimeout, map[string]any{
+		httpjson.Write(w, http.StatusGatewayTimeout, map[string]any{
 			"error":        fmt.Sprintf("no result within timeoutSeconds=%d; poll GET /v1/invocations/%s", req.TimeoutSeconds, inv.InvocationID),
 			"invocationID": inv.InvocationID, "state": final.State,
 		})
 		return
 	}
-	writeJSON(w, http.StatusOK, final)
+	httpjson.Write(w, http.StatusOK, final)
 }
 
 var errBacklog = errors.New("backlog full")
@@ -544,14 +547,14 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	rec, _, err := s.cfg.Store.Get(r.Context(), id)
 	if errors.Is(err, stream.ErrNotFound) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("invocation %q not found", id))
+		httpjson.Error(w, http.StatusNotFound, fmt.Sprintf("invocation %q not found", id))
 		return
 	}
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, err.Error())
+		httpjson.Error(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, rec)
+	httpjson.Write(w, http.StatusOK, rec)
 }
 
 func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
@@ -567,15 +570,15 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 		return true
 	})
 	if errors.Is(err, stream.ErrNotFound) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("invocation %q not found", id))
+		httpjson.Error(w, http.StatusNotFound, fmt.Sprintf("invocation %q not found", id))
 		return
 	}
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, err.Error())
+		httpjson.Error(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
 	if !changed {
-		writeJSON(w, http.StatusConflict, map[string]any{"error": fmt.Sprintf("invocation %s is already %s", id, rec.State), "invocationID": id, "state": rec.State})
+		httpjson.Write(w, http.StatusConflict, map[string]any{"error": fmt.Sprintf("invocation %s is already %s", id, rec.State), "invocationID": id, "state": rec.State})
 		return
 	}
 	if (before.State == messages.StateDispatched || before.State == messages.StateRunning) && before.Worker != "" {
@@ -585,7 +588,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 			s.cfg.Logger.Warn("send cancel", "invocation", id, "err", err)
 		}
 	}
-	writeJSON(w, http.StatusOK, rec)
+	httpjson.Write(w, http.StatusOK, rec)
 }
 
 // PoolInfo is the answer to GET /v1/pools/{pool}.
@@ -598,7 +601,7 @@ func (s *Server) handlePool(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("pool")
 	p, ok := s.cfg.Pools.Lookup(name)
 	if !ok {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown pool %q: no Deployment is labelled runplane.io/pool=%s", name, name))
+		httpjson.Error(w, http.StatusNotFound, fmt.Sprintf("unknown pool %q: no Deployment is labelled runplane.io/pool=%s", name, name))
 		return
 	}
 	info := PoolInfo{Pool: p}
@@ -608,24 +611,13 @@ func (s *Server) handlePool(w http.ResponseWriter, r *http.Request) {
 			info.Status = &ps
 		}
 	}
-	writeJSON(w, http.StatusOK, info)
+	httpjson.Write(w, http.StatusOK, info)
 }
 
 func (s *Server) reject(w http.ResponseWriter, poolName string, code int, msg string) {
 	s.m.rejected.WithLabelValues(strconv.Itoa(code)).Inc()
-	writeError(w, code, msg)
+	httpjson.Error(w, code, msg)
 	_ = poolName
-}
-
-func writeError(w http.ResponseWriter, code int, msg string) {
-	writeJSON(w, code, map[string]string{"error": msg})
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	_ = enc.Encode(v)
 }
 
 type ingressMetrics struct {
