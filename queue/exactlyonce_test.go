@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
-	"github.com/runplane/runplane/queue/messages"
 	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/queue/stubworker"
 

@@ -20,8 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
-	"github.com/runplane/runplane/queue/messages"
 	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/queue/stubworker"
 )

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
-	"github.com/runplane/runplane/queue/messages"
 	"github.com/runplane/runplane/queue/stubworker"
 
 	"github.com/stretchr/testify/assert"

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/framework"
-	"github.com/runplane/runplane/queue/messages"
+	"github.com/runplane/runplane/internal/messages"
 )
 
 // BenchmarkDispatchToReply is the sidecar hot path: a JetStream dispatch

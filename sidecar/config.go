@@ -11,7 +11,7 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/framework"
-	"github.com/runplane/runplane/queue/messages"
+	"github.com/runplane/runplane/internal/messages"
 )
 
 // Config is everything a sidecar needs. ConfigFromEnv fills the contract

@@ -21,7 +21,7 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/framework"
-	"github.com/runplane/runplane/queue/messages"
+	"github.com/runplane/runplane/internal/messages"
 )
 
 const testPool = "echo"

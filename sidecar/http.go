@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/runplane/runplane/internal/httpjson"
-	"github.com/runplane/runplane/queue/messages"
+	"github.com/runplane/runplane/internal/messages"
 )
 
 // metrics are the sidecar's Prometheus series, on a registry of its own.

@@ -2,7 +2,7 @@
 // the NATS credentials, consumes the worker's dispatch subject from
 // JetStream with a durable consumer, calls the user's framework over the
 // unix socket (package framework) and publishes results, sync replies and
-// worker events (queue/messages). It serves /livez, /readyz and /metrics.
+// worker events (internal/messages). It serves /livez, /readyz and /metrics.
 package sidecar
 
 import (
@@ -22,8 +22,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/natsauth"
-	"github.com/runplane/runplane/queue/messages"
 )
 
 // Causes of an invocation's context ending, mapped to result states.

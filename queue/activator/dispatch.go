@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue/activator/internal/state"
-	"github.com/runplane/runplane/queue/messages"
 	"github.com/runplane/runplane/queue/stream"
 )
 

@@ -28,7 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/runplane/runplane/internal/httpjson"
-	"github.com/runplane/runplane/queue/messages"
+	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue/pool"
 	"github.com/runplane/runplane/queue/stream"
 )

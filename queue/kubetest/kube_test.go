@@ -25,9 +25,9 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/activator"
-	"github.com/runplane/runplane/queue/messages"
 	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/queue/stubworker"
 	"github.com/runplane/runplane/test/cluster"

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/runplane/runplane/queue/messages"
+	"github.com/runplane/runplane/internal/messages"
 
 	"github.com/stretchr/testify/require"
 

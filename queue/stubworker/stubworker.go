@@ -1,4 +1,4 @@
-// Package stubworker is a test worker that speaks the queue/messages
+// Package stubworker is a test worker that speaks the internal/messages
 // contract against real NATS the way the sidecar does: it registers and
 // heartbeats on metrics.<pool>, consumes dispatch.<pool>.<worker> through a
 // durable consumer, publishes started/finished Events, the Result on
@@ -20,7 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/runplane/runplane/framework"
-	"github.com/runplane/runplane/queue/messages"
+	"github.com/runplane/runplane/internal/messages"
 )
 
 // Handler runs one invocation. The default echoes the payload.

@@ -17,7 +17,7 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/framework"
-	"github.com/runplane/runplane/queue/messages"
+	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue/stream"
 
 	"github.com/stretchr/testify/assert"

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/runplane/runplane/queue/messages"
+	"github.com/runplane/runplane/internal/messages"
 )
 
 // Expiry is an invocation closed on the activator's own authority: its

@@ -3,7 +3,7 @@ package state
 import (
 	"time"
 
-	"github.com/runplane/runplane/queue/messages"
+	"github.com/runplane/runplane/internal/messages"
 )
 
 // Assignment is a dispatch decided by Dispatch: the caller records the

@@ -13,7 +13,7 @@ import (
 
 	"k8s.io/utils/clock"
 
-	"github.com/runplane/runplane/queue/messages"
+	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue/stream"
 )
 

@@ -4,7 +4,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/runplane/runplane/queue/messages"
+	"github.com/runplane/runplane/internal/messages"
 )
 
 // Loss is a lost worker's open invocations, to be settled (Settle) once
