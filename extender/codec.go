@@ -174,6 +174,11 @@ func skipValue(b []byte, i int) (int, bool) {
 				continue
 			case '{', '[':
 				depth++
+				if depth > maxFastDepth {
+					// encoding/json limits nesting counted from the whole
+					// body; it decides what is too deep.
+					return 0, false
+				}
 			case '}', ']':
 				depth--
 				if depth == 0 {
@@ -190,6 +195,11 @@ func skipValue(b []byte, i int) (int, bool) {
 	}
 	return j, j > i
 }
+
+// maxFastDepth is far beyond any Pod's nesting and far below encoding/json's
+// limit of 10,000, so the fast path never accepts a body json.Unmarshal
+// refuses as too deep.
+const maxFastDepth = 1000
 
 // skipString returns the end of the JSON string starting at b[i] == '"'.
 func skipString(b []byte, i int) (int, bool) {

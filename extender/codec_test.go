@@ -2,10 +2,14 @@ package extender
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 )
 
@@ -37,6 +41,8 @@ func FuzzDecodeArgs(f *testing.F) {
 		`{}`,
 		`null`,
 		``,
+		// Too deep for encoding/json only when counted from the body.
+		`{"X":` + strings.Repeat("[", 10000) + strings.Repeat("]", 10000) + `,"Pod":{},"NodeNames":["a"]}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -51,6 +57,37 @@ func FuzzDecodeArgs(f *testing.F) {
 		}
 		require.Equal(t, want, got)
 	})
+}
+
+// TestSchedulerBodyTakesFastPath: what kube-scheduler sends (json.Marshal
+// of the v1 type, with a real Pod and thousands of names) is decoded by the
+// fast path, not by the encoding/json fallback that would hide a broken
+// splitter from FuzzDecodeArgs.
+func TestSchedulerBodyTakesFastPath(t *testing.T) {
+	names := make([]string, 5000)
+	for i := range names {
+		names[i] = fmt.Sprintf("gpu-node-%04d.zone-a", i)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "trainer", Namespace: "team-a", Labels: map[string]string{"runplane.io/gpu-spec": "g1.8"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "pytorch",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")}}}}},
+	}
+	for _, tc := range []struct {
+		name string
+		args extenderv1.ExtenderArgs
+	}{
+		{name: "node names", args: extenderv1.ExtenderArgs{Pod: pod, NodeNames: &names}},
+		{name: "no nodes", args: extenderv1.ExtenderArgs{Pod: pod, NodeNames: &[]string{}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body, err := json.Marshal(tc.args)
+			require.NoError(t, err)
+			var got extenderv1.ExtenderArgs
+			require.True(t, fastArgs(body, &got), "the scheduler's body takes the fast path")
+			require.Equal(t, tc.args, got)
+		})
+	}
 }
 
 // FuzzEncode: the append functions encode the v1 types to JSON that reads
