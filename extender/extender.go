@@ -42,7 +42,8 @@ type Extender struct {
 	ledger    *ledger.Ledger
 	metrics   *metrics
 	podLister listersv1.PodLister
-	// informerSynced report whether the Pod and Node informers synced.
+	// informerSynced report whether the Pod and Node informers (and the
+	// followed Lease's) synced.
 	informerSynced []cache.InformerSynced
 	intents        intents
 	buffers        sync.Pool // *buffers
@@ -165,7 +166,7 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		if err := e.Wait(); err != nil {
 			return nil, err
 		}
-		return nil, fmt.Errorf("extender: pod and node informers did not sync: %w", syncCtx.Err())
+		return nil, fmt.Errorf("extender: informers (pods, nodes, the followed Lease) did not sync: %w", syncCtx.Err())
 	}
 	e.log.Info("runplane extender serving", "addr", e.listener.Addr().String(), "leaderElection", cfg.LeaderElection, "followLease", cfg.FollowLease)
 	return e, nil
@@ -230,7 +231,7 @@ func (always) NeedLeaderElection() bool { return false }
 func (e *Extender) informersSynced(*http.Request) error {
 	for _, s := range e.informerSynced {
 		if !s() {
-			return errors.New("pod and node informers not synced")
+			return errors.New("informers (pods, nodes, the followed Lease) not synced")
 		}
 	}
 	return nil

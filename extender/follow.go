@@ -3,11 +3,13 @@ package extender
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
@@ -40,7 +42,11 @@ func (e *Extender) followLease() (manager.Runnable, error) {
 	if _, err := inf.Informer().AddEventHandler(feed(poke, poke)); err != nil {
 		return nil, fmt.Errorf("extender: lease informer: %w", err)
 	}
-	fl := follower{host: host, clock: e.cfg.Clock, set: e.setLeader,
+	// Readiness and Start wait for the Lease too: an extender that cannot
+	// read it (RBAC, an upgrade's older Role) would never bind while
+	// looking healthy.
+	e.informerSynced = append(e.informerSynced, inf.Informer().HasSynced)
+	fl := follower{host: host, clock: e.cfg.Clock, set: e.setLeader, log: e.log,
 		get: func() (*coordinationv1.Lease, error) { return inf.Lister().Leases(ns).Get(name) }}
 	return always(func(ctx context.Context) error {
 		f.Start(ctx.Done())
@@ -57,6 +63,7 @@ type follower struct {
 	clock clock.Clock
 	get   func() (*coordinationv1.Lease, error)
 	set   func(bool)
+	log   *slog.Logger
 }
 
 // run judges the Lease whenever changed says it changed, and again when the
@@ -65,7 +72,10 @@ type follower struct {
 func (f follower) run(ctx context.Context, changed <-chan struct{}) {
 	defer f.set(false)
 	for {
-		lease, _ := f.get() // not found: nobody leads
+		lease, err := f.get()
+		if err != nil && !apierrors.IsNotFound(err) { // not found: nobody leads
+			f.log.Error("reading the followed Lease; not binding", "err", err)
+		}
 		left := f.held(lease)
 		f.set(left > 0)
 		var expired <-chan time.Time

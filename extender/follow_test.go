@@ -76,6 +76,9 @@ func TestFollowerRun(t *testing.T) {
 	require.True(t, binding.Load())
 
 	clk.Step(9 * time.Second)
+	// The fake clock fires due timers inside Step: a timer shorter than the
+	// term would be gone now.
+	require.True(t, clk.HasWaiters(), "the expiry timer still waits after 9 of 10 s")
 	require.True(t, binding.Load(), "held until the term ends")
 	clk.Step(time.Second)
 	require.Eventually(t, func() bool { return !binding.Load() }, 5*time.Second, time.Millisecond, "unbound at expiry")
