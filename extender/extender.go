@@ -89,7 +89,8 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 	}
 	e := &Extender{
 		cfg: cfg, log: cfg.Logger, client: client, caPEM: caPEM, done: make(chan struct{}),
-		ledger: ledger.New(ledger.Options{ReservationTTL: cfg.ReservationTTL, Clock: cfg.Clock}),
+		ledger:  ledger.New(ledger.Options{ReservationTTL: cfg.ReservationTTL, Clock: cfg.Clock}),
+		intents: intents{clock: cfg.Clock},
 	}
 	e.metrics = newMetrics(e.ledger)
 	mgr, err := manager.New(rc, manager.Options{

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/catalog"
@@ -33,7 +34,7 @@ func testExtender(t testing.TB, leader bool) *Extender {
 	l := ledger.New(ledger.Options{})
 	// The fake client only absorbs the claim-intent patches filter starts.
 	e := &Extender{ledger: l, catalog: catalog.NewStaticStore(c), metrics: newMetrics(l), client: fake.NewClientset(),
-		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)), intents: intents{clock: clock.RealClock{}}}
 	e.leader.Store(leader)
 	return e
 }

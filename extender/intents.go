@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/extender/ledger"
@@ -35,8 +36,9 @@ func annotateClaim(ctx context.Context, c kubernetes.Interface, pod *corev1.Pod,
 // reserves a placeholder starts the patch, and the bind only waits for it.
 // It takes one API write off the takeover's critical path.
 type intents struct {
-	mu sync.Mutex
-	m  map[types.UID]*intent
+	clock clock.PassiveClock // ages intents for sweep
+	mu    sync.Mutex
+	m     map[types.UID]*intent
 }
 
 type intent struct {
@@ -59,7 +61,7 @@ func (in *intents) record(c kubernetes.Interface, pod *corev1.Pod, ph ledger.Pla
 	if it := in.m[pod.UID]; it != nil && it.claim == claim {
 		return
 	}
-	it := &intent{claim: claim, started: time.Now(), done: make(chan struct{})}
+	it := &intent{claim: claim, started: in.clock.Now(), done: make(chan struct{})}
 	in.m[pod.UID] = it
 	pod = pod.DeepCopy()
 	go func() {
@@ -98,7 +100,7 @@ func (in *intents) sweep(maxAge time.Duration) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	for uid, it := range in.m {
-		if time.Since(it.started) > maxAge {
+		if in.clock.Since(it.started) > maxAge {
 			delete(in.m, uid)
 		}
 	}
