@@ -326,8 +326,14 @@ func TestGateReleasedAfterPreparation(t *testing.T) {
 	_, err := client().CoreV1().Pods(ns).Create(ctx, gatedPod(ns, "worker", "data"), metav1.CreateOptions{})
 	require.NoError(t, err)
 	// While the PVC is not prepared, the Pod keeps its gate and no node.
+	// The condition runs off the test goroutine: it reports API errors
+	// instead of failing there.
+	prepared := func() (bool, error) {
+		p, err := client().CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
+		return err == nil && pvcspec.Ready(p), err
+	}
 	require.Eventually(t, func() bool {
-		if pvcspec.Ready(getPVC(t, ns, "data")) {
+		if ok, err := prepared(); ok || !assert.NoError(t, err) {
 			return true
 		}
 		pod, err := client().CoreV1().Pods(ns).Get(ctx, "worker", metav1.GetOptions{})
@@ -336,7 +342,9 @@ func TestGateReleasedAfterPreparation(t *testing.T) {
 		}
 		if len(pod.Spec.SchedulingGates) == 0 || pod.Spec.NodeName != "" {
 			// Released right after Succeeded is fine.
-			assert.True(t, pvcspec.Ready(getPVC(t, ns, "data")), "Pod released before its PVC was prepared: gates %v node %q",
+			ok, err := prepared()
+			assert.NoError(t, err)
+			assert.True(t, ok, "Pod released before its PVC was prepared: gates %v node %q",
 				pod.Spec.SchedulingGates, pod.Spec.NodeName)
 			return true
 		}

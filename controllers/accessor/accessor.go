@@ -316,7 +316,11 @@ func (r *Reconciler) annotate(ctx context.Context, pvc *corev1.PersistentVolumeC
 		if phase != "" {
 			msg = fmt.Sprintf("accessor %s at %s", phase, url)
 		}
-		r.Recorder.Eventf(pvc, nil, corev1.EventTypeNormal, "Accessor"+phaseOr(phase, "Removed"), "Accessor", "%s", msg)
+		kind := corev1.EventTypeNormal
+		if phase == api.AccessorFailed {
+			kind = corev1.EventTypeWarning // found by `kubectl get events --field-selector type=Warning`
+		}
+		r.Recorder.Eventf(pvc, nil, kind, "Accessor"+phaseOr(phase, "Removed"), "Accessor", "%s", msg)
 	}
 	return nil
 }

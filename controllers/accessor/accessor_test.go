@@ -99,7 +99,7 @@ func TestReconcile(t *testing.T) {
 		objects: []client.Object{claim(enabled(api.AnnotationAccessorPhase, api.AccessorPending, api.AnnotationAccessorURL, testURL)),
 			deploymentWith(appsv1.DeploymentStatus{Conditions: []appsv1.DeploymentCondition{{
 				Type: appsv1.DeploymentProgressing, Status: corev1.ConditionFalse, Reason: "ProgressDeadlineExceeded"}}})},
-		wantObjects: true, wantPhase: api.AccessorFailed, wantEvent: "Normal AccessorFailed",
+		wantObjects: true, wantPhase: api.AccessorFailed, wantEvent: "Warning AccessorFailed",
 	}, {
 		name: "unchanged: no write, no Event",
 		objects: []client.Object{claim(enabled(api.AnnotationAccessorPhase, api.AccessorReady, api.AnnotationAccessorURL, testURL)),
