@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,7 +103,11 @@ func TestActivatorRestartAfterDuplicateWindow(t *testing.T) {
 			tc.prepare(e, id, w)
 			time.Sleep(1500 * time.Millisecond) // past the duplicate window
 			e.startQueue()
-			// Rebuilt: the new activator holds id on w.
+			require.Eventually(t, func() bool {
+				body, err := httpGet(e.base + "/metrics")
+				return err == nil && strings.Contains(body, "\nrunplane_activator_rebuilt 1\n")
+			}, 10*time.Second, 20*time.Millisecond, "the new activator rebuilt its state")
+			// Rebuilt: the new activator holds id on w (its status follows).
 			require.Eventually(t, func() bool { return e.poolStatus().InFlight == 1 }, 10*time.Second, 20*time.Millisecond)
 			fw.stop()
 			e.startWorker(w, true)

@@ -139,6 +139,7 @@ func (a *Activator) Run(ctx context.Context) error {
 		MaxBackoff: a.cfg.MaxBackoff, ExecutionGrace: a.cfg.ExecutionGrace, DrainHold: a.cfg.DrainHold}, a.cfg.Clock)
 	a.kick = make(chan struct{}, 1)
 	a.mu.Unlock()
+	defer a.metrics.rebuilt.Set(0)
 	st := a.cfg.Store
 
 	if a.cfg.Kube != nil {
@@ -154,6 +155,7 @@ func (a *Activator) Run(ctx context.Context) error {
 	if err := a.rebuild(ctx); err != nil {
 		return err
 	}
+	a.metrics.rebuilt.Set(1)
 	results, err := a.consume(ctx, "results", st.Subjects.Result("*"), a.cfg.ResultAckWait, a.onResult)
 	if err != nil {
 		return err

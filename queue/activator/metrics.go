@@ -6,6 +6,7 @@ type metrics struct {
 	accepted, dispatched, redelivered, lost, deadLettered *prometheus.CounterVec
 	finished, scaled, ackErrors                           *prometheus.CounterVec
 	backlog, inflight                                     *prometheus.GaugeVec
+	rebuilt                                               prometheus.Gauge
 	scaleFromZero                                         prometheus.Histogram
 }
 
@@ -22,11 +23,13 @@ func newMetrics(r prometheus.Registerer) *metrics {
 			Help: "JetStream Ack, Nak and Term calls that failed (the message comes back after the ack wait)."}, []string{"consumer", "op"}),
 		backlog:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runplane_activator_backlog", Help: "Queued invocations per pool."}, []string{"pool"}),
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runplane_activator_inflight", Help: "Dispatched invocations per pool."}, []string{"pool"}),
+		rebuilt: prometheus.NewGauge(prometheus.GaugeOpts{Name: "runplane_activator_rebuilt",
+			Help: "1 while this replica leads and has rebuilt its state from JetStream (it dispatches only then), else 0."}),
 		scaleFromZero: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "runplane_activator_scale_from_zero_seconds",
 			Help: "From the oldest waiting invocation to the scale-up of an empty pool.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 	}
 	if r != nil {
-		for _, c := range []prometheus.Collector{m.accepted, m.dispatched, m.redelivered, m.lost, m.deadLettered, m.finished, m.scaled, m.ackErrors, m.backlog, m.inflight, m.scaleFromZero} {
+		for _, c := range []prometheus.Collector{m.accepted, m.dispatched, m.redelivered, m.lost, m.deadLettered, m.finished, m.scaled, m.ackErrors, m.backlog, m.inflight, m.rebuilt, m.scaleFromZero} {
 			_ = r.Register(c)
 		}
 	}

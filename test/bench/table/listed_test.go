@@ -5,26 +5,26 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestEveryBenchmarkIsListed keeps make bench honest: a Benchmark function
 // that no line of test/bench/benchmarks.txt selects would never be run.
 func TestEveryBenchmarkIsListed(t *testing.T) {
 	root, err := filepath.Abs("../../..")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	type line struct {
 		pkg string
 		re  *regexp.Regexp
 	}
 	var lines []line
 	f, err := os.Open(filepath.Join(root, "test", "bench", "benchmarks.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
@@ -53,22 +53,11 @@ func TestEveryBenchmarkIsListed(t *testing.T) {
 		rel, _ := filepath.Rel(root, filepath.Dir(path))
 		for _, m := range decl.FindAllStringSubmatch(string(data), -1) {
 			found++
-			listed := false
-			for _, l := range lines {
-				if l.pkg == rel && l.re.MatchString(m[1]) {
-					listed = true
-				}
-			}
-			if !listed {
-				t.Errorf("%s in ./%s is not selected by any line of test/bench/benchmarks.txt", m[1], rel)
-			}
+			assert.True(t, slices.ContainsFunc(lines, func(l line) bool { return l.pkg == rel && l.re.MatchString(m[1]) }),
+				"%s in ./%s is not selected by any line of test/bench/benchmarks.txt", m[1], rel)
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if found == 0 {
-		t.Fatal("found no Benchmark functions at all: is the walk rooted right?")
-	}
+	require.NoError(t, err)
+	require.NotZero(t, found, "found no Benchmark functions at all: is the walk rooted right?")
 }

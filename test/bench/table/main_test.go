@@ -3,6 +3,9 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestTableMediansAndBaselineRatio(t *testing.T) {
@@ -18,22 +21,16 @@ Benchmark log line without numbers
 ok  	github.com/runplane/runplane/queue	1.0s
 `
 	var out strings.Builder
-	if err := run(strings.NewReader(in), &out); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, run(strings.NewReader(in), &out))
 	got := out.String()
 	for _, want := range []string{"queue  BenchmarkRoundTrip/queue  ns/op  500  3  2.50x", "p99-ms  2.50  3", "BenchmarkRoundTrip/baseline  ns/op  200  3  queue"} {
-		if !strings.Contains(strings.Join(strings.Fields(got), "  "), want) {
-			t.Errorf("output lacks %q:\n%s", want, got)
-		}
+		assert.Contains(t, strings.Join(strings.Fields(got), "  "), want, "output:\n%s", got)
 	}
 }
 
 func TestTrimProcs(t *testing.T) {
 	tests := map[string]string{"BenchmarkA-2": "BenchmarkA", "BenchmarkA/b-c-16": "BenchmarkA/b-c", "BenchmarkA": "BenchmarkA"}
 	for in, want := range tests {
-		if got := trimProcs(in); got != want {
-			t.Errorf("trimProcs(%q) = %q, want %q", in, got, want)
-		}
+		assert.Equal(t, want, trimProcs(in), "trimProcs(%q)", in)
 	}
 }

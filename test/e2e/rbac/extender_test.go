@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -73,14 +76,10 @@ func TestExtender(t *testing.T) {
 		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
 		Logger: rec.Logger(),
 	})
-	if err != nil {
-		t.Fatalf("extender.Start: %v", err)
-	}
+	require.NoError(t, err, "extender.Start")
 	t.Cleanup(func() {
 		cancel()
-		if err := ext.Wait(); err != nil {
-			t.Errorf("extender: %v", err)
-		}
+		assert.NoError(t, ext.Wait(), "extender")
 	})
 	schedLog := &rbac.Recorder{}
 	t.Cleanup(func() { checkNoDenials(t, "kube-scheduler as runplane-scheduler", schedLog) })
@@ -103,9 +102,8 @@ func TestExtender(t *testing.T) {
 			},
 		},
 	}
-	if _, err := client.AppsV1().Deployments(ns).Create(ctx, stock, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = client.AppsV1().Deployments(ns).Create(ctx, stock, metav1.CreateOptions{})
+	require.NoError(t, err)
 	var placeholder corev1.Pod
 	eventually(t, rec, 60*time.Second, "the placeholder bound to the GPU node and running", func() (bool, error) {
 		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=stock-g1-1"})
@@ -119,9 +117,8 @@ func TestExtender(t *testing.T) {
 
 	work := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "work", Labels: map[string]string{api.LabelGPUSpec: "g1.1"}},
 		Spec: g11(api.PriorityClassWorkload, 30)}
-	if _, err := client.CoreV1().Pods(ns).Create(ctx, work, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = client.CoreV1().Pods(ns).Create(ctx, work, metav1.CreateOptions{})
+	require.NoError(t, err)
 	eventually(t, rec, 60*time.Second, "the GPU Pod bound to the placeholder's node with the claim", func() (bool, error) {
 		p, err := client.CoreV1().Pods(ns).Get(ctx, "work", metav1.GetOptions{})
 		if err != nil {
@@ -132,9 +129,7 @@ func TestExtender(t *testing.T) {
 			fmt.Errorf("node %q, claim %q", p.Spec.NodeName, claim)
 	})
 	_, err = client.CoreV1().Pods(ns).Get(ctx, placeholder.Name, metav1.GetOptions{})
-	if !apierrors.IsNotFound(err) {
-		t.Fatalf("the claimed placeholder %s still exists (%v)", placeholder.Name, err)
-	}
+	require.True(t, apierrors.IsNotFound(err), "the claimed placeholder %s still exists (%v)", placeholder.Name, err)
 }
 
 // runScheduler runs kube-scheduler the way the chart's runplane-scheduler
@@ -145,55 +140,38 @@ func TestExtender(t *testing.T) {
 func runScheduler(t *testing.T, ext *extender.Extender, rec *rbac.Recorder) {
 	t.Helper()
 	cm, err := env.Client().CoreV1().ConfigMaps(releaseNS).Get(t.Context(), "runplane-scheduler", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var cfg configv1.KubeSchedulerConfiguration
-	if err := yaml.UnmarshalStrict([]byte(cm.Data["config.yaml"]), &cfg); err != nil {
-		t.Fatalf("the chart's scheduler config: %v", err)
-	}
-	if len(cfg.Extenders) != 1 || cfg.Extenders[0].TLSConfig == nil {
-		t.Fatalf("the chart's scheduler config has extenders %+v, want one over HTTPS", cfg.Extenders)
-	}
+	require.NoError(t, yaml.UnmarshalStrict([]byte(cm.Data["config.yaml"]), &cfg), "the chart's scheduler config")
+	require.Len(t, cfg.Extenders, 1, "the chart's scheduler config has one extender")
+	require.NotNil(t, cfg.Extenders[0].TLSConfig, "the chart's extender is called over HTTPS")
 	dir := t.TempDir()
 	cfg.Extenders[0].URLPrefix = "https://" + ext.Addr()
 	cfg.Extenders[0].TLSConfig.CAFile, cfg.Extenders[0].TLSConfig.CAData = "", ext.CACert()
 
 	// The admin kubeconfig, impersonating the ServiceAccount.
 	kc, err := clientcmd.LoadFromFile(env.Kubeconfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, ai := range kc.AuthInfos {
 		ai.Impersonate = rbac.ServiceAccountUser(releaseNS, "runplane-scheduler")
 		ai.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + releaseNS}
 	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, clientcmd.WriteToFile(*kc, kubeconfig))
 	cfg.ClientConnection.Kubeconfig = kubeconfig
 	cfg.APIVersion, cfg.Kind = configv1.SchemeGroupVersion.String(), "KubeSchedulerConfiguration"
 	data, err := yaml.Marshal(&cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	config := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(config, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(config, data, 0o600))
 	port, err := cluster.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	cmd := exec.Command(env.Binary("kube-scheduler"), "--config="+config,
 		"--authentication-kubeconfig="+kubeconfig, "--authorization-kubeconfig="+kubeconfig,
 		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port), "--v=1")
 	cmd.Stdout, cmd.Stderr = rec, rec
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Start())
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
@@ -210,7 +188,7 @@ func runScheduler(t *testing.T, ext *extender.Extender, rec *rbac.Recorder) {
 	eventually(t, nil, 30*time.Second, "kube-scheduler /healthz", func() (bool, error) {
 		select {
 		case err := <-exited:
-			t.Fatalf("kube-scheduler exited: %v\n%s", err, tail(rec.Log(), 40))
+			require.Failf(t, "kube-scheduler exited", "%v\n%s", err, tail(rec.Log(), 40))
 		default:
 		}
 		resp, err := insecure.Get("https://127.0.0.1:" + strconv.Itoa(port) + "/healthz")

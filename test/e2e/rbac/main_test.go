@@ -169,7 +169,7 @@ func chartArgs(t *testing.T, name, container string) map[string]string {
 		}
 		return args
 	}
-	t.Fatalf("Deployment %s has no container %s", name, container)
+	require.Failf(t, "no such container", "Deployment %s has no container %s", name, container)
 	return nil
 }
 

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	appsv1 "k8s.io/api/apps/v1"
@@ -44,28 +47,18 @@ func TestQueue(t *testing.T) {
 	ns, pool := queueNS, "echo"
 
 	creds, err := client.CoreV1().Secrets(releaseNS).Get(ctx, api.NATSCredentialsSecret, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("the chart's NATS credentials: %v", err)
-	}
+	require.NoError(t, err, "the chart's NATS credentials")
 	token := string(creds.Data["token"])
 	credsDir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(credsDir, "token"), []byte(token), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(credsDir, "token"), []byte(token), 0o600))
 	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
 		Authorization: token, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	go srv.Start()
 	t.Cleanup(srv.Shutdown)
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats not ready")
-	}
+	require.True(t, srv.ReadyForConnections(10*time.Second), "nats not ready")
 	nc, err := nats.Connect(srv.ClientURL(), nats.Token(token))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 
 	d := &appsv1.Deployment{
@@ -81,18 +74,15 @@ func TestQueue(t *testing.T) {
 			},
 		},
 	}
-	if _, err := client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{})
+	require.NoError(t, err)
 	marked := make(chan string, 1)
 	go kubelet(ctx, nc, ns, pool, marked)
 
 	// The settings the chart passes (queue.yaml): no --namespace (all
 	// namespaces), leader election in the release namespace.
 	args := chartArgs(t, "runplane-queue", "queue")
-	if _, ok := args["nats-credentials-dir"]; !ok {
-		t.Fatal("the chart mounts no NATS credentials for the queue")
-	}
+	require.Contains(t, args, "nats-credentials-dir", "the chart mounts NATS credentials for the queue")
 	cfg := queue.Config{
 		NATSURL: srv.ClientURL(), NATSCredentialsDir: credsDir, Listen: "127.0.0.1:0",
 		RESTConfig:     rec.As(env.RESTConfig(), releaseNS, "runplane-queue"),
@@ -107,18 +97,16 @@ func TestQueue(t *testing.T) {
 	go func() { done <- queue.Run(qctx, cfg) }()
 	t.Cleanup(func() {
 		qcancel()
-		if err := <-done; err != nil {
-			t.Errorf("queue.Run: %v", err)
-		}
+		assert.NoError(t, <-done, "queue.Run")
 	})
 	var base string
 	select {
 	case a := <-addr:
 		base = "http://" + a
 	case err := <-done:
-		t.Fatalf("queue.Run: %v", err)
+		require.Failf(t, "queue.Run ended before listening", "%v", err)
 	case <-ctx.Done():
-		t.Fatal("the queue did not listen")
+		require.Fail(t, "the queue did not listen")
 	}
 	replicas := func() int32 {
 		d, err := client.AppsV1().Deployments(ns).Get(ctx, "workers", metav1.GetOptions{})
@@ -142,13 +130,9 @@ func TestQueue(t *testing.T) {
 	})
 	body, _ := json.Marshal(map[string]any{"mode": "async", "invocationID": "rbac-1", "ttlSeconds": 120})
 	r, err := http.Post(base+"/v1/pools/"+pool+"/invocations", "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	r.Body.Close()
-	if r.StatusCode != http.StatusAccepted {
-		t.Fatalf("invoke: %d", r.StatusCode)
-	}
+	require.Equal(t, http.StatusAccepted, r.StatusCode, "invoke")
 	eventually(t, rec, 30*time.Second, "scale from zero", func() (bool, error) { return replicas() == 1, nil })
 	eventually(t, rec, 30*time.Second, "the invocation to succeed", func() (bool, error) {
 		r, err := http.Get(base + "/v1/invocations/rbac-1")
@@ -167,7 +151,7 @@ func TestQueue(t *testing.T) {
 	case name := <-marked:
 		t.Logf("pod %s got %s before it went", name, activator.PodDeletionCost)
 	case <-time.After(10 * time.Second):
-		t.Fatalf("no pool Pod got %s", activator.PodDeletionCost)
+		require.Failf(t, "no deletion cost", "no pool Pod got %s", activator.PodDeletionCost)
 	}
 }
 

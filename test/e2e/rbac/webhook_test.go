@@ -18,6 +18,8 @@ import (
 	"github.com/runplane/runplane/test/e2e/rbac"
 	"github.com/runplane/runplane/webhook"
 	"github.com/runplane/runplane/webhook/mutate"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 const webhookSecret = "runplane-webhook-tls"
@@ -30,31 +32,23 @@ func pointAt(t *testing.T, addr string) {
 	ctx := t.Context()
 	adm := env.Client().AdmissionregistrationV1()
 	url := func(cc *admissionregistrationv1.WebhookClientConfig) {
-		if cc.Service == nil || cc.Service.Path == nil {
-			t.Fatalf("chart's webhook client config %+v has no Service path", cc)
-		}
+		require.True(t, cc.Service != nil && cc.Service.Path != nil, "chart's webhook client config %+v has no Service path", cc)
 		*cc = admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + addr + *cc.Service.Path)}
 	}
 	m, err := adm.MutatingWebhookConfigurations().Get(ctx, webhook.DefaultConfigurationName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for i := range m.Webhooks {
 		url(&m.Webhooks[i].ClientConfig)
 	}
-	if _, err := adm.MutatingWebhookConfigurations().Update(ctx, m, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = adm.MutatingWebhookConfigurations().Update(ctx, m, metav1.UpdateOptions{})
+	require.NoError(t, err)
 	v, err := adm.ValidatingWebhookConfigurations().Get(ctx, webhook.DefaultConfigurationName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for i := range v.Webhooks {
 		url(&v.Webhooks[i].ClientConfig)
 	}
-	if _, err := adm.ValidatingWebhookConfigurations().Update(ctx, v, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = adm.ValidatingWebhookConfigurations().Update(ctx, v, metav1.UpdateOptions{})
+	require.NoError(t, err)
 }
 
 // runWebhook runs the webhook as runplane-webhook, the way the chart runs
@@ -63,9 +57,7 @@ func pointAt(t *testing.T, addr string) {
 func runWebhook(t *testing.T, rec *rbac.Recorder, ln net.Listener, dnsNames []string) (stop func()) {
 	t.Helper()
 	args := chartArgs(t, "runplane-webhook", "webhook")
-	if secret := arg(t, args, "tls-secret"); secret != webhookSecret {
-		t.Fatalf("the chart's --tls-secret is %q, the test expects %q", secret, webhookSecret)
-	}
+	require.Equal(t, webhookSecret, arg(t, args, "tls-secret"), "the chart's --tls-secret")
 	inj := mutate.DefaultConfig()
 	inj.Image = testImage
 	inj.NATSURL = "nats://runplane-nats." + releaseNS + ".svc:4222"
@@ -83,9 +75,7 @@ func runWebhook(t *testing.T, rec *rbac.Recorder, ln net.Listener, dnsNames []st
 	return func() {
 		once.Do(func() {
 			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("webhook.Run: %v", err)
-			}
+			assert.NoError(t, <-done, "webhook.Run")
 		})
 	}
 }
@@ -123,9 +113,7 @@ func TestWebhook(t *testing.T) {
 	ctx := t.Context()
 	client := env.Client()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	addr := ln.Addr().String()
 	pointAt(t, addr)
 	stop := runWebhook(t, rec, ln, nil)
@@ -163,15 +151,13 @@ func TestWebhook(t *testing.T) {
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox:1.36"}}},
 		}
 		got, err := client.CoreV1().Pods(webhookNS).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		gpu := got.Spec.Containers[0].Resources.Limits[api.DefaultGPUResource]
-		if gpu.String() != "1" || got.Spec.SchedulerName != api.SchedulerName ||
-			got.Spec.PriorityClassName != api.PriorityClassWorkload || ptr.Deref(got.Spec.Priority, 0) != 1000 {
-			t.Fatalf("not mutated from the catalog and the PriorityClass: gpu %s, scheduler %q, class %q, priority %v",
-				gpu.String(), got.Spec.SchedulerName, got.Spec.PriorityClassName, got.Spec.Priority)
-		}
+		// Mutated from the catalog and the PriorityClass.
+		assert.Equal(t, "1", gpu.String())
+		assert.Equal(t, api.SchedulerName, got.Spec.SchedulerName)
+		assert.Equal(t, api.PriorityClassWorkload, got.Spec.PriorityClassName)
+		assert.Equal(t, int32(1000), ptr.Deref(got.Spec.Priority, 0))
 	})
 
 	t.Run("claims are read for the storage gate and validated", func(t *testing.T) {
@@ -179,9 +165,8 @@ func TestWebhook(t *testing.T) {
 			claim("plain", nil),
 			claim("prepared", map[string]string{api.AnnotationPrepareFromImage: "busybox:1.36"}),
 		} {
-			if _, err := client.CoreV1().PersistentVolumeClaims(webhookNS).Create(ctx, c, metav1.CreateOptions{}); err != nil {
-				t.Fatalf("claim %s: %v", c.Name, err)
-			}
+			_, err := client.CoreV1().PersistentVolumeClaims(webhookNS).Create(ctx, c, metav1.CreateOptions{})
+			require.NoError(t, err, "claim %s", c.Name)
 		}
 		for _, c := range []struct {
 			claim string
@@ -201,14 +186,10 @@ func TestWebhook(t *testing.T) {
 
 	t.Run("restart renews the certificate in its Secret", func(t *testing.T) {
 		before, err := client.CoreV1().Secrets(releaseNS).Get(ctx, webhookSecret, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		stop()
 		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		// A name the old certificate does not cover: the Secret is updated.
 		stop = runWebhook(t, rec, ln, []string{"runplane-webhook." + releaseNS + ".svc"})
 		eventually(t, rec, 30*time.Second, "the TLS Secret updated with a new certificate", func() (bool, error) {
