@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -54,7 +55,8 @@ type Config struct {
 	RESTConfig *rest.Config
 	// Namespace scopes the Deployments and Pods watched ("" = all).
 	Namespace string
-	// StaticPools are the known pools when RESTConfig is nil.
+	// StaticPools are the known pools when RESTConfig is nil, each
+	// "<namespace>/<pool>" ("<pool>" alone: namespace "default").
 	StaticPools []string
 	// LeaderElection runs the activator only while holding the Lease
 	// LeaseName in LeaseNamespace (defaults runplane-queue-activator,
@@ -137,7 +139,11 @@ func Run(ctx context.Context, cfg Config) error {
 	} else {
 		sp := pool.Static{}
 		for _, p := range cfg.StaticPools {
-			sp[p] = pool.DefaultPolicy()
+			ns, name, ok := strings.Cut(p, "/")
+			if !ok {
+				ns, name = ingress.DefaultNamespace, p
+			}
+			sp[pool.StaticKey(ns, name)] = pool.DefaultPolicy()
 		}
 		pools = sp
 	}

@@ -108,7 +108,7 @@ func TestProcessKilledUnderLoad(t *testing.T) {
 
 func postAsync(base, id string) (int, error) {
 	c := httpClient()
-	r, err := c.Post(base+"/v1/pools/"+testPool+"/invocations", "application/json",
+	r, err := c.Post(base+"/v1/namespaces/default/pools/"+testPool+"/invocations", "application/json",
 		stringsReader(`{"mode":"async","invocationID":"`+id+`","ttlSeconds":300}`))
 	if err != nil {
 		return 0, err

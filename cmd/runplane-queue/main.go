@@ -44,7 +44,7 @@ func run() error {
 	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig path (default: in-cluster config)")
 	flag.BoolVar(&inCluster, "in-cluster", false, "use the in-cluster Kubernetes config")
 	flag.BoolVar(&noKube, "no-kube", false, "run without Kubernetes: pools from -pools, no scaling")
-	flag.StringVar(&pools, "pools", "", "comma-separated pools known without Kubernetes (with -no-kube)")
+	flag.StringVar(&pools, "pools", "", "comma-separated pools known without Kubernetes (with -no-kube), each namespace/pool (pool alone: namespace default)")
 	flag.StringVar(&c.Namespace, "namespace", "", "namespace scope for pool Deployments and Pods (default all)")
 	flag.BoolVar(&c.LeaderElection, "leader-elect", true, "run the activator only while holding the Lease (needs Kubernetes)")
 	flag.StringVar(&c.LeaseNamespace, "leader-election-namespace", api.DefaultNamespace, "namespace of the activator Lease")

@@ -28,7 +28,7 @@ func (a *Activator) dispatchAll(ctx context.Context) {
 // dispatch records attempt of it as current and publishes it to worker.
 func (a *Activator) dispatch(ctx context.Context, it *state.Item, worker string, attempt int) {
 	st := a.cfg.Store
-	id := it.Inv.InvocationID
+	id := stream.Key(it.Inv.Namespace, it.Inv.InvocationID)
 	// The Record is the source of truth: a Dispatch is published only after
 	// the compare-and-set that makes this attempt the current one.
 	ok, err := a.write(it, func(c *stream.Cached) (bool, error) {
@@ -42,7 +42,7 @@ func (a *Activator) dispatch(ctx context.Context, it *state.Item, worker string,
 		}
 		// The Record expired or was removed after a publish that did not
 		// answer; the message is authoritative.
-		r := messages.Record{InvocationID: id, Namespace: it.Inv.Namespace, Pool: it.Inv.Pool, Mode: it.Inv.Mode, State: messages.StateDispatched, Worker: worker,
+		r := messages.Record{InvocationID: it.Inv.InvocationID, Namespace: it.Inv.Namespace, Pool: it.Inv.Pool, Mode: it.Inv.Mode, State: messages.StateDispatched, Worker: worker,
 			Attempt: attempt, Stream: st.Config.Stream, Sequence: it.Seq, AcceptedAt: it.Inv.AcceptedAt, UpdatedAt: a.cfg.Clock.Now().UTC()}
 		rev, err := st.Create(ctx, r)
 		if errors.Is(err, stream.ErrExists) {

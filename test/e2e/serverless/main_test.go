@@ -254,7 +254,7 @@ func pool(t testing.TB, name string, replicas int32, concurrency int, ann map[st
 		_ = st.cluster.Client().AppsV1().Deployments(ns).Delete(context.Background(), name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
 	})
 	// Let the queue learn the pool before invoking it.
-	require.Eventually(t, func() bool { return httpOK(st.queueURL + "/v1/pools/" + name) }, 30*time.Second, 100*time.Millisecond,
+	require.Eventually(t, func() bool { return httpOK(st.queueURL + "/v1/namespaces/" + ns + "/pools/" + name) }, 30*time.Second, 100*time.Millisecond,
 		"queue does not know pool %s", name)
 }
 
@@ -262,7 +262,7 @@ func pool(t testing.TB, name string, replicas int32, concurrency int, ann map[st
 func invoke(t testing.TB, poolName string, body map[string]any, out any) int {
 	t.Helper()
 	b, _ := json.Marshal(body)
-	resp, err := http.Post(st.queueURL+"/v1/pools/"+poolName+"/invocations", "application/json", bytes.NewReader(b))
+	resp, err := http.Post(st.queueURL+"/v1/namespaces/"+ns+"/pools/"+poolName+"/invocations", "application/json", bytes.NewReader(b))
 	if err != nil {
 		t.Errorf("invoke %s: %v", poolName, err)
 		return 0
