@@ -79,7 +79,7 @@ type Server struct {
 	replica string
 	m       *ingressMetrics
 
-	mu      sync.Mutex
+	mu sync.Mutex
 	// waiters: sync callers by Record key (stream.Key), each with its pool.
 	waiters map[string]map[chan messages.Record]string
 	status  map[string]stream.PoolStatus // by stream.PoolKey
