@@ -187,7 +187,7 @@ func (e *env) crashedDispatch(id, w string) {
 	require.NoError(e.t, err)
 	inv := messages.Invocation{InvocationID: id, Namespace: "default", Pool: testPool, Mode: messages.ModeAsync, TimeoutSeconds: 60, TTLSeconds: 60, AcceptedAt: time.Now().UTC()}
 	b, _ := json.Marshal(inv)
-	pa, err := e.js.Publish(ctx, e.subj.Invoke("default", testPool), b, jetstream.WithMsgID(id))
+	pa, err := e.js.Publish(ctx, e.subj.Invoke("default", testPool), b, jetstream.WithMsgID(messages.MsgID("default", id)))
 	require.NoError(e.t, err)
 	_, err = st.Create(ctx, messages.Record{InvocationID: id, Namespace: "default", Pool: testPool, Mode: inv.Mode, State: messages.StateDispatched,
 		Worker: w, Attempt: 1, Stream: st.Config.Stream, Sequence: pa.Sequence, AcceptedAt: inv.AcceptedAt, UpdatedAt: time.Now().UTC()})
@@ -209,7 +209,7 @@ func (e *env) dispatches(t *testing.T, w, id string) int {
 		got := 0
 		for m := range batch.Messages() {
 			got++
-			if m.Headers().Get(jetstream.MsgIDHeader) == messages.DispatchPublishID(id, 1) {
+			if m.Headers().Get(jetstream.MsgIDHeader) == messages.DispatchPublishID("default", id, 1) {
 				n++
 			}
 		}

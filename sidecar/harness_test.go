@@ -195,7 +195,7 @@ func (e *env) dispatch(worker string, d messages.Dispatch) {
 	require.NoError(e.t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err = e.js.Publish(ctx, subjects.Dispatch(testNS, testPool, worker), data, jetstream.WithMsgID(messages.DispatchMsgID(d.InvocationID, d.Attempt)))
+	_, err = e.js.Publish(ctx, subjects.Dispatch(testNS, testPool, worker), data, jetstream.WithMsgID(messages.DispatchMsgID(testNS, d.InvocationID, d.Attempt)))
 	require.NoError(e.t, err, "publish dispatch")
 }
 

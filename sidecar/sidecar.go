@@ -286,7 +286,7 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 		s.acked(s.log, "term", msg.TermWithReason("undecodable dispatch"))
 		return
 	}
-	id := messages.DispatchMsgID(d.InvocationID, d.Attempt)
+	id := messages.DispatchMsgID(s.cfg.WorkerNamespace, d.InvocationID, d.Attempt)
 	log := s.log.With("invocation", d.InvocationID, "attempt", d.Attempt)
 
 	ctx, cancel := context.WithCancelCause(invCtx)
@@ -476,10 +476,10 @@ func (s *Sidecar) onCancel(m *nats.Msg) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, cancel := range s.running {
-		if c.Attempt != 0 && id != messages.DispatchMsgID(c.InvocationID, c.Attempt) {
+		if c.Attempt != 0 && id != messages.DispatchMsgID(s.cfg.WorkerNamespace, c.InvocationID, c.Attempt) {
 			continue
 		}
-		if c.Attempt == 0 && !isAttemptOf(id, c.InvocationID) {
+		if c.Attempt == 0 && !isAttemptOf(id, messages.MsgID(s.cfg.WorkerNamespace, c.InvocationID)) {
 			continue
 		}
 		s.log.Info("cancelling invocation", "invocation", c.InvocationID, "attempt", c.Attempt)

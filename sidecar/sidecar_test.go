@@ -48,7 +48,7 @@ func TestDispatchResultReplyEvents(t *testing.T) {
 	}})
 
 	res := waitResult(t, results)
-	assert.Equal(t, "inv-1.1", res.MsgID, "result Nats-Msg-Id")
+	assert.Equal(t, "default/inv-1.1", res.MsgID, "result Nats-Msg-Id")
 	require.Equal(t, messages.StateSucceeded, res.State)
 	require.NotNil(t, res.Response)
 	assert.Equal(t, "w1", res.Worker)

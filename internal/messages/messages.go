@@ -155,18 +155,24 @@ type Dispatch struct {
 	DispatchedAt time.Time `json:"dispatchedAt"`
 }
 
+// MsgID is the Nats-Msg-Id of invocation invocationID of namespace ns. The
+// stream deduplicates message IDs across all subjects, and IDs are unique
+// only per namespace: every message ID carries the namespace, so one
+// tenant's ID never suppresses another's message.
+func MsgID(ns, invocationID string) string { return ns + "/" + invocationID }
+
 // DispatchMsgID is the Nats-Msg-Id of a dispatch and of its result, so a
 // retried publish of either is deduplicated by the stream.
-func DispatchMsgID(invocationID string, attempt int) string {
-	return fmt.Sprintf("%s.%d", invocationID, attempt)
+func DispatchMsgID(ns, invocationID string, attempt int) string {
+	return fmt.Sprintf("%s.%d", MsgID(ns, invocationID), attempt)
 }
 
 // DispatchPublishID is the Nats-Msg-Id the activator publishes a Dispatch
 // with. It must differ from DispatchMsgID, which the Result carries: one
 // stream deduplicates message IDs across all its subjects, so a shared ID
 // would drop the Result as a duplicate of its Dispatch.
-func DispatchPublishID(invocationID string, attempt int) string {
-	return "dispatch." + DispatchMsgID(invocationID, attempt)
+func DispatchPublishID(ns, invocationID string, attempt int) string {
+	return "dispatch." + DispatchMsgID(ns, invocationID, attempt)
 }
 
 // Result is what the sidecar publishes on result.<ns>.<pool> (and to ReplyTo).

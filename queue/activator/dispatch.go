@@ -91,7 +91,7 @@ func (a *Activator) publishDispatch(ctx context.Context, it *state.Item, worker 
 	if err != nil {
 		return fmt.Errorf("encode dispatch: %w", err)
 	}
-	msgID := messages.DispatchPublishID(it.Inv.InvocationID, attempt)
+	msgID := messages.DispatchPublishID(it.Inv.Namespace, it.Inv.InvocationID, attempt)
 	for i := 0; ; i++ {
 		msg := &nats.Msg{Subject: st.Subjects.Dispatch(it.Inv.Namespace, it.Inv.Pool, worker), Data: b, Header: nats.Header{}}
 		pa, err := st.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID))

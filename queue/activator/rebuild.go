@@ -101,7 +101,7 @@ func (a *Activator) rebuild(ctx context.Context) error {
 		if o.rec.State == messages.StateDispatched && o.rec.Worker != "" {
 			subjects = append(subjects, st.Subjects.Dispatch(o.rec.Namespace, o.rec.Pool, o.rec.Worker))
 			since = minTime(since, o.rec.UpdatedAt)
-			published[messages.DispatchPublishID(o.rec.InvocationID, o.rec.Attempt)] = 0
+			published[messages.DispatchPublishID(o.rec.Namespace, o.rec.InvocationID, o.rec.Attempt)] = 0
 		}
 	}
 	if len(subjects) > 0 {
@@ -132,7 +132,7 @@ func (a *Activator) rebuild(ctx context.Context) error {
 		it := &state.Item{Inv: inv, Seq: seqs[r.InvocationID], Attempt: r.Attempt, Rec: stream.Cached{Record: r, Rev: o.rev}}
 		a.st.Restore(it, r)
 		if r.State == messages.StateDispatched && r.Worker != "" {
-			if seq := published[messages.DispatchPublishID(r.InvocationID, r.Attempt)]; seq != 0 {
+			if seq := published[messages.DispatchPublishID(r.Namespace, r.InvocationID, r.Attempt)]; seq != 0 {
 				it.DispatchSeq = seq
 			} else {
 				republished++

@@ -185,7 +185,7 @@ func (a *Activator) deadLetter(ctx context.Context, it *state.Item, reason strin
 	msg := &nats.Msg{Subject: st.Subjects.DeadLetter(it.Inv.Namespace, it.Inv.Pool), Data: b, Header: nats.Header{}}
 	msg.Header.Set("Runplane-Reason", reason)
 	for {
-		_, err := st.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(it.Inv.InvocationID+".deadletter"))
+		_, err := st.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(messages.MsgID(it.Inv.Namespace, it.Inv.InvocationID)+".deadletter"))
 		if err == nil {
 			break
 		}

@@ -516,7 +516,7 @@ func (s *Server) publish(ctx context.Context, inv messages.Invocation, rev uint6
 	if rev != 0 {
 		msg.Header.Set(stream.RevisionHeader, strconv.FormatUint(rev, 10))
 	}
-	pa, err := s.cfg.Store.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(inv.InvocationID))
+	pa, err := s.cfg.Store.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(messages.MsgID(inv.Namespace, inv.InvocationID)))
 	if err != nil {
 		return nil, fmt.Errorf("publish invocation %s: %w", inv.InvocationID, err)
 	}

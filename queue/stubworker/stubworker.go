@@ -233,7 +233,7 @@ func (w *Worker) handle(js jetstream.JetStream, m jetstream.Msg) {
 	pctx, pc := context.WithTimeout(context.Background(), 10*time.Second)
 	defer pc()
 	if _, err := js.PublishMsg(pctx, &nats.Msg{Subject: w.cfg.Subjects.Result(w.cfg.Namespace, w.cfg.Pool), Data: b, Header: nats.Header{}},
-		jetstream.WithMsgID(messages.DispatchMsgID(d.InvocationID, d.Attempt))); err != nil {
+		jetstream.WithMsgID(messages.DispatchMsgID(w.cfg.Namespace, d.InvocationID, d.Attempt))); err != nil {
 		w.acked(m.Nak())
 		return
 	}
