@@ -84,7 +84,7 @@ Try:
   kubectl get nodes
   kubectl -n %[3]s get configmap %[4]s -o yaml      # the GPU spec catalog
   kubectl -n demo get deploy,pods                   # pool "echo" at 0 replicas, 4 g1.1 stock placeholders
-  curl -s -X POST %[5]s/v1/pools/echo/invocations -H 'Content-Type: application/json' \
+  curl -s -X POST %[5]s/v1/namespaces/demo/pools/echo/invocations -H 'Content-Type: application/json' \
        -d '{"mode":"sync","payload":{"prompt":"hello"}}'   # scales "echo" from zero, returns the echo
 Component logs: %[6]s (runplane.log, workers/, *.log)
 Press Ctrl-C to stop everything.

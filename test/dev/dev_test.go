@@ -94,7 +94,7 @@ func TestMakeDev(t *testing.T) {
 	assert.EqualValues(t, 2, ready, "%d Ready nodes, want 2", ready)
 
 	body := `{"mode":"sync","payload":{"prompt":"hello"},"timeoutSeconds":60}`
-	resp, err := http.Post(queueURL+"/v1/pools/echo/invocations", "application/json", strings.NewReader(body))
+	resp, err := http.Post(queueURL+"/v1/namespaces/demo/pools/echo/invocations", "application/json", strings.NewReader(body))
 	require.NoError(t, err)
 	data, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
