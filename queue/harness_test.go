@@ -69,7 +69,7 @@ func newEnv(t testing.TB, mutate func(*queue.Config)) *env {
 	e.nc = nc
 	e.js, _ = jetstream.New(nc)
 	e.cfg = queue.Config{
-		NATSURL:          e.natsURL(),
+		NATSURL: e.natsURL(), InsecureDisableCallerAuth: true,
 		Listen:           "127.0.0.1:0",
 		StaticPools:      []string{testPool, "other"},
 		Stream:           stream.Config{DuplicateWindow: time.Second, RecordTTL: time.Hour},

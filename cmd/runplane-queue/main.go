@@ -51,6 +51,7 @@ func run() error {
 	flag.StringVar(&c.LeaseName, "leader-election-name", "runplane-queue-activator", "name of the activator Lease")
 	flag.BoolVar(&c.DisableIngress, "no-ingress", false, "do not serve the ingress API")
 	flag.BoolVar(&c.DisableActivator, "no-activator", false, "do not run the activator")
+	flag.BoolVar(&c.InsecureDisableCallerAuth, "insecure-disable-caller-auth", false, "INSECURE: serve the ingress without bearer tokens, TokenReview and RBAC (benchmarks and tests of the unauthenticated baseline only; required with -no-kube)")
 	flag.IntVar(&c.MaxBacklog, "max-backlog", 1000, "queued invocations allowed per pool (429 beyond)")
 	flag.IntVar(&c.MaxAttempts, "max-attempts", 3, "dispatch attempts before dead-lettering")
 	flag.DurationVar(&c.HeartbeatTimeout, "heartbeat-timeout", 15*time.Second, "worker silence before it is lost")

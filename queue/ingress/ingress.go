@@ -28,17 +28,32 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/internal/httpjson"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue/pool"
 	"github.com/runplane/runplane/queue/stream"
 )
 
+// Authorizer decides whether the caller of r may do req
+// (callerauth.Gate): a *callerauth.Refusal is the caller's 401/403, any
+// other error means the apiserver could not be asked (503).
+type Authorizer interface {
+	Check(r *http.Request, req callerauth.Request) (user.Info, error)
+}
+
 // Config configures a Server.
 type Config struct {
 	Store *stream.Store
 	NC    *nats.Conn
 	Pools pool.Source
+	// Auth authorizes every /v1 request and the seed alias. Nil serves
+	// everyone: only with InsecureNoAuth (benchmarks and tests of the
+	// unauthenticated baseline).
+	Auth           Authorizer
+	InsecureNoAuth bool
 	// MaxBodyBytes bounds a request body (default 4 MiB; 413 beyond).
 	MaxBodyBytes int64
 	// MaxBacklog bounds the queued invocations per pool (default 1000; 429
@@ -93,6 +108,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Store == nil || cfg.NC == nil || cfg.Pools == nil {
 		return nil, errors.New("ingress: Store, NC and Pools are required")
+	}
+	if cfg.Auth == nil && !cfg.InsecureNoAuth {
+		return nil, errors.New("ingress: Auth is required (InsecureNoAuth serves unauthenticated callers)")
 	}
 	s := &Server{cfg: cfg, waiters: map[string]map[chan messages.Record]string{},
 		status: map[string]stream.PoolStatus{}, local: map[string][]uint64{}, m: newIngressMetrics(cfg.Registerer)}
@@ -338,6 +356,10 @@ func (s *Server) validate(req *InvokeRequest) error {
 
 func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolName string, alias bool) {
 	start := time.Now()
+	// The path names the pool: the caller is checked before its body is read.
+	if !alias && !s.authorizeInvoke(w, r, ns, poolName) {
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	var req InvokeRequest
 	dec := json.NewDecoder(r.Body)
@@ -371,8 +393,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 			return
 		}
 	}
-	if err := errors.Join(messages.ValidateToken("namespace", ns), messages.ValidateToken("pool", poolName)); err != nil {
-		s.reject(w, poolName, http.StatusBadRequest, err.Error())
+	if alias && !s.authorizeInvoke(w, r, ns, poolName) {
 		return
 	}
 	if err := s.validate(&req); err != nil {
@@ -619,13 +640,8 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	rec, _, err := s.cfg.Store.Get(r.Context(), stream.Key(ns, id))
-	if errors.Is(err, stream.ErrNotFound) {
-		notFound(w, ns, id)
-		return
-	}
-	if err != nil {
-		httpjson.Error(w, http.StatusServiceUnavailable, err.Error())
+	rec, ok := s.record(w, r, ns, id, VerbRead)
+	if !ok {
 		return
 	}
 	httpjson.Write(w, http.StatusOK, rec)
@@ -634,6 +650,9 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	ns, id, ok := invocationPath(w, r)
 	if !ok {
+		return
+	}
+	if _, ok := s.record(w, r, ns, id, VerbCancel); !ok {
 		return
 	}
 	var before messages.Record
@@ -680,6 +699,9 @@ func (s *Server) handlePool(w http.ResponseWriter, r *http.Request) {
 	ns, name := r.PathValue("ns"), r.PathValue("pool")
 	if err := errors.Join(messages.ValidateToken("namespace", ns), messages.ValidateToken("pool", name)); err != nil {
 		httpjson.Error(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if !s.allowed(w, r, callerauth.Request{Verb: VerbRead, Namespace: ns, Pool: name}) {
 		return
 	}
 	p, ok := s.cfg.Pools.Lookup(ns, name)

@@ -98,7 +98,7 @@ func setup(t *testing.T, ann map[string]string, replicas int32) *fixture {
 	qctx, qcancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- queue.Run(qctx, queue.Config{NATSURL: ns.ClientURL(), Listen: "127.0.0.1:0", OnListen: func(a string) { addr <- a },
+		done <- queue.Run(qctx, queue.Config{NATSURL: ns.ClientURL(), InsecureDisableCallerAuth: true, Listen: "127.0.0.1:0", OnListen: func(a string) { addr <- a },
 			RESTConfig: env.RESTConfig(), Namespace: name, LeaderElection: true, LeaseNamespace: name, Identity: "test",
 			HeartbeatTimeout: 2 * time.Second, Backoff: 100 * time.Millisecond, Tick: 100 * time.Millisecond, Logger: logger})
 	}()

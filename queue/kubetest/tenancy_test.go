@@ -171,7 +171,7 @@ func TestTenantPoolsAreTheirOwn(t *testing.T) {
 	qctx, qcancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- queue.Run(qctx, queue.Config{NATSURL: srv.ClientURL(), Listen: "127.0.0.1:0", OnListen: func(x string) { addr <- x },
+		done <- queue.Run(qctx, queue.Config{NATSURL: srv.ClientURL(), InsecureDisableCallerAuth: true, Listen: "127.0.0.1:0", OnListen: func(x string) { addr <- x },
 			RESTConfig: env.RESTConfig(), HeartbeatTimeout: 2 * time.Second, Backoff: 100 * time.Millisecond, Tick: 100 * time.Millisecond, Logger: logger})
 	}()
 	t.Cleanup(func() { qcancel(); <-done })

@@ -84,7 +84,7 @@ func TestQueue(t *testing.T) {
 	args := chartArgs(t, "runplane-queue", "queue")
 	require.Contains(t, args, "nats-credentials-dir", "the chart mounts NATS credentials for the queue")
 	cfg := queue.Config{
-		NATSURL: srv.ClientURL(), NATSCredentialsDir: credsDir, Listen: "127.0.0.1:0",
+		NATSURL: srv.ClientURL(), InsecureDisableCallerAuth: true, NATSCredentialsDir: credsDir, Listen: "127.0.0.1:0",
 		RESTConfig:     rec.As(env.RESTConfig(), releaseNS, "runplane-queue"),
 		Namespace:      args["namespace"],
 		LeaderElection: arg(t, args, "leader-elect") == "true", LeaseNamespace: arg(t, args, "leader-election-namespace"), Identity: "rbac-test",

@@ -148,7 +148,7 @@ func start(ctx context.Context, c *cluster.Cluster, wg *sync.WaitGroup) (*stack,
 	addr := make(chan string, 1)
 	goRun("queue", func() error {
 		return queue.Run(ctx, queue.Config{
-			NATSURL: s.nats.ClientURL(), Listen: "127.0.0.1:0", OnListen: func(a string) { addr <- a },
+			NATSURL: s.nats.ClientURL(), InsecureDisableCallerAuth: true, Listen: "127.0.0.1:0", OnListen: func(a string) { addr <- a },
 			RESTConfig: c.RESTConfig(), Namespace: ns, HeartbeatTimeout: 4 * time.Second, Backoff: 200 * time.Millisecond,
 			Tick: 200 * time.Millisecond, Logger: log,
 		})
