@@ -72,7 +72,9 @@ func (s *Server) record(w http.ResponseWriter, r *http.Request, ns, id, verb str
 	}
 	if found {
 		req := callerauth.Request{Verb: verb, Namespace: ns, Pool: rec.Pool, Subresource: callerauth.SubresourceInvocations}
-		_, err := s.cfg.Auth.Check(r, req)
+		// A clone: the bearer-token reader removes the header it accepted,
+		// and the namespace-wide check below needs it again.
+		_, err := s.cfg.Auth.Check(r.Clone(r.Context()), req)
 		var refusal *callerauth.Refusal
 		switch {
 		case err == nil:
