@@ -43,7 +43,7 @@ func BenchmarkSyncRoundTrip(b *testing.B) {
 			return err
 		},
 		"queue": func() error {
-			r, err := client.Post(e.base+"/v1/pools/"+testPool+"/invocations", "application/json", bytes.NewReader(body))
+			r, err := client.Post(e.base+"/v1/namespaces/default/pools/"+testPool+"/invocations", "application/json", bytes.NewReader(body))
 			if err != nil {
 				return err
 			}
@@ -215,7 +215,7 @@ func BenchmarkScaleFromZeroDecision(b *testing.B) {
 	start := time.Now()
 	for i, p := range pools {
 		t0 := time.Now()
-		r := e.do("POST", "/v1/pools/"+p+"/invocations", map[string]any{"mode": "async"})
+		r := e.do("POST", "/v1/namespaces/default/pools/"+p+"/invocations", map[string]any{"mode": "async"})
 		require.EqualValues(b, 202, r.code, "%d %s", r.code, r.raw)
 		select {
 		case <-sc.ch(p):

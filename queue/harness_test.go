@@ -69,7 +69,7 @@ func newEnv(t testing.TB, mutate func(*queue.Config)) *env {
 	e.nc = nc
 	e.js, _ = jetstream.New(nc)
 	e.cfg = queue.Config{
-		NATSURL:          e.natsURL(),
+		NATSURL: e.natsURL(), InsecureDisableCallerAuth: true,
 		Listen:           "127.0.0.1:0",
 		StaticPools:      []string{testPool, "other"},
 		Stream:           stream.Config{DuplicateWindow: time.Second, RecordTTL: time.Hour},
@@ -165,12 +165,12 @@ func (e *env) do(method, path string, body any) resp {
 }
 
 func (e *env) invoke(body map[string]any) resp {
-	return e.do("POST", "/v1/pools/"+testPool+"/invocations", body)
+	return e.do("POST", "/v1/namespaces/default/pools/"+testPool+"/invocations", body)
 }
 
 func (e *env) record(id string) messages.Record {
 	e.t.Helper()
-	r := e.do("GET", "/v1/invocations/"+id, nil)
+	r := e.do("GET", "/v1/namespaces/default/invocations/"+id, nil)
 	var rec messages.Record
 	_ = json.Unmarshal(r.raw, &rec)
 	return rec
@@ -192,7 +192,7 @@ func (e *env) poolStatus() stream.PoolStatus {
 	var info struct {
 		Status *stream.PoolStatus `json:"status"`
 	}
-	require.NoError(e.t, json.Unmarshal(e.do("GET", "/v1/pools/"+testPool, nil).raw, &info))
+	require.NoError(e.t, json.Unmarshal(e.do("GET", "/v1/namespaces/default/pools/"+testPool, nil).raw, &info))
 	if info.Status == nil {
 		return stream.PoolStatus{}
 	}
@@ -210,7 +210,7 @@ func (e *env) quiet(workers ...string) {
 	name := e.cfg.Stream.WithDefaults().Stream
 	consumers := []string{"activator-invoke", "activator-results"}
 	for _, w := range workers {
-		consumers = append(consumers, "worker-"+testPool+"-"+w)
+		consumers = append(consumers, messages.ConsumerName("default", testPool, w))
 	}
 	require.EventuallyWithT(e.t, func(c *assert.CollectT) {
 		for _, n := range consumers {
@@ -235,7 +235,7 @@ func (e *env) watchStates(id string) func() []messages.State {
 	e.t.Helper()
 	kv, err := e.js.KeyValue(context.Background(), e.cfg.Stream.WithDefaults().RecordsBucket)
 	require.NoError(e.t, err)
-	w, err := kv.Watch(context.Background(), id)
+	w, err := kv.Watch(context.Background(), stream.Key("default", id))
 	require.NoError(e.t, err)
 	e.t.Cleanup(func() { _ = w.Stop() })
 	ch := make(chan messages.State, 64)

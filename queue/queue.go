@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -28,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/natsauth"
 	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/ingress"
@@ -54,7 +56,8 @@ type Config struct {
 	RESTConfig *rest.Config
 	// Namespace scopes the Deployments and Pods watched ("" = all).
 	Namespace string
-	// StaticPools are the known pools when RESTConfig is nil.
+	// StaticPools are the known pools when RESTConfig is nil, each
+	// "<namespace>/<pool>" ("<pool>" alone: namespace "default").
 	StaticPools []string
 	// LeaderElection runs the activator only while holding the Lease
 	// LeaseName in LeaseNamespace (defaults runplane-queue-activator,
@@ -64,6 +67,16 @@ type Config struct {
 	LeaseNamespace string
 	LeaseName      string
 	Identity       string
+	// InsecureDisableCallerAuth serves the ingress to anyone who reaches it,
+	// with no token: INSECURE, only for benchmarks and tests of the
+	// unauthenticated baseline. By default every /v1 request and the seed
+	// alias need a bearer token that the apiserver authenticates
+	// (TokenReview) and RBAC authorizes (SubjectAccessReview on
+	// serverless.runplane.io pools; internal/callerauth), which needs
+	// RESTConfig.
+	InsecureDisableCallerAuth bool
+	// CallerAuth tunes the caches of those reviews.
+	CallerAuth callerauth.Options
 	// DisableIngress / DisableActivator run only one half.
 	DisableIngress, DisableActivator bool
 	// Ingress and Activator knobs (zero values take the packages' defaults).
@@ -137,7 +150,11 @@ func Run(ctx context.Context, cfg Config) error {
 	} else {
 		sp := pool.Static{}
 		for _, p := range cfg.StaticPools {
-			sp[p] = pool.DefaultPolicy()
+			ns, name, ok := strings.Cut(p, "/")
+			if !ok {
+				ns, name = ingress.DefaultNamespace, p
+			}
+			sp[pool.StaticKey(ns, name)] = pool.DefaultPolicy()
 		}
 		pools = sp
 	}
@@ -146,7 +163,20 @@ func Run(ctx context.Context, cfg Config) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var runnables []manager.Runnable
 	if !cfg.DisableIngress {
-		srv, err := ingress.New(ctx, ingress.Config{Store: st, NC: nc, Pools: pools, MaxBacklog: cfg.MaxBacklog,
+		var gate ingress.Authorizer
+		switch {
+		case cfg.InsecureDisableCallerAuth:
+			log.Warn("ingress caller authentication is OFF: anyone who reaches the ingress may invoke, read and cancel (insecure; benchmarks and tests only)")
+		case kube == nil:
+			return errors.New("queue: caller authentication needs a Kubernetes config (InsecureDisableCallerAuth turns it off: insecure)")
+		default:
+			g, err := callerauth.New(kube, cfg.CallerAuth)
+			if err != nil {
+				return fmt.Errorf("queue: %w", err)
+			}
+			gate = g
+		}
+		srv, err := ingress.New(ctx, ingress.Config{Store: st, NC: nc, Pools: pools, Auth: gate, InsecureNoAuth: cfg.InsecureDisableCallerAuth, MaxBacklog: cfg.MaxBacklog,
 			DefaultTTLSeconds: cfg.DefaultTTLSeconds, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log, Registerer: reg,
 			// With the manager's metrics (leader election, client-go), whose
 			// own metrics listener is off: /metrics stays on the ingress port.

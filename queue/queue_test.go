@@ -21,7 +21,7 @@ import (
 func TestRequestValidation(t *testing.T) {
 	e := newEnv(t, func(c *queue.Config) { c.MaxBodyBytes = 1024 })
 	// An ID owned by another pool makes a re-post a conflict.
-	r := e.do("POST", "/v1/pools/other/invocations", map[string]any{"mode": "async", "invocationID": "taken"})
+	r := e.do("POST", "/v1/namespaces/default/pools/other/invocations", map[string]any{"mode": "async", "invocationID": "taken"})
 	require.EqualValues(t, 202, r.code, "setup: %d %s", r.code, r.raw)
 	tests := []struct {
 		name, method, path string
@@ -29,22 +29,33 @@ func TestRequestValidation(t *testing.T) {
 		code               int
 		errContains        string
 	}{
-		{"bad json", "POST", "/v1/pools/echo/invocations", "{", 400, "invalid JSON"},
-		{"missing mode", "POST", "/v1/pools/echo/invocations", map[string]any{}, 400, "mode is required"},
-		{"bad mode", "POST", "/v1/pools/echo/invocations", map[string]any{"mode": "later"}, 400, "must be sync or async"},
-		{"unknown field", "POST", "/v1/pools/echo/invocations", map[string]any{"mode": "async", "bogus": 1}, 400, "bogus"},
-		{"bad id", "POST", "/v1/pools/echo/invocations", map[string]any{"mode": "async", "invocationID": "a b"}, 400, "invocationID"},
-		{"negative timeout", "POST", "/v1/pools/echo/invocations", map[string]any{"mode": "async", "timeoutSeconds": -1}, 400, "timeoutSeconds"},
-		{"negative ttl", "POST", "/v1/pools/echo/invocations", map[string]any{"mode": "async", "ttlSeconds": -1}, 400, "ttlSeconds"},
-		{"bad pool token", "POST", "/v1/pools/a.b/invocations", map[string]any{"mode": "async"}, 400, "pool"},
-		{"unknown pool", "POST", "/v1/pools/nope/invocations", map[string]any{"mode": "async"}, 404, "unknown pool"},
-		{"too large", "POST", "/v1/pools/echo/invocations", map[string]any{"mode": "async", "payload": strings.Repeat("x", 2000)}, 413, "exceeds"},
-		{"alias without pool", "POST", "/api/v1/serverless/invocations", map[string]any{"mode": "async"}, 400, "serverlessRequestID"},
-		{"alias unknown pool", "POST", "/api/v1/serverless/invocations", map[string]any{"mode": "async", "serverlessRequestID": "nope"}, 404, "unknown pool"},
-		{"id of another pool", "POST", "/v1/pools/echo/invocations", map[string]any{"mode": "async", "invocationID": "taken"}, 409, "belongs to pool"},
-		{"unknown invocation", "GET", "/v1/invocations/missing", nil, 404, "not found"},
-		{"cancel unknown", "POST", "/v1/invocations/missing/cancel", nil, 404, "not found"},
-		{"unknown pool info", "GET", "/v1/pools/nope", nil, 404, "unknown pool"},
+		{"bad json", "POST", "/v1/namespaces/default/pools/echo/invocations", "{", 400, "invalid JSON"},
+		{"missing mode", "POST", "/v1/namespaces/default/pools/echo/invocations", map[string]any{}, 400, "mode is required"},
+		{"bad mode", "POST", "/v1/namespaces/default/pools/echo/invocations", map[string]any{"mode": "later"}, 400, "must be sync or async"},
+		{"unknown field", "POST", "/v1/namespaces/default/pools/echo/invocations", map[string]any{"mode": "async", "bogus": 1}, 400, "bogus"},
+		{"bad id", "POST", "/v1/namespaces/default/pools/echo/invocations", map[string]any{"mode": "async", "invocationID": "a b"}, 400, "invocationID"},
+		{"negative timeout", "POST", "/v1/namespaces/default/pools/echo/invocations", map[string]any{"mode": "async", "timeoutSeconds": -1}, 400, "timeoutSeconds"},
+		{"negative ttl", "POST", "/v1/namespaces/default/pools/echo/invocations", map[string]any{"mode": "async", "ttlSeconds": -1}, 400, "ttlSeconds"},
+		{"bad pool token", "POST", "/v1/namespaces/default/pools/a.b/invocations", map[string]any{"mode": "async"}, 400, "pool"},
+		{"unknown pool", "POST", "/v1/namespaces/default/pools/nope/invocations", map[string]any{"mode": "async"}, 404, "unknown pool"},
+		{"too large", "POST", "/v1/namespaces/default/pools/echo/invocations", map[string]any{"mode": "async", "payload": strings.Repeat("x", 2000)}, 413, "exceeds"},
+		{"alias without namespace", "POST", "/api/v1/serverless/invocations", map[string]any{"mode": "async", "serverlessRequestID": "echo"}, 400, "field namespace is required"},
+		{"alias without pool", "POST", "/api/v1/serverless/invocations", map[string]any{"mode": "async", "namespace": "default"}, 400, "serverlessRequestID"},
+		{"alias unknown pool", "POST", "/api/v1/serverless/invocations", map[string]any{"mode": "async", "namespace": "default", "serverlessRequestID": "nope"}, 404, "unknown pool"},
+		{"alias pool of another namespace", "POST", "/api/v1/serverless/invocations", map[string]any{"mode": "async", "namespace": "team-b", "serverlessRequestID": "echo"}, 404, "unknown pool"},
+		{"pool of another namespace", "POST", "/v1/namespaces/team-b/pools/echo/invocations", map[string]any{"mode": "async"}, 404, "unknown pool"},
+		{"body namespace differs", "POST", "/v1/namespaces/default/pools/echo/invocations", map[string]any{"mode": "async", "namespace": "team-b"}, 400, "field namespace"},
+		{"bad namespace token", "POST", "/v1/namespaces/a*b/pools/echo/invocations", map[string]any{"mode": "async"}, 400, "namespace"},
+		{"bad id on get", "GET", "/v1/namespaces/default/invocations/a*b", nil, 400, "invocation ID"},
+		{"bad id on cancel", "POST", "/v1/namespaces/default/invocations/%3E/cancel", nil, 400, "invocation ID"},
+		{"old invoke route", "POST", "/v1/pools/echo/invocations", map[string]any{"mode": "async"}, 404, "/v1/namespaces/{namespace}/pools/{pool}"},
+		{"old get route", "GET", "/v1/invocations/taken", nil, 404, "/v1/namespaces/{namespace}/invocations/{id}"},
+		{"id of another pool", "POST", "/v1/namespaces/default/pools/echo/invocations", map[string]any{"mode": "async", "invocationID": "taken"}, 409, "belongs to pool"},
+		{"unknown invocation", "GET", "/v1/namespaces/default/invocations/missing", nil, 404, "not found"},
+		{"invocation of another namespace", "GET", "/v1/namespaces/team-b/invocations/taken", nil, 404, "not found"},
+		{"cancel in another namespace", "POST", "/v1/namespaces/team-b/invocations/taken/cancel", nil, 404, "not found"},
+		{"cancel unknown", "POST", "/v1/namespaces/default/invocations/missing/cancel", nil, 404, "not found"},
+		{"unknown pool info", "GET", "/v1/namespaces/default/pools/nope", nil, 404, "unknown pool"},
 		{"unknown route", "GET", "/nothing", nil, 404, "no route"},
 	}
 	for _, tc := range tests {
@@ -58,13 +69,13 @@ func TestRequestValidation(t *testing.T) {
 
 func TestServiceEndpoints(t *testing.T) {
 	e := newEnv(t, nil)
-	for _, p := range []string{"/healthz", "/readyz", "/v1/pools/echo"} {
+	for _, p := range []string{"/healthz", "/readyz", "/v1/namespaces/default/pools/echo"} {
 		r := e.do("GET", p, nil)
 		assert.EqualValues(t, 200, r.code, "GET %s: %d %s", p, r.code, r.raw)
 	}
 	r := e.do("GET", "/openapi.json", nil)
 	paths, _ := r.body["paths"].(map[string]any)
-	for _, p := range []string{"/v1/pools/{pool}/invocations", "/v1/invocations/{id}", "/v1/invocations/{id}/cancel", "/v1/pools/{pool}", "/api/v1/serverless/invocations"} {
+	for _, p := range []string{"/v1/namespaces/{namespace}/pools/{pool}/invocations", "/v1/namespaces/{namespace}/invocations/{id}", "/v1/namespaces/{namespace}/invocations/{id}/cancel", "/v1/namespaces/{namespace}/pools/{pool}", "/api/v1/serverless/invocations"} {
 		assert.Contains(t, paths, p, "openapi.json")
 	}
 	e.invoke(map[string]any{"mode": "async"})
@@ -91,8 +102,8 @@ func TestAsyncLifecycle(t *testing.T) {
 	_ = json.Unmarshal(r.raw, &ack)
 	require.Equal(t, "inv-1", ack.InvocationID)
 	require.False(t, ack.Stream == "" || ack.Sequence == 0 || ack.Duplicate || ack.AcceptedAt.IsZero(), "bad ack %s", r.raw)
-	require.Equal(t, "runtime.serverless.invoke.echo", ack.Subjects["invoke"])
-	require.Equal(t, "runtime.serverless.result.echo", ack.Subjects["result"])
+	require.Equal(t, "runtime.serverless.invoke.default.echo", ack.Subjects["invoke"])
+	require.Equal(t, "runtime.serverless.result.default.echo", ack.Subjects["result"])
 	require.NotEmpty(t, ack.Subjects["metrics"])
 	rec := e.record("inv-1")
 	require.Equal(t, messages.StateQueued, rec.State, "without workers: state %s, want queued", rec.State)
@@ -117,8 +128,8 @@ func TestSyncRoundTripAndAlias(t *testing.T) {
 		name, path string
 		body       map[string]any
 	}{
-		{"v1", "/v1/pools/echo/invocations", map[string]any{"mode": "sync", "payload": map[string]int{"n": 1}}},
-		{"seed alias", "/api/v1/serverless/invocations", map[string]any{"mode": "sync", "serverlessRequestID": "echo", "payload": map[string]int{"n": 1}}},
+		{"v1", "/v1/namespaces/default/pools/echo/invocations", map[string]any{"mode": "sync", "payload": map[string]int{"n": 1}}},
+		{"seed alias", "/api/v1/serverless/invocations", map[string]any{"mode": "sync", "namespace": "default", "serverlessRequestID": "echo", "payload": map[string]int{"n": 1}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -191,7 +202,7 @@ func TestCancel(t *testing.T) {
 	e := newEnv(t, nil)
 	// Queued: cancelled at once, never runs.
 	e.invoke(map[string]any{"mode": "async", "invocationID": "q1"})
-	r := e.do("POST", "/v1/invocations/q1/cancel", nil)
+	r := e.do("POST", "/v1/namespaces/default/invocations/q1/cancel", nil)
 	require.False(t, r.code != 200 || r.body["state"] != "cancelled", "cancel queued: %d %s", r.code, r.raw)
 	g := newGate()
 	e.worker("w1", 1, g.handler)
@@ -200,7 +211,7 @@ func TestCancel(t *testing.T) {
 	id := g.next(t)
 	require.Equal(t, "r1", id, "worker started %s, want r1 (q1 was cancelled)", id)
 	e.waitState("r1", messages.StateRunning, 5*time.Second)
-	r = e.do("POST", "/v1/invocations/r1/cancel", nil)
+	r = e.do("POST", "/v1/namespaces/default/invocations/r1/cancel", nil)
 	require.False(t, r.code != 200 || r.body["state"] != "cancelled", "cancel running: %d %s", r.code, r.raw)
 	select {
 	case id := <-g.cancelled:
@@ -208,7 +219,7 @@ func TestCancel(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		require.FailNow(t, "worker never got the cancel")
 	}
-	r = e.do("POST", "/v1/invocations/r1/cancel", nil)
+	r = e.do("POST", "/v1/namespaces/default/invocations/r1/cancel", nil)
 	require.EqualValues(t, 409, r.code, "cancel terminal: %d %s", r.code, r.raw)
 	require.False(t, e.record("r1").State != messages.StateCancelled || len(e.log.Runs("q1")) != 0, "r1 %s, q1 runs %v", e.record("r1").State, e.log.Runs("q1"))
 }
@@ -269,7 +280,7 @@ func TestWorkerLossRedelivery(t *testing.T) {
 	rec = e.waitState("y", messages.StateDeadLettered, 10*time.Second)
 	require.False(t, rec.Attempt != 2 || !strings.Contains(rec.Error, "lost"), "dead-letter record %+v", rec)
 	st, _ := e.js.Stream(context.Background(), e.cfg.Stream.WithDefaults().Stream)
-	m, err := st.GetLastMsgForSubject(context.Background(), e.subj.DeadLetter(testPool))
+	m, err := st.GetLastMsgForSubject(context.Background(), e.subj.DeadLetter("default", testPool))
 	require.False(t, err != nil || !strings.Contains(string(m.Data), `"invocationID":"y"`), "no dead letter for y: %v", err)
 }
 

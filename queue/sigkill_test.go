@@ -42,7 +42,7 @@ func TestProcessKilledUnderLoad(t *testing.T) {
 	e.base = "http://" + addr
 	logf, _ := os.Create(filepath.Join(t.TempDir(), "queue.log"))
 	start := func() *exec.Cmd {
-		cmd := exec.Command(bin, "-no-kube", "-pools", testPool, "-listen", addr, "-nats-url", e.natsURL(),
+		cmd := exec.Command(bin, "-no-kube", "-insecure-disable-caller-auth", "-pools", testPool, "-listen", addr, "-nats-url", e.natsURL(),
 			"-duplicate-window", "1s", "-record-ttl", "1h", "-heartbeat-timeout", "1s", "-max-backlog", "100000")
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -108,7 +108,7 @@ func TestProcessKilledUnderLoad(t *testing.T) {
 
 func postAsync(base, id string) (int, error) {
 	c := httpClient()
-	r, err := c.Post(base+"/v1/pools/"+testPool+"/invocations", "application/json",
+	r, err := c.Post(base+"/v1/namespaces/default/pools/"+testPool+"/invocations", "application/json",
 		stringsReader(`{"mode":"async","invocationID":"`+id+`","ttlSeconds":300}`))
 	if err != nil {
 		return 0, err

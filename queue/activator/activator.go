@@ -22,6 +22,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 
 	"github.com/runplane/runplane/queue/activator/internal/state"
@@ -108,6 +110,16 @@ type Activator struct {
 	// a decision's I/O, waited for before Run returns.
 	kick chan struct{}
 	wg   sync.WaitGroup
+
+	// rsLister reads the ReplicaSets that own worker Pods (set by watchPods).
+	rsLister appslisters.ReplicaSetLister
+	// refused remembers the Pods refused as workers (namespace/name → why),
+	// to log and count each refusal once.
+	refusedMu sync.Mutex
+	refused   map[string]string
+	// conflicts are the reported pool conflicts (namespace/pool → names),
+	// touched only by Run's goroutine.
+	conflicts map[string]string
 }
 
 // New validates cfg and builds an Activator.
@@ -122,7 +134,7 @@ func New(cfg Config) (*Activator, error) {
 	if cfg.MaxAttempts < 1 {
 		return nil, fmt.Errorf("activator: MaxAttempts %d must be >= 1", cfg.MaxAttempts)
 	}
-	a := &Activator{cfg: cfg, metrics: newMetrics(cfg.Registerer), scaler: cfg.Scaler}
+	a := &Activator{cfg: cfg, metrics: newMetrics(cfg.Registerer), scaler: cfg.Scaler, refused: map[string]string{}, conflicts: map[string]string{}}
 	if a.scaler == nil && cfg.Kube != nil {
 		a.scaler = KubeScaler{Client: cfg.Kube}
 	}
@@ -136,7 +148,10 @@ func (a *Activator) Run(ctx context.Context) error {
 	defer func() { cancel(); a.wg.Wait() }()
 	a.mu.Lock()
 	a.st = state.New(state.Config{HeartbeatTimeout: a.cfg.HeartbeatTimeout, MaxAttempts: a.cfg.MaxAttempts, Backoff: a.cfg.Backoff,
-		MaxBackoff: a.cfg.MaxBackoff, ExecutionGrace: a.cfg.ExecutionGrace, DrainHold: a.cfg.DrainHold}, a.cfg.Clock)
+		MaxBackoff: a.cfg.MaxBackoff, ExecutionGrace: a.cfg.ExecutionGrace, DrainHold: a.cfg.DrainHold,
+		// With Kubernetes, only Pods owned by their pool's Deployment are
+		// workers; without (make dev -no-kube, tests), sidecar Events are.
+		RequirePods: a.cfg.Kube != nil}, a.cfg.Clock)
 	a.kick = make(chan struct{}, 1)
 	a.mu.Unlock()
 	defer a.metrics.rebuilt.Set(0)
@@ -146,7 +161,7 @@ func (a *Activator) Run(ctx context.Context) error {
 		a.wg.Go(func() { a.watchPods(ctx) })
 	}
 	// Events first, so workers alive before a restart are seen quickly.
-	sub, err := a.cfg.NC.Subscribe(st.Subjects.Metrics("*"), func(m *nats.Msg) { a.onEvent(ctx, m) })
+	sub, err := a.cfg.NC.Subscribe(st.Subjects.Metrics("*", "*"), func(m *nats.Msg) { a.onEvent(ctx, m) })
 	if err != nil {
 		return fmt.Errorf("subscribe to worker events: %w", err)
 	}
@@ -156,12 +171,12 @@ func (a *Activator) Run(ctx context.Context) error {
 		return err
 	}
 	a.metrics.rebuilt.Set(1)
-	results, err := a.consume(ctx, "results", st.Subjects.Result("*"), a.cfg.ResultAckWait, a.onResult)
+	results, err := a.consume(ctx, "results", st.Subjects.Result("*", "*"), a.cfg.ResultAckWait, a.onResult)
 	if err != nil {
 		return err
 	}
 	defer results.Stop()
-	invokes, err := a.consume(ctx, "invoke", st.Subjects.Invoke("*"), 30*time.Second, a.onInvocation)
+	invokes, err := a.consume(ctx, "invoke", st.Subjects.Invoke("*", "*"), 30*time.Second, a.onInvocation)
 	if err != nil {
 		return err
 	}
@@ -170,6 +185,10 @@ func (a *Activator) Run(ctx context.Context) error {
 
 	tick := a.cfg.Clock.NewTicker(a.cfg.Tick)
 	defer tick.Stop()
+	var conflictRec events.EventRecorder
+	if a.cfg.Kube != nil {
+		conflictRec = a.conflictRecorder(ctx)
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -181,6 +200,9 @@ func (a *Activator) Run(ctx context.Context) error {
 				a.scaleAll(ctx)
 			}
 		case <-tick.C():
+			if conflictRec != nil {
+				a.reportConflicts(ctx, conflictRec)
+			}
 			a.housekeep(ctx)
 			a.dispatchAll(ctx)
 		}

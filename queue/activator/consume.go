@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -48,6 +49,17 @@ func (a *Activator) consume(ctx context.Context, name, subject string, ackWait t
 	return cc, nil
 }
 
+// subjectPool reads the namespace and pool of a <prefix>.<kind>.<ns>.<pool>
+// subject.
+func (a *Activator) subjectPool(subject, kind string) (ns, pool string, ok bool) {
+	tail, ok := strings.CutPrefix(subject, a.cfg.Store.Subjects.Prefix+"."+kind+".")
+	if !ok {
+		return "", "", false
+	}
+	ns, pool, ok = strings.Cut(tail, ".")
+	return ns, pool, ok && ns != "" && pool != "" && !strings.Contains(pool, ".")
+}
+
 // acked logs and counts a failed Ack, Nak or Term of a message of consumer:
 // JetStream then redelivers it after the ack wait.
 func (a *Activator) acked(consumer, op string, m jetstream.Msg, err error) {
@@ -67,7 +79,7 @@ const freshAge = 2 * time.Second
 func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 	const c = "invoke"
 	var inv messages.Invocation
-	if err := json.Unmarshal(m.Data(), &inv); err != nil || inv.InvocationID == "" || inv.Pool == "" {
+	if err := json.Unmarshal(m.Data(), &inv); err != nil || inv.InvocationID == "" || inv.Pool == "" || inv.Namespace == "" {
 		a.cfg.Logger.Warn("dropping malformed invocation", "subject", m.Subject(), "err", err)
 		a.acked(c, "term", m, m.Term())
 		return
@@ -78,7 +90,12 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	var known bool
-	a.locked(func(s *state.State) { known = s.Accept(inv.Pool, inv.InvocationID, md.Sequence.Stream) })
+	if ns, p, ok := a.subjectPool(m.Subject(), "invoke"); !ok || ns != inv.Namespace || p != inv.Pool {
+		a.cfg.Logger.Warn("dropping invocation whose body names another pool than its subject", "subject", m.Subject(), "namespace", inv.Namespace, "pool", inv.Pool)
+		a.acked(c, "term", m, m.Term())
+		return
+	}
+	a.locked(func(s *state.State) { known = s.Accept(inv, md.Sequence.Stream) })
 	if known {
 		a.acked(c, "ack", m, m.Ack())
 		return
@@ -87,12 +104,12 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 	it := &state.Item{Inv: inv, Seq: md.Sequence.Stream}
 	rev, _ := strconv.ParseUint(m.Headers().Get(stream.RevisionHeader), 10, 64)
 	if rev != 0 && md.NumDelivered == 1 && a.cfg.Clock.Since(md.Timestamp) < freshAge {
-		it.Rec = stream.Cached{Rev: rev, Record: messages.Record{InvocationID: inv.InvocationID, Pool: inv.Pool, Mode: inv.Mode,
+		it.Rec = stream.Cached{Rev: rev, Record: messages.Record{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool, Mode: inv.Mode,
 			State: messages.StateQueued, Stream: st.Config.Stream, AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt}}
 	} else {
 		// Stored a while ago (the activator was away): it may have been
 		// cancelled or timed out since.
-		rec, rev, err := st.Get(ctx, inv.InvocationID)
+		rec, rev, err := st.Get(ctx, stream.Key(inv.Namespace, inv.InvocationID))
 		switch {
 		case errors.Is(err, stream.ErrNotFound):
 			// The Record expired or was removed after a failed publish
@@ -131,6 +148,19 @@ func (a *Activator) onResult(ctx context.Context, m jetstream.Msg) {
 		a.acked(c, "term", m, m.Term())
 		return
 	}
+	// The subject, which NATS permissions tie to the worker's pool, says
+	// whose result it is; the body cannot name another pool.
+	ns, p, ok := a.subjectPool(m.Subject(), "result")
+	if !ok {
+		a.acked(c, "term", m, m.Term())
+		return
+	}
+	if res.Namespace != ns || res.Pool != p {
+		a.metrics.foreign.WithLabelValues("result").Inc()
+		a.cfg.Logger.Warn("result names another pool than its subject; taken as of the subject's pool", "subject", m.Subject(),
+			"namespace", res.Namespace, "pool", res.Pool, "invocation", res.InvocationID)
+		res.Namespace, res.Pool = ns, p
+	}
 	final := res.State
 	if !final.Terminal() {
 		final = messages.StateFailed
@@ -146,7 +176,7 @@ func (a *Activator) onResult(ctx context.Context, m jetstream.Msg) {
 	var other *state.Superseded
 	a.locked(func(s *state.State) { it, other = s.Result(res, seq) })
 	if other != nil {
-		a.sendCancel(other.Pool, other.Worker, other.InvocationID, other.Attempt) // a newer attempt runs elsewhere
+		a.sendCancel(other.Namespace, other.Pool, other.Worker, other.InvocationID, other.Attempt) // a newer attempt runs elsewhere
 	}
 	a.poke()
 
@@ -154,12 +184,14 @@ func (a *Activator) onResult(ctx context.Context, m jetstream.Msg) {
 		record := func(r *messages.Record) { r.Response, r.Error = res.Response, res.Error }
 		var ok bool
 		var err error
+		key := stream.Key(res.Namespace, res.InvocationID)
 		if it != nil {
 			ok, err = a.write(it, func(cached *stream.Cached) (bool, error) {
-				return a.cfg.Store.TransitionCached(ctx, res.InvocationID, cached, final, res.Worker, res.Attempt, record)
+				return a.cfg.Store.TransitionOfPool(ctx, key, cached, res.Pool, final, res.Worker, res.Attempt, record)
 			})
 		} else {
-			_, ok, err = a.cfg.Store.Transition(ctx, res.InvocationID, final, res.Worker, res.Attempt, record)
+			var cached stream.Cached
+			ok, err = a.cfg.Store.TransitionOfPool(ctx, key, &cached, res.Pool, final, res.Worker, res.Attempt, record)
 		}
 		if err != nil && !errors.Is(err, stream.ErrNotFound) {
 			// Redelivered; the item is forgotten, so it takes the path above

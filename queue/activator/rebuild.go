@@ -68,18 +68,18 @@ func (a *Activator) rebuild(ctx context.Context) error {
 		pools := map[string]bool{}
 		for _, o := range unseq {
 			since = minTime(since, o.rec.AcceptedAt)
-			pools[o.rec.Pool] = true
+			pools[st.Subjects.Invoke(o.rec.Namespace, o.rec.Pool)] = true
 		}
 		var subjects []string
-		for p := range pools {
-			subjects = append(subjects, st.Subjects.Invoke(p))
+		for subj := range pools {
+			subjects = append(subjects, subj)
 		}
 		err := scan(ctx, st, subjects, since, func(m jetstream.Msg, seq uint64) {
 			var inv messages.Invocation
 			if json.Unmarshal(m.Data(), &inv) != nil {
 				return
 			}
-			if o, ok := unseq[inv.InvocationID]; ok && o.rec.Pool == inv.Pool {
+			if o, ok := unseq[inv.InvocationID]; ok && o.rec.Pool == inv.Pool && o.rec.Namespace == inv.Namespace {
 				if _, dup := invs[inv.InvocationID]; !dup {
 					invs[inv.InvocationID], seqs[inv.InvocationID] = inv, seq
 					known = append(known, o)
@@ -99,9 +99,9 @@ func (a *Activator) rebuild(ctx context.Context) error {
 	since := a.cfg.Clock.Now()
 	for _, o := range known {
 		if o.rec.State == messages.StateDispatched && o.rec.Worker != "" {
-			subjects = append(subjects, st.Subjects.Dispatch(o.rec.Pool, o.rec.Worker))
+			subjects = append(subjects, st.Subjects.Dispatch(o.rec.Namespace, o.rec.Pool, o.rec.Worker))
 			since = minTime(since, o.rec.UpdatedAt)
-			published[messages.DispatchPublishID(o.rec.InvocationID, o.rec.Attempt)] = 0
+			published[messages.DispatchPublishID(o.rec.Namespace, o.rec.InvocationID, o.rec.Attempt)] = 0
 		}
 	}
 	if len(subjects) > 0 {
@@ -132,7 +132,7 @@ func (a *Activator) rebuild(ctx context.Context) error {
 		it := &state.Item{Inv: inv, Seq: seqs[r.InvocationID], Attempt: r.Attempt, Rec: stream.Cached{Record: r, Rev: o.rev}}
 		a.st.Restore(it, r)
 		if r.State == messages.StateDispatched && r.Worker != "" {
-			if seq := published[messages.DispatchPublishID(r.InvocationID, r.Attempt)]; seq != 0 {
+			if seq := published[messages.DispatchPublishID(r.Namespace, r.InvocationID, r.Attempt)]; seq != 0 {
 				it.DispatchSeq = seq
 			} else {
 				republished++

@@ -75,10 +75,11 @@ func (a *Activator) scaleAll(ctx context.Context) {
 	defer a.mu.Unlock()
 	now := a.st.Now()
 	for _, pl := range a.cfg.Pools.List() {
-		if pl.Deployment == "" && a.cfg.Scaler == nil {
+		if (pl.Deployment == "" && a.cfg.Scaler == nil) || len(pl.Conflict) > 0 {
 			continue
 		}
-		p := a.st.Pool(pl.Name)
+		key := state.Key(pl.Namespace, pl.Name)
+		p := a.st.Pool(key)
 		if p.Scaling {
 			continue
 		}
@@ -86,12 +87,12 @@ func (a *Activator) scaleAll(ctx context.Context) {
 		if !p.SetAt.IsZero() && now.Sub(p.SetAt) < 5*time.Second && current != p.SetTo {
 			current = p.SetTo // our last decision, not yet seen by the informer
 		}
-		backlog, inflight, views, waited := a.st.ScaleInput(pl.Name, pl.Policy.StartupTimeout)
+		backlog, inflight, views, waited := a.st.ScaleInput(key, pl.Policy.StartupTimeout)
 		d := state.Decide(pl.Policy, current, backlog, inflight, views, now)
 		if d.To == current {
 			continue
 		}
-		a.st.Hold(pl.Name, d.Remove) // no new work for them
+		a.st.Hold(key, d.Remove) // no new work for them
 		p.Scaling = true
 		a.wg.Go(func() {
 			err := a.applyScale(ctx, pl, current, d)
@@ -130,21 +131,70 @@ func (a *Activator) applyScale(ctx context.Context, pl pool.Pool, from int, d st
 	return a.scaler.Scale(ctx, pl, from, d.To)
 }
 
-// watchPods feeds the Pods of every pool into the state until ctx ends.
+// watchPods feeds the Pods of every pool into the state until ctx ends. A
+// Pod is a worker of pool ns/p only when it is in namespace ns and owned,
+// through its ReplicaSet, by p's Deployment (controller references and
+// UIDs): the ReplicaSets are watched too, and every Pod is looked at again
+// when a ReplicaSet or a Deployment changes.
 func (a *Activator) watchPods(ctx context.Context) {
 	f := informers.NewSharedInformerFactoryWithOptions(a.cfg.Kube, 0, informers.WithNamespace(a.cfg.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = api.LabelPool }))
-	inf := f.Core().V1().Pods().Informer()
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	pods := f.Core().V1().Pods().Informer()
+	rss := f.Apps().V1().ReplicaSets()
+	a.rsLister = rss.Lister()
+	recheck := func() {
+		for _, o := range pods.GetStore().List() {
+			a.onPod(ctx, o, false)
+		}
+	}
+	_, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { a.onPod(ctx, o, false) },
 		UpdateFunc: func(_, o any) { a.onPod(ctx, o, false) },
 		DeleteFunc: func(o any) { a.onPod(ctx, o, true) },
 	})
+	if err == nil {
+		_, err = rss.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { recheck() },
+			UpdateFunc: func(_, _ any) { recheck() },
+			DeleteFunc: func(any) { recheck() },
+		})
+	}
 	if err != nil {
 		a.cfg.Logger.Error("pod informer", "err", err)
 		return
 	}
-	inf.Run(ctx.Done())
+	if n, ok := a.cfg.Pools.(interface{ OnChange(func()) }); ok {
+		n.OnChange(recheck)
+	}
+	f.Start(ctx.Done())
+	<-ctx.Done()
+	f.Shutdown()
+}
+
+// owner is the pool Deployment that owns pod through its ReplicaSet, by
+// controller references and UIDs; why says what is missing when none does.
+func (a *Activator) owner(pod *corev1.Pod) (pool.Pool, string) {
+	name := pod.Labels[api.LabelPool]
+	pl, ok := a.cfg.Pools.Lookup(pod.Namespace, name)
+	switch {
+	case !ok:
+		return pl, fmt.Sprintf("no Deployment of namespace %s is labelled %s=%s", pod.Namespace, api.LabelPool, name)
+	case len(pl.Conflict) > 0:
+		return pl, fmt.Sprintf("pool %s/%s is claimed by several Deployments %v", pod.Namespace, name, pl.Conflict)
+	}
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil || ref.Kind != "ReplicaSet" || a.rsLister == nil {
+		return pl, "the Pod is not controlled by a ReplicaSet"
+	}
+	rs, err := a.rsLister.ReplicaSets(pod.Namespace).Get(ref.Name)
+	if err != nil || rs.UID != ref.UID {
+		return pl, fmt.Sprintf("its ReplicaSet %s is not known (yet)", ref.Name)
+	}
+	dref := metav1.GetControllerOf(rs)
+	if dref == nil || dref.Kind != "Deployment" || dref.Name != pl.Deployment || dref.UID != pl.DeploymentUID {
+		return pl, fmt.Sprintf("its ReplicaSet %s is not controlled by the pool's Deployment %s", rs.Name, pl.Deployment)
+	}
+	return pl, ""
 }
 
 func (a *Activator) onPod(ctx context.Context, o any, deleted bool) {
@@ -156,6 +206,17 @@ func (a *Activator) onPod(ctx context.Context, o any, deleted bool) {
 		return
 	}
 	gone := deleted || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	if deleted {
+		a.refusedMu.Lock()
+		delete(a.refused, pod.Namespace+"/"+pod.Name)
+		a.refusedMu.Unlock()
+	} else if !gone {
+		if _, why := a.owner(pod); why != "" {
+			// Not (or no longer) a worker of the pool it names.
+			gone = true
+			a.notePod(pod, why)
+		}
+	}
 	conc, _ := strconv.Atoi(pod.Annotations[api.AnnotationConcurrency])
 	info := state.Pod{Created: pod.CreationTimestamp.Time, Terminating: pod.DeletionTimestamp != nil}
 	var lost *state.Loss
@@ -167,4 +228,20 @@ func (a *Activator) onPod(ctx context.Context, o any, deleted bool) {
 	if poke {
 		a.poke()
 	}
+}
+
+// notePod logs and counts a Pod refused as a worker, once per Pod and
+// reason.
+func (a *Activator) notePod(pod *corev1.Pod, why string) {
+	k := pod.Namespace + "/" + pod.Name
+	a.refusedMu.Lock()
+	seen := a.refused[k] == why
+	a.refused[k] = why
+	a.refusedMu.Unlock()
+	if seen {
+		return
+	}
+	a.metrics.foreign.WithLabelValues("pod").Inc()
+	a.cfg.Logger.Info("pod is not a worker of the pool it is labelled with", "namespace", pod.Namespace, "pod", pod.Name,
+		"pool", pod.Labels[api.LabelPool], "reason", why)
 }

@@ -15,14 +15,29 @@ import (
 	"github.com/runplane/runplane/queue/stream"
 )
 
-// onEvent tracks workers from sidecar Events.
+// onEvent tracks workers from sidecar Events. The subject, which NATS
+// permissions tie to the worker's pool, must name the pool the body does.
 func (a *Activator) onEvent(ctx context.Context, m *nats.Msg) {
 	var ev messages.Event
 	if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Worker == "" || ev.Pool == "" {
 		return
 	}
+	if ns, p, ok := a.subjectPool(m.Subject, "metrics"); !ok || ns != ev.Namespace || p != ev.Pool {
+		a.metrics.foreign.WithLabelValues("event").Inc()
+		a.cfg.Logger.Warn("ignoring a worker event that names another pool than its subject", "subject", m.Subject,
+			"namespace", ev.Namespace, "pool", ev.Pool, "worker", ev.Worker)
+		return
+	}
 	var out state.EventOutcome
 	a.locked(func(s *state.State) { out = s.Event(ev) })
+	if out.Unadmitted {
+		a.metrics.foreign.WithLabelValues("unadmitted_worker").Inc()
+		if out.NewlyHeld {
+			a.cfg.Logger.Info("worker event held: no Pod of this name in the pool's namespace is owned by the pool's Deployment (yet)",
+				"namespace", ev.Namespace, "pool", ev.Pool, "worker", ev.Worker, "type", ev.Type)
+		}
+		return
+	}
 	a.lost(ctx, out.Lost)
 	if it := out.Started; it != nil {
 		a.wg.Add(1)
@@ -45,7 +60,7 @@ func (a *Activator) markRunning(ctx context.Context, it *state.Item, ev messages
 		if it.Done.Load() {
 			return false, nil
 		}
-		return a.cfg.Store.TransitionCached(ctx, ev.InvocationID, c, messages.StateRunning, ev.Worker, ev.Attempt, nil)
+		return a.cfg.Store.TransitionCached(ctx, stream.Key(it.Inv.Namespace, it.Inv.InvocationID), c, messages.StateRunning, ev.Worker, ev.Attempt, nil)
 	})
 	if err != nil {
 		a.cfg.Logger.Debug("record running", "invocation", ev.InvocationID, "err", err)
@@ -72,7 +87,7 @@ func (a *Activator) lost(ctx context.Context, l *state.Loss) {
 // only then handed to state.Settle: redelivered, or dead-lettered.
 func (a *Activator) settle(ctx context.Context, l *state.Loss) {
 	st := a.cfg.Store
-	a.waitResults(ctx, l.Pool)
+	a.waitResults(ctx, l.Namespace, l.Pool)
 	for _, it := range l.Items {
 		id := it.Inv.InvocationID
 		var live, started bool
@@ -80,7 +95,7 @@ func (a *Activator) settle(ctx context.Context, l *state.Loss) {
 		if !live {
 			continue
 		}
-		rec, _, err := st.Get(ctx, id)
+		rec, _, err := st.Get(ctx, stream.Key(it.Inv.Namespace, id))
 		if errors.Is(err, stream.ErrNotFound) || (err == nil && (rec.State.Terminal() || rec.Attempt > it.Attempt)) {
 			a.locked(func(s *state.State) { s.Forget(it, "") })
 			continue
@@ -122,9 +137,9 @@ func (a *Activator) settle(ctx context.Context, l *state.Loss) {
 // stored on result.<pool> so far, or when it has made no progress for
 // ResultAckWait and a bit (a result delivered to a previous leader comes
 // back only after it).
-func (a *Activator) waitResults(ctx context.Context, pool string) {
+func (a *Activator) waitResults(ctx context.Context, ns, pool string) {
 	st := a.cfg.Store
-	m, err := st.Stream.GetLastMsgForSubject(ctx, st.Subjects.Result(pool))
+	m, err := st.Stream.GetLastMsgForSubject(ctx, st.Subjects.Result(ns, pool))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return
 	}
@@ -167,10 +182,10 @@ func (a *Activator) deadLetter(ctx context.Context, it *state.Item, reason strin
 		a.cfg.Logger.Error("dead letter: encode", "invocation", it.Inv.InvocationID, "err", err)
 		return
 	}
-	msg := &nats.Msg{Subject: st.Subjects.DeadLetter(it.Inv.Pool), Data: b, Header: nats.Header{}}
+	msg := &nats.Msg{Subject: st.Subjects.DeadLetter(it.Inv.Namespace, it.Inv.Pool), Data: b, Header: nats.Header{}}
 	msg.Header.Set("Runplane-Reason", reason)
 	for {
-		_, err := st.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(it.Inv.InvocationID+".deadletter"))
+		_, err := st.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(messages.MsgID(it.Inv.Namespace, it.Inv.InvocationID)+".deadletter"))
 		if err == nil {
 			break
 		}
@@ -181,7 +196,7 @@ func (a *Activator) deadLetter(ctx context.Context, it *state.Item, reason strin
 		}
 	}
 	_, err = a.write(it, func(c *stream.Cached) (bool, error) {
-		return st.TransitionCached(ctx, it.Inv.InvocationID, c, messages.StateDeadLettered, "", 0, func(r *messages.Record) { r.Error = reason })
+		return st.TransitionCached(ctx, stream.Key(it.Inv.Namespace, it.Inv.InvocationID), c, messages.StateDeadLettered, "", 0, func(r *messages.Record) { r.Error = reason })
 	})
 	if err != nil {
 		a.cfg.Logger.Warn("dead-letter record update failed", "invocation", it.Inv.InvocationID, "err", err)
@@ -193,10 +208,10 @@ func (a *Activator) deadLetter(ctx context.Context, it *state.Item, reason strin
 // (TTL in queue or execution timeout) and cancels it on its worker.
 func (a *Activator) expire(ctx context.Context, e state.Expiry) {
 	if e.Worker != "" {
-		a.sendCancel(e.Item.Inv.Pool, e.Worker, e.Item.Inv.InvocationID, e.Item.Attempt)
+		a.sendCancel(e.Item.Inv.Namespace, e.Item.Inv.Pool, e.Worker, e.Item.Inv.InvocationID, e.Item.Attempt)
 	}
 	_, err := a.write(e.Item, func(c *stream.Cached) (bool, error) {
-		return a.cfg.Store.TransitionCached(ctx, e.Item.Inv.InvocationID, c, messages.StateTimedOut, "", 0, func(r *messages.Record) { r.Error = e.Reason })
+		return a.cfg.Store.TransitionCached(ctx, stream.Key(e.Item.Inv.Namespace, e.Item.Inv.InvocationID), c, messages.StateTimedOut, "", 0, func(r *messages.Record) { r.Error = e.Reason })
 	})
 	if err != nil {
 		a.cfg.Logger.Warn("expire: record update failed", "invocation", e.Item.Inv.InvocationID, "err", err)
@@ -230,8 +245,10 @@ func (a *Activator) publishStatus(ctx context.Context) {
 	}
 	var puts []put
 	names := map[string]bool{}
+	known := map[string]int{} // replicas by state key
 	for _, pl := range a.cfg.Pools.List() {
-		names[pl.Name] = true
+		k := state.Key(pl.Namespace, pl.Name)
+		names[k], known[k] = true, pl.Replicas
 	}
 	a.locked(func(s *state.State) {
 		now := s.Now()
@@ -239,13 +256,9 @@ func (a *Activator) publishStatus(ctx context.Context) {
 			names[n] = true
 		}
 		for n := range names {
-			replicas := 0
-			if pl, ok := a.cfg.Pools.Lookup(n); ok {
-				replicas = pl.Replicas
-			}
-			ps := s.Status(n, replicas)
-			a.metrics.backlog.WithLabelValues(n).Set(float64(ps.Backlog))
-			a.metrics.inflight.WithLabelValues(n).Set(float64(ps.InFlight))
+			ps := s.Status(n, known[n])
+			a.metrics.backlog.WithLabelValues(ps.Namespace, ps.Pool).Set(float64(ps.Backlog))
+			a.metrics.inflight.WithLabelValues(ps.Namespace, ps.Pool).Set(float64(ps.InFlight))
 			b, err := json.Marshal(ps)
 			p := s.Pool(n)
 			if err != nil || (string(b) == string(p.LastStatus) && now.Sub(p.StatusAt) < 5*time.Second) {
@@ -257,7 +270,7 @@ func (a *Activator) publishStatus(ctx context.Context) {
 				continue
 			}
 			p.LastStatus, p.StatusAt = b, now
-			puts = append(puts, put{n, full})
+			puts = append(puts, put{stream.PoolKey(ps.Namespace, ps.Pool), full})
 		}
 	})
 	for _, p := range puts {

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,17 +28,32 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/internal/httpjson"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue/pool"
 	"github.com/runplane/runplane/queue/stream"
 )
 
+// Authorizer decides whether the caller of r may do req
+// (callerauth.Gate): a *callerauth.Refusal is the caller's 401/403, any
+// other error means the apiserver could not be asked (503).
+type Authorizer interface {
+	Check(r *http.Request, req callerauth.Request) (user.Info, error)
+}
+
 // Config configures a Server.
 type Config struct {
 	Store *stream.Store
 	NC    *nats.Conn
 	Pools pool.Source
+	// Auth authorizes every /v1 request and the seed alias. Nil serves
+	// everyone: only with InsecureNoAuth (benchmarks and tests of the
+	// unauthenticated baseline).
+	Auth           Authorizer
+	InsecureNoAuth bool
 	// MaxBodyBytes bounds a request body (default 4 MiB; 413 beyond).
 	MaxBodyBytes int64
 	// MaxBacklog bounds the queued invocations per pool (default 1000; 429
@@ -65,16 +81,24 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// DefaultNamespace is the namespace of a pool whose Source names none
+// (a static pool list, as in make dev without a cluster).
+const DefaultNamespace = "default"
+
 // Server serves the ingress API.
 type Server struct {
-	cfg   Config
-	inbox string
-	m     *ingressMetrics
+	cfg Config
+	// replica is this replica's token in the sync reply subjects
+	// (Subjects.Reply(ns, pool).<replica>.<invocation ID>); "" when the
+	// reply fast path is off.
+	replica string
+	m       *ingressMetrics
 
-	mu      sync.Mutex
-	waiters map[string]map[chan messages.Record]struct{}
-	status  map[string]stream.PoolStatus
-	local   map[string][]uint64 // stream sequences accepted here, not yet in the pool's status
+	mu sync.Mutex
+	// waiters: sync callers by Record key (stream.Key), each with its pool.
+	waiters map[string]map[chan messages.Record]string
+	status  map[string]stream.PoolStatus // by stream.PoolKey
+	local   map[string][]uint64          // stream sequences accepted here, not yet in the pool's status (by stream.PoolKey)
 
 	stop []func()
 }
@@ -85,7 +109,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Store == nil || cfg.NC == nil || cfg.Pools == nil {
 		return nil, errors.New("ingress: Store, NC and Pools are required")
 	}
-	s := &Server{cfg: cfg, waiters: map[string]map[chan messages.Record]struct{}{},
+	if cfg.Auth == nil && !cfg.InsecureNoAuth {
+		return nil, errors.New("ingress: Auth is required (InsecureNoAuth serves unauthenticated callers)")
+	}
+	s := &Server{cfg: cfg, waiters: map[string]map[chan messages.Record]string{},
 		status: map[string]stream.PoolStatus{}, local: map[string][]uint64{}, m: newIngressMetrics(cfg.Registerer)}
 	rw, err := cfg.Store.Records.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
 	if err != nil {
@@ -101,8 +128,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.stop = append(s.stop, func() { _ = pw.Stop() })
 	go s.watchPools(pw)
 	if !cfg.DisableReplyFastPath {
-		s.inbox = "_INBOX.runplane." + nuid.Next()
-		sub, err := cfg.NC.Subscribe(s.inbox+".>", s.onReply)
+		s.replica = nuid.Next()
+		sub, err := cfg.NC.Subscribe(cfg.Store.Subjects.Reply("*", "*")+"."+s.replica+".>", s.onReply)
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("subscribe reply inbox: %w", err)
@@ -129,7 +156,7 @@ func (s *Server) watchRecords(w jetstream.KeyWatcher) {
 		if err != nil || !r.State.Terminal() {
 			continue
 		}
-		s.notify(r)
+		s.notify(r, false)
 	}
 }
 
@@ -157,13 +184,23 @@ func (s *Server) watchPools(w jetstream.KeyWatcher) {
 	}
 }
 
+// onReply takes a worker's sync answer. The namespace, pool and invocation
+// come from the subject (reply.<ns>.<pool>.<replica>.<id>), which NATS
+// permissions tie to the worker's own pool, never from the body: a worker
+// cannot answer another pool's caller.
 func (s *Server) onReply(m *nats.Msg) {
-	var res messages.Result
-	if json.Unmarshal(m.Data, &res) != nil || res.InvocationID == "" || !res.State.Terminal() {
+	tail, ok := strings.CutPrefix(m.Subject, s.cfg.Store.Subjects.Prefix+".reply.")
+	parts := strings.Split(tail, ".")
+	if !ok || len(parts) != 4 || parts[2] != s.replica {
 		return
 	}
-	s.notify(messages.Record{InvocationID: res.InvocationID, Pool: res.Pool, State: res.State, Worker: res.Worker,
-		Attempt: res.Attempt, Response: res.Response, Error: res.Error, UpdatedAt: res.FinishedAt})
+	ns, poolName, id := parts[0], parts[1], parts[3]
+	var res messages.Result
+	if json.Unmarshal(m.Data, &res) != nil || res.InvocationID != id || !res.State.Terminal() {
+		return
+	}
+	s.notify(messages.Record{InvocationID: id, Namespace: ns, Pool: poolName, State: res.State, Worker: res.Worker,
+		Attempt: res.Attempt, Response: res.Response, Error: res.Error, UpdatedAt: res.FinishedAt}, true)
 }
 
 // waiting reports whether a sync caller here waits on invocation id (the
@@ -174,10 +211,15 @@ func (s *Server) waiting(id string) bool {
 	return len(s.waiters[id]) > 0
 }
 
-func (s *Server) notify(r messages.Record) {
+// notify hands r to the sync callers waiting on it; fromReply: r came
+// from a worker's reply, and only callers of r's pool take it.
+func (s *Server) notify(r messages.Record, fromReply bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for ch := range s.waiters[r.InvocationID] {
+	for ch, poolName := range s.waiters[stream.Key(r.Namespace, r.InvocationID)] {
+		if fromReply && poolName != r.Pool {
+			continue
+		}
 		select {
 		case ch <- r:
 		default:
@@ -185,13 +227,13 @@ func (s *Server) notify(r messages.Record) {
 	}
 }
 
-func (s *Server) addWaiter(id string) (chan messages.Record, func()) {
+func (s *Server) addWaiter(id, poolName string) (chan messages.Record, func()) {
 	ch := make(chan messages.Record, 1)
 	s.mu.Lock()
 	if s.waiters[id] == nil {
-		s.waiters[id] = map[chan messages.Record]struct{}{}
+		s.waiters[id] = map[chan messages.Record]string{}
 	}
-	s.waiters[id][ch] = struct{}{}
+	s.waiters[id][ch] = poolName
 	s.mu.Unlock()
 	return ch, func() {
 		s.mu.Lock()
@@ -206,15 +248,22 @@ func (s *Server) addWaiter(id string) (chan messages.Record, func()) {
 // Handler returns the HTTP API.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/pools/{pool}/invocations", func(w http.ResponseWriter, r *http.Request) {
-		s.handleInvoke(w, r, r.PathValue("pool"), false)
+	mux.HandleFunc("POST /v1/namespaces/{ns}/pools/{pool}/invocations", func(w http.ResponseWriter, r *http.Request) {
+		s.handleInvoke(w, r, r.PathValue("ns"), r.PathValue("pool"), false)
 	})
 	mux.HandleFunc("POST /api/v1/serverless/invocations", func(w http.ResponseWriter, r *http.Request) {
-		s.handleInvoke(w, r, "", true)
+		s.handleInvoke(w, r, "", "", true)
 	})
-	mux.HandleFunc("GET /v1/invocations/{id}", s.handleGet)
-	mux.HandleFunc("POST /v1/invocations/{id}/cancel", s.handleCancel)
-	mux.HandleFunc("GET /v1/pools/{pool}", s.handlePool)
+	mux.HandleFunc("GET /v1/namespaces/{ns}/invocations/{id}", s.handleGet)
+	mux.HandleFunc("POST /v1/namespaces/{ns}/invocations/{id}/cancel", s.handleCancel)
+	mux.HandleFunc("GET /v1/namespaces/{ns}/pools/{pool}", s.handlePool)
+	// The routes before pools were namespaced: a pointer to the new ones.
+	for _, old := range []string{"/v1/pools/", "/v1/invocations/"} {
+		mux.HandleFunc(old, func(w http.ResponseWriter, r *http.Request) {
+			httpjson.Error(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s: pools and invocations are addressed within their namespace, "+
+				"/v1/namespaces/{namespace}/pools/{pool}[/invocations] and /v1/namespaces/{namespace}/invocations/{id}[/cancel]", r.Method, r.URL.Path))
+		})
+	}
 	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(OpenAPI))
@@ -241,10 +290,12 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// InvokeRequest is the body of POST /v1/pools/{pool}/invocations (and of
-// the seed alias, which names the pool in serverlessRequestID).
+// InvokeRequest is the body of POST
+// /v1/namespaces/{ns}/pools/{pool}/invocations (and of the seed alias, which
+// names the namespace in namespace and the pool in serverlessRequestID).
 type InvokeRequest struct {
 	Mode                messages.Mode     `json:"mode"`
+	Namespace           string            `json:"namespace,omitempty"`
 	InvocationID        string            `json:"invocationID,omitempty"`
 	ServerlessRequestID string            `json:"serverlessRequestID,omitempty"`
 	Payload             json.RawMessage   `json:"payload,omitempty"`
@@ -265,6 +316,7 @@ type Subjects struct {
 // Ack is the answer to an accepted async invocation (202).
 type Ack struct {
 	InvocationID string         `json:"invocationID"`
+	Namespace    string         `json:"namespace"`
 	Pool         string         `json:"pool"`
 	Stream       string         `json:"stream"`
 	Sequence     uint64         `json:"sequence"`
@@ -302,8 +354,12 @@ func (s *Server) validate(req *InvokeRequest) error {
 	return nil
 }
 
-func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, poolName string, alias bool) {
+func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolName string, alias bool) {
 	start := time.Now()
+	// The path names the pool: the caller is checked before its body is read.
+	if !alias && !s.authorizeInvoke(w, r, ns, poolName) {
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	var req InvokeRequest
 	dec := json.NewDecoder(r.Body)
@@ -318,25 +374,39 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, poolName s
 		return
 	}
 	if alias {
-		poolName = req.ServerlessRequestID
+		poolName, ns = req.ServerlessRequestID, req.Namespace
+		if ns == "" {
+			s.reject(w, poolName, http.StatusBadRequest, "field namespace is required (the pool's namespace)")
+			return
+		}
 		if poolName == "" {
 			s.reject(w, poolName, http.StatusBadRequest, "field serverlessRequestID is required (the pool name)")
 			return
 		}
-	} else if req.ServerlessRequestID != "" && req.ServerlessRequestID != poolName {
-		s.reject(w, poolName, http.StatusBadRequest, fmt.Sprintf("field serverlessRequestID %q differs from the pool %q in the path", req.ServerlessRequestID, poolName))
-		return
+	} else {
+		if req.ServerlessRequestID != "" && req.ServerlessRequestID != poolName {
+			s.reject(w, poolName, http.StatusBadRequest, fmt.Sprintf("field serverlessRequestID %q differs from the pool %q in the path", req.ServerlessRequestID, poolName))
+			return
+		}
+		if req.Namespace != "" && req.Namespace != ns {
+			s.reject(w, poolName, http.StatusBadRequest, fmt.Sprintf("field namespace %q differs from the namespace %q in the path", req.Namespace, ns))
+			return
+		}
 	}
-	if err := messages.ValidateToken("pool", poolName); err != nil {
-		s.reject(w, poolName, http.StatusBadRequest, err.Error())
+	if alias && !s.authorizeInvoke(w, r, ns, poolName) {
 		return
 	}
 	if err := s.validate(&req); err != nil {
 		s.reject(w, poolName, http.StatusBadRequest, err.Error())
 		return
 	}
-	if _, ok := s.cfg.Pools.Lookup(poolName); !ok {
-		s.reject(w, poolName, http.StatusNotFound, fmt.Sprintf("unknown pool %q: no Deployment is labelled runplane.io/pool=%s", poolName, poolName))
+	pl, ok := s.cfg.Pools.Lookup(ns, poolName)
+	if !ok {
+		s.reject(w, poolName, http.StatusNotFound, unknownPool(ns, poolName))
+		return
+	}
+	if len(pl.Conflict) > 0 {
+		s.reject(w, poolName, http.StatusConflict, conflictMessage(pl))
 		return
 	}
 	if req.InvocationID == "" {
@@ -345,24 +415,24 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, poolName s
 	req.TimeoutSeconds = cmp.Or(req.TimeoutSeconds, s.cfg.DefaultTimeoutSeconds)
 	req.TTLSeconds = cmp.Or(req.TTLSeconds, s.cfg.DefaultTTLSeconds)
 	ctx := r.Context()
-	inv := messages.Invocation{InvocationID: req.InvocationID, Pool: poolName, Mode: req.Mode, ContentType: req.ContentType,
+	inv := messages.Invocation{InvocationID: req.InvocationID, Namespace: ns, Pool: poolName, Mode: req.Mode, ContentType: req.ContentType,
 		Headers: req.Headers, Attributes: req.Attributes, Payload: req.Payload, TimeoutSeconds: req.TimeoutSeconds,
 		TTLSeconds: req.TTLSeconds, AcceptedAt: time.Now().UTC()}
-	if req.Mode == messages.ModeSync && s.inbox != "" {
-		inv.ReplyTo = s.inbox + "." + inv.InvocationID
+	if req.Mode == messages.ModeSync && s.replica != "" {
+		inv.ReplyTo = s.cfg.Store.Subjects.Reply(ns, poolName) + "." + s.replica + "." + inv.InvocationID
 	}
 	// A sync caller registers before anything is published, so no result
 	// can slip past it.
 	var ch chan messages.Record
 	if req.Mode == messages.ModeSync {
 		var done func()
-		ch, done = s.addWaiter(inv.InvocationID)
+		ch, done = s.addWaiter(stream.Key(ns, inv.InvocationID), poolName)
 		defer done()
 	}
 
 	ack, rec, err := s.accept(ctx, inv)
 	if errors.Is(err, errBacklog) {
-		w.Header().Set("Retry-After", strconv.Itoa(s.retryAfter(poolName)))
+		w.Header().Set("Retry-After", strconv.Itoa(s.retryAfter(ns, poolName)))
 		s.reject(w, poolName, http.StatusTooManyRequests, fmt.Sprintf("pool %q backlog is full (%d queued)", poolName, s.cfg.MaxBacklog))
 		return
 	}
@@ -388,11 +458,11 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, poolName s
 		httpjson.Write(w, http.StatusOK, rec)
 		return
 	}
-	final, ok := s.wait(ctx, inv.InvocationID, ch, time.Duration(req.TimeoutSeconds)*time.Second)
+	final, ok := s.wait(ctx, stream.Key(ns, inv.InvocationID), ch, time.Duration(req.TimeoutSeconds)*time.Second)
 	s.m.syncLatency.WithLabelValues(poolName).Observe(time.Since(start).Seconds())
 	if !ok {
 		httpjson.Write(w, http.StatusGatewayTimeout, map[string]any{
-			"error":        fmt.Sprintf("no result within timeoutSeconds=%d; poll GET /v1/invocations/%s", req.TimeoutSeconds, inv.InvocationID),
+			"error":        fmt.Sprintf("no result within timeoutSeconds=%d; poll GET /v1/namespaces/%s/invocations/%s", req.TimeoutSeconds, ns, inv.InvocationID),
 			"invocationID": inv.InvocationID, "state": final.State,
 		})
 		return
@@ -409,26 +479,27 @@ func (e *conflictError) Error() string { return e.msg }
 // accept makes inv durable exactly once and returns the ack and the Record.
 func (s *Server) accept(ctx context.Context, inv messages.Invocation) (Ack, messages.Record, error) {
 	st := s.cfg.Store
-	ack := Ack{InvocationID: inv.InvocationID, Pool: inv.Pool, Stream: st.Config.Stream, Subjects: Subjects{
-		Invoke: st.Subjects.Invoke(inv.Pool), Result: st.Subjects.Result(inv.Pool), Metrics: st.Subjects.Metrics(inv.Pool)}}
+	ack := Ack{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool, Stream: st.Config.Stream, Subjects: Subjects{
+		Invoke: st.Subjects.Invoke(inv.Namespace, inv.Pool), Result: st.Subjects.Result(inv.Namespace, inv.Pool), Metrics: st.Subjects.Metrics(inv.Namespace, inv.Pool)}}
 	// The Record comes first: it outlives the duplicate window, so a
 	// re-post after it finds the existing invocation. KV Create is the
 	// check: a taken ID fails it, and only then is the Record read.
-	if s.backlog(inv.Pool) >= s.cfg.MaxBacklog {
+	key := stream.Key(inv.Namespace, inv.InvocationID)
+	if s.backlog(inv.Namespace, inv.Pool) >= s.cfg.MaxBacklog {
 		// A re-post of an accepted ID is answered even when the pool is full.
-		if rec, _, err := st.Get(ctx, inv.InvocationID); err == nil {
+		if rec, _, err := st.Get(ctx, key); err == nil {
 			return s.duplicate(ctx, ack, rec, inv)
 		} else if !errors.Is(err, stream.ErrNotFound) {
 			return ack, rec, err
 		}
 		return ack, messages.Record{}, errBacklog
 	}
-	rec := messages.Record{InvocationID: inv.InvocationID, Pool: inv.Pool, Mode: inv.Mode, State: messages.StateQueued,
+	rec := messages.Record{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool, Mode: inv.Mode, State: messages.StateQueued,
 		Stream: st.Config.Stream, AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt}
 	rev, err := st.Create(ctx, rec)
 	if errors.Is(err, stream.ErrExists) {
 		// Posted before, or another request with this ID won the race.
-		cur, _, gerr := st.Get(ctx, inv.InvocationID)
+		cur, _, gerr := st.Get(ctx, key)
 		if gerr != nil {
 			return ack, cur, gerr
 		}
@@ -441,12 +512,13 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation) (Ack, mess
 	pa, err := s.publish(ctx, inv, rev)
 	if err != nil {
 		// Not accepted: free the ID so the caller can retry.
-		_ = st.Delete(context.WithoutCancel(ctx), inv.InvocationID)
+		_ = st.Delete(context.WithoutCancel(ctx), key)
 		return ack, rec, err
 	}
 	s.mu.Lock()
 	if !pa.Duplicate {
-		s.local[inv.Pool] = append(s.local[inv.Pool], pa.Sequence)
+		pk := stream.PoolKey(inv.Namespace, inv.Pool)
+		s.local[pk] = append(s.local[pk], pa.Sequence)
 	}
 	s.mu.Unlock()
 	rec.Sequence = pa.Sequence
@@ -461,11 +533,11 @@ func (s *Server) publish(ctx context.Context, inv messages.Invocation, rev uint6
 	if err != nil {
 		return nil, fmt.Errorf("encode invocation: %w", err)
 	}
-	msg := &nats.Msg{Subject: s.cfg.Store.Subjects.Invoke(inv.Pool), Data: b, Header: nats.Header{}}
+	msg := &nats.Msg{Subject: s.cfg.Store.Subjects.Invoke(inv.Namespace, inv.Pool), Data: b, Header: nats.Header{}}
 	if rev != 0 {
 		msg.Header.Set(stream.RevisionHeader, strconv.FormatUint(rev, 10))
 	}
-	pa, err := s.cfg.Store.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(inv.InvocationID))
+	pa, err := s.cfg.Store.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(messages.MsgID(inv.Namespace, inv.InvocationID)))
 	if err != nil {
 		return nil, fmt.Errorf("publish invocation %s: %w", inv.InvocationID, err)
 	}
@@ -475,7 +547,7 @@ func (s *Server) publish(ctx context.Context, inv messages.Invocation, rev uint6
 // duplicate answers a re-post of an existing invocation ID.
 func (s *Server) duplicate(ctx context.Context, ack Ack, rec messages.Record, inv messages.Invocation) (Ack, messages.Record, error) {
 	if rec.Pool != inv.Pool {
-		return ack, rec, &conflictError{fmt.Sprintf("invocationID %s already belongs to pool %q", inv.InvocationID, rec.Pool)}
+		return ack, rec, &conflictError{fmt.Sprintf("invocationID %s already belongs to pool %q of namespace %q", inv.InvocationID, rec.Pool, rec.Namespace)}
 	}
 	if rec.State == messages.StateQueued && rec.Attempt == 0 && time.Since(rec.AcceptedAt) > 5*time.Second {
 		// The first accepting replica may have died between the Record and
@@ -492,7 +564,8 @@ func (s *Server) duplicate(ctx context.Context, ack Ack, rec messages.Record, in
 	return ack, rec, nil
 }
 
-// wait blocks until the invocation is terminal or timeout passes.
+// wait blocks until the invocation (Record key id) is terminal or timeout
+// passes.
 func (s *Server) wait(ctx context.Context, id string, ch chan messages.Record, timeout time.Duration) (messages.Record, bool) {
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -528,39 +601,62 @@ func (s *Server) wait(ctx context.Context, id string, ch chan messages.Record, t
 	}
 }
 
-func (s *Server) backlog(poolName string) int {
+func (s *Server) backlog(ns, poolName string) int {
+	pk := stream.PoolKey(ns, poolName)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.status[poolName].Backlog + len(s.local[poolName])
+	return s.status[pk].Backlog + len(s.local[pk])
 }
 
-func (s *Server) retryAfter(poolName string) int {
+func (s *Server) retryAfter(ns, poolName string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.status[poolName].Capacity > 0 {
+	if s.status[stream.PoolKey(ns, poolName)].Capacity > 0 {
 		return 1
 	}
 	return 5
 }
 
+// invocationPath reads and checks {ns} and {id}; it answers 400 itself.
+func invocationPath(w http.ResponseWriter, r *http.Request) (ns, id string, ok bool) {
+	ns, id = r.PathValue("ns"), r.PathValue("id")
+	if err := messages.ValidateToken("namespace", ns); err != nil {
+		httpjson.Error(w, http.StatusBadRequest, err.Error())
+		return ns, id, false
+	}
+	if !idPattern.MatchString(id) {
+		httpjson.Error(w, http.StatusBadRequest, fmt.Sprintf("invocation ID %q: 1-128 characters of A-Z a-z 0-9 _ = -", id))
+		return ns, id, false
+	}
+	return ns, id, true
+}
+
+func notFound(w http.ResponseWriter, ns, id string) {
+	httpjson.Error(w, http.StatusNotFound, fmt.Sprintf("invocation %q not found in namespace %q", id, ns))
+}
+
 func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	rec, _, err := s.cfg.Store.Get(r.Context(), id)
-	if errors.Is(err, stream.ErrNotFound) {
-		httpjson.Error(w, http.StatusNotFound, fmt.Sprintf("invocation %q not found", id))
+	ns, id, ok := invocationPath(w, r)
+	if !ok {
 		return
 	}
-	if err != nil {
-		httpjson.Error(w, http.StatusServiceUnavailable, err.Error())
+	rec, ok := s.record(w, r, ns, id, VerbRead)
+	if !ok {
 		return
 	}
 	httpjson.Write(w, http.StatusOK, rec)
 }
 
 func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	ns, id, ok := invocationPath(w, r)
+	if !ok {
+		return
+	}
+	if _, ok := s.record(w, r, ns, id, VerbCancel); !ok {
+		return
+	}
 	var before messages.Record
-	rec, changed, err := s.cfg.Store.Update(r.Context(), id, func(rec *messages.Record) bool {
+	rec, changed, err := s.cfg.Store.Update(r.Context(), stream.Key(ns, id), func(rec *messages.Record) bool {
 		before = *rec
 		if rec.State.Terminal() {
 			return false
@@ -570,7 +666,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 		return true
 	})
 	if errors.Is(err, stream.ErrNotFound) {
-		httpjson.Error(w, http.StatusNotFound, fmt.Sprintf("invocation %q not found", id))
+		notFound(w, ns, id)
 		return
 	}
 	if err != nil {
@@ -584,34 +680,52 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	if (before.State == messages.StateDispatched || before.State == messages.StateRunning) && before.Worker != "" {
 		// The worker is told; its late result cannot overwrite cancelled.
 		b, _ := json.Marshal(messages.Cancel{InvocationID: id, Attempt: before.Attempt})
-		if err := s.cfg.NC.Publish(s.cfg.Store.Subjects.Cancel(before.Pool, before.Worker), b); err != nil {
+		if err := s.cfg.NC.Publish(s.cfg.Store.Subjects.Cancel(before.Namespace, before.Pool, before.Worker), b); err != nil {
 			s.cfg.Logger.Warn("send cancel", "invocation", id, "err", err)
 		}
 	}
 	httpjson.Write(w, http.StatusOK, rec)
 }
 
-// PoolInfo is the answer to GET /v1/pools/{pool}.
+// PoolInfo is the answer to GET /v1/namespaces/{ns}/pools/{pool}. A pool
+// claimed by several Deployments of its namespace has Conflict set (and
+// serves nothing: invocations get 409 until all but one are removed).
 type PoolInfo struct {
 	pool.Pool
 	Status *stream.PoolStatus `json:"status,omitempty"`
 }
 
 func (s *Server) handlePool(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("pool")
-	p, ok := s.cfg.Pools.Lookup(name)
+	ns, name := r.PathValue("ns"), r.PathValue("pool")
+	if err := errors.Join(messages.ValidateToken("namespace", ns), messages.ValidateToken("pool", name)); err != nil {
+		httpjson.Error(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if !s.allowed(w, r, callerauth.Request{Verb: VerbRead, Namespace: ns, Pool: name}) {
+		return
+	}
+	p, ok := s.cfg.Pools.Lookup(ns, name)
 	if !ok {
-		httpjson.Error(w, http.StatusNotFound, fmt.Sprintf("unknown pool %q: no Deployment is labelled runplane.io/pool=%s", name, name))
+		httpjson.Error(w, http.StatusNotFound, unknownPool(ns, name))
 		return
 	}
 	info := PoolInfo{Pool: p}
-	if e, err := s.cfg.Store.Pools.Get(r.Context(), name); err == nil {
+	if e, err := s.cfg.Store.Pools.Get(r.Context(), stream.PoolKey(ns, name)); err == nil {
 		var ps stream.PoolStatus
 		if json.Unmarshal(e.Value(), &ps) == nil {
 			info.Status = &ps
 		}
 	}
 	httpjson.Write(w, http.StatusOK, info)
+}
+
+func unknownPool(ns, name string) string {
+	return fmt.Sprintf("unknown pool %q in namespace %q: no Deployment of the namespace is labelled runplane.io/pool=%s", name, ns, name)
+}
+
+func conflictMessage(p pool.Pool) string {
+	return fmt.Sprintf("pool %q of namespace %q is claimed by %d Deployments (%s): it serves nothing until the runplane.io/pool label is removed from all but one",
+		p.Name, p.Namespace, len(p.Conflict), strings.Join(p.Conflict, ", "))
 }
 
 func (s *Server) reject(w http.ResponseWriter, poolName string, code int, msg string) {

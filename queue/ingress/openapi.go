@@ -5,17 +5,17 @@ const OpenAPI = `{
   "openapi": "3.0.3",
   "info": {"title": "runplane queue ingress", "version": "v1"},
   "paths": {
-    "/v1/pools/{pool}/invocations": {
+    "/v1/namespaces/{namespace}/pools/{pool}/invocations": {
       "post": {
         "summary": "Enqueue an invocation (sync waits for the result, async returns the ack)",
-        "parameters": [{"name": "pool", "in": "path", "required": true, "schema": {"type": "string"}}],
+        "parameters": [{"name": "namespace", "in": "path", "required": true, "schema": {"type": "string"}, "description": "the pool's namespace: pools and invocation IDs are scoped by it"}, {"name": "pool", "in": "path", "required": true, "schema": {"type": "string"}}],
         "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/InvokeRequest"}}}},
         "responses": {
           "200": {"description": "sync: terminal record", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Record"}}}},
           "202": {"description": "async: accepted", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Ack"}}}},
           "400": {"$ref": "#/components/responses/Error"},
           "404": {"$ref": "#/components/responses/Error"},
-          "409": {"$ref": "#/components/responses/Error"},
+          "409": {"description": "the invocation ID belongs to another pool, or several Deployments of the namespace claim the pool (the body names them)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
           "413": {"$ref": "#/components/responses/Error"},
           "429": {"description": "pool backlog full", "headers": {"Retry-After": {"schema": {"type": "integer"}}}, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
           "503": {"$ref": "#/components/responses/Error"},
@@ -25,29 +25,29 @@ const OpenAPI = `{
     },
     "/api/v1/serverless/invocations": {
       "post": {
-        "summary": "Seed alias: the pool is named by serverlessRequestID",
+        "summary": "Seed alias: the namespace is named by namespace (required) and the pool by serverlessRequestID",
         "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/InvokeRequest"}}}},
-        "responses": {"200": {"description": "sync result"}, "202": {"description": "async ack"}, "400": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}}
+        "responses": {"200": {"description": "sync result"}, "202": {"description": "async ack"}, "400": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"}}
       }
     },
-    "/v1/invocations/{id}": {
+    "/v1/namespaces/{namespace}/invocations/{id}": {
       "get": {
-        "summary": "Invocation state and result",
-        "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
+        "summary": "Invocation state and result (404 for an ID of another namespace)",
+        "parameters": [{"name": "namespace", "in": "path", "required": true, "schema": {"type": "string"}, "description": "the pool's namespace: pools and invocation IDs are scoped by it"}, {"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
         "responses": {"200": {"description": "record", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Record"}}}}, "404": {"$ref": "#/components/responses/Error"}}
       }
     },
-    "/v1/invocations/{id}/cancel": {
+    "/v1/namespaces/{namespace}/invocations/{id}/cancel": {
       "post": {
         "summary": "Cancel: queued becomes cancelled at once; a running invocation's worker is sent a cancel",
-        "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
+        "parameters": [{"name": "namespace", "in": "path", "required": true, "schema": {"type": "string"}, "description": "the pool's namespace: pools and invocation IDs are scoped by it"}, {"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
         "responses": {"200": {"description": "cancelled record"}, "404": {"$ref": "#/components/responses/Error"}, "409": {"description": "already terminal"}}
       }
     },
-    "/v1/pools/{pool}": {
+    "/v1/namespaces/{namespace}/pools/{pool}": {
       "get": {
-        "summary": "Pool policy, workers, backlog and in-flight count",
-        "parameters": [{"name": "pool", "in": "path", "required": true, "schema": {"type": "string"}}],
+        "summary": "Pool policy, workers, backlog and in-flight count; conflict names the Deployments when several claim the pool",
+        "parameters": [{"name": "namespace", "in": "path", "required": true, "schema": {"type": "string"}, "description": "the pool's namespace: pools and invocation IDs are scoped by it"}, {"name": "pool", "in": "path", "required": true, "schema": {"type": "string"}}],
         "responses": {"200": {"description": "pool"}, "404": {"$ref": "#/components/responses/Error"}}
       }
     },
@@ -61,6 +61,7 @@ const OpenAPI = `{
       "Error": {"type": "object", "properties": {"error": {"type": "string"}, "invocationID": {"type": "string"}, "state": {"type": "string"}}},
       "InvokeRequest": {"type": "object", "required": ["mode"], "additionalProperties": false, "properties": {
         "mode": {"type": "string", "enum": ["sync", "async"]},
+        "namespace": {"type": "string", "description": "the pool's namespace: required by the seed alias; on the namespaced route it must match the path when set"},
         "invocationID": {"type": "string", "pattern": "^[A-Za-z0-9_=-]{1,128}$"},
         "serverlessRequestID": {"type": "string", "description": "pool name (seed alias)"},
         "payload": {},
@@ -70,13 +71,13 @@ const OpenAPI = `{
         "timeoutSeconds": {"type": "integer", "minimum": 0, "description": "execution time allowed; sync callers wait this long"},
         "ttlSeconds": {"type": "integer", "minimum": 0, "description": "time allowed in the queue before dispatch"}}},
       "Ack": {"type": "object", "properties": {
-        "invocationID": {"type": "string"}, "pool": {"type": "string"}, "stream": {"type": "string"}, "sequence": {"type": "integer"},
+        "invocationID": {"type": "string"}, "namespace": {"type": "string"}, "pool": {"type": "string"}, "stream": {"type": "string"}, "sequence": {"type": "integer"},
         "duplicate": {"type": "boolean"}, "state": {"$ref": "#/components/schemas/State"},
         "subjects": {"type": "object", "properties": {"invoke": {"type": "string"}, "result": {"type": "string"}, "metrics": {"type": "string"}}},
         "acceptedAt": {"type": "string", "format": "date-time"}}},
       "State": {"type": "string", "enum": ["queued", "dispatched", "running", "succeeded", "failed", "timed_out", "cancelled", "dead_lettered"]},
       "Record": {"type": "object", "properties": {
-        "invocationID": {"type": "string"}, "pool": {"type": "string"}, "mode": {"type": "string"}, "state": {"$ref": "#/components/schemas/State"},
+        "invocationID": {"type": "string"}, "namespace": {"type": "string"}, "pool": {"type": "string"}, "mode": {"type": "string"}, "state": {"$ref": "#/components/schemas/State"},
         "worker": {"type": "string"}, "attempt": {"type": "integer"}, "stream": {"type": "string"}, "sequence": {"type": "integer"},
         "response": {"type": "object", "properties": {"statusCode": {"type": "integer"}, "contentType": {"type": "string"}, "headers": {"type": "object"}, "body": {}, "error": {"type": "string"}}},
         "error": {"type": "string"}, "acceptedAt": {"type": "string", "format": "date-time"}, "updatedAt": {"type": "string", "format": "date-time"}}}

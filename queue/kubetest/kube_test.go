@@ -98,7 +98,7 @@ func setup(t *testing.T, ann map[string]string, replicas int32) *fixture {
 	qctx, qcancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- queue.Run(qctx, queue.Config{NATSURL: ns.ClientURL(), Listen: "127.0.0.1:0", OnListen: func(a string) { addr <- a },
+		done <- queue.Run(qctx, queue.Config{NATSURL: ns.ClientURL(), InsecureDisableCallerAuth: true, Listen: "127.0.0.1:0", OnListen: func(a string) { addr <- a },
 			RESTConfig: env.RESTConfig(), Namespace: name, LeaderElection: true, LeaseNamespace: name, Identity: "test",
 			HeartbeatTimeout: 2 * time.Second, Backoff: 100 * time.Millisecond, Tick: 100 * time.Millisecond, Logger: logger})
 	}()
@@ -110,7 +110,7 @@ func setup(t *testing.T, ann map[string]string, replicas int32) *fixture {
 		require.FailNow(t, "queue.Run returned", "%v", err)
 	}
 	// Ready once the pool's Deployment is known.
-	f.eventually("pool known", 30*time.Second, func() bool { return f.get("/v1/pools/"+f.pool) == 200 })
+	f.eventually("pool known", 30*time.Second, func() bool { return f.get("/v1/namespaces/"+f.ns+"/pools/"+f.pool) == 200 })
 	return f
 }
 
@@ -163,7 +163,7 @@ func (f *fixture) get(path string) int {
 func (f *fixture) invoke(id string) {
 	f.t.Helper()
 	b, _ := json.Marshal(map[string]any{"mode": "async", "invocationID": id, "ttlSeconds": 120})
-	r, err := http.Post(f.base+"/v1/pools/"+f.pool+"/invocations", "application/json", bytes.NewReader(b))
+	r, err := http.Post(f.base+"/v1/namespaces/"+f.ns+"/pools/"+f.pool+"/invocations", "application/json", bytes.NewReader(b))
 	require.NoError(f.t, err)
 	r.Body.Close()
 	require.EqualValues(f.t, 202, r.StatusCode, "invoke %s", id)
@@ -171,7 +171,7 @@ func (f *fixture) invoke(id string) {
 
 func (f *fixture) state(id string) messages.Record {
 	var rec messages.Record
-	r, err := http.Get(f.base + "/v1/invocations/" + id)
+	r, err := http.Get(f.base + "/v1/namespaces/" + f.ns + "/invocations/" + id)
 	if err != nil {
 		return rec
 	}
@@ -198,7 +198,7 @@ func (f *fixture) status() stream.PoolStatus {
 	var info struct {
 		Status stream.PoolStatus `json:"status"`
 	}
-	if r, err := http.Get(f.base + "/v1/pools/" + f.pool); err == nil {
+	if r, err := http.Get(f.base + "/v1/namespaces/" + f.ns + "/pools/" + f.pool); err == nil {
 		defer r.Body.Close()
 		_ = json.NewDecoder(r.Body).Decode(&info)
 	}

@@ -1,6 +1,9 @@
-// Package pool knows the serverless pools: a pool exists when a Deployment
-// is labelled runplane.io/pool=<pool>, and that Deployment's annotations
-// carry the pool's scaling policy. It parses the policy (strictly: a bad
+// Package pool knows the serverless pools: a pool is named by its
+// namespace and name (<namespace>/<pool>) and exists when a Deployment of
+// that namespace is labelled runplane.io/pool=<pool>; that Deployment's
+// annotations carry the pool's scaling policy. Two Deployments claiming one
+// pool in one namespace are a conflict: the pool is then reported with
+// both names and served by neither (never merged, never the older one). It parses the policy (strictly: a bad
 // value is an error naming the key) and offers a Source backed by a
 // Deployment informer or a static map (tests, make dev without a cluster).
 package pool
@@ -10,12 +13,14 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -111,8 +116,16 @@ func parseDuration(v string) (time.Duration, error) {
 // Pool is a known pool.
 type Pool struct {
 	Name       string `json:"name"`
-	Namespace  string `json:"namespace,omitempty"`
+	Namespace  string `json:"namespace"`
 	Deployment string `json:"deployment,omitempty"`
+	// DeploymentUID is the Deployment's UID: a worker's Pod must be owned
+	// (through its ReplicaSet) by exactly this object.
+	DeploymentUID types.UID `json:"-"`
+	// Conflict names every Deployment of the namespace that claims the
+	// pool when there is more than one (sorted); Deployment is then empty
+	// and the pool serves nothing until all but one are removed or
+	// relabelled.
+	Conflict []string `json:"conflict,omitempty"`
 	// Replicas is the Deployment's spec.replicas.
 	Replicas int    `json:"replicas"`
 	Policy   Policy `json:"policy"`
@@ -123,29 +136,44 @@ type Pool struct {
 
 // Source looks pools up.
 type Source interface {
-	Lookup(name string) (Pool, bool)
+	// Lookup finds pool name of namespace ns, and nothing of another
+	// namespace.
+	Lookup(ns, name string) (Pool, bool)
 	List() []Pool
 	// Synced reports whether the source has its initial view.
 	Synced() bool
 }
 
-// Static is a fixed set of pools.
+// Static is a fixed set of pools, by "<namespace>/<pool>".
 type Static map[string]Policy
 
+// StaticKey is the key of pool name of namespace ns in a Static.
+func StaticKey(ns, name string) string { return ns + "/" + name }
+
 // Lookup implements Source.
-func (s Static) Lookup(name string) (Pool, bool) {
-	p, ok := s[name]
-	return Pool{Name: name, Policy: p}, ok
+func (s Static) Lookup(ns, name string) (Pool, bool) {
+	p, ok := s[StaticKey(ns, name)]
+	return Pool{Name: name, Namespace: ns, Policy: p}, ok
 }
 
 // List implements Source.
 func (s Static) List() []Pool {
 	out := make([]Pool, 0, len(s))
-	for n, p := range s {
-		out = append(out, Pool{Name: n, Policy: p})
+	for k, p := range s {
+		ns, n, _ := strings.Cut(k, "/")
+		out = append(out, Pool{Name: n, Namespace: ns, Policy: p})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	sortPools(out)
 	return out
+}
+
+func sortPools(ps []Pool) {
+	sort.Slice(ps, func(i, j int) bool {
+		if ps[i].Namespace != ps[j].Namespace {
+			return ps[i].Namespace < ps[j].Namespace
+		}
+		return ps[i].Name < ps[j].Name
+	})
 }
 
 // Synced implements Source.
@@ -195,47 +223,62 @@ func (i *Informer) Run(ctx context.Context) {
 // Synced implements Source.
 func (i *Informer) Synced() bool { return i.inf.HasSynced() }
 
-// Lookup implements Source. When several Deployments claim one pool, the
-// oldest wins (deterministic).
-func (i *Informer) Lookup(name string) (Pool, bool) {
-	var best *appsv1.Deployment
-	for _, o := range i.inf.GetStore().List() {
-		d := o.(*appsv1.Deployment)
-		if d.Labels[api.LabelPool] != name || d.DeletionTimestamp != nil {
-			continue
-		}
-		if best == nil || d.CreationTimestamp.Before(&best.CreationTimestamp) ||
-			(d.CreationTimestamp.Equal(&best.CreationTimestamp) && d.Namespace+"/"+d.Name < best.Namespace+"/"+best.Name) {
-			best = d
-		}
-	}
-	if best == nil {
+// Lookup implements Source: only Deployments of namespace ns count. When
+// several claim the pool, it is returned with Conflict set and no
+// Deployment.
+func (i *Informer) Lookup(ns, name string) (Pool, bool) {
+	objs, err := i.inf.GetIndexer().ByIndex(cache.NamespaceIndex, ns)
+	if err != nil {
 		return Pool{}, false
 	}
-	return FromDeployment(best), true
+	var claim []*appsv1.Deployment
+	for _, o := range objs {
+		d := o.(*appsv1.Deployment)
+		if d.Labels[api.LabelPool] == name && d.DeletionTimestamp == nil {
+			claim = append(claim, d)
+		}
+	}
+	return fromClaims(claim)
+}
+
+func fromClaims(claim []*appsv1.Deployment) (Pool, bool) {
+	switch len(claim) {
+	case 0:
+		return Pool{}, false
+	case 1:
+		return FromDeployment(claim[0]), true
+	}
+	p := Pool{Name: claim[0].Labels[api.LabelPool], Namespace: claim[0].Namespace, Policy: DefaultPolicy()}
+	for _, d := range claim {
+		p.Conflict = append(p.Conflict, d.Name)
+	}
+	sort.Strings(p.Conflict)
+	return p, true
 }
 
 // List implements Source.
 func (i *Informer) List() []Pool {
-	seen := map[string]bool{}
-	var out []Pool
+	claims := map[string][]*appsv1.Deployment{}
 	for _, o := range i.inf.GetStore().List() {
-		n := o.(*appsv1.Deployment).Labels[api.LabelPool]
-		if seen[n] {
-			continue
+		d := o.(*appsv1.Deployment)
+		if d.DeletionTimestamp == nil {
+			k := StaticKey(d.Namespace, d.Labels[api.LabelPool])
+			claims[k] = append(claims[k], d)
 		}
-		seen[n] = true
-		if p, ok := i.Lookup(n); ok {
+	}
+	out := make([]Pool, 0, len(claims))
+	for _, c := range claims {
+		if p, ok := fromClaims(c); ok {
 			out = append(out, p)
 		}
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
+	sortPools(out)
 	return out
 }
 
 // FromDeployment builds the Pool a Deployment declares.
 func FromDeployment(d *appsv1.Deployment) Pool {
-	p := Pool{Name: d.Labels[api.LabelPool], Namespace: d.Namespace, Deployment: d.Name, Replicas: 1}
+	p := Pool{Name: d.Labels[api.LabelPool], Namespace: d.Namespace, Deployment: d.Name, DeploymentUID: d.UID, Replicas: 1}
 	if d.Spec.Replicas != nil {
 		p.Replicas = int(*d.Spec.Replicas)
 	}

@@ -120,6 +120,14 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	return &Store{Config: cfg, Subjects: subj, JS: js, Stream: st, Records: rec, Pools: pools}, nil
 }
 
+// Key is the Records bucket key of invocation id of namespace ns: IDs are
+// unique per namespace, and one namespace's key never names another's
+// Record. (Neither a namespace nor an ID contains '.'.)
+func Key(ns, id string) string { return ns + "." + id }
+
+// PoolKey is the pool-status bucket key of pool ns/pool.
+func PoolKey(ns, pool string) string { return ns + "." + pool }
+
 // ErrExists is returned by Create when the invocation ID is taken.
 var ErrExists = errors.New("invocation record exists")
 
@@ -128,11 +136,14 @@ var ErrNotFound = errors.New("invocation record not found")
 
 // Create writes a new Record; the first writer wins (KV Create is atomic).
 func (s *Store) Create(ctx context.Context, r messages.Record) (uint64, error) {
+	if r.Namespace == "" {
+		return 0, fmt.Errorf("create record %s: no namespace", r.InvocationID)
+	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		return 0, fmt.Errorf("encode record %s: %w", r.InvocationID, err)
 	}
-	rev, err := s.Records.Create(ctx, r.InvocationID, b)
+	rev, err := s.Records.Create(ctx, Key(r.Namespace, r.InvocationID), b)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return 0, ErrExists
 	}
@@ -142,7 +153,7 @@ func (s *Store) Create(ctx context.Context, r messages.Record) (uint64, error) {
 	return rev, nil
 }
 
-// Get reads a Record and its revision.
+// Get reads a Record and its revision; id is its Key.
 func (s *Store) Get(ctx context.Context, id string) (messages.Record, uint64, error) {
 	e, err := s.Records.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -283,7 +294,17 @@ func (s *Store) Transition(ctx context.Context, id string, state messages.State,
 
 // TransitionCached is Transition starting from c (see UpdateCached).
 func (s *Store) TransitionCached(ctx context.Context, id string, c *Cached, state messages.State, worker string, attempt int, extra func(*messages.Record)) (bool, error) {
+	return s.TransitionOfPool(ctx, id, c, "", state, worker, attempt, extra)
+}
+
+// TransitionOfPool is TransitionCached that changes nothing unless the
+// Record belongs to pool (when not ""): a worker's result only ever
+// finishes an invocation of its own pool.
+func (s *Store) TransitionOfPool(ctx context.Context, id string, c *Cached, pool string, state messages.State, worker string, attempt int, extra func(*messages.Record)) (bool, error) {
 	return s.UpdateCached(ctx, id, c, func(r *messages.Record) bool {
+		if pool != "" && r.Pool != pool {
+			return false
+		}
 		if !Advance(r.State, r.Attempt, state, attempt) {
 			return false
 		}
@@ -301,11 +322,12 @@ func (s *Store) TransitionCached(ctx context.Context, id string, c *Cached, stat
 	})
 }
 
-// PoolStatus is what the activator publishes per pool (key: pool name).
+// PoolStatus is what the activator publishes per pool (key: PoolKey).
 type PoolStatus struct {
-	Pool     string `json:"pool"`
-	Replicas int    `json:"replicas"`
-	Backlog  int    `json:"backlog"`
+	Namespace string `json:"namespace"`
+	Pool      string `json:"pool"`
+	Replicas  int    `json:"replicas"`
+	Backlog   int    `json:"backlog"`
 	// InvokeSeq is the last invoke.<pool> stream sequence the activator
 	// took in: the ingress counts what it accepted after it on top of
 	// Backlog.

@@ -98,7 +98,7 @@ func TestCreateFirstWriterWins(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := st.Create(ctx, messages.Record{InvocationID: "x", State: messages.StateQueued})
+			_, err := st.Create(ctx, messages.Record{Namespace: "ns", InvocationID: "x", State: messages.StateQueued})
 			if err == nil {
 				mu.Lock()
 				wins++
@@ -114,15 +114,15 @@ func TestCreateFirstWriterWins(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, _, err := st.Update(ctx, "x", func(r *messages.Record) bool { r.Attempt++; return true }); err != nil {
+			if _, _, err := st.Update(ctx, Key("ns", "x"), func(r *messages.Record) bool { r.Attempt++; return true }); err != nil {
 				t.Error(err, i)
 			}
 		}()
 	}
 	wg.Wait()
-	r, _, err := st.Get(ctx, "x")
+	r, _, err := st.Get(ctx, Key("ns", "x"))
 	require.False(t, err != nil || r.Attempt != 8, "attempt %d after 8 CAS increments (%v)", r.Attempt, err)
-	_, _, err = st.Get(ctx, "missing")
+	_, _, err = st.Get(ctx, Key("ns", "missing"))
 	require.ErrorIs(t, err, ErrNotFound)
 }
 
@@ -140,11 +140,11 @@ func TestTransitionCached(t *testing.T) {
 	}{
 		{"nobody else writes", nil, messages.StateRunning, "", true},
 		{"another writer in between", func(t *testing.T, st *Store) {
-			_, _, err := st.Update(context.Background(), "c", func(r *messages.Record) bool { r.Error = "note"; return true })
+			_, _, err := st.Update(context.Background(), Key("ns", "c"), func(r *messages.Record) bool { r.Error = "note"; return true })
 			require.NoError(t, err)
 		}, messages.StateRunning, "note", true},
 		{"cancelled in between", func(t *testing.T, st *Store) {
-			_, _, err := st.Transition(context.Background(), "c", messages.StateCancelled, "", 0, nil)
+			_, _, err := st.Transition(context.Background(), Key("ns", "c"), messages.StateCancelled, "", 0, nil)
 			require.NoError(t, err)
 		}, messages.StateCancelled, "", false},
 	}
@@ -152,20 +152,20 @@ func TestTransitionCached(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			st := open(t)
 			ctx := context.Background()
-			r := messages.Record{InvocationID: "c", Pool: "p", State: messages.StateQueued}
+			r := messages.Record{Namespace: "ns", InvocationID: "c", Pool: "p", State: messages.StateQueued}
 			rev, err := st.Create(ctx, r)
 			require.NoError(t, err)
 			c := Cached{Record: r, Rev: rev}
-			ok, err := st.TransitionCached(ctx, "c", &c, messages.StateDispatched, "w", 1, nil)
+			ok, err := st.TransitionCached(ctx, Key("ns", "c"), &c, messages.StateDispatched, "w", 1, nil)
 			require.NoError(t, err)
 			require.True(t, ok, "dispatch from the created revision")
 			if tc.meddle != nil {
 				tc.meddle(t, st)
 			}
-			ok, err = st.TransitionCached(ctx, "c", &c, messages.StateRunning, "w", 1, nil)
+			ok, err = st.TransitionCached(ctx, Key("ns", "c"), &c, messages.StateRunning, "w", 1, nil)
 			require.NoError(t, err)
 			require.Equal(t, tc.wantOK, ok, "running")
-			got, gotRev, err := st.Get(ctx, "c")
+			got, gotRev, err := st.Get(ctx, Key("ns", "c"))
 			require.NoError(t, err)
 			require.False(t, got.State != tc.wantState || got.Error != tc.wantError || got.Worker != "w" || got.Attempt != 1, "stored %+v, want state %s error %q worker w attempt 1", got, tc.wantState, tc.wantError)
 			require.False(t, c.Rev != gotRev || c.Record.State != got.State, "cache at rev %d (%s), store at %d (%s)", c.Rev, c.Record.State, gotRev, got.State)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authnv1 "k8s.io/api/authentication/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,20 +14,64 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/test/cluster"
 )
 
 // demoNamespace holds make dev's examples.
 const demoNamespace = "demo"
 
+// demoCaller is the ServiceAccount of the demo namespace whose token make
+// dev prints: bound to runplane-invoker there, it may invoke, read and
+// cancel the demo pools' invocations, and nothing in other namespaces.
+const demoCaller = "demo-caller"
+
 // createDemo creates what the README's examples use: a serverless pool
-// "echo" at zero replicas (its workers run framework-echo locally) and a
-// stock of g1.1 placeholders the runplane-scheduler can take over.
-func createDemo(ctx context.Context, c *cluster.Cluster) error {
+// "echo" at zero replicas (its workers run framework-echo locally), a stock
+// of g1.1 placeholders the runplane-scheduler can take over, and a caller
+// of the ingress. It returns that caller's token (TokenRequest, 24h).
+func createDemo(ctx context.Context, c *cluster.Cluster) (string, error) {
 	if err := c.CreateNamespace(ctx, demoNamespace); err != nil {
-		return err
+		return "", err
 	}
 	client := c.Client()
+	tok, err := demoToken(ctx, client)
+	if err != nil {
+		return "", err
+	}
+	return tok, createDemoWorkloads(ctx, client)
+}
+
+// demoToken creates the chart's runplane-invoker ClusterRole (make dev
+// installs no chart), binds it to demoCaller in the demo namespace and
+// requests a token.
+func demoToken(ctx context.Context, client kubernetes.Interface) (string, error) {
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "runplane-invoker"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{callerauth.Group}, Resources: []string{"pools/invocations"}, Verbs: []string{"create", "get", "update"}},
+		{APIGroups: []string{callerauth.Group}, Resources: []string{"pools"}, Verbs: []string{"get"}},
+	}}
+	if _, err := client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("creating ClusterRole runplane-invoker: %w", err)
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: demoCaller, Namespace: demoNamespace}}
+	if _, err := client.CoreV1().ServiceAccounts(demoNamespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("creating ServiceAccount %s: %w", demoCaller, err)
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: demoCaller, Namespace: demoNamespace},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "runplane-invoker"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: demoNamespace, Name: demoCaller}}}
+	if _, err := client.RbacV1().RoleBindings(demoNamespace).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("creating RoleBinding %s: %w", demoCaller, err)
+	}
+	tr, err := client.CoreV1().ServiceAccounts(demoNamespace).CreateToken(ctx, demoCaller,
+		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](24 * 3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("requesting a token for %s: %w", demoCaller, err)
+	}
+	return tr.Status.Token, nil
+}
+
+func createDemoWorkloads(ctx context.Context, client kubernetes.Interface) error {
 	pool := deployment("echo", 0, map[string]string{api.LabelPool: "echo"}, corev1.Container{Name: "framework", Image: "ghcr.io/runplane/framework-echo:dev"})
 	pool.Annotations = map[string]string{
 		api.AnnotationMinAvailable: "0", api.AnnotationMaxReplicas: "4", api.AnnotationIdleTimeout: "60s",

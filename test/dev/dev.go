@@ -61,8 +61,13 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	defer stack.stop()
-	if err := createDemo(ctx, c); err != nil {
+	demoTok, err := createDemo(ctx, c)
+	if err != nil {
 		return err
+	}
+	tokenFile := filepath.Join(dir, "demo-token")
+	if err := os.WriteFile(tokenFile, []byte(demoTok), 0o600); err != nil {
+		return fmt.Errorf("writing the demo token: %w", err)
 	}
 
 	kubeconfig := filepath.Join(dir, "kubeconfig")
@@ -77,6 +82,8 @@ func run(ctx context.Context, cfg config) error {
 	fmt.Printf("kubeconfig: %s\n", kubeconfig)
 	if stack.queueURL != "" {
 		fmt.Printf("queue ingress URL: %s\n", stack.queueURL)
+		fmt.Printf("demo token file: %s\n", tokenFile)
+		fmt.Printf("demo token: %s\n", demoTok)
 	}
 	fmt.Printf(`
 Try:
@@ -84,11 +91,13 @@ Try:
   kubectl get nodes
   kubectl -n %[3]s get configmap %[4]s -o yaml      # the GPU spec catalog
   kubectl -n demo get deploy,pods                   # pool "echo" at 0 replicas, 4 g1.1 stock placeholders
-  curl -s -X POST %[5]s/v1/pools/echo/invocations -H 'Content-Type: application/json' \
+  TOKEN=$(cat %[7]s)                                # ServiceAccount demo/demo-caller, bound to runplane-invoker
+  curl -s -X POST %[5]s/v1/namespaces/demo/pools/echo/invocations -H 'Content-Type: application/json' \
+       -H "Authorization: Bearer $TOKEN" \
        -d '{"mode":"sync","payload":{"prompt":"hello"}}'   # scales "echo" from zero, returns the echo
 Component logs: %[6]s (runplane.log, workers/, *.log)
 Press Ctrl-C to stop everything.
-`, kubeconfig, filepath.Dir(c.Binary("kubectl")), api.DefaultNamespace, api.CatalogConfigMap, stack.queueURL, filepath.Join(dir, "cluster"))
+`, kubeconfig, filepath.Dir(c.Binary("kubectl")), api.DefaultNamespace, api.CatalogConfigMap, stack.queueURL, filepath.Join(dir, "cluster"), tokenFile)
 	select {
 	case <-ctx.Done():
 		fmt.Println("\ndev: stopping")

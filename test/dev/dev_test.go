@@ -52,9 +52,9 @@ func TestMakeDev(t *testing.T) {
 		}
 		close(lines)
 	}()
-	var kubeconfig, queueURL string
+	var kubeconfig, queueURL, demoToken string
 	timeout := time.After(3 * time.Minute)
-	for kubeconfig == "" || queueURL == "" {
+	for kubeconfig == "" || queueURL == "" || demoToken == "" {
 		select {
 		case line, ok := <-lines:
 			require.True(t, ok, "make dev exited early:\n%s", output.String())
@@ -64,6 +64,9 @@ func TestMakeDev(t *testing.T) {
 			}
 			if v, ok := strings.CutPrefix(line, "queue ingress URL: "); ok {
 				queueURL = v
+			}
+			if v, ok := strings.CutPrefix(line, "demo token: "); ok {
+				demoToken = v
 			}
 		case <-timeout:
 			t.Fatalf("no kubeconfig and queue URL lines within 3 minutes:\n%s", output.String())
@@ -94,7 +97,15 @@ func TestMakeDev(t *testing.T) {
 	assert.EqualValues(t, 2, ready, "%d Ready nodes, want 2", ready)
 
 	body := `{"mode":"sync","payload":{"prompt":"hello"},"timeoutSeconds":60}`
-	resp, err := http.Post(queueURL+"/v1/pools/echo/invocations", "application/json", strings.NewReader(body))
+	noToken, err := http.Post(queueURL+"/v1/namespaces/demo/pools/echo/invocations", "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	noToken.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, noToken.StatusCode, "the ingress refuses a call without a token")
+	req, err := http.NewRequest("POST", queueURL+"/v1/namespaces/demo/pools/echo/invocations", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+demoToken)
+	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	data, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()

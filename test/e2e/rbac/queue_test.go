@@ -84,7 +84,7 @@ func TestQueue(t *testing.T) {
 	args := chartArgs(t, "runplane-queue", "queue")
 	require.Contains(t, args, "nats-credentials-dir", "the chart mounts NATS credentials for the queue")
 	cfg := queue.Config{
-		NATSURL: srv.ClientURL(), NATSCredentialsDir: credsDir, Listen: "127.0.0.1:0",
+		NATSURL: srv.ClientURL(), InsecureDisableCallerAuth: true, NATSCredentialsDir: credsDir, Listen: "127.0.0.1:0",
 		RESTConfig:     rec.As(env.RESTConfig(), releaseNS, "runplane-queue"),
 		Namespace:      args["namespace"],
 		LeaderElection: arg(t, args, "leader-elect") == "true", LeaseNamespace: arg(t, args, "leader-election-namespace"), Identity: "rbac-test",
@@ -117,7 +117,7 @@ func TestQueue(t *testing.T) {
 	}
 
 	eventually(t, rec, 30*time.Second, "the pool known from its Deployment", func() (bool, error) {
-		r, err := http.Get(base + "/v1/pools/" + pool)
+		r, err := http.Get(base + "/v1/namespaces/" + ns + "/pools/" + pool)
 		if err != nil {
 			return false, err
 		}
@@ -129,13 +129,13 @@ func TestQueue(t *testing.T) {
 		return err == nil && ptr.Deref(l.Spec.HolderIdentity, "") == "rbac-test", err
 	})
 	body, _ := json.Marshal(map[string]any{"mode": "async", "invocationID": "rbac-1", "ttlSeconds": 120})
-	r, err := http.Post(base+"/v1/pools/"+pool+"/invocations", "application/json", bytes.NewReader(body))
+	r, err := http.Post(base+"/v1/namespaces/"+ns+"/pools/"+pool+"/invocations", "application/json", bytes.NewReader(body))
 	require.NoError(t, err)
 	r.Body.Close()
 	require.Equal(t, http.StatusAccepted, r.StatusCode, "invoke")
 	eventually(t, rec, 30*time.Second, "scale from zero", func() (bool, error) { return replicas() == 1, nil })
 	eventually(t, rec, 30*time.Second, "the invocation to succeed", func() (bool, error) {
-		r, err := http.Get(base + "/v1/invocations/rbac-1")
+		r, err := http.Get(base + "/v1/namespaces/" + ns + "/invocations/rbac-1")
 		if err != nil {
 			return false, err
 		}

@@ -148,7 +148,7 @@ func start(ctx context.Context, c *cluster.Cluster, wg *sync.WaitGroup) (*stack,
 	addr := make(chan string, 1)
 	goRun("queue", func() error {
 		return queue.Run(ctx, queue.Config{
-			NATSURL: s.nats.ClientURL(), Listen: "127.0.0.1:0", OnListen: func(a string) { addr <- a },
+			NATSURL: s.nats.ClientURL(), InsecureDisableCallerAuth: true, Listen: "127.0.0.1:0", OnListen: func(a string) { addr <- a },
 			RESTConfig: c.RESTConfig(), Namespace: ns, HeartbeatTimeout: 4 * time.Second, Backoff: 200 * time.Millisecond,
 			Tick: 200 * time.Millisecond, Logger: log,
 		})
@@ -254,7 +254,7 @@ func pool(t testing.TB, name string, replicas int32, concurrency int, ann map[st
 		_ = st.cluster.Client().AppsV1().Deployments(ns).Delete(context.Background(), name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
 	})
 	// Let the queue learn the pool before invoking it.
-	require.Eventually(t, func() bool { return httpOK(st.queueURL + "/v1/pools/" + name) }, 30*time.Second, 100*time.Millisecond,
+	require.Eventually(t, func() bool { return httpOK(st.queueURL + "/v1/namespaces/" + ns + "/pools/" + name) }, 30*time.Second, 100*time.Millisecond,
 		"queue does not know pool %s", name)
 }
 
@@ -262,7 +262,7 @@ func pool(t testing.TB, name string, replicas int32, concurrency int, ann map[st
 func invoke(t testing.TB, poolName string, body map[string]any, out any) int {
 	t.Helper()
 	b, _ := json.Marshal(body)
-	resp, err := http.Post(st.queueURL+"/v1/pools/"+poolName+"/invocations", "application/json", bytes.NewReader(b))
+	resp, err := http.Post(st.queueURL+"/v1/namespaces/"+ns+"/pools/"+poolName+"/invocations", "application/json", bytes.NewReader(b))
 	if err != nil {
 		t.Errorf("invoke %s: %v", poolName, err)
 		return 0
@@ -316,7 +316,7 @@ func storedResults(t *testing.T, poolName, id string) int {
 	str, err := js.Stream(ctx, api.DefaultStreamName)
 	require.NoError(t, err)
 	c, err := str.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{messages.Subjects{Prefix: api.DefaultSubjectPrefix}.Result(poolName)}})
+		FilterSubjects: []string{messages.Subjects{Prefix: api.DefaultSubjectPrefix}.Result(ns, poolName)}})
 	require.NoError(t, err)
 	n := 0
 	for {

@@ -32,7 +32,7 @@ func (s *State) Housekeep() (losses []*Loss, expired []Expiry) {
 		q := p.Queue[:0]
 		for _, it := range p.Queue {
 			if it.Inv.TTLSeconds > 0 && now.After(it.Inv.AcceptedAt.Add(time.Duration(it.Inv.TTLSeconds)*time.Second)) {
-				delete(s.items, it.Inv.InvocationID)
+				delete(s.items, ItemKey(it.Inv))
 				it.Done.Store(true)
 				expired = append(expired, Expiry{Item: it, Reason: fmt.Sprintf("not dispatched within ttlSeconds=%d", it.Inv.TTLSeconds)})
 				continue
@@ -47,11 +47,16 @@ func (s *State) Housekeep() (losses []*Loss, expired []Expiry) {
 				}
 				if now.After(it.DispatchedAt.Add(time.Duration(it.Inv.TimeoutSeconds)*time.Second + s.cfg.ExecutionGrace)) {
 					delete(w.InFlight, id)
-					delete(s.items, id)
+					delete(s.items, Key(p.Namespace, id))
 					it.Done.Store(true)
 					expired = append(expired, Expiry{Item: it, Worker: w.Name, Reason: fmt.Sprintf("no result within timeoutSeconds=%d", it.Inv.TimeoutSeconds)})
 				}
 			}
+		}
+	}
+	for k, pe := range s.pending {
+		if now.Sub(pe.at) > s.cfg.HeartbeatTimeout {
+			delete(s.pending, k)
 		}
 	}
 	return losses, expired
@@ -60,8 +65,8 @@ func (s *State) Housekeep() (losses []*Loss, expired []Expiry) {
 // Restore puts an open Record found at start back: queued, or in flight
 // on its recorded worker (assumed alive until heartbeats say otherwise).
 func (s *State) Restore(it *Item, r messages.Record) {
-	s.items[it.Inv.InvocationID] = it
-	p := s.Pool(it.Inv.Pool)
+	s.items[ItemKey(it.Inv)] = it
+	p := s.Pool(PoolKey(it.Inv))
 	if (r.State != messages.StateDispatched && r.State != messages.StateRunning) || r.Worker == "" {
 		it.Queued = true
 		p.Queue = append(p.Queue, it)
@@ -69,7 +74,7 @@ func (s *State) Restore(it *Item, r messages.Record) {
 	}
 	w := p.Workers[r.Worker]
 	if w == nil {
-		w = s.newWorker(r.Worker, it.Inv.Pool, "")
+		w = s.newWorker(r.Worker, it.Inv.Pool, it.Inv.Namespace)
 		w.LastSeen = s.clk.Now()
 		p.Workers[r.Worker] = w
 	}

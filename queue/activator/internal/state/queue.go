@@ -15,23 +15,23 @@ type Assignment struct {
 	Attempt   int
 }
 
-// Accept notes that the invoke consumer delivered seq of pool and reports
-// whether id is already open.
-func (s *State) Accept(pool, id string, seq uint64) (known bool) {
-	p := s.Pool(pool)
+// Accept notes that the invoke consumer delivered seq of inv's pool and
+// reports whether inv is already open.
+func (s *State) Accept(inv messages.Invocation, seq uint64) (known bool) {
+	p := s.Pool(PoolKey(inv))
 	p.InvokeSeq = max(p.InvokeSeq, seq)
-	_, known = s.items[id]
+	_, known = s.items[ItemKey(inv)]
 	return known
 }
 
 // Enqueue queues it unless its invocation is open already.
 func (s *State) Enqueue(it *Item) bool {
-	if _, known := s.items[it.Inv.InvocationID]; known {
+	if _, known := s.items[ItemKey(it.Inv)]; known {
 		return false
 	}
 	it.Queued = true
-	s.items[it.Inv.InvocationID] = it
-	p := s.Pool(it.Inv.Pool)
+	s.items[ItemKey(it.Inv)] = it
+	p := s.Pool(PoolKey(it.Inv))
 	p.Queue = append(p.Queue, it)
 	return true
 }
@@ -114,11 +114,11 @@ func (s *State) Dispatched(it *Item, attempt int, seq uint64) {
 // queue after delay (a failed Record write or publish).
 func (s *State) Requeue(it *Item, worker string, delay time.Duration) {
 	now := s.clk.Now()
-	p := s.Pool(it.Inv.Pool)
+	p := s.Pool(PoolKey(it.Inv))
 	if w := p.Workers[worker]; w != nil {
 		w.take(it.Inv.InvocationID, now)
 	}
-	if s.items[it.Inv.InvocationID] != it || it.Queued {
+	if s.items[ItemKey(it.Inv)] != it || it.Queued {
 		return
 	}
 	it.Worker, it.Queued, it.NotBefore = "", true, now.Add(delay)
@@ -129,20 +129,20 @@ func (s *State) Requeue(it *Item, worker string, delay time.Duration) {
 // whether it was still open.
 func (s *State) Forget(it *Item, worker string) bool {
 	it.Done.Store(true)
-	if s.items[it.Inv.InvocationID] != it {
+	if s.items[ItemKey(it.Inv)] != it {
 		return false
 	}
-	s.forget(it.Inv.InvocationID, it.Inv.Pool, worker)
+	s.forget(it.Inv.Namespace, it.Inv.InvocationID, it.Inv.Pool, worker)
 	return true
 }
 
-// forget removes id from the open set, from the workers that hold it
-// (worker, or any when "") and from its pool's queue.
-func (s *State) forget(id, pool, worker string) {
+// forget removes id of ns from the open set, from the workers of ns/pool
+// that hold it (worker, or any when "") and from its pool's queue.
+func (s *State) forget(ns, id, pool, worker string) {
 	now := s.clk.Now()
-	p := s.Pool(pool)
-	it := s.items[id]
-	delete(s.items, id)
+	p := s.Pool(Key(ns, pool))
+	it := s.items[Key(ns, id)]
+	delete(s.items, Key(ns, id))
 	for _, w := range p.Workers {
 		if _, ok := w.InFlight[id]; ok && (worker == "" || w.Name == worker || it == nil || w.Name == it.Worker) {
 			w.take(id, now)
@@ -162,8 +162,8 @@ func (s *State) forget(id, pool, worker string) {
 // Superseded names an attempt running elsewhere than the worker whose
 // result finished its invocation: it is to be cancelled.
 type Superseded struct {
-	Pool, Worker, InvocationID string
-	Attempt                    int
+	Namespace, Pool, Worker, InvocationID string
+	Attempt                               int
 }
 
 // Result applies a worker's result delivered at stream sequence seq: the
@@ -173,18 +173,18 @@ type Superseded struct {
 func (s *State) Result(res messages.Result, seq uint64) (*Item, *Superseded) {
 	now := s.clk.Now()
 	s.NoteResultSeq(seq)
-	it := s.items[res.InvocationID]
+	it := s.items[Key(res.Namespace, res.InvocationID)]
 	var other *Superseded
 	if it != nil {
 		it.Done.Store(true)
 		if it.Worker != "" && it.Worker != res.Worker {
-			other = &Superseded{Pool: it.Inv.Pool, Worker: it.Worker, InvocationID: res.InvocationID, Attempt: it.Attempt}
+			other = &Superseded{Namespace: it.Inv.Namespace, Pool: it.Inv.Pool, Worker: it.Worker, InvocationID: res.InvocationID, Attempt: it.Attempt}
 		}
 	}
-	if w := s.Pool(res.Pool).Workers[res.Worker]; w != nil {
+	if w := s.Pool(Key(res.Namespace, res.Pool)).Workers[res.Worker]; w != nil {
 		w.LastSeen = now
 		w.take(res.InvocationID, now)
 	}
-	s.forget(res.InvocationID, res.Pool, "")
+	s.forget(res.Namespace, res.InvocationID, res.Pool, "")
 	return it, other
 }

@@ -7,6 +7,7 @@
 package state
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,15 +32,36 @@ type Config struct {
 	ExecutionGrace time.Duration
 	// DrainHold: how long a worker picked for scale-down gets no new work.
 	DrainHold time.Duration
+	// RequirePods admits a worker only once PodSeen has (the caller checked
+	// that its Pod is in the pool's namespace and owned by the pool's
+	// workload). Events of other workers are held (up to HeartbeatTimeout)
+	// and applied when the Pod is admitted; they never make a worker.
+	RequirePods bool
 }
+
+// MaxPending bounds the Events held for workers not (yet) admitted.
+const MaxPending = 10000
+
+// Key names a pool (namespace/pool) or an invocation (namespace/ID) in
+// the State: both are unique only within their namespace.
+func Key(ns, name string) string { return ns + "/" + name }
+
+// PoolKey is the Key of inv's pool; ItemKey the Key of inv itself.
+func PoolKey(inv messages.Invocation) string { return Key(inv.Namespace, inv.Pool) }
+
+// ItemKey is the Key of invocation inv.
+func ItemKey(inv messages.Invocation) string { return Key(inv.Namespace, inv.InvocationID) }
 
 // State is every pool's queue and workers and every open invocation. It is
 // not safe for concurrent use: the caller serialises access.
 type State struct {
 	cfg   Config
 	clk   clock.PassiveClock
-	pools map[string]*Pool
-	items map[string]*Item
+	pools map[string]*Pool // by Key(namespace, pool)
+	items map[string]*Item // by Key(namespace, invocation ID)
+	// pending holds the last Event of each worker not admitted (yet), by
+	// Key(namespace, pool) + "/" + worker.
+	pending map[string]pendingEvent
 	// resultSeq is the highest stream sequence the results consumer has
 	// delivered: every result stored before it has been seen.
 	resultSeq uint64
@@ -47,7 +69,7 @@ type State struct {
 
 // New returns an empty State.
 func New(cfg Config, clk clock.PassiveClock) *State {
-	return &State{cfg: cfg, clk: clk, pools: map[string]*Pool{}, items: map[string]*Item{}}
+	return &State{cfg: cfg, clk: clk, pools: map[string]*Pool{}, items: map[string]*Item{}, pending: map[string]pendingEvent{}}
 }
 
 // Item is one open invocation.
@@ -97,6 +119,7 @@ type Pod struct {
 
 // Pool is one pool's queue and workers.
 type Pool struct {
+	Namespace string
 	Name      string
 	InvokeSeq uint64 // last invoke stream sequence taken in
 	Queue     []*Item
@@ -109,17 +132,18 @@ type Pool struct {
 	SetAt      time.Time
 }
 
-// Pool returns (creating) the state of a pool.
-func (s *State) Pool(name string) *Pool {
-	p := s.pools[name]
+// Pool returns (creating) the state of the pool named key (Key(ns, pool)).
+func (s *State) Pool(key string) *Pool {
+	p := s.pools[key]
 	if p == nil {
-		p = &Pool{Name: name, Workers: map[string]*Worker{}}
-		s.pools[name] = p
+		ns, name, _ := strings.Cut(key, "/")
+		p = &Pool{Namespace: ns, Name: name, Workers: map[string]*Worker{}}
+		s.pools[key] = p
 	}
 	return p
 }
 
-// PoolNames lists the pools with state.
+// PoolNames lists the Keys of the pools with state.
 func (s *State) PoolNames() []string {
 	names := make([]string, 0, len(s.pools))
 	for n := range s.pools {
@@ -128,8 +152,8 @@ func (s *State) PoolNames() []string {
 	return names
 }
 
-// Item returns the open invocation id (nil if none).
-func (s *State) Item(id string) *Item { return s.items[id] }
+// Item returns the open invocation key (Key(ns, id); nil if none).
+func (s *State) Item(key string) *Item { return s.items[key] }
 
 // Now is the clock's time.
 func (s *State) Now() time.Time { return s.clk.Now() }

@@ -12,6 +12,9 @@ import (
 
 var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 
+// pk is the Key of the pool the tests use.
+var pk = Key("ns", "p")
+
 func newState(maxAttempts int) (*State, *clocktesting.FakeClock) {
 	clk := clocktesting.NewFakeClock(t0)
 	return New(Config{HeartbeatTimeout: 15 * time.Second, MaxAttempts: maxAttempts, Backoff: time.Second, MaxBackoff: 4 * time.Second,
@@ -19,11 +22,11 @@ func newState(maxAttempts int) (*State, *clocktesting.FakeClock) {
 }
 
 func register(s *State, worker string, conc int) {
-	s.Event(messages.Event{Type: messages.EventRegistered, Pool: "p", Worker: worker, Namespace: "ns", Concurrency: conc, Ready: true})
+	s.Event(messages.Event{Type: messages.EventRegistered, Namespace: "ns", Pool: "p", Worker: worker, Concurrency: conc, Ready: true})
 }
 
 func enqueue(s *State, id string, mut ...func(*messages.Invocation)) *Item {
-	inv := messages.Invocation{InvocationID: id, Pool: "p", AcceptedAt: s.Now(), TTLSeconds: 60, TimeoutSeconds: 30}
+	inv := messages.Invocation{InvocationID: id, Namespace: "ns", Pool: "p", AcceptedAt: s.Now(), TTLSeconds: 60, TimeoutSeconds: 30}
 	for _, m := range mut {
 		m(&inv)
 	}
@@ -57,20 +60,20 @@ func TestLifecycle(t *testing.T) {
 	s.Dispatched(it, 1, 42)
 	require.EqualValues(t, 42, it.DispatchSeq)
 
-	out := s.Event(messages.Event{Type: messages.EventStarted, Pool: "p", Worker: "w", InvocationID: "i", Attempt: 1})
+	out := s.Event(messages.Event{Type: messages.EventStarted, Namespace: "ns", Pool: "p", Worker: "w", InvocationID: "i", Attempt: 1})
 	require.Same(t, it, out.Started)
 	require.True(t, it.Started)
-	stale := s.Event(messages.Event{Type: messages.EventStarted, Pool: "p", Worker: "w", InvocationID: "i", Attempt: 0})
+	stale := s.Event(messages.Event{Type: messages.EventStarted, Namespace: "ns", Pool: "p", Worker: "w", InvocationID: "i", Attempt: 0})
 	require.Nil(t, stale.Started, "an older attempt's start changes nothing")
 
 	clk.Step(time.Second)
-	got, other := s.Result(messages.Result{InvocationID: "i", Pool: "p", Worker: "w", Attempt: 1, State: messages.StateSucceeded}, 7)
+	got, other := s.Result(messages.Result{Namespace: "ns", InvocationID: "i", Pool: "p", Worker: "w", Attempt: 1, State: messages.StateSucceeded}, 7)
 	require.Same(t, it, got)
 	require.Nil(t, other)
 	require.True(t, it.Done.Load())
-	require.Nil(t, s.Item("i"))
+	require.Nil(t, s.Item(Key("ns", "i")))
 	require.EqualValues(t, 7, s.ResultSeq())
-	w := s.Pool("p").Workers["w"]
+	w := s.Pool(pk).Workers["w"]
 	require.Empty(t, w.InFlight)
 	require.Equal(t, t0.Add(time.Second), w.IdleSince)
 }
@@ -83,9 +86,9 @@ func TestResultFromOtherWorkerCancelsNewerAttempt(t *testing.T) {
 	it := enqueue(s, "i")
 	it.Attempt = 1 // attempt 1 ran on a, which was lost
 	s.Dispatch()
-	_, other := s.Result(messages.Result{InvocationID: "i", Pool: "p", Worker: "a", Attempt: 1, State: messages.StateSucceeded}, 1)
-	require.Equal(t, &Superseded{Pool: "p", Worker: "b", InvocationID: "i", Attempt: 2}, other)
-	require.Empty(t, s.Pool("p").Workers["b"].InFlight)
+	_, other := s.Result(messages.Result{Namespace: "ns", InvocationID: "i", Pool: "p", Worker: "a", Attempt: 1, State: messages.StateSucceeded}, 1)
+	require.Equal(t, &Superseded{Namespace: "ns", Pool: "p", Worker: "b", InvocationID: "i", Attempt: 2}, other)
+	require.Empty(t, s.Pool(pk).Workers["b"].InFlight)
 }
 
 func TestDispatchRespectsConcurrencyBackoffAndOrder(t *testing.T) {
@@ -97,26 +100,26 @@ func TestDispatchRespectsConcurrencyBackoffAndOrder(t *testing.T) {
 	enqueue(s, "3")
 	enqueue(s, "4")
 	require.Equal(t, []string{"1→a", "2→b", "3→a"}, workersOf(s.Dispatch()), "least loaded, then name; within concurrency")
-	require.Len(t, s.Pool("p").Queue, 1)
+	require.Len(t, s.Pool(pk).Queue, 1)
 
-	later := s.Pool("p").Queue[0]
+	later := s.Pool(pk).Queue[0]
 	s.Requeue(later, "", time.Second) // queued already: no change
 	require.True(t, later.NotBefore.IsZero())
-	_, _ = s.Result(messages.Result{InvocationID: "1", Pool: "p", Worker: "a", Attempt: 1}, 1)
-	it := s.Item("3")
+	_, _ = s.Result(messages.Result{Namespace: "ns", InvocationID: "1", Pool: "p", Worker: "a", Attempt: 1}, 1)
+	it := s.Item(Key("ns", "3"))
 	s.Requeue(it, "a", time.Second) // a failed Record write
 	require.Equal(t, []string{"4→a"}, workersOf(s.Dispatch()), "3 waits for its delay, 4 goes")
 	clk.Step(time.Second + time.Millisecond)
-	_, _ = s.Result(messages.Result{InvocationID: "4", Pool: "p", Worker: "a", Attempt: 1}, 2)
+	_, _ = s.Result(messages.Result{Namespace: "ns", InvocationID: "4", Pool: "p", Worker: "a", Attempt: 1}, 2)
 	require.Equal(t, []string{"3→a"}, workersOf(s.Dispatch()))
 	require.Equal(t, 2, it.Attempt)
 }
 
 func TestDrainingAndHeldWorkersGetNothing(t *testing.T) {
 	s, clk := newState(3)
-	s.Event(messages.Event{Type: messages.EventHeartbeat, Pool: "p", Worker: "d", Ready: true, Draining: true})
+	s.Event(messages.Event{Type: messages.EventHeartbeat, Namespace: "ns", Pool: "p", Worker: "d", Ready: true, Draining: true})
 	register(s, "h", 1)
-	s.Hold("p", []string{"h"})
+	s.Hold(pk, []string{"h"})
 	enqueue(s, "i")
 	require.Empty(t, s.Dispatch())
 	clk.Step(time.Minute + time.Millisecond)
@@ -162,7 +165,7 @@ func TestLossAndRedelivery(t *testing.T) {
 			steps: []step{{true, Redeliver, time.Second}, {true, DeadLetter, 0}}},
 		{name: "clean deregistration of unstarted work", maxAttempts: 1, wantWhy: "deregistered", wantClean: true,
 			lose: func(s *State, _ *clocktesting.FakeClock) *Loss {
-				out := s.Event(messages.Event{Type: messages.EventDeregistered, Pool: "p", Worker: "w", InFlight: 0})
+				out := s.Event(messages.Event{Type: messages.EventDeregistered, Namespace: "ns", Pool: "p", Worker: "w", InFlight: 0})
 				if !out.Gone {
 					return nil
 				}
@@ -175,7 +178,7 @@ func TestLossAndRedelivery(t *testing.T) {
 			s, clk := newState(tc.maxAttempts)
 			for _, st := range tc.steps {
 				register(s, "w", 1)
-				it := s.Item("i")
+				it := s.Item(Key("ns", "i"))
 				if it == nil {
 					it = enqueue(s, "i")
 				}
@@ -186,19 +189,19 @@ func TestLossAndRedelivery(t *testing.T) {
 				require.Equal(t, tc.wantWhy, l.Why)
 				require.Equal(t, tc.wantClean, l.Clean)
 				require.Equal(t, []*Item{it}, l.Items)
-				require.NotContains(t, s.Pool("p").Workers, "w")
+				require.NotContains(t, s.Pool(pk).Workers, "w")
 				live, _ := s.Settling(it)
 				require.True(t, live)
 
 				v, stale := s.Settle(it, st.strike)
 				require.Equal(t, st.wantVerdict, v)
 				if v == DeadLetter {
-					require.Nil(t, s.Item("i"))
+					require.Nil(t, s.Item(Key("ns", "i")))
 					require.True(t, it.Done.Load())
 					return
 				}
 				require.EqualValues(t, 99, stale, "the abandoned Dispatch is to be deleted")
-				require.Equal(t, []*Item{it}, s.Pool("p").Queue, "at the head of the queue")
+				require.Equal(t, []*Item{it}, s.Pool(pk).Queue, "at the head of the queue")
 				require.Equal(t, s.Now().Add(st.wantDelay), it.NotBefore)
 				v, _ = s.Settle(it, st.strike)
 				require.Equal(t, Skip, v, "settled once")
@@ -208,7 +211,7 @@ func TestLossAndRedelivery(t *testing.T) {
 					clk.Step(st.wantDelay)
 				}
 			}
-			require.Zero(t, s.Item("i").Strikes, "unstarted work counts no strikes")
+			require.Zero(t, s.Item(Key("ns", "i")).Strikes, "unstarted work counts no strikes")
 		})
 	}
 }
@@ -218,8 +221,8 @@ func TestSettleSkipsFinished(t *testing.T) {
 	register(s, "w", 1)
 	it := enqueue(s, "i")
 	s.Dispatch()
-	out := s.Event(messages.Event{Type: messages.EventDeregistered, Pool: "p", Worker: "w", InFlight: 0})
-	_, _ = s.Result(messages.Result{InvocationID: "i", Pool: "p", Worker: "w", Attempt: 1, State: messages.StateSucceeded}, 3)
+	out := s.Event(messages.Event{Type: messages.EventDeregistered, Namespace: "ns", Pool: "p", Worker: "w", InFlight: 0})
+	_, _ = s.Result(messages.Result{Namespace: "ns", InvocationID: "i", Pool: "p", Worker: "w", Attempt: 1, State: messages.StateSucceeded}, 3)
 	live, _ := s.Settling(out.Lost.Items[0])
 	require.False(t, live)
 	v, _ := s.Settle(it, true)
@@ -262,13 +265,13 @@ func TestExpiry(t *testing.T) {
 			_, expired := s.Housekeep()
 			if tc.wantReason == "" {
 				require.Empty(t, expired)
-				require.Same(t, it, s.Item("i"))
+				require.Same(t, it, s.Item(Key("ns", "i")))
 				return
 			}
 			require.Equal(t, []Expiry{{Item: it, Worker: tc.wantWorker, Reason: tc.wantReason}}, expired)
-			require.Nil(t, s.Item("i"))
+			require.Nil(t, s.Item(Key("ns", "i")))
 			require.True(t, it.Done.Load())
-			require.Zero(t, s.Status("p", 0).Backlog+s.Status("p", 0).InFlight)
+			require.Zero(t, s.Status(pk, 0).Backlog+s.Status(pk, 0).InFlight)
 		})
 	}
 }
@@ -288,13 +291,13 @@ func TestRestore(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s, _ := newState(3)
-			it := &Item{Inv: messages.Invocation{InvocationID: "i", Pool: "p"}, Attempt: tc.rec.Attempt}
+			it := &Item{Inv: messages.Invocation{InvocationID: "i", Namespace: "ns", Pool: "p"}, Attempt: tc.rec.Attempt}
 			s.Restore(it, tc.rec)
-			require.Same(t, it, s.Item("i"))
+			require.Same(t, it, s.Item(Key("ns", "i")))
 			require.Equal(t, tc.wantQueued, it.Queued)
 			require.Equal(t, tc.wantStrikes, it.Strikes)
 			require.Equal(t, tc.wantStarted, it.Started)
-			st := s.Status("p", 1)
+			st := s.Status(pk, 1)
 			if tc.wantQueued {
 				require.Equal(t, 1, st.Backlog)
 				return
@@ -318,7 +321,7 @@ func TestStatusAndScaleInput(t *testing.T) {
 	require.Len(t, s.Dispatch(), 2)
 	clk.Step(time.Second)
 
-	st := s.Status("p", 3)
+	st := s.Status(pk, 3)
 	require.Equal(t, 3, st.Replicas)
 	require.Equal(t, 1, st.Backlog)
 	require.Equal(t, 2, st.InFlight)
@@ -328,12 +331,12 @@ func TestStatusAndScaleInput(t *testing.T) {
 	require.True(t, st.Workers[1].Ready)
 	require.Equal(t, 4, st.Workers[2].Concurrency)
 
-	backlog, inflight, views, waited := s.ScaleInput("p", 10*time.Second)
+	backlog, inflight, views, waited := s.ScaleInput(pk, 10*time.Second)
 	require.Equal(t, 1, backlog)
 	require.Equal(t, 2, inflight)
 	require.Equal(t, time.Second, waited)
 	require.ElementsMatch(t, []WorkerView{{Name: "ready", Ready: true, InFlight: 2}, {Name: "starting", Starting: true}}, views)
 	clk.Step(10 * time.Second)
-	_, _, views, _ = s.ScaleInput("p", 10*time.Second)
+	_, _, views, _ = s.ScaleInput(pk, 10*time.Second)
 	require.ElementsMatch(t, []WorkerView{{Name: "ready", Ready: true, InFlight: 2}, {Name: "starting"}}, views, "past startup-timeout")
 }

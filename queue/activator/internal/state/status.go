@@ -7,11 +7,12 @@ import (
 	"github.com/runplane/runplane/queue/stream"
 )
 
-// Status summarises a pool; replicas is its workload's.
-func (s *State) Status(pool string, replicas int) stream.PoolStatus {
+// Status summarises the pool named key (Key(ns, pool)); replicas is its
+// workload's.
+func (s *State) Status(key string, replicas int) stream.PoolStatus {
 	now := s.clk.Now()
-	p := s.Pool(pool)
-	st := stream.PoolStatus{Pool: p.Name, Replicas: replicas, Backlog: len(p.Queue), InvokeSeq: p.InvokeSeq, Workers: []stream.WorkerStatus{}}
+	p := s.Pool(key)
+	st := stream.PoolStatus{Namespace: p.Namespace, Pool: p.Name, Replicas: replicas, Backlog: len(p.Queue), InvokeSeq: p.InvokeSeq, Workers: []stream.WorkerStatus{}}
 	names := make([]string, 0, len(p.Workers))
 	for n := range p.Workers {
 		names = append(names, n)

@@ -10,7 +10,7 @@ import (
 // Loss is a lost worker's open invocations, to be settled (Settle) once
 // the results it stored before it went have been seen.
 type Loss struct {
-	Pool, Worker, Why string
+	Namespace, Pool, Worker, Why string
 	// Clean: the worker said it had nothing in flight (a clean
 	// deregistration), so what it still held it never started.
 	Clean bool
@@ -28,13 +28,36 @@ type EventOutcome struct {
 	Lost *Loss
 	// Gone: the worker deregistered.
 	Gone bool
+	// Unadmitted: RequirePods is set and no admitted Pod is this worker;
+	// the Event was held, not applied. NewlyHeld: first such Event of the
+	// worker within HeartbeatTimeout (to log once).
+	Unadmitted, NewlyHeld bool
 }
 
-// Event applies a sidecar Event.
+type pendingEvent struct {
+	ev messages.Event
+	at time.Time
+}
+
+// Event applies a sidecar Event of worker ev.Worker of pool
+// ev.Namespace/ev.Pool (the caller checked them against the subject).
 func (s *State) Event(ev messages.Event) EventOutcome {
 	now := s.clk.Now()
-	p := s.Pool(ev.Pool)
+	p := s.Pool(Key(ev.Namespace, ev.Pool))
 	w := p.Workers[ev.Worker]
+	if w == nil && s.cfg.RequirePods {
+		k := Key(Key(ev.Namespace, ev.Pool), ev.Worker)
+		_, held := s.pending[k]
+		if ev.Type == messages.EventDeregistered {
+			delete(s.pending, k)
+		} else if held || len(s.pending) < MaxPending {
+			s.pending[k] = pendingEvent{ev: ev, at: now}
+		}
+		if len(p.Workers) == 0 && len(p.Queue) == 0 {
+			delete(s.pools, Key(ev.Namespace, ev.Pool)) // no state for pools nobody serves
+		}
+		return EventOutcome{Unadmitted: true, NewlyHeld: !held}
+	}
 	if ev.Type == messages.EventDeregistered {
 		out := EventOutcome{Gone: true}
 		if w != nil {
@@ -51,7 +74,7 @@ func (s *State) Event(ev messages.Event) EventOutcome {
 		p.Workers[ev.Worker] = w
 	}
 	wasReady := w.Registered && w.Ready
-	w.Registered, w.LastSeen, w.Namespace = true, now, ev.Namespace
+	w.Registered, w.LastSeen = true, now
 	if ev.Concurrency > 0 {
 		w.Concurrency = ev.Concurrency
 	}
@@ -66,7 +89,7 @@ func (s *State) Event(ev messages.Event) EventOutcome {
 	// A started event of an invocation not tracked (any more) changes
 	// nothing: its result is in, or it belongs to an older attempt.
 	if ev.Type == messages.EventStarted && ev.InvocationID != "" {
-		if it := s.items[ev.InvocationID]; it != nil && it.Attempt == ev.Attempt && it.Worker == ev.Worker {
+		if it := s.items[Key(ev.Namespace, ev.InvocationID)]; it != nil && it.Attempt == ev.Attempt && it.Worker == ev.Worker {
 			it.Started = true
 			out.Started = it
 		}
@@ -74,13 +97,17 @@ func (s *State) Event(ev messages.Event) EventOutcome {
 	return out
 }
 
-// PodSeen applies the informer's view of a pool's Pod. gone: deleted or
-// finished. It returns the Loss of a Pod that went with work open, and
-// whether the dispatcher should look again.
+// PodSeen applies the informer's view of a Pod of pool namespace/pool: the
+// caller admits only Pods in the pool's namespace owned by its workload,
+// and reports as gone one that is deleted, finished or no longer admitted.
+// It returns the Loss of a Pod that went with work open, and whether the
+// dispatcher should look again.
 func (s *State) PodSeen(pool, name, namespace string, concurrency int, pod Pod, gone bool) (lost *Loss, poke bool) {
-	p := s.Pool(pool)
+	p := s.Pool(Key(namespace, pool))
 	w := p.Workers[name]
+	pk := Key(Key(namespace, pool), name)
 	if gone {
+		delete(s.pending, pk)
 		if w != nil {
 			lost = s.lose(p, w, "pod gone", false)
 		}
@@ -92,9 +119,16 @@ func (s *State) PodSeen(pool, name, namespace string, concurrency int, pod Pod, 
 		if concurrency > 0 {
 			w.Concurrency = concurrency
 		}
+		w.Pod = &pod
 		p.Workers[name] = w
+		if pe, ok := s.pending[pk]; ok {
+			// The sidecar registered before its Pod was admitted.
+			delete(s.pending, pk)
+			out := s.Event(pe.ev)
+			return nil, out.Ready || pod.Terminating
+		}
+		return nil, pod.Terminating
 	}
-	w.Namespace = namespace
 	w.Pod = &pod
 	return nil, pod.Terminating
 }
@@ -105,12 +139,12 @@ func (s *State) lose(p *Pool, w *Worker, why string, clean bool) *Loss {
 	delete(p.Workers, w.Name)
 	ids := make([]string, 0, len(w.InFlight))
 	for id, it := range w.InFlight {
-		if s.items[id] == it && it.Worker == w.Name {
+		if s.items[Key(p.Namespace, id)] == it && it.Worker == w.Name {
 			ids = append(ids, id)
 		}
 	}
 	sort.Strings(ids)
-	l := &Loss{Pool: p.Name, Worker: w.Name, Why: why, Clean: clean}
+	l := &Loss{Namespace: p.Namespace, Pool: p.Name, Worker: w.Name, Why: why, Clean: clean}
 	for _, id := range ids {
 		it := w.InFlight[id]
 		it.Worker = ""
@@ -125,7 +159,7 @@ func (s *State) lose(p *Pool, w *Worker, why string, clean bool) *Loss {
 // Settling reports whether it still awaits Settle's decision, and whether
 // its worker had reported it started.
 func (s *State) Settling(it *Item) (live, started bool) {
-	return s.items[it.Inv.InvocationID] == it && !it.Done.Load() && !it.Queued && it.Worker == "", it.Started
+	return s.items[ItemKey(it.Inv)] == it && !it.Done.Load() && !it.Queued && it.Worker == "", it.Started
 }
 
 // Verdict is what Settle decided for one invocation of a lost worker.
@@ -153,7 +187,7 @@ func (s *State) Settle(it *Item, strike bool) (v Verdict, staleDispatch uint64) 
 		it.Strikes++
 	}
 	if it.Strikes >= s.cfg.MaxAttempts {
-		delete(s.items, it.Inv.InvocationID)
+		delete(s.items, ItemKey(it.Inv))
 		it.Done.Store(true)
 		return DeadLetter, 0
 	}
@@ -161,7 +195,7 @@ func (s *State) Settle(it *Item, strike bool) (v Verdict, staleDispatch uint64) 
 	if strike {
 		it.NotBefore = now.Add(s.Backoff(it.Strikes))
 	}
-	p := s.Pool(it.Inv.Pool)
+	p := s.Pool(PoolKey(it.Inv))
 	p.Queue = append([]*Item{it}, p.Queue...)
 	stale := it.DispatchSeq
 	it.DispatchSeq = 0

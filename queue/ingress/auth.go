@@ -1,0 +1,104 @@
+package ingress
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/runplane/runplane/internal/callerauth"
+	"github.com/runplane/runplane/internal/httpjson"
+	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/queue/stream"
+)
+
+// The verbs of the ingress routes on resource pools (API group
+// serverless.runplane.io), as RBAC sees them:
+//
+//	POST .../pools/{pool}/invocations (and the alias)  create pools/invocations
+//	GET  .../invocations/{id}                          get    pools/invocations
+//	POST .../invocations/{id}/cancel                   update pools/invocations
+//	GET  .../pools/{pool}                              get    pools
+const (
+	VerbInvoke = "create"
+	VerbRead   = "get"
+	VerbCancel = "update"
+)
+
+// allowed reports whether the caller may do req; when not, it has answered
+// (401, 403 naming verb, resource, namespace and pool, or 503).
+func (s *Server) allowed(w http.ResponseWriter, r *http.Request, req callerauth.Request) bool {
+	if s.cfg.Auth == nil {
+		return true
+	}
+	_, err := s.cfg.Auth.Check(r, req)
+	if err == nil {
+		return true
+	}
+	s.refuse(w, req, err)
+	return false
+}
+
+func (s *Server) refuse(w http.ResponseWriter, req callerauth.Request, err error) {
+	var refusal *callerauth.Refusal
+	if errors.As(err, &refusal) {
+		s.m.rejected.WithLabelValues(fmt.Sprint(refusal.Status)).Inc()
+		httpjson.Error(w, refusal.Status, refusal.Message)
+		return
+	}
+	s.cfg.Logger.Warn("caller authorization: apiserver unavailable", "request", req.String(), "err", err)
+	s.m.rejected.WithLabelValues("503").Inc()
+	httpjson.Error(w, http.StatusServiceUnavailable, fmt.Sprintf("cannot ask the apiserver whether the caller may %s: %v", req, err))
+}
+
+// record reads invocation id of namespace ns for a caller who wants to do
+// verb on it, and answers when it may not. The pool is known only from the
+// Record, so a caller who may not do verb on that pool gets exactly the
+// answer it would get for an ID that does not exist: the namespace-wide
+// check's 403 (or 404 when it may do verb on every pool of the namespace).
+// Nothing tells a caller whether an ID exists in a namespace or pool it has
+// no access to.
+func (s *Server) record(w http.ResponseWriter, r *http.Request, ns, id, verb string) (messages.Record, bool) {
+	rec, _, err := s.cfg.Store.Get(r.Context(), stream.Key(ns, id))
+	found := err == nil
+	if err != nil && !errors.Is(err, stream.ErrNotFound) {
+		httpjson.Error(w, http.StatusServiceUnavailable, err.Error())
+		return rec, false
+	}
+	if s.cfg.Auth == nil {
+		if !found {
+			notFound(w, ns, id)
+		}
+		return rec, found
+	}
+	if found {
+		req := callerauth.Request{Verb: verb, Namespace: ns, Pool: rec.Pool, Subresource: callerauth.SubresourceInvocations}
+		// A clone: the bearer-token reader removes the header it accepted,
+		// and the namespace-wide check below needs it again.
+		_, err := s.cfg.Auth.Check(r.Clone(r.Context()), req)
+		var refusal *callerauth.Refusal
+		switch {
+		case err == nil:
+			return rec, true
+		case !errors.As(err, &refusal):
+			s.refuse(w, req, err)
+			return rec, false
+		case refusal.Status != http.StatusForbidden:
+			s.refuse(w, req, err) // 401: the same for any ID
+			return rec, false
+		}
+	}
+	nsWide := callerauth.Request{Verb: verb, Namespace: ns, Subresource: callerauth.SubresourceInvocations}
+	if s.allowed(w, r, nsWide) {
+		notFound(w, ns, id)
+	}
+	return rec, false
+}
+
+// authorizeInvoke checks create on pools/invocations of ns/pool.
+func (s *Server) authorizeInvoke(w http.ResponseWriter, r *http.Request, ns, poolName string) bool {
+	if err := errors.Join(messages.ValidateToken("namespace", ns), messages.ValidateToken("pool", poolName)); err != nil {
+		s.reject(w, poolName, http.StatusBadRequest, err.Error())
+		return false
+	}
+	return s.allowed(w, r, callerauth.Request{Verb: VerbInvoke, Namespace: ns, Pool: poolName, Subresource: callerauth.SubresourceInvocations})
+}

@@ -1,0 +1,133 @@
+package kubetest_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/runplane/runplane/internal/callerauth"
+	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/stubworker"
+)
+
+// BenchmarkWarmSyncAuth measures the warm sync path (HTTP ingress →
+// JetStream → activator → stub worker → reply) with caller authentication
+// on (bearer token, TokenReview and SubjectAccessReview on the real
+// apiserver, caches warm) next to the same path with it off, in one run:
+// two ingress replicas on one stream, one of them without authentication.
+// Each reports p50 and p99; auth=on also reports its p50 and p99 over
+// auth=off's (the goal: at most 1.10 at p50).
+func BenchmarkWarmSyncAuth(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ns := "bench-auth"
+	require.NoError(b, env.CreateNamespace(ctx, ns))
+	_, err := env.Client().RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "runplane-invoker"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{callerauth.Group}, Resources: []string{"pools/invocations"}, Verbs: []string{"create", "get", "update"}}}},
+		metav1.CreateOptions{})
+	require.True(b, err == nil || apierrors.IsAlreadyExists(err), "%v", err)
+	_, err = env.Client().RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "caller"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "runplane-invoker"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "caller"}}}, metav1.CreateOptions{})
+	require.NoError(b, err)
+	_, err = env.Client().CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "caller"}}, metav1.CreateOptions{})
+	require.NoError(b, err)
+	tr, err := env.Client().CoreV1().ServiceAccounts(ns).CreateToken(ctx, "caller",
+		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	require.NoError(b, err)
+
+	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: b.TempDir(), Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true})
+	require.NoError(b, err)
+	go srv.Start()
+	require.True(b, srv.ReadyForConnections(10*time.Second))
+	defer srv.Shutdown()
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(b, err)
+	defer nc.Close()
+	tn := &tenants{nc: nc, log: stubworker.NewLog(), pool: "echo", procs: map[string]*stubworker.Worker{}, claims: map[string]string{}}
+	_, err = env.Client().AppsV1().Deployments(ns).Create(ctx, deployment(ns, "workers", tn.pool, 1), metav1.CreateOptions{})
+	require.NoError(b, err)
+	go tn.kubelet(ctx, ns)
+
+	start := func(cfg queue.Config) (string, func()) {
+		addr := make(chan string, 1)
+		qctx, qcancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		cfg.NATSURL, cfg.Listen, cfg.OnListen, cfg.RESTConfig, cfg.Namespace = srv.ClientURL(), "127.0.0.1:0", func(x string) { addr <- x }, env.RESTConfig(), ns
+		go func() { done <- queue.Run(qctx, cfg) }()
+		select {
+		case x := <-addr:
+			return "http://" + x, func() { qcancel(); <-done }
+		case err := <-done:
+			qcancel()
+			require.FailNow(b, "queue.Run returned", "%v", err)
+		}
+		return "", qcancel
+	}
+	on, stopOn := start(queue.Config{})
+	defer stopOn()
+	off, stopOff := start(queue.Config{InsecureDisableCallerAuth: true, DisableActivator: true})
+	defer stopOff()
+
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}, Timeout: 30 * time.Second}
+	body := []byte(`{"mode":"sync","payload":{"prompt":"robot"}}`)
+	call := func(base, tok string) error {
+		req, _ := http.NewRequest("POST", base+"/v1/namespaces/"+ns+"/pools/echo/invocations", bytes.NewReader(body))
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		r, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+		if r.StatusCode != 200 {
+			return fmt.Errorf("status %d", r.StatusCode)
+		}
+		return nil
+	}
+	// Warm: a ready worker, RBAC settled, caches filled.
+	require.Eventually(b, func() bool { return call(on, tr.Status.Token) == nil && call(off, "") == nil },
+		90*time.Second, 200*time.Millisecond, "both ingresses answer")
+
+	p50s := map[string]time.Duration{}
+	p99s := map[string]time.Duration{}
+	for _, c := range []struct{ name, base, tok string }{{"auth=off", off, ""}, {"auth=on", on, tr.Status.Token}} {
+		b.Run(c.name, func(b *testing.B) {
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for b.Loop() {
+				t0 := time.Now()
+				if err := call(c.base, c.tok); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			slices.Sort(lat)
+			p50, p99 := lat[len(lat)/2], lat[min(len(lat)-1, len(lat)*99/100)]
+			p50s[c.name], p99s[c.name] = p50, p99
+			b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
+			if base := p50s["auth=off"]; c.name == "auth=on" && base > 0 {
+				b.ReportMetric(float64(p50)/float64(base), "p50/off")
+				b.ReportMetric(float64(p99)/float64(p99s["auth=off"]), "p99/off")
+			}
+		})
+	}
+}

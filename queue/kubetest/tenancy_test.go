@@ -1,0 +1,288 @@
+package kubetest_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/activator"
+	"github.com/runplane/runplane/queue/stubworker"
+)
+
+// tenants is a queue service watching all namespaces, with two tenant
+// namespaces that each run a pool of the same name, and a "kubelet" that
+// runs a stub worker for every Running Pod labelled with that pool name in
+// any of the given namespaces. A Pod of liar namespaces runs a worker that
+// claims to be of namespace claim instead (a sidecar lying about itself).
+type tenants struct {
+	t      *testing.T
+	base   string
+	nc     *nats.Conn
+	log    *stubworker.Log
+	pool   string
+	mu     sync.Mutex
+	procs  map[string]*stubworker.Worker // namespace/pod → worker
+	claims map[string]string             // namespace → namespace its workers claim
+}
+
+func deployment(ns, name, poolName string, replicas int32) *appsv1.Deployment {
+	labels := map[string]string{api.LabelPool: poolName, "app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{api.LabelPool: poolName}},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "framework", Image: "framework"}},
+					TerminationGracePeriodSeconds: ptr.To(int64(0))},
+			},
+		},
+	}
+}
+
+func (tn *tenants) kubelet(ctx context.Context, ns string) {
+	for ctx.Err() == nil {
+		w, err := env.Client().CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: api.LabelPool + "=" + tn.pool})
+		if err != nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		for ev := range w.ResultChan() {
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			key := pod.Namespace + "/" + pod.Name
+			tn.mu.Lock()
+			wk := tn.procs[key]
+			gone := ev.Type == watch.Deleted || pod.DeletionTimestamp != nil
+			switch {
+			case gone && wk != nil:
+				wk.Kill()
+				delete(tn.procs, key)
+			case !gone && wk == nil && pod.Status.Phase == corev1.PodRunning:
+				claim := ns
+				if c, ok := tn.claims[ns]; ok {
+					claim = c
+				}
+				nw, err := stubworker.Start(ctx, stubworker.Config{NC: tn.nc, Stream: api.DefaultStreamName, Subjects: messages.Subjects{Prefix: api.DefaultSubjectPrefix},
+					Pool: tn.pool, Name: pod.Name, Namespace: claim, Concurrency: 4, Heartbeat: 200 * time.Millisecond, Handler: stubworker.Echo, Log: tn.log})
+				if err == nil {
+					tn.procs[key] = nw
+				}
+			}
+			tn.mu.Unlock()
+		}
+	}
+}
+
+func (tn *tenants) running(key string) bool {
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	return tn.procs[key] != nil
+}
+
+// do sends a request; a transport error is code 0 with the error as body
+// (safe inside require.Eventually, which polls on another goroutine).
+func (tn *tenants) do(method, path string, body any) (int, []byte) {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, tn.base+path, rd)
+	if err != nil {
+		return 0, []byte(err.Error())
+	}
+	req.Header.Set("Content-Type", "application/json")
+	r, err := http.DefaultClient.Do(req)
+	if err != nil { // callers poll, or assert the code (0)
+		return 0, []byte(err.Error())
+	}
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	return r.StatusCode, b
+}
+
+// TestTenantPoolsAreTheirOwn: two namespaces run a pool of the same name;
+// each gets only its own invocations, run only by Pods its own Deployment
+// owns. A bare Pod labelled with the pool in the pool's namespace, and a
+// worker of another namespace that claims to be of the victim's, never
+// receive work. Invocation IDs are per namespace, and one namespace cannot
+// read or cancel another's. Two Deployments claiming one pool are reported
+// and never merged.
+func TestTenantPoolsAreTheirOwn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	a, b, liar := "tenant-a", "tenant-b", "tenant-liar"
+	for _, n := range []string{a, b, liar} {
+		require.NoError(t, env.CreateNamespace(ctx, n))
+	}
+	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true})
+	require.NoError(t, err)
+	go srv.Start()
+	require.True(t, srv.ReadyForConnections(10*time.Second), "nats not ready")
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	tn := &tenants{t: t, nc: nc, log: stubworker.NewLog(), pool: "echo", procs: map[string]*stubworker.Worker{},
+		claims: map[string]string{liar: a}}
+
+	for _, n := range []string{a, b, liar} {
+		_, err := env.Client().AppsV1().Deployments(n).Create(ctx, deployment(n, "workers", tn.pool, 1), metav1.CreateOptions{})
+		require.NoError(t, err)
+		go tn.kubelet(ctx, n)
+	}
+	// A bare Pod in the victim's namespace, labelled with its pool.
+	bare := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "intruder", Namespace: a, Labels: map[string]string{api.LabelPool: tn.pool}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "x", Image: "x"}}, TerminationGracePeriodSeconds: ptr.To(int64(0))}}
+	_, err = env.Client().CoreV1().Pods(a).Create(ctx, bare, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	addr := make(chan string, 1)
+	qctx, qcancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- queue.Run(qctx, queue.Config{NATSURL: srv.ClientURL(), InsecureDisableCallerAuth: true, Listen: "127.0.0.1:0", OnListen: func(x string) { addr <- x },
+			RESTConfig: env.RESTConfig(), HeartbeatTimeout: 2 * time.Second, Backoff: 100 * time.Millisecond, Tick: 100 * time.Millisecond, Logger: logger})
+	}()
+	t.Cleanup(func() { qcancel(); <-done })
+	select {
+	case x := <-addr:
+		tn.base = "http://" + x
+	case err := <-done:
+		require.FailNow(t, "queue.Run returned", "%v", err)
+	}
+
+	// Barrier: the intruder and the liar run their workers, and both
+	// tenants' own workers are ready.
+	ownPods := map[string]map[string]bool{}
+	require.Eventually(t, func() bool {
+		for _, n := range []string{a, b} {
+			code, body := tn.do("GET", "/v1/namespaces/"+n+"/pools/"+tn.pool, nil)
+			var info struct {
+				Status struct{ Capacity int } `json:"status"`
+			}
+			if code != 200 || json.Unmarshal(body, &info) != nil || info.Status.Capacity != 4 {
+				return false
+			}
+		}
+		pods, err := env.Client().CoreV1().Pods(liar).List(ctx, metav1.ListOptions{})
+		if err != nil || len(pods.Items) != 1 || !tn.running(liar+"/"+pods.Items[0].Name) {
+			return false
+		}
+		return tn.running(a + "/intruder")
+	}, 60*time.Second, 100*time.Millisecond, "tenant workers ready, intruder and liar running")
+	for _, n := range []string{a, b} {
+		pods, err := env.Client().CoreV1().Pods(n).List(ctx, metav1.ListOptions{LabelSelector: "app=workers"})
+		require.NoError(t, err)
+		ownPods[n] = map[string]bool{}
+		for _, p := range pods.Items {
+			ownPods[n][p.Name] = true
+		}
+	}
+
+	// The same IDs in both namespaces: two invocations each.
+	const n = 12
+	for i := range n {
+		for _, ns := range []string{a, b} {
+			code, body := tn.do("POST", "/v1/namespaces/"+ns+"/pools/"+tn.pool+"/invocations",
+				map[string]any{"mode": "async", "invocationID": fmt.Sprintf("inv-%d", i), "payload": map[string]string{"tenant": ns}})
+			require.Equal(t, http.StatusAccepted, code, "%s: %s", ns, body)
+			require.NotContains(t, string(body), `"duplicate":true`, "IDs are per namespace")
+		}
+	}
+	for _, ns := range []string{a, b} {
+		for i := range n {
+			id := fmt.Sprintf("inv-%d", i)
+			var rec messages.Record
+			require.Eventually(t, func() bool {
+				code, body := tn.do("GET", "/v1/namespaces/"+ns+"/invocations/"+id, nil)
+				return code == 200 && json.Unmarshal(body, &rec) == nil && rec.State.Terminal()
+			}, 30*time.Second, 50*time.Millisecond, "%s/%s finishes", ns, id)
+			assert.Equal(t, messages.StateSucceeded, rec.State, "%s/%s", ns, id)
+			assert.Equal(t, ns, rec.Namespace)
+			assert.True(t, ownPods[ns][rec.Worker], "%s/%s ran on %q, not on a Pod of the namespace's Deployment %v", ns, id, rec.Worker, ownPods[ns])
+			require.NotNil(t, rec.Response)
+			assert.JSONEq(t, fmt.Sprintf(`{"tenant":%q}`, ns), string(rec.Response.Body), "%s/%s got its own payload", ns, id)
+			for _, w := range tn.log.Runs(id) {
+				assert.True(t, ownPods[a][w] || ownPods[b][w], "%s ran on %s, neither tenant's own worker", id, w)
+			}
+		}
+	}
+
+	// Only in a: b can neither read nor cancel it, and the answer is the
+	// one for an ID that does not exist.
+	code, body := tn.do("POST", "/v1/namespaces/"+a+"/pools/"+tn.pool+"/invocations", map[string]any{"mode": "async", "invocationID": "only-a"})
+	require.Equal(t, http.StatusAccepted, code, "%s", body)
+	for _, probe := range []struct{ method, path string }{
+		{"GET", "/v1/namespaces/" + b + "/invocations/only-a"},
+		{"POST", "/v1/namespaces/" + b + "/invocations/only-a/cancel"},
+	} {
+		code, body := tn.do(probe.method, probe.path, nil)
+		assert.Equal(t, http.StatusNotFound, code, "%s %s: %s", probe.method, probe.path, body)
+		_, missing := tn.do(probe.method, strings.Replace(probe.path, "only-a", "never-posted", 1), nil)
+		assert.JSONEq(t, strings.ReplaceAll(string(missing), "never-posted", "only-a"), string(body), "same answer as for a missing ID")
+	}
+	code, _ = tn.do("GET", "/v1/namespaces/"+a+"/invocations/only-a", nil)
+	assert.Equal(t, http.StatusOK, code)
+
+	// Two Deployments claim a's pool: reported, never merged.
+	_, err = env.Client().AppsV1().Deployments(a).Create(ctx, deployment(a, "workers2", tn.pool, 0), metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		code, body := tn.do("POST", "/v1/namespaces/"+a+"/pools/"+tn.pool+"/invocations", map[string]any{"mode": "async"})
+		return code == http.StatusConflict && strings.Contains(string(body), "workers, workers2")
+	}, 30*time.Second, 100*time.Millisecond, "invoke answers 409 naming both Deployments")
+	code, body = tn.do("GET", "/v1/namespaces/"+a+"/pools/"+tn.pool, nil)
+	require.Equal(t, 200, code)
+	assert.Contains(t, string(body), `"conflict":["workers","workers2"]`)
+	code, _ = tn.do("POST", "/v1/namespaces/"+b+"/pools/"+tn.pool+"/invocations", map[string]any{"mode": "async"})
+	assert.Equal(t, http.StatusAccepted, code, "the other tenant's pool of the same name is not affected")
+	require.Eventually(t, func() bool {
+		evs, err := env.Client().EventsV1().Events(a).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		warned := map[string]bool{}
+		for _, e := range evs.Items {
+			if e.Reason == activator.ReasonPoolConflict && e.Type == corev1.EventTypeWarning && e.Regarding.Kind == "Deployment" {
+				warned[e.Regarding.Name] = true
+			}
+		}
+		return warned["workers"] && warned["workers2"]
+	}, 30*time.Second, 100*time.Millisecond, "a Warning Event on both Deployments")
+	require.NoError(t, env.Client().AppsV1().Deployments(a).Delete(ctx, "workers2", metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool {
+		code, _ := tn.do("POST", "/v1/namespaces/"+a+"/pools/"+tn.pool+"/invocations", map[string]any{"mode": "async"})
+		return code == http.StatusAccepted
+	}, 30*time.Second, 100*time.Millisecond, "served again once one Deployment is left")
+}
