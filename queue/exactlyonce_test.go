@@ -161,7 +161,7 @@ func (e *env) fakeWorker(name string) *fake {
 func (f *fake) event(t messages.EventType, inFlight int) {
 	b, _ := json.Marshal(messages.Event{Type: t, Pool: testPool, Worker: f.name, Namespace: "default", Concurrency: 1,
 		InFlight: inFlight, Ready: true, At: time.Now().UTC()})
-	_ = f.e.nc.Publish(f.e.subj.Metrics(testPool), b)
+	_ = f.e.nc.Publish(f.e.subj.Metrics("default", testPool), b)
 }
 
 func (f *fake) stop() {
@@ -185,11 +185,11 @@ func (e *env) crashedDispatch(id, w string) {
 	ctx := context.Background()
 	st, err := stream.Open(ctx, e.js, e.cfg.Stream)
 	require.NoError(e.t, err)
-	inv := messages.Invocation{InvocationID: id, Pool: testPool, Mode: messages.ModeAsync, TimeoutSeconds: 60, TTLSeconds: 60, AcceptedAt: time.Now().UTC()}
+	inv := messages.Invocation{InvocationID: id, Namespace: "default", Pool: testPool, Mode: messages.ModeAsync, TimeoutSeconds: 60, TTLSeconds: 60, AcceptedAt: time.Now().UTC()}
 	b, _ := json.Marshal(inv)
-	pa, err := e.js.Publish(ctx, e.subj.Invoke(testPool), b, jetstream.WithMsgID(id))
+	pa, err := e.js.Publish(ctx, e.subj.Invoke("default", testPool), b, jetstream.WithMsgID(id))
 	require.NoError(e.t, err)
-	_, err = st.Create(ctx, messages.Record{InvocationID: id, Pool: testPool, Mode: inv.Mode, State: messages.StateDispatched,
+	_, err = st.Create(ctx, messages.Record{InvocationID: id, Namespace: "default", Pool: testPool, Mode: inv.Mode, State: messages.StateDispatched,
 		Worker: w, Attempt: 1, Stream: st.Config.Stream, Sequence: pa.Sequence, AcceptedAt: inv.AcceptedAt, UpdatedAt: time.Now().UTC()})
 	require.NoError(e.t, err)
 }
@@ -200,7 +200,7 @@ func (e *env) dispatches(t *testing.T, w, id string) int {
 	ctx := context.Background()
 	st, err := e.js.Stream(ctx, e.cfg.Stream.WithDefaults().Stream)
 	require.NoError(t, err)
-	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{e.subj.Dispatch(testPool, w)}})
+	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{e.subj.Dispatch("default", testPool, w)}})
 	require.NoError(t, err)
 	n := 0
 	for {

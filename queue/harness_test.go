@@ -210,7 +210,7 @@ func (e *env) quiet(workers ...string) {
 	name := e.cfg.Stream.WithDefaults().Stream
 	consumers := []string{"activator-invoke", "activator-results"}
 	for _, w := range workers {
-		consumers = append(consumers, "worker-"+testPool+"-"+w)
+		consumers = append(consumers, messages.ConsumerName("default", testPool, w))
 	}
 	require.EventuallyWithT(e.t, func(c *assert.CollectT) {
 		for _, n := range consumers {

@@ -91,8 +91,8 @@ func TestAsyncLifecycle(t *testing.T) {
 	_ = json.Unmarshal(r.raw, &ack)
 	require.Equal(t, "inv-1", ack.InvocationID)
 	require.False(t, ack.Stream == "" || ack.Sequence == 0 || ack.Duplicate || ack.AcceptedAt.IsZero(), "bad ack %s", r.raw)
-	require.Equal(t, "runtime.serverless.invoke.echo", ack.Subjects["invoke"])
-	require.Equal(t, "runtime.serverless.result.echo", ack.Subjects["result"])
+	require.Equal(t, "runtime.serverless.invoke.default.echo", ack.Subjects["invoke"])
+	require.Equal(t, "runtime.serverless.result.default.echo", ack.Subjects["result"])
 	require.NotEmpty(t, ack.Subjects["metrics"])
 	rec := e.record("inv-1")
 	require.Equal(t, messages.StateQueued, rec.State, "without workers: state %s, want queued", rec.State)
@@ -269,7 +269,7 @@ func TestWorkerLossRedelivery(t *testing.T) {
 	rec = e.waitState("y", messages.StateDeadLettered, 10*time.Second)
 	require.False(t, rec.Attempt != 2 || !strings.Contains(rec.Error, "lost"), "dead-letter record %+v", rec)
 	st, _ := e.js.Stream(context.Background(), e.cfg.Stream.WithDefaults().Stream)
-	m, err := st.GetLastMsgForSubject(context.Background(), e.subj.DeadLetter(testPool))
+	m, err := st.GetLastMsgForSubject(context.Background(), e.subj.DeadLetter("default", testPool))
 	require.False(t, err != nil || !strings.Contains(string(m.Data), `"invocationID":"y"`), "no dead letter for y: %v", err)
 }
 

@@ -60,7 +60,7 @@ func BenchmarkDispatchToReply(b *testing.B) {
 						d, _ := json.Marshal(messages.Dispatch{Invocation: messages.Invocation{InvocationID: id, Pool: testPool, Mode: messages.ModeSync,
 							ReplyTo: inbox, Payload: json.RawMessage(`{"prompt":"draw a robot"}`)}, Worker: "bench", Attempt: 1, DispatchedAt: time.Now()})
 						t0 := time.Now()
-						if _, err := e.js.Publish(context.Background(), subjects.Dispatch(testPool, "bench"), d, jetstream.WithMsgID(id+".1")); err != nil {
+						if _, err := e.js.Publish(context.Background(), subjects.Dispatch(testNS, testPool, "bench"), d, jetstream.WithMsgID(id+".1")); err != nil {
 							b.Error(err)
 							return
 						}

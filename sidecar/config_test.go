@@ -109,15 +109,6 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func TestConsumerName(t *testing.T) {
-	for _, tt := range []struct{ pool, worker, want string }{
-		{"echo", "echo-7d9f-abc", "echo_echo-7d9f-abc"},
-		{"my_pool", "w", "my_pool_w"},
-	} {
-		assert.Equal(t, tt.want, ConsumerName(tt.pool, tt.worker), "ConsumerName(%q, %q)", tt.pool, tt.worker)
-	}
-}
-
 func TestIsAttemptOf(t *testing.T) {
 	for _, tt := range []struct {
 		id, inv string

@@ -24,7 +24,10 @@ import (
 	"github.com/runplane/runplane/internal/messages"
 )
 
-const testPool = "echo"
+const (
+	testPool = "echo"
+	testNS   = "default"
+)
 
 var subjects = messages.Subjects{Prefix: api.DefaultSubjectPrefix}
 
@@ -91,7 +94,7 @@ func (e *env) config(worker, sock string) Config {
 	return Config{
 		Pool:              testPool,
 		WorkerName:        worker,
-		WorkerNamespace:   "default",
+		WorkerNamespace:   testNS,
 		FrameworkSocket:   sock,
 		Concurrency:       1,
 		NATSURL:           e.srv.ClientURL(),
@@ -138,7 +141,7 @@ func (e *env) startSidecar(cfg Config) *running {
 // events subscribes to the pool's metrics subject.
 func (e *env) events() <-chan messages.Event {
 	ch := make(chan messages.Event, 1024)
-	sub, err := e.nc.Subscribe(subjects.Metrics(testPool), func(m *nats.Msg) {
+	sub, err := e.nc.Subscribe(subjects.Metrics(testNS, testPool), func(m *nats.Msg) {
 		var ev messages.Event
 		if err := json.Unmarshal(m.Data, &ev); err != nil {
 			e.t.Errorf("bad event %s: %v", m.Data, err)
@@ -164,7 +167,7 @@ type gotResult struct {
 
 func (e *env) results() <-chan gotResult {
 	ch := make(chan gotResult, 1024)
-	sub, err := e.nc.Subscribe(subjects.Result(testPool), func(m *nats.Msg) {
+	sub, err := e.nc.Subscribe(subjects.Result(testNS, testPool), func(m *nats.Msg) {
 		var r messages.Result
 		if err := json.Unmarshal(m.Data, &r); err != nil {
 			e.t.Errorf("bad result %s: %v", m.Data, err)
@@ -192,7 +195,7 @@ func (e *env) dispatch(worker string, d messages.Dispatch) {
 	require.NoError(e.t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err = e.js.Publish(ctx, subjects.Dispatch(testPool, worker), data, jetstream.WithMsgID(messages.DispatchMsgID(d.InvocationID, d.Attempt)))
+	_, err = e.js.Publish(ctx, subjects.Dispatch(testNS, testPool, worker), data, jetstream.WithMsgID(messages.DispatchMsgID(d.InvocationID, d.Attempt)))
 	require.NoError(e.t, err, "publish dispatch")
 }
 
@@ -232,7 +235,7 @@ func (e *env) consumerInfo(worker string) *jetstream.ConsumerInfo {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := e.js.Consumer(ctx, api.DefaultStreamName, ConsumerName(testPool, worker))
+	c, err := e.js.Consumer(ctx, api.DefaultStreamName, messages.ConsumerName(testNS, testPool, worker))
 	require.NoError(e.t, err, "consumer")
 	info, err := c.Info(ctx)
 	require.NoError(e.t, err)

@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -145,7 +144,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	}
 	s.consumer.Store(&cons)
 
-	cancelSub, err := nc.Subscribe(s.subjects.Cancel(s.cfg.Pool, s.cfg.WorkerName), s.onCancel)
+	cancelSub, err := nc.Subscribe(s.subjects.Cancel(s.cfg.WorkerNamespace, s.cfg.Pool, s.cfg.WorkerName), s.onCancel)
 	if err != nil {
 		return fmt.Errorf("subscribe to cancel subject: %w", err)
 	}
@@ -191,21 +190,13 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	return nil
 }
 
-var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_-]`)
-
-// ConsumerName is the durable consumer of a worker: named after the pool and
-// worker, so a restarted sidecar of the same Pod resumes its unacked work.
-func ConsumerName(pool, worker string) string {
-	return unsafeName.ReplaceAllString(pool+"_"+worker, "_")
-}
-
 // ensureConsumer creates (or finds) the worker's durable consumer, retrying
 // while NATS or the stream (created by the queue) is not there yet.
 func (s *Sidecar) ensureConsumer(ctx context.Context) (jetstream.Consumer, error) {
 	cfg := jetstream.ConsumerConfig{
-		Durable:           ConsumerName(s.cfg.Pool, s.cfg.WorkerName),
+		Durable:           messages.ConsumerName(s.cfg.WorkerNamespace, s.cfg.Pool, s.cfg.WorkerName),
 		Description:       "dispatches of worker " + s.cfg.WorkerNamespace + "/" + s.cfg.WorkerName,
-		FilterSubject:     s.subjects.Dispatch(s.cfg.Pool, s.cfg.WorkerName),
+		FilterSubject:     s.subjects.Dispatch(s.cfg.WorkerNamespace, s.cfg.Pool, s.cfg.WorkerName),
 		AckPolicy:         jetstream.AckExplicitPolicy,
 		AckWait:           s.cfg.AckWait,
 		MaxAckPending:     s.cfg.Concurrency,
@@ -365,6 +356,7 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 	})
 	res := messages.Result{
 		InvocationID: d.InvocationID,
+		Namespace:    s.cfg.WorkerNamespace,
 		Pool:         s.cfg.Pool,
 		Worker:       s.cfg.WorkerName,
 		Attempt:      d.Attempt,
@@ -432,7 +424,7 @@ func (s *Sidecar) publishResult(res messages.Result, id, replyTo string) bool {
 	backoff := 100 * time.Millisecond
 	for attempt := 0; attempt < 5; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err = s.js.Publish(ctx, s.subjects.Result(s.cfg.Pool), data, jetstream.WithMsgID(id))
+		_, err = s.js.Publish(ctx, s.subjects.Result(s.cfg.WorkerNamespace, s.cfg.Pool), data, jetstream.WithMsgID(id))
 		cancel()
 		if err == nil {
 			ok = true
@@ -561,7 +553,7 @@ func (s *Sidecar) publishEvent(e messages.Event) {
 		s.log.Error("encode event", "err", err)
 		return
 	}
-	if err := s.nc.Publish(s.subjects.Metrics(s.cfg.Pool), data); err != nil {
+	if err := s.nc.Publish(s.subjects.Metrics(s.cfg.WorkerNamespace, s.cfg.Pool), data); err != nil {
 		s.log.Warn("publish event", "type", e.Type, "err", err)
 	}
 }

@@ -86,8 +86,8 @@ func TestDispatchResultReplyEvents(t *testing.T) {
 		ci := e.consumerInfo("w1")
 		return ci.NumAckPending == 0 && ci.NumPending == 0 && ci.Delivered.Consumer == 1
 	}, waitFor, tick, "dispatch acked")
-	if ci := e.consumerInfo("w1"); ci.Config.MaxAckPending != 1 || ci.Config.InactiveThreshold == 0 || ci.Config.Durable != "echo_w1" {
-		t.Errorf("consumer config = %+v, want durable echo_w1, MaxAckPending 1, InactiveThreshold set", ci.Config)
+	if ci := e.consumerInfo("w1"); ci.Config.MaxAckPending != 1 || ci.Config.InactiveThreshold == 0 || ci.Config.Durable != "default_echo_w1" {
+		t.Errorf("consumer config = %+v, want durable default_echo_w1, MaxAckPending 1, InactiveThreshold set", ci.Config)
 	}
 }
 
@@ -217,10 +217,10 @@ func TestCancel(t *testing.T) {
 		// A cancel for another invocation (or attempt) must not touch it.
 		for _, other := range []messages.Cancel{{InvocationID: "other"}, {InvocationID: c.id, Attempt: 7}, {InvocationID: c.id[:1]}} {
 			data, _ := json.Marshal(other)
-			require.NoError(t, e.nc.Publish(subjects.Cancel(testPool, "w1"), data))
+			require.NoError(t, e.nc.Publish(subjects.Cancel(testNS, testPool, "w1"), data))
 		}
 		data, _ := json.Marshal(messages.Cancel{InvocationID: c.id, Attempt: c.attempt})
-		require.NoError(t, e.nc.Publish(subjects.Cancel(testPool, "w1"), data))
+		require.NoError(t, e.nc.Publish(subjects.Cancel(testNS, testPool, "w1"), data))
 		res := waitResult(t, results)
 		require.Equal(t, c.id, res.InvocationID)
 		require.Equal(t, messages.StateCancelled, res.State, res.Error)
@@ -283,7 +283,7 @@ func TestDuplicateDeliveryRunsOnce(t *testing.T) {
 	// Two stream messages with the same dispatch: what a republish outside
 	// the stream's duplicate window looks like.
 	for range 2 {
-		_, err := e.js.Publish(ctx, subjects.Dispatch(testPool, "w1"), data)
+		_, err := e.js.Publish(ctx, subjects.Dispatch(testNS, testPool, "w1"), data)
 		require.NoError(t, err)
 	}
 	r := waitResult(t, results)

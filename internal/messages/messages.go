@@ -3,20 +3,25 @@
 // the JSON bodies published on them and the invocation states. Both sides
 // import it; nothing here talks to NATS.
 //
-// Flow: ingress publishes an Invocation on invoke.<pool> (JetStream,
+// A pool is named by its namespace and name, and every subject carries
+// both: <prefix>.<kind>.<ns>.<pool>[.<worker>].
+//
+// Flow: ingress publishes an Invocation on invoke.<ns>.<pool> (JetStream,
 // Nats-Msg-Id = invocation ID) and records a Record in the KV bucket. The
-// activator sends a Dispatch on dispatch.<pool>.<worker> (JetStream,
-// Nats-Msg-Id = DispatchPublishID). The sidecar consumes its dispatch subject,
-// acks in progress while the framework runs, publishes a Result on
-// result.<pool> (JetStream, Nats-Msg-Id = DispatchMsgID), answers the sync
-// caller on Dispatch.ReplyTo when set, then acks. Worker Events (register,
-// heartbeat, started, finished, deregister) go to metrics.<pool> on core
-// NATS. A Cancel goes to cancel.<pool>.<worker> on core NATS.
+// activator sends a Dispatch on dispatch.<ns>.<pool>.<worker> (JetStream,
+// Nats-Msg-Id = DispatchPublishID). The sidecar consumes its dispatch
+// subject, acks in progress while the framework runs, publishes a Result on
+// result.<ns>.<pool> (JetStream, Nats-Msg-Id = DispatchMsgID), answers the
+// sync caller on Dispatch.ReplyTo (under reply.<ns>.<pool>) when set, then
+// acks. Worker Events (register, heartbeat, started, finished, deregister)
+// go to metrics.<ns>.<pool> on core NATS. A Cancel goes to
+// cancel.<ns>.<pool>.<worker> on core NATS.
 package messages
 
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -55,27 +60,65 @@ func (s State) Terminal() bool {
 }
 
 // Subjects builds the subjects under one prefix (default runtime.serverless).
+// Every subject carries the pool's namespace before the pool: a pool's
+// identity is <namespace>/<pool>, and NATS permissions are granted per
+// namespace and pool on these subjects.
 type Subjects struct{ Prefix string }
 
-func (s Subjects) Invoke(pool string) string { return s.Prefix + ".invoke." + pool }
-func (s Subjects) Dispatch(pool, worker string) string {
-	return s.Prefix + ".dispatch." + pool + "." + worker
-}
-func (s Subjects) Result(pool string) string  { return s.Prefix + ".result." + pool }
-func (s Subjects) Metrics(pool string) string { return s.Prefix + ".metrics." + pool }
-func (s Subjects) Cancel(pool, worker string) string {
-	return s.Prefix + ".cancel." + pool + "." + worker
-}
-func (s Subjects) DeadLetter(pool string) string { return s.Prefix + ".deadletter." + pool }
+// Invoke is where ingress stores invocations of ns/pool (JetStream).
+func (s Subjects) Invoke(ns, pool string) string { return s.Prefix + ".invoke." + ns + "." + pool }
 
-// StreamSubjects are the subjects the JetStream stream stores. Metrics and
-// cancel are core NATS only: they are signals, not work.
+// Dispatch is where the activator sends worker its invocations (JetStream).
+func (s Subjects) Dispatch(ns, pool, worker string) string {
+	return s.Prefix + ".dispatch." + ns + "." + pool + "." + worker
+}
+
+// Result is where workers of ns/pool publish results (JetStream).
+func (s Subjects) Result(ns, pool string) string { return s.Prefix + ".result." + ns + "." + pool }
+
+// Metrics is where workers of ns/pool publish Events (core NATS).
+func (s Subjects) Metrics(ns, pool string) string { return s.Prefix + ".metrics." + ns + "." + pool }
+
+// Cancel is where worker hears cancels (core NATS).
+func (s Subjects) Cancel(ns, pool, worker string) string {
+	return s.Prefix + ".cancel." + ns + "." + pool + "." + worker
+}
+
+// DeadLetter is where the activator stores ns/pool's dead letters (JetStream).
+func (s Subjects) DeadLetter(ns, pool string) string {
+	return s.Prefix + ".deadletter." + ns + "." + pool
+}
+
+// Reply is the root of the sync reply subjects of ns/pool (core NATS): a
+// sync caller's ReplyTo is Reply(ns, pool) + "." + <ingress replica token>
+// + "." + <invocation ID>, so a worker may answer only its own pool's
+// callers.
+func (s Subjects) Reply(ns, pool string) string { return s.Prefix + ".reply." + ns + "." + pool }
+
+// StreamSubjects are the subjects the JetStream stream stores. Metrics,
+// cancel and reply are core NATS only: they are signals, not work.
 func (s Subjects) StreamSubjects() []string {
 	return []string{s.Prefix + ".invoke.>", s.Prefix + ".dispatch.>", s.Prefix + ".result.>", s.Prefix + ".deadletter.>"}
 }
 
-// ValidateToken checks that a pool or worker name is usable as one subject
-// token (Kubernetes names always are).
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_-]`)
+
+// ConsumerName is the durable JetStream consumer of a worker, named after
+// its namespace, pool and name (characters outside [A-Za-z0-9_-] become
+// '_'), so a restarted sidecar of the same Pod resumes its unacked work.
+func ConsumerName(ns, pool, worker string) string {
+	return unsafeName.ReplaceAllString(ns+"_"+pool+"_"+worker, "_")
+}
+
+// WorkerInbox is a worker's own inbox prefix (nats.CustomInboxPrefix):
+// JetStream answers its API calls and publish acks there, and no other
+// worker may listen to it.
+func WorkerInbox(ns, pool, worker string) string {
+	return "_INBOX_RP." + ns + "." + pool + "." + worker
+}
+
+// ValidateToken checks that a namespace, pool or worker name is usable as
+// one subject token (Kubernetes names always are).
 func ValidateToken(kind, v string) error {
 	if v == "" {
 		return fmt.Errorf("%s must not be empty", kind)
@@ -86,9 +129,10 @@ func ValidateToken(kind, v string) error {
 	return nil
 }
 
-// Invocation is what ingress stores on invoke.<pool>.
+// Invocation is what ingress stores on invoke.<ns>.<pool>.
 type Invocation struct {
 	InvocationID   string            `json:"invocationID"`
+	Namespace      string            `json:"namespace"`
 	Pool           string            `json:"pool"`
 	Mode           Mode              `json:"mode"`
 	ContentType    string            `json:"contentType,omitempty"`
@@ -103,7 +147,7 @@ type Invocation struct {
 	ReplyTo string `json:"replyTo,omitempty"`
 }
 
-// Dispatch is what the activator sends a worker on dispatch.<pool>.<worker>.
+// Dispatch is what the activator sends a worker on dispatch.<ns>.<pool>.<worker>.
 type Dispatch struct {
 	Invocation
 	Worker       string    `json:"worker"`
@@ -125,9 +169,10 @@ func DispatchPublishID(invocationID string, attempt int) string {
 	return "dispatch." + DispatchMsgID(invocationID, attempt)
 }
 
-// Result is what the sidecar publishes on result.<pool> (and to ReplyTo).
+// Result is what the sidecar publishes on result.<ns>.<pool> (and to ReplyTo).
 type Result struct {
 	InvocationID string              `json:"invocationID"`
+	Namespace    string              `json:"namespace"`
 	Pool         string              `json:"pool"`
 	Worker       string              `json:"worker"`
 	Attempt      int                 `json:"attempt"`
@@ -149,7 +194,7 @@ const (
 	EventDeregistered EventType = "deregistered"
 )
 
-// Event is what the sidecar publishes on metrics.<pool>.
+// Event is what the sidecar publishes on metrics.<ns>.<pool>.
 type Event struct {
 	Type        EventType `json:"type"`
 	Pool        string    `json:"pool"`
@@ -182,6 +227,7 @@ type Cancel struct {
 // published for.
 type Record struct {
 	InvocationID string              `json:"invocationID"`
+	Namespace    string              `json:"namespace"`
 	Pool         string              `json:"pool"`
 	Mode         Mode                `json:"mode"`
 	State        State               `json:"state"`

@@ -146,7 +146,7 @@ func (a *Activator) Run(ctx context.Context) error {
 		a.wg.Go(func() { a.watchPods(ctx) })
 	}
 	// Events first, so workers alive before a restart are seen quickly.
-	sub, err := a.cfg.NC.Subscribe(st.Subjects.Metrics("*"), func(m *nats.Msg) { a.onEvent(ctx, m) })
+	sub, err := a.cfg.NC.Subscribe(st.Subjects.Metrics("*", "*"), func(m *nats.Msg) { a.onEvent(ctx, m) })
 	if err != nil {
 		return fmt.Errorf("subscribe to worker events: %w", err)
 	}
@@ -156,12 +156,12 @@ func (a *Activator) Run(ctx context.Context) error {
 		return err
 	}
 	a.metrics.rebuilt.Set(1)
-	results, err := a.consume(ctx, "results", st.Subjects.Result("*"), a.cfg.ResultAckWait, a.onResult)
+	results, err := a.consume(ctx, "results", st.Subjects.Result("*", "*"), a.cfg.ResultAckWait, a.onResult)
 	if err != nil {
 		return err
 	}
 	defer results.Stop()
-	invokes, err := a.consume(ctx, "invoke", st.Subjects.Invoke("*"), 30*time.Second, a.onInvocation)
+	invokes, err := a.consume(ctx, "invoke", st.Subjects.Invoke("*", "*"), 30*time.Second, a.onInvocation)
 	if err != nil {
 		return err
 	}

@@ -67,7 +67,7 @@ const freshAge = 2 * time.Second
 func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 	const c = "invoke"
 	var inv messages.Invocation
-	if err := json.Unmarshal(m.Data(), &inv); err != nil || inv.InvocationID == "" || inv.Pool == "" {
+	if err := json.Unmarshal(m.Data(), &inv); err != nil || inv.InvocationID == "" || inv.Pool == "" || inv.Namespace == "" {
 		a.cfg.Logger.Warn("dropping malformed invocation", "subject", m.Subject(), "err", err)
 		a.acked(c, "term", m, m.Term())
 		return
@@ -87,7 +87,7 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 	it := &state.Item{Inv: inv, Seq: md.Sequence.Stream}
 	rev, _ := strconv.ParseUint(m.Headers().Get(stream.RevisionHeader), 10, 64)
 	if rev != 0 && md.NumDelivered == 1 && a.cfg.Clock.Since(md.Timestamp) < freshAge {
-		it.Rec = stream.Cached{Rev: rev, Record: messages.Record{InvocationID: inv.InvocationID, Pool: inv.Pool, Mode: inv.Mode,
+		it.Rec = stream.Cached{Rev: rev, Record: messages.Record{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool, Mode: inv.Mode,
 			State: messages.StateQueued, Stream: st.Config.Stream, AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt}}
 	} else {
 		// Stored a while ago (the activator was away): it may have been
@@ -146,7 +146,7 @@ func (a *Activator) onResult(ctx context.Context, m jetstream.Msg) {
 	var other *state.Superseded
 	a.locked(func(s *state.State) { it, other = s.Result(res, seq) })
 	if other != nil {
-		a.sendCancel(other.Pool, other.Worker, other.InvocationID, other.Attempt) // a newer attempt runs elsewhere
+		a.sendCancel(other.Namespace, other.Pool, other.Worker, other.InvocationID, other.Attempt) // a newer attempt runs elsewhere
 	}
 	a.poke()
 

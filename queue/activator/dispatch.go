@@ -42,7 +42,7 @@ func (a *Activator) dispatch(ctx context.Context, it *state.Item, worker string,
 		}
 		// The Record expired or was removed after a publish that did not
 		// answer; the message is authoritative.
-		r := messages.Record{InvocationID: id, Pool: it.Inv.Pool, Mode: it.Inv.Mode, State: messages.StateDispatched, Worker: worker,
+		r := messages.Record{InvocationID: id, Namespace: it.Inv.Namespace, Pool: it.Inv.Pool, Mode: it.Inv.Mode, State: messages.StateDispatched, Worker: worker,
 			Attempt: attempt, Stream: st.Config.Stream, Sequence: it.Seq, AcceptedAt: it.Inv.AcceptedAt, UpdatedAt: a.cfg.Clock.Now().UTC()}
 		rev, err := st.Create(ctx, r)
 		if errors.Is(err, stream.ErrExists) {
@@ -93,7 +93,7 @@ func (a *Activator) publishDispatch(ctx context.Context, it *state.Item, worker 
 	}
 	msgID := messages.DispatchPublishID(it.Inv.InvocationID, attempt)
 	for i := 0; ; i++ {
-		msg := &nats.Msg{Subject: st.Subjects.Dispatch(it.Inv.Pool, worker), Data: b, Header: nats.Header{}}
+		msg := &nats.Msg{Subject: st.Subjects.Dispatch(it.Inv.Namespace, it.Inv.Pool, worker), Data: b, Header: nats.Header{}}
 		pa, err := st.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID))
 		if err == nil {
 			a.locked(func(s *state.State) { s.Dispatched(it, attempt, pa.Sequence) })
@@ -111,10 +111,10 @@ func (a *Activator) publishDispatch(ctx context.Context, it *state.Item, worker 
 }
 
 // sendCancel tells worker to stop attempt of invocation id.
-func (a *Activator) sendCancel(pool, worker, id string, attempt int) {
+func (a *Activator) sendCancel(ns, pool, worker, id string, attempt int) {
 	b, err := json.Marshal(messages.Cancel{InvocationID: id, Attempt: attempt})
 	if err == nil {
-		err = a.cfg.NC.Publish(a.cfg.Store.Subjects.Cancel(pool, worker), b)
+		err = a.cfg.NC.Publish(a.cfg.Store.Subjects.Cancel(ns, pool, worker), b)
 	}
 	if err != nil {
 		a.cfg.Logger.Warn("send cancel", "invocation", id, "worker", worker, "err", err)

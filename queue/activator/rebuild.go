@@ -68,18 +68,18 @@ func (a *Activator) rebuild(ctx context.Context) error {
 		pools := map[string]bool{}
 		for _, o := range unseq {
 			since = minTime(since, o.rec.AcceptedAt)
-			pools[o.rec.Pool] = true
+			pools[st.Subjects.Invoke(o.rec.Namespace, o.rec.Pool)] = true
 		}
 		var subjects []string
-		for p := range pools {
-			subjects = append(subjects, st.Subjects.Invoke(p))
+		for subj := range pools {
+			subjects = append(subjects, subj)
 		}
 		err := scan(ctx, st, subjects, since, func(m jetstream.Msg, seq uint64) {
 			var inv messages.Invocation
 			if json.Unmarshal(m.Data(), &inv) != nil {
 				return
 			}
-			if o, ok := unseq[inv.InvocationID]; ok && o.rec.Pool == inv.Pool {
+			if o, ok := unseq[inv.InvocationID]; ok && o.rec.Pool == inv.Pool && o.rec.Namespace == inv.Namespace {
 				if _, dup := invs[inv.InvocationID]; !dup {
 					invs[inv.InvocationID], seqs[inv.InvocationID] = inv, seq
 					known = append(known, o)
@@ -99,7 +99,7 @@ func (a *Activator) rebuild(ctx context.Context) error {
 	since := a.cfg.Clock.Now()
 	for _, o := range known {
 		if o.rec.State == messages.StateDispatched && o.rec.Worker != "" {
-			subjects = append(subjects, st.Subjects.Dispatch(o.rec.Pool, o.rec.Worker))
+			subjects = append(subjects, st.Subjects.Dispatch(o.rec.Namespace, o.rec.Pool, o.rec.Worker))
 			since = minTime(since, o.rec.UpdatedAt)
 			published[messages.DispatchPublishID(o.rec.InvocationID, o.rec.Attempt)] = 0
 		}

@@ -72,7 +72,7 @@ func (a *Activator) lost(ctx context.Context, l *state.Loss) {
 // only then handed to state.Settle: redelivered, or dead-lettered.
 func (a *Activator) settle(ctx context.Context, l *state.Loss) {
 	st := a.cfg.Store
-	a.waitResults(ctx, l.Pool)
+	a.waitResults(ctx, l.Namespace, l.Pool)
 	for _, it := range l.Items {
 		id := it.Inv.InvocationID
 		var live, started bool
@@ -122,9 +122,9 @@ func (a *Activator) settle(ctx context.Context, l *state.Loss) {
 // stored on result.<pool> so far, or when it has made no progress for
 // ResultAckWait and a bit (a result delivered to a previous leader comes
 // back only after it).
-func (a *Activator) waitResults(ctx context.Context, pool string) {
+func (a *Activator) waitResults(ctx context.Context, ns, pool string) {
 	st := a.cfg.Store
-	m, err := st.Stream.GetLastMsgForSubject(ctx, st.Subjects.Result(pool))
+	m, err := st.Stream.GetLastMsgForSubject(ctx, st.Subjects.Result(ns, pool))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return
 	}
@@ -167,7 +167,7 @@ func (a *Activator) deadLetter(ctx context.Context, it *state.Item, reason strin
 		a.cfg.Logger.Error("dead letter: encode", "invocation", it.Inv.InvocationID, "err", err)
 		return
 	}
-	msg := &nats.Msg{Subject: st.Subjects.DeadLetter(it.Inv.Pool), Data: b, Header: nats.Header{}}
+	msg := &nats.Msg{Subject: st.Subjects.DeadLetter(it.Inv.Namespace, it.Inv.Pool), Data: b, Header: nats.Header{}}
 	msg.Header.Set("Runplane-Reason", reason)
 	for {
 		_, err := st.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(it.Inv.InvocationID+".deadletter"))
@@ -193,7 +193,7 @@ func (a *Activator) deadLetter(ctx context.Context, it *state.Item, reason strin
 // (TTL in queue or execution timeout) and cancels it on its worker.
 func (a *Activator) expire(ctx context.Context, e state.Expiry) {
 	if e.Worker != "" {
-		a.sendCancel(e.Item.Inv.Pool, e.Worker, e.Item.Inv.InvocationID, e.Item.Attempt)
+		a.sendCancel(e.Item.Inv.Namespace, e.Item.Inv.Pool, e.Worker, e.Item.Inv.InvocationID, e.Item.Attempt)
 	}
 	_, err := a.write(e.Item, func(c *stream.Cached) (bool, error) {
 		return a.cfg.Store.TransitionCached(ctx, e.Item.Inv.InvocationID, c, messages.StateTimedOut, "", 0, func(r *messages.Record) { r.Error = e.Reason })

@@ -65,11 +65,18 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// DefaultNamespace is the namespace of a pool whose Source names none
+// (a static pool list, as in make dev without a cluster).
+const DefaultNamespace = "default"
+
 // Server serves the ingress API.
 type Server struct {
-	cfg   Config
-	inbox string
-	m     *ingressMetrics
+	cfg Config
+	// replica is this replica's token in the sync reply subjects
+	// (Subjects.Reply(ns, pool).<replica>.<invocation ID>); "" when the
+	// reply fast path is off.
+	replica string
+	m       *ingressMetrics
 
 	mu      sync.Mutex
 	waiters map[string]map[chan messages.Record]struct{}
@@ -101,8 +108,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.stop = append(s.stop, func() { _ = pw.Stop() })
 	go s.watchPools(pw)
 	if !cfg.DisableReplyFastPath {
-		s.inbox = "_INBOX.runplane." + nuid.Next()
-		sub, err := cfg.NC.Subscribe(s.inbox+".>", s.onReply)
+		s.replica = nuid.Next()
+		sub, err := cfg.NC.Subscribe(cfg.Store.Subjects.Reply("*", "*")+"."+s.replica+".>", s.onReply)
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("subscribe reply inbox: %w", err)
@@ -162,7 +169,7 @@ func (s *Server) onReply(m *nats.Msg) {
 	if json.Unmarshal(m.Data, &res) != nil || res.InvocationID == "" || !res.State.Terminal() {
 		return
 	}
-	s.notify(messages.Record{InvocationID: res.InvocationID, Pool: res.Pool, State: res.State, Worker: res.Worker,
+	s.notify(messages.Record{InvocationID: res.InvocationID, Namespace: res.Namespace, Pool: res.Pool, State: res.State, Worker: res.Worker,
 		Attempt: res.Attempt, Response: res.Response, Error: res.Error, UpdatedAt: res.FinishedAt})
 }
 
@@ -335,21 +342,23 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, poolName s
 		s.reject(w, poolName, http.StatusBadRequest, err.Error())
 		return
 	}
-	if _, ok := s.cfg.Pools.Lookup(poolName); !ok {
+	pl, ok := s.cfg.Pools.Lookup(poolName)
+	if !ok {
 		s.reject(w, poolName, http.StatusNotFound, fmt.Sprintf("unknown pool %q: no Deployment is labelled runplane.io/pool=%s", poolName, poolName))
 		return
 	}
+	ns := cmp.Or(pl.Namespace, DefaultNamespace)
 	if req.InvocationID == "" {
 		req.InvocationID = nuid.Next()
 	}
 	req.TimeoutSeconds = cmp.Or(req.TimeoutSeconds, s.cfg.DefaultTimeoutSeconds)
 	req.TTLSeconds = cmp.Or(req.TTLSeconds, s.cfg.DefaultTTLSeconds)
 	ctx := r.Context()
-	inv := messages.Invocation{InvocationID: req.InvocationID, Pool: poolName, Mode: req.Mode, ContentType: req.ContentType,
+	inv := messages.Invocation{InvocationID: req.InvocationID, Namespace: ns, Pool: poolName, Mode: req.Mode, ContentType: req.ContentType,
 		Headers: req.Headers, Attributes: req.Attributes, Payload: req.Payload, TimeoutSeconds: req.TimeoutSeconds,
 		TTLSeconds: req.TTLSeconds, AcceptedAt: time.Now().UTC()}
-	if req.Mode == messages.ModeSync && s.inbox != "" {
-		inv.ReplyTo = s.inbox + "." + inv.InvocationID
+	if req.Mode == messages.ModeSync && s.replica != "" {
+		inv.ReplyTo = s.cfg.Store.Subjects.Reply(ns, poolName) + "." + s.replica + "." + inv.InvocationID
 	}
 	// A sync caller registers before anything is published, so no result
 	// can slip past it.
@@ -410,7 +419,7 @@ func (e *conflictError) Error() string { return e.msg }
 func (s *Server) accept(ctx context.Context, inv messages.Invocation) (Ack, messages.Record, error) {
 	st := s.cfg.Store
 	ack := Ack{InvocationID: inv.InvocationID, Pool: inv.Pool, Stream: st.Config.Stream, Subjects: Subjects{
-		Invoke: st.Subjects.Invoke(inv.Pool), Result: st.Subjects.Result(inv.Pool), Metrics: st.Subjects.Metrics(inv.Pool)}}
+		Invoke: st.Subjects.Invoke(inv.Namespace, inv.Pool), Result: st.Subjects.Result(inv.Namespace, inv.Pool), Metrics: st.Subjects.Metrics(inv.Namespace, inv.Pool)}}
 	// The Record comes first: it outlives the duplicate window, so a
 	// re-post after it finds the existing invocation. KV Create is the
 	// check: a taken ID fails it, and only then is the Record read.
@@ -423,7 +432,7 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation) (Ack, mess
 		}
 		return ack, messages.Record{}, errBacklog
 	}
-	rec := messages.Record{InvocationID: inv.InvocationID, Pool: inv.Pool, Mode: inv.Mode, State: messages.StateQueued,
+	rec := messages.Record{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool, Mode: inv.Mode, State: messages.StateQueued,
 		Stream: st.Config.Stream, AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt}
 	rev, err := st.Create(ctx, rec)
 	if errors.Is(err, stream.ErrExists) {
@@ -461,7 +470,7 @@ func (s *Server) publish(ctx context.Context, inv messages.Invocation, rev uint6
 	if err != nil {
 		return nil, fmt.Errorf("encode invocation: %w", err)
 	}
-	msg := &nats.Msg{Subject: s.cfg.Store.Subjects.Invoke(inv.Pool), Data: b, Header: nats.Header{}}
+	msg := &nats.Msg{Subject: s.cfg.Store.Subjects.Invoke(inv.Namespace, inv.Pool), Data: b, Header: nats.Header{}}
 	if rev != 0 {
 		msg.Header.Set(stream.RevisionHeader, strconv.FormatUint(rev, 10))
 	}
@@ -584,7 +593,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	if (before.State == messages.StateDispatched || before.State == messages.StateRunning) && before.Worker != "" {
 		// The worker is told; its late result cannot overwrite cancelled.
 		b, _ := json.Marshal(messages.Cancel{InvocationID: id, Attempt: before.Attempt})
-		if err := s.cfg.NC.Publish(s.cfg.Store.Subjects.Cancel(before.Pool, before.Worker), b); err != nil {
+		if err := s.cfg.NC.Publish(s.cfg.Store.Subjects.Cancel(before.Namespace, before.Pool, before.Worker), b); err != nil {
 			s.cfg.Logger.Warn("send cancel", "invocation", id, "err", err)
 		}
 	}

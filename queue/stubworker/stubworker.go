@@ -81,10 +81,11 @@ func (l *Log) Total() int {
 
 // Config describes a stub worker.
 type Config struct {
-	NC          *nats.Conn
-	Stream      string
-	Subjects    messages.Subjects
-	Pool, Name  string
+	NC         *nats.Conn
+	Stream     string
+	Subjects   messages.Subjects
+	Pool, Name string
+	// Namespace is the worker's (and its pool's) namespace (default "default").
 	Namespace   string
 	Concurrency int
 	Heartbeat   time.Duration // default 200ms
@@ -116,6 +117,7 @@ type Worker struct {
 func Start(ctx context.Context, cfg Config) (*Worker, error) {
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, 1)
 	cfg.Heartbeat = cmp.Or(cfg.Heartbeat, 200*time.Millisecond)
+	cfg.Namespace = cmp.Or(cfg.Namespace, "default")
 	if cfg.Handler == nil {
 		cfg.Handler = Echo
 	}
@@ -129,8 +131,8 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 		deliver = jetstream.DeliverAllPolicy
 	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{
-		Durable:       "worker-" + cfg.Pool + "-" + cfg.Name,
-		FilterSubject: cfg.Subjects.Dispatch(cfg.Pool, cfg.Name),
+		Durable:       messages.ConsumerName(cfg.Namespace, cfg.Pool, cfg.Name),
+		FilterSubject: cfg.Subjects.Dispatch(cfg.Namespace, cfg.Pool, cfg.Name),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		DeliverPolicy: deliver,
 		AckWait:       30 * time.Second,
@@ -139,7 +141,7 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stub worker consumer: %w", err)
 	}
-	w.sub, err = cfg.NC.Subscribe(cfg.Subjects.Cancel(cfg.Pool, cfg.Name), func(m *nats.Msg) {
+	w.sub, err = cfg.NC.Subscribe(cfg.Subjects.Cancel(cfg.Namespace, cfg.Pool, cfg.Name), func(m *nats.Msg) {
 		var c messages.Cancel
 		if json.Unmarshal(m.Data, &c) == nil {
 			w.mu.Lock()
@@ -175,7 +177,7 @@ func (w *Worker) event(t messages.EventType, id string, attempt int, st messages
 	ev := messages.Event{Type: t, Pool: w.cfg.Pool, Worker: w.cfg.Name, Namespace: w.cfg.Namespace, Concurrency: w.cfg.Concurrency,
 		InFlight: w.inflight(), Ready: !w.cfg.NotReady, InvocationID: id, Attempt: attempt, State: st, At: time.Now().UTC()}
 	b, _ := json.Marshal(ev)
-	_ = w.cfg.NC.Publish(w.cfg.Subjects.Metrics(w.cfg.Pool), b)
+	_ = w.cfg.NC.Publish(w.cfg.Subjects.Metrics(w.cfg.Namespace, w.cfg.Pool), b)
 }
 
 func (w *Worker) heartbeat() {
@@ -225,12 +227,12 @@ func (w *Worker) handle(js jetstream.JetStream, m jetstream.Msg) {
 	if dead {
 		return // killed: vanish without a trace, like a lost Pod
 	}
-	res := messages.Result{InvocationID: d.InvocationID, Pool: d.Pool, Worker: w.cfg.Name, Attempt: d.Attempt, State: state,
+	res := messages.Result{InvocationID: d.InvocationID, Namespace: w.cfg.Namespace, Pool: w.cfg.Pool, Worker: w.cfg.Name, Attempt: d.Attempt, State: state,
 		Response: resp, Error: errMsg, StartedAt: started, FinishedAt: time.Now().UTC()}
 	b, _ := json.Marshal(res)
 	pctx, pc := context.WithTimeout(context.Background(), 10*time.Second)
 	defer pc()
-	if _, err := js.PublishMsg(pctx, &nats.Msg{Subject: w.cfg.Subjects.Result(d.Pool), Data: b, Header: nats.Header{}},
+	if _, err := js.PublishMsg(pctx, &nats.Msg{Subject: w.cfg.Subjects.Result(w.cfg.Namespace, w.cfg.Pool), Data: b, Header: nats.Header{}},
 		jetstream.WithMsgID(messages.DispatchMsgID(d.InvocationID, d.Attempt))); err != nil {
 		w.acked(m.Nak())
 		return

@@ -43,7 +43,7 @@ func TestWorkerFollowsPod(t *testing.T) {
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: api.DefaultStreamName, Subjects: subj.StreamSubjects()})
 	require.NoError(t, err)
 	events := make(chan messages.Event, 100)
-	_, err = nc.Subscribe(subj.Metrics("lw"), func(m *nats.Msg) {
+	_, err = nc.Subscribe(subj.Metrics("lw", "lw"), func(m *nats.Msg) {
 		var e messages.Event
 		if json.Unmarshal(m.Data, &e) == nil {
 			events <- e
@@ -51,7 +51,7 @@ func TestWorkerFollowsPod(t *testing.T) {
 	})
 	require.NoError(t, err)
 	results := make(chan messages.Result, 10)
-	_, err = nc.Subscribe(subj.Result("lw"), func(m *nats.Msg) {
+	_, err = nc.Subscribe(subj.Result("lw", "lw"), func(m *nats.Msg) {
 		var r messages.Result
 		if json.Unmarshal(m.Data, &r) == nil {
 			results <- r
@@ -103,8 +103,8 @@ func TestWorkerFollowsPod(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, "/readyz of lw-0")
 	resp.Body.Close()
 
-	d, _ := json.Marshal(messages.Dispatch{Invocation: messages.Invocation{InvocationID: "i1", Pool: "lw", Mode: messages.ModeAsync}, Worker: "lw-0", Attempt: 1})
-	_, err = js.Publish(ctx, subj.Dispatch("lw", "lw-0"), d, jetstream.WithMsgID("i1.1"))
+	d, _ := json.Marshal(messages.Dispatch{Invocation: messages.Invocation{InvocationID: "i1", Namespace: "lw", Pool: "lw", Mode: messages.ModeAsync}, Worker: "lw-0", Attempt: 1})
+	_, err = js.Publish(ctx, subj.Dispatch("lw", "lw", "lw-0"), d, jetstream.WithMsgID("i1.1"))
 	require.NoError(t, err)
 	select {
 	case res := <-results:

@@ -316,7 +316,7 @@ func storedResults(t *testing.T, poolName, id string) int {
 	str, err := js.Stream(ctx, api.DefaultStreamName)
 	require.NoError(t, err)
 	c, err := str.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{messages.Subjects{Prefix: api.DefaultSubjectPrefix}.Result(poolName)}})
+		FilterSubjects: []string{messages.Subjects{Prefix: api.DefaultSubjectPrefix}.Result(ns, poolName)}})
 	require.NoError(t, err)
 	n := 0
 	for {

@@ -69,7 +69,7 @@ func (s *State) Restore(it *Item, r messages.Record) {
 	}
 	w := p.Workers[r.Worker]
 	if w == nil {
-		w = s.newWorker(r.Worker, it.Inv.Pool, "")
+		w = s.newWorker(r.Worker, it.Inv.Pool, it.Inv.Namespace)
 		w.LastSeen = s.clk.Now()
 		p.Workers[r.Worker] = w
 	}

@@ -162,8 +162,8 @@ func (s *State) forget(id, pool, worker string) {
 // Superseded names an attempt running elsewhere than the worker whose
 // result finished its invocation: it is to be cancelled.
 type Superseded struct {
-	Pool, Worker, InvocationID string
-	Attempt                    int
+	Namespace, Pool, Worker, InvocationID string
+	Attempt                               int
 }
 
 // Result applies a worker's result delivered at stream sequence seq: the
@@ -178,7 +178,7 @@ func (s *State) Result(res messages.Result, seq uint64) (*Item, *Superseded) {
 	if it != nil {
 		it.Done.Store(true)
 		if it.Worker != "" && it.Worker != res.Worker {
-			other = &Superseded{Pool: it.Inv.Pool, Worker: it.Worker, InvocationID: res.InvocationID, Attempt: it.Attempt}
+			other = &Superseded{Namespace: it.Inv.Namespace, Pool: it.Inv.Pool, Worker: it.Worker, InvocationID: res.InvocationID, Attempt: it.Attempt}
 		}
 	}
 	if w := s.Pool(res.Pool).Workers[res.Worker]; w != nil {

@@ -10,7 +10,7 @@ import (
 // Loss is a lost worker's open invocations, to be settled (Settle) once
 // the results it stored before it went have been seen.
 type Loss struct {
-	Pool, Worker, Why string
+	Namespace, Pool, Worker, Why string
 	// Clean: the worker said it had nothing in flight (a clean
 	// deregistration), so what it still held it never started.
 	Clean bool
@@ -110,7 +110,7 @@ func (s *State) lose(p *Pool, w *Worker, why string, clean bool) *Loss {
 		}
 	}
 	sort.Strings(ids)
-	l := &Loss{Pool: p.Name, Worker: w.Name, Why: why, Clean: clean}
+	l := &Loss{Namespace: w.Namespace, Pool: p.Name, Worker: w.Name, Why: why, Clean: clean}
 	for _, id := range ids {
 		it := w.InFlight[id]
 		it.Worker = ""

@@ -1,0 +1,40 @@
+package messages
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestSubjects(t *testing.T) {
+	s := Subjects{Prefix: "rs"}
+	for _, tt := range []struct{ got, want string }{
+		{s.Invoke("team-a", "echo"), "rs.invoke.team-a.echo"},
+		{s.Dispatch("team-a", "echo", "echo-1"), "rs.dispatch.team-a.echo.echo-1"},
+		{s.Result("team-a", "echo"), "rs.result.team-a.echo"},
+		{s.Metrics("team-a", "echo"), "rs.metrics.team-a.echo"},
+		{s.DeadLetter("team-a", "echo"), "rs.deadletter.team-a.echo"},
+		{s.Cancel("team-a", "echo", "echo-1"), "rs.cancel.team-a.echo.echo-1"},
+		{s.Reply("team-a", "echo"), "rs.reply.team-a.echo"},
+		{WorkerInbox("team-a", "echo", "echo-1"), "_INBOX_RP.team-a.echo.echo-1"},
+	} {
+		assert.Equal(t, tt.want, tt.got)
+	}
+}
+
+func TestConsumerName(t *testing.T) {
+	for _, tt := range []struct{ ns, pool, worker, want string }{
+		{"team-a", "echo", "echo-7d9f-abc", "team-a_echo_echo-7d9f-abc"},
+		{"ns", "my_pool", "w", "ns_my_pool_w"},
+		{"ns", "a.b", "w*", "ns_a_b_w_"},
+	} {
+		assert.Equal(t, tt.want, ConsumerName(tt.ns, tt.pool, tt.worker), "ConsumerName(%q, %q, %q)", tt.ns, tt.pool, tt.worker)
+	}
+}
+
+func TestValidateToken(t *testing.T) {
+	for _, v := range []string{"", "a.b", "*", ">", "a b", "a\tb"} {
+		assert.Error(t, ValidateToken("pool", v), "%q", v)
+	}
+	assert.NoError(t, ValidateToken("pool", "team-a_echo-1"))
+}
