@@ -6,27 +6,29 @@ import (
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/natscallout"
 	"github.com/runplane/runplane/queue/stream"
-	"github.com/runplane/runplane/sidecar"
 )
 
-// workerPermit grants a worker sidecar exactly the subjects of the queue's
+// WorkerPermit grants a worker sidecar exactly the subjects of the queue's
 // layout that the sidecar uses (see natscallout.WorkerPermissions).
-func workerPermit(sc stream.Config) natscallout.Permit {
+func WorkerPermit(sc stream.Config) natscallout.Permit {
 	subj := messages.Subjects{Prefix: sc.Prefix}
 	return func(id natscallout.Identity) jwt.Permissions {
 		return natscallout.WorkerPermissions(workerSubjects(subj, sc.Stream, id))
 	}
 }
 
-// TODO(merge): namespaced subjects from helper A's contract.
+// workerSubjects is one worker's share of the layout: its consumer on the
+// stream, filtered to its dispatch subject; its cancels; its pool's
+// results, events and sync replies, in its own namespace; its own inbox.
 func workerSubjects(subj messages.Subjects, streamName string, id natscallout.Identity) natscallout.WorkerSubjects {
+	ns, pool, worker := id.Namespace, id.Pool, id.Worker
 	return natscallout.WorkerSubjects{
 		Stream:   streamName,
-		Consumer: sidecar.ConsumerName(id.Pool, id.Worker),
-		Dispatch: subj.Dispatch(id.Pool, id.Worker),
-		Cancel:   subj.Cancel(id.Pool, id.Worker),
-		Publish:  []string{subj.Result(id.Pool), subj.Metrics(id.Pool)},
-		Replies:  "_INBOX.>",
-		Inbox:    "_INBOX_RP." + id.Namespace + "." + id.Pool + "." + id.Worker,
+		Consumer: messages.ConsumerName(ns, pool, worker),
+		Dispatch: subj.Dispatch(ns, pool, worker),
+		Cancel:   subj.Cancel(ns, pool, worker),
+		Publish:  []string{subj.Result(ns, pool), subj.Metrics(ns, pool)},
+		Replies:  subj.Reply(ns, pool) + ".>",
+		Inbox:    messages.WorkerInbox(ns, pool, worker),
 	}
 }

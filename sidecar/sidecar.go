@@ -77,7 +77,7 @@ func New(cfg Config) (*Sidecar, error) {
 		cfg:       cfg,
 		log:       cfg.Logger.With("pool", cfg.Pool, "worker", cfg.WorkerName),
 		subjects:  messages.Subjects{Prefix: cfg.SubjectPrefix},
-		inbox:     "_INBOX_RP." + cfg.WorkerNamespace + "." + cfg.Pool + "." + cfg.WorkerName, // TODO(merge): messages.WorkerInbox
+		inbox:     messages.WorkerInbox(cfg.WorkerNamespace, cfg.Pool, cfg.WorkerName),
 		client:    framework.NewClient(cfg.FrameworkSocket, cfg.InvokePath, cfg.HealthPath),
 		metrics:   newMetrics(cfg.Concurrency),
 		ln:        ln,
