@@ -201,8 +201,8 @@ func find(t *testing.T, objs []object, kind, name string) object {
 // generated lists the Secret keys the chart fills with random data once
 // (kept on upgrade through lookup); the golden files hold a placeholder.
 var generated = map[string][]string{
-	"runplane-nats-queue":       {"password"},
-	"runplane-extender-tls":     {"ca.crt", "tls.crt", "tls.key"},
+	"runplane-nats-queue":   {"password"},
+	"runplane-extender-tls": {"ca.crt", "tls.crt", "tls.key"},
 }
 
 func maskGenerated(manifests string) string {
