@@ -53,14 +53,14 @@ var natsLabels = map[string]string{"app.kubernetes.io/name": "nats"}
 func startManager(t *testing.T) (stop func()) {
 	t.Helper()
 	cfg := controllers.Config{
-		RESTConfig:            env.RESTConfig(),
-		Namespace:             api.DefaultNamespace,
-		Image:                 testImage,
-		ImagePullTimeout:      time.Minute,
-		NATS:                  egress.NATSEndpoint{Namespace: api.DefaultNamespace, PodLabels: natsLabels, Port: 4222},
-		MetricsAddr:           "0",
-		ProbeAddr:             "0",
-		SkipNameValidation:    true,
+		RESTConfig:         env.RESTConfig(),
+		Namespace:          api.DefaultNamespace,
+		Image:              testImage,
+		ImagePullTimeout:   time.Minute,
+		NATS:               egress.NATSEndpoint{Namespace: api.DefaultNamespace, PodLabels: natsLabels, Port: 4222},
+		MetricsAddr:        "0",
+		ProbeAddr:          "0",
+		SkipNameValidation: true,
 	}
 	mgr, err := controllers.NewManager(cfg)
 	require.NoError(t, err)

@@ -121,7 +121,7 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 	s.goRun(ctx, "controllers", func(ctx context.Context) error {
 		return controllers.Run(ctx, controllers.Config{
 			RESTConfig: c.RESTConfig(), Image: devImage,
-			NATS:                  egress.NATSEndpoint{Namespace: api.DefaultNamespace, PodLabels: map[string]string{"app.kubernetes.io/name": "nats"}, Port: int32(natsPort)},
+			NATS:        egress.NATSEndpoint{Namespace: api.DefaultNamespace, PodLabels: map[string]string{"app.kubernetes.io/name": "nats"}, Port: int32(natsPort)},
 			MetricsAddr: "0", ProbeAddr: "0",
 			Logger: logr.FromSlogHandler(log.With("component", "controllers").Handler()),
 		})
@@ -149,7 +149,7 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 	s.goRun(ctx, "queue", func(ctx context.Context) error {
 		return queue.Run(ctx, queue.Config{
 			NATSURL: natsURL, NATSUser: natsAuth.queueUser, NATSPasswordFile: natsAuth.queuePasswordFile, Listen: queueListen,
-			Callout:  queue.CalloutConfig{IssuerSeedFile: natsAuth.issuerSeedFile, Account: queue.DefaultCalloutAccount},
+			Callout:    queue.CalloutConfig{IssuerSeedFile: natsAuth.issuerSeedFile, Account: queue.DefaultCalloutAccount},
 			OnListen:   func(a string) { addr <- a },
 			RESTConfig: c.RESTConfig(), Logger: log.With("component", "queue"),
 		})
@@ -191,4 +191,3 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 	}
 	return s, nil
 }
-

@@ -12,10 +12,10 @@ import (
 // Local are the values that replace the in-cluster ones for one Pod run on
 // this machine.
 type Local struct {
-	NATSURL            string
-	NATSTokenFile      string // empty: the variable is dropped
-	Socket             string
-	SidecarHTTPAddr    string
+	NATSURL         string
+	NATSTokenFile   string // empty: the variable is dropped
+	Socket          string
+	SidecarHTTPAddr string
 }
 
 // PodEnv builds the env of the sidecar and of the framework process of pod:

@@ -67,12 +67,12 @@ func TestControllers(t *testing.T) {
 		podLabels[k] = v
 	}
 	cfg := controllers.Config{
-		RESTConfig:            rec.As(env.RESTConfig(), releaseNS, "runplane-controller"),
-		Namespace:             arg(t, args, "namespace"),
-		Image:                 testImage,
-		ClusterDomain:         arg(t, args, "cluster-domain"),
-		NATS:                  egress.NATSEndpoint{Namespace: arg(t, args, "nats-namespace"), Port: int32(port), PodLabels: podLabels},
-		MetricsAddr:           "0", ProbeAddr: "0",
+		RESTConfig:    rec.As(env.RESTConfig(), releaseNS, "runplane-controller"),
+		Namespace:     arg(t, args, "namespace"),
+		Image:         testImage,
+		ClusterDomain: arg(t, args, "cluster-domain"),
+		NATS:          egress.NATSEndpoint{Namespace: arg(t, args, "nats-namespace"), Port: int32(port), PodLabels: podLabels},
+		MetricsAddr:   "0", ProbeAddr: "0",
 		LeaderElection: arg(t, args, "leader-elect") == "true",
 		Logger:         logr.FromSlogHandler(rec.Logger().Handler()),
 	}

@@ -175,7 +175,10 @@ func TestSidecarNATSIdentity(t *testing.T) {
 		want string
 	}{
 		{name: "subscribe to another namespace's dispatches", want: other("dispatch") + "." + podB.Name,
-			try: func(context.Context) error { _, err := nc.SubscribeSync(q.subj.Dispatch("nats-b", "echo", podB.Name)); return err }},
+			try: func(context.Context) error {
+				_, err := nc.SubscribeSync(q.subj.Dispatch("nats-b", "echo", podB.Name))
+				return err
+			}},
 		{name: "subscribe to every dispatch", want: q.subj.Prefix + ".dispatch.>",
 			try: func(context.Context) error { _, err := nc.SubscribeSync(q.subj.Prefix + ".dispatch.>"); return err }},
 		{name: "publish a fake result for another pool", want: other("result"),
@@ -203,7 +206,10 @@ func TestSidecarNATSIdentity(t *testing.T) {
 				return names.Err()
 			}},
 		{name: "read the invocation records bucket", want: "$JS.API.STREAM.INFO.KV_",
-			try: func(ctx context.Context) error { _, err := js.KeyValue(ctx, stream.Config{}.WithDefaults().RecordsBucket); return err }},
+			try: func(ctx context.Context) error {
+				_, err := js.KeyValue(ctx, stream.Config{}.WithDefaults().RecordsBucket)
+				return err
+			}},
 		{name: "listen to another worker's inbox", want: "_INBOX_RP.nats-b.>",
 			try: func(context.Context) error { _, err := nc.SubscribeSync("_INBOX_RP.nats-b.>"); return err }},
 		{name: "answer the auth callout", want: "$SYS.REQ.USER.AUTH",
