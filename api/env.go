@@ -55,11 +55,12 @@ const (
 	// projected token (it rotates it at 80%); the NATS user the callout
 	// issues expires with it, so the sidecar reconnects with the new one.
 	NATSTokenExpirationSeconds = 3600
-	SidecarContainerName       = "runplane-worker"
-	SidecarHTTPPort            = 8091
-	SSHContainerName           = "runplane-ssh"
-	SSHPort                    = 2222
-	SSHAuthorizedKeysDir       = "/etc/runplane/ssh"
-	SSHAuthorizedKeysKey       = "authorized_keys"
-	SSHHostKeyDir              = "/var/run/runplane/ssh-host"
+
+	SidecarContainerName = "runplane-worker"
+	SidecarHTTPPort      = 8091
+	SSHContainerName     = "runplane-ssh"
+	SSHPort              = 2222
+	SSHAuthorizedKeysDir = "/etc/runplane/ssh"
+	SSHAuthorizedKeysKey = "authorized_keys"
+	SSHHostKeyDir        = "/var/run/runplane/ssh-host"
 )
