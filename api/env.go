@@ -43,11 +43,6 @@ const (
 	// into every namespace with pool Pods. Nothing creates it any more; the
 	// webhook still refuses user containers that would read one.
 	NATSCredentialsSecret = "runplane-nats-credentials"
-	// NATSCredentialsMountDir is where the sidecar's projected token volume
-	// is mounted; NATSTokenFile is the token in it.
-	NATSCredentialsMountDir = "/var/run/secrets/nats.runplane.io"
-	NATSTokenPath           = "token"
-	NATSTokenFile           = NATSCredentialsMountDir + "/" + NATSTokenPath
 	// NATSTokenAudience is the audience of a worker's NATS token: the auth
 	// callout accepts no token minted for anything else.
 	NATSTokenAudience = "nats.runplane.io"
@@ -55,12 +50,16 @@ const (
 	// projected token (it rotates it at 80%); the NATS user the callout
 	// issues expires with it, so the sidecar reconnects with the new one.
 	NATSTokenExpirationSeconds = 3600
-
-	SidecarContainerName = "runplane-worker"
-	SidecarHTTPPort      = 8091
-	SSHContainerName     = "runplane-ssh"
-	SSHPort              = 2222
-	SSHAuthorizedKeysDir = "/etc/runplane/ssh"
-	SSHAuthorizedKeysKey = "authorized_keys"
-	SSHHostKeyDir        = "/var/run/runplane/ssh-host"
+	// NATSCredentialsMountDir is where the sidecar's projected token volume
+	// is mounted; NATSTokenFile is the token in it.
+	NATSCredentialsMountDir = "/var/run/secrets/nats.runplane.io"
+	NATSTokenPath           = "token"
+	NATSTokenFile           = NATSCredentialsMountDir + "/" + NATSTokenPath
+	SidecarContainerName    = "runplane-worker"
+	SidecarHTTPPort         = 8091
+	SSHContainerName        = "runplane-ssh"
+	SSHPort                 = 2222
+	SSHAuthorizedKeysDir    = "/etc/runplane/ssh"
+	SSHAuthorizedKeysKey    = "authorized_keys"
+	SSHHostKeyDir           = "/var/run/runplane/ssh-host"
 )
