@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -348,9 +349,11 @@ func (r *Runner) startWorker(ctx context.Context, pod *corev1.Pod) (*worker, err
 		return nil, err
 	}
 	w.token = startToken(ctx, r.cfg.Client, pod, tokenFile, r.cfg.NATSTokenLifetime, r.cfg.Logf)
+	// Two separate lists: appending both to one base would let the second
+	// overwrite the first in the shared backing array.
 	base := hostEnv()
-	w.framework = startProc(&r.wg, r.cfg, "framework", filepath.Join(dir, "framework.log"), r.cfg.FrameworkBinary, r.cfg.FrameworkArgs, append(base, fwEnv...))
-	w.sidecar = startProc(&r.wg, r.cfg, "sidecar", filepath.Join(dir, "sidecar.log"), r.cfg.SidecarBinary, r.cfg.SidecarArgs, append(base, scEnv...))
+	w.framework = startProc(&r.wg, r.cfg, "framework", filepath.Join(dir, "framework.log"), r.cfg.FrameworkBinary, r.cfg.FrameworkArgs, slices.Concat(base, fwEnv))
+	w.sidecar = startProc(&r.wg, r.cfg, "sidecar", filepath.Join(dir, "sidecar.log"), r.cfg.SidecarBinary, r.cfg.SidecarArgs, slices.Concat(base, scEnv))
 	return w, nil
 }
 
