@@ -102,7 +102,7 @@ authorization { auth_callout { issuer: %[3]q, account: %[2]s, auth_users: [ runp
 // connect presents token as a sidecar does, its violations on the channel.
 func (q *queueNATS) connect(token, inbox string) (*nats.Conn, <-chan error, error) {
 	violations := make(chan error, 16)
-	opts := []nats.Option{nats.Token(token), nats.NoReconnect(),
+	opts := []nats.Option{nats.Token(token), nats.NoReconnect(), nats.Timeout(10 * time.Second),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err })}
 	if inbox != "" {
 		opts = append(opts, nats.CustomInboxPrefix(inbox))
