@@ -166,7 +166,7 @@ authorization { auth_callout { issuer: %q, account: %s, auth_users: [ %q ] } }
 		BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: worker.Name, UID: worker.UID},
 	}}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	wc, err := nats.Connect(srv.ClientURL(), nats.Token(tr.Status.Token), nats.NoReconnect())
+	wc, err := nats.Connect(srv.ClientURL(), nats.Token(tr.Status.Token), nats.NoReconnect(), nats.Timeout(10*time.Second))
 	require.NoError(t, err, "the worker's Pod-bound token through the queue's callout")
 	wc.Close()
 	eventually(t, rec, 30*time.Second, "the invocation to succeed", func() (bool, error) {
