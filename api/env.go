@@ -5,8 +5,10 @@ package api
 //
 // Main containers get the framework contract: the Runplane* names and the
 // seed's Serverless* names, with the same values. The worker sidecar gets the
-// framework contract plus the NATS settings; NATS credentials are mounted
-// into the sidecar only, never into a main container.
+// framework contract plus the NATS settings; its NATS credential (a
+// projected ServiceAccount token bound to the Pod, audience
+// NATSTokenAudience) is mounted into the sidecar only, never into a main
+// container.
 const (
 	EnvPool                = "RUNPLANE_POOL"
 	EnvWorkerName          = "RUNPLANE_WORKER_NAME"
@@ -27,19 +29,32 @@ const (
 	EnvNATSURL       = "RUNPLANE_NATS_URL"
 	EnvSubjectPrefix = "RUNPLANE_SUBJECT_PREFIX"
 	EnvStreamName    = "RUNPLANE_STREAM_NAME"
-	// EnvNATSCredentialsDir is a directory holding the NATS credentials Secret:
-	// a file "creds" (NATS user JWT + seed), or "token", or "user" and "password".
-	EnvNATSCredentialsDir = "RUNPLANE_NATS_CREDENTIALS_DIR"
+	// EnvNATSTokenFile is the file holding the sidecar's NATS credential: the
+	// projected ServiceAccount token (NATSTokenFile by default), re-read on
+	// every (re)connect so the kubelet's rotation takes effect.
+	EnvNATSTokenFile = "RUNPLANE_NATS_TOKEN_FILE"
 	// EnvSidecarHTTPAddr is where the sidecar serves /livez, /readyz and /metrics.
 	EnvSidecarHTTPAddr = "RUNPLANE_SIDECAR_HTTP_ADDR"
 )
 
 // Names of the objects and mounts of a worker Pod.
 const (
-	// NATSCredentialsSecret is the Secret, kept in every namespace that runs
-	// pool Pods by the controller, that the sidecar mounts.
-	NATSCredentialsSecret   = "runplane-nats-credentials"
-	NATSCredentialsMountDir = "/var/run/runplane/nats"
+	// NATSCredentialsSecret is the shared-token Secret older releases copied
+	// into every namespace with pool Pods. Nothing creates it any more; the
+	// webhook still refuses user containers that would read one.
+	NATSCredentialsSecret = "runplane-nats-credentials"
+	// NATSTokenAudience is the audience of a worker's NATS token: the auth
+	// callout accepts no token minted for anything else.
+	NATSTokenAudience = "nats.runplane.io"
+	// NATSTokenExpirationSeconds is the lifetime the kubelet gives the
+	// projected token (it rotates it at 80%); the NATS user the callout
+	// issues expires with it, so the sidecar reconnects with the new one.
+	NATSTokenExpirationSeconds = 3600
+	// NATSCredentialsMountDir is where the sidecar's projected token volume
+	// is mounted; NATSTokenFile is the token in it.
+	NATSCredentialsMountDir = "/var/run/secrets/nats.runplane.io"
+	NATSTokenPath           = "token"
+	NATSTokenFile           = NATSCredentialsMountDir + "/" + NATSTokenPath
 	SidecarContainerName    = "runplane-worker"
 	SidecarHTTPPort         = 8091
 	SSHContainerName        = "runplane-ssh"

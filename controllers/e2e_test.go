@@ -39,7 +39,6 @@ func TestMain(m *testing.M) {
 
 const (
 	testImage     = "runplane:test"
-	natsSource    = "nats-source"
 	jobNameLabel  = "batch.kubernetes.io/job-name"
 	chaosLabel    = "pod-container-running-failed.stage.kwok.x-k8s.io"
 	chaosExitCode = "pod-container-running-failed.stage.kwok.x-k8s.io/exit-code"
@@ -54,15 +53,14 @@ var natsLabels = map[string]string{"app.kubernetes.io/name": "nats"}
 func startManager(t *testing.T) (stop func()) {
 	t.Helper()
 	cfg := controllers.Config{
-		RESTConfig:            env.RESTConfig(),
-		Namespace:             api.DefaultNamespace,
-		Image:                 testImage,
-		ImagePullTimeout:      time.Minute,
-		NATS:                  egress.NATSEndpoint{Namespace: api.DefaultNamespace, PodLabels: natsLabels, Port: 4222},
-		NATSCredentialsSource: natsSource,
-		MetricsAddr:           "0",
-		ProbeAddr:             "0",
-		SkipNameValidation:    true,
+		RESTConfig:         env.RESTConfig(),
+		Namespace:          api.DefaultNamespace,
+		Image:              testImage,
+		ImagePullTimeout:   time.Minute,
+		NATS:               egress.NATSEndpoint{Namespace: api.DefaultNamespace, PodLabels: natsLabels, Port: 4222},
+		MetricsAddr:        "0",
+		ProbeAddr:          "0",
+		SkipNameValidation: true,
 	}
 	mgr, err := controllers.NewManager(cfg)
 	require.NoError(t, err)
@@ -420,15 +418,14 @@ func TestAccessorAppearsAndGoes(t *testing.T) {
 	}, 30*time.Second, tick, "accessor objects and annotations removed")
 }
 
-func TestEgressPolicyAndNATSSecret(t *testing.T) {
+// TestEgressPolicy: the egress NetworkPolicy follows pool Pods, and no NATS
+// credential is ever copied into their namespace (sidecars present their
+// own Pod-bound token).
+func TestEgressPolicy(t *testing.T) {
 	startManager(t)
 	ensureNamespace(t, api.DefaultNamespace)
 	ns := namespace(t)
 	ctx := context.Background()
-	src := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: natsSource, Namespace: api.DefaultNamespace}, Data: map[string][]byte{"token": []byte("t0")}}
-	if _, err := client().CoreV1().Secrets(api.DefaultNamespace).Create(ctx, src, metav1.CreateOptions{}); !apierrors.IsAlreadyExists(err) {
-		require.NoError(t, err)
-	}
 	worker := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "worker", Namespace: ns, Labels: map[string]string{api.LabelPool: "echo", api.LabelEgress: api.EgressRestricted}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox:1.36"}}},
@@ -443,26 +440,17 @@ func TestEgressPolicyAndNATSSecret(t *testing.T) {
 	}, 30*time.Second, tick, "egress NetworkPolicy")
 	checkPolicy(t, np)
 
-	token := func(want string) func(c *assert.CollectT) {
-		return func(c *assert.CollectT) {
-			s, err := client().CoreV1().Secrets(ns).Get(ctx, api.NATSCredentialsSecret, metav1.GetOptions{})
-			require.NoError(c, err)
-			assert.Equal(c, want, string(s.Data["token"]))
-		}
-	}
-	require.EventuallyWithT(t, token("t0"), 30*time.Second, tick, "NATS credentials copied")
-	src.Data["token"] = []byte("t1")
-	_, err = client().CoreV1().Secrets(api.DefaultNamespace).Update(ctx, src, metav1.UpdateOptions{})
+	// The policy is the controllers' answer to the Pod: by now the former
+	// natssecret controller would have copied the shared token.
+	secrets, err := client().CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{})
 	require.NoError(t, err)
-	require.EventuallyWithT(t, token("t1"), 30*time.Second, tick, "NATS credentials follow the source")
+	assert.Empty(t, secrets.Items, "Secrets in the tenant namespace")
 
 	require.NoError(t, client().CoreV1().Pods(ns).Delete(ctx, "worker", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		_, perr := client().NetworkingV1().NetworkPolicies(ns).Get(ctx, egress.PolicyName, metav1.GetOptions{})
 		assert.True(c, apierrors.IsNotFound(perr), "NetworkPolicy: %v", perr)
-		_, serr := client().CoreV1().Secrets(ns).Get(ctx, api.NATSCredentialsSecret, metav1.GetOptions{})
-		assert.True(c, apierrors.IsNotFound(serr), "Secret: %v", serr)
-	}, 30*time.Second, tick, "policy and secret removed with the last Pod")
+	}, 30*time.Second, tick, "policy removed with the last Pod")
 }
 
 func checkPolicy(t *testing.T, np *networkingv1.NetworkPolicy) {

@@ -2,8 +2,7 @@
 // manager (leader election, metrics, health probes): storage preparation
 // (controllers/storage), the read-only accessor (controllers/accessor), the
 // storage scheduling gate (controllers/gate), the egress NetworkPolicy
-// (controllers/egress), the NATS credentials Secret sync
-// (controllers/natssecret) and the SSH Service (controllers/sshservice).
+// (controllers/egress) and the SSH Service (controllers/sshservice).
 package controllers
 
 import (
@@ -18,7 +17,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -35,7 +33,6 @@ import (
 	"github.com/runplane/runplane/controllers/accessor"
 	"github.com/runplane/runplane/controllers/egress"
 	"github.com/runplane/runplane/controllers/gate"
-	"github.com/runplane/runplane/controllers/natssecret"
 	"github.com/runplane/runplane/controllers/sshservice"
 	"github.com/runplane/runplane/controllers/storage"
 )
@@ -45,8 +42,8 @@ type Config struct {
 	// RESTConfig reaches the cluster; nil means ctrl.GetConfig() (kubeconfig
 	// flag, KUBECONFIG, in-cluster).
 	RESTConfig *rest.Config
-	// Namespace is runplane's namespace: the leader-election Lease and the
-	// NATS credentials source Secret live there. Default api.DefaultNamespace.
+	// Namespace is runplane's namespace: the leader-election Lease lives
+	// there. Default api.DefaultNamespace.
 	Namespace string
 	// Image is the runplane image; copy Jobs run runplane-copy and accessor
 	// Deployments run runplane-accessor from it. Required.
@@ -61,10 +58,6 @@ type Config struct {
 	// NATS is the endpoint restricted Pods may reach (labels and port are
 	// required; the namespace defaults to Namespace).
 	NATS egress.NATSEndpoint
-	// NATSCredentialsSource names the Secret (in Namespace) copied into every
-	// namespace with pool Pods as api.NATSCredentialsSecret. Empty disables
-	// the sync.
-	NATSCredentialsSource string
 
 	// MetricsAddr serves Prometheus metrics ("0" disables); default :8080.
 	MetricsAddr string
@@ -146,12 +139,8 @@ func NewManager(cfg Config) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("controllers: scheme: %w", err)
 	}
 	// Objects runplane creates are watched through their managed-by label
-	// only. Secrets are also selected by name: the chart grants list and
-	// watch on the one name api.NATSCredentialsSecret, which RBAC honours
-	// only for requests carrying the field selector metadata.name=<name>.
+	// only.
 	owned := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{api.LabelManagedBy: api.ManagedByController})}
-	ownedSecrets := owned
-	ownedSecrets.Field = fields.OneTermEqualSelector("metadata.name", api.NATSCredentialsSecret)
 	mgr, err := ctrl.NewManager(cfg.RESTConfig, ctrl.Options{
 		Scheme:     scheme,
 		Logger:     cfg.Logger,
@@ -161,7 +150,6 @@ func NewManager(cfg Config) (ctrl.Manager, error) {
 			&appsv1.Deployment{}:          owned,
 			&corev1.Service{}:             owned,
 			&networkingv1.NetworkPolicy{}: owned,
-			&corev1.Secret{}:              ownedSecrets,
 		}},
 		Metrics:                       metricsserver.Options{BindAddress: cfg.MetricsAddr},
 		HealthProbeBindAddress:        cfg.ProbeAddr,
@@ -189,11 +177,6 @@ func NewManager(cfg Config) (ctrl.Manager, error) {
 		gate.Setup,
 		func(m ctrl.Manager) error { return egress.Setup(m, egress.Options{NATS: cfg.NATS}) },
 		sshservice.Setup,
-	}
-	if cfg.NATSCredentialsSource != "" {
-		setups = append(setups, func(m ctrl.Manager) error {
-			return natssecret.Setup(m, natssecret.Options{Namespace: cfg.Namespace, Source: cfg.NATSCredentialsSource})
-		})
 	}
 	for _, setup := range setups {
 		if err := setup(mgr); err != nil {

@@ -30,7 +30,6 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/runplane/runplane/internal/callerauth"
-	"github.com/runplane/runplane/natsauth"
 	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/ingress"
 	"github.com/runplane/runplane/queue/pool"
@@ -39,10 +38,15 @@ import (
 
 // Config configures the queue service.
 type Config struct {
-	// NATSURL is the NATS server (required). NATSCredentialsDir, when set,
-	// holds the credentials as the worker sidecar reads them ("creds",
-	// "token", or "user" + "password"; see natsauth).
-	NATSURL, NATSCredentialsDir string
+	// NATSURL is the NATS server (required).
+	NATSURL string
+	// NATSUser and NATSPasswordFile are the queue's own NATS credentials
+	// (one of the server's auth_callout.auth_users; the password from a
+	// Secret in runplane's namespace). Both empty: no credentials.
+	NATSUser, NATSPasswordFile string
+	// Callout serves the NATS auth callout for the worker sidecars when
+	// Callout.IssuerSeedFile is set (requires RESTConfig).
+	Callout CalloutConfig
 	// Stream configures the JetStream resources (prefix, stream, replicas,
 	// max age, duplicate window, buckets, record TTL).
 	Stream stream.Config
@@ -106,11 +110,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.LeaderElection && cfg.RESTConfig == nil {
 		return errors.New("queue: leader election needs a Kubernetes config")
 	}
+	if cfg.Callout.IssuerSeedFile != "" && cfg.RESTConfig == nil {
+		return errors.New("queue: the NATS auth callout needs a Kubernetes config")
+	}
 	cfg.Listen = cmp.Or(cfg.Listen, ":8080")
 	opts := []nats.Option{nats.Name("runplane-queue"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.RetryOnFailedConnect(true)}
-	auth, err := natsauth.FromDir(cfg.NATSCredentialsDir)
+	auth, err := natsAuthOptions(cfg)
 	if err != nil {
-		return fmt.Errorf("queue: %w", err)
+		return err
 	}
 	opts = append(opts, auth...)
 	nc, err := nats.Connect(cfg.NATSURL, opts...)
@@ -162,6 +169,13 @@ func Run(ctx context.Context, cfg Config) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var runnables []manager.Runnable
+	if cfg.Callout.IssuerSeedFile != "" {
+		co, err := newCallout(cfg.Callout, nc, kube, WorkerPermit(cfg.Stream.WithDefaults()), reg, log)
+		if err != nil {
+			return err
+		}
+		runnables = append(runnables, co)
+	}
 	if !cfg.DisableIngress {
 		var gate ingress.Authorizer
 		switch {

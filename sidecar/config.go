@@ -32,9 +32,12 @@ type Config struct {
 	NATSURL       string
 	SubjectPrefix string
 	StreamName    string
-	// NATSCredentialsDir holds "creds", or "token", or "user" + "password".
-	// Empty (or an empty directory) means no authentication.
-	NATSCredentialsDir string
+	// NATSTokenFile holds the sidecar's NATS credential, the projected
+	// ServiceAccount token bound to its Pod; it is re-read on every
+	// (re)connect, so a rotated token is used once the old NATS user
+	// expires. ConfigFromEnv defaults it to api.NATSTokenFile; empty (tests
+	// on a NATS without auth) presents no credential.
+	NATSTokenFile string
 
 	// HTTPAddr serves /livez, /readyz and /metrics.
 	HTTPAddr string
@@ -74,18 +77,18 @@ const (
 // contract). getenv is os.Getenv in the binary.
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	c := Config{
-		Pool:               getenv(api.EnvPool),
-		WorkerName:         first(getenv(api.EnvWorkerName), getenv(api.EnvSeedWorkerName)),
-		WorkerNamespace:    first(getenv(api.EnvWorkerNamespace), getenv(api.EnvSeedWorkerNamespace)),
-		FrameworkSocket:    first(getenv(api.EnvFrameworkSocket), getenv(api.EnvSeedSocketPath), api.DefaultFrameworkSocket),
-		InvokePath:         first(getenv(api.EnvFrameworkInvokePath), getenv(api.EnvSeedInvokePath), api.DefaultFrameworkInvokePath),
-		HealthPath:         first(getenv(api.EnvFrameworkHealthPath), getenv(api.EnvSeedHealthPath), api.DefaultFrameworkHealthPath),
-		NATSURL:            getenv(api.EnvNATSURL),
-		SubjectPrefix:      first(getenv(api.EnvSubjectPrefix), api.DefaultSubjectPrefix),
-		StreamName:         first(getenv(api.EnvStreamName), api.DefaultStreamName),
-		NATSCredentialsDir: getenv(api.EnvNATSCredentialsDir),
-		HTTPAddr:           first(getenv(api.EnvSidecarHTTPAddr), ":"+strconv.Itoa(api.SidecarHTTPPort)),
-		Concurrency:        1,
+		Pool:            getenv(api.EnvPool),
+		WorkerName:      first(getenv(api.EnvWorkerName), getenv(api.EnvSeedWorkerName)),
+		WorkerNamespace: first(getenv(api.EnvWorkerNamespace), getenv(api.EnvSeedWorkerNamespace)),
+		FrameworkSocket: first(getenv(api.EnvFrameworkSocket), getenv(api.EnvSeedSocketPath), api.DefaultFrameworkSocket),
+		InvokePath:      first(getenv(api.EnvFrameworkInvokePath), getenv(api.EnvSeedInvokePath), api.DefaultFrameworkInvokePath),
+		HealthPath:      first(getenv(api.EnvFrameworkHealthPath), getenv(api.EnvSeedHealthPath), api.DefaultFrameworkHealthPath),
+		NATSURL:         getenv(api.EnvNATSURL),
+		SubjectPrefix:   first(getenv(api.EnvSubjectPrefix), api.DefaultSubjectPrefix),
+		StreamName:      first(getenv(api.EnvStreamName), api.DefaultStreamName),
+		NATSTokenFile:   first(getenv(api.EnvNATSTokenFile), api.NATSTokenFile),
+		HTTPAddr:        first(getenv(api.EnvSidecarHTTPAddr), ":"+strconv.Itoa(api.SidecarHTTPPort)),
+		Concurrency:     1,
 	}
 	if c.Pool == "" {
 		c.Pool = getenv(api.EnvSeedRequestID)

@@ -42,10 +42,11 @@ func TestConfigFromEnv(t *testing.T) {
 			assert.Equal(t, api.DefaultSubjectPrefix, c.SubjectPrefix)
 			assert.Equal(t, api.DefaultStreamName, c.StreamName)
 			assert.Equal(t, ":8091", c.HTTPAddr)
+			assert.Equal(t, api.NATSTokenFile, c.NATSTokenFile)
 		}},
 		{name: "everything set", env: with(api.EnvConcurrency, "4", api.EnvFrameworkSocket, "/s/f.sock", api.EnvFrameworkInvokePath, "/run",
 			api.EnvFrameworkHealthPath, "/ok", api.EnvSubjectPrefix, "p", api.EnvStreamName, "S", api.EnvSidecarHTTPAddr, "127.0.0.1:9",
-			api.EnvNATSCredentialsDir, "/creds"), check: func(t *testing.T, c Config) {
+			api.EnvNATSTokenFile, "/t/token"), check: func(t *testing.T, c Config) {
 			assert.Equal(t, 4, c.Concurrency)
 			assert.Equal(t, "/s/f.sock", c.FrameworkSocket)
 			assert.Equal(t, "/run", c.InvokePath)
@@ -53,7 +54,7 @@ func TestConfigFromEnv(t *testing.T) {
 			assert.Equal(t, "p", c.SubjectPrefix)
 			assert.Equal(t, "S", c.StreamName)
 			assert.Equal(t, "127.0.0.1:9", c.HTTPAddr)
-			assert.Equal(t, "/creds", c.NATSCredentialsDir)
+			assert.Equal(t, "/t/token", c.NATSTokenFile)
 		}},
 		{name: "seed names as fallback", env: with(api.EnvWorkerName, "<unset>", api.EnvSeedWorkerName, "seed-w", api.EnvSeedSocketPath, "/seed.sock"),
 			check: func(t *testing.T, c Config) {

@@ -22,7 +22,6 @@ import (
 
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
-	"github.com/runplane/runplane/natsauth"
 )
 
 // Causes of an invocation's context ending, mapped to result states.
@@ -41,6 +40,7 @@ type Sidecar struct {
 	cfg      Config
 	log      *slog.Logger
 	subjects messages.Subjects
+	inbox    string // the connection's inbox prefix, within the worker's subjects
 	client   *framework.Client
 	metrics  *metrics
 
@@ -77,6 +77,7 @@ func New(cfg Config) (*Sidecar, error) {
 		cfg:       cfg,
 		log:       cfg.Logger.With("pool", cfg.Pool, "worker", cfg.WorkerName),
 		subjects:  messages.Subjects{Prefix: cfg.SubjectPrefix},
+		inbox:     messages.WorkerInbox(cfg.WorkerNamespace, cfg.Pool, cfg.WorkerName),
 		client:    framework.NewClient(cfg.FrameworkSocket, cfg.InvokePath, cfg.HealthPath),
 		metrics:   newMetrics(cfg.Concurrency),
 		ln:        ln,
@@ -104,18 +105,10 @@ func Run(ctx context.Context, cfg Config) error {
 // returns.
 func (s *Sidecar) Run(ctx context.Context) error {
 	defer s.ln.Close()
-	auth, err := natsauth.FromDir(s.cfg.NATSCredentialsDir)
+	opts, err := s.natsOptions()
 	if err != nil {
 		return err
 	}
-	opts := append([]nats.Option{
-		nats.Name("runplane-sidecar/" + s.cfg.Pool + "/" + s.cfg.WorkerName),
-		// The queue's NATS may start after the worker: keep trying, and let
-		// readiness say whether we are connected.
-		nats.RetryOnFailedConnect(true),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(500 * time.Millisecond),
-	}, auth...)
 	nc, err := nats.Connect(s.cfg.NATSURL, opts...)
 	if err != nil {
 		return fmt.Errorf("connect to NATS at %s: %w", s.cfg.NATSURL, err)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -371,7 +372,7 @@ func TestSIGTERMDrain(t *testing.T) {
 	sc.Env = append(os.Environ(),
 		api.EnvPool+"="+testPool, api.EnvWorkerName+"=w1", api.EnvWorkerNamespace+"=default",
 		api.EnvFrameworkSocket+"="+sock, api.EnvNATSURL+"="+e.srv.ClientURL(), api.EnvConcurrency+"=2",
-		api.EnvSidecarHTTPAddr+"=127.0.0.1:0")
+		api.EnvSidecarHTTPAddr+"=127.0.0.1:0", api.EnvNATSTokenFile+"="+tokenFile(t))
 	sc.Stderr = os.Stderr
 	require.NoError(t, sc.Start())
 	scDone := make(chan error, 1)
@@ -429,7 +430,8 @@ func TestRestartResumesUnackedWork(t *testing.T) {
 	events, results := e.events(), e.results()
 	envv := append(os.Environ(),
 		api.EnvPool+"="+testPool, api.EnvWorkerName+"=w1", api.EnvWorkerNamespace+"=default",
-		api.EnvFrameworkSocket+"="+sock, api.EnvNATSURL+"="+e.srv.ClientURL(), api.EnvSidecarHTTPAddr+"=127.0.0.1:0")
+		api.EnvFrameworkSocket+"="+sock, api.EnvNATSURL+"="+e.srv.ClientURL(), api.EnvSidecarHTTPAddr+"=127.0.0.1:0",
+		api.EnvNATSTokenFile+"="+tokenFile(t))
 	start := func() *exec.Cmd {
 		c := exec.Command(sidecarBin, "-probe-interval", "50ms", "-fetch-wait", "200ms", "-ack-wait", "1s")
 		c.Env = envv
@@ -488,4 +490,13 @@ func TestPythonFramework(t *testing.T) {
 			assert.JSONEq(t, "[1,2]", string(echoed.Payload))
 		}
 	}
+}
+
+// tokenFile is a NATS token file for a sidecar binary: the test server has
+// no auth and ignores it, but the sidecar refuses to start without one.
+func tokenFile(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(p, []byte("unused"), 0o600))
+	return p
 }

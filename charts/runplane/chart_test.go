@@ -201,8 +201,8 @@ func find(t *testing.T, objs []object, kind, name string) object {
 // generated lists the Secret keys the chart fills with random data once
 // (kept on upgrade through lookup); the golden files hold a placeholder.
 var generated = map[string][]string{
-	"runplane-nats-credentials": {"token"},
-	"runplane-extender-tls":     {"ca.crt", "tls.crt", "tls.key"},
+	"runplane-nats-queue":   {"password"},
+	"runplane-extender-tls": {"ca.crt", "tls.crt", "tls.key"},
 }
 
 func maskGenerated(manifests string) string {
@@ -312,7 +312,12 @@ func TestInvalidValues(t *testing.T) {
 		{"unknown key", []string{"--set", "webhook.replica=2"}, []string{"/webhook", "'replica' not allowed"}},
 		{"stock spec not in catalog", []string{"--values", "testdata/values-full.yaml", "--set", "stock.pools[0].spec=g9.9", "--set", "stock.pools[0].replicas=1"},
 			[]string{`stock.pools[0].spec "g9.9" is not a spec of catalog.specs (known: g1.1, h100.8)`}},
-		{"external without egress", []string{"--set", "nats.mode=external", "--set", "nats.external.url=nats://nats.messaging:4222"}, []string{"nats.external.egress.namespace is required"}},
+		{"external without egress", []string{"--set", "nats.mode=external", "--set", "nats.external.url=nats://nats.messaging:4222", "--set", "nats.external.queuePasswordSecret=q"},
+			[]string{"nats.external.egress.namespace is required"}},
+		{"external without the queue's password", []string{"--values", "testdata/values-external.yaml", "--set", "nats.external.queuePasswordSecret="},
+			[]string{"nats.external.queuePasswordSecret is required"}},
+		{"issuer seed without its public key", []string{"--set", "nats.auth.issuerSeed=SAAGWZT2VLUYKCXZH2GJDEOJAEIDUOT5BUENVHL3MM6ZW27DCEAWLC3E2E"},
+			[]string{"nats.auth.issuerSeed (an account nkey seed, SA...) and nats.auth.issuerPublicKey (its public key, A...) go together"}},
 		{"stock in release namespace", []string{"--set", "stock.namespace=" + releaseNamespace, "--set", "stock.pools[0].spec=g1.1", "--set", "stock.pools[0].replicas=1"},
 			[]string{"stock.namespace must differ from the release namespace"}},
 		{"stock above workload", []string{"--set", "priorityClasses.stock.value=5000"}, []string{"priorityClasses.stock.value must be lower than priorityClasses.workload.value"}},

@@ -293,15 +293,24 @@ func TestInstall(t *testing.T) {
 			{"runplane-scheduler", []string{"get", "secrets", "-A"}, false},
 			{"runplane-scheduler", []string{"list", "secrets", "-A"}, false},
 			{"runplane-scheduler", []string{"list", "secrets", "-n", ns}, false},
-			// The controller keeps one Secret, by name, in any namespace.
-			{"runplane-controller", []string{"get", "secret/" + api.NATSCredentialsSecret, "-n", "team-a"}, true},
-			{"runplane-controller", []string{"update", "secret/" + api.NATSCredentialsSecret, "-n", "team-a"}, true},
+			// No NATS credential is copied into tenant namespaces any more:
+			// the controller touches no Secret anywhere.
+			{"runplane-controller", []string{"get", "secret/" + api.NATSCredentialsSecret, "-n", "team-a"}, false},
+			{"runplane-controller", []string{"update", "secret/" + api.NATSCredentialsSecret, "-n", "team-a"}, false},
 			{"runplane-controller", []string{"get", "secret/ssh-keys", "-n", "team-a"}, false},
 			{"runplane-controller", []string{"get", "secret/runplane-webhook-tls", "-n", ns}, false},
-			{"runplane-controller", []string{"create", "secrets", "-n", "team-a"}, true},
+			{"runplane-controller", []string{"create", "secrets", "-n", "team-a"}, false},
+			// The queue's NATS auth callout reviews worker tokens and follows
+			// their bound Pod to the pool's Deployment.
+			{"runplane-queue", []string{"create", "tokenreviews.authentication.k8s.io"}, true},
+			{"runplane-queue", []string{"get", "pods", "-n", "team-a"}, true},
+			{"runplane-queue", []string{"get", "replicasets.apps", "-n", "team-a"}, true},
+			{"runplane-queue", []string{"update", "replicasets.apps", "-n", "team-a"}, false},
+			{"runplane-queue", []string{"get", "secret/runplane-nats-queue", "-n", ns}, false},
 			// The webhook keeps its own TLS Secret only.
 			{"runplane-webhook", []string{"get", "secret/runplane-webhook-tls", "-n", ns}, true},
-			{"runplane-webhook", []string{"get", "secret/runplane-nats-credentials", "-n", ns}, false},
+			{"runplane-webhook", []string{"get", "secret/runplane-nats-queue", "-n", ns}, false},
+			{"runplane-webhook", []string{"get", "secret/runplane-nats-callout", "-n", ns}, false},
 			{"runplane-webhook", []string{"update", "mutatingwebhookconfigurations/runplane-webhook"}, true},
 			{"runplane-webhook", []string{"update", "mutatingwebhookconfigurations/another"}, false},
 			{"runplane-webhook", []string{"create", "mutatingwebhookconfigurations"}, false},
@@ -353,8 +362,8 @@ func TestInstall(t *testing.T) {
 			require.NoError(t, err)
 			return s.Data
 		}
-		token, tls := secret("runplane-nats-credentials")["token"], secret("runplane-extender-tls")["ca.crt"]
-		require.GreaterOrEqual(t, len(token), 32, "generated NATS token %q is too short", token)
+		token, tls := secret("runplane-nats-queue")["password"], secret("runplane-extender-tls")["ca.crt"]
+		require.GreaterOrEqual(t, len(token), 32, "generated NATS password %q is too short", token)
 
 		mustRun(t, "helm", "upgrade", "runplane", ".", "--namespace", ns,
 			"--values", "testdata/values-install.yaml", "--set", "queue.replicas=3", "--timeout", "2m")
@@ -364,7 +373,7 @@ func TestInstall(t *testing.T) {
 		for _, w := range m.Webhooks {
 			assert.Equal(t, string(ca), string(w.ClientConfig.CABundle), "webhook %s: caBundle %q after upgrade, want the patched one", w.Name, w.ClientConfig.CABundle)
 		}
-		assert.Equal(t, string(token), string(secret("runplane-nats-credentials")["token"]), "the upgrade regenerated the NATS token: running workers would lose NATS")
+		assert.Equal(t, string(token), string(secret("runplane-nats-queue")["password"]), "the upgrade regenerated the queue's NATS password: the queue would lose NATS")
 		assert.Equal(t, string(tls), string(secret("runplane-extender-tls")["ca.crt"]), "the upgrade regenerated the extender's CA")
 		dep, err := client.AppsV1().Deployments(ns).Get(ctx, "runplane-queue", metav1.GetOptions{})
 		require.NoError(t, err)

@@ -137,9 +137,8 @@ func TestNATSConfigLoads(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"single", nil, []string{"authorization", "max_file_store: 10Gi"}},
-		{"cluster", []string{"--values", "testdata/values-full.yaml"}, []string{"cluster {", "runplane-nats-2.runplane-nats-headless." + releaseNamespace + ".svc.cluster.local:6222"}},
-		{"no auth", []string{"--set", "nats.bundled.auth.enabled=false"}, nil},
+		{"single", nil, []string{"auth_callout {", "issuer: $NATS_CALLOUT_ISSUER", `auth_users: [ "runplane-queue" ]`, "max_file_store: 10Gi"}},
+		{"cluster", []string{"--values", "testdata/values-full.yaml"}, []string{"auth_callout {", "cluster {", "runplane-nats-2.runplane-nats-headless." + releaseNamespace + ".svc.cluster.local:6222"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var cm corev1.ConfigMap
@@ -155,7 +154,8 @@ func TestNATSConfigLoads(t *testing.T) {
 			path := filepath.Join(dir, "nats.conf")
 			require.NoError(t, os.WriteFile(path, []byte(conf), 0o600))
 			cmd := exec.CommandContext(t.Context(), filepath.Join(binDir, "nats-server"), "-t", "-c", path)
-			cmd.Env = append(os.Environ(), "POD_NAME=runplane-nats-0", "NATS_TOKEN=secret-token")
+			cmd.Env = append(os.Environ(), "POD_NAME=runplane-nats-0", "NATS_QUEUE_PASSWORD=secret-password",
+				"NATS_CALLOUT_ISSUER=ABAQXOHXFB6XFIKPVOLTQL25TRTCRYGNSBW6AUJ265JJPCC26IIRR2YG")
 			out, err := cmd.CombinedOutput()
 			require.NoError(t, err, "nats-server -t rejects the configuration:\n%s\n%s", out, conf)
 		})

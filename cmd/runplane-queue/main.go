@@ -32,7 +32,11 @@ func run() error {
 	var kubeconfig, pools string
 	var inCluster, noKube bool
 	flag.StringVar(&c.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL")
-	flag.StringVar(&c.NATSCredentialsDir, "nats-credentials-dir", "", "directory with the NATS credentials: creds, token, or user and password")
+	flag.StringVar(&c.NATSUser, "nats-user", "", "the queue's NATS user (one of the server's auth_callout.auth_users); empty: no credentials")
+	flag.StringVar(&c.NATSPasswordFile, "nats-password-file", "", "file holding the password of -nats-user")
+	flag.StringVar(&c.Callout.IssuerSeedFile, "nats-callout-issuer-seed-file", "", "file holding the auth callout's issuer account nkey seed (its public key is the server's auth_callout.issuer); empty: no callout")
+	flag.StringVar(&c.Callout.Account, "nats-callout-account", queue.DefaultCalloutAccount, "NATS account the callout places worker users in (the server's auth_callout.account)")
+	flag.DurationVar(&c.Callout.MaxTTL, "nats-callout-max-ttl", time.Hour, "longest life of a worker's NATS user (shorter when its token expires sooner)")
 	flag.StringVar(&c.Stream.Prefix, "subject-prefix", api.DefaultSubjectPrefix, "subject prefix")
 	flag.StringVar(&c.Stream.Stream, "stream", api.DefaultStreamName, "JetStream stream name")
 	flag.IntVar(&c.Stream.Replicas, "stream-replicas", 1, "stream and bucket replicas")

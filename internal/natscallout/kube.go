@@ -20,7 +20,7 @@ import (
 
 // Audience is the audience a worker's projected token must carry: a token
 // minted for the apiserver (or anything else) is not a NATS credential.
-const Audience = "nats.runplane.io"
+const Audience = api.NATSTokenAudience
 
 // The extra keys the apiserver sets on a token bound to a Pod.
 const (

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net"
@@ -14,10 +12,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/nats-io/nats-server/v2/server"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/runplane/runplane/api"
@@ -34,10 +28,6 @@ import (
 
 // devImage is the image name Pods are given; kwok never pulls it.
 const devImage = "ghcr.io/runplane/runplane:dev"
-
-// natsSourceSecret holds the NATS token in runplane's namespace; the
-// controller copies it into every namespace with pool Pods.
-const natsSourceSecret = "runplane-nats"
 
 // stack is the runplane components make dev runs next to the cluster.
 type stack struct {
@@ -95,36 +85,20 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 	// controller-runtime's informers log through its global logger.
 	ctrl.SetLogger(logr.FromSlogHandler(log.With("component", "controller-runtime").Handler()))
 
-	// NATS with token auth: only the queue and the workers' sidecars hold it.
-	token, err := randomToken()
+	// NATS with runplane's auth callout: the queue connects as the one
+	// configured user; every sidecar presents its Pod-bound token, which the
+	// queue's callout turns into a user allowed only its worker's subjects.
+	natsAuth, err := writeNATSAuth(filepath.Join(c.Dir(), "nats-auth"))
 	if err != nil {
 		return nil, err
 	}
-	ns, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: filepath.Join(c.Dir(), "nats"),
-		Authorization: token, NoSigs: true, NoLog: true,
-	})
+	ns, err := startNATS(filepath.Join(c.Dir(), "nats"), natsAuth)
 	if err != nil {
-		return nil, fmt.Errorf("nats: %w", err)
+		return nil, err
 	}
-	ns.Start()
 	s.stops = append(s.stops, ns.Shutdown)
-	if !ns.ReadyForConnections(15 * time.Second) {
-		return nil, fmt.Errorf("nats: not ready for connections")
-	}
 	natsURL := ns.ClientURL()
 	natsPort := ns.Addr().(*net.TCPAddr).Port
-	credsDir := filepath.Join(c.Dir(), "nats-credentials")
-	if err := os.MkdirAll(credsDir, 0o700); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(credsDir, "token"), []byte(token), 0o600); err != nil {
-		return nil, err
-	}
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: natsSourceSecret, Namespace: api.DefaultNamespace}, StringData: map[string]string{"token": token}}
-	if _, err := c.Client().CoreV1().Secrets(api.DefaultNamespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("creating the NATS credentials Secret: %w", err)
-	}
 
 	// Webhook, registered by URL on loopback with its own CA.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -147,9 +121,8 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 	s.goRun(ctx, "controllers", func(ctx context.Context) error {
 		return controllers.Run(ctx, controllers.Config{
 			RESTConfig: c.RESTConfig(), Image: devImage,
-			NATS:                  egress.NATSEndpoint{Namespace: api.DefaultNamespace, PodLabels: map[string]string{"app.kubernetes.io/name": "nats"}, Port: int32(natsPort)},
-			NATSCredentialsSource: natsSourceSecret,
-			MetricsAddr:           "0", ProbeAddr: "0",
+			NATS:        egress.NATSEndpoint{Namespace: api.DefaultNamespace, PodLabels: map[string]string{"app.kubernetes.io/name": "nats"}, Port: int32(natsPort)},
+			MetricsAddr: "0", ProbeAddr: "0",
 			Logger: logr.FromSlogHandler(log.With("component", "controllers").Handler()),
 		})
 	})
@@ -175,7 +148,8 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 	queueListen := "127.0.0.1:" + strconv.Itoa(cfg.queuePort)
 	s.goRun(ctx, "queue", func(ctx context.Context) error {
 		return queue.Run(ctx, queue.Config{
-			NATSURL: natsURL, NATSCredentialsDir: credsDir, Listen: queueListen,
+			NATSURL: natsURL, NATSUser: natsAuth.queueUser, NATSPasswordFile: natsAuth.queuePasswordFile, Listen: queueListen,
+			Callout:    queue.CalloutConfig{IssuerSeedFile: natsAuth.issuerSeedFile, Account: queue.DefaultCalloutAccount},
 			OnListen:   func(a string) { addr <- a },
 			RESTConfig: c.RESTConfig(), Logger: log.With("component", "queue"),
 		})
@@ -199,7 +173,7 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 		return nil, err
 	}
 	workers, err := localworkers.Start(ctx, localworkers.Config{
-		Client: c.Client(), NATSURL: natsURL, NATSCredentialsDir: credsDir,
+		Client: c.Client(), NATSURL: natsURL,
 		SidecarBinary: sidecarBin, FrameworkBinary: echoBin, Dir: filepath.Join(c.Dir(), "workers"),
 		StopGrace: 10 * time.Second,
 		Logf:      func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...), "component", "localworkers") },
@@ -216,12 +190,4 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 	default:
 	}
 	return s, nil
-}
-
-func randomToken() (string, error) {
-	b := make([]byte, 24)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("generating the NATS token: %w", err)
-	}
-	return hex.EncodeToString(b), nil
 }

@@ -12,10 +12,10 @@ import (
 // Local are the values that replace the in-cluster ones for one Pod run on
 // this machine.
 type Local struct {
-	NATSURL            string
-	NATSCredentialsDir string // empty: the variable is dropped
-	Socket             string
-	SidecarHTTPAddr    string
+	NATSURL         string
+	NATSTokenFile   string // empty: the variable is dropped
+	Socket          string
+	SidecarHTTPAddr string
 }
 
 // PodEnv builds the env of the sidecar and of the framework process of pod:
@@ -49,9 +49,9 @@ func PodEnv(pod *corev1.Pod, local Local) (sidecar, frameworkEnv []string, err e
 		scEnv.merge(vars)
 	}
 	scEnv.set(api.EnvNATSURL, local.NATSURL)
-	scEnv.del(api.EnvNATSCredentialsDir)
-	if local.NATSCredentialsDir != "" {
-		scEnv.set(api.EnvNATSCredentialsDir, local.NATSCredentialsDir)
+	scEnv.del(api.EnvNATSTokenFile)
+	if local.NATSTokenFile != "" {
+		scEnv.set(api.EnvNATSTokenFile, local.NATSTokenFile)
 	}
 	scEnv.set(api.EnvFrameworkSocket, local.Socket)
 	scEnv.set(api.EnvSeedSocketPath, local.Socket)
@@ -66,7 +66,7 @@ func PodEnv(pod *corev1.Pod, local Local) (sidecar, frameworkEnv []string, err e
 		fwEnv.merge(vars)
 	}
 	// The framework never gets NATS settings, whatever the Pod says.
-	for _, k := range []string{api.EnvNATSURL, api.EnvNATSCredentialsDir, api.EnvSubjectPrefix, api.EnvStreamName, api.EnvSidecarHTTPAddr} {
+	for _, k := range []string{api.EnvNATSURL, api.EnvNATSTokenFile, api.EnvSubjectPrefix, api.EnvStreamName, api.EnvSidecarHTTPAddr} {
 		fwEnv.del(k)
 	}
 	fwEnv.set(api.EnvFrameworkSocket, local.Socket)
@@ -107,7 +107,7 @@ func hasEnv(c *corev1.Container, name string) bool {
 // resolveEnv evaluates a container's env the way the kubelet would for the
 // parts a local run can know: literal values with $(VAR) references to
 // earlier variables, and downward-API field references. Secret and
-// ConfigMap references are skipped (the NATS credentials are replaced
+// ConfigMap references are skipped (the NATS token file is replaced
 // anyway).
 func resolveEnv(pod *corev1.Pod, c *corev1.Container) ([][2]string, error) {
 	var out [][2]string

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -37,8 +38,14 @@ type Config struct {
 	Client kubernetes.Interface
 	// NATSURL replaces the Pods' RUNPLANE_NATS_URL.
 	NATSURL string
-	// NATSCredentialsDir replaces RUNPLANE_NATS_CREDENTIALS_DIR; empty drops it.
-	NATSCredentialsDir string
+	// NATSTokenLifetime is the life of each sidecar's NATS token (default
+	// api.NATSTokenExpirationSeconds; at least 10 minutes, the apiserver's
+	// minimum). Every sidecar gets a token of its Pod's ServiceAccount,
+	// bound to its Pod, with the NATS audience, in a file renewed at 80% of
+	// its life, as the kubelet does for the projected volume the webhook
+	// injects; a NATS with runplane's auth callout admits it, one without
+	// auth ignores it.
+	NATSTokenLifetime time.Duration
 	// SidecarBinary and FrameworkBinary are the programs run per Pod
 	// (runplane-sidecar and framework-echo, or any framework that reads
 	// RUNPLANE_FRAMEWORK_SOCKET).
@@ -88,6 +95,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.StopGrace <= 0 {
 		c.StopGrace = 30 * time.Second
+	}
+	if c.NATSTokenLifetime <= 0 {
+		c.NATSTokenLifetime = api.NATSTokenExpirationSeconds * time.Second
 	}
 	if c.RestartDelay <= 0 {
 		c.RestartDelay = time.Second
@@ -310,6 +320,7 @@ type worker struct {
 	httpAddr  string
 	sidecar   *proc
 	framework *proc
+	token     *tokenKeeper
 }
 
 func (r *Runner) startWorker(ctx context.Context, pod *corev1.Pod) (*worker, error) {
@@ -328,17 +339,21 @@ func (r *Runner) startWorker(ctx context.Context, pod *corev1.Pod) (*worker, err
 		return nil, err
 	}
 	w := &worker{uid: pod.UID, dir: dir, sockDir: sockDir, httpAddr: fmt.Sprintf("127.0.0.1:%d", port)}
+	tokenFile := filepath.Join(dir, "nats-token")
 	scEnv, fwEnv, err := PodEnv(pod, Local{
-		NATSURL: r.cfg.NATSURL, NATSCredentialsDir: r.cfg.NATSCredentialsDir,
+		NATSURL: r.cfg.NATSURL, NATSTokenFile: tokenFile,
 		Socket: filepath.Join(sockDir, "framework.sock"), SidecarHTTPAddr: w.httpAddr,
 	})
 	if err != nil {
 		os.RemoveAll(sockDir)
 		return nil, err
 	}
+	w.token = startToken(ctx, r.cfg.Client, pod, tokenFile, r.cfg.NATSTokenLifetime, r.cfg.Logf)
+	// Two separate lists: appending both to one base would let the second
+	// overwrite the first in the shared backing array.
 	base := hostEnv()
-	w.framework = startProc(&r.wg, r.cfg, "framework", filepath.Join(dir, "framework.log"), r.cfg.FrameworkBinary, r.cfg.FrameworkArgs, append(base, fwEnv...))
-	w.sidecar = startProc(&r.wg, r.cfg, "sidecar", filepath.Join(dir, "sidecar.log"), r.cfg.SidecarBinary, r.cfg.SidecarArgs, append(base, scEnv...))
+	w.framework = startProc(&r.wg, r.cfg, "framework", filepath.Join(dir, "framework.log"), r.cfg.FrameworkBinary, r.cfg.FrameworkArgs, slices.Concat(base, fwEnv))
+	w.sidecar = startProc(&r.wg, r.cfg, "sidecar", filepath.Join(dir, "sidecar.log"), r.cfg.SidecarBinary, r.cfg.SidecarArgs, slices.Concat(base, scEnv))
 	return w, nil
 }
 
@@ -347,12 +362,14 @@ func (r *Runner) startWorker(ctx context.Context, pod *corev1.Pod) (*worker, err
 func (w *worker) stop() {
 	w.sidecar.stop()
 	w.framework.stop()
+	w.token.stop()
 	os.RemoveAll(w.sockDir)
 }
 
 func (w *worker) kill() {
 	w.sidecar.kill()
 	w.framework.kill()
+	w.token.stop()
 }
 
 // hostEnv is this process's env without runplane's own variables, so a

@@ -189,8 +189,14 @@ func (m *Mutator) applyPool(pod *corev1.Pod, o Options) error {
 	}
 	socketDir := path.Dir(o.Framework.Socket)
 	upsertVolume(pod, corev1.Volume{Name: VolumeFrameworkSocket, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
-	upsertVolume(pod, corev1.Volume{Name: VolumeNATSCredentials, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-		SecretName: api.NATSCredentialsSecret, DefaultMode: ptr.To(secretDefaultMode)}}})
+	// The sidecar's NATS credential: a token of the Pod's ServiceAccount,
+	// bound to this Pod, for the NATS audience only, rotated by the kubelet.
+	// runplane's auth callout turns it into a NATS user allowed exactly this
+	// worker's subjects; no Secret is involved.
+	upsertVolume(pod, corev1.Volume{Name: VolumeNATSCredentials, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+			Audience: api.NATSTokenAudience, ExpirationSeconds: ptr.To[int64](api.NATSTokenExpirationSeconds), Path: api.NATSTokenPath}}},
+		DefaultMode: ptr.To(secretDefaultMode)}}})
 
 	contract := frameworkEnv(o)
 	for i := range pod.Spec.Containers {
@@ -217,7 +223,7 @@ func (m *Mutator) applyPool(pod *corev1.Pod, o Options) error {
 		corev1.EnvVar{Name: api.EnvNATSURL, Value: m.Config.NATSURL},
 		corev1.EnvVar{Name: api.EnvSubjectPrefix, Value: m.Config.SubjectPrefix},
 		corev1.EnvVar{Name: api.EnvStreamName, Value: m.Config.StreamName},
-		corev1.EnvVar{Name: api.EnvNATSCredentialsDir, Value: api.NATSCredentialsMountDir},
+		corev1.EnvVar{Name: api.EnvNATSTokenFile, Value: api.NATSTokenFile},
 		corev1.EnvVar{Name: api.EnvSidecarHTTPAddr, Value: ":" + strconv.Itoa(api.SidecarHTTPPort)},
 	)
 	sc.VolumeMounts = []corev1.VolumeMount{

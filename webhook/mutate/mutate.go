@@ -37,7 +37,7 @@ var Features = []Feature{FeatureGPUSpec, FeatureStock, FeaturePool, FeatureSSH, 
 const (
 	PauseContainerName     = "pause"
 	VolumeFrameworkSocket  = "runplane-framework-socket"
-	VolumeNATSCredentials  = "runplane-nats-credentials"
+	VolumeNATSCredentials  = "runplane-nats-token"
 	VolumeSSHAuthorizedKey = "runplane-ssh-authorized-keys"
 	VolumeSSHHostKey       = "runplane-ssh-host-key"
 	VolumeSSHBinary        = "runplane-ssh-bin"

@@ -1,6 +1,6 @@
 {{/*
 Names are fixed (runplane-*), not derived from the release name: the components find each other
-and their shared objects (runplane-gpu-specs, runplane-nats-credentials, the runplane-scheduler
+and their shared objects (runplane-gpu-specs, runplane-nats-queue, the runplane-scheduler
 profile, the PriorityClasses) by these names, and the cluster-scoped objects allow one runplane
 per cluster anyway.
 */}}
@@ -85,31 +85,35 @@ nats://runplane-nats.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}:42
 {{- end -}}
 {{- end -}}
 
-{{/* runplane.natsSecretName: the Secret in the release namespace holding the NATS credentials (token, creds, or user and password), or "" when NATS needs none. */}}
-{{- define "runplane.natsSecretName" -}}
+{{/* runplane.natsQueueSecretName: the Secret in the release namespace holding the queue's NATS password (key password). */}}
+{{- define "runplane.natsQueueSecretName" -}}
 {{- if eq .Values.nats.mode "external" -}}
-{{ .Values.nats.external.credentialsSecret }}
-{{- else if .Values.nats.bundled.auth.enabled -}}
-runplane-nats-credentials
+{{ required "nats.external.queuePasswordSecret is required when nats.mode is external (the password of nats.auth.queueUser, key password)" .Values.nats.external.queuePasswordSecret }}
+{{- else -}}
+runplane-nats-queue
 {{- end -}}
 {{- end -}}
 
-{{/* runplane.natsCredentialsVolume: the volume and mount of the NATS credentials, for components that dial NATS. */}}
-{{- define "runplane.natsCredentialsVolume" -}}
-{{- $secret := include "runplane.natsSecretName" . -}}
-{{- if $secret }}
-- name: nats-credentials
+{{/* runplane.natsCalloutVolumes: the queue's NATS password and the auth callout's issuer seed, mounted into the queue only. */}}
+{{- define "runplane.natsCalloutVolumes" -}}
+- name: nats-queue
   secret:
-    secretName: {{ $secret }}
+    secretName: {{ include "runplane.natsQueueSecretName" . }}
     defaultMode: 0440
-{{- end }}
+    items: [{key: password, path: password}]
+- name: nats-callout
+  secret:
+    secretName: {{ .Values.nats.auth.issuerSecret }}
+    defaultMode: 0440
+    items: [{key: seed, path: seed}]
 {{- end -}}
-{{- define "runplane.natsCredentialsMount" -}}
-{{- if include "runplane.natsSecretName" . }}
-- name: nats-credentials
-  mountPath: /var/run/runplane/nats
+{{- define "runplane.natsCalloutMounts" -}}
+- name: nats-queue
+  mountPath: /var/run/runplane/nats-queue
   readOnly: true
-{{- end }}
+- name: nats-callout
+  mountPath: /var/run/runplane/nats-callout
+  readOnly: true
 {{- end -}}
 
 {{/* runplane.namespaceSelector: the webhook never sees kube-system or runplane's own namespace, so runplane can always start and repair itself. Sorted, as webhook.Configurations builds it. */}}
@@ -125,7 +129,7 @@ namespaceSelector:
 {{- end }}
 {{- end -}}
 
-{{/* runplane.controllerNATSArgs: the NATS Pods restricted egress may reach, and the Secret the controller copies into pool namespaces. */}}
+{{/* runplane.controllerNATSArgs: the NATS Pods restricted egress may reach. */}}
 {{- define "runplane.controllerNATSArgs" -}}
 {{- if eq .Values.nats.mode "bundled" -}}
 - --nats-namespace={{ .Release.Namespace }}
@@ -136,9 +140,6 @@ namespaceSelector:
 - --nats-namespace={{ required "nats.external.egress.namespace is required when nats.mode is external (the namespace of the NATS Pods restricted egress may reach)" $e.namespace }}
 - --nats-pod-labels={{ include "runplane.labelList" (required "nats.external.egress.podLabels is required when nats.mode is external" $e.podLabels) }}
 - --nats-port={{ $e.port }}
-{{- end }}
-{{- with include "runplane.natsSecretName" . }}
-- --nats-credentials-secret={{ . }}
 {{- end }}
 {{- end -}}
 

@@ -11,11 +11,22 @@ jetstream {
   max_memory_store: {{ $.Values.nats.bundled.jetstream.maxMemoryStore }}
   max_file_store: {{ $.Values.nats.bundled.jetstream.maxFileStore }}
 }
-{{- if $.Values.nats.bundled.auth.enabled }}
-authorization {
-  token: $NATS_TOKEN
+# The queue is the one configured user; every other client (the worker sidecars) is handed to the
+# queue's auth callout, which admits a Pod-bound ServiceAccount token and places the client in
+# {{ $.Values.nats.auth.account }} with exactly its worker's subjects.
+accounts {
+  {{ $.Values.nats.auth.account }} {
+    jetstream: enabled
+    users: [ { user: {{ $.Values.nats.auth.queueUser | quote }}, password: $NATS_QUEUE_PASSWORD } ]
+  }
 }
-{{- end }}
+authorization {
+  auth_callout {
+    issuer: $NATS_CALLOUT_ISSUER
+    account: {{ $.Values.nats.auth.account }}
+    auth_users: [ {{ $.Values.nats.auth.queueUser | quote }} ]
+  }
+}
 {{- if gt (int $.Values.nats.bundled.replicas) 1 }}
 cluster {
   name: runplane

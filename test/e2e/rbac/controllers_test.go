@@ -67,13 +67,12 @@ func TestControllers(t *testing.T) {
 		podLabels[k] = v
 	}
 	cfg := controllers.Config{
-		RESTConfig:            rec.As(env.RESTConfig(), releaseNS, "runplane-controller"),
-		Namespace:             arg(t, args, "namespace"),
-		Image:                 testImage,
-		ClusterDomain:         arg(t, args, "cluster-domain"),
-		NATS:                  egress.NATSEndpoint{Namespace: arg(t, args, "nats-namespace"), Port: int32(port), PodLabels: podLabels},
-		NATSCredentialsSource: arg(t, args, "nats-credentials-secret"),
-		MetricsAddr:           "0", ProbeAddr: "0",
+		RESTConfig:    rec.As(env.RESTConfig(), releaseNS, "runplane-controller"),
+		Namespace:     arg(t, args, "namespace"),
+		Image:         testImage,
+		ClusterDomain: arg(t, args, "cluster-domain"),
+		NATS:          egress.NATSEndpoint{Namespace: arg(t, args, "nats-namespace"), Port: int32(port), PodLabels: podLabels},
+		MetricsAddr:   "0", ProbeAddr: "0",
 		LeaderElection: arg(t, args, "leader-elect") == "true",
 		Logger:         logr.FromSlogHandler(rec.Logger().Handler()),
 	}
@@ -147,29 +146,26 @@ func TestControllers(t *testing.T) {
 		})
 	})
 
-	t.Run("nats credentials and egress policy", func(t *testing.T) {
-		src, err := client.CoreV1().Secrets(releaseNS).Get(ctx, api.NATSCredentialsSecret, metav1.GetOptions{})
-		require.NoError(t, err, "the chart's NATS credentials")
+	t.Run("egress policy and no NATS credential copy", func(t *testing.T) {
 		worker := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "worker", Labels: map[string]string{api.LabelPool: "echo", api.LabelEgress: api.EgressRestricted}},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox:1.36"}}},
 		}
-		_, err = client.CoreV1().Pods(ns).Create(ctx, worker, metav1.CreateOptions{})
+		_, err := client.CoreV1().Pods(ns).Create(ctx, worker, metav1.CreateOptions{})
 		require.NoError(t, err)
 		eventually(t, rec, 30*time.Second, "the egress NetworkPolicy", func() (bool, error) {
 			_, err := client.NetworkingV1().NetworkPolicies(ns).Get(ctx, egress.PolicyName, metav1.GetOptions{})
 			return err == nil, err
 		})
-		eventually(t, rec, 30*time.Second, "the NATS credentials copied", func() (bool, error) {
-			s, err := client.CoreV1().Secrets(ns).Get(ctx, api.NATSCredentialsSecret, metav1.GetOptions{})
-			return err == nil && len(src.Data["token"]) > 0 && string(s.Data["token"]) == string(src.Data["token"]), err
-		})
-		// The last pool Pod gone, the copy and the policy go (delete).
+		// The policy is the controllers' answer to the Pod; no shared NATS
+		// credential follows it into the namespace any more.
+		_, serr := client.CoreV1().Secrets(ns).Get(ctx, api.NATSCredentialsSecret, metav1.GetOptions{})
+		assert.True(t, apierrors.IsNotFound(serr), "a NATS credentials Secret in the tenant namespace: %v", serr)
+		// The last pool Pod gone, the policy goes (delete).
 		require.NoError(t, client.CoreV1().Pods(ns).Delete(ctx, "worker", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
-		eventually(t, rec, 30*time.Second, "the copy and the policy removed", func() (bool, error) {
+		eventually(t, rec, 30*time.Second, "the policy removed", func() (bool, error) {
 			_, perr := client.NetworkingV1().NetworkPolicies(ns).Get(ctx, egress.PolicyName, metav1.GetOptions{})
-			_, serr := client.CoreV1().Secrets(ns).Get(ctx, api.NATSCredentialsSecret, metav1.GetOptions{})
-			return apierrors.IsNotFound(perr) && apierrors.IsNotFound(serr), fmt.Errorf("policy: %v, secret: %v", perr, serr)
+			return apierrors.IsNotFound(perr), fmt.Errorf("policy: %v", perr)
 		})
 	})
 

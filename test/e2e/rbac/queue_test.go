@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	appsv1 "k8s.io/api/apps/v1"
+	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -35,8 +37,11 @@ import (
 // scales the pool from zero through the scale subresource when an
 // invocation arrives, and, once the worker is idle, marks its Pod with a
 // low pod-deletion-cost and scales back to zero. It dials an embedded NATS
-// with the chart's generated token, read from a credentials directory as
-// the chart mounts it.
+// configured as the chart's (the queue the one user, with the chart's
+// generated password; everyone else through the queue's auth callout, with
+// the chart's issuer), and a worker's Pod-bound token connects through the
+// callout, which reviews it and follows its Pod to the pool's Deployment as
+// runplane-queue.
 func TestQueue(t *testing.T) {
 	install(t)
 	rec := &rbac.Recorder{}
@@ -46,18 +51,34 @@ func TestQueue(t *testing.T) {
 	client := env.Client()
 	ns, pool := queueNS, "echo"
 
-	creds, err := client.CoreV1().Secrets(releaseNS).Get(ctx, api.NATSCredentialsSecret, metav1.GetOptions{})
-	require.NoError(t, err, "the chart's NATS credentials")
-	token := string(creds.Data["token"])
-	credsDir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(credsDir, "token"), []byte(token), 0o600))
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
-		Authorization: token, NoLog: true, NoSigs: true})
+	// The settings the chart passes (queue.yaml): no --namespace (all
+	// namespaces), leader election in the release namespace, its NATS user
+	// and the callout.
+	args := chartArgs(t, "runplane-queue", "queue")
+	user, account := arg(t, args, "nats-user"), arg(t, args, "nats-callout-account")
+	queueSecret, err := client.CoreV1().Secrets(releaseNS).Get(ctx, "runplane-nats-queue", metav1.GetOptions{})
+	require.NoError(t, err, "the chart's NATS password for the queue")
+	callout, err := client.CoreV1().Secrets(releaseNS).Get(ctx, "runplane-nats-callout", metav1.GetOptions{})
+	require.NoError(t, err, "the chart's callout issuer")
+	dir := t.TempDir()
+	pwFile, seedFile := filepath.Join(dir, "password"), filepath.Join(dir, "seed")
+	require.NoError(t, os.WriteFile(pwFile, queueSecret.Data["password"], 0o600))
+	require.NoError(t, os.WriteFile(seedFile, callout.Data["seed"], 0o600))
+	conf := filepath.Join(dir, "nats.conf")
+	require.NoError(t, os.WriteFile(conf, fmt.Appendf(nil, `listen: "127.0.0.1:-1"
+jetstream { store_dir: %q }
+accounts { %s { jetstream: enabled, users: [ { user: %q, password: %q } ] } }
+authorization { auth_callout { issuer: %q, account: %s, auth_users: [ %q ] } }
+`, filepath.Join(dir, "js"), account, user, queueSecret.Data["password"], callout.Data["issuer"], account, user), 0o600))
+	opts, err := server.ProcessConfigFile(conf)
+	require.NoError(t, err)
+	opts.NoLog, opts.NoSigs = true, true
+	srv, err := server.NewServer(opts)
 	require.NoError(t, err)
 	go srv.Start()
 	t.Cleanup(srv.Shutdown)
 	require.True(t, srv.ReadyForConnections(10*time.Second), "nats not ready")
-	nc, err := nats.Connect(srv.ClientURL(), nats.Token(token))
+	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, string(queueSecret.Data["password"])))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 
@@ -79,12 +100,9 @@ func TestQueue(t *testing.T) {
 	marked := make(chan string, 1)
 	go kubelet(ctx, nc, ns, pool, marked)
 
-	// The settings the chart passes (queue.yaml): no --namespace (all
-	// namespaces), leader election in the release namespace.
-	args := chartArgs(t, "runplane-queue", "queue")
-	require.Contains(t, args, "nats-credentials-dir", "the chart mounts NATS credentials for the queue")
 	cfg := queue.Config{
-		NATSURL: srv.ClientURL(), InsecureDisableCallerAuth: true, NATSCredentialsDir: credsDir, Listen: "127.0.0.1:0",
+		NATSURL: srv.ClientURL(), NATSUser: user, NATSPasswordFile: pwFile, Listen: "127.0.0.1:0", InsecureDisableCallerAuth: true,
+		Callout:        queue.CalloutConfig{IssuerSeedFile: seedFile, Account: account},
 		RESTConfig:     rec.As(env.RESTConfig(), releaseNS, "runplane-queue"),
 		Namespace:      args["namespace"],
 		LeaderElection: arg(t, args, "leader-elect") == "true", LeaseNamespace: arg(t, args, "leader-election-namespace"), Identity: "rbac-test",
@@ -134,6 +152,23 @@ func TestQueue(t *testing.T) {
 	r.Body.Close()
 	require.Equal(t, http.StatusAccepted, r.StatusCode, "invoke")
 	eventually(t, rec, 30*time.Second, "scale from zero", func() (bool, error) { return replicas() == 1, nil })
+	var worker *corev1.Pod
+	eventually(t, rec, 30*time.Second, "the worker Pod", func() (bool, error) {
+		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: api.LabelPool + "=" + pool})
+		if err != nil || len(pods.Items) == 0 {
+			return false, err
+		}
+		worker = &pods.Items[0]
+		return true, nil
+	})
+	tr, err := client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, worker.Spec.ServiceAccountName, &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
+		Audiences: []string{api.NATSTokenAudience}, ExpirationSeconds: ptr.To[int64](600),
+		BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: worker.Name, UID: worker.UID},
+	}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	wc, err := nats.Connect(srv.ClientURL(), nats.Token(tr.Status.Token), nats.NoReconnect(), nats.Timeout(10*time.Second))
+	require.NoError(t, err, "the worker's Pod-bound token through the queue's callout")
+	wc.Close()
 	eventually(t, rec, 30*time.Second, "the invocation to succeed", func() (bool, error) {
 		r, err := http.Get(base + "/v1/namespaces/" + ns + "/invocations/rbac-1")
 		if err != nil {

@@ -1,0 +1,119 @@
+package queue
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+
+	"github.com/runplane/runplane/internal/natscallout"
+)
+
+// CalloutConfig turns on the NATS auth callout: every queue replica answers
+// nats-server's authorization requests for the worker sidecars (a queue
+// group, no leader election), authenticating each sidecar's projected
+// ServiceAccount token with the apiserver and granting exactly its
+// worker's subjects.
+type CalloutConfig struct {
+	// IssuerSeedFile holds the issuer account nkey seed ("SA..."); its
+	// public key is the server's auth_callout.issuer. Empty: no callout
+	// (a NATS without auth, or one whose workers authenticate otherwise).
+	IssuerSeedFile string
+	// Account is the account the workers' users are placed in: the
+	// server's auth_callout.account, where the queue's own user and the
+	// stream live (default DefaultCalloutAccount).
+	Account string
+	// MaxTTL caps a worker's NATS user even when its token lives longer
+	// (default 1h).
+	MaxTTL time.Duration
+}
+
+// DefaultCalloutAccount is the NATS account of runplane's users.
+const DefaultCalloutAccount = "RUNPLANE"
+
+// natsAuthOptions are the queue's own credentials: a user of the server's
+// auth_callout.auth_users, whose password is read from a file (a Secret
+// in runplane's namespace, never in a tenant's).
+func natsAuthOptions(cfg Config) ([]nats.Option, error) {
+	if cfg.NATSUser == "" && cfg.NATSPasswordFile == "" {
+		return nil, nil
+	}
+	if cfg.NATSUser == "" || cfg.NATSPasswordFile == "" {
+		return nil, fmt.Errorf("queue: the NATS user and password file go together (user %q, password file %q)", cfg.NATSUser, cfg.NATSPasswordFile)
+	}
+	pw, err := readSecretFile(cfg.NATSPasswordFile)
+	if err != nil {
+		return nil, fmt.Errorf("queue: NATS password: %w", err)
+	}
+	return []nats.Option{nats.UserInfo(cfg.NATSUser, pw)}, nil
+}
+
+// newCallout builds the callout Runnable on the queue's connection.
+func newCallout(cfg CalloutConfig, nc *nats.Conn, kube kubernetes.Interface, permit natscallout.Permit, reg prometheus.Registerer, log *slog.Logger) (*callout, error) {
+	if kube == nil {
+		return nil, fmt.Errorf("queue: the NATS auth callout needs a Kubernetes config")
+	}
+	seed, err := readSecretFile(cfg.IssuerSeedFile)
+	if err != nil {
+		return nil, fmt.Errorf("queue: NATS callout issuer: %w", err)
+	}
+	issuer, err := nkeys.FromSeed([]byte(seed))
+	if err != nil {
+		return nil, fmt.Errorf("queue: NATS callout issuer seed in %s: %w", cfg.IssuerSeedFile, err)
+	}
+	if pub, err := issuer.PublicKey(); err != nil || !nkeys.IsValidPublicAccountKey(pub) {
+		return nil, fmt.Errorf("queue: NATS callout issuer seed in %s is not an account key (its public key must start with A)", cfg.IssuerSeedFile)
+	}
+	return &callout{
+		nc: nc,
+		responder: &natscallout.Responder{
+			Issuer:  issuer,
+			Account: cmp.Or(cfg.Account, DefaultCalloutAccount),
+			Auth:    &natscallout.KubeAuthenticator{Client: kube, Audience: natscallout.Audience},
+			Permit:  permit,
+			MaxTTL:  cmp.Or(cfg.MaxTTL, time.Hour),
+			Clock:   clock.RealClock{},
+		},
+		metrics: natscallout.NewMetrics(reg),
+		log:     log.With("component", "nats-callout"),
+	}, nil
+}
+
+// callout serves the auth callout on every replica: requests are shared
+// by the replicas' queue group, so it needs no leader.
+type callout struct {
+	nc        *nats.Conn
+	responder *natscallout.Responder
+	metrics   *natscallout.Metrics
+	log       *slog.Logger
+}
+
+// Start implements manager.Runnable.
+func (c *callout) Start(ctx context.Context) error {
+	c.log.Info("serving the NATS auth callout", "account", c.responder.Account)
+	return natscallout.Serve(ctx, c.nc, c.responder, c.metrics, c.log)
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (c *callout) NeedLeaderElection() bool { return false }
+
+func readSecretFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return s, nil
+}

@@ -1,0 +1,34 @@
+package queue
+
+import (
+	"github.com/nats-io/jwt/v2"
+
+	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/internal/natscallout"
+	"github.com/runplane/runplane/queue/stream"
+)
+
+// WorkerPermit grants a worker sidecar exactly the subjects of the queue's
+// layout that the sidecar uses (see natscallout.WorkerPermissions).
+func WorkerPermit(sc stream.Config) natscallout.Permit {
+	subj := messages.Subjects{Prefix: sc.Prefix}
+	return func(id natscallout.Identity) jwt.Permissions {
+		return natscallout.WorkerPermissions(workerSubjects(subj, sc.Stream, id))
+	}
+}
+
+// workerSubjects is one worker's share of the layout: its consumer on the
+// stream, filtered to its dispatch subject; its cancels; its pool's
+// results, events and sync replies, in its own namespace; its own inbox.
+func workerSubjects(subj messages.Subjects, streamName string, id natscallout.Identity) natscallout.WorkerSubjects {
+	ns, pool, worker := id.Namespace, id.Pool, id.Worker
+	return natscallout.WorkerSubjects{
+		Stream:   streamName,
+		Consumer: messages.ConsumerName(ns, pool, worker),
+		Dispatch: subj.Dispatch(ns, pool, worker),
+		Cancel:   subj.Cancel(ns, pool, worker),
+		Publish:  []string{subj.Result(ns, pool), subj.Metrics(ns, pool)},
+		Replies:  subj.Reply(ns, pool) + ".>",
+		Inbox:    messages.WorkerInbox(ns, pool, worker),
+	}
+}

@@ -1,0 +1,103 @@
+package queue
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/nats-io/nkeys"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/internal/natscallout"
+	"github.com/runplane/runplane/queue/stream"
+)
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "f")
+	require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
+	return p
+}
+
+func TestNATSAuthOptions(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		cfg      Config
+		wantOpts int
+		wantErr  string
+	}{
+		{name: "none", cfg: Config{}},
+		{name: "user and password", cfg: Config{NATSUser: "q", NATSPasswordFile: writeFile(t, "pw\n")}, wantOpts: 1},
+		{name: "user alone", cfg: Config{NATSUser: "q"}, wantErr: "go together"},
+		{name: "password alone", cfg: Config{NATSPasswordFile: "/x"}, wantErr: "go together"},
+		{name: "empty password", cfg: Config{NATSUser: "q", NATSPasswordFile: writeFile(t, " \n")}, wantErr: "is empty"},
+		{name: "missing password file", cfg: Config{NATSUser: "q", NATSPasswordFile: "/nonexistent/pw"}, wantErr: "no such file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts, err := natsAuthOptions(tc.cfg)
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			assert.Len(t, opts, tc.wantOpts)
+		})
+	}
+}
+
+func TestNewCallout(t *testing.T) {
+	account, err := nkeys.CreateAccount()
+	require.NoError(t, err)
+	accountSeed, err := account.Seed()
+	require.NoError(t, err)
+	user, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	userSeed, err := user.Seed()
+	require.NoError(t, err)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	permit := WorkerPermit(stream.Config{}.WithDefaults())
+	for _, tc := range []struct {
+		name    string
+		seed    string
+		noKube  bool
+		wantErr string
+	}{
+		{name: "account seed", seed: writeFile(t, string(accountSeed))},
+		{name: "user seed", seed: writeFile(t, string(userSeed)), wantErr: "not an account key"},
+		{name: "not a seed", seed: writeFile(t, "SAnonsense"), wantErr: "issuer seed"},
+		{name: "missing file", seed: "/nonexistent/seed", wantErr: "no such file"},
+		{name: "no Kubernetes", seed: writeFile(t, string(accountSeed)), noKube: true, wantErr: "needs a Kubernetes config"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var kube kubernetes.Interface
+			if !tc.noKube {
+				kube = fake.NewClientset()
+			}
+			c, err := newCallout(CalloutConfig{IssuerSeedFile: tc.seed}, nil, kube, permit, nil, log)
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, DefaultCalloutAccount, c.responder.Account)
+			assert.False(t, c.NeedLeaderElection(), "every replica answers")
+		})
+	}
+}
+
+// TestWorkerSubjects pins the grant to the namespaced layout the sidecar
+// uses.
+func TestWorkerSubjects(t *testing.T) {
+	got := workerSubjects(messages.Subjects{Prefix: "rs"}, "RS", natscallout.Identity{Namespace: "team-a", Pool: "echo", Worker: "echo-1"})
+	assert.Equal(t, natscallout.WorkerSubjects{
+		Stream: "RS", Consumer: "team-a_echo_echo-1", Dispatch: "rs.dispatch.team-a.echo.echo-1", Cancel: "rs.cancel.team-a.echo.echo-1",
+		Publish: []string{"rs.result.team-a.echo", "rs.metrics.team-a.echo"}, Replies: "rs.reply.team-a.echo.>",
+		Inbox: "_INBOX_RP.team-a.echo.echo-1",
+	}, got)
+}

@@ -1,0 +1,70 @@
+package sidecar
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// natsOptions are the sidecar's connect options. Its credential is the
+// projected ServiceAccount token in cfg.NATSTokenFile, which nats-server
+// hands to runplane's auth callout; the callout answers with a NATS user
+// allowed exactly this worker's subjects, expiring with the token. The file
+// is read again on every (re)connect: the kubelet rewrites it before it
+// expires, the server closes the connection when the user expires, and the
+// reconnect presents the new token. An unreadable file at start is an
+// error; later it is logged (the connect is then refused and retried).
+func (s *Sidecar) natsOptions() ([]nats.Option, error) {
+	opts := []nats.Option{
+		nats.Name("runplane-sidecar/" + s.cfg.WorkerNamespace + "/" + s.cfg.Pool + "/" + s.cfg.WorkerName),
+		// The queue's NATS may start after the worker: keep trying, and let
+		// readiness say whether we are connected.
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(500 * time.Millisecond),
+		// A refusal while the callout is briefly away (a queue rollout) or
+		// the token is being rotated must not end the reconnects for good.
+		nats.IgnoreAuthErrorAbort(),
+		nats.CustomInboxPrefix(s.inbox),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if sub != nil {
+				s.log.Warn("NATS", "subject", sub.Subject, "err", err)
+				return
+			}
+			s.log.Warn("NATS", "err", err)
+		}),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				s.log.Info("NATS disconnected; reconnecting", "err", err)
+			}
+		}),
+	}
+	if s.cfg.NATSTokenFile == "" {
+		return opts, nil
+	}
+	if _, err := readToken(s.cfg.NATSTokenFile); err != nil {
+		return nil, err
+	}
+	return append(opts, nats.TokenHandler(func() string {
+		tok, err := readToken(s.cfg.NATSTokenFile)
+		if err != nil {
+			s.log.Error("NATS token unreadable; the connect will be refused", "err", err)
+		}
+		return tok
+	})), nil
+}
+
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("reading the NATS token: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("reading the NATS token: %s is empty", path)
+	}
+	return tok, nil
+}

@@ -1,0 +1,281 @@
+package tenancy
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/stream"
+)
+
+// queueNATS is a real nats-server configured as make dev and the chart
+// configure it (the queue the one user, everyone else through the auth
+// callout), with the real queue service serving the callout.
+type queueNATS struct {
+	srv      *server.Server
+	internal *nats.Conn // the queue's own user
+	subj     messages.Subjects
+	stream   string
+}
+
+func startQueueNATS(t *testing.T, ctx context.Context) *queueNATS {
+	t.Helper()
+	dir := t.TempDir()
+	issuer, err := nkeys.CreateAccount()
+	require.NoError(t, err)
+	issuerPub, err := issuer.PublicKey()
+	require.NoError(t, err)
+	seed, err := issuer.Seed()
+	require.NoError(t, err)
+	seedFile, pwFile := filepath.Join(dir, "issuer.nk"), filepath.Join(dir, "password")
+	require.NoError(t, os.WriteFile(seedFile, seed, 0o600))
+	require.NoError(t, os.WriteFile(pwFile, []byte("queue-secret"), 0o600))
+	conf := filepath.Join(dir, "nats.conf")
+	require.NoError(t, os.WriteFile(conf, fmt.Appendf(nil, `
+listen: "127.0.0.1:-1"
+jetstream { store_dir: %q }
+accounts { %[2]s { jetstream: enabled, users: [ { user: runplane-queue, password: queue-secret } ] } }
+authorization { auth_callout { issuer: %[3]q, account: %[2]s, auth_users: [ runplane-queue ] } }
+`, filepath.Join(dir, "js"), queue.DefaultCalloutAccount, issuerPub), 0o600))
+	opts, err := server.ProcessConfigFile(conf)
+	require.NoError(t, err)
+	opts.NoSigs, opts.NoLog = true, true
+	srv, err := server.NewServer(opts)
+	require.NoError(t, err)
+	go srv.Start()
+	require.True(t, srv.ReadyForConnections(10*time.Second), "nats-server did not start")
+	t.Cleanup(srv.Shutdown)
+
+	sc := stream.Config{}.WithDefaults()
+	qctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- queue.Run(qctx, queue.Config{
+			NATSURL: srv.ClientURL(), NATSUser: "runplane-queue", NATSPasswordFile: pwFile,
+			Callout:    queue.CalloutConfig{IssuerSeedFile: seedFile},
+			RESTConfig: env.RESTConfig(), Namespace: "natsauth-none", DisableIngress: true,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+	}()
+	t.Cleanup(func() {
+		stop()
+		assert.NoError(t, <-done, "queue.Run")
+	})
+	internal, err := nats.Connect(srv.ClientURL(), nats.UserInfo("runplane-queue", "queue-secret"))
+	require.NoError(t, err)
+	t.Cleanup(internal.Close)
+	js, err := jetstream.New(internal)
+	require.NoError(t, err)
+	// The queue creates the stream, then serves the callout: a worker can
+	// connect once the callout's subscription is there.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, err := js.Stream(ctx, sc.Stream)
+		require.NoError(c, err)
+	}, 30*time.Second, 50*time.Millisecond, "the queue's stream")
+	require.Eventually(t, func() bool {
+		subs, err := srv.Subsz(&server.SubszOptions{Subscriptions: true, Test: "$SYS.REQ.USER.AUTH", Account: queue.DefaultCalloutAccount})
+		return err == nil && subs.Total > 0
+	}, 30*time.Second, 50*time.Millisecond, "the queue's callout")
+	return &queueNATS{srv: srv, internal: internal, subj: messages.Subjects{Prefix: sc.Prefix}, stream: sc.Stream}
+}
+
+// connect presents token as a sidecar does, its violations on the channel.
+func (q *queueNATS) connect(token, inbox string) (*nats.Conn, <-chan error, error) {
+	violations := make(chan error, 16)
+	opts := []nats.Option{nats.Token(token), nats.NoReconnect(), nats.Timeout(10 * time.Second),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err })}
+	if inbox != "" {
+		opts = append(opts, nats.CustomInboxPrefix(inbox))
+	}
+	nc, err := nats.Connect(q.srv.ClientURL(), opts...)
+	return nc, violations, err
+}
+
+// TestSidecarNATSIdentity runs the real queue's auth callout on a real
+// nats-server against the real apiserver: a worker's Pod-bound token gives
+// it its own subjects and nothing else (the server's permission violation
+// is the proof), and every token that is not a live pool Pod's is refused.
+func TestSidecarNATSIdentity(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	tenant(t, "nats-a", "worker")
+	tenant(t, "nats-b", "worker")
+	podA := poolPod(t, "nats-a", "echo")
+	podB := poolPod(t, "nats-b", "echo")
+	q := startQueueNATS(t, ctx)
+	audience := []string{api.NATSTokenAudience}
+	ns, pool, w := "nats-a", "echo", podA.Name
+
+	nc, violations, err := q.connect(token(t, ns, "worker", audience, bound(podA)), messages.WorkerInbox(ns, pool, w))
+	require.NoError(t, err, "the worker's own token")
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ijs, err := jetstream.New(q.internal)
+	require.NoError(t, err)
+
+	t.Run("the sidecar's own calls work", func(t *testing.T) {
+		cons, err := js.CreateOrUpdateConsumer(ctx, q.stream, jetstream.ConsumerConfig{
+			Durable: messages.ConsumerName(ns, pool, w), FilterSubject: q.subj.Dispatch(ns, pool, w), AckPolicy: jetstream.AckExplicitPolicy,
+		})
+		require.NoError(t, err)
+		cancels, err := nc.SubscribeSync(q.subj.Cancel(ns, pool, w))
+		require.NoError(t, err)
+		require.NoError(t, nc.Flush())
+		_, err = ijs.Publish(ctx, q.subj.Dispatch(ns, pool, w), []byte("work"))
+		require.NoError(t, err)
+		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		require.NoError(t, err)
+		assert.Equal(t, "work", string(msg.Data()))
+		results, err := q.internal.SubscribeSync(q.subj.Result(ns, pool))
+		require.NoError(t, err)
+		require.NoError(t, q.internal.Flush())
+		_, err = js.Publish(ctx, q.subj.Result(ns, pool), []byte("result"))
+		require.NoError(t, err)
+		got, err := results.NextMsg(5 * time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, "result", string(got.Data))
+		require.NoError(t, nc.Publish(q.subj.Metrics(ns, pool), []byte("heartbeat")))
+		require.NoError(t, nc.Publish(q.subj.Reply(ns, pool)+".replica-1.inv-1", []byte("sync answer")))
+		require.NoError(t, msg.DoubleAck(ctx))
+		require.NoError(t, q.internal.Publish(q.subj.Cancel(ns, pool, w), []byte("cancel")))
+		_, err = cancels.NextMsg(5 * time.Second)
+		require.NoError(t, err)
+		select {
+		case err := <-violations:
+			require.NoError(t, err, "a violation on the worker's own subjects")
+		default:
+		}
+	})
+
+	other := func(kind string) string { return q.subj.Prefix + "." + kind + ".nats-b.echo" }
+	attempts := []struct {
+		name string
+		try  func(ctx context.Context) error
+		want string
+	}{
+		{name: "subscribe to another namespace's dispatches", want: other("dispatch") + "." + podB.Name,
+			try: func(context.Context) error {
+				_, err := nc.SubscribeSync(q.subj.Dispatch("nats-b", "echo", podB.Name))
+				return err
+			}},
+		{name: "subscribe to every dispatch", want: q.subj.Prefix + ".dispatch.>",
+			try: func(context.Context) error { _, err := nc.SubscribeSync(q.subj.Prefix + ".dispatch.>"); return err }},
+		{name: "publish a fake result for another pool", want: other("result"),
+			try: func(context.Context) error { return nc.Publish(q.subj.Result("nats-b", "echo"), []byte("forged")) }},
+		{name: "answer another tenant's sync caller", want: other("reply") + ".replica-1.inv-1",
+			try: func(context.Context) error {
+				return nc.Publish(q.subj.Reply("nats-b", "echo")+".replica-1.inv-1", []byte("forged"))
+			}},
+		{name: "a consumer on another worker's dispatches", want: "$JS.API.CONSUMER.CREATE." + q.stream + "." + messages.ConsumerName(ns, pool, w),
+			try: func(ctx context.Context) error {
+				_, err := js.CreateOrUpdateConsumer(ctx, q.stream, jetstream.ConsumerConfig{
+					Durable: messages.ConsumerName(ns, pool, w), FilterSubject: q.subj.Dispatch("nats-b", "echo", podB.Name)})
+				return err
+			}},
+		{name: "pull from another worker's consumer", want: "$JS.API.CONSUMER.MSG.NEXT." + q.stream + "." + messages.ConsumerName("nats-b", "echo", podB.Name),
+			try: func(context.Context) error {
+				_, err := nc.Request("$JS.API.CONSUMER.MSG.NEXT."+q.stream+"."+messages.ConsumerName("nats-b", "echo", podB.Name), []byte(`{"batch":1}`), time.Second)
+				return err
+			}},
+		{name: "list streams", want: "$JS.API.STREAM.NAMES",
+			try: func(ctx context.Context) error {
+				names := js.StreamNames(ctx)
+				for range names.Name() {
+				}
+				return names.Err()
+			}},
+		{name: "read the invocation records bucket", want: "$JS.API.STREAM.INFO.KV_",
+			try: func(ctx context.Context) error {
+				_, err := js.KeyValue(ctx, stream.Config{}.WithDefaults().RecordsBucket)
+				return err
+			}},
+		{name: "listen to another worker's inbox", want: "_INBOX_RP.nats-b.>",
+			try: func(context.Context) error { _, err := nc.SubscribeSync("_INBOX_RP.nats-b.>"); return err }},
+		{name: "answer the auth callout", want: "$SYS.REQ.USER.AUTH",
+			try: func(context.Context) error { _, err := nc.SubscribeSync("$SYS.REQ.USER.AUTH"); return err }},
+	}
+	for _, a := range attempts {
+		t.Run(a.name, func(t *testing.T) {
+			actx, acancel := context.WithTimeout(ctx, time.Second)
+			defer acancel()
+			_ = a.try(actx) // refused asynchronously: the violation below is the verdict
+			require.NoError(t, nc.Flush())
+			select {
+			case err := <-violations:
+				require.ErrorContains(t, err, "Permissions Violation")
+				require.ErrorContains(t, err, a.want)
+			case <-ctx.Done():
+				t.Fatal("no permission violation")
+			}
+		})
+	}
+
+	t.Run("refused tokens", func(t *testing.T) {
+		doomed := poolPod(t, "nats-b", "doomed")
+		doomedToken := token(t, "nats-b", "worker", audience, bound(doomed))
+		require.NoError(t, env.Client().AppsV1().Deployments("nats-b").Delete(ctx, "doomed", metav1.DeleteOptions{}))
+		require.NoError(t, env.Client().CoreV1().Pods("nats-b").Delete(ctx, doomed.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			_, err := env.Client().CoreV1().Pods("nats-b").Get(ctx, doomed.Name, metav1.GetOptions{})
+			require.Error(c, err)
+		}, 30*time.Second, 100*time.Millisecond, "the Pod gone")
+		bare, err := env.Client().CoreV1().Pods("nats-b").Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "impostor", Labels: map[string]string{api.LabelPool: "echo"}}, Spec: podSpec(),
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		good := token(t, "nats-b", "worker", audience, bound(podB))
+		cases := map[string]string{
+			"no token":                    "",
+			"not bound to a Pod":          token(t, "nats-b", "worker", audience, nil),
+			"bound to a deleted Pod":      doomedToken,
+			"bound to a bare pool Pod":    token(t, "nats-b", "worker", audience, bound(bare)),
+			"apiserver audience":          token(t, "nats-b", "worker", nil, bound(podB)),
+			"forged (claims rewritten)":   forge(t, good),
+			"forged (not a token at all)": "eyJhbGciOiJub25lIn0.e30.",
+		}
+		for name, tok := range cases {
+			t.Run(name, func(t *testing.T) {
+				nc, _, err := q.connect(tok, "")
+				if err == nil {
+					nc.Close()
+				}
+				require.Error(t, err)
+				assert.Contains(t, strings.ToLower(err.Error()), "authorization violation")
+			})
+		}
+	})
+}
+
+// forge rewrites the payload of a real token to name another Pod, keeping
+// its signature: what a tenant holding one token could try.
+func forge(t *testing.T, tok string) string {
+	t.Helper()
+	parts := strings.Split(tok, ".")
+	require.Len(t, parts, 3)
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	require.NoError(t, err)
+	forged := strings.ReplaceAll(string(payload), "nats-b", "nats-a")
+	require.NotEqual(t, string(payload), forged)
+	return parts[0] + "." + base64.RawURLEncoding.EncodeToString([]byte(forged)) + "." + parts[2]
+}
