@@ -17,6 +17,7 @@ import (
 // Paths the webhook serves admission reviews on.
 const (
 	MutatePodsPath   = "/mutate-pods"
+	ValidatePodsPath = "/validate-pods"
 	ValidatePVCsPath = "/validate-pvcs"
 )
 

@@ -223,7 +223,7 @@ func Run(ctx context.Context, cfg Config) error {
 	srv := webhook.NewServer(webhook.Options{Host: host, Port: port, WebhookMux: mux, TLSOpts: []func(*tls.Config){func(c *tls.Config) {
 		c.MinVersion, c.GetCertificate = tls.VersionTLS12, getCert
 	}}})
-	hs, err := hooks(mutator, metrics, log)
+	hs, err := hooks(mutator, cfg.Namespace, metrics, log)
 	if err != nil {
 		return err
 	}
