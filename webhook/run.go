@@ -86,8 +86,9 @@ type WebhooksConfig struct {
 	// Name of the Mutating- and ValidatingWebhookConfiguration (default
 	// runplane-webhook).
 	Name string
-	// Manage makes Run create and update both objects from Configurations
-	// (make dev, tests). Otherwise (the chart owns them) Run only patches
+	// Manage makes Run create and update both objects from Configurations,
+	// and runplane's ValidatingAdmissionPolicies from Policies (make dev,
+	// tests). Otherwise (the chart owns them) Run only patches
 	// their caBundle when it drifts.
 	Manage bool
 	// URL or Service, for Manage: see ConfigurationOptions.
@@ -96,6 +97,9 @@ type WebhooksConfig struct {
 	// Resync re-checks the objects at least this often (default 1m); a
 	// watch re-checks them at once when they change.
 	Resync time.Duration
+	// GPUPolicy, for Manage: the GPUs of the runplane-gpu policy
+	// (default DefaultGPUPolicy()).
+	GPUPolicy *GPUPolicy
 }
 
 func (c *Config) defaults() error {
@@ -125,6 +129,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Webhooks.Name == "" {
 		c.Webhooks.Name = DefaultConfigurationName
+	}
+	if c.Webhooks.GPUPolicy == nil {
+		c.Webhooks.GPUPolicy = DefaultGPUPolicy()
 	}
 	if c.Webhooks.Resync == 0 {
 		c.Webhooks.Resync = time.Minute
