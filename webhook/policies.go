@@ -111,13 +111,14 @@ func Policies(o PolicyOptions) ([]*admissionregistrationv1.ValidatingAdmissionPo
 }
 
 func gpuPolicy(g *GPUPolicy) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	resources := slices.Compact(slices.Sorted(slices.Values(g.Resources)))
 	isGPU := "r in variables.gpuResources || variables.gpuPrefixes.exists(p, r.startsWith(p))"
 	return policy(api.PolicyGPU, podRules([]admissionregistrationv1.OperationType{admissionregistrationv1.Create}, "pods"), nil,
 		[]admissionregistrationv1.Variable{
 			{Name: "labels", Expression: "object.metadata.?labels.orValue({})"},
 			{Name: "gpuSpec", Expression: "'" + api.LabelGPUSpec + "' in variables.labels"},
 			{Name: "stock", Expression: "'" + api.LabelStock + "' in variables.labels"},
-			{Name: "gpuResources", Expression: celList(g.Resources)},
+			{Name: "gpuResources", Expression: celList(resources)},
 			{Name: "gpuPrefixes", Expression: celList(g.Prefixes)},
 			{Name: "gpuContainers", Expression: "(object.spec.?containers.orValue([]) + object.spec.?initContainers.orValue([])).filter(c, " +
 				"c.?resources.?requests.orValue({}).exists(r, " + isGPU + ") || c.?resources.?limits.orValue({}).exists(r, " + isGPU + ")).map(c, c.name)"},

@@ -150,3 +150,10 @@ namespaceSelector:
 {{- end -}}
 {{- join "," $out -}}
 {{- end -}}
+
+{{/* runplane.celList: a list of strings as a CEL list literal, as webhook.Policies writes it. */}}
+{{- define "runplane.celList" -}}
+{{- $quoted := list -}}
+{{- range . }}{{ $quoted = append $quoted (printf "'%s'" (. | replace "\\" "\\\\" | replace "'" "\\'")) }}{{ end -}}
+[{{ join ", " $quoted }}]
+{{- end -}}
