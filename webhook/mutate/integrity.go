@@ -184,6 +184,20 @@ func verifyReserved(in, out *corev1.Pod, reserved []reservedContainer) error {
 			return &ReservedError{Kind: "volume", Name: v.Name, Field: fmt.Sprintf("spec.volumes[%d]", i)}
 		}
 	}
+	// The volumes the Pod came with keep their order (a reinvocation
+	// must yield an empty patch); new ones follow.
+	var ordered []corev1.Volume
+	for _, v := range in.Spec.Volumes {
+		if j := slices.IndexFunc(out.Spec.Volumes, func(o corev1.Volume) bool { return o.Name == v.Name }); j >= 0 {
+			ordered = append(ordered, out.Spec.Volumes[j])
+		}
+	}
+	for _, o := range out.Spec.Volumes {
+		if !slices.ContainsFunc(in.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == o.Name }) {
+			ordered = append(ordered, o)
+		}
+	}
+	out.Spec.Volumes = ordered
 	return nil
 }
 
