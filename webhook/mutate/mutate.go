@@ -31,8 +31,9 @@ const (
 // Features lists every feature in the order they are applied and recorded.
 var Features = []Feature{FeatureGPUSpec, FeatureStock, FeaturePool, FeatureSSH, FeatureStorageGate}
 
-// Names of what runplane adds to a Pod. The runplane- prefix is reserved:
-// a user container or volume of the same name is replaced.
+// Names of what runplane adds to a Pod. The runplane- prefix is reserved
+// (api.ReservedPrefix): an incoming container or volume with such a name
+// must be exactly what runplane injects, else the Pod is denied.
 const (
 	PauseContainerName     = "pause"
 	VolumeFrameworkSocket  = "runplane-framework-socket"
