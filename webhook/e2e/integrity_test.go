@@ -72,16 +72,29 @@ func tenantNamespace(t *testing.T, ns string) string {
 	return ns
 }
 
-// waitPolicies waits until the API server enforces runplane's admission
-// policies (they are picked up asynchronously after creation).
+// waitPolicies waits until the API server enforces each of runplane's
+// admission policies (it picks up policies and bindings asynchronously,
+// each on its own).
 func waitPolicies(t *testing.T, ns string) {
 	t.Helper()
+	ctx := context.Background()
 	mallory := as(t, tenantUser)
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	_, err := mallory.CoreV1().Pods(ns).Create(ctx, plainPod("policy-probe"), metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{api.LabelSSH: api.SSHEnabled}}})
+	require.NoError(t, err)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		_, err := mallory.CoreV1().Pods(ns).Create(context.Background(), plainPod("policy-probe", func(p *corev1.Pod) {
+		_, err := mallory.CoreV1().Pods(ns).Create(ctx, plainPod("gpu-probe", func(p *corev1.Pod) {
 			p.Spec.PriorityClassName = api.PriorityClassWorkload
-		}), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		require.Error(c, err, "runplane's admission policies not enforced")
+		}), dryRun)
+		require.Error(c, err, "policy runplane-gpu not enforced")
+		_, err = mallory.CoreV1().Pods(ns).Create(ctx, plainPod("managed-probe", labelled(map[string]string{api.LabelManagedBy: api.ManagedByController}, nil)), dryRun)
+		require.Error(c, err, "policy runplane-managed-by not enforced")
+		_, err = mallory.CoreV1().Pods(ns).Patch(ctx, "policy-probe", types.MergePatchType, body, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		require.Error(c, err, "policy runplane-pod-keys not enforced")
 	}, 30*time.Second, 200*time.Millisecond)
 }
 
