@@ -42,7 +42,9 @@ func DefaultGPUPolicy() *GPUPolicy {
 //     runplane.io/ labels and annotations stay as they were at creation
 //     unless runplane's ServiceAccounts (or a cluster admin) change them:
 //     removing runplane.io/egress, adding runplane.io/ssh or
-//     ssh-service-type later, rewriting runplane.io/injected are denied.
+//     ssh-service-type later, rewriting runplane.io/injected are denied;
+//     so are a new image for a runplane-* container and removing the
+//     storage gate.
 //   - runplane-managed-by: only runplane's ServiceAccounts, the Kubernetes
 //     controllers (kube-system, kube-controller-manager) and cluster admins
 //     set app.kubernetes.io/managed-by=runplane-controller on a Pod or on a
@@ -70,12 +72,25 @@ func Policies(o PolicyOptions) ([]*admissionregistrationv1.ValidatingAdmissionPo
 				{Name: "oldAnnotations", Expression: "oldObject.metadata.?annotations.orValue({})"},
 				{Name: "newAnnotations", Expression: "object.metadata.?annotations.orValue({})"},
 				{Name: "changed", Expression: changedKeys("label", "Labels") + " + " + changedKeys("annotation", "Annotations")},
+				{Name: "changedImages", Expression: "(object.spec.?initContainers.orValue([]) + object.spec.?containers.orValue([])).filter(c, c.name.startsWith('" + api.ReservedPrefix + "') && " +
+					"!(oldObject.spec.?initContainers.orValue([]) + oldObject.spec.?containers.orValue([])).exists(o, o.name == c.name && o.image == c.image)).map(c, c.name)"},
 			},
 			admissionregistrationv1.Validation{
 				Expression: "size(variables.changed) == 0",
 				MessageExpression: "'the " + api.Prefix + " labels and annotations of a Pod are fixed when it is created; only runplane changes them later (recreate the Pod instead); changed: ' + " +
 					"variables.changed.join(', ')",
 				Reason: ptr.To(metav1.StatusReasonForbidden),
+			},
+			admissionregistrationv1.Validation{
+				Expression: "size(variables.changedImages) == 0",
+				MessageExpression: "'the containers runplane injects (" + api.ReservedPrefix + "*) keep their image; changed: ' + variables.changedImages.join(', ')",
+				Reason:            ptr.To(metav1.StatusReasonForbidden),
+			},
+			admissionregistrationv1.Validation{
+				Expression: "!oldObject.spec.?schedulingGates.orValue([]).exists(g, g.name == '" + api.SchedulingGateStorage + "') || " +
+					"object.spec.?schedulingGates.orValue([]).exists(g, g.name == '" + api.SchedulingGateStorage + "')",
+				Message: "scheduling gate " + api.SchedulingGateStorage + " is removed by runplane once the Pod's volumes are prepared, by nobody else",
+				Reason:  ptr.To(metav1.StatusReasonForbidden),
 			}),
 		policy(api.PolicyManagedBy, workloadRules(),
 			[]admissionregistrationv1.MatchCondition{{Name: "not-runplane-or-kubernetes", Expression: "!(" + runplane + " || " + kube + " || " + admin + ")"}},

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
@@ -223,6 +224,20 @@ func TestStorageGateNotSkippedByLabels(t *testing.T) {
 	require.Error(t, err, "a tenant changed runplane's Job")
 }
 
+// retryUpdate gets the Pod, changes it and updates it, retrying on a
+// write conflict.
+func retryUpdate(c kubernetes.Interface, ns, name string, change func(*corev1.Pod)) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p, err := c.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		change(p)
+		_, err = c.CoreV1().Pods(ns).Update(context.Background(), p, metav1.UpdateOptions{})
+		return err
+	})
+}
+
 func patchLabels(c kubernetes.Interface, ns, name, resource string, labels, annotations map[string]any) error {
 	meta := map[string]any{}
 	if labels != nil {
@@ -247,7 +262,8 @@ func patchLabels(c kubernetes.Interface, ns, name, resource string, labels, anno
 
 // A Pod's runplane.io/ labels and annotations cannot be changed after
 // creation by the tenant: adding SSH publication to any Pod, or taking a
-// pool Pod out of its egress policy; runplane's controller still writes.
+// pool Pod out of its egress policy; nor the image of runplane's sidecar,
+// nor the storage gate; runplane's controller still writes.
 func TestRunplaneKeysImmutableAfterCreation(t *testing.T) {
 	startWebhook(t)
 	ns := tenantNamespace(t, "team-update")
@@ -279,6 +295,22 @@ func TestRunplaneKeysImmutableAfterCreation(t *testing.T) {
 		})
 	}
 	require.NoError(t, patchLabels(mallory, ns, "worker", "pods", map[string]any{"app": "mine"}, nil), "other labels stay the tenant's")
+
+	// runplane's sidecar keeps its image.
+	err = retryUpdate(mallory, ns, "worker", func(p *corev1.Pod) { p.Spec.InitContainers[0].Image = "example.com/evil:1" })
+	require.Error(t, err, "the tenant replaced the sidecar's image")
+	assert.Contains(t, err.Error(), "keep their image; changed: "+api.SidecarContainerName)
+
+	// The storage gate is runplane's to lift.
+	gated, err := mallory.CoreV1().Pods(ns).Create(ctx, plainPod("gated", func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "not-yet"}}}}
+	}), metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.NotEmpty(t, gated.Spec.SchedulingGates, "a Pod on a missing claim is gated")
+	err = retryUpdate(mallory, ns, "gated", func(p *corev1.Pod) { p.Spec.SchedulingGates = nil })
+	require.Error(t, err, "the tenant lifted the storage gate")
+	assert.Contains(t, err.Error(), "scheduling gate "+api.SchedulingGateStorage)
 	require.NoError(t, patchLabels(as(t, controllerUser, "system:serviceaccounts"), ns, "plain", "pods", nil,
 		map[string]any{api.AnnotationSSHEndpoint: "10.0.0.1:22"}), "runplane's controller writes its keys")
 }

@@ -126,6 +126,10 @@ func mainContainer(pod *corev1.Pod) (int, error) {
 }
 
 func setScheduler(pod *corev1.Pod, label string) error {
+	if pod.Spec.NodeName != "" {
+		return &ConflictError{Label: label, Field: "spec.nodeName",
+			Reason: fmt.Sprintf("is %s, but runplane Pods are placed by %q; remove nodeName", Quote(pod.Spec.NodeName), api.SchedulerName)}
+	}
 	switch pod.Spec.SchedulerName {
 	case "", corev1.DefaultSchedulerName, api.SchedulerName:
 		pod.Spec.SchedulerName = api.SchedulerName
