@@ -82,7 +82,7 @@ func Policies(o PolicyOptions) ([]*admissionregistrationv1.ValidatingAdmissionPo
 				Reason: ptr.To(metav1.StatusReasonForbidden),
 			},
 			admissionregistrationv1.Validation{
-				Expression: "size(variables.changedImages) == 0",
+				Expression:        "size(variables.changedImages) == 0",
 				MessageExpression: "'the containers runplane injects (" + api.ReservedPrefix + "*) keep their image; changed: ' + variables.changedImages.join(', ')",
 				Reason:            ptr.To(metav1.StatusReasonForbidden),
 			},

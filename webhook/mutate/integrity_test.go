@@ -51,7 +51,9 @@ func TestReinvocationKeepsOnlyTheTokenMount(t *testing.T) {
 	}
 	first, err := m.Mutate(context.Background(), in, "ns")
 	require.NoError(t, err)
-	tokenVolume := func(name string, src corev1.VolumeSource) corev1.Volume { return corev1.Volume{Name: name, VolumeSource: src} }
+	tokenVolume := func(name string, src corev1.VolumeSource) corev1.Volume {
+		return corev1.Volume{Name: name, VolumeSource: src}
+	}
 	saProjected := corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
 		{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}},
 		{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"}}},
