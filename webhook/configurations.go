@@ -146,8 +146,11 @@ func Configurations(o ConfigurationOptions) (*admissionregistrationv1.MutatingWe
 			TimeoutSeconds:          ptr.To(int32(5)),
 			AdmissionReviewVersions: []string{"v1"},
 			MatchConditions: []admissionregistrationv1.MatchCondition{{
-				Name:       "has-runplane-annotation",
-				Expression: "has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('" + api.Prefix + "'))",
+				// The old claim too: removing the last runplane annotation
+				// (a written one, say) is checked as well.
+				Name: "has-runplane-annotation",
+				Expression: "(has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('" + api.Prefix + "'))) || " +
+					"(oldObject != null && has(oldObject.metadata.annotations) && oldObject.metadata.annotations.exists(k, k.startsWith('" + api.Prefix + "')))",
 			}},
 		}, {
 			// kubectl debug adds ephemeral containers through this

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -30,7 +31,7 @@ func hooks(m *mutate.Mutator, namespace string, metrics *Metrics, log *slog.Logg
 	for path, h := range map[string]admission.HandlerFunc{
 		MutatePodsPath:   measured("pods", metrics, (&podHandler{mutator: m, namespace: namespace, log: log}).admit),
 		ValidatePodsPath: measured("pods", metrics, validatePod),
-		ValidatePVCsPath: measured("persistentvolumeclaims", metrics, validatePVC),
+		ValidatePVCsPath: measured("persistentvolumeclaims", metrics, claimValidator(namespace)),
 	} {
 		hook, err := admission.StandaloneWebhook(&admission.Webhook{Handler: h}, admission.StandaloneOptions{Logger: logr.FromSlogHandler(log.Handler())})
 		if err != nil {
@@ -154,7 +155,15 @@ func podName(p *corev1.Pod) string {
 	return p.GenerateName + "*"
 }
 
-func validatePVC(_ context.Context, req admission.Request) (admission.Response, []string, string) {
+// claimValidator validates claims; namespace is runplane's, whose
+// ServiceAccounts may write the claims' status annotations.
+func claimValidator(namespace string) admit {
+	return func(ctx context.Context, req admission.Request) (admission.Response, []string, string) {
+		return validatePVC(ctx, req, runplaneAccount(namespace, req.UserInfo) || slices.Contains(req.UserInfo.Groups, mastersGroup))
+	}
+}
+
+func validatePVC(_ context.Context, req admission.Request, runplane bool) (admission.Response, []string, string) {
 	features := []string{"prepare"}
 	if req.Kind.Kind != "PersistentVolumeClaim" || req.SubResource != "" {
 		return admission.Allowed(""), features, OutcomeAllowed
@@ -166,13 +175,17 @@ func validatePVC(_ context.Context, req admission.Request) (admission.Response, 
 	var err error
 	switch req.Operation {
 	case admissionv1.Create:
-		err = pvc.ValidateCreate(&claim)
+		if err = pvc.ValidateKeys(nil, claim.Annotations, runplane); err == nil {
+			err = pvc.ValidateCreate(&claim)
+		}
 	case admissionv1.Update:
 		var old corev1.PersistentVolumeClaim
 		if uerr := json.Unmarshal(req.OldObject.Raw, &old); uerr != nil {
 			return deny(400, "runplane webhook: decoding the old PersistentVolumeClaim: "+uerr.Error()), features, OutcomeError
 		}
-		err = pvc.ValidateUpdate(&old, &claim)
+		if err = pvc.ValidateKeys(old.Annotations, claim.Annotations, runplane); err == nil {
+			err = pvc.ValidateUpdate(&old, &claim)
+		}
 	}
 	if err != nil {
 		return deny(403, err.Error()), features, OutcomeDenied

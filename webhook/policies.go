@@ -11,6 +11,27 @@ import (
 	"github.com/runplane/runplane/api"
 )
 
+// PodLabels and PodAnnotations are the runplane.io/ keys a Pod may carry;
+// any other is denied at creation.
+func PodLabels() []string {
+	return []string{api.LabelGPUSpec, api.LabelStock, api.LabelPool, api.LabelSSH, api.LabelEgress, api.LabelSSHPod}
+}
+
+// PodAnnotations: see PodLabels.
+func PodAnnotations() []string {
+	return []string{api.AnnotationFrameworkSocket, api.AnnotationFrameworkInvokePath, api.AnnotationFrameworkHealthPath,
+		api.AnnotationConcurrency, api.AnnotationSSHAuthorizedKeys, api.AnnotationSSHServiceType,
+		api.AnnotationInjected, api.AnnotationSSHEndpoint, api.AnnotationClaimedStock}
+}
+
+// writtenPodKeys are written by runplane's controllers and extender, which
+// act on them: no Pod is created with one (but by runplane).
+// runplane.io/injected is written by the webhook in the same request, and
+// recomputed there, never trusted.
+func writtenPodKeys() (labels, annotations []string) {
+	return []string{api.LabelSSHPod}, []string{api.AnnotationSSHEndpoint, api.AnnotationClaimedStock}
+}
+
 // PolicyOptions shapes runplane's ValidatingAdmissionPolicies.
 type PolicyOptions struct {
 	// Namespace is runplane's namespace: its ServiceAccounts are
@@ -38,7 +59,9 @@ func DefaultGPUPolicy() *GPUPolicy {
 // bindings (one binding per policy, of the same name). They run in the API
 // server itself: no webhook call, no dependency on the webhook being up,
 // and they see every Pod, labelled or not.
-//   - runplane-pod-keys: on UPDATE of a Pod (and pods/status), its
+//   - runplane-pod-keys: on CREATE of a Pod, no unknown runplane.io/ key
+//     and none that runplane writes (ssh-pod, ssh-endpoint, claimed-stock);
+//     on UPDATE of a Pod (and pods/status), its
 //     runplane.io/ labels and annotations stay as they were at creation
 //     unless runplane's ServiceAccounts (or a cluster admin) change them:
 //     removing runplane.io/egress, adding runplane.io/ssh or
@@ -61,10 +84,11 @@ func Policies(o PolicyOptions) ([]*admissionregistrationv1.ValidatingAdmissionPo
 	excluded = slices.Compact(excluded)
 	runplane := "request.userInfo.username.startsWith('" + serviceAccountPrefix + o.Namespace + ":')"
 	admin := "'" + mastersGroup + "' in request.userInfo.groups"
+	writtenLabels, writtenAnnotations := writtenPodKeys()
 	kube := "request.userInfo.username.startsWith('" + kubeSystemAccountPrefix + "') || request.userInfo.username == '" + controllerManagerUser + "'"
 
 	policies := []*admissionregistrationv1.ValidatingAdmissionPolicy{
-		policy(api.PolicyPodKeys, podRules([]admissionregistrationv1.OperationType{admissionregistrationv1.Update}, "pods", "pods/status"),
+		policy(api.PolicyPodKeys, podRules([]admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}, "pods", "pods/status"),
 			[]admissionregistrationv1.MatchCondition{{Name: "not-runplane", Expression: "!(" + runplane + " || " + admin + ")"}},
 			[]admissionregistrationv1.Variable{
 				{Name: "oldLabels", Expression: "oldObject.metadata.?labels.orValue({})"},
@@ -72,22 +96,37 @@ func Policies(o PolicyOptions) ([]*admissionregistrationv1.ValidatingAdmissionPo
 				{Name: "oldAnnotations", Expression: "oldObject.metadata.?annotations.orValue({})"},
 				{Name: "newAnnotations", Expression: "object.metadata.?annotations.orValue({})"},
 				{Name: "changed", Expression: changedKeys("label", "Labels") + " + " + changedKeys("annotation", "Annotations")},
+				{Name: "unknown", Expression: "variables.newLabels.filter(k, k.startsWith('" + api.Prefix + "') && !(k in " + celList(PodLabels()) + ")).map(k, 'label ' + k) + " +
+					"variables.newAnnotations.filter(k, k.startsWith('" + api.Prefix + "') && !(k in " + celList(PodAnnotations()) + ")).map(k, 'annotation ' + k)"},
+				{Name: "written", Expression: "variables.newLabels.filter(k, k in " + celList(writtenLabels) + ").map(k, 'label ' + k) + " +
+					"variables.newAnnotations.filter(k, k in " + celList(writtenAnnotations) + ").map(k, 'annotation ' + k)"},
 				{Name: "changedImages", Expression: "(object.spec.?initContainers.orValue([]) + object.spec.?containers.orValue([])).filter(c, c.name.startsWith('" + api.ReservedPrefix + "') && " +
 					"!(oldObject.spec.?initContainers.orValue([]) + oldObject.spec.?containers.orValue([])).exists(o, o.name == c.name && o.image == c.image)).map(c, c.name)"},
 			},
 			admissionregistrationv1.Validation{
-				Expression: "size(variables.changed) == 0",
+				Expression: "request.operation != 'CREATE' || size(variables.unknown) == 0",
+				MessageExpression: "'unknown runplane key(s) on a Pod: ' + variables.unknown.join(', ') + '; known labels: " + strings.Join(PodLabels(), ", ") +
+					"; known annotations: " + strings.Join(PodAnnotations(), ", ") + "'",
+				Reason: ptr.To(metav1.StatusReasonForbidden),
+			},
+			admissionregistrationv1.Validation{
+				Expression:        "request.operation != 'CREATE' || size(variables.written) == 0",
+				MessageExpression: "variables.written.join(', ') + ': written by runplane to report what it did; only runplane sets them'",
+				Reason:            ptr.To(metav1.StatusReasonForbidden),
+			},
+			admissionregistrationv1.Validation{
+				Expression: "request.operation != 'UPDATE' || size(variables.changed) == 0",
 				MessageExpression: "'the " + api.Prefix + " labels and annotations of a Pod are fixed when it is created; only runplane changes them later (recreate the Pod instead); changed: ' + " +
 					"variables.changed.join(', ')",
 				Reason: ptr.To(metav1.StatusReasonForbidden),
 			},
 			admissionregistrationv1.Validation{
-				Expression:        "size(variables.changedImages) == 0",
+				Expression:        "request.operation != 'UPDATE' || size(variables.changedImages) == 0",
 				MessageExpression: "'the containers runplane injects (" + api.ReservedPrefix + "*) keep their image; changed: ' + variables.changedImages.join(', ')",
 				Reason:            ptr.To(metav1.StatusReasonForbidden),
 			},
 			admissionregistrationv1.Validation{
-				Expression: "!oldObject.spec.?schedulingGates.orValue([]).exists(g, g.name == '" + api.SchedulingGateStorage + "') || " +
+				Expression: "request.operation != 'UPDATE' || !oldObject.spec.?schedulingGates.orValue([]).exists(g, g.name == '" + api.SchedulingGateStorage + "') || " +
 					"object.spec.?schedulingGates.orValue([]).exists(g, g.name == '" + api.SchedulingGateStorage + "')",
 				Message: "scheduling gate " + api.SchedulingGateStorage + " is removed by runplane once the Pod's volumes are prepared, by nobody else",
 				Reason:  ptr.To(metav1.StatusReasonForbidden),

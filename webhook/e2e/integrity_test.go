@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -69,6 +70,17 @@ func tenantNamespace(t *testing.T, ns string) string {
 	}
 	if _, err := c.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); !apierrors.IsAlreadyExists(err) {
 		require.NoError(t, err)
+	}
+	// The authorizer follows RBAC objects through a watch: wait until the
+	// grants are in effect.
+	for _, user := range []string{tenantUser, controllerUser} {
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			sar, err := c.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: user, ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: "update", Resource: "pods", Subresource: "ephemeralcontainers"},
+			}}, metav1.CreateOptions{})
+			require.NoError(ct, err)
+			require.True(ct, sar.Status.Allowed, "%s may not work in %s yet", user, ns)
+		}, 30*time.Second, 100*time.Millisecond)
 	}
 	return ns
 }
@@ -490,4 +502,74 @@ func TestDenialTruncatesEchoedValue(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "…(200000 bytes)")
 	assert.Less(t, len(err.Error()), 2048, "the denial repeats the value: %d bytes", len(err.Error()))
+}
+
+// Unknown runplane.io/ keys are denied with the known ones listed, and the
+// keys runplane writes (on Pods and on claims) are runplane's alone.
+func TestUnknownAndWrittenKeys(t *testing.T) {
+	startWebhook(t)
+	ns := tenantNamespace(t, "team-keys")
+	waitPolicies(t, ns)
+	ctx := context.Background()
+	mallory := as(t, tenantUser)
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	for _, tt := range []struct {
+		name        string
+		labels      map[string]string
+		annotations map[string]string
+		want        string
+	}{
+		{"a typo'd label", map[string]string{"runplane.io/gpu-specs": "g1.1"}, nil, "unknown runplane key(s) on a Pod: label runplane.io/gpu-specs; known labels: runplane.io/gpu-spec"},
+		{"a claimed placeholder", map[string]string{api.LabelGPUSpec: "g1.1"}, map[string]string{api.AnnotationClaimedStock: "gpu-0/runplane-stock/p/uid"}, "annotation " + api.AnnotationClaimedStock + ": written by runplane"},
+		{"another Pod's SSH Service", nil, map[string]string{}, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.want == "" {
+				_, err := mallory.CoreV1().Pods(ns).Create(ctx, plainPod("p", labelled(map[string]string{api.LabelSSHPod: "some-uid"}, nil)), dryRun)
+				require.Error(t, err, "a Pod created with runplane's SSH Service selector")
+				assert.Contains(t, err.Error(), "label "+api.LabelSSHPod+": written by runplane")
+				return
+			}
+			_, err := mallory.CoreV1().Pods(ns).Create(ctx, plainPod("p", labelled(tt.labels, tt.annotations)), dryRun)
+			require.Error(t, err, "admitted")
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+
+	claim := func(name string, a map[string]string) *corev1.PersistentVolumeClaim {
+		return &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: a},
+			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
+		}
+	}
+	_, err := mallory.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim("typo", map[string]string{"runplane.io/prepare-from-imag": "busybox"}), dryRun)
+	require.Error(t, err, "a typo'd claim key admitted")
+	assert.Contains(t, err.Error(), "annotation runplane.io/prepare-from-imag: unknown runplane annotation")
+	assert.Contains(t, err.Error(), api.AnnotationPrepareFromImage, "the known keys listed")
+
+	_, err = mallory.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim("model", map[string]string{api.AnnotationPrepareFromImage: "busybox:1.36"}), metav1.CreateOptions{})
+	require.NoError(t, err)
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c, err := mallory.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "model", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		c.Annotations[api.AnnotationPreparePhase] = api.PhaseSucceeded
+		c.Annotations[api.AnnotationPrepareObservedAttempt] = "0"
+		_, err = mallory.CoreV1().PersistentVolumeClaims(ns).Update(ctx, c, metav1.UpdateOptions{})
+		return err
+	})
+	require.Error(t, err, "the tenant marked its claim prepared")
+	assert.Contains(t, err.Error(), "written by runplane")
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c, err := as(t, controllerUser, "system:serviceaccounts").CoreV1().PersistentVolumeClaims(ns).Get(ctx, "model", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		c.Annotations[api.AnnotationPreparePhase] = api.PhaseRunning
+		_, err = as(t, controllerUser, "system:serviceaccounts").CoreV1().PersistentVolumeClaims(ns).Update(ctx, c, metav1.UpdateOptions{})
+		return err
+	})
+	require.NoError(t, err, "runplane's controller writes the phase")
 }
