@@ -103,6 +103,9 @@ func ParseOptions(labels, annotations map[string]string) (Options, error) {
 		if errs := validation.IsDNS1123Subdomain(v); len(errs) > 0 {
 			return Options{}, invalidAnnotation(api.AnnotationSSHAuthorizedKeys, "invalid Secret name %s: %s", Quote(v), strings.Join(errs, "; "))
 		}
+		if Reserved(v) {
+			return Options{}, invalidAnnotation(api.AnnotationSSHAuthorizedKeys, "names %s, one of runplane's Secrets (%s*): name a Secret of your own", Quote(v), api.ReservedPrefix)
+		}
 		o.SSHSecret = v
 	}
 	if o.SSH && o.SSHSecret == "" {
