@@ -19,6 +19,9 @@ import (
 	"github.com/runplane/runplane/api"
 )
 
+// runplaneSecret is a name of runplane's (runplane-*).
+const runplaneSecret = "runplane-nats-credentials"
+
 func TestRunplaneOwnPod(t *testing.T) {
 	managed := map[string]string{api.LabelManagedBy: api.ManagedByController}
 	tests := []struct {
@@ -82,7 +85,7 @@ func TestEphemeralContainers(t *testing.T) {
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{Name: "main", Image: "app:1"}},
 			Volumes: []corev1.Volume{
-				{Name: "runplane-nats-credentials", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: api.NATSCredentialsSecret}}},
+				{Name: "runplane-nats-credentials", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: runplaneSecret}}},
 				{Name: "runplane-framework-socket", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 				{Name: "token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
 					{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: api.NATSTokenAudience, Path: "t"}}}}}},
@@ -119,7 +122,7 @@ func TestEphemeralContainers(t *testing.T) {
 				LocalObjectReference: corev1.LocalObjectReference{Name: "runplane-anything"}, Key: "k"}}}}
 		}), `env "T" takes valueFrom.secretKeyRef of runplane's Secret "runplane-anything"`},
 		{"envFrom", ec("dbg", func(c *corev1.EphemeralContainerCommon) {
-			c.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: api.NATSCredentialsSecret}}}}
+			c.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: runplaneSecret}}}}
 		}), "envFrom secretRef names runplane's Secret"},
 	}
 	for _, tt := range tests {

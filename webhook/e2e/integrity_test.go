@@ -30,6 +30,10 @@ import (
 
 const tenantUser = "mallory"
 
+// runplaneSecret is a name of runplane's (runplane-*): the NATS credentials
+// Secret the probe found in tenant namespaces.
+const runplaneSecret = "runplane-nats-credentials"
+
 // controllerUser is runplane's controller ServiceAccount.
 var controllerUser = "system:serviceaccount:" + runplaneNS + ":runplane-controller"
 
@@ -166,7 +170,7 @@ func TestForgedMarkerSkipsNothing(t *testing.T) {
 
 	poolMarker := dryRunMarker(t, ns, plainPod("probe", labelled(map[string]string{api.LabelPool: "echo"}, nil)))
 	creds := plainPod("forged-pool", labelled(map[string]string{api.LabelPool: "echo"}, map[string]string{api.AnnotationInjected: poolMarker}), func(p *corev1.Pod) {
-		p.Spec.Volumes = []corev1.Volume{{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: api.NATSCredentialsSecret}}}}
+		p.Spec.Volumes = []corev1.Volume{{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: runplaneSecret}}}}
 		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "creds", MountPath: "/creds"}}
 	})
 	_, err = mallory.CoreV1().Pods(ns).Create(ctx, creds, metav1.CreateOptions{})
@@ -338,12 +342,12 @@ func TestEphemeralContainersChecked(t *testing.T) {
 	require.NoError(t, err)
 	_, err = mallory.CoreV1().Pods(ns).Create(ctx, plainPod("plain"), metav1.CreateOptions{})
 	require.NoError(t, err)
-	// The sidecar's NATS credential volume: the one it mounts at the
-	// credentials directory.
+	// The sidecar's NATS credential volume: the one it mounts besides the
+	// framework socket and the API token.
 	var credVolume string
 	for _, c := range worker.Spec.InitContainers {
 		for _, m := range c.VolumeMounts {
-			if c.Name == api.SidecarContainerName && m.MountPath == api.NATSCredentialsMountDir {
+			if c.Name == api.SidecarContainerName && m.Name != "runplane-framework-socket" && !strings.HasPrefix(m.Name, "kube-api-access-") {
 				credVolume = m.Name
 			}
 		}
@@ -374,10 +378,10 @@ func TestEphemeralContainersChecked(t *testing.T) {
 		}, `container "dbg1" (spec.ephemeralContainers[0])`},
 		{"env from runplane's Secret", "plain", "dbg2", func(c *corev1.EphemeralContainer) {
 			c.Env = []corev1.EnvVar{{Name: "T", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-				LocalObjectReference: corev1.LocalObjectReference{Name: api.NATSCredentialsSecret}, Key: "token"}}}}
+				LocalObjectReference: corev1.LocalObjectReference{Name: runplaneSecret}, Key: "token"}}}}
 		}, `env "T" takes valueFrom.secretKeyRef`},
 		{"envFrom runplane's Secret", "plain", "dbg3", func(c *corev1.EphemeralContainer) {
-			c.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: api.NATSCredentialsSecret}}}}
+			c.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: runplaneSecret}}}}
 		}, "envFrom secretRef"},
 		{"a reserved name", "worker", "runplane-worker-2", nil, `container name "runplane-worker-2"`},
 	}
@@ -416,7 +420,7 @@ func TestCredentialRoutesDenied(t *testing.T) {
 	startWebhook(t)
 	ns := tenantNamespace(t, "team-creds")
 	mallory := as(t, tenantUser)
-	secret := corev1.LocalObjectReference{Name: api.NATSCredentialsSecret}
+	secret := corev1.LocalObjectReference{Name: runplaneSecret}
 	mount := func(v corev1.VolumeSource) func(*corev1.Pod) {
 		return func(p *corev1.Pod) {
 			p.Spec.Volumes = []corev1.Volume{{Name: "v", VolumeSource: v}}
