@@ -34,4 +34,7 @@ const (
 	// PolicyGPU admits GPU requests and runplane's PriorityClasses only on
 	// Pods that runplane schedules (runplane.io/gpu-spec or runplane.io/stock).
 	PolicyGPU = "runplane-gpu"
+	// PolicyNATSToken lets only the kubelet (for a Pod's projected volume)
+	// and runplane mint ServiceAccount tokens for NATSTokenAudience.
+	PolicyNATSToken = "runplane-nats-token"
 )

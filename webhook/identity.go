@@ -18,6 +18,7 @@ const (
 	kubeSystemAccountPrefix = serviceAccountPrefix + "kube-system:"
 	controllerManagerUser   = "system:kube-controller-manager"
 	mastersGroup            = "system:masters"
+	nodesGroup              = "system:nodes"
 )
 
 // runplaneAccount reports whether the requester is one of runplane's own

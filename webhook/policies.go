@@ -73,6 +73,10 @@ func DefaultGPUPolicy() *GPUPolicy {
 //     set app.kubernetes.io/managed-by=runplane-controller on a Pod or on a
 //     workload's Pod template, or change an object that carries it; so the
 //     webhook may trust it on a Pod the Job or ReplicaSet controller creates.
+//   - runplane-nats-token: only the kubelet (group system:nodes), runplane's
+//     ServiceAccounts and cluster admins request ServiceAccount tokens for
+//     runplane's NATS audience (TokenRequest); a tenant who may create
+//     tokens cannot mint a NATS identity for one of its Pods.
 //   - runplane-gpu (optional): GPU requests and runplane's PriorityClasses
 //     only on Pods runplane schedules (runplane.io/gpu-spec or /stock).
 func Policies(o PolicyOptions) ([]*admissionregistrationv1.ValidatingAdmissionPolicy, []*admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
@@ -142,6 +146,18 @@ func Policies(o PolicyOptions) ([]*admissionregistrationv1.ValidatingAdmissionPo
 				Message: "label " + api.LabelManagedBy + "=" + api.ManagedByController + " marks runplane's own objects (on the object or its Pod template): " +
 					"only runplane sets it, and only runplane changes an object that carries it",
 				Reason: ptr.To(metav1.StatusReasonForbidden),
+			}),
+		policy(api.PolicyNATSToken, []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+			Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"serviceaccounts/token"},
+				Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+		}}},
+			[]admissionregistrationv1.MatchCondition{{Name: "not-kubelet-or-runplane", Expression: "!(" + runplane + " || " + admin + " || '" + nodesGroup + "' in request.userInfo.groups)"}},
+			nil,
+			admissionregistrationv1.Validation{
+				Expression: "!object.spec.?audiences.orValue([]).exists(a, a == '" + api.NATSTokenAudience + "')",
+				Message:    "tokens for runplane's NATS audience " + api.NATSTokenAudience + " are minted only by the kubelet, for the projected volume of runplane's worker sidecar",
+				Reason:     ptr.To(metav1.StatusReasonForbidden),
 			}),
 	}
 	if o.GPU != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -576,4 +577,39 @@ func TestUnknownAndWrittenKeys(t *testing.T) {
 		return err
 	})
 	require.NoError(t, err, "runplane's controller writes the phase")
+}
+
+// A tenant allowed to mint ServiceAccount tokens cannot mint one for
+// runplane's NATS audience (only the kubelet does, for the sidecar's
+// projected volume); other audiences are untouched.
+func TestNATSTokensOnlyFromTheKubelet(t *testing.T) {
+	startWebhook(t)
+	ns := tenantNamespace(t, "team-token")
+	waitPolicies(t, ns)
+	ctx := context.Background()
+	c := env.Client()
+	_, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "worker"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = c.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "tokens"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, Verbs: []string{"create"}}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = c.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "tokens"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "tokens"},
+		Subjects: []rbacv1.Subject{{Kind: "User", Name: tenantUser}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	mallory := as(t, tenantUser)
+	mint := func(audience string) error {
+		_, err := mallory.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "worker", &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{Audiences: []string{audience}, ExpirationSeconds: ptr.To(int64(600))}}, metav1.CreateOptions{})
+		return err
+	}
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, mint("example.com"), "the tenant may mint tokens for other audiences")
+	}, 30*time.Second, 100*time.Millisecond)
+	// The API server picks the policy up on its own schedule.
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		err := mint("nats.runplane.io")
+		require.Error(ct, err, "a tenant minted a NATS token")
+		assert.Contains(ct, err.Error(), "minted only by the kubelet")
+	}, 30*time.Second, 200*time.Millisecond)
 }
