@@ -1,7 +1,8 @@
 // Package webhook is runplane's admission webhook server, a
-// controller-runtime manager: it mutates labelled Pods (webhook/mutate) and
-// validates claim annotations (webhook/pvc) behind controller-runtime's
-// webhook server, keeps its TLS material (internal/pki) and its webhook
+// controller-runtime manager: it mutates labelled Pods (webhook/mutate),
+// checks ephemeral containers and validates claim annotations (webhook/pvc)
+// behind controller-runtime's webhook server, defines runplane's
+// ValidatingAdmissionPolicies (Policies), keeps its TLS material (internal/pki) and its webhook
 // configuration objects, follows the GPU spec catalog, and serves
 // Prometheus metrics and health endpoints. Run is the whole server;
 // cmd/runplane-webhook and make dev call it.
