@@ -44,7 +44,8 @@ const (
 	// webhook still refuses user containers that would read one.
 	NATSCredentialsSecret = "runplane-nats-credentials"
 	// NATSTokenAudience is the audience of a worker's NATS token: the auth
-	// callout accepts no token minted for anything else.
+	// callout accepts no token minted for anything else, and no user
+	// container may request a projected token for it.
 	NATSTokenAudience = "nats.runplane.io"
 	// NATSTokenExpirationSeconds is the lifetime the kubelet gives the
 	// projected token (it rotates it at 80%); the NATS user the callout

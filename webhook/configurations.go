@@ -17,6 +17,7 @@ import (
 // Paths the webhook serves admission reviews on.
 const (
 	MutatePodsPath   = "/mutate-pods"
+	ValidatePodsPath = "/validate-pods"
 	ValidatePVCsPath = "/validate-pvcs"
 )
 
@@ -46,7 +47,11 @@ type ConfigurationOptions struct {
 // entry per Pod feature, each selecting only Pods carrying its label (so
 // unlabelled Pods never reach the webhook and are admitted even while it is
 // down), one for the storage gate selecting only Pods that mount a claim,
-// and one validating entry for claims carrying a runplane annotation. The
+// one for Pods that reference runplane's credentials (CredentialsCondition);
+// validating entries for claims carrying a runplane annotation and for
+// ephemeral containers. No selector exempts a Pod by a label its creator
+// sets: the feature labels only opt in; the namespace selector uses
+// kubernetes.io/metadata.name, which the API server sets. The
 // Helm chart copies this shape; tests use it as is.
 func Configurations(o ConfigurationOptions) (*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.ValidatingWebhookConfiguration) {
 	if o.Name == "" {
@@ -107,15 +112,20 @@ func Configurations(o ConfigurationOptions) (*admissionregistrationv1.MutatingWe
 			mutating(string(mutate.FeaturePool)+".runplane.io", exists(api.LabelPool), nil),
 			mutating(string(mutate.FeatureSSH)+".runplane.io", exists(api.LabelSSH), nil),
 			// No label selects the storage gate: a CEL condition sends only
-			// Pods that mount a claim, and runplane's own prepare and
-			// accessor Pods are left out.
-			mutating(string(mutate.FeatureStorageGate)+".runplane.io",
-				&metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-					Key: api.LabelManagedBy, Operator: metav1.LabelSelectorOpNotIn, Values: []string{api.ManagedByController}}}},
+			// Pods that mount a claim. runplane's own prepare and accessor
+			// Pods reach it too: the webhook exempts them by the requester's
+			// identity, never by a label a tenant could copy.
+			mutating(string(mutate.FeatureStorageGate)+".runplane.io", &metav1.LabelSelector{},
 				[]admissionregistrationv1.MatchCondition{{
 					Name:       "mounts-a-claim",
 					Expression: "has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.persistentVolumeClaim))",
 				}}),
+			// Any Pod, labelled or not, that references runplane's Secrets
+			// or asks for a token of runplane's NATS audience is sent, so
+			// the webhook can deny every user container that would read them
+			// (and check that runplane's own containers are exactly its own).
+			mutating("credentials.runplane.io", &metav1.LabelSelector{},
+				[]admissionregistrationv1.MatchCondition{{Name: "references-runplane-credentials", Expression: CredentialsCondition}}),
 		},
 	}
 	v := &admissionregistrationv1.ValidatingWebhookConfiguration{
@@ -136,15 +146,48 @@ func Configurations(o ConfigurationOptions) (*admissionregistrationv1.MutatingWe
 			TimeoutSeconds:          ptr.To(int32(5)),
 			AdmissionReviewVersions: []string{"v1"},
 			MatchConditions: []admissionregistrationv1.MatchCondition{{
-				Name:       "has-runplane-annotation",
-				Expression: "has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('" + api.Prefix + "'))",
+				// The old claim too: removing the last runplane annotation
+				// (a written one, say) is checked as well.
+				Name: "has-runplane-annotation",
+				Expression: "(has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('" + api.Prefix + "'))) || " +
+					"(oldObject != null && has(oldObject.metadata.annotations) && oldObject.metadata.annotations.exists(k, k.startsWith('" + api.Prefix + "')))",
 			}},
+		}, {
+			// kubectl debug adds ephemeral containers through this
+			// subresource: every Pod, since an ephemeral container could
+			// reach what the Pod's own containers may not.
+			Name:         "ephemeral-containers.runplane.io",
+			ClientConfig: client(ValidatePodsPath),
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"},
+					Resources: []string{"pods/ephemeralcontainers"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+			}},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			NamespaceSelector:       nsSelector,
+			ObjectSelector:          &metav1.LabelSelector{},
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			TimeoutSeconds:          ptr.To(int32(5)),
+			AdmissionReviewVersions: []string{"v1"},
 		}},
 	}
 	m.Annotations = map[string]string{ConfigHashAnnotation: shapeHash(m.Webhooks)}
 	v.Annotations = map[string]string{ConfigHashAnnotation: shapeHash(v.Webhooks)}
 	return m, v
 }
+
+// CredentialsCondition is the CEL condition of the credentials.runplane.io
+// entry: the Pod has a volume of a Secret named runplane-* (directly or
+// projected), a projected token for runplane's NATS audience, or a
+// container (init, main) whose env or envFrom names such a Secret.
+const CredentialsCondition = "object.spec.?volumes.orValue([]).exists(v, " +
+	"v.?secret.?secretName.orValue('').startsWith('" + api.ReservedPrefix + "') || " +
+	"v.?projected.?sources.orValue([]).exists(s, s.?secret.?name.orValue('').startsWith('" + api.ReservedPrefix + "') || " +
+	"s.?serviceAccountToken.?audience.orValue('') == '" + api.NATSTokenAudience + "')) || " +
+	"(object.spec.?containers.orValue([]) + object.spec.?initContainers.orValue([])).exists(c, " +
+	"c.?env.orValue([]).exists(e, e.?valueFrom.?secretKeyRef.?name.orValue('').startsWith('" + api.ReservedPrefix + "')) || " +
+	"c.?envFrom.orValue([]).exists(f, f.?secretRef.?name.orValue('').startsWith('" + api.ReservedPrefix + "')))"
 
 // shapeHash hashes the webhooks without their caBundle, which is patched on
 // its own.

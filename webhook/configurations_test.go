@@ -14,6 +14,7 @@ func TestConfigurationsShape(t *testing.T) {
 	wantLabels := map[string]string{
 		"gpu-spec.runplane.io": api.LabelGPUSpec, "stock.runplane.io": api.LabelStock,
 		"pool.runplane.io": api.LabelPool, "ssh.runplane.io": api.LabelSSH, "storage-gate.runplane.io": "",
+		"credentials.runplane.io": "",
 	}
 	require.Len(t, m.Webhooks, len(wantLabels))
 	for _, w := range m.Webhooks {
@@ -27,15 +28,24 @@ func TestConfigurationsShape(t *testing.T) {
 		require.Equal(t, "ca", string(w.ClientConfig.CABundle), w.Name)
 		require.Equal(t, []string{"kube-system", "rp"}, w.NamespaceSelector.MatchExpressions[0].Values, w.Name)
 		if label == "" {
-			require.Len(t, w.MatchConditions, 1, "%s: want a match condition on claim volumes", w.Name)
+			// No label exempts a Pod from these: selected by a CEL condition alone.
+			require.Len(t, w.MatchConditions, 1, "%s: want a match condition", w.Name)
+			require.Empty(t, w.ObjectSelector.MatchExpressions, "%s: a label selector a tenant could sidestep", w.Name)
+			require.Empty(t, w.ObjectSelector.MatchLabels, "%s: a label selector a tenant could sidestep", w.Name)
 			continue
 		}
 		require.Equal(t, label, w.ObjectSelector.MatchExpressions[0].Key, w.Name)
 		require.EqualValues(t, "Exists", w.ObjectSelector.MatchExpressions[0].Operator, w.Name)
 	}
-	require.Len(t, v.Webhooks, 1)
+	require.Len(t, v.Webhooks, 2)
 	require.Equal(t, "https://127.0.0.1:9443"+ValidatePVCsPath, *v.Webhooks[0].ClientConfig.URL)
 	require.Len(t, v.Webhooks[0].MatchConditions, 1)
+	eph := v.Webhooks[1]
+	require.Equal(t, "https://127.0.0.1:9443"+ValidatePodsPath, *eph.ClientConfig.URL)
+	require.Equal(t, []string{"pods/ephemeralcontainers"}, eph.Rules[0].Resources)
+	require.Equal(t, []admissionregistrationv1.OperationType{admissionregistrationv1.Update}, eph.Rules[0].Operations)
+	require.Equal(t, admissionregistrationv1.Fail, *eph.FailurePolicy)
+	require.Empty(t, eph.ObjectSelector.MatchExpressions, "every Pod")
 	// The shape hash ignores the caBundle (patched on its own) but not the rest.
 	m2, _ := Configurations(ConfigurationOptions{Namespace: "rp", URL: "https://127.0.0.1:9443", CABundle: []byte("other")})
 	m3, _ := Configurations(ConfigurationOptions{Namespace: "rp", URL: "https://127.0.0.1:9444"})

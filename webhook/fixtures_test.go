@@ -22,6 +22,9 @@ import (
 
 const testNamespace = "team-a"
 
+// runplaneNamespace is runplane's namespace in the handler tests.
+const runplaneNamespace = "runplane-system"
+
 func testCatalog(t testing.TB) catalog.Catalog {
 	t.Helper()
 	c, err := catalog.Parse(map[string]string{
@@ -84,7 +87,7 @@ func newHandler(t testing.TB, metrics *Metrics) http.Handler {
 		metrics = NewMetrics()
 	}
 	mux := http.NewServeMux()
-	hs, err := hooks(testMutator(t), metrics, slog.New(slog.DiscardHandler))
+	hs, err := hooks(testMutator(t), runplaneNamespace, metrics, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	for path, h := range hs {
 		mux.Handle(path, h)

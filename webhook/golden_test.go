@@ -16,6 +16,7 @@ import (
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -27,8 +28,35 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/pods")
 
-// review sends one Pod CREATE review through the handler.
+// review sends one Pod CREATE review through the handler, by a tenant.
 func review(t testing.TB, h http.Handler, pod []byte) *admissionv1.AdmissionResponse {
+	t.Helper()
+	return reviewAs(t, h, pod, tenant)
+}
+
+// tenant is the requester of the golden cases unless one names another.
+var tenant = authenticationv1.UserInfo{Username: "alice", Groups: []string{"system:authenticated"}}
+
+// requesterOf reads the requester a golden input names in a comment line
+// "# requester: <username> [<group>,...]".
+func requesterOf(doc []byte) authenticationv1.UserInfo {
+	for _, line := range strings.Split(string(doc), "\n") {
+		rest, ok := strings.CutPrefix(line, "# requester: ")
+		if !ok {
+			continue
+		}
+		name, groups, _ := strings.Cut(strings.TrimSpace(rest), " ")
+		u := authenticationv1.UserInfo{Username: name}
+		if groups != "" {
+			u.Groups = strings.Split(groups, ",")
+		}
+		return u
+	}
+	return tenant
+}
+
+// reviewAs sends one Pod CREATE review through the handler by user.
+func reviewAs(t testing.TB, h http.Handler, pod []byte, user authenticationv1.UserInfo) *admissionv1.AdmissionResponse {
 	t.Helper()
 	in := admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
@@ -38,6 +66,7 @@ func review(t testing.TB, h http.Handler, pod []byte) *admissionv1.AdmissionResp
 			Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
 			Namespace: testNamespace,
 			Operation: admissionv1.Create,
+			UserInfo:  user,
 			Object:    runtime.RawExtension{Raw: pod},
 		},
 	}
@@ -107,7 +136,8 @@ func TestGolden(t *testing.T) {
 			raw, err := os.ReadFile(in)
 			require.NoError(t, err)
 			doc := podJSON(t, raw)
-			resp := review(t, h, doc)
+			user := requesterOf(raw)
+			resp := reviewAs(t, h, doc, user)
 			base := strings.TrimSuffix(in, ".in.yaml")
 			if strings.HasPrefix(name, "deny-") {
 				require.False(t, resp.Allowed, "want a denial, got allowed (patch %s)", resp.Patch)
@@ -126,7 +156,7 @@ func TestGolden(t *testing.T) {
 			require.NoError(t, err)
 			golden(t, base+".out.yaml", out)
 
-			again := review(t, h, mutated)
+			again := reviewAs(t, h, mutated, user)
 			require.True(t, again.Allowed, "reinvocation")
 			require.Nil(t, again.Patch, "reinvocation: want an empty patch")
 
@@ -138,7 +168,7 @@ func TestGolden(t *testing.T) {
 			delete(pod.Annotations, api.AnnotationInjected)
 			stripped, err := json.Marshal(&pod)
 			require.NoError(t, err)
-			redo := applyPatch(t, stripped, review(t, h, stripped))
+			redo := applyPatch(t, stripped, reviewAs(t, h, stripped, user))
 			require.JSONEq(t, string(podJSON(t, mutated)), string(podJSON(t, redo)), "mutating the mutated Pod again changed it")
 		})
 	}

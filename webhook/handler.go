@@ -1,13 +1,15 @@
 package webhook
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-logr/logr"
 	"gomodules.xyz/jsonpatch/v2"
@@ -24,11 +26,12 @@ import (
 // hooks are the admission webhooks by path: Pod mutation and claim
 // validation. controller-runtime decodes the reviews and encodes the
 // answers; metrics and log may not be nil.
-func hooks(m *mutate.Mutator, metrics *Metrics, log *slog.Logger) (map[string]http.Handler, error) {
+func hooks(m *mutate.Mutator, namespace string, metrics *Metrics, log *slog.Logger) (map[string]http.Handler, error) {
 	out := map[string]http.Handler{}
 	for path, h := range map[string]admission.HandlerFunc{
-		MutatePodsPath:   measured("pods", metrics, (&podHandler{mutator: m, log: log}).admit),
-		ValidatePVCsPath: measured("persistentvolumeclaims", metrics, validatePVC),
+		MutatePodsPath:   measured("pods", metrics, (&podHandler{mutator: m, namespace: namespace, log: log}).admit),
+		ValidatePodsPath: measured("pods", metrics, validatePod),
+		ValidatePVCsPath: measured("persistentvolumeclaims", metrics, claimValidator(namespace)),
 	} {
 		hook, err := admission.StandaloneWebhook(&admission.Webhook{Handler: h}, admission.StandaloneOptions{Logger: logr.FromSlogHandler(log.Handler())})
 		if err != nil {
@@ -56,7 +59,17 @@ func measured(resource string, metrics *Metrics, fn admit) admission.HandlerFunc
 	}
 }
 
+// MaxDenial bounds a denial's message, whatever it echoes.
+const MaxDenial = 2048
+
 func deny(code int32, msg string) admission.Response {
+	if len(msg) > MaxDenial {
+		cut := msg[:MaxDenial-64]
+		for len(cut) > 0 && !utf8.ValidString(cut) {
+			cut = cut[:len(cut)-1]
+		}
+		msg = cut + "…(" + strconv.Itoa(len(msg)) + " bytes)"
+	}
 	reason := metav1.StatusReasonForbidden
 	if code >= 500 {
 		reason = metav1.StatusReasonInternalError
@@ -82,13 +95,12 @@ func requestedFeatures(labels map[string]string) []string {
 	return out
 }
 
-// injectedKey is how the injected annotation's key appears in a Pod's JSON.
-var injectedKey = []byte(`"` + api.AnnotationInjected + `"`)
-
 // podHandler mutates Pods with the pure mutate.Mutator.
 type podHandler struct {
 	mutator *mutate.Mutator
-	log     *slog.Logger
+	// namespace is runplane's: its ServiceAccounts are runplane's own.
+	namespace string
+	log       *slog.Logger
 	// patch diffs the Pod before and after; nil is Patch (BenchmarkAdmit
 	// compares createPatch).
 	patch func(from, to *corev1.Pod) ([]jsonpatch.Operation, error)
@@ -98,26 +110,15 @@ func (h *podHandler) admit(ctx context.Context, req admission.Request) (admissio
 	if req.Kind.Kind != "Pod" || req.Operation != admissionv1.Create || req.SubResource != "" {
 		return admission.Allowed(""), []string{"none"}, OutcomeUnchanged
 	}
-	// Reinvocations are the common case once a Pod was mutated: reading
-	// only the metadata is enough to see that, and far cheaper than
-	// decoding the whole Pod.
-	var meta struct {
-		Metadata struct {
-			Labels      map[string]string `json:"labels"`
-			Annotations map[string]string `json:"annotations"`
-		} `json:"metadata"`
-	}
-	// Only a Pod that carries the injected annotation can be a
-	// reinvocation; a first admission skips this extra pass over the body.
-	if bytes.Contains(req.Object.Raw, injectedKey) && json.Unmarshal(req.Object.Raw, &meta) == nil && h.mutator.AlreadyInjected(meta.Metadata.Labels, meta.Metadata.Annotations) {
-		return admission.Allowed(""), requestedFeatures(meta.Metadata.Labels), OutcomeUnchanged
-	}
+	// Every call decodes the whole Pod and recomputes the injection:
+	// nothing the Pod carries (runplane.io/injected included) skips work.
 	var pod corev1.Pod
 	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
 		return deny(400, "runplane webhook: decoding the Pod: "+err.Error()), []string{"none"}, OutcomeError
 	}
 	requested := requestedFeatures(pod.Labels)
-	res, err := h.mutator.Mutate(ctx, &pod, req.Namespace)
+	res, err := h.mutator.MutateAdmission(ctx, &pod, mutate.Admission{
+		Namespace: req.Namespace, RunplaneOwn: runplaneOwnPod(h.namespace, req.UserInfo, pod.Labels)})
 	if err != nil {
 		if mutate.IsDenial(err) {
 			return deny(403, err.Error()), requested, OutcomeDenied
@@ -131,9 +132,6 @@ func (h *podHandler) admit(ctx context.Context, req admission.Request) (admissio
 	}
 	if len(features) == 0 {
 		features = []string{"none"}
-	}
-	if res.Unchanged {
-		return admission.Allowed(""), features, OutcomeUnchanged
 	}
 	diff := Patch
 	if h.patch != nil {
@@ -157,7 +155,15 @@ func podName(p *corev1.Pod) string {
 	return p.GenerateName + "*"
 }
 
-func validatePVC(_ context.Context, req admission.Request) (admission.Response, []string, string) {
+// claimValidator validates claims; namespace is runplane's, whose
+// ServiceAccounts may write the claims' status annotations.
+func claimValidator(namespace string) admit {
+	return func(ctx context.Context, req admission.Request) (admission.Response, []string, string) {
+		return validatePVC(ctx, req, runplaneAccount(namespace, req.UserInfo) || slices.Contains(req.UserInfo.Groups, mastersGroup))
+	}
+}
+
+func validatePVC(_ context.Context, req admission.Request, runplane bool) (admission.Response, []string, string) {
 	features := []string{"prepare"}
 	if req.Kind.Kind != "PersistentVolumeClaim" || req.SubResource != "" {
 		return admission.Allowed(""), features, OutcomeAllowed
@@ -169,13 +175,17 @@ func validatePVC(_ context.Context, req admission.Request) (admission.Response, 
 	var err error
 	switch req.Operation {
 	case admissionv1.Create:
-		err = pvc.ValidateCreate(&claim)
+		if err = pvc.ValidateKeys(nil, claim.Annotations, runplane); err == nil {
+			err = pvc.ValidateCreate(&claim)
+		}
 	case admissionv1.Update:
 		var old corev1.PersistentVolumeClaim
 		if uerr := json.Unmarshal(req.OldObject.Raw, &old); uerr != nil {
 			return deny(400, "runplane webhook: decoding the old PersistentVolumeClaim: "+uerr.Error()), features, OutcomeError
 		}
-		err = pvc.ValidateUpdate(&old, &claim)
+		if err = pvc.ValidateKeys(old.Annotations, claim.Annotations, runplane); err == nil {
+			err = pvc.ValidateUpdate(&old, &claim)
+		}
 	}
 	if err != nil {
 		return deny(403, err.Error()), features, OutcomeDenied

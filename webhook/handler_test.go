@@ -12,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -51,7 +52,10 @@ func TestBadRequests(t *testing.T) {
 	}
 }
 
-func pvcReview(t *testing.T, h http.Handler, op admissionv1.Operation, old, cur map[string]string) *admissionv1.AdmissionResponse {
+// controllerAccount is runplane's controller in the handler tests.
+var controllerAccount = authenticationv1.UserInfo{Username: "system:serviceaccount:" + runplaneNamespace + ":runplane-controller"}
+
+func pvcReviewAs(t *testing.T, h http.Handler, user authenticationv1.UserInfo, op admissionv1.Operation, old, cur map[string]string) *admissionv1.AdmissionResponse {
 	t.Helper()
 	raw := func(a map[string]string) runtime.RawExtension {
 		if a == nil && op == admissionv1.Create {
@@ -64,7 +68,7 @@ func pvcReview(t *testing.T, h http.Handler, op admissionv1.Operation, old, cur 
 	body, err := json.Marshal(&admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
 		Request: &admissionv1.AdmissionRequest{UID: "u", Kind: metav1.GroupVersionKind{Version: "v1", Kind: "PersistentVolumeClaim"},
-			Namespace: testNamespace, Operation: op, Object: raw(cur), OldObject: raw(old)},
+			Namespace: testNamespace, Operation: op, UserInfo: user, Object: raw(cur), OldObject: raw(old)},
 	})
 	require.NoError(t, err)
 	req := httptest.NewRequest(http.MethodPost, ValidatePVCsPath, bytes.NewReader(body))
@@ -85,17 +89,20 @@ func TestPVCReviewsAndMetrics(t *testing.T) {
 	status := map[string]string{api.AnnotationPrepareAttempt: "-1", api.AnnotationPreparePhase: api.PhaseFailed}
 	for _, tc := range []struct {
 		name     string
+		user     authenticationv1.UserInfo
 		op       admissionv1.Operation
 		old, cur map[string]string
 		allowed  bool
 		message  string
 	}{
-		{"bad claim", admissionv1.Create, nil, bad, false, "annotation runplane.io/prepare-attempt"},
-		{"good claim", admissionv1.Create, nil, good, true, ""},
-		{"status write on an old bad claim", admissionv1.Update, bad, status, true, ""},
+		{"bad claim", tenant, admissionv1.Create, nil, bad, false, "annotation runplane.io/prepare-attempt"},
+		{"good claim", tenant, admissionv1.Create, nil, good, true, ""},
+		{"status write on an old bad claim", controllerAccount, admissionv1.Update, bad, status, true, ""},
+		{"status write by the user", tenant, admissionv1.Update, bad, status, false, "annotation runplane.io/prepare-phase: written by runplane"},
+		{"a typo'd key", tenant, admissionv1.Create, nil, map[string]string{"runplane.io/prepare-from-imag": "busybox"}, false, "annotation runplane.io/prepare-from-imag: unknown runplane annotation"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := pvcReview(t, h, tc.op, tc.old, tc.cur)
+			r := pvcReviewAs(t, h, tc.user, tc.op, tc.old, tc.cur)
 			require.Equal(t, tc.allowed, r.Allowed, "%+v", r.Result)
 			if !tc.allowed {
 				require.EqualValues(t, http.StatusForbidden, r.Result.Code)
@@ -103,7 +110,7 @@ func TestPVCReviewsAndMetrics(t *testing.T) {
 			}
 		})
 	}
-	require.Equal(t, 1.0, counter(t, m.admissions.WithLabelValues("persistentvolumeclaims", "prepare", OutcomeDenied)), "denied claims")
+	require.Equal(t, 3.0, counter(t, m.admissions.WithLabelValues("persistentvolumeclaims", "prepare", OutcomeDenied)), "denied claims")
 	require.Equal(t, 2.0, counter(t, m.admissions.WithLabelValues("persistentvolumeclaims", "prepare", OutcomeAllowed)), "allowed claims")
 
 	// Pods: one count per requested feature.

@@ -57,6 +57,11 @@ func (r *configReconciler) reconcile(ctx context.Context) error {
 	if err := r.apply(ctx, r.caBundle()); err != nil {
 		return err
 	}
+	if r.cfg.Webhooks.Manage {
+		if err := r.applyPolicies(ctx); err != nil {
+			return err
+		}
+	}
 	r.ready.Store(true)
 	return nil
 }

@@ -1,7 +1,8 @@
 // Package webhook is runplane's admission webhook server, a
-// controller-runtime manager: it mutates labelled Pods (webhook/mutate) and
-// validates claim annotations (webhook/pvc) behind controller-runtime's
-// webhook server, keeps its TLS material (internal/pki) and its webhook
+// controller-runtime manager: it mutates labelled Pods (webhook/mutate),
+// checks ephemeral containers and validates claim annotations (webhook/pvc)
+// behind controller-runtime's webhook server, defines runplane's
+// ValidatingAdmissionPolicies (Policies), keeps its TLS material (internal/pki) and its webhook
 // configuration objects, follows the GPU spec catalog, and serves
 // Prometheus metrics and health endpoints. Run is the whole server;
 // cmd/runplane-webhook and make dev call it.
@@ -86,8 +87,9 @@ type WebhooksConfig struct {
 	// Name of the Mutating- and ValidatingWebhookConfiguration (default
 	// runplane-webhook).
 	Name string
-	// Manage makes Run create and update both objects from Configurations
-	// (make dev, tests). Otherwise (the chart owns them) Run only patches
+	// Manage makes Run create and update both objects from Configurations,
+	// and runplane's ValidatingAdmissionPolicies from Policies (make dev,
+	// tests). Otherwise (the chart owns them) Run only patches
 	// their caBundle when it drifts.
 	Manage bool
 	// URL or Service, for Manage: see ConfigurationOptions.
@@ -96,6 +98,9 @@ type WebhooksConfig struct {
 	// Resync re-checks the objects at least this often (default 1m); a
 	// watch re-checks them at once when they change.
 	Resync time.Duration
+	// GPUPolicy, for Manage: the GPUs of the runplane-gpu policy
+	// (default DefaultGPUPolicy()).
+	GPUPolicy *GPUPolicy
 }
 
 func (c *Config) defaults() error {
@@ -125,6 +130,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Webhooks.Name == "" {
 		c.Webhooks.Name = DefaultConfigurationName
+	}
+	if c.Webhooks.GPUPolicy == nil {
+		c.Webhooks.GPUPolicy = DefaultGPUPolicy()
 	}
 	if c.Webhooks.Resync == 0 {
 		c.Webhooks.Resync = time.Minute
@@ -223,7 +231,7 @@ func Run(ctx context.Context, cfg Config) error {
 	srv := webhook.NewServer(webhook.Options{Host: host, Port: port, WebhookMux: mux, TLSOpts: []func(*tls.Config){func(c *tls.Config) {
 		c.MinVersion, c.GetCertificate = tls.VersionTLS12, getCert
 	}}})
-	hs, err := hooks(mutator, metrics, log)
+	hs, err := hooks(mutator, cfg.Namespace, metrics, log)
 	if err != nil {
 		return err
 	}

@@ -308,7 +308,7 @@ func TestInvalidValues(t *testing.T) {
 		{"nats mode", []string{"--set", "nats.mode=embedded"}, []string{"/nats/mode", "'bundled', 'external'"}},
 		{"external without url", []string{"--set", "nats.mode=external"}, []string{"nats.external.url is required"}},
 		{"stream replicas above servers", []string{"--set", "queue.stream.replicas=3"}, []string{"queue.stream.replicas (3) cannot exceed nats.bundled.replicas (1)"}},
-		{"failure policy", []string{"--set", "webhook.failurePolicy=Sometimes"}, []string{"/webhook/failurePolicy", "'Fail', 'Ignore'"}},
+		{"failure policy", []string{"--set", "webhook.failurePolicy=Ignore"}, []string{"/webhook/failurePolicy", "'Fail'"}},
 		{"unknown key", []string{"--set", "webhook.replica=2"}, []string{"/webhook", "'replica' not allowed"}},
 		{"stock spec not in catalog", []string{"--values", "testdata/values-full.yaml", "--set", "stock.pools[0].spec=g9.9", "--set", "stock.pools[0].replicas=1"},
 			[]string{`stock.pools[0].spec "g9.9" is not a spec of catalog.specs (known: g1.1, h100.8)`}},

@@ -166,7 +166,7 @@ func TestInstall(t *testing.T) {
 		for _, w := range m.Webhooks {
 			names = append(names, w.Name)
 		}
-		assert.Equal(t, "gpu-spec.runplane.io,stock.runplane.io,pool.runplane.io,ssh.runplane.io,storage-gate.runplane.io", strings.Join(names, ","), "mutating webhooks")
+		assert.Equal(t, "gpu-spec.runplane.io,stock.runplane.io,pool.runplane.io,ssh.runplane.io,storage-gate.runplane.io,credentials.runplane.io", strings.Join(names, ","), "mutating webhooks")
 		out, err := kubectl(t, "get", "servicemonitors", "-n", ns, "-o", "name")
 		require.NoError(t, err)
 		assert.EqualValues(t, 4, strings.Count(out, "servicemonitor"), "want 4 ServiceMonitors (the cluster serves monitoring.coreos.com/v1), got:\n%s", out)
@@ -219,7 +219,13 @@ func TestInstall(t *testing.T) {
 			{"pool", "team-a", pod("worker", map[string]string{api.LabelPool: "echo"}, ""), "pool.runplane.io"},
 			{"ssh", "team-a", pod("devbox", map[string]string{api.LabelSSH: api.SSHEnabled}, ""), "ssh.runplane.io"},
 			{"mounts a claim", "team-a", pod("mounts", nil, "data"), "storage-gate.runplane.io"},
-			{"runplane's own prepare pod", "team-a", pod("prepare", map[string]string{api.LabelManagedBy: api.ManagedByController}, "data"), ""},
+			// No label exempts a Pod: runplane's own are told apart by the requester.
+			{"runplane's managed-by label", "team-a", pod("prepare", map[string]string{api.LabelManagedBy: api.ManagedByController}, "data"), "storage-gate.runplane.io"},
+			{"references runplane's Secret", "team-a", func() *corev1.Pod {
+				p := pod("reader", nil, "")
+				p.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "runplane-nats-credentials"}}}}
+				return p
+			}(), "credentials.runplane.io"},
 			{"kube-system is excluded", "kube-system", pod("gpu", map[string]string{api.LabelGPUSpec: "g1.1"}, ""), ""},
 			{"the release namespace is excluded", ns, pod("gpu", map[string]string{api.LabelGPUSpec: "g1.1"}, ""), ""},
 		} {
@@ -235,6 +241,14 @@ func TestInstall(t *testing.T) {
 				}
 			})
 		}
+		// Policy runplane-gpu runs in the API server, webhook or not.
+		gpus := pod("gpus", nil, "")
+		gpus.Spec.Containers[0].Resources.Limits = corev1.ResourceList{api.DefaultGPUResource: resource.MustParse("8")}
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			_, err := client.CoreV1().Pods("team-a").Create(ctx, gpus, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err != nil && strings.Contains(err.Error(), "request GPUs"), nil
+		})
+		assert.NoError(t, err, "an unlabelled Pod asking for GPUs: want a denial by policy runplane-gpu")
 		claim := func(name string, annotations map[string]string) *corev1.PersistentVolumeClaim {
 			return &corev1.PersistentVolumeClaim{
 				ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
@@ -244,7 +258,7 @@ func TestInstall(t *testing.T) {
 				},
 			}
 		}
-		_, err := client.CoreV1().PersistentVolumeClaims("team-a").Create(ctx, claim("plain", map[string]string{"other.io/x": "y"}), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		_, err = client.CoreV1().PersistentVolumeClaims("team-a").Create(ctx, claim("plain", map[string]string{"other.io/x": "y"}), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		assert.NoError(t, err, "a claim without runplane annotations was refused")
 		_, err = client.CoreV1().PersistentVolumeClaims("team-a").Create(ctx, claim("prepared", map[string]string{api.AnnotationPrepareFromImage: "busybox"}), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		assert.ErrorContains(t, err, `failed calling webhook "pvc.runplane.io"`, "a claim with %s: want a failed call to pvc.runplane.io, got %v", api.AnnotationPrepareFromImage, err)

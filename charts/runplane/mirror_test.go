@@ -54,6 +54,41 @@ func TestWebhookConfigurationsMirrorGo(t *testing.T) {
 	assert.True(t, apiequality.Semantic.DeepEqual(gotV.Webhooks, wantV.Webhooks), "ValidatingWebhookConfiguration webhooks differ from webhook.Configurations.\nchart:\n%s\ngo:\n%s", toYAML(gotV.Webhooks), toYAML(wantV.Webhooks))
 }
 
+// TestAdmissionPoliciesMirrorGo: the chart's ValidatingAdmissionPolicies
+// and bindings are exactly what webhook.Policies builds; runplane-gpu is
+// left out when admissionPolicies.gpu.enabled is false.
+func TestAdmissionPoliciesMirrorGo(t *testing.T) {
+	needHelm(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		gpu  *webhook.GPUPolicy
+	}{
+		{"default", nil, webhook.DefaultGPUPolicy()},
+		{"without gpu", []string{"--set", "admissionPolicies.gpu.enabled=false"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := parse(t, mustRender(t, tc.args...))
+			wantP, wantB := webhook.Policies(webhook.PolicyOptions{Namespace: releaseNamespace, GPU: tc.gpu})
+			var rendered []string
+			for _, o := range objs {
+				if o.kind() == "ValidatingAdmissionPolicy" {
+					rendered = append(rendered, o.name())
+				}
+			}
+			require.Len(t, rendered, len(wantP), "rendered policies %v", rendered)
+			for i, want := range wantP {
+				var got admissionregistrationv1.ValidatingAdmissionPolicy
+				find(t, objs, "ValidatingAdmissionPolicy", want.Name).into(t, &got)
+				assert.True(t, apiequality.Semantic.DeepEqual(got.Spec, want.Spec), "ValidatingAdmissionPolicy %s differs from webhook.Policies.\nchart:\n%s\ngo:\n%s", want.Name, toYAML(got.Spec), toYAML(want.Spec))
+				var gotB admissionregistrationv1.ValidatingAdmissionPolicyBinding
+				find(t, objs, "ValidatingAdmissionPolicyBinding", wantB[i].Name).into(t, &gotB)
+				assert.True(t, apiequality.Semantic.DeepEqual(gotB.Spec, wantB[i].Spec), "ValidatingAdmissionPolicyBinding %s differs.\nchart:\n%s\ngo:\n%s", want.Name, toYAML(gotB.Spec), toYAML(wantB[i].Spec))
+			}
+		})
+	}
+}
+
 // schedulerConfig decodes the rendered runplane-scheduler ConfigMap.
 func schedulerConfig(t *testing.T, objs []object) *configv1.KubeSchedulerConfiguration {
 	t.Helper()

@@ -50,7 +50,7 @@ func (m *Mutator) applyStock(ctx context.Context, pod *corev1.Pod, spec catalog.
 	return m.setPriorityClass(ctx, pod, api.LabelStock, api.PriorityClassStock)
 }
 
-func (m *Mutator) applyGPU(ctx context.Context, pod *corev1.Pod, spec catalog.Spec, reinvoked bool) error {
+func (m *Mutator) applyGPU(ctx context.Context, pod *corev1.Pod, spec catalog.Spec) error {
 	main, err := mainContainer(pod)
 	if err != nil {
 		return err
@@ -62,13 +62,13 @@ func (m *Mutator) applyGPU(ctx context.Context, pod *corev1.Pod, spec catalog.Sp
 			if !ok {
 				continue
 			}
-			if isMain && !reinvoked && q.Cmp(want) != 0 {
-				return &ConflictError{Label: api.LabelGPUSpec, Field: fmt.Sprintf("container %q resource %s", c.Name, spec.GPUResource),
+			if isMain && q.Cmp(want) != 0 {
+				return &ConflictError{Label: api.LabelGPUSpec, Field: fmt.Sprintf("container %s resource %s", Quote(c.Name), spec.GPUResource),
 					Reason: fmt.Sprintf("the container asks for %s but GPU spec %q gives %d; remove the GPU request (runplane sets it) or choose a spec with that many GPUs", q.String(), spec.Name, spec.GPU)}
 			}
 			if !isMain && !q.IsZero() {
-				return &ConflictError{Label: api.LabelGPUSpec, Field: fmt.Sprintf("container %q resource %s", c.Name, spec.GPUResource),
-					Reason: fmt.Sprintf("only the main container %q gets the GPUs of spec %q; remove the GPU request from %q", pod.Spec.Containers[main].Name, spec.Name, c.Name)}
+				return &ConflictError{Label: api.LabelGPUSpec, Field: fmt.Sprintf("container %s resource %s", Quote(c.Name), spec.GPUResource),
+					Reason: fmt.Sprintf("only the main container %s gets the GPUs of spec %q; remove the GPU request from %s", Quote(pod.Spec.Containers[main].Name), spec.Name, Quote(c.Name))}
 			}
 		}
 		return nil
@@ -122,17 +122,21 @@ func mainContainer(pod *corev1.Pod) (int, error) {
 	for i, c := range pod.Spec.Containers {
 		names[i] = c.Name
 	}
-	return 0, invalidAnnotation(DefaultContainerAnnotation, "names container %q, which the Pod does not have; containers: %s", name, strings.Join(names, ", "))
+	return 0, invalidAnnotation(DefaultContainerAnnotation, "names container %s, which the Pod does not have; containers: %s", Quote(name), Quote(strings.Join(names, ", ")))
 }
 
 func setScheduler(pod *corev1.Pod, label string) error {
+	if pod.Spec.NodeName != "" {
+		return &ConflictError{Label: label, Field: "spec.nodeName",
+			Reason: fmt.Sprintf("is %s, but runplane Pods are placed by %q; remove nodeName", Quote(pod.Spec.NodeName), api.SchedulerName)}
+	}
 	switch pod.Spec.SchedulerName {
 	case "", corev1.DefaultSchedulerName, api.SchedulerName:
 		pod.Spec.SchedulerName = api.SchedulerName
 		return nil
 	}
 	return &ConflictError{Label: label, Field: "spec.schedulerName",
-		Reason: fmt.Sprintf("is %q, but runplane Pods are scheduled by %q; remove schedulerName", pod.Spec.SchedulerName, api.SchedulerName)}
+		Reason: fmt.Sprintf("is %s, but runplane Pods are scheduled by %q; remove schedulerName", Quote(pod.Spec.SchedulerName), api.SchedulerName)}
 }
 
 // placeOnSpec adds the spec's node selector and tolerations.
@@ -141,7 +145,7 @@ func placeOnSpec(pod *corev1.Pod, label string, spec catalog.Spec) error {
 		v := spec.NodeSelector[k]
 		if have, ok := pod.Spec.NodeSelector[k]; ok && have != v {
 			return &ConflictError{Label: label, Field: "spec.nodeSelector[" + k + "]",
-				Reason: fmt.Sprintf("is %q, but GPU spec %q needs %q; remove it", have, spec.Name, v)}
+				Reason: fmt.Sprintf("is %s, but GPU spec %q needs %q; remove it", Quote(have), spec.Name, v)}
 		}
 		if pod.Spec.NodeSelector == nil {
 			pod.Spec.NodeSelector = map[string]string{}
@@ -433,7 +437,7 @@ func upsertMount(c *corev1.Container, vm corev1.VolumeMount, key string) error {
 			return nil
 		}
 		if path.Clean(have.MountPath) == vm.MountPath {
-			return invalidAnnotation(key, "container %q already mounts volume %q at %s, where the framework socket directory goes; set %s to a socket in another directory", c.Name, have.Name, vm.MountPath, key)
+			return invalidAnnotation(key, "container %s already mounts volume %s at %s, where the framework socket directory goes; set %s to a socket in another directory", Quote(c.Name), Quote(have.Name), vm.MountPath, key)
 		}
 	}
 	c.VolumeMounts = append(c.VolumeMounts, vm)
@@ -461,14 +465,8 @@ func upsertSidecar(pod *corev1.Pod, sc corev1.Container) {
 	for _, c := range pod.Spec.InitContainers {
 		switch {
 		case c.Name == sc.Name:
-			// Keep mounts other admission plugins added since (the
-			// ServiceAccount plugin mounts the API token into every
-			// container when the chain is reinvoked).
-			for _, m := range c.VolumeMounts {
-				if !slices.ContainsFunc(sc.VolumeMounts, func(o corev1.VolumeMount) bool { return o.Name == m.Name || o.MountPath == m.MountPath }) {
-					sc.VolumeMounts = append(sc.VolumeMounts, m)
-				}
-			}
+			// Replaced, never merged: MutateAdmission strips incoming
+			// runplane containers and compares them with the injected ones.
 		case slices.Contains(sidecarOrder, c.Name):
 			ours = append(ours, c)
 		default:

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,8 +31,9 @@ const (
 // Features lists every feature in the order they are applied and recorded.
 var Features = []Feature{FeatureGPUSpec, FeatureStock, FeaturePool, FeatureSSH, FeatureStorageGate}
 
-// Names of what runplane adds to a Pod. The runplane- prefix is reserved:
-// a user container or volume of the same name is replaced.
+// Names of what runplane adds to a Pod. The runplane- prefix is reserved
+// (api.ReservedPrefix): an incoming container or volume with such a name
+// must be exactly what runplane injects, else the Pod is denied.
 const (
 	PauseContainerName     = "pause"
 	VolumeFrameworkSocket  = "runplane-framework-socket"
@@ -119,16 +119,12 @@ type Mutator struct {
 type Result struct {
 	Pod      *corev1.Pod
 	Features []Feature
-	// Unchanged is set when the Pod was already injected with this
-	// configuration (a reinvocation): Pod is the input itself.
-	Unchanged bool
 }
 
 // plan is what a Pod's labels ask for under the current configuration.
 type plan struct {
 	opts               Options
 	stockSpec, gpuSpec catalog.Spec
-	labelled           []Feature
 	hash               string
 }
 
@@ -149,20 +145,12 @@ func (m *Mutator) plan(labels, annotations map[string]string) (*plan, error) {
 			return nil, err
 		}
 		hashed.Specs = append(hashed.Specs, catalogSpec{p.stockSpec})
-		p.labelled = append(p.labelled, FeatureStock)
 	}
 	if opts.GPUSpec != "" {
 		if p.gpuSpec, err = cat.Lookup(api.LabelGPUSpec, opts.GPUSpec); err != nil {
 			return nil, err
 		}
 		hashed.Specs = append(hashed.Specs, catalogSpec{p.gpuSpec})
-		p.labelled = append(p.labelled, FeatureGPUSpec)
-	}
-	if opts.Pool != "" {
-		p.labelled = append(p.labelled, FeaturePool)
-	}
-	if opts.SSH {
-		p.labelled = append(p.labelled, FeatureSSH)
 	}
 	if p.hash, err = configHash(hashed); err != nil {
 		return nil, err
@@ -170,48 +158,57 @@ func (m *Mutator) plan(labels, annotations map[string]string) (*plan, error) {
 	return p, nil
 }
 
-// done reports whether the Pod already carries this plan's injection.
-func (p *plan) done(annotations map[string]string) ([]Feature, bool) {
-	prev, prevHash := parseInjected(annotations)
-	return prev, prevHash == p.hash && slices.Equal(withoutGate(prev), p.labelled)
+// Admission is what the caller knows about an admission request beyond
+// the Pod.
+type Admission struct {
+	// Namespace the Pod is created in (the Pod itself may not carry it yet).
+	Namespace string
+	// RunplaneOwn says that the Pod is one of runplane's own (prepare Jobs,
+	// accessors), which mount claims that are not prepared yet by design:
+	// it is never storage-gated. The caller decides it from the requester's
+	// identity, never from anything the Pod carries.
+	RunplaneOwn bool
 }
 
-// AlreadyInjected reports whether a Pod with these labels and annotations
-// was already injected with the current configuration, so the caller can
-// skip decoding the whole Pod (the common case on reinvocation).
-func (m *Mutator) AlreadyInjected(labels, annotations map[string]string) bool {
-	if _, ok := annotations[api.AnnotationInjected]; !ok {
-		return false
-	}
-	p, err := m.plan(labels, annotations)
-	if err != nil {
-		return false
-	}
-	_, ok := p.done(annotations)
-	return ok
-}
-
-// Mutate returns a mutated copy of pod (created in namespace, which the Pod
-// itself may not carry yet). It is idempotent: Mutate of its own output
-// returns an equal Pod, so a reinvocation yields an empty patch. Errors that
-// the user can fix are *InvalidError or *catalog.UnknownSpecError (see
-// IsDenial); others are failures to read cluster state.
+// Mutate is MutateAdmission of an ordinary Pod created in namespace.
 func (m *Mutator) Mutate(ctx context.Context, pod *corev1.Pod, namespace string) (*Result, error) {
+	return m.MutateAdmission(ctx, pod, Admission{Namespace: namespace})
+}
+
+// MutateAdmission returns a mutated copy of pod. Nothing the Pod carries
+// makes it skip work: the runplane.io/injected annotation only reports, and
+// every call recomputes the whole injection from the labels, so a Pod that
+// already carries exactly what runplane injects (a reinvocation) yields an
+// equal Pod and an empty patch. Containers and volumes with reserved names
+// (runplane-*) must be exactly runplane's; user containers may not reach
+// runplane's credentials (CheckContainers). Errors that the user can fix
+// are *InvalidError, *ConflictError, *ReservedError, *CredentialError or
+// *catalog.UnknownSpecError (see IsDenial); others are failures to read
+// cluster state.
+func (m *Mutator) MutateAdmission(ctx context.Context, pod *corev1.Pod, a Admission) (*Result, error) {
 	p, err := m.plan(pod.Labels, pod.Annotations)
 	if err != nil {
 		return nil, err
 	}
 	opts, stockSpec, gpuSpec, hash := p.opts, p.stockSpec, p.gpuSpec, p.hash
 
-	// A Pod this configuration already injected is left alone: on
-	// reinvocation the object also carries what other admission plugins
-	// added since (token mounts, other sidecars), which must not be undone.
-	prev, done := p.done(pod.Annotations)
-	if done {
-		return &Result{Pod: pod, Features: prev, Unchanged: true}, nil
+	// The user's Pod without runplane's containers: what a first pass
+	// sees. Those present are compared with what this pass injects.
+	out := pod.DeepCopy()
+	reserved, err := takeReserved(out)
+	if err != nil {
+		return nil, err
+	}
+	for _, group := range []struct {
+		field string
+		cs    []corev1.Container
+	}{{"spec.initContainers", out.Spec.InitContainers}, {"spec.containers", out.Spec.Containers},
+		{"spec.ephemeralContainers", EphemeralAsContainers(out.Spec.EphemeralContainers)}} {
+		if err := CheckContainers(out, group.field, group.cs); err != nil {
+			return nil, err
+		}
 	}
 
-	out := pod.DeepCopy()
 	var features []Feature
 	if opts.Stock != "" {
 		if err := m.applyStock(ctx, out, stockSpec); err != nil {
@@ -220,7 +217,7 @@ func (m *Mutator) Mutate(ctx context.Context, pod *corev1.Pod, namespace string)
 		features = append(features, FeatureStock)
 	}
 	if opts.GPUSpec != "" {
-		if err := m.applyGPU(ctx, out, gpuSpec, slices.Contains(prev, FeatureGPUSpec)); err != nil {
+		if err := m.applyGPU(ctx, out, gpuSpec); err != nil {
 			return nil, err
 		}
 		features = append(features, FeatureGPUSpec)
@@ -237,14 +234,14 @@ func (m *Mutator) Mutate(ctx context.Context, pod *corev1.Pod, namespace string)
 		}
 		features = append(features, FeatureSSH)
 	}
-	// runplane's own Pods (prepare Jobs, accessors) mount claims that are
-	// not prepared yet by design: never gate them.
-	if opts.Stock == "" && out.Labels[api.LabelManagedBy] != api.ManagedByController {
-		gated, err := m.applyStorageGate(ctx, out, namespace)
-		if err != nil {
+	if err := verifyReserved(pod, out, reserved); err != nil {
+		return nil, err
+	}
+	if opts.Stock == "" && !a.RunplaneOwn {
+		if _, err := m.applyStorageGate(ctx, out, a.Namespace); err != nil {
 			return nil, err
 		}
-		if gated || (slices.Contains(prev, FeatureStorageGate) && hasGate(out)) {
+		if hasGate(out) {
 			features = append(features, FeatureStorageGate)
 		}
 	}
@@ -263,7 +260,9 @@ func IsDenial(err error) bool {
 	var inv *InvalidError
 	var unk *catalog.UnknownSpecError
 	var con *ConflictError
-	return errors.As(err, &inv) || errors.As(err, &unk) || errors.As(err, &con)
+	var res *ReservedError
+	var cred *CredentialError
+	return errors.As(err, &inv) || errors.As(err, &unk) || errors.As(err, &con) || errors.As(err, &res) || errors.As(err, &cred)
 }
 
 // ConflictError says that the Pod sets a field runplane must set differently.
@@ -305,24 +304,4 @@ func injectedValue(features []Feature, hash string) string {
 		names[i] = string(f)
 	}
 	return strings.Join(names, ",") + " hash=" + hash
-}
-
-// parseInjected reads the features and hash a previous pass recorded.
-func parseInjected(annotations map[string]string) ([]Feature, string) {
-	v, ok := annotations[api.AnnotationInjected]
-	if !ok {
-		return nil, ""
-	}
-	list, hash, _ := strings.Cut(v, " hash=")
-	var out []Feature
-	for _, f := range strings.Split(list, ",") {
-		if slices.Contains(Features, Feature(f)) {
-			out = append(out, Feature(f))
-		}
-	}
-	return out, hash
-}
-
-func withoutGate(fs []Feature) []Feature {
-	return slices.DeleteFunc(slices.Clone(fs), func(f Feature) bool { return f == FeatureStorageGate })
 }

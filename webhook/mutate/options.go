@@ -92,16 +92,19 @@ func ParseOptions(labels, annotations map[string]string) (Options, error) {
 	}
 	if v, ok := labels[api.LabelSSH]; ok {
 		if v != api.SSHEnabled {
-			return Options{}, invalidLabel(api.LabelSSH, "invalid value %q: the only allowed value is %q (remove the label to disable SSH)", v, api.SSHEnabled)
+			return Options{}, invalidLabel(api.LabelSSH, "invalid value %s: the only allowed value is %q (remove the label to disable SSH)", Quote(v), api.SSHEnabled)
 		}
 		o.SSH = true
 	}
 	if v, ok := labels[api.LabelEgress]; ok && v != api.EgressRestricted {
-		return Options{}, invalidLabel(api.LabelEgress, "invalid value %q: the only allowed value is %q", v, api.EgressRestricted)
+		return Options{}, invalidLabel(api.LabelEgress, "invalid value %s: the only allowed value is %q", Quote(v), api.EgressRestricted)
 	}
 	if v, ok := annotations[api.AnnotationSSHAuthorizedKeys]; ok {
 		if errs := validation.IsDNS1123Subdomain(v); len(errs) > 0 {
-			return Options{}, invalidAnnotation(api.AnnotationSSHAuthorizedKeys, "invalid Secret name %q: %s", v, strings.Join(errs, "; "))
+			return Options{}, invalidAnnotation(api.AnnotationSSHAuthorizedKeys, "invalid Secret name %s: %s", Quote(v), strings.Join(errs, "; "))
+		}
+		if Reserved(v) {
+			return Options{}, invalidAnnotation(api.AnnotationSSHAuthorizedKeys, "names %s, one of runplane's Secrets (%s*): name a Secret of your own", Quote(v), api.ReservedPrefix)
 		}
 		o.SSHSecret = v
 	}
@@ -152,7 +155,7 @@ func specName(key, v string) (string, error) {
 
 func poolName(v string) (string, error) {
 	if errs := validation.IsDNS1123Label(v); len(errs) > 0 {
-		return "", invalidLabel(api.LabelPool, "invalid pool name %q: it must be a DNS label (lower-case letters, digits and '-', at most 63 characters): %s", v, strings.Join(errs, "; "))
+		return "", invalidLabel(api.LabelPool, "invalid pool name %s: it must be a DNS label (lower-case letters, digits and '-', at most 63 characters): %s", Quote(v), strings.Join(errs, "; "))
 	}
 	if err := messages.ValidateToken("pool name", v); err != nil {
 		return "", invalidLabel(api.LabelPool, "%v", err)
@@ -164,11 +167,11 @@ func socketPath(v string) (string, error) {
 	dir := path.Dir(v)
 	switch {
 	case !path.IsAbs(v) || path.Clean(v) != v:
-		return "", invalidAnnotation(api.AnnotationFrameworkSocket, "invalid path %q: it must be a clean absolute path such as %s", v, api.DefaultFrameworkSocket)
+		return "", invalidAnnotation(api.AnnotationFrameworkSocket, "invalid path %s: it must be a clean absolute path such as %s", Quote(v), api.DefaultFrameworkSocket)
 	case dir == "/" || strings.ContainsAny(v, " \t\r\n:") || len(v) > 100:
 		// A unix socket path is limited to ~107 bytes, and the socket's
 		// directory becomes a shared volume mount, so it must not be "/".
-		return "", invalidAnnotation(api.AnnotationFrameworkSocket, "invalid path %q: it must be a file in a directory below / (the directory becomes a shared volume), without spaces or ':', at most 100 bytes, such as %s", v, api.DefaultFrameworkSocket)
+		return "", invalidAnnotation(api.AnnotationFrameworkSocket, "invalid path %s: it must be a file in a directory below / (the directory becomes a shared volume), without spaces or ':', at most 100 bytes, such as %s", Quote(v), api.DefaultFrameworkSocket)
 	}
 	return v, nil
 }
@@ -177,7 +180,7 @@ var urlPathRE = regexp.MustCompile(`^/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*$`)
 
 func urlPath(key, v string) (string, error) {
 	if !urlPathRE.MatchString(v) || len(v) > 256 {
-		return "", invalidAnnotation(key, "invalid HTTP path %q: it must start with '/' and hold only URL path characters (at most 256), such as %s", v, api.DefaultFrameworkInvokePath)
+		return "", invalidAnnotation(key, "invalid HTTP path %s: it must start with '/' and hold only URL path characters (at most 256), such as %s", Quote(v), api.DefaultFrameworkInvokePath)
 	}
 	return v, nil
 }
@@ -185,7 +188,7 @@ func urlPath(key, v string) (string, error) {
 func concurrency(v string) (int, error) {
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 || n > MaxConcurrency || strconv.Itoa(n) != v {
-		return 0, invalidAnnotation(api.AnnotationConcurrency, "invalid value %q: it must be an integer from 1 to %d (default 1)", v, MaxConcurrency)
+		return 0, invalidAnnotation(api.AnnotationConcurrency, "invalid value %s: it must be an integer from 1 to %d (default 1)", Quote(v), MaxConcurrency)
 	}
 	return n, nil
 }

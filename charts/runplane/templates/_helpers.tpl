@@ -151,3 +151,18 @@ namespaceSelector:
 {{- end -}}
 {{- join "," $out -}}
 {{- end -}}
+
+{{/* runplane.celList: a list of strings as a CEL list literal, as webhook.Policies writes it. */}}
+{{- define "runplane.celList" -}}
+{{- $quoted := list -}}
+{{- range . }}{{ $quoted = append $quoted (printf "'%s'" (. | replace "\\" "\\\\" | replace "'" "\\'")) }}{{ end -}}
+[{{ join ", " $quoted }}]
+{{- end -}}
+
+{{/* runplane.podLabels / podAnnotations: the runplane.io/ keys a Pod may carry (webhook.PodLabels, PodAnnotations), as JSON. */}}
+{{- define "runplane.podLabels" -}}
+["runplane.io/gpu-spec", "runplane.io/stock", "runplane.io/pool", "runplane.io/ssh", "runplane.io/egress", "runplane.io/ssh-pod"]
+{{- end -}}
+{{- define "runplane.podAnnotations" -}}
+["runplane.io/framework-socket", "runplane.io/framework-invoke-path", "runplane.io/framework-health-path", "runplane.io/concurrency", "runplane.io/ssh-authorized-keys", "runplane.io/ssh-service-type", "runplane.io/injected", "runplane.io/ssh-endpoint", "runplane.io/claimed-stock"]
+{{- end -}}

@@ -1,0 +1,615 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+
+	"github.com/runplane/runplane/api"
+)
+
+// These tests act as a hostile tenant ("mallory", who may do anything to
+// Pods, Jobs and claims of its own namespace) against the real API server
+// with the webhook and runplane's admission policies registered.
+
+const tenantUser = "mallory"
+
+// runplaneSecret is a name of runplane's (runplane-*): the NATS credentials
+// Secret the probe found in tenant namespaces.
+const runplaneSecret = "runplane-nats-credentials"
+
+// controllerUser is runplane's controller ServiceAccount.
+var controllerUser = "system:serviceaccount:" + runplaneNS + ":runplane-controller"
+
+// as is a client that impersonates user (the admin kubeconfig may).
+func as(t *testing.T, user string, groups ...string) kubernetes.Interface {
+	t.Helper()
+	cfg := env.RESTConfig()
+	cfg.Impersonate.UserName = user
+	cfg.Impersonate.Groups = append([]string{"system:authenticated"}, groups...)
+	c, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	return c
+}
+
+// tenantNamespace creates ns and lets the tenant (and runplane's
+// controller) work in it.
+func tenantNamespace(t *testing.T, ns string) string {
+	t.Helper()
+	namespace(t, ns)
+	ctx := context.Background()
+	c := env.Client()
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "tenant"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"pods", "pods/ephemeralcontainers", "persistentvolumeclaims", "secrets"}, Verbs: []string{"*"}},
+			{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"*"}},
+			{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"*"}},
+		},
+	}
+	if _, err := c.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
+	}
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "tenant"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "tenant"},
+		Subjects: []rbacv1.Subject{{Kind: "User", Name: tenantUser},
+			{Kind: "ServiceAccount", Namespace: runplaneNS, Name: "runplane-controller"}},
+	}
+	if _, err := c.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
+	}
+	// The authorizer follows RBAC objects through a watch: wait until the
+	// grants are in effect.
+	for _, user := range []string{tenantUser, controllerUser} {
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			sar, err := c.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: user, ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: "update", Resource: "pods", Subresource: "ephemeralcontainers"},
+			}}, metav1.CreateOptions{})
+			require.NoError(ct, err)
+			require.True(ct, sar.Status.Allowed, "%s may not work in %s yet", user, ns)
+		}, 30*time.Second, 100*time.Millisecond)
+	}
+	return ns
+}
+
+// waitPolicies waits until the API server enforces each of runplane's
+// admission policies (it picks up policies and bindings asynchronously,
+// each on its own).
+func waitPolicies(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	mallory := as(t, tenantUser)
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	_, err := mallory.CoreV1().Pods(ns).Create(ctx, plainPod("policy-probe"), metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{api.LabelSSH: api.SSHEnabled}}})
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, err := mallory.CoreV1().Pods(ns).Create(ctx, plainPod("gpu-probe", func(p *corev1.Pod) {
+			p.Spec.PriorityClassName = api.PriorityClassWorkload
+		}), dryRun)
+		require.Error(c, err, "policy runplane-gpu not enforced")
+		_, err = mallory.CoreV1().Pods(ns).Create(ctx, plainPod("managed-probe", labelled(map[string]string{api.LabelManagedBy: api.ManagedByController}, nil)), dryRun)
+		require.Error(c, err, "policy runplane-managed-by not enforced")
+		_, err = mallory.CoreV1().Pods(ns).Patch(ctx, "policy-probe", types.MergePatchType, body, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		require.Error(c, err, "policy runplane-pod-keys not enforced")
+	}, 30*time.Second, 200*time.Millisecond)
+}
+
+func plainPod(name string, modify ...func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "example.com/app:1"}}},
+	}
+	for _, m := range modify {
+		m(p)
+	}
+	return p
+}
+
+func labelled(labels map[string]string, annotations map[string]string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) { p.Labels, p.Annotations = labels, annotations }
+}
+
+// dryRunMarker is the injected annotation a dry-run shows anyone.
+func dryRunMarker(t *testing.T, ns string, pod *corev1.Pod) string {
+	t.Helper()
+	out, err := as(t, tenantUser).CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	require.NoError(t, err)
+	v := out.Annotations[api.AnnotationInjected]
+	require.NotEmpty(t, v, "dry-run shows the marker")
+	return v
+}
+
+// A marker read off a dry-run and copied onto a Pod skips nothing: the GPU
+// Pod is still mutated (scheduler, resources, PriorityClass) or denied, and
+// a pool Pod mounting the NATS credentials is still denied.
+func TestForgedMarkerSkipsNothing(t *testing.T) {
+	startWebhook(t)
+	ns := tenantNamespace(t, "team-forge")
+	ctx := context.Background()
+	mallory := as(t, tenantUser)
+
+	gpuMarker := dryRunMarker(t, ns, gpuPod("probe", "g1.1"))
+	forged := gpuPod("forged-gpu", "g1.1")
+	forged.Annotations = map[string]string{api.AnnotationInjected: gpuMarker}
+	forged.Spec.SchedulerName = corev1.DefaultSchedulerName
+	got, err := mallory.CoreV1().Pods(ns).Create(ctx, forged, metav1.CreateOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, api.SchedulerName, got.Spec.SchedulerName, "a forged marker kept the default scheduler")
+	assert.Equal(t, api.PriorityClassWorkload, got.Spec.PriorityClassName)
+	q := got.Spec.Containers[0].Resources.Limits[api.DefaultGPUResource]
+	assert.Zero(t, q.Cmp(resource.MustParse("1")), "GPU limit %s", q.String())
+
+	six := gpuPod("forged-six", "g1.1")
+	six.Annotations = map[string]string{api.AnnotationInjected: gpuMarker}
+	six.Spec.SchedulerName = corev1.DefaultSchedulerName
+	six.Spec.Containers[0].Resources.Limits = corev1.ResourceList{api.DefaultGPUResource: resource.MustParse("6")}
+	_, err = mallory.CoreV1().Pods(ns).Create(ctx, six, metav1.CreateOptions{})
+	require.Error(t, err, "6 GPUs admitted under a forged marker")
+	assert.Contains(t, err.Error(), `the container asks for 6 but GPU spec "g1.1" gives 1`)
+
+	poolMarker := dryRunMarker(t, ns, plainPod("probe", labelled(map[string]string{api.LabelPool: "echo"}, nil)))
+	creds := plainPod("forged-pool", labelled(map[string]string{api.LabelPool: "echo"}, map[string]string{api.AnnotationInjected: poolMarker}), func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: runplaneSecret}}}}
+		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "creds", MountPath: "/creds"}}
+	})
+	_, err = mallory.CoreV1().Pods(ns).Create(ctx, creds, metav1.CreateOptions{})
+	require.Error(t, err, "a pool Pod mounting the credentials admitted under a forged marker")
+	assert.Contains(t, err.Error(), `container "main"`)
+	assert.Contains(t, err.Error(), `volume "creds"`)
+}
+
+// Neither runplane's managed-by label nor a forged marker lifts the
+// storage gate from a tenant's Pod; a tenant cannot put the label on a Job
+// or a Pod; runplane's own Job (created by the controller's ServiceAccount)
+// runs ungated.
+func TestStorageGateNotSkippedByLabels(t *testing.T) {
+	startWebhook(t)
+	ns := tenantNamespace(t, "team-gate")
+	waitPolicies(t, ns)
+	ctx := context.Background()
+	mallory := as(t, tenantUser)
+	_, err := mallory.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "model", Annotations: map[string]string{api.AnnotationPrepareFromImage: "busybox:1.36"}},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	mounting := func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "model"}}}}
+	}
+	marker := dryRunMarker(t, ns, plainPod("probe", mounting))
+	managed := map[string]string{api.LabelManagedBy: api.ManagedByController}
+
+	// Without the label (the tenant may not set it), a forged marker does
+	// not lift the gate.
+	got, err := mallory.CoreV1().Pods(ns).Create(ctx, plainPod("forged-marker", mounting, labelled(nil, map[string]string{api.AnnotationInjected: marker})), metav1.CreateOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, []corev1.PodSchedulingGate{{Name: api.SchedulingGateStorage}}, got.Spec.SchedulingGates, "a forged marker lifted the storage gate")
+
+	_, err = mallory.CoreV1().Pods(ns).Create(ctx, plainPod("forged-label", mounting, labelled(managed, nil)), metav1.CreateOptions{})
+	require.Error(t, err, "a tenant's Pod with runplane's managed-by label admitted")
+	assert.Contains(t, err.Error(), api.LabelManagedBy)
+
+	job := func(name string) *batchv1.Job {
+		return &batchv1.Job{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: managed},
+			Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: managed},
+				Spec:       plainPod("", mounting, func(p *corev1.Pod) { p.Spec.RestartPolicy = corev1.RestartPolicyNever }).Spec,
+			}},
+		}
+	}
+	_, err = mallory.BatchV1().Jobs(ns).Create(ctx, job("forged-job"), metav1.CreateOptions{})
+	require.Error(t, err, "a tenant's Job with runplane's managed-by label admitted")
+	assert.Contains(t, err.Error(), api.LabelManagedBy)
+
+	// runplane's own: the Job controller's Pod is not gated.
+	_, err = as(t, controllerUser, "system:serviceaccounts").BatchV1().Jobs(ns).Create(ctx, job("prepare-model-1"), metav1.CreateOptions{})
+	require.NoError(t, err, "runplane's controller creates its prepare Job")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		pods, err := env.Client().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "job-name=prepare-model-1"})
+		require.NoError(c, err)
+		require.Len(c, pods.Items, 1)
+		require.Empty(c, pods.Items[0].Spec.SchedulingGates, "runplane's own prepare Pod gated")
+	}, 30*time.Second, 200*time.Millisecond)
+
+	// A tenant may not rewrite runplane's Job either.
+	err = patchLabels(mallory, ns, "prepare-model-1", "jobs", map[string]any{"extra": "x"}, nil)
+	require.Error(t, err, "a tenant changed runplane's Job")
+}
+
+// retryUpdate gets the Pod, changes it and updates it, retrying on a
+// write conflict.
+func retryUpdate(c kubernetes.Interface, ns, name string, change func(*corev1.Pod)) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p, err := c.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		change(p)
+		_, err = c.CoreV1().Pods(ns).Update(context.Background(), p, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+func patchLabels(c kubernetes.Interface, ns, name, resource string, labels, annotations map[string]any) error {
+	meta := map[string]any{}
+	if labels != nil {
+		meta["labels"] = labels
+	}
+	if annotations != nil {
+		meta["annotations"] = annotations
+	}
+	body, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	switch resource {
+	case "jobs":
+		_, err = c.BatchV1().Jobs(ns).Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{})
+	default:
+		_, err = c.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{})
+	}
+	return err
+}
+
+// A Pod's runplane.io/ labels and annotations cannot be changed after
+// creation by the tenant: adding SSH publication to any Pod, or taking a
+// pool Pod out of its egress policy; nor the image of runplane's sidecar,
+// nor the storage gate; runplane's controller still writes.
+func TestRunplaneKeysImmutableAfterCreation(t *testing.T) {
+	startWebhook(t)
+	ns := tenantNamespace(t, "team-update")
+	waitPolicies(t, ns)
+	ctx := context.Background()
+	mallory := as(t, tenantUser)
+	_, err := mallory.CoreV1().Pods(ns).Create(ctx, plainPod("plain"), metav1.CreateOptions{})
+	require.NoError(t, err)
+	pool, err := mallory.CoreV1().Pods(ns).Create(ctx, plainPod("worker", labelled(map[string]string{api.LabelPool: "echo"}, nil)), metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.Equal(t, api.EgressRestricted, pool.Labels[api.LabelEgress])
+
+	tests := []struct {
+		name, pod           string
+		labels, annotations map[string]any
+		want                string
+	}{
+		{"publish SSH later", "plain", map[string]any{api.LabelSSH: api.SSHEnabled},
+			map[string]any{api.AnnotationSSHServiceType: "LoadBalancer", api.AnnotationSSHAuthorizedKeys: "keys"}, "label " + api.LabelSSH},
+		{"leave the egress policy", "worker", map[string]any{api.LabelEgress: nil}, nil, "label " + api.LabelEgress},
+		{"rewrite the marker", "worker", nil, map[string]any{api.AnnotationInjected: "forged"}, "annotation " + api.AnnotationInjected},
+		{"join another pool", "worker", map[string]any{api.LabelPool: "other"}, nil, "label " + api.LabelPool},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := patchLabels(mallory, ns, tt.pod, "pods", tt.labels, tt.annotations)
+			require.Error(t, err, "the tenant changed runplane's keys")
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+	require.NoError(t, patchLabels(mallory, ns, "worker", "pods", map[string]any{"app": "mine"}, nil), "other labels stay the tenant's")
+
+	// runplane's sidecar keeps its image.
+	err = retryUpdate(mallory, ns, "worker", func(p *corev1.Pod) { p.Spec.InitContainers[0].Image = "example.com/evil:1" })
+	require.Error(t, err, "the tenant replaced the sidecar's image")
+	assert.Contains(t, err.Error(), "keep their image; changed: "+api.SidecarContainerName)
+
+	// The storage gate is runplane's to lift.
+	gated, err := mallory.CoreV1().Pods(ns).Create(ctx, plainPod("gated", func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "not-yet"}}}}
+	}), metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.NotEmpty(t, gated.Spec.SchedulingGates, "a Pod on a missing claim is gated")
+	err = retryUpdate(mallory, ns, "gated", func(p *corev1.Pod) { p.Spec.SchedulingGates = nil })
+	require.Error(t, err, "the tenant lifted the storage gate")
+	assert.Contains(t, err.Error(), "scheduling gate "+api.SchedulingGateStorage)
+	require.NoError(t, patchLabels(as(t, controllerUser, "system:serviceaccounts"), ns, "plain", "pods", nil,
+		map[string]any{api.AnnotationSSHEndpoint: "10.0.0.1:22"}), "runplane's controller writes its keys")
+}
+
+// kubectl debug cannot give an ephemeral container what the Pod's own
+// containers may not have: runplane's volumes, its Secrets, its names.
+func TestEphemeralContainersChecked(t *testing.T) {
+	startWebhook(t)
+	ns := tenantNamespace(t, "team-debug")
+	ctx := context.Background()
+	mallory := as(t, tenantUser)
+	worker, err := mallory.CoreV1().Pods(ns).Create(ctx, plainPod("worker", labelled(map[string]string{api.LabelPool: "echo"}, nil)), metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = mallory.CoreV1().Pods(ns).Create(ctx, plainPod("plain"), metav1.CreateOptions{})
+	require.NoError(t, err)
+	// The sidecar's NATS credential volume: the one it mounts besides the
+	// framework socket and the API token.
+	var credVolume string
+	for _, c := range worker.Spec.InitContainers {
+		for _, m := range c.VolumeMounts {
+			if c.Name == api.SidecarContainerName && m.Name != "runplane-framework-socket" && !strings.HasPrefix(m.Name, "kube-api-access-") {
+				credVolume = m.Name
+			}
+		}
+	}
+	require.NotEmpty(t, credVolume, "the sidecar's credential volume")
+
+	debug := func(pod, name string, modify func(*corev1.EphemeralContainer)) error {
+		p, err := mallory.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		ec := corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+			Name: name, Image: "busybox:1.36", TerminationMessagePolicy: corev1.TerminationMessageReadFile, ImagePullPolicy: corev1.PullIfNotPresent}}
+		if modify != nil {
+			modify(&ec)
+		}
+		p.Spec.EphemeralContainers = append(p.Spec.EphemeralContainers, ec)
+		_, err = mallory.CoreV1().Pods(ns).UpdateEphemeralContainers(ctx, pod, p, metav1.UpdateOptions{})
+		return err
+	}
+	tests := []struct {
+		name, pod, container string
+		modify               func(*corev1.EphemeralContainer)
+		want                 string
+	}{
+		{"mounts the NATS credentials", "worker", "dbg1", func(c *corev1.EphemeralContainer) {
+			c.VolumeMounts = []corev1.VolumeMount{{Name: credVolume, MountPath: "/creds"}}
+		}, `container "dbg1" (spec.ephemeralContainers[0])`},
+		{"env from runplane's Secret", "plain", "dbg2", func(c *corev1.EphemeralContainer) {
+			c.Env = []corev1.EnvVar{{Name: "T", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: runplaneSecret}, Key: "token"}}}}
+		}, `env "T" takes valueFrom.secretKeyRef`},
+		{"envFrom runplane's Secret", "plain", "dbg3", func(c *corev1.EphemeralContainer) {
+			c.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: runplaneSecret}}}}
+		}, "envFrom secretRef"},
+		{"a reserved name", "worker", "runplane-worker-2", nil, `container name "runplane-worker-2"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := debug(tt.pod, tt.container, tt.modify)
+			require.Error(t, err, "ephemeral container admitted")
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+	require.NoError(t, debug("worker", "dbg-ok", nil), "a plain debug container")
+}
+
+// A container named like an injected one is denied, not merged: a
+// pre-declared runplane-worker that would lay the tenant's claim over the
+// SSH binary directory.
+func TestReservedContainerNamesDenied(t *testing.T) {
+	startWebhook(t)
+	ns := tenantNamespace(t, "team-reserved")
+	mallory := as(t, tenantUser)
+	pod := plainPod("sd-0", labelled(map[string]string{api.LabelPool: "echo", api.LabelSSH: api.SSHEnabled},
+		map[string]string{api.AnnotationSSHAuthorizedKeys: "keys"}), func(p *corev1.Pod) {
+		p.Spec.InitContainers = []corev1.Container{{Name: "runplane-worker", Image: "example.com/evil:1",
+			VolumeMounts: []corev1.VolumeMount{{Name: "mine", MountPath: "/var/run/runplane/ssh-bin"}}}}
+		p.Spec.Volumes = []corev1.Volume{{Name: "mine", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	})
+	_, err := mallory.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{})
+	require.Error(t, err, "a pre-declared runplane-worker admitted")
+	assert.Contains(t, err.Error(), `container name "runplane-worker"`)
+	assert.Contains(t, err.Error(), "reserved")
+}
+
+// No user container reaches runplane's credentials by any route, in a
+// runplane Pod or in an unlabelled one.
+func TestCredentialRoutesDenied(t *testing.T) {
+	startWebhook(t)
+	ns := tenantNamespace(t, "team-creds")
+	mallory := as(t, tenantUser)
+	secret := corev1.LocalObjectReference{Name: runplaneSecret}
+	mount := func(v corev1.VolumeSource) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "v", VolumeSource: v}}
+			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "v", MountPath: "/v"}}
+		}
+	}
+	routes := []struct {
+		name   string
+		modify func(*corev1.Pod)
+		want   string
+	}{
+		{"projected secret", mount(corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+			{Secret: &corev1.SecretProjection{LocalObjectReference: secret}}}}}), "a projected volume of runplane's Secret"},
+		{"NATS audience token", mount(corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: "nats.runplane.io", Path: "token", ExpirationSeconds: ptr.To(int64(3600))}}}}}),
+			"a projected ServiceAccount token for runplane's NATS audience"},
+		{"env secretKeyRef", func(p *corev1.Pod) {
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "T", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: secret, Key: "token"}}}}
+		}, "valueFrom.secretKeyRef"},
+		{"envFrom secretRef", func(p *corev1.Pod) {
+			p.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: secret}}}
+		}, "envFrom secretRef"},
+	}
+	for _, kind := range []struct {
+		name   string
+		labels map[string]string
+	}{{"pool", map[string]string{api.LabelPool: "echo"}}, {"unlabelled", nil}} {
+		for _, r := range routes {
+			t.Run(kind.name+"/"+r.name, func(t *testing.T) {
+				_, err := mallory.CoreV1().Pods(ns).Create(context.Background(), plainPod("p", labelled(kind.labels, nil), r.modify),
+					metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+				require.Error(t, err, "credentials reachable")
+				assert.Contains(t, err.Error(), `container "main"`)
+				assert.Contains(t, err.Error(), r.want)
+			})
+		}
+	}
+}
+
+// GPUs and runplane's PriorityClasses only through runplane: an unlabelled
+// Pod asking for 8 GPUs and runplane-workload is denied by the policy.
+func TestGPUsOnlyThroughRunplane(t *testing.T) {
+	startWebhook(t)
+	ns := tenantNamespace(t, "team-gpu")
+	waitPolicies(t, ns)
+	mallory := as(t, tenantUser)
+	gpus := func(p *corev1.Pod) {
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{api.DefaultGPUResource: resource.MustParse("8")}
+	}
+	tests := []struct {
+		name   string
+		modify []func(*corev1.Pod)
+		want   string
+	}{
+		{"8 GPUs and runplane-workload", []func(*corev1.Pod){gpus, func(p *corev1.Pod) { p.Spec.PriorityClassName = api.PriorityClassWorkload }}, "request GPUs"},
+		{"GPUs in an init container", []func(*corev1.Pod){func(p *corev1.Pod) {
+			p.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "busybox", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{"nvidia.com/mig-1g.5gb": resource.MustParse("1")}, Limits: corev1.ResourceList{"nvidia.com/mig-1g.5gb": resource.MustParse("1")}}}}
+		}}, "container(s) init request GPUs"},
+		{"runplane-workload alone", []func(*corev1.Pod){func(p *corev1.Pod) { p.Spec.PriorityClassName = api.PriorityClassWorkload }}, "priorityClassName runplane-workload"},
+		{"runplane-stock alone", []func(*corev1.Pod){func(p *corev1.Pod) { p.Spec.PriorityClassName = api.PriorityClassStock }}, "priorityClassName runplane-stock"},
+		{"pool Pod with GPUs", []func(*corev1.Pod){gpus, labelled(map[string]string{api.LabelPool: "echo"}, nil)}, "request GPUs"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := mallory.CoreV1().Pods(ns).Create(context.Background(), plainPod("p", tt.modify...), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			require.Error(t, err, "admitted outside runplane")
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+	_, err := mallory.CoreV1().Pods(ns).Create(context.Background(), gpuPod("through-runplane", "g1.1"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	require.NoError(t, err, "a gpu-spec Pod")
+}
+
+// A denial that echoes a 200 KB value repeats only its start and its size.
+func TestDenialTruncatesEchoedValue(t *testing.T) {
+	startWebhook(t)
+	ns := tenantNamespace(t, "team-echo")
+	huge := strings.Repeat("x", 200_000)
+	_, err := as(t, tenantUser).CoreV1().Pods(ns).Create(context.Background(),
+		plainPod("p", labelled(map[string]string{api.LabelPool: "echo"}, map[string]string{api.AnnotationConcurrency: huge})),
+		metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "…(200000 bytes)")
+	assert.Less(t, len(err.Error()), 2048, "the denial repeats the value: %d bytes", len(err.Error()))
+}
+
+// Unknown runplane.io/ keys are denied with the known ones listed, and the
+// keys runplane writes (on Pods and on claims) are runplane's alone.
+func TestUnknownAndWrittenKeys(t *testing.T) {
+	startWebhook(t)
+	ns := tenantNamespace(t, "team-keys")
+	waitPolicies(t, ns)
+	ctx := context.Background()
+	mallory := as(t, tenantUser)
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	for _, tt := range []struct {
+		name        string
+		labels      map[string]string
+		annotations map[string]string
+		want        string
+	}{
+		{"a typo'd label", map[string]string{"runplane.io/gpu-specs": "g1.1"}, nil, "unknown runplane key(s) on a Pod: label runplane.io/gpu-specs; known labels: runplane.io/gpu-spec"},
+		{"a claimed placeholder", map[string]string{api.LabelGPUSpec: "g1.1"}, map[string]string{api.AnnotationClaimedStock: "gpu-0/runplane-stock/p/uid"}, "annotation " + api.AnnotationClaimedStock + ": written by runplane"},
+		{"another Pod's SSH Service", nil, map[string]string{}, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.want == "" {
+				_, err := mallory.CoreV1().Pods(ns).Create(ctx, plainPod("p", labelled(map[string]string{api.LabelSSHPod: "some-uid"}, nil)), dryRun)
+				require.Error(t, err, "a Pod created with runplane's SSH Service selector")
+				assert.Contains(t, err.Error(), "label "+api.LabelSSHPod+": written by runplane")
+				return
+			}
+			_, err := mallory.CoreV1().Pods(ns).Create(ctx, plainPod("p", labelled(tt.labels, tt.annotations)), dryRun)
+			require.Error(t, err, "admitted")
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+
+	claim := func(name string, a map[string]string) *corev1.PersistentVolumeClaim {
+		return &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: a},
+			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
+		}
+	}
+	_, err := mallory.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim("typo", map[string]string{"runplane.io/prepare-from-imag": "busybox"}), dryRun)
+	require.Error(t, err, "a typo'd claim key admitted")
+	assert.Contains(t, err.Error(), "annotation runplane.io/prepare-from-imag: unknown runplane annotation")
+	assert.Contains(t, err.Error(), api.AnnotationPrepareFromImage, "the known keys listed")
+
+	_, err = mallory.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim("model", map[string]string{api.AnnotationPrepareFromImage: "busybox:1.36"}), metav1.CreateOptions{})
+	require.NoError(t, err)
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c, err := mallory.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "model", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		c.Annotations[api.AnnotationPreparePhase] = api.PhaseSucceeded
+		c.Annotations[api.AnnotationPrepareObservedAttempt] = "0"
+		_, err = mallory.CoreV1().PersistentVolumeClaims(ns).Update(ctx, c, metav1.UpdateOptions{})
+		return err
+	})
+	require.Error(t, err, "the tenant marked its claim prepared")
+	assert.Contains(t, err.Error(), "written by runplane")
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c, err := as(t, controllerUser, "system:serviceaccounts").CoreV1().PersistentVolumeClaims(ns).Get(ctx, "model", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		c.Annotations[api.AnnotationPreparePhase] = api.PhaseRunning
+		_, err = as(t, controllerUser, "system:serviceaccounts").CoreV1().PersistentVolumeClaims(ns).Update(ctx, c, metav1.UpdateOptions{})
+		return err
+	})
+	require.NoError(t, err, "runplane's controller writes the phase")
+}
+
+// A tenant allowed to mint ServiceAccount tokens cannot mint one for
+// runplane's NATS audience (only the kubelet does, for the sidecar's
+// projected volume); other audiences are untouched.
+func TestNATSTokensOnlyFromTheKubelet(t *testing.T) {
+	startWebhook(t)
+	ns := tenantNamespace(t, "team-token")
+	waitPolicies(t, ns)
+	ctx := context.Background()
+	c := env.Client()
+	_, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "worker"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = c.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "tokens"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, Verbs: []string{"create"}}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = c.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "tokens"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "tokens"},
+		Subjects: []rbacv1.Subject{{Kind: "User", Name: tenantUser}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	mallory := as(t, tenantUser)
+	mint := func(audience string) error {
+		_, err := mallory.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "worker", &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{Audiences: []string{audience}, ExpirationSeconds: ptr.To(int64(600))}}, metav1.CreateOptions{})
+		return err
+	}
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, mint("example.com"), "the tenant may mint tokens for other audiences")
+	}, 30*time.Second, 100*time.Millisecond)
+	// The API server picks the policy up on its own schedule.
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		err := mint("nats.runplane.io")
+		require.Error(ct, err, "a tenant minted a NATS token")
+		assert.Contains(ct, err.Error(), "minted only by the kubelet")
+	}, 30*time.Second, 200*time.Millisecond)
+}

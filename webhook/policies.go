@@ -1,0 +1,280 @@
+package webhook
+
+import (
+	"slices"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/runplane/runplane/api"
+)
+
+// PodLabels and PodAnnotations are the runplane.io/ keys a Pod may carry;
+// any other is denied at creation.
+func PodLabels() []string {
+	return []string{api.LabelGPUSpec, api.LabelStock, api.LabelPool, api.LabelSSH, api.LabelEgress, api.LabelSSHPod}
+}
+
+// PodAnnotations: see PodLabels.
+func PodAnnotations() []string {
+	return []string{api.AnnotationFrameworkSocket, api.AnnotationFrameworkInvokePath, api.AnnotationFrameworkHealthPath,
+		api.AnnotationConcurrency, api.AnnotationSSHAuthorizedKeys, api.AnnotationSSHServiceType,
+		api.AnnotationInjected, api.AnnotationSSHEndpoint, api.AnnotationClaimedStock}
+}
+
+// writtenPodKeys are written by runplane's controllers and extender, which
+// act on them: no Pod is created with one (but by runplane).
+// runplane.io/injected is written by the webhook in the same request, and
+// recomputed there, never trusted.
+func writtenPodKeys() (labels, annotations []string) {
+	return []string{api.LabelSSHPod}, []string{api.AnnotationSSHEndpoint, api.AnnotationClaimedStock}
+}
+
+// PolicyOptions shapes runplane's ValidatingAdmissionPolicies.
+type PolicyOptions struct {
+	// Namespace is runplane's namespace: its ServiceAccounts are
+	// runplane's own; it and kube-system are not checked.
+	Namespace string
+	// ExcludeNamespaces are also not checked (the webhook's list).
+	ExcludeNamespaces []string
+	// GPU enables the runplane-gpu policy when not nil.
+	GPU *GPUPolicy
+}
+
+// GPUPolicy says which resources are GPUs: every resource named here and
+// every resource under one of the prefixes.
+type GPUPolicy struct {
+	Resources []string
+	Prefixes  []string
+}
+
+// DefaultGPUPolicy counts nvidia.com/* as GPUs.
+func DefaultGPUPolicy() *GPUPolicy {
+	return &GPUPolicy{Resources: []string{api.DefaultGPUResource}, Prefixes: []string{"nvidia.com/"}}
+}
+
+// Policies returns runplane's ValidatingAdmissionPolicies and their
+// bindings (one binding per policy, of the same name). They run in the API
+// server itself: no webhook call, no dependency on the webhook being up,
+// and they see every Pod, labelled or not.
+//   - runplane-pod-keys: on CREATE of a Pod, no unknown runplane.io/ key
+//     and none that runplane writes (ssh-pod, ssh-endpoint, claimed-stock);
+//     on UPDATE of a Pod (and pods/status), its
+//     runplane.io/ labels and annotations stay as they were at creation
+//     unless runplane's ServiceAccounts (or a cluster admin) change them:
+//     removing runplane.io/egress, adding runplane.io/ssh or
+//     ssh-service-type later, rewriting runplane.io/injected are denied;
+//     so are a new image for a runplane-* container and removing the
+//     storage gate.
+//   - runplane-managed-by: only runplane's ServiceAccounts, the Kubernetes
+//     controllers (kube-system, kube-controller-manager) and cluster admins
+//     set app.kubernetes.io/managed-by=runplane-controller on a Pod or on a
+//     workload's Pod template, or change an object that carries it; so the
+//     webhook may trust it on a Pod the Job or ReplicaSet controller creates.
+//   - runplane-nats-token: only the kubelet (group system:nodes), runplane's
+//     ServiceAccounts and cluster admins request ServiceAccount tokens for
+//     runplane's NATS audience (TokenRequest); a tenant who may create
+//     tokens cannot mint a NATS identity for one of its Pods.
+//   - runplane-gpu (optional): GPU requests and runplane's PriorityClasses
+//     only on Pods runplane schedules (runplane.io/gpu-spec or /stock).
+func Policies(o PolicyOptions) ([]*admissionregistrationv1.ValidatingAdmissionPolicy, []*admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+	if o.Namespace == "" {
+		o.Namespace = api.DefaultNamespace
+	}
+	excluded := append([]string{"kube-system", o.Namespace}, o.ExcludeNamespaces...)
+	slices.Sort(excluded)
+	excluded = slices.Compact(excluded)
+	runplane := "request.userInfo.username.startsWith('" + serviceAccountPrefix + o.Namespace + ":')"
+	admin := "'" + mastersGroup + "' in request.userInfo.groups"
+	writtenLabels, writtenAnnotations := writtenPodKeys()
+	kube := "request.userInfo.username.startsWith('" + kubeSystemAccountPrefix + "') || request.userInfo.username == '" + controllerManagerUser + "'"
+
+	policies := []*admissionregistrationv1.ValidatingAdmissionPolicy{
+		policy(api.PolicyPodKeys, podRules([]admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}, "pods", "pods/status"),
+			[]admissionregistrationv1.MatchCondition{{Name: "not-runplane", Expression: "!(" + runplane + " || " + admin + ")"}},
+			[]admissionregistrationv1.Variable{
+				{Name: "oldLabels", Expression: "oldObject.metadata.?labels.orValue({})"},
+				{Name: "newLabels", Expression: "object.metadata.?labels.orValue({})"},
+				{Name: "oldAnnotations", Expression: "oldObject.metadata.?annotations.orValue({})"},
+				{Name: "newAnnotations", Expression: "object.metadata.?annotations.orValue({})"},
+				{Name: "changed", Expression: changedKeys("label", "Labels") + " + " + changedKeys("annotation", "Annotations")},
+				{Name: "unknown", Expression: "variables.newLabels.filter(k, k.startsWith('" + api.Prefix + "') && !(k in " + celList(PodLabels()) + ")).map(k, 'label ' + k) + " +
+					"variables.newAnnotations.filter(k, k.startsWith('" + api.Prefix + "') && !(k in " + celList(PodAnnotations()) + ")).map(k, 'annotation ' + k)"},
+				{Name: "written", Expression: "variables.newLabels.filter(k, k in " + celList(writtenLabels) + ").map(k, 'label ' + k) + " +
+					"variables.newAnnotations.filter(k, k in " + celList(writtenAnnotations) + ").map(k, 'annotation ' + k)"},
+				{Name: "changedImages", Expression: "(object.spec.?initContainers.orValue([]) + object.spec.?containers.orValue([])).filter(c, c.name.startsWith('" + api.ReservedPrefix + "') && " +
+					"!(oldObject.spec.?initContainers.orValue([]) + oldObject.spec.?containers.orValue([])).exists(o, o.name == c.name && o.image == c.image)).map(c, c.name)"},
+			},
+			admissionregistrationv1.Validation{
+				Expression: "request.operation != 'CREATE' || size(variables.unknown) == 0",
+				MessageExpression: "'unknown runplane key(s) on a Pod: ' + variables.unknown.join(', ') + '; known labels: " + strings.Join(PodLabels(), ", ") +
+					"; known annotations: " + strings.Join(PodAnnotations(), ", ") + "'",
+				Reason: ptr.To(metav1.StatusReasonForbidden),
+			},
+			admissionregistrationv1.Validation{
+				Expression:        "request.operation != 'CREATE' || size(variables.written) == 0",
+				MessageExpression: "variables.written.join(', ') + ': written by runplane to report what it did; only runplane sets them'",
+				Reason:            ptr.To(metav1.StatusReasonForbidden),
+			},
+			admissionregistrationv1.Validation{
+				Expression: "request.operation != 'UPDATE' || size(variables.changed) == 0",
+				MessageExpression: "'the " + api.Prefix + " labels and annotations of a Pod are fixed when it is created; only runplane changes them later (recreate the Pod instead); changed: ' + " +
+					"variables.changed.join(', ')",
+				Reason: ptr.To(metav1.StatusReasonForbidden),
+			},
+			admissionregistrationv1.Validation{
+				Expression:        "request.operation != 'UPDATE' || size(variables.changedImages) == 0",
+				MessageExpression: "'the containers runplane injects (" + api.ReservedPrefix + "*) keep their image; changed: ' + variables.changedImages.join(', ')",
+				Reason:            ptr.To(metav1.StatusReasonForbidden),
+			},
+			admissionregistrationv1.Validation{
+				Expression: "request.operation != 'UPDATE' || !oldObject.spec.?schedulingGates.orValue([]).exists(g, g.name == '" + api.SchedulingGateStorage + "') || " +
+					"object.spec.?schedulingGates.orValue([]).exists(g, g.name == '" + api.SchedulingGateStorage + "')",
+				Message: "scheduling gate " + api.SchedulingGateStorage + " is removed by runplane once the Pod's volumes are prepared, by nobody else",
+				Reason:  ptr.To(metav1.StatusReasonForbidden),
+			}),
+		policy(api.PolicyManagedBy, workloadRules(),
+			[]admissionregistrationv1.MatchCondition{{Name: "not-runplane-or-kubernetes", Expression: "!(" + runplane + " || " + kube + " || " + admin + ")"}},
+			[]admissionregistrationv1.Variable{
+				{Name: "newMarked", Expression: managedByMarked("object")},
+				{Name: "oldMarked", Expression: "oldObject != null && (" + managedByMarked("oldObject") + ")"},
+			},
+			admissionregistrationv1.Validation{
+				Expression: "!variables.newMarked && !variables.oldMarked",
+				Message: "label " + api.LabelManagedBy + "=" + api.ManagedByController + " marks runplane's own objects (on the object or its Pod template): " +
+					"only runplane sets it, and only runplane changes an object that carries it",
+				Reason: ptr.To(metav1.StatusReasonForbidden),
+			}),
+		policy(api.PolicyNATSToken, []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+			Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"serviceaccounts/token"},
+				Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+		}}},
+			[]admissionregistrationv1.MatchCondition{{Name: "not-kubelet-or-runplane", Expression: "!(" + runplane + " || " + admin + " || '" + nodesGroup + "' in request.userInfo.groups)"}},
+			nil,
+			admissionregistrationv1.Validation{
+				Expression: "!object.spec.?audiences.orValue([]).exists(a, a == '" + api.NATSTokenAudience + "')",
+				Message:    "tokens for runplane's NATS audience " + api.NATSTokenAudience + " are minted only by the kubelet, for the projected volume of runplane's worker sidecar",
+				Reason:     ptr.To(metav1.StatusReasonForbidden),
+			}),
+	}
+	if o.GPU != nil {
+		policies = append(policies, gpuPolicy(o.GPU))
+	}
+	bindings := make([]*admissionregistrationv1.ValidatingAdmissionPolicyBinding, len(policies))
+	for i, p := range policies {
+		bindings[i] = &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: p.Name},
+			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+				PolicyName:        p.Name,
+				ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+				MatchResources: &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+					MatchExpressions: []metav1.LabelSelectorRequirement{{
+						Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: excluded,
+					}}}},
+			},
+		}
+	}
+	return policies, bindings
+}
+
+func gpuPolicy(g *GPUPolicy) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	resources := slices.Compact(slices.Sorted(slices.Values(g.Resources)))
+	isGPU := "r in variables.gpuResources || variables.gpuPrefixes.exists(p, r.startsWith(p))"
+	return policy(api.PolicyGPU, podRules([]admissionregistrationv1.OperationType{admissionregistrationv1.Create}, "pods"), nil,
+		[]admissionregistrationv1.Variable{
+			{Name: "labels", Expression: "object.metadata.?labels.orValue({})"},
+			{Name: "gpuSpec", Expression: "'" + api.LabelGPUSpec + "' in variables.labels"},
+			{Name: "stock", Expression: "'" + api.LabelStock + "' in variables.labels"},
+			{Name: "gpuResources", Expression: celList(resources)},
+			{Name: "gpuPrefixes", Expression: celList(g.Prefixes)},
+			{Name: "gpuContainers", Expression: "(object.spec.?containers.orValue([]) + object.spec.?initContainers.orValue([])).filter(c, " +
+				"c.?resources.?requests.orValue({}).exists(r, " + isGPU + ") || c.?resources.?limits.orValue({}).exists(r, " + isGPU + ")).map(c, c.name)"},
+			{Name: "priorityClass", Expression: "object.spec.?priorityClassName.orValue('')"},
+		},
+		admissionregistrationv1.Validation{
+			Expression: "variables.gpuSpec || variables.stock || size(variables.gpuContainers) == 0",
+			MessageExpression: "'container(s) ' + variables.gpuContainers.join(', ') + ' request GPUs (' + (variables.gpuResources + variables.gpuPrefixes.map(p, p + '*')).join(', ') + " +
+				"'): GPUs are only given through runplane; label the Pod " + api.LabelGPUSpec + "=<spec of the catalog> and remove the GPU request (runplane sets it)'",
+			Reason: ptr.To(metav1.StatusReasonForbidden),
+		},
+		admissionregistrationv1.Validation{
+			Expression: "variables.priorityClass != '" + api.PriorityClassWorkload + "' || variables.gpuSpec",
+			Message:    "priorityClassName " + api.PriorityClassWorkload + " is runplane's: only Pods labelled " + api.LabelGPUSpec + " get it (runplane sets it)",
+			Reason:     ptr.To(metav1.StatusReasonForbidden),
+		},
+		admissionregistrationv1.Validation{
+			Expression: "variables.priorityClass != '" + api.PriorityClassStock + "' || variables.stock",
+			Message:    "priorityClassName " + api.PriorityClassStock + " is runplane's: only stock placeholders labelled " + api.LabelStock + " get it (runplane sets it)",
+			Reason:     ptr.To(metav1.StatusReasonForbidden),
+		})
+}
+
+func policy(name string, rules []admissionregistrationv1.NamedRuleWithOperations, conds []admissionregistrationv1.MatchCondition,
+	vars []admissionregistrationv1.Variable, validations ...admissionregistrationv1.Validation) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	return &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy:    ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: rules, MatchPolicy: ptr.To(admissionregistrationv1.Equivalent)},
+			MatchConditions:  conds,
+			Variables:        vars,
+			Validations:      validations,
+		},
+	}
+}
+
+func podRules(ops []admissionregistrationv1.OperationType, resources ...string) []admissionregistrationv1.NamedRuleWithOperations {
+	return []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+		Operations: ops,
+		Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: resources,
+			Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+	}}}
+}
+
+// workloadRules are Pods and every built-in kind the Kubernetes
+// controllers derive Pods from.
+func workloadRules() []admissionregistrationv1.NamedRuleWithOperations {
+	ops := []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}
+	rule := func(group string, resources ...string) admissionregistrationv1.NamedRuleWithOperations {
+		return admissionregistrationv1.NamedRuleWithOperations{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+			Operations: ops,
+			Rule: admissionregistrationv1.Rule{APIGroups: []string{group}, APIVersions: []string{"*"}, Resources: resources,
+				Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+		}}
+	}
+	return []admissionregistrationv1.NamedRuleWithOperations{
+		rule("", "pods", "replicationcontrollers", "podtemplates"),
+		rule("apps", "deployments", "replicasets", "statefulsets", "daemonsets"),
+		rule("batch", "jobs", "cronjobs"),
+	}
+}
+
+// managedByMarked is CEL: obj, or its Pod template, carries runplane's
+// managed-by label.
+func managedByMarked(obj string) string {
+	label := "[?'" + api.LabelManagedBy + "'].orValue('') == '" + api.ManagedByController + "'"
+	return obj + ".metadata.?labels" + label + " || " +
+		obj + ".?template.?metadata.?labels" + label + " || " +
+		obj + ".?spec.?template.?metadata.?labels" + label + " || " +
+		obj + ".?spec.?jobTemplate.?spec.?template.?metadata.?labels" + label
+}
+
+// changedKeys is CEL: the runplane.io/ keys of variables.new<Kind> and
+// variables.old<Kind> that differ, each as "<what> <key>".
+func changedKeys(what, kind string) string {
+	n, o := "variables.new"+kind, "variables.old"+kind
+	p := "'" + api.Prefix + "'"
+	return "(" + n + ".filter(k, k.startsWith(" + p + ") && (!(k in " + o + ") || " + o + "[k] != " + n + "[k])) + " +
+		o + ".filter(k, k.startsWith(" + p + ") && !(k in " + n + "))).map(k, '" + what + " ' + k)"
+}
+
+func celList(items []string) string {
+	quoted := make([]string, len(items))
+	for i, s := range items {
+		quoted[i] = "'" + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), "'", `\'`) + "'"
+	}
+	return "[" + strings.Join(quoted, ", ") + "]"
+}
