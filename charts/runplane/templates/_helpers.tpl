@@ -125,7 +125,7 @@ namespaceSelector:
 {{- end }}
 {{- end -}}
 
-{{/* runplane.controllerNATSArgs: the NATS Pods restricted egress may reach, and the Secret the controller copies into pool namespaces. */}}
+{{/* runplane.controllerNATSArgs: the NATS Pods restricted egress may reach (the controller copies no Secret: it has no Secret access). */}}
 {{- define "runplane.controllerNATSArgs" -}}
 {{- if eq .Values.nats.mode "bundled" -}}
 - --nats-namespace={{ .Release.Namespace }}
@@ -136,9 +136,6 @@ namespaceSelector:
 - --nats-namespace={{ required "nats.external.egress.namespace is required when nats.mode is external (the namespace of the NATS Pods restricted egress may reach)" $e.namespace }}
 - --nats-pod-labels={{ include "runplane.labelList" (required "nats.external.egress.podLabels is required when nats.mode is external" $e.podLabels) }}
 - --nats-port={{ $e.port }}
-{{- end }}
-{{- with include "runplane.natsSecretName" . }}
-- --nats-credentials-secret={{ . }}
 {{- end }}
 {{- end -}}
 
