@@ -293,12 +293,12 @@ func TestInstall(t *testing.T) {
 			{"runplane-scheduler", []string{"get", "secrets", "-A"}, false},
 			{"runplane-scheduler", []string{"list", "secrets", "-A"}, false},
 			{"runplane-scheduler", []string{"list", "secrets", "-n", ns}, false},
-			// The controller keeps one Secret, by name, in any namespace.
-			{"runplane-controller", []string{"get", "secret/" + api.NATSCredentialsSecret, "-n", "team-a"}, true},
-			{"runplane-controller", []string{"update", "secret/" + api.NATSCredentialsSecret, "-n", "team-a"}, true},
+			// The controller touches no Secret anywhere (test/e2e/rbac checks every escalation path).
+			{"runplane-controller", []string{"get", "secret/" + api.NATSCredentialsSecret, "-n", "team-a"}, false},
+			{"runplane-controller", []string{"update", "secret/" + api.NATSCredentialsSecret, "-n", "team-a"}, false},
 			{"runplane-controller", []string{"get", "secret/ssh-keys", "-n", "team-a"}, false},
 			{"runplane-controller", []string{"get", "secret/runplane-webhook-tls", "-n", ns}, false},
-			{"runplane-controller", []string{"create", "secrets", "-n", "team-a"}, true},
+			{"runplane-controller", []string{"create", "secrets", "-n", "team-a"}, false},
 			// The webhook keeps its own TLS Secret only.
 			{"runplane-webhook", []string{"get", "secret/runplane-webhook-tls", "-n", ns}, true},
 			{"runplane-webhook", []string{"get", "secret/runplane-nats-credentials", "-n", ns}, false},

@@ -67,12 +67,13 @@ func TestControllers(t *testing.T) {
 		podLabels[k] = v
 	}
 	cfg := controllers.Config{
-		RESTConfig:            rec.As(env.RESTConfig(), releaseNS, "runplane-controller"),
-		Namespace:             arg(t, args, "namespace"),
-		Image:                 testImage,
-		ClusterDomain:         arg(t, args, "cluster-domain"),
-		NATS:                  egress.NATSEndpoint{Namespace: arg(t, args, "nats-namespace"), Port: int32(port), PodLabels: podLabels},
-		NATSCredentialsSource: arg(t, args, "nats-credentials-secret"),
+		RESTConfig:    rec.As(env.RESTConfig(), releaseNS, "runplane-controller"),
+		Namespace:     arg(t, args, "namespace"),
+		Image:         testImage,
+		ClusterDomain: arg(t, args, "cluster-domain"),
+		NATS:          egress.NATSEndpoint{Namespace: arg(t, args, "nats-namespace"), Port: int32(port), PodLabels: podLabels},
+		// The chart passes none: the controller copies no Secret (it has no Secret access).
+		NATSCredentialsSource: args["nats-credentials-secret"],
 		MetricsAddr:           "0", ProbeAddr: "0",
 		LeaderElection: arg(t, args, "leader-elect") == "true",
 		Logger:         logr.FromSlogHandler(rec.Logger().Handler()),
@@ -113,8 +114,11 @@ func TestControllers(t *testing.T) {
 		p, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
 		require.NoError(t, err)
 		job := p.Annotations[api.AnnotationPrepareJob]
-		_, err = client.BatchV1().Jobs(ns).Get(ctx, job, metav1.GetOptions{})
+		j, err := client.BatchV1().Jobs(ns).Get(ctx, job, metav1.GetOptions{})
 		require.NoError(t, err, "prepare Job %q", job)
+		// It runs as the namespace's default ServiceAccount, pinned, without a token.
+		assert.Equal(t, "default", j.Spec.Template.Spec.ServiceAccountName, "prepare Job's ServiceAccount")
+		assert.Equal(t, ptr.To(false), j.Spec.Template.Spec.AutomountServiceAccountToken, "prepare Job's token")
 		eventually(t, rec, 30*time.Second, "the storage gate removed", func() (bool, error) {
 			p, err := client.CoreV1().Pods(ns).Get(ctx, "gated", metav1.GetOptions{})
 			return err == nil && len(p.Spec.SchedulingGates) == 0, err
@@ -133,8 +137,13 @@ func TestControllers(t *testing.T) {
 		require.NoError(t, err)
 		name := accessor.Name("shared")
 		eventually(t, rec, 60*time.Second, "the accessor Deployment, Service and Ready phase", func() (bool, error) {
-			if _, err := client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
+			d, err := client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
 				return false, err
+			}
+			if d.Spec.Template.Spec.ServiceAccountName != "default" || !ptr.Equal(d.Spec.Template.Spec.AutomountServiceAccountToken, ptr.To(false)) {
+				return false, fmt.Errorf("accessor Deployment runs as %q with automountServiceAccountToken %v",
+					d.Spec.Template.Spec.ServiceAccountName, d.Spec.Template.Spec.AutomountServiceAccountToken)
 			}
 			if _, err := client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
 				return false, err
@@ -147,9 +156,8 @@ func TestControllers(t *testing.T) {
 		})
 	})
 
-	t.Run("nats credentials and egress policy", func(t *testing.T) {
-		src, err := client.CoreV1().Secrets(releaseNS).Get(ctx, api.NATSCredentialsSecret, metav1.GetOptions{})
-		require.NoError(t, err, "the chart's NATS credentials")
+	t.Run("egress policy", func(t *testing.T) {
+		require.Empty(t, cfg.NATSCredentialsSource, "the chart makes the controller copy a Secret")
 		worker := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "worker", Labels: map[string]string{api.LabelPool: "echo", api.LabelEgress: api.EgressRestricted}},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox:1.36"}}},
@@ -160,16 +168,11 @@ func TestControllers(t *testing.T) {
 			_, err := client.NetworkingV1().NetworkPolicies(ns).Get(ctx, egress.PolicyName, metav1.GetOptions{})
 			return err == nil, err
 		})
-		eventually(t, rec, 30*time.Second, "the NATS credentials copied", func() (bool, error) {
-			s, err := client.CoreV1().Secrets(ns).Get(ctx, api.NATSCredentialsSecret, metav1.GetOptions{})
-			return err == nil && len(src.Data["token"]) > 0 && string(s.Data["token"]) == string(src.Data["token"]), err
-		})
-		// The last pool Pod gone, the copy and the policy go (delete).
+		// The last pool Pod gone, the policy goes (delete).
 		require.NoError(t, client.CoreV1().Pods(ns).Delete(ctx, "worker", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
-		eventually(t, rec, 30*time.Second, "the copy and the policy removed", func() (bool, error) {
+		eventually(t, rec, 30*time.Second, "the policy removed", func() (bool, error) {
 			_, perr := client.NetworkingV1().NetworkPolicies(ns).Get(ctx, egress.PolicyName, metav1.GetOptions{})
-			_, serr := client.CoreV1().Secrets(ns).Get(ctx, api.NATSCredentialsSecret, metav1.GetOptions{})
-			return apierrors.IsNotFound(perr) && apierrors.IsNotFound(serr), fmt.Errorf("policy: %v, secret: %v", perr, serr)
+			return apierrors.IsNotFound(perr), fmt.Errorf("policy: %v", perr)
 		})
 	})
 
