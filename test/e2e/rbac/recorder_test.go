@@ -17,10 +17,8 @@ import (
 
 // TestRecorderSeesDenials: the impersonating config really acts as the
 // ServiceAccount, and the Recorder catches a 403 (so the component tests'
-// "no denial" checks can fail). It also pins what the controllers' Secret
-// cache relies on: the chart grants list and watch on Secrets by name
-// only, which the API server honours for a metadata.name field selector
-// and for nothing else.
+// "no denial" checks can fail). The controller has no Secret access at
+// all: not even by name with a metadata.name field selector.
 func TestRecorderSeesDenials(t *testing.T) {
 	install(t)
 	managed := api.LabelManagedBy + "=" + api.ManagedByController
@@ -32,11 +30,11 @@ func TestRecorderSeesDenials(t *testing.T) {
 		{"queue lists Secrets", "runplane-queue", "", metav1.ListOptions{}, false},
 		{"controller lists every Secret", "runplane-controller", "", metav1.ListOptions{}, false},
 		{"controller lists Secrets by label (the old cache)", "runplane-controller", "", metav1.ListOptions{LabelSelector: managed}, false},
-		{"controller lists Secrets by name (the cache)", "runplane-controller", "",
-			metav1.ListOptions{LabelSelector: managed, FieldSelector: "metadata.name=" + api.NATSCredentialsSecret}, true},
+		{"controller lists Secrets by name (the old copy's cache)", "runplane-controller", "",
+			metav1.ListOptions{LabelSelector: managed, FieldSelector: "metadata.name=" + api.NATSCredentialsSecret}, false},
 		{"controller lists another Secret by name", "runplane-controller", "", metav1.ListOptions{FieldSelector: "metadata.name=runplane-webhook-tls"}, false},
-		{"controller lists the source Secret by name", "runplane-controller", releaseNS,
-			metav1.ListOptions{FieldSelector: "metadata.name=" + api.NATSCredentialsSecret}, true},
+		{"controller lists the NATS Secret by name", "runplane-controller", releaseNS,
+			metav1.ListOptions{FieldSelector: "metadata.name=" + api.NATSCredentialsSecret}, false},
 		{"webhook lists Secrets in its namespace", "runplane-webhook", releaseNS, metav1.ListOptions{}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
