@@ -29,7 +29,11 @@ import (
 // for a core); the goal is p99 <= 2ms.
 func BenchmarkFilterPrioritize(b *testing.B) {
 	const nodes, podsPerNode = 5000, 10
-	e := testExtender(b, true)
+	pods := make([]*corev1.Pod, 64)
+	for i := range pods {
+		pods[i] = pod(fmt.Sprintf("incoming-%d", i), api.LabelGPUSpec, "g1", "")
+	}
+	e := testExtender(b, true, pods...)
 	names := make([]string, nodes)
 	for i := range nodes {
 		names[i] = fmt.Sprintf("node-%04d", i)
@@ -42,10 +46,8 @@ func BenchmarkFilterPrioritize(b *testing.B) {
 			e.ledger.UpsertPod(pod(fmt.Sprintf("p-%d-%d", i, j), key, spec, names[i]))
 		}
 	}
-	pods := make([]*corev1.Pod, 64)
 	bodies := make([]string, len(pods))
 	for i := range pods {
-		pods[i] = pod(fmt.Sprintf("incoming-%d", i), api.LabelGPUSpec, "g1", "")
 		bodies[i] = filterBody(b, pods[i], names...)
 	}
 	// The baseline is plain encoding/json on the same v1 types around the

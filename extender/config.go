@@ -20,8 +20,14 @@ type Config struct {
 	// Namespace holds the catalog ConfigMap and the leader-election Lease.
 	// Default api.DefaultNamespace.
 	Namespace string
-	// Addr is the HTTPS listen address. Default ":8443".
+	// Addr is the HTTPS listen address of filter, prioritize and bind.
+	// Default "127.0.0.1:8443": in the chart the extender shares the
+	// scheduler's Pod, so loopback reaches the scheduler and nothing else.
 	Addr string
+	// MetricsAddr, when set, serves /metrics, /healthz and /readyz on a
+	// second HTTPS listener (the Service and the kubelet's probes reach it),
+	// and Addr serves only the verbs. Empty: everything on Addr.
+	MetricsAddr string
 	// CertFile and KeyFile are the serving certificate, reloaded when the
 	// files change (cert-manager renewing it). When both are empty a
 	// certificate for TLSHosts is issued at startup by a fresh CA, whose
@@ -69,7 +75,7 @@ func (c *Config) defaults() error {
 		c.Namespace = api.DefaultNamespace
 	}
 	if c.Addr == "" {
-		c.Addr = ":8443"
+		c.Addr = "127.0.0.1:8443"
 	}
 	if len(c.TLSHosts) == 0 {
 		c.TLSHosts = []string{"localhost", "127.0.0.1"}

@@ -49,9 +49,12 @@ type Extender struct {
 	buffers        sync.Pool // *buffers
 	leader         atomic.Bool
 	listener       net.Listener
-	caPEM          []byte
-	done           chan struct{}
-	err            error
+	// metricsListener serves /metrics and the probes when
+	// Config.MetricsAddr is set.
+	metricsListener net.Listener
+	caPEM           []byte
+	done            chan struct{}
+	err             error
 }
 
 // Run starts an extender and serves until ctx ends.
@@ -120,15 +123,18 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 	if err != nil {
 		return nil, fmt.Errorf("extender: listening on %s: %w", cfg.Addr, err)
 	}
-	runnables := []manager.Runnable{
-		informers,
-		always(e.sweep),
-		&manager.Server{
-			Name:            "runplane-extender",
-			Server:          &http.Server{Handler: e.mux(), ReadHeaderTimeout: 10 * time.Second},
-			Listener:        tls.NewListener(e.listener, tlsCfg),
-			ShutdownTimeout: ptr.To(5 * time.Second),
-		},
+	verbs, observe := http.NewServeMux(), http.NewServeMux()
+	e.routeVerbs(verbs)
+	runnables := []manager.Runnable{informers, always(e.sweep), server("runplane-extender", verbs, e.listener, tlsCfg)}
+	if cfg.MetricsAddr == "" {
+		e.routeObservability(verbs)
+	} else {
+		if e.metricsListener, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
+			_ = e.listener.Close()
+			return nil, fmt.Errorf("extender: listening on %s: %w", cfg.MetricsAddr, err)
+		}
+		e.routeObservability(observe)
+		runnables = append(runnables, server("runplane-extender-metrics", observe, e.metricsListener, tlsCfg))
 	}
 	if cfg.FollowLease != "" {
 		follow, err := e.followLease()
@@ -149,6 +155,9 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 	for _, r := range runnables {
 		if err := mgr.Add(r); err != nil {
 			_ = e.listener.Close()
+			if e.metricsListener != nil {
+				_ = e.metricsListener.Close()
+			}
 			return nil, fmt.Errorf("extender: adding runnable: %w", err)
 		}
 	}
@@ -173,13 +182,26 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 	return e, nil
 }
 
-// mux routes the extender verbs, /metrics (the extender's metrics and the
-// manager's: leader election, client-go) and the health probes.
-func (e *Extender) mux() *http.ServeMux {
-	mux := http.NewServeMux()
+// server serves mux over TLS on l as a manager runnable.
+func server(name string, mux http.Handler, l net.Listener, tlsCfg *tls.Config) *manager.Server {
+	return &manager.Server{
+		Name:            name,
+		Server:          &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
+		Listener:        tls.NewListener(l, tlsCfg),
+		ShutdownTimeout: ptr.To(5 * time.Second),
+	}
+}
+
+// routeVerbs routes the extender verbs.
+func (e *Extender) routeVerbs(mux *http.ServeMux) {
 	mux.HandleFunc(FilterPath, e.handleFilter)
 	mux.HandleFunc(PrioritizePath, e.handlePrioritize)
 	mux.HandleFunc(BindPath, e.handleBind)
+}
+
+// routeObservability routes /metrics (the extender's metrics and the
+// manager's: leader election, client-go) and the health probes.
+func (e *Extender) routeObservability(mux *http.ServeMux) {
 	mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{crmetrics.Registry, e.metrics.registry}, promhttp.HandlerOpts{}))
 	probes := map[string]*healthz.Handler{
 		"/healthz": {Checks: map[string]healthz.Checker{"ping": healthz.Ping}},
@@ -189,7 +211,6 @@ func (e *Extender) mux() *http.ServeMux {
 		mux.Handle(path, http.StripPrefix(path, h))
 		mux.Handle(path+"/", http.StripPrefix(path, h))
 	}
-	return mux
 }
 
 // Wait blocks until the manager has stopped and returns its error.
@@ -198,8 +219,17 @@ func (e *Extender) Wait() error {
 	return e.err
 }
 
-// Addr is the address the extender listens on.
+// Addr is the address the extender's verbs listen on.
 func (e *Extender) Addr() string { return e.listener.Addr().String() }
+
+// MetricsAddr is the address of /metrics and the probes: Addr unless
+// Config.MetricsAddr is set.
+func (e *Extender) MetricsAddr() string {
+	if e.metricsListener == nil {
+		return e.Addr()
+	}
+	return e.metricsListener.Addr().String()
+}
 
 // CACert is the PEM certificate the scheduler must trust to reach the
 // extender (the generated CA, or the certificate file read at startup).

@@ -130,7 +130,22 @@ func (e *Extender) observe(o prometheus.Observer, began time.Time) {
 }
 
 func (e *Extender) handleFilter(w http.ResponseWriter, r *http.Request) {
-	serveArgs(e, w, r, e.metrics.filterLatency, e.filter, appendFilterResult)
+	serveArgs(e, w, r, e.metrics.filterLatency, e.filter, appendFilterResult, e.checkFilterPod)
+}
+
+// checkFilterPod replaces the body's Pod by the API server's, refusing
+// (4xx) a Pod that does not exist, is another Pod of that name, or is not
+// scheduled by runplane: filter reserves capacity and records a claim on
+// the Pod, so it acts only on the Pod the scheduler is scheduling.
+func (e *Extender) checkFilterPod(w http.ResponseWriter, r *http.Request, args *extenderv1.ExtenderArgs) bool {
+	pod, ref := e.scheduledPod(r.Context(), args.Pod.Namespace, args.Pod.Name, args.Pod.UID)
+	if ref != nil {
+		e.metrics.refused.WithLabelValues("filter").Inc()
+		httpjson.Error(w, ref.status, ref.msg)
+		return false
+	}
+	args.Pod = pod
+	return true
 }
 
 func (e *Extender) handlePrioritize(w http.ResponseWriter, r *http.Request) {
@@ -140,11 +155,16 @@ func (e *Extender) handlePrioritize(w http.ResponseWriter, r *http.Request) {
 // serveArgs answers a filter or prioritize call: the ExtenderArgs in, the
 // verb's result out.
 func serveArgs[R any](e *Extender, w http.ResponseWriter, r *http.Request, latency prometheus.Observer,
-	verb func(*extenderv1.ExtenderArgs) R, encode func([]byte, R) []byte) {
+	verb func(*extenderv1.ExtenderArgs) R, encode func([]byte, R) []byte, check ...func(http.ResponseWriter, *http.Request, *extenderv1.ExtenderArgs) bool) {
 	defer e.observe(latency, time.Now())
 	b := e.getBuffers()
 	defer e.putBuffers(b)
 	if args, ok := readArgs(w, r, &b.in); ok {
+		for _, c := range check {
+			if !c(w, r, args) {
+				return
+			}
+		}
 		b.out = encode(b.out, verb(args))
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(b.out)
@@ -232,8 +252,16 @@ func (e *Extender) handleBind(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusBadRequest, "decoding request body: "+err.Error())
 		return
 	}
-	if args.PodName == "" || args.PodNamespace == "" || args.Node == "" {
-		httpjson.Error(w, http.StatusBadRequest, "fields PodName, PodNamespace and Node are required")
+	if args.PodName == "" || args.PodNamespace == "" || args.PodUID == "" || args.Node == "" {
+		httpjson.Error(w, http.StatusBadRequest, "fields PodName, PodNamespace, PodUID and Node are required")
+		return
+	}
+	// Bind only the Pod the scheduler is scheduling: one that exists with
+	// that UID and runplane's schedulerName.
+	if _, ref := e.scheduledPod(r.Context(), args.PodNamespace, args.PodName, args.PodUID); ref != nil {
+		e.metrics.refused.WithLabelValues("bind").Inc()
+		e.log.Info("bind refused", "pod", args.PodNamespace+"/"+args.PodName, "node", args.Node, "status", ref.status, "err", ref.msg)
+		httpjson.Error(w, ref.status, ref.msg)
 		return
 	}
 	err := e.bind(r.Context(), &args)
@@ -254,6 +282,11 @@ func (e *Extender) handleBind(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(&out)
 }
 
+// errUIDMismatch: the Pod of that name is another Pod than the one asked for.
+var errUIDMismatch = errors.New("UID mismatch")
+
+func isUIDMismatch(err error) bool { return errors.Is(err, errUIDMismatch) }
+
 func (e *Extender) pod(ctx context.Context, ns, name string, uid types.UID) (*corev1.Pod, error) {
 	pod, err := e.podLister.Pods(ns).Get(name)
 	if err != nil || (uid != "" && pod.UID != uid) {
@@ -263,7 +296,7 @@ func (e *Extender) pod(ctx context.Context, ns, name string, uid types.UID) (*co
 		}
 	}
 	if uid != "" && pod.UID != uid {
-		return nil, fmt.Errorf("pod %s/%s has UID %s, the scheduler asked for %s", ns, name, pod.UID, uid)
+		return nil, fmt.Errorf("pod %s/%s has UID %s, the scheduler asked for %s: %w", ns, name, pod.UID, uid, errUIDMismatch)
 	}
 	return pod, nil
 }

@@ -14,8 +14,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	listersv1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 	"k8s.io/utils/clock"
 
@@ -24,7 +27,9 @@ import (
 	"github.com/runplane/runplane/extender/ledger"
 )
 
-func testExtender(t testing.TB, leader bool) *Extender {
+// testExtender is an extender whose informer knows pods (the Pods a
+// filter or bind may name).
+func testExtender(t testing.TB, leader bool, pods ...*corev1.Pod) *Extender {
 	t.Helper()
 	c, err := catalog.Parse(map[string]string{
 		"g1":   "gpu: 1\ncpu: \"8\"\nmemory: 32Gi\n",
@@ -32,11 +37,24 @@ func testExtender(t testing.TB, leader bool) *Extender {
 	})
 	require.NoError(t, err)
 	l := ledger.New(ledger.Options{})
-	// The fake client only absorbs the claim-intent patches filter starts.
-	e := &Extender{ledger: l, catalog: catalog.NewStaticStore(c), metrics: newMetrics(l), client: fake.NewClientset(),
+	// The fake client holds pods and absorbs the claim-intent patches filter starts.
+	e := &Extender{ledger: l, catalog: catalog.NewStaticStore(c), metrics: newMetrics(l), client: fake.NewClientset(objects(pods)...),
 		log: slog.New(slog.NewTextHandler(io.Discard, nil)), intents: intents{clock: clock.RealClock{}}}
 	e.leader.Store(leader)
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, p := range pods {
+		require.NoError(t, idx.Add(p))
+	}
+	e.podLister = listersv1.NewPodLister(idx)
 	return e
+}
+
+func objects(pods []*corev1.Pod) []runtime.Object {
+	out := make([]runtime.Object, len(pods))
+	for i, p := range pods {
+		out[i] = p
+	}
+	return out
 }
 
 func node(name string, gpus int64) *corev1.Node {
@@ -53,7 +71,7 @@ func pod(name, labelKey, spec, nodeName string) *corev1.Pod {
 	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID(name), Labels: map[string]string{labelKey: spec}},
-		Spec: corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "c",
+		Spec: corev1.PodSpec{SchedulerName: api.SchedulerName, NodeName: nodeName, Containers: []corev1.Container{{Name: "c",
 			Resources: corev1.ResourceRequirements{Requests: res, Limits: res}}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning},
 	}
@@ -120,7 +138,7 @@ func TestFilterHandler(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := testExtender(t, tt.leader)
+			e := testExtender(t, tt.leader, tt.pod)
 			e.ledger.UpsertNode(node("warm", 2))
 			e.ledger.UpsertNode(node("cold", 1))
 			e.ledger.UpsertPod(pod("ph-g1", api.LabelStock, "g1", "warm"))
@@ -140,7 +158,7 @@ func TestFilterHandler(t *testing.T) {
 }
 
 func TestBindNotLeader(t *testing.T) {
-	e := testExtender(t, false)
+	e := testExtender(t, false, pod("x", api.LabelGPUSpec, "g1", ""))
 	rec := call(t, e.handleBind, http.MethodPost, `{"PodName":"x","PodNamespace":"ns","PodUID":"x","Node":"a"}`)
 	require.Equal(t, http.StatusOK, rec.Code)
 	var out extenderv1.ExtenderBindingResult
@@ -193,7 +211,7 @@ func TestFilterBodyShapes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := testExtender(t, false)
+			e := testExtender(t, false, p)
 			e.ledger.UpsertNode(node("warm", 1))
 			e.ledger.UpsertNode(node("full", 1))
 			e.ledger.UpsertPod(pod("busy", api.LabelGPUSpec, "g1", "full"))
@@ -204,4 +222,55 @@ func TestFilterBodyShapes(t *testing.T) {
 			require.Equal(t, tt.want, got)
 		})
 	}
+}
+
+// TestForeignPodRefused: filter and bind act only on a Pod that exists
+// with the body's UID and runplane's schedulerName; anything else is a 4xx
+// with a JSON error, and nothing is written to the API server.
+func TestForeignPodRefused(t *testing.T) {
+	foreign := pod("foreign", api.LabelGPUSpec, "g1", "")
+	foreign.Spec.SchedulerName = corev1.DefaultSchedulerName
+	ours := pod("ours", api.LabelGPUSpec, "g1", "")
+	otherUID := ours.DeepCopy()
+	otherUID.UID = "someone-else"
+	missing := pod("missing", api.LabelGPUSpec, "g1", "")
+	noUID := ours.DeepCopy()
+	noUID.UID = ""
+	tests := []struct {
+		name   string
+		pod    *corev1.Pod
+		status int
+		msg    string
+	}{
+		{"another scheduler's Pod", foreign, http.StatusForbidden, "default-scheduler"},
+		{"another Pod of the name", otherUID, http.StatusConflict, "has UID ours"},
+		{"a Pod that does not exist", missing, http.StatusNotFound, "not found"},
+		{"no UID", noUID, http.StatusBadRequest, "UID"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := testExtender(t, true, foreign, ours)
+			e.ledger.UpsertNode(node("warm", 2))
+			e.ledger.UpsertPod(pod("ph", api.LabelStock, "g1", "warm"))
+			rec := call(t, e.handleFilter, http.MethodPost, filterBody(t, tt.pod, "warm"))
+			require.Equal(t, tt.status, rec.Code, rec.Body.String())
+			require.Contains(t, rec.Body.String(), tt.msg)
+			bind, err := json.Marshal(extenderv1.ExtenderBindingArgs{PodName: tt.pod.Name, PodNamespace: tt.pod.Namespace, PodUID: tt.pod.UID, Node: "warm"})
+			require.NoError(t, err)
+			rec = call(t, e.handleBind, http.MethodPost, string(bind))
+			wantBind := tt.status
+			if tt.pod.UID == "" {
+				wantBind = http.StatusBadRequest
+			}
+			require.Equal(t, wantBind, rec.Code, rec.Body.String())
+			for _, a := range e.client.(*fake.Clientset).Actions() {
+				require.Equal(t, "get", a.GetVerb(), "the extender wrote to the API server: %v", a)
+			}
+		})
+	}
+	// The runplane-scheduled Pod itself is served.
+	e := testExtender(t, true, foreign, ours)
+	e.ledger.UpsertNode(node("warm", 2))
+	rec := call(t, e.handleFilter, http.MethodPost, filterBody(t, ours, "warm"))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 }

@@ -20,7 +20,10 @@ import (
 // annotateClaim records on the Pod which placeholder it is about to take,
 // so a successor extender keeps the claim if this one dies mid-bind.
 func annotateClaim(ctx context.Context, c kubernetes.Interface, pod *corev1.Pod, ph ledger.Placeholder) error {
+	// The UID makes the patch a precondition: it never lands on another
+	// Pod that took the name.
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid":         pod.UID,
 		"annotations": map[string]string{api.AnnotationClaimedStock: ph.String()},
 	}})
 	if err != nil {

@@ -16,6 +16,7 @@ type metrics struct {
 	steps                                         *prometheus.HistogramVec
 	claims                                        *prometheus.CounterVec
 	bindFailures                                  *prometheus.CounterVec
+	refused                                       *prometheus.CounterVec
 	binds                                         prometheus.Counter
 	leader                                        prometheus.Gauge
 }
@@ -41,6 +42,10 @@ func newMetrics(l *ledger.Ledger) *metrics {
 			Name: "runplane_extender_bind_failures_total",
 			Help: "Failed binds by reason.",
 		}, []string{"reason"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "runplane_extender_refused_requests_total",
+			Help: "filter and bind requests refused (4xx) because the Pod they name does not exist, is another Pod, or is not runplane-scheduled, by verb.",
+		}, []string{"verb"}),
 		binds: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "runplane_extender_binds_total",
 			Help: "Pods bound by the extender.",
@@ -53,7 +58,7 @@ func newMetrics(l *ledger.Ledger) *metrics {
 	m.filterLatency = m.latency.WithLabelValues("filter")
 	m.prioritizeLatency = m.latency.WithLabelValues("prioritize")
 	m.bindLatency = m.latency.WithLabelValues("bind")
-	m.registry.MustRegister(m.latency, m.steps, m.claims, m.bindFailures, m.binds, m.leader, stockCollector{l})
+	m.registry.MustRegister(m.latency, m.steps, m.claims, m.bindFailures, m.refused, m.binds, m.leader, stockCollector{l})
 	return m
 }
 

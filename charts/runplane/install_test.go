@@ -307,15 +307,12 @@ func TestInstall(t *testing.T) {
 			{"runplane-scheduler", []string{"get", "secrets", "-A"}, false},
 			{"runplane-scheduler", []string{"list", "secrets", "-A"}, false},
 			{"runplane-scheduler", []string{"list", "secrets", "-n", ns}, false},
-			// No NATS credential is copied into tenant namespaces any more:
-			// the controller touches no Secret anywhere.
+			// The controller touches no Secret anywhere (test/e2e/rbac checks every escalation path).
 			{"runplane-controller", []string{"get", "secret/" + api.NATSCredentialsSecret, "-n", "team-a"}, false},
 			{"runplane-controller", []string{"update", "secret/" + api.NATSCredentialsSecret, "-n", "team-a"}, false},
 			{"runplane-controller", []string{"get", "secret/ssh-keys", "-n", "team-a"}, false},
 			{"runplane-controller", []string{"get", "secret/runplane-webhook-tls", "-n", ns}, false},
 			{"runplane-controller", []string{"create", "secrets", "-n", "team-a"}, false},
-			// The queue's NATS auth callout reviews worker tokens and follows
-			// their bound Pod to the pool's Deployment.
 			{"runplane-queue", []string{"create", "tokenreviews.authentication.k8s.io"}, true},
 			{"runplane-queue", []string{"get", "pods", "-n", "team-a"}, true},
 			{"runplane-queue", []string{"get", "replicasets.apps", "-n", "team-a"}, true},

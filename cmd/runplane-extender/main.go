@@ -25,7 +25,8 @@ func main() {
 	var kubeconfig, hosts string
 	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig path; in-cluster config when empty")
 	flag.StringVar(&cfg.Namespace, "namespace", api.DefaultNamespace, "namespace of the catalog ConfigMap and the Lease")
-	flag.StringVar(&cfg.Addr, "addr", ":8443", "HTTPS listen address (filter, prioritize, bind, /metrics, /healthz, /readyz)")
+	flag.StringVar(&cfg.Addr, "addr", "127.0.0.1:8443", "HTTPS listen address of filter, prioritize and bind (and of /metrics, /healthz, /readyz without --metrics-addr); keep it on loopback in the scheduler's Pod")
+	flag.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "HTTPS listen address of /metrics, /healthz and /readyz; empty: served on --addr")
 	flag.StringVar(&cfg.CertFile, "tls-cert-file", "", "serving certificate; self-signed at startup when empty")
 	flag.StringVar(&cfg.KeyFile, "tls-key-file", "", "serving key")
 	flag.StringVar(&hosts, "tls-hosts", "localhost,127.0.0.1", "comma-separated names/IPs of a self-signed certificate")

@@ -233,7 +233,10 @@ func (r *Reconciler) deployment(pvc *corev1.PersistentVolumeClaim, dep *appsv1.D
 	dep.Spec.Template = corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Labels: labels},
 		Spec: corev1.PodSpec{
-			Affinity:                     affinity,
+			Affinity: affinity,
+			// The accessor needs no API access: pinned to the namespace's
+			// default ServiceAccount, without its token.
+			ServiceAccountName:           "default",
 			AutomountServiceAccountToken: ptr.To(false),
 			Containers: []corev1.Container{{
 				Name:    "accessor",

@@ -241,9 +241,13 @@ func (r *Reconciler) jobFor(pvc *corev1.PersistentVolumeClaim, spec pvcspec.Spec
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
-					RestartPolicy: corev1.RestartPolicyNever,
-					Containers:    []corev1.Container{c},
-					Volumes:       volumes,
+					// The copier and the image's own files need no API access:
+					// the namespace's default ServiceAccount, pinned, and no token.
+					ServiceAccountName:           "default",
+					AutomountServiceAccountToken: ptr.To(false),
+					RestartPolicy:                corev1.RestartPolicyNever,
+					Containers:                   []corev1.Container{c},
+					Volumes:                      volumes,
 				},
 			},
 		},

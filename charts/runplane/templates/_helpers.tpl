@@ -129,7 +129,7 @@ namespaceSelector:
 {{- end }}
 {{- end -}}
 
-{{/* runplane.controllerNATSArgs: the NATS Pods restricted egress may reach. */}}
+{{/* runplane.controllerNATSArgs: the NATS Pods restricted egress may reach (the controller copies no Secret: it has no Secret access). */}}
 {{- define "runplane.controllerNATSArgs" -}}
 {{- if eq .Values.nats.mode "bundled" -}}
 - --nats-namespace={{ .Release.Namespace }}

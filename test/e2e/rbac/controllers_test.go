@@ -112,8 +112,11 @@ func TestControllers(t *testing.T) {
 		p, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
 		require.NoError(t, err)
 		job := p.Annotations[api.AnnotationPrepareJob]
-		_, err = client.BatchV1().Jobs(ns).Get(ctx, job, metav1.GetOptions{})
+		j, err := client.BatchV1().Jobs(ns).Get(ctx, job, metav1.GetOptions{})
 		require.NoError(t, err, "prepare Job %q", job)
+		// It runs as the namespace's default ServiceAccount, pinned, without a token.
+		assert.Equal(t, "default", j.Spec.Template.Spec.ServiceAccountName, "prepare Job's ServiceAccount")
+		assert.Equal(t, ptr.To(false), j.Spec.Template.Spec.AutomountServiceAccountToken, "prepare Job's token")
 		eventually(t, rec, 30*time.Second, "the storage gate removed", func() (bool, error) {
 			p, err := client.CoreV1().Pods(ns).Get(ctx, "gated", metav1.GetOptions{})
 			return err == nil && len(p.Spec.SchedulingGates) == 0, err
@@ -132,8 +135,13 @@ func TestControllers(t *testing.T) {
 		require.NoError(t, err)
 		name := accessor.Name("shared")
 		eventually(t, rec, 60*time.Second, "the accessor Deployment, Service and Ready phase", func() (bool, error) {
-			if _, err := client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
+			d, err := client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
 				return false, err
+			}
+			if d.Spec.Template.Spec.ServiceAccountName != "default" || !ptr.Equal(d.Spec.Template.Spec.AutomountServiceAccountToken, ptr.To(false)) {
+				return false, fmt.Errorf("accessor Deployment runs as %q with automountServiceAccountToken %v",
+					d.Spec.Template.Spec.ServiceAccountName, d.Spec.Template.Spec.AutomountServiceAccountToken)
 			}
 			if _, err := client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
 				return false, err

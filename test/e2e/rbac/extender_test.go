@@ -3,6 +3,7 @@ package rbac_test
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net/http"
 	"os"
@@ -71,7 +72,7 @@ func TestExtender(t *testing.T) {
 	args := chartArgs(t, "runplane-scheduler", "extender")
 	ext, err := extender.Start(ctx, extender.Config{
 		RESTConfig: rec.As(env.RESTConfig(), releaseNS, "runplane-scheduler"),
-		Namespace:  arg(t, args, "namespace"), Addr: "127.0.0.1:0", TLSHosts: []string{"127.0.0.1"},
+		Namespace:  arg(t, args, "namespace"), Addr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0", TLSHosts: []string{"127.0.0.1"},
 		LeaderElection: arg(t, args, "leader-elect") == "true", FollowLease: arg(t, args, "follow-lease"),
 		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
 		Logger: rec.Logger(),
@@ -81,6 +82,11 @@ func TestExtender(t *testing.T) {
 		cancel()
 		assert.NoError(t, ext.Wait(), "extender")
 	})
+	// The chart keeps the verbs on loopback and serves /metrics and the
+	// probes, and nothing else, on the Pod's interfaces.
+	require.True(t, strings.HasPrefix(arg(t, args, "addr"), "127.0.0.1:"), "the chart's extender verbs listen on %s", args["addr"])
+	require.NotEmpty(t, arg(t, args, "metrics-addr"))
+	checkListeners(t, ext)
 	schedLog := &rbac.Recorder{}
 	t.Cleanup(func() { checkNoDenials(t, "kube-scheduler as runplane-scheduler", schedLog) })
 	runScheduler(t, ext, schedLog)
@@ -198,4 +204,29 @@ func runScheduler(t *testing.T, ext *extender.Extender, rec *rbac.Recorder) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, fmt.Errorf("%s", resp.Status)
 	})
+}
+
+// checkListeners: the verbs answer on Addr only, /metrics and the probes on
+// MetricsAddr only.
+func checkListeners(t *testing.T, ext *extender.Extender) {
+	t.Helper()
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(ext.CACert()))
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	status := func(method, addr, path string) int {
+		req, err := http.NewRequestWithContext(t.Context(), method, "https://"+addr+path, strings.NewReader("{}"))
+		require.NoError(t, err)
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, path := range []string{extender.FilterPath, extender.PrioritizePath, extender.BindPath} {
+		assert.Equal(t, http.StatusNotFound, status(http.MethodPost, ext.MetricsAddr(), path), "%s on the metrics listener", path)
+		assert.NotEqual(t, http.StatusNotFound, status(http.MethodPost, ext.Addr(), path), "%s on the verb listener", path)
+	}
+	for _, path := range []string{"/metrics", "/healthz", "/readyz"} {
+		assert.Equal(t, http.StatusOK, status(http.MethodGet, ext.MetricsAddr(), path), "%s on the metrics listener", path)
+		assert.Equal(t, http.StatusNotFound, status(http.MethodGet, ext.Addr(), path), "%s on the verb listener", path)
+	}
 }
