@@ -86,7 +86,7 @@ func TestSidecarThroughCallout(t *testing.T) {
 	require.NoError(t, err)
 	// The consumer exists once the sidecar is ready; publishing earlier is
 	// fine too (DeliverAll).
-	_, err = ijs.Publish(ctx, q.subj.Dispatch(ns, pool, pod.Name), data, jetstream.WithMsgID(messages.DispatchPublishID("inv-1", 1)))
+	_, err = ijs.Publish(ctx, q.subj.Dispatch(ns, pool, pod.Name), data, jetstream.WithMsgID(messages.DispatchPublishID(ns, "inv-1", 1)))
 	require.NoError(t, err)
 
 	for name, sub := range map[string]*nats.Subscription{"result": results, "sync reply": replies} {
@@ -121,7 +121,7 @@ func TestSidecarThroughCallout(t *testing.T) {
 	d.InvocationID, d.ReplyTo = "inv-2", ""
 	data, err = json.Marshal(d)
 	require.NoError(t, err)
-	_, err = ijs.Publish(ctx, q.subj.Dispatch(ns, pool, pod.Name), data, jetstream.WithMsgID(messages.DispatchPublishID("inv-2", 1)))
+	_, err = ijs.Publish(ctx, q.subj.Dispatch(ns, pool, pod.Name), data, jetstream.WithMsgID(messages.DispatchPublishID(ns, "inv-2", 1)))
 	require.NoError(t, err)
 	msg, err := results.NextMsg(30 * time.Second)
 	require.NoError(t, err, "no result after the reconnect")
