@@ -304,8 +304,8 @@ func (e *Extender) pod(ctx context.Context, ns, name string, uid types.UID) (*co
 // bind claims a placeholder when the node needs one, then creates the
 // Binding. Whatever fails releases what BeginBind assumed.
 func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs) error {
-	if !e.isLeader() {
-		return &bindError{reasonNotLeader, errors.New("this runplane extender replica is not the leader; retry")}
+	if err := e.leading(); err != nil {
+		return err
 	}
 	pod, err := e.pod(ctx, args.PodNamespace, args.PodName, args.PodUID)
 	if err != nil {
@@ -333,6 +333,11 @@ func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 			return err
 		}
 	}
+	// Leadership may have moved while this bind waited for the claim: a
+	// new leader's ledger already counts what this one assumed.
+	if err := e.leading(); err != nil {
+		return err
+	}
 	defer e.step("binding", time.Now())
 	binding := &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
@@ -350,6 +355,15 @@ func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 		return &bindError{reasonBinding, fmt.Errorf("binding Pod %s/%s to node %s: %w", pod.Namespace, pod.Name, args.Node, err)}
 	}
 	ok = true
+	return nil
+}
+
+// leading is nil while this replica binds, else the not-leader error; bind
+// checks it before each step that changes the cluster.
+func (e *Extender) leading() error {
+	if !e.isLeader() {
+		return &bindError{reasonNotLeader, errors.New("this runplane extender replica is not the leader; retry")}
+	}
 	return nil
 }
 
@@ -376,6 +390,10 @@ func (e *Extender) claim(ctx context.Context, pod *corev1.Pod, ph *ledger.Placeh
 		}
 	}
 	e.step("claim_annotate", began)
+	// Deleting a placeholder is the one step another leader could race.
+	if err := e.leading(); err != nil {
+		return false, err
+	}
 	began = time.Now()
 	grace := int64(0)
 	uid := ph.UID

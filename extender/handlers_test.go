@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
@@ -167,6 +168,32 @@ func TestBindNotLeader(t *testing.T) {
 	m := &dto.Metric{}
 	require.NoError(t, e.metrics.bindFailures.WithLabelValues(reasonNotLeader).Write(m))
 	require.Equal(t, 1.0, m.GetCounter().GetValue())
+}
+
+// TestBindLosesLeadershipMidClaim: a replica that stops leading while it
+// records a claim deletes no placeholder and creates no Binding (the new
+// leader's ledger already counts that capacity).
+func TestBindLosesLeadershipMidClaim(t *testing.T) {
+	ph := pod("ph", api.LabelStock, "g1", "warm")
+	e := testExtender(t, true, pod("x", api.LabelGPUSpec, "g1", ""), ph)
+	e.ledger.UpsertNode(node("warm", 1))
+	e.ledger.UpsertPod(ph)
+	cs := e.client.(*fake.Clientset)
+	cs.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		e.leader.Store(false) // the claim record lands as leadership moves
+		return false, nil, nil
+	})
+	rec := call(t, e.handleBind, http.MethodPost, `{"PodName":"x","PodNamespace":"ns","PodUID":"x","Node":"warm"}`)
+	require.Equal(t, http.StatusOK, rec.Code)
+	var out extenderv1.ExtenderBindingResult
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &out))
+	require.Contains(t, out.Error, "not the leader")
+	for _, a := range cs.Actions() {
+		require.False(t, a.Matches("delete", "pods"), "a placeholder deleted after leadership moved: %v", a)
+		require.False(t, a.Matches("create", "pods") && a.GetSubresource() == "binding", "a Binding created after leadership moved")
+	}
+	_, err := cs.CoreV1().Pods("ns").Get(t.Context(), "ph", metav1.GetOptions{})
+	require.NoError(t, err, "the placeholder is still there")
 }
 
 func TestPrioritizeHandler(t *testing.T) {
