@@ -154,7 +154,7 @@ func TestMatchPattern(t *testing.T) {
 	}
 }
 
-func TestPermitOpen(t *testing.T) {
+func TestKeyOptionsAllowsOpen(t *testing.T) {
 	o, err := parseLine(t, `permitopen="localhost:8888",permitopen="127.0.0.1:*",permitopen="[::1]:22"`)
 	require.NoError(t, err)
 	tests := []struct {
