@@ -44,7 +44,7 @@ func TestParseKeyOptions(t *testing.T) {
 		{name: "command", opts: `command="echo hi"`, want: KeyOptions{PTY: true, PortForwarding: true, ForceCommand: "echo hi", HasForceCommand: true}},
 		{name: "command with escaped quotes and commas", opts: `command="echo \"a,b\" \\n",no-pty`,
 			want: KeyOptions{PortForwarding: true, ForceCommand: `echo "a,b" \\n`, HasForceCommand: true}},
-		{name: "empty command forces a shell", opts: `command=""`, want: KeyOptions{PTY: true, PortForwarding: true, HasForceCommand: true}},
+		{name: "empty command", opts: `command=""`, want: KeyOptions{PTY: true, PortForwarding: true, HasForceCommand: true}},
 		{name: "COMMAND upper case", opts: `COMMAND="x"`, want: KeyOptions{PTY: true, PortForwarding: true, ForceCommand: "x", HasForceCommand: true}},
 		{name: "internal-sftp", opts: `restrict,command="internal-sftp"`, want: KeyOptions{ForceCommand: "internal-sftp", HasForceCommand: true}},
 		{name: "from", opts: `from="10.0.0.0/8,!10.1.2.3,192.168.*"`,

@@ -98,10 +98,11 @@ func echoThrough(t *testing.T, c *ssh.Client, addr string) error {
 
 func TestForcedCommand(t *testing.T) {
 	dir := t.TempDir()
-	forced, sftpOnly := newUserKey(t, dir, "forced"), newUserKey(t, dir, "sftponly")
+	forced, sftpOnly, empty := newUserKey(t, dir, "forced"), newUserKey(t, dir, "sftponly"), newUserKey(t, dir, "empty")
 	srv := startWithLines(t, dir, []optLine{
 		{`command="echo forced:$SSH_ORIGINAL_COMMAND"`, forced},
 		{`restrict,command="internal-sftp"`, sftpOnly},
+		{`command=""`, empty},
 	})
 	c, err := srv.dial("dev", ssh.PublicKeys(forced.signer))
 	require.NoError(t, err)
@@ -145,6 +146,21 @@ func TestForcedCommand(t *testing.T) {
 		out, err := sess.CombinedOutput("real")
 		require.NoError(t, err)
 		assert.Equal(t, "forced:real\n", string(out))
+	})
+	t.Run(`command="" runs nothing, not a shell`, func(t *testing.T) {
+		ec, err := srv.dial("dev", ssh.PublicKeys(empty.signer))
+		require.NoError(t, err)
+		defer ec.Close()
+		out, err := runGo(ec, "echo the-real-command-ran")
+		require.NoError(t, err)
+		assert.Empty(t, out)
+		sess, err := ec.NewSession()
+		require.NoError(t, err)
+		defer sess.Close()
+		sess.Stdin = strings.NewReader("echo a-shell-ran\n")
+		out2, err := sess.CombinedOutput("")
+		require.NoError(t, err)
+		assert.Empty(t, string(out2), "a shell read stdin")
 	})
 	t.Run("internal-sftp refuses exec", func(t *testing.T) {
 		sc, err := srv.dial("dev", ssh.PublicKeys(sftpOnly.signer))

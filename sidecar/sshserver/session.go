@@ -223,11 +223,9 @@ func (s *session) start(_ context.Context, kind, command string) (bool, func()) 
 			case "sftp":
 				extraEnv = []string{"SSH_ORIGINAL_COMMAND=" + internalSFTPOrigin}
 			}
+			// Even command="" runs "$SHELL -c ''", as in sshd: never a
+			// login shell.
 			command = *forced
-			if command == "" {
-				// command="" forces a login shell, as in sshd.
-				kind = "shell"
-			}
 		}
 	}
 	if kind == "sftp" && (forced == nil || *forced == internalSFTP) {
@@ -257,7 +255,7 @@ func (s *session) start(_ context.Context, kind, command string) (bool, func()) 
 		}
 	}
 
-	cmd := s.command(command, extraEnv...)
+	cmd := s.command(command, forced == nil && command == "", extraEnv...)
 	var err error
 	if s.pty != nil {
 		s.tty, err = pty.StartWithSize(cmd, winsize(s.pty.Columns, s.pty.Rows, s.pty.Width, s.pty.Height))
@@ -297,12 +295,12 @@ func homeDir() string {
 }
 
 // command builds the shell invocation the way sshd does: a login shell for
-// "shell", "$SHELL -c command" for exec. extraEnv is set after everything
-// else, so a client cannot override it.
-func (s *session) command(command string, extraEnv ...string) *exec.Cmd {
+// "shell" (login), "$SHELL -c command" otherwise. extraEnv is set after
+// everything else, so a client cannot override it.
+func (s *session) command(command string, login bool, extraEnv ...string) *exec.Cmd {
 	shell := s.c.srv.cfg.Shell
 	cmd := &exec.Cmd{Path: shell, Dir: homeDir()}
-	if command == "" {
+	if login {
 		cmd.Args = []string{"-" + filepath.Base(shell)}
 	} else {
 		cmd.Args = []string{shell, "-c", command}
