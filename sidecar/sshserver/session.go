@@ -51,6 +51,10 @@ type (
 	}
 )
 
+// maxEnv bounds the env requests a session keeps, so a client cannot grow
+// the server's memory one request at a time.
+const maxEnv = 64
+
 // outputDrain bounds how long a finished command's PTY output is drained:
 // a background child still holding the terminal must not hang the session.
 const outputDrain = time.Second
@@ -128,7 +132,7 @@ func (s *session) handleSetting(req *ssh.Request) bool {
 	switch req.Type {
 	case "env":
 		var m envMsg
-		if ssh.Unmarshal(req.Payload, &m) != nil || !acceptEnv(m.Name) {
+		if ssh.Unmarshal(req.Payload, &m) != nil || !acceptEnv(m.Name) || len(s.env) >= maxEnv {
 			return false
 		}
 		s.env = append(s.env, m.Name+"="+m.Value)
