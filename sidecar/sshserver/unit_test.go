@@ -196,6 +196,9 @@ func TestConfigValidate(t *testing.T) {
 		{"no keys", Config{HostKey: "h"}, "authorized-keys"},
 		{"no host key", Config{AuthorizedKeys: "a"}, "host-key"},
 		{"negative poll", Config{AuthorizedKeys: "a", HostKey: "h", KeysPollInterval: -1}, "keys-poll-interval"},
+		{"negative max channels", Config{AuthorizedKeys: "a", HostKey: "h", MaxChannels: -1}, "max-channels"},
+		{"negative max unauthenticated", Config{AuthorizedKeys: "a", HostKey: "h", MaxUnauthenticated: -1}, "max-unauthenticated"},
+		{"negative login grace", Config{AuthorizedKeys: "a", HostKey: "h", LoginGraceTime: -1}, "login-grace-time"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
