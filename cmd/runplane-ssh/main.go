@@ -25,6 +25,9 @@ func main() {
 	flag.StringVar(&cfg.MetricsListen, "metrics-listen", "", "serve Prometheus /metrics on this address (off if empty)")
 	flag.DurationVar(&cfg.IdleTimeout, "idle-timeout", sshserver.DefaultIdleTimeout, "close connections idle this long (negative: never)")
 	flag.DurationVar(&cfg.KeysPollInterval, "keys-poll-interval", sshserver.DefaultKeysPollInterval, "how often authorized-keys is checked for changes")
+	flag.IntVar(&cfg.MaxChannels, "max-channels", sshserver.DefaultMaxChannels, "channels (sessions and forwards) open at once per connection; more are rejected")
+	flag.IntVar(&cfg.MaxUnauthenticated, "max-unauthenticated", sshserver.DefaultMaxUnauthenticated, "connections in the handshake at once; more are closed before it (like sshd MaxStartups)")
+	flag.DurationVar(&cfg.LoginGraceTime, "login-grace-time", sshserver.DefaultLoginGraceTime, "close connections not authenticated within this time (like sshd LoginGraceTime)")
 	flag.BoolVar(&cfg.AllowRemoteForward, "allow-remote-forward", false, "allow remote port forwarding (ssh -R)")
 	flag.BoolVar(&cfg.AllowRoot, "allow-root", false, "allow running as root")
 	flag.StringVar(&cfg.Shell, "shell", "", "shell for sessions (default $SHELL, /bin/bash, /bin/sh)")
@@ -36,6 +39,13 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	}
+
+	// Zero means "default" in sshserver.Config; on the command line it is a
+	// mistake, not a request for the default.
+	if cfg.MaxChannels < 1 || cfg.MaxUnauthenticated < 1 || cfg.LoginGraceTime <= 0 {
+		fmt.Fprintln(os.Stderr, "runplane-ssh: --max-channels and --max-unauthenticated must be at least 1, --login-grace-time positive")
+		os.Exit(2)
 	}
 
 	level := slog.LevelInfo

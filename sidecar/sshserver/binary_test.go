@@ -487,6 +487,7 @@ func TestBadFlags(t *testing.T) {
 	}{
 		{"no authorized keys", []string{"--host-key", filepath.Join(dir, "hk")}, "authorized-keys"},
 		{"missing keys file", []string{"--host-key", filepath.Join(dir, "hk"), "--authorized-keys", filepath.Join(dir, "nope")}, "nope"},
+		{"zero max channels", []string{"--host-key", filepath.Join(dir, "hk"), "--authorized-keys", filepath.Join(dir, "k"), "--max-channels", "0"}, "max-channels"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,4 +6,10 @@
 // volume swaps a symlink, so the file is polled by content, not watched by
 // inode), and the host key is generated once into a file and reused so it
 // stays stable for the Pod's life.
+//
+// Key options follow OpenSSH: keyopts.go and patterns.go parse and evaluate
+// them (pure), grants.go carries a key's options through ssh.Permissions to
+// the channel handlers, which enforce them. A line with an option that is not
+// implemented is refused, never ignored. limits.go bounds channels per
+// connection and connections still in the handshake.
 package sshserver

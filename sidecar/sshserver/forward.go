@@ -94,6 +94,13 @@ func (c *conn) handleDirectTCPIP(ctx context.Context, nch ssh.NewChannel) {
 		_ = nch.Reject(ssh.ConnectionFailed, "malformed direct-tcpip request")
 		return
 	}
+	if option, why := c.grants.denyOpen(msg.Host, msg.Port); option != "" {
+		m.forwards.WithLabelValues("local", "rejected").Inc()
+		m.optionDenials.WithLabelValues(option).Inc()
+		c.log.Info("local forward refused", "host", msg.Host, "port", msg.Port, "reason", why)
+		_ = nch.Reject(ssh.Prohibited, why)
+		return
+	}
 	target, err := forwardTarget(ctx, msg.Host, msg.Port)
 	if err != nil {
 		m.forwards.WithLabelValues("local", "rejected").Inc()
@@ -169,6 +176,12 @@ func (c *conn) handleGlobalRequests(ctx context.Context, reqs <-chan *ssh.Reques
 // a forwarded-tcpip channel to the client per accepted connection.
 func (c *conn) remoteForward(ctx context.Context, payload []byte) (bool, []byte) {
 	m := c.srv.metrics
+	if !c.grants.portForwarding {
+		m.forwards.WithLabelValues("remote", "rejected").Inc()
+		m.optionDenials.WithLabelValues("port-forwarding").Inc()
+		c.log.Info("remote forward refused", "reason", "authorized_keys no-port-forwarding or restrict")
+		return false, nil
+	}
 	if !c.srv.cfg.AllowRemoteForward {
 		m.forwards.WithLabelValues("remote", "rejected").Inc()
 		c.log.Info("remote forward refused", "reason", "disabled (--allow-remote-forward)")

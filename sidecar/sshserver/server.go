@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/crypto/ssh"
+	"k8s.io/utils/clock"
 )
 
 // Defaults for Config fields left zero.
@@ -22,8 +23,15 @@ const (
 	DefaultListen           = ":2222"
 	DefaultKeysPollInterval = 2 * time.Second
 	DefaultIdleTimeout      = 30 * time.Minute
-	handshakeTimeout        = 30 * time.Second
-	extFingerprint          = "runplane-key-fp"
+	// DefaultLoginGraceTime is sshd's LoginGraceTime default.
+	DefaultLoginGraceTime = 30 * time.Second
+	// DefaultMaxUnauthenticated is the start of sshd's MaxStartups default.
+	DefaultMaxUnauthenticated = 10
+	// DefaultMaxChannels bounds the channels open at once on a connection.
+	// It counts sessions and forwards together (sshd's MaxSessions 10
+	// counts sessions only): a browser behind ssh -L alone keeps six or
+	// more connections open, plus a WebSocket per Jupyter kernel.
+	DefaultMaxChannels = 32
 )
 
 // Config configures the SSH sidecar.
@@ -50,8 +58,21 @@ type Config struct {
 	AllowRoot bool
 	// Shell runs sessions; empty picks $SHELL, then /bin/bash, then /bin/sh.
 	Shell string
+	// MaxChannels bounds the channels (sessions and forwards) open at once
+	// on one connection; more are rejected with ResourceShortage. Zero means
+	// DefaultMaxChannels.
+	MaxChannels int
+	// MaxUnauthenticated bounds the connections accepted but not yet
+	// authenticated; beyond it a new connection is closed before the
+	// handshake. Zero means DefaultMaxUnauthenticated.
+	MaxUnauthenticated int
+	// LoginGraceTime closes a connection that has not authenticated within
+	// it. Zero means DefaultLoginGraceTime.
+	LoginGraceTime time.Duration
 	// Logger receives structured session logs; slog.Default() if nil.
 	Logger *slog.Logger
+	// Clock times the login grace period; clock.RealClock if nil.
+	Clock clock.WithDelayedExecution
 }
 
 func (c *Config) validate() error {
@@ -63,6 +84,15 @@ func (c *Config) validate() error {
 	}
 	if c.KeysPollInterval < 0 {
 		return fmt.Errorf("keys-poll-interval: must be positive, got %s", c.KeysPollInterval)
+	}
+	if c.MaxChannels < 0 {
+		return fmt.Errorf("max-channels: must be at least 1, got %d", c.MaxChannels)
+	}
+	if c.MaxUnauthenticated < 0 {
+		return fmt.Errorf("max-unauthenticated: must be at least 1, got %d", c.MaxUnauthenticated)
+	}
+	if c.LoginGraceTime < 0 {
+		return fmt.Errorf("login-grace-time: must be positive, got %s", c.LoginGraceTime)
 	}
 	return nil
 }
@@ -77,8 +107,20 @@ func (c *Config) defaults() {
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
+	if c.MaxChannels == 0 {
+		c.MaxChannels = DefaultMaxChannels
+	}
+	if c.MaxUnauthenticated == 0 {
+		c.MaxUnauthenticated = DefaultMaxUnauthenticated
+	}
+	if c.LoginGraceTime == 0 {
+		c.LoginGraceTime = DefaultLoginGraceTime
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
 	}
 	if c.Shell == "" {
 		c.Shell = defaultShell()
@@ -104,6 +146,11 @@ type Server struct {
 	ssh     *ssh.ServerConfig
 	hostKey ssh.Signer
 	connIDs atomic.Uint64
+	// unauth counts connections in the handshake (MaxUnauthenticated).
+	unauth *slots
+	// unauthFull is set while the limit refuses connections, so the log
+	// says so once per episode, not once per refused connection.
+	unauthFull atomic.Bool
 }
 
 // New validates cfg, loads (or creates) the host key and reads the
@@ -124,23 +171,18 @@ func New(cfg Config, reg prometheus.Registerer) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, metrics: m, hostKey: signer}
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: m, hostKey: signer, unauth: newSlots(cfg.MaxUnauthenticated)}
 	s.keys = NewKeySet(cfg.AuthorizedKeys, cfg.Logger)
 	if _, err := s.keys.Reload(); err != nil {
 		return nil, err
 	}
-	m.authorizedKeys.Set(float64(s.keys.Len()))
+	s.recordKeys()
 
 	s.ssh = &ssh.ServerConfig{
 		ServerVersion: "SSH-2.0-runplane",
 		// Public keys only: no PasswordCallback or KeyboardInteractiveCallback,
 		// so the server never offers those methods.
-		PublicKeyCallback: func(_ ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
-			if !s.keys.Allowed(key) {
-				return nil, errors.New("key not in authorized_keys")
-			}
-			return &ssh.Permissions{Extensions: map[string]string{extFingerprint: ssh.FingerprintSHA256(key)}}, nil
-		},
+		PublicKeyCallback: s.authorizeKey,
 		AuthLogCallback: func(md ssh.ConnMetadata, method string, err error) {
 			if method == "none" {
 				return // every client probes "none" first; it is not an attempt
@@ -168,7 +210,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go s.keys.Watch(ctx, s.cfg.KeysPollInterval, func(n int, err error) {
-		s.metrics.authorizedKeys.Set(float64(n))
+		s.recordKeys()
 		if err != nil {
 			s.metrics.keyReloads.WithLabelValues("error").Inc()
 			s.log.Error("authorized keys unreadable; refusing all keys", "err", err)
@@ -196,6 +238,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			}
 			return fmt.Errorf("accept on %s: %w", ln.Addr(), err)
 		}
+		if !s.admit(nc) {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -204,33 +249,99 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 }
 
+// admit takes an unauthenticated-connection slot for nc, or closes nc
+// before the handshake when all are taken (sshd's MaxStartups, without the
+// random early drop). The slot is returned by handleConn.
+func (s *Server) admit(nc net.Conn) bool {
+	if _, ok := s.unauth.tryAcquire(); !ok {
+		nc.Close()
+		s.metrics.unauthRefused.Inc()
+		if !s.unauthFull.Swap(true) {
+			s.log.Warn("unauthenticated connection limit reached; closing new connections before the handshake",
+				"max", s.cfg.MaxUnauthenticated, "remote", nc.RemoteAddr().String())
+		}
+		return false
+	}
+	s.metrics.unauthActive.Inc()
+	return true
+}
+
+// releaseUnauth returns an unauthenticated-connection slot.
+func (s *Server) releaseUnauth() {
+	if s.unauth.release() < s.cfg.MaxUnauthenticated && s.unauthFull.Swap(false) {
+		s.log.Info("unauthenticated connections below the limit again", "max", s.cfg.MaxUnauthenticated)
+	}
+	s.metrics.unauthActive.Dec()
+}
+
+// recordKeys publishes the key set's size and refused lines as metrics.
+func (s *Server) recordKeys() {
+	s.metrics.authorizedKeys.Set(float64(s.keys.Len()))
+	for reason, n := range s.keys.RefusedByReason() {
+		s.metrics.refusedLines.WithLabelValues(reason).Set(float64(n))
+	}
+}
+
+// authorizeKey is the PublicKeyCallback: the key must be on a usable
+// authorized_keys line whose from= admits the client; that line's options
+// travel in the returned Permissions to the channel handlers.
+func (s *Server) authorizeKey(md ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
+	fp := ssh.FingerprintSHA256(key)
+	ip := md.RemoteAddr().String()
+	if h, _, err := net.SplitHostPort(ip); err == nil {
+		ip = h
+	}
+	line, err := s.keys.Authorize(key, ip)
+	if err != nil {
+		var kr *KeyRefusal
+		if errors.As(err, &kr) {
+			s.metrics.keyRefusals.WithLabelValues(kr.Reason).Inc()
+			s.log.Info("key refused by authorized_keys", "remote", md.RemoteAddr().String(), "key", fp,
+				"line", kr.Line, "reason", kr.Reason, "detail", kr.Detail)
+		}
+		return nil, err
+	}
+	return line.Options.permissions(fp, line.Line), nil
+}
+
 func (s *Server) handleConn(ctx context.Context, nc net.Conn) {
 	id := s.connIDs.Add(1)
 	log := s.log.With("conn", id, "remote", nc.RemoteAddr().String())
 	ic := newIdleConn(nc)
 	defer ic.Close()
 
-	_ = nc.SetDeadline(time.Now().Add(handshakeTimeout))
-	sc, chans, reqs, err := ssh.NewServerConn(ic, s.ssh)
+	sc, chans, reqs, err := s.handshake(ic)
 	if err != nil {
 		result := "handshake_error"
 		var ae *ssh.ServerAuthError
-		if errors.As(err, &ae) {
+		switch {
+		case errors.Is(err, errLoginGrace):
+			result = "login_timeout"
+		case errors.As(err, &ae):
 			result = "auth_failed"
 		}
 		s.metrics.connections.WithLabelValues(result).Inc()
 		log.Info("connection refused", "reason", result)
 		return
 	}
-	_ = nc.SetDeadline(time.Time{})
 	defer sc.Close()
+	g, err := grantsFrom(sc.Permissions)
+	if err != nil {
+		// Cannot happen with authorizeKey's Permissions; fail closed anyway.
+		s.metrics.connections.WithLabelValues("handshake_error").Inc()
+		log.Error("undecodable key permissions; closing", "err", err)
+		return
+	}
 	s.metrics.connections.WithLabelValues("ok").Inc()
 	s.metrics.activeConns.Inc()
 	defer s.metrics.activeConns.Dec()
 
 	log = log.With("user", sc.User())
 	start := time.Now()
-	log.Info("connected", "key", sc.Permissions.Extensions[extFingerprint], "client", string(sc.ClientVersion()))
+	log.Info("connected", "key", sc.Permissions.Extensions[extFingerprint],
+		"authorizedKeysLine", sc.Permissions.Extensions[extAuthorizedLine], "client", string(sc.ClientVersion()),
+		"pty", g.pty, "portForwarding", g.portForwarding, "forcedCommand", g.forceCommand != nil,
+		"permitOpen", len(g.permitOpen))
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -247,20 +358,34 @@ func (s *Server) handleConn(ctx context.Context, nc net.Conn) {
 		}()
 	}
 
-	c := &conn{srv: s, sc: sc, log: log}
+	c := &conn{srv: s, sc: sc, log: log, grants: g}
 	go c.handleGlobalRequests(ctx, reqs)
 	var wg sync.WaitGroup
+	chanSlots := newSlots(s.cfg.MaxChannels)
 	for nch := range chans {
+		var handle func(context.Context, ssh.NewChannel)
 		switch nch.ChannelType() {
 		case "session":
-			wg.Add(1)
-			go func() { defer wg.Done(); c.handleSession(ctx, nch) }()
+			handle = c.handleSession
 		case "direct-tcpip":
-			wg.Add(1)
-			go func() { defer wg.Done(); c.handleDirectTCPIP(ctx, nch) }()
+			handle = c.handleDirectTCPIP
 		default:
+			s.metrics.chansRejected.WithLabelValues("unknown_type").Inc()
 			_ = nch.Reject(ssh.UnknownChannelType, "unsupported channel type "+nch.ChannelType())
+			continue
 		}
+		if _, ok := chanSlots.tryAcquire(); !ok {
+			s.metrics.chansRejected.WithLabelValues("limit").Inc()
+			log.Info("channel rejected", "type", nch.ChannelType(), "reason", "limit", "max", s.cfg.MaxChannels)
+			_ = nch.Reject(ssh.ResourceShortage, fmt.Sprintf("too many channels open on this connection (max %d)", s.cfg.MaxChannels))
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer chanSlots.release()
+			handle(ctx, nch)
+		}()
 	}
 	cancel()
 	c.closeListeners()
@@ -270,12 +395,40 @@ func (s *Server) handleConn(ctx context.Context, nc net.Conn) {
 
 // conn is one authenticated client connection.
 type conn struct {
-	srv *Server
-	sc  *ssh.ServerConn
-	log *slog.Logger
+	srv    *Server
+	sc     *ssh.ServerConn
+	log    *slog.Logger
+	grants grants
 
 	mu        sync.Mutex
 	listeners map[string]net.Listener // remote forwards by "host:port"
+}
+
+// errLoginGrace reports a client that did not authenticate in time.
+var errLoginGrace = errors.New("login grace time exceeded")
+
+// handshake runs the SSH handshake and authentication, holding an
+// unauthenticated-connection slot, and closes the connection if it takes
+// longer than LoginGraceTime (sshd's LoginGraceTime). The timer is on the
+// injected clock; closing the connection unblocks any read or write.
+func (s *Server) handshake(nc net.Conn) (*ssh.ServerConn, <-chan ssh.NewChannel, <-chan *ssh.Request, error) {
+	defer s.releaseUnauth()
+	var expired atomic.Bool
+	t := s.cfg.Clock.AfterFunc(s.cfg.LoginGraceTime, func() {
+		expired.Store(true)
+		nc.Close()
+	})
+	sc, chans, reqs, err := ssh.NewServerConn(nc, s.ssh)
+	stopped := t.Stop()
+	if err == nil && !stopped && expired.Load() {
+		// Authenticated just as the timer closed the connection.
+		sc.Close()
+		err = errLoginGrace
+	}
+	if err != nil && expired.Load() {
+		return nil, nil, nil, fmt.Errorf("%w (%s): %w", errLoginGrace, s.cfg.LoginGraceTime, err)
+	}
+	return sc, chans, reqs, err
 }
 
 // idleConn records when bytes last moved, so the idle timeout sees both

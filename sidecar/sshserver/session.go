@@ -51,6 +51,10 @@ type (
 	}
 )
 
+// maxEnv bounds the env requests a session keeps, so a client cannot grow
+// the server's memory one request at a time.
+const maxEnv = 64
+
 // outputDrain bounds how long a finished command's PTY output is drained:
 // a background child still holding the terminal must not hang the session.
 const outputDrain = time.Second
@@ -128,7 +132,7 @@ func (s *session) handleSetting(req *ssh.Request) bool {
 	switch req.Type {
 	case "env":
 		var m envMsg
-		if ssh.Unmarshal(req.Payload, &m) != nil || !acceptEnv(m.Name) {
+		if ssh.Unmarshal(req.Payload, &m) != nil || !acceptEnv(m.Name) || len(s.env) >= maxEnv {
 			return false
 		}
 		s.env = append(s.env, m.Name+"="+m.Value)
@@ -136,6 +140,11 @@ func (s *session) handleSetting(req *ssh.Request) bool {
 	case "pty-req":
 		var m ptyRequestMsg
 		if ssh.Unmarshal(req.Payload, &m) != nil {
+			return false
+		}
+		if !s.c.grants.pty {
+			s.c.srv.metrics.optionDenials.WithLabelValues("pty").Inc()
+			s.log.Info("pty refused", "reason", "authorized_keys no-pty or restrict")
 			return false
 		}
 		s.pty = &m
@@ -179,8 +188,15 @@ func winsize(cols, rows, w, h uint32) *pty.Winsize {
 	return &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows), X: uint16(w), Y: uint16(h)}
 }
 
+// sftpOnlyMessage is what OpenSSH prints when a key forced to internal-sftp
+// asks for a shell or a command.
+const sftpOnlyMessage = "This service allows sftp connections only.\n"
+
 // start launches the shell, command or SFTP server and returns the function
-// that serves its I/O until it ends.
+// that serves its I/O until it ends. A key's forced command (command= in
+// authorized_keys) replaces all three; the client's command is passed in
+// SSH_ORIGINAL_COMMAND ("internal-sftp" for the sftp subsystem), as sshd
+// does.
 func (s *session) start(_ context.Context, kind, command string) (bool, func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -188,8 +204,35 @@ func (s *session) start(_ context.Context, kind, command string) (bool, func()) 
 		return false, nil
 	}
 	m := s.c.srv.metrics
-	log := s.log.With("session", kind, "pty", s.pty != nil)
-	if kind == "sftp" {
+	forced := s.c.grants.forceCommand
+	log := s.log.With("session", kind, "pty", s.pty != nil, "forcedCommand", forced != nil)
+	var extraEnv []string
+	if forced != nil {
+		switch {
+		case *forced == internalSFTP && kind == "sftp":
+			// The forced command is the built-in SFTP server: serve it.
+		case *forced == internalSFTP:
+			s.started = true
+			m.sessions.WithLabelValues(kind).Inc()
+			log.Info("session refused", "reason", "key forced to internal-sftp")
+			return true, func() {
+				defer close(s.done)
+				_, _ = io.WriteString(s.ch.Stderr(), sftpOnlyMessage)
+				s.exit(exitStatusMsg{Status: 1}, nil)
+			}
+		default:
+			switch kind {
+			case "exec":
+				extraEnv = []string{"SSH_ORIGINAL_COMMAND=" + command}
+			case "sftp":
+				extraEnv = []string{"SSH_ORIGINAL_COMMAND=" + internalSFTPOrigin}
+			}
+			// Even command="" runs "$SHELL -c ''", as in sshd: never a
+			// login shell.
+			command = *forced
+		}
+	}
+	if kind == "sftp" && (forced == nil || *forced == internalSFTP) {
 		srv, err := sftp.NewServer(s.ch, sftp.WithServerWorkingDirectory(homeDir()))
 		if err != nil {
 			log.Error("start sftp", "err", err)
@@ -216,7 +259,7 @@ func (s *session) start(_ context.Context, kind, command string) (bool, func()) 
 		}
 	}
 
-	cmd := s.command(command)
+	cmd := s.command(command, forced == nil && command == "", extraEnv...)
 	var err error
 	if s.pty != nil {
 		s.tty, err = pty.StartWithSize(cmd, winsize(s.pty.Columns, s.pty.Rows, s.pty.Width, s.pty.Height))
@@ -256,11 +299,12 @@ func homeDir() string {
 }
 
 // command builds the shell invocation the way sshd does: a login shell for
-// "shell", "$SHELL -c command" for exec.
-func (s *session) command(command string) *exec.Cmd {
+// "shell" (login), "$SHELL -c command" otherwise. extraEnv is set after
+// everything else, so a client cannot override it.
+func (s *session) command(command string, login bool, extraEnv ...string) *exec.Cmd {
 	shell := s.c.srv.cfg.Shell
 	cmd := &exec.Cmd{Path: shell, Dir: homeDir()}
-	if command == "" {
+	if login {
 		cmd.Args = []string{"-" + filepath.Base(shell)}
 	} else {
 		cmd.Args = []string{shell, "-c", command}
@@ -276,7 +320,7 @@ func (s *session) command(command string) *exec.Cmd {
 	if s.pty != nil && s.pty.Term != "" {
 		env = append(env, "TERM="+s.pty.Term)
 	}
-	cmd.Env = append(env, s.env...)
+	cmd.Env = append(append(env, s.env...), extraEnv...)
 	return cmd
 }
 

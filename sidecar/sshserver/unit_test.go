@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -27,29 +26,81 @@ func newPub(t *testing.T) ssh.PublicKey {
 func TestParseAuthorizedKeys(t *testing.T) {
 	a, b := newPub(t), newPub(t)
 	line := func(k ssh.PublicKey) string { return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(k))) }
+	w := func(k ssh.PublicKey) string { return string(k.Marshal()) }
 	tests := []struct {
 		name    string
 		content string
-		want    []ssh.PublicKey
-		bad     []int
+		want    map[string][]int // key (wire) -> usable line numbers
+		refused []RefusedLine
 	}{
 		{"empty", "", nil, nil},
 		{"comments and blanks", "# team keys\n\n   \n", nil, nil},
-		{"two keys", line(a) + " alice@laptop\n" + line(b) + "\n", []ssh.PublicKey{a, b}, nil},
-		{"options are accepted", `no-pty,from="10.0.0.1" ` + line(a) + "\n", []ssh.PublicKey{a}, nil},
-		{"malformed line is skipped", "ssh-ed25519 notbase64\n" + line(b) + "\n", []ssh.PublicKey{b}, []int{1}},
-		{"crlf", line(a) + "\r\n", []ssh.PublicKey{a}, nil},
+		{"two keys", line(a) + " alice@laptop\n" + line(b) + "\n", map[string][]int{w(a): {1}, w(b): {2}}, nil},
+		{"supported options", `no-pty,from="10.0.0.1" ` + line(a) + "\n", map[string][]int{w(a): {1}}, nil},
+		{"malformed line is refused", "ssh-ed25519 notbase64\n" + line(b) + "\n", map[string][]int{w(b): {2}},
+			[]RefusedLine{{Line: 1, Reason: reasonMalformed, Detail: "not a valid key line"}}},
+		{"unsupported option refuses the line", "\n" + `tunnel="0" ` + line(a) + "\n" + line(b) + "\n", map[string][]int{w(b): {3}},
+			[]RefusedLine{{Line: 2, Reason: reasonUnsupported, Option: "tunnel", Detail: "tun device forwarding is not supported"}}},
+		{"same key on a refused and a usable line", "cert-authority " + line(a) + "\n" + `from="127.0.0.1" ` + line(a) + "\n" + line(a) + "\n",
+			map[string][]int{w(a): {2, 3}},
+			[]RefusedLine{{Line: 1, Reason: reasonUnsupported, Option: "cert-authority", Detail: "certificate authorities are not supported"}}},
+		{"crlf", line(a) + "\r\n", map[string][]int{w(a): {1}}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			keys, bad := ParseAuthorizedKeys([]byte(tt.content))
-			require.Len(t, keys, len(tt.want), "got %d keys, want %d", len(keys), len(tt.want))
-			for _, k := range tt.want {
-				assert.Contains(t, keys, string(k.Marshal()), "key %s missing", ssh.FingerprintSHA256(k))
+			got := ParseAuthorizedKeys([]byte(tt.content))
+			require.Len(t, got.Keys, len(tt.want))
+			for k, lines := range tt.want {
+				var gotLines []int
+				for _, l := range got.Keys[k] {
+					gotLines = append(gotLines, l.Line)
+				}
+				assert.Equal(t, lines, gotLines)
 			}
-			assert.True(t, slices.Equal(bad, tt.bad), "bad lines = %v, want %v", bad, tt.bad)
+			assert.Equal(t, tt.refused, got.Refused)
 		})
 	}
+}
+
+func TestKeySetAuthorize(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "authorized_keys")
+	a, b, c, d := newPub(t), newPub(t), newPub(t), newPub(t)
+	line := func(opts string, k ssh.PublicKey) string {
+		return opts + " " + strings.TrimSpace(string(ssh.MarshalAuthorizedKey(k))) + "\n"
+	}
+	content := line(`from="10.0.0.0/8",no-pty`, a) + line(`from="127.0.0.1"`, a) +
+		line(`from="!127.0.0.1,*"`, b) + line("cert-authority", c)
+	require.NoError(t, os.WriteFile(path, []byte(content), 0o600))
+	ks := NewKeySet(path, discardLogger())
+	_, err := ks.Reload()
+	require.NoError(t, err)
+
+	// The first line whose from= matches wins.
+	l, err := ks.Authorize(a, "10.1.1.1")
+	require.NoError(t, err)
+	assert.Equal(t, 1, l.Line)
+	assert.False(t, l.Options.PTY)
+	l, err = ks.Authorize(a, "127.0.0.1")
+	require.NoError(t, err)
+	assert.Equal(t, 2, l.Line)
+	assert.True(t, l.Options.PTY)
+
+	var kr *KeyRefusal
+	_, err = ks.Authorize(a, "192.168.0.1")
+	require.ErrorAs(t, err, &kr)
+	assert.Equal(t, "from", kr.Reason)
+	_, err = ks.Authorize(b, "127.0.0.1")
+	require.ErrorAs(t, err, &kr)
+	assert.Equal(t, "from", kr.Reason)
+	_, err = ks.Authorize(b, "10.0.0.1")
+	require.NoError(t, err)
+	_, err = ks.Authorize(c, "127.0.0.1")
+	require.ErrorAs(t, err, &kr)
+	assert.Equal(t, "options", kr.Reason)
+	assert.Equal(t, 4, kr.Line)
+	_, err = ks.Authorize(d, "127.0.0.1")
+	require.ErrorIs(t, err, errNotListed)
+	assert.Equal(t, map[string]int{reasonUnsupported: 1, reasonInvalid: 0, reasonMalformed: 0}, ks.RefusedByReason())
 }
 
 func TestKeySetReload(t *testing.T) {
@@ -145,6 +196,9 @@ func TestConfigValidate(t *testing.T) {
 		{"no keys", Config{HostKey: "h"}, "authorized-keys"},
 		{"no host key", Config{AuthorizedKeys: "a"}, "host-key"},
 		{"negative poll", Config{AuthorizedKeys: "a", HostKey: "h", KeysPollInterval: -1}, "keys-poll-interval"},
+		{"negative max channels", Config{AuthorizedKeys: "a", HostKey: "h", MaxChannels: -1}, "max-channels"},
+		{"negative max unauthenticated", Config{AuthorizedKeys: "a", HostKey: "h", MaxUnauthenticated: -1}, "max-unauthenticated"},
+		{"negative login grace", Config{AuthorizedKeys: "a", HostKey: "h", LoginGraceTime: -1}, "login-grace-time"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
