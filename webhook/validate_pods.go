@@ -17,7 +17,7 @@ import (
 // pods/ephemeralcontainers subresource (kubectl debug) adds: the same rules
 // as the containers of a created Pod (mutate.CheckContainers): no reserved
 // name, no mount of runplane's sidecar volumes, no route to runplane's
-// credentials. Ephemeral containers already in the Pod were checked when
+// credentials, and no target among runplane's containers. Ephemeral containers already in the Pod were checked when
 // they were added.
 func validatePod(_ context.Context, req admission.Request) (admission.Response, []string, string) {
 	features := []string{"ephemeral-containers"}
@@ -48,6 +48,9 @@ func checkEphemeral(pod, old *corev1.Pod) error {
 		field := fmt.Sprintf("spec.ephemeralContainers[%d]", i)
 		if mutate.Reserved(c.Name) {
 			return &mutate.ReservedError{Kind: "container", Name: c.Name, Field: field}
+		}
+		if err := mutate.CheckEphemeralTarget(pod.Spec.EphemeralContainers[i], field); err != nil {
+			return err
 		}
 		if err := mutate.CheckContainers(pod, "spec.ephemeralContainers", all[i:i+1]); err != nil {
 			if ce, ok := err.(*mutate.CredentialError); ok {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -385,6 +386,9 @@ func TestEphemeralContainersChecked(t *testing.T) {
 			c.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: runplaneSecret}}}}
 		}, "envFrom secretRef"},
 		{"a reserved name", "worker", "runplane-worker-2", nil, `container name "runplane-worker-2"`},
+		{"targets the worker sidecar", "worker", "dbg4", func(c *corev1.EphemeralContainer) {
+			c.TargetContainerName = api.SidecarContainerName
+		}, `targets runplane's container "runplane-worker"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -459,6 +463,27 @@ func TestCredentialRoutesDenied(t *testing.T) {
 			})
 		}
 	}
+}
+
+// A pool Pod may not share one process namespace: every container could
+// read the sidecar's NATS token through /proc/<pid>/root.
+func TestPoolPodSharesNoProcessNamespace(t *testing.T) {
+	startWebhook(t)
+	ns := tenantNamespace(t, "team-pid")
+	mallory := as(t, tenantUser)
+	_, err := mallory.CoreV1().Pods(ns).Create(context.Background(), plainPod("p", labelled(map[string]string{api.LabelPool: "echo"}, nil),
+		func(p *corev1.Pod) { p.Spec.ShareProcessNamespace = ptr.To(true) }), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	require.Error(t, err, "a pool Pod sharing its process namespace")
+	assert.Contains(t, err.Error(), "spec.shareProcessNamespace")
+	got, err := mallory.CoreV1().Pods(ns).Create(context.Background(), plainPod("p", labelled(map[string]string{api.LabelPool: "echo"}, nil)),
+		metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	require.NoError(t, err)
+	i := slices.IndexFunc(got.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == api.SidecarContainerName })
+	require.GreaterOrEqual(t, i, 0, "the worker sidecar")
+	sc := got.Spec.InitContainers[i].SecurityContext
+	require.NotNil(t, sc)
+	assert.Equal(t, ptr.To(true), sc.RunAsNonRoot, "the sidecar runs as its own user, so the kubelet gives it the token alone")
+	assert.NotNil(t, sc.RunAsUser)
 }
 
 // GPUs and runplane's PriorityClasses only through runplane: an unlabelled

@@ -191,6 +191,12 @@ func (m *Mutator) applyPool(pod *corev1.Pod, o Options) error {
 	if err := denyCredentialMounts(pod); err != nil {
 		return err
 	}
+	// In one process namespace every container could read the sidecar's
+	// NATS token through /proc/<pid>/root.
+	if ptr.Deref(pod.Spec.ShareProcessNamespace, false) {
+		return &ConflictError{Label: api.LabelPool, Field: "spec.shareProcessNamespace",
+			Reason: "must not be true: the worker sidecar's NATS identity would be readable from every container; remove it"}
+	}
 	socketDir := path.Dir(o.Framework.Socket)
 	upsertVolume(pod, corev1.Volume{Name: VolumeFrameworkSocket, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	// The sidecar's NATS credential: a token of the Pod's ServiceAccount,
@@ -241,7 +247,10 @@ func (m *Mutator) applyPool(pod *corev1.Pod, o Options) error {
 	sc.StartupProbe = probe("/livez", 1, 60)
 	sc.ReadinessProbe = probe("/readyz", 2, 3)
 	sc.LivenessProbe = probe("/livez", 10, 3)
-	sc.SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true)}
+	// Pod Security restricted, as its own user: the kubelet then gives the
+	// projected token to that user alone (mode 0600), and the framework
+	// socket is world-writable by contract (framework.Serve).
+	sc.SecurityContext = restrictedSecurityContext()
 	upsertSidecar(pod, sc)
 	return nil
 }
@@ -323,10 +332,7 @@ func (m *Mutator) applySSH(pod *corev1.Pod, o Options) error {
 	install := m.container(SSHInstallContainerName, m.Config.Image)
 	install.Command = []string{SSHCommand, "--install-to", binary}
 	install.VolumeMounts = []corev1.VolumeMount{{Name: VolumeSSHBinary, MountPath: SSHBinaryDir}}
-	install.SecurityContext = &corev1.SecurityContext{
-		RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(nonRootUID), RunAsGroup: ptr.To(nonRootUID),
-		AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
-	}
+	install.SecurityContext = restrictedSecurityContext()
 	upsertSidecar(pod, install)
 
 	sc := m.container(api.SSHContainerName, userMain.Image)
@@ -354,10 +360,10 @@ func (m *Mutator) applySSH(pod *corev1.Pod, o Options) error {
 		ProbeHandler:   corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(sshPortName)}},
 		TimeoutSeconds: 1, PeriodSeconds: 1, SuccessThreshold: 1, FailureThreshold: 60,
 	}
-	sc.SecurityContext = &corev1.SecurityContext{
-		RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(nonRootUID), RunAsGroup: ptr.To(nonRootUID),
-		AllowPrivilegeEscalation: ptr.To(false),
-	}
+	// Restricted but for the root filesystem: a session runs the user's
+	// tools in the user's image.
+	sc.SecurityContext = restrictedSecurityContext()
+	sc.SecurityContext.ReadOnlyRootFilesystem = nil
 	upsertSidecar(pod, sc)
 	return nil
 }
@@ -487,4 +493,16 @@ func sortedKeys(m map[string]string) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// restrictedSecurityContext meets Pod Security "restricted" for a container
+// runplane injects: its own non-root user, no privilege escalation, no
+// capabilities, the runtime's seccomp profile, a read-only root.
+func restrictedSecurityContext() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(nonRootUID), RunAsGroup: ptr.To(nonRootUID),
+		AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
+		Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
 }

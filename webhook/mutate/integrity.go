@@ -240,3 +240,15 @@ func serviceAccountTokenMount(pod *corev1.Pod, m corev1.VolumeMount) bool {
 	}
 	return false
 }
+
+// CheckEphemeralTarget denies an ephemeral container that targets one of
+// runplane's containers (kubectl debug --target): it would share that
+// container's process namespace and so reach its credentials through
+// /proc/<pid>/root.
+func CheckEphemeralTarget(c corev1.EphemeralContainer, field string) error {
+	if Reserved(c.TargetContainerName) {
+		return &CredentialError{Container: c.Name, Field: field,
+			Route: fmt.Sprintf("it targets runplane's container %s (targetContainerName), whose processes and credentials it would share; target a container of your own", Quote(c.TargetContainerName))}
+	}
+	return nil
+}
