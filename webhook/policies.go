@@ -180,6 +180,12 @@ func Policies(o PolicyOptions) ([]*admissionregistrationv1.ValidatingAdmissionPo
 	return policies, bindings
 }
 
+// nvidiaDeviceEnv is the variable through which the NVIDIA container
+// toolkit gives devices to a container that asked the device plugin for
+// none (unless the node sets accept-nvidia-visible-devices-envvar-when-
+// unprivileged = false, which SECURITY.md asks for).
+const nvidiaDeviceEnv = "NVIDIA_VISIBLE_DEVICES"
+
 func gpuPolicy(g *GPUPolicy) *admissionregistrationv1.ValidatingAdmissionPolicy {
 	resources := slices.Compact(slices.Sorted(slices.Values(g.Resources)))
 	isGPU := "r in variables.gpuResources || variables.gpuPrefixes.exists(p, r.startsWith(p))"
@@ -193,11 +199,21 @@ func gpuPolicy(g *GPUPolicy) *admissionregistrationv1.ValidatingAdmissionPolicy 
 			{Name: "gpuContainers", Expression: "(object.spec.?containers.orValue([]) + object.spec.?initContainers.orValue([])).filter(c, " +
 				"c.?resources.?requests.orValue({}).exists(r, " + isGPU + ") || c.?resources.?limits.orValue({}).exists(r, " + isGPU + ")).map(c, c.name)"},
 			{Name: "priorityClass", Expression: "object.spec.?priorityClassName.orValue('')"},
+			// The NVIDIA container toolkit hands a container the GPUs its
+			// NVIDIA_VISIBLE_DEVICES names, device plugin or not.
+			{Name: "deviceEnv", Expression: "(object.spec.?containers.orValue([]) + object.spec.?initContainers.orValue([])).filter(c, " +
+				"c.?env.orValue([]).exists(e, e.name == '" + nvidiaDeviceEnv + "' && !(e.?value.orValue('') in ['', 'void', 'none']))).map(c, c.name)"},
 		},
 		admissionregistrationv1.Validation{
 			Expression: "variables.gpuSpec || variables.stock || size(variables.gpuContainers) == 0",
 			MessageExpression: "'container(s) ' + variables.gpuContainers.join(', ') + ' request GPUs (' + (variables.gpuResources + variables.gpuPrefixes.map(p, p + '*')).join(', ') + " +
 				"'): GPUs are only given through runplane; label the Pod " + api.LabelGPUSpec + "=<spec of the catalog> and remove the GPU request (runplane sets it)'",
+			Reason: ptr.To(metav1.StatusReasonForbidden),
+		},
+		admissionregistrationv1.Validation{
+			Expression: "size(variables.deviceEnv) == 0",
+			MessageExpression: "'container(s) ' + variables.deviceEnv.join(', ') + ' set " + nvidiaDeviceEnv + ": devices are only given through runplane " +
+				"(the device plugin sets them for the containers that request GPUs); remove the variable or set it to void or none'",
 			Reason: ptr.To(metav1.StatusReasonForbidden),
 		},
 		admissionregistrationv1.Validation{

@@ -509,6 +509,12 @@ func TestGPUsOnlyThroughRunplane(t *testing.T) {
 		{"runplane-workload alone", []func(*corev1.Pod){func(p *corev1.Pod) { p.Spec.PriorityClassName = api.PriorityClassWorkload }}, "priorityClassName runplane-workload"},
 		{"runplane-stock alone", []func(*corev1.Pod){func(p *corev1.Pod) { p.Spec.PriorityClassName = api.PriorityClassStock }}, "priorityClassName runplane-stock"},
 		{"pool Pod with GPUs", []func(*corev1.Pod){gpus, labelled(map[string]string{api.LabelPool: "echo"}, nil)}, "request GPUs"},
+		{"every GPU through the toolkit's variable", []func(*corev1.Pod){func(p *corev1.Pod) {
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}}
+		}}, "container(s) main set NVIDIA_VISIBLE_DEVICES"},
+		{"the variable beside a gpu-spec Pod's GPUs", []func(*corev1.Pod){labelled(map[string]string{api.LabelGPUSpec: "g1.1"}, nil), func(p *corev1.Pod) {
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "helper", Image: "busybox", Env: []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "0,1,2,3"}}})
+		}}, "container(s) helper set NVIDIA_VISIBLE_DEVICES"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -519,6 +525,10 @@ func TestGPUsOnlyThroughRunplane(t *testing.T) {
 	}
 	_, err := mallory.CoreV1().Pods(ns).Create(context.Background(), gpuPod("through-runplane", "g1.1"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	require.NoError(t, err, "a gpu-spec Pod")
+	_, err = mallory.CoreV1().Pods(ns).Create(context.Background(), plainPod("opt-out", func(p *corev1.Pod) {
+		p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "void"}}
+	}), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	require.NoError(t, err, "NVIDIA_VISIBLE_DEVICES=void asks for no device")
 }
 
 // A denial that echoes a 200 KB value repeats only its start and its size.
