@@ -50,6 +50,10 @@ func run() error {
 	flag.StringVar(&cfg.HealthAddr, "health-addr", ":8081", "plain HTTP address of /healthz, /readyz, /metrics (\"-\" to disable)")
 	flag.StringVar(&cfg.Injection.Image, "image", "", "the runplane image (runplane-sidecar, runplane-ssh); required")
 	flag.StringVar(&cfg.Injection.PauseImage, "pause-image", def.PauseImage, "image of stock placeholders")
+	flag.Func("stock-namespaces", "comma-separated namespaces where stock placeholders may be created (default: any)", func(v string) error {
+		cfg.Injection.StockNamespaces = strings.Split(v, ",")
+		return nil
+	})
 	flag.StringVar(&cfg.Injection.NATSURL, "nats-url", "", "NATS URL the worker sidecar connects to; required")
 	flag.StringVar(&cfg.Injection.SubjectPrefix, "subject-prefix", def.SubjectPrefix, "NATS subject prefix")
 	flag.StringVar(&cfg.Injection.StreamName, "stream-name", def.StreamName, "JetStream stream name")

@@ -465,6 +465,23 @@ func TestCredentialRoutesDenied(t *testing.T) {
 	}
 }
 
+// stockNS is the platform's stock namespace of the tests' webhook.
+const stockNS = "platform-stock"
+
+// Stock placeholders live in the platform's namespace only: a tenant's
+// would hold GPUs as stock, with runplane-stock, on the tenant's say.
+func TestStockOnlyInThePlatformNamespace(t *testing.T) {
+	startWebhook(t)
+	ns := tenantNamespace(t, "team-stock")
+	placeholder := plainPod("ph", labelled(map[string]string{api.LabelStock: "g1.1"}, nil))
+	_, err := as(t, tenantUser).CoreV1().Pods(ns).Create(context.Background(), placeholder, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	require.Error(t, err, "a tenant's stock placeholder")
+	assert.Contains(t, err.Error(), `label runplane.io/stock: stock placeholders may only be created in namespace(s) platform-stock (the platform's), not in "team-stock"`)
+	namespace(t, stockNS)
+	_, err = env.Client().CoreV1().Pods(stockNS).Create(context.Background(), placeholder, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	require.NoError(t, err, "a placeholder in the stock namespace")
+}
+
 // A pool Pod may not share one process namespace: every container could
 // read the sidecar's NATS token through /proc/<pid>/root.
 func TestPoolPodSharesNoProcessNamespace(t *testing.T) {

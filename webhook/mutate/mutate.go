@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -65,6 +66,10 @@ type Config struct {
 	NATSURL       string `json:"natsURL"`
 	SubjectPrefix string `json:"subjectPrefix"`
 	StreamName    string `json:"streamName"`
+	// StockNamespaces, when set, are the only namespaces where stock
+	// placeholders may be created: a placeholder in a tenant namespace
+	// would hold GPUs as stock (and get runplane-stock) on the tenant's say.
+	StockNamespaces []string `json:"stockNamespaces,omitempty"`
 }
 
 // DefaultConfig returns the defaults of everything but NATSURL and Image.
@@ -191,6 +196,10 @@ func (m *Mutator) MutateAdmission(ctx context.Context, pod *corev1.Pod, a Admiss
 		return nil, err
 	}
 	opts, stockSpec, gpuSpec, hash := p.opts, p.stockSpec, p.gpuSpec, p.hash
+	if opts.Stock != "" && len(m.Config.StockNamespaces) > 0 && !slices.Contains(m.Config.StockNamespaces, a.Namespace) {
+		return nil, invalidLabel(api.LabelStock, "stock placeholders may only be created in namespace(s) %s (the platform's), not in %s",
+			strings.Join(m.Config.StockNamespaces, ", "), Quote(a.Namespace))
+	}
 
 	// The user's Pod without runplane's containers: what a first pass
 	// sees. Those present are compared with what this pass injects.
