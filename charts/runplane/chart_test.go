@@ -202,6 +202,7 @@ func find(t *testing.T, objs []object, kind, name string) object {
 // (kept on upgrade through lookup); the golden files hold a placeholder.
 var generated = map[string][]string{
 	"runplane-nats-queue":   {"password"},
+	"runplane-nats-route":   {"password", "routes.conf"},
 	"runplane-extender-tls": {"ca.crt", "tls.crt", "tls.key"},
 }
 

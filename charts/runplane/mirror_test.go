@@ -179,7 +179,7 @@ func TestNATSConfigLoads(t *testing.T) {
 		want []string
 	}{
 		{"single", nil, []string{"auth_callout {", "issuer: $NATS_CALLOUT_ISSUER", `auth_users: [ "runplane-queue" ]`, "max_file_store: 10Gi"}},
-		{"cluster", []string{"--values", "testdata/values-full.yaml"}, []string{"auth_callout {", "cluster {", "runplane-nats-2.runplane-nats-headless." + releaseNamespace + ".svc.cluster.local:6222"}},
+		{"cluster", []string{"--values", "testdata/values-full.yaml"}, []string{"auth_callout {", "cluster {", `include "../nats-route/routes.conf"`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var cm corev1.ConfigMap
@@ -189,9 +189,25 @@ func TestNATSConfigLoads(t *testing.T) {
 				assert.Contains(t, conf, w)
 			}
 			// The paths of the Pod's volumes, moved into a temp dir.
-			dir := t.TempDir()
+			dir := filepath.Join(t.TempDir(), "nats")
+			require.NoError(t, os.Mkdir(dir, 0o700))
 			conf = strings.ReplaceAll(conf, "/data/jetstream", filepath.Join(dir, "jetstream"))
 			conf = strings.ReplaceAll(conf, "/var/run/nats/", dir+"/")
+			if strings.Contains(conf, "cluster {") {
+				// The routes and their password come from a Secret, never
+				// the ConfigMap.
+				var route corev1.Secret
+				find(t, parse(t, mustRender(t, c.args...)), "Secret", "runplane-nats-route").into(t, &route)
+				routes := string(route.Data["routes.conf"])
+				password := string(route.Data["password"])
+				require.Len(t, password, 48)
+				assert.NotContains(t, conf, password, "the route password in the ConfigMap")
+				assert.Contains(t, routes, `authorization { user: route, password: "`+password+`"`)
+				assert.Contains(t, routes, "nats-route://route:"+password+"@runplane-nats-2.")
+				// Mounted at /etc/nats-route beside the config's /etc/nats.
+				require.NoError(t, os.MkdirAll(filepath.Join(dir, "..", "nats-route"), 0o700))
+				require.NoError(t, os.WriteFile(filepath.Join(dir, "..", "nats-route", "routes.conf"), []byte(routes), 0o600))
+			}
 			path := filepath.Join(dir, "nats.conf")
 			require.NoError(t, os.WriteFile(path, []byte(conf), 0o600))
 			cmd := exec.CommandContext(t.Context(), filepath.Join(binDir, "nats-server"), "-t", "-c", path)
