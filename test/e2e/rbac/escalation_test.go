@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -172,6 +173,59 @@ func TestControllerWorkloadsPinned(t *testing.T) {
 				return
 			}
 			refused(t, "runplane-controller creating a Deployment with "+tt.name, create)
+		})
+	}
+}
+
+// TestPodUpdatesBounded: runplane's ServiceAccounts may patch Pods
+// cluster-wide (RBAC cannot name fields); the chart's policy
+// runplane-pod-updates refuses an image change anywhere, any update in
+// kube-system, and from the queue anything but the deletion cost.
+func TestPodUpdatesBounded(t *testing.T) {
+	install(t)
+	ctx := t.Context()
+	pod := func(ns string) *corev1.Pod {
+		p, err := env.Client().CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "victim-", Labels: map[string]string{"app": "victim"}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		return p
+	}
+	tenant, system := pod(tenantNS), pod("kube-system")
+	patch := func(sa string, p *corev1.Pod, body string) error {
+		_, err := as(t, sa).CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(body),
+			metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	const (
+		image = `{"spec":{"containers":[{"name":"c","image":"attacker.example/implant:1"}]}}`
+		cost  = `{"metadata":{"annotations":{"controller.kubernetes.io/pod-deletion-cost":"-5"}}}`
+		label = `{"metadata":{"labels":{"app":"other"}}}`
+	)
+	tests := []struct {
+		name, sa string
+		pod      *corev1.Pod
+		body     string
+		allowed  bool
+	}{
+		{"queue swaps an image", "runplane-queue", tenant, image, false},
+		{"controller swaps an image", "runplane-controller", tenant, image, false},
+		{"extender swaps an image", "runplane-scheduler", tenant, image, false},
+		{"queue in kube-system", "runplane-queue", system, cost, false},
+		{"controller in kube-system", "runplane-controller", system, `{"metadata":{"annotations":{"x":"y"}}}`, false},
+		{"queue changes a label", "runplane-queue", tenant, label, false},
+		{"queue sets the deletion cost", "runplane-queue", tenant, cost, true},
+		{"controller annotates", "runplane-controller", tenant, `{"metadata":{"annotations":{"runplane.io/ssh-endpoint":"x"}}}`, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			try := func() error { return patch(tt.sa, tt.pod, tt.body) }
+			if tt.allowed {
+				require.NoError(t, try())
+				return
+			}
+			refused(t, tt.name, try)
 		})
 	}
 }
