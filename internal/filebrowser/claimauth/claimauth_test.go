@@ -162,7 +162,9 @@ func TestForbiddenReview(t *testing.T) {
 
 type reviewerFunc func() error
 
-func (f reviewerFunc) Review(context.Context, string, Claim) (bool, string, error) { return false, "", f() }
+func (f reviewerFunc) Review(context.Context, string, Claim) (bool, string, error) {
+	return false, "", f()
+}
 
 func TestNewRequiresClaim(t *testing.T) {
 	_, err := New(Claim{Namespace: "a"}, &fakeReviewer{}, Options{})
