@@ -5,7 +5,14 @@
 // It never writes, and it never serves anything outside its root: every
 // access goes through an os.Root, which refuses paths that leave the root by
 // `..` or through a symlink, and request paths are checked to be local
-// before they reach it.
+// before they reach it. It serves regular files and directories only: other
+// types (FIFOs, sockets, devices) are refused after an lstat, and files are
+// opened non-blocking and checked again, so no request can hang on a FIFO.
+// Listings are paged in name order (?limit=, ?continue=) and keep one page
+// in memory, whatever the directory's size.
+//
+// Authorization is not this package's: cmd/runplane-accessor wraps the
+// Server in claimauth.Gate.
 package filebrowser
 
 import (

@@ -211,8 +211,14 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 // RESTClient is the authorization.k8s.io/v1 client a SelfReviewer needs:
 // cfg's address and CA, with every credential removed (the caller's token
 // is the only one ever sent).
+//
+// Reviews are rate-limited client-side (20/s, bursts of 40) so a flood of
+// forged tokens cannot turn the accessor into a load on the API server; a
+// review that cannot start within Options.Timeout is a 503.
 func RESTClient(cfg *rest.Config) (rest.Interface, error) {
-	c, err := authzclient.NewForConfig(rest.AnonymousClientConfig(cfg))
+	anon := rest.AnonymousClientConfig(cfg)
+	anon.QPS, anon.Burst = 20, 40
+	c, err := authzclient.NewForConfig(anon)
 	if err != nil {
 		return nil, fmt.Errorf("claimauth: API client: %w", err)
 	}
