@@ -329,17 +329,9 @@ func (s *Server) archive(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", base+".tar.gz"))
 	gz := gzip.NewWriter(w)
 	tw := tar.NewWriter(gz)
-	fsys := s.root.FS()
 	// Errors after the first byte cannot change the status; the truncated
 	// archive then fails to decompress, which tells the client.
-	_ = fs.WalkDir(fsys, name, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
+	_ = s.walk(name, info, 0, func(p string, info fs.FileInfo) error {
 		rel := base
 		if p != name {
 			rel = path.Join(base, strings.TrimPrefix(p, name+"/"))
@@ -348,7 +340,8 @@ func (s *Server) archive(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		link := ""
-		if d.Type()&fs.ModeSymlink != 0 {
+		if info.Mode()&fs.ModeSymlink != 0 {
+			var err error
 			if link, err = s.root.Readlink(p); err != nil {
 				return err
 			}
@@ -378,4 +371,50 @@ func (s *Server) archive(w http.ResponseWriter, r *http.Request) {
 	})
 	_ = tw.Close()
 	_ = gz.Close()
+}
+
+// Archive walks read each directory walkChunk names at a time and go at
+// most maxDepth levels down: memory and open descriptors are bounded by
+// maxDepth, whatever the size of a directory.
+const (
+	walkChunk = 256
+	maxDepth  = 256
+)
+
+// walk visits p (described by info) and, for a directory, everything below
+// it, depth first, without following symlinks below p.
+func (s *Server) walk(p string, info fs.FileInfo, depth int, visit func(string, fs.FileInfo) error) error {
+	if err := visit(p, info); err != nil {
+		return err
+	}
+	if !info.IsDir() {
+		return nil
+	}
+	if depth >= maxDepth {
+		return fmt.Errorf("%s: more than %d levels deep", p, maxDepth)
+	}
+	dir, err := s.open(p, true)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	for {
+		names, err := dir.Readdirnames(walkChunk)
+		for _, n := range names {
+			child := path.Join(p, n)
+			ci, lerr := s.root.Lstat(child)
+			if lerr != nil {
+				continue // removed meanwhile
+			}
+			if werr := s.walk(child, ci, depth+1, visit); werr != nil {
+				return werr
+			}
+		}
+		if errors.Is(err, io.EOF) || (err == nil && len(names) == 0) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 }

@@ -1,9 +1,13 @@
 package filebrowser
 
 import (
+	"archive/tar"
+	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -228,4 +232,33 @@ func BenchmarkListing100k(b *testing.B) {
 			b.Fatal(rec.Code)
 		}
 	}
+}
+
+// TestArchiveWithFIFO: a FIFO inside an archived folder is stored as a
+// FIFO entry, never opened; the archive completes.
+func TestArchiveWithFIFO(t *testing.T) {
+	srv, dir := setup(t)
+	require.NoError(t, syscall.Mkfifo(filepath.Join(dir, "vol", "data", "pipe"), 0o644))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/archive/data", nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	gz, err := gzip.NewReader(resp.Body)
+	require.NoError(t, err)
+	tr := tar.NewReader(gz)
+	types := map[string]byte{}
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err, "a complete archive")
+		types[h.Name] = h.Typeflag
+	}
+	assert.Equal(t, byte(tar.TypeFifo), types["data/pipe"])
+	assert.Equal(t, byte(tar.TypeReg), types["data/sub/b.txt"])
 }
