@@ -12,6 +12,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -26,42 +27,65 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
+	if err := run(os.Args[1:], os.Getenv); err != nil {
 		fmt.Fprintf(os.Stderr, "runplane-accessor: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	root := flag.String("root", "/data", "directory to serve")
-	listen := flag.String("listen", ":8080", "HTTP listen address")
-	namespace := flag.String("namespace", "", "namespace of the served PVC (required): callers must be allowed to get it")
-	claim := flag.String("claim", "", "name of the served PVC (required)")
-	apiServer := flag.String("api-server", "", "API server URL (default: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)")
-	caFile := flag.String("ca-file", "/var/run/runplane/kube-ca/ca.crt", "CA bundle of the API server (the kube-root-ca.crt ConfigMap)")
-	flag.Parse()
-	host := *apiServer
+// options are the command line.
+type options struct {
+	root, listen, namespace, claim, apiServer, caFile string
+}
+
+func parse(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("runplane-accessor", flag.ContinueOnError)
+	fs.StringVar(&o.root, "root", "/data", "directory to serve")
+	fs.StringVar(&o.listen, "listen", ":8080", "HTTP listen address")
+	fs.StringVar(&o.namespace, "namespace", "", "namespace of the served PVC (required): callers must be allowed to get it")
+	fs.StringVar(&o.claim, "claim", "", "name of the served PVC (required)")
+	fs.StringVar(&o.apiServer, "api-server", "", "API server URL (default: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)")
+	fs.StringVar(&o.caFile, "ca-file", "/var/run/runplane/kube-ca/ca.crt", "CA bundle of the API server (the kube-root-ca.crt ConfigMap)")
+	return o, fs.Parse(args)
+}
+
+// handler is the file browser behind the authorization gate.
+func handler(o options, getenv func(string) string) (http.Handler, io.Closer, error) {
+	host := o.apiServer
 	if host == "" {
-		h, p := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
+		h, p := getenv("KUBERNETES_SERVICE_HOST"), getenv("KUBERNETES_SERVICE_PORT")
 		if h == "" || p == "" {
-			return errors.New("--api-server is required outside a cluster (KUBERNETES_SERVICE_HOST/PORT unset)")
+			return nil, nil, errors.New("--api-server is required outside a cluster (KUBERNETES_SERVICE_HOST/PORT unset)")
 		}
 		host = "https://" + net.JoinHostPort(h, p)
 	}
-	rc, err := claimauth.RESTClient(&rest.Config{Host: host, TLSClientConfig: rest.TLSClientConfig{CAFile: *caFile}})
+	rc, err := claimauth.RESTClient(&rest.Config{Host: host, TLSClientConfig: rest.TLSClientConfig{CAFile: o.caFile}})
+	if err != nil {
+		return nil, nil, err
+	}
+	gate, err := claimauth.New(claimauth.Claim{Namespace: o.namespace, Name: o.claim}, claimauth.SelfReviewer{Client: rc}, claimauth.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	fb, err := filebrowser.New(o.root)
+	if err != nil {
+		return nil, nil, err
+	}
+	return gate.Wrap(fb), fb, nil
+}
+
+func run(args []string, getenv func(string) string) error {
+	o, err := parse(args)
 	if err != nil {
 		return err
 	}
-	gate, err := claimauth.New(claimauth.Claim{Namespace: *namespace, Name: *claim}, claimauth.SelfReviewer{Client: rc}, claimauth.Options{})
+	h, closer, err := handler(o, getenv)
 	if err != nil {
 		return err
 	}
-	fb, err := filebrowser.New(*root)
-	if err != nil {
-		return err
-	}
-	defer fb.Close()
-	srv := &http.Server{Addr: *listen, Handler: gate.Wrap(fb), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	defer closer.Close()
+	srv := &http.Server{Addr: o.listen, Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	go func() {
