@@ -289,6 +289,7 @@ func TestJobSpec(t *testing.T) {
 			ps := spec.SecurityContext
 			assert.True(t, *ps.RunAsNonRoot)
 			assert.Equal(t, int64(65532), *ps.RunAsUser)
+			assert.Equal(t, int64(65532), *ps.FSGroup, "the workspace writable by the copier")
 			assert.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, ps.SeccompProfile.Type)
 			sc := c.SecurityContext
 			assert.False(t, *sc.AllowPrivilegeEscalation)

@@ -15,9 +15,15 @@ const copyUID = int64(65532)
 // copier then keeps modes and timestamps but not ownership (only root with
 // CHOWN could); its files belong to UID 65532 — the runplane image's user,
 // as before this securityContext was written down.
+//
+// fsGroup 65532 lets that user write a fresh volume whose root belongs to
+// root: the kubelet gives the (read-write) workspace to the group, once
+// (OnRootMismatch). Read-only volumes, the source, are left alone by the
+// kubelet.
 func copyPodSecurity() *corev1.PodSecurityContext {
 	return &corev1.PodSecurityContext{
 		RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(copyUID), RunAsGroup: ptr.To(copyUID),
+		FSGroup: ptr.To(copyUID), FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
 		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
 }
