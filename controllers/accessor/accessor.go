@@ -44,6 +44,18 @@ const Port = 8080
 // dataMount is where the accessor container sees the PVC.
 const dataMount = "/data"
 
+// caMount is where the accessor container sees the API server's CA (the
+// kube-root-ca.crt ConfigMap every namespace has): it asks the API server
+// whether each caller may get the PVC, with the caller's own token.
+const caMount = "/var/run/runplane/kube-ca"
+
+// RootCAConfigMap is the ConfigMap kube-controller-manager publishes in
+// every namespace with the cluster's CA bundle (key ca.crt).
+const RootCAConfigMap = "kube-root-ca.crt"
+
+// nonRootUID is the runplane image's user (distroless nonroot).
+const nonRootUID = int64(65532)
+
 // labelAccessorFor marks accessor objects and Pods with the PVC's UID.
 const labelAccessorFor = api.Prefix + "accessor-for"
 
@@ -236,24 +248,44 @@ func (r *Reconciler) deployment(pvc *corev1.PersistentVolumeClaim, dep *appsv1.D
 			Affinity: affinity,
 			// The accessor needs no API access: pinned to the namespace's
 			// default ServiceAccount, without its token.
+			// Callers authenticate with their own token, which the
+			// accessor only forwards to the API server
+			// (internal/filebrowser/claimauth).
 			ServiceAccountName:           "default",
 			AutomountServiceAccountToken: ptr.To(false),
+			// Pod Security "restricted".
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(nonRootUID), RunAsGroup: ptr.To(nonRootUID),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
 			Containers: []corev1.Container{{
-				Name:    "accessor",
-				Image:   r.Image,
-				Command: []string{"runplane-accessor", "--root", dataMount, "--listen", fmt.Sprintf(":%d", Port)},
-				Ports:   []corev1.ContainerPort{{Name: "http", ContainerPort: Port, Protocol: corev1.ProtocolTCP}},
-				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-					Path: "/healthz", Port: intstr.FromString("http")}}},
-				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: dataMount, ReadOnly: true}},
+				Name:  "accessor",
+				Image: r.Image,
+				Command: []string{"runplane-accessor", "--root", dataMount, "--listen", fmt.Sprintf(":%d", Port),
+					"--namespace", pvc.Namespace, "--claim", pvc.Name, "--ca-file", caMount + "/ca.crt"},
+				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: Port, Protocol: corev1.ProtocolTCP}},
+				// Every HTTP request needs a caller's token, the kubelet has
+				// none: readiness is the listening socket.
+				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{
+					Port: intstr.FromString("http")}}},
+				VolumeMounts: []corev1.VolumeMount{
+					{Name: "data", MountPath: dataMount, ReadOnly: true},
+					{Name: "kube-ca", MountPath: caMount, ReadOnly: true},
+				},
 				SecurityContext: &corev1.SecurityContext{
 					AllowPrivilegeEscalation: ptr.To(false),
 					ReadOnlyRootFilesystem:   ptr.To(true),
 					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 				},
 			}},
-			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
-				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: pvc.Name, ReadOnly: true}}}},
+			Volumes: []corev1.Volume{
+				{Name: "data", VolumeSource: corev1.VolumeSource{
+					PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: pvc.Name, ReadOnly: true}}},
+				// A ConfigMap, public by nature: the CA, never a Secret.
+				{Name: "kube-ca", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+					LocalObjectReference: corev1.LocalObjectReference{Name: RootCAConfigMap},
+					Items:                []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}}},
+			},
 		},
 	}
 	return controllerutil.SetControllerReference(pvc, dep, r.Scheme())

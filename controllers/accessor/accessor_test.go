@@ -164,10 +164,25 @@ func checkDeployment(t *testing.T, dep *appsv1.Deployment, node string) {
 	require.Len(t, spec.Containers, 1)
 	c := spec.Containers[0]
 	assert.Equal(t, "runplane:test", c.Image)
-	assert.Equal(t, []string{"runplane-accessor", "--root", "/data", "--listen", ":8080"}, c.Command)
-	assert.Equal(t, []corev1.VolumeMount{{Name: "data", MountPath: "/data", ReadOnly: true}}, c.VolumeMounts)
-	require.Len(t, spec.Volumes, 1)
+	assert.Equal(t, []string{"runplane-accessor", "--root", "/data", "--listen", ":8080",
+		"--namespace", testNS, "--claim", "data", "--ca-file", "/var/run/runplane/kube-ca/ca.crt"}, c.Command)
+	assert.Equal(t, []corev1.VolumeMount{{Name: "data", MountPath: "/data", ReadOnly: true},
+		{Name: "kube-ca", MountPath: "/var/run/runplane/kube-ca", ReadOnly: true}}, c.VolumeMounts)
+	require.Len(t, spec.Volumes, 2)
 	assert.Equal(t, &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data", ReadOnly: true}, spec.Volumes[0].PersistentVolumeClaim)
+	// The API server's CA from the public ConfigMap; no Secret, no token.
+	require.NotNil(t, spec.Volumes[1].ConfigMap)
+	assert.Equal(t, "kube-root-ca.crt", spec.Volumes[1].ConfigMap.Name)
+	for _, v := range spec.Volumes {
+		assert.Nil(t, v.Secret)
+		assert.Nil(t, v.Projected)
+	}
+	assert.Equal(t, "default", spec.ServiceAccountName)
+	// Pod Security "restricted".
+	require.NotNil(t, spec.SecurityContext)
+	assert.True(t, *spec.SecurityContext.RunAsNonRoot)
+	assert.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, spec.SecurityContext.SeccompProfile.Type)
+	require.NotNil(t, c.ReadinessProbe.TCPSocket, "the kubelet has no token: readiness is the socket")
 	assert.True(t, *c.SecurityContext.ReadOnlyRootFilesystem)
 	assert.False(t, *c.SecurityContext.AllowPrivilegeEscalation)
 	assert.Equal(t, []corev1.Capability{"ALL"}, c.SecurityContext.Capabilities.Drop)

@@ -197,6 +197,15 @@ func (r *Reconciler) start(ctx context.Context, pvc *corev1.PersistentVolumeClai
 			waiting = fmt.Sprintf("waiting for source PVC %s to be prepared (its phase: %s)", spec.FromPVC, phase)
 		}
 		if waiting != "" {
+			// A source that (through others) waits for this PVC never
+			// becomes ready: report the cycle rather than wait forever.
+			cycle, long, err := r.sourceCycle(ctx, pvc, spec.FromPVC)
+			if err != nil {
+				return reconcile.Result{}, err
+			}
+			if cycle != nil {
+				return reconcile.Result{}, r.report(ctx, pvc, pvcspec.Status{Phase: api.PhaseFailed, Message: cycleMessage(cycle, long), ObservedAttempt: attempt}, "PrepareCycle")
+			}
 			return reconcile.Result{}, r.report(ctx, pvc, pvcspec.Status{Phase: api.PhasePending, Message: waiting, ObservedAttempt: attempt}, "PrepareWaiting")
 		}
 	}
@@ -220,13 +229,17 @@ func (r *Reconciler) jobFor(pvc *corev1.PersistentVolumeClaim, spec pvcspec.Spec
 	volumes := []corev1.Volume{{Name: "workspace", VolumeSource: corev1.VolumeSource{
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: pvc.Name}}}}
 	mounts := []corev1.VolumeMount{{Name: "workspace", MountPath: Workspace}}
-	c := corev1.Container{Name: "prepare", Image: spec.FromImage, Command: spec.Command, Args: spec.Args, WorkingDir: Workspace}
+	c := corev1.Container{Name: "prepare", Image: spec.FromImage, Command: spec.Command, Args: spec.Args, WorkingDir: Workspace,
+		SecurityContext: imageContainerSecurity()}
+	podSecurity := &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
 	if spec.FromPVC != "" {
 		volumes = append(volumes, corev1.Volume{Name: "source", VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: spec.FromPVC, ReadOnly: true}}})
 		mounts = append(mounts, corev1.VolumeMount{Name: "source", MountPath: sourceMount, ReadOnly: true})
 		c = corev1.Container{Name: "copy", Image: r.Image,
-			Command: []string{"runplane-copy", "--from", sourceMount, "--to", Workspace}}
+			Command:         []string{"runplane-copy", "--from", sourceMount, "--to", Workspace},
+			SecurityContext: copyContainerSecurity()}
+		podSecurity = copyPodSecurity()
 	}
 	c.VolumeMounts = mounts
 	var deadline *int64
@@ -246,6 +259,7 @@ func (r *Reconciler) jobFor(pvc *corev1.PersistentVolumeClaim, spec pvcspec.Spec
 					ServiceAccountName:           "default",
 					AutomountServiceAccountToken: ptr.To(false),
 					RestartPolicy:                corev1.RestartPolicyNever,
+					SecurityContext:              podSecurity,
 					Containers:                   []corev1.Container{c},
 					Volumes:                      volumes,
 				},

@@ -78,6 +78,12 @@ func status(phase, attempt string) map[string]string {
 	}
 }
 
+// pvcFrom is a PVC prepared from the PVC from, with status annotations.
+func pvcFrom(name, from string, st map[string]string) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNS,
+		Annotations: merge(map[string]string{api.AnnotationPrepareFromPVC: from}, st)}}
+}
+
 func merge(ms ...map[string]string) map[string]string {
 	out := map[string]string{}
 	for _, m := range ms {
@@ -167,6 +173,35 @@ func TestReconcile(t *testing.T) {
 		wantPhase: api.PhasePending, wantMessage: []string{"prepares from PVC base"},
 		wantJobs: []string{"prepare-data-0"}, wantEvents: []string{"Normal PrepareStarted"},
 	}, {
+		name:      "prepare-from-pvc: itself is invalid (pvcspec)",
+		objects:   []client.Object{claim(map[string]string{api.AnnotationPrepareFromPVC: "data"})},
+		wantPhase: api.PhaseFailed, wantMessage: []string{"names the claim itself"},
+		wantEvents: []string{"Warning PrepareInvalid"},
+	}, {
+		name: "prepare-from-pvc: A from B from A is a cycle",
+		objects: []client.Object{claim(map[string]string{api.AnnotationPrepareFromPVC: "base"}),
+			pvcFrom("base", "data", nil)},
+		wantPhase: api.PhaseFailed, wantMessage: []string{"cycle: data → base → data"},
+		wantEvents: []string{"Warning PrepareCycle"},
+	}, {
+		name: "prepare-from-pvc: a longer cycle, its other members already Failed",
+		objects: []client.Object{claim(map[string]string{api.AnnotationPrepareFromPVC: "b"}),
+			pvcFrom("b", "c", status(api.PhaseFailed, "0")), pvcFrom("c", "data", status(api.PhaseFailed, "0"))},
+		wantPhase: api.PhaseFailed, wantMessage: []string{"cycle: data → b → c → data"},
+		wantEvents: []string{"Warning PrepareCycle"},
+	}, {
+		name: "prepare-from-pvc: a chain into someone else's cycle waits",
+		objects: []client.Object{claim(map[string]string{api.AnnotationPrepareFromPVC: "b"}),
+			pvcFrom("b", "c", nil), pvcFrom("c", "b", nil)},
+		wantPhase: api.PhasePending, wantMessage: []string{"waiting for source PVC b"},
+		wantEvents: []string{"Normal PrepareWaiting"},
+	}, {
+		name: "prepare-from-pvc: a prepared PVC breaks the loop",
+		objects: []client.Object{claim(map[string]string{api.AnnotationPrepareFromPVC: "base"}),
+			pvcFrom("base", "data", status(api.PhaseSucceeded, "0"))},
+		wantPhase: api.PhasePending, wantMessage: []string{"prepares from PVC base"},
+		wantJobs: []string{"prepare-data-0"}, wantEvents: []string{"Normal PrepareStarted"},
+	}, {
 		name:      "invalid annotations: Failed, no Job",
 		objects:   []client.Object{claim(map[string]string{api.AnnotationPrepareFromImage: "busybox", api.AnnotationPrepareArgs: `"echo"`})},
 		wantPhase: api.PhaseFailed, wantMessage: []string{api.AnnotationPrepareArgs},
@@ -227,6 +262,17 @@ func TestJobSpec(t *testing.T) {
 			assert.Equal(t, []corev1.VolumeMount{{Name: "workspace", MountPath: Workspace}}, c.VolumeMounts)
 			require.Len(t, spec.Volumes, 1)
 			assert.Equal(t, "data", spec.Volumes[0].PersistentVolumeClaim.ClaimName)
+			// Pod Security "baseline": the image decides its user.
+			assert.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, spec.SecurityContext.SeccompProfile.Type)
+			assert.Nil(t, spec.SecurityContext.RunAsNonRoot)
+			assert.False(t, *c.SecurityContext.AllowPrivilegeEscalation)
+			assert.Equal(t, []corev1.Capability{"ALL"}, c.SecurityContext.Capabilities.Drop)
+			assert.Equal(t, []corev1.Capability{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETUID", "SETGID"}, c.SecurityContext.Capabilities.Add)
+			// Baseline's allowed additions (pod-security-admission, capabilities_baseline).
+			baseline := []corev1.Capability{"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+			for _, c := range c.SecurityContext.Capabilities.Add {
+				assert.Contains(t, baseline, c)
+			}
 		},
 	}, {
 		name:        "from pvc",
@@ -239,6 +285,18 @@ func TestJobSpec(t *testing.T) {
 			assert.True(t, spec.Volumes[1].PersistentVolumeClaim.ReadOnly, "source volume read-only")
 			assert.Equal(t, "base", spec.Volumes[1].PersistentVolumeClaim.ClaimName)
 			assert.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: "source", MountPath: "/source", ReadOnly: true})
+			// Pod Security "restricted".
+			ps := spec.SecurityContext
+			assert.True(t, *ps.RunAsNonRoot)
+			assert.Equal(t, int64(65532), *ps.RunAsUser)
+			assert.Equal(t, int64(65532), *ps.FSGroup, "the workspace writable by the copier")
+			assert.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, ps.SeccompProfile.Type)
+			sc := c.SecurityContext
+			assert.False(t, *sc.AllowPrivilegeEscalation)
+			assert.True(t, *sc.ReadOnlyRootFilesystem)
+			assert.Equal(t, []corev1.Capability{"ALL"}, sc.Capabilities.Drop)
+			assert.Empty(t, sc.Capabilities.Add)
+			assert.Nil(t, sc.Privileged)
 		},
 	}}
 	for _, tt := range tests {
@@ -251,6 +309,9 @@ func TestJobSpec(t *testing.T) {
 			assert.Equal(t, int64(3600), *j.Spec.ActiveDeadlineSeconds)
 			assert.Equal(t, corev1.RestartPolicyNever, j.Spec.Template.Spec.RestartPolicy)
 			assert.Equal(t, api.ManagedByController, j.Labels[api.LabelManagedBy])
+			// No ServiceAccount token, pinned.
+			assert.Equal(t, "default", j.Spec.Template.Spec.ServiceAccountName)
+			assert.False(t, *j.Spec.Template.Spec.AutomountServiceAccountToken)
 			tt.check(t, j.Spec.Template.Spec)
 		})
 	}

@@ -5,13 +5,19 @@
 // It never writes, and it never serves anything outside its root: every
 // access goes through an os.Root, which refuses paths that leave the root by
 // `..` or through a symlink, and request paths are checked to be local
-// before they reach it.
+// before they reach it. It serves regular files and directories only: other
+// types (FIFOs, sockets, devices) are refused after an lstat, and files are
+// opened non-blocking and checked again, so no request can hang on a FIFO.
+// Listings are paged in name order (?limit=, ?continue=) and keep one page
+// in memory, whatever the directory's size.
+//
+// Authorization is not this package's: cmd/runplane-accessor wraps the
+// Server in claimauth.Gate.
 package filebrowser
 
 import (
 	"archive/tar"
 	"compress/gzip"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -20,9 +26,11 @@ import (
 	"net/http"
 	"os"
 	"path"
-	"sort"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/runplane/runplane/internal/httpjson"
 )
 
 // Server serves one directory tree read-only.
@@ -71,20 +79,18 @@ type Entry struct {
 	Escapes bool   `json:"escapes,omitempty"`
 }
 
-// Listing is the JSON answer for a directory.
+// Listing is the JSON answer for a directory: one page, in name order.
 type Listing struct {
 	Path    string  `json:"path"`
 	Entries []Entry `json:"entries"`
-}
-
-type errorBody struct {
-	Error string `json:"error"`
+	// Limit is the page size used; Continue, when set, fetches the next
+	// page (?continue=<it>); absent on the last page.
+	Limit    int    `json:"limit"`
+	Continue string `json:"continue,omitempty"`
 }
 
 func writeError(w http.ResponseWriter, code int, format string, args ...any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(errorBody{Error: fmt.Sprintf(format, args...)})
+	httpjson.Error(w, code, fmt.Sprintf(format, args...))
 }
 
 // clean turns the request's path value into a root-relative name, refusing
@@ -110,7 +116,10 @@ func clean(p string) (string, error) {
 
 // fail maps a filesystem error to a status: escapes are 403, absent is 404.
 func fail(w http.ResponseWriter, name string, err error) {
+	var ns errNotServed
 	switch {
+	case errors.As(err, &ns):
+		refuseType(w, name, ns.mode)
 	case errors.Is(err, fs.ErrNotExist):
 		writeError(w, http.StatusNotFound, "%s: not found", name)
 	case strings.Contains(err.Error(), "escapes from parent"), errors.Is(err, fs.ErrPermission):
@@ -126,13 +135,7 @@ func (s *Server) files(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	f, err := s.root.Open(name)
-	if err != nil {
-		fail(w, name, err)
-		return
-	}
-	defer f.Close()
-	info, err := f.Stat()
+	info, err := s.kind(name)
 	if err != nil {
 		fail(w, name, err)
 		return
@@ -143,29 +146,113 @@ func (s *Server) files(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, r.URL.Path+"/", http.StatusMovedPermanently)
 			return
 		}
-		s.list(w, r, name, f)
+		p, err := parsePage(r.URL.Query())
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		f, err := s.open(name, true)
+		if err != nil {
+			fail(w, name, err)
+			return
+		}
+		defer f.Close()
+		s.list(w, r, name, f, p)
 	case info.Mode().IsRegular():
+		f, err := s.open(name, false)
+		if err != nil {
+			fail(w, name, err)
+			return
+		}
+		defer f.Close()
 		w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", path.Base(name)))
 		http.ServeContent(w, r, path.Base(name), info.ModTime(), f)
 	default:
-		writeError(w, http.StatusBadRequest, "%s: not a regular file or directory", name)
+		refuseType(w, name, info.Mode())
 	}
 }
 
-func (s *Server) list(w http.ResponseWriter, r *http.Request, name string, dir *os.File) {
-	des, err := dir.ReadDir(-1)
+// errNotServed is an entry that is neither a regular file nor a directory.
+type errNotServed struct{ mode fs.FileMode }
+
+func (e errNotServed) Error() string { return "a " + typeName(e.mode) }
+
+func refuseType(w http.ResponseWriter, name string, mode fs.FileMode) {
+	writeError(w, http.StatusUnprocessableEntity, "%s is a %s: only regular files and directories are served", name, typeName(mode))
+}
+
+func typeName(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "named pipe (FIFO)"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeCharDevice != 0:
+		return "character device"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	case m&fs.ModeSymlink != 0:
+		return "symbolic link"
+	case m.IsDir():
+		return "directory"
+	case m.IsRegular():
+		return "regular file"
+	}
+	return "special file"
+}
+
+// kind is what name is, without opening it: Lstat, and a symlink is
+// resolved inside the root (one that leaves it is an error, 403).
+func (s *Server) kind(name string) (fs.FileInfo, error) {
+	info, err := s.root.Lstat(name)
+	if err != nil {
+		return nil, err
+	}
+	if info.Mode()&fs.ModeSymlink != 0 {
+		return s.root.Stat(name)
+	}
+	return info, nil
+}
+
+// open opens a regular file or a directory, never anything else: the open
+// is non-blocking, so a FIFO swapped in since kind looked (the tenant's
+// workloads write the volume meanwhile) cannot hang it, and the opened
+// file's own type is checked before a byte is served.
+func (s *Server) open(name string, dir bool) (*os.File, error) {
+	f, err := s.root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, err
+	}
+	info, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	if info.IsDir() != dir || (!dir && !info.Mode().IsRegular()) {
+		_ = f.Close()
+		return nil, errNotServed{mode: info.Mode()}
+	}
+	return f, nil
+}
+
+// list answers one page of a directory, in name order.
+func (s *Server) list(w http.ResponseWriter, r *http.Request, name string, dir *os.File, p page) {
+	names, more, err := selectPage(dir.Readdirnames, p)
 	if err != nil {
 		fail(w, name, err)
 		return
 	}
-	l := Listing{Path: "/" + strings.TrimPrefix(name, "."), Entries: make([]Entry, 0, len(des))}
-	for _, de := range des {
-		info, err := de.Info()
+	l := Listing{Path: "/" + strings.TrimPrefix(name, "."), Limit: p.limit, Entries: make([]Entry, 0, len(names))}
+	if more && len(names) > 0 {
+		l.Continue = continueToken(names[len(names)-1])
+	}
+	for _, n := range names {
+		child := path.Join(name, n)
+		info, err := s.root.Lstat(child)
 		if err != nil {
 			continue // removed meanwhile
 		}
-		e := Entry{Name: de.Name(), Size: info.Size(), Mode: info.Mode().String(), ModTime: info.ModTime().UTC()}
-		child := path.Join(name, de.Name())
+		e := Entry{Name: n, Size: info.Size(), Mode: info.Mode().String(), ModTime: info.ModTime().UTC()}
 		switch {
 		case info.IsDir():
 			e.Type = "dir"
@@ -185,10 +272,8 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, name string, dir *
 		}
 		l.Entries = append(l.Entries, e)
 	}
-	sort.Slice(l.Entries, func(i, j int) bool { return l.Entries[i].Name < l.Entries[j].Name })
 	if wantsJSON(r) {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(l)
+		httpjson.Write(w, http.StatusOK, l)
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -214,7 +299,9 @@ var listingPage = template.Must(template.New("listing").Funcs(template.FuncMap{
 <table><tr><th>name</th><th>size</th><th>mode</th><th>modified</th></tr>
 {{if ne .Path "/"}}<tr><td><a href="../">../</a></td></tr>{{end}}
 {{range .Entries}}<tr><td>{{if .Escapes}}{{.Name}} &rarr; {{.Target}} (outside the volume){{else if eq .Type "dir"}}<a href="{{.Name}}/">{{.Name}}/</a>{{else}}<a href="{{.Name}}">{{.Name}}</a>{{end}}</td><td>{{.Size}}</td><td>{{.Mode}}</td><td>{{.ModTime.Format "2006-01-02 15:04:05"}}</td></tr>
-{{end}}</table></body></html>
+{{end}}</table>
+{{if .Continue}}<p><a href="?limit={{.Limit}}&amp;continue={{.Continue}}">next page</a></p>{{end}}
+</body></html>
 `))
 
 // archive streams a tar.gz of a folder. Symlinks are stored as links (their
@@ -242,17 +329,9 @@ func (s *Server) archive(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", base+".tar.gz"))
 	gz := gzip.NewWriter(w)
 	tw := tar.NewWriter(gz)
-	fsys := s.root.FS()
 	// Errors after the first byte cannot change the status; the truncated
 	// archive then fails to decompress, which tells the client.
-	_ = fs.WalkDir(fsys, name, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
+	_ = s.walk(name, info, 0, func(p string, info fs.FileInfo) error {
 		rel := base
 		if p != name {
 			rel = path.Join(base, strings.TrimPrefix(p, name+"/"))
@@ -261,7 +340,8 @@ func (s *Server) archive(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		link := ""
-		if d.Type()&fs.ModeSymlink != 0 {
+		if info.Mode()&fs.ModeSymlink != 0 {
+			var err error
 			if link, err = s.root.Readlink(p); err != nil {
 				return err
 			}
@@ -280,14 +360,61 @@ func (s *Server) archive(w http.ResponseWriter, r *http.Request) {
 		if !info.Mode().IsRegular() {
 			return nil
 		}
-		f, err := fsys.Open(p)
+		f, err := s.open(p, false)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		_, err = io.Copy(tw, f)
+		// Never more than the header promised, even if the file grew.
+		_, err = io.Copy(tw, io.LimitReader(f, hdr.Size))
 		return err
 	})
 	_ = tw.Close()
 	_ = gz.Close()
+}
+
+// Archive walks read each directory walkChunk names at a time and go at
+// most maxDepth levels down: memory and open descriptors are bounded by
+// maxDepth, whatever the size of a directory.
+const (
+	walkChunk = 256
+	maxDepth  = 256
+)
+
+// walk visits p (described by info) and, for a directory, everything below
+// it, depth first, without following symlinks below p.
+func (s *Server) walk(p string, info fs.FileInfo, depth int, visit func(string, fs.FileInfo) error) error {
+	if err := visit(p, info); err != nil {
+		return err
+	}
+	if !info.IsDir() {
+		return nil
+	}
+	if depth >= maxDepth {
+		return fmt.Errorf("%s: more than %d levels deep", p, maxDepth)
+	}
+	dir, err := s.open(p, true)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	for {
+		names, err := dir.Readdirnames(walkChunk)
+		for _, n := range names {
+			child := path.Join(p, n)
+			ci, lerr := s.root.Lstat(child)
+			if lerr != nil {
+				continue // removed meanwhile
+			}
+			if werr := s.walk(child, ci, depth+1, visit); werr != nil {
+				return werr
+			}
+		}
+		if errors.Is(err, io.EOF) || (err == nil && len(names) == 0) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 }

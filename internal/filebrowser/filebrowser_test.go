@@ -18,6 +18,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/runplane/runplane/internal/httpjson"
 )
 
 // setup serves vol/ of a temp dir that also holds a secret next to the
@@ -114,7 +116,7 @@ func TestReadOnly(t *testing.T) {
 		req, _ := http.NewRequest(m, srv.URL+"/files/hello.txt", strings.NewReader("overwritten"))
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
-		var e errorBody
+		var e httpjson.Problem
 		_ = json.NewDecoder(resp.Body).Decode(&e)
 		resp.Body.Close()
 		assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, m)

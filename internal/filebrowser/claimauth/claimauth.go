@@ -1,0 +1,226 @@
+// Package claimauth authorizes every request to a PVC's accessor: the
+// caller presents a Kubernetes bearer token, and the accessor asks the API
+// server, with that very token, whether its owner may `get` the
+// PersistentVolumeClaim the accessor serves (a SelfSubjectAccessReview). So
+// the accessor itself holds no credential and needs no RBAC: authentication
+// is the API server's (an invalid or expired token is refused with 401
+// there), authorization is the tenant's ordinary RBAC on the PVC.
+//
+// Decisions are cached briefly, keyed by a SHA-256 of the token (never the
+// token itself), in a bounded LRU with an injected clock.
+package claimauth
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	authzv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilcache "k8s.io/apimachinery/pkg/util/cache"
+	authzclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+
+	"github.com/runplane/runplane/internal/httpjson"
+)
+
+// Claim names the PVC an accessor serves.
+type Claim struct {
+	Namespace, Name string
+}
+
+func (c Claim) String() string {
+	return fmt.Sprintf("get persistentvolumeclaims %q in namespace %q", c.Name, c.Namespace)
+}
+
+// Reviewer answers whether the owner of token may get the claim. An error
+// for which apierrors.IsUnauthorized holds means the token is not valid.
+type Reviewer interface {
+	Review(ctx context.Context, token string, c Claim) (allowed bool, reason string, err error)
+}
+
+// SelfReviewer sends SelfSubjectAccessReviews with the caller's token
+// through Client, a REST client of authorization.k8s.io/v1 configured with
+// the API server's address and CA only (no credentials of its own).
+type SelfReviewer struct {
+	Client rest.Interface
+}
+
+// Review implements Reviewer.
+func (s SelfReviewer) Review(ctx context.Context, token string, c Claim) (bool, string, error) {
+	in := &authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{
+		ResourceAttributes: &authzv1.ResourceAttributes{Verb: "get", Resource: "persistentvolumeclaims", Namespace: c.Namespace, Name: c.Name}}}
+	var out authzv1.SelfSubjectAccessReview
+	err := s.Client.Post().Resource("selfsubjectaccessreviews").
+		SetHeader("Authorization", "Bearer "+token).Body(in).Do(ctx).Into(&out)
+	if err != nil {
+		return false, "", fmt.Errorf("SelfSubjectAccessReview: %w", err)
+	}
+	reason := out.Status.Reason
+	if out.Status.EvaluationError != "" && !out.Status.Allowed {
+		reason = strings.TrimSpace(reason + " " + out.Status.EvaluationError)
+	}
+	return out.Status.Allowed, reason, nil
+}
+
+// Options tune the cache. Zero values take the defaults.
+type Options struct {
+	// AllowTTL keeps a "yes" (default 10s: a revoked RoleBinding or token
+	// still works this long at most).
+	AllowTTL time.Duration
+	// DenyTTL keeps a "no" and an invalid token (default 2s: a new
+	// RoleBinding takes effect this fast; a flood of bad tokens costs one
+	// review each per DenyTTL).
+	DenyTTL time.Duration
+	// MaxEntries bounds the cache (default 4096 tokens).
+	MaxEntries int
+	// Timeout bounds one review (default 5s).
+	Timeout time.Duration
+	// Clock drives expiry (default: the real clock).
+	Clock clock.PassiveClock
+}
+
+// Gate wraps the accessor's handler.
+type Gate struct {
+	claim    Claim
+	reviewer Reviewer
+	cache    *utilcache.LRUExpireCache
+	o        Options
+}
+
+// New builds a Gate for claim.
+func New(claim Claim, reviewer Reviewer, o Options) (*Gate, error) {
+	if claim.Namespace == "" || claim.Name == "" {
+		return nil, errors.New("claimauth: the claim's namespace and name are required")
+	}
+	if o.AllowTTL == 0 {
+		o.AllowTTL = 10 * time.Second
+	}
+	if o.DenyTTL == 0 {
+		o.DenyTTL = 2 * time.Second
+	}
+	if o.MaxEntries == 0 {
+		o.MaxEntries = 4096
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 5 * time.Second
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	return &Gate{claim: claim, reviewer: reviewer, cache: utilcache.NewLRUExpireCacheWithClock(o.MaxEntries, o.Clock), o: o}, nil
+}
+
+// decision is a cached answer: status 0 allows, otherwise the refusal.
+type decision struct {
+	status  int
+	message string
+}
+
+// Refusal is a 401 or 403 for the caller.
+type Refusal struct {
+	Status  int
+	Message string
+}
+
+func (r *Refusal) Error() string { return r.Message }
+
+// Check authorizes r. A *Refusal is for the caller; any other error means
+// the API server could not be asked (503).
+func (g *Gate) Check(r *http.Request) error {
+	token, ok := bearer(r.Header.Get("Authorization"))
+	if !ok {
+		return &Refusal{Status: http.StatusUnauthorized,
+			Message: "a bearer token is required (Authorization: Bearer <token>) of a user or ServiceAccount that may " + g.claim.String()}
+	}
+	sum := sha256.Sum256([]byte(token))
+	key := hex.EncodeToString(sum[:])
+	if v, ok := g.cache.Get(key); ok {
+		return v.(decision).err()
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), g.o.Timeout)
+	defer cancel()
+	allowed, reason, err := g.reviewer.Review(ctx, token, g.claim)
+	var d decision
+	switch {
+	case err != nil && apierrors.IsUnauthorized(err):
+		d = decision{status: http.StatusUnauthorized, message: "the bearer token was not accepted by the API server (invalid or expired)"}
+	case err != nil && apierrors.IsForbidden(err):
+		// A cluster that lets no one review their own access.
+		d = decision{status: http.StatusForbidden, message: fmt.Sprintf("the API server refused to review the caller's access: %v", err)}
+	case err != nil:
+		return fmt.Errorf("reviewing the caller's access: %w", err)
+	case allowed:
+		g.cache.Add(key, decision{}, g.o.AllowTTL)
+		return nil
+	default:
+		msg := "the caller cannot " + g.claim.String()
+		if reason != "" {
+			msg += ": " + reason
+		}
+		d = decision{status: http.StatusForbidden, message: msg}
+	}
+	g.cache.Add(key, d, g.o.DenyTTL)
+	return d.err()
+}
+
+func (d decision) err() error {
+	if d.status == 0 {
+		return nil
+	}
+	return &Refusal{Status: d.status, Message: d.message}
+}
+
+// bearer extracts the token of an "Authorization: Bearer <token>" header.
+func bearer(h string) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok || !strings.EqualFold(scheme, "bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}
+
+// Wrap requires Check to pass before next serves a request: 401/403 with
+// the refusal, 503 when the API server cannot be asked, all JSON.
+func (g *Gate) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		err := g.Check(r)
+		var ref *Refusal
+		switch {
+		case errors.As(err, &ref):
+			if ref.Status == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="runplane-accessor"`)
+			}
+			httpjson.Error(w, ref.Status, ref.Message)
+		case err != nil:
+			w.Header().Set("Retry-After", "5")
+			httpjson.Error(w, http.StatusServiceUnavailable, fmt.Sprintf("cannot authorize the request now: %v", err))
+		default:
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// RESTClient is the authorization.k8s.io/v1 client a SelfReviewer needs:
+// cfg's address and CA, with every credential removed (the caller's token
+// is the only one ever sent).
+//
+// Reviews are rate-limited client-side (20/s, bursts of 40) so a flood of
+// forged tokens cannot turn the accessor into a load on the API server; a
+// review that cannot start within Options.Timeout is a 503.
+func RESTClient(cfg *rest.Config) (rest.Interface, error) {
+	anon := rest.AnonymousClientConfig(cfg)
+	anon.QPS, anon.Burst = 20, 40
+	c, err := authzclient.NewForConfig(anon)
+	if err != nil {
+		return nil, fmt.Errorf("claimauth: API client: %w", err)
+	}
+	return c.RESTClient(), nil
+}
