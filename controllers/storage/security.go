@@ -50,7 +50,9 @@ func copyContainerSecurity() *corev1.SecurityContext {
 // volume), KILL, SETPCAP, SETFCAP, SYS_CHROOT, AUDIT_WRITE,
 // NET_BIND_SERVICE. A non-root image gets none of them at all
 // (allowPrivilegeEscalation false sets no_new_privs).
-var imageCapabilities = []corev1.Capability{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETUID", "SETGID"}
+func imageCapabilities() []corev1.Capability {
+	return []corev1.Capability{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETUID", "SETGID"}
+}
 
 // imageContainerSecurity is the prepare-from-image container's context:
 // Pod Security "baseline", not "restricted", because the user's image
@@ -58,6 +60,6 @@ var imageCapabilities = []corev1.Capability{"CHOWN", "DAC_OVERRIDE", "FOWNER", "
 func imageContainerSecurity() *corev1.SecurityContext {
 	return &corev1.SecurityContext{
 		AllowPrivilegeEscalation: ptr.To(false),
-		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: imageCapabilities},
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: imageCapabilities()},
 	}
 }
