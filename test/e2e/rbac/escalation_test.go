@@ -160,7 +160,20 @@ func TestControllerWorkloadsPinned(t *testing.T) {
 		{"the default ServiceAccount with its token", deployment(tenantNS, "default", nil), false},
 		{"kube-system", deployment("kube-system", "default", ptr.To(false)), false},
 		{"runplane's namespace", deployment(releaseNS, "default", ptr.To(false)), false},
+		{"a privileged container", with(deployment(tenantNS, "default", ptr.To(false)), func(s *corev1.PodSpec) {
+			s.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+		}), false},
+		{"a hostPath volume", with(deployment(tenantNS, "default", ptr.To(false)), func(s *corev1.PodSpec) {
+			s.Volumes = []corev1.Volume{{Name: "root", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
+		}), false},
+		{"the host's PID namespace", with(deployment(tenantNS, "default", ptr.To(false)), func(s *corev1.PodSpec) { s.HostPID = true }), false},
+		{"SYS_ADMIN", with(deployment(tenantNS, "default", ptr.To(false)), func(s *corev1.PodSpec) {
+			s.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}}
+		}), false},
 		{"what the accessor controller creates", deployment(tenantNS, "default", ptr.To(false)), true},
+		{"what the prepare controller's image Job keeps", with(deployment(tenantNS, "default", ptr.To(false)), func(s *corev1.PodSpec) {
+			s.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"CHOWN", "FOWNER"}}}
+		}), true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -228,6 +241,12 @@ func TestPodUpdatesBounded(t *testing.T) {
 			refused(t, tt.name, try)
 		})
 	}
+}
+
+// with modifies d's Pod template.
+func with(d *appsv1.Deployment, modify func(*corev1.PodSpec)) *appsv1.Deployment {
+	modify(&d.Spec.Template.Spec)
+	return d
 }
 
 // as is a client that impersonates runplane's ServiceAccount sa.
