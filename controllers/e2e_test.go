@@ -391,6 +391,17 @@ func TestAccessorAppearsAndGoes(t *testing.T) {
 		_, err = client().CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
 		require.NoError(c, err)
 	}, 30*time.Second, tick, "accessor Deployment and Service")
+	// Only the PVC's namespace reaches it (and every request is authorized).
+	var np *networkingv1.NetworkPolicy
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var err error
+		np, err = client().NetworkingV1().NetworkPolicies(ns).Get(ctx, name, metav1.GetOptions{})
+		require.NoError(c, err)
+	}, 30*time.Second, tick, "accessor NetworkPolicy")
+	assert.Equal(t, dep.Spec.Template.Labels, np.Spec.PodSelector.MatchLabels, "the policy selects the accessor Pod")
+	require.Len(t, np.Spec.Ingress, 1)
+	assert.Equal(t, []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}}, np.Spec.Ingress[0].From, "only the PVC's namespace")
+	assert.Equal(t, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}, np.Spec.PolicyTypes)
 	spec := dep.Spec.Template.Spec
 	c := spec.Containers[0]
 	assert.Equal(t, testImage, c.Image)
@@ -412,6 +423,8 @@ func TestAccessorAppearsAndGoes(t *testing.T) {
 		assert.True(c, apierrors.IsNotFound(derr), "Deployment: %v", derr)
 		_, serr := client().CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
 		assert.True(c, apierrors.IsNotFound(serr), "Service: %v", serr)
+		_, nerr := client().NetworkingV1().NetworkPolicies(ns).Get(ctx, name, metav1.GetOptions{})
+		assert.True(c, apierrors.IsNotFound(nerr), "NetworkPolicy: %v", nerr)
 		p := getPVC(t, ns, "data")
 		assert.NotContains(c, p.Annotations, api.AnnotationAccessorURL)
 		assert.NotContains(c, p.Annotations, api.AnnotationAccessorPhase)

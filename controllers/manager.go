@@ -17,6 +17,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -55,6 +56,9 @@ type Config struct {
 	ImagePullTimeout time.Duration
 	// ClusterDomain forms accessor URLs; default cluster.local.
 	ClusterDomain string
+	// AccessorAllowedNamespaces selects namespaces, besides a PVC's own,
+	// whose Pods may reach its accessor; nil: only its own.
+	AccessorAllowedNamespaces *metav1.LabelSelector
 	// NATS is the endpoint restricted Pods may reach (labels and port are
 	// required; the namespace defaults to Namespace).
 	NATS egress.NATSEndpoint
@@ -172,7 +176,7 @@ func NewManager(cfg Config) (ctrl.Manager, error) {
 			return storage.Setup(m, storage.Options{Image: cfg.Image, Deadline: cfg.PrepareDeadline, ImagePullTimeout: cfg.ImagePullTimeout})
 		},
 		func(m ctrl.Manager) error {
-			return accessor.Setup(m, accessor.Options{Image: cfg.Image, ClusterDomain: cfg.ClusterDomain})
+			return accessor.Setup(m, accessor.Options{Image: cfg.Image, ClusterDomain: cfg.ClusterDomain, AllowedNamespaces: cfg.AccessorAllowedNamespaces})
 		},
 		gate.Setup,
 		func(m ctrl.Manager) error { return egress.Setup(m, egress.Options{NATS: cfg.NATS}) },

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/runplane/runplane/api"
@@ -33,6 +34,14 @@ func main() {
 	fs.DurationVar(&cfg.PrepareDeadline, "prepare-deadline", 0, "activeDeadlineSeconds of prepare Jobs (default 6h)")
 	fs.DurationVar(&cfg.ImagePullTimeout, "image-pull-timeout", 0, "fail a prepare attempt whose image cannot be pulled for this long (default 5m)")
 	fs.StringVar(&cfg.ClusterDomain, "cluster-domain", "cluster.local", "cluster DNS domain, for accessor URLs")
+	fs.Func("accessor-allowed-namespaces", "label selector of namespaces, besides a PVC's own, whose Pods may reach its accessor (default: none)", func(v string) error {
+		sel, err := metav1.ParseToLabelSelector(v)
+		if err != nil {
+			return fmt.Errorf("accessor-allowed-namespaces %q: %w", v, err)
+		}
+		cfg.AccessorAllowedNamespaces = sel
+		return nil
+	})
 	fs.StringVar(&cfg.NATS.Namespace, "nats-namespace", api.DefaultNamespace, "namespace of the NATS Pods restricted egress may reach")
 	fs.StringVar(&natsLabels, "nats-pod-labels", "app.kubernetes.io/name=nats", "labels of the NATS Pods, k=v[,k=v]")
 	fs.IntVar(&natsPort, "nats-port", 4222, "NATS client port")

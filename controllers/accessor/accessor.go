@@ -19,6 +19,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -68,6 +69,9 @@ type Options struct {
 	Image string
 	// ClusterDomain forms the URL (http://<svc>.<ns>.svc.<domain>/).
 	ClusterDomain string
+	// AllowedNamespaces selects the namespaces, besides the PVC's own, whose
+	// Pods may reach an accessor (its NetworkPolicy); nil: only the PVC's.
+	AllowedNamespaces *metav1.LabelSelector
 }
 
 // Reconciler keeps a PVC's accessor objects.
@@ -94,6 +98,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		}))).
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
+		Owns(&networkingv1.NetworkPolicy{}).
 		// A Pod landing on a node decides where a ReadWriteOnce accessor goes.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			var reqs []reconcile.Request
@@ -179,6 +184,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: Name(pvc.Name), Namespace: pvc.Namespace}}
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, svc, func() error { return r.service(&pvc, svc) }); err != nil {
 		return reconcile.Result{}, fmt.Errorf("accessor Service %s: %w", svc.Name, err)
+	}
+	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: Name(pvc.Name), Namespace: pvc.Namespace}}
+	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, np, func() error { return r.networkPolicy(&pvc, np) }); err != nil {
+		return reconcile.Result{}, fmt.Errorf("accessor NetworkPolicy %s: %w", np.Name, err)
 	}
 	phase := api.AccessorPending
 	if dep.Status.AvailableReplicas > 0 {
@@ -299,6 +308,26 @@ func (r *Reconciler) service(pvc *corev1.PersistentVolumeClaim, svc *corev1.Serv
 	return controllerutil.SetControllerReference(pvc, svc, r.Scheme())
 }
 
+// networkPolicy admits to the accessor only Pods of the PVC's namespace and
+// of AllowedNamespaces, on its HTTP port: every request is authorized too
+// (a bearer token with get on the PVC), this keeps the rest of the cluster
+// from even reaching it.
+func (r *Reconciler) networkPolicy(pvc *corev1.PersistentVolumeClaim, np *networkingv1.NetworkPolicy) error {
+	labels := r.labels(pvc)
+	np.Labels = labels
+	from := []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}}
+	if r.AllowedNamespaces != nil {
+		from = append(from, networkingv1.NetworkPolicyPeer{NamespaceSelector: r.AllowedNamespaces.DeepCopy()})
+	}
+	port := intstr.FromString("http")
+	np.Spec = networkingv1.NetworkPolicySpec{
+		PodSelector: metav1.LabelSelector{MatchLabels: labels},
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+		Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: from, Ports: []networkingv1.NetworkPolicyPort{{Port: &port}}}},
+	}
+	return controllerutil.SetControllerReference(pvc, np, r.Scheme())
+}
+
 // remove deletes the accessor objects and the written annotations.
 func (r *Reconciler) remove(ctx context.Context, pvc *corev1.PersistentVolumeClaim) error {
 	if err := r.deleteObjects(ctx, pvc); err != nil {
@@ -309,7 +338,7 @@ func (r *Reconciler) remove(ctx context.Context, pvc *corev1.PersistentVolumeCla
 
 func (r *Reconciler) deleteObjects(ctx context.Context, pvc *corev1.PersistentVolumeClaim) error {
 	name := types.NamespacedName{Namespace: pvc.Namespace, Name: Name(pvc.Name)}
-	for _, obj := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}} {
+	for _, obj := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &networkingv1.NetworkPolicy{}} {
 		if err := r.Get(ctx, name, obj); err != nil {
 			if apierrors.IsNotFound(err) {
 				continue
