@@ -95,7 +95,18 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 		a.acked(c, "term", m, m.Term())
 		return
 	}
-	a.locked(func(s *state.State) { known = s.Accept(inv, md.Sequence.Stream) })
+	var limitSet bool
+	a.locked(func(s *state.State) {
+		known = s.Accept(inv, md.Sequence.Stream)
+		limitSet = s.Pool(state.PoolKey(inv)).LimitSet
+	})
+	if !limitSet {
+		// A pool's first invocation: its own in-flight bound applies from
+		// the start (publishStatus refreshes it on every tick).
+		if pl, ok := a.cfg.Pools.Lookup(inv.Namespace, inv.Pool); ok {
+			a.locked(func(s *state.State) { s.SetMaxInFlight(state.PoolKey(inv), a.cfg.Limits.InFlight(pl.Policy)) })
+		}
+	}
 	if known {
 		a.acked(c, "ack", m, m.Ack())
 		return

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"sort"
 	"time"
 
 	"github.com/runplane/runplane/internal/messages"
@@ -43,44 +44,125 @@ func (w *Worker) Dispatchable(now time.Time) bool {
 }
 
 // Dispatch assigns queued invocations whose backoff is over to the
-// least-loaded dispatchable workers, pool by pool, in queue order.
+// least-loaded dispatchable workers, in queue order within a pool, never
+// beyond a pool's MaxInFlight or its namespace's NamespaceMaxInFlight (the
+// rest stays queued). Pools are served in an order that rotates on every
+// call, and the assignments are interleaved round-robin across namespaces,
+// so the I/O of one namespace's burst is never queued ahead of another's
+// and no pool of a capped namespace always goes first.
 func (s *State) Dispatch() []Assignment {
 	now := s.clk.Now()
-	var out []Assignment
+	nsInFlight := map[string]int{}
+	inFlight := map[*Pool]int{}
+	var ready []*Pool
 	for _, p := range s.pools {
-		if len(p.Queue) == 0 {
+		n := p.InFlight()
+		inFlight[p] = n
+		nsInFlight[p.Namespace] += n
+		if len(p.Queue) > 0 {
+			ready = append(ready, p)
+		}
+	}
+	if len(ready) == 0 {
+		return nil
+	}
+	sort.Slice(ready, func(i, j int) bool {
+		if ready[i].Namespace != ready[j].Namespace {
+			return ready[i].Namespace < ready[j].Namespace
+		}
+		return ready[i].Name < ready[j].Name
+	})
+	s.turn++
+	first := s.turn % len(ready)
+	ready = append(ready[first:], ready[:first]...)
+	var order []string
+	byNS := map[string][]Assignment{}
+	for _, p := range ready {
+		room := -1 // unbounded
+		if p.MaxInFlight > 0 {
+			room = max(p.MaxInFlight-inFlight[p], 0)
+		}
+		if m := s.cfg.NamespaceMaxInFlight; m > 0 {
+			if r := max(m-nsInFlight[p.Namespace], 0); room < 0 || r < room {
+				room = r
+			}
+		}
+		as := s.dispatchPool(p, now, room)
+		if len(as) == 0 {
 			continue
 		}
-		var ws []*Worker
-		for _, w := range p.Workers {
-			if w.Dispatchable(now) {
-				ws = append(ws, w)
+		nsInFlight[p.Namespace] += len(as)
+		if byNS[p.Namespace] == nil {
+			order = append(order, p.Namespace)
+		}
+		byNS[p.Namespace] = append(byNS[p.Namespace], as...)
+	}
+	var out []Assignment
+	for i := 0; len(order) > 0; i++ {
+		rest := order[:0]
+		for _, ns := range order {
+			if i < len(byNS[ns]) {
+				out = append(out, byNS[ns][i])
+				rest = append(rest, ns)
 			}
 		}
-		if len(ws) == 0 {
-			continue
-		}
-		rest := p.Queue[:0]
-		for i, it := range p.Queue {
-			if it.NotBefore.After(now) {
-				rest = append(rest, it)
-				continue
-			}
-			w := LeastLoaded(ws, now)
-			if w == nil {
-				rest = append(rest, p.Queue[i:]...)
-				break
-			}
-			it.Queued, it.Started = false, false
-			it.Attempt++
-			it.Worker, it.DispatchedAt = w.Name, now
-			w.InFlight[it.Inv.InvocationID] = it
-			w.IdleSince = time.Time{}
-			out = append(out, Assignment{Item: it, Worker: w.Name, Namespace: w.Namespace, Attempt: it.Attempt})
-		}
-		p.Queue = rest
+		order = rest
 	}
 	return out
+}
+
+// dispatchPool assigns up to room (< 0: any number) of p's queued
+// invocations.
+func (s *State) dispatchPool(p *Pool, now time.Time, room int) []Assignment {
+	if room == 0 {
+		return nil
+	}
+	var ws []*Worker
+	for _, w := range p.Workers {
+		if w.Dispatchable(now) {
+			ws = append(ws, w)
+		}
+	}
+	if len(ws) == 0 {
+		return nil
+	}
+	var out []Assignment
+	rest := p.Queue[:0]
+	for i, it := range p.Queue {
+		if it.NotBefore.After(now) {
+			rest = append(rest, it)
+			continue
+		}
+		w := LeastLoaded(ws, now)
+		if w == nil || len(out) == room {
+			rest = append(rest, p.Queue[i:]...)
+			break
+		}
+		it.Queued, it.Started = false, false
+		it.Attempt++
+		it.Worker, it.DispatchedAt = w.Name, now
+		w.InFlight[it.Inv.InvocationID] = it
+		w.IdleSince = time.Time{}
+		out = append(out, Assignment{Item: it, Worker: w.Name, Namespace: w.Namespace, Attempt: it.Attempt})
+	}
+	p.Queue = rest
+	return out
+}
+
+// InFlight counts the invocations p's workers hold.
+func (p *Pool) InFlight() int {
+	n := 0
+	for _, w := range p.Workers {
+		n += len(w.InFlight)
+	}
+	return n
+}
+
+// SetMaxInFlight sets the in-flight bound of the pool named key (0:
+// unbounded).
+func (s *State) SetMaxInFlight(key string, n int) {
+	p := s.Pool(key)
+	p.MaxInFlight, p.LimitSet = n, true
 }
 
 // LeastLoaded picks the dispatchable worker with the lowest load ratio

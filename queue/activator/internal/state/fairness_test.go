@@ -1,0 +1,120 @@
+package state
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/queue/pool"
+)
+
+// TestDispatchInFlightLimits: a pool never holds more than its
+// MaxInFlight, a namespace never more than NamespaceMaxInFlight across its
+// pools, and another namespace's dispatch is untouched by either.
+func TestDispatchInFlightLimits(t *testing.T) {
+	cases := []struct {
+		name     string
+		poolMax  map[string]int // by pool of namespace a
+		nsMax    int
+		queued   int // per pool
+		wantA    map[string]int
+		wantB    int
+		finishA  int // results of namespace a (a/p1 first), then another Dispatch
+		wantMore int // dispatched in namespace a by it
+	}{
+		{name: "unbounded", poolMax: map[string]int{}, queued: 5, wantA: map[string]int{"p1": 5, "p2": 5}, wantB: 5},
+		{name: "pool cap", poolMax: map[string]int{"p1": 2}, queued: 5, wantA: map[string]int{"p1": 2, "p2": 5}, wantB: 5, finishA: 1, wantMore: 1},
+		{name: "namespace cap", poolMax: map[string]int{}, nsMax: 3, queued: 5, wantB: 3, finishA: 2, wantMore: 2},
+		{name: "both", poolMax: map[string]int{"p1": 1}, nsMax: 4, queued: 5, wantB: 4, finishA: 1, wantMore: 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := New(Config{HeartbeatTimeout: time.Minute, MaxAttempts: 3, NamespaceMaxInFlight: tc.nsMax}, clocktesting.NewFakeClock(t0))
+			for _, pk := range []struct{ ns, pool string }{{"a", "p1"}, {"a", "p2"}, {"b", "p1"}} {
+				if pk.ns == "a" {
+					s.SetMaxInFlight(Key(pk.ns, pk.pool), tc.poolMax[pk.pool])
+				}
+				s.Event(messages.Event{Type: messages.EventRegistered, Namespace: pk.ns, Pool: pk.pool, Worker: "w", Concurrency: 100, Ready: true})
+				for i := range tc.queued {
+					s.Enqueue(&Item{Inv: messages.Invocation{InvocationID: fmt.Sprintf("%s-%d", pk.pool, i), Namespace: pk.ns, Pool: pk.pool,
+						AcceptedAt: t0, TTLSeconds: 60, TimeoutSeconds: 30}})
+				}
+			}
+			byPool := map[string]int{}
+			var open, openP2 []Assignment // namespace a's, those of p1 first
+			for _, as := range s.Dispatch() {
+				byPool[Key(as.Item.Inv.Namespace, as.Item.Inv.Pool)]++
+				switch {
+				case as.Item.Inv.Namespace != "a":
+				case as.Item.Inv.Pool == "p1":
+					open = append(open, as)
+				default:
+					openP2 = append(openP2, as)
+				}
+			}
+			open = append(open, openP2...)
+			nsA := byPool[Key("a", "p1")] + byPool[Key("a", "p2")]
+			for p, want := range tc.wantA {
+				require.Equal(t, want, byPool[Key("a", p)], "pool a/%s", p)
+			}
+			if tc.nsMax > 0 {
+				require.Equal(t, tc.nsMax, nsA, "namespace a")
+			}
+			if m := tc.poolMax["p1"]; m > 0 {
+				require.LessOrEqual(t, byPool[Key("a", "p1")], m, "pool a/p1")
+			}
+			require.Equal(t, tc.wantB, byPool[Key("b", "p1")], "namespace b: only its own namespace limit")
+			require.Empty(t, s.Dispatch(), "nothing more while the limits are reached")
+
+			// Freed slots are filled again, and no more.
+			for _, as := range open[:tc.finishA] {
+				s.Result(messages.Result{Namespace: "a", Pool: as.Item.Inv.Pool, InvocationID: as.Item.Inv.InvocationID, Worker: "w",
+					Attempt: as.Attempt, State: messages.StateSucceeded}, 0)
+			}
+			require.Len(t, s.Dispatch(), tc.wantMore)
+			for _, p := range []string{"p1", "p2"} {
+				if m := tc.poolMax[p]; m > 0 {
+					require.LessOrEqual(t, s.Pool(Key("a", p)).InFlight(), m)
+				}
+			}
+			if tc.nsMax > 0 {
+				require.Equal(t, tc.nsMax, s.Pool(Key("a", "p1")).InFlight()+s.Pool(Key("a", "p2")).InFlight())
+			}
+		})
+	}
+}
+
+// TestDispatchInterleavesNamespaces: a namespace with a large burst does
+// not have all its assignments ahead of another namespace's.
+func TestDispatchInterleavesNamespaces(t *testing.T) {
+	s := New(Config{HeartbeatTimeout: time.Minute, MaxAttempts: 3}, clocktesting.NewFakeClock(t0))
+	for _, ns := range []string{"a", "b"} {
+		s.Event(messages.Event{Type: messages.EventRegistered, Namespace: ns, Pool: "p", Worker: "w", Concurrency: 1000, Ready: true})
+	}
+	for i := range 100 {
+		s.Enqueue(&Item{Inv: messages.Invocation{InvocationID: fmt.Sprint(i), Namespace: "a", Pool: "p", AcceptedAt: t0, TTLSeconds: 60}})
+	}
+	s.Enqueue(&Item{Inv: messages.Invocation{InvocationID: "b0", Namespace: "b", Pool: "p", AcceptedAt: t0, TTLSeconds: 60}})
+	as := s.Dispatch()
+	require.Len(t, as, 101)
+	pos := -1
+	for i, a := range as {
+		if a.Namespace == "b" {
+			pos = i
+		}
+	}
+	require.LessOrEqual(t, pos, 1, "b's one invocation is among the first two assignments")
+}
+
+// TestDecideCapsByMaxInFlight: no more workers than MaxInFlight keeps busy.
+func TestDecideCapsByMaxInFlight(t *testing.T) {
+	pol := pool.DefaultPolicy()
+	pol.MaxInFlight = 3
+	require.Equal(t, 3, Decide(pol, 0, 50, 0, nil, t0).To)
+	pol.MaxInFlight = 0
+	require.Equal(t, 50, Decide(pol, 0, 50, 0, nil, t0).To)
+}
