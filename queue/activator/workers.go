@@ -245,7 +245,7 @@ func (a *Activator) publishStatus(ctx context.Context) {
 	}
 	var puts []put
 	names := map[string]bool{}
-	known := map[string]int{} // replicas by state key
+	known := map[string]int{}  // replicas by state key
 	limits := map[string]int{} // in-flight bound by state key
 	for _, pl := range a.cfg.Pools.List() {
 		k := state.Key(pl.Namespace, pl.Name)
