@@ -200,7 +200,7 @@ func Run(ctx context.Context, cfg Config) error {
 			gate = g
 		}
 		srv, err := ingress.New(ctx, ingress.Config{Store: st, NC: nc, Pools: pools, Auth: gate, InsecureNoAuth: cfg.InsecureDisableCallerAuth, Limits: cfg.Limits,
-			DefaultTTLSeconds: cfg.DefaultTTLSeconds, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log, Registerer: reg,
+			DefaultTTLSeconds: cfg.DefaultTTLSeconds, MaxTTLSeconds: maxTTLSeconds(cfg.Stream), MaxBodyBytes: cfg.MaxBodyBytes, Logger: log, Registerer: reg,
 			// With the manager's metrics (leader election, client-go), whose
 			// own metrics listener is off: /metrics stays on the ingress port.
 			Gatherer: prometheus.Gatherers{reg, ctrlmetrics.Registry}})
@@ -250,4 +250,18 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("queue: %w", err)
 	}
 	return nil
+}
+
+// maxTTLSeconds bounds ttlSeconds: a day, and less than the Records live
+// and the stream keeps a message (an invocation queued longer would lose its
+// Record or its message).
+func maxTTLSeconds(c stream.Config) int {
+	c = c.WithDefaults()
+	m := 86400
+	for _, d := range []time.Duration{c.RecordTTL, c.MaxAge} {
+		if d > 0 {
+			m = min(m, max(int(d.Seconds())-60, 1))
+		}
+	}
+	return m
 }

@@ -243,6 +243,9 @@ type Record struct {
 	Sequence     uint64              `json:"sequence,omitempty"`
 	Response     *framework.Response `json:"response,omitempty"`
 	Error        string              `json:"error,omitempty"`
-	AcceptedAt   time.Time           `json:"acceptedAt"`
-	UpdatedAt    time.Time           `json:"updatedAt"`
+	// RequestHash is the ingress's SHA-256 of the canonical request
+	// ("sha256:<hex>"): a re-post of the ID with another request is refused.
+	RequestHash string    `json:"requestHash,omitempty"`
+	AcceptedAt  time.Time `json:"acceptedAt"`
+	UpdatedAt   time.Time `json:"updatedAt"`
 }

@@ -116,7 +116,8 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 	rev, _ := strconv.ParseUint(m.Headers().Get(stream.RevisionHeader), 10, 64)
 	if rev != 0 && md.NumDelivered == 1 && a.cfg.Clock.Since(md.Timestamp) < freshAge {
 		it.Rec = stream.Cached{Rev: rev, Record: messages.Record{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool, Mode: inv.Mode,
-			State: messages.StateQueued, Stream: st.Config.Stream, AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt}}
+			State: messages.StateQueued, Stream: st.Config.Stream, RequestHash: m.Headers().Get(stream.RequestHashHeader),
+			AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt}}
 	} else {
 		// Stored a while ago (the activator was away): it may have been
 		// cancelled or timed out since.

@@ -58,8 +58,10 @@ type Config struct {
 	// DefaultTimeoutSeconds applies when timeoutSeconds is 0 (default 300);
 	// MaxTimeoutSeconds bounds it (default 3600).
 	DefaultTimeoutSeconds, MaxTimeoutSeconds int
-	// DefaultTTLSeconds applies when ttlSeconds is 0 (default 600).
-	DefaultTTLSeconds int
+	// DefaultTTLSeconds applies when ttlSeconds is 0 (default 600);
+	// MaxTTLSeconds bounds it (default 86400; keep it below the Records'
+	// TTL and the stream's max age).
+	DefaultTTLSeconds, MaxTTLSeconds int
 	// DisableReplyFastPath makes sync callers rely on the KV watch only.
 	DisableReplyFastPath bool
 	Logger               *slog.Logger
@@ -73,6 +75,7 @@ func (c Config) withDefaults() Config {
 	c.DefaultTimeoutSeconds = cmp.Or(c.DefaultTimeoutSeconds, 300)
 	c.MaxTimeoutSeconds = cmp.Or(c.MaxTimeoutSeconds, 3600)
 	c.DefaultTTLSeconds = cmp.Or(c.DefaultTTLSeconds, 600)
+	c.MaxTTLSeconds = cmp.Or(c.MaxTTLSeconds, 86400)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
 }

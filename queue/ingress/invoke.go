@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"regexp"
 	"strconv"
 	"time"
 
@@ -55,34 +54,6 @@ type Ack struct {
 	AcceptedAt   time.Time      `json:"acceptedAt"`
 }
 
-// idPattern: usable as a KV key and a Nats-Msg-Id. No '.': derived
-// message IDs append ".<attempt>", which must not collide with another
-// invocation's ID in the stream's duplicate window.
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9_=-]{1,128}$`)
-
-func (s *Server) validate(req *InvokeRequest) error {
-	switch req.Mode {
-	case messages.ModeSync, messages.ModeAsync:
-	case "":
-		return errors.New("field mode is required: sync or async")
-	default:
-		return fmt.Errorf("field mode %q: must be sync or async", req.Mode)
-	}
-	if req.InvocationID != "" && !idPattern.MatchString(req.InvocationID) {
-		return fmt.Errorf("field invocationID %q: 1-128 characters of A-Z a-z 0-9 _ = -", req.InvocationID)
-	}
-	if req.TimeoutSeconds < 0 || req.TimeoutSeconds > s.cfg.MaxTimeoutSeconds {
-		return fmt.Errorf("field timeoutSeconds %d: must be between 0 (default %d) and %d", req.TimeoutSeconds, s.cfg.DefaultTimeoutSeconds, s.cfg.MaxTimeoutSeconds)
-	}
-	if req.TTLSeconds < 0 {
-		return fmt.Errorf("field ttlSeconds %d: must be >= 0 (0: default %d)", req.TTLSeconds, s.cfg.DefaultTTLSeconds)
-	}
-	if len(req.Payload) > 0 && !json.Valid(req.Payload) {
-		return errors.New("field payload: must be valid JSON")
-	}
-	return nil
-}
-
 func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolName string, alias bool) {
 	start := time.Now()
 	// The path names the pool: the caller is checked before its body is read.
@@ -91,9 +62,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	var req InvokeRequest
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	if err := decodeBody(r.Body, &req); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			s.reject(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", s.cfg.MaxBodyBytes))
@@ -145,6 +114,11 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 	req.TimeoutSeconds = cmp.Or(req.TimeoutSeconds, s.cfg.DefaultTimeoutSeconds)
 	req.TTLSeconds = cmp.Or(req.TTLSeconds, s.cfg.DefaultTTLSeconds)
 	ctx := r.Context()
+	hash, err := requestHash(req)
+	if err != nil {
+		s.reject(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	inv := messages.Invocation{InvocationID: req.InvocationID, Namespace: ns, Pool: poolName, Mode: req.Mode, ContentType: req.ContentType,
 		Headers: req.Headers, Attributes: req.Attributes, Payload: req.Payload, TimeoutSeconds: req.TimeoutSeconds,
 		TTLSeconds: req.TTLSeconds, AcceptedAt: time.Now().UTC()}
@@ -160,7 +134,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 		defer done()
 	}
 
-	ack, rec, err := s.accept(ctx, inv, s.cfg.Limits.Backlog(pl.Policy), clientID)
+	ack, rec, err := s.accept(ctx, inv, hash, s.cfg.Limits.Backlog(pl.Policy), clientID)
 	var le *limitError
 	if errors.As(err, &le) {
 		s.tooMany(w, le)
@@ -205,9 +179,10 @@ type conflictError struct{ msg string }
 func (e *conflictError) Error() string { return e.msg }
 
 // accept makes inv durable exactly once and returns the ack and the
-// Record. poolMax bounds the pool's backlog (0: none); clientID: the caller
-// chose the invocation ID, which may then be a re-post.
-func (s *Server) accept(ctx context.Context, inv messages.Invocation, poolMax int, clientID bool) (Ack, messages.Record, error) {
+// Record. hash is requestHash of the request (kept in the Record: a re-post
+// must match it); poolMax bounds the pool's backlog (0: none); clientID: the
+// caller chose the invocation ID, which may then be a re-post.
+func (s *Server) accept(ctx context.Context, inv messages.Invocation, hash string, poolMax int, clientID bool) (Ack, messages.Record, error) {
 	st := s.cfg.Store
 	ack := Ack{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool, Stream: st.Config.Stream, Subjects: Subjects{
 		Invoke: st.Subjects.Invoke(inv.Namespace, inv.Pool), Result: st.Subjects.Result(inv.Namespace, inv.Pool), Metrics: st.Subjects.Metrics(inv.Namespace, inv.Pool)}}
@@ -222,7 +197,7 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation, poolMax in
 			return ack, messages.Record{}, le
 		}
 		if rec, _, err := st.Get(ctx, key); err == nil {
-			return s.duplicate(ctx, ack, rec, inv)
+			return s.duplicate(ctx, ack, rec, inv, hash)
 		} else if !errors.Is(err, stream.ErrNotFound) {
 			return ack, rec, err
 		}
@@ -231,7 +206,7 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation, poolMax in
 	var seq uint64 // queued at seq: counted until the activator's status covers it
 	defer func() { s.release(inv.Namespace, inv.Pool, seq) }()
 	rec := messages.Record{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool, Mode: inv.Mode, State: messages.StateQueued,
-		Stream: st.Config.Stream, AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt}
+		Stream: st.Config.Stream, RequestHash: hash, AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt}
 	rev, err := st.Create(ctx, rec)
 	if errors.Is(err, stream.ErrExists) {
 		// Posted before, or another request with this ID won the race.
@@ -239,13 +214,13 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation, poolMax in
 		if gerr != nil {
 			return ack, cur, gerr
 		}
-		return s.duplicate(ctx, ack, cur, inv)
+		return s.duplicate(ctx, ack, cur, inv, hash)
 	} else if err != nil {
 		return ack, rec, err
 	}
 	// The Record's sequence is filled in by the activator when it
 	// dispatches: writing it here would cost two more KV round trips.
-	pa, err := s.publish(ctx, inv, rev)
+	pa, err := s.publish(ctx, inv, rev, hash)
 	if err != nil {
 		// Not accepted: free the ID so the caller can retry.
 		_ = st.Delete(context.WithoutCancel(ctx), key)
@@ -260,8 +235,8 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation, poolMax in
 }
 
 // publish stores inv on invoke.<pool>; rev, when known, is the revision of
-// the Record just created (stream.RevisionHeader).
-func (s *Server) publish(ctx context.Context, inv messages.Invocation, rev uint64) (*jetstream.PubAck, error) {
+// the Record just created (stream.RevisionHeader) and hash its RequestHash.
+func (s *Server) publish(ctx context.Context, inv messages.Invocation, rev uint64, hash string) (*jetstream.PubAck, error) {
 	b, err := json.Marshal(inv)
 	if err != nil {
 		return nil, fmt.Errorf("encode invocation: %w", err)
@@ -269,6 +244,7 @@ func (s *Server) publish(ctx context.Context, inv messages.Invocation, rev uint6
 	msg := &nats.Msg{Subject: s.cfg.Store.Subjects.Invoke(inv.Namespace, inv.Pool), Data: b, Header: nats.Header{}}
 	if rev != 0 {
 		msg.Header.Set(stream.RevisionHeader, strconv.FormatUint(rev, 10))
+		msg.Header.Set(stream.RequestHashHeader, hash)
 	}
 	pa, err := s.cfg.Store.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(messages.MsgID(inv.Namespace, inv.InvocationID)))
 	if err != nil {
@@ -277,17 +253,24 @@ func (s *Server) publish(ctx context.Context, inv messages.Invocation, rev uint6
 	return pa, nil
 }
 
-// duplicate answers a re-post of an existing invocation ID.
-func (s *Server) duplicate(ctx context.Context, ack Ack, rec messages.Record, inv messages.Invocation) (Ack, messages.Record, error) {
+// duplicate answers a re-post of an existing invocation ID: the existing
+// invocation's state when the request is the same (hash), 409 when not.
+func (s *Server) duplicate(ctx context.Context, ack Ack, rec messages.Record, inv messages.Invocation, hash string) (Ack, messages.Record, error) {
 	if rec.Pool != inv.Pool {
 		return ack, rec, &conflictError{fmt.Sprintf("invocationID %s already belongs to pool %q of namespace %q", inv.InvocationID, rec.Pool, rec.Namespace)}
+	}
+	// A Record without a hash (written by an older ingress, or re-created
+	// by the activator after it expired) cannot be compared.
+	if rec.RequestHash != "" && rec.RequestHash != hash {
+		return ack, rec, &conflictError{fmt.Sprintf("invocationID %s was accepted with another request: a re-post must carry the same payload, "+
+			"headers, attributes and contentType (or use a new invocationID)", inv.InvocationID)}
 	}
 	if rec.State == messages.StateQueued && rec.Attempt == 0 && time.Since(rec.AcceptedAt) > 5*time.Second {
 		// The first accepting replica may have died between the Record and
 		// the publish: publish again. Within the duplicate window the stream
 		// drops the copy; after it the activator does (it knows the ID, or
 		// its dispatch compare-and-set on the Record refuses it).
-		pa, err := s.publish(ctx, inv, 0)
+		pa, err := s.publish(ctx, inv, 0, "")
 		if err != nil {
 			return ack, rec, err
 		}

@@ -17,12 +17,8 @@ import (
 // invocationPath reads and checks {ns} and {id}; it answers 400 itself.
 func invocationPath(w http.ResponseWriter, r *http.Request) (ns, id string, ok bool) {
 	ns, id = r.PathValue("ns"), r.PathValue("id")
-	if err := messages.ValidateToken("namespace", ns); err != nil {
+	if err := errors.Join(validNamespace(ns), validID("invocation ID", id)); err != nil {
 		httpjson.Error(w, http.StatusBadRequest, err.Error())
-		return ns, id, false
-	}
-	if !idPattern.MatchString(id) {
-		httpjson.Error(w, http.StatusBadRequest, fmt.Sprintf("invocation ID %q: 1-128 characters of A-Z a-z 0-9 _ = -", id))
 		return ns, id, false
 	}
 	return ns, id, true
@@ -94,7 +90,7 @@ type PoolInfo struct {
 
 func (s *Server) handlePool(w http.ResponseWriter, r *http.Request) {
 	ns, name := r.PathValue("ns"), r.PathValue("pool")
-	if err := errors.Join(messages.ValidateToken("namespace", ns), messages.ValidateToken("pool", name)); err != nil {
+	if err := errors.Join(validNamespace(ns), validPool(name)); err != nil {
 		httpjson.Error(w, http.StatusBadRequest, err.Error())
 		return
 	}
