@@ -137,7 +137,7 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 			return
 		default:
 			it.Rec = stream.Cached{Record: rec, Rev: rev}
-			it.Attempt = rec.Attempt
+			it.Attempt, it.Unverified = rec.Attempt, rec.Attempt
 		}
 	}
 	var added bool
@@ -186,7 +186,18 @@ func (a *Activator) onResult(ctx context.Context, m jetstream.Msg) {
 	}
 	var it *state.Item
 	var other *state.Superseded
-	a.locked(func(s *state.State) { it, other = s.Result(res, seq) })
+	var refused string
+	a.locked(func(s *state.State) {
+		if refused = s.Refusal(res); refused != "" {
+			s.NoteResultSeq(seq)
+			return
+		}
+		it, other = s.Result(res, seq)
+	})
+	if refused != "" {
+		a.refuseResult(m, res, refused)
+		return
+	}
 	if other != nil {
 		a.sendCancel(other.Namespace, other.Pool, other.Worker, other.InvocationID, other.Attempt) // a newer attempt runs elsewhere
 	}
@@ -202,8 +213,17 @@ func (a *Activator) onResult(ctx context.Context, m jetstream.Msg) {
 				return a.cfg.Store.TransitionOfPool(ctx, key, cached, res.Pool, final, res.Worker, res.Attempt, record)
 			})
 		} else {
+			// Not open here: only the worker of the Record's current
+			// attempt may finish it.
 			var cached stream.Cached
-			ok, err = a.cfg.Store.TransitionOfPool(ctx, key, &cached, res.Pool, final, res.Worker, res.Attempt, record)
+			ok, err = a.cfg.Store.UpdateCached(ctx, key, &cached, func(r *messages.Record) bool {
+				if r.Pool != res.Pool || r.Worker != res.Worker || r.Attempt != res.Attempt || !stream.Advance(r.State, r.Attempt, final, res.Attempt) {
+					return false
+				}
+				r.State = final
+				record(r)
+				return true
+			})
 		}
 		if err != nil && !errors.Is(err, stream.ErrNotFound) {
 			// Redelivered; the item is forgotten, so it takes the path above
@@ -216,4 +236,13 @@ func (a *Activator) onResult(ctx context.Context, m jetstream.Msg) {
 			a.metrics.finished.WithLabelValues(res.Pool, string(final)).Inc()
 		}
 	})
+}
+
+// refuseResult drops a result its worker was not dispatched (state.Refusal):
+// counted, logged, acked (a redelivery would be refused again).
+func (a *Activator) refuseResult(m jetstream.Msg, res messages.Result, reason string) {
+	a.metrics.refused.WithLabelValues(reason).Inc()
+	a.cfg.Logger.Warn("refusing a result from a worker the attempt was not dispatched to", "namespace", res.Namespace, "pool", res.Pool,
+		"invocation", res.InvocationID, "worker", res.Worker, "attempt", res.Attempt, "reason", reason)
+	a.acked("results", "ack", m, m.Ack())
 }

@@ -118,3 +118,38 @@ func TestDecideCapsByMaxInFlight(t *testing.T) {
 	pol.MaxInFlight = 0
 	require.Equal(t, 50, Decide(pol, 0, 50, 0, nil, t0).To)
 }
+
+// TestResultRefusal: a Result counts only from the worker its attempt was
+// dispatched to; attempts of a previous leader whose worker is unknown are
+// taken as before.
+func TestResultRefusal(t *testing.T) {
+	s, _ := newState(3)
+	register(s, "w", 1)
+	register(s, "x", 1)
+	enqueue(s, "i")
+	as := s.Dispatch()
+	require.Len(t, as, 1)
+	owner, other := as[0].Worker, map[string]string{"w": "x", "x": "w"}[as[0].Worker]
+	restored := &Item{Inv: messages.Invocation{InvocationID: "r", Namespace: "ns", Pool: "p", AcceptedAt: t0, TTLSeconds: 60}, Attempt: 3}
+	s.Restore(restored, messages.Record{InvocationID: "r", Namespace: "ns", Pool: "p", State: messages.StateDispatched, Worker: owner, Attempt: 3})
+	cases := []struct {
+		name   string
+		res    messages.Result
+		reason string
+	}{
+		{"dispatched worker", messages.Result{InvocationID: "i", Worker: owner, Attempt: 1}, ""},
+		{"another worker of the pool", messages.Result{InvocationID: "i", Worker: other, Attempt: 1}, RefusedOtherWorker},
+		{"an attempt never dispatched", messages.Result{InvocationID: "i", Worker: owner, Attempt: 2}, RefusedUnknownAttempt},
+		{"attempt 0", messages.Result{InvocationID: "i", Worker: owner}, RefusedUnknownAttempt},
+		{"restored: recorded worker", messages.Result{InvocationID: "r", Worker: owner, Attempt: 3}, ""},
+		{"restored: another worker", messages.Result{InvocationID: "r", Worker: other, Attempt: 3}, RefusedOtherWorker},
+		{"restored: an earlier attempt, worker unknown", messages.Result{InvocationID: "r", Worker: other, Attempt: 2}, ""},
+		{"not open: judged on the Record", messages.Result{InvocationID: "gone", Worker: other, Attempt: 1}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.res.Namespace, tc.res.Pool = "ns", "p"
+			require.Equal(t, tc.reason, s.Refusal(tc.res))
+		})
+	}
+}

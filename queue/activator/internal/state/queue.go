@@ -141,6 +141,10 @@ func (s *State) dispatchPool(p *Pool, now time.Time, room int) []Assignment {
 		it.Queued, it.Started = false, false
 		it.Attempt++
 		it.Worker, it.DispatchedAt = w.Name, now
+		if it.Dispatches == nil {
+			it.Dispatches = map[int]string{}
+		}
+		it.Dispatches[it.Attempt] = w.Name
 		w.InFlight[it.Inv.InvocationID] = it
 		w.IdleSince = time.Time{}
 		out = append(out, Assignment{Item: it, Worker: w.Name, Namespace: w.Namespace, Attempt: it.Attempt})
@@ -238,6 +242,36 @@ func (s *State) forget(ns, id, pool, worker string) {
 			}
 		}
 		p.Queue = q
+	}
+}
+
+// Result refusal reasons (Refusal).
+const (
+	// RefusedOtherWorker: the attempt was dispatched to another worker.
+	RefusedOtherWorker = "other_worker"
+	// RefusedUnknownAttempt: no such attempt was dispatched.
+	RefusedUnknownAttempt = "unknown_attempt"
+)
+
+// Refusal says why res must not be taken ("" when it may): a Result counts
+// only from the worker its attempt was dispatched to, so another worker of
+// the pool cannot finish (or forge the answer of) an invocation it was not
+// given. A result of an invocation that is not open is not judged here.
+func (s *State) Refusal(res messages.Result) string {
+	it := s.items[Key(res.Namespace, res.InvocationID)]
+	if it == nil || it.Inv.Pool != res.Pool {
+		return ""
+	}
+	w, known := it.Dispatches[res.Attempt]
+	switch {
+	case known && w == res.Worker:
+		return ""
+	case known:
+		return RefusedOtherWorker
+	case res.Attempt >= 1 && res.Attempt <= it.Unverified:
+		return "" // dispatched by a previous leader, to a worker not recorded
+	default:
+		return RefusedUnknownAttempt
 	}
 }
 

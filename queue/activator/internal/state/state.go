@@ -95,6 +95,13 @@ type Item struct {
 	// DispatchSeq is the stream sequence of the current attempt's Dispatch
 	// (0: unknown), deleted when the attempt is given up.
 	DispatchSeq uint64
+	// Dispatches names the worker of each attempt this leader dispatched
+	// (or found recorded): a Result is taken only from the worker of its
+	// attempt. Unverified is the last attempt whose worker is not known
+	// (dispatched by a previous leader; 0: none): results of those are
+	// taken as before.
+	Dispatches map[int]string
+	Unverified int
 
 	// Done is set once a result (or the activator's own verdict) is known:
 	// pending intermediate Record writes are skipped.

@@ -1,0 +1,59 @@
+package queue_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/internal/messages"
+)
+
+// TestForgedResultIgnored: a second worker of the same pool publishes a
+// result for an invocation dispatched to the first (under its own name,
+// and under the first's name with an attempt never dispatched): both are
+// refused and counted, and the invocation ends with the first worker's
+// result.
+func TestForgedResultIgnored(t *testing.T) {
+	e := newEnv(t, nil)
+	g := newGate()
+	e.worker("a", 1, g.handler)
+	r := e.invoke(map[string]any{"mode": "async", "invocationID": "victim", "payload": map[string]string{"from": "caller"}})
+	require.Equal(t, 202, r.code, "%s", r.raw)
+	require.Equal(t, "victim", g.next(t))
+	e.worker("b", 1, nil) // the forger: a worker of the same pool
+
+	forged := []messages.Result{
+		{Worker: "b", Attempt: 1},
+		{Worker: "a", Attempt: 2},
+	}
+	for _, f := range forged {
+		f.InvocationID, f.Namespace, f.Pool, f.State = "victim", "default", testPool, messages.StateSucceeded
+		f.Response = &framework.Response{StatusCode: 200, Body: json.RawMessage(`{"from":"forger"}`)}
+		b, err := json.Marshal(f)
+		require.NoError(t, err)
+		_, err = e.js.Publish(context.Background(), e.subj.Result("default", testPool), b)
+		require.NoError(t, err)
+	}
+	// Barrier: the activator has judged both.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m, err := httpGet(e.base + "/metrics")
+		assert.NoError(c, err)
+		assert.Contains(c, m, `runplane_activator_results_refused_total{reason="other_worker"} 1`)
+		assert.Contains(c, m, `runplane_activator_results_refused_total{reason="unknown_attempt"} 1`)
+	}, 10*time.Second, 20*time.Millisecond)
+	rec := e.record("victim")
+	require.False(t, rec.State.Terminal(), "a forged result finished the invocation: %+v", rec)
+
+	close(g.release)
+	rec = e.waitState("victim", messages.StateSucceeded, 10*time.Second)
+	assert.Equal(t, "a", rec.Worker)
+	require.NotNil(t, rec.Response)
+	assert.JSONEq(t, `{"from":"caller"}`, string(rec.Response.Body))
+	assert.False(t, strings.Contains(string(rec.Response.Body), "forger"))
+}
