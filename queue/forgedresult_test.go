@@ -12,6 +12,7 @@ import (
 
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/queue/stubworker"
 )
 
 // TestForgedResultIgnored: a second worker of the same pool publishes a
@@ -56,4 +57,49 @@ func TestForgedResultIgnored(t *testing.T) {
 	require.NotNil(t, rec.Response)
 	assert.JSONEq(t, `{"from":"caller"}`, string(rec.Response.Body))
 	assert.False(t, strings.Contains(string(rec.Response.Body), "forger"))
+}
+
+// TestForgedReplyIgnored: another worker of the pool that knows the
+// ingress replica's reply subject (from a sync invocation it served) and
+// guesses a victim's invocation ID cannot answer the victim's sync caller:
+// the caller gets the dispatched worker's result.
+func TestForgedReplyIgnored(t *testing.T) {
+	e := newEnv(t, nil)
+	// The forger serves one sync invocation and learns the reply subject.
+	replyTo := make(chan string, 1)
+	forger := e.worker("b", 1, func(ctx context.Context, d messages.Dispatch) (*framework.Response, messages.State, string) {
+		replyTo <- d.ReplyTo
+		return stubworker.Echo(ctx, d)
+	})
+	require.Equal(t, 200, e.invoke(map[string]any{"mode": "sync", "payload": "x"}).code)
+	learned := <-replyTo
+	forger.Stop()
+
+	g := newGate()
+	e.worker("a", 1, g.handler)
+	done := make(chan resp, 1)
+	go func() {
+		done <- e.invoke(map[string]any{"mode": "sync", "invocationID": "victim", "payload": map[string]string{"from": "caller"}, "timeoutSeconds": 20})
+	}()
+	require.Equal(t, "victim", g.next(t))
+	// reply.<ns>.<pool>.<replica>.<id>.<token>: the forger knows all but
+	// the victim's token.
+	prefix := e.subj.Reply("default", testPool) + "."
+	require.True(t, strings.HasPrefix(learned, prefix), learned)
+	parts := strings.Split(strings.TrimPrefix(learned, prefix), ".") // replica, ID, token
+	require.Len(t, parts, 3, learned)
+	base := prefix + parts[0]
+	b, err := json.Marshal(messages.Result{InvocationID: "victim", Namespace: "default", Pool: testPool, Worker: "b", Attempt: 1,
+		State: messages.StateSucceeded, Response: &framework.Response{StatusCode: 200, Body: json.RawMessage(`{"from":"forger"}`)}})
+	require.NoError(t, err)
+	for _, subj := range []string{base + ".victim", base + ".victim." + parts[2], base + ".victim.guess"} {
+		require.NoError(t, e.nc.Publish(subj, b))
+	}
+	// The worker answers on the same connection after the forgeries: the
+	// ingress sees them first.
+	close(g.release)
+	r := <-done
+	require.Equal(t, 200, r.code, "%s", r.raw)
+	assert.Equal(t, "a", r.body["worker"])
+	assert.NotContains(t, string(r.raw), "forger")
 }

@@ -91,8 +91,9 @@ func (s Subjects) DeadLetter(ns, pool string) string {
 
 // Reply is the root of the sync reply subjects of ns/pool (core NATS): a
 // sync caller's ReplyTo is Reply(ns, pool) + "." + <ingress replica token>
-// + "." + <invocation ID>, so a worker may answer only its own pool's
-// callers.
+// + "." + <invocation ID> + "." + <the caller's random token>, so a worker
+// may answer only its own pool's callers, and only the one whose
+// invocation it was dispatched.
 func (s Subjects) Reply(ns, pool string) string { return s.Prefix + ".reply." + ns + "." + pool }
 
 // StreamSubjects are the subjects the JetStream stream stores. Metrics,

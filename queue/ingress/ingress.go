@@ -11,6 +11,8 @@ package ingress
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -94,8 +96,8 @@ type Server struct {
 	m       *ingressMetrics
 
 	mu sync.Mutex
-	// waiters: sync callers by Record key (stream.Key), each with its pool.
-	waiters map[string]map[chan messages.Record]string
+	// waiters: sync callers by Record key (stream.Key).
+	waiters map[string]map[chan messages.Record]waiter
 	// counts: each pool's backlog (by stream.PoolKey), nsBacklog their sum
 	// per namespace (limits.go).
 	counts    map[string]*poolCount
@@ -113,7 +115,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Auth == nil && !cfg.InsecureNoAuth {
 		return nil, errors.New("ingress: Auth is required (InsecureNoAuth serves unauthenticated callers)")
 	}
-	s := &Server{cfg: cfg, waiters: map[string]map[chan messages.Record]string{},
+	s := &Server{cfg: cfg, waiters: map[string]map[chan messages.Record]waiter{},
 		counts: map[string]*poolCount{}, nsBacklog: map[string]int{}, m: newIngressMetrics(cfg.Registerer)}
 	rw, err := cfg.Store.Records.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
 	if err != nil {
@@ -157,7 +159,7 @@ func (s *Server) watchRecords(w jetstream.KeyWatcher) {
 		if err != nil || !r.State.Terminal() {
 			continue
 		}
-		s.notify(r, false)
+		s.notify(r, "")
 	}
 }
 
@@ -175,22 +177,25 @@ func (s *Server) watchPools(w jetstream.KeyWatcher) {
 }
 
 // onReply takes a worker's sync answer. The namespace, pool and invocation
-// come from the subject (reply.<ns>.<pool>.<replica>.<id>), which NATS
-// permissions tie to the worker's own pool, never from the body: a worker
-// cannot answer another pool's caller.
+// come from the subject (reply.<ns>.<pool>.<replica>.<id>.<token>), which
+// NATS permissions tie to the worker's own pool, never from the body: a
+// worker cannot answer another pool's caller. The token is the caller's
+// own, random, handed only to the worker its invocation was dispatched to
+// (in the Dispatch, on that worker's subject): another worker of the pool,
+// which may know the replica and guess the ID, cannot answer it.
 func (s *Server) onReply(m *nats.Msg) {
 	tail, ok := strings.CutPrefix(m.Subject, s.cfg.Store.Subjects.Prefix+".reply.")
 	parts := strings.Split(tail, ".")
-	if !ok || len(parts) != 4 || parts[2] != s.replica {
+	if !ok || len(parts) != 5 || parts[2] != s.replica || parts[4] == "" {
 		return
 	}
-	ns, poolName, id := parts[0], parts[1], parts[3]
+	ns, poolName, id, token := parts[0], parts[1], parts[3], parts[4]
 	var res messages.Result
 	if json.Unmarshal(m.Data, &res) != nil || res.InvocationID != id || !res.State.Terminal() {
 		return
 	}
 	s.notify(messages.Record{InvocationID: id, Namespace: ns, Pool: poolName, State: res.State, Worker: res.Worker,
-		Attempt: res.Attempt, Response: res.Response, Error: res.Error, UpdatedAt: res.FinishedAt}, true)
+		Attempt: res.Attempt, Response: res.Response, Error: res.Error, UpdatedAt: res.FinishedAt}, token)
 }
 
 // waiting reports whether a sync caller here waits on invocation id (the
@@ -201,13 +206,26 @@ func (s *Server) waiting(id string) bool {
 	return len(s.waiters[id]) > 0
 }
 
-// notify hands r to the sync callers waiting on it; fromReply: r came
-// from a worker's reply, and only callers of r's pool take it.
-func (s *Server) notify(r messages.Record, fromReply bool) {
+// waiter is a sync caller: its pool and its reply token.
+type waiter struct{ pool, token string }
+
+// replyToken is a sync caller's reply token: 128 random bits.
+func replyToken() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("reply token: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// notify hands r to the sync callers waiting on it; token != "": r came
+// from a worker's reply with that token, and only the caller of r's pool
+// that holds it takes it.
+func (s *Server) notify(r messages.Record, token string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for ch, poolName := range s.waiters[stream.Key(r.Namespace, r.InvocationID)] {
-		if fromReply && poolName != r.Pool {
+	for ch, wt := range s.waiters[stream.Key(r.Namespace, r.InvocationID)] {
+		if token != "" && (wt.pool != r.Pool || wt.token != token) {
 			continue
 		}
 		select {
@@ -217,13 +235,13 @@ func (s *Server) notify(r messages.Record, fromReply bool) {
 	}
 }
 
-func (s *Server) addWaiter(id, poolName string) (chan messages.Record, func()) {
+func (s *Server) addWaiter(id string, wt waiter) (chan messages.Record, func()) {
 	ch := make(chan messages.Record, 1)
 	s.mu.Lock()
 	if s.waiters[id] == nil {
-		s.waiters[id] = map[chan messages.Record]string{}
+		s.waiters[id] = map[chan messages.Record]waiter{}
 	}
-	s.waiters[id][ch] = poolName
+	s.waiters[id][ch] = wt
 	s.mu.Unlock()
 	return ch, func() {
 		s.mu.Lock()

@@ -122,15 +122,22 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 	inv := messages.Invocation{InvocationID: req.InvocationID, Namespace: ns, Pool: poolName, Mode: req.Mode, ContentType: req.ContentType,
 		Headers: req.Headers, Attributes: req.Attributes, Payload: req.Payload, TimeoutSeconds: req.TimeoutSeconds,
 		TTLSeconds: req.TTLSeconds, AcceptedAt: time.Now().UTC()}
-	if req.Mode == messages.ModeSync && s.replica != "" {
-		inv.ReplyTo = s.cfg.Store.Subjects.Reply(ns, poolName) + "." + s.replica + "." + inv.InvocationID
-	}
 	// A sync caller registers before anything is published, so no result
-	// can slip past it.
+	// can slip past it. Its reply token makes its fast-path reply subject
+	// its own (onReply); a duplicate caller's token is not the one
+	// published, so it waits on the Record.
 	var ch chan messages.Record
 	if req.Mode == messages.ModeSync {
+		wt := waiter{pool: poolName}
+		if s.replica != "" {
+			if wt.token, err = replyToken(); err != nil {
+				s.reject(w, http.StatusServiceUnavailable, err.Error())
+				return
+			}
+			inv.ReplyTo = s.cfg.Store.Subjects.Reply(ns, poolName) + "." + s.replica + "." + inv.InvocationID + "." + wt.token
+		}
 		var done func()
-		ch, done = s.addWaiter(stream.Key(ns, inv.InvocationID), poolName)
+		ch, done = s.addWaiter(stream.Key(ns, inv.InvocationID), wt)
 		defer done()
 	}
 
