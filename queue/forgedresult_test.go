@@ -16,10 +16,11 @@ import (
 )
 
 // TestForgedResultIgnored: a second worker of the same pool publishes a
-// result for an invocation dispatched to the first (under its own name,
-// and under the first's name with an attempt never dispatched): both are
-// refused and counted, and the invocation ends with the first worker's
-// result.
+// result for an invocation dispatched to the first (under its own name;
+// under the first's name with an attempt never dispatched; under the
+// first's name and attempt without the attempt's result token, or with a
+// wrong one): all are refused and counted, and the invocation ends with the
+// first worker's result.
 func TestForgedResultIgnored(t *testing.T) {
 	e := newEnv(t, nil)
 	g := newGate()
@@ -32,6 +33,8 @@ func TestForgedResultIgnored(t *testing.T) {
 	forged := []messages.Result{
 		{Worker: "b", Attempt: 1},
 		{Worker: "a", Attempt: 2},
+		{Worker: "a", Attempt: 1}, // the dispatched worker's name, without its token
+		{Worker: "a", Attempt: 1, ResultToken: "guess"},
 	}
 	for _, f := range forged {
 		f.InvocationID, f.Namespace, f.Pool, f.State = "victim", "default", testPool, messages.StateSucceeded
@@ -41,12 +44,14 @@ func TestForgedResultIgnored(t *testing.T) {
 		_, err = e.js.Publish(context.Background(), e.subj.Result("default", testPool), b)
 		require.NoError(t, err)
 	}
-	// Barrier: the activator has judged both.
+	// Barrier: the activator has judged all four (the attempt's token is
+	// checked first: a result without it is refused as "token" whoever it
+	// names).
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		m, err := httpGet(e.base + "/metrics")
 		assert.NoError(c, err)
-		assert.Contains(c, m, `runplane_activator_results_refused_total{reason="other_worker"} 1`)
 		assert.Contains(c, m, `runplane_activator_results_refused_total{reason="unknown_attempt"} 1`)
+		assert.Contains(c, m, `runplane_activator_results_refused_total{reason="token"} 3`)
 	}, 10*time.Second, 20*time.Millisecond)
 	rec := e.record("victim")
 	require.False(t, rec.State.Terminal(), "a forged result finished the invocation: %+v", rec)

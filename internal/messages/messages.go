@@ -154,6 +154,10 @@ type Dispatch struct {
 	Worker       string    `json:"worker"`
 	Attempt      int       `json:"attempt"`
 	DispatchedAt time.Time `json:"dispatchedAt"`
+	// ResultToken is random per attempt and seen only by the worker it is
+	// dispatched to: its Result must carry it back, so another worker of
+	// the pool cannot finish the attempt.
+	ResultToken string `json:"resultToken,omitempty"`
 }
 
 // MsgID is the Nats-Msg-Id of invocation invocationID of namespace ns. The
@@ -188,6 +192,8 @@ type Result struct {
 	Error        string              `json:"error,omitempty"`
 	StartedAt    time.Time           `json:"startedAt"`
 	FinishedAt   time.Time           `json:"finishedAt"`
+	// ResultToken is the Dispatch's, echoed.
+	ResultToken string `json:"resultToken,omitempty"`
 }
 
 // EventType is the kind of a worker Event.

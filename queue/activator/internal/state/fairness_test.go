@@ -120,7 +120,7 @@ func TestDecideCapsByMaxInFlight(t *testing.T) {
 }
 
 // TestResultRefusal: a Result counts only from the worker its attempt was
-// dispatched to; attempts of a previous leader whose worker is unknown are
+// dispatched to, with the attempt's token when one is known; attempts of a previous leader whose worker is unknown are
 // taken as before.
 func TestResultRefusal(t *testing.T) {
 	s, _ := newState(3)
@@ -130,6 +130,8 @@ func TestResultRefusal(t *testing.T) {
 	as := s.Dispatch()
 	require.Len(t, as, 1)
 	owner, other := as[0].Worker, map[string]string{"w": "x", "x": "w"}[as[0].Worker]
+	s.SetResultToken(as[0].Item, 1, "t1")
+	require.Equal(t, "t1", s.SetResultToken(as[0].Item, 1, "t2"), "the first token is kept")
 	restored := &Item{Inv: messages.Invocation{InvocationID: "r", Namespace: "ns", Pool: "p", AcceptedAt: t0, TTLSeconds: 60}, Attempt: 3}
 	s.Restore(restored, messages.Record{InvocationID: "r", Namespace: "ns", Pool: "p", State: messages.StateDispatched, Worker: owner, Attempt: 3})
 	cases := []struct {
@@ -137,8 +139,10 @@ func TestResultRefusal(t *testing.T) {
 		res    messages.Result
 		reason string
 	}{
-		{"dispatched worker", messages.Result{InvocationID: "i", Worker: owner, Attempt: 1}, ""},
-		{"another worker of the pool", messages.Result{InvocationID: "i", Worker: other, Attempt: 1}, RefusedOtherWorker},
+		{"dispatched worker", messages.Result{InvocationID: "i", Worker: owner, Attempt: 1, ResultToken: "t1"}, ""},
+		{"dispatched worker's name, no token", messages.Result{InvocationID: "i", Worker: owner, Attempt: 1}, RefusedToken},
+		{"dispatched worker's name, wrong token", messages.Result{InvocationID: "i", Worker: owner, Attempt: 1, ResultToken: "t2"}, RefusedToken},
+		{"another worker of the pool, with the token", messages.Result{InvocationID: "i", Worker: other, Attempt: 1, ResultToken: "t1"}, RefusedOtherWorker},
 		{"an attempt never dispatched", messages.Result{InvocationID: "i", Worker: owner, Attempt: 2}, RefusedUnknownAttempt},
 		{"attempt 0", messages.Result{InvocationID: "i", Worker: owner}, RefusedUnknownAttempt},
 		{"restored: recorded worker", messages.Result{InvocationID: "r", Worker: owner, Attempt: 3}, ""},

@@ -251,16 +251,36 @@ const (
 	RefusedOtherWorker = "other_worker"
 	// RefusedUnknownAttempt: no such attempt was dispatched.
 	RefusedUnknownAttempt = "unknown_attempt"
+	// RefusedToken: the result does not carry its Dispatch's ResultToken.
+	RefusedToken = "token"
 )
 
+// SetResultToken keeps token as the ResultToken of attempt of it, unless
+// one is kept already, and returns the one kept.
+func (s *State) SetResultToken(it *Item, attempt int, token string) string {
+	if t, ok := it.Tokens[attempt]; ok {
+		return t
+	}
+	if it.Tokens == nil {
+		it.Tokens = map[int]string{}
+	}
+	it.Tokens[attempt] = token
+	return token
+}
+
 // Refusal says why res must not be taken ("" when it may): a Result counts
-// only from the worker its attempt was dispatched to, so another worker of
-// the pool cannot finish (or forge the answer of) an invocation it was not
-// given. A result of an invocation that is not open is not judged here.
+// only from the worker its attempt was dispatched to — carrying the
+// attempt's ResultToken when it is known, and naming that worker — so
+// another worker of the pool cannot finish (or forge the answer of) an
+// invocation it was not given. A result of an invocation that is not open
+// is not judged here.
 func (s *State) Refusal(res messages.Result) string {
 	it := s.items[Key(res.Namespace, res.InvocationID)]
 	if it == nil || it.Inv.Pool != res.Pool {
 		return ""
+	}
+	if t, ok := it.Tokens[res.Attempt]; ok && t != res.ResultToken {
+		return RefusedToken
 	}
 	w, known := it.Dispatches[res.Attempt]
 	switch {

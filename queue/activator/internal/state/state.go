@@ -102,6 +102,8 @@ type Item struct {
 	// taken as before.
 	Dispatches map[int]string
 	Unverified int
+	// Tokens holds each attempt's ResultToken (SetResultToken).
+	Tokens map[int]string
 
 	// Done is set once a result (or the activator's own verdict) is known:
 	// pending intermediate Record writes are skipped.
