@@ -118,9 +118,15 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 		it.Rec = stream.Cached{Rev: rev, Record: messages.Record{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool, Mode: inv.Mode,
 			State: messages.StateQueued, Stream: st.Config.Stream, RequestHash: m.Headers().Get(stream.RequestHashHeader),
 			AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt}}
-	} else {
-		// Stored a while ago (the activator was away): it may have been
-		// cancelled or timed out since.
+		a.enqueue(m, it)
+		return
+	}
+	// Stored a while ago (the activator was away, or the consumer fell
+	// behind): it may have been cancelled or timed out since, so its Record
+	// is read — off the consumer's goroutine, which serves every
+	// namespace: a backlog of one tenant's stale messages must not hold
+	// another tenant's fresh ones behind a Record read each.
+	a.wg.Go(func() {
 		rec, rev, err := st.Get(ctx, stream.Key(inv.Namespace, inv.InvocationID))
 		switch {
 		case errors.Is(err, stream.ErrNotFound):
@@ -139,13 +145,19 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 			it.Rec = stream.Cached{Record: rec, Rev: rev}
 			it.Attempt, it.Unverified = rec.Attempt, rec.Attempt
 		}
-	}
+		a.enqueue(m, it)
+	})
+}
+
+// enqueue queues it (from invocation message m) unless it is open already,
+// and acks m.
+func (a *Activator) enqueue(m jetstream.Msg, it *state.Item) {
 	var added bool
 	a.locked(func(s *state.State) { added = s.Enqueue(it) })
 	if added {
-		a.metrics.accepted.WithLabelValues(inv.Pool).Inc()
+		a.metrics.accepted.WithLabelValues(it.Inv.Pool).Inc()
 	}
-	a.acked(c, "ack", m, m.Ack())
+	a.acked("invoke", "ack", m, m.Ack())
 	a.poke()
 }
 
