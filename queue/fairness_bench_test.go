@@ -21,7 +21,7 @@ import (
 // queue service ("flood"), in one run: A's callers post async invocations
 // as fast as the ingress answers, keeping A at its namespace backlog limit
 // (most of A's requests get 429) and its in-flight limit (A's workers take
-// 20ms per invocation). The goal is B's p99 within 2× of its unloaded
+// 100ms per invocation, like a short GPU job). The goal is B's p99 within 2× of its unloaded
 // figure. flood-req/s and flood-429-% say how hard A pushed.
 func BenchmarkTenantFlood(b *testing.B) {
 	// floodRate: tenant A's requests per second, 10× tenant B's. The load
@@ -33,7 +33,7 @@ func BenchmarkTenantFlood(b *testing.B) {
 		c.Limits = pool.Limits{PoolMaxBacklog: 200, NamespaceMaxBacklog: 200, NamespaceMaxInFlight: 16}
 	})
 	for i := range 2 {
-		e.tenantWorker("team-a", "p", fmt.Sprint("w", i), 16, stubworker.Sleep(20*time.Millisecond))
+		e.tenantWorker("team-a", "p", fmt.Sprint("w", i), 16, stubworker.Sleep(100*time.Millisecond))
 		e.tenantWorker("team-b", "p", fmt.Sprint("w", i), 16, nil)
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 30 * time.Second}
