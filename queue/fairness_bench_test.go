@@ -19,9 +19,9 @@ import (
 // BenchmarkTenantFlood measures tenant B's sync round trip (open loop,
 // 100/s, p50/p99) unloaded ("baseline") and while tenant A floods the same
 // queue service ("flood"), in one run: A's callers post async invocations
-// as fast as the ingress answers, keeping A at its namespace backlog limit
-// (most of A's requests get 429) and its in-flight limit (A's workers take
-// 100ms per invocation, like a short GPU job). The goal is B's p99 within 2× of its unloaded
+// at 1000/s, keeping A at its namespace backlog limit (most of A's requests
+// get 429) and its in-flight limit (A's workers take 100ms per invocation,
+// like a short GPU job). The goal is B's p99 within 2× of its unloaded
 // figure. flood-req/s and flood-429-% say how hard A pushed.
 func BenchmarkTenantFlood(b *testing.B) {
 	// floodRate: tenant A's requests per second, 10× tenant B's. The load
