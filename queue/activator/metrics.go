@@ -24,7 +24,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		foreign: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_foreign_messages_total",
 			Help: "Worker messages refused or held: events and results naming another pool than their subject, events of workers whose Pod is not admitted to the pool, Pods labelled with a pool whose Deployment does not own them."}, []string{"kind"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_results_refused_total",
-			Help: "Results dropped because their attempt was not dispatched to the worker that sent them: without the attempt's result token (token), naming another worker (other_worker) or an attempt never dispatched (unknown_attempt)."}, []string{"reason"}),
+			Help: "Results dropped because their attempt was not dispatched to the worker that sent them: without the attempt's result token (token), naming another worker (other_worker), an attempt never dispatched (unknown_attempt) or an invocation of another pool (other_pool)."}, []string{"reason"}),
 		backlog:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runplane_activator_backlog", Help: "Queued invocations per pool."}, []string{"namespace", "pool"}),
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runplane_activator_inflight", Help: "Dispatched invocations per pool."}, []string{"namespace", "pool"}),
 		rebuilt: prometheus.NewGauge(prometheus.GaugeOpts{Name: "runplane_activator_rebuilt",

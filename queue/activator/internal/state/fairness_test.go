@@ -1,6 +1,7 @@
 package state
 
 import (
+	"cmp"
 	"fmt"
 	"testing"
 	"time"
@@ -149,10 +150,11 @@ func TestResultRefusal(t *testing.T) {
 		{"restored: another worker", messages.Result{InvocationID: "r", Worker: other, Attempt: 3}, RefusedOtherWorker},
 		{"restored: an earlier attempt, worker unknown", messages.Result{InvocationID: "r", Worker: other, Attempt: 2}, ""},
 		{"not open: judged on the Record", messages.Result{InvocationID: "gone", Worker: other, Attempt: 1}, ""},
+		{"another pool of the namespace", messages.Result{InvocationID: "i", Pool: "q", Worker: owner, Attempt: 1, ResultToken: "t1"}, RefusedOtherPool},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.res.Namespace, tc.res.Pool = "ns", "p"
+			tc.res.Namespace, tc.res.Pool = "ns", cmp.Or(tc.res.Pool, "p")
 			require.Equal(t, tc.reason, s.Refusal(tc.res))
 		})
 	}

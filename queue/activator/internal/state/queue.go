@@ -253,6 +253,9 @@ const (
 	RefusedUnknownAttempt = "unknown_attempt"
 	// RefusedToken: the result does not carry its Dispatch's ResultToken.
 	RefusedToken = "token"
+	// RefusedOtherPool: the invocation belongs to another pool of the
+	// namespace than the result's subject.
+	RefusedOtherPool = "other_pool"
 )
 
 // SetResultToken keeps token as the ResultToken of attempt of it, unless
@@ -276,8 +279,11 @@ func (s *State) SetResultToken(it *Item, attempt int, token string) string {
 // is not judged here.
 func (s *State) Refusal(res messages.Result) string {
 	it := s.items[Key(res.Namespace, res.InvocationID)]
-	if it == nil || it.Inv.Pool != res.Pool {
+	switch {
+	case it == nil:
 		return ""
+	case it.Inv.Pool != res.Pool:
+		return RefusedOtherPool
 	}
 	if t, ok := it.Tokens[res.Attempt]; ok && t != res.ResultToken {
 		return RefusedToken
