@@ -65,6 +65,12 @@ const (
 	AnnotationIdleTimeout     = Prefix + "idle-timeout"
 	AnnotationMinRequestCount = Prefix + "min-request-count"
 	AnnotationStartupTimeout  = Prefix + "startup-timeout"
+	// AnnotationMaxBacklog bounds the pool's queued invocations (the
+	// ingress answers 429 beyond); AnnotationMaxInFlight bounds its
+	// dispatched ones (the activator holds the rest queued). Both are also
+	// bounded by the namespace's limits.
+	AnnotationMaxBacklog  = Prefix + "max-backlog"
+	AnnotationMaxInFlight = Prefix + "max-in-flight"
 )
 
 // PersistentVolumeClaim annotations that configure.

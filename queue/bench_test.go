@@ -27,7 +27,9 @@ import (
 // p99; rate=max runs closed-loop with 32 concurrent callers for throughput.
 // -short runs only rate=100 and rate=max.
 func BenchmarkSyncRoundTrip(b *testing.B) {
-	e := newEnv(b, func(c *queue.Config) { c.MaxBacklog = 1 << 20 })
+	e := newEnv(b, func(c *queue.Config) {
+		c.Limits = pool.Limits{PoolMaxBacklog: -1, NamespaceMaxBacklog: -1, NamespaceMaxInFlight: -1}
+	})
 	for i := range 2 {
 		e.worker(fmt.Sprintf("w%d", i), 64, nil)
 	}

@@ -63,6 +63,9 @@ type Config struct {
 	// StaticPools are the known pools when RESTConfig is nil, each
 	// "<namespace>/<pool>" ("<pool>" alone: namespace "default").
 	StaticPools []string
+	// StaticPolicies gives some of them another policy than the default
+	// (by pool.StaticKey; tests).
+	StaticPolicies map[string]pool.Policy
 	// LeaderElection runs the activator only while holding the Lease
 	// LeaseName in LeaseNamespace (defaults runplane-queue-activator,
 	// api.DefaultNamespace), through the manager's leader election; a
@@ -84,7 +87,10 @@ type Config struct {
 	// DisableIngress / DisableActivator run only one half.
 	DisableIngress, DisableActivator bool
 	// Ingress and Activator knobs (zero values take the packages' defaults).
-	MaxBacklog        int
+	// Limits are the fairness limits: each pool's and each namespace's
+	// backlog (the ingress answers 429 beyond) and in-flight invocations
+	// (the activator dispatches no more).
+	Limits            pool.Limits
 	DefaultTTLSeconds int
 	MaxBodyBytes      int64
 	HeartbeatTimeout  time.Duration
@@ -163,6 +169,9 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			sp[pool.StaticKey(ns, name)] = pool.DefaultPolicy()
 		}
+		for k, pol := range cfg.StaticPolicies {
+			sp[k] = pol
+		}
 		pools = sp
 	}
 
@@ -190,8 +199,8 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			gate = g
 		}
-		srv, err := ingress.New(ctx, ingress.Config{Store: st, NC: nc, Pools: pools, Auth: gate, InsecureNoAuth: cfg.InsecureDisableCallerAuth, MaxBacklog: cfg.MaxBacklog,
-			DefaultTTLSeconds: cfg.DefaultTTLSeconds, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log, Registerer: reg,
+		srv, err := ingress.New(ctx, ingress.Config{Store: st, NC: nc, Pools: pools, Auth: gate, InsecureNoAuth: cfg.InsecureDisableCallerAuth, Limits: cfg.Limits,
+			DefaultTTLSeconds: cfg.DefaultTTLSeconds, MaxTTLSeconds: maxTTLSeconds(cfg.Stream), MaxBodyBytes: cfg.MaxBodyBytes, Logger: log, Registerer: reg,
 			// With the manager's metrics (leader election, client-go), whose
 			// own metrics listener is off: /metrics stays on the ingress port.
 			Gatherer: prometheus.Gatherers{reg, ctrlmetrics.Registry}})
@@ -214,7 +223,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if !cfg.DisableActivator {
 		act, err := activator.New(activator.Config{Store: st, NC: nc, Pools: pools, Kube: kube, Namespace: cfg.Namespace,
 			HeartbeatTimeout: cfg.HeartbeatTimeout, MaxAttempts: cfg.MaxAttempts, Backoff: cfg.Backoff, Tick: cfg.Tick, Scaler: cfg.Scaler,
-			Logger: log, Registerer: reg})
+			Limits: cfg.Limits, Logger: log, Registerer: reg})
 		if err != nil {
 			return err
 		}
@@ -241,4 +250,18 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("queue: %w", err)
 	}
 	return nil
+}
+
+// maxTTLSeconds bounds ttlSeconds: a day, and less than the Records live
+// and the stream keeps a message (an invocation queued longer would lose its
+// Record or its message).
+func maxTTLSeconds(c stream.Config) int {
+	c = c.WithDefaults()
+	m := 86400
+	for _, d := range []time.Duration{c.RecordTTL, c.MaxAge} {
+		if d > 0 {
+			m = min(m, max(int(d.Seconds())-60, 1))
+		}
+	}
+	return m
 }

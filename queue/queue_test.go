@@ -237,7 +237,7 @@ func TestTimeouts(t *testing.T) {
 }
 
 func TestBacklogBound(t *testing.T) {
-	e := newEnv(t, func(c *queue.Config) { c.MaxBacklog = 2 })
+	e := newEnv(t, func(c *queue.Config) { c.Limits.PoolMaxBacklog = 2 })
 	for i := range 2 {
 		r := e.invoke(map[string]any{"mode": "async"})
 		require.EqualValues(t, 202, r.code, "%d: %d", i, r.code)

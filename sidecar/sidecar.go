@@ -361,6 +361,7 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 		Worker:       s.cfg.WorkerName,
 		Attempt:      d.Attempt,
 		StartedAt:    started,
+		ResultToken:  d.ResultToken,
 	}
 	switch {
 	case err == nil && resp.Error == "":

@@ -18,6 +18,7 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/pool"
 )
 
 func main() {
@@ -56,7 +57,10 @@ func run() error {
 	flag.BoolVar(&c.DisableIngress, "no-ingress", false, "do not serve the ingress API")
 	flag.BoolVar(&c.DisableActivator, "no-activator", false, "do not run the activator")
 	flag.BoolVar(&c.InsecureDisableCallerAuth, "insecure-disable-caller-auth", false, "INSECURE: serve the ingress without bearer tokens, TokenReview and RBAC (benchmarks and tests of the unauthenticated baseline only; required with -no-kube)")
-	flag.IntVar(&c.MaxBacklog, "max-backlog", 1000, "queued invocations allowed per pool (429 beyond)")
+	flag.IntVar(&c.Limits.PoolMaxBacklog, "max-backlog", pool.DefaultPoolMaxBacklog, "queued invocations allowed per pool unless its runplane.io/max-backlog says otherwise (429 beyond; -1: unbounded)")
+	flag.IntVar(&c.Limits.PoolMaxInFlight, "max-in-flight", -1, "dispatched invocations allowed per pool unless its runplane.io/max-in-flight says otherwise (-1: unbounded, replicas × concurrency bound it)")
+	flag.IntVar(&c.Limits.NamespaceMaxBacklog, "namespace-max-backlog", pool.DefaultNamespaceMaxBacklog, "queued invocations allowed per namespace, all its pools together (429 beyond; -1: unbounded)")
+	flag.IntVar(&c.Limits.NamespaceMaxInFlight, "namespace-max-in-flight", pool.DefaultNamespaceMaxInFlight, "dispatched invocations allowed per namespace, all its pools together (-1: unbounded)")
 	flag.IntVar(&c.MaxAttempts, "max-attempts", 3, "dispatch attempts before dead-lettering")
 	flag.DurationVar(&c.HeartbeatTimeout, "heartbeat-timeout", 15*time.Second, "worker silence before it is lost")
 	flag.Parse()

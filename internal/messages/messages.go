@@ -91,8 +91,9 @@ func (s Subjects) DeadLetter(ns, pool string) string {
 
 // Reply is the root of the sync reply subjects of ns/pool (core NATS): a
 // sync caller's ReplyTo is Reply(ns, pool) + "." + <ingress replica token>
-// + "." + <invocation ID>, so a worker may answer only its own pool's
-// callers.
+// + "." + <invocation ID> + "." + <the caller's random token>, so a worker
+// may answer only its own pool's callers, and only the one whose
+// invocation it was dispatched.
 func (s Subjects) Reply(ns, pool string) string { return s.Prefix + ".reply." + ns + "." + pool }
 
 // StreamSubjects are the subjects the JetStream stream stores. Metrics,
@@ -153,6 +154,10 @@ type Dispatch struct {
 	Worker       string    `json:"worker"`
 	Attempt      int       `json:"attempt"`
 	DispatchedAt time.Time `json:"dispatchedAt"`
+	// ResultToken is random per attempt and seen only by the worker it is
+	// dispatched to: its Result must carry it back, so another worker of
+	// the pool cannot finish the attempt.
+	ResultToken string `json:"resultToken,omitempty"`
 }
 
 // MsgID is the Nats-Msg-Id of invocation invocationID of namespace ns. The
@@ -187,6 +192,8 @@ type Result struct {
 	Error        string              `json:"error,omitempty"`
 	StartedAt    time.Time           `json:"startedAt"`
 	FinishedAt   time.Time           `json:"finishedAt"`
+	// ResultToken is the Dispatch's, echoed.
+	ResultToken string `json:"resultToken,omitempty"`
 }
 
 // EventType is the kind of a worker Event.
@@ -243,6 +250,9 @@ type Record struct {
 	Sequence     uint64              `json:"sequence,omitempty"`
 	Response     *framework.Response `json:"response,omitempty"`
 	Error        string              `json:"error,omitempty"`
-	AcceptedAt   time.Time           `json:"acceptedAt"`
-	UpdatedAt    time.Time           `json:"updatedAt"`
+	// RequestHash is the ingress's SHA-256 of the canonical request
+	// ("sha256:<hex>"): a re-post of the ID with another request is refused.
+	RequestHash string    `json:"requestHash,omitempty"`
+	AcceptedAt  time.Time `json:"acceptedAt"`
+	UpdatedAt   time.Time `json:"updatedAt"`
 }

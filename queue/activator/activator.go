@@ -72,6 +72,10 @@ type Config struct {
 	// come back after it; a lost worker's invocations are not redelivered
 	// before then.
 	ResultAckWait time.Duration
+	// Limits: the activator enforces the in-flight bounds (a pool's
+	// runplane.io/max-in-flight or Limits.PoolMaxInFlight, and
+	// Limits.NamespaceMaxInFlight); the backlog bounds are the ingress's.
+	Limits pool.Limits
 	// ConsumerPrefix names the durable consumers (default "activator").
 	ConsumerPrefix string
 	// Clock is the time source (default the real clock; tests step a fake).
@@ -92,6 +96,7 @@ func (c Config) withDefaults() Config {
 	c.RunningDelay = cmp.Or(c.RunningDelay, 25*time.Millisecond)
 	c.ResultAckWait = cmp.Or(c.ResultAckWait, 5*time.Second)
 	c.ConsumerPrefix = cmp.Or(c.ConsumerPrefix, "activator")
+	c.Limits = c.Limits.WithDefaults()
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	c.Clock = cmp.Or[clock.WithTickerAndDelayedExecution](c.Clock, clock.RealClock{})
 	return c
@@ -118,8 +123,10 @@ type Activator struct {
 	refusedMu sync.Mutex
 	refused   map[string]string
 	// conflicts are the reported pool conflicts (namespace/pool → names),
-	// touched only by Run's goroutine.
-	conflicts map[string]string
+	// policyErrs the reported invalid policies (namespace/deployment →
+	// error), touched only by Run's goroutine.
+	conflicts  map[string]string
+	policyErrs map[string]string
 }
 
 // New validates cfg and builds an Activator.
@@ -134,7 +141,8 @@ func New(cfg Config) (*Activator, error) {
 	if cfg.MaxAttempts < 1 {
 		return nil, fmt.Errorf("activator: MaxAttempts %d must be >= 1", cfg.MaxAttempts)
 	}
-	a := &Activator{cfg: cfg, metrics: newMetrics(cfg.Registerer), scaler: cfg.Scaler, refused: map[string]string{}, conflicts: map[string]string{}}
+	a := &Activator{cfg: cfg, metrics: newMetrics(cfg.Registerer), scaler: cfg.Scaler, refused: map[string]string{}, conflicts: map[string]string{},
+		policyErrs: map[string]string{}}
 	if a.scaler == nil && cfg.Kube != nil {
 		a.scaler = KubeScaler{Client: cfg.Kube}
 	}
@@ -151,7 +159,8 @@ func (a *Activator) Run(ctx context.Context) error {
 		MaxBackoff: a.cfg.MaxBackoff, ExecutionGrace: a.cfg.ExecutionGrace, DrainHold: a.cfg.DrainHold,
 		// With Kubernetes, only Pods owned by their pool's Deployment are
 		// workers; without (make dev -no-kube, tests), sidecar Events are.
-		RequirePods: a.cfg.Kube != nil}, a.cfg.Clock)
+		RequirePods:     a.cfg.Kube != nil,
+		PoolMaxInFlight: a.cfg.Limits.PoolMaxInFlight, NamespaceMaxInFlight: a.cfg.Limits.NamespaceMaxInFlight}, a.cfg.Clock)
 	a.kick = make(chan struct{}, 1)
 	a.mu.Unlock()
 	defer a.metrics.rebuilt.Set(0)
@@ -202,6 +211,7 @@ func (a *Activator) Run(ctx context.Context) error {
 		case <-tick.C():
 			if conflictRec != nil {
 				a.reportConflicts(ctx, conflictRec)
+				a.reportPolicies(ctx, conflictRec)
 			}
 			a.housekeep(ctx)
 			a.dispatchAll(ctx)

@@ -95,7 +95,18 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 		a.acked(c, "term", m, m.Term())
 		return
 	}
-	a.locked(func(s *state.State) { known = s.Accept(inv, md.Sequence.Stream) })
+	var limitSet bool
+	a.locked(func(s *state.State) {
+		known = s.Accept(inv, md.Sequence.Stream)
+		limitSet = s.Pool(state.PoolKey(inv)).LimitSet
+	})
+	if !limitSet {
+		// A pool's first invocation: its own in-flight bound applies from
+		// the start (publishStatus refreshes it on every tick).
+		if pl, ok := a.cfg.Pools.Lookup(inv.Namespace, inv.Pool); ok {
+			a.locked(func(s *state.State) { s.SetMaxInFlight(state.PoolKey(inv), a.cfg.Limits.InFlight(pl.Policy)) })
+		}
+	}
 	if known {
 		a.acked(c, "ack", m, m.Ack())
 		return
@@ -105,10 +116,17 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 	rev, _ := strconv.ParseUint(m.Headers().Get(stream.RevisionHeader), 10, 64)
 	if rev != 0 && md.NumDelivered == 1 && a.cfg.Clock.Since(md.Timestamp) < freshAge {
 		it.Rec = stream.Cached{Rev: rev, Record: messages.Record{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool, Mode: inv.Mode,
-			State: messages.StateQueued, Stream: st.Config.Stream, AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt}}
-	} else {
-		// Stored a while ago (the activator was away): it may have been
-		// cancelled or timed out since.
+			State: messages.StateQueued, Stream: st.Config.Stream, RequestHash: m.Headers().Get(stream.RequestHashHeader),
+			AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt}}
+		a.enqueue(m, it)
+		return
+	}
+	// Stored a while ago (the activator was away, or the consumer fell
+	// behind): it may have been cancelled or timed out since, so its Record
+	// is read — off the consumer's goroutine, which serves every
+	// namespace: a backlog of one tenant's stale messages must not hold
+	// another tenant's fresh ones behind a Record read each.
+	a.wg.Go(func() {
 		rec, rev, err := st.Get(ctx, stream.Key(inv.Namespace, inv.InvocationID))
 		switch {
 		case errors.Is(err, stream.ErrNotFound):
@@ -125,15 +143,21 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 			return
 		default:
 			it.Rec = stream.Cached{Record: rec, Rev: rev}
-			it.Attempt = rec.Attempt
+			it.Attempt, it.Unverified = rec.Attempt, rec.Attempt
 		}
-	}
+		a.enqueue(m, it)
+	})
+}
+
+// enqueue queues it (from invocation message m) unless it is open already,
+// and acks m.
+func (a *Activator) enqueue(m jetstream.Msg, it *state.Item) {
 	var added bool
 	a.locked(func(s *state.State) { added = s.Enqueue(it) })
 	if added {
-		a.metrics.accepted.WithLabelValues(inv.Pool).Inc()
+		a.metrics.accepted.WithLabelValues(it.Inv.Pool).Inc()
 	}
-	a.acked(c, "ack", m, m.Ack())
+	a.acked("invoke", "ack", m, m.Ack())
 	a.poke()
 }
 
@@ -174,7 +198,18 @@ func (a *Activator) onResult(ctx context.Context, m jetstream.Msg) {
 	}
 	var it *state.Item
 	var other *state.Superseded
-	a.locked(func(s *state.State) { it, other = s.Result(res, seq) })
+	var refused string
+	a.locked(func(s *state.State) {
+		if refused = s.Refusal(res); refused != "" {
+			s.NoteResultSeq(seq)
+			return
+		}
+		it, other = s.Result(res, seq)
+	})
+	if refused != "" {
+		a.refuseResult(m, res, refused)
+		return
+	}
 	if other != nil {
 		a.sendCancel(other.Namespace, other.Pool, other.Worker, other.InvocationID, other.Attempt) // a newer attempt runs elsewhere
 	}
@@ -190,8 +225,17 @@ func (a *Activator) onResult(ctx context.Context, m jetstream.Msg) {
 				return a.cfg.Store.TransitionOfPool(ctx, key, cached, res.Pool, final, res.Worker, res.Attempt, record)
 			})
 		} else {
+			// Not open here: only the worker of the Record's current
+			// attempt may finish it.
 			var cached stream.Cached
-			ok, err = a.cfg.Store.TransitionOfPool(ctx, key, &cached, res.Pool, final, res.Worker, res.Attempt, record)
+			ok, err = a.cfg.Store.UpdateCached(ctx, key, &cached, func(r *messages.Record) bool {
+				if r.Pool != res.Pool || r.Worker != res.Worker || r.Attempt != res.Attempt || !stream.Advance(r.State, r.Attempt, final, res.Attempt) {
+					return false
+				}
+				r.State = final
+				record(r)
+				return true
+			})
 		}
 		if err != nil && !errors.Is(err, stream.ErrNotFound) {
 			// Redelivered; the item is forgotten, so it takes the path above
@@ -204,4 +248,13 @@ func (a *Activator) onResult(ctx context.Context, m jetstream.Msg) {
 			a.metrics.finished.WithLabelValues(res.Pool, string(final)).Inc()
 		}
 	})
+}
+
+// refuseResult drops a result its worker was not dispatched (state.Refusal):
+// counted, logged, acked (a redelivery would be refused again).
+func (a *Activator) refuseResult(m jetstream.Msg, res messages.Result, reason string) {
+	a.metrics.refused.WithLabelValues(reason).Inc()
+	a.cfg.Logger.Warn("refusing a result from a worker the attempt was not dispatched to", "namespace", res.Namespace, "pool", res.Pool,
+		"invocation", res.InvocationID, "worker", res.Worker, "attempt", res.Attempt, "reason", reason)
+	a.acked("results", "ack", m, m.Ack())
 }

@@ -2,6 +2,8 @@ package activator
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -87,7 +89,12 @@ func (a *Activator) write(it *state.Item, fn func(c *stream.Cached) (bool, error
 // and notes the Dispatch's stream sequence.
 func (a *Activator) publishDispatch(ctx context.Context, it *state.Item, worker string, attempt int) error {
 	st := a.cfg.Store
-	b, err := json.Marshal(messages.Dispatch{Invocation: it.Inv, Worker: worker, Attempt: attempt, DispatchedAt: a.cfg.Clock.Now().UTC()})
+	token, err := resultToken()
+	if err != nil {
+		return err
+	}
+	a.locked(func(s *state.State) { token = s.SetResultToken(it, attempt, token) })
+	b, err := json.Marshal(messages.Dispatch{Invocation: it.Inv, Worker: worker, Attempt: attempt, DispatchedAt: a.cfg.Clock.Now().UTC(), ResultToken: token})
 	if err != nil {
 		return fmt.Errorf("encode dispatch: %w", err)
 	}
@@ -119,4 +126,13 @@ func (a *Activator) sendCancel(ns, pool, worker, id string, attempt int) {
 	if err != nil {
 		a.cfg.Logger.Warn("send cancel", "invocation", id, "worker", worker, "err", err)
 	}
+}
+
+// resultToken is a new attempt's ResultToken: 128 random bits.
+func resultToken() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("result token: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
 }

@@ -4,7 +4,7 @@ import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
 	accepted, dispatched, redelivered, lost, deadLettered *prometheus.CounterVec
-	finished, scaled, ackErrors, foreign                  *prometheus.CounterVec
+	finished, scaled, ackErrors, foreign, refused         *prometheus.CounterVec
 	backlog, inflight                                     *prometheus.GaugeVec
 	rebuilt                                               prometheus.Gauge
 	scaleFromZero                                         prometheus.Histogram
@@ -23,6 +23,8 @@ func newMetrics(r prometheus.Registerer) *metrics {
 			Help: "JetStream Ack, Nak and Term calls that failed (the message comes back after the ack wait)."}, []string{"consumer", "op"}),
 		foreign: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_foreign_messages_total",
 			Help: "Worker messages refused or held: events and results naming another pool than their subject, events of workers whose Pod is not admitted to the pool, Pods labelled with a pool whose Deployment does not own them."}, []string{"kind"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_results_refused_total",
+			Help: "Results dropped because their attempt was not dispatched to the worker that sent them: without the attempt's result token (token), naming another worker (other_worker), an attempt never dispatched (unknown_attempt) or an invocation of another pool (other_pool)."}, []string{"reason"}),
 		backlog:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runplane_activator_backlog", Help: "Queued invocations per pool."}, []string{"namespace", "pool"}),
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runplane_activator_inflight", Help: "Dispatched invocations per pool."}, []string{"namespace", "pool"}),
 		rebuilt: prometheus.NewGauge(prometheus.GaugeOpts{Name: "runplane_activator_rebuilt",
@@ -31,7 +33,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 			Help: "From the oldest waiting invocation to the scale-up of an empty pool.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 	}
 	if r != nil {
-		for _, c := range []prometheus.Collector{m.accepted, m.dispatched, m.redelivered, m.lost, m.deadLettered, m.finished, m.scaled, m.ackErrors, m.foreign, m.backlog, m.inflight, m.rebuilt, m.scaleFromZero} {
+		for _, c := range []prometheus.Collector{m.accepted, m.dispatched, m.redelivered, m.lost, m.deadLettered, m.finished, m.scaled, m.ackErrors, m.foreign, m.refused, m.backlog, m.inflight, m.rebuilt, m.scaleFromZero} {
 			_ = r.Register(c)
 		}
 	}

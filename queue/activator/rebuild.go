@@ -95,6 +95,7 @@ func (a *Activator) rebuild(ctx context.Context) error {
 	// may have died before publishing. Republishing one that is there would
 	// hand the worker a second copy once the duplicate window is over.
 	published := map[string]uint64{} // Dispatch publish ID → stream sequence
+	tokens := map[string]string{}    // Dispatch publish ID → its ResultToken
 	var subjects []string
 	since := a.cfg.Clock.Now()
 	for _, o := range known {
@@ -110,6 +111,10 @@ func (a *Activator) rebuild(ctx context.Context) error {
 			if id := m.Headers().Get(jetstream.MsgIDHeader); id != "" {
 				if _, ok := published[id]; ok {
 					published[id] = seq
+					var d messages.Dispatch
+					if json.Unmarshal(m.Data(), &d) == nil && d.ResultToken != "" {
+						tokens[id] = d.ResultToken
+					}
 				}
 			}
 		})
@@ -134,6 +139,9 @@ func (a *Activator) rebuild(ctx context.Context) error {
 		if r.State == messages.StateDispatched && r.Worker != "" {
 			if seq := published[messages.DispatchPublishID(r.Namespace, r.InvocationID, r.Attempt)]; seq != 0 {
 				it.DispatchSeq = seq
+				if tok := tokens[messages.DispatchPublishID(r.Namespace, r.InvocationID, r.Attempt)]; tok != "" {
+					a.st.SetResultToken(it, r.Attempt, tok)
+				}
 			} else {
 				republished++
 				a.wg.Go(func() {

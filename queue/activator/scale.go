@@ -88,7 +88,9 @@ func (a *Activator) scaleAll(ctx context.Context) {
 			current = p.SetTo // our last decision, not yet seen by the informer
 		}
 		backlog, inflight, views, waited := a.st.ScaleInput(key, pl.Policy.StartupTimeout)
-		d := state.Decide(pl.Policy, current, backlog, inflight, views, now)
+		pol := pl.Policy
+		pol.MaxInFlight = a.cfg.Limits.InFlight(pol)
+		d := state.Decide(pol, current, backlog, inflight, views, now)
 		if d.To == current {
 			continue
 		}

@@ -245,13 +245,17 @@ func (a *Activator) publishStatus(ctx context.Context) {
 	}
 	var puts []put
 	names := map[string]bool{}
-	known := map[string]int{} // replicas by state key
+	known := map[string]int{}  // replicas by state key
+	limits := map[string]int{} // in-flight bound by state key
 	for _, pl := range a.cfg.Pools.List() {
 		k := state.Key(pl.Namespace, pl.Name)
-		names[k], known[k] = true, pl.Replicas
+		names[k], known[k], limits[k] = true, pl.Replicas, a.cfg.Limits.InFlight(pl.Policy)
 	}
 	a.locked(func(s *state.State) {
 		now := s.Now()
+		for k, n := range limits {
+			s.SetMaxInFlight(k, n)
+		}
 		for _, n := range s.PoolNames() {
 			names[n] = true
 		}

@@ -96,8 +96,8 @@ func (s *Server) record(w http.ResponseWriter, r *http.Request, ns, id, verb str
 
 // authorizeInvoke checks create on pools/invocations of ns/pool.
 func (s *Server) authorizeInvoke(w http.ResponseWriter, r *http.Request, ns, poolName string) bool {
-	if err := errors.Join(messages.ValidateToken("namespace", ns), messages.ValidateToken("pool", poolName)); err != nil {
-		s.reject(w, poolName, http.StatusBadRequest, err.Error())
+	if err := errors.Join(validNamespace(ns), validPool(poolName)); err != nil {
+		s.reject(w, http.StatusBadRequest, err.Error())
 		return false
 	}
 	return s.allowed(w, r, callerauth.Request{Verb: VerbInvoke, Namespace: ns, Pool: poolName, Subresource: callerauth.SubresourceInvocations})

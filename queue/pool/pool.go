@@ -37,6 +37,10 @@ type Policy struct {
 	StartupTimeout  time.Duration `json:"startupTimeout"`
 	// Concurrency is runplane.io/concurrency of the Pod template (default 1).
 	Concurrency int `json:"concurrency"`
+	// MaxBacklog and MaxInFlight are runplane.io/max-backlog and
+	// runplane.io/max-in-flight (0: the cluster default, Limits).
+	MaxBacklog  int `json:"maxBacklog,omitempty"`
+	MaxInFlight int `json:"maxInFlight,omitempty"`
 }
 
 // Defaults.
@@ -63,6 +67,8 @@ func ParsePolicy(ann, podAnn map[string]string) (Policy, error) {
 		{api.AnnotationMinAvailable, &p.MinAvailable, 0},
 		{api.AnnotationMaxReplicas, &p.MaxReplicas, 1},
 		{api.AnnotationMinRequestCount, &p.MinRequestCount, 1},
+		{api.AnnotationMaxBacklog, &p.MaxBacklog, 1},
+		{api.AnnotationMaxInFlight, &p.MaxInFlight, 1},
 	}
 	for _, f := range ints {
 		v, ok := ann[f.key]

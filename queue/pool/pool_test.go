@@ -27,6 +27,10 @@ func TestParsePolicy(t *testing.T) {
 		{name: "zero max", ann: map[string]string{api.AnnotationMaxReplicas: "0"}, wantErr: api.AnnotationMaxReplicas},
 		{name: "bad duration", ann: map[string]string{api.AnnotationIdleTimeout: "soon"}, wantErr: api.AnnotationIdleTimeout},
 		{name: "bad concurrency", podAnn: map[string]string{api.AnnotationConcurrency: "0"}, wantErr: api.AnnotationConcurrency},
+		{name: "limits", ann: map[string]string{api.AnnotationMaxBacklog: "50", api.AnnotationMaxInFlight: "4"},
+			want: func() Policy { p := DefaultPolicy(); p.MaxBacklog, p.MaxInFlight = 50, 4; return p }()},
+		{name: "bad max-backlog", ann: map[string]string{api.AnnotationMaxBacklog: "lots"}, wantErr: api.AnnotationMaxBacklog},
+		{name: "zero max-in-flight", ann: map[string]string{api.AnnotationMaxInFlight: "0"}, wantErr: api.AnnotationMaxInFlight},
 		{name: "floor above max", ann: map[string]string{api.AnnotationMinAvailable: "3", api.AnnotationMaxReplicas: "2"}, wantErr: "exceeds"},
 	}
 	for _, tc := range tests {
@@ -39,4 +43,17 @@ func TestParsePolicy(t *testing.T) {
 			require.False(t, err != nil || got != tc.want, "got %+v, %v; want %+v", got, err, tc.want)
 		})
 	}
+}
+
+func TestLimits(t *testing.T) {
+	def := Limits{}.WithDefaults()
+	require.Equal(t, Limits{PoolMaxBacklog: DefaultPoolMaxBacklog, NamespaceMaxBacklog: DefaultNamespaceMaxBacklog, NamespaceMaxInFlight: DefaultNamespaceMaxInFlight}, def)
+	unbounded := Limits{PoolMaxBacklog: -1, PoolMaxInFlight: -1, NamespaceMaxBacklog: -1, NamespaceMaxInFlight: -1}.WithDefaults()
+	require.Equal(t, Limits{}, unbounded, "negative: unbounded (0)")
+	own := DefaultPolicy()
+	own.MaxBacklog, own.MaxInFlight = 7, 3
+	require.Equal(t, 7, def.Backlog(own))
+	require.Equal(t, 3, def.InFlight(own))
+	require.Equal(t, DefaultPoolMaxBacklog, def.Backlog(DefaultPolicy()))
+	require.Equal(t, 0, def.InFlight(DefaultPolicy()), "no pool in-flight bound by default")
 }

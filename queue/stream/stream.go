@@ -193,6 +193,10 @@ func Decode(b []byte) (messages.Record, error) {
 // costs a read.
 const RevisionHeader = "Runplane-Record-Revision"
 
+// RequestHashHeader carries, with RevisionHeader, the Record's RequestHash:
+// the activator's copy of the Record it did not read must keep it.
+const RequestHashHeader = "Runplane-Request-Hash"
+
 // Cached is a Record as a writer last read or wrote it, with its revision
 // (0: unknown). A writer that keeps it can update the Record without
 // reading it first; a stale Cached costs one extra read, never a lost

@@ -27,10 +27,16 @@ type WorkerView struct {
 }
 
 // Decide applies a pool's policy. current is the workload's replicas,
-// backlog the queued invocations, inflight the running ones.
+// backlog the queued invocations, inflight the running ones; no more
+// workers are asked for than pol.MaxInFlight (when set) can keep busy.
 func Decide(pol pool.Policy, current, backlog, inflight int, workers []WorkerView, now time.Time) Decision {
 	conc := max(pol.Concurrency, 1)
-	need := (backlog + inflight + conc - 1) / conc
+	work := backlog + inflight
+	if pol.MaxInFlight > 0 {
+		// No more than MaxInFlight can run at once: more workers would idle.
+		work = min(work, pol.MaxInFlight)
+	}
+	need := (work + conc - 1) / conc
 	want := current
 	reason := ""
 	if need > current {

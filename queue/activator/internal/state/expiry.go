@@ -67,6 +67,7 @@ func (s *State) Housekeep() (losses []*Loss, expired []Expiry) {
 func (s *State) Restore(it *Item, r messages.Record) {
 	s.items[ItemKey(it.Inv)] = it
 	p := s.Pool(PoolKey(it.Inv))
+	it.Unverified = r.Attempt
 	if (r.State != messages.StateDispatched && r.State != messages.StateRunning) || r.Worker == "" {
 		it.Queued = true
 		p.Queue = append(p.Queue, it)
@@ -79,6 +80,7 @@ func (s *State) Restore(it *Item, r messages.Record) {
 		p.Workers[r.Worker] = w
 	}
 	it.Worker, it.DispatchedAt = r.Worker, r.UpdatedAt
+	it.Dispatches, it.Unverified = map[int]string{r.Attempt: r.Worker}, r.Attempt-1
 	// Strikes are not recorded; count every earlier attempt.
 	it.Strikes = max(r.Attempt-1, 0)
 	it.Started = r.State == messages.StateRunning

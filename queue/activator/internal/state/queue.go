@@ -1,6 +1,7 @@
 package state
 
 import (
+	"sort"
 	"time"
 
 	"github.com/runplane/runplane/internal/messages"
@@ -43,44 +44,129 @@ func (w *Worker) Dispatchable(now time.Time) bool {
 }
 
 // Dispatch assigns queued invocations whose backoff is over to the
-// least-loaded dispatchable workers, pool by pool, in queue order.
+// least-loaded dispatchable workers, in queue order within a pool, never
+// beyond a pool's MaxInFlight or its namespace's NamespaceMaxInFlight (the
+// rest stays queued). Pools are served in an order that rotates on every
+// call, and the assignments are interleaved round-robin across namespaces,
+// so the I/O of one namespace's burst is never queued ahead of another's
+// and no pool of a capped namespace always goes first.
 func (s *State) Dispatch() []Assignment {
 	now := s.clk.Now()
-	var out []Assignment
+	nsInFlight := map[string]int{}
+	inFlight := map[*Pool]int{}
+	var ready []*Pool
 	for _, p := range s.pools {
-		if len(p.Queue) == 0 {
+		n := p.InFlight()
+		inFlight[p] = n
+		nsInFlight[p.Namespace] += n
+		if len(p.Queue) > 0 {
+			ready = append(ready, p)
+		}
+	}
+	if len(ready) == 0 {
+		return nil
+	}
+	sort.Slice(ready, func(i, j int) bool {
+		if ready[i].Namespace != ready[j].Namespace {
+			return ready[i].Namespace < ready[j].Namespace
+		}
+		return ready[i].Name < ready[j].Name
+	})
+	s.turn++
+	first := s.turn % len(ready)
+	ready = append(ready[first:], ready[:first]...)
+	var order []string
+	byNS := map[string][]Assignment{}
+	for _, p := range ready {
+		room := -1 // unbounded
+		if p.MaxInFlight > 0 {
+			room = max(p.MaxInFlight-inFlight[p], 0)
+		}
+		if m := s.cfg.NamespaceMaxInFlight; m > 0 {
+			if r := max(m-nsInFlight[p.Namespace], 0); room < 0 || r < room {
+				room = r
+			}
+		}
+		as := s.dispatchPool(p, now, room)
+		if len(as) == 0 {
 			continue
 		}
-		var ws []*Worker
-		for _, w := range p.Workers {
-			if w.Dispatchable(now) {
-				ws = append(ws, w)
+		nsInFlight[p.Namespace] += len(as)
+		if byNS[p.Namespace] == nil {
+			order = append(order, p.Namespace)
+		}
+		byNS[p.Namespace] = append(byNS[p.Namespace], as...)
+	}
+	var out []Assignment
+	for i := 0; len(order) > 0; i++ {
+		rest := order[:0]
+		for _, ns := range order {
+			if i < len(byNS[ns]) {
+				out = append(out, byNS[ns][i])
+				rest = append(rest, ns)
 			}
 		}
-		if len(ws) == 0 {
-			continue
-		}
-		rest := p.Queue[:0]
-		for i, it := range p.Queue {
-			if it.NotBefore.After(now) {
-				rest = append(rest, it)
-				continue
-			}
-			w := LeastLoaded(ws, now)
-			if w == nil {
-				rest = append(rest, p.Queue[i:]...)
-				break
-			}
-			it.Queued, it.Started = false, false
-			it.Attempt++
-			it.Worker, it.DispatchedAt = w.Name, now
-			w.InFlight[it.Inv.InvocationID] = it
-			w.IdleSince = time.Time{}
-			out = append(out, Assignment{Item: it, Worker: w.Name, Namespace: w.Namespace, Attempt: it.Attempt})
-		}
-		p.Queue = rest
+		order = rest
 	}
 	return out
+}
+
+// dispatchPool assigns up to room (< 0: any number) of p's queued
+// invocations.
+func (s *State) dispatchPool(p *Pool, now time.Time, room int) []Assignment {
+	if room == 0 {
+		return nil
+	}
+	var ws []*Worker
+	for _, w := range p.Workers {
+		if w.Dispatchable(now) {
+			ws = append(ws, w)
+		}
+	}
+	if len(ws) == 0 {
+		return nil
+	}
+	var out []Assignment
+	rest := p.Queue[:0]
+	for i, it := range p.Queue {
+		if it.NotBefore.After(now) {
+			rest = append(rest, it)
+			continue
+		}
+		w := LeastLoaded(ws, now)
+		if w == nil || len(out) == room {
+			rest = append(rest, p.Queue[i:]...)
+			break
+		}
+		it.Queued, it.Started = false, false
+		it.Attempt++
+		it.Worker, it.DispatchedAt = w.Name, now
+		if it.Dispatches == nil {
+			it.Dispatches = map[int]string{}
+		}
+		it.Dispatches[it.Attempt] = w.Name
+		w.InFlight[it.Inv.InvocationID] = it
+		w.IdleSince = time.Time{}
+		out = append(out, Assignment{Item: it, Worker: w.Name, Namespace: w.Namespace, Attempt: it.Attempt})
+	}
+	p.Queue = rest
+	return out
+}
+
+// InFlight counts the invocations p's workers hold.
+func (p *Pool) InFlight() int {
+	n := 0
+	for _, w := range p.Workers {
+		n += len(w.InFlight)
+	}
+	return n
+}
+
+// SetMaxInFlight sets the in-flight bound of the pool named key (0:
+// unbounded).
+func (s *State) SetMaxInFlight(key string, n int) {
+	p := s.Pool(key)
+	p.MaxInFlight, p.LimitSet = n, true
 }
 
 // LeastLoaded picks the dispatchable worker with the lowest load ratio
@@ -156,6 +242,62 @@ func (s *State) forget(ns, id, pool, worker string) {
 			}
 		}
 		p.Queue = q
+	}
+}
+
+// Result refusal reasons (Refusal).
+const (
+	// RefusedOtherWorker: the attempt was dispatched to another worker.
+	RefusedOtherWorker = "other_worker"
+	// RefusedUnknownAttempt: no such attempt was dispatched.
+	RefusedUnknownAttempt = "unknown_attempt"
+	// RefusedToken: the result does not carry its Dispatch's ResultToken.
+	RefusedToken = "token"
+	// RefusedOtherPool: the invocation belongs to another pool of the
+	// namespace than the result's subject.
+	RefusedOtherPool = "other_pool"
+)
+
+// SetResultToken keeps token as the ResultToken of attempt of it, unless
+// one is kept already, and returns the one kept.
+func (s *State) SetResultToken(it *Item, attempt int, token string) string {
+	if t, ok := it.Tokens[attempt]; ok {
+		return t
+	}
+	if it.Tokens == nil {
+		it.Tokens = map[int]string{}
+	}
+	it.Tokens[attempt] = token
+	return token
+}
+
+// Refusal says why res must not be taken ("" when it may): a Result counts
+// only from the worker its attempt was dispatched to — carrying the
+// attempt's ResultToken when it is known, and naming that worker — so
+// another worker of the pool cannot finish (or forge the answer of) an
+// invocation it was not given. A result of an invocation that is not open
+// is not judged here.
+func (s *State) Refusal(res messages.Result) string {
+	it := s.items[Key(res.Namespace, res.InvocationID)]
+	switch {
+	case it == nil:
+		return ""
+	case it.Inv.Pool != res.Pool:
+		return RefusedOtherPool
+	}
+	if t, ok := it.Tokens[res.Attempt]; ok && t != res.ResultToken {
+		return RefusedToken
+	}
+	w, known := it.Dispatches[res.Attempt]
+	switch {
+	case known && w == res.Worker:
+		return ""
+	case known:
+		return RefusedOtherWorker
+	case res.Attempt >= 1 && res.Attempt <= it.Unverified:
+		return "" // dispatched by a previous leader, to a worker not recorded
+	default:
+		return RefusedUnknownAttempt
 	}
 }
 

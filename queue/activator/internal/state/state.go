@@ -37,6 +37,10 @@ type Config struct {
 	// workload). Events of other workers are held (up to HeartbeatTimeout)
 	// and applied when the Pod is admitted; they never make a worker.
 	RequirePods bool
+	// PoolMaxInFlight is the in-flight bound of a pool until SetMaxInFlight
+	// gives its own; NamespaceMaxInFlight bounds every pool of a namespace
+	// together (0: unbounded).
+	PoolMaxInFlight, NamespaceMaxInFlight int
 }
 
 // MaxPending bounds the Events held for workers not (yet) admitted.
@@ -65,6 +69,8 @@ type State struct {
 	// resultSeq is the highest stream sequence the results consumer has
 	// delivered: every result stored before it has been seen.
 	resultSeq uint64
+	// turn rotates the order in which Dispatch serves pools and namespaces.
+	turn int
 }
 
 // New returns an empty State.
@@ -89,6 +95,15 @@ type Item struct {
 	// DispatchSeq is the stream sequence of the current attempt's Dispatch
 	// (0: unknown), deleted when the attempt is given up.
 	DispatchSeq uint64
+	// Dispatches names the worker of each attempt this leader dispatched
+	// (or found recorded): a Result is taken only from the worker of its
+	// attempt. Unverified is the last attempt whose worker is not known
+	// (dispatched by a previous leader; 0: none): results of those are
+	// taken as before.
+	Dispatches map[int]string
+	Unverified int
+	// Tokens holds each attempt's ResultToken (SetResultToken).
+	Tokens map[int]string
 
 	// Done is set once a result (or the activator's own verdict) is known:
 	// pending intermediate Record writes are skipped.
@@ -124,6 +139,10 @@ type Pool struct {
 	InvokeSeq uint64 // last invoke stream sequence taken in
 	Queue     []*Item
 	Workers   map[string]*Worker
+	// MaxInFlight bounds the pool's dispatched invocations (0: unbounded);
+	// LimitSet: the pool's own bound is known (SetMaxInFlight).
+	MaxInFlight int
+	LimitSet    bool
 	// Status publishing and scaling bookkeeping of the activator.
 	LastStatus []byte
 	StatusAt   time.Time
@@ -137,7 +156,7 @@ func (s *State) Pool(key string) *Pool {
 	p := s.pools[key]
 	if p == nil {
 		ns, name, _ := strings.Cut(key, "/")
-		p = &Pool{Namespace: ns, Name: name, Workers: map[string]*Worker{}}
+		p = &Pool{Namespace: ns, Name: name, Workers: map[string]*Worker{}, MaxInFlight: s.cfg.PoolMaxInFlight}
 		s.pools[key] = p
 	}
 	return p

@@ -1,0 +1,325 @@
+package ingress
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"github.com/runplane/runplane/internal/httpjson"
+	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/queue/stream"
+)
+
+// InvokeRequest is the body of POST
+// /v1/namespaces/{ns}/pools/{pool}/invocations (and of the seed alias, which
+// names the namespace in namespace and the pool in serverlessRequestID).
+type InvokeRequest struct {
+	Mode                messages.Mode     `json:"mode"`
+	Namespace           string            `json:"namespace,omitempty"`
+	InvocationID        string            `json:"invocationID,omitempty"`
+	ServerlessRequestID string            `json:"serverlessRequestID,omitempty"`
+	Payload             json.RawMessage   `json:"payload,omitempty"`
+	Headers             map[string]string `json:"headers,omitempty"`
+	Attributes          map[string]string `json:"attributes,omitempty"`
+	ContentType         string            `json:"contentType,omitempty"`
+	TimeoutSeconds      int               `json:"timeoutSeconds,omitempty"`
+	TTLSeconds          int               `json:"ttlSeconds,omitempty"`
+}
+
+// Subjects are the subjects of an invocation's pool, as in the seed ack.
+type Subjects struct {
+	Invoke  string `json:"invoke"`
+	Result  string `json:"result"`
+	Metrics string `json:"metrics"`
+}
+
+// Ack is the answer to an accepted async invocation (202).
+type Ack struct {
+	InvocationID string         `json:"invocationID"`
+	Namespace    string         `json:"namespace"`
+	Pool         string         `json:"pool"`
+	Stream       string         `json:"stream"`
+	Sequence     uint64         `json:"sequence"`
+	Duplicate    bool           `json:"duplicate"`
+	State        messages.State `json:"state"`
+	Subjects     Subjects       `json:"subjects"`
+	AcceptedAt   time.Time      `json:"acceptedAt"`
+}
+
+func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolName string, alias bool) {
+	start := time.Now()
+	// The path names the pool: the caller is checked before its body is read.
+	if !alias && !s.authorizeInvoke(w, r, ns, poolName) {
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	var req InvokeRequest
+	if err := decodeBody(r.Body, &req); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			s.reject(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", s.cfg.MaxBodyBytes))
+			return
+		}
+		s.reject(w, http.StatusBadRequest, fmt.Sprintf("invalid JSON body: %v", err))
+		return
+	}
+	if alias {
+		poolName, ns = req.ServerlessRequestID, req.Namespace
+		if ns == "" {
+			s.reject(w, http.StatusBadRequest, "field namespace is required (the pool's namespace)")
+			return
+		}
+		if poolName == "" {
+			s.reject(w, http.StatusBadRequest, "field serverlessRequestID is required (the pool name)")
+			return
+		}
+	} else {
+		if req.ServerlessRequestID != "" && req.ServerlessRequestID != poolName {
+			s.reject(w, http.StatusBadRequest, fmt.Sprintf("field serverlessRequestID %q differs from the pool %q in the path", req.ServerlessRequestID, poolName))
+			return
+		}
+		if req.Namespace != "" && req.Namespace != ns {
+			s.reject(w, http.StatusBadRequest, fmt.Sprintf("field namespace %q differs from the namespace %q in the path", req.Namespace, ns))
+			return
+		}
+	}
+	if alias && !s.authorizeInvoke(w, r, ns, poolName) {
+		return
+	}
+	if err := s.validate(&req); err != nil {
+		s.reject(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	pl, ok := s.cfg.Pools.Lookup(ns, poolName)
+	if !ok {
+		s.reject(w, http.StatusNotFound, unknownPool(ns, poolName))
+		return
+	}
+	if len(pl.Conflict) > 0 {
+		s.reject(w, http.StatusConflict, conflictMessage(pl))
+		return
+	}
+	clientID := req.InvocationID != ""
+	if !clientID {
+		req.InvocationID = nuid.Next()
+	}
+	req.TimeoutSeconds = cmp.Or(req.TimeoutSeconds, s.cfg.DefaultTimeoutSeconds)
+	req.TTLSeconds = cmp.Or(req.TTLSeconds, s.cfg.DefaultTTLSeconds)
+	ctx := r.Context()
+	hash, err := requestHash(req)
+	if err != nil {
+		s.reject(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	inv := messages.Invocation{InvocationID: req.InvocationID, Namespace: ns, Pool: poolName, Mode: req.Mode, ContentType: req.ContentType,
+		Headers: req.Headers, Attributes: req.Attributes, Payload: req.Payload, TimeoutSeconds: req.TimeoutSeconds,
+		TTLSeconds: req.TTLSeconds, AcceptedAt: time.Now().UTC()}
+	// A sync caller registers before anything is published, so no result
+	// can slip past it. Its reply token makes its fast-path reply subject
+	// its own (onReply); a duplicate caller's token is not the one
+	// published, so it waits on the Record.
+	var ch chan messages.Record
+	if req.Mode == messages.ModeSync {
+		wt := waiter{pool: poolName}
+		if s.replica != "" {
+			if wt.token, err = replyToken(); err != nil {
+				s.reject(w, http.StatusServiceUnavailable, err.Error())
+				return
+			}
+			inv.ReplyTo = s.cfg.Store.Subjects.Reply(ns, poolName) + "." + s.replica + "." + inv.InvocationID + "." + wt.token
+		}
+		var done func()
+		ch, done = s.addWaiter(stream.Key(ns, inv.InvocationID), wt)
+		defer done()
+	}
+
+	ack, rec, err := s.accept(ctx, inv, hash, s.cfg.Limits.Backlog(pl.Policy), clientID)
+	var le *limitError
+	if errors.As(err, &le) {
+		s.tooMany(w, le)
+		return
+	}
+	var ce *conflictError
+	if errors.As(err, &ce) {
+		s.reject(w, http.StatusConflict, ce.Error())
+		return
+	}
+	if err != nil {
+		s.cfg.Logger.Warn("accept invocation", "invocation", inv.InvocationID, "err", err)
+		s.reject(w, http.StatusServiceUnavailable, fmt.Sprintf("could not enqueue invocation %s: %v", inv.InvocationID, err))
+		return
+	}
+	if ack.Duplicate {
+		s.m.duplicates.WithLabelValues(poolName).Inc()
+	}
+	s.m.accepted.WithLabelValues(poolName, string(req.Mode)).Inc()
+	if req.Mode == messages.ModeAsync {
+		httpjson.Write(w, http.StatusAccepted, ack)
+		return
+	}
+	if rec.State.Terminal() {
+		httpjson.Write(w, http.StatusOK, rec)
+		return
+	}
+	final, ok := s.wait(ctx, stream.Key(ns, inv.InvocationID), ch, time.Duration(req.TimeoutSeconds)*time.Second)
+	s.m.syncLatency.WithLabelValues(poolName).Observe(time.Since(start).Seconds())
+	if !ok {
+		httpjson.Write(w, http.StatusGatewayTimeout, map[string]any{
+			"error":        fmt.Sprintf("no result within timeoutSeconds=%d; poll GET /v1/namespaces/%s/invocations/%s", req.TimeoutSeconds, ns, inv.InvocationID),
+			"invocationID": inv.InvocationID, "state": final.State,
+		})
+		return
+	}
+	httpjson.Write(w, http.StatusOK, final)
+}
+
+type conflictError struct{ msg string }
+
+func (e *conflictError) Error() string { return e.msg }
+
+// accept makes inv durable exactly once and returns the ack and the
+// Record. hash is requestHash of the request (kept in the Record: a re-post
+// must match it); poolMax bounds the pool's backlog (0: none); clientID: the
+// caller chose the invocation ID, which may then be a re-post.
+func (s *Server) accept(ctx context.Context, inv messages.Invocation, hash string, poolMax int, clientID bool) (Ack, messages.Record, error) {
+	st := s.cfg.Store
+	ack := Ack{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool, Stream: st.Config.Stream, Subjects: Subjects{
+		Invoke: st.Subjects.Invoke(inv.Namespace, inv.Pool), Result: st.Subjects.Result(inv.Namespace, inv.Pool), Metrics: st.Subjects.Metrics(inv.Namespace, inv.Pool)}}
+	// The Record comes first: it outlives the duplicate window, so a
+	// re-post after it finds the existing invocation. KV Create is the
+	// check: a taken ID fails it, and only then is the Record read.
+	key := stream.Key(inv.Namespace, inv.InvocationID)
+	if le := s.reserve(inv.Namespace, inv.Pool, poolMax); le != nil {
+		// A re-post of an accepted ID is answered even when the backlog is
+		// full (an ID the ingress generated cannot be one).
+		if !clientID {
+			return ack, messages.Record{}, le
+		}
+		if rec, _, err := st.Get(ctx, key); err == nil {
+			return s.duplicate(ctx, ack, rec, inv, hash)
+		} else if !errors.Is(err, stream.ErrNotFound) {
+			return ack, rec, err
+		}
+		return ack, messages.Record{}, le
+	}
+	var seq uint64 // queued at seq: counted until the activator's status covers it
+	defer func() { s.release(inv.Namespace, inv.Pool, seq) }()
+	rec := messages.Record{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool, Mode: inv.Mode, State: messages.StateQueued,
+		Stream: st.Config.Stream, RequestHash: hash, AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt}
+	rev, err := st.Create(ctx, rec)
+	if errors.Is(err, stream.ErrExists) {
+		// Posted before, or another request with this ID won the race.
+		cur, _, gerr := st.Get(ctx, key)
+		if gerr != nil {
+			return ack, cur, gerr
+		}
+		return s.duplicate(ctx, ack, cur, inv, hash)
+	} else if err != nil {
+		return ack, rec, err
+	}
+	// The Record's sequence is filled in by the activator when it
+	// dispatches: writing it here would cost two more KV round trips.
+	pa, err := s.publish(ctx, inv, rev, hash)
+	if err != nil {
+		// Not accepted: free the ID so the caller can retry.
+		_ = st.Delete(context.WithoutCancel(ctx), key)
+		return ack, rec, err
+	}
+	if !pa.Duplicate {
+		seq = pa.Sequence
+	}
+	rec.Sequence = pa.Sequence
+	ack.Sequence, ack.Duplicate, ack.State, ack.AcceptedAt = pa.Sequence, pa.Duplicate, messages.StateQueued, inv.AcceptedAt
+	return ack, rec, nil
+}
+
+// publish stores inv on invoke.<pool>; rev, when known, is the revision of
+// the Record just created (stream.RevisionHeader) and hash its RequestHash.
+func (s *Server) publish(ctx context.Context, inv messages.Invocation, rev uint64, hash string) (*jetstream.PubAck, error) {
+	b, err := json.Marshal(inv)
+	if err != nil {
+		return nil, fmt.Errorf("encode invocation: %w", err)
+	}
+	msg := &nats.Msg{Subject: s.cfg.Store.Subjects.Invoke(inv.Namespace, inv.Pool), Data: b, Header: nats.Header{}}
+	if rev != 0 {
+		msg.Header.Set(stream.RevisionHeader, strconv.FormatUint(rev, 10))
+		msg.Header.Set(stream.RequestHashHeader, hash)
+	}
+	pa, err := s.cfg.Store.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(messages.MsgID(inv.Namespace, inv.InvocationID)))
+	if err != nil {
+		return nil, fmt.Errorf("publish invocation %s: %w", inv.InvocationID, err)
+	}
+	return pa, nil
+}
+
+// duplicate answers a re-post of an existing invocation ID: the existing
+// invocation's state when the request is the same (hash), 409 when not.
+func (s *Server) duplicate(ctx context.Context, ack Ack, rec messages.Record, inv messages.Invocation, hash string) (Ack, messages.Record, error) {
+	if rec.Pool != inv.Pool {
+		return ack, rec, &conflictError{fmt.Sprintf("invocationID %s already belongs to pool %q of namespace %q", inv.InvocationID, rec.Pool, rec.Namespace)}
+	}
+	// A Record without a hash (written by an older ingress, or re-created
+	// by the activator after it expired) cannot be compared.
+	if rec.RequestHash != "" && rec.RequestHash != hash {
+		return ack, rec, &conflictError{fmt.Sprintf("invocationID %s was accepted with another request: a re-post must carry the same payload, "+
+			"headers, attributes and contentType (or use a new invocationID)", inv.InvocationID)}
+	}
+	if rec.State == messages.StateQueued && rec.Attempt == 0 && time.Since(rec.AcceptedAt) > 5*time.Second {
+		// The first accepting replica may have died between the Record and
+		// the publish: publish again. Within the duplicate window the stream
+		// drops the copy; after it the activator does (it knows the ID, or
+		// its dispatch compare-and-set on the Record refuses it).
+		pa, err := s.publish(ctx, inv, 0, "")
+		if err != nil {
+			return ack, rec, err
+		}
+		rec.Sequence = pa.Sequence
+	}
+	ack.Sequence, ack.Duplicate, ack.State, ack.AcceptedAt = rec.Sequence, true, rec.State, rec.AcceptedAt
+	return ack, rec, nil
+}
+
+// wait blocks until the invocation (Record key id) is terminal or timeout
+// passes.
+func (s *Server) wait(ctx context.Context, id string, ch chan messages.Record, timeout time.Duration) (messages.Record, bool) {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	// Polling backs up the watch across NATS reconnects.
+	poll := time.NewTicker(2 * time.Second)
+	defer poll.Stop()
+	var last messages.Record
+	for {
+		select {
+		case r := <-ch:
+			return r, true
+		case <-poll.C:
+			if r, _, err := s.cfg.Store.Get(ctx, id); err == nil {
+				last = r
+				if r.State.Terminal() {
+					return r, true
+				}
+			}
+		case <-timer.C:
+			if r, _, err := s.cfg.Store.Get(context.WithoutCancel(ctx), id); err == nil {
+				last = r
+				if r.State.Terminal() {
+					return r, true
+				}
+			}
+			if last.State == "" {
+				last.State = messages.StateQueued
+			}
+			return last, false
+		case <-ctx.Done():
+			return last, false
+		}
+	}
+}

@@ -1,0 +1,121 @@
+package ingress
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/runplane/runplane/internal/messages"
+)
+
+// idPattern: usable as a KV key and a Nats-Msg-Id. No '.': derived
+// message IDs append ".<attempt>", which must not collide with another
+// invocation's ID in the stream's duplicate window.
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9_=-]{1,128}$`)
+
+// validNamespace: a namespace is a DNS-1123 label.
+func validNamespace(ns string) error {
+	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+		return fmt.Errorf("namespace %q: must be a DNS-1123 label (lower-case letters, digits and '-', at most 63 characters): %s", ns, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// validPool: a pool name is the value of a runplane.io/pool label, which
+// admission requires to be a DNS-1123 label.
+func validPool(name string) error {
+	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+		return fmt.Errorf("pool %q: must be a DNS-1123 label (lower-case letters, digits and '-', at most 63 characters), as the runplane.io/pool label: %s",
+			name, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// validID: an invocation ID is 1-128 of A-Z a-z 0-9 _ = -.
+func validID(field, id string) error {
+	if !idPattern.MatchString(id) {
+		return fmt.Errorf("%s %q: must be 1-128 characters of A-Z a-z 0-9 _ = -", field, id)
+	}
+	return nil
+}
+
+// decodeBody reads exactly one JSON object into v: unknown fields (named
+// in the error) and anything after the object are refused.
+func decodeBody(r io.Reader, v any) error {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	var extra json.RawMessage
+	switch err := dec.Decode(&extra); {
+	case errors.Is(err, io.EOF):
+		return nil
+	case err != nil:
+		return fmt.Errorf("after the JSON object: %w", err)
+	default:
+		return errors.New("trailing data after the JSON object: the body must be one JSON object")
+	}
+}
+
+func (s *Server) validate(req *InvokeRequest) error {
+	switch req.Mode {
+	case messages.ModeSync, messages.ModeAsync:
+	case "":
+		return errors.New("field mode is required: sync or async")
+	default:
+		return fmt.Errorf("field mode %q: must be sync or async", req.Mode)
+	}
+	if req.InvocationID != "" {
+		if err := validID("field invocationID", req.InvocationID); err != nil {
+			return err
+		}
+	}
+	if req.TimeoutSeconds < 0 || req.TimeoutSeconds > s.cfg.MaxTimeoutSeconds {
+		return fmt.Errorf("field timeoutSeconds %d: must be between 0 (default %d) and %d", req.TimeoutSeconds, s.cfg.DefaultTimeoutSeconds, s.cfg.MaxTimeoutSeconds)
+	}
+	if req.TTLSeconds < 0 || req.TTLSeconds > s.cfg.MaxTTLSeconds {
+		return fmt.Errorf("field ttlSeconds %d: must be between 0 (default %d) and %d", req.TTLSeconds, s.cfg.DefaultTTLSeconds, s.cfg.MaxTTLSeconds)
+	}
+	if len(req.Payload) > 0 && !json.Valid(req.Payload) {
+		return errors.New("field payload: must be valid JSON")
+	}
+	return nil
+}
+
+// requestHash is the SHA-256 of what an invocation hands its worker, in a
+// canonical form (object keys sorted, no insignificant space, numbers as
+// written): payload, headers, attributes and contentType. A re-post of an
+// invocation ID must have the same. Not part of it: the mode and
+// timeoutSeconds (a re-post may wait, or wait longer, for the same result;
+// the first request's limits stay in force), ttlSeconds, and the routing
+// fields (pool, namespace: checked on their own).
+func requestHash(req InvokeRequest) (string, error) {
+	var payload any
+	if len(req.Payload) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(req.Payload))
+		dec.UseNumber()
+		if err := dec.Decode(&payload); err != nil {
+			return "", fmt.Errorf("field payload: %w", err)
+		}
+	}
+	b, err := json.Marshal(struct {
+		Payload     any               `json:"payload"`
+		Headers     map[string]string `json:"headers"`
+		Attributes  map[string]string `json:"attributes"`
+		ContentType string            `json:"contentType"`
+	}{payload, req.Headers, req.Attributes, req.ContentType})
+	if err != nil {
+		return "", fmt.Errorf("canonical request: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
+}
