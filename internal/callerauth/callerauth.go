@@ -100,8 +100,9 @@ type Options struct {
 	// (defaults 5/s, 20 per user).
 	AccessReviewQPS   float32
 	AccessReviewBurst int
-	// DecisionsPerUser bounds each user's decision cache (default 256) and
-	// Users the number of users whose caches are kept (default 4096).
+	// DecisionsPerUser bounds each user's decision cache (default 128) and
+	// Users the number of users whose caches are kept (default 1024): at
+	// most 128Ki decisions in memory.
 	DecisionsPerUser, Users int
 	// Audiences a token must carry; empty: the apiserver's own.
 	Audiences []string
@@ -125,8 +126,8 @@ func (o *Options) defaults() {
 	o.TokenReviewBurst = cmp.Or(o.TokenReviewBurst, 40)
 	o.AccessReviewQPS = cmp.Or(o.AccessReviewQPS, 5)
 	o.AccessReviewBurst = cmp.Or(o.AccessReviewBurst, 20)
-	o.DecisionsPerUser = cmp.Or(o.DecisionsPerUser, 256)
-	o.Users = cmp.Or(o.Users, 4096)
+	o.DecisionsPerUser = cmp.Or(o.DecisionsPerUser, 128)
+	o.Users = cmp.Or(o.Users, 1024)
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}

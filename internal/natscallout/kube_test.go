@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -143,4 +144,19 @@ func TestKubeAuthenticator(t *testing.T) {
 			assert.Equal(t, Identity{Name: "team-a/echo-5d4-x1", Namespace: "team-a", Pool: "echo", Worker: "echo-5d4-x1", Expires: time.Unix(exp.Unix(), 0)}, id)
 		})
 	}
+}
+
+// TestKubeAuthenticatorOutage: an apiserver that cannot answer is not the
+// client's fault: its reason is apiserver_unavailable (never cached).
+func TestKubeAuthenticatorOutage(t *testing.T) {
+	exp := time.Date(2026, 11, 23, 13, 0, 0, 0, time.UTC)
+	dep, rs, pod := poolObjects()
+	client := fake.NewClientset(dep, rs, pod)
+	client.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewServiceUnavailable("etcd is down")
+	})
+	auth := &KubeAuthenticator{Client: client, Audience: Audience, Clock: clocktesting.NewFakePassiveClock(exp.Add(-time.Hour))}
+	_, err := auth.Authenticate(context.Background(), fakeToken(exp))
+	require.ErrorContains(t, err, "etcd is down")
+	assert.Equal(t, ReasonUnavailable, Reason(err))
 }
