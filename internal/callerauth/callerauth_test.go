@@ -21,10 +21,10 @@ import (
 // allowed "verb namespace pool"); the reviewers use client-go's REST client
 // directly, so a fake clientset cannot stand in for it.
 type fakeAPI struct {
-	client       kubernetes.Interface
-	tokenReviews atomic.Int32
+	client        kubernetes.Interface
+	tokenReviews  atomic.Int32
 	accessReviews atomic.Int32
-	lastSAR      atomic.Pointer[authzv1.SubjectAccessReviewSpec]
+	lastSAR       atomic.Pointer[authzv1.SubjectAccessReviewSpec]
 }
 
 func newFakeAPI(t *testing.T, users map[string]string, grants map[string][]string, outage bool) *fakeAPI {

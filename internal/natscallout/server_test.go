@@ -53,7 +53,9 @@ func serveCallout(t *testing.T, ctx context.Context, srv *server.Server, r *Resp
 	t.Cleanup(internal.Close)
 	m := NewMetrics(nil)
 	served := make(chan error, 1)
-	go func() { served <- Serve(ctx, internal, r, m, slog.New(slog.NewTextHandler(io.Discard, nil)), ServeOptions{}) }()
+	go func() {
+		served <- Serve(ctx, internal, r, m, slog.New(slog.NewTextHandler(io.Discard, nil)), ServeOptions{})
+	}()
 	// Serve subscribes asynchronously; the subscription showing on the
 	// server is the barrier before clients connect.
 	require.Eventually(t, func() bool { return srv.NumSubscriptions() > 0 }, 5*time.Second, 10*time.Millisecond)

@@ -146,7 +146,7 @@ func TestFloodsDoNotStarveAdmission(t *testing.T) {
 	fctx, stopFlood := context.WithCancel(ctx)
 	var flood sync.WaitGroup
 	defer func() { stopFlood(); flood.Wait() }()
-	var httpAnswered, natsRefused atomic.Int64
+	var httpAnswered, natsRefused, retryAfter atomic.Int64
 	client := &http.Client{Timeout: 30 * time.Second}
 	for range 16 {
 		flood.Add(1)
@@ -156,6 +156,9 @@ func TestFloodsDoNotStarveAdmission(t *testing.T) {
 				req, _ := http.NewRequestWithContext(fctx, "POST", base+invoke, strings.NewReader(`{"mode":"async"}`))
 				req.Header.Set("Authorization", "Bearer "+rand.Text())
 				if r, err := client.Do(req); err == nil {
+					if r.StatusCode == http.StatusTooManyRequests && r.Header.Get("Retry-After") == "1" {
+						retryAfter.Add(1)
+					}
 					_, _ = io.Copy(io.Discard, r.Body)
 					r.Body.Close()
 					httpAnswered.Add(1)
@@ -202,6 +205,7 @@ func TestFloodsDoNotStarveAdmission(t *testing.T) {
 	assert.Equal(t, http.StatusAccepted, code, "the known caller invokes during the flood: %s", body)
 	assert.Greater(t, natsRefused.Load(), floodBefore, "the callout flood was still running")
 
+	assert.Positive(t, retryAfter.Load(), "unknown tokens beyond the review budget get 429 with Retry-After")
 	// The limits showed up in the metrics.
 	r, err := http.Get(base + "/metrics")
 	require.NoError(t, err)
