@@ -44,6 +44,10 @@ type CalloutConfig struct {
 	// each answer (natscallout.ServeOptions; defaults 16, 1.5s).
 	Workers       int
 	AnswerTimeout time.Duration
+	// PerHostQPS and PerHostBurst bound the reviews one client address may
+	// cause (natscallout.ServeOptions; defaults 5/s, 20).
+	PerHostQPS   float32
+	PerHostBurst int
 	// CacheTTL bounds how long an admission is reused for a reconnect with
 	// the same token (natscallout.CacheOptions; default 1m).
 	CacheTTL time.Duration
@@ -102,7 +106,8 @@ func newCallout(cfg CalloutConfig, nc *nats.Conn, kube kubernetes.Interface, per
 			MaxTTL: cmp.Or(cfg.MaxTTL, time.Hour),
 			Clock:  clock.RealClock{},
 		},
-		serve:   natscallout.ServeOptions{Workers: cfg.Workers, AnswerTimeout: cfg.AnswerTimeout},
+		serve: natscallout.ServeOptions{Workers: cfg.Workers, AnswerTimeout: cfg.AnswerTimeout,
+			PerHostQPS: cfg.PerHostQPS, PerHostBurst: cfg.PerHostBurst},
 		metrics: natscallout.NewMetrics(reg),
 		log:     log.With("component", "nats-callout"),
 	}, nil

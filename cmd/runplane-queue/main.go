@@ -65,6 +65,8 @@ func run() error {
 	flag.IntVar(&c.Callout.Client.Burst, "nats-callout-kube-burst", 100, "client-side burst of the callout's own Kubernetes client")
 	flag.IntVar(&c.Callout.Workers, "nats-callout-workers", 16, "authorization requests the callout reviews at once; beyond, a request is refused at once (the client retries)")
 	flag.DurationVar(&c.Callout.AnswerTimeout, "nats-callout-answer-timeout", 1500*time.Millisecond, "deadline of one callout answer; keep it below nats-server's auth callout timeout (2s)")
+	flag.Var(float32Flag{&c.Callout.PerHostQPS}, "nats-callout-per-host-qps", "callout reviews per second one client address may cause; beyond, refused at once (default 5)")
+	flag.IntVar(&c.Callout.PerHostBurst, "nats-callout-per-host-burst", 20, "burst of one client address's callout reviews")
 	flag.DurationVar(&c.Callout.CacheTTL, "nats-callout-cache-ttl", time.Minute, "how long an admission is reused for a reconnect with the same token (never past the token's expiry)")
 	flag.Var(float32Flag{&c.CallerAuthClient.QPS}, "caller-auth-kube-qps", "client-side QPS of caller authentication's own Kubernetes client (default 50)")
 	flag.IntVar(&c.CallerAuthClient.Burst, "caller-auth-kube-burst", 100, "client-side burst of caller authentication's own Kubernetes client")

@@ -12,6 +12,9 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/lru"
 )
 
 // RequestSubject is where nats-server sends authorization requests.
@@ -25,6 +28,8 @@ const QueueGroup = "runplane-callout"
 const (
 	// ReasonBusy: every worker was answering; refused at once.
 	ReasonBusy = "busy"
+	// ReasonRateLimited: the client's address spent its review budget.
+	ReasonRateLimited = "rate_limited"
 	// ReasonCached and ReasonReviewed: an admission from the cache, or
 	// after asking the apiserver.
 	ReasonCached   = "cached"
@@ -45,7 +50,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{Answers: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "runplane_nats_callout_answers_total",
 		Help: "NATS auth callout answers by result (admitted, refused, or error: no answer could be signed or sent) and reason " +
-			"(admitted: cached, reviewed; refused: busy, malformed, invalid_token, not_worker, apiserver_unavailable, timeout, other; error: undecodable, reply).",
+			"(admitted: cached, reviewed; refused: busy, rate_limited, malformed, invalid_token, not_worker, apiserver_unavailable, timeout, other; error: undecodable, reply).",
 	}, []string{"result", "reason"})}
 	if reg != nil {
 		reg.MustRegister(m.Answers)
@@ -65,6 +70,17 @@ type ServeOptions struct {
 	// AnswerTimeout bounds one answer (default 1.5s): below nats-server's
 	// auth callout timeout (2s by default), so an answer is never late.
 	AnswerTimeout time.Duration
+	// PerHostQPS and PerHostBurst bound the requests needing a worker that
+	// one client address (as nats-server reports it) may make (defaults
+	// 5/s, 20; beyond: refused at once, reason rate_limited), so that one
+	// Pod flooding forged tokens spends its own budget, not the workers
+	// every other Pod's admission needs. Hosts holds the budgets of that
+	// many addresses (default 4096, least recently seen forgotten).
+	PerHostQPS   float32
+	PerHostBurst int
+	Hosts        int
+	// Clock is for tests (default the real clock).
+	Clock clock.PassiveClock
 }
 
 // known is an Authenticator that can tell it will answer from memory.
@@ -77,7 +93,14 @@ type known interface {
 func Serve(ctx context.Context, nc *nats.Conn, r *Responder, m *Metrics, log *slog.Logger, o ServeOptions) error {
 	o.Workers = cmp.Or(o.Workers, 16)
 	o.AnswerTimeout = cmp.Or(o.AnswerTimeout, 1500*time.Millisecond)
-	s := &answerer{r: r, m: m, log: log, timeout: o.AnswerTimeout, slots: make(chan struct{}, o.Workers)}
+	o.PerHostQPS, o.PerHostBurst, o.Hosts = cmp.Or(o.PerHostQPS, 5), cmp.Or(o.PerHostBurst, 20), cmp.Or(o.Hosts, 4096)
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	s := &answerer{r: r, m: m, log: log, timeout: o.AnswerTimeout, slots: make(chan struct{}, o.Workers),
+		hosts: lru.New(o.Hosts), newLimiter: func() flowcontrol.PassiveRateLimiter {
+			return flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(o.PerHostQPS, o.PerHostBurst, o.Clock)
+		}}
 	s.known, _ = r.Auth.(known)
 	// In-flight answers finish during a drain: not cancelled with ctx.
 	actx := context.WithoutCancel(ctx)
@@ -104,6 +127,20 @@ type answerer struct {
 	timeout time.Duration
 	slots   chan struct{}
 	wg      sync.WaitGroup
+	// hosts: client address → flowcontrol.PassiveRateLimiter; only the
+	// subscription's goroutine uses it.
+	hosts      *lru.Cache
+	newLimiter func() flowcontrol.PassiveRateLimiter
+}
+
+// allow spends one of host's reviews.
+func (s *answerer) allow(host string) bool {
+	v, ok := s.hosts.Get(host)
+	if !ok {
+		v = s.newLimiter()
+		s.hosts.Add(host, v)
+	}
+	return v.(flowcontrol.PassiveRateLimiter).TryAccept()
 }
 
 // dispatch runs on the subscription's goroutine: it never waits for the
@@ -116,7 +153,13 @@ func (s *answerer) dispatch(ctx context.Context, msg *nats.Msg) {
 		return
 	}
 	if s.known != nil && s.known.Known(presentedToken(req)) {
+		// Answered from memory. (Should the entry expire between Known
+		// and the answer, that one review runs here, within the timeout.)
 		s.answer(ctx, msg, ReasonCached)
+		return
+	}
+	if !s.allow(req.ClientInformation.Host) {
+		s.refuseAtOnce(msg, req, ReasonRateLimited)
 		return
 	}
 	select {
@@ -128,15 +171,22 @@ func (s *answerer) dispatch(ctx context.Context, msg *nats.Msg) {
 			s.answer(ctx, msg, ReasonReviewed)
 		}()
 	default:
-		resp, err := s.r.respond(req, "", "not authorized")
-		if err != nil {
-			s.m.Answers.WithLabelValues("error", ReasonUndecodable).Inc()
-			s.log.Error("NATS auth callout could not sign a refusal", "err", err)
-			return
-		}
-		s.m.Answers.WithLabelValues("refused", ReasonBusy).Inc()
-		s.reply(msg, resp)
+		s.refuseAtOnce(msg, req, ReasonBusy)
 	}
+}
+
+// refuseAtOnce answers without asking anyone.
+func (s *answerer) refuseAtOnce(msg *nats.Msg, req *jwt.AuthorizationRequestClaims, reason string) {
+	resp, err := s.r.respond(req, "", "not authorized")
+	if err != nil {
+		s.m.Answers.WithLabelValues("error", ReasonUndecodable).Inc()
+		s.log.Error("NATS auth callout could not sign a refusal", "err", err)
+		return
+	}
+	s.m.Answers.WithLabelValues("refused", reason).Inc()
+	// Debug: these come in floods; the counter is what an operator watches.
+	s.log.Debug("NATS connection refused", "host", req.ClientInformation.Host, "reason", reason)
+	s.reply(msg, resp)
 }
 
 func (s *answerer) answer(ctx context.Context, msg *nats.Msg, admitted string) {

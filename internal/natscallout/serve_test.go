@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // blocking authenticates "slow-*" tokens only once released (or its
@@ -94,3 +96,56 @@ func TestServeBoundsWorkAndServesCachedClients(t *testing.T) {
 }
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// TestServeBoundsReviewsPerHost: one client address that spent its budget
+// is refused at once (rate_limited, no review), while another address is
+// reviewed and admitted; the budget refills with time.
+func TestServeBoundsReviewsPerHost(t *testing.T) {
+	issuer, issuerPub := newIssuer(t)
+	srv := startServer(t, issuerPub)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	auth := &countingTokens{ids: tokens{"alice": {Name: "team-a/echo-1", Namespace: "team-a", Pool: "echo",
+		Worker: "echo-1", Expires: time.Now().Add(time.Hour)}}}
+	r := &Responder{Issuer: issuer, Account: "RUNPLANE", Permit: workerPermit, MaxTTL: time.Hour, Auth: auth, Clock: clock.RealClock{}}
+	internal, err := nats.Connect(srv.ClientURL(), nats.UserInfo("runplane", "internal"))
+	require.NoError(t, err)
+	t.Cleanup(internal.Close)
+	m := NewMetrics(nil)
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1_700_000_000, 0))
+	served := make(chan error, 1)
+	go func() {
+		served <- Serve(ctx, internal, r, m, discard(), ServeOptions{PerHostQPS: 1, PerHostBurst: 2, Clock: clk})
+	}()
+	require.Eventually(t, func() bool { return srv.NumSubscriptions() > 0 }, 5*time.Second, 10*time.Millisecond)
+	connect := func(from, tok string) error {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		nc, err := nats.Connect(srv.ClientURL(), nats.Token(tok), nats.NoReconnect(), nats.Timeout(10*time.Second), nats.SetCustomDialer(d))
+		if err == nil {
+			nc.Close()
+		}
+		return err
+	}
+
+	for range 3 {
+		require.Error(t, connect("127.0.0.2", "forged"))
+	}
+	assert.Equal(t, int32(2), auth.calls.Load(), "the burst of 2 is reviewed")
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.Answers.WithLabelValues("refused", ReasonRateLimited)))
+	require.NoError(t, connect("127.0.0.3", "alice"), "another address is reviewed")
+	clk.SetTime(clk.Now().Add(time.Second))
+	require.Error(t, connect("127.0.0.2", "forged"))
+	assert.Equal(t, int32(4), auth.calls.Load(), "the budget refilled")
+	cancel()
+	require.NoError(t, <-served)
+}
+
+type countingTokens struct {
+	ids   tokens
+	calls atomic.Int32
+}
+
+func (c *countingTokens) Authenticate(ctx context.Context, token string) (Identity, error) {
+	c.calls.Add(1)
+	return c.ids.Authenticate(ctx, token)
+}

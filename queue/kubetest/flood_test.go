@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -172,7 +173,10 @@ func TestFloodsDoNotStarveAdmission(t *testing.T) {
 		go func() {
 			defer flood.Done()
 			for fctx.Err() == nil {
-				nc, err := nats.Connect(srv.ClientURL(), nats.Token(craftedNATSToken(ns)), nats.NoReconnect(), nats.Timeout(10*time.Second))
+				// From one address (one hostile Pod); the worker below
+				// connects from another.
+				nc, err := nats.Connect(srv.ClientURL(), nats.Token(craftedNATSToken(ns)), nats.NoReconnect(), nats.Timeout(10*time.Second),
+					nats.SetCustomDialer(&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}))
 				if err != nil {
 					natsRefused.Add(1)
 				} else {
@@ -214,4 +218,5 @@ func TestFloodsDoNotStarveAdmission(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(metrics), `runplane_caller_auth_rate_limited_total{review="token"}`)
 	assert.Contains(t, string(metrics), `runplane_nats_callout_answers_total{reason="invalid_token",result="refused"}`)
+	assert.Contains(t, string(metrics), `runplane_nats_callout_answers_total{reason="rate_limited",result="refused"}`)
 }
