@@ -108,13 +108,25 @@ func Serve(ctx context.Context, nc *nats.Conn, r *Responder, m *Metrics, log *sl
 	if err != nil {
 		return fmt.Errorf("subscribing to %s: %w", RequestSubject, err)
 	}
+	closed := sub.StatusChanged(nats.SubscriptionClosed)
 	<-ctx.Done()
 	err = sub.Drain()
-	if err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		err = fmt.Errorf("draining the callout subscription: %w", err)
-	} else {
+	switch {
+	case err == nil:
+		// Requests already delivered are answered; bounded, should the
+		// connection go away meanwhile.
+		select {
+		case <-closed:
+		case <-time.After(2 * o.AnswerTimeout):
+		}
+	case errors.Is(err, nats.ErrConnectionClosed):
 		err = nil
+	default:
+		err = fmt.Errorf("draining the callout subscription: %w", err)
 	}
+	s.mu.Lock()
+	s.stopped = true // no answer starts after this
+	s.mu.Unlock()
 	s.wg.Wait()
 	return err
 }
@@ -126,6 +138,8 @@ type answerer struct {
 	known   known
 	timeout time.Duration
 	slots   chan struct{}
+	mu      sync.Mutex
+	stopped bool
 	wg      sync.WaitGroup
 	// hosts: client address → flowcontrol.PassiveRateLimiter; only the
 	// subscription's goroutine uses it.
@@ -164,7 +178,14 @@ func (s *answerer) dispatch(ctx context.Context, msg *nats.Msg) {
 	}
 	select {
 	case s.slots <- struct{}{}:
+		s.mu.Lock()
+		if s.stopped {
+			s.mu.Unlock()
+			<-s.slots
+			return
+		}
 		s.wg.Add(1)
+		s.mu.Unlock()
 		go func() {
 			defer s.wg.Done()
 			defer func() { <-s.slots }()
