@@ -198,14 +198,19 @@ func TestFloodsDoNotStarveAdmission(t *testing.T) {
 	// A sidecar retries a refused connect; three tries, each the server's
 	// full auth timeout, while the flood goes on.
 	var worker *nats.Conn
+	connectStart := time.Now()
 	for range 3 {
 		if worker, err = nats.Connect(srv.ClientURL(), nats.Token(tr.Status.Token), nats.NoReconnect(), nats.Timeout(10*time.Second)); err == nil {
 			break
 		}
 	}
 	require.NoError(t, err, "the worker connects through the callout during the flood")
+	connected := time.Since(connectStart)
 	worker.Close()
+	invokeStart := time.Now()
 	code, body := call(base, caller, "POST", invoke, map[string]any{"mode": "async"})
+	t.Logf("during the flood (%d ingress answers, %d refused connects so far): worker connected in %s, caller invoked in %s",
+		httpAnswered.Load(), natsRefused.Load(), connected, time.Since(invokeStart))
 	assert.Equal(t, http.StatusAccepted, code, "the known caller invokes during the flood: %s", body)
 	assert.Greater(t, natsRefused.Load(), floodBefore, "the callout flood was still running")
 
