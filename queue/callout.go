@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
 	"github.com/runplane/runplane/internal/natscallout"
@@ -35,6 +36,27 @@ type CalloutConfig struct {
 	// MaxTTL caps a worker's NATS user even when its token lives longer
 	// (default 1h).
 	MaxTTL time.Duration
+	// Client limits the callout's own Kubernetes client (default 50 QPS,
+	// burst 100): no other part of the queue spends it, so a flood at the
+	// ingress cannot delay a worker's admission.
+	Client ClientLimits
+	// Workers and AnswerTimeout bound the requests answered at once and
+	// each answer (natscallout.ServeOptions; defaults 16, 1.5s).
+	Workers       int
+	AnswerTimeout time.Duration
+	// PerHostQPS and PerHostBurst bound the reviews one client address may
+	// cause (natscallout.ServeOptions; defaults 5/s, 20).
+	PerHostQPS   float32
+	PerHostBurst int
+	// CacheTTL bounds how long an admission is reused for a reconnect with
+	// the same token (natscallout.CacheOptions; default 1m).
+	CacheTTL time.Duration
+}
+
+// ClientLimits is a Kubernetes client's client-side rate limit.
+type ClientLimits struct {
+	QPS   float32
+	Burst int
 }
 
 // DefaultCalloutAccount is the NATS account of runplane's users.
@@ -78,11 +100,14 @@ func newCallout(cfg CalloutConfig, nc *nats.Conn, kube kubernetes.Interface, per
 		responder: &natscallout.Responder{
 			Issuer:  issuer,
 			Account: cmp.Or(cfg.Account, DefaultCalloutAccount),
-			Auth:    &natscallout.KubeAuthenticator{Client: kube, Audience: natscallout.Audience},
-			Permit:  permit,
-			MaxTTL:  cmp.Or(cfg.MaxTTL, time.Hour),
-			Clock:   clock.RealClock{},
+			Auth: natscallout.NewCached(&natscallout.KubeAuthenticator{Client: kube, Audience: natscallout.Audience},
+				natscallout.CacheOptions{TTL: cfg.CacheTTL}),
+			Permit: permit,
+			MaxTTL: cmp.Or(cfg.MaxTTL, time.Hour),
+			Clock:  clock.RealClock{},
 		},
+		serve: natscallout.ServeOptions{Workers: cfg.Workers, AnswerTimeout: cfg.AnswerTimeout,
+			PerHostQPS: cfg.PerHostQPS, PerHostBurst: cfg.PerHostBurst},
 		metrics: natscallout.NewMetrics(reg),
 		log:     log.With("component", "nats-callout"),
 	}, nil
@@ -93,6 +118,7 @@ func newCallout(cfg CalloutConfig, nc *nats.Conn, kube kubernetes.Interface, per
 type callout struct {
 	nc        *nats.Conn
 	responder *natscallout.Responder
+	serve     natscallout.ServeOptions
 	metrics   *natscallout.Metrics
 	log       *slog.Logger
 }
@@ -100,7 +126,7 @@ type callout struct {
 // Start implements manager.Runnable.
 func (c *callout) Start(ctx context.Context) error {
 	c.log.Info("serving the NATS auth callout", "account", c.responder.Account)
-	return natscallout.Serve(ctx, c.nc, c.responder, c.metrics, c.log)
+	return natscallout.Serve(ctx, c.nc, c.responder, c.metrics, c.log, c.serve)
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable.
@@ -116,4 +142,17 @@ func readSecretFile(path string) (string, error) {
 		return "", fmt.Errorf("%s is empty", path)
 	}
 	return s, nil
+}
+
+// limitedClient is a clientset of its own on a copy of rc, with its own
+// client-side rate limit: parts of the queue that must not starve each
+// other each get one.
+func limitedClient(rc *rest.Config, l ClientLimits, qps float32, burst int) (kubernetes.Interface, error) {
+	c := rest.CopyConfig(rc)
+	c.QPS, c.Burst, c.RateLimiter = cmp.Or(l.QPS, qps), cmp.Or(l.Burst, burst), nil
+	client, err := kubernetes.NewForConfig(c)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return client, nil
 }

@@ -82,8 +82,12 @@ type Config struct {
 	// serverless.runplane.io pools; internal/callerauth), which needs
 	// RESTConfig.
 	InsecureDisableCallerAuth bool
-	// CallerAuth tunes the caches of those reviews.
+	// CallerAuth tunes the caches and limits of those reviews.
 	CallerAuth callerauth.Options
+	// CallerAuthClient limits caller authentication's own Kubernetes client
+	// (default 50 QPS, burst 100), apart from the callout's and the
+	// activator's: a flood of callers cannot starve worker admission.
+	CallerAuthClient ClientLimits
 	// DisableIngress / DisableActivator run only one half.
 	DisableIngress, DisableActivator bool
 	// Ingress and Activator knobs (zero values take the packages' defaults).
@@ -179,7 +183,11 @@ func Run(ctx context.Context, cfg Config) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var runnables []manager.Runnable
 	if cfg.Callout.IssuerSeedFile != "" {
-		co, err := newCallout(cfg.Callout, nc, kube, WorkerPermit(cfg.Stream.WithDefaults()), reg, log)
+		calloutKube, err := limitedClient(cfg.RESTConfig, cfg.Callout.Client, 50, 100)
+		if err != nil {
+			return err
+		}
+		co, err := newCallout(cfg.Callout, nc, calloutKube, WorkerPermit(cfg.Stream.WithDefaults()), reg, log)
 		if err != nil {
 			return err
 		}
@@ -193,7 +201,13 @@ func Run(ctx context.Context, cfg Config) error {
 		case kube == nil:
 			return errors.New("queue: caller authentication needs a Kubernetes config (InsecureDisableCallerAuth turns it off: insecure)")
 		default:
-			g, err := callerauth.New(kube, cfg.CallerAuth)
+			callerKube, err := limitedClient(cfg.RESTConfig, cfg.CallerAuthClient, 50, 100)
+			if err != nil {
+				return err
+			}
+			ca := cfg.CallerAuth
+			ca.Registerer = reg
+			g, err := callerauth.New(callerKube, ca)
 			if err != nil {
 				return fmt.Errorf("queue: %w", err)
 			}

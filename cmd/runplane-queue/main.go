@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -28,6 +29,29 @@ func main() {
 	}
 }
 
+// float32Flag is a float32 flag (the flag package has only float64); its
+// zero default leaves the package default.
+type float32Flag struct{ p *float32 }
+
+func (f float32Flag) String() string {
+	if f.p == nil {
+		return "0"
+	}
+	return strconv.FormatFloat(float64(*f.p), 'g', -1, 32)
+}
+
+func (f float32Flag) Set(s string) error {
+	v, err := strconv.ParseFloat(s, 32)
+	if err != nil {
+		return err
+	}
+	if v <= 0 {
+		return fmt.Errorf("%s: must be > 0", s)
+	}
+	*f.p = float32(v)
+	return nil
+}
+
 func run() error {
 	var c queue.Config
 	var kubeconfig, pools string
@@ -38,6 +62,19 @@ func run() error {
 	flag.StringVar(&c.Callout.IssuerSeedFile, "nats-callout-issuer-seed-file", "", "file holding the auth callout's issuer account nkey seed (its public key is the server's auth_callout.issuer); empty: no callout")
 	flag.StringVar(&c.Callout.Account, "nats-callout-account", queue.DefaultCalloutAccount, "NATS account the callout places worker users in (the server's auth_callout.account)")
 	flag.DurationVar(&c.Callout.MaxTTL, "nats-callout-max-ttl", time.Hour, "longest life of a worker's NATS user (shorter when its token expires sooner)")
+	flag.Var(float32Flag{&c.Callout.Client.QPS}, "nats-callout-kube-qps", "client-side QPS of the callout's own Kubernetes client (default 50)")
+	flag.IntVar(&c.Callout.Client.Burst, "nats-callout-kube-burst", 100, "client-side burst of the callout's own Kubernetes client")
+	flag.IntVar(&c.Callout.Workers, "nats-callout-workers", 16, "authorization requests the callout reviews at once; beyond, a request is refused at once (the client retries)")
+	flag.DurationVar(&c.Callout.AnswerTimeout, "nats-callout-answer-timeout", 1500*time.Millisecond, "deadline of one callout answer; keep it below nats-server's auth callout timeout (2s)")
+	flag.Var(float32Flag{&c.Callout.PerHostQPS}, "nats-callout-per-host-qps", "callout reviews per second one client address may cause; beyond, refused at once (default 5)")
+	flag.IntVar(&c.Callout.PerHostBurst, "nats-callout-per-host-burst", 20, "burst of one client address's callout reviews")
+	flag.DurationVar(&c.Callout.CacheTTL, "nats-callout-cache-ttl", time.Minute, "how long an admission is reused for a reconnect with the same token (never past the token's expiry)")
+	flag.Var(float32Flag{&c.CallerAuthClient.QPS}, "caller-auth-kube-qps", "client-side QPS of caller authentication's own Kubernetes client (default 50)")
+	flag.IntVar(&c.CallerAuthClient.Burst, "caller-auth-kube-burst", 100, "client-side burst of caller authentication's own Kubernetes client")
+	flag.Var(float32Flag{&c.CallerAuth.TokenReviewQPS}, "caller-auth-token-review-qps", "TokenReviews per second of bearer tokens not in the cache, all callers together; beyond, 429 (default 20)")
+	flag.IntVar(&c.CallerAuth.TokenReviewBurst, "caller-auth-token-review-burst", 40, "burst of those TokenReviews")
+	flag.Var(float32Flag{&c.CallerAuth.AccessReviewQPS}, "caller-auth-access-review-qps", "SubjectAccessReviews per second one caller may cause with requests not in its cache; beyond, 429 (default 5)")
+	flag.IntVar(&c.CallerAuth.AccessReviewBurst, "caller-auth-access-review-burst", 20, "burst of one caller's SubjectAccessReviews")
 	flag.StringVar(&c.Stream.Prefix, "subject-prefix", api.DefaultSubjectPrefix, "subject prefix")
 	flag.StringVar(&c.Stream.Stream, "stream", api.DefaultStreamName, "JetStream stream name")
 	flag.IntVar(&c.Stream.Replicas, "stream-replicas", 1, "stream and bucket replicas")

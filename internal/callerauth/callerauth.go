@@ -4,12 +4,19 @@
 // and Kubernetes RBAC authorizes (SubjectAccessReview) on runplane's
 // serverless resource — so tenants grant access with ordinary Roles.
 //
-// Both reviews go through k8s.io/apiserver's caching webhook token
-// authenticator and delegating authorizer, the clients kube-rbac-proxy and
-// controller-runtime's secure metrics use.
+// Both reviews go through k8s.io/apiserver's webhook token authenticator
+// and delegating authorizer, the clients kube-rbac-proxy and
+// controller-runtime's secure metrics use. In front of them sit caches
+// built to survive a flood (tokens.go, access.go): accepted tokens are kept
+// apart from forged ones and never past their own expiry, reviews of
+// unknown tokens are rate limited globally and access reviews per user, and
+// each user's access decisions live in that user's own bounded cache. A
+// review refused by those limits is a 429 with Retry-After for the caller,
+// while callers already known keep being served from the caches.
 package callerauth
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,16 +24,20 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
-	tokencache "k8s.io/apiserver/pkg/authentication/token/cache"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	webhooktoken "k8s.io/apiserver/plugin/pkg/authenticator/token/webhook"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/lru"
 )
 
 // The RBAC coordinates of a pool's invocations: verb create on
@@ -62,22 +73,64 @@ func (r Request) String() string {
 type Refusal struct {
 	Status  int
 	Message string
+	// RetryAfter is set on a 429: when the caller may try again.
+	RetryAfter time.Duration
 }
 
 func (r *Refusal) Error() string { return r.Message }
 
-// Options tunes the caches. Zero values take the defaults below.
+// Options tunes the caches and limits. Zero values take the defaults below.
 type Options struct {
-	// TokenCacheTTL is how long an authenticated token is trusted without
-	// asking again (default 1m; a revoked token works this long at most).
+	// TokenCacheTTL is how long an accepted token is trusted without asking
+	// again (default 1m), never past the token's own exp claim when it is a
+	// JWT: a revoked token works this long at most.
 	TokenCacheTTL time.Duration
 	// AllowCacheTTL and DenyCacheTTL keep RBAC answers (defaults 30s, 10s:
-	// a new RoleBinding takes effect within DenyCacheTTL). A refused token
-	// is remembered for DenyCacheTTL too, so a flood of forged tokens costs
-	// one review each per DenyCacheTTL.
+	// a new RoleBinding takes effect within DenyCacheTTL, a removed one
+	// within AllowCacheTTL). A refused token is remembered for
+	// DenyCacheTTL too.
 	AllowCacheTTL, DenyCacheTTL time.Duration
+	// TokenReviewQPS and TokenReviewBurst bound the TokenReviews of tokens
+	// not in the caches, for all callers together (defaults 20/s, 40):
+	// beyond, a new token gets 429 while known callers are served.
+	TokenReviewQPS   float32
+	TokenReviewBurst int
+	// AccessReviewQPS and AccessReviewBurst bound the
+	// SubjectAccessReviews one user causes with requests not in its cache
+	// (defaults 5/s, 20 per user).
+	AccessReviewQPS   float32
+	AccessReviewBurst int
+	// DecisionsPerUser bounds each user's decision cache (default 128) and
+	// Users the number of users whose caches are kept (default 1024): at
+	// most 128Ki decisions in memory.
+	DecisionsPerUser, Users int
 	// Audiences a token must carry; empty: the apiserver's own.
 	Audiences []string
+	// Registerer receives runplane_caller_auth_rate_limited_total (nil:
+	// unregistered).
+	Registerer prometheus.Registerer
+	// Clock is for tests (default the real clock).
+	Clock clock.PassiveClock
+}
+
+func (o *Options) defaults() {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&o.TokenCacheTTL, time.Minute)
+	def(&o.AllowCacheTTL, 30*time.Second)
+	def(&o.DenyCacheTTL, 10*time.Second)
+	o.TokenReviewQPS = cmp.Or(o.TokenReviewQPS, 20)
+	o.TokenReviewBurst = cmp.Or(o.TokenReviewBurst, 40)
+	o.AccessReviewQPS = cmp.Or(o.AccessReviewQPS, 5)
+	o.AccessReviewBurst = cmp.Or(o.AccessReviewBurst, 20)
+	o.DecisionsPerUser = cmp.Or(o.DecisionsPerUser, 128)
+	o.Users = cmp.Or(o.Users, 1024)
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
 }
 
 // Gate authenticates and authorizes requests.
@@ -86,22 +139,24 @@ type Gate struct {
 	authz authorizer.Authorizer
 }
 
-// New builds a Gate that reviews tokens and access through client.
+// New builds a Gate that reviews tokens and access through client, which
+// should be the Gate's own (its client-side rate limit is the Gate's alone).
 func New(client kubernetes.Interface, o Options) (*Gate, error) {
-	if o.TokenCacheTTL == 0 {
-		o.TokenCacheTTL = time.Minute
-	}
-	if o.AllowCacheTTL == 0 {
-		o.AllowCacheTTL = 30 * time.Second
-	}
-	if o.DenyCacheTTL == 0 {
-		o.DenyCacheTTL = 10 * time.Second
+	o.defaults()
+	limited := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "runplane_caller_auth_rate_limited_total",
+		Help: "Ingress callers refused with 429 because the rate of reviews was spent: review=token (unknown tokens, all callers) or access (one user's uncached access checks).",
+	}, []string{"review"})
+	if o.Registerer != nil {
+		if err := o.Registerer.Register(limited); err != nil {
+			return nil, fmt.Errorf("registering the caller auth metrics: %w", err)
+		}
 	}
 	// The apiserver's own defaults for webhook token/authorization retries.
 	backoff := &wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5}
 	// The pieces of apiserver's delegating authenticator that apply here:
-	// the TokenReview client, its cache, and the bearer-token header
-	// reader, without the union that flattens an outage into a refusal.
+	// the TokenReview client and the bearer-token header reader, without
+	// the union that flattens an outage into a refusal.
 	reviewer, err := webhooktoken.NewFromInterface(client.AuthenticationV1(), authenticator.Audiences(o.Audiences),
 		*backoff, 10*time.Second, webhooktoken.AuthenticatorMetrics{
 			RecordRequestTotal:   func(context.Context, string) {},
@@ -110,17 +165,21 @@ func New(client kubernetes.Interface, o Options) (*Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the token reviewer: %w", err)
 	}
-	authn := bearertoken.New(tokencache.New(reviewer, false, o.TokenCacheTTL, o.DenyCacheTTL))
+	authn := bearertoken.New(&tokenReviews{review: reviewer, clock: o.Clock, ttl: o.TokenCacheTTL, refusedTTL: o.DenyCacheTTL,
+		known: cache.NewLRUExpireCacheWithClock(8192, o.Clock), refused: cache.NewLRUExpireCacheWithClock(8192, o.Clock),
+		misses:  flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(o.TokenReviewQPS, o.TokenReviewBurst, o.Clock),
+		limited: limited.WithLabelValues("token")})
+	// The library's shared cache is off (zero TTLs): accessReviews caches.
 	authz, err := authorizerfactory.DelegatingAuthorizerConfig{
 		SubjectAccessReviewClient: client.AuthorizationV1(),
-		AllowCacheTTL:             o.AllowCacheTTL,
-		DenyCacheTTL:              o.DenyCacheTTL,
 		WebhookRetryBackoff:       backoff,
 	}.New()
 	if err != nil {
 		return nil, fmt.Errorf("building the access reviewer: %w", err)
 	}
-	return &Gate{authn: authn, authz: authz}, nil
+	return &Gate{authn: authn, authz: &accessReviews{review: authz, clock: o.Clock, allowTTL: o.AllowCacheTTL, denyTTL: o.DenyCacheTTL,
+		perUser: o.DecisionsPerUser, qps: o.AccessReviewQPS, burst: o.AccessReviewBurst, users: lru.New(o.Users),
+		limited: limited.WithLabelValues("access")}}, nil
 }
 
 // unavailable tells an apiserver that could not answer (an API error, a
@@ -137,6 +196,9 @@ func unavailable(err error) bool {
 // be asked (503).
 func (g *Gate) Check(r *http.Request, req Request) (user.Info, error) {
 	res, ok, err := g.authn.AuthenticateRequest(r)
+	if errors.Is(err, errBusy) {
+		return nil, busy("too many unknown bearer tokens to review at the moment; retry later")
+	}
 	if !ok && unavailable(err) {
 		return nil, fmt.Errorf("reviewing the caller's token: %w", err)
 	}
@@ -154,6 +216,9 @@ func (g *Gate) Check(r *http.Request, req Request) (user.Info, error) {
 		Name:            req.Pool,
 		ResourceRequest: true,
 	})
+	if errors.Is(err, errBusy) {
+		return nil, busy(fmt.Sprintf("%q asked about too many different pools or verbs at once; retry later", res.User.GetName()))
+	}
 	if err != nil && decision != authorizer.DecisionAllow {
 		return nil, fmt.Errorf("reviewing %s's access: %w", res.User.GetName(), err)
 	}
@@ -165,4 +230,8 @@ func (g *Gate) Check(r *http.Request, req Request) (user.Info, error) {
 		return nil, &Refusal{Status: http.StatusForbidden, Message: msg}
 	}
 	return res.User, nil
+}
+
+func busy(msg string) *Refusal {
+	return &Refusal{Status: http.StatusTooManyRequests, Message: msg, RetryAfter: time.Second}
 }

@@ -21,9 +21,10 @@ import (
 // allowed "verb namespace pool"); the reviewers use client-go's REST client
 // directly, so a fake clientset cannot stand in for it.
 type fakeAPI struct {
-	client       kubernetes.Interface
-	tokenReviews atomic.Int32
-	lastSAR      atomic.Pointer[authzv1.SubjectAccessReviewSpec]
+	client        kubernetes.Interface
+	tokenReviews  atomic.Int32
+	accessReviews atomic.Int32
+	lastSAR       atomic.Pointer[authzv1.SubjectAccessReviewSpec]
 }
 
 func newFakeAPI(t *testing.T, users map[string]string, grants map[string][]string, outage bool) *fakeAPI {
@@ -49,6 +50,7 @@ func newFakeAPI(t *testing.T, users map[string]string, grants map[string][]strin
 	})
 	mux.HandleFunc("POST /apis/authorization.k8s.io/v1/subjectaccessreviews", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
+		f.accessReviews.Add(1)
 		var sar authzv1.SubjectAccessReview
 		require.NoError(t, json.NewDecoder(r.Body).Decode(&sar))
 		f.lastSAR.Store(&sar.Spec)

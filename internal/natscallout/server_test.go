@@ -53,7 +53,9 @@ func serveCallout(t *testing.T, ctx context.Context, srv *server.Server, r *Resp
 	t.Cleanup(internal.Close)
 	m := NewMetrics(nil)
 	served := make(chan error, 1)
-	go func() { served <- Serve(ctx, internal, r, m, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	go func() {
+		served <- Serve(ctx, internal, r, m, slog.New(slog.NewTextHandler(io.Discard, nil)), ServeOptions{})
+	}()
 	// Serve subscribes asynchronously; the subscription showing on the
 	// server is the barrier before clients connect.
 	require.Eventually(t, func() bool { return srv.NumSubscriptions() > 0 }, 5*time.Second, 10*time.Millisecond)
@@ -91,7 +93,7 @@ func TestCalloutOnRealServer(t *testing.T) {
 			require.Error(t, err)
 			assert.Contains(t, strings.ToLower(err.Error()), "authorization violation")
 		}
-		assert.GreaterOrEqual(t, testutil.ToFloat64(m.Answers.WithLabelValues("refused")), 2.0)
+		assert.GreaterOrEqual(t, testutil.ToFloat64(m.Answers.WithLabelValues("refused", ReasonOther)), 2.0)
 	})
 
 	t.Run("worker gets exactly its subjects", func(t *testing.T) {
@@ -100,7 +102,7 @@ func TestCalloutOnRealServer(t *testing.T) {
 			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
 		require.NoError(t, err)
 		defer worker.Close()
-		assert.Equal(t, 1.0, testutil.ToFloat64(m.Answers.WithLabelValues("admitted")))
+		assert.Equal(t, 1.0, testutil.ToFloat64(m.Answers.WithLabelValues("admitted", ReasonReviewed)))
 
 		// Its own dispatch subject: the internal user's message arrives.
 		own, err := worker.SubscribeSync("dispatch.team-a.echo.echo-1")

@@ -3,7 +3,9 @@ package ingress
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
+	"strconv"
 
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/internal/httpjson"
@@ -30,7 +32,9 @@ func (s *Server) allowed(w http.ResponseWriter, r *http.Request, req callerauth.
 	if s.cfg.Auth == nil {
 		return true
 	}
-	_, err := s.cfg.Auth.Check(r, req)
+	// A clone: the bearer-token reader removes the header it accepted, and
+	// a later check of the same request (resultReadable) needs it again.
+	_, err := s.cfg.Auth.Check(r.Clone(r.Context()), req)
 	if err == nil {
 		return true
 	}
@@ -42,6 +46,9 @@ func (s *Server) refuse(w http.ResponseWriter, req callerauth.Request, err error
 	var refusal *callerauth.Refusal
 	if errors.As(err, &refusal) {
 		s.m.rejected.WithLabelValues(fmt.Sprint(refusal.Status)).Inc()
+		if refusal.RetryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(refusal.RetryAfter.Seconds()))))
+		}
 		httpjson.Error(w, refusal.Status, refusal.Message)
 		return
 	}
@@ -101,4 +108,12 @@ func (s *Server) authorizeInvoke(w http.ResponseWriter, r *http.Request, ns, poo
 		return false
 	}
 	return s.allowed(w, r, callerauth.Request{Verb: VerbInvoke, Namespace: ns, Pool: poolName, Subresource: callerauth.SubresourceInvocations})
+}
+
+// resultReadable checks, for a re-post of an existing invocation ID that
+// would answer with its stored Record (sync mode), that the caller may
+// also get pools/invocations of the pool: create alone must not read
+// another caller's results.
+func (s *Server) resultReadable(w http.ResponseWriter, r *http.Request, ns, poolName string) bool {
+	return s.allowed(w, r, callerauth.Request{Verb: VerbRead, Namespace: ns, Pool: poolName, Subresource: callerauth.SubresourceInvocations})
 }

@@ -159,6 +159,9 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 	}
 	if ack.Duplicate {
 		s.m.duplicates.WithLabelValues(poolName).Inc()
+		if req.Mode == messages.ModeSync && !s.resultReadable(w, r, ns, poolName) {
+			return
+		}
 	}
 	s.m.accepted.WithLabelValues(poolName, string(req.Mode)).Inc()
 	if req.Mode == messages.ModeAsync {

@@ -76,7 +76,7 @@ func TestWorkerIdentityFromBoundToken(t *testing.T) {
 		wantErr string
 	}{
 		{name: "bound to a pool Pod", token: token(t, "workers-a", "worker", nats, bound(worker))},
-		{name: "apiserver audience", token: token(t, "workers-a", "worker", nil, bound(worker)), wantErr: "not authenticated"},
+		{name: "apiserver audience", token: token(t, "workers-a", "worker", nil, bound(worker)), wantErr: "audience"},
 		{name: "minted without a Pod binding", token: token(t, "workers-a", "worker", nats, nil), wantErr: "not bound to a Pod"},
 		{name: "bare Pod labelled with the pool", token: token(t, "workers-a", "worker", nats, bound(bare)), wantErr: "not owned by a ReplicaSet"},
 	}
@@ -140,7 +140,7 @@ func TestWorkerConnectsThroughCallout(t *testing.T) {
 		},
 	}
 	go func() {
-		_ = natscallout.Serve(ctx, internal, responder, natscallout.NewMetrics(nil), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		_ = natscallout.Serve(ctx, internal, responder, natscallout.NewMetrics(nil), slog.New(slog.NewTextHandler(io.Discard, nil)), natscallout.ServeOptions{})
 	}()
 	require.Eventually(t, func() bool { return srv.NumSubscriptions() > 0 }, 5*time.Second, 10*time.Millisecond)
 
