@@ -1,6 +1,7 @@
 package state
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -83,4 +84,24 @@ func TestPendingIsBounded(t *testing.T) {
 	}
 	require.LessOrEqual(t, len(s.pending), MaxPending)
 	require.Empty(t, s.pools, "no pool state for pools nobody serves")
+}
+
+// TestRefusedPodsLeaveNoPools: Pods refused as workers (a bare Pod
+// labelled with a made-up pool) or finished create no pool state; a known
+// pool's worker still goes when its Pod does.
+func TestRefusedPodsLeaveNoPools(t *testing.T) {
+	s, _ := newAdmittingState()
+	for i := range 100 {
+		lost, poke := s.PodSeen(fmt.Sprintf("junk-%d", i), "p", "team-a", 1, Pod{Created: s.Now()}, true)
+		require.Nil(t, lost)
+		require.False(t, poke)
+	}
+	require.Empty(t, s.PoolNames(), "refused Pods left pools behind")
+
+	regIn(s, "team-a", "echo", "w")
+	_, _ = s.PodSeen("echo", "w", "team-a", 1, Pod{Created: s.Now()}, false)
+	require.Len(t, s.Pool(Key("team-a", "echo")).Workers, 1)
+	_, poke := s.PodSeen("echo", "w", "team-a", 1, Pod{Created: s.Now()}, true)
+	require.True(t, poke)
+	require.Empty(t, s.Pool(Key("team-a", "echo")).Workers, "the worker goes with its Pod")
 }

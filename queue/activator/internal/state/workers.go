@@ -103,16 +103,23 @@ func (s *State) Event(ev messages.Event) EventOutcome {
 // It returns the Loss of a Pod that went with work open, and whether the
 // dispatcher should look again.
 func (s *State) PodSeen(pool, name, namespace string, concurrency int, pod Pod, gone bool) (lost *Loss, poke bool) {
-	p := s.Pool(Key(namespace, pool))
-	w := p.Workers[name]
 	pk := Key(Key(namespace, pool), name)
 	if gone {
 		delete(s.pending, pk)
-		if w != nil {
+		// A refused or finished Pod creates no pool: Pods labelled with
+		// made-up pool names would otherwise leave state (and a status
+		// published every few seconds) behind for ever.
+		p := s.pools[Key(namespace, pool)]
+		if p == nil {
+			return nil, false
+		}
+		if w := p.Workers[name]; w != nil {
 			lost = s.lose(p, w, "pod gone", false)
 		}
 		return lost, true
 	}
+	p := s.Pool(Key(namespace, pool))
+	w := p.Workers[name]
 	if w == nil {
 		w = s.newWorker(name, pool, namespace)
 		w.LastSeen = s.clk.Now()
