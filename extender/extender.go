@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -42,6 +43,9 @@ type Extender struct {
 	ledger    *ledger.Ledger
 	metrics   *metrics
 	podLister listersv1.PodLister
+	// deletePod deletes a placeholder (deletePod(client); tests use the
+	// fake clientset's typed Delete, whose REST client is nil).
+	deletePod func(ctx context.Context, ns, name string, opts *metav1.DeleteOptions) (runtime.Object, error)
 	// informerSynced report whether the Pod and Node informers (and the
 	// followed Lease's) synced.
 	informerSynced []cache.InformerSynced
@@ -93,7 +97,7 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 	e := &Extender{
 		cfg: cfg, log: cfg.Logger, client: client, caPEM: caPEM, done: make(chan struct{}),
 		ledger:  ledger.New(ledger.Options{ReservationTTL: cfg.ReservationTTL, Clock: cfg.Clock}),
-		intents: intents{clock: cfg.Clock},
+		intents: intents{clock: cfg.Clock}, deletePod: deletePod(client),
 	}
 	e.metrics = newMetrics(e.ledger)
 	mgr, err := manager.New(rc, manager.Options{
