@@ -303,13 +303,19 @@ func (e *Extender) informers() (manager.Runnable, error) {
 	podInf := f.Core().V1().Pods()
 	nodeInf := f.Core().V1().Nodes()
 	e.podLister = podInf.Lister()
-	if _, err := podInf.Informer().AddEventHandler(feed(e.ledger.UpsertPod, func(p *corev1.Pod) { e.ledger.DeletePod(p.UID) })); err != nil {
+	podReg, err := podInf.Informer().AddEventHandler(feed(e.ledger.UpsertPod, func(p *corev1.Pod) { e.ledger.DeletePod(p.UID) }))
+	if err != nil {
 		return nil, fmt.Errorf("extender: pod informer: %w", err)
 	}
-	if _, err := nodeInf.Informer().AddEventHandler(feed(e.ledger.UpsertNode, func(n *corev1.Node) { e.ledger.DeleteNode(n.Name) })); err != nil {
+	nodeReg, err := nodeInf.Informer().AddEventHandler(feed(e.ledger.UpsertNode, func(n *corev1.Node) { e.ledger.DeleteNode(n.Name) }))
+	if err != nil {
 		return nil, fmt.Errorf("extender: node informer: %w", err)
 	}
-	e.informerSynced = []cache.InformerSynced{podInf.Informer().HasSynced, nodeInf.Informer().HasSynced}
+	// The registrations' HasSynced, not the informers': an informer has
+	// synced once its store holds the list, but the ledger has it only once
+	// the handler has been handed every listed object — claims a
+	// predecessor left must be recovered before this extender makes any.
+	e.informerSynced = []cache.InformerSynced{podReg.HasSynced, nodeReg.HasSynced}
 	return always(func(ctx context.Context) error {
 		f.Start(ctx.Done())
 		<-ctx.Done()

@@ -477,6 +477,12 @@ func (l *Ledger) recover(pod *corev1.Pod) {
 		// superseded before the predecessor died): only one inherits it.
 		return
 	}
+	if p := l.pods[claim.UID]; p != nil && p.claimedBy != "" {
+		// This process already gave the placeholder to another Pod (or
+		// deleted it for a bind that failed): the annotation, seen late,
+		// is a superseded intent.
+		return
+	}
 	l.inherits[pod.UID], l.inheritedBy[claim.UID] = claim, pod.UID
 	a := &assumption{uid: pod.UID, node: claim.Node, req: l.pack(PodRequests(pod)), state: Recovered,
 		expires: l.opts.Clock.Now().Add(l.opts.RecoveredTTL)}
@@ -494,6 +500,12 @@ func (l *Ledger) DeletePod(uid types.UID) {
 		l.unassume(a, false)
 	}
 	if p := l.pods[uid]; p != nil {
+		if p.claimedBy != "" {
+			// Deleted by this process's claim (or for a bind that failed):
+			// settled, no late-seen annotation may inherit it. (The claimer's
+			// own record, when it is seen bound, replaces this one.)
+			l.recorded[uid] = p.claimedBy
+		}
 		l.removeRec(p)
 		delete(l.pods, uid)
 		if p.record != "" && l.recorded[p.record] == uid {

@@ -517,3 +517,28 @@ func TestInheritanceEndsWhenAnotherPodClaims(t *testing.T) {
 	_, ok := l.Inherited(xp.UID, "a")
 	require.False(t, ok)
 }
+
+// An unbound Pod's claim annotation seen only after this process gave the
+// placeholder to another Pod (a predecessor's superseded intent that
+// landed late) inherits nothing, whether the placeholder is still there
+// or already deleted by that claim.
+func TestRecoverLateAnnotationOfClaimedPlaceholder(t *testing.T) {
+	for _, deleted := range []bool{false, true} {
+		l := New(Options{})
+		l.UpsertNode(testNode("a", 2))
+		l.UpsertPod(testPod("ph", "stock", "g1", "a", 1, corev1.PodRunning))
+		y := RequestFor(testPod("y", "gpu", "g1", "", 1, corev1.PodPending), true)
+		requireClaim(t, "ph", l.Filter(y, []string{"a"}, true))
+		if deleted {
+			_, err := l.BeginBind(y, "a")
+			require.NoError(t, err)
+			l.DeletePod("uid-ph")
+		}
+		xp := testPod("x", "gpu", "g1", "", 1, corev1.PodPending)
+		xp.Annotations = map[string]string{api.AnnotationClaimedStock: "a/ns/ph/uid-ph"}
+		l.UpsertPod(xp)
+		assert.Empty(t, l.Inherits(xp.UID), "deleted=%v: x inherits the placeholder y claimed", deleted)
+		_, _, ok := l.Assumed(xp.UID)
+		assert.False(t, ok, "deleted=%v: x holds capacity for it", deleted)
+	}
+}
