@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -42,6 +43,9 @@ type Extender struct {
 	ledger    *ledger.Ledger
 	metrics   *metrics
 	podLister listersv1.PodLister
+	// deletePod deletes a placeholder (deletePod(client); tests use the
+	// fake clientset's typed Delete, whose REST client is nil).
+	deletePod func(ctx context.Context, ns, name string, opts *metav1.DeleteOptions) (runtime.Object, error)
 	// informerSynced report whether the Pod and Node informers (and the
 	// followed Lease's) synced.
 	informerSynced []cache.InformerSynced
@@ -93,7 +97,7 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 	e := &Extender{
 		cfg: cfg, log: cfg.Logger, client: client, caPEM: caPEM, done: make(chan struct{}),
 		ledger:  ledger.New(ledger.Options{ReservationTTL: cfg.ReservationTTL, Clock: cfg.Clock}),
-		intents: intents{clock: cfg.Clock},
+		intents: intents{clock: cfg.Clock}, deletePod: deletePod(client),
 	}
 	e.metrics = newMetrics(e.ledger)
 	mgr, err := manager.New(rc, manager.Options{
@@ -299,13 +303,19 @@ func (e *Extender) informers() (manager.Runnable, error) {
 	podInf := f.Core().V1().Pods()
 	nodeInf := f.Core().V1().Nodes()
 	e.podLister = podInf.Lister()
-	if _, err := podInf.Informer().AddEventHandler(feed(e.ledger.UpsertPod, func(p *corev1.Pod) { e.ledger.DeletePod(p.UID) })); err != nil {
+	podReg, err := podInf.Informer().AddEventHandler(feed(e.ledger.UpsertPod, func(p *corev1.Pod) { e.ledger.DeletePod(p.UID) }))
+	if err != nil {
 		return nil, fmt.Errorf("extender: pod informer: %w", err)
 	}
-	if _, err := nodeInf.Informer().AddEventHandler(feed(e.ledger.UpsertNode, func(n *corev1.Node) { e.ledger.DeleteNode(n.Name) })); err != nil {
+	nodeReg, err := nodeInf.Informer().AddEventHandler(feed(e.ledger.UpsertNode, func(n *corev1.Node) { e.ledger.DeleteNode(n.Name) }))
+	if err != nil {
 		return nil, fmt.Errorf("extender: node informer: %w", err)
 	}
-	e.informerSynced = []cache.InformerSynced{podInf.Informer().HasSynced, nodeInf.Informer().HasSynced}
+	// The registrations' HasSynced, not the informers': an informer has
+	// synced once its store holds the list, but the ledger has it only once
+	// the handler has been handed every listed object — claims a
+	// predecessor left must be recovered before this extender makes any.
+	e.informerSynced = []cache.InformerSynced{podReg.HasSynced, nodeReg.HasSynced}
 	return always(func(ctx context.Context) error {
 		f.Start(ctx.Done())
 		<-ctx.Done()

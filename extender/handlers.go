@@ -14,7 +14,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 	"k8s.io/utils/ptr"
 
@@ -282,6 +284,15 @@ func (e *Extender) handleBind(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(&out)
 }
 
+// deletePod deletes a Pod and returns what the API server answered: the
+// Pod as it was removed, or as it still is (finalizers). The typed client's
+// Delete drops that answer, so this goes through the REST client.
+func deletePod(c kubernetes.Interface) func(context.Context, string, string, *metav1.DeleteOptions) (runtime.Object, error) {
+	return func(ctx context.Context, ns, name string, opts *metav1.DeleteOptions) (runtime.Object, error) {
+		return c.CoreV1().RESTClient().Delete().Namespace(ns).Resource("pods").Name(name).Body(opts).Do(ctx).Get()
+	}
+}
+
 // errUIDMismatch: the Pod of that name is another Pod than the one asked for.
 var errUIDMismatch = errors.New("UID mismatch")
 
@@ -323,15 +334,22 @@ func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 		}
 		return &bindError{reasonNoRoom, err}
 	}
-	phDeleted := false
+	phDeleted, took := false, false
 	ok := false
 	defer func() { e.ledger.EndBind(pod.UID, ok, phDeleted) }()
+	claimCtx, cancel := context.WithTimeout(ctx, e.cfg.ClaimTimeout)
+	defer cancel()
 	if ph != nil {
-		claimCtx, cancel := context.WithTimeout(ctx, e.cfg.ClaimTimeout)
-		defer cancel()
-		if phDeleted, err = e.claim(claimCtx, pod, ph); err != nil {
+		if phDeleted, took, err = e.claim(claimCtx, pod, ph); err != nil {
 			return err
 		}
+	}
+	// No claim annotation this process started for the Pod (an intent of
+	// an earlier reservation, superseded or not) may land after the
+	// Binding: the Binding's annotation below is the last word.
+	intended, err := e.intents.settle(claimCtx, pod.UID)
+	if err != nil {
+		return &bindError{reasonAnnotate, fmt.Errorf("Pod %s/%s: %w", pod.Namespace, pod.Name, err)}
 	}
 	// Leadership may have moved while this bind waited for the claim: a
 	// new leader's ledger already counts what this one assumed.
@@ -344,12 +362,10 @@ func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 		Target:     corev1.ObjectReference{Kind: "Node", Name: args.Node},
 	}
 	// The Binding's annotations land on the Pod with its node: the claim
-	// annotation then reports what this bind took.
-	if ph != nil {
-		binding.Annotations = map[string]string{api.AnnotationClaimedStock: ph.String()}
-	} else if v, ok := pod.Annotations[api.AnnotationClaimedStock]; ok && v != "" && !e.inherited(pod, v, args.Node) {
-		// An intent for a claim that did not happen: "" says none.
-		binding.Annotations = map[string]string{api.AnnotationClaimedStock: ""}
+	// annotation then reports what this bind took, whatever intent or
+	// predecessor's claim the Pod carries (the informer's copy may lag).
+	if v, ok := e.claimRecord(pod, ph, took, intended, args.Node); ok {
+		binding.Annotations = map[string]string{api.AnnotationClaimedStock: v}
 	}
 	if err := e.client.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
 		return &bindError{reasonBinding, fmt.Errorf("binding Pod %s/%s to node %s: %w", pod.Namespace, pod.Name, args.Node, err)}
@@ -367,60 +383,76 @@ func (e *Extender) leading() error {
 	return nil
 }
 
-// inherited reports whether a claim annotation names a placeholder on node
-// that is gone and whose claim this Pod inherited from a predecessor that
-// deleted it for this Pod: this bind takes its capacity, so the record stays.
-func (e *Extender) inherited(pod *corev1.Pod, annotation, node string) bool {
-	c, err := ledger.ParseClaim(annotation)
-	return err == nil && c.Node == node && !e.ledger.Exists(c.UID) && e.ledger.Inherits(pod.UID) == c.UID
+// claimRecord is the claim annotation a Pod's Binding carries, ok false
+// when it needs none: the placeholder this bind deleted; else the claim
+// the Pod inherited from a predecessor that deleted the placeholder for it
+// (the ledger checks nobody else claimed it since); else "" (none) if the
+// Pod may carry a claim annotation — an intent this process started, a
+// placeholder this bind found already gone, or an annotation the informer
+// shows. Exactly one bound Pod names a placeholder.
+func (e *Extender) claimRecord(pod *corev1.Pod, ph *ledger.Placeholder, took, intended bool, node string) (string, bool) {
+	if took {
+		return ph.String(), true
+	}
+	if c, ok := e.ledger.Inherited(pod.UID, node); ok {
+		return c.String(), true
+	}
+	if ph != nil || intended || pod.Annotations[api.AnnotationClaimedStock] != "" {
+		return "", true
+	}
+	return "", false
 }
 
 // claim records the claim on the Pod (so a successor extender keeps it),
 // deletes the placeholder with a UID precondition and no grace period, and
 // waits until the informer has seen it go, so the ledger agrees with the
-// node before the Binding exists.
-func (e *Extender) claim(ctx context.Context, pod *corev1.Pod, ph *ledger.Placeholder) (deleted bool, err error) {
+// node before the Binding exists. deleted: the placeholder is gone (or
+// going); took: this delete removed it, so its capacity is this Pod's to
+// record. A placeholder someone else deleted first (NotFound, or Conflict:
+// the name holds a newer Pod) leaves capacity this bind may use, but the
+// claim is the deleter's, not this Pod's.
+func (e *Extender) claim(ctx context.Context, pod *corev1.Pod, ph *ledger.Placeholder) (deleted, took bool, err error) {
 	began := time.Now()
 	// Usually the filter already recorded this claim while the scheduler
 	// finished its cycle; otherwise record it now. Either way the record is
 	// durable before the placeholder is deleted.
 	if !e.intents.wait(ctx, pod.UID, *ph) {
 		if err := annotateClaim(ctx, e.client, pod, *ph); err != nil {
-			return false, &bindError{reasonAnnotate, err}
+			return false, false, &bindError{reasonAnnotate, err}
 		}
 	}
 	e.step("claim_annotate", began)
 	// Deleting a placeholder is the one step another leader could race.
 	if err := e.leading(); err != nil {
-		return false, err
+		return false, false, err
 	}
 	began = time.Now()
 	grace := int64(0)
 	uid := ph.UID
 	opts := &metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &uid}}
-	obj, err := e.client.CoreV1().RESTClient().Delete().Namespace(ph.Namespace).Resource("pods").Name(ph.Name).
-		Body(opts).Do(ctx).Get()
+	obj, err := e.deletePod(ctx, ph.Namespace, ph.Name, opts)
 	e.step("claim_delete", began)
 	switch {
 	case err == nil:
+		took = true
 		e.metrics.claims.WithLabelValues(ph.Spec).Inc()
 		// With grace period 0 and no finalizers the API server removes the
 		// Pod from storage before it answers: it is gone now, and waiting
 		// for the watch would only add latency to every takeover. A Pod
 		// that still has finalizers is gone only once the watch says so.
 		if p, ok := obj.(*corev1.Pod); !ok || len(p.Finalizers) == 0 {
-			return true, nil
+			return true, true, nil
 		}
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		// Gone already (NotFound), or the name now holds a newer Pod
 		// (Conflict on the UID precondition): either way that placeholder's
-		// capacity is no longer held.
+		// capacity is no longer held, and the claim is not this Pod's.
 	default:
-		return false, &bindError{reasonDelete, fmt.Errorf("deleting placeholder %s/%s: %w", ph.Namespace, ph.Name, err)}
+		return false, false, &bindError{reasonDelete, fmt.Errorf("deleting placeholder %s/%s: %w", ph.Namespace, ph.Name, err)}
 	}
 	defer e.step("claim_wait", time.Now())
 	if err := e.ledger.WaitGone(ctx, ph.UID); err != nil {
-		return true, &bindError{reasonGone, err}
+		return true, took, &bindError{reasonGone, err}
 	}
-	return true, nil
+	return true, took, nil
 }

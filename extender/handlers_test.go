@@ -1,6 +1,7 @@
 package extender
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
@@ -41,7 +43,11 @@ func testExtender(t testing.TB, leader bool, pods ...*corev1.Pod) *Extender {
 	// The fake client holds pods and absorbs the claim-intent patches filter starts.
 	e := &Extender{ledger: l, catalog: catalog.NewStaticStore(c), metrics: newMetrics(l), client: fake.NewClientset(objects(pods)...),
 		log: slog.New(slog.NewTextHandler(io.Discard, nil)), intents: intents{clock: clock.RealClock{}}}
+	e.cfg.ClaimTimeout = 10 * time.Second
 	e.leader.Store(leader)
+	e.deletePod = func(ctx context.Context, ns, name string, opts *metav1.DeleteOptions) (runtime.Object, error) {
+		return nil, e.client.CoreV1().Pods(ns).Delete(ctx, name, *opts)
+	}
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	for _, p := range pods {
 		require.NoError(t, idx.Add(p))

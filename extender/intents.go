@@ -49,6 +49,18 @@ type intent struct {
 	started time.Time
 	done    chan struct{}
 	err     error
+	// prev is the intent this one superseded while its patch was still in
+	// flight: it may land after this one, so waiting means waiting for both.
+	prev *intent
+}
+
+func (it *intent) finished() bool {
+	select {
+	case <-it.done:
+		return true
+	default:
+		return false
+	}
 }
 
 func (in *intents) record(c kubernetes.Interface, pod *corev1.Pod, ph ledger.Placeholder) {
@@ -61,10 +73,14 @@ func (in *intents) record(c kubernetes.Interface, pod *corev1.Pod, ph ledger.Pla
 	if in.m == nil {
 		in.m = map[types.UID]*intent{}
 	}
-	if it := in.m[pod.UID]; it != nil && it.claim == claim {
+	old := in.m[pod.UID]
+	if old != nil && old.claim == claim {
 		return
 	}
-	it := &intent{claim: claim, started: in.clock.Now(), done: make(chan struct{})}
+	for old != nil && old.finished() {
+		old = old.prev
+	}
+	it := &intent{claim: claim, started: in.clock.Now(), done: make(chan struct{}), prev: old}
 	in.m[pod.UID] = it
 	pod = pod.DeepCopy()
 	go func() {
@@ -76,20 +92,42 @@ func (in *intents) record(c kubernetes.Interface, pod *corev1.Pod, ph ledger.Pla
 }
 
 // wait reports whether the claim of ph is durably recorded on the Pod by
-// an intent; false means the caller must record it.
+// its latest intent, once every intent of the Pod has landed (or failed);
+// false means the caller must record it.
 func (in *intents) wait(ctx context.Context, uid types.UID, ph ledger.Placeholder) bool {
 	in.mu.Lock()
 	it := in.m[uid]
 	in.mu.Unlock()
 	if it == nil || it.claim != ph.String() {
+		// An intent of another claim still in flight must not land after
+		// the caller's own record.
+		_, _ = in.settle(ctx, uid)
 		return false
 	}
-	select {
-	case <-it.done:
-		return it.err == nil
-	case <-ctx.Done():
+	if _, err := in.settle(ctx, uid); err != nil {
 		return false
 	}
+	return it.err == nil
+}
+
+// settle waits until no claim annotation of the Pod that intents started
+// is still in flight, and reports whether there was any (the Pod may carry
+// one of them). An error: ctx ended first.
+func (in *intents) settle(ctx context.Context, uid types.UID) (bool, error) {
+	in.mu.Lock()
+	it := in.m[uid]
+	in.mu.Unlock()
+	for p := it; p != nil; p = p.prev {
+		if p.finished() {
+			continue
+		}
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return true, fmt.Errorf("waiting for its claim annotation (%s) to land: %w", p.claim, ctx.Err())
+		}
+	}
+	return it != nil, nil
 }
 
 func (in *intents) forget(uid types.UID) {

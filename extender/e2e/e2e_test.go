@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -202,6 +203,7 @@ func TestBurstWithRestart(t *testing.T) { runBurst(t, "burst-restart", true) }
 func runBurst(t *testing.T, group string, restart bool) {
 	h := setup(t)
 	ctx, c := t.Context(), h.client
+	group = freeGroup(t, c, group) // -count=N runs each in its own namespace and nodes
 	ns := namespace(t, group)
 	nodes := addNodes(t, group, burstNodes, burstGPUsPerNode)
 	isBurstNode := map[string]bool{}
@@ -320,7 +322,11 @@ func runBurst(t *testing.T, group string, restart bool) {
 		}
 		claim, err := ledger.ParseClaim(v)
 		require.NoError(t, err)
-		assert.NotContains(t, claimedBy, claim.UID, "placeholder claimed twice, by %s too", p.Name)
+		if prev, twice := claimedBy[claim.UID]; twice {
+			assert.Fail(t, "placeholder claimed twice", "placeholder %s/%s (%s) named by bound GPU Pods %s and %s",
+				claim.Namespace, claim.Name, claim.UID, prev, p.Name)
+			continue
+		}
 		claimedBy[claim.UID] = p.Name
 		assert.Equal(t, p.Spec.NodeName, claim.Node, "Pod %s bound to one node, its claim on another", p.Name)
 	}
@@ -339,6 +345,23 @@ func runBurst(t *testing.T, group string, restart bool) {
 	// that run only checks uniqueness.)
 	if !restart {
 		assert.Equal(t, burstPlaceholders, countIn(claimedBy, original), "original placeholders recorded as claimed by a bound GPU Pod")
+	}
+}
+
+// freeGroup is group, or group-<i> for the first i whose namespace does not
+// exist yet.
+func freeGroup(t testing.TB, c kubernetes.Interface, group string) string {
+	t.Helper()
+	for i := 0; ; i++ {
+		name := group
+		if i > 0 {
+			name = fmt.Sprintf("%s-%d", group, i)
+		}
+		_, err := c.CoreV1().Namespaces().Get(t.Context(), name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return name
+		}
+		require.NoError(t, err, "looking up namespace %s", name)
 	}
 }
 

@@ -170,9 +170,10 @@ type Ledger struct {
 	// handled are Pods this process has bound or tried to: their claim
 	// annotations describe this process's own actions, not a predecessor's.
 	handled map[types.UID]bool
-	// inherits maps a Pod to the placeholder whose claim it took over from
-	// a predecessor (recover), inheritedBy the other way: one heir each.
-	inherits    map[types.UID]types.UID
+	// inherits maps a Pod to the claim it took over from a predecessor
+	// (recover), inheritedBy a placeholder to that Pod: one heir each. The
+	// inheritance ends when another Pod claims or records the placeholder.
+	inherits    map[types.UID]Placeholder
 	inheritedBy map[types.UID]types.UID
 	// recorded maps a placeholder to the bound Pod whose claim annotation
 	// names it: that claim is settled, nobody can inherit it.
@@ -217,7 +218,7 @@ func New(opts Options) *Ledger {
 		assumed: map[types.UID]*assumption{},
 		handled: map[types.UID]bool{},
 
-		inherits:    map[types.UID]types.UID{},
+		inherits:    map[types.UID]Placeholder{},
 		inheritedBy: map[types.UID]types.UID{},
 		recorded:    map[types.UID]types.UID{},
 		gone:        map[types.UID]chan struct{}{},
@@ -339,7 +340,25 @@ func (l *Ledger) assume(a *assumption) {
 	l.assumed[a.uid] = a
 	l.node(a.node).used.add(a.req)
 	if a.ph != "" {
+		// The placeholder is this Pod's now: a predecessor's claim on it
+		// for another Pod is void (that Pod is not bound on its capacity).
+		l.disinherit(a.ph, a.uid)
 		l.claim(a.ph, a.uid)
+	}
+}
+
+// disinherit ends the inheritance of placeholder ph by any Pod but keep,
+// and releases that heir's recovered assumption: the capacity it held for
+// the heir is another Pod's now.
+func (l *Ledger) disinherit(ph, keep types.UID) {
+	heir, ok := l.inheritedBy[ph]
+	if !ok || heir == keep {
+		return
+	}
+	delete(l.inheritedBy, ph)
+	delete(l.inherits, heir)
+	if a := l.assumed[heir]; a != nil && a.state == Recovered {
+		l.unassume(a, false)
 	}
 }
 
@@ -402,6 +421,27 @@ func (l *Ledger) UpsertPod(pod *corev1.Pod) {
 	if rec.node == "" && !l.handled[pod.UID] && l.assumed[pod.UID] == nil {
 		l.recover(pod)
 	}
+	if rec.claimable() {
+		l.bequeath(rec)
+	}
+}
+
+// bequeath gives a placeholder that shows up after the Pod that inherits
+// its claim (a Pod list is in namespace/name order, so a GPU Pod often
+// comes before the placeholder it claimed) to that Pod's recovered
+// assumption, as recover does when the placeholder is already known:
+// otherwise another Pod could claim it while the heir still counts on it.
+func (l *Ledger) bequeath(ph *podRec) {
+	heir, ok := l.inheritedBy[ph.uid]
+	if !ok {
+		return
+	}
+	a := l.assumed[heir]
+	if a == nil || a.state != Recovered || a.ph != "" || a.node != ph.node {
+		return
+	}
+	a.ph = ph.uid
+	l.claim(ph.uid, heir)
 }
 
 // settle notes the claim a bound Pod records. A Pod that inherited the same
@@ -414,13 +454,7 @@ func (l *Ledger) settle(pod *corev1.Pod, rec *podRec) {
 	}
 	rec.record = c.UID
 	l.recorded[c.UID] = rec.uid
-	if heir, ok := l.inheritedBy[c.UID]; ok && heir != rec.uid {
-		delete(l.inheritedBy, c.UID)
-		delete(l.inherits, heir)
-		if a := l.assumed[heir]; a != nil && a.state == Recovered {
-			l.unassume(a, false)
-		}
-	}
+	l.disinherit(c.UID, rec.uid)
 }
 
 // recover rebuilds the claim a previous extender made for an unbound Pod:
@@ -443,7 +477,13 @@ func (l *Ledger) recover(pod *corev1.Pod) {
 		// superseded before the predecessor died): only one inherits it.
 		return
 	}
-	l.inherits[pod.UID], l.inheritedBy[claim.UID] = claim.UID, pod.UID
+	if p := l.pods[claim.UID]; p != nil && p.claimedBy != "" {
+		// This process already gave the placeholder to another Pod (or
+		// deleted it for a bind that failed): the annotation, seen late,
+		// is a superseded intent.
+		return
+	}
+	l.inherits[pod.UID], l.inheritedBy[claim.UID] = claim, pod.UID
 	a := &assumption{uid: pod.UID, node: claim.Node, req: l.pack(PodRequests(pod)), state: Recovered,
 		expires: l.opts.Clock.Now().Add(l.opts.RecoveredTTL)}
 	if p := l.pods[claim.UID]; p != nil && p.claimedBy == "" && p.node == claim.Node {
@@ -460,6 +500,12 @@ func (l *Ledger) DeletePod(uid types.UID) {
 		l.unassume(a, false)
 	}
 	if p := l.pods[uid]; p != nil {
+		if p.claimedBy != "" {
+			// Deleted by this process's claim (or for a bind that failed):
+			// settled, no late-seen annotation may inherit it. (The claimer's
+			// own record, when it is seen bound, replaces this one.)
+			l.recorded[uid] = p.claimedBy
+		}
 		l.removeRec(p)
 		delete(l.pods, uid)
 		if p.record != "" && l.recorded[p.record] == uid {
@@ -467,9 +513,11 @@ func (l *Ledger) DeletePod(uid types.UID) {
 		}
 	}
 	delete(l.handled, uid)
-	if ph, ok := l.inherits[uid]; ok {
+	if c, ok := l.inherits[uid]; ok {
 		delete(l.inherits, uid)
-		delete(l.inheritedBy, ph)
+		if l.inheritedBy[c.UID] == uid {
+			delete(l.inheritedBy, c.UID)
+		}
 	}
 	if ch := l.gone[uid]; ch != nil {
 		close(ch)
@@ -503,7 +551,25 @@ func (l *Ledger) WaitGone(ctx context.Context, uid types.UID) error {
 func (l *Ledger) Inherits(uid types.UID) types.UID {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.inherits[uid]
+	return l.inherits[uid].UID
+}
+
+// Inherited returns the claim a Pod bound to node keeps: the one it
+// inherited from a predecessor, if that placeholder was on node, is gone
+// (the predecessor deleted it for this Pod) and no other Pod claimed or
+// recorded it since. ok false: the Pod's capacity is not that
+// placeholder's, so its claim annotation must say none.
+func (l *Ledger) Inherited(uid types.UID, node string) (claim Placeholder, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c, ok := l.inherits[uid]
+	if !ok || c.Node != node || l.inheritedBy[c.UID] != uid {
+		return Placeholder{}, false
+	}
+	if _, exists := l.pods[c.UID]; exists {
+		return Placeholder{}, false
+	}
+	return c, true
 }
 
 // Exists reports whether the ledger knows a (non-terminal) Pod.

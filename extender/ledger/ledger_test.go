@@ -475,3 +475,70 @@ func requireClaim(t *testing.T, ph string, r FilterResult) {
 	require.NotNil(t, r.Claim, "%+v", r)
 	require.Equal(t, ph, r.Claim.Name)
 }
+
+// A Pod list is in namespace/name order, so a successor often sees the
+// heir of a claim before the placeholder it claimed: the placeholder is
+// the heir's when it shows up, as when it comes first.
+func TestRecoverPlaceholderListedAfterHeir(t *testing.T) {
+	l := New(Options{})
+	l.UpsertNode(testNode("a", 2))
+	xp := testPod("x", "gpu", "g1", "", 1, corev1.PodPending)
+	xp.Annotations = map[string]string{api.AnnotationClaimedStock: "a/ns/ph/uid-ph"}
+	l.UpsertPod(xp)
+	l.UpsertPod(testPod("ph", "stock", "g1", "a", 1, corev1.PodRunning))
+	y := RequestFor(testPod("y", "gpu", "g1", "", 1, corev1.PodPending), false)
+	r := l.Filter(y, []string{"a"}, true)
+	require.Equal(t, "a", r.Chosen, "the node's free GPU")
+	require.Nil(t, r.Claim, "ph is x's")
+	requireClaim(t, "ph", l.Filter(RequestFor(xp, false), []string{"a"}, true))
+	checkWarm(t, l)
+}
+
+// A placeholder another Pod claims is no longer inherited: the heir, bound
+// on other capacity, must not record it.
+func TestInheritanceEndsWhenAnotherPodClaims(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(0, 0))
+	l := New(Options{Clock: clk})
+	l.UpsertNode(testNode("a", 2))
+	l.UpsertPod(testPod("ph", "stock", "g1", "a", 1, corev1.PodRunning))
+	xp := testPod("x", "gpu", "g1", "", 1, corev1.PodPending)
+	xp.Annotations = map[string]string{api.AnnotationClaimedStock: "a/ns/ph/uid-ph"}
+	l.UpsertPod(xp)
+	require.Equal(t, types.UID("uid-ph"), l.Inherits(xp.UID))
+	clk.SetTime(clk.Now().Add(3 * time.Minute)) // x's recovered claim expires
+	l.Sweep()
+	y := RequestFor(testPod("y", "gpu", "g1", "", 1, corev1.PodPending), true) // Required: takes stock
+	requireClaim(t, "ph", l.Filter(y, []string{"a"}, true))
+	_, err := l.BeginBind(y, "a")
+	require.NoError(t, err)
+	l.EndBind(y.UID, true, true)
+	l.DeletePod("uid-ph")
+	require.Empty(t, l.Inherits(xp.UID), "x still inherits ph, which y took")
+	_, ok := l.Inherited(xp.UID, "a")
+	require.False(t, ok)
+}
+
+// An unbound Pod's claim annotation seen only after this process gave the
+// placeholder to another Pod (a predecessor's superseded intent that
+// landed late) inherits nothing, whether the placeholder is still there
+// or already deleted by that claim.
+func TestRecoverLateAnnotationOfClaimedPlaceholder(t *testing.T) {
+	for _, deleted := range []bool{false, true} {
+		l := New(Options{})
+		l.UpsertNode(testNode("a", 2))
+		l.UpsertPod(testPod("ph", "stock", "g1", "a", 1, corev1.PodRunning))
+		y := RequestFor(testPod("y", "gpu", "g1", "", 1, corev1.PodPending), true)
+		requireClaim(t, "ph", l.Filter(y, []string{"a"}, true))
+		if deleted {
+			_, err := l.BeginBind(y, "a")
+			require.NoError(t, err)
+			l.DeletePod("uid-ph")
+		}
+		xp := testPod("x", "gpu", "g1", "", 1, corev1.PodPending)
+		xp.Annotations = map[string]string{api.AnnotationClaimedStock: "a/ns/ph/uid-ph"}
+		l.UpsertPod(xp)
+		assert.Empty(t, l.Inherits(xp.UID), "deleted=%v: x inherits the placeholder y claimed", deleted)
+		_, _, ok := l.Assumed(xp.UID)
+		assert.False(t, ok, "deleted=%v: x holds capacity for it", deleted)
+	}
+}
