@@ -170,7 +170,7 @@ func Run(ctx context.Context, cfg Config) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var runnables []manager.Runnable
 	if cfg.Callout.IssuerSeedFile != "" {
-		co, err := newCallout(cfg.Callout, nc, kube, WorkerPermit(cfg.Stream.WithDefaults()), reg, log)
+		co, err := newCallout(cfg.Callout, nc, kube, st, WorkerPermit(cfg.Stream.WithDefaults()), reg, log)
 		if err != nil {
 			return err
 		}

@@ -55,6 +55,8 @@ func newEnv(t testing.TB) *env {
 	defer cancel()
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: api.DefaultStreamName, Subjects: subjects.StreamSubjects()})
 	require.NoError(t, err, "create stream")
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: messages.ResultsStreamName(api.DefaultStreamName), Subjects: subjects.ResultStreamSubjects()})
+	require.NoError(t, err, "create results stream")
 	return &env{t: t, srv: srv, nc: nc, js: js}
 }
 

@@ -49,7 +49,7 @@ func TestDispatchResultReplyEvents(t *testing.T) {
 	}})
 
 	res := waitResult(t, results)
-	assert.Equal(t, "default/inv-1.1", res.MsgID, "result Nats-Msg-Id")
+	assert.Empty(t, res.MsgID, "a result carries no Nats-Msg-Id (another worker could pre-claim it)")
 	require.Equal(t, messages.StateSucceeded, res.State)
 	require.NotNil(t, res.Response)
 	assert.Equal(t, "w1", res.Worker)
