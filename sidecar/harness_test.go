@@ -233,6 +233,23 @@ const (
 	tick    = 20 * time.Millisecond
 )
 
+// workerConsumer creates worker's dispatch consumer the way the queue does
+// when its auth callout admits the worker: a sidecar with a NATS
+// credential only binds to it.
+func (e *env) workerConsumer(worker string, ackWait time.Duration) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := e.js.CreateOrUpdateConsumer(ctx, api.DefaultStreamName, jetstream.ConsumerConfig{
+		Durable:       messages.ConsumerName(testNS, testPool, worker),
+		FilterSubject: subjects.Dispatch(testNS, testPool, worker),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       ackWait,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	require.NoError(e.t, err, "worker consumer")
+}
+
 func (e *env) consumerInfo(worker string) *jetstream.ConsumerInfo {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -42,6 +42,8 @@ func TestWorkerFollowsPod(t *testing.T) {
 	subj := messages.Subjects{Prefix: api.DefaultSubjectPrefix}
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: api.DefaultStreamName, Subjects: subj.StreamSubjects()})
 	require.NoError(t, err)
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: messages.ResultsStreamName(api.DefaultStreamName), Subjects: subj.ResultStreamSubjects()})
+	require.NoError(t, err)
 	events := make(chan messages.Event, 100)
 	_, err = nc.Subscribe(subj.Metrics("lw", "lw"), func(m *nats.Msg) {
 		var e messages.Event
