@@ -114,7 +114,7 @@ func runSidecar(t *testing.T, ctx context.Context, q *queueNATS, ns, pool string
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "fw.sock")
 	fctx, fstop := context.WithCancel(ctx)
-	defer fstop()
+	t.Cleanup(fstop)
 	go func() {
 		_ = framework.ServeUnix(fctx, sock, framework.NewHandler(func(_ context.Context, req framework.Request) (framework.Response, error) {
 			return framework.Response{Body: req.Payload}, nil
