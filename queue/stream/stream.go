@@ -49,8 +49,8 @@ type Config struct {
 	// is full, new results are refused (the sidecar retries and then
 	// lets the dispatch be redelivered) rather than unread ones dropped.
 	ResultsMaxBytes int64
-	// ResultMaxMsgSize bounds one result message (default 8 MiB + 64 KiB:
-	// the sidecar's largest framework response plus the envelope).
+	// ResultMaxMsgSize bounds one result message, headers included
+	// (default DefaultResultMaxMsgSize).
 	ResultMaxMsgSize int32
 	// Worker is the configuration of the workers' dispatch consumers.
 	Worker WorkerConsumer
@@ -109,9 +109,10 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// DefaultResultMaxMsgSize is the default bound of one result message: the
-// sidecar's largest framework response (8 MiB) plus the result envelope.
-const DefaultResultMaxMsgSize = 8<<20 + 64<<10
+// DefaultResultMaxMsgSize is the default bound of one result message:
+// nats-server's default max_payload (1 MiB), beyond which no client can
+// publish anyway. Raise both together.
+const DefaultResultMaxMsgSize = 1 << 20
 
 // Store is the opened set of resources.
 type Store struct {

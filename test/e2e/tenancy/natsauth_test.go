@@ -224,7 +224,9 @@ func TestSidecarNATSIdentity(t *testing.T) {
 				return err
 			}},
 		{name: "delete its own consumer", want: "$JS.API.CONSUMER.DELETE." + q.stream + "." + messages.ConsumerName(ns, pool, w),
-			try: func(ctx context.Context) error { return js.DeleteConsumer(ctx, q.stream, messages.ConsumerName(ns, pool, w)) }},
+			try: func(ctx context.Context) error {
+				return js.DeleteConsumer(ctx, q.stream, messages.ConsumerName(ns, pool, w))
+			}},
 		{name: "pull from another worker's consumer", want: "$JS.API.CONSUMER.MSG.NEXT." + q.stream + "." + messages.ConsumerName("nats-b", "echo", podB.Name),
 			try: func(context.Context) error {
 				_, err := nc.Request("$JS.API.CONSUMER.MSG.NEXT."+q.stream+"."+messages.ConsumerName("nats-b", "echo", podB.Name), []byte(`{"batch":1}`), time.Second)
