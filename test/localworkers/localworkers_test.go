@@ -74,6 +74,13 @@ func TestWorkerFollowsPod(t *testing.T) {
 	})
 	require.NoError(t, err)
 
+	// Sidecars with a NATS token bind to the consumer the queue's auth
+	// callout creates when it admits them; this NATS has no callout.
+	_, err = js.CreateOrUpdateConsumer(ctx, api.DefaultStreamName, jetstream.ConsumerConfig{
+		Durable: messages.ConsumerName("lw", "lw", "lw-0"), FilterSubject: subj.Dispatch("lw", "lw", "lw-0"),
+		AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	require.NoError(t, err)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "lw-0", Namespace: "lw", Labels: map[string]string{api.LabelPool: "lw"},
 			Annotations: map[string]string{api.AnnotationConcurrency: "2"}},
