@@ -196,11 +196,11 @@ func (s *Sidecar) Run(ctx context.Context) error {
 }
 
 // ensureConsumer binds to the worker's durable consumer, retrying while
-// NATS, the stream or the consumer is not there yet. With a NATS
-// credential (the auth callout) the queue creates the consumer when it
-// admits the worker and the worker may not create or change consumers:
-// the sidecar only reads its info. Without one (a NATS without auth, in
-// tests and local runs, which isolates nothing anyway) it creates it.
+// NATS, the stream or the consumer is not there yet. Under the auth
+// callout the queue creates the consumer when it admits the worker and the
+// worker may not create or change consumers: the sidecar only reads its
+// info. On a NATS without auth (no token, or CreateConsumer: tests and
+// local runs, which isolate nothing anyway) it creates it.
 func (s *Sidecar) ensureConsumer(ctx context.Context) (jetstream.Consumer, error) {
 	cfg := jetstream.ConsumerConfig{
 		Durable:           messages.ConsumerName(s.cfg.WorkerNamespace, s.cfg.Pool, s.cfg.WorkerName),
@@ -217,7 +217,7 @@ func (s *Sidecar) ensureConsumer(ctx context.Context) (jetstream.Consumer, error
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		var cons jetstream.Consumer
 		var err error
-		if s.cfg.NATSTokenFile == "" {
+		if s.cfg.CreateConsumer || s.cfg.NATSTokenFile == "" {
 			cons, err = s.js.CreateOrUpdateConsumer(cctx, s.cfg.StreamName, cfg)
 		} else {
 			cons, err = s.js.Consumer(cctx, s.cfg.StreamName, cfg.Durable)
