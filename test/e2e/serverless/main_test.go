@@ -314,7 +314,7 @@ func storedResults(t *testing.T, poolName, id string) int {
 	defer cancel()
 	js, err := jetstream.New(st.nc)
 	require.NoError(t, err)
-	str, err := js.Stream(ctx, api.DefaultStreamName)
+	str, err := js.Stream(ctx, messages.ResultsStreamName(api.DefaultStreamName))
 	require.NoError(t, err)
 	c, err := str.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{messages.Subjects{Prefix: api.DefaultSubjectPrefix}.Result(ns, poolName)}})
