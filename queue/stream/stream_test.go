@@ -265,3 +265,56 @@ func readAll(t *testing.T, ctx context.Context, s jetstream.Stream) []jetstream.
 	}
 	return out
 }
+
+// TestEnsureWorkerConsumer: the queue makes a worker's consumer: created
+// when missing (delivering only what comes after it), updated in place
+// when an older sidecar made a compatible one (its unacked dispatches
+// kept), replaced when it is a push consumer a worker made under an older
+// grant (e.g. delivering to another tenant's cancel subject), refused for
+// names that are not subject tokens.
+func TestEnsureWorkerConsumer(t *testing.T) {
+	st := open(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	subj := st.Subjects
+	name := messages.ConsumerName("team-a", "echo", "w1")
+	info := func() *jetstream.ConsumerInfo {
+		c, err := st.JS.Consumer(ctx, st.Config.Stream, name)
+		require.NoError(t, err)
+		return c.CachedInfo()
+	}
+
+	_, err := st.JS.Publish(ctx, subj.Dispatch("team-a", "echo", "w1"), []byte("old"))
+	require.NoError(t, err)
+	require.NoError(t, st.EnsureWorkerConsumer(ctx, "team-a", "echo", "w1"))
+	got := info()
+	assert.Equal(t, jetstream.DeliverNewPolicy, got.Config.DeliverPolicy)
+	assert.Zero(t, got.NumPending, "a new consumer replays nothing")
+	assert.Equal(t, 30*time.Second, got.Config.AckWait)
+	require.NoError(t, st.EnsureWorkerConsumer(ctx, "team-a", "echo", "w1"), "idempotent")
+
+	// An older sidecar's consumer: DeliverAll, its own ack wait.
+	require.NoError(t, st.JS.DeleteConsumer(ctx, st.Config.Stream, name))
+	_, err = st.JS.CreateConsumer(ctx, st.Config.Stream, jetstream.ConsumerConfig{Durable: name, FilterSubject: subj.Dispatch("team-a", "echo", "w1"),
+		AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy, AckWait: 5 * time.Second})
+	require.NoError(t, err)
+	require.NoError(t, st.EnsureWorkerConsumer(ctx, "team-a", "echo", "w1"))
+	got = info()
+	assert.Equal(t, jetstream.DeliverAllPolicy, got.Config.DeliverPolicy, "kept in place")
+	assert.Equal(t, uint64(1), got.NumPending, "its pending dispatch kept")
+	assert.Equal(t, 30*time.Second, got.Config.AckWait, "updated")
+
+	// A worker's push consumer delivering to another tenant's cancels.
+	require.NoError(t, st.JS.DeleteConsumer(ctx, st.Config.Stream, name))
+	_, err = st.JS.CreateConsumer(ctx, st.Config.Stream, jetstream.ConsumerConfig{Durable: name, FilterSubject: subj.Dispatch("team-a", "echo", "w1"),
+		DeliverSubject: subj.Cancel("team-b", "echo", "v1"), AckPolicy: jetstream.AckNonePolicy})
+	require.NoError(t, err)
+	require.NoError(t, st.EnsureWorkerConsumer(ctx, "team-a", "echo", "w1"))
+	got = info()
+	assert.Empty(t, got.Config.DeliverSubject, "replaced by a pull consumer")
+	assert.Equal(t, jetstream.AckExplicitPolicy, got.Config.AckPolicy)
+
+	for _, bad := range [][3]string{{"team-a", "echo", "w.1"}, {"team-a", "*", "w1"}, {"", "echo", "w1"}} {
+		assert.Error(t, st.EnsureWorkerConsumer(ctx, bad[0], bad[1], bad[2]), "%v", bad)
+	}
+}
