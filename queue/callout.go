@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
+	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/natscallout"
 )
 
@@ -79,8 +80,9 @@ func natsAuthOptions(cfg Config) ([]nats.Option, error) {
 	return []nats.Option{nats.UserInfo(cfg.NATSUser, pw)}, nil
 }
 
-// newCallout builds the callout Runnable on the queue's connection.
-func newCallout(cfg CalloutConfig, nc *nats.Conn, kube kubernetes.Interface, permit natscallout.Permit, reg prometheus.Registerer, log *slog.Logger) (*callout, error) {
+// newCallout builds the callout Runnable on the queue's connection;
+// consumers creates each admitted worker's dispatch consumer.
+func newCallout(cfg CalloutConfig, nc *nats.Conn, kube kubernetes.Interface, consumers WorkerConsumers, permit natscallout.Permit, reg prometheus.Registerer, log *slog.Logger) (*callout, error) {
 	if kube == nil {
 		return nil, fmt.Errorf("queue: the NATS auth callout needs a Kubernetes config")
 	}
@@ -100,8 +102,14 @@ func newCallout(cfg CalloutConfig, nc *nats.Conn, kube kubernetes.Interface, per
 		responder: &natscallout.Responder{
 			Issuer:  issuer,
 			Account: cmp.Or(cfg.Account, DefaultCalloutAccount),
-			Auth: natscallout.NewCached(&natscallout.KubeAuthenticator{Client: kube, Audience: natscallout.Audience},
-				natscallout.CacheOptions{TTL: cfg.CacheTTL}),
+			// The review is cached; the worker's consumer is ensured on every
+			// connect (an inactive one is deleted by the server), so the
+			// cache sits inside admitWorker.
+			Auth: &admitWorker{
+				Authenticator: natscallout.NewCached(&natscallout.KubeAuthenticator{Client: kube, Audience: natscallout.Audience},
+					natscallout.CacheOptions{TTL: cfg.CacheTTL}),
+				Consumers: consumers,
+			},
 			Permit: permit,
 			MaxTTL: cmp.Or(cfg.MaxTTL, time.Hour),
 			Clock:  clock.RealClock{},
@@ -111,6 +119,40 @@ func newCallout(cfg CalloutConfig, nc *nats.Conn, kube kubernetes.Interface, per
 		metrics: natscallout.NewMetrics(reg),
 		log:     log.With("component", "nats-callout"),
 	}, nil
+}
+
+// WorkerConsumers creates a worker's dispatch consumer (stream.Store).
+type WorkerConsumers interface {
+	EnsureWorkerConsumer(ctx context.Context, ns, pool, worker string) error
+}
+
+// admitWorker is the callout's Authenticator: the wrapped one says who the
+// client is; admitWorker then checks that the identity's names are single
+// subject tokens (a Pod name with '.' would reach into other subjects) and
+// creates the worker's consumer with the queue's own connection before the
+// worker is admitted. A worker is granted only to bind to that consumer,
+// never to create or change one. A failure refuses the connection; the
+// sidecar reconnects and the callout tries again.
+type admitWorker struct {
+	natscallout.Authenticator
+	Consumers WorkerConsumers
+}
+
+// Authenticate implements natscallout.Authenticator.
+func (a *admitWorker) Authenticate(ctx context.Context, token string) (natscallout.Identity, error) {
+	id, err := a.Authenticator.Authenticate(ctx, token)
+	if err != nil {
+		return id, err
+	}
+	for _, f := range []struct{ kind, v string }{{"namespace", id.Namespace}, {"pool", id.Pool}, {"worker", id.Worker}} {
+		if err := messages.ValidateToken(f.kind, f.v); err != nil {
+			return id, fmt.Errorf("identity %s: %w", id.Name, err)
+		}
+	}
+	if err := a.Consumers.EnsureWorkerConsumer(ctx, id.Namespace, id.Pool, id.Worker); err != nil {
+		return id, fmt.Errorf("identity %s: %w", id.Name, err)
+	}
+	return id, nil
 }
 
 // callout serves the auth callout on every replica: requests are shared

@@ -1,6 +1,8 @@
 package queue
 
 import (
+	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -79,7 +81,7 @@ func TestNewCallout(t *testing.T) {
 			if !tc.noKube {
 				kube = fake.NewClientset()
 			}
-			c, err := newCallout(CalloutConfig{IssuerSeedFile: tc.seed}, nil, kube, permit, nil, log)
+			c, err := newCallout(CalloutConfig{IssuerSeedFile: tc.seed}, nil, kube, &fakeConsumers{}, permit, nil, log)
 			if tc.wantErr != "" {
 				require.ErrorContains(t, err, tc.wantErr)
 				return
@@ -100,4 +102,52 @@ func TestWorkerSubjects(t *testing.T) {
 		Publish: []string{"rs.result.team-a.echo", "rs.metrics.team-a.echo"}, Replies: "rs.reply.team-a.echo.>",
 		Inbox: "_INBOX_RP.team-a.echo.echo-1",
 	}, got)
+}
+
+type fakeAuth struct{ id natscallout.Identity }
+
+func (f fakeAuth) Authenticate(context.Context, string) (natscallout.Identity, error) {
+	return f.id, nil
+}
+
+type fakeConsumers struct {
+	created []string
+	err     error
+}
+
+func (f *fakeConsumers) EnsureWorkerConsumer(_ context.Context, ns, pool, worker string) error {
+	f.created = append(f.created, ns+"/"+pool+"/"+worker)
+	return f.err
+}
+
+// TestAdmitWorker: names that are not single subject tokens are refused
+// before any subject or consumer is made; an admitted worker's consumer is
+// created first, and a failure to create it refuses the worker.
+func TestAdmitWorker(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		id          natscallout.Identity
+		consumerErr error
+		wantErr     string
+		wantCreated []string
+	}{
+		{name: "admitted", id: natscallout.Identity{Namespace: "team-a", Pool: "echo", Worker: "echo-1"}, wantCreated: []string{"team-a/echo/echo-1"}},
+		{name: "dotted pod", id: natscallout.Identity{Namespace: "team-a", Pool: "echo", Worker: "echo.1"}, wantErr: "worker \"echo.1\" must not contain '.'"},
+		{name: "wildcard pool", id: natscallout.Identity{Namespace: "team-a", Pool: "*", Worker: "echo-1"}, wantErr: "pool \"*\" must not contain"},
+		{name: "no namespace", id: natscallout.Identity{Pool: "echo", Worker: "echo-1"}, wantErr: "namespace must not be empty"},
+		{name: "consumer not created", id: natscallout.Identity{Namespace: "team-a", Pool: "echo", Worker: "echo-1"}, consumerErr: errors.New("no JetStream"),
+			wantErr: "no JetStream", wantCreated: []string{"team-a/echo/echo-1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cons := &fakeConsumers{err: tc.consumerErr}
+			a := &admitWorker{Authenticator: fakeAuth{id: tc.id}, Consumers: cons}
+			_, err := a.Authenticate(context.Background(), "token")
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+			} else {
+				require.NoError(t, err)
+			}
+			assert.Equal(t, tc.wantCreated, cons.created)
+		})
+	}
 }

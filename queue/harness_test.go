@@ -110,8 +110,9 @@ func (e *env) startQueue() {
 	e.t.Cleanup(stop)
 	// The activator's consumers are up before traffic.
 	require.Eventually(e.t, func() bool {
-		for _, n := range []string{"activator-invoke", "activator-results"} {
-			if _, err := e.js.Consumer(context.Background(), e.cfg.Stream.WithDefaults().Stream, n); err != nil {
+		sc := e.cfg.Stream.WithDefaults()
+		for n, s := range map[string]string{"activator-invoke": sc.Stream, "activator-results": sc.ResultsStream} {
+			if _, err := e.js.Consumer(context.Background(), s, n); err != nil {
 				return false
 			}
 		}
@@ -207,13 +208,13 @@ func (e *env) poolStatus() stream.PoolStatus {
 func (e *env) quiet(workers ...string) {
 	e.t.Helper()
 	ctx := context.Background()
-	name := e.cfg.Stream.WithDefaults().Stream
-	consumers := []string{"activator-invoke", "activator-results"}
+	sc := e.cfg.Stream.WithDefaults()
+	consumers := map[string]string{"activator-invoke": sc.Stream, "activator-results": sc.ResultsStream}
 	for _, w := range workers {
-		consumers = append(consumers, messages.ConsumerName("default", testPool, w))
+		consumers[messages.ConsumerName("default", testPool, w)] = sc.Stream
 	}
 	require.EventuallyWithT(e.t, func(c *assert.CollectT) {
-		for _, n := range consumers {
+		for n, name := range consumers {
 			con, err := e.js.Consumer(ctx, name, n)
 			if !assert.NoError(c, err, n) {
 				return

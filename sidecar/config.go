@@ -52,6 +52,13 @@ type Config struct {
 	// InactiveThreshold lets the server delete the durable consumer of a
 	// worker that is gone for good.
 	InactiveThreshold time.Duration
+	// CreateConsumer: the sidecar creates its dispatch consumer (with
+	// AckWait, InactiveThreshold and MaxAckPending = Concurrency) instead
+	// of binding to the one the queue's auth callout creates. Only for a
+	// NATS without the callout (tests, local runs), where it is also the
+	// default when NATSTokenFile is empty; under the callout the server
+	// refuses it (workers may not create consumers).
+	CreateConsumer bool
 	// ShutdownGrace bounds how long in-flight invocations may finish after
 	// the sidecar is told to stop; the rest end as failed.
 	ShutdownGrace time.Duration

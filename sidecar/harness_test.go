@@ -55,6 +55,8 @@ func newEnv(t testing.TB) *env {
 	defer cancel()
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: api.DefaultStreamName, Subjects: subjects.StreamSubjects()})
 	require.NoError(t, err, "create stream")
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: messages.ResultsStreamName(api.DefaultStreamName), Subjects: subjects.ResultStreamSubjects()})
+	require.NoError(t, err, "create results stream")
 	return &env{t: t, srv: srv, nc: nc, js: js}
 }
 
@@ -230,6 +232,23 @@ const (
 	waitFor = 15 * time.Second
 	tick    = 20 * time.Millisecond
 )
+
+// workerConsumer creates worker's dispatch consumer the way the queue does
+// when its auth callout admits the worker: a sidecar with a NATS
+// credential only binds to it.
+func (e *env) workerConsumer(worker string, ackWait time.Duration) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := e.js.CreateOrUpdateConsumer(ctx, api.DefaultStreamName, jetstream.ConsumerConfig{
+		Durable:       messages.ConsumerName(testNS, testPool, worker),
+		FilterSubject: subjects.Dispatch(testNS, testPool, worker),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       ackWait,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	require.NoError(e.t, err, "worker consumer")
+}
 
 func (e *env) consumerInfo(worker string) *jetstream.ConsumerInfo {
 	e.t.Helper()

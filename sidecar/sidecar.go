@@ -6,6 +6,7 @@
 package sidecar
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,6 +50,9 @@ type Sidecar struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	consumer atomic.Pointer[jetstream.Consumer]
+	// progress is how often a running dispatch gets an in-progress ack
+	// (set before the pullers start).
+	progress time.Duration
 
 	ready    atomic.Bool // framework healthy (last probe)
 	draining atomic.Bool
@@ -143,6 +147,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		return err
 	}
 	s.consumer.Store(&cons)
+	s.progress = s.progressEvery(cons)
 
 	cancelSub, err := nc.Subscribe(s.subjects.Cancel(s.cfg.WorkerNamespace, s.cfg.Pool, s.cfg.WorkerName), s.onCancel)
 	if err != nil {
@@ -190,8 +195,12 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	return nil
 }
 
-// ensureConsumer creates (or finds) the worker's durable consumer, retrying
-// while NATS or the stream (created by the queue) is not there yet.
+// ensureConsumer binds to the worker's durable consumer, retrying while
+// NATS, the stream or the consumer is not there yet. Under the auth
+// callout the queue creates the consumer when it admits the worker and the
+// worker may not create or change consumers: the sidecar only reads its
+// info. On a NATS without auth (no token, or CreateConsumer: tests and
+// local runs, which isolate nothing anyway) it creates it.
 func (s *Sidecar) ensureConsumer(ctx context.Context) (jetstream.Consumer, error) {
 	cfg := jetstream.ConsumerConfig{
 		Durable:           messages.ConsumerName(s.cfg.WorkerNamespace, s.cfg.Pool, s.cfg.WorkerName),
@@ -206,19 +215,36 @@ func (s *Sidecar) ensureConsumer(ctx context.Context) (jetstream.Consumer, error
 	backoff := 200 * time.Millisecond
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		cons, err := s.js.CreateOrUpdateConsumer(cctx, s.cfg.StreamName, cfg)
+		var cons jetstream.Consumer
+		var err error
+		if s.cfg.CreateConsumer || s.cfg.NATSTokenFile == "" {
+			cons, err = s.js.CreateOrUpdateConsumer(cctx, s.cfg.StreamName, cfg)
+		} else {
+			cons, err = s.js.Consumer(cctx, s.cfg.StreamName, cfg.Durable)
+		}
 		cancel()
 		if err == nil {
 			return cons, nil
 		}
-		s.log.Info("waiting for the dispatch stream", "stream", s.cfg.StreamName, "err", err)
+		s.log.Info("waiting for the dispatch consumer", "stream", s.cfg.StreamName, "consumer", cfg.Durable, "err", err)
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("create consumer %s on stream %s: %w", cfg.Durable, s.cfg.StreamName, err)
+			return nil, fmt.Errorf("bind consumer %s on stream %s: %w", cfg.Durable, s.cfg.StreamName, err)
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
+}
+
+// progressEvery is how often a running invocation's dispatch is kept from
+// redelivery: a third of the consumer's ack wait (set by whoever created
+// the consumer), or of the configured one when the consumer does not say.
+func (s *Sidecar) progressEvery(cons jetstream.Consumer) time.Duration {
+	wait := s.cfg.AckWait
+	if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 {
+		wait = info.Config.AckWait
+	}
+	return max(wait/3, 50*time.Millisecond)
 }
 
 // fetchLoop runs one puller per unit of concurrency until ctx ends: each
@@ -322,7 +348,7 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 	progressDone := make(chan struct{})
 	go func() {
 		defer close(progressDone)
-		t := time.NewTicker(max(s.cfg.AckWait/3, 50*time.Millisecond))
+		t := time.NewTicker(cmp.Or(s.progress, max(s.cfg.AckWait/3, 50*time.Millisecond)))
 		defer t.Stop()
 		for {
 			select {
@@ -412,9 +438,13 @@ func (s *Sidecar) acked(log *slog.Logger, op string, err error) {
 	log.Warn("jetstream acknowledgement failed", "op", op, "err", err)
 }
 
-// publishResult stores the result in the stream (deduplicated by the
-// dispatch ID) and answers a sync caller. It reports whether the result is
-// durable.
+// publishResult stores the result in the results stream and answers a sync
+// caller. It reports whether the result is durable. The result carries no
+// Nats-Msg-Id: the results stream is shared by every tenant's workers,
+// who choose their own headers, so an ID could be pre-claimed by another
+// worker and this result dropped as its duplicate. A retry after a lost
+// publish ack may store the result twice; the activator handles the
+// second copy as a no-op.
 func (s *Sidecar) publishResult(res messages.Result, id, replyTo string) bool {
 	data, err := json.Marshal(res)
 	if err != nil {
@@ -425,7 +455,7 @@ func (s *Sidecar) publishResult(res messages.Result, id, replyTo string) bool {
 	backoff := 100 * time.Millisecond
 	for attempt := 0; attempt < 5; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err = s.js.Publish(ctx, s.subjects.Result(s.cfg.WorkerNamespace, s.cfg.Pool), data, jetstream.WithMsgID(id))
+		_, err = s.js.Publish(ctx, s.subjects.Result(s.cfg.WorkerNamespace, s.cfg.Pool), data)
 		cancel()
 		if err == nil {
 			ok = true

@@ -80,6 +80,15 @@ func run() error {
 	flag.IntVar(&c.Stream.Replicas, "stream-replicas", 1, "stream and bucket replicas")
 	flag.DurationVar(&c.Stream.MaxAge, "stream-max-age", 72*time.Hour, "stream message max age")
 	flag.DurationVar(&c.Stream.DuplicateWindow, "duplicate-window", 2*time.Minute, "stream duplicate window")
+	flag.Int64Var(&c.Stream.ResultsMaxBytes, "results-max-bytes", 1<<30, "size bound of the worker results stream (full: new results are refused and retried, none dropped)")
+	flag.Func("result-max-size", "bound of one result message in bytes (default 1048576, nats-server's default max_payload)", func(v string) error {
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil || n < 1 {
+			return fmt.Errorf("result-max-size %q: a positive number of bytes", v)
+		}
+		c.Stream.ResultMaxMsgSize = int32(n)
+		return nil
+	})
 	flag.StringVar(&c.Stream.RecordsBucket, "records-bucket", "runplane-invocations", "KV bucket of invocation records")
 	flag.DurationVar(&c.Stream.RecordTTL, "record-ttl", 24*time.Hour, "how long invocation records are kept")
 	flag.StringVar(&c.Listen, "listen", ":8080", "ingress listen address")

@@ -22,6 +22,7 @@ func main() {
 	grace := flag.Duration("shutdown-grace", sidecar.DefaultShutdownGrace, "time in-flight invocations get to finish after SIGTERM")
 	fetchWait := flag.Duration("fetch-wait", sidecar.DefaultFetchWait, "how long one pull request waits for a dispatch")
 	debug := flag.Bool("debug", false, "log every invocation")
+	create := flag.Bool("create-consumer", false, "create the dispatch consumer instead of binding to the one the queue's auth callout creates (only for a NATS without the callout: tests, local runs; under the callout the server refuses it)")
 	flag.Parse()
 
 	level := slog.LevelInfo
@@ -37,6 +38,7 @@ func main() {
 	}
 	cfg.HeartbeatInterval, cfg.ProbeInterval, cfg.AckWait = *hb, *probe, *ackWait
 	cfg.InactiveThreshold, cfg.ShutdownGrace, cfg.FetchWait = *inactive, *grace, *fetchWait
+	cfg.CreateConsumer = *create
 	cfg.Logger = log
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)

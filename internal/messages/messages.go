@@ -11,7 +11,8 @@
 // activator sends a Dispatch on dispatch.<ns>.<pool>.<worker> (JetStream,
 // Nats-Msg-Id = DispatchPublishID). The sidecar consumes its dispatch
 // subject, acks in progress while the framework runs, publishes a Result on
-// result.<ns>.<pool> (JetStream, Nats-Msg-Id = DispatchMsgID), answers the
+// result.<ns>.<pool> (JetStream, the separate results stream, no
+// Nats-Msg-Id), answers the
 // sync caller on Dispatch.ReplyTo (under reply.<ns>.<pool>) when set, then
 // acks. Worker Events (register, heartbeat, started, finished, deregister)
 // go to metrics.<ns>.<pool> on core NATS. A Cancel goes to
@@ -96,11 +97,24 @@ func (s Subjects) DeadLetter(ns, pool string) string {
 // invocation it was dispatched.
 func (s Subjects) Reply(ns, pool string) string { return s.Prefix + ".reply." + ns + "." + pool }
 
-// StreamSubjects are the subjects the JetStream stream stores. Metrics,
-// cancel and reply are core NATS only: they are signals, not work.
+// StreamSubjects are the subjects the invocation stream stores: only what
+// the queue itself publishes. Metrics, cancel and reply are core NATS only:
+// they are signals, not work. Results live in a stream of their own
+// (ResultStreamSubjects): workers publish them, and a stream deduplicates
+// Nats-Msg-Id across all its subjects, so a worker that could publish into
+// the invocation stream could pre-claim the message ID of another tenant's
+// invocation or dispatch and have it dropped as a duplicate.
 func (s Subjects) StreamSubjects() []string {
-	return []string{s.Prefix + ".invoke.>", s.Prefix + ".dispatch.>", s.Prefix + ".result.>", s.Prefix + ".deadletter.>"}
+	return []string{s.Prefix + ".invoke.>", s.Prefix + ".dispatch.>", s.Prefix + ".deadletter.>"}
 }
+
+// ResultStreamSubjects are the subjects of the results stream
+// (ResultsStreamName): the only JetStream subjects a worker publishes on.
+func (s Subjects) ResultStreamSubjects() []string { return []string{s.Prefix + ".result.>"} }
+
+// ResultsStreamName is the results stream that goes with invocation stream
+// stream.
+func ResultsStreamName(stream string) string { return stream + "_RESULTS" }
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_-]`)
 
@@ -166,16 +180,17 @@ type Dispatch struct {
 // tenant's ID never suppresses another's message.
 func MsgID(ns, invocationID string) string { return ns + "/" + invocationID }
 
-// DispatchMsgID is the Nats-Msg-Id of a dispatch and of its result, so a
-// retried publish of either is deduplicated by the stream.
+// DispatchMsgID names one attempt of an invocation (the sidecar's
+// completed set). Results carry no Nats-Msg-Id: a worker chooses its
+// message headers, so no ID it sends may be trusted to deduplicate anyone's
+// message; a result stored twice is handled once by the activator (the
+// Record's compare-and-set lets the first result of an attempt win).
 func DispatchMsgID(ns, invocationID string, attempt int) string {
 	return fmt.Sprintf("%s.%d", MsgID(ns, invocationID), attempt)
 }
 
 // DispatchPublishID is the Nats-Msg-Id the activator publishes a Dispatch
-// with. It must differ from DispatchMsgID, which the Result carries: one
-// stream deduplicates message IDs across all its subjects, so a shared ID
-// would drop the Result as a duplicate of its Dispatch.
+// with (distinct from DispatchMsgID, which older sidecars set on results).
 func DispatchPublishID(ns, invocationID string, attempt int) string {
 	return "dispatch." + DispatchMsgID(ns, invocationID, attempt)
 }

@@ -8,7 +8,7 @@ import (
 // layout fills them for an Identity; everything else is denied.
 type WorkerSubjects struct {
 	// Stream holds the worker's dispatches; Consumer is its durable pull
-	// consumer there, filtered to Dispatch.
+	// consumer there, filtered to Dispatch (created by the queue).
 	Stream, Consumer, Dispatch string
 	// Cancel is where cancels addressed to the worker arrive (core NATS).
 	Cancel string
@@ -21,15 +21,16 @@ type WorkerSubjects struct {
 	Inbox string
 }
 
-// WorkerPermissions allows exactly what the sidecar does: create and read
-// its own consumer (the JetStream API subject carries the filter, so the
-// consumer cannot be pointed at another worker's dispatches), pull and ack
-// its messages, publish its results and events, answer its pool's sync
-// callers, and hear its cancels and its inbox.
+// WorkerPermissions allows exactly what the sidecar does: read its own
+// consumer's info and pull and ack its messages (the queue creates the
+// consumer before admitting the worker: nats-server does not check a
+// consumer's deliver subject against its creator's permissions, so a
+// worker allowed to create consumers could have another tenant's subjects
+// delivered to), publish its results and events, answer its pool's sync
+// callers, and hear its cancels and its inbox. No other JetStream API.
 func WorkerPermissions(s WorkerSubjects) jwt.Permissions {
 	var p jwt.Permissions
 	p.Pub.Allow.Add(
-		"$JS.API.CONSUMER.CREATE."+s.Stream+"."+s.Consumer+"."+s.Dispatch,
 		"$JS.API.CONSUMER.INFO."+s.Stream+"."+s.Consumer,
 		"$JS.API.CONSUMER.MSG.NEXT."+s.Stream+"."+s.Consumer,
 		"$JS.ACK."+s.Stream+"."+s.Consumer+".>",

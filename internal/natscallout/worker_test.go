@@ -43,7 +43,9 @@ func TestWorkerPermissionsOnJetStream(t *testing.T) {
 	})
 	ijs, err := jetstream.New(internal)
 	require.NoError(t, err)
-	_, err = ijs.CreateStream(ctx, jetstream.StreamConfig{Name: "RS", Subjects: []string{"rs.dispatch.>", "rs.result.>"}})
+	_, err = ijs.CreateStream(ctx, jetstream.StreamConfig{Name: "RS", Subjects: []string{"rs.dispatch.>"}})
+	require.NoError(t, err)
+	_, err = ijs.CreateStream(ctx, jetstream.StreamConfig{Name: "RS_RESULTS", Subjects: []string{"rs.result.>"}})
 	require.NoError(t, err)
 
 	own := testLayout(alice)
@@ -56,9 +58,13 @@ func TestWorkerPermissionsOnJetStream(t *testing.T) {
 	require.NoError(t, err)
 
 	t.Run("the sidecar's calls work", func(t *testing.T) {
-		cons, err := js.CreateOrUpdateConsumer(ctx, own.Stream, jetstream.ConsumerConfig{
+		// The queue creates the consumer when it admits the worker; the
+		// sidecar binds to it.
+		_, err := ijs.CreateOrUpdateConsumer(ctx, own.Stream, jetstream.ConsumerConfig{
 			Durable: own.Consumer, FilterSubject: own.Dispatch, AckPolicy: jetstream.AckExplicitPolicy,
 		})
+		require.NoError(t, err)
+		cons, err := js.Consumer(ctx, own.Stream, own.Consumer)
 		require.NoError(t, err)
 		_, err = cons.Info(ctx)
 		require.NoError(t, err)
@@ -73,7 +79,7 @@ func TestWorkerPermissionsOnJetStream(t *testing.T) {
 		require.NoError(t, msg.InProgress())
 		ack, err := js.Publish(ctx, own.Publish[0], []byte("result"))
 		require.NoError(t, err)
-		assert.Equal(t, "RS", ack.Stream)
+		assert.Equal(t, "RS_RESULTS", ack.Stream, "results go to their own stream")
 		require.NoError(t, nc.Publish(own.Publish[1], []byte("heartbeat")))
 		require.NoError(t, nc.Publish("_RS_REPLY.team-a.echo.caller-1", []byte("sync answer")))
 		require.NoError(t, msg.DoubleAck(ctx))
@@ -95,6 +101,19 @@ func TestWorkerPermissionsOnJetStream(t *testing.T) {
 		{name: "consumer on another worker's dispatches", want: "$JS.API.CONSUMER.CREATE.RS.team-a_echo_echo-1.rs.dispatch.team-b.echo.echo-1",
 			try: func(ctx context.Context) error {
 				_, err := js.CreateOrUpdateConsumer(ctx, "RS", jetstream.ConsumerConfig{Durable: own.Consumer, FilterSubject: bob.Dispatch})
+				return err
+			}},
+		{name: "update its own consumer", want: "$JS.API.CONSUMER.CREATE.RS.team-a_echo_echo-1.rs.dispatch.team-a.echo.echo-1",
+			try: func(ctx context.Context) error {
+				_, err := js.UpdateConsumer(ctx, "RS", jetstream.ConsumerConfig{Durable: own.Consumer, FilterSubject: own.Dispatch,
+					AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1})
+				return err
+			}},
+		{name: "delete its own consumer", want: "$JS.API.CONSUMER.DELETE.RS.team-a_echo_echo-1",
+			try: func(ctx context.Context) error { return js.DeleteConsumer(ctx, "RS", own.Consumer) }},
+		{name: "ephemeral consumer", want: "$JS.API.CONSUMER.CREATE.RS",
+			try: func(ctx context.Context) error {
+				_, err := js.CreateOrUpdateConsumer(ctx, "RS", jetstream.ConsumerConfig{FilterSubject: own.Dispatch})
 				return err
 			}},
 		{name: "pull from another worker's consumer", want: "$JS.API.CONSUMER.MSG.NEXT.RS.team-b_echo_echo-1",
@@ -128,4 +147,63 @@ func TestWorkerPermissionsOnJetStream(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWorkerCannotCreateConsumers: nats-server does not check a consumer's
+// deliver subject against its creator's permissions, so a worker allowed
+// to create even its own consumer could create a push consumer delivering
+// to another tenant's cancel subject. Every consumer create is refused,
+// the consumer does not exist, and nothing but the marker reaches the
+// victim's subject.
+func TestWorkerCannotCreateConsumers(t *testing.T) {
+	issuer, issuerPub := newIssuer(t)
+	srv := startServer(t, issuerPub)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mallory := Identity{Name: "team-m/echo-1", Namespace: "team-m", Pool: "echo", Worker: "echo-1", Expires: time.Now().Add(time.Hour)}
+	internal, _, _ := serveCallout(t, ctx, srv, &Responder{
+		Issuer: issuer, Account: "RUNPLANE", MaxTTL: time.Hour, Clock: clock.RealClock{},
+		Auth:   tokens{"mallory": mallory},
+		Permit: func(id Identity) jwt.Permissions { return WorkerPermissions(testLayout(id)) },
+	})
+	ijs, err := jetstream.New(internal)
+	require.NoError(t, err)
+	_, err = ijs.CreateStream(ctx, jetstream.StreamConfig{Name: "RS", Subjects: []string{"rs.dispatch.>"}})
+	require.NoError(t, err)
+	own := testLayout(mallory)
+	bob := testLayout(Identity{Namespace: "team-b", Pool: "echo", Worker: "echo-1"})
+	// Something the push consumer would deliver.
+	_, err = ijs.Publish(ctx, own.Dispatch, []byte("dispatch"))
+	require.NoError(t, err)
+	victim, err := internal.SubscribeSync(bob.Cancel)
+	require.NoError(t, err)
+	require.NoError(t, internal.Flush())
+
+	violations := make(chan error, 16)
+	nc, err := nats.Connect(srv.ClientURL(), nats.Token("mallory"), nats.CustomInboxPrefix(own.Inbox),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+
+	actx, acancel := context.WithTimeout(ctx, time.Second)
+	defer acancel()
+	_, _ = js.CreateOrUpdateConsumer(actx, own.Stream, jetstream.ConsumerConfig{
+		Durable: own.Consumer, FilterSubject: own.Dispatch, DeliverSubject: bob.Cancel, AckPolicy: jetstream.AckNonePolicy,
+	}) // refused asynchronously: the violation below is the verdict
+	require.NoError(t, nc.Flush())
+	select {
+	case err := <-violations:
+		require.ErrorContains(t, err, "Permissions Violation")
+		require.ErrorContains(t, err, "$JS.API.CONSUMER.CREATE.RS."+own.Consumer)
+	case <-ctx.Done():
+		t.Fatal("no permission violation")
+	}
+	_, err = ijs.Consumer(ctx, own.Stream, own.Consumer)
+	require.ErrorIs(t, err, jetstream.ErrConsumerNotFound, "the worker's consumer must not exist")
+	require.NoError(t, internal.Publish(bob.Cancel, []byte("marker")))
+	first, err := victim.NextMsg(5 * time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, "marker", string(first.Data), "only the marker reaches the victim's cancel subject")
 }

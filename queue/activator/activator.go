@@ -180,12 +180,12 @@ func (a *Activator) Run(ctx context.Context) error {
 		return err
 	}
 	a.metrics.rebuilt.Set(1)
-	results, err := a.consume(ctx, "results", st.Subjects.Result("*", "*"), a.cfg.ResultAckWait, a.onResult)
+	results, err := a.consume(ctx, st.Config.ResultsStream, "results", st.Subjects.Result("*", "*"), a.cfg.ResultAckWait, a.onResult)
 	if err != nil {
 		return err
 	}
 	defer results.Stop()
-	invokes, err := a.consume(ctx, "invoke", st.Subjects.Invoke("*", "*"), 30*time.Second, a.onInvocation)
+	invokes, err := a.consume(ctx, st.Config.Stream, "invoke", st.Subjects.Invoke("*", "*"), 30*time.Second, a.onInvocation)
 	if err != nil {
 		return err
 	}

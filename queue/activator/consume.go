@@ -16,12 +16,12 @@ import (
 	"github.com/runplane/runplane/queue/stream"
 )
 
-// consume runs h on every message of subject through the durable consumer
-// <prefix>-<name>.
-func (a *Activator) consume(ctx context.Context, name, subject string, ackWait time.Duration,
+// consume runs h on every message of subject of stream streamName through
+// the durable consumer <prefix>-<name>.
+func (a *Activator) consume(ctx context.Context, streamName, name, subject string, ackWait time.Duration,
 	h func(context.Context, jetstream.Msg)) (jetstream.ConsumeContext, error) {
 	st := a.cfg.Store
-	c, err := st.JS.CreateOrUpdateConsumer(ctx, st.Config.Stream, jetstream.ConsumerConfig{
+	c, err := st.JS.CreateOrUpdateConsumer(ctx, streamName, jetstream.ConsumerConfig{
 		Durable:       a.cfg.ConsumerPrefix + "-" + name,
 		FilterSubject: subject,
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -161,7 +161,11 @@ func (a *Activator) enqueue(m jetstream.Msg, it *state.Item) {
 	a.poke()
 }
 
-// onResult records a worker's result and frees its slot. The state
+// onResult records a worker's result and frees its slot. Results come
+// from the results stream, where workers publish with headers of their
+// choosing and no message ID is trusted: a result stored twice is handled
+// twice, and the second time changes nothing (its invocation is forgotten
+// and its Record final, which TransitionOfPool never changes). The state
 // changes at once, in stream order (so a lost worker's invocations can
 // wait for the results it published before it went); the Record write runs
 // concurrently and the result is acked after it.

@@ -139,7 +139,7 @@ func (a *Activator) settle(ctx context.Context, l *state.Loss) {
 // back only after it).
 func (a *Activator) waitResults(ctx context.Context, ns, pool string) {
 	st := a.cfg.Store
-	m, err := st.Stream.GetLastMsgForSubject(ctx, st.Subjects.Result(ns, pool))
+	m, err := st.Results.GetLastMsgForSubject(ctx, st.Subjects.Result(ns, pool))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return
 	}

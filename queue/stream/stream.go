@@ -1,5 +1,7 @@
 // Package stream owns the queue service's JetStream resources: the stream
-// that stores invocations, dispatches, results and dead letters, the KV
+// that stores invocations, dispatches and dead letters (only the queue
+// publishes into it), the results stream that workers publish into, the
+// workers' dispatch consumers (created by the queue, never by a worker), the KV
 // bucket that holds each invocation's Record (state and result), and the KV
 // bucket where the activator publishes pool status for the ingress
 // replicas. Record updates go through compare-and-set so concurrent writers
@@ -40,6 +42,32 @@ type Config struct {
 	RecordTTL time.Duration
 	// PoolsBucket holds the activator's per-pool status (default "runplane-pools").
 	PoolsBucket string
+	// ResultsStream is the stream of worker results, subjects
+	// <prefix>.result.> (default messages.ResultsStreamName(Stream)).
+	ResultsStream string
+	// ResultsMaxBytes bounds the results stream (default 1 GiB); when it
+	// is full, new results are refused (the sidecar retries and then
+	// lets the dispatch be redelivered) rather than unread ones dropped.
+	ResultsMaxBytes int64
+	// ResultMaxMsgSize bounds one result message, headers included
+	// (default DefaultResultMaxMsgSize).
+	ResultMaxMsgSize int32
+	// Worker is the configuration of the workers' dispatch consumers.
+	Worker WorkerConsumer
+}
+
+// WorkerConsumer configures the durable pull consumer the queue creates
+// for each worker when the auth callout admits it.
+type WorkerConsumer struct {
+	// AckWait (default 30s; the sidecar sends in-progress acks every
+	// third of it, which it reads from the consumer).
+	AckWait time.Duration
+	// MaxAckPending bounds the dispatches a worker holds unacked (default
+	// 1024; the activator never sends a worker more than its concurrency).
+	MaxAckPending int
+	// InactiveThreshold lets the server delete the consumer of a worker
+	// that stopped pulling (default 10m).
+	InactiveThreshold time.Duration
 }
 
 // WithDefaults fills unset fields.
@@ -52,6 +80,12 @@ func (c Config) WithDefaults() Config {
 	c.RecordsBucket = cmp.Or(c.RecordsBucket, "runplane-invocations")
 	c.RecordTTL = cmp.Or(c.RecordTTL, 24*time.Hour)
 	c.PoolsBucket = cmp.Or(c.PoolsBucket, "runplane-pools")
+	c.ResultsStream = cmp.Or(c.ResultsStream, messages.ResultsStreamName(c.Stream))
+	c.ResultsMaxBytes = cmp.Or(c.ResultsMaxBytes, 1<<30)
+	c.ResultMaxMsgSize = cmp.Or(c.ResultMaxMsgSize, DefaultResultMaxMsgSize)
+	c.Worker.AckWait = cmp.Or(c.Worker.AckWait, 30*time.Second)
+	c.Worker.MaxAckPending = cmp.Or(c.Worker.MaxAckPending, 1024)
+	c.Worker.InactiveThreshold = cmp.Or(c.Worker.InactiveThreshold, 10*time.Minute)
 	return c
 }
 
@@ -63,20 +97,34 @@ func (c Config) Validate() error {
 	if c.DuplicateWindow > c.MaxAge {
 		return fmt.Errorf("duplicate window %s must not exceed max age %s", c.DuplicateWindow, c.MaxAge)
 	}
+	if c.ResultsStream == c.Stream {
+		return fmt.Errorf("results stream %q must differ from the invocation stream", c.ResultsStream)
+	}
+	if c.ResultsMaxBytes < int64(c.ResultMaxMsgSize) {
+		return fmt.Errorf("results stream max bytes %d must be at least the max result size %d", c.ResultsMaxBytes, c.ResultMaxMsgSize)
+	}
 	if c.RecordTTL < c.DuplicateWindow {
 		return fmt.Errorf("record TTL %s must be at least the duplicate window %s", c.RecordTTL, c.DuplicateWindow)
 	}
 	return nil
 }
 
+// DefaultResultMaxMsgSize is the default bound of one result message:
+// nats-server's default max_payload (1 MiB), beyond which no client can
+// publish anyway. Raise both together.
+const DefaultResultMaxMsgSize = 1 << 20
+
 // Store is the opened set of resources.
 type Store struct {
 	Config   Config
 	Subjects messages.Subjects
 	JS       jetstream.JetStream
-	Stream   jetstream.Stream
-	Records  jetstream.KeyValue
-	Pools    jetstream.KeyValue
+	// Stream holds invocations, dispatches and dead letters.
+	Stream jetstream.Stream
+	// Results holds worker results.
+	Results jetstream.Stream
+	Records jetstream.KeyValue
+	Pools   jetstream.KeyValue
 }
 
 // Open creates or updates the stream and buckets and returns the Store.
@@ -86,6 +134,12 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 		return nil, err
 	}
 	subj := messages.Subjects{Prefix: cfg.Prefix}
+	// An invocation stream of an older release also stores results: its
+	// unhandled results move to the results stream (see migrateResults).
+	moved, err := migrateResults(ctx, js, cfg, subj)
+	if err != nil {
+		return nil, err
+	}
 	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:       cfg.Stream,
 		Subjects:   subj.StreamSubjects(),
@@ -97,6 +151,28 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create stream %s: %w", cfg.Stream, err)
+	}
+	res, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        cfg.ResultsStream,
+		Description: "worker results of stream " + cfg.Stream,
+		Subjects:    subj.ResultStreamSubjects(),
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		Replicas:    cfg.Replicas,
+		MaxAge:      cfg.MaxAge,
+		MaxBytes:    cfg.ResultsMaxBytes,
+		MaxMsgSize:  cfg.ResultMaxMsgSize,
+		Discard:     jetstream.DiscardNew,
+		// Workers choose their headers: no worker's Nats-Msg-Id may hold
+		// back another's result for long (results carry none; a result
+		// stored twice is handled once).
+		Duplicates: time.Second,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create stream %s: %w", cfg.ResultsStream, err)
+	}
+	if err := moved.finish(ctx, js, st); err != nil {
+		return nil, err
 	}
 	rec, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:   cfg.RecordsBucket,
@@ -117,7 +193,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	if err != nil {
 		return nil, fmt.Errorf("create KV bucket %s: %w", cfg.PoolsBucket, err)
 	}
-	return &Store{Config: cfg, Subjects: subj, JS: js, Stream: st, Records: rec, Pools: pools}, nil
+	return &Store{Config: cfg, Subjects: subj, JS: js, Stream: st, Results: res, Records: rec, Pools: pools}, nil
 }
 
 // Key is the Records bucket key of invocation id of namespace ns: IDs are

@@ -53,6 +53,8 @@ func TestConfigValidate(t *testing.T) {
 		{"replicas", Config{Replicas: 7}, false},
 		{"window beyond age", Config{MaxAge: time.Minute, DuplicateWindow: time.Hour}, false},
 		{"ttl below window", Config{DuplicateWindow: time.Hour, RecordTTL: time.Minute}, false},
+		{"results stream is the invocation stream", Config{Stream: "S", ResultsStream: "S"}, false},
+		{"results stream smaller than a result", Config{ResultsMaxBytes: 1024, ResultMaxMsgSize: 4096}, false},
 	}
 	for _, tc := range tests {
 		err := tc.c.WithDefaults().Validate()
@@ -80,7 +82,16 @@ func TestOpenCreatesStreamAndBuckets(t *testing.T) {
 	st := open(t)
 	info, err := st.Stream.Info(context.Background())
 	require.NoError(t, err)
-	require.False(t, info.Config.Storage != jetstream.FileStorage || info.Config.Duplicates != time.Second || len(info.Config.Subjects) != 4, "stream config %+v", info.Config)
+	require.False(t, info.Config.Storage != jetstream.FileStorage || info.Config.Duplicates != time.Second, "stream config %+v", info.Config)
+	assert.Equal(t, []string{"runtime.serverless.invoke.>", "runtime.serverless.dispatch.>", "runtime.serverless.deadletter.>"}, info.Config.Subjects,
+		"workers publish nothing into the invocation stream")
+	rinfo, err := st.Results.Info(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"runtime.serverless.result.>"}, rinfo.Config.Subjects)
+	assert.Equal(t, st.Config.Stream+"_RESULTS", rinfo.Config.Name)
+	assert.Equal(t, jetstream.DiscardNew, rinfo.Config.Discard)
+	assert.Equal(t, int32(DefaultResultMaxMsgSize), rinfo.Config.MaxMsgSize)
+	assert.Equal(t, int64(1<<30), rinfo.Config.MaxBytes)
 	// Re-opening (another replica, a restart) is fine.
 	_, err = Open(context.Background(), st.JS, st.Config)
 	require.NoError(t, err)
@@ -170,5 +181,140 @@ func TestTransitionCached(t *testing.T) {
 			require.False(t, got.State != tc.wantState || got.Error != tc.wantError || got.Worker != "w" || got.Attempt != 1, "stored %+v, want state %s error %q worker w attempt 1", got, tc.wantState, tc.wantError)
 			require.False(t, c.Rev != gotRev || c.Record.State != got.State, "cache at rev %d (%s), store at %d (%s)", c.Rev, c.Record.State, gotRev, got.State)
 		})
+	}
+}
+
+// TestOpenMigratesResults: an invocation stream of an older release also
+// stored results. Open removes the result subject from it without touching
+// its invocations, copies the results its results consumer had not acked
+// to the results stream (without their Nats-Msg-Id), deletes that consumer
+// and purges the old results; opening again changes nothing.
+func TestOpenMigratesResults(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ns, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, NoLog: true, NoSigs: true})
+	require.NoError(t, err)
+	go ns.Start()
+	require.True(t, ns.ReadyForConnections(5*time.Second), "nats not ready")
+	t.Cleanup(ns.Shutdown)
+	nc, err := nats.Connect(ns.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	cfg := Config{DuplicateWindow: time.Second, RecordTTL: time.Hour}.WithDefaults()
+	subj := messages.Subjects{Prefix: cfg.Prefix}
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Duplicates: time.Second,
+		Subjects: []string{subj.Prefix + ".invoke.>", subj.Prefix + ".dispatch.>", subj.Prefix + ".result.>", subj.Prefix + ".deadletter.>"}})
+	require.NoError(t, err)
+	old, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{Durable: "runplane-activator-results",
+		FilterSubject: subj.Result("*", "*"), AckPolicy: jetstream.AckExplicitPolicy})
+	require.NoError(t, err)
+	for i, id := range []string{"a", "b", "c"} {
+		_, err := js.Publish(ctx, subj.Invoke("ns", "p"), []byte(id), jetstream.WithMsgID(messages.MsgID("ns", id)))
+		require.NoError(t, err)
+		_, err = js.Publish(ctx, subj.Result("ns", "p"), []byte("result-"+id), jetstream.WithMsgID(messages.DispatchMsgID("ns", id, i)))
+		require.NoError(t, err)
+	}
+	// The old activator handled the first result.
+	m, err := old.Next(jetstream.FetchMaxWait(5 * time.Second))
+	require.NoError(t, err)
+	require.Equal(t, "result-a", string(m.Data()))
+	require.NoError(t, m.DoubleAck(ctx))
+
+	st, err := Open(ctx, js, cfg)
+	require.NoError(t, err)
+	info, err := st.Stream.Info(ctx)
+	require.NoError(t, err)
+	assert.NotContains(t, info.Config.Subjects, subj.Prefix+".result.>")
+	assert.Equal(t, uint64(3), info.State.Msgs, "the three invocations stay; the old results are purged")
+	_, err = st.Stream.Consumer(ctx, "runplane-activator-results")
+	assert.ErrorIs(t, err, jetstream.ErrConsumerNotFound, "the old results consumer is deleted")
+	copied := readAll(t, ctx, st.Results)
+	require.Len(t, copied, 2, "the unhandled results")
+	for i, want := range []string{"result-b", "result-c"} {
+		assert.Equal(t, want, string(copied[i].Data()))
+		assert.Empty(t, copied[i].Headers().Get(jetstream.MsgIDHeader))
+		assert.NotEmpty(t, copied[i].Headers().Get(MigratedHeader))
+	}
+
+	// Workers' results now land in the results stream, and a result with
+	// an invocation's message ID no longer suppresses the invocation.
+	_, err = js.Publish(ctx, subj.Result("ns", "p"), []byte("poison"), jetstream.WithMsgID(messages.MsgID("ns", "d")))
+	require.NoError(t, err)
+	ack, err := js.Publish(ctx, subj.Invoke("ns", "p"), []byte("d"), jetstream.WithMsgID(messages.MsgID("ns", "d")))
+	require.NoError(t, err)
+	assert.False(t, ack.Duplicate)
+	assert.Equal(t, cfg.Stream, ack.Stream)
+
+	_, err = Open(ctx, js, cfg)
+	require.NoError(t, err)
+	assert.Len(t, readAll(t, ctx, st.Results), 3, "a second Open copies nothing again")
+}
+
+func readAll(t *testing.T, ctx context.Context, s jetstream.Stream) []jetstream.Msg {
+	t.Helper()
+	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	require.NoError(t, err)
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	var out []jetstream.Msg
+	for range info.State.Msgs {
+		m, err := c.Next(jetstream.FetchMaxWait(5 * time.Second))
+		require.NoError(t, err)
+		out = append(out, m)
+	}
+	return out
+}
+
+// TestEnsureWorkerConsumer: the queue makes a worker's consumer: created
+// when missing (delivering only what comes after it), updated in place
+// when an older sidecar made a compatible one (its unacked dispatches
+// kept), replaced when it is a push consumer a worker made under an older
+// grant (e.g. delivering to another tenant's cancel subject), refused for
+// names that are not subject tokens.
+func TestEnsureWorkerConsumer(t *testing.T) {
+	st := open(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	subj := st.Subjects
+	name := messages.ConsumerName("team-a", "echo", "w1")
+	info := func() *jetstream.ConsumerInfo {
+		c, err := st.JS.Consumer(ctx, st.Config.Stream, name)
+		require.NoError(t, err)
+		return c.CachedInfo()
+	}
+
+	_, err := st.JS.Publish(ctx, subj.Dispatch("team-a", "echo", "w1"), []byte("old"))
+	require.NoError(t, err)
+	require.NoError(t, st.EnsureWorkerConsumer(ctx, "team-a", "echo", "w1"))
+	got := info()
+	assert.Equal(t, jetstream.DeliverNewPolicy, got.Config.DeliverPolicy)
+	assert.Zero(t, got.NumPending, "a new consumer replays nothing")
+	assert.Equal(t, 30*time.Second, got.Config.AckWait)
+	require.NoError(t, st.EnsureWorkerConsumer(ctx, "team-a", "echo", "w1"), "idempotent")
+
+	// An older sidecar's consumer: DeliverAll, its own ack wait.
+	require.NoError(t, st.JS.DeleteConsumer(ctx, st.Config.Stream, name))
+	_, err = st.JS.CreateConsumer(ctx, st.Config.Stream, jetstream.ConsumerConfig{Durable: name, FilterSubject: subj.Dispatch("team-a", "echo", "w1"),
+		AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy, AckWait: 5 * time.Second})
+	require.NoError(t, err)
+	require.NoError(t, st.EnsureWorkerConsumer(ctx, "team-a", "echo", "w1"))
+	got = info()
+	assert.Equal(t, jetstream.DeliverAllPolicy, got.Config.DeliverPolicy, "kept in place")
+	assert.Equal(t, uint64(1), got.NumPending, "its pending dispatch kept")
+	assert.Equal(t, 30*time.Second, got.Config.AckWait, "updated")
+
+	// A worker's push consumer delivering to another tenant's cancels.
+	require.NoError(t, st.JS.DeleteConsumer(ctx, st.Config.Stream, name))
+	_, err = st.JS.CreateConsumer(ctx, st.Config.Stream, jetstream.ConsumerConfig{Durable: name, FilterSubject: subj.Dispatch("team-a", "echo", "w1"),
+		DeliverSubject: subj.Cancel("team-b", "echo", "v1"), AckPolicy: jetstream.AckNonePolicy})
+	require.NoError(t, err)
+	require.NoError(t, st.EnsureWorkerConsumer(ctx, "team-a", "echo", "w1"))
+	got = info()
+	assert.Empty(t, got.Config.DeliverSubject, "replaced by a pull consumer")
+	assert.Equal(t, jetstream.AckExplicitPolicy, got.Config.AckPolicy)
+
+	for _, bad := range [][3]string{{"team-a", "echo", "w.1"}, {"team-a", "*", "w1"}, {"", "echo", "w1"}} {
+		assert.Error(t, st.EnsureWorkerConsumer(ctx, bad[0], bad[1], bad[2]), "%v", bad)
 	}
 }

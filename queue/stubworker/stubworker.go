@@ -232,8 +232,9 @@ func (w *Worker) handle(js jetstream.JetStream, m jetstream.Msg) {
 	b, _ := json.Marshal(res)
 	pctx, pc := context.WithTimeout(context.Background(), 10*time.Second)
 	defer pc()
-	if _, err := js.PublishMsg(pctx, &nats.Msg{Subject: w.cfg.Subjects.Result(w.cfg.Namespace, w.cfg.Pool), Data: b, Header: nats.Header{}},
-		jetstream.WithMsgID(messages.DispatchMsgID(w.cfg.Namespace, d.InvocationID, d.Attempt))); err != nil {
+	// No Nats-Msg-Id, like the sidecar: results share a stream with every
+	// tenant's workers.
+	if _, err := js.PublishMsg(pctx, &nats.Msg{Subject: w.cfg.Subjects.Result(w.cfg.Namespace, w.cfg.Pool), Data: b, Header: nats.Header{}}); err != nil {
 		w.acked(m.Nak())
 		return
 	}

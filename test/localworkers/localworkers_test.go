@@ -42,6 +42,8 @@ func TestWorkerFollowsPod(t *testing.T) {
 	subj := messages.Subjects{Prefix: api.DefaultSubjectPrefix}
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: api.DefaultStreamName, Subjects: subj.StreamSubjects()})
 	require.NoError(t, err)
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: messages.ResultsStreamName(api.DefaultStreamName), Subjects: subj.ResultStreamSubjects()})
+	require.NoError(t, err)
 	events := make(chan messages.Event, 100)
 	_, err = nc.Subscribe(subj.Metrics("lw", "lw"), func(m *nats.Msg) {
 		var e messages.Event
@@ -72,6 +74,13 @@ func TestWorkerFollowsPod(t *testing.T) {
 	})
 	require.NoError(t, err)
 
+	// Sidecars with a NATS token bind to the consumer the queue's auth
+	// callout creates when it admits them; this NATS has no callout.
+	_, err = js.CreateOrUpdateConsumer(ctx, api.DefaultStreamName, jetstream.ConsumerConfig{
+		Durable: messages.ConsumerName("lw", "lw", "lw-0"), FilterSubject: subj.Dispatch("lw", "lw", "lw-0"),
+		AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	require.NoError(t, err)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "lw-0", Namespace: "lw", Labels: map[string]string{api.LabelPool: "lw"},
 			Annotations: map[string]string{api.AnnotationConcurrency: "2"}},

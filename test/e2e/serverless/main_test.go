@@ -172,7 +172,8 @@ func start(ctx context.Context, c *cluster.Cluster, wg *sync.WaitGroup) (*stack,
 	}
 	s.workers, err = localworkers.Start(ctx, localworkers.Config{
 		Client: c.Client(), NATSURL: s.nats.ClientURL(), SidecarBinary: scBin, FrameworkBinary: fwBin,
-		SidecarArgs: []string{"-heartbeat-interval", "1s", "-probe-interval", "100ms", "-fetch-wait", "500ms", "-shutdown-grace", "10s", "-ack-wait", "3s"},
+		// This NATS has no auth callout to create the workers' consumers.
+		SidecarArgs: []string{"-create-consumer", "-heartbeat-interval", "1s", "-probe-interval", "100ms", "-fetch-wait", "500ms", "-shutdown-grace", "10s", "-ack-wait", "3s"},
 		Namespace:   ns, Dir: filepath.Join(c.Dir(), "workers"), StopGrace: 15 * time.Second,
 		Logf: func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) },
 	})
@@ -313,7 +314,7 @@ func storedResults(t *testing.T, poolName, id string) int {
 	defer cancel()
 	js, err := jetstream.New(st.nc)
 	require.NoError(t, err)
-	str, err := js.Stream(ctx, api.DefaultStreamName)
+	str, err := js.Stream(ctx, messages.ResultsStreamName(api.DefaultStreamName))
 	require.NoError(t, err)
 	c, err := str.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{messages.Subjects{Prefix: api.DefaultSubjectPrefix}.Result(ns, poolName)}})

@@ -36,9 +36,19 @@ type queueNATS struct {
 	internal *nats.Conn // the queue's own user
 	subj     messages.Subjects
 	stream   string
+	// ingress is the ingress's base URL when withIngress was given.
+	ingress string
 }
 
-func startQueueNATS(t *testing.T, ctx context.Context) *queueNATS {
+// withIngress also serves the queue's ingress (caller authentication off)
+// and runs its activator for the pools of namespace ns.
+func withIngress(ns string) func(*queue.Config) {
+	return func(c *queue.Config) {
+		c.DisableIngress, c.InsecureDisableCallerAuth, c.Namespace, c.Listen = false, true, ns, "127.0.0.1:0"
+	}
+}
+
+func startQueueNATS(t *testing.T, ctx context.Context, opts ...func(*queue.Config)) *queueNATS {
 	t.Helper()
 	dir := t.TempDir()
 	issuer, err := nkeys.CreateAccount()
@@ -57,10 +67,10 @@ jetstream { store_dir: %q }
 accounts { %[2]s { jetstream: enabled, users: [ { user: runplane-queue, password: queue-secret } ] } }
 authorization { auth_callout { issuer: %[3]q, account: %[2]s, auth_users: [ runplane-queue ] } }
 `, filepath.Join(dir, "js"), queue.DefaultCalloutAccount, issuerPub), 0o600))
-	opts, err := server.ProcessConfigFile(conf)
+	sopts, err := server.ProcessConfigFile(conf)
 	require.NoError(t, err)
-	opts.NoSigs, opts.NoLog = true, true
-	srv, err := server.NewServer(opts)
+	sopts.NoSigs, sopts.NoLog = true, true
+	srv, err := server.NewServer(sopts)
 	require.NoError(t, err)
 	go srv.Start()
 	require.True(t, srv.ReadyForConnections(10*time.Second), "nats-server did not start")
@@ -69,14 +79,18 @@ authorization { auth_callout { issuer: %[3]q, account: %[2]s, auth_users: [ runp
 	sc := stream.Config{}.WithDefaults()
 	qctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() {
-		done <- queue.Run(qctx, queue.Config{
-			NATSURL: srv.ClientURL(), NATSUser: "runplane-queue", NATSPasswordFile: pwFile,
-			Callout:    queue.CalloutConfig{IssuerSeedFile: seedFile},
-			RESTConfig: env.RESTConfig(), Namespace: "natsauth-none", DisableIngress: true,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		})
-	}()
+	listening := make(chan string, 1)
+	qcfg := queue.Config{
+		NATSURL: srv.ClientURL(), NATSUser: "runplane-queue", NATSPasswordFile: pwFile,
+		Callout:    queue.CalloutConfig{IssuerSeedFile: seedFile},
+		RESTConfig: env.RESTConfig(), Namespace: "natsauth-none", DisableIngress: true,
+		OnListen: func(addr string) { listening <- addr },
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	for _, o := range opts {
+		o(&qcfg)
+	}
+	go func() { done <- queue.Run(qctx, qcfg) }()
 	t.Cleanup(func() {
 		stop()
 		assert.NoError(t, <-done, "queue.Run")
@@ -96,7 +110,16 @@ authorization { auth_callout { issuer: %[3]q, account: %[2]s, auth_users: [ runp
 		subs, err := srv.Subsz(&server.SubszOptions{Subscriptions: true, Test: "$SYS.REQ.USER.AUTH", Account: queue.DefaultCalloutAccount})
 		return err == nil && subs.Total > 0
 	}, 30*time.Second, 50*time.Millisecond, "the queue's callout")
-	return &queueNATS{srv: srv, internal: internal, subj: messages.Subjects{Prefix: sc.Prefix}, stream: sc.Stream}
+	q := &queueNATS{srv: srv, internal: internal, subj: messages.Subjects{Prefix: sc.Prefix}, stream: sc.Stream}
+	if !qcfg.DisableIngress {
+		select {
+		case addr := <-listening:
+			q.ingress = "http://" + addr
+		case <-ctx.Done():
+			t.Fatal("the ingress did not listen")
+		}
+	}
+	return q
 }
 
 // connect presents token as a sidecar does, its violations on the channel.
@@ -135,9 +158,9 @@ func TestSidecarNATSIdentity(t *testing.T) {
 	require.NoError(t, err)
 
 	t.Run("the sidecar's own calls work", func(t *testing.T) {
-		cons, err := js.CreateOrUpdateConsumer(ctx, q.stream, jetstream.ConsumerConfig{
-			Durable: messages.ConsumerName(ns, pool, w), FilterSubject: q.subj.Dispatch(ns, pool, w), AckPolicy: jetstream.AckExplicitPolicy,
-		})
+		// The callout created the worker's consumer before admitting it:
+		// the worker binds to it.
+		cons, err := js.Consumer(ctx, q.stream, messages.ConsumerName(ns, pool, w))
 		require.NoError(t, err)
 		cancels, err := nc.SubscribeSync(q.subj.Cancel(ns, pool, w))
 		require.NoError(t, err)
@@ -192,6 +215,17 @@ func TestSidecarNATSIdentity(t *testing.T) {
 				_, err := js.CreateOrUpdateConsumer(ctx, q.stream, jetstream.ConsumerConfig{
 					Durable: messages.ConsumerName(ns, pool, w), FilterSubject: q.subj.Dispatch("nats-b", "echo", podB.Name)})
 				return err
+			}},
+		{name: "a push consumer delivering to another tenant's cancels", want: "$JS.API.CONSUMER.CREATE." + q.stream + "." + messages.ConsumerName(ns, pool, w) + "." + q.subj.Dispatch(ns, pool, w),
+			try: func(ctx context.Context) error {
+				_, err := js.CreateOrUpdateConsumer(ctx, q.stream, jetstream.ConsumerConfig{
+					Durable: messages.ConsumerName(ns, pool, w), FilterSubject: q.subj.Dispatch(ns, pool, w),
+					DeliverSubject: q.subj.Cancel("nats-b", "echo", podB.Name), AckPolicy: jetstream.AckNonePolicy})
+				return err
+			}},
+		{name: "delete its own consumer", want: "$JS.API.CONSUMER.DELETE." + q.stream + "." + messages.ConsumerName(ns, pool, w),
+			try: func(ctx context.Context) error {
+				return js.DeleteConsumer(ctx, q.stream, messages.ConsumerName(ns, pool, w))
 			}},
 		{name: "pull from another worker's consumer", want: "$JS.API.CONSUMER.MSG.NEXT." + q.stream + "." + messages.ConsumerName("nats-b", "echo", podB.Name),
 			try: func(context.Context) error {

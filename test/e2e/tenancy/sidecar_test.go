@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/framework"
@@ -36,35 +37,7 @@ func TestSidecarThroughCallout(t *testing.T) {
 	q := startQueueNATS(t, ctx)
 	ns, pool := "nats-c", "echo"
 
-	dir, err := os.MkdirTemp("", "rpsc") // unix socket paths are short
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "fw.sock")
-	fctx, fstop := context.WithCancel(ctx)
-	defer fstop()
-	go func() {
-		_ = framework.ServeUnix(fctx, sock, framework.NewHandler(func(_ context.Context, req framework.Request) (framework.Response, error) {
-			return framework.Response{Body: req.Payload}, nil
-		}))
-	}()
-	tokenFile := filepath.Join(dir, "token")
-	require.NoError(t, os.WriteFile(tokenFile, []byte(token(t, ns, "worker", []string{api.NATSTokenAudience}, bound(pod))), 0o600))
-
-	sc, err := sidecar.New(sidecar.Config{
-		Pool: pool, WorkerName: pod.Name, WorkerNamespace: ns, FrameworkSocket: sock, Concurrency: 1,
-		NATSURL: q.srv.ClientURL(), NATSTokenFile: tokenFile, SubjectPrefix: q.subj.Prefix, StreamName: q.stream,
-		HTTPAddr: "127.0.0.1:0", HeartbeatInterval: 200 * time.Millisecond, ProbeInterval: 50 * time.Millisecond,
-		FetchWait: 200 * time.Millisecond, ShutdownGrace: 5 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	require.NoError(t, err)
-	sctx, sstop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- sc.Run(sctx) }()
-	t.Cleanup(func() {
-		sstop()
-		assert.NoError(t, <-done, "sidecar.Run")
-	})
+	tokenFile := runSidecar(t, ctx, q, ns, pool, pod)
 
 	// Registered: its heartbeat arrives on its pool's metrics subject.
 	events, err := q.internal.SubscribeSync(q.subj.Metrics(ns, pool))
@@ -129,4 +102,42 @@ func TestSidecarThroughCallout(t *testing.T) {
 	require.NoError(t, json.Unmarshal(msg.Data, &res))
 	assert.Equal(t, "inv-2", res.InvocationID)
 	assert.Equal(t, messages.StateSucceeded, res.State, "%+v", res)
+}
+
+// runSidecar runs the real sidecar of pod (pool ns/pool) with an echo
+// framework, its only credential the Pod's bound token in the returned
+// file, until the test ends.
+func runSidecar(t *testing.T, ctx context.Context, q *queueNATS, ns, pool string, pod *corev1.Pod) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "rpsc") // unix socket paths are short
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "fw.sock")
+	fctx, fstop := context.WithCancel(ctx)
+	t.Cleanup(fstop)
+	go func() {
+		_ = framework.ServeUnix(fctx, sock, framework.NewHandler(func(_ context.Context, req framework.Request) (framework.Response, error) {
+			return framework.Response{Body: req.Payload}, nil
+		}))
+	}()
+	tokenFile := filepath.Join(dir, "token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte(token(t, ns, "worker", []string{api.NATSTokenAudience}, bound(pod))), 0o600))
+
+	sc, err := sidecar.New(sidecar.Config{
+		Pool: pool, WorkerName: pod.Name, WorkerNamespace: ns, FrameworkSocket: sock, Concurrency: 1,
+		NATSURL: q.srv.ClientURL(), NATSTokenFile: tokenFile, SubjectPrefix: q.subj.Prefix, StreamName: q.stream,
+		HTTPAddr: "127.0.0.1:0", HeartbeatInterval: 200 * time.Millisecond, ProbeInterval: 50 * time.Millisecond,
+		FetchWait: 200 * time.Millisecond, ShutdownGrace: 5 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	require.NoError(t, err)
+	sctx, sstop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- sc.Run(sctx) }()
+	t.Cleanup(func() {
+		sstop()
+		assert.NoError(t, <-done, "sidecar.Run")
+	})
+
+	return tokenFile
 }

@@ -1,0 +1,141 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/runplane/runplane/internal/messages"
+)
+
+// MigratedHeader marks a result copied from an older invocation stream to
+// the results stream: its value is <stream>/<sequence> of the original.
+const MigratedHeader = "Runplane-Migrated-From"
+
+// movedResults are the results an older invocation stream held that its
+// results consumers had not acknowledged yet, to be copied to the results
+// stream once it exists.
+type movedResults struct {
+	stream    string
+	msgs      []*jetstream.RawStreamMsg
+	consumers []string
+	subject   string
+}
+
+// migrateResults takes results out of an invocation stream of an older
+// release, which stored <prefix>.result.> next to invocations and
+// dispatches. It removes the subject from the stream (so no new result
+// lands there; invocations and dispatches stay where they are, nothing
+// queued is touched) and reads the results stored after the lowest ack
+// floor of the stream's results consumers. finish copies them to the
+// results stream, then deletes those consumers and purges the old results.
+// Until finish is done the results consumers remain, and a retried Open
+// (after an error) migrates again from them; a result copied twice is
+// handled once by the activator.
+func migrateResults(ctx context.Context, js jetstream.JetStream, cfg Config, subj messages.Subjects) (*movedResults, error) {
+	old, err := js.Stream(ctx, cfg.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read stream %s: %w", cfg.Stream, err)
+	}
+	m := &movedResults{stream: cfg.Stream, subject: subj.ResultStreamSubjects()[0]}
+	resultPrefix := strings.TrimSuffix(m.subject, ">")
+	hasSubject := slices.Contains(old.CachedInfo().Config.Subjects, m.subject)
+	var floor uint64
+	first := true
+	list := old.ListConsumers(ctx)
+	for ci := range list.Info() {
+		filters := append([]string{ci.Config.FilterSubject}, ci.Config.FilterSubjects...)
+		if !slices.ContainsFunc(filters, func(f string) bool { return f != "" && strings.HasPrefix(f, resultPrefix) }) {
+			continue
+		}
+		m.consumers = append(m.consumers, ci.Name)
+		if first || ci.AckFloor.Stream < floor {
+			floor, first = ci.AckFloor.Stream, false
+		}
+	}
+	if err := list.Err(); err != nil {
+		return nil, fmt.Errorf("list consumers of stream %s: %w", cfg.Stream, err)
+	}
+	if !hasSubject && len(m.consumers) == 0 {
+		return nil, nil // migrated already, or never stored results
+	}
+	if hasSubject {
+		c := old.CachedInfo().Config
+		c.Subjects = slices.DeleteFunc(slices.Clone(c.Subjects), func(s string) bool { return strings.HasPrefix(s, resultPrefix) })
+		if _, err := js.UpdateStream(ctx, c); err != nil {
+			return nil, fmt.Errorf("remove %s from stream %s: %w", m.subject, cfg.Stream, err)
+		}
+	}
+	// No result lands here any more: read what is stored after the floor.
+	// The stream's own subjects no longer include results, so the read is
+	// unfiltered and keeps the results.
+	oc, err := old.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: floor + 1})
+	if err != nil {
+		return nil, fmt.Errorf("read results of stream %s: %w", cfg.Stream, err)
+	}
+	for ctx.Err() == nil {
+		batch, err := oc.FetchNoWait(500)
+		if err != nil {
+			return nil, fmt.Errorf("read results of stream %s: %w", cfg.Stream, err)
+		}
+		got, last := 0, false
+		for msg := range batch.Messages() {
+			got++
+			md, err := msg.Metadata()
+			if err != nil {
+				return nil, fmt.Errorf("read results of stream %s: %w", cfg.Stream, err)
+			}
+			last = md.NumPending == 0
+			if strings.HasPrefix(msg.Subject(), resultPrefix) {
+				m.msgs = append(m.msgs, &jetstream.RawStreamMsg{Subject: msg.Subject(), Sequence: md.Sequence.Stream, Header: msg.Headers(), Data: msg.Data()})
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return nil, fmt.Errorf("read results of stream %s: %w", cfg.Stream, err)
+		}
+		if got == 0 || last {
+			return m, nil
+		}
+	}
+	return nil, ctx.Err()
+}
+
+// finish copies the moved results to the results stream (without their
+// Nats-Msg-Id), then deletes the old results consumers and purges the old
+// results from the invocation stream st.
+func (m *movedResults) finish(ctx context.Context, js jetstream.JetStream, st jetstream.Stream) error {
+	if m == nil {
+		return nil
+	}
+	for _, r := range m.msgs {
+		msg := nats.NewMsg(r.Subject)
+		msg.Data = r.Data
+		for k, v := range r.Header {
+			if k != jetstream.MsgIDHeader {
+				msg.Header[k] = v
+			}
+		}
+		msg.Header.Set(MigratedHeader, fmt.Sprintf("%s/%d", m.stream, r.Sequence))
+		if _, err := js.PublishMsg(ctx, msg); err != nil {
+			return fmt.Errorf("copy result %s/%d to the results stream: %w", m.stream, r.Sequence, err)
+		}
+	}
+	for _, name := range m.consumers {
+		if err := st.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("delete results consumer %s of stream %s: %w", name, m.stream, err)
+		}
+	}
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject(m.subject)); err != nil {
+		return fmt.Errorf("purge old results of stream %s: %w", m.stream, err)
+	}
+	return nil
+}
