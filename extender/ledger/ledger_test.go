@@ -342,10 +342,12 @@ func TestConcurrentNeverOvercommits(t *testing.T) {
 				claimed[ph.UID] = req.UID
 				mu.Unlock()
 				if rand.Intn(3) == 0 {
-					l.EndBind(req.UID, false, false)
+					// Forget the claim before the ledger frees the
+					// placeholder: another bind may take it at once.
 					mu.Lock()
 					delete(claimed, ph.UID)
 					mu.Unlock()
+					l.EndBind(req.UID, false, false)
 					return
 				}
 				l.DeletePod(ph.UID)
