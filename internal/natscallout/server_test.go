@@ -31,7 +31,7 @@ func startServer(t *testing.T, issuerPub string) *server.Server {
 listen: "127.0.0.1:-1"
 jetstream { store_dir: %q }
 accounts { RUNPLANE { jetstream: enabled, users: [ { user: runplane, password: internal } ] } }
-authorization { auth_callout { issuer: %q, account: RUNPLANE, auth_users: [ runplane ] } }
+authorization { timeout: 10, auth_callout { issuer: %q, account: RUNPLANE, auth_users: [ runplane ] } }
 `, filepath.Join(dir, "js"), issuerPub), 0o600))
 	opts, err := server.ProcessConfigFile(conf)
 	require.NoError(t, err)

@@ -54,7 +54,7 @@ func calloutNATS(t *testing.T) (srv *server.Server, seedFile, pwFile string) {
 listen: "127.0.0.1:-1"
 jetstream { store_dir: %q }
 accounts { %[2]s { jetstream: enabled, users: [ { user: runplane-queue, password: queue-secret } ] } }
-authorization { auth_callout { issuer: %[3]q, account: %[2]s, auth_users: [ runplane-queue ] } }
+authorization { timeout: 10, auth_callout { issuer: %[3]q, account: %[2]s, auth_users: [ runplane-queue ] } }
 `, filepath.Join(dir, "js"), queue.DefaultCalloutAccount, issuerPub), 0o600))
 	opts, err := server.ProcessConfigFile(conf)
 	require.NoError(t, err)

@@ -68,7 +68,7 @@ func TestQueue(t *testing.T) {
 	require.NoError(t, os.WriteFile(conf, fmt.Appendf(nil, `listen: "127.0.0.1:-1"
 jetstream { store_dir: %q }
 accounts { %s { jetstream: enabled, users: [ { user: %q, password: %q } ] } }
-authorization { auth_callout { issuer: %q, account: %s, auth_users: [ %q ] } }
+authorization { timeout: 10, auth_callout { issuer: %q, account: %s, auth_users: [ %q ] } }
 `, filepath.Join(dir, "js"), account, user, queueSecret.Data["password"], callout.Data["issuer"], account, user), 0o600))
 	opts, err := server.ProcessConfigFile(conf)
 	require.NoError(t, err)

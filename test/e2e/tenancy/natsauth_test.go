@@ -65,7 +65,7 @@ func startQueueNATS(t *testing.T, ctx context.Context, opts ...func(*queue.Confi
 listen: "127.0.0.1:-1"
 jetstream { store_dir: %q }
 accounts { %[2]s { jetstream: enabled, users: [ { user: runplane-queue, password: queue-secret } ] } }
-authorization { auth_callout { issuer: %[3]q, account: %[2]s, auth_users: [ runplane-queue ] } }
+authorization { timeout: 10, auth_callout { issuer: %[3]q, account: %[2]s, auth_users: [ runplane-queue ] } }
 `, filepath.Join(dir, "js"), queue.DefaultCalloutAccount, issuerPub), 0o600))
 	sopts, err := server.ProcessConfigFile(conf)
 	require.NoError(t, err)

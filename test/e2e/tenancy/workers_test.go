@@ -122,6 +122,7 @@ func TestWorkerConnectsThroughCallout(t *testing.T) {
 		Host: "127.0.0.1", Port: -1, NoSigs: true, Accounts: []*server.Account{acc},
 		Users:       []*server.User{{Username: "runplane", Password: "internal", Account: acc}},
 		AuthCallout: &server.AuthCallout{Issuer: issuerPub, Account: "RUNPLANE", AuthUsers: []string{"runplane"}},
+		AuthTimeout: 10, // a loaded machine, not the callout, must not decide
 	})
 	require.NoError(t, err)
 	go srv.Start()
