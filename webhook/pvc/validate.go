@@ -6,13 +6,26 @@
 package pvc
 
 import (
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/runplane/runplane/pvcspec"
 )
 
 // ValidateCreate checks a new claim.
 func ValidateCreate(pvc *corev1.PersistentVolumeClaim) error {
+	// A generic ephemeral volume's claim is made for one Pod that already
+	// exists: nothing would hold that Pod until the claim is prepared.
+	if owner := metav1.GetControllerOf(pvc); owner != nil && owner.Kind == "Pod" {
+		for _, k := range pvcspec.Configurable {
+			if _, ok := pvc.Annotations[k]; ok {
+				return &pvcspec.InvalidError{Key: k, Reason: fmt.Sprintf("generic ephemeral volumes cannot be prepared (the claim belongs to Pod %s, "+
+					"which would start before its data); use a PersistentVolumeClaim of its own", owner.Name)}
+			}
+		}
+	}
 	return Validate(pvc.Name, pvc.Annotations)
 }
 

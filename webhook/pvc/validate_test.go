@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/pvcspec"
@@ -51,4 +52,19 @@ func TestValidate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A generic ephemeral volume's claim (controlled by its Pod) may not ask
+// for preparation: its Pod exists already and would not wait for the data.
+func TestEphemeralClaimsAreNotPrepared(t *testing.T) {
+	owned := func(a map[string]string) *corev1.PersistentVolumeClaim {
+		return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "web-0-scratch", Annotations: a,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "web-0", UID: "u", Controller: ptr.To(true)}}}}
+	}
+	err := ValidateCreate(owned(map[string]string{api.AnnotationPrepareFromImage: "busybox:1.36"}))
+	var inv *pvcspec.InvalidError
+	require.ErrorAs(t, err, &inv)
+	require.Equal(t, api.AnnotationPrepareFromImage, inv.Key)
+	require.Contains(t, err.Error(), "generic ephemeral volumes cannot be prepared (the claim belongs to Pod web-0")
+	require.NoError(t, ValidateCreate(owned(nil)), "an ephemeral claim without runplane keys")
 }
