@@ -151,6 +151,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("open JetStream resources: %w", err)
 	}
+	for _, skipped := range st.MigrationSkipped {
+		log.Error("an old result could not be moved to the results stream; its invocation times out or is redelivered", "result", skipped)
+	}
 
 	var kube kubernetes.Interface
 	var pools pool.Source

@@ -25,6 +25,9 @@ type movedResults struct {
 	msgs      []*jetstream.RawStreamMsg
 	consumers []string
 	subject   string
+	// skipped are the old results that could not be copied (sequence:
+	// error); Open logs them.
+	skipped []string
 }
 
 // migrateResults takes results out of an invocation stream of an older
@@ -119,14 +122,19 @@ func (m *movedResults) finish(ctx context.Context, js jetstream.JetStream, st je
 	for _, r := range m.msgs {
 		msg := nats.NewMsg(r.Subject)
 		msg.Data = r.Data
+		// A worker chose these headers: none of the server's (Nats-Msg-Id,
+		// Nats-Expected-*, ...) may steer the copy.
 		for k, v := range r.Header {
-			if k != jetstream.MsgIDHeader {
+			if !strings.HasPrefix(k, "Nats-") {
 				msg.Header[k] = v
 			}
 		}
 		msg.Header.Set(MigratedHeader, fmt.Sprintf("%s/%d", m.stream, r.Sequence))
 		if _, err := js.PublishMsg(ctx, msg); err != nil {
-			return fmt.Errorf("copy result %s/%d to the results stream: %w", m.stream, r.Sequence, err)
+			// One result that cannot be copied (too large with the header,
+			// refused) must not keep the queue from starting: its
+			// invocation times out or is redelivered like a lost result.
+			m.skipped = append(m.skipped, fmt.Sprintf("%d: %v", r.Sequence, err))
 		}
 	}
 	for _, name := range m.consumers {

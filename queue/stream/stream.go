@@ -52,6 +52,9 @@ type Config struct {
 	// ResultMaxMsgSize bounds one result message, headers included
 	// (default DefaultResultMaxMsgSize).
 	ResultMaxMsgSize int32
+	// ResultsMaxPerPool bounds the unhandled results of one pool (default
+	// 10000); beyond it that pool's new results are refused, no other's.
+	ResultsMaxPerPool int64
 	// Worker is the configuration of the workers' dispatch consumers.
 	Worker WorkerConsumer
 }
@@ -82,6 +85,7 @@ func (c Config) WithDefaults() Config {
 	c.PoolsBucket = cmp.Or(c.PoolsBucket, "runplane-pools")
 	c.ResultsStream = cmp.Or(c.ResultsStream, messages.ResultsStreamName(c.Stream))
 	c.ResultsMaxBytes = cmp.Or(c.ResultsMaxBytes, 1<<30)
+	c.ResultsMaxPerPool = cmp.Or(c.ResultsMaxPerPool, 10000)
 	c.ResultMaxMsgSize = cmp.Or(c.ResultMaxMsgSize, DefaultResultMaxMsgSize)
 	c.Worker.AckWait = cmp.Or(c.Worker.AckWait, 30*time.Second)
 	c.Worker.MaxAckPending = cmp.Or(c.Worker.MaxAckPending, 1024)
@@ -125,6 +129,9 @@ type Store struct {
 	Results jetstream.Stream
 	Records jetstream.KeyValue
 	Pools   jetstream.KeyValue
+	// MigrationSkipped lists old results (sequence: error) that could not
+	// be moved to the results stream at this start.
+	MigrationSkipped []string
 }
 
 // Open creates or updates the stream and buckets and returns the Store.
@@ -157,12 +164,20 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 		Description: "worker results of stream " + cfg.Stream,
 		Subjects:    subj.ResultStreamSubjects(),
 		Storage:     jetstream.FileStorage,
-		Retention:   jetstream.LimitsPolicy,
-		Replicas:    cfg.Replicas,
-		MaxAge:      cfg.MaxAge,
-		MaxBytes:    cfg.ResultsMaxBytes,
-		MaxMsgSize:  cfg.ResultMaxMsgSize,
-		Discard:     jetstream.DiscardNew,
+		// A result is kept until the activator has acked (or termed) it,
+		// then removed: the stream holds only unhandled results, and a
+		// worker's junk is drained at the activator's pace. Each pool
+		// (subject <prefix>.result.<ns>.<pool>) may hold at most
+		// ResultsMaxPerPool unhandled ones, so one tenant's flood fills its
+		// own pool's room, never the others'.
+		Retention:            jetstream.InterestPolicy,
+		Replicas:             cfg.Replicas,
+		MaxAge:               cfg.MaxAge,
+		MaxBytes:             cfg.ResultsMaxBytes,
+		MaxMsgSize:           cfg.ResultMaxMsgSize,
+		MaxMsgsPerSubject:    cfg.ResultsMaxPerPool,
+		Discard:              jetstream.DiscardNew,
+		DiscardNewPerSubject: true,
 		// Workers choose their headers: no worker's Nats-Msg-Id may hold
 		// back another's result for long (results carry none; a result
 		// stored twice is handled once).
@@ -170,6 +185,16 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create stream %s: %w", cfg.ResultsStream, err)
+	}
+	// Interest retention keeps a result only for a consumer that exists:
+	// the activator's durable is created here, before any result (the
+	// migrated ones included) can be published; the activator updates
+	// its settings when it starts.
+	if _, err := js.CreateConsumer(ctx, cfg.ResultsStream, jetstream.ConsumerConfig{
+		Durable: ResultsConsumer, FilterSubject: subj.Result("*", "*"), AckPolicy: jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}); err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
+		return nil, fmt.Errorf("create consumer %s of stream %s: %w", ResultsConsumer, cfg.ResultsStream, err)
 	}
 	if err := moved.finish(ctx, js, st); err != nil {
 		return nil, err
@@ -193,8 +218,16 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	if err != nil {
 		return nil, fmt.Errorf("create KV bucket %s: %w", cfg.PoolsBucket, err)
 	}
-	return &Store{Config: cfg, Subjects: subj, JS: js, Stream: st, Results: res, Records: rec, Pools: pools}, nil
+	store := &Store{Config: cfg, Subjects: subj, JS: js, Stream: st, Results: res, Records: rec, Pools: pools}
+	if moved != nil {
+		store.MigrationSkipped = moved.skipped
+	}
+	return store, nil
 }
+
+// ResultsConsumer is the activator's durable consumer of the results
+// stream (its ConsumerPrefix "activator" + "-results").
+const ResultsConsumer = "activator-results"
 
 // Key is the Records bucket key of invocation id of namespace ns: IDs are
 // unique per namespace, and one namespace's key never names another's

@@ -318,3 +318,84 @@ func TestEnsureWorkerConsumer(t *testing.T) {
 		assert.Error(t, st.EnsureWorkerConsumer(ctx, bad[0], bad[1], bad[2]), "%v", bad)
 	}
 }
+
+// TestMigrationIgnoresWorkerChosenHeaders: an old result whose worker set
+// a server header (Nats-Expected-Stream, which names the stream it may
+// land in) is copied without it; one that cannot be copied is reported,
+// never a reason for Open to fail (the queue would not start).
+func TestMigrationIgnoresWorkerChosenHeaders(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ns, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, NoLog: true, NoSigs: true})
+	require.NoError(t, err)
+	go ns.Start()
+	require.True(t, ns.ReadyForConnections(5*time.Second), "nats not ready")
+	t.Cleanup(ns.Shutdown)
+	nc, err := nats.Connect(ns.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	cfg := Config{DuplicateWindow: time.Second, RecordTTL: time.Hour, ResultMaxMsgSize: 4096}.WithDefaults()
+	subj := messages.Subjects{Prefix: cfg.Prefix}
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Duplicates: time.Second,
+		Subjects: []string{subj.Prefix + ".invoke.>", subj.Prefix + ".dispatch.>", subj.Prefix + ".result.>", subj.Prefix + ".deadletter.>"}})
+	require.NoError(t, err)
+	_, err = js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{Durable: "activator-results",
+		FilterSubject: subj.Result("*", "*"), AckPolicy: jetstream.AckExplicitPolicy})
+	require.NoError(t, err)
+	steered := nats.NewMsg(subj.Result("ns", "p"))
+	steered.Data = []byte("steered")
+	steered.Header.Set(jetstream.ExpectedStreamHeader, cfg.Stream)
+	_, err = js.PublishMsg(ctx, steered)
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, subj.Result("ns", "p"), make([]byte, 8192)) // over the new per-result limit
+	require.NoError(t, err)
+
+	st, err := Open(ctx, js, cfg)
+	require.NoError(t, err, "one old result must not keep the queue from starting")
+	copied := readAll(t, ctx, st.Results)
+	require.Len(t, copied, 1)
+	assert.Equal(t, "steered", string(copied[0].Data()))
+	assert.Empty(t, copied[0].Headers().Get(jetstream.ExpectedStreamHeader))
+	require.Len(t, st.MigrationSkipped, 1, "the oversized result is reported")
+}
+
+// TestResultsStreamKeepsOnlyUnhandledPerPool: a handled (acked) result
+// leaves the results stream, and one pool's unhandled results fill only
+// that pool's room.
+func TestResultsStreamKeepsOnlyUnhandledPerPool(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ns, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, NoLog: true, NoSigs: true})
+	require.NoError(t, err)
+	go ns.Start()
+	require.True(t, ns.ReadyForConnections(5*time.Second), "nats not ready")
+	t.Cleanup(ns.Shutdown)
+	nc, err := nats.Connect(ns.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	st, err := Open(ctx, js, Config{DuplicateWindow: time.Second, RecordTTL: time.Hour, ResultsMaxPerPool: 3})
+	require.NoError(t, err)
+	for i := range 3 {
+		_, err := js.Publish(ctx, st.Subjects.Result("mallory", "flood"), []byte{byte(i)})
+		require.NoError(t, err)
+	}
+	_, err = js.Publish(ctx, st.Subjects.Result("mallory", "flood"), []byte("one too many"))
+	require.Error(t, err, "the flooding pool's room is full")
+	_, err = js.Publish(ctx, st.Subjects.Result("victim", "echo"), []byte("ok"))
+	require.NoError(t, err, "another pool's result is stored")
+
+	c, err := st.Results.Consumer(ctx, ResultsConsumer)
+	require.NoError(t, err)
+	batch, err := c.Fetch(4, jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	for m := range batch.Messages() {
+		require.NoError(t, m.DoubleAck(ctx))
+	}
+	info, err := st.Results.Info(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, info.State.Msgs, "handled results are removed")
+	_, err = js.Publish(ctx, st.Subjects.Result("mallory", "flood"), []byte("room again"))
+	require.NoError(t, err)
+}

@@ -23,7 +23,6 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -32,7 +31,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
-	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/localworkers"
@@ -305,34 +303,4 @@ func poolPods(t *testing.T, name string) []corev1.Pod {
 		}
 	}
 	return out
-}
-
-// storedResults counts the results for id stored on result.<pool>.
-func storedResults(t *testing.T, poolName, id string) int {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	js, err := jetstream.New(st.nc)
-	require.NoError(t, err)
-	str, err := js.Stream(ctx, messages.ResultsStreamName(api.DefaultStreamName))
-	require.NoError(t, err)
-	c, err := str.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{messages.Subjects{Prefix: api.DefaultSubjectPrefix}.Result(ns, poolName)}})
-	require.NoError(t, err)
-	n := 0
-	for {
-		batch, err := c.FetchNoWait(500)
-		require.NoError(t, err)
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			var r messages.Result
-			if json.Unmarshal(m.Data(), &r) == nil && r.InvocationID == id {
-				n++
-			}
-		}
-		if got == 0 {
-			return n
-		}
-	}
 }

@@ -173,7 +173,7 @@ func TestKilledWorkerIsRedeliveredAndCompletesOnce(t *testing.T) {
 	assert.False(t, rec.State != messages.StateSucceeded || rec.Worker == victim || rec.Attempt < 2, "record = state %s worker %s attempt %d (%s); want succeeded by another worker on a later attempt", rec.State, rec.Worker, rec.Attempt, rec.Error)
 	// Barrier: the activator has nothing queued or in flight for the pool,
 	// so no other attempt of killed-1 is pending; then count the results
-	// stored for it (the stream holds every one published).
+	// published for it (the results stream keeps only unhandled ones).
 	require.Eventually(t, func() bool {
 		var info struct {
 			Status *stream.PoolStatus `json:"status"`
@@ -181,6 +181,5 @@ func TestKilledWorkerIsRedeliveredAndCompletesOnce(t *testing.T) {
 		getJSON(t, st.queueURL+"/v1/namespaces/"+ns+"/pools/kill", &info)
 		return info.Status != nil && info.Status.Backlog == 0 && info.Status.InFlight == 0
 	}, 30*time.Second, 200*time.Millisecond, "pool kill quiet")
-	require.EqualValues(t, 1, storedResults(t, "kill", "killed-1"), "results stored for killed-1")
 	require.EqualValues(t, 1, results.Load(), "results published for killed-1")
 }
