@@ -25,6 +25,8 @@ type movedResults struct {
 	msgs      []*jetstream.RawStreamMsg
 	consumers []string
 	subject   string
+	// floor: results at or below it were handled before the migration.
+	floor uint64
 	// skipped are the old results that could not be copied (sequence:
 	// error); Open logs them.
 	skipped []string
@@ -34,9 +36,10 @@ type movedResults struct {
 // release, which stored <prefix>.result.> next to invocations and
 // dispatches. It removes the subject from the stream (so no new result
 // lands there; invocations and dispatches stay where they are, nothing
-// queued is touched) and reads the results stored after the lowest ack
-// floor of the stream's results consumers. finish copies them to the
-// results stream, then deletes those consumers and purges the old results.
+// queued is touched) and notes the lowest ack floor of the stream's
+// results consumers. Once the results stream exists, read takes the
+// results stored after that floor and finish copies them to the results
+// stream, then deletes those consumers and purges the old results.
 // Until finish is done the results consumers remain, and a retried Open
 // (after an error) migrates again from them; a result copied twice is
 // handled once by the activator.
@@ -77,39 +80,28 @@ func migrateResults(ctx context.Context, js jetstream.JetStream, cfg Config, sub
 			return nil, fmt.Errorf("remove %s from stream %s: %w", m.subject, cfg.Stream, err)
 		}
 	}
-	// No result lands here any more: read what is stored after the floor.
-	// The stream's own subjects no longer include results, so the read is
-	// unfiltered and keeps the results.
-	oc, err := old.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: floor + 1})
-	if err != nil {
-		return nil, fmt.Errorf("read results of stream %s: %w", cfg.Stream, err)
+	m.floor = floor
+	return m, nil
+}
+
+// read collects the old results stored after the floor, by subject (the
+// invocations and dispatches between them are never read). It runs after
+// the results stream exists, so results published meanwhile have a home.
+func (m *movedResults) read(ctx context.Context, old jetstream.Stream) error {
+	if m == nil {
+		return nil
 	}
-	for ctx.Err() == nil {
-		batch, err := oc.FetchNoWait(500)
+	for seq := m.floor + 1; ; {
+		msg, err := old.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(m.subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
+		}
 		if err != nil {
-			return nil, fmt.Errorf("read results of stream %s: %w", cfg.Stream, err)
+			return fmt.Errorf("read results of stream %s from %d: %w", m.stream, seq, err)
 		}
-		got, last := 0, false
-		for msg := range batch.Messages() {
-			got++
-			md, err := msg.Metadata()
-			if err != nil {
-				return nil, fmt.Errorf("read results of stream %s: %w", cfg.Stream, err)
-			}
-			last = md.NumPending == 0
-			if strings.HasPrefix(msg.Subject(), resultPrefix) {
-				m.msgs = append(m.msgs, &jetstream.RawStreamMsg{Subject: msg.Subject(), Sequence: md.Sequence.Stream, Header: msg.Headers(), Data: msg.Data()})
-			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return nil, fmt.Errorf("read results of stream %s: %w", cfg.Stream, err)
-		}
-		if got == 0 || last {
-			return m, nil
-		}
+		m.msgs = append(m.msgs, msg)
+		seq = msg.Sequence + 1
 	}
-	return nil, ctx.Err()
 }
 
 // finish copies the moved results to the results stream (without their

@@ -196,6 +196,9 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	}); err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
 		return nil, fmt.Errorf("create consumer %s of stream %s: %w", ResultsConsumer, cfg.ResultsStream, err)
 	}
+	if err := moved.read(ctx, st); err != nil {
+		return nil, err
+	}
 	if err := moved.finish(ctx, js, st); err != nil {
 		return nil, err
 	}
