@@ -108,3 +108,42 @@ func TestForgedReplyIgnored(t *testing.T) {
 	assert.Equal(t, "a", r.body["worker"])
 	assert.NotContains(t, string(r.raw), "forger")
 }
+
+// TestForgedResultIgnoredAfterRestart: a new activator recovers the result
+// token of an attempt that is already running (from its Dispatch in the
+// stream), so another worker's forged result naming the running worker is
+// still refused after a leader change.
+func TestForgedResultIgnoredAfterRestart(t *testing.T) {
+	e := newEnv(t, nil)
+	g := newGate()
+	e.worker("a", 1, g.handler)
+	r := e.invoke(map[string]any{"mode": "async", "invocationID": "victim", "payload": map[string]string{"from": "caller"}})
+	require.Equal(t, 202, r.code, "%s", r.raw)
+	require.Equal(t, "victim", g.next(t))
+	e.waitState("victim", messages.StateRunning, 10*time.Second)
+
+	e.stop()
+	e.startQueue()
+	require.Eventually(t, func() bool {
+		body, err := httpGet(e.base + "/metrics")
+		return err == nil && strings.Contains(body, "\nrunplane_activator_rebuilt 1\n")
+	}, 10*time.Second, 20*time.Millisecond, "the new activator rebuilt its state")
+
+	f := messages.Result{InvocationID: "victim", Namespace: "default", Pool: testPool, Worker: "a", Attempt: 1, State: messages.StateSucceeded,
+		Response: &framework.Response{StatusCode: 200, Body: json.RawMessage(`{"from":"forger"}`)}}
+	b, err := json.Marshal(f)
+	require.NoError(t, err)
+	_, err = e.js.Publish(context.Background(), e.subj.Result("default", testPool), b)
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m, err := httpGet(e.base + "/metrics")
+		assert.NoError(c, err)
+		assert.Contains(c, m, `runplane_activator_results_refused_total{reason="token"} 1`)
+	}, 10*time.Second, 20*time.Millisecond)
+	require.False(t, e.record("victim").State.Terminal(), "a forged result finished the running invocation after the restart")
+
+	close(g.release)
+	rec := e.waitState("victim", messages.StateSucceeded, 10*time.Second)
+	assert.Equal(t, "a", rec.Worker)
+	assert.JSONEq(t, `{"from":"caller"}`, string(rec.Response.Body))
+}

@@ -99,7 +99,9 @@ func (a *Activator) rebuild(ctx context.Context) error {
 	var subjects []string
 	since := a.cfg.Clock.Now()
 	for _, o := range known {
-		if o.rec.State == messages.StateDispatched && o.rec.Worker != "" {
+		// Running attempts are scanned too: only their Dispatch holds the
+		// result token that tells their worker's result from a forgery.
+		if (o.rec.State == messages.StateDispatched || o.rec.State == messages.StateRunning) && o.rec.Worker != "" {
 			subjects = append(subjects, st.Subjects.Dispatch(o.rec.Namespace, o.rec.Pool, o.rec.Worker))
 			since = minTime(since, o.rec.UpdatedAt)
 			published[messages.DispatchPublishID(o.rec.Namespace, o.rec.InvocationID, o.rec.Attempt)] = 0
@@ -136,6 +138,9 @@ func (a *Activator) rebuild(ctx context.Context) error {
 		// it is declared lost after HeartbeatTimeout and redelivered.
 		it := &state.Item{Inv: inv, Seq: seqs[r.InvocationID], Attempt: r.Attempt, Rec: stream.Cached{Record: r, Rev: o.rev}}
 		a.st.Restore(it, r)
+		if tok := tokens[messages.DispatchPublishID(r.Namespace, r.InvocationID, r.Attempt)]; r.State == messages.StateRunning && tok != "" {
+			a.st.SetResultToken(it, r.Attempt, tok)
+		}
 		if r.State == messages.StateDispatched && r.Worker != "" {
 			if seq := published[messages.DispatchPublishID(r.Namespace, r.InvocationID, r.Attempt)]; seq != 0 {
 				it.DispatchSeq = seq
