@@ -3,13 +3,12 @@ package callerauth
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/runplane/runplane/internal/jwtclaims"
 	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/client-go/util/flowcontrol"
@@ -71,18 +70,10 @@ func (t *tokenReviews) AuthenticateToken(ctx context.Context, token string) (*au
 // apiserver has just vouched for the token, and TokenReview does not
 // report its expiry. ok is false for a token that is not a JWT with exp.
 func jwtExpiry(token string) (exp time.Time, ok bool) {
-	parts := strings.Split(token, ".")
-	if len(parts) != 3 {
-		return time.Time{}, false
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
-	if err != nil {
-		return time.Time{}, false
-	}
 	var claims struct {
 		Exp json.Number `json:"exp"`
 	}
-	if json.Unmarshal(payload, &claims) != nil {
+	if jwtclaims.Decode(token, &claims) != nil {
 		return time.Time{}, false
 	}
 	secs, err := claims.Exp.Float64()

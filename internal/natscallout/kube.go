@@ -2,7 +2,6 @@ package natscallout
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/jwtclaims"
 )
 
 // Audience is the audience a worker's projected token must carry: a token
@@ -171,7 +171,7 @@ func (k *KubeAuthenticator) plausible(token string) (time.Time, error) {
 			} `json:"pod"`
 		} `json:"kubernetes.io"`
 	}
-	if err := decodeClaims(token, &claims); err != nil {
+	if err := jwtclaims.Decode(token, &claims); err != nil {
 		return time.Time{}, err
 	}
 	now := time.Now()
@@ -251,20 +251,4 @@ func one(vals authnv1.ExtraValue) string {
 		return ""
 	}
 	return vals[0]
-}
-
-// decodeClaims decodes a JWT's payload into claims without verifying it.
-func decodeClaims(token string, claims any) error {
-	parts := strings.Split(token, ".")
-	if len(parts) != 3 {
-		return errors.New("token is not a JWT")
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
-	if err != nil {
-		return fmt.Errorf("decoding the token's claims: %w", err)
-	}
-	if err := json.Unmarshal(payload, claims); err != nil {
-		return fmt.Errorf("decoding the token's claims: %w", err)
-	}
-	return nil
 }
