@@ -188,9 +188,6 @@ func (m *Mutator) applyPool(pod *corev1.Pod, o Options) error {
 		}
 		pod.Labels[api.LabelEgress] = api.EgressRestricted
 	}
-	if err := denyCredentialMounts(pod); err != nil {
-		return err
-	}
 	// In one process namespace every container could read the sidecar's
 	// NATS token through /proc/<pid>/root.
 	if ptr.Deref(pod.Spec.ShareProcessNamespace, false) {
@@ -276,36 +273,6 @@ func frameworkEnv(o Options) []corev1.EnvVar {
 		val(api.EnvSeedInvokePath, o.Framework.InvokePath),
 		val(api.EnvSeedHealthPath, o.Framework.HealthPath),
 	}
-}
-
-// denyCredentialMounts keeps the NATS credentials in the sidecar alone: a
-// user container that mounts the credentials volume, or any volume of the
-// credentials Secret, is denied.
-func denyCredentialMounts(pod *corev1.Pod) error {
-	secretVolumes := map[string]bool{VolumeNATSCredentials: true}
-	for _, v := range pod.Spec.Volumes {
-		if v.Secret != nil && v.Secret.SecretName == api.NATSCredentialsSecret {
-			secretVolumes[v.Name] = true
-		}
-	}
-	check := func(field string, cs []corev1.Container) error {
-		for i, c := range cs {
-			if slices.Contains(sidecarOrder, c.Name) {
-				continue // runplane's own, re-checked on reinvocation
-			}
-			for _, vm := range c.VolumeMounts {
-				if secretVolumes[vm.Name] {
-					return &ConflictError{Label: api.LabelPool, Field: fmt.Sprintf("%s[%d].volumeMounts", field, i),
-						Reason: fmt.Sprintf("container %q mounts volume %q, the NATS credentials (Secret %s); only the runplane worker sidecar may hold them", c.Name, vm.Name, api.NATSCredentialsSecret)}
-				}
-			}
-		}
-		return nil
-	}
-	if err := check("spec.containers", pod.Spec.Containers); err != nil {
-		return err
-	}
-	return check("spec.initContainers", pod.Spec.InitContainers)
 }
 
 func (m *Mutator) applySSH(pod *corev1.Pod, o Options) error {
