@@ -14,6 +14,7 @@ import (
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/pool"
 	"github.com/runplane/runplane/queue/stubworker"
+	"github.com/stretchr/testify/require"
 )
 
 // BenchmarkTenantFlood measures tenant B's sync round trip (open loop,
@@ -82,9 +83,8 @@ func BenchmarkTenantFlood(b *testing.B) {
 			})
 		}
 		// A is at its backlog limit before B is measured.
-		for limited.Load() == 0 {
-			time.Sleep(10 * time.Millisecond)
-		}
+		require.Eventually(b, func() bool { return limited.Load() > 0 }, 30*time.Second, 10*time.Millisecond,
+			"tenant A's flood never reached its backlog limit")
 		start, sent0, limited0 := time.Now(), sent.Load(), limited.Load()
 		openLoop(b, 100, callB)
 		elapsed, n, l := time.Since(start), sent.Load()-sent0, limited.Load()-limited0

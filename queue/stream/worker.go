@@ -61,6 +61,10 @@ func (s *Store) EnsureWorkerConsumer(ctx context.Context, ns, pool, worker strin
 	if c != nil { // nil: a push consumer, replaced below
 		have := c.CachedInfo().Config
 		if have.DeliverSubject == "" && have.FilterSubject == want.FilterSubject && len(have.FilterSubjects) == 0 && have.AckPolicy == want.AckPolicy {
+			// A reconnect of the same Pod: one read, no write.
+			if have.AckWait == want.AckWait && have.MaxAckPending == want.MaxAckPending && have.InactiveThreshold == want.InactiveThreshold {
+				return nil
+			}
 			upd := want
 			upd.DeliverPolicy, upd.OptStartSeq, upd.OptStartTime = have.DeliverPolicy, have.OptStartSeq, have.OptStartTime
 			if _, err := s.JS.UpdateConsumer(ctx, name, upd); err == nil {
