@@ -226,7 +226,6 @@ func (e *Extender) prioritize(args *extenderv1.ExtenderArgs) extenderv1.HostPrio
 // Bind failure reasons (label values of runplane_extender_bind_failures_total).
 const (
 	reasonNotLeader  = "not_leader"
-	reasonPod        = "pod_lookup"
 	reasonSpec       = "unknown_spec"
 	reasonNoRoom     = "no_room"
 	reasonInProgress = "in_progress"
@@ -260,13 +259,14 @@ func (e *Extender) handleBind(w http.ResponseWriter, r *http.Request) {
 	}
 	// Bind only the Pod the scheduler is scheduling: one that exists with
 	// that UID and runplane's schedulerName.
-	if _, ref := e.scheduledPod(r.Context(), args.PodNamespace, args.PodName, args.PodUID); ref != nil {
+	pod, ref := e.scheduledPod(r.Context(), args.PodNamespace, args.PodName, args.PodUID)
+	if ref != nil {
 		e.metrics.refused.WithLabelValues("bind").Inc()
 		e.log.Info("bind refused", "pod", args.PodNamespace+"/"+args.PodName, "node", args.Node, "status", ref.status, "err", ref.msg)
 		httpjson.Error(w, ref.status, ref.msg)
 		return
 	}
-	err := e.bind(r.Context(), &args)
+	err := e.bind(r.Context(), pod, args.Node)
 	out := extenderv1.ExtenderBindingResult{}
 	if err != nil {
 		reason := reasonBinding
@@ -312,21 +312,18 @@ func (e *Extender) pod(ctx context.Context, ns, name string, uid types.UID) (*co
 	return pod, nil
 }
 
-// bind claims a placeholder when the node needs one, then creates the
-// Binding. Whatever fails releases what BeginBind assumed.
-func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs) error {
+// bind claims a placeholder when node needs one, then creates pod's
+// Binding (pod: the one scheduledPod found for the request). Whatever fails
+// releases what BeginBind assumed.
+func (e *Extender) bind(ctx context.Context, pod *corev1.Pod, node string) error {
 	if err := e.leading(); err != nil {
 		return err
-	}
-	pod, err := e.pod(ctx, args.PodNamespace, args.PodName, args.PodUID)
-	if err != nil {
-		return &bindError{reasonPod, err}
 	}
 	req, err := e.request(pod)
 	if err != nil {
 		return &bindError{reasonSpec, err}
 	}
-	ph, err := e.ledger.BeginBind(req, args.Node)
+	ph, err := e.ledger.BeginBind(req, node)
 	defer e.intents.forget(pod.UID)
 	if err != nil {
 		if errors.Is(err, ledger.ErrBindInProgress) {
@@ -359,16 +356,16 @@ func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 	defer e.step("binding", time.Now())
 	binding := &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
-		Target:     corev1.ObjectReference{Kind: "Node", Name: args.Node},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
 	}
 	// The Binding's annotations land on the Pod with its node: the claim
 	// annotation then reports what this bind took, whatever intent or
 	// predecessor's claim the Pod carries (the informer's copy may lag).
-	if v, ok := e.claimRecord(pod, ph, took, intended, args.Node); ok {
+	if v, ok := e.claimRecord(pod, ph, took, intended, node); ok {
 		binding.Annotations = map[string]string{api.AnnotationClaimedStock: v}
 	}
 	if err := e.client.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
-		return &bindError{reasonBinding, fmt.Errorf("binding Pod %s/%s to node %s: %w", pod.Namespace, pod.Name, args.Node, err)}
+		return &bindError{reasonBinding, fmt.Errorf("binding Pod %s/%s to node %s: %w", pod.Namespace, pod.Name, node, err)}
 	}
 	ok = true
 	return nil
