@@ -6,7 +6,9 @@ import (
 	"strconv"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
@@ -144,9 +146,26 @@ func (a *Activator) watchPods(ctx context.Context) {
 	pods := f.Core().V1().Pods().Informer()
 	rss := f.Apps().V1().ReplicaSets()
 	a.rsLister = rss.Lister()
-	recheck := func() {
+	recheckAll := func() {
 		for _, o := range pods.GetStore().List() {
 			a.onPod(ctx, o, false)
+		}
+	}
+	// A ReplicaSet decides only for the Pods it controls, and only through
+	// its own controller: status updates (every readiness change while a
+	// pool scales) recheck nothing.
+	recheck := func(o any) {
+		if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+			o = t.Obj
+		}
+		rs, ok := o.(*appsv1.ReplicaSet)
+		if !ok {
+			return
+		}
+		for _, p := range pods.GetStore().List() {
+			if ref := metav1.GetControllerOf(p.(*corev1.Pod)); ref != nil && ref.UID == rs.UID {
+				a.onPod(ctx, p, false)
+			}
 		}
 	}
 	_, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -156,9 +175,15 @@ func (a *Activator) watchPods(ctx context.Context) {
 	})
 	if err == nil {
 		_, err = rss.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { recheck() },
-			UpdateFunc: func(_, _ any) { recheck() },
-			DeleteFunc: func(any) { recheck() },
+			AddFunc: recheck,
+			UpdateFunc: func(old, cur any) {
+				o, ok1 := old.(*appsv1.ReplicaSet)
+				c, ok2 := cur.(*appsv1.ReplicaSet)
+				if !ok1 || !ok2 || !equality.Semantic.DeepEqual(metav1.GetControllerOf(o), metav1.GetControllerOf(c)) {
+					recheck(cur)
+				}
+			},
+			DeleteFunc: recheck,
 		})
 	}
 	if err != nil {
@@ -166,7 +191,7 @@ func (a *Activator) watchPods(ctx context.Context) {
 		return
 	}
 	if n, ok := a.cfg.Pools.(interface{ OnChange(func()) }); ok {
-		n.OnChange(recheck)
+		n.OnChange(recheckAll)
 	}
 	f.Start(ctx.Done())
 	<-ctx.Done()
