@@ -16,6 +16,10 @@ const (
 	// ServiceAccountTokenVolumePrefix names the ServiceAccount admission
 	// plugin's token volume (kube-api-access-<random>).
 	ServiceAccountTokenVolumePrefix = "kube-api-access-"
+	// ImageUID is the user (and group) of the runplane image (distroless
+	// nonroot): the containers, Jobs and accessors runplane runs from it
+	// run as this user.
+	ImageUID = int64(65532)
 )
 
 // Names of the ValidatingAdmissionPolicies runplane ships (chart and

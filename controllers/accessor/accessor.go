@@ -54,9 +54,6 @@ const caMount = "/var/run/runplane/kube-ca"
 // every namespace with the cluster's CA bundle (key ca.crt).
 const RootCAConfigMap = "kube-root-ca.crt"
 
-// nonRootUID is the runplane image's user (distroless nonroot).
-const nonRootUID = int64(65532)
-
 // labelAccessorFor marks accessor objects and Pods with the PVC's UID.
 const labelAccessorFor = api.Prefix + "accessor-for"
 
@@ -264,7 +261,7 @@ func (r *Reconciler) deployment(pvc *corev1.PersistentVolumeClaim, dep *appsv1.D
 			AutomountServiceAccountToken: ptr.To(false),
 			// Pod Security "restricted".
 			SecurityContext: &corev1.PodSecurityContext{
-				RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(nonRootUID), RunAsGroup: ptr.To(nonRootUID),
+				RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(api.ImageUID), RunAsGroup: ptr.To(api.ImageUID),
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
 			Containers: []corev1.Container{{

@@ -1,13 +1,10 @@
 package storage
 
 import (
+	"github.com/runplane/runplane/api"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 )
-
-// copyUID is the copy Job's user: the runplane image's (distroless
-// nonroot).
-const copyUID = int64(65532)
 
 // copyPodSecurity and copyContainerSecurity make the copy Job's Pod meet
 // Pod Security "restricted": non-root, RuntimeDefault seccomp, no
@@ -22,8 +19,8 @@ const copyUID = int64(65532)
 // kubelet.
 func copyPodSecurity() *corev1.PodSecurityContext {
 	return &corev1.PodSecurityContext{
-		RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(copyUID), RunAsGroup: ptr.To(copyUID),
-		FSGroup: ptr.To(copyUID), FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
+		RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(api.ImageUID), RunAsGroup: ptr.To(api.ImageUID),
+		FSGroup: ptr.To(api.ImageUID), FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
 		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
 }

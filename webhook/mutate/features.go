@@ -27,7 +27,6 @@ const (
 	secretDefaultMode      = int32(0o644)
 	sidecarPortName        = "runplane-http"
 	sshPortName            = "ssh"
-	nonRootUID             = int64(65532)
 )
 
 func (m *Mutator) applyStock(ctx context.Context, pod *corev1.Pod, spec catalog.Spec) error {
@@ -467,7 +466,7 @@ func sortedKeys(m map[string]string) []string {
 // capabilities, the runtime's seccomp profile, a read-only root.
 func restrictedSecurityContext() *corev1.SecurityContext {
 	return &corev1.SecurityContext{
-		RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(nonRootUID), RunAsGroup: ptr.To(nonRootUID),
+		RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(api.ImageUID), RunAsGroup: ptr.To(api.ImageUID),
 		AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
 		Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
