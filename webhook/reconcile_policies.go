@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -16,33 +17,41 @@ func (r *configReconciler) applyPolicies(ctx context.Context) error {
 	policies, bindings := Policies(PolicyOptions{Namespace: r.cfg.Namespace, GPU: r.cfg.Webhooks.GPUPolicy})
 	papi := r.client.AdmissionregistrationV1().ValidatingAdmissionPolicies()
 	for _, p := range policies {
-		p.Annotations = map[string]string{ConfigHashAnnotation: shapeHash([]any{p.Spec})}
-		have, err := papi.Get(ctx, p.Name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			_, err = papi.Create(ctx, p, metav1.CreateOptions{})
-		case err == nil && have.Annotations[ConfigHashAnnotation] != p.Annotations[ConfigHashAnnotation]:
-			have.Spec, have.Annotations = p.Spec, mergeAnnotations(have.Annotations, p.Annotations)
-			_, err = papi.Update(ctx, have, metav1.UpdateOptions{})
-		}
+		err := applyByHash(ctx, p, p.Spec, papi.Get, papi.Create, papi.Update,
+			func(have *admissionregistrationv1.ValidatingAdmissionPolicy) { have.Spec = p.Spec })
 		if err != nil {
 			return fmt.Errorf("ValidatingAdmissionPolicy %s: %w", p.Name, err)
 		}
 	}
 	bapi := r.client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
 	for _, b := range bindings {
-		b.Annotations = map[string]string{ConfigHashAnnotation: shapeHash([]any{b.Spec})}
-		have, err := bapi.Get(ctx, b.Name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			_, err = bapi.Create(ctx, b, metav1.CreateOptions{})
-		case err == nil && have.Annotations[ConfigHashAnnotation] != b.Annotations[ConfigHashAnnotation]:
-			have.Spec, have.Annotations = b.Spec, mergeAnnotations(have.Annotations, b.Annotations)
-			_, err = bapi.Update(ctx, have, metav1.UpdateOptions{})
-		}
+		err := applyByHash(ctx, b, b.Spec, bapi.Get, bapi.Create, bapi.Update,
+			func(have *admissionregistrationv1.ValidatingAdmissionPolicyBinding) { have.Spec = b.Spec })
 		if err != nil {
 			return fmt.Errorf("ValidatingAdmissionPolicyBinding %s: %w", b.Name, err)
 		}
 	}
 	return nil
+}
+
+// applyByHash creates want, or rewrites the object of its name (setSpec)
+// when its recorded shape hash is not spec's.
+func applyByHash[T metav1.Object](ctx context.Context, want T, spec any,
+	get func(context.Context, string, metav1.GetOptions) (T, error),
+	create func(context.Context, T, metav1.CreateOptions) (T, error),
+	update func(context.Context, T, metav1.UpdateOptions) (T, error),
+	setSpec func(have T),
+) error {
+	hash := map[string]string{ConfigHashAnnotation: shapeHash([]any{spec})}
+	want.SetAnnotations(hash)
+	have, err := get(ctx, want.GetName(), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = create(ctx, want, metav1.CreateOptions{})
+	case err == nil && have.GetAnnotations()[ConfigHashAnnotation] != hash[ConfigHashAnnotation]:
+		setSpec(have)
+		have.SetAnnotations(mergeAnnotations(have.GetAnnotations(), hash))
+		_, err = update(ctx, have, metav1.UpdateOptions{})
+	}
+	return err
 }
