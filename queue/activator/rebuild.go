@@ -30,7 +30,7 @@ func (a *Activator) rebuild(ctx context.Context) error {
 		rev uint64
 	}
 	var known []openRec
-	unseq := map[string]openRec{} // queued, sequence not recorded yet
+	unseq := map[string]openRec{} // stream.Key → queued, sequence not recorded yet
 	for e := range w.Updates() {
 		if e == nil {
 			break
@@ -40,13 +40,13 @@ func (a *Activator) rebuild(ctx context.Context) error {
 			continue
 		}
 		if r.Sequence == 0 {
-			unseq[r.InvocationID] = openRec{r, e.Revision()}
+			unseq[stream.Key(r.Namespace, r.InvocationID)] = openRec{r, e.Revision()}
 			continue
 		}
 		known = append(known, openRec{r, e.Revision()})
 	}
 	_ = w.Stop()
-	invs := map[string]messages.Invocation{}
+	invs := map[string]messages.Invocation{} // by stream.Key
 	seqs := map[string]uint64{}
 	for _, o := range known {
 		m, err := st.Stream.GetMsg(ctx, o.rec.Sequence)
@@ -58,7 +58,8 @@ func (a *Activator) rebuild(ctx context.Context) error {
 		if err := json.Unmarshal(m.Data, &inv); err != nil {
 			continue
 		}
-		invs[inv.InvocationID], seqs[inv.InvocationID] = inv, o.rec.Sequence
+		k := stream.Key(o.rec.Namespace, o.rec.InvocationID)
+		invs[k], seqs[k] = inv, o.rec.Sequence
 	}
 	if len(unseq) > 0 {
 		// The Record learns its sequence at dispatch: find queued
@@ -79,15 +80,25 @@ func (a *Activator) rebuild(ctx context.Context) error {
 			if json.Unmarshal(m.Data(), &inv) != nil {
 				return
 			}
-			if o, ok := unseq[inv.InvocationID]; ok && o.rec.Pool == inv.Pool && o.rec.Namespace == inv.Namespace {
-				if _, dup := invs[inv.InvocationID]; !dup {
-					invs[inv.InvocationID], seqs[inv.InvocationID] = inv, seq
+			k := stream.Key(inv.Namespace, inv.InvocationID)
+			if o, ok := unseq[k]; ok && o.rec.Pool == inv.Pool {
+				if _, dup := invs[k]; !dup {
+					invs[k], seqs[k] = inv, seq
 					known = append(known, o)
 				}
 			}
 		})
 		if err != nil {
 			return fmt.Errorf("rebuild: %w", err)
+		}
+		// A queued Record with no message was never accepted: its ingress
+		// died (or lost NATS) between the Record and the publish, and its
+		// caller got no 202. It is removed, so the ID is free again (a
+		// retry may also have published it meanwhile: see repairOrphan).
+		for k, o := range unseq {
+			if _, ok := invs[k]; !ok {
+				a.wg.Go(func() { a.repairOrphan(ctx, o.rec, o.rev) })
+			}
 		}
 	}
 	// A dispatched attempt is published again only when its Dispatch is
@@ -130,13 +141,14 @@ func (a *Activator) rebuild(ctx context.Context) error {
 	defer a.mu.Unlock()
 	for _, o := range known {
 		r := o.rec
-		inv, ok := invs[r.InvocationID]
+		k := stream.Key(r.Namespace, r.InvocationID)
+		inv, ok := invs[k]
 		if !ok {
 			continue
 		}
 		// Assume a recorded worker still runs it; heartbeats confirm it, or
 		// it is declared lost after HeartbeatTimeout and redelivered.
-		it := &state.Item{Inv: inv, Seq: seqs[r.InvocationID], Attempt: r.Attempt, Rec: stream.Cached{Record: r, Rev: o.rev}}
+		it := &state.Item{Inv: inv, Seq: seqs[k], Attempt: r.Attempt, Rec: stream.Cached{Record: r, Rev: o.rev}}
 		a.st.Restore(it, r)
 		if tok := tokens[messages.DispatchPublishID(r.Namespace, r.InvocationID, r.Attempt)]; r.State == messages.StateRunning && tok != "" {
 			a.st.SetResultToken(it, r.Attempt, tok)
@@ -160,6 +172,44 @@ func (a *Activator) rebuild(ctx context.Context) error {
 	}
 	a.cfg.Logger.Info("activator rebuilt state", "invocations", n, "republished", republished)
 	return nil
+}
+
+// OrphanGrace is how long after its acceptedAt a queued Record without a
+// stream message is left alone: an ingress may still be publishing it
+// (its publish times out well within it).
+const OrphanGrace = 30 * time.Second
+
+// repairOrphan removes the Record rec (revision rev) of an accept that was
+// cut off between the Record and its publish, once OrphanGrace has passed
+// since it was accepted, unless the invocation has come in meanwhile (a
+// retry republishes it) or the Record changed. The delete is a
+// compare-and-set on rev: a Record anyone wrote since is kept. Removing it
+// loses nothing: no caller was told it was accepted, and a message that
+// arrives after all creates the Record at dispatch.
+func (a *Activator) repairOrphan(ctx context.Context, rec messages.Record, rev uint64) {
+	key := stream.Key(rec.Namespace, rec.InvocationID)
+	if wait := rec.AcceptedAt.Add(OrphanGrace).Sub(a.cfg.Clock.Now()); wait > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.cfg.Clock.After(wait):
+		}
+	}
+	var open bool
+	a.locked(func(s *state.State) { open = s.Item(state.Key(rec.Namespace, rec.InvocationID)) != nil })
+	if open {
+		return
+	}
+	err := a.cfg.Store.Records.Delete(ctx, key, jetstream.LastRevision(rev))
+	switch {
+	case err == nil:
+		a.metrics.orphans.Inc()
+		a.cfg.Logger.Warn("removed the Record of an accept cut off before its publish (its caller got no 202)", "invocation", key, "acceptedAt", rec.AcceptedAt)
+	case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyNotFound):
+		// Written or removed since: no longer an orphan.
+	default:
+		a.cfg.Logger.Warn("could not remove the Record of a cut-off accept; it stays queued until it expires", "invocation", key, "err", err)
+	}
 }
 
 // scanSlack covers clock skew between the writers of Record times and the

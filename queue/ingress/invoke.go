@@ -275,11 +275,16 @@ func (s *Server) duplicate(ctx context.Context, ack Ack, rec messages.Record, in
 		return ack, rec, &conflictError{fmt.Sprintf("invocationID %s was accepted with another request: a re-post must carry the same payload, "+
 			"headers, attributes and contentType (or use a new invocationID)", inv.InvocationID)}
 	}
-	if rec.State == messages.StateQueued && rec.Attempt == 0 && time.Since(rec.AcceptedAt) > 5*time.Second {
+	if rec.State == messages.StateQueued && rec.Attempt == 0 {
 		// The first accepting replica may have died between the Record and
-		// the publish: publish again. Within the duplicate window the stream
-		// drops the copy; after it the activator does (it knows the ID, or
-		// its dispatch compare-and-set on the Record refuses it).
+		// the publish, at any age of the Record: publish again, every time,
+		// so a 202 always stands on a stored message. Within the duplicate
+		// window the stream drops the copy (and answers the first one's
+		// sequence); after it the activator does (it knows the ID, or its
+		// dispatch compare-and-set on the Record refuses it). The copy keeps
+		// the Record's acceptedAt: its ttlSeconds counts from the first
+		// accept.
+		inv.AcceptedAt = rec.AcceptedAt
 		pa, err := s.publish(ctx, inv, 0, "")
 		if err != nil {
 			return ack, rec, err
