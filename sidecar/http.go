@@ -20,7 +20,10 @@ type metrics struct {
 	inFlight    prometheus.Gauge
 	ready       prometheus.Gauge
 	duplicates  prometheus.Counter
-	ackErrors   *prometheus.CounterVec
+	// refused counts dispatches handed back because the framework refused
+	// the connection; publishRetries failed tries to store a result.
+	refused, publishRetries prometheus.Counter
+	ackErrors               *prometheus.CounterVec
 }
 
 func newMetrics(concurrency int) *metrics {
@@ -42,7 +45,11 @@ func newMetrics(concurrency int) *metrics {
 	}
 	conc := prometheus.NewGauge(prometheus.GaugeOpts{Name: "runplane_sidecar_concurrency", Help: "Invocations this worker runs at once."})
 	conc.Set(float64(concurrency))
-	m.reg.MustRegister(m.invocations, m.duration, m.inFlight, m.ready, m.duplicates, m.ackErrors, conc,
+	m.refused = prometheus.NewCounter(prometheus.CounterOpts{Name: "runplane_sidecar_refused_dispatches_total",
+		Help: "Dispatches handed back unrun because the framework refused the connection (the worker turns not ready)."})
+	m.publishRetries = prometheus.NewCounter(prometheus.CounterOpts{Name: "runplane_sidecar_result_publish_retries_total",
+		Help: "Failed tries to store a result (NATS away, results stream full); the result is retried, never the framework call."})
+	m.reg.MustRegister(m.invocations, m.duration, m.inFlight, m.ready, m.duplicates, m.ackErrors, m.refused, m.publishRetries, conc,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -61,9 +61,14 @@ type Sidecar struct {
 	mu        sync.Mutex
 	running   map[string]context.CancelCauseFunc // dispatch msg ID → cancel
 	completed map[string]struct{}
-	order     []string // completed IDs, oldest first
+	order     []completedID // oldest first
+	// held maps an invocation ID to what this sidecar ran of it: any
+	// attempt, running or finished (as many as completed). A later attempt
+	// of it is not run again here (see handle).
+	held map[string]*execution
 
 	wakeFetch chan struct{} // readiness became true
+	reprobe   chan struct{} // readiness became false outside the probe loop
 }
 
 // New validates cfg and binds the HTTP listener, so /livez answers as soon
@@ -87,7 +92,9 @@ func New(cfg Config) (*Sidecar, error) {
 		ln:        ln,
 		running:   map[string]context.CancelCauseFunc{},
 		completed: map[string]struct{}{},
+		held:      map[string]*execution{},
 		wakeFetch: make(chan struct{}, 1),
+		reprobe:   make(chan struct{}, 1),
 	}
 	return s, nil
 }
@@ -328,7 +335,23 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 		s.acked(log, "in_progress", msg.InProgress())
 		return
 	}
+	if ex, ok := s.held[d.InvocationID]; ok && ex.attempt != d.Attempt && !ex.mayRunAgain() {
+		s.mu.Unlock()
+		// Another attempt of an execution this worker runs or has finished:
+		// the activator declared the worker lost while it held it (frozen,
+		// cut from NATS) and gave it back. Running it again would run a
+		// finished execution twice; the held attempt's result (stored, or
+		// stored when it ends) finishes the invocation — the activator
+		// takes a superseded attempt's result from the worker it was
+		// dispatched to.
+		log.Info("dispatch of an invocation this worker already runs or ran; not running it again", "heldAttempt", ex.attempt)
+		s.metrics.duplicates.Inc()
+		s.acked(log, "ack", msg.Ack())
+		return
+	}
+	ex := &execution{attempt: d.Attempt}
 	s.running[id] = cancel
+	s.held[d.InvocationID] = ex
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -400,25 +423,52 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 		res.State, res.Error = messages.StateCancelled, errCancelled.Error()
 	case errors.Is(context.Cause(callCtx), errShutdown):
 		res.State, res.Error = messages.StateFailed, errShutdown.Error()
+	case refused(err):
+		// The framework refused the connection: nothing was sent, so
+		// nothing ran. The worker is not ready (no more work is pulled,
+		// and the activator, told at once, sends it none) and the dispatch
+		// goes back without a result: it runs when the framework is back,
+		// and never counts as a failed run.
+		s.client.CloseIdleConnections()
+		close(stopProgress)
+		<-progressDone
+		s.notReady(err)
+		s.mu.Lock()
+		if s.held[d.InvocationID] == ex {
+			delete(s.held, d.InvocationID)
+		}
+		s.mu.Unlock()
+		s.metrics.refused.Inc()
+		log.Warn("framework refused the invocation's connection; handing it back unrun", "err", err)
+		s.acked(log, "nak", msg.NakWithDelay(s.unreadyProbe()))
+		return
 	default:
 		res.State, res.Error = messages.StateFailed, err.Error()
 		// A crashed framework leaves dead keep-alive connections behind.
 		s.client.CloseIdleConnections()
 	}
 	res.FinishedAt = time.Now().UTC()
+	ex.finish(res.State)
 
-	published := s.publishResult(res, id, d.ReplyTo)
+	// The framework has run: from here on only the result is retried,
+	// never the call. publishResult keeps trying (the in-progress acks
+	// keep the dispatch from redelivery meanwhile, and a redelivery finds
+	// it running) until the result is stored or the sidecar's drain is
+	// over.
+	published := s.publishResult(invCtx, res, id, d.ReplyTo)
 	close(stopProgress)
 	<-progressDone
 	dur := res.FinishedAt.Sub(started)
 	s.metrics.observe(res.State, dur)
 	s.publishEvent(messages.Event{Type: messages.EventFinished, InvocationID: d.InvocationID, Attempt: d.Attempt, State: res.State, DurationMS: dur.Milliseconds()})
 	if !published {
-		// The result is not durable: let JetStream redeliver the dispatch.
-		s.acked(log, "nak", msg.NakWithDelay(time.Second))
+		// Shut down with the result unstored: the dispatch is left unacked
+		// (a nak would run it again here); the activator learns from the
+		// deregistration what this worker still held.
+		log.Error("result not stored before shutdown", "state", res.State)
 		return
 	}
-	s.rememberCompleted(id)
+	s.rememberCompleted(id, d.InvocationID)
 	actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer acancel()
 	// The result is published; if this ack is lost, the redelivery is acked
@@ -445,7 +495,12 @@ func (s *Sidecar) acked(log *slog.Logger, op string, err error) {
 // worker and this result dropped as its duplicate. A retry after a lost
 // publish ack may store the result twice; the activator handles the
 // second copy as a no-op.
-func (s *Sidecar) publishResult(res messages.Result, id, replyTo string) bool {
+//
+// It retries until the result is stored, however long NATS is away or the
+// results stream is full, with backoff up to maxPublishBackoff, and gives
+// up only when stop ends (the drain's grace is over) — a result that cannot
+// be stored must never turn into a second run of the framework.
+func (s *Sidecar) publishResult(stop context.Context, res messages.Result, id, replyTo string) bool {
 	data, err := json.Marshal(res)
 	if err != nil {
 		s.log.Error("encode result", "err", err)
@@ -453,7 +508,7 @@ func (s *Sidecar) publishResult(res messages.Result, id, replyTo string) bool {
 	}
 	ok := false
 	backoff := 100 * time.Millisecond
-	for attempt := 0; attempt < 5; attempt++ {
+	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err = s.js.Publish(ctx, s.subjects.Result(s.cfg.WorkerNamespace, s.cfg.Pool), data)
 		cancel()
@@ -461,9 +516,16 @@ func (s *Sidecar) publishResult(res messages.Result, id, replyTo string) bool {
 			ok = true
 			break
 		}
-		s.log.Warn("publish result", "invocation", res.InvocationID, "err", err)
-		time.Sleep(backoff)
-		backoff *= 2
+		s.metrics.publishRetries.Inc()
+		s.log.Warn("publish result; retrying", "invocation", res.InvocationID, "err", err, "in", backoff)
+		select {
+		case <-stop.Done():
+		case <-time.After(backoff):
+		}
+		if stop.Err() != nil {
+			break
+		}
+		backoff = min(2*backoff, maxPublishBackoff)
 	}
 	if replyTo != "" {
 		m := nats.NewMsg(replyTo)
@@ -476,16 +538,62 @@ func (s *Sidecar) publishResult(res messages.Result, id, replyTo string) bool {
 	return ok
 }
 
-func (s *Sidecar) rememberCompleted(id string) {
+// completedID is a dispatch ID in completed and its invocation's ID.
+type completedID struct{ id, inv string }
+
+// maxPublishBackoff bounds the wait between two tries to store a result.
+const maxPublishBackoff = 2 * time.Second
+
+// execution is one attempt this sidecar ran of an invocation.
+type execution struct {
+	attempt int
+	state   atomic.Pointer[messages.State] // nil while running
+}
+
+func (e *execution) finish(st messages.State) { e.state.Store(&st) }
+
+// mayRunAgain: a later attempt may run here only after this one failed
+// (a retry the pool's policy asked for); one running or finished otherwise
+// is never run twice.
+func (e *execution) mayRunAgain() bool {
+	st := e.state.Load()
+	return st != nil && *st == messages.StateFailed
+}
+
+// refused reports whether err is the framework refusing the connection
+// (no socket, nobody listening): the request was never sent.
+func refused(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// notReady marks the framework not ready until the next probe that passes,
+// and tells the activator at once.
+func (s *Sidecar) notReady(err error) {
+	if s.ready.Swap(false) {
+		s.log.Info("framework readiness changed", "ready", false, "err", err)
+		s.metrics.ready.Set(0)
+		s.publishEvent(messages.Event{Type: messages.EventHeartbeat})
+		select {
+		case s.reprobe <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (s *Sidecar) rememberCompleted(id, inv string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.completed[id]; ok {
 		return
 	}
 	s.completed[id] = struct{}{}
-	s.order = append(s.order, id)
+	s.order = append(s.order, completedID{id, inv})
 	if len(s.order) > completedCap {
-		delete(s.completed, s.order[0])
+		delete(s.completed, s.order[0].id)
+		if ex := s.held[s.order[0].inv]; ex != nil && ex.state.Load() != nil {
+			delete(s.held, s.order[0].inv)
+		}
 		s.order = s.order[1:]
 	}
 }
@@ -526,9 +634,11 @@ func isAttemptOf(id, inv string) bool {
 
 // probeLoop keeps the framework's health in s.ready, and publishes a
 // heartbeat at once when it changes so the activator learns quickly.
+//
+// While the framework is not ready it is probed at least every second, so a
+// worker whose framework restarted takes work (the dispatches it handed
+// back first) as soon as it serves again.
 func (s *Sidecar) probeLoop(ctx context.Context) {
-	t := time.NewTicker(s.cfg.ProbeInterval)
-	defer t.Stop()
 	for {
 		pctx, cancel := context.WithTimeout(ctx, max(s.cfg.ProbeInterval, time.Second))
 		err := s.client.Health(pctx)
@@ -547,13 +657,21 @@ func (s *Sidecar) probeLoop(ctx context.Context) {
 				s.publishEvent(messages.Event{Type: messages.EventHeartbeat})
 			}
 		}
+		every := s.cfg.ProbeInterval
+		if !now {
+			every = s.unreadyProbe()
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-s.reprobe:
+		case <-time.After(every):
 		}
 	}
 }
+
+// unreadyProbe is the probe period while the framework is not ready.
+func (s *Sidecar) unreadyProbe() time.Duration { return min(s.cfg.ProbeInterval, time.Second) }
 
 func (s *Sidecar) heartbeatLoop(ctx context.Context) {
 	t := time.NewTicker(s.cfg.HeartbeatInterval)
