@@ -59,3 +59,18 @@ func TestRebuildRemovesOrphanRecord(t *testing.T) {
 	e.waitState(id, messages.StateSucceeded, 10*time.Second)
 	require.Equal(t, []string{"a"}, e.log.Runs(id))
 }
+
+// TestSyncBodyEqualsGet: the 200 of a sync invocation (answered from the
+// worker's fast-path reply) shows what GET shows of the Record.
+func TestSyncBodyEqualsGet(t *testing.T) {
+	e := newEnv(t, nil)
+	e.worker("a", 1, nil)
+	r := e.invoke(map[string]any{"mode": "sync", "invocationID": "same-body", "payload": map[string]any{"x": 1}})
+	require.EqualValues(t, 200, r.code, "%d %s", r.code, r.raw)
+	g := e.do("GET", "/v1/namespaces/default/invocations/same-body", nil)
+	require.EqualValues(t, 200, g.code)
+	for _, k := range []string{"invocationID", "namespace", "pool", "mode", "state", "worker", "attempt", "stream", "sequence", "acceptedAt", "requestHash", "response"} {
+		require.NotNil(t, g.body[k], "GET has no %s: %s", k, g.raw)
+		require.Equal(t, g.body[k], r.body[k], "%s: sync 200 %s, GET %s", k, r.raw, g.raw)
+	}
+}

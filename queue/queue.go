@@ -98,12 +98,32 @@ type Config struct {
 	DefaultTTLSeconds int
 	MaxBodyBytes      int64
 	HeartbeatTimeout  time.Duration
-	MaxAttempts       int
+	// WorkerHeartbeatInterval is the workers' heartbeat interval (their
+	// sidecars' -heartbeat-interval). When set, a HeartbeatTimeout below
+	// HeartbeatMultiple times it is refused: one late or lost heartbeat
+	// would declare a healthy worker lost and run its work again.
+	WorkerHeartbeatInterval time.Duration
+	MaxAttempts             int
 	Backoff           time.Duration
 	Tick              time.Duration
 	// Scaler replaces the Kubernetes scaler (benchmarks; with StaticPools).
 	Scaler activator.Scaler
 	Logger *slog.Logger
+}
+
+// HeartbeatMultiple is the least heartbeat timeout, in worker heartbeat
+// intervals: a worker is declared lost only after missing two heartbeats
+// in a row and most of a third.
+const HeartbeatMultiple = 3
+
+// CheckHeartbeat refuses a heartbeat timeout below HeartbeatMultiple
+// workers' heartbeat intervals (interval 0: not known, not checked).
+func CheckHeartbeat(timeout, interval time.Duration) error {
+	if interval > 0 && timeout < HeartbeatMultiple*interval {
+		return fmt.Errorf("queue: heartbeat timeout %s is below %d× the workers' heartbeat interval %s (%s): a single late heartbeat would declare a healthy worker lost and run its work again; raise -heartbeat-timeout to at least %s or lower the sidecars' -heartbeat-interval",
+			timeout, HeartbeatMultiple, interval, HeartbeatMultiple*interval, HeartbeatMultiple*interval)
+	}
+	return nil
 }
 
 // Run serves until ctx ends.
@@ -116,6 +136,9 @@ func Run(ctx context.Context, cfg Config) error {
 	ctx = logr.NewContext(ctx, logr.FromSlogHandler(log.Handler()))
 	if cfg.NATSURL == "" {
 		return errors.New("queue: NATS URL is required")
+	}
+	if err := CheckHeartbeat(cmp.Or(cfg.HeartbeatTimeout, 15*time.Second), cfg.WorkerHeartbeatInterval); err != nil {
+		return err
 	}
 	if cfg.LeaderElection && cfg.RESTConfig == nil {
 		return errors.New("queue: leader election needs a Kubernetes config")

@@ -43,7 +43,7 @@ func TestProcessKilledUnderLoad(t *testing.T) {
 	logf, _ := os.Create(filepath.Join(t.TempDir(), "queue.log"))
 	start := func() *exec.Cmd {
 		cmd := exec.Command(bin, "-no-kube", "-insecure-disable-caller-auth", "-pools", testPool, "-listen", addr, "-nats-url", e.natsURL(),
-			"-duplicate-window", "1s", "-record-ttl", "1h", "-heartbeat-timeout", "1s", "-max-backlog", "100000")
+			"-duplicate-window", "1s", "-record-ttl", "1h", "-heartbeat-timeout", "1s", "-worker-heartbeat-interval", "100ms", "-max-backlog", "100000")
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		require.NoError(t, cmd.Start())

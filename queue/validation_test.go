@@ -1,11 +1,13 @@
 package queue_test
 
 import (
+	"cmp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/queue"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -105,4 +107,31 @@ func TestRepostDifferentPayload(t *testing.T) {
 	assert.True(t, strings.HasPrefix(rec.RequestHash, "sha256:"), rec.RequestHash)
 	e.quiet("w")
 	assert.Len(t, e.log.Runs("job-1"), 1)
+}
+
+// TestHeartbeatTimeoutRefusedAtStart: a heartbeat timeout that a single
+// late heartbeat could exceed is refused before anything starts, naming
+// both values and the least timeout allowed.
+func TestHeartbeatTimeoutRefusedAtStart(t *testing.T) {
+	cases := []struct {
+		timeout, interval time.Duration
+		errHas            string
+	}{
+		{3 * time.Second, 5 * time.Second, "heartbeat timeout 3s is below 3× the workers' heartbeat interval 5s (15s)"},
+		{14 * time.Second, 5 * time.Second, "at least 15s"},
+		{0, 6 * time.Second, "heartbeat timeout 15s"}, // the default timeout
+		{15 * time.Second, 5 * time.Second, ""},
+		{time.Second, 0, ""}, // interval unknown: not checked
+	}
+	for _, tc := range cases {
+		err := queue.CheckHeartbeat(cmp.Or(tc.timeout, 15*time.Second), tc.interval)
+		if tc.errHas == "" {
+			require.NoError(t, err, "%s / %s", tc.timeout, tc.interval)
+			continue
+		}
+		require.ErrorContains(t, err, tc.errHas)
+		// queue.Run refuses it before it connects anywhere.
+		err = queue.Run(t.Context(), queue.Config{NATSURL: "nats://127.0.0.1:1", HeartbeatTimeout: tc.timeout, WorkerHeartbeatInterval: tc.interval})
+		require.ErrorContains(t, err, tc.errHas)
+	}
 }

@@ -108,7 +108,8 @@ func run() error {
 	flag.IntVar(&c.Limits.NamespaceMaxBacklog, "namespace-max-backlog", pool.DefaultNamespaceMaxBacklog, "queued invocations allowed per namespace, all its pools together (429 beyond; -1: unbounded)")
 	flag.IntVar(&c.Limits.NamespaceMaxInFlight, "namespace-max-in-flight", pool.DefaultNamespaceMaxInFlight, "dispatched invocations allowed per namespace, all its pools together (-1: unbounded)")
 	flag.IntVar(&c.MaxAttempts, "max-attempts", 3, "dispatch attempts before dead-lettering")
-	flag.DurationVar(&c.HeartbeatTimeout, "heartbeat-timeout", 15*time.Second, "worker silence before it is lost")
+	flag.DurationVar(&c.HeartbeatTimeout, "heartbeat-timeout", 15*time.Second, "worker silence before it is lost (at least 3× -worker-heartbeat-interval)")
+	flag.DurationVar(&c.WorkerHeartbeatInterval, "worker-heartbeat-interval", 5*time.Second, "the workers' heartbeat interval (the sidecars' -heartbeat-interval); -heartbeat-timeout below 3× it is refused at start")
 	flag.Parse()
 	c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if noKube {
