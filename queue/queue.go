@@ -104,8 +104,8 @@ type Config struct {
 	// would declare a healthy worker lost and run its work again.
 	WorkerHeartbeatInterval time.Duration
 	MaxAttempts             int
-	Backoff           time.Duration
-	Tick              time.Duration
+	Backoff                 time.Duration
+	Tick                    time.Duration
 	// Scaler replaces the Kubernetes scaler (benchmarks; with StaticPools).
 	Scaler activator.Scaler
 	Logger *slog.Logger
