@@ -2,12 +2,15 @@ package queue_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/stream"
 )
 
@@ -72,5 +75,44 @@ func TestSyncBodyEqualsGet(t *testing.T) {
 	for _, k := range []string{"invocationID", "namespace", "pool", "mode", "state", "worker", "attempt", "stream", "sequence", "acceptedAt", "requestHash", "response"} {
 		require.NotNil(t, g.body[k], "GET has no %s: %s", k, g.raw)
 		require.Equal(t, g.body[k], r.body[k], "%s: sync 200 %s, GET %s", k, r.raw, g.raw)
+	}
+}
+
+// TestFullStoreRefusesNewWorkAndRunsAcceptedOnce: a bounded invocation
+// stream refuses new invocations with 503 before it is full, its use is
+// in the metrics against its bound, and every invocation it accepted
+// still runs, once.
+func TestFullStoreRefusesNewWorkAndRunsAcceptedOnce(t *testing.T) {
+	e := newEnv(t, func(c *queue.Config) { c.Stream.MaxBytes = 1 << 20 })
+	payload := map[string]any{"blob": strings.Repeat("x", 50<<10)}
+	var accepted []string
+	var refused resp
+	for i := range 40 {
+		id := fmt.Sprintf("fill-%d", i)
+		r := e.invoke(map[string]any{"mode": "async", "invocationID": id, "ttlSeconds": 60, "payload": payload})
+		if r.code == 503 {
+			refused = r
+			break
+		}
+		require.EqualValues(t, 202, r.code, "%s: %d %s", id, r.code, r.raw)
+		accepted = append(accepted, id)
+	}
+	require.EqualValues(t, 503, refused.code, "no 503 after %d invocations of 50 KiB into a 1 MiB stream", len(accepted))
+	require.Contains(t, refused.body["error"], "store is full")
+	require.Equal(t, "5", refused.header.Get("Retry-After"))
+	require.NotEmpty(t, accepted)
+	body, err := httpGet(e.base + "/metrics")
+	require.NoError(t, err)
+	require.Contains(t, body, `runplane_queue_store_max_bytes{store="invocations"} 1.048576e+06`)
+	require.Contains(t, body, `runplane_queue_store_bytes{store="invocations"}`)
+	require.Contains(t, body, `runplane_queue_store_bytes{store="records"}`)
+
+	e.worker("a", 4, nil)
+	for _, id := range accepted {
+		e.waitState(id, messages.StateSucceeded, 20*time.Second)
+	}
+	e.quiet("a")
+	for _, id := range accepted {
+		require.Equal(t, []string{"a"}, e.log.Runs(id), "%s runs", id)
 	}
 }

@@ -206,7 +206,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), st.Collector(2*time.Second))
 	var runnables []manager.Runnable
 	if cfg.Callout.IssuerSeedFile != "" {
 		calloutKube, err := limitedClient(cfg.RESTConfig, cfg.Callout.Client, 50, 100)

@@ -79,6 +79,8 @@ func run() error {
 	flag.StringVar(&c.Stream.Stream, "stream", api.DefaultStreamName, "JetStream stream name")
 	flag.IntVar(&c.Stream.Replicas, "stream-replicas", 1, "stream and bucket replicas")
 	flag.DurationVar(&c.Stream.MaxAge, "stream-max-age", 72*time.Hour, "stream message max age")
+	flag.Int64Var(&c.Stream.MaxBytes, "stream-max-bytes", -1, "size bound of the invocation stream (full: new invocations get 503, none stored is dropped; -1: unbounded, the server's limits apply)")
+	flag.Int64Var(&c.Stream.RecordsMaxBytes, "records-max-bytes", -1, "size bound of the invocation Records bucket (full: new invocations get 503; -1: unbounded)")
 	flag.DurationVar(&c.Stream.DuplicateWindow, "duplicate-window", 2*time.Minute, "stream duplicate window")
 	flag.Int64Var(&c.Stream.ResultsMaxBytes, "results-max-bytes", 1<<30, "size bound of the worker results stream (full: new results are refused and retried, none dropped)")
 	flag.Func("result-max-size", "bound of one result message in bytes (default 1048576, nats-server's default max_payload)", func(v string) error {

@@ -102,6 +102,8 @@ type Server struct {
 	// per namespace (limits.go).
 	counts    map[string]*poolCount
 	nsBacklog map[string]int
+	// guard: whether the bounded store has room for new work.
+	guard storeGuard
 
 	stop []func()
 }

@@ -147,6 +147,13 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 		s.tooMany(w, le)
 		return
 	}
+	var sf *storeFullError
+	if errors.As(err, &sf) {
+		s.cfg.Logger.Warn("refusing an invocation: store full", "why", sf.why)
+		w.Header().Set("Retry-After", "5")
+		s.reject(w, http.StatusServiceUnavailable, sf.Error())
+		return
+	}
 	var ce *conflictError
 	if errors.As(err, &ce) {
 		s.reject(w, http.StatusConflict, ce.Error())
@@ -230,6 +237,15 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation, hash strin
 	}
 	var seq uint64 // queued at seq: counted until the activator's status covers it
 	defer func() { s.release(inv.Namespace, inv.Pool, seq) }()
+	if why := s.storeFull(ctx); why != "" {
+		// A re-post of an accepted ID is still answered.
+		if clientID {
+			if rec, _, err := st.Get(ctx, key); err == nil {
+				return s.duplicate(ctx, ack, rec, inv, hash)
+			}
+		}
+		return ack, messages.Record{}, &storeFullError{why}
+	}
 	rec := messages.Record{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool, Mode: inv.Mode, State: messages.StateQueued,
 		Stream: st.Config.Stream, RequestHash: hash, AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt}
 	rev, err := st.Create(ctx, rec)
@@ -253,11 +269,16 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation, hash strin
 	}
 	if !pa.Duplicate {
 		seq = pa.Sequence
+		s.note(len(inv.Payload) + messageOverhead)
 	}
 	rec.Sequence = pa.Sequence
 	ack.Sequence, ack.Duplicate, ack.State, ack.AcceptedAt = pa.Sequence, pa.Duplicate, messages.StateQueued, inv.AcceptedAt
 	return ack, rec, nil
 }
+
+// messageOverhead estimates what an invocation message holds besides its
+// payload (the storage guard's count between two reads).
+const messageOverhead = 1 << 10
 
 // publish stores inv on invoke.<pool>; rev, when known, is the revision of
 // the Record just created (stream.RevisionHeader) and hash its RequestHash.

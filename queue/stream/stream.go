@@ -32,6 +32,13 @@ type Config struct {
 	Replicas int
 	// MaxAge of stream messages (default 72h).
 	MaxAge time.Duration
+	// MaxBytes bounds the invocation stream (0 or -1: unbounded, the
+	// server's own limits apply). A full stream refuses new invocations
+	// (the ingress answers 503) and never drops a stored one: discard new.
+	MaxBytes int64
+	// RecordsMaxBytes bounds the Records bucket (0 or -1: unbounded). A
+	// full bucket refuses new Records (503).
+	RecordsMaxBytes int64
 	// DuplicateWindow of the stream (default 2m). Idempotency beyond it
 	// comes from the Records bucket.
 	DuplicateWindow time.Duration
@@ -107,6 +114,11 @@ func (c Config) Validate() error {
 	if c.ResultsMaxBytes < int64(c.ResultMaxMsgSize) {
 		return fmt.Errorf("results stream max bytes %d must be at least the max result size %d", c.ResultsMaxBytes, c.ResultMaxMsgSize)
 	}
+	for name, n := range map[string]int64{"stream": c.MaxBytes, "records": c.RecordsMaxBytes} {
+		if n > 0 && n < 1<<20 {
+			return fmt.Errorf("%s max bytes %d: at least 1 MiB, or -1 for unbounded", name, n)
+		}
+	}
 	if c.RecordTTL < c.DuplicateWindow {
 		return fmt.Errorf("record TTL %s must be at least the duplicate window %s", c.RecordTTL, c.DuplicateWindow)
 	}
@@ -155,6 +167,11 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 		Replicas:   cfg.Replicas,
 		MaxAge:     cfg.MaxAge,
 		Duplicates: cfg.DuplicateWindow,
+		// Bounded, a full stream refuses what comes (a new invocation gets
+		// 503; a dispatch is retried) and never drops a queued invocation
+		// to make room, as discard old would.
+		MaxBytes: bounded(cfg.MaxBytes),
+		Discard:  jetstream.DiscardNew,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create stream %s: %w", cfg.Stream, err)
@@ -208,6 +225,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 		Storage:  jetstream.FileStorage,
 		Replicas: cfg.Replicas,
 		History:  1,
+		MaxBytes: bounded(cfg.RecordsMaxBytes),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create KV bucket %s: %w", cfg.RecordsBucket, err)
@@ -226,6 +244,14 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 		store.MigrationSkipped = moved.skipped
 	}
 	return store, nil
+}
+
+// bounded maps the unbounded 0 to JetStream's -1.
+func bounded(n int64) int64 {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }
 
 // ResultsConsumer is the activator's durable consumer of the results
