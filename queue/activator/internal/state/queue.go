@@ -301,8 +301,8 @@ func (s *State) Refusal(res messages.Result) string {
 	}
 }
 
-// Superseded names an attempt running elsewhere than the worker whose
-// result finished its invocation: it is to be cancelled.
+// Superseded names an attempt other than the one whose result finished its
+// invocation: it is to be cancelled.
 type Superseded struct {
 	Namespace, Pool, Worker, InvocationID string
 	Attempt                               int
@@ -319,7 +319,10 @@ func (s *State) Result(res messages.Result, seq uint64) (*Item, *Superseded) {
 	var other *Superseded
 	if it != nil {
 		it.Done.Store(true)
-		if it.Worker != "" && it.Worker != res.Worker {
+		// The late result of a superseded attempt wins; the current one is
+		// cancelled wherever it runs — on another worker, or on the same
+		// one (a worker declared lost that resumed and got it back).
+		if it.Worker != "" && (it.Worker != res.Worker || it.Attempt != res.Attempt) {
 			other = &Superseded{Namespace: it.Inv.Namespace, Pool: it.Inv.Pool, Worker: it.Worker, InvocationID: res.InvocationID, Attempt: it.Attempt}
 		}
 	}

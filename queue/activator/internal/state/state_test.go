@@ -91,6 +91,21 @@ func TestResultFromOtherWorkerCancelsNewerAttempt(t *testing.T) {
 	require.Empty(t, s.Pool(pk).Workers["b"].InFlight)
 }
 
+// TestLateResultCancelsNewerAttemptOnSameWorker: a worker declared lost
+// while it ran attempt 1 resumes and is given attempt 2; attempt 1's late
+// result wins and attempt 2 is cancelled on that same worker.
+func TestLateResultCancelsNewerAttemptOnSameWorker(t *testing.T) {
+	s, _ := newState(3)
+	register(s, "a", 1)
+	it := enqueue(s, "i")
+	it.Attempt = 1 // attempt 1 ran on a, which was declared lost and came back
+	s.Dispatch()
+	require.Equal(t, "a", it.Worker)
+	_, other := s.Result(messages.Result{Namespace: "ns", InvocationID: "i", Pool: "p", Worker: "a", Attempt: 1, State: messages.StateSucceeded}, 1)
+	require.Equal(t, &Superseded{Namespace: "ns", Pool: "p", Worker: "a", InvocationID: "i", Attempt: 2}, other)
+	require.Empty(t, s.Pool(pk).Workers["a"].InFlight)
+}
+
 func TestDispatchRespectsConcurrencyBackoffAndOrder(t *testing.T) {
 	s, clk := newState(3)
 	register(s, "a", 2)
