@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/internal/messages"
@@ -115,4 +116,30 @@ func TestFullStoreRefusesNewWorkAndRunsAcceptedOnce(t *testing.T) {
 	for _, id := range accepted {
 		require.Equal(t, []string{"a"}, e.log.Runs(id), "%s runs", id)
 	}
+}
+
+// TestDispatchPastMaxDeliverIsDeadLettered: a dispatch its worker takes
+// and never acks (here: naks at once, every time) is delivered a bounded
+// number of times, then dead-lettered with the reason in its Record.
+func TestDispatchPastMaxDeliverIsDeadLettered(t *testing.T) {
+	e := newEnv(t, func(c *queue.Config) { c.MaxAttempts = 1 })
+	ctx := context.Background()
+	st, err := stream.Open(ctx, e.js, e.cfg.Stream)
+	require.NoError(t, err)
+	const w, id = "naker", "never-acked"
+	require.NoError(t, st.EnsureWorkerConsumer(ctx, "default", testPool, w))
+	cons, err := e.js.Consumer(ctx, st.Config.Stream, messages.ConsumerName("default", testPool, w))
+	require.NoError(t, err)
+	cc, err := cons.Consume(func(m jetstream.Msg) { _ = m.Nak() })
+	require.NoError(t, err)
+	t.Cleanup(cc.Stop)
+	e.fakeWorker(w)
+	r := e.invoke(map[string]any{"mode": "async", "invocationID": id, "ttlSeconds": 60})
+	require.EqualValues(t, 202, r.code, "%d %s", r.code, r.raw)
+	rec := e.waitState(id, messages.StateDeadLettered, 20*time.Second)
+	require.Contains(t, rec.Error, "max deliveries")
+	require.Contains(t, rec.Error, w)
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, stream.DefaultWorkerMaxDeliver, info.Delivered.Consumer, "deliveries")
 }

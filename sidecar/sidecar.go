@@ -218,6 +218,10 @@ func (s *Sidecar) ensureConsumer(ctx context.Context) (jetstream.Consumer, error
 		MaxAckPending:     s.cfg.Concurrency,
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
 		InactiveThreshold: s.cfg.InactiveThreshold,
+		// As the queue's (stream.DefaultWorkerMaxDeliver): bounded, so a
+		// dispatch that cannot be run is dead-lettered, not delivered for
+		// ever.
+		MaxDeliver: 5,
 	}
 	backoff := 200 * time.Millisecond
 	for {

@@ -175,6 +175,14 @@ func (a *Activator) Run(ctx context.Context) error {
 		return fmt.Errorf("subscribe to worker events: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	// Messages that reached a consumer's MaxDeliver are dead-lettered.
+	for _, name := range []string{st.Config.Stream, st.Config.ResultsStream} {
+		adv, err := a.cfg.NC.Subscribe(maxDeliveriesSubject(name), func(m *nats.Msg) { a.onMaxDeliveries(ctx, m) })
+		if err != nil {
+			return fmt.Errorf("subscribe to max-deliveries advisories: %w", err)
+		}
+		defer func() { _ = adv.Unsubscribe() }()
+	}
 	// Nothing is dispatched or consumed before the state is rebuilt.
 	if err := a.rebuild(ctx); err != nil {
 		return err

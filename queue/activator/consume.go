@@ -28,6 +28,9 @@ func (a *Activator) consume(ctx context.Context, streamName, name, subject strin
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckWait:       ackWait,
 		MaxAckPending: 20000,
+		// Bounded: a message that fails this often is dead-lettered by
+		// onMaxDeliveries instead of being delivered for ever.
+		MaxDeliver: ActivatorMaxDeliver,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create consumer %s-%s: %w", a.cfg.ConsumerPrefix, name, err)

@@ -5,6 +5,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type metrics struct {
 	accepted, dispatched, redelivered, lost, deadLettered *prometheus.CounterVec
 	finished, scaled, ackErrors, foreign, refused         *prometheus.CounterVec
+	maxDeliveries                                         *prometheus.CounterVec
 	backlog, inflight                                     *prometheus.GaugeVec
 	rebuilt                                               prometheus.Gauge
 	orphans                                               prometheus.Counter
@@ -30,13 +31,15 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runplane_activator_inflight", Help: "Dispatched invocations per pool."}, []string{"namespace", "pool"}),
 		rebuilt: prometheus.NewGauge(prometheus.GaugeOpts{Name: "runplane_activator_rebuilt",
 			Help: "1 while this replica leads and has rebuilt its state from JetStream (it dispatches only then), else 0."}),
+		maxDeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_max_deliveries_total",
+			Help: "Messages that reached their consumer's MaxDeliver (a worker's dispatch: its invocation is dead-lettered with the reason in its Record)."}, []string{"consumer"}),
 		orphans: prometheus.NewCounter(prometheus.CounterOpts{Name: "runplane_activator_orphan_records_removed_total",
 			Help: "Queued Records removed at rebuild because their invocation never reached the stream (an accept cut off before its publish; its caller got no 202)."}),
 		scaleFromZero: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "runplane_activator_scale_from_zero_seconds",
 			Help: "From the oldest waiting invocation to the scale-up of an empty pool.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 	}
 	if r != nil {
-		for _, c := range []prometheus.Collector{m.accepted, m.dispatched, m.redelivered, m.lost, m.deadLettered, m.finished, m.scaled, m.ackErrors, m.foreign, m.refused, m.backlog, m.inflight, m.rebuilt, m.orphans, m.scaleFromZero} {
+		for _, c := range []prometheus.Collector{m.accepted, m.dispatched, m.redelivered, m.lost, m.deadLettered, m.finished, m.scaled, m.ackErrors, m.foreign, m.refused, m.backlog, m.inflight, m.rebuilt, m.orphans, m.maxDeliveries, m.scaleFromZero} {
 			_ = r.Register(c)
 		}
 	}

@@ -78,6 +78,10 @@ type WorkerConsumer struct {
 	// InactiveThreshold lets the server delete the consumer of a worker
 	// that stopped pulling (default 10m).
 	InactiveThreshold time.Duration
+	// MaxDeliver bounds the deliveries of one dispatch (default 5): a
+	// dispatch delivered that often without an ack is dead-lettered by
+	// the activator (its max-deliveries advisory), never delivered again.
+	MaxDeliver int
 }
 
 // WithDefaults fills unset fields.
@@ -97,6 +101,7 @@ func (c Config) WithDefaults() Config {
 	c.Worker.AckWait = cmp.Or(c.Worker.AckWait, 30*time.Second)
 	c.Worker.MaxAckPending = cmp.Or(c.Worker.MaxAckPending, 1024)
 	c.Worker.InactiveThreshold = cmp.Or(c.Worker.InactiveThreshold, 10*time.Minute)
+	c.Worker.MaxDeliver = cmp.Or(c.Worker.MaxDeliver, DefaultWorkerMaxDeliver)
 	return c
 }
 

@@ -29,8 +29,15 @@ func (c Config) WorkerConsumerConfig(ns, pool, worker string) jetstream.Consumer
 		MaxAckPending:     c.Worker.MaxAckPending,
 		DeliverPolicy:     jetstream.DeliverNewPolicy,
 		InactiveThreshold: c.Worker.InactiveThreshold,
+		MaxDeliver:        c.Worker.MaxDeliver,
 	}
 }
+
+// DefaultWorkerMaxDeliver bounds the deliveries of one dispatch to its
+// worker. A dispatch is redelivered only when its worker neither acked it
+// nor kept it in progress for an ack wait (frozen, cut off, dead) or handed
+// it back unrun (its framework refused it).
+const DefaultWorkerMaxDeliver = 5
 
 // EnsureWorkerConsumer makes the worker's consumer WorkerConsumerConfig.
 // Workers may only bind to it: NATS does not check a consumer's deliver
@@ -62,7 +69,8 @@ func (s *Store) EnsureWorkerConsumer(ctx context.Context, ns, pool, worker strin
 		have := c.CachedInfo().Config
 		if have.DeliverSubject == "" && have.FilterSubject == want.FilterSubject && len(have.FilterSubjects) == 0 && have.AckPolicy == want.AckPolicy {
 			// A reconnect of the same Pod: one read, no write.
-			if have.AckWait == want.AckWait && have.MaxAckPending == want.MaxAckPending && have.InactiveThreshold == want.InactiveThreshold {
+			if have.AckWait == want.AckWait && have.MaxAckPending == want.MaxAckPending && have.InactiveThreshold == want.InactiveThreshold &&
+				have.MaxDeliver == want.MaxDeliver {
 				return nil
 			}
 			upd := want
