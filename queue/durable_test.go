@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/internal/messages"
@@ -142,4 +143,40 @@ func TestDispatchPastMaxDeliverIsDeadLettered(t *testing.T) {
 	info, err := cons.Info(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, stream.DefaultWorkerMaxDeliver, info.Delivered.Consumer, "deliveries")
+}
+
+// TestNATSOutageLongerThanHeartbeatTimeoutRunsOnce: NATS is away for
+// longer than the heartbeat timeout while a worker runs an invocation. The
+// activator, which heard no one either, does not declare the worker lost
+// when NATS is back, so the invocation is not run a second time elsewhere.
+func TestNATSOutageLongerThanHeartbeatTimeoutRunsOnce(t *testing.T) {
+	e := newEnv(t, nil) // heartbeat timeout 1s
+	g := newGate()
+	e.worker("a", 1, g.handler)
+	r := e.invoke(map[string]any{"mode": "async", "invocationID": "through-outage", "ttlSeconds": 60})
+	require.EqualValues(t, 202, r.code, "%d %s", r.code, r.raw)
+	require.Equal(t, "through-outage", g.next(t))
+	e.worker("b", 1, nil) // would take a redelivery at once
+	e.ns.Shutdown()
+	e.ns.WaitForShutdown()
+	time.Sleep(2500 * time.Millisecond) // the outage: 2.5 heartbeat timeouts
+	e.ns = startNATS(t, e.storeDir, e.port)
+	t.Cleanup(func() { e.ns.Shutdown() })
+	back := time.Now()
+	// Barrier: the activator has judged the workers for more than a
+	// heartbeat timeout since NATS came back; a still holds the invocation.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		s := e.poolStatus()
+		assert.True(c, s.UpdatedAt.After(back.Add(1500*time.Millisecond)), "status updated at %s", s.UpdatedAt)
+		for _, w := range s.Workers {
+			if w.Name == "a" {
+				assert.Equal(c, 1, w.InFlight, "a in flight")
+			}
+		}
+	}, 20*time.Second, 50*time.Millisecond)
+	close(g.release)
+	rec := e.waitState("through-outage", messages.StateSucceeded, 10*time.Second)
+	e.quiet("a", "b")
+	require.Equal(t, []string{"a"}, e.log.Runs("through-outage"))
+	require.Equal(t, 1, rec.Attempt)
 }

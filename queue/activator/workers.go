@@ -221,6 +221,12 @@ func (a *Activator) expire(ctx context.Context, e state.Expiry) {
 // housekeep runs the periodic checks (lost workers, TTLs, execution
 // timeouts), then scaling and status.
 func (a *Activator) housekeep(ctx context.Context) {
+	if !a.cfg.NC.IsConnected() {
+		// Cut from NATS: no heartbeat can reach us, and nothing we decide
+		// could be written. No worker is lost for our own outage.
+		a.locked(func(s *state.State) { s.Unheard() })
+		return
+	}
 	var losses []*state.Loss
 	var expired []state.Expiry
 	a.locked(func(s *state.State) { losses, expired = s.Housekeep() })

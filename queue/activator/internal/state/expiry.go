@@ -62,6 +62,22 @@ func (s *State) Housekeep() (losses []*Loss, expired []Expiry) {
 	return losses, expired
 }
 
+// Unheard excuses every worker's silence up to now: the activator itself
+// was cut from NATS, so it heard no one, and a worker is judged on its
+// heartbeats only from the reconnect on (it gets a full HeartbeatTimeout
+// to be heard again) — not declared lost, its work run a second time, for
+// the activator's own outage.
+func (s *State) Unheard() {
+	now := s.clk.Now()
+	for _, p := range s.pools {
+		for _, w := range p.Workers {
+			if w.LastSeen.Before(now) {
+				w.LastSeen = now
+			}
+		}
+	}
+}
+
 // Restore puts an open Record found at start back: queued, or in flight
 // on its recorded worker (assumed alive until heartbeats say otherwise).
 func (s *State) Restore(it *Item, r messages.Record) {

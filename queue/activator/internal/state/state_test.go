@@ -91,6 +91,22 @@ func TestResultFromOtherWorkerCancelsNewerAttempt(t *testing.T) {
 	require.Empty(t, s.Pool(pk).Workers["b"].InFlight)
 }
 
+// TestUnheardWorkersAreNotLost: silence the activator could not hear (its
+// own NATS outage) does not make a worker lost; silence after it does.
+func TestUnheardWorkersAreNotLost(t *testing.T) {
+	s, clk := newState(3)
+	register(s, "a", 1)
+	enqueue(s, "i")
+	s.Dispatch()
+	clk.Step(20 * time.Second) // the outage, longer than HeartbeatTimeout
+	s.Unheard()
+	losses, _ := s.Housekeep()
+	require.Empty(t, losses)
+	clk.Step(16 * time.Second) // silent after it
+	losses, _ = s.Housekeep()
+	require.Len(t, losses, 1)
+}
+
 // TestLateResultCancelsNewerAttemptOnSameWorker: a worker declared lost
 // while it ran attempt 1 resumes and is given attempt 2; attempt 1's late
 // result wins and attempt 2 is cancelled on that same worker.
