@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/poolpolicy"
 )
 
 // Policy is a pool's scaling policy.
@@ -41,6 +42,12 @@ type Policy struct {
 	// runplane.io/max-in-flight (0: the cluster default, Limits).
 	MaxBacklog  int `json:"maxBacklog,omitempty"`
 	MaxInFlight int `json:"maxInFlight,omitempty"`
+	// TimeoutSeconds is runplane.io/timeout-seconds of the Pod template
+	// (default 300) and Retry its retry policy (runplane.io/max-retries,
+	// retry-on, retry-backoff; default: no retries), as the webhook
+	// validates them on the pool's Pods.
+	TimeoutSeconds int              `json:"timeoutSeconds"`
+	Retry          poolpolicy.Retry `json:"retry"`
 }
 
 // Defaults.
@@ -52,11 +59,12 @@ const (
 
 // DefaultPolicy is the policy of a Deployment without annotations.
 func DefaultPolicy() Policy {
-	return Policy{IdleTimeout: DefaultIdleTimeout, StartupTimeout: DefaultStartupTimeout, MinRequestCount: DefaultMinRequestCount, Concurrency: 1}
+	return Policy{IdleTimeout: DefaultIdleTimeout, StartupTimeout: DefaultStartupTimeout, MinRequestCount: DefaultMinRequestCount, Concurrency: 1,
+		TimeoutSeconds: poolpolicy.DefaultTimeoutSeconds}
 }
 
 // ParsePolicy reads the policy annotations of a workload and the
-// concurrency annotation of its Pod template.
+// concurrency, timeout and retry annotations of its Pod template.
 func ParsePolicy(ann, podAnn map[string]string) (Policy, error) {
 	p := DefaultPolicy()
 	ints := []struct {
@@ -106,6 +114,11 @@ func ParsePolicy(ann, podAnn map[string]string) (Policy, error) {
 		}
 		p.Concurrency = n
 	}
+	ex, err := poolpolicy.Parse(podAnn)
+	if err != nil {
+		return p, err
+	}
+	p.TimeoutSeconds, p.Retry = ex.TimeoutSeconds, ex.Retry
 	if p.MaxReplicas > 0 && p.MinAvailable > p.MaxReplicas {
 		return p, fmt.Errorf("annotation %s=%d exceeds %s=%d", api.AnnotationMinAvailable, p.MinAvailable, api.AnnotationMaxReplicas, p.MaxReplicas)
 	}
