@@ -20,6 +20,7 @@ type metrics struct {
 	inFlight    prometheus.Gauge
 	ready       prometheus.Gauge
 	duplicates  prometheus.Counter
+	handedBack  prometheus.Counter
 	ackErrors   *prometheus.CounterVec
 }
 
@@ -36,13 +37,14 @@ func newMetrics(concurrency int) *metrics {
 		inFlight:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "runplane_sidecar_in_flight", Help: "Invocations running now."}),
 		ready:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "runplane_sidecar_framework_ready", Help: "1 while the framework answers its health check."}),
 		duplicates: prometheus.NewCounter(prometheus.CounterOpts{Name: "runplane_sidecar_duplicate_dispatches_total", Help: "Redelivered dispatches that were not run again."}),
+		handedBack: prometheus.NewCounter(prometheus.CounterOpts{Name: "runplane_sidecar_handed_back_total", Help: "Dispatches handed back unstarted while draining."}),
 		ackErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "runplane_sidecar_ack_errors_total", Help: "JetStream acknowledgements of dispatches that failed, by operation (ack, nak, term, in_progress).",
 		}, []string{"op"}),
 	}
 	conc := prometheus.NewGauge(prometheus.GaugeOpts{Name: "runplane_sidecar_concurrency", Help: "Invocations this worker runs at once."})
 	conc.Set(float64(concurrency))
-	m.reg.MustRegister(m.invocations, m.duration, m.inFlight, m.ready, m.duplicates, m.ackErrors, conc,
+	m.reg.MustRegister(m.invocations, m.duration, m.inFlight, m.ready, m.duplicates, m.handedBack, m.ackErrors, conc,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

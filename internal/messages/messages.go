@@ -220,6 +220,11 @@ const (
 	EventStarted      EventType = "invocation.started"
 	EventFinished     EventType = "invocation.finished"
 	EventDeregistered EventType = "deregistered"
+	// EventHandedBack: a draining worker gave back a dispatch
+	// (InvocationID, Attempt) it never started and will not run (it termed
+	// the message): the activator queues it again at once for another
+	// worker, without counting it as an attempt that ran.
+	EventHandedBack EventType = "invocation.handed_back"
 )
 
 // Event is what the sidecar publishes on metrics.<ns>.<pool>.

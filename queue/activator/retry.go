@@ -2,6 +2,7 @@ package activator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -97,4 +98,33 @@ func (a *Activator) retriesExhausted(ctx context.Context, m jetstream.Msg, it *s
 		return
 	}
 	a.acked("results", "ack", m, m.Ack())
+}
+
+// recordHandBack notes in the Record that a draining worker gave attempt
+// ev.Attempt back unstarted (the Record goes back to queued unless the next
+// attempt's dispatch got there first) and deletes that attempt's Dispatch,
+// so a restarted worker of the same name never runs it.
+func (a *Activator) recordHandBack(ctx context.Context, it *state.Item, ev messages.Event, staleDispatch uint64) {
+	st := a.cfg.Store
+	if staleDispatch != 0 {
+		if err := st.Stream.DeleteMsg(ctx, staleDispatch); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			a.cfg.Logger.Debug("hand back: delete abandoned dispatch", "invocation", ev.InvocationID, "seq", staleDispatch, "err", err)
+		}
+	}
+	o := messages.AttemptOutcome{Attempt: ev.Attempt, Worker: ev.Worker, State: messages.AttemptHandedBack, FinishedAt: ev.At}
+	_, err := a.write(it, func(c *stream.Cached) (bool, error) {
+		return st.UpdateCached(ctx, stream.Key(ev.Namespace, ev.InvocationID), c, func(r *messages.Record) bool {
+			if r.Pool != ev.Pool || r.State.Terminal() {
+				return false
+			}
+			r.Attempts = append(r.Attempts, o)
+			if r.Attempt == ev.Attempt {
+				r.State = messages.StateQueued
+			}
+			return true
+		})
+	})
+	if err != nil {
+		a.cfg.Logger.Warn("hand back: record update failed; the redelivery stands", "invocation", ev.InvocationID, "err", err)
+	}
 }
