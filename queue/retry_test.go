@@ -155,3 +155,25 @@ func TestRetryOnStatusCode(t *testing.T) {
 	defer mu.Unlock()
 	require.Equal(t, map[string]int{"busy": 2, "missing": 1}, runs)
 }
+
+// TestPoolTimeoutSeconds: a pool's runplane.io/timeout-seconds bounds an
+// invocation's timeoutSeconds (its workers' grace period is sized for it)
+// and is the default when it is lower than the ingress's.
+func TestPoolTimeoutSeconds(t *testing.T) {
+	e := newEnv(t, func(c *queue.Config) {
+		p := pool.DefaultPolicy()
+		p.TimeoutSeconds = 60
+		c.StaticPolicies = map[string]pool.Policy{pool.StaticKey("default", testPool): p}
+	})
+	r := e.invoke(map[string]any{"mode": "async", "invocationID": "long", "timeoutSeconds": 61, "payload": map[string]any{}})
+	require.Equal(t, 400, r.code, "%s", r.raw)
+	require.Contains(t, r.body["error"], "above the pool's runplane.io/timeout-seconds=60")
+	got := make(chan messages.Dispatch, 1)
+	e.worker("w1", 1, func(ctx context.Context, d messages.Dispatch) (*framework.Response, messages.State, string) {
+		got <- d
+		return &framework.Response{StatusCode: 200}, messages.StateSucceeded, ""
+	})
+	r = e.invoke(map[string]any{"mode": "sync", "invocationID": "dflt", "payload": map[string]any{}})
+	require.Equal(t, 200, r.code, "%s", r.raw)
+	require.Equal(t, 60, (<-got).TimeoutSeconds, "the pool's timeout is the default")
+}

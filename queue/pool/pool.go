@@ -43,10 +43,10 @@ type Policy struct {
 	MaxBacklog  int `json:"maxBacklog,omitempty"`
 	MaxInFlight int `json:"maxInFlight,omitempty"`
 	// TimeoutSeconds is runplane.io/timeout-seconds of the Pod template
-	// (default 300) and Retry its retry policy (runplane.io/max-retries,
-	// retry-on, retry-backoff; default: no retries), as the webhook
-	// validates them on the pool's Pods.
-	TimeoutSeconds int              `json:"timeoutSeconds"`
+	// (0 when unset: the ingress's bounds apply) and Retry its retry policy
+	// (runplane.io/max-retries, retry-on, retry-backoff; default: no
+	// retries), as the webhook validates them on the pool's Pods.
+	TimeoutSeconds int              `json:"timeoutSeconds,omitempty"`
 	Retry          poolpolicy.Retry `json:"retry"`
 }
 
@@ -59,8 +59,7 @@ const (
 
 // DefaultPolicy is the policy of a Deployment without annotations.
 func DefaultPolicy() Policy {
-	return Policy{IdleTimeout: DefaultIdleTimeout, StartupTimeout: DefaultStartupTimeout, MinRequestCount: DefaultMinRequestCount, Concurrency: 1,
-		TimeoutSeconds: poolpolicy.DefaultTimeoutSeconds}
+	return Policy{IdleTimeout: DefaultIdleTimeout, StartupTimeout: DefaultStartupTimeout, MinRequestCount: DefaultMinRequestCount, Concurrency: 1}
 }
 
 // ParsePolicy reads the policy annotations of a workload and the
@@ -118,7 +117,10 @@ func ParsePolicy(ann, podAnn map[string]string) (Policy, error) {
 	if err != nil {
 		return p, err
 	}
-	p.TimeoutSeconds, p.Retry = ex.TimeoutSeconds, ex.Retry
+	p.Retry = ex.Retry
+	if ex.TimeoutSet {
+		p.TimeoutSeconds = ex.TimeoutSeconds
+	}
 	if p.MaxReplicas > 0 && p.MinAvailable > p.MaxReplicas {
 		return p, fmt.Errorf("annotation %s=%d exceeds %s=%d", api.AnnotationMinAvailable, p.MinAvailable, api.AnnotationMaxReplicas, p.MaxReplicas)
 	}

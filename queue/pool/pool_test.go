@@ -22,8 +22,7 @@ func TestParsePolicy(t *testing.T) {
 		{name: "defaults", want: DefaultPolicy()},
 		{name: "all set", ann: map[string]string{api.AnnotationMinAvailable: "1", api.AnnotationMaxReplicas: "5", api.AnnotationIdleTimeout: "2m",
 			api.AnnotationMinRequestCount: "3", api.AnnotationStartupTimeout: "90"}, podAnn: map[string]string{api.AnnotationConcurrency: "4"},
-			want: Policy{MinAvailable: 1, MaxReplicas: 5, IdleTimeout: 2 * time.Minute, MinRequestCount: 3, StartupTimeout: 90 * time.Second, Concurrency: 4,
-				TimeoutSeconds: 300}},
+			want: Policy{MinAvailable: 1, MaxReplicas: 5, IdleTimeout: 2 * time.Minute, MinRequestCount: 3, StartupTimeout: 90 * time.Second, Concurrency: 4}},
 		{name: "retry policy", podAnn: map[string]string{api.AnnotationMaxRetries: "2", api.AnnotationRetryOn: "error,503", api.AnnotationTimeoutSeconds: "60"},
 			want: func() Policy {
 				p := DefaultPolicy()
