@@ -35,6 +35,22 @@ const (
 	EnvNATSTokenFile = "RUNPLANE_NATS_TOKEN_FILE"
 	// EnvSidecarHTTPAddr is where the sidecar serves /livez, /readyz and /metrics.
 	EnvSidecarHTTPAddr = "RUNPLANE_SIDECAR_HTTP_ADDR"
+	// EnvShutdownGraceSeconds is how long the sidecar lets running
+	// invocations finish after SIGTERM: the Pod's
+	// terminationGracePeriodSeconds less ShutdownMarginSeconds, so results
+	// are published and the worker deregistered before the kubelet kills it.
+	EnvShutdownGraceSeconds = "RUNPLANE_SHUTDOWN_GRACE_SECONDS"
+)
+
+// Termination of a worker Pod.
+const (
+	// TerminationMarginSeconds is added to the pool's timeout-seconds for
+	// the Pod's terminationGracePeriodSeconds (unless the user set it):
+	// room to hand back, publish the last results and deregister.
+	TerminationMarginSeconds = 30
+	// ShutdownMarginSeconds is what the sidecar keeps of the grace period
+	// after running invocations had their time (EnvShutdownGraceSeconds).
+	ShutdownMarginSeconds = 15
 )
 
 // Names of the objects and mounts of a worker Pod.

@@ -73,6 +73,26 @@ const (
 	AnnotationMaxInFlight = Prefix + "max-in-flight"
 )
 
+// Pool execution annotations, on the Pod template of the pool's workload
+// (next to runplane.io/concurrency): the webhook validates them on every
+// worker Pod and the activator reads them from the template.
+const (
+	// AnnotationTimeoutSeconds is the pool's longest execution time: the
+	// default and the maximum of an invocation's timeoutSeconds, and what
+	// the webhook sizes the Pod's terminationGracePeriodSeconds from, so a
+	// rollout lets running invocations finish.
+	AnnotationTimeoutSeconds = Prefix + "timeout-seconds"
+	// AnnotationMaxRetries is how many times a failed execution is run
+	// again (default 0: never).
+	AnnotationMaxRetries = Prefix + "max-retries"
+	// AnnotationRetryOn says which failures are retried: a comma-separated
+	// list of "error", "timeout", HTTP status codes and classes ("5xx").
+	AnnotationRetryOn = Prefix + "retry-on"
+	// AnnotationRetryBackoff is the delay before the first retry, doubled
+	// for each further one.
+	AnnotationRetryBackoff = Prefix + "retry-backoff"
+)
+
 // PersistentVolumeClaim annotations that configure.
 const (
 	AnnotationPrepareFromImage = Prefix + "prepare-from-image"

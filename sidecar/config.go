@@ -60,7 +60,9 @@ type Config struct {
 	// refuses it (workers may not create consumers).
 	CreateConsumer bool
 	// ShutdownGrace bounds how long in-flight invocations may finish after
-	// the sidecar is told to stop; the rest end as failed.
+	// the sidecar is told to stop; the rest end as failed. ConfigFromEnv
+	// reads it from api.EnvShutdownGraceSeconds, which the webhook derives
+	// from the Pod's terminationGracePeriodSeconds.
 	ShutdownGrace time.Duration
 	// FetchWait is how long one pull request waits for a dispatch. A drain
 	// waits for the outstanding pull to end, so keep it short.
@@ -117,6 +119,15 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	} {
 		if req.val == "" {
 			errs = append(errs, fmt.Errorf("%s must be set", req.name))
+		}
+	}
+	if v := getenv(api.EnvShutdownGraceSeconds); v != "" {
+		// The webhook sizes it from the Pod's terminationGracePeriodSeconds.
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			errs = append(errs, fmt.Errorf("%s: %q is not a positive integer", api.EnvShutdownGraceSeconds, v))
+		} else {
+			c.ShutdownGrace = time.Duration(n) * time.Second
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -46,7 +47,8 @@ func TestConfigFromEnv(t *testing.T) {
 		}},
 		{name: "everything set", env: with(api.EnvConcurrency, "4", api.EnvFrameworkSocket, "/s/f.sock", api.EnvFrameworkInvokePath, "/run",
 			api.EnvFrameworkHealthPath, "/ok", api.EnvSubjectPrefix, "p", api.EnvStreamName, "S", api.EnvSidecarHTTPAddr, "127.0.0.1:9",
-			api.EnvNATSTokenFile, "/t/token"), check: func(t *testing.T, c Config) {
+			api.EnvNATSTokenFile, "/t/token", api.EnvShutdownGraceSeconds, "915"), check: func(t *testing.T, c Config) {
+			assert.Equal(t, 915*time.Second, c.ShutdownGrace)
 			assert.Equal(t, 4, c.Concurrency)
 			assert.Equal(t, "/s/f.sock", c.FrameworkSocket)
 			assert.Equal(t, "/run", c.InvokePath)
@@ -63,6 +65,7 @@ func TestConfigFromEnv(t *testing.T) {
 			}},
 		{name: "nothing set", env: map[string]string{}, wantErr: []string{api.EnvPool + " must be set", api.EnvWorkerName + " must be set", api.EnvWorkerNamespace + " must be set", api.EnvNATSURL + " must be set"}},
 		{name: "concurrency zero", env: with(api.EnvConcurrency, "0"), wantErr: []string{api.EnvConcurrency + `: "0" is not a positive integer`}},
+		{name: "shutdown grace zero", env: with(api.EnvShutdownGraceSeconds, "0"), wantErr: []string{api.EnvShutdownGraceSeconds + `: "0" is not a positive integer`}},
 		{name: "concurrency text", env: with(api.EnvConcurrency, "two"), wantErr: []string{api.EnvConcurrency + `: "two" is not a positive integer`}},
 	}
 	for _, tt := range tests {

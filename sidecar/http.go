@@ -21,9 +21,10 @@ type metrics struct {
 	ready       prometheus.Gauge
 	duplicates  prometheus.Counter
 	// refused counts dispatches handed back because the framework refused
-	// the connection; publishRetries failed tries to store a result.
-	refused, publishRetries prometheus.Counter
-	ackErrors               *prometheus.CounterVec
+	// the connection; publishRetries failed tries to store a result;
+	// handedBack the dispatches a draining worker gave back unstarted.
+	refused, publishRetries, handedBack prometheus.Counter
+	ackErrors                           *prometheus.CounterVec
 }
 
 func newMetrics(concurrency int) *metrics {
@@ -39,6 +40,7 @@ func newMetrics(concurrency int) *metrics {
 		inFlight:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "runplane_sidecar_in_flight", Help: "Invocations running now."}),
 		ready:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "runplane_sidecar_framework_ready", Help: "1 while the framework answers its health check."}),
 		duplicates: prometheus.NewCounter(prometheus.CounterOpts{Name: "runplane_sidecar_duplicate_dispatches_total", Help: "Redelivered dispatches that were not run again."}),
+		handedBack: prometheus.NewCounter(prometheus.CounterOpts{Name: "runplane_sidecar_handed_back_total", Help: "Dispatches handed back unstarted while draining."}),
 		ackErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "runplane_sidecar_ack_errors_total", Help: "JetStream acknowledgements of dispatches that failed, by operation (ack, nak, term, in_progress).",
 		}, []string{"op"}),
@@ -49,7 +51,7 @@ func newMetrics(concurrency int) *metrics {
 		Help: "Dispatches handed back unrun because the framework refused the connection (the worker turns not ready)."})
 	m.publishRetries = prometheus.NewCounter(prometheus.CounterOpts{Name: "runplane_sidecar_result_publish_retries_total",
 		Help: "Failed tries to store a result (NATS away, results stream full); the result is retried, never the framework call."})
-	m.reg.MustRegister(m.invocations, m.duration, m.inFlight, m.ready, m.duplicates, m.ackErrors, m.refused, m.publishRetries, conc,
+	m.reg.MustRegister(m.invocations, m.duration, m.inFlight, m.ready, m.duplicates, m.ackErrors, m.refused, m.publishRetries, m.handedBack, conc,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

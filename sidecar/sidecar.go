@@ -178,6 +178,10 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	s.draining.Store(true)
 	s.log.Info("draining", "inFlight", s.inFlight.Load(), "grace", s.cfg.ShutdownGrace)
 	s.publishEvent(messages.Event{Type: messages.EventHeartbeat})
+	// While running invocations finish, whatever else reaches this worker
+	// goes back to the queue at once.
+	handbackDone := make(chan struct{})
+	go func() { defer close(handbackDone); s.handBackLoop(done, cons) }()
 	select {
 	case <-done:
 	case <-time.After(s.cfg.ShutdownGrace):
@@ -185,6 +189,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		stopInv(errShutdown)
 		<-done
 	}
+	<-handbackDone
 	s.publishEvent(messages.Event{Type: messages.EventDeregistered})
 	stopBG()
 	bgWG.Wait()
@@ -262,8 +267,8 @@ func (s *Sidecar) progressEvery(cons jetstream.Consumer) time.Duration {
 // pulls one dispatch while the framework is ready and runs it. Pulls of
 // different slots overlap, so a slot never waits for another's round trip.
 // A pull already on its way when ctx ends is awaited and a dispatch it
-// brings is nak'ed at once, so it is neither run nor left waiting for the
-// ack wait to expire. The returned channel closes
+// brings is handed back (handBack), so it is neither run nor left waiting
+// for the ack wait to expire. The returned channel closes
 // when every puller (and so every invocation) is done.
 func (s *Sidecar) fetchLoop(ctx, invCtx context.Context, cons jetstream.Consumer) <-chan struct{} {
 	var wg sync.WaitGroup
@@ -294,7 +299,7 @@ func (s *Sidecar) fetchLoop(ctx, invCtx context.Context, cons jetstream.Consumer
 				if ctx.Err() != nil {
 					// Arrived on a pull made before the drain began: hand it
 					// back instead of taking new work.
-					s.acked(s.log, "nak", msg.Nak())
+					s.handBack(msg)
 					return
 				}
 				s.handle(invCtx, msg)
@@ -479,6 +484,72 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 	// as a duplicate.
 	s.acked(log, "ack", msg.DoubleAck(actx))
 	log.Debug("finished", "state", res.State, "duration", dur)
+}
+
+// handBackLoop runs while a draining worker's invocations finish (until
+// done closes): it keeps pulling its dispatch consumer and hands back every
+// dispatch it has not started — one the activator sent before it saw the
+// drain, or one a puller brought in too late — so another worker runs it
+// now, not after this worker's running invocations end.
+func (s *Sidecar) handBackLoop(done <-chan struct{}, cons jetstream.Consumer) {
+	wait := min(s.cfg.FetchWait, 250*time.Millisecond)
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		msg, err := cons.Next(jetstream.FetchMaxWait(wait))
+		if err != nil {
+			if !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
+				select {
+				case <-done:
+					return
+				case <-time.After(wait):
+				}
+			}
+			continue
+		}
+		s.handBack(msg)
+	}
+}
+
+// handBack gives a dispatch this draining worker will not run back to the
+// activator: the message is termed (never redelivered here) and an
+// invocation.handed_back Event names the attempt, which the activator
+// queues again at once without counting it as run. A redelivery of an
+// invocation running or finished here is not handed back: it is kept in
+// progress or acked as handle does. Should the Event be lost, the
+// deregistration (inFlight 0) redelivers it the same way.
+func (s *Sidecar) handBack(msg jetstream.Msg) {
+	var d messages.Dispatch
+	if err := json.Unmarshal(msg.Data(), &d); err != nil || d.InvocationID == "" {
+		s.acked(s.log, "term", msg.TermWithReason("undecodable dispatch"))
+		return
+	}
+	id := messages.DispatchMsgID(s.cfg.WorkerNamespace, d.InvocationID, d.Attempt)
+	log := s.log.With("invocation", d.InvocationID, "attempt", d.Attempt)
+	s.mu.Lock()
+	_, running := s.running[id]
+	_, completed := s.completed[id]
+	s.mu.Unlock()
+	switch {
+	case completed:
+		s.acked(log, "ack", msg.Ack())
+		return
+	case running:
+		s.acked(log, "in_progress", msg.InProgress())
+		return
+	}
+	if err := msg.TermWithReason("handed back: worker draining"); err != nil {
+		// Not termed: it comes back here after the ack wait, and is handed
+		// back again (or redelivered by the deregistration).
+		s.acked(log, "term", err)
+		return
+	}
+	s.metrics.handedBack.Inc()
+	log.Info("handed back an unstarted dispatch")
+	s.publishEvent(messages.Event{Type: messages.EventHandedBack, InvocationID: d.InvocationID, Attempt: d.Attempt})
 }
 
 // acked logs and counts a failed acknowledgement: JetStream then

@@ -19,7 +19,7 @@ func main() {
 	probe := flag.Duration("probe-interval", sidecar.DefaultProbeInterval, "how often to check the framework's health")
 	ackWait := flag.Duration("ack-wait", sidecar.DefaultAckWait, "ack wait of the dispatch consumer (in-progress acks every third of it)")
 	inactive := flag.Duration("inactive-threshold", sidecar.DefaultInactiveThreshold, "delete the durable consumer after this long without this worker")
-	grace := flag.Duration("shutdown-grace", sidecar.DefaultShutdownGrace, "time in-flight invocations get to finish after SIGTERM")
+	grace := flag.Duration("shutdown-grace", sidecar.DefaultShutdownGrace, "time in-flight invocations get to finish after SIGTERM (default: RUNPLANE_SHUTDOWN_GRACE_SECONDS, which the webhook sets, else 25s)")
 	fetchWait := flag.Duration("fetch-wait", sidecar.DefaultFetchWait, "how long one pull request waits for a dispatch")
 	debug := flag.Bool("debug", false, "log every invocation")
 	create := flag.Bool("create-consumer", false, "create the dispatch consumer instead of binding to the one the queue's auth callout creates (only for a NATS without the callout: tests, local runs; under the callout the server refuses it)")
@@ -37,7 +37,12 @@ func main() {
 		os.Exit(2)
 	}
 	cfg.HeartbeatInterval, cfg.ProbeInterval, cfg.AckWait = *hb, *probe, *ackWait
-	cfg.InactiveThreshold, cfg.ShutdownGrace, cfg.FetchWait = *inactive, *grace, *fetchWait
+	cfg.InactiveThreshold, cfg.FetchWait = *inactive, *fetchWait
+	// The env's grace (from the Pod's terminationGracePeriodSeconds) wins
+	// over the flag's default; an explicit flag wins over both.
+	if cfg.ShutdownGrace == 0 || flagSet("shutdown-grace") {
+		cfg.ShutdownGrace = *grace
+	}
 	cfg.CreateConsumer = *create
 	cfg.Logger = log
 
@@ -56,4 +61,11 @@ func main() {
 		log.Error("runplane-sidecar", "err", err)
 		os.Exit(1)
 	}
+}
+
+// flagSet reports whether flag name was given on the command line.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

@@ -220,6 +220,11 @@ const (
 	EventStarted      EventType = "invocation.started"
 	EventFinished     EventType = "invocation.finished"
 	EventDeregistered EventType = "deregistered"
+	// EventHandedBack: a draining worker gave back a dispatch
+	// (InvocationID, Attempt) it never started and will not run (it termed
+	// the message): the activator queues it again at once for another
+	// worker, without counting it as an attempt that ran.
+	EventHandedBack EventType = "invocation.handed_back"
 )
 
 // Event is what the sidecar publishes on metrics.<ns>.<pool>.
@@ -239,6 +244,27 @@ type Event struct {
 	State        State     `json:"state,omitempty"`
 	DurationMS   int64     `json:"durationMS,omitempty"`
 	At           time.Time `json:"at"`
+}
+
+// AttemptHandedBack is the outcome of an attempt a draining worker gave
+// back without starting it (an AttemptOutcome state, never an invocation's).
+const AttemptHandedBack State = "handed_back"
+
+// AttemptOutcome is how one attempt of an invocation ended (Record.Attempts).
+type AttemptOutcome struct {
+	Attempt int    `json:"attempt"`
+	Worker  string `json:"worker,omitempty"`
+	// State is the attempt's own end: succeeded, failed, timed_out,
+	// cancelled, or handed_back (never run; it does not count as a retry).
+	State State `json:"state"`
+	// StatusCode is the framework response's status code (0: none).
+	StatusCode int       `json:"statusCode,omitempty"`
+	Error      string    `json:"error,omitempty"`
+	StartedAt  time.Time `json:"startedAt,omitzero"`
+	FinishedAt time.Time `json:"finishedAt,omitzero"`
+	// RetryAt is set when the attempt was retried: the next attempt is not
+	// dispatched before it.
+	RetryAt *time.Time `json:"retryAt,omitempty"`
 }
 
 // Cancel asks a worker to cancel a running invocation.
@@ -265,6 +291,13 @@ type Record struct {
 	Sequence     uint64              `json:"sequence,omitempty"`
 	Response     *framework.Response `json:"response,omitempty"`
 	Error        string              `json:"error,omitempty"`
+	// Retries counts the attempts run again after a failure the pool's
+	// retry policy matches (runplane.io/max-retries).
+	Retries int `json:"retries,omitempty"`
+	// Attempts lists how each attempt ended, oldest first, when the pool
+	// retries failures or an attempt was handed back unstarted (a draining
+	// worker); empty otherwise.
+	Attempts []AttemptOutcome `json:"attempts,omitempty"`
 	// RequestHash is the ingress's SHA-256 of the canonical request
 	// ("sha256:<hex>"): a re-post of the ID with another request is refused.
 	RequestHash string    `json:"requestHash,omitempty"`

@@ -147,6 +147,7 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 		default:
 			it.Rec = stream.Cached{Record: rec, Rev: rev}
 			it.Attempt, it.Unverified = rec.Attempt, rec.Attempt
+			state.RestoreRetries(it, rec)
 		}
 		a.enqueue(m, it)
 	})
@@ -206,15 +207,46 @@ func (a *Activator) onResult(ctx context.Context, m jetstream.Msg) {
 	var it *state.Item
 	var other *state.Superseded
 	var refused string
+	// The pool's retry policy (none by default) may take a failure.
+	pol := a.retryPolicy(res.Namespace, res.Pool)
+	retry, retryDelay, retries := state.NoRetry, time.Duration(0), 0
 	a.locked(func(s *state.State) {
 		if refused = s.Refusal(res); refused != "" {
 			s.NoteResultSeq(seq)
 			return
 		}
+		if pol.Matches(res.State, statusCode(res)) {
+			var open *state.Item
+			if open = s.Item(state.Key(res.Namespace, res.InvocationID)); open != nil {
+				retryDelay = pol.Delay(open.Retries + 1)
+			}
+			switch retry, it = s.RetryOf(res, seq, pol.MaxRetries, retryDelay); retry {
+			case state.Retried:
+				retries = it.Retries
+				return
+			case state.Stale:
+				s.NoteResultSeq(seq)
+				refused = state.RefusedRetried
+				return
+			}
+		}
 		it, other = s.Result(res, seq)
 	})
 	if refused != "" {
 		a.refuseResult(m, res, refused)
+		return
+	}
+	switch retry {
+	case state.Retried:
+		a.poke()
+		a.wg.Go(func() { a.recordRetry(ctx, m, it, res, retries, retryDelay) })
+		return
+	case state.Exhausted:
+		if other != nil {
+			a.sendCancel(other.Namespace, other.Pool, other.Worker, other.InvocationID, other.Attempt)
+		}
+		a.poke()
+		a.wg.Go(func() { a.retriesExhausted(ctx, m, it, res, pol) })
 		return
 	}
 	if other != nil {
@@ -223,7 +255,12 @@ func (a *Activator) onResult(ctx context.Context, m jetstream.Msg) {
 	a.poke()
 
 	a.wg.Go(func() {
-		record := func(r *messages.Record) { r.Response, r.Error = res.Response, res.Error }
+		record := func(r *messages.Record) {
+			r.Response, r.Error = res.Response, res.Error
+			if pol.Enabled() || len(r.Attempts) > 0 {
+				r.Attempts = append(r.Attempts, outcomeOf(res))
+			}
+		}
 		var ok bool
 		var err error
 		key := stream.Key(res.Namespace, res.InvocationID)

@@ -94,7 +94,13 @@ func (a *Activator) publishDispatch(ctx context.Context, it *state.Item, worker 
 		return err
 	}
 	a.locked(func(s *state.State) { token = s.SetResultToken(it, attempt, token) })
-	b, err := json.Marshal(messages.Dispatch{Invocation: it.Inv, Worker: worker, Attempt: attempt, DispatchedAt: a.cfg.Clock.Now().UTC(), ResultToken: token})
+	inv := it.Inv
+	if pol := a.retryPolicy(inv.Namespace, inv.Pool); pol.Enabled() && it.Retries < pol.MaxRetries {
+		// A failure of this attempt may be retried: the sync caller waits
+		// for the Record, not for this worker's direct reply.
+		inv.ReplyTo = ""
+	}
+	b, err := json.Marshal(messages.Dispatch{Invocation: inv, Worker: worker, Attempt: attempt, DispatchedAt: a.cfg.Clock.Now().UTC(), ResultToken: token})
 	if err != nil {
 		return fmt.Errorf("encode dispatch: %w", err)
 	}

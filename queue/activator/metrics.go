@@ -9,7 +9,10 @@ type metrics struct {
 	backlog, inflight                                     *prometheus.GaugeVec
 	rebuilt                                               prometheus.Gauge
 	orphans                                               prometheus.Counter
-	scaleFromZero                                         prometheus.Histogram
+	// retried counts failed executions run again under the pool's retry
+	// policy; handedBack the attempts draining workers gave back unstarted.
+	retried, handedBack *prometheus.CounterVec
+	scaleFromZero       prometheus.Histogram
 }
 
 func newMetrics(r prometheus.Registerer) *metrics {
@@ -29,6 +32,10 @@ func newMetrics(r prometheus.Registerer) *metrics {
 			Help: "Results dropped because their attempt was not dispatched to the worker that sent them: without the attempt's result token (token), naming another worker (other_worker), an attempt never dispatched (unknown_attempt) or an invocation of another pool (other_pool)."}, []string{"reason"}),
 		backlog:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runplane_activator_backlog", Help: "Queued invocations per pool."}, []string{"namespace", "pool"}),
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runplane_activator_inflight", Help: "Dispatched invocations per pool."}, []string{"namespace", "pool"}),
+		retried: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_retries_total",
+			Help: "Failed executions queued again under their pool's retry policy (runplane.io/max-retries)."}, []string{"pool"}),
+		handedBack: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_handed_back_total",
+			Help: "Dispatches a draining worker handed back without running them (queued again at once, not counted as an attempt that ran)."}, []string{"pool"}),
 		rebuilt: prometheus.NewGauge(prometheus.GaugeOpts{Name: "runplane_activator_rebuilt",
 			Help: "1 while this replica leads and has rebuilt its state from JetStream (it dispatches only then), else 0."}),
 		maxDeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_max_deliveries_total",
@@ -39,7 +46,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 			Help: "From the oldest waiting invocation to the scale-up of an empty pool.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 	}
 	if r != nil {
-		for _, c := range []prometheus.Collector{m.accepted, m.dispatched, m.redelivered, m.lost, m.deadLettered, m.finished, m.scaled, m.ackErrors, m.foreign, m.refused, m.backlog, m.inflight, m.rebuilt, m.orphans, m.maxDeliveries, m.scaleFromZero} {
+		for _, c := range []prometheus.Collector{m.accepted, m.dispatched, m.redelivered, m.lost, m.deadLettered, m.finished, m.scaled, m.ackErrors, m.foreign, m.refused, m.backlog, m.inflight, m.rebuilt, m.orphans, m.maxDeliveries, m.scaleFromZero, m.retried, m.handedBack} {
 			_ = r.Register(c)
 		}
 	}

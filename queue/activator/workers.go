@@ -39,6 +39,11 @@ func (a *Activator) onEvent(ctx context.Context, m *nats.Msg) {
 		return
 	}
 	a.lost(ctx, out.Lost)
+	if it := out.HandedBack; it != nil {
+		a.metrics.handedBack.WithLabelValues(ev.Pool).Inc()
+		a.wg.Go(func() { a.recordHandBack(ctx, it, ev, out.StaleDispatch) })
+		a.poke()
+	}
 	if it := out.Started; it != nil {
 		a.wg.Add(1)
 		if a.cfg.RunningDelay > 0 {

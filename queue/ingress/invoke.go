@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/httpjson"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue/stream"
@@ -111,7 +112,10 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 	if !clientID {
 		req.InvocationID = nuid.Next()
 	}
-	req.TimeoutSeconds = cmp.Or(req.TimeoutSeconds, s.cfg.DefaultTimeoutSeconds)
+	if err := poolTimeout(&req, pl.Policy.TimeoutSeconds, s.cfg.DefaultTimeoutSeconds); err != nil {
+		s.reject(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	req.TTLSeconds = cmp.Or(req.TTLSeconds, s.cfg.DefaultTTLSeconds)
 	ctx := r.Context()
 	hash, err := requestHash(req)
@@ -366,4 +370,18 @@ func (s *Server) wait(ctx context.Context, id string, ch chan messages.Record, t
 			return last, false
 		}
 	}
+}
+
+// poolTimeout applies the pool's runplane.io/timeout-seconds (limit, 0:
+// unset) to req: the pool's workers get a grace period sized for it, so a
+// longer execution is refused, and the default never exceeds it.
+func poolTimeout(req *InvokeRequest, limit, def int) error {
+	if limit > 0 {
+		if req.TimeoutSeconds > limit {
+			return fmt.Errorf("field timeoutSeconds %d: above the pool's %s=%d", req.TimeoutSeconds, api.AnnotationTimeoutSeconds, limit)
+		}
+		def = min(def, limit)
+	}
+	req.TimeoutSeconds = cmp.Or(req.TimeoutSeconds, def)
+	return nil
 }

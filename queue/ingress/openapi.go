@@ -84,7 +84,12 @@ const OpenAPI = `{
         "invocationID": {"type": "string"}, "namespace": {"type": "string"}, "pool": {"type": "string"}, "mode": {"type": "string"}, "state": {"$ref": "#/components/schemas/State"},
         "worker": {"type": "string"}, "attempt": {"type": "integer"}, "stream": {"type": "string"}, "sequence": {"type": "integer"},
         "response": {"type": "object", "properties": {"statusCode": {"type": "integer"}, "contentType": {"type": "string"}, "headers": {"type": "object"}, "body": {}, "error": {"type": "string"}}},
-        "error": {"type": "string"}, "requestHash": {"type": "string", "description": "sha256:<hex> of the canonical request; a re-post must match it"}, "acceptedAt": {"type": "string", "format": "date-time"}, "updatedAt": {"type": "string", "format": "date-time"}}}
+        "error": {"type": "string"}, "requestHash": {"type": "string", "description": "sha256:<hex> of the canonical request; a re-post must match it"},
+        "retries": {"type": "integer", "description": "attempts run again under the pool's retry policy (runplane.io/max-retries)"},
+        "attempts": {"type": "array", "description": "how each attempt ended, oldest first, when the pool retries or an attempt was handed back", "items": {"type": "object", "properties": {
+          "attempt": {"type": "integer"}, "worker": {"type": "string"}, "state": {"type": "string", "enum": ["succeeded", "failed", "timed_out", "cancelled", "handed_back"]},
+          "statusCode": {"type": "integer"}, "error": {"type": "string"}, "startedAt": {"type": "string", "format": "date-time"}, "finishedAt": {"type": "string", "format": "date-time"},
+          "retryAt": {"type": "string", "format": "date-time", "description": "set when the attempt was retried: the next attempt starts no earlier"}}}}, "acceptedAt": {"type": "string", "format": "date-time"}, "updatedAt": {"type": "string", "format": "date-time"}}}
     }
   }
 }

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/poolpolicy"
 )
 
 // Policy is a pool's scaling policy.
@@ -41,6 +42,12 @@ type Policy struct {
 	// runplane.io/max-in-flight (0: the cluster default, Limits).
 	MaxBacklog  int `json:"maxBacklog,omitempty"`
 	MaxInFlight int `json:"maxInFlight,omitempty"`
+	// TimeoutSeconds is runplane.io/timeout-seconds of the Pod template
+	// (0 when unset: the ingress's bounds apply) and Retry its retry policy
+	// (runplane.io/max-retries, retry-on, retry-backoff; default: no
+	// retries), as the webhook validates them on the pool's Pods.
+	TimeoutSeconds int              `json:"timeoutSeconds,omitempty"`
+	Retry          poolpolicy.Retry `json:"retry"`
 }
 
 // Defaults.
@@ -56,7 +63,7 @@ func DefaultPolicy() Policy {
 }
 
 // ParsePolicy reads the policy annotations of a workload and the
-// concurrency annotation of its Pod template.
+// concurrency, timeout and retry annotations of its Pod template.
 func ParsePolicy(ann, podAnn map[string]string) (Policy, error) {
 	p := DefaultPolicy()
 	ints := []struct {
@@ -105,6 +112,14 @@ func ParsePolicy(ann, podAnn map[string]string) (Policy, error) {
 			return p, fmt.Errorf("annotation %s=%q: must be an integer >= 1", api.AnnotationConcurrency, v)
 		}
 		p.Concurrency = n
+	}
+	ex, err := poolpolicy.Parse(podAnn)
+	if err != nil {
+		return p, err
+	}
+	p.Retry = ex.Retry
+	if ex.TimeoutSet {
+		p.TimeoutSeconds = ex.TimeoutSeconds
 	}
 	if p.MaxReplicas > 0 && p.MinAvailable > p.MaxReplicas {
 		return p, fmt.Errorf("annotation %s=%d exceeds %s=%d", api.AnnotationMinAvailable, p.MinAvailable, api.AnnotationMaxReplicas, p.MaxReplicas)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/poolpolicy"
 
 	"github.com/stretchr/testify/require"
 )
@@ -22,6 +23,13 @@ func TestParsePolicy(t *testing.T) {
 		{name: "all set", ann: map[string]string{api.AnnotationMinAvailable: "1", api.AnnotationMaxReplicas: "5", api.AnnotationIdleTimeout: "2m",
 			api.AnnotationMinRequestCount: "3", api.AnnotationStartupTimeout: "90"}, podAnn: map[string]string{api.AnnotationConcurrency: "4"},
 			want: Policy{MinAvailable: 1, MaxReplicas: 5, IdleTimeout: 2 * time.Minute, MinRequestCount: 3, StartupTimeout: 90 * time.Second, Concurrency: 4}},
+		{name: "retry policy", podAnn: map[string]string{api.AnnotationMaxRetries: "2", api.AnnotationRetryOn: "error,503", api.AnnotationTimeoutSeconds: "60"},
+			want: func() Policy {
+				p := DefaultPolicy()
+				p.TimeoutSeconds, p.Retry = 60, poolpolicy.Retry{MaxRetries: 2, On: []string{"error", "503"}, Backoff: poolpolicy.DefaultBackoff}
+				return p
+			}()},
+		{name: "bad retry-on", podAnn: map[string]string{api.AnnotationMaxRetries: "2", api.AnnotationRetryOn: "sometimes"}, wantErr: api.AnnotationRetryOn},
 		{name: "bad int", ann: map[string]string{api.AnnotationMinAvailable: "x"}, wantErr: api.AnnotationMinAvailable},
 		{name: "negative", ann: map[string]string{api.AnnotationMinAvailable: "-1"}, wantErr: ">= 0"},
 		{name: "zero max", ann: map[string]string{api.AnnotationMaxReplicas: "0"}, wantErr: api.AnnotationMaxReplicas},
@@ -40,7 +48,8 @@ func TestParsePolicy(t *testing.T) {
 				require.False(t, err == nil || !strings.Contains(err.Error(), tc.wantErr), "err %v, want one containing %q", err, tc.wantErr)
 				return
 			}
-			require.False(t, err != nil || got != tc.want, "got %+v, %v; want %+v", got, err, tc.want)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
 		})
 	}
 }

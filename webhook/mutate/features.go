@@ -220,6 +220,14 @@ func (m *Mutator) applyPool(pod *corev1.Pod, o Options) error {
 			TimeoutSeconds: 1, PeriodSeconds: period, SuccessThreshold: 1, FailureThreshold: failures,
 		}
 	}
+	// A rollout or drain lets running invocations finish: the grace period
+	// covers the pool's longest execution and a margin, unless the user set
+	// one (the API server has defaulted an unset one to 30 before admission:
+	// 30 counts as unset).
+	if g := pod.Spec.TerminationGracePeriodSeconds; g == nil || *g == corev1.DefaultTerminationGracePeriodSeconds {
+		pod.Spec.TerminationGracePeriodSeconds = ptr.To(int64(o.Execution.TimeoutSeconds + api.TerminationMarginSeconds))
+	}
+	shutdownGrace := max(*pod.Spec.TerminationGracePeriodSeconds-api.ShutdownMarginSeconds, 1)
 	sc := m.container(api.SidecarContainerName, m.Config.Image)
 	sc.Command = []string{SidecarCommand}
 	sc.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
@@ -231,6 +239,7 @@ func (m *Mutator) applyPool(pod *corev1.Pod, o Options) error {
 		corev1.EnvVar{Name: api.EnvStreamName, Value: m.Config.StreamName},
 		corev1.EnvVar{Name: api.EnvNATSTokenFile, Value: api.NATSTokenFile},
 		corev1.EnvVar{Name: api.EnvSidecarHTTPAddr, Value: ":" + strconv.Itoa(api.SidecarHTTPPort)},
+		corev1.EnvVar{Name: api.EnvShutdownGraceSeconds, Value: strconv.FormatInt(shutdownGrace, 10)},
 	)
 	sc.VolumeMounts = []corev1.VolumeMount{
 		{Name: VolumeFrameworkSocket, MountPath: socketDir},

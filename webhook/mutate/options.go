@@ -8,6 +8,7 @@
 package mutate
 
 import (
+	"errors"
 	"fmt"
 	"path"
 	"regexp"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/internal/poolpolicy"
 )
 
 // InvalidError says that a label or annotation has a value runplane cannot
@@ -61,6 +63,10 @@ type Options struct {
 	SSHSecret   string // runplane.io/ssh-authorized-keys
 	Framework   Framework
 	Concurrency int
+	// Execution is the pool's timeout and retry policy
+	// (runplane.io/timeout-seconds, max-retries, retry-on, retry-backoff),
+	// checked on pool Pods only.
+	Execution poolpolicy.Execution
 }
 
 // ParseOptions reads and validates the runplane labels and annotations of a
@@ -130,6 +136,15 @@ func ParseOptions(labels, annotations map[string]string) (Options, error) {
 	}
 	if v, ok := annotations[api.AnnotationConcurrency]; ok {
 		if o.Concurrency, err = concurrency(v); err != nil {
+			return Options{}, err
+		}
+	}
+	if o.Pool != "" {
+		if o.Execution, err = poolpolicy.Parse(annotations); err != nil {
+			var pe *poolpolicy.Error
+			if errors.As(err, &pe) {
+				return Options{}, invalidAnnotation(pe.Key, "invalid value %s: %s", Quote(pe.Value), pe.Allowed)
+			}
 			return Options{}, err
 		}
 	}

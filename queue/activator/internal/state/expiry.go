@@ -31,7 +31,9 @@ func (s *State) Housekeep() (losses []*Loss, expired []Expiry) {
 		}
 		q := p.Queue[:0]
 		for _, it := range p.Queue {
-			if it.Inv.TTLSeconds > 0 && now.After(it.Inv.AcceptedAt.Add(time.Duration(it.Inv.TTLSeconds)*time.Second)) {
+			// ttlSeconds bounds the wait for a first dispatch; a retry
+			// waits for its backoff instead.
+			if it.Inv.TTLSeconds > 0 && it.Retries == 0 && now.After(it.Inv.AcceptedAt.Add(time.Duration(it.Inv.TTLSeconds)*time.Second)) {
 				delete(s.items, ItemKey(it.Inv))
 				it.Done.Store(true)
 				expired = append(expired, Expiry{Item: it, Reason: fmt.Sprintf("not dispatched within ttlSeconds=%d", it.Inv.TTLSeconds)})
@@ -84,6 +86,7 @@ func (s *State) Restore(it *Item, r messages.Record) {
 	s.items[ItemKey(it.Inv)] = it
 	p := s.Pool(PoolKey(it.Inv))
 	it.Unverified = r.Attempt
+	RestoreRetries(it, r)
 	if (r.State != messages.StateDispatched && r.State != messages.StateRunning) || r.Worker == "" {
 		it.Queued = true
 		p.Queue = append(p.Queue, it)

@@ -288,6 +288,9 @@ func (s *State) Refusal(res messages.Result) string {
 	if t, ok := it.Tokens[res.Attempt]; ok && t != res.ResultToken {
 		return RefusedToken
 	}
+	if res.Attempt >= 1 && res.Attempt <= it.RetriedAttempt {
+		return RefusedRetried
+	}
 	w, known := it.Dispatches[res.Attempt]
 	switch {
 	case known && w == res.Worker:

@@ -104,6 +104,10 @@ type Item struct {
 	Unverified int
 	// Tokens holds each attempt's ResultToken (SetResultToken).
 	Tokens map[int]string
+	// Retries counts the failed attempts retried under the pool's retry
+	// policy (RetryOf); RetriedAttempt is the last of them: results of it
+	// or an earlier attempt no longer decide anything.
+	Retries, RetriedAttempt int
 
 	// Done is set once a result (or the activator's own verdict) is known:
 	// pending intermediate Record writes are skipped.

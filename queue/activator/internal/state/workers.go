@@ -28,6 +28,11 @@ type EventOutcome struct {
 	Lost *Loss
 	// Gone: the worker deregistered.
 	Gone bool
+	// HandedBack is the invocation the worker handed back unstarted (it
+	// is queued again at once); StaleDispatch its abandoned Dispatch's
+	// stream sequence (0: unknown), to delete.
+	HandedBack    *Item
+	StaleDispatch uint64
 	// Unadmitted: RequirePods is set and no admitted Pod is this worker;
 	// the Event was held, not applied. NewlyHeld: first such Event of the
 	// worker within HeartbeatTimeout (to log once).
@@ -86,6 +91,9 @@ func (s *State) Event(ev messages.Event) EventOutcome {
 		}
 	}
 	out := EventOutcome{Ready: w.Registered && w.Ready && !wasReady}
+	if ev.Type == messages.EventHandedBack && ev.InvocationID != "" {
+		out.HandedBack, out.StaleDispatch = s.handBack(p, w, ev, now)
+	}
 	// A started event of an invocation not tracked (any more) changes
 	// nothing: its result is in, or it belongs to an older attempt.
 	if ev.Type == messages.EventStarted && ev.InvocationID != "" {
@@ -216,4 +224,21 @@ func (s *State) Backoff(strikes int) time.Duration {
 		d *= 2
 	}
 	return min(d, s.cfg.MaxBackoff)
+}
+
+// handBack queues again, at the head of its pool's queue and at once, the
+// current attempt that worker w says it gave back unstarted: it does not
+// count as run (no strike, no retry). Anything else (another worker's or
+// an older attempt, already settled) is ignored.
+func (s *State) handBack(p *Pool, w *Worker, ev messages.Event, now time.Time) (*Item, uint64) {
+	it := s.items[Key(ev.Namespace, ev.InvocationID)]
+	if it == nil || it.Attempt != ev.Attempt || it.Worker != w.Name || it.Queued || it.Done.Load() {
+		return nil, 0
+	}
+	w.take(ev.InvocationID, now)
+	it.Worker, it.Queued, it.Started, it.NotBefore = "", true, false, now
+	stale := it.DispatchSeq
+	it.DispatchSeq = 0
+	p.Queue = append([]*Item{it}, p.Queue...)
+	return it, stale
 }
