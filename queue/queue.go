@@ -97,10 +97,13 @@ type Config struct {
 	Limits            pool.Limits
 	DefaultTTLSeconds int
 	MaxBodyBytes      int64
-	HeartbeatTimeout  time.Duration
-	MaxAttempts       int
-	Backoff           time.Duration
-	Tick              time.Duration
+	// MaxPayloadBytes bounds a payload and a response body (default 64
+	// MiB; ingress.Config.MaxPayloadBytes).
+	MaxPayloadBytes  int64
+	HeartbeatTimeout time.Duration
+	MaxAttempts      int
+	Backoff          time.Duration
+	Tick             time.Duration
 	// Scaler replaces the Kubernetes scaler (benchmarks; with StaticPools).
 	Scaler activator.Scaler
 	Logger *slog.Logger
@@ -217,7 +220,7 @@ func Run(ctx context.Context, cfg Config) error {
 			gate = g
 		}
 		srv, err := ingress.New(ctx, ingress.Config{Store: st, NC: nc, Pools: pools, Auth: gate, InsecureNoAuth: cfg.InsecureDisableCallerAuth, Limits: cfg.Limits,
-			DefaultTTLSeconds: cfg.DefaultTTLSeconds, MaxTTLSeconds: maxTTLSeconds(cfg.Stream), MaxBodyBytes: cfg.MaxBodyBytes, Logger: log, Registerer: reg,
+			DefaultTTLSeconds: cfg.DefaultTTLSeconds, MaxTTLSeconds: maxTTLSeconds(cfg.Stream), MaxBodyBytes: cfg.MaxBodyBytes, MaxPayloadBytes: cfg.MaxPayloadBytes, Logger: log, Registerer: reg,
 			// With the manager's metrics (leader election, client-go), whose
 			// own metrics listener is off: /metrics stays on the ingress port.
 			Gatherer: prometheus.Gatherers{reg, ctrlmetrics.Registry}})

@@ -21,6 +21,8 @@ type metrics struct {
 	ready       prometheus.Gauge
 	duplicates  prometheus.Counter
 	ackErrors   *prometheus.CounterVec
+	// bodiesUnstored: big response bodies the bucket refused.
+	bodiesUnstored prometheus.Counter
 }
 
 func newMetrics(concurrency int) *metrics {
@@ -36,13 +38,15 @@ func newMetrics(concurrency int) *metrics {
 		inFlight:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "runplane_sidecar_in_flight", Help: "Invocations running now."}),
 		ready:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "runplane_sidecar_framework_ready", Help: "1 while the framework answers its health check."}),
 		duplicates: prometheus.NewCounter(prometheus.CounterOpts{Name: "runplane_sidecar_duplicate_dispatches_total", Help: "Redelivered dispatches that were not run again."}),
+		bodiesUnstored: prometheus.NewCounter(prometheus.CounterOpts{Name: "runplane_sidecar_response_bodies_unstored_total",
+			Help: "Response bodies too big for one message that could not be stored in the pool's object bucket (their invocations failed)."}),
 		ackErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "runplane_sidecar_ack_errors_total", Help: "JetStream acknowledgements of dispatches that failed, by operation (ack, nak, term, in_progress).",
 		}, []string{"op"}),
 	}
 	conc := prometheus.NewGauge(prometheus.GaugeOpts{Name: "runplane_sidecar_concurrency", Help: "Invocations this worker runs at once."})
 	conc.Set(float64(concurrency))
-	m.reg.MustRegister(m.invocations, m.duration, m.inFlight, m.ready, m.duplicates, m.ackErrors, conc,
+	m.reg.MustRegister(m.invocations, m.duration, m.inFlight, m.ready, m.duplicates, m.ackErrors, m.bodiesUnstored, conc,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
