@@ -22,8 +22,8 @@ package messages
 import (
 	"encoding/base64"
 	"encoding/json"
-	"mime"
 	"fmt"
+	"mime"
 	"regexp"
 	"strings"
 	"time"
@@ -331,5 +331,10 @@ func PayloadSize(contentType string, raw json.RawMessage) int64 {
 	if IsJSON(contentType) || len(raw) < 2 || raw[0] != '"' {
 		return int64(len(raw))
 	}
-	return int64(base64.StdEncoding.DecodedLen(len(raw) - 2))
+	s := raw[1 : len(raw)-1]
+	n := int64(base64.StdEncoding.DecodedLen(len(s)))
+	for i := len(s) - 1; i >= 0 && n > 0 && s[i] == '='; i-- {
+		n-- // padding: DecodedLen counts whole groups
+	}
+	return n
 }

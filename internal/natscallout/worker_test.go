@@ -171,7 +171,9 @@ func TestWorkerPermissionsOnJetStream(t *testing.T) {
 				return err
 			}},
 		{name: "write into another pool's bucket", want: "$O.RS_OBJ_team-b_echo.C." + refs["team-b"].NUID,
-			try: func(ctx context.Context) error { return nc.Publish("$O."+bob.ObjectBucket+".C."+refs["team-b"].NUID, []byte("forged")) }},
+			try: func(ctx context.Context) error {
+				return nc.Publish("$O."+bob.ObjectBucket+".C."+refs["team-b"].NUID, []byte("forged"))
+			}},
 		{name: "consumer on its own bucket", want: "$JS.API.CONSUMER.CREATE.OBJ_RS_OBJ_team-a_echo",
 			try: func(ctx context.Context) error {
 				_, err := js.CreateOrUpdateConsumer(ctx, "OBJ_"+own.ObjectBucket, jetstream.ConsumerConfig{FilterSubject: "$O." + own.ObjectBucket + ".C.>"})

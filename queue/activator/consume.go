@@ -220,7 +220,9 @@ func (a *Activator) onResult(ctx context.Context, m jetstream.Msg) {
 	a.poke()
 
 	a.wg.Go(func() {
-		record := func(r *messages.Record) { r.Response, r.Error = res.Response, res.Error }
+		record := func(r *messages.Record) {
+			r.Response, r.ResponseBodyRef, r.Error = res.Response, res.ResponseBodyRef, res.Error
+		}
 		var ok bool
 		var err error
 		key := stream.Key(res.Namespace, res.InvocationID)
