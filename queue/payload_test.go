@@ -22,6 +22,7 @@ import (
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/objects"
 	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/sidecar"
 )
 
@@ -205,4 +206,30 @@ func mustJSON(t testing.TB, v any) []byte {
 	b, err := json.Marshal(v)
 	require.NoError(t, err)
 	return b
+}
+
+// TestObjectsGoWithTheirRecord: the payload and result objects of a big
+// invocation are gone once its Record has expired (the bucket's TTL is the
+// Record TTL plus a margin): nothing leaks.
+func TestObjectsGoWithTheirRecord(t *testing.T) {
+	e := newEnv(t, func(c *queue.Config) {
+		c.Stream = stream.Config{DuplicateWindow: time.Second, RecordTTL: 2 * time.Second, ObjectTTL: 3 * time.Second}
+	})
+	e.echoWorker("w1")
+	code, out := e.post("/v1/namespaces/default/pools/"+testPool+"/invocations", "application/json",
+		mustJSON(t, map[string]any{"mode": "sync", "invocationID": "expires", "timeoutSeconds": 60, "payload": bigJSON(t, 2<<20)}))
+	require.Equal(t, http.StatusOK, code, "%.300s", out)
+	bucket := objects.StreamName(objects.Bucket(e.cfg.Stream.WithDefaults().Stream, "default", testPool))
+	st, err := e.js.Stream(context.Background(), bucket)
+	require.NoError(t, err)
+	info, err := st.Info(context.Background())
+	require.NoError(t, err)
+	require.NotZero(t, info.State.Msgs, "payload and result objects stored")
+	require.Eventually(t, func() bool {
+		return e.do("GET", "/v1/namespaces/default/invocations/expires", nil).code == http.StatusNotFound
+	}, 30*time.Second, 100*time.Millisecond, "the Record expires")
+	require.Eventually(t, func() bool {
+		info, err := st.Info(context.Background())
+		return err == nil && info.State.Msgs == 0 && info.State.Bytes == 0
+	}, 30*time.Second, 100*time.Millisecond, "the objects expire after it")
 }
