@@ -60,17 +60,21 @@ func (s *Sidecar) objectStore(ctx context.Context) (jetstream.ObjectStore, error
 // result becomes failed with the reason — it is never a reason to run the
 // framework again.
 func (s *Sidecar) encodeResult(res messages.Result, d messages.Dispatch) ([]byte, messages.Result, error) {
-	data, err := json.Marshal(res)
-	if err != nil {
-		return nil, res, fmt.Errorf("encode result: %w", err)
-	}
 	limit := s.nc.MaxPayload()
 	if d.ResultMsgMaxBytes > 0 {
 		limit = min(limit, d.ResultMsgMaxBytes)
 	}
-	if objects.Inline(int64(len(data)), limit) || res.Response == nil {
-		return data, res, nil
+	// A body that alone is too big is not encoded twice.
+	if res.Response == nil || objects.Inline(int64(len(res.Response.Body)), limit) {
+		data, err := json.Marshal(res)
+		if err != nil {
+			return nil, res, fmt.Errorf("encode result: %w", err)
+		}
+		if res.Response == nil || objects.Inline(int64(len(data)), limit) {
+			return data, res, nil
+		}
 	}
+	var err error
 	body := res.Response.Body
 	resp := *res.Response
 	resp.Body = nil
@@ -98,7 +102,7 @@ func (s *Sidecar) encodeResult(res messages.Result, d messages.Dispatch) ([]byte
 	} else {
 		res.ResponseBodyRef = &ref
 	}
-	data, err = json.Marshal(res)
+	data, err := json.Marshal(res)
 	if err != nil {
 		return nil, res, fmt.Errorf("encode result: %w", err)
 	}
