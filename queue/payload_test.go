@@ -176,8 +176,12 @@ func TestBinaryPayloadRoundTrip(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, raw, back, "binary answer of %d bytes", n)
 	}
+	// curl -d without a Content-Type sends form-urlencoded: still the JSON envelope.
+	code, out := e.post("/v1/namespaces/default/pools/"+testPool+"/invocations", "application/x-www-form-urlencoded",
+		[]byte(`{"mode":"async","payload":{"x":1}}`))
+	assert.Equal(t, http.StatusAccepted, code, "%s", out)
 	// A non-JSON contentType with a payload that is not base64 is refused.
-	code, out := e.post("/v1/namespaces/default/pools/"+testPool+"/invocations", "application/json",
+	code, out = e.post("/v1/namespaces/default/pools/"+testPool+"/invocations", "application/json",
 		mustJSON(t, map[string]any{"mode": "async", "contentType": "image/png", "payload": map[string]int{"x": 1}}))
 	assert.Equal(t, http.StatusBadRequest, code)
 	assert.Contains(t, string(out), "base64")

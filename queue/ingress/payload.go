@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strconv"
 
@@ -31,9 +32,16 @@ func mib(n int64) string { return strconv.FormatFloat(float64(n)/(1<<20), 'f', -
 // Content-Type but JSON): the invocation's fields then come from the query
 // (mode, invocationID, timeoutSeconds, ttlSeconds; namespace and
 // serverlessRequestID on the seed alias) and contentType is the body's.
+//
+// application/x-www-form-urlencoded is read as the JSON envelope, as
+// always: it is what curl -d sends when no Content-Type is given.
 func rawBody(r *http.Request) bool {
 	ct := r.Header.Get("Content-Type")
-	return ct != "" && !messages.IsJSON(ct)
+	if ct == "" || messages.IsJSON(ct) {
+		return false
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	return err != nil || mt != "application/x-www-form-urlencoded"
 }
 
 // decodeRaw reads a raw-body request: the body, at most MaxPayloadBytes,
