@@ -149,7 +149,8 @@ func (s *Server) resolve(ctx context.Context, rec messages.Record) (messages.Rec
 	if ref.Bucket != objects.Bucket(s.cfg.Store.Config.Stream, rec.Namespace, rec.Pool) || ref.Name != objects.ResultName(rec.Namespace, rec.InvocationID, rec.Attempt) {
 		return rec, &errBodyUnavailable{fmt.Errorf("invocation %s: its response body reference %s/%s is not its own", rec.InvocationID, ref.Bucket, ref.Name)}
 	}
-	body, err := objects.Get(ctx, s.cfg.Store.JS, *ref, s.cfg.MaxPayloadBytes)
+	// The body as carried: binary content at the limit is base64, 4/3 of it.
+	body, err := objects.Get(ctx, s.cfg.Store.JS, *ref, s.cfg.MaxPayloadBytes/3*4+4)
 	if err != nil {
 		return rec, &errBodyUnavailable{fmt.Errorf("invocation %s: read its response body: %w", rec.InvocationID, err)}
 	}
