@@ -201,6 +201,13 @@ func TestPayloadOverLimit(t *testing.T) {
 	assert.Equal(t, http.StatusRequestEntityTooLarge, code)
 	assert.Contains(t, string(out), "limit of 2097152 bytes (2 MiB)")
 
+	// A payload that fits in a message, with attributes that make the
+	// invocation not fit: accepted (the payload goes by reference).
+	code, out = e.post("/v1/namespaces/default/pools/"+testPool+"/invocations", "application/json",
+		mustJSON(t, map[string]any{"mode": "async", "payload": bigJSON(t, 900<<10),
+			"attributes": map[string]string{"big": string(bytes.Repeat([]byte("a"), 200<<10))}}))
+	assert.Equal(t, http.StatusAccepted, code, "%.300s", out)
+
 	// Within the limit and above max_payload: accepted.
 	code, out = e.post("/v1/namespaces/default/pools/"+testPool+"/invocations?mode=async", "application/octet-stream", over[:2<<20])
 	assert.Equal(t, http.StatusAccepted, code, "%s", out)

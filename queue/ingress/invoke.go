@@ -263,13 +263,9 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation, hash strin
 // publish stores inv on invoke.<pool>; rev, when known, is the revision of
 // the Record just created (stream.RevisionHeader) and hash its RequestHash.
 func (s *Server) publish(ctx context.Context, inv messages.Invocation, rev uint64, hash string) (*jetstream.PubAck, error) {
-	inv, err := s.offload(ctx, inv)
+	b, err := s.encode(ctx, inv)
 	if err != nil {
-		return nil, fmt.Errorf("store the payload of invocation %s: %w", inv.InvocationID, err)
-	}
-	b, err := json.Marshal(inv)
-	if err != nil {
-		return nil, fmt.Errorf("encode invocation: %w", err)
+		return nil, err
 	}
 	msg := &nats.Msg{Subject: s.cfg.Store.Subjects.Invoke(inv.Namespace, inv.Pool), Data: b, Header: nats.Header{}}
 	if rev != 0 {

@@ -110,25 +110,36 @@ func validPayload(contentType string, p json.RawMessage) error {
 	return nil
 }
 
-// offload moves inv's payload into its pool's Object Store bucket when the
-// invocation would not fit in one NATS message, and leaves a reference.
-func (s *Server) offload(ctx context.Context, inv messages.Invocation) (messages.Invocation, error) {
+// encode encodes inv for invoke.<ns>.<pool>. An invocation that would not
+// fit in one NATS message has its payload moved to its pool's Object Store
+// bucket first, leaving a reference. A payload too big on its own is not
+// encoded twice.
+func (s *Server) encode(ctx context.Context, inv messages.Invocation) ([]byte, error) {
 	maxPayload := s.cfg.NC.MaxPayload()
-	// The payload's size plus a generous envelope: a cheap upper bound
-	// that saves encoding the invocation twice.
 	if objects.Inline(int64(len(inv.Payload)), maxPayload) {
-		return inv, nil
+		b, err := json.Marshal(inv)
+		if err != nil {
+			return nil, fmt.Errorf("encode invocation: %w", err)
+		}
+		// Headers and attributes count too.
+		if objects.Inline(int64(len(b)), maxPayload) || len(inv.Payload) == 0 {
+			return b, nil
+		}
 	}
 	obs, err := s.cfg.Store.Objects.Ensure(ctx, inv.Namespace, inv.Pool)
 	if err != nil {
-		return inv, err
+		return nil, fmt.Errorf("store the payload of invocation %s: %w", inv.InvocationID, err)
 	}
 	ref, err := objects.Put(ctx, obs, objects.PayloadName(inv.Namespace, inv.InvocationID), inv.Payload, maxPayload)
 	if err != nil {
-		return inv, err
+		return nil, fmt.Errorf("store the payload of invocation %s: %w", inv.InvocationID, err)
 	}
 	inv.Payload, inv.PayloadRef = nil, &ref
-	return inv, nil
+	b, err := json.Marshal(inv)
+	if err != nil {
+		return nil, fmt.Errorf("encode invocation: %w", err)
+	}
+	return b, nil
 }
 
 // errBodyUnavailable: a Record's response body object cannot be read.
