@@ -14,6 +14,9 @@ const (
 	EchoAttrSleep = "echo.sleep" // a Go duration to sleep before answering
 	EchoAttrFail  = "echo.fail"  // answer an error envelope with this text
 	EchoAttrCrash = "echo.crash" // "true": exit the process mid-invocation
+	// EchoAttrRaw "true": answer with the payload itself as the body and
+	// the request's contentType (binary content round trips as it came).
+	EchoAttrRaw = "echo.raw"
 )
 
 // EchoOptions are process-wide behaviours of the echo framework; attributes
@@ -63,6 +66,9 @@ func Echo(opts EchoOptions) HandlerFunc {
 		}
 		if fail != "" {
 			return Response{StatusCode: 500, Error: fail}, nil
+		}
+		if req.Attributes[EchoAttrRaw] == "true" {
+			return Response{StatusCode: 200, ContentType: req.ContentType, Body: req.Payload}, nil
 		}
 		body, err := json.Marshal(req)
 		if err != nil {

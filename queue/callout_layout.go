@@ -5,6 +5,7 @@ import (
 
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/natscallout"
+	"github.com/runplane/runplane/internal/objects"
 	"github.com/runplane/runplane/queue/stream"
 )
 
@@ -30,5 +31,8 @@ func workerSubjects(subj messages.Subjects, streamName string, id natscallout.Id
 		Publish:  []string{subj.Result(ns, pool), subj.Metrics(ns, pool)},
 		Replies:  subj.Reply(ns, pool) + ".>",
 		Inbox:    messages.WorkerInbox(ns, pool, worker),
+		// Its pool's bucket, named after namespace and pool: no other
+		// pool's objects.
+		ObjectBucket: objects.Bucket(streamName, ns, pool),
 	}
 }

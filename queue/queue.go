@@ -97,7 +97,10 @@ type Config struct {
 	Limits            pool.Limits
 	DefaultTTLSeconds int
 	MaxBodyBytes      int64
-	HeartbeatTimeout  time.Duration
+	// MaxPayloadBytes bounds a payload and a response body (default 64
+	// MiB; ingress.Config.MaxPayloadBytes).
+	MaxPayloadBytes  int64
+	HeartbeatTimeout time.Duration
 	// WorkerHeartbeatInterval is the workers' heartbeat interval (their
 	// sidecars' -heartbeat-interval). When set, a HeartbeatTimeout below
 	// HeartbeatMultiple times it is refused: one late or lost heartbeat
@@ -240,7 +243,7 @@ func Run(ctx context.Context, cfg Config) error {
 			gate = g
 		}
 		srv, err := ingress.New(ctx, ingress.Config{Store: st, NC: nc, Pools: pools, Auth: gate, InsecureNoAuth: cfg.InsecureDisableCallerAuth, Limits: cfg.Limits,
-			DefaultTTLSeconds: cfg.DefaultTTLSeconds, MaxTTLSeconds: maxTTLSeconds(cfg.Stream), MaxBodyBytes: cfg.MaxBodyBytes, Logger: log, Registerer: reg,
+			DefaultTTLSeconds: cfg.DefaultTTLSeconds, MaxTTLSeconds: maxTTLSeconds(cfg.Stream), MaxBodyBytes: cfg.MaxBodyBytes, MaxPayloadBytes: cfg.MaxPayloadBytes, Logger: log, Registerer: reg,
 			// With the manager's metrics (leader election, client-go), whose
 			// own metrics listener is off: /metrics stays on the ingress port.
 			Gatherer: prometheus.Gatherers{reg, ctrlmetrics.Registry}})

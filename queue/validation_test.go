@@ -85,7 +85,7 @@ func TestRepostDifferentPayload(t *testing.T) {
 		{"number spelled otherwise", `{"mode":"async","invocationID":"job-1","payload":{"a":1.0,"b":[1,2]},"headers":{"h":"v"},"attributes":{"path":"/x"}}`, 409},
 		{"other header", `{"mode":"async","invocationID":"job-1","payload":{"a":1,"b":[1,2]},"headers":{"h":"w"},"attributes":{"path":"/x"}}`, 409},
 		{"other attribute", `{"mode":"async","invocationID":"job-1","payload":{"a":1,"b":[1,2]},"headers":{"h":"v"},"attributes":{"path":"/y"}}`, 409},
-		{"other content type", `{"mode":"async","invocationID":"job-1","payload":{"a":1,"b":[1,2]},"headers":{"h":"v"},"attributes":{"path":"/x"},"contentType":"text/plain"}`, 409},
+		{"other content type", `{"mode":"async","invocationID":"job-1","payload":{"a":1,"b":[1,2]},"headers":{"h":"v"},"attributes":{"path":"/x"},"contentType":"application/vnd.api+json"}`, 409},
 		{"other timeout and TTL: same request", `{"mode":"async","invocationID":"job-1","payload":{"a":1,"b":[1,2]},"headers":{"h":"v"},"attributes":{"path":"/x"},"ttlSeconds":60,"timeoutSeconds":5}`, 202},
 		{"no payload", `{"mode":"async","invocationID":"job-1","headers":{"h":"v"},"attributes":{"path":"/x"}}`, 409},
 	}

@@ -25,6 +25,8 @@ type metrics struct {
 	// handedBack the dispatches a draining worker gave back unstarted.
 	refused, publishRetries, handedBack prometheus.Counter
 	ackErrors                           *prometheus.CounterVec
+	// bodiesUnstored: big response bodies the bucket refused.
+	bodiesUnstored prometheus.Counter
 }
 
 func newMetrics(concurrency int) *metrics {
@@ -41,6 +43,8 @@ func newMetrics(concurrency int) *metrics {
 		ready:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "runplane_sidecar_framework_ready", Help: "1 while the framework answers its health check."}),
 		duplicates: prometheus.NewCounter(prometheus.CounterOpts{Name: "runplane_sidecar_duplicate_dispatches_total", Help: "Redelivered dispatches that were not run again."}),
 		handedBack: prometheus.NewCounter(prometheus.CounterOpts{Name: "runplane_sidecar_handed_back_total", Help: "Dispatches handed back unstarted while draining."}),
+		bodiesUnstored: prometheus.NewCounter(prometheus.CounterOpts{Name: "runplane_sidecar_response_bodies_unstored_total",
+			Help: "Response bodies too big for one message that could not be stored in the pool's object bucket (their invocations failed)."}),
 		ackErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "runplane_sidecar_ack_errors_total", Help: "JetStream acknowledgements of dispatches that failed, by operation (ack, nak, term, in_progress).",
 		}, []string{"op"}),
@@ -51,7 +55,7 @@ func newMetrics(concurrency int) *metrics {
 		Help: "Dispatches handed back unrun because the framework refused the connection (the worker turns not ready)."})
 	m.publishRetries = prometheus.NewCounter(prometheus.CounterOpts{Name: "runplane_sidecar_result_publish_retries_total",
 		Help: "Failed tries to store a result (NATS away, results stream full); the result is retried, never the framework call."})
-	m.reg.MustRegister(m.invocations, m.duration, m.inFlight, m.ready, m.duplicates, m.ackErrors, m.refused, m.publishRetries, m.handedBack, conc,
+	m.reg.MustRegister(m.invocations, m.duration, m.inFlight, m.ready, m.duplicates, m.ackErrors, m.refused, m.publishRetries, m.handedBack, m.bodiesUnstored, conc,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

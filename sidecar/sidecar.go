@@ -23,6 +23,7 @@ import (
 
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/internal/objects"
 )
 
 // Causes of an invocation's context ending, mapped to result states.
@@ -50,6 +51,8 @@ type Sidecar struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	consumer atomic.Pointer[jetstream.Consumer]
+	// obs is the pool's Object Store bucket, once opened (objects.go).
+	obs atomic.Pointer[jetstream.ObjectStore]
 	// progress is how often a running dispatch gets an in-progress ack
 	// (set before the pullers start).
 	progress time.Duration
@@ -398,20 +401,36 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 		callCtx, stop = context.WithTimeoutCause(ctx, time.Duration(d.TimeoutSeconds)*time.Second, errTimedOut)
 		defer stop()
 	}
-	resp, err := s.client.Invoke(callCtx, framework.Request{
-		Version:             framework.Version,
-		InvocationID:        d.InvocationID,
-		ServerlessRequestID: s.cfg.Pool,
-		WorkerName:          s.cfg.WorkerName,
-		WorkerNamespace:     s.cfg.WorkerNamespace,
-		Mode:                string(d.Mode),
-		ContentType:         d.ContentType,
-		Headers:             d.Headers,
-		Attributes:          d.Attributes,
-		Payload:             d.Payload,
-		TimeoutSeconds:      d.TimeoutSeconds,
-		DispatchedAt:        d.DispatchedAt,
-	})
+	payload, perr := s.payload(callCtx, d)
+	if perr != nil && !objects.Permanent(perr) && callCtx.Err() == nil {
+		// Not run: the payload may be readable in a moment (NATS
+		// reconnecting), so the dispatch comes back.
+		log.Warn("payload unavailable; handing the dispatch back", "err", perr)
+		close(stopProgress)
+		<-progressDone
+		s.acked(log, "nak", msg.NakWithDelay(time.Second))
+		return
+	}
+	var resp framework.Response
+	var err error
+	if perr != nil {
+		err = perr
+	} else {
+		resp, err = s.client.Invoke(callCtx, framework.Request{
+			Version:             framework.Version,
+			InvocationID:        d.InvocationID,
+			ServerlessRequestID: s.cfg.Pool,
+			WorkerName:          s.cfg.WorkerName,
+			WorkerNamespace:     s.cfg.WorkerNamespace,
+			Mode:                string(d.Mode),
+			ContentType:         d.ContentType,
+			Headers:             d.Headers,
+			Attributes:          d.Attributes,
+			Payload:             payload,
+			TimeoutSeconds:      d.TimeoutSeconds,
+			DispatchedAt:        d.DispatchedAt,
+		})
+	}
 	res := messages.Result{
 		InvocationID: d.InvocationID,
 		Namespace:    s.cfg.WorkerNamespace,
@@ -422,6 +441,11 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 		ResultToken:  d.ResultToken,
 	}
 	switch {
+	case err == nil && d.MaxResultBytes > 0 && messages.PayloadSize(resp.ContentType, resp.Body) > d.MaxResultBytes:
+		res.State, res.Error = messages.StateFailed, fmt.Sprintf("the framework's response body of %d bytes exceeds the limit of %d bytes",
+			messages.PayloadSize(resp.ContentType, resp.Body), d.MaxResultBytes)
+		resp.Body = nil
+		res.Response = &resp
 	case err == nil && resp.Error == "":
 		res.State, res.Response = messages.StateSucceeded, &resp
 	case err == nil:
@@ -464,7 +488,7 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 	// keep the dispatch from redelivery meanwhile, and a redelivery finds
 	// it running) until the result is stored or the sidecar's drain is
 	// over.
-	published := s.publishResult(invCtx, res, id, d.ReplyTo)
+	published := s.publishResult(invCtx, res, id, d)
 	close(stopProgress)
 	<-progressDone
 	dur := res.FinishedAt.Sub(started)
@@ -575,8 +599,9 @@ func (s *Sidecar) acked(log *slog.Logger, op string, err error) {
 // results stream is full, with backoff up to maxPublishBackoff, and gives
 // up only when stop ends (the drain's grace is over) — a result that cannot
 // be stored must never turn into a second run of the framework.
-func (s *Sidecar) publishResult(stop context.Context, res messages.Result, id, replyTo string) bool {
-	data, err := json.Marshal(res)
+func (s *Sidecar) publishResult(stop context.Context, res messages.Result, id string, d messages.Dispatch) bool {
+	replyTo := d.ReplyTo
+	data, res, err := s.encodeResult(res, d)
 	if err != nil {
 		s.log.Error("encode result", "err", err)
 		return false

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/objects"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/pool"
 )
@@ -91,6 +92,9 @@ func run() error {
 		c.Stream.ResultMaxMsgSize = int32(n)
 		return nil
 	})
+	flag.Int64Var(&c.MaxPayloadBytes, "max-payload-bytes", objects.DefaultMaxPayloadBytes, "largest payload and response body in bytes (JSON text, or decoded binary); beyond, 413. "+
+		"What does not fit in one NATS message (max_payload) goes through the pool's Object Store bucket")
+	flag.Int64Var(&c.Stream.ObjectsMaxBytes, "objects-max-bytes", 1<<30, "size bound of each pool's Object Store bucket of big payloads and results (-1: unbounded; full: new big payloads get 503, big results fail)")
 	flag.StringVar(&c.Stream.RecordsBucket, "records-bucket", "runplane-invocations", "KV bucket of invocation records")
 	flag.DurationVar(&c.Stream.RecordTTL, "record-ttl", 24*time.Hour, "how long invocation records are kept")
 	flag.StringVar(&c.Listen, "listen", ":8080", "ingress listen address")

@@ -20,8 +20,10 @@
 package messages
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"mime"
 	"regexp"
 	"strings"
 	"time"
@@ -157,6 +159,17 @@ type Invocation struct {
 	TimeoutSeconds int               `json:"timeoutSeconds,omitempty"`
 	TTLSeconds     int               `json:"ttlSeconds,omitempty"`
 	AcceptedAt     time.Time         `json:"acceptedAt"`
+	// PayloadRef, when set, names the object that holds Payload (which is
+	// then empty): a payload too big for one NATS message travels by
+	// reference (internal/objects).
+	PayloadRef *ObjectRef `json:"payloadRef,omitempty"`
+	// MaxResultBytes bounds the framework's answer body (the queue's
+	// -max-payload-bytes): a bigger one ends the invocation failed.
+	MaxResultBytes int64 `json:"maxResultBytes,omitempty"`
+	// ResultMsgMaxBytes is the largest result message the results stream
+	// takes (the queue's -result-max-size): a result that does not fit in
+	// it, or in the server's max_payload, sends its body by reference.
+	ResultMsgMaxBytes int64 `json:"resultMsgMaxBytes,omitempty"`
 	// ReplyTo, when set, is a core NATS inbox the accepting ingress replica
 	// listens on for the sync answer (a fast path next to the KV watch).
 	ReplyTo string `json:"replyTo,omitempty"`
@@ -209,6 +222,27 @@ type Result struct {
 	FinishedAt   time.Time           `json:"finishedAt"`
 	// ResultToken is the Dispatch's, echoed.
 	ResultToken string `json:"resultToken,omitempty"`
+	// ResponseBodyRef, when set, names the object that holds
+	// Response.Body (which is then empty): a result too big for one NATS
+	// message travels by reference.
+	ResponseBodyRef *ObjectRef `json:"responseBodyRef,omitempty"`
+}
+
+// ObjectRef names an object of a pool's Object Store bucket
+// (internal/objects) that holds a payload or a response body too big for
+// one NATS message. Size and Digest are the reader's check: they come
+// from whoever the reader trusts for the reference (the activator's
+// Dispatch, the worker's token-checked Result), never from the object's
+// own metadata, which any worker of the pool could rewrite.
+type ObjectRef struct {
+	Bucket string `json:"bucket"`
+	Name   string `json:"name"`
+	// NUID names the object's chunk subject ($O.<bucket>.C.<nuid>).
+	NUID   string `json:"nuid"`
+	Size   int64  `json:"size"`
+	Chunks int    `json:"chunks"`
+	// Digest is "SHA-256=<base64url of the sum>", as the Object Store's.
+	Digest string `json:"digest"`
 }
 
 // EventType is the kind of a worker Event.
@@ -290,7 +324,11 @@ type Record struct {
 	Stream       string              `json:"stream,omitempty"`
 	Sequence     uint64              `json:"sequence,omitempty"`
 	Response     *framework.Response `json:"response,omitempty"`
-	Error        string              `json:"error,omitempty"`
+	// ResponseBodyRef holds Response.Body when it is too big for the
+	// Record: the ingress reads it into Response.Body (and clears this)
+	// before a caller sees the Record.
+	ResponseBodyRef *ObjectRef `json:"responseBodyRef,omitempty"`
+	Error           string     `json:"error,omitempty"`
 	// Retries counts the attempts run again after a failure the pool's
 	// retry policy matches (runplane.io/max-retries).
 	Retries int `json:"retries,omitempty"`
@@ -303,4 +341,33 @@ type Record struct {
 	RequestHash string    `json:"requestHash,omitempty"`
 	AcceptedAt  time.Time `json:"acceptedAt"`
 	UpdatedAt   time.Time `json:"updatedAt"`
+}
+
+// IsJSON reports whether contentType is JSON ("" is: the default): a JSON
+// payload or body is carried as itself, anything else as a JSON string of
+// its bytes in standard base64.
+func IsJSON(contentType string) bool {
+	if contentType == "" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || strings.HasSuffix(mt, "+json")
+}
+
+// PayloadSize is the size a payload or response body counts against the
+// size limit: the JSON text for JSON, the decoded bytes for base64-carried
+// binary content (so a raw HTTP body of n bytes counts n).
+func PayloadSize(contentType string, raw json.RawMessage) int64 {
+	if IsJSON(contentType) || len(raw) < 2 || raw[0] != '"' {
+		return int64(len(raw))
+	}
+	s := raw[1 : len(raw)-1]
+	n := int64(base64.StdEncoding.DecodedLen(len(s)))
+	for i := len(s) - 1; i >= 0 && n > 0 && s[i] == '='; i-- {
+		n-- // padding: DecodedLen counts whole groups
+	}
+	return n
 }

@@ -1,6 +1,7 @@
 package messages
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -37,4 +38,23 @@ func TestValidateToken(t *testing.T) {
 		assert.Error(t, ValidateToken("pool", v), "%q", v)
 	}
 	assert.NoError(t, ValidateToken("pool", "team-a_echo-1"))
+}
+
+func TestPayloadSize(t *testing.T) {
+	for _, tc := range []struct {
+		name, contentType, raw string
+		want                   int64
+	}{
+		{"json object", "", `{"a":1}`, 7},
+		{"json with charset", "application/json; charset=utf-8", `"abcd"`, 6},
+		{"json suffix", "application/cloudevents+json", `[1,2]`, 5},
+		{"binary, no padding", "image/png", `"AAAA"`, 3},
+		{"binary, one pad", "image/png", `"AAA="`, 2},
+		{"binary, two pads", "application/octet-stream", `"AA=="`, 1},
+		{"binary, empty", "image/png", `""`, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, PayloadSize(tc.contentType, json.RawMessage(tc.raw)))
+		})
+	}
 }

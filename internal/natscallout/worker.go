@@ -16,6 +16,10 @@ type WorkerSubjects struct {
 	Publish []string
 	// Replies matches the reply subjects of its pool's sync callers.
 	Replies string
+	// ObjectBucket is its pool's Object Store bucket, where payloads and
+	// results too big for one message go ("": none). Its stream is
+	// OBJ_<bucket>, its subjects $O.<bucket>.>.
+	ObjectBucket string
 	// Inbox is its own inbox prefix (nats.CustomInboxPrefix): JetStream
 	// answers its API calls and publish acks there.
 	Inbox string
@@ -27,7 +31,8 @@ type WorkerSubjects struct {
 // consumer's deliver subject against its creator's permissions, so a
 // worker allowed to create consumers could have another tenant's subjects
 // delivered to), publish its results and events, answer its pool's sync
-// callers, and hear its cancels and its inbox. No other JetStream API.
+// callers, read and store its pool's objects, and hear its cancels and its
+// inbox. No other JetStream API.
 func WorkerPermissions(s WorkerSubjects) jwt.Permissions {
 	var p jwt.Permissions
 	p.Pub.Allow.Add(
@@ -37,6 +42,18 @@ func WorkerPermissions(s WorkerSubjects) jwt.Permissions {
 		s.Replies,
 	)
 	p.Pub.Allow.Add(s.Publish...)
+	if b := s.ObjectBucket; b != "" {
+		// Its pool's bucket only: open it (stream info), read objects
+		// with direct gets (no consumers: see above), store objects
+		// (chunks and metadata). No purge or delete: objects expire with
+		// the bucket's TTL.
+		p.Pub.Allow.Add(
+			"$JS.API.STREAM.INFO.OBJ_"+b,
+			"$JS.API.DIRECT.GET.OBJ_"+b,
+			"$JS.API.DIRECT.GET.OBJ_"+b+".>",
+			"$O."+b+".>",
+		)
+	}
 	p.Sub.Allow.Add(s.Cancel, s.Inbox+".>")
 	return p
 }

@@ -1,6 +1,7 @@
 package natscallout
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -11,6 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/utils/clock"
+
+	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/internal/objects"
 )
 
 // testLayout is a namespaced subject layout of the shape the queue uses.
@@ -24,6 +28,8 @@ func testLayout(id Identity) WorkerSubjects {
 		Publish:  []string{"rs.result." + scope, "rs.metrics." + scope},
 		Replies:  "_RS_REPLY." + scope + ".>",
 		Inbox:    "_INBOX." + scope + "." + id.Worker,
+		// The queue's shape: one bucket per pool (objects.Bucket).
+		ObjectBucket: objects.Bucket("RS", id.Namespace, id.Pool),
 	}
 }
 
@@ -49,6 +55,17 @@ func TestWorkerPermissionsOnJetStream(t *testing.T) {
 	require.NoError(t, err)
 
 	own := testLayout(alice)
+	bob := testLayout(Identity{Namespace: "team-b", Pool: "echo", Worker: "echo-1"})
+	// Each pool's bucket holds a payload the queue stored.
+	buckets := &objects.Buckets{JS: ijs, Cfg: objects.Config{StreamName: "RS", TTL: time.Hour}}
+	refs := map[string]messages.ObjectRef{}
+	for _, ns := range []string{"team-a", "team-b"} {
+		obs, err := buckets.Ensure(ctx, ns, "echo")
+		require.NoError(t, err)
+		refs[ns], err = objects.Put(ctx, obs, objects.PayloadName(ns, "inv-1"), bytes.Repeat([]byte(ns), 100_000), 1<<20)
+		require.NoError(t, err)
+		require.Greater(t, refs[ns].Chunks, 1)
+	}
 	violations := make(chan error, 16)
 	nc, err := nats.Connect(srv.ClientURL(), nats.Token("alice"), nats.CustomInboxPrefix(own.Inbox),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
@@ -87,12 +104,24 @@ func TestWorkerPermissionsOnJetStream(t *testing.T) {
 		require.NoError(t, internal.Publish(own.Cancel, []byte("cancel")))
 		_, err = cancels.NextMsg(5 * time.Second)
 		require.NoError(t, err)
+
+		// Its pool's objects: read the payload, store a result.
+		payload, err := objects.Get(ctx, js, refs["team-a"], 0)
+		require.NoError(t, err)
+		assert.Equal(t, bytes.Repeat([]byte("team-a"), 100_000), payload)
+		obs, err := js.ObjectStore(ctx, own.ObjectBucket)
+		require.NoError(t, err)
+		body := bytes.Repeat([]byte("result"), 100_000)
+		ref, err := objects.Put(ctx, obs, objects.ResultName("team-a", "inv-1", 1), body, 1<<20)
+		require.NoError(t, err)
+		got, err := objects.Get(ctx, ijs, ref, 0)
+		require.NoError(t, err)
+		assert.Equal(t, body, got)
 	})
 
 	// Each attempt on another tenant's worker is refused; the server's
 	// permission violation is the proof (a JetStream request that cannot
 	// be published also times out on the client).
-	bob := testLayout(Identity{Namespace: "team-b", Pool: "echo", Worker: "echo-1"})
 	attempts := []struct {
 		name string
 		try  func(ctx context.Context) error
@@ -129,6 +158,32 @@ func TestWorkerPermissionsOnJetStream(t *testing.T) {
 			try: func(context.Context) error { return nc.Publish("_RS_REPLY.team-b.echo.caller-1", []byte("forged")) }},
 		{name: "listen to another worker's cancels", want: "rs.cancel.team-b.echo.echo-1",
 			try: func(context.Context) error { _, err := nc.SubscribeSync(bob.Cancel); return err }},
+		{name: "open another pool's bucket", want: "$JS.API.STREAM.INFO.OBJ_RS_OBJ_team-b_echo",
+			try: func(ctx context.Context) error { _, err := js.ObjectStore(ctx, bob.ObjectBucket); return err }},
+		{name: "read another pool's payload", want: "$JS.API.DIRECT.GET.OBJ_RS_OBJ_team-b_echo",
+			try: func(ctx context.Context) error {
+				_, err := nc.Request("$JS.API.DIRECT.GET.OBJ_"+bob.ObjectBucket, []byte(`{"seq":1}`), time.Second)
+				return err
+			}},
+		{name: "read another pool's object metadata", want: "$JS.API.DIRECT.GET.OBJ_RS_OBJ_team-b_echo.$O.RS_OBJ_team-b_echo.M.",
+			try: func(ctx context.Context) error {
+				_, err := nc.Request("$JS.API.DIRECT.GET.OBJ_"+bob.ObjectBucket+".$O."+bob.ObjectBucket+".M.x", nil, time.Second)
+				return err
+			}},
+		{name: "write into another pool's bucket", want: "$O.RS_OBJ_team-b_echo.C." + refs["team-b"].NUID,
+			try: func(ctx context.Context) error {
+				return nc.Publish("$O."+bob.ObjectBucket+".C."+refs["team-b"].NUID, []byte("forged"))
+			}},
+		{name: "consumer on its own bucket", want: "$JS.API.CONSUMER.CREATE.OBJ_RS_OBJ_team-a_echo",
+			try: func(ctx context.Context) error {
+				_, err := js.CreateOrUpdateConsumer(ctx, "OBJ_"+own.ObjectBucket, jetstream.ConsumerConfig{FilterSubject: "$O." + own.ObjectBucket + ".C.>"})
+				return err
+			}},
+		{name: "purge its own bucket", want: "$JS.API.STREAM.PURGE.OBJ_RS_OBJ_team-a_echo",
+			try: func(ctx context.Context) error {
+				_, err := nc.Request("$JS.API.STREAM.PURGE.OBJ_"+own.ObjectBucket, nil, time.Second)
+				return err
+			}},
 		{name: "listen to another tenant's inbox", want: "_INBOX.team-b.>",
 			try: func(context.Context) error { _, err := nc.SubscribeSync("_INBOX.team-b.>"); return err }},
 	}

@@ -256,7 +256,7 @@ func (a *Activator) onResult(ctx context.Context, m jetstream.Msg) {
 
 	a.wg.Go(func() {
 		record := func(r *messages.Record) {
-			r.Response, r.Error = res.Response, res.Error
+			r.Response, r.ResponseBodyRef, r.Error = res.Response, res.ResponseBodyRef, res.Error
 			if pol.Enabled() || len(r.Attempts) > 0 {
 				r.Attempts = append(r.Attempts, outcomeOf(res))
 			}

@@ -30,6 +30,7 @@ import (
 
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/internal/objects"
 	"github.com/runplane/runplane/queue/pool"
 	"github.com/runplane/runplane/queue/stream"
 )
@@ -51,7 +52,14 @@ type Config struct {
 	// unauthenticated baseline).
 	Auth           Authorizer
 	InsecureNoAuth bool
-	// MaxBodyBytes bounds a request body (default 4 MiB; 413 beyond).
+	// MaxPayloadBytes bounds a payload and a response body (default
+	// objects.DefaultMaxPayloadBytes, 64 MiB; 413 beyond): JSON counts its
+	// text, binary content its decoded bytes. What does not fit in one NATS
+	// message travels through the pool's Object Store bucket.
+	MaxPayloadBytes int64
+	// MaxBodyBytes bounds a JSON request body (default MaxPayloadBytes ×
+	// 4/3 + 1 MiB: a binary payload at the limit in base64, plus the
+	// envelope; 413 beyond).
 	MaxBodyBytes int64
 	// Limits bound the queued invocations per pool (runplane.io/max-backlog
 	// or Limits.PoolMaxBacklog) and per namespace (NamespaceMaxBacklog):
@@ -72,7 +80,8 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, 4<<20)
+	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, objects.DefaultMaxPayloadBytes)
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, c.MaxPayloadBytes/3*4+4+1<<20)
 	c.Limits = c.Limits.WithDefaults()
 	c.DefaultTimeoutSeconds = cmp.Or(c.DefaultTimeoutSeconds, 300)
 	c.MaxTimeoutSeconds = cmp.Or(c.MaxTimeoutSeconds, 3600)
@@ -197,7 +206,7 @@ func (s *Server) onReply(m *nats.Msg) {
 		return
 	}
 	s.notify(messages.Record{InvocationID: id, Namespace: ns, Pool: poolName, State: res.State, Worker: res.Worker,
-		Attempt: res.Attempt, Response: res.Response, Error: res.Error, UpdatedAt: res.FinishedAt}, token)
+		Attempt: res.Attempt, Response: res.Response, ResponseBodyRef: res.ResponseBodyRef, Error: res.Error, UpdatedAt: res.FinishedAt}, token)
 }
 
 // waiting reports whether a sync caller here waits on invocation id (the

@@ -61,15 +61,24 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 	if !alias && !s.authorizeInvoke(w, r, ns, poolName) {
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	var req InvokeRequest
-	if err := decodeBody(r.Body, &req); err != nil {
+	if rawBody(r) {
+		var ok bool
+		if req, ok = s.decodeRaw(w, r); !ok {
+			return
+		}
+	} else if err := decodeBody(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), &req); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			s.reject(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", s.cfg.MaxBodyBytes))
+			s.reject(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes (a payload may have %d bytes, %s)",
+				s.cfg.MaxBodyBytes, s.cfg.MaxPayloadBytes, mib(s.cfg.MaxPayloadBytes)))
 			return
 		}
 		s.reject(w, http.StatusBadRequest, fmt.Sprintf("invalid JSON body: %v", err))
+		return
+	}
+	if n := messages.PayloadSize(req.ContentType, req.Payload); n > s.cfg.MaxPayloadBytes {
+		s.tooLarge(w, "payload", n)
 		return
 	}
 	if alias {
@@ -108,6 +117,12 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 		s.reject(w, http.StatusConflict, conflictMessage(pl))
 		return
 	}
+	// The pool's Object Store bucket, where its workers store results too
+	// big for one message (made once per pool and replica; the NATS auth
+	// callout also makes it when it admits a worker).
+	if _, err := s.cfg.Store.Objects.Ensure(r.Context(), ns, poolName); err != nil {
+		s.cfg.Logger.Warn("object store bucket", "namespace", ns, "pool", poolName, "err", err)
+	}
 	clientID := req.InvocationID != ""
 	if !clientID {
 		req.InvocationID = nuid.Next()
@@ -125,7 +140,8 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 	}
 	inv := messages.Invocation{InvocationID: req.InvocationID, Namespace: ns, Pool: poolName, Mode: req.Mode, ContentType: req.ContentType,
 		Headers: req.Headers, Attributes: req.Attributes, Payload: req.Payload, TimeoutSeconds: req.TimeoutSeconds,
-		TTLSeconds: req.TTLSeconds, AcceptedAt: time.Now().UTC()}
+		TTLSeconds: req.TTLSeconds, AcceptedAt: time.Now().UTC(), MaxResultBytes: s.cfg.MaxPayloadBytes,
+		ResultMsgMaxBytes: int64(s.cfg.Store.Config.ResultMaxMsgSize)}
 	// A sync caller registers before anything is published, so no result
 	// can slip past it. Its reply token makes its fast-path reply subject
 	// its own (onReply); a duplicate caller's token is not the one
@@ -180,7 +196,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 		return
 	}
 	if rec.State.Terminal() {
-		httpjson.Write(w, http.StatusOK, rec)
+		s.writeRecord(w, ctx, http.StatusOK, rec)
 		return
 	}
 	final, ok := s.wait(ctx, stream.Key(ns, inv.InvocationID), ch, time.Duration(req.TimeoutSeconds)*time.Second)
@@ -192,7 +208,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 		})
 		return
 	}
-	httpjson.Write(w, http.StatusOK, accepted(final, rec))
+	s.writeRecord(w, ctx, http.StatusOK, accepted(final, rec))
 }
 
 // accepted completes a final Record taken from a worker's fast-path reply
@@ -287,9 +303,9 @@ const messageOverhead = 1 << 10
 // publish stores inv on invoke.<pool>; rev, when known, is the revision of
 // the Record just created (stream.RevisionHeader) and hash its RequestHash.
 func (s *Server) publish(ctx context.Context, inv messages.Invocation, rev uint64, hash string) (*jetstream.PubAck, error) {
-	b, err := json.Marshal(inv)
+	b, err := s.encode(ctx, inv)
 	if err != nil {
-		return nil, fmt.Errorf("encode invocation: %w", err)
+		return nil, err
 	}
 	msg := &nats.Msg{Subject: s.cfg.Store.Subjects.Invoke(inv.Namespace, inv.Pool), Data: b, Header: nats.Header{}}
 	if rev != 0 {

@@ -37,7 +37,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	httpjson.Write(w, http.StatusOK, rec)
+	s.writeRecord(w, r.Context(), http.StatusOK, rec)
 }
 
 func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
@@ -77,7 +77,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 			s.cfg.Logger.Warn("send cancel", "invocation", id, "err", err)
 		}
 	}
-	httpjson.Write(w, http.StatusOK, rec)
+	s.writeRecord(w, r.Context(), http.StatusOK, rec)
 }
 
 // PoolInfo is the answer to GET /v1/namespaces/{ns}/pools/{pool}. A pool

@@ -85,10 +85,7 @@ func (s *Server) validate(req *InvokeRequest) error {
 	if req.TTLSeconds < 0 || req.TTLSeconds > s.cfg.MaxTTLSeconds {
 		return fmt.Errorf("field ttlSeconds %d: must be between 0 (default %d) and %d", req.TTLSeconds, s.cfg.DefaultTTLSeconds, s.cfg.MaxTTLSeconds)
 	}
-	if len(req.Payload) > 0 && !json.Valid(req.Payload) {
-		return errors.New("field payload: must be valid JSON")
-	}
-	return nil
+	return validPayload(req.ContentType, req.Payload)
 }
 
 // requestHash is the SHA-256 of what an invocation hands its worker, in a

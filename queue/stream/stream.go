@@ -20,6 +20,7 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/internal/objects"
 )
 
 // Config names and sizes the JetStream resources.
@@ -64,6 +65,14 @@ type Config struct {
 	ResultsMaxPerPool int64
 	// Worker is the configuration of the workers' dispatch consumers.
 	Worker WorkerConsumer
+	// ObjectsMaxBytes bounds each pool's Object Store bucket of payloads
+	// and results too big for one NATS message (default 1 GiB; -1:
+	// unbounded). A full bucket refuses new big payloads (503) and results
+	// (the invocation fails).
+	ObjectsMaxBytes int64
+	// ObjectTTL is how long such an object is kept (default RecordTTL +
+	// 1h: it outlives the Record that names it, and goes soon after).
+	ObjectTTL time.Duration
 }
 
 // WorkerConsumer configures the durable pull consumer the queue creates
@@ -98,6 +107,8 @@ func (c Config) WithDefaults() Config {
 	c.ResultsMaxBytes = cmp.Or(c.ResultsMaxBytes, 1<<30)
 	c.ResultsMaxPerPool = cmp.Or(c.ResultsMaxPerPool, 10000)
 	c.ResultMaxMsgSize = cmp.Or(c.ResultMaxMsgSize, DefaultResultMaxMsgSize)
+	c.ObjectsMaxBytes = cmp.Or(c.ObjectsMaxBytes, 1<<30)
+	c.ObjectTTL = cmp.Or(c.ObjectTTL, c.RecordTTL+time.Hour)
 	c.Worker.AckWait = cmp.Or(c.Worker.AckWait, 30*time.Second)
 	c.Worker.MaxAckPending = cmp.Or(c.Worker.MaxAckPending, 1024)
 	c.Worker.InactiveThreshold = cmp.Or(c.Worker.InactiveThreshold, 10*time.Minute)
@@ -124,6 +135,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%s max bytes %d: at least 1 MiB, or -1 for unbounded", name, n)
 		}
 	}
+	if c.ObjectTTL < c.RecordTTL {
+		return fmt.Errorf("object TTL %s must be at least the record TTL %s (a Record must not name an object that is gone)", c.ObjectTTL, c.RecordTTL)
+	}
 	if c.RecordTTL < c.DuplicateWindow {
 		return fmt.Errorf("record TTL %s must be at least the duplicate window %s", c.RecordTTL, c.DuplicateWindow)
 	}
@@ -146,6 +160,8 @@ type Store struct {
 	Results jetstream.Stream
 	Records jetstream.KeyValue
 	Pools   jetstream.KeyValue
+	// Objects are the pools' Object Store buckets (internal/objects).
+	Objects *objects.Buckets
 	// MigrationSkipped lists old results (sequence: error) that could not
 	// be moved to the results stream at this start.
 	MigrationSkipped []string
@@ -244,7 +260,8 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	if err != nil {
 		return nil, fmt.Errorf("create KV bucket %s: %w", cfg.PoolsBucket, err)
 	}
-	store := &Store{Config: cfg, Subjects: subj, JS: js, Stream: st, Results: res, Records: rec, Pools: pools}
+	store := &Store{Config: cfg, Subjects: subj, JS: js, Stream: st, Results: res, Records: rec, Pools: pools,
+		Objects: &objects.Buckets{JS: js, Cfg: cfg.ObjectsConfig()}}
 	if moved != nil {
 		store.MigrationSkipped = moved.skipped
 	}
@@ -257,6 +274,11 @@ func bounded(n int64) int64 {
 		return -1
 	}
 	return n
+}
+
+// ObjectsConfig is the configuration of the pools' Object Store buckets.
+func (c Config) ObjectsConfig() objects.Config {
+	return objects.Config{StreamName: c.Stream, TTL: c.ObjectTTL, MaxBytes: c.ObjectsMaxBytes, Replicas: c.Replicas}
 }
 
 // ResultsConsumer is the activator's durable consumer of the results

@@ -55,6 +55,8 @@ func TestConfigValidate(t *testing.T) {
 		{"ttl below window", Config{DuplicateWindow: time.Hour, RecordTTL: time.Minute}, false},
 		{"results stream is the invocation stream", Config{Stream: "S", ResultsStream: "S"}, false},
 		{"results stream smaller than a result", Config{ResultsMaxBytes: 1024, ResultMaxMsgSize: 4096}, false},
+		{"objects expire before their Record", Config{RecordTTL: time.Hour, ObjectTTL: time.Minute}, false},
+		{"objects outlive their Record", Config{RecordTTL: time.Hour, ObjectTTL: 2 * time.Hour}, true},
 	}
 	for _, tc := range tests {
 		err := tc.c.WithDefaults().Validate()

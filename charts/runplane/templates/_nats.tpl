@@ -6,6 +6,8 @@ listen: 0.0.0.0:4222
 http: 0.0.0.0:8222
 lame_duck_duration: 30s
 lame_duck_grace_period: 10s
+# The queue's --result-max-size is the same; bigger bodies travel through the Object Store.
+max_payload: {{ int64 $.Values.nats.maxPayload }}
 jetstream {
   store_dir: /data/jetstream
   max_memory_store: {{ $.Values.nats.bundled.jetstream.maxMemoryStore }}

@@ -1,0 +1,81 @@
+package objects
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runplane/runplane/internal/messages"
+)
+
+func TestNames(t *testing.T) {
+	assert.Equal(t, "RS_OBJ_team-a_echo", Bucket("RS", "team-a", "echo"))
+	assert.Equal(t, "OBJ_RS_OBJ_team-a_echo", StreamName(Bucket("RS", "team-a", "echo")))
+	assert.Equal(t, "team-a/inv-1/payload", PayloadName("team-a", "inv-1"))
+	assert.Equal(t, "team-a/inv-1/result/2", ResultName("team-a", "inv-1", 2))
+	assert.Equal(t, 256<<10, ChunkSize(1<<20))
+	assert.Equal(t, 32<<10, ChunkSize(64<<10))
+	assert.True(t, Inline(1<<20-Headroom, 1<<20))
+	assert.False(t, Inline(1<<20-Headroom+1, 1<<20))
+}
+
+// TestPutGet stores and reads objects on a real nats-server: the bytes come
+// back as stored, and a reference that does not match the object (size,
+// chunks, digest, a missing object) is a permanent error, never other bytes.
+func TestPutGet(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true})
+	require.NoError(t, err)
+	go srv.Start()
+	require.True(t, srv.ReadyForConnections(10*time.Second))
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := &Buckets{JS: js, Cfg: Config{StreamName: "RS", TTL: time.Hour, MaxBytes: 64 << 20}}
+	obs, err := b.Ensure(ctx, "team-a", "echo")
+	require.NoError(t, err)
+	data := bytes.Repeat([]byte("0123456789"), 300_000) // 3 MB: several chunks
+	ref, err := Put(ctx, obs, PayloadName("team-a", "inv-1"), data, nc.MaxPayload())
+	require.NoError(t, err)
+	assert.Equal(t, "RS_OBJ_team-a_echo", ref.Bucket)
+	assert.Equal(t, int64(len(data)), ref.Size)
+	assert.Greater(t, ref.Chunks, 1)
+	assert.Equal(t, Digest(data), ref.Digest)
+
+	got, err := Get(ctx, js, ref, 0)
+	require.NoError(t, err)
+	assert.Equal(t, data, got)
+
+	for _, tc := range []struct {
+		name   string
+		mutate func(*messages.ObjectRef)
+		limit  int64
+	}{
+		{"over the limit", func(*messages.ObjectRef) {}, 1 << 20},
+		{"wrong size", func(r *messages.ObjectRef) { r.Size-- }, 0},
+		{"fewer chunks", func(r *messages.ObjectRef) { r.Chunks-- }, 0},
+		{"wrong digest", func(r *messages.ObjectRef) { r.Digest = Digest([]byte("other")) }, 0},
+		{"another chunk id", func(r *messages.ObjectRef) { r.NUID = "NOSUCHNUID" }, 0},
+		{"no bucket", func(r *messages.ObjectRef) { r.Bucket = "RS_OBJ_team-b_echo" }, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := ref
+			tc.mutate(&r)
+			got, err := Get(ctx, js, r, tc.limit)
+			require.Error(t, err)
+			assert.Nil(t, got)
+			assert.True(t, Permanent(err), "permanent: %v", err)
+		})
+	}
+}

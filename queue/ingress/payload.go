@@ -1,0 +1,188 @@
+package ingress
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+
+	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/internal/httpjson"
+	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/internal/objects"
+)
+
+// tooLarge answers 413 naming the limit.
+func (s *Server) tooLarge(w http.ResponseWriter, what string, size int64) {
+	msg := fmt.Sprintf("%s exceeds the limit of %d bytes (%s)", what, s.cfg.MaxPayloadBytes, mib(s.cfg.MaxPayloadBytes))
+	if size > 0 {
+		msg = fmt.Sprintf("%s of %d bytes exceeds the limit of %d bytes (%s)", what, size, s.cfg.MaxPayloadBytes, mib(s.cfg.MaxPayloadBytes))
+	}
+	s.reject(w, http.StatusRequestEntityTooLarge, msg)
+}
+
+func mib(n int64) string { return strconv.FormatFloat(float64(n)/(1<<20), 'f', -1, 64) + " MiB" }
+
+// rawBody reports whether r carries the payload itself as its body (any
+// Content-Type but JSON): the invocation's fields then come from the query
+// (mode, invocationID, timeoutSeconds, ttlSeconds; namespace and
+// serverlessRequestID on the seed alias) and contentType is the body's.
+//
+// application/x-www-form-urlencoded is read as the JSON envelope, as
+// always: it is what curl -d sends when no Content-Type is given.
+func rawBody(r *http.Request) bool {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" || messages.IsJSON(ct) {
+		return false
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	return err != nil || mt != "application/x-www-form-urlencoded"
+}
+
+// decodeRaw reads a raw-body request: the body, at most MaxPayloadBytes,
+// becomes the payload (base64 in the envelope).
+func (s *Server) decodeRaw(w http.ResponseWriter, r *http.Request) (InvokeRequest, bool) {
+	q := r.URL.Query()
+	req := InvokeRequest{Mode: messages.Mode(q.Get("mode")), Namespace: q.Get("namespace"), InvocationID: q.Get("invocationID"),
+		ServerlessRequestID: q.Get("serverlessRequestID"), ContentType: r.Header.Get("Content-Type")}
+	for _, f := range []struct {
+		name string
+		v    *int
+	}{{"timeoutSeconds", &req.TimeoutSeconds}, {"ttlSeconds", &req.TTLSeconds}} {
+		if v := q.Get(f.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				s.reject(w, http.StatusBadRequest, fmt.Sprintf("query parameter %s %q: not an integer", f.name, v))
+				return req, false
+			}
+			*f.v = n
+		}
+	}
+	for k := range q {
+		switch k {
+		case "mode", "namespace", "invocationID", "serverlessRequestID", "timeoutSeconds", "ttlSeconds":
+		default:
+			s.reject(w, http.StatusBadRequest, fmt.Sprintf("unknown query parameter %q: a raw body takes mode, invocationID, timeoutSeconds, ttlSeconds "+
+				"(and namespace, serverlessRequestID on the seed alias); send a JSON body for headers and attributes", k))
+			return req, false
+		}
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxPayloadBytes))
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		s.tooLarge(w, "request body", 0)
+		return req, false
+	}
+	if err != nil {
+		s.reject(w, http.StatusBadRequest, fmt.Sprintf("read body: %v", err))
+		return req, false
+	}
+	if len(b) > 0 {
+		req.Payload, _ = json.Marshal(base64.StdEncoding.EncodeToString(b))
+	}
+	return req, true
+}
+
+// validPayload checks a payload against its contentType: JSON as itself,
+// anything else as a JSON string of standard base64.
+func validPayload(contentType string, p json.RawMessage) error {
+	if len(p) == 0 {
+		return nil
+	}
+	if messages.IsJSON(contentType) {
+		if !json.Valid(p) {
+			return errors.New("field payload: must be valid JSON")
+		}
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(p, &s); err != nil {
+		return fmt.Errorf("field payload: contentType %q is not JSON, so the payload must be a string of its bytes in standard base64", contentType)
+	}
+	if _, err := base64.StdEncoding.DecodeString(s); err != nil {
+		return fmt.Errorf("field payload: contentType %q is not JSON, so the payload must be standard base64: %v", contentType, err)
+	}
+	return nil
+}
+
+// encode encodes inv for invoke.<ns>.<pool>. An invocation that would not
+// fit in one NATS message has its payload moved to its pool's Object Store
+// bucket first, leaving a reference. A payload too big on its own is not
+// encoded twice.
+func (s *Server) encode(ctx context.Context, inv messages.Invocation) ([]byte, error) {
+	maxPayload := s.cfg.NC.MaxPayload()
+	if objects.Inline(int64(len(inv.Payload)), maxPayload) {
+		b, err := json.Marshal(inv)
+		if err != nil {
+			return nil, fmt.Errorf("encode invocation: %w", err)
+		}
+		// Headers and attributes count too.
+		if objects.Inline(int64(len(b)), maxPayload) || len(inv.Payload) == 0 {
+			return b, nil
+		}
+	}
+	obs, err := s.cfg.Store.Objects.Ensure(ctx, inv.Namespace, inv.Pool)
+	if err != nil {
+		return nil, fmt.Errorf("store the payload of invocation %s: %w", inv.InvocationID, err)
+	}
+	ref, err := objects.Put(ctx, obs, objects.PayloadName(inv.Namespace, inv.InvocationID), inv.Payload, maxPayload)
+	if err != nil {
+		return nil, fmt.Errorf("store the payload of invocation %s: %w", inv.InvocationID, err)
+	}
+	inv.Payload, inv.PayloadRef = nil, &ref
+	b, err := json.Marshal(inv)
+	if err != nil {
+		return nil, fmt.Errorf("encode invocation: %w", err)
+	}
+	return b, nil
+}
+
+// errBodyUnavailable: a Record's response body object cannot be read.
+type errBodyUnavailable struct{ err error }
+
+func (e *errBodyUnavailable) Error() string { return e.err.Error() }
+func (e *errBodyUnavailable) Unwrap() error { return e.err }
+
+// resolve reads the response body a Record holds by reference into
+// Response.Body, so callers see the Record as if it had been inline. The
+// reference must name the Record's own pool's bucket and attempt's object.
+func (s *Server) resolve(ctx context.Context, rec messages.Record) (messages.Record, error) {
+	ref := rec.ResponseBodyRef
+	if ref == nil {
+		return rec, nil
+	}
+	rec.ResponseBodyRef = nil
+	if ref.Bucket != objects.Bucket(s.cfg.Store.Config.Stream, rec.Namespace, rec.Pool) || ref.Name != objects.ResultName(rec.Namespace, rec.InvocationID, rec.Attempt) {
+		return rec, &errBodyUnavailable{fmt.Errorf("invocation %s: its response body reference %s/%s is not its own", rec.InvocationID, ref.Bucket, ref.Name)}
+	}
+	// The body as carried: binary content at the limit is base64, 4/3 of it.
+	body, err := objects.Get(ctx, s.cfg.Store.JS, *ref, s.cfg.MaxPayloadBytes/3*4+4)
+	if err != nil {
+		return rec, &errBodyUnavailable{fmt.Errorf("invocation %s: read its response body: %w", rec.InvocationID, err)}
+	}
+	var resp framework.Response
+	if rec.Response != nil {
+		resp = *rec.Response
+	}
+	resp.Body = body
+	rec.Response = &resp
+	return rec, nil
+}
+
+// writeRecord answers with rec, its response body read in when it is held
+// by reference (502 when that fails: the result exists but cannot be
+// delivered now; a GET may retry).
+func (s *Server) writeRecord(w http.ResponseWriter, ctx context.Context, code int, rec messages.Record) {
+	full, err := s.resolve(ctx, rec)
+	if err != nil {
+		s.cfg.Logger.Warn("response body", "invocation", rec.InvocationID, "err", err)
+		s.reject(w, http.StatusBadGateway, err.Error())
+		return
+	}
+	httpjson.Write(w, code, full)
+}
