@@ -60,6 +60,7 @@ class TestPackage(unittest.TestCase):
         """pip install --no-build-isolation ./framework/python into a venv, no index."""
         need("pip")
         need("setuptools")
+        need("wheel")  # setuptools < 70 builds wheels with it
         need("venv")
         venv = os.path.join(self.tmp(), "venv")
         # --system-site-packages: the build backend (Debian's setuptools) comes from the system.
