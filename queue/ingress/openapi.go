@@ -102,10 +102,10 @@ func Spec(cfg Config) (*openapi3.T, error) {
 	if req == nil || req.Value == nil {
 		return nil, fmt.Errorf("schema InvokeRequest not generated")
 	}
-	limits(req.Value, "timeoutSeconds", cfg.DefaultTimeoutSeconds, cfg.MaxTimeoutSeconds,
-		"execution time allowed, in seconds; a sync caller waits this long")
-	limits(req.Value, "ttlSeconds", cfg.DefaultTTLSeconds, cfg.MaxTTLSeconds,
-		"time allowed in the queue before dispatch, in seconds")
+	limits(req.Value, "timeoutSeconds", cfg.MaxTimeoutSeconds,
+		"execution time allowed, in seconds; a sync caller waits this long (0 or absent: the ingress's default, 300 unless configured)")
+	limits(req.Value, "ttlSeconds", cfg.MaxTTLSeconds,
+		"time allowed in the queue before dispatch, in seconds (0 or absent: the ingress's default, 600 unless configured)")
 	req.Value.AdditionalProperties = openapi3.AdditionalProperties{Has: new(bool)}
 	// The generator leaves its $refs unresolved: what is validated (and
 	// served) is the document as a client loads it.
@@ -136,14 +136,16 @@ func SpecJSON(cfg Config) ([]byte, error) {
 	return b, nil
 }
 
-func limits(s *openapi3.Schema, field string, def, maxValue int, desc string) {
+// limits sets a field's range; the description stays the same for every
+// configuration (the generated client's comments come from it).
+func limits(s *openapi3.Schema, field string, maxValue int, desc string) {
 	p := s.Properties[field]
 	if p == nil || p.Value == nil {
 		return
 	}
 	p.Value.Min, p.Value.Max = new(float64), new(float64)
 	*p.Value.Max = float64(maxValue)
-	p.Value.Description = fmt.Sprintf("%s (0 or absent: %d; at most %d)", desc, def, maxValue)
+	p.Value.Description = desc + "; the maximum is this ingress's configured limit"
 }
 
 func contentType(r response) string {
