@@ -43,7 +43,9 @@ func Spec(cfg Config) (*openapi3.T, error) {
 		Info: &openapi3.Info{Title: "runplane queue ingress", Version: "v1",
 			Description: "Invoke serverless pools and follow invocations. Errors are RFC 9457 problem details " +
 				"(application/problem+json); a wrong method on a known path is 405 with Allow; durations are in seconds."},
-		Paths: openapi3.NewPaths(),
+		// Relative: the document is served by the ingress it describes.
+		Servers: openapi3.Servers{{URL: "/", Description: "the ingress serving this document"}},
+		Paths:   openapi3.NewPaths(),
 		Components: &openapi3.Components{Schemas: openapi3.Schemas{}, SecuritySchemes: openapi3.SecuritySchemes{
 			"bearer": &openapi3.SecuritySchemeRef{Value: openapi3.NewJWTSecurityScheme().WithBearerFormat("").
 				WithDescription("a token the apiserver accepts (TokenReview), of a caller RBAC lets invoke the pool (SubjectAccessReview)")},
