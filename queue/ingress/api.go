@@ -14,8 +14,8 @@ import (
 // The API is this table: Handler registers each operation's pattern and
 // Spec describes it, with the Go types of its bodies reflected into
 // schemas, so routes, answers and the document cannot drift apart. A
-// handler that answers another status or type must be listed here first
-// (TestSpecCoversEveryAnswer checks the statuses the tests see).
+// handler that answers another status or type lists it here too: that is
+// what the document, and the clients generated from it, know.
 type operation struct {
 	// method and path: the ServeMux pattern is method + " " + path; path
 	// uses the spec's parameter names ({namespace}, {pool}, {id}).
