@@ -5,7 +5,7 @@ export GONOSUMDB := k8s.io/kubernetes
 # Go test flags for make test; -v so the output names every test that ran.
 TESTFLAGS ?= -count=1 -v -timeout 40m
 
-.PHONY: all dev test unit bench lint testbin deps build python-test clean image
+.PHONY: all dev test unit bench lint testbin deps build python-test python-wheel clean image
 
 all: build
 
@@ -21,8 +21,20 @@ test: deps lint
 unit:
 	$(GO) test -short $(TESTFLAGS) ./...
 
-python-test:
-	python3 -m unittest discover -s framework/python -v
+# Debian's interpreter: its modules (uvicorn, mypy, setuptools) are the Debian
+# packages of hack/install-deps.sh, whatever python3 comes first on PATH.
+PYTHON ?= /usr/bin/python3
+
+## python-test: the Python SDK's tests (make test runs them too).
+python-test: deps
+	RUNPLANE_PYTHON_STRICT=1 $(PYTHON) -m unittest discover -s framework/python -v
+
+## python-wheel: the Python SDK's wheel into bin/python/ (offline: Debian's setuptools).
+python-wheel: deps
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && cp -r framework/python "$$tmp/src" && \
+	rm -rf "$$tmp/src/build" "$$tmp/src/"*.egg-info && \
+	$(PYTHON) -m pip wheel --no-index --no-build-isolation --no-deps --quiet -w bin/python "$$tmp/src" && \
+	ls bin/python/*.whl
 
 ## bench: every benchmark, printed as a table of medians.
 bench: deps

@@ -6,7 +6,18 @@ need=()
 command -v ssh >/dev/null 2>&1 || need+=(openssh-client)
 [[ -x /usr/sbin/sshd ]] || need+=(openssh-server)
 [[ -x /usr/lib/openssh/sftp-server || -x /usr/lib/sftp-server ]] || need+=(openssh-sftp-server)
-command -v python3 >/dev/null 2>&1 || need+=(python3)
+# The Python SDK's tests run with Debian's interpreter (not a pyenv or venv
+# python3 that may come first on PATH): its modules come from these packages,
+# since PyPI is not reachable (framework/README.md).
+[[ -x /usr/bin/python3 ]] || need+=(python3)
+pymod() { [[ -x /usr/bin/python3 ]] && /usr/bin/python3 -c "import $1" >/dev/null 2>&1; }
+pymod setuptools || need+=(python3-setuptools)
+pymod wheel || need+=(python3-wheel)
+pymod pip || need+=(python3-pip)
+pymod ensurepip || need+=(python3-venv)
+pymod mypy || need+=(mypy)
+pymod uvicorn || need+=(python3-uvicorn)
+pymod fastapi || need+=(python3-fastapi)
 command -v cp >/dev/null 2>&1 || need+=(coreutils)
 command -v pgrep >/dev/null 2>&1 || need+=(procps)
 if ((${#need[@]} == 0)); then exit 0; fi

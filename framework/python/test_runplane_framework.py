@@ -123,7 +123,7 @@ class TestEnv(unittest.TestCase):
         for name, env, want in cases:
             with self.subTest(name):
                 c = rf.config_from_env(env)
-                self.assertEqual((c["socket_path"], c["invoke_path"], c["health_path"]), want)
+                self.assertEqual((c.socket_path, c.invoke_path, c.health_path), want)
 
 
 class TestEchoProcess(unittest.TestCase):

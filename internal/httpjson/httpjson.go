@@ -1,7 +1,7 @@
 // Package httpjson writes runplane's JSON HTTP answers: a value with its
-// status, and errors as {"error": "<message>"}, the one error shape every
-// runplane HTTP endpoint (ingress, extender, sidecar, framework helper)
-// answers with.
+// status, errors as {"error": "<message>"} (Error: the extender, sidecar,
+// framework helper and file browser), and RFC 9457 problem details
+// (WriteProblem: the queue ingress's public API).
 package httpjson
 
 import (
@@ -14,7 +14,11 @@ import (
 // client that went away or a value that cannot be encoded, which the
 // callers' tests rule out.
 func Write(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
+	write(w, "application/json", code, v)
+}
+
+func write(w http.ResponseWriter, contentType string, code int, v any) {
+	w.Header().Set("Content-Type", contentType)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
@@ -22,10 +26,41 @@ func Write(w http.ResponseWriter, code int, v any) {
 
 // Error answers with code and {"error": msg}.
 func Error(w http.ResponseWriter, code int, msg string) {
-	Write(w, code, Problem{Error: msg})
+	Write(w, code, struct {
+		Error string `json:"error"`
+	}{msg})
 }
 
-// Problem is the body of an error answer.
+// ProblemContentType is the media type of RFC 9457 problem details.
+const ProblemContentType = "application/problem+json"
+
+// Problem is an RFC 9457 problem details object. Answers with more to say
+// embed it and add extension members.
 type Problem struct {
-	Error string `json:"error"`
+	// Type is a URI naming the kind of problem; "about:blank": the status says it all.
+	Type string `json:"type" doc:"a URI naming the kind of problem; about:blank when the status code says it all"`
+	// Title is the status's text (RFC 9457 section 4.2.1 for about:blank).
+	Title  string `json:"title" doc:"the HTTP status text"`
+	Status int    `json:"status" doc:"the HTTP status code"`
+	// Detail explains this occurrence: which field, which limit, what to do.
+	Detail string `json:"detail" doc:"what went wrong in this request, naming the field, limit or object"`
+	// Instance is the request path the problem occurred on.
+	Instance string `json:"instance,omitempty" doc:"the request path"`
+	// Error repeats Detail for clients of runplane's former {"error": "..."} body.
+	Error string `json:"error" doc:"the same text as detail (kept for clients of the former error body)"`
+}
+
+// NewProblem is the problem of status code with detail, of type about:blank.
+func NewProblem(r *http.Request, code int, detail string) Problem {
+	p := Problem{Type: "about:blank", Title: http.StatusText(code), Status: code, Detail: detail, Error: detail}
+	if r != nil {
+		p.Instance = r.URL.Path
+	}
+	return p
+}
+
+// WriteProblem answers with code and v (a Problem, or a struct embedding
+// one) as application/problem+json.
+func WriteProblem(w http.ResponseWriter, code int, v any) {
+	write(w, ProblemContentType, code, v)
 }

@@ -13,19 +13,32 @@ func TestWrite(t *testing.T) {
 		name     string
 		write    func(http.ResponseWriter)
 		wantCode int
+		wantType string
 		wantBody string
 	}{
 		{name: "value", write: func(w http.ResponseWriter) { Write(w, http.StatusAccepted, map[string]int{"n": 1}) },
-			wantCode: 202, wantBody: `{"n":1}` + "\n"},
+			wantCode: 202, wantType: "application/json", wantBody: `{"n":1}` + "\n"},
 		{name: "error", write: func(w http.ResponseWriter) { Error(w, http.StatusBadRequest, `field "mode": want sync or async`) },
-			wantCode: 400, wantBody: `{"error":"field \"mode\": want sync or async"}` + "\n"},
+			wantCode: 400, wantType: "application/json", wantBody: `{"error":"field \"mode\": want sync or async"}` + "\n"},
+		{name: "problem", write: func(w http.ResponseWriter) {
+			r := httptest.NewRequest(http.MethodGet, "/v1/x?y=1", nil)
+			WriteProblem(w, http.StatusConflict, NewProblem(r, http.StatusConflict, "taken"))
+		}, wantCode: 409, wantType: ProblemContentType,
+			wantBody: `{"type":"about:blank","title":"Conflict","status":409,"detail":"taken","instance":"/v1/x","error":"taken"}` + "\n"},
+		{name: "problem with extensions", write: func(w http.ResponseWriter) {
+			WriteProblem(w, http.StatusTooManyRequests, struct {
+				Problem
+				Max int `json:"max"`
+			}{NewProblem(nil, http.StatusTooManyRequests, "full"), 3})
+		}, wantCode: 429, wantType: ProblemContentType,
+			wantBody: `{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"full","error":"full","max":3}` + "\n"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
 			tc.write(rec)
 			assert.Equal(t, tc.wantCode, rec.Code)
-			assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+			assert.Equal(t, tc.wantType, rec.Header().Get("Content-Type"))
 			assert.Equal(t, "nosniff", rec.Header().Get("X-Content-Type-Options"))
 			assert.Equal(t, tc.wantBody, rec.Body.String())
 		})

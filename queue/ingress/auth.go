@@ -8,7 +8,6 @@ import (
 	"strconv"
 
 	"github.com/runplane/runplane/internal/callerauth"
-	"github.com/runplane/runplane/internal/httpjson"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue/stream"
 )
@@ -49,12 +48,12 @@ func (s *Server) refuse(w http.ResponseWriter, req callerauth.Request, err error
 		if refusal.RetryAfter > 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(refusal.RetryAfter.Seconds()))))
 		}
-		httpjson.Error(w, refusal.Status, refusal.Message)
+		problem(w, nil, refusal.Status, refusal.Message)
 		return
 	}
 	s.cfg.Logger.Warn("caller authorization: apiserver unavailable", "request", req.String(), "err", err)
 	s.m.rejected.WithLabelValues("503").Inc()
-	httpjson.Error(w, http.StatusServiceUnavailable, fmt.Sprintf("cannot ask the apiserver whether the caller may %s: %v", req, err))
+	problem(w, nil, http.StatusServiceUnavailable, fmt.Sprintf("cannot ask the apiserver whether the caller may %s: %v", req, err))
 }
 
 // record reads invocation id of namespace ns for a caller who wants to do
@@ -68,7 +67,7 @@ func (s *Server) record(w http.ResponseWriter, r *http.Request, ns, id, verb str
 	rec, _, err := s.cfg.Store.Get(r.Context(), stream.Key(ns, id))
 	found := err == nil
 	if err != nil && !errors.Is(err, stream.ErrNotFound) {
-		httpjson.Error(w, http.StatusServiceUnavailable, err.Error())
+		problem(w, r, http.StatusServiceUnavailable, err.Error())
 		return rec, false
 	}
 	if s.cfg.Auth == nil {

@@ -103,6 +103,8 @@ type Server struct {
 	// reply fast path is off.
 	replica string
 	m       *ingressMetrics
+	// spec is the OpenAPI document served at /openapi.json (SpecJSON).
+	spec []byte
 
 	mu sync.Mutex
 	// waiters: sync callers by Record key (stream.Key).
@@ -128,6 +130,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, waiters: map[string]map[chan messages.Record]waiter{},
 		counts: map[string]*poolCount{}, nsBacklog: map[string]int{}, m: newIngressMetrics(cfg.Registerer)}
+	spec, err := SpecJSON(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.spec = spec
 	rw, err := cfg.Store.Records.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, fmt.Errorf("watch records: %w", err)

@@ -202,10 +202,9 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 	final, ok := s.wait(ctx, stream.Key(ns, inv.InvocationID), ch, time.Duration(req.TimeoutSeconds)*time.Second)
 	s.m.syncLatency.WithLabelValues(poolName).Observe(time.Since(start).Seconds())
 	if !ok {
-		httpjson.Write(w, http.StatusGatewayTimeout, map[string]any{
-			"error":        fmt.Sprintf("no result within timeoutSeconds=%d; poll GET /v1/namespaces/%s/invocations/%s", req.TimeoutSeconds, ns, inv.InvocationID),
-			"invocationID": inv.InvocationID, "state": final.State,
-		})
+		httpjson.WriteProblem(w, http.StatusGatewayTimeout, InvocationProblem{Problem: httpjson.NewProblem(r, http.StatusGatewayTimeout,
+			fmt.Sprintf("no result within timeoutSeconds=%d; poll GET /v1/namespaces/%s/invocations/%s", req.TimeoutSeconds, ns, inv.InvocationID)),
+			InvocationID: inv.InvocationID, State: final.State})
 		return
 	}
 	s.writeRecord(w, ctx, http.StatusOK, accepted(final, rec))

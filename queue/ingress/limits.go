@@ -122,6 +122,6 @@ func (s *Server) tooMany(w http.ResponseWriter, le *limitError) {
 	s.m.rejected.WithLabelValues(strconv.Itoa(http.StatusTooManyRequests)).Inc()
 	s.m.limited.WithLabelValues(le.Reason, le.Namespace).Inc()
 	w.Header().Set("Retry-After", strconv.Itoa(retry))
-	httpjson.Write(w, http.StatusTooManyRequests, map[string]any{
-		"error": le.Error(), "limit": le.Reason, "max": le.Max, "namespace": le.Namespace, "pool": le.Pool})
+	httpjson.WriteProblem(w, http.StatusTooManyRequests, LimitProblem{Problem: httpjson.NewProblem(nil, http.StatusTooManyRequests, le.Error()),
+		Limit: le.Reason, Max: le.Max, Namespace: le.Namespace, Pool: le.Pool})
 }

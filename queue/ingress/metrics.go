@@ -5,13 +5,11 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/runplane/runplane/internal/httpjson"
 )
 
 func (s *Server) reject(w http.ResponseWriter, code int, msg string) {
 	s.m.rejected.WithLabelValues(strconv.Itoa(code)).Inc()
-	httpjson.Error(w, code, msg)
+	problem(w, nil, code, msg)
 }
 
 type ingressMetrics struct {

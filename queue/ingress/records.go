@@ -16,16 +16,16 @@ import (
 
 // invocationPath reads and checks {ns} and {id}; it answers 400 itself.
 func invocationPath(w http.ResponseWriter, r *http.Request) (ns, id string, ok bool) {
-	ns, id = r.PathValue("ns"), r.PathValue("id")
+	ns, id = r.PathValue("namespace"), r.PathValue("id")
 	if err := errors.Join(validNamespace(ns), validID("invocation ID", id)); err != nil {
-		httpjson.Error(w, http.StatusBadRequest, err.Error())
+		problem(w, r, http.StatusBadRequest, err.Error())
 		return ns, id, false
 	}
 	return ns, id, true
 }
 
 func notFound(w http.ResponseWriter, ns, id string) {
-	httpjson.Error(w, http.StatusNotFound, fmt.Sprintf("invocation %q not found in namespace %q", id, ns))
+	problem(w, nil, http.StatusNotFound, fmt.Sprintf("invocation %q not found in namespace %q", id, ns))
 }
 
 func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
@@ -63,11 +63,12 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		httpjson.Error(w, http.StatusServiceUnavailable, err.Error())
+		problem(w, r, http.StatusServiceUnavailable, err.Error())
 		return
 	}
 	if !changed {
-		httpjson.Write(w, http.StatusConflict, map[string]any{"error": fmt.Sprintf("invocation %s is already %s", id, rec.State), "invocationID": id, "state": rec.State})
+		httpjson.WriteProblem(w, http.StatusConflict, InvocationProblem{Problem: httpjson.NewProblem(r, http.StatusConflict,
+			fmt.Sprintf("invocation %s is already %s", id, rec.State)), InvocationID: id, State: rec.State})
 		return
 	}
 	if (before.State == messages.StateDispatched || before.State == messages.StateRunning) && before.Worker != "" {
@@ -80,18 +81,10 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	s.writeRecord(w, r.Context(), http.StatusOK, rec)
 }
 
-// PoolInfo is the answer to GET /v1/namespaces/{ns}/pools/{pool}. A pool
-// claimed by several Deployments of its namespace has Conflict set (and
-// serves nothing: invocations get 409 until all but one are removed).
-type PoolInfo struct {
-	pool.Pool
-	Status *stream.PoolStatus `json:"status,omitempty"`
-}
-
 func (s *Server) handlePool(w http.ResponseWriter, r *http.Request) {
-	ns, name := r.PathValue("ns"), r.PathValue("pool")
+	ns, name := r.PathValue("namespace"), r.PathValue("pool")
 	if err := errors.Join(validNamespace(ns), validPool(name)); err != nil {
-		httpjson.Error(w, http.StatusBadRequest, err.Error())
+		problem(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
 	if !s.allowed(w, r, callerauth.Request{Verb: VerbRead, Namespace: ns, Pool: name}) {
@@ -99,10 +92,10 @@ func (s *Server) handlePool(w http.ResponseWriter, r *http.Request) {
 	}
 	p, ok := s.cfg.Pools.Lookup(ns, name)
 	if !ok {
-		httpjson.Error(w, http.StatusNotFound, unknownPool(ns, name))
+		problem(w, r, http.StatusNotFound, unknownPool(ns, name))
 		return
 	}
-	info := PoolInfo{Pool: p}
+	info := newPoolInfo(p)
 	if e, err := s.cfg.Store.Pools.Get(r.Context(), stream.PoolKey(ns, name)); err == nil {
 		var ps stream.PoolStatus
 		if json.Unmarshal(e.Value(), &ps) == nil {

@@ -1,0 +1,1 @@
+"""Examples of the runplane framework SDK (also run by the tests)."""

@@ -1,0 +1,237 @@
+package ingress
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/runplane/runplane/internal/httpjson"
+	"github.com/runplane/runplane/internal/messages"
+)
+
+// The API is this table: Handler registers each operation's pattern and
+// Spec describes it, with the Go types of its bodies reflected into
+// schemas, so routes, answers and the document cannot drift apart. A
+// handler that answers another status or type lists it here too: that is
+// what the document, and the clients generated from it, know.
+type operation struct {
+	// method and path: the ServeMux pattern is method + " " + path; path
+	// uses the spec's parameter names ({namespace}, {pool}, {id}).
+	method, path string
+	id           string // operationId
+	summary      string
+	description  string
+	tag          string
+	// body is a value of the request body's type (nil: none).
+	body      any
+	responses []response
+	serve     func(*Server) http.HandlerFunc
+	// public: no bearer token needed.
+	public bool
+}
+
+// response is one status of an operation; body is a value of its type
+// (nil: none); a Problem type is answered as application/problem+json.
+type response struct {
+	status      int
+	description string
+	body        any
+	contentType string // default: application/json, or problem+json for problem types
+	headers     []string
+}
+
+// Problem is the body of every error answer: RFC 9457 problem details.
+type Problem = httpjson.Problem
+
+// InvocationProblem is a problem about one invocation: a sync wait that
+// ended before the result (504), a cancel of a finished invocation (409).
+type InvocationProblem struct {
+	httpjson.Problem
+	InvocationID string         `json:"invocationID" doc:"the invocation"`
+	State        messages.State `json:"state" doc:"its state when the answer was written"`
+}
+
+// LimitProblem is a 429 for a full backlog: which limit, its value, where.
+type LimitProblem struct {
+	httpjson.Problem
+	Limit     string `json:"limit,omitempty" doc:"pool_backlog or namespace_backlog (absent for a caller-review limit)"`
+	Max       int    `json:"max,omitempty" doc:"the limit's value: queued invocations"`
+	Namespace string `json:"namespace,omitempty"`
+	Pool      string `json:"pool,omitempty"`
+}
+
+// Status is the body of the health and readiness answers.
+type Status struct {
+	Status string `json:"status" doc:"ok (healthz) or ready (readyz)"`
+}
+
+func problem(w http.ResponseWriter, r *http.Request, code int, detail string) {
+	httpjson.WriteProblem(w, code, httpjson.NewProblem(r, code, detail))
+}
+
+// Shared answers of the operations.
+var (
+	badRequest = response{status: http.StatusBadRequest, body: Problem{},
+		description: "a malformed path token (namespace and pool: DNS-1123 labels; invocation ID: 1-128 of A-Z a-z 0-9 _ = -) or body: the detail names the field"}
+	unauthorized = response{status: http.StatusUnauthorized, body: Problem{}, description: "no, or an invalid, bearer token"}
+	forbidden    = response{status: http.StatusForbidden, body: Problem{}, description: "RBAC refuses: the detail names the verb, resource, namespace and pool"}
+	unavailable  = response{status: http.StatusServiceUnavailable, body: Problem{}, description: "NATS or the apiserver is unavailable"}
+	tooMany      = response{status: http.StatusTooManyRequests, body: LimitProblem{}, headers: []string{"Retry-After"},
+		description: "a backlog limit is reached (the pool's runplane.io/max-backlog or its namespace's; only this namespace is refused), or too many caller reviews"}
+)
+
+func invokeResponses(notFound string) []response {
+	return []response{
+		{status: http.StatusOK, body: messages.Record{}, description: "sync: the terminal Record (its response is the worker's answer)"},
+		{status: http.StatusAccepted, body: Ack{}, description: "async: accepted, with the JetStream ack"},
+		badRequest, unauthorized, forbidden,
+		{status: http.StatusNotFound, body: Problem{}, description: notFound},
+		{status: http.StatusConflict, body: Problem{}, description: "the invocation ID belongs to another pool, or was accepted with another request " +
+			"(payload, headers, attributes or contentType differ), or several Deployments of the namespace claim the pool (the detail names them)"},
+		{status: http.StatusRequestEntityTooLarge, body: Problem{}, description: "the body is over the ingress's limit"},
+		tooMany, unavailable,
+		{status: http.StatusGatewayTimeout, body: InvocationProblem{}, description: "sync: no result within timeoutSeconds; the invocation stays pollable"},
+	}
+}
+
+func operations() []operation {
+	return []operation{
+		{method: http.MethodPost, path: "/v1/namespaces/{namespace}/pools/{pool}/invocations", id: "invokePool", tag: "invocations",
+			summary:     "Enqueue an invocation of a pool",
+			description: "sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent.",
+			body:        InvokeRequest{}, responses: invokeResponses("no Deployment of the namespace is labelled runplane.io/pool=<pool>"),
+			serve: func(s *Server) http.HandlerFunc {
+				return func(w http.ResponseWriter, r *http.Request) {
+					s.handleInvoke(w, r, r.PathValue("namespace"), r.PathValue("pool"), false)
+				}
+			}},
+		{method: http.MethodPost, path: "/api/v1/serverless/invocations", id: "invokeSeedAlias", tag: "invocations",
+			summary:     "Enqueue an invocation (seed alias)",
+			description: "The seed's route: the namespace is named by namespace (required) and the pool by serverlessRequestID (required); otherwise as invokePool.",
+			body:        InvokeRequest{}, responses: invokeResponses("no Deployment of the namespace is labelled runplane.io/pool=<serverlessRequestID>"),
+			serve: func(s *Server) http.HandlerFunc {
+				return func(w http.ResponseWriter, r *http.Request) { s.handleInvoke(w, r, "", "", true) }
+			}},
+		{method: http.MethodGet, path: "/v1/namespaces/{namespace}/invocations/{id}", id: "getInvocation", tag: "invocations",
+			summary: "An invocation's state and result",
+			responses: []response{
+				{status: http.StatusOK, body: messages.Record{}, description: "the Record"},
+				badRequest, unauthorized, forbidden,
+				{status: http.StatusNotFound, body: Problem{}, description: "no such invocation in this namespace (an ID of another namespace included)"},
+				unavailable,
+			},
+			serve: func(s *Server) http.HandlerFunc { return s.handleGet }},
+		{method: http.MethodPost, path: "/v1/namespaces/{namespace}/invocations/{id}/cancel", id: "cancelInvocation", tag: "invocations",
+			summary:     "Cancel an invocation",
+			description: "A queued invocation becomes cancelled at once; a running one's worker is sent a cancel, which reaches the framework as a closed connection.",
+			responses: []response{
+				{status: http.StatusOK, body: messages.Record{}, description: "the Record, now cancelled"},
+				badRequest, unauthorized, forbidden,
+				{status: http.StatusNotFound, body: Problem{}, description: "no such invocation in this namespace"},
+				{status: http.StatusConflict, body: InvocationProblem{}, description: "the invocation already finished: state names how"},
+				unavailable,
+			},
+			serve: func(s *Server) http.HandlerFunc { return s.handleCancel }},
+		{method: http.MethodGet, path: "/v1/namespaces/{namespace}/pools/{pool}", id: "getPool", tag: "pools",
+			summary: "A pool's policy, workers, backlog and in-flight count",
+			responses: []response{
+				{status: http.StatusOK, body: PoolInfo{}, description: "the pool; conflict names the Deployments when several claim it"},
+				badRequest, unauthorized, forbidden,
+				{status: http.StatusNotFound, body: Problem{}, description: "no Deployment of the namespace is labelled runplane.io/pool=<pool>"},
+				unavailable,
+			},
+			serve: func(s *Server) http.HandlerFunc { return s.handlePool }},
+		{method: http.MethodGet, path: "/openapi.json", id: "getOpenAPI", tag: "service", public: true,
+			summary:   "This document",
+			responses: []response{{status: http.StatusOK, body: map[string]any{}, description: "the OpenAPI 3.0 document, generated from the Go types"}},
+			serve: func(s *Server) http.HandlerFunc {
+				return func(w http.ResponseWriter, _ *http.Request) {
+					w.Header().Set("Content-Type", "application/json")
+					_, _ = w.Write(s.spec)
+				}
+			}},
+		{method: http.MethodGet, path: "/healthz", id: "getHealth", tag: "service", public: true,
+			summary:   "Liveness",
+			responses: []response{{status: http.StatusOK, body: Status{}, description: "alive"}},
+			serve: func(s *Server) http.HandlerFunc {
+				return func(w http.ResponseWriter, _ *http.Request) { httpjson.Write(w, http.StatusOK, Status{Status: "ok"}) }
+			}},
+		{method: http.MethodGet, path: "/readyz", id: "getReadiness", tag: "service", public: true,
+			summary: "Readiness: NATS connected and the pool list synced",
+			responses: []response{
+				{status: http.StatusOK, body: Status{}, description: "ready"},
+				{status: http.StatusServiceUnavailable, body: Problem{}, description: "not ready: the detail says why"},
+			},
+			serve: func(s *Server) http.HandlerFunc { return s.handleReady }},
+		{method: http.MethodGet, path: "/metrics", id: "getMetrics", tag: "service", public: true,
+			summary:   "Prometheus metrics",
+			responses: []response{{status: http.StatusOK, body: "", contentType: "text/plain", description: "the Prometheus text format"}},
+			serve: func(s *Server) http.HandlerFunc {
+				if s.cfg.Gatherer == nil {
+					return func(w http.ResponseWriter, r *http.Request) {
+						problem(w, r, http.StatusNotFound, "metrics are not served by this ingress")
+					}
+				}
+				return promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}).ServeHTTP
+			}},
+	}
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case !s.cfg.NC.IsConnected():
+		problem(w, r, http.StatusServiceUnavailable, "NATS is not connected")
+	case !s.cfg.Pools.Synced():
+		problem(w, r, http.StatusServiceUnavailable, "pool list not synced")
+	default:
+		httpjson.Write(w, http.StatusOK, Status{Status: "ready"})
+	}
+}
+
+// Handler returns the HTTP API: the operations' routes, and problem
+// details for the rest (404, and 405 with Allow for a known path).
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	for _, op := range operations() {
+		mux.HandleFunc(op.method+" "+op.path, op.serve(s))
+	}
+	// The routes before pools were namespaced: a pointer to the new ones.
+	for _, old := range []string{"/v1/pools/", "/v1/invocations/"} {
+		mux.HandleFunc(old, func(w http.ResponseWriter, r *http.Request) {
+			problem(w, r, http.StatusNotFound, fmt.Sprintf("no route for %s %s: pools and invocations are addressed within their namespace, "+
+				"/v1/namespaces/{namespace}/pools/{pool}[/invocations] and /v1/namespaces/{namespace}/invocations/{id}[/cancel]", r.Method, r.URL.Path))
+		})
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		// No route: the mux knows whether the path exists with other
+		// methods (405 and Allow) or not (404); its answer is plain text,
+		// ours a problem.
+		rec := &statusOnly{header: http.Header{}}
+		mux.ServeHTTP(rec, r)
+		if rec.code == http.StatusMethodNotAllowed {
+			allow := rec.header.Get("Allow")
+			w.Header().Set("Allow", allow)
+			problem(w, r, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s: use %s", r.Method, r.URL.Path,
+				strings.Join(strings.Split(allow, ", "), " or ")))
+			return
+		}
+		problem(w, r, http.StatusNotFound, fmt.Sprintf("no route for %s %s (the API is described at /openapi.json)", r.Method, r.URL.Path))
+	})
+}
+
+// statusOnly records the status and headers the mux's own 404/405 answer
+// sets, and drops its body.
+type statusOnly struct {
+	header http.Header
+	code   int
+}
+
+func (s *statusOnly) Header() http.Header         { return s.header }
+func (s *statusOnly) Write(b []byte) (int, error) { return len(b), nil }
+func (s *statusOnly) WriteHeader(code int)        { s.code = code }

@@ -1,0 +1,45 @@
+package ingress
+
+import (
+	"github.com/runplane/runplane/queue/pool"
+	"github.com/runplane/runplane/queue/stream"
+)
+
+// PoolInfo is the answer to GET /v1/namespaces/{namespace}/pools/{pool}:
+// pool.Pool as the API shows it (durations in seconds). A pool claimed by
+// several Deployments of its namespace has Conflict set and serves
+// nothing: invocations get 409 until all but one are removed.
+// TestPoolInfoCoversPool fails when pool.Pool or pool.Policy gains a field
+// this view does not show.
+type PoolInfo struct {
+	Name        string             `json:"name" doc:"the runplane.io/pool label value"`
+	Namespace   string             `json:"namespace"`
+	Deployment  string             `json:"deployment,omitempty" doc:"the Deployment labelled runplane.io/pool (empty while several claim the pool)"`
+	Conflict    []string           `json:"conflict,omitempty" doc:"every Deployment of the namespace claiming the pool, when there is more than one"`
+	Replicas    int                `json:"replicas" doc:"the Deployment's spec.replicas"`
+	Policy      PoolPolicy         `json:"policy"`
+	PolicyError string             `json:"policyError,omitempty" doc:"why the annotations are invalid; the default policy is then in force"`
+	Status      *stream.PoolStatus `json:"status,omitempty" doc:"the activator's view: workers, backlog, in flight"`
+}
+
+// PoolPolicy is pool.Policy with its durations in seconds.
+type PoolPolicy struct {
+	MinAvailable          int     `json:"minAvailable" doc:"runplane.io/min-available: workers kept warm"`
+	MaxReplicas           int     `json:"maxReplicas" doc:"runplane.io/max-replicas (0: unbounded)"`
+	IdleTimeoutSeconds    float64 `json:"idleTimeoutSeconds" doc:"runplane.io/idle-timeout, in seconds: idle time before scale-down"`
+	MinRequestCount       int     `json:"minRequestCount" doc:"runplane.io/min-request-count: backlog before scale-up"`
+	StartupTimeoutSeconds float64 `json:"startupTimeoutSeconds" doc:"runplane.io/startup-timeout, in seconds: a worker's start deadline"`
+	Concurrency           int     `json:"concurrency" doc:"runplane.io/concurrency: invocations one worker runs at once"`
+	MaxBacklog            int     `json:"maxBacklog,omitempty" doc:"runplane.io/max-backlog (0: the cluster default)"`
+	MaxInFlight           int     `json:"maxInFlight,omitempty" doc:"runplane.io/max-in-flight (0: the cluster default)"`
+}
+
+func newPoolInfo(p pool.Pool) PoolInfo {
+	pol := p.Policy
+	return PoolInfo{Name: p.Name, Namespace: p.Namespace, Deployment: p.Deployment, Conflict: p.Conflict, Replicas: p.Replicas,
+		PolicyError: p.PolicyError, Policy: PoolPolicy{
+			MinAvailable: pol.MinAvailable, MaxReplicas: pol.MaxReplicas, IdleTimeoutSeconds: pol.IdleTimeout.Seconds(),
+			MinRequestCount: pol.MinRequestCount, StartupTimeoutSeconds: pol.StartupTimeout.Seconds(), Concurrency: pol.Concurrency,
+			MaxBacklog: pol.MaxBacklog, MaxInFlight: pol.MaxInFlight,
+		}}
+}
