@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/runplane/runplane/internal/buildinfo"
 	"github.com/runplane/runplane/internal/httpjson"
 	"github.com/runplane/runplane/internal/messages"
 )
@@ -42,7 +43,7 @@ func newMetrics(concurrency int) *metrics {
 	}
 	conc := prometheus.NewGauge(prometheus.GaugeOpts{Name: "runplane_sidecar_concurrency", Help: "Invocations this worker runs at once."})
 	conc.Set(float64(concurrency))
-	m.reg.MustRegister(m.invocations, m.duration, m.inFlight, m.ready, m.duplicates, m.ackErrors, conc,
+	m.reg.MustRegister(m.invocations, m.duration, m.inFlight, m.ready, m.duplicates, m.ackErrors, conc, buildinfo.Collector(),
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -6,18 +6,17 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 
-	"github.com/go-logr/logr"
 	"k8s.io/client-go/tools/clientcmd"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/extender"
+	"github.com/runplane/runplane/internal/cmdline"
+	"github.com/runplane/runplane/internal/logging"
 )
 
 func main() {
@@ -37,7 +36,7 @@ func main() {
 	flag.DurationVar(&cfg.RenewDeadline, "renew-deadline", 0, "leader-election renew deadline (default 10s)")
 	flag.DurationVar(&cfg.RetryPeriod, "retry-period", 0, "leader-election retry period (default 2s)")
 	flag.DurationVar(&cfg.ClaimTimeout, "claim-timeout", 0, "bound on deleting a placeholder and waiting until it is gone (default 10s)")
-	flag.Parse()
+	cfg.Logger = cmdline.Parse(flag.CommandLine, os.Args[1:], logging.Options{})
 	for _, h := range strings.Split(hosts, ",") {
 		if h = strings.TrimSpace(h); h != "" {
 			cfg.TLSHosts = append(cfg.TLSHosts, h)
@@ -46,8 +45,6 @@ func main() {
 	if cfg.FollowLease != "" {
 		cfg.LeaderElection = false // following the scheduler's Lease replaces the own election
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	ctrllog.SetLogger(logr.FromSlogHandler(cfg.Logger.Handler()))
 
 	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strconv"
@@ -18,6 +17,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/cmdline"
+	"github.com/runplane/runplane/internal/logging"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/pool"
 )
@@ -109,8 +110,7 @@ func run() error {
 	flag.IntVar(&c.Limits.NamespaceMaxInFlight, "namespace-max-in-flight", pool.DefaultNamespaceMaxInFlight, "dispatched invocations allowed per namespace, all its pools together (-1: unbounded)")
 	flag.IntVar(&c.MaxAttempts, "max-attempts", 3, "dispatch attempts before dead-lettering")
 	flag.DurationVar(&c.HeartbeatTimeout, "heartbeat-timeout", 15*time.Second, "worker silence before it is lost")
-	flag.Parse()
-	c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	c.Logger = cmdline.Parse(flag.CommandLine, os.Args[1:], logging.Options{})
 	if noKube {
 		c.LeaderElection = false
 		for _, p := range strings.Split(pools, ",") {
