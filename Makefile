@@ -4,6 +4,9 @@ GO ?= go
 export GONOSUMDB := k8s.io/kubernetes
 # Go test flags for make test; -v so the output names every test that ran.
 TESTFLAGS ?= -count=1 -v -timeout 40m
+# The version stamped into every binary (--version, runplane_build_info; internal/buildinfo).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+LDFLAGS := -X github.com/runplane/runplane/internal/buildinfo.version=$(VERSION)
 
 .PHONY: all dev test unit bench lint testbin deps build python-test clean image
 
@@ -44,12 +47,12 @@ deps:
 
 ## build: every runplane binary into bin/.
 build:
-	$(GO) build -o bin/ ./cmd/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
 
 ## image: the one runplane image holding every binary (needs a Docker engine).
 IMAGE ?= ghcr.io/runplane/runplane:dev
 image:
-	docker build -t $(IMAGE) .
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
 clean:
 	rm -rf bin/

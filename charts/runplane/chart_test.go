@@ -233,7 +233,7 @@ type renderCase struct {
 
 // Capabilities the golden renders assume: ServiceMonitors are rendered only
 // when the cluster serves monitoring.coreos.com/v1.
-var withMonitoring = []string{"--api-versions", "monitoring.coreos.com/v1/ServiceMonitor", "--api-versions", "cert-manager.io/v1"}
+var withMonitoring = []string{"--api-versions", "monitoring.coreos.com/v1/ServiceMonitor", "--api-versions", "monitoring.coreos.com/v1/PodMonitor", "--api-versions", "cert-manager.io/v1"}
 
 var renderCases = []renderCase{
 	{"default", nil},

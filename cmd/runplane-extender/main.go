@@ -21,7 +21,7 @@ import (
 
 func main() {
 	var cfg extender.Config
-	var kubeconfig, hosts string
+	var kubeconfig, hosts, writeTLSDir string
 	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig path; in-cluster config when empty")
 	flag.StringVar(&cfg.Namespace, "namespace", api.DefaultNamespace, "namespace of the catalog ConfigMap and the Lease")
 	flag.StringVar(&cfg.Addr, "addr", "127.0.0.1:8443", "HTTPS listen address of filter, prioritize and bind (and of /metrics, /healthz, /readyz without --metrics-addr); keep it on loopback in the scheduler's Pod")
@@ -29,6 +29,7 @@ func main() {
 	flag.StringVar(&cfg.CertFile, "tls-cert-file", "", "serving certificate; self-signed at startup when empty")
 	flag.StringVar(&cfg.KeyFile, "tls-key-file", "", "serving key")
 	flag.StringVar(&hosts, "tls-hosts", "localhost,127.0.0.1", "comma-separated names/IPs of a self-signed certificate")
+	flag.StringVar(&writeTLSDir, "write-tls-dir", "", "write a fresh CA (ca.crt) and a serving certificate for --tls-hosts (tls.crt, tls.key) into this directory and exit (the chart's init container)")
 	flag.BoolVar(&cfg.LeaderElection, "leader-elect", true, "bind only while holding the Lease")
 	flag.StringVar(&cfg.LeaseName, "lease-name", extender.DefaultLeaseName, "name of the leader-election Lease")
 	flag.StringVar(&cfg.FollowLease, "follow-lease", "", "namespace/name of the co-located runplane-scheduler's Lease: bind while this host holds it (instead of --leader-elect)")
@@ -41,6 +42,13 @@ func main() {
 		if h = strings.TrimSpace(h); h != "" {
 			cfg.TLSHosts = append(cfg.TLSHosts, h)
 		}
+	}
+	if writeTLSDir != "" {
+		if err := extender.WriteSelfSignedDir(writeTLSDir, cfg.TLSHosts); err != nil {
+			cfg.Logger.Error("writing the serving certificate", "dir", writeTLSDir, "err", err)
+			os.Exit(1)
+		}
+		return
 	}
 	if cfg.FollowLease != "" {
 		cfg.LeaderElection = false // following the scheduler's Lease replaces the own election

@@ -46,7 +46,10 @@ app.kubernetes.io/component: {{ .component }}
 {{ toYaml .Values.securityContext }}
 {{- end -}}
 
-{{/* runplane.podCommon: pull secrets and scheduling knobs of a component. Call with (dict "ctx" $ "values" .Values.webhook). */}}
+{{/* runplane.podCommon: pull secrets and scheduling knobs of a component. Call with (dict "ctx" $ "values" .Values.webhook "component" "webhook").
+Without topologySpreadConstraints of its own, a component's replicas spread over nodes and zones as
+far as the cluster allows (ScheduleAnyway: one node still runs them all), so a node loss never takes
+every replica. */}}
 {{- define "runplane.podCommon" -}}
 {{- with .ctx.Values.imagePullSecrets }}
 imagePullSecrets:
@@ -64,13 +67,28 @@ tolerations:
 affinity:
 {{ toYaml . | indent 2 }}
 {{- end }}
-{{- with .values.topologySpreadConstraints }}
+{{- if .values.topologySpreadConstraints }}
 topologySpreadConstraints:
-{{ toYaml . }}
+{{ toYaml .values.topologySpreadConstraints }}
+{{- else }}
+topologySpreadConstraints:
+{{- range $key := list "kubernetes.io/hostname" "topology.kubernetes.io/zone" }}
+  - maxSkew: 1
+    topologyKey: {{ $key }}
+    whenUnsatisfiable: ScheduleAnyway
+    labelSelector:
+      matchLabels:
+        {{- include "runplane.selectorLabels" (dict "ctx" $.ctx "component" $.component) | nindent 8 }}
+{{- end }}
 {{- end }}
 {{- with .ctx.Values.priorityClassName }}
 priorityClassName: {{ . }}
 {{- end }}
+{{- end -}}
+
+{{/* runplane.extenderTLSHosts: names and addresses of the extender's serving certificate, comma-separated. */}}
+{{- define "runplane.extenderTLSHosts" -}}
+localhost,127.0.0.1,runplane-extender.{{ .Release.Namespace }}.svc,runplane-extender.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}
 {{- end -}}
 
 {{- define "runplane.webhookServiceName" -}}runplane-webhook{{- end -}}
