@@ -14,6 +14,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	configv1 "k8s.io/kube-scheduler/config/v1"
 	"sigs.k8s.io/yaml"
@@ -24,6 +25,7 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/catalog"
 	"github.com/runplane/runplane/extender/profile"
+	"github.com/runplane/runplane/internal/priorityclass"
 	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/webhook"
 )
@@ -222,8 +224,8 @@ func TestNATSConfigLoads(t *testing.T) {
 var metricRef = regexp.MustCompile(`\b(runplane_[a-z0-9_]+)`)
 
 // TestDashboardMetricsExist: every metric the dashboard queries is defined
-// by the queue or the extender, so a renamed metric fails here rather than
-// leaving an empty panel.
+// by the queue, the extender or the webhook, so a renamed metric fails here
+// rather than leaving an empty panel.
 func TestDashboardMetricsExist(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("dashboards", "runplane.json"))
 	require.NoError(t, err)
@@ -239,7 +241,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 	defined := map[string]bool{}
 	root, err := cluster.RepoRoot()
 	require.NoError(t, err)
-	for _, dir := range []string{"queue", "extender"} {
+	for _, dir := range []string{"queue", "extender", "webhook"} {
 		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d os.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 				return err
@@ -266,7 +268,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 						name = base
 					}
 				}
-				assert.True(t, defined[name], "panel %q queries %s, which no non-test Go file of queue/ or extender/ defines", p.Title, m)
+				assert.True(t, defined[name], "panel %q queries %s, which no non-test Go file of queue/, extender/ or webhook/ defines", p.Title, m)
 			}
 		}
 	}
@@ -343,4 +345,56 @@ func TestContainerFlagsExist(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPriorityClassesMatchDev: the chart's default PriorityClasses are the
+// ones make dev creates (internal/priorityclass), field for field.
+func TestPriorityClassesMatchDev(t *testing.T) {
+	needHelm(t)
+	objs := parse(t, mustRender(t))
+	for _, want := range priorityclass.Defaults() {
+		var got schedulingv1.PriorityClass
+		find(t, objs, "PriorityClass", want.Name).into(t, &got)
+		assert.Equal(t, want.Value, got.Value, want.Name)
+		assert.Equal(t, *want.PreemptionPolicy, *got.PreemptionPolicy, want.Name)
+		assert.Equal(t, want.Description, got.Description, want.Name)
+		assert.Equal(t, want.GlobalDefault, got.GlobalDefault, want.Name)
+	}
+}
+
+// TestMetricNamesConsistent: every runplane metric a non-test Go file
+// defines is snake_case under runplane_, and "in flight" is spelt in_flight
+// everywhere (the sidecar's runplane_sidecar_in_flight and the activator's
+// runplane_activator_in_flight once disagreed).
+func TestMetricNamesConsistent(t *testing.T) {
+	root, err := cluster.RepoRoot()
+	require.NoError(t, err)
+	nameRE := regexp.MustCompile(`Name:\s*"(runplane_[^"]*)"|NewDesc\(\s*"(runplane_[^"]*)"`)
+	valid := regexp.MustCompile(`^runplane_[a-z]+(_[a-z0-9]+)*$`)
+	found := 0
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range nameRE.FindAllStringSubmatch(string(src), -1) {
+			name := m[1] + m[2]
+			found++
+			rel, _ := filepath.Rel(root, path)
+			assert.Regexp(t, valid, name, "%s: metric name", rel)
+			assert.NotContains(t, name, "inflight", "%s: %s: spell it in_flight", rel, name)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Greater(t, found, 20, "the walk found too few metric definitions to be reading the code")
 }
