@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -181,7 +182,7 @@ func TestNATSConfigLoads(t *testing.T) {
 		want []string
 	}{
 		{"single", nil, []string{"auth_callout {", "issuer: $NATS_CALLOUT_ISSUER", `auth_users: [ "runplane-queue" ]`, "max_file_store: 10Gi"}},
-		{"cluster", []string{"--values", "testdata/values-full.yaml"}, []string{"auth_callout {", "cluster {", `include "../nats-route/routes.conf"`}},
+		{"cluster", []string{"--values", "testdata/values-full.yaml"}, []string{"auth_callout {", "cluster {", "password: $NATS_ROUTE_PASSWORD", "$NATS_ROUTE_2"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var cm corev1.ConfigMap
@@ -195,26 +196,30 @@ func TestNATSConfigLoads(t *testing.T) {
 			require.NoError(t, os.Mkdir(dir, 0o700))
 			conf = strings.ReplaceAll(conf, "/data/jetstream", filepath.Join(dir, "jetstream"))
 			conf = strings.ReplaceAll(conf, "/var/run/nats/", dir+"/")
+			env := []string{"POD_NAME=runplane-nats-0", "NATS_QUEUE_PASSWORD=secret-password",
+				"NATS_CALLOUT_ISSUER=ABAQXOHXFB6XFIKPVOLTQL25TRTCRYGNSBW6AUJ265JJPCC26IIRR2YG"}
 			if strings.Contains(conf, "cluster {") {
-				// The routes and their password come from a Secret, never
-				// the ConfigMap.
-				var route corev1.Secret
-				find(t, parse(t, mustRender(t, c.args...)), "Secret", "runplane-nats-route").into(t, &route)
-				routes := string(route.Data["routes.conf"])
-				password := string(route.Data["password"])
-				require.Len(t, password, 48)
-				assert.NotContains(t, conf, password, "the route password in the ConfigMap")
-				assert.Contains(t, routes, `authorization { user: route, password: "`+password+`"`)
-				assert.Contains(t, routes, "nats-route://route:"+password+"@runplane-nats-2.")
-				// Mounted at /etc/nats-route beside the config's /etc/nats.
-				require.NoError(t, os.MkdirAll(filepath.Join(dir, "..", "nats-route"), 0o700))
-				require.NoError(t, os.WriteFile(filepath.Join(dir, "..", "nats-route", "routes.conf"), []byte(routes), 0o600))
+				// The route password and the routes come from the StatefulSet's
+				// environment (the Secret the queue creates), never the ConfigMap.
+				var sts appsv1.StatefulSet
+				find(t, parse(t, mustRender(t, c.args...)), "StatefulSet", "runplane-nats").into(t, &sts)
+				vars := map[string]corev1.EnvVar{}
+				for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
+					vars[e.Name] = e
+				}
+				require.Equal(t, "runplane-nats-route", vars["NATS_ROUTE_PASSWORD"].ValueFrom.SecretKeyRef.Name)
+				const password = "ROUTEPASSWORD234567"
+				env = append(env, "NATS_ROUTE_PASSWORD="+password)
+				for i := range 3 {
+					name := fmt.Sprintf("NATS_ROUTE_%d", i)
+					require.Contains(t, vars[name].Value, "nats-route://route:$(NATS_ROUTE_PASSWORD)@runplane-nats-"+strconv.Itoa(i)+".")
+					env = append(env, name+"="+strings.ReplaceAll(vars[name].Value, "$(NATS_ROUTE_PASSWORD)", password))
+				}
 			}
 			path := filepath.Join(dir, "nats.conf")
 			require.NoError(t, os.WriteFile(path, []byte(conf), 0o600))
 			cmd := exec.CommandContext(t.Context(), filepath.Join(binDir, "nats-server"), "-t", "-c", path)
-			cmd.Env = append(os.Environ(), "POD_NAME=runplane-nats-0", "NATS_QUEUE_PASSWORD=secret-password",
-				"NATS_CALLOUT_ISSUER=ABAQXOHXFB6XFIKPVOLTQL25TRTCRYGNSBW6AUJ265JJPCC26IIRR2YG")
+			cmd.Env = append(os.Environ(), env...)
 			out, err := cmd.CombinedOutput()
 			require.NoError(t, err, "nats-server -t rejects the configuration:\n%s\n%s", out, conf)
 		})

@@ -108,12 +108,19 @@ nats://runplane-nats.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}:42
 {{- if eq .Values.nats.mode "external" -}}
 {{ required "nats.external.queuePasswordSecret is required when nats.mode is external (the password of nats.auth.queueUser, key password)" .Values.nats.external.queuePasswordSecret }}
 {{- else -}}
-runplane-nats-queue
+{{ .Values.nats.bundled.queuePasswordSecret }}
 {{- end -}}
 {{- end -}}
 
-{{/* runplane.natsCalloutVolumes: the queue's NATS password and the auth callout's issuer seed, mounted into the queue only. */}}
+{{/* runplane.natsCalloutVolumes: the queue's NATS password and the auth callout's issuer seed, mounted into the queue only.
+With the bundled NATS the queue reads (or first creates) both Secrets through the API at start and keeps them in a memory emptyDir. */}}
 {{- define "runplane.natsCalloutVolumes" -}}
+{{- if eq .Values.nats.mode "bundled" }}
+- name: bootstrap
+  emptyDir:
+    medium: Memory
+    sizeLimit: 1Mi
+{{- else }}
 - name: nats-queue
   secret:
     secretName: {{ include "runplane.natsQueueSecretName" . }}
@@ -124,14 +131,20 @@ runplane-nats-queue
     secretName: {{ .Values.nats.auth.issuerSecret }}
     defaultMode: 0440
     items: [{key: seed, path: seed}]
+{{- end }}
 {{- end -}}
 {{- define "runplane.natsCalloutMounts" -}}
+{{- if eq .Values.nats.mode "bundled" }}
+- name: bootstrap
+  mountPath: /var/run/runplane/bootstrap
+{{- else }}
 - name: nats-queue
   mountPath: /var/run/runplane/nats-queue
   readOnly: true
 - name: nats-callout
   mountPath: /var/run/runplane/nats-callout
   readOnly: true
+{{- end }}
 {{- end -}}
 
 {{/* runplane.namespaceSelector: the webhook never sees kube-system or runplane's own namespace, so runplane can always start and repair itself. Sorted, as webhook.Configurations builds it. */}}
