@@ -15,9 +15,6 @@ import (
 // hack/tools/go.mod) makes of README.md.gotmpl and the comments in
 // values.yaml, so a value added or changed without `make chart-docs` fails.
 func TestValuesREADMECurrent(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds helm-docs")
-	}
 	root, err := cluster.RepoRoot()
 	require.NoError(t, err)
 	cmd := exec.CommandContext(t.Context(), "go", "tool", "-modfile="+filepath.Join(root, "hack", "tools", "go.mod"), "helm-docs",
