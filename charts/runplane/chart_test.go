@@ -315,6 +315,10 @@ func TestInvalidValues(t *testing.T) {
 			[]string{"stock.namespace must differ from the release namespace"}},
 		{"stock above workload", []string{"--set", "priorityClasses.stock.value=5000"}, []string{"priorityClasses.stock.value must be lower than priorityClasses.workload.value"}},
 		{"catalog stock policy", []string{"--values", "testdata/values-full.yaml", "--set", "catalog.specs.g1\\.1.stock=Sometimes"}, []string{"/catalog/specs/g1.1/stock", "'Preferred', 'Required'"}},
+		{"memory is not a quantity", []string{"--set", "webhook.resources.limits.memory=lots"}, []string{"/webhook/resources/limits/memory"}},
+		{"duration", []string{"--set", "queue.stream.maxAge=forever"}, []string{"/queue/stream/maxAge"}},
+		{"log format", []string{"--set", "logFormat=xml"}, []string{"/logFormat", "'json', 'text'"}},
+		{"extender log level", []string{"--set", "scheduler.extender.logLevel=loud"}, []string{"/scheduler/extender/logLevel"}},
 		{"catalog spec without gpu", []string{"--set", "catalog.specs.x1.cpu=1", "--set", "catalog.specs.x1.memory=1Gi"}, []string{"/catalog/specs/x1", "missing property 'gpu'"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
