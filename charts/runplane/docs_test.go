@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -25,5 +26,36 @@ func TestValuesREADMECurrent(t *testing.T) {
 	require.NoError(t, err)
 	if string(want) != string(out) {
 		t.Fatalf("README.md is stale: run make chart-docs\n%s", firstDiff(string(want), string(out)))
+	}
+}
+
+// TestKubeScore: kube-score (pinned in hack/tools/go.mod) finds nothing
+// critical in the default and full renders, beyond its opinionated checks
+// the chart disagrees with: CPU limits (throttling control-plane components
+// hurts more than it protects), ephemeral-storage limits and pull policy
+// Always. Warnings are logged, not failed.
+func TestKubeScore(t *testing.T) {
+	needHelm(t)
+	root, err := cluster.RepoRoot()
+	require.NoError(t, err)
+	for _, c := range renderCases {
+		t.Run(c.name, func(t *testing.T) {
+			cmd := exec.CommandContext(t.Context(), "go", "tool", "-modfile="+filepath.Join(root, "hack", "tools", "go.mod"), "kube-score",
+				"score", "--output-format", "ci", "--ignore-container-cpu-limit",
+				"--ignore-test", "container-ephemeral-storage-request-and-limit,container-image-pull-policy", "-")
+			cmd.Stdin = strings.NewReader(mustRender(t, c.args...))
+			out, _ := cmd.Output() // exits 1 when anything is critical; the lines say what
+			var critical []string
+			for _, line := range strings.Split(string(out), "\n") {
+				switch {
+				case strings.HasPrefix(line, "[CRITICAL]"):
+					critical = append(critical, line)
+				case strings.HasPrefix(line, "[WARNING]"):
+					t.Log(line)
+				}
+			}
+			require.NotEmpty(t, out, "kube-score printed nothing")
+			require.Empty(t, critical, "kube-score critical findings")
+		})
 	}
 }
