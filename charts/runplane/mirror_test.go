@@ -403,3 +403,43 @@ func TestMetricNamesConsistent(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, found, 20, "the walk found too few metric definitions to be reading the code")
 }
+
+// TestQueueDefaultsMatchBinary: the queue's policy values the chart passes
+// by default are the runplane-queue flag defaults, which make dev (and any
+// run without the chart) gets, so the two never run with different limits.
+func TestQueueDefaultsMatchBinary(t *testing.T) {
+	needHelm(t)
+	root, err := cluster.RepoRoot()
+	require.NoError(t, err)
+	bin := filepath.Join(t.TempDir(), "runplane-queue")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "./cmd/runplane-queue")
+	build.Dir = root
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	help, err := exec.CommandContext(t.Context(), bin, "-h").Output()
+	require.NoError(t, err)
+	defaults := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^\s+-([-a-z]+)[^\n]*\n\s+[^\n]*\(default ([^)]*)\)`).FindAllStringSubmatch(string(help), -1) {
+		defaults[m[1]] = strings.Trim(m[2], `"`)
+	}
+	var dep appsv1.Deployment
+	find(t, parse(t, mustRender(t)), "Deployment", "runplane-queue").into(t, &dep)
+	args := map[string]string{}
+	for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
+		k, v, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		args[k] = v
+	}
+	for _, flag := range []string{"stream-max-age", "duplicate-window", "record-ttl", "stream-replicas",
+		"max-backlog", "max-in-flight", "namespace-max-backlog", "namespace-max-in-flight"} {
+		chart, def := args[flag], defaults[flag]
+		require.NotEmpty(t, chart, "the chart does not pass --%s", flag)
+		require.NotEmpty(t, def, "runplane-queue -h shows no default of -%s", flag)
+		if cd, err := time.ParseDuration(chart); err == nil {
+			bd, err := time.ParseDuration(def)
+			require.NoError(t, err, flag)
+			assert.Equal(t, bd, cd, "--%s: chart %s, runplane-queue (and make dev) %s", flag, chart, def)
+			continue
+		}
+		assert.Equal(t, def, chart, "--%s: chart %s, runplane-queue (and make dev) %s", flag, chart, def)
+	}
+}
