@@ -106,12 +106,13 @@ func TestServerSideDryRun(t *testing.T) {
 	needHelm(t)
 	needCluster(t)
 	ensureStubCRDs(t)
-	const ns, stockNS = "dryrun-system", "dryrun-stock"
+	const ns, stockNS, testNS = "dryrun-system", "dryrun-stock", "dryrun-helm-test"
 	ensureNamespace(t, ns)
 	ensureNamespace(t, stockNS)
+	ensureNamespace(t, testNS) // the helm test's objects live there; a dry run creates no namespace
 	for _, c := range renderCases {
 		t.Run(c.name, func(t *testing.T) {
-			args := append([]string{"template", "runplane", ".", "--namespace", ns, "--kube-version", cluster.KubernetesVersion, "--set", "stock.namespace=" + stockNS}, c.args...)
+			args := append([]string{"template", "runplane", ".", "--namespace", ns, "--kube-version", cluster.KubernetesVersion, "--set", "stock.namespace=" + stockNS, "--set", "helmTest.namespace=" + testNS}, c.args...)
 			manifests := mustRun(t, "helm", args...)
 			objs := parse(t, manifests)
 			path := filepath.Join(t.TempDir(), "manifests.yaml")
