@@ -16,11 +16,13 @@ RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 ARG TARGETOS=linux
 ARG TARGETARCH=amd64
+# The version every binary reports (--version, runplane_build_info); make image passes it.
+ARG VERSION=
 # Static binaries: no cgo, so they run on distroless/static (no libc).
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags "-s -w" -o /out/ ./cmd/...
+    go build -trimpath -ldflags "-s -w -X github.com/runplane/runplane/internal/buildinfo.version=$VERSION" -o /out/ ./cmd/...
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/ /usr/local/bin/

@@ -4,8 +4,11 @@ GO ?= go
 export GONOSUMDB := k8s.io/kubernetes
 # Go test flags for make test; -v so the output names every test that ran.
 TESTFLAGS ?= -count=1 -v -timeout 40m
+# The version stamped into every binary (--version, runplane_build_info; internal/buildinfo).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+LDFLAGS := -X github.com/runplane/runplane/internal/buildinfo.version=$(VERSION)
 
-.PHONY: all dev test unit bench lint testbin deps build python-test python-wheel clean image
+.PHONY: all dev test unit bench lint testbin deps build python-test python-wheel clean image chart-docs chart-check
 
 all: build
 
@@ -56,12 +59,32 @@ deps:
 
 ## build: every runplane binary into bin/.
 build:
-	$(GO) build -o bin/ ./cmd/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
 
 ## image: the one runplane image holding every binary (needs a Docker engine).
 IMAGE ?= ghcr.io/runplane/runplane:dev
 image:
-	docker build -t $(IMAGE) .
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+
+# The chart tools (helm-docs, kube-score, kubeconform), pinned in hack/tools/go.mod.
+TOOL := $(GO) tool -modfile=$(CURDIR)/hack/tools/go.mod
+CHART := charts/runplane
+
+## chart-docs: regenerate the chart README's values table from the comments in values.yaml.
+chart-docs:
+	$(TOOL) helm-docs --chart-search-root $(CHART) --template-files README.md.gotmpl
+
+## chart-check: the values README is current, kubeconform accepts the default render and
+## kube-score finds nothing critical beyond its opinionated CPU-limit, ephemeral-storage and
+## pull-policy checks (needs helm on PATH: PATH=$$(bash test/testbin/build.sh):$$PATH).
+KUBE_SCORE_IGNORE := container-ephemeral-storage-request-and-limit,container-image-pull-policy
+chart-check:
+	@$(TOOL) helm-docs --chart-search-root $(CHART) --template-files README.md.gotmpl --dry-run 2>/dev/null | diff -u $(CHART)/README.md - \
+		|| { echo "$(CHART)/README.md is stale: run make chart-docs"; exit 1; }
+	@helm template runplane $(CHART) -n runplane-system --kube-version v1.36.3 > /tmp/runplane-chart-render.yaml
+	$(TOOL) kubeconform -strict -summary -ignore-missing-schemas /tmp/runplane-chart-render.yaml
+	$(TOOL) kube-score score --output-format ci --ignore-container-cpu-limit --ignore-test $(KUBE_SCORE_IGNORE) /tmp/runplane-chart-render.yaml | grep '^\[CRITICAL\]' \
+		&& { echo "kube-score: critical findings above"; exit 1; } || echo "kube-score: no critical findings"
 
 clean:
 	rm -rf bin/

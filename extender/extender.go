@@ -100,6 +100,10 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		intents: intents{clock: cfg.Clock}, deletePod: deletePod(client),
 	}
 	e.metrics = newMetrics(e.ledger)
+	e.metrics.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "runplane_extender_certificate_expiry_timestamp_seconds",
+		Help: "When the serving certificate expires (Unix seconds).",
+	}, func() float64 { return certExpiry(tlsCfg) }))
 	mgr, err := manager.New(rc, manager.Options{
 		Logger: logr.FromSlogHandler(cfg.Logger.Handler()),
 		// Metrics and probes are served on the extender's HTTPS listener.

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/runplane/runplane/extender/ledger"
+	"github.com/runplane/runplane/internal/buildinfo"
 )
 
 // metrics are the extender's Prometheus metrics, on a private registry.
@@ -58,7 +59,7 @@ func newMetrics(l *ledger.Ledger) *metrics {
 	m.filterLatency = m.latency.WithLabelValues("filter")
 	m.prioritizeLatency = m.latency.WithLabelValues("prioritize")
 	m.bindLatency = m.latency.WithLabelValues("bind")
-	m.registry.MustRegister(m.latency, m.steps, m.claims, m.bindFailures, m.refused, m.binds, m.leader, stockCollector{l})
+	m.registry.MustRegister(m.latency, m.steps, m.claims, m.bindFailures, m.refused, m.binds, m.leader, stockCollector{l}, buildinfo.Collector())
 	return m
 }
 

@@ -3,8 +3,10 @@ package extender
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/runplane/runplane/internal/pki"
@@ -40,6 +42,44 @@ func WriteSelfSignedCert(certFile, keyFile string, hosts []string) (caPEM []byte
 		return nil, fmt.Errorf("writing %s: %w", keyFile, err)
 	}
 	return caPEM, nil
+}
+
+// WriteSelfSignedDir writes ca.crt, tls.crt and tls.key for hosts into dir:
+// what the chart's init container does, so each scheduler Pod has its own
+// CA and serving certificate, created at run time (no key material in the
+// chart's render), shared with its kube-scheduler through an emptyDir.
+func WriteSelfSignedDir(dir string, hosts []string) error {
+	caPEM, err := WriteSelfSignedCert(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), hosts)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), caPEM, 0o644); err != nil {
+		return fmt.Errorf("writing ca.crt: %w", err)
+	}
+	return nil
+}
+
+// certExpiry is when the certificate cfg serves now expires (Unix seconds;
+// 0 when none can be read), for runplane_extender_certificate_expiry_timestamp_seconds.
+func certExpiry(cfg *tls.Config) float64 {
+	var cert *tls.Certificate
+	switch {
+	case cfg.GetCertificate != nil:
+		cert, _ = cfg.GetCertificate(&tls.ClientHelloInfo{})
+	case len(cfg.Certificates) > 0:
+		cert = &cfg.Certificates[0]
+	}
+	if cert == nil || len(cert.Certificate) == 0 {
+		return 0
+	}
+	leaf := cert.Leaf
+	if leaf == nil {
+		var err error
+		if leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return 0
+		}
+	}
+	return float64(leaf.NotAfter.Unix())
 }
 
 // tlsConfig is the serving configuration and the PEM the scheduler must

@@ -69,3 +69,23 @@ func TestTLSCertFilesRotate(t *testing.T) {
 	}, 20*time.Second, 50*time.Millisecond)
 	require.False(t, servedCert(t, cfg, rotatedCA).Equal(first))
 }
+
+// TestWriteSelfSignedDir: the init container's files make a serving
+// configuration the written CA verifies, and its expiry is exported.
+func TestWriteSelfSignedDir(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, WriteSelfSignedDir(dir, []string{"localhost", "127.0.0.1"}))
+	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	require.NoError(t, err)
+	c := Config{CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key"), Logger: slog.New(slog.DiscardHandler)}
+	cfg, _, err := c.tlsConfig(t.Context())
+	require.NoError(t, err)
+	leaf := servedCert(t, cfg, caPEM)
+	require.Equal(t, float64(leaf.NotAfter.Unix()), certExpiry(cfg))
+	require.WithinDuration(t, time.Now().Add(selfSignedValidity), leaf.NotAfter, time.Hour)
+
+	self, _, err := (&Config{TLSHosts: []string{"127.0.0.1"}}).tlsConfig(t.Context())
+	require.NoError(t, err)
+	require.NotZero(t, certExpiry(self))
+	require.Zero(t, certExpiry(&tls.Config{}))
+}

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/runplane/runplane/internal/buildinfo"
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/ingress"
@@ -209,7 +210,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), st.Collector(2*time.Second))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), st.Collector(2*time.Second), buildinfo.Collector())
 	var runnables []manager.Runnable
 	if cfg.Callout.IssuerSeedFile != "" {
 		calloutKube, err := limitedClient(cfg.RESTConfig, cfg.Callout.Client, 50, 100)

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/runplane/runplane/internal/buildinfo"
 	"github.com/runplane/runplane/internal/httpjson"
 	"github.com/runplane/runplane/internal/messages"
 )
@@ -55,7 +56,7 @@ func newMetrics(concurrency int) *metrics {
 		Help: "Dispatches handed back unrun because the framework refused the connection (the worker turns not ready)."})
 	m.publishRetries = prometheus.NewCounter(prometheus.CounterOpts{Name: "runplane_sidecar_result_publish_retries_total",
 		Help: "Failed tries to store a result (NATS away, results stream full); the result is retried, never the framework call."})
-	m.reg.MustRegister(m.invocations, m.duration, m.inFlight, m.ready, m.duplicates, m.ackErrors, m.refused, m.publishRetries, m.handedBack, m.bodiesUnstored, conc,
+	m.reg.MustRegister(m.invocations, m.duration, m.inFlight, m.ready, m.duplicates, m.ackErrors, m.refused, m.publishRetries, m.handedBack, m.bodiesUnstored, conc, buildinfo.Collector(),
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -134,4 +135,9 @@ func counter(t *testing.T, c prometheus.Counter) float64 {
 	var d dto.Metric
 	require.NoError(t, c.Write(&d))
 	return d.GetCounter().GetValue()
+}
+
+// TestMetricsBuildInfo: the webhook serves runplane_build_info like every binary.
+func TestMetricsBuildInfo(t *testing.T) {
+	require.Equal(t, 1, testutil.CollectAndCount(NewMetrics().Registry, "runplane_build_info"))
 }

@@ -3,6 +3,8 @@ package webhook
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/runplane/runplane/internal/buildinfo"
 )
 
 // Outcomes of an admission, the outcome label of the admissions counter.
@@ -40,7 +42,7 @@ func NewMetrics() *Metrics {
 			Help: "When the serving certificate expires (Unix seconds).",
 		}),
 	}
-	m.Registry.MustRegister(m.admissions, m.latency, m.certExpiry,
+	m.Registry.MustRegister(m.admissions, m.latency, m.certExpiry, buildinfo.Collector(),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	configv1 "k8s.io/kube-scheduler/config/v1"
 	"sigs.k8s.io/yaml"
@@ -24,6 +26,7 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/catalog"
 	"github.com/runplane/runplane/extender/profile"
+	"github.com/runplane/runplane/internal/priorityclass"
 	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/webhook"
 )
@@ -179,7 +182,7 @@ func TestNATSConfigLoads(t *testing.T) {
 		want []string
 	}{
 		{"single", nil, []string{"auth_callout {", "issuer: $NATS_CALLOUT_ISSUER", `auth_users: [ "runplane-queue" ]`, "max_file_store: 10Gi"}},
-		{"cluster", []string{"--values", "testdata/values-full.yaml"}, []string{"auth_callout {", "cluster {", `include "../nats-route/routes.conf"`}},
+		{"cluster", []string{"--values", "testdata/values-full.yaml"}, []string{"auth_callout {", "cluster {", "password: $NATS_ROUTE_PASSWORD", "$NATS_ROUTE_2"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var cm corev1.ConfigMap
@@ -193,26 +196,30 @@ func TestNATSConfigLoads(t *testing.T) {
 			require.NoError(t, os.Mkdir(dir, 0o700))
 			conf = strings.ReplaceAll(conf, "/data/jetstream", filepath.Join(dir, "jetstream"))
 			conf = strings.ReplaceAll(conf, "/var/run/nats/", dir+"/")
+			env := []string{"POD_NAME=runplane-nats-0", "NATS_QUEUE_PASSWORD=secret-password",
+				"NATS_CALLOUT_ISSUER=ABAQXOHXFB6XFIKPVOLTQL25TRTCRYGNSBW6AUJ265JJPCC26IIRR2YG"}
 			if strings.Contains(conf, "cluster {") {
-				// The routes and their password come from a Secret, never
-				// the ConfigMap.
-				var route corev1.Secret
-				find(t, parse(t, mustRender(t, c.args...)), "Secret", "runplane-nats-route").into(t, &route)
-				routes := string(route.Data["routes.conf"])
-				password := string(route.Data["password"])
-				require.Len(t, password, 48)
-				assert.NotContains(t, conf, password, "the route password in the ConfigMap")
-				assert.Contains(t, routes, `authorization { user: route, password: "`+password+`"`)
-				assert.Contains(t, routes, "nats-route://route:"+password+"@runplane-nats-2.")
-				// Mounted at /etc/nats-route beside the config's /etc/nats.
-				require.NoError(t, os.MkdirAll(filepath.Join(dir, "..", "nats-route"), 0o700))
-				require.NoError(t, os.WriteFile(filepath.Join(dir, "..", "nats-route", "routes.conf"), []byte(routes), 0o600))
+				// The route password and the routes come from the StatefulSet's
+				// environment (the Secret the queue creates), never the ConfigMap.
+				var sts appsv1.StatefulSet
+				find(t, parse(t, mustRender(t, c.args...)), "StatefulSet", "runplane-nats").into(t, &sts)
+				vars := map[string]corev1.EnvVar{}
+				for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
+					vars[e.Name] = e
+				}
+				require.Equal(t, "runplane-nats-route", vars["NATS_ROUTE_PASSWORD"].ValueFrom.SecretKeyRef.Name)
+				const password = "ROUTEPASSWORD234567"
+				env = append(env, "NATS_ROUTE_PASSWORD="+password)
+				for i := range 3 {
+					name := fmt.Sprintf("NATS_ROUTE_%d", i)
+					require.Contains(t, vars[name].Value, "nats-route://route:$(NATS_ROUTE_PASSWORD)@runplane-nats-"+strconv.Itoa(i)+".")
+					env = append(env, name+"="+strings.ReplaceAll(vars[name].Value, "$(NATS_ROUTE_PASSWORD)", password))
+				}
 			}
 			path := filepath.Join(dir, "nats.conf")
 			require.NoError(t, os.WriteFile(path, []byte(conf), 0o600))
 			cmd := exec.CommandContext(t.Context(), filepath.Join(binDir, "nats-server"), "-t", "-c", path)
-			cmd.Env = append(os.Environ(), "POD_NAME=runplane-nats-0", "NATS_QUEUE_PASSWORD=secret-password",
-				"NATS_CALLOUT_ISSUER=ABAQXOHXFB6XFIKPVOLTQL25TRTCRYGNSBW6AUJ265JJPCC26IIRR2YG")
+			cmd.Env = append(os.Environ(), env...)
 			out, err := cmd.CombinedOutput()
 			require.NoError(t, err, "nats-server -t rejects the configuration:\n%s\n%s", out, conf)
 		})
@@ -222,8 +229,8 @@ func TestNATSConfigLoads(t *testing.T) {
 var metricRef = regexp.MustCompile(`\b(runplane_[a-z0-9_]+)`)
 
 // TestDashboardMetricsExist: every metric the dashboard queries is defined
-// by the queue or the extender, so a renamed metric fails here rather than
-// leaving an empty panel.
+// by the queue, the extender or the webhook, so a renamed metric fails here
+// rather than leaving an empty panel.
 func TestDashboardMetricsExist(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("dashboards", "runplane.json"))
 	require.NoError(t, err)
@@ -239,7 +246,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 	defined := map[string]bool{}
 	root, err := cluster.RepoRoot()
 	require.NoError(t, err)
-	for _, dir := range []string{"queue", "extender"} {
+	for _, dir := range []string{"queue", "extender", "webhook"} {
 		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d os.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 				return err
@@ -266,7 +273,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 						name = base
 					}
 				}
-				assert.True(t, defined[name], "panel %q queries %s, which no non-test Go file of queue/ or extender/ defines", p.Title, m)
+				assert.True(t, defined[name], "panel %q queries %s, which no non-test Go file of queue/, extender/ or webhook/ defines", p.Title, m)
 			}
 		}
 	}
@@ -342,5 +349,97 @@ func TestContainerFlagsExist(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPriorityClassesMatchDev: the chart's default PriorityClasses are the
+// ones make dev creates (internal/priorityclass), field for field.
+func TestPriorityClassesMatchDev(t *testing.T) {
+	needHelm(t)
+	objs := parse(t, mustRender(t))
+	for _, want := range priorityclass.Defaults() {
+		var got schedulingv1.PriorityClass
+		find(t, objs, "PriorityClass", want.Name).into(t, &got)
+		assert.Equal(t, want.Value, got.Value, want.Name)
+		assert.Equal(t, *want.PreemptionPolicy, *got.PreemptionPolicy, want.Name)
+		assert.Equal(t, want.Description, got.Description, want.Name)
+		assert.Equal(t, want.GlobalDefault, got.GlobalDefault, want.Name)
+	}
+}
+
+// TestMetricNamesConsistent: every runplane metric a non-test Go file
+// defines is snake_case under runplane_, and "in flight" is spelt in_flight
+// everywhere (the sidecar's runplane_sidecar_in_flight and the activator's
+// runplane_activator_in_flight once disagreed).
+func TestMetricNamesConsistent(t *testing.T) {
+	root, err := cluster.RepoRoot()
+	require.NoError(t, err)
+	nameRE := regexp.MustCompile(`Name:\s*"(runplane_[^"]*)"|NewDesc\(\s*"(runplane_[^"]*)"`)
+	valid := regexp.MustCompile(`^runplane_[a-z]+(_[a-z0-9]+)*$`)
+	found := 0
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range nameRE.FindAllStringSubmatch(string(src), -1) {
+			name := m[1] + m[2]
+			found++
+			rel, _ := filepath.Rel(root, path)
+			assert.Regexp(t, valid, name, "%s: metric name", rel)
+			assert.NotContains(t, name, "inflight", "%s: %s: spell it in_flight", rel, name)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Greater(t, found, 20, "the walk found too few metric definitions to be reading the code")
+}
+
+// TestQueueDefaultsMatchBinary: the queue's policy values the chart passes
+// by default are the runplane-queue flag defaults, which make dev (and any
+// run without the chart) gets, so the two never run with different limits.
+func TestQueueDefaultsMatchBinary(t *testing.T) {
+	needHelm(t)
+	root, err := cluster.RepoRoot()
+	require.NoError(t, err)
+	bin := filepath.Join(t.TempDir(), "runplane-queue")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "./cmd/runplane-queue")
+	build.Dir = root
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	help, err := exec.CommandContext(t.Context(), bin, "-h").Output()
+	require.NoError(t, err)
+	defaults := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^\s+-([-a-z]+)[^\n]*\n\s+[^\n]*\(default ([^)]*)\)`).FindAllStringSubmatch(string(help), -1) {
+		defaults[m[1]] = strings.Trim(m[2], `"`)
+	}
+	var dep appsv1.Deployment
+	find(t, parse(t, mustRender(t)), "Deployment", "runplane-queue").into(t, &dep)
+	args := map[string]string{}
+	for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
+		k, v, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		args[k] = v
+	}
+	for _, flag := range []string{"stream-max-age", "duplicate-window", "record-ttl", "stream-replicas",
+		"max-backlog", "max-in-flight", "namespace-max-backlog", "namespace-max-in-flight"} {
+		chart, def := args[flag], defaults[flag]
+		require.NotEmpty(t, chart, "the chart does not pass --%s", flag)
+		require.NotEmpty(t, def, "runplane-queue -h shows no default of -%s", flag)
+		if cd, err := time.ParseDuration(chart); err == nil {
+			bd, err := time.ParseDuration(def)
+			require.NoError(t, err, flag)
+			assert.Equal(t, bd, cd, "--%s: chart %s, runplane-queue (and make dev) %s", flag, chart, def)
+			continue
+		}
+		assert.Equal(t, def, chart, "--%s: chart %s, runplane-queue (and make dev) %s", flag, chart, def)
 	}
 }

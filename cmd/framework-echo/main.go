@@ -7,7 +7,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strconv"
@@ -16,11 +16,14 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/internal/cmdline"
+	"github.com/runplane/runplane/internal/logging"
 )
 
 func main() {
 	if err := run(); err != nil {
-		log.Fatalf("framework-echo: %v", err)
+		slog.Error("framework-echo failed", "err", err)
+		os.Exit(1)
 	}
 }
 
@@ -31,7 +34,7 @@ func run() error {
 	sleep := flag.String("sleep", os.Getenv("FRAMEWORK_ECHO_SLEEP"), "sleep this long in every invocation (FRAMEWORK_ECHO_SLEEP)")
 	fail := flag.String("fail", os.Getenv("FRAMEWORK_ECHO_FAIL"), "answer every invocation with this error (FRAMEWORK_ECHO_FAIL)")
 	crash := flag.String("crash", os.Getenv("FRAMEWORK_ECHO_CRASH"), "exit mid-invocation: true or false (FRAMEWORK_ECHO_CRASH)")
-	flag.Parse()
+	log := cmdline.Parse(flag.CommandLine, os.Args[1:], logging.Options{})
 
 	opts := framework.EchoOptions{Fail: *fail}
 	if *sleep != "" {
@@ -50,7 +53,7 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	log.Printf("framework-echo: serving on %s (invoke %s, health %s)", *socket, *invokePath, *healthPath)
+	log.Info("framework-echo: serving", "socket", *socket, "invoke", *invokePath, "health", *healthPath)
 	return framework.ServeUnix(ctx, *socket, framework.NewHandler(framework.Echo(opts), framework.WithPaths(*invokePath, *healthPath)))
 }
 

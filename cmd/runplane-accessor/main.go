@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -22,13 +21,17 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/runplane/runplane/internal/cmdline"
 	"github.com/runplane/runplane/internal/filebrowser"
 	"github.com/runplane/runplane/internal/filebrowser/claimauth"
+	"github.com/runplane/runplane/internal/logging"
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Getenv); err != nil {
-		fmt.Fprintf(os.Stderr, "runplane-accessor: %v\n", err)
+	fs, o := newFlags()
+	log := cmdline.Parse(fs, os.Args[1:], logging.Options{})
+	if err := run(*o, os.Getenv); err != nil {
+		log.Error("runplane-accessor failed", "err", err)
 		os.Exit(1)
 	}
 }
@@ -38,8 +41,9 @@ type options struct {
 	root, listen, namespace, claim, apiServer, caFile string
 }
 
-func parse(args []string) (options, error) {
-	var o options
+// newFlags defines the command line's flags into the options it returns.
+func newFlags() (*flag.FlagSet, *options) {
+	o := new(options)
 	fs := flag.NewFlagSet("runplane-accessor", flag.ContinueOnError)
 	fs.StringVar(&o.root, "root", "/data", "directory to serve")
 	fs.StringVar(&o.listen, "listen", ":8080", "HTTP listen address")
@@ -47,7 +51,14 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&o.claim, "claim", "", "name of the served PVC (required)")
 	fs.StringVar(&o.apiServer, "api-server", "", "API server URL (default: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)")
 	fs.StringVar(&o.caFile, "ca-file", "/var/run/runplane/kube-ca/ca.crt", "CA bundle of the API server (the kube-root-ca.crt ConfigMap)")
-	return o, fs.Parse(args)
+	return fs, o
+}
+
+// parse parses args without the shared flags (tests).
+func parse(args []string) (options, error) {
+	fs, o := newFlags()
+	err := fs.Parse(args)
+	return *o, err
 }
 
 // handler is the file browser behind the authorization gate.
@@ -75,11 +86,7 @@ func handler(o options, getenv func(string) string) (http.Handler, io.Closer, er
 	return gate.Wrap(fb), fb, nil
 }
 
-func run(args []string, getenv func(string) string) error {
-	o, err := parse(args)
-	if err != nil {
-		return err
-	}
+func run(o options, getenv func(string) string) error {
 	h, closer, err := handler(o, getenv)
 	if err != nil {
 		return err

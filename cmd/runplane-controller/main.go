@@ -7,7 +7,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -19,6 +18,8 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/controllers"
+	"github.com/runplane/runplane/internal/cmdline"
+	"github.com/runplane/runplane/internal/logging"
 )
 
 func main() {
@@ -49,7 +50,7 @@ func main() {
 	fs.StringVar(&cfg.ProbeAddr, "probe-addr", ":8081", "health probe address (/healthz, /readyz; 0 disables)")
 	fs.BoolVar(&cfg.LeaderElection, "leader-elect", true, "run controllers only while holding the Lease")
 	fs.StringVar(&cfg.LeaderElectionID, "lease-name", "runplane-controller", "name of the leader-election Lease")
-	_ = fs.Parse(os.Args[1:])
+	log := cmdline.Parse(fs, os.Args[1:], logging.Options{})
 
 	labels, err := parseLabels(natsLabels)
 	if err != nil {
@@ -59,7 +60,7 @@ func main() {
 	if cfg.RESTConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
 		fail(2, "loading kubeconfig: %v", err)
 	}
-	cfg.Logger = logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, nil))
+	cfg.Logger = logr.FromSlogHandler(log.Handler())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := controllers.Run(ctx, cfg); err != nil {

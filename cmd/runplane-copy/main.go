@@ -6,13 +6,14 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"github.com/runplane/runplane/internal/cmdline"
 	"github.com/runplane/runplane/internal/copier"
+	"github.com/runplane/runplane/internal/logging"
 )
 
 func main() {
@@ -22,16 +23,16 @@ func main() {
 	flag.StringVar(&to, "to", "", "destination directory, created if missing (required)")
 	flag.IntVar(&opts.Workers, "workers", 0, "parallel workers (default 4×CPUs)")
 	flag.DurationVar(&opts.ProgressInterval, "progress-interval", 5*time.Second, "how often to report progress")
-	flag.Parse()
+	log := cmdline.Parse(flag.CommandLine, os.Args[1:], logging.Options{})
 	if from == "" || to == "" {
-		fmt.Fprintln(os.Stderr, "runplane-copy: --from and --to are required")
+		log.Error("--from and --to are required")
 		os.Exit(2)
 	}
-	opts.Progress = func(p copier.Progress) { fmt.Fprintf(os.Stderr, "runplane-copy: %s\n", p) }
+	opts.Progress = func(p copier.Progress) { log.Info("progress", "progress", p.String()) }
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if _, err := copier.Copy(ctx, from, to, opts); err != nil {
-		fmt.Fprintf(os.Stderr, "runplane-copy: %v\n", err)
+		log.Error("copy failed", "err", err)
 		os.Exit(1)
 	}
 }

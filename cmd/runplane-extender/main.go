@@ -6,23 +6,22 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 
-	"github.com/go-logr/logr"
 	"k8s.io/client-go/tools/clientcmd"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/extender"
+	"github.com/runplane/runplane/internal/cmdline"
+	"github.com/runplane/runplane/internal/logging"
 )
 
 func main() {
 	var cfg extender.Config
-	var kubeconfig, hosts string
+	var kubeconfig, hosts, writeTLSDir string
 	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig path; in-cluster config when empty")
 	flag.StringVar(&cfg.Namespace, "namespace", api.DefaultNamespace, "namespace of the catalog ConfigMap and the Lease")
 	flag.StringVar(&cfg.Addr, "addr", "127.0.0.1:8443", "HTTPS listen address of filter, prioritize and bind (and of /metrics, /healthz, /readyz without --metrics-addr); keep it on loopback in the scheduler's Pod")
@@ -30,6 +29,7 @@ func main() {
 	flag.StringVar(&cfg.CertFile, "tls-cert-file", "", "serving certificate; self-signed at startup when empty")
 	flag.StringVar(&cfg.KeyFile, "tls-key-file", "", "serving key")
 	flag.StringVar(&hosts, "tls-hosts", "localhost,127.0.0.1", "comma-separated names/IPs of a self-signed certificate")
+	flag.StringVar(&writeTLSDir, "write-tls-dir", "", "write a fresh CA (ca.crt) and a serving certificate for --tls-hosts (tls.crt, tls.key) into this directory and exit (the chart's init container)")
 	flag.BoolVar(&cfg.LeaderElection, "leader-elect", true, "bind only while holding the Lease")
 	flag.StringVar(&cfg.LeaseName, "lease-name", extender.DefaultLeaseName, "name of the leader-election Lease")
 	flag.StringVar(&cfg.FollowLease, "follow-lease", "", "namespace/name of the co-located runplane-scheduler's Lease: bind while this host holds it (instead of --leader-elect)")
@@ -37,17 +37,22 @@ func main() {
 	flag.DurationVar(&cfg.RenewDeadline, "renew-deadline", 0, "leader-election renew deadline (default 10s)")
 	flag.DurationVar(&cfg.RetryPeriod, "retry-period", 0, "leader-election retry period (default 2s)")
 	flag.DurationVar(&cfg.ClaimTimeout, "claim-timeout", 0, "bound on deleting a placeholder and waiting until it is gone (default 10s)")
-	flag.Parse()
+	cfg.Logger = cmdline.Parse(flag.CommandLine, os.Args[1:], logging.Options{})
 	for _, h := range strings.Split(hosts, ",") {
 		if h = strings.TrimSpace(h); h != "" {
 			cfg.TLSHosts = append(cfg.TLSHosts, h)
 		}
 	}
+	if writeTLSDir != "" {
+		if err := extender.WriteSelfSignedDir(writeTLSDir, cfg.TLSHosts); err != nil {
+			cfg.Logger.Error("writing the serving certificate", "dir", writeTLSDir, "err", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if cfg.FollowLease != "" {
 		cfg.LeaderElection = false // following the scheduler's Lease replaces the own election
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	ctrllog.SetLogger(logr.FromSlogHandler(cfg.Logger.Handler()))
 
 	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {

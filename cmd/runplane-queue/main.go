@@ -6,7 +6,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strconv"
@@ -18,6 +17,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/cmdline"
+	"github.com/runplane/runplane/internal/logging"
 	"github.com/runplane/runplane/internal/objects"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/pool"
@@ -56,6 +57,7 @@ func (f float32Flag) Set(s string) error {
 func run() error {
 	var c queue.Config
 	var kubeconfig, pools string
+	var boot bootstrap
 	var inCluster, noKube bool
 	flag.StringVar(&c.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL")
 	flag.StringVar(&c.NATSUser, "nats-user", "", "the queue's NATS user (one of the server's auth_callout.auth_users); empty: no credentials")
@@ -116,8 +118,12 @@ func run() error {
 	flag.IntVar(&c.MaxAttempts, "max-attempts", 3, "dispatch attempts before dead-lettering")
 	flag.DurationVar(&c.HeartbeatTimeout, "heartbeat-timeout", 15*time.Second, "worker silence before it is lost (at least 3× -worker-heartbeat-interval)")
 	flag.DurationVar(&c.WorkerHeartbeatInterval, "worker-heartbeat-interval", 5*time.Second, "the workers' heartbeat interval (the sidecars' -heartbeat-interval); -heartbeat-timeout below 3× it is refused at start")
-	flag.Parse()
-	c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	flag.StringVar(&boot.namespace, "bootstrap-secrets-namespace", "", "create the bundled NATS's Secrets below in this namespace when they do not exist (an existing one is used as it is) and read the queue's from there instead of -nats-password-file and -nats-callout-issuer-seed-file")
+	flag.StringVar(&boot.password, "nats-password-secret", "", "with -bootstrap-secrets-namespace: Secret of the queue's NATS password (key password)")
+	flag.StringVar(&boot.issuer, "nats-callout-issuer-secret", "", "with -bootstrap-secrets-namespace: Secret of the auth callout's issuer (keys seed and issuer, an account nkey pair)")
+	flag.StringVar(&boot.route, "nats-route-secret", "", "with -bootstrap-secrets-namespace: Secret of the NATS cluster's route password (key password; only nats-server reads it)")
+	flag.StringVar(&boot.dir, "bootstrap-dir", "/var/run/runplane/bootstrap", "directory (memory-backed) where the queue's bootstrapped password and seed are written for its own use")
+	c.Logger = cmdline.Parse(flag.CommandLine, os.Args[1:], logging.Options{})
 	if noKube {
 		c.LeaderElection = false
 		for _, p := range strings.Split(pools, ",") {
@@ -138,5 +144,13 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if boot.namespace != "" {
+		if c.RESTConfig == nil {
+			return fmt.Errorf("-bootstrap-secrets-namespace needs Kubernetes")
+		}
+		if err := boot.run(ctx, c.RESTConfig, &c); err != nil {
+			return err
+		}
+	}
 	return queue.Run(ctx, c)
 }

@@ -6,11 +6,12 @@ package main
 import (
 	"context"
 	"flag"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/runplane/runplane/internal/cmdline"
+	"github.com/runplane/runplane/internal/logging"
 	"github.com/runplane/runplane/sidecar"
 )
 
@@ -21,15 +22,8 @@ func main() {
 	inactive := flag.Duration("inactive-threshold", sidecar.DefaultInactiveThreshold, "delete the durable consumer after this long without this worker")
 	grace := flag.Duration("shutdown-grace", sidecar.DefaultShutdownGrace, "time in-flight invocations get to finish after SIGTERM (default: RUNPLANE_SHUTDOWN_GRACE_SECONDS, which the webhook sets, else 25s)")
 	fetchWait := flag.Duration("fetch-wait", sidecar.DefaultFetchWait, "how long one pull request waits for a dispatch")
-	debug := flag.Bool("debug", false, "log every invocation")
 	create := flag.Bool("create-consumer", false, "create the dispatch consumer instead of binding to the one the queue's auth callout creates (only for a NATS without the callout: tests, local runs; under the callout the server refuses it)")
-	flag.Parse()
-
-	level := slog.LevelInfo
-	if *debug {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log := cmdline.Parse(flag.CommandLine, os.Args[1:], logging.Options{}) // -log-level=debug logs every invocation
 
 	cfg, err := sidecar.ConfigFromEnv(os.Getenv)
 	if err != nil {

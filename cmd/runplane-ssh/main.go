@@ -6,17 +6,17 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/runplane/runplane/internal/cmdline"
+	"github.com/runplane/runplane/internal/logging"
 	"github.com/runplane/runplane/sidecar/sshserver"
 )
 
 func main() {
 	var cfg sshserver.Config
-	var debug bool
 	var installTo string
 	flag.StringVar(&installTo, "install-to", "", "copy this binary to the given path and exit (the webhook's init container uses it)")
 	flag.StringVar(&cfg.Listen, "listen", sshserver.DefaultListen, "SSH listen address")
@@ -31,8 +31,7 @@ func main() {
 	flag.BoolVar(&cfg.AllowRemoteForward, "allow-remote-forward", false, "allow remote port forwarding (ssh -R)")
 	flag.BoolVar(&cfg.AllowRoot, "allow-root", false, "allow running as root")
 	flag.StringVar(&cfg.Shell, "shell", "", "shell for sessions (default $SHELL, /bin/bash, /bin/sh)")
-	flag.BoolVar(&debug, "debug", false, "debug logging")
-	flag.Parse()
+	cfg.Logger = cmdline.Parse(flag.CommandLine, os.Args[1:], logging.Options{})
 	if installTo != "" {
 		if err := sshserver.InstallSelf(installTo); err != nil {
 			fmt.Fprintln(os.Stderr, "runplane-ssh:", err)
@@ -47,12 +46,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "runplane-ssh: --max-channels and --max-unauthenticated must be at least 1, --login-grace-time positive")
 		os.Exit(2)
 	}
-
-	level := slog.LevelInfo
-	if debug {
-		level = slog.LevelDebug
-	}
-	cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -6,7 +6,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -14,14 +13,14 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/cmdline"
+	"github.com/runplane/runplane/internal/logging"
 	"github.com/runplane/runplane/webhook"
 	"github.com/runplane/runplane/webhook/mutate"
 )
@@ -43,7 +42,6 @@ func run() error {
 		serviceName = flag.String("service-name", "runplane-webhook", "Service in front of the webhook (for -manage-webhooks and the default DNS name)")
 		servicePort = flag.Int("service-port", 443, "port of that Service")
 		pullPolicy  = flag.String("image-pull-policy", "", "pull policy of injected containers (Always, IfNotPresent, Never; default: by tag)")
-		logLevel    = flag.String("log-level", "info", "debug, info, warn or error")
 	)
 	flag.StringVar(&cfg.Namespace, "namespace", api.DefaultNamespace, "runplane's namespace (catalog ConfigMap, TLS Secret; excluded from admission)")
 	flag.StringVar(&cfg.Addr, "addr", ":9443", "HTTPS admission address")
@@ -64,14 +62,7 @@ func run() error {
 	flag.StringVar(&cfg.Webhooks.Name, "webhook-config-name", webhook.DefaultConfigurationName, "name of the Mutating- and ValidatingWebhookConfiguration")
 	flag.BoolVar(&cfg.Webhooks.Manage, "manage-webhooks", false, "create and update the webhook configurations (otherwise only patch their caBundle)")
 	flag.StringVar(&cfg.Webhooks.URL, "webhook-url", "", "with -manage-webhooks: base URL the API server calls instead of the Service")
-	flag.Parse()
-
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("-log-level: %w", err)
-	}
-	cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	crlog.SetLogger(logr.FromSlogHandler(cfg.Logger.Handler())) // controller-runtime's own logs
+	cfg.Logger = cmdline.Parse(flag.CommandLine, os.Args[1:], logging.Options{})
 	cfg.Injection.ImagePullPolicy = corev1.PullPolicy(*pullPolicy)
 	cfg.TLS.DNSNames = split(*dnsNames)
 	if len(cfg.TLS.DNSNames) == 0 {

@@ -31,7 +31,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_results_refused_total",
 			Help: "Results dropped because their attempt was not dispatched to the worker that sent them: without the attempt's result token (token), naming another worker (other_worker), an attempt never dispatched (unknown_attempt) or an invocation of another pool (other_pool)."}, []string{"reason"}),
 		backlog:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runplane_activator_backlog", Help: "Queued invocations per pool."}, []string{"namespace", "pool"}),
-		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runplane_activator_inflight", Help: "Dispatched invocations per pool."}, []string{"namespace", "pool"}),
+		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runplane_activator_in_flight", Help: "Dispatched invocations per pool."}, []string{"namespace", "pool"}),
 		retried: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_retries_total",
 			Help: "Failed executions queued again under their pool's retry policy (runplane.io/max-retries)."}, []string{"pool"}),
 		handedBack: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_handed_back_total",

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/runplane/runplane/internal/buildinfo"
 	"golang.org/x/crypto/ssh"
 	"k8s.io/utils/clock"
 )
@@ -485,7 +486,7 @@ func (c *idleConn) closeWhenIdle(ctx context.Context, timeout time.Duration) boo
 // ends.
 func Run(ctx context.Context, cfg Config) error {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}), buildinfo.Collector())
 	srv, err := New(cfg, reg)
 	if err != nil {
 		return err

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,13 +11,13 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/controllers"
 	"github.com/runplane/runplane/controllers/egress"
 	"github.com/runplane/runplane/extender"
 	"github.com/runplane/runplane/extender/profile"
+	"github.com/runplane/runplane/internal/logging"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/localworkers"
@@ -81,9 +80,13 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 		return nil, err
 	}
 	s.stops = append(s.stops, func() { logFile.Close() })
-	log := slog.New(slog.NewTextHandler(logFile, nil))
-	// controller-runtime's informers log through its global logger.
-	ctrl.SetLogger(logr.FromSlogHandler(log.With("component", "controller-runtime").Handler()))
+	// Text for people (the chart's binaries log JSON); klog (client-go) and
+	// controller-runtime's informers log through the same handler.
+	log, err := logging.New(logFile, logging.Options{Format: logging.FormatText})
+	if err != nil {
+		return nil, err
+	}
+	logging.Install(log)
 
 	// NATS with runplane's auth callout: the queue connects as the one
 	// configured user; every sidecar presents its Pod-bound token, which the
@@ -175,8 +178,9 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 	workers, err := localworkers.Start(ctx, localworkers.Config{
 		Client: c.Client(), NATSURL: natsURL,
 		SidecarBinary: sidecarBin, FrameworkBinary: echoBin, Dir: filepath.Join(c.Dir(), "workers"),
-		StopGrace: 10 * time.Second,
-		Logf:      func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...), "component", "localworkers") },
+		StopGrace:   10 * time.Second,
+		SidecarArgs: []string{"-log-format=" + logging.FormatText}, FrameworkArgs: []string{"-log-format=" + logging.FormatText},
+		Logf: func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...), "component", "localworkers") },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("local workers: %w", err)

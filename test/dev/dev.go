@@ -8,12 +8,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/priorityclass"
 	"github.com/runplane/runplane/test/cluster"
 )
 
@@ -114,10 +114,7 @@ func bootstrap(ctx context.Context, client kubernetes.Interface) error {
 	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating namespace: %w", err)
 	}
-	for _, pc := range []schedulingv1.PriorityClass{
-		{ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassStock}, Value: -1000, Description: "runplane stock placeholders: the first to give way"},
-		{ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassWorkload}, Value: 1000, Description: "runplane GPU workloads"},
-	} {
+	for _, pc := range priorityclass.Defaults() { // the chart's, as its default values render them
 		if _, err := client.SchedulingV1().PriorityClasses().Create(ctx, &pc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating priority class %s: %w", pc.Name, err)
 		}

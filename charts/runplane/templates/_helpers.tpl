@@ -46,7 +46,10 @@ app.kubernetes.io/component: {{ .component }}
 {{ toYaml .Values.securityContext }}
 {{- end -}}
 
-{{/* runplane.podCommon: pull secrets and scheduling knobs of a component. Call with (dict "ctx" $ "values" .Values.webhook). */}}
+{{/* runplane.podCommon: pull secrets and scheduling knobs of a component. Call with (dict "ctx" $ "values" .Values.webhook "component" "webhook").
+Without topologySpreadConstraints of its own, a component's replicas spread over nodes and zones as
+far as the cluster allows (ScheduleAnyway: one node still runs them all), so a node loss never takes
+every replica. */}}
 {{- define "runplane.podCommon" -}}
 {{- with .ctx.Values.imagePullSecrets }}
 imagePullSecrets:
@@ -64,13 +67,28 @@ tolerations:
 affinity:
 {{ toYaml . | indent 2 }}
 {{- end }}
-{{- with .values.topologySpreadConstraints }}
+{{- if .values.topologySpreadConstraints }}
 topologySpreadConstraints:
-{{ toYaml . }}
+{{ toYaml .values.topologySpreadConstraints }}
+{{- else }}
+topologySpreadConstraints:
+{{- range $key := list "kubernetes.io/hostname" "topology.kubernetes.io/zone" }}
+  - maxSkew: 1
+    topologyKey: {{ $key }}
+    whenUnsatisfiable: ScheduleAnyway
+    labelSelector:
+      matchLabels:
+        {{- include "runplane.selectorLabels" (dict "ctx" $.ctx "component" $.component) | nindent 8 }}
+{{- end }}
 {{- end }}
 {{- with .ctx.Values.priorityClassName }}
 priorityClassName: {{ . }}
 {{- end }}
+{{- end -}}
+
+{{/* runplane.extenderTLSHosts: names and addresses of the extender's serving certificate, comma-separated. */}}
+{{- define "runplane.extenderTLSHosts" -}}
+localhost,127.0.0.1,runplane-extender.{{ .Release.Namespace }}.svc,runplane-extender.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}
 {{- end -}}
 
 {{- define "runplane.webhookServiceName" -}}runplane-webhook{{- end -}}
@@ -90,12 +108,19 @@ nats://runplane-nats.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}:42
 {{- if eq .Values.nats.mode "external" -}}
 {{ required "nats.external.queuePasswordSecret is required when nats.mode is external (the password of nats.auth.queueUser, key password)" .Values.nats.external.queuePasswordSecret }}
 {{- else -}}
-runplane-nats-queue
+{{ .Values.nats.bundled.queuePasswordSecret }}
 {{- end -}}
 {{- end -}}
 
-{{/* runplane.natsCalloutVolumes: the queue's NATS password and the auth callout's issuer seed, mounted into the queue only. */}}
+{{/* runplane.natsCalloutVolumes: the queue's NATS password and the auth callout's issuer seed, mounted into the queue only.
+With the bundled NATS the queue reads (or first creates) both Secrets through the API at start and keeps them in a memory emptyDir. */}}
 {{- define "runplane.natsCalloutVolumes" -}}
+{{- if eq .Values.nats.mode "bundled" }}
+- name: bootstrap
+  emptyDir:
+    medium: Memory
+    sizeLimit: 1Mi
+{{- else }}
 - name: nats-queue
   secret:
     secretName: {{ include "runplane.natsQueueSecretName" . }}
@@ -106,14 +131,20 @@ runplane-nats-queue
     secretName: {{ .Values.nats.auth.issuerSecret }}
     defaultMode: 0440
     items: [{key: seed, path: seed}]
+{{- end }}
 {{- end -}}
 {{- define "runplane.natsCalloutMounts" -}}
+{{- if eq .Values.nats.mode "bundled" }}
+- name: bootstrap
+  mountPath: /var/run/runplane/bootstrap
+{{- else }}
 - name: nats-queue
   mountPath: /var/run/runplane/nats-queue
   readOnly: true
 - name: nats-callout
   mountPath: /var/run/runplane/nats-callout
   readOnly: true
+{{- end }}
 {{- end -}}
 
 {{/* runplane.namespaceSelector: the webhook never sees kube-system or runplane's own namespace, so runplane can always start and repair itself. Sorted, as webhook.Configurations builds it. */}}

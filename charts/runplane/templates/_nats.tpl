@@ -30,23 +30,18 @@ authorization {
   }
 }
 {{- if gt (int $.Values.nats.bundled.replicas) 1 }}
-# Routes authenticate with a generated password (Secret runplane-nats-route): a peer that reaches
-# port 6222 without it is no route (the NetworkPolicy is the first fence, this the second). An
-# include is relative to this file's directory: /etc/nats/../nats-route is the Secret's mount.
+# Routes authenticate with a password the queue generates (Secret nats.bundled.routeSecret): a peer
+# that reaches port 6222 without it is no route (the NetworkPolicy is the first fence, this the
+# second). The password and the routes come from the environment (NATS_ROUTE_*).
 cluster {
   name: runplane
   listen: 0.0.0.0:6222
-  include "../nats-route/routes.conf"
+  authorization { user: route, password: $NATS_ROUTE_PASSWORD, timeout: 2 }
+  routes: [
+    {{- range $i := until (int $.Values.nats.bundled.replicas) }}
+    $NATS_ROUTE_{{ $i }}
+    {{- end }}
+  ]
 }
 {{- end }}
-{{- end -}}
-
-{{/* runplane.natsRoutes: the cluster block's credentials and routes (kept in a Secret). */}}
-{{- define "runplane.natsRoutes" -}}
-authorization { user: route, password: {{ .password | quote }}, timeout: 2 }
-routes: [
-  {{- range $i := until (int .ctx.Values.nats.bundled.replicas) }}
-  "nats-route://route:{{ $.password }}@runplane-nats-{{ $i }}.runplane-nats-headless.{{ $.ctx.Release.Namespace }}.svc.{{ $.ctx.Values.clusterDomain }}:6222"
-  {{- end }}
-]
 {{- end -}}

@@ -1,0 +1,38 @@
+// Package priorityclass defines runplane's two PriorityClasses once: make dev
+// creates these objects and the chart renders the same ones from its default
+// values (charts/runplane's TestPriorityClassesMatchDev compares them).
+package priorityclass
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/runplane/runplane/api"
+)
+
+// Defaults of the chart's priorityClasses.workload.value and .stock.value.
+const (
+	WorkloadValue int32 = 1000
+	// StockValue is below every ordinary Pod (priority 0): anything may
+	// preempt a placeholder.
+	StockValue int32 = -1000
+)
+
+// Defaults returns runplane-workload and runplane-stock as the chart's
+// default values render them.
+func Defaults() []schedulingv1.PriorityClass {
+	preempt, never := corev1.PreemptLowerPriority, corev1.PreemptNever
+	return []schedulingv1.PriorityClass{
+		{
+			ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassWorkload}, Value: WorkloadValue, PreemptionPolicy: &preempt,
+			Description: "GPU workloads admitted by runplane (label runplane.io/gpu-spec).",
+		},
+		{
+			// A placeholder waits for capacity (the signal for a cluster
+			// autoscaler); it never evicts anything.
+			ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassStock}, Value: StockValue, PreemptionPolicy: &never,
+			Description: "runplane stock placeholders (label runplane.io/stock), the lowest priority; GPU workloads take them over.",
+		},
+	}
+}
