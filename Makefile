@@ -5,7 +5,7 @@ export GONOSUMDB := k8s.io/kubernetes
 # Go test flags for make test; -v so the output names every test that ran.
 TESTFLAGS ?= -count=1 -v -timeout 40m
 
-.PHONY: all dev test unit bench lint testbin deps build python-test clean image
+.PHONY: all dev test unit bench chaos lint testbin deps build python-test clean image
 
 all: build
 
@@ -27,6 +27,11 @@ python-test:
 ## bench: every benchmark, printed as a table of medians.
 bench: deps
 	@dir=$$(bash test/testbin/build.sh) && RUNPLANE_TESTBIN_DIR=$$dir bash test/bench/run.sh
+
+## chaos: the serverless fault cases at load (test/chaos), printed as one table (CHAOS_RUN picks cases by regexp).
+CHAOS_RUN ?= .
+chaos:
+	@RUNPLANE_TESTBIN_DIR=$${RUNPLANE_TESTBIN_DIR:-$$(bash test/testbin/build.sh)} bash test/chaos/run.sh '$(CHAOS_RUN)'
 
 ## lint: gofmt and go vet.
 lint:

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -27,10 +28,17 @@ type Load struct {
 	TimeoutSeconds int
 	// RetryFor bounds one invocation's retries (default 10s).
 	RetryFor time.Duration
-	// MaxInFlight bounds concurrent requests (default 512); a tick that
+	// MaxInFlight bounds concurrent requests (default 4096); a tick that
 	// finds none free is counted in Dropped, so the offered rate is
 	// visible.
 	MaxInFlight int
+	// Total stops the load after this many invocations (0: Duration
+	// alone); Block makes a tick wait for a free slot instead of dropping
+	// (a closed loop, to fill a backlog as fast as the ingress takes it).
+	Total int
+	Block bool
+	// PayloadBytes pads each payload to about this size.
+	PayloadBytes int
 }
 
 // LoadResult is what the callers saw.
@@ -55,7 +63,7 @@ func (l Load) Run(ctx context.Context) LoadResult {
 	}
 	maxIn := l.MaxInFlight
 	if maxIn <= 0 {
-		maxIn = 512
+		maxIn = 4096
 	}
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	res := LoadResult{Refused: map[int]int{}}
@@ -66,7 +74,10 @@ func (l Load) Run(ctx context.Context) LoadResult {
 	start := time.Now()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
-	end := time.After(l.Duration)
+	var end <-chan time.Time
+	if l.Duration > 0 {
+		end = time.After(l.Duration)
+	}
 	n := 0
 loop:
 	for {
@@ -80,13 +91,20 @@ loop:
 		// Catch up on ticks a slow scheduler merged, so the offered rate
 		// holds on a loaded machine.
 		due := int(time.Since(start)/interval) + 1
+		if l.Total > 0 {
+			due = min(due, l.Total)
+		}
 		for ; n < due; n++ {
 			res.Offered++
-			select {
-			case slots <- struct{}{}:
-			default:
-				res.Dropped++
-				continue
+			if l.Block {
+				slots <- struct{}{}
+			} else {
+				select {
+				case slots <- struct{}{}:
+				default:
+					res.Dropped++
+					continue
+				}
 			}
 			id := l.IDPrefix + strconv.Itoa(n)
 			first := n
@@ -107,6 +125,9 @@ loop:
 				}
 			}()
 		}
+		if l.Total > 0 && n >= l.Total {
+			break
+		}
 	}
 	wg.Wait()
 	res.Elapsed = time.Since(start)
@@ -114,7 +135,11 @@ loop:
 }
 
 func (l Load) post(ctx context.Context, c *http.Client, id string, first int, retryFor time.Duration) (code, tries int) {
-	body, _ := json.Marshal(map[string]any{"mode": "async", "invocationID": id, "timeoutSeconds": l.TimeoutSeconds, "payload": map[string]string{"id": id}})
+	payload := map[string]string{"id": id}
+	if l.PayloadBytes > 0 {
+		payload["pad"] = strings.Repeat("x", l.PayloadBytes)
+	}
+	body, _ := json.Marshal(map[string]any{"mode": "async", "invocationID": id, "timeoutSeconds": l.TimeoutSeconds, "payload": payload})
 	deadline := time.Now().Add(retryFor)
 	for i := first; ; i++ {
 		tries++
