@@ -25,7 +25,7 @@ func TestBacklog(t *testing.T) {
 	const pools = 10
 	total := 100_000
 	ctx := context.Background()
-	dir := t.TempDir()
+	dir := chaos.CaseDir(t, "backlog")
 	n, err := chaos.StartNATS(bins, dir, chaos.NATSOptions{})
 	require.NoError(t, err)
 	t.Cleanup(n.Kill)

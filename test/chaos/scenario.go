@@ -3,8 +3,10 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -89,7 +91,7 @@ func (sc Scenario) Run(t testing.TB, bins Binaries) Outcome {
 // Start brings up the stack of sc; t's cleanup stops it.
 func (sc Scenario) Start(t testing.TB, bins Binaries) *Stack {
 	t.Helper()
-	dir := t.TempDir()
+	dir := CaseDir(t, sc.Name)
 	s := &Stack{Bins: bins, Dir: dir, ExecLog: filepath.Join(dir, "exec.log"), Namespace: "chaos", Pool: "p", scenario: sc}
 	var err error
 	s.NATS, err = StartNATS(bins, dir, sc.NATS)
@@ -165,4 +167,25 @@ func (s *Stack) Finish(t testing.TB, res LoadResult) Outcome {
 	c := Count(res.Accepted, recs, runs)
 	t.Logf("%s: %s", s.scenario.Name, c)
 	return Outcome{Load: res, Counts: c, MaxRSS: s.rss.Load()}
+}
+
+// CaseDir is where a case keeps its logs, stores and execution log: a temp
+// dir removed after the test, or a dir under RUNPLANE_CHAOS_DIR that is
+// kept, to read the component logs of a failing case.
+func CaseDir(t testing.TB, name string) string {
+	t.Helper()
+	root := os.Getenv("RUNPLANE_CHAOS_DIR")
+	if root == "" {
+		return t.TempDir()
+	}
+	require.NoError(t, os.MkdirAll(root, 0o755))
+	dir, err := os.MkdirTemp(root, strings.Map(func(r rune) rune {
+		if r == '/' || r == ' ' {
+			return '-'
+		}
+		return r
+	}, name)+"-")
+	require.NoError(t, err)
+	t.Logf("logs of %s kept in %s", name, dir)
+	return dir
 }

@@ -17,9 +17,11 @@ type Row struct {
 	Accepted  int     `json:"accepted"`
 	Succeeded int     `json:"succeeded"`
 	Failed    int     `json:"failed"`
-	Lost      int     `json:"lost"`
-	RunTwice  int     `json:"runTwice"`
-	Restarted int     `json:"restarted"`
+	// FailedUnrun are failed invocations the framework never started.
+	FailedUnrun int `json:"failedUnrun"`
+	Lost        int `json:"lost"`
+	RunTwice    int `json:"runTwice"`
+	Restarted   int `json:"restarted"`
 	// RSS is the queue's largest resident set seen, in MiB.
 	RSS float64 `json:"rssMiB"`
 	// Note carries a case's own figures (drain time, refusals…).
@@ -28,7 +30,7 @@ type Row struct {
 
 // NewRow fills a row from a case's counts.
 func NewRow(name string, rate float64, dur string, c Counts, rssBytes int64, note string) Row {
-	return Row{Case: name, Rate: rate, Duration: dur, Accepted: c.Accepted, Succeeded: c.Succeeded, Failed: c.Failed,
+	return Row{Case: name, Rate: rate, Duration: dur, Accepted: c.Accepted, Succeeded: c.Succeeded, Failed: c.Failed, FailedUnrun: c.FailedUnrun,
 		Lost: c.Lost, RunTwice: c.RunTwice, Restarted: c.Restarted, RSS: float64(rssBytes) / (1 << 20), Note: note}
 }
 
@@ -71,9 +73,9 @@ func ReadRows(in io.Reader) ([]Row, error) {
 // PrintTable prints rows as one aligned table.
 func PrintTable(out io.Writer, rows []Row) error {
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "case\trate/s\tduration\taccepted\tsucceeded\tfailed\tlost\trun twice\tstarted twice\tqueue RSS MiB\tnote")
+	fmt.Fprintln(tw, "case\trate/s\tduration\taccepted\tsucceeded\tfailed\tof them never ran\tlost\trun twice\tstarted twice\tqueue RSS MiB\tnote")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f\t%s\n", r.Case, r.Rate, r.Duration, r.Accepted, r.Succeeded, r.Failed,
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f\t%s\n", r.Case, r.Rate, r.Duration, r.Accepted, r.Succeeded, r.Failed, r.FailedUnrun,
 			r.Lost, r.RunTwice, r.Restarted, r.RSS, r.Note)
 	}
 	return tw.Flush()

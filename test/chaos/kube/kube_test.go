@@ -74,7 +74,7 @@ func setup(t *testing.T, ns string, replicas, workers int32, frameworkEnv map[st
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	require.NoError(t, env.CreateNamespace(ctx, ns))
-	dir := t.TempDir()
+	dir := chaos.CaseDir(t, ns)
 	s := &stack{ns: ns, pool: "p", execLog: filepath.Join(dir, "exec.log")}
 	n, err := chaos.StartNATS(bins, dir, chaos.NATSOptions{})
 	require.NoError(t, err)
