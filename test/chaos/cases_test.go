@@ -114,7 +114,9 @@ func TestFrameworkRestart(t *testing.T) {
 func TestNATSDown35s(t *testing.T) {
 	fullOnly(t)
 	sc := base("nats-server down 35s", 5, 60*time.Second)
-	sc.FrameworkEnv = []string{"CHAOS_SLEEP=500ms"}
+	// 2 s a run: about 10 invocations are running when the server goes,
+	// and each has a result to publish during the outage.
+	sc.FrameworkEnv = []string{"CHAOS_SLEEP=2s"}
 	sc.Quiet, sc.Within = 60*time.Second, 4*time.Minute
 	sc.Fault = func(ctx context.Context, s *chaos.Stack) error {
 		if err := sleep(ctx, 10*time.Second); err != nil {
