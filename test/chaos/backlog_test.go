@@ -26,14 +26,14 @@ func TestBacklog(t *testing.T) {
 	total := 100_000
 	ctx := context.Background()
 	dir := chaos.CaseDir(t, "backlog")
-	n, err := chaos.StartNATS(bins, dir, chaos.NATSOptions{})
+	n, err := chaos.StartNATS(binaries(t), dir, chaos.NATSOptions{})
 	require.NoError(t, err)
 	t.Cleanup(n.Kill)
 	var names []string
 	for i := range pools {
 		names = append(names, "chaos/b"+strconv.Itoa(i))
 	}
-	q, err := chaos.StartQueue(bins, dir, "queue", n.URL, chaos.QueueOptions{Pools: names})
+	q, err := chaos.StartQueue(binaries(t), dir, "queue", n.URL, chaos.QueueOptions{Pools: names})
 	require.NoError(t, err)
 	t.Cleanup(q.Kill)
 	var peak int64
@@ -103,7 +103,7 @@ func TestBacklog(t *testing.T) {
 	execLog := filepath.Join(dir, "exec.log")
 	start = time.Now()
 	for i := range pools {
-		w, err := chaos.StartWorker(bins, dir, "w"+strconv.Itoa(i), n.URL, chaos.WorkerOptions{Namespace: "chaos", Pool: "b" + strconv.Itoa(i),
+		w, err := chaos.StartWorker(binaries(t), dir, "w"+strconv.Itoa(i), n.URL, chaos.WorkerOptions{Namespace: "chaos", Pool: "b" + strconv.Itoa(i),
 			Concurrency: 8, ExecLog: execLog})
 		require.NoError(t, err)
 		t.Cleanup(w.Kill)

@@ -34,7 +34,7 @@ func base(name string, rate float64, dur time.Duration) chaos.Scenario {
 }
 
 func runCase(t *testing.T, sc chaos.Scenario) chaos.Outcome {
-	o := sc.Run(t, bins)
+	o := sc.Run(t, binaries(t))
 	report(t, o.Row)
 	return o
 }

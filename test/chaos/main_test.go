@@ -2,14 +2,15 @@ package chaos_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/test/chaos"
 )
@@ -32,27 +33,37 @@ func feature(name string, merged bool) bool {
 	return merged || slices.Contains(strings.Split(os.Getenv("RUNPLANE_CHAOS_FEATURES"), ","), name)
 }
 
-// bins are built once for every case of the package.
-var bins chaos.Binaries
-
-func TestMain(m *testing.M) {
-	os.Exit(run(m))
+// built holds the binaries, built once by the first case that needs them
+// (the pure tests need none).
+var built struct {
+	once sync.Once
+	dir  string
+	bins chaos.Binaries
+	err  error
 }
 
-func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "chaos-bin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
 	}
-	defer os.RemoveAll(dir)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	if bins, err = chaos.Build(ctx, dir); err != nil {
-		fmt.Fprintln(os.Stderr, "chaos:", err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(code)
+}
+
+// binaries builds the programs a case runs (once per test binary).
+func binaries(t *testing.T) chaos.Binaries {
+	t.Helper()
+	built.once.Do(func() {
+		built.dir, built.err = os.MkdirTemp("", "chaos-bin")
+		if built.err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		built.bins, built.err = chaos.Build(ctx, built.dir)
+	})
+	require.NoError(t, built.err)
+	return built.bins
 }
 
 // full says whether the full cases run (make chaos sets
