@@ -26,7 +26,8 @@ type Counts struct {
 	// Lost counts accepted invocations not terminal when the case ended.
 	Lost int
 	// RunTwice counts invocations the framework completed (answered) more
-	// than once: a finished execution run again.
+	// than once, or began again after it had answered once: a finished
+	// execution run again.
 	RunTwice int
 	// Restarted counts invocations the framework started more than once
 	// (a redelivery after a kill is fine; after a hang or a completion it
@@ -136,7 +137,7 @@ func Count(ids []string, recs map[string]messages.Record, runs map[string]*execl
 			c.Lost++
 			example("lost ("+string(st)+")", id)
 		}
-		if r.Completed > 1 {
+		if r.Completed > 1 || r.StartedAfterEnd > 0 {
 			c.RunTwice++
 			example("run twice", fmt.Sprintf("%s %v", id, r.Workers))
 		}

@@ -29,7 +29,7 @@ func TestCount(t *testing.T) {
 		{
 			name: "completed twice",
 			recs: map[string]messages.Record{"a": rec(messages.StateSucceeded)},
-			runs: map[string]*execlog.Runs{"a": {Started: 2, Completed: 2}},
+			runs: map[string]*execlog.Runs{"a": {Started: 2, Completed: 2, StartedAfterEnd: 1}},
 			want: func(c chaos.Counts) chaos.Counts { c.Succeeded, c.RunTwice, c.Restarted = 1, 1, 1; return c },
 		},
 		{
@@ -37,6 +37,12 @@ func TestCount(t *testing.T) {
 			recs: map[string]messages.Record{"a": rec(messages.StateSucceeded)},
 			runs: map[string]*execlog.Runs{"a": {Started: 2, Completed: 1}},
 			want: func(c chaos.Counts) chaos.Counts { c.Succeeded, c.Restarted = 1, 1; return c },
+		},
+		{
+			name: "begun again after it answered, then cancelled",
+			recs: map[string]messages.Record{"a": rec(messages.StateSucceeded)},
+			runs: map[string]*execlog.Runs{"a": {Started: 2, Completed: 1, StartedAfterEnd: 1}},
+			want: func(c chaos.Counts) chaos.Counts { c.Succeeded, c.RunTwice, c.Restarted = 1, 1, 1; return c },
 		},
 		{
 			name: "failed without running",

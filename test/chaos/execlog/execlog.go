@@ -24,12 +24,16 @@ const (
 
 // Entry is one line of the log.
 type Entry struct {
-	Event  string    `json:"ev"`
-	ID     string    `json:"id"`
-	Worker string    `json:"worker"`
-	PID    int       `json:"pid"`
-	Status int       `json:"status,omitempty"`
-	At     time.Time `json:"t"`
+	Event  string `json:"ev"`
+	ID     string `json:"id"`
+	Worker string `json:"worker"`
+	PID    int    `json:"pid"`
+	Status int    `json:"status,omitempty"`
+	// Delivered (on End) says the answer reached the sidecar: its write
+	// and flush to the socket succeeded. An answer whose sidecar died
+	// first never completed from the system's side.
+	Delivered bool      `json:"delivered,omitempty"`
+	At        time.Time `json:"t"`
 }
 
 // Writer appends entries to a file shared by every framework process.
@@ -70,8 +74,14 @@ func (w *Writer) Close() error { return w.f.Close() }
 type Runs struct {
 	// Started counts the times a framework began running it.
 	Started int
-	// Completed counts the times a framework answered it (any status).
+	// Completed counts the answers (any status) delivered to a sidecar.
 	Completed int
+	// Answered counts every answer, delivered or not.
+	Answered int
+	// StartedAfterEnd counts the starts that came after an answer of the
+	// same invocation was delivered: finished work begun again (even if
+	// that run is then cancelled).
+	StartedAfterEnd int
 	// Workers lists the worker of every start, in order.
 	Workers []string
 }
@@ -104,9 +114,15 @@ func Read(path string) (map[string]*Runs, error) {
 		switch e.Event {
 		case Start:
 			r.Started++
+			if r.Completed > 0 {
+				r.StartedAfterEnd++
+			}
 			r.Workers = append(r.Workers, e.Worker)
 		case End:
-			r.Completed++
+			r.Answered++
+			if e.Delivered {
+				r.Completed++
+			}
 		}
 	}
 	if err := sc.Err(); err != nil {

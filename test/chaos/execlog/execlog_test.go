@@ -16,10 +16,12 @@ func TestReadCountsRunsAndSkipsTornLines(t *testing.T) {
 	require.NoError(t, err)
 	for _, e := range []execlog.Entry{
 		{Event: execlog.Start, ID: "a", Worker: "w1"},
-		{Event: execlog.End, ID: "a", Worker: "w1", Status: 200},
+		{Event: execlog.End, ID: "a", Worker: "w1", Status: 200, Delivered: true},
 		{Event: execlog.Start, ID: "a", Worker: "w2"},
-		{Event: execlog.End, ID: "a", Worker: "w2", Status: 200},
+		{Event: execlog.End, ID: "a", Worker: "w2", Status: 200, Delivered: true},
 		{Event: execlog.Start, ID: "b", Worker: "w1"},
+		{Event: execlog.End, ID: "b", Worker: "w1", Status: 200}, // its sidecar was gone
+		{Event: execlog.Start, ID: "b", Worker: "w2"},
 	} {
 		require.NoError(t, w.Write(e))
 	}
@@ -32,8 +34,8 @@ func TestReadCountsRunsAndSkipsTornLines(t *testing.T) {
 
 	runs, err := execlog.Read(path)
 	require.NoError(t, err)
-	require.Equal(t, &execlog.Runs{Started: 2, Completed: 2, Workers: []string{"w1", "w2"}}, runs["a"])
-	require.Equal(t, &execlog.Runs{Started: 1, Workers: []string{"w1"}}, runs["b"])
+	require.Equal(t, &execlog.Runs{Started: 2, Completed: 2, Answered: 2, StartedAfterEnd: 1, Workers: []string{"w1", "w2"}}, runs["a"])
+	require.Equal(t, &execlog.Runs{Started: 2, Answered: 1, Workers: []string{"w1", "w2"}}, runs["b"])
 	require.NotContains(t, runs, "c")
 
 	empty, err := execlog.Read(filepath.Join(t.TempDir(), "missing"))

@@ -1,7 +1,8 @@
 // Command framework-recorder is the chaos harness's framework: it serves
 // the unix-socket framework contract like framework-echo and appends every
-// execution (start and answer) to a shared execution log, so the harness
-// can count how often each invocation really ran. CHAOS_* env steers it:
+// execution (its start, and its answer with whether the answer reached the
+// sidecar) to a shared execution log, so the harness can count how often
+// each invocation really ran. CHAOS_* env steers it:
 //
 //	CHAOS_EXEC_LOG      the log file (required)
 //	CHAOS_SLEEP         time every invocation takes (Go duration, default 0)
@@ -14,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -49,7 +51,7 @@ func run() error {
 		socket = api.DefaultFrameworkSocket
 	}
 	log.Printf("framework-recorder: serving on %s (mode %s, sleep %v, result %d bytes)", socket, cfg.mode, cfg.sleep, cfg.resultBytes)
-	return framework.ServeUnix(ctx, socket, framework.NewHandler(handler(cfg, w)))
+	return framework.ServeUnix(ctx, socket, recordAnswers(framework.NewHandler(handler(cfg, w)), w))
 }
 
 type config struct {
@@ -87,6 +89,51 @@ func configFromEnv(getenv func(string) string) (config, error) {
 	return c, nil
 }
 
+// answer is what a run reports to recordAnswers through the request
+// context: the handler knows the invocation, the middleware knows whether
+// the answer reached the sidecar.
+type answer struct {
+	id, worker string
+	status     int
+	finished   bool
+}
+
+type answerKey struct{}
+
+// recordAnswers logs the End of every finished run after its answer was
+// written and flushed to the socket: a write or flush error means the
+// sidecar was gone and the answer never arrived.
+func recordAnswers(next http.Handler, w *execlog.Writer) http.Handler {
+	pid := os.Getpid()
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		a := &answer{}
+		ew := &errWriter{ResponseWriter: rw}
+		next.ServeHTTP(ew, r.WithContext(context.WithValue(r.Context(), answerKey{}, a)))
+		if !a.finished {
+			return
+		}
+		ferr := http.NewResponseController(rw).Flush()
+		if err := w.Write(execlog.Entry{Event: execlog.End, ID: a.id, Worker: a.worker, PID: pid, Status: a.status,
+			Delivered: ew.err == nil && ferr == nil, At: time.Now()}); err != nil {
+			log.Printf("framework-recorder: %v", err)
+		}
+	})
+}
+
+// errWriter keeps the first write error.
+type errWriter struct {
+	http.ResponseWriter
+	err error
+}
+
+func (e *errWriter) Write(b []byte) (int, error) {
+	n, err := e.ResponseWriter.Write(b)
+	if err != nil && e.err == nil {
+		e.err = err
+	}
+	return n, err
+}
+
 func handler(c config, w *execlog.Writer) framework.HandlerFunc {
 	pid := os.Getpid()
 	var big json.RawMessage
@@ -119,8 +166,8 @@ func handler(c config, w *execlog.Writer) framework.HandlerFunc {
 		if c.mode == "fail" {
 			resp = framework.Response{StatusCode: 500, Error: "framework-recorder: CHAOS_MODE=fail"}
 		}
-		if err := w.Write(execlog.Entry{Event: execlog.End, ID: req.InvocationID, Worker: req.WorkerName, PID: pid, Status: resp.StatusCode, At: time.Now()}); err != nil {
-			return framework.Response{}, err
+		if a, ok := ctx.Value(answerKey{}).(*answer); ok {
+			*a = answer{id: req.InvocationID, worker: req.WorkerName, status: resp.StatusCode, finished: true}
 		}
 		return resp, nil
 	}
