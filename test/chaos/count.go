@@ -33,6 +33,8 @@ type Counts struct {
 	// (a redelivery after a kill is fine; after a hang or a completion it
 	// is not).
 	Restarted int
+	// MaxStarts is the most runs one invocation had.
+	MaxStarts int
 	// States counts the final states; Examples names a few invocations per
 	// kind of trouble, for the log.
 	States   map[messages.State]int
@@ -144,6 +146,7 @@ func Count(ids []string, recs map[string]messages.Record, runs map[string]*execl
 		if r.Started > 1 {
 			c.Restarted++
 		}
+		c.MaxStarts = max(c.MaxStarts, r.Started)
 	}
 	return c
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -84,7 +85,7 @@ func (sc Scenario) Run(t testing.TB, bins Binaries) Outcome {
 	require.NoError(t, faultErr, "fault of case %s", sc.Name)
 	t.Logf("%s: load: %s", sc.Name, res)
 	out := s.Finish(t, res)
-	out.Row = NewRow(sc.Name, sc.Rate, sc.Duration.String(), out.Counts, out.MaxRSS, "")
+	out.Row = NewRow(sc.Name, sc.Rate, sc.Duration.String(), out.Counts, out.MaxRSS, Note(res, out.Counts))
 	return out
 }
 
@@ -188,4 +189,25 @@ func CaseDir(t testing.TB, name string) string {
 	require.NoError(t, err)
 	t.Logf("logs of %s kept in %s", name, dir)
 	return dir
+}
+
+// Note is the row's note: refusals the callers saw and the most runs of
+// one invocation, when they say something.
+func Note(res LoadResult, c Counts) string {
+	var parts []string
+	for code, n := range res.Refused {
+		what := "HTTP " + strconv.Itoa(code)
+		if code == 0 {
+			what = "no answer"
+		}
+		parts = append(parts, fmt.Sprintf("%d refused (%s)", n, what))
+	}
+	if res.Dropped > 0 {
+		parts = append(parts, fmt.Sprintf("%d not sent (callers busy)", res.Dropped))
+	}
+	if c.MaxStarts > 2 {
+		parts = append(parts, fmt.Sprintf("one invocation ran %d times", c.MaxStarts))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, "; ")
 }

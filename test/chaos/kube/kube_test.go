@@ -188,7 +188,7 @@ func (s *stack) run(t *testing.T, name string, rate float64, dur time.Duration, 
 	require.NoError(t, err)
 	c := chaos.Count(res.Accepted, recs, runs)
 	t.Logf("%s: %s", name, c)
-	if err := chaos.AppendRow(os.Getenv("RUNPLANE_CHAOS_ROWS"), chaos.NewRow(name, rate, dur.String(), c, peak, "")); err != nil {
+	if err := chaos.AppendRow(os.Getenv("RUNPLANE_CHAOS_ROWS"), chaos.NewRow(name, rate, dur.String(), c, peak, chaos.Note(res, c))); err != nil {
 		t.Errorf("row: %v", err)
 	}
 	assert.Positive(t, c.Accepted)
