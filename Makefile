@@ -8,7 +8,7 @@ TESTFLAGS ?= -count=1 -v -timeout 40m
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -X github.com/runplane/runplane/internal/buildinfo.version=$(VERSION)
 
-.PHONY: all dev test unit bench lint testbin deps build python-test python-wheel clean image chart-docs chart-check
+.PHONY: all dev test unit bench chaos lint testbin deps build python-test python-wheel clean image chart-docs chart-check
 
 all: build
 
@@ -42,6 +42,11 @@ python-wheel: deps
 ## bench: every benchmark, printed as a table of medians.
 bench: deps
 	@dir=$$(bash test/testbin/build.sh) && RUNPLANE_TESTBIN_DIR=$$dir bash test/bench/run.sh
+
+## chaos: the serverless fault cases at load (test/chaos), printed as one table (CHAOS_RUN picks cases by regexp).
+CHAOS_RUN ?= .
+chaos:
+	@RUNPLANE_TESTBIN_DIR=$${RUNPLANE_TESTBIN_DIR:-$$(bash test/testbin/build.sh)} bash test/chaos/run.sh '$(CHAOS_RUN)'
 
 ## lint: gofmt and go vet.
 lint:
