@@ -5,7 +5,7 @@ export GONOSUMDB := k8s.io/kubernetes
 # Go test flags for make test; -v so the output names every test that ran.
 TESTFLAGS ?= -count=1 -v -timeout 40m
 
-.PHONY: all dev test unit bench lint testbin deps build python-test clean image
+.PHONY: all dev test unit bench lint testbin nodebin deps build python-test clean image
 
 all: build
 
@@ -46,10 +46,16 @@ deps:
 build:
 	$(GO) build -o bin/ ./cmd/...
 
-## image: the one runplane image holding every binary (needs a Docker engine).
+## image: the one runplane image holding every binary, as an OCI archive (no Docker needed):
+## bin/runplane-image.tar; `ctr images import`, `skopeo copy oci-archive:…` or `crane push` read it.
+## With a Docker engine, `docker build -t $(IMAGE) .` builds the same image from the Dockerfile.
 IMAGE ?= ghcr.io/runplane/runplane:dev
 image:
-	docker build -t $(IMAGE) .
+	$(GO) run ./hack/images/cmd/runplane-images -only runplane -ref $(IMAGE) -out bin/runplane-image.tar
+
+## nodebin: the real kubelet node's binaries (kubelet, containerd, shim, ctr) into the cache (prints its dir).
+nodebin:
+	bash test/testbin/node.sh
 
 clean:
 	rm -rf bin/
