@@ -9,9 +9,11 @@ TESTFLAGS ?= -count=1 -v -timeout 40m
 
 all: build
 
-## dev: a local control plane with GPU nodes, NATS and every runplane component (Ctrl-C stops it).
+## dev: a local control plane with GPU nodes, NATS and every runplane component (Ctrl-C stops it),
+## and one real kubelet node where the machine can run it (REAL_NODES=0 turns it off).
+REAL_NODES ?= 1
 dev: deps
-	@$(GO) build -o bin/runplane-dev ./test/dev && exec bin/runplane-dev
+	@$(GO) build -o bin/runplane-dev ./test/dev && exec bin/runplane-dev -real-nodes=$(REAL_NODES)
 
 ## test: unit + integration + e2e tests (builds the control-plane binaries once, cached outside the repo).
 test: deps lint
