@@ -77,9 +77,16 @@ func Pause(tmp, binDir string) (Image, error) {
 }
 
 // FrameworkEcho is a serverless worker's user container: the echo framework
-// on the unix socket.
-func FrameworkEcho(tmp, binDir string) (Image, error) {
+// on the unix socket. With busybox set, it also has /bin/sh, ls, cat and
+// env, so tests can look inside the running container (kubectl exec).
+func FrameworkEcho(tmp, binDir, busybox string) (Image, error) {
 	files := append(baseFiles(nonroot), File{Path: "/usr/local/bin/framework-echo", Source: filepath.Join(binDir, "framework-echo")})
+	if busybox != "" {
+		files = append(files, File{Path: "/bin/busybox", Source: busybox})
+		for _, applet := range []string{"sh", "ls", "cat", "env"} {
+			files = append(files, File{Path: "/bin/" + applet, Link: "/bin/busybox"})
+		}
+	}
 	img, err := Build(tmp, Spec{
 		Ref: EchoRef, Files: files, User: fmt.Sprintf("%d:%d", nonroot, nonroot),
 		Entrypoint: []string{"/usr/local/bin/framework-echo"},
@@ -132,7 +139,7 @@ func Standard(tmp, binDir, busybox string) ([]Image, error) {
 	for _, build := range []func() (Image, error){
 		func() (Image, error) { return Runplane(tmp, binDir, RunplaneRef, "dev") },
 		func() (Image, error) { return Pause(tmp, binDir) },
-		func() (Image, error) { return FrameworkEcho(tmp, binDir) },
+		func() (Image, error) { return FrameworkEcho(tmp, binDir, busybox) },
 		func() (Image, error) { return User(tmp, busybox) },
 	} {
 		img, err := build()
