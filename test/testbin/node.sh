@@ -38,12 +38,12 @@ containerd_ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version
 # we do not use (overlayfs and native remain).
 containerd_tags="no_btrfs no_devmapper no_zfs no_aufs"
 
-build() { # build <module dir> <output name> <package> <ldflags> [tags]
-	local dir=$1 name=$2 pkg=$3 ldflags=$4 tags=${5:-}
+build() { # build <module dir> <output name> <package> <ldflags> [tags] [cgo]
+	local dir=$1 name=$2 pkg=$3 ldflags=$4 tags=${5:-} cgo=${6:-0}
 	[[ -x "$out/$name" ]] && return 0
 	echo "testbin: building $name" >&2
 	local start=$SECONDS
-	(cd "$here/node/$dir" && CGO_ENABLED=0 go build -tags "$tags" -ldflags "$ldflags" -o "$out/$name.tmp" "$pkg")
+	(cd "$here/node/$dir" && CGO_ENABLED=$cgo go build -tags "$tags" -ldflags "$ldflags" -o "$out/$name.tmp" "$pkg")
 	mv "$out/$name.tmp" "$out/$name"
 	echo "testbin: built $name in $((SECONDS - start))s" >&2
 }
@@ -51,5 +51,8 @@ build() { # build <module dir> <output name> <package> <ldflags> [tags]
 build containerd containerd github.com/containerd/containerd/v2/cmd/containerd "$containerd_ldflags" "$containerd_tags"
 build containerd containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 "$containerd_ldflags" "$containerd_tags"
 build containerd ctr github.com/containerd/containerd/v2/cmd/ctr "$containerd_ldflags" "$containerd_tags"
-build kubelet kubelet k8s.io/kubernetes/cmd/kubelet "$kube_ldflags"
+# The kubelet is built with Go's default cgo setting, exactly like build.sh's
+# Kubernetes binaries, so that it reuses their compiled packages from the Go
+# build cache (only kubelet-only packages and the link are new).
+build kubelet kubelet k8s.io/kubernetes/cmd/kubelet "$kube_ldflags" "" "$(go env CGO_ENABLED)"
 echo "$out"
