@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"sigs.k8s.io/yaml"
 )
 
 // deadPID is the pid of a process that has exited.
@@ -55,4 +58,29 @@ func TestSweepRealNodesOfDeadOwners(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, string(out), bridge+":")
 	require.True(t, strings.HasPrefix(mine, realPrefix))
+}
+
+// The generated kubelet configuration is a valid KubeletConfiguration with
+// no unknown field (a typo would make the kubelet ignore or refuse it).
+func TestRealNodeKubeletConfigIsStrict(t *testing.T) {
+	n := &RealNode{Name: "runplane-real-1-0", HostIP: "10.234.9.1", cgroup: "/runplane-real-1-0", sock: "/x/containerd.sock"}
+	var cfg kubeletv1beta1.KubeletConfiguration
+	require.NoError(t, yaml.UnmarshalStrict([]byte(kubeletConfig(n, 10250)), &cfg))
+	require.Equal(t, "/runplane-real-1-0", cfg.CgroupRoot)
+	require.False(t, *cfg.FailCgroupV1)
+	require.Equal(t, "unix:///x/containerd.sock", cfg.ContainerRuntimeEndpoint)
+	require.Equal(t, RealNodeTaint, cfg.RegisterWithTaints[0].Key)
+
+	var cni struct {
+		Plugins []struct {
+			Type      string `json:"type"`
+			IsGateway bool   `json:"isGateway"`
+			Bridge    string `json:"bridge"`
+		} `json:"plugins"`
+	}
+	n.bridge = "rpr1-0"
+	require.NoError(t, json.Unmarshal([]byte(cniConfig(n, "10.234.9")), &cni))
+	require.Equal(t, "bridge", cni.Plugins[0].Type)
+	require.False(t, cni.Plugins[0].IsGateway, "the host does not forward: no gateway on the bridge")
+	require.Equal(t, "rpr1-0", cni.Plugins[0].Bridge)
 }
