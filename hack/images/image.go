@@ -100,6 +100,9 @@ func WriteArchive(path, tmp string, imgs ...Image) error {
 	if err := WriteLayout(dir, imgs...); err != nil {
 		return err
 	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("creating the archive's directory: %w", err)
+	}
 	return tarDir(dir, path)
 }
 

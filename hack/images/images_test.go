@@ -101,7 +101,7 @@ func TestWriteArchiveRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	pause, err := Pause(tmp, bin)
 	require.NoError(t, err)
-	out := filepath.Join(tmp, "images.tar")
+	out := filepath.Join(tmp, "new", "dir", "images.tar")
 	require.NoError(t, WriteArchive(out, tmp, rp, pause))
 
 	dir := t.TempDir()
