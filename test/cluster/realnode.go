@@ -89,6 +89,9 @@ func RealNodeSupport() error {
 			return fmt.Errorf("real nodes need the CNI plugin %s in %s (Debian containernetworking-plugins; hack/install-deps.sh)", p, cniBinDir)
 		}
 	}
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		return fmt.Errorf("real nodes need /bin/busybox for the user image (Debian busybox-static; hack/install-deps.sh)")
+	}
 	if _, err := os.Stat(filepath.Join(cgroupRoot, "pids", "cgroup.procs")); err != nil {
 		return fmt.Errorf("real nodes need the cgroup v1 pids hierarchy at %s/pids: %w", cgroupRoot, err)
 	}
@@ -170,7 +173,9 @@ func (c *Cluster) startRealNode(ctx context.Context, bin string, i int, images s
 	began := time.Now()
 	owner := os.Getpid()
 	name := fmt.Sprintf("%s%d-%d", realPrefix, owner, i)
-	dir := filepath.Join(c.dir, name)
+	// A short dir: unix socket paths under it (containerd's, the device
+	// plugin's) must stay under 108 bytes.
+	dir := filepath.Join(c.dir, "real"+strconv.Itoa(i))
 	subnet, err := freeSubnet()
 	if err != nil {
 		return nil, err

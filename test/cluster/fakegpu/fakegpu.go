@@ -53,7 +53,7 @@ func (p *Plugin) Run(ctx context.Context) (<-chan struct{}, error) {
 	if p.Count <= 0 || p.Resource == "" || p.Dir == "" {
 		return nil, fmt.Errorf("fake GPU plugin: want Dir, Resource and a positive Count, got %+v", *p)
 	}
-	endpoint := "runplane-fakegpu.sock"
+	endpoint := "fakegpu.sock"
 	sock := filepath.Join(p.Dir, endpoint)
 	if err := os.Remove(sock); err != nil && !os.IsNotExist(err) {
 		return nil, fmt.Errorf("fake GPU plugin: %w", err)
