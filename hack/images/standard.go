@@ -60,7 +60,6 @@ func Runplane(tmp, binDir, ref, version string) (Image, error) {
 			"org.opencontainers.image.description": "runplane: every binary (" + strings.Join(runplaneBinaries, ", ") + ")",
 			"org.opencontainers.image.source":      "https://github.com/runplane/runplane",
 			"org.opencontainers.image.version":     version,
-			"org.opencontainers.image.licenses":    "Apache-2.0",
 		},
 	})
 	return Image{Ref: ref, Image: img}, err
