@@ -60,8 +60,10 @@ func TestGPUDevicesPerContainer(t *testing.T) {
 	need(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	ns := "gpu-devices"
-	require.NoError(t, env.CreateNamespace(ctx, ns))
+	// runplane's own namespace: the runplane-gpu admission policy (which the
+	// webhook installs) admits GPU requests elsewhere only through a
+	// gpu-spec label, and this test is about the device plugin, not admission.
+	ns := api.DefaultNamespace
 	script := `echo "devices: $(ls /dev | grep nvidia | tr '\n' ' ')"; echo "visible: $NVIDIA_VISIBLE_DEVICES"; echo done; sleep 3600`
 	seen := map[string]string{}
 	for _, name := range []string{"two-a", "two-b"} {
