@@ -54,11 +54,12 @@ func TestPoolScalesFromZeroOnRealNode(t *testing.T) {
 	need(t)
 	// Run on 2026-11-23: the Pod starts on the real node, framework-echo
 	// serves on the socket and the sidecar reaches NATS over the bridge,
-	// but the worker's dispatch consumer is never created ("waiting for the
-	// dispatch consumer"), so the invocation stays queued. Skipped until that
-	// is found; RUNPLANE_REALNODE_POOL=1 runs it.
+	// but the worker's dispatch consumer is never created: the NATS auth
+	// callout creates it when a worker connects (queue/callout.go), and this
+	// stack's nats-server has no callout yet (test/e2e/tenancy shows the
+	// wiring). Skipped until it has; RUNPLANE_REALNODE_POOL=1 runs it.
 	if os.Getenv("RUNPLANE_REALNODE_POOL") == "" {
-		t.Skip("known failure: the activator does not create the real worker's dispatch consumer (RUNPLANE_REALNODE_POOL=1 runs it)")
+		t.Skip("needs the NATS auth callout in this stack (it creates the worker's consumer); RUNPLANE_REALNODE_POOL=1 runs it")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
