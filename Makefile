@@ -8,13 +8,15 @@ TESTFLAGS ?= -count=1 -v -timeout 40m
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -X github.com/runplane/runplane/internal/buildinfo.version=$(VERSION)
 
-.PHONY: all dev test unit bench chaos lint testbin deps build python-test python-wheel clean image chart-docs chart-check
+.PHONY: all dev test unit bench chaos lint testbin nodebin deps build python-test python-wheel clean image chart-docs chart-check
 
 all: build
 
-## dev: a local control plane with GPU nodes, NATS and every runplane component (Ctrl-C stops it).
+## dev: a local control plane with GPU nodes, NATS and every runplane component (Ctrl-C stops it),
+## and one real kubelet node where the machine can run it (REAL_NODES=0 turns it off).
+REAL_NODES ?= 1
 dev: deps
-	@$(GO) build -o bin/runplane-dev ./test/dev && exec bin/runplane-dev
+	@$(GO) build -o bin/runplane-dev ./test/dev && exec bin/runplane-dev -real-nodes=$(REAL_NODES)
 
 ## test: unit + integration + e2e tests (builds the control-plane binaries once, cached outside the repo).
 test: deps lint
@@ -66,10 +68,16 @@ deps:
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
 
-## image: the one runplane image holding every binary (needs a Docker engine).
+## image: the one runplane image holding every binary, as an OCI archive (no Docker needed):
+## bin/runplane-image.tar; `ctr images import`, `skopeo copy oci-archive:…` or `crane push` read it.
+## With a Docker engine, `docker build -t $(IMAGE) .` builds the same image from the Dockerfile.
 IMAGE ?= ghcr.io/runplane/runplane:dev
 image:
-	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+	$(GO) run ./hack/images/cmd/runplane-images -only runplane -ref $(IMAGE) -out bin/runplane-image.tar
+
+## nodebin: the real kubelet node's binaries (kubelet, containerd, shim, ctr) into the cache (prints its dir).
+nodebin:
+	bash test/testbin/node.sh
 
 # The chart tools (helm-docs, kube-score, kubeconform), pinned in hack/tools/go.mod.
 TOOL := $(GO) tool -modfile=$(CURDIR)/hack/tools/go.mod

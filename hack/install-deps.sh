@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # install-deps.sh installs the Debian packages runplane's tests and make dev
-# use, when they are missing. It is a no-op on a machine that has them.
+# use (the real kubelet node's too), when they are missing. It is a no-op on a machine that has them.
 set -euo pipefail
 need=()
 command -v ssh >/dev/null 2>&1 || need+=(openssh-client)
@@ -20,6 +20,15 @@ pymod uvicorn || need+=(python3-uvicorn)
 pymod fastapi || need+=(python3-fastapi)
 command -v cp >/dev/null 2>&1 || need+=(coreutils)
 command -v pgrep >/dev/null 2>&1 || need+=(procps)
+# The real kubelet node (test/cluster RealNodes, make dev): the OCI runtime,
+# the CNI plugins (bridge, host-local, loopback) and the static busybox that
+# the user test image is built from (hack/images). Real nodes need root
+# anyway, so only root installs them; elsewhere they are skipped.
+if [[ $(id -u) == 0 ]]; then
+	command -v runc >/dev/null 2>&1 || [[ -x /usr/sbin/runc ]] || need+=(runc)
+	[[ -x /usr/lib/cni/bridge ]] || need+=(containernetworking-plugins)
+	[[ -x /bin/busybox ]] || need+=(busybox-static)
+fi
 if ((${#need[@]} == 0)); then exit 0; fi
 if [[ $(id -u) != 0 ]]; then
 	echo "install-deps: missing ${need[*]}; run as root or install them (apt-get install ${need[*]})" >&2

@@ -9,6 +9,12 @@ log="$(mktemp -d)"
 trap 'rm -rf "$log"' EXIT
 
 bin_dir="$(bash test/testbin/build.sh)" || { echo "test: building the control-plane binaries failed" >&2; exit 1; }
+# The real node's binaries (test/e2e/realnode, root only) are built here,
+# before the tests, so no test's timeout pays for the first build.
+if [[ $(id -u) == 0 ]]; then
+	node_dir="$(bash test/testbin/node.sh)" || { echo "test: building the real node's binaries failed" >&2; exit 1; }
+	export RUNPLANE_NODEBIN_DIR="$node_dir"
+fi
 RUNPLANE_TESTBIN_DIR="$bin_dir" go test "${go_flags[@]}" ./... 2>&1 | tee "$log/go.txt"
 go_status=${PIPESTATUS[0]}
 # Debian's python3 (hack/install-deps.sh installs the SDK's modules for it);

@@ -53,6 +53,11 @@ type Options struct {
 	KeepDir bool
 	// Logf receives progress lines; silent when nil.
 	Logf func(format string, args ...any)
+	// RealNodes is how many real kubelet nodes to start beside the kwok
+	// nodes (see realnode.go): tainted RealNodeTaint, RealNodeGPUs fake GPUs
+	// each, the images of hack/images imported. Root only: Start fails with
+	// RealNodeSupport's reason elsewhere.
+	RealNodes int
 }
 
 // Cluster is a running local control plane.
@@ -68,6 +73,7 @@ type Cluster struct {
 
 	mu        sync.Mutex
 	processes []*Process
+	realNodes []*RealNode
 	cancel    context.CancelFunc
 }
 
@@ -97,7 +103,12 @@ func (c *Cluster) Processes() []*Process {
 }
 
 func (c *Cluster) start(name, bin string, args ...string) (*Process, error) {
-	p, err := startProcess(c.dir, name, filepath.Join(c.bin, bin), args...)
+	return c.startCommand(name, filepath.Join(c.bin, bin), args...)
+}
+
+// startCommand starts a command by path or by name in PATH.
+func (c *Cluster) startCommand(name, bin string, args ...string) (*Process, error) {
+	p, err := startProcess(c.dir, name, bin, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -202,6 +213,18 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := c.AddNodes(ctx, opts.Nodes...); err != nil {
 		return nil, err
 	}
+	if opts.RealNodes > 0 {
+		if err := RealNodeSupport(); err != nil {
+			return nil, err
+		}
+		images, err := c.buildImages(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.startRealNodes(ctx, opts.RealNodes, images); err != nil {
+			return nil, err
+		}
+	}
 	if err := c.waitServiceAccount(ctx, "default"); err != nil {
 		return nil, err
 	}
@@ -250,6 +273,8 @@ func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int) error 
 		"--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ServiceAccount,Priority,NamespaceLifecycle",
 		"--max-requests-inflight=1000", "--max-mutating-requests-inflight=500",
 		"--enable-priority-and-fairness=false", "--profiling=false", "--v=1",
+		// Real nodes are reached at their InternalIP (their names do not resolve).
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
 	)
 	if err != nil {
 		return err
@@ -457,6 +482,7 @@ func (c *Cluster) Stop() {
 	if c.cancel != nil {
 		c.cancel()
 	}
+	c.stopRealNodes()
 	procs := c.Processes()
 	for i := len(procs) - 1; i >= 0; i-- {
 		procs[i].Stop()

@@ -9,6 +9,11 @@
 // stops every process it started; the processes also die with the test
 // binary (parent-death signal), so none outlives the run.
 //
-// The binaries come from test/testbin (see Binaries). Tests in one package
+// Options.RealNodes adds real kubelet + containerd nodes beside the kwok ones
+// (root only; see realnode.go and RealNodeSupport), with a fake GPU device
+// plugin (package fakegpu) and the images of hack/images imported.
+//
+// The binaries come from test/testbin (see Binaries; the real node's from
+// test/testbin/node.sh, see NodeBinaries). Tests in one package
 // share one cluster through Main, called from TestMain.
 package cluster

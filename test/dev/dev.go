@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/hack/images"
 	"github.com/runplane/runplane/internal/priorityclass"
 	"github.com/runplane/runplane/test/cluster"
 )
@@ -21,6 +22,7 @@ type config struct {
 	nodes, gpusPerNode int
 	dir                string
 	queuePort          int
+	realNodes          int
 }
 
 // defaultCatalog is the GPU spec catalog make dev installs.
@@ -44,9 +46,10 @@ func run(ctx context.Context, cfg config) error {
 	for i := range nodes {
 		nodes[i] = cluster.Node{Name: fmt.Sprintf("gpu-node-%d", i), GPUs: cfg.gpusPerNode, Labels: map[string]string{"runplane.io/gpu-node": "true"}}
 	}
+	realNodes := realNodesFor(ctx, cfg.realNodes)
 	fmt.Println("dev: starting the local control plane (the first run builds the binaries: ~10 minutes)")
 	c, err := cluster.Start(ctx, cluster.Options{
-		Nodes: nodes, Dir: filepath.Join(dir, "cluster"), KeepDir: true,
+		Nodes: nodes, Dir: filepath.Join(dir, "cluster"), KeepDir: true, RealNodes: realNodes,
 		Logf: func(format string, args ...any) { fmt.Printf("dev: "+format+"\n", args...) },
 	})
 	if err != nil {
@@ -79,6 +82,10 @@ func run(ctx context.Context, cfg config) error {
 		return fmt.Errorf("writing kubeconfig: %w", err)
 	}
 	fmt.Printf("dev: ready in %s\n", time.Since(began).Round(100*time.Millisecond))
+	for _, n := range c.RealNodes() {
+		fmt.Printf("real node: %s (host %s; Pods that select %s=true and tolerate its taint run real containers; images %s, %s, %s, %s; logs %s)\n",
+			n.Name, n.HostIP, cluster.RealNodeLabel, images.RunplaneRef, images.EchoRef, images.UserRef, images.PauseRef, n.Dir)
+	}
 	fmt.Printf("kubeconfig: %s\n", kubeconfig)
 	if stack.queueURL != "" {
 		fmt.Printf("queue ingress URL: %s\n", stack.queueURL)
@@ -105,6 +112,25 @@ Press Ctrl-C to stop everything.
 	case err := <-stack.errs:
 		return err
 	}
+}
+
+// realNodesFor is how many real nodes make dev starts: want, where the
+// machine can run them and their binaries are built; otherwise 0, saying
+// why (make dev never waits for the node binaries' long first build).
+func realNodesFor(ctx context.Context, want int) int {
+	if want <= 0 {
+		return 0
+	}
+	if err := cluster.RealNodeSupport(); err != nil {
+		fmt.Printf("dev: no real node: %v; going on with kwok nodes only\n", err)
+		return 0
+	}
+	if _, ok := cluster.NodeBinariesBuilt(ctx); !ok {
+		fmt.Println("dev: no real node: its binaries are not built (make nodebin, about 15 minutes once); going on with kwok nodes only")
+		return 0
+	}
+	fmt.Printf("dev: starting %d real kubelet node(s) beside the kwok nodes (make dev REAL_NODES=0 turns them off)\n", want)
+	return want
 }
 
 // bootstrap creates what the chart would: runplane's namespace, the

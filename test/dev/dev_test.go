@@ -35,7 +35,8 @@ func TestMakeDev(t *testing.T) {
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
 	require.NoError(t, err, "building:\n%s", out)
 	dir := t.TempDir()
-	cmd := exec.Command(bin, "-dir", dir, "-nodes", "2")
+	// The real node is proven by test/e2e/realnode; make dev's own test keeps to kwok.
+	cmd := exec.Command(bin, "-dir", dir, "-nodes", "2", "-real-nodes", "0")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)

@@ -1,0 +1,70 @@
+// Command runplane-images writes runplane's images as one OCI archive
+// without a Docker engine (see package images). `make image` runs it with
+// -only runplane.
+//
+//	go run ./hack/images/cmd/runplane-images -out bin/runplane-image.tar [-bin dir] [-only runplane] [-ref ghcr.io/runplane/runplane:dev]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/runplane/runplane/hack/images"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "runplane-images:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	out := flag.String("out", "bin/runplane-image.tar", "the OCI archive to write")
+	binDir := flag.String("bin", "", "prebuilt static binaries (built from the repository in the working directory when empty)")
+	only := flag.String("only", "", `"runplane" writes only the runplane image; empty writes runplane, pause, framework-echo and user`)
+	ref := flag.String("ref", images.RunplaneRef, "the runplane image's reference")
+	version := flag.String("version", "dev", "the runplane image's org.opencontainers.image.version label")
+	busybox := flag.String("busybox", "/bin/busybox", "a static busybox for the user image")
+	flag.Parse()
+	if *only != "" && *only != "runplane" {
+		return fmt.Errorf("-only %q: want \"runplane\" or empty", *only)
+	}
+	tmp, err := os.MkdirTemp("", "runplane-images-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	if *binDir == "" {
+		*binDir = tmp + "/bin"
+		if err := images.BuildBinaries(context.Background(), ".", *binDir); err != nil {
+			return err
+		}
+	}
+	var imgs []images.Image
+	if *only == "runplane" {
+		img, err := images.Runplane(tmp, *binDir, *ref, *version)
+		if err != nil {
+			return err
+		}
+		imgs = append(imgs, img)
+	} else {
+		if imgs, err = images.Standard(tmp, *binDir, *busybox); err != nil {
+			return err
+		}
+	}
+	if err := images.WriteArchive(*out, tmp, imgs...); err != nil {
+		return err
+	}
+	for _, im := range imgs {
+		d, err := im.Image.Digest()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s@%s\n", im.Ref, d)
+	}
+	fmt.Println("wrote", *out)
+	return nil
+}

@@ -1,0 +1,141 @@
+package images
+
+import (
+	"archive/tar"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeBinaries writes a small executable file per name, standing in for the
+// static binaries (the real ones are built by BuildBinaries).
+func fakeBinaries(t *testing.T, names ...string) string {
+	dir := t.TempDir()
+	for _, n := range names {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, n), []byte("#!/bin/true "+n), 0o755))
+	}
+	return dir
+}
+
+// imageFiles reads an image's flattened filesystem: path → header.
+func imageFiles(t *testing.T, im Image) map[string]*tar.Header {
+	rc := mutate.Extract(im.Image)
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	files := map[string]*tar.Header{}
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return files
+		}
+		require.NoError(t, err)
+		files["/"+filepath.Clean(hdr.Name)] = hdr
+	}
+}
+
+func TestRunplaneImage(t *testing.T) {
+	bin := fakeBinaries(t, runplaneBinaries...)
+	im, err := Runplane(t.TempDir(), bin, RunplaneRef, "v9")
+	require.NoError(t, err)
+	cf, err := im.Image.ConfigFile()
+	require.NoError(t, err)
+	require.Equal(t, "65532:65532", cf.Config.User)
+	require.Equal(t, "linux", cf.OS)
+	require.Equal(t, "v9", cf.Config.Labels["org.opencontainers.image.version"])
+	require.Equal(t, "runplane", cf.Config.Labels["org.opencontainers.image.title"])
+	files := imageFiles(t, im)
+	for _, b := range runplaneBinaries {
+		hdr := files["/usr/local/bin/"+b]
+		require.NotNil(t, hdr, b)
+		require.Equal(t, int64(0o755), hdr.Mode, b)
+	}
+	require.Equal(t, int64(0o1777), files["/tmp"].Mode)
+	require.Equal(t, 65532, files["/home/nonroot"].Uid)
+}
+
+func TestRunplaneImageMissingBinary(t *testing.T) {
+	bin := fakeBinaries(t, "runplane-queue")
+	_, err := Runplane(t.TempDir(), bin, RunplaneRef, "dev")
+	require.ErrorContains(t, err, "no such file or directory")
+}
+
+func TestBuildRejects(t *testing.T) {
+	for name, spec := range map[string]Spec{
+		"bad reference":  {Ref: "Not A Ref", Files: []File{{Path: "/a", Data: []byte("a")}}},
+		"relative path":  {Ref: UserRef, Files: []File{{Path: "a", Data: []byte("a")}}},
+		"unclean path":   {Ref: UserRef, Files: []File{{Path: "/a/../b", Data: []byte("a")}}},
+		"root as a file": {Ref: UserRef, Files: []File{{Path: "/", Data: []byte("a")}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Build(t.TempDir(), spec)
+			require.Error(t, err)
+		})
+	}
+}
+
+func TestUserImageHasShell(t *testing.T) {
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		t.Skip("no /bin/busybox (Debian busybox-static; hack/install-deps.sh installs it)")
+	}
+	im, err := User(t.TempDir(), "/bin/busybox")
+	require.NoError(t, err)
+	files := imageFiles(t, im)
+	for _, p := range []string{"/bin/sh", "/bin/ls", "/bin/cat"} {
+		require.NotNil(t, files[p], p)
+		require.Equal(t, "/bin/busybox", files[p].Linkname, p)
+	}
+	require.Equal(t, byte(tar.TypeReg), files["/bin/busybox"].Typeflag)
+}
+
+// The archive is an OCI layout whose manifests carry the references that
+// ctr import names the images after, and reads back to the same digests.
+func TestWriteArchiveRoundTrip(t *testing.T) {
+	tmp := t.TempDir()
+	bin := fakeBinaries(t, append(runplaneBinaries, "pause")...)
+	rp, err := Runplane(tmp, bin, RunplaneRef, "dev")
+	require.NoError(t, err)
+	pause, err := Pause(tmp, bin)
+	require.NoError(t, err)
+	out := filepath.Join(tmp, "new", "dir", "images.tar")
+	require.NoError(t, WriteArchive(out, tmp, rp, pause))
+
+	dir := t.TempDir()
+	f, err := os.Open(out)
+	require.NoError(t, err)
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		if hdr.Typeflag != tar.TypeReg {
+			continue
+		}
+		p := filepath.Join(dir, hdr.Name)
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		data, err := io.ReadAll(tr)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(p, data, 0o644))
+	}
+	lp, err := layout.FromPath(dir)
+	require.NoError(t, err)
+	idx, err := lp.ImageIndex()
+	require.NoError(t, err)
+	m, err := idx.IndexManifest()
+	require.NoError(t, err)
+	require.Len(t, m.Manifests, 2)
+	for i, want := range []Image{rp, pause} {
+		d, err := want.Image.Digest()
+		require.NoError(t, err)
+		require.Equal(t, d, m.Manifests[i].Digest)
+		require.Equal(t, want.Ref, m.Manifests[i].Annotations["io.containerd.image.name"])
+		require.Equal(t, want.Ref, m.Manifests[i].Annotations["org.opencontainers.image.ref.name"])
+	}
+}

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# node.sh builds the binaries of a real kubelet node — kubelet, containerd,
+# its runc shim and ctr — into the same cache root as build.sh, under a key of
+# their own (the go.mod/go.sum of the modules under node/ and this script), and
+# prints the directory that holds them. A later run with the same pins builds
+# nothing. runc and the CNI plugins come from Debian (hack/install-deps.sh).
+#
+# It is separate from build.sh so that adding the node changed nothing in the
+# control plane's cache key: a machine that has the control-plane binaries
+# keeps them.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cache_root="${RUNPLANE_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/runplane/testbin}"
+key="node-$(cat "$here"/node/*/go.mod "$here"/node/*/go.sum "$here/node.sh" | sha256sum | cut -c1-16)"
+out="$cache_root/$key"
+bins=(kubelet containerd containerd-shim-runc-v2 ctr)
+
+complete=1
+for b in "${bins[@]}"; do [[ -x "$out/$b" ]] || complete=0; done
+if [[ $complete == 1 ]]; then echo "$out"; exit 0; fi
+# --check: only say whether they are built (exit 1 when not), build nothing.
+if [[ ${1:-} == --check ]]; then exit 1; fi
+
+mkdir -p "$out"
+export GONOSUMDB="${GONOSUMDB:+$GONOSUMDB,}k8s.io/kubernetes"
+export GOFLAGS="-mod=mod -trimpath"
+kube_version=v1.36.3
+kube_ldflags="-s -w \
+ -X k8s.io/component-base/version.gitVersion=$kube_version \
+ -X k8s.io/component-base/version.gitMajor=1 \
+ -X k8s.io/component-base/version.gitMinor=36 \
+ -X k8s.io/component-base/version.gitTreeState=clean \
+ -X k8s.io/component-base/version.buildDate=2026-01-01T00:00:00Z"
+containerd_version=v2.4.2
+containerd_ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=$containerd_version"
+# Static containerd without the snapshotters that need cgo or kernel features
+# we do not use (overlayfs and native remain).
+containerd_tags="no_btrfs no_devmapper no_zfs no_aufs"
+
+build() { # build <module dir> <output name> <package> <ldflags> [tags] [cgo]
+	local dir=$1 name=$2 pkg=$3 ldflags=$4 tags=${5:-} cgo=${6:-0}
+	[[ -x "$out/$name" ]] && return 0
+	echo "testbin: building $name" >&2
+	local start=$SECONDS
+	(cd "$here/node/$dir" && CGO_ENABLED=$cgo go build -tags "$tags" -ldflags "$ldflags" -o "$out/$name.tmp" "$pkg")
+	mv "$out/$name.tmp" "$out/$name"
+	echo "testbin: built $name in $((SECONDS - start))s" >&2
+}
+
+build containerd containerd github.com/containerd/containerd/v2/cmd/containerd "$containerd_ldflags" "$containerd_tags"
+build containerd containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 "$containerd_ldflags" "$containerd_tags"
+build containerd ctr github.com/containerd/containerd/v2/cmd/ctr "$containerd_ldflags" "$containerd_tags"
+# The kubelet is built with Go's default cgo setting, exactly like build.sh's
+# Kubernetes binaries, so that it reuses their compiled packages from the Go
+# build cache (only kubelet-only packages and the link are new).
+build kubelet kubelet k8s.io/kubernetes/cmd/kubelet "$kube_ldflags" "" "$(go env CGO_ENABLED)"
+echo "$out"
