@@ -128,6 +128,11 @@ const (
 	PriorityClassWorkload = "runplane-workload"
 	// PriorityClassStock is given to stock placeholders (the lowest).
 	PriorityClassStock = "runplane-stock"
+	// PriorityClassWorkloadHigh and PriorityClassBatch are the chart's
+	// other default GPU tiers: above runplane-workload (preempts it) and
+	// below it (preempted first).
+	PriorityClassWorkloadHigh = "runplane-workload-high"
+	PriorityClassBatch        = "runplane-batch"
 	// SchedulingGateStorage holds a Pod until its PVCs are prepared.
 	SchedulingGateStorage = Prefix + "storage-prepared"
 	// DefaultGPUResource is the extended resource a spec's GPUs are counted in.

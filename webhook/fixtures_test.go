@@ -62,6 +62,8 @@ func testMutator(t testing.TB) *mutate.Mutator {
 			NATSURL:       "nats://nats.runplane-system.svc:4222",
 			SubjectPrefix: api.DefaultSubjectPrefix,
 			StreamName:    api.DefaultStreamName,
+			// tenant-below-stock: a tier the platform allowed by mistake.
+			WorkloadPriorityClasses: []string{api.PriorityClassWorkloadHigh, api.PriorityClassBatch, "tenant-below-stock"},
 		},
 		Catalog: func() catalog.Catalog { return cat },
 		PVCs: fakePVCs{
@@ -74,8 +76,11 @@ func testMutator(t testing.TB) *mutate.Mutator {
 			testNamespace + "/copying":   claim("copying", map[string]string{api.AnnotationPrepareFromPVC: "prepared"}),
 		},
 		PriorityClasses: fakePCs{
-			api.PriorityClassWorkload: {ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassWorkload}, Value: 1000},
-			api.PriorityClassStock:    {ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassStock}, Value: -1000, PreemptionPolicy: &never},
+			api.PriorityClassWorkload:     {ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassWorkload}, Value: 1000},
+			api.PriorityClassStock:        {ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassStock}, Value: -1000, PreemptionPolicy: &never},
+			api.PriorityClassWorkloadHigh: {ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassWorkloadHigh}, Value: 2000},
+			api.PriorityClassBatch:        {ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassBatch}, Value: 100},
+			"tenant-below-stock":          {ObjectMeta: metav1.ObjectMeta{Name: "tenant-below-stock"}, Value: -2000},
 		},
 	}
 }

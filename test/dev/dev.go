@@ -117,6 +117,8 @@ func bootstrap(ctx context.Context, client kubernetes.Interface) error {
 	for _, pc := range []schedulingv1.PriorityClass{
 		{ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassStock}, Value: -1000, Description: "runplane stock placeholders: the first to give way"},
 		{ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassWorkload}, Value: 1000, Description: "runplane GPU workloads"},
+		{ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassWorkloadHigh}, Value: 2000, Description: "Paid GPU workloads that preempt runplane-workload and runplane-batch."},
+		{ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassBatch}, Value: 100, Description: "Batch/spot GPU workloads, the first to be preempted."},
 	} {
 		if _, err := client.SchedulingV1().PriorityClasses().Create(ctx, &pc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating priority class %s: %w", pc.Name, err)
