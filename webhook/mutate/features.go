@@ -188,7 +188,38 @@ func placeOnSpec(pod *corev1.Pod, label string, spec catalog.Spec) error {
 			pod.Spec.Tolerations = append(pod.Spec.Tolerations, t)
 		}
 	}
+	if spec.NVLink {
+		requireNVLinkDomain(pod, spec.GPU)
+	}
 	return nil
+}
+
+// requireNVLinkDomain keeps the Pod to nodes whose largest NVLink domain
+// holds all its GPUs: the requirement is added to every required node
+// affinity term (terms are ORed, so each must carry it), or forms the only
+// term. Idempotent, for reinvocation.
+func requireNVLinkDomain(pod *corev1.Pod, gpus int64) {
+	req := corev1.NodeSelectorRequirement{Key: api.LabelNVLinkDomainGPUs, Operator: corev1.NodeSelectorOpGt, Values: []string{strconv.FormatInt(gpus-1, 10)}}
+	if pod.Spec.Affinity == nil {
+		pod.Spec.Affinity = &corev1.Affinity{}
+	}
+	if pod.Spec.Affinity.NodeAffinity == nil {
+		pod.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := pod.Spec.Affinity.NodeAffinity
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{}
+	}
+	terms := &na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(*terms) == 0 {
+		*terms = append(*terms, corev1.NodeSelectorTerm{})
+	}
+	for i := range *terms {
+		t := &(*terms)[i]
+		if !slices.ContainsFunc(t.MatchExpressions, func(have corev1.NodeSelectorRequirement) bool { return equality.Semantic.DeepEqual(have, req) }) {
+			t.MatchExpressions = append(t.MatchExpressions, req)
+		}
+	}
 }
 
 // setPriorityClass sets the class and also its value and preemption policy:
