@@ -146,8 +146,17 @@ const (
 	SchedulerName = "runplane-scheduler"
 	// PriorityClassWorkload is given to GPU workloads.
 	PriorityClassWorkload = "runplane-workload"
+	// LabelNVLinkDomainGPUs is a node label: how many GPUs its largest
+	// NVLink domain holds. Specs with nvlink: true only go to nodes where
+	// it is at least their GPU count.
+	LabelNVLinkDomainGPUs = "runplane.io/nvlink-domain-gpus"
 	// PriorityClassStock is given to stock placeholders (the lowest).
 	PriorityClassStock = "runplane-stock"
+	// PriorityClassWorkloadHigh and PriorityClassBatch are the chart's
+	// other default GPU tiers: above runplane-workload (preempts it) and
+	// below it (preempted first).
+	PriorityClassWorkloadHigh = "runplane-workload-high"
+	PriorityClassBatch        = "runplane-batch"
 	// SchedulingGateStorage holds a Pod until its PVCs are prepared.
 	SchedulingGateStorage = Prefix + "storage-prepared"
 	// DefaultGPUResource is the extended resource a spec's GPUs are counted in.

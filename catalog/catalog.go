@@ -5,6 +5,7 @@
 package catalog
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -38,6 +39,15 @@ type Spec struct {
 	GPUResource corev1.ResourceName `json:"gpuResource,omitempty"`
 	CPU         resource.Quantity   `json:"cpu"`
 	Memory      resource.Quantity   `json:"memory"`
+	// Extended are more extended resources per Pod (YAML key resources),
+	// e.g. MIG slices {nvidia.com/mig-1g.10gb: 2}: whole counts, each
+	// managed by the extender like the GPUs (chart
+	// scheduler.extender.managedResources).
+	Extended corev1.ResourceList `json:"resources,omitempty"`
+	// NVLink asks that the Pod's GPUs share one NVLink domain: the Pod only
+	// goes to nodes whose label runplane.io/nvlink-domain-gpus (GPUs in the
+	// node's largest NVLink domain) is at least GPU.
+	NVLink bool `json:"nvlink,omitempty"`
 	// NodeSelector and Tolerations are added to the spec's Pods.
 	NodeSelector map[string]string   `json:"nodeSelector,omitempty"`
 	Tolerations  []corev1.Toleration `json:"tolerations,omitempty"`
@@ -52,6 +62,9 @@ func (s Spec) Resources() corev1.ResourceList {
 	}
 	if s.GPU > 0 {
 		list[s.GPUResource] = *resource.NewQuantity(s.GPU, resource.DecimalSI)
+	}
+	for name, q := range s.Extended {
+		list[name] = q.DeepCopy()
 	}
 	return list
 }
@@ -135,6 +148,29 @@ func ParseSpec(name, doc string) (Spec, error) {
 		return Spec{}, fmt.Errorf("catalog spec %q: memory must be set and positive", name)
 	case s.Stock != StockPreferred && s.Stock != StockRequired:
 		return Spec{}, fmt.Errorf("catalog spec %q: stock must be %s or %s, got %q", name, StockPreferred, StockRequired, s.Stock)
+	case s.NVLink && s.GPU < 2:
+		return Spec{}, fmt.Errorf("catalog spec %q: nvlink needs gpu >= 2 (GPUs to link), got %d", name, s.GPU)
+	}
+	for res, q := range s.Extended {
+		if err := checkExtended(s, res, q); err != nil {
+			return Spec{}, fmt.Errorf("catalog spec %q: resources[%s]: %w", name, res, err)
+		}
 	}
 	return s, nil
+}
+
+// checkExtended accepts what the device plugins advertise: an extended
+// resource (a domain-prefixed name outside kubernetes.io) in whole units,
+// not the spec's own GPU resource (that is gpu's job).
+func checkExtended(s Spec, res corev1.ResourceName, q resource.Quantity) error {
+	domain, _, ok := strings.Cut(string(res), "/")
+	switch {
+	case !ok || domain == "" || domain == "kubernetes.io" || strings.HasSuffix(domain, ".kubernetes.io"):
+		return errors.New("must be an extended resource such as nvidia.com/mig-1g.10gb (cpu and memory have their own keys)")
+	case res == s.GPUResource:
+		return fmt.Errorf("is the spec's GPU resource; set gpu instead")
+	case q.Sign() <= 0 || q.MilliValue()%1000 != 0:
+		return fmt.Errorf("must be a whole count above 0, got %s", q.String())
+	}
+	return nil
 }

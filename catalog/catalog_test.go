@@ -30,6 +30,20 @@ func TestParseSpec(t *testing.T) {
 		{name: "typo", doc: "gpus: 1\ncpu: 1\nmemory: 1Gi\n", wantErr: "unknown field"},
 		{name: "neg", doc: "gpu: -1\ncpu: 1\nmemory: 1Gi\n", wantErr: "gpu must be >= 0"},
 		{name: "bad/name", doc: "gpu: 1\ncpu: 1\nmemory: 1Gi\n", wantErr: "invalid name"},
+		{name: "mig.2", doc: "gpu: 0\ncpu: 4\nmemory: 16Gi\nresources:\n  nvidia.com/mig-1g.10gb: 2\n", check: func(t *testing.T, s Spec) {
+			q := s.Resources()["nvidia.com/mig-1g.10gb"]
+			assert.Equal(t, int64(2), q.Value(), "MIG slices")
+			_, hasGPU := s.Resources()["nvidia.com/gpu"]
+			assert.False(t, hasGPU)
+		}},
+		{name: "several", doc: "gpu: 2\ncpu: 4\nmemory: 16Gi\nnvlink: true\nresources:\n  example.com/nic: 1\n", check: func(t *testing.T, s Spec) {
+			assert.True(t, s.NVLink)
+			assert.Len(t, s.Resources(), 4)
+		}},
+		{name: "mig-cpu", doc: "gpu: 0\ncpu: 4\nmemory: 16Gi\nresources:\n  cpu: 2\n", wantErr: "must be an extended resource"},
+		{name: "mig-gpu", doc: "gpu: 1\ncpu: 4\nmemory: 16Gi\nresources:\n  nvidia.com/gpu: 2\n", wantErr: "set gpu instead"},
+		{name: "mig-half", doc: "gpu: 0\ncpu: 4\nmemory: 16Gi\nresources:\n  nvidia.com/mig-1g.10gb: 500m\n", wantErr: "whole count"},
+		{name: "nvlink-one", doc: "gpu: 1\ncpu: 4\nmemory: 16Gi\nnvlink: true\n", wantErr: "nvlink needs gpu >= 2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

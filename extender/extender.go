@@ -50,9 +50,13 @@ type Extender struct {
 	// followed Lease's) synced.
 	informerSynced []cache.InformerSynced
 	intents        intents
-	buffers        sync.Pool // *buffers
-	leader         atomic.Bool
-	listener       net.Listener
+	// preempts carries the filter's preemption plans to evictVictims;
+	// guard tells the ledger which Pods a PodDisruptionBudget protects.
+	preempts chan preemption
+	guard    disruptionGuard
+	buffers  sync.Pool // *buffers
+	leader   atomic.Bool
+	listener net.Listener
 	// metricsListener serves /metrics and the probes when
 	// Config.MetricsAddr is set.
 	metricsListener net.Listener
@@ -98,6 +102,7 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		cfg: cfg, log: cfg.Logger, client: client, caPEM: caPEM, done: make(chan struct{}),
 		ledger:  ledger.New(ledger.Options{ReservationTTL: cfg.ReservationTTL, Clock: cfg.Clock}),
 		intents: intents{clock: cfg.Clock}, deletePod: deletePod(client),
+		preempts: make(chan preemption, preemptQueue),
 	}
 	e.metrics = newMetrics(e.ledger)
 	e.metrics.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -133,7 +138,7 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 	}
 	verbs, observe := http.NewServeMux(), http.NewServeMux()
 	e.routeVerbs(verbs)
-	runnables := []manager.Runnable{informers, always(e.sweep), server("runplane-extender", verbs, e.listener, tlsCfg)}
+	runnables := []manager.Runnable{informers, always(e.sweep), always(e.evictVictims), server("runplane-extender", verbs, e.listener, tlsCfg)}
 	if cfg.MetricsAddr == "" {
 		e.routeObservability(verbs)
 	} else {
@@ -184,7 +189,7 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		if err := e.Wait(); err != nil {
 			return nil, err
 		}
-		return nil, fmt.Errorf("extender: informers (pods, nodes, the followed Lease) did not sync: %w", syncCtx.Err())
+		return nil, fmt.Errorf("extender: informers (pods, nodes, PodDisruptionBudgets, the followed Lease) did not sync: %w", syncCtx.Err())
 	}
 	e.log.Info("runplane extender serving", "addr", e.listener.Addr().String(), "leaderElection", cfg.LeaderElection, "followLease", cfg.FollowLease)
 	return e, nil
@@ -270,7 +275,7 @@ func (always) NeedLeaderElection() bool { return false }
 func (e *Extender) informersSynced(*http.Request) error {
 	for _, s := range e.informerSynced {
 		if !s() {
-			return errors.New("informers (pods, nodes, the followed Lease) not synced")
+			return errors.New("informers (pods, nodes, PodDisruptionBudgets, the followed Lease) not synced")
 		}
 	}
 	return nil
@@ -306,7 +311,9 @@ func (e *Extender) informers() (manager.Runnable, error) {
 	f := informers.NewSharedInformerFactoryWithOptions(e.client, 0, informers.WithTransform(stripManaged))
 	podInf := f.Core().V1().Pods()
 	nodeInf := f.Core().V1().Nodes()
+	pdbInf := f.Policy().V1().PodDisruptionBudgets()
 	e.podLister = podInf.Lister()
+	e.guard = disruptionGuard{lister: pdbInf.Lister()}
 	podReg, err := podInf.Informer().AddEventHandler(feed(e.ledger.UpsertPod, func(p *corev1.Pod) { e.ledger.DeletePod(p.UID) }))
 	if err != nil {
 		return nil, fmt.Errorf("extender: pod informer: %w", err)
@@ -319,7 +326,7 @@ func (e *Extender) informers() (manager.Runnable, error) {
 	// synced once its store holds the list, but the ledger has it only once
 	// the handler has been handed every listed object — claims a
 	// predecessor left must be recovered before this extender makes any.
-	e.informerSynced = []cache.InformerSynced{podReg.HasSynced, nodeReg.HasSynced}
+	e.informerSynced = []cache.InformerSynced{podReg.HasSynced, nodeReg.HasSynced, pdbInf.Informer().HasSynced}
 	return always(func(ctx context.Context) error {
 		f.Start(ctx.Done())
 		<-ctx.Done()

@@ -184,14 +184,18 @@ func (e *Extender) filter(args *extenderv1.ExtenderArgs) *extenderv1.ExtenderFil
 			res.Failed[n] = err.Error()
 		}
 	} else {
+		req.Protected = e.guard.protected
 		res = e.ledger.Filter(req, names, e.isLeader())
 		if res.Claim != nil {
 			e.intents.record(e.client, args.Pod, *res.Claim)
 		}
+		if res.Preemption != nil {
+			e.enqueuePreemption(args.Pod, res.Preemption)
+		}
 	}
-	// Failed nodes are unresolvable: preempting other Pods never helps
-	// here; takeover of stock happens at bind, not through the scheduler's
-	// preemption.
+	// Failed nodes are unresolvable: takeover of stock happens at bind, and
+	// preemption by priority is planned by the ledger and run by the
+	// extender (preempt.go says why not by kube-scheduler's preemption).
 	out := &extenderv1.ExtenderFilterResult{FailedAndUnresolvableNodes: res.Failed}
 	if args.Nodes == nil || args.NodeNames != nil {
 		out.NodeNames = &res.Feasible

@@ -19,6 +19,7 @@ type metrics struct {
 	bindFailures                                  *prometheus.CounterVec
 	refused                                       *prometheus.CounterVec
 	binds                                         prometheus.Counter
+	preemptions                                   *prometheus.CounterVec
 	leader                                        prometheus.Gauge
 }
 
@@ -47,6 +48,10 @@ func newMetrics(l *ledger.Ledger) *metrics {
 			Name: "runplane_extender_refused_requests_total",
 			Help: "filter and bind requests refused (4xx) because the Pod they name does not exist, is another Pod, or is not runplane-scheduled, by verb.",
 		}, []string{"verb"}),
+		preemptions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "runplane_extender_preemptions_total",
+			Help: "Preemptions of lower-priority Pods for a GPU Pod no node fits, by result (planned, evicted, failed, dropped).",
+		}, []string{"result"}),
 		binds: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "runplane_extender_binds_total",
 			Help: "Pods bound by the extender.",
@@ -59,7 +64,7 @@ func newMetrics(l *ledger.Ledger) *metrics {
 	m.filterLatency = m.latency.WithLabelValues("filter")
 	m.prioritizeLatency = m.latency.WithLabelValues("prioritize")
 	m.bindLatency = m.latency.WithLabelValues("bind")
-	m.registry.MustRegister(m.latency, m.steps, m.claims, m.bindFailures, m.refused, m.binds, m.leader, stockCollector{l}, buildinfo.Collector())
+	m.registry.MustRegister(m.latency, m.steps, m.claims, m.bindFailures, m.refused, m.binds, m.preemptions, m.leader, stockCollector{l}, buildinfo.Collector())
 	return m
 }
 

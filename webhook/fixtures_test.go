@@ -31,6 +31,8 @@ func testCatalog(t testing.TB) catalog.Catalog {
 		"g1.1":      "gpu: 1\ncpu: \"8\"\nmemory: 32Gi\n",
 		"g8.a100":   "gpu: 8\ncpu: \"64\"\nmemory: 512Gi\nnodeSelector:\n  gpu.runplane.io/model: a100\ntolerations:\n- key: nvidia.com/gpu\n  operator: Exists\n  effect: NoSchedule\nstock: Required\n",
 		"cpu.small": "gpu: 0\ncpu: \"2\"\nmemory: 4Gi\n",
+		"mig.1g":    "gpu: 0\ncpu: \"4\"\nmemory: 16Gi\nresources:\n  nvidia.com/mig-1g.10gb: 1\n",
+		"g4.nvlink": "gpu: 4\ncpu: \"32\"\nmemory: 128Gi\nnvlink: true\nnodeSelector:\n  nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3\n",
 	})
 	require.NoError(t, err)
 	return c
@@ -62,6 +64,8 @@ func testMutator(t testing.TB) *mutate.Mutator {
 			NATSURL:       "nats://nats.runplane-system.svc:4222",
 			SubjectPrefix: api.DefaultSubjectPrefix,
 			StreamName:    api.DefaultStreamName,
+			// tenant-below-stock: a tier the platform allowed by mistake.
+			WorkloadPriorityClasses: []string{api.PriorityClassWorkloadHigh, api.PriorityClassBatch, "tenant-below-stock"},
 		},
 		Catalog: func() catalog.Catalog { return cat },
 		PVCs: fakePVCs{
@@ -74,8 +78,11 @@ func testMutator(t testing.TB) *mutate.Mutator {
 			testNamespace + "/copying":   claim("copying", map[string]string{api.AnnotationPrepareFromPVC: "prepared"}),
 		},
 		PriorityClasses: fakePCs{
-			api.PriorityClassWorkload: {ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassWorkload}, Value: 1000},
-			api.PriorityClassStock:    {ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassStock}, Value: -1000, PreemptionPolicy: &never},
+			api.PriorityClassWorkload:     {ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassWorkload}, Value: 1000},
+			api.PriorityClassStock:        {ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassStock}, Value: -1000, PreemptionPolicy: &never},
+			api.PriorityClassWorkloadHigh: {ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassWorkloadHigh}, Value: 2000},
+			api.PriorityClassBatch:        {ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassBatch}, Value: 100},
+			"tenant-below-stock":          {ObjectMeta: metav1.ObjectMeta{Name: "tenant-below-stock"}, Value: -2000},
 		},
 	}
 }

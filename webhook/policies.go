@@ -48,6 +48,9 @@ type PolicyOptions struct {
 type GPUPolicy struct {
 	Resources []string
 	Prefixes  []string
+	// WorkloadPriorityClasses are the priority tiers only GPU Pods may use
+	// (default: runplane-workload).
+	WorkloadPriorityClasses []string
 }
 
 // DefaultGPUPolicy counts nvidia.com/* as GPUs.
@@ -188,6 +191,7 @@ const nvidiaDeviceEnv = "NVIDIA_VISIBLE_DEVICES"
 
 func gpuPolicy(g *GPUPolicy) *admissionregistrationv1.ValidatingAdmissionPolicy {
 	resources := slices.Compact(slices.Sorted(slices.Values(g.Resources)))
+	tiers := slices.Compact(slices.Sorted(slices.Values(append([]string{api.PriorityClassWorkload}, g.WorkloadPriorityClasses...))))
 	isGPU := "r in variables.gpuResources || variables.gpuPrefixes.exists(p, r.startsWith(p))"
 	return policy(api.PolicyGPU, podRules([]admissionregistrationv1.OperationType{admissionregistrationv1.Create}, "pods"), nil,
 		[]admissionregistrationv1.Variable{
@@ -217,9 +221,10 @@ func gpuPolicy(g *GPUPolicy) *admissionregistrationv1.ValidatingAdmissionPolicy 
 			Reason: ptr.To(metav1.StatusReasonForbidden),
 		},
 		admissionregistrationv1.Validation{
-			Expression: "variables.priorityClass != '" + api.PriorityClassWorkload + "' || variables.gpuSpec",
-			Message:    "priorityClassName " + api.PriorityClassWorkload + " is runplane's: only Pods labelled " + api.LabelGPUSpec + " get it (runplane sets it)",
-			Reason:     ptr.To(metav1.StatusReasonForbidden),
+			Expression: "!(variables.priorityClass in " + celList(tiers) + ") || variables.gpuSpec",
+			MessageExpression: "'priorityClassName ' + variables.priorityClass + ' is a runplane workload tier: only Pods labelled " + api.LabelGPUSpec +
+				" may use it (runplane checks the tier, or sets " + api.PriorityClassWorkload + ")'",
+			Reason: ptr.To(metav1.StatusReasonForbidden),
 		},
 		admissionregistrationv1.Validation{
 			Expression: "variables.priorityClass != '" + api.PriorityClassStock + "' || variables.stock",

@@ -133,6 +133,7 @@ func (c *Config) defaults() error {
 	}
 	if c.Webhooks.GPUPolicy == nil {
 		c.Webhooks.GPUPolicy = DefaultGPUPolicy()
+		c.Webhooks.GPUPolicy.WorkloadPriorityClasses = c.Injection.AllowedWorkloadPriorityClasses()
 	}
 	if c.Webhooks.Resync == 0 {
 		c.Webhooks.Resync = time.Minute

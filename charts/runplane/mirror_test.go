@@ -71,7 +71,7 @@ func TestAdmissionPoliciesMirrorGo(t *testing.T) {
 		args []string
 		gpu  *webhook.GPUPolicy
 	}{
-		{"default", nil, webhook.DefaultGPUPolicy()},
+		{"default", nil, chartGPUPolicy()},
 		{"without gpu", []string{"--set", "admissionPolicies.gpu.enabled=false"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -96,6 +96,14 @@ func TestAdmissionPoliciesMirrorGo(t *testing.T) {
 			}
 		})
 	}
+}
+
+// chartGPUPolicy is the runplane-gpu policy of the chart's default values:
+// the default GPUs and the priority tiers of priorityClasses.tiers.
+func chartGPUPolicy() *webhook.GPUPolicy {
+	g := webhook.DefaultGPUPolicy()
+	g.WorkloadPriorityClasses = []string{"runplane-workload-high", "runplane-batch"}
+	return g
 }
 
 // schedulerConfig decodes the rendered runplane-scheduler ConfigMap.

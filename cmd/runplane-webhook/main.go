@@ -52,6 +52,11 @@ func run() error {
 		cfg.Injection.StockNamespaces = strings.Split(v, ",")
 		return nil
 	})
+	cfg.Injection.WorkloadPriorityClasses = def.WorkloadPriorityClasses
+	flag.Func("workload-priority-classes", "comma-separated PriorityClasses GPU Pods may name, besides "+api.PriorityClassWorkload+" (the default tier); default "+strings.Join(def.WorkloadPriorityClasses, ","), func(v string) error {
+		cfg.Injection.WorkloadPriorityClasses = strings.Split(v, ",")
+		return nil
+	})
 	flag.StringVar(&cfg.Injection.NATSURL, "nats-url", "", "NATS URL the worker sidecar connects to; required")
 	flag.StringVar(&cfg.Injection.SubjectPrefix, "subject-prefix", def.SubjectPrefix, "NATS subject prefix")
 	flag.StringVar(&cfg.Injection.StreamName, "stream-name", def.StreamName, "JetStream stream name")

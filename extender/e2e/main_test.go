@@ -45,6 +45,8 @@ var catalogData = map[string]string{
 	"g1":   "gpu: 1\ncpu: \"4\"\nmemory: 16Gi\n",
 	"g2":   "gpu: 1\ncpu: \"4\"\nmemory: 16Gi\n",
 	"greq": "gpu: 1\ncpu: \"4\"\nmemory: 16Gi\nstock: Required\n",
+	"g4":   "gpu: 4\ncpu: \"16\"\nmemory: 64Gi\n",
+	"g8":   "gpu: 8\ncpu: \"32\"\nmemory: 128Gi\n",
 }
 
 // harness is the extender process and the runplane-scheduler, shared by the
@@ -87,7 +89,8 @@ func newHarness() (*harness, error) {
 		return nil, fmt.Errorf("creating catalog: %w", err)
 	}
 	// What the chart installs: placeholders lowest, workloads above.
-	for name, value := range map[string]int32{api.PriorityClassStock: -100, api.PriorityClassWorkload: 1000} {
+	for name, value := range map[string]int32{api.PriorityClassStock: -100, api.PriorityClassWorkload: 1000,
+		api.PriorityClassWorkloadHigh: 2000, api.PriorityClassBatch: 100} {
 		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}
 		if _, err := c.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("creating PriorityClass %s: %w", name, err)

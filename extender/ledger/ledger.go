@@ -40,10 +40,13 @@ const (
 	// Recovered: rebuilt after a restart from the claim annotation a previous
 	// extender wrote before deleting a placeholder for this Pod.
 	Recovered
+	// Nominated: the Pod preempts lower-priority Pods on this node and
+	// holds the room they free until it binds (or NominationTTL passes).
+	Nominated
 )
 
 func (s State) String() string {
-	return [...]string{"Reserved", "Binding", "Bound", "Recovered"}[s]
+	return [...]string{"Reserved", "Binding", "Bound", "Recovered", "Nominated"}[s]
 }
 
 // doomed marks a placeholder whose deletion was requested: it is neither
@@ -68,6 +71,14 @@ type Request struct {
 	Spec string
 	// Required: the Pod binds only by taking a same-spec placeholder.
 	Required bool
+	// Priority is the Pod's priority; Preempt says whether it may evict
+	// lower-priority Pods when no node has room (preemptionPolicy is not
+	// Never).
+	Priority int32
+	Preempt  bool
+	// Protected reports a Pod that must not be preempted (a
+	// PodDisruptionBudget allows no disruption of it); nil protects none.
+	Protected func(namespace string, labels map[string]string) bool
 }
 
 // RequestFor builds the Request of a Pod. Pods with neither runplane label
@@ -76,7 +87,18 @@ func RequestFor(pod *corev1.Pod, required bool) Request {
 	return Request{
 		UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name,
 		Requests: PodRequests(pod), Spec: pod.Labels[api.LabelGPUSpec], Required: required,
+		Priority: priority(pod),
+		Preempt:  pod.Spec.PreemptionPolicy == nil || *pod.Spec.PreemptionPolicy != corev1.PreemptNever,
 	}
+}
+
+// priority is the Pod's resolved priority (0 when the Priority admission
+// plugin set none, as the scheduler counts it).
+func priority(pod *corev1.Pod) int32 {
+	if pod.Spec.Priority != nil {
+		return *pod.Spec.Priority
+	}
+	return 0
 }
 
 // Placeholder identifies a claimed stock placeholder.
@@ -110,6 +132,8 @@ type podRec struct {
 	live      bool   // not being deleted
 	claimedBy types.UID
 	record    types.UID // bound Pod: the placeholder its claim annotation names
+	priority  int32
+	labels    map[string]string // the informer's map, for PodDisruptionBudget selectors
 }
 
 // claimable: a bound, live, unclaimed placeholder. Bound is enough (it need
@@ -127,6 +151,9 @@ type node struct {
 	alloc  vec
 	used   vec
 	stock  map[string][]*podRec // spec -> placeholders on the node
+	// pods are the Pods counted in used: a preemption picks its victims
+	// among them.
+	pods map[types.UID]*podRec
 	// warm counts the claimable placeholders per spec index (Ledger.specs):
 	// a filter asks "is this node warm" of every node, and a slice read is
 	// far cheaper there than walking the stock map.
@@ -152,6 +179,10 @@ type Options struct {
 	// BoundTTL bounds how long a bound Pod stays assumed if the informer
 	// never reports it. Default 2m.
 	BoundTTL time.Duration
+	// NominationTTL bounds how long a preempting Pod holds the room its
+	// victims free: their termination grace, then the scheduler's retry.
+	// Default 2m.
+	NominationTTL time.Duration
 	// Clock ages reservations; the real clock when nil.
 	Clock clock.PassiveClock
 }
@@ -208,6 +239,9 @@ func New(opts Options) *Ledger {
 	if opts.BoundTTL <= 0 {
 		opts.BoundTTL = 2 * time.Minute
 	}
+	if opts.NominationTTL <= 0 {
+		opts.NominationTTL = 2 * time.Minute
+	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
@@ -252,7 +286,7 @@ func (l *Ledger) warmDelta(n *node, p *podRec, d int32) {
 func (l *Ledger) node(name string) *node {
 	n := l.nodes[name]
 	if n == nil {
-		n = &node{name: name, stock: map[string][]*podRec{}}
+		n = &node{name: name, stock: map[string][]*podRec{}, pods: map[types.UID]*podRec{}}
 		l.nodes[name] = n
 	}
 	return n
@@ -284,6 +318,7 @@ func (l *Ledger) addRec(p *podRec) {
 	n := l.node(p.node)
 	if p.counted && p.claimedBy == "" {
 		n.used.add(p.req)
+		n.pods[p.uid] = p
 	}
 	if p.stockSpec != "" {
 		n.stock[p.stockSpec] = append(n.stock[p.stockSpec], p)
@@ -298,6 +333,7 @@ func (l *Ledger) removeRec(p *podRec) {
 	n := l.node(p.node)
 	if p.counted && p.claimedBy == "" {
 		n.used.sub(p.req)
+		delete(n.pods, p.uid)
 	}
 	if p.stockSpec != "" {
 		l.warmDelta(n, p, -1)
@@ -390,6 +426,8 @@ func (l *Ledger) UpsertPod(pod *corev1.Pod) {
 		counted:   pod.Spec.NodeName != "",
 		stockSpec: pod.Labels[api.LabelStock],
 		live:      pod.DeletionTimestamp == nil,
+		priority:  priority(pod),
+		labels:    pod.Labels,
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -737,6 +775,10 @@ type FilterResult struct {
 	Chosen string
 	// Claim is the placeholder the Pod will take on Chosen, if it needs one.
 	Claim *Placeholder
+	// Preemption is set when no node fits but evicting lower-priority Pods
+	// on one makes room (leader only): the Pod is nominated there, and the
+	// caller evicts the victims.
+	Preemption *Preemption
 }
 
 // Filter evaluates the Pod on every named node. With reserve (the leader
@@ -758,8 +800,11 @@ func (l *Ledger) Filter(req Request, names []string, reserve bool) FilterResult 
 			}
 			return res
 		}
-		if prev.state == Recovered {
+		switch prev.state {
+		case Recovered:
 			preferNode, prefer = prev.node, prev.ph
+		case Nominated:
+			preferNode = prev.node // the room its victims free
 		}
 		l.unassume(prev, false)
 	}
@@ -788,6 +833,16 @@ func (l *Ledger) Filter(req Request, names []string, reserve bool) FilterResult 
 			continue
 		}
 		best, bestNode = v, n
+	}
+	if bestNode == nil && reserve && req.Preempt && !req.Required {
+		if p := l.preempt(pr, names, res.Failed, preferNode); p != nil {
+			l.handled[req.UID] = true
+			l.assume(&assumption{uid: req.UID, node: p.Node, req: pr.vec, state: Nominated,
+				expires: l.opts.Clock.Now().Add(l.opts.NominationTTL)})
+			res.Failed[p.Node] = p.Reason()
+			res.Preemption = p
+		}
+		return res
 	}
 	if !reserve || bestNode == nil {
 		if prev != nil && !reserve {
@@ -901,7 +956,7 @@ func (l *Ledger) BeginBind(req Request, nodeName string) (*Placeholder, error) {
 	}
 	// A recovered claim was assumed without a fit check (it records what a
 	// predecessor did): check it now like any other.
-	if a == nil || a.node != nodeName || a.state == Recovered {
+	if a == nil || a.node != nodeName || a.state == Recovered || a.state == Nominated {
 		var prefer types.UID
 		if a != nil {
 			prefer = a.ph

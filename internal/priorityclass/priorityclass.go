@@ -1,4 +1,4 @@
-// Package priorityclass defines runplane's two PriorityClasses once: make dev
+// Package priorityclass defines runplane's PriorityClasses once: make dev
 // creates these objects and the chart renders the same ones from its default
 // values (charts/runplane's TestPriorityClassesMatchDev compares them).
 package priorityclass
@@ -17,16 +17,27 @@ const (
 	// StockValue is below every ordinary Pod (priority 0): anything may
 	// preempt a placeholder.
 	StockValue int32 = -1000
+	// HighValue and BatchValue are the chart's default priorityClasses.tiers.
+	HighValue  int32 = 2000
+	BatchValue int32 = 100
 )
 
-// Defaults returns runplane-workload and runplane-stock as the chart's
-// default values render them.
+// Defaults returns runplane-workload, the default tiers and runplane-stock
+// as the chart's default values render them.
 func Defaults() []schedulingv1.PriorityClass {
 	preempt, never := corev1.PreemptLowerPriority, corev1.PreemptNever
 	return []schedulingv1.PriorityClass{
 		{
 			ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassWorkload}, Value: WorkloadValue, PreemptionPolicy: &preempt,
 			Description: "GPU workloads admitted by runplane (label runplane.io/gpu-spec).",
+		},
+		{
+			ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassWorkloadHigh}, Value: HighValue, PreemptionPolicy: &preempt,
+			Description: "Paid GPU workloads that preempt runplane-workload and runplane-batch.",
+		},
+		{
+			ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassBatch}, Value: BatchValue, PreemptionPolicy: &preempt,
+			Description: "Batch/spot GPU workloads, the first to be preempted.",
 		},
 		{
 			// A placeholder waits for capacity (the signal for a cluster

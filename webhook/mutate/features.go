@@ -99,7 +99,39 @@ func (m *Mutator) applyGPU(ctx context.Context, pod *corev1.Pod, spec catalog.Sp
 	if err := placeOnSpec(pod, api.LabelGPUSpec, spec); err != nil {
 		return err
 	}
-	return m.setPriorityClass(ctx, pod, api.LabelGPUSpec, api.PriorityClassWorkload)
+	return m.setWorkloadPriority(ctx, pod)
+}
+
+// setWorkloadPriority gives a GPU Pod the priority tier it names, when the
+// platform allows that tier, or runplane-workload when it names none. A
+// tier outside the set, or one at or below runplane-stock (a workload that
+// placeholders could never give way to), is denied with the allowed names.
+func (m *Mutator) setWorkloadPriority(ctx context.Context, pod *corev1.Pod) error {
+	allowed := m.Config.AllowedWorkloadPriorityClasses()
+	name := pod.Spec.PriorityClassName
+	if name == "" {
+		name = api.PriorityClassWorkload
+	}
+	if !slices.Contains(allowed, name) {
+		return &ConflictError{Label: api.LabelGPUSpec, Field: "spec.priorityClassName",
+			Reason: fmt.Sprintf("is %s, which GPU Pods may not use; allowed: %s (default %s)", Quote(name), strings.Join(allowed, ", "), api.PriorityClassWorkload)}
+	}
+	if name != api.PriorityClassWorkload {
+		pc, err := m.PriorityClasses.GetPriorityClass(ctx, name)
+		if err != nil {
+			return fmt.Errorf("label %s: reading PriorityClass %s: %w", api.LabelGPUSpec, name, err)
+		}
+		stock, err := m.PriorityClasses.GetPriorityClass(ctx, api.PriorityClassStock)
+		if err != nil {
+			return fmt.Errorf("label %s: reading PriorityClass %s: %w", api.LabelGPUSpec, api.PriorityClassStock, err)
+		}
+		if pc != nil && stock != nil && pc.Value <= stock.Value {
+			return &ConflictError{Label: api.LabelGPUSpec, Field: "spec.priorityClassName",
+				Reason: fmt.Sprintf("is %s, whose value %d is at or below %s (%d): placeholders could never give way to it; allowed: %s",
+					Quote(name), pc.Value, api.PriorityClassStock, stock.Value, strings.Join(allowed, ", "))}
+		}
+	}
+	return m.setPriorityClass(ctx, pod, api.LabelGPUSpec, name)
 }
 
 // mainContainer is the container that gets a spec's resources: the one the
@@ -156,7 +188,38 @@ func placeOnSpec(pod *corev1.Pod, label string, spec catalog.Spec) error {
 			pod.Spec.Tolerations = append(pod.Spec.Tolerations, t)
 		}
 	}
+	if spec.NVLink {
+		requireNVLinkDomain(pod, spec.GPU)
+	}
 	return nil
+}
+
+// requireNVLinkDomain keeps the Pod to nodes whose largest NVLink domain
+// holds all its GPUs: the requirement is added to every required node
+// affinity term (terms are ORed, so each must carry it), or forms the only
+// term. Idempotent, for reinvocation.
+func requireNVLinkDomain(pod *corev1.Pod, gpus int64) {
+	req := corev1.NodeSelectorRequirement{Key: api.LabelNVLinkDomainGPUs, Operator: corev1.NodeSelectorOpGt, Values: []string{strconv.FormatInt(gpus-1, 10)}}
+	if pod.Spec.Affinity == nil {
+		pod.Spec.Affinity = &corev1.Affinity{}
+	}
+	if pod.Spec.Affinity.NodeAffinity == nil {
+		pod.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := pod.Spec.Affinity.NodeAffinity
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{}
+	}
+	terms := &na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(*terms) == 0 {
+		*terms = append(*terms, corev1.NodeSelectorTerm{})
+	}
+	for i := range *terms {
+		t := &(*terms)[i]
+		if !slices.ContainsFunc(t.MatchExpressions, func(have corev1.NodeSelectorRequirement) bool { return equality.Semantic.DeepEqual(have, req) }) {
+			t.MatchExpressions = append(t.MatchExpressions, req)
+		}
+	}
 }
 
 // setPriorityClass sets the class and also its value and preemption policy:

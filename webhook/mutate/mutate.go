@@ -70,14 +70,31 @@ type Config struct {
 	// placeholders may be created: a placeholder in a tenant namespace
 	// would hold GPUs as stock (and get runplane-stock) on the tenant's say.
 	StockNamespaces []string `json:"stockNamespaces,omitempty"`
+	// WorkloadPriorityClasses are the PriorityClasses a GPU Pod may name
+	// (priority tiers, e.g. runplane-workload-high, runplane-batch); a GPU
+	// Pod that names none gets runplane-workload, which is always allowed.
+	WorkloadPriorityClasses []string `json:"workloadPriorityClasses,omitempty"`
+}
+
+// AllowedWorkloadPriorityClasses is the set GPU Pods may name,
+// runplane-workload first.
+func (c Config) AllowedWorkloadPriorityClasses() []string {
+	out := []string{api.PriorityClassWorkload}
+	for _, n := range c.WorkloadPriorityClasses {
+		if n != "" && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // DefaultConfig returns the defaults of everything but NATSURL and Image.
 func DefaultConfig() Config {
 	return Config{
-		PauseImage:    "registry.k8s.io/pause:3.10",
-		SubjectPrefix: api.DefaultSubjectPrefix,
-		StreamName:    api.DefaultStreamName,
+		PauseImage:              "registry.k8s.io/pause:3.10",
+		SubjectPrefix:           api.DefaultSubjectPrefix,
+		StreamName:              api.DefaultStreamName,
+		WorkloadPriorityClasses: []string{api.PriorityClassWorkloadHigh, api.PriorityClassBatch},
 	}
 }
 
@@ -92,6 +109,8 @@ func (c Config) Validate() error {
 		return errors.New("injection config: NATS URL must be set")
 	case c.SubjectPrefix == "" || c.StreamName == "":
 		return errors.New("injection config: subject prefix and stream name must be set")
+	case slices.Contains(c.WorkloadPriorityClasses, api.PriorityClassStock):
+		return fmt.Errorf("injection config: workload PriorityClasses must not include %s (placeholders' class)", api.PriorityClassStock)
 	}
 	switch c.ImagePullPolicy {
 	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:

@@ -197,3 +197,8 @@ namespaceSelector:
 {{- define "runplane.podAnnotations" -}}
 ["runplane.io/framework-socket", "runplane.io/framework-invoke-path", "runplane.io/framework-health-path", "runplane.io/concurrency", "runplane.io/ssh-authorized-keys", "runplane.io/ssh-service-type", "runplane.io/injected", "runplane.io/ssh-endpoint", "runplane.io/claimed-stock"]
 {{- end -}}
+
+{{/* runplane.workloadTiers: the PriorityClasses GPU Pods may name, comma-separated. */}}
+{{- define "runplane.workloadTiers" -}}
+runplane-workload{{ range .Values.priorityClasses.tiers }},{{ .name }}{{ end }}
+{{- end }}
