@@ -62,6 +62,7 @@ func testMutator(t testing.TB) *mutate.Mutator {
 			NATSURL:       "nats://nats.runplane-system.svc:4222",
 			SubjectPrefix: api.DefaultSubjectPrefix,
 			StreamName:    api.DefaultStreamName,
+			Resources:     mutate.DefaultSidecarResources(),
 		},
 		Catalog: func() catalog.Catalog { return cat },
 		PVCs: fakePVCs{

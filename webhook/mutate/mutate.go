@@ -70,6 +70,11 @@ type Config struct {
 	// placeholders may be created: a placeholder in a tenant namespace
 	// would hold GPUs as stock (and get runplane-stock) on the tenant's say.
 	StockNamespaces []string `json:"stockNamespaces,omitempty"`
+	// Resources are the requests and limits of the injected sidecars
+	// (DefaultSidecarResources in DefaultConfig); Pods override them with
+	// api.AnnotationWorkerResources and api.AnnotationSSHResources. A
+	// container missing here gets none.
+	Resources SidecarResources `json:"resources,omitempty"`
 }
 
 // DefaultConfig returns the defaults of everything but NATSURL and Image.
@@ -78,6 +83,7 @@ func DefaultConfig() Config {
 		PauseImage:    "registry.k8s.io/pause:3.10",
 		SubjectPrefix: api.DefaultSubjectPrefix,
 		StreamName:    api.DefaultStreamName,
+		Resources:     DefaultSidecarResources(),
 	}
 }
 
@@ -92,6 +98,9 @@ func (c Config) Validate() error {
 		return errors.New("injection config: NATS URL must be set")
 	case c.SubjectPrefix == "" || c.StreamName == "":
 		return errors.New("injection config: subject prefix and stream name must be set")
+	}
+	if err := c.Resources.Validate(); err != nil {
+		return fmt.Errorf("injection config: %w", err)
 	}
 	switch c.ImagePullPolicy {
 	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
@@ -242,6 +251,11 @@ func (m *Mutator) MutateAdmission(ctx context.Context, pod *corev1.Pod, a Admiss
 			return nil, err
 		}
 		features = append(features, FeatureSSH)
+	}
+	if opts.GPUSpec != "" {
+		if err := fitSpecAroundSidecars(out, gpuSpec); err != nil {
+			return nil, err
+		}
 	}
 	if err := verifyReserved(pod, out, reserved); err != nil {
 		return nil, err

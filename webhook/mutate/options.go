@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/runplane/runplane/api"
@@ -61,6 +62,10 @@ type Options struct {
 	SSHSecret   string // runplane.io/ssh-authorized-keys
 	Framework   Framework
 	Concurrency int
+	// WorkerResources and SSHResources override the platform's requests
+	// and limits of the runplane-worker and runplane-ssh sidecars.
+	WorkerResources *corev1.ResourceRequirements `json:",omitempty"`
+	SSHResources    *corev1.ResourceRequirements `json:",omitempty"`
 }
 
 // ParseOptions reads and validates the runplane labels and annotations of a
@@ -131,6 +136,18 @@ func ParseOptions(labels, annotations map[string]string) (Options, error) {
 	if v, ok := annotations[api.AnnotationConcurrency]; ok {
 		if o.Concurrency, err = concurrency(v); err != nil {
 			return Options{}, err
+		}
+	}
+	for _, ov := range []struct {
+		key string
+		to  **corev1.ResourceRequirements
+	}{{api.AnnotationWorkerResources, &o.WorkerResources}, {api.AnnotationSSHResources, &o.SSHResources}} {
+		if v, ok := annotations[ov.key]; ok {
+			rr, err := parseResourceOverride(ov.key, v)
+			if err != nil {
+				return Options{}, err
+			}
+			*ov.to = &rr
 		}
 	}
 	if o.Stock != "" {
