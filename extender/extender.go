@@ -24,6 +24,7 @@ import (
 	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -56,9 +57,11 @@ type Extender struct {
 	// metricsListener serves /metrics and the probes when
 	// Config.MetricsAddr is set.
 	metricsListener net.Listener
-	caPEM           []byte
-	done            chan struct{}
-	err             error
+	// events records bind Events (events.go); nil records none.
+	events events.EventRecorder
+	caPEM  []byte
+	done   chan struct{}
+	err    error
 }
 
 // Run starts an extender and serves until ctx ends.
@@ -98,6 +101,7 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		cfg: cfg, log: cfg.Logger, client: client, caPEM: caPEM, done: make(chan struct{}),
 		ledger:  ledger.New(ledger.Options{ReservationTTL: cfg.ReservationTTL, Clock: cfg.Clock}),
 		intents: intents{clock: cfg.Clock}, deletePod: deletePod(client),
+		events: eventRecorder(ctx, client),
 	}
 	e.metrics = newMetrics(e.ledger)
 	mgr, err := manager.New(rc, manager.Options{
