@@ -144,6 +144,9 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		e.routeObservability(observe)
 		runnables = append(runnables, server("runplane-extender-metrics", observe, e.metricsListener, tlsCfg))
 	}
+	if cfg.StockNamespace != "" {
+		runnables = append(runnables, always(func(ctx context.Context) error { return e.stockStatus(ctx, cfg.StockStatusPeriod) }))
+	}
 	if cfg.FollowLease != "" {
 		follow, err := e.followLease()
 		if err != nil {
