@@ -42,6 +42,11 @@ const (
 	AnnotationConcurrency         = Prefix + "concurrency"
 	AnnotationSSHAuthorizedKeys   = Prefix + "ssh-authorized-keys"
 	AnnotationSSHServiceType      = Prefix + "ssh-service-type"
+	// AnnotationWorkerResources and AnnotationSSHResources override the
+	// requests and limits of the injected runplane-worker and runplane-ssh
+	// sidecars, key by key: "requests.cpu=100m,limits.memory=512Mi".
+	AnnotationWorkerResources = Prefix + "worker-resources"
+	AnnotationSSHResources    = Prefix + "ssh-resources"
 )
 
 // Pod annotations that runplane writes.

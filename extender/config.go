@@ -53,6 +53,11 @@ type Config struct {
 	// ClaimTimeout bounds deleting a placeholder and waiting until it is
 	// gone. Default 10s.
 	ClaimTimeout time.Duration
+	// StockNamespace, when set, is where the stock Deployments live: the
+	// leader keeps StockConditionType in their status every
+	// StockStatusPeriod (default 10s).
+	StockNamespace    string
+	StockStatusPeriod time.Duration
 	// ReservationTTL bounds a filter's reservation without a bind. Default 30s.
 	ReservationTTL time.Duration
 	// Logger; slog.Default() when nil.
@@ -99,6 +104,9 @@ func (c *Config) defaults() error {
 	}
 	if c.RetryPeriod <= 0 {
 		c.RetryPeriod = 2 * time.Second
+	}
+	if c.StockStatusPeriod <= 0 {
+		c.StockStatusPeriod = 10 * time.Second
 	}
 	if c.ClaimTimeout <= 0 {
 		c.ClaimTimeout = 10 * time.Second

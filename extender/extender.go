@@ -24,6 +24,7 @@ import (
 	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -60,9 +61,11 @@ type Extender struct {
 	// metricsListener serves /metrics and the probes when
 	// Config.MetricsAddr is set.
 	metricsListener net.Listener
-	caPEM           []byte
-	done            chan struct{}
-	err             error
+	// events records bind Events (events.go); nil records none.
+	events events.EventRecorder
+	caPEM  []byte
+	done   chan struct{}
+	err    error
 }
 
 // Run starts an extender and serves until ctx ends.
@@ -103,6 +106,7 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		ledger:  ledger.New(ledger.Options{ReservationTTL: cfg.ReservationTTL, Clock: cfg.Clock}),
 		intents: intents{clock: cfg.Clock}, deletePod: deletePod(client),
 		preempts: make(chan preemption, preemptQueue),
+		events:   eventRecorder(ctx, client),
 	}
 	e.metrics = newMetrics(e.ledger)
 	e.metrics.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -148,6 +152,9 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		}
 		e.routeObservability(observe)
 		runnables = append(runnables, server("runplane-extender-metrics", observe, e.metricsListener, tlsCfg))
+	}
+	if cfg.StockNamespace != "" {
+		runnables = append(runnables, always(func(ctx context.Context) error { return e.stockStatus(ctx, cfg.StockStatusPeriod) }))
 	}
 	if cfg.FollowLease != "" {
 		follow, err := e.followLease()

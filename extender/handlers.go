@@ -372,6 +372,7 @@ func (e *Extender) bind(ctx context.Context, pod *corev1.Pod, node string) error
 		return &bindError{reasonBinding, fmt.Errorf("binding Pod %s/%s to node %s: %w", pod.Namespace, pod.Name, node, err)}
 	}
 	ok = true
+	e.recordBind(pod, ph, took, node)
 	return nil
 }
 

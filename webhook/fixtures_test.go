@@ -66,6 +66,7 @@ func testMutator(t testing.TB) *mutate.Mutator {
 			StreamName:    api.DefaultStreamName,
 			// tenant-below-stock: a tier the platform allowed by mistake.
 			WorkloadPriorityClasses: []string{api.PriorityClassWorkloadHigh, api.PriorityClassBatch, "tenant-below-stock"},
+			Resources:               mutate.DefaultSidecarResources(),
 		},
 		Catalog: func() catalog.Catalog { return cat },
 		PVCs: fakePVCs{

@@ -21,6 +21,7 @@ func PodLabels() []string {
 func PodAnnotations() []string {
 	return []string{api.AnnotationFrameworkSocket, api.AnnotationFrameworkInvokePath, api.AnnotationFrameworkHealthPath,
 		api.AnnotationConcurrency, api.AnnotationSSHAuthorizedKeys, api.AnnotationSSHServiceType,
+		api.AnnotationWorkerResources, api.AnnotationSSHResources,
 		api.AnnotationInjected, api.AnnotationSSHEndpoint, api.AnnotationClaimedStock}
 }
 

@@ -36,6 +36,8 @@ func main() {
 	flag.DurationVar(&cfg.LeaseDuration, "lease-duration", 0, "leader-election lease duration (default 15s)")
 	flag.DurationVar(&cfg.RenewDeadline, "renew-deadline", 0, "leader-election renew deadline (default 10s)")
 	flag.DurationVar(&cfg.RetryPeriod, "retry-period", 0, "leader-election retry period (default 2s)")
+	flag.StringVar(&cfg.StockNamespace, "stock-namespace", "", "namespace of the stock Deployments whose RunplaneStock status condition the leader keeps current (empty: none)")
+	flag.DurationVar(&cfg.StockStatusPeriod, "stock-status-period", 0, "how often the leader checks the stock Deployments' RunplaneStock condition (default 10s)")
 	flag.DurationVar(&cfg.ClaimTimeout, "claim-timeout", 0, "bound on deleting a placeholder and waiting until it is gone (default 10s)")
 	cfg.Logger = cmdline.Parse(flag.CommandLine, os.Args[1:], logging.Options{})
 	for _, h := range strings.Split(hosts, ",") {

@@ -57,6 +57,17 @@ func run() error {
 		cfg.Injection.WorkloadPriorityClasses = strings.Split(v, ",")
 		return nil
 	})
+	cfg.Injection.Resources = def.Resources
+	flag.Func("sidecar-resources", `requests and limits of injected containers as JSON, by container name (runplane-worker, runplane-ssh-install, runplane-ssh), e.g. {"runplane-worker":{"requests":{"cpu":"50m","memory":"64Mi"},"limits":{"cpu":"1","memory":"256Mi"}}}; a container named replaces its default, one not named keeps it`, func(v string) error {
+		r, err := mutate.ParseSidecarResources(v)
+		if err != nil {
+			return err
+		}
+		for name, rr := range r {
+			cfg.Injection.Resources[name] = rr
+		}
+		return nil
+	})
 	flag.StringVar(&cfg.Injection.NATSURL, "nats-url", "", "NATS URL the worker sidecar connects to; required")
 	flag.StringVar(&cfg.Injection.SubjectPrefix, "subject-prefix", def.SubjectPrefix, "NATS subject prefix")
 	flag.StringVar(&cfg.Injection.StreamName, "stream-name", def.StreamName, "JetStream stream name")

@@ -210,6 +210,15 @@ func (r *Reconciler) start(ctx context.Context, pvc *corev1.PersistentVolumeClai
 		}
 	}
 	job := r.jobFor(pvc, spec, jobName)
+	if spec.FromImage != "" {
+		restricted, err := r.enforcesRestricted(ctx, pvc.Namespace)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if restricted {
+			restrictImageJob(job)
+		}
+	}
 	if err := controllerutil.SetControllerReference(pvc, job, r.Scheme()); err != nil {
 		return reconcile.Result{}, fmt.Errorf("owning Job %s: %w", jobName, err)
 	}
@@ -242,6 +251,7 @@ func (r *Reconciler) jobFor(pvc *corev1.PersistentVolumeClaim, spec pvcspec.Spec
 		podSecurity = copyPodSecurity()
 	}
 	c.VolumeMounts = mounts
+	c.Resources = jobResources()
 	var deadline *int64
 	if r.Deadline > 0 {
 		deadline = ptr.To(int64(r.Deadline.Seconds()))

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/extender"
 	"github.com/runplane/runplane/extender/ledger"
 )
 
@@ -99,9 +101,30 @@ func TestTakeoverSameSpec(t *testing.T) {
 		require.NoError(t, err)
 		require.Contains(t, msg, "insufficient nvidia.com/gpu")
 	}, 30*time.Second, poll, "the placeholder's replacement to wait for capacity")
+	// kubectl describe: the GPU Pod says what it took, the placeholder who took it.
+	requireEvent(t, c, ns, created.Name, extender.ReasonTookStock, fmt.Sprintf("TookStock %s/%s on %s", ns, ph.Name, nodes[0]))
+	requireEvent(t, c, ns, ph.Name, extender.ReasonStockTaken, fmt.Sprintf("deleted for GPU Pod %s/%s on %s", ns, created.Name, nodes[0]))
 	metrics, err := h.get("/metrics")
 	require.NoError(t, err)
 	require.Contains(t, metrics, `runplane_extender_stock_claims_total{spec="g1"}`)
+}
+
+// requireEvent waits for an Event about object name with reason and a note
+// containing note.
+func requireEvent(t *testing.T, c kubernetes.Interface, ns, name, reason, note string) {
+	t.Helper()
+	require.EventuallyWithT(t, func(t *assert.CollectT) {
+		l, err := c.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "regarding.name=" + name})
+		require.NoError(t, err)
+		var got []string
+		for _, e := range l.Items {
+			if e.Reason == reason && strings.Contains(e.Note, note) {
+				return
+			}
+			got = append(got, e.Reason+": "+e.Note)
+		}
+		t.Errorf("no %s Event %q on %s; have %v", reason, note, name, got)
+	}, 30*time.Second, poll, "Event %s on %s", reason, name)
 }
 
 // (b) A GPU Pod never evicts a placeholder of another spec.

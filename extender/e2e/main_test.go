@@ -145,7 +145,8 @@ func (h *harness) startExtender(ctx context.Context) error {
 	}
 	cmd := exec.Command(h.bin, "--kubeconfig="+env.Kubeconfig(), "--addr="+h.addr,
 		"--tls-cert-file="+h.cert, "--tls-key-file="+h.key, "--namespace="+api.DefaultNamespace,
-		"--leader-elect=true", "--lease-duration=4s", "--renew-deadline=3s", "--retry-period=500ms")
+		"--leader-elect=true", "--lease-duration=4s", "--renew-deadline=3s", "--retry-period=500ms",
+		"--stock-namespace="+stockStatusNamespace, "--stock-status-period=500ms")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -105,8 +105,11 @@ func (c Config) withDefaults() Config {
 // Activator dispatches and scales: the I/O around a state.State. Create
 // with New; the manager runs it (Start) on the Lease holder.
 type Activator struct {
-	cfg     Config
-	scaler  Scaler
+	cfg    Config
+	scaler Scaler
+	// events records Events on pool Deployments (conflicts, scaling);
+	// set by Run, read under mu.
+	events  events.EventRecorder
 	metrics *metrics
 
 	mu sync.Mutex
@@ -206,6 +209,7 @@ func (a *Activator) Run(ctx context.Context) error {
 	if a.cfg.Kube != nil {
 		conflictRec = a.conflictRecorder(ctx)
 	}
+	a.locked(func(*state.State) { a.events = conflictRec })
 	for {
 		select {
 		case <-ctx.Done():

@@ -98,6 +98,7 @@ func (a *Activator) scaleAll(ctx context.Context) {
 		}
 		a.st.Hold(key, d.Remove) // no new work for them
 		p.Scaling = true
+		rec, report := a.events, scaleReportOf(current, d, backlog, inflight)
 		a.wg.Go(func() {
 			err := a.applyScale(ctx, pl, current, d)
 			a.locked(func(s *state.State) {
@@ -115,6 +116,7 @@ func (a *Activator) scaleAll(ctx context.Context) {
 				a.metrics.scaleFromZero.Observe((waited + a.cfg.Clock.Since(now)).Seconds())
 			}
 			a.cfg.Logger.Info("scaled pool", "pool", pl.Name, "from", current, "to", d.To, "reason", d.Reason, "removed", d.Remove)
+			a.reportScale(ctx, rec, pl, report)
 		})
 	}
 }

@@ -107,7 +107,7 @@ func startWebhook(t *testing.T, modify ...func(*webhook.Config)) *running {
 		Injection: mutate.Config{
 			Image: "runplane:e2e", PauseImage: "registry.k8s.io/pause:3.10", NATSURL: "nats://127.0.0.1:4222",
 			SubjectPrefix: api.DefaultSubjectPrefix, StreamName: api.DefaultStreamName,
-			StockNamespaces: []string{stockNS},
+			StockNamespaces: []string{stockNS}, Resources: mutate.DefaultSidecarResources(),
 		},
 		TLS:      webhook.TLSConfig{IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, CheckInterval: time.Hour},
 		Webhooks: webhook.WebhooksConfig{Manage: true, URL: "https://" + addr, Resync: 2 * time.Second},

@@ -98,7 +98,7 @@ func testMutator(t *testing.T) *mutate.Mutator {
 	require.NoError(t, err)
 	return &mutate.Mutator{
 		Config: mutate.Config{Image: "runplane:e2e", PauseImage: "registry.k8s.io/pause:3.10", NATSURL: "nats://127.0.0.1:4222",
-			SubjectPrefix: api.DefaultSubjectPrefix, StreamName: api.DefaultStreamName},
+			SubjectPrefix: api.DefaultSubjectPrefix, StreamName: api.DefaultStreamName, Resources: mutate.DefaultSidecarResources()},
 		Catalog:         func() catalog.Catalog { return cat },
 		PVCs:            clusterPVCs{},
 		PriorityClasses: clusterPCs{},

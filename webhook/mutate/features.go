@@ -41,6 +41,7 @@ func (m *Mutator) applyStock(ctx context.Context, pod *corev1.Pod, spec catalog.
 	// replaced by one pause container holding the full spec.
 	pause := m.container(PauseContainerName, m.Config.PauseImage)
 	pause.Resources = corev1.ResourceRequirements{Requests: res, Limits: spec.Resources()}
+	pause.SecurityContext = pauseSecurityContext()
 	pod.Spec.InitContainers = nil
 	pod.Spec.Containers = []corev1.Container{pause}
 	pod.Spec.Volumes = nil
@@ -256,6 +257,7 @@ func (m *Mutator) applyPool(pod *corev1.Pod, o Options) error {
 		return &ConflictError{Label: api.LabelPool, Field: "spec.shareProcessNamespace",
 			Reason: "must not be true: the worker sidecar's NATS identity would be readable from every container; remove it"}
 	}
+	var err error
 	socketDir := path.Dir(o.Framework.Socket)
 	upsertVolume(pod, corev1.Volume{Name: VolumeFrameworkSocket, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	// The sidecar's NATS credential: a token of the Pod's ServiceAccount,
@@ -319,6 +321,9 @@ func (m *Mutator) applyPool(pod *corev1.Pod, o Options) error {
 	// projected token to that user alone (mode 0600), and the framework
 	// socket is world-writable by contract (framework.Serve).
 	sc.SecurityContext = restrictedSecurityContext()
+	if sc.Resources, err = m.sidecarResources(api.SidecarContainerName, o.WorkerResources, api.AnnotationWorkerResources); err != nil {
+		return err
+	}
 	upsertSidecar(pod, sc)
 	return nil
 }
@@ -371,6 +376,9 @@ func (m *Mutator) applySSH(pod *corev1.Pod, o Options) error {
 	install.Command = []string{SSHCommand, "--install-to", binary}
 	install.VolumeMounts = []corev1.VolumeMount{{Name: VolumeSSHBinary, MountPath: SSHBinaryDir}}
 	install.SecurityContext = restrictedSecurityContext()
+	if install.Resources, err = m.sidecarResources(SSHInstallContainerName, nil, ""); err != nil {
+		return err
+	}
 	upsertSidecar(pod, install)
 
 	sc := m.container(api.SSHContainerName, userMain.Image)
@@ -402,6 +410,9 @@ func (m *Mutator) applySSH(pod *corev1.Pod, o Options) error {
 	// tools in the user's image.
 	sc.SecurityContext = restrictedSecurityContext()
 	sc.SecurityContext.ReadOnlyRootFilesystem = nil
+	if sc.Resources, err = m.sidecarResources(api.SSHContainerName, o.SSHResources, api.AnnotationSSHResources); err != nil {
+		return err
+	}
 	upsertSidecar(pod, sc)
 	return nil
 }

@@ -70,6 +70,11 @@ type Config struct {
 	// placeholders may be created: a placeholder in a tenant namespace
 	// would hold GPUs as stock (and get runplane-stock) on the tenant's say.
 	StockNamespaces []string `json:"stockNamespaces,omitempty"`
+	// Resources are the requests and limits of the injected sidecars
+	// (DefaultSidecarResources in DefaultConfig); Pods override them with
+	// api.AnnotationWorkerResources and api.AnnotationSSHResources. A
+	// container missing here gets none.
+	Resources SidecarResources `json:"resources,omitempty"`
 	// WorkloadPriorityClasses are the PriorityClasses a GPU Pod may name
 	// (priority tiers, e.g. runplane-workload-high, runplane-batch); a GPU
 	// Pod that names none gets runplane-workload, which is always allowed.
@@ -95,6 +100,7 @@ func DefaultConfig() Config {
 		SubjectPrefix:           api.DefaultSubjectPrefix,
 		StreamName:              api.DefaultStreamName,
 		WorkloadPriorityClasses: []string{api.PriorityClassWorkloadHigh, api.PriorityClassBatch},
+		Resources:               DefaultSidecarResources(),
 	}
 }
 
@@ -111,6 +117,9 @@ func (c Config) Validate() error {
 		return errors.New("injection config: subject prefix and stream name must be set")
 	case slices.Contains(c.WorkloadPriorityClasses, api.PriorityClassStock):
 		return fmt.Errorf("injection config: workload PriorityClasses must not include %s (placeholders' class)", api.PriorityClassStock)
+	}
+	if err := c.Resources.Validate(); err != nil {
+		return fmt.Errorf("injection config: %w", err)
 	}
 	switch c.ImagePullPolicy {
 	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
@@ -261,6 +270,11 @@ func (m *Mutator) MutateAdmission(ctx context.Context, pod *corev1.Pod, a Admiss
 			return nil, err
 		}
 		features = append(features, FeatureSSH)
+	}
+	if opts.GPUSpec != "" {
+		if err := fitSpecAroundSidecars(out, gpuSpec); err != nil {
+			return nil, err
+		}
 	}
 	if err := verifyReserved(pod, out, reserved); err != nil {
 		return nil, err

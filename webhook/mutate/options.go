@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/runplane/runplane/api"
@@ -67,6 +68,10 @@ type Options struct {
 	// (runplane.io/timeout-seconds, max-retries, retry-on, retry-backoff),
 	// checked on pool Pods only.
 	Execution poolpolicy.Execution
+	// WorkerResources and SSHResources override the platform's requests
+	// and limits of the runplane-worker and runplane-ssh sidecars.
+	WorkerResources *corev1.ResourceRequirements `json:",omitempty"`
+	SSHResources    *corev1.ResourceRequirements `json:",omitempty"`
 }
 
 // ParseOptions reads and validates the runplane labels and annotations of a
@@ -146,6 +151,18 @@ func ParseOptions(labels, annotations map[string]string) (Options, error) {
 				return Options{}, invalidAnnotation(pe.Key, "invalid value %s: %s", Quote(pe.Value), pe.Allowed)
 			}
 			return Options{}, err
+		}
+	}
+	for _, ov := range []struct {
+		key string
+		to  **corev1.ResourceRequirements
+	}{{api.AnnotationWorkerResources, &o.WorkerResources}, {api.AnnotationSSHResources, &o.SSHResources}} {
+		if v, ok := annotations[ov.key]; ok {
+			rr, err := parseResourceOverride(ov.key, v)
+			if err != nil {
+				return Options{}, err
+			}
+			*ov.to = &rr
 		}
 	}
 	if o.Stock != "" {

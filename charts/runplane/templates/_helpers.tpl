@@ -195,7 +195,7 @@ namespaceSelector:
 ["runplane.io/gpu-spec", "runplane.io/stock", "runplane.io/pool", "runplane.io/ssh", "runplane.io/egress", "runplane.io/ssh-pod"]
 {{- end -}}
 {{- define "runplane.podAnnotations" -}}
-["runplane.io/framework-socket", "runplane.io/framework-invoke-path", "runplane.io/framework-health-path", "runplane.io/concurrency", "runplane.io/ssh-authorized-keys", "runplane.io/ssh-service-type", "runplane.io/injected", "runplane.io/ssh-endpoint", "runplane.io/claimed-stock"]
+["runplane.io/framework-socket", "runplane.io/framework-invoke-path", "runplane.io/framework-health-path", "runplane.io/concurrency", "runplane.io/ssh-authorized-keys", "runplane.io/ssh-service-type", "runplane.io/worker-resources", "runplane.io/ssh-resources", "runplane.io/injected", "runplane.io/ssh-endpoint", "runplane.io/claimed-stock"]
 {{- end -}}
 
 {{/* runplane.workloadTiers: the PriorityClasses GPU Pods may name, comma-separated. */}}

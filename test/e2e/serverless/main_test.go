@@ -114,6 +114,11 @@ func start(ctx context.Context, c *cluster.Cluster, wg *sync.WaitGroup) (*stack,
 			return nil, err
 		}
 	}
+	// The whole serverless flow runs where Pod Security "restricted" is
+	// enforced and a compute ResourceQuota applies (restricted_test.go).
+	if err := restrictNamespace(ctx, c, ns); err != nil {
+		return nil, err
+	}
 	log := slog.New(slog.NewTextHandler(logFile(c, "components.log"), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	errc := make(chan error, 3)
 	goRun := func(name string, fn func() error) {
@@ -205,7 +210,7 @@ func logFile(c *cluster.Cluster, name string) io.Writer {
 
 func webhookInjects(ctx context.Context, c *cluster.Cluster) bool {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: ns, Labels: map[string]string{api.LabelPool: "probe"}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "x"}}}}
+		Spec: corev1.PodSpec{Containers: []corev1.Container{restrictedContainer("app", "x")}}}
 	got, err := c.Client().CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
 		return false
@@ -239,7 +244,7 @@ func pool(t testing.TB, name string, replicas int32, concurrency int, ann map[st
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{api.AnnotationConcurrency: strconv.Itoa(concurrency)}},
 				Spec: corev1.PodSpec{
-					Containers:                    []corev1.Container{{Name: "framework", Image: "framework-echo:e2e"}},
+					Containers:                    []corev1.Container{restrictedContainer("framework", "framework-echo:e2e")},
 					TerminationGracePeriodSeconds: ptr.To[int64](0),
 				},
 			},

@@ -1,0 +1,52 @@
+package extender
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/extender/ledger"
+)
+
+// Reasons of the Events the extender records, so `kubectl describe pod`
+// shows how a GPU Pod got its node and why a placeholder went away.
+const (
+	// ReasonTookStock: a GPU Pod was bound by taking a placeholder.
+	ReasonTookStock = "TookStock"
+	// ReasonBoundFree: a GPU Pod was bound to free capacity.
+	ReasonBoundFree = "Bound"
+	// ReasonStockTaken: a placeholder was deleted for a GPU Pod.
+	ReasonStockTaken = "StockTaken"
+)
+
+// eventRecorder starts an events.k8s.io broadcaster. Eventf only queues:
+// the broadcaster writes from its own goroutine, so recording adds no API
+// round trip to a bind (and drops Events, never blocks, when the API
+// server is slow).
+func eventRecorder(ctx context.Context, c kubernetes.Interface) events.EventRecorder {
+	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: c.EventsV1()})
+	b.StartRecordingToSink(ctx.Done())
+	go func() { <-ctx.Done(); b.Shutdown() }()
+	return b.NewRecorder(scheme.Scheme, "runplane-extender")
+}
+
+// recordBind records a bound GPU Pod's Event, and the Event of the
+// placeholder it took. took says this bind deleted ph.
+func (e *Extender) recordBind(pod *corev1.Pod, ph *ledger.Placeholder, took bool, node string) {
+	if e.events == nil || pod.Labels[api.LabelGPUSpec] == "" {
+		return
+	}
+	if !took {
+		e.events.Eventf(pod, nil, corev1.EventTypeNormal, ReasonBoundFree, "Bind", "Bound to free capacity on %s", node)
+		return
+	}
+	e.events.Eventf(pod, nil, corev1.EventTypeNormal, ReasonTookStock, "Bind", "TookStock %s/%s on %s", ph.Namespace, ph.Name, node)
+	placeholder := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ph.Namespace, Name: ph.Name, UID: ph.UID}}
+	e.events.Eventf(placeholder, pod, corev1.EventTypeNormal, ReasonStockTaken, "Delete",
+		"deleted for GPU Pod %s/%s on %s (label %s=%s)", pod.Namespace, pod.Name, node, api.LabelStock, ph.Spec)
+}
