@@ -24,14 +24,23 @@ type PoolInfo struct {
 
 // PoolPolicy is pool.Policy with its durations in seconds.
 type PoolPolicy struct {
-	MinAvailable          int     `json:"minAvailable" doc:"runplane.io/min-available: workers kept warm"`
-	MaxReplicas           int     `json:"maxReplicas" doc:"runplane.io/max-replicas (0: unbounded)"`
-	IdleTimeoutSeconds    float64 `json:"idleTimeoutSeconds" doc:"runplane.io/idle-timeout, in seconds: idle time before scale-down"`
-	MinRequestCount       int     `json:"minRequestCount" doc:"runplane.io/min-request-count: backlog before scale-up"`
-	StartupTimeoutSeconds float64 `json:"startupTimeoutSeconds" doc:"runplane.io/startup-timeout, in seconds: a worker's start deadline"`
-	Concurrency           int     `json:"concurrency" doc:"runplane.io/concurrency: invocations one worker runs at once"`
-	MaxBacklog            int     `json:"maxBacklog,omitempty" doc:"runplane.io/max-backlog (0: the cluster default)"`
-	MaxInFlight           int     `json:"maxInFlight,omitempty" doc:"runplane.io/max-in-flight (0: the cluster default)"`
+	MinAvailable          int       `json:"minAvailable" doc:"runplane.io/min-available: workers kept warm"`
+	MaxReplicas           int       `json:"maxReplicas" doc:"runplane.io/max-replicas (0: unbounded)"`
+	IdleTimeoutSeconds    float64   `json:"idleTimeoutSeconds" doc:"runplane.io/idle-timeout, in seconds: idle time before scale-down"`
+	MinRequestCount       int       `json:"minRequestCount" doc:"runplane.io/min-request-count: backlog before scale-up"`
+	StartupTimeoutSeconds float64   `json:"startupTimeoutSeconds" doc:"runplane.io/startup-timeout, in seconds: a worker's start deadline"`
+	Concurrency           int       `json:"concurrency" doc:"runplane.io/concurrency: invocations one worker runs at once"`
+	MaxBacklog            int       `json:"maxBacklog,omitempty" doc:"runplane.io/max-backlog (0: the cluster default)"`
+	MaxInFlight           int       `json:"maxInFlight,omitempty" doc:"runplane.io/max-in-flight (0: the cluster default)"`
+	TimeoutSeconds        int       `json:"timeoutSeconds,omitempty" doc:"runplane.io/timeout-seconds: the pool's longest execution (0: the ingress's bounds apply)"`
+	Retry                 PoolRetry `json:"retry" doc:"the retry policy of failed executions (runplane.io/max-retries, retry-on, retry-backoff)"`
+}
+
+// PoolRetry is poolpolicy.Retry with its backoff in seconds.
+type PoolRetry struct {
+	MaxRetries          int      `json:"maxRetries" doc:"more attempts a failed execution gets (0: none)"`
+	RetryOn             []string `json:"retryOn,omitempty" doc:"what is retried: error, timeout, status codes (503) or classes (5xx)"`
+	RetryBackoffSeconds float64  `json:"retryBackoffSeconds,omitempty" doc:"delay before the first retry, doubled per retry"`
 }
 
 func newPoolInfo(p pool.Pool) PoolInfo {
@@ -40,6 +49,7 @@ func newPoolInfo(p pool.Pool) PoolInfo {
 		PolicyError: p.PolicyError, Policy: PoolPolicy{
 			MinAvailable: pol.MinAvailable, MaxReplicas: pol.MaxReplicas, IdleTimeoutSeconds: pol.IdleTimeout.Seconds(),
 			MinRequestCount: pol.MinRequestCount, StartupTimeoutSeconds: pol.StartupTimeout.Seconds(), Concurrency: pol.Concurrency,
-			MaxBacklog: pol.MaxBacklog, MaxInFlight: pol.MaxInFlight,
+			MaxBacklog: pol.MaxBacklog, MaxInFlight: pol.MaxInFlight, TimeoutSeconds: pol.TimeoutSeconds,
+			Retry: PoolRetry{MaxRetries: pol.Retry.MaxRetries, RetryOn: pol.Retry.On, RetryBackoffSeconds: pol.Retry.Backoff.Seconds()},
 		}}
 }

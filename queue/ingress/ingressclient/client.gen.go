@@ -53,6 +53,42 @@ func (e AckState) Valid() bool {
 	}
 }
 
+// Defines values for AttemptOutcomeState.
+const (
+	AttemptOutcomeStateCancelled    AttemptOutcomeState = "cancelled"
+	AttemptOutcomeStateDeadLettered AttemptOutcomeState = "dead_lettered"
+	AttemptOutcomeStateDispatched   AttemptOutcomeState = "dispatched"
+	AttemptOutcomeStateFailed       AttemptOutcomeState = "failed"
+	AttemptOutcomeStateQueued       AttemptOutcomeState = "queued"
+	AttemptOutcomeStateRunning      AttemptOutcomeState = "running"
+	AttemptOutcomeStateSucceeded    AttemptOutcomeState = "succeeded"
+	AttemptOutcomeStateTimedOut     AttemptOutcomeState = "timed_out"
+)
+
+// Valid indicates whether the value is a known member of the AttemptOutcomeState enum.
+func (e AttemptOutcomeState) Valid() bool {
+	switch e {
+	case AttemptOutcomeStateCancelled:
+		return true
+	case AttemptOutcomeStateDeadLettered:
+		return true
+	case AttemptOutcomeStateDispatched:
+		return true
+	case AttemptOutcomeStateFailed:
+		return true
+	case AttemptOutcomeStateQueued:
+		return true
+	case AttemptOutcomeStateRunning:
+		return true
+	case AttemptOutcomeStateSucceeded:
+		return true
+	case AttemptOutcomeStateTimedOut:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for InvocationProblemState.
 const (
 	InvocationProblemStateCancelled    InvocationProblemState = "cancelled"
@@ -177,6 +213,21 @@ type Ack struct {
 // AckState defines model for Ack.State.
 type AckState string
 
+// AttemptOutcome defines model for AttemptOutcome.
+type AttemptOutcome struct {
+	Attempt    int                 `json:"attempt"`
+	Error      *string             `json:"error,omitempty"`
+	FinishedAt *time.Time          `json:"finishedAt,omitempty"`
+	RetryAt    *time.Time          `json:"retryAt,omitempty"`
+	StartedAt  *time.Time          `json:"startedAt,omitempty"`
+	State      AttemptOutcomeState `json:"state"`
+	StatusCode *int                `json:"statusCode,omitempty"`
+	Worker     *string             `json:"worker,omitempty"`
+}
+
+// AttemptOutcomeState defines model for AttemptOutcome.State.
+type AttemptOutcomeState string
+
 // InvocationProblem defines model for InvocationProblem.
 type InvocationProblem struct {
 	// Detail what went wrong in this request, naming the field, limit or object
@@ -259,6 +310,16 @@ type LimitProblem struct {
 	Type string `json:"type"`
 }
 
+// ObjectRef defines model for ObjectRef.
+type ObjectRef struct {
+	Bucket string `json:"bucket"`
+	Chunks int    `json:"chunks"`
+	Digest string `json:"digest"`
+	Name   string `json:"name"`
+	Nuid   string `json:"nuid"`
+	Size   int64  `json:"size"`
+}
+
 // PoolInfo defines model for PoolInfo.
 type PoolInfo struct {
 	// Conflict every Deployment of the namespace claiming the pool, when there is more than one
@@ -301,10 +362,26 @@ type PoolPolicy struct {
 	MinAvailable int `json:"minAvailable"`
 
 	// MinRequestCount runplane.io/min-request-count: backlog before scale-up
-	MinRequestCount int `json:"minRequestCount"`
+	MinRequestCount int       `json:"minRequestCount"`
+	Retry           PoolRetry `json:"retry"`
 
 	// StartupTimeoutSeconds runplane.io/startup-timeout, in seconds: a worker's start deadline
 	StartupTimeoutSeconds float64 `json:"startupTimeoutSeconds"`
+
+	// TimeoutSeconds runplane.io/timeout-seconds: the pool's longest execution (0: the ingress's bounds apply)
+	TimeoutSeconds *int `json:"timeoutSeconds,omitempty"`
+}
+
+// PoolRetry defines model for PoolRetry.
+type PoolRetry struct {
+	// MaxRetries more attempts a failed execution gets (0: none)
+	MaxRetries int `json:"maxRetries"`
+
+	// RetryBackoffSeconds delay before the first retry, doubled per retry
+	RetryBackoffSeconds *float64 `json:"retryBackoffSeconds,omitempty"`
+
+	// RetryOn what is retried: error, timeout, status codes (503) or classes (5xx)
+	RetryOn *[]string `json:"retryOn,omitempty"`
 }
 
 // PoolStatus defines model for PoolStatus.
@@ -343,20 +420,23 @@ type Problem struct {
 
 // Record defines model for Record.
 type Record struct {
-	AcceptedAt   time.Time   `json:"acceptedAt"`
-	Attempt      *int        `json:"attempt,omitempty"`
-	Error        *string     `json:"error,omitempty"`
-	InvocationID string      `json:"invocationID"`
-	Mode         RecordMode  `json:"mode"`
-	Namespace    string      `json:"namespace"`
-	Pool         string      `json:"pool"`
-	RequestHash  *string     `json:"requestHash,omitempty"`
-	Response     *Response   `json:"response,omitempty"`
-	Sequence     *int        `json:"sequence,omitempty"`
-	State        RecordState `json:"state"`
-	Stream       *string     `json:"stream,omitempty"`
-	UpdatedAt    time.Time   `json:"updatedAt"`
-	Worker       *string     `json:"worker,omitempty"`
+	AcceptedAt      time.Time         `json:"acceptedAt"`
+	Attempt         *int              `json:"attempt,omitempty"`
+	Attempts        *[]AttemptOutcome `json:"attempts,omitempty"`
+	Error           *string           `json:"error,omitempty"`
+	InvocationID    string            `json:"invocationID"`
+	Mode            RecordMode        `json:"mode"`
+	Namespace       string            `json:"namespace"`
+	Pool            string            `json:"pool"`
+	RequestHash     *string           `json:"requestHash,omitempty"`
+	Response        *Response         `json:"response,omitempty"`
+	ResponseBodyRef *ObjectRef        `json:"responseBodyRef,omitempty"`
+	Retries         *int              `json:"retries,omitempty"`
+	Sequence        *int              `json:"sequence,omitempty"`
+	State           RecordState       `json:"state"`
+	Stream          *string           `json:"stream,omitempty"`
+	UpdatedAt       time.Time         `json:"updatedAt"`
+	Worker          *string           `json:"worker,omitempty"`
 }
 
 // RecordMode defines model for Record.Mode.
