@@ -29,6 +29,21 @@ const stubCRDs = `
 apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata:
+  name: podmonitors.monitoring.coreos.com
+spec:
+  group: monitoring.coreos.com
+  scope: Namespaced
+  names: {kind: PodMonitor, plural: podmonitors, singular: podmonitor, listKind: PodMonitorList}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
   name: servicemonitors.monitoring.coreos.com
 spec:
   group: monitoring.coreos.com
@@ -87,7 +102,7 @@ func ensureStubCRDs(t *testing.T) {
 		t.Log(strings.TrimSpace(out))
 	}
 	_, err := kubectl(t, "wait", "--for=condition=Established", "--timeout=60s",
-		"crd/servicemonitors.monitoring.coreos.com", "crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io")
+		"crd/servicemonitors.monitoring.coreos.com", "crd/podmonitors.monitoring.coreos.com", "crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io")
 	require.NoError(t, err)
 }
 
@@ -110,6 +125,12 @@ func TestServerSideDryRun(t *testing.T) {
 	ensureNamespace(t, ns)
 	ensureNamespace(t, stockNS)
 	ensureNamespace(t, testNS) // the helm test's objects live there; a dry run creates no namespace
+	// Nor a ServiceAccount: the helm test's Pod is admitted only if its
+	// ServiceAccount exists.
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "runplane-helm-test-caller", Namespace: testNS}}
+	if _, err := env.Client().CoreV1().ServiceAccounts(testNS).Create(t.Context(), sa, metav1.CreateOptions{}); !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
+	}
 	for _, c := range renderCases {
 		t.Run(c.name, func(t *testing.T) {
 			args := append([]string{"template", "runplane", ".", "--namespace", ns, "--kube-version", cluster.KubernetesVersion, "--set", "stock.namespace=" + stockNS, "--set", "helmTest.namespace=" + testNS}, c.args...)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/catalog"
+	"github.com/runplane/runplane/extender"
 	"github.com/runplane/runplane/extender/profile"
 	"github.com/runplane/runplane/internal/priorityclass"
 	"github.com/runplane/runplane/test/cluster"
@@ -141,17 +142,18 @@ func TestSchedulerConfigMirrorsGo(t *testing.T) {
 }
 
 // TestSchedulerConfigRunsInKubeScheduler: the real kube-scheduler v1.36.3
-// accepts the rendered configuration, including the extender's TLS (the CA
-// from the chart's generated Secret).
+// accepts the rendered configuration, including the extender's TLS (a CA
+// like the one the extender's init container writes per Pod).
 func TestSchedulerConfigRunsInKubeScheduler(t *testing.T) {
 	needHelm(t)
 	needCluster(t)
 	objs := parse(t, mustRender(t))
 	cfg := schedulerConfig(t, objs)
-	var secret corev1.Secret
-	find(t, objs, "Secret", "runplane-extender-tls").into(t, &secret)
-	caFile := filepath.Join(t.TempDir(), "ca.crt")
-	require.NoError(t, os.WriteFile(caFile, secret.Data["ca.crt"], 0o600))
+	dir := t.TempDir()
+	caPEM, err := extender.WriteSelfSignedCert(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), []string{"127.0.0.1"})
+	require.NoError(t, err)
+	caFile := filepath.Join(dir, "ca.crt")
+	require.NoError(t, os.WriteFile(caFile, caPEM, 0o600))
 	cfg.Extenders[0].TLSConfig.CAFile = caFile
 	p, err := env.StartScheduler(t.Context(), cfg)
 	require.NoError(t, err, "kube-scheduler did not start with the chart's configuration")
