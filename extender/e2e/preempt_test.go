@@ -82,7 +82,7 @@ func TestPreemptByPriority(t *testing.T) {
 		p, err := c.CoreV1().Pods(ns).Get(ctx, "high-8", metav1.GetOptions{})
 		require.NoError(t, err)
 		require.Equal(t, nodes[0], p.Spec.NodeName)
-	}, 60*time.Second, poll, "the high-priority Pod to bind on the node with the fewest victims")
+	}, 2*time.Minute, poll, "the high-priority Pod to bind on the node with the fewest victims (victims terminate with their grace)")
 
 	pods, err := listPods(ctx, c, ns, "app in (small,many)")
 	require.NoError(t, err)
@@ -113,8 +113,10 @@ func TestPreemptionHonoursPodDisruptionBudgets(t *testing.T) {
 	pdb := &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Name: "small"},
 		Spec: policyv1.PodDisruptionBudgetSpec{
-			MaxUnavailable: ptr.To(intstr.FromInt32(0)),
-			Selector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": "small"}},
+			// minAvailable, not maxUnavailable: these are bare Pods, and the
+			// disruption controller needs a scalable owner for the latter.
+			MinAvailable: ptr.To(intstr.FromInt32(2)),
+			Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": "small"}},
 		},
 	}
 	_, err := c.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{})
@@ -131,7 +133,7 @@ func TestPreemptionHonoursPodDisruptionBudgets(t *testing.T) {
 		p, err := c.CoreV1().Pods(ns).Get(ctx, "high-8", metav1.GetOptions{})
 		require.NoError(t, err)
 		require.Equal(t, nodes[1], p.Spec.NodeName)
-	}, 60*time.Second, poll, "the high-priority Pod to bind on the unprotected node")
+	}, 2*time.Minute, poll, "the high-priority Pod to bind on the unprotected node")
 	pods, err := listPods(ctx, c, ns, "app in (small,many)")
 	require.NoError(t, err)
 	left := map[types.UID]bool{}

@@ -27,15 +27,15 @@ func TestStockStatusCondition(t *testing.T) {
 	addNodes(t, "stock-status", 2, 1)
 	replicas := int32(2)
 	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "stock-g1", Labels: map[string]string{api.LabelStock: "g1"}},
-		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "stock-g1"}},
-			Template: placeholderTemplate("g1", "stock-status", "stock-g1")},
+		ObjectMeta: metav1.ObjectMeta{Name: "stock-gstatus", Labels: map[string]string{api.LabelStock: "gstatus"}},
+		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "stock-gstatus"}},
+			Template: placeholderTemplate("gstatus", "stock-status", "stock-gstatus")},
 	}
 	_, err := c.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{})
 	require.NoError(t, err)
-	waitRunning(t, c, ns, "app=stock-g1", 2)
+	waitRunning(t, c, ns, "app=stock-gstatus", 2)
 	require.EventuallyWithT(t, func(t *assert.CollectT) {
-		got, err := c.AppsV1().Deployments(ns).Get(ctx, "stock-g1", metav1.GetOptions{})
+		got, err := c.AppsV1().Deployments(ns).Get(ctx, "stock-gstatus", metav1.GetOptions{})
 		require.NoError(t, err)
 		var cond *appsv1.DeploymentCondition
 		for i := range got.Status.Conditions {
@@ -46,6 +46,6 @@ func TestStockStatusCondition(t *testing.T) {
 		require.NotNil(t, cond, "no %s condition", extender.StockConditionType)
 		assert.Equal(t, corev1.ConditionTrue, cond.Status)
 		assert.Equal(t, extender.ReasonStockAvailable, cond.Reason)
-		assert.Contains(t, cond.Message, "runplane.io/stock=g1: 2 placeholders available to take, 2 bound on 2 nodes")
+		assert.Contains(t, cond.Message, "runplane.io/stock=gstatus: 2 placeholders available to take, 2 bound on 2 nodes")
 	}, 30*time.Second, poll, "the RunplaneStock condition")
 }

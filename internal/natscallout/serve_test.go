@@ -131,7 +131,9 @@ func TestServeBoundsReviewsPerHost(t *testing.T) {
 		require.Error(t, connect("127.0.0.2", "forged"))
 	}
 	assert.Equal(t, int32(2), auth.calls.Load(), "the burst of 2 is reviewed")
-	assert.Equal(t, 1.0, testutil.ToFloat64(m.Answers.WithLabelValues("refused", ReasonRateLimited)))
+	// The refusal is counted after it is sent, so the client may see it first.
+	require.Eventually(t, func() bool { return testutil.ToFloat64(m.Answers.WithLabelValues("refused", ReasonRateLimited)) == 1 },
+		10*time.Second, 10*time.Millisecond, "one rate_limited refusal")
 	require.NoError(t, connect("127.0.0.3", "alice"), "another address is reviewed")
 	clk.SetTime(clk.Now().Add(time.Second))
 	require.Error(t, connect("127.0.0.2", "forged"))
