@@ -59,10 +59,14 @@ func TestEscalationPaths(t *testing.T) {
 			ra{Namespace: ns, Verb: "create", Resource: "pods", Subresource: "exec"},
 			ra{Namespace: ns, Verb: "impersonate", Resource: "serviceaccounts"},
 		)
-		// Secrets in any namespace but the webhook's own (its serving
-		// certificate; the token-Secret policy guards that one).
-		add([]string{"runplane-controller", "runplane-queue", "runplane-scheduler"},
+		// Secrets in any namespace but the webhook's and the queue's own
+		// (the serving certificate; the bundled NATS's Secrets the queue
+		// creates at start): the token-Secret policy guards those.
+		add([]string{"runplane-controller", "runplane-scheduler"},
 			ra{Namespace: ns, Verb: "create", Resource: "secrets"})
+		if ns != releaseNS {
+			add([]string{"runplane-queue"}, ra{Namespace: ns, Verb: "create", Resource: "secrets"})
+		}
 		// The Secret the controller used to copy into tenant namespaces.
 		add(all, ra{Namespace: ns, Verb: "get", Resource: "secrets", Name: api.NATSCredentialsSecret},
 			ra{Namespace: ns, Verb: "update", Resource: "secrets", Name: api.NATSCredentialsSecret})

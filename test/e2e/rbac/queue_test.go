@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/bootstrapsecret"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/activator"
@@ -56,10 +57,14 @@ func TestQueue(t *testing.T) {
 	// and the callout.
 	args := chartArgs(t, "runplane-queue", "queue")
 	user, account := arg(t, args, "nats-user"), arg(t, args, "nats-callout-account")
-	queueSecret, err := client.CoreV1().Secrets(releaseNS).Get(ctx, "runplane-nats-queue", metav1.GetOptions{})
-	require.NoError(t, err, "the chart's NATS password for the queue")
-	callout, err := client.CoreV1().Secrets(releaseNS).Get(ctx, "runplane-nats-callout", metav1.GetOptions{})
-	require.NoError(t, err, "the chart's callout issuer")
+	// The chart renders no key material: the queue creates these Secrets
+	// at start (-bootstrap-secrets-namespace), as its own ServiceAccount.
+	queueClient := as(t, "runplane-queue")
+	pw, err := bootstrapsecret.Ensure(ctx, queueClient, releaseNS, "runplane-nats-queue", nil, bootstrapsecret.Password, "password")
+	require.NoError(t, err, "the queue creating its NATS password")
+	issuer, err := bootstrapsecret.Ensure(ctx, queueClient, releaseNS, "runplane-nats-callout", nil, bootstrapsecret.AccountNKey, "seed", "issuer")
+	require.NoError(t, err, "the queue creating the callout issuer")
+	queueSecret, callout := &corev1.Secret{Data: pw}, &corev1.Secret{Data: issuer}
 	dir := t.TempDir()
 	pwFile, seedFile := filepath.Join(dir, "password"), filepath.Join(dir, "seed")
 	require.NoError(t, os.WriteFile(pwFile, queueSecret.Data["password"], 0o600))
