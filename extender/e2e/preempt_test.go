@@ -77,25 +77,7 @@ func TestPreemptByPriority(t *testing.T) {
 		require.Contains(t, msg, "no lower-priority Pods to preempt")
 	}, 30*time.Second, poll, "the equal-priority Pod's FailedScheduling event")
 
-	createPod(t, c, ns, tierPod("high-8", "preempt", api.PriorityClassWorkloadHigh, "high-8", 8))
-	require.EventuallyWithT(t, func(t *assert.CollectT) {
-		p, err := c.CoreV1().Pods(ns).Get(ctx, "high-8", metav1.GetOptions{})
-		require.NoError(t, err)
-		require.Equal(t, nodes[0], p.Spec.NodeName)
-	}, 2*time.Minute, poll, "the high-priority Pod to bind on the node with the fewest victims (victims terminate with their grace)")
-
-	pods, err := listPods(ctx, c, ns, "app in (small,many)")
-	require.NoError(t, err)
-	left := map[types.UID]bool{}
-	for _, p := range pods {
-		left[p.UID] = true
-	}
-	for uid := range small {
-		require.False(t, left[uid], "a victim on %s is still there", nodes[0])
-	}
-	for uid := range many {
-		require.True(t, left[uid], "a Pod on %s was evicted", nodes[1])
-	}
+	preemptOnto(t, ns, "preempt", nodes[0], small, many)
 	b, err := c.CoreV1().Pods(ns).Get(ctx, "batch-8", metav1.GetOptions{})
 	require.NoError(t, err)
 	require.Empty(t, b.Spec.NodeName, "the equal-priority Pod took capacity")
@@ -128,22 +110,31 @@ func TestPreemptionHonoursPodDisruptionBudgets(t *testing.T) {
 		require.Equal(t, int32(2), got.Status.ExpectedPods)
 	}, 30*time.Second, poll, "the disruption controller to count the protected Pods")
 
-	createPod(t, c, ns, tierPod("high-8", "preempt-pdb", api.PriorityClassWorkloadHigh, "high-8", 8))
+	preemptOnto(t, ns, "preempt-pdb", nodes[1], many, small)
+}
+
+// preemptOnto creates an 8-GPU high-priority Pod and waits until it binds
+// on node (victims terminate with their grace first); then the Pods of
+// evicted are gone and those of kept are all there.
+func preemptOnto(t *testing.T, ns, group, node string, evicted, kept map[types.UID]string) {
+	h := setup(t)
+	ctx, c := t.Context(), h.client
+	createPod(t, c, ns, tierPod("high-8", group, api.PriorityClassWorkloadHigh, "high-8", 8))
 	require.EventuallyWithT(t, func(t *assert.CollectT) {
 		p, err := c.CoreV1().Pods(ns).Get(ctx, "high-8", metav1.GetOptions{})
 		require.NoError(t, err)
-		require.Equal(t, nodes[1], p.Spec.NodeName)
-	}, 2*time.Minute, poll, "the high-priority Pod to bind on the unprotected node")
+		require.Equal(t, node, p.Spec.NodeName)
+	}, 2*time.Minute, poll, "the high-priority Pod to bind on %s", node)
 	pods, err := listPods(ctx, c, ns, "app in (small,many)")
 	require.NoError(t, err)
 	left := map[types.UID]bool{}
 	for _, p := range pods {
 		left[p.UID] = true
 	}
-	for uid := range small {
-		require.True(t, left[uid], "a Pod its budget protects was evicted")
+	for uid, on := range evicted {
+		require.False(t, left[uid], "a victim on %s is still there", on)
 	}
-	for uid := range many {
-		require.False(t, left[uid], "a victim on %s is still there", nodes[1])
+	for uid, on := range kept {
+		require.True(t, left[uid], "a Pod on %s was evicted (a lower-priority node with more victims, or its budget protects it)", on)
 	}
 }
