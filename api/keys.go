@@ -151,6 +151,11 @@ const (
 	SchedulerName = "runplane-scheduler"
 	// PriorityClassWorkload is given to GPU workloads.
 	PriorityClassWorkload = "runplane-workload"
+	// AnnotationPriorityTiers, on a Namespace, lists (comma-separated) the
+	// GPU priority tiers above runplane-workload its Pods may name: a tier
+	// that preempts other tenants' work is the platform's to grant, and a
+	// tenant cannot annotate its own Namespace.
+	AnnotationPriorityTiers = Prefix + "priority-tiers"
 	// LabelNVLinkDomainGPUs is a node label: how many GPUs its largest
 	// NVLink domain holds. Specs with nvlink: true only go to nodes where
 	// it is at least their GPU count.

@@ -85,7 +85,21 @@ func testMutator(t testing.TB) *mutate.Mutator {
 			api.PriorityClassBatch:        {ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassBatch}, Value: 100},
 			"tenant-below-stock":          {ObjectMeta: metav1.ObjectMeta{Name: "tenant-below-stock"}, Value: -2000},
 		},
+		// team-a (the golden cases' namespace) is granted no tier above
+		// runplane-workload; team-paid is granted runplane-workload-high.
+		Namespaces: fakeNamespaces{
+			testNamespace: {ObjectMeta: metav1.ObjectMeta{Name: testNamespace}},
+			paidNamespace: {ObjectMeta: metav1.ObjectMeta{Name: paidNamespace, Annotations: map[string]string{api.AnnotationPriorityTiers: "other, " + api.PriorityClassWorkloadHigh}}},
+		},
 	}
+}
+
+const paidNamespace = "team-paid"
+
+type fakeNamespaces map[string]*corev1.Namespace
+
+func (f fakeNamespaces) GetNamespace(_ context.Context, name string) (*corev1.Namespace, error) {
+	return f[name], nil
 }
 
 // newHandler serves the admission paths as the webhook server does; a nil

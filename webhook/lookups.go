@@ -12,45 +12,62 @@ import (
 	schedulinglisters "k8s.io/client-go/listers/scheduling/v1"
 )
 
-// pvcLookup reads claims from the informer cache, and from the API server
-// when the cache has not seen a claim yet: a claim created just before its
-// Pod must not be mistaken for a missing one.
+// cachedGet reads an object from an informer cache, and from the API
+// server when the cache has not seen it yet: an object created just before
+// the Pod that names it must not be mistaken for a missing one. A missing
+// object is nil, nil.
+func cachedGet[T any](ctx context.Context, cached func() (*T, error), get func(context.Context) (*T, error)) (*T, error) {
+	obj, err := cached()
+	if err == nil {
+		return obj, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	obj, err = get(ctx)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return obj, err
+}
+
+// pvcLookup finds claims (mutate.PVCGetter).
 type pvcLookup struct {
 	lister corelisters.PersistentVolumeClaimLister
 	client kubernetes.Interface
 }
 
 func (l pvcLookup) GetPVC(ctx context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error) {
-	pvc, err := l.lister.PersistentVolumeClaims(namespace).Get(name)
-	if err == nil {
-		return pvc, nil
-	}
-	if !apierrors.IsNotFound(err) {
-		return nil, err
-	}
-	pvc, err = l.client.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	return pvc, err
+	return cachedGet(ctx, func() (*corev1.PersistentVolumeClaim, error) {
+		return l.lister.PersistentVolumeClaims(namespace).Get(name)
+	},
+		func(ctx context.Context) (*corev1.PersistentVolumeClaim, error) {
+			return l.client.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+		})
 }
 
+// priorityClassLookup finds PriorityClasses (mutate.PriorityClassGetter).
 type priorityClassLookup struct {
 	lister schedulinglisters.PriorityClassLister
 	client kubernetes.Interface
 }
 
 func (l priorityClassLookup) GetPriorityClass(ctx context.Context, name string) (*schedulingv1.PriorityClass, error) {
-	pc, err := l.lister.Get(name)
-	if err == nil {
-		return pc, nil
-	}
-	if !apierrors.IsNotFound(err) {
-		return nil, err
-	}
-	pc, err = l.client.SchedulingV1().PriorityClasses().Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	return pc, err
+	return cachedGet(ctx, func() (*schedulingv1.PriorityClass, error) { return l.lister.Get(name) },
+		func(ctx context.Context) (*schedulingv1.PriorityClass, error) {
+			return l.client.SchedulingV1().PriorityClasses().Get(ctx, name, metav1.GetOptions{})
+		})
+}
+
+// namespaceLookup finds Namespaces (mutate.NamespaceGetter).
+type namespaceLookup struct {
+	lister corelisters.NamespaceLister
+	client kubernetes.Interface
+}
+
+func (l namespaceLookup) GetNamespace(ctx context.Context, name string) (*corev1.Namespace, error) {
+	return cachedGet(ctx, func() (*corev1.Namespace, error) { return l.lister.Get(name) },
+		func(ctx context.Context) (*corev1.Namespace, error) {
+			return l.client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+		})
 }

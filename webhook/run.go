@@ -184,12 +184,13 @@ func Run(ctx context.Context, cfg Config) error {
 	factory := informers.NewSharedInformerFactory(client, 0)
 	pvcs := factory.Core().V1().PersistentVolumeClaims()
 	pcs := factory.Scheduling().V1().PriorityClasses()
-	pvcInformer, pcInformer := pvcs.Informer(), pcs.Informer()
+	nss := factory.Core().V1().Namespaces()
+	synced := []cache.InformerSynced{pvcs.Informer().HasSynced, pcs.Informer().HasSynced, nss.Informer().HasSynced}
 	factory.Start(ctx.Done())
 	syncCtx, syncCancel := context.WithTimeout(ctx, time.Minute)
 	defer syncCancel()
-	if !cache.WaitForCacheSync(syncCtx.Done(), pvcInformer.HasSynced, pcInformer.HasSynced) {
-		return fmt.Errorf("webhook: claim and PriorityClass caches did not sync: %w", syncCtx.Err())
+	if !cache.WaitForCacheSync(syncCtx.Done(), synced...) {
+		return fmt.Errorf("webhook: claim, PriorityClass and Namespace caches did not sync: %w", syncCtx.Err())
 	}
 
 	metrics := NewMetrics()
@@ -198,6 +199,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Catalog:         store.Catalog,
 		PVCs:            pvcLookup{lister: pvcs.Lister(), client: client},
 		PriorityClasses: priorityClassLookup{lister: pcs.Lister(), client: client},
+		Namespaces:      namespaceLookup{lister: nss.Lister(), client: client},
 	}
 	var ready atomic.Bool
 	getCert, keepers, err := serving(ctx, client, cfg, metrics, log, &ready)

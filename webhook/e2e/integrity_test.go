@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/webhook"
 )
 
 // These tests act as a hostile tenant ("mallory", who may do anything to
@@ -546,6 +547,37 @@ func TestGPUsOnlyThroughRunplane(t *testing.T) {
 		p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "void"}}
 	}), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	require.NoError(t, err, "NVIDIA_VISIBLE_DEVICES=void asks for no device")
+}
+
+// A tier that preempts other tenants' work is the platform's to grant: a
+// tenant names runplane-workload-high and is denied until an admin
+// annotates the Namespace, which the tenant itself may not do.
+func TestPriorityTiersGrantedPerNamespace(t *testing.T) {
+	startWebhook(t, func(c *webhook.Config) { c.Injection.WorkloadPriorityClasses = []string{api.PriorityClassWorkloadHigh} })
+	ns := tenantNamespace(t, "team-tier")
+	mallory := as(t, tenantUser)
+	high := func() *corev1.Pod {
+		p := gpuPod("high", "g1.1")
+		p.Spec.PriorityClassName = api.PriorityClassWorkloadHigh
+		return p
+	}
+	ctx := context.Background()
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	_, err := mallory.CoreV1().Pods(ns).Create(ctx, high(), dryRun)
+	require.Error(t, err, "an ungranted tier")
+	assert.Contains(t, err.Error(), `namespace "team-tier" is not granted it (its annotation runplane.io/priority-tiers lists "")`)
+	_, err = mallory.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"runplane.io/priority-tiers":"runplane-workload-high"}}}`), metav1.PatchOptions{})
+	require.True(t, apierrors.IsForbidden(err), "the tenant grants itself a tier: %v", err)
+	_, err = env.Client().CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"runplane.io/priority-tiers":"runplane-batch, runplane-workload-high"}}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	// The webhook reads Namespaces through an informer: wait for the grant.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got, err := mallory.CoreV1().Pods(ns).Create(ctx, high(), dryRun)
+		require.NoError(c, err, "a granted tier")
+		assert.Equal(c, api.PriorityClassWorkloadHigh, got.Spec.PriorityClassName)
+	}, 30*time.Second, 200*time.Millisecond)
 }
 
 // A denial that echoes a 200 KB value repeats only its start and its size.

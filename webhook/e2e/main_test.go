@@ -65,6 +65,7 @@ func setup(t *testing.T) kubernetes.Interface {
 		never := corev1.PreemptNever
 		for _, pc := range []*schedulingv1.PriorityClass{
 			{ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassWorkload}, Value: 1000},
+			{ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassWorkloadHigh}, Value: 2000},
 			{ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassStock}, Value: -100, PreemptionPolicy: &never},
 		} {
 			_, err := c.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{})

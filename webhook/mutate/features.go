@@ -1,6 +1,7 @@
 package mutate
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"path"
@@ -9,6 +10,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -50,7 +52,7 @@ func (m *Mutator) applyStock(ctx context.Context, pod *corev1.Pod, spec catalog.
 	return m.setPriorityClass(ctx, pod, api.LabelStock, api.PriorityClassStock)
 }
 
-func (m *Mutator) applyGPU(ctx context.Context, pod *corev1.Pod, spec catalog.Spec) error {
+func (m *Mutator) applyGPU(ctx context.Context, pod *corev1.Pod, spec catalog.Spec, namespace string) error {
 	main, err := mainContainer(pod)
 	if err != nil {
 		return err
@@ -100,39 +102,76 @@ func (m *Mutator) applyGPU(ctx context.Context, pod *corev1.Pod, spec catalog.Sp
 	if err := placeOnSpec(pod, api.LabelGPUSpec, spec); err != nil {
 		return err
 	}
-	return m.setWorkloadPriority(ctx, pod)
+	return m.setWorkloadPriority(ctx, pod, namespace)
 }
 
 // setWorkloadPriority gives a GPU Pod the priority tier it names, when the
 // platform allows that tier, or runplane-workload when it names none. A
 // tier outside the set, or one at or below runplane-stock (a workload that
-// placeholders could never give way to), is denied with the allowed names.
-func (m *Mutator) setWorkloadPriority(ctx context.Context, pod *corev1.Pod) error {
+// placeholders could never give way to), is denied with the allowed names;
+// so is a tier above runplane-workload (one that preempts other tenants'
+// work) that the Pod's Namespace is not granted (api.AnnotationPriorityTiers).
+func (m *Mutator) setWorkloadPriority(ctx context.Context, pod *corev1.Pod, namespace string) error {
 	allowed := m.Config.AllowedWorkloadPriorityClasses()
-	name := pod.Spec.PriorityClassName
-	if name == "" {
-		name = api.PriorityClassWorkload
+	name := cmp.Or(pod.Spec.PriorityClassName, api.PriorityClassWorkload)
+	deny := func(format string, args ...any) error {
+		return &ConflictError{Label: api.LabelGPUSpec, Field: "spec.priorityClassName", Reason: fmt.Sprintf(format, args...)}
 	}
 	if !slices.Contains(allowed, name) {
-		return &ConflictError{Label: api.LabelGPUSpec, Field: "spec.priorityClassName",
-			Reason: fmt.Sprintf("is %s, which GPU Pods may not use; allowed: %s (default %s)", Quote(name), strings.Join(allowed, ", "), api.PriorityClassWorkload)}
+		return deny("is %s, which GPU Pods may not use; allowed: %s (default %s)", Quote(name), strings.Join(allowed, ", "), api.PriorityClassWorkload)
 	}
-	if name != api.PriorityClassWorkload {
-		pc, err := m.PriorityClasses.GetPriorityClass(ctx, name)
+	if name == api.PriorityClassWorkload {
+		return m.setPriorityClass(ctx, pod, api.LabelGPUSpec, name)
+	}
+	classes := map[string]*schedulingv1.PriorityClass{}
+	for _, n := range []string{name, api.PriorityClassStock, api.PriorityClassWorkload} {
+		pc, err := m.PriorityClasses.GetPriorityClass(ctx, n)
 		if err != nil {
-			return fmt.Errorf("label %s: reading PriorityClass %s: %w", api.LabelGPUSpec, name, err)
+			return fmt.Errorf("label %s: reading PriorityClass %s: %w", api.LabelGPUSpec, n, err)
 		}
-		stock, err := m.PriorityClasses.GetPriorityClass(ctx, api.PriorityClassStock)
+		if pc == nil {
+			return fmt.Errorf("label %s: PriorityClass %s does not exist: runplane's chart creates it", api.LabelGPUSpec, n)
+		}
+		classes[n] = pc
+	}
+	tier, stock, workload := classes[name], classes[api.PriorityClassStock], classes[api.PriorityClassWorkload]
+	if tier.Value <= stock.Value {
+		return deny("is %s, whose value %d is at or below %s (%d): placeholders could never give way to it; allowed: %s",
+			Quote(name), tier.Value, api.PriorityClassStock, stock.Value, strings.Join(allowed, ", "))
+	}
+	if tier.Value > workload.Value {
+		granted, err := m.grantedTiers(ctx, namespace)
 		if err != nil {
-			return fmt.Errorf("label %s: reading PriorityClass %s: %w", api.LabelGPUSpec, api.PriorityClassStock, err)
+			return err
 		}
-		if pc != nil && stock != nil && pc.Value <= stock.Value {
-			return &ConflictError{Label: api.LabelGPUSpec, Field: "spec.priorityClassName",
-				Reason: fmt.Sprintf("is %s, whose value %d is at or below %s (%d): placeholders could never give way to it; allowed: %s",
-					Quote(name), pc.Value, api.PriorityClassStock, stock.Value, strings.Join(allowed, ", "))}
+		if !slices.Contains(granted, name) {
+			return deny("is %s, a tier above %s that preempts other workloads: namespace %s is not granted it (its annotation %s lists %s)",
+				Quote(name), api.PriorityClassWorkload, Quote(namespace), api.AnnotationPriorityTiers, Quote(strings.Join(granted, ",")))
 		}
 	}
 	return m.setPriorityClass(ctx, pod, api.LabelGPUSpec, name)
+}
+
+// grantedTiers are the tiers above runplane-workload the namespace's Pods
+// may name: its annotation api.AnnotationPriorityTiers, comma-separated.
+func (m *Mutator) grantedTiers(ctx context.Context, namespace string) ([]string, error) {
+	if m.Namespaces == nil {
+		return nil, nil
+	}
+	ns, err := m.Namespaces.GetNamespace(ctx, namespace)
+	if err != nil {
+		return nil, fmt.Errorf("label %s: reading namespace %s: %w", api.LabelGPUSpec, namespace, err)
+	}
+	if ns == nil || ns.Annotations[api.AnnotationPriorityTiers] == "" {
+		return nil, nil
+	}
+	var out []string
+	for _, t := range strings.Split(ns.Annotations[api.AnnotationPriorityTiers], ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			out = append(out, t)
+		}
+	}
+	return out, nil
 }
 
 // mainContainer is the container that gets a spec's resources: the one the

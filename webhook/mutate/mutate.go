@@ -140,12 +140,20 @@ type PriorityClassGetter interface {
 	GetPriorityClass(ctx context.Context, name string) (*schedulingv1.PriorityClass, error)
 }
 
+// NamespaceGetter finds a Namespace; nil, nil when it does not exist.
+type NamespaceGetter interface {
+	GetNamespace(ctx context.Context, name string) (*corev1.Namespace, error)
+}
+
 // Mutator applies the features a Pod's labels ask for.
 type Mutator struct {
 	Config          Config
 	Catalog         func() catalog.Catalog
 	PVCs            PVCGetter
 	PriorityClasses PriorityClassGetter
+	// Namespaces is read only for a GPU Pod naming a tier above
+	// runplane-workload (api.AnnotationPriorityTiers).
+	Namespaces NamespaceGetter
 }
 
 // Result is a mutated Pod and what was applied to it.
@@ -254,7 +262,7 @@ func (m *Mutator) MutateAdmission(ctx context.Context, pod *corev1.Pod, a Admiss
 		features = append(features, FeatureStock)
 	}
 	if opts.GPUSpec != "" {
-		if err := m.applyGPU(ctx, out, gpuSpec); err != nil {
+		if err := m.applyGPU(ctx, out, gpuSpec, a.Namespace); err != nil {
 			return nil, err
 		}
 		features = append(features, FeatureGPUSpec)
