@@ -107,9 +107,12 @@ type Config struct {
 	// HeartbeatMultiple times it is refused: one late or lost heartbeat
 	// would declare a healthy worker lost and run its work again.
 	WorkerHeartbeatInterval time.Duration
-	MaxAttempts             int
-	Backoff                 time.Duration
-	Tick                    time.Duration
+	// SilentHold bounds how long a silent worker's work waits for it
+	// (activator.Config.SilentHold; 0: until the work's deadline).
+	SilentHold  time.Duration
+	MaxAttempts int
+	Backoff     time.Duration
+	Tick        time.Duration
 	// Scaler replaces the Kubernetes scaler (benchmarks; with StaticPools).
 	Scaler activator.Scaler
 	Logger *slog.Logger
@@ -266,7 +269,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if !cfg.DisableActivator {
 		act, err := activator.New(activator.Config{Store: st, NC: nc, Pools: pools, Kube: kube, Namespace: cfg.Namespace,
-			HeartbeatTimeout: cfg.HeartbeatTimeout, MaxAttempts: cfg.MaxAttempts, Backoff: cfg.Backoff, Tick: cfg.Tick, Scaler: cfg.Scaler,
+			HeartbeatTimeout: cfg.HeartbeatTimeout, SilentHold: cfg.SilentHold, MaxAttempts: cfg.MaxAttempts, Backoff: cfg.Backoff, Tick: cfg.Tick, Scaler: cfg.Scaler,
 			Limits: cfg.Limits, Logger: log, Registerer: reg})
 		if err != nil {
 			return err

@@ -251,10 +251,10 @@ func TestBacklogBound(t *testing.T) {
 }
 
 // TestWorkerLossRedelivery: a worker that vanishes mid-invocation has its
-// invocation redelivered to another worker; after MaxAttempts losses it is
-// dead-lettered.
+// invocation redelivered to another worker once the hold for silent workers
+// is over; after MaxAttempts losses it is dead-lettered.
 func TestWorkerLossRedelivery(t *testing.T) {
-	e := newEnv(t, func(c *queue.Config) { c.MaxAttempts = 2 })
+	e := newEnv(t, func(c *queue.Config) { c.MaxAttempts, c.SilentHold = 2, 500*time.Millisecond })
 	g := newGate()
 	a := e.worker("a", 1, g.handler)
 	e.invoke(map[string]any{"mode": "async", "invocationID": "x", "ttlSeconds": 60})

@@ -129,3 +129,24 @@ func TestFrameworkRefusalHandsBackUnrun(t *testing.T) {
 	require.Equal(t, 1, r.Attempt)
 	require.EqualValues(t, 1, calls.Load())
 }
+
+// TestStaleDispatchNotStarted: a dispatch that reaches the sidecar past
+// its deadline (the worker was frozen or cut off with it; the activator
+// has given the attempt to another worker) is not run; a fresh one is.
+func TestStaleDispatchNotStarted(t *testing.T) {
+	e := newEnv(t)
+	sock := socketPath(t)
+	calls, _ := countingEcho(t, sock, nil)
+	results := e.results()
+	e.startSidecar(e.config("w1", sock))
+	stale := messages.Invocation{InvocationID: "stale", TimeoutSeconds: 1}
+	e.dispatch("w1", messages.Dispatch{Invocation: stale, Attempt: 1, DispatchedAt: time.Now().Add(-2 * time.Second)})
+	e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: "fresh", TimeoutSeconds: 1}, Attempt: 1, DispatchedAt: time.Now()})
+	r := waitResult(t, results)
+	require.Equal(t, "fresh", r.InvocationID, "the stale dispatch published no result")
+	require.Eventually(t, func() bool {
+		ci := e.consumerInfo("w1")
+		return ci.NumAckPending == 0 && ci.NumPending == 0
+	}, waitFor, tick, "both dispatches settled (the stale one termed)")
+	require.EqualValues(t, 1, calls.Load(), "framework calls: the fresh dispatch only")
+}

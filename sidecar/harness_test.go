@@ -192,7 +192,9 @@ func (e *env) dispatch(worker string, d messages.Dispatch) {
 	if d.Mode == "" {
 		d.Mode = messages.ModeAsync
 	}
-	d.DispatchedAt = time.Now().UTC()
+	if d.DispatchedAt.IsZero() {
+		d.DispatchedAt = time.Now().UTC()
+	}
 	data, err := json.Marshal(d)
 	require.NoError(e.t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -361,6 +361,15 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 		s.acked(log, "ack", msg.Ack())
 		return
 	}
+	if d.TimeoutSeconds > 0 && !d.DispatchedAt.IsZero() && time.Since(d.DispatchedAt) > time.Duration(d.TimeoutSeconds)*time.Second {
+		s.mu.Unlock()
+		// Past its deadline before it started (this worker was frozen or
+		// cut off with it): the activator has given the attempt up, so
+		// starting it now could run it beside its redelivery.
+		log.Warn("dispatch past its deadline before it started; not running it", "dispatchedAt", d.DispatchedAt, "timeoutSeconds", d.TimeoutSeconds)
+		s.acked(log, "term", msg.TermWithReason("past its deadline before it started"))
+		return
+	}
 	ex := &execution{attempt: d.Attempt}
 	s.running[id] = cancel
 	s.held[d.InvocationID] = ex

@@ -45,8 +45,14 @@ type Config struct {
 	Namespace string
 	// Scaler overrides the Kubernetes scaler (benchmarks, tests of pure logic).
 	Scaler Scaler
-	// HeartbeatTimeout: a worker silent for this long is lost (default 15s).
+	// HeartbeatTimeout: a worker silent for this long gets no new work
+	// (default 15s); it is lost once SilentHold is over.
 	HeartbeatTimeout time.Duration
+	// SilentHold bounds how long, beyond HeartbeatTimeout, a silent
+	// worker's attempts wait for it before another worker gets them
+	// (state.Config.SilentHold): 0 (default) until each attempt's deadline
+	// (timeoutSeconds + ExecutionGrace), negative no wait.
+	SilentHold time.Duration
 	// MaxAttempts before an invocation is dead-lettered (default 3).
 	MaxAttempts int
 	// Backoff is the first redelivery delay, doubled per attempt up to
@@ -158,7 +164,7 @@ func (a *Activator) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer func() { cancel(); a.wg.Wait() }()
 	a.mu.Lock()
-	a.st = state.New(state.Config{HeartbeatTimeout: a.cfg.HeartbeatTimeout, MaxAttempts: a.cfg.MaxAttempts, Backoff: a.cfg.Backoff,
+	a.st = state.New(state.Config{HeartbeatTimeout: a.cfg.HeartbeatTimeout, SilentHold: a.cfg.SilentHold, MaxAttempts: a.cfg.MaxAttempts, Backoff: a.cfg.Backoff,
 		MaxBackoff: a.cfg.MaxBackoff, ExecutionGrace: a.cfg.ExecutionGrace, DrainHold: a.cfg.DrainHold,
 		// With Kubernetes, only Pods owned by their pool's Deployment are
 		// workers; without (make dev -no-kube, tests), sidecar Events are.

@@ -12,7 +12,9 @@ type metrics struct {
 	// retried counts failed executions run again under the pool's retry
 	// policy; handedBack the attempts draining workers gave back unstarted.
 	retried, handedBack *prometheus.CounterVec
-	scaleFromZero       prometheus.Histogram
+	// silentWorkers counts workers that fell silent (their work held for them).
+	silentWorkers *prometheus.CounterVec
+	scaleFromZero prometheus.Histogram
 }
 
 func newMetrics(r prometheus.Registerer) *metrics {
@@ -36,6 +38,8 @@ func newMetrics(r prometheus.Registerer) *metrics {
 			Help: "Failed executions queued again under their pool's retry policy (runplane.io/max-retries)."}, []string{"pool"}),
 		handedBack: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_handed_back_total",
 			Help: "Dispatches a draining worker handed back without running them (queued again at once, not counted as an attempt that ran)."}, []string{"pool"}),
+		silentWorkers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_silent_workers_total",
+			Help: "Workers not heard for the heartbeat timeout: they get no new work and what they hold waits for them (-silent-worker-hold)."}, []string{"pool"}),
 		rebuilt: prometheus.NewGauge(prometheus.GaugeOpts{Name: "runplane_activator_rebuilt",
 			Help: "1 while this replica leads and has rebuilt its state from JetStream (it dispatches only then), else 0."}),
 		maxDeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_max_deliveries_total",
@@ -46,7 +50,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 			Help: "From the oldest waiting invocation to the scale-up of an empty pool.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 	}
 	if r != nil {
-		for _, c := range []prometheus.Collector{m.accepted, m.dispatched, m.redelivered, m.lost, m.deadLettered, m.finished, m.scaled, m.ackErrors, m.foreign, m.refused, m.backlog, m.inflight, m.rebuilt, m.orphans, m.maxDeliveries, m.scaleFromZero, m.retried, m.handedBack} {
+		for _, c := range []prometheus.Collector{m.accepted, m.dispatched, m.redelivered, m.lost, m.deadLettered, m.finished, m.scaled, m.ackErrors, m.foreign, m.refused, m.backlog, m.inflight, m.rebuilt, m.orphans, m.maxDeliveries, m.scaleFromZero, m.retried, m.handedBack, m.silentWorkers} {
 			_ = r.Register(c)
 		}
 	}

@@ -234,7 +234,13 @@ func (a *Activator) housekeep(ctx context.Context) {
 	}
 	var losses []*state.Loss
 	var expired []state.Expiry
-	a.locked(func(s *state.State) { losses, expired = s.Housekeep() })
+	var silenced []state.Silence
+	a.locked(func(s *state.State) { losses, expired, silenced = s.Housekeep() })
+	for _, si := range silenced {
+		a.cfg.Logger.Warn("worker silent: no new work; holding what it holds for it", "namespace", si.Namespace, "pool", si.Pool,
+			"worker", si.Worker, "held", si.Held, "until", si.Until)
+		a.metrics.silentWorkers.WithLabelValues(si.Pool).Inc()
+	}
 	for _, l := range losses {
 		a.lost(ctx, l)
 	}

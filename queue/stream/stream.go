@@ -509,10 +509,13 @@ type PoolStatus struct {
 
 // WorkerStatus is one worker in a PoolStatus.
 type WorkerStatus struct {
-	Name        string `json:"name"`
-	Ready       bool   `json:"ready"`
-	Draining    bool   `json:"draining,omitempty"`
-	Starting    bool   `json:"starting,omitempty"`
-	Concurrency int    `json:"concurrency"`
-	InFlight    int    `json:"inFlight"`
+	Name     string `json:"name"`
+	Ready    bool   `json:"ready"`
+	Draining bool   `json:"draining,omitempty"`
+	Starting bool   `json:"starting,omitempty"`
+	// Silent: not heard for the heartbeat timeout; it gets no new work and
+	// what it holds waits for it (until the hold or the work's deadline).
+	Silent      bool `json:"silent,omitempty"`
+	Concurrency int  `json:"concurrency"`
+	InFlight    int  `json:"inFlight"`
 }

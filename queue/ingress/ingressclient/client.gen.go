@@ -475,6 +475,7 @@ type WorkerStatus struct {
 	InFlight    int    `json:"inFlight"`
 	Name        string `json:"name"`
 	Ready       bool   `json:"ready"`
+	Silent      *bool  `json:"silent,omitempty"`
 	Starting    *bool  `json:"starting,omitempty"`
 }
 

@@ -15,18 +15,36 @@ type Expiry struct {
 	Reason string
 }
 
+// Silence is a worker that just fell silent: it gets no new work, and what
+// it holds is held for it until Until.
+type Silence struct {
+	Namespace, Pool, Worker string
+	Held                    int
+	Until                   time.Time
+}
+
 // Housekeep applies the periodic checks: workers silent for
-// HeartbeatTimeout are lost, queued invocations past ttlSeconds and
-// dispatched ones past timeoutSeconds (+ ExecutionGrace) expire.
-func (s *State) Housekeep() (losses []*Loss, expired []Expiry) {
+// HeartbeatTimeout get no new work and are lost once their hold is over
+// (holdUntil), queued invocations past ttlSeconds and dispatched ones past
+// timeoutSeconds (+ ExecutionGrace) expire.
+func (s *State) Housekeep() (losses []*Loss, expired []Expiry, silenced []Silence) {
 	now := s.clk.Now()
 	for _, p := range s.pools {
 		for _, w := range p.Workers {
-			silent := now.Sub(w.LastSeen) > s.cfg.HeartbeatTimeout
-			if silent && (w.Registered || len(w.InFlight) > 0) {
-				if l := s.lose(p, w, "heartbeats stopped", false); l != nil {
-					losses = append(losses, l)
+			if now.Sub(w.LastSeen) <= s.cfg.HeartbeatTimeout || !(w.Registered || len(w.InFlight) > 0) {
+				w.Silent = false
+				continue
+			}
+			until := s.holdUntil(w)
+			if now.Before(until) {
+				if !w.Silent {
+					silenced = append(silenced, Silence{Namespace: p.Namespace, Pool: p.Name, Worker: w.Name, Held: len(w.InFlight), Until: until})
 				}
+				w.Silent = true
+				continue
+			}
+			if l := s.lose(p, w, "heartbeats stopped", false); l != nil {
+				losses = append(losses, l)
 			}
 		}
 		q := p.Queue[:0]
@@ -61,7 +79,32 @@ func (s *State) Housekeep() (losses []*Loss, expired []Expiry) {
 			delete(s.pending, k)
 		}
 	}
-	return losses, expired
+	return losses, expired, silenced
+}
+
+// holdUntil is when a silent worker's attempts stop being held for it: the
+// earliest deadline of what it holds, capped by SilentHold. Nothing held,
+// or no hold: at once.
+func (s *State) holdUntil(w *Worker) time.Time {
+	if s.cfg.SilentHold < 0 || len(w.InFlight) == 0 {
+		return time.Time{}
+	}
+	var until time.Time
+	for _, it := range w.InFlight {
+		if it.Inv.TimeoutSeconds <= 0 || it.DispatchedAt.IsZero() {
+			return time.Time{}
+		}
+		d := it.DispatchedAt.Add(time.Duration(it.Inv.TimeoutSeconds)*time.Second + s.cfg.ExecutionGrace)
+		if until.IsZero() || d.Before(until) {
+			until = d
+		}
+	}
+	if s.cfg.SilentHold > 0 {
+		if c := w.LastSeen.Add(s.cfg.HeartbeatTimeout + s.cfg.SilentHold); c.Before(until) {
+			until = c
+		}
+	}
+	return until
 }
 
 // Unheard excuses every worker's silence up to now: the activator itself
@@ -74,7 +117,7 @@ func (s *State) Unheard() {
 	for _, p := range s.pools {
 		for _, w := range p.Workers {
 			if w.LastSeen.Before(now) {
-				w.LastSeen = now
+				w.LastSeen, w.Silent = now, false
 			}
 		}
 	}

@@ -39,7 +39,7 @@ func (s *State) Enqueue(it *Item) bool {
 
 // Dispatchable reports whether w may take one more invocation at now.
 func (w *Worker) Dispatchable(now time.Time) bool {
-	return w.Registered && w.Ready && !w.Draining && now.After(w.DrainUntil) &&
+	return w.Registered && w.Ready && !w.Draining && !w.Silent && now.After(w.DrainUntil) &&
 		(w.Pod == nil || !w.Pod.Terminating) && len(w.InFlight) < w.Concurrency
 }
 

@@ -20,8 +20,20 @@ import (
 
 // Config holds the limits the decisions apply.
 type Config struct {
-	// HeartbeatTimeout: a worker silent for this long is lost.
+	// HeartbeatTimeout: a worker silent for this long gets no new work,
+	// and is lost once SilentHold is over.
 	HeartbeatTimeout time.Duration
+	// SilentHold bounds how long, beyond HeartbeatTimeout, a silent
+	// worker's attempts stay its own before they are given to another
+	// worker. Never past an attempt's deadline (timeoutSeconds +
+	// ExecutionGrace): by then its sidecar has given up on it. 0: until
+	// that deadline; negative: no hold (lost at HeartbeatTimeout).
+	//
+	// Why hold: a worker that is frozen or cut off still runs what it
+	// holds and delivers the outcome when it is heard again; giving the
+	// work to another worker meanwhile runs it twice (the chaos case of a
+	// sidecar frozen 20 s ran every invocation it held twice).
+	SilentHold time.Duration
 	// MaxAttempts: losses that count before an invocation is dead-lettered.
 	MaxAttempts int
 	// Backoff is the first redelivery delay, doubled per strike up to
@@ -125,9 +137,12 @@ type Worker struct {
 	InFlight              map[string]*Item
 	Ready, Draining       bool
 	Registered            bool
-	LastSeen, IdleSince   time.Time
-	DrainUntil            time.Time
-	Pod                   *Pod
+	// Silent: not heard for HeartbeatTimeout; it gets no new work, and
+	// what it holds is held for it (Config.SilentHold).
+	Silent              bool
+	LastSeen, IdleSince time.Time
+	DrainUntil          time.Time
+	Pod                 *Pod
 }
 
 // Pod is what the Pod informer says about a worker.

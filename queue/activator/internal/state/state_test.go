@@ -100,11 +100,74 @@ func TestUnheardWorkersAreNotLost(t *testing.T) {
 	s.Dispatch()
 	clk.Step(20 * time.Second) // the outage, longer than HeartbeatTimeout
 	s.Unheard()
-	losses, _ := s.Housekeep()
+	losses, _, silenced := s.Housekeep()
 	require.Empty(t, losses)
+	require.Empty(t, silenced)
 	clk.Step(16 * time.Second) // silent after it
-	losses, _ = s.Housekeep()
-	require.Len(t, losses, 1)
+	_, _, silenced = s.Housekeep()
+	require.Len(t, silenced, 1)
+}
+
+// TestSilentWorkerHeld: a worker not heard for HeartbeatTimeout gets no new
+// work, and what it holds waits for it — until SilentHold is over or the
+// earliest deadline (timeoutSeconds + ExecutionGrace) of what it holds.
+// Heard again in time, it keeps its work and its late result counts: a
+// frozen worker's finished execution is not run a second time elsewhere.
+func TestSilentWorkerHeld(t *testing.T) {
+	tests := []struct {
+		name      string
+		hold      time.Duration
+		wantUntil time.Duration // from t0; 0: lost at once
+	}{
+		{name: "until the deadline", hold: 0, wantUntil: 40 * time.Second}, // timeoutSeconds 30 + grace 10
+		{name: "capped", hold: 5 * time.Second, wantUntil: 20 * time.Second},
+		{name: "no hold", hold: -1, wantUntil: 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, clk := newState(3)
+			s.cfg.SilentHold = tc.hold
+			register(s, "a", 2)
+			register(s, "b", 2)
+			it := enqueue(s, "i")
+			require.Equal(t, []string{"i→a"}, workersOf(s.Dispatch()))
+			clk.Step(15*time.Second + time.Millisecond)
+			register(s, "b", 2) // b keeps talking, a falls silent
+			losses, _, silenced := s.Housekeep()
+			if tc.wantUntil == 0 {
+				require.Len(t, losses, 1)
+				require.Equal(t, []*Item{it}, losses[0].Items)
+				require.Empty(t, silenced)
+				return
+			}
+			require.Empty(t, losses)
+			require.Equal(t, []Silence{{Namespace: "ns", Pool: "p", Worker: "a", Held: 1, Until: t0.Add(tc.wantUntil)}}, silenced)
+			enqueue(s, "j")
+			require.Equal(t, []string{"j→b"}, workersOf(s.Dispatch()), "a silent worker gets no new work")
+			st := s.Status(pk, 2)
+			require.Equal(t, 2, st.Capacity, "only b serves")
+			require.True(t, st.Workers[0].Silent)
+			_, _, silenced = s.Housekeep()
+			require.Empty(t, silenced, "reported once")
+
+			// Heard again within the hold: its work is still its own.
+			register(s, "a", 2)
+			require.Empty(t, s.Status(pk, 2).Workers[0].Silent)
+			done, other := s.Result(messages.Result{Namespace: "ns", InvocationID: "i", Pool: "p", Worker: "a", Attempt: 1, State: messages.StateSucceeded}, 1)
+			require.Same(t, it, done)
+			require.Nil(t, other, "nothing else ran it")
+
+			// Silent again, past the hold: lost, its work given up.
+			enqueue(s, "k")
+			require.Equal(t, []string{"k→a"}, workersOf(s.Dispatch()))
+			clk.Step(tc.wantUntil + 15*time.Second)
+			register(s, "b", 2)
+			losses, _, _ = s.Housekeep()
+			require.Len(t, losses, 1)
+			require.Equal(t, "heartbeats stopped", losses[0].Why)
+			require.Equal(t, "k", losses[0].Items[0].Inv.InvocationID)
+		})
+	}
 }
 
 // TestLateResultCancelsNewerAttemptOnSameWorker: a worker declared lost
@@ -176,12 +239,18 @@ func TestLossAndRedelivery(t *testing.T) {
 		{name: "heartbeat timeout", maxAttempts: 3, wantWhy: "heartbeats stopped",
 			lose: func(s *State, clk *clocktesting.FakeClock) *Loss {
 				clk.Step(15 * time.Second)
-				l, _ := s.Housekeep()
-				if len(l) != 0 {
-					return l[0] // not silent for longer than the timeout yet
+				l, _, silenced := s.Housekeep()
+				if len(l)+len(silenced) != 0 {
+					return nil // not silent for longer than the timeout yet
 				}
+				// Silent: held until the deadline of what it holds
+				// (TestSilentWorkerHeld), then lost.
 				clk.Step(time.Millisecond)
-				l, _ = s.Housekeep()
+				if l, _, silenced = s.Housekeep(); len(l) != 0 || len(silenced) != 1 {
+					return nil
+				}
+				clk.SetTime(s.Item(Key("ns", "i")).DispatchedAt.Add(40 * time.Second))
+				l, _, _ = s.Housekeep()
 				return l[0]
 			},
 			steps: []step{{true, Redeliver, time.Second}, {true, Redeliver, 2 * time.Second}, {true, DeadLetter, 0}}},
@@ -293,7 +362,7 @@ func TestExpiry(t *testing.T) {
 			if tc.dispatch { // keep the worker alive
 				register(s, "w", 1)
 			}
-			_, expired := s.Housekeep()
+			_, expired, _ := s.Housekeep()
 			if tc.wantReason == "" {
 				require.Empty(t, expired)
 				require.Same(t, it, s.Item(Key("ns", "i")))

@@ -21,12 +21,12 @@ func (s *State) Status(key string, replicas int) stream.PoolStatus {
 	for _, n := range names {
 		w := p.Workers[n]
 		st.InFlight += len(w.InFlight)
-		ready := w.Registered && w.Ready
+		ready := w.Registered && w.Ready && !w.Silent
 		if ready && !w.Draining {
 			st.Capacity += w.Concurrency
 		}
 		st.Workers = append(st.Workers, stream.WorkerStatus{Name: n, Ready: ready, Draining: w.Draining || now.Before(w.DrainUntil),
-			Starting: !ready, Concurrency: w.Concurrency, InFlight: len(w.InFlight)})
+			Starting: !ready && !w.Silent, Silent: w.Silent, Concurrency: w.Concurrency, InFlight: len(w.InFlight)})
 	}
 	return st
 }
@@ -42,8 +42,8 @@ func (s *State) ScaleInput(pool string, startupTimeout time.Duration) (backlog, 
 		if w.Pod != nil && w.Pod.Terminating {
 			continue
 		}
-		ready := w.Registered && w.Ready
-		starting := !ready && w.Pod != nil && now.Sub(w.Pod.Created) < startupTimeout
+		ready := w.Registered && w.Ready && !w.Silent
+		starting := !ready && !w.Silent && w.Pod != nil && now.Sub(w.Pod.Created) < startupTimeout
 		views = append(views, WorkerView{Name: w.Name, Ready: ready && !w.Draining, Starting: starting, InFlight: len(w.InFlight), IdleSince: w.IdleSince})
 	}
 	for _, it := range p.Queue {

@@ -78,8 +78,8 @@ func (s *State) Event(ev messages.Event) EventOutcome {
 		w.IdleSince = now
 		p.Workers[ev.Worker] = w
 	}
-	wasReady := w.Registered && w.Ready
-	w.Registered, w.LastSeen = true, now
+	wasReady := w.Registered && w.Ready && !w.Silent
+	w.Registered, w.LastSeen, w.Silent = true, now, false
 	if ev.Concurrency > 0 {
 		w.Concurrency = ev.Concurrency
 	}
