@@ -95,6 +95,11 @@ func (a *Activator) publishDispatch(ctx context.Context, it *state.Item, worker 
 	}
 	a.locked(func(s *state.State) { token = s.SetResultToken(it, attempt, token) })
 	inv := it.Inv
+	if it.Light {
+		if inv, err = a.readInvocation(ctx, it); err != nil {
+			return err
+		}
+	}
 	if pol := a.retryPolicy(inv.Namespace, inv.Pool); pol.Enabled() && it.Retries < pol.MaxRetries {
 		// A failure of this attempt may be retried: the sync caller waits
 		// for the Record, not for this worker's direct reply.
@@ -121,6 +126,25 @@ func (a *Activator) publishDispatch(ctx context.Context, it *state.Item, worker 
 		case <-a.cfg.Clock.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// readInvocation reads a Light item's invocation back from the stream (the
+// payload, headers and attributes it does not hold in memory).
+func (a *Activator) readInvocation(ctx context.Context, it *state.Item) (messages.Invocation, error) {
+	inv := it.Inv
+	m, err := a.cfg.Store.Stream.GetMsg(ctx, it.Seq)
+	if err != nil {
+		return inv, fmt.Errorf("read invocation %s/%s at stream sequence %d: %w", it.Inv.Namespace, it.Inv.InvocationID, it.Seq, err)
+	}
+	var stored messages.Invocation
+	if err := json.Unmarshal(m.Data, &stored); err != nil {
+		return inv, fmt.Errorf("decode invocation at stream sequence %d: %w", it.Seq, err)
+	}
+	if stored.Namespace != inv.Namespace || stored.InvocationID != inv.InvocationID {
+		return inv, fmt.Errorf("stream sequence %d holds %s/%s, not %s/%s", it.Seq, stored.Namespace, stored.InvocationID, inv.Namespace, inv.InvocationID)
+	}
+	inv.Payload, inv.Headers, inv.Attributes = stored.Payload, stored.Headers, stored.Attributes
+	return inv, nil
 }
 
 // sendCancel tells worker to stop attempt of invocation id.

@@ -132,6 +132,9 @@ func (s *State) Restore(it *Item, r messages.Record) {
 	RestoreRetries(it, r)
 	if (r.State != messages.StateDispatched && r.State != messages.StateRunning) || r.Worker == "" {
 		it.Queued = true
+		if len(p.Queue) >= FullItems {
+			it.Lighten()
+		}
 		p.Queue = append(p.Queue, it)
 		return
 	}

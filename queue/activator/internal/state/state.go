@@ -101,6 +101,10 @@ type Item struct {
 	DispatchedAt time.Time
 	// Started: the worker reported invocation.started for this attempt.
 	Started bool
+	// Light: Inv holds no payload, headers or attributes (and Rec is
+	// empty): it waits deep in a long queue, and its dispatch reads the
+	// invocation back from the stream at Seq (Lighten).
+	Light bool
 	// Strikes counts the losses that count towards MaxAttempts: a worker
 	// that deregistered with nothing in flight never ran it.
 	Strikes int

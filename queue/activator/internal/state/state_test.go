@@ -1,6 +1,7 @@
 package state
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -439,4 +440,23 @@ func TestStatusAndScaleInput(t *testing.T) {
 	clk.Step(10 * time.Second)
 	_, _, views, _ = s.ScaleInput(pk, 10*time.Second)
 	require.ElementsMatch(t, []WorkerView{{Name: "ready", Ready: true, InFlight: 2}, {Name: "starting"}}, views, "past startup-timeout")
+}
+
+// TestDeepQueueIsLight: past FullItems, a pool's queued invocations keep no
+// payload, headers or attributes in memory; the head keeps them.
+func TestDeepQueueIsLight(t *testing.T) {
+	s, _ := newState(3)
+	for i := range FullItems + 2 {
+		inv := messages.Invocation{InvocationID: fmt.Sprint(i), Namespace: "ns", Pool: "p", AcceptedAt: s.Now(),
+			Payload: []byte(`{"big":true}`), Headers: map[string]string{"h": "v"}}
+		require.True(t, s.Enqueue(&Item{Inv: inv, Seq: uint64(i + 1)}))
+	}
+	q := s.Pool(pk).Queue
+	require.False(t, q[0].Light)
+	require.NotEmpty(t, q[0].Inv.Payload)
+	last := q[len(q)-1]
+	require.True(t, last.Light)
+	require.Nil(t, last.Inv.Payload)
+	require.Nil(t, last.Inv.Headers)
+	require.Equal(t, fmt.Sprint(FullItems+1), last.Inv.InvocationID, "names and times stay")
 }

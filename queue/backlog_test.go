@@ -1,0 +1,53 @@
+package queue_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/internal/messages"
+)
+
+// TestDeepBacklogDispatchedWhole: invocations deep in a long queue are held
+// without their payload, headers and attributes (state.FullItems), and
+// their dispatch reads them back from the stream: every one reaches the
+// worker whole, in order.
+func TestDeepBacklogDispatchedWhole(t *testing.T) {
+	const n = 200 // > state.FullItems
+	e := newEnv(t, nil)
+	for i := range n {
+		r := e.invoke(map[string]any{"mode": "async", "invocationID": fmt.Sprintf("deep-%03d", i), "payload": map[string]int{"n": i},
+			"headers": map[string]string{"x-n": fmt.Sprint(i)}, "attributes": map[string]string{"path": fmt.Sprintf("/p/%d", i)}})
+		require.EqualValues(t, 202, r.code)
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, n, e.poolStatus().Backlog, "all queued in the activator")
+	}, 10*time.Second, 20*time.Millisecond)
+
+	seen := make(chan string, n)
+	e.worker("w", 1, func(_ context.Context, d messages.Dispatch) (*framework.Response, messages.State, string) {
+		seen <- d.InvocationID
+		body, err := json.Marshal(map[string]any{"payload": d.Payload, "header": d.Headers["x-n"], "path": d.Attributes["path"]})
+		if err != nil {
+			return nil, messages.StateFailed, err.Error()
+		}
+		return &framework.Response{StatusCode: 200, ContentType: "application/json", Body: body}, messages.StateSucceeded, ""
+	})
+	for i := range n {
+		id := fmt.Sprintf("deep-%03d", i)
+		rec := e.waitState(id, messages.StateSucceeded, 30*time.Second)
+		require.NotNil(t, rec.Response, id)
+		require.JSONEq(t, fmt.Sprintf(`{"payload":{"n":%d},"header":"%d","path":"/p/%d"}`, i, i, i), string(rec.Response.Body), id)
+	}
+	order := make([]string, 0, n)
+	for range n {
+		order = append(order, <-seen)
+	}
+	require.IsIncreasing(t, order, "queue order")
+}
