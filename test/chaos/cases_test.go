@@ -282,9 +282,9 @@ func TestRollout(t *testing.T) {
 	assert.Zero(t, o.Counts.Failed, "invocations failed in a rollout: %s", o.Counts)
 }
 
-// TestAlwaysFails: a framework that fails every invocation. Today: each
-// fails once, no retry. With feature retries: retried per policy, then
-// dead-lettered; never lost, never run after its last attempt.
+// TestAlwaysFails: a framework that fails every invocation. Without a
+// retry policy (the default) each fails once and never runs again; retries
+// and their dead letter are queue/retry_test.go's.
 func TestAlwaysFails(t *testing.T) {
 	fullOnly(t)
 	sc := base("framework always fails", 100, 30*time.Second)
@@ -292,11 +292,8 @@ func TestAlwaysFails(t *testing.T) {
 	o := runCase(t, sc)
 	assert.Zero(t, o.Counts.Lost, "%s", o.Counts)
 	assert.Zero(t, o.Counts.Succeeded, "%s", o.Counts)
-	if feature("retries", featureRetries) {
-		assert.Equal(t, o.Counts.Accepted, o.Counts.States[messages.StateDeadLettered], "every invocation dead-lettered: %s", o.Counts)
-	} else {
-		assert.Zero(t, o.Counts.Restarted, "a failed invocation ran again without a retry policy: %s", o.Counts)
-	}
+	assert.Zero(t, o.Counts.Restarted, "a failed invocation ran again without a retry policy: %s", o.Counts)
+	assert.Equal(t, o.Counts.Accepted, o.Counts.States[messages.StateFailed], "every invocation failed: %s", o.Counts)
 }
 
 // TestHangs: a framework that never answers; every invocation must time
@@ -317,9 +314,6 @@ func TestHangs(t *testing.T) {
 // TestLargeResults: results of 10 MiB.
 func TestLargeResults(t *testing.T) {
 	fullOnly(t)
-	if !feature("large-results", featureLargeResults) {
-		t.Skip("needs large results (issue 16 item 1): flip featureLargeResults or RUNPLANE_CHAOS_FEATURES=large-results")
-	}
 	sc := base("results of 10 MiB", 5, 30*time.Second)
 	sc.FrameworkEnv = []string{"CHAOS_RESULT_BYTES=" + strconv.Itoa(10<<20)}
 	o := runCase(t, sc)

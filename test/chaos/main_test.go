@@ -3,7 +3,6 @@ package chaos_test
 import (
 	"context"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,24 +13,6 @@ import (
 
 	"github.com/runplane/runplane/test/chaos"
 )
-
-// Features the cases expect once the fixes of issue 16 are merged. FLIP
-// THESE after merging the branch that delivers the feature (or set
-// RUNPLANE_CHAOS_FEATURES=retries,large-results for one run):
-//   - retries: a failed execution is retried per pool policy and then
-//     dead-lettered (runplane.io/max-retries); the always-fail case then
-//     expects dead_lettered Records;
-//   - large-results: results over NATS max_payload travel by Object Store;
-//     the 10 MiB case runs only then (today it re-runs the framework on
-//     every redelivery, which floods a shared machine).
-const (
-	featureRetries      = false
-	featureLargeResults = false
-)
-
-func feature(name string, merged bool) bool {
-	return merged || slices.Contains(strings.Split(os.Getenv("RUNPLANE_CHAOS_FEATURES"), ","), name)
-}
 
 // built holds the binaries, built once by the first case that needs them
 // (the pure tests need none).
