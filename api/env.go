@@ -40,6 +40,10 @@ const (
 	// terminationGracePeriodSeconds less ShutdownMarginSeconds, so results
 	// are published and the worker deregistered before the kubelet kills it.
 	EnvShutdownGraceSeconds = "RUNPLANE_SHUTDOWN_GRACE_SECONDS"
+	// EnvWorkerStateDir is the sidecar's own directory (an emptyDir, which
+	// outlives a restart of the container): it keeps there the framework's
+	// outcome of each execution until the result is stored.
+	EnvWorkerStateDir = "RUNPLANE_WORKER_STATE_DIR"
 )
 
 // Termination of a worker Pod.
@@ -73,6 +77,7 @@ const (
 	NATSTokenPath           = "token"
 	NATSTokenFile           = NATSCredentialsMountDir + "/" + NATSTokenPath
 	SidecarContainerName    = "runplane-worker"
+	WorkerStateDir          = "/var/run/runplane/worker-state"
 	SidecarHTTPPort         = 8091
 	SSHContainerName        = "runplane-ssh"
 	SSHPort                 = 2222

@@ -67,6 +67,11 @@ type Config struct {
 	// FetchWait is how long one pull request waits for a dispatch. A drain
 	// waits for the outstanding pull to end, so keep it short.
 	FetchWait time.Duration
+	// StateDir keeps the framework's outcome of each execution until its
+	// result is stored (outcomes.go): a sidecar restarted after the
+	// framework answered publishes it instead of running it again. Empty:
+	// outcomes are kept in memory only.
+	StateDir string
 
 	Logger *slog.Logger
 }
@@ -96,6 +101,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		SubjectPrefix:   first(getenv(api.EnvSubjectPrefix), api.DefaultSubjectPrefix),
 		StreamName:      first(getenv(api.EnvStreamName), api.DefaultStreamName),
 		NATSTokenFile:   first(getenv(api.EnvNATSTokenFile), api.NATSTokenFile),
+		StateDir:        getenv(api.EnvWorkerStateDir),
 		HTTPAddr:        first(getenv(api.EnvSidecarHTTPAddr), ":"+strconv.Itoa(api.SidecarHTTPPort)),
 		Concurrency:     1,
 	}

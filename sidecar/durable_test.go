@@ -2,11 +2,15 @@ package sidecar
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/api"
@@ -149,4 +153,60 @@ func TestStaleDispatchNotStarted(t *testing.T) {
 		return ci.NumAckPending == 0 && ci.NumPending == 0
 	}, waitFor, tick, "both dispatches settled (the stale one termed)")
 	require.EqualValues(t, 1, calls.Load(), "framework calls: the fresh dispatch only")
+}
+
+// TestRestartPublishesJournaledOutcome: the framework answered, the result
+// could not be stored (the results stream is gone), and the sidecar was
+// SIGKILLed. The restarted sidecar (same state directory, as an emptyDir
+// gives it) stores that outcome and does not call the framework again
+// when the unacked dispatch comes back.
+func TestRestartPublishesJournaledOutcome(t *testing.T) {
+	sidecarBin, _ := binaries(t)
+	e := newEnv(t)
+	sock := socketPath(t)
+	calls, _ := countingEcho(t, sock, nil)
+	e.workerConsumer("w1", time.Second)
+	resultsStream := messages.ResultsStreamName(api.DefaultStreamName)
+	require.NoError(t, e.js.DeleteStream(context.Background(), resultsStream))
+	stateDir := t.TempDir()
+	envv := append(os.Environ(),
+		api.EnvPool+"="+testPool, api.EnvWorkerName+"=w1", api.EnvWorkerNamespace+"=default",
+		api.EnvFrameworkSocket+"="+sock, api.EnvNATSURL+"="+e.srv.ClientURL(), api.EnvSidecarHTTPAddr+"=127.0.0.1:0",
+		api.EnvNATSTokenFile+"="+tokenFile(t), api.EnvWorkerStateDir+"="+stateDir)
+	start := func() *exec.Cmd {
+		c := exec.Command(sidecarBin, "-probe-interval", "50ms", "-fetch-wait", "200ms", "-ack-wait", "1s")
+		c.Env = envv
+		require.NoError(t, c.Start())
+		t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+		return c
+	}
+	first := start()
+	e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: "journaled", Payload: []byte(`{"n":1}`)}})
+	require.Eventually(t, func() bool {
+		ents, _ := os.ReadDir(stateDir)
+		return calls.Load() == 1 && len(ents) == 1
+	}, waitFor, tick, "the framework answered and the outcome is journaled")
+	_ = first.Process.Kill()
+	_ = first.Wait()
+
+	_, err := e.js.CreateStream(context.Background(), jetstream.StreamConfig{Name: resultsStream, Subjects: subjects.ResultStreamSubjects()})
+	require.NoError(t, err)
+	start()
+	var stored messages.Result
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		st, err := e.js.Stream(context.Background(), resultsStream)
+		require.NoError(c, err)
+		m, err := st.GetMsg(context.Background(), 1)
+		require.NoError(c, err, "the result is stored")
+		require.NoError(c, json.Unmarshal(m.Data, &stored))
+	}, waitFor, tick)
+	require.Equal(t, "journaled", stored.InvocationID)
+	require.Equal(t, messages.StateSucceeded, stored.State, stored.Error)
+	require.Contains(t, string(stored.Response.Body), `"invocationID":"journaled"`, "the framework's answer (an echo of its request)")
+	require.Eventually(t, func() bool {
+		ci := e.consumerInfo("w1")
+		ents, _ := os.ReadDir(stateDir)
+		return ci.NumAckPending == 0 && ci.NumPending == 0 && len(ents) == 0
+	}, waitFor, tick, "the redelivered dispatch acked without a run, the journal emptied")
+	require.EqualValues(t, 1, calls.Load(), "framework calls")
 }

@@ -69,6 +69,12 @@ type Sidecar struct {
 	// attempt, running or finished (as many as completed). A later attempt
 	// of it is not run again here (see handle).
 	held map[string]*execution
+	// outcomes journals the framework's answers until their results are
+	// stored; replaying holds the dispatch IDs of those a previous run
+	// left, being published (replays counts them).
+	outcomes  outcomes
+	replaying map[string]struct{}
+	replays   sync.WaitGroup
 
 	wakeFetch chan struct{} // readiness became true
 	reprobe   chan struct{} // readiness became false outside the probe loop
@@ -96,6 +102,8 @@ func New(cfg Config) (*Sidecar, error) {
 		running:   map[string]context.CancelCauseFunc{},
 		completed: map[string]struct{}{},
 		held:      map[string]*execution{},
+		outcomes:  outcomes{dir: cfg.StateDir},
+		replaying: map[string]struct{}{},
 		wakeFetch: make(chan struct{}, 1),
 		reprobe:   make(chan struct{}, 1),
 	}
@@ -174,6 +182,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	// it is cancelled only when the grace period is over.
 	invCtx, stopInv := context.WithCancelCause(context.Background())
 	defer stopInv(errShutdown)
+	s.replayOutcomes(invCtx)
 	done := s.fetchLoop(ctx, invCtx, cons)
 	<-ctx.Done()
 
@@ -185,12 +194,14 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	// goes back to the queue at once.
 	handbackDone := make(chan struct{})
 	go func() { defer close(handbackDone); s.handBackLoop(done, cons) }()
+	allDone := make(chan struct{})
+	go func() { <-done; s.replays.Wait(); close(allDone) }()
 	select {
-	case <-done:
+	case <-allDone:
 	case <-time.After(s.cfg.ShutdownGrace):
 		s.log.Warn("grace period over; failing the invocations still running", "inFlight", s.inFlight.Load())
 		stopInv(errShutdown)
-		<-done
+		<-allDone
 	}
 	<-handbackDone
 	s.publishEvent(messages.Event{Type: messages.EventDeregistered})
@@ -347,6 +358,16 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 		s.acked(log, "in_progress", msg.InProgress())
 		return
 	}
+	if _, ok := s.replaying[id]; ok {
+		s.mu.Unlock()
+		// Answered before this sidecar restarted: its stored outcome is
+		// being published (replayOutcomes); then the dispatch is acked as
+		// a duplicate.
+		log.Info("dispatch of an outcome stored before a restart; publishing that, not running it again")
+		s.metrics.duplicates.Inc()
+		s.acked(log, "in_progress", msg.InProgress())
+		return
+	}
 	if ex, ok := s.held[d.InvocationID]; ok && ex.attempt != d.Attempt && !ex.mayRunAgain() {
 		s.mu.Unlock()
 		// Another attempt of an execution this worker runs or has finished:
@@ -491,6 +512,9 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 	}
 	res.FinishedAt = time.Now().UTC()
 	ex.finish(res.State)
+	if err := s.outcomes.save(id, res, d); err != nil {
+		log.Warn("outcome journal: the outcome is kept in memory only", "err", err)
+	}
 
 	// The framework has run: from here on only the result is retried,
 	// never the call. publishResult keeps trying (the in-progress acks
@@ -514,8 +538,14 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 	actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer acancel()
 	// The result is published; if this ack is lost, the redelivery is acked
-	// as a duplicate.
-	s.acked(log, "ack", msg.DoubleAck(actx))
+	// as a duplicate (the journal entry stays, for a restarted sidecar).
+	err = msg.DoubleAck(actx)
+	s.acked(log, "ack", err)
+	if err == nil {
+		if err := s.outcomes.remove(id); err != nil {
+			log.Warn("outcome journal", "err", err)
+		}
+	}
 	log.Debug("finished", "state", res.State, "duration", dur)
 }
 

@@ -25,6 +25,7 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/webhook"
+	"github.com/runplane/runplane/webhook/mutate"
 )
 
 // These tests act as a hostile tenant ("mallory", who may do anything to
@@ -345,31 +346,26 @@ func TestEphemeralContainersChecked(t *testing.T) {
 	require.NoError(t, err)
 	_, err = mallory.CoreV1().Pods(ns).Create(ctx, plainPod("plain"), metav1.CreateOptions{})
 	require.NoError(t, err)
-	// The sidecar's NATS credential volume: the one it mounts besides the
-	// framework socket and the API token.
-	var credVolume string
-	for _, c := range worker.Spec.InitContainers {
-		for _, m := range c.VolumeMounts {
-			if c.Name == api.SidecarContainerName && m.Name != "runplane-framework-socket" && !strings.HasPrefix(m.Name, "kube-api-access-") {
-				credVolume = m.Name
-			}
-		}
-	}
-	require.NotEmpty(t, credVolume, "the sidecar's credential volume")
+	// The sidecar's NATS credential volume.
+	credVolume := mutate.VolumeNATSCredentials
+	require.True(t, slices.ContainsFunc(worker.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == credVolume }), "the sidecar's credential volume")
 
+	// kwok writes the Pods' status meanwhile: a conflict is retried.
 	debug := func(pod, name string, modify func(*corev1.EphemeralContainer)) error {
-		p, err := mallory.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
-		if err != nil {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			p, err := mallory.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			ec := corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+				Name: name, Image: "busybox:1.36", TerminationMessagePolicy: corev1.TerminationMessageReadFile, ImagePullPolicy: corev1.PullIfNotPresent}}
+			if modify != nil {
+				modify(&ec)
+			}
+			p.Spec.EphemeralContainers = append(p.Spec.EphemeralContainers, ec)
+			_, err = mallory.CoreV1().Pods(ns).UpdateEphemeralContainers(ctx, pod, p, metav1.UpdateOptions{})
 			return err
-		}
-		ec := corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
-			Name: name, Image: "busybox:1.36", TerminationMessagePolicy: corev1.TerminationMessageReadFile, ImagePullPolicy: corev1.PullIfNotPresent}}
-		if modify != nil {
-			modify(&ec)
-		}
-		p.Spec.EphemeralContainers = append(p.Spec.EphemeralContainers, ec)
-		_, err = mallory.CoreV1().Pods(ns).UpdateEphemeralContainers(ctx, pod, p, metav1.UpdateOptions{})
-		return err
+		})
 	}
 	tests := []struct {
 		name, pod, container string

@@ -344,10 +344,15 @@ func (m *Mutator) applyPool(pod *corev1.Pod, o Options) error {
 		corev1.EnvVar{Name: api.EnvNATSTokenFile, Value: api.NATSTokenFile},
 		corev1.EnvVar{Name: api.EnvSidecarHTTPAddr, Value: ":" + strconv.Itoa(api.SidecarHTTPPort)},
 		corev1.EnvVar{Name: api.EnvShutdownGraceSeconds, Value: strconv.FormatInt(shutdownGrace, 10)},
+		corev1.EnvVar{Name: api.EnvWorkerStateDir, Value: api.WorkerStateDir},
 	)
+	// The sidecar's own: the framework's outcomes until their results are
+	// stored, across a restart of the sidecar container.
+	upsertVolume(pod, corev1.Volume{Name: VolumeWorkerState, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	sc.VolumeMounts = []corev1.VolumeMount{
 		{Name: VolumeFrameworkSocket, MountPath: socketDir},
 		{Name: VolumeNATSCredentials, MountPath: api.NATSCredentialsMountDir, ReadOnly: true},
+		{Name: VolumeWorkerState, MountPath: api.WorkerStateDir},
 	}
 	// Startup only needs the sidecar itself (/livez): the main containers
 	// start after it, so waiting for the framework here would deadlock.

@@ -39,6 +39,7 @@ const (
 	PauseContainerName     = "pause"
 	VolumeFrameworkSocket  = "runplane-framework-socket"
 	VolumeNATSCredentials  = "runplane-nats-token"
+	VolumeWorkerState      = "runplane-worker-state"
 	VolumeSSHAuthorizedKey = "runplane-ssh-authorized-keys"
 	VolumeSSHHostKey       = "runplane-ssh-host-key"
 	VolumeSSHBinary        = "runplane-ssh-bin"
