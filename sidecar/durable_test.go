@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -169,17 +168,7 @@ func TestRestartPublishesJournaledOutcome(t *testing.T) {
 	resultsStream := messages.ResultsStreamName(api.DefaultStreamName)
 	require.NoError(t, e.js.DeleteStream(context.Background(), resultsStream))
 	stateDir := t.TempDir()
-	envv := append(os.Environ(),
-		api.EnvPool+"="+testPool, api.EnvWorkerName+"=w1", api.EnvWorkerNamespace+"=default",
-		api.EnvFrameworkSocket+"="+sock, api.EnvNATSURL+"="+e.srv.ClientURL(), api.EnvSidecarHTTPAddr+"=127.0.0.1:0",
-		api.EnvNATSTokenFile+"="+tokenFile(t), api.EnvWorkerStateDir+"="+stateDir)
-	start := func() *exec.Cmd {
-		c := exec.Command(sidecarBin, "-probe-interval", "50ms", "-fetch-wait", "200ms", "-ack-wait", "1s")
-		c.Env = envv
-		require.NoError(t, c.Start())
-		t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
-		return c
-	}
+	start := e.sidecarProcess(sidecarBin, "w1", sock, api.EnvWorkerStateDir+"="+stateDir)
 	first := start()
 	e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: "journaled", Payload: []byte(`{"n":1}`)}})
 	require.Eventually(t, func() bool {

@@ -296,3 +296,23 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(code)
 }
+
+// sidecarProcess returns a start function for the runplane-sidecar binary
+// as worker of the test pool, configured by the env the webhook injects
+// (plus extraEnv), with short probe, fetch and ack-wait periods. Each
+// process is killed when the test ends.
+func (e *env) sidecarProcess(bin, worker, sock string, extraEnv ...string) func() *exec.Cmd {
+	t := e.t
+	envv := append(os.Environ(),
+		api.EnvPool+"="+testPool, api.EnvWorkerName+"="+worker, api.EnvWorkerNamespace+"="+testNS,
+		api.EnvFrameworkSocket+"="+sock, api.EnvNATSURL+"="+e.srv.ClientURL(), api.EnvSidecarHTTPAddr+"=127.0.0.1:0",
+		api.EnvNATSTokenFile+"="+tokenFile(t))
+	envv = append(envv, extraEnv...)
+	return func() *exec.Cmd {
+		c := exec.Command(bin, "-probe-interval", "50ms", "-fetch-wait", "200ms", "-ack-wait", "1s")
+		c.Env = envv
+		require.NoError(t, c.Start())
+		t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+		return c
+	}
+}

@@ -349,21 +349,14 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 		s.acked(log, "ack", msg.Ack())
 		return
 	}
-	if _, ok := s.running[id]; ok {
+	_, running := s.running[id]
+	_, replaying := s.replaying[id]
+	if running || replaying {
 		s.mu.Unlock()
-		// A redelivery of what we are running: the running copy acks the
-		// same stream sequence when it finishes.
-		log.Info("dispatch redelivered while running; keeping the running copy")
-		s.metrics.duplicates.Inc()
-		s.acked(log, "in_progress", msg.InProgress())
-		return
-	}
-	if _, ok := s.replaying[id]; ok {
-		s.mu.Unlock()
-		// Answered before this sidecar restarted: its stored outcome is
-		// being published (replayOutcomes); then the dispatch is acked as
-		// a duplicate.
-		log.Info("dispatch of an outcome stored before a restart; publishing that, not running it again")
+		// A redelivery of what we are running, or answered before this
+		// sidecar restarted and being published (replayOutcomes): kept in
+		// progress, then acked as a duplicate once its result is stored.
+		log.Info("dispatch redelivered while it runs or its stored outcome is published; not running it again", "replaying", replaying)
 		s.metrics.duplicates.Inc()
 		s.acked(log, "in_progress", msg.InProgress())
 		return

@@ -436,17 +436,7 @@ func TestRestartResumesUnackedWork(t *testing.T) {
 	})
 	events, results := e.events(), e.results()
 	e.workerConsumer("w1", time.Second) // the queue's callout would have
-	envv := append(os.Environ(),
-		api.EnvPool+"="+testPool, api.EnvWorkerName+"=w1", api.EnvWorkerNamespace+"=default",
-		api.EnvFrameworkSocket+"="+sock, api.EnvNATSURL+"="+e.srv.ClientURL(), api.EnvSidecarHTTPAddr+"=127.0.0.1:0",
-		api.EnvNATSTokenFile+"="+tokenFile(t))
-	start := func() *exec.Cmd {
-		c := exec.Command(sidecarBin, "-probe-interval", "50ms", "-fetch-wait", "200ms", "-ack-wait", "1s")
-		c.Env = envv
-		require.NoError(t, c.Start())
-		t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
-		return c
-	}
+	start := e.sidecarProcess(sidecarBin, "w1", sock)
 	first := start()
 	e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: "resume"}})
 	waitEvent(t, events, "started", func(ev messages.Event) bool { return ev.Type == messages.EventStarted })
@@ -502,7 +492,7 @@ func TestPythonFramework(t *testing.T) {
 
 // tokenFile is a NATS token file for a sidecar binary: the test server has
 // no auth and ignores it, but the sidecar refuses to start without one.
-func tokenFile(t *testing.T) string {
+func tokenFile(t testing.TB) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "token")
 	require.NoError(t, os.WriteFile(p, []byte("unused"), 0o600))
