@@ -48,7 +48,9 @@ func Settle(ctx context.Context, url, namespace string, ids []string, quiet, wit
 	pending := append([]string(nil), ids...)
 	deadline := time.Now().Add(within)
 	lastChange := time.Now()
-	client := &http.Client{Timeout: 5 * time.Second}
+	// A GET of a 10 MiB result reads it from the Object Store: slow on a
+	// loaded machine, and not a lost invocation.
+	client := &http.Client{Timeout: 30 * time.Second}
 	for len(pending) > 0 && ctx.Err() == nil {
 		var mu sync.Mutex
 		var next []string
