@@ -249,3 +249,88 @@ func refusedBy(t *testing.T, what, policy, rule string, try func() error) {
 	})
 	require.NoError(t, err, "%s was not refused by %s naming %q (last answer: %v)", what, policy, rule, last)
 }
+
+// TestClaimsAndPodStatusBounded: the controller patches PVCs cluster-wide
+// for its runplane.io/ status annotations, and kube-scheduler patches
+// pods/status cluster-wide for its scheduling conditions; RBAC cannot name
+// fields. runplane-controller-claims keeps the controller to those
+// annotations outside the platform's namespaces; runplane-scheduler-pod-status
+// keeps a Pod's phase, IPs and Ready condition as the kubelet wrote them, so
+// a compromised scheduler cannot pull a Pod out of its Service's endpoints.
+func TestClaimsAndPodStatusBounded(t *testing.T) {
+	install(t)
+	ctx := t.Context()
+	admin := env.Client()
+	claimIn := func(ns string) *corev1.PersistentVolumeClaim {
+		c := claim("", map[string]string{"team": "a"})
+		c.GenerateName = "bounded-"
+		c, err := admin.CoreV1().PersistentVolumeClaims(ns).Create(ctx, c, metav1.CreateOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			assert.NoError(t, admin.CoreV1().PersistentVolumeClaims(ns).Delete(context.Background(), c.Name, metav1.DeleteOptions{}))
+		})
+		return c
+	}
+	tenantClaim, systemClaim := claimIn(tenantNS), claimIn("kube-system")
+	pod, err := admin.CoreV1().Pods(tenantNS).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "bounded-"},
+		Spec:       corev1.PodSpec{NodeName: "rbac-cpu-0", Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		assert.NoError(t, admin.CoreV1().Pods(tenantNS).Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
+	})
+	eventually(t, nil, 30*time.Second, "the Pod running with an IP (kwok)", func() (bool, error) {
+		p, err := admin.CoreV1().Pods(tenantNS).Get(ctx, pod.Name, metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "", err
+	})
+
+	controller, scheduler := as(t, "runplane-controller"), as(t, "runplane-scheduler")
+	dry := metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
+	patchClaim := func(c *corev1.PersistentVolumeClaim, body string) func() error {
+		return func() error {
+			_, err := controller.CoreV1().PersistentVolumeClaims(c.Namespace).Patch(ctx, c.Name, types.MergePatchType, []byte(body), dry)
+			return err
+		}
+	}
+	// Conditions merge by type (strategic merge patch); the IP lists are
+	// replaced whole (merge patch), as a rewrite would.
+	patchStatus := func(pt types.PatchType, body string) func() error {
+		return func() error {
+			_, err := scheduler.CoreV1().Pods(tenantNS).Patch(ctx, pod.Name, pt, []byte(body), dry, "status")
+			return err
+		}
+	}
+	smp := types.StrategicMergePatchType
+	const (
+		claims    = "runplane-controller-claims"
+		podStatus = "runplane-scheduler-pod-status"
+		phase     = `{"metadata":{"annotations":{"runplane.io/prepare-phase":"Succeeded"}}}`
+	)
+	tests := []struct {
+		name         string
+		try          func() error
+		policy, rule string
+	}{
+		{"controller annotates a claim in kube-system", patchClaim(systemClaim, phase), claims, "platform's namespaces"},
+		{"controller pins a claim to a node", patchClaim(tenantClaim, `{"metadata":{"annotations":{"volume.kubernetes.io/selected-node":"rbac-gpu-0"}}}`), claims, "only the runplane.io/ annotations"},
+		{"controller holds a claim with a finalizer", patchClaim(tenantClaim, `{"metadata":{"finalizers":["example.com/hold"]}}`), claims, "only the runplane.io/ annotations"},
+		{"controller relabels a claim", patchClaim(tenantClaim, `{"metadata":{"labels":{"team":"b"}}}`), claims, "only the runplane.io/ annotations"},
+		{"controller writes its prepare status", patchClaim(tenantClaim, phase), "", ""},
+
+		{"scheduler marks a Pod not Ready", patchStatus(smp, `{"status":{"conditions":[{"type":"Ready","status":"False"}]}}`), podStatus, "only a Pod's PodScheduled and DisruptionTarget"},
+		{"scheduler fails a Pod", patchStatus(smp, `{"status":{"phase":"Failed"}}`), podStatus, "phase, IPs or container statuses"},
+		{"scheduler moves a Pod's IP", patchStatus(types.MergePatchType, `{"status":{"podIP":"10.66.0.66","podIPs":[{"ip":"10.66.0.66"}]}}`), podStatus, "phase, IPs or container statuses"},
+		{"scheduler sets PodScheduled", patchStatus(smp, `{"status":{"conditions":[{"type":"PodScheduled","status":"False","reason":"Unschedulable"}]}}`), "", ""},
+		{"scheduler marks a preemption victim", patchStatus(smp, `{"status":{"conditions":[{"type":"DisruptionTarget","status":"True","reason":"PreemptionByScheduler"}]}}`), "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.policy == "" {
+				require.NoError(t, tt.try())
+				return
+			}
+			refusedBy(t, tt.name, tt.policy, tt.rule, tt.try)
+		})
+	}
+}
