@@ -334,3 +334,31 @@ func TestClaimsAndPodStatusBounded(t *testing.T) {
 		})
 	}
 }
+
+// TestPoliciesTypeCheck: the API server type-checks every
+// ValidatingAdmissionPolicy against the kinds it matches; the chart's come
+// out without a warning. A warning is a field path or an operator the
+// checker does not know, which at run time may be an error, and an error
+// under failurePolicy Fail refuses runplane's own requests.
+func TestPoliciesTypeCheck(t *testing.T) {
+	install(t)
+	policies := env.Client().AdmissionregistrationV1().ValidatingAdmissionPolicies()
+	list, err := policies.List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=runplane"})
+	require.NoError(t, err)
+	require.NotEmpty(t, list.Items, "the chart's ValidatingAdmissionPolicies")
+	for _, p := range list.Items {
+		t.Run(p.Name, func(t *testing.T) {
+			eventually(t, nil, 30*time.Second, "the policy type-checked", func() (bool, error) {
+				got, err := policies.Get(t.Context(), p.Name, metav1.GetOptions{})
+				if err != nil {
+					return false, err
+				}
+				p = *got
+				return p.Status.ObservedGeneration == p.Generation && p.Status.TypeChecking != nil, nil
+			})
+			for _, w := range p.Status.TypeChecking.ExpressionWarnings {
+				t.Errorf("%s: %s", w.FieldRef, w.Warning)
+			}
+		})
+	}
+}
