@@ -212,7 +212,8 @@ func TestControllerWorkloadsPinned(t *testing.T) {
 // TestPodUpdatesBounded: runplane's ServiceAccounts may patch Pods
 // cluster-wide (RBAC cannot name fields); the chart's policy
 // runplane-pod-updates refuses an image change anywhere, any update in
-// kube-system, and from the queue anything but the deletion cost.
+// the platform's namespaces (kube-system, runplane's), and from the queue
+// anything but the deletion cost.
 func TestPodUpdatesBounded(t *testing.T) {
 	install(t)
 	ctx := t.Context()
@@ -224,7 +225,7 @@ func TestPodUpdatesBounded(t *testing.T) {
 		require.NoError(t, err)
 		return p
 	}
-	tenant, system := pod(tenantNS), pod("kube-system")
+	tenant, system, runplane := pod(tenantNS), pod("kube-system"), pod(releaseNS)
 	patch := func(sa string, p *corev1.Pod, body string) error {
 		_, err := as(t, sa).CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(body),
 			metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
@@ -246,6 +247,9 @@ func TestPodUpdatesBounded(t *testing.T) {
 		{"extender swaps an image", "runplane-scheduler", tenant, image, false},
 		{"queue in kube-system", "runplane-queue", system, cost, false},
 		{"controller in kube-system", "runplane-controller", system, `{"metadata":{"annotations":{"x":"y"}}}`, false},
+		// A Pod of runplane's namespace relabelled out of its Service (the webhook's: it fails closed).
+		{"controller in runplane's namespace", "runplane-controller", runplane, label, false},
+		{"extender in runplane's namespace", "runplane-scheduler", runplane, `{"metadata":{"annotations":{"runplane.io/claimed-stock":"x"}}}`, false},
 		{"queue changes a label", "runplane-queue", tenant, label, false},
 		{"queue sets the deletion cost", "runplane-queue", tenant, cost, true},
 		{"controller annotates", "runplane-controller", tenant, `{"metadata":{"annotations":{"runplane.io/ssh-endpoint":"x"}}}`, true},
