@@ -60,7 +60,9 @@ func TestWebhookConfigurationsMirrorGo(t *testing.T) {
 
 // chartOnlyPolicies are ValidatingAdmissionPolicies that only the chart
 // ships (RBAC's complements, see templates/rbac/policies.yaml).
-var chartOnlyPolicies = map[string]bool{"runplane-no-token-secrets": true, "runplane-controller-workloads": true, "runplane-pod-updates": true}
+var chartOnlyPolicies = map[string]bool{"runplane-no-token-secrets": true, "runplane-controller-workloads": true, "runplane-pod-updates": true,
+	"runplane-queue-scale": true, "runplane-controller-services": true, "runplane-controller-networkpolicies": true,
+	"runplane-controller-claims": true, "runplane-scheduler-pod-status": true}
 
 // TestAdmissionPoliciesMirrorGo: the chart's ValidatingAdmissionPolicies
 // and bindings are exactly what webhook.Policies builds; runplane-gpu is

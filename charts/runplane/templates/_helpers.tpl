@@ -202,3 +202,12 @@ namespaceSelector:
 {{- define "runplane.workloadTiers" -}}
 runplane-workload{{ range .Values.priorityClasses.tiers }},{{ .name }}{{ end }}
 {{- end }}
+
+{{/* runplane.platformNamespaces: the namespaces that are the platform's, never a tenant's, comma-separated and sorted: kube-system, the release namespace, the stock namespace and, with an external NATS, its namespace. runplane's components scale, create, change and delete nothing there (templates/rbac/policies.yaml); the chart installs what is there. */}}
+{{- define "runplane.platformNamespaces" -}}
+{{- $ns := list "kube-system" .Release.Namespace .Values.stock.namespace -}}
+{{- if and (eq .Values.nats.mode "external") .Values.nats.external.egress.namespace -}}
+{{- $ns = append $ns .Values.nats.external.egress.namespace -}}
+{{- end -}}
+{{- $ns | uniq | sortAlpha | join "," -}}
+{{- end -}}

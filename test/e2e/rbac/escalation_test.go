@@ -136,15 +136,15 @@ func TestTokenSecretRefused(t *testing.T) {
 // TestControllerWorkloadsPinned: the controller may create Deployments and
 // Jobs in tenant namespaces, and a Pod may run as any ServiceAccount of its
 // namespace; the chart's admission policy refuses a workload that names
-// another ServiceAccount, mounts a token, or lives in kube-system or the
-// release namespace.
+// another ServiceAccount, mounts a token or a Secret, lacks runplane's
+// managed-by label, or lives in the platform's namespaces.
 func TestControllerWorkloadsPinned(t *testing.T) {
 	install(t)
 	c := as(t, "runplane-controller")
 	deployment := func(ns, sa string, automount *bool) *appsv1.Deployment {
-		labels := map[string]string{"app": "probe"}
+		labels := map[string]string{"app": "probe", api.LabelManagedBy: api.ManagedByController}
 		return &appsv1.Deployment{
-			ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns},
+			ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns, Labels: labels},
 			Spec: appsv1.DeploymentSpec{
 				Selector: &metav1.LabelSelector{MatchLabels: labels},
 				Template: corev1.PodTemplateSpec{
@@ -174,6 +174,21 @@ func TestControllerWorkloadsPinned(t *testing.T) {
 		{"SYS_ADMIN", with(deployment(tenantNS, "default", ptr.To(false)), func(s *corev1.PodSpec) {
 			s.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}}
 		}), false},
+		{"a Secret volume", with(deployment(tenantNS, "default", ptr.To(false)), func(s *corev1.PodSpec) {
+			s.Volumes = []corev1.Volume{{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "tenant-db"}}}}
+		}), false},
+		{"a Secret in env", with(deployment(tenantNS, "default", ptr.To(false)), func(s *corev1.PodSpec) {
+			s.Containers[0].Env = []corev1.EnvVar{{Name: "PW", ValueFrom: &corev1.EnvVarSource{
+				SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "tenant-db"}, Key: "password"}}}}
+		}), false},
+		{"a Secret in envFrom", with(deployment(tenantNS, "default", ptr.To(false)), func(s *corev1.PodSpec) {
+			s.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "tenant-db"}}}}
+		}), false},
+		{"no managed-by label", func() *appsv1.Deployment {
+			d := deployment(tenantNS, "default", ptr.To(false))
+			d.Labels = nil
+			return d
+		}(), false},
 		{"what the accessor controller creates", deployment(tenantNS, "default", ptr.To(false)), true},
 		{"what the prepare controller's image Job keeps", with(deployment(tenantNS, "default", ptr.To(false)), func(s *corev1.PodSpec) {
 			s.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"CHOWN", "FOWNER"}}}
@@ -197,7 +212,8 @@ func TestControllerWorkloadsPinned(t *testing.T) {
 // TestPodUpdatesBounded: runplane's ServiceAccounts may patch Pods
 // cluster-wide (RBAC cannot name fields); the chart's policy
 // runplane-pod-updates refuses an image change anywhere, any update in
-// kube-system, and from the queue anything but the deletion cost.
+// the platform's namespaces (kube-system, runplane's), and from the queue
+// anything but the deletion cost.
 func TestPodUpdatesBounded(t *testing.T) {
 	install(t)
 	ctx := t.Context()
@@ -209,7 +225,7 @@ func TestPodUpdatesBounded(t *testing.T) {
 		require.NoError(t, err)
 		return p
 	}
-	tenant, system := pod(tenantNS), pod("kube-system")
+	tenant, system, runplane := pod(tenantNS), pod("kube-system"), pod(releaseNS)
 	patch := func(sa string, p *corev1.Pod, body string) error {
 		_, err := as(t, sa).CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(body),
 			metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
@@ -231,6 +247,9 @@ func TestPodUpdatesBounded(t *testing.T) {
 		{"extender swaps an image", "runplane-scheduler", tenant, image, false},
 		{"queue in kube-system", "runplane-queue", system, cost, false},
 		{"controller in kube-system", "runplane-controller", system, `{"metadata":{"annotations":{"x":"y"}}}`, false},
+		// A Pod of runplane's namespace relabelled out of its Service (the webhook's: it fails closed).
+		{"controller in runplane's namespace", "runplane-controller", runplane, label, false},
+		{"extender in runplane's namespace", "runplane-scheduler", runplane, `{"metadata":{"annotations":{"runplane.io/claimed-stock":"x"}}}`, false},
 		{"queue changes a label", "runplane-queue", tenant, label, false},
 		{"queue sets the deletion cost", "runplane-queue", tenant, cost, true},
 		{"controller annotates", "runplane-controller", tenant, `{"metadata":{"annotations":{"runplane.io/ssh-endpoint":"x"}}}`, true},
