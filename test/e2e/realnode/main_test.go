@@ -142,7 +142,7 @@ func startStack(ctx context.Context, wg *sync.WaitGroup) error {
 	goRun("webhook", func() error {
 		return webhook.Run(ctx, webhook.Config{
 			RESTConfig: env.RESTConfig(), Listener: ln, HealthAddr: "-", Injection: inj, Logger: log,
-			TLS:      webhook.TLSConfig{IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}},
+			TLS: webhook.TLSConfig{IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}},
 			// No runplane-scheduler runs here, so GPU Pods cannot go
 			// through runplane.io/gpu-spec: the runplane-gpu policy counts
 			// only a resource no test asks for, and tests request

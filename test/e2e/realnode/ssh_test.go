@@ -120,7 +120,7 @@ func TestSSHSessionRunsInTheMainContainer(t *testing.T) {
 	}), "no SSH server at %s", addr)
 	defer client.Close()
 
-	run := func(cmd string) string {
+	run := func(t *testing.T, cmd string) string {
 		t.Helper()
 		s, err := client.NewSession()
 		require.NoError(t, err)
@@ -132,25 +132,25 @@ func TestSSHSessionRunsInTheMainContainer(t *testing.T) {
 
 	t.Run("gpu", func(t *testing.T) {
 		sorted := func(s string) []string { f := strings.Fields(s); sort.Strings(f); return f }
-		assert.Equal(t, sorted(mainDevs), sorted(run(`ls /dev | grep nvidia`)), "the session's GPU devices")
-		assert.Equal(t, mainVisible, run(`echo $NVIDIA_VISIBLE_DEVICES`), "the session's NVIDIA_VISIBLE_DEVICES")
+		assert.Equal(t, sorted(mainDevs), sorted(run(t, `ls /dev | grep nvidia`)), "the session's GPU devices")
+		assert.Equal(t, mainVisible, run(t, `echo $NVIDIA_VISIBLE_DEVICES`), "the session's NVIDIA_VISIBLE_DEVICES")
 	})
 	t.Run("env", func(t *testing.T) {
-		assert.Equal(t, "from-the-pod-spec", run(`echo $DEVBOX_ENV`))
+		assert.Equal(t, "from-the-pod-spec", run(t, `echo $DEVBOX_ENV`))
 	})
 	t.Run("mounts", func(t *testing.T) {
-		assert.Equal(t, "from-a-volume", run(`cat /data/hello.txt`))
+		assert.Equal(t, "from-a-volume", run(t, `cat /data/hello.txt`))
 	})
 	t.Run("cgroup and limits", func(t *testing.T) {
-		cg := run(`cat /proc/self/cgroup | sort | tr '\n' ' '`)
+		cg := run(t, `cat /proc/self/cgroup | sort | tr '\n' ' '`)
 		assert.Equal(t, mainCgroup, cg, "the session is in the main container's cgroups")
-		assert.Equal(t, "268435456", run(`cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes`), "memory limit 256Mi")
-		assert.Equal(t, "50000", run(`(cat /sys/fs/cgroup/cpu.max 2>/dev/null || cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us) | cut -d' ' -f1`), "CPU limit 500m (quota per 100ms)")
+		assert.Equal(t, "268435456", run(t, `cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes`), "memory limit 256Mi")
+		assert.Equal(t, "50000", run(t, `(cat /sys/fs/cgroup/cpu.max 2>/dev/null || cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us) | cut -d' ' -f1`), "CPU limit 500m (quota per 100ms)")
 	})
 	t.Run("launcher is the container's init", func(t *testing.T) {
-		assert.Contains(t, run(`tr '\0' ' ' < /proc/1/cmdline`), mutate.SSHBinaryDir+"/runplane-ssh --launch")
+		assert.Contains(t, run(t, `tr '\0' ' ' < /proc/1/cmdline`), mutate.SSHBinaryDir+"/runplane-ssh --launch")
 		// The user's command runs as the launcher's child.
-		assert.Contains(t, run(`for p in /proc/[0-9]*; do [ "$(cut -d' ' -f4 $p/stat)" = 1 ] && tr '\0' ' ' < $p/cmdline && echo; done`), "sleep 3600")
+		assert.Contains(t, run(t, `for p in /proc/[0-9]*; do [ "$(cut -d' ' -f4 $p/stat)" = 1 ] && tr '\0' ' ' < $p/cmdline && echo; done; true`), "sleep 3600")
 	})
 	t.Run("shell with a pty", func(t *testing.T) {
 		s, err := client.NewSession()
@@ -178,7 +178,7 @@ func TestSSHSessionRunsInTheMainContainer(t *testing.T) {
 		_, err = f.Write([]byte("via-sftp\n"))
 		require.NoError(t, err)
 		require.NoError(t, f.Close())
-		assert.Equal(t, "via-sftp", run(`cat /work/uploaded.txt`))
+		assert.Equal(t, "via-sftp", run(t, `cat /work/uploaded.txt`))
 		r, err := sc.Open("/data/hello.txt")
 		require.NoError(t, err)
 		data, err := io.ReadAll(r)
@@ -187,7 +187,7 @@ func TestSSHSessionRunsInTheMainContainer(t *testing.T) {
 		assert.Equal(t, "from-a-volume\n", string(data))
 	})
 	t.Run("ssh -L", func(t *testing.T) {
-		run(`httpd -p 127.0.0.1:8080 -h /data`) // busybox httpd goes to the background
+		run(t, `httpd -p 127.0.0.1:8080 -h /data`) // busybox httpd goes to the background
 		var conn net.Conn
 		require.Eventually(t, func() bool {
 			conn, err = client.Dial("tcp", "127.0.0.1:8080")
