@@ -74,9 +74,11 @@ const (
 	NATSTokenFile           = NATSCredentialsMountDir + "/" + NATSTokenPath
 	SidecarContainerName    = "runplane-worker"
 	SidecarHTTPPort         = 8091
-	SSHContainerName        = "runplane-ssh"
-	SSHPort                 = 2222
-	SSHAuthorizedKeysDir    = "/etc/runplane/ssh"
-	SSHAuthorizedKeysKey    = "authorized_keys"
-	SSHHostKeyDir           = "/var/run/runplane/ssh-host"
+	// SSHContainerName was the SSH sidecar's; the SSH server now runs in
+	// the main container, and no container has this name.
+	SSHContainerName     = "runplane-ssh"
+	SSHPort              = 2222
+	SSHAuthorizedKeysDir = "/etc/runplane/ssh"
+	SSHAuthorizedKeysKey = "authorized_keys"
+	SSHHostKeyDir        = "/var/run/runplane/ssh-host"
 )
