@@ -1,5 +1,7 @@
-// Command runplane-ssh is the SSH sidecar of runplane's dev-box Pods: key-only
-// SSH, SFTP and port forwarding into the Pod. See sidecar/sshserver.
+// Command runplane-ssh is the SSH server of runplane's dev-box Pods: key-only
+// SSH, SFTP and port forwarding into the Pod, run inside its main container
+// by --launch (the webhook puts it in front of the container's command).
+// See sidecar/sshserver.
 package main
 
 import (
