@@ -257,3 +257,24 @@ func TestLaunchServesSSH(t *testing.T) {
 	_, err = runGo(c, "true")
 	require.Error(t, err, "a session still opens after the user's process ended")
 }
+
+// A command needs --launch, and --launch needs a command: both mistakes
+// exit 2 saying so, before anything runs.
+func TestLaunchUsage(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"command without --launch", []string{"--authorized-keys", "k", "--host-key", "h", "--", "sleep", "1"}, "a command to run needs --launch"},
+		{"--launch without command", []string{"--launch", "--authorized-keys", "k", "--host-key", "h"}, "--launch needs the command to run after --"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := exec.Command(binPath, tt.args...).CombinedOutput()
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee, "output: %s", out)
+			require.Equal(t, 2, ee.ExitCode())
+			require.Contains(t, string(out), tt.want)
+		})
+	}
+}
