@@ -79,9 +79,11 @@ const (
 	SidecarContainerName    = "runplane-worker"
 	WorkerStateDir          = "/var/run/runplane/worker-state"
 	SidecarHTTPPort         = 8091
-	SSHContainerName        = "runplane-ssh"
-	SSHPort                 = 2222
-	SSHAuthorizedKeysDir    = "/etc/runplane/ssh"
-	SSHAuthorizedKeysKey    = "authorized_keys"
-	SSHHostKeyDir           = "/var/run/runplane/ssh-host"
+	// SSHContainerName was the SSH sidecar's; the SSH server now runs in
+	// the main container, and no container has this name.
+	SSHContainerName     = "runplane-ssh"
+	SSHPort              = 2222
+	SSHAuthorizedKeysDir = "/etc/runplane/ssh"
+	SSHAuthorizedKeysKey = "authorized_keys"
+	SSHHostKeyDir        = "/var/run/runplane/ssh-host"
 )

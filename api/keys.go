@@ -16,7 +16,8 @@ const (
 	// LabelPool makes a Pod a serverless worker of the named pool. On a
 	// Deployment it marks the workload that owns the pool's Pods.
 	LabelPool = Prefix + "pool"
-	// LabelSSH with value SSHEnabled injects the SSH sidecar.
+	// LabelSSH with value SSHEnabled runs an SSH server in the Pod's main
+	// container (in front of its command).
 	LabelSSH = Prefix + "ssh"
 	// LabelEgress with value EgressRestricted puts the Pod under the
 	// controller-owned egress NetworkPolicy.
@@ -42,9 +43,10 @@ const (
 	AnnotationConcurrency         = Prefix + "concurrency"
 	AnnotationSSHAuthorizedKeys   = Prefix + "ssh-authorized-keys"
 	AnnotationSSHServiceType      = Prefix + "ssh-service-type"
-	// AnnotationWorkerResources and AnnotationSSHResources override the
-	// requests and limits of the injected runplane-worker and runplane-ssh
-	// sidecars, key by key: "requests.cpu=100m,limits.memory=512Mi".
+	// AnnotationWorkerResources overrides the requests and limits of the
+	// injected runplane-worker sidecar, key by key:
+	// "requests.cpu=100m,limits.memory=512Mi". AnnotationSSHResources did
+	// so for the SSH sidecar, which is gone: it is denied, saying so.
 	AnnotationWorkerResources = Prefix + "worker-resources"
 	AnnotationSSHResources    = Prefix + "ssh-resources"
 )
@@ -54,7 +56,7 @@ const (
 	// AnnotationInjected records what the webhook injected and a hash of the
 	// injection config, so a reinvocation is a no-op.
 	AnnotationInjected = Prefix + "injected"
-	// AnnotationSSHEndpoint says how to reach a Pod's SSH sidecar.
+	// AnnotationSSHEndpoint says how to reach a Pod's SSH server.
 	AnnotationSSHEndpoint = Prefix + "ssh-endpoint"
 	// AnnotationClaimedStock is written by the extender on a GPU Pod before
 	// it deletes the stock placeholder the Pod takes over:

@@ -1,5 +1,7 @@
-// Command runplane-ssh is the SSH sidecar of runplane's dev-box Pods: key-only
-// SSH, SFTP and port forwarding into the Pod. See sidecar/sshserver.
+// Command runplane-ssh is the SSH server of runplane's dev-box Pods: key-only
+// SSH, SFTP and port forwarding into the Pod, run inside its main container
+// by --launch (the webhook puts it in front of the container's command).
+// See sidecar/sshserver.
 package main
 
 import (
@@ -13,12 +15,15 @@ import (
 	"github.com/runplane/runplane/internal/cmdline"
 	"github.com/runplane/runplane/internal/logging"
 	"github.com/runplane/runplane/sidecar/sshserver"
+	"github.com/runplane/runplane/sidecar/sshserver/launcher"
 )
 
 func main() {
 	var cfg sshserver.Config
 	var installTo string
+	var launch bool
 	flag.StringVar(&installTo, "install-to", "", "copy this binary to the given path and exit (the webhook's init container uses it)")
+	flag.BoolVar(&launch, "launch", false, "run the command after -- as this container's main process and serve SSH beside it (the webhook puts this in front of an SSH Pod's main container command)")
 	flag.StringVar(&cfg.Listen, "listen", sshserver.DefaultListen, "SSH listen address")
 	flag.StringVar(&cfg.AuthorizedKeys, "authorized-keys", "", "OpenSSH authorized_keys file (required; re-read when it changes)")
 	flag.StringVar(&cfg.HostKey, "host-key", "", "host key file; an ed25519 key is generated there if it does not exist (required)")
@@ -40,6 +45,14 @@ func main() {
 		return
 	}
 
+	if launch {
+		os.Exit(runLauncher(cfg))
+	}
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "runplane-ssh: unexpected arguments %q (a command to run needs --launch)\n", flag.Args())
+		os.Exit(2)
+	}
+
 	// Zero means "default" in sshserver.Config; on the command line it is a
 	// mistake, not a request for the default.
 	if cfg.MaxChannels < 1 || cfg.MaxUnauthenticated < 1 || cfg.LoginGraceTime <= 0 {
@@ -53,4 +66,33 @@ func main() {
 		fmt.Fprintln(os.Stderr, "runplane-ssh:", err)
 		os.Exit(1)
 	}
+}
+
+// runLauncher runs the user's command (the arguments after --) with the
+// SSH server beside it: the server is this binary again, with the same
+// flags but --launch. It returns the container's exit status.
+func runLauncher(cfg sshserver.Config) int {
+	if flag.NArg() == 0 {
+		fmt.Fprintln(os.Stderr, "runplane-ssh: --launch needs the command to run after --")
+		return 2
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "runplane-ssh: locating own executable:", err)
+		return launcher.ExitStartFailed
+	}
+	flags := os.Args[1 : len(os.Args)-flag.NArg()]
+	server := []string{self}
+	for _, f := range flags {
+		switch f {
+		case "--", "--launch", "-launch", "--launch=true", "-launch=true":
+			continue
+		}
+		server = append(server, f)
+	}
+	code, err := launcher.Run(launcher.Config{Command: flag.Args(), Server: server, Logger: cfg.Logger})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "runplane-ssh:", err)
+	}
+	return code
 }

@@ -1,4 +1,4 @@
-// Package sshservice publishes the SSH sidecar of Pods labelled
+// Package sshservice publishes the SSH server of Pods labelled
 // runplane.io/ssh: enabled. For each such Pod it keeps a Service owned by the
 // Pod (ClusterIP by default; NodePort or LoadBalancer by the annotation
 // runplane.io/ssh-service-type) that selects exactly that Pod through the
@@ -33,7 +33,7 @@ import (
 )
 
 // ServicePort is the port the SSH Service exposes; it forwards to the
-// sidecar's api.SSHPort.
+// server's api.SSHPort (in the Pod's main container).
 const ServicePort = 22
 
 // Event reasons.

@@ -1,5 +1,6 @@
-// Package sshserver is runplane's SSH sidecar: a key-only SSH server for GPU
-// dev-box Pods built on golang.org/x/crypto/ssh. It offers an interactive
+// Package sshserver is runplane's SSH server: a key-only SSH server for GPU
+// dev-box Pods built on golang.org/x/crypto/ssh, run inside the Pod's main
+// container by the launcher (package launcher). It offers an interactive
 // shell with a PTY, exec, the SFTP subsystem and local port forwarding to the
 // Pod's own addresses; remote forwarding is off unless enabled. Keys come from
 // an authorized_keys file that is re-read when it changes (a Kubernetes Secret

@@ -35,7 +35,7 @@ const (
 	DefaultMaxChannels = 32
 )
 
-// Config configures the SSH sidecar.
+// Config configures the SSH server.
 type Config struct {
 	// Listen is the SSH listen address (DefaultListen if empty).
 	Listen string
@@ -53,9 +53,10 @@ type Config struct {
 	// AllowRemoteForward permits tcpip-forward (ssh -R). Off by default:
 	// it would let a client open listeners inside the Pod.
 	AllowRemoteForward bool
-	// AllowRoot permits running as uid 0. The webhook sets runAsNonRoot;
-	// refusing root by default keeps a misconfigured Pod from handing out
-	// root shells.
+	// AllowRoot permits running as uid 0. Refusing root by default keeps a
+	// misconfigured standalone server from handing out root shells; in a
+	// Pod the webhook allows it, since the server runs as the main
+	// container's user, whom the Pod's owner chose.
 	AllowRoot bool
 	// Shell runs sessions; empty picks $SHELL, then /bin/bash, then /bin/sh.
 	Shell string

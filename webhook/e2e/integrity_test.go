@@ -406,6 +406,7 @@ func TestReservedContainerNamesDenied(t *testing.T) {
 	mallory := as(t, tenantUser)
 	pod := plainPod("sd-0", labelled(map[string]string{api.LabelPool: "echo", api.LabelSSH: api.SSHEnabled},
 		map[string]string{api.AnnotationSSHAuthorizedKeys: "keys"}), func(p *corev1.Pod) {
+		p.Spec.Containers[0].Command = []string{"app"} // SSH runs in front of it
 		p.Spec.InitContainers = []corev1.Container{{Name: "runplane-worker", Image: "example.com/evil:1",
 			VolumeMounts: []corev1.VolumeMount{{Name: "mine", MountPath: "/var/run/runplane/ssh-bin"}}}}
 		p.Spec.Volumes = []corev1.Volume{{Name: "mine", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}

@@ -46,7 +46,7 @@ func TestDeploymentPodsAreInjected(t *testing.T) {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{
 					api.AnnotationSSHAuthorizedKeys: "alice-keys", api.AnnotationConcurrency: "3"}},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "framework", Image: "example.com/llm:1"}}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "framework", Image: "example.com/llm:1", Command: []string{"serve"}}}},
 			},
 		},
 	}
@@ -61,10 +61,12 @@ func TestDeploymentPodsAreInjected(t *testing.T) {
 	}, 60*time.Second, 200*time.Millisecond)
 	for _, p := range pods {
 		require.True(t, strings.HasPrefix(p.GenerateName, "llm-"), "Pod %s: not created with generateName", p.Name)
-		require.Equal(t, "runplane-worker,runplane-ssh-install,runplane-ssh", names(p.Spec.InitContainers), "Pod %s init containers", p.Name)
+		require.Equal(t, "runplane-worker,runplane-ssh-install", names(p.Spec.InitContainers), "Pod %s init containers", p.Name)
 		main := p.Spec.Containers[0]
-		// The SSH sidecar runs from the user's image, so sessions get its shell.
-		require.Equal(t, main.Image, p.Spec.InitContainers[2].Image, "Pod %s: SSH sidecar image", p.Name)
+		// The SSH server runs in the main container, started by the
+		// launcher in front of its command.
+		require.Equal(t, "serve", main.Command[len(main.Command)-1], "Pod %s: main command %v", p.Name, main.Command)
+		require.Equal(t, mutate.SSHBinaryDir+"/runplane-ssh", main.Command[0], "Pod %s: main command %v", p.Name, main.Command)
 		q := main.Resources.Limits[api.DefaultGPUResource]
 		require.Zero(t, q.Cmp(resource.MustParse("1")), "Pod %s GPU limit %s", p.Name, q.String())
 		require.Equal(t, api.SchedulerName, p.Spec.SchedulerName)
@@ -74,7 +76,7 @@ func TestDeploymentPodsAreInjected(t *testing.T) {
 		require.True(t, strings.HasPrefix(p.Annotations[api.AnnotationInjected], "gpu-spec,pool,ssh hash="), "annotations %v", p.Annotations)
 		require.Equal(t, "3", envOf(p.Spec.InitContainers[0], api.EnvConcurrency), "sidecar concurrency")
 		for _, m := range main.VolumeMounts {
-			require.NotContains(t, []string{mutate.VolumeNATSCredentials, mutate.VolumeSSHAuthorizedKey}, m.Name, "main container mounts")
+			require.NotEqual(t, mutate.VolumeNATSCredentials, m.Name, "main container mounts")
 		}
 
 		// Reinvocation against the real, defaulted object.

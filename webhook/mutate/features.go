@@ -28,7 +28,6 @@ const (
 	terminationMessagePath = "/dev/termination-log"
 	secretDefaultMode      = int32(0o644)
 	sidecarPortName        = "runplane-http"
-	sshPortName            = "ssh"
 )
 
 func (m *Mutator) applyStock(ctx context.Context, pod *corev1.Pod, spec catalog.Spec) error {
@@ -395,26 +394,26 @@ func frameworkEnv(o Options) []corev1.EnvVar {
 	}
 }
 
+// applySSH runs runplane's SSH server inside the main container, so a
+// session has exactly its GPUs, environment, mounts and cgroup limits: the
+// launcher (runplane-ssh --launch) goes in front of the container's
+// command and starts both (sidecar/sshserver/launcher). The static binary
+// comes from runplane's image, copied into an emptyDir by an init
+// container; the main container's securityContext is left as it is.
 func (m *Mutator) applySSH(pod *corev1.Pod, o Options) error {
 	upsertVolume(pod, corev1.Volume{Name: VolumeSSHAuthorizedKey, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 		SecretName:  o.SSHSecret,
 		Items:       []corev1.KeyToPath{{Key: api.SSHAuthorizedKeysKey, Path: api.SSHAuthorizedKeysKey}},
 		DefaultMode: ptr.To(secretDefaultMode),
 	}}})
-	// An emptyDir outlives container restarts, so the host key the sidecar
+	// An emptyDir outlives container restarts, so the host key the server
 	// generates on first start stays the same for the Pod's life.
 	upsertVolume(pod, corev1.Volume{Name: VolumeSSHHostKey, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
-
-	// The SSH sidecar runs from the main container's image, with its
-	// mounts and env, so a session has the user's shell, tools and data;
-	// only the static runplane-ssh binary comes from runplane's image, copied
-	// into an emptyDir by an init container that runs just before it.
 	upsertVolume(pod, corev1.Volume{Name: VolumeSSHBinary, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	mainIdx, err := mainContainer(pod)
 	if err != nil {
 		return err
 	}
-	userMain := pod.Spec.Containers[mainIdx]
 	binary := path.Join(SSHBinaryDir, SSHCommand)
 	install := m.container(SSHInstallContainerName, m.Config.Image)
 	install.Command = []string{SSHCommand, "--install-to", binary}
@@ -425,40 +424,70 @@ func (m *Mutator) applySSH(pod *corev1.Pod, o Options) error {
 	}
 	upsertSidecar(pod, install)
 
-	sc := m.container(api.SSHContainerName, userMain.Image)
-	sc.Command = []string{binary,
+	c := &pod.Spec.Containers[mainIdx]
+	// Kubernetes runs command+args, or the image's ENTRYPOINT when command
+	// is empty; the webhook cannot read image configs, so it cannot put the
+	// launcher in front of an ENTRYPOINT it does not know.
+	if len(c.Command) == 0 {
+		return &ConflictError{Label: api.LabelSSH, Field: fmt.Sprintf("container %s command", Quote(c.Name)),
+			Reason: "is not set: SSH runs inside the main container, started in front of its command, and the webhook cannot read the image's ENTRYPOINT; " +
+				`set command (and args) to what the container runs, e.g. the image's ENTRYPOINT, or command: ["sleep", "infinity"] for a dev box`}
+	}
+	for _, vm := range sshMounts() {
+		for _, have := range c.VolumeMounts {
+			if have.Name != vm.Name && path.Clean(have.MountPath) == vm.MountPath {
+				return &ConflictError{Label: api.LabelSSH, Field: fmt.Sprintf("container %s volume mount %s", Quote(c.Name), Quote(have.Name)),
+					Reason: fmt.Sprintf("is at %s, where runplane mounts the SSH server's %s; mount it elsewhere", vm.MountPath, vm.Name)}
+			}
+		}
+		c.VolumeMounts = append(c.VolumeMounts, vm)
+	}
+	c.Command = append(sshLauncher(), c.Command...)
+	return nil
+}
+
+// sshLauncher is what goes in front of the main container's command. The
+// server runs as the container's user, root included (--allow-root): the
+// Pod's owner chose that user for the container, and the namespace's Pod
+// Security bounds it (restricted forbids root).
+func sshLauncher() []string {
+	return []string{path.Join(SSHBinaryDir, SSHCommand), "--launch", "--allow-root",
 		"--listen", ":" + strconv.Itoa(api.SSHPort),
 		"--authorized-keys", path.Join(api.SSHAuthorizedKeysDir, api.SSHAuthorizedKeysKey),
 		"--host-key", path.Join(api.SSHHostKeyDir, "host_key"),
+		"--",
 	}
-	sc.Env = slices.Clone(userMain.Env)
-	sc.EnvFrom = slices.Clone(userMain.EnvFrom)
-	sc.WorkingDir = userMain.WorkingDir
-	sc.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
-	sc.Ports = []corev1.ContainerPort{{Name: sshPortName, ContainerPort: api.SSHPort, Protocol: corev1.ProtocolTCP}}
-	sc.VolumeMounts = []corev1.VolumeMount{
+}
+
+// sshMounts are the mounts the main container of an SSH Pod gets.
+func sshMounts() []corev1.VolumeMount {
+	return []corev1.VolumeMount{
 		{Name: VolumeSSHAuthorizedKey, MountPath: api.SSHAuthorizedKeysDir, ReadOnly: true},
 		{Name: VolumeSSHHostKey, MountPath: api.SSHHostKeyDir},
 		{Name: VolumeSSHBinary, MountPath: SSHBinaryDir, ReadOnly: true},
 	}
-	for _, vm := range userMain.VolumeMounts {
-		if !slices.ContainsFunc(sc.VolumeMounts, func(o corev1.VolumeMount) bool { return o.MountPath == vm.MountPath }) {
-			sc.VolumeMounts = append(sc.VolumeMounts, vm)
-		}
+}
+
+// unwrapSSH undoes applySSH on the main container of a Pod that already
+// carries it (a reinvocation): the launcher prefix and runplane's mounts
+// go, when they are exactly runplane's, so the checks of user containers
+// and the new injection see the user's container.
+func unwrapSSH(pod *corev1.Pod) {
+	i, err := mainContainer(pod)
+	if err != nil {
+		return // applySSH reports it
 	}
-	sc.StartupProbe = &corev1.Probe{
-		ProbeHandler:   corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(sshPortName)}},
-		TimeoutSeconds: 1, PeriodSeconds: 1, SuccessThreshold: 1, FailureThreshold: 60,
+	c := &pod.Spec.Containers[i]
+	if prefix := sshLauncher(); len(c.Command) > len(prefix) && slices.Equal(c.Command[:len(prefix)], prefix) {
+		c.Command = slices.Clone(c.Command[len(prefix):])
 	}
-	// Restricted but for the root filesystem: a session runs the user's
-	// tools in the user's image.
-	sc.SecurityContext = restrictedSecurityContext()
-	sc.SecurityContext.ReadOnlyRootFilesystem = nil
-	if sc.Resources, err = m.sidecarResources(api.SSHContainerName, o.SSHResources, api.AnnotationSSHResources); err != nil {
-		return err
+	ours := sshMounts()
+	c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool {
+		return slices.ContainsFunc(ours, func(o corev1.VolumeMount) bool { return equality.Semantic.DeepEqual(o, vm) })
+	})
+	if len(c.VolumeMounts) == 0 {
+		c.VolumeMounts = nil
 	}
-	upsertSidecar(pod, sc)
-	return nil
 }
 
 // applyStorageGate adds the scheduling gate when a mounted PVC waits for its
@@ -557,7 +586,7 @@ func upsertEnv(c *corev1.Container, vars []corev1.EnvVar) {
 
 // sidecarOrder is the order of runplane's sidecars at the head of the init
 // containers: they start before any user init container.
-var sidecarOrder = []string{api.SidecarContainerName, SSHInstallContainerName, api.SSHContainerName}
+var sidecarOrder = []string{api.SidecarContainerName, SSHInstallContainerName}
 
 func upsertSidecar(pod *corev1.Pod, sc corev1.Container) {
 	var ours, rest []corev1.Container

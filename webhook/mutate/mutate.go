@@ -43,8 +43,8 @@ const (
 	VolumeSSHAuthorizedKey = "runplane-ssh-authorized-keys"
 	VolumeSSHHostKey       = "runplane-ssh-host-key"
 	VolumeSSHBinary        = "runplane-ssh-bin"
-	// SSHInstallContainerName copies runplane-ssh into VolumeSSHBinary, so the
-	// SSH sidecar can run from the user's image (with its shell and tools).
+	// SSHInstallContainerName copies runplane-ssh into VolumeSSHBinary, from
+	// where it runs in the main container of an SSH Pod (as its launcher).
 	SSHInstallContainerName = "runplane-ssh-install"
 	// SSHBinaryDir is where VolumeSSHBinary is mounted.
 	SSHBinaryDir   = "/var/run/runplane/ssh-bin"
@@ -71,10 +71,10 @@ type Config struct {
 	// placeholders may be created: a placeholder in a tenant namespace
 	// would hold GPUs as stock (and get runplane-stock) on the tenant's say.
 	StockNamespaces []string `json:"stockNamespaces,omitempty"`
-	// Resources are the requests and limits of the injected sidecars
-	// (DefaultSidecarResources in DefaultConfig); Pods override them with
-	// api.AnnotationWorkerResources and api.AnnotationSSHResources. A
-	// container missing here gets none.
+	// Resources are the requests and limits of the injected containers
+	// (DefaultSidecarResources in DefaultConfig); Pods override the
+	// worker's with api.AnnotationWorkerResources. A container missing
+	// here gets none.
 	Resources SidecarResources `json:"resources,omitempty"`
 	// WorkloadPriorityClasses are the PriorityClasses a GPU Pod may name
 	// (priority tiers, e.g. runplane-workload-high, runplane-batch); a GPU
@@ -244,6 +244,9 @@ func (m *Mutator) MutateAdmission(ctx context.Context, pod *corev1.Pod, a Admiss
 	reserved, err := takeReserved(out)
 	if err != nil {
 		return nil, err
+	}
+	if opts.SSH {
+		unwrapSSH(out)
 	}
 	for _, group := range []struct {
 		field string

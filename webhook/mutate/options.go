@@ -68,10 +68,9 @@ type Options struct {
 	// (runplane.io/timeout-seconds, max-retries, retry-on, retry-backoff),
 	// checked on pool Pods only.
 	Execution poolpolicy.Execution
-	// WorkerResources and SSHResources override the platform's requests
-	// and limits of the runplane-worker and runplane-ssh sidecars.
+	// WorkerResources overrides the platform's requests and limits of the
+	// runplane-worker sidecar.
 	WorkerResources *corev1.ResourceRequirements `json:",omitempty"`
-	SSHResources    *corev1.ResourceRequirements `json:",omitempty"`
 }
 
 // ParseOptions reads and validates the runplane labels and annotations of a
@@ -153,17 +152,16 @@ func ParseOptions(labels, annotations map[string]string) (Options, error) {
 			return Options{}, err
 		}
 	}
-	for _, ov := range []struct {
-		key string
-		to  **corev1.ResourceRequirements
-	}{{api.AnnotationWorkerResources, &o.WorkerResources}, {api.AnnotationSSHResources, &o.SSHResources}} {
-		if v, ok := annotations[ov.key]; ok {
-			rr, err := parseResourceOverride(ov.key, v)
-			if err != nil {
-				return Options{}, err
-			}
-			*ov.to = &rr
+	if v, ok := annotations[api.AnnotationWorkerResources]; ok {
+		rr, err := parseResourceOverride(api.AnnotationWorkerResources, v)
+		if err != nil {
+			return Options{}, err
 		}
+		o.WorkerResources = &rr
+	}
+	if _, ok := annotations[api.AnnotationSSHResources]; ok {
+		return Options{}, invalidAnnotation(api.AnnotationSSHResources,
+			"no longer applies: SSH sessions run inside the main container (runplane's launcher starts the SSH server in front of its command), under that container's requests and limits; remove it and size the main container")
 	}
 	if o.Stock != "" {
 		for _, other := range []struct {

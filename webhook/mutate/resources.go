@@ -15,12 +15,13 @@ import (
 
 // SidecarResources are the requests and limits of the containers runplane
 // injects, by container name (api.SidecarContainerName,
-// SSHInstallContainerName, api.SSHContainerName). A namespace with a
+// SSHInstallContainerName). SSH sessions run in the main container, under
+// its own requests and limits. A namespace with a
 // compute ResourceQuota admits only Pods whose every container has them.
 type SidecarResources map[string]corev1.ResourceRequirements
 
 // sidecarResourceNames are the containers SidecarResources may name.
-var sidecarResourceNames = []string{api.SidecarContainerName, SSHInstallContainerName, api.SSHContainerName}
+var sidecarResourceNames = []string{api.SidecarContainerName, SSHInstallContainerName}
 
 // resourceKeys are the keys of a resource override ("requests.cpu=100m"),
 // and of the resources a SidecarResources entry may set.
@@ -32,8 +33,7 @@ var resourceKeys = []string{
 // DefaultSidecarResources are the chart's defaults (values
 // webhook.sidecarResources). CPU limits are generous (they throttle, never
 // kill); memory limits bound what a leaking sidecar may take from the
-// node. The SSH sidecar runs the sessions (shells, SFTP, the user's tools),
-// so it gets the most.
+// node.
 func DefaultSidecarResources() SidecarResources {
 	rr := func(reqCPU, reqMem, limCPU, limMem string) corev1.ResourceRequirements {
 		return corev1.ResourceRequirements{
@@ -44,7 +44,6 @@ func DefaultSidecarResources() SidecarResources {
 	return SidecarResources{
 		api.SidecarContainerName: rr("50m", "64Mi", "1", "256Mi"),
 		SSHInstallContainerName:  rr("10m", "16Mi", "100m", "64Mi"),
-		api.SSHContainerName:     rr("50m", "64Mi", "2", "1Gi"),
 	}
 }
 
@@ -213,8 +212,8 @@ func fitSpecAroundSidecars(pod *corev1.Pod, spec catalog.Spec) error {
 		left.Sub(sidecars)
 		if left.Sign() <= 0 {
 			return &ConflictError{Label: api.LabelGPUSpec, Field: fmt.Sprintf("container %s resource %s", Quote(c.Name), res),
-				Reason: fmt.Sprintf("GPU spec %q gives %s, no more than runplane's sidecars request (%s); lower their requests (annotations %s, %s) or choose a larger spec",
-					spec.Name, have.String(), sidecars.String(), api.AnnotationWorkerResources, api.AnnotationSSHResources)}
+				Reason: fmt.Sprintf("GPU spec %q gives %s, no more than runplane's sidecars request (%s); lower their requests (annotation %s) or choose a larger spec",
+					spec.Name, have.String(), sidecars.String(), api.AnnotationWorkerResources)}
 		}
 		c.Resources.Requests[res] = left
 	}

@@ -33,7 +33,7 @@ func restrictedMutator(t *testing.T) *Mutator {
 // compliant is a user container that meets Pod Security "restricted" by
 // its own securityContext (the user's business, which runplane leaves as is).
 func compliant(name string) corev1.Container {
-	return corev1.Container{Name: name, Image: "app:1", SecurityContext: &corev1.SecurityContext{
+	return corev1.Container{Name: name, Image: "app:1", Command: []string{"app"}, SecurityContext: &corev1.SecurityContext{
 		RunAsNonRoot: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
 		Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
@@ -100,31 +100,32 @@ func TestSidecarResources(t *testing.T) {
 		labels   map[string]string
 		ann      map[string]string
 		worker   corev1.ResourceRequirements
-		ssh      corev1.ResourceRequirements
 		deny     string
 		mainReqs corev1.ResourceList
 	}{
 		{name: "defaults", labels: map[string]string{api.LabelGPUSpec: "g1.1", api.LabelPool: "echo", api.LabelSSH: api.SSHEnabled},
-			worker: DefaultSidecarResources()[api.SidecarContainerName], ssh: DefaultSidecarResources()[api.SSHContainerName],
-			mainReqs: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("7900m"), corev1.ResourceMemory: resource.MustParse("32640Mi")}},
+			worker:   DefaultSidecarResources()[api.SidecarContainerName],
+			mainReqs: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("7950m"), corev1.ResourceMemory: resource.MustParse("32704Mi")}},
 		{name: "override", labels: map[string]string{api.LabelGPUSpec: "g1.1", api.LabelPool: "echo", api.LabelSSH: api.SSHEnabled},
-			ann: map[string]string{api.AnnotationWorkerResources: "requests.cpu=1,limits.cpu=2", api.AnnotationSSHResources: "limits.memory=4Gi"},
+			ann: map[string]string{api.AnnotationWorkerResources: "requests.cpu=1,limits.cpu=2"},
 			worker: corev1.ResourceRequirements{
 				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("64Mi")},
 				Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("256Mi")}},
-			ssh: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
-				Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi")}},
-			mainReqs: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("6950m"), corev1.ResourceMemory: resource.MustParse("32640Mi")}},
+			mainReqs: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("7000m"), corev1.ResourceMemory: resource.MustParse("32704Mi")}},
 		{name: "unknown key", labels: map[string]string{api.LabelPool: "echo"}, ann: map[string]string{api.AnnotationWorkerResources: "requests.gpu=1"},
 			deny: `annotation runplane.io/worker-resources: unknown key "requests.gpu"; the value is comma-separated <key>=<quantity> with keys requests.cpu, requests.memory, requests.ephemeral-storage, limits.cpu, limits.memory, limits.ephemeral-storage, e.g. "requests.cpu=100m,limits.memory=512Mi"`},
 		{name: "bad quantity", labels: map[string]string{api.LabelPool: "echo"}, ann: map[string]string{api.AnnotationWorkerResources: "requests.cpu=lots"},
 			deny: `annotation runplane.io/worker-resources: requests.cpu="lots" is not a positive quantity (such as 100m, 1, 512Mi); the value is comma-separated`},
-		{name: "no pair", labels: map[string]string{api.LabelSSH: api.SSHEnabled}, ann: map[string]string{api.AnnotationSSHResources: "1Gi"},
-			deny: `annotation runplane.io/ssh-resources: "1Gi" is not <key>=<quantity>`},
+		{name: "no pair", labels: map[string]string{api.LabelPool: "echo"}, ann: map[string]string{api.AnnotationWorkerResources: "1Gi"},
+			deny: `annotation runplane.io/worker-resources: "1Gi" is not <key>=<quantity>`},
+		// SSH sessions run in the main container: there is no SSH
+		// container to size, and the old override is refused, not ignored.
+		{name: "ssh resources", labels: map[string]string{api.LabelSSH: api.SSHEnabled}, ann: map[string]string{api.AnnotationSSHResources: "limits.memory=4Gi"},
+			deny: `annotation runplane.io/ssh-resources: no longer applies: SSH sessions run inside the main container`},
 		{name: "request above the default limit", labels: map[string]string{api.LabelPool: "echo"}, ann: map[string]string{api.AnnotationWorkerResources: "requests.memory=1Gi"},
 			deny: `annotation runplane.io/worker-resources: requests.memory 1Gi is above limits.memory 256Mi (after the platform defaults for runplane-worker: requests.cpu=50m,requests.memory=64Mi,limits.cpu=1,limits.memory=256Mi); raise the limit too`},
 		{name: "spec smaller than the sidecars", labels: map[string]string{api.LabelGPUSpec: "tiny", api.LabelPool: "echo", api.LabelSSH: api.SSHEnabled},
+			ann:  map[string]string{api.AnnotationWorkerResources: "requests.cpu=100m"},
 			deny: `label runplane.io/gpu-spec: container "main" resource cpu: GPU spec "tiny" gives 60m, no more than runplane's sidecars request (100m)`},
 	}
 	for _, tt := range tests {
@@ -150,7 +151,7 @@ func TestSidecarResources(t *testing.T) {
 				assert.NotEmpty(t, c.Resources.Limits, "container %s has no limits", c.Name)
 			}
 			assert.Equal(t, tt.worker, byName[api.SidecarContainerName].Resources)
-			assert.Equal(t, tt.ssh, byName[api.SSHContainerName].Resources)
+			assert.NotContains(t, byName, api.SSHContainerName, "no SSH sidecar: the server runs in the main container")
 			for k, want := range tt.mainReqs {
 				got := byName["main"].Resources.Requests[k]
 				assert.Zero(t, want.Cmp(got), "main %s: want %s, got %s", k, want.String(), got.String())
@@ -170,12 +171,14 @@ func TestParseSidecarResources(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "100m", ptr.To(got[api.SidecarContainerName].Requests[corev1.ResourceCPU]).String())
 	for in, want := range map[string]string{
-		`{"runplane-sidecar":{}}`:                                                   `unknown container "runplane-sidecar"; allowed: runplane-worker, runplane-ssh-install, runplane-ssh`,
-		`{"runplane-ssh":{"requests":{"nvidia.com/gpu":"1"}}}`:                      `unknown resource requests.nvidia.com/gpu`,
-		`{"runplane-ssh":{"requests":{"cpu":"2"},"limits":{"cpu":"1"}}}`:            `requests.cpu 2 is above limits.cpu 1`,
-		`{"runplane-ssh":{"requests":{"memory":"lots"}}}`:                           `sidecar resources:`,
-		`{"runplane-ssh":{"requests":{"cpu":"0"}}}`:                                 `requests.cpu must be positive`,
-		`{"runplane-ssh":{"requests":{"cpu":"1"}},"runplane-ssh-install":{"x":{}}}`: `unknown field "x"`,
+		`{"runplane-sidecar":{}}`: `unknown container "runplane-sidecar"; allowed: runplane-worker, runplane-ssh-install`,
+		// SSH sessions run in the main container (no runplane-ssh sidecar).
+		`{"runplane-ssh":{}}`: `unknown container "runplane-ssh"; allowed: runplane-worker, runplane-ssh-install`,
+		`{"runplane-worker":{"requests":{"nvidia.com/gpu":"1"}}}`:                      `unknown resource requests.nvidia.com/gpu`,
+		`{"runplane-worker":{"requests":{"cpu":"2"},"limits":{"cpu":"1"}}}`:            `requests.cpu 2 is above limits.cpu 1`,
+		`{"runplane-worker":{"requests":{"memory":"lots"}}}`:                           `sidecar resources:`,
+		`{"runplane-worker":{"requests":{"cpu":"0"}}}`:                                 `requests.cpu must be positive`,
+		`{"runplane-worker":{"requests":{"cpu":"1"}},"runplane-ssh-install":{"x":{}}}`: `unknown field "x"`,
 	} {
 		_, err := ParseSidecarResources(in)
 		require.Error(t, err, in)

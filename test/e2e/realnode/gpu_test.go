@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/hack/images"
@@ -66,6 +67,12 @@ func TestGPUDevicesPerContainer(t *testing.T) {
 	ns := api.DefaultNamespace
 	script := `echo "devices: $(ls /dev | grep nvidia | tr '\n' ' ')"; echo "visible: $NVIDIA_VISIBLE_DEVICES"; echo done; sleep 3600`
 	seen := map[string]string{}
+	for _, name := range []string{"two-a", "two-b", "one-more"} {
+		// The node's GPUs go back for the tests after this one.
+		t.Cleanup(func() {
+			_ = env.Client().CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		})
+	}
 	for _, name := range []string{"two-a", "two-b"} {
 		_, err := env.Client().CoreV1().Pods(ns).Create(ctx, realPod(name, script, 2), metav1.CreateOptions{})
 		require.NoError(t, err)

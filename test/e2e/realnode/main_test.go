@@ -142,8 +142,13 @@ func startStack(ctx context.Context, wg *sync.WaitGroup) error {
 	goRun("webhook", func() error {
 		return webhook.Run(ctx, webhook.Config{
 			RESTConfig: env.RESTConfig(), Listener: ln, HealthAddr: "-", Injection: inj, Logger: log,
-			TLS:      webhook.TLSConfig{IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}},
-			Webhooks: webhook.WebhooksConfig{Manage: true, URL: "https://" + ln.Addr().String(), Resync: 5 * time.Second},
+			TLS: webhook.TLSConfig{IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}},
+			// No runplane-scheduler runs here, so GPU Pods cannot go
+			// through runplane.io/gpu-spec: the runplane-gpu policy counts
+			// only a resource no test asks for, and tests request
+			// nvidia.com/gpu from the fake device plugin directly.
+			Webhooks: webhook.WebhooksConfig{Manage: true, URL: "https://" + ln.Addr().String(), Resync: 5 * time.Second,
+				GPUPolicy: &webhook.GPUPolicy{Resources: []string{"runplane.io/no-gpu-policy-in-this-stack"}}},
 		})
 	})
 	addr := make(chan string, 1)

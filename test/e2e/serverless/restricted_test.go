@@ -124,9 +124,11 @@ func TestRestrictedNamespaceAdmitsRunplanePods(t *testing.T) {
 			StringData: map[string]string{api.SSHAuthorizedKeysKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBvNdQGsN5O8FRfJKx5bEcnS6w+R9Ayoi5nEu6f4vRQ2 alice\n"}}
 		_, err := kube.CoreV1().Secrets(ns).Create(ctx, sec, metav1.CreateOptions{})
 		require.NoError(t, client0(err))
+		dev := restrictedContainer("dev", "ubuntu:24.04")
+		dev.Command = []string{"sleep", "infinity"} // SSH runs in front of it
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: ns, Labels: map[string]string{api.LabelSSH: api.SSHEnabled},
 			Annotations: map[string]string{api.AnnotationSSHAuthorizedKeys: "alice-keys"}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{restrictedContainer("dev", "ubuntu:24.04")}, TerminationGracePeriodSeconds: ptr.To[int64](0)}}
+			Spec: corev1.PodSpec{Containers: []corev1.Container{dev}, TerminationGracePeriodSeconds: ptr.To[int64](0)}}
 		created, err := kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
 		require.NoError(t, err, "an SSH Pod in a restricted namespace with a quota")
 		t.Cleanup(func() { _ = kube.CoreV1().Pods(ns).Delete(context.Background(), "box", metav1.DeleteOptions{}) })
@@ -134,7 +136,7 @@ func TestRestrictedNamespaceAdmitsRunplanePods(t *testing.T) {
 		for _, c := range created.Spec.InitContainers {
 			names[c.Name] = true
 		}
-		assert.True(t, names[api.SSHContainerName] && names["runplane-ssh-install"], "SSH sidecars injected: %v", names)
+		assert.True(t, names["runplane-ssh-install"] && !names[api.SSHContainerName], "SSH install container injected, no SSH sidecar: %v", names)
 	})
 
 	t.Run("user container not restricted", func(t *testing.T) {
