@@ -51,3 +51,31 @@ func TestDeepBacklogDispatchedWhole(t *testing.T) {
 	}
 	require.IsIncreasing(t, order, "queue order")
 }
+
+// TestDeepBacklogMessageGoneIsDeadLettered: an invocation held light whose
+// stream message is gone (purged by an operator, expired) cannot be
+// dispatched: it is dead-lettered with the reason, not retried for ever,
+// and the rest of the queue runs.
+func TestDeepBacklogMessageGoneIsDeadLettered(t *testing.T) {
+	const n = 70 // > state.FullItems: the last is held light
+	e := newEnv(t, nil)
+	for i := range n {
+		r := e.invoke(map[string]any{"mode": "async", "invocationID": fmt.Sprintf("gone-%03d", i), "payload": map[string]int{"n": i}})
+		require.EqualValues(t, 202, r.code)
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, n, e.poolStatus().Backlog, "all queued in the activator")
+	}, 10*time.Second, 20*time.Millisecond)
+	st, err := e.js.Stream(context.Background(), e.cfg.Stream.WithDefaults().Stream)
+	require.NoError(t, err)
+	info, err := st.Info(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, st.DeleteMsg(context.Background(), info.State.LastSeq), "the last invocation's message")
+
+	e.worker("w", 4, nil)
+	rec := e.waitState(fmt.Sprintf("gone-%03d", n-1), messages.StateDeadLettered, 30*time.Second)
+	require.Contains(t, rec.Error, "gone from the stream")
+	for i := range n - 1 {
+		e.waitState(fmt.Sprintf("gone-%03d", i), messages.StateSucceeded, 30*time.Second)
+	}
+}

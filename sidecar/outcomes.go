@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -8,10 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/runplane/runplane/internal/messages"
 )
 
@@ -125,8 +129,9 @@ func (s *Sidecar) replayOutcomes(stop context.Context) {
 	for _, oc := range found {
 		ex := &execution{attempt: oc.Dispatch.Attempt}
 		ex.finish(oc.Result.State)
+		replayed := make(chan struct{})
 		s.mu.Lock()
-		s.replaying[oc.ID] = struct{}{}
+		s.replaying[oc.ID] = replayed
 		s.held[oc.Dispatch.InvocationID] = ex
 		s.mu.Unlock()
 		s.log.Info("publishing an outcome stored before a restart; the framework does not run it again",
@@ -144,6 +149,32 @@ func (s *Sidecar) replayOutcomes(stop context.Context) {
 			s.mu.Lock()
 			delete(s.replaying, oc.ID)
 			s.mu.Unlock()
+			close(replayed)
 		}()
 	}
+}
+
+// keepUntilReplayed keeps msg, a redelivered dispatch of an outcome being
+// replayed, in progress until the replay ends, then acks it when the
+// result was stored (else it is left for the next start's replay): so it
+// neither comes back every ack wait nor reaches its MaxDeliver meanwhile.
+func (s *Sidecar) keepUntilReplayed(log *slog.Logger, msg jetstream.Msg, id string, replayed <-chan struct{}) {
+	go func() {
+		t := time.NewTicker(cmp.Or(s.progress, max(s.cfg.AckWait/3, 50*time.Millisecond)))
+		defer t.Stop()
+		for {
+			select {
+			case <-replayed:
+				s.mu.Lock()
+				_, stored := s.completed[id]
+				s.mu.Unlock()
+				if stored {
+					s.acked(log, "ack", msg.Ack())
+				}
+				return
+			case <-t.C:
+				s.acked(log, "in_progress", msg.InProgress())
+			}
+		}
+	}()
 }

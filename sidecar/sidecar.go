@@ -71,9 +71,10 @@ type Sidecar struct {
 	held map[string]*execution
 	// outcomes journals the framework's answers until their results are
 	// stored; replaying holds the dispatch IDs of those a previous run
-	// left, being published (replays counts them).
+	// left, being published, each with a channel closed when that ends
+	// (replays counts them).
 	outcomes  outcomes
-	replaying map[string]struct{}
+	replaying map[string]chan struct{}
 	replays   sync.WaitGroup
 
 	wakeFetch chan struct{} // readiness became true
@@ -103,7 +104,7 @@ func New(cfg Config) (*Sidecar, error) {
 		completed: map[string]struct{}{},
 		held:      map[string]*execution{},
 		outcomes:  outcomes{dir: cfg.StateDir},
-		replaying: map[string]struct{}{},
+		replaying: map[string]chan struct{}{},
 		wakeFetch: make(chan struct{}, 1),
 		reprobe:   make(chan struct{}, 1),
 	}
@@ -346,19 +347,32 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 		// Already answered: the result is in the stream; only the ack was lost.
 		log.Info("acking duplicate dispatch")
 		s.metrics.duplicates.Inc()
-		s.acked(log, "ack", msg.Ack())
+		err := msg.Ack()
+		s.acked(log, "ack", err)
+		if err == nil {
+			if err := s.outcomes.remove(id); err != nil {
+				log.Warn("outcome journal", "err", err)
+			}
+		}
 		return
 	}
-	_, running := s.running[id]
-	_, replaying := s.replaying[id]
-	if running || replaying {
+	if _, ok := s.running[id]; ok {
 		s.mu.Unlock()
-		// A redelivery of what we are running, or answered before this
-		// sidecar restarted and being published (replayOutcomes): kept in
-		// progress, then acked as a duplicate once its result is stored.
-		log.Info("dispatch redelivered while it runs or its stored outcome is published; not running it again", "replaying", replaying)
+		// A redelivery of what we are running: the running copy acks the
+		// same stream sequence when it finishes.
+		log.Info("dispatch redelivered while running; keeping the running copy")
 		s.metrics.duplicates.Inc()
 		s.acked(log, "in_progress", msg.InProgress())
+		return
+	}
+	if replayed, ok := s.replaying[id]; ok {
+		s.mu.Unlock()
+		// Answered before this sidecar restarted; its stored outcome is
+		// being published (replayOutcomes): kept in progress until then,
+		// and acked once it is stored.
+		log.Info("dispatch of an outcome stored before a restart; publishing that, not running it again")
+		s.metrics.duplicates.Inc()
+		s.keepUntilReplayed(log, msg, id, replayed)
 		return
 	}
 	if ex, ok := s.held[d.InvocationID]; ok && ex.attempt != d.Attempt && !ex.mayRunAgain() {
@@ -420,8 +434,15 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 
 	callCtx := ctx
 	if d.TimeoutSeconds > 0 {
+		// The deadline counts from the dispatch, as the activator's does: it
+		// holds a silent worker's attempt until then (+ its grace), so a
+		// call started late must not outlive that hold.
+		deadline := started.Add(time.Duration(d.TimeoutSeconds) * time.Second)
+		if !d.DispatchedAt.IsZero() {
+			deadline = d.DispatchedAt.Add(time.Duration(d.TimeoutSeconds) * time.Second)
+		}
 		var stop context.CancelFunc
-		callCtx, stop = context.WithTimeoutCause(ctx, time.Duration(d.TimeoutSeconds)*time.Second, errTimedOut)
+		callCtx, stop = context.WithDeadlineCause(ctx, deadline, errTimedOut)
 		defer stop()
 	}
 	payload, perr := s.payload(callCtx, d)

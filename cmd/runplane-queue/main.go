@@ -118,7 +118,7 @@ func run() error {
 	flag.IntVar(&c.MaxAttempts, "max-attempts", 3, "dispatch attempts before dead-lettering")
 	flag.DurationVar(&c.HeartbeatTimeout, "heartbeat-timeout", 15*time.Second, "worker silence before it gets no new work (at least 3× -worker-heartbeat-interval)")
 	flag.DurationVar(&c.SilentHold, "silent-worker-hold", 0, "how long, beyond -heartbeat-timeout, a silent worker's work waits for it before another worker runs it "+
-		"(0: until each invocation's timeoutSeconds + 10s, so a frozen or cut-off worker's outcome is never run again; negative: no wait)")
+		"(0: until each invocation's own deadline, timeoutSeconds + 10s, so a frozen or cut-off worker's finished work is not run a second time elsewhere; negative: no wait)")
 	flag.DurationVar(&c.WorkerHeartbeatInterval, "worker-heartbeat-interval", 5*time.Second, "the workers' heartbeat interval (the sidecars' -heartbeat-interval); -heartbeat-timeout below 3× it is refused at start")
 	flag.StringVar(&boot.namespace, "bootstrap-secrets-namespace", "", "create the bundled NATS's Secrets below in this namespace when they do not exist (an existing one is used as it is) and read the queue's from there instead of -nats-password-file and -nats-callout-issuer-seed-file")
 	flag.StringVar(&boot.password, "nats-password-secret", "", "with -bootstrap-secrets-namespace: Secret of the queue's NATS password (key password)")

@@ -1,6 +1,7 @@
 package activator
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -31,6 +32,26 @@ func (a *Activator) dispatchAll(ctx context.Context) {
 func (a *Activator) dispatch(ctx context.Context, it *state.Item, worker string, attempt int) {
 	st := a.cfg.Store
 	id := stream.Key(it.Inv.Namespace, it.Inv.InvocationID)
+	inv := it.Inv
+	if it.Light {
+		// Read back before the attempt is recorded: an invocation whose
+		// message is gone can never be dispatched, and is dead-lettered
+		// rather than retried for ever.
+		full, err := a.readInvocation(ctx, it)
+		if errors.Is(err, errInvocationGone) {
+			a.cfg.Logger.Error("dispatch: invocation gone from the stream; dead-lettering it", "invocation", id, "err", err)
+			a.locked(func(s *state.State) { s.Forget(it, worker) })
+			a.deadLetter(ctx, it, err.Error())
+			a.poke()
+			return
+		}
+		if err != nil {
+			a.cfg.Logger.Warn("dispatch: read invocation; requeue", "invocation", id, "err", err)
+			a.locked(func(s *state.State) { s.Requeue(it, worker, time.Second) })
+			return
+		}
+		inv = full
+	}
 	// The Record is the source of truth: a Dispatch is published only after
 	// the compare-and-set that makes this attempt the current one.
 	ok, err := a.write(it, func(c *stream.Cached) (bool, error) {
@@ -69,7 +90,7 @@ func (a *Activator) dispatch(ctx context.Context, it *state.Item, worker string,
 		a.poke()
 		return
 	}
-	if err := a.publishDispatch(ctx, it, worker, attempt); err != nil {
+	if err := a.publishDispatch(ctx, it, inv, worker, attempt); err != nil {
 		a.cfg.Logger.Warn("dispatch: publish failed; requeue", "invocation", id, "err", err)
 		a.locked(func(s *state.State) { s.Requeue(it, worker, time.Second) })
 		return
@@ -84,28 +105,26 @@ func (a *Activator) write(it *state.Item, fn func(c *stream.Cached) (bool, error
 	return fn(&it.Rec)
 }
 
-// publishDispatch publishes attempt of it to worker, retrying under the
-// same Nats-Msg-Id (the stream drops a copy within the duplicate window),
-// and notes the Dispatch's stream sequence.
-func (a *Activator) publishDispatch(ctx context.Context, it *state.Item, worker string, attempt int) error {
+// publishDispatch publishes attempt of it (whose invocation, payload
+// included, is inv) to worker, retrying under the same Nats-Msg-Id (the
+// stream drops a copy within the duplicate window), and notes the
+// Dispatch's stream sequence.
+func (a *Activator) publishDispatch(ctx context.Context, it *state.Item, inv messages.Invocation, worker string, attempt int) error {
 	st := a.cfg.Store
 	token, err := resultToken()
 	if err != nil {
 		return err
 	}
-	a.locked(func(s *state.State) { token = s.SetResultToken(it, attempt, token) })
-	inv := it.Inv
-	if it.Light {
-		if inv, err = a.readInvocation(ctx, it); err != nil {
-			return err
-		}
-	}
+	// The Dispatch carries the time the activator counts the attempt's
+	// deadline from (the sidecar stops the call by then).
+	var dispatchedAt time.Time
+	a.locked(func(s *state.State) { token, dispatchedAt = s.SetResultToken(it, attempt, token), it.DispatchedAt })
 	if pol := a.retryPolicy(inv.Namespace, inv.Pool); pol.Enabled() && it.Retries < pol.MaxRetries {
 		// A failure of this attempt may be retried: the sync caller waits
 		// for the Record, not for this worker's direct reply.
 		inv.ReplyTo = ""
 	}
-	b, err := json.Marshal(messages.Dispatch{Invocation: inv, Worker: worker, Attempt: attempt, DispatchedAt: a.cfg.Clock.Now().UTC(), ResultToken: token})
+	b, err := json.Marshal(messages.Dispatch{Invocation: inv, Worker: worker, Attempt: attempt, DispatchedAt: cmp.Or(dispatchedAt, a.cfg.Clock.Now()).UTC(), ResultToken: token})
 	if err != nil {
 		return fmt.Errorf("encode dispatch: %w", err)
 	}
@@ -128,20 +147,24 @@ func (a *Activator) publishDispatch(ctx context.Context, it *state.Item, worker 
 	}
 }
 
+// errInvocationGone: a Light item's invocation message is not in the
+// stream any more (removed, expired) or its sequence holds another one.
+var errInvocationGone = errors.New("the invocation's message is gone from the stream")
+
 // readInvocation reads a Light item's invocation back from the stream (the
 // payload, headers and attributes it does not hold in memory).
 func (a *Activator) readInvocation(ctx context.Context, it *state.Item) (messages.Invocation, error) {
 	inv := it.Inv
 	m, err := a.cfg.Store.Stream.GetMsg(ctx, it.Seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return inv, fmt.Errorf("%w: %s/%s at sequence %d", errInvocationGone, inv.Namespace, inv.InvocationID, it.Seq)
+	}
 	if err != nil {
-		return inv, fmt.Errorf("read invocation %s/%s at stream sequence %d: %w", it.Inv.Namespace, it.Inv.InvocationID, it.Seq, err)
+		return inv, fmt.Errorf("read invocation %s/%s at stream sequence %d: %w", inv.Namespace, inv.InvocationID, it.Seq, err)
 	}
 	var stored messages.Invocation
-	if err := json.Unmarshal(m.Data, &stored); err != nil {
-		return inv, fmt.Errorf("decode invocation at stream sequence %d: %w", it.Seq, err)
-	}
-	if stored.Namespace != inv.Namespace || stored.InvocationID != inv.InvocationID {
-		return inv, fmt.Errorf("stream sequence %d holds %s/%s, not %s/%s", it.Seq, stored.Namespace, stored.InvocationID, inv.Namespace, inv.InvocationID)
+	if err := json.Unmarshal(m.Data, &stored); err != nil || stored.Namespace != inv.Namespace || stored.InvocationID != inv.InvocationID {
+		return inv, fmt.Errorf("%w: sequence %d does not hold %s/%s", errInvocationGone, it.Seq, inv.Namespace, inv.InvocationID)
 	}
 	inv.Payload, inv.Headers, inv.Attributes = stored.Payload, stored.Headers, stored.Attributes
 	return inv, nil

@@ -48,6 +48,21 @@ func (a *Activator) rebuild(ctx context.Context) error {
 	_ = w.Stop()
 	invs := map[string]messages.Invocation{} // by stream.Key
 	seqs := map[string]uint64{}
+	// Past state.FullItems queued invocations of a pool, an invocation is
+	// kept light from the start (not only once restored): a new leader's
+	// peak memory must not be the whole backlog's payloads.
+	queuedOf := map[string]int{} // by pool Key
+	light := map[string]bool{}   // by stream.Key
+	keep := func(k string, r messages.Record, inv messages.Invocation) messages.Invocation {
+		if r.State == messages.StateQueued {
+			pk := state.Key(r.Namespace, r.Pool)
+			if queuedOf[pk]++; queuedOf[pk] > state.FullItems {
+				inv.Payload, inv.Headers, inv.Attributes = nil, nil, nil
+				light[k] = true
+			}
+		}
+		return inv
+	}
 	for _, o := range known {
 		m, err := st.Stream.GetMsg(ctx, o.rec.Sequence)
 		if err != nil {
@@ -59,7 +74,7 @@ func (a *Activator) rebuild(ctx context.Context) error {
 			continue
 		}
 		k := stream.Key(o.rec.Namespace, o.rec.InvocationID)
-		invs[k], seqs[k] = inv, o.rec.Sequence
+		invs[k], seqs[k] = keep(k, o.rec, inv), o.rec.Sequence
 	}
 	if len(unseq) > 0 {
 		// The Record learns its sequence at dispatch: find queued
@@ -83,7 +98,7 @@ func (a *Activator) rebuild(ctx context.Context) error {
 			k := stream.Key(inv.Namespace, inv.InvocationID)
 			if o, ok := unseq[k]; ok && o.rec.Pool == inv.Pool {
 				if _, dup := invs[k]; !dup {
-					invs[k], seqs[k] = inv, seq
+					invs[k], seqs[k] = keep(k, o.rec, inv), seq
 					known = append(known, o)
 				}
 			}
@@ -149,6 +164,9 @@ func (a *Activator) rebuild(ctx context.Context) error {
 		// Assume a recorded worker still runs it; heartbeats confirm it, or
 		// it is declared lost after HeartbeatTimeout and redelivered.
 		it := &state.Item{Inv: inv, Seq: seqs[k], Attempt: r.Attempt, Rec: stream.Cached{Record: r, Rev: o.rev}}
+		if light[k] {
+			it.Lighten()
+		}
 		a.st.Restore(it, r)
 		if tok := tokens[messages.DispatchPublishID(r.Namespace, r.InvocationID, r.Attempt)]; r.State == messages.StateRunning && tok != "" {
 			a.st.SetResultToken(it, r.Attempt, tok)
@@ -161,8 +179,11 @@ func (a *Activator) rebuild(ctx context.Context) error {
 				}
 			} else {
 				republished++
+				// Its deadline counts from this publish (the Dispatch
+				// carries it), not from the lost one's.
+				it.DispatchedAt = a.cfg.Clock.Now()
 				a.wg.Go(func() {
-					if err := a.publishDispatch(ctx, it, r.Worker, r.Attempt); err != nil {
+					if err := a.publishDispatch(ctx, it, it.Inv, r.Worker, r.Attempt); err != nil {
 						a.cfg.Logger.Warn("rebuild: republish dispatch failed", "invocation", r.InvocationID, "err", err)
 					}
 				})

@@ -182,7 +182,13 @@ func (a *Activator) waitResults(ctx context.Context, ns, pool string) {
 // deadLetter publishes it on deadletter.<pool> and records dead_lettered.
 func (a *Activator) deadLetter(ctx context.Context, it *state.Item, reason string) {
 	st := a.cfg.Store
-	b, err := json.Marshal(it.Inv)
+	inv := it.Inv
+	if it.Light {
+		if full, err := a.readInvocation(ctx, it); err == nil {
+			inv = full // the dead letter carries the payload when the stream still has it
+		}
+	}
+	b, err := json.Marshal(inv)
 	if err != nil {
 		a.cfg.Logger.Error("dead letter: encode", "invocation", it.Inv.InvocationID, "err", err)
 		return

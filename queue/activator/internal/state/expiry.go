@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/runplane/runplane/internal/messages"
@@ -24,9 +25,10 @@ type Silence struct {
 }
 
 // Housekeep applies the periodic checks: workers silent for
-// HeartbeatTimeout get no new work and are lost once their hold is over
-// (holdUntil), queued invocations past ttlSeconds and dispatched ones past
-// timeoutSeconds (+ ExecutionGrace) expire.
+// HeartbeatTimeout get no new work, and each invocation they hold is given
+// up once its own hold is over (release); queued invocations past
+// ttlSeconds and dispatched ones past timeoutSeconds (+ ExecutionGrace)
+// expire.
 func (s *State) Housekeep() (losses []*Loss, expired []Expiry, silenced []Silence) {
 	now := s.clk.Now()
 	for _, p := range s.pools {
@@ -35,15 +37,11 @@ func (s *State) Housekeep() (losses []*Loss, expired []Expiry, silenced []Silenc
 				w.Silent = false
 				continue
 			}
-			until := s.holdUntil(w)
-			if now.Before(until) {
-				if !w.Silent {
-					silenced = append(silenced, Silence{Namespace: p.Namespace, Pool: p.Name, Worker: w.Name, Held: len(w.InFlight), Until: until})
-				}
-				w.Silent = true
-				continue
+			if until := s.holdUntil(w); now.Before(until) && !w.Silent {
+				silenced = append(silenced, Silence{Namespace: p.Namespace, Pool: p.Name, Worker: w.Name, Held: len(w.InFlight), Until: until})
 			}
-			if l := s.lose(p, w, "heartbeats stopped", false); l != nil {
+			w.Silent = true
+			if l := s.release(p, w, now); l != nil {
 				losses = append(losses, l)
 			}
 		}
@@ -82,29 +80,61 @@ func (s *State) Housekeep() (losses []*Loss, expired []Expiry, silenced []Silenc
 	return losses, expired, silenced
 }
 
-// holdUntil is when a silent worker's attempts stop being held for it: the
-// earliest deadline of what it holds, capped by SilentHold. Nothing held,
-// or no hold: at once.
-func (s *State) holdUntil(w *Worker) time.Time {
-	if s.cfg.SilentHold < 0 || len(w.InFlight) == 0 {
+// heldUntil is when a silent worker's attempt of it stops being held for
+// it: its deadline (timeoutSeconds + ExecutionGrace from its dispatch, by
+// which its sidecar has stopped the call), capped by SilentHold. No
+// deadline, or no hold: at once.
+func (s *State) heldUntil(w *Worker, it *Item) time.Time {
+	if s.cfg.SilentHold < 0 || it.Inv.TimeoutSeconds <= 0 || it.DispatchedAt.IsZero() {
 		return time.Time{}
 	}
-	var until time.Time
-	for _, it := range w.InFlight {
-		if it.Inv.TimeoutSeconds <= 0 || it.DispatchedAt.IsZero() {
-			return time.Time{}
-		}
-		d := it.DispatchedAt.Add(time.Duration(it.Inv.TimeoutSeconds)*time.Second + s.cfg.ExecutionGrace)
-		if until.IsZero() || d.Before(until) {
-			until = d
-		}
-	}
+	until := it.DispatchedAt.Add(time.Duration(it.Inv.TimeoutSeconds)*time.Second + s.cfg.ExecutionGrace)
 	if s.cfg.SilentHold > 0 {
 		if c := w.LastSeen.Add(s.cfg.HeartbeatTimeout + s.cfg.SilentHold); c.Before(until) {
 			until = c
 		}
 	}
 	return until
+}
+
+// holdUntil is the earliest release among what silent worker w holds.
+func (s *State) holdUntil(w *Worker) time.Time {
+	var until time.Time
+	for _, it := range w.InFlight {
+		if d := s.heldUntil(w, it); until.IsZero() || d.Before(until) {
+			until = d
+		}
+	}
+	return until
+}
+
+// release gives up what silent worker w holds whose hold is over, each on
+// its own deadline (the rest stays w's: another attempt is still running
+// there), and the worker itself once it holds nothing.
+func (s *State) release(p *Pool, w *Worker, now time.Time) *Loss {
+	var over []string
+	for id, it := range w.InFlight {
+		if !now.Before(s.heldUntil(w, it)) {
+			over = append(over, id)
+		}
+	}
+	if len(over) == len(w.InFlight) {
+		return s.lose(p, w, "heartbeats stopped", false)
+	}
+	sort.Strings(over)
+	l := &Loss{Namespace: p.Namespace, Pool: p.Name, Worker: w.Name, Why: "heartbeats stopped"}
+	for _, id := range over {
+		it := w.InFlight[id]
+		delete(w.InFlight, id)
+		if s.items[Key(p.Namespace, id)] == it && it.Worker == w.Name {
+			it.Worker = ""
+			l.Items = append(l.Items, it)
+		}
+	}
+	if len(l.Items) == 0 {
+		return nil
+	}
+	return l
 }
 
 // Unheard excuses every worker's silence up to now: the activator itself

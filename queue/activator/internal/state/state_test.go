@@ -460,3 +460,30 @@ func TestDeepQueueIsLight(t *testing.T) {
 	require.Nil(t, last.Inv.Headers)
 	require.Equal(t, fmt.Sprint(FullItems+1), last.Inv.InvocationID, "names and times stay")
 }
+
+// TestSilentWorkerReleasesEachOnItsDeadline: a silent worker's invocations
+// are given up one by one, each at its own deadline; one dispatched later
+// (still running there) stays the worker's until its own.
+func TestSilentWorkerReleasesEachOnItsDeadline(t *testing.T) {
+	s, clk := newState(3)
+	register(s, "a", 2)
+	first := enqueue(s, "first")
+	require.Equal(t, []string{"first→a"}, workersOf(s.Dispatch()))
+	clk.Step(10 * time.Second)
+	register(s, "a", 2) // last heard at t0+10s
+	second := enqueue(s, "second")
+	require.Equal(t, []string{"second→a"}, workersOf(s.Dispatch()))
+
+	clk.SetTime(t0.Add(40 * time.Second)) // first's deadline: 30s + 10s grace
+	losses, _, _ := s.Housekeep()
+	require.Len(t, losses, 1)
+	require.Equal(t, []*Item{first}, losses[0].Items)
+	require.Contains(t, s.Pool(pk).Workers, "a", "still holds second")
+	require.Same(t, second, s.Pool(pk).Workers["a"].InFlight["second"])
+
+	clk.SetTime(t0.Add(50 * time.Second)) // second's deadline
+	losses, _, _ = s.Housekeep()
+	require.Len(t, losses, 1)
+	require.Equal(t, []*Item{second}, losses[0].Items)
+	require.NotContains(t, s.Pool(pk).Workers, "a", "lost once it holds nothing")
+}
