@@ -60,6 +60,10 @@ type Config struct {
 	StockStatusPeriod time.Duration
 	// ReservationTTL bounds a filter's reservation without a bind. Default 30s.
 	ReservationTTL time.Duration
+	// PprofAddr, when set, serves net/http/pprof there (plain HTTP; keep it
+	// on loopback): how the benchmarks find where binds and scheduling
+	// cycles go. Empty: off.
+	PprofAddr string
 	// Logger; slog.Default() when nil.
 	Logger *slog.Logger
 	// Clock judges Lease expiry and reservation age; the real clock when nil.

@@ -118,6 +118,7 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		// Metrics and probes are served on the extender's HTTPS listener.
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:        "0",
+		PprofBindAddress:              cfg.PprofAddr,
 		LeaderElection:                cfg.LeaderElection,
 		LeaderElectionID:              cfg.LeaseName,
 		LeaderElectionNamespace:       cfg.Namespace,

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
+	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -39,6 +41,7 @@ func main() {
 	flag.StringVar(&cfg.StockNamespace, "stock-namespace", "", "namespace of the stock Deployments whose RunplaneStock status condition the leader keeps current (empty: none)")
 	flag.DurationVar(&cfg.StockStatusPeriod, "stock-status-period", 0, "how often the leader checks the stock Deployments' RunplaneStock condition (default 10s)")
 	flag.DurationVar(&cfg.ClaimTimeout, "claim-timeout", 0, "bound on deleting a placeholder and waiting until it is gone (default 10s)")
+	flag.StringVar(&cfg.PprofAddr, "pprof-addr", "", "serve net/http/pprof (plain HTTP, with mutex and block profiles) on this address, e.g. 127.0.0.1:6060; empty: off")
 	cfg.Logger = cmdline.Parse(flag.CommandLine, os.Args[1:], logging.Options{})
 	for _, h := range strings.Split(hosts, ",") {
 		if h = strings.TrimSpace(h); h != "" {
@@ -62,6 +65,12 @@ func main() {
 		os.Exit(2)
 	}
 	cfg.RESTConfig = rc
+	if cfg.PprofAddr != "" {
+		// Sampled mutex and block profiles (lock contention in the
+		// ledger, waits on the API), only when profiling is asked for.
+		runtime.SetMutexProfileFraction(100)
+		runtime.SetBlockProfileRate(int(time.Millisecond))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := extender.Run(ctx, cfg); err != nil {

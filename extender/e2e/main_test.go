@@ -61,7 +61,12 @@ type harness struct {
 	cert    string
 	key     string
 	https   *http.Client
-	mu      sync.Mutex
+	// pprof is the extender's net/http/pprof address; schedulerPort the
+	// runplane-scheduler's secure port (its /debug/pprof): the benchmarks
+	// profile both when RUNPLANE_BENCH_PROFILE_DIR is set.
+	pprof         string
+	schedulerPort string
+	mu            sync.Mutex
 	proc    *exec.Cmd
 	exited  chan struct{}
 	restart int
@@ -114,6 +119,10 @@ func newHarness() (*harness, error) {
 		return nil, err
 	}
 	h.addr = "127.0.0.1:" + strconv.Itoa(port)
+	if port, err = cluster.FreePort(); err != nil {
+		return nil, err
+	}
+	h.pprof = "127.0.0.1:" + strconv.Itoa(port)
 	h.cert, h.key = filepath.Join(env.Dir(), "extender.crt"), filepath.Join(env.Dir(), "extender.key")
 	caPEM, err := extender.WriteSelfSignedCert(h.cert, h.key, []string{"127.0.0.1"})
 	if err != nil {
@@ -129,9 +138,11 @@ func newHarness() (*harness, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := env.StartScheduler(ctx, cfg); err != nil {
+	sched, err := env.StartScheduler(ctx, cfg)
+	if err != nil {
 		return nil, fmt.Errorf("starting runplane-scheduler: %w", err)
 	}
+	h.schedulerPort = strings.TrimPrefix(sched.Name, "kube-scheduler-")
 	return h, nil
 }
 
@@ -149,7 +160,7 @@ func (h *harness) startExtender(ctx context.Context) error {
 	cmd := exec.Command(h.bin, "--kubeconfig="+env.Kubeconfig(), "--addr="+h.addr,
 		"--tls-cert-file="+h.cert, "--tls-key-file="+h.key, "--namespace="+api.DefaultNamespace,
 		"--leader-elect=true", "--lease-duration=4s", "--renew-deadline=3s", "--retry-period=500ms",
-		"--stock-namespace="+stockStatusNamespace, "--stock-status-period=500ms")
+		"--stock-namespace="+stockStatusNamespace, "--stock-status-period=500ms", "--pprof-addr="+h.pprof)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
