@@ -55,21 +55,21 @@ var catalogData = map[string]string{
 // harness is the extender process and the runplane-scheduler, shared by the
 // tests of the package (each test uses its own namespace and nodes).
 type harness struct {
-	client  kubernetes.Interface
-	bin     string
-	addr    string
-	cert    string
-	key     string
-	https   *http.Client
+	client kubernetes.Interface
+	bin    string
+	addr   string
+	cert   string
+	key    string
+	https  *http.Client
 	// pprof is the extender's net/http/pprof address; schedulerPort the
 	// runplane-scheduler's secure port (its /debug/pprof): the benchmarks
 	// profile both when RUNPLANE_BENCH_PROFILE_DIR is set.
 	pprof         string
 	schedulerPort string
 	mu            sync.Mutex
-	proc    *exec.Cmd
-	exited  chan struct{}
-	restart int
+	proc          *exec.Cmd
+	exited        chan struct{}
+	restart       int
 }
 
 var (
