@@ -133,6 +133,11 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 	if e.catalog, err = catalog.Watch(ctx, client, cfg.Namespace); err != nil {
 		return nil, fmt.Errorf("extender: %w", err)
 	}
+	// A spec whose resources the scheduler does not send here would be
+	// placed with no capacity check at all: refuse to start.
+	if err := e.catalog.Catalog().CheckManaged(cfg.ManagedResources); err != nil {
+		return nil, fmt.Errorf("extender: %w", err)
+	}
 	informers, err := e.informers()
 	if err != nil {
 		return nil, err

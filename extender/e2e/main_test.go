@@ -50,7 +50,15 @@ var catalogData = map[string]string{
 	// gstatus: only TestStockStatusCondition's placeholders, so its counts
 	// are its own.
 	"gstatus": "gpu: 1\ncpu: \"4\"\nmemory: 16Gi\n",
+	// mig1: one MIG slice and no whole GPU; nv4: four GPUs in one NVLink
+	// domain (TestMIGSpec, TestNVLinkSpec).
+	"mig1": "gpu: 0\ncpu: \"2\"\nmemory: 8Gi\nresources: {" + migResource + ": 1}\n",
+	"nv4":  "gpu: 4\ncpu: \"16\"\nmemory: 64Gi\nnvlink: true\n",
 }
+
+// migResource is the MIG slice the harness's scheduler and extender manage
+// besides nvidia.com/gpu.
+const migResource = "nvidia.com/mig-1g.10gb"
 
 // harness is the extender process and the runplane-scheduler, shared by the
 // tests of the package (each test uses its own namespace and nodes).
@@ -134,7 +142,7 @@ func newHarness() (*harness, error) {
 	if err := h.startExtender(ctx); err != nil {
 		return nil, err
 	}
-	cfg, err := profile.SchedulerConfig(profile.Options{URLPrefix: "https://" + h.addr, CAData: caPEM})
+	cfg, err := profile.SchedulerConfig(profile.Options{URLPrefix: "https://" + h.addr, CAData: caPEM, ManagedResources: []string{migResource}})
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +168,8 @@ func (h *harness) startExtender(ctx context.Context) error {
 	cmd := exec.Command(h.bin, "--kubeconfig="+env.Kubeconfig(), "--addr="+h.addr,
 		"--tls-cert-file="+h.cert, "--tls-key-file="+h.key, "--namespace="+api.DefaultNamespace,
 		"--leader-elect=true", "--lease-duration=4s", "--renew-deadline=3s", "--retry-period=500ms",
-		"--stock-namespace="+stockStatusNamespace, "--stock-status-period=500ms", "--pprof-addr="+h.pprof)
+		"--stock-namespace="+stockStatusNamespace, "--stock-status-period=500ms", "--pprof-addr="+h.pprof,
+		"--managed-resources="+api.DefaultGPUResource+","+migResource)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
