@@ -202,3 +202,12 @@ namespaceSelector:
 {{- define "runplane.workloadTiers" -}}
 runplane-workload{{ range .Values.priorityClasses.tiers }},{{ .name }}{{ end }}
 {{- end }}
+
+{{- /* The extender's managed resources, comma-separated: scheduler.extender.gpuResource, then
+scheduler.extender.managedResources (the scheduler config lists the same). */}}
+{{- define "runplane.managedResources" -}}
+{{- $e := .Values.scheduler.extender -}}
+{{- $list := list $e.gpuResource -}}
+{{- range $e.managedResources }}{{ if ne . $e.gpuResource }}{{ $list = append $list . }}{{ end }}{{ end -}}
+{{- join "," $list -}}
+{{- end -}}
