@@ -196,7 +196,16 @@ func (c Catalog) CheckManaged(managed []corev1.ResourceName) error {
 }
 
 // CheckManaged is Catalog.CheckManaged for one spec.
+// It allocates nothing when every resource is managed: the extender calls
+// it in each filter and prioritize.
 func (s Spec) CheckManaged(managed []corev1.ResourceName) error {
+	ok := s.GPU <= 0 || slices.Contains(managed, s.GPUResource)
+	for res := range s.Extended {
+		ok = ok && slices.Contains(managed, res)
+	}
+	if ok {
+		return nil
+	}
 	var names []corev1.ResourceName
 	if s.GPU > 0 {
 		names = append(names, s.GPUResource)
