@@ -305,5 +305,8 @@ func logMetrics(b *testing.B, h *harness) {
 		}
 	}
 	sort.Strings(parts)
-	b.Logf("extender mean latency: %s", strings.Join(parts, ", "))
+	h.mu.Lock()
+	crashes := h.crashes
+	h.mu.Unlock()
+	b.Logf("extender mean latency: %s; extender restarts (lost Lease) so far: %d", strings.Join(parts, ", "), crashes)
 }

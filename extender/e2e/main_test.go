@@ -78,6 +78,9 @@ type harness struct {
 	proc          *exec.Cmd
 	exited        chan struct{}
 	restart       int
+	// crashes counts the times the extender exited on its own and was
+	// restarted.
+	crashes int
 }
 
 var (
@@ -178,7 +181,27 @@ func (h *harness) startExtender(ctx context.Context) error {
 	}
 	h.proc, h.exited = cmd, make(chan struct{})
 	exited := h.exited
-	go func() { _ = cmd.Wait(); logFile.Close(); close(exited) }()
+	go func() {
+		_ = cmd.Wait()
+		logFile.Close()
+		close(exited)
+		h.mu.Lock()
+		crashed := h.proc == cmd // not ended by killExtender
+		if crashed {
+			h.proc = nil
+			h.crashes++
+		}
+		h.mu.Unlock()
+		if crashed {
+			// A leader that misses its Lease renewal exits (the short
+			// test Lease, on a loaded machine); restart it, as the kubelet
+			// restarts the container.
+			fmt.Fprintf(os.Stderr, "runplane-extender exited (%s); restarting\n", cmd.ProcessState)
+			if err := h.startExtender(context.Background()); err != nil {
+				fmt.Fprintf(os.Stderr, "restarting runplane-extender: %v\n", err)
+			}
+		}
+	}()
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
 		select {
 		case <-exited:
