@@ -170,7 +170,9 @@ func (h *harness) startExtender(ctx context.Context) error {
 	}
 	cmd := exec.Command(h.bin, "--kubeconfig="+env.Kubeconfig(), "--addr="+h.addr,
 		"--tls-cert-file="+h.cert, "--tls-key-file="+h.key, "--namespace="+api.DefaultNamespace,
-		"--leader-elect=true", "--lease-duration=4s", "--renew-deadline=3s", "--retry-period=500ms",
+		// The default Lease timings: shorter ones (4s) lost the Lease, and
+		// so the extender, whenever the shared machine was loaded.
+		"--leader-elect=true",
 		"--stock-namespace="+stockStatusNamespace, "--stock-status-period=500ms", "--pprof-addr="+h.pprof,
 		"--managed-resources="+api.DefaultGPUResource+","+migResource)
 	cmd.Stdout, cmd.Stderr = logFile, logFile

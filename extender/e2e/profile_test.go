@@ -68,8 +68,9 @@ func (h *harness) profileDuring(b *testing.B, name string, d time.Duration) func
 	return wg.Wait
 }
 
-// writeVerbs are the apiserver_request_total verbs that write.
-var writeVerbs = []string{`verb="CREATE"`, `verb="UPDATE"`, `verb="PATCH"`, `verb="DELETE"`, `verb="APPLY"`, `verb="DELETECOLLECTION"`}
+// writeVerbs are the apiserver_request_total verbs that write (the
+// metric names them as HTTP methods, APPLY for server-side apply).
+var writeVerbs = []string{`verb="POST"`, `verb="PUT"`, `verb="PATCH"`, `verb="DELETE"`, `verb="APPLY"`, `verb="DELETECOLLECTION"`}
 
 // apiWrites is the API server's count of write requests so far, by
 // resource (with subresource), from its /metrics: what a burst costs the
