@@ -7,6 +7,7 @@ package catalog
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -171,6 +172,58 @@ func checkExtended(s Spec, res corev1.ResourceName, q resource.Quantity) error {
 		return fmt.Errorf("is the spec's GPU resource; set gpu instead")
 	case q.Sign() <= 0 || q.MilliValue()%1000 != 0:
 		return fmt.Errorf("must be a whole count above 0, got %s", q.String())
+	}
+	return nil
+}
+
+// ManagedResourcesValue is the chart value that lists the extender's
+// managed resources beyond the GPU resource; errors name it.
+const ManagedResourcesValue = "scheduler.extender.managedResources"
+
+// CheckManaged returns an error naming the first spec (by name) and
+// resource that is not among managed: the scheduler sends the extender only
+// Pods that request a managed resource, and the runplane-scheduler runs no
+// resource fit of its own, so a Pod whose resources are unmanaged (a MIG
+// only spec, gpu: 0) would be scheduled without any capacity check, and any
+// unmanaged resource escapes the ledger's view of why a node is full.
+func (c Catalog) CheckManaged(managed []corev1.ResourceName) error {
+	for _, name := range c.Names() {
+		if err := c[name].CheckManaged(managed); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckManaged is Catalog.CheckManaged for one spec.
+// It allocates nothing when every resource is managed: the extender calls
+// it in each filter and prioritize.
+func (s Spec) CheckManaged(managed []corev1.ResourceName) error {
+	ok := s.GPU <= 0 || slices.Contains(managed, s.GPUResource)
+	for res := range s.Extended {
+		ok = ok && slices.Contains(managed, res)
+	}
+	if ok {
+		return nil
+	}
+	var names []corev1.ResourceName
+	if s.GPU > 0 {
+		names = append(names, s.GPUResource)
+	}
+	for res := range s.Extended {
+		names = append(names, res)
+	}
+	sort.Slice(names, func(i, j int) bool { return names[i] < names[j] })
+	for _, res := range names {
+		if !slices.Contains(managed, res) {
+			list := make([]string, len(managed))
+			for i, m := range managed {
+				list[i] = string(m)
+			}
+			return fmt.Errorf("catalog spec %q: resource %s is not managed by the runplane extender (managed: %s); "+
+				"add it to the chart value %s (runplane-extender --managed-resources), or the runplane-scheduler "+
+				"places this spec's Pods without checking it", s.Name, res, strings.Join(list, ", "), ManagedResourcesValue)
+		}
 	}
 	return nil
 }

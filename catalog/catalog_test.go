@@ -64,3 +64,35 @@ func TestLookupUnknownNamesKeyAndKnownSpecs(t *testing.T) {
 	_, err = c.Lookup("runplane.io/gpu-spec", "g9")
 	require.EqualError(t, err, `label runplane.io/gpu-spec: unknown GPU spec "g9"; known specs: g1.1, g1.2`)
 }
+
+// Every resource a spec names must be managed by the extender; the error
+// names the spec, the resource and the chart value to set.
+func TestCheckManaged(t *testing.T) {
+	c, err := Parse(map[string]string{
+		"g1":  "gpu: 1\ncpu: \"4\"\nmemory: 16Gi\n",
+		"m1":  "gpu: 0\ncpu: \"2\"\nmemory: 8Gi\nresources: {nvidia.com/mig-1g.10gb: 1}\n",
+		"amd": "gpu: 1\ngpuResource: amd.com/gpu\ncpu: \"4\"\nmemory: 16Gi\n",
+	})
+	require.NoError(t, err)
+	tests := []struct {
+		name    string
+		managed []corev1.ResourceName
+		wantErr string
+	}{
+		{"all managed", []corev1.ResourceName{"nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "amd.com/gpu"}, ""},
+		{"an extended resource unmanaged", []corev1.ResourceName{"nvidia.com/gpu", "amd.com/gpu"},
+			`catalog spec "m1": resource nvidia.com/mig-1g.10gb is not managed by the runplane extender (managed: nvidia.com/gpu, amd.com/gpu); add it to the chart value scheduler.extender.managedResources`},
+		{"a GPU resource unmanaged", []corev1.ResourceName{"nvidia.com/gpu", "nvidia.com/mig-1g.10gb"},
+			`catalog spec "amd": resource amd.com/gpu is not managed`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := c.CheckManaged(tt.managed)
+			if tt.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tt.wantErr)
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
@@ -60,6 +61,17 @@ type Config struct {
 	StockStatusPeriod time.Duration
 	// ReservationTTL bounds a filter's reservation without a bind. Default 30s.
 	ReservationTTL time.Duration
+	// ManagedResources are the extended resources the runplane-scheduler's
+	// configuration names as the extender's managedResources (the GPU
+	// resource and, for MIG specs, their slices); default nvidia.com/gpu.
+	// Every resource a catalog spec requests must be one of them
+	// (catalog.Spec.CheckManaged): Start fails otherwise, and a spec that
+	// a later catalog change breaks fails its Pods' filter with that error.
+	ManagedResources []corev1.ResourceName
+	// PprofAddr, when set, serves net/http/pprof there (plain HTTP; keep it
+	// on loopback): how the benchmarks find where binds and scheduling
+	// cycles go. Empty: off.
+	PprofAddr string
 	// Logger; slog.Default() when nil.
 	Logger *slog.Logger
 	// Clock judges Lease expiry and reservation age; the real clock when nil.
@@ -110,6 +122,9 @@ func (c *Config) defaults() error {
 	}
 	if c.ClaimTimeout <= 0 {
 		c.ClaimTimeout = 10 * time.Second
+	}
+	if len(c.ManagedResources) == 0 {
+		c.ManagedResources = []corev1.ResourceName{api.DefaultGPUResource}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -22,6 +22,9 @@ const (
 	ReasonBoundFree = "Bound"
 	// ReasonStockTaken: a placeholder was deleted for a GPU Pod.
 	ReasonStockTaken = "StockTaken"
+	// ReasonPreempted: a Pod was evicted to make room for a higher-priority
+	// GPU Pod (kube-scheduler's own preemption uses the same reason).
+	ReasonPreempted = "Preempted"
 )
 
 // eventRecorder starts an events.k8s.io broadcaster. Eventf only queues:
@@ -49,4 +52,19 @@ func (e *Extender) recordBind(pod *corev1.Pod, ph *ledger.Placeholder, took bool
 	placeholder := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ph.Namespace, Name: ph.Name, UID: ph.UID}}
 	e.events.Eventf(placeholder, pod, corev1.EventTypeNormal, ReasonStockTaken, "Delete",
 		"deleted for GPU Pod %s/%s on %s (label %s=%s)", pod.Namespace, pod.Name, node, api.LabelStock, ph.Spec)
+}
+
+// recordPreempted records, on a victim the extender evicted, which Pod it
+// made room for and where.
+func (e *Extender) recordPreempted(v ledger.Victim, p preemption) {
+	if e.events == nil {
+		return
+	}
+	victim := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: v.Namespace, Name: v.Name, UID: v.UID}}
+	prio := int32(0)
+	if p.preemptor.Spec.Priority != nil {
+		prio = *p.preemptor.Spec.Priority
+	}
+	e.events.Eventf(victim, p.preemptor, corev1.EventTypeNormal, ReasonPreempted, "Preempt",
+		"Preempted by %s (priority %d, this Pod's %d) to make room on %s", p.pod, prio, v.Priority, p.plan.Node)
 }

@@ -118,6 +118,7 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		// Metrics and probes are served on the extender's HTTPS listener.
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:        "0",
+		PprofBindAddress:              cfg.PprofAddr,
 		LeaderElection:                cfg.LeaderElection,
 		LeaderElectionID:              cfg.LeaseName,
 		LeaderElectionNamespace:       cfg.Namespace,
@@ -132,6 +133,11 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 	if e.catalog, err = catalog.Watch(ctx, client, cfg.Namespace); err != nil {
 		return nil, fmt.Errorf("extender: %w", err)
 	}
+	// A spec whose resources the scheduler does not send here would be
+	// placed with no capacity check at all: refuse to start.
+	if err := e.catalog.Catalog().CheckManaged(cfg.ManagedResources); err != nil {
+		return nil, fmt.Errorf("extender: %w", err)
+	}
 	informers, err := e.informers()
 	if err != nil {
 		return nil, err
@@ -142,7 +148,7 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 	}
 	verbs, observe := http.NewServeMux(), http.NewServeMux()
 	e.routeVerbs(verbs)
-	runnables := []manager.Runnable{informers, always(e.sweep), always(e.evictVictims), server("runplane-extender", verbs, e.listener, tlsCfg)}
+	runnables := []manager.Runnable{informers, always(e.sweep), always(e.evictVictims), server("runplane-extender", verbs, e.listener, verbsTLS(tlsCfg))}
 	if cfg.MetricsAddr == "" {
 		e.routeObservability(verbs)
 	} else {
@@ -202,7 +208,25 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 	return e, nil
 }
 
-// server serves mux over TLS on l as a manager runnable.
+// verbsTLS is the verbs listener's TLS configuration: tlsCfg with HTTP/2
+// offered. kube-scheduler's extender client speaks HTTP/2 when offered
+// (k8s.io/apimachinery SetTransportDefaults); over HTTP/1.1 each bind in
+// flight (binds run concurrently and wait on the API server) needs its own
+// connection, and those beyond the client's idle pool are closed and
+// re-dialled — in BindThroughput a TLS handshake took 13% of the
+// runplane-scheduler's CPU. HTTP/2 carries every call on one connection.
+// Only this listener, on loopback where only the scheduler of the Pod
+// reaches it, offers HTTP/2; the metrics listener, reachable from the
+// network, keeps HTTP/1.1 (controller-runtime's servers leave HTTP/2 off
+// for CVE-2023-44487, rapid reset).
+func verbsTLS(tlsCfg *tls.Config) *tls.Config {
+	cfg := tlsCfg.Clone()
+	cfg.NextProtos = []string{"h2", "http/1.1"}
+	return cfg
+}
+
+// server serves mux over TLS on l as a manager runnable. net/http serves
+// HTTP/2 when the TLS configuration offers "h2" (verbsTLS).
 func server(name string, mux http.Handler, l net.Listener, tlsCfg *tls.Config) *manager.Server {
 	return &manager.Server{
 		Name:            name,

@@ -118,6 +118,10 @@ func (e *Extender) request(pod *corev1.Pod) (ledger.Request, error) {
 		if err != nil {
 			return ledger.Request{}, err
 		}
+		// The catalog changed since Start checked it.
+		if err := s.CheckManaged(e.cfg.ManagedResources); err != nil {
+			return ledger.Request{}, err
+		}
 		required = s.Stock == catalog.StockRequired
 	}
 	return ledger.RequestFor(pod, required), nil

@@ -44,6 +44,7 @@ func testExtender(t testing.TB, leader bool, pods ...*corev1.Pod) *Extender {
 	e := &Extender{ledger: l, catalog: catalog.NewStaticStore(c), metrics: newMetrics(l), client: fake.NewClientset(objects(pods)...),
 		log: slog.New(slog.NewTextHandler(io.Discard, nil)), intents: intents{clock: clock.RealClock{}}}
 	e.cfg.ClaimTimeout = 10 * time.Second
+	e.cfg.ManagedResources = []corev1.ResourceName{api.DefaultGPUResource}
 	e.leader.Store(leader)
 	e.deletePod = func(ctx context.Context, ns, name string, opts *metav1.DeleteOptions) (runtime.Object, error) {
 		return nil, e.client.CoreV1().Pods(ns).Delete(ctx, name, *opts)
@@ -306,4 +307,23 @@ func TestForeignPodRefused(t *testing.T) {
 	e.ledger.UpsertNode(node("warm", 2))
 	rec := call(t, e.handleFilter, http.MethodPost, filterBody(t, ours, "warm"))
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+}
+
+// A spec whose resources the extender does not manage (the catalog changed
+// after Start checked it) fails every node, naming the resource and the
+// chart value.
+func TestFilterUnmanagedResource(t *testing.T) {
+	c, err := catalog.Parse(map[string]string{"mig": "gpu: 1\ncpu: \"8\"\nmemory: 32Gi\nresources: {nvidia.com/mig-1g.10gb: 1}\n"})
+	require.NoError(t, err)
+	p := pod("x", api.LabelGPUSpec, "mig", "")
+	e := testExtender(t, true, p)
+	e.catalog = catalog.NewStaticStore(c)
+	e.ledger.UpsertNode(node("n", 1))
+	res := call(t, e.handleFilter, http.MethodPost, filterBody(t, p, "n"))
+	require.Equal(t, http.StatusOK, res.Code)
+	var out extenderv1.ExtenderFilterResult
+	require.NoError(t, json.Unmarshal(res.Body.Bytes(), &out))
+	require.Empty(t, *out.NodeNames)
+	require.Contains(t, out.FailedAndUnresolvableNodes["n"], "resource nvidia.com/mig-1g.10gb is not managed by the runplane extender")
+	require.Contains(t, out.FailedAndUnresolvableNodes["n"], "scheduler.extender.managedResources")
 }

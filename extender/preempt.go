@@ -30,6 +30,9 @@ type preemption struct {
 	pod  types.NamespacedName
 	uid  types.UID
 	plan ledger.Preemption
+	// preemptor is the Pod the plan is for (the related object of the
+	// victims' Events).
+	preemptor *corev1.Pod
 }
 
 // preemptQueue bounds the plans waiting for eviction; a plan that does not
@@ -37,13 +40,18 @@ type preemption struct {
 const preemptQueue = 256
 
 // enqueuePreemption hands a plan to the evictor without blocking the filter.
+// "planned" counts nominations, not scheduling cycles: a Pod waiting for
+// its victims is planned again at each cycle (Renewed) and evicts what is
+// not terminating yet.
 func (e *Extender) enqueuePreemption(pod *corev1.Pod, plan *ledger.Preemption) {
-	e.metrics.preemptions.WithLabelValues("planned").Inc()
+	if !plan.Renewed {
+		e.metrics.preemptions.WithLabelValues("planned").Inc()
+	}
 	if len(plan.Victims) == 0 {
 		return // only waiting for Pods already terminating
 	}
 	select {
-	case e.preempts <- preemption{pod: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, uid: pod.UID, plan: *plan}:
+	case e.preempts <- preemption{pod: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, uid: pod.UID, plan: *plan, preemptor: pod}:
 	default:
 		e.metrics.preemptions.WithLabelValues("dropped").Inc()
 	}
@@ -82,7 +90,9 @@ func (e *Extender) evictPlan(ctx context.Context, p preemption) error {
 		}
 		err := e.client.PolicyV1().Evictions(v.Namespace).Evict(ctx, ev)
 		switch {
-		case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		case err == nil:
+			e.recordPreempted(v, p)
+		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
 			// Evicted, or already gone (Conflict: the name holds a newer Pod).
 		case apierrors.IsTooManyRequests(err):
 			return fmt.Errorf("evicting %s/%s for %s: a PodDisruptionBudget allows no disruption now: %w", v.Namespace, v.Name, p.pod, err)

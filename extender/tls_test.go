@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -88,4 +90,39 @@ func TestWriteSelfSignedDir(t *testing.T) {
 	require.NoError(t, err)
 	require.NotZero(t, certExpiry(self))
 	require.Zero(t, certExpiry(&tls.Config{}))
+}
+
+// The verbs listener speaks HTTP/2 to a client that offers it (as
+// kube-scheduler's does), so concurrent binds share one connection; the
+// metrics listener stays on HTTP/1.1.
+func TestVerbsServeHTTP2(t *testing.T) {
+	c := Config{TLSHosts: []string{"127.0.0.1"}}
+	cfg, caPEM, err := c.tlsConfig(t.Context())
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(caPEM))
+	client := &http.Client{Transport: &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	for _, tt := range []struct {
+		name  string
+		cfg   *tls.Config
+		proto int
+	}{
+		{"verbs", verbsTLS(cfg), 2},
+		{"metrics", cfg, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			mux := http.NewServeMux()
+			mux.HandleFunc("/", func(http.ResponseWriter, *http.Request) {})
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error, 1)
+			go func() { done <- server(tt.name, mux, l, tt.cfg).Start(ctx) }()
+			defer func() { cancel(); <-done }()
+			resp, err := client.Get("https://" + l.Addr().String() + "/")
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, tt.proto, resp.ProtoMajor)
+		})
+	}
 }

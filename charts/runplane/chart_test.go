@@ -319,6 +319,9 @@ func TestInvalidValues(t *testing.T) {
 		{"duration", []string{"--set", "queue.stream.maxAge=forever"}, []string{"/queue/stream/maxAge"}},
 		{"log format", []string{"--set", "logFormat=xml"}, []string{"/logFormat", "'json', 'text'"}},
 		{"extender log level", []string{"--set", "scheduler.extender.logLevel=loud"}, []string{"/scheduler/extender/logLevel"}},
+		{"catalog resource not managed", []string{"--set", "catalog.specs.m1.gpu=0", "--set", "catalog.specs.m1.cpu=1", "--set", "catalog.specs.m1.memory=1Gi",
+			"--set", "catalog.specs.m1.resources.nvidia\\.com/mig-1g\\.10gb=1"},
+			[]string{"catalog.specs.m1: resource nvidia.com/mig-1g.10gb is not managed by the runplane extender (managed: nvidia.com/gpu); add it to scheduler.extender.managedResources"}},
 		{"catalog spec without gpu", []string{"--set", "catalog.specs.x1.cpu=1", "--set", "catalog.specs.x1.memory=1Gi"}, []string{"/catalog/specs/x1", "missing property 'gpu'"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

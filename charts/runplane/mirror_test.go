@@ -129,7 +129,8 @@ func TestSchedulerConfigMirrorsGo(t *testing.T) {
 		options profile.Options
 	}{
 		{"default", nil, profile.Options{}},
-		{"full", []string{"--values", "testdata/values-full.yaml"}, profile.Options{Weight: 300, HTTPTimeout: 20 * time.Second}},
+		{"full", []string{"--values", "testdata/values-full.yaml"}, profile.Options{Weight: 300, HTTPTimeout: 20 * time.Second,
+			ManagedResources: []string{"nvidia.com/mig-1g.10gb"}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got := schedulerConfig(t, parse(t, mustRender(t, c.args...)))

@@ -8,9 +8,12 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/runplane/runplane/api"
@@ -21,7 +24,7 @@ import (
 
 func main() {
 	var cfg extender.Config
-	var kubeconfig, hosts, writeTLSDir string
+	var kubeconfig, hosts, writeTLSDir, managed string
 	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig path; in-cluster config when empty")
 	flag.StringVar(&cfg.Namespace, "namespace", api.DefaultNamespace, "namespace of the catalog ConfigMap and the Lease")
 	flag.StringVar(&cfg.Addr, "addr", "127.0.0.1:8443", "HTTPS listen address of filter, prioritize and bind (and of /metrics, /healthz, /readyz without --metrics-addr); keep it on loopback in the scheduler's Pod")
@@ -39,10 +42,17 @@ func main() {
 	flag.StringVar(&cfg.StockNamespace, "stock-namespace", "", "namespace of the stock Deployments whose RunplaneStock status condition the leader keeps current (empty: none)")
 	flag.DurationVar(&cfg.StockStatusPeriod, "stock-status-period", 0, "how often the leader checks the stock Deployments' RunplaneStock condition (default 10s)")
 	flag.DurationVar(&cfg.ClaimTimeout, "claim-timeout", 0, "bound on deleting a placeholder and waiting until it is gone (default 10s)")
+	flag.StringVar(&managed, "managed-resources", api.DefaultGPUResource, "comma-separated extended resources the runplane-scheduler's configuration lists as the extender's managedResources (the chart: scheduler.extender.gpuResource and scheduler.extender.managedResources); every resource a catalog spec requests must be one of them")
+	flag.StringVar(&cfg.PprofAddr, "pprof-addr", "", "serve net/http/pprof (plain HTTP, with mutex and block profiles) on this address, e.g. 127.0.0.1:6060; empty: off")
 	cfg.Logger = cmdline.Parse(flag.CommandLine, os.Args[1:], logging.Options{})
 	for _, h := range strings.Split(hosts, ",") {
 		if h = strings.TrimSpace(h); h != "" {
 			cfg.TLSHosts = append(cfg.TLSHosts, h)
+		}
+	}
+	for _, r := range strings.Split(managed, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			cfg.ManagedResources = append(cfg.ManagedResources, corev1.ResourceName(r))
 		}
 	}
 	if writeTLSDir != "" {
@@ -62,6 +72,12 @@ func main() {
 		os.Exit(2)
 	}
 	cfg.RESTConfig = rc
+	if cfg.PprofAddr != "" {
+		// Sampled mutex and block profiles (lock contention in the
+		// ledger, waits on the API), only when profiling is asked for.
+		runtime.SetMutexProfileFraction(100)
+		runtime.SetBlockProfileRate(int(time.Millisecond))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := extender.Run(ctx, cfg); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/runplane/runplane/api"
@@ -22,7 +23,8 @@ func TestFollowSchedulerLease(t *testing.T) {
 	defer cancel()
 	e, err := extender.Start(ctx, extender.Config{
 		RESTConfig: env.RESTConfig(), Namespace: api.DefaultNamespace, Addr: "127.0.0.1:0",
-		FollowLease: api.DefaultNamespace + "/test-scheduler",
+		FollowLease:      api.DefaultNamespace + "/test-scheduler",
+		ManagedResources: []corev1.ResourceName{api.DefaultGPUResource, migResource}, // the shared catalog's
 	})
 	require.NoError(t, err)
 	require.NotEmpty(t, e.CACert())

@@ -50,21 +50,37 @@ var catalogData = map[string]string{
 	// gstatus: only TestStockStatusCondition's placeholders, so its counts
 	// are its own.
 	"gstatus": "gpu: 1\ncpu: \"4\"\nmemory: 16Gi\n",
+	// mig1: one MIG slice and no whole GPU; nv4: four GPUs in one NVLink
+	// domain (TestMIGSpec, TestNVLinkSpec).
+	"mig1": "gpu: 0\ncpu: \"2\"\nmemory: 8Gi\nresources: {" + migResource + ": 1}\n",
+	"nv4":  "gpu: 4\ncpu: \"16\"\nmemory: 64Gi\nnvlink: true\n",
 }
+
+// migResource is the MIG slice the harness's scheduler and extender manage
+// besides nvidia.com/gpu.
+const migResource = "nvidia.com/mig-1g.10gb"
 
 // harness is the extender process and the runplane-scheduler, shared by the
 // tests of the package (each test uses its own namespace and nodes).
 type harness struct {
-	client  kubernetes.Interface
-	bin     string
-	addr    string
-	cert    string
-	key     string
-	https   *http.Client
-	mu      sync.Mutex
-	proc    *exec.Cmd
-	exited  chan struct{}
-	restart int
+	client kubernetes.Interface
+	bin    string
+	addr   string
+	cert   string
+	key    string
+	https  *http.Client
+	// pprof is the extender's net/http/pprof address; schedulerPort the
+	// runplane-scheduler's secure port (its /debug/pprof): the benchmarks
+	// profile both when RUNPLANE_BENCH_PROFILE_DIR is set.
+	pprof         string
+	schedulerPort string
+	mu            sync.Mutex
+	proc          *exec.Cmd
+	exited        chan struct{}
+	restart       int
+	// crashes counts the times the extender exited on its own and was
+	// restarted.
+	crashes int
 }
 
 var (
@@ -114,6 +130,10 @@ func newHarness() (*harness, error) {
 		return nil, err
 	}
 	h.addr = "127.0.0.1:" + strconv.Itoa(port)
+	if port, err = cluster.FreePort(); err != nil {
+		return nil, err
+	}
+	h.pprof = "127.0.0.1:" + strconv.Itoa(port)
 	h.cert, h.key = filepath.Join(env.Dir(), "extender.crt"), filepath.Join(env.Dir(), "extender.key")
 	caPEM, err := extender.WriteSelfSignedCert(h.cert, h.key, []string{"127.0.0.1"})
 	if err != nil {
@@ -125,13 +145,15 @@ func newHarness() (*harness, error) {
 	if err := h.startExtender(ctx); err != nil {
 		return nil, err
 	}
-	cfg, err := profile.SchedulerConfig(profile.Options{URLPrefix: "https://" + h.addr, CAData: caPEM})
+	cfg, err := profile.SchedulerConfig(profile.Options{URLPrefix: "https://" + h.addr, CAData: caPEM, ManagedResources: []string{migResource}})
 	if err != nil {
 		return nil, err
 	}
-	if _, err := env.StartScheduler(ctx, cfg); err != nil {
+	sched, err := env.StartScheduler(ctx, cfg)
+	if err != nil {
 		return nil, fmt.Errorf("starting runplane-scheduler: %w", err)
 	}
+	h.schedulerPort = strings.TrimPrefix(sched.Name, "kube-scheduler-")
 	return h, nil
 }
 
@@ -148,8 +170,11 @@ func (h *harness) startExtender(ctx context.Context) error {
 	}
 	cmd := exec.Command(h.bin, "--kubeconfig="+env.Kubeconfig(), "--addr="+h.addr,
 		"--tls-cert-file="+h.cert, "--tls-key-file="+h.key, "--namespace="+api.DefaultNamespace,
-		"--leader-elect=true", "--lease-duration=4s", "--renew-deadline=3s", "--retry-period=500ms",
-		"--stock-namespace="+stockStatusNamespace, "--stock-status-period=500ms")
+		// The default Lease timings: shorter ones (4s) lost the Lease, and
+		// so the extender, whenever the shared machine was loaded.
+		"--leader-elect=true",
+		"--stock-namespace="+stockStatusNamespace, "--stock-status-period=500ms", "--pprof-addr="+h.pprof,
+		"--managed-resources="+api.DefaultGPUResource+","+migResource)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -158,7 +183,27 @@ func (h *harness) startExtender(ctx context.Context) error {
 	}
 	h.proc, h.exited = cmd, make(chan struct{})
 	exited := h.exited
-	go func() { _ = cmd.Wait(); logFile.Close(); close(exited) }()
+	go func() {
+		_ = cmd.Wait()
+		logFile.Close()
+		close(exited)
+		h.mu.Lock()
+		crashed := h.proc == cmd // not ended by killExtender
+		if crashed {
+			h.proc = nil
+			h.crashes++
+		}
+		h.mu.Unlock()
+		if crashed {
+			// A leader that misses its Lease renewal exits (the short
+			// test Lease, on a loaded machine); restart it, as the kubelet
+			// restarts the container.
+			fmt.Fprintf(os.Stderr, "runplane-extender exited (%s); restarting\n", cmd.ProcessState)
+			if err := h.startExtender(context.Background()); err != nil {
+				fmt.Fprintf(os.Stderr, "restarting runplane-extender: %v\n", err)
+			}
+		}
+	}()
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
 		select {
 		case <-exited:

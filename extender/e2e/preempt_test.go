@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/extender"
 )
 
 // tierPod is an already-mutated GPU Pod of n GPUs (4 CPUs, 16Gi each) in
@@ -78,6 +79,11 @@ func TestPreemptByPriority(t *testing.T) {
 	}, 30*time.Second, poll, "the equal-priority Pod's FailedScheduling event")
 
 	preemptOnto(t, ns, "preempt", nodes[0], small, many)
+	// kubectl describe: each victim says which Pod it made room for.
+	for i := range 2 {
+		requireEvent(t, c, ns, fmt.Sprintf("small-%d", i), extender.ReasonPreempted,
+			fmt.Sprintf("Preempted by %s/high-8 (priority 2000, this Pod's 100) to make room on %s", ns, nodes[0]))
+	}
 	b, err := c.CoreV1().Pods(ns).Get(ctx, "batch-8", metav1.GetOptions{})
 	require.NoError(t, err)
 	require.Empty(t, b.Spec.NodeName, "the equal-priority Pod took capacity")

@@ -836,6 +836,7 @@ func (l *Ledger) Filter(req Request, names []string, reserve bool) FilterResult 
 	}
 	if bestNode == nil && reserve && req.Preempt && !req.Required {
 		if p := l.preempt(pr, names, res.Failed, preferNode); p != nil {
+			p.Renewed = prev != nil && prev.state == Nominated && prev.node == p.Node
 			l.handled[req.UID] = true
 			l.assume(&assumption{uid: req.UID, node: p.Node, req: pr.vec, state: Nominated,
 				expires: l.opts.Clock.Now().Add(l.opts.NominationTTL)})

@@ -22,14 +22,21 @@ type Victim struct {
 type Preemption struct {
 	Node    string
 	Victims []Victim
+	// Waiting counts the Pods on Node that are already terminating (any
+	// Pod being deleted, whatever its priority or why): room that is coming.
 	Waiting int
+	// Renewed: the Pod already held a nomination on Node (a later
+	// scheduling cycle of the same Pod planned again); a new nomination
+	// is false. Count plans on !Renewed: once per nomination.
+	Renewed bool
 }
 
 // Reason is the filter's message for the nominated node; the scheduler
 // shows it in the Pod's FailedScheduling event.
 func (p *Preemption) Reason() string {
 	if len(p.Victims) == 0 {
-		return fmt.Sprintf("waiting for %d lower-priority Pod(s) to terminate (preempted for this Pod)", p.Waiting)
+		// Any terminating Pod counts, not only victims of this Pod.
+		return fmt.Sprintf("waiting for %d terminating Pod(s) on the node to be gone; the Pod binds then", p.Waiting)
 	}
 	names := make([]string, len(p.Victims))
 	for i, v := range p.Victims {

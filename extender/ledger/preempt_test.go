@@ -114,7 +114,7 @@ func TestPreemption(t *testing.T) {
 			pods:  []pod{{name: "going", kind: "gpu", node: "a", gpus: 8, prio: 10, terminating: true}},
 			gpus:  8, prio: 1000,
 			wantNode: "a", wantWaiting: 1,
-			wantReason: map[string]string{"a": "waiting for 1 lower-priority Pod(s) to terminate"},
+			wantReason: map[string]string{"a": "waiting for 1 terminating Pod(s) on the node to be gone"},
 		},
 	}
 	for _, tt := range tests {
@@ -184,6 +184,19 @@ func TestNominationHoldsTheRoom(t *testing.T) {
 	require.NotNil(t, res.Preemption)
 	require.Equal(t, "a", res.Preemption.Node, "the lower-priority victim")
 	require.Equal(t, []Victim{{UID: types.UID("uid-va"), Namespace: "ns", Name: "va", Priority: 10}}, res.Preemption.Victims)
+	require.False(t, res.Preemption.Renewed, "a new nomination")
+
+	// The next scheduling cycle, before the victim is gone, plans the same
+	// nomination again: renewed, not a new one.
+	res = l.Filter(RequestFor(high, false), []string{"a", "b"}, true)
+	require.NotNil(t, res.Preemption)
+	require.Equal(t, "a", res.Preemption.Node)
+	require.True(t, res.Preemption.Renewed, "the same nomination, planned again")
+	// A dropped nomination (its eviction failed) is new when planned again.
+	l.Unnominate(high.UID)
+	res = l.Filter(RequestFor(high, false), []string{"a", "b"}, true)
+	require.NotNil(t, res.Preemption)
+	require.False(t, res.Preemption.Renewed, "a nomination made anew")
 
 	// The victim is evicted and gone.
 	l.DeletePod("uid-va")

@@ -45,6 +45,12 @@ type Options struct {
 	SchedulerName string
 	// GPUResource is the managed extended resource; default nvidia.com/gpu.
 	GPUResource string
+	// ManagedResources are more managed extended resources, e.g. MIG
+	// slices (chart scheduler.extender.managedResources): the scheduler
+	// sends a Pod to the extender only when it requests a managed
+	// resource. The extender must be told the same list
+	// (--managed-resources) to check the catalog against it.
+	ManagedResources []string
 	// Weight of the extender's priorities; default DefaultWeight.
 	Weight int64
 	// HTTPTimeout bounds each extender call; default 30s (a bind may wait
@@ -89,6 +95,12 @@ func SchedulerConfig(o Options) (*configv1.KubeSchedulerConfiguration, error) {
 		disabled[i] = configv1.Plugin{Name: n}
 	}
 	fit := []configv1.Plugin{{Name: "NodeResourcesFit"}}
+	managed := []configv1.ExtenderManagedResource{{Name: o.GPUResource, IgnoredByScheduler: true}}
+	for _, r := range o.ManagedResources {
+		if r != o.GPUResource {
+			managed = append(managed, configv1.ExtenderManagedResource{Name: r, IgnoredByScheduler: true})
+		}
+	}
 	hundred := int32(100)
 	leaderElect := o.LeaderElect
 	return &configv1.KubeSchedulerConfiguration{
@@ -120,7 +132,7 @@ func SchedulerConfig(o Options) (*configv1.KubeSchedulerConfiguration, error) {
 			TLSConfig:        &configv1.ExtenderTLSConfig{CAData: o.CAData, CAFile: o.CAFile, ServerName: o.ServerName},
 			HTTPTimeout:      metav1.Duration{Duration: o.HTTPTimeout},
 			NodeCacheCapable: true,
-			ManagedResources: []configv1.ExtenderManagedResource{{Name: o.GPUResource, IgnoredByScheduler: true}},
+			ManagedResources: managed,
 		}},
 	}, nil
 }

@@ -62,3 +62,15 @@ func TestSchedulerConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// More managed resources (MIG slices) are listed after the GPU resource,
+// each ignored by the scheduler's own fit, the GPU resource once.
+func TestSchedulerConfigManagedResources(t *testing.T) {
+	cfg, err := SchedulerConfig(Options{URLPrefix: "https://127.0.0.1:8443", CAData: []byte("pem"),
+		ManagedResources: []string{"nvidia.com/mig-1g.10gb", "nvidia.com/gpu"}})
+	require.NoError(t, err)
+	require.Equal(t, []configv1.ExtenderManagedResource{
+		{Name: "nvidia.com/gpu", IgnoredByScheduler: true},
+		{Name: "nvidia.com/mig-1g.10gb", IgnoredByScheduler: true},
+	}, cfg.Extenders[0].ManagedResources)
+}

@@ -39,8 +39,11 @@ type Node struct {
 	// GPUs is the node's count of GPUResource (default nvidia.com/gpu).
 	GPUs        int
 	GPUResource corev1.ResourceName
-	Labels      map[string]string
-	Taints      []corev1.Taint
+	// Extended are more extended resources, e.g. MIG slices
+	// {nvidia.com/mig-1g.10gb: 7}.
+	Extended map[corev1.ResourceName]int64
+	Labels   map[string]string
+	Taints   []corev1.Taint
 }
 
 // Options configure a cluster.
@@ -58,6 +61,10 @@ type Options struct {
 	// each, the images of hack/images imported. Root only: Start fails with
 	// RealNodeSupport's reason elsewhere.
 	RealNodes int
+	// PodTerminationBound bounds how long a deleted kwok Pod stays
+	// Terminating: min(its grace period, this); default
+	// DefaultPodTerminationBound. See stages/pod-delete-graceful.yaml.
+	PodTerminationBound time.Duration
 }
 
 // Cluster is a running local control plane.
@@ -204,7 +211,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	); err != nil {
 		return nil, err
 	}
-	if err := c.startKwok(kwokPort); err != nil {
+	bound := opts.PodTerminationBound
+	if bound <= 0 {
+		bound = DefaultPodTerminationBound
+	}
+	if err := c.startKwok(kwokPort, bound); err != nil {
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -309,9 +320,9 @@ func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int) error 
 	})
 }
 
-func (c *Cluster) startKwok(port int) error {
+func (c *Cluster) startKwok(port int, terminationBound time.Duration) error {
 	stages := filepath.Join(c.dir, "kwok-stages.yaml")
-	if err := writeStages(filepath.Join(c.bin, "kwok-stages"), stages); err != nil {
+	if err := writeStages(filepath.Join(c.bin, "kwok-stages"), stages, terminationBound); err != nil {
 		return err
 	}
 	_, err := c.start("kwok", "kwok",
@@ -381,6 +392,9 @@ func (c *Cluster) createNode(ctx context.Context, n Node) error {
 			gpu = api.DefaultGPUResource
 		}
 		res[gpu] = *resource.NewQuantity(int64(n.GPUs), resource.DecimalSI)
+	}
+	for name, v := range n.Extended {
+		res[name] = *resource.NewQuantity(v, resource.DecimalSI)
 	}
 	labels := map[string]string{"kubernetes.io/hostname": n.Name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "type": "kwok"}
 	for k, v := range n.Labels {

@@ -14,6 +14,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -267,4 +268,52 @@ func TestNoProcessOutlivesAPanic(t *testing.T) {
 		return true, nil
 	})
 	require.NoError(t, err, "control-plane processes %v outlived the panicking test binary", pids)
+}
+
+// A deleted Pod stays Terminating for min(its grace period, the bound),
+// as a kubelet would keep it (stages/pod-delete-graceful.yaml), not a
+// random part of its grace period; kwok's delay annotation overrides it.
+func TestDeletedPodTerminatesLikeAKubelet(t *testing.T) {
+	ctx := ctxFor(t, 2*time.Minute)
+	ns := namespace(t, ctx)
+	c := env.Client()
+	bound := cluster.DefaultPodTerminationBound
+	tests := []struct {
+		name  string
+		grace int64
+		delay string // the kwok annotation, if any
+		want  time.Duration
+	}{
+		{"grace below the bound", 1, "", time.Second},
+		{"grace above the bound", 30, "", bound},
+		{"annotation overrides", 30, "500ms", 500 * time.Millisecond},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			name := fmt.Sprintf("term-%d", i)
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: gpuPodSpec(0)}
+			pod.Spec.TerminationGracePeriodSeconds = ptr.To(tt.grace)
+			if tt.delay != "" {
+				pod.Annotations = map[string]string{"pod-delete.stage.kwok.x-k8s.io/delay": tt.delay}
+			}
+			_, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+			require.NoError(t, err)
+			require.EventuallyWithT(t, func(t *assert.CollectT) {
+				p, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+				require.NoError(t, err)
+				require.Equal(t, corev1.PodRunning, p.Status.Phase)
+			}, time.Minute, 100*time.Millisecond)
+			began := time.Now()
+			require.NoError(t, c.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{}))
+			// Gone within the expected time and a margin for a loaded
+			// machine, far below the grace period where that is longer.
+			err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, tt.want+8*time.Second, true, func(ctx context.Context) (bool, error) {
+				_, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+				return apierrors.IsNotFound(err), nil
+			})
+			require.NoError(t, err, "the Pod was not removed")
+			require.GreaterOrEqual(t, time.Since(began), tt.want-100*time.Millisecond, "the Pod went before a kubelet would have removed it")
+		})
+	}
 }

@@ -2,7 +2,9 @@
 // for `make dev`: etcd, kube-apiserver (RBAC, service-account tokens and
 // admission webhooks on), kube-controller-manager, kube-scheduler and kwok,
 // which fakes the nodes and drives Pods through their lifecycle with its
-// stages. A small provisioner binds every PVC to a hostPath PV, so Pods and
+// stages; a deleted Pod stays Terminating for min(its grace period,
+// Options.PodTerminationBound), as a kubelet keeps it (stages/
+// pod-delete-graceful.yaml). A small provisioner binds every PVC to a hostPath PV, so Pods and
 // Jobs that mount PVCs schedule.
 //
 // Everything listens on free loopback ports and lives in one temp dir. Stop

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -27,7 +29,7 @@ type stageSource struct {
 
 // kwokStages: nodes become Ready and keep their lease; Pods go through the
 // general lifecycle (init containers, native sidecars, readiness, Job
-// completion, deletion); the chaos stages fail a Pod's containers when it
+// completion, deletion after a kubelet's termination time); the chaos stages fail a Pod's containers when it
 // carries their label (pod-container-running-failed.stage.kwok.x-k8s.io=true).
 var kwokStages = []stageSource{
 	{path: "node/fast/node-initialize.yaml"},
@@ -37,13 +39,22 @@ var kwokStages = []stageSource{
 	{path: "own:stages/pod-init-containers-done.yaml"},
 	{path: "pod/general/pod-ready.yaml", fast: true},
 	{path: "pod/general/pod-complete.yaml", fast: true},
-	{path: "pod/general/pod-delete.yaml", fast: true},
+	{path: "own:stages/pod-delete-graceful.yaml"},
 	{path: "pod/chaos/pod-container-running-failed.yaml"},
 	{path: "pod/chaos/pod-init-container-running-failed.yaml"},
 }
 
-// writeStages assembles the stage files into one multi-document file.
-func writeStages(kwokDir, out string) error {
+// DefaultPodTerminationBound is how long a deleted Pod of a grace period
+// at least that long stays Terminating (stages/pod-delete-graceful.yaml).
+const DefaultPodTerminationBound = 2 * time.Second
+
+// boundPlaceholder in pod-delete-graceful.yaml is replaced by the bound in
+// seconds.
+const boundPlaceholder = "BOUND_SECONDS"
+
+// writeStages assembles the stage files into one multi-document file;
+// terminationBound bounds how long a deleted Pod stays Terminating.
+func writeStages(kwokDir, out string, terminationBound time.Duration) error {
 	var docs []string
 	for _, s := range kwokStages {
 		var data []byte
@@ -61,7 +72,8 @@ func writeStages(kwokDir, out string) error {
 				return fmt.Errorf("kwok stage %s: %w", s.path, err)
 			}
 		}
-		docs = append(docs, strings.TrimSpace(string(data)))
+		text := strings.ReplaceAll(string(data), boundPlaceholder, strconv.FormatFloat(terminationBound.Seconds(), 'f', -1, 64))
+		docs = append(docs, strings.TrimSpace(text))
 	}
 	if err := os.WriteFile(out, []byte(strings.Join(docs, "\n---\n")+"\n"), 0o644); err != nil {
 		return fmt.Errorf("writing kwok stages: %w", err)

@@ -211,3 +211,12 @@ runplane-workload{{ range .Values.priorityClasses.tiers }},{{ .name }}{{ end }}
 {{- end -}}
 {{- $ns | uniq | sortAlpha | join "," -}}
 {{- end -}}
+
+{{- /* The extender's managed resources, comma-separated: scheduler.extender.gpuResource, then
+scheduler.extender.managedResources (the scheduler config lists the same). */}}
+{{- define "runplane.managedResources" -}}
+{{- $e := .Values.scheduler.extender -}}
+{{- $list := list $e.gpuResource -}}
+{{- range $e.managedResources }}{{ if ne . $e.gpuResource }}{{ $list = append $list . }}{{ end }}{{ end -}}
+{{- join "," $list -}}
+{{- end -}}

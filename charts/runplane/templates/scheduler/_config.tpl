@@ -46,4 +46,10 @@ extenders:
     managedResources:
       - name: {{ $s.extender.gpuResource }}
         ignoredByScheduler: true
+      {{- range $s.extender.managedResources }}
+      {{- if ne . $s.extender.gpuResource }}
+      - name: {{ . }}
+        ignoredByScheduler: true
+      {{- end }}
+      {{- end }}
 {{- end -}}
