@@ -68,6 +68,11 @@ func ParseSidecarResources(s string) (SidecarResources, error) {
 // Validate checks every container name, resource and quantity.
 func (r SidecarResources) Validate() error {
 	for name, rr := range r {
+		if name == api.SSHContainerName {
+			// Upgrading from a release with the SSH sidecar.
+			return fmt.Errorf("sidecar resources: %q is no longer a container: SSH sessions run inside the Pod's main container and count against its resources; remove it (chart: webhook.sidecarResources.%s); allowed: %s",
+				name, name, strings.Join(sidecarResourceNames, ", "))
+		}
 		if !slices.Contains(sidecarResourceNames, name) {
 			return fmt.Errorf("sidecar resources: unknown container %q; allowed: %s", name, strings.Join(sidecarResourceNames, ", "))
 		}

@@ -173,7 +173,7 @@ func TestParseSidecarResources(t *testing.T) {
 	for in, want := range map[string]string{
 		`{"runplane-sidecar":{}}`: `unknown container "runplane-sidecar"; allowed: runplane-worker, runplane-ssh-install`,
 		// SSH sessions run in the main container (no runplane-ssh sidecar).
-		`{"runplane-ssh":{}}`: `unknown container "runplane-ssh"; allowed: runplane-worker, runplane-ssh-install`,
+		`{"runplane-ssh":{}}`: `"runplane-ssh" is no longer a container: SSH sessions run inside the Pod's main container`,
 		`{"runplane-worker":{"requests":{"nvidia.com/gpu":"1"}}}`:                      `unknown resource requests.nvidia.com/gpu`,
 		`{"runplane-worker":{"requests":{"cpu":"2"},"limits":{"cpu":"1"}}}`:            `requests.cpu 2 is above limits.cpu 1`,
 		`{"runplane-worker":{"requests":{"memory":"lots"}}}`:                           `sidecar resources:`,
