@@ -170,6 +170,10 @@ type Invocation struct {
 	// takes (the queue's -result-max-size): a result that does not fit in
 	// it, or in the server's max_payload, sends its body by reference.
 	ResultMsgMaxBytes int64 `json:"resultMsgMaxBytes,omitempty"`
+	// MaxChunkBytes and MaxChunks bound a streamed answer (the chunks
+	// stream's limits; 0: the framework package's defaults).
+	MaxChunkBytes int   `json:"maxChunkBytes,omitempty"`
+	MaxChunks     int64 `json:"maxChunks,omitempty"`
 	// ReplyTo, when set, is a core NATS inbox the accepting ingress replica
 	// listens on for the sync answer (a fast path next to the KV watch).
 	ReplyTo string `json:"replyTo,omitempty"`
