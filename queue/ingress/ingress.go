@@ -103,6 +103,7 @@ type Server struct {
 	// reply fast path is off.
 	replica string
 	m       *ingressMetrics
+	sse     *sseMetrics
 	// spec is the OpenAPI document served at /openapi.json (SpecJSON).
 	spec []byte
 
@@ -129,7 +130,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, errors.New("ingress: Auth is required (InsecureNoAuth serves unauthenticated callers)")
 	}
 	s := &Server{cfg: cfg, waiters: map[string]map[chan messages.Record]waiter{},
-		counts: map[string]*poolCount{}, nsBacklog: map[string]int{}, m: newIngressMetrics(cfg.Registerer)}
+		counts: map[string]*poolCount{}, nsBacklog: map[string]int{}, m: newIngressMetrics(cfg.Registerer),
+		sse: newSSEMetrics(cfg.Registerer)}
 	spec, err := SpecJSON(cfg)
 	if err != nil {
 		return nil, err

@@ -33,6 +33,9 @@ type InvokeRequest struct {
 	ContentType         string            `json:"contentType,omitempty"`
 	TimeoutSeconds      int               `json:"timeoutSeconds,omitempty"`
 	TTLSeconds          int               `json:"ttlSeconds,omitempty"`
+	// Stream answers with server-sent events of the invocation's output
+	// (as Accept: text/event-stream does); mode defaults to async.
+	Stream bool `json:"stream,omitempty" doc:"answer with server-sent events: the chunks of a streaming framework as they come, then the result (as Accept: text/event-stream)"`
 }
 
 // Subjects are the subjects of an invocation's pool, as in the seed ack.
@@ -104,6 +107,10 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 	if alias && !s.authorizeInvoke(w, r, ns, poolName) {
 		return
 	}
+	streamed := wantsStream(r, req)
+	if streamed && req.Mode == "" {
+		req.Mode = messages.ModeAsync
+	}
 	if err := s.validate(&req); err != nil {
 		s.reject(w, http.StatusBadRequest, err.Error())
 		return
@@ -141,7 +148,8 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 	inv := messages.Invocation{InvocationID: req.InvocationID, Namespace: ns, Pool: poolName, Mode: req.Mode, ContentType: req.ContentType,
 		Headers: req.Headers, Attributes: req.Attributes, Payload: req.Payload, TimeoutSeconds: req.TimeoutSeconds,
 		TTLSeconds: req.TTLSeconds, AcceptedAt: time.Now().UTC(), MaxResultBytes: s.cfg.MaxPayloadBytes,
-		ResultMsgMaxBytes: int64(s.cfg.Store.Config.ResultMaxMsgSize)}
+		ResultMsgMaxBytes: int64(s.cfg.Store.Config.ResultMaxMsgSize),
+		MaxChunkBytes:     s.cfg.Store.Config.Chunks.MaxChunkData(), MaxChunks: s.cfg.Store.Config.Chunks.MaxPerInvocation}
 	// A sync caller registers before anything is published, so no result
 	// can slip past it. Its reply token makes its fast-path reply subject
 	// its own (onReply); a duplicate caller's token is not the one
@@ -191,6 +199,15 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 		}
 	}
 	s.m.accepted.WithLabelValues(poolName, string(req.Mode)).Inc()
+	if streamed {
+		// A re-post answers with the existing invocation's output: as a
+		// sync re-post, only for a caller who may also read it.
+		if ack.Duplicate && req.Mode != messages.ModeSync && !s.resultReadable(w, r, ns, poolName) {
+			return
+		}
+		s.serveSSE(w, r, rec, 0, start)
+		return
+	}
 	if req.Mode == messages.ModeAsync {
 		httpjson.Write(w, http.StatusAccepted, ack)
 		return

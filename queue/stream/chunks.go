@@ -40,7 +40,7 @@ func (c ChunksConfig) withDefaults(streamName string) ChunksConfig {
 	c.Stream = cmp.Or(c.Stream, messages.ChunksStreamName(streamName))
 	c.MaxAge = cmp.Or(c.MaxAge, time.Hour)
 	c.MaxBytes = cmp.Or(c.MaxBytes, 1<<30)
-	c.MaxChunkBytes = cmp.Or(c.MaxChunkBytes, DefaultMaxChunkBytes+1<<10)
+	c.MaxChunkBytes = cmp.Or(c.MaxChunkBytes, DefaultMaxChunkBytes+chunkHeaderRoom)
 	c.MaxPerInvocation = cmp.Or(c.MaxPerInvocation, 100000)
 	return c
 }
@@ -74,3 +74,9 @@ func openChunks(ctx context.Context, js jetstream.JetStream, cfg Config, subj me
 	}
 	return st, nil
 }
+
+// MaxChunkData is the largest chunk a worker may send: the message bound
+// less room for the chunk headers.
+func (c ChunksConfig) MaxChunkData() int { return max(int(c.MaxChunkBytes)-chunkHeaderRoom, 1) }
+
+const chunkHeaderRoom = 1 << 10

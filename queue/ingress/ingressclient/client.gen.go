@@ -271,6 +271,9 @@ type InvokeRequest struct {
 	Payload             interface{} `json:"payload,omitempty"`
 	ServerlessRequestID *string     `json:"serverlessRequestID,omitempty"`
 
+	// Stream answer with server-sent events: the chunks of a streaming framework as they come, then the result (as Accept: text/event-stream)
+	Stream *bool `json:"stream,omitempty"`
+
 	// TimeoutSeconds execution time allowed, in seconds; a sync caller waits this long (0 or absent: the ingress's default, 300 unless configured); the maximum is this ingress's configured limit
 	TimeoutSeconds *int `json:"timeoutSeconds,omitempty"`
 
@@ -608,6 +611,13 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/namespaces/{namespace}/invocations/{id}/cancel (the `CancelInvocation` operationId).
 	CancelInvocation(ctx context.Context, namespace string, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// StreamInvocation An invocation's output as server-sent events, resumable
+	//
+	// Readable by whoever may get the invocation (RBAC get on pools/invocations of its pool). Events: invocation (ID, pool, state), then one chunk per chunk the worker's framework streamed, each with id: its sequence, attempt when a retry starts its output over, and finally result with the terminal Record. Header Last-Event-ID (or query parameter after) resumes after that chunk, on any ingress replica, while the chunks are retained (chart queue.stream.chunks.maxAge). An idle stream gets a comment every 10s.
+	//
+	// Corresponds with GET /v1/namespaces/{namespace}/invocations/{id}/stream (the `StreamInvocation` operationId).
+	StreamInvocation(ctx context.Context, namespace string, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetPool A pool's policy, workers, backlog and in-flight count
 	//
 	// Corresponds with GET /v1/namespaces/{namespace}/pools/{pool} (the `GetPool` operationId).
@@ -615,7 +625,7 @@ type ClientInterface interface {
 
 	// InvokePoolWithBody Enqueue an invocation of a pool
 	//
-	// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent.
+	// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent. With Accept: text/event-stream or "stream": true the answer is 200 text/event-stream as streamInvocation's (mode defaults to async).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -624,7 +634,7 @@ type ClientInterface interface {
 
 	// InvokePool Enqueue an invocation of a pool
 	//
-	// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent.
+	// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent. With Accept: text/event-stream or "stream": true the answer is 200 text/event-stream as streamInvocation's (mode defaults to async).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -762,6 +772,23 @@ func (c *Client) CancelInvocation(ctx context.Context, namespace string, id stri
 	return c.Client.Do(req)
 }
 
+// StreamInvocation An invocation's output as server-sent events, resumable
+//
+// Readable by whoever may get the invocation (RBAC get on pools/invocations of its pool). Events: invocation (ID, pool, state), then one chunk per chunk the worker's framework streamed, each with id: its sequence, attempt when a retry starts its output over, and finally result with the terminal Record. Header Last-Event-ID (or query parameter after) resumes after that chunk, on any ingress replica, while the chunks are retained (chart queue.stream.chunks.maxAge). An idle stream gets a comment every 10s.
+//
+// Corresponds with GET /v1/namespaces/{namespace}/invocations/{id}/stream (the `StreamInvocation` operationId).
+func (c *Client) StreamInvocation(ctx context.Context, namespace string, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStreamInvocationRequest(c.Server, namespace, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // GetPool A pool's policy, workers, backlog and in-flight count
 //
 // Corresponds with GET /v1/namespaces/{namespace}/pools/{pool} (the `GetPool` operationId).
@@ -779,7 +806,7 @@ func (c *Client) GetPool(ctx context.Context, namespace string, pool string, req
 
 // InvokePoolWithBody Enqueue an invocation of a pool
 //
-// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent.
+// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent. With Accept: text/event-stream or "stream": true the answer is 200 text/event-stream as streamInvocation's (mode defaults to async).
 //
 // Takes any type of body and a specified content type.
 //
@@ -798,7 +825,7 @@ func (c *Client) InvokePoolWithBody(ctx context.Context, namespace string, pool 
 
 // InvokePool Enqueue an invocation of a pool
 //
-// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent.
+// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent. With Accept: text/event-stream or "stream": true the answer is 200 text/event-stream as streamInvocation's (mode defaults to async).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1045,6 +1072,47 @@ func NewCancelInvocationRequest(server string, namespace string, id string) (*ht
 	return req, nil
 }
 
+// NewStreamInvocationRequest constructs an http.Request for the StreamInvocation method
+func NewStreamInvocationRequest(server string, namespace string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "namespace", namespace, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/namespaces/%s/invocations/%s/stream", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetPoolRequest constructs an http.Request for the GetPool method
 func NewGetPoolRequest(server string, namespace string, pool string) (*http.Request, error) {
 	var err error
@@ -1246,6 +1314,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/namespaces/{namespace}/invocations/{id}/cancel (the `CancelInvocation` operationId).
 	CancelInvocationWithResponse(ctx context.Context, namespace string, id string, reqEditors ...RequestEditorFn) (*CancelInvocationResponse, error)
 
+	// StreamInvocationWithResponse An invocation's output as server-sent events, resumable
+	//
+	// Readable by whoever may get the invocation (RBAC get on pools/invocations of its pool). Events: invocation (ID, pool, state), then one chunk per chunk the worker's framework streamed, each with id: its sequence, attempt when a retry starts its output over, and finally result with the terminal Record. Header Last-Event-ID (or query parameter after) resumes after that chunk, on any ingress replica, while the chunks are retained (chart queue.stream.chunks.maxAge). An idle stream gets a comment every 10s.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/namespaces/{namespace}/invocations/{id}/stream (the `StreamInvocation` operationId).
+	StreamInvocationWithResponse(ctx context.Context, namespace string, id string, reqEditors ...RequestEditorFn) (*StreamInvocationResponse, error)
+
 	// GetPoolWithResponse A pool's policy, workers, backlog and in-flight count
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -1255,7 +1332,7 @@ type ClientWithResponsesInterface interface {
 
 	// InvokePoolWithBodyWithResponse Enqueue an invocation of a pool
 	//
-	// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent.
+	// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent. With Accept: text/event-stream or "stream": true the answer is 200 text/event-stream as streamInvocation's (mode defaults to async).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1264,7 +1341,7 @@ type ClientWithResponsesInterface interface {
 
 	// InvokePoolWithResponse Enqueue an invocation of a pool
 	//
-	// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent.
+	// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent. With Accept: text/event-stream or "stream": true the answer is 200 text/event-stream as streamInvocation's (mode defaults to async).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1713,6 +1790,75 @@ func (r CancelInvocationResponse) ContentType() string {
 	return ""
 }
 
+type StreamInvocationResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r StreamInvocationResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r StreamInvocationResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r StreamInvocationResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r StreamInvocationResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r StreamInvocationResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r StreamInvocationResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r StreamInvocationResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r StreamInvocationResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r StreamInvocationResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetPoolResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2017,6 +2163,21 @@ func (c *ClientWithResponses) CancelInvocationWithResponse(ctx context.Context, 
 	return ParseCancelInvocationResponse(rsp)
 }
 
+// StreamInvocationWithResponse An invocation's output as server-sent events, resumable
+//
+// Readable by whoever may get the invocation (RBAC get on pools/invocations of its pool). Events: invocation (ID, pool, state), then one chunk per chunk the worker's framework streamed, each with id: its sequence, attempt when a retry starts its output over, and finally result with the terminal Record. Header Last-Event-ID (or query parameter after) resumes after that chunk, on any ingress replica, while the chunks are retained (chart queue.stream.chunks.maxAge). An idle stream gets a comment every 10s.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/namespaces/{namespace}/invocations/{id}/stream (the `StreamInvocation` operationId).
+func (c *ClientWithResponses) StreamInvocationWithResponse(ctx context.Context, namespace string, id string, reqEditors ...RequestEditorFn) (*StreamInvocationResponse, error) {
+	rsp, err := c.StreamInvocation(ctx, namespace, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStreamInvocationResponse(rsp)
+}
+
 // GetPoolWithResponse A pool's policy, workers, backlog and in-flight count
 //
 // Returns a wrapper object for the known response body format(s).
@@ -2032,7 +2193,7 @@ func (c *ClientWithResponses) GetPoolWithResponse(ctx context.Context, namespace
 
 // InvokePoolWithBodyWithResponse Enqueue an invocation of a pool
 //
-// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent.
+// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent. With Accept: text/event-stream or "stream": true the answer is 200 text/event-stream as streamInvocation's (mode defaults to async).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2047,7 +2208,7 @@ func (c *ClientWithResponses) InvokePoolWithBodyWithResponse(ctx context.Context
 
 // InvokePoolWithResponse Enqueue an invocation of a pool
 //
-// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent.
+// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent. With Accept: text/event-stream or "stream": true the answer is 200 text/event-stream as streamInvocation's (mode defaults to async).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2386,6 +2547,60 @@ func ParseCancelInvocationResponse(rsp *http.Response) (*CancelInvocationRespons
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseStreamInvocationResponse parses an HTTP response from a StreamInvocationWithResponse call
+func ParseStreamInvocationResponse(rsp *http.Response) (*StreamInvocationResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &StreamInvocationResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Problem
