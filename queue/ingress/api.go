@@ -145,6 +145,17 @@ func operations() []operation {
 				unavailable,
 			},
 			serve: func(s *Server) http.HandlerFunc { return s.handleCancel }},
+		{method: http.MethodGet, path: "/v1/namespaces/{namespace}/callback-signing-key", id: "getCallbackSigningKey", tag: "callbacks",
+			summary: "The namespace's completion-callback signing key",
+			description: "Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over \"<t>.<body>\"> under this key " +
+				"(verify it and refuse old timestamps); Runplane-Delivery names the delivery for deduplication. Needs RBAC get on pools/callbacksigningkey in the namespace.",
+			responses: []response{
+				{status: http.StatusOK, body: SigningKey{}, description: "the key"},
+				badRequest, unauthorized, forbidden,
+				{status: http.StatusNotFound, body: Problem{}, description: "callbacks are not enabled"},
+				unavailable,
+			},
+			serve: func(s *Server) http.HandlerFunc { return s.handleSigningKey }},
 		{method: http.MethodGet, path: "/v1/namespaces/{namespace}/pools/{pool}", id: "getPool", tag: "pools",
 			summary: "A pool's policy, workers, backlog and in-flight count",
 			responses: []response{

@@ -72,6 +72,8 @@ type Config struct {
 	// MaxTTLSeconds bounds it (default 86400; keep it below the Records'
 	// TTL and the stream's max age).
 	DefaultTTLSeconds, MaxTTLSeconds int
+	// Callbacks turns on completion callbacks (nil: off).
+	Callbacks *CallbackConfig
 	// DisableReplyFastPath makes sync callers rely on the KV watch only.
 	DisableReplyFastPath bool
 	Logger               *slog.Logger

@@ -35,7 +35,9 @@ type InvokeRequest struct {
 	TTLSeconds          int               `json:"ttlSeconds,omitempty"`
 	// Stream answers with server-sent events of the invocation's output
 	// (as Accept: text/event-stream does); mode defaults to async.
-	Stream bool `json:"stream,omitempty" doc:"answer with server-sent events: the chunks of a streaming framework as they come, then the result (as Accept: text/event-stream)"`
+	// CallbackURL asks for a completion callback (queue/callback).
+	CallbackURL string `json:"callbackURL,omitempty" doc:"POST the terminal Record here, signed (Runplane-Signature); default: the pool's runplane.io/callback-url"`
+	Stream      bool   `json:"stream,omitempty" doc:"answer with server-sent events: the chunks of a streaming framework as they come, then the result (as Accept: text/event-stream)"`
 }
 
 // Subjects are the subjects of an invocation's pool, as in the seed ack.
@@ -124,6 +126,11 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 		s.reject(w, http.StatusConflict, conflictMessage(pl))
 		return
 	}
+	cb, err := s.callbackStatus(req.CallbackURL, pl.Policy.CallbackURL)
+	if err != nil {
+		s.reject(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	// The pool's Object Store bucket, where its workers store results too
 	// big for one message (made once per pool and replica; the NATS auth
 	// callout also makes it when it admits a worker).
@@ -150,6 +157,9 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 		TTLSeconds: req.TTLSeconds, AcceptedAt: time.Now().UTC(), MaxResultBytes: s.cfg.MaxPayloadBytes,
 		ResultMsgMaxBytes: int64(s.cfg.Store.Config.ResultMaxMsgSize),
 		MaxChunkBytes:     s.cfg.Store.Config.Chunks.MaxChunkData(), MaxChunks: s.cfg.Store.Config.Chunks.MaxPerInvocation}
+	if cb != nil {
+		inv.CallbackURL = cb.URL
+	}
 	// A sync caller registers before anything is published, so no result
 	// can slip past it. Its reply token makes its fast-path reply subject
 	// its own (onReply); a duplicate caller's token is not the one
@@ -284,6 +294,9 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation, hash strin
 	}
 	rec := messages.Record{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool, Mode: inv.Mode, State: messages.StateQueued,
 		Stream: st.Config.Stream, RequestHash: hash, AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt}
+	if inv.CallbackURL != "" {
+		rec.Callback = &messages.CallbackStatus{URL: inv.CallbackURL, State: messages.CallbackPending}
+	}
 	rev, err := st.Create(ctx, rec)
 	if errors.Is(err, stream.ErrExists) {
 		// Posted before, or another request with this ID won the race.
@@ -297,6 +310,11 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation, hash strin
 	}
 	// The Record's sequence is filled in by the activator when it
 	// dispatches: writing it here would cost two more KV round trips.
+	if rec.Callback != nil {
+		// The activator's copy of a Record it did not read would lack the
+		// callback and overwrite it: it reads this one.
+		rev = 0
+	}
 	pa, err := s.publish(ctx, inv, rev, hash)
 	if err != nil {
 		// Not accepted: free the ID so the caller can retry.

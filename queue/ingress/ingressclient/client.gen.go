@@ -228,6 +228,21 @@ type AttemptOutcome struct {
 // AttemptOutcomeState defines model for AttemptOutcome.State.
 type AttemptOutcomeState string
 
+// CallbackAttempt defines model for CallbackAttempt.
+type CallbackAttempt struct {
+	At         time.Time  `json:"at"`
+	Error      *string    `json:"error,omitempty"`
+	NextAt     *time.Time `json:"nextAt,omitempty"`
+	StatusCode *int       `json:"statusCode,omitempty"`
+}
+
+// CallbackStatus defines model for CallbackStatus.
+type CallbackStatus struct {
+	Attempts *[]CallbackAttempt `json:"attempts,omitempty"`
+	State    string             `json:"state"`
+	Url      string             `json:"url"`
+}
+
 // InvocationProblem defines model for InvocationProblem.
 type InvocationProblem struct {
 	// Detail what went wrong in this request, naming the field, limit or object
@@ -260,7 +275,10 @@ type InvocationProblemState string
 
 // InvokeRequest defines model for InvokeRequest.
 type InvokeRequest struct {
-	Attributes   *map[string]string `json:"attributes,omitempty"`
+	Attributes *map[string]string `json:"attributes,omitempty"`
+
+	// CallbackURL POST the terminal Record here, signed (Runplane-Signature); default: the pool's runplane.io/callback-url
+	CallbackURL  *string            `json:"callbackURL,omitempty"`
 	ContentType  *string            `json:"contentType,omitempty"`
 	Headers      *map[string]string `json:"headers,omitempty"`
 	InvocationID *string            `json:"invocationID,omitempty"`
@@ -346,6 +364,9 @@ type PoolInfo struct {
 
 // PoolPolicy defines model for PoolPolicy.
 type PoolPolicy struct {
+	// CallbackURL runplane.io/callback-url: the completion callback of invocations that name none
+	CallbackURL *string `json:"callbackURL,omitempty"`
+
 	// Concurrency runplane.io/concurrency: invocations one worker runs at once
 	Concurrency int `json:"concurrency"`
 
@@ -426,6 +447,7 @@ type Record struct {
 	AcceptedAt      time.Time         `json:"acceptedAt"`
 	Attempt         *int              `json:"attempt,omitempty"`
 	Attempts        *[]AttemptOutcome `json:"attempts,omitempty"`
+	Callback        *CallbackStatus   `json:"callback,omitempty"`
 	Error           *string           `json:"error,omitempty"`
 	InvocationID    string            `json:"invocationID"`
 	Mode            RecordMode        `json:"mode"`
@@ -456,6 +478,19 @@ type Response struct {
 	Error       *string            `json:"error,omitempty"`
 	Headers     *map[string]string `json:"headers,omitempty"`
 	StatusCode  int                `json:"statusCode"`
+}
+
+// SigningKey defines model for SigningKey.
+type SigningKey struct {
+	// Algorithm HMAC-SHA256
+	Algorithm string `json:"algorithm"`
+
+	// Header the signature header: t=<unix seconds>,v1=<hex MAC of "<t>.<body>">
+	Header string `json:"header"`
+
+	// Key the namespace's HMAC-SHA256 key, hex-encoded
+	Key       string `json:"key"`
+	Namespace string `json:"namespace"`
 }
 
 // Status defines model for Status.
@@ -599,6 +634,13 @@ type ClientInterface interface {
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetCallbackSigningKey The namespace's completion-callback signing key
+	//
+	// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps); Runplane-Delivery names the delivery for deduplication. Needs RBAC get on pools/callbacksigningkey in the namespace.
+	//
+	// Corresponds with GET /v1/namespaces/{namespace}/callback-signing-key (the `GetCallbackSigningKey` operationId).
+	GetCallbackSigningKey(ctx context.Context, namespace string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetInvocation An invocation's state and result
 	//
 	// Corresponds with GET /v1/namespaces/{namespace}/invocations/{id} (the `GetInvocation` operationId).
@@ -730,6 +772,23 @@ func (c *Client) GetOpenAPI(ctx context.Context, reqEditors ...RequestEditorFn) 
 // Corresponds with GET /readyz (the `GetReadiness` operationId).
 func (c *Client) GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetReadinessRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetCallbackSigningKey The namespace's completion-callback signing key
+//
+// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps); Runplane-Delivery names the delivery for deduplication. Needs RBAC get on pools/callbacksigningkey in the namespace.
+//
+// Corresponds with GET /v1/namespaces/{namespace}/callback-signing-key (the `GetCallbackSigningKey` operationId).
+func (c *Client) GetCallbackSigningKey(ctx context.Context, namespace string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetCallbackSigningKeyRequest(c.Server, namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -973,6 +1032,40 @@ func NewGetReadinessRequest(server string) (*http.Request, error) {
 	}
 
 	operationPath := fmt.Sprintf("/readyz")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetCallbackSigningKeyRequest constructs an http.Request for the GetCallbackSigningKey method
+func NewGetCallbackSigningKeyRequest(server string, namespace string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "namespace", namespace, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/namespaces/%s/callback-signing-key", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -1297,6 +1390,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadinessWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetReadinessResponse, error)
+
+	// GetCallbackSigningKeyWithResponse The namespace's completion-callback signing key
+	//
+	// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps); Runplane-Delivery names the delivery for deduplication. Needs RBAC get on pools/callbacksigningkey in the namespace.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/namespaces/{namespace}/callback-signing-key (the `GetCallbackSigningKey` operationId).
+	GetCallbackSigningKeyWithResponse(ctx context.Context, namespace string, reqEditors ...RequestEditorFn) (*GetCallbackSigningKeyResponse, error)
 
 	// GetInvocationWithResponse An invocation's state and result
 	//
@@ -1625,6 +1727,82 @@ func (r GetReadinessResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetReadinessResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetCallbackSigningKeyResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SigningKey
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetCallbackSigningKeyResponse) GetJSON200() *SigningKey {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetCallbackSigningKeyResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetCallbackSigningKeyResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetCallbackSigningKeyResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetCallbackSigningKeyResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetCallbackSigningKeyResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetCallbackSigningKeyResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetCallbackSigningKeyResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetCallbackSigningKeyResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetCallbackSigningKeyResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -2135,6 +2313,21 @@ func (c *ClientWithResponses) GetReadinessWithResponse(ctx context.Context, reqE
 	return ParseGetReadinessResponse(rsp)
 }
 
+// GetCallbackSigningKeyWithResponse The namespace's completion-callback signing key
+//
+// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps); Runplane-Delivery names the delivery for deduplication. Needs RBAC get on pools/callbacksigningkey in the namespace.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/namespaces/{namespace}/callback-signing-key (the `GetCallbackSigningKey` operationId).
+func (c *ClientWithResponses) GetCallbackSigningKeyWithResponse(ctx context.Context, namespace string, reqEditors ...RequestEditorFn) (*GetCallbackSigningKeyResponse, error) {
+	rsp, err := c.GetCallbackSigningKey(ctx, namespace, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetCallbackSigningKeyResponse(rsp)
+}
+
 // GetInvocationWithResponse An invocation's state and result
 //
 // Returns a wrapper object for the known response body format(s).
@@ -2418,6 +2611,67 @@ func ParseGetReadinessResponse(rsp *http.Response) (*GetReadinessResponse, error
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetCallbackSigningKeyResponse parses an HTTP response from a GetCallbackSigningKeyWithResponse call
+func ParseGetCallbackSigningKeyResponse(rsp *http.Response) (*GetCallbackSigningKeyResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetCallbackSigningKeyResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SigningKey
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Problem
