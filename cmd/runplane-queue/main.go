@@ -58,6 +58,8 @@ func run() error {
 	var c queue.Config
 	var kubeconfig, pools string
 	var boot bootstrap
+	var cb callbackFlags
+	cb.register(&c)
 	var inCluster, noKube bool
 	flag.StringVar(&c.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL")
 	flag.StringVar(&c.NATSUser, "nats-user", "", "the queue's NATS user (one of the server's auth_callout.auth_users); empty: no credentials")
@@ -154,6 +156,9 @@ func run() error {
 		if err := boot.run(ctx, c.RESTConfig, &c); err != nil {
 			return err
 		}
+	}
+	if err := cb.apply(ctx, c.RESTConfig, &c); err != nil {
+		return err
 	}
 	return queue.Run(ctx, c)
 }
