@@ -25,11 +25,17 @@ async def atokens(req):
         await asyncio.sleep(0.001)
         yield tok
 
-rf.serve(atokens if sys.argv[1] == "async" else tokens)
+fn = atokens if sys.argv[1] == "async" else tokens
+if sys.argv[2] == "uvicorn":
+    import uvicorn
+    uvicorn.run(rf.asgi_app(fn), uds=rf.config_from_env().socket_path, log_level="warning")
+else:
+    rf.serve(fn)
 `
 
 // TestPythonSDKStream: the sidecar's client reads a Python generator
-// handler's chunks, sync and async, one by one and in order.
+// handler's chunks, sync and async, one by one and in order, under the
+// built-in server and uvicorn (the ASGI adapter).
 func TestPythonSDKStream(t *testing.T) {
 	py := "/usr/bin/python3"
 	if _, err := os.Stat(py); err != nil {
@@ -37,10 +43,13 @@ func TestPythonSDKStream(t *testing.T) {
 	}
 	dir, err := filepath.Abs("python")
 	require.NoError(t, err)
-	for _, kind := range []string{"sync", "async"} {
-		t.Run(kind, func(t *testing.T) {
+	for _, tc := range []struct{ kind, server string }{{"sync", "builtin"}, {"async", "builtin"}, {"sync", "uvicorn"}, {"async", "uvicorn"}} {
+		t.Run(tc.kind+"/"+tc.server, func(t *testing.T) {
+			if tc.server == "uvicorn" && exec.Command(py, "-c", "import uvicorn").Run() != nil {
+				t.Skip("python3-uvicorn not installed")
+			}
 			sock := filepath.Join(t.TempDir(), "framework.sock")
-			cmd := exec.Command(py, "-c", pythonStreamHandler, kind)
+			cmd := exec.Command(py, "-c", pythonStreamHandler, tc.kind, tc.server)
 			cmd.Env = append(os.Environ(), "RUNPLANE_FRAMEWORK_SOCKET="+sock, "PYTHONPATH="+dir)
 			cmd.Stderr = os.Stderr
 			require.NoError(t, cmd.Start())
