@@ -146,3 +146,26 @@ func TestCallbackPrivateTargetRefused(t *testing.T) {
 	}
 	assert.Empty(t, rc.received())
 }
+
+// TestCallbackPendingSurvivesRestart: a callback still pending when the
+// queue stops (its target failed, the retry not yet due) is delivered by
+// the queue that starts next, from the Record alone.
+func TestCallbackPendingSurvivesRestart(t *testing.T) {
+	e := newEnv(t, func(c *queue.Config) {
+		c.Callbacks = queue.CallbackOptions{MasterKey: testMasterKey, AllowCIDRs: []string{"127.0.0.0/8"}, Backoff: time.Second}
+	})
+	e.worker("w1", 1, stubworker.Echo)
+	rc := newReceiver(t, 500, 200)
+	r := e.invoke(map[string]any{"mode": "async", "invocationID": "cb-r", "callbackURL": rc.srv.URL})
+	require.Equal(t, http.StatusAccepted, r.code, "%s", r.raw)
+	require.Eventually(t, func() bool {
+		rec := e.record("cb-r")
+		return rec.Callback != nil && len(rec.Callback.Attempts) == 1
+	}, 20*time.Second, 20*time.Millisecond, "first attempt recorded")
+	e.stop()
+	e.startQueue()
+	rec := e.waitCallback("cb-r")
+	assert.Equal(t, messages.CallbackDelivered, rec.Callback.State)
+	assert.Len(t, rec.Callback.Attempts, 2)
+	assert.Len(t, rc.received(), 2)
+}
