@@ -92,6 +92,9 @@ const (
 	// AnnotationMaxRetries is how many times a failed execution is run
 	// again (default 0: never).
 	AnnotationMaxRetries = Prefix + "max-retries"
+	// AnnotationCallbackURL, on a pool's Deployment, is the completion
+	// callback of its invocations that name none (queue/callback).
+	AnnotationCallbackURL = Prefix + "callback-url"
 	// AnnotationRetryOn says which failures are retried: a comma-separated
 	// list of "error", "timeout", HTTP status codes and classes ("5xx").
 	AnnotationRetryOn = Prefix + "retry-on"

@@ -28,9 +28,11 @@ func workerSubjects(subj messages.Subjects, streamName string, id natscallout.Id
 		Consumer: messages.ConsumerName(ns, pool, worker),
 		Dispatch: subj.Dispatch(ns, pool, worker),
 		Cancel:   subj.Cancel(ns, pool, worker),
-		Publish:  []string{subj.Result(ns, pool), subj.Metrics(ns, pool)},
-		Replies:  subj.Reply(ns, pool) + ".>",
-		Inbox:    messages.WorkerInbox(ns, pool, worker),
+		// Chunks of streamed answers: any invocation of its own pool
+		// (as results are), never another pool's or namespace's.
+		Publish: []string{subj.Result(ns, pool), subj.Metrics(ns, pool), subj.Chunk(ns, pool, "*")},
+		Replies: subj.Reply(ns, pool) + ".>",
+		Inbox:   messages.WorkerInbox(ns, pool, worker),
 		// Its pool's bucket, named after namespace and pool: no other
 		// pool's objects.
 		ObjectBucket: objects.Bucket(streamName, ns, pool),

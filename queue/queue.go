@@ -48,6 +48,8 @@ type Config struct {
 	// Callout serves the NATS auth callout for the worker sidecars when
 	// Callout.IssuerSeedFile is set (requires RESTConfig).
 	Callout CalloutConfig
+	// Callbacks turns on completion callbacks (callbacks.go).
+	Callbacks CallbackOptions
 	// Stream configures the JetStream resources (prefix, stream, replicas,
 	// max age, duplicate window, buckets, record TTL).
 	Stream stream.Config
@@ -215,6 +217,17 @@ func Run(ctx context.Context, cfg Config) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), st.Collector(2*time.Second), buildinfo.Collector())
 	var runnables []manager.Runnable
+	callbacks, err := callbackConfig(cfg.Callbacks)
+	if err != nil {
+		return err
+	}
+	if callbacks != nil && !cfg.DisableActivator {
+		d, err := newDeliverer(callbacks, cfg.Callbacks, st, reg, log)
+		if err != nil {
+			return err
+		}
+		runnables = append(runnables, d)
+	}
 	if cfg.Callout.IssuerSeedFile != "" {
 		calloutKube, err := limitedClient(cfg.RESTConfig, cfg.Callout.Client, 50, 100)
 		if err != nil {
@@ -248,6 +261,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		srv, err := ingress.New(ctx, ingress.Config{Store: st, NC: nc, Pools: pools, Auth: gate, InsecureNoAuth: cfg.InsecureDisableCallerAuth, Limits: cfg.Limits,
 			DefaultTTLSeconds: cfg.DefaultTTLSeconds, MaxTTLSeconds: maxTTLSeconds(cfg.Stream), MaxBodyBytes: cfg.MaxBodyBytes, MaxPayloadBytes: cfg.MaxPayloadBytes, Logger: log, Registerer: reg,
+			Callbacks: callbacks,
 			// With the manager's metrics (leader election, client-go), whose
 			// own metrics listener is off: /metrics stays on the ingress port.
 			Gatherer: prometheus.Gatherers{reg, ctrlmetrics.Registry}})

@@ -28,6 +28,8 @@ type metrics struct {
 	ackErrors                           *prometheus.CounterVec
 	// bodiesUnstored: big response bodies the bucket refused.
 	bodiesUnstored prometheus.Counter
+	// chunks: chunks of streamed answers relayed (stream.go).
+	chunks prometheus.Counter
 }
 
 func newMetrics(concurrency int) *metrics {
@@ -56,7 +58,9 @@ func newMetrics(concurrency int) *metrics {
 		Help: "Dispatches handed back unrun because the framework refused the connection (the worker turns not ready)."})
 	m.publishRetries = prometheus.NewCounter(prometheus.CounterOpts{Name: "runplane_sidecar_result_publish_retries_total",
 		Help: "Failed tries to store a result (NATS away, results stream full); the result is retried, never the framework call."})
-	m.reg.MustRegister(m.invocations, m.duration, m.inFlight, m.ready, m.duplicates, m.ackErrors, m.refused, m.publishRetries, m.handedBack, m.bodiesUnstored, conc, buildinfo.Collector(),
+	m.chunks = prometheus.NewCounter(prometheus.CounterOpts{Name: "runplane_sidecar_stream_chunks_total",
+		Help: "Chunks of streamed framework answers relayed to the chunks stream."})
+	m.reg.MustRegister(m.chunks, m.invocations, m.duration, m.inFlight, m.ready, m.duplicates, m.ackErrors, m.refused, m.publishRetries, m.handedBack, m.bodiesUnstored, conc, buildinfo.Collector(),
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -460,7 +460,7 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 	if perr != nil {
 		err = perr
 	} else {
-		resp, err = s.client.Invoke(callCtx, framework.Request{
+		resp, err = s.invoke(callCtx, d, framework.Request{
 			Version:             framework.Version,
 			InvocationID:        d.InvocationID,
 			ServerlessRequestID: s.cfg.Pool,

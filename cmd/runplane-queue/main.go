@@ -58,6 +58,8 @@ func run() error {
 	var c queue.Config
 	var kubeconfig, pools string
 	var boot bootstrap
+	var cb callbackFlags
+	cb.register(&c)
 	var inCluster, noKube bool
 	flag.StringVar(&c.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL")
 	flag.StringVar(&c.NATSUser, "nats-user", "", "the queue's NATS user (one of the server's auth_callout.auth_users); empty: no credentials")
@@ -86,6 +88,9 @@ func run() error {
 	flag.Int64Var(&c.Stream.RecordsMaxBytes, "records-max-bytes", -1, "size bound of the invocation Records bucket (full: new invocations get 503; -1: unbounded)")
 	flag.DurationVar(&c.Stream.DuplicateWindow, "duplicate-window", 2*time.Minute, "stream duplicate window")
 	flag.Int64Var(&c.Stream.ResultsMaxBytes, "results-max-bytes", 1<<30, "size bound of the worker results stream (full: new results are refused and retried, none dropped)")
+	flag.DurationVar(&c.Stream.Chunks.MaxAge, "chunks-max-age", time.Hour, "how long the chunks of a streamed invocation are kept: it can be read and resumed (Last-Event-ID) that long")
+	flag.Int64Var(&c.Stream.Chunks.MaxBytes, "chunks-max-bytes", 1<<30, "size bound of the chunks stream of streamed invocations (full: the oldest chunks go)")
+	flag.Int64Var(&c.Stream.Chunks.MaxPerInvocation, "chunks-per-invocation", 100000, "chunks kept per streamed invocation (more: the framework's stream fails the invocation)")
 	flag.Func("result-max-size", "bound of one result message in bytes (default 1048576, nats-server's default max_payload)", func(v string) error {
 		n, err := strconv.ParseInt(v, 10, 32)
 		if err != nil || n < 1 {
@@ -153,6 +158,9 @@ func run() error {
 		if err := boot.run(ctx, c.RESTConfig, &c); err != nil {
 			return err
 		}
+	}
+	if err := cb.apply(ctx, c.RESTConfig, &c); err != nil {
+		return err
 	}
 	return queue.Run(ctx, c)
 }

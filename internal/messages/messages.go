@@ -170,9 +170,16 @@ type Invocation struct {
 	// takes (the queue's -result-max-size): a result that does not fit in
 	// it, or in the server's max_payload, sends its body by reference.
 	ResultMsgMaxBytes int64 `json:"resultMsgMaxBytes,omitempty"`
+	// MaxChunkBytes and MaxChunks bound a streamed answer (the chunks
+	// stream's limits; 0: the framework package's defaults).
+	MaxChunkBytes int   `json:"maxChunkBytes,omitempty"`
+	MaxChunks     int64 `json:"maxChunks,omitempty"`
 	// ReplyTo, when set, is a core NATS inbox the accepting ingress replica
 	// listens on for the sync answer (a fast path next to the KV watch).
 	ReplyTo string `json:"replyTo,omitempty"`
+	// CallbackURL is where the ingress asks for a completion callback; it
+	// goes into the Record only, never into a message.
+	CallbackURL string `json:"-"`
 }
 
 // Dispatch is what the activator sends a worker on dispatch.<ns>.<pool>.<worker>.
@@ -341,6 +348,9 @@ type Record struct {
 	RequestHash string    `json:"requestHash,omitempty"`
 	AcceptedAt  time.Time `json:"acceptedAt"`
 	UpdatedAt   time.Time `json:"updatedAt"`
+	// Callback is the completion callback, when the invocation or its
+	// pool asked for one (queue/callback).
+	Callback *CallbackStatus `json:"callback,omitempty"`
 }
 
 // IsJSON reports whether contentType is JSON ("" is: the default): a JSON

@@ -99,9 +99,10 @@ func invokeResponses(notFound string) []response {
 func operations() []operation {
 	return []operation{
 		{method: http.MethodPost, path: "/v1/namespaces/{namespace}/pools/{pool}/invocations", id: "invokePool", tag: "invocations",
-			summary:     "Enqueue an invocation of a pool",
-			description: "sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent.",
-			body:        InvokeRequest{}, responses: invokeResponses("no Deployment of the namespace is labelled runplane.io/pool=<pool>"),
+			summary: "Enqueue an invocation of a pool",
+			description: "sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent. " +
+				"With Accept: text/event-stream or \"stream\": true the answer is 200 text/event-stream as streamInvocation's (mode defaults to async).",
+			body: InvokeRequest{}, responses: invokeResponses("no Deployment of the namespace is labelled runplane.io/pool=<pool>"),
 			serve: func(s *Server) http.HandlerFunc {
 				return func(w http.ResponseWriter, r *http.Request) {
 					s.handleInvoke(w, r, r.PathValue("namespace"), r.PathValue("pool"), false)
@@ -123,6 +124,16 @@ func operations() []operation {
 				unavailable,
 			},
 			serve: func(s *Server) http.HandlerFunc { return s.handleGet }},
+		{method: http.MethodGet, path: "/v1/namespaces/{namespace}/invocations/{id}/stream", id: "streamInvocation", tag: "invocations",
+			summary:     "An invocation's output as server-sent events, resumable",
+			description: streamDescription,
+			responses: []response{
+				{status: http.StatusOK, body: "", contentType: "text/event-stream", description: "the events: invocation, then chunk (id: its sequence) and attempt, then result (the terminal Record)"},
+				badRequest, unauthorized, forbidden,
+				{status: http.StatusNotFound, body: Problem{}, description: "no such invocation in this namespace (an ID of another namespace included)"},
+				unavailable,
+			},
+			serve: func(s *Server) http.HandlerFunc { return s.handleStream }},
 		{method: http.MethodPost, path: "/v1/namespaces/{namespace}/invocations/{id}/cancel", id: "cancelInvocation", tag: "invocations",
 			summary:     "Cancel an invocation",
 			description: "A queued invocation becomes cancelled at once; a running one's worker is sent a cancel, which reaches the framework as a closed connection.",
@@ -134,6 +145,17 @@ func operations() []operation {
 				unavailable,
 			},
 			serve: func(s *Server) http.HandlerFunc { return s.handleCancel }},
+		{method: http.MethodGet, path: "/v1/namespaces/{namespace}/callback-signing-key", id: "getCallbackSigningKey", tag: "callbacks",
+			summary: "The namespace's completion-callback signing key",
+			description: "Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over \"<t>.<body>\"> under this key " +
+				"(verify it and refuse old timestamps); Runplane-Delivery names the delivery for deduplication. Needs RBAC get on pools/callbacksigningkey in the namespace.",
+			responses: []response{
+				{status: http.StatusOK, body: SigningKey{}, description: "the key"},
+				badRequest, unauthorized, forbidden,
+				{status: http.StatusNotFound, body: Problem{}, description: "callbacks are not enabled"},
+				unavailable,
+			},
+			serve: func(s *Server) http.HandlerFunc { return s.handleSigningKey }},
 		{method: http.MethodGet, path: "/v1/namespaces/{namespace}/pools/{pool}", id: "getPool", tag: "pools",
 			summary: "A pool's policy, workers, backlog and in-flight count",
 			responses: []response{

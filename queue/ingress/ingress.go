@@ -72,6 +72,8 @@ type Config struct {
 	// MaxTTLSeconds bounds it (default 86400; keep it below the Records'
 	// TTL and the stream's max age).
 	DefaultTTLSeconds, MaxTTLSeconds int
+	// Callbacks turns on completion callbacks (nil: off).
+	Callbacks *CallbackConfig
 	// DisableReplyFastPath makes sync callers rely on the KV watch only.
 	DisableReplyFastPath bool
 	Logger               *slog.Logger
@@ -103,6 +105,7 @@ type Server struct {
 	// reply fast path is off.
 	replica string
 	m       *ingressMetrics
+	sse     *sseMetrics
 	// spec is the OpenAPI document served at /openapi.json (SpecJSON).
 	spec []byte
 
@@ -129,7 +132,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, errors.New("ingress: Auth is required (InsecureNoAuth serves unauthenticated callers)")
 	}
 	s := &Server{cfg: cfg, waiters: map[string]map[chan messages.Record]waiter{},
-		counts: map[string]*poolCount{}, nsBacklog: map[string]int{}, m: newIngressMetrics(cfg.Registerer)}
+		counts: map[string]*poolCount{}, nsBacklog: map[string]int{}, m: newIngressMetrics(cfg.Registerer),
+		sse: newSSEMetrics(cfg.Registerer)}
 	spec, err := SpecJSON(cfg)
 	if err != nil {
 		return nil, err

@@ -33,6 +33,11 @@ type InvokeRequest struct {
 	ContentType         string            `json:"contentType,omitempty"`
 	TimeoutSeconds      int               `json:"timeoutSeconds,omitempty"`
 	TTLSeconds          int               `json:"ttlSeconds,omitempty"`
+	// Stream answers with server-sent events of the invocation's output
+	// (as Accept: text/event-stream does); mode defaults to async.
+	// CallbackURL asks for a completion callback (queue/callback).
+	CallbackURL string `json:"callbackURL,omitempty" doc:"POST the terminal Record here, signed (Runplane-Signature); default: the pool's runplane.io/callback-url"`
+	Stream      bool   `json:"stream,omitempty" doc:"answer with server-sent events: the chunks of a streaming framework as they come, then the result (as Accept: text/event-stream)"`
 }
 
 // Subjects are the subjects of an invocation's pool, as in the seed ack.
@@ -104,6 +109,10 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 	if alias && !s.authorizeInvoke(w, r, ns, poolName) {
 		return
 	}
+	streamed := wantsStream(r, req)
+	if streamed && req.Mode == "" {
+		req.Mode = messages.ModeAsync
+	}
 	if err := s.validate(&req); err != nil {
 		s.reject(w, http.StatusBadRequest, err.Error())
 		return
@@ -115,6 +124,11 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 	}
 	if len(pl.Conflict) > 0 {
 		s.reject(w, http.StatusConflict, conflictMessage(pl))
+		return
+	}
+	cb, err := s.callbackStatus(req.CallbackURL, pl.Policy.CallbackURL)
+	if err != nil {
+		s.reject(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	// The pool's Object Store bucket, where its workers store results too
@@ -141,7 +155,11 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 	inv := messages.Invocation{InvocationID: req.InvocationID, Namespace: ns, Pool: poolName, Mode: req.Mode, ContentType: req.ContentType,
 		Headers: req.Headers, Attributes: req.Attributes, Payload: req.Payload, TimeoutSeconds: req.TimeoutSeconds,
 		TTLSeconds: req.TTLSeconds, AcceptedAt: time.Now().UTC(), MaxResultBytes: s.cfg.MaxPayloadBytes,
-		ResultMsgMaxBytes: int64(s.cfg.Store.Config.ResultMaxMsgSize)}
+		ResultMsgMaxBytes: int64(s.cfg.Store.Config.ResultMaxMsgSize),
+		MaxChunkBytes:     s.cfg.Store.Config.Chunks.MaxChunkData(), MaxChunks: s.cfg.Store.Config.Chunks.MaxPerInvocation}
+	if cb != nil {
+		inv.CallbackURL = cb.URL
+	}
 	// A sync caller registers before anything is published, so no result
 	// can slip past it. Its reply token makes its fast-path reply subject
 	// its own (onReply); a duplicate caller's token is not the one
@@ -191,6 +209,15 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 		}
 	}
 	s.m.accepted.WithLabelValues(poolName, string(req.Mode)).Inc()
+	if streamed {
+		// A re-post answers with the existing invocation's output: as a
+		// sync re-post, only for a caller who may also read it.
+		if ack.Duplicate && req.Mode != messages.ModeSync && !s.resultReadable(w, r, ns, poolName) {
+			return
+		}
+		s.serveSSE(w, r, rec, 0, start)
+		return
+	}
 	if req.Mode == messages.ModeAsync {
 		httpjson.Write(w, http.StatusAccepted, ack)
 		return
@@ -267,6 +294,9 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation, hash strin
 	}
 	rec := messages.Record{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool, Mode: inv.Mode, State: messages.StateQueued,
 		Stream: st.Config.Stream, RequestHash: hash, AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt}
+	if inv.CallbackURL != "" {
+		rec.Callback = &messages.CallbackStatus{URL: inv.CallbackURL, State: messages.CallbackPending}
+	}
 	rev, err := st.Create(ctx, rec)
 	if errors.Is(err, stream.ErrExists) {
 		// Posted before, or another request with this ID won the race.
@@ -280,6 +310,11 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation, hash strin
 	}
 	// The Record's sequence is filled in by the activator when it
 	// dispatches: writing it here would cost two more KV round trips.
+	if rec.Callback != nil {
+		// The activator's copy of a Record it did not read would lack the
+		// callback and overwrite it: it reads this one.
+		rev = 0
+	}
 	pa, err := s.publish(ctx, inv, rev, hash)
 	if err != nil {
 		// Not accepted: free the ID so the caller can retry.

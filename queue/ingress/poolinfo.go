@@ -34,6 +34,7 @@ type PoolPolicy struct {
 	MaxInFlight           int       `json:"maxInFlight,omitempty" doc:"runplane.io/max-in-flight (0: the cluster default)"`
 	TimeoutSeconds        int       `json:"timeoutSeconds,omitempty" doc:"runplane.io/timeout-seconds: the pool's longest execution (0: the ingress's bounds apply)"`
 	Retry                 PoolRetry `json:"retry" doc:"the retry policy of failed executions (runplane.io/max-retries, retry-on, retry-backoff)"`
+	CallbackURL           string    `json:"callbackURL,omitempty" doc:"runplane.io/callback-url: the completion callback of invocations that name none"`
 }
 
 // PoolRetry is poolpolicy.Retry with its backoff in seconds.
@@ -50,6 +51,7 @@ func newPoolInfo(p pool.Pool) PoolInfo {
 			MinAvailable: pol.MinAvailable, MaxReplicas: pol.MaxReplicas, IdleTimeoutSeconds: pol.IdleTimeout.Seconds(),
 			MinRequestCount: pol.MinRequestCount, StartupTimeoutSeconds: pol.StartupTimeout.Seconds(), Concurrency: pol.Concurrency,
 			MaxBacklog: pol.MaxBacklog, MaxInFlight: pol.MaxInFlight, TimeoutSeconds: pol.TimeoutSeconds,
-			Retry: PoolRetry{MaxRetries: pol.Retry.MaxRetries, RetryOn: pol.Retry.On, RetryBackoffSeconds: pol.Retry.Backoff.Seconds()},
+			Retry:       PoolRetry{MaxRetries: pol.Retry.MaxRetries, RetryOn: pol.Retry.On, RetryBackoffSeconds: pol.Retry.Backoff.Seconds()},
+			CallbackURL: pol.CallbackURL,
 		}}
 }

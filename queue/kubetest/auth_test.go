@@ -145,6 +145,11 @@ func TestIngressCallerAuth(t *testing.T) {
 		{"B reads A's pool", tokB, "GET", "/v1/namespaces/" + a + "/pools/echo", nil, 403, []string{"get", "pools", `namespace "auth-a"`}},
 		{"B reads A's invocation", tokB, "GET", "/v1/namespaces/" + a + "/invocations/a-1", nil, 403, []string{"get", "pools/invocations", `namespace "auth-a"`}},
 		{"B cancels A's invocation", tokB, "POST", "/v1/namespaces/" + a + "/invocations/a-1/cancel", nil, 403, []string{"update", "pools/invocations"}},
+		{"no token on a stream", "", "GET", "/v1/namespaces/" + a + "/invocations/a-1/stream", nil, 401, nil},
+		{"B streams A's invocation", tokB, "GET", "/v1/namespaces/" + a + "/invocations/a-1/stream", nil, 403, []string{"get", "pools/invocations", `namespace "auth-a"`}},
+		{"B streams A's pool", tokB, "POST", invokeA, map[string]any{"stream": true}, 403, []string{"create", "pools/invocations"}},
+		{"B reads A's callback key", tokB, "GET", "/v1/namespaces/" + a + "/callback-signing-key", nil, 403, []string{"get", "pools/callbacksigningkey"}},
+		{"A's invoker reads A's callback key", tokA, "GET", "/v1/namespaces/" + a + "/callback-signing-key", nil, 403, []string{"get", "pools/callbacksigningkey"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, body := call(base, tc.tok, tc.method, tc.path, tc.body)
@@ -156,6 +161,14 @@ func TestIngressCallerAuth(t *testing.T) {
 			}
 		})
 	}
+	// A streams its finished invocation: the chunks (none: a JSON answer) and the result.
+	code, body = call(base, tokA, "GET", "/v1/namespaces/"+a+"/invocations/a-1/stream", nil)
+	assert.Equal(t, 200, code, body)
+	assert.Contains(t, body, "event: result")
+	// B cannot tell A's existing invocation from a missing one, streamed or not.
+	_, existingStream := call(base, tokB, "GET", "/v1/namespaces/"+a+"/invocations/a-1/stream", nil)
+	_, missingStream := call(base, tokB, "GET", "/v1/namespaces/"+a+"/invocations/never-posted/stream", nil)
+	assert.Equal(t, existingStream, missingStream, "same answer for an existing and a missing ID's stream")
 	// B cannot tell A's existing invocation from a missing one.
 	_, existing := call(base, tokB, "GET", "/v1/namespaces/"+a+"/invocations/a-1", nil)
 	_, missing := call(base, tokB, "GET", "/v1/namespaces/"+a+"/invocations/never-posted", nil)

@@ -48,6 +48,9 @@ type Policy struct {
 	// retries), as the webhook validates them on the pool's Pods.
 	TimeoutSeconds int              `json:"timeoutSeconds,omitempty"`
 	Retry          poolpolicy.Retry `json:"retry"`
+	// CallbackURL is runplane.io/callback-url of the Deployment: the
+	// default completion callback of its invocations.
+	CallbackURL string `json:"callbackURL,omitempty"`
 }
 
 // Defaults.
@@ -121,6 +124,9 @@ func ParsePolicy(ann, podAnn map[string]string) (Policy, error) {
 	if ex.TimeoutSet {
 		p.TimeoutSeconds = ex.TimeoutSeconds
 	}
+	// Checked against the callback target rules per invocation (the
+	// ingress knows the chart's allowed ranges).
+	p.CallbackURL = ann[api.AnnotationCallbackURL]
 	if p.MaxReplicas > 0 && p.MinAvailable > p.MaxReplicas {
 		return p, fmt.Errorf("annotation %s=%d exceeds %s=%d", api.AnnotationMinAvailable, p.MinAvailable, api.AnnotationMaxReplicas, p.MaxReplicas)
 	}

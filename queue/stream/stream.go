@@ -73,6 +73,8 @@ type Config struct {
 	// ObjectTTL is how long such an object is kept (default RecordTTL +
 	// 1h: it outlives the Record that names it, and goes soon after).
 	ObjectTTL time.Duration
+	// Chunks sizes the chunks stream of streamed invocations (chunks.go).
+	Chunks ChunksConfig
 }
 
 // WorkerConsumer configures the durable pull consumer the queue creates
@@ -109,6 +111,7 @@ func (c Config) WithDefaults() Config {
 	c.ResultMaxMsgSize = cmp.Or(c.ResultMaxMsgSize, DefaultResultMaxMsgSize)
 	c.ObjectsMaxBytes = cmp.Or(c.ObjectsMaxBytes, 1<<30)
 	c.ObjectTTL = cmp.Or(c.ObjectTTL, c.RecordTTL+time.Hour)
+	c.Chunks = c.Chunks.withDefaults(c.Stream)
 	c.Worker.AckWait = cmp.Or(c.Worker.AckWait, 30*time.Second)
 	c.Worker.MaxAckPending = cmp.Or(c.Worker.MaxAckPending, 1024)
 	c.Worker.InactiveThreshold = cmp.Or(c.Worker.InactiveThreshold, 10*time.Minute)
@@ -162,6 +165,8 @@ type Store struct {
 	Pools   jetstream.KeyValue
 	// Objects are the pools' Object Store buckets (internal/objects).
 	Objects *objects.Buckets
+	// Chunks holds streamed invocations' output (chunks.go).
+	Chunks jetstream.Stream
 	// MigrationSkipped lists old results (sequence: error) that could not
 	// be moved to the results stream at this start.
 	MigrationSkipped []string
@@ -240,6 +245,10 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	if err := moved.finish(ctx, js, st); err != nil {
 		return nil, err
 	}
+	chunks, err := openChunks(ctx, js, cfg, subj)
+	if err != nil {
+		return nil, err
+	}
 	rec, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:   cfg.RecordsBucket,
 		TTL:      cfg.RecordTTL,
@@ -261,7 +270,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 		return nil, fmt.Errorf("create KV bucket %s: %w", cfg.PoolsBucket, err)
 	}
 	store := &Store{Config: cfg, Subjects: subj, JS: js, Stream: st, Results: res, Records: rec, Pools: pools,
-		Objects: &objects.Buckets{JS: js, Cfg: cfg.ObjectsConfig()}}
+		Objects: &objects.Buckets{JS: js, Cfg: cfg.ObjectsConfig()}, Chunks: chunks}
 	if moved != nil {
 		store.MigrationSkipped = moved.skipped
 	}

@@ -39,6 +39,7 @@ from ._envelope import (
     config_from_env,
 )
 from ._server import Framework, read_chunked, serve
+from ._stream import StreamHandler, is_stream_handler
 
 __version__ = "0.2.0"
 
@@ -55,12 +56,14 @@ __all__ = [
     "Request",
     "Response",
     "ResponseLike",
+    "StreamHandler",
     "SyncHandler",
     "UnixHTTPConnection",
     "VERSION",
     "asgi_app",
     "config_from_env",
     "handler",
+    "is_stream_handler",
     "read_chunked",
     "serve",
     "to_response",

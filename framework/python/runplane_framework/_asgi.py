@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
 import json
+import traceback
 from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Optional, Tuple
 
 from ._dispatch import Dispatcher, Handler, HealthCheck
 from ._envelope import Config, Request, config_from_env
+from ._stream import chunk_bytes, is_stream_handler, sse_event
 
 # The ASGI 3.0 callables (https://asgi.readthedocs.io/en/latest/specs/main.html).
 Scope = MutableMapping[str, Any]
@@ -72,6 +75,8 @@ class _ContractApp:
         self._invoke = invoke
         self._health = health
         self._lifespan = lifespan
+        # A generator handler (asgi_app): its chunks are streamed.
+        self.stream_fn: Optional[Any] = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -106,6 +111,9 @@ class _ContractApp:
             req = Request.from_dict(json.loads(raw or b"null"))
         except (ValueError, TypeError) as e:
             await _send_json(send, 400, {"error": f"decode invocation envelope: {e}"})
+            return
+        if self.stream_fn is not None:
+            await _stream_asgi(self.stream_fn, req, receive, send)
             return
         work = asyncio.ensure_future(self._invoke(req))
         hangup = asyncio.ensure_future(_until_disconnect(receive))
@@ -148,7 +156,10 @@ def asgi_app(
     async def check() -> Optional[str]:
         return health() if health else None
 
-    return _ContractApp(config or config_from_env(), invoke, check)
+    app = _ContractApp(config or config_from_env(), invoke, check)
+    if is_stream_handler(fn):
+        app.stream_fn = fn
+    return app
 
 
 def wrap_asgi(
@@ -265,3 +276,54 @@ async def _call(app: ASGIApp, method: str, path: str, headers: List[Tuple[bytes,
     finally:
         gone.set()
     return status, resp_headers, b"".join(parts)
+
+
+async def _stream_asgi(fn: Any, req: Request, receive: Receive, send: Send) -> None:
+    """Stream a generator handler's chunks as server-sent events (see _stream).
+
+    A sync generator advances in the default executor; when the sidecar
+    hangs up, req.cancelled is set and the generator is closed.
+    """
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-store")]})
+    hangup = asyncio.ensure_future(_until_disconnect(receive))
+    gen = fn(req)
+    loop = asyncio.get_running_loop()
+    done = object()
+
+    async def next_item() -> Any:
+        if inspect.isasyncgen(gen):
+            try:
+                return await gen.__anext__()
+            except StopAsyncIteration:
+                return done
+        return await loop.run_in_executor(None, next, gen, done)
+
+    try:
+        while True:
+            step = asyncio.ensure_future(next_item())
+            await asyncio.wait({step, hangup}, return_when=asyncio.FIRST_COMPLETED)
+            if not step.done():
+                req.cancelled.set()
+                step.cancel()
+                return
+            try:
+                item = step.result()
+            except Exception as e:
+                traceback.print_exception(type(e), e, e.__traceback__)
+                err = sse_event(f"{type(e).__name__}: {e}".encode("utf-8"), "error")
+                await send({"type": "http.response.body", "body": err, "more_body": True})
+                break
+            if item is done:
+                break
+            await send({"type": "http.response.body", "body": sse_event(chunk_bytes(item)), "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    finally:
+        hangup.cancel()
+        if inspect.isasyncgen(gen):
+            await gen.aclose()
+        else:
+            try:
+                gen.close()
+            except ValueError:
+                pass  # still running in the executor (a hangup): it stops at its next yield's write

@@ -18,6 +18,7 @@ from typing import Any, BinaryIO, Dict, Optional, Type
 
 from ._dispatch import Dispatcher, Handler, HealthCheck
 from ._envelope import Config, Request, config_from_env
+from ._stream import is_stream_handler, stream
 
 # Bounds a request body (the ingress's own limit is lower); chunk-size lines
 # and trailers are bounded too, so a broken peer cannot make us buffer
@@ -250,6 +251,26 @@ def _handler_class(fw: Framework) -> Type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _stream(self, req: Request) -> None:
+            # A streamed answer: chunked transfer encoding, one chunk per event.
+            self.send_response(HTTPStatus.OK)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.flush()
+
+            def write(data: bytes) -> None:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+
+            stream(fw.dispatcher.fn, req, write, fw.loop)  # type: ignore[arg-type]
+            try:
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+            except OSError:
+                self.close_connection = True
+
         def _path(self) -> str:
             return self.path.split("?", 1)[0]
 
@@ -304,6 +325,9 @@ def _handler_class(fw: Framework) -> Type[BaseHTTPRequestHandler]:
                 req = Request.from_dict(json.loads(raw or b"null"))
             except (ValueError, TypeError) as e:
                 self._send(HTTPStatus.BAD_REQUEST, {"error": f"decode invocation envelope: {e}"})
+                return
+            if is_stream_handler(fw.dispatcher.fn):
+                self._stream(req)
                 return
             body = fw.invoke(req, self.connection)
             if body is None:

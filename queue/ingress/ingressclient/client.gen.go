@@ -228,6 +228,21 @@ type AttemptOutcome struct {
 // AttemptOutcomeState defines model for AttemptOutcome.State.
 type AttemptOutcomeState string
 
+// CallbackAttempt defines model for CallbackAttempt.
+type CallbackAttempt struct {
+	At         time.Time  `json:"at"`
+	Error      *string    `json:"error,omitempty"`
+	NextAt     *time.Time `json:"nextAt,omitempty"`
+	StatusCode *int       `json:"statusCode,omitempty"`
+}
+
+// CallbackStatus defines model for CallbackStatus.
+type CallbackStatus struct {
+	Attempts *[]CallbackAttempt `json:"attempts,omitempty"`
+	State    string             `json:"state"`
+	Url      string             `json:"url"`
+}
+
 // InvocationProblem defines model for InvocationProblem.
 type InvocationProblem struct {
 	// Detail what went wrong in this request, naming the field, limit or object
@@ -260,7 +275,10 @@ type InvocationProblemState string
 
 // InvokeRequest defines model for InvokeRequest.
 type InvokeRequest struct {
-	Attributes   *map[string]string `json:"attributes,omitempty"`
+	Attributes *map[string]string `json:"attributes,omitempty"`
+
+	// CallbackURL POST the terminal Record here, signed (Runplane-Signature); default: the pool's runplane.io/callback-url
+	CallbackURL  *string            `json:"callbackURL,omitempty"`
 	ContentType  *string            `json:"contentType,omitempty"`
 	Headers      *map[string]string `json:"headers,omitempty"`
 	InvocationID *string            `json:"invocationID,omitempty"`
@@ -270,6 +288,9 @@ type InvokeRequest struct {
 	// Payload any JSON value
 	Payload             interface{} `json:"payload,omitempty"`
 	ServerlessRequestID *string     `json:"serverlessRequestID,omitempty"`
+
+	// Stream answer with server-sent events: the chunks of a streaming framework as they come, then the result (as Accept: text/event-stream)
+	Stream *bool `json:"stream,omitempty"`
 
 	// TimeoutSeconds execution time allowed, in seconds; a sync caller waits this long (0 or absent: the ingress's default, 300 unless configured); the maximum is this ingress's configured limit
 	TimeoutSeconds *int `json:"timeoutSeconds,omitempty"`
@@ -343,6 +364,9 @@ type PoolInfo struct {
 
 // PoolPolicy defines model for PoolPolicy.
 type PoolPolicy struct {
+	// CallbackURL runplane.io/callback-url: the completion callback of invocations that name none
+	CallbackURL *string `json:"callbackURL,omitempty"`
+
 	// Concurrency runplane.io/concurrency: invocations one worker runs at once
 	Concurrency int `json:"concurrency"`
 
@@ -423,6 +447,7 @@ type Record struct {
 	AcceptedAt      time.Time         `json:"acceptedAt"`
 	Attempt         *int              `json:"attempt,omitempty"`
 	Attempts        *[]AttemptOutcome `json:"attempts,omitempty"`
+	Callback        *CallbackStatus   `json:"callback,omitempty"`
 	Error           *string           `json:"error,omitempty"`
 	InvocationID    string            `json:"invocationID"`
 	Mode            RecordMode        `json:"mode"`
@@ -453,6 +478,19 @@ type Response struct {
 	Error       *string            `json:"error,omitempty"`
 	Headers     *map[string]string `json:"headers,omitempty"`
 	StatusCode  int                `json:"statusCode"`
+}
+
+// SigningKey defines model for SigningKey.
+type SigningKey struct {
+	// Algorithm HMAC-SHA256
+	Algorithm string `json:"algorithm"`
+
+	// Header the signature header: t=<unix seconds>,v1=<hex MAC of "<t>.<body>">
+	Header string `json:"header"`
+
+	// Key the namespace's HMAC-SHA256 key, hex-encoded
+	Key       string `json:"key"`
+	Namespace string `json:"namespace"`
 }
 
 // Status defines model for Status.
@@ -597,6 +635,13 @@ type ClientInterface interface {
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetCallbackSigningKey The namespace's completion-callback signing key
+	//
+	// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps); Runplane-Delivery names the delivery for deduplication. Needs RBAC get on pools/callbacksigningkey in the namespace.
+	//
+	// Corresponds with GET /v1/namespaces/{namespace}/callback-signing-key (the `GetCallbackSigningKey` operationId).
+	GetCallbackSigningKey(ctx context.Context, namespace string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetInvocation An invocation's state and result
 	//
 	// Corresponds with GET /v1/namespaces/{namespace}/invocations/{id} (the `GetInvocation` operationId).
@@ -609,6 +654,13 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/namespaces/{namespace}/invocations/{id}/cancel (the `CancelInvocation` operationId).
 	CancelInvocation(ctx context.Context, namespace string, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// StreamInvocation An invocation's output as server-sent events, resumable
+	//
+	// Readable by whoever may get the invocation (RBAC get on pools/invocations of its pool). Events: invocation (ID, pool, state), then one chunk per chunk the worker's framework streamed, each with id: its sequence, attempt when a retry starts its output over, and finally result with the terminal Record. Header Last-Event-ID (or query parameter after) resumes after that chunk, on any ingress replica, while the chunks are retained (chart queue.stream.chunks.maxAge). An idle stream gets a comment every 10s.
+	//
+	// Corresponds with GET /v1/namespaces/{namespace}/invocations/{id}/stream (the `StreamInvocation` operationId).
+	StreamInvocation(ctx context.Context, namespace string, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetPool A pool's policy, workers, backlog and in-flight count
 	//
 	// Corresponds with GET /v1/namespaces/{namespace}/pools/{pool} (the `GetPool` operationId).
@@ -616,7 +668,7 @@ type ClientInterface interface {
 
 	// InvokePoolWithBody Enqueue an invocation of a pool
 	//
-	// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent.
+	// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent. With Accept: text/event-stream or "stream": true the answer is 200 text/event-stream as streamInvocation's (mode defaults to async).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -625,7 +677,7 @@ type ClientInterface interface {
 
 	// InvokePool Enqueue an invocation of a pool
 	//
-	// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent.
+	// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent. With Accept: text/event-stream or "stream": true the answer is 200 text/event-stream as streamInvocation's (mode defaults to async).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -731,6 +783,23 @@ func (c *Client) GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn
 	return c.Client.Do(req)
 }
 
+// GetCallbackSigningKey The namespace's completion-callback signing key
+//
+// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps); Runplane-Delivery names the delivery for deduplication. Needs RBAC get on pools/callbacksigningkey in the namespace.
+//
+// Corresponds with GET /v1/namespaces/{namespace}/callback-signing-key (the `GetCallbackSigningKey` operationId).
+func (c *Client) GetCallbackSigningKey(ctx context.Context, namespace string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetCallbackSigningKeyRequest(c.Server, namespace)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // GetInvocation An invocation's state and result
 //
 // Corresponds with GET /v1/namespaces/{namespace}/invocations/{id} (the `GetInvocation` operationId).
@@ -763,6 +832,23 @@ func (c *Client) CancelInvocation(ctx context.Context, namespace string, id stri
 	return c.Client.Do(req)
 }
 
+// StreamInvocation An invocation's output as server-sent events, resumable
+//
+// Readable by whoever may get the invocation (RBAC get on pools/invocations of its pool). Events: invocation (ID, pool, state), then one chunk per chunk the worker's framework streamed, each with id: its sequence, attempt when a retry starts its output over, and finally result with the terminal Record. Header Last-Event-ID (or query parameter after) resumes after that chunk, on any ingress replica, while the chunks are retained (chart queue.stream.chunks.maxAge). An idle stream gets a comment every 10s.
+//
+// Corresponds with GET /v1/namespaces/{namespace}/invocations/{id}/stream (the `StreamInvocation` operationId).
+func (c *Client) StreamInvocation(ctx context.Context, namespace string, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStreamInvocationRequest(c.Server, namespace, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // GetPool A pool's policy, workers, backlog and in-flight count
 //
 // Corresponds with GET /v1/namespaces/{namespace}/pools/{pool} (the `GetPool` operationId).
@@ -780,7 +866,7 @@ func (c *Client) GetPool(ctx context.Context, namespace string, pool string, req
 
 // InvokePoolWithBody Enqueue an invocation of a pool
 //
-// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent.
+// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent. With Accept: text/event-stream or "stream": true the answer is 200 text/event-stream as streamInvocation's (mode defaults to async).
 //
 // Takes any type of body and a specified content type.
 //
@@ -799,7 +885,7 @@ func (c *Client) InvokePoolWithBody(ctx context.Context, namespace string, pool 
 
 // InvokePool Enqueue an invocation of a pool
 //
-// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent.
+// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent. With Accept: text/event-stream or "stream": true the answer is 200 text/event-stream as streamInvocation's (mode defaults to async).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -964,6 +1050,40 @@ func NewGetReadinessRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewGetCallbackSigningKeyRequest constructs an http.Request for the GetCallbackSigningKey method
+func NewGetCallbackSigningKeyRequest(server string, namespace string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "namespace", namespace, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/namespaces/%s/callback-signing-key", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetInvocationRequest constructs an http.Request for the GetInvocation method
 func NewGetInvocationRequest(server string, namespace string, id string) (*http.Request, error) {
 	var err error
@@ -1039,6 +1159,47 @@ func NewCancelInvocationRequest(server string, namespace string, id string) (*ht
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewStreamInvocationRequest constructs an http.Request for the StreamInvocation method
+func NewStreamInvocationRequest(server string, namespace string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "namespace", namespace, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/namespaces/%s/invocations/%s/stream", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -1231,6 +1392,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadinessWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetReadinessResponse, error)
 
+	// GetCallbackSigningKeyWithResponse The namespace's completion-callback signing key
+	//
+	// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps); Runplane-Delivery names the delivery for deduplication. Needs RBAC get on pools/callbacksigningkey in the namespace.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/namespaces/{namespace}/callback-signing-key (the `GetCallbackSigningKey` operationId).
+	GetCallbackSigningKeyWithResponse(ctx context.Context, namespace string, reqEditors ...RequestEditorFn) (*GetCallbackSigningKeyResponse, error)
+
 	// GetInvocationWithResponse An invocation's state and result
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -1247,6 +1417,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/namespaces/{namespace}/invocations/{id}/cancel (the `CancelInvocation` operationId).
 	CancelInvocationWithResponse(ctx context.Context, namespace string, id string, reqEditors ...RequestEditorFn) (*CancelInvocationResponse, error)
 
+	// StreamInvocationWithResponse An invocation's output as server-sent events, resumable
+	//
+	// Readable by whoever may get the invocation (RBAC get on pools/invocations of its pool). Events: invocation (ID, pool, state), then one chunk per chunk the worker's framework streamed, each with id: its sequence, attempt when a retry starts its output over, and finally result with the terminal Record. Header Last-Event-ID (or query parameter after) resumes after that chunk, on any ingress replica, while the chunks are retained (chart queue.stream.chunks.maxAge). An idle stream gets a comment every 10s.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/namespaces/{namespace}/invocations/{id}/stream (the `StreamInvocation` operationId).
+	StreamInvocationWithResponse(ctx context.Context, namespace string, id string, reqEditors ...RequestEditorFn) (*StreamInvocationResponse, error)
+
 	// GetPoolWithResponse A pool's policy, workers, backlog and in-flight count
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -1256,7 +1435,7 @@ type ClientWithResponsesInterface interface {
 
 	// InvokePoolWithBodyWithResponse Enqueue an invocation of a pool
 	//
-	// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent.
+	// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent. With Accept: text/event-stream or "stream": true the answer is 200 text/event-stream as streamInvocation's (mode defaults to async).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1265,7 +1444,7 @@ type ClientWithResponsesInterface interface {
 
 	// InvokePoolWithResponse Enqueue an invocation of a pool
 	//
-	// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent.
+	// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent. With Accept: text/event-stream or "stream": true the answer is 200 text/event-stream as streamInvocation's (mode defaults to async).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1555,6 +1734,82 @@ func (r GetReadinessResponse) ContentType() string {
 	return ""
 }
 
+type GetCallbackSigningKeyResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SigningKey
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetCallbackSigningKeyResponse) GetJSON200() *SigningKey {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetCallbackSigningKeyResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetCallbackSigningKeyResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetCallbackSigningKeyResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetCallbackSigningKeyResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetCallbackSigningKeyResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetCallbackSigningKeyResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetCallbackSigningKeyResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetCallbackSigningKeyResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetCallbackSigningKeyResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetInvocationResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -1708,6 +1963,75 @@ func (r CancelInvocationResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r CancelInvocationResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type StreamInvocationResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r StreamInvocationResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r StreamInvocationResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r StreamInvocationResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r StreamInvocationResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r StreamInvocationResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r StreamInvocationResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r StreamInvocationResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r StreamInvocationResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r StreamInvocationResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -1990,6 +2314,21 @@ func (c *ClientWithResponses) GetReadinessWithResponse(ctx context.Context, reqE
 	return ParseGetReadinessResponse(rsp)
 }
 
+// GetCallbackSigningKeyWithResponse The namespace's completion-callback signing key
+//
+// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps); Runplane-Delivery names the delivery for deduplication. Needs RBAC get on pools/callbacksigningkey in the namespace.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/namespaces/{namespace}/callback-signing-key (the `GetCallbackSigningKey` operationId).
+func (c *ClientWithResponses) GetCallbackSigningKeyWithResponse(ctx context.Context, namespace string, reqEditors ...RequestEditorFn) (*GetCallbackSigningKeyResponse, error) {
+	rsp, err := c.GetCallbackSigningKey(ctx, namespace, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetCallbackSigningKeyResponse(rsp)
+}
+
 // GetInvocationWithResponse An invocation's state and result
 //
 // Returns a wrapper object for the known response body format(s).
@@ -2018,6 +2357,21 @@ func (c *ClientWithResponses) CancelInvocationWithResponse(ctx context.Context, 
 	return ParseCancelInvocationResponse(rsp)
 }
 
+// StreamInvocationWithResponse An invocation's output as server-sent events, resumable
+//
+// Readable by whoever may get the invocation (RBAC get on pools/invocations of its pool). Events: invocation (ID, pool, state), then one chunk per chunk the worker's framework streamed, each with id: its sequence, attempt when a retry starts its output over, and finally result with the terminal Record. Header Last-Event-ID (or query parameter after) resumes after that chunk, on any ingress replica, while the chunks are retained (chart queue.stream.chunks.maxAge). An idle stream gets a comment every 10s.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/namespaces/{namespace}/invocations/{id}/stream (the `StreamInvocation` operationId).
+func (c *ClientWithResponses) StreamInvocationWithResponse(ctx context.Context, namespace string, id string, reqEditors ...RequestEditorFn) (*StreamInvocationResponse, error) {
+	rsp, err := c.StreamInvocation(ctx, namespace, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStreamInvocationResponse(rsp)
+}
+
 // GetPoolWithResponse A pool's policy, workers, backlog and in-flight count
 //
 // Returns a wrapper object for the known response body format(s).
@@ -2033,7 +2387,7 @@ func (c *ClientWithResponses) GetPoolWithResponse(ctx context.Context, namespace
 
 // InvokePoolWithBodyWithResponse Enqueue an invocation of a pool
 //
-// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent.
+// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent. With Accept: text/event-stream or "stream": true the answer is 200 text/event-stream as streamInvocation's (mode defaults to async).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2048,7 +2402,7 @@ func (c *ClientWithResponses) InvokePoolWithBodyWithResponse(ctx context.Context
 
 // InvokePoolWithResponse Enqueue an invocation of a pool
 //
-// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent.
+// sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent. With Accept: text/event-stream or "stream": true the answer is 200 text/event-stream as streamInvocation's (mode defaults to async).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2271,6 +2625,67 @@ func ParseGetReadinessResponse(rsp *http.Response) (*GetReadinessResponse, error
 	return response, nil
 }
 
+// ParseGetCallbackSigningKeyResponse parses an HTTP response from a GetCallbackSigningKeyWithResponse call
+func ParseGetCallbackSigningKeyResponse(rsp *http.Response) (*GetCallbackSigningKeyResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetCallbackSigningKeyResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SigningKey
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseGetInvocationResponse parses an HTTP response from a GetInvocationWithResponse call
 func ParseGetInvocationResponse(rsp *http.Response) (*GetInvocationResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -2387,6 +2802,60 @@ func ParseCancelInvocationResponse(rsp *http.Response) (*CancelInvocationRespons
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseStreamInvocationResponse parses an HTTP response from a StreamInvocationWithResponse call
+func ParseStreamInvocationResponse(rsp *http.Response) (*StreamInvocationResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &StreamInvocationResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Problem

@@ -1,0 +1,36 @@
+package messages
+
+import "time"
+
+// CallbackStatus is the completion callback of an invocation
+// (Record.Callback): where runplane POSTs the terminal Record, and how
+// each delivery attempt went.
+type CallbackStatus struct {
+	// URL is the caller's callbackURL, or the pool's
+	// runplane.io/callback-url.
+	URL string `json:"url"`
+	// State is pending until the target answered 2xx (delivered) or every
+	// attempt failed (failed).
+	State CallbackState `json:"state"`
+	// Attempts are the delivery attempts, oldest first.
+	Attempts []CallbackAttempt `json:"attempts,omitempty"`
+}
+
+// CallbackState is how a callback's delivery stands.
+type CallbackState string
+
+const (
+	CallbackPending   CallbackState = "pending"
+	CallbackDelivered CallbackState = "delivered"
+	CallbackFailed    CallbackState = "failed"
+)
+
+// CallbackAttempt is one POST of a completion callback.
+type CallbackAttempt struct {
+	At time.Time `json:"at"`
+	// StatusCode is the target's answer (0: none: refused, unreachable).
+	StatusCode int    `json:"statusCode,omitempty"`
+	Error      string `json:"error,omitempty"`
+	// NextAt is when the next attempt is due (absent: none follows).
+	NextAt *time.Time `json:"nextAt,omitempty"`
+}

@@ -1,0 +1,119 @@
+package callback
+
+import (
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestPermitted: every non-public range is refused, Deny adds ranges and
+// Allow lets a range through.
+func TestPermitted(t *testing.T) {
+	deny := Targets{Deny: []netip.Prefix{netip.MustParsePrefix("34.118.224.0/20")}}
+	allow := Targets{Allow: []netip.Prefix{netip.MustParsePrefix("10.96.0.10/32")}}
+	for _, tc := range []struct {
+		t    Targets
+		ip   string
+		want string // "" permitted
+	}{
+		{Targets{}, "93.184.215.14", ""},
+		{Targets{}, "2606:2800:21f:cb07:6820:80da:af6b:8b2c", ""},
+		{Targets{}, "127.0.0.1", "loopback"},
+		{Targets{}, "::1", "loopback"},
+		{Targets{}, "10.1.2.3", "private"},
+		{Targets{}, "172.16.0.1", "private"},
+		{Targets{}, "192.168.1.1", "private"},
+		{Targets{}, "fd00::1", "private"},
+		{Targets{}, "169.254.169.254", "link-local"},
+		{Targets{}, "fe80::1", "link-local"},
+		{Targets{}, "::ffff:10.0.0.1", "private"},
+		{Targets{}, "0.0.0.0", "not a unicast"},
+		{Targets{}, "100.64.0.1", "reserved"},
+		{Targets{}, "64:ff9b::a00:1", "reserved"},
+		{Targets{}, "239.1.1.1", "not a unicast"},
+		{deny, "34.118.230.1", "denied range"},
+		{allow, "10.96.0.10", ""},
+		{allow, "10.96.0.11", "private"},
+	} {
+		err := tc.t.Permitted(netip.MustParseAddr(tc.ip))
+		if tc.want == "" {
+			assert.NoError(t, err, tc.ip)
+		} else {
+			assert.ErrorContains(t, err, tc.want, tc.ip)
+		}
+	}
+}
+
+// TestValidateURL: what an invocation may name as its callback.
+func TestValidateURL(t *testing.T) {
+	for _, tc := range []struct{ url, want string }{
+		{"https://hooks.example.com/runplane?x=1", ""},
+		{"http://93.184.215.14:8080/cb", ""},
+		{"ftp://example.com/", "scheme"},
+		{"https://user:pw@example.com/", "credentials"},
+		{"https://10.0.0.5/", "private"},
+		{"https://[::1]/", "loopback"},
+		{"https://169.254.169.254/latest/meta-data", "link-local"},
+		{"https://localhost/", "not a public host"},
+		{"https://kubernetes/", "not a public host"},
+		{"https://api.default.svc/", "cluster-internal"},
+		{"https://api.default.svc.cluster.local./", "cluster-internal"},
+		{"https:///nohost", "no host"},
+		{"https://example.com/" + strings.Repeat("a", MaxURLLength), "at most"},
+	} {
+		err := Targets{}.ValidateURL(tc.url)
+		if tc.want == "" {
+			assert.NoError(t, err, tc.url)
+		} else {
+			assert.ErrorContains(t, err, tc.want, tc.url)
+		}
+	}
+}
+
+// TestClientChecksTheDialledAddress: the client refuses a private address
+// at connect time, after resolution, whatever name led to it (the check
+// that stops DNS rebinding), and follows no redirect.
+func TestClientChecksTheDialledAddress(t *testing.T) {
+	hits := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits++
+		http.Redirect(w, r, "http://169.254.169.254/", http.StatusFound)
+	}))
+	defer srv.Close()
+	_, port, err := net.SplitHostPort(srv.Listener.Addr().String())
+	require.NoError(t, err)
+	for _, host := range []string{"127.0.0.1", "localhost"} { // localhost: a name resolving to loopback
+		_, err := Targets{}.Client(time.Second).Post("http://"+net.JoinHostPort(host, port)+"/", "application/json", nil)
+		var re *RefusedError
+		require.ErrorAs(t, err, &re, host)
+	}
+	assert.Zero(t, hits, "nothing reached the server")
+
+	allowed := Targets{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}}
+	resp, err := allowed.Client(time.Second).Post(srv.URL, "application/json", nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusFound, resp.StatusCode, "the redirect is not followed")
+	assert.Equal(t, 1, hits)
+}
+
+// TestSignVerify: a signature verifies with its namespace's key only,
+// over the exact body, within the tolerance.
+func TestSignVerify(t *testing.T) {
+	master := []byte("master-key-0123456789")
+	now := time.Unix(1_800_000_000, 0)
+	body := []byte(`{"invocationID":"i1","state":"succeeded"}`)
+	sig := Sign(NamespaceKey(master, "team-a"), now, body)
+	require.NoError(t, Verify(NamespaceKey(master, "team-a"), sig, body, now.Add(time.Minute), 5*time.Minute))
+	assert.ErrorContains(t, Verify(NamespaceKey(master, "team-b"), sig, body, now, 5*time.Minute), "no v1 MAC")
+	assert.ErrorContains(t, Verify(NamespaceKey(master, "team-a"), sig, append(body, ' '), now, 5*time.Minute), "no v1 MAC")
+	assert.ErrorContains(t, Verify(NamespaceKey(master, "team-a"), sig, body, now.Add(time.Hour), 5*time.Minute), "replay")
+	assert.NotEqual(t, NamespaceKey(master, "team-a"), NamespaceKey(master, "team-b"))
+}

@@ -1,0 +1,267 @@
+package callback
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
+
+	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/queue/stream"
+)
+
+// Config configures a Deliverer.
+type Config struct {
+	Store *stream.Store
+	// MasterKey derives every namespace's signing key (NamespaceKey).
+	MasterKey []byte
+	Targets   Targets
+	// MaxAttempts bounds the POSTs of one callback (default 6).
+	MaxAttempts int
+	// Backoff is the wait before the first retry (default 1s), doubled
+	// for each further one up to MaxBackoff (default 5m).
+	Backoff, MaxBackoff time.Duration
+	// Timeout bounds one POST (default 10s).
+	Timeout time.Duration
+	// Workers bounds the POSTs in flight (default 8).
+	Workers    int
+	Clock      clock.WithDelayedExecution
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+func (c Config) withDefaults() Config {
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, 6)
+	c.Backoff = cmp.Or(c.Backoff, time.Second)
+	c.MaxBackoff = cmp.Or(c.MaxBackoff, 5*time.Minute)
+	c.Timeout = cmp.Or(c.Timeout, 10*time.Second)
+	c.Workers = cmp.Or(c.Workers, 8)
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	return c
+}
+
+// Deliverer POSTs the completion callbacks of terminal invocations. It
+// runs on the activator's leader only (one sender per callback): it
+// watches the Records bucket, from its current content on, so a new leader
+// picks up what the last one left pending, and records every attempt in
+// the Record (compare-and-set) before the next is scheduled. Delivery is
+// at least once: a leader that dies between a POST and its record sends
+// that POST again; DeliveryHeader lets the receiver drop the copy.
+type Deliverer struct {
+	cfg    Config
+	client *http.Client
+	m      *deliverMetrics
+
+	mu sync.Mutex
+	// scheduled: Records keys with a POST queued, running or waiting for
+	// its retry here, so the watch's view of our own writes adds nothing.
+	scheduled map[string]struct{}
+}
+
+// New returns a Deliverer; Start runs it.
+func New(cfg Config) (*Deliverer, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Store == nil || len(cfg.MasterKey) == 0 {
+		return nil, errors.New("callback: Store and MasterKey are required")
+	}
+	return &Deliverer{cfg: cfg, client: cfg.Targets.Client(cfg.Timeout), m: newDeliverMetrics(cfg.Registerer), scheduled: map[string]struct{}{}}, nil
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (d *Deliverer) NeedLeaderElection() bool { return true }
+
+// Start implements manager.Runnable: it delivers until ctx ends.
+func (d *Deliverer) Start(ctx context.Context) error {
+	w, err := d.cfg.Store.Records.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("callback: watch records: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	jobs := make(chan string, 1024)
+	var wg sync.WaitGroup
+	for range d.cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case key := <-jobs:
+					d.deliver(ctx, key, jobs)
+				}
+			}
+		}()
+	}
+	defer wg.Wait()
+	marker := []byte(`"callback":{`)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("callback: the records watch ended")
+			}
+			// Most Records ask for no callback: skip them undecoded.
+			if e == nil || e.Operation() != jetstream.KeyValuePut || !bytes.Contains(e.Value(), marker) {
+				continue
+			}
+			rec, err := stream.Decode(e.Value())
+			if err != nil || !due(rec) || !d.schedule(e.Key()) {
+				continue
+			}
+			select {
+			case jobs <- e.Key():
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	}
+}
+
+// due: terminal, with a callback not yet delivered or given up.
+func due(r messages.Record) bool {
+	return r.State.Terminal() && r.Callback != nil && r.Callback.State == messages.CallbackPending
+}
+
+func (d *Deliverer) schedule(key string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.scheduled[key]; ok {
+		return false
+	}
+	d.scheduled[key] = struct{}{}
+	return true
+}
+
+func (d *Deliverer) unschedule(key string) {
+	d.mu.Lock()
+	delete(d.scheduled, key)
+	d.mu.Unlock()
+}
+
+// deliver makes the next attempt of key's callback when it is due, records
+// it, and schedules the retry on jobs.
+func (d *Deliverer) deliver(ctx context.Context, key string, jobs chan<- string) {
+	rec, _, err := d.cfg.Store.Get(ctx, key)
+	if err != nil || !due(rec) {
+		d.unschedule(key)
+		return
+	}
+	now := d.cfg.Clock.Now()
+	if n := len(rec.Callback.Attempts); n > 0 {
+		if next := rec.Callback.Attempts[n-1].NextAt; next != nil && next.After(now) {
+			d.retryAt(ctx, key, next.Sub(now), jobs)
+			return
+		}
+	}
+	attempt := d.post(ctx, rec)
+	if ctx.Err() != nil {
+		return // stopped mid-POST: the next leader sends it
+	}
+	n := len(rec.Callback.Attempts) + 1
+	state := messages.CallbackPending
+	switch {
+	case attempt.StatusCode >= 200 && attempt.StatusCode < 300:
+		state = messages.CallbackDelivered
+	case n >= d.cfg.MaxAttempts:
+		state = messages.CallbackFailed
+	default:
+		next := attempt.At.Add(d.backoff(n))
+		attempt.NextAt = &next
+	}
+	d.m.attempts.WithLabelValues(string(state)).Inc()
+	_, _, err = d.cfg.Store.Update(ctx, key, func(r *messages.Record) bool {
+		if !due(*r) || len(r.Callback.Attempts) != n-1 {
+			return false // another sender got there
+		}
+		r.Callback.Attempts = append(r.Callback.Attempts, attempt)
+		r.Callback.State = state
+		return true
+	})
+	if err != nil {
+		d.cfg.Logger.Warn("callback: record attempt", "record", key, "err", err)
+	}
+	if state != messages.CallbackPending {
+		d.unschedule(key)
+		return
+	}
+	d.retryAt(ctx, key, d.backoff(n), jobs)
+}
+
+func (d *Deliverer) retryAt(ctx context.Context, key string, after time.Duration, jobs chan<- string) {
+	d.cfg.Clock.AfterFunc(after, func() {
+		select {
+		case jobs <- key:
+		case <-ctx.Done():
+		}
+	})
+}
+
+// backoff is the wait after the n-th failed attempt.
+func (d *Deliverer) backoff(n int) time.Duration {
+	b := d.cfg.Backoff
+	for i := 1; i < n && b < d.cfg.MaxBackoff; i++ {
+		b *= 2
+	}
+	return min(b, d.cfg.MaxBackoff)
+}
+
+// post sends rec, signed, to its callback URL once.
+func (d *Deliverer) post(ctx context.Context, rec messages.Record) messages.CallbackAttempt {
+	at := d.cfg.Clock.Now().UTC()
+	a := messages.CallbackAttempt{At: at}
+	body, err := json.Marshal(rec)
+	if err != nil {
+		a.Error = err.Error()
+		return a
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rec.Callback.URL, bytes.NewReader(body))
+	if err != nil {
+		a.Error = err.Error()
+		return a
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "runplane-callback")
+	req.Header.Set(EventHeader, "completed")
+	req.Header.Set(DeliveryHeader, rec.Namespace+"/"+rec.InvocationID+"/"+string(rec.State))
+	req.Header.Set(SignatureHeader, Sign(NamespaceKey(d.cfg.MasterKey, rec.Namespace), at, body))
+	resp, err := d.client.Do(req)
+	if err != nil {
+		a.Error = err.Error()
+		return a
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	a.StatusCode = resp.StatusCode
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		a.Error = "HTTP " + resp.Status
+	}
+	return a
+}
+
+type deliverMetrics struct{ attempts *prometheus.CounterVec }
+
+func newDeliverMetrics(r prometheus.Registerer) *deliverMetrics {
+	m := &deliverMetrics{attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_callback_attempts_total",
+		Help: "Completion callback POSTs, by the callback's state after them (delivered, pending: retried, failed: given up)."}, []string{"state"})}
+	if r != nil {
+		_ = r.Register(m.attempts)
+	}
+	return m
+}

@@ -1,0 +1,69 @@
+package queue
+
+import (
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/runplane/runplane/queue/callback"
+	"github.com/runplane/runplane/queue/ingress"
+	"github.com/runplane/runplane/queue/stream"
+)
+
+// CallbackOptions turn on completion callbacks (queue/callback).
+type CallbackOptions struct {
+	// MasterKeyFile holds the master signing key, hex (at least 32 bytes):
+	// a Secret in runplane's own namespace, from which every namespace's
+	// key is derived. Empty: callbacks are off (a callbackURL is a 400).
+	MasterKeyFile string
+	// MasterKey is the key itself (tests; MasterKeyFile wins).
+	MasterKey []byte
+	// AllowCIDRs are target ranges let through although not public (an
+	// in-cluster receiver the operator vouches for); DenyCIDRs are refused
+	// although public (e.g. the cluster's Pod and Service ranges when they
+	// are public addresses).
+	AllowCIDRs, DenyCIDRs []string
+	// MaxAttempts, Backoff, Timeout: callback.Config's.
+	MaxAttempts int
+	Backoff     time.Duration
+	Timeout     time.Duration
+}
+
+// callbackConfig reads the master key and the target rules; nil when
+// callbacks are off.
+func callbackConfig(o CallbackOptions) (*ingress.CallbackConfig, error) {
+	key := o.MasterKey
+	if o.MasterKeyFile != "" {
+		s, err := readSecretFile(o.MasterKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("queue: callback signing key: %w", err)
+		}
+		if key, err = hex.DecodeString(s); err != nil {
+			return nil, fmt.Errorf("queue: callback signing key in %s: not hex: %w", o.MasterKeyFile, err)
+		}
+	}
+	if len(key) == 0 {
+		return nil, nil
+	}
+	if len(key) < 32 {
+		return nil, fmt.Errorf("queue: callback signing key of %d bytes: at least 32", len(key))
+	}
+	allow, err := callback.ParsePrefixes(o.AllowCIDRs)
+	if err != nil {
+		return nil, fmt.Errorf("queue: callback allowed ranges: %w", err)
+	}
+	deny, err := callback.ParsePrefixes(o.DenyCIDRs)
+	if err != nil {
+		return nil, fmt.Errorf("queue: callback denied ranges: %w", err)
+	}
+	return &ingress.CallbackConfig{Targets: callback.Targets{Allow: allow, Deny: deny}, MasterKey: key}, nil
+}
+
+// newDeliverer is the callback sender, run with the activator.
+func newDeliverer(cc *ingress.CallbackConfig, o CallbackOptions, st *stream.Store, reg prometheus.Registerer, log *slog.Logger) (*callback.Deliverer, error) {
+	return callback.New(callback.Config{Store: st, MasterKey: cc.MasterKey, Targets: cc.Targets, MaxAttempts: o.MaxAttempts,
+		Backoff: o.Backoff, Timeout: o.Timeout, Logger: log.With("component", "callbacks"), Registerer: reg})
+}

@@ -1,0 +1,79 @@
+package queue
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/internal/natscallout"
+	"github.com/runplane/runplane/queue/stream"
+)
+
+// TestWorkerChunkPermissions: with the permissions the auth callout
+// grants, enforced by a real nats-server, a worker stores chunks of its own
+// pool's invocations in the chunks stream and is refused another pool's
+// or another namespace's.
+func TestWorkerChunkPermissions(t *testing.T) {
+	sc := stream.Config{}.WithDefaults()
+	id := natscallout.Identity{Namespace: "team-a", Pool: "echo", Worker: "echo-1"}
+	p := WorkerPermit(sc)(id)
+	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true,
+		Users: []*server.User{
+			{Username: "queue", Password: "q"},
+			{Username: "worker", Password: "w", Permissions: &server.Permissions{
+				Publish:   &server.SubjectPermission{Allow: p.Pub.Allow, Deny: p.Pub.Deny},
+				Subscribe: &server.SubjectPermission{Allow: p.Sub.Allow, Deny: p.Sub.Deny},
+			}},
+		}})
+	require.NoError(t, err)
+	go srv.Start()
+	require.True(t, srv.ReadyForConnections(10*time.Second))
+	t.Cleanup(srv.Shutdown)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	qc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("queue", "q"))
+	require.NoError(t, err)
+	defer qc.Close()
+	qjs, err := jetstream.New(qc)
+	require.NoError(t, err)
+	st, err := stream.Open(ctx, qjs, sc)
+	require.NoError(t, err)
+
+	violations := make(chan error, 8)
+	wc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("worker", "w"), nats.CustomInboxPrefix(messages.WorkerInbox(id.Namespace, id.Pool, id.Worker)),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
+	require.NoError(t, err)
+	defer wc.Close()
+	wjs, err := jetstream.New(wc)
+	require.NoError(t, err)
+	subj := messages.Subjects{Prefix: sc.Prefix}
+
+	ack, err := wjs.Publish(ctx, subj.Chunk("team-a", "echo", "inv-1"), []byte("tok"))
+	require.NoError(t, err, "its own pool's chunk")
+	assert.Equal(t, sc.Chunks.Stream, ack.Stream)
+	_, err = st.Chunks.GetLastMsgForSubject(ctx, subj.Chunk("team-a", "echo", "inv-1"))
+	require.NoError(t, err)
+
+	for _, s := range []string{subj.Chunk("team-b", "echo", "inv-1"), subj.Chunk("team-a", "other", "inv-1")} {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		_, err := wjs.Publish(pctx, s, []byte("forged"))
+		pcancel()
+		require.Error(t, err, s)
+		select {
+		case v := <-violations:
+			assert.ErrorContains(t, v, "Permissions Violation for Publish to \""+s+"\"")
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no permission violation for %s", s)
+		}
+		_, err = st.Chunks.GetLastMsgForSubject(ctx, s)
+		assert.ErrorIs(t, err, jetstream.ErrMsgNotFound, "nothing stored on %s", s)
+	}
+}

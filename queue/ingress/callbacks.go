@@ -1,0 +1,70 @@
+package ingress
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/callerauth"
+	"github.com/runplane/runplane/internal/httpjson"
+	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/queue/callback"
+)
+
+// CallbackConfig turns on completion callbacks (queue/callback).
+type CallbackConfig struct {
+	// Targets restricts the callback URLs an invocation may name.
+	Targets callback.Targets
+	// MasterKey derives the namespaces' signing keys.
+	MasterKey []byte
+}
+
+// SubresourceCallbackKey is the RBAC subresource of pools that reads the
+// namespace's callback signing key: get pools/callbacksigningkey, granted
+// namespace-wide (no pool name) and apart from invoking.
+const SubresourceCallbackKey = "callbacksigningkey"
+
+// SigningKey is the answer of GET /v1/namespaces/{namespace}/callback-signing-key.
+type SigningKey struct {
+	Namespace string `json:"namespace"`
+	// Key is the namespace's HMAC-SHA256 key, hex.
+	Key       string `json:"key" doc:"the namespace's HMAC-SHA256 key, hex-encoded"`
+	Algorithm string `json:"algorithm" doc:"HMAC-SHA256"`
+	Header    string `json:"header" doc:"the signature header: t=<unix seconds>,v1=<hex MAC of \"<t>.<body>\">"`
+}
+
+// callbackStatus is the Record's callback of an invocation: its own
+// callbackURL, else its pool's runplane.io/callback-url; nil when none.
+func (s *Server) callbackStatus(reqURL, poolURL string) (*messages.CallbackStatus, error) {
+	u, field := reqURL, "field callbackURL"
+	if u == "" {
+		u, field = poolURL, "the pool's annotation "+api.AnnotationCallbackURL
+	}
+	if u == "" {
+		return nil, nil
+	}
+	if s.cfg.Callbacks == nil {
+		return nil, fmt.Errorf("%s: completion callbacks are not enabled on this queue (chart queue.callbacks.enabled)", field)
+	}
+	if err := s.cfg.Callbacks.Targets.ValidateURL(u); err != nil {
+		return nil, fmt.Errorf("%s: %w", field, err)
+	}
+	return &messages.CallbackStatus{URL: u, State: messages.CallbackPending}, nil
+}
+
+func (s *Server) handleSigningKey(w http.ResponseWriter, r *http.Request) {
+	ns := r.PathValue("namespace")
+	if err := validNamespace(ns); err != nil {
+		problem(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	if !s.allowed(w, r, callerauth.Request{Verb: VerbRead, Namespace: ns, Subresource: SubresourceCallbackKey}) {
+		return
+	}
+	if s.cfg.Callbacks == nil {
+		problem(w, r, http.StatusNotFound, "completion callbacks are not enabled on this queue (chart queue.callbacks.enabled)")
+		return
+	}
+	httpjson.Write(w, http.StatusOK, SigningKey{Namespace: ns, Key: fmt.Sprintf("%x", callback.NamespaceKey(s.cfg.Callbacks.MasterKey, ns)),
+		Algorithm: "HMAC-SHA256", Header: callback.SignatureHeader})
+}

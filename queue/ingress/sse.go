@@ -1,0 +1,364 @@
+package ingress
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/queue/stream"
+)
+
+// Streams (issue #20). A caller that asks for a stream (POST with Accept:
+// text/event-stream or "stream": true; GET …/invocations/{id}/stream) gets
+// server-sent events: the invocation's chunks as the worker relays them,
+// read from the chunks stream with an ordered consumer, each with id: its
+// stream sequence, then one result event with the terminal Record. The
+// connection holds no state that another replica lacks: a client that
+// lost it resumes on any replica with Last-Event-ID and gets the chunks
+// after that one. Chunks are read with a small pull window, never the
+// whole stream at once.
+
+// SSE event names.
+const (
+	// EventInvocation opens every stream: the invocation's ID, pool and
+	// state (no id: field, so Last-Event-ID still names the last chunk).
+	EventInvocation = "invocation"
+	// EventChunk is one chunk; its data is the chunk's text.
+	EventChunk = "chunk"
+	// EventAttempt: a retry started over; the chunks after it are the new
+	// attempt's output.
+	EventAttempt = "attempt"
+	// EventResult ends the stream with the terminal Record.
+	EventResult = "result"
+)
+
+// StreamOpening is the data of the invocation event.
+type StreamOpening struct {
+	InvocationID string         `json:"invocationID"`
+	Namespace    string         `json:"namespace"`
+	Pool         string         `json:"pool"`
+	State        messages.State `json:"state"`
+}
+
+// sseKeepalive is how often an idle stream gets a comment line, so
+// proxies and load balancers do not cut it; it also re-reads the Record
+// (the watch's backup across NATS reconnects).
+const sseKeepalive = 10 * time.Second
+
+// ssePullWindow bounds the chunks pulled ahead of the client per stream.
+const ssePullWindow = 32
+
+// wantsStream reports whether an invocation POST asks for a stream.
+func wantsStream(r *http.Request, req InvokeRequest) bool {
+	if req.Stream {
+		return true
+	}
+	for _, a := range strings.Split(r.Header.Get("Accept"), ",") {
+		if mt, _, err := mime.ParseMediaType(strings.TrimSpace(a)); err == nil && mt == "text/event-stream" {
+			return true
+		}
+	}
+	return false
+}
+
+// handleStream serves GET …/invocations/{id}/stream: readable by exactly
+// whoever may GET the invocation (record's check, verb get).
+func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
+	ns, id, ok := invocationPath(w, r)
+	if !ok {
+		return
+	}
+	after, err := lastEventID(r)
+	if err != nil {
+		problem(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	rec, ok := s.record(w, r, ns, id, VerbRead)
+	if !ok {
+		return
+	}
+	s.serveSSE(w, r, rec, after, time.Now())
+}
+
+// lastEventID is the sequence to resume after: the Last-Event-ID header
+// (what an EventSource sends on reconnect) or the after query parameter.
+func lastEventID(r *http.Request) (uint64, error) {
+	v := r.Header.Get("Last-Event-ID")
+	name := "header Last-Event-ID"
+	if v == "" {
+		v, name = r.URL.Query().Get("after"), "query parameter after"
+	}
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s %q: must be the id of an event of this stream (a decimal sequence)", name, v)
+	}
+	return n, nil
+}
+
+// serveSSE streams rec's chunks after stream sequence after, then its
+// terminal Record. start is when the request came (time to first chunk).
+func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, rec messages.Record, after uint64, start time.Time) {
+	ctx := r.Context()
+	key := stream.Key(rec.Namespace, rec.InvocationID)
+	// Registered before the Record is read again: no terminal update
+	// can slip between the two.
+	term, done := s.addWaiter(key, waiter{pool: rec.Pool})
+	defer done()
+	if cur, _, err := s.cfg.Store.Get(ctx, key); err == nil {
+		rec = cur
+	}
+	subject := s.cfg.Store.Subjects.Chunk(rec.Namespace, rec.Pool, rec.InvocationID)
+	occ := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}}
+	if after > 0 {
+		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
+	}
+	cons, err := s.cfg.Store.Chunks.OrderedConsumer(ctx, occ)
+	if err != nil {
+		problem(w, r, http.StatusServiceUnavailable, fmt.Sprintf("read the chunks of invocation %s: %v", rec.InvocationID, err))
+		return
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(ssePullWindow))
+	if err != nil {
+		problem(w, r, http.StatusServiceUnavailable, fmt.Sprintf("read the chunks of invocation %s: %v", rec.InvocationID, err))
+		return
+	}
+	defer it.Stop()
+	chunks := make(chan jetstream.Msg)
+	go func() {
+		defer close(chunks)
+		for {
+			m, err := it.Next()
+			if err != nil {
+				return // stopped
+			}
+			select {
+			case chunks <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	h.Set("Runplane-Invocation-Id", rec.InvocationID)
+	w.WriteHeader(http.StatusOK)
+	sw := &eventWriter{w: w, rc: http.NewResponseController(w)}
+	open, _ := json.Marshal(StreamOpening{InvocationID: rec.InvocationID, Namespace: rec.Namespace, Pool: rec.Pool, State: rec.State})
+	if sw.event(EventInvocation, "", open) != nil {
+		return
+	}
+	s.sse.streams.Inc()
+	defer s.sse.streams.Dec()
+
+	d := dedup{}
+	if after > 0 {
+		// The chunk the client has: its number, so a copy stored again by
+		// a sidecar's retry is not sent twice.
+		if m, err := s.cfg.Store.Chunks.GetMsg(ctx, after); err == nil && m.Subject == subject {
+			d.seen(m.Header.Get(messages.ChunkAttemptHeader), m.Header.Get(messages.ChunkSeqHeader))
+		}
+	}
+	last := after // the stream sequence of the last chunk written
+	first := true
+	var final *messages.Record
+	if rec.State.Terminal() {
+		final = &rec
+	}
+	keep := time.NewTicker(sseKeepalive)
+	defer keep.Stop()
+	for {
+		if final != nil {
+			// Every chunk is stored before the result that made the Record
+			// terminal: once the last one is written, the stream is over.
+			end, err := s.lastChunk(ctx, subject)
+			if err != nil {
+				s.cfg.Logger.Warn("stream: last chunk", "invocation", rec.InvocationID, "err", err)
+				return // the client resumes
+			}
+			if last >= end {
+				s.writeResult(ctx, sw, *final)
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case m, ok := <-chunks:
+			if !ok {
+				return
+			}
+			md, err := m.Metadata()
+			if err != nil {
+				continue
+			}
+			last = md.Sequence.Stream
+			attempt, num := m.Headers().Get(messages.ChunkAttemptHeader), m.Headers().Get(messages.ChunkSeqHeader)
+			restarted, dup := d.next(attempt, num)
+			if dup {
+				continue
+			}
+			if restarted {
+				b, _ := json.Marshal(map[string]string{"attempt": attempt})
+				if sw.event(EventAttempt, "", b) != nil {
+					return
+				}
+			}
+			if sw.event(EventChunk, strconv.FormatUint(last, 10), m.Data()) != nil {
+				return
+			}
+			s.sse.chunks.Inc()
+			if first {
+				first = false
+				s.sse.firstChunk.Observe(time.Since(start).Seconds())
+			}
+		case r := <-term:
+			if cur, _, err := s.cfg.Store.Get(ctx, key); err == nil && cur.State.Terminal() {
+				r = cur // the Record, not a fast-path reply's part of it
+			}
+			final = &r
+		case <-keep.C:
+			if sw.comment("keepalive") != nil {
+				return
+			}
+			if cur, _, err := s.cfg.Store.Get(ctx, key); err == nil && cur.State.Terminal() {
+				final = &cur
+			}
+		}
+	}
+}
+
+// lastChunk is the stream sequence of the invocation's last stored chunk
+// (0: none).
+func (s *Server) lastChunk(ctx context.Context, subject string) (uint64, error) {
+	m, err := s.cfg.Store.Chunks.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return m.Sequence, nil
+}
+
+// writeResult ends a stream with the terminal Record. A response body
+// held by reference (a big non-streamed answer) is not inlined into the
+// event: the client GETs the invocation for it.
+func (s *Server) writeResult(ctx context.Context, sw *eventWriter, rec messages.Record) {
+	if rec.ResponseBodyRef == nil {
+		if full, err := s.resolve(ctx, rec); err == nil {
+			rec = full
+		}
+	}
+	rec.ResponseBodyRef = nil
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return
+	}
+	_ = sw.event(EventResult, "", b)
+}
+
+// dedup drops a chunk number seen before within one attempt (a sidecar's
+// publish retry after a lost ack stores a chunk twice).
+type dedup struct {
+	attempt string
+	num     int
+}
+
+func (d *dedup) seen(attempt, num string) {
+	n, _ := strconv.Atoi(num)
+	d.attempt, d.num = attempt, n
+}
+
+// next reports whether the chunk starts a new attempt's output and
+// whether it is a duplicate.
+func (d *dedup) next(attempt, num string) (restarted, dup bool) {
+	n, err := strconv.Atoi(num)
+	if err != nil {
+		return false, false
+	}
+	if attempt == d.attempt {
+		if n <= d.num {
+			return false, true
+		}
+		d.num = n
+		return false, false
+	}
+	restarted = d.attempt != ""
+	d.attempt, d.num = attempt, n
+	return restarted, false
+}
+
+// eventWriter writes server-sent events and flushes each.
+type eventWriter struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (e *eventWriter) event(name, id string, data []byte) error {
+	var b strings.Builder
+	if id != "" {
+		b.WriteString("id: " + id + "\n")
+	}
+	b.WriteString("event: " + name + "\n")
+	// Every line of data is a data field ("\r\n", "\r" and "\n" all end
+	// a line in SSE); the client joins them with "\n".
+	text := strings.ReplaceAll(strings.ReplaceAll(string(data), "\r\n", "\n"), "\r", "\n")
+	for line := range strings.SplitSeq(text, "\n") {
+		b.WriteString("data: " + line + "\n")
+	}
+	b.WriteString("\n")
+	return e.write(b.String())
+}
+
+func (e *eventWriter) comment(text string) error { return e.write(": " + text + "\n\n") }
+
+func (e *eventWriter) write(s string) error {
+	if _, err := e.w.Write([]byte(s)); err != nil {
+		return err
+	}
+	return e.rc.Flush()
+}
+
+type sseMetrics struct {
+	streams    prometheus.Gauge
+	chunks     prometheus.Counter
+	firstChunk prometheus.Histogram
+}
+
+func newSSEMetrics(r prometheus.Registerer) *sseMetrics {
+	m := &sseMetrics{
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "runplane_ingress_streams", Help: "Server-sent event streams open now."}),
+		chunks:  prometheus.NewCounter(prometheus.CounterOpts{Name: "runplane_ingress_stream_chunks_total", Help: "Chunks written to server-sent event streams."}),
+		firstChunk: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "runplane_ingress_stream_first_chunk_seconds",
+			Help:    "Time from a stream request to its first chunk written (time to first byte of output).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 20)}),
+	}
+	if r != nil {
+		for _, c := range []prometheus.Collector{m.streams, m.chunks, m.firstChunk} {
+			_ = r.Register(c)
+		}
+	}
+	return m
+}
+
+const streamDescription = "Readable by whoever may get the invocation (RBAC get on pools/invocations of its pool). " +
+	"Events: invocation (ID, pool, state), then one chunk per chunk the worker's framework streamed, each with id: its sequence, " +
+	"attempt when a retry starts its output over, and finally result with the terminal Record. " +
+	"Header Last-Event-ID (or query parameter after) resumes after that chunk, on any ingress replica, while the chunks are retained " +
+	"(chart queue.stream.chunks.maxAge). An idle stream gets a comment every 10s."

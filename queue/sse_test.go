@@ -1,0 +1,301 @@
+package queue_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/sidecar"
+)
+
+// streamWorker runs fn as a streaming framework on a unix socket behind
+// the real sidecar, as a worker of testPool.
+func (e *env) streamWorker(name string, fn framework.StreamFunc) {
+	e.t.Helper()
+	dir, err := os.MkdirTemp("", "rpst")
+	require.NoError(e.t, err)
+	e.t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "f.sock")
+	ln, err := framework.ListenUnix(sock)
+	require.NoError(e.t, err)
+	srv := &http.Server{Handler: framework.NewStreamHandler(fn)}
+	go func() { _ = srv.Serve(ln) }()
+	e.t.Cleanup(func() { _ = srv.Close() })
+	sc, err := sidecar.New(sidecar.Config{Pool: testPool, WorkerName: name, WorkerNamespace: "default", FrameworkSocket: sock, Concurrency: 2,
+		NATSURL: e.natsURL(), HTTPAddr: "127.0.0.1:0", HeartbeatInterval: 200 * time.Millisecond, ProbeInterval: 50 * time.Millisecond,
+		FetchWait: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(e.t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sc.Run(ctx) }()
+	e.t.Cleanup(func() { cancel(); <-done })
+	require.Eventually(e.t, func() bool {
+		for _, w := range e.poolStatus().Workers {
+			if w.Name == name && w.Ready {
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 20*time.Millisecond, "worker %s ready", name)
+}
+
+// ingressReplica starts a second queue replica on the same NATS that
+// serves only the ingress, and returns its base URL.
+func (e *env) ingressReplica() string {
+	e.t.Helper()
+	cfg := e.cfg
+	cfg.DisableActivator = true
+	addr := make(chan string, 1)
+	cfg.OnListen = func(a string) { addr <- a }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- queue.Run(ctx, cfg) }()
+	e.t.Cleanup(func() { cancel(); <-done })
+	select {
+	case a := <-addr:
+		return "http://" + a
+	case err := <-done:
+		require.FailNow(e.t, "replica returned", "%v", err)
+	case <-time.After(20 * time.Second):
+		require.FailNow(e.t, "replica did not start")
+	}
+	return ""
+}
+
+// sseEvent is one server-sent event.
+type sseEvent struct{ id, name, data string }
+
+// sseStream reads server-sent events from one response.
+type sseStream struct {
+	resp *http.Response
+	sc   *bufio.Scanner
+}
+
+func openSSE(t testing.TB, req *http.Request) *sseStream {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.FailNow(t, "stream refused", "%d: %s", resp.StatusCode, b)
+	}
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	t.Cleanup(func() { resp.Body.Close() })
+	return &sseStream{resp: resp, sc: bufio.NewScanner(resp.Body)}
+}
+
+// next returns the next event (comments skipped); ok false at the end.
+func (s *sseStream) next() (ev sseEvent, ok bool) {
+	var data []string
+	for s.sc.Scan() {
+		line := s.sc.Text()
+		switch {
+		case line == "":
+			if ev.name != "" || data != nil {
+				ev.data = strings.Join(data, "\n")
+				return ev, true
+			}
+		case strings.HasPrefix(line, ":"):
+		default:
+			k, v, _ := strings.Cut(line, ":")
+			v = strings.TrimPrefix(v, " ")
+			switch k {
+			case "id":
+				ev.id = v
+			case "event":
+				ev.name = v
+			case "data":
+				data = append(data, v)
+			}
+		}
+	}
+	return ev, false
+}
+
+// rest reads to the result event: the chunks' data and ids, and the Record.
+func (s *sseStream) rest(t testing.TB) (chunks, ids []string, rec messages.Record) {
+	t.Helper()
+	for {
+		ev, ok := s.next()
+		require.True(t, ok, "the stream ended before its result event")
+		switch ev.name {
+		case "chunk":
+			chunks, ids = append(chunks, ev.data), append(ids, ev.id)
+		case "result":
+			require.NoError(t, json.Unmarshal([]byte(ev.data), &rec))
+			_, more := s.next()
+			require.False(t, more, "events after the result")
+			return chunks, ids, rec
+		}
+	}
+}
+
+func streamPost(t testing.TB, base string, body map[string]any) *http.Request {
+	b, err := json.Marshal(body)
+	require.NoError(t, err)
+	req, err := http.NewRequest("POST", base+"/v1/namespaces/default/pools/"+testPool+"/invocations", strings.NewReader(string(b)))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	return req
+}
+
+// tokens is a streaming framework that writes n numbered tokens; after
+// hold of them it waits for release (or its context) before the rest.
+type tokens struct {
+	n, hold int
+	release chan struct{}
+	stopped chan error
+	once    sync.Once
+}
+
+func (tk *tokens) stream(ctx context.Context, req framework.Request, w framework.ChunkWriter) error {
+	for i := range tk.n {
+		if i == tk.hold && tk.release != nil {
+			select {
+			case <-tk.release:
+			case <-ctx.Done():
+				tk.once.Do(func() { tk.stopped <- ctx.Err() })
+				return ctx.Err()
+			}
+		}
+		if err := w.WriteChunk(fmt.Appendf(nil, "tok%d", i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func want(from, to int) []string {
+	var out []string
+	for i := from; i < to; i++ {
+		out = append(out, fmt.Sprintf("tok%d", i))
+	}
+	return out
+}
+
+// TestStreamInOrderAndComplete: POST with Accept: text/event-stream gets
+// the invocation event, then every chunk of a real sidecar's streaming
+// framework in order, each with an increasing id, then the result.
+func TestStreamInOrderAndComplete(t *testing.T) {
+	e := newEnv(t, nil)
+	tk := &tokens{n: 20}
+	e.streamWorker("w1", tk.stream)
+	s := openSSE(t, streamPost(t, e.base, map[string]any{"invocationID": "st-1", "payload": map[string]string{"prompt": "hi"}}))
+	ev, ok := s.next()
+	require.True(t, ok)
+	assert.Equal(t, "invocation", ev.name)
+	assert.Equal(t, "st-1", s.resp.Header.Get("Runplane-Invocation-Id"))
+	chunks, ids, rec := s.rest(t)
+	assert.Equal(t, want(0, 20), chunks)
+	for i := 1; i < len(ids); i++ {
+		assert.Less(t, seq(t, ids[i-1]), seq(t, ids[i]), "ids increase")
+	}
+	assert.Equal(t, messages.StateSucceeded, rec.State, rec.Error)
+	require.NotNil(t, rec.Response)
+	var sum framework.StreamSummary
+	require.NoError(t, json.Unmarshal(rec.Response.Body, &sum))
+	assert.Equal(t, 20, sum.Chunks)
+
+	// The finished invocation streams again, whole, while retained.
+	get, err := http.NewRequest("GET", e.base+"/v1/namespaces/default/invocations/st-1/stream", nil)
+	require.NoError(t, err)
+	again, _, rec2 := openSSE(t, get).rest(t)
+	assert.Equal(t, want(0, 20), again)
+	assert.Equal(t, messages.StateSucceeded, rec2.State)
+}
+
+func seq(t testing.TB, id string) uint64 {
+	var n uint64
+	_, err := fmt.Sscan(id, &n)
+	require.NoError(t, err, "id %q", id)
+	return n
+}
+
+// TestStreamResumeOnOtherReplica: a client that dropped its connection
+// after 3 chunks resumes with Last-Event-ID on another ingress replica and
+// gets exactly the chunks after the third, then the result.
+func TestStreamResumeOnOtherReplica(t *testing.T) {
+	e := newEnv(t, nil)
+	other := e.ingressReplica()
+	tk := &tokens{n: 10, hold: 3, release: make(chan struct{}), stopped: make(chan error, 1)}
+	e.streamWorker("w1", tk.stream)
+	s := openSSE(t, streamPost(t, e.base, map[string]any{"stream": true, "invocationID": "st-2"}))
+	var last string
+	for got := 0; got < 3; {
+		ev, ok := s.next()
+		require.True(t, ok)
+		if ev.name == "chunk" {
+			assert.Equal(t, fmt.Sprintf("tok%d", got), ev.data)
+			last, got = ev.id, got+1
+		}
+	}
+	require.NoError(t, s.resp.Body.Close()) // the connection drops
+	close(tk.release)                       // the framework goes on
+
+	get, err := http.NewRequest("GET", other+"/v1/namespaces/default/invocations/st-2/stream", nil)
+	require.NoError(t, err)
+	get.Header.Set("Last-Event-ID", last)
+	chunks, _, rec := openSSE(t, get).rest(t)
+	assert.Equal(t, want(3, 10), chunks, "exactly the rest")
+	assert.Equal(t, messages.StateSucceeded, rec.State, rec.Error)
+}
+
+// TestStreamCancelMidStream: a cancel while the framework streams stops
+// the framework's stream, and the client's stream ends with the cancelled
+// Record.
+func TestStreamCancelMidStream(t *testing.T) {
+	e := newEnv(t, nil)
+	tk := &tokens{n: 10, hold: 2, release: make(chan struct{}), stopped: make(chan error, 1)}
+	e.streamWorker("w1", tk.stream)
+	s := openSSE(t, streamPost(t, e.base, map[string]any{"stream": true, "invocationID": "st-3"}))
+	for got := 0; got < 2; {
+		ev, ok := s.next()
+		require.True(t, ok)
+		if ev.name == "chunk" {
+			got++
+		}
+	}
+	r := e.do("POST", "/v1/namespaces/default/invocations/st-3/cancel", nil)
+	require.Equal(t, http.StatusOK, r.code, "%s", r.raw)
+	select {
+	case err := <-tk.stopped:
+		assert.ErrorIs(t, err, context.Canceled)
+	case <-time.After(15 * time.Second):
+		t.Fatal("the framework's stream was not stopped")
+	}
+	chunks, _, rec := s.rest(t)
+	assert.Empty(t, chunks, "nothing streamed after the cancel")
+	assert.Equal(t, messages.StateCancelled, rec.State)
+}
+
+// TestStreamBadLastEventID: a Last-Event-ID that is not a sequence is a 400.
+func TestStreamBadLastEventID(t *testing.T) {
+	e := newEnv(t, nil)
+	req, err := http.NewRequest("GET", e.base+"/v1/namespaces/default/invocations/x/stream", nil)
+	require.NoError(t, err)
+	req.Header.Set("Last-Event-ID", "abc")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	assert.Contains(t, string(b), "Last-Event-ID")
+}

@@ -1,0 +1,71 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/internal/messages"
+)
+
+// invoke calls the framework for dispatch d. A streamed answer's chunks
+// are relayed, in order and as they arrive, to the invocation's chunk
+// subject (messages.Subjects.Chunk) in the chunks stream, numbered per
+// attempt; invoke returns only once every chunk is stored, so the Result
+// published after it never overtakes a chunk. A chunk that cannot be
+// stored fails the invocation (its reader would see a gap) and stops the
+// framework's stream.
+func (s *Sidecar) invoke(ctx context.Context, d messages.Dispatch, req framework.Request) (framework.Response, error) {
+	subject := s.subjects.Chunk(s.cfg.WorkerNamespace, s.cfg.Pool, d.InvocationID)
+	attempt := strconv.Itoa(d.Attempt)
+	n := 0
+	lim := framework.StreamLimits{MaxChunkBytes: d.MaxChunkBytes, MaxChunks: int(d.MaxChunks), MaxSummaryBytes: int(min(d.MaxResultBytes, 1<<20))}
+	return s.client.InvokeStream(ctx, req, lim, func(chunk []byte) error {
+		n++
+		m := nats.NewMsg(subject)
+		m.Data = chunk
+		m.Header.Set(messages.ChunkAttemptHeader, attempt)
+		m.Header.Set(messages.ChunkSeqHeader, strconv.Itoa(n))
+		if err := s.publishChunk(ctx, m); err != nil {
+			return fmt.Errorf("relay chunk %d of the framework's stream: %w", n, err)
+		}
+		s.metrics.chunks.Inc()
+		return nil
+	})
+}
+
+// publishChunk stores one chunk, retrying a failed publish for a while
+// (NATS reconnecting) before giving up. A publish is awaited before the
+// next chunk is read: order is kept without a Nats-Msg-Id (a worker's
+// message IDs are never trusted: see publishResult), and a framework that
+// outruns NATS is slowed down rather than buffered. A retry after a lost
+// ack may store a chunk twice; readers drop a chunk number they have seen.
+func (s *Sidecar) publishChunk(ctx context.Context, m *nats.Msg) error {
+	backoff := 50 * time.Millisecond
+	deadline := time.Now().Add(chunkPublishPatience)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := s.js.PublishMsg(pctx, m)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		s.log.Warn("publish chunk; retrying", "subject", m.Subject, "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// chunkPublishPatience bounds the retries of one chunk.
+const chunkPublishPatience = 15 * time.Second
