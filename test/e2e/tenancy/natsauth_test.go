@@ -178,7 +178,7 @@ func TestSidecarNATSIdentity(t *testing.T) {
 		got, err := results.NextMsg(5 * time.Second)
 		require.NoError(t, err)
 		assert.Equal(t, "result", string(got.Data))
-		require.NoError(t, nc.Publish(q.subj.Metrics(ns, pool), []byte("heartbeat")))
+		require.NoError(t, nc.Publish(q.subj.Events(ns, pool, w), []byte("heartbeat")))
 		require.NoError(t, nc.Publish(q.subj.Reply(ns, pool)+".replica-1.inv-1", []byte("sync answer")))
 		require.NoError(t, msg.DoubleAck(ctx))
 		require.NoError(t, q.internal.Publish(q.subj.Cancel(ns, pool, w), []byte("cancel")))
