@@ -325,12 +325,17 @@ func (s *Server) duplicate(ctx context.Context, ack Ack, rec messages.Record, in
 		return ack, rec, &conflictError{fmt.Sprintf("invocationID %s already belongs to pool %q of namespace %q", inv.InvocationID, rec.Pool, rec.Namespace)}
 	}
 	// A Record without a hash (written by an older ingress, or re-created
-	// by the activator after it expired) cannot be compared.
+	// by the activator from the stored message after it expired) cannot be
+	// compared: its state may be answered, but nothing may be published
+	// for it (refusedRepublish).
 	if rec.RequestHash != "" && rec.RequestHash != hash {
 		return ack, rec, &conflictError{fmt.Sprintf("invocationID %s was accepted with another request: a re-post must carry the same payload, "+
 			"headers, attributes and contentType (or use a new invocationID)", inv.InvocationID)}
 	}
 	if rec.State == messages.StateQueued && rec.Attempt == 0 {
+		if err := refusedRepublish(rec, inv); err != nil {
+			return ack, rec, err
+		}
 		// The first accepting replica may have died between the Record and
 		// the publish, at any age of the Record: publish again, every time,
 		// so a 202 always stands on a stored message. Within the duplicate
