@@ -33,8 +33,8 @@ func workerSubjects(subj messages.Subjects, streamName string, id natscallout.Id
 		Publish:  []string{subj.Result(ns, pool), subj.Events(ns, pool, worker)},
 		Replies:  subj.Reply(ns, pool) + ".>",
 		Inbox:    messages.WorkerInbox(ns, pool, worker),
-		// Its pool's bucket, named after namespace and pool: no other
-		// pool's objects.
-		ObjectBucket: objects.Bucket(streamName, ns, pool),
+		// Its namespace's bucket (the tenant's budget, shared by its
+		// pools): no other namespace's objects.
+		ObjectBucket: objects.Bucket(streamName, ns),
 	}
 }

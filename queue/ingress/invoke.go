@@ -117,11 +117,12 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 		s.reject(w, http.StatusConflict, conflictMessage(pl))
 		return
 	}
-	// The pool's Object Store bucket, where its workers store results too
-	// big for one message (made once per pool and replica; the NATS auth
-	// callout also makes it when it admits a worker).
-	if _, err := s.cfg.Store.Objects.Ensure(r.Context(), ns, poolName); err != nil {
-		s.cfg.Logger.Warn("object store bucket", "namespace", ns, "pool", poolName, "err", err)
+	// The namespace's Object Store bucket, where its workers store results
+	// too big for one message (made once per namespace and replica; the
+	// NATS auth callout also makes it when it admits a worker). Without
+	// one, only this namespace's big payloads and results fail.
+	if _, err := s.cfg.Store.Objects.Ensure(r.Context(), ns); err != nil {
+		s.cfg.Logger.Warn("object store bucket", "namespace", ns, "err", err)
 	}
 	clientID := req.InvocationID != ""
 	if !clientID {
