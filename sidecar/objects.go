@@ -56,7 +56,7 @@ func (s *Sidecar) objectStore(ctx context.Context) (jetstream.ObjectStore, error
 // encodeResult encodes res for the results stream. A result that does not
 // fit in one message (the server's max_payload, the results stream's
 // limit) sends its response body by reference: the body goes to the
-// pool's bucket first, retried a few times; when it cannot be stored the
+// namespace's bucket first, retried a few times; when it cannot be stored the
 // result becomes failed with the reason — it is never a reason to run the
 // framework again.
 func (s *Sidecar) encodeResult(res messages.Result, d messages.Dispatch) ([]byte, messages.Result, error) {

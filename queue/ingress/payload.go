@@ -111,7 +111,7 @@ func validPayload(contentType string, p json.RawMessage) error {
 }
 
 // encode encodes inv for invoke.<ns>.<pool>. An invocation that would not
-// fit in one NATS message has its payload moved to its pool's Object Store
+// fit in one NATS message has its payload moved to its namespace's Object Store
 // bucket first, leaving a reference. A payload too big on its own is not
 // encoded twice.
 func (s *Server) encode(ctx context.Context, inv messages.Invocation) ([]byte, error) {
