@@ -31,7 +31,7 @@ type WorkerSubjects struct {
 // consumer's deliver subject against its creator's permissions, so a
 // worker allowed to create consumers could have another tenant's subjects
 // delivered to), publish its results and events, answer its pool's sync
-// callers, read and store its pool's objects, and hear its cancels and its
+// callers, read and store its namespace's objects, and hear its cancels and its
 // inbox. No other JetStream API.
 func WorkerPermissions(s WorkerSubjects) jwt.Permissions {
 	var p jwt.Permissions
