@@ -82,7 +82,7 @@ func natsAuthOptions(cfg Config) ([]nats.Option, error) {
 
 // newCallout builds the callout Runnable on the queue's connection;
 // consumers creates each admitted worker's dispatch consumer.
-func newCallout(cfg CalloutConfig, nc *nats.Conn, kube kubernetes.Interface, consumers WorkerConsumers, permit natscallout.Permit, reg prometheus.Registerer, log *slog.Logger) (*callout, error) {
+func newCallout(cfg CalloutConfig, nc *nats.Conn, kube kubernetes.Interface, consumers WorkerConsumers, buckets NamespaceBuckets, permit natscallout.Permit, reg prometheus.Registerer, log *slog.Logger) (*callout, error) {
 	if kube == nil {
 		return nil, fmt.Errorf("queue: the NATS auth callout needs a Kubernetes config")
 	}
@@ -109,6 +109,8 @@ func newCallout(cfg CalloutConfig, nc *nats.Conn, kube kubernetes.Interface, con
 				Authenticator: natscallout.NewCached(&natscallout.KubeAuthenticator{Client: kube, Audience: natscallout.Audience},
 					natscallout.CacheOptions{TTL: cfg.CacheTTL}),
 				Consumers: consumers,
+				Buckets:   buckets,
+				Log:       log.With("component", "nats-callout"),
 			},
 			Permit: permit,
 			MaxTTL: cmp.Or(cfg.MaxTTL, time.Hour),
@@ -136,6 +138,11 @@ type WorkerConsumers interface {
 type admitWorker struct {
 	natscallout.Authenticator
 	Consumers WorkerConsumers
+	// Buckets makes the worker's namespace's Object Store bucket (nil:
+	// none). A bucket that cannot be made never refuses the worker: only
+	// its namespace's big payloads and results fail (ensureBucket).
+	Buckets NamespaceBuckets
+	Log     *slog.Logger
 }
 
 // Authenticate implements natscallout.Authenticator.
@@ -152,6 +159,7 @@ func (a *admitWorker) Authenticate(ctx context.Context, token string) (natscallo
 	if err := a.Consumers.EnsureWorkerConsumer(ctx, id.Namespace, id.Pool, id.Worker); err != nil {
 		return id, fmt.Errorf("identity %s: %w", id.Name, err)
 	}
+	a.ensureBucket(ctx, id)
 	return id, nil
 }
 

@@ -20,7 +20,9 @@ func WorkerPermit(sc stream.Config) natscallout.Permit {
 
 // workerSubjects is one worker's share of the layout: its consumer on the
 // stream, filtered to its dispatch subject; its cancels; its pool's
-// results, events and sync replies, in its own namespace; its own inbox.
+// results and sync replies, in its own namespace; its own Events subject
+// (never a sibling's: the activator believes the subject about who an
+// Event is from); its own inbox.
 func workerSubjects(subj messages.Subjects, streamName string, id natscallout.Identity) natscallout.WorkerSubjects {
 	ns, pool, worker := id.Namespace, id.Pool, id.Worker
 	return natscallout.WorkerSubjects{
@@ -28,13 +30,13 @@ func workerSubjects(subj messages.Subjects, streamName string, id natscallout.Id
 		Consumer: messages.ConsumerName(ns, pool, worker),
 		Dispatch: subj.Dispatch(ns, pool, worker),
 		Cancel:   subj.Cancel(ns, pool, worker),
-		// Chunks of streamed answers: any invocation of its own pool
-		// (as results are), never another pool's or namespace's.
-		Publish: []string{subj.Result(ns, pool), subj.Metrics(ns, pool), subj.Chunk(ns, pool, "*")},
+		// Its own events; chunks of streamed answers of any invocation of
+		// its own pool (as results are), never another pool's or namespace's.
+		Publish: []string{subj.Result(ns, pool), subj.Events(ns, pool, worker), subj.Chunk(ns, pool, "*")},
 		Replies: subj.Reply(ns, pool) + ".>",
 		Inbox:   messages.WorkerInbox(ns, pool, worker),
-		// Its pool's bucket, named after namespace and pool: no other
-		// pool's objects.
-		ObjectBucket: objects.Bucket(streamName, ns, pool),
+		// Its namespace's bucket (the tenant's budget, shared by its
+		// pools): no other namespace's objects.
+		ObjectBucket: objects.Bucket(streamName, ns),
 	}
 }

@@ -81,7 +81,7 @@ func TestNewCallout(t *testing.T) {
 			if !tc.noKube {
 				kube = fake.NewClientset()
 			}
-			c, err := newCallout(CalloutConfig{IssuerSeedFile: tc.seed}, nil, kube, &fakeConsumers{}, permit, nil, log)
+			c, err := newCallout(CalloutConfig{IssuerSeedFile: tc.seed}, nil, kube, &fakeConsumers{}, nil, permit, nil, log)
 			if tc.wantErr != "" {
 				require.ErrorContains(t, err, tc.wantErr)
 				return
@@ -99,8 +99,8 @@ func TestWorkerSubjects(t *testing.T) {
 	got := workerSubjects(messages.Subjects{Prefix: "rs"}, "RS", natscallout.Identity{Namespace: "team-a", Pool: "echo", Worker: "echo-1"})
 	assert.Equal(t, natscallout.WorkerSubjects{
 		Stream: "RS", Consumer: "team-a_echo_echo-1", Dispatch: "rs.dispatch.team-a.echo.echo-1", Cancel: "rs.cancel.team-a.echo.echo-1",
-		Publish: []string{"rs.result.team-a.echo", "rs.metrics.team-a.echo", "rs.chunk.team-a.echo.*"}, Replies: "rs.reply.team-a.echo.>",
-		Inbox: "_INBOX_RP.team-a.echo.echo-1", ObjectBucket: "RS_OBJ_team-a_echo",
+		Publish: []string{"rs.result.team-a.echo", "rs.metrics.team-a.echo.echo-1", "rs.chunk.team-a.echo.*"}, Replies: "rs.reply.team-a.echo.>",
+		Inbox: "_INBOX_RP.team-a.echo.echo-1", ObjectBucket: "RS_OBJ_team-a",
 	}, got)
 }
 

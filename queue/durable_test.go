@@ -19,13 +19,13 @@ import (
 // orphanRecord leaves what an ingress killed between its Record create and
 // its publish leaves: a queued Record, accepted at acceptedAt, and no
 // message in the stream.
-func (e *env) orphanRecord(id string, acceptedAt time.Time) {
+func (e *env) orphanRecord(id string, acceptedAt time.Time, hash string) {
 	e.t.Helper()
 	ctx := context.Background()
 	st, err := stream.Open(ctx, e.js, e.cfg.Stream)
 	require.NoError(e.t, err)
 	_, err = st.Create(ctx, messages.Record{InvocationID: id, Namespace: "default", Pool: testPool, Mode: messages.ModeAsync,
-		State: messages.StateQueued, Stream: st.Config.Stream, AcceptedAt: acceptedAt, UpdatedAt: acceptedAt})
+		State: messages.StateQueued, Stream: st.Config.Stream, RequestHash: hash, AcceptedAt: acceptedAt, UpdatedAt: acceptedAt})
 	require.NoError(e.t, err)
 }
 
@@ -36,7 +36,11 @@ func TestRetryOfCutOffAcceptRuns(t *testing.T) {
 	e := newEnv(t, nil)
 	e.worker("a", 1, nil)
 	const id = "cut-off"
-	e.orphanRecord(id, time.Now().UTC())
+	// The cut-off ingress wrote the request's hash: the same request under
+	// another ID shows it (the hash leaves the ID out).
+	probe := e.invoke(map[string]any{"mode": "async", "invocationID": "probe", "ttlSeconds": 60})
+	require.EqualValues(t, 202, probe.code, "%d %s", probe.code, probe.raw)
+	e.orphanRecord(id, time.Now().UTC(), e.record("probe").RequestHash)
 	r := e.invoke(map[string]any{"mode": "async", "invocationID": id, "ttlSeconds": 60})
 	require.EqualValues(t, 202, r.code, "%d %s", r.code, r.raw)
 	require.Equal(t, true, r.body["duplicate"], "%s", r.raw)
@@ -52,7 +56,7 @@ func TestRebuildRemovesOrphanRecord(t *testing.T) {
 	e := newEnv(t, nil)
 	e.stop()
 	const id = "orphan"
-	e.orphanRecord(id, time.Now().UTC().Add(-time.Minute))
+	e.orphanRecord(id, time.Now().UTC().Add(-time.Minute), "")
 	e.startQueue()
 	require.Eventually(t, func() bool {
 		return e.do("GET", "/v1/namespaces/default/invocations/"+id, nil).code == 404

@@ -161,7 +161,7 @@ func (e *env) fakeWorker(name string) *fake {
 func (f *fake) event(t messages.EventType, inFlight int) {
 	b, _ := json.Marshal(messages.Event{Type: t, Pool: testPool, Worker: f.name, Namespace: "default", Concurrency: 1,
 		InFlight: inFlight, Ready: true, At: time.Now().UTC()})
-	_ = f.e.nc.Publish(f.e.subj.Metrics("default", testPool), b)
+	_ = f.e.nc.Publish(f.e.subj.Events("default", testPool, f.name), b)
 }
 
 func (f *fake) stop() {

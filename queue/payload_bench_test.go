@@ -30,7 +30,7 @@ func BenchmarkPayloadRoundTrip(b *testing.B) {
 		payload := bigJSON(b, size)
 		body := mustJSON(b, map[string]any{"mode": "sync", "timeoutSeconds": 120, "payload": payload})
 		buckets := &objects.Buckets{JS: e.js, Cfg: e.cfg.Stream.WithDefaults().ObjectsConfig()}
-		obs, err := buckets.Ensure(context.Background(), "default", testPool)
+		obs, err := buckets.Ensure(context.Background(), "default")
 		require.NoError(b, err)
 		calls := map[string]func() error{
 			"baseline": func() error {

@@ -230,7 +230,7 @@ func TestObjectsGoWithTheirRecord(t *testing.T) {
 	code, out := e.post("/v1/namespaces/default/pools/"+testPool+"/invocations", "application/json",
 		mustJSON(t, map[string]any{"mode": "sync", "invocationID": "expires", "timeoutSeconds": 60, "payload": bigJSON(t, 2<<20)}))
 	require.Equal(t, http.StatusOK, code, "%.300s", out)
-	bucket := objects.StreamName(objects.Bucket(e.cfg.Stream.WithDefaults().Stream, "default", testPool))
+	bucket := objects.StreamName(objects.Bucket(e.cfg.Stream.WithDefaults().Stream, "default"))
 	st, err := e.js.Stream(context.Background(), bucket)
 	require.NoError(t, err)
 	info, err := st.Info(context.Background())

@@ -143,7 +143,7 @@ func (e *env) startSidecar(cfg Config) *running {
 // events subscribes to the pool's metrics subject.
 func (e *env) events() <-chan messages.Event {
 	ch := make(chan messages.Event, 1024)
-	sub, err := e.nc.Subscribe(subjects.Metrics(testNS, testPool), func(m *nats.Msg) {
+	sub, err := e.nc.Subscribe(subjects.Metrics(testNS, testPool)+".*", func(m *nats.Msg) {
 		var ev messages.Event
 		if err := json.Unmarshal(m.Data, &ev); err != nil {
 			e.t.Errorf("bad event %s: %v", m.Data, err)

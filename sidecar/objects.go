@@ -12,15 +12,15 @@ import (
 	"github.com/runplane/runplane/internal/objects"
 )
 
-// bucket is this worker's pool's Object Store bucket: the only one its
-// NATS user may read or write.
+// bucket is this worker's namespace's Object Store bucket: the only one
+// its NATS user may read or write.
 func (s *Sidecar) bucket() string {
-	return objects.Bucket(s.cfg.StreamName, s.cfg.WorkerNamespace, s.cfg.Pool)
+	return objects.Bucket(s.cfg.StreamName, s.cfg.WorkerNamespace)
 }
 
-// payload returns d's payload, read from the pool's bucket when d carries
-// it by reference. The reference comes from the activator (on this
-// worker's own dispatch subject); it must name this pool's bucket and d's
+// payload returns d's payload, read from the namespace's bucket when d
+// carries it by reference. The reference comes from the activator (on this
+// worker's own dispatch subject); it must name this namespace's bucket and d's
 // own object, and the bytes must match its size and digest.
 func (s *Sidecar) payload(ctx context.Context, d messages.Dispatch) (json.RawMessage, error) {
 	ref := d.PayloadRef
@@ -39,7 +39,7 @@ func (s *Sidecar) payload(ctx context.Context, d messages.Dispatch) (json.RawMes
 	return b, nil
 }
 
-// objectStore opens the pool's bucket once (its stream info is all that
+// objectStore opens the namespace's bucket once (its stream info is all that
 // is read).
 func (s *Sidecar) objectStore(ctx context.Context) (jetstream.ObjectStore, error) {
 	if obs := s.obs.Load(); obs != nil {
@@ -56,7 +56,7 @@ func (s *Sidecar) objectStore(ctx context.Context) (jetstream.ObjectStore, error
 // encodeResult encodes res for the results stream. A result that does not
 // fit in one message (the server's max_payload, the results stream's
 // limit) sends its response body by reference: the body goes to the
-// pool's bucket first, retried a few times; when it cannot be stored the
+// namespace's bucket first, retried a few times; when it cannot be stored the
 // result becomes failed with the reason — it is never a reason to run the
 // framework again.
 func (s *Sidecar) encodeResult(res messages.Result, d messages.Dispatch) ([]byte, messages.Result, error) {

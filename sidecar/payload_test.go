@@ -23,7 +23,7 @@ func (e *env) bucket() *objects.Buckets {
 	b := &objects.Buckets{JS: e.js, Cfg: objects.Config{StreamName: api.DefaultStreamName, TTL: time.Hour}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := b.Ensure(ctx, testNS, testPool)
+	_, err := b.Ensure(ctx, testNS)
 	require.NoError(e.t, err)
 	return b
 }
@@ -66,7 +66,7 @@ func TestPayloadsByReference(t *testing.T) {
 		require.Equal(t, messages.StateSucceeded, res.State, res.Error)
 		require.NotNil(t, res.ResponseBodyRef)
 		assert.Empty(t, res.Response.Body, "the body is in the bucket")
-		assert.Equal(t, objects.Bucket(api.DefaultStreamName, testNS, testPool), res.ResponseBodyRef.Bucket)
+		assert.Equal(t, objects.Bucket(api.DefaultStreamName, testNS), res.ResponseBodyRef.Bucket)
 		assert.Equal(t, objects.ResultName(testNS, "big-result", 1), res.ResponseBodyRef.Name)
 		body, err := objects.Get(ctx, e.js, *res.ResponseBodyRef, 0)
 		require.NoError(t, err)
@@ -85,7 +85,7 @@ func TestPayloadsByReference(t *testing.T) {
 		assert.Nil(t, res.ResponseBodyRef)
 		assert.Equal(t, int32(1), calls.Load()-before, "framework calls")
 	})
-	obs, err := buckets.Ensure(ctx, testNS, testPool)
+	obs, err := buckets.Ensure(ctx, testNS)
 	require.NoError(t, err)
 	payload := bigBody(5 << 20)
 	t.Run("a payload by reference reaches the framework", func(t *testing.T) {

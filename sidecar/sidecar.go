@@ -840,7 +840,8 @@ func (s *Sidecar) heartbeatLoop(ctx context.Context) {
 }
 
 // publishEvent fills the worker's identity and load into e and publishes it
-// on metrics.<pool> (core NATS: a lost event is superseded by the next).
+// on its own metrics.<ns>.<pool>.<worker> (core NATS: a lost event is
+// superseded by the next).
 func (s *Sidecar) publishEvent(e messages.Event) {
 	e.Pool = s.cfg.Pool
 	e.Worker = s.cfg.WorkerName
@@ -855,7 +856,7 @@ func (s *Sidecar) publishEvent(e messages.Event) {
 		s.log.Error("encode event", "err", err)
 		return
 	}
-	if err := s.nc.Publish(s.subjects.Metrics(s.cfg.WorkerNamespace, s.cfg.Pool), data); err != nil {
+	if err := s.nc.Publish(s.subjects.Events(s.cfg.WorkerNamespace, s.cfg.Pool, s.cfg.WorkerName), data); err != nil {
 		s.log.Warn("publish event", "type", e.Type, "err", err)
 	}
 }

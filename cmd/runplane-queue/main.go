@@ -101,7 +101,8 @@ func run() error {
 	})
 	flag.Int64Var(&c.MaxPayloadBytes, "max-payload-bytes", objects.DefaultMaxPayloadBytes, "largest payload and response body in bytes (JSON text, or decoded binary); beyond, 413. "+
 		"What does not fit in one NATS message (max_payload) goes through the pool's Object Store bucket")
-	flag.Int64Var(&c.Stream.ObjectsMaxBytes, "objects-max-bytes", 1<<30, "size bound of each pool's Object Store bucket of big payloads and results (-1: unbounded; full: new big payloads get 503, big results fail)")
+	flag.Int64Var(&c.Stream.ObjectsMaxBytes, "objects-max-bytes", 128<<20, "size bound of each namespace's Object Store bucket of big payloads and results, shared by its pools: the tenant's budget, reserved in JetStream storage "+
+		"when the bucket is made (size max_file_store ≥ namespaces × this + the streams; -1: unbounded, no budget; full: that namespace's new big payloads get 503, big results fail)")
 	flag.StringVar(&c.Stream.RecordsBucket, "records-bucket", "runplane-invocations", "KV bucket of invocation records")
 	flag.DurationVar(&c.Stream.RecordTTL, "record-ttl", 24*time.Hour, "how long invocation records are kept")
 	flag.StringVar(&c.Listen, "listen", ":8080", "ingress listen address")

@@ -15,7 +15,9 @@
 // Nats-Msg-Id), answers the
 // sync caller on Dispatch.ReplyTo (under reply.<ns>.<pool>) when set, then
 // acks. Worker Events (register, heartbeat, started, finished, deregister)
-// go to metrics.<ns>.<pool> on core NATS. A Cancel goes to
+// go to metrics.<ns>.<pool>.<worker> on core NATS: the worker's own subject,
+// the only one NATS lets it publish events on, so the subject (never the
+// body) says which worker an Event is about. A Cancel goes to
 // cancel.<ns>.<pool>.<worker> on core NATS.
 package messages
 
@@ -79,8 +81,17 @@ func (s Subjects) Dispatch(ns, pool, worker string) string {
 // Result is where workers of ns/pool publish results (JetStream).
 func (s Subjects) Result(ns, pool string) string { return s.Prefix + ".result." + ns + "." + pool }
 
-// Metrics is where workers of ns/pool publish Events (core NATS).
+// Metrics is the root of the Event subjects of the workers of ns/pool
+// (core NATS): each worker publishes on its own Events subject below it.
+// Nothing is published on the root itself (sidecars before the per-worker
+// subjects did; the activator ignores them).
 func (s Subjects) Metrics(ns, pool string) string { return s.Prefix + ".metrics." + ns + "." + pool }
+
+// Events is where worker of ns/pool publishes its Events (core NATS). The
+// NATS auth callout grants each worker only its own, and the activator
+// takes the worker's name from the subject: a worker cannot speak for a
+// sibling (deregister it, mark it unready, keep a dead one alive).
+func (s Subjects) Events(ns, pool, worker string) string { return s.Metrics(ns, pool) + "." + worker }
 
 // Cancel is where worker hears cancels (core NATS).
 func (s Subjects) Cancel(ns, pool, worker string) string {
@@ -268,7 +279,8 @@ const (
 	EventHandedBack EventType = "invocation.handed_back"
 )
 
-// Event is what the sidecar publishes on metrics.<ns>.<pool>.
+// Event is what the sidecar publishes on metrics.<ns>.<pool>.<worker>
+// (Events). Namespace, Pool and Worker must be the subject's.
 type Event struct {
 	Type        EventType `json:"type"`
 	Pool        string    `json:"pool"`

@@ -14,6 +14,7 @@ func TestSubjects(t *testing.T) {
 		{s.Dispatch("team-a", "echo", "echo-1"), "rs.dispatch.team-a.echo.echo-1"},
 		{s.Result("team-a", "echo"), "rs.result.team-a.echo"},
 		{s.Metrics("team-a", "echo"), "rs.metrics.team-a.echo"},
+		{s.Events("team-a", "echo", "echo-1"), "rs.metrics.team-a.echo.echo-1"},
 		{s.DeadLetter("team-a", "echo"), "rs.deadletter.team-a.echo"},
 		{s.Cancel("team-a", "echo", "echo-1"), "rs.cancel.team-a.echo.echo-1"},
 		{s.Reply("team-a", "echo"), "rs.reply.team-a.echo"},

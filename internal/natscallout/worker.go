@@ -16,7 +16,7 @@ type WorkerSubjects struct {
 	Publish []string
 	// Replies matches the reply subjects of its pool's sync callers.
 	Replies string
-	// ObjectBucket is its pool's Object Store bucket, where payloads and
+	// ObjectBucket is its namespace's Object Store bucket, where payloads and
 	// results too big for one message go ("": none). Its stream is
 	// OBJ_<bucket>, its subjects $O.<bucket>.>.
 	ObjectBucket string
@@ -31,7 +31,7 @@ type WorkerSubjects struct {
 // consumer's deliver subject against its creator's permissions, so a
 // worker allowed to create consumers could have another tenant's subjects
 // delivered to), publish its results and events, answer its pool's sync
-// callers, read and store its pool's objects, and hear its cancels and its
+// callers, read and store its namespace's objects, and hear its cancels and its
 // inbox. No other JetStream API.
 func WorkerPermissions(s WorkerSubjects) jwt.Permissions {
 	var p jwt.Permissions
@@ -43,7 +43,7 @@ func WorkerPermissions(s WorkerSubjects) jwt.Permissions {
 	)
 	p.Pub.Allow.Add(s.Publish...)
 	if b := s.ObjectBucket; b != "" {
-		// Its pool's bucket only: open it (stream info), read objects
+		// Its namespace's bucket only: open it (stream info), read objects
 		// with direct gets (no consumers: see above), store objects
 		// (chunks and metadata). No purge or delete: objects expire with
 		// the bucket's TTL.

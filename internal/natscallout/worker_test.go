@@ -28,8 +28,8 @@ func testLayout(id Identity) WorkerSubjects {
 		Publish:  []string{"rs.result." + scope, "rs.metrics." + scope},
 		Replies:  "_RS_REPLY." + scope + ".>",
 		Inbox:    "_INBOX." + scope + "." + id.Worker,
-		// The queue's shape: one bucket per pool (objects.Bucket).
-		ObjectBucket: objects.Bucket("RS", id.Namespace, id.Pool),
+		// The queue's shape: one bucket per namespace (objects.Bucket).
+		ObjectBucket: objects.Bucket("RS", id.Namespace),
 	}
 }
 
@@ -60,7 +60,7 @@ func TestWorkerPermissionsOnJetStream(t *testing.T) {
 	buckets := &objects.Buckets{JS: ijs, Cfg: objects.Config{StreamName: "RS", TTL: time.Hour}}
 	refs := map[string]messages.ObjectRef{}
 	for _, ns := range []string{"team-a", "team-b"} {
-		obs, err := buckets.Ensure(ctx, ns, "echo")
+		obs, err := buckets.Ensure(ctx, ns)
 		require.NoError(t, err)
 		refs[ns], err = objects.Put(ctx, obs, objects.PayloadName(ns, "inv-1"), bytes.Repeat([]byte(ns), 100_000), 1<<20)
 		require.NoError(t, err)
@@ -158,28 +158,28 @@ func TestWorkerPermissionsOnJetStream(t *testing.T) {
 			try: func(context.Context) error { return nc.Publish("_RS_REPLY.team-b.echo.caller-1", []byte("forged")) }},
 		{name: "listen to another worker's cancels", want: "rs.cancel.team-b.echo.echo-1",
 			try: func(context.Context) error { _, err := nc.SubscribeSync(bob.Cancel); return err }},
-		{name: "open another pool's bucket", want: "$JS.API.STREAM.INFO.OBJ_RS_OBJ_team-b_echo",
+		{name: "open another namespace's bucket", want: "$JS.API.STREAM.INFO.OBJ_RS_OBJ_team-b",
 			try: func(ctx context.Context) error { _, err := js.ObjectStore(ctx, bob.ObjectBucket); return err }},
-		{name: "read another pool's payload", want: "$JS.API.DIRECT.GET.OBJ_RS_OBJ_team-b_echo",
+		{name: "read another namespace's payload", want: "$JS.API.DIRECT.GET.OBJ_RS_OBJ_team-b",
 			try: func(ctx context.Context) error {
 				_, err := nc.Request("$JS.API.DIRECT.GET.OBJ_"+bob.ObjectBucket, []byte(`{"seq":1}`), time.Second)
 				return err
 			}},
-		{name: "read another pool's object metadata", want: "$JS.API.DIRECT.GET.OBJ_RS_OBJ_team-b_echo.$O.RS_OBJ_team-b_echo.M.",
+		{name: "read another namespace's object metadata", want: "$JS.API.DIRECT.GET.OBJ_RS_OBJ_team-b.$O.RS_OBJ_team-b.M.",
 			try: func(ctx context.Context) error {
 				_, err := nc.Request("$JS.API.DIRECT.GET.OBJ_"+bob.ObjectBucket+".$O."+bob.ObjectBucket+".M.x", nil, time.Second)
 				return err
 			}},
-		{name: "write into another pool's bucket", want: "$O.RS_OBJ_team-b_echo.C." + refs["team-b"].NUID,
+		{name: "write into another namespace's bucket", want: "$O.RS_OBJ_team-b.C." + refs["team-b"].NUID,
 			try: func(ctx context.Context) error {
 				return nc.Publish("$O."+bob.ObjectBucket+".C."+refs["team-b"].NUID, []byte("forged"))
 			}},
-		{name: "consumer on its own bucket", want: "$JS.API.CONSUMER.CREATE.OBJ_RS_OBJ_team-a_echo",
+		{name: "consumer on its own bucket", want: "$JS.API.CONSUMER.CREATE.OBJ_RS_OBJ_team-a",
 			try: func(ctx context.Context) error {
 				_, err := js.CreateOrUpdateConsumer(ctx, "OBJ_"+own.ObjectBucket, jetstream.ConsumerConfig{FilterSubject: "$O." + own.ObjectBucket + ".C.>"})
 				return err
 			}},
-		{name: "purge its own bucket", want: "$JS.API.STREAM.PURGE.OBJ_RS_OBJ_team-a_echo",
+		{name: "purge its own bucket", want: "$JS.API.STREAM.PURGE.OBJ_RS_OBJ_team-a",
 			try: func(ctx context.Context) error {
 				_, err := nc.Request("$JS.API.STREAM.PURGE.OBJ_"+own.ObjectBucket, nil, time.Second)
 				return err

@@ -2,13 +2,17 @@
 // one NATS message (max_payload) in JetStream Object Store buckets, and
 // hands them around by reference (messages.ObjectRef).
 //
-// There is one bucket per pool, named after its namespace and pool
-// (Bucket): NATS grants permissions per subject, an object's chunks live on
-// a random subject ($O.<bucket>.C.<nuid>) and its metadata on the base64 of
-// its name, so a pool's own bucket is the finest unit a worker can be
-// allowed — and it is exactly its pool's objects. Buckets expire objects
-// after Config.TTL (longer than the invocation Records they belong to), so
-// nothing outlives its Record by more than the margin.
+// There is one bucket per namespace (a tenant), named after it (Bucket)
+// and shared by the namespace's pools: NATS grants permissions per subject,
+// an object's chunks live on a random subject ($O.<bucket>.C.<nuid>) and its
+// metadata on the base64 of its name, so a bucket is the finest unit a
+// worker can be allowed. Its MaxBytes is the namespace's budget: tenants
+// create pools at will, and a bucket per pool (as before) let one tenant
+// reserve and fill as much of JetStream's shared storage as it had pools
+// (nats-server reserves a stream's MaxBytes at creation and refuses a
+// stream that does not fit: "insufficient storage resources"). Buckets
+// expire objects after Config.TTL (longer than the invocation Records they
+// belong to), so nothing outlives its Record by more than the margin.
 //
 // Writers use the library's ObjectStore.Put. Readers use Get, which reads
 // the chunks with direct gets: the library's ObjectStore.Get creates an
@@ -54,11 +58,15 @@ func ChunkSize(maxPayload int64) int {
 // connection whose server allows maxPayload bytes per message.
 func Inline(size, maxPayload int64) bool { return size <= maxPayload-Headroom }
 
-// Bucket is the Object Store bucket of pool ns/pool under the invocation
-// stream's name: "<stream>_OBJ_<ns>_<pool>" (namespaces and pools are
-// DNS-1123 labels, without '_' or '.', so the name is unambiguous and one
-// subject token).
-func Bucket(streamName, ns, pool string) string { return streamName + "_OBJ_" + ns + "_" + pool }
+// Bucket is the Object Store bucket of namespace ns under the invocation
+// stream's name: "<stream>_OBJ_<ns>" (a namespace is a DNS-1123 label,
+// without '_' or '.', so the name is unambiguous and one subject token).
+func Bucket(streamName, ns string) string { return streamName + "_OBJ_" + ns }
+
+// PoolBucket is the per-pool bucket of releases before namespace buckets,
+// "<stream>_OBJ_<ns>_<pool>": Records written then may still name it, and
+// the queue (never a worker) reads them until they expire.
+func PoolBucket(streamName, ns, pool string) string { return Bucket(streamName, ns) + "_" + pool }
 
 // StreamName is the stream that backs bucket.
 func StreamName(bucket string) string { return "OBJ_" + bucket }
@@ -78,8 +86,9 @@ type Config struct {
 	// TTL is how long an object is kept: at least the Records' TTL, so a
 	// Record never names an object that is gone.
 	TTL time.Duration
-	// MaxBytes bounds one pool's bucket (-1: unbounded); a full bucket
-	// refuses new objects.
+	// MaxBytes bounds one namespace's bucket, the tenant's budget of
+	// object storage (-1: unbounded, no budget); a full bucket refuses new
+	// objects. JetStream reserves it when the bucket is created.
 	MaxBytes int64
 	// Replicas of each bucket (default 1).
 	Replicas int
@@ -99,9 +108,9 @@ func Permanent(err error) bool {
 		errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound)
 }
 
-// Buckets opens (and creates) the pools' buckets with one connection,
-// remembering those it has made sure of. The queue creates them; workers
-// only open their own.
+// Buckets opens (and creates) the namespaces' buckets with one
+// connection, remembering those it has made sure of. The queue creates
+// them; workers only open their own namespace's.
 type Buckets struct {
 	JS  jetstream.JetStream
 	Cfg Config
@@ -110,25 +119,48 @@ type Buckets struct {
 	open map[string]jetstream.ObjectStore
 }
 
-// Ensure creates (or updates to Cfg) the bucket of pool ns/pool once per
-// process and returns it.
-func (b *Buckets) Ensure(ctx context.Context, ns, pool string) (jetstream.ObjectStore, error) {
-	name := Bucket(b.Cfg.StreamName, ns, pool)
+// NoRoomError is a bucket JetStream would not create: its storage (the
+// server's max_file_store, or the account's) has no room left to reserve
+// the bucket's MaxBytes.
+type NoRoomError struct {
+	Bucket   string
+	MaxBytes int64
+	Err      error
+}
+
+func (e *NoRoomError) Error() string {
+	return fmt.Sprintf("object store bucket %s of %d bytes (the namespace's budget, -objects-max-bytes): JetStream storage has no room left to reserve it "+
+		"(size max_file_store for namespaces × budget + the streams): %v", e.Bucket, e.MaxBytes, e.Err)
+}
+
+func (e *NoRoomError) Unwrap() error { return e.Err }
+
+// Ensure creates (or updates to Cfg) the bucket of namespace ns once per
+// process and returns it. A bucket JetStream has no room for is a
+// *NoRoomError, tried again at the next call.
+func (b *Buckets) Ensure(ctx context.Context, ns string) (jetstream.ObjectStore, error) {
+	name := Bucket(b.Cfg.StreamName, ns)
 	b.mu.Lock()
 	obs, ok := b.open[name]
 	b.mu.Unlock()
 	if ok {
 		return obs, nil
 	}
+	maxBytes := cmp.Or(b.Cfg.MaxBytes, -1)
 	obs, err := b.JS.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket:      name,
-		Description: "payloads and results of pool " + ns + "/" + pool + " too big for one NATS message",
+		Description: "payloads and results of namespace " + ns + " too big for one NATS message",
 		TTL:         b.Cfg.TTL,
-		MaxBytes:    cmp.Or(b.Cfg.MaxBytes, -1),
+		MaxBytes:    maxBytes,
 		Storage:     jetstream.FileStorage,
 		Replicas:    cmp.Or(b.Cfg.Replicas, 1),
 	})
 	if err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jsErrCodeInsufficientResources ||
+			apiErr.ErrorCode == jsErrCodeStorageResourcesExceeded) {
+			return nil, &NoRoomError{Bucket: name, MaxBytes: maxBytes, Err: err}
+		}
 		return nil, fmt.Errorf("object store bucket %s: %w", name, err)
 	}
 	b.mu.Lock()
@@ -139,6 +171,15 @@ func (b *Buckets) Ensure(ctx context.Context, ns, pool string) (jetstream.Object
 	b.mu.Unlock()
 	return obs, nil
 }
+
+// nats-server's JSInsufficientResourcesErr ("insufficient resources") and
+// JSStorageResourcesExceededErr ("insufficient storage resources
+// available"), answered to a stream whose MaxBytes cannot be reserved;
+// nats.go names no constants for them.
+const (
+	jsErrCodeInsufficientResources    jetstream.ErrorCode = 10023
+	jsErrCodeStorageResourcesExceeded jetstream.ErrorCode = 10047
+)
 
 // Put stores data as object name of obs and returns its reference.
 func Put(ctx context.Context, obs jetstream.ObjectStore, name string, data []byte, maxPayload int64) (messages.ObjectRef, error) {

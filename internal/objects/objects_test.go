@@ -16,8 +16,9 @@ import (
 )
 
 func TestNames(t *testing.T) {
-	assert.Equal(t, "RS_OBJ_team-a_echo", Bucket("RS", "team-a", "echo"))
-	assert.Equal(t, "OBJ_RS_OBJ_team-a_echo", StreamName(Bucket("RS", "team-a", "echo")))
+	assert.Equal(t, "RS_OBJ_team-a", Bucket("RS", "team-a"))
+	assert.Equal(t, "RS_OBJ_team-a_echo", PoolBucket("RS", "team-a", "echo"))
+	assert.Equal(t, "OBJ_RS_OBJ_team-a", StreamName(Bucket("RS", "team-a")))
 	assert.Equal(t, "team-a/inv-1/payload", PayloadName("team-a", "inv-1"))
 	assert.Equal(t, "team-a/inv-1/result/2", ResultName("team-a", "inv-1", 2))
 	assert.Equal(t, 256<<10, ChunkSize(1<<20))
@@ -43,12 +44,12 @@ func TestPutGet(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b := &Buckets{JS: js, Cfg: Config{StreamName: "RS", TTL: time.Hour, MaxBytes: 64 << 20}}
-	obs, err := b.Ensure(ctx, "team-a", "echo")
+	obs, err := b.Ensure(ctx, "team-a")
 	require.NoError(t, err)
 	data := bytes.Repeat([]byte("0123456789"), 300_000) // 3 MB: several chunks
 	ref, err := Put(ctx, obs, PayloadName("team-a", "inv-1"), data, nc.MaxPayload())
 	require.NoError(t, err)
-	assert.Equal(t, "RS_OBJ_team-a_echo", ref.Bucket)
+	assert.Equal(t, "RS_OBJ_team-a", ref.Bucket)
 	assert.Equal(t, int64(len(data)), ref.Size)
 	assert.Greater(t, ref.Chunks, 1)
 	assert.Equal(t, Digest(data), ref.Digest)
@@ -67,7 +68,7 @@ func TestPutGet(t *testing.T) {
 		{"fewer chunks", func(r *messages.ObjectRef) { r.Chunks-- }, 0},
 		{"wrong digest", func(r *messages.ObjectRef) { r.Digest = Digest([]byte("other")) }, 0},
 		{"another chunk id", func(r *messages.ObjectRef) { r.NUID = "NOSUCHNUID" }, 0},
-		{"no bucket", func(r *messages.ObjectRef) { r.Bucket = "RS_OBJ_team-b_echo" }, 0},
+		{"no bucket", func(r *messages.ObjectRef) { r.Bucket = "RS_OBJ_team-b" }, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := ref

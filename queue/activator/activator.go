@@ -136,6 +136,9 @@ type Activator struct {
 	// error), touched only by Run's goroutine.
 	conflicts  map[string]string
 	policyErrs map[string]string
+	// legacy remembers the pools warned about for Events on the pool's
+	// subject (sidecars older than the per-worker Events subjects).
+	legacy legacyEvents
 }
 
 // New validates cfg and builds an Activator.
@@ -179,7 +182,9 @@ func (a *Activator) Run(ctx context.Context) error {
 		a.wg.Go(func() { a.watchPods(ctx) })
 	}
 	// Events first, so workers alive before a restart are seen quickly.
-	sub, err := a.cfg.NC.Subscribe(st.Subjects.Metrics("*", "*"), func(m *nats.Msg) { a.onEvent(ctx, m) })
+	// Every Events subject (and the pools' root subjects, where older
+	// sidecars published): onEvent tells them apart.
+	sub, err := a.cfg.NC.Subscribe(st.Subjects.Prefix+".metrics.>", func(m *nats.Msg) { a.onEvent(ctx, m) })
 	if err != nil {
 		return fmt.Errorf("subscribe to worker events: %w", err)
 	}

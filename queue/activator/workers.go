@@ -16,16 +16,14 @@ import (
 )
 
 // onEvent tracks workers from sidecar Events. The subject, which NATS
-// permissions tie to the worker's pool, must name the pool the body does.
+// permissions tie to the one worker allowed to publish on it, must name the
+// worker, pool and namespace the body does (checkEvent).
 func (a *Activator) onEvent(ctx context.Context, m *nats.Msg) {
 	var ev messages.Event
 	if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Worker == "" || ev.Pool == "" {
 		return
 	}
-	if ns, p, ok := a.subjectPool(m.Subject, "metrics"); !ok || ns != ev.Namespace || p != ev.Pool {
-		a.metrics.foreign.WithLabelValues("event").Inc()
-		a.cfg.Logger.Warn("ignoring a worker event that names another pool than its subject", "subject", m.Subject,
-			"namespace", ev.Namespace, "pool", ev.Pool, "worker", ev.Worker)
+	if !a.checkEvent(m.Subject, ev) {
 		return
 	}
 	var out state.EventOutcome

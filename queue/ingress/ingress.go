@@ -55,7 +55,7 @@ type Config struct {
 	// MaxPayloadBytes bounds a payload and a response body (default
 	// objects.DefaultMaxPayloadBytes, 64 MiB; 413 beyond): JSON counts its
 	// text, binary content its decoded bytes. What does not fit in one NATS
-	// message travels through the pool's Object Store bucket.
+	// message travels through the namespace's Object Store bucket.
 	MaxPayloadBytes int64
 	// MaxBodyBytes bounds a JSON request body (default MaxPayloadBytes ×
 	// 4/3 + 1 MiB: a binary payload at the limit in base64, plus the

@@ -131,11 +131,12 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 		s.reject(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	// The pool's Object Store bucket, where its workers store results too
-	// big for one message (made once per pool and replica; the NATS auth
-	// callout also makes it when it admits a worker).
-	if _, err := s.cfg.Store.Objects.Ensure(r.Context(), ns, poolName); err != nil {
-		s.cfg.Logger.Warn("object store bucket", "namespace", ns, "pool", poolName, "err", err)
+	// The namespace's Object Store bucket, where its workers store results
+	// too big for one message (made once per namespace and replica; the
+	// NATS auth callout also makes it when it admits a worker). Without
+	// one, only this namespace's big payloads and results fail.
+	if _, err := s.cfg.Store.Objects.Ensure(r.Context(), ns); err != nil {
+		s.cfg.Logger.Warn("object store bucket", "namespace", ns, "err", err)
 	}
 	clientID := req.InvocationID != ""
 	if !clientID {
@@ -360,12 +361,17 @@ func (s *Server) duplicate(ctx context.Context, ack Ack, rec messages.Record, in
 		return ack, rec, &conflictError{fmt.Sprintf("invocationID %s already belongs to pool %q of namespace %q", inv.InvocationID, rec.Pool, rec.Namespace)}
 	}
 	// A Record without a hash (written by an older ingress, or re-created
-	// by the activator after it expired) cannot be compared.
+	// by the activator from the stored message after it expired) cannot be
+	// compared: its state may be answered, but nothing may be published
+	// for it (refusedRepublish).
 	if rec.RequestHash != "" && rec.RequestHash != hash {
 		return ack, rec, &conflictError{fmt.Sprintf("invocationID %s was accepted with another request: a re-post must carry the same payload, "+
 			"headers, attributes and contentType (or use a new invocationID)", inv.InvocationID)}
 	}
 	if rec.State == messages.StateQueued && rec.Attempt == 0 {
+		if err := refusedRepublish(rec, inv); err != nil {
+			return ack, rec, err
+		}
 		// The first accepting replica may have died between the Record and
 		// the publish, at any age of the Record: publish again, every time,
 		// so a 202 always stands on a stored message. Within the duplicate

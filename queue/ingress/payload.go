@@ -111,7 +111,7 @@ func validPayload(contentType string, p json.RawMessage) error {
 }
 
 // encode encodes inv for invoke.<ns>.<pool>. An invocation that would not
-// fit in one NATS message has its payload moved to its pool's Object Store
+// fit in one NATS message has its payload moved to its namespace's Object Store
 // bucket first, leaving a reference. A payload too big on its own is not
 // encoded twice.
 func (s *Server) encode(ctx context.Context, inv messages.Invocation) ([]byte, error) {
@@ -126,13 +126,13 @@ func (s *Server) encode(ctx context.Context, inv messages.Invocation) ([]byte, e
 			return b, nil
 		}
 	}
-	obs, err := s.cfg.Store.Objects.Ensure(ctx, inv.Namespace, inv.Pool)
+	obs, err := s.cfg.Store.Objects.Ensure(ctx, inv.Namespace)
 	if err != nil {
-		return nil, fmt.Errorf("store the payload of invocation %s: %w", inv.InvocationID, err)
+		return nil, objectStoreFull(inv, err)
 	}
 	ref, err := objects.Put(ctx, obs, objects.PayloadName(inv.Namespace, inv.InvocationID), inv.Payload, maxPayload)
 	if err != nil {
-		return nil, fmt.Errorf("store the payload of invocation %s: %w", inv.InvocationID, err)
+		return nil, objectStoreFull(inv, err)
 	}
 	inv.Payload, inv.PayloadRef = nil, &ref
 	b, err := json.Marshal(inv)
@@ -150,14 +150,15 @@ func (e *errBodyUnavailable) Unwrap() error { return e.err }
 
 // resolve reads the response body a Record holds by reference into
 // Response.Body, so callers see the Record as if it had been inline. The
-// reference must name the Record's own pool's bucket and attempt's object.
+// reference must name the Record's own namespace's bucket (or, for a
+// Record of an older release, its pool's) and attempt's object.
 func (s *Server) resolve(ctx context.Context, rec messages.Record) (messages.Record, error) {
 	ref := rec.ResponseBodyRef
 	if ref == nil {
 		return rec, nil
 	}
 	rec.ResponseBodyRef = nil
-	if ref.Bucket != objects.Bucket(s.cfg.Store.Config.Stream, rec.Namespace, rec.Pool) || ref.Name != objects.ResultName(rec.Namespace, rec.InvocationID, rec.Attempt) {
+	if !ownBucket(s.cfg.Store.Config.Stream, rec, ref.Bucket) || ref.Name != objects.ResultName(rec.Namespace, rec.InvocationID, rec.Attempt) {
 		return rec, &errBodyUnavailable{fmt.Errorf("invocation %s: its response body reference %s/%s is not its own", rec.InvocationID, ref.Bucket, ref.Name)}
 	}
 	// The body as carried: binary content at the limit is base64, 4/3 of it.

@@ -65,10 +65,11 @@ type Config struct {
 	ResultsMaxPerPool int64
 	// Worker is the configuration of the workers' dispatch consumers.
 	Worker WorkerConsumer
-	// ObjectsMaxBytes bounds each pool's Object Store bucket of payloads
-	// and results too big for one NATS message (default 1 GiB; -1:
-	// unbounded). A full bucket refuses new big payloads (503) and results
-	// (the invocation fails).
+	// ObjectsMaxBytes bounds each namespace's Object Store bucket of
+	// payloads and results too big for one NATS message, shared by its
+	// pools: the tenant's budget (default 128 MiB; -1: unbounded). A full
+	// bucket refuses new big payloads (503) and results (the invocation
+	// fails); JetStream reserves it when the bucket is made.
 	ObjectsMaxBytes int64
 	// ObjectTTL is how long such an object is kept (default RecordTTL +
 	// 1h: it outlives the Record that names it, and goes soon after).
@@ -109,7 +110,7 @@ func (c Config) WithDefaults() Config {
 	c.ResultsMaxBytes = cmp.Or(c.ResultsMaxBytes, 1<<30)
 	c.ResultsMaxPerPool = cmp.Or(c.ResultsMaxPerPool, 10000)
 	c.ResultMaxMsgSize = cmp.Or(c.ResultMaxMsgSize, DefaultResultMaxMsgSize)
-	c.ObjectsMaxBytes = cmp.Or(c.ObjectsMaxBytes, 1<<30)
+	c.ObjectsMaxBytes = cmp.Or(c.ObjectsMaxBytes, 128<<20)
 	c.ObjectTTL = cmp.Or(c.ObjectTTL, c.RecordTTL+time.Hour)
 	c.Chunks = c.Chunks.withDefaults(c.Stream)
 	c.Worker.AckWait = cmp.Or(c.Worker.AckWait, 30*time.Second)

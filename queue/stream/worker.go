@@ -54,11 +54,6 @@ func (s *Store) EnsureWorkerConsumer(ctx context.Context, ns, pool, worker strin
 			return fmt.Errorf("worker consumer: %w", err)
 		}
 	}
-	// The pool's Object Store bucket: its workers may store results too
-	// big for one message there, and may not create it themselves.
-	if _, err := s.Objects.Ensure(ctx, ns, pool); err != nil {
-		return fmt.Errorf("worker consumer: %w", err)
-	}
 	want := s.Config.WorkerConsumerConfig(ns, pool, worker)
 	name := s.Config.Stream
 	c, err := s.JS.Consumer(ctx, name, want.Durable)

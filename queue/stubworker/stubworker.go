@@ -1,6 +1,6 @@
 // Package stubworker is a test worker that speaks the internal/messages
 // contract against real NATS the way the sidecar does: it registers and
-// heartbeats on metrics.<pool>, consumes dispatch.<pool>.<worker> through a
+// heartbeats on metrics.<ns>.<pool>.<worker>, consumes dispatch.<pool>.<worker> through a
 // durable consumer, publishes started/finished Events, the Result on
 // result.<pool> (Nats-Msg-Id = DispatchMsgID) and the sync reply, and
 // honours Cancel. It stands in for the real sidecar in queue tests and
@@ -177,7 +177,7 @@ func (w *Worker) event(t messages.EventType, id string, attempt int, st messages
 	ev := messages.Event{Type: t, Pool: w.cfg.Pool, Worker: w.cfg.Name, Namespace: w.cfg.Namespace, Concurrency: w.cfg.Concurrency,
 		InFlight: w.inflight(), Ready: !w.cfg.NotReady, InvocationID: id, Attempt: attempt, State: st, At: time.Now().UTC()}
 	b, _ := json.Marshal(ev)
-	_ = w.cfg.NC.Publish(w.cfg.Subjects.Metrics(w.cfg.Namespace, w.cfg.Pool), b)
+	_ = w.cfg.NC.Publish(w.cfg.Subjects.Events(w.cfg.Namespace, w.cfg.Pool, w.cfg.Name), b)
 }
 
 func (w *Worker) heartbeat() {

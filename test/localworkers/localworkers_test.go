@@ -45,7 +45,7 @@ func TestWorkerFollowsPod(t *testing.T) {
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: messages.ResultsStreamName(api.DefaultStreamName), Subjects: subj.ResultStreamSubjects()})
 	require.NoError(t, err)
 	events := make(chan messages.Event, 100)
-	_, err = nc.Subscribe(subj.Metrics("lw", "lw"), func(m *nats.Msg) {
+	_, err = nc.Subscribe(subj.Metrics("lw", "lw")+".*", func(m *nats.Msg) {
 		var e messages.Event
 		if json.Unmarshal(m.Data, &e) == nil {
 			events <- e

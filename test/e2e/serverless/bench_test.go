@@ -85,7 +85,7 @@ func BenchmarkColdStart(b *testing.B) {
 		name := fmt.Sprintf("cold%d-%d", time.Now().UnixNano()%100000, i)
 		pool(b, name, 0, 1, nil)
 		readyAt := make(chan time.Time, 1)
-		sub, err := st.nc.Subscribe(messages.Subjects{Prefix: api.DefaultSubjectPrefix}.Metrics(ns, name), func(m *nats.Msg) {
+		sub, err := st.nc.Subscribe(messages.Subjects{Prefix: api.DefaultSubjectPrefix}.Metrics(ns, name)+".*", func(m *nats.Msg) {
 			var ev messages.Event
 			if json.Unmarshal(m.Data, &ev) == nil && ev.Ready {
 				select {

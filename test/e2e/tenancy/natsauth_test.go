@@ -50,6 +50,13 @@ func withIngress(ns string) func(*queue.Config) {
 
 func startQueueNATS(t *testing.T, ctx context.Context, opts ...func(*queue.Config)) *queueNATS {
 	t.Helper()
+	return startQueueNATSConf(t, ctx, "", "", opts...)
+}
+
+// startQueueNATSConf is startQueueNATS with more nats-server configuration:
+// jsConf inside the jetstream block, topConf at the top level.
+func startQueueNATSConf(t *testing.T, ctx context.Context, jsConf, topConf string, opts ...func(*queue.Config)) *queueNATS {
+	t.Helper()
 	dir := t.TempDir()
 	issuer, err := nkeys.CreateAccount()
 	require.NoError(t, err)
@@ -63,10 +70,12 @@ func startQueueNATS(t *testing.T, ctx context.Context, opts ...func(*queue.Confi
 	conf := filepath.Join(dir, "nats.conf")
 	require.NoError(t, os.WriteFile(conf, fmt.Appendf(nil, `
 listen: "127.0.0.1:-1"
-jetstream { store_dir: %q }
+%[5]s
+jetstream { store_dir: %[1]q
+%[4]s }
 accounts { %[2]s { jetstream: enabled, users: [ { user: runplane-queue, password: queue-secret } ] } }
 authorization { timeout: 10, auth_callout { issuer: %[3]q, account: %[2]s, auth_users: [ runplane-queue ] } }
-`, filepath.Join(dir, "js"), queue.DefaultCalloutAccount, issuerPub), 0o600))
+`, filepath.Join(dir, "js"), queue.DefaultCalloutAccount, issuerPub, jsConf, topConf), 0o600))
 	sopts, err := server.ProcessConfigFile(conf)
 	require.NoError(t, err)
 	sopts.NoSigs, sopts.NoLog = true, true
@@ -178,7 +187,7 @@ func TestSidecarNATSIdentity(t *testing.T) {
 		got, err := results.NextMsg(5 * time.Second)
 		require.NoError(t, err)
 		assert.Equal(t, "result", string(got.Data))
-		require.NoError(t, nc.Publish(q.subj.Metrics(ns, pool), []byte("heartbeat")))
+		require.NoError(t, nc.Publish(q.subj.Events(ns, pool, w), []byte("heartbeat")))
 		require.NoError(t, nc.Publish(q.subj.Reply(ns, pool)+".replica-1.inv-1", []byte("sync answer")))
 		require.NoError(t, msg.DoubleAck(ctx))
 		require.NoError(t, q.internal.Publish(q.subj.Cancel(ns, pool, w), []byte("cancel")))

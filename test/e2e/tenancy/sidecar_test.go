@@ -40,7 +40,7 @@ func TestSidecarThroughCallout(t *testing.T) {
 	tokenFile := runSidecar(t, ctx, q, ns, pool, pod)
 
 	// Registered: its heartbeat arrives on its pool's metrics subject.
-	events, err := q.internal.SubscribeSync(q.subj.Metrics(ns, pool))
+	events, err := q.internal.SubscribeSync(q.subj.Events(ns, pool, pod.Name))
 	require.NoError(t, err)
 	results, err := q.internal.SubscribeSync(q.subj.Result(ns, pool))
 	require.NoError(t, err)
@@ -105,9 +105,9 @@ func TestSidecarThroughCallout(t *testing.T) {
 }
 
 // runSidecar runs the real sidecar of pod (pool ns/pool) with an echo
-// framework, its only credential the Pod's bound token in the returned
-// file, until the test ends.
-func runSidecar(t *testing.T, ctx context.Context, q *queueNATS, ns, pool string, pod *corev1.Pod) string {
+// framework (or handler, when given), its only credential the Pod's bound
+// token in the returned file, until the test ends.
+func runSidecar(t *testing.T, ctx context.Context, q *queueNATS, ns, pool string, pod *corev1.Pod, handler ...framework.HandlerFunc) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "rpsc") // unix socket paths are short
 	require.NoError(t, err)
@@ -115,11 +115,13 @@ func runSidecar(t *testing.T, ctx context.Context, q *queueNATS, ns, pool string
 	sock := filepath.Join(dir, "fw.sock")
 	fctx, fstop := context.WithCancel(ctx)
 	t.Cleanup(fstop)
-	go func() {
-		_ = framework.ServeUnix(fctx, sock, framework.NewHandler(func(_ context.Context, req framework.Request) (framework.Response, error) {
-			return framework.Response{Body: req.Payload}, nil
-		}))
-	}()
+	h := framework.HandlerFunc(func(_ context.Context, req framework.Request) (framework.Response, error) {
+		return framework.Response{Body: req.Payload}, nil
+	})
+	if len(handler) > 0 {
+		h = handler[0]
+	}
+	go func() { _ = framework.ServeUnix(fctx, sock, framework.NewHandler(h)) }()
 	tokenFile := filepath.Join(dir, "token")
 	require.NoError(t, os.WriteFile(tokenFile, []byte(token(t, ns, "worker", []string{api.NATSTokenAudience}, bound(pod))), 0o600))
 

@@ -31,25 +31,35 @@ func podSpec() corev1.PodSpec {
 // poolPod creates a Deployment of pool in ns and returns its one Pod.
 func poolPod(t *testing.T, ns, pool string) *corev1.Pod {
 	t.Helper()
+	return poolPods(t, ns, pool, 1)[0]
+}
+
+// poolPods creates a Deployment of pool in ns with n replicas and returns
+// its Pods.
+func poolPods(t *testing.T, ns, pool string, n int32) []*corev1.Pod {
+	t.Helper()
 	ctx := context.Background()
 	labels := map[string]string{api.LabelPool: pool}
 	_, err := env.Client().AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: pool, Labels: labels},
 		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](1),
+			Replicas: ptr.To(n),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: podSpec()},
 		},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	var pod *corev1.Pod
+	var pods []*corev1.Pod
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		pods, err := env.Client().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: api.LabelPool + "=" + pool})
+		list, err := env.Client().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: api.LabelPool + "=" + pool})
 		require.NoError(c, err)
-		require.Len(c, pods.Items, 1)
-		pod = &pods.Items[0]
-	}, 60*time.Second, 100*time.Millisecond, "the Deployment's Pod")
-	return pod
+		require.Len(c, list.Items, int(n))
+		pods = nil
+		for i := range list.Items {
+			pods = append(pods, &list.Items[i])
+		}
+	}, 60*time.Second, 100*time.Millisecond, "the Deployment's Pods")
+	return pods
 }
 
 func bound(p *corev1.Pod) *authnv1.BoundObjectReference {

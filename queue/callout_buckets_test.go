@@ -1,0 +1,63 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runplane/runplane/internal/natscallout"
+	"github.com/runplane/runplane/internal/objects"
+	"github.com/runplane/runplane/queue/stream"
+)
+
+// TestAdmitWorkerWithoutRoomForItsBucket: a real nats-server whose
+// JetStream storage has room for the queue's streams but not for another
+// namespace's object bucket (nats-server reserves a bucket's MaxBytes when
+// it is made). The worker is still admitted — its consumer made, the
+// bucket's failure logged — instead of being refused: storage used by
+// other tenants never keeps a namespace's workers out.
+func TestAdmitWorkerWithoutRoomForItsBucket(t *testing.T) {
+	// From a configuration file: the server takes max_file_store as set
+	// there (an Options field alone is overridden by the disk's size).
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "nats.conf")
+	require.NoError(t, os.WriteFile(conf, fmt.Appendf(nil, "listen: \"127.0.0.1:-1\"\njetstream { store_dir: %q, max_file_store: 1048576 }\n", filepath.Join(dir, "js")), 0o600))
+	opts, err := server.ProcessConfigFile(conf)
+	require.NoError(t, err)
+	opts.NoLog, opts.NoSigs = true, true
+	srv, err := server.NewServer(opts)
+	require.NoError(t, err)
+	go srv.Start()
+	require.True(t, srv.ReadyForConnections(10*time.Second))
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx := context.Background()
+	st, err := stream.Open(ctx, js, stream.Config{ResultsMaxBytes: 256 << 10, ResultMaxMsgSize: 64 << 10, ObjectsMaxBytes: 2 << 20})
+	require.NoError(t, err)
+
+	_, err = st.Objects.Ensure(ctx, "team-b")
+	var noRoom *objects.NoRoomError
+	require.ErrorAs(t, err, &noRoom, "the bucket fits: the test shows nothing")
+	require.ErrorContains(t, err, "objects-max-bytes")
+
+	id := natscallout.Identity{Namespace: "team-b", Pool: "echo", Worker: "echo-1"}
+	a := &admitWorker{Authenticator: fakeAuth{id: id}, Consumers: st, Buckets: st.Objects, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	_, err = a.Authenticate(ctx, "token")
+	require.NoError(t, err, "a worker refused for want of object storage")
+	_, err = js.Consumer(ctx, st.Config.Stream, st.Config.WorkerConsumerConfig("team-b", "echo", "echo-1").Durable)
+	require.NoError(t, err, "the worker's consumer")
+}
