@@ -38,6 +38,9 @@ func TestPermitted(t *testing.T) {
 		{Targets{}, "100.64.0.1", "reserved"},
 		{Targets{}, "64:ff9b::a00:1", "reserved"},
 		{Targets{}, "239.1.1.1", "not a unicast"},
+		{Targets{}, "::7f00:1", "reserved"},       // IPv4-compatible 127.0.0.1
+		{Targets{}, "::ffff:0:a00:1", "reserved"}, // SIIT 10.0.0.1
+		{Targets{}, "fec0::1", "reserved"},        // site-local
 		{deny, "34.118.230.1", "denied range"},
 		{allow, "10.96.0.10", ""},
 		{allow, "10.96.0.11", "private"},

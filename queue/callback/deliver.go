@@ -159,6 +159,12 @@ func (d *Deliverer) unschedule(key string) {
 // it, and schedules the retry on jobs.
 func (d *Deliverer) deliver(ctx context.Context, key string, jobs chan<- string) {
 	rec, _, err := d.cfg.Store.Get(ctx, key)
+	if err != nil && !errors.Is(err, stream.ErrNotFound) {
+		// A transient read error (NATS reconnecting): try again, else the
+		// callback would wait for the next leader.
+		d.retryAt(ctx, key, time.Second, jobs)
+		return
+	}
 	if err != nil || !due(rec) {
 		d.unschedule(key)
 		return

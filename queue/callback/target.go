@@ -32,16 +32,19 @@ type Targets struct {
 
 // refused are the non-public ranges Go's netip predicates do not cover.
 var refused = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),      // "this network"
-	netip.MustParsePrefix("100.64.0.0/10"),  // shared address space (CGNAT)
-	netip.MustParsePrefix("192.0.0.0/24"),   // IETF protocol assignments
-	netip.MustParsePrefix("198.18.0.0/15"),  // benchmarking
-	netip.MustParsePrefix("240.0.0.0/4"),    // reserved, broadcast
-	netip.MustParsePrefix("64:ff9b::/96"),   // NAT64: embeds any IPv4
-	netip.MustParsePrefix("64:ff9b:1::/48"), // local-use NAT64
-	netip.MustParsePrefix("2002::/16"),      // 6to4: embeds any IPv4
-	netip.MustParsePrefix("2001::/32"),      // Teredo
-	netip.MustParsePrefix("100::/64"),       // discard
+	netip.MustParsePrefix("0.0.0.0/8"),       // "this network"
+	netip.MustParsePrefix("100.64.0.0/10"),   // shared address space (CGNAT)
+	netip.MustParsePrefix("192.0.0.0/24"),    // IETF protocol assignments
+	netip.MustParsePrefix("198.18.0.0/15"),   // benchmarking
+	netip.MustParsePrefix("240.0.0.0/4"),     // reserved, broadcast
+	netip.MustParsePrefix("64:ff9b::/96"),    // NAT64: embeds any IPv4
+	netip.MustParsePrefix("64:ff9b:1::/48"),  // local-use NAT64
+	netip.MustParsePrefix("2002::/16"),       // 6to4: embeds any IPv4
+	netip.MustParsePrefix("2001::/32"),       // Teredo
+	netip.MustParsePrefix("100::/64"),        // discard
+	netip.MustParsePrefix("::/96"),           // IPv4-compatible (deprecated): ::7f00:1 is 127.0.0.1
+	netip.MustParsePrefix("::ffff:0:0:0/96"), // SIIT IPv4-translated: embeds any IPv4
+	netip.MustParsePrefix("fec0::/10"),       // site-local (deprecated, still routed internally)
 }
 
 // Permitted reports why ip may not be reached (nil: it may).

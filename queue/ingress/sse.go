@@ -328,7 +328,15 @@ func (e *eventWriter) event(name, id string, data []byte) error {
 
 func (e *eventWriter) comment(text string) error { return e.write(": " + text + "\n\n") }
 
+// sseWriteTimeout bounds one write to a client: a client that stops
+// reading is cut off instead of pinning its goroutines, consumer and
+// pulled chunks for ever.
+const sseWriteTimeout = 30 * time.Second
+
 func (e *eventWriter) write(s string) error {
+	// Not every ResponseWriter supports deadlines (tests' recorders): then
+	// the server's own timeouts apply.
+	_ = e.rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
 	if _, err := e.w.Write([]byte(s)); err != nil {
 		return err
 	}
