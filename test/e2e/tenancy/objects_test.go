@@ -20,6 +20,7 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/stream"
 )
 
 // TestObjectStorageIsBudgetedPerNamespace: JetStream storage sized for two
@@ -50,6 +51,8 @@ func TestObjectStorageIsBudgetedPerNamespace(t *testing.T) {
 	q := startQueueNATSConf(t, ctx, "max_file_store: 1572864", "max_payload: 65536", func(c *queue.Config) {
 		c.DisableIngress, c.InsecureDisableCallerAuth, c.Namespace, c.Listen = false, true, "", "127.0.0.1:0"
 		c.Stream.ResultsMaxBytes, c.Stream.ResultMaxMsgSize, c.Stream.ObjectsMaxBytes = 256<<10, 64<<10, budget
+		// The chunks stream reserves its bound too: 128 KiB of the rest.
+		c.Stream.Chunks = stream.ChunksConfig{MaxBytes: 128 << 10, MaxChunkBytes: 16 << 10}
 	})
 	post := func(ns, pool, body string) (int, string) {
 		resp, err := http.Post(q.ingress+"/v1/namespaces/"+ns+"/pools/"+pool+"/invocations", "application/json", strings.NewReader(body))
