@@ -243,13 +243,19 @@ func StartWorker(bins Binaries, dir, name, natsURL string, o WorkerOptions) (*Wo
 	if err := os.WriteFile(tok, []byte("chaos"), 0o600); err != nil {
 		return nil, err
 	}
+	// The sidecar's own directory, as the webhook's emptyDir gives it in a
+	// Pod: it outlives a restart of the sidecar (the SIGKILL cases).
+	state := filepath.Join(wdir, "state")
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		return nil, err
+	}
 	conc := max(o.Concurrency, 1)
 	base := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
 		"RUNPLANE_POOL=" + o.Pool, "RUNPLANE_WORKER_NAME=" + name, "RUNPLANE_WORKER_NAMESPACE=" + o.Namespace,
 		"RUNPLANE_FRAMEWORK_SOCKET=" + filepath.Join(sockDir, "f.sock"), "RUNPLANE_CONCURRENCY=" + strconv.Itoa(conc)}
 	fwEnv := append(append([]string{"CHAOS_EXEC_LOG=" + o.ExecLog}, base...), o.FrameworkEnv...)
 	scEnv := append(append([]string{}, base...), "RUNPLANE_NATS_URL="+natsURL, "RUNPLANE_NATS_TOKEN_FILE="+tok,
-		"RUNPLANE_SIDECAR_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(port))
+		"RUNPLANE_SIDECAR_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(port), "RUNPLANE_WORKER_STATE_DIR="+state)
 	w := &Worker{
 		Name:      name,
 		Framework: NewProc(name+"/framework", filepath.Join(wdir, "framework.log"), bins.Framework, nil, fwEnv),

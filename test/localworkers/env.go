@@ -16,6 +16,9 @@ type Local struct {
 	NATSTokenFile   string // empty: the variable is dropped
 	Socket          string
 	SidecarHTTPAddr string
+	// StateDir stands in for the sidecar's emptyDir (its outcome journal);
+	// empty: the variable is dropped (outcomes in memory only).
+	StateDir string
 }
 
 // PodEnv builds the env of the sidecar and of the framework process of pod:
@@ -56,6 +59,10 @@ func PodEnv(pod *corev1.Pod, local Local) (sidecar, frameworkEnv []string, err e
 	scEnv.set(api.EnvFrameworkSocket, local.Socket)
 	scEnv.set(api.EnvSeedSocketPath, local.Socket)
 	scEnv.set(api.EnvSidecarHTTPAddr, local.SidecarHTTPAddr)
+	scEnv.del(api.EnvWorkerStateDir)
+	if local.StateDir != "" {
+		scEnv.set(api.EnvWorkerStateDir, local.StateDir)
+	}
 
 	fwEnv := newEnvList(base)
 	if main != nil {

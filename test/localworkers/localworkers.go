@@ -325,7 +325,7 @@ type worker struct {
 
 func (r *Runner) startWorker(ctx context.Context, pod *corev1.Pod) (*worker, error) {
 	dir := filepath.Join(r.cfg.Dir, pod.Namespace+"_"+pod.Name)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, "worker-state"), 0o755); err != nil {
 		return nil, fmt.Errorf("log dir: %w", err)
 	}
 	// Unix socket paths are limited to 108 bytes: keep them short.
@@ -342,7 +342,7 @@ func (r *Runner) startWorker(ctx context.Context, pod *corev1.Pod) (*worker, err
 	tokenFile := filepath.Join(dir, "nats-token")
 	scEnv, fwEnv, err := PodEnv(pod, Local{
 		NATSURL: r.cfg.NATSURL, NATSTokenFile: tokenFile,
-		Socket: filepath.Join(sockDir, "framework.sock"), SidecarHTTPAddr: w.httpAddr,
+		Socket: filepath.Join(sockDir, "framework.sock"), SidecarHTTPAddr: w.httpAddr, StateDir: filepath.Join(dir, "worker-state"),
 	})
 	if err != nil {
 		os.RemoveAll(sockDir)
