@@ -70,12 +70,15 @@ func TestRebuildRemovesOrphanRecord(t *testing.T) {
 }
 
 // TestSyncBodyEqualsGet: the 200 of a sync invocation (answered from the
-// worker's fast-path reply) shows what GET shows of the Record.
+// worker's fast-path reply) shows what GET shows of the Record once the
+// activator has written it (the fast path may answer a few milliseconds
+// before that write; queue/README.md).
 func TestSyncBodyEqualsGet(t *testing.T) {
 	e := newEnv(t, nil)
 	e.worker("a", 1, nil)
 	r := e.invoke(map[string]any{"mode": "sync", "invocationID": "same-body", "payload": map[string]any{"x": 1}})
 	require.EqualValues(t, 200, r.code, "%d %s", r.code, r.raw)
+	e.waitState("same-body", messages.StateSucceeded, 10*time.Second)
 	g := e.do("GET", "/v1/namespaces/default/invocations/same-body", nil)
 	require.EqualValues(t, 200, g.code)
 	for _, k := range []string{"invocationID", "namespace", "pool", "mode", "state", "worker", "attempt", "stream", "sequence", "acceptedAt", "requestHash", "response"} {
