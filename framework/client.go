@@ -68,21 +68,9 @@ func (c *Client) Health(ctx context.Context) error {
 // reached, it broke the connection (a crash), it answered a non-200 status
 // or an undecodable body, or ctx ended first.
 func (c *Client) Invoke(ctx context.Context, r Request) (Response, error) {
-	if r.Version == "" {
-		r.Version = Version
-	}
-	body, err := json.Marshal(r)
+	resp, err := c.post(ctx, r, "")
 	if err != nil {
-		return Response{}, fmt.Errorf("encode invocation envelope: %w", err)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://framework"+c.invokePath, bytes.NewReader(body))
-	if err != nil {
-		return Response{}, fmt.Errorf("build invoke request: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return Response{}, fmt.Errorf("framework invoke on %s: %w", c.socketPath, err)
+		return Response{}, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
@@ -97,6 +85,31 @@ func (c *Client) Invoke(ctx context.Context, r Request) (Response, error) {
 		return Response{}, fmt.Errorf("decode framework response envelope: %w", err)
 	}
 	return out, nil
+}
+
+// post sends the invocation envelope r to the invoke path (accept, when
+// set, as the Accept header); the caller closes the response body.
+func (c *Client) post(ctx context.Context, r Request, accept string) (*http.Response, error) {
+	if r.Version == "" {
+		r.Version = Version
+	}
+	body, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("encode invocation envelope: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://framework"+c.invokePath, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("build invoke request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("framework invoke on %s: %w", c.socketPath, err)
+	}
+	return resp, nil
 }
 
 // CloseIdleConnections drops kept-alive connections (e.g. after the

@@ -65,22 +65,9 @@ var ErrStreamLimit = errors.New("stream limit exceeded")
 // returned, as is ctx ending or the connection breaking mid-stream.
 func (c *Client) InvokeStream(ctx context.Context, r Request, lim StreamLimits, onChunk func([]byte) error) (Response, error) {
 	lim = lim.withDefaults()
-	if r.Version == "" {
-		r.Version = Version
-	}
-	body, err := json.Marshal(r)
+	resp, err := c.post(ctx, r, "application/json, "+ContentTypeEventStream+", "+ContentTypeNDJSON)
 	if err != nil {
-		return Response{}, fmt.Errorf("encode invocation envelope: %w", err)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://framework"+c.invokePath, bytes.NewReader(body))
-	if err != nil {
-		return Response{}, fmt.Errorf("build invoke request: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, "+ContentTypeEventStream+", "+ContentTypeNDJSON)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return Response{}, fmt.Errorf("framework invoke on %s: %w", c.socketPath, err)
+		return Response{}, err
 	}
 	defer resp.Body.Close()
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
