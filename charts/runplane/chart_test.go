@@ -304,7 +304,7 @@ func TestInvalidValues(t *testing.T) {
 		{"failure policy", []string{"--set", "webhook.failurePolicy=Ignore"}, []string{"/webhook/failurePolicy", "'Fail'"}},
 		{"unknown key", []string{"--set", "webhook.replica=2"}, []string{"/webhook", "'replica' not allowed"}},
 		{"stock spec not in catalog", []string{"--values", "testdata/values-full.yaml", "--set", "stock.pools[0].spec=g9.9", "--set", "stock.pools[0].replicas=1"},
-			[]string{`stock.pools[0].spec "g9.9" is not a spec of catalog.specs (known: g1.1, h100.8)`}},
+			[]string{`stock.pools[0].spec "g9.9" is not a spec of catalog.specs (known: g1.1, h100.8, mig.1g)`}},
 		{"external without egress", []string{"--set", "nats.mode=external", "--set", "nats.external.url=nats://nats.messaging:4222", "--set", "nats.external.queuePasswordSecret=q"},
 			[]string{"nats.external.egress.namespace is required"}},
 		{"external without the queue's password", []string{"--values", "testdata/values-external.yaml", "--set", "nats.external.queuePasswordSecret="},

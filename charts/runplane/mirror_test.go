@@ -173,7 +173,7 @@ func TestCatalogParses(t *testing.T) {
 		specs []string
 	}{
 		{"default", nil, nil},
-		{"full", []string{"--values", "testdata/values-full.yaml"}, []string{"g1.1", "h100.8"}},
+		{"full", []string{"--values", "testdata/values-full.yaml"}, []string{"g1.1", "h100.8", "mig.1g"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var cm corev1.ConfigMap
