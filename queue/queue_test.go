@@ -166,7 +166,7 @@ func TestIdempotency(t *testing.T) {
 	require.Eventually(t, func() bool {
 		m, err := httpGet(e.base + "/metrics")
 		return err == nil && strings.Contains(m, `runplane_ingress_duplicates_total{pool="echo"} 2`)
-	}, 5*time.Second, 10*time.Millisecond, "both duplicate sync callers waiting")
+	}, 15*time.Second, 10*time.Millisecond, "both duplicate sync callers waiting")
 	close(g.release)
 	wg.Wait()
 	// The sync answer may come from the reply fast path before the Record
