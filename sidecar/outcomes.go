@@ -1,7 +1,6 @@
 package sidecar
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -160,7 +159,7 @@ func (s *Sidecar) replayOutcomes(stop context.Context) {
 // neither comes back every ack wait nor reaches its MaxDeliver meanwhile.
 func (s *Sidecar) keepUntilReplayed(log *slog.Logger, msg jetstream.Msg, id string, replayed <-chan struct{}) {
 	go func() {
-		t := time.NewTicker(cmp.Or(s.progress, max(s.cfg.AckWait/3, 50*time.Millisecond)))
+		t := time.NewTicker(s.progressPeriod())
 		defer t.Stop()
 		for {
 			select {

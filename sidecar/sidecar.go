@@ -278,6 +278,12 @@ func (s *Sidecar) progressEvery(cons jetstream.Consumer) time.Duration {
 	return max(wait/3, 50*time.Millisecond)
 }
 
+// progressPeriod is how often a kept dispatch gets an in-progress ack:
+// progressEvery's, or a third of the configured ack wait before it is known.
+func (s *Sidecar) progressPeriod() time.Duration {
+	return cmp.Or(s.progress, max(s.cfg.AckWait/3, 50*time.Millisecond))
+}
+
 // fetchLoop runs one puller per unit of concurrency until ctx ends: each
 // pulls one dispatch while the framework is ready and runs it. Pulls of
 // different slots overlap, so a slot never waits for another's round trip.
@@ -420,7 +426,7 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 	progressDone := make(chan struct{})
 	go func() {
 		defer close(progressDone)
-		t := time.NewTicker(cmp.Or(s.progress, max(s.cfg.AckWait/3, 50*time.Millisecond)))
+		t := time.NewTicker(s.progressPeriod())
 		defer t.Stop()
 		for {
 			select {
