@@ -278,6 +278,16 @@ func (s *Sidecar) progressEvery(cons jetstream.Consumer) time.Duration {
 	return max(wait/3, 50*time.Millisecond)
 }
 
+// unhold forgets ex, an execution of invocation inv that never ran (handed
+// back unrun), so a later attempt of inv runs here.
+func (s *Sidecar) unhold(inv string, ex *execution) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held[inv] == ex {
+		delete(s.held, inv)
+	}
+}
+
 // progressPeriod is how often a kept dispatch gets an in-progress ack:
 // progressEvery's, or a third of the configured ack wait before it is known.
 func (s *Sidecar) progressPeriod() time.Duration {
@@ -458,6 +468,7 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 		log.Warn("payload unavailable; handing the dispatch back", "err", perr)
 		close(stopProgress)
 		<-progressDone
+		s.unhold(d.InvocationID, ex) // it never ran: a later attempt may
 		s.acked(log, "nak", msg.NakWithDelay(time.Second))
 		return
 	}
@@ -516,11 +527,7 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 		close(stopProgress)
 		<-progressDone
 		s.notReady(err)
-		s.mu.Lock()
-		if s.held[d.InvocationID] == ex {
-			delete(s.held, d.InvocationID)
-		}
-		s.mu.Unlock()
+		s.unhold(d.InvocationID, ex)
 		s.metrics.refused.Inc()
 		log.Warn("framework refused the invocation's connection; handing it back unrun", "err", err)
 		s.acked(log, "nak", msg.NakWithDelay(s.unreadyProbe()))

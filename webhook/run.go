@@ -133,6 +133,10 @@ func (c *Config) defaults() error {
 	}
 	if c.Webhooks.GPUPolicy == nil {
 		c.Webhooks.GPUPolicy = DefaultGPUPolicy()
+	}
+	// Every tier GPU Pods may name is kept to GPU Pods, also under a
+	// caller's own GPUPolicy.
+	if len(c.Webhooks.GPUPolicy.WorkloadPriorityClasses) == 0 {
 		c.Webhooks.GPUPolicy.WorkloadPriorityClasses = c.Injection.AllowedWorkloadPriorityClasses()
 	}
 	if c.Webhooks.Resync == 0 {
