@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"mime"
 	"net/http"
 	"strconv"
@@ -102,7 +103,7 @@ func lastEventID(r *http.Request) (uint64, error) {
 		return 0, nil
 	}
 	n, err := strconv.ParseUint(v, 10, 64)
-	if err != nil {
+	if err != nil || n == math.MaxUint64 { // the next sequence must exist
 		return 0, fmt.Errorf("%s %q: must be the id of an event of this stream (a decimal sequence)", name, v)
 	}
 	return n, nil
@@ -182,14 +183,19 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, rec messages.R
 	}
 	keep := time.NewTicker(sseKeepalive)
 	defer keep.Stop()
+	var end uint64 // the last chunk's sequence, read once the Record is terminal
 	for {
 		if final != nil {
 			// Every chunk is stored before the result that made the Record
 			// terminal: once the last one is written, the stream is over.
-			end, err := s.lastChunk(ctx, subject)
-			if err != nil {
-				s.cfg.Logger.Warn("stream: last chunk", "invocation", rec.InvocationID, "err", err)
-				return // the client resumes
+			// It is read once: a chunk published later (by a hostile worker
+			// of the pool) does not keep the stream open.
+			if end == 0 {
+				var err error
+				if end, err = s.lastChunk(ctx, subject); err != nil {
+					s.cfg.Logger.Warn("stream: last chunk", "invocation", rec.InvocationID, "err", err)
+					return // the client resumes
+				}
 			}
 			if last >= end {
 				s.writeResult(ctx, sw, *final)
