@@ -37,4 +37,7 @@ const (
 	// PolicyNATSToken lets only the kubelet (for a Pod's projected volume)
 	// and runplane mint ServiceAccount tokens for NATSTokenAudience.
 	PolicyNATSToken = "runplane-nats-token"
+	// PolicyNamespaceTiers lets only cluster admins (and the chart's
+	// grantor groups) set or change a Namespace's AnnotationPriorityTiers.
+	PolicyNamespaceTiers = "runplane-namespace-tiers"
 )

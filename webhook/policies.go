@@ -42,6 +42,10 @@ type PolicyOptions struct {
 	ExcludeNamespaces []string
 	// GPU enables the runplane-gpu policy when not nil.
 	GPU *GPUPolicy
+	// TierGrantorGroups may set a Namespace's runplane.io/priority-tiers
+	// besides cluster admins (system:masters): the platform's own admins
+	// where they are not in system:masters.
+	TierGrantorGroups []string
 }
 
 // GPUPolicy says which resources are GPUs: every resource named here and
@@ -81,6 +85,11 @@ func DefaultGPUPolicy() *GPUPolicy {
 //     ServiceAccounts and cluster admins request ServiceAccount tokens for
 //     runplane's NATS audience (TokenRequest); a tenant who may create
 //     tokens cannot mint a NATS identity for one of its Pods.
+//   - runplane-namespace-tiers: only cluster admins (and
+//     TierGrantorGroups) set or change a Namespace's
+//     runplane.io/priority-tiers, on create as on update: a tenant allowed
+//     to create or label its own Namespaces cannot grant itself a tier
+//     that preempts other tenants' work.
 //   - runplane-gpu (optional): GPU requests and runplane's PriorityClasses
 //     only on Pods runplane schedules (runplane.io/gpu-spec or /stock).
 func Policies(o PolicyOptions) ([]*admissionregistrationv1.ValidatingAdmissionPolicy, []*admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
@@ -163,6 +172,7 @@ func Policies(o PolicyOptions) ([]*admissionregistrationv1.ValidatingAdmissionPo
 				Message:    "tokens for runplane's NATS audience " + api.NATSTokenAudience + " are minted only by the kubelet, for the projected volume of runplane's worker sidecar",
 				Reason:     ptr.To(metav1.StatusReasonForbidden),
 			}),
+		namespaceTiersPolicy(admin, o.TierGrantorGroups),
 	}
 	if o.GPU != nil {
 		policies = append(policies, gpuPolicy(o.GPU))
@@ -231,6 +241,34 @@ func gpuPolicy(g *GPUPolicy) *admissionregistrationv1.ValidatingAdmissionPolicy 
 			Expression: "variables.priorityClass != '" + api.PriorityClassStock + "' || variables.stock",
 			Message:    "priorityClassName " + api.PriorityClassStock + " is runplane's: only stock placeholders labelled " + api.LabelStock + " get it (runplane sets it)",
 			Reason:     ptr.To(metav1.StatusReasonForbidden),
+		})
+}
+
+// namespaceTiersPolicy is runplane-namespace-tiers: the webhook admits a
+// tier above runplane-workload only in a Namespace whose annotation names
+// it, so the annotation is as strong as whoever may write it.
+func namespaceTiersPolicy(admin string, grantorGroups []string) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	grantor := admin
+	if len(grantorGroups) > 0 {
+		grantor += " || request.userInfo.groups.exists(g, g in " + celList(grantorGroups) + ")"
+	}
+	tiers := "metadata.?annotations[?'" + api.AnnotationPriorityTiers + "'].orValue('')"
+	who := "cluster admins"
+	if len(grantorGroups) > 0 {
+		who += " and the groups " + strings.Join(grantorGroups, ", ")
+	}
+	return policy(api.PolicyNamespaceTiers, []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+		Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"namespaces"},
+			Scope: ptr.To(admissionregistrationv1.ClusterScope)},
+	}}},
+		[]admissionregistrationv1.MatchCondition{{Name: "not-grantor", Expression: "!(" + grantor + ")"}},
+		nil,
+		admissionregistrationv1.Validation{
+			Expression: "object." + tiers + " == (request.operation == 'CREATE' ? '' : oldObject." + tiers + ")",
+			Message: "annotation " + api.AnnotationPriorityTiers + " grants a Namespace's GPU Pods priority tiers that preempt other tenants' work: " +
+				"only " + who + " set or change it",
+			Reason: ptr.To(metav1.StatusReasonForbidden),
 		})
 }
 

@@ -101,6 +101,8 @@ type WebhooksConfig struct {
 	// GPUPolicy, for Manage: the GPUs of the runplane-gpu policy
 	// (default DefaultGPUPolicy()).
 	GPUPolicy *GPUPolicy
+	// TierGrantorGroups, for Manage: PolicyOptions.TierGrantorGroups.
+	TierGrantorGroups []string
 }
 
 func (c *Config) defaults() error {

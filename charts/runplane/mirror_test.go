@@ -66,20 +66,23 @@ var chartOnlyPolicies = map[string]bool{"runplane-no-token-secrets": true, "runp
 
 // TestAdmissionPoliciesMirrorGo: the chart's ValidatingAdmissionPolicies
 // and bindings are exactly what webhook.Policies builds; runplane-gpu is
-// left out when admissionPolicies.gpu.enabled is false.
+// left out when admissionPolicies.gpu.enabled is false, and
+// runplane-namespace-tiers names admissionPolicies.priorityTiers.grantorGroups.
 func TestAdmissionPoliciesMirrorGo(t *testing.T) {
 	needHelm(t)
 	for _, tc := range []struct {
-		name string
-		args []string
-		gpu  *webhook.GPUPolicy
+		name     string
+		args     []string
+		gpu      *webhook.GPUPolicy
+		grantors []string
 	}{
-		{"default", nil, chartGPUPolicy()},
-		{"without gpu", []string{"--set", "admissionPolicies.gpu.enabled=false"}, nil},
+		{"default", nil, chartGPUPolicy(), nil},
+		{"without gpu", []string{"--set", "admissionPolicies.gpu.enabled=false"}, nil, nil},
+		{"tier grantors", []string{"--set", "admissionPolicies.priorityTiers.grantorGroups={platform-admins,sre}"}, chartGPUPolicy(), []string{"platform-admins", "sre"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := parse(t, mustRender(t, tc.args...))
-			wantP, wantB := webhook.Policies(webhook.PolicyOptions{Namespace: releaseNamespace, GPU: tc.gpu})
+			wantP, wantB := webhook.Policies(webhook.PolicyOptions{Namespace: releaseNamespace, GPU: tc.gpu, TierGrantorGroups: tc.grantors})
 			var rendered []string
 			for _, o := range objs {
 				// The RBAC policies (rbac.admissionPolicies) are the chart's

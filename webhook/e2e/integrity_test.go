@@ -550,7 +550,10 @@ func TestGPUsOnlyThroughRunplane(t *testing.T) {
 // tenant names runplane-workload-high and is denied until an admin
 // annotates the Namespace, which the tenant itself may not do.
 func TestPriorityTiersGrantedPerNamespace(t *testing.T) {
-	startWebhook(t, func(c *webhook.Config) { c.Injection.WorkloadPriorityClasses = []string{api.PriorityClassWorkloadHigh} })
+	startWebhook(t, func(c *webhook.Config) {
+		c.Injection.WorkloadPriorityClasses = []string{api.PriorityClassWorkloadHigh}
+		c.Webhooks.TierGrantorGroups = []string{"platform-admins"}
+	})
 	ns := tenantNamespace(t, "team-tier")
 	mallory := as(t, tenantUser)
 	high := func() *corev1.Pod {
@@ -563,18 +566,78 @@ func TestPriorityTiersGrantedPerNamespace(t *testing.T) {
 	_, err := mallory.CoreV1().Pods(ns).Create(ctx, high(), dryRun)
 	require.Error(t, err, "an ungranted tier")
 	assert.Contains(t, err.Error(), `namespace "team-tier" is not granted it (its annotation runplane.io/priority-tiers lists "")`)
-	_, err = mallory.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType,
-		[]byte(`{"metadata":{"annotations":{"runplane.io/priority-tiers":"runplane-workload-high"}}}`), metav1.PatchOptions{})
+	grant := func(tiers string) []byte {
+		return []byte(`{"metadata":{"annotations":{"runplane.io/priority-tiers":"` + tiers + `"}}}`)
+	}
+	_, err = mallory.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, grant(api.PriorityClassWorkloadHigh), metav1.PatchOptions{})
 	require.True(t, apierrors.IsForbidden(err), "the tenant grants itself a tier: %v", err)
-	_, err = env.Client().CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType,
-		[]byte(`{"metadata":{"annotations":{"runplane.io/priority-tiers":"runplane-batch, runplane-workload-high"}}}`), metav1.PatchOptions{})
-	require.NoError(t, err)
+
+	// Where RBAC lets tenants create and label their own Namespaces
+	// (self-service platforms), runplane-namespace-tiers still keeps the
+	// grant the platform's.
+	selfService(t, ns)
+	denied := "annotation runplane.io/priority-tiers grants a Namespace's GPU Pods priority tiers that preempt other tenants' work: only cluster admins and the groups platform-admins set or change it"
+	patchDry := metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
+	// The policy is active once it denies (a dry run changes nothing).
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, err := mallory.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, grant(api.PriorityClassWorkloadHigh), patchDry)
+		require.Error(c, err)
+		assert.Contains(c, err.Error(), denied)
+	}, 30*time.Second, 200*time.Millisecond)
+	_, err = mallory.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"tier"}}}`), patchDry)
+	require.NoError(t, err, "the tenant's own labels stay the tenant's")
+	_, err = mallory.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-tier-2",
+		Annotations: map[string]string{api.AnnotationPriorityTiers: api.PriorityClassWorkloadHigh}}}, dryRun)
+	require.Error(t, err, "a new Namespace born with a grant")
+	assert.Contains(t, err.Error(), denied)
+	_, err = mallory.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-tier-2"}}, dryRun)
+	require.NoError(t, err, "a Namespace without a grant")
+
+	_, err = as(t, "platform-admin", "platform-admins").CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType,
+		grant("runplane-batch, "+api.PriorityClassWorkloadHigh), metav1.PatchOptions{})
+	require.NoError(t, err, "a grantor group grants")
+	_, err = mallory.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, grant("runplane-batch"), patchDry)
+	require.Error(t, err, "the tenant narrows or rewrites a grant")
+	assert.Contains(t, err.Error(), denied)
+	_, err = mallory.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"tier"}}}`), metav1.PatchOptions{})
+	require.NoError(t, err, "a granted Namespace's other keys stay the tenant's")
 	// The webhook reads Namespaces through an informer: wait for the grant.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		got, err := mallory.CoreV1().Pods(ns).Create(ctx, high(), dryRun)
 		require.NoError(c, err, "a granted tier")
 		assert.Equal(c, api.PriorityClassWorkloadHigh, got.Spec.PriorityClassName)
 	}, 30*time.Second, 200*time.Millisecond)
+}
+
+// selfService lets the tenant create Namespaces and patch its own, and the
+// group platform-admins patch Namespaces, as a self-service platform's RBAC
+// would.
+func selfService(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	c := env.Client()
+	for _, b := range []struct {
+		name    string
+		rule    rbacv1.PolicyRule
+		subject rbacv1.Subject
+	}{
+		{"tenant-namespaces", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"create"}},
+			rbacv1.Subject{Kind: rbacv1.UserKind, Name: tenantUser}},
+		{"tenant-own-namespace", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, ResourceNames: []string{ns}, Verbs: []string{"get", "patch", "update"}},
+			rbacv1.Subject{Kind: rbacv1.UserKind, Name: tenantUser}},
+		{"platform-admins-namespaces", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "patch", "update"}},
+			rbacv1.Subject{Kind: rbacv1.GroupKind, Name: "platform-admins"}},
+	} {
+		_, err := c.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: b.name}, Rules: []rbacv1.PolicyRule{b.rule}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: b.name},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: b.name}, Subjects: []rbacv1.Subject{b.subject}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			_ = c.RbacV1().ClusterRoleBindings().Delete(context.Background(), b.name, metav1.DeleteOptions{})
+			_ = c.RbacV1().ClusterRoles().Delete(context.Background(), b.name, metav1.DeleteOptions{})
+		})
+	}
 }
 
 // A denial that echoes a 200 KB value repeats only its start and its size.
