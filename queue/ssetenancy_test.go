@@ -176,4 +176,3 @@ func TestStreamGapIsAnnounced(t *testing.T) {
 		})
 	}
 }
-
