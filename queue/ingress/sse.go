@@ -22,8 +22,10 @@ import (
 // Streams (issue #20). A caller that asks for a stream (POST with Accept:
 // text/event-stream or "stream": true; GET …/invocations/{id}/stream) gets
 // server-sent events: the invocation's chunks as the worker relays them,
-// read from the chunks stream with an ordered consumer, each with id: its
-// stream sequence, then one result event with the terminal Record. The
+// read from its namespace's chunks stream with an ordered consumer, each
+// with id: its stream sequence, then one result event with the terminal
+// Record. Which chunks are sent, and the attempt, restart and gap events
+// between them, is the follower's decision (ssefollow.go). The
 // connection holds no state that another replica lacks: a client that
 // lost it resumes on any replica with Last-Event-ID and gets the chunks
 // after that one. Chunks are read with a small pull window, never the
@@ -406,6 +408,11 @@ func newSSEMetrics(r prometheus.Registerer) *sseMetrics {
 
 const streamDescription = "Readable by whoever may get the invocation (RBAC get on pools/invocations of its pool). " +
 	"Events: invocation (ID, pool, state), then one chunk per chunk the worker's framework streamed, each with id: its sequence, " +
-	"attempt when a retry starts its output over, and finally result with the terminal Record. " +
+	"and finally result with the terminal Record. Without id: — so Last-Event-ID keeps naming the last chunk — and with JSON data: " +
+	"attempt {attempt} when a retry starts its output over; restart {attempt} when the same attempt was run again from its start " +
+	"(its worker restarted): the chunks after it are the new run's, from its first, and the earlier run's are not part of the answer; " +
+	"gap {attempt, firstRetained, missing, reason} when chunks the client has not had are no longer retained (evicted by the namespace's " +
+	"budget, chart queue.stream.chunks.maxBytes, or aged out) and will never come: firstRetained is the id of the next chunk sent. " +
+	"Only the chunks of the worker the Record says holds their attempt are sent. " +
 	"Header Last-Event-ID (or query parameter after) resumes after that chunk, on any ingress replica, while the chunks are retained " +
 	"(chart queue.stream.chunks.maxAge). An idle stream gets a comment every 10s."
