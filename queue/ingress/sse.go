@@ -220,8 +220,11 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, rec messages.R
 				}
 			}
 			if last >= end {
-				if g, ok := f.end(*final); ok && writeEvent(sw, g) != nil {
-					return
+				if g, ok := f.end(*final); ok {
+					if writeEvent(sw, g) != nil {
+						return
+					}
+					s.sse.events.WithLabelValues(g.name).Inc()
 				}
 				s.writeResult(ctx, sw, *final)
 				return
@@ -253,11 +256,15 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, rec messages.R
 					rec = cur
 				}
 			}
-			deliver, events := f.next(c, owner(rec, c.attempt))
+			deliver, events, drop := f.next(c, owner(rec, c.attempt))
+			if !deliver {
+				s.sse.dropped.WithLabelValues(drop).Inc()
+			}
 			for _, ev := range events {
 				if writeEvent(sw, ev) != nil {
 					return
 				}
+				s.sse.events.WithLabelValues(ev.name).Inc()
 			}
 			if !deliver {
 				continue
@@ -388,6 +395,8 @@ type sseMetrics struct {
 	streams    prometheus.Gauge
 	chunks     prometheus.Counter
 	firstChunk prometheus.Histogram
+	dropped    *prometheus.CounterVec
+	events     *prometheus.CounterVec
 }
 
 func newSSEMetrics(r prometheus.Registerer) *sseMetrics {
@@ -397,9 +406,14 @@ func newSSEMetrics(r prometheus.Registerer) *sseMetrics {
 		firstChunk: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "runplane_ingress_stream_first_chunk_seconds",
 			Help:    "Time from a stream request to its first chunk written (time to first byte of output).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 20)}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_ingress_stream_chunks_dropped_total",
+			Help: "Stored chunks not sent to a stream's client, by reason: foreign (not from the worker the Record says holds the attempt), stale (an older attempt's, or a run given up for a rerun), duplicate."},
+			[]string{"reason"}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_ingress_stream_events_total",
+			Help: "attempt, restart and gap events written to server-sent event streams."}, []string{"event"}),
 	}
 	if r != nil {
-		for _, c := range []prometheus.Collector{m.streams, m.chunks, m.firstChunk} {
+		for _, c := range []prometheus.Collector{m.streams, m.chunks, m.firstChunk, m.dropped, m.events} {
 			_ = r.Register(c)
 		}
 	}

@@ -58,7 +58,7 @@ func TestFollower(t *testing.T) {
 				f.resumeFrom(*tc.resume)
 			}
 			for i, st := range tc.steps {
-				deliver, events := f.next(chunkMeta{seq: uint64(100 + i), worker: st.worker, attempt: st.attempt, execution: st.execution, num: st.num},
+				deliver, events, _ := f.next(chunkMeta{seq: uint64(100 + i), worker: st.worker, attempt: st.attempt, execution: st.execution, num: st.num},
 					owner(rec, st.attempt))
 				var names []string
 				for _, ev := range events {

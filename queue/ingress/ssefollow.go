@@ -92,12 +92,23 @@ func (f *follower) resumeFrom(c chunkMeta) {
 	f.attempt, f.execution, f.num, f.known = c.attempt, c.execution, c.num, true
 }
 
+// Why a chunk is not sent (the drop label of
+// runplane_ingress_stream_chunks_dropped_total).
+const (
+	dropForeign   = "foreign"   // not from the worker the Record says holds its attempt
+	dropStale     = "stale"     // of an older attempt, or of a run given up for a rerun
+	dropDuplicate = "duplicate" // a copy stored again by the sidecar's publish retry
+)
+
 // next decides on chunk c whose attempt is held by owner according to the
-// Record ("" when the Record names none): deliver it or not, and the
+// Record ("" when the Record names none): deliver it or why not, and the
 // events to write before it.
-func (f *follower) next(c chunkMeta, owner string) (deliver bool, events []sseEvent) {
-	if owner == "" || c.worker != owner || c.attempt < f.attempt {
-		return false, nil // forged, or a superseded attempt's late output
+func (f *follower) next(c chunkMeta, owner string) (deliver bool, events []sseEvent, drop string) {
+	if owner == "" || c.worker != owner {
+		return false, nil, dropForeign
+	}
+	if c.attempt < f.attempt {
+		return false, nil, dropStale // a superseded attempt's late output
 	}
 	switch {
 	case c.attempt > f.attempt:
@@ -107,10 +118,10 @@ func (f *follower) next(c chunkMeta, owner string) (deliver bool, events []sseEv
 		f.attempt, f.execution, f.num, f.abandoned = c.attempt, c.execution, 0, nil
 	case c.execution == f.execution:
 		if c.num <= f.num {
-			return false, nil // a copy stored again by the sidecar's retry
+			return false, nil, dropDuplicate
 		}
 	case f.abandoned[c.execution]:
-		return false, nil
+		return false, nil, dropStale
 	default:
 		if len(f.abandoned) < maxAbandoned {
 			if f.abandoned == nil {
@@ -132,7 +143,7 @@ func (f *follower) next(c chunkMeta, owner string) (deliver bool, events []sseEv
 		events = append(events, sseEvent{EventGap, g})
 	}
 	f.num, f.known = c.num, true
-	return true, events
+	return true, events, ""
 }
 
 // end is the gap event (if any) before the result: the final Record's
