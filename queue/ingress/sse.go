@@ -191,7 +191,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, rec messages.R
 		if m, err := chunkStream.GetMsg(ctx, after); err == nil && matchesFilter(m.Subject, rec) {
 			c, ok := parseChunk(subj, m.Subject, m.Sequence, m.Header.Get(messages.ChunkAttemptHeader),
 				m.Header.Get(messages.ChunkExecutionHeader), m.Header.Get(messages.ChunkSeqHeader))
-			if ok && owner(rec, c.attempt) == c.worker {
+			if ok && resumable(rec, c) {
 				f.resumeFrom(c)
 			}
 		}

@@ -71,6 +71,31 @@ func TestFollower(t *testing.T) {
 	}
 }
 
+// TestResumable: which chunk a client resumes after says where it is.
+func TestResumable(t *testing.T) {
+	rec := messages.Record{Worker: "w3", Attempt: 3, Attempts: []messages.AttemptOutcome{{Attempt: 1, Worker: "w1"}}}
+	for _, tc := range []struct {
+		worker  string
+		attempt int
+		want    bool
+	}{
+		{"w3", 3, true},  // the current attempt's worker
+		{"w1", 1, true},  // a listed earlier attempt's
+		{"w2", 2, true},  // an earlier attempt whose worker was lost (not listed)
+		{"w9", 1, false}, // not the worker of a listed attempt
+		{"w9", 3, false}, // not the current attempt's worker
+		{"w9", 4, false}, // an attempt that does not exist
+	} {
+		assert.Equal(t, tc.want, resumable(rec, chunkMeta{worker: tc.worker, attempt: tc.attempt}), "%+v", tc)
+	}
+	// Resumed after attempt 2's chunk: attempt 3's output is announced.
+	f := &follower{}
+	f.resumeFrom(chunkMeta{worker: "w2", attempt: 2, execution: "a", num: 4})
+	deliver, events, _ := f.next(chunkMeta{worker: "w3", attempt: 3, execution: "b", num: 1}, owner(rec, 3))
+	assert.True(t, deliver)
+	assert.Equal(t, []sseEvent{{EventAttempt, StreamAttempt{Attempt: 3}}}, events)
+}
+
 // TestFollowerEnd: a streamed answer with more chunks than the client got
 // ends with a gap before the result.
 func TestFollowerEnd(t *testing.T) {

@@ -172,6 +172,17 @@ func (f *follower) end(final messages.Record) (sseEvent, bool) {
 		Reason: fmt.Sprintf("the answer streamed %d chunks; %d of them are no longer retained", sum.Chunks, sum.Chunks-had)}}, true
 }
 
+// resumable reports whether c, the chunk a client resumes after, says
+// where the client is: a chunk of the worker rec says held its attempt, or
+// of an earlier attempt rec no longer names a worker for (one whose worker
+// was lost: only retried and handed-back attempts are listed), which the
+// client can only have had from a stream that checked it then. Then a
+// later attempt's output follows an attempt event, never unannounced.
+func resumable(rec messages.Record, c chunkMeta) bool {
+	o := owner(rec, c.attempt)
+	return o == c.worker || (o == "" && c.attempt < rec.Attempt)
+}
+
 // owner is the worker rec says holds attempt ("" when it names none).
 func owner(rec messages.Record, attempt int) string {
 	if attempt == rec.Attempt {
