@@ -82,7 +82,7 @@ func natsAuthOptions(cfg Config) ([]nats.Option, error) {
 
 // newCallout builds the callout Runnable on the queue's connection;
 // consumers creates each admitted worker's dispatch consumer.
-func newCallout(cfg CalloutConfig, nc *nats.Conn, kube kubernetes.Interface, consumers WorkerConsumers, buckets NamespaceBuckets, permit natscallout.Permit, reg prometheus.Registerer, log *slog.Logger) (*callout, error) {
+func newCallout(cfg CalloutConfig, nc *nats.Conn, kube kubernetes.Interface, consumers WorkerConsumers, buckets NamespaceBuckets, chunks NamespaceChunks, permit natscallout.Permit, reg prometheus.Registerer, log *slog.Logger) (*callout, error) {
 	if kube == nil {
 		return nil, fmt.Errorf("queue: the NATS auth callout needs a Kubernetes config")
 	}
@@ -110,6 +110,7 @@ func newCallout(cfg CalloutConfig, nc *nats.Conn, kube kubernetes.Interface, con
 					natscallout.CacheOptions{TTL: cfg.CacheTTL}),
 				Consumers: consumers,
 				Buckets:   buckets,
+				Chunks:    chunks,
 				Log:       log.With("component", "nats-callout"),
 			},
 			Permit: permit,
@@ -142,7 +143,10 @@ type admitWorker struct {
 	// none). A bucket that cannot be made never refuses the worker: only
 	// its namespace's big payloads and results fail (ensureBucket).
 	Buckets NamespaceBuckets
-	Log     *slog.Logger
+	// Chunks makes the worker's namespace's chunks stream (nil: none);
+	// likewise never a refusal (ensureChunks).
+	Chunks NamespaceChunks
+	Log    *slog.Logger
 }
 
 // Authenticate implements natscallout.Authenticator.
@@ -160,6 +164,7 @@ func (a *admitWorker) Authenticate(ctx context.Context, token string) (natscallo
 		return id, fmt.Errorf("identity %s: %w", id.Name, err)
 	}
 	a.ensureBucket(ctx, id)
+	a.ensureChunks(ctx, id)
 	return id, nil
 }
 

@@ -30,3 +30,24 @@ func (a *admitWorker) ensureBucket(ctx context.Context, id natscallout.Identity)
 			"namespace", id.Namespace, "pool", id.Pool, "worker", id.Worker, "err", err)
 	}
 }
+
+// NamespaceChunks makes a namespace's chunks stream (stream.ChunkStreams).
+type NamespaceChunks interface {
+	Ensure(ctx context.Context, ns string) (jetstream.Stream, error)
+}
+
+// ensureChunks makes the admitted worker's namespace chunks stream, where
+// it relays streamed answers (a worker may not create it). As for the
+// bucket, a failure (no room left in JetStream storage to reserve the
+// namespace's -chunks-max-bytes) is logged and never refuses the worker:
+// only its streamed answers fail, and no other namespace's admission
+// depends on it.
+func (a *admitWorker) ensureChunks(ctx context.Context, id natscallout.Identity) {
+	if a.Chunks == nil {
+		return
+	}
+	if _, err := a.Chunks.Ensure(ctx, id.Namespace); err != nil && a.Log != nil {
+		a.Log.Warn("admitting a worker without its namespace's chunks stream: its streamed answers fail until the stream exists",
+			"namespace", id.Namespace, "pool", id.Pool, "worker", id.Worker, "err", err)
+	}
+}

@@ -30,9 +30,11 @@ func workerSubjects(subj messages.Subjects, streamName string, id natscallout.Id
 		Consumer: messages.ConsumerName(ns, pool, worker),
 		Dispatch: subj.Dispatch(ns, pool, worker),
 		Cancel:   subj.Cancel(ns, pool, worker),
-		// Its own events; chunks of streamed answers of any invocation of
-		// its own pool (as results are), never another pool's or namespace's.
-		Publish: []string{subj.Result(ns, pool), subj.Events(ns, pool, worker), subj.Chunk(ns, pool, "*")},
+		// Its own events; the chunks of streamed answers under its own
+		// name only (any invocation: the reader takes a chunk only from the
+		// worker the Record says holds its attempt), never a sibling's,
+		// another pool's or another namespace's.
+		Publish: []string{subj.Result(ns, pool), subj.Events(ns, pool, worker), subj.ChunkSubject(ns, pool, worker, "*")},
 		Replies: subj.Reply(ns, pool) + ".>",
 		Inbox:   messages.WorkerInbox(ns, pool, worker),
 		// Its namespace's bucket (the tenant's budget, shared by its

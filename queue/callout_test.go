@@ -81,7 +81,7 @@ func TestNewCallout(t *testing.T) {
 			if !tc.noKube {
 				kube = fake.NewClientset()
 			}
-			c, err := newCallout(CalloutConfig{IssuerSeedFile: tc.seed}, nil, kube, &fakeConsumers{}, nil, permit, nil, log)
+			c, err := newCallout(CalloutConfig{IssuerSeedFile: tc.seed}, nil, kube, &fakeConsumers{}, nil, nil, permit, nil, log)
 			if tc.wantErr != "" {
 				require.ErrorContains(t, err, tc.wantErr)
 				return

@@ -17,9 +17,10 @@ import (
 )
 
 // TestWorkerChunkPermissions: with the permissions the auth callout
-// grants, enforced by a real nats-server, a worker stores chunks of its own
-// pool's invocations in the chunks stream and is refused another pool's
-// or another namespace's.
+// grants, enforced by a real nats-server, a worker stores chunks under its
+// own name in its namespace's chunks stream and is refused a sibling's
+// name (which a reader would take as the sibling's output), another
+// pool's and another namespace's.
 func TestWorkerChunkPermissions(t *testing.T) {
 	sc := stream.Config{}.WithDefaults()
 	id := natscallout.Identity{Namespace: "team-a", Pool: "echo", Worker: "echo-1"}
@@ -55,14 +56,28 @@ func TestWorkerChunkPermissions(t *testing.T) {
 	wjs, err := jetstream.New(wc)
 	require.NoError(t, err)
 	subj := messages.Subjects{Prefix: sc.Prefix}
-
-	ack, err := wjs.Publish(ctx, subj.Chunk("team-a", "echo", "inv-1"), []byte("tok"))
-	require.NoError(t, err, "its own pool's chunk")
-	assert.Equal(t, sc.Chunks.Stream, ack.Stream)
-	_, err = st.Chunks.GetLastMsgForSubject(ctx, subj.Chunk("team-a", "echo", "inv-1"))
+	// Both namespaces' streams exist: a forged chunk that got through
+	// would be stored.
+	chunksA, err := st.Chunks.Ensure(ctx, "team-a")
+	require.NoError(t, err)
+	chunksB, err := st.Chunks.Ensure(ctx, "team-b")
 	require.NoError(t, err)
 
-	for _, s := range []string{subj.Chunk("team-b", "echo", "inv-1"), subj.Chunk("team-a", "other", "inv-1")} {
+	ack, err := wjs.Publish(ctx, subj.ChunkSubject("team-a", "echo", "echo-1", "inv-1"), []byte("tok"))
+	require.NoError(t, err, "its own chunk")
+	assert.Equal(t, messages.ChunksStreamName(sc.Stream, "team-a"), ack.Stream)
+	_, err = chunksA.GetLastMsgForSubject(ctx, subj.ChunkSubject("team-a", "echo", "echo-1", "inv-1"))
+	require.NoError(t, err)
+
+	for _, tc := range []struct {
+		subject string
+		stream  jetstream.Stream
+	}{
+		{subj.ChunkSubject("team-a", "echo", "echo-2", "inv-1"), chunksA}, // a sibling's name
+		{subj.ChunkSubject("team-a", "other", "echo-1", "inv-1"), chunksA},
+		{subj.ChunkSubject("team-b", "echo", "echo-1", "inv-1"), chunksB},
+	} {
+		s := tc.subject
 		pctx, pcancel := context.WithTimeout(ctx, time.Second)
 		_, err := wjs.Publish(pctx, s, []byte("forged"))
 		pcancel()
@@ -73,7 +88,7 @@ func TestWorkerChunkPermissions(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatalf("no permission violation for %s", s)
 		}
-		_, err = st.Chunks.GetLastMsgForSubject(ctx, s)
+		_, err = tc.stream.GetLastMsgForSubject(ctx, s)
 		assert.ErrorIs(t, err, jetstream.ErrMsgNotFound, "nothing stored on %s", s)
 	}
 }

@@ -233,7 +233,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		co, err := newCallout(cfg.Callout, nc, calloutKube, st, st.Objects, WorkerPermit(cfg.Stream.WithDefaults()), reg, log)
+		co, err := newCallout(cfg.Callout, nc, calloutKube, st, st.Objects, st.Chunks, WorkerPermit(cfg.Stream.WithDefaults()), reg, log)
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
@@ -14,14 +15,18 @@ import (
 
 // invoke calls the framework for dispatch d. A streamed answer's chunks
 // are relayed, in order and as they arrive, to the invocation's chunk
-// subject (messages.Subjects.Chunk) in the chunks stream, numbered per
-// attempt; invoke returns only once every chunk is stored, so the Result
+// subject under this worker's name (messages.Subjects.ChunkSubject) in the
+// namespace's chunks stream, with the attempt, a random execution name
+// fresh for this call (a rerun of the same attempt after a restart is
+// another execution) and their number within it, from 1; invoke returns
+// only once every chunk is stored, so the Result
 // published after it never overtakes a chunk. A chunk that cannot be
 // stored fails the invocation (its reader would see a gap) and stops the
 // framework's stream.
 func (s *Sidecar) invoke(ctx context.Context, d messages.Dispatch, req framework.Request) (framework.Response, error) {
-	subject := s.subjects.Chunk(s.cfg.WorkerNamespace, s.cfg.Pool, d.InvocationID)
+	subject := s.subjects.ChunkSubject(s.cfg.WorkerNamespace, s.cfg.Pool, s.cfg.WorkerName, d.InvocationID)
 	attempt := strconv.Itoa(d.Attempt)
+	execution := nuid.Next()
 	n := 0
 	lim := framework.StreamLimits{MaxChunkBytes: d.MaxChunkBytes, MaxChunks: int(d.MaxChunks), MaxSummaryBytes: int(min(d.MaxResultBytes, 1<<20))}
 	return s.client.InvokeStream(ctx, req, lim, func(chunk []byte) error {
@@ -29,6 +34,7 @@ func (s *Sidecar) invoke(ctx context.Context, d messages.Dispatch, req framework
 		m := nats.NewMsg(subject)
 		m.Data = chunk
 		m.Header.Set(messages.ChunkAttemptHeader, attempt)
+		m.Header.Set(messages.ChunkExecutionHeader, execution)
 		m.Header.Set(messages.ChunkSeqHeader, strconv.Itoa(n))
 		if err := s.publishChunk(ctx, m); err != nil {
 			return fmt.Errorf("relay chunk %d of the framework's stream: %w", n, err)

@@ -33,23 +33,24 @@ func (e *env) chunkStream() jetstream.Stream {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	st, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: messages.ChunksStreamName(api.DefaultStreamName), Subjects: subjects.ChunkStreamSubjects()})
+	st, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: messages.ChunksStreamName(api.DefaultStreamName, testNS), Subjects: subjects.ChunkStreamSubjects(testNS)})
 	require.NoError(e.t, err)
 	return st
 }
 
 type storedChunk struct {
-	data         string
-	attempt, seq string
-	streamSeq    uint64
+	data                    string
+	worker                  string
+	attempt, execution, seq string
+	streamSeq               uint64
 }
 
-// chunks reads every chunk stored for invocation id.
+// chunks reads every chunk stored for invocation id, by any worker.
 func (e *env) chunks(st jetstream.Stream, id string) []storedChunk {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subjects.Chunk(testNS, testPool, id)}})
+	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subjects.InvocationChunks(testNS, testPool, id)}})
 	require.NoError(e.t, err)
 	var out []storedChunk
 	for {
@@ -60,8 +61,8 @@ func (e *env) chunks(st jetstream.Stream, id string) []storedChunk {
 			n++
 			md, err := m.Metadata()
 			require.NoError(e.t, err)
-			out = append(out, storedChunk{data: string(m.Data()), attempt: m.Headers().Get(messages.ChunkAttemptHeader),
-				seq: m.Headers().Get(messages.ChunkSeqHeader), streamSeq: md.Sequence.Stream})
+			out = append(out, storedChunk{data: string(m.Data()), worker: subjects.ChunkWorker(m.Subject()), attempt: m.Headers().Get(messages.ChunkAttemptHeader),
+				execution: m.Headers().Get(messages.ChunkExecutionHeader), seq: m.Headers().Get(messages.ChunkSeqHeader), streamSeq: md.Sequence.Stream})
 		}
 		if n == 0 {
 			return out
@@ -97,13 +98,24 @@ func TestStreamRelaysChunksBeforeResult(t *testing.T) {
 	require.Len(t, got, len(want))
 	for i, c := range got {
 		assert.Equal(t, want[i], c.data)
+		assert.Equal(t, "w1", c.worker, "under the worker's own name")
 		assert.Equal(t, "2", c.attempt)
 		assert.Equal(t, strconv.Itoa(i+1), c.seq)
+		assert.NotEmpty(t, c.execution)
+		assert.Equal(t, got[0].execution, c.execution, "one execution per framework call")
 	}
 	assert.Equal(t, "true", res.Response.Headers[framework.StreamedHeader])
 	var sum framework.StreamSummary
 	require.NoError(t, json.Unmarshal(res.Response.Body, &sum))
 	assert.Equal(t, want, sum.Data)
+
+	// Another framework call (here of another invocation) is another
+	// execution: a rerun's chunks are never mistaken for the first run's.
+	e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: "s2"}, Attempt: 2})
+	require.Equal(t, messages.StateSucceeded, waitResult(t, results).State)
+	again := e.chunks(st, "s2")
+	require.NotEmpty(t, again)
+	assert.NotEqual(t, got[0].execution, again[0].execution)
 }
 
 // TestStreamCancelStopsFramework: a cancel mid-stream ends the framework's
@@ -129,7 +141,7 @@ func TestStreamCancelStopsFramework(t *testing.T) {
 	})
 	results := e.results()
 	e.startSidecar(e.config("w1", sock))
-	sub, err := e.nc.SubscribeSync(subjects.Chunk(testNS, testPool, "c1"))
+	sub, err := e.nc.SubscribeSync(subjects.ChunkSubject(testNS, testPool, "w1", "c1"))
 	require.NoError(t, err)
 	e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: "c1"}})
 	for range 3 { // the stream is flowing

@@ -89,7 +89,7 @@ func run() error {
 	flag.DurationVar(&c.Stream.DuplicateWindow, "duplicate-window", 2*time.Minute, "stream duplicate window")
 	flag.Int64Var(&c.Stream.ResultsMaxBytes, "results-max-bytes", 1<<30, "size bound of the worker results stream (full: new results are refused and retried, none dropped)")
 	flag.DurationVar(&c.Stream.Chunks.MaxAge, "chunks-max-age", time.Hour, "how long the chunks of a streamed invocation are kept: it can be read and resumed (Last-Event-ID) that long")
-	flag.Int64Var(&c.Stream.Chunks.MaxBytes, "chunks-max-bytes", 1<<30, "size bound of the chunks stream of streamed invocations (full: the oldest chunks go)")
+	flag.Int64Var(&c.Stream.Chunks.MaxBytes, "chunks-max-bytes", 64<<20, "size bound of each namespace's chunks stream of streamed invocations, the tenant's budget, reserved in JetStream storage when it is made (full: that namespace's oldest chunks go)")
 	flag.Int64Var(&c.Stream.Chunks.MaxPerInvocation, "chunks-per-invocation", 100000, "chunks kept per streamed invocation (more: the framework's stream fails the invocation)")
 	flag.Func("result-max-size", "bound of one result message in bytes (default 1048576, nats-server's default max_payload)", func(v string) error {
 		n, err := strconv.ParseInt(v, 10, 32)

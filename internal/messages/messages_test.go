@@ -59,3 +59,18 @@ func TestPayloadSize(t *testing.T) {
 		})
 	}
 }
+
+// TestChunkSubjects: a chunk subject names its worker, which a reader
+// takes back from it; anything else names none.
+func TestChunkSubjects(t *testing.T) {
+	s := Subjects{Prefix: "runtime.serverless"}
+	subj := s.ChunkSubject("team-a", "llm", "llm-7f9", "inv-1")
+	assert.Equal(t, "runtime.serverless.chunks.team-a.llm.llm-7f9.inv-1", subj)
+	assert.Equal(t, "llm-7f9", s.ChunkWorker(subj))
+	for _, bad := range []string{"runtime.serverless.chunk.team-a.llm.inv-1", "runtime.serverless.chunks.team-a.llm.inv-1",
+		"runtime.serverless.chunks.team-a.llm.w.x.inv-1", "other.chunks.team-a.llm.w.inv-1"} {
+		assert.Empty(t, s.ChunkWorker(bad), bad)
+	}
+	assert.Equal(t, []string{"runtime.serverless.chunks.team-a.>"}, s.ChunkStreamSubjects("team-a"))
+	assert.Equal(t, "RUNTIME_SERVERLESS_CHUNKS_team-a", ChunksStreamName("RUNTIME_SERVERLESS", "team-a"))
+}

@@ -138,6 +138,12 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 	if _, err := s.cfg.Store.Objects.Ensure(r.Context(), ns); err != nil {
 		s.cfg.Logger.Warn("object store bucket", "namespace", ns, "err", err)
 	}
+	// Likewise the namespace's chunks stream, where its workers relay
+	// streamed answers: without one only this namespace's streamed
+	// answers fail (and its streams answer 503 naming the limit).
+	if _, err := s.cfg.Store.Chunks.Ensure(r.Context(), ns); err != nil {
+		s.cfg.Logger.Warn("chunks stream", "namespace", ns, "err", err)
+	}
 	clientID := req.InvocationID != ""
 	if !clientID {
 		req.InvocationID = nuid.Next()

@@ -22,8 +22,10 @@ import (
 // Streams (issue #20). A caller that asks for a stream (POST with Accept:
 // text/event-stream or "stream": true; GET …/invocations/{id}/stream) gets
 // server-sent events: the invocation's chunks as the worker relays them,
-// read from the chunks stream with an ordered consumer, each with id: its
-// stream sequence, then one result event with the terminal Record. The
+// read from its namespace's chunks stream with an ordered consumer, each
+// with id: its stream sequence, then one result event with the terminal
+// Record. Which chunks are sent, and the attempt, restart and gap events
+// between them, is the follower's decision (ssefollow.go). The
 // connection holds no state that another replica lacks: a client that
 // lost it resumes on any replica with Last-Event-ID and gets the chunks
 // after that one. Chunks are read with a small pull window, never the
@@ -37,8 +39,15 @@ const (
 	// EventChunk is one chunk; its data is the chunk's text.
 	EventChunk = "chunk"
 	// EventAttempt: a retry started over; the chunks after it are the new
-	// attempt's output.
+	// attempt's output (StreamAttempt).
 	EventAttempt = "attempt"
+	// EventRestart: the current attempt was run again from its start (a
+	// restarted sidecar); the chunks after it are the new run's
+	// (StreamRestart).
+	EventRestart = "restart"
+	// EventGap: chunks the client has not had are no longer retained and
+	// will never come (StreamGap).
+	EventGap = "gap"
 	// EventResult ends the stream with the terminal Record.
 	EventResult = "result"
 )
@@ -121,12 +130,18 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, rec messages.R
 	if cur, _, err := s.cfg.Store.Get(ctx, key); err == nil {
 		rec = cur
 	}
-	subject := s.cfg.Store.Subjects.Chunk(rec.Namespace, rec.Pool, rec.InvocationID)
-	occ := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}}
+	chunkStream, err := s.cfg.Store.Chunks.Ensure(ctx, rec.Namespace)
+	if err != nil {
+		problem(w, r, http.StatusServiceUnavailable, fmt.Sprintf("read the chunks of invocation %s: %v", rec.InvocationID, err))
+		return
+	}
+	subj := s.cfg.Store.Subjects
+	filter := subj.InvocationChunks(rec.Namespace, rec.Pool, rec.InvocationID)
+	occ := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}
 	if after > 0 {
 		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
 	}
-	cons, err := s.cfg.Store.Chunks.OrderedConsumer(ctx, occ)
+	cons, err := chunkStream.OrderedConsumer(ctx, occ)
 	if err != nil {
 		problem(w, r, http.StatusServiceUnavailable, fmt.Sprintf("read the chunks of invocation %s: %v", rec.InvocationID, err))
 		return
@@ -167,20 +182,27 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, rec messages.R
 	s.sse.streams.Inc()
 	defer s.sse.streams.Dec()
 
-	d := dedup{}
+	f := &follower{known: after == 0}
 	if after > 0 {
-		// The chunk the client has: its number, so a copy stored again by
-		// a sidecar's retry is not sent twice.
-		if m, err := s.cfg.Store.Chunks.GetMsg(ctx, after); err == nil && m.Subject == subject {
-			d.seen(m.Header.Get(messages.ChunkAttemptHeader), m.Header.Get(messages.ChunkSeqHeader))
+		// The chunk the client has: where it is, so a copy stored again by
+		// a sidecar's retry is not sent twice, a rerun is told apart and
+		// lost chunks are announced. One no longer retained leaves the
+		// position unknown.
+		if m, err := chunkStream.GetMsg(ctx, after); err == nil && matchesFilter(m.Subject, rec) {
+			c, ok := parseChunk(subj, m.Subject, m.Sequence, m.Header.Get(messages.ChunkAttemptHeader),
+				m.Header.Get(messages.ChunkExecutionHeader), m.Header.Get(messages.ChunkSeqHeader))
+			if ok && resumable(rec, c) {
+				f.resumeFrom(c)
+			}
 		}
 	}
-	last := after // the stream sequence of the last chunk written
+	last := after // the stream sequence of the last chunk read
 	first := true
 	var final *messages.Record
 	if rec.State.Terminal() {
 		final = &rec
 	}
+	refreshed := rec.Attempt // the Record was read for attempts up to this one
 	keep := time.NewTicker(sseKeepalive)
 	defer keep.Stop()
 	var end uint64 // the last chunk's sequence, read once the Record is terminal
@@ -192,12 +214,18 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, rec messages.R
 			// of the pool) does not keep the stream open.
 			if end == 0 {
 				var err error
-				if end, err = s.lastChunk(ctx, subject); err != nil {
+				if end, err = s.lastChunk(ctx, chunkStream, *final); err != nil {
 					s.cfg.Logger.Warn("stream: last chunk", "invocation", rec.InvocationID, "err", err)
 					return // the client resumes
 				}
 			}
 			if last >= end {
+				if g, ok := f.end(*final); ok {
+					if writeEvent(sw, g) != nil {
+						return
+					}
+					s.sse.events.WithLabelValues(g.name).Inc()
+				}
 				s.writeResult(ctx, sw, *final)
 				return
 			}
@@ -214,16 +242,32 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, rec messages.R
 				continue
 			}
 			last = md.Sequence.Stream
-			attempt, num := m.Headers().Get(messages.ChunkAttemptHeader), m.Headers().Get(messages.ChunkSeqHeader)
-			restarted, dup := d.next(attempt, num)
-			if dup {
+			hd := m.Headers()
+			c, ok := parseChunk(subj, m.Subject(), last, hd.Get(messages.ChunkAttemptHeader), hd.Get(messages.ChunkExecutionHeader), hd.Get(messages.ChunkSeqHeader))
+			if !ok {
 				continue
 			}
-			if restarted {
-				b, _ := json.Marshal(map[string]string{"attempt": attempt})
-				if sw.event(EventAttempt, "", b) != nil {
+			if c.attempt > refreshed && final == nil {
+				// A newer attempt than the Record as read: the activator
+				// records an attempt before it dispatches it, so a read now
+				// says which worker holds it. Once per attempt number.
+				refreshed = c.attempt
+				if cur, _, err := s.cfg.Store.Get(ctx, key); err == nil {
+					rec = cur
+				}
+			}
+			deliver, events, drop := f.next(c, owner(rec, c.attempt))
+			if !deliver {
+				s.sse.dropped.WithLabelValues(drop).Inc()
+			}
+			for _, ev := range events {
+				if writeEvent(sw, ev) != nil {
 					return
 				}
+				s.sse.events.WithLabelValues(ev.name).Inc()
+			}
+			if !deliver {
+				continue
 			}
 			if sw.event(EventChunk, strconv.FormatUint(last, 10), m.Data()) != nil {
 				return
@@ -237,29 +281,58 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, rec messages.R
 			if cur, _, err := s.cfg.Store.Get(ctx, key); err == nil && cur.State.Terminal() {
 				r = cur // the Record, not a fast-path reply's part of it
 			}
-			final = &r
+			final, rec = &r, r
 		case <-keep.C:
 			if sw.comment("keepalive") != nil {
 				return
 			}
-			if cur, _, err := s.cfg.Store.Get(ctx, key); err == nil && cur.State.Terminal() {
-				final = &cur
+			if cur, _, err := s.cfg.Store.Get(ctx, key); err == nil {
+				rec = cur
+				if cur.State.Terminal() {
+					final = &cur
+				}
 			}
 		}
 	}
 }
 
-// lastChunk is the stream sequence of the invocation's last stored chunk
-// (0: none).
-func (s *Server) lastChunk(ctx context.Context, subject string) (uint64, error) {
-	m, err := s.cfg.Store.Chunks.GetLastMsgForSubject(ctx, subject)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, nil
-	}
+// matchesFilter reports whether subject is a chunk subject of rec's
+// invocation (messages.Subjects.InvocationChunks).
+func matchesFilter(subject string, rec messages.Record) bool {
+	return strings.HasSuffix(subject, "."+rec.InvocationID) && strings.Contains(subject, ".chunks."+rec.Namespace+"."+rec.Pool+".")
+}
+
+func writeEvent(sw *eventWriter, ev sseEvent) error {
+	b, err := json.Marshal(ev.data)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	return m.Sequence, nil
+	return sw.event(ev.name, "", b)
+}
+
+// lastChunk is the stream sequence of the last chunk stored by any worker
+// the final Record names for one of its attempts (0: none): the chunks
+// after it, by those workers or any other, are never sent.
+func (s *Server) lastChunk(ctx context.Context, st jetstream.Stream, final messages.Record) (uint64, error) {
+	workers := map[string]bool{final.Worker: final.Worker != ""}
+	for _, a := range final.Attempts {
+		workers[a.Worker] = a.Worker != ""
+	}
+	var end uint64
+	for w, ok := range workers {
+		if !ok {
+			continue
+		}
+		m, err := st.GetLastMsgForSubject(ctx, s.cfg.Store.Subjects.ChunkSubject(final.Namespace, final.Pool, w, final.InvocationID))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("last chunk of worker %s: %w", w, err)
+		}
+		end = max(end, m.Sequence)
+	}
+	return end, nil
 }
 
 // writeResult ends a stream with the terminal Record. A response body
@@ -277,37 +350,6 @@ func (s *Server) writeResult(ctx context.Context, sw *eventWriter, rec messages.
 		return
 	}
 	_ = sw.event(EventResult, "", b)
-}
-
-// dedup drops a chunk number seen before within one attempt (a sidecar's
-// publish retry after a lost ack stores a chunk twice).
-type dedup struct {
-	attempt string
-	num     int
-}
-
-func (d *dedup) seen(attempt, num string) {
-	n, _ := strconv.Atoi(num)
-	d.attempt, d.num = attempt, n
-}
-
-// next reports whether the chunk starts a new attempt's output and
-// whether it is a duplicate.
-func (d *dedup) next(attempt, num string) (restarted, dup bool) {
-	n, err := strconv.Atoi(num)
-	if err != nil {
-		return false, false
-	}
-	if attempt == d.attempt {
-		if n <= d.num {
-			return false, true
-		}
-		d.num = n
-		return false, false
-	}
-	restarted = d.attempt != ""
-	d.attempt, d.num = attempt, n
-	return restarted, false
 }
 
 // eventWriter writes server-sent events and flushes each.
@@ -353,6 +395,8 @@ type sseMetrics struct {
 	streams    prometheus.Gauge
 	chunks     prometheus.Counter
 	firstChunk prometheus.Histogram
+	dropped    *prometheus.CounterVec
+	events     *prometheus.CounterVec
 }
 
 func newSSEMetrics(r prometheus.Registerer) *sseMetrics {
@@ -362,9 +406,14 @@ func newSSEMetrics(r prometheus.Registerer) *sseMetrics {
 		firstChunk: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "runplane_ingress_stream_first_chunk_seconds",
 			Help:    "Time from a stream request to its first chunk written (time to first byte of output).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 20)}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_ingress_stream_chunks_dropped_total",
+			Help: "Stored chunks not sent to a stream's client, by reason: foreign (not from the worker the Record says holds the attempt), stale (an older attempt's, or a run given up for a rerun), duplicate."},
+			[]string{"reason"}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_ingress_stream_events_total",
+			Help: "attempt, restart and gap events written to server-sent event streams."}, []string{"event"}),
 	}
 	if r != nil {
-		for _, c := range []prometheus.Collector{m.streams, m.chunks, m.firstChunk} {
+		for _, c := range []prometheus.Collector{m.streams, m.chunks, m.firstChunk, m.dropped, m.events} {
 			_ = r.Register(c)
 		}
 	}
@@ -373,6 +422,11 @@ func newSSEMetrics(r prometheus.Registerer) *sseMetrics {
 
 const streamDescription = "Readable by whoever may get the invocation (RBAC get on pools/invocations of its pool). " +
 	"Events: invocation (ID, pool, state), then one chunk per chunk the worker's framework streamed, each with id: its sequence, " +
-	"attempt when a retry starts its output over, and finally result with the terminal Record. " +
+	"and finally result with the terminal Record. Without id: — so Last-Event-ID keeps naming the last chunk — and with JSON data: " +
+	"attempt {attempt} when a retry starts its output over; restart {attempt} when the same attempt was run again from its start " +
+	"(its worker restarted): the chunks after it are the new run's, from its first, and the earlier run's are not part of the answer; " +
+	"gap {attempt, firstRetained, missing, reason} when chunks the client has not had are no longer retained (evicted by the namespace's " +
+	"budget, chart queue.stream.chunks.maxBytes, or aged out) and will never come: firstRetained is the id of the next chunk sent. " +
+	"Only the chunks of the worker the Record says holds their attempt are sent. " +
 	"Header Last-Event-ID (or query parameter after) resumes after that chunk, on any ingress replica, while the chunks are retained " +
 	"(chart queue.stream.chunks.maxAge). An idle stream gets a comment every 10s."

@@ -3,7 +3,9 @@ package stream
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -11,24 +13,24 @@ import (
 	"github.com/runplane/runplane/internal/messages"
 )
 
-// ChunksConfig sizes the chunks stream (messages.ChunksStreamName): the
-// retained output of streamed invocations, subjects
-// <prefix>.chunk.<ns>.<pool>.<invocation ID>.
+// ChunksConfig sizes the namespaces' chunks streams
+// (messages.ChunksStreamName): the retained output of streamed
+// invocations, subjects <prefix>.chunks.<ns>.<pool>.<worker>.<invocation ID>.
 type ChunksConfig struct {
-	// Stream names it (default messages.ChunksStreamName(Config.Stream)).
-	Stream string
 	// MaxAge is how long a chunk is kept, and so how long a stream can
 	// be read or resumed after it ended (default 1h).
 	MaxAge time.Duration
-	// MaxBytes bounds the whole stream (default 1 GiB): beyond it the
-	// oldest chunks go first.
+	// MaxBytes bounds one namespace's chunks stream, the tenant's budget
+	// of retained output (default 64 MiB): beyond it that namespace's
+	// oldest chunks go, never another namespace's. JetStream reserves it
+	// when the stream is made.
 	MaxBytes int64
 	// MaxChunkBytes bounds one chunk message, headers included (default
 	// 64 KiB + 1 KiB): the server refuses a bigger one, whatever a worker
 	// sends.
 	MaxChunkBytes int32
-	// MaxPerInvocation bounds the chunks kept per invocation (default
-	// 100000): beyond it the invocation's oldest go.
+	// MaxPerInvocation bounds the chunks kept per invocation and worker
+	// (default 100000): beyond it the oldest go.
 	MaxPerInvocation int64
 }
 
@@ -36,43 +38,22 @@ type ChunksConfig struct {
 // stream's message bound adds room for the headers.
 const DefaultMaxChunkBytes = 64 << 10
 
-func (c ChunksConfig) withDefaults(streamName string) ChunksConfig {
-	c.Stream = cmp.Or(c.Stream, messages.ChunksStreamName(streamName))
+// DefaultChunksMaxBytes is the default budget of one namespace's chunks.
+const DefaultChunksMaxBytes = 64 << 20
+
+func (c ChunksConfig) withDefaults() ChunksConfig {
 	c.MaxAge = cmp.Or(c.MaxAge, time.Hour)
-	c.MaxBytes = cmp.Or(c.MaxBytes, 1<<30)
+	c.MaxBytes = cmp.Or(c.MaxBytes, DefaultChunksMaxBytes)
 	c.MaxChunkBytes = cmp.Or(c.MaxChunkBytes, DefaultMaxChunkBytes+chunkHeaderRoom)
 	c.MaxPerInvocation = cmp.Or(c.MaxPerInvocation, 100000)
 	return c
 }
 
-// openChunks creates or updates the chunks stream. Limits retention with
-// discard old: chunks are for reading while and after an invocation runs,
-// up to MaxAge, and a full stream makes room by dropping the oldest
-// rather than refusing a running invocation's output. Direct gets let an
-// ingress read the last chunk of a subject without a consumer.
-func openChunks(ctx context.Context, js jetstream.JetStream, cfg Config, subj messages.Subjects) (jetstream.Stream, error) {
-	c := cfg.Chunks
-	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:              c.Stream,
-		Description:       "streamed invocation output of stream " + cfg.Stream,
-		Subjects:          subj.ChunkStreamSubjects(),
-		Storage:           jetstream.FileStorage,
-		Retention:         jetstream.LimitsPolicy,
-		Replicas:          cfg.Replicas,
-		MaxAge:            c.MaxAge,
-		MaxBytes:          c.MaxBytes,
-		MaxMsgSize:        c.MaxChunkBytes,
-		MaxMsgsPerSubject: c.MaxPerInvocation,
-		Discard:           jetstream.DiscardOld,
-		AllowDirect:       true,
-		// Workers choose their headers: a short window, so no worker's
-		// Nats-Msg-Id holds back another's chunk for long.
-		Duplicates: time.Second,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create stream %s: %w", c.Stream, err)
+func (c ChunksConfig) validate() error {
+	if c.MaxBytes < int64(c.MaxChunkBytes) {
+		return fmt.Errorf("chunks max bytes %d (per namespace) must be at least one chunk's %d", c.MaxBytes, c.MaxChunkBytes)
 	}
-	return st, nil
+	return nil
 }
 
 // MaxChunkData is the largest chunk a worker may send: the message bound
@@ -80,3 +61,92 @@ func openChunks(ctx context.Context, js jetstream.JetStream, cfg Config, subj me
 func (c ChunksConfig) MaxChunkData() int { return max(int(c.MaxChunkBytes)-chunkHeaderRoom, 1) }
 
 const chunkHeaderRoom = 1 << 10
+
+// ChunkStreams opens (and creates) the namespaces' chunks streams with
+// one connection, remembering those it has made sure of. The queue makes
+// them (the auth callout when it admits a namespace's worker, the ingress
+// at a namespace's invocation); workers only publish into their own
+// namespace's.
+type ChunkStreams struct {
+	JS       jetstream.JetStream
+	Cfg      ChunksConfig
+	Stream   string // the invocation stream, the chunks streams' prefix
+	Replicas int
+	Subjects messages.Subjects
+
+	mu   sync.Mutex
+	open map[string]jetstream.Stream
+}
+
+// ChunksNoRoomError is a chunks stream JetStream would not create: its
+// storage (the server's max_file_store, or the account's) has no room left
+// to reserve the stream's MaxBytes.
+type ChunksNoRoomError struct {
+	Stream   string
+	MaxBytes int64
+	Err      error
+}
+
+func (e *ChunksNoRoomError) Error() string {
+	return fmt.Sprintf("chunks stream %s of %d bytes (the namespace's budget, -chunks-max-bytes): JetStream storage has no room left to reserve it "+
+		"(size max_file_store for namespaces × (-objects-max-bytes + -chunks-max-bytes) + the streams): %v", e.Stream, e.MaxBytes, e.Err)
+}
+
+func (e *ChunksNoRoomError) Unwrap() error { return e.Err }
+
+// Ensure creates (or updates to Cfg) namespace ns's chunks stream once per
+// process and returns it. Limits retention with discard old: chunks are for
+// reading while and after an invocation runs, up to MaxAge, and a full
+// stream makes room by dropping the namespace's oldest rather than
+// refusing a running invocation's output. Direct gets let an ingress read
+// the last chunk of a subject without a consumer. A stream JetStream has no
+// room for is a *ChunksNoRoomError, tried again at the next call.
+func (c *ChunkStreams) Ensure(ctx context.Context, ns string) (jetstream.Stream, error) {
+	name := messages.ChunksStreamName(c.Stream, ns)
+	c.mu.Lock()
+	st, ok := c.open[name]
+	c.mu.Unlock()
+	if ok {
+		return st, nil
+	}
+	st, err := c.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:              name,
+		Description:       "streamed invocation output of namespace " + ns + " (stream " + c.Stream + ")",
+		Subjects:          c.Subjects.ChunkStreamSubjects(ns),
+		Storage:           jetstream.FileStorage,
+		Retention:         jetstream.LimitsPolicy,
+		Replicas:          cmp.Or(c.Replicas, 1),
+		MaxAge:            c.Cfg.MaxAge,
+		MaxBytes:          c.Cfg.MaxBytes,
+		MaxMsgSize:        c.Cfg.MaxChunkBytes,
+		MaxMsgsPerSubject: c.Cfg.MaxPerInvocation,
+		Discard:           jetstream.DiscardOld,
+		AllowDirect:       true,
+		// Workers choose their headers: a short window, so no worker's
+		// Nats-Msg-Id holds back another's chunk for long.
+		Duplicates: time.Second,
+	})
+	if err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jsErrCodeInsufficientResources ||
+			apiErr.ErrorCode == jsErrCodeStorageResourcesExceeded) {
+			return nil, &ChunksNoRoomError{Stream: name, MaxBytes: c.Cfg.MaxBytes, Err: err}
+		}
+		return nil, fmt.Errorf("create chunks stream %s: %w", name, err)
+	}
+	c.mu.Lock()
+	if c.open == nil {
+		c.open = map[string]jetstream.Stream{}
+	}
+	c.open[name] = st
+	c.mu.Unlock()
+	return st, nil
+}
+
+// nats-server's JSInsufficientResourcesErr and
+// JSStorageResourcesExceededErr, answered to a stream whose MaxBytes
+// cannot be reserved (as internal/objects); nats.go names no constants.
+const (
+	jsErrCodeInsufficientResources    jetstream.ErrorCode = 10023
+	jsErrCodeStorageResourcesExceeded jetstream.ErrorCode = 10047
+)

@@ -74,7 +74,8 @@ type Config struct {
 	// ObjectTTL is how long such an object is kept (default RecordTTL +
 	// 1h: it outlives the Record that names it, and goes soon after).
 	ObjectTTL time.Duration
-	// Chunks sizes the chunks stream of streamed invocations (chunks.go).
+	// Chunks sizes the namespaces' chunks streams of streamed invocations
+	// (chunks.go).
 	Chunks ChunksConfig
 }
 
@@ -112,7 +113,7 @@ func (c Config) WithDefaults() Config {
 	c.ResultMaxMsgSize = cmp.Or(c.ResultMaxMsgSize, DefaultResultMaxMsgSize)
 	c.ObjectsMaxBytes = cmp.Or(c.ObjectsMaxBytes, 128<<20)
 	c.ObjectTTL = cmp.Or(c.ObjectTTL, c.RecordTTL+time.Hour)
-	c.Chunks = c.Chunks.withDefaults(c.Stream)
+	c.Chunks = c.Chunks.withDefaults()
 	c.Worker.AckWait = cmp.Or(c.Worker.AckWait, 30*time.Second)
 	c.Worker.MaxAckPending = cmp.Or(c.Worker.MaxAckPending, 1024)
 	c.Worker.InactiveThreshold = cmp.Or(c.Worker.InactiveThreshold, 10*time.Minute)
@@ -138,6 +139,9 @@ func (c Config) Validate() error {
 		if n > 0 && n < 1<<20 {
 			return fmt.Errorf("%s max bytes %d: at least 1 MiB, or -1 for unbounded", name, n)
 		}
+	}
+	if err := c.Chunks.validate(); err != nil {
+		return err
 	}
 	if c.ObjectTTL < c.RecordTTL {
 		return fmt.Errorf("object TTL %s must be at least the record TTL %s (a Record must not name an object that is gone)", c.ObjectTTL, c.RecordTTL)
@@ -166,8 +170,9 @@ type Store struct {
 	Pools   jetstream.KeyValue
 	// Objects are the pools' Object Store buckets (internal/objects).
 	Objects *objects.Buckets
-	// Chunks holds streamed invocations' output (chunks.go).
-	Chunks jetstream.Stream
+	// Chunks are the namespaces' streams of streamed invocations' output
+	// (chunks.go), made lazily.
+	Chunks *ChunkStreams
 	// MigrationSkipped lists old results (sequence: error) that could not
 	// be moved to the results stream at this start.
 	MigrationSkipped []string
@@ -246,10 +251,6 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	if err := moved.finish(ctx, js, st); err != nil {
 		return nil, err
 	}
-	chunks, err := openChunks(ctx, js, cfg, subj)
-	if err != nil {
-		return nil, err
-	}
 	rec, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:   cfg.RecordsBucket,
 		TTL:      cfg.RecordTTL,
@@ -271,7 +272,8 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 		return nil, fmt.Errorf("create KV bucket %s: %w", cfg.PoolsBucket, err)
 	}
 	store := &Store{Config: cfg, Subjects: subj, JS: js, Stream: st, Results: res, Records: rec, Pools: pools,
-		Objects: &objects.Buckets{JS: js, Cfg: cfg.ObjectsConfig()}, Chunks: chunks}
+		Objects: &objects.Buckets{JS: js, Cfg: cfg.ObjectsConfig()},
+		Chunks:  &ChunkStreams{JS: js, Cfg: cfg.Chunks, Stream: cfg.Stream, Replicas: cfg.Replicas, Subjects: subj}}
 	if moved != nil {
 		store.MigrationSkipped = moved.skipped
 	}

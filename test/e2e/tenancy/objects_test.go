@@ -47,11 +47,12 @@ func TestObjectStorageIsBudgetedPerNamespace(t *testing.T) {
 		require.NoError(t, err)
 	}
 	podB := poolPod(t, "objs-b", "echo")
-	// Room for the results stream and two namespace budgets, not three.
-	q := startQueueNATSConf(t, ctx, "max_file_store: 1572864", "max_payload: 65536", func(c *queue.Config) {
+	// Room for the results stream and two namespace budgets (object bucket
+	// + chunks stream, 640 KiB each), not three.
+	q := startQueueNATSConf(t, ctx, "max_file_store: 1703936", "max_payload: 65536", func(c *queue.Config) {
 		c.DisableIngress, c.InsecureDisableCallerAuth, c.Namespace, c.Listen = false, true, "", "127.0.0.1:0"
 		c.Stream.ResultsMaxBytes, c.Stream.ResultMaxMsgSize, c.Stream.ObjectsMaxBytes = 256<<10, 64<<10, budget
-		// The chunks stream reserves its bound too: 128 KiB of the rest.
+		// Each namespace's chunks stream reserves its bound too: 128 KiB.
 		c.Stream.Chunks = stream.ChunksConfig{MaxBytes: 128 << 10, MaxChunkBytes: 16 << 10}
 	})
 	post := func(ns, pool, body string) (int, string) {
