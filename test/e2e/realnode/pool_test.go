@@ -27,7 +27,7 @@ import (
 
 // waitInjecting waits until the webhook is registered and injects the
 // sidecar (a dry-run Pod shows it).
-func waitInjecting(t *testing.T, ctx context.Context) {
+func waitInjecting(t testing.TB, ctx context.Context) {
 	t.Helper()
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: ns, Labels: map[string]string{api.LabelPool: "probe"}},
@@ -84,8 +84,13 @@ func waitPoolKnown(t testing.TB, name string) {
 }
 
 // invokeSync posts a sync invocation and decodes the Record it answers.
-func invokeSync(name string, payload any) (messages.Record, error) {
-	body, err := json.Marshal(map[string]any{"mode": "sync", "timeoutSeconds": 180, "payload": payload})
+// A non-empty id is the invocation's ID.
+func invokeSync(name string, payload any, id string) (messages.Record, error) {
+	req := map[string]any{"mode": "sync", "timeoutSeconds": 180, "payload": payload}
+	if id != "" {
+		req["invocationID"] = id
+	}
+	body, err := json.Marshal(req)
 	if err != nil {
 		return messages.Record{}, err
 	}
@@ -179,7 +184,7 @@ func TestPoolScalesFromZeroOnRealNode(t *testing.T) {
 	}
 	answered := make(chan answer, 1)
 	go func() {
-		rec, err := invokeSync(name, map[string]string{"prompt": "real"})
+		rec, err := invokeSync(name, map[string]string{"prompt": "real"}, "")
 		answered <- answer{rec, err}
 	}()
 
