@@ -141,7 +141,6 @@ func (o *observer) watchRecord(ctx context.Context, b *testing.B, nc *nats.Conn,
 	w, err := kv.Watch(ctx, stream.Key(ns, id))
 	require.NoError(b, err)
 	go func() {
-		defer w.Stop() //nolint:errcheck // ends with ctx
 		for e := range w.Updates() {
 			if e == nil {
 				continue // the end of what was stored before

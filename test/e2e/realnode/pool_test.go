@@ -175,8 +175,8 @@ func TestPoolScalesFromZeroOnRealNode(t *testing.T) {
 			}
 		}
 	})
-	require.NoError(t, err)
-	defer sub.Unsubscribe() //nolint:errcheck // the connection closes at cleanup
+	require.NoError(t, err, "subscribing to the pool's worker Events")
+	t.Cleanup(func() { require.NoError(t, sub.Unsubscribe()) })
 
 	type answer struct {
 		rec messages.Record

@@ -6,10 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
-
-	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/test/natsauth"
