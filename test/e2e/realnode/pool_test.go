@@ -232,6 +232,18 @@ func TestPoolScalesFromZeroOnRealNode(t *testing.T) {
 		require.NotContains(t, string(out), s, "the framework container sees a NATS credential or setting:\n%s", out)
 	}
 	require.Contains(t, string(out), api.EnvFrameworkSocket, "the exec did not show the framework's env:\n%s", out)
+	// What the framework container can present is no NATS credential: its
+	// ServiceAccount token (when mounted) is refused by the callout.
+	tok, err := exec.CommandContext(ctx, env.Binary("kubectl"), "--kubeconfig", env.Kubeconfig(), "-n", ns, "exec", pod.Name, "-c", "framework", "--",
+		"sh", "-c", "cat /var/run/secrets/kubernetes.io/serviceaccount/token 2>/dev/null; true").Output()
+	require.NoError(t, err)
+	if len(tok) > 0 {
+		_, err := nats.Connect(natsURL, nats.Token(string(tok)), nats.MaxReconnects(0))
+		require.Error(t, err, "NATS admitted the framework container's ServiceAccount token")
+		require.ErrorContains(t, err, "Authorization Violation")
+	} else {
+		t.Log("the framework container has no ServiceAccount token to present")
+	}
 
 	// Open the gate: framework-echo starts; then, and only then, the Pod
 	// becomes Ready and the invocation is answered.
