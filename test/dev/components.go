@@ -21,6 +21,7 @@ import (
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/localworkers"
+	"github.com/runplane/runplane/test/natsauth"
 	"github.com/runplane/runplane/webhook"
 	"github.com/runplane/runplane/webhook/mutate"
 )
@@ -91,11 +92,11 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 	// NATS with runplane's auth callout: the queue connects as the one
 	// configured user; every sidecar presents its Pod-bound token, which the
 	// queue's callout turns into a user allowed only its worker's subjects.
-	natsAuth, err := writeNATSAuth(filepath.Join(c.Dir(), "nats-auth"))
+	auth, err := natsauth.Write(filepath.Join(c.Dir(), "nats-auth"))
 	if err != nil {
 		return nil, err
 	}
-	ns, err := startNATS(filepath.Join(c.Dir(), "nats"), natsAuth)
+	ns, err := natsauth.Start(filepath.Join(c.Dir(), "nats"), "127.0.0.1", auth)
 	if err != nil {
 		return nil, err
 	}
@@ -150,12 +151,12 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 	addr := make(chan string, 1)
 	queueListen := "127.0.0.1:" + strconv.Itoa(cfg.queuePort)
 	s.goRun(ctx, "queue", func(ctx context.Context) error {
-		return queue.Run(ctx, queue.Config{
-			NATSURL: natsURL, NATSUser: natsAuth.queueUser, NATSPasswordFile: natsAuth.queuePasswordFile, Listen: queueListen,
-			Callout:    queue.CalloutConfig{IssuerSeedFile: natsAuth.issuerSeedFile, Account: queue.DefaultCalloutAccount},
-			OnListen:   func(a string) { addr <- a },
+		qc := queue.Config{
+			Listen: queueListen, OnListen: func(a string) { addr <- a },
 			RESTConfig: c.RESTConfig(), Logger: log.With("component", "queue"),
-		})
+		}
+		auth.Queue(&qc, natsURL)
+		return queue.Run(ctx, qc)
 	})
 	select {
 	case a := <-addr:

@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/runplane/runplane/api"
@@ -100,17 +99,9 @@ func tail(s string, n int) string {
 
 func startStack(ctx context.Context, wg *sync.WaitGroup) error {
 	// NATS on the node's host address: the only address Pods reach.
-	ns0, err := server.NewServer(&server.Options{JetStream: true, StoreDir: filepath.Join(env.Dir(), "nats"), Host: node.HostIP, Port: -1})
+	ns0, err := startNATS(ctx)
 	if err != nil {
-		return fmt.Errorf("nats: %w", err)
-	}
-	ns0.Start()
-	go func() {
-		<-ctx.Done()
-		ns0.Shutdown()
-	}()
-	if !ns0.ReadyForConnections(10 * time.Second) {
-		return fmt.Errorf("nats not ready")
+		return err
 	}
 	for _, n := range []string{api.DefaultNamespace, ns} {
 		if err := env.CreateNamespace(ctx, n); err != nil {
@@ -153,11 +144,11 @@ func startStack(ctx context.Context, wg *sync.WaitGroup) error {
 	})
 	addr := make(chan string, 1)
 	goRun("queue", func() error {
-		return queue.Run(ctx, queue.Config{
-			NATSURL: ns0.ClientURL(), InsecureDisableCallerAuth: true, Listen: "127.0.0.1:0", OnListen: func(a string) { addr <- a },
+		return queue.Run(ctx, withNATS(queue.Config{
+			InsecureDisableCallerAuth: true, Listen: "127.0.0.1:0", OnListen: func(a string) { addr <- a },
 			RESTConfig: env.RESTConfig(), Namespace: ns, HeartbeatTimeout: 10 * time.Second, Backoff: 200 * time.Millisecond,
 			Tick: 200 * time.Millisecond, Logger: log,
-		})
+		}, ns0))
 	})
 	select {
 	case a := <-addr:

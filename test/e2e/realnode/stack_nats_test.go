@@ -1,0 +1,59 @@
+package realnode
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/test/natsauth"
+)
+
+// natsAuth is the stack's NATS auth: the queue's user (which tests use to
+// watch the queue's own Records) and the callout issuer.
+var (
+	natsAuth natsauth.Auth
+	natsURL  string
+)
+
+// startNATS runs NATS with runplane's auth callout on the node's host
+// address, the only address Pods reach: the sidecars present their
+// projected ServiceAccount tokens, which the queue's callout reviews (and
+// on admitting a worker, creates its dispatch consumer).
+func startNATS(ctx context.Context) (*server.Server, error) {
+	a, err := natsauth.Write(filepath.Join(env.Dir(), "nats-auth"))
+	if err != nil {
+		return nil, err
+	}
+	ns, err := natsauth.Start(filepath.Join(env.Dir(), "nats"), node.HostIP, a)
+	if err != nil {
+		return nil, fmt.Errorf("nats: %w", err)
+	}
+	natsAuth, natsURL = a, ns.ClientURL()
+	go func() {
+		<-ctx.Done()
+		ns.Shutdown()
+	}()
+	return ns, nil
+}
+
+// withNATS gives the queue its NATS URL, credentials and callout.
+func withNATS(cfg queue.Config, ns *server.Server) queue.Config {
+	natsAuth.Queue(&cfg, ns.ClientURL())
+	return cfg
+}
+
+// connectNATS connects as the queue's user: tests watch the sidecars'
+// Events and the queue's Records as the queue sees them.
+func connectNATS(t testing.TB) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(natsURL, nats.UserInfo(natsAuth.QueueUser, natsAuth.QueuePassword))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return nc
+}
