@@ -33,7 +33,7 @@ func TestServicesAndDNSFromPods(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: corev1.ServiceSpec{Selector: web.Labels, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+		Spec:       corev1.ServiceSpec{Selector: web.Labels, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() {
