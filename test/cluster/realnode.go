@@ -224,7 +224,9 @@ func (c *Cluster) startRealNode(ctx context.Context, bin string, i int, net node
 			return node, fmt.Errorf("real node %s: %w", name, err)
 		}
 	}
-	p, err := c.startCommand(name, "ip", "netns", "exec", net.netns, "unshare", "--mount", "--propagation", "private", "--", "/bin/sh", filepath.Join(dir, "node.sh"))
+	// nsenter, not "ip netns exec": that remounts /sys, hiding the cgroup
+	// hierarchies the node's daemons live in.
+	p, err := c.startCommand(name, "nsenter", "--net="+net.path(), "--", "unshare", "--mount", "--propagation", "private", "--", "/bin/sh", filepath.Join(dir, "node.sh"))
 	if err != nil {
 		return node, err
 	}
@@ -389,7 +391,7 @@ func cniConfig(n *RealNode) string {
   "cniVersion": "1.0.0",
   "name": %[1]q,
   "plugins": [
-    {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+    {"type": "bridge", "bridge": "cni0", "isDefaultGateway": true, "ipMasq": false, "hairpinMode": true,
      "ipam": {"type": "host-local", "dataDir": %[2]q, "ranges": [[{"subnet": "%[3]s.0/24", "gateway": "%[3]s.1"}]]}},
     {"type": "loopback"}
   ]

@@ -88,14 +88,14 @@ func TestRealNodeConfigsAreStrict(t *testing.T) {
 
 	var cni struct {
 		Plugins []struct {
-			Type      string `json:"type"`
-			IsGateway bool   `json:"isGateway"`
-			Bridge    string `json:"bridge"`
+			Type             string `json:"type"`
+			IsDefaultGateway bool   `json:"isDefaultGateway"`
+			Bridge           string `json:"bridge"`
 		} `json:"plugins"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(cniConfig(n)), &cni))
 	require.Equal(t, "bridge", cni.Plugins[0].Type)
-	require.True(t, cni.Plugins[0].IsGateway, "the node's namespace routes for its Pods")
+	require.True(t, cni.Plugins[0].IsDefaultGateway, "the node's namespace routes for its Pods")
 
 	var proxy kubeproxyv1alpha1.KubeProxyConfiguration
 	require.NoError(t, yaml.UnmarshalStrict([]byte(kubeProxyConfig(n, "/x/kubeconfig")), &proxy))

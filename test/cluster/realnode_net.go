@@ -122,13 +122,16 @@ func (n nodeNet) setUp() error {
 	}
 	// The node routes between its Pods, its Service VIPs and the host; the
 	// namespace's own ip_forward, not the host's.
-	if err := run("ip", "netns", "exec", n.netns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"); err != nil {
+	if err := run("nsenter", "--net="+n.path(), "--", "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"); err != nil {
 		return err
 	}
 	// The kubelet serves anyone who reaches it (kubeletConfig): the host
 	// may, the node's own Pods may not.
-	return run("ip", "netns", "exec", n.netns, "iptables", "-I", "INPUT", "-s", n.podSubnet+".0/24", "-p", "tcp", "--dport", "10250", "-j", "DROP")
+	return run("nsenter", "--net="+n.path(), "--", "iptables", "-I", "INPUT", "-s", n.podSubnet+".0/24", "-p", "tcp", "--dport", "10250", "-j", "DROP")
 }
+
+// path is the namespace's bind mount, for nsenter.
+func (n nodeNet) path() string { return filepath.Join("/run/netns", n.netns) }
 
 // tearDown deletes the namespace (its veth and the host route go with it).
 func (n nodeNet) tearDown() error { return deleteNetns(n.netns) }
