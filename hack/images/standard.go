@@ -17,6 +17,7 @@ const (
 	PauseRef    = "runplane.local/pause:1"
 	EchoRef     = "runplane.local/framework-echo:dev"
 	UserRef     = "runplane.local/user:dev"
+	CoreDNSRef  = "runplane.local/coredns:1"
 )
 
 // Binaries of the runplane image, all under /usr/local/bin.
@@ -114,6 +115,18 @@ func User(tmp, busybox string) (Image, error) {
 		Labels: map[string]string{"org.opencontainers.image.title": "runplane test user image (busybox)"},
 	})
 	return Image{Ref: UserRef, Image: img}, err
+}
+
+// CoreDNS is the real nodes' cluster DNS (test/cluster): the coredns binary
+// test/testbin/node.sh builds (only the plugins a cluster DNS needs), user
+// 65532.
+func CoreDNS(tmp, binary string) (Image, error) {
+	img, err := Build(tmp, Spec{
+		Ref: CoreDNSRef, Files: append(baseFiles(nonroot), File{Path: "/coredns", Source: binary}),
+		User: fmt.Sprintf("%d:%d", nonroot, nonroot), Entrypoint: []string{"/coredns"},
+		Labels: map[string]string{"org.opencontainers.image.title": "runplane test cluster DNS (CoreDNS)"},
+	})
+	return Image{Ref: CoreDNSRef, Image: img}, err
 }
 
 // baseFiles are /etc/passwd and /etc/group naming root and nonroot (65532),

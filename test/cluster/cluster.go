@@ -81,7 +81,11 @@ type Cluster struct {
 	mu        sync.Mutex
 	processes []*Process
 	realNodes []*RealNode
-	cancel    context.CancelFunc
+	// realNets are the real nodes' networks, chosen before the apiserver
+	// starts (it advertises the first one's host address); apiPort is its port.
+	realNets []nodeNet
+	apiPort  int
+	cancel   context.CancelFunc
 }
 
 // Dir is the cluster's working directory (state, logs, PV contents).
@@ -190,6 +194,12 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	etcdPort, peerPort, apiPort, kcmPort, schedPort, kwokPort := ports[0], ports[1], ports[2], ports[3], ports[4], ports[5]
+	c.apiPort = apiPort
+	if opts.RealNodes > 0 {
+		if c.realNets, err = planRealNodes(opts.RealNodes, logf); err != nil {
+			return nil, err
+		}
+	}
 	if err := c.startEtcd(ctx, etcdPort, peerPort); err != nil {
 		return nil, err
 	}
@@ -225,14 +235,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	if opts.RealNodes > 0 {
-		if err := RealNodeSupport(); err != nil {
-			return nil, err
-		}
-		images, err := c.buildImages(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if err := c.startRealNodes(ctx, opts.RealNodes, images); err != nil {
+		if err := c.startRealNodes(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -272,9 +275,17 @@ func (c *Cluster) startEtcd(ctx context.Context, port, peerPort int) error {
 
 func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int) error {
 	host := "https://127.0.0.1:" + strconv.Itoa(port)
+	// With real nodes the apiserver listens where their namespaces reach
+	// the host, advertises (as the kubernetes Service's endpoint) the first
+	// node's host address, and calls webhooks at their Pods' IPs: the host
+	// has no route to Service VIPs, only the nodes do.
+	bind, advertise, routing := "127.0.0.1", "127.0.0.1", "false"
+	if len(c.realNets) > 0 {
+		bind, advertise, routing = "0.0.0.0", c.realNets[0].hostIP, "true"
+	}
 	p, err := c.start("kube-apiserver", "kube-apiserver",
 		"--etcd-servers=http://127.0.0.1:"+strconv.Itoa(etcdPort),
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
+		"--bind-address="+bind, "--advertise-address="+advertise, "--enable-aggregator-routing="+routing, "--secure-port="+strconv.Itoa(port),
 		"--tls-cert-file="+c.pki.servingCert, "--tls-private-key-file="+c.pki.servingKey,
 		"--client-ca-file="+c.pki.caFile,
 		"--authorization-mode=RBAC", "--allow-privileged=true",

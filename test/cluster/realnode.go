@@ -20,24 +20,20 @@ import (
 	"github.com/runplane/runplane/test/cluster/fakegpu"
 )
 
-// Real nodes: a kubelet and containerd per node, beside the kwok nodes.
+// Real nodes: a kubelet, containerd and kube-proxy per node, beside the
+// kwok nodes.
 //
-// Each node's daemons run in a private mount namespace (unshare) where
-// /run, /var/lib/kubelet, /var/lib/cni, /var/log/pods, /var/log/containers
-// and the /proc/sys files the kubelet insists on writing are the node's own,
-// so nothing on the host is changed but one bridge and the node's cgroups,
-// both named after the node and removed at the end. Everything the node
-// starts — kubelet, containerd, its shims (which leave the process group),
-// the containers — lives in one cgroup tree /runplane-real-<owner pid>-<i>,
-// so teardown kills by that tree, and a later start sweeps the trees (and
-// bridges) of owners that died without tearing down (SIGKILL).
-//
-// Pods sit on the node's bridge (CNI bridge, isGateway false: the host does
-// not forward, host ip_forward stays 0). The host has the bridge's first
-// address, which is also the node's InternalIP: Pods reach host services
-// bound to it (or 0.0.0.0) at layer 2, and the apiserver reaches the kubelet
-// there. There is no kube-proxy, so no Service VIPs, and no cluster DNS:
-// tests address what Pods must reach by IP (RealNode.HostIP).
+// Each node's daemons run in a network namespace of their own
+// (realnode_net.go) and a private mount namespace (unshare) where /run,
+// /var/lib/kubelet, /var/lib/cni, /var/log/pods, /var/log/containers and
+// the /proc/sys files the kubelet insists on writing are the node's own, so
+// nothing on the host is changed but one veth, one route and the node's
+// cgroups, all named after the node and removed at the end. Everything the
+// node starts — kubelet, containerd, its shims (which leave the process
+// group), kube-proxy, the containers — lives in one cgroup tree
+// /runplane-real-<owner pid>-<i>, so teardown kills by that tree, and a
+// later start sweeps the trees (and namespaces) of owners that died without
+// tearing down (SIGKILL).
 
 // Names and values of the real nodes.
 const (
@@ -51,9 +47,8 @@ const (
 	// containerd-shim-runc-v2 and ctr; when set, test/testbin/node.sh is not run.
 	EnvNodeBinDir = "RUNPLANE_NODEBIN_DIR"
 
-	realPrefix   = "runplane-real-"
-	bridgePrefix = "rpr"
-	cgroupRoot   = "/sys/fs/cgroup"
+	realPrefix = "runplane-real-"
+	cgroupRoot = "/sys/fs/cgroup"
 )
 
 // RealNodeToleration tolerates the real nodes' taint.
@@ -62,14 +57,18 @@ var RealNodeToleration = corev1.Toleration{Key: RealNodeTaint, Operator: corev1.
 // RealNode is a running real node.
 type RealNode struct {
 	Name string
-	// HostIP is the host's address on the node's bridge: the node's
-	// InternalIP and the address at which Pods reach the host.
+	// HostIP is the host's end of the node's veth: where Pods reach
+	// services on the host (and the apiserver).
 	HostIP string
+	// InternalIP is the node's end: its InternalIP, where the apiserver
+	// reaches the kubelet.
+	InternalIP string
 	// Dir holds the node's state and logs (containerd.log, kubelet.log).
 	Dir string
 
-	cgroup, bridge, sock, ctr string
-	stopPlugin                context.CancelFunc
+	net               nodeNet
+	cgroup, sock, ctr string
+	stopPlugin        context.CancelFunc
 }
 
 // RealNodeSupport says why this machine cannot run real nodes, or nil.
@@ -144,19 +143,20 @@ func (c *Cluster) RealNodes() []*RealNode {
 	return append([]*RealNode(nil), c.realNodes...)
 }
 
-// startRealNodes starts n real nodes, imports images into each and waits
-// until each is Ready with its fake GPUs allocatable.
-func (c *Cluster) startRealNodes(ctx context.Context, n int, images string) error {
-	if err := RealNodeSupport(); err != nil {
-		return err
-	}
-	sweepRealNodes(c.logf)
+// startRealNodes starts the planned real nodes, imports images into each,
+// waits until each is Ready with its fake GPUs allocatable, then starts
+// the cluster DNS on them.
+func (c *Cluster) startRealNodes(ctx context.Context) error {
 	bin, err := NodeBinaries(ctx)
 	if err != nil {
 		return err
 	}
-	for i := range n {
-		node, err := c.startRealNode(ctx, bin, i, images)
+	images, err := c.buildImages(ctx, bin)
+	if err != nil {
+		return err
+	}
+	for i, net := range c.realNets {
+		node, err := c.startRealNode(ctx, bin, i, net, images)
 		if node != nil {
 			c.mu.Lock()
 			c.realNodes = append(c.realNodes, node)
@@ -166,24 +166,23 @@ func (c *Cluster) startRealNodes(ctx context.Context, n int, images string) erro
 			return err
 		}
 	}
+	began := time.Now()
+	if err := startDNS(ctx, c.client); err != nil {
+		return err
+	}
+	c.logf("cluster: cluster DNS Ready in %s", time.Since(began).Round(100*time.Millisecond))
 	return nil
 }
 
-func (c *Cluster) startRealNode(ctx context.Context, bin string, i int, images string) (*RealNode, error) {
+func (c *Cluster) startRealNode(ctx context.Context, bin string, i int, net nodeNet, images string) (*RealNode, error) {
 	began := time.Now()
-	owner := os.Getpid()
-	name := fmt.Sprintf("%s%d-%d", realPrefix, owner, i)
+	name := fmt.Sprintf("%s%d-%d", realPrefix, os.Getpid(), i)
 	// A short dir: unix socket paths under it (containerd's, the device
 	// plugin's) must stay under 108 bytes.
 	dir := filepath.Join(c.dir, "real"+strconv.Itoa(i))
-	subnet, err := freeSubnet()
-	if err != nil {
-		return nil, err
-	}
 	node := &RealNode{
-		Name: name, Dir: dir, HostIP: subnet + ".1",
-		cgroup: "/" + name, bridge: fmt.Sprintf("%s%d-%d", bridgePrefix, owner, i),
-		sock: filepath.Join(dir, "containerd.sock"), ctr: filepath.Join(bin, "ctr"),
+		Name: name, Dir: dir, HostIP: net.hostIP, InternalIP: net.nodeIP, net: net,
+		cgroup: "/" + name, sock: filepath.Join(dir, "containerd.sock"), ctr: filepath.Join(bin, "ctr"),
 	}
 	for _, d := range []string{"kubelet", "cni/net.d", "cni/cache", "cni/ipam", "containerd", "log/pods", "log/containers", "sysctl"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
@@ -200,37 +199,34 @@ func (c *Cluster) startRealNode(ctx context.Context, bin string, i int, images s
 	if err := makeCgroups(node.cgroup); err != nil {
 		return node, err
 	}
-	if err := run("ip", "link", "add", "name", node.bridge, "type", "bridge"); err != nil {
+	if err := net.setUp(); err != nil {
 		return node, err
 	}
-	if err := run("ip", "addr", "add", node.HostIP+"/24", "dev", node.bridge); err != nil {
-		return node, err
-	}
-	if err := run("ip", "link", "set", node.bridge, "up"); err != nil {
-		return node, err
-	}
-	kport, err := FreePort()
-	if err != nil {
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := nodeKubeconfig(c.kubeconfig, c.nodeAPIServerURL(net), kubeconfig); err != nil {
 		return node, err
 	}
 	files := map[string]string{
 		"containerd.toml":                  containerdConfig(dir, node.sock),
-		"kubelet.yaml":                     kubeletConfig(node, kport),
-		"cni/net.d/10-runplane.conflist":   cniConfig(node, subnet),
+		"kubelet.yaml":                     kubeletConfig(node),
+		"kube-proxy.yaml":                  kubeProxyConfig(node, kubeconfig),
+		"cni/net.d/10-runplane.conflist":   cniConfig(node),
 		"sysctl/vm.overcommit_memory":      "1\n",
 		"sysctl/vm.panic_on_oom":           "0\n",
 		"sysctl/kernel.panic":              "10\n",
 		"sysctl/kernel.panic_on_oops":      "1\n",
 		"sysctl/kernel.keys.root_maxkeys":  "1000000\n",
 		"sysctl/kernel.keys.root_maxbytes": "25000000\n",
-		"node.sh":                          nodeScript(node, bin, c.kubeconfig),
+		"node.sh":                          nodeScript(node, bin, kubeconfig),
 	}
 	for f, data := range files {
 		if err := os.WriteFile(filepath.Join(dir, f), []byte(data), 0o644); err != nil {
 			return node, fmt.Errorf("real node %s: %w", name, err)
 		}
 	}
-	p, err := c.startCommand(name, "unshare", "--mount", "--propagation", "private", "--", "/bin/sh", filepath.Join(dir, "node.sh"))
+	// nsenter, not "ip netns exec": that remounts /sys, hiding the cgroup
+	// hierarchies the node's daemons live in.
+	p, err := c.startCommand(name, "nsenter", "--net="+net.path(), "--", "unshare", "--mount", "--propagation", "private", "--", "/bin/sh", filepath.Join(dir, "node.sh"))
 	if err != nil {
 		return node, err
 	}
@@ -280,13 +276,14 @@ func (c *Cluster) startRealNode(ctx context.Context, bin string, i int, images s
 	if err != nil {
 		return node, err
 	}
-	c.logf("cluster: real node %s Ready in %s (host %s, dir %s)", name, time.Since(began).Round(100*time.Millisecond), node.HostIP, dir)
+	c.logf("cluster: real node %s Ready in %s (node %s, host %s, Pods %s.0/24, dir %s)", name, time.Since(began).Round(100*time.Millisecond),
+		node.InternalIP, node.HostIP, net.podSubnet, dir)
 	return node, nil
 }
 
-// nodeScript runs in the node's private mount namespace: it joins the
-// node's cgroup, makes the node's paths its own, starts containerd and
-// becomes the kubelet.
+// nodeScript runs in the node's network and private mount namespaces: it
+// joins the node's cgroup, makes the node's paths its own, starts
+// containerd and kube-proxy and becomes the kubelet.
 func nodeScript(n *RealNode, bin, kubeconfig string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "set -eu\nexport PATH=%s:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n", bin)
@@ -301,9 +298,10 @@ func nodeScript(n *RealNode, bin, kubeconfig string) string {
 		fmt.Fprintf(&b, "mount --bind %s /proc/sys/%s\n", filepath.Join(n.Dir, "sysctl", s), strings.ReplaceAll(s, ".", "/"))
 	}
 	fmt.Fprintf(&b, "containerd --config %s >%s 2>&1 &\n", filepath.Join(n.Dir, "containerd.toml"), filepath.Join(n.Dir, "containerd.log"))
+	fmt.Fprintf(&b, "kube-proxy --config=%s >%s 2>&1 &\n", filepath.Join(n.Dir, "kube-proxy.yaml"), filepath.Join(n.Dir, "kube-proxy.log"))
 	fmt.Fprintf(&b, "while [ ! -S %s ]; do sleep 0.1; done\n", n.sock)
 	fmt.Fprintf(&b, "exec kubelet --config=%s --kubeconfig=%s --hostname-override=%s --node-ip=%s --v=1 --node-labels=%s=true,type=real\n",
-		filepath.Join(n.Dir, "kubelet.yaml"), kubeconfig, n.Name, n.HostIP, RealNodeLabel)
+		filepath.Join(n.Dir, "kubelet.yaml"), kubeconfig, n.Name, n.InternalIP, RealNodeLabel)
 	return b.String()
 }
 
@@ -348,7 +346,7 @@ state = %[2]q
 // hack/images and imported; nothing is pulled).
 const SandboxImage = "runplane.local/pause:1"
 
-func kubeletConfig(n *RealNode, port int) string {
+func kubeletConfig(n *RealNode) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # cgroup v2 is not available on our machines.
@@ -357,22 +355,25 @@ cgroupDriver: cgroupfs
 cgroupRoot: %[1]s
 containerRuntimeEndpoint: unix://%[2]s
 address: %[3]s
-port: %[4]d
+port: 10250
 readOnlyPort: 0
 healthzPort: 0
-# Loopback and bridge only, for tests: the apiserver has no kubelet client
-# certificate, so the kubelet serves logs/exec to anyone who reaches it.
+# Reached only from the host (the node's veth), for tests: the apiserver has no
+# kubelet client certificate, so the kubelet serves logs/exec to anyone who
+# reaches it.
 authentication:
   anonymous: {enabled: true}
   webhook: {enabled: false}
 authorization:
   mode: AlwaysAllow
 registerWithTaints:
-- {key: %[5]s, value: "true", effect: NoSchedule}
+- {key: %[4]s, value: "true", effect: NoSchedule}
 podLogsDir: /var/log/pods
 failSwapOn: false
 maxPods: 30
 resolvConf: ""
+clusterDNS: [%[5]s]
+clusterDomain: %[6]s
 evictionHard: {memory.available: "1Mi", nodefs.available: "1%%", imagefs.available: "1%%", nodefs.inodesFree: "1%%"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
@@ -381,35 +382,21 @@ nodeStatusUpdateFrequency: 2s
 syncFrequency: 5s
 fileCheckFrequency: 5s
 serializeImagePulls: false
-`, n.cgroup, n.sock, n.HostIP, port, RealNodeTaint)
+`, n.cgroup, n.sock, n.InternalIP, RealNodeTaint, ClusterDNSIP, ClusterDomain)
 }
 
-func cniConfig(n *RealNode, subnet string) string {
+// cniConfig: the bridge is the Pods' gateway, inside the node's namespace.
+func cniConfig(n *RealNode) string {
 	return fmt.Sprintf(`{
   "cniVersion": "1.0.0",
   "name": %[1]q,
   "plugins": [
-    {"type": "bridge", "bridge": %[2]q, "isGateway": false, "ipMasq": false, "hairpinMode": true,
-     "ipam": {"type": "host-local", "dataDir": %[3]q, "ranges": [[{"subnet": "%[4]s.0/24", "gateway": "%[4]s.1"}]]}},
+    {"type": "bridge", "bridge": "cni0", "isDefaultGateway": true, "ipMasq": false, "hairpinMode": true,
+     "ipam": {"type": "host-local", "dataDir": %[2]q, "ranges": [[{"subnet": "%[3]s.0/24", "gateway": "%[3]s.1"}]]}},
     {"type": "loopback"}
   ]
 }
-`, n.Name, n.bridge, filepath.Join(n.Dir, "cni", "ipam"), subnet)
-}
-
-// freeSubnet picks a /24 under 10.234.0.0/16 that no host interface uses.
-func freeSubnet() (string, error) {
-	out, err := exec.Command("ip", "-o", "-4", "addr", "show").Output()
-	if err != nil {
-		return "", fmt.Errorf("listing host addresses: %w", err)
-	}
-	for x := 1; x < 255; x++ {
-		s := "10.234." + strconv.Itoa(x)
-		if !strings.Contains(string(out), " "+s+".") {
-			return s, nil
-		}
-	}
-	return "", fmt.Errorf("no free /24 under 10.234.0.0/16 for a real node")
+`, n.Name, filepath.Join(n.Dir, "cni", "ipam"), n.net.podSubnet)
 }
 
 func run(name string, args ...string) error {
@@ -500,7 +487,7 @@ func removeTree(dir string) {
 }
 
 // sweepRealNodes removes what real nodes of dead owners left: their cgroup
-// trees (and every process in them) and their bridges.
+// trees (and every process in them) and their network namespaces.
 func sweepRealNodes(logf func(string, ...any)) {
 	entries, _ := os.ReadDir(filepath.Join(cgroupRoot, "pids"))
 	for _, e := range entries {
@@ -511,18 +498,7 @@ func sweepRealNodes(logf func(string, ...any)) {
 			}
 		}
 	}
-	out, _ := exec.Command("ip", "-o", "link", "show", "type", "bridge").Output()
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		name := strings.TrimSuffix(f[1], ":")
-		if owner, ok := ownerOf(name, bridgePrefix); ok && !alive(owner) {
-			logf("cluster: sweeping bridge %s left by dead pid %d", name, owner)
-			_ = run("ip", "link", "delete", name)
-		}
-	}
+	sweepNetns(logf)
 }
 
 // ownerOf parses "<prefix><pid>-<i>".
@@ -547,7 +523,7 @@ func alive(pid int) bool {
 }
 
 // stopRealNodes kills everything the real nodes started and removes their
-// cgroups and bridges.
+// cgroups and network namespaces.
 func (c *Cluster) stopRealNodes() {
 	for _, n := range c.RealNodes() {
 		if n.stopPlugin != nil {
@@ -556,13 +532,16 @@ func (c *Cluster) stopRealNodes() {
 		if err := killCgroup(n.cgroup); err != nil {
 			c.logf("cluster: stopping real node %s: %v", n.Name, err)
 		}
-		_ = run("ip", "link", "delete", n.bridge)
+		if err := n.net.tearDown(); err != nil {
+			c.logf("cluster: stopping real node %s: %v", n.Name, err)
+		}
 	}
 }
 
 // buildImages builds the standard images (hack/images) from this
-// repository into one OCI archive in the cluster dir.
-func (c *Cluster) buildImages(ctx context.Context) (string, error) {
+// repository, and the cluster DNS's from the node binaries in nodeBin,
+// into one OCI archive in the cluster dir.
+func (c *Cluster) buildImages(ctx context.Context, nodeBin string) (string, error) {
 	began := time.Now()
 	root, err := RepoRoot()
 	if err != nil {
@@ -580,6 +559,11 @@ func (c *Cluster) buildImages(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	dns, err := images.CoreDNS(tmp, filepath.Join(nodeBin, "coredns"))
+	if err != nil {
+		return "", err
+	}
+	imgs = append(imgs, dns)
 	out := filepath.Join(c.dir, "images.tar")
 	if err := images.WriteArchive(out, tmp, imgs...); err != nil {
 		return "", err

@@ -6,10 +6,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	kubeproxyv1alpha1 "k8s.io/kube-proxy/config/v1alpha1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
 )
@@ -22,8 +22,9 @@ func deadPID(t *testing.T) int {
 }
 
 // A real node whose owner was SIGKILLed leaves its cgroup tree (with
-// containerd, shims and containers in it) and its bridge; the next start
-// sweeps both, and leaves a live owner's alone.
+// containerd, shims and containers in it) and its network namespace (with
+// the veth and route); the next start sweeps both, and leaves a live
+// owner's alone.
 func TestSweepRealNodesOfDeadOwners(t *testing.T) {
 	if err := RealNodeSupport(); err != nil {
 		t.Skip("no real node on this machine: " + err.Error())
@@ -41,9 +42,14 @@ func TestSweepRealNodesOfDeadOwners(t *testing.T) {
 	go func() { exited <- sleeper.Wait() }()
 	require.NoError(t, os.WriteFile(filepath.Join(cgroupRoot, "pids", leftover, "daemons", "cgroup.procs"),
 		[]byte(strconv.Itoa(sleeper.Process.Pid)), 0o644))
-	bridge := bridgePrefix + strconv.Itoa(dead) + "-0"
-	require.NoError(t, run("ip", "link", "add", "name", bridge, "type", "bridge"))
-	t.Cleanup(func() { _ = run("ip", "link", "delete", bridge) })
+	net, _, err := pickNodeNet(dead, 0, nil)
+	require.NoError(t, err)
+	require.NoError(t, net.setUp())
+	t.Cleanup(func() { _ = net.tearDown() })
+	mineNet, _, err := pickNodeNet(live, 7, map[int]bool{})
+	require.NoError(t, err)
+	require.NoError(t, run("ip", "netns", "add", mineNet.netns))
+	t.Cleanup(func() { _ = mineNet.tearDown() })
 
 	sweepRealNodes(t.Logf)
 
@@ -54,18 +60,27 @@ func TestSweepRealNodesOfDeadOwners(t *testing.T) {
 		_, err = os.Stat(filepath.Join(cgroupRoot, h, mine))
 		require.NoError(t, err, "the live owner's cgroup %s/%s was swept", h, mine)
 	}
-	out, err := exec.Command("ip", "-o", "link", "show", "type", "bridge").Output()
+	_, err = os.Stat(filepath.Join("/run/netns", net.netns))
+	require.True(t, os.IsNotExist(err), "network namespace %s still there", net.netns)
+	out, err := exec.Command("ip", "-o", "link", "show").Output()
 	require.NoError(t, err)
-	require.NotContains(t, string(out), bridge+":")
-	require.True(t, strings.HasPrefix(mine, realPrefix))
+	require.NotContains(t, string(out), net.veth+"@", "the leftover veth")
+	routes, err := exec.Command("ip", "-4", "route", "show").Output()
+	require.NoError(t, err)
+	require.NotContains(t, string(routes), net.podSubnet+".0/24", "the leftover route to its Pods")
+	_, err = os.Stat(filepath.Join("/run/netns", mineNet.netns))
+	require.NoError(t, err, "the live owner's namespace was swept")
 }
 
-// The generated kubelet configuration is a valid KubeletConfiguration with
-// no unknown field (a typo would make the kubelet ignore or refuse it).
-func TestRealNodeKubeletConfigIsStrict(t *testing.T) {
-	n := &RealNode{Name: "runplane-real-1-0", HostIP: "10.234.9.1", cgroup: "/runplane-real-1-0", sock: "/x/containerd.sock"}
+// The generated kubelet and kube-proxy configurations are valid, with no
+// unknown field (a typo would make the daemon ignore or refuse it).
+func TestRealNodeConfigsAreStrict(t *testing.T) {
+	net := nodeNet{netns: "rpn1-0", veth: "rpv1-0", hostIP: "10.233.9.1", nodeIP: "10.233.9.2", podSubnet: "10.234.9"}
+	n := &RealNode{Name: "runplane-real-1-0", HostIP: net.hostIP, InternalIP: net.nodeIP, net: net, cgroup: "/runplane-real-1-0", sock: "/x/containerd.sock"}
 	var cfg kubeletv1beta1.KubeletConfiguration
-	require.NoError(t, yaml.UnmarshalStrict([]byte(kubeletConfig(n, 10250)), &cfg))
+	require.NoError(t, yaml.UnmarshalStrict([]byte(kubeletConfig(n)), &cfg))
+	require.Equal(t, "10.233.9.2", cfg.Address)
+	require.Equal(t, []string{ClusterDNSIP}, cfg.ClusterDNS)
 	require.Equal(t, "/runplane-real-1-0", cfg.CgroupRoot)
 	require.False(t, *cfg.FailCgroupV1)
 	require.Equal(t, "unix:///x/containerd.sock", cfg.ContainerRuntimeEndpoint)
@@ -73,14 +88,19 @@ func TestRealNodeKubeletConfigIsStrict(t *testing.T) {
 
 	var cni struct {
 		Plugins []struct {
-			Type      string `json:"type"`
-			IsGateway bool   `json:"isGateway"`
-			Bridge    string `json:"bridge"`
+			Type             string `json:"type"`
+			IsDefaultGateway bool   `json:"isDefaultGateway"`
+			Bridge           string `json:"bridge"`
 		} `json:"plugins"`
 	}
-	n.bridge = "rpr1-0"
-	require.NoError(t, json.Unmarshal([]byte(cniConfig(n, "10.234.9")), &cni))
+	require.NoError(t, json.Unmarshal([]byte(cniConfig(n)), &cni))
 	require.Equal(t, "bridge", cni.Plugins[0].Type)
-	require.False(t, cni.Plugins[0].IsGateway, "the host does not forward: no gateway on the bridge")
-	require.Equal(t, "rpr1-0", cni.Plugins[0].Bridge)
+	require.True(t, cni.Plugins[0].IsDefaultGateway, "the node's namespace routes for its Pods")
+
+	var proxy kubeproxyv1alpha1.KubeProxyConfiguration
+	require.NoError(t, yaml.UnmarshalStrict([]byte(kubeProxyConfig(n, "/x/kubeconfig")), &proxy))
+	require.Equal(t, "iptables", string(proxy.Mode))
+	require.Equal(t, "10.234.9.0/24", proxy.ClusterCIDR)
+	require.Equal(t, int32(0), *proxy.Conntrack.MaxPerCore, "kube-proxy must not size the host's conntrack table")
+	require.False(t, *proxy.IPTables.LocalhostNodePorts, "localhost NodePorts need route_localnet")
 }

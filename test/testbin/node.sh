@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# node.sh builds the binaries of a real kubelet node — kubelet, containerd,
-# its runc shim and ctr — into the same cache root as build.sh, under a key of
-# their own (the go.mod/go.sum of the modules under node/ and this script), and
-# prints the directory that holds them. A later run with the same pins builds
-# nothing. runc and the CNI plugins come from Debian (hack/install-deps.sh).
+# node.sh builds the binaries of a real kubelet node — kubelet, kube-proxy,
+# containerd, its runc shim and ctr, and the cluster DNS (coredns) — into the
+# same cache root as build.sh, under a key of their own (the modules under
+# node/ and this script), and prints the directory that holds them. A later
+# run with the same pins builds nothing. runc and the CNI plugins come from Debian (hack/install-deps.sh).
 #
 # It is separate from build.sh so that adding the node changed nothing in the
 # control plane's cache key: a machine that has the control-plane binaries
@@ -12,9 +12,9 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache_root="${RUNPLANE_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/runplane/testbin}"
-key="node-$(cat "$here"/node/*/go.mod "$here"/node/*/go.sum "$here/node.sh" | sha256sum | cut -c1-16)"
+key="node-$(cat "$here"/node/*/go.mod "$here"/node/*/go.sum "$here"/node/coredns/main.go "$here/node.sh" | sha256sum | cut -c1-16)"
 out="$cache_root/$key"
-bins=(kubelet containerd containerd-shim-runc-v2 ctr)
+bins=(kubelet kube-proxy containerd containerd-shim-runc-v2 ctr coredns)
 
 complete=1
 for b in "${bins[@]}"; do [[ -x "$out/$b" ]] || complete=0; done
@@ -55,4 +55,7 @@ build containerd ctr github.com/containerd/containerd/v2/cmd/ctr "$containerd_ld
 # Kubernetes binaries, so that it reuses their compiled packages from the Go
 # build cache (only kubelet-only packages and the link are new).
 build kubelet kubelet k8s.io/kubernetes/cmd/kubelet "$kube_ldflags" "" "$(go env CGO_ENABLED)"
+build kubelet kube-proxy k8s.io/kubernetes/cmd/kube-proxy "$kube_ldflags" "" "$(go env CGO_ENABLED)"
+# The cluster DNS runs in a Pod (test/cluster/dns.go), so static.
+build coredns coredns . "-s -w"
 echo "$out"

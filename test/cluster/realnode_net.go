@@ -1,0 +1,196 @@
+package cluster
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// A real node's network: its own network namespace.
+//
+// Each node runs in a network namespace rpn<owner pid>-<i> joined to the
+// host by one veth pair (host rpv<owner pid>-<i>, node eth0) on
+// 10.233.<x>.0/30: the host holds .1 (RealNode.HostIP, where Pods reach
+// host services and the apiserver), the node .2 (its InternalIP). Inside,
+// the node forwards (ip_forward is per namespace: the host's stays 0), the
+// CNI bridge is the Pods' gateway on 10.234.<x>.0/24, and kube-proxy
+// (iptables mode, the namespace's own tables) gives Pods Service VIPs; the
+// host routes 10.234.<x>.0/24 to the node, so the apiserver reaches Pods
+// by IP (webhooks: --enable-aggregator-routing) and tests reach them too.
+// Cluster DNS is CoreDNS in a Pod behind the Service kube-dns (dns.go).
+//
+// So the host gains one veth and one route per node, both gone with the
+// namespace; chosen over Pods on a host bridge, which cannot have Service
+// VIPs without host forwarding (Pod → VIP → Pod on the same bridge is
+// routed) or host-wide kube-proxy rules that two clusters on one machine
+// would fight over.
+
+const (
+	// ClusterDNSIP is the kube-dns Service's ClusterIP, the Pods' nameserver
+	// on real nodes; ClusterDomain their search domain.
+	ClusterDNSIP  = "10.96.0.10"
+	ClusterDomain = "cluster.local"
+
+	netnsPrefix = "rpn"
+	vethPrefix  = "rpv"
+	// apiserverName is the name the nodes verify the apiserver's serving
+	// certificate against (it has no SAN for the host's link addresses).
+	apiserverName = "localhost"
+)
+
+// nodeNet is one real node's addresses.
+type nodeNet struct {
+	netns, veth string
+	// hostIP and nodeIP are the veth's two ends; podSubnet is "10.234.<x>".
+	hostIP, nodeIP, podSubnet string
+}
+
+// pickNodeNet finds an index x with neither 10.233.<x>.0/30 nor
+// 10.234.<x>.0/24 in use on the host (addresses or routes), starting at
+// an offset of the owner's pid so concurrent clusters rarely probe the
+// same x first.
+func pickNodeNet(owner, i int, taken map[int]bool) (nodeNet, int, error) {
+	addrs, err := exec.Command("ip", "-o", "-4", "addr", "show").Output()
+	if err != nil {
+		return nodeNet{}, 0, fmt.Errorf("listing host addresses: %w", err)
+	}
+	routes, err := exec.Command("ip", "-4", "route", "show").Output()
+	if err != nil {
+		return nodeNet{}, 0, fmt.Errorf("listing host routes: %w", err)
+	}
+	used := string(addrs) + "\n" + string(routes)
+	for k := range 254 {
+		x := (owner+k)%254 + 1
+		if taken[x] || strings.Contains(used, "10.233."+strconv.Itoa(x)+".") || strings.Contains(used, "10.234."+strconv.Itoa(x)+".") {
+			continue
+		}
+		link := "10.233." + strconv.Itoa(x)
+		return nodeNet{
+			netns: fmt.Sprintf("%s%d-%d", netnsPrefix, owner, i), veth: fmt.Sprintf("%s%d-%d", vethPrefix, owner, i),
+			hostIP: link + ".1", nodeIP: link + ".2", podSubnet: "10.234." + strconv.Itoa(x),
+		}, x, nil
+	}
+	return nodeNet{}, 0, fmt.Errorf("no free 10.233.x.0/30 and 10.234.x.0/24 for a real node")
+}
+
+// planRealNodes checks the machine and sweeps what dead owners left, then
+// picks the networks of n real nodes.
+func planRealNodes(n int, logf func(string, ...any)) ([]nodeNet, error) {
+	if err := RealNodeSupport(); err != nil {
+		return nil, err
+	}
+	sweepRealNodes(logf)
+	taken := map[int]bool{}
+	nets := make([]nodeNet, n)
+	for i := range nets {
+		net, x, err := pickNodeNet(os.Getpid(), i, taken)
+		if err != nil {
+			return nil, err
+		}
+		taken[x], nets[i] = true, net
+	}
+	return nets, nil
+}
+
+// nodeAPIServerURL is the apiserver as node net reaches it.
+func (c *Cluster) nodeAPIServerURL(net nodeNet) string {
+	return "https://" + net.hostIP + ":" + strconv.Itoa(c.apiPort)
+}
+
+// setUp creates the namespace, the veth pair and the routes.
+func (n nodeNet) setUp() error {
+	steps := [][]string{
+		{"netns", "add", n.netns},
+		{"link", "add", "name", n.veth, "type", "veth", "peer", "name", "eth0", "netns", n.netns},
+		{"addr", "add", n.hostIP + "/30", "dev", n.veth},
+		{"link", "set", n.veth, "up"},
+		{"-n", n.netns, "link", "set", "lo", "up"},
+		{"-n", n.netns, "addr", "add", n.nodeIP + "/30", "dev", "eth0"},
+		{"-n", n.netns, "link", "set", "eth0", "up"},
+		{"-n", n.netns, "route", "add", "default", "via", n.hostIP},
+		{"route", "add", n.podSubnet + ".0/24", "via", n.nodeIP, "dev", n.veth},
+	}
+	for _, s := range steps {
+		if err := run("ip", s...); err != nil {
+			return err
+		}
+	}
+	// The node routes between its Pods, its Service VIPs and the host; the
+	// namespace's own ip_forward, not the host's.
+	if err := run("nsenter", "--net="+n.path(), "--", "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"); err != nil {
+		return err
+	}
+	// The kubelet serves anyone who reaches it (kubeletConfig): the host
+	// may, the node's own Pods may not.
+	return run("nsenter", "--net="+n.path(), "--", "iptables", "-I", "INPUT", "-s", n.podSubnet+".0/24", "-p", "tcp", "--dport", "10250", "-j", "DROP")
+}
+
+// path is the namespace's bind mount, for nsenter.
+func (n nodeNet) path() string { return filepath.Join("/run/netns", n.netns) }
+
+// tearDown deletes the namespace (its veth and the host route go with it).
+func (n nodeNet) tearDown() error { return deleteNetns(n.netns) }
+
+func deleteNetns(name string) error {
+	if _, err := os.Stat(filepath.Join("/run/netns", name)); os.IsNotExist(err) {
+		return nil
+	}
+	return run("ip", "netns", "delete", name)
+}
+
+// sweepNetns deletes the namespaces of real nodes whose owner died.
+func sweepNetns(logf func(string, ...any)) {
+	entries, _ := os.ReadDir("/run/netns")
+	for _, e := range entries {
+		if owner, ok := ownerOf(e.Name(), netnsPrefix); ok && !alive(owner) {
+			logf("cluster: sweeping network namespace %s left by dead pid %d", e.Name(), owner)
+			if err := deleteNetns(e.Name()); err != nil {
+				logf("cluster: sweeping %s: %v", e.Name(), err)
+			}
+		}
+	}
+}
+
+// nodeKubeconfig is the admin kubeconfig pointed at the apiserver's
+// address as the node sees it (apiserverURL), verified as apiserverName.
+func nodeKubeconfig(admin, apiserverURL, path string) error {
+	cfg, err := clientcmd.LoadFromFile(admin)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", admin, err)
+	}
+	for _, cl := range cfg.Clusters {
+		cl.Server = apiserverURL
+		cl.TLSServerName = apiserverName
+	}
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// kubeProxyConfig runs kube-proxy in iptables mode in the node's namespace,
+// touching no host-wide setting (conntrack sizes and timeouts as they are,
+// no localhost NodePorts, which would need route_localnet).
+func kubeProxyConfig(n *RealNode, kubeconfig string) string {
+	return fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: %[1]s
+hostnameOverride: %[2]s
+mode: iptables
+clusterCIDR: %[3]s.0/24
+iptables:
+  localhostNodePorts: false
+  syncPeriod: 5s
+  minSyncPeriod: 0s
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+  udpTimeout: 0s
+  udpStreamTimeout: 0s
+`, kubeconfig, n.Name, n.net.podSubnet)
+}
