@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,6 +71,9 @@ type RealNode struct {
 
 	cgroup, bridge, sock, ctr string
 	stopPlugin                context.CancelFunc
+	// apiService serves the kubernetes Service to the node's Pods
+	// (realnode_apiserver.go).
+	apiService net.Listener
 }
 
 // RealNodeSupport says why this machine cannot run real nodes, or nil.
@@ -207,6 +211,9 @@ func (c *Cluster) startRealNode(ctx context.Context, bin string, i int, images s
 		return node, err
 	}
 	if err := run("ip", "link", "set", node.bridge, "up"); err != nil {
+		return node, err
+	}
+	if node.apiService, err = serveKubernetesService(node, c.restConfig.Host); err != nil {
 		return node, err
 	}
 	kport, err := FreePort()
@@ -390,11 +397,12 @@ func cniConfig(n *RealNode, subnet string) string {
   "name": %[1]q,
   "plugins": [
     {"type": "bridge", "bridge": %[2]q, "isGateway": false, "ipMasq": false, "hairpinMode": true,
-     "ipam": {"type": "host-local", "dataDir": %[3]q, "ranges": [[{"subnet": "%[4]s.0/24", "gateway": "%[4]s.1"}]]}},
+     "ipam": {"type": "host-local", "dataDir": %[3]q, "ranges": [[{"subnet": "%[4]s.0/24", "gateway": "%[4]s.1"}]],
+              "routes": [{"dst": "%[5]s/32", "gw": "%[4]s.1"}]}},
     {"type": "loopback"}
   ]
 }
-`, n.Name, n.bridge, filepath.Join(n.Dir, "cni", "ipam"), subnet)
+`, n.Name, n.bridge, filepath.Join(n.Dir, "cni", "ipam"), subnet, kubernetesServiceIP)
 }
 
 // freeSubnet picks a /24 under 10.234.0.0/16 that no host interface uses.
@@ -552,6 +560,9 @@ func (c *Cluster) stopRealNodes() {
 	for _, n := range c.RealNodes() {
 		if n.stopPlugin != nil {
 			n.stopPlugin()
+		}
+		if n.apiService != nil {
+			_ = n.apiService.Close()
 		}
 		if err := killCgroup(n.cgroup); err != nil {
 			c.logf("cluster: stopping real node %s: %v", n.Name, err)

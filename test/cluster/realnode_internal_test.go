@@ -76,6 +76,9 @@ func TestRealNodeKubeletConfigIsStrict(t *testing.T) {
 			Type      string `json:"type"`
 			IsGateway bool   `json:"isGateway"`
 			Bridge    string `json:"bridge"`
+			IPAM      struct {
+				Routes []struct{ Dst, GW string } `json:"routes"`
+			} `json:"ipam"`
 		} `json:"plugins"`
 	}
 	n.bridge = "rpr1-0"
@@ -83,4 +86,9 @@ func TestRealNodeKubeletConfigIsStrict(t *testing.T) {
 	require.Equal(t, "bridge", cni.Plugins[0].Type)
 	require.False(t, cni.Plugins[0].IsGateway, "the host does not forward: no gateway on the bridge")
 	require.Equal(t, "rpr1-0", cni.Plugins[0].Bridge)
+	// The kubernetes Service's address goes to the host, which serves it
+	// (realnode_apiserver.go); nothing else leaves the subnet.
+	require.Len(t, cni.Plugins[0].IPAM.Routes, 1)
+	require.Equal(t, kubernetesServiceIP+"/32", cni.Plugins[0].IPAM.Routes[0].Dst)
+	require.Equal(t, "10.234.9.1", cni.Plugins[0].IPAM.Routes[0].GW)
 }
