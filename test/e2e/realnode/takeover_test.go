@@ -57,8 +57,11 @@ func gpuWorkload(name string) *corev1.Pod {
 	}
 }
 
-// runningPods waits until n Pods match selector and are Running (the
-// kubelet started their containers), and returns them.
+// runningPods waits until exactly n live Pods match selector and all are
+// Running (the kubelet started their containers), and returns them. Failed
+// Pods are not counted: the kubelet rejects a Pod bound to a GPU it has not
+// yet taken back from a Pod deleted with grace 0 (UnexpectedAdmissionError),
+// and the ReplicaSet replaces it.
 func runningPods(t testing.TB, ctx context.Context, selector string, n int) []corev1.Pod {
 	t.Helper()
 	var running []corev1.Pod
@@ -68,12 +71,17 @@ func runningPods(t testing.TB, ctx context.Context, selector string, n int) []co
 			return false, err
 		}
 		running = running[:0]
+		live := 0
 		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+				continue // replaced by its ReplicaSet, if any
+			}
+			live++
 			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
 				running = append(running, p)
 			}
 		}
-		return len(running) == n && len(pods.Items) == n, nil
+		return len(running) == n && live == n, nil
 	})
 	require.NoError(t, err, "%d Pods %s never all Running (%d are)", n, selector, len(running))
 	return running
