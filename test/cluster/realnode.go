@@ -37,8 +37,9 @@ import (
 // not forward, host ip_forward stays 0). The host has the bridge's first
 // address, which is also the node's InternalIP: Pods reach host services
 // bound to it (or 0.0.0.0) at layer 2, and the apiserver reaches the kubelet
-// there. There is no kube-proxy, so no Service VIPs, and no cluster DNS:
-// tests address what Pods must reach by IP (RealNode.HostIP).
+// there. There is no kube-proxy, so no Service VIPs (but the kubernetes
+// Service's, realnode_apiserver.go), and no cluster DNS: tests address what
+// Pods must reach by IP (RealNode.HostIP).
 
 // Names and values of the real nodes.
 const (
