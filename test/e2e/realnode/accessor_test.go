@@ -45,21 +45,31 @@ func tokenFor(t *testing.T, ctx context.Context, name, claim string) string {
 	return tr.Status.Token
 }
 
-// get sends a request with a bearer token (none when empty) and returns
+// fetch sends a request with a bearer token (none when empty) and returns
 // status and body.
-func get(t *testing.T, ctx context.Context, method, url, token string) (int, string) {
-	t.Helper()
+func fetch(ctx context.Context, method, url, token string) (int, string, error) {
 	req, err := http.NewRequestWithContext(ctx, method, url, nil)
-	require.NoError(t, err)
+	if err != nil {
+		return 0, "", err
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
+	if err != nil {
+		return 0, "", err
+	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
+}
+
+// get is fetch that ends the test on a transport error.
+func get(t *testing.T, ctx context.Context, method, url, token string) (int, string) {
+	t.Helper()
+	status, body, err := fetch(ctx, method, url, token)
 	require.NoError(t, err)
-	return resp.StatusCode, string(body)
+	return status, body
 }
 
 // The accessor of a PVC prepared on the real node runs there (the
@@ -88,28 +98,40 @@ func TestAccessorServesPreparedVolumeOnRealNode(t *testing.T) {
 	require.Equal(t, fmt.Sprintf("http://accessor-browse.%s.svc.cluster.local/", ns), got.Annotations[api.AnnotationAccessorURL])
 
 	// No Service VIPs without kube-proxy: the Pod's own address, which the
-	// host reaches over the node's bridge.
-	pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=runplane-accessor"})
-	require.NoError(t, err)
+	// host reaches over the node's bridge. The Deployment may still be
+	// rolling out (the accessor is pinned to the node of a Pod mounting
+	// the RWO claim, the prepare Job's, once there is one): wait until one
+	// accessor Pod of the claim is left, Running, and it answers.
+	reader := tokenFor(t, ctx, "browse-reader", "browse")
 	var pod *corev1.Pod
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && p.Spec.Volumes[0].PersistentVolumeClaim.ClaimName == "browse" {
-			pod = p
+	var status int
+	var body string
+	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=runplane-accessor"})
+		if err != nil {
+			return false, err
 		}
-	}
-	require.NotNil(t, pod, "no running accessor Pod of browse")
+		var mine []*corev1.Pod
+		for i := range pods.Items {
+			if p := &pods.Items[i]; p.Spec.Volumes[0].PersistentVolumeClaim.ClaimName == "browse" {
+				mine = append(mine, p)
+			}
+		}
+		if len(mine) != 1 || mine[0].Status.Phase != corev1.PodRunning || mine[0].DeletionTimestamp != nil {
+			return false, nil
+		}
+		pod = mine[0]
+		status, body, err = fetch(ctx, http.MethodGet, fmt.Sprintf("http://%s:%d/files/weights/w.bin", pod.Status.PodIP, accessor.Port), reader)
+		return err == nil && status == http.StatusOK, nil
+	})
+	require.NoError(t, err, "the accessor never served the file (last: %d %s)", status, body)
+	require.Equal(t, "real-weights\n", body)
 	require.Equal(t, node.Name, pod.Spec.NodeName)
 	require.True(t, pod.Spec.Volumes[0].PersistentVolumeClaim.ReadOnly, "the accessor's claim is not read-only")
 	require.True(t, pod.Spec.Containers[0].VolumeMounts[0].ReadOnly, "the accessor's mount is not read-only")
 	base := fmt.Sprintf("http://%s:%d", pod.Status.PodIP, accessor.Port)
 
-	reader := tokenFor(t, ctx, "browse-reader", "browse")
 	stranger := tokenFor(t, ctx, "browse-stranger", "")
-
-	status, body := get(t, ctx, http.MethodGet, base+"/files/weights/w.bin", reader)
-	require.Equal(t, http.StatusOK, status, body)
-	require.Equal(t, "real-weights\n", body)
 
 	status, body = get(t, ctx, http.MethodGet, base+"/files/?format=json", reader)
 	require.Equal(t, http.StatusOK, status, body)

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/extender"
@@ -51,6 +53,9 @@ func startScheduler(ctx context.Context, log *slog.Logger, goRun func(string, fu
 			return fmt.Errorf("creating PriorityClass %s: %w", name, err)
 		}
 	}
+	// controller-runtime's global logger (the managers' own logs) goes to
+	// components.log too.
+	ctrllog.SetLogger(logr.FromSlogHandler(log.With("component", "controller-runtime").Handler()))
 	ext, err := extender.Start(ctx, extender.Config{RESTConfig: env.RESTConfig(), Addr: "127.0.0.1:0", Logger: log.With("component", "extender")})
 	if err != nil {
 		return fmt.Errorf("extender: %w", err)
