@@ -173,9 +173,21 @@ func TestGPUPodTakesOverPlaceholderOnRealNode(t *testing.T) {
 
 	_, err = c.CoreV1().Pods(ns).Create(ctx, gpuWorkload("trainer"), metav1.CreateOptions{})
 	require.NoError(t, err)
+	// Running, or a clear failure: the kubelet rejects a Pod bound to a
+	// GPU it has not yet taken back (UnexpectedAdmissionError).
+	var trainer *corev1.Pod
+	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		trainer, err = c.CoreV1().Pods(ns).Get(ctx, "trainer", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if trainer.Status.Phase == corev1.PodFailed {
+			return false, fmt.Errorf("the kubelet failed the GPU Pod: %s: %s", trainer.Status.Reason, trainer.Status.Message)
+		}
+		return trainer.Status.Phase == corev1.PodRunning, nil
+	})
+	require.NoError(t, err, "the GPU Pod never ran")
 	log := logsWhen(t, ctx, ns, "trainer", "started")
-	trainer, err := c.CoreV1().Pods(ns).Get(ctx, "trainer", metav1.GetOptions{})
-	require.NoError(t, err)
 	require.Equal(t, api.SchedulerName, trainer.Spec.SchedulerName)
 	require.Equal(t, node.Name, trainer.Spec.NodeName)
 
