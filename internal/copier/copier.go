@@ -92,6 +92,9 @@ type copier struct {
 	// inheritGID: the destination root is setgid, so new entries take its
 	// group rather than the copier's and ownership must always be set.
 	inheritGID bool
+	// foreignRoot: the destination root belongs to another user and the
+	// copier is unprivileged, so it may not set the root's mode or times.
+	foreignRoot bool
 	// umask as read at start; modeExact is false when the creation mode
 	// cannot be trusted (umask unknown, default ACL on the destination).
 	umask     uint32
@@ -142,9 +145,12 @@ func Copy(ctx context.Context, from, to string, opts Options) (Progress, error) 
 	c := &copier{
 		ctx: ctx, cancel: cancel, euid: os.Geteuid(), egid: os.Getegid(),
 		inheritGID: toSt.Mode&unix.S_ISGID != 0,
-		umask:      umask,
-		modeExact:  umaskKnown && !hasDefaultACL(to),
-		inodes:     map[inodeKey]string{},
+		// A volume's root is the storage's: root-owned, made writable by
+		// its mode or the Pod's fsGroup (the copy Job runs as UID 65532).
+		foreignRoot: os.Geteuid() != 0 && int(toSt.Uid) != os.Geteuid(),
+		umask:       umask,
+		modeExact:   umaskKnown && !hasDefaultACL(to),
+		inodes:      map[inodeKey]string{},
 	}
 	c.cond = sync.NewCond(&c.mu)
 	// Wake idle workers when the copy fails or the caller gives up; the
@@ -206,6 +212,12 @@ func Copy(ctx context.Context, from, to string, opts Options) (Progress, error) 
 	}
 	for i := len(c.dirs) - 1; i >= 0; i-- { // deepest first: parents' mtimes are final
 		d := c.dirs[i]
+		if i == 0 && c.foreignRoot {
+			// Only the owner may chmod or set times; like chown in an
+			// unprivileged copy, the root keeps what it has rather than
+			// failing the copy of everything under it.
+			continue
+		}
 		if err := c.applyMetaAt(unix.AT_FDCWD, d.dst, d.st, false); err != nil {
 			return c.snapshot(), err
 		}

@@ -63,6 +63,12 @@ func provision(ctx context.Context, client kubernetes.Interface, root string, pv
 	if err := os.MkdirAll(path, 0o777); err != nil {
 		return fmt.Errorf("creating volume dir for %s/%s: %w", pvc.Namespace, pvc.Name, err)
 	}
+	// World-writable despite the umask, as local-path provisioners make
+	// them: the kubelet applies no fsGroup to hostPath volumes, and Pods on
+	// real nodes write them as non-root (the copier runs as UID 65532).
+	if err := os.Chmod(path, 0o777); err != nil {
+		return fmt.Errorf("opening volume dir for %s/%s: %w", pvc.Namespace, pvc.Name, err)
+	}
 	size := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
 	if size.IsZero() {
 		size = resource.MustParse("1Gi")

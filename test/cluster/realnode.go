@@ -74,7 +74,7 @@ type RealNode struct {
 // RealNodeSupport says why this machine cannot run real nodes, or nil.
 func RealNodeSupport() error {
 	if os.Geteuid() != 0 {
-		return fmt.Errorf("real nodes need root (mount namespaces, cgroups, a bridge); running as uid %d", os.Geteuid())
+		return fmt.Errorf("real nodes need root (mount namespaces, cgroups, a veth); running as uid %d", os.Geteuid())
 	}
 	for _, bin := range []string{"runc", "unshare", "mount", "ip"} {
 		if _, err := exec.LookPath(bin); err != nil {

@@ -4,9 +4,10 @@
 // says why.
 //
 // The stack: one real node (no kwok nodes), an in-process nats-server
-// listening on the node's host address (Pods reach it over the bridge), the
-// webhook injecting the runplane image (imported into the node) and the
-// queue.
+// listening on the node's host address (Pods reach it through the node's veth), the
+// webhook injecting the runplane image (imported into the node), the
+// queue, the extender with the runplane-scheduler (stack_scheduler_test.go) and
+// the controllers (stack_controller_test.go).
 package realnode
 
 import (
@@ -113,7 +114,7 @@ func startStack(ctx context.Context, wg *sync.WaitGroup) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	errc := make(chan error, 2)
+	errc := make(chan error, 8)
 	goRun := func(name string, fn func() error) {
 		wg.Add(1)
 		go func() {
@@ -134,10 +135,12 @@ func startStack(ctx context.Context, wg *sync.WaitGroup) error {
 		return webhook.Run(ctx, webhook.Config{
 			RESTConfig: env.RESTConfig(), Listener: ln, HealthAddr: "-", Injection: inj, Logger: log,
 			TLS: webhook.TLSConfig{IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}},
-			// No runplane-scheduler runs here, so GPU Pods cannot go
-			// through runplane.io/gpu-spec: the runplane-gpu policy counts
-			// only a resource no test asks for, and tests request
-			// nvidia.com/gpu from the fake device plugin directly.
+			// The runplane-gpu policy counts only a resource no test asks
+			// for: the device-plugin tests (gpu_test.go, ssh_test.go)
+			// request nvidia.com/gpu directly, while takeover_test.go goes
+			// through runplane.io/gpu-spec and stock (the webhook's
+			// mutation, the runplane-scheduler and the extender), which
+			// the policy does not change.
 			Webhooks: webhook.WebhooksConfig{Manage: true, URL: "https://" + ln.Addr().String(), Resync: 5 * time.Second,
 				GPUPolicy: &webhook.GPUPolicy{Resources: []string{"runplane.io/no-gpu-policy-in-this-stack"}}},
 		})
@@ -158,11 +161,14 @@ func startStack(ctx context.Context, wg *sync.WaitGroup) error {
 	case <-time.After(2 * time.Minute):
 		return fmt.Errorf("queue did not listen")
 	}
-	return nil
+	if err := startScheduler(ctx, log, goRun); err != nil {
+		return err
+	}
+	return startControllers(ctx, log, goRun)
 }
 
 // need skips t where real nodes cannot run.
-func need(t *testing.T) {
+func need(t testing.TB) {
 	t.Helper()
 	if skip != "" {
 		t.Skip("no real node on this machine: " + skip)
