@@ -26,10 +26,13 @@ type CallbackOptions struct {
 	// although public (e.g. the cluster's Pod and Service ranges when they
 	// are public addresses).
 	AllowCIDRs, DenyCIDRs []string
-	// MaxAttempts, Backoff, Timeout: callback.Config's.
-	MaxAttempts int
-	Backoff     time.Duration
-	Timeout     time.Duration
+	// MaxAttempts, Backoff, Timeout, Workers, NamespaceWorkers:
+	// callback.Config's.
+	MaxAttempts      int
+	Backoff          time.Duration
+	Timeout          time.Duration
+	Workers          int
+	NamespaceWorkers int
 }
 
 // callbackConfig reads the master key and the target rules; nil when
@@ -65,5 +68,5 @@ func callbackConfig(o CallbackOptions) (*ingress.CallbackConfig, error) {
 // newDeliverer is the callback sender, run with the activator.
 func newDeliverer(cc *ingress.CallbackConfig, o CallbackOptions, st *stream.Store, reg prometheus.Registerer, log *slog.Logger) (*callback.Deliverer, error) {
 	return callback.New(callback.Config{Store: st, MasterKey: cc.MasterKey, Targets: cc.Targets, MaxAttempts: o.MaxAttempts,
-		Backoff: o.Backoff, Timeout: o.Timeout, Logger: log.With("component", "callbacks"), Registerer: reg})
+		Backoff: o.Backoff, Timeout: o.Timeout, Workers: o.Workers, NamespaceWorkers: o.NamespaceWorkers, Logger: log.With("component", "callbacks"), Registerer: reg})
 }

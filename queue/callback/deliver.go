@@ -35,10 +35,18 @@ type Config struct {
 	// Timeout bounds one POST (default 10s).
 	Timeout time.Duration
 	// Workers bounds the POSTs in flight (default 8).
-	Workers    int
-	Clock      clock.WithDelayedExecution
-	Logger     *slog.Logger
-	Registerer prometheus.Registerer
+	Workers int
+	// NamespaceWorkers bounds the POSTs in flight of one namespace
+	// (default 2, at most Workers): a tenant whose targets hang holds no
+	// more workers than that, the others serve the other namespaces.
+	NamespaceWorkers int
+	// NamespaceMaxPending bounds the callbacks of one namespace held in
+	// memory, queued or waiting for a retry (default 1000); the others
+	// stay pending in their Records and are read back when there is room.
+	NamespaceMaxPending int
+	Clock               clock.WithDelayedExecution
+	Logger              *slog.Logger
+	Registerer          prometheus.Registerer
 }
 
 func (c Config) withDefaults() Config {
@@ -47,6 +55,8 @@ func (c Config) withDefaults() Config {
 	c.MaxBackoff = cmp.Or(c.MaxBackoff, 5*time.Minute)
 	c.Timeout = cmp.Or(c.Timeout, 10*time.Second)
 	c.Workers = cmp.Or(c.Workers, 8)
+	c.NamespaceWorkers = min(cmp.Or(c.NamespaceWorkers, 2), c.Workers)
+	c.NamespaceMaxPending = cmp.Or(c.NamespaceMaxPending, 1000)
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}
 	}
@@ -65,11 +75,14 @@ type Deliverer struct {
 	cfg    Config
 	client *http.Client
 	m      *deliverMetrics
+	// q: Records keys with a POST queued, running or waiting for its
+	// retry here (so the watch's view of our own writes adds nothing),
+	// served to the workers namespace by namespace.
+	q *fairQueue
 
 	mu sync.Mutex
-	// scheduled: Records keys with a POST queued, running or waiting for
-	// its retry here, so the watch's view of our own writes adds nothing.
-	scheduled map[string]struct{}
+	// scanning: namespaces being rescanned; again: rescan once more after.
+	scanning, again map[string]bool
 }
 
 // New returns a Deliverer; Start runs it.
@@ -78,7 +91,12 @@ func New(cfg Config) (*Deliverer, error) {
 	if cfg.Store == nil || len(cfg.MasterKey) == 0 {
 		return nil, errors.New("callback: Store and MasterKey are required")
 	}
-	return &Deliverer{cfg: cfg, client: cfg.Targets.Client(cfg.Timeout), m: newDeliverMetrics(cfg.Registerer), scheduled: map[string]struct{}{}}, nil
+	if cfg.Workers < 1 || cfg.NamespaceWorkers < 1 || cfg.NamespaceMaxPending < 1 {
+		return nil, fmt.Errorf("callback: workers %d, namespace workers %d and namespace max pending %d must be positive",
+			cfg.Workers, cfg.NamespaceWorkers, cfg.NamespaceMaxPending)
+	}
+	return &Deliverer{cfg: cfg, client: cfg.Targets.Client(cfg.Timeout), m: newDeliverMetrics(cfg.Registerer),
+		q: newFairQueue(cfg.NamespaceWorkers, cfg.NamespaceMaxPending), scanning: map[string]bool{}, again: map[string]bool{}}, nil
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable.
@@ -91,44 +109,111 @@ func (d *Deliverer) Start(ctx context.Context) error {
 		return fmt.Errorf("callback: watch records: %w", err)
 	}
 	defer func() { _ = w.Stop() }()
-	jobs := make(chan string, 1024)
 	var wg sync.WaitGroup
 	for range d.cfg.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for {
-				select {
-				case <-ctx.Done():
+				key, ok := d.q.next(ctx)
+				if !ok {
 					return
-				case key := <-jobs:
-					d.deliver(ctx, key, jobs)
+				}
+				keep := d.deliver(ctx, key)
+				if d.q.done(key, keep) {
+					d.rescan(ctx, namespaceOf(key), &wg)
 				}
 			}
 		}()
 	}
 	defer wg.Wait()
-	marker := []byte(`"callback":{`)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case e, ok := <-w.Updates():
 			if !ok {
+				if ctx.Err() != nil {
+					return nil // the watch stops with ctx
+				}
 				return errors.New("callback: the records watch ended")
 			}
-			// Most Records ask for no callback: skip them undecoded.
-			if e == nil || e.Operation() != jetstream.KeyValuePut || !bytes.Contains(e.Value(), marker) {
-				continue
+			if e != nil && e.Operation() == jetstream.KeyValuePut && wantsCallback(e.Value()) {
+				// Refused when its namespace is full: it stays pending in
+				// the Record, and the namespace's rescan finds it.
+				d.q.add(e.Key())
 			}
-			rec, err := stream.Decode(e.Value())
-			if err != nil || !due(rec) || !d.schedule(e.Key()) {
-				continue
+		}
+	}
+}
+
+// callbackMarker is in every Record that asks for a callback; most ask
+// for none and are skipped undecoded.
+const callbackMarker = `"callback":{`
+
+// wantsCallback: a Record with a callback due.
+func wantsCallback(value []byte) bool {
+	if !bytes.Contains(value, []byte(callbackMarker)) {
+		return false
+	}
+	rec, err := stream.Decode(value)
+	return err == nil && due(rec)
+}
+
+// rescan reads namespace ns's Records again and queues the callbacks due
+// that it refused while the namespace was full. One rescan of a namespace
+// at a time; asked again meanwhile, it runs once more when it ends.
+func (d *Deliverer) rescan(ctx context.Context, ns string, wg *sync.WaitGroup) {
+	d.mu.Lock()
+	if d.scanning[ns] {
+		d.again[ns] = true
+		d.mu.Unlock()
+		return
+	}
+	d.scanning[ns] = true
+	d.mu.Unlock()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			if err := d.scan(ctx, ns); err != nil && ctx.Err() == nil {
+				d.cfg.Logger.Warn("callback: rescan of a namespace's records; the next leader picks them up", "namespace", ns, "err", err)
 			}
-			select {
-			case jobs <- e.Key():
-			case <-ctx.Done():
-				return nil
+			d.mu.Lock()
+			if !d.again[ns] || ctx.Err() != nil {
+				delete(d.scanning, ns)
+				delete(d.again, ns)
+				d.mu.Unlock()
+				return
+			}
+			delete(d.again, ns)
+			d.mu.Unlock()
+		}
+	}()
+}
+
+func (d *Deliverer) scan(ctx context.Context, ns string) error {
+	w, err := d.cfg.Store.Records.Watch(ctx, ns+".*", jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("watch: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return errors.New("the watch ended")
+			}
+			if e == nil {
+				return nil // the namespace's current Records are read
+			}
+			if e.Operation() == jetstream.KeyValuePut && wantsCallback(e.Value()) {
+				d.q.add(e.Key())
 			}
 		}
 	}
@@ -139,46 +224,30 @@ func due(r messages.Record) bool {
 	return r.State.Terminal() && r.Callback != nil && r.Callback.State == messages.CallbackPending
 }
 
-func (d *Deliverer) schedule(key string) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if _, ok := d.scheduled[key]; ok {
-		return false
-	}
-	d.scheduled[key] = struct{}{}
-	return true
-}
-
-func (d *Deliverer) unschedule(key string) {
-	d.mu.Lock()
-	delete(d.scheduled, key)
-	d.mu.Unlock()
-}
-
 // deliver makes the next attempt of key's callback when it is due, records
-// it, and schedules the retry on jobs.
-func (d *Deliverer) deliver(ctx context.Context, key string, jobs chan<- string) {
+// it, and schedules the retry: keep is true when one is scheduled (the key
+// stays pending in the queue, holding no worker while it waits).
+func (d *Deliverer) deliver(ctx context.Context, key string) (keep bool) {
 	rec, _, err := d.cfg.Store.Get(ctx, key)
 	if err != nil && !errors.Is(err, stream.ErrNotFound) {
 		// A transient read error (NATS reconnecting): try again, else the
 		// callback would wait for the next leader.
-		d.retryAt(ctx, key, time.Second, jobs)
-		return
+		d.retryAt(ctx, key, time.Second)
+		return true
 	}
 	if err != nil || !due(rec) {
-		d.unschedule(key)
-		return
+		return false
 	}
 	now := d.cfg.Clock.Now()
 	if n := len(rec.Callback.Attempts); n > 0 {
 		if next := rec.Callback.Attempts[n-1].NextAt; next != nil && next.After(now) {
-			d.retryAt(ctx, key, next.Sub(now), jobs)
-			return
+			d.retryAt(ctx, key, next.Sub(now))
+			return true
 		}
 	}
 	attempt := d.post(ctx, rec)
 	if ctx.Err() != nil {
-		return // stopped mid-POST: the next leader sends it
+		return false // stopped mid-POST: the next leader sends it
 	}
 	n := len(rec.Callback.Attempts) + 1
 	state := messages.CallbackPending
@@ -204,17 +273,18 @@ func (d *Deliverer) deliver(ctx context.Context, key string, jobs chan<- string)
 		d.cfg.Logger.Warn("callback: record attempt", "record", key, "err", err)
 	}
 	if state != messages.CallbackPending {
-		d.unschedule(key)
-		return
+		return false
 	}
-	d.retryAt(ctx, key, d.backoff(n), jobs)
+	d.retryAt(ctx, key, d.backoff(n))
+	return true
 }
 
-func (d *Deliverer) retryAt(ctx context.Context, key string, after time.Duration, jobs chan<- string) {
+// retryAt makes key ready again after a while (a stopped leader's timers
+// fire into a queue no worker reads: the next leader starts afresh).
+func (d *Deliverer) retryAt(ctx context.Context, key string, after time.Duration) {
 	d.cfg.Clock.AfterFunc(after, func() {
-		select {
-		case jobs <- key:
-		case <-ctx.Done():
+		if ctx.Err() == nil {
+			d.q.requeue(key)
 		}
 	})
 }
