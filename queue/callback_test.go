@@ -1,7 +1,9 @@
 package queue_test
 
 import (
+	"context"
 	"encoding/hex"
+	"fmt"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -57,11 +59,21 @@ func (rc *receiver) received() []received {
 
 func callbackEnv(t testing.TB, allowLoopback bool, attempts int) *env {
 	return newEnv(t, func(c *queue.Config) {
-		c.Callbacks = queue.CallbackOptions{MasterKey: testMasterKey, Backoff: 20 * time.Millisecond, MaxAttempts: attempts}
+		c.Callbacks = queue.CallbackOptions{MasterKey: testMasterKey, Backoff: 20 * time.Millisecond, MaxAttempts: attempts, Namespaces: namespaceUIDs{"default": "uid-default"}}
 		if allowLoopback {
 			c.Callbacks.AllowCIDRs = []string{"127.0.0.0/8"}
 		}
 	})
+}
+
+// namespaceUIDs stands for the API server's namespaces (-no-kube has none).
+type namespaceUIDs map[string]string
+
+func (u namespaceUIDs) UID(_ context.Context, ns string, _ bool) (string, error) {
+	if id, ok := u[ns]; ok {
+		return id, nil
+	}
+	return "", fmt.Errorf("namespace %q: %w", ns, callback.ErrNoNamespace)
 }
 
 // waitCallback waits until invocation id's callback is no longer pending.
@@ -101,7 +113,11 @@ func TestCallbackDeliveredOnceSigned(t *testing.T) {
 	key, err := hex.DecodeString(kr.body["key"].(string))
 	require.NoError(t, err)
 	require.NoError(t, callback.Verify(key, got[0].signature, got[0].body, time.Now(), 5*time.Minute))
-	assert.Error(t, callback.Verify(callback.NamespaceKey(testMasterKey, "other"), got[0].signature, got[0].body, time.Now(), 5*time.Minute),
+	assert.Equal(t, "uid-default", kr.body["keyID"])
+	assert.Equal(t, "uid-default", rec.Callback.KeyID, "the Record names the key it is signed with")
+	assert.Error(t, callback.Verify(callback.NamespaceKey(testMasterKey, "default", "uid-other"), got[0].signature, got[0].body, time.Now(), 5*time.Minute),
+		"a namespace made again under the name does not verify it")
+	assert.Error(t, callback.Verify(callback.NamespaceKey(testMasterKey, "other", "uid-default"), got[0].signature, got[0].body, time.Now(), 5*time.Minute),
 		"another namespace's key does not verify it")
 }
 

@@ -9,6 +9,11 @@ type CallbackStatus struct {
 	// URL is the caller's callbackURL, or the pool's
 	// runplane.io/callback-url.
 	URL string `json:"url"`
+	// KeyID is the UID of the namespace when the invocation was accepted:
+	// the callback is signed with that namespace's key (NamespaceKey), not
+	// that of one made later under its name. Empty: recorded before keys
+	// followed the UID, or without Kubernetes.
+	KeyID string `json:"keyID,omitempty"`
 	// State is pending until the target answered 2xx (delivered) or every
 	// attempt failed (failed).
 	State CallbackState `json:"state"`

@@ -26,7 +26,10 @@ type Config struct {
 	Store *stream.Store
 	// MasterKey derives every namespace's signing key (NamespaceKey).
 	MasterKey []byte
-	Targets   Targets
+	// Namespaces tells the UID of a namespace whose callback was recorded
+	// without one (before keys followed the UID); default NoNamespaces.
+	Namespaces Namespaces
+	Targets    Targets
 	// MaxAttempts bounds the POSTs of one callback (default 6).
 	MaxAttempts int
 	// Backoff is the wait before the first retry (default 1s), doubled
@@ -59,6 +62,9 @@ func (c Config) withDefaults() Config {
 	c.NamespaceMaxPending = cmp.Or(c.NamespaceMaxPending, 1000)
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}
+	}
+	if c.Namespaces == nil {
+		c.Namespaces = NoNamespaces{}
 	}
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
@@ -245,7 +251,13 @@ func (d *Deliverer) deliver(ctx context.Context, key string) (keep bool) {
 			return true
 		}
 	}
-	attempt := d.post(ctx, rec)
+	keys, err := d.keys(ctx, rec)
+	if err != nil {
+		d.cfg.Logger.Warn("callback: the namespace's key; trying again", "record", key, "err", err)
+		d.retryAt(ctx, key, time.Second)
+		return true
+	}
+	attempt := d.post(ctx, rec, keys)
 	if ctx.Err() != nil {
 		return false // stopped mid-POST: the next leader sends it
 	}
@@ -298,8 +310,28 @@ func (d *Deliverer) backoff(n int) time.Duration {
 	return min(b, d.cfg.MaxBackoff)
 }
 
-// post sends rec, signed, to its callback URL once.
-func (d *Deliverer) post(ctx context.Context, rec messages.Record) messages.CallbackAttempt {
+// keys are those rec's callback is signed with: its namespace's when it
+// was accepted. One recorded before keys followed the namespace's UID is
+// signed with the namespace's current key and, for receivers that still
+// hold it, the old name-only key; with the old key alone when the
+// namespace is gone (its new owner, if any, has another key).
+func (d *Deliverer) keys(ctx context.Context, rec messages.Record) ([][]byte, error) {
+	if id := rec.Callback.KeyID; id != "" {
+		return [][]byte{NamespaceKey(d.cfg.MasterKey, rec.Namespace, id)}, nil
+	}
+	legacy := LegacyNamespaceKey(d.cfg.MasterKey, rec.Namespace)
+	uid, err := d.cfg.Namespaces.UID(ctx, rec.Namespace, false)
+	if errors.Is(err, ErrNoNamespace) {
+		return [][]byte{legacy}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return [][]byte{NamespaceKey(d.cfg.MasterKey, rec.Namespace, uid), legacy}, nil
+}
+
+// post sends rec, signed with keys, to its callback URL once.
+func (d *Deliverer) post(ctx context.Context, rec messages.Record, keys [][]byte) messages.CallbackAttempt {
 	at := d.cfg.Clock.Now().UTC()
 	a := messages.CallbackAttempt{At: at}
 	body, err := json.Marshal(rec)
@@ -316,7 +348,7 @@ func (d *Deliverer) post(ctx context.Context, rec messages.Record) messages.Call
 	req.Header.Set("User-Agent", "runplane-callback")
 	req.Header.Set(EventHeader, "completed")
 	req.Header.Set(DeliveryHeader, rec.Namespace+"/"+rec.InvocationID+"/"+string(rec.State))
-	req.Header.Set(SignatureHeader, Sign(NamespaceKey(d.cfg.MasterKey, rec.Namespace), at, body))
+	req.Header.Set(SignatureHeader, Sign(at, body, keys...))
 	resp, err := d.client.Do(req)
 	if err != nil {
 		a.Error = err.Error()

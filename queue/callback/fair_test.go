@@ -94,9 +94,11 @@ func terminal(t *testing.T, st *stream.Store, ns, id, url string) {
 	require.NoError(t, err)
 }
 
+var testMaster = []byte("0123456789abcdef0123456789abcdef")
+
 func runDeliverer(t *testing.T, cfg Config) {
 	t.Helper()
-	cfg.MasterKey = []byte("0123456789abcdef0123456789abcdef")
+	cfg.MasterKey = testMaster
 	cfg.Targets = Targets{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
 	d, err := New(cfg)
 	require.NoError(t, err)

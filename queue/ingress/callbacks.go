@@ -1,6 +1,8 @@
 package ingress
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -17,6 +19,8 @@ type CallbackConfig struct {
 	Targets callback.Targets
 	// MasterKey derives the namespaces' signing keys.
 	MasterKey []byte
+	// Namespaces tells the namespace UIDs the keys derive from.
+	Namespaces callback.Namespaces
 }
 
 // SubresourceCallbackKey is the RBAC subresource of pools that reads the
@@ -28,7 +32,9 @@ const SubresourceCallbackKey = "callbacksigningkey"
 type SigningKey struct {
 	Namespace string `json:"namespace"`
 	// Key is the namespace's HMAC-SHA256 key, hex.
-	Key       string `json:"key" doc:"the namespace's HMAC-SHA256 key, hex-encoded"`
+	Key string `json:"key" doc:"the namespace's HMAC-SHA256 key, hex-encoded"`
+	// KeyID is the namespace's UID, which the key follows.
+	KeyID     string `json:"keyID,omitempty" doc:"the namespace's UID: the key is this namespace's only; one deleted and made again under its name has another (callback.keyID in a Record names the key its callback is signed with)"`
 	Algorithm string `json:"algorithm" doc:"HMAC-SHA256"`
 	Header    string `json:"header" doc:"the signature header: t=<unix seconds>,v1=<hex MAC of \"<t>.<body>\">"`
 }
@@ -65,6 +71,30 @@ func (s *Server) handleSigningKey(w http.ResponseWriter, r *http.Request) {
 		problem(w, r, http.StatusNotFound, "completion callbacks are not enabled on this queue (chart queue.callbacks.enabled)")
 		return
 	}
-	httpjson.Write(w, http.StatusOK, SigningKey{Namespace: ns, Key: fmt.Sprintf("%x", callback.NamespaceKey(s.cfg.Callbacks.MasterKey, ns)),
-		Algorithm: "HMAC-SHA256", Header: callback.SignatureHeader})
+	// Read fresh, never from a cache: a namespace made again under this
+	// name must not be handed its predecessor's key.
+	uid, err := s.cfg.Callbacks.Namespaces.UID(r.Context(), ns, true)
+	if errors.Is(err, callback.ErrNoNamespace) {
+		problem(w, r, http.StatusNotFound, fmt.Sprintf("namespace %q not found", ns))
+		return
+	}
+	if err != nil {
+		problem(w, r, http.StatusServiceUnavailable, "reading the namespace: "+err.Error())
+		return
+	}
+	httpjson.Write(w, http.StatusOK, SigningKey{Namespace: ns, Key: fmt.Sprintf("%x", callback.NamespaceKey(s.cfg.Callbacks.MasterKey, ns, uid)),
+		KeyID: uid, Algorithm: "HMAC-SHA256", Header: callback.SignatureHeader})
+}
+
+// callbackKeyID is the UID of namespace ns for a new invocation's
+// callback; the error is the HTTP status and why.
+func (s *Server) callbackKeyID(ctx context.Context, ns string) (string, int, error) {
+	uid, err := s.cfg.Callbacks.Namespaces.UID(ctx, ns, false)
+	if errors.Is(err, callback.ErrNoNamespace) {
+		return "", http.StatusNotFound, fmt.Errorf("namespace %q not found", ns)
+	}
+	if err != nil {
+		return "", http.StatusServiceUnavailable, fmt.Errorf("completion callback: reading the namespace: %w", err)
+	}
+	return uid, 0, nil
 }

@@ -160,6 +160,12 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 		MaxChunkBytes:     s.cfg.Store.Config.Chunks.MaxChunkData(), MaxChunks: s.cfg.Store.Config.Chunks.MaxPerInvocation}
 	if cb != nil {
 		inv.CallbackURL = cb.URL
+		keyID, code, err := s.callbackKeyID(ctx, ns)
+		if err != nil {
+			s.reject(w, code, err.Error())
+			return
+		}
+		inv.CallbackKeyID = keyID
 	}
 	// A sync caller registers before anything is published, so no result
 	// can slip past it. Its reply token makes its fast-path reply subject
@@ -296,7 +302,7 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation, hash strin
 	rec := messages.Record{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool, Mode: inv.Mode, State: messages.StateQueued,
 		Stream: st.Config.Stream, RequestHash: hash, AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt}
 	if inv.CallbackURL != "" {
-		rec.Callback = &messages.CallbackStatus{URL: inv.CallbackURL, State: messages.CallbackPending}
+		rec.Callback = &messages.CallbackStatus{URL: inv.CallbackURL, KeyID: inv.CallbackKeyID, State: messages.CallbackPending}
 	}
 	rev, err := st.Create(ctx, rec)
 	if errors.Is(err, stream.ErrExists) {

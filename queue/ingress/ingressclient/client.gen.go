@@ -239,6 +239,7 @@ type CallbackAttempt struct {
 // CallbackStatus defines model for CallbackStatus.
 type CallbackStatus struct {
 	Attempts *[]CallbackAttempt `json:"attempts,omitempty"`
+	KeyID    *string            `json:"keyID,omitempty"`
 	State    string             `json:"state"`
 	Url      string             `json:"url"`
 }
@@ -489,8 +490,11 @@ type SigningKey struct {
 	Header string `json:"header"`
 
 	// Key the namespace's HMAC-SHA256 key, hex-encoded
-	Key       string `json:"key"`
-	Namespace string `json:"namespace"`
+	Key string `json:"key"`
+
+	// KeyID the namespace's UID: the key is this namespace's only; one deleted and made again under its name has another (callback.keyID in a Record names the key its callback is signed with)
+	KeyID     *string `json:"keyID,omitempty"`
+	Namespace string  `json:"namespace"`
 }
 
 // Status defines model for Status.
@@ -637,7 +641,7 @@ type ClientInterface interface {
 
 	// GetCallbackSigningKey The namespace's completion-callback signing key
 	//
-	// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps); Runplane-Delivery names the delivery for deduplication. Needs RBAC get on pools/callbacksigningkey in the namespace.
+	// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps; the header may carry several v1 MACs: accept when one verifies); Runplane-Delivery names the delivery for deduplication. The key follows the namespace's UID (keyID): a namespace deleted and made again under its name has another. Needs RBAC get on pools/callbacksigningkey in the namespace.
 	//
 	// Corresponds with GET /v1/namespaces/{namespace}/callback-signing-key (the `GetCallbackSigningKey` operationId).
 	GetCallbackSigningKey(ctx context.Context, namespace string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -785,7 +789,7 @@ func (c *Client) GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn
 
 // GetCallbackSigningKey The namespace's completion-callback signing key
 //
-// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps); Runplane-Delivery names the delivery for deduplication. Needs RBAC get on pools/callbacksigningkey in the namespace.
+// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps; the header may carry several v1 MACs: accept when one verifies); Runplane-Delivery names the delivery for deduplication. The key follows the namespace's UID (keyID): a namespace deleted and made again under its name has another. Needs RBAC get on pools/callbacksigningkey in the namespace.
 //
 // Corresponds with GET /v1/namespaces/{namespace}/callback-signing-key (the `GetCallbackSigningKey` operationId).
 func (c *Client) GetCallbackSigningKey(ctx context.Context, namespace string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1394,7 +1398,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetCallbackSigningKeyWithResponse The namespace's completion-callback signing key
 	//
-	// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps); Runplane-Delivery names the delivery for deduplication. Needs RBAC get on pools/callbacksigningkey in the namespace.
+	// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps; the header may carry several v1 MACs: accept when one verifies); Runplane-Delivery names the delivery for deduplication. The key follows the namespace's UID (keyID): a namespace deleted and made again under its name has another. Needs RBAC get on pools/callbacksigningkey in the namespace.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -2316,7 +2320,7 @@ func (c *ClientWithResponses) GetReadinessWithResponse(ctx context.Context, reqE
 
 // GetCallbackSigningKeyWithResponse The namespace's completion-callback signing key
 //
-// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps); Runplane-Delivery names the delivery for deduplication. Needs RBAC get on pools/callbacksigningkey in the namespace.
+// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps; the header may carry several v1 MACs: accept when one verifies); Runplane-Delivery names the delivery for deduplication. The key follows the namespace's UID (keyID): a namespace deleted and made again under its name has another. Needs RBAC get on pools/callbacksigningkey in the namespace.
 //
 // Returns a wrapper object for the known response body format(s).
 //
