@@ -3,8 +3,8 @@ package queue_test
 import (
 	"context"
 	"encoding/hex"
-	"fmt"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
