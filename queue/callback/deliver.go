@@ -199,7 +199,7 @@ func (d *Deliverer) rescan(ctx context.Context, ns string, wg *sync.WaitGroup) {
 }
 
 func (d *Deliverer) scan(ctx context.Context, ns string) error {
-	w, err := d.cfg.Store.Records.Watch(ctx, ns+".*", jetstream.IgnoreDeletes())
+	w, err := d.cfg.Store.Records.Watch(ctx, ns+".>", jetstream.IgnoreDeletes())
 	if err != nil {
 		return fmt.Errorf("watch: %w", err)
 	}
