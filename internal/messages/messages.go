@@ -194,6 +194,9 @@ type Invocation struct {
 	// CallbackKeyID is the namespace's UID the callback is signed for
 	// (CallbackStatus.KeyID); likewise in the Record only.
 	CallbackKeyID string `json:"-"`
+	// CallbackEvents are the callback's events (CallbackStatus.Events);
+	// likewise in the Record only.
+	CallbackEvents []CallbackEvent `json:"-"`
 }
 
 // Dispatch is what the activator sends a worker on dispatch.<ns>.<pool>.<worker>.

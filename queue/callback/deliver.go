@@ -225,14 +225,40 @@ func (d *Deliverer) scan(ctx context.Context, ns string) error {
 	}
 }
 
-// due: terminal, with a callback not yet delivered or given up.
+// due: a callback event to send: the start once the invocation runs (or
+// has ended), the completion once it is terminal.
 func due(r messages.Record) bool {
-	return r.State.Terminal() && r.Callback != nil && r.Callback.State == messages.CallbackPending
+	_, ok := next(r)
+	return ok
 }
 
-// deliver makes the next attempt of key's callback when it is due, records
-// it, and schedules the retry: keep is true when one is scheduled (the key
-// stays pending in the queue, holding no worker while it waits).
+// next is the event of r to send now: the start first, when asked for
+// and pending; then the completion.
+func next(r messages.Record) (messages.CallbackEvent, bool) {
+	if r.Callback == nil {
+		return "", false
+	}
+	if st := r.Callback.Start; st != nil && st.State == messages.CallbackPending && (r.State == messages.StateRunning || r.State.Terminal()) {
+		return messages.CallbackEventStart, true
+	}
+	if r.State.Terminal() && r.Callback.State == messages.CallbackPending {
+		return messages.CallbackEventCompleted, true
+	}
+	return "", false
+}
+
+// delivery is the state and attempts of event's delivery in c.
+func delivery(c *messages.CallbackStatus, event messages.CallbackEvent) (*messages.CallbackState, *[]messages.CallbackAttempt) {
+	if event == messages.CallbackEventStart {
+		return &c.Start.State, &c.Start.Attempts
+	}
+	return &c.State, &c.Attempts
+}
+
+// deliver makes the next attempt of key's next callback event when it is
+// due, records it, and schedules what follows: keep is true when a retry
+// or the next event is scheduled (the key stays pending in the queue,
+// holding no worker while it waits).
 func (d *Deliverer) deliver(ctx context.Context, key string) (keep bool) {
 	rec, _, err := d.cfg.Store.Get(ctx, key)
 	if err != nil && !errors.Is(err, stream.ErrNotFound) {
@@ -241,12 +267,14 @@ func (d *Deliverer) deliver(ctx context.Context, key string) (keep bool) {
 		d.retryAt(ctx, key, time.Second)
 		return true
 	}
-	if err != nil || !due(rec) {
+	event, ok := next(rec)
+	if err != nil || !ok {
 		return false
 	}
+	_, attempts := delivery(rec.Callback, event)
 	now := d.cfg.Clock.Now()
-	if n := len(rec.Callback.Attempts); n > 0 {
-		if next := rec.Callback.Attempts[n-1].NextAt; next != nil && next.After(now) {
+	if n := len(*attempts); n > 0 {
+		if next := (*attempts)[n-1].NextAt; next != nil && next.After(now) {
 			d.retryAt(ctx, key, next.Sub(now))
 			return true
 		}
@@ -257,11 +285,11 @@ func (d *Deliverer) deliver(ctx context.Context, key string) (keep bool) {
 		d.retryAt(ctx, key, time.Second)
 		return true
 	}
-	attempt := d.post(ctx, rec, keys)
+	attempt := d.post(ctx, rec, event, keys)
 	if ctx.Err() != nil {
 		return false // stopped mid-POST: the next leader sends it
 	}
-	n := len(rec.Callback.Attempts) + 1
+	n := len(*attempts) + 1
 	state := messages.CallbackPending
 	switch {
 	case attempt.StatusCode >= 200 && attempt.StatusCode < 300:
@@ -273,22 +301,30 @@ func (d *Deliverer) deliver(ctx context.Context, key string) (keep bool) {
 		attempt.NextAt = &next
 	}
 	d.m.attempts.WithLabelValues(string(state)).Inc()
-	_, _, err = d.cfg.Store.Update(ctx, key, func(r *messages.Record) bool {
-		if !due(*r) || len(r.Callback.Attempts) != n-1 {
+	cur, _, err := d.cfg.Store.Update(ctx, key, func(r *messages.Record) bool {
+		if e, ok := next(*r); !ok || e != event {
 			return false // another sender got there
 		}
-		r.Callback.Attempts = append(r.Callback.Attempts, attempt)
-		r.Callback.State = state
+		st, as := delivery(r.Callback, event)
+		if len(*as) != n-1 {
+			return false
+		}
+		*as = append(*as, attempt)
+		*st = state
 		return true
 	})
 	if err != nil {
 		d.cfg.Logger.Warn("callback: record attempt", "record", key, "err", err)
 	}
-	if state != messages.CallbackPending {
-		return false
+	if state == messages.CallbackPending {
+		d.retryAt(ctx, key, d.backoff(n))
+		return true
 	}
-	d.retryAt(ctx, key, d.backoff(n))
-	return true
+	if err == nil && due(cur) {
+		d.retryAt(ctx, key, 0) // the completion after the start
+		return true
+	}
+	return false
 }
 
 // retryAt makes key ready again after a while (a stopped leader's timers
@@ -330,8 +366,8 @@ func (d *Deliverer) keys(ctx context.Context, rec messages.Record) ([][]byte, er
 	return [][]byte{NamespaceKey(d.cfg.MasterKey, rec.Namespace, uid), legacy}, nil
 }
 
-// post sends rec, signed with keys, to its callback URL once.
-func (d *Deliverer) post(ctx context.Context, rec messages.Record, keys [][]byte) messages.CallbackAttempt {
+// post sends rec, signed with keys, to its callback URL once, as event.
+func (d *Deliverer) post(ctx context.Context, rec messages.Record, event messages.CallbackEvent, keys [][]byte) messages.CallbackAttempt {
 	at := d.cfg.Clock.Now().UTC()
 	a := messages.CallbackAttempt{At: at}
 	body, err := json.Marshal(rec)
@@ -346,8 +382,12 @@ func (d *Deliverer) post(ctx context.Context, rec messages.Record, keys [][]byte
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "runplane-callback")
-	req.Header.Set(EventHeader, "completed")
-	req.Header.Set(DeliveryHeader, rec.Namespace+"/"+rec.InvocationID+"/"+string(rec.State))
+	req.Header.Set(EventHeader, string(event))
+	what := string(rec.State)
+	if event == messages.CallbackEventStart {
+		what = string(event)
+	}
+	req.Header.Set(DeliveryHeader, rec.Namespace+"/"+rec.InvocationID+"/"+what)
 	req.Header.Set(SignatureHeader, Sign(at, body, keys...))
 	resp, err := d.client.Do(req)
 	if err != nil {

@@ -17,10 +17,12 @@ const (
 	// over "<t>.<body>" with the namespace's key: the timestamp is signed,
 	// so a receiver that refuses old ones stops replays.
 	SignatureHeader = "Runplane-Signature"
-	// DeliveryHeader names the delivery: "<namespace>/<invocation ID>/<state>",
-	// the same for every retry of it (receivers deduplicate on it).
+	// DeliveryHeader names the delivery: "<namespace>/<invocation ID>/<state>"
+	// ("<namespace>/<invocation ID>/start" for the start event), the same
+	// for every retry of it (receivers deduplicate on it).
 	DeliveryHeader = "Runplane-Delivery"
-	// EventHeader is the event: "completed".
+	// EventHeader is the event: "completed", or "start" when asked for
+	// (callbackEvents).
 	EventHeader = "Runplane-Event"
 )
 

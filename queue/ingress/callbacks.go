@@ -40,13 +40,17 @@ type SigningKey struct {
 }
 
 // callbackStatus is the Record's callback of an invocation: its own
-// callbackURL, else its pool's runplane.io/callback-url; nil when none.
-func (s *Server) callbackStatus(reqURL, poolURL string) (*messages.CallbackStatus, error) {
+// callbackURL, else its pool's runplane.io/callback-url, with the events
+// asked for; nil when none.
+func (s *Server) callbackStatus(reqURL, poolURL string, events []messages.CallbackEvent) (*messages.CallbackStatus, error) {
 	u, field := reqURL, "field callbackURL"
 	if u == "" {
 		u, field = poolURL, "the pool's annotation "+api.AnnotationCallbackURL
 	}
 	if u == "" {
+		if len(events) > 0 {
+			return nil, errors.New("field callbackEvents: no callbackURL, and the pool has no " + api.AnnotationCallbackURL)
+		}
 		return nil, nil
 	}
 	if s.cfg.Callbacks == nil {
@@ -55,7 +59,25 @@ func (s *Server) callbackStatus(reqURL, poolURL string) (*messages.CallbackStatu
 	if err := s.cfg.Callbacks.Targets.ValidateURL(u); err != nil {
 		return nil, fmt.Errorf("%s: %w", field, err)
 	}
-	return &messages.CallbackStatus{URL: u, State: messages.CallbackPending}, nil
+	if err := validEvents(events); err != nil {
+		return nil, err
+	}
+	return &messages.CallbackStatus{URL: u, State: messages.CallbackPending, Events: events}, nil
+}
+
+// validEvents: known events, each once.
+func validEvents(events []messages.CallbackEvent) error {
+	seen := map[messages.CallbackEvent]bool{}
+	for _, e := range events {
+		if e != messages.CallbackEventStart && e != messages.CallbackEventCompleted {
+			return fmt.Errorf("field callbackEvents: %q is not an event: start or completed", e)
+		}
+		if seen[e] {
+			return fmt.Errorf("field callbackEvents: %q twice", e)
+		}
+		seen[e] = true
+	}
+	return nil
 }
 
 func (s *Server) handleSigningKey(w http.ResponseWriter, r *http.Request) {

@@ -89,6 +89,24 @@ func (e AttemptOutcomeState) Valid() bool {
 	}
 }
 
+// Defines values for CallbackStatusEvents.
+const (
+	CallbackStatusEventsCompleted CallbackStatusEvents = "completed"
+	CallbackStatusEventsStart     CallbackStatusEvents = "start"
+)
+
+// Valid indicates whether the value is a known member of the CallbackStatusEvents enum.
+func (e CallbackStatusEvents) Valid() bool {
+	switch e {
+	case CallbackStatusEventsCompleted:
+		return true
+	case CallbackStatusEventsStart:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for InvocationProblemState.
 const (
 	InvocationProblemStateCancelled    InvocationProblemState = "cancelled"
@@ -119,6 +137,24 @@ func (e InvocationProblemState) Valid() bool {
 	case InvocationProblemStateSucceeded:
 		return true
 	case InvocationProblemStateTimedOut:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for InvokeRequestCallbackEvents.
+const (
+	InvokeRequestCallbackEventsCompleted InvokeRequestCallbackEvents = "completed"
+	InvokeRequestCallbackEventsStart     InvokeRequestCallbackEvents = "start"
+)
+
+// Valid indicates whether the value is a known member of the InvokeRequestCallbackEvents enum.
+func (e InvokeRequestCallbackEvents) Valid() bool {
+	switch e {
+	case InvokeRequestCallbackEventsCompleted:
+		return true
+	case InvokeRequestCallbackEventsStart:
 		return true
 	default:
 		return false
@@ -236,13 +272,24 @@ type CallbackAttempt struct {
 	StatusCode *int       `json:"statusCode,omitempty"`
 }
 
+// CallbackDelivery defines model for CallbackDelivery.
+type CallbackDelivery struct {
+	Attempts *[]CallbackAttempt `json:"attempts,omitempty"`
+	State    string             `json:"state"`
+}
+
 // CallbackStatus defines model for CallbackStatus.
 type CallbackStatus struct {
-	Attempts *[]CallbackAttempt `json:"attempts,omitempty"`
-	KeyID    *string            `json:"keyID,omitempty"`
-	State    string             `json:"state"`
-	Url      string             `json:"url"`
+	Attempts *[]CallbackAttempt      `json:"attempts,omitempty"`
+	Events   *[]CallbackStatusEvents `json:"events,omitempty"`
+	KeyID    *string                 `json:"keyID,omitempty"`
+	Start    *CallbackDelivery       `json:"start,omitempty"`
+	State    string                  `json:"state"`
+	Url      string                  `json:"url"`
 }
+
+// CallbackStatusEvents defines model for CallbackStatus.Events.
+type CallbackStatusEvents string
 
 // InvocationProblem defines model for InvocationProblem.
 type InvocationProblem struct {
@@ -278,6 +325,9 @@ type InvocationProblemState string
 type InvokeRequest struct {
 	Attributes *map[string]string `json:"attributes,omitempty"`
 
+	// CallbackEvents the callback's events (Runplane-Event): start (the invocation began to run) and completed (terminal, always sent); default [completed]
+	CallbackEvents *[]InvokeRequestCallbackEvents `json:"callbackEvents,omitempty"`
+
 	// CallbackURL POST the terminal Record here, signed (Runplane-Signature); default: the pool's runplane.io/callback-url
 	CallbackURL  *string            `json:"callbackURL,omitempty"`
 	ContentType  *string            `json:"contentType,omitempty"`
@@ -299,6 +349,9 @@ type InvokeRequest struct {
 	// TtlSeconds time allowed in the queue before dispatch, in seconds (0 or absent: the ingress's default, 600 unless configured); the maximum is this ingress's configured limit
 	TtlSeconds *int `json:"ttlSeconds,omitempty"`
 }
+
+// InvokeRequestCallbackEvents the callback's events (Runplane-Event): start (the invocation began to run) and completed (terminal, always sent); default [completed]
+type InvokeRequestCallbackEvents string
 
 // InvokeRequestMode defines model for InvokeRequest.Mode.
 type InvokeRequestMode string
