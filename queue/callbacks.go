@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/runplane/runplane/queue/callback"
 	"github.com/runplane/runplane/queue/ingress"
@@ -41,7 +41,7 @@ type CallbackOptions struct {
 
 // callbackConfig reads the master key and the target rules; nil when
 // callbacks are off.
-func callbackConfig(o CallbackOptions, kube kubernetes.Interface) (*ingress.CallbackConfig, error) {
+func callbackConfig(o CallbackOptions, rc *rest.Config) (*ingress.CallbackConfig, error) {
 	key := o.MasterKey
 	if o.MasterKeyFile != "" {
 		s, err := readSecretFile(o.MasterKeyFile)
@@ -69,7 +69,13 @@ func callbackConfig(o CallbackOptions, kube kubernetes.Interface) (*ingress.Call
 	nss := o.Namespaces
 	switch {
 	case nss != nil:
-	case kube != nil:
+	case rc != nil:
+		// Its own client: however often the signing-key endpoint is called,
+		// the activator's scaling and the informers keep their rate.
+		kube, err := limitedClient(rc, ClientLimits{}, 20, 40)
+		if err != nil {
+			return nil, fmt.Errorf("queue: callbacks: %w", err)
+		}
 		// A UID read is kept 10s: new invocations' callbacks only; the
 		// signing-key endpoint reads fresh.
 		nss = callback.NewKubeNamespaces(kube.CoreV1(), 10*time.Second)
