@@ -147,9 +147,17 @@ func (d *Deliverer) Start(ctx context.Context) error {
 			if e != nil && e.Operation() == jetstream.KeyValuePut && wantsCallback(e.Value()) {
 				// Refused when its namespace is full: it stays pending in
 				// the Record, and the namespace's rescan finds it.
-				d.q.add(e.Key())
+				d.add(e.Key())
 			}
 		}
+	}
+}
+
+// add queues key, counting it when its namespace is full (it stays
+// pending in its Record until the namespace's rescan).
+func (d *Deliverer) add(key string) {
+	if _, full := d.q.add(key); full {
+		d.m.deferred.Inc()
 	}
 }
 
@@ -219,7 +227,7 @@ func (d *Deliverer) scan(ctx context.Context, ns string) error {
 				return nil // the namespace's current Records are read
 			}
 			if e.Operation() == jetstream.KeyValuePut && wantsCallback(e.Value()) {
-				d.q.add(e.Key())
+				d.add(e.Key())
 			}
 		}
 	}
@@ -403,13 +411,19 @@ func (d *Deliverer) post(ctx context.Context, rec messages.Record, event message
 	return a
 }
 
-type deliverMetrics struct{ attempts *prometheus.CounterVec }
+type deliverMetrics struct {
+	attempts *prometheus.CounterVec
+	deferred prometheus.Counter
+}
 
 func newDeliverMetrics(r prometheus.Registerer) *deliverMetrics {
 	m := &deliverMetrics{attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_callback_attempts_total",
-		Help: "Completion callback POSTs, by the callback's state after them (delivered, pending: retried, failed: given up)."}, []string{"state"})}
+		Help: "Completion callback POSTs, by the callback's state after them (delivered, pending: retried, failed: given up)."}, []string{"state"}),
+		deferred: prometheus.NewCounter(prometheus.CounterOpts{Name: "runplane_callback_deferred_total",
+			Help: "Callbacks left pending in their Records because their namespace had as many held in memory as it may (read back once it has room)."})}
 	if r != nil {
 		_ = r.Register(m.attempts)
+		_ = r.Register(m.deferred)
 	}
 	return m
 }

@@ -49,8 +49,9 @@ func namespaceOf(key string) string {
 }
 
 // add queues a new key. False when it is here already, or when its
-// namespace has maxPending keys (then the namespace is overflowed).
-func (q *fairQueue) add(key string) bool {
+// namespace has maxPending keys: then full is true and the namespace is
+// overflowed.
+func (q *fairQueue) add(key string) (added, full bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	ns := namespaceOf(key)
@@ -61,16 +62,16 @@ func (q *fairQueue) add(key string) bool {
 		q.order = append(q.order, ns)
 	}
 	if _, ok := s.pending[key]; ok {
-		return false
+		return false, false
 	}
 	if len(s.pending) >= q.maxPending {
 		s.overflow = true
-		return false
+		return false, true
 	}
 	s.pending[key] = struct{}{}
 	s.ready = append(s.ready, key)
 	q.signal()
-	return true
+	return true, false
 }
 
 // requeue makes a key that is still pending (its retry is due) ready again.

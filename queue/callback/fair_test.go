@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -27,11 +28,15 @@ func TestFairQueue(t *testing.T) {
 	ctx := context.Background()
 	q := newFairQueue(2, 4)
 	for i := range 4 {
-		require.True(t, q.add(fmt.Sprintf("a.%d", i)))
+		added, _ := q.add(fmt.Sprintf("a.%d", i))
+		require.True(t, added)
 	}
-	require.False(t, q.add("a.0"), "already here")
-	require.False(t, q.add("a.9"), "a is full")
-	require.True(t, q.add("b.0"), "b is not")
+	added, full := q.add("a.0")
+	require.False(t, added || full, "already here")
+	added, full = q.add("a.9")
+	require.True(t, !added && full, "a is full")
+	added, _ = q.add("b.0")
+	require.True(t, added, "b is not")
 
 	var got []string
 	for range 3 {
@@ -96,7 +101,7 @@ func terminal(t *testing.T, st *stream.Store, ns, id, url string) {
 
 var testMaster = []byte("0123456789abcdef0123456789abcdef")
 
-func runDeliverer(t *testing.T, cfg Config) {
+func runDeliverer(t *testing.T, cfg Config) *Deliverer {
 	t.Helper()
 	cfg.MasterKey = testMaster
 	cfg.Targets = Targets{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
@@ -109,6 +114,7 @@ func runDeliverer(t *testing.T, cfg Config) {
 		cancel()
 		require.NoError(t, <-done)
 	})
+	return d
 }
 
 // TestDeliverHangingNamespaceHoldsItsShareOnly: namespace team-a has many
@@ -188,7 +194,7 @@ func TestDeliverFullNamespaceLosesNothing(t *testing.T) {
 	for i := range n {
 		terminal(t, st, "team-a", fmt.Sprintf("i%d", i), rc.URL)
 	}
-	runDeliverer(t, Config{Store: st, Workers: 2, NamespaceWorkers: 1, NamespaceMaxPending: 2})
+	d := runDeliverer(t, Config{Store: st, Workers: 2, NamespaceWorkers: 1, NamespaceMaxPending: 2})
 	require.Eventually(t, func() bool {
 		for i := range n {
 			rec, _, err := st.Get(context.Background(), stream.Key("team-a", fmt.Sprintf("i%d", i)))
@@ -198,6 +204,7 @@ func TestDeliverFullNamespaceLosesNothing(t *testing.T) {
 		}
 		return true
 	}, time.Minute, 20*time.Millisecond, "every callback delivered")
+	assert.Positive(t, testutil.ToFloat64(d.m.deferred), "some waited in their Records")
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, got, n)
