@@ -119,62 +119,76 @@ func runDeliverer(t *testing.T, cfg Config) *Deliverer {
 
 // TestDeliverHangingNamespaceHoldsItsShareOnly: namespace team-a has many
 // callbacks whose target never answers until the test ends (each POST
-// would hold a worker for the whole 10-minute timeout); team-b's callback,
-// queued after all of them, is delivered meanwhile, and team-a never had
-// more than its share of the workers.
+// would hold a worker for the whole 10-minute timeout); team-b's callback
+// is delivered meanwhile, whether it was queued behind all of team-a's or
+// came once team-a's share of the workers was hanging (the one left is
+// free: the cap, not the turn order, keeps it), and team-a never had more
+// than its share.
 func TestDeliverHangingNamespaceHoldsItsShareOnly(t *testing.T) {
-	st := startStore(t)
-	release := make(chan struct{})
-	var mu sync.Mutex
-	inFlight, maxInFlight := 0, 0
-	arrived := make(chan struct{}, 16)
-	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		inFlight++
-		maxInFlight = max(maxInFlight, inFlight)
-		mu.Unlock()
-		select {
-		case arrived <- struct{}{}:
-		default:
-		}
-		defer func() { mu.Lock(); inFlight--; mu.Unlock() }()
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(hang.Close)
-	bGot := make(chan string, 1)
-	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case bGot <- r.Header.Get(DeliveryHeader):
-		default:
-		}
-	}))
-	t.Cleanup(b.Close)
-	for i := range 16 {
-		terminal(t, st, "team-a", fmt.Sprintf("slow-%d", i), hang.URL)
-	}
-	terminal(t, st, "team-b", "fast", b.URL)
-	t.Cleanup(func() { close(release) }) // runs before the servers close
+	for _, tc := range []struct {
+		name string
+		late bool // team-b's Record written once team-a's share hangs
+	}{{"queued behind", false}, {"arrives later", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := startStore(t)
+			release := make(chan struct{})
+			var mu sync.Mutex
+			inFlight, maxInFlight := 0, 0
+			arrived := make(chan struct{}, 16)
+			hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				inFlight++
+				maxInFlight = max(maxInFlight, inFlight)
+				mu.Unlock()
+				select {
+				case arrived <- struct{}{}:
+				default:
+				}
+				defer func() { mu.Lock(); inFlight--; mu.Unlock() }()
+				select {
+				case <-release:
+				case <-r.Context().Done():
+				}
+			}))
+			t.Cleanup(hang.Close)
+			bGot := make(chan string, 1)
+			b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				select {
+				case bGot <- r.Header.Get(DeliveryHeader):
+				default:
+				}
+			}))
+			t.Cleanup(b.Close)
+			for i := range 16 {
+				terminal(t, st, "team-a", fmt.Sprintf("slow-%d", i), hang.URL)
+			}
+			if !tc.late {
+				terminal(t, st, "team-b", "fast", b.URL)
+			}
+			t.Cleanup(func() { close(release) }) // runs before the servers close
 
-	runDeliverer(t, Config{Store: st, Workers: 4, NamespaceWorkers: 2, Timeout: 10 * time.Minute})
-	select {
-	case d := <-bGot:
-		assert.Equal(t, "team-b/fast/succeeded", d)
-	case <-time.After(time.Minute):
-		require.Fail(t, "team-b's callback waits behind team-a's hanging targets")
+			runDeliverer(t, Config{Store: st, Workers: 3, NamespaceWorkers: 2, Timeout: 10 * time.Minute})
+			for range 2 { // team-a's share is hanging (and stays so: nothing releases it)
+				select {
+				case <-arrived:
+				case <-time.After(time.Minute):
+					require.FailNow(t, "team-a's POSTs did not start")
+				}
+			}
+			if tc.late {
+				terminal(t, st, "team-b", "fast", b.URL)
+			}
+			select {
+			case d := <-bGot:
+				assert.Equal(t, "team-b/fast/succeeded", d)
+			case <-time.After(time.Minute):
+				require.Fail(t, "team-b's callback waits behind team-a's hanging targets")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			assert.LessOrEqual(t, maxInFlight, 2, "team-a held at most its share of the workers")
+		})
 	}
-	for range 2 { // team-a's share is hanging (and stays so: nothing releases it)
-		select {
-		case <-arrived:
-		case <-time.After(time.Minute):
-			require.Fail(t, "team-a's POSTs did not start")
-		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	assert.LessOrEqual(t, maxInFlight, 2, "team-a held at most its share of the workers")
 }
 
 // TestDeliverFullNamespaceLosesNothing: a namespace with more callbacks
