@@ -1,8 +1,10 @@
 package queue_test
 
 import (
+	"context"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -31,8 +33,8 @@ type receiver struct {
 }
 
 type received struct {
-	body             []byte
-	signature, deliv string
+	body                    []byte
+	signature, deliv, event string
 }
 
 func newReceiver(t testing.TB, codes ...int) *receiver {
@@ -40,7 +42,8 @@ func newReceiver(t testing.TB, codes ...int) *receiver {
 	rc.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		rc.mu.Lock()
-		rc.got = append(rc.got, received{body: b, signature: r.Header.Get(callback.SignatureHeader), deliv: r.Header.Get(callback.DeliveryHeader)})
+		rc.got = append(rc.got, received{body: b, signature: r.Header.Get(callback.SignatureHeader), deliv: r.Header.Get(callback.DeliveryHeader),
+			event: r.Header.Get(callback.EventHeader)})
 		code := rc.codes[min(len(rc.got), len(rc.codes))-1]
 		rc.mu.Unlock()
 		w.WriteHeader(code)
@@ -57,11 +60,21 @@ func (rc *receiver) received() []received {
 
 func callbackEnv(t testing.TB, allowLoopback bool, attempts int) *env {
 	return newEnv(t, func(c *queue.Config) {
-		c.Callbacks = queue.CallbackOptions{MasterKey: testMasterKey, Backoff: 20 * time.Millisecond, MaxAttempts: attempts}
+		c.Callbacks = queue.CallbackOptions{MasterKey: testMasterKey, Backoff: 20 * time.Millisecond, MaxAttempts: attempts, Namespaces: namespaceUIDs{"default": "uid-default"}}
 		if allowLoopback {
 			c.Callbacks.AllowCIDRs = []string{"127.0.0.0/8"}
 		}
 	})
+}
+
+// namespaceUIDs stands for the API server's namespaces (-no-kube has none).
+type namespaceUIDs map[string]string
+
+func (u namespaceUIDs) UID(_ context.Context, ns string, _ bool) (string, error) {
+	if id, ok := u[ns]; ok {
+		return id, nil
+	}
+	return "", fmt.Errorf("namespace %q: %w", ns, callback.ErrNoNamespace)
 }
 
 // waitCallback waits until invocation id's callback is no longer pending.
@@ -101,7 +114,11 @@ func TestCallbackDeliveredOnceSigned(t *testing.T) {
 	key, err := hex.DecodeString(kr.body["key"].(string))
 	require.NoError(t, err)
 	require.NoError(t, callback.Verify(key, got[0].signature, got[0].body, time.Now(), 5*time.Minute))
-	assert.Error(t, callback.Verify(callback.NamespaceKey(testMasterKey, "other"), got[0].signature, got[0].body, time.Now(), 5*time.Minute),
+	assert.Equal(t, "uid-default", kr.body["keyID"])
+	assert.Equal(t, "uid-default", rec.Callback.KeyID, "the Record names the key it is signed with")
+	assert.Error(t, callback.Verify(callback.NamespaceKey(testMasterKey, "default", "uid-other"), got[0].signature, got[0].body, time.Now(), 5*time.Minute),
+		"a namespace made again under the name does not verify it")
+	assert.Error(t, callback.Verify(callback.NamespaceKey(testMasterKey, "other", "uid-default"), got[0].signature, got[0].body, time.Now(), 5*time.Minute),
 		"another namespace's key does not verify it")
 }
 
@@ -168,4 +185,51 @@ func TestCallbackPendingSurvivesRestart(t *testing.T) {
 	assert.Equal(t, messages.CallbackDelivered, rec.Callback.State)
 	assert.Len(t, rec.Callback.Attempts, 2)
 	assert.Len(t, rc.received(), 2)
+}
+
+// TestCallbackStartEvent: callbackEvents [start, completed] POSTs the
+// start (once the invocation runs) and then the completion, each once,
+// each recorded; without callbackEvents only the completion goes; an
+// unknown event, or events without a callback, are a 400.
+func TestCallbackStartEvent(t *testing.T) {
+	e := callbackEnv(t, true, 0)
+	e.worker("w1", 1, stubworker.Echo)
+	rc := newReceiver(t, http.StatusOK)
+	r := e.invoke(map[string]any{"mode": "async", "invocationID": "cb-s", "callbackURL": rc.srv.URL, "callbackEvents": []string{"start", "completed"}})
+	require.Equal(t, http.StatusAccepted, r.code, "%s", r.raw)
+	rec := e.waitCallback("cb-s")
+	assert.Equal(t, messages.CallbackDelivered, rec.Callback.State)
+	require.NotNil(t, rec.Callback.Start)
+	assert.Equal(t, messages.CallbackDelivered, rec.Callback.Start.State)
+	require.Len(t, rec.Callback.Start.Attempts, 1)
+	got := rc.received()
+	require.Len(t, got, 2)
+	assert.Equal(t, []string{"start", "completed"}, []string{got[0].event, got[1].event})
+	assert.Equal(t, []string{"default/cb-s/start", "default/cb-s/succeeded"}, []string{got[0].deliv, got[1].deliv})
+	var started messages.Record
+	require.NoError(t, json.Unmarshal(got[0].body, &started))
+	assert.Contains(t, []messages.State{messages.StateRunning, messages.StateSucceeded}, started.State)
+	kr := e.do("GET", "/v1/namespaces/default/callback-signing-key", nil)
+	require.Equal(t, http.StatusOK, kr.code, "%s", kr.raw)
+	key, err := hex.DecodeString(kr.body["key"].(string))
+	require.NoError(t, err)
+	require.NoError(t, callback.Verify(key, got[0].signature, got[0].body, time.Now(), 5*time.Minute))
+
+	plain := newReceiver(t, http.StatusOK)
+	r = e.invoke(map[string]any{"mode": "async", "invocationID": "cb-c", "callbackURL": plain.srv.URL})
+	require.Equal(t, http.StatusAccepted, r.code, "%s", r.raw)
+	rec = e.waitCallback("cb-c")
+	assert.Nil(t, rec.Callback.Start)
+	require.Len(t, plain.received(), 1)
+	assert.Equal(t, "completed", plain.received()[0].event)
+
+	for _, body := range []map[string]any{
+		{"mode": "async", "callbackURL": rc.srv.URL, "callbackEvents": []string{"output"}},
+		{"mode": "async", "callbackURL": rc.srv.URL, "callbackEvents": []string{"start", "start"}},
+		{"mode": "async", "callbackEvents": []string{"start"}},
+	} {
+		r := e.invoke(body)
+		assert.Equal(t, http.StatusBadRequest, r.code, "%v: %s", body, r.raw)
+		assert.Contains(t, r.body["detail"], "callbackEvents", body)
+	}
 }

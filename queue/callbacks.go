@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/rest"
 
 	"github.com/runplane/runplane/queue/callback"
 	"github.com/runplane/runplane/queue/ingress"
@@ -26,15 +27,21 @@ type CallbackOptions struct {
 	// although public (e.g. the cluster's Pod and Service ranges when they
 	// are public addresses).
 	AllowCIDRs, DenyCIDRs []string
-	// MaxAttempts, Backoff, Timeout: callback.Config's.
-	MaxAttempts int
-	Backoff     time.Duration
-	Timeout     time.Duration
+	// MaxAttempts, Backoff, Timeout, Workers, NamespaceWorkers:
+	// callback.Config's.
+	MaxAttempts      int
+	Backoff          time.Duration
+	Timeout          time.Duration
+	Workers          int
+	NamespaceWorkers int
+	// Namespaces tells the namespace UIDs the keys follow (tests); default:
+	// the API server (get namespaces), or none without Kubernetes.
+	Namespaces callback.Namespaces
 }
 
 // callbackConfig reads the master key and the target rules; nil when
 // callbacks are off.
-func callbackConfig(o CallbackOptions) (*ingress.CallbackConfig, error) {
+func callbackConfig(o CallbackOptions, rc *rest.Config) (*ingress.CallbackConfig, error) {
 	key := o.MasterKey
 	if o.MasterKeyFile != "" {
 		s, err := readSecretFile(o.MasterKeyFile)
@@ -59,11 +66,27 @@ func callbackConfig(o CallbackOptions) (*ingress.CallbackConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue: callback denied ranges: %w", err)
 	}
-	return &ingress.CallbackConfig{Targets: callback.Targets{Allow: allow, Deny: deny}, MasterKey: key}, nil
+	nss := o.Namespaces
+	switch {
+	case nss != nil:
+	case rc != nil:
+		// Its own client: however often the signing-key endpoint is called,
+		// the activator's scaling and the informers keep their rate.
+		kube, err := limitedClient(rc, ClientLimits{}, 20, 40)
+		if err != nil {
+			return nil, fmt.Errorf("queue: callbacks: %w", err)
+		}
+		// A UID read is kept 10s: new invocations' callbacks only; the
+		// signing-key endpoint reads fresh.
+		nss = callback.NewKubeNamespaces(kube.CoreV1(), 10*time.Second)
+	default:
+		nss = callback.NoNamespaces{}
+	}
+	return &ingress.CallbackConfig{Targets: callback.Targets{Allow: allow, Deny: deny}, MasterKey: key, Namespaces: nss}, nil
 }
 
 // newDeliverer is the callback sender, run with the activator.
 func newDeliverer(cc *ingress.CallbackConfig, o CallbackOptions, st *stream.Store, reg prometheus.Registerer, log *slog.Logger) (*callback.Deliverer, error) {
-	return callback.New(callback.Config{Store: st, MasterKey: cc.MasterKey, Targets: cc.Targets, MaxAttempts: o.MaxAttempts,
-		Backoff: o.Backoff, Timeout: o.Timeout, Logger: log.With("component", "callbacks"), Registerer: reg})
+	return callback.New(callback.Config{Store: st, MasterKey: cc.MasterKey, Namespaces: cc.Namespaces, Targets: cc.Targets, MaxAttempts: o.MaxAttempts,
+		Backoff: o.Backoff, Timeout: o.Timeout, Workers: o.Workers, NamespaceWorkers: o.NamespaceWorkers, Logger: log.With("component", "callbacks"), Registerer: reg})
 }

@@ -34,6 +34,8 @@ func (f *callbackFlags) register(c *queue.Config) {
 	flag.StringVar(&f.allow, "callback-allow-cidrs", "", "comma-separated ranges a callback may reach although they are not public (an in-cluster receiver you vouch for)")
 	flag.StringVar(&f.deny, "callback-deny-cidrs", "", "comma-separated ranges a callback may not reach although public (e.g. the cluster's Pod and Service ranges)")
 	flag.IntVar(&c.Callbacks.MaxAttempts, "callback-max-attempts", 6, "POSTs of one completion callback before it is given up")
+	flag.IntVar(&c.Callbacks.Workers, "callback-workers", 8, "completion callback POSTs in flight, all namespaces together")
+	flag.IntVar(&c.Callbacks.NamespaceWorkers, "callback-namespace-workers", 2, "completion callback POSTs in flight of one namespace (at most -callback-workers): a tenant whose targets hang holds no more")
 }
 
 // apply fills c.Callbacks: the target rules, and the key file from the

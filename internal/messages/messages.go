@@ -191,6 +191,12 @@ type Invocation struct {
 	// CallbackURL is where the ingress asks for a completion callback; it
 	// goes into the Record only, never into a message.
 	CallbackURL string `json:"-"`
+	// CallbackKeyID is the namespace's UID the callback is signed for
+	// (CallbackStatus.KeyID); likewise in the Record only.
+	CallbackKeyID string `json:"-"`
+	// CallbackEvents are the callback's events (CallbackStatus.Events);
+	// likewise in the Record only.
+	CallbackEvents []CallbackEvent `json:"-"`
 }
 
 // Dispatch is what the activator sends a worker on dispatch.<ns>.<pool>.<worker>.

@@ -108,15 +108,23 @@ func TestClientChecksTheDialledAddress(t *testing.T) {
 }
 
 // TestSignVerify: a signature verifies with its namespace's key only,
-// over the exact body, within the tolerance.
+// over the exact body, within the tolerance; a namespace made again under
+// the same name (another UID) has another key.
 func TestSignVerify(t *testing.T) {
 	master := []byte("master-key-0123456789")
 	now := time.Unix(1_800_000_000, 0)
 	body := []byte(`{"invocationID":"i1","state":"succeeded"}`)
-	sig := Sign(NamespaceKey(master, "team-a"), now, body)
-	require.NoError(t, Verify(NamespaceKey(master, "team-a"), sig, body, now.Add(time.Minute), 5*time.Minute))
-	assert.ErrorContains(t, Verify(NamespaceKey(master, "team-b"), sig, body, now, 5*time.Minute), "no v1 MAC")
-	assert.ErrorContains(t, Verify(NamespaceKey(master, "team-a"), sig, append(body, ' '), now, 5*time.Minute), "no v1 MAC")
-	assert.ErrorContains(t, Verify(NamespaceKey(master, "team-a"), sig, body, now.Add(time.Hour), 5*time.Minute), "replay")
-	assert.NotEqual(t, NamespaceKey(master, "team-a"), NamespaceKey(master, "team-b"))
+	a := NamespaceKey(master, "team-a", "uid-1")
+	sig := Sign(now, body, a)
+	require.NoError(t, Verify(a, sig, body, now.Add(time.Minute), 5*time.Minute))
+	assert.ErrorContains(t, Verify(NamespaceKey(master, "team-b", "uid-1"), sig, body, now, 5*time.Minute), "no v1 MAC")
+	assert.ErrorContains(t, Verify(NamespaceKey(master, "team-a", "uid-2"), sig, body, now, 5*time.Minute), "no v1 MAC",
+		"team-a deleted and made again: the new one's key does not verify the old one's callbacks")
+	assert.ErrorContains(t, Verify(LegacyNamespaceKey(master, "team-a"), sig, body, now, 5*time.Minute), "no v1 MAC")
+	assert.ErrorContains(t, Verify(a, sig, append(body, ' '), now, 5*time.Minute), "no v1 MAC")
+	assert.ErrorContains(t, Verify(a, sig, body, now.Add(time.Hour), 5*time.Minute), "replay")
+
+	both := Sign(now, body, a, LegacyNamespaceKey(master, "team-a"))
+	require.NoError(t, Verify(a, both, body, now, 5*time.Minute))
+	require.NoError(t, Verify(LegacyNamespaceKey(master, "team-a"), both, body, now, 5*time.Minute), "either key verifies")
 }

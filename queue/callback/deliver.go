@@ -26,7 +26,10 @@ type Config struct {
 	Store *stream.Store
 	// MasterKey derives every namespace's signing key (NamespaceKey).
 	MasterKey []byte
-	Targets   Targets
+	// Namespaces tells the UID of a namespace whose callback was recorded
+	// without one (before keys followed the UID); default NoNamespaces.
+	Namespaces Namespaces
+	Targets    Targets
 	// MaxAttempts bounds the POSTs of one callback (default 6).
 	MaxAttempts int
 	// Backoff is the wait before the first retry (default 1s), doubled
@@ -35,10 +38,18 @@ type Config struct {
 	// Timeout bounds one POST (default 10s).
 	Timeout time.Duration
 	// Workers bounds the POSTs in flight (default 8).
-	Workers    int
-	Clock      clock.WithDelayedExecution
-	Logger     *slog.Logger
-	Registerer prometheus.Registerer
+	Workers int
+	// NamespaceWorkers bounds the POSTs in flight of one namespace
+	// (default 2, at most Workers): a tenant whose targets hang holds no
+	// more workers than that, the others serve the other namespaces.
+	NamespaceWorkers int
+	// NamespaceMaxPending bounds the callbacks of one namespace held in
+	// memory, queued or waiting for a retry (default 1000); the others
+	// stay pending in their Records and are read back when there is room.
+	NamespaceMaxPending int
+	Clock               clock.WithDelayedExecution
+	Logger              *slog.Logger
+	Registerer          prometheus.Registerer
 }
 
 func (c Config) withDefaults() Config {
@@ -47,8 +58,13 @@ func (c Config) withDefaults() Config {
 	c.MaxBackoff = cmp.Or(c.MaxBackoff, 5*time.Minute)
 	c.Timeout = cmp.Or(c.Timeout, 10*time.Second)
 	c.Workers = cmp.Or(c.Workers, 8)
+	c.NamespaceWorkers = min(cmp.Or(c.NamespaceWorkers, 2), c.Workers)
+	c.NamespaceMaxPending = cmp.Or(c.NamespaceMaxPending, 1000)
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}
+	}
+	if c.Namespaces == nil {
+		c.Namespaces = NoNamespaces{}
 	}
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
@@ -65,11 +81,14 @@ type Deliverer struct {
 	cfg    Config
 	client *http.Client
 	m      *deliverMetrics
+	// q: Records keys with a POST queued, running or waiting for its
+	// retry here (so the watch's view of our own writes adds nothing),
+	// served to the workers namespace by namespace.
+	q *fairQueue
 
 	mu sync.Mutex
-	// scheduled: Records keys with a POST queued, running or waiting for
-	// its retry here, so the watch's view of our own writes adds nothing.
-	scheduled map[string]struct{}
+	// scanning: namespaces being rescanned; again: rescan once more after.
+	scanning, again map[string]bool
 }
 
 // New returns a Deliverer; Start runs it.
@@ -78,7 +97,12 @@ func New(cfg Config) (*Deliverer, error) {
 	if cfg.Store == nil || len(cfg.MasterKey) == 0 {
 		return nil, errors.New("callback: Store and MasterKey are required")
 	}
-	return &Deliverer{cfg: cfg, client: cfg.Targets.Client(cfg.Timeout), m: newDeliverMetrics(cfg.Registerer), scheduled: map[string]struct{}{}}, nil
+	if cfg.Workers < 1 || cfg.NamespaceWorkers < 1 || cfg.NamespaceMaxPending < 1 {
+		return nil, fmt.Errorf("callback: workers %d, namespace workers %d and namespace max pending %d must be positive",
+			cfg.Workers, cfg.NamespaceWorkers, cfg.NamespaceMaxPending)
+	}
+	return &Deliverer{cfg: cfg, client: cfg.Targets.Client(cfg.Timeout), m: newDeliverMetrics(cfg.Registerer),
+		q: newFairQueue(cfg.NamespaceWorkers, cfg.NamespaceMaxPending), scanning: map[string]bool{}, again: map[string]bool{}}, nil
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable.
@@ -91,96 +115,189 @@ func (d *Deliverer) Start(ctx context.Context) error {
 		return fmt.Errorf("callback: watch records: %w", err)
 	}
 	defer func() { _ = w.Stop() }()
-	jobs := make(chan string, 1024)
 	var wg sync.WaitGroup
 	for range d.cfg.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for {
-				select {
-				case <-ctx.Done():
+				key, ok := d.q.next(ctx)
+				if !ok {
 					return
-				case key := <-jobs:
-					d.deliver(ctx, key, jobs)
+				}
+				keep := d.deliver(ctx, key)
+				if d.q.done(key, keep) {
+					d.rescan(ctx, namespaceOf(key), &wg)
 				}
 			}
 		}()
 	}
 	defer wg.Wait()
-	marker := []byte(`"callback":{`)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case e, ok := <-w.Updates():
 			if !ok {
+				if ctx.Err() != nil {
+					return nil // the watch stops with ctx
+				}
 				return errors.New("callback: the records watch ended")
 			}
-			// Most Records ask for no callback: skip them undecoded.
-			if e == nil || e.Operation() != jetstream.KeyValuePut || !bytes.Contains(e.Value(), marker) {
-				continue
-			}
-			rec, err := stream.Decode(e.Value())
-			if err != nil || !due(rec) || !d.schedule(e.Key()) {
-				continue
-			}
-			select {
-			case jobs <- e.Key():
-			case <-ctx.Done():
-				return nil
+			if e != nil && e.Operation() == jetstream.KeyValuePut && wantsCallback(e.Value()) {
+				// Refused when its namespace is full: it stays pending in
+				// the Record, and the namespace's rescan finds it.
+				d.add(e.Key())
 			}
 		}
 	}
 }
 
-// due: terminal, with a callback not yet delivered or given up.
-func due(r messages.Record) bool {
-	return r.State.Terminal() && r.Callback != nil && r.Callback.State == messages.CallbackPending
+// add queues key, counting it when its namespace is full (it stays
+// pending in its Record until the namespace's rescan).
+func (d *Deliverer) add(key string) {
+	if _, full := d.q.add(key); full {
+		d.m.deferred.Inc()
+	}
 }
 
-func (d *Deliverer) schedule(key string) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if _, ok := d.scheduled[key]; ok {
+// callbackMarker is in every Record that asks for a callback; most ask
+// for none and are skipped undecoded.
+const callbackMarker = `"callback":{`
+
+// wantsCallback: a Record with a callback due.
+func wantsCallback(value []byte) bool {
+	if !bytes.Contains(value, []byte(callbackMarker)) {
 		return false
 	}
-	d.scheduled[key] = struct{}{}
-	return true
+	rec, err := stream.Decode(value)
+	return err == nil && due(rec)
 }
 
-func (d *Deliverer) unschedule(key string) {
+// rescan reads namespace ns's Records again and queues the callbacks due
+// that it refused while the namespace was full. One rescan of a namespace
+// at a time; asked again meanwhile, it runs once more when it ends.
+func (d *Deliverer) rescan(ctx context.Context, ns string, wg *sync.WaitGroup) {
 	d.mu.Lock()
-	delete(d.scheduled, key)
+	if d.scanning[ns] {
+		d.again[ns] = true
+		d.mu.Unlock()
+		return
+	}
+	d.scanning[ns] = true
 	d.mu.Unlock()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			if err := d.scan(ctx, ns); err != nil && ctx.Err() == nil {
+				d.cfg.Logger.Warn("callback: rescan of a namespace's records; the next leader picks them up", "namespace", ns, "err", err)
+			}
+			d.mu.Lock()
+			if !d.again[ns] || ctx.Err() != nil {
+				delete(d.scanning, ns)
+				delete(d.again, ns)
+				d.mu.Unlock()
+				return
+			}
+			delete(d.again, ns)
+			d.mu.Unlock()
+		}
+	}()
 }
 
-// deliver makes the next attempt of key's callback when it is due, records
-// it, and schedules the retry on jobs.
-func (d *Deliverer) deliver(ctx context.Context, key string, jobs chan<- string) {
+func (d *Deliverer) scan(ctx context.Context, ns string) error {
+	w, err := d.cfg.Store.Records.Watch(ctx, ns+".>", jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("watch: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return errors.New("the watch ended")
+			}
+			if e == nil {
+				return nil // the namespace's current Records are read
+			}
+			if e.Operation() == jetstream.KeyValuePut && wantsCallback(e.Value()) {
+				d.add(e.Key())
+			}
+		}
+	}
+}
+
+// due: a callback event to send: the start once the invocation runs (or
+// has ended), the completion once it is terminal.
+func due(r messages.Record) bool {
+	_, ok := next(r)
+	return ok
+}
+
+// next is the event of r to send now: the start first, when asked for
+// and pending; then the completion.
+func next(r messages.Record) (messages.CallbackEvent, bool) {
+	if r.Callback == nil {
+		return "", false
+	}
+	if st := r.Callback.Start; st != nil && st.State == messages.CallbackPending && (r.State == messages.StateRunning || r.State.Terminal()) {
+		return messages.CallbackEventStart, true
+	}
+	if r.State.Terminal() && r.Callback.State == messages.CallbackPending {
+		return messages.CallbackEventCompleted, true
+	}
+	return "", false
+}
+
+// delivery is the state and attempts of event's delivery in c.
+func delivery(c *messages.CallbackStatus, event messages.CallbackEvent) (*messages.CallbackState, *[]messages.CallbackAttempt) {
+	if event == messages.CallbackEventStart {
+		return &c.Start.State, &c.Start.Attempts
+	}
+	return &c.State, &c.Attempts
+}
+
+// deliver makes the next attempt of key's next callback event when it is
+// due, records it, and schedules what follows: keep is true when a retry
+// or the next event is scheduled (the key stays pending in the queue,
+// holding no worker while it waits).
+func (d *Deliverer) deliver(ctx context.Context, key string) (keep bool) {
 	rec, _, err := d.cfg.Store.Get(ctx, key)
 	if err != nil && !errors.Is(err, stream.ErrNotFound) {
 		// A transient read error (NATS reconnecting): try again, else the
 		// callback would wait for the next leader.
-		d.retryAt(ctx, key, time.Second, jobs)
-		return
+		d.retryAt(ctx, key, time.Second)
+		return true
 	}
-	if err != nil || !due(rec) {
-		d.unschedule(key)
-		return
+	event, ok := next(rec)
+	if err != nil || !ok {
+		return false
 	}
+	_, attempts := delivery(rec.Callback, event)
 	now := d.cfg.Clock.Now()
-	if n := len(rec.Callback.Attempts); n > 0 {
-		if next := rec.Callback.Attempts[n-1].NextAt; next != nil && next.After(now) {
-			d.retryAt(ctx, key, next.Sub(now), jobs)
-			return
+	if n := len(*attempts); n > 0 {
+		if next := (*attempts)[n-1].NextAt; next != nil && next.After(now) {
+			d.retryAt(ctx, key, next.Sub(now))
+			return true
 		}
 	}
-	attempt := d.post(ctx, rec)
-	if ctx.Err() != nil {
-		return // stopped mid-POST: the next leader sends it
+	keys, err := d.keys(ctx, rec)
+	if err != nil {
+		d.cfg.Logger.Warn("callback: the namespace's key; trying again", "record", key, "err", err)
+		d.retryAt(ctx, key, time.Second)
+		return true
 	}
-	n := len(rec.Callback.Attempts) + 1
+	attempt := d.post(ctx, rec, event, keys)
+	if ctx.Err() != nil {
+		return false // stopped mid-POST: the next leader sends it
+	}
+	n := len(*attempts) + 1
 	state := messages.CallbackPending
 	switch {
 	case attempt.StatusCode >= 200 && attempt.StatusCode < 300:
@@ -192,29 +309,38 @@ func (d *Deliverer) deliver(ctx context.Context, key string, jobs chan<- string)
 		attempt.NextAt = &next
 	}
 	d.m.attempts.WithLabelValues(string(state)).Inc()
-	_, _, err = d.cfg.Store.Update(ctx, key, func(r *messages.Record) bool {
-		if !due(*r) || len(r.Callback.Attempts) != n-1 {
+	cur, _, err := d.cfg.Store.Update(ctx, key, func(r *messages.Record) bool {
+		if e, ok := next(*r); !ok || e != event {
 			return false // another sender got there
 		}
-		r.Callback.Attempts = append(r.Callback.Attempts, attempt)
-		r.Callback.State = state
+		st, as := delivery(r.Callback, event)
+		if len(*as) != n-1 {
+			return false
+		}
+		*as = append(*as, attempt)
+		*st = state
 		return true
 	})
 	if err != nil {
 		d.cfg.Logger.Warn("callback: record attempt", "record", key, "err", err)
 	}
-	if state != messages.CallbackPending {
-		d.unschedule(key)
-		return
+	if state == messages.CallbackPending {
+		d.retryAt(ctx, key, d.backoff(n))
+		return true
 	}
-	d.retryAt(ctx, key, d.backoff(n), jobs)
+	if err == nil && due(cur) {
+		d.retryAt(ctx, key, 0) // the completion after the start
+		return true
+	}
+	return false
 }
 
-func (d *Deliverer) retryAt(ctx context.Context, key string, after time.Duration, jobs chan<- string) {
+// retryAt makes key ready again after a while (a stopped leader's timers
+// fire into a queue no worker reads: the next leader starts afresh).
+func (d *Deliverer) retryAt(ctx context.Context, key string, after time.Duration) {
 	d.cfg.Clock.AfterFunc(after, func() {
-		select {
-		case jobs <- key:
-		case <-ctx.Done():
+		if ctx.Err() == nil {
+			d.q.requeue(key)
 		}
 	})
 }
@@ -228,8 +354,28 @@ func (d *Deliverer) backoff(n int) time.Duration {
 	return min(b, d.cfg.MaxBackoff)
 }
 
-// post sends rec, signed, to its callback URL once.
-func (d *Deliverer) post(ctx context.Context, rec messages.Record) messages.CallbackAttempt {
+// keys are those rec's callback is signed with: its namespace's when it
+// was accepted. One recorded before keys followed the namespace's UID is
+// signed with the namespace's current key and, for receivers that still
+// hold it, the old name-only key; with the old key alone when the
+// namespace is gone (its new owner, if any, has another key).
+func (d *Deliverer) keys(ctx context.Context, rec messages.Record) ([][]byte, error) {
+	if id := rec.Callback.KeyID; id != "" {
+		return [][]byte{NamespaceKey(d.cfg.MasterKey, rec.Namespace, id)}, nil
+	}
+	legacy := LegacyNamespaceKey(d.cfg.MasterKey, rec.Namespace)
+	uid, err := d.cfg.Namespaces.UID(ctx, rec.Namespace, false)
+	if errors.Is(err, ErrNoNamespace) {
+		return [][]byte{legacy}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return [][]byte{NamespaceKey(d.cfg.MasterKey, rec.Namespace, uid), legacy}, nil
+}
+
+// post sends rec, signed with keys, to its callback URL once, as event.
+func (d *Deliverer) post(ctx context.Context, rec messages.Record, event messages.CallbackEvent, keys [][]byte) messages.CallbackAttempt {
 	at := d.cfg.Clock.Now().UTC()
 	a := messages.CallbackAttempt{At: at}
 	body, err := json.Marshal(rec)
@@ -244,9 +390,13 @@ func (d *Deliverer) post(ctx context.Context, rec messages.Record) messages.Call
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "runplane-callback")
-	req.Header.Set(EventHeader, "completed")
-	req.Header.Set(DeliveryHeader, rec.Namespace+"/"+rec.InvocationID+"/"+string(rec.State))
-	req.Header.Set(SignatureHeader, Sign(NamespaceKey(d.cfg.MasterKey, rec.Namespace), at, body))
+	req.Header.Set(EventHeader, string(event))
+	what := string(rec.State)
+	if event == messages.CallbackEventStart {
+		what = string(event)
+	}
+	req.Header.Set(DeliveryHeader, rec.Namespace+"/"+rec.InvocationID+"/"+what)
+	req.Header.Set(SignatureHeader, Sign(at, body, keys...))
 	resp, err := d.client.Do(req)
 	if err != nil {
 		a.Error = err.Error()
@@ -261,13 +411,19 @@ func (d *Deliverer) post(ctx context.Context, rec messages.Record) messages.Call
 	return a
 }
 
-type deliverMetrics struct{ attempts *prometheus.CounterVec }
+type deliverMetrics struct {
+	attempts *prometheus.CounterVec
+	deferred prometheus.Counter
+}
 
 func newDeliverMetrics(r prometheus.Registerer) *deliverMetrics {
 	m := &deliverMetrics{attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_callback_attempts_total",
-		Help: "Completion callback POSTs, by the callback's state after them (delivered, pending: retried, failed: given up)."}, []string{"state"})}
+		Help: "Completion callback POSTs, by the callback's state after them (delivered, pending: retried, failed: given up)."}, []string{"state"}),
+		deferred: prometheus.NewCounter(prometheus.CounterOpts{Name: "runplane_callback_deferred_total",
+			Help: "Callbacks left pending in their Records because their namespace had as many held in memory as it may (read back once it has room)."})}
 	if r != nil {
 		_ = r.Register(m.attempts)
+		_ = r.Register(m.deferred)
 	}
 	return m
 }

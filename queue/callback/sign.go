@@ -17,29 +17,49 @@ const (
 	// over "<t>.<body>" with the namespace's key: the timestamp is signed,
 	// so a receiver that refuses old ones stops replays.
 	SignatureHeader = "Runplane-Signature"
-	// DeliveryHeader names the delivery: "<namespace>/<invocation ID>/<state>",
-	// the same for every retry of it (receivers deduplicate on it).
+	// DeliveryHeader names the delivery: "<namespace>/<invocation ID>/<state>"
+	// ("<namespace>/<invocation ID>/start" for the start event), the same
+	// for every retry of it (receivers deduplicate on it).
 	DeliveryHeader = "Runplane-Delivery"
-	// EventHeader is the event: "completed".
+	// EventHeader is the event: "completed", or "start" when asked for
+	// (callbackEvents).
 	EventHeader = "Runplane-Event"
 )
 
-// NamespaceKey is namespace ns's signing key: HMAC-SHA256 of the master
-// key over the namespace name. One master key (a Secret in runplane's own
-// namespace) yields every namespace's key, so no key lives in a tenant's
-// namespace and none can be read from another tenant's; a caller with RBAC
-// get on pools/callbacksigningkey in its namespace reads its own through
-// the ingress.
-func NamespaceKey(master []byte, ns string) []byte {
+// NamespaceKey is the signing key of namespace ns with UID uid:
+// HMAC-SHA256 of the master key over both. One master key (a Secret in
+// runplane's own namespace) yields every namespace's key, so no key lives
+// in a tenant's namespace and none can be read from another tenant's; a
+// caller with RBAC get on pools/callbacksigningkey in its namespace reads
+// its own through the ingress. The UID makes a namespace deleted and made
+// again under its name (by someone else, maybe) a new key: the new owner
+// can neither verify nor forge the old owner's callbacks. uid is ""
+// without Kubernetes (NoNamespaces).
+func NamespaceKey(master []byte, ns, uid string) []byte {
+	m := hmac.New(sha256.New, master)
+	m.Write([]byte("runplane.io/callback-signing-key/v2/" + ns + "/" + uid))
+	return m.Sum(nil)
+}
+
+// LegacyNamespaceKey is the key of namespace ns before keys followed the
+// namespace's UID (the name alone). A callback recorded before the
+// upgrade carries a MAC under it too, so its receiver, which still holds
+// the old key, accepts it; nothing recorded since does.
+func LegacyNamespaceKey(master []byte, ns string) []byte {
 	m := hmac.New(sha256.New, master)
 	m.Write([]byte("runplane.io/callback-signing-key/v1/" + ns))
 	return m.Sum(nil)
 }
 
-// Sign is the SignatureHeader value of body sent at t.
-func Sign(key []byte, t time.Time, body []byte) string {
+// Sign is the SignatureHeader value of body sent at t: one v1 MAC per
+// key (a receiver accepts when one of them verifies under its key).
+func Sign(t time.Time, body []byte, keys ...[]byte) string {
 	ts := strconv.FormatInt(t.Unix(), 10)
-	return "t=" + ts + ",v1=" + mac(key, ts, body)
+	h := "t=" + ts
+	for _, k := range keys {
+		h += ",v1=" + mac(k, ts, body)
+	}
+	return h
 }
 
 func mac(key []byte, ts string, body []byte) string {

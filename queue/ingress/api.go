@@ -148,11 +148,12 @@ func operations() []operation {
 		{method: http.MethodGet, path: "/v1/namespaces/{namespace}/callback-signing-key", id: "getCallbackSigningKey", tag: "callbacks",
 			summary: "The namespace's completion-callback signing key",
 			description: "Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over \"<t>.<body>\"> under this key " +
-				"(verify it and refuse old timestamps); Runplane-Delivery names the delivery for deduplication. Needs RBAC get on pools/callbacksigningkey in the namespace.",
+				"(verify it and refuse old timestamps; the header may carry several v1 MACs: accept when one verifies); Runplane-Delivery names the delivery for deduplication. " +
+				"The key follows the namespace's UID (keyID): a namespace deleted and made again under its name has another. Needs RBAC get on pools/callbacksigningkey in the namespace.",
 			responses: []response{
 				{status: http.StatusOK, body: SigningKey{}, description: "the key"},
 				badRequest, unauthorized, forbidden,
-				{status: http.StatusNotFound, body: Problem{}, description: "callbacks are not enabled"},
+				{status: http.StatusNotFound, body: Problem{}, description: "callbacks are not enabled, or no such namespace"},
 				unavailable,
 			},
 			serve: func(s *Server) http.HandlerFunc { return s.handleSigningKey }},

@@ -1,6 +1,8 @@
 package ingress
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -17,6 +19,8 @@ type CallbackConfig struct {
 	Targets callback.Targets
 	// MasterKey derives the namespaces' signing keys.
 	MasterKey []byte
+	// Namespaces tells the namespace UIDs the keys derive from.
+	Namespaces callback.Namespaces
 }
 
 // SubresourceCallbackKey is the RBAC subresource of pools that reads the
@@ -28,19 +32,25 @@ const SubresourceCallbackKey = "callbacksigningkey"
 type SigningKey struct {
 	Namespace string `json:"namespace"`
 	// Key is the namespace's HMAC-SHA256 key, hex.
-	Key       string `json:"key" doc:"the namespace's HMAC-SHA256 key, hex-encoded"`
+	Key string `json:"key" doc:"the namespace's HMAC-SHA256 key, hex-encoded"`
+	// KeyID is the namespace's UID, which the key follows.
+	KeyID     string `json:"keyID,omitempty" doc:"the namespace's UID: the key is this namespace's only; one deleted and made again under its name has another (callback.keyID in a Record names the key its callback is signed with)"`
 	Algorithm string `json:"algorithm" doc:"HMAC-SHA256"`
 	Header    string `json:"header" doc:"the signature header: t=<unix seconds>,v1=<hex MAC of \"<t>.<body>\">"`
 }
 
 // callbackStatus is the Record's callback of an invocation: its own
-// callbackURL, else its pool's runplane.io/callback-url; nil when none.
-func (s *Server) callbackStatus(reqURL, poolURL string) (*messages.CallbackStatus, error) {
+// callbackURL, else its pool's runplane.io/callback-url, with the events
+// asked for; nil when none.
+func (s *Server) callbackStatus(reqURL, poolURL string, events []messages.CallbackEvent) (*messages.CallbackStatus, error) {
 	u, field := reqURL, "field callbackURL"
 	if u == "" {
 		u, field = poolURL, "the pool's annotation "+api.AnnotationCallbackURL
 	}
 	if u == "" {
+		if len(events) > 0 {
+			return nil, errors.New("field callbackEvents: no callbackURL, and the pool has no " + api.AnnotationCallbackURL)
+		}
 		return nil, nil
 	}
 	if s.cfg.Callbacks == nil {
@@ -49,7 +59,25 @@ func (s *Server) callbackStatus(reqURL, poolURL string) (*messages.CallbackStatu
 	if err := s.cfg.Callbacks.Targets.ValidateURL(u); err != nil {
 		return nil, fmt.Errorf("%s: %w", field, err)
 	}
-	return &messages.CallbackStatus{URL: u, State: messages.CallbackPending}, nil
+	if err := validEvents(events); err != nil {
+		return nil, err
+	}
+	return &messages.CallbackStatus{URL: u, State: messages.CallbackPending, Events: events}, nil
+}
+
+// validEvents: known events, each once.
+func validEvents(events []messages.CallbackEvent) error {
+	seen := map[messages.CallbackEvent]bool{}
+	for _, e := range events {
+		if e != messages.CallbackEventStart && e != messages.CallbackEventCompleted {
+			return fmt.Errorf("field callbackEvents: %q is not an event: start or completed", e)
+		}
+		if seen[e] {
+			return fmt.Errorf("field callbackEvents: %q twice", e)
+		}
+		seen[e] = true
+	}
+	return nil
 }
 
 func (s *Server) handleSigningKey(w http.ResponseWriter, r *http.Request) {
@@ -65,6 +93,30 @@ func (s *Server) handleSigningKey(w http.ResponseWriter, r *http.Request) {
 		problem(w, r, http.StatusNotFound, "completion callbacks are not enabled on this queue (chart queue.callbacks.enabled)")
 		return
 	}
-	httpjson.Write(w, http.StatusOK, SigningKey{Namespace: ns, Key: fmt.Sprintf("%x", callback.NamespaceKey(s.cfg.Callbacks.MasterKey, ns)),
-		Algorithm: "HMAC-SHA256", Header: callback.SignatureHeader})
+	// Read fresh, never from a cache: a namespace made again under this
+	// name must not be handed its predecessor's key.
+	uid, err := s.cfg.Callbacks.Namespaces.UID(r.Context(), ns, true)
+	if errors.Is(err, callback.ErrNoNamespace) {
+		problem(w, r, http.StatusNotFound, fmt.Sprintf("namespace %q not found", ns))
+		return
+	}
+	if err != nil {
+		problem(w, r, http.StatusServiceUnavailable, "reading the namespace: "+err.Error())
+		return
+	}
+	httpjson.Write(w, http.StatusOK, SigningKey{Namespace: ns, Key: fmt.Sprintf("%x", callback.NamespaceKey(s.cfg.Callbacks.MasterKey, ns, uid)),
+		KeyID: uid, Algorithm: "HMAC-SHA256", Header: callback.SignatureHeader})
+}
+
+// callbackKeyID is the UID of namespace ns for a new invocation's
+// callback; the error is the HTTP status and why.
+func (s *Server) callbackKeyID(ctx context.Context, ns string) (string, int, error) {
+	uid, err := s.cfg.Callbacks.Namespaces.UID(ctx, ns, false)
+	if errors.Is(err, callback.ErrNoNamespace) {
+		return "", http.StatusNotFound, fmt.Errorf("namespace %q not found", ns)
+	}
+	if err != nil {
+		return "", http.StatusServiceUnavailable, fmt.Errorf("completion callback: reading the namespace: %w", err)
+	}
+	return uid, 0, nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -37,7 +38,9 @@ type InvokeRequest struct {
 	// (as Accept: text/event-stream does); mode defaults to async.
 	// CallbackURL asks for a completion callback (queue/callback).
 	CallbackURL string `json:"callbackURL,omitempty" doc:"POST the terminal Record here, signed (Runplane-Signature); default: the pool's runplane.io/callback-url"`
-	Stream      bool   `json:"stream,omitempty" doc:"answer with server-sent events: the chunks of a streaming framework as they come, then the result (as Accept: text/event-stream)"`
+	// CallbackEvents chooses the callback's events.
+	CallbackEvents []messages.CallbackEvent `json:"callbackEvents,omitempty" doc:"the callback's events (Runplane-Event): start (the invocation began to run) and completed (terminal, always sent); default [completed]"`
+	Stream         bool                     `json:"stream,omitempty" doc:"answer with server-sent events: the chunks of a streaming framework as they come, then the result (as Accept: text/event-stream)"`
 }
 
 // Subjects are the subjects of an invocation's pool, as in the seed ack.
@@ -126,7 +129,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 		s.reject(w, http.StatusConflict, conflictMessage(pl))
 		return
 	}
-	cb, err := s.callbackStatus(req.CallbackURL, pl.Policy.CallbackURL)
+	cb, err := s.callbackStatus(req.CallbackURL, pl.Policy.CallbackURL, req.CallbackEvents)
 	if err != nil {
 		s.reject(w, http.StatusBadRequest, err.Error())
 		return
@@ -166,6 +169,12 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 		MaxChunkBytes:     s.cfg.Store.Config.Chunks.MaxChunkData(), MaxChunks: s.cfg.Store.Config.Chunks.MaxPerInvocation}
 	if cb != nil {
 		inv.CallbackURL = cb.URL
+		keyID, code, err := s.callbackKeyID(ctx, ns)
+		if err != nil {
+			s.reject(w, code, err.Error())
+			return
+		}
+		inv.CallbackKeyID, inv.CallbackEvents = keyID, cb.Events
 	}
 	// A sync caller registers before anything is published, so no result
 	// can slip past it. Its reply token makes its fast-path reply subject
@@ -302,7 +311,10 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation, hash strin
 	rec := messages.Record{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool, Mode: inv.Mode, State: messages.StateQueued,
 		Stream: st.Config.Stream, RequestHash: hash, AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt}
 	if inv.CallbackURL != "" {
-		rec.Callback = &messages.CallbackStatus{URL: inv.CallbackURL, State: messages.CallbackPending}
+		rec.Callback = &messages.CallbackStatus{URL: inv.CallbackURL, KeyID: inv.CallbackKeyID, State: messages.CallbackPending, Events: inv.CallbackEvents}
+		if slices.Contains(inv.CallbackEvents, messages.CallbackEventStart) {
+			rec.Callback.Start = &messages.CallbackDelivery{State: messages.CallbackPending}
+		}
 	}
 	rev, err := st.Create(ctx, rec)
 	if errors.Is(err, stream.ErrExists) {

@@ -214,6 +214,8 @@ func customize(name string, t reflect.Type, tag reflect.StructTag, s *openapi3.S
 		}
 	case reflect.TypeFor[messages.Mode]():
 		s.Enum = []any{string(messages.ModeSync), string(messages.ModeAsync)}
+	case reflect.TypeFor[messages.CallbackEvent]():
+		s.Enum = []any{string(messages.CallbackEventStart), string(messages.CallbackEventCompleted)}
 	case rawJSONType:
 		s.Description = "any JSON value"
 	}

@@ -89,6 +89,24 @@ func (e AttemptOutcomeState) Valid() bool {
 	}
 }
 
+// Defines values for CallbackStatusEvents.
+const (
+	CallbackStatusEventsCompleted CallbackStatusEvents = "completed"
+	CallbackStatusEventsStart     CallbackStatusEvents = "start"
+)
+
+// Valid indicates whether the value is a known member of the CallbackStatusEvents enum.
+func (e CallbackStatusEvents) Valid() bool {
+	switch e {
+	case CallbackStatusEventsCompleted:
+		return true
+	case CallbackStatusEventsStart:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for InvocationProblemState.
 const (
 	InvocationProblemStateCancelled    InvocationProblemState = "cancelled"
@@ -119,6 +137,24 @@ func (e InvocationProblemState) Valid() bool {
 	case InvocationProblemStateSucceeded:
 		return true
 	case InvocationProblemStateTimedOut:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for InvokeRequestCallbackEvents.
+const (
+	InvokeRequestCallbackEventsCompleted InvokeRequestCallbackEvents = "completed"
+	InvokeRequestCallbackEventsStart     InvokeRequestCallbackEvents = "start"
+)
+
+// Valid indicates whether the value is a known member of the InvokeRequestCallbackEvents enum.
+func (e InvokeRequestCallbackEvents) Valid() bool {
+	switch e {
+	case InvokeRequestCallbackEventsCompleted:
+		return true
+	case InvokeRequestCallbackEventsStart:
 		return true
 	default:
 		return false
@@ -236,12 +272,24 @@ type CallbackAttempt struct {
 	StatusCode *int       `json:"statusCode,omitempty"`
 }
 
-// CallbackStatus defines model for CallbackStatus.
-type CallbackStatus struct {
+// CallbackDelivery defines model for CallbackDelivery.
+type CallbackDelivery struct {
 	Attempts *[]CallbackAttempt `json:"attempts,omitempty"`
 	State    string             `json:"state"`
-	Url      string             `json:"url"`
 }
+
+// CallbackStatus defines model for CallbackStatus.
+type CallbackStatus struct {
+	Attempts *[]CallbackAttempt      `json:"attempts,omitempty"`
+	Events   *[]CallbackStatusEvents `json:"events,omitempty"`
+	KeyID    *string                 `json:"keyID,omitempty"`
+	Start    *CallbackDelivery       `json:"start,omitempty"`
+	State    string                  `json:"state"`
+	Url      string                  `json:"url"`
+}
+
+// CallbackStatusEvents defines model for CallbackStatus.Events.
+type CallbackStatusEvents string
 
 // InvocationProblem defines model for InvocationProblem.
 type InvocationProblem struct {
@@ -277,6 +325,9 @@ type InvocationProblemState string
 type InvokeRequest struct {
 	Attributes *map[string]string `json:"attributes,omitempty"`
 
+	// CallbackEvents the callback's events (Runplane-Event): start (the invocation began to run) and completed (terminal, always sent); default [completed]
+	CallbackEvents *[]InvokeRequestCallbackEvents `json:"callbackEvents,omitempty"`
+
 	// CallbackURL POST the terminal Record here, signed (Runplane-Signature); default: the pool's runplane.io/callback-url
 	CallbackURL  *string            `json:"callbackURL,omitempty"`
 	ContentType  *string            `json:"contentType,omitempty"`
@@ -298,6 +349,9 @@ type InvokeRequest struct {
 	// TtlSeconds time allowed in the queue before dispatch, in seconds (0 or absent: the ingress's default, 600 unless configured); the maximum is this ingress's configured limit
 	TtlSeconds *int `json:"ttlSeconds,omitempty"`
 }
+
+// InvokeRequestCallbackEvents the callback's events (Runplane-Event): start (the invocation began to run) and completed (terminal, always sent); default [completed]
+type InvokeRequestCallbackEvents string
 
 // InvokeRequestMode defines model for InvokeRequest.Mode.
 type InvokeRequestMode string
@@ -489,8 +543,11 @@ type SigningKey struct {
 	Header string `json:"header"`
 
 	// Key the namespace's HMAC-SHA256 key, hex-encoded
-	Key       string `json:"key"`
-	Namespace string `json:"namespace"`
+	Key string `json:"key"`
+
+	// KeyID the namespace's UID: the key is this namespace's only; one deleted and made again under its name has another (callback.keyID in a Record names the key its callback is signed with)
+	KeyID     *string `json:"keyID,omitempty"`
+	Namespace string  `json:"namespace"`
 }
 
 // Status defines model for Status.
@@ -637,7 +694,7 @@ type ClientInterface interface {
 
 	// GetCallbackSigningKey The namespace's completion-callback signing key
 	//
-	// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps); Runplane-Delivery names the delivery for deduplication. Needs RBAC get on pools/callbacksigningkey in the namespace.
+	// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps; the header may carry several v1 MACs: accept when one verifies); Runplane-Delivery names the delivery for deduplication. The key follows the namespace's UID (keyID): a namespace deleted and made again under its name has another. Needs RBAC get on pools/callbacksigningkey in the namespace.
 	//
 	// Corresponds with GET /v1/namespaces/{namespace}/callback-signing-key (the `GetCallbackSigningKey` operationId).
 	GetCallbackSigningKey(ctx context.Context, namespace string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -785,7 +842,7 @@ func (c *Client) GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn
 
 // GetCallbackSigningKey The namespace's completion-callback signing key
 //
-// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps); Runplane-Delivery names the delivery for deduplication. Needs RBAC get on pools/callbacksigningkey in the namespace.
+// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps; the header may carry several v1 MACs: accept when one verifies); Runplane-Delivery names the delivery for deduplication. The key follows the namespace's UID (keyID): a namespace deleted and made again under its name has another. Needs RBAC get on pools/callbacksigningkey in the namespace.
 //
 // Corresponds with GET /v1/namespaces/{namespace}/callback-signing-key (the `GetCallbackSigningKey` operationId).
 func (c *Client) GetCallbackSigningKey(ctx context.Context, namespace string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1394,7 +1451,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetCallbackSigningKeyWithResponse The namespace's completion-callback signing key
 	//
-	// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps); Runplane-Delivery names the delivery for deduplication. Needs RBAC get on pools/callbacksigningkey in the namespace.
+	// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps; the header may carry several v1 MACs: accept when one verifies); Runplane-Delivery names the delivery for deduplication. The key follows the namespace's UID (keyID): a namespace deleted and made again under its name has another. Needs RBAC get on pools/callbacksigningkey in the namespace.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -2316,7 +2373,7 @@ func (c *ClientWithResponses) GetReadinessWithResponse(ctx context.Context, reqE
 
 // GetCallbackSigningKeyWithResponse The namespace's completion-callback signing key
 //
-// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps); Runplane-Delivery names the delivery for deduplication. Needs RBAC get on pools/callbacksigningkey in the namespace.
+// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps; the header may carry several v1 MACs: accept when one verifies); Runplane-Delivery names the delivery for deduplication. The key follows the namespace's UID (keyID): a namespace deleted and made again under its name has another. Needs RBAC get on pools/callbacksigningkey in the namespace.
 //
 // Returns a wrapper object for the known response body format(s).
 //

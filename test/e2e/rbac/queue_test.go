@@ -3,11 +3,15 @@ package rbac_test
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -29,6 +33,7 @@ import (
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/activator"
+	"github.com/runplane/runplane/queue/callback"
 	"github.com/runplane/runplane/queue/stubworker"
 	"github.com/runplane/runplane/test/e2e/rbac"
 )
@@ -65,6 +70,28 @@ func TestQueue(t *testing.T) {
 	issuer, err := bootstrapsecret.Ensure(ctx, queueClient, releaseNS, "runplane-nats-callout", nil, bootstrapsecret.AccountNKey, "seed", "issuer")
 	require.NoError(t, err, "the queue creating the callout issuer")
 	queueSecret, callout := &corev1.Secret{Data: pw}, &corev1.Secret{Data: issuer}
+	// Callbacks on, as the chart has them: the master key is also the
+	// queue's to create; the callback below makes it read the namespace's
+	// UID (get namespaces), which the key follows.
+	cbKey, err := bootstrapsecret.Ensure(ctx, queueClient, releaseNS, arg(t, args, "callback-signing-secret"), nil, func() (map[string][]byte, error) {
+		return map[string][]byte{"key": []byte(hex.EncodeToString(make([]byte, 32)))}, nil
+	}, "key")
+	require.NoError(t, err, "the queue creating the callbacks' signing key")
+	master, err := hex.DecodeString(string(cbKey["key"]))
+	require.NoError(t, err)
+	namespaceWorkers, err := strconv.Atoi(arg(t, args, "callback-namespace-workers"))
+	require.NoError(t, err)
+	hooks := make(chan *http.Request, 1)
+	hookBodies := make(chan []byte, 1)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		select {
+		case hooks <- r:
+			hookBodies <- b
+		default:
+		}
+	}))
+	t.Cleanup(hook.Close)
 	dir := t.TempDir()
 	pwFile, seedFile := filepath.Join(dir, "password"), filepath.Join(dir, "seed")
 	require.NoError(t, os.WriteFile(pwFile, queueSecret.Data["password"], 0o600))
@@ -112,6 +139,7 @@ authorization { timeout: 10, auth_callout { issuer: %q, account: %s, auth_users:
 		Namespace:      args["namespace"],
 		LeaderElection: arg(t, args, "leader-elect") == "true", LeaseNamespace: arg(t, args, "leader-election-namespace"), Identity: "rbac-test",
 		HeartbeatTimeout: 2 * time.Second, Tick: 100 * time.Millisecond, Logger: rec.Logger(),
+		Callbacks: queue.CallbackOptions{MasterKey: master, AllowCIDRs: []string{"127.0.0.0/8"}, NamespaceWorkers: namespaceWorkers},
 	}
 	addr := make(chan string, 1)
 	cfg.OnListen = func(a string) { addr <- a }
@@ -151,7 +179,7 @@ authorization { timeout: 10, auth_callout { issuer: %q, account: %s, auth_users:
 		l, err := client.CoordinationV1().Leases(releaseNS).Get(ctx, "runplane-queue-activator", metav1.GetOptions{})
 		return err == nil && ptr.Deref(l.Spec.HolderIdentity, "") == "rbac-test", err
 	})
-	body, _ := json.Marshal(map[string]any{"mode": "async", "invocationID": "rbac-1", "ttlSeconds": 120})
+	body, _ := json.Marshal(map[string]any{"mode": "async", "invocationID": "rbac-1", "ttlSeconds": 120, "callbackURL": hook.URL})
 	r, err := http.Post(base+"/v1/namespaces/"+ns+"/pools/"+pool+"/invocations", "application/json", bytes.NewReader(body))
 	require.NoError(t, err)
 	r.Body.Close()
@@ -186,6 +214,24 @@ authorization { timeout: 10, auth_callout { issuer: %q, account: %s, auth_users:
 		}
 		return rec.State == messages.StateSucceeded, nil
 	})
+	select {
+	case hr := <-hooks:
+		kr, err := http.Get(base + "/v1/namespaces/" + ns + "/callback-signing-key")
+		require.NoError(t, err)
+		defer kr.Body.Close()
+		require.Equal(t, http.StatusOK, kr.StatusCode, "the namespace's key (its UID read as runplane-queue)")
+		var key struct{ Key, KeyID string }
+		require.NoError(t, json.NewDecoder(kr.Body).Decode(&key))
+		nsObj, err := client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, string(nsObj.UID), key.KeyID)
+		k, err := hex.DecodeString(key.Key)
+		require.NoError(t, err)
+		require.NoError(t, callback.Verify(k, hr.Header.Get(callback.SignatureHeader), <-hookBodies, time.Now(), 5*time.Minute),
+			"the callback is signed with the namespace's key")
+	case <-ctx.Done():
+		require.Fail(t, "no completion callback")
+	}
 	eventually(t, rec, 30*time.Second, "idle scale-down to zero", func() (bool, error) { return replicas() == 0, nil })
 	select {
 	case name := <-marked:

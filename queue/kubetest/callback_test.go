@@ -1,0 +1,101 @@
+package kubetest_test
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/callback"
+)
+
+// TestCallbackKeyFollowsNamespaceUID: a namespace's callback signing key
+// is its own, not its name's: deleted and made again under the same name
+// (by another tenant, maybe), the namespace gets another key, so its new
+// owner can neither verify nor forge the callbacks of the old one, whose
+// Record still names the old namespace's key.
+func TestCallbackKeyFollowsNamespaceUID(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ns := "cb-remade"
+	require.NoError(t, env.CreateNamespace(ctx, ns))
+	nsObj, err := env.Client().CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	require.NoError(t, err)
+	uid1 := string(nsObj.UID)
+	_, err = env.Client().AppsV1().Deployments(ns).Create(ctx, deployment(ns, "workers", "echo", 0), metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true})
+	require.NoError(t, err)
+	go srv.Start()
+	require.True(t, srv.ReadyForConnections(10*time.Second), "nats not ready")
+	t.Cleanup(srv.Shutdown)
+	master := []byte("0123456789abcdef0123456789abcdef")
+	addr := make(chan string, 1)
+	qctx, qcancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		// The ingress only: nothing is delivered, the key is what matters.
+		done <- queue.Run(qctx, queue.Config{NATSURL: srv.ClientURL(), Listen: "127.0.0.1:0", OnListen: func(x string) { addr <- x },
+			RESTConfig: env.RESTConfig(), InsecureDisableCallerAuth: true, DisableActivator: true,
+			Callbacks: queue.CallbackOptions{MasterKey: master}})
+	}()
+	t.Cleanup(func() { qcancel(); <-done })
+	var base string
+	select {
+	case x := <-addr:
+		base = "http://" + x
+	case err := <-done:
+		require.FailNow(t, "queue.Run returned", "%v", err)
+	}
+	type signingKey struct{ Key, KeyID string }
+	key := func() (int, signingKey) {
+		code, body := call(base, "", "GET", "/v1/namespaces/"+ns+"/callback-signing-key", nil)
+		var k signingKey
+		if code == 200 {
+			require.NoError(t, json.Unmarshal([]byte(body), &k), body)
+		}
+		return code, k
+	}
+
+	var code int
+	require.Eventually(t, func() bool {
+		code, _ = call(base, "", "POST", "/v1/namespaces/"+ns+"/pools/echo/invocations",
+			map[string]any{"mode": "async", "invocationID": "old-owner", "callbackURL": "https://hooks.example.com/runplane"})
+		return code == 202
+	}, 60*time.Second, 200*time.Millisecond, "the pool known, the invocation accepted (last: %d)", code)
+	code, k1 := key()
+	require.Equal(t, 200, code)
+	assert.Equal(t, uid1, k1.KeyID)
+	assert.Equal(t, hex.EncodeToString(callback.NamespaceKey(master, ns, uid1)), k1.Key)
+
+	require.NoError(t, env.Client().CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool {
+		_, err := env.Client().CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	}, 2*time.Minute, 200*time.Millisecond, "namespace deleted")
+	code, _ = key()
+	assert.Equal(t, 404, code, "no namespace, no key")
+
+	require.NoError(t, env.CreateNamespace(ctx, ns))
+	code, k2 := key()
+	require.Equal(t, 200, code)
+	assert.NotEqual(t, uid1, k2.KeyID, "another namespace")
+	assert.NotEqual(t, k1.Key, k2.Key, "the namespace made again under the name has another key")
+
+	code, body := call(base, "", "GET", "/v1/namespaces/"+ns+"/invocations/old-owner", nil)
+	require.Equal(t, 200, code, body)
+	var rec messages.Record
+	require.NoError(t, json.Unmarshal([]byte(body), &rec))
+	require.NotNil(t, rec.Callback)
+	assert.Equal(t, uid1, rec.Callback.KeyID, "the old owner's callback stays signed with the old owner's key")
+}
