@@ -99,7 +99,7 @@ func TestWorkerSubjects(t *testing.T) {
 	got := workerSubjects(messages.Subjects{Prefix: "rs"}, "RS", natscallout.Identity{Namespace: "team-a", Pool: "echo", Worker: "echo-1"})
 	assert.Equal(t, natscallout.WorkerSubjects{
 		Stream: "RS", Consumer: "team-a_echo_echo-1", Dispatch: "rs.dispatch.team-a.echo.echo-1", Cancel: "rs.cancel.team-a.echo.echo-1",
-		Publish: []string{"rs.result.team-a.echo", "rs.metrics.team-a.echo.echo-1", "rs.chunk.team-a.echo.*"}, Replies: "rs.reply.team-a.echo.>",
+		Publish: []string{"rs.result.team-a.echo", "rs.metrics.team-a.echo.echo-1", "rs.chunks.team-a.echo.echo-1.*"}, Replies: "rs.reply.team-a.echo.>",
 		Inbox: "_INBOX_RP.team-a.echo.echo-1", ObjectBucket: "RS_OBJ_team-a",
 	}, got)
 }
