@@ -27,16 +27,39 @@ import (
 // reflection: only the Pod (and Nodes) go through encoding/json, and the
 // node names are substrings of one copy of their array.
 func decodeArgs(body []byte, args *extenderv1.ExtenderArgs) error {
-	*args = extenderv1.ExtenderArgs{}
-	if fastArgs(body, args) {
+	var r argsReader
+	return r.decode(body, args, false)
+}
+
+// argsReader decodes ExtenderArgs; one per pooled buffer, so the slice of
+// node names is reused from call to call.
+type argsReader struct {
+	names []string
+	// raw is the NodeNames array as sent when it is a plain one (escape-free
+	// ASCII strings), else nil: prioritize compares it with the array the
+	// Pod's filter answered before it splits it.
+	raw []byte
+}
+
+// decode decodes body into args as json.Unmarshal does. With lazy, a plain
+// NodeNames array is not split (args.NodeNames stays nil, raw holds it)
+// until splitNames is called.
+func (r *argsReader) decode(body []byte, args *extenderv1.ExtenderArgs, lazy bool) error {
+	*args, r.raw = extenderv1.ExtenderArgs{}, nil
+	if r.fast(body, args, lazy) {
 		return nil
 	}
-	*args = extenderv1.ExtenderArgs{}
+	*args, r.raw = extenderv1.ExtenderArgs{}, nil
 	return json.Unmarshal(body, args)
 }
 
-func fastArgs(body []byte, args *extenderv1.ExtenderArgs) bool {
-	pod, nodes, names, ok := splitArgs(body)
+// reset readies the reader for the next call.
+func (r *argsReader) reset() {
+	r.names, r.raw = r.names[:0], nil
+}
+
+func (r *argsReader) fast(body []byte, args *extenderv1.ExtenderArgs, lazy bool) bool {
+	pod, nodes, names, plainArray, ok := splitArgs(body)
 	if !ok {
 		return false
 	}
@@ -49,62 +72,93 @@ func fastArgs(body []byte, args *extenderv1.ExtenderArgs) bool {
 	if names == nil || string(names) == "null" {
 		return true
 	}
-	if list, ok := plainNames(string(names)); ok {
-		args.NodeNames = &list
+	if plainArray {
+		r.raw = names
+		if !lazy {
+			r.splitNames(args)
+		}
 		return true
 	}
 	return json.Unmarshal(names, &args.NodeNames) == nil
 }
 
+// splitNames sets args.NodeNames to the names of the plain array raw, as
+// substrings of one copy of it (splitArgs checked its shape).
+func (r *argsReader) splitNames(args *extenderv1.ExtenderArgs) {
+	s := string(r.raw)
+	list := r.names[:0]
+	if list == nil {
+		list = make([]string, 0, strings.Count(s, ",")+1)
+	}
+	for i := skipSpace(s, 1); i < len(s) && s[i] == '"'; {
+		n := strings.IndexByte(s[i+1:], '"')
+		list = append(list, s[i+1:i+1+n])
+		if i = skipSpace(s, i+2+n); s[i] == ',' {
+			i = skipSpace(s, i+1)
+		}
+	}
+	r.names = list
+	args.NodeNames = &list
+}
+
 // splitArgs finds the members of an ExtenderArgs object without decoding
 // them; each is nil when absent. ok is false for anything but an object of
 // distinct, plainly spelled (ASCII, escape-free) members; an unknown member
-// is skipped, as encoding/json does, once it is valid JSON.
-func splitArgs(body []byte) (pod, nodes, names []byte, ok bool) {
+// is skipped, as encoding/json does, once it is valid JSON. plainArray:
+// names is an array of plain strings.
+func splitArgs(body []byte) (pod, nodes, names []byte, plainArray, ok bool) {
 	i := skipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
-		return nil, nil, nil, false
+		return nil, nil, nil, false, false
 	}
 	i = skipSpace(body, i+1)
 	if i < len(body) && body[i] == '}' {
-		return nil, nil, nil, skipSpace(body, i+1) == len(body)
+		return nil, nil, nil, false, skipSpace(body, i+1) == len(body)
 	}
 	for {
 		if i >= len(body) || body[i] != '"' {
-			return nil, nil, nil, false
+			return nil, nil, nil, false, false
 		}
 		end := bytes.IndexByte(body[i+1:], '"')
 		if end < 0 || !plain(body[i+1:i+1+end]) {
 			// Escapes and non-ASCII keys (encoding/json folds some) go
 			// the slow way.
-			return nil, nil, nil, false
+			return nil, nil, nil, false, false
 		}
 		key := body[i+1 : i+1+end]
 		i = skipSpace(body, i+2+end)
 		if i >= len(body) || body[i] != ':' {
-			return nil, nil, nil, false
+			return nil, nil, nil, false, false
 		}
 		i = skipSpace(body, i+1)
-		j, ok := skipValue(body, i)
-		if !ok {
-			return nil, nil, nil, false
+		// encoding/json matches member names case-insensitively.
+		isNames := bytes.EqualFold(key, []byte("NodeNames"))
+		j, plainNames := 0, false
+		if isNames {
+			// The node names are read once here, not skipped and then read.
+			j, plainNames = plainStrings(body, i)
+		}
+		if !plainNames {
+			if j, ok = skipValue(body, i); !ok {
+				return nil, nil, nil, false, false
+			}
 		}
 		val := body[i:j]
-		// encoding/json matches member names case-insensitively.
 		var dst *[]byte
 		switch {
 		case bytes.EqualFold(key, []byte("Pod")):
 			dst = &pod
 		case bytes.EqualFold(key, []byte("Nodes")):
 			dst = &nodes
-		case bytes.EqualFold(key, []byte("NodeNames")):
+		case isNames:
 			dst = &names
+			plainArray = plainNames
 		case !json.Valid(val):
-			return nil, nil, nil, false
+			return nil, nil, nil, false, false
 		}
 		if dst != nil {
 			if *dst != nil {
-				return nil, nil, nil, false // a duplicate: encoding/json merges
+				return nil, nil, nil, false, false // a duplicate: encoding/json merges
 			}
 			*dst = val
 		}
@@ -114,41 +168,43 @@ func splitArgs(body []byte) (pod, nodes, names []byte, ok bool) {
 			continue
 		}
 		if i < len(body) && body[i] == '}' && skipSpace(body, i+1) == len(body) {
-			return pod, nodes, names, true
+			return pod, nodes, names, plainArray, true
 		}
-		return nil, nil, nil, false
+		return nil, nil, nil, false, false
 	}
 }
 
-// plainNames reads a JSON array of plain strings; ok is false for anything
-// else. The names are substrings of s.
-func plainNames(s string) (_ []string, ok bool) {
-	i := skipSpace(s, 0)
-	if i >= len(s) || s[i] != '[' {
-		return nil, false
+// plainStrings returns the end of the JSON array of plain strings (see
+// plain) starting at b[i]; ok is false for anything else. One pass: each
+// byte of a name is looked at once.
+func plainStrings(b []byte, i int) (end int, ok bool) {
+	if i >= len(b) || b[i] != '[' {
+		return 0, false
 	}
-	names := make([]string, 0, strings.Count(s, ","))
-	i = skipSpace(s, i+1)
-	if i < len(s) && s[i] == ']' {
-		return names, skipSpace(s, i+1) == len(s)
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return i + 1, true
 	}
 	for {
-		if i >= len(s) || s[i] != '"' {
-			return nil, false
+		if i >= len(b) || b[i] != '"' {
+			return 0, false
 		}
-		n := strings.IndexByte(s[i+1:], '"')
-		if n < 0 || !plain(s[i+1:i+1+n]) {
-			return nil, false
+		for i++; i < len(b) && b[i] != '"'; i++ {
+			if c := b[i]; c < 0x20 || c == '\\' || c >= 0x80 {
+				return 0, false
+			}
 		}
-		names = append(names, s[i+1:i+1+n])
-		i = skipSpace(s, i+2+n)
-		if i < len(s) && s[i] == ']' {
-			return names, skipSpace(s, i+1) == len(s)
+		if i >= len(b) {
+			return 0, false
 		}
-		if i >= len(s) || s[i] != ',' {
-			return nil, false
+		i = skipSpace(b, i+1)
+		if i < len(b) && b[i] == ']' {
+			return i + 1, true
 		}
-		i = skipSpace(s, i+1)
+		if i >= len(b) || b[i] != ',' {
+			return 0, false
+		}
+		i = skipSpace(b, i+1)
 	}
 }
 
@@ -202,18 +258,27 @@ func skipValue(b []byte, i int) (int, bool) {
 const maxFastDepth = 1000
 
 // skipString returns the end of the JSON string starting at b[i] == '"'.
+// IndexByte finds the next quote; only when a backslash comes before it is
+// the stretch read again, from just after the escape (linear: each
+// stretch is searched for backslashes once).
 func skipString(b []byte, i int) (int, bool) {
 	i++
 	for {
-		j := bytes.IndexAny(b[i:], `"\`)
-		if j < 0 {
+		q := bytes.IndexByte(b[i:], '"')
+		if q < 0 {
 			return 0, false
 		}
-		i += j
-		if b[i] == '"' {
-			return i + 1, true
+		q += i
+		for {
+			k := bytes.IndexByte(b[i:q], '\\')
+			if k < 0 {
+				return q + 1, true
+			}
+			i += k + 2 // an escape: skip the escaped byte
+			if i > q {
+				break // the quote was escaped; look for the next one
+			}
 		}
-		i += 2 // an escape: skip the escaped byte
 		if i > len(b) {
 			return 0, false
 		}
@@ -248,7 +313,18 @@ func appendString(buf []byte, s string) []byte {
 	return append(buf, b...)
 }
 
-func appendStrings(buf []byte, list *[]string) []byte {
+// appendName appends a node name; known: the name is plain (it came in a
+// plain array), so it is copied without being checked again.
+func appendName(buf []byte, s string, known bool) []byte {
+	if known {
+		buf = append(buf, '"')
+		buf = append(buf, s...)
+		return append(buf, '"')
+	}
+	return appendString(buf, s)
+}
+
+func appendStrings(buf []byte, list *[]string, plainKnown bool) []byte {
 	if list == nil || *list == nil {
 		return append(buf, "null"...)
 	}
@@ -257,7 +333,7 @@ func appendStrings(buf []byte, list *[]string) []byte {
 		if i > 0 {
 			buf = append(buf, ',')
 		}
-		buf = appendString(buf, s)
+		buf = appendName(buf, s, plainKnown)
 	}
 	return append(buf, ']')
 }
@@ -289,23 +365,32 @@ func appendFailed(buf []byte, m extenderv1.FailedNodesMap) []byte {
 	return append(buf, '}')
 }
 
-// appendFilterResult appends an ExtenderFilterResult as JSON.
-func appendFilterResult(buf []byte, r *extenderv1.ExtenderFilterResult) []byte {
+// appendFilterResult appends an ExtenderFilterResult as JSON; names is
+// its NodeNames array within buf (nil when null). plainNames: the node
+// names are known to be plain (see appendName).
+func appendFilterResult(buf []byte, r *extenderv1.ExtenderFilterResult, plainNames bool) (_, names []byte) {
 	nodes, _ := json.Marshal(r.Nodes) // a NodeList always encodes
 	buf = append(append(buf, `{"Nodes":`...), nodes...)
 	buf = append(buf, `,"NodeNames":`...)
-	buf = appendStrings(buf, r.NodeNames)
+	from := len(buf)
+	buf = appendStrings(buf, r.NodeNames, plainNames)
+	to := len(buf)
 	buf = append(buf, `,"FailedNodes":`...)
 	buf = appendFailed(buf, r.FailedNodes)
 	buf = append(buf, `,"FailedAndUnresolvableNodes":`...)
 	buf = appendFailed(buf, r.FailedAndUnresolvableNodes)
 	buf = append(buf, `,"Error":`...)
 	buf = appendString(buf, r.Error)
-	return append(buf, "}\n"...)
+	buf = append(buf, "}\n"...)
+	if r.NodeNames == nil || *r.NodeNames == nil {
+		return buf, nil
+	}
+	return buf, buf[from:to]
 }
 
-// appendPriorities appends a HostPriorityList as JSON.
-func appendPriorities(buf []byte, list extenderv1.HostPriorityList) []byte {
+// appendPriorities appends a HostPriorityList as JSON; plainHosts as
+// appendName's known.
+func appendPriorities(buf []byte, list extenderv1.HostPriorityList, plainHosts bool) []byte {
 	if list == nil {
 		return append(buf, "null\n"...)
 	}
@@ -315,7 +400,7 @@ func appendPriorities(buf []byte, list extenderv1.HostPriorityList) []byte {
 			buf = append(buf, ',')
 		}
 		buf = append(buf, `{"Host":`...)
-		buf = appendString(buf, list[i].Host)
+		buf = appendName(buf, list[i].Host, plainHosts)
 		buf = append(buf, `,"Score":`...)
 		buf = strconv.AppendInt(buf, list[i].Score, 10)
 		buf = append(buf, '}')

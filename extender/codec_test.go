@@ -23,6 +23,10 @@ func FuzzDecodeArgs(f *testing.F) {
 		` { "nodenames" : [ "a" , "b.c-1" ] , "POD" : {} } `,
 		`{"Pod":{},"NodeNames":["a\u002db","we\"ird"]}`,
 		`{"Pod":{},"NodeNames":[]}`,
+		`{"X":"a\\\"b\\","Pod":{"metadata":{"name":"q\\\\"}},"NodeNames":[ "a" ,"", "b" ] }`,
+		`{"NodeNames":["a","b\\"]}`,
+		`{"NodeNames":["a","b"`,
+		`{"NodeNames":["a"}`,
 		`{"Pod":{},"NodeNames":null}`,
 		`{"Pod":null}`,
 		`{"X":[1,{"y":"}"}],"Pod":{}}`,
@@ -56,6 +60,18 @@ func FuzzDecodeArgs(f *testing.F) {
 			require.NoError(t, gotErr)
 		}
 		require.Equal(t, want, got)
+		// Lazily, then split: the same, through a reused reader.
+		r := argsReader{names: []string{"stale"}}
+		var lazy extenderv1.ExtenderArgs
+		lazyErr := r.decode(body, &lazy, true)
+		require.Equal(t, gotErr == nil, lazyErr == nil)
+		if r.raw != nil {
+			require.Nil(t, lazy.NodeNames)
+			r.splitNames(&lazy)
+		}
+		if wantErr == nil {
+			require.Equal(t, want, lazy)
+		}
 	})
 }
 
@@ -84,8 +100,10 @@ func TestSchedulerBodyTakesFastPath(t *testing.T) {
 			body, err := json.Marshal(tc.args)
 			require.NoError(t, err)
 			var got extenderv1.ExtenderArgs
-			require.True(t, fastArgs(body, &got), "the scheduler's body takes the fast path")
+			var r argsReader
+			require.True(t, r.fast(body, &got, false), "the scheduler's body takes the fast path")
 			require.Equal(t, tc.args, got)
+			require.NotNil(t, r.raw, "the names are a plain array")
 		})
 	}
 }
@@ -115,10 +133,19 @@ func FuzzEncode(f *testing.F) {
 			{FailedNodes: failed},
 		}
 		for i := range results {
-			sameJSON[extenderv1.ExtenderFilterResult](t, appendFilterResult(nil, &results[i]), &results[i])
+			// Names known to be plain may skip the check only when they are.
+			for _, known := range []bool{false, allPlain(feasible)} {
+				got, names := appendFilterResult(nil, &results[i], known)
+				sameJSON[extenderv1.ExtenderFilterResult](t, got, &results[i])
+				if results[i].NodeNames != nil {
+					sameJSON[[]string](t, names, results[i].NodeNames)
+				}
+			}
 		}
-		sameJSON[extenderv1.HostPriorityList](t, appendPriorities(nil, list), list)
-		sameJSON[extenderv1.HostPriorityList](t, appendPriorities(nil, nil), extenderv1.HostPriorityList(nil))
+		for _, known := range []bool{false, allPlain(parts)} {
+			sameJSON[extenderv1.HostPriorityList](t, appendPriorities(nil, list, known), list)
+			sameJSON[extenderv1.HostPriorityList](t, appendPriorities(nil, nil, known), extenderv1.HostPriorityList(nil))
+		}
 	})
 }
 
@@ -131,4 +158,13 @@ func sameJSON[T any](t *testing.T, got []byte, v any) {
 	require.NoError(t, json.Unmarshal(got, &fromGot), "%s", got)
 	require.NoError(t, json.Unmarshal(want, &fromWant))
 	require.Equal(t, fromWant, fromGot)
+}
+
+func allPlain(list []string) bool {
+	for _, s := range list {
+		if !plain(s) {
+			return false
+		}
+	}
+	return true
 }

@@ -20,8 +20,6 @@ const (
 	ReasonTookStock = "TookStock"
 	// ReasonBoundFree: a GPU Pod was bound to free capacity.
 	ReasonBoundFree = "Bound"
-	// ReasonStockTaken: a placeholder was deleted for a GPU Pod.
-	ReasonStockTaken = "StockTaken"
 	// ReasonPreempted: a Pod was evicted to make room for a higher-priority
 	// GPU Pod (kube-scheduler's own preemption uses the same reason).
 	ReasonPreempted = "Preempted"
@@ -38,8 +36,11 @@ func eventRecorder(ctx context.Context, c kubernetes.Interface) events.EventReco
 	return b.NewRecorder(scheme.Scheme, "runplane-extender")
 }
 
-// recordBind records a bound GPU Pod's Event, and the Event of the
-// placeholder it took. took says this bind deleted ph.
+// recordBind records a bound GPU Pod's Event; took says this bind deleted
+// ph, which the Event then names, as its related object too. One Event per
+// takeover, not one on each Pod: the placeholder is gone (grace 0) before
+// anyone could describe it, and every write counts when a burst of GPU
+// Pods takes stock (extender/README.md, BindThroughput).
 func (e *Extender) recordBind(pod *corev1.Pod, ph *ledger.Placeholder, took bool, node string) {
 	if e.events == nil || pod.Labels[api.LabelGPUSpec] == "" {
 		return
@@ -48,10 +49,9 @@ func (e *Extender) recordBind(pod *corev1.Pod, ph *ledger.Placeholder, took bool
 		e.events.Eventf(pod, nil, corev1.EventTypeNormal, ReasonBoundFree, "Bind", "Bound to free capacity on %s", node)
 		return
 	}
-	e.events.Eventf(pod, nil, corev1.EventTypeNormal, ReasonTookStock, "Bind", "TookStock %s/%s on %s", ph.Namespace, ph.Name, node)
 	placeholder := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ph.Namespace, Name: ph.Name, UID: ph.UID}}
-	e.events.Eventf(placeholder, pod, corev1.EventTypeNormal, ReasonStockTaken, "Delete",
-		"deleted for GPU Pod %s/%s on %s (label %s=%s)", pod.Namespace, pod.Name, node, api.LabelStock, ph.Spec)
+	e.events.Eventf(pod, placeholder, corev1.EventTypeNormal, ReasonTookStock, "Bind",
+		"TookStock %s/%s on %s (label %s=%s; the placeholder was deleted)", ph.Namespace, ph.Name, node, api.LabelStock, ph.Spec)
 }
 
 // recordPreempted records, on a victim the extender evicted, which Pod it

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -47,12 +48,17 @@ func post(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-// buffers are one filter or prioritize call's request and response bytes;
-// Extender.buffers pools them, so a scheduling cycle reuses the previous
-// one's instead of allocating for the garbage collector.
+// buffers are one filter or prioritize call's request and response bytes
+// and slices; Extender.buffers pools them, so a scheduling cycle reuses the
+// previous one's instead of allocating for the garbage collector.
 type buffers struct {
-	in  bytes.Buffer
-	out []byte
+	in       bytes.Buffer
+	out      []byte
+	args     argsReader
+	feasible []string
+	names    []string
+	scores   []int64
+	list     extenderv1.HostPriorityList
 }
 
 // maxPooled bounds the buffers kept for reuse: 5,000 names are about 60
@@ -72,20 +78,26 @@ func (e *Extender) putBuffers(b *buffers) {
 	}
 	b.in.Reset()
 	b.out = b.out[:0]
+	// The slices keep their last request's strings reachable until the
+	// next call overwrites them (one body, under maxPooled): clearing ~300
+	// KiB of pointers per call cost more than it frees.
+	b.args.reset()
+	b.feasible, b.names, b.scores, b.list = b.feasible[:0], b.names[:0], b.scores[:0], b.list[:0]
 	e.buffers.Put(b)
 }
 
-// readArgs reads the ExtenderArgs of a filter or prioritize call.
-func readArgs(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) (*extenderv1.ExtenderArgs, bool) {
+// readArgs reads the ExtenderArgs of a filter or prioritize call (lazy: see
+// argsReader.decode).
+func readArgs(w http.ResponseWriter, r *http.Request, b *buffers, lazy bool) (*extenderv1.ExtenderArgs, bool) {
 	if !post(w, r) {
 		return nil, false
 	}
-	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBody)); err != nil {
+	if _, err := b.in.ReadFrom(http.MaxBytesReader(w, r.Body, maxBody)); err != nil {
 		httpjson.Error(w, http.StatusBadRequest, "reading request body: "+err.Error())
 		return nil, false
 	}
 	var args extenderv1.ExtenderArgs
-	if err := decodeArgs(buf.Bytes(), &args); err != nil {
+	if err := b.args.decode(b.in.Bytes(), &args, lazy); err != nil {
 		httpjson.Error(w, http.StatusBadRequest, "decoding request body: "+err.Error())
 		return nil, false
 	}
@@ -136,7 +148,26 @@ func (e *Extender) observe(o prometheus.Observer, began time.Time) {
 }
 
 func (e *Extender) handleFilter(w http.ResponseWriter, r *http.Request) {
-	serveArgs(e, w, r, e.metrics.filterLatency, e.filter, appendFilterResult, e.checkFilterPod)
+	defer e.observe(e.metrics.filterLatency, time.Now())
+	b := e.getBuffers()
+	defer e.putBuffers(b)
+	args, ok := readArgs(w, r, b, false)
+	if !ok || !e.checkFilterPod(w, r, args) {
+		return
+	}
+	res, gen := e.filterInto(args, b.feasible)
+	if res.NodeNames != nil {
+		b.feasible = *res.NodeNames // grown: reuse it next time
+	}
+	var names []byte
+	// Every feasible node is a name of the request: plain when the
+	// request's array was.
+	b.out, names = appendFilterResult(b.out, res, b.args.raw != nil && args.Nodes == nil)
+	if gen != 0 && names != nil {
+		e.filtered.remember(args.Pod.UID, gen, names)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b.out)
 }
 
 // checkFilterPod replaces the body's Pod by the API server's, refusing
@@ -155,41 +186,44 @@ func (e *Extender) checkFilterPod(w http.ResponseWriter, r *http.Request, args *
 }
 
 func (e *Extender) handlePrioritize(w http.ResponseWriter, r *http.Request) {
-	serveArgs(e, w, r, e.metrics.prioritizeLatency, e.prioritize, appendPriorities)
-}
-
-// serveArgs answers a filter or prioritize call: the ExtenderArgs in, the
-// verb's result out.
-func serveArgs[R any](e *Extender, w http.ResponseWriter, r *http.Request, latency prometheus.Observer,
-	verb func(*extenderv1.ExtenderArgs) R, encode func([]byte, R) []byte, check ...func(http.ResponseWriter, *http.Request, *extenderv1.ExtenderArgs) bool) {
-	defer e.observe(latency, time.Now())
+	defer e.observe(e.metrics.prioritizeLatency, time.Now())
 	b := e.getBuffers()
 	defer e.putBuffers(b)
-	if args, ok := readArgs(w, r, &b.in); ok {
-		for _, c := range check {
-			if !c(w, r, args) {
-				return
-			}
-		}
-		b.out = encode(b.out, verb(args))
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(b.out)
+	args, ok := readArgs(w, r, b, true)
+	if !ok {
+		return
 	}
+	b.list = e.prioritizeInto(args, b)
+	// The hosts are the request's names (or equal to them).
+	b.out = appendPriorities(b.out, b.list, b.args.raw != nil && args.Nodes == nil)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b.out)
 }
 
 // filter evaluates the Pod on the nodes; the leader reserves the best one.
 func (e *Extender) filter(args *extenderv1.ExtenderArgs) *extenderv1.ExtenderFilterResult {
+	out, _ := e.filterInto(args, nil)
+	return out
+}
+
+// filterInto is filter appending the feasible nodes to feasible; gen is
+// the ledger's FilterResult.Generation (0: no ledger Filter ran).
+func (e *Extender) filterInto(args *extenderv1.ExtenderArgs, feasible []string) (_ *extenderv1.ExtenderFilterResult, gen uint64) {
 	names := nodeNames(args)
 	var res ledger.FilterResult
 	if req, err := e.request(args.Pod); err != nil {
 		// Unresolvable on every node: the Pod's event names the bad label.
-		res.Feasible, res.Failed = []string{}, make(map[string]string, len(names))
+		res.Feasible, res.Failed = feasible[:0], make(map[string]string, len(names))
+		if res.Feasible == nil {
+			res.Feasible = []string{}
+		}
 		for _, n := range names {
 			res.Failed[n] = err.Error()
 		}
 	} else {
 		req.Protected = e.guard.protected
-		res = e.ledger.Filter(req, names, e.isLeader())
+		res = e.ledger.FilterAppend(feasible, req, names, e.isLeader())
+		gen = res.Generation
 		if res.Claim != nil {
 			e.intents.record(e.client, args.Pod, *res.Claim)
 		}
@@ -203,7 +237,7 @@ func (e *Extender) filter(args *extenderv1.ExtenderArgs) *extenderv1.ExtenderFil
 	out := &extenderv1.ExtenderFilterResult{FailedAndUnresolvableNodes: res.Failed}
 	if args.Nodes == nil || args.NodeNames != nil {
 		out.NodeNames = &res.Feasible
-		return out
+		return out, gen
 	}
 	out.Nodes = &corev1.NodeList{}
 	for _, n := range args.Nodes.Items {
@@ -211,24 +245,84 @@ func (e *Extender) filter(args *extenderv1.ExtenderArgs) *extenderv1.ExtenderFil
 			out.Nodes.Items = append(out.Nodes.Items, n)
 		}
 	}
-	return out
+	return out, 0
 }
 
 // prioritize scores the nodes; an unknown spec scores 0 everywhere.
 func (e *Extender) prioritize(args *extenderv1.ExtenderArgs) extenderv1.HostPriorityList {
-	names := nodeNames(args)
-	out := make(extenderv1.HostPriorityList, len(names))
-	var scores []int64
-	if req, err := e.request(args.Pod); err == nil {
-		scores = e.ledger.Prioritize(req, names)
-	}
-	for i, n := range names {
-		out[i].Host = n
-		if scores != nil {
-			out[i].Score = scores[i]
+	return e.prioritizeInto(args, &buffers{})
+}
+
+// prioritizeInto is prioritize with b's slices reused. When args' node
+// names (still unsplit, b.args.raw) are byte for byte the array the Pod's
+// latest filter answered, the ledger answers from that filter's scores
+// without the names being read at all: what the scheduler does in every
+// cycle in which only this extender filters.
+func (e *Extender) prioritizeInto(args *extenderv1.ExtenderArgs, b *buffers) extenderv1.HostPriorityList {
+	req, err := e.request(args.Pod)
+	if err == nil && b.args.raw != nil {
+		if gen, ok := e.filtered.match(req.UID, b.args.raw); ok {
+			var hit bool
+			if b.names, b.scores, hit = e.ledger.FilteredScores(req.UID, gen, b.names[:0], b.scores[:0]); hit {
+				return priorities(b.list[:0], b.names, b.scores)
+			}
 		}
 	}
-	return out
+	if b.args.raw != nil && args.NodeNames == nil {
+		b.args.splitNames(args)
+	}
+	names := nodeNames(args)
+	var scores []int64
+	if err == nil {
+		scores = e.ledger.Prioritize(req, names)
+	}
+	return priorities(b.list[:0], names, scores)
+}
+
+// priorities pairs names with their scores (none: 0) into list.
+func priorities(list extenderv1.HostPriorityList, names []string, scores []int64) extenderv1.HostPriorityList {
+	if list == nil {
+		list = make(extenderv1.HostPriorityList, 0, len(names))
+	}
+	for i, n := range names {
+		var s int64
+		if scores != nil {
+			s = scores[i]
+		}
+		list = append(list, extenderv1.HostPriority{Host: n, Score: s})
+	}
+	return list
+}
+
+// filterMemo is the node names array the latest filter answered, for
+// prioritizeInto: the bytes the scheduler sends back are the same when
+// the nodes are.
+type filterMemo struct {
+	mu    sync.Mutex
+	uid   types.UID
+	gen   uint64
+	names []byte
+}
+
+func (m *filterMemo) remember(uid types.UID, gen uint64, names []byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(names) > maxPooled {
+		m.gen = 0
+		return
+	}
+	m.uid, m.gen, m.names = uid, gen, append(m.names[:0], names...)
+}
+
+// match returns the ledger generation of the filter that answered exactly
+// names for the Pod.
+func (m *filterMemo) match(uid types.UID, names []byte) (uint64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.gen == 0 || m.uid != uid || !bytes.Equal(m.names, names) {
+		return 0, false
+	}
+	return m.gen, true
 }
 
 // Bind failure reasons (label values of runplane_extender_bind_failures_total).

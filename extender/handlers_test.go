@@ -327,3 +327,66 @@ func TestFilterUnmanagedResource(t *testing.T) {
 	require.Contains(t, out.FailedAndUnresolvableNodes["n"], "resource nvidia.com/mig-1g.10gb is not managed by the runplane extender")
 	require.Contains(t, out.FailedAndUnresolvableNodes["n"], "scheduler.extender.managedResources")
 }
+
+// TestPrioritizeAfterFilter: a prioritize of the very node names the Pod's
+// filter answered is answered from that filter's scores without reading
+// the names; any other prioritize (other order, other Pod, a spec the
+// catalog no longer has) is scored as before. Both answer what the ledger
+// answers for the parsed request.
+func TestPrioritizeAfterFilter(t *testing.T) {
+	x, y := pod("x", api.LabelGPUSpec, "g1", ""), pod("y", api.LabelGPUSpec, "g1", "")
+	unknown := pod("x", api.LabelGPUSpec, "g9", "")
+	e := testExtender(t, true, x, y)
+	for _, n := range []string{"a", "b", "c", "d"} {
+		e.ledger.UpsertNode(node(n, 4))
+	}
+	e.ledger.UpsertPod(pod("ph", api.LabelStock, "g1", "c"))
+	e.ledger.UpsertPod(pod("busy", api.LabelGPUSpec, "g1", "b"))
+	rec := call(t, e.handleFilter, http.MethodPost, filterBody(t, x, "a", "b", "c", "d"))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	var filtered extenderv1.ExtenderFilterResult
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &filtered))
+	feasible := *filtered.NodeNames
+	require.Len(t, feasible, 4)
+	reversed := []string{feasible[3], feasible[2], feasible[1], feasible[0]}
+	tests := []struct {
+		name   string
+		pod    *corev1.Pod
+		nodes  []string
+		cached bool
+	}{
+		{"the filter's nodes", x, feasible, true},
+		{"other order", x, reversed, false},
+		{"another Pod", y, feasible, false},
+		{"a spec the catalog lacks (the names match, the scores are 0)", unknown, feasible, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := filterBody(t, tt.pod, tt.nodes...)
+			var args extenderv1.ExtenderArgs
+			var r argsReader
+			require.NoError(t, r.decode([]byte(body), &args, true))
+			_, cached := e.filtered.match(tt.pod.UID, r.raw)
+			require.Equal(t, tt.cached, cached)
+			want := e.prioritize(&extenderv1.ExtenderArgs{Pod: tt.pod, NodeNames: &tt.nodes})
+			rec := call(t, e.handlePrioritize, http.MethodPost, body)
+			require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+			var got extenderv1.HostPriorityList
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &got))
+			require.Equal(t, want, got)
+			switch tt.pod {
+			case x:
+				require.Contains(t, got, extenderv1.HostPriority{Host: "c", Score: 10}, "the reserved warm node")
+			case unknown:
+				for _, h := range got {
+					require.Zero(t, h.Score, h.Host)
+				}
+			}
+		})
+	}
+	// The memo follows the latest filter: the Pod's reservation moved on.
+	rec = call(t, e.handleFilter, http.MethodPost, filterBody(t, x, "a", "d"))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	_, cached := e.filtered.match(x.UID, []byte(`["a","b","c","d"]`))
+	require.False(t, cached)
+}

@@ -280,10 +280,14 @@ func logMetrics(b *testing.B, h *harness) {
 		return
 	}
 	sums, counts := map[string]float64{}, map[string]float64{}
+	var failures []string // why binds failed: each one is a scheduling cycle more
 	for _, line := range strings.Split(m, "\n") {
 		name, _, _ := strings.Cut(line, "{")
 		key := label(line, "verb") + label(line, "step")
 		i := strings.LastIndexByte(line, ' ')
+		if name == "runplane_extender_bind_failures_total" && i >= 0 {
+			failures = append(failures, label(line, "reason")+" "+line[i+1:])
+		}
 		if key == "" || i < 0 {
 			continue
 		}
@@ -308,5 +312,7 @@ func logMetrics(b *testing.B, h *harness) {
 	h.mu.Lock()
 	crashes := h.crashes
 	h.mu.Unlock()
-	b.Logf("extender mean latency: %s; extender restarts (lost Lease) so far: %d", strings.Join(parts, ", "), crashes)
+	sort.Strings(failures)
+	b.Logf("extender mean latency: %s; bind failures: %s; extender restarts (lost Lease) so far: %d",
+		strings.Join(parts, ", "), strings.Join(failures, ", "), crashes)
 }

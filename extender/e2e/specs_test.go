@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -83,8 +82,7 @@ func TestMIGSpec(t *testing.T) {
 
 	createPod(t, c, ns, migPod("mig-b", "mig", false))
 	require.Equal(t, node, waitBound(t, ns, "mig-b"))
-	requireEvent(t, c, ns, "mig-b", extender.ReasonTookStock, fmt.Sprintf("TookStock %s/%s on %s", ns, ph.Name, node))
-	requireEvent(t, c, ns, ph.Name, extender.ReasonStockTaken, fmt.Sprintf("deleted for GPU Pod %s/mig-b on %s (label %s=mig1)", ns, node, api.LabelStock))
+	requireTookStock(t, c, ns, "mig-b", ph, node, "mig1")
 
 	createPod(t, c, ns, migPod("mig-c", "mig", false))
 	waitUnschedulable(t, ns, "mig-c", "insufficient "+migResource)
