@@ -259,7 +259,8 @@ func namespaceTiersPolicy(admin string, grantorGroups []string) *admissionregist
 	}
 	return policy(api.PolicyNamespaceTiers, []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-		Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"namespaces"},
+		// The status and finalize subresources write metadata too.
+		Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"namespaces", "namespaces/status", "namespaces/finalize"},
 			Scope: ptr.To(admissionregistrationv1.ClusterScope)},
 	}}},
 		[]admissionregistrationv1.MatchCondition{{Name: "not-grantor", Expression: "!(" + grantor + ")"}},

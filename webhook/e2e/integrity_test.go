@@ -586,6 +586,20 @@ func TestPriorityTiersGrantedPerNamespace(t *testing.T) {
 	}, 30*time.Second, 200*time.Millisecond)
 	_, err = mallory.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"tier"}}}`), patchDry)
 	require.NoError(t, err, "the tenant's own labels stay the tenant's")
+	// The status and finalize subresources also write metadata.
+	for _, sub := range []string{"status", "finalize"} {
+		got, err := mallory.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		require.NoError(t, err)
+		if got.Annotations == nil {
+			got.Annotations = map[string]string{}
+		}
+		got.Annotations[api.AnnotationPriorityTiers] = api.PriorityClassWorkloadHigh
+		body, err := json.Marshal(got)
+		require.NoError(t, err)
+		err = mallory.CoreV1().RESTClient().Put().Resource("namespaces").Name(ns).SubResource(sub).Param("dryRun", metav1.DryRunAll).Body(body).Do(ctx).Error()
+		require.Error(t, err, "a grant through namespaces/%s", sub)
+		assert.Contains(t, err.Error(), denied, "namespaces/%s", sub)
+	}
 	_, err = mallory.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-tier-2",
 		Annotations: map[string]string{api.AnnotationPriorityTiers: api.PriorityClassWorkloadHigh}}}, dryRun)
 	require.Error(t, err, "a new Namespace born with a grant")
@@ -623,7 +637,7 @@ func selfService(t *testing.T, ns string) {
 	}{
 		{"tenant-namespaces", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"create"}},
 			rbacv1.Subject{Kind: rbacv1.UserKind, Name: tenantUser}},
-		{"tenant-own-namespace", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, ResourceNames: []string{ns}, Verbs: []string{"get", "patch", "update"}},
+		{"tenant-own-namespace", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces", "namespaces/status", "namespaces/finalize"}, ResourceNames: []string{ns}, Verbs: []string{"get", "patch", "update"}},
 			rbacv1.Subject{Kind: rbacv1.UserKind, Name: tenantUser}},
 		{"platform-admins-namespaces", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "patch", "update"}},
 			rbacv1.Subject{Kind: rbacv1.GroupKind, Name: "platform-admins"}},
