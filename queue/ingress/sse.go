@@ -202,7 +202,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, rec messages.R
 	if rec.State.Terminal() {
 		final = &rec
 	}
-	refreshed := rec.Attempt // the Record was read for attempts up to this one
+	var checks recordChecks
 	keep := time.NewTicker(sseKeepalive)
 	defer keep.Stop()
 	var end uint64 // the last chunk's sequence, read once the Record is terminal
@@ -210,8 +210,9 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, rec messages.R
 		if final != nil {
 			// Every chunk is stored before the result that made the Record
 			// terminal: once the last one is written, the stream is over.
-			// It is read once: a chunk published later (by a hostile worker
-			// of the pool) does not keep the stream open.
+			// It is read once (again only if that chunk is gone, see the
+			// keepalive): a chunk published later (by a hostile worker of
+			// the pool) does not keep the stream open.
 			if end == 0 {
 				var err error
 				if end, err = s.lastChunk(ctx, chunkStream, *final); err != nil {
@@ -247,11 +248,10 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, rec messages.R
 			if !ok {
 				continue
 			}
-			if c.attempt > refreshed && final == nil {
+			if final == nil && checks.need(rec, c, time.Now()) {
 				// A newer attempt than the Record as read: the activator
 				// records an attempt before it dispatches it, so a read now
-				// says which worker holds it. Once per attempt number.
-				refreshed = c.attempt
+				// says which worker holds it.
 				if cur, _, err := s.cfg.Store.Get(ctx, key); err == nil {
 					rec = cur
 				}
@@ -285,6 +285,13 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, rec messages.R
 		case <-keep.C:
 			if sw.comment("keepalive") != nil {
 				return
+			}
+			if final != nil && last < end {
+				// The last chunk is gone (evicted or aged out) before it
+				// was read: find the last one still stored, or end now.
+				if _, err := chunkStream.GetMsg(ctx, end); errors.Is(err, jetstream.ErrMsgNotFound) {
+					end = 0
+				}
 			}
 			if cur, _, err := s.cfg.Store.Get(ctx, key); err == nil {
 				rec = cur

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
@@ -135,4 +137,32 @@ func TestStreamRequest(t *testing.T) {
 	g.Header.Set("Last-Event-ID", "-1")
 	_, err = lastEventID(g)
 	assert.ErrorContains(t, err, "Last-Event-ID")
+}
+
+// TestRecordChecks: when a chunk makes the stream read the Record again. A
+// sibling's chunk claiming attempt 999999 must not use up the check of the
+// real next attempt (its chunks would be dropped as foreign until a
+// keepalive); invented attempts beyond the cap cost one read a second.
+func TestRecordChecks(t *testing.T) {
+	rec := messages.Record{Worker: "w1", Attempt: 1}
+	now := time.Unix(1_700_000_000, 0)
+	var rc recordChecks
+	for i, tt := range []struct {
+		worker  string
+		attempt int
+		want    bool
+	}{
+		{"w1", 1, false},      // the Record names this attempt
+		{"w2", 999999, true},  // a forged attempt: read once
+		{"w2", 999999, false}, // …not again
+		{"w3", 2, true},       // the real next attempt is still checked
+		{"w3", 2, false},
+	} {
+		assert.Equal(t, tt.want, rc.need(rec, chunkMeta{worker: tt.worker, attempt: tt.attempt}, now), "step %d", i)
+	}
+	for a := 3; len(rc.seen) < maxRecordChecks; a++ {
+		require.True(t, rc.need(rec, chunkMeta{worker: "w2", attempt: a}, now))
+	}
+	assert.False(t, rc.need(rec, chunkMeta{worker: "w4", attempt: 5000}, now), "past the cap, within the second")
+	assert.True(t, rc.need(rec, chunkMeta{worker: "w4", attempt: 5000}, now.Add(time.Second)), "past the cap, a second later")
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
@@ -194,4 +195,45 @@ func owner(rec messages.Record, attempt int) string {
 		}
 	}
 	return ""
+}
+
+// recordChecks decides when a chunk calls for a fresh read of the Record:
+// its attempt is newer than the Record as read. The decision rests on the
+// Record, never on a chunk's own attempt header, which any worker of the
+// pool writes: a sibling's forged attempt 999999 must not stop the check
+// for the real next attempt (whose chunks would be dropped as foreign).
+// Each (attempt, worker) is checked once; beyond maxRecordChecks of them
+// (a hostile worker inventing attempts), at most one read per second.
+type recordChecks struct {
+	seen map[chunkOwner]bool
+	last time.Time
+}
+
+type chunkOwner struct {
+	attempt int
+	worker  string
+}
+
+const maxRecordChecks = 64
+
+func (r *recordChecks) need(rec messages.Record, c chunkMeta, now time.Time) bool {
+	if c.attempt <= rec.Attempt {
+		return false
+	}
+	k := chunkOwner{c.attempt, c.worker}
+	if r.seen[k] {
+		return false
+	}
+	if len(r.seen) >= maxRecordChecks {
+		if now.Sub(r.last) < time.Second {
+			return false
+		}
+	} else {
+		if r.seen == nil {
+			r.seen = map[chunkOwner]bool{}
+		}
+		r.seen[k] = true
+	}
+	r.last = now
+	return true
 }
