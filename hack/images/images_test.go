@@ -139,3 +139,16 @@ func TestWriteArchiveRoundTrip(t *testing.T) {
 		require.Equal(t, want.Ref, m.Manifests[i].Annotations["org.opencontainers.image.ref.name"])
 	}
 }
+
+// TestRunplaneImageHasEveryCommand: every command of cmd/ is in the
+// runplane image (the chart runs them from it, e.g. `helm test` runs
+// runplane-invoke).
+func TestRunplaneImageHasEveryCommand(t *testing.T) {
+	entries, err := os.ReadDir("../../cmd")
+	require.NoError(t, err)
+	for _, e := range entries {
+		if e.IsDir() {
+			require.Contains(t, runplaneBinaries, e.Name(), "cmd/%s is not in the runplane image", e.Name())
+		}
+	}
+}
