@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -151,4 +152,35 @@ func TestRunplaneImageHasEveryCommand(t *testing.T) {
 			require.Contains(t, runplaneBinaries, e.Name(), "cmd/%s is not in the runplane image", e.Name())
 		}
 	}
+}
+
+// TestDynamicBinaryImage: a dynamically linked binary's image carries its
+// interpreter and libraries (here /bin/ls's: the host's glibc).
+func TestDynamicBinaryImage(t *testing.T) {
+	if _, err := os.Stat("/bin/ls"); err != nil {
+		t.Skip("no /bin/ls")
+	}
+	libs, err := sharedLibraries("/bin/ls")
+	require.NoError(t, err)
+	require.NotEmpty(t, libs, "/bin/ls is dynamically linked")
+	im, err := NATS(t.TempDir(), "/bin/ls")
+	require.NoError(t, err)
+	files := imageFiles(t, im)
+	require.NotNil(t, files["/nats-server"])
+	for _, l := range libs {
+		require.NotNil(t, files[l.Path], "library %s missing from the image", l.Path)
+	}
+	cf, err := im.Image.ConfigFile()
+	require.NoError(t, err)
+	require.Equal(t, []string{"/nats-server"}, cf.Config.Entrypoint)
+}
+
+// TestStaticBinaryNeedsNoLibraries: a static Go binary gets no libraries.
+func TestStaticBinaryNeedsNoLibraries(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "static")
+	out, err := exec.Command("go", "build", "-o", bin, "./pause").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	libs, err := sharedLibraries(bin)
+	require.NoError(t, err)
+	require.Empty(t, libs)
 }
