@@ -85,21 +85,41 @@ func TestInstallAndInvoke(t *testing.T) {
 	t.Logf("values:\n%s", values())
 
 	began := time.Now()
-	helm(t, 3*time.Minute, "install", release, filepath.Join(root, "charts", "runplane"), "--namespace", releaseNS, "--create-namespace",
+	notes := helm(t, 3*time.Minute, "install", release, filepath.Join(root, "charts", "runplane"), "--namespace", releaseNS, "--create-namespace",
 		"--values", valuesFile, "--timeout", "2m")
 	t.Logf("helm install returned in %s", time.Since(began).Round(100*time.Millisecond))
 	waitAvailable(ctx, t, 5*time.Minute)
 	t.Logf("every workload of the release Available %s after helm install began", time.Since(began).Round(100*time.Millisecond))
 
+	// The commands the install's NOTES give users, as they are.
+	helmTest, logs := notesCommand(t, notes, "helm test "), notesCommand(t, notes, "kubectl -n "+testNS+" logs ")
 	invoked := time.Now()
-	out, err := run(t, 5*time.Minute, "helm", "test", release, "--namespace", releaseNS, "--timeout", "4m", "--logs")
-	t.Logf("helm test (%s):\n%s", time.Since(invoked).Round(100*time.Millisecond), out)
+	out, err := run(t, 5*time.Minute, helmTest[0], helmTest[1:]...)
+	t.Logf("%s (%s):\n%s", strings.Join(helmTest, " "), time.Since(invoked).Round(100*time.Millisecond), out)
 	if err != nil {
 		dumpNamespace(t, testNS)
 		dumpNamespace(t, releaseNS)
 		t.Fatalf("helm test: %v", err)
 	}
 	require.Contains(t, out, "Phase:          Succeeded", "helm test did not report success")
+	out, err = run(t, time.Minute, logs[0], logs[1:]...)
+	require.NoError(t, err, "%s", out)
+	t.Logf("%s:\n%s", strings.Join(logs, " "), out)
+	require.Contains(t, out, `"state":"succeeded"`, "the test Pod printed no succeeded Record")
+	require.Contains(t, out, `"payload":{"check":"runplane-invoke"}`, "the Record holds no echo of the payload")
+}
+
+// notesCommand returns the command line of the install's NOTES that starts
+// with prefix, split into words.
+func notesCommand(t *testing.T, notes, prefix string) []string {
+	t.Helper()
+	for _, l := range strings.Split(notes, "\n") {
+		if l = strings.TrimSpace(l); strings.HasPrefix(l, prefix) {
+			return strings.Fields(l)
+		}
+	}
+	t.Fatalf("the install's NOTES have no line %q...:\n%s", prefix, notes)
+	return nil
 }
 
 // waitAvailable waits until every Deployment and StatefulSet of the
