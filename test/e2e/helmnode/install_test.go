@@ -70,11 +70,12 @@ helmTest:
 }
 
 // TestInstallAndInvoke: `helm install` of the chart, every Deployment and
-// StatefulSet of the release Available on the real node, then `helm test`:
-// one synchronous invocation of a pool at zero (framework-echo) by a
-// ServiceAccount bound to runplane-invoker, through the queue's Service
-// (ingress, activator, scale from zero, the webhook's injection, the NATS
-// auth callout, the worker sidecar).
+// StatefulSet of the release Available on the real node, then `helm test`
+// as the install's NOTES give it: one synchronous invocation of a pool at
+// zero (framework-echo) by a ServiceAccount bound to runplane-invoker,
+// through the queue's Service (ingress, activator, scale from zero, the
+// webhook's injection, the NATS auth callout, the worker sidecar); then a
+// tenant's own pool invoked from the test process (host_test.go).
 func TestInstallAndInvoke(t *testing.T) {
 	needNode(t)
 	ctx := t.Context()
@@ -107,6 +108,15 @@ func TestInstallAndInvoke(t *testing.T) {
 	t.Logf("%s:\n%s", strings.Join(logs, " "), out)
 	require.Contains(t, out, `"state":"succeeded"`, "the test Pod printed no succeeded Record")
 	require.Contains(t, out, `"payload":{"check":"runplane-invoke"}`, "the Record holds no echo of the payload")
+
+	t.Run("a tenant's pool invoked from the host", func(t *testing.T) {
+		t.Cleanup(func() {
+			if t.Failed() {
+				dumpNamespace(t, "team-host")
+			}
+		})
+		invokeFromHost(ctx, t)
+	})
 }
 
 // notesCommand returns the command line of the install's NOTES that starts
