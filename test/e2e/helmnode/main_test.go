@@ -11,6 +11,7 @@ package helmnode
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -28,6 +29,11 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		skip = "needs a cluster with a real node: run without -short"
+		os.Exit(m.Run())
+	}
 	if err := cluster.RealNodeSupport(); err != nil {
 		skip = err.Error()
 		fmt.Fprintln(os.Stderr, "helmnode: skipping every test:", skip)
