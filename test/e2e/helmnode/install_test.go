@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -25,6 +26,7 @@ const (
 	release   = "runplane"
 	releaseNS = "runplane-system"
 	testNS    = "runplane-helm-test"
+	stockNS   = "runplane-stock"
 )
 
 // placement puts a component on the real node: the only node that runs
@@ -63,6 +65,9 @@ nats:
   bundled:
     image: ` + image(images.NATSRef) + `
     persistence: {size: 1Gi}` + strings.ReplaceAll(placement, "\n  ", "\n    ") + `
+stock:
+  namespace: ` + stockNS + `
+  pools: [{spec: rn1, replicas: 1}]
 helmTest:
   namespace: ` + testNS + `
   timeout: 3m` + placement + `
@@ -92,6 +97,16 @@ func TestInstallAndInvoke(t *testing.T) {
 	waitAvailable(ctx, t, 5*time.Minute)
 	t.Logf("every workload of the release Available %s after helm install began", time.Since(began).Round(100*time.Millisecond))
 
+	// The stock placeholder went through the chart's runplane-scheduler (the
+	// kube-scheduler image and the extender) to the real node.
+	placeholders, err := env.Client().CoreV1().Pods(stockNS).List(ctx, metav1.ListOptions{LabelSelector: "runplane.io/stock=rn1"})
+	require.NoError(t, err)
+	require.Len(t, placeholders.Items, 1)
+	p := placeholders.Items[0]
+	require.Equal(t, "runplane-scheduler", p.Spec.SchedulerName)
+	require.Equal(t, env.RealNodes()[0].Name, p.Spec.NodeName, "the placeholder's node")
+	require.Equal(t, corev1.PodRunning, p.Status.Phase)
+
 	// The commands the install's NOTES give users, as they are.
 	helmTest, logs := notesCommand(t, notes, "helm test "), notesCommand(t, notes, "kubectl -n "+testNS+" logs ")
 	invoked := time.Now()
@@ -117,6 +132,24 @@ func TestInstallAndInvoke(t *testing.T) {
 		})
 		invokeFromHost(ctx, t)
 	})
+
+	t.Run("uninstall", func(t *testing.T) {
+		helm(t, 3*time.Minute, "uninstall", release, "--namespace", releaseNS, "--wait", "--timeout", "2m")
+		client := env.Client()
+		_, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "runplane-webhook", metav1.GetOptions{})
+		require.True(t, apierrors.IsNotFound(err), "the MutatingWebhookConfiguration outlived the release: %v", err)
+		// Every Pod of the release goes: the real kubelet stops them.
+		for _, ns := range []string{releaseNS, stockNS} {
+			err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+				pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+				return err == nil && len(pods.Items) == 0, nil
+			})
+			if err != nil {
+				dumpNamespace(t, ns)
+				t.Fatalf("Pods left in %s after helm uninstall: %v", ns, err)
+			}
+		}
+	})
 }
 
 // notesCommand returns the command line of the install's NOTES that starts
@@ -133,8 +166,9 @@ func notesCommand(t *testing.T, notes, prefix string) []string {
 }
 
 // waitAvailable waits until every Deployment and StatefulSet of the
-// release has all its replicas ready and up to date; on timeout it prints
-// the Pods, their events and logs.
+// release (the stock pools' in their namespace too) has all its replicas
+// ready and up to date; on timeout it prints the Pods, their events and
+// logs.
 func waitAvailable(ctx context.Context, t *testing.T, timeout time.Duration) {
 	t.Helper()
 	client := env.Client()
@@ -142,13 +176,13 @@ func waitAvailable(ctx context.Context, t *testing.T, timeout time.Duration) {
 	var pending []string
 	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		pending = nil
-		deps, err := client.AppsV1().Deployments(releaseNS).List(ctx, sel)
+		deps, err := client.AppsV1().Deployments("").List(ctx, sel)
 		if err != nil {
 			return false, err
 		}
 		for _, d := range deps.Items {
 			if !deploymentAvailable(&d) {
-				pending = append(pending, "Deployment "+d.Name)
+				pending = append(pending, "Deployment "+d.Namespace+"/"+d.Name)
 			}
 		}
 		sets, err := client.AppsV1().StatefulSets(releaseNS).List(ctx, sel)
@@ -167,6 +201,7 @@ func waitAvailable(ctx context.Context, t *testing.T, timeout time.Duration) {
 	})
 	if err != nil {
 		dumpNamespace(t, releaseNS)
+		dumpNamespace(t, stockNS)
 		t.Fatalf("not Available within %s: %s: %v", timeout, strings.Join(pending, ", "), err)
 	}
 }
