@@ -112,3 +112,47 @@ func invokeFromHost(ctx context.Context, t *testing.T) {
 	require.NoError(t, err, "the worker %q that answered", rec.Worker)
 	require.Equal(t, env.RealNodes()[0].Name, worker.Spec.NodeName, "the worker ran on the real node")
 }
+
+// gpuTakeover: with every GPU of the node held by a stock placeholder, a
+// Pod labelled runplane.io/gpu-spec: rn1 as a user writes it goes through
+// the installed webhook (the spec's GPU, CPU, memory, placement and the
+// runplane-scheduler) and the chart's scheduler and extender, which give it
+// a placeholder's GPU: it runs on the node and one placeholder fewer does.
+func gpuTakeover(ctx context.Context, t *testing.T) {
+	const tenant = "team-gpu"
+	client := env.Client()
+	require.NoError(t, env.CreateNamespace(ctx, tenant))
+	_, err := client.CoreV1().Pods(tenant).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "train", Labels: map[string]string{api.LabelGPUSpec: "rn1"}},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "main", Image: images.UserRef, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"sh", "-c", "exec sleep 3600"}}},
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	var pod *corev1.Pod
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pod, err = client.CoreV1().Pods(tenant).Get(ctx, "train", metav1.GetOptions{})
+		return err == nil && pod.Status.Phase == corev1.PodRunning, nil
+	})
+	require.NoError(t, err, "the GPU Pod never ran")
+	require.Equal(t, "runplane-scheduler", pod.Spec.SchedulerName, "the webhook's scheduler")
+	require.Equal(t, env.RealNodes()[0].Name, pod.Spec.NodeName)
+	gpus := pod.Spec.Containers[0].Resources.Limits[api.DefaultGPUResource]
+	require.EqualValues(t, 1, gpus.Value(), "the spec's GPU, injected by the webhook")
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := client.CoreV1().Pods(stockNS).List(ctx, metav1.ListOptions{LabelSelector: "runplane.io/stock=rn1"})
+		if err != nil {
+			return false, nil
+		}
+		running := 0
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				running++
+			}
+		}
+		return running == cluster.RealNodeGPUs-1, nil
+	})
+	require.NoError(t, err, "want %d placeholders running after the takeover", cluster.RealNodeGPUs-1)
+}

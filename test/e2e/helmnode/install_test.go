@@ -67,7 +67,7 @@ nats:
     persistence: {size: 1Gi}` + strings.ReplaceAll(placement, "\n  ", "\n    ") + `
 stock:
   namespace: ` + stockNS + `
-  pools: [{spec: rn1, replicas: 1}]
+  pools: [{spec: rn1, replicas: ` + fmt.Sprint(cluster.RealNodeGPUs) + `}]
 helmTest:
   namespace: ` + testNS + `
   timeout: 3m` + placement + `
@@ -97,15 +97,16 @@ func TestInstallAndInvoke(t *testing.T) {
 	waitAvailable(ctx, t, 5*time.Minute)
 	t.Logf("every workload of the release Available %s after helm install began", time.Since(began).Round(100*time.Millisecond))
 
-	// The stock placeholder went through the chart's runplane-scheduler (the
+	// The stock placeholders went through the chart's runplane-scheduler (the
 	// kube-scheduler image and the extender) to the real node.
 	placeholders, err := env.Client().CoreV1().Pods(stockNS).List(ctx, metav1.ListOptions{LabelSelector: "runplane.io/stock=rn1"})
 	require.NoError(t, err)
-	require.Len(t, placeholders.Items, 1)
-	p := placeholders.Items[0]
-	require.Equal(t, "runplane-scheduler", p.Spec.SchedulerName)
-	require.Equal(t, env.RealNodes()[0].Name, p.Spec.NodeName, "the placeholder's node")
-	require.Equal(t, corev1.PodRunning, p.Status.Phase)
+	require.Len(t, placeholders.Items, cluster.RealNodeGPUs, "one placeholder per GPU of the node")
+	for _, p := range placeholders.Items {
+		require.Equal(t, "runplane-scheduler", p.Spec.SchedulerName)
+		require.Equal(t, env.RealNodes()[0].Name, p.Spec.NodeName, "the placeholder's node")
+		require.Equal(t, corev1.PodRunning, p.Status.Phase)
+	}
 
 	// The commands the install's NOTES give users, as they are.
 	helmTest, logs := notesCommand(t, notes, "helm test "), notesCommand(t, notes, "kubectl -n "+testNS+" logs ")
@@ -131,6 +132,16 @@ func TestInstallAndInvoke(t *testing.T) {
 			}
 		})
 		invokeFromHost(ctx, t)
+	})
+
+	t.Run("a GPU Pod takes over a placeholder", func(t *testing.T) {
+		t.Cleanup(func() {
+			if t.Failed() {
+				dumpNamespace(t, "team-gpu")
+				dumpNamespace(t, stockNS)
+			}
+		})
+		gpuTakeover(ctx, t)
 	})
 
 	t.Run("uninstall", func(t *testing.T) {
