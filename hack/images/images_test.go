@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -138,4 +139,50 @@ func TestWriteArchiveRoundTrip(t *testing.T) {
 		require.Equal(t, want.Ref, m.Manifests[i].Annotations["io.containerd.image.name"])
 		require.Equal(t, want.Ref, m.Manifests[i].Annotations["org.opencontainers.image.ref.name"])
 	}
+}
+
+// TestRunplaneImageHasEveryCommand: every command of cmd/ is in the
+// runplane image (the chart runs them from it, e.g. `helm test` runs
+// runplane-invoke).
+func TestRunplaneImageHasEveryCommand(t *testing.T) {
+	entries, err := os.ReadDir("../../cmd")
+	require.NoError(t, err)
+	for _, e := range entries {
+		if e.IsDir() {
+			require.Contains(t, runplaneBinaries, e.Name(), "cmd/%s is not in the runplane image", e.Name())
+		}
+	}
+}
+
+// TestDynamicBinaryImage: a dynamically linked binary's image carries its
+// interpreter and libraries (here /bin/ls's: the host's libc).
+func TestDynamicBinaryImage(t *testing.T) {
+	if _, err := os.Stat("/bin/ls"); err != nil {
+		t.Skip("no /bin/ls")
+	}
+	libs, err := sharedLibraries("/bin/ls")
+	require.NoError(t, err)
+	if len(libs) == 0 {
+		t.Skip("/bin/ls is static here")
+	}
+	im, err := NATS(t.TempDir(), "/bin/ls")
+	require.NoError(t, err)
+	files := imageFiles(t, im)
+	require.NotNil(t, files["/nats-server"])
+	for _, l := range libs {
+		require.NotNil(t, files[l.Path], "library %s missing from the image", l.Path)
+	}
+	cf, err := im.Image.ConfigFile()
+	require.NoError(t, err)
+	require.Equal(t, []string{"/nats-server"}, cf.Config.Entrypoint)
+}
+
+// TestStaticBinaryNeedsNoLibraries: a static Go binary gets no libraries.
+func TestStaticBinaryNeedsNoLibraries(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "static")
+	out, err := exec.Command("go", "build", "-o", bin, "./pause").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	libs, err := sharedLibraries(bin)
+	require.NoError(t, err)
+	require.Empty(t, libs)
 }

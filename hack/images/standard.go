@@ -23,7 +23,7 @@ const (
 // Binaries of the runplane image, all under /usr/local/bin.
 var runplaneBinaries = []string{
 	"runplane-webhook", "runplane-extender", "runplane-controller", "runplane-queue", "runplane-sidecar",
-	"runplane-ssh", "runplane-copy", "runplane-accessor", "framework-echo",
+	"runplane-ssh", "runplane-copy", "runplane-accessor", "runplane-invoke", "framework-echo",
 }
 
 // nonroot is the runplane image's user (api.ImageUID; distroless's nonroot).

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/hack/images"
 )
 
 // KubernetesVersion is the version of the control-plane binaries.
@@ -61,6 +62,10 @@ type Options struct {
 	// each, the images of hack/images imported. Root only: Start fails with
 	// RealNodeSupport's reason elsewhere.
 	RealNodes int
+	// ExtraImages builds more images into the real nodes' image archive
+	// (tmp is a scratch dir for their layers), e.g. images.NATS for a chart
+	// install; the standard images of hack/images are always there.
+	ExtraImages func(tmp string) ([]images.Image, error)
 	// PodTerminationBound bounds how long a deleted kwok Pod stays
 	// Terminating: min(its grace period, this); default
 	// DefaultPodTerminationBound. See stages/pod-delete-graceful.yaml.
@@ -77,6 +82,8 @@ type Cluster struct {
 	client     kubernetes.Interface
 	pki        *certFiles
 	logf       func(string, ...any)
+	// extraImages is Options.ExtraImages.
+	extraImages func(tmp string) ([]images.Image, error)
 
 	mu        sync.Mutex
 	processes []*Process
@@ -180,7 +187,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	c := &Cluster{dir: dir, keepDir: opts.KeepDir || opts.Dir != "", bin: bin, logf: logf}
+	c := &Cluster{dir: dir, keepDir: opts.KeepDir || opts.Dir != "", bin: bin, logf: logf, extraImages: opts.ExtraImages}
 	defer func() {
 		if err != nil {
 			c.Stop()

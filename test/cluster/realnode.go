@@ -564,6 +564,13 @@ func (c *Cluster) buildImages(ctx context.Context, nodeBin string) (string, erro
 		return "", err
 	}
 	imgs = append(imgs, dns)
+	if c.extraImages != nil {
+		extra, err := c.extraImages(tmp)
+		if err != nil {
+			return "", fmt.Errorf("building extra images: %w", err)
+		}
+		imgs = append(imgs, extra...)
+	}
 	out := filepath.Join(c.dir, "images.tar")
 	if err := images.WriteArchive(out, tmp, imgs...); err != nil {
 		return "", err
