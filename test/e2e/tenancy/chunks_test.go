@@ -29,7 +29,7 @@ import (
 func TestWorkerCannotForgeSiblingChunks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	ns, pool := "nats-c", "echo"
+	ns, pool := "nats-chunks", "echo" // its own namespace: TestSidecarThroughCallout has nats-c/echo
 	tenant(t, ns, "worker")
 	pods := poolPods(t, ns, pool, 2)
 	victim, mallory := pods[0], pods[1]
