@@ -199,9 +199,6 @@ func (c *Cluster) startRealNode(ctx context.Context, bin string, i int, net node
 	if err := makeCgroups(node.cgroup); err != nil {
 		return node, err
 	}
-	if err := net.setUp(); err != nil {
-		return node, err
-	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := nodeKubeconfig(c.kubeconfig, c.nodeAPIServerURL(net), kubeconfig); err != nil {
 		return node, err
@@ -532,8 +529,11 @@ func (c *Cluster) stopRealNodes() {
 		if err := killCgroup(n.cgroup); err != nil {
 			c.logf("cluster: stopping real node %s: %v", n.Name, err)
 		}
-		if err := n.net.tearDown(); err != nil {
-			c.logf("cluster: stopping real node %s: %v", n.Name, err)
+	}
+	// Every planned network, also those of nodes that never started.
+	for _, net := range c.realNets {
+		if err := net.tearDown(); err != nil {
+			c.logf("cluster: removing network namespace %s: %v", net.netns, err)
 		}
 	}
 }

@@ -103,4 +103,5 @@ func TestRealNodeConfigsAreStrict(t *testing.T) {
 	require.Equal(t, "10.234.9.0/24", proxy.ClusterCIDR)
 	require.Equal(t, int32(0), *proxy.Conntrack.MaxPerCore, "kube-proxy must not size the host's conntrack table")
 	require.False(t, *proxy.IPTables.LocalhostNodePorts, "localhost NodePorts need route_localnet")
+	require.True(t, proxy.IPTables.MasqueradeAll, "no reliance on the host's br_netfilter")
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -79,22 +80,53 @@ func pickNodeNet(owner, i int, taken map[int]bool) (nodeNet, int, error) {
 }
 
 // planRealNodes checks the machine and sweeps what dead owners left, then
-// picks the networks of n real nodes.
-func planRealNodes(n int, logf func(string, ...any)) ([]nodeNet, error) {
+// picks and sets up the networks of n real nodes (before the apiserver
+// starts: it advertises the first one's host address). Picking and setting
+// up hold a host-wide lock, so clusters starting at once on one machine
+// never pick the same addresses: the next picker sees them in use.
+func planRealNodes(n int, logf func(string, ...any)) (nets []nodeNet, err error) {
 	if err := RealNodeSupport(); err != nil {
 		return nil, err
 	}
 	sweepRealNodes(logf)
-	taken := map[int]bool{}
-	nets := make([]nodeNet, n)
-	for i := range nets {
-		net, x, err := pickNodeNet(os.Getpid(), i, taken)
+	unlock, err := lockHost()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	defer func() {
 		if err != nil {
-			return nil, err
+			for _, net := range nets {
+				_ = net.tearDown()
+			}
+			nets = nil
 		}
-		taken[x], nets[i] = true, net
+	}()
+	for i := range n {
+		net, _, err := pickNodeNet(os.Getpid(), i, nil)
+		if err != nil {
+			return nets, err
+		}
+		if err := net.setUp(); err != nil {
+			_ = net.tearDown()
+			return nets, err
+		}
+		nets = append(nets, net)
 	}
 	return nets, nil
+}
+
+// lockHost takes the host-wide lock of real-node network set-up.
+func lockHost() (unlock func(), err error) {
+	f, err := os.OpenFile("/run/lock/runplane-realnode-net", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("real node network lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("real node network lock: %w", err)
+	}
+	return func() { f.Close() }, nil
 }
 
 // nodeAPIServerURL is the apiserver as node net reaches it.
@@ -126,8 +158,8 @@ func (n nodeNet) setUp() error {
 		return err
 	}
 	// The kubelet serves anyone who reaches it (kubeletConfig): the host
-	// may, the node's own Pods may not.
-	return run("nsenter", "--net="+n.path(), "--", "iptables", "-I", "INPUT", "-s", n.podSubnet+".0/24", "-p", "tcp", "--dport", "10250", "-j", "DROP")
+	// (the apiserver) may, Pods of any node may not.
+	return run("nsenter", "--net="+n.path(), "--", "iptables", "-I", "INPUT", "-p", "tcp", "--dport", "10250", "!", "-s", n.hostIP, "-j", "DROP")
 }
 
 // path is the namespace's bind mount, for nsenter.
@@ -143,8 +175,22 @@ func deleteNetns(name string) error {
 	return run("ip", "netns", "delete", name)
 }
 
-// sweepNetns deletes the namespaces of real nodes whose owner died.
+// sweepNetns deletes the namespaces of real nodes whose owner died, and
+// the host ends of their veths should a namespace have outlived its
+// deletion (a process still in it).
 func sweepNetns(logf func(string, ...any)) {
+	out, _ := exec.Command("ip", "-o", "link", "show").Output()
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
+		if owner, ok := ownerOf(name, vethPrefix); ok && !alive(owner) {
+			logf("cluster: sweeping veth %s left by dead pid %d", name, owner)
+			_ = run("ip", "link", "delete", name)
+		}
+	}
 	entries, _ := os.ReadDir("/run/netns")
 	for _, e := range entries {
 		if owner, ok := ownerOf(e.Name(), netnsPrefix); ok && !alive(owner) {
@@ -182,6 +228,10 @@ hostnameOverride: %[2]s
 mode: iptables
 clusterCIDR: %[3]s.0/24
 iptables:
+  # Every Service connection is masqueraded, so a reply on the same bridge
+  # comes back through the node (un-NATed there) whether or not the host
+  # has br_netfilter loaded.
+  masqueradeAll: true
   localhostNodePorts: false
   syncPeriod: 5s
   minSyncPeriod: 0s
