@@ -155,10 +155,14 @@ func (d *Deliverer) Start(ctx context.Context) error {
 
 // add queues key, counting it when its namespace is full (it stays
 // pending in its Record until the namespace's rescan).
-func (d *Deliverer) add(key string) {
+// add queues key; false when its namespace is full (it stays pending in
+// its Record, and a rescan reads it back).
+func (d *Deliverer) add(key string) bool {
 	if _, full := d.q.add(key); full {
 		d.m.deferred.Inc()
+		return false
 	}
+	return true
 }
 
 // callbackMarker is in every Record that asks for a callback; most ask
@@ -189,9 +193,20 @@ func (d *Deliverer) rescan(ctx context.Context, ns string, wg *sync.WaitGroup) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		backoff := time.Second
 		for {
 			if err := d.scan(ctx, ns); err != nil && ctx.Err() == nil {
-				d.cfg.Logger.Warn("callback: rescan of a namespace's records; the next leader picks them up", "namespace", ns, "err", err)
+				// Nothing else would read the refused callbacks back before
+				// the namespace overflows again: retry.
+				d.cfg.Logger.Warn("callback: rescan of a namespace's records; retrying", "namespace", ns, "err", err, "in", backoff)
+				select {
+				case <-ctx.Done():
+				case <-d.cfg.Clock.After(backoff):
+				}
+				backoff = min(2*backoff, 30*time.Second)
+				if ctx.Err() == nil {
+					continue
+				}
 			}
 			d.mu.Lock()
 			if !d.again[ns] || ctx.Err() != nil {
@@ -226,8 +241,9 @@ func (d *Deliverer) scan(ctx context.Context, ns string) error {
 			if e == nil {
 				return nil // the namespace's current Records are read
 			}
-			if e.Operation() == jetstream.KeyValuePut && wantsCallback(e.Value()) {
-				d.add(e.Key())
+			// Full again: stop reading; the next drain to half rescans.
+			if e.Operation() == jetstream.KeyValuePut && wantsCallback(e.Value()) && !d.add(e.Key()) {
+				return nil
 			}
 		}
 	}
