@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/cache"
@@ -16,8 +17,8 @@ import (
 // (NamespaceKey): a namespace deleted and made again under the same name,
 // by another tenant maybe, has another UID, so another key.
 type Namespaces interface {
-	// UID of namespace ns; fresh skips any cache. ErrNoNamespace when
-	// there is none.
+	// UID of namespace ns; fresh: read within the last second.
+	// ErrNoNamespace when there is none.
 	UID(ctx context.Context, ns string, fresh bool) (string, error)
 }
 
@@ -32,34 +33,52 @@ type KubeNamespaces struct {
 	client corev1client.NamespacesGetter
 	ttl    time.Duration
 	cache  *cache.LRUExpireCache
+	// fresh holds reads for freshTTL, and reads runs one read per
+	// namespace at a time: a tenant polling its key endpoint costs the
+	// apiserver (and the client's rate budget other tenants' invocations
+	// share) one read a second per namespace, however often it asks.
+	fresh *cache.LRUExpireCache
+	reads singleflight.Group
 }
+
+// freshTTL is how old a "fresh" read may be. A namespace cannot be deleted
+// and made again within it: deletion waits for the namespace controller to
+// empty it, which takes seconds.
+const freshTTL = time.Second
 
 // NewKubeNamespaces keeps up to 4096 UIDs for ttl each. A UID read before
 // its namespace was made again is used for ttl at most, and only for new
 // invocations' callbacks: those fail to verify under the new key, they do
 // not verify under the old (the key endpoint reads fresh).
 func NewKubeNamespaces(client corev1client.NamespacesGetter, ttl time.Duration) *KubeNamespaces {
-	return &KubeNamespaces{client: client, ttl: ttl, cache: cache.NewLRUExpireCache(4096)}
+	return &KubeNamespaces{client: client, ttl: ttl, cache: cache.NewLRUExpireCache(4096), fresh: cache.NewLRUExpireCache(4096)}
 }
 
 // UID implements Namespaces.
 func (k *KubeNamespaces) UID(ctx context.Context, ns string, fresh bool) (string, error) {
-	if !fresh {
-		if v, ok := k.cache.Get(ns); ok {
-			return v.(string), nil
+	c := k.cache
+	if fresh {
+		c = k.fresh
+	}
+	if v, ok := c.Get(ns); ok {
+		return v.(string), nil
+	}
+	v, err, _ := k.reads.Do(ns, func() (any, error) {
+		n, err := k.client.Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			k.cache.Remove(ns)
+			k.fresh.Remove(ns)
+			return "", fmt.Errorf("namespace %q: %w", ns, ErrNoNamespace)
 		}
-	}
-	n, err := k.client.Namespaces().Get(ctx, ns, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		k.cache.Remove(ns)
-		return "", fmt.Errorf("namespace %q: %w", ns, ErrNoNamespace)
-	}
-	if err != nil {
-		return "", fmt.Errorf("namespace %q: %w", ns, err)
-	}
-	uid := string(n.UID)
-	k.cache.Add(ns, uid, k.ttl)
-	return uid, nil
+		if err != nil {
+			return "", fmt.Errorf("namespace %q: %w", ns, err)
+		}
+		uid := string(n.UID)
+		k.cache.Add(ns, uid, k.ttl)
+		k.fresh.Add(ns, uid, freshTTL)
+		return uid, nil
+	})
+	return v.(string), err
 }
 
 // NoNamespaces is the source without Kubernetes (-no-kube): there are no
