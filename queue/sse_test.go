@@ -299,3 +299,50 @@ func TestStreamBadLastEventID(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	assert.Contains(t, string(b), "Last-Event-ID")
 }
+
+// TestStreamsPerNamespaceBounded: a tenant opening result streams without
+// end is refused past its namespace's limit (429 naming it), each stream
+// holding a consumer and buffered chunks in the shared ingress; a closed
+// stream frees its slot.
+func TestStreamsPerNamespaceBounded(t *testing.T) {
+	e := newEnv(t, func(c *queue.Config) { c.Limits.NamespaceMaxStreams = 2 })
+	tk := &tokens{n: 5, hold: 1, release: make(chan struct{}), stopped: make(chan error, 1)}
+	e.streamWorker("w1", tk.stream)
+	first := openSSE(t, streamPost(t, e.base, map[string]any{"stream": true, "invocationID": "st-lim"}))
+	get := func() *http.Response {
+		req, err := http.NewRequest("GET", e.base+"/v1/namespaces/default/invocations/st-lim/stream", nil)
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		return resp
+	}
+	second := get()
+	require.Equal(t, http.StatusOK, second.StatusCode)
+	third := get()
+	body, err := io.ReadAll(third.Body)
+	require.NoError(t, err)
+	require.NoError(t, third.Body.Close())
+	require.Equal(t, http.StatusTooManyRequests, third.StatusCode, string(body))
+	assert.Contains(t, string(body), `"limit":"namespace_streams"`)
+	assert.NotEmpty(t, third.Header.Get("Retry-After"))
+	// A new streamed invocation is refused before it is accepted: nothing
+	// runs for a caller who got a 429.
+	refused, err := http.DefaultClient.Do(streamPost(t, e.base, map[string]any{"stream": true, "invocationID": "st-lim-2"}))
+	require.NoError(t, err)
+	require.NoError(t, refused.Body.Close())
+	require.Equal(t, http.StatusTooManyRequests, refused.StatusCode)
+	gone, err := http.Get(e.base + "/v1/namespaces/default/invocations/st-lim-2")
+	require.NoError(t, err)
+	require.NoError(t, gone.Body.Close())
+	assert.Equal(t, http.StatusNotFound, gone.StatusCode, "the refused stream's invocation was accepted")
+
+	require.NoError(t, second.Body.Close())
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		resp := get()
+		defer resp.Body.Close()
+		assert.Equal(c, http.StatusOK, resp.StatusCode, "the closed stream's slot")
+	}, 30*time.Second, 100*time.Millisecond)
+	close(tk.release)
+	_, _, rec := first.rest(t)
+	assert.Equal(t, messages.StateSucceeded, rec.State, rec.Error)
+}

@@ -119,6 +119,7 @@ func run() error {
 	flag.BoolVar(&c.InsecureDisableCallerAuth, "insecure-disable-caller-auth", false, "INSECURE: serve the ingress without bearer tokens, TokenReview and RBAC (benchmarks and tests of the unauthenticated baseline only; required with -no-kube)")
 	flag.IntVar(&c.Limits.PoolMaxBacklog, "max-backlog", pool.DefaultPoolMaxBacklog, "queued invocations allowed per pool unless its runplane.io/max-backlog says otherwise (429 beyond; -1: unbounded)")
 	flag.IntVar(&c.Limits.PoolMaxInFlight, "max-in-flight", -1, "dispatched invocations allowed per pool unless its runplane.io/max-in-flight says otherwise (-1: unbounded, replicas × concurrency bound it)")
+	flag.IntVar(&c.Limits.NamespaceMaxStreams, "namespace-max-streams", pool.DefaultNamespaceMaxStreams, "result streams (SSE) open per namespace on one ingress replica (429 beyond; -1: unbounded)")
 	flag.IntVar(&c.Limits.NamespaceMaxBacklog, "namespace-max-backlog", pool.DefaultNamespaceMaxBacklog, "queued invocations allowed per namespace, all its pools together (429 beyond; -1: unbounded)")
 	flag.IntVar(&c.Limits.NamespaceMaxInFlight, "namespace-max-in-flight", pool.DefaultNamespaceMaxInFlight, "dispatched invocations allowed per namespace, all its pools together (-1: unbounded)")
 	flag.IntVar(&c.MaxAttempts, "max-attempts", 3, "dispatch attempts before dead-lettering")

@@ -116,6 +116,8 @@ type Server struct {
 	// per namespace (limits.go).
 	counts    map[string]*poolCount
 	nsBacklog map[string]int
+	// nsStreams: the result streams open per namespace (openStream).
+	nsStreams map[string]int
 	// guard: whether the bounded store has room for new work.
 	guard storeGuard
 
@@ -132,7 +134,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, errors.New("ingress: Auth is required (InsecureNoAuth serves unauthenticated callers)")
 	}
 	s := &Server{cfg: cfg, waiters: map[string]map[chan messages.Record]waiter{},
-		counts: map[string]*poolCount{}, nsBacklog: map[string]int{}, m: newIngressMetrics(cfg.Registerer),
+		counts: map[string]*poolCount{}, nsBacklog: map[string]int{}, nsStreams: map[string]int{}, m: newIngressMetrics(cfg.Registerer),
 		sse: newSSEMetrics(cfg.Registerer)}
 	spec, err := SpecJSON(cfg)
 	if err != nil {

@@ -195,6 +195,15 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 		defer done()
 	}
 
+	if streamed {
+		// The stream's slot before the invocation is accepted: a refused
+		// stream must not leave behind an invocation its caller gave up.
+		if le := s.openStream(ns, poolName); le != nil {
+			s.tooMany(w, le)
+			return
+		}
+		defer s.closeStream(ns)
+	}
 	ack, rec, err := s.accept(ctx, inv, hash, s.cfg.Limits.Backlog(pl.Policy), clientID)
 	var le *limitError
 	if errors.As(err, &le) {

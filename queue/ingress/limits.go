@@ -15,6 +15,7 @@ import (
 const (
 	ReasonPoolBacklog      = "pool_backlog"
 	ReasonNamespaceBacklog = "namespace_backlog"
+	ReasonNamespaceStreams = "namespace_streams"
 )
 
 // poolCount is one pool's backlog as this replica knows it: the
@@ -73,6 +74,9 @@ type limitError struct {
 }
 
 func (e *limitError) Error() string {
+	if e.Reason == ReasonNamespaceStreams {
+		return fmt.Sprintf("namespace %q has %d result streams open on this replica, the namespace limit: close one or retry later", e.Namespace, e.Max)
+	}
 	if e.Reason == ReasonNamespaceBacklog {
 		return fmt.Sprintf("namespace %q backlog is full (%d queued in all its pools, the namespace limit): retry later", e.Namespace, e.Max)
 	}
@@ -108,6 +112,26 @@ func (s *Server) release(ns, poolName string, seq uint64) {
 			c.local = append(c.local, seq)
 		}
 	})
+}
+
+// openStream takes one of namespace ns's result-stream slots, or says the
+// limit is reached; closeStream gives it back.
+func (s *Server) openStream(ns, poolName string) *limitError {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if nsMax := s.cfg.Limits.NamespaceMaxStreams; nsMax > 0 && s.nsStreams[ns] >= nsMax {
+		return &limitError{Reason: ReasonNamespaceStreams, Namespace: ns, Pool: poolName, Max: nsMax}
+	}
+	s.nsStreams[ns]++
+	return nil
+}
+
+func (s *Server) closeStream(ns string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.nsStreams[ns]--; s.nsStreams[ns] <= 0 {
+		delete(s.nsStreams, ns)
+	}
 }
 
 // tooMany answers 429 for a full backlog: the body names the limit, the

@@ -97,6 +97,11 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if le := s.openStream(rec.Namespace, rec.Pool); le != nil {
+		s.tooMany(w, le)
+		return
+	}
+	defer s.closeStream(rec.Namespace)
 	s.serveSSE(w, r, rec, after, time.Now())
 }
 
@@ -119,7 +124,8 @@ func lastEventID(r *http.Request) (uint64, error) {
 }
 
 // serveSSE streams rec's chunks after stream sequence after, then its
-// terminal Record. start is when the request came (time to first chunk).
+// terminal Record; the caller holds one of the namespace's stream slots
+// (openStream). start is when the request came (time to first chunk).
 func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, rec messages.Record, after uint64, start time.Time) {
 	ctx := r.Context()
 	key := stream.Key(rec.Namespace, rec.InvocationID)

@@ -17,6 +17,10 @@ type Limits struct {
 	// NamespaceMaxInFlight: dispatched invocations per namespace (default
 	// 1000).
 	NamespaceMaxInFlight int
+	// NamespaceMaxStreams: open result streams (SSE) per namespace on one
+	// ingress replica (default 100): each holds a consumer, a goroutine and
+	// up to a pull window of chunks in the ingress.
+	NamespaceMaxStreams int
 }
 
 // Default limits.
@@ -24,6 +28,7 @@ const (
 	DefaultPoolMaxBacklog       = 1000
 	DefaultNamespaceMaxBacklog  = 5000
 	DefaultNamespaceMaxInFlight = 1000
+	DefaultNamespaceMaxStreams  = 100
 )
 
 // WithDefaults fills the zero fields and turns negative ones into 0
@@ -33,6 +38,7 @@ func (l Limits) WithDefaults() Limits {
 	l.PoolMaxInFlight = bound(l.PoolMaxInFlight)
 	l.NamespaceMaxBacklog = bound(cmp.Or(l.NamespaceMaxBacklog, DefaultNamespaceMaxBacklog))
 	l.NamespaceMaxInFlight = bound(cmp.Or(l.NamespaceMaxInFlight, DefaultNamespaceMaxInFlight))
+	l.NamespaceMaxStreams = bound(cmp.Or(l.NamespaceMaxStreams, DefaultNamespaceMaxStreams))
 	return l
 }
 
