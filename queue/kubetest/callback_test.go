@@ -21,8 +21,9 @@ import (
 // TestCallbackKeyFollowsNamespaceUID: a namespace's callback signing key
 // is its own, not its name's: deleted and made again under the same name
 // (by another tenant, maybe), the namespace gets another key, so its new
-// owner can neither verify nor forge the callbacks of the old one, whose
-// Record still names the old namespace's key.
+// owner can neither verify nor forge the callbacks of the old one; nor can
+// it read, stream, cancel or re-post the old one's Records (404, 409), while
+// its own are stamped with its own UID.
 func TestCallbackKeyFollowsNamespaceUID(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
