@@ -60,7 +60,8 @@ func (rc *receiver) received() []received {
 
 func callbackEnv(t testing.TB, allowLoopback bool, attempts int) *env {
 	return newEnv(t, func(c *queue.Config) {
-		c.Callbacks = queue.CallbackOptions{MasterKey: testMasterKey, Backoff: 20 * time.Millisecond, MaxAttempts: attempts, Namespaces: namespaceUIDs{"default": "uid-default"}}
+		c.Callbacks = queue.CallbackOptions{MasterKey: testMasterKey, Backoff: 20 * time.Millisecond, MaxAttempts: attempts}
+		c.Namespaces = namespaceUIDs{"default": "uid-default"}
 		if allowLoopback {
 			c.Callbacks.AllowCIDRs = []string{"127.0.0.0/8"}
 		}

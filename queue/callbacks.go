@@ -34,9 +34,6 @@ type CallbackOptions struct {
 	Timeout          time.Duration
 	Workers          int
 	NamespaceWorkers int
-	// Namespaces tells the namespace UIDs the keys follow (tests); default:
-	// the API server (get namespaces), or none without Kubernetes.
-	Namespaces callback.Namespaces
 }
 
 // callbackConfig reads the master key and the target rules; nil when
@@ -66,27 +63,34 @@ func callbackConfig(o CallbackOptions, rc *rest.Config) (*ingress.CallbackConfig
 	if err != nil {
 		return nil, fmt.Errorf("queue: callback denied ranges: %w", err)
 	}
-	nss := o.Namespaces
+	return &ingress.CallbackConfig{Targets: callback.Targets{Allow: allow, Deny: deny}, MasterKey: key}, nil
+}
+
+// namespaceSource tells the namespaces' UIDs, which stamp every Record and
+// key the callbacks' signatures: nss when set (tests), else the API server
+// (get namespaces), else none without Kubernetes.
+func namespaceSource(nss callback.Namespaces, rc *rest.Config) (callback.Namespaces, error) {
 	switch {
 	case nss != nil:
+		return nss, nil
 	case rc != nil:
 		// Its own client: however often the signing-key endpoint is called,
 		// the activator's scaling and the informers keep their rate.
 		kube, err := limitedClient(rc, ClientLimits{}, 20, 40)
 		if err != nil {
-			return nil, fmt.Errorf("queue: callbacks: %w", err)
+			return nil, fmt.Errorf("queue: namespaces: %w", err)
 		}
-		// A UID read is kept 10s: new invocations' callbacks only; the
-		// signing-key endpoint reads fresh.
-		nss = callback.NewKubeNamespaces(kube.CoreV1(), 10*time.Second)
+		// A UID read is kept 10s: new invocations and reads whose Record's
+		// UID it matches; a mismatch and the signing-key endpoint read
+		// fresh.
+		return callback.NewKubeNamespaces(kube.CoreV1(), 10*time.Second), nil
 	default:
-		nss = callback.NoNamespaces{}
+		return callback.NoNamespaces{}, nil
 	}
-	return &ingress.CallbackConfig{Targets: callback.Targets{Allow: allow, Deny: deny}, MasterKey: key, Namespaces: nss}, nil
 }
 
 // newDeliverer is the callback sender, run with the activator.
-func newDeliverer(cc *ingress.CallbackConfig, o CallbackOptions, st *stream.Store, reg prometheus.Registerer, log *slog.Logger) (*callback.Deliverer, error) {
-	return callback.New(callback.Config{Store: st, MasterKey: cc.MasterKey, Namespaces: cc.Namespaces, Targets: cc.Targets, MaxAttempts: o.MaxAttempts,
+func newDeliverer(cc *ingress.CallbackConfig, nss callback.Namespaces, o CallbackOptions, st *stream.Store, reg prometheus.Registerer, log *slog.Logger) (*callback.Deliverer, error) {
+	return callback.New(callback.Config{Store: st, MasterKey: cc.MasterKey, Namespaces: nss, Targets: cc.Targets, MaxAttempts: o.MaxAttempts,
 		Backoff: o.Backoff, Timeout: o.Timeout, Workers: o.Workers, NamespaceWorkers: o.NamespaceWorkers, Logger: log.With("component", "callbacks"), Registerer: reg})
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/runplane/runplane/internal/buildinfo"
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/queue/activator"
+	"github.com/runplane/runplane/queue/callback"
 	"github.com/runplane/runplane/queue/ingress"
 	"github.com/runplane/runplane/queue/pool"
 	"github.com/runplane/runplane/queue/stream"
@@ -50,6 +51,9 @@ type Config struct {
 	Callout CalloutConfig
 	// Callbacks turns on completion callbacks (callbacks.go).
 	Callbacks CallbackOptions
+	// Namespaces tells the namespaces' UIDs (tests); default: the API
+	// server (get namespaces) with RESTConfig, else none.
+	Namespaces callback.Namespaces
 	// Stream configures the JetStream resources (prefix, stream, replicas,
 	// max age, duplicate window, buckets, record TTL).
 	Stream stream.Config
@@ -221,8 +225,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	nss, err := namespaceSource(cfg.Namespaces, cfg.RESTConfig)
+	if err != nil {
+		return err
+	}
 	if callbacks != nil && !cfg.DisableActivator {
-		d, err := newDeliverer(callbacks, cfg.Callbacks, st, reg, log)
+		d, err := newDeliverer(callbacks, nss, cfg.Callbacks, st, reg, log)
 		if err != nil {
 			return err
 		}
@@ -261,7 +269,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		srv, err := ingress.New(ctx, ingress.Config{Store: st, NC: nc, Pools: pools, Auth: gate, InsecureNoAuth: cfg.InsecureDisableCallerAuth, Limits: cfg.Limits,
 			DefaultTTLSeconds: cfg.DefaultTTLSeconds, MaxTTLSeconds: maxTTLSeconds(cfg.Stream), MaxBodyBytes: cfg.MaxBodyBytes, MaxPayloadBytes: cfg.MaxPayloadBytes, Logger: log, Registerer: reg,
-			Callbacks: callbacks,
+			Callbacks: callbacks, Namespaces: nss,
 			// With the manager's metrics (leader election, client-go), whose
 			// own metrics listener is off: /metrics stays on the ingress port.
 			Gatherer: prometheus.Gatherers{reg, ctrlmetrics.Registry}})

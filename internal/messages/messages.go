@@ -188,6 +188,10 @@ type Invocation struct {
 	// ReplyTo, when set, is a core NATS inbox the accepting ingress replica
 	// listens on for the sync answer (a fast path next to the KV watch).
 	ReplyTo string `json:"replyTo,omitempty"`
+	// NamespaceUID is the UID of the namespace that accepted the invocation
+	// (Record.NamespaceUID): a Record the activator writes from the message
+	// keeps it. Empty without Kubernetes.
+	NamespaceUID string `json:"namespaceUID,omitempty"`
 	// CallbackURL is where the ingress asks for a completion callback; it
 	// goes into the Record only, never into a message.
 	CallbackURL string `json:"-"`
@@ -369,6 +373,13 @@ type Record struct {
 	// Callback is the completion callback, when the invocation or its
 	// pool asked for one (queue/callback).
 	Callback *CallbackStatus `json:"callback,omitempty"`
+	// NamespaceUID is the UID of the namespace that accepted the
+	// invocation: Records are keyed by namespace name, and a namespace
+	// deleted and made again under that name (by another tenant maybe) has
+	// another UID, so it cannot read, stream or cancel its predecessor's
+	// Records. Empty without Kubernetes, and in Records written before it
+	// was stamped (those stay readable by the name's current owner).
+	NamespaceUID string `json:"namespaceUID,omitempty"`
 }
 
 // IsJSON reports whether contentType is JSON ("" is: the default): a JSON

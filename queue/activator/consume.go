@@ -120,7 +120,7 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 	if rev != 0 && md.NumDelivered == 1 && a.cfg.Clock.Since(md.Timestamp) < freshAge {
 		it.Rec = stream.Cached{Rev: rev, Record: messages.Record{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool, Mode: inv.Mode,
 			State: messages.StateQueued, Stream: st.Config.Stream, RequestHash: m.Headers().Get(stream.RequestHashHeader),
-			AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt}}
+			AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt, NamespaceUID: inv.NamespaceUID}}
 		a.enqueue(m, it)
 		return
 	}

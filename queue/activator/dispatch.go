@@ -66,7 +66,7 @@ func (a *Activator) dispatch(ctx context.Context, it *state.Item, worker string,
 		// The Record expired or was removed after a publish that did not
 		// answer; the message is authoritative.
 		r := messages.Record{InvocationID: it.Inv.InvocationID, Namespace: it.Inv.Namespace, Pool: it.Inv.Pool, Mode: it.Inv.Mode, State: messages.StateDispatched, Worker: worker,
-			Attempt: attempt, Stream: st.Config.Stream, Sequence: it.Seq, AcceptedAt: it.Inv.AcceptedAt, UpdatedAt: a.cfg.Clock.Now().UTC()}
+			Attempt: attempt, Stream: st.Config.Stream, Sequence: it.Seq, AcceptedAt: it.Inv.AcceptedAt, UpdatedAt: a.cfg.Clock.Now().UTC(), NamespaceUID: it.Inv.NamespaceUID}
 		rev, err := st.Create(ctx, r)
 		if errors.Is(err, stream.ErrExists) {
 			// Created meanwhile: apply the transition to it.

@@ -70,6 +70,17 @@ func (s *Server) record(w http.ResponseWriter, r *http.Request, ns, id, verb str
 		problem(w, r, http.StatusServiceUnavailable, err.Error())
 		return rec, false
 	}
+	if found {
+		// A predecessor's Record (a namespace deleted and made again under
+		// this name) is answered as missing, with no hint it exists.
+		if found, err = s.sameNamespace(r.Context(), rec); err != nil {
+			problem(w, r, http.StatusServiceUnavailable, err.Error())
+			return rec, false
+		}
+		if !found {
+			rec = messages.Record{}
+		}
+	}
 	if s.cfg.Auth == nil {
 		if !found {
 			notFound(w, ns, id)

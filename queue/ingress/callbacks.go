@@ -17,10 +17,9 @@ import (
 type CallbackConfig struct {
 	// Targets restricts the callback URLs an invocation may name.
 	Targets callback.Targets
-	// MasterKey derives the namespaces' signing keys.
+	// MasterKey derives the namespaces' signing keys (from the namespace's
+	// UID, Config.Namespaces).
 	MasterKey []byte
-	// Namespaces tells the namespace UIDs the keys derive from.
-	Namespaces callback.Namespaces
 }
 
 // SubresourceCallbackKey is the RBAC subresource of pools that reads the
@@ -95,7 +94,7 @@ func (s *Server) handleSigningKey(w http.ResponseWriter, r *http.Request) {
 	}
 	// Read fresh, never from a cache: a namespace made again under this
 	// name must not be handed its predecessor's key.
-	uid, err := s.cfg.Callbacks.Namespaces.UID(r.Context(), ns, true)
+	uid, err := s.cfg.Namespaces.UID(r.Context(), ns, true)
 	if errors.Is(err, callback.ErrNoNamespace) {
 		problem(w, r, http.StatusNotFound, fmt.Sprintf("namespace %q not found", ns))
 		return
@@ -108,15 +107,39 @@ func (s *Server) handleSigningKey(w http.ResponseWriter, r *http.Request) {
 		KeyID: uid, Algorithm: "HMAC-SHA256", Header: callback.SignatureHeader})
 }
 
-// callbackKeyID is the UID of namespace ns for a new invocation's
-// callback; the error is the HTTP status and why.
-func (s *Server) callbackKeyID(ctx context.Context, ns string) (string, int, error) {
-	uid, err := s.cfg.Callbacks.Namespaces.UID(ctx, ns, false)
+// namespaceUID is the UID of namespace ns for a new invocation's Record
+// and callback (one read serves both); the error is the HTTP status and why.
+func (s *Server) namespaceUID(ctx context.Context, ns string) (string, int, error) {
+	uid, err := s.cfg.Namespaces.UID(ctx, ns, false)
 	if errors.Is(err, callback.ErrNoNamespace) {
 		return "", http.StatusNotFound, fmt.Errorf("namespace %q not found", ns)
 	}
 	if err != nil {
-		return "", http.StatusServiceUnavailable, fmt.Errorf("completion callback: reading the namespace: %w", err)
+		return "", http.StatusServiceUnavailable, fmt.Errorf("reading the namespace: %w", err)
 	}
 	return uid, 0, nil
+}
+
+// sameNamespace tells whether rec belongs to the current namespace of its
+// name: a Record without a UID (written before they were stamped, or
+// without Kubernetes) does. The cached UID settles a match; a mismatch is
+// read again fresh before it refuses, so a cached UID of a namespace made
+// again never hides its owner's own Records.
+func (s *Server) sameNamespace(ctx context.Context, rec messages.Record) (bool, error) {
+	if rec.NamespaceUID == "" {
+		return true, nil
+	}
+	for _, fresh := range []bool{false, true} {
+		uid, err := s.cfg.Namespaces.UID(ctx, rec.Namespace, fresh)
+		if errors.Is(err, callback.ErrNoNamespace) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("reading the namespace: %w", err)
+		}
+		if uid == rec.NamespaceUID {
+			return true, nil
+		}
+	}
+	return false, nil
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/objects"
+	"github.com/runplane/runplane/queue/callback"
 	"github.com/runplane/runplane/queue/pool"
 	"github.com/runplane/runplane/queue/stream"
 )
@@ -74,6 +75,13 @@ type Config struct {
 	DefaultTTLSeconds, MaxTTLSeconds int
 	// Callbacks turns on completion callbacks (nil: off).
 	Callbacks *CallbackConfig
+	// Namespaces tells the namespaces' UIDs: every new Record is stamped
+	// with its namespace's, and a Record whose UID is not the namespace's
+	// current one is not found (a namespace made again under the name of a
+	// deleted one cannot read its predecessor's invocations). The same UID
+	// keys the invocation's callback signature. Default (nil):
+	// callback.NoNamespaces, no UIDs (without Kubernetes).
+	Namespaces callback.Namespaces
 	// DisableReplyFastPath makes sync callers rely on the KV watch only.
 	DisableReplyFastPath bool
 	Logger               *slog.Logger
@@ -90,6 +98,9 @@ func (c Config) withDefaults() Config {
 	c.DefaultTTLSeconds = cmp.Or(c.DefaultTTLSeconds, 600)
 	c.MaxTTLSeconds = cmp.Or(c.MaxTTLSeconds, 86400)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
+	if c.Namespaces == nil {
+		c.Namespaces = callback.NoNamespaces{}
+	}
 	return c
 }
 

@@ -167,14 +167,16 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 		TTLSeconds: req.TTLSeconds, AcceptedAt: time.Now().UTC(), MaxResultBytes: s.cfg.MaxPayloadBytes,
 		ResultMsgMaxBytes: int64(s.cfg.Store.Config.ResultMaxMsgSize),
 		MaxChunkBytes:     s.cfg.Store.Config.Chunks.MaxChunkData(), MaxChunks: s.cfg.Store.Config.Chunks.MaxPerInvocation}
+	// One UID read stamps the Record and keys the callback's signature.
+	uid, code, err := s.namespaceUID(ctx, ns)
+	if err != nil {
+		s.reject(w, code, err.Error())
+		return
+	}
+	inv.NamespaceUID = uid
 	if cb != nil {
 		inv.CallbackURL = cb.URL
-		keyID, code, err := s.callbackKeyID(ctx, ns)
-		if err != nil {
-			s.reject(w, code, err.Error())
-			return
-		}
-		inv.CallbackKeyID, inv.CallbackEvents = keyID, cb.Events
+		inv.CallbackKeyID, inv.CallbackEvents = uid, cb.Events
 	}
 	// A sync caller registers before anything is published, so no result
 	// can slip past it. Its reply token makes its fast-path reply subject
@@ -318,7 +320,7 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation, hash strin
 		return ack, messages.Record{}, &storeFullError{why}
 	}
 	rec := messages.Record{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool, Mode: inv.Mode, State: messages.StateQueued,
-		Stream: st.Config.Stream, RequestHash: hash, AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt}
+		Stream: st.Config.Stream, RequestHash: hash, AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt, NamespaceUID: inv.NamespaceUID}
 	if inv.CallbackURL != "" {
 		rec.Callback = &messages.CallbackStatus{URL: inv.CallbackURL, KeyID: inv.CallbackKeyID, State: messages.CallbackPending, Events: inv.CallbackEvents}
 		if slices.Contains(inv.CallbackEvents, messages.CallbackEventStart) {
@@ -384,6 +386,14 @@ func (s *Server) publish(ctx context.Context, inv messages.Invocation, rev uint6
 // duplicate answers a re-post of an existing invocation ID: the existing
 // invocation's state when the request is the same (hash), 409 when not.
 func (s *Server) duplicate(ctx context.Context, ack Ack, rec messages.Record, inv messages.Invocation, hash string) (Ack, messages.Record, error) {
+	// A predecessor's Record (a namespace deleted and made again under
+	// this name) is neither answered nor republished: its ID stays taken
+	// until the Record expires (-record-ttl).
+	if same, err := s.sameNamespace(ctx, rec); err != nil {
+		return ack, messages.Record{}, err
+	} else if !same {
+		return ack, messages.Record{}, &conflictError{fmt.Sprintf("invocationID %s cannot be used in namespace %q: use a new invocationID", inv.InvocationID, inv.Namespace)}
+	}
 	if rec.Pool != inv.Pool {
 		return ack, rec, &conflictError{fmt.Sprintf("invocationID %s already belongs to pool %q of namespace %q", inv.InvocationID, rec.Pool, rec.Namespace)}
 	}

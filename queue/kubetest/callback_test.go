@@ -21,8 +21,9 @@ import (
 // TestCallbackKeyFollowsNamespaceUID: a namespace's callback signing key
 // is its own, not its name's: deleted and made again under the same name
 // (by another tenant, maybe), the namespace gets another key, so its new
-// owner can neither verify nor forge the callbacks of the old one, whose
-// Record still names the old namespace's key.
+// owner can neither verify nor forge the callbacks of the old one; nor can
+// it read, stream, cancel or re-post the old one's Records (404, 409), while
+// its own are stamped with its own UID.
 func TestCallbackKeyFollowsNamespaceUID(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -92,10 +93,33 @@ func TestCallbackKeyFollowsNamespaceUID(t *testing.T) {
 	assert.NotEqual(t, uid1, k2.KeyID, "another namespace")
 	assert.NotEqual(t, k1.Key, k2.Key, "the namespace made again under the name has another key")
 
-	code, body := call(base, "", "GET", "/v1/namespaces/"+ns+"/invocations/old-owner", nil)
+	// The old owner's Record is not the new owner's: not found, on every
+	// path, as if it had never been.
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/v1/namespaces/" + ns + "/invocations/old-owner"},
+		{"GET", "/v1/namespaces/" + ns + "/invocations/old-owner/stream"},
+		{"POST", "/v1/namespaces/" + ns + "/invocations/old-owner/cancel"},
+	} {
+		code, body := call(base, "", c.method, c.path, nil)
+		assert.Equal(t, 404, code, "%s %s: %s", c.method, c.path, body)
+		assert.NotContains(t, body, "hooks.example.com", c.path)
+	}
+	// The new owner's own invocations are its own.
+	_, err = env.Client().AppsV1().Deployments(ns).Create(ctx, deployment(ns, "workers", "echo", 0), metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		code, _ = call(base, "", "POST", "/v1/namespaces/"+ns+"/pools/echo/invocations", map[string]any{"mode": "async", "invocationID": "new-owner"})
+		return code == 202
+	}, 60*time.Second, 200*time.Millisecond, "the pool known again, the invocation accepted (last: %d)", code)
+	code, body := call(base, "", "GET", "/v1/namespaces/"+ns+"/invocations/new-owner", nil)
 	require.Equal(t, 200, code, body)
 	var rec messages.Record
 	require.NoError(t, json.Unmarshal([]byte(body), &rec))
-	require.NotNil(t, rec.Callback)
-	assert.Equal(t, uid1, rec.Callback.KeyID, "the old owner's callback stays signed with the old owner's key")
+	assert.Equal(t, k2.KeyID, rec.NamespaceUID, "stamped with the new namespace's UID")
+
+	// Nor can a re-post of the old owner's ID answer it (or run it again).
+	code, body = call(base, "", "POST", "/v1/namespaces/"+ns+"/pools/echo/invocations",
+		map[string]any{"mode": "async", "invocationID": "old-owner", "callbackURL": "https://hooks.example.com/runplane"})
+	assert.Equal(t, 409, code, body)
+	assert.NotContains(t, body, "hooks.example.com")
 }

@@ -506,6 +506,7 @@ type Record struct {
 	InvocationID    string            `json:"invocationID"`
 	Mode            RecordMode        `json:"mode"`
 	Namespace       string            `json:"namespace"`
+	NamespaceUID    *string           `json:"namespaceUID,omitempty"`
 	Pool            string            `json:"pool"`
 	RequestHash     *string           `json:"requestHash,omitempty"`
 	Response        *Response         `json:"response,omitempty"`

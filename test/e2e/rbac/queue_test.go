@@ -71,8 +71,9 @@ func TestQueue(t *testing.T) {
 	require.NoError(t, err, "the queue creating the callout issuer")
 	queueSecret, callout := &corev1.Secret{Data: pw}, &corev1.Secret{Data: issuer}
 	// Callbacks on, as the chart has them: the master key is also the
-	// queue's to create; the callback below makes it read the namespace's
-	// UID (get namespaces), which the key follows.
+	// queue's to create. Every invocation makes it read the namespace's
+	// UID (get namespaces, callbacks on or off), which stamps the Record
+	// and which the callback's key follows.
 	cbKey, err := bootstrapsecret.Ensure(ctx, queueClient, releaseNS, arg(t, args, "callback-signing-secret"), nil, func() (map[string][]byte, error) {
 		return map[string][]byte{"key": []byte(hex.EncodeToString(make([]byte, 32)))}, nil
 	}, "key")
