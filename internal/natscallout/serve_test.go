@@ -64,7 +64,7 @@ func TestServeBoundsWorkAndServesCachedClients(t *testing.T) {
 	require.Eventually(t, func() bool { return srv.NumSubscriptions() > 0 }, 5*time.Second, 10*time.Millisecond)
 
 	connect := func(tok string) error {
-		nc, err := nats.Connect(srv.ClientURL(), nats.Token(tok), nats.NoReconnect(), nats.Timeout(10*time.Second))
+		nc, err := dial(srv.ClientURL(), nats.Token(tok), nats.NoReconnect(), nats.Timeout(10*time.Second))
 		if err == nil {
 			nc.Close()
 		}
@@ -120,7 +120,7 @@ func TestServeBoundsReviewsPerHost(t *testing.T) {
 	require.Eventually(t, func() bool { return srv.NumSubscriptions() > 0 }, 5*time.Second, 10*time.Millisecond)
 	connect := func(from, tok string) error {
 		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
-		nc, err := nats.Connect(srv.ClientURL(), nats.Token(tok), nats.NoReconnect(), nats.Timeout(10*time.Second), nats.SetCustomDialer(d))
+		nc, err := dial(srv.ClientURL(), nats.Token(tok), nats.NoReconnect(), nats.Timeout(10*time.Second), nats.SetCustomDialer(d))
 		if err == nil {
 			nc.Close()
 		}
