@@ -194,9 +194,12 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, rec messages.R
 		// a sidecar's retry is not sent twice, a rerun is told apart and
 		// lost chunks are announced. One no longer retained leaves the
 		// position unknown.
-		if m, err := chunkStream.GetMsg(ctx, after); err == nil && matchesFilter(m.Subject, rec) {
+		if m, err := chunkStream.GetMsg(ctx, after); err == nil {
 			c, ok := parseChunk(subj, m.Subject, m.Sequence, m.Header.Get(messages.ChunkAttemptHeader),
 				m.Header.Get(messages.ChunkExecutionHeader), m.Header.Get(messages.ChunkSeqHeader))
+			// Exactly this invocation's chunk subject (the namespace's
+			// stream holds every invocation's): the worker named in it.
+			ok = ok && m.Subject == subj.ChunkSubject(rec.Namespace, rec.Pool, c.worker, rec.InvocationID)
 			if ok && resumable(rec, c) {
 				f.resumeFrom(c)
 			}
@@ -307,12 +310,6 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, rec messages.R
 			}
 		}
 	}
-}
-
-// matchesFilter reports whether subject is a chunk subject of rec's
-// invocation (messages.Subjects.InvocationChunks).
-func matchesFilter(subject string, rec messages.Record) bool {
-	return strings.HasSuffix(subject, "."+rec.InvocationID) && strings.Contains(subject, ".chunks."+rec.Namespace+"."+rec.Pool+".")
 }
 
 func writeEvent(sw *eventWriter, ev sseEvent) error {
