@@ -109,4 +109,7 @@ func TestAdmitWorkerWithoutRoomForItsChunks(t *testing.T) {
 	}
 	_, err = js.Stream(ctx, messages.ChunksStreamName(st.Config.Stream, "team-a"))
 	require.NoError(t, err, "A's chunks stream")
+	// The admissions themselves made nothing of B's: no half-made stream.
+	_, err = js.Stream(ctx, messages.ChunksStreamName(st.Config.Stream, "team-b"))
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "B's chunks stream")
 }
