@@ -42,11 +42,11 @@ func TestSweepRealNodesOfDeadOwners(t *testing.T) {
 	go func() { exited <- sleeper.Wait() }()
 	require.NoError(t, os.WriteFile(filepath.Join(cgroupRoot, "pids", leftover, "daemons", "cgroup.procs"),
 		[]byte(strconv.Itoa(sleeper.Process.Pid)), 0o644))
-	net, _, err := pickNodeNet(dead, 0, nil)
+	net, err := pickNodeNet(dead, 0)
 	require.NoError(t, err)
 	require.NoError(t, net.setUp())
 	t.Cleanup(func() { _ = net.tearDown() })
-	mineNet, _, err := pickNodeNet(live, 7, map[int]bool{})
+	mineNet, err := pickNodeNet(live, 7)
 	require.NoError(t, err)
 	require.NoError(t, run("ip", "netns", "add", mineNet.netns))
 	t.Cleanup(func() { _ = mineNet.tearDown() })

@@ -55,28 +55,28 @@ type nodeNet struct {
 // 10.234.<x>.0/24 in use on the host (addresses or routes), starting at
 // an offset of the owner's pid so concurrent clusters rarely probe the
 // same x first.
-func pickNodeNet(owner, i int, taken map[int]bool) (nodeNet, int, error) {
+func pickNodeNet(owner, i int) (nodeNet, error) {
 	addrs, err := exec.Command("ip", "-o", "-4", "addr", "show").Output()
 	if err != nil {
-		return nodeNet{}, 0, fmt.Errorf("listing host addresses: %w", err)
+		return nodeNet{}, fmt.Errorf("listing host addresses: %w", err)
 	}
 	routes, err := exec.Command("ip", "-4", "route", "show").Output()
 	if err != nil {
-		return nodeNet{}, 0, fmt.Errorf("listing host routes: %w", err)
+		return nodeNet{}, fmt.Errorf("listing host routes: %w", err)
 	}
 	used := string(addrs) + "\n" + string(routes)
 	for k := range 254 {
 		x := (owner+k)%254 + 1
-		if taken[x] || strings.Contains(used, "10.233."+strconv.Itoa(x)+".") || strings.Contains(used, "10.234."+strconv.Itoa(x)+".") {
+		if strings.Contains(used, "10.233."+strconv.Itoa(x)+".") || strings.Contains(used, "10.234."+strconv.Itoa(x)+".") {
 			continue
 		}
 		link := "10.233." + strconv.Itoa(x)
 		return nodeNet{
 			netns: fmt.Sprintf("%s%d-%d", netnsPrefix, owner, i), veth: fmt.Sprintf("%s%d-%d", vethPrefix, owner, i),
 			hostIP: link + ".1", nodeIP: link + ".2", podSubnet: "10.234." + strconv.Itoa(x),
-		}, x, nil
+		}, nil
 	}
-	return nodeNet{}, 0, fmt.Errorf("no free 10.233.x.0/30 and 10.234.x.0/24 for a real node")
+	return nodeNet{}, fmt.Errorf("no free 10.233.x.0/30 and 10.234.x.0/24 for a real node")
 }
 
 // planRealNodes checks the machine and sweeps what dead owners left, then
@@ -103,7 +103,7 @@ func planRealNodes(n int, logf func(string, ...any)) (nets []nodeNet, err error)
 		}
 	}()
 	for i := range n {
-		net, _, err := pickNodeNet(os.Getpid(), i, nil)
+		net, err := pickNodeNet(os.Getpid(), i)
 		if err != nil {
 			return nets, err
 		}
