@@ -70,22 +70,30 @@ func (s *Server) record(w http.ResponseWriter, r *http.Request, ns, id, verb str
 		problem(w, r, http.StatusServiceUnavailable, err.Error())
 		return rec, false
 	}
-	if found {
-		// A predecessor's Record (a namespace deleted and made again under
-		// this name) is answered as missing, with no hint it exists.
-		if found, err = s.sameNamespace(r.Context(), rec); err != nil {
+	// A predecessor's Record (a namespace deleted and made again under
+	// this name) is answered as missing, with no hint it exists. Checked
+	// only for a caller allowed to see the Record: the check may read the
+	// Namespace, which an anonymous caller must not make the queue do.
+	same := func() (bool, bool) {
+		ok, err := s.sameNamespace(r.Context(), rec)
+		if err != nil {
 			problem(w, r, http.StatusServiceUnavailable, err.Error())
-			return rec, false
+			return false, false
 		}
-		if !found {
-			rec = messages.Record{}
-		}
+		return ok, true
 	}
 	if s.cfg.Auth == nil {
+		if found {
+			var answered bool
+			if found, answered = same(); !answered {
+				return rec, false
+			}
+		}
 		if !found {
 			notFound(w, ns, id)
+			return messages.Record{}, false
 		}
-		return rec, found
+		return rec, true
 	}
 	if found {
 		req := callerauth.Request{Verb: verb, Namespace: ns, Pool: rec.Pool, Subresource: callerauth.SubresourceInvocations}
@@ -95,7 +103,14 @@ func (s *Server) record(w http.ResponseWriter, r *http.Request, ns, id, verb str
 		var refusal *callerauth.Refusal
 		switch {
 		case err == nil:
-			return rec, true
+			ok, answered := same()
+			if !answered {
+				return rec, false
+			}
+			if ok {
+				return rec, true
+			}
+			rec = messages.Record{}
 		case !errors.As(err, &refusal):
 			s.refuse(w, req, err)
 			return rec, false
