@@ -3,9 +3,14 @@ package extender
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 )
 
@@ -28,42 +33,82 @@ import (
 // node names are substrings of one copy of their array.
 func decodeArgs(body []byte, args *extenderv1.ExtenderArgs) error {
 	var r argsReader
-	return r.decode(body, args, false)
+	return r.decode(body, args, decodeMode{})
 }
 
-// argsReader decodes ExtenderArgs; one per pooled buffer, so the slice of
-// node names is reused from call to call.
+// decodeMode says what of a request is decoded at once.
+type decodeMode struct {
+	// lazyNames: a plain NodeNames array is not split (args.NodeNames
+	// stays nil; raw, starts and ends hold it) until splitNames is called.
+	lazyNames bool
+	// podMeta: args.Pod holds only the Pod's name, namespace, UID and
+	// labels until fullPod is called. A filter acts on the API server's copy of
+	// the Pod, and a prioritize answered from its filter's scores needs
+	// only the UID: a whole Pod decoded for each was most of what they
+	// allocated once the node names were not copied.
+	podMeta bool
+	// expect is a plain NodeNames array the caller expects (the one the
+	// Pod's filter answered): a body whose array begins with exactly
+	// these bytes is not scanned, which was most of what a prioritize
+	// cost (60 KB at 5,000 nodes).
+	expect []byte
+}
+
+// argsReader decodes ExtenderArgs; one per pooled buffer, so the slices of
+// node names are reused from call to call.
 type argsReader struct {
 	names []string
 	// raw is the NodeNames array as sent when it is a plain one (escape-free
 	// ASCII strings), else nil: prioritize compares it with the array the
 	// Pod's filter answered before it splits it.
 	raw []byte
+	// starts and ends are where each name of raw begins and ends within
+	// it: plainStrings notes them as it checks the array, so splitting it
+	// is not a second pass over its bytes. unscanned: raw was the array
+	// expected, and they are not noted yet.
+	starts, ends []int32
+	unscanned    bool
+	// nameBytes are the names of raw as slices of it (see bytesOfNames).
+	nameBytes [][]byte
+	// pod is the Pod's JSON while args.Pod is meta (podMeta), else nil.
+	pod  []byte
+	meta corev1.Pod
 }
 
-// decode decodes body into args as json.Unmarshal does. With lazy, a plain
-// NodeNames array is not split (args.NodeNames stays nil, raw holds it)
-// until splitNames is called.
-func (r *argsReader) decode(body []byte, args *extenderv1.ExtenderArgs, lazy bool) error {
-	*args, r.raw = extenderv1.ExtenderArgs{}, nil
-	if r.fast(body, args, lazy) {
+// decode decodes body into args as json.Unmarshal does, but for what mode
+// defers.
+func (r *argsReader) decode(body []byte, args *extenderv1.ExtenderArgs, mode decodeMode) error {
+	r.reset()
+	*args = extenderv1.ExtenderArgs{}
+	if r.fast(body, args, mode) {
 		return nil
 	}
-	*args, r.raw = extenderv1.ExtenderArgs{}, nil
+	r.reset()
+	*args = extenderv1.ExtenderArgs{}
 	return json.Unmarshal(body, args)
 }
 
 // reset readies the reader for the next call.
 func (r *argsReader) reset() {
-	r.names, r.raw = r.names[:0], nil
+	r.names, r.raw, r.starts, r.ends, r.nameBytes, r.pod = r.names[:0], nil, r.starts[:0], r.ends[:0], r.nameBytes[:0], nil
+	r.unscanned = false
 }
 
-func (r *argsReader) fast(body []byte, args *extenderv1.ExtenderArgs, lazy bool) bool {
-	pod, nodes, names, plainArray, ok := splitArgs(body)
+// noteNames notes where the names of raw are, if decode did not.
+func (r *argsReader) noteNames() {
+	if r.unscanned {
+		r.starts, r.ends = r.starts[:0], r.ends[:0]
+		r.plainStrings(r.raw, 0) // the array expected: plain
+		r.unscanned = false
+	}
+}
+
+func (r *argsReader) fast(body []byte, args *extenderv1.ExtenderArgs, mode decodeMode) bool {
+	pod, nodes, names, plainArray, ok := r.splitArgs(body, mode.expect)
 	if !ok {
 		return false
 	}
-	if pod != nil && json.Unmarshal(pod, &args.Pod) != nil {
+	if pod != nil && !r.decodePod(pod, args, mode.podMeta) {
 		return false
 	}
 	if nodes != nil && json.Unmarshal(nodes, &args.Nodes) != nil {
@@ -74,7 +119,7 @@ func (r *argsReader) fast(body []byte, args *extenderv1.ExtenderArgs, lazy bool)
 	}
 	if plainArray {
 		r.raw = names
-		if !lazy {
+		if !mode.lazyNames {
 			r.splitNames(args)
 		}
 		return true
@@ -82,20 +127,70 @@ func (r *argsReader) fast(body []byte, args *extenderv1.ExtenderArgs, lazy bool)
 	return json.Unmarshal(names, &args.NodeNames) == nil
 }
 
+// podMeta is what a meta decode reads of a Pod: the members of
+// corev1.Pod's that encoding/json would set, under the same names.
+type podMeta struct {
+	Metadata struct {
+		Name      string            `json:"name"`
+		Namespace string            `json:"namespace"`
+		UID       types.UID         `json:"uid"`
+		Labels    map[string]string `json:"labels"`
+	} `json:"metadata"`
+}
+
+// decodePod decodes the Pod's JSON into args.Pod: whole, or (meta) only
+// its name, namespace, UID and labels, into r.meta, keeping the JSON for
+// fullPod.
+func (r *argsReader) decodePod(pod []byte, args *extenderv1.ExtenderArgs, meta bool) bool {
+	if !meta || string(pod) == "null" {
+		return json.Unmarshal(pod, &args.Pod) == nil
+	}
+	var m podMeta
+	if json.Unmarshal(pod, &m) != nil {
+		return false
+	}
+	md := &m.Metadata
+	r.meta = corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: md.Name, Namespace: md.Namespace, UID: md.UID, Labels: md.Labels}}
+	r.pod, args.Pod = pod, &r.meta
+	return true
+}
+
+// fullPod replaces a meta Pod (decodeMode.podMeta) by the whole Pod.
+func (r *argsReader) fullPod(args *extenderv1.ExtenderArgs) error {
+	if r.pod == nil {
+		return nil
+	}
+	var pod corev1.Pod
+	if err := json.Unmarshal(r.pod, &pod); err != nil {
+		return fmt.Errorf("field Pod: %w", err)
+	}
+	r.pod, args.Pod = nil, &pod
+	return nil
+}
+
+// bytesOfNames returns the names of the plain array raw as slices of it:
+// what a filter looks its nodes up by, without copying them.
+func (r *argsReader) bytesOfNames() [][]byte {
+	r.noteNames()
+	list := r.nameBytes[:0]
+	for k, end := range r.ends {
+		list = append(list, r.raw[r.starts[k]:end])
+	}
+	r.nameBytes = list
+	return list
+}
+
 // splitNames sets args.NodeNames to the names of the plain array raw, as
-// substrings of one copy of it (splitArgs checked its shape).
+// substrings of one copy of it, cut where splitArgs found them.
 func (r *argsReader) splitNames(args *extenderv1.ExtenderArgs) {
+	r.noteNames()
 	s := string(r.raw)
 	list := r.names[:0]
 	if list == nil {
-		list = make([]string, 0, strings.Count(s, ",")+1)
+		list = make([]string, 0, len(r.ends))
 	}
-	for i := skipSpace(s, 1); i < len(s) && s[i] == '"'; {
-		n := strings.IndexByte(s[i+1:], '"')
-		list = append(list, s[i+1:i+1+n])
-		if i = skipSpace(s, i+2+n); s[i] == ',' {
-			i = skipSpace(s, i+1)
-		}
+	for k, end := range r.ends {
+		list = append(list, s[r.starts[k]:end])
 	}
 	r.names = list
 	args.NodeNames = &list
@@ -106,7 +201,7 @@ func (r *argsReader) splitNames(args *extenderv1.ExtenderArgs) {
 // distinct, plainly spelled (ASCII, escape-free) members; an unknown member
 // is skipped, as encoding/json does, once it is valid JSON. plainArray:
 // names is an array of plain strings.
-func splitArgs(body []byte) (pod, nodes, names []byte, plainArray, ok bool) {
+func (r *argsReader) splitArgs(body, expect []byte) (pod, nodes, names []byte, plainArray, ok bool) {
 	i := skipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
 		return nil, nil, nil, false, false
@@ -134,9 +229,13 @@ func splitArgs(body []byte) (pod, nodes, names []byte, plainArray, ok bool) {
 		// encoding/json matches member names case-insensitively.
 		isNames := bytes.EqualFold(key, []byte("NodeNames"))
 		j, plainNames := 0, false
-		if isNames {
+		switch {
+		case isNames && len(expect) > 0 && bytes.HasPrefix(body[i:], expect):
+			j, plainNames, r.unscanned = i+len(expect), true, true
+		case isNames:
 			// The node names are read once here, not skipped and then read.
-			j, plainNames = plainStrings(body, i)
+			r.starts, r.ends, r.unscanned = r.starts[:0], r.ends[:0], false
+			j, plainNames = r.plainStrings(body, i)
 		}
 		if !plainNames {
 			if j, ok = skipValue(body, i); !ok {
@@ -176,11 +275,14 @@ func splitArgs(body []byte) (pod, nodes, names []byte, plainArray, ok bool) {
 
 // plainStrings returns the end of the JSON array of plain strings (see
 // plain) starting at b[i]; ok is false for anything else. One pass: each
-// byte of a name is looked at once.
-func plainStrings(b []byte, i int) (end int, ok bool) {
-	if i >= len(b) || b[i] != '[' {
+// byte of a name is looked at once, and where each name begins and ends
+// (relative to b[i]) is noted in r.starts and r.ends. Bodies over 2 GiB
+// are not plain arrays: maxBody is far below.
+func (r *argsReader) plainStrings(b []byte, i int) (end int, ok bool) {
+	if i >= len(b) || b[i] != '[' || len(b) > math.MaxInt32 {
 		return 0, false
 	}
+	from := i
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == ']' {
 		return i + 1, true
@@ -189,14 +291,19 @@ func plainStrings(b []byte, i int) (end int, ok bool) {
 		if i >= len(b) || b[i] != '"' {
 			return 0, false
 		}
-		for i++; i < len(b) && b[i] != '"'; i++ {
-			if c := b[i]; c < 0x20 || c == '\\' || c >= 0x80 {
-				return 0, false
+		start := i + 1
+		// One unsigned comparison catches the control bytes and the
+		// non-ASCII ones; the quote ends the name, a backslash is not
+		// plain. (This loop is 60 KB per 5,000-node request.)
+		for i = start; i < len(b); i++ {
+			if c := b[i]; c-0x20 >= 0x60 || c == '"' || c == '\\' {
+				break
 			}
 		}
-		if i >= len(b) {
+		if i >= len(b) || b[i] != '"' {
 			return 0, false
 		}
+		r.starts, r.ends = append(r.starts, int32(start-from)), append(r.ends, int32(i-from))
 		i = skipSpace(b, i+1)
 		if i < len(b) && b[i] == ']' {
 			return i + 1, true
@@ -388,22 +495,35 @@ func appendFilterResult(buf []byte, r *extenderv1.ExtenderFilterResult, plainNam
 	return buf, buf[from:to]
 }
 
-// appendPriorities appends a HostPriorityList as JSON; plainHosts as
-// appendName's known.
-func appendPriorities(buf []byte, list extenderv1.HostPriorityList, plainHosts bool) []byte {
-	if list == nil {
-		return append(buf, "null\n"...)
-	}
+// appendPriorities appends, as the JSON of a HostPriorityList, the hosts
+// with their scores (scores[i] is hosts[i]'s; none: 0); plainHosts as
+// appendName's known. The scores come straight from the ledger: a list of
+// 5,000 HostPriority values built only to be encoded cost more than the
+// encoding.
+func appendPriorities(buf []byte, hosts []string, scores []int64, plainHosts bool) []byte {
 	buf = append(buf, '[')
-	for i := range list {
+	for i, host := range hosts {
 		if i > 0 {
 			buf = append(buf, ',')
 		}
 		buf = append(buf, `{"Host":`...)
-		buf = appendName(buf, list[i].Host, plainHosts)
+		buf = appendName(buf, host, plainHosts)
 		buf = append(buf, `,"Score":`...)
-		buf = strconv.AppendInt(buf, list[i].Score, 10)
+		switch s := at(scores, i); {
+		case 0 <= s && s <= 9: // the usual scores, one digit
+			buf = append(buf, byte('0'+s))
+		default:
+			buf = strconv.AppendInt(buf, s, 10)
+		}
 		buf = append(buf, '}')
 	}
 	return append(buf, "]\n"...)
+}
+
+// at is scores[i], 0 when there are no scores.
+func at(scores []int64, i int) int64 {
+	if scores == nil {
+		return 0
+	}
+	return scores[i]
 }

@@ -60,17 +60,45 @@ func FuzzDecodeArgs(f *testing.F) {
 			require.NoError(t, gotErr)
 		}
 		require.Equal(t, want, got)
-		// Lazily, then split: the same, through a reused reader.
-		r := argsReader{names: []string{"stale"}}
+		// Deferred (names unsplit, only the Pod's identity), then the rest:
+		// the same, through a reused reader.
+		r := argsReader{names: []string{"stale"}, nameBytes: [][]byte{[]byte("stale")}}
 		var lazy extenderv1.ExtenderArgs
-		lazyErr := r.decode(body, &lazy, true)
-		require.Equal(t, gotErr == nil, lazyErr == nil)
+		lazyErr := r.decode(body, &lazy, decodeMode{lazyNames: true, podMeta: true})
+		if lazyErr == nil && want.Pod != nil {
+			// What a filter and a cached prioritize act on.
+			identity := func(p *corev1.Pod) []any { return []any{p.Name, p.Namespace, p.UID, p.Labels} }
+			require.Equal(t, identity(want.Pod), identity(lazy.Pod))
+		}
+		if lazyErr == nil {
+			lazyErr = r.fullPod(&lazy)
+		}
+		require.Equal(t, gotErr == nil, lazyErr == nil, "%v", lazyErr)
 		if r.raw != nil {
 			require.Nil(t, lazy.NodeNames)
+			var asBytes []string
+			for _, n := range r.bytesOfNames() {
+				asBytes = append(asBytes, string(n))
+			}
 			r.splitNames(&lazy)
+			require.Equal(t, *lazy.NodeNames, append([]string{}, asBytes...))
 		}
 		if wantErr == nil {
 			require.Equal(t, want, lazy)
+		}
+		// Expecting the very array (a prioritize after its filter), or
+		// another one: the same again.
+		for _, expect := range [][]byte{r.raw, []byte(`["zz"]`)} {
+			var r2 argsReader
+			var again extenderv1.ExtenderArgs
+			err := r2.decode(body, &again, decodeMode{lazyNames: true, expect: append([]byte(nil), expect...)})
+			require.Equal(t, gotErr == nil, err == nil)
+			if r2.raw != nil {
+				r2.splitNames(&again)
+			}
+			if wantErr == nil {
+				require.Equal(t, want, again)
+			}
 		}
 	})
 }
@@ -101,9 +129,16 @@ func TestSchedulerBodyTakesFastPath(t *testing.T) {
 			require.NoError(t, err)
 			var got extenderv1.ExtenderArgs
 			var r argsReader
-			require.True(t, r.fast(body, &got, false), "the scheduler's body takes the fast path")
+			require.True(t, r.fast(body, &got, decodeMode{}), "the scheduler's body takes the fast path")
 			require.Equal(t, tc.args, got)
 			require.NotNil(t, r.raw, "the names are a plain array")
+			// As the handlers read it: the Pod's identity only, its JSON
+			// kept for later, the names not split.
+			var deferred extenderv1.ExtenderArgs
+			require.True(t, r.fast(body, &deferred, decodeMode{lazyNames: true, podMeta: true}))
+			require.NotNil(t, r.pod)
+			require.Equal(t, "trainer", deferred.Pod.Name)
+			require.Nil(t, deferred.NodeNames)
 		})
 	}
 }
@@ -120,6 +155,7 @@ func FuzzEncode(f *testing.F) {
 		feasible := []string{}
 		failed := extenderv1.FailedNodesMap{}
 		var list extenderv1.HostPriorityList
+		var scores []int64
 		for i, p := range parts {
 			if i%2 == 0 {
 				feasible = append(feasible, p)
@@ -127,6 +163,7 @@ func FuzzEncode(f *testing.F) {
 				failed[p] = parts[i-1]
 			}
 			list = append(list, extenderv1.HostPriority{Host: p, Score: int64(len(p) - 3)})
+			scores = append(scores, int64(len(p)-3))
 		}
 		results := []extenderv1.ExtenderFilterResult{
 			{NodeNames: &feasible, FailedAndUnresolvableNodes: failed, Error: in},
@@ -143,8 +180,10 @@ func FuzzEncode(f *testing.F) {
 			}
 		}
 		for _, known := range []bool{false, allPlain(parts)} {
-			sameJSON[extenderv1.HostPriorityList](t, appendPriorities(nil, list, known), list)
-			sameJSON[extenderv1.HostPriorityList](t, appendPriorities(nil, nil, known), extenderv1.HostPriorityList(nil))
+			sameJSON[extenderv1.HostPriorityList](t, appendPriorities(nil, parts, scores, known), list)
+			// No scores: 0 for every host.
+			sameJSON[extenderv1.HostPriorityList](t, appendPriorities(nil, parts, nil, known), priorities(parts, nil))
+			sameJSON[extenderv1.HostPriorityList](t, appendPriorities(nil, nil, nil, known), extenderv1.HostPriorityList{})
 		}
 	})
 }

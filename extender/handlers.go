@@ -58,7 +58,7 @@ type buffers struct {
 	feasible []string
 	names    []string
 	scores   []int64
-	list     extenderv1.HostPriorityList
+	expect   []byte
 }
 
 // maxPooled bounds the buffers kept for reuse: 5,000 names are about 60
@@ -82,13 +82,13 @@ func (e *Extender) putBuffers(b *buffers) {
 	// next call overwrites them (one body, under maxPooled): clearing ~300
 	// KiB of pointers per call cost more than it frees.
 	b.args.reset()
-	b.feasible, b.names, b.scores, b.list = b.feasible[:0], b.names[:0], b.scores[:0], b.list[:0]
+	b.feasible, b.names, b.scores = b.feasible[:0], b.names[:0], b.scores[:0]
 	e.buffers.Put(b)
 }
 
-// readArgs reads the ExtenderArgs of a filter or prioritize call (lazy: see
-// argsReader.decode).
-func readArgs(w http.ResponseWriter, r *http.Request, b *buffers, lazy bool) (*extenderv1.ExtenderArgs, bool) {
+// readArgs reads the ExtenderArgs of a filter or prioritize call, deferring
+// what mode says.
+func readArgs(w http.ResponseWriter, r *http.Request, b *buffers, mode decodeMode) (*extenderv1.ExtenderArgs, bool) {
 	if !post(w, r) {
 		return nil, false
 	}
@@ -97,7 +97,7 @@ func readArgs(w http.ResponseWriter, r *http.Request, b *buffers, lazy bool) (*e
 		return nil, false
 	}
 	var args extenderv1.ExtenderArgs
-	if err := b.args.decode(b.in.Bytes(), &args, lazy); err != nil {
+	if err := b.args.decode(b.in.Bytes(), &args, mode); err != nil {
 		httpjson.Error(w, http.StatusBadRequest, "decoding request body: "+err.Error())
 		return nil, false
 	}
@@ -124,19 +124,29 @@ func nodeNames(args *extenderv1.ExtenderArgs) []string {
 // request turns a Pod into a ledger request using the catalog: a GPU Pod of
 // an unknown spec is an error naming the label and the known specs.
 func (e *Extender) request(pod *corev1.Pod) (ledger.Request, error) {
-	required := false
-	if spec, ok := pod.Labels[api.LabelGPUSpec]; ok {
-		s, err := e.catalog.Catalog().Lookup(api.LabelGPUSpec, spec)
-		if err != nil {
-			return ledger.Request{}, err
-		}
-		// The catalog changed since Start checked it.
-		if err := s.CheckManaged(e.cfg.ManagedResources); err != nil {
-			return ledger.Request{}, err
-		}
-		required = s.Stock == catalog.StockRequired
+	required, err := e.checkSpec(pod)
+	if err != nil {
+		return ledger.Request{}, err
 	}
 	return ledger.RequestFor(pod, required), nil
+}
+
+// checkSpec checks the Pod's GPU spec label against the catalog; required:
+// the spec's stock is Required.
+func (e *Extender) checkSpec(pod *corev1.Pod) (required bool, _ error) {
+	spec, ok := pod.Labels[api.LabelGPUSpec]
+	if !ok {
+		return false, nil
+	}
+	s, err := e.catalog.Catalog().Lookup(api.LabelGPUSpec, spec)
+	if err != nil {
+		return false, err
+	}
+	// The catalog changed since Start checked it.
+	if err := s.CheckManaged(e.cfg.ManagedResources); err != nil {
+		return false, err
+	}
+	return s.Stock == catalog.StockRequired, nil
 }
 
 func (e *Extender) step(name string, began time.Time) {
@@ -151,11 +161,17 @@ func (e *Extender) handleFilter(w http.ResponseWriter, r *http.Request) {
 	defer e.observe(e.metrics.filterLatency, time.Now())
 	b := e.getBuffers()
 	defer e.putBuffers(b)
-	args, ok := readArgs(w, r, b, false)
+	args, ok := readArgs(w, r, b, decodeMode{lazyNames: true, podMeta: true})
 	if !ok || !e.checkFilterPod(w, r, args) {
 		return
 	}
-	res, gen := e.filterInto(args, b.feasible)
+	var res *extenderv1.ExtenderFilterResult
+	var gen uint64
+	if b.args.raw != nil {
+		res, gen = filterInto(e, args, b.args.bytesOfNames(), true, b.feasible)
+	} else {
+		res, gen = filterInto(e, args, nodeNames(args), args.Nodes == nil || args.NodeNames != nil, b.feasible)
+	}
 	if res.NodeNames != nil {
 		b.feasible = *res.NodeNames // grown: reuse it next time
 	}
@@ -189,27 +205,39 @@ func (e *Extender) handlePrioritize(w http.ResponseWriter, r *http.Request) {
 	defer e.observe(e.metrics.prioritizeLatency, time.Now())
 	b := e.getBuffers()
 	defer e.putBuffers(b)
-	args, ok := readArgs(w, r, b, true)
+	b.expect = e.filtered.appendNames(b.expect[:0])
+	args, ok := readArgs(w, r, b, decodeMode{lazyNames: true, podMeta: true, expect: b.expect})
 	if !ok {
 		return
 	}
-	b.list = e.prioritizeInto(args, b)
+	names, scores, hit := e.filteredScores(args.Pod, b)
+	if !hit {
+		if err := b.args.fullPod(args); err != nil {
+			httpjson.Error(w, http.StatusBadRequest, "decoding request body: "+err.Error())
+			return
+		}
+		if b.args.raw != nil {
+			b.args.splitNames(args)
+		}
+		names, scores = e.prioritizeInto(args)
+	}
 	// The hosts are the request's names (or equal to them).
-	b.out = appendPriorities(b.out, b.list, b.args.raw != nil && args.Nodes == nil)
+	b.out = appendPriorities(b.out, names, scores, b.args.raw != nil && args.Nodes == nil)
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(b.out)
 }
 
 // filter evaluates the Pod on the nodes; the leader reserves the best one.
 func (e *Extender) filter(args *extenderv1.ExtenderArgs) *extenderv1.ExtenderFilterResult {
-	out, _ := e.filterInto(args, nil)
+	out, _ := filterInto(e, args, nodeNames(args), args.Nodes == nil || args.NodeNames != nil, nil)
 	return out
 }
 
-// filterInto is filter appending the feasible nodes to feasible; gen is
-// the ledger's FilterResult.Generation (0: no ledger Filter ran).
-func (e *Extender) filterInto(args *extenderv1.ExtenderArgs, feasible []string) (_ *extenderv1.ExtenderFilterResult, gen uint64) {
-	names := nodeNames(args)
+// filterInto is filter of the Pod on the named nodes, appending the
+// feasible ones to feasible; byNames: the answer names the nodes (else it
+// lists args.Nodes). gen is the ledger's FilterResult.Generation (0: no
+// ledger Filter ran).
+func filterInto[N ledger.Name](e *Extender, args *extenderv1.ExtenderArgs, names []N, byNames bool, feasible []string) (_ *extenderv1.ExtenderFilterResult, gen uint64) {
 	var res ledger.FilterResult
 	if req, err := e.request(args.Pod); err != nil {
 		// Unresolvable on every node: the Pod's event names the bad label.
@@ -218,11 +246,11 @@ func (e *Extender) filterInto(args *extenderv1.ExtenderArgs, feasible []string) 
 			res.Feasible = []string{}
 		}
 		for _, n := range names {
-			res.Failed[n] = err.Error()
+			res.Failed[string(n)] = err.Error()
 		}
 	} else {
 		req.Protected = e.guard.protected
-		res = e.ledger.FilterAppend(feasible, req, names, e.isLeader())
+		res = ledger.FilterAppend(e.ledger, feasible, req, names, e.isLeader())
 		gen = res.Generation
 		if res.Claim != nil {
 			e.intents.record(e.client, args.Pod, *res.Claim)
@@ -235,7 +263,7 @@ func (e *Extender) filterInto(args *extenderv1.ExtenderArgs, feasible []string) 
 	// preemption by priority is planned by the ledger and run by the
 	// extender (preempt.go says why not by kube-scheduler's preemption).
 	out := &extenderv1.ExtenderFilterResult{FailedAndUnresolvableNodes: res.Failed}
-	if args.Nodes == nil || args.NodeNames != nil {
+	if byNames {
 		out.NodeNames = &res.Feasible
 		return out, gen
 	}
@@ -250,46 +278,46 @@ func (e *Extender) filterInto(args *extenderv1.ExtenderArgs, feasible []string) 
 
 // prioritize scores the nodes; an unknown spec scores 0 everywhere.
 func (e *Extender) prioritize(args *extenderv1.ExtenderArgs) extenderv1.HostPriorityList {
-	return e.prioritizeInto(args, &buffers{})
+	return priorities(e.prioritizeInto(args))
 }
 
-// prioritizeInto is prioritize with b's slices reused. When args' node
-// names (still unsplit, b.args.raw) are byte for byte the array the Pod's
-// latest filter answered, the ledger answers from that filter's scores
-// without the names being read at all: what the scheduler does in every
-// cycle in which only this extender filters.
-func (e *Extender) prioritizeInto(args *extenderv1.ExtenderArgs, b *buffers) extenderv1.HostPriorityList {
+// filteredScores answers a prioritize call from the Pod's latest filter
+// when the call's node names (still unsplit, b.args.raw) are byte for
+// byte the array that filter answered: what the scheduler sends in every
+// cycle in which only this extender filters. The names are not read at
+// all, and of the Pod only its identity and labels (a spec the catalog no
+// longer has scores 0, as prioritizeInto scores it).
+func (e *Extender) filteredScores(pod *corev1.Pod, b *buffers) (names []string, scores []int64, hit bool) {
+	if b.args.raw == nil {
+		return nil, nil, false
+	}
+	gen, ok := e.filtered.match(pod.UID, b.args.raw)
+	if !ok {
+		return nil, nil, false
+	}
+	if _, err := e.checkSpec(pod); err != nil {
+		return nil, nil, false
+	}
+	b.names, b.scores, hit = e.ledger.FilteredScores(pod.UID, gen, b.names[:0], b.scores[:0])
+	return b.names, b.scores, hit
+}
+
+// prioritizeInto is prioritize answering the hosts and their scores (nil:
+// 0 everywhere).
+func (e *Extender) prioritizeInto(args *extenderv1.ExtenderArgs) (names []string, scores []int64) {
+	names = nodeNames(args)
 	req, err := e.request(args.Pod)
-	if err == nil && b.args.raw != nil {
-		if gen, ok := e.filtered.match(req.UID, b.args.raw); ok {
-			var hit bool
-			if b.names, b.scores, hit = e.ledger.FilteredScores(req.UID, gen, b.names[:0], b.scores[:0]); hit {
-				return priorities(b.list[:0], b.names, b.scores)
-			}
-		}
+	if err != nil {
+		return names, nil
 	}
-	if b.args.raw != nil && args.NodeNames == nil {
-		b.args.splitNames(args)
-	}
-	names := nodeNames(args)
-	var scores []int64
-	if err == nil {
-		scores = e.ledger.Prioritize(req, names)
-	}
-	return priorities(b.list[:0], names, scores)
+	return names, e.ledger.Prioritize(req, names)
 }
 
-// priorities pairs names with their scores (none: 0) into list.
-func priorities(list extenderv1.HostPriorityList, names []string, scores []int64) extenderv1.HostPriorityList {
-	if list == nil {
-		list = make(extenderv1.HostPriorityList, 0, len(names))
-	}
+// priorities pairs names with their scores (none: 0).
+func priorities(names []string, scores []int64) extenderv1.HostPriorityList {
+	list := make(extenderv1.HostPriorityList, 0, len(names))
 	for i, n := range names {
-		var s int64
-		if scores != nil {
-			s = scores[i]
-		}
-		list = append(list, extenderv1.HostPriority{Host: n, Score: s})
+		list = append(list, extenderv1.HostPriority{Host: n, Score: at(scores, i)})
 	}
 	return list
 }
@@ -312,6 +340,16 @@ func (m *filterMemo) remember(uid types.UID, gen uint64, names []byte) {
 		return
 	}
 	m.uid, m.gen, m.names = uid, gen, append(m.names[:0], names...)
+}
+
+// appendNames appends the array the latest filter answered to dst.
+func (m *filterMemo) appendNames(dst []byte) []byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.gen == 0 {
+		return dst
+	}
+	return append(dst, m.names...)
 }
 
 // match returns the ledger generation of the filter that answered exactly

@@ -365,7 +365,7 @@ func TestPrioritizeAfterFilter(t *testing.T) {
 			body := filterBody(t, tt.pod, tt.nodes...)
 			var args extenderv1.ExtenderArgs
 			var r argsReader
-			require.NoError(t, r.decode([]byte(body), &args, true))
+			require.NoError(t, r.decode([]byte(body), &args, decodeMode{lazyNames: true, podMeta: true}))
 			_, cached := e.filtered.match(tt.pod.UID, r.raw)
 			require.Equal(t, tt.cached, cached)
 			want := e.prioritize(&extenderv1.ExtenderArgs{Pod: tt.pod, NodeNames: &tt.nodes})

@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -205,6 +204,7 @@ type Ledger struct {
 	// latest filter's scores and by pure queries.
 	mu      sync.RWMutex
 	nodes   map[string]*node
+	arena   nodeArena // where nodes are allocated
 	pods    map[types.UID]*podRec
 	assumed map[types.UID]*assumption
 	// handled are Pods this process has bound or tried to: their claim
@@ -297,12 +297,12 @@ func (l *Ledger) warmDelta(n *node, p *podRec, d int32) {
 func (l *Ledger) node(name string) *node {
 	n := l.nodes[name]
 	if n == nil {
-		// A copy of the name, not the informer object's: the names that
-		// every filter looks up (and compares) sit together in memory.
-		name = strings.Clone(name)
-		n = &node{name: name, stock: map[string][]*podRec{}, pods: map[types.UID]*podRec{}}
+		// Not the informer object's name: the nodes and names that every
+		// filter looks up (and compares) sit together in memory.
+		n = l.arena.newNode(name)
+		n.stock, n.pods = map[string][]*podRec{}, map[types.UID]*podRec{}
 		n.used, n.warm = n.usedBuf[:0], n.warmBuf[:0]
-		l.nodes[name] = n
+		l.nodes[n.name] = n
 	}
 	return n
 }
@@ -764,7 +764,17 @@ func packing(prim int, n *node, req vec, ph *podRec) float64 {
 	if ph != nil {
 		used -= at(ph.req, prim)
 	}
-	return math.Min(1, math.Max(0, float64(used)/float64(alloc)))
+	// Plain comparisons: math.Min and math.Max handle NaN and signed
+	// zeros, which a ratio of counts never is, at a cost a filter pays
+	// 5,000 times.
+	switch f := float64(used) / float64(alloc); {
+	case f < 0:
+		return 0
+	case f > 1:
+		return 1
+	default:
+		return f
+	}
 }
 
 // better orders feasible nodes: a warm node (same-spec stock) first, then
@@ -805,12 +815,18 @@ type FilterResult struct {
 // this capacity as taken. The per-node work is a map lookup and a handful
 // of comparisons: at 5,000 nodes a scheduling cycle must stay cheap.
 func (l *Ledger) Filter(req Request, names []string, reserve bool) FilterResult {
-	return l.FilterAppend(nil, req, names, reserve)
+	return FilterAppend(l, nil, req, names, reserve)
 }
 
+// Name is a node name as a caller holds it: a string, or the bytes of a
+// request read in place. A filter keeps none of them: the names it
+// answers with are the ledger's own (5,000 names copied out of every
+// request were most of what a scheduling cycle allocated).
+type Name interface{ ~string | ~[]byte }
+
 // FilterAppend is Filter with the feasible nodes appended to feasible, so a
-// caller can reuse one slice from cycle to cycle.
-func (l *Ledger) FilterAppend(feasible []string, req Request, names []string, reserve bool) FilterResult {
+// caller can reuse one slice from cycle to cycle, and names of either kind.
+func FilterAppend[N Name](l *Ledger, feasible []string, req Request, names []N, reserve bool) FilterResult {
 	res := FilterResult{Failed: map[string]string{}, Feasible: feasible[:0]}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -820,7 +836,7 @@ func (l *Ledger) FilterAppend(feasible []string, req Request, names []string, re
 	if prev != nil {
 		if prev.state == Binding || prev.state == Bound {
 			for _, name := range names {
-				res.Failed[name] = ErrBindInProgress.Error()
+				res.Failed[nameOf(l, name)] = ErrBindInProgress.Error()
 			}
 			return res
 		}
@@ -843,13 +859,13 @@ func (l *Ledger) FilterAppend(feasible []string, req Request, names []string, re
 	var best verdict
 	var bestNode *node
 	for _, name := range names {
-		n := l.nodes[name]
+		n := l.nodes[string(name)]
 		v := l.evaluate(pr, n, prefer)
 		if !v.fits {
-			res.Failed[name] = v.reason
+			res.Failed[nameOf(l, name)] = v.reason
 			continue
 		}
-		res.Feasible = append(res.Feasible, name)
+		res.Feasible = append(res.Feasible, n.name)
 		last.nodes = append(last.nodes, n.name)
 		last.scores = append(last.scores, score(v))
 		switch {
@@ -863,7 +879,7 @@ func (l *Ledger) FilterAppend(feasible []string, req Request, names []string, re
 		best, bestNode = v, n
 	}
 	if bestNode == nil && reserve && req.Preempt && !req.Required {
-		if p := l.preempt(pr, names, res.Failed, preferNode); p != nil {
+		if p := preempt(l, pr, names, res.Failed, preferNode); p != nil {
 			p.Renewed = prev != nil && prev.state == Nominated && prev.node == p.Node
 			l.handled[req.UID] = true
 			l.assume(&assumption{uid: req.UID, node: p.Node, req: pr.vec, state: Nominated,
@@ -889,6 +905,15 @@ func (l *Ledger) FilterAppend(feasible []string, req Request, names []string, re
 	l.assume(a)
 	res.Chosen = bestNode.name
 	return res
+}
+
+// nameOf is the ledger's own copy of a node name, or a new one for a node
+// it does not know. Callers hold l.mu.
+func nameOf[N Name](l *Ledger, name N) string {
+	if n := l.nodes[string(name)]; n != nil {
+		return n.name
+	}
+	return string(name)
 }
 
 // Prioritize scores the named nodes, 0..10 (scores[i] is names[i]'s): the
@@ -938,7 +963,7 @@ func (l *Ledger) Prioritize(req Request, names []string) []int64 {
 }
 
 func score(v verdict) int64 {
-	s := int64(math.Round(v.packing * 4))
+	s := int64(v.packing*4 + 0.5) // math.Round for 0 <= packing <= 1
 	if v.hasStock {
 		s += 5
 	}

@@ -76,20 +76,20 @@ func (a *plan) less(b *plan) bool {
 // makes room for the request (preferring the node it already nominated),
 // and annotates every other failed node with why preemption does not help
 // there. Callers hold l.mu for writing.
-func (l *Ledger) preempt(pr *probe, names []string, failed map[string]string, preferNode string) *Preemption {
+func preempt[N Name](l *Ledger, pr *probe, names []N, failed map[string]string, preferNode string) *Preemption {
 	var best *plan
 	for _, name := range names {
-		n := l.nodes[name]
+		n := l.nodes[string(name)]
 		if n == nil || !n.exists {
 			continue
 		}
 		p := l.planOn(pr, n)
 		if p.why != "" {
-			failed[name] += p.why
+			failed[n.name] += p.why
 			continue
 		}
 		switch {
-		case best == nil, name == preferNode:
+		case best == nil, n.name == preferNode:
 		case best.Node == preferNode, !p.less(best):
 			continue
 		}
