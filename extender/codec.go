@@ -42,7 +42,9 @@ type decodeMode struct {
 	// stays nil; raw, starts and ends hold it) until splitNames is called.
 	lazyNames bool
 	// podMeta: args.Pod holds only the Pod's name, namespace, UID and
-	// labels until fullPod is called. A filter acts on the API server's copy of
+	// labels until fullPod is called; the rest of the Pod's JSON is not
+	// checked until then (a filter never calls it: it acts on the API
+	// server's copy of the Pod). A filter acts on the API server's copy of
 	// the Pod, and a prioritize answered from its filter's scores needs
 	// only the UID: a whole Pod decoded for each was most of what they
 	// allocated once the node names were not copied.
@@ -94,13 +96,20 @@ func (r *argsReader) reset() {
 	r.unscanned = false
 }
 
-// noteNames notes where the names of raw are, if decode did not.
-func (r *argsReader) noteNames() {
-	if r.unscanned {
-		r.starts, r.ends = r.starts[:0], r.ends[:0]
-		r.plainStrings(r.raw, 0) // the array expected: plain
-		r.unscanned = false
+// noteNames notes where the names of raw are, if decode did not. raw is
+// then the array expected, which the caller vouched is a plain array (a
+// filter's answer: names the ledger looked up by their plain bytes); one
+// that is not is a bug, reported rather than split.
+func (r *argsReader) noteNames() error {
+	if !r.unscanned {
+		return nil
 	}
+	r.starts, r.ends, r.unscanned = r.starts[:0], r.ends[:0], false
+	if end, ok := r.plainStrings(r.raw, 0); !ok || end != len(r.raw) {
+		r.starts, r.ends = r.starts[:0], r.ends[:0]
+		return fmt.Errorf("the expected NodeNames array %.100q is not a plain array", r.raw)
+	}
+	return nil
 }
 
 func (r *argsReader) fast(body []byte, args *extenderv1.ExtenderArgs, mode decodeMode) bool {
@@ -120,7 +129,7 @@ func (r *argsReader) fast(body []byte, args *extenderv1.ExtenderArgs, mode decod
 	if plainArray {
 		r.raw = names
 		if !mode.lazyNames {
-			r.splitNames(args)
+			return r.splitNames(args) == nil
 		}
 		return true
 	}
@@ -169,9 +178,9 @@ func (r *argsReader) fullPod(args *extenderv1.ExtenderArgs) error {
 }
 
 // bytesOfNames returns the names of the plain array raw as slices of it:
-// what a filter looks its nodes up by, without copying them.
+// what a filter looks its nodes up by, without copying them. (A filter
+// expects no array: decode noted them.)
 func (r *argsReader) bytesOfNames() [][]byte {
-	r.noteNames()
 	list := r.nameBytes[:0]
 	for k, end := range r.ends {
 		list = append(list, r.raw[r.starts[k]:end])
@@ -182,8 +191,10 @@ func (r *argsReader) bytesOfNames() [][]byte {
 
 // splitNames sets args.NodeNames to the names of the plain array raw, as
 // substrings of one copy of it, cut where splitArgs found them.
-func (r *argsReader) splitNames(args *extenderv1.ExtenderArgs) {
-	r.noteNames()
+func (r *argsReader) splitNames(args *extenderv1.ExtenderArgs) error {
+	if err := r.noteNames(); err != nil {
+		return err
+	}
 	s := string(r.raw)
 	list := r.names[:0]
 	if list == nil {
@@ -194,6 +205,7 @@ func (r *argsReader) splitNames(args *extenderv1.ExtenderArgs) {
 	}
 	r.names = list
 	args.NodeNames = &list
+	return nil
 }
 
 // splitArgs finds the members of an ExtenderArgs object without decoding

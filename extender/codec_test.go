@@ -80,7 +80,7 @@ func FuzzDecodeArgs(f *testing.F) {
 			for _, n := range r.bytesOfNames() {
 				asBytes = append(asBytes, string(n))
 			}
-			r.splitNames(&lazy)
+			require.NoError(t, r.splitNames(&lazy))
 			require.Equal(t, *lazy.NodeNames, append([]string{}, asBytes...))
 		}
 		if wantErr == nil {
@@ -94,13 +94,26 @@ func FuzzDecodeArgs(f *testing.F) {
 			err := r2.decode(body, &again, decodeMode{lazyNames: true, expect: append([]byte(nil), expect...)})
 			require.Equal(t, gotErr == nil, err == nil)
 			if r2.raw != nil {
-				r2.splitNames(&again)
+				require.NoError(t, r2.splitNames(&again))
 			}
 			if wantErr == nil {
 				require.Equal(t, want, again)
 			}
 		}
 	})
+}
+
+// TestExpectedArrayNotPlain: an expected array must be a plain one (the
+// extender only expects its own filter answers); one that is not is
+// reported when its names are needed, not split wrongly.
+func TestExpectedArrayNotPlain(t *testing.T) {
+	expect := []byte(`["a\u0041"]`)
+	body := []byte(`{"Pod":{"metadata":{"name":"p"}},"NodeNames":["a\u0041"]}`)
+	var r argsReader
+	var args extenderv1.ExtenderArgs
+	require.NoError(t, r.decode(body, &args, decodeMode{lazyNames: true, podMeta: true, expect: expect}))
+	require.ErrorContains(t, r.splitNames(&args), "not a plain array")
+	require.Nil(t, args.NodeNames)
 }
 
 // TestSchedulerBodyTakesFastPath: what kube-scheduler sends (json.Marshal

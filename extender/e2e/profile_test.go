@@ -161,6 +161,14 @@ func algorithmBuckets(b *testing.B, port string) map[float64]float64 {
 	}
 	out := map[float64]float64{}
 	for _, line := range strings.Split(string(body), "\n") {
+		if sum, ok := strings.CutPrefix(line, "scheduler_scheduling_algorithm_duration_seconds_sum "); ok {
+			// Kept under the bound -1, which no bucket has: the seconds
+			// the cycles took in all.
+			if v, err := strconv.ParseFloat(sum, 64); err == nil {
+				out[-1] += v
+			}
+			continue
+		}
 		if !strings.HasPrefix(line, "scheduler_scheduling_algorithm_duration_seconds_bucket{") {
 			continue
 		}
@@ -187,7 +195,9 @@ func reportAlgorithmP99(b *testing.B, port string, before map[float64]float64) {
 	}
 	bounds := make([]float64, 0, len(after))
 	for le := range after {
-		bounds = append(bounds, le)
+		if le >= 0 {
+			bounds = append(bounds, le)
+		}
 	}
 	sort.Float64s(bounds)
 	total := after[math.Inf(1)] - before[math.Inf(1)]
@@ -197,7 +207,10 @@ func reportAlgorithmP99(b *testing.B, port string, before map[float64]float64) {
 	for _, le := range bounds {
 		if after[le]-before[le] >= 0.99*total {
 			b.ReportMetric(le*1000, "cycle-p99-ms")
-			b.Logf("scheduling algorithm: %.0f cycles, p99 <= %gms", total, le*1000)
+			// The scheduler runs one cycle at a time: cycles times their
+			// mean is the least a burst can take.
+			spent := after[-1] - before[-1]
+			b.Logf("scheduling algorithm: %.0f cycles, p99 <= %gms, mean %.1fms, %.1fs in all", total, le*1000, spent/total*1000, spent)
 			return
 		}
 	}

@@ -862,7 +862,11 @@ func FilterAppend[N Name](l *Ledger, feasible []string, req Request, names []N, 
 		n := l.nodes[string(name)]
 		v := l.evaluate(pr, n, prefer)
 		if !v.fits {
-			res.Failed[nameOf(l, name)] = v.reason
+			key := string(name) // a node the ledger does not know
+			if n != nil {
+				key = n.name
+			}
+			res.Failed[key] = v.reason
 			continue
 		}
 		res.Feasible = append(res.Feasible, n.name)
@@ -957,7 +961,7 @@ func (l *Ledger) Prioritize(req Request, names []string) []int64 {
 		}
 	}
 	if bestIdx >= 0 {
-		scores[bestIdx] = 10
+		scores[bestIdx] = ReservedScore
 	}
 	return scores
 }
@@ -989,38 +993,35 @@ func (l *Ledger) cachedScores(uid types.UID, names []string, scores []int64) boo
 		}
 	}
 	for i, n := range c.nodes {
-		scores[i] = min(c.scores[i], 9)
+		scores[i] = min(c.scores[i], ReservedScore-1)
 		if n == chosen {
-			scores[i] = 10
+			scores[i] = ReservedScore
 		}
 	}
 	return true
 }
 
-// FilteredScores appends to names and scores what Prioritize answers for
-// the Pod on exactly the nodes its Filter of generation gen returned, in
-// that order, while that Filter is the latest and the Pod still holds its
-// reservation; ok false otherwise (ask Prioritize). The caller vouches that
-// the nodes are that Filter's (the extender compares the bytes it answered
-// with the bytes it is asked about), which spares the comparison of every
-// name.
-func (l *Ledger) FilteredScores(uid types.UID, gen uint64, names []string, scores []int64) (_ []string, _ []int64, ok bool) {
+// ReservedScore is the score of the node reserved for the Pod; every
+// other node scores at most ReservedScore-1. It is kube-scheduler's
+// MaxExtenderPriority: with the extender's weight (profile.DefaultWeight),
+// one point is worth more than all in-tree scores together, so the
+// scheduler picks the reserved node.
+const ReservedScore = 10
+
+// Reserved returns the node the Pod's Filter of generation gen reserved
+// for it, while that Filter is the latest and the Pod still holds its
+// reservation; ok false otherwise (ask Prioritize). The caller vouches
+// that it is asked about that Filter's nodes (the extender compares the
+// bytes it answered with the bytes it is asked about).
+func (l *Ledger) Reserved(uid types.UID, gen uint64) (node string, ok bool) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	c := &l.last
 	a := l.assumed[uid]
 	if !c.valid || c.gen != gen || c.uid != uid || a == nil {
-		return names, scores, false
+		return "", false
 	}
-	names = append(names, c.nodes...)
-	for i, n := range c.nodes {
-		s := min(c.scores[i], 9)
-		if n == a.node {
-			s = 10
-		}
-		scores = append(scores, s)
-	}
-	return names, scores, true
+	return a.node, true
 }
 
 // BeginBind moves the Pod's reservation on node to Binding, or, when the
