@@ -140,7 +140,9 @@ func TestFilterHandler(t *testing.T) {
 	}{
 		{"unknown spec names the label and the known specs", true, pod("x", api.LabelGPUSpec, "g9", ""), []string{},
 			map[string]string{"warm": `label runplane.io/gpu-spec: unknown GPU spec "g9"; known specs: g1, greq`, "cold": "known specs"}},
-		{"Preferred fits warm and cold", true, pod("x", api.LabelGPUSpec, "g1", ""), []string{"cold", "warm"}, nil},
+		// Both fit; the leader answers with the node it reserved alone.
+		{"Preferred fits warm and cold", true, pod("x", api.LabelGPUSpec, "g1", ""), []string{"warm"}, nil},
+		{"Preferred fits warm and cold (not the leader: no reservation)", false, pod("x", api.LabelGPUSpec, "g1", ""), []string{"cold", "warm"}, nil},
 		{"Required fits only the warm node", true, pod("x", api.LabelGPUSpec, "greq", ""), []string{"warm"},
 			map[string]string{"cold": "has stock: Required"}},
 		{"a placeholder takes free capacity only", false, pod("x", api.LabelStock, "g1", ""), []string{"cold"},
@@ -349,8 +351,7 @@ func TestPrioritizeAfterFilter(t *testing.T) {
 	var filtered extenderv1.ExtenderFilterResult
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &filtered))
 	feasible := *filtered.NodeNames
-	require.Len(t, feasible, 4)
-	reversed := []string{feasible[3], feasible[2], feasible[1], feasible[0]}
+	require.Equal(t, []string{"c"}, feasible, "the leader answers with the warm node it reserved")
 	tests := []struct {
 		name   string
 		pod    *corev1.Pod
@@ -358,7 +359,7 @@ func TestPrioritizeAfterFilter(t *testing.T) {
 		cached bool
 	}{
 		{"the filter's nodes", x, feasible, true},
-		{"other order", x, reversed, false},
+		{"other nodes", x, []string{"d", "c", "a"}, false},
 		{"another Pod", y, feasible, false},
 		{"a spec the catalog lacks (the names match, the scores are 0)", unknown, feasible, true},
 	}
@@ -379,15 +380,17 @@ func TestPrioritizeAfterFilter(t *testing.T) {
 				// From the filter: only the node it reserved, the one the
 				// full scoring ranks first (the others score 0 by omission).
 				require.Equal(t, extenderv1.HostPriorityList{{Host: "c", Score: ledger.ReservedScore}}, got)
-				slices.SortFunc(want, func(a, b extenderv1.HostPriority) int { return cmp.Compare(b.Score, a.Score) })
-				require.Equal(t, got[0], want[0])
-				require.Less(t, want[1].Score, int64(ledger.ReservedScore))
+				require.Equal(t, want, got)
 				return
 			}
 			require.Equal(t, want, got)
 			switch tt.pod {
 			case x:
-				require.Contains(t, got, extenderv1.HostPriority{Host: "c", Score: 10}, "the reserved warm node")
+				// Scored in full: the reserved warm node first, the others
+				// below it.
+				slices.SortFunc(got, func(a, b extenderv1.HostPriority) int { return cmp.Compare(b.Score, a.Score) })
+				require.Equal(t, extenderv1.HostPriority{Host: "c", Score: ledger.ReservedScore}, got[0])
+				require.Less(t, got[1].Score, int64(ledger.ReservedScore))
 			case unknown:
 				for _, h := range got {
 					require.Zero(t, h.Score, h.Host)
