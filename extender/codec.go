@@ -3,7 +3,6 @@ package extender
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -42,18 +41,12 @@ type decodeMode struct {
 	// stays nil; raw, starts and ends hold it) until splitNames is called.
 	lazyNames bool
 	// podMeta: args.Pod holds only the Pod's name, namespace, UID and
-	// labels until fullPod is called; the rest of the Pod's JSON is not
-	// checked until then (a filter never calls it: it acts on the API
-	// server's copy of the Pod). A filter acts on the API server's copy of
+	// labels, and the rest of the Pod's JSON is not checked: a filter acts
+	// on the API server's copy of the Pod. A filter acts on the API server's copy of
 	// the Pod, and a prioritize answered from its filter's scores needs
 	// only the UID: a whole Pod decoded for each was most of what they
 	// allocated once the node names were not copied.
 	podMeta bool
-	// expect is a plain NodeNames array the caller expects (the one the
-	// Pod's filter answered): a body whose array begins with exactly
-	// these bytes is not scanned, which was most of what a prioritize
-	// cost (60 KB at 5,000 nodes).
-	expect []byte
 }
 
 // argsReader decodes ExtenderArgs; one per pooled buffer, so the slices of
@@ -66,14 +59,11 @@ type argsReader struct {
 	raw []byte
 	// starts and ends are where each name of raw begins and ends within
 	// it: plainStrings notes them as it checks the array, so splitting it
-	// is not a second pass over its bytes. unscanned: raw was the array
-	// expected, and they are not noted yet.
+	// is not a second pass over its bytes.
 	starts, ends []int32
-	unscanned    bool
 	// nameBytes are the names of raw as slices of it (see bytesOfNames).
 	nameBytes [][]byte
-	// pod is the Pod's JSON while args.Pod is meta (podMeta), else nil.
-	pod  []byte
+	// meta is args.Pod when only its metadata is decoded (podMeta).
 	meta corev1.Pod
 }
 
@@ -92,28 +82,11 @@ func (r *argsReader) decode(body []byte, args *extenderv1.ExtenderArgs, mode dec
 
 // reset readies the reader for the next call.
 func (r *argsReader) reset() {
-	r.names, r.raw, r.starts, r.ends, r.nameBytes, r.pod = r.names[:0], nil, r.starts[:0], r.ends[:0], r.nameBytes[:0], nil
-	r.unscanned = false
-}
-
-// noteNames notes where the names of raw are, if decode did not. raw is
-// then the array expected, which the caller vouched is a plain array (a
-// filter's answer: names the ledger looked up by their plain bytes); one
-// that is not is a bug, reported rather than split.
-func (r *argsReader) noteNames() error {
-	if !r.unscanned {
-		return nil
-	}
-	r.starts, r.ends, r.unscanned = r.starts[:0], r.ends[:0], false
-	if end, ok := r.plainStrings(r.raw, 0); !ok || end != len(r.raw) {
-		r.starts, r.ends = r.starts[:0], r.ends[:0]
-		return fmt.Errorf("the expected NodeNames array %.100q is not a plain array", r.raw)
-	}
-	return nil
+	r.names, r.raw, r.starts, r.ends, r.nameBytes = r.names[:0], nil, r.starts[:0], r.ends[:0], r.nameBytes[:0]
 }
 
 func (r *argsReader) fast(body []byte, args *extenderv1.ExtenderArgs, mode decodeMode) bool {
-	pod, nodes, names, plainArray, ok := r.splitArgs(body, mode.expect)
+	pod, nodes, names, plainArray, ok := r.splitArgs(body)
 	if !ok {
 		return false
 	}
@@ -129,7 +102,7 @@ func (r *argsReader) fast(body []byte, args *extenderv1.ExtenderArgs, mode decod
 	if plainArray {
 		r.raw = names
 		if !mode.lazyNames {
-			return r.splitNames(args) == nil
+			r.splitNames(args)
 		}
 		return true
 	}
@@ -148,8 +121,7 @@ type podMeta struct {
 }
 
 // decodePod decodes the Pod's JSON into args.Pod: whole, or (meta) only
-// its name, namespace, UID and labels, into r.meta, keeping the JSON for
-// fullPod.
+// its name, namespace, UID and labels, into r.meta.
 func (r *argsReader) decodePod(pod []byte, args *extenderv1.ExtenderArgs, meta bool) bool {
 	if !meta || string(pod) == "null" {
 		return json.Unmarshal(pod, &args.Pod) == nil
@@ -160,26 +132,12 @@ func (r *argsReader) decodePod(pod []byte, args *extenderv1.ExtenderArgs, meta b
 	}
 	md := &m.Metadata
 	r.meta = corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: md.Name, Namespace: md.Namespace, UID: md.UID, Labels: md.Labels}}
-	r.pod, args.Pod = pod, &r.meta
+	args.Pod = &r.meta
 	return true
 }
 
-// fullPod replaces a meta Pod (decodeMode.podMeta) by the whole Pod.
-func (r *argsReader) fullPod(args *extenderv1.ExtenderArgs) error {
-	if r.pod == nil {
-		return nil
-	}
-	var pod corev1.Pod
-	if err := json.Unmarshal(r.pod, &pod); err != nil {
-		return fmt.Errorf("field Pod: %w", err)
-	}
-	r.pod, args.Pod = nil, &pod
-	return nil
-}
-
 // bytesOfNames returns the names of the plain array raw as slices of it:
-// what a filter looks its nodes up by, without copying them. (A filter
-// expects no array: decode noted them.)
+// what a filter looks its nodes up by, without copying them.
 func (r *argsReader) bytesOfNames() [][]byte {
 	list := r.nameBytes[:0]
 	for k, end := range r.ends {
@@ -191,10 +149,7 @@ func (r *argsReader) bytesOfNames() [][]byte {
 
 // splitNames sets args.NodeNames to the names of the plain array raw, as
 // substrings of one copy of it, cut where splitArgs found them.
-func (r *argsReader) splitNames(args *extenderv1.ExtenderArgs) error {
-	if err := r.noteNames(); err != nil {
-		return err
-	}
+func (r *argsReader) splitNames(args *extenderv1.ExtenderArgs) {
 	s := string(r.raw)
 	list := r.names[:0]
 	if list == nil {
@@ -205,7 +160,6 @@ func (r *argsReader) splitNames(args *extenderv1.ExtenderArgs) error {
 	}
 	r.names = list
 	args.NodeNames = &list
-	return nil
 }
 
 // splitArgs finds the members of an ExtenderArgs object without decoding
@@ -213,7 +167,7 @@ func (r *argsReader) splitNames(args *extenderv1.ExtenderArgs) error {
 // distinct, plainly spelled (ASCII, escape-free) members; an unknown member
 // is skipped, as encoding/json does, once it is valid JSON. plainArray:
 // names is an array of plain strings.
-func (r *argsReader) splitArgs(body, expect []byte) (pod, nodes, names []byte, plainArray, ok bool) {
+func (r *argsReader) splitArgs(body []byte) (pod, nodes, names []byte, plainArray, ok bool) {
 	i := skipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
 		return nil, nil, nil, false, false
@@ -241,12 +195,9 @@ func (r *argsReader) splitArgs(body, expect []byte) (pod, nodes, names []byte, p
 		// encoding/json matches member names case-insensitively.
 		isNames := bytes.EqualFold(key, []byte("NodeNames"))
 		j, plainNames := 0, false
-		switch {
-		case isNames && len(expect) > 0 && bytes.HasPrefix(body[i:], expect):
-			j, plainNames, r.unscanned = i+len(expect), true, true
-		case isNames:
+		if isNames {
 			// The node names are read once here, not skipped and then read.
-			r.starts, r.ends, r.unscanned = r.starts[:0], r.ends[:0], false
+			r.starts, r.ends = r.starts[:0], r.ends[:0]
 			j, plainNames = r.plainStrings(body, i)
 		}
 		if !plainNames {
@@ -460,21 +411,28 @@ func appendStrings(buf []byte, list *[]string, plainKnown bool) []byte {
 // appendFailed encodes a FailedNodesMap in its iteration order (the keys
 // are not sorted as json.Marshal sorts them; they decode the same). Few
 // distinct reasons (the ledger shares their strings) on many nodes: each
-// is quoted once.
+// is quoted once. A key that is not plain goes to json.Marshal with the
+// whole map: two keys of invalid UTF-8 can encode alike, and which one
+// wins then depends on the order.
 func appendFailed(buf []byte, m extenderv1.FailedNodesMap) []byte {
 	if m == nil {
 		return append(buf, "null"...)
 	}
+	from := len(buf)
 	buf = append(buf, '{')
 	var last string
 	var quoted []byte
 	first := true
 	for node, reason := range m {
+		if !plain(node) {
+			b, _ := json.Marshal(m) // a map of strings always encodes
+			return append(buf[:from], b...)
+		}
 		if !first {
 			buf = append(buf, ',')
 		}
 		first = false
-		buf = appendString(buf, node)
+		buf = appendName(buf, node, true)
 		buf = append(buf, ':')
 		if quoted == nil || reason != last {
 			quoted, last = appendString(quoted[:0], reason), reason
@@ -484,27 +442,20 @@ func appendFailed(buf []byte, m extenderv1.FailedNodesMap) []byte {
 	return append(buf, '}')
 }
 
-// appendFilterResult appends an ExtenderFilterResult as JSON; names is
-// its NodeNames array within buf (nil when null). plainNames: the node
-// names are known to be plain (see appendName).
-func appendFilterResult(buf []byte, r *extenderv1.ExtenderFilterResult, plainNames bool) (_, names []byte) {
+// appendFilterResult appends an ExtenderFilterResult as JSON. plainNames:
+// the node names are known to be plain (see appendName).
+func appendFilterResult(buf []byte, r *extenderv1.ExtenderFilterResult, plainNames bool) []byte {
 	nodes, _ := json.Marshal(r.Nodes) // a NodeList always encodes
 	buf = append(append(buf, `{"Nodes":`...), nodes...)
 	buf = append(buf, `,"NodeNames":`...)
-	from := len(buf)
 	buf = appendStrings(buf, r.NodeNames, plainNames)
-	to := len(buf)
 	buf = append(buf, `,"FailedNodes":`...)
 	buf = appendFailed(buf, r.FailedNodes)
 	buf = append(buf, `,"FailedAndUnresolvableNodes":`...)
 	buf = appendFailed(buf, r.FailedAndUnresolvableNodes)
 	buf = append(buf, `,"Error":`...)
 	buf = appendString(buf, r.Error)
-	buf = append(buf, "}\n"...)
-	if r.NodeNames == nil || *r.NodeNames == nil {
-		return buf, nil
-	}
-	return buf, buf[from:to]
+	return append(buf, "}\n"...)
 }
 
 // appendPriorities appends, as the JSON of a HostPriorityList, the hosts

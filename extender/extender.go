@@ -56,7 +56,6 @@ type Extender struct {
 	preempts chan preemption
 	guard    disruptionGuard
 	buffers  sync.Pool // *buffers
-	filtered filterMemo
 	leader   atomic.Bool
 	listener net.Listener
 	// metricsListener serves /metrics and the probes when

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -56,9 +55,6 @@ type buffers struct {
 	out      []byte
 	args     argsReader
 	feasible []string
-	names    []string
-	scores   []int64
-	expect   []byte
 }
 
 // maxPooled bounds the buffers kept for reuse: 5,000 names are about 60
@@ -82,7 +78,7 @@ func (e *Extender) putBuffers(b *buffers) {
 	// next call overwrites them (one body, under maxPooled): clearing ~300
 	// KiB of pointers per call cost more than it frees.
 	b.args.reset()
-	b.feasible, b.names, b.scores = b.feasible[:0], b.names[:0], b.scores[:0]
+	b.feasible = b.feasible[:0]
 	e.buffers.Put(b)
 }
 
@@ -166,22 +162,17 @@ func (e *Extender) handleFilter(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var res *extenderv1.ExtenderFilterResult
-	var gen uint64
 	if b.args.raw != nil {
-		res, gen = filterInto(e, args, b.args.bytesOfNames(), true, b.feasible)
+		res = filterInto(e, args, b.args.bytesOfNames(), true, b.feasible)
 	} else {
-		res, gen = filterInto(e, args, nodeNames(args), args.Nodes == nil || args.NodeNames != nil, b.feasible)
+		res = filterInto(e, args, nodeNames(args), args.Nodes == nil || args.NodeNames != nil, b.feasible)
 	}
 	if res.NodeNames != nil {
 		b.feasible = *res.NodeNames // grown: reuse it next time
 	}
-	var names []byte
 	// Every feasible node is a name of the request: plain when the
 	// request's array was.
-	b.out, names = appendFilterResult(b.out, res, b.args.raw != nil && args.Nodes == nil)
-	if gen != 0 && names != nil {
-		e.filtered.remember(args.Pod.UID, gen, names)
-	}
+	b.out = appendFilterResult(b.out, res, b.args.raw != nil && args.Nodes == nil)
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(b.out)
 }
@@ -205,25 +196,11 @@ func (e *Extender) handlePrioritize(w http.ResponseWriter, r *http.Request) {
 	defer e.observe(e.metrics.prioritizeLatency, time.Now())
 	b := e.getBuffers()
 	defer e.putBuffers(b)
-	b.expect = e.filtered.appendNames(b.expect[:0])
-	args, ok := readArgs(w, r, b, decodeMode{lazyNames: true, podMeta: true, expect: b.expect})
+	args, ok := readArgs(w, r, b, decodeMode{})
 	if !ok {
 		return
 	}
-	names, scores, hit := e.filteredScores(args.Pod, b)
-	if !hit {
-		if err := b.args.fullPod(args); err != nil {
-			httpjson.Error(w, http.StatusBadRequest, "decoding request body: "+err.Error())
-			return
-		}
-		if b.args.raw != nil {
-			if err := b.args.splitNames(args); err != nil {
-				httpjson.Error(w, http.StatusInternalServerError, err.Error())
-				return
-			}
-		}
-		names, scores = e.prioritizeInto(args)
-	}
+	names, scores := e.prioritizeInto(args)
 	// The hosts are the request's names (or equal to them).
 	b.out = appendPriorities(b.out, names, scores, b.args.raw != nil && args.Nodes == nil)
 	w.Header().Set("Content-Type", "application/json")
@@ -232,9 +209,8 @@ func (e *Extender) handlePrioritize(w http.ResponseWriter, r *http.Request) {
 
 // filterInto filters the Pod on the named nodes (the leader reserves the
 // best one), appending the feasible ones to feasible; byNames: the answer
-// names the nodes (else it lists args.Nodes). gen is the ledger's
-// FilterResult.Generation (0: no ledger Filter ran).
-func filterInto[N ledger.Name](e *Extender, args *extenderv1.ExtenderArgs, names []N, byNames bool, feasible []string) (_ *extenderv1.ExtenderFilterResult, gen uint64) {
+// names the nodes (else it lists args.Nodes).
+func filterInto[N ledger.Name](e *Extender, args *extenderv1.ExtenderArgs, names []N, byNames bool, feasible []string) *extenderv1.ExtenderFilterResult {
 	var res ledger.FilterResult
 	if req, err := e.request(args.Pod); err != nil {
 		// Unresolvable on every node: the Pod's event names the bad label.
@@ -248,7 +224,6 @@ func filterInto[N ledger.Name](e *Extender, args *extenderv1.ExtenderArgs, names
 	} else {
 		req.Protected = e.guard.protected
 		res = ledger.FilterAppend(e.ledger, feasible, req, names, e.isLeader())
-		gen = res.Generation
 		if res.Claim != nil {
 			e.intents.record(e.client, args.Pod, *res.Claim)
 		}
@@ -274,7 +249,7 @@ func filterInto[N ledger.Name](e *Extender, args *extenderv1.ExtenderArgs, names
 	out := &extenderv1.ExtenderFilterResult{FailedAndUnresolvableNodes: res.Failed}
 	if byNames {
 		out.NodeNames = &res.Feasible
-		return out, gen
+		return out
 	}
 	out.Nodes = &corev1.NodeList{}
 	for _, n := range args.Nodes.Items {
@@ -283,40 +258,7 @@ func filterInto[N ledger.Name](e *Extender, args *extenderv1.ExtenderArgs, names
 			out.Nodes.Items = append(out.Nodes.Items, n)
 		}
 	}
-	return out, 0
-}
-
-// filteredScores answers a prioritize call from the Pod's latest filter
-// when the call's node names (still unsplit, b.args.raw) are byte for
-// byte the array that filter answered: what the scheduler sends in every
-// cycle in which only this extender filters. The names are not read at
-// all, and of the Pod only its identity and labels (a spec the catalog no
-// longer has scores 0, as prioritizeInto scores it).
-//
-// The answer names only the node the filter reserved, with
-// ledger.ReservedScore: kube-scheduler adds nothing for a node the list
-// leaves out, so every other node scores 0 instead of at most
-// ReservedScore-1, and the reserved node, which won by one point, wins by
-// ten. At 5,000 nodes that is 40 bytes instead of 150 KB, which the
-// scheduler decoded in every cycle (its largest CPU cost in
-// BenchmarkBindThroughput's profile, next to the filter's answer).
-func (e *Extender) filteredScores(pod *corev1.Pod, b *buffers) (names []string, scores []int64, hit bool) {
-	if b.args.raw == nil {
-		return nil, nil, false
-	}
-	gen, ok := e.filtered.match(pod.UID, b.args.raw)
-	if !ok {
-		return nil, nil, false
-	}
-	if _, err := e.checkSpec(pod); err != nil {
-		return nil, nil, false
-	}
-	node, ok := e.ledger.Reserved(pod.UID, gen)
-	if !ok {
-		return nil, nil, false
-	}
-	b.names, b.scores = append(b.names[:0], node), append(b.scores[:0], ledger.ReservedScore)
-	return b.names, b.scores, true
+	return out
 }
 
 // prioritizeInto is prioritize answering the hosts and their scores (nil:
@@ -328,47 +270,6 @@ func (e *Extender) prioritizeInto(args *extenderv1.ExtenderArgs) (names []string
 		return names, nil
 	}
 	return names, e.ledger.Prioritize(req, names)
-}
-
-// filterMemo is the node names array the latest filter answered, for
-// prioritizeInto: the bytes the scheduler sends back are the same when
-// the nodes are.
-type filterMemo struct {
-	mu    sync.Mutex
-	uid   types.UID
-	gen   uint64
-	names []byte
-}
-
-func (m *filterMemo) remember(uid types.UID, gen uint64, names []byte) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if len(names) > maxPooled {
-		m.gen = 0
-		return
-	}
-	m.uid, m.gen, m.names = uid, gen, append(m.names[:0], names...)
-}
-
-// appendNames appends the array the latest filter answered to dst.
-func (m *filterMemo) appendNames(dst []byte) []byte {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.gen == 0 {
-		return dst
-	}
-	return append(dst, m.names...)
-}
-
-// match returns the ledger generation of the filter that answered exactly
-// names for the Pod.
-func (m *filterMemo) match(uid types.UID, names []byte) (uint64, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.gen == 0 || m.uid != uid || !bytes.Equal(m.names, names) {
-		return 0, false
-	}
-	return m.gen, true
 }
 
 // Bind failure reasons (label values of runplane_extender_bind_failures_total).

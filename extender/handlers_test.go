@@ -1,14 +1,12 @@
 package extender
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -217,9 +215,9 @@ func TestPrioritizeHandler(t *testing.T) {
 	var out extenderv1.HostPriorityList
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &out))
 	require.Len(t, out, 2)
-	require.Equal(t, extenderv1.HostPriority{Host: "warm", Score: 10}, out[1])
+	require.Equal(t, extenderv1.HostPriority{Host: "warm", Score: ledger.ReservedScore}, out[1])
 	require.Equal(t, "cold", out[0].Host)
-	require.Less(t, out[0].Score, int64(10))
+	require.Less(t, out[0].Score, int64(ledger.ReservedScore))
 }
 
 // Bodies that are not the shape kube-scheduler sends (full Node objects,
@@ -332,87 +330,13 @@ func TestFilterUnmanagedResource(t *testing.T) {
 	require.Contains(t, out.FailedAndUnresolvableNodes["n"], "scheduler.extender.managedResources")
 }
 
-// TestPrioritizeAfterFilter: a prioritize of the very node names the Pod's
-// filter answered is answered from that filter's scores without reading
-// the names; any other prioritize (other order, other Pod, a spec the
-// catalog no longer has) is scored as before. Both answer what the ledger
-// answers for the parsed request.
-func TestPrioritizeAfterFilter(t *testing.T) {
-	x, y := pod("x", api.LabelGPUSpec, "g1", ""), pod("y", api.LabelGPUSpec, "g1", "")
-	unknown := pod("x", api.LabelGPUSpec, "g9", "")
-	e := testExtender(t, true, x, y)
-	for _, n := range []string{"a", "b", "c", "d"} {
-		e.ledger.UpsertNode(node(n, 4))
-	}
-	e.ledger.UpsertPod(pod("ph", api.LabelStock, "g1", "c"))
-	e.ledger.UpsertPod(pod("busy", api.LabelGPUSpec, "g1", "b"))
-	rec := call(t, e.handleFilter, http.MethodPost, filterBody(t, x, "a", "b", "c", "d"))
-	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-	var filtered extenderv1.ExtenderFilterResult
-	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &filtered))
-	feasible := *filtered.NodeNames
-	require.Equal(t, []string{"c"}, feasible, "the leader answers with the warm node it reserved")
-	tests := []struct {
-		name   string
-		pod    *corev1.Pod
-		nodes  []string
-		cached bool
-	}{
-		{"the filter's nodes", x, feasible, true},
-		{"other nodes", x, []string{"d", "c", "a"}, false},
-		{"another Pod", y, feasible, false},
-		{"a spec the catalog lacks (the names match, the scores are 0)", unknown, feasible, true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			body := filterBody(t, tt.pod, tt.nodes...)
-			var args extenderv1.ExtenderArgs
-			var r argsReader
-			require.NoError(t, r.decode([]byte(body), &args, decodeMode{lazyNames: true, podMeta: true}))
-			_, cached := e.filtered.match(tt.pod.UID, r.raw)
-			require.Equal(t, tt.cached, cached)
-			want := e.prioritize(&extenderv1.ExtenderArgs{Pod: tt.pod, NodeNames: &tt.nodes})
-			rec := call(t, e.handlePrioritize, http.MethodPost, body)
-			require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-			var got extenderv1.HostPriorityList
-			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &got))
-			if tt.cached && tt.pod == x {
-				// From the filter: only the node it reserved, the one the
-				// full scoring ranks first (the others score 0 by omission).
-				require.Equal(t, extenderv1.HostPriorityList{{Host: "c", Score: ledger.ReservedScore}}, got)
-				require.Equal(t, want, got)
-				return
-			}
-			require.Equal(t, want, got)
-			switch tt.pod {
-			case x:
-				// Scored in full: the reserved warm node first, the others
-				// below it.
-				slices.SortFunc(got, func(a, b extenderv1.HostPriority) int { return cmp.Compare(b.Score, a.Score) })
-				require.Equal(t, extenderv1.HostPriority{Host: "c", Score: ledger.ReservedScore}, got[0])
-				require.Less(t, got[1].Score, int64(ledger.ReservedScore))
-			case unknown:
-				for _, h := range got {
-					require.Zero(t, h.Score, h.Host)
-				}
-			}
-		})
-	}
-	// The memo follows the latest filter: the Pod's reservation moved on.
-	rec = call(t, e.handleFilter, http.MethodPost, filterBody(t, x, "a", "d"))
-	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-	_, cached := e.filtered.match(x.UID, []byte(`["a","b","c","d"]`))
-	require.False(t, cached)
-}
-
 // The verbs on the decoded v1 types, without the handlers' pooled buffers
 // and deferred decoding: what the handlers must answer, and the baseline
 // of BenchmarkFilterPrioritize.
 
 // filter evaluates the Pod on the nodes; the leader reserves the best one.
 func (e *Extender) filter(args *extenderv1.ExtenderArgs) *extenderv1.ExtenderFilterResult {
-	out, _ := filterInto(e, args, nodeNames(args), args.Nodes == nil || args.NodeNames != nil, nil)
-	return out
+	return filterInto(e, args, nodeNames(args), args.Nodes == nil || args.NodeNames != nil, nil)
 }
 
 // prioritize scores the nodes; an unknown spec scores 0 everywhere.

@@ -199,10 +199,8 @@ type Options struct {
 type Ledger struct {
 	opts Options
 
-	// mu is held for writing by everything that changes the book (a
-	// filter reserves), for reading by a prioritize answered from the
-	// latest filter's scores and by pure queries.
-	mu      sync.RWMutex
+	// mu guards the book: a filter reserves, so every verb changes it.
+	mu      sync.Mutex
 	nodes   map[string]*node
 	arena   nodeArena // where nodes are allocated
 	pods    map[types.UID]*podRec
@@ -223,20 +221,6 @@ type Ledger struct {
 	names    []corev1.ResourceName
 	// specs indexes the stock specs seen, for node.warm.
 	specs map[string]int
-	// last keeps the scores of the latest Filter: the scheduler asks to
-	// prioritize the same Pod on the nodes that filter returned, right
-	// after it, so scoring 5,000 nodes a second time is wasted work. Its
-	// slices are reused by every Filter (under the write lock).
-	last filterScores
-	gen  uint64 // counts Filter calls, for FilterResult.Generation
-}
-
-type filterScores struct {
-	valid  bool
-	uid    types.UID
-	gen    uint64   // the Filter call's FilterResult.Generation
-	nodes  []string // feasible nodes, the ledger's own name strings
-	scores []int64
 }
 
 // New returns an empty ledger.
@@ -804,9 +788,6 @@ type FilterResult struct {
 	// on one makes room (leader only): the Pod is nominated there, and the
 	// caller evicts the victims.
 	Preemption *Preemption
-	// Generation names this Filter call for FilteredScores: unique per
-	// call, never 0.
-	Generation uint64
 }
 
 // Filter evaluates the Pod on every named node. With reserve (the leader
@@ -849,10 +830,6 @@ func FilterAppend[N Name](l *Ledger, feasible []string, req Request, names []N, 
 		l.unassume(prev, false)
 	}
 	pr := l.newProbe(req)
-	last := &l.last
-	l.gen++
-	res.Generation = l.gen
-	last.valid, last.uid, last.gen, last.nodes, last.scores = true, req.UID, l.gen, last.nodes[:0], last.scores[:0]
 	if res.Feasible == nil {
 		res.Feasible = make([]string, 0, len(names))
 	}
@@ -870,8 +847,6 @@ func FilterAppend[N Name](l *Ledger, feasible []string, req Request, names []N, 
 			continue
 		}
 		res.Feasible = append(res.Feasible, n.name)
-		last.nodes = append(last.nodes, n.name)
-		last.scores = append(last.scores, score(v))
 		switch {
 		case bestNode == nil:
 		case n.name == preferNode:
@@ -926,18 +901,8 @@ func nameOf[N Name](l *Ledger, name N) string {
 // 0..4, by how full they would be.
 func (l *Ledger) Prioritize(req Request, names []string) []int64 {
 	scores := make([]int64, len(names))
-	// The usual case, the nodes the Pod's filter just returned, only reads.
-	l.mu.RLock()
-	hit := l.cachedScores(req.UID, names, scores)
-	l.mu.RUnlock()
-	if hit {
-		return scores
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.cachedScores(req.UID, names, scores) {
-		return scores
-	}
 	chosen := ""
 	// Score the Pod as if its own reservation were not there.
 	if a := l.assumed[req.UID]; a != nil {
@@ -974,55 +939,12 @@ func score(v verdict) int64 {
 	return s
 }
 
-// cachedScores answers Prioritize from the Pod's latest Filter when the
-// scheduler asks about the very nodes that Filter returned (it does, in
-// the same order, within one scheduling cycle), and reports whether it
-// did. Callers hold l.mu (reading is enough).
-func (l *Ledger) cachedScores(uid types.UID, names []string, scores []int64) bool {
-	c := &l.last
-	chosen := ""
-	if a := l.assumed[uid]; a != nil {
-		chosen = a.node
-	}
-	if !c.valid || c.uid != uid || chosen == "" || len(c.nodes) != len(names) {
-		return false
-	}
-	for i, n := range names {
-		if c.nodes[i] != n {
-			return false
-		}
-	}
-	for i, n := range c.nodes {
-		scores[i] = min(c.scores[i], ReservedScore-1)
-		if n == chosen {
-			scores[i] = ReservedScore
-		}
-	}
-	return true
-}
-
 // ReservedScore is the score of the node reserved for the Pod; every
 // other node scores at most ReservedScore-1. It is kube-scheduler's
 // MaxExtenderPriority: with the extender's weight (profile.DefaultWeight),
 // one point is worth more than all in-tree scores together, so the
 // scheduler picks the reserved node.
 const ReservedScore = 10
-
-// Reserved returns the node the Pod's Filter of generation gen reserved
-// for it, while that Filter is the latest and the Pod still holds its
-// reservation; ok false otherwise (ask Prioritize). The caller vouches
-// that it is asked about that Filter's nodes (the extender compares the
-// bytes it answered with the bytes it is asked about).
-func (l *Ledger) Reserved(uid types.UID, gen uint64) (node string, ok bool) {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	c := &l.last
-	a := l.assumed[uid]
-	if !c.valid || c.gen != gen || c.uid != uid || a == nil {
-		return "", false
-	}
-	return a.node, true
-}
 
 // BeginBind moves the Pod's reservation on node to Binding, or, when the
 // scheduler picked another node, re-checks that node and reserves it. It

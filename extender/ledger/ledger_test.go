@@ -452,8 +452,8 @@ func TestRecoverSettledClaim(t *testing.T) {
 // Filter reads, with a walk of its placeholders.
 func checkWarm(t *testing.T, l *Ledger) {
 	t.Helper()
-	l.mu.RLock()
-	defer l.mu.RUnlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	for _, n := range l.nodes {
 		for spec, list := range n.stock {
 			want := int32(0)
