@@ -7,8 +7,8 @@ import "strings"
 // allocated one by one, between the Pods the informers deliver, are each
 // a cache miss on a shared machine. In the same blocks they sit together
 // in the order they were first seen, which is close to the order the
-// scheduler sends them. BenchmarkFilterPrioritize: the filter's node loop
-// went from ~1.4 ms to ~0.5 ms per cycle at 5,000 nodes.
+// scheduler sends them. BenchmarkFilterPrioritize at 5,000 nodes: p50 2.5
+// → 2.15 ms per cycle, by this alone.
 type nodeArena struct {
 	nodes []node
 	names strings.Builder
