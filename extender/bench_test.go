@@ -37,40 +37,7 @@ import (
 // time (on a shared, overloaded machine wall time mostly measures the wait
 // for a core); the goal is p99 <= 2ms.
 func BenchmarkFilterPrioritize(b *testing.B) {
-	const nodes, podsPerNode = 5000, 10
-	pods := make([]*corev1.Pod, 64)
-	for i := range pods {
-		pods[i] = pod(fmt.Sprintf("incoming-%d", i), api.LabelGPUSpec, "g1", "")
-	}
-	e := testExtender(b, true, pods...)
-	// A filter that reserves a placeholder records the claim on the Pod:
-	// a PATCH from a goroutine of its own. In production that is a request
-	// to the API server; the fake clientset's field-managed tracker builds
-	// a REST mapper for every patch (~250 KB), whose garbage collection
-	// would be measured as the extender's. The patches are counted
-	// (claims/op) and answered at once: what a claim costs the extender
-	// and the API server is in the cluster's BenchmarkBindThroughput.
-	var patches atomic.Int64
-	e.client.(*fake.Clientset).PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
-		patches.Add(1)
-		return true, &corev1.Pod{}, nil
-	})
-	names := make([]string, nodes)
-	for i := range nodes {
-		names[i] = fmt.Sprintf("node-%04d", i)
-		e.ledger.UpsertNode(node(names[i], 16))
-		for j := range podsPerNode {
-			key, spec := api.LabelGPUSpec, "g1"
-			if j < 2 {
-				key = api.LabelStock
-			}
-			e.ledger.UpsertPod(pod(fmt.Sprintf("p-%d-%d", i, j), key, spec, names[i]))
-		}
-	}
-	bodies := make([][]byte, len(pods))
-	for i := range pods {
-		bodies[i] = []byte(filterBody(b, pods[i], names...))
-	}
+	e, pods, bodies, patches := benchCluster(b, true, 0)
 	// The baseline is plain encoding/json on the same v1 types around the
 	// same filter and prioritize: what codec.go must beat to exist.
 	plain := func(verb func(*extenderv1.ExtenderArgs) any) http.HandlerFunc {
@@ -99,6 +66,73 @@ func BenchmarkFilterPrioritize(b *testing.B) {
 	}
 }
 
+// BenchmarkFilterPrioritizeShapes is BenchmarkFilterPrioritize's cycle in
+// its heavier shapes: "full-cluster", 9 of every 10 nodes full (10 GPUs of
+// 10, no placeholder), so a filter answers 4,500 failed nodes with their
+// reasons; "follower", a replica that is not the leader, which reserves
+// nothing, answers every feasible node and is asked to prioritize them.
+func BenchmarkFilterPrioritizeShapes(b *testing.B) {
+	for _, shape := range []struct {
+		name     string
+		leader   bool
+		fullOf10 int
+	}{{"full-cluster", true, 9}, {"follower", false, 0}} {
+		b.Run(shape.name, func(b *testing.B) {
+			e, pods, bodies, patches := benchCluster(b, shape.leader, shape.fullOf10)
+			cycles(b, pods, bodies, e.handleFilter, e.handlePrioritize)
+			b.ReportMetric(float64(patches.Load())/float64(b.N), "claims/op")
+		})
+	}
+}
+
+// benchCluster is an extender (the leader or not) whose ledger holds 5,000
+// nodes and 50,000 Pods: on fullOf10 of every 10 nodes, 10 GPU Pods fill
+// its 10 GPUs; on the others 2 placeholders and 8 GPU Pods leave 6 of 16
+// GPUs free. bodies are filter requests of 64 incoming GPU Pods on every
+// node.
+func benchCluster(b *testing.B, leader bool, fullOf10 int) (e *Extender, pods []*corev1.Pod, bodies [][]byte, patches *atomic.Int64) {
+	const nodes, podsPerNode = 5000, 10
+	pods = make([]*corev1.Pod, 64)
+	for i := range pods {
+		pods[i] = pod(fmt.Sprintf("incoming-%d", i), api.LabelGPUSpec, "g1", "")
+	}
+	e = testExtender(b, leader, pods...)
+	// A filter that reserves a placeholder records the claim on the Pod:
+	// a PATCH from a goroutine of its own. In production that is a request
+	// to the API server; the fake clientset's field-managed tracker builds
+	// a REST mapper for every patch (~250 KB), whose garbage collection
+	// would be measured as the extender's. The patches are counted
+	// (claims/op) and answered at once: what a claim costs the extender
+	// and the API server is in the cluster's BenchmarkBindThroughput.
+	patches = &atomic.Int64{}
+	e.client.(*fake.Clientset).PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
+		patches.Add(1)
+		return true, &corev1.Pod{}, nil
+	})
+	names := make([]string, nodes)
+	for i := range nodes {
+		names[i] = fmt.Sprintf("node-%04d", i)
+		full := i%10 < fullOf10
+		gpus := int64(16)
+		if full {
+			gpus = podsPerNode
+		}
+		e.ledger.UpsertNode(node(names[i], gpus))
+		for j := range podsPerNode {
+			key, spec := api.LabelGPUSpec, "g1"
+			if j < 2 && !full {
+				key = api.LabelStock
+			}
+			e.ledger.UpsertPod(pod(fmt.Sprintf("p-%d-%d", i, j), key, spec, names[i]))
+		}
+	}
+	bodies = make([][]byte, len(pods))
+	for i := range pods {
+		bodies[i] = []byte(filterBody(b, pods[i], names...))
+	}
+	return e, pods, bodies, patches
+}
+
 // cycles runs scheduling cycles (filter, then prioritize of the nodes filter
 // returned) of the Pods through the handlers.
 func cycles(b *testing.B, pods []*corev1.Pod, bodies [][]byte, filter, prioritize http.HandlerFunc) {
@@ -124,7 +158,7 @@ func cycles(b *testing.B, pods []*corev1.Pod, bodies [][]byte, filter, prioritiz
 		}
 	}
 	var pbody []byte
-	prioritized := 0
+	prioritized, answered := 0, 0
 	lat := make([]time.Duration, 0, b.N)
 	cpu := make([]time.Duration, 0, b.N)
 	runtime.LockOSThread()
@@ -134,6 +168,7 @@ func cycles(b *testing.B, pods []*corev1.Pod, bodies [][]byte, filter, prioritiz
 		cpu0, t0 := threadCPU(), time.Now()
 		rec := call(filter, &filterOut, bodies[i%len(bodies)])
 		wall, used := time.Since(t0), threadCPU()-cpu0
+		answered += rec.Body.Len()
 		// The scheduler prioritizes the nodes filter returned, if more
 		// than one. Building its request is the scheduler's work, in its
 		// own process: it is not timed, and it reuses one buffer, so it
@@ -155,6 +190,7 @@ func cycles(b *testing.B, pods []*corev1.Pod, bodies [][]byte, filter, prioritiz
 	report(b, lat, "ms")
 	report(b, cpu, "cpu-ms")
 	b.ReportMetric(float64(prioritized)/float64(len(lat)), "prioritized/op")
+	b.ReportMetric(float64(answered)/float64(len(lat)), "filter-answer-B/op")
 }
 
 // prioritizeBody appends to buf the ExtenderArgs kube-scheduler sends to

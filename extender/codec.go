@@ -15,15 +15,15 @@ import (
 
 // The filter and prioritize wire format is the extenderv1 types; this file
 // only makes their JSON cheap at the scale of a scheduling cycle (5,000
-// node names in, 5,000 out, twice). In one run of
+// node names in). In one run of
 //
 //	go test ./extender -run '^$' -bench FilterPrioritize -benchtime 1000x -count 5 -benchmem
 //
-// encoding/json on the v1 types (sub-benchmark baseline) took p99 9.07 ms
-// thread CPU (110 ms wall) per cycle and 10,233 allocs, this file 4.86 ms
-// (47 ms) and 181 allocs; against the scanner it replaced (p99 4.86 ms
-// CPU) it measured 4.32 ms. decodeArgs and the append functions equal
-// encoding/json on every input (FuzzDecodeArgs, FuzzEncode).
+// (2026-11-23, before the filter answered one node) encoding/json on the
+// v1 types (sub-benchmark baseline) took p99 9.07 ms thread CPU per cycle
+// and 10,233 allocs, this file 4.86 ms and 181 allocs. decodeArgs and the
+// append functions equal encoding/json on every input (FuzzDecodeArgs,
+// FuzzEncode).
 
 // decodeArgs decodes body into args exactly as json.Unmarshal does. The
 // shape kube-scheduler sends (an object of distinct, plainly spelled
@@ -41,11 +41,10 @@ type decodeMode struct {
 	// stays nil; raw, starts and ends hold it) until splitNames is called.
 	lazyNames bool
 	// podMeta: args.Pod holds only the Pod's name, namespace, UID and
-	// labels, and the rest of the Pod's JSON is not checked: a filter acts
-	// on the API server's copy of the Pod. A filter acts on the API server's copy of
-	// the Pod, and a prioritize answered from its filter's scores needs
-	// only the UID: a whole Pod decoded for each was most of what they
-	// allocated once the node names were not copied.
+	// labels, and the rest of the Pod's JSON is not checked. A filter acts
+	// on the API server's copy of the Pod: the whole Pod, decoded only to
+	// be replaced, was most of what a filter allocated once the node names
+	// were not copied.
 	podMeta bool
 }
 
@@ -54,8 +53,7 @@ type decodeMode struct {
 type argsReader struct {
 	names []string
 	// raw is the NodeNames array as sent when it is a plain one (escape-free
-	// ASCII strings), else nil: prioritize compares it with the array the
-	// Pod's filter answered before it splits it.
+	// ASCII strings), else nil.
 	raw []byte
 	// starts and ends are where each name of raw begins and ends within
 	// it: plainStrings notes them as it checks the array, so splitting it

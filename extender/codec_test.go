@@ -169,6 +169,20 @@ func FuzzEncode(f *testing.F) {
 	})
 }
 
+// TestFailedKeysThatEncodeAlike: invalid UTF-8 keys all encode as
+// "\ufffd"; the last one written wins when the answer is read, so a map
+// of them must be written in encoding/json's order (FuzzEncode found it).
+func TestFailedKeysThatEncodeAlike(t *testing.T) {
+	m := extenderv1.FailedNodesMap{}
+	for i := range 8 {
+		m[string([]byte{0x80 + byte(i)})] = fmt.Sprint("reason ", i)
+	}
+	m["plain"] = "fits nowhere"
+	for range 20 { // map order differs from run to run
+		sameJSON[extenderv1.FailedNodesMap](t, appendFailed(nil, m), m)
+	}
+}
+
 // sameJSON requires that got decodes into a T exactly as json.Marshal(v) does.
 func sameJSON[T any](t *testing.T, got []byte, v any) {
 	t.Helper()

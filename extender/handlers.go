@@ -55,6 +55,7 @@ type buffers struct {
 	out      []byte
 	args     argsReader
 	feasible []string
+	failed   []ledger.NodeFailure
 }
 
 // maxPooled bounds the buffers kept for reuse: 5,000 names are about 60
@@ -78,7 +79,7 @@ func (e *Extender) putBuffers(b *buffers) {
 	// next call overwrites them (one body, under maxPooled): clearing ~300
 	// KiB of pointers per call cost more than it frees.
 	b.args.reset()
-	b.feasible = b.feasible[:0]
+	b.feasible, b.failed = b.feasible[:0], b.failed[:0]
 	e.buffers.Put(b)
 }
 
@@ -161,18 +162,17 @@ func (e *Extender) handleFilter(w http.ResponseWriter, r *http.Request) {
 	if !ok || !e.checkFilterPod(w, r, args) {
 		return
 	}
-	var res *extenderv1.ExtenderFilterResult
+	var out *extenderv1.ExtenderFilterResult
+	into := ledger.FilterResult{Feasible: b.feasible, Failed: b.failed}
 	if b.args.raw != nil {
-		res = filterInto(e, args, b.args.bytesOfNames(), true, b.feasible)
+		out, into = filterInto(e, args, b.args.bytesOfNames(), true, into)
 	} else {
-		res = filterInto(e, args, nodeNames(args), args.Nodes == nil || args.NodeNames != nil, b.feasible)
+		out, into = filterInto(e, args, nodeNames(args), args.Nodes == nil || args.NodeNames != nil, into)
 	}
-	if res.NodeNames != nil {
-		b.feasible = *res.NodeNames // grown: reuse it next time
-	}
+	b.feasible, b.failed = into.Feasible, into.Failed // grown: reuse them next time
 	// Every feasible node is a name of the request: plain when the
 	// request's array was.
-	b.out = appendFilterResult(b.out, res, b.args.raw != nil && args.Nodes == nil)
+	b.out = appendFilterResult(b.out, out, b.args.raw != nil && args.Nodes == nil)
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(b.out)
 }
@@ -208,22 +208,22 @@ func (e *Extender) handlePrioritize(w http.ResponseWriter, r *http.Request) {
 }
 
 // filterInto filters the Pod on the named nodes (the leader reserves the
-// best one), appending the feasible ones to feasible; byNames: the answer
-// names the nodes (else it lists args.Nodes).
-func filterInto[N ledger.Name](e *Extender, args *extenderv1.ExtenderArgs, names []N, byNames bool, feasible []string) *extenderv1.ExtenderFilterResult {
+// best one), into's slices reused for the ledger's result, which it also
+// returns; byNames: the answer names the nodes (else it lists args.Nodes).
+func filterInto[N ledger.Name](e *Extender, args *extenderv1.ExtenderArgs, names []N, byNames bool, into ledger.FilterResult) (*extenderv1.ExtenderFilterResult, ledger.FilterResult) {
 	var res ledger.FilterResult
 	if req, err := e.request(args.Pod); err != nil {
 		// Unresolvable on every node: the Pod's event names the bad label.
-		res.Feasible, res.Failed = feasible[:0], make(map[string]string, len(names))
+		res.Feasible, res.Failed = into.Feasible[:0], into.Failed[:0]
 		if res.Feasible == nil {
 			res.Feasible = []string{}
 		}
 		for _, n := range names {
-			res.Failed[string(n)] = err.Error()
+			res.Failed = append(res.Failed, ledger.NodeFailure{Node: string(n), Reason: err.Error()})
 		}
 	} else {
 		req.Protected = e.guard.protected
-		res = ledger.FilterAppend(e.ledger, feasible, req, names, e.isLeader())
+		res = ledger.FilterAppend(e.ledger, into, req, names, e.isLeader())
 		if res.Claim != nil {
 			e.intents.record(e.client, args.Pod, *res.Claim)
 		}
@@ -231,34 +231,44 @@ func filterInto[N ledger.Name](e *Extender, args *extenderv1.ExtenderArgs, names
 			e.enqueuePreemption(args.Pod, res.Preemption)
 		}
 	}
-	// The leader answers with the node it reserved alone. The scheduler
-	// would pick it anyway (it scores ledger.ReservedScore, which with
-	// the extender's weight beats every other node's extender and in-tree
-	// scores together); the other feasible nodes would only be scored by
-	// every in-tree plugin, and their names encoded and decoded twice.
-	// That was most of a runplane-scheduler cycle at 1,000 nodes
-	// (BenchmarkBindThroughput: the scheduler's cycles, one at a time,
-	// were the burst's bound). Should that node fail later in the cycle,
-	// the next cycle filters every node again.
+	out := &extenderv1.ExtenderFilterResult{}
 	if res.Chosen != "" {
+		// The leader answers with the node it reserved alone. The
+		// scheduler would pick it anyway (it scores ledger.ReservedScore,
+		// which with the extender's weight beats every other node's
+		// extender and in-tree scores together); the other feasible nodes
+		// would only be scored by every in-tree plugin, and their names
+		// encoded and decoded twice. That was most of a runplane-scheduler
+		// cycle at 1,000 nodes (BenchmarkBindThroughput: the scheduler's
+		// cycles, one at a time, were the burst's bound). The failed nodes
+		// are left out too: kube-scheduler reads why a node failed only
+		// when no node is feasible, and in a full cluster they were most of
+		// the answer (4,500 reasons, 400 KB; BenchmarkFilterPrioritizeShapes).
+		// Should that node fail later in the cycle (a Reserve or PreBind
+		// plugin), the next cycle filters every node again and, nothing
+		// else having changed, reserves the same node: as before, when its
+		// score of ReservedScore outweighed all others.
 		res.Feasible = append(res.Feasible[:0], res.Chosen)
+	} else {
+		// Failed nodes are unresolvable: takeover of stock happens at bind,
+		// and preemption by priority is planned by the ledger and run by
+		// the extender (preempt.go says why not by kube-scheduler's
+		// preemption).
+		out.FailedAndUnresolvableNodes = res.Reasons()
 	}
-	// Failed nodes are unresolvable: takeover of stock happens at bind, and
-	// preemption by priority is planned by the ledger and run by the
-	// extender (preempt.go says why not by kube-scheduler's preemption).
-	out := &extenderv1.ExtenderFilterResult{FailedAndUnresolvableNodes: res.Failed}
 	if byNames {
-		out.NodeNames = &res.Feasible
-		return out
+		feasible := res.Feasible
+		out.NodeNames = &feasible
+		return out, res
 	}
 	out.Nodes = &corev1.NodeList{}
 	for _, n := range args.Nodes.Items {
-		_, failed := res.Failed[n.Name]
-		if !failed && (res.Chosen == "" || n.Name == res.Chosen) {
+		_, failed := out.FailedAndUnresolvableNodes[n.Name]
+		if (res.Chosen == "" && !failed) || n.Name == res.Chosen {
 			out.Nodes.Items = append(out.Nodes.Items, n)
 		}
 	}
-	return out
+	return out, res
 }
 
 // prioritizeInto is prioritize answering the hosts and their scores (nil:

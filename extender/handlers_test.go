@@ -141,7 +141,11 @@ func TestFilterHandler(t *testing.T) {
 		// Both fit; the leader answers with the node it reserved alone.
 		{"Preferred fits warm and cold", true, pod("x", api.LabelGPUSpec, "g1", ""), []string{"warm"}, nil},
 		{"Preferred fits warm and cold (not the leader: no reservation)", false, pod("x", api.LabelGPUSpec, "g1", ""), []string{"cold", "warm"}, nil},
-		{"Required fits only the warm node", true, pod("x", api.LabelGPUSpec, "greq", ""), []string{"warm"},
+		// A reserved node: the failed nodes are left out of the answer
+		// (the scheduler reads them only when no node is feasible) ...
+		{"Required fits only the warm node", true, pod("x", api.LabelGPUSpec, "greq", ""), []string{"warm"}, nil},
+		// ... and a replica that reserves nothing says why each failed.
+		{"Required fits only the warm node (not the leader)", false, pod("x", api.LabelGPUSpec, "greq", ""), []string{"warm"},
 			map[string]string{"cold": "has stock: Required"}},
 		{"a placeholder takes free capacity only", false, pod("x", api.LabelStock, "g1", ""), []string{"cold"},
 			map[string]string{"warm": "insufficient nvidia.com/gpu"}},
@@ -231,24 +235,36 @@ func TestFilterBodyShapes(t *testing.T) {
 	tricky.Annotations = map[string]string{"NodeNames": `["fake"]}`}
 	const full = "insufficient nvidia.com/gpu and no unclaimed runplane.io/stock=g1 placeholder"
 	names := []string{"warm"}
+	nodeList := func(names ...string) *corev1.NodeList {
+		l := &corev1.NodeList{}
+		for _, n := range names {
+			l.Items = append(l.Items, corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}})
+		}
+		return l
+	}
 	tests := []struct {
 		name, body string
 		want       extenderv1.ExtenderFilterResult
+		leader     bool
 	}{
 		{"scheduler shape", filterBody(t, p, "warm", "full"),
-			extenderv1.ExtenderFilterResult{NodeNames: &names, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{"full": full}}},
+			extenderv1.ExtenderFilterResult{NodeNames: &names, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{"full": full}}, false},
 		{"an annotation mimics the names", filterBody(t, tricky, "warm", "full"),
-			extenderv1.ExtenderFilterResult{NodeNames: &names, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{"full": full}}},
+			extenderv1.ExtenderFilterResult{NodeNames: &names, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{"full": full}}, false},
 		{"names first, escaped", `{"NodeNames":["w\u0061rm","full"],"Pod":` + string(podJSON) + `}`,
-			extenderv1.ExtenderFilterResult{NodeNames: &names, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{"full": full}}},
+			extenderv1.ExtenderFilterResult{NodeNames: &names, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{"full": full}}, false},
 		{"full Node objects", `{"Pod":` + string(podJSON) + `,"Nodes":{"items":[{"metadata":{"name":"warm"}},{"metadata":{"name":"full"}}]}}`,
-			extenderv1.ExtenderFilterResult{Nodes: &corev1.NodeList{Items: []corev1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "warm"}}}},
-				FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{"full": full}}},
+			extenderv1.ExtenderFilterResult{Nodes: nodeList("warm"), FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{"full": full}}, false},
+		// Two fit ("spare" first by name); the leader answers the one it
+		// reserved, and no failed node.
+		{"full Node objects, the leader", `{"Pod":` + string(podJSON) + `,"Nodes":{"items":[{"metadata":{"name":"warm"}},{"metadata":{"name":"full"}},{"metadata":{"name":"spare"}}]}}`,
+			extenderv1.ExtenderFilterResult{Nodes: nodeList("spare")}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := testExtender(t, false, p)
+			e := testExtender(t, tt.leader, p)
 			e.ledger.UpsertNode(node("warm", 1))
+			e.ledger.UpsertNode(node("spare", 1))
 			e.ledger.UpsertNode(node("full", 1))
 			e.ledger.UpsertPod(pod("busy", api.LabelGPUSpec, "g1", "full"))
 			rec := call(t, e.handleFilter, http.MethodPost, tt.body)
@@ -336,7 +352,8 @@ func TestFilterUnmanagedResource(t *testing.T) {
 
 // filter evaluates the Pod on the nodes; the leader reserves the best one.
 func (e *Extender) filter(args *extenderv1.ExtenderArgs) *extenderv1.ExtenderFilterResult {
-	return filterInto(e, args, nodeNames(args), args.Nodes == nil || args.NodeNames != nil, nil)
+	out, _ := filterInto(e, args, nodeNames(args), args.Nodes == nil || args.NodeNames != nil, ledger.FilterResult{})
+	return out
 }
 
 // prioritize scores the nodes; an unknown spec scores 0 everywhere.

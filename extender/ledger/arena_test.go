@@ -47,9 +47,9 @@ func TestFilterManyNodes(t *testing.T) {
 	require.Len(t, res.Feasible, len(names)/2)
 	for i, n := range names {
 		if i%2 == 0 {
-			require.Contains(t, res.Failed[n], "insufficient", n)
+			require.Contains(t, res.Reasons()[n], "insufficient", n)
 		} else {
-			require.NotContains(t, res.Failed, n)
+			require.NotContains(t, res.Reasons(), n)
 		}
 	}
 }

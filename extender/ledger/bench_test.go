@@ -40,13 +40,11 @@ func BenchmarkFilter(b *testing.B) {
 		names []string
 	}{{"first-seen", names}, {"shuffled", shuffled}} {
 		b.Run(order.name, func(b *testing.B) {
-			var feasible []string
+			var res FilterResult
 			for b.Loop() {
-				res := FilterAppend(l, feasible, req, order.names, false)
-				if len(res.Feasible) != nodes {
+				if res = FilterAppend(l, res, req, order.names, false); len(res.Feasible) != nodes {
 					b.Fatalf("%d feasible nodes, want %d", len(res.Feasible), nodes)
 				}
-				feasible = res.Feasible
 			}
 		})
 	}

@@ -156,10 +156,10 @@ func TestFilter(t *testing.T) {
 			res := l.Filter(RequestFor(in, tt.required), names, true)
 			for n, want := range tt.want {
 				if want == "" {
-					assert.NotContains(t, res.Failed, n)
+					assert.NotContains(t, res.Reasons(), n)
 					assert.Contains(t, res.Feasible, n)
 				} else {
-					assert.Contains(t, res.Failed[n], want, "node %s", n)
+					assert.Contains(t, res.Reasons()[n], want, "node %s", n)
 				}
 			}
 			assert.Equal(t, tt.wantChosen, res.Chosen)

@@ -72,20 +72,20 @@ func (a *plan) less(b *plan) bool {
 	return a.Node < b.Node
 }
 
-// preempt finds the node where evicting the fewest lower-priority Pods
-// makes room for the request (preferring the node it already nominated),
-// and annotates every other failed node with why preemption does not help
-// there. Callers hold l.mu for writing.
-func preempt[N Name](l *Ledger, pr *probe, names []N, failed map[string]string, preferNode string) *Preemption {
+// preempt finds, among the failed nodes, the one where evicting the fewest
+// lower-priority Pods makes room for the request (preferring the node it
+// already nominated), and adds to every other failed node's reason why
+// preemption does not help there. Callers hold l.mu for writing.
+func preempt(l *Ledger, pr *probe, failed []NodeFailure, preferNode string) *Preemption {
 	var best *plan
-	for _, name := range names {
-		n := l.nodes[string(name)]
+	for i := range failed {
+		n := l.nodes[failed[i].Node]
 		if n == nil || !n.exists {
 			continue
 		}
 		p := l.planOn(pr, n)
 		if p.why != "" {
-			failed[n.name] += p.why
+			failed[i].Reason += p.why
 			continue
 		}
 		switch {

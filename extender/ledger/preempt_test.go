@@ -144,7 +144,7 @@ func TestPreemption(t *testing.T) {
 			res := l.Filter(req, names, true)
 			require.Empty(t, res.Feasible)
 			for n, want := range tt.wantReason {
-				require.Contains(t, res.Failed[n], want)
+				require.Contains(t, res.Reasons()[n], want)
 			}
 			if tt.wantNode == "" {
 				require.Nil(t, res.Preemption)
@@ -203,7 +203,7 @@ func TestNominationHoldsTheRoom(t *testing.T) {
 	low := withPriority(testPod("low", "gpu", "g8", "", 8, corev1.PodPending), 50)
 	res = l.Filter(RequestFor(low, false), []string{"a", "b"}, true)
 	require.Empty(t, res.Feasible, "the preemptor's nomination holds node a")
-	require.Contains(t, res.Failed["a"], "insufficient nvidia.com/gpu")
+	require.Contains(t, res.Reasons()["a"], "insufficient nvidia.com/gpu")
 
 	res = l.Filter(RequestFor(high, false), []string{"a", "b"}, true)
 	require.Equal(t, []string{"a"}, res.Feasible)
@@ -228,5 +228,5 @@ func TestPreemptionOnlyWhenLeading(t *testing.T) {
 	high := withPriority(testPod("high", "gpu", "g8", "", 8, corev1.PodPending), 1000)
 	res := l.Filter(RequestFor(high, false), []string{"a"}, false)
 	require.Nil(t, res.Preemption)
-	require.Contains(t, res.Failed["a"], "insufficient")
+	require.Contains(t, res.Reasons()["a"], "insufficient")
 }
