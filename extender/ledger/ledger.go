@@ -657,8 +657,8 @@ func primary(req Resources) corev1.ResourceName {
 type probe struct {
 	req      Request
 	vec      vec
-	nz       []int // slots the request needs
-	prim     int   // slot packing is measured on
+	nz       []int    // slots the request needs
+	prim     int      // slot packing is measured on
 	reasons  []string // by slot: insufficient's answers so far
 	names    func(int) corev1.ResourceName
 	required string
