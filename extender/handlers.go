@@ -121,29 +121,19 @@ func nodeNames(args *extenderv1.ExtenderArgs) []string {
 // request turns a Pod into a ledger request using the catalog: a GPU Pod of
 // an unknown spec is an error naming the label and the known specs.
 func (e *Extender) request(pod *corev1.Pod) (ledger.Request, error) {
-	required, err := e.checkSpec(pod)
-	if err != nil {
-		return ledger.Request{}, err
+	required := false
+	if spec, ok := pod.Labels[api.LabelGPUSpec]; ok {
+		s, err := e.catalog.Catalog().Lookup(api.LabelGPUSpec, spec)
+		if err != nil {
+			return ledger.Request{}, err
+		}
+		// The catalog changed since Start checked it.
+		if err := s.CheckManaged(e.cfg.ManagedResources); err != nil {
+			return ledger.Request{}, err
+		}
+		required = s.Stock == catalog.StockRequired
 	}
 	return ledger.RequestFor(pod, required), nil
-}
-
-// checkSpec checks the Pod's GPU spec label against the catalog; required:
-// the spec's stock is Required.
-func (e *Extender) checkSpec(pod *corev1.Pod) (required bool, _ error) {
-	spec, ok := pod.Labels[api.LabelGPUSpec]
-	if !ok {
-		return false, nil
-	}
-	s, err := e.catalog.Catalog().Lookup(api.LabelGPUSpec, spec)
-	if err != nil {
-		return false, err
-	}
-	// The catalog changed since Start checked it.
-	if err := s.CheckManaged(e.cfg.ManagedResources); err != nil {
-		return false, err
-	}
-	return s.Stock == catalog.StockRequired, nil
 }
 
 func (e *Extender) step(name string, began time.Time) {
