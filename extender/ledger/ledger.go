@@ -841,7 +841,7 @@ func FilterAppend[N Name](l *Ledger, into FilterResult, req Request, names []N, 
 	if prev != nil {
 		if prev.state == Binding || prev.state == Bound {
 			for _, name := range names {
-				res.Failed = append(res.Failed, NodeFailure{nameOf(l, name), ErrBindInProgress.Error()})
+				res.Failed = append(res.Failed, NodeFailure{nameOf(l.nodes[string(name)], name), ErrBindInProgress.Error()})
 			}
 			return res
 		}
@@ -863,13 +863,7 @@ func FilterAppend[N Name](l *Ledger, into FilterResult, req Request, names []N, 
 		n := l.nodes[string(name)]
 		v := l.evaluate(pr, n, prefer)
 		if !v.fits {
-			var key string
-			if n != nil {
-				key = n.name
-			} else {
-				key = string(name) // a node the ledger does not know: a copy
-			}
-			res.Failed = append(res.Failed, NodeFailure{key, v.reason})
+			res.Failed = append(res.Failed, NodeFailure{nameOf(n, name), v.reason})
 			continue
 		}
 		res.Feasible = append(res.Feasible, n.name)
@@ -884,7 +878,7 @@ func FilterAppend[N Name](l *Ledger, into FilterResult, req Request, names []N, 
 		best, bestNode = v, n
 	}
 	if bestNode == nil && reserve && req.Preempt && !req.Required {
-		if p := preempt(l, pr, res.Failed, preferNode); p != nil {
+		if p := l.preempt(pr, res.Failed, preferNode); p != nil {
 			p.Renewed = prev != nil && prev.state == Nominated && prev.node == p.Node
 			l.handled[req.UID] = true
 			l.assume(&assumption{uid: req.UID, node: p.Node, req: pr.vec, state: Nominated,
@@ -916,10 +910,10 @@ func FilterAppend[N Name](l *Ledger, into FilterResult, req Request, names []N, 
 	return res
 }
 
-// nameOf is the ledger's own copy of a node name, or a new one for a node
-// it does not know. Callers hold l.mu.
-func nameOf[N Name](l *Ledger, name N) string {
-	if n := l.nodes[string(name)]; n != nil {
+// nameOf is the name of n, the node looked up by name: the ledger's own
+// string, or a copy of name for a node the ledger does not know (nil).
+func nameOf[N Name](n *node, name N) string {
+	if n != nil {
 		return n.name
 	}
 	return string(name)

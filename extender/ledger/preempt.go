@@ -76,7 +76,7 @@ func (a *plan) less(b *plan) bool {
 // lower-priority Pods makes room for the request (preferring the node it
 // already nominated), and adds to every other failed node's reason why
 // preemption does not help there. Callers hold l.mu for writing.
-func preempt(l *Ledger, pr *probe, failed []NodeFailure, preferNode string) *Preemption {
+func (l *Ledger) preempt(pr *probe, failed []NodeFailure, preferNode string) *Preemption {
 	var best *plan
 	for i := range failed {
 		n := l.nodes[failed[i].Node]

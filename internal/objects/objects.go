@@ -31,11 +31,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/runplane/runplane/internal/jsensure"
 	"github.com/runplane/runplane/internal/messages"
 )
 
@@ -115,8 +115,7 @@ type Buckets struct {
 	JS  jetstream.JetStream
 	Cfg Config
 
-	mu   sync.Mutex
-	open map[string]jetstream.ObjectStore
+	buckets jsensure.Cache[jetstream.ObjectStore]
 }
 
 // NoRoomError is a bucket JetStream would not create: its storage (the
@@ -137,49 +136,28 @@ func (e *NoRoomError) Unwrap() error { return e.Err }
 
 // Ensure creates (or updates to Cfg) the bucket of namespace ns once per
 // process and returns it. A bucket JetStream has no room for is a
-// *NoRoomError, tried again at the next call.
+// *NoRoomError, tried again once jsensure.RetryAfter has passed.
 func (b *Buckets) Ensure(ctx context.Context, ns string) (jetstream.ObjectStore, error) {
 	name := Bucket(b.Cfg.StreamName, ns)
-	b.mu.Lock()
-	obs, ok := b.open[name]
-	b.mu.Unlock()
-	if ok {
-		return obs, nil
-	}
-	maxBytes := cmp.Or(b.Cfg.MaxBytes, -1)
-	obs, err := b.JS.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket:      name,
-		Description: "payloads and results of namespace " + ns + " too big for one NATS message",
-		TTL:         b.Cfg.TTL,
-		MaxBytes:    maxBytes,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cmp.Or(b.Cfg.Replicas, 1),
-	})
-	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jsErrCodeInsufficientResources ||
-			apiErr.ErrorCode == jsErrCodeStorageResourcesExceeded) {
+	return b.buckets.Get(name, func() (jetstream.ObjectStore, error) {
+		maxBytes := cmp.Or(b.Cfg.MaxBytes, -1)
+		obs, err := b.JS.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket:      name,
+			Description: "payloads and results of namespace " + ns + " too big for one NATS message",
+			TTL:         b.Cfg.TTL,
+			MaxBytes:    maxBytes,
+			Storage:     jetstream.FileStorage,
+			Replicas:    cmp.Or(b.Cfg.Replicas, 1),
+		})
+		switch {
+		case jsensure.NoRoom(err):
 			return nil, &NoRoomError{Bucket: name, MaxBytes: maxBytes, Err: err}
+		case err != nil:
+			return nil, fmt.Errorf("object store bucket %s: %w", name, err)
 		}
-		return nil, fmt.Errorf("object store bucket %s: %w", name, err)
-	}
-	b.mu.Lock()
-	if b.open == nil {
-		b.open = map[string]jetstream.ObjectStore{}
-	}
-	b.open[name] = obs
-	b.mu.Unlock()
-	return obs, nil
+		return obs, nil
+	})
 }
-
-// nats-server's JSInsufficientResourcesErr ("insufficient resources") and
-// JSStorageResourcesExceededErr ("insufficient storage resources
-// available"), answered to a stream whose MaxBytes cannot be reserved;
-// nats.go names no constants for them.
-const (
-	jsErrCodeInsufficientResources    jetstream.ErrorCode = 10023
-	jsErrCodeStorageResourcesExceeded jetstream.ErrorCode = 10047
-)
 
 // Put stores data as object name of obs and returns its reference.
 func Put(ctx context.Context, obs jetstream.ObjectStore, name string, data []byte, maxPayload int64) (messages.ObjectRef, error) {

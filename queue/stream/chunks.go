@@ -3,13 +3,12 @@ package stream
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/runplane/runplane/internal/jsensure"
 	"github.com/runplane/runplane/internal/messages"
 )
 
@@ -74,8 +73,7 @@ type ChunkStreams struct {
 	Replicas int
 	Subjects messages.Subjects
 
-	mu   sync.Mutex
-	open map[string]jetstream.Stream
+	streams jsensure.Cache[jetstream.Stream]
 }
 
 // ChunksNoRoomError is a chunks stream JetStream would not create: its
@@ -100,53 +98,34 @@ func (e *ChunksNoRoomError) Unwrap() error { return e.Err }
 // stream makes room by dropping the namespace's oldest rather than
 // refusing a running invocation's output. Direct gets let an ingress read
 // the last chunk of a subject without a consumer. A stream JetStream has no
-// room for is a *ChunksNoRoomError, tried again at the next call.
+// room for is a *ChunksNoRoomError, tried again once jsensure.RetryAfter
+// has passed.
 func (c *ChunkStreams) Ensure(ctx context.Context, ns string) (jetstream.Stream, error) {
 	name := messages.ChunksStreamName(c.Stream, ns)
-	c.mu.Lock()
-	st, ok := c.open[name]
-	c.mu.Unlock()
-	if ok {
-		return st, nil
-	}
-	st, err := c.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:              name,
-		Description:       "streamed invocation output of namespace " + ns + " (stream " + c.Stream + ")",
-		Subjects:          c.Subjects.ChunkStreamSubjects(ns),
-		Storage:           jetstream.FileStorage,
-		Retention:         jetstream.LimitsPolicy,
-		Replicas:          cmp.Or(c.Replicas, 1),
-		MaxAge:            c.Cfg.MaxAge,
-		MaxBytes:          c.Cfg.MaxBytes,
-		MaxMsgSize:        c.Cfg.MaxChunkBytes,
-		MaxMsgsPerSubject: c.Cfg.MaxPerInvocation,
-		Discard:           jetstream.DiscardOld,
-		AllowDirect:       true,
-		// Workers choose their headers: a short window, so no worker's
-		// Nats-Msg-Id holds back another's chunk for long.
-		Duplicates: time.Second,
-	})
-	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jsErrCodeInsufficientResources ||
-			apiErr.ErrorCode == jsErrCodeStorageResourcesExceeded) {
+	return c.streams.Get(name, func() (jetstream.Stream, error) {
+		st, err := c.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name:              name,
+			Description:       "streamed invocation output of namespace " + ns + " (stream " + c.Stream + ")",
+			Subjects:          c.Subjects.ChunkStreamSubjects(ns),
+			Storage:           jetstream.FileStorage,
+			Retention:         jetstream.LimitsPolicy,
+			Replicas:          cmp.Or(c.Replicas, 1),
+			MaxAge:            c.Cfg.MaxAge,
+			MaxBytes:          c.Cfg.MaxBytes,
+			MaxMsgSize:        c.Cfg.MaxChunkBytes,
+			MaxMsgsPerSubject: c.Cfg.MaxPerInvocation,
+			Discard:           jetstream.DiscardOld,
+			AllowDirect:       true,
+			// Workers choose their headers: a short window, so no worker's
+			// Nats-Msg-Id holds back another's chunk for long.
+			Duplicates: time.Second,
+		})
+		switch {
+		case jsensure.NoRoom(err):
 			return nil, &ChunksNoRoomError{Stream: name, MaxBytes: c.Cfg.MaxBytes, Err: err}
+		case err != nil:
+			return nil, fmt.Errorf("create chunks stream %s: %w", name, err)
 		}
-		return nil, fmt.Errorf("create chunks stream %s: %w", name, err)
-	}
-	c.mu.Lock()
-	if c.open == nil {
-		c.open = map[string]jetstream.Stream{}
-	}
-	c.open[name] = st
-	c.mu.Unlock()
-	return st, nil
+		return st, nil
+	})
 }
-
-// nats-server's JSInsufficientResourcesErr and
-// JSStorageResourcesExceededErr, answered to a stream whose MaxBytes
-// cannot be reserved (as internal/objects); nats.go names no constants.
-const (
-	jsErrCodeInsufficientResources    jetstream.ErrorCode = 10023
-	jsErrCodeStorageResourcesExceeded jetstream.ErrorCode = 10047
-)

@@ -1,0 +1,63 @@
+package jsensure
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// TestCacheRemembersFailuresForAWhile: a resource that could not be made
+// is not asked for again until RetryAfter has passed; one that was made is
+// never asked for again.
+func TestCacheRemembersFailuresForAWhile(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	c := Cache[string]{Clock: clk}
+	calls := 0
+	noRoom := errors.New("no room")
+	create := func(ok bool) func() (string, error) {
+		return func() (string, error) {
+			calls++
+			if !ok {
+				return "", noRoom
+			}
+			return "stream", nil
+		}
+	}
+	for range 3 {
+		_, err := c.Get("ns-a", create(false))
+		require.ErrorIs(t, err, noRoom)
+	}
+	require.Equal(t, 1, calls, "a failure is the answer until RetryAfter")
+	clk.SetTime(clk.Now().Add(RetryAfter))
+	v, err := c.Get("ns-a", create(true))
+	require.NoError(t, err)
+	require.Equal(t, "stream", v)
+	require.Equal(t, 2, calls)
+	v, err = c.Get("ns-a", create(false))
+	require.NoError(t, err)
+	require.Equal(t, "stream", v)
+	require.Equal(t, 2, calls, "a success is remembered")
+	_, err = c.Get("ns-b", create(false))
+	require.ErrorIs(t, err, noRoom)
+	require.Equal(t, 3, calls, "each name is its own")
+}
+
+func TestNoRoom(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("create: %w", &jetstream.APIError{ErrorCode: 10023}), true},
+		{&jetstream.APIError{ErrorCode: 10047}, true},
+		{&jetstream.APIError{ErrorCode: 10058}, false}, // stream name in use
+		{errors.New("insufficient resources"), false},
+		{nil, false},
+	} {
+		require.Equal(t, tt.want, NoRoom(tt.err), "%v", tt.err)
+	}
+}
