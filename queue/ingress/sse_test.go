@@ -51,8 +51,9 @@ func TestFollower(t *testing.T) {
 			{"w1", 1, "a", 4, true, []string{EventGap}}, {"w1", 1, "a", 5, true, nil}}},
 		{name: "resumed after a chunk no longer retained", lost: true, steps: []step{
 			{"w1", 1, "a", 4, true, []string{EventGap}}, {"w1", 1, "a", 5, true, nil}}},
+		// The client's output was another run's: it is told to drop it.
 		{name: "resumed after a lost chunk, then a fresh attempt from its first", lost: true, steps: []step{
-			{"w2", 2, "b", 1, true, nil}}},
+			{"w2", 2, "b", 1, true, []string{EventAttempt}}, {"w2", 2, "b", 2, true, nil}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &follower{known: !tc.lost}

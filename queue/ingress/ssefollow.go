@@ -113,7 +113,11 @@ func (f *follower) next(c chunkMeta, owner string) (deliver bool, events []sseEv
 	}
 	switch {
 	case c.attempt > f.attempt:
-		if f.attempt != 0 {
+		// A client resumed after a chunk no longer retained had output of
+		// some run; a first chunk after it begins another run (its own
+		// chunks would all come before this one), so that output is to be
+		// dropped, as after any new attempt.
+		if f.attempt != 0 || (!f.known && c.num == 1) {
 			events = append(events, sseEvent{EventAttempt, StreamAttempt{Attempt: c.attempt}})
 		}
 		f.attempt, f.execution, f.num, f.abandoned = c.attempt, c.execution, 0, nil
