@@ -63,8 +63,12 @@ func (k *KubeNamespaces) UID(ctx context.Context, ns string, fresh bool) (string
 	if v, ok := c.Get(ns); ok {
 		return v.(string), nil
 	}
-	v, err, _ := k.reads.Do(ns, func() (any, error) {
-		n, err := k.client.Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	ch := k.reads.DoChan(ns, func() (any, error) {
+		// The read is shared by every caller asking meanwhile: the first
+		// one hanging up (a tenant's request) must not fail the others.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readTimeout)
+		defer cancel()
+		n, err := k.client.Namespaces().Get(rctx, ns, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			k.cache.Remove(ns)
 			k.fresh.Remove(ns)
@@ -78,8 +82,16 @@ func (k *KubeNamespaces) UID(ctx context.Context, ns string, fresh bool) (string
 		k.fresh.Add(ns, uid, freshTTL)
 		return uid, nil
 	})
-	return v.(string), err
+	select {
+	case r := <-ch:
+		return r.Val.(string), r.Err
+	case <-ctx.Done():
+		return "", fmt.Errorf("namespace %q: %w", ns, context.Cause(ctx))
+	}
 }
+
+// readTimeout bounds a shared read, which no caller's context does.
+const readTimeout = 10 * time.Second
 
 // NoNamespaces is the source without Kubernetes (-no-kube): there are no
 // namespace UIDs, every key derives from the namespace's name alone.

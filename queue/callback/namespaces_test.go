@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	k8stesting "k8s.io/client-go/testing"
 )
 
@@ -45,3 +46,55 @@ func TestFreshUIDReadsAreBounded(t *testing.T) {
 	_, err := k.UID(context.Background(), "team-b", true)
 	require.ErrorIs(t, err, ErrNoNamespace)
 }
+
+// TestSharedReadOutlivesItsFirstCaller: the caller whose request started a
+// read hangs up; the read goes on for the others, and its answer is kept
+// (before, the read failed with that caller's context, and the next caller
+// read again).
+func TestSharedReadOutlivesItsFirstCaller(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	ns := &blockingNamespaces{NamespaceInterface: fake.NewClientset().CoreV1().Namespaces(), started: started, release: release}
+	k := NewKubeNamespaces(namespacesGetter{ns}, 10*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	first := make(chan error, 1)
+	go func() {
+		_, err := k.UID(ctx, "team-a", true)
+		first <- err
+	}()
+	<-started
+	cancel()
+	require.ErrorIs(t, <-first, context.Canceled, "the caller that hung up gets its own error")
+	close(release)
+	uid, err := k.UID(context.Background(), "team-a", true)
+	require.NoError(t, err)
+	require.Equal(t, "uid-a", uid)
+	require.EqualValues(t, 1, ns.gets.Load(), "one read for both callers")
+}
+
+// blockingNamespaces answers a Get once released, or fails it when its
+// context ends, as the API server's client does.
+type blockingNamespaces struct {
+	corev1client.NamespaceInterface
+	started chan struct{}
+	release chan struct{}
+	gets    atomic.Int32
+}
+
+func (b *blockingNamespaces) Get(ctx context.Context, name string, _ metav1.GetOptions) (*corev1.Namespace, error) {
+	b.gets.Add(1)
+	select {
+	case b.started <- struct{}{}:
+	default:
+	}
+	select {
+	case <-b.release:
+		return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, UID: "uid-a"}}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+type namespacesGetter struct{ ns corev1client.NamespaceInterface }
+
+func (g namespacesGetter) Namespaces() corev1client.NamespaceInterface { return g.ns }
