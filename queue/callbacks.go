@@ -38,7 +38,7 @@ type CallbackOptions struct {
 
 // callbackConfig reads the master key and the target rules; nil when
 // callbacks are off.
-func callbackConfig(o CallbackOptions, rc *rest.Config) (*ingress.CallbackConfig, error) {
+func callbackConfig(o CallbackOptions) (*ingress.CallbackConfig, error) {
 	key := o.MasterKey
 	if o.MasterKeyFile != "" {
 		s, err := readSecretFile(o.MasterKeyFile)

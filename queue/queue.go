@@ -221,7 +221,7 @@ func Run(ctx context.Context, cfg Config) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), st.Collector(2*time.Second), buildinfo.Collector())
 	var runnables []manager.Runnable
-	callbacks, err := callbackConfig(cfg.Callbacks, cfg.RESTConfig)
+	callbacks, err := callbackConfig(cfg.Callbacks)
 	if err != nil {
 		return err
 	}

@@ -172,6 +172,19 @@ func TestDynamicBinaryImage(t *testing.T) {
 	for _, l := range libs {
 		require.NotNil(t, files[l.Path], "library %s missing from the image", l.Path)
 	}
+	// What each of them needs in turn is there too (ls needs libselinux,
+	// which needs libpcre2 on Debian).
+	inImage := map[string]bool{}
+	for p := range files {
+		inImage[filepath.Base(p)] = true
+	}
+	for _, l := range libs {
+		needs, _, err := elfNeeds(l.Source)
+		require.NoError(t, err)
+		for _, n := range needs {
+			require.True(t, inImage[n], "%s needs %s, missing from the image", l.Path, n)
+		}
+	}
 	cf, err := im.Image.ConfigFile()
 	require.NoError(t, err)
 	require.Equal(t, []string{"/nats-server"}, cf.Config.Entrypoint)

@@ -153,8 +153,6 @@ func (d *Deliverer) Start(ctx context.Context) error {
 	}
 }
 
-// add queues key, counting it when its namespace is full (it stays
-// pending in its Record until the namespace's rescan).
 // add queues key; false when its namespace is full (it stays pending in
 // its Record, and a rescan reads it back).
 func (d *Deliverer) add(key string) bool {

@@ -12,6 +12,7 @@ package realnode
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -42,6 +43,13 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	// make unit (-short) runs no control plane; make bench runs -short too,
+	// and its benchmarks here need the node.
+	if testing.Short() && flag.Lookup("test.bench").Value.String() == "" {
+		skip = "needs a cluster with a real node: run without -short"
+		os.Exit(m.Run())
+	}
 	if err := cluster.RealNodeSupport(); err != nil {
 		skip = err.Error()
 		fmt.Fprintln(os.Stderr, "realnode: skipping every test:", skip)
