@@ -95,6 +95,8 @@ func (b *blockingNamespaces) Get(ctx context.Context, name string, _ metav1.GetO
 	}
 }
 
-type namespacesGetter struct{ ns corev1client.NamespaceInterface }
+type namespacesGetter struct {
+	ns corev1client.NamespaceInterface
+}
 
 func (g namespacesGetter) Namespaces() corev1client.NamespaceInterface { return g.ns }
