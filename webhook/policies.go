@@ -179,15 +179,22 @@ func Policies(o PolicyOptions) ([]*admissionregistrationv1.ValidatingAdmissionPo
 	}
 	bindings := make([]*admissionregistrationv1.ValidatingAdmissionPolicyBinding, len(policies))
 	for i, p := range policies {
+		match := &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+			MatchExpressions: []metav1.LabelSelectorRequirement{{
+				Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: excluded,
+			}}}}
+		if p.Name == api.PolicyNamespaceTiers {
+			// Every Namespace: for a Namespace the selector is matched
+			// against the Namespace itself, so one created under an
+			// excluded name could carry a grant.
+			match = &admissionregistrationv1.MatchResources{}
+		}
 		bindings[i] = &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: p.Name},
 			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
 				PolicyName:        p.Name,
 				ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
-				MatchResources: &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
-					MatchExpressions: []metav1.LabelSelectorRequirement{{
-						Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: excluded,
-					}}}},
+				MatchResources:    match,
 			},
 		}
 	}

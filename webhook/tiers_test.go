@@ -51,3 +51,23 @@ func TestPriorityTiers(t *testing.T) {
 		})
 	}
 }
+
+// TestTierPolicyBindsEveryNamespace: the Namespace-tier policy checks every
+// Namespace. The other bindings skip the excluded namespaces by a selector
+// that, for a Namespace, is matched against the Namespace itself: a
+// tenant allowed to create Namespaces could create one under an excluded
+// name carrying a grant.
+func TestTierPolicyBindsEveryNamespace(t *testing.T) {
+	_, bindings := Policies(PolicyOptions{Namespace: "runplane-system", ExcludeNamespaces: []string{"tools"}})
+	seen := false
+	for _, b := range bindings {
+		if b.Name == api.PolicyNamespaceTiers {
+			seen = true
+			require.NotNil(t, b.Spec.MatchResources)
+			require.Nil(t, b.Spec.MatchResources.NamespaceSelector, "the tier policy must not skip excluded names")
+			continue
+		}
+		require.Contains(t, b.Spec.MatchResources.NamespaceSelector.MatchExpressions[0].Values, "tools", b.Name)
+	}
+	require.True(t, seen)
+}
