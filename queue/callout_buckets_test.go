@@ -2,17 +2,10 @@ package queue
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"testing"
-	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/internal/natscallout"
@@ -27,24 +20,7 @@ import (
 // bucket's failure logged — instead of being refused: storage used by
 // other tenants never keeps a namespace's workers out.
 func TestAdmitWorkerWithoutRoomForItsBucket(t *testing.T) {
-	// From a configuration file: the server takes max_file_store as set
-	// there (an Options field alone is overridden by the disk's size).
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "nats.conf")
-	require.NoError(t, os.WriteFile(conf, fmt.Appendf(nil, "listen: \"127.0.0.1:-1\"\njetstream { store_dir: %q, max_file_store: 1048576 }\n", filepath.Join(dir, "js")), 0o600))
-	opts, err := server.ProcessConfigFile(conf)
-	require.NoError(t, err)
-	opts.NoLog, opts.NoSigs = true, true
-	srv, err := server.NewServer(opts)
-	require.NoError(t, err)
-	go srv.Start()
-	require.True(t, srv.ReadyForConnections(10*time.Second))
-	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	js := limitedJetStream(t, 1<<20)
 	ctx := context.Background()
 	st, err := stream.Open(ctx, js, stream.Config{ResultsMaxBytes: 256 << 10, ResultMaxMsgSize: 64 << 10, ObjectsMaxBytes: 2 << 20,
 		Chunks: stream.ChunksConfig{MaxBytes: 128 << 10, MaxChunkBytes: 16 << 10}})
