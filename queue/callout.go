@@ -9,31 +9,27 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/internal/natsaccounts"
 	"github.com/runplane/runplane/internal/natscallout"
+	"github.com/runplane/runplane/queue/stream"
 )
 
-// CalloutConfig turns on the NATS auth callout: every queue replica answers
-// nats-server's authorization requests for the worker sidecars (a queue
-// group, no leader election), authenticating each sidecar's projected
-// ServiceAccount token with the apiserver and granting exactly its
-// worker's subjects.
+// CalloutConfig tunes the NATS auth callout, which every queue replica
+// serves when the queue has a NATS trust secret (Config.NATSTrustFile):
+// requests are shared by the replicas' queue group (no leader election);
+// each authenticates a sidecar's projected ServiceAccount token with the
+// apiserver and places the sidecar in an account of its worker's own
+// (natsaccounts), importing exactly its worker's subjects.
 type CalloutConfig struct {
-	// IssuerSeedFile holds the issuer account nkey seed ("SA..."); its
-	// public key is the server's auth_callout.issuer. Empty: no callout
-	// (a NATS without auth, or one whose workers authenticate otherwise).
-	IssuerSeedFile string
-	// Account is the account the workers' users are placed in: the
-	// server's auth_callout.account, where the queue's own user and the
-	// stream live (default DefaultCalloutAccount).
-	Account string
 	// MaxTTL caps a worker's NATS user even when its token lives longer
 	// (default 1h).
 	MaxTTL time.Duration
@@ -60,48 +56,87 @@ type ClientLimits struct {
 	Burst int
 }
 
-// DefaultCalloutAccount is the NATS account of runplane's users.
-const DefaultCalloutAccount = "RUNPLANE"
-
-// natsAuthOptions are the queue's own credentials: a user of the server's
-// auth_callout.auth_users, whose password is read from a file (a Secret
-// in runplane's namespace, never in a tenant's).
-func natsAuthOptions(cfg Config) ([]nats.Option, error) {
-	if cfg.NATSUser == "" && cfg.NATSPasswordFile == "" {
+// loadTrust reads the NATS trust secret (nil, nil without a file: a NATS
+// without auth, for tests and benchmarks).
+func loadTrust(file string) (*natsaccounts.Trust, error) {
+	if file == "" {
 		return nil, nil
 	}
-	if cfg.NATSUser == "" || cfg.NATSPasswordFile == "" {
-		return nil, fmt.Errorf("queue: the NATS user and password file go together (user %q, password file %q)", cfg.NATSUser, cfg.NATSPasswordFile)
-	}
-	pw, err := readSecretFile(cfg.NATSPasswordFile)
+	secret, err := os.ReadFile(file)
 	if err != nil {
-		return nil, fmt.Errorf("queue: NATS password: %w", err)
+		return nil, fmt.Errorf("queue: NATS trust secret: %w", err)
 	}
-	return []nats.Option{nats.UserInfo(cfg.NATSUser, pw)}, nil
+	t, err := natsaccounts.Derive(secret)
+	if err != nil {
+		return nil, fmt.Errorf("queue: NATS trust secret in %s: %w", file, err)
+	}
+	return t, nil
+}
+
+// natsAuthOptions are the queue's own credentials: its user in RUNPLANE,
+// derived from the trust secret (a Secret in runplane's namespace, never
+// in a tenant's).
+func natsAuthOptions(trust *natsaccounts.Trust) ([]nats.Option, error) {
+	if trust == nil {
+		return nil, nil
+	}
+	userJWT, seed, err := trust.QueueCreds()
+	if err != nil {
+		return nil, fmt.Errorf("queue: %w", err)
+	}
+	return []nats.Option{nats.UserJWTAndSeed(userJWT, string(seed))}, nil
+}
+
+// WorkerExports are what RUNPLANE exports to the worker accounts, for the
+// layout of sc (natscallout.WorkerExports).
+func WorkerExports(sc stream.Config) jwt.Exports {
+	sc = sc.WithDefaults()
+	subj := messages.Subjects{Prefix: sc.Prefix}
+	return natscallout.WorkerExports(
+		[]string{subj.Result("*", "*"), subj.Events("*", "*", "*"), subj.ChunkSubject("*", "*", "*", "*"), subj.Reply("*", "*") + ".>"},
+		subj.Cancel("*", "*", "*"))
+}
+
+// openResolver connects the queue's SYS user and pushes RUNPLANE's account
+// with the exports of today's layout (the server's preloaded copy may be
+// older), so the callout can push each worker's account.
+func openResolver(ctx context.Context, url string, trust *natsaccounts.Trust, sc stream.Config) (*natsaccounts.Resolver, func(), error) {
+	userJWT, seed, err := trust.SystemCreds()
+	if err != nil {
+		return nil, nil, fmt.Errorf("queue: %w", err)
+	}
+	sys, err := nats.Connect(url, nats.Name("runplane-queue-resolver"), nats.UserJWTAndSeed(userJWT, string(seed)),
+		nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true))
+	if err != nil {
+		return nil, nil, fmt.Errorf("queue: connect the NATS system user: %w", err)
+	}
+	r := &natsaccounts.Resolver{Conn: sys, Trust: trust}
+	rp, err := trust.RunplaneAccountJWT(WorkerExports(sc))
+	if err == nil {
+		err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			return r.Push(pctx, rp) == nil, nil
+		})
+	}
+	if err != nil {
+		sys.Close()
+		return nil, nil, fmt.Errorf("queue: pushing the RUNPLANE account: %w", err)
+	}
+	return r, sys.Close, nil
 }
 
 // newCallout builds the callout Runnable on the queue's connection;
-// consumers creates each admitted worker's dispatch consumer.
-func newCallout(cfg CalloutConfig, nc *nats.Conn, kube kubernetes.Interface, consumers WorkerConsumers, buckets NamespaceBuckets, chunks NamespaceChunks, permit natscallout.Permit, reg prometheus.Registerer, log *slog.Logger) (*callout, error) {
+// consumers creates each admitted worker's dispatch consumer and accounts
+// its account.
+func newCallout(cfg CalloutConfig, nc *nats.Conn, kube kubernetes.Interface, trust *natsaccounts.Trust, accounts natscallout.Accounts, consumers WorkerConsumers, buckets NamespaceBuckets, chunks NamespaceChunks, layout natscallout.Layout, reg prometheus.Registerer, log *slog.Logger) (*callout, error) {
 	if kube == nil {
 		return nil, fmt.Errorf("queue: the NATS auth callout needs a Kubernetes config")
-	}
-	seed, err := readSecretFile(cfg.IssuerSeedFile)
-	if err != nil {
-		return nil, fmt.Errorf("queue: NATS callout issuer: %w", err)
-	}
-	issuer, err := nkeys.FromSeed([]byte(seed))
-	if err != nil {
-		return nil, fmt.Errorf("queue: NATS callout issuer seed in %s: %w", cfg.IssuerSeedFile, err)
-	}
-	if pub, err := issuer.PublicKey(); err != nil || !nkeys.IsValidPublicAccountKey(pub) {
-		return nil, fmt.Errorf("queue: NATS callout issuer seed in %s is not an account key (its public key must start with A)", cfg.IssuerSeedFile)
 	}
 	return &callout{
 		nc: nc,
 		responder: &natscallout.Responder{
-			Issuer:  issuer,
-			Account: cmp.Or(cfg.Account, DefaultCalloutAccount),
+			Trust: trust,
 			// The review is cached; the worker's consumer is ensured on every
 			// connect (an inactive one is deleted by the server), so the
 			// cache sits inside admitWorker.
@@ -113,9 +148,10 @@ func newCallout(cfg CalloutConfig, nc *nats.Conn, kube kubernetes.Interface, con
 				Chunks:    chunks,
 				Log:       log.With("component", "nats-callout"),
 			},
-			Permit: permit,
-			MaxTTL: cmp.Or(cfg.MaxTTL, time.Hour),
-			Clock:  clock.RealClock{},
+			Layout:   layout,
+			Accounts: accounts,
+			MaxTTL:   cmp.Or(cfg.MaxTTL, time.Hour),
+			Clock:    clock.RealClock{},
 		},
 		serve: natscallout.ServeOptions{Workers: cfg.Workers, AnswerTimeout: cfg.AnswerTimeout,
 			PerHostQPS: cfg.PerHostQPS, PerHostBurst: cfg.PerHostBurst},
@@ -180,7 +216,7 @@ type callout struct {
 
 // Start implements manager.Runnable.
 func (c *callout) Start(ctx context.Context) error {
-	c.log.Info("serving the NATS auth callout", "account", c.responder.Account)
+	c.log.Info("serving the NATS auth callout", "account", c.responder.Trust.Runplane.Pub)
 	return natscallout.Serve(ctx, c.nc, c.responder, c.metrics, c.log, c.serve)
 }
 

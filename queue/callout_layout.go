@@ -1,20 +1,19 @@
 package queue
 
 import (
-	"github.com/nats-io/jwt/v2"
-
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/natscallout"
 	"github.com/runplane/runplane/internal/objects"
 	"github.com/runplane/runplane/queue/stream"
 )
 
-// WorkerPermit grants a worker sidecar exactly the subjects of the queue's
-// layout that the sidecar uses (see natscallout.WorkerPermissions).
-func WorkerPermit(sc stream.Config) natscallout.Permit {
+// WorkerLayout gives a worker sidecar exactly the subjects of the queue's
+// layout that the sidecar uses (natscallout.WorkerPermissions and
+// WorkerImports).
+func WorkerLayout(sc stream.Config) natscallout.Layout {
 	subj := messages.Subjects{Prefix: sc.Prefix}
-	return func(id natscallout.Identity) jwt.Permissions {
-		return natscallout.WorkerPermissions(workerSubjects(subj, sc.Stream, id))
+	return func(id natscallout.Identity) natscallout.WorkerSubjects {
+		return workerSubjects(subj, sc.Stream, id)
 	}
 }
 

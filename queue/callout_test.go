@@ -9,13 +9,13 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/internal/natsaccounts"
 	"github.com/runplane/runplane/internal/natscallout"
 	"github.com/runplane/runplane/queue/stream"
 )
@@ -27,69 +27,84 @@ func writeFile(t *testing.T, content string) string {
 	return p
 }
 
-func TestNATSAuthOptions(t *testing.T) {
+func TestLoadTrust(t *testing.T) {
+	secret, err := natsaccounts.NewSecret()
+	require.NoError(t, err)
 	for _, tc := range []struct {
-		name     string
-		cfg      Config
-		wantOpts int
-		wantErr  string
+		name      string
+		file      string
+		wantTrust bool
+		wantErr   string
 	}{
-		{name: "none", cfg: Config{}},
-		{name: "user and password", cfg: Config{NATSUser: "q", NATSPasswordFile: writeFile(t, "pw\n")}, wantOpts: 1},
-		{name: "user alone", cfg: Config{NATSUser: "q"}, wantErr: "go together"},
-		{name: "password alone", cfg: Config{NATSPasswordFile: "/x"}, wantErr: "go together"},
-		{name: "empty password", cfg: Config{NATSUser: "q", NATSPasswordFile: writeFile(t, " \n")}, wantErr: "is empty"},
-		{name: "missing password file", cfg: Config{NATSUser: "q", NATSPasswordFile: "/nonexistent/pw"}, wantErr: "no such file"},
+		{name: "none", file: ""},
+		{name: "a secret", file: writeFile(t, string(secret)), wantTrust: true},
+		{name: "too short", file: writeFile(t, "short"), wantErr: "want at least 32"},
+		{name: "missing file", file: "/nonexistent/secret", wantErr: "no such file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			opts, err := natsAuthOptions(tc.cfg)
+			trust, err := loadTrust(tc.file)
 			if tc.wantErr != "" {
 				require.ErrorContains(t, err, tc.wantErr)
 				return
 			}
 			require.NoError(t, err)
-			assert.Len(t, opts, tc.wantOpts)
+			assert.Equal(t, tc.wantTrust, trust != nil)
+			opts, err := natsAuthOptions(trust)
+			require.NoError(t, err)
+			assert.Equal(t, tc.wantTrust, len(opts) == 1, "the queue's own credentials go with the trust")
 		})
 	}
 }
 
 func TestNewCallout(t *testing.T) {
-	account, err := nkeys.CreateAccount()
+	secret, err := natsaccounts.NewSecret()
 	require.NoError(t, err)
-	accountSeed, err := account.Seed()
-	require.NoError(t, err)
-	user, err := nkeys.CreateUser()
-	require.NoError(t, err)
-	userSeed, err := user.Seed()
+	trust, err := natsaccounts.Derive(secret)
 	require.NoError(t, err)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	permit := WorkerPermit(stream.Config{}.WithDefaults())
+	layout := WorkerLayout(stream.Config{}.WithDefaults())
 	for _, tc := range []struct {
 		name    string
-		seed    string
 		noKube  bool
 		wantErr string
 	}{
-		{name: "account seed", seed: writeFile(t, string(accountSeed))},
-		{name: "user seed", seed: writeFile(t, string(userSeed)), wantErr: "not an account key"},
-		{name: "not a seed", seed: writeFile(t, "SAnonsense"), wantErr: "issuer seed"},
-		{name: "missing file", seed: "/nonexistent/seed", wantErr: "no such file"},
-		{name: "no Kubernetes", seed: writeFile(t, string(accountSeed)), noKube: true, wantErr: "needs a Kubernetes config"},
+		{name: "with Kubernetes"},
+		{name: "no Kubernetes", noKube: true, wantErr: "needs a Kubernetes config"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var kube kubernetes.Interface
 			if !tc.noKube {
 				kube = fake.NewClientset()
 			}
-			c, err := newCallout(CalloutConfig{IssuerSeedFile: tc.seed}, nil, kube, &fakeConsumers{}, nil, nil, permit, nil, log)
+			c, err := newCallout(CalloutConfig{}, nil, kube, trust, nil, &fakeConsumers{}, nil, nil, layout, nil, log)
 			if tc.wantErr != "" {
 				require.ErrorContains(t, err, tc.wantErr)
 				return
 			}
 			require.NoError(t, err)
-			assert.Equal(t, DefaultCalloutAccount, c.responder.Account)
+			assert.Same(t, trust, c.responder.Trust)
 			assert.False(t, c.NeedLeaderElection(), "every replica answers")
 		})
+	}
+}
+
+// TestWorkerExportsCoverImports: every subject a worker's account imports
+// is offered by RUNPLANE's exports (an import the server cannot match to
+// an export is dropped, and the worker's call then goes nowhere).
+func TestWorkerExportsCoverImports(t *testing.T) {
+	sc := stream.Config{}.WithDefaults()
+	exports := WorkerExports(sc)
+	id := natscallout.Identity{Namespace: "team-a", Pool: "echo", Worker: "echo-1"}
+	imports := natscallout.WorkerImports(WorkerLayout(sc)(id), "ARUNPLANE")
+	require.NotEmpty(t, imports)
+	for _, imp := range imports {
+		covered := false
+		for _, exp := range exports {
+			if exp.Type == imp.Type && imp.Subject.IsContainedIn(exp.Subject) {
+				covered = true
+			}
+		}
+		assert.True(t, covered, "import %s (%s) has no export", imp.Subject, imp.Type)
 	}
 }
 

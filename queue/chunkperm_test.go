@@ -24,7 +24,7 @@ import (
 func TestWorkerChunkPermissions(t *testing.T) {
 	sc := stream.Config{}.WithDefaults()
 	id := natscallout.Identity{Namespace: "team-a", Pool: "echo", Worker: "echo-1"}
-	p := WorkerPermit(sc)(id)
+	p := natscallout.WorkerPermissions(WorkerLayout(sc)(id))
 	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true,
 		Users: []*server.User{
 			{Username: "queue", Password: "q"},

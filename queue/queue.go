@@ -31,6 +31,7 @@ import (
 
 	"github.com/runplane/runplane/internal/buildinfo"
 	"github.com/runplane/runplane/internal/callerauth"
+	"github.com/runplane/runplane/internal/natscallout"
 	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/callback"
 	"github.com/runplane/runplane/queue/ingress"
@@ -42,12 +43,13 @@ import (
 type Config struct {
 	// NATSURL is the NATS server (required).
 	NATSURL string
-	// NATSUser and NATSPasswordFile are the queue's own NATS credentials
-	// (one of the server's auth_callout.auth_users; the password from a
-	// Secret in runplane's namespace). Both empty: no credentials.
-	NATSUser, NATSPasswordFile string
-	// Callout serves the NATS auth callout for the worker sidecars when
-	// Callout.IssuerSeedFile is set (requires RESTConfig).
+	// NATSTrustFile holds the secret runplane's NATS trust chain is derived
+	// from (internal/natsaccounts; a Secret in runplane's namespace). With
+	// it the queue connects as its user in RUNPLANE and serves the auth
+	// callout for the worker sidecars (requires RESTConfig); empty: a NATS
+	// without auth.
+	NATSTrustFile string
+	// Callout tunes the auth callout.
 	Callout CalloutConfig
 	// Callbacks turns on completion callbacks (callbacks.go).
 	Callbacks CallbackOptions
@@ -156,12 +158,16 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.LeaderElection && cfg.RESTConfig == nil {
 		return errors.New("queue: leader election needs a Kubernetes config")
 	}
-	if cfg.Callout.IssuerSeedFile != "" && cfg.RESTConfig == nil {
+	if cfg.NATSTrustFile != "" && cfg.RESTConfig == nil {
 		return errors.New("queue: the NATS auth callout needs a Kubernetes config")
+	}
+	trust, err := loadTrust(cfg.NATSTrustFile)
+	if err != nil {
+		return err
 	}
 	cfg.Listen = cmp.Or(cfg.Listen, ":8080")
 	opts := []nats.Option{nats.Name("runplane-queue"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.RetryOnFailedConnect(true)}
-	auth, err := natsAuthOptions(cfg)
+	auth, err := natsAuthOptions(trust)
 	if err != nil {
 		return err
 	}
@@ -236,12 +242,18 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		runnables = append(runnables, d)
 	}
-	if cfg.Callout.IssuerSeedFile != "" {
+	if trust != nil {
 		calloutKube, err := limitedClient(cfg.RESTConfig, cfg.Callout.Client, 50, 100)
 		if err != nil {
 			return err
 		}
-		co, err := newCallout(cfg.Callout, nc, calloutKube, st, st.Objects, st.Chunks, WorkerPermit(cfg.Stream.WithDefaults()), reg, log)
+		resolver, closeResolver, err := openResolver(ctx, cfg.NATSURL, trust, cfg.Stream)
+		if err != nil {
+			return err
+		}
+		defer closeResolver()
+		co, err := newCallout(cfg.Callout, nc, calloutKube, trust, &natscallout.WorkerAccounts{Trust: trust, Resolver: resolver},
+			st, st.Objects, st.Chunks, WorkerLayout(cfg.Stream.WithDefaults()), reg, log)
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/runplane/runplane/internal/messages"
 )
 
 // natsOptions are the sidecar's connect options. Its credential is the
@@ -55,6 +58,17 @@ func (s *Sidecar) natsOptions() ([]nats.Option, error) {
 		}
 		return tok
 	})), nil
+}
+
+// jetStream is the sidecar's JetStream context. With a token the NATS is
+// runplane's, where the worker's account reaches its consumer and bucket
+// only under messages.WorkerJSAPIPrefix; without one (a NATS without auth,
+// tests and benchmarks) the API is the plain one.
+func (s *Sidecar) jetStream(nc *nats.Conn) (jetstream.JetStream, error) {
+	if s.cfg.NATSTokenFile == "" {
+		return jetstream.New(nc)
+	}
+	return jetstream.NewWithAPIPrefix(nc, messages.WorkerJSAPIPrefix)
 }
 
 func readToken(path string) (string, error) {

@@ -138,7 +138,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	}
 	defer nc.Close()
 	s.nc = nc
-	js, err := jetstream.New(nc)
+	js, err := s.jetStream(nc)
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}

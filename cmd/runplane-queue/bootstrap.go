@@ -16,27 +16,24 @@ import (
 // bootstrap is the -bootstrap-secrets-namespace flags: the bundled NATS's
 // Secrets, created at run time (internal/bootstrapsecret).
 type bootstrap struct {
-	namespace, password, issuer, route, dir string
+	namespace, trust, route, dir, resolverDir string
 }
 
 // labels mark the Secrets as runplane's, created by the queue.
 var bootstrapLabels = map[string]string{"app.kubernetes.io/name": "runplane", "app.kubernetes.io/component": "nats", "app.kubernetes.io/managed-by": "runplane-queue"}
 
-// run ensures the Secrets and points c at files holding the queue's own
-// password and issuer seed (the queue reads its credentials from files).
+// run ensures the Secrets and points c at a file holding the trust secret
+// (the queue reads its credentials from files).
 func (b bootstrap) run(ctx context.Context, rc *rest.Config, c *queue.Config) error {
-	if b.password == "" || b.issuer == "" {
-		return fmt.Errorf("-bootstrap-secrets-namespace needs -nats-password-secret and -nats-callout-issuer-secret")
+	if b.trust == "" {
+		return fmt.Errorf("-bootstrap-secrets-namespace needs -nats-trust-secret")
 	}
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
-	pw, err := bootstrapsecret.Ensure(ctx, client, b.namespace, b.password, bootstrapLabels, bootstrapsecret.Password, "password")
-	if err != nil {
-		return fmt.Errorf("bootstrap: %w", err)
-	}
-	issuer, err := bootstrapsecret.Ensure(ctx, client, b.namespace, b.issuer, bootstrapLabels, bootstrapsecret.AccountNKey, "seed", "issuer")
+	trust, err := bootstrapsecret.Ensure(ctx, client, b.namespace, b.trust, bootstrapLabels,
+		bootstrapsecret.NATSTrust(b.resolverDir, queue.WorkerExports(c.Stream)), bootstrapsecret.TrustSecretKey, bootstrapsecret.TrustConfigKey)
 	if err != nil {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
@@ -45,11 +42,8 @@ func (b bootstrap) run(ctx context.Context, rc *rest.Config, c *queue.Config) er
 			return fmt.Errorf("bootstrap: %w", err)
 		}
 	}
-	c.NATSPasswordFile, c.Callout.IssuerSeedFile = filepath.Join(b.dir, "password"), filepath.Join(b.dir, "seed")
-	if err := os.WriteFile(c.NATSPasswordFile, pw["password"], 0o600); err != nil {
-		return fmt.Errorf("bootstrap: %w", err)
-	}
-	if err := os.WriteFile(c.Callout.IssuerSeedFile, issuer["seed"], 0o600); err != nil {
+	c.NATSTrustFile = filepath.Join(b.dir, bootstrapsecret.TrustSecretKey)
+	if err := os.WriteFile(c.NATSTrustFile, trust[bootstrapsecret.TrustSecretKey], 0o600); err != nil {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
 	return nil

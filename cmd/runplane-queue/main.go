@@ -62,10 +62,7 @@ func run() error {
 	cb.register(&c)
 	var inCluster, noKube bool
 	flag.StringVar(&c.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL")
-	flag.StringVar(&c.NATSUser, "nats-user", "", "the queue's NATS user (one of the server's auth_callout.auth_users); empty: no credentials")
-	flag.StringVar(&c.NATSPasswordFile, "nats-password-file", "", "file holding the password of -nats-user")
-	flag.StringVar(&c.Callout.IssuerSeedFile, "nats-callout-issuer-seed-file", "", "file holding the auth callout's issuer account nkey seed (its public key is the server's auth_callout.issuer); empty: no callout")
-	flag.StringVar(&c.Callout.Account, "nats-callout-account", queue.DefaultCalloutAccount, "NATS account the callout places worker users in (the server's auth_callout.account)")
+	flag.StringVar(&c.NATSTrustFile, "nats-trust-file", "", "file holding the secret runplane's NATS operator, accounts and users are derived from (the server trusts its operator); the queue then serves the auth callout, placing each worker in an account of its own; empty: a NATS without auth")
 	flag.DurationVar(&c.Callout.MaxTTL, "nats-callout-max-ttl", time.Hour, "longest life of a worker's NATS user (shorter when its token expires sooner)")
 	flag.Var(float32Flag{&c.Callout.Client.QPS}, "nats-callout-kube-qps", "client-side QPS of the callout's own Kubernetes client (default 50)")
 	flag.IntVar(&c.Callout.Client.Burst, "nats-callout-kube-burst", 100, "client-side burst of the callout's own Kubernetes client")
@@ -127,11 +124,11 @@ func run() error {
 	flag.DurationVar(&c.SilentHold, "silent-worker-hold", 0, "how long, beyond -heartbeat-timeout, a silent worker's work waits for it before another worker runs it "+
 		"(0: until each invocation's own deadline, timeoutSeconds + 10s, so a frozen or cut-off worker's finished work is not run a second time elsewhere; negative: no wait)")
 	flag.DurationVar(&c.WorkerHeartbeatInterval, "worker-heartbeat-interval", 5*time.Second, "the workers' heartbeat interval (the sidecars' -heartbeat-interval); -heartbeat-timeout below 3× it is refused at start")
-	flag.StringVar(&boot.namespace, "bootstrap-secrets-namespace", "", "create the bundled NATS's Secrets below in this namespace when they do not exist (an existing one is used as it is) and read the queue's from there instead of -nats-password-file and -nats-callout-issuer-seed-file")
-	flag.StringVar(&boot.password, "nats-password-secret", "", "with -bootstrap-secrets-namespace: Secret of the queue's NATS password (key password)")
-	flag.StringVar(&boot.issuer, "nats-callout-issuer-secret", "", "with -bootstrap-secrets-namespace: Secret of the auth callout's issuer (keys seed and issuer, an account nkey pair)")
+	flag.StringVar(&boot.namespace, "bootstrap-secrets-namespace", "", "create the bundled NATS's Secrets below in this namespace when they do not exist (an existing one is used as it is) and read the trust secret from there instead of -nats-trust-file")
+	flag.StringVar(&boot.trust, "nats-trust-secret", "", "with -bootstrap-secrets-namespace: Secret of the NATS trust chain (keys secret, read by the queue, and trust.conf, included by nats-server)")
+	flag.StringVar(&boot.resolverDir, "nats-resolver-dir", "/data/jwt", "with -bootstrap-secrets-namespace: where the bundled nats-server's resolver stores account JWTs (written into trust.conf)")
 	flag.StringVar(&boot.route, "nats-route-secret", "", "with -bootstrap-secrets-namespace: Secret of the NATS cluster's route password (key password; only nats-server reads it)")
-	flag.StringVar(&boot.dir, "bootstrap-dir", "/var/run/runplane/bootstrap", "directory (memory-backed) where the queue's bootstrapped password and seed are written for its own use")
+	flag.StringVar(&boot.dir, "bootstrap-dir", "/var/run/runplane/bootstrap", "directory (memory-backed) where the bootstrapped trust secret is written for the queue's own use")
 	c.Logger = cmdline.Parse(flag.CommandLine, os.Args[1:], logging.Options{})
 	if noKube {
 		c.LeaderElection = false

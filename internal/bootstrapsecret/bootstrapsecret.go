@@ -1,8 +1,8 @@
 // Package bootstrapsecret creates, at run time, the Secrets runplane's
 // bundled NATS needs, so the chart's render holds no key material and two
 // renders are identical (GitOps tools render the chart without a cluster):
-// the queue's NATS password, the route password of a NATS cluster and the
-// auth callout's issuer nkey pair. A Secret that exists (created by an
+// the NATS trust chain (internal/natsaccounts) and the route password of a
+// NATS cluster. A Secret that exists (created by an
 // earlier replica, or by the installer: an existing Secret) is never
 // changed; replicas racing to create one all read the winner's.
 package bootstrapsecret
@@ -12,11 +12,13 @@ import (
 	"crypto/rand"
 	"fmt"
 
-	"github.com/nats-io/nkeys"
+	"github.com/nats-io/jwt/v2"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/runplane/runplane/internal/natsaccounts"
 )
 
 // Generator makes a new Secret's data.
@@ -59,21 +61,34 @@ func Password() (map[string][]byte, error) {
 	return map[string][]byte{"password": []byte(rand.Text() + rand.Text())}, nil
 }
 
-// AccountNKey generates {"seed": an account nkey seed (SA...), "issuer":
-// its public key (A...)}: the auth callout's issuer, which the queue signs
-// with and nats-server trusts (auth_callout.issuer).
-func AccountNKey() (map[string][]byte, error) {
-	kp, err := nkeys.CreateAccount()
-	if err != nil {
-		return nil, err
+// Keys of the NATS trust Secret.
+const (
+	// TrustSecretKey holds the secret every key of runplane's NATS trust
+	// chain is derived from (internal/natsaccounts); only the queue reads it.
+	TrustSecretKey = "secret"
+	// TrustConfigKey holds the trust part of nats-server's configuration
+	// (operator, system account, resolver, preloaded accounts, sentinel),
+	// which the bundled NATS includes; it holds no private key.
+	TrustConfigKey = "trust.conf"
+)
+
+// NATSTrust generates a new trust secret and the nats-server configuration
+// that trusts it, its resolver storing account JWTs in resolverDir and
+// RUNPLANE exporting exports.
+func NATSTrust(resolverDir string, exports jwt.Exports) Generator {
+	return func() (map[string][]byte, error) {
+		secret, err := natsaccounts.NewSecret()
+		if err != nil {
+			return nil, err
+		}
+		t, err := natsaccounts.Derive(secret)
+		if err != nil {
+			return nil, err
+		}
+		conf, err := t.ServerConfig(resolverDir, exports)
+		if err != nil {
+			return nil, err
+		}
+		return map[string][]byte{TrustSecretKey: secret, TrustConfigKey: []byte(conf)}, nil
 	}
-	seed, err := kp.Seed()
-	if err != nil {
-		return nil, err
-	}
-	pub, err := kp.PublicKey()
-	if err != nil {
-		return nil, err
-	}
-	return map[string][]byte{"seed": seed, "issuer": []byte(pub)}, nil
 }

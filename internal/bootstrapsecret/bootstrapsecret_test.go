@@ -4,11 +4,13 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/nats-io/nkeys"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/runplane/runplane/internal/natsaccounts"
 )
 
 // The fake clientset is enough here: Ensure's logic is get, create, and
@@ -39,13 +41,23 @@ func TestEnsure(t *testing.T) {
 	require.EqualError(t, err, `Secret rp/incomplete has no key "password"`)
 }
 
-func TestAccountNKey(t *testing.T) {
-	data, err := AccountNKey()
+// TestNATSTrust: the generated configuration trusts the generated secret
+// (its operator and accounts are the secret's) and holds no private key.
+func TestNATSTrust(t *testing.T) {
+	data, err := NATSTrust("/data/jwt", nil)()
 	require.NoError(t, err)
-	kp, err := nkeys.FromSeed(data["seed"])
+	trust, err := natsaccounts.Derive(data[TrustSecretKey])
 	require.NoError(t, err)
-	pub, err := kp.PublicKey()
+	conf := string(data[TrustConfigKey])
+	assert.Contains(t, conf, trust.System.Pub)
+	assert.Contains(t, conf, trust.Runplane.Pub)
+	assert.Contains(t, conf, `dir: "/data/jwt"`)
+	for _, k := range []natsaccounts.Key{trust.Operator, trust.System, trust.Runplane, trust.Queue, trust.WorkerSigner} {
+		seed, err := k.Seed()
+		require.NoError(t, err)
+		assert.NotContains(t, conf, string(seed))
+	}
+	other, err := NATSTrust("/data/jwt", nil)()
 	require.NoError(t, err)
-	require.Equal(t, pub, string(data["issuer"]))
-	require.True(t, nkeys.IsValidPublicAccountKey(pub))
+	assert.NotEqual(t, data[TrustSecretKey], other[TrustSecretKey], "every install gets its own secret")
 }

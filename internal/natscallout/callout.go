@@ -2,13 +2,15 @@
 // every connecting client that is not one of runplane's own users to this
 // service, which authenticates the credential the client presented (a
 // worker's projected ServiceAccount token) and answers with a short-lived
-// NATS user whose permissions are exactly what that worker may do.
+// NATS user in an account of that worker's own, allowed exactly what the
+// worker may do (natsaccounts: the account is the tenancy boundary).
 //
-// The responder is pure: it decodes the server's authorization request,
-// asks an Authenticator who the client is, asks a Permit what that identity
-// may publish and subscribe, and signs the answer with the issuer account
-// key the server trusts (auth_callout.issuer). Serve wires it to
-// $SYS.REQ.USER.AUTH.
+// The responder decodes the server's authorization request, asks an
+// Authenticator who the client is, asks its Layout for the worker's
+// subjects, makes sure the worker's account (importing exactly those
+// subjects from RUNPLANE) is in the server's resolver, and answers with the
+// user signed by the workers' signing key, the answer signed by RUNPLANE,
+// the callout's account. Serve wires it to $SYS.REQ.USER.AUTH.
 package natscallout
 
 import (
@@ -18,8 +20,9 @@ import (
 	"time"
 
 	"github.com/nats-io/jwt/v2"
-	"github.com/nats-io/nkeys"
 	"k8s.io/utils/clock"
+
+	"github.com/runplane/runplane/internal/natsaccounts"
 )
 
 // Identity is who a client is, as far as NATS permissions go.
@@ -40,8 +43,14 @@ type Authenticator interface {
 	Authenticate(ctx context.Context, token string) (Identity, error)
 }
 
-// Permit says what an identity may publish and subscribe.
-type Permit func(Identity) jwt.Permissions
+// Layout says which subjects an identity's worker uses.
+type Layout func(Identity) WorkerSubjects
+
+// Accounts makes sure a worker's account exists in the server's resolver,
+// importing exactly subjects, and returns its public key.
+type Accounts interface {
+	Ensure(ctx context.Context, id Identity, subjects WorkerSubjects) (string, error)
+}
 
 // ErrRefused wraps every reason a connection is refused. The reason is
 // logged; the client only sees a generic refusal so that probing tokens
@@ -50,14 +59,12 @@ var ErrRefused = errors.New("refused")
 
 // Responder answers authorization requests.
 type Responder struct {
-	// Issuer signs the users and the responses; its public key is the
-	// server's auth_callout.issuer.
-	Issuer nkeys.KeyPair
-	// Account is the account the users are placed in (config mode: its
-	// name, e.g. "RUNPLANE").
-	Account string
-	Auth    Authenticator
-	Permit  Permit
+	// Trust signs the users (the workers' signing key) and the responses
+	// (RUNPLANE, the callout's account).
+	Trust    *natsaccounts.Trust
+	Auth     Authenticator
+	Layout   Layout
+	Accounts Accounts
 	// MaxTTL caps a user's lifetime even when the credential lives longer.
 	MaxTTL time.Duration
 	Clock  clock.PassiveClock
@@ -87,9 +94,12 @@ func (r *Responder) Respond(ctx context.Context, request []byte) (Result, error)
 		resp, encErr := r.respond(req, "", "not authorized")
 		return Result{Response: resp, Identity: id, Err: err}, encErr
 	}
-	user, err := r.user(req, id)
+	user, err := r.user(ctx, req, id)
 	if err != nil {
-		return Result{}, err
+		// An account that cannot be made (the resolver away) refuses this
+		// connect; the sidecar reconnects and the callout tries again.
+		resp, encErr := r.respond(req, "", "not authorized")
+		return Result{Response: resp, Identity: id, Err: fmt.Errorf("%w: %w", ErrRefused, err)}, encErr
 	}
 	resp, err := r.respond(req, user, "")
 	return Result{Response: resp, Identity: id}, err
@@ -115,24 +125,17 @@ func (r *Responder) decide(ctx context.Context, req *jwt.AuthorizationRequestCla
 	return id, nil
 }
 
-func (r *Responder) user(req *jwt.AuthorizationRequestClaims, id Identity) (string, error) {
+func (r *Responder) user(ctx context.Context, req *jwt.AuthorizationRequestClaims, id Identity) (string, error) {
 	expires := id.Expires
 	if limit := r.Clock.Now().Add(r.MaxTTL); r.MaxTTL > 0 && limit.Before(expires) {
 		expires = limit
 	}
-	uc := jwt.NewUserClaims(req.UserNkey)
-	uc.Name = id.Name
-	uc.Audience = r.Account // config mode: the account the user is placed in
-	uc.Expires = expires.Unix()
-	uc.Permissions = r.Permit(id)
-	// Only plain client connections: no leaf nodes or websockets that the
-	// permissions were not written for.
-	uc.AllowedConnectionTypes = jwt.StringList{jwt.ConnectionTypeStandard}
-	s, err := uc.Encode(r.Issuer)
+	subjects := r.Layout(id)
+	account, err := r.Accounts.Ensure(ctx, id, subjects)
 	if err != nil {
-		return "", fmt.Errorf("signing the user of %s: %w", id.Name, err)
+		return "", fmt.Errorf("the account of %s: %w", id.Name, err)
 	}
-	return s, nil
+	return r.Trust.WorkerUserJWT(account, req.UserNkey, id.Name, WorkerPermissions(subjects), jwt.NatsLimits{Subs: -1, Data: -1, Payload: -1}, expires.Unix())
 }
 
 func (r *Responder) respond(req *jwt.AuthorizationRequestClaims, user, refusal string) ([]byte, error) {
@@ -140,7 +143,7 @@ func (r *Responder) respond(req *jwt.AuthorizationRequestClaims, user, refusal s
 	rc.Audience = req.Server.ID
 	rc.Jwt = user
 	rc.Error = refusal
-	s, err := rc.Encode(r.Issuer)
+	s, err := rc.Encode(r.Trust.Runplane.KeyPair)
 	if err != nil {
 		return nil, fmt.Errorf("signing the authorization response: %w", err)
 	}

@@ -3,7 +3,6 @@ package natscallout
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -12,6 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/runplane/runplane/internal/natsaccounts"
 )
 
 // tokens is a fake Authenticator: token → identity.
@@ -25,13 +26,28 @@ func (t tokens) Authenticate(_ context.Context, token string) (Identity, error) 
 	return id, nil
 }
 
-// workerPermit lets a worker publish on its pool's results and receive its
-// own dispatches: the shape runplane grants, minus JetStream details.
-func workerPermit(id Identity) jwt.Permissions {
-	var p jwt.Permissions
-	p.Pub.Allow.Add(fmt.Sprintf("result.%s.%s", id.Namespace, id.Pool))
-	p.Sub.Allow.Add(fmt.Sprintf("dispatch.%s.%s.%s", id.Namespace, id.Pool, id.Worker))
-	return p
+// madeAccounts is a fake Accounts: the derived account key, remembered.
+type madeAccounts struct {
+	trust *natsaccounts.Trust
+	made  []string
+}
+
+func (m *madeAccounts) Ensure(_ context.Context, id Identity, _ WorkerSubjects) (string, error) {
+	k, err := m.trust.WorkerAccount(id.Namespace, id.Pool, id.Worker)
+	if err != nil {
+		return "", err
+	}
+	m.made = append(m.made, id.Namespace+"/"+id.Pool+"/"+id.Worker)
+	return k.Pub, nil
+}
+
+func newTrust(t *testing.T) *natsaccounts.Trust {
+	t.Helper()
+	secret, err := natsaccounts.NewSecret()
+	require.NoError(t, err)
+	trust, err := natsaccounts.Derive(secret)
+	require.NoError(t, err)
+	return trust
 }
 
 func newRequest(t *testing.T, token, password string) (req []byte, userPub, serverID string) {
@@ -74,12 +90,10 @@ func TestRespond(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			issuer, err := nkeys.CreateAccount()
-			require.NoError(t, err)
-			issuerPub, err := issuer.PublicKey()
-			require.NoError(t, err)
+			trust := newTrust(t)
+			accounts := &madeAccounts{trust: trust}
 			r := &Responder{
-				Issuer: issuer, Account: "RUNPLANE", Permit: workerPermit, MaxTTL: tc.maxTTL,
+				Trust: trust, Layout: testLayout, Accounts: accounts, MaxTTL: tc.maxTTL,
 				Auth:  tokens{"alice": alice, "stale": stale},
 				Clock: clocktesting.NewFakePassiveClock(now),
 			}
@@ -90,7 +104,7 @@ func TestRespond(t *testing.T) {
 
 			resp, err := jwt.DecodeAuthorizationResponseClaims(string(res.Response))
 			require.NoError(t, err)
-			assert.Equal(t, issuerPub, resp.Issuer, "signed by the issuer the server trusts")
+			assert.Equal(t, trust.Runplane.Pub, resp.Issuer, "signed by the callout's account")
 			assert.Equal(t, userPub, resp.Subject, "answers for the connection's user key")
 			assert.Equal(t, serverID, resp.Audience, "addressed to the asking server")
 			if tc.wantRefusal != "" {
@@ -98,26 +112,29 @@ func TestRespond(t *testing.T) {
 				assert.Contains(t, res.Err.Error(), tc.wantRefusal)
 				assert.Equal(t, "not authorized", resp.Error, "the client learns nothing about why")
 				assert.Empty(t, resp.Jwt)
+				assert.Empty(t, accounts.made, "no account for a refused client")
 				return
 			}
 			require.NoError(t, res.Err)
 			user, err := jwt.DecodeUserClaims(resp.Jwt)
 			require.NoError(t, err)
 			assert.Equal(t, userPub, user.Subject)
-			assert.Equal(t, "RUNPLANE", user.Audience)
+			own, err := trust.WorkerAccount("team-a", "echo", "echo-1")
+			require.NoError(t, err)
+			assert.Equal(t, own.Pub, user.IssuerAccount, "placed in the worker's own account")
+			assert.Equal(t, trust.WorkerSigner.Pub, user.Issuer, "signed by the workers' signing key")
+			assert.Equal(t, []string{"team-a/echo/echo-1"}, accounts.made)
 			assert.Equal(t, tc.wantExpires.Unix(), user.Expires)
-			assert.Equal(t, jwt.StringList{"result.team-a.echo"}, user.Pub.Allow)
-			assert.Equal(t, jwt.StringList{"dispatch.team-a.echo.echo-1"}, user.Sub.Allow)
+			assert.Equal(t, WorkerPermissions(testLayout(alice)), user.Permissions)
 			assert.Equal(t, jwt.StringList{jwt.ConnectionTypeStandard}, user.AllowedConnectionTypes)
 		})
 	}
 }
 
 func TestRespondRejectsGarbage(t *testing.T) {
-	issuer, err := nkeys.CreateAccount()
-	require.NoError(t, err)
-	r := &Responder{Issuer: issuer, Account: "RUNPLANE", Permit: workerPermit, Auth: tokens{},
+	trust := newTrust(t)
+	r := &Responder{Trust: trust, Layout: testLayout, Accounts: &madeAccounts{trust: trust}, Auth: tokens{},
 		Clock: clocktesting.NewFakePassiveClock(time.Now())}
-	_, err = r.Respond(context.Background(), []byte("not a jwt"))
+	_, err := r.Respond(context.Background(), []byte("not a jwt"))
 	require.ErrorContains(t, err, "decoding authorization request")
 }

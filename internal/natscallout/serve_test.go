@@ -45,23 +45,13 @@ func (b *blocking) Authenticate(ctx context.Context, token string) (Identity, er
 // slow review, a new request is refused at once (busy, not a timeout),
 // while a client whose token is cached connects without a worker.
 func TestServeBoundsWorkAndServesCachedClients(t *testing.T) {
-	issuer, issuerPub := newIssuer(t)
-	srv := startServer(t, issuerPub)
+	srv, a := startServer(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	auth := &blocking{release: make(chan struct{}), ids: tokens{"alice": {Name: "team-a/echo-1", Namespace: "team-a", Pool: "echo",
 		Worker: "echo-1", Expires: time.Now().Add(time.Hour)}}}
-	r := &Responder{Issuer: issuer, Account: "RUNPLANE", Permit: workerPermit, MaxTTL: time.Hour,
-		Auth: NewCached(auth, CacheOptions{}), Clock: clock.RealClock{}}
-	internal, err := nats.Connect(srv.ClientURL(), nats.UserInfo("runplane", "internal"))
-	require.NoError(t, err)
-	t.Cleanup(internal.Close)
-	m := NewMetrics(nil)
-	served := make(chan error, 1)
-	go func() {
-		served <- Serve(ctx, internal, r, m, discard(), ServeOptions{Workers: 2, AnswerTimeout: 10 * time.Second})
-	}()
-	require.Eventually(t, func() bool { return srv.NumSubscriptions() > 0 }, 5*time.Second, 10*time.Millisecond)
+	r := &Responder{MaxTTL: time.Hour, Auth: NewCached(auth, CacheOptions{}), Clock: clock.RealClock{}}
+	_, m, served := serveCallout(t, ctx, srv, a, r, ServeOptions{Workers: 2, AnswerTimeout: 10 * time.Second})
 
 	connect := func(tok string) error {
 		nc, err := dial(srv.ClientURL(), nats.Token(tok), nats.NoReconnect(), nats.Timeout(10*time.Second))
@@ -80,7 +70,7 @@ func TestServeBoundsWorkAndServesCachedClients(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return auth.inFlight.Load() == 2 }, 10*time.Second, 10*time.Millisecond, "both workers busy")
 
-	err = connect("slow-3")
+	err := connect("slow-3")
 	require.Error(t, err)
 	assert.Contains(t, strings.ToLower(err.Error()), "authorization violation")
 	assert.Equal(t, 1.0, testutil.ToFloat64(m.Answers.WithLabelValues("refused", ReasonBusy)))
@@ -101,23 +91,14 @@ func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, ni
 // is refused at once (rate_limited, no review), while another address is
 // reviewed and admitted; the budget refills with time.
 func TestServeBoundsReviewsPerHost(t *testing.T) {
-	issuer, issuerPub := newIssuer(t)
-	srv := startServer(t, issuerPub)
+	srv, a := startServer(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	auth := &countingTokens{ids: tokens{"alice": {Name: "team-a/echo-1", Namespace: "team-a", Pool: "echo",
 		Worker: "echo-1", Expires: time.Now().Add(time.Hour)}}}
-	r := &Responder{Issuer: issuer, Account: "RUNPLANE", Permit: workerPermit, MaxTTL: time.Hour, Auth: auth, Clock: clock.RealClock{}}
-	internal, err := nats.Connect(srv.ClientURL(), nats.UserInfo("runplane", "internal"))
-	require.NoError(t, err)
-	t.Cleanup(internal.Close)
-	m := NewMetrics(nil)
+	r := &Responder{MaxTTL: time.Hour, Auth: auth, Clock: clock.RealClock{}}
 	clk := clocktesting.NewFakePassiveClock(time.Unix(1_700_000_000, 0))
-	served := make(chan error, 1)
-	go func() {
-		served <- Serve(ctx, internal, r, m, discard(), ServeOptions{PerHostQPS: 1, PerHostBurst: 2, Clock: clk})
-	}()
-	require.Eventually(t, func() bool { return srv.NumSubscriptions() > 0 }, 5*time.Second, 10*time.Millisecond)
+	_, m, served := serveCallout(t, ctx, srv, a, r, ServeOptions{PerHostQPS: 1, PerHostBurst: 2, Clock: clk})
 	connect := func(from, tok string) error {
 		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
 		nc, err := dial(srv.ClientURL(), nats.Token(tok), nats.NoReconnect(), nats.Timeout(10*time.Second), nats.SetCustomDialer(d))

@@ -2,92 +2,96 @@ package natscallout
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/utils/clock"
+
+	"github.com/runplane/runplane/internal/natsaccounts"
+	"github.com/runplane/runplane/test/natsauth"
 )
 
-// startServer runs a nats-server in config mode, with JetStream, whose
-// only configured user is runplane's own; every other client goes through
-// the callout.
-func startServer(t *testing.T, issuerPub string) *server.Server {
-	t.Helper()
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "nats.conf")
-	require.NoError(t, os.WriteFile(conf, fmt.Appendf(nil, `
-listen: "127.0.0.1:-1"
-jetstream { store_dir: %q }
-accounts { RUNPLANE { jetstream: enabled, users: [ { user: runplane, password: internal } ] } }
-authorization { timeout: 10, auth_callout { issuer: %q, account: RUNPLANE, auth_users: [ runplane ] } }
-`, filepath.Join(dir, "js"), issuerPub), 0o600))
-	opts, err := server.ProcessConfigFile(conf)
-	require.NoError(t, err)
-	opts.NoSigs = true
-	srv, err := server.NewServer(opts)
-	require.NoError(t, err)
-	go srv.Start()
-	require.True(t, srv.ReadyForConnections(10*time.Second), "nats-server did not start")
-	t.Cleanup(srv.Shutdown)
-	return srv
+// testExports are RUNPLANE's exports for testLayout.
+func testExports() jwt.Exports {
+	return WorkerExports([]string{"rs.result.*.*", "rs.metrics.*.*", "_RS_REPLY.*.*.>"}, "rs.cancel.*.*.*")
 }
 
-// serveCallout runs the responder on the internal user's connection and
-// returns it once the server routes requests to it.
-func serveCallout(t *testing.T, ctx context.Context, srv *server.Server, r *Responder) (*nats.Conn, *Metrics, <-chan error) {
+// startServer runs a nats-server in runplane's operator mode, with
+// JetStream in RUNPLANE, whose only user not handed to the callout is the
+// queue's.
+func startServer(t *testing.T) (*server.Server, natsauth.Auth) {
 	t.Helper()
-	internal, err := nats.Connect(srv.ClientURL(), nats.UserInfo("runplane", "internal"))
+	dir := t.TempDir()
+	a, err := natsauth.Write(filepath.Join(dir, "auth"))
+	require.NoError(t, err)
+	srv, err := natsauth.Start(filepath.Join(dir, "nats"), "127.0.0.1", a, testExports())
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	return srv, a
+}
+
+// serveCallout runs the responder on the queue user's connection, placing
+// workers in accounts of their own pushed through the queue's SYS user,
+// and returns that connection once the server routes requests to it.
+func serveCallout(t *testing.T, ctx context.Context, srv *server.Server, a natsauth.Auth, r *Responder, o ServeOptions) (*nats.Conn, *Metrics, <-chan error) {
+	t.Helper()
+	asQueue, err := a.QueueOption()
+	require.NoError(t, err)
+	internal, err := nats.Connect(srv.ClientURL(), asQueue)
 	require.NoError(t, err)
 	t.Cleanup(internal.Close)
+	sysJWT, sysSeed, err := a.Trust.SystemCreds()
+	require.NoError(t, err)
+	sys, err := nats.Connect(srv.ClientURL(), nats.UserJWTAndSeed(sysJWT, string(sysSeed)))
+	require.NoError(t, err)
+	t.Cleanup(sys.Close)
+	r.Trust = a.Trust
+	if r.Layout == nil {
+		r.Layout = testLayout
+	}
+	if r.Accounts == nil {
+		r.Accounts = &WorkerAccounts{Trust: a.Trust, Resolver: &natsaccounts.Resolver{Conn: sys, Trust: a.Trust}}
+	}
 	m := NewMetrics(nil)
 	served := make(chan error, 1)
 	go func() {
-		served <- Serve(ctx, internal, r, m, slog.New(slog.NewTextHandler(io.Discard, nil)), ServeOptions{})
+		served <- Serve(ctx, internal, r, m, slog.New(slog.NewTextHandler(io.Discard, nil)), o)
 	}()
 	// Serve subscribes asynchronously; the subscription showing on the
 	// server is the barrier before clients connect.
-	require.Eventually(t, func() bool { return srv.NumSubscriptions() > 0 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		subs, err := srv.Subsz(&server.SubszOptions{Subscriptions: true, Test: "$SYS.REQ.USER.AUTH", Account: a.Trust.Runplane.Pub})
+		return err == nil && subs.Total > 0
+	}, 5*time.Second, 10*time.Millisecond)
 	return internal, m, served
-}
-
-func newIssuer(t *testing.T) (nkeys.KeyPair, string) {
-	t.Helper()
-	issuer, err := nkeys.CreateAccount()
-	require.NoError(t, err)
-	pub, err := issuer.PublicKey()
-	require.NoError(t, err)
-	return issuer, pub
 }
 
 // TestCalloutOnRealServer connects clients through a real nats-server:
 // a known worker token gets exactly its subjects, the server enforces them,
 // and anything else is refused at connect.
 func TestCalloutOnRealServer(t *testing.T) {
-	issuer, issuerPub := newIssuer(t)
-	srv := startServer(t, issuerPub)
+	srv, a := startServer(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	internal, m, served := serveCallout(t, ctx, srv, &Responder{
-		Issuer: issuer, Account: "RUNPLANE", Permit: workerPermit, MaxTTL: time.Hour,
+	internal, m, served := serveCallout(t, ctx, srv, a, &Responder{
+		MaxTTL: time.Hour,
 		Auth: tokens{"alice": {Name: "team-a/echo-1", Namespace: "team-a", Pool: "echo", Worker: "echo-1",
 			Expires: time.Now().Add(time.Hour)}},
 		Clock: clock.RealClock{},
-	})
+	}, ServeOptions{})
 
 	t.Run("refused credentials", func(t *testing.T) {
-		for _, opt := range []nats.Option{nats.Token("mallory"), nats.Token(""), nats.UserInfo("runplane", "wrong")} {
+		for _, opt := range []nats.Option{nats.Token("mallory"), nats.Token(""), nats.UserInfo("runplane-queue", "wrong")} {
 			// A generous connect timeout: the refusal, not a loaded machine, is the verdict.
 			_, err := dial(srv.ClientURL(), opt, nats.NoReconnect(), nats.Timeout(10*time.Second))
 			require.Error(t, err)
@@ -105,31 +109,32 @@ func TestCalloutOnRealServer(t *testing.T) {
 		assert.Equal(t, 1.0, testutil.ToFloat64(m.Answers.WithLabelValues("admitted", ReasonReviewed)))
 
 		// Its own dispatch subject: the internal user's message arrives.
-		own, err := worker.SubscribeSync("dispatch.team-a.echo.echo-1")
+		// Its cancels: the queue's message arrives through its import.
+		own, err := worker.SubscribeSync("rs.cancel.team-a.echo.echo-1")
 		require.NoError(t, err)
 		require.NoError(t, worker.Flush())
-		require.NoError(t, internal.Publish("dispatch.team-a.echo.echo-1", []byte("work")))
+		require.NoError(t, internal.Publish("rs.cancel.team-a.echo.echo-1", []byte("cancel")))
 		msg, err := own.NextMsg(5 * time.Second)
 		require.NoError(t, err)
-		assert.Equal(t, "work", string(msg.Data))
+		assert.Equal(t, "cancel", string(msg.Data))
 
-		// Its result subject: the internal user receives what it publishes.
-		results, err := internal.SubscribeSync("result.team-a.echo")
+		// Its result subject: the queue's user receives what it publishes.
+		results, err := internal.SubscribeSync("rs.result.team-a.echo")
 		require.NoError(t, err)
 		require.NoError(t, internal.Flush())
-		require.NoError(t, worker.Publish("result.team-a.echo", []byte("done")))
+		require.NoError(t, worker.Publish("rs.result.team-a.echo", []byte("done")))
 		msg, err = results.NextMsg(5 * time.Second)
 		require.NoError(t, err)
 		assert.Equal(t, "done", string(msg.Data))
 
-		// Another tenant's dispatches and results: the server says no.
-		_, err = worker.SubscribeSync("dispatch.team-b.echo.>")
+		// Another tenant's cancels and results: the server says no.
+		_, err = worker.SubscribeSync("rs.cancel.team-b.echo.>")
 		require.NoError(t, err) // the violation arrives asynchronously
 		require.NoError(t, worker.Flush())
-		require.ErrorContains(t, <-violations, `Permissions Violation for Subscription to "dispatch.team-b.echo.>"`)
-		require.NoError(t, worker.Publish("result.team-b.echo", []byte("forged")))
+		require.ErrorContains(t, <-violations, `Permissions Violation for Subscription to "rs.cancel.team-b.echo.>"`)
+		require.NoError(t, worker.Publish("rs.result.team-b.echo", []byte("forged")))
 		require.NoError(t, worker.Flush())
-		require.ErrorContains(t, <-violations, `Permissions Violation for Publish to "result.team-b.echo"`)
+		require.ErrorContains(t, <-violations, `Permissions Violation for Publish to "rs.result.team-b.echo"`)
 	})
 
 	cancel()

@@ -1,7 +1,11 @@
 package natscallout
 
 import (
+	"time"
+
 	"github.com/nats-io/jwt/v2"
+
+	"github.com/runplane/runplane/internal/messages"
 )
 
 // WorkerSubjects are the subjects one worker uses. The queue's subject
@@ -35,10 +39,11 @@ type WorkerSubjects struct {
 // inbox. No other JetStream API.
 func WorkerPermissions(s WorkerSubjects) jwt.Permissions {
 	var p jwt.Permissions
+	api := messages.WorkerJSAPIPrefix
 	p.Pub.Allow.Add(
-		"$JS.API.CONSUMER.INFO."+s.Stream+"."+s.Consumer,
-		"$JS.API.CONSUMER.MSG.NEXT."+s.Stream+"."+s.Consumer,
-		"$JS.ACK."+s.Stream+"."+s.Consumer+".>",
+		api+jsConsumerInfo+s.Stream+"."+s.Consumer,
+		api+jsConsumerNext+s.Stream+"."+s.Consumer,
+		jsAck+s.Stream+"."+s.Consumer+".>",
 		s.Replies,
 	)
 	p.Pub.Allow.Add(s.Publish...)
@@ -48,12 +53,79 @@ func WorkerPermissions(s WorkerSubjects) jwt.Permissions {
 		// (chunks and metadata). No purge or delete: objects expire with
 		// the bucket's TTL.
 		p.Pub.Allow.Add(
-			"$JS.API.STREAM.INFO.OBJ_"+b,
-			"$JS.API.DIRECT.GET.OBJ_"+b,
-			"$JS.API.DIRECT.GET.OBJ_"+b+".>",
-			"$O."+b+".>",
+			api+jsStreamInfo+"OBJ_"+b,
+			api+jsDirectGet+"OBJ_"+b,
+			api+jsDirectGet+"OBJ_"+b+".>",
+			objectsPrefix+b+".>",
 		)
 	}
 	p.Sub.Allow.Add(s.Cancel, s.Inbox+".>")
 	return p
+}
+
+// JetStream API families a worker reaches through its account's imports,
+// after the API prefix (RUNPLANE's $JS.API, the worker's
+// messages.WorkerJSAPIPrefix).
+const (
+	jsAPI          = "$JS.API"
+	jsConsumerInfo = ".CONSUMER.INFO."
+	jsConsumerNext = ".CONSUMER.MSG.NEXT."
+	jsStreamInfo   = ".STREAM.INFO."
+	jsDirectGet    = ".DIRECT.GET."
+	jsAck          = "$JS.ACK."
+	objectsPrefix  = "$O."
+)
+
+// WorkerImports are a worker's subjects as imports of its own account from
+// RUNPLANE (account runplane): the same subjects WorkerPermissions allows,
+// and no others reach RUNPLANE from the worker's account. Each request a
+// worker makes through a service import is answered on a reply subject the
+// server maps into RUNPLANE's own and routes back into the worker's
+// account, so no reply subject a worker names reaches RUNPLANE.
+func WorkerImports(s WorkerSubjects, runplane string) jwt.Imports {
+	var imps jwt.Imports
+	service := func(subjects ...string) {
+		for _, subj := range subjects {
+			imps.Add(&jwt.Import{Name: subj, Subject: jwt.Subject(subj), Account: runplane, Type: jwt.Service})
+		}
+	}
+	// The JetStream API under the worker's own prefix (WorkerJSAPIPrefix).
+	api := func(subjects ...string) {
+		for _, subj := range subjects {
+			imps.Add(&jwt.Import{Name: subj, Subject: jwt.Subject(jsAPI + subj), LocalSubject: jwt.RenamingSubject(messages.WorkerJSAPIPrefix + subj),
+				Account: runplane, Type: jwt.Service})
+		}
+	}
+	api(jsConsumerInfo+s.Stream+"."+s.Consumer, jsConsumerNext+s.Stream+"."+s.Consumer)
+	service(jsAck+s.Stream+"."+s.Consumer+".>", s.Replies)
+	service(s.Publish...)
+	if b := s.ObjectBucket; b != "" {
+		api(jsStreamInfo+"OBJ_"+b, jsDirectGet+"OBJ_"+b, jsDirectGet+"OBJ_"+b+".>")
+		service(objectsPrefix + b + ".>")
+	}
+	imps.Add(&jwt.Import{Name: s.Cancel, Subject: jwt.Subject(s.Cancel), Account: runplane, Type: jwt.Stream})
+	return imps
+}
+
+// WorkerExports are what RUNPLANE offers the worker accounts: the
+// JetStream API families a worker uses, its objects, and the layout's
+// publish subjects and cancels with wildcards for namespace, pool and
+// worker. They are public: only accounts the operator signs can import,
+// and the operator is the queue, which imports into each worker's account
+// only that worker's subjects (WorkerImports). Pulls and direct gets may
+// answer with several messages (ResponseTypeStream), for as long as a pull
+// may wait (responseThreshold).
+func WorkerExports(publish []string, cancel string) jwt.Exports {
+	const responseThreshold = 5 * time.Minute
+	var exps jwt.Exports
+	service := func(rt jwt.ResponseType, subjects ...string) {
+		for _, subj := range subjects {
+			exps.Add(&jwt.Export{Name: subj, Subject: jwt.Subject(subj), Type: jwt.Service, ResponseType: rt, ResponseThreshold: responseThreshold})
+		}
+	}
+	service(jwt.ResponseTypeSingleton, jsAPI+jsConsumerInfo+">", jsAck+">", jsAPI+jsStreamInfo+">", objectsPrefix+">")
+	service(jwt.ResponseTypeStream, jsAPI+jsConsumerNext+">", jsAPI+jsDirectGet+">")
+	service(jwt.ResponseTypeSingleton, publish...)
+	exps.Add(&jwt.Export{Name: cancel, Subject: jwt.Subject(cancel), Type: jwt.Stream})
+	return exps
 }

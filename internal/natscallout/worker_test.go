@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
@@ -37,16 +36,14 @@ func testLayout(id Identity) WorkerSubjects {
 // the permissions WorkerPermissions grants: all of them work, and the same
 // calls aimed at another tenant's worker are refused by the server.
 func TestWorkerPermissionsOnJetStream(t *testing.T) {
-	issuer, issuerPub := newIssuer(t)
-	srv := startServer(t, issuerPub)
+	srv, a := startServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	alice := Identity{Name: "team-a/echo-1", Namespace: "team-a", Pool: "echo", Worker: "echo-1", Expires: time.Now().Add(time.Hour)}
-	internal, _, _ := serveCallout(t, ctx, srv, &Responder{
-		Issuer: issuer, Account: "RUNPLANE", MaxTTL: time.Hour, Clock: clock.RealClock{},
-		Auth:   tokens{"alice": alice},
-		Permit: func(id Identity) jwt.Permissions { return WorkerPermissions(testLayout(id)) },
-	})
+	internal, _, _ := serveCallout(t, ctx, srv, a, &Responder{
+		MaxTTL: time.Hour, Clock: clock.RealClock{},
+		Auth: tokens{"alice": alice},
+	}, ServeOptions{})
 	ijs, err := jetstream.New(internal)
 	require.NoError(t, err)
 	_, err = ijs.CreateStream(ctx, jetstream.StreamConfig{Name: "RS", Subjects: []string{"rs.dispatch.>"}})
@@ -71,7 +68,7 @@ func TestWorkerPermissionsOnJetStream(t *testing.T) {
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
 	require.NoError(t, err)
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	js, err := jetstream.NewWithAPIPrefix(nc, messages.WorkerJSAPIPrefix)
 	require.NoError(t, err)
 
 	t.Run("the sidecar's calls work", func(t *testing.T) {
@@ -127,20 +124,20 @@ func TestWorkerPermissionsOnJetStream(t *testing.T) {
 		try  func(ctx context.Context) error
 		want string
 	}{
-		{name: "consumer on another worker's dispatches", want: "$JS.API.CONSUMER.CREATE.RS.team-a_echo_echo-1.rs.dispatch.team-b.echo.echo-1",
+		{name: "consumer on another worker's dispatches", want: "$RP.JS.API.CONSUMER.CREATE.RS.team-a_echo_echo-1.rs.dispatch.team-b.echo.echo-1",
 			try: func(ctx context.Context) error {
 				_, err := js.CreateOrUpdateConsumer(ctx, "RS", jetstream.ConsumerConfig{Durable: own.Consumer, FilterSubject: bob.Dispatch})
 				return err
 			}},
-		{name: "update its own consumer", want: "$JS.API.CONSUMER.CREATE.RS.team-a_echo_echo-1.rs.dispatch.team-a.echo.echo-1",
+		{name: "update its own consumer", want: "$RP.JS.API.CONSUMER.CREATE.RS.team-a_echo_echo-1.rs.dispatch.team-a.echo.echo-1",
 			try: func(ctx context.Context) error {
 				_, err := js.UpdateConsumer(ctx, "RS", jetstream.ConsumerConfig{Durable: own.Consumer, FilterSubject: own.Dispatch,
 					AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1})
 				return err
 			}},
-		{name: "delete its own consumer", want: "$JS.API.CONSUMER.DELETE.RS.team-a_echo_echo-1",
+		{name: "delete its own consumer", want: "$RP.JS.API.CONSUMER.DELETE.RS.team-a_echo_echo-1",
 			try: func(ctx context.Context) error { return js.DeleteConsumer(ctx, "RS", own.Consumer) }},
-		{name: "ephemeral consumer", want: "$JS.API.CONSUMER.CREATE.RS",
+		{name: "ephemeral consumer", want: "$RP.JS.API.CONSUMER.CREATE.RS",
 			try: func(ctx context.Context) error {
 				_, err := js.CreateOrUpdateConsumer(ctx, "RS", jetstream.ConsumerConfig{FilterSubject: own.Dispatch})
 				return err
@@ -150,7 +147,7 @@ func TestWorkerPermissionsOnJetStream(t *testing.T) {
 				_, err := nc.Request("$JS.API.CONSUMER.MSG.NEXT.RS."+bob.Consumer, []byte(`{"batch":1}`), time.Second)
 				return err
 			}},
-		{name: "read the stream", want: "$JS.API.STREAM.INFO.RS",
+		{name: "read the stream", want: "$RP.JS.API.STREAM.INFO.RS",
 			try: func(ctx context.Context) error { _, err := js.Stream(ctx, "RS"); return err }},
 		{name: "publish another tenant's result", want: "rs.result.team-b.echo",
 			try: func(context.Context) error { return nc.Publish(bob.Publish[0], []byte("forged")) }},
@@ -158,7 +155,7 @@ func TestWorkerPermissionsOnJetStream(t *testing.T) {
 			try: func(context.Context) error { return nc.Publish("_RS_REPLY.team-b.echo.caller-1", []byte("forged")) }},
 		{name: "listen to another worker's cancels", want: "rs.cancel.team-b.echo.echo-1",
 			try: func(context.Context) error { _, err := nc.SubscribeSync(bob.Cancel); return err }},
-		{name: "open another namespace's bucket", want: "$JS.API.STREAM.INFO.OBJ_RS_OBJ_team-b",
+		{name: "open another namespace's bucket", want: "$RP.JS.API.STREAM.INFO.OBJ_RS_OBJ_team-b",
 			try: func(ctx context.Context) error { _, err := js.ObjectStore(ctx, bob.ObjectBucket); return err }},
 		{name: "read another namespace's payload", want: "$JS.API.DIRECT.GET.OBJ_RS_OBJ_team-b",
 			try: func(ctx context.Context) error {
@@ -174,7 +171,7 @@ func TestWorkerPermissionsOnJetStream(t *testing.T) {
 			try: func(ctx context.Context) error {
 				return nc.Publish("$O."+bob.ObjectBucket+".C."+refs["team-b"].NUID, []byte("forged"))
 			}},
-		{name: "consumer on its own bucket", want: "$JS.API.CONSUMER.CREATE.OBJ_RS_OBJ_team-a",
+		{name: "consumer on its own bucket", want: "$RP.JS.API.CONSUMER.CREATE.OBJ_RS_OBJ_team-a",
 			try: func(ctx context.Context) error {
 				_, err := js.CreateOrUpdateConsumer(ctx, "OBJ_"+own.ObjectBucket, jetstream.ConsumerConfig{FilterSubject: "$O." + own.ObjectBucket + ".C.>"})
 				return err
@@ -211,16 +208,14 @@ func TestWorkerPermissionsOnJetStream(t *testing.T) {
 // the consumer does not exist, and nothing but the marker reaches the
 // victim's subject.
 func TestWorkerCannotCreateConsumers(t *testing.T) {
-	issuer, issuerPub := newIssuer(t)
-	srv := startServer(t, issuerPub)
+	srv, a := startServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	mallory := Identity{Name: "team-m/echo-1", Namespace: "team-m", Pool: "echo", Worker: "echo-1", Expires: time.Now().Add(time.Hour)}
-	internal, _, _ := serveCallout(t, ctx, srv, &Responder{
-		Issuer: issuer, Account: "RUNPLANE", MaxTTL: time.Hour, Clock: clock.RealClock{},
-		Auth:   tokens{"mallory": mallory},
-		Permit: func(id Identity) jwt.Permissions { return WorkerPermissions(testLayout(id)) },
-	})
+	internal, _, _ := serveCallout(t, ctx, srv, a, &Responder{
+		MaxTTL: time.Hour, Clock: clock.RealClock{},
+		Auth: tokens{"mallory": mallory},
+	}, ServeOptions{})
 	ijs, err := jetstream.New(internal)
 	require.NoError(t, err)
 	_, err = ijs.CreateStream(ctx, jetstream.StreamConfig{Name: "RS", Subjects: []string{"rs.dispatch.>"}})
@@ -239,7 +234,7 @@ func TestWorkerCannotCreateConsumers(t *testing.T) {
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
 	require.NoError(t, err)
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	js, err := jetstream.NewWithAPIPrefix(nc, messages.WorkerJSAPIPrefix)
 	require.NoError(t, err)
 
 	actx, acancel := context.WithTimeout(ctx, time.Second)
@@ -251,7 +246,7 @@ func TestWorkerCannotCreateConsumers(t *testing.T) {
 	select {
 	case err := <-violations:
 		require.ErrorContains(t, err, "Permissions Violation")
-		require.ErrorContains(t, err, "$JS.API.CONSUMER.CREATE.RS."+own.Consumer)
+		require.ErrorContains(t, err, messages.WorkerJSAPIPrefix+".CONSUMER.CREATE.RS."+own.Consumer)
 	case <-ctx.Done():
 		t.Fatal("no permission violation")
 	}

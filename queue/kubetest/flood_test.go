@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	authnv1 "k8s.io/api/authentication/v1"
@@ -32,39 +30,22 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/stream"
+	"github.com/runplane/runplane/test/natsauth"
 )
 
-// calloutNATS starts a nats-server in config mode whose only configured
+// calloutNATS starts a nats-server in runplane's operator mode whose only
 // user is the queue's; every other client goes through the queue's auth
-// callout (issuer seed in the returned file).
-func calloutNATS(t *testing.T) (srv *server.Server, seedFile, pwFile string) {
+// callout.
+func calloutNATS(t *testing.T) (*server.Server, natsauth.Auth) {
 	t.Helper()
 	dir := t.TempDir()
-	issuer, err := nkeys.CreateAccount()
+	a, err := natsauth.Write(filepath.Join(dir, "auth"))
 	require.NoError(t, err)
-	issuerPub, err := issuer.PublicKey()
+	srv, err := natsauth.Start(filepath.Join(dir, "nats"), "127.0.0.1", a, queue.WorkerExports(stream.Config{}))
 	require.NoError(t, err)
-	seed, err := issuer.Seed()
-	require.NoError(t, err)
-	seedFile, pwFile = filepath.Join(dir, "issuer.nk"), filepath.Join(dir, "password")
-	require.NoError(t, os.WriteFile(seedFile, seed, 0o600))
-	require.NoError(t, os.WriteFile(pwFile, []byte("queue-secret"), 0o600))
-	conf := filepath.Join(dir, "nats.conf")
-	require.NoError(t, os.WriteFile(conf, fmt.Appendf(nil, `
-listen: "127.0.0.1:-1"
-jetstream { store_dir: %q }
-accounts { %[2]s { jetstream: enabled, users: [ { user: runplane-queue, password: queue-secret } ] } }
-authorization { timeout: 10, auth_callout { issuer: %[3]q, account: %[2]s, auth_users: [ runplane-queue ] } }
-`, filepath.Join(dir, "js"), queue.DefaultCalloutAccount, issuerPub), 0o600))
-	opts, err := server.ProcessConfigFile(conf)
-	require.NoError(t, err)
-	opts.NoSigs, opts.NoLog = true, true
-	srv, err = server.NewServer(opts)
-	require.NoError(t, err)
-	go srv.Start()
-	require.True(t, srv.ReadyForConnections(10*time.Second), "nats-server did not start")
 	t.Cleanup(srv.Shutdown)
-	return srv, seedFile, pwFile
+	return srv, a
 }
 
 // craftedNATSToken has the claims of a Pod-bound NATS token and a random
@@ -110,7 +91,7 @@ func TestFloodsDoNotStarveAdmission(t *testing.T) {
 		pod = pods.Items[0]
 	}, 60*time.Second, 100*time.Millisecond, "the pool's Pod")
 
-	srv, seedFile, pwFile := calloutNATS(t)
+	srv, auth := calloutNATS(t)
 	// The client-side limits of an in-cluster config (rest.InClusterConfig
 	// leaves client-go's defaults, 5 QPS, burst 10), not the harness's 500.
 	rc := rest.CopyConfig(env.RESTConfig())
@@ -119,8 +100,8 @@ func TestFloodsDoNotStarveAdmission(t *testing.T) {
 	qctx, qcancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- queue.Run(qctx, queue.Config{NATSURL: srv.ClientURL(), NATSUser: "runplane-queue", NATSPasswordFile: pwFile,
-			Callout: queue.CalloutConfig{IssuerSeedFile: seedFile}, Listen: "127.0.0.1:0", OnListen: func(x string) { addr <- x },
+		done <- queue.Run(qctx, queue.Config{NATSURL: srv.ClientURL(), NATSTrustFile: auth.TrustFile,
+			Listen: "127.0.0.1:0", OnListen: func(x string) { addr <- x },
 			RESTConfig: rc, Namespace: ns, Tick: 100 * time.Millisecond,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	}()
@@ -139,7 +120,7 @@ func TestFloodsDoNotStarveAdmission(t *testing.T) {
 		return code == http.StatusAccepted
 	}, 60*time.Second, 200*time.Millisecond, "the caller invokes before the flood")
 	require.Eventually(t, func() bool {
-		subs, err := srv.Subsz(&server.SubszOptions{Subscriptions: true, Test: "$SYS.REQ.USER.AUTH", Account: queue.DefaultCalloutAccount})
+		subs, err := srv.Subsz(&server.SubszOptions{Subscriptions: true, Test: "$SYS.REQ.USER.AUTH", Account: auth.Trust.Runplane.Pub})
 		return err == nil && subs.Total > 0
 	}, 30*time.Second, 50*time.Millisecond, "the queue's callout")
 

@@ -19,6 +19,7 @@ import (
 	"github.com/runplane/runplane/extender/profile"
 	"github.com/runplane/runplane/internal/logging"
 	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/localworkers"
 	"github.com/runplane/runplane/test/natsauth"
@@ -89,14 +90,14 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 	}
 	logging.Install(log)
 
-	// NATS with runplane's auth callout: the queue connects as the one
-	// configured user; every sidecar presents its Pod-bound token, which the
-	// queue's callout turns into a user allowed only its worker's subjects.
+	// NATS in runplane's operator mode: the queue connects as its user in
+	// RUNPLANE; every sidecar presents its Pod-bound token, which the
+	// queue's callout turns into a user of an account of its worker's own.
 	auth, err := natsauth.Write(filepath.Join(c.Dir(), "nats-auth"))
 	if err != nil {
 		return nil, err
 	}
-	ns, err := natsauth.Start(filepath.Join(c.Dir(), "nats"), "127.0.0.1", auth)
+	ns, err := natsauth.Start(filepath.Join(c.Dir(), "nats"), "127.0.0.1", auth, queue.WorkerExports(stream.Config{}))
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +156,7 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 			Listen: queueListen, OnListen: func(a string) { addr <- a },
 			RESTConfig: c.RESTConfig(), Logger: log.With("component", "queue"),
 		}
-		auth.Queue(&qc, natsURL)
+		qc.NATSURL, qc.NATSTrustFile = natsURL, auth.TrustFile
 		return queue.Run(ctx, qc)
 	})
 	select {

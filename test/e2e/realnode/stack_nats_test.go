@@ -11,11 +11,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/test/natsauth"
 )
 
-// natsAuth is the stack's NATS auth: the queue's user (which tests use to
-// watch the queue's own Records) and the callout issuer.
+// natsAuth is the stack's NATS trust: the queue's user (which tests use to
+// watch the queue's own Records) and the callout's keys.
 var (
 	natsAuth natsauth.Auth
 	natsURL  string
@@ -30,7 +31,7 @@ func startNATS(ctx context.Context) (*server.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	ns, err := natsauth.Start(filepath.Join(env.Dir(), "nats"), node.HostIP, a)
+	ns, err := natsauth.Start(filepath.Join(env.Dir(), "nats"), node.HostIP, a, queue.WorkerExports(stream.Config{}))
 	if err != nil {
 		return nil, fmt.Errorf("nats: %w", err)
 	}
@@ -44,7 +45,7 @@ func startNATS(ctx context.Context) (*server.Server, error) {
 
 // withNATS gives the queue its NATS URL, credentials and callout.
 func withNATS(cfg queue.Config, ns *server.Server) queue.Config {
-	natsAuth.Queue(&cfg, ns.ClientURL())
+	cfg.NATSURL, cfg.NATSTrustFile = ns.ClientURL(), natsAuth.TrustFile
 	return cfg
 }
 
@@ -52,7 +53,9 @@ func withNATS(cfg queue.Config, ns *server.Server) queue.Config {
 // Events and the queue's Records as the queue sees them.
 func connectNATS(t testing.TB) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(natsURL, nats.UserInfo(natsAuth.QueueUser, natsAuth.QueuePassword))
+	asQueue, err := natsAuth.QueueOption()
+	require.NoError(t, err)
+	nc, err := nats.Connect(natsURL, asQueue)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	return nc

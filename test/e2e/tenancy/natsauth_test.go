@@ -26,6 +26,7 @@ import (
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/stream"
+	"github.com/runplane/runplane/test/natsauth"
 )
 
 // queueNATS is a real nats-server configured as make dev and the chart
@@ -58,31 +59,11 @@ func startQueueNATS(t *testing.T, ctx context.Context, opts ...func(*queue.Confi
 func startQueueNATSConf(t *testing.T, ctx context.Context, jsConf, topConf string, opts ...func(*queue.Config)) *queueNATS {
 	t.Helper()
 	dir := t.TempDir()
-	issuer, err := nkeys.CreateAccount()
+	auth, err := natsauth.Write(filepath.Join(dir, "auth"))
 	require.NoError(t, err)
-	issuerPub, err := issuer.PublicKey()
+	srv, err := natsauth.StartWith(filepath.Join(dir, "nats"), "127.0.0.1", auth, queue.WorkerExports(stream.Config{}),
+		natsauth.Extra{JetStream: jsConf, Top: topConf})
 	require.NoError(t, err)
-	seed, err := issuer.Seed()
-	require.NoError(t, err)
-	seedFile, pwFile := filepath.Join(dir, "issuer.nk"), filepath.Join(dir, "password")
-	require.NoError(t, os.WriteFile(seedFile, seed, 0o600))
-	require.NoError(t, os.WriteFile(pwFile, []byte("queue-secret"), 0o600))
-	conf := filepath.Join(dir, "nats.conf")
-	require.NoError(t, os.WriteFile(conf, fmt.Appendf(nil, `
-listen: "127.0.0.1:-1"
-%[5]s
-jetstream { store_dir: %[1]q
-%[4]s }
-accounts { %[2]s { jetstream: enabled, users: [ { user: runplane-queue, password: queue-secret } ] } }
-authorization { timeout: 10, auth_callout { issuer: %[3]q, account: %[2]s, auth_users: [ runplane-queue ] } }
-`, filepath.Join(dir, "js"), queue.DefaultCalloutAccount, issuerPub, jsConf, topConf), 0o600))
-	sopts, err := server.ProcessConfigFile(conf)
-	require.NoError(t, err)
-	sopts.NoSigs, sopts.NoLog = true, true
-	srv, err := server.NewServer(sopts)
-	require.NoError(t, err)
-	go srv.Start()
-	require.True(t, srv.ReadyForConnections(10*time.Second), "nats-server did not start")
 	t.Cleanup(srv.Shutdown)
 
 	sc := stream.Config{}.WithDefaults()
@@ -90,8 +71,7 @@ authorization { timeout: 10, auth_callout { issuer: %[3]q, account: %[2]s, auth_
 	done := make(chan error, 1)
 	listening := make(chan string, 1)
 	qcfg := queue.Config{
-		NATSURL: srv.ClientURL(), NATSUser: "runplane-queue", NATSPasswordFile: pwFile,
-		Callout:    queue.CalloutConfig{IssuerSeedFile: seedFile},
+		NATSURL: srv.ClientURL(), NATSTrustFile: auth.TrustFile,
 		RESTConfig: env.RESTConfig(), Namespace: "natsauth-none", DisableIngress: true,
 		OnListen: func(addr string) { listening <- addr },
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -104,7 +84,9 @@ authorization { timeout: 10, auth_callout { issuer: %[3]q, account: %[2]s, auth_
 		stop()
 		assert.NoError(t, <-done, "queue.Run")
 	})
-	internal, err := nats.Connect(srv.ClientURL(), nats.UserInfo("runplane-queue", "queue-secret"))
+	asQueue, err := auth.QueueOption()
+	require.NoError(t, err)
+	internal, err := nats.Connect(srv.ClientURL(), asQueue)
 	require.NoError(t, err)
 	t.Cleanup(internal.Close)
 	js, err := jetstream.New(internal)
@@ -116,7 +98,7 @@ authorization { timeout: 10, auth_callout { issuer: %[3]q, account: %[2]s, auth_
 		require.NoError(c, err)
 	}, 30*time.Second, 50*time.Millisecond, "the queue's stream")
 	require.Eventually(t, func() bool {
-		subs, err := srv.Subsz(&server.SubszOptions{Subscriptions: true, Test: "$SYS.REQ.USER.AUTH", Account: queue.DefaultCalloutAccount})
+		subs, err := srv.Subsz(&server.SubszOptions{Subscriptions: true, Test: "$SYS.REQ.USER.AUTH", Account: auth.Trust.Runplane.Pub})
 		return err == nil && subs.Total > 0
 	}, 30*time.Second, 50*time.Millisecond, "the queue's callout")
 	q := &queueNATS{srv: srv, internal: internal, subj: messages.Subjects{Prefix: sc.Prefix}, stream: sc.Stream}

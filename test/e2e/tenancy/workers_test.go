@@ -4,13 +4,12 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
@@ -21,7 +20,12 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/internal/natsaccounts"
 	"github.com/runplane/runplane/internal/natscallout"
+	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/stream"
+	"github.com/runplane/runplane/test/natsauth"
 )
 
 func podSpec() corev1.PodSpec {
@@ -123,49 +127,49 @@ func TestWorkerConnectsThroughCallout(t *testing.T) {
 	tenant(t, "workers-b", "worker")
 	worker := poolPod(t, "workers-b", "echo")
 
-	issuer, err := nkeys.CreateAccount()
+	sc := stream.Config{}.WithDefaults()
+	dir := t.TempDir()
+	auth, err := natsauth.Write(filepath.Join(dir, "auth"))
 	require.NoError(t, err)
-	issuerPub, err := issuer.PublicKey()
+	srv, err := natsauth.Start(filepath.Join(dir, "nats"), "127.0.0.1", auth, queue.WorkerExports(sc))
 	require.NoError(t, err)
-	acc := server.NewAccount("RUNPLANE")
-	srv, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, NoSigs: true, Accounts: []*server.Account{acc},
-		Users:       []*server.User{{Username: "runplane", Password: "internal", Account: acc}},
-		AuthCallout: &server.AuthCallout{Issuer: issuerPub, Account: "RUNPLANE", AuthUsers: []string{"runplane"}},
-		AuthTimeout: 10, // a loaded machine, not the callout, must not decide
-	})
-	require.NoError(t, err)
-	go srv.Start()
-	require.True(t, srv.ReadyForConnections(10*time.Second))
 	defer srv.Shutdown()
-	internal, err := nats.Connect(srv.ClientURL(), nats.UserInfo("runplane", "internal"))
+	asQueue, err := auth.QueueOption()
+	require.NoError(t, err)
+	internal, err := nats.Connect(srv.ClientURL(), asQueue)
 	require.NoError(t, err)
 	defer internal.Close()
+	sysJWT, sysSeed, err := auth.Trust.SystemCreds()
+	require.NoError(t, err)
+	sys, err := nats.Connect(srv.ClientURL(), nats.UserJWTAndSeed(sysJWT, string(sysSeed)))
+	require.NoError(t, err)
+	defer sys.Close()
 	responder := &natscallout.Responder{
-		Issuer: issuer, Account: "RUNPLANE", Clock: clock.RealClock{}, MaxTTL: time.Hour,
-		Auth: &natscallout.KubeAuthenticator{Client: env.Client(), Audience: natscallout.Audience},
-		Permit: func(id natscallout.Identity) jwt.Permissions {
-			var p jwt.Permissions
-			p.Sub.Allow.Add("dispatch." + id.Namespace + "." + id.Pool + "." + id.Worker)
-			return p
-		},
+		Trust: auth.Trust, Clock: clock.RealClock{}, MaxTTL: time.Hour,
+		Auth:     &natscallout.KubeAuthenticator{Client: env.Client(), Audience: natscallout.Audience},
+		Layout:   queue.WorkerLayout(sc),
+		Accounts: &natscallout.WorkerAccounts{Trust: auth.Trust, Resolver: &natsaccounts.Resolver{Conn: sys, Trust: auth.Trust}},
 	}
 	go func() {
 		_ = natscallout.Serve(ctx, internal, responder, natscallout.NewMetrics(nil), slog.New(slog.NewTextHandler(io.Discard, nil)), natscallout.ServeOptions{})
 	}()
-	require.Eventually(t, func() bool { return srv.NumSubscriptions() > 0 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		subs, err := srv.Subsz(&server.SubszOptions{Subscriptions: true, Test: "$SYS.REQ.USER.AUTH", Account: auth.Trust.Runplane.Pub})
+		return err == nil && subs.Total > 0
+	}, 5*time.Second, 10*time.Millisecond)
 
 	violations := make(chan error, 1)
 	conn, err := nats.Connect(srv.ClientURL(), nats.Token(token(t, "workers-b", "worker", []string{natscallout.Audience}, bound(worker))),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
 	require.NoError(t, err)
 	defer conn.Close()
-	_, err = conn.SubscribeSync("dispatch.workers-b.echo." + worker.Name)
+	subj := messages.Subjects{Prefix: sc.Prefix}
+	_, err = conn.SubscribeSync(subj.Cancel("workers-b", "echo", worker.Name))
 	require.NoError(t, err)
-	_, err = conn.SubscribeSync("dispatch.workers-a.>")
+	_, err = conn.SubscribeSync(subj.Cancel("workers-a", "*", "*"))
 	require.NoError(t, err)
 	require.NoError(t, conn.Flush())
-	require.ErrorContains(t, <-violations, `Permissions Violation for Subscription to "dispatch.workers-a.>"`)
+	require.ErrorContains(t, <-violations, `Permissions Violation for Subscription to "`+subj.Cancel("workers-a", "*", "*")+`"`)
 
 	_, err = nats.Connect(srv.ClientURL(), nats.Token(token(t, "workers-b", "worker", nil, nil)), nats.NoReconnect())
 	require.ErrorContains(t, err, "Authorization Violation")
