@@ -257,3 +257,65 @@ func TestWorkerCannotCreateConsumers(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "marker", string(first.Data), "only the marker reaches the victim's cancel subject")
 }
+
+// TestReplySubjectsStayInTheWorkersAccount is the reply-redirection attack:
+// nats-server answers a JetStream request (here a direct get of an object
+// the worker stored itself) on whatever reply subject the requester names,
+// with JetStream's authority, and checks the requester's permissions
+// against the request subject only. In one shared account a worker made
+// the stream publish its stored bytes on JetStream's API (a consumer
+// create delivering another tenant's dispatches to it) and on another
+// tenant's cancel subject. In an account of its own, the reply the server
+// sends lands in the worker's account, where nothing of RUNPLANE's listens.
+func TestReplySubjectsStayInTheWorkersAccount(t *testing.T) {
+	srv, a := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mallory := Identity{Name: "team-m/echo-1", Namespace: "team-m", Pool: "echo", Worker: "echo-1", Expires: time.Now().Add(time.Hour)}
+	internal, _, _ := serveCallout(t, ctx, srv, a, &Responder{MaxTTL: time.Hour, Clock: clock.RealClock{}, Auth: tokens{"mallory": mallory}}, ServeOptions{})
+	ijs, err := jetstream.New(internal)
+	require.NoError(t, err)
+	_, err = ijs.CreateStream(ctx, jetstream.StreamConfig{Name: "RS", Subjects: []string{"rs.dispatch.>"}})
+	require.NoError(t, err)
+	own := testLayout(mallory)
+	bob := testLayout(Identity{Namespace: "team-b", Pool: "echo", Worker: "echo-1"})
+	buckets := &objects.Buckets{JS: ijs, Cfg: objects.Config{StreamName: "RS", TTL: time.Hour}}
+	_, err = buckets.Ensure(ctx, "team-m")
+	require.NoError(t, err)
+	// What the victim's side sees: its cancel subject, and any consumer.
+	victim, err := internal.SubscribeSync(bob.Cancel)
+	require.NoError(t, err)
+	require.NoError(t, internal.Flush())
+
+	nc, err := nats.Connect(srv.ClientURL(), nats.Token("mallory"), nats.CustomInboxPrefix(own.Inbox))
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.NewWithAPIPrefix(nc, messages.WorkerJSAPIPrefix)
+	require.NoError(t, err)
+	// The payload: a consumer config delivering every dispatch to the
+	// worker's inbox, stored as an object chunk in its own bucket.
+	evil := []byte(`{"stream_name":"RS","config":{"name":"evil","deliver_subject":"` + own.Inbox + `.loot","ack_policy":"none"}}`)
+	obs, err := js.ObjectStore(ctx, own.ObjectBucket)
+	require.NoError(t, err)
+	_, err = obs.PutBytes(ctx, "payload", evil)
+	require.NoError(t, err)
+	for _, reply := range []string{"$JS.API.CONSUMER.CREATE.RS.evil", bob.Cancel} {
+		// A direct get of the stored chunk, its answer aimed at reply.
+		req := nats.NewMsg(messages.WorkerJSAPIPrefix + ".DIRECT.GET.OBJ_" + own.ObjectBucket)
+		req.Data = []byte(`{"next_by_subj":"$O.` + own.ObjectBucket + `.C.>","seq":1}`)
+		req.Reply = reply
+		require.NoError(t, nc.PublishMsg(req))
+	}
+	require.NoError(t, nc.Flush())
+	// The barrier: a request of its own on the same path is answered, so
+	// the two redirected ones were served before it.
+	_, err = obs.GetInfo(ctx, "payload")
+	require.NoError(t, err)
+
+	_, err = ijs.Consumer(ctx, "RS", "evil")
+	require.ErrorIs(t, err, jetstream.ErrConsumerNotFound, "no consumer made by a redirected reply")
+	require.NoError(t, internal.Publish(bob.Cancel, []byte("marker")))
+	first, err := victim.NextMsg(5 * time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, "marker", string(first.Data), "nothing but the marker reaches the victim's cancel subject")
+}
