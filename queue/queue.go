@@ -242,6 +242,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		runnables = append(runnables, d)
 	}
+	var revoke func(ns, pool, worker string)
 	if trust != nil {
 		calloutKube, err := limitedClient(cfg.RESTConfig, cfg.Callout.Client, 50, 100)
 		if err != nil {
@@ -252,7 +253,9 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		defer closeResolver()
-		co, err := newCallout(cfg.Callout, nc, calloutKube, trust, &natscallout.WorkerAccounts{Trust: trust, Resolver: resolver},
+		accounts := &natscallout.WorkerAccounts{Trust: trust, Resolver: resolver}
+		revoke = newRevoker(accounts, reg, log).revokeFunc(ctx)
+		co, err := newCallout(cfg.Callout, nc, calloutKube, trust, accounts,
 			st, st.Objects, st.Chunks, WorkerLayout(cfg.Stream.WithDefaults()), reg, log)
 		if err != nil {
 			return err
@@ -304,7 +307,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if !cfg.DisableActivator {
 		act, err := activator.New(activator.Config{Store: st, NC: nc, Pools: pools, Kube: kube, Namespace: cfg.Namespace,
 			HeartbeatTimeout: cfg.HeartbeatTimeout, SilentHold: cfg.SilentHold, MaxAttempts: cfg.MaxAttempts, Backoff: cfg.Backoff, Tick: cfg.Tick, Scaler: cfg.Scaler,
-			Limits: cfg.Limits, Logger: log, Registerer: reg})
+			Limits: cfg.Limits, Revoke: revoke, Logger: log, Registerer: reg})
 		if err != nil {
 			return err
 		}

@@ -71,6 +71,14 @@ func (c *Cache[T]) Get(name string, create func() (T, error)) (T, error) {
 	return v, nil
 }
 
+// Forget drops what is remembered of name: the next Get creates it again.
+func (c *Cache[T]) Forget(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.open, name)
+	delete(c.failed, name)
+}
+
 // nats-server's JSInsufficientResourcesErr ("insufficient resources") and
 // JSStorageResourcesExceededErr ("insufficient storage resources
 // available"), answered to a stream whose MaxBytes cannot be reserved;

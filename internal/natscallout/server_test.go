@@ -155,3 +155,41 @@ func dial(url string, opts ...nats.Option) (*nats.Conn, error) {
 		}
 	}
 }
+
+// TestRevokeClosesTheWorkersConnection: revoking a worker (its Pod was
+// deleted) closes its open connection at once, and the same token, still
+// admitted by the callout's caches, is refused instead of bringing the
+// account back.
+func TestRevokeClosesTheWorkersConnection(t *testing.T) {
+	srv, a := startServer(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	alice := Identity{Name: "team-a/echo-1", Namespace: "team-a", Pool: "echo", Worker: "echo-1", Expires: time.Now().Add(time.Hour)}
+	sysJWT, sysSeed, err := a.Trust.SystemCreds()
+	require.NoError(t, err)
+	sys, err := nats.Connect(srv.ClientURL(), nats.UserJWTAndSeed(sysJWT, string(sysSeed)))
+	require.NoError(t, err)
+	defer sys.Close()
+	accounts := &WorkerAccounts{Trust: a.Trust, Resolver: &natsaccounts.Resolver{Conn: sys, Trust: a.Trust}}
+	_, m, _ := serveCallout(t, ctx, srv, a, &Responder{MaxTTL: time.Hour, Clock: clock.RealClock{}, Accounts: accounts,
+		Auth: NewCached(tokens{"alice": alice}, CacheOptions{})}, ServeOptions{})
+
+	closed := make(chan struct{})
+	worker, err := dial(srv.ClientURL(), nats.Token("alice"), nats.NoReconnect(), nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
+	require.NoError(t, err)
+	defer worker.Close()
+	require.NoError(t, worker.Flush())
+
+	revoked := time.Now()
+	require.NoError(t, accounts.Revoke(ctx, "team-a", "echo", "echo-1"))
+	select {
+	case <-closed:
+		assert.Less(t, time.Since(revoked), 10*time.Second)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the revoked worker's connection is still open 10 s later")
+	}
+	_, err = dial(srv.ClientURL(), nats.Token("alice"), nats.NoReconnect(), nats.Timeout(10*time.Second))
+	require.Error(t, err, "a cached admission must not bring a revoked account back")
+	assert.Contains(t, strings.ToLower(err.Error()), "authorization violation")
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.Answers.WithLabelValues("refused", ReasonOther)), "refused for its account, not its token")
+}

@@ -171,8 +171,11 @@ func (a *Activator) watchPods(ctx context.Context) {
 		}
 	}
 	_, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { a.onPod(ctx, o, false) },
-		UpdateFunc: func(_, o any) { a.onPod(ctx, o, false) },
+		AddFunc: func(o any) { a.onPod(ctx, o, false) },
+		UpdateFunc: func(old, o any) {
+			a.revokeRelabelled(old, o)
+			a.onPod(ctx, o, false)
+		},
 		DeleteFunc: func(o any) { a.onPod(ctx, o, true) },
 	})
 	if err == nil {
@@ -246,6 +249,9 @@ func (a *Activator) onPod(ctx context.Context, o any, deleted bool) {
 			a.notePod(pod, why)
 		}
 	}
+	if gone && a.cfg.Revoke != nil {
+		a.cfg.Revoke(pod.Namespace, pod.Labels[api.LabelPool], pod.Name)
+	}
 	conc, _ := strconv.Atoi(pod.Annotations[api.AnnotationConcurrency])
 	info := state.Pod{Created: pod.CreationTimestamp.Time, Terminating: pod.DeletionTimestamp != nil}
 	var lost *state.Loss
@@ -256,6 +262,20 @@ func (a *Activator) onPod(ctx context.Context, o any, deleted bool) {
 	a.lost(ctx, lost)
 	if poke {
 		a.poke()
+	}
+}
+
+// revokeRelabelled ends the NATS access a Pod had as a worker of the pool
+// it was labelled with before an update (a Pod's labels can change; the
+// callout placed it in that pool's account).
+func (a *Activator) revokeRelabelled(old, cur any) {
+	o, ok1 := old.(*corev1.Pod)
+	c, ok2 := cur.(*corev1.Pod)
+	if a.cfg.Revoke == nil || !ok1 || !ok2 {
+		return
+	}
+	if was := o.Labels[api.LabelPool]; was != "" && was != c.Labels[api.LabelPool] {
+		a.cfg.Revoke(o.Namespace, was, o.Name)
 	}
 }
 

@@ -3,10 +3,8 @@ package tenancy
 import (
 	"context"
 	"encoding/base64"
-	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,7 +13,6 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -303,4 +300,34 @@ func forge(t *testing.T, tok string) string {
 	forged := strings.ReplaceAll(string(payload), "nats-b", "nats-a")
 	require.NotEqual(t, string(payload), forged)
 	return parts[0] + "." + base64.RawURLEncoding.EncodeToString([]byte(forged)) + "." + parts[2]
+}
+
+// TestDeletedWorkerLosesNATS: a worker's NATS connection, admitted for its
+// Pod-bound token, is closed within 10 s of its Pod being deleted (the
+// activator sees the deletion and revokes the worker's account), and the
+// token, still in the callout's admission cache, does not reconnect.
+func TestDeletedWorkerLosesNATS(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ns, pool := "nats-revoke", "echo"
+	tenant(t, ns, "worker")
+	pod := poolPods(t, ns, pool, 1)[0]
+	q := startQueueNATS(t, ctx, withIngress(ns))
+	tok := token(t, ns, "worker", []string{api.NATSTokenAudience}, bound(pod))
+	nc, _, err := q.connect(tok, messages.WorkerInbox(ns, pool, pod.Name))
+	require.NoError(t, err, "the worker's own token")
+	defer nc.Close()
+	closed := make(chan struct{})
+	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
+
+	deleted := time.Now()
+	require.NoError(t, env.Client().CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
+	select {
+	case <-closed:
+		t.Logf("closed %s after the Pod's deletion", time.Since(deleted).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatal("the deleted worker's NATS connection is still open 10 s later")
+	}
+	_, _, err = q.connect(tok, messages.WorkerInbox(ns, pool, pod.Name))
+	require.Error(t, err, "the deleted Pod's token")
 }
