@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"strings"
 	"time"
 
@@ -287,7 +286,7 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Info("ingress listening", "addr", ln.Addr().String())
 		// Served on every replica; the manager stops it after the activator.
 		runnables = append(runnables, &manager.Server{Name: "ingress", Listener: ln, ShutdownTimeout: ptr.To(5 * time.Second),
-			Server: &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}})
+			Server: srv.HTTPServer()})
 	}
 	if !cfg.DisableActivator {
 		act, err := activator.New(activator.Config{Store: st, NC: nc, Pools: pools, Kube: kube, Namespace: cfg.Namespace,
