@@ -103,6 +103,9 @@ type Config struct {
 	Limits            pool.Limits
 	DefaultTTLSeconds int
 	MaxBodyBytes      int64
+	// IngressHTTP bounds what a connection to the ingress may hold
+	// (timeouts, unauthenticated connections; ingress.HTTPLimits).
+	IngressHTTP ingress.HTTPLimits
 	// MaxPayloadBytes bounds a payload and a response body (default 64
 	// MiB; ingress.Config.MaxPayloadBytes).
 	MaxPayloadBytes  int64
@@ -268,7 +271,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		srv, err := ingress.New(ctx, ingress.Config{Store: st, NC: nc, Pools: pools, Auth: gate, InsecureNoAuth: cfg.InsecureDisableCallerAuth, Limits: cfg.Limits,
 			DefaultTTLSeconds: cfg.DefaultTTLSeconds, MaxTTLSeconds: maxTTLSeconds(cfg.Stream), MaxBodyBytes: cfg.MaxBodyBytes, MaxPayloadBytes: cfg.MaxPayloadBytes, Logger: log, Registerer: reg,
-			Callbacks: callbacks, Namespaces: nss,
+			Callbacks: callbacks, Namespaces: nss, HTTP: cfg.IngressHTTP,
 			// With the manager's metrics (leader election, client-go), whose
 			// own metrics listener is off: /metrics stays on the ingress port.
 			Gatherer: prometheus.Gatherers{reg, ctrlmetrics.Registry}})
@@ -285,8 +288,8 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		log.Info("ingress listening", "addr", ln.Addr().String())
 		// Served on every replica; the manager stops it after the activator.
-		runnables = append(runnables, &manager.Server{Name: "ingress", Listener: ln, ShutdownTimeout: ptr.To(5 * time.Second),
-			Server: srv.HTTPServer()})
+		hs, hln := srv.HTTPServer(ln)
+		runnables = append(runnables, &manager.Server{Name: "ingress", Listener: hln, ShutdownTimeout: ptr.To(5 * time.Second), Server: hs})
 	}
 	if !cfg.DisableActivator {
 		act, err := activator.New(activator.Config{Store: st, NC: nc, Pools: pools, Kube: kube, Namespace: cfg.Namespace,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/ingress"
 	"github.com/runplane/runplane/queue/stubworker"
 
 	"github.com/stretchr/testify/assert"
@@ -121,24 +122,41 @@ func TestAsyncLifecycle(t *testing.T) {
 	require.True(t, slices.Equal(got, want), "transitions %v, want %v", got, want)
 }
 
+// TestSyncRoundTripAndAlias: both routes run a sync invocation; the seed
+// alias takes its pool from the body or, for a body over
+// ingress.DefaultAliasBodyBytes (read before the caller is authorized),
+// from the query only.
 func TestSyncRoundTripAndAlias(t *testing.T) {
 	e := newEnv(t, nil)
 	e.worker("w1", 4, nil)
+	big := strings.Repeat("x", ingress.DefaultAliasBodyBytes)
 	tests := []struct {
 		name, path string
 		body       map[string]any
+		code       int
+		want       string // the response body's payload, or a word of the problem
 	}{
-		{"v1", "/v1/namespaces/default/pools/echo/invocations", map[string]any{"mode": "sync", "payload": map[string]int{"n": 1}}},
-		{"seed alias", "/api/v1/serverless/invocations", map[string]any{"mode": "sync", "namespace": "default", "serverlessRequestID": "echo", "payload": map[string]int{"n": 1}}},
+		{"v1", "/v1/namespaces/default/pools/echo/invocations", map[string]any{"mode": "sync", "payload": map[string]int{"n": 1}}, 200, `{"n":1}`},
+		{"seed alias", "/api/v1/serverless/invocations", map[string]any{"mode": "sync", "namespace": "default", "serverlessRequestID": "echo", "payload": map[string]int{"n": 1}}, 200, `{"n":1}`},
+		{"seed alias, pool in the query, big body", "/api/v1/serverless/invocations?namespace=default&serverlessRequestID=echo",
+			map[string]any{"mode": "sync", "payload": map[string]string{"s": big}}, 200, `{"s":"` + big + `"}`},
+		{"seed alias, pool in the body, big body", "/api/v1/serverless/invocations",
+			map[string]any{"mode": "sync", "namespace": "default", "serverlessRequestID": "echo", "payload": map[string]string{"s": big}}, 413, "in the query"},
+		{"seed alias, query and body disagree", "/api/v1/serverless/invocations?namespace=default&serverlessRequestID=echo",
+			map[string]any{"mode": "sync", "namespace": "default", "serverlessRequestID": "other"}, 400, "differs from the pool"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := e.do("POST", tc.path, tc.body)
+			require.Equal(t, tc.code, r.code, "%s", r.raw)
+			if tc.code != 200 {
+				assert.Contains(t, r.body["detail"], tc.want)
+				return
+			}
 			var rec messages.Record
 			_ = json.Unmarshal(r.raw, &rec)
-			require.Equal(t, 200, r.code, "sync: %s", r.raw)
 			require.Equal(t, messages.StateSucceeded, rec.State)
-			require.JSONEq(t, `{"n":1}`, string(rec.Response.Body))
+			require.JSONEq(t, tc.want, string(rec.Response.Body))
 		})
 	}
 }

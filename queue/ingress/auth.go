@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/internal/messages"
@@ -42,19 +43,16 @@ func (s *Server) allowed(w http.ResponseWriter, r *http.Request, req callerauth.
 }
 
 func (s *Server) refuse(w http.ResponseWriter, req callerauth.Request, err error) {
-	var refusal *callerauth.Refusal
-	if errors.As(err, &refusal) {
-		s.m.rejected.WithLabelValues(fmt.Sprint(refusal.Status)).Inc()
-		if refusal.RetryAfter > 0 {
-			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(refusal.RetryAfter.Seconds()))))
-		}
-		problem(w, nil, refusal.Status, refusal.Message)
+	if s.answerRefusal(w, err) {
 		return
 	}
 	s.cfg.Logger.Warn("caller authorization: apiserver unavailable", "request", req.String(), "err", err)
 	s.m.rejected.WithLabelValues("503").Inc()
 	problem(w, nil, http.StatusServiceUnavailable, fmt.Sprintf("cannot ask the apiserver whether the caller may %s: %v", req, err))
 }
+
+// retryAfter is d as a Retry-After header: whole seconds, rounded up.
+func retryAfter(d time.Duration) string { return strconv.Itoa(int(math.Ceil(d.Seconds()))) }
 
 // record reads invocation id of namespace ns for a caller who wants to do
 // verb on it, and answers when it may not. The pool is known only from the

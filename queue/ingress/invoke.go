@@ -65,9 +65,26 @@ type Ack struct {
 
 func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolName string, alias bool) {
 	start := time.Now()
-	// The path names the pool: the caller is checked before its body is read.
-	if !alias && !s.authorizeInvoke(w, r, ns, poolName) {
+	// The caller is authenticated (authenticated, before any of this). The
+	// path names the pool, and so may the alias's query: the caller is then
+	// authorized before its body is read. An alias request that names its
+	// pool only inside the body is read first, within AliasBodyBytes.
+	where := "the path"
+	if alias {
+		q := r.URL.Query()
+		ns, poolName, where = q.Get("namespace"), q.Get("serverlessRequestID"), "the query"
+		if (ns == "" || poolName == "") && rawBody(r) {
+			s.reject(w, http.StatusBadRequest, "a raw body on the seed alias needs query parameters namespace and serverlessRequestID (the pool's namespace and name)")
+			return
+		}
+	}
+	named := ns != "" && poolName != ""
+	if named && !s.authorizeInvoke(w, r, ns, poolName) {
 		return
+	}
+	limit := s.cfg.MaxBodyBytes
+	if !named {
+		limit = s.cfg.AliasBodyBytes
 	}
 	var req InvokeRequest
 	if rawBody(r) {
@@ -75,22 +92,35 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 		if req, ok = s.decodeRaw(w, r); !ok {
 			return
 		}
-	} else if err := decodeBody(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), &req); err != nil {
+	} else if err := decodeBody(http.MaxBytesReader(w, r.Body, limit), &req); err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		switch {
+		case errors.As(err, &mbe) && !named:
+			s.reject(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("a seed-alias body that names its pool only inside it may have %d bytes (it is read before "+
+				"the caller is authorized for the pool): name the pool in the query (?namespace=…&serverlessRequestID=…) to send up to %d bytes", limit, s.cfg.MaxBodyBytes))
+		case errors.As(err, &mbe):
 			s.reject(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes (a payload may have %d bytes, %s)",
 				s.cfg.MaxBodyBytes, s.cfg.MaxPayloadBytes, mib(s.cfg.MaxPayloadBytes)))
-			return
+		case s.bodyTimedOut(w, err):
+		default:
+			s.reject(w, http.StatusBadRequest, fmt.Sprintf("invalid JSON body: %v", err))
 		}
-		s.reject(w, http.StatusBadRequest, fmt.Sprintf("invalid JSON body: %v", err))
 		return
 	}
 	if n := messages.PayloadSize(req.ContentType, req.Payload); n > s.cfg.MaxPayloadBytes {
 		s.tooLarge(w, "payload", n)
 		return
 	}
-	if alias {
-		poolName, ns = req.ServerlessRequestID, req.Namespace
+	if ns != "" && req.Namespace != "" && req.Namespace != ns {
+		s.reject(w, http.StatusBadRequest, fmt.Sprintf("field namespace %q differs from the namespace %q in %s", req.Namespace, ns, where))
+		return
+	}
+	if poolName != "" && req.ServerlessRequestID != "" && req.ServerlessRequestID != poolName {
+		s.reject(w, http.StatusBadRequest, fmt.Sprintf("field serverlessRequestID %q differs from the pool %q in %s", req.ServerlessRequestID, poolName, where))
+		return
+	}
+	if !named {
+		ns, poolName = cmp.Or(ns, req.Namespace), cmp.Or(poolName, req.ServerlessRequestID)
 		if ns == "" {
 			s.reject(w, http.StatusBadRequest, "field namespace is required (the pool's namespace)")
 			return
@@ -99,18 +129,9 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 			s.reject(w, http.StatusBadRequest, "field serverlessRequestID is required (the pool name)")
 			return
 		}
-	} else {
-		if req.ServerlessRequestID != "" && req.ServerlessRequestID != poolName {
-			s.reject(w, http.StatusBadRequest, fmt.Sprintf("field serverlessRequestID %q differs from the pool %q in the path", req.ServerlessRequestID, poolName))
+		if !s.authorizeInvoke(w, r, ns, poolName) {
 			return
 		}
-		if req.Namespace != "" && req.Namespace != ns {
-			s.reject(w, http.StatusBadRequest, fmt.Sprintf("field namespace %q differs from the namespace %q in the path", req.Namespace, ns))
-			return
-		}
-	}
-	if alias && !s.authorizeInvoke(w, r, ns, poolName) {
-		return
 	}
 	streamed := wantsStream(r, req)
 	if streamed && req.Mode == "" {

@@ -79,7 +79,9 @@ func (s *Server) decodeRaw(w http.ResponseWriter, r *http.Request) (InvokeReques
 		return req, false
 	}
 	if err != nil {
-		s.reject(w, http.StatusBadRequest, fmt.Sprintf("read body: %v", err))
+		if !s.bodyTimedOut(w, err) {
+			s.reject(w, http.StatusBadRequest, fmt.Sprintf("read body: %v", err))
+		}
 		return req, false
 	}
 	if len(b) > 0 {
