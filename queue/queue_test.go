@@ -51,7 +51,7 @@ func TestRequestValidation(t *testing.T) {
 		{"bad id on cancel", "POST", "/v1/namespaces/default/invocations/%3E/cancel", nil, 400, "invocation ID"},
 		{"old invoke route", "POST", "/v1/pools/echo/invocations", map[string]any{"mode": "async"}, 404, "/v1/namespaces/{namespace}/pools/{pool}"},
 		{"old get route", "GET", "/v1/invocations/taken", nil, 404, "/v1/namespaces/{namespace}/invocations/{id}"},
-		{"id of another pool", "POST", "/v1/namespaces/default/pools/echo/invocations", map[string]any{"mode": "async", "invocationID": "taken"}, 409, "belongs to pool"},
+		{"id of another pool", "POST", "/v1/namespaces/default/pools/echo/invocations", map[string]any{"mode": "async", "invocationID": "taken"}, 409, "cannot be used in namespace"},
 		{"unknown invocation", "GET", "/v1/namespaces/default/invocations/missing", nil, 404, "not found"},
 		{"invocation of another namespace", "GET", "/v1/namespaces/team-b/invocations/taken", nil, 404, "not found"},
 		{"cancel in another namespace", "POST", "/v1/namespaces/team-b/invocations/taken/cancel", nil, 404, "not found"},

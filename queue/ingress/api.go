@@ -89,7 +89,7 @@ func invokeResponses(notFound string) []response {
 		{status: http.StatusAccepted, body: Ack{}, description: "async: accepted, with the JetStream ack"},
 		badRequest, unauthorized, forbidden,
 		{status: http.StatusNotFound, body: Problem{}, description: notFound},
-		{status: http.StatusConflict, body: Problem{}, description: "the invocation ID belongs to another pool, or was accepted with another request " +
+		{status: http.StatusConflict, body: Problem{}, description: "the invocation ID is taken in the namespace (by another pool, not named), or was accepted with another request " +
 			"(payload, headers, attributes or contentType differ), or several Deployments of the namespace claim the pool (the detail names them)"},
 		{status: http.StatusRequestTimeout, body: Problem{}, description: "the body did not arrive within the ingress's body read timeout"},
 		{status: http.StatusRequestEntityTooLarge, body: Problem{}, description: "the body is over the ingress's limit (on the seed alias, a body that names its pool " +

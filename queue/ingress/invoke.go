@@ -302,6 +302,13 @@ func accepted(final, rec messages.Record) messages.Record {
 
 type conflictError struct{ msg string }
 
+// idTaken is the 409 of an ID the request may not use, whoever holds it
+// (another pool of the namespace, the namespace's predecessor): the
+// caller learns that the ID is taken, and nothing of its holder.
+func idTaken(inv messages.Invocation) *conflictError {
+	return &conflictError{fmt.Sprintf("invocationID %s cannot be used in namespace %q: use a new invocationID", inv.InvocationID, inv.Namespace)}
+}
+
 func (e *conflictError) Error() string { return e.msg }
 
 // accept makes inv durable exactly once and returns the ack and the
@@ -413,10 +420,13 @@ func (s *Server) duplicate(ctx context.Context, ack Ack, rec messages.Record, in
 	if same, err := s.sameNamespace(ctx, rec); err != nil {
 		return ack, messages.Record{}, err
 	} else if !same {
-		return ack, messages.Record{}, &conflictError{fmt.Sprintf("invocationID %s cannot be used in namespace %q: use a new invocationID", inv.InvocationID, inv.Namespace)}
+		return ack, messages.Record{}, idTaken(inv)
 	}
+	// Another pool's invocation: its caller may not see that pool, so the
+	// answer is the predecessor's, naming neither the pool nor anything of
+	// the invocation.
 	if rec.Pool != inv.Pool {
-		return ack, rec, &conflictError{fmt.Sprintf("invocationID %s already belongs to pool %q of namespace %q", inv.InvocationID, rec.Pool, rec.Namespace)}
+		return ack, messages.Record{}, idTaken(inv)
 	}
 	// A Record without a hash (written by an older ingress, or re-created
 	// by the activator from the stored message after it expired) cannot be
