@@ -413,7 +413,10 @@ func (d *Deliverer) post(ctx context.Context, rec messages.Record, event message
 	req.Header.Set(SignatureHeader, Sign(at, body, keys...))
 	resp, err := d.client.Do(req)
 	if err != nil {
-		a.Error = err.Error()
+		if re := (*RefusedError)(nil); errors.As(err, &re) {
+			d.cfg.Logger.Info("callback: target refused", "namespace", rec.Namespace, "invocation", rec.InvocationID, "addr", re.Addr, "reason", re.Reason)
+		}
+		a.Error = attemptError(rec.Callback.URL, err)
 		return a
 	}
 	defer resp.Body.Close()
