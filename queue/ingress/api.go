@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/runplane/runplane/internal/apiview"
 	"github.com/runplane/runplane/internal/httpjson"
 	"github.com/runplane/runplane/internal/messages"
 )
@@ -85,7 +86,7 @@ var (
 
 func invokeResponses(notFound string) []response {
 	return []response{
-		{status: http.StatusOK, body: messages.Record{}, description: "sync: the terminal Record (its response is the worker's answer)"},
+		{status: http.StatusOK, body: apiview.Record{}, description: "sync: the terminal Record (its response is the worker's answer)"},
 		{status: http.StatusAccepted, body: Ack{}, description: "async: accepted, with the JetStream ack"},
 		badRequest, unauthorized, forbidden,
 		{status: http.StatusNotFound, body: Problem{}, description: notFound},
@@ -123,7 +124,7 @@ func operations() []operation {
 		{method: http.MethodGet, path: "/v1/namespaces/{namespace}/invocations/{id}", id: "getInvocation", tag: "invocations",
 			summary: "An invocation's state and result",
 			responses: []response{
-				{status: http.StatusOK, body: messages.Record{}, description: "the Record"},
+				{status: http.StatusOK, body: apiview.Record{}, description: "the Record"},
 				badRequest, unauthorized, forbidden,
 				{status: http.StatusNotFound, body: Problem{}, description: "no such invocation in this namespace (an ID of another namespace included)"},
 				unavailable,
@@ -143,7 +144,7 @@ func operations() []operation {
 			summary:     "Cancel an invocation",
 			description: "A queued invocation becomes cancelled at once; a running one's worker is sent a cancel, which reaches the framework as a closed connection.",
 			responses: []response{
-				{status: http.StatusOK, body: messages.Record{}, description: "the Record, now cancelled"},
+				{status: http.StatusOK, body: apiview.Record{}, description: "the Record, now cancelled"},
 				badRequest, unauthorized, forbidden,
 				{status: http.StatusNotFound, body: Problem{}, description: "no such invocation in this namespace"},
 				{status: http.StatusConflict, body: InvocationProblem{}, description: "the invocation already finished: state names how"},

@@ -50,13 +50,14 @@ type Subjects struct {
 	Metrics string `json:"metrics"`
 }
 
-// Ack is the answer to an accepted async invocation (202).
+// Ack is the answer to an accepted async invocation (202). It carries no
+// stream sequence: a position in the stream all tenants share counts
+// their invocations.
 type Ack struct {
 	InvocationID string         `json:"invocationID"`
 	Namespace    string         `json:"namespace"`
 	Pool         string         `json:"pool"`
 	Stream       string         `json:"stream"`
-	Sequence     uint64         `json:"sequence"`
 	Duplicate    bool           `json:"duplicate"`
 	State        messages.State `json:"state"`
 	Subjects     Subjects       `json:"subjects"`
@@ -384,7 +385,7 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation, hash strin
 		s.note(len(inv.Payload) + messageOverhead)
 	}
 	rec.Sequence = pa.Sequence
-	ack.Sequence, ack.Duplicate, ack.State, ack.AcceptedAt = pa.Sequence, pa.Duplicate, messages.StateQueued, inv.AcceptedAt
+	ack.Duplicate, ack.State, ack.AcceptedAt = pa.Duplicate, messages.StateQueued, inv.AcceptedAt
 	return ack, rec, nil
 }
 
@@ -455,7 +456,7 @@ func (s *Server) duplicate(ctx context.Context, ack Ack, rec messages.Record, in
 		}
 		rec.Sequence = pa.Sequence
 	}
-	ack.Sequence, ack.Duplicate, ack.State, ack.AcceptedAt = rec.Sequence, true, rec.State, rec.AcceptedAt
+	ack.Duplicate, ack.State, ack.AcceptedAt = true, rec.State, rec.AcceptedAt
 	return ack, rec, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"strconv"
 
 	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/internal/apiview"
 	"github.com/runplane/runplane/internal/httpjson"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/objects"
@@ -187,5 +188,5 @@ func (s *Server) writeRecord(w http.ResponseWriter, ctx context.Context, code in
 		s.reject(w, http.StatusBadGateway, err.Error())
 		return
 	}
-	httpjson.Write(w, code, full)
+	httpjson.Write(w, code, apiview.NewRecord(full))
 }

@@ -240,7 +240,6 @@ type Ack struct {
 	InvocationID string    `json:"invocationID"`
 	Namespace    string    `json:"namespace"`
 	Pool         string    `json:"pool"`
-	Sequence     int       `json:"sequence"`
 	State        AckState  `json:"state"`
 	Stream       string    `json:"stream"`
 	Subjects     Subjects  `json:"subjects"`
@@ -467,7 +466,6 @@ type PoolStatus struct {
 	Backlog   int            `json:"backlog"`
 	Capacity  int            `json:"capacity"`
 	InFlight  int            `json:"inFlight"`
-	InvokeSeq *int           `json:"invokeSeq,omitempty"`
 	Namespace string         `json:"namespace"`
 	Pool      string         `json:"pool"`
 	Replicas  int            `json:"replicas"`
@@ -512,7 +510,6 @@ type Record struct {
 	Response        *Response         `json:"response,omitempty"`
 	ResponseBodyRef *ObjectRef        `json:"responseBodyRef,omitempty"`
 	Retries         *int              `json:"retries,omitempty"`
-	Sequence        *int              `json:"sequence,omitempty"`
 	State           RecordState       `json:"state"`
 	Stream          *string           `json:"stream,omitempty"`
 	UpdatedAt       time.Time         `json:"updatedAt"`
