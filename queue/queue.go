@@ -90,6 +90,9 @@ type Config struct {
 	InsecureDisableCallerAuth bool
 	// CallerAuth tunes the caches and limits of those reviews.
 	CallerAuth callerauth.Options
+	// CallerAuthorizer decides in place of those reviews (tests: callers
+	// without an apiserver); it wins over InsecureDisableCallerAuth.
+	CallerAuthorizer ingress.Authorizer
 	// CallerAuthClient limits caller authentication's own Kubernetes client
 	// (default 50 QPS, burst 100), apart from the callout's and the
 	// activator's: a flood of callers cannot starve worker admission.
@@ -252,6 +255,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if !cfg.DisableIngress {
 		var gate ingress.Authorizer
 		switch {
+		case cfg.CallerAuthorizer != nil:
+			gate = cfg.CallerAuthorizer
 		case cfg.InsecureDisableCallerAuth:
 			log.Warn("ingress caller authentication is OFF: anyone who reaches the ingress may invoke, read and cancel (insecure; benchmarks and tests only)")
 		case kube == nil:
@@ -269,7 +274,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			gate = g
 		}
-		srv, err := ingress.New(ctx, ingress.Config{Store: st, NC: nc, Pools: pools, Auth: gate, InsecureNoAuth: cfg.InsecureDisableCallerAuth, Limits: cfg.Limits,
+		srv, err := ingress.New(ctx, ingress.Config{Store: st, NC: nc, Pools: pools, Auth: gate, InsecureNoAuth: gate == nil && cfg.InsecureDisableCallerAuth, Limits: cfg.Limits,
 			DefaultTTLSeconds: cfg.DefaultTTLSeconds, MaxTTLSeconds: maxTTLSeconds(cfg.Stream), MaxBodyBytes: cfg.MaxBodyBytes, MaxPayloadBytes: cfg.MaxPayloadBytes, Logger: log, Registerer: reg,
 			Callbacks: callbacks, Namespaces: nss, HTTP: cfg.IngressHTTP,
 			// With the manager's metrics (leader election, client-go), whose
