@@ -66,7 +66,7 @@ type Ack struct {
 
 func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolName string, alias bool) {
 	start := time.Now()
-	// The caller is authenticated (authenticated, before any of this). The
+	// The caller is known already (Handler authenticates every route). The
 	// path names the pool, and so may the alias's query: the caller is then
 	// authorized before its body is read. An alias request that names its
 	// pool only inside the body is read first, within AliasBodyBytes.
@@ -102,7 +102,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 		case errors.As(err, &mbe):
 			s.reject(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes (a payload may have %d bytes, %s)",
 				s.cfg.MaxBodyBytes, s.cfg.MaxPayloadBytes, mib(s.cfg.MaxPayloadBytes)))
-		case s.bodyTimedOut(w, err):
+		case s.bodyTimedOut(w, err): // answered: 408
 		default:
 			s.reject(w, http.StatusBadRequest, fmt.Sprintf("invalid JSON body: %v", err))
 		}
