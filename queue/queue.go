@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"strings"
 	"time"
 
@@ -93,6 +92,9 @@ type Config struct {
 	InsecureDisableCallerAuth bool
 	// CallerAuth tunes the caches and limits of those reviews.
 	CallerAuth callerauth.Options
+	// CallerAuthorizer decides in place of those reviews (tests: callers
+	// without an apiserver); it wins over InsecureDisableCallerAuth.
+	CallerAuthorizer ingress.Authorizer
 	// CallerAuthClient limits caller authentication's own Kubernetes client
 	// (default 50 QPS, burst 100), apart from the callout's and the
 	// activator's: a flood of callers cannot starve worker admission.
@@ -106,6 +108,9 @@ type Config struct {
 	Limits            pool.Limits
 	DefaultTTLSeconds int
 	MaxBodyBytes      int64
+	// IngressHTTP bounds what a connection to the ingress may hold
+	// (timeouts, unauthenticated connections; ingress.HTTPLimits).
+	IngressHTTP ingress.HTTPLimits
 	// MaxPayloadBytes bounds a payload and a response body (default 64
 	// MiB; ingress.Config.MaxPayloadBytes).
 	MaxPayloadBytes  int64
@@ -265,6 +270,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if !cfg.DisableIngress {
 		var gate ingress.Authorizer
 		switch {
+		case cfg.CallerAuthorizer != nil:
+			gate = cfg.CallerAuthorizer
 		case cfg.InsecureDisableCallerAuth:
 			log.Warn("ingress caller authentication is OFF: anyone who reaches the ingress may invoke, read and cancel (insecure; benchmarks and tests only)")
 		case kube == nil:
@@ -282,9 +289,9 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			gate = g
 		}
-		srv, err := ingress.New(ctx, ingress.Config{Store: st, NC: nc, Pools: pools, Auth: gate, InsecureNoAuth: cfg.InsecureDisableCallerAuth, Limits: cfg.Limits,
+		srv, err := ingress.New(ctx, ingress.Config{Store: st, NC: nc, Pools: pools, Auth: gate, InsecureNoAuth: gate == nil && cfg.InsecureDisableCallerAuth, Limits: cfg.Limits,
 			DefaultTTLSeconds: cfg.DefaultTTLSeconds, MaxTTLSeconds: maxTTLSeconds(cfg.Stream), MaxBodyBytes: cfg.MaxBodyBytes, MaxPayloadBytes: cfg.MaxPayloadBytes, Logger: log, Registerer: reg,
-			Callbacks: callbacks, Namespaces: nss,
+			Callbacks: callbacks, Namespaces: nss, HTTP: cfg.IngressHTTP,
 			// With the manager's metrics (leader election, client-go), whose
 			// own metrics listener is off: /metrics stays on the ingress port.
 			Gatherer: prometheus.Gatherers{reg, ctrlmetrics.Registry}})
@@ -301,8 +308,8 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		log.Info("ingress listening", "addr", ln.Addr().String())
 		// Served on every replica; the manager stops it after the activator.
-		runnables = append(runnables, &manager.Server{Name: "ingress", Listener: ln, ShutdownTimeout: ptr.To(5 * time.Second),
-			Server: &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}})
+		hs, hln := srv.HTTPServer(ln)
+		runnables = append(runnables, &manager.Server{Name: "ingress", Listener: hln, ShutdownTimeout: ptr.To(5 * time.Second), Server: hs})
 	}
 	if !cfg.DisableActivator {
 		act, err := activator.New(activator.Config{Store: st, NC: nc, Pools: pools, Kube: kube, Namespace: cfg.Namespace,

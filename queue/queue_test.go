@@ -12,6 +12,7 @@ import (
 
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/ingress"
 	"github.com/runplane/runplane/queue/stubworker"
 
 	"github.com/stretchr/testify/assert"
@@ -50,7 +51,7 @@ func TestRequestValidation(t *testing.T) {
 		{"bad id on cancel", "POST", "/v1/namespaces/default/invocations/%3E/cancel", nil, 400, "invocation ID"},
 		{"old invoke route", "POST", "/v1/pools/echo/invocations", map[string]any{"mode": "async"}, 404, "/v1/namespaces/{namespace}/pools/{pool}"},
 		{"old get route", "GET", "/v1/invocations/taken", nil, 404, "/v1/namespaces/{namespace}/invocations/{id}"},
-		{"id of another pool", "POST", "/v1/namespaces/default/pools/echo/invocations", map[string]any{"mode": "async", "invocationID": "taken"}, 409, "belongs to pool"},
+		{"id of another pool", "POST", "/v1/namespaces/default/pools/echo/invocations", map[string]any{"mode": "async", "invocationID": "taken"}, 409, "cannot be used in namespace"},
 		{"unknown invocation", "GET", "/v1/namespaces/default/invocations/missing", nil, 404, "not found"},
 		{"invocation of another namespace", "GET", "/v1/namespaces/team-b/invocations/taken", nil, 404, "not found"},
 		{"cancel in another namespace", "POST", "/v1/namespaces/team-b/invocations/taken/cancel", nil, 404, "not found"},
@@ -94,14 +95,13 @@ func TestAsyncLifecycle(t *testing.T) {
 	require.EqualValues(t, 202, r.code, "async: %d %s", r.code, r.raw)
 	var ack struct {
 		InvocationID, Stream string
-		Sequence             uint64
 		Duplicate            bool
 		Subjects             map[string]string
 		AcceptedAt           time.Time
 	}
 	_ = json.Unmarshal(r.raw, &ack)
 	require.Equal(t, "inv-1", ack.InvocationID)
-	require.False(t, ack.Stream == "" || ack.Sequence == 0 || ack.Duplicate || ack.AcceptedAt.IsZero(), "bad ack %s", r.raw)
+	require.False(t, ack.Stream == "" || ack.Duplicate || ack.AcceptedAt.IsZero(), "bad ack %s", r.raw)
 	require.Equal(t, "runtime.serverless.invoke.default.echo", ack.Subjects["invoke"])
 	require.Equal(t, "runtime.serverless.result.default.echo", ack.Subjects["result"])
 	require.NotEmpty(t, ack.Subjects["metrics"])
@@ -121,24 +121,41 @@ func TestAsyncLifecycle(t *testing.T) {
 	require.True(t, slices.Equal(got, want), "transitions %v, want %v", got, want)
 }
 
+// TestSyncRoundTripAndAlias: both routes run a sync invocation; the seed
+// alias takes its pool from the body or, for a body over
+// ingress.DefaultAliasBodyBytes (read before the caller is authorized),
+// from the query only.
 func TestSyncRoundTripAndAlias(t *testing.T) {
 	e := newEnv(t, nil)
 	e.worker("w1", 4, nil)
+	big := strings.Repeat("x", ingress.DefaultAliasBodyBytes)
 	tests := []struct {
 		name, path string
 		body       map[string]any
+		code       int
+		want       string // the response body's payload, or a word of the problem
 	}{
-		{"v1", "/v1/namespaces/default/pools/echo/invocations", map[string]any{"mode": "sync", "payload": map[string]int{"n": 1}}},
-		{"seed alias", "/api/v1/serverless/invocations", map[string]any{"mode": "sync", "namespace": "default", "serverlessRequestID": "echo", "payload": map[string]int{"n": 1}}},
+		{"v1", "/v1/namespaces/default/pools/echo/invocations", map[string]any{"mode": "sync", "payload": map[string]int{"n": 1}}, 200, `{"n":1}`},
+		{"seed alias", "/api/v1/serverless/invocations", map[string]any{"mode": "sync", "namespace": "default", "serverlessRequestID": "echo", "payload": map[string]int{"n": 1}}, 200, `{"n":1}`},
+		{"seed alias, pool in the query, big body", "/api/v1/serverless/invocations?namespace=default&serverlessRequestID=echo",
+			map[string]any{"mode": "sync", "payload": map[string]string{"s": big}}, 200, `{"s":"` + big + `"}`},
+		{"seed alias, pool in the body, big body", "/api/v1/serverless/invocations",
+			map[string]any{"mode": "sync", "namespace": "default", "serverlessRequestID": "echo", "payload": map[string]string{"s": big}}, 413, "in the query"},
+		{"seed alias, query and body disagree", "/api/v1/serverless/invocations?namespace=default&serverlessRequestID=echo",
+			map[string]any{"mode": "sync", "namespace": "default", "serverlessRequestID": "other"}, 400, "differs from the pool"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := e.do("POST", tc.path, tc.body)
+			require.Equal(t, tc.code, r.code, "%s", r.raw)
+			if tc.code != 200 {
+				assert.Contains(t, r.body["detail"], tc.want)
+				return
+			}
 			var rec messages.Record
 			_ = json.Unmarshal(r.raw, &rec)
-			require.Equal(t, 200, r.code, "sync: %s", r.raw)
 			require.Equal(t, messages.StateSucceeded, rec.State)
-			require.JSONEq(t, `{"n":1}`, string(rec.Response.Body))
+			require.JSONEq(t, tc.want, string(rec.Response.Body))
 		})
 	}
 }

@@ -195,6 +195,40 @@ func unavailable(err error) bool {
 // for the caller (401/403); any other error means the apiserver could not
 // be asked (503).
 func (g *Gate) Check(r *http.Request, req Request) (user.Info, error) {
+	u, err := g.Authenticate(r)
+	if err != nil {
+		return nil, err
+	}
+	decision, reason, err := g.authz.Authorize(r.Context(), authorizer.AttributesRecord{
+		User:            u,
+		Verb:            req.Verb,
+		Namespace:       req.Namespace,
+		APIGroup:        Group,
+		Resource:        Resource,
+		Subresource:     req.Subresource,
+		Name:            req.Pool,
+		ResourceRequest: true,
+	})
+	if errors.Is(err, errBusy) {
+		return nil, busy(fmt.Sprintf("%q asked about too many different pools or verbs at once; retry later", u.GetName()))
+	}
+	if err != nil && decision != authorizer.DecisionAllow {
+		return nil, fmt.Errorf("reviewing %s's access: %w", u.GetName(), err)
+	}
+	if decision != authorizer.DecisionAllow {
+		msg := fmt.Sprintf("%q cannot %s", u.GetName(), req)
+		if reason != "" {
+			msg += ": " + reason
+		}
+		return nil, &Refusal{Status: http.StatusForbidden, Message: msg}
+	}
+	return u, nil
+}
+
+// Authenticate returns the caller of r (TokenReview, through the token
+// caches), without asking what it may do: who the caller is, before
+// anything of its request is read. Its errors are Check's.
+func (g *Gate) Authenticate(r *http.Request) (user.Info, error) {
 	res, ok, err := g.authn.AuthenticateRequest(r)
 	if errors.Is(err, errBusy) {
 		return nil, busy("too many unknown bearer tokens to review at the moment; retry later")
@@ -205,29 +239,6 @@ func (g *Gate) Check(r *http.Request, req Request) (user.Info, error) {
 	if !ok {
 		return nil, &Refusal{Status: http.StatusUnauthorized,
 			Message: "a valid bearer token is required (Authorization: Bearer <token>)"}
-	}
-	decision, reason, err := g.authz.Authorize(r.Context(), authorizer.AttributesRecord{
-		User:            res.User,
-		Verb:            req.Verb,
-		Namespace:       req.Namespace,
-		APIGroup:        Group,
-		Resource:        Resource,
-		Subresource:     req.Subresource,
-		Name:            req.Pool,
-		ResourceRequest: true,
-	})
-	if errors.Is(err, errBusy) {
-		return nil, busy(fmt.Sprintf("%q asked about too many different pools or verbs at once; retry later", res.User.GetName()))
-	}
-	if err != nil && decision != authorizer.DecisionAllow {
-		return nil, fmt.Errorf("reviewing %s's access: %w", res.User.GetName(), err)
-	}
-	if decision != authorizer.DecisionAllow {
-		msg := fmt.Sprintf("%q cannot %s", res.User.GetName(), req)
-		if reason != "" {
-			msg += ": " + reason
-		}
-		return nil, &Refusal{Status: http.StatusForbidden, Message: msg}
 	}
 	return res.User, nil
 }

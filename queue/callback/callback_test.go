@@ -1,16 +1,24 @@
 package callback
 
 import (
+	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/queue/stream"
 )
 
 // TestPermitted: every non-public range is refused, Deny adds ranges and
@@ -127,4 +135,64 @@ func TestSignVerify(t *testing.T) {
 	both := Sign(now, body, a, LegacyNamespaceKey(master, "team-a"))
 	require.NoError(t, Verify(a, both, body, now, 5*time.Minute))
 	require.NoError(t, Verify(LegacyNamespaceKey(master, "team-a"), both, body, now, 5*time.Minute), "either key verifies")
+}
+
+// TestRefusalNamesNoAddress (issue #30 item 5): a callback to a host name
+// that resolves to a denied address recorded, in the Record its tenant
+// reads, the address the name resolved to ("dial tcp 127.0.0.1:9:
+// callback target 127.0.0.1:9 refused: 127.0.0.1 is a loopback address"):
+// a tenant could map cluster-internal names to addresses through it. The
+// attempt now names the host the tenant gave and says it resolves to a
+// denied address, without the address.
+func TestRefusalNamesNoAddress(t *testing.T) {
+	st := startStore(t)
+	terminal(t, st, "team-a", "i1", "http://localhost:9/hook") // localhost: a name resolving to loopback
+	startDeliverer(t, Config{Store: st, MaxAttempts: 1})
+	var rec messages.Record
+	require.Eventually(t, func() bool {
+		var err error
+		rec, _, err = st.Get(context.Background(), stream.Key("team-a", "i1"))
+		return err == nil && rec.Callback.State == messages.CallbackFailed
+	}, time.Minute, 20*time.Millisecond, "the callback is given up")
+	require.Len(t, rec.Callback.Attempts, 1)
+	msg := rec.Callback.Attempts[0].Error
+	assert.Contains(t, msg, "localhost")
+	assert.Contains(t, msg, "resolves to a denied address")
+	for _, addr := range []string{"127.0.0.1", "::1", "loopback"} {
+		assert.NotContains(t, msg, addr)
+	}
+}
+
+// TestAttemptErrorNamesNoAddress: whatever a failed POST's error carries
+// (the resolver's address, the dialled one, the queue's own), the
+// attempt's text has the host the tenant named and no address.
+func TestAttemptErrorNamesNoAddress(t *testing.T) {
+	remote := &net.TCPAddr{IP: net.ParseIP("10.1.2.3"), Port: 443}
+	local := &net.TCPAddr{IP: net.ParseIP("10.244.0.7"), Port: 40000}
+	wrap := func(err error) error { return &url.Error{Op: "Post", URL: "https://hooks.example.com/cb", Err: err} }
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"refused", wrap(&net.OpError{Op: "dial", Net: "tcp", Addr: remote, Err: &RefusedError{Addr: "10.1.2.3:443", Reason: errors.New("10.1.2.3 is a private address")}}),
+			"callback target hooks.example.com refused: it resolves to a denied address"},
+		{"no such host", wrap(&net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "hooks.example.com", Server: "10.96.0.10:53", IsNotFound: true}}),
+			"callback target hooks.example.com: no such host"},
+		{"resolver failure", wrap(&net.DNSError{Err: "server misbehaving", Name: "hooks.example.com", Server: "10.96.0.10:53"}),
+			"callback target hooks.example.com: its name could not be resolved"},
+		{"connection refused", wrap(&net.OpError{Op: "dial", Net: "tcp", Addr: remote, Source: local, Err: &os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}}),
+			"callback target hooks.example.com: dial: connect: connection refused"},
+		{"reset", wrap(&net.OpError{Op: "read", Net: "tcp", Addr: remote, Source: local, Err: &os.SyscallError{Syscall: "read", Err: syscall.ECONNRESET}}),
+			"callback target hooks.example.com: read: read: connection reset by peer"},
+		{"timeout", wrap(context.DeadlineExceeded), "callback target hooks.example.com: timed out"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := attemptError("https://hooks.example.com/cb", tc.err)
+			assert.Equal(t, tc.want, strings.TrimSuffix(got, refusedHint))
+			for _, addr := range []string{"10.1.2.3", "10.244.0.7", "10.96.0.10"} {
+				assert.NotContains(t, got, addr)
+			}
+		})
+	}
 }

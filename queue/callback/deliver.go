@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
 
+	"github.com/runplane/runplane/internal/apiview"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue/stream"
 )
@@ -392,7 +393,8 @@ func (d *Deliverer) keys(ctx context.Context, rec messages.Record) ([][]byte, er
 func (d *Deliverer) post(ctx context.Context, rec messages.Record, event messages.CallbackEvent, keys [][]byte) messages.CallbackAttempt {
 	at := d.cfg.Clock.Now().UTC()
 	a := messages.CallbackAttempt{At: at}
-	body, err := json.Marshal(rec)
+	// The tenant's view of the Record: no stream sequence (apiview).
+	body, err := json.Marshal(apiview.NewRecord(rec))
 	if err != nil {
 		a.Error = err.Error()
 		return a
@@ -413,7 +415,10 @@ func (d *Deliverer) post(ctx context.Context, rec messages.Record, event message
 	req.Header.Set(SignatureHeader, Sign(at, body, keys...))
 	resp, err := d.client.Do(req)
 	if err != nil {
-		a.Error = err.Error()
+		if re := (*RefusedError)(nil); errors.As(err, &re) {
+			d.cfg.Logger.Info("callback: target refused", "namespace", rec.Namespace, "invocation", rec.InvocationID, "addr", re.Addr, "reason", re.Reason)
+		}
+		a.Error = attemptError(rec.Callback.URL, err)
 		return a
 	}
 	defer resp.Body.Close()

@@ -101,10 +101,18 @@ func terminal(t *testing.T, st *stream.Store, ns, id, url string) {
 
 var testMaster = []byte("0123456789abcdef0123456789abcdef")
 
+// runDeliverer runs a Deliverer that may reach the tests' receivers on
+// loopback.
 func runDeliverer(t *testing.T, cfg Config) *Deliverer {
 	t.Helper()
-	cfg.MasterKey = testMaster
 	cfg.Targets = Targets{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	return startDeliverer(t, cfg)
+}
+
+// startDeliverer runs a Deliverer of cfg, with the tests' master key.
+func startDeliverer(t *testing.T, cfg Config) *Deliverer {
+	t.Helper()
+	cfg.MasterKey = testMaster
 	d, err := New(cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -77,3 +77,29 @@ func TestDeliverSignsWithTheRecordedNamespaceKey(t *testing.T) {
 	require.NoError(t, verify("gone/before-upgrade/succeeded", LegacyNamespaceKey(testMaster, "gone")))
 	assert.Equal(t, 1, strings.Count(posts["gone/before-upgrade/succeeded"].sig, "v1="), "the old key's MAC only")
 }
+
+// TestCallbackBodyCarriesNoSequence (issue #30 item 4): the POSTed Record
+// carried its stream sequence, a position in the invocation stream all
+// tenants share; the body is the tenant's view of the Record, without it.
+func TestCallbackBodyCarriesNoSequence(t *testing.T) {
+	st := startStore(t)
+	got := make(chan []byte, 1)
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- b
+	}))
+	t.Cleanup(rc.Close)
+	now := time.Now()
+	_, err := st.Create(context.Background(), messages.Record{InvocationID: "i1", Namespace: "team-a", Pool: "echo", Mode: messages.ModeAsync,
+		State: messages.StateSucceeded, Stream: "S", Sequence: 42, AcceptedAt: now, UpdatedAt: now,
+		Callback: &messages.CallbackStatus{URL: rc.URL, State: messages.CallbackPending}})
+	require.NoError(t, err)
+	runDeliverer(t, Config{Store: st})
+	select {
+	case b := <-got:
+		assert.Contains(t, string(b), `"invocationID":"i1"`)
+		assert.NotContains(t, string(b), `"sequence"`)
+	case <-time.After(time.Minute):
+		require.FailNow(t, "callback not delivered")
+	}
+}

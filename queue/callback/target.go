@@ -157,14 +157,50 @@ func (t Targets) Client(timeout time.Duration) *http.Client {
 	}}
 }
 
-// RefusedError is a callback target address Targets refuses.
+// RefusedError is a callback target address Targets refuses. Its text
+// names neither the address nor why it is refused: it ends up in the
+// Record its tenant reads, and a host name's addresses are the cluster
+// resolver's to know (a tenant could map internal names through them).
+// Addr and Reason are for the operator's log.
 type RefusedError struct {
 	Addr   string
 	Reason error
 }
 
 func (e *RefusedError) Error() string {
-	return fmt.Sprintf("callback target %s refused: %v (runplane does not call private or cluster-internal addresses; chart queue.callbacks.allowCIDRs)", e.Addr, e.Reason)
+	return "callback target refused: it resolves to a denied address" + refusedHint
+}
+
+const refusedHint = " (runplane does not call private or cluster-internal addresses; chart queue.callbacks.allowCIDRs)"
+
+// attemptError is what a Record tells its tenant of a POST to rawURL that
+// failed with err: the host the tenant named and what went wrong, never an
+// address it resolved to nor the queue's own (net.OpError carries both).
+func attemptError(rawURL string, err error) string {
+	host := rawURL
+	if u, perr := url.Parse(rawURL); perr == nil {
+		host = u.Host
+	}
+	var (
+		re     *RefusedError
+		dnsE   *net.DNSError
+		opE    *net.OpError
+		netE   net.Error
+		target = "callback target " + host
+	)
+	switch {
+	case errors.As(err, &re):
+		return target + " refused: it resolves to a denied address" + refusedHint
+	case errors.As(err, &dnsE) && dnsE.IsNotFound:
+		return target + ": no such host"
+	case errors.As(err, &dnsE):
+		return target + ": its name could not be resolved" // the error names the resolver's address
+	case errors.As(err, &netE) && netE.Timeout():
+		return target + ": timed out"
+	case errors.As(err, &opE):
+		return fmt.Sprintf("%s: %s: %v", target, opE.Op, opE.Err)
+	}
+	return err.Error()
 }
 
 // ParsePrefixes parses CIDRs (or single addresses) of a flag or chart value.

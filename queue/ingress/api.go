@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/runplane/runplane/internal/apiview"
 	"github.com/runplane/runplane/internal/httpjson"
 	"github.com/runplane/runplane/internal/messages"
 )
@@ -75,22 +76,25 @@ func problem(w http.ResponseWriter, r *http.Request, code int, detail string) {
 var (
 	badRequest = response{status: http.StatusBadRequest, body: Problem{},
 		description: "a malformed path token (namespace and pool: DNS-1123 labels; invocation ID: 1-128 of A-Z a-z 0-9 _ = -) or body: the detail names the field"}
-	unauthorized = response{status: http.StatusUnauthorized, body: Problem{}, description: "no, or an invalid, bearer token"}
-	forbidden    = response{status: http.StatusForbidden, body: Problem{}, description: "RBAC refuses: the detail names the verb, resource, namespace and pool"}
-	unavailable  = response{status: http.StatusServiceUnavailable, body: Problem{}, description: "NATS or the apiserver is unavailable"}
-	tooMany      = response{status: http.StatusTooManyRequests, body: LimitProblem{}, headers: []string{"Retry-After"},
+	unauthorized = response{status: http.StatusUnauthorized, body: Problem{},
+		description: "no, or an invalid, bearer token: answered before any of the body is read, and the connection is closed"}
+	forbidden   = response{status: http.StatusForbidden, body: Problem{}, description: "RBAC refuses: the detail names the verb, resource, namespace and pool"}
+	unavailable = response{status: http.StatusServiceUnavailable, body: Problem{}, description: "NATS or the apiserver is unavailable"}
+	tooMany     = response{status: http.StatusTooManyRequests, body: LimitProblem{}, headers: []string{"Retry-After"},
 		description: "a backlog limit is reached (the pool's runplane.io/max-backlog or its namespace's; only this namespace is refused), or too many caller reviews"}
 )
 
 func invokeResponses(notFound string) []response {
 	return []response{
-		{status: http.StatusOK, body: messages.Record{}, description: "sync: the terminal Record (its response is the worker's answer)"},
+		{status: http.StatusOK, body: apiview.Record{}, description: "sync: the terminal Record (its response is the worker's answer)"},
 		{status: http.StatusAccepted, body: Ack{}, description: "async: accepted, with the JetStream ack"},
 		badRequest, unauthorized, forbidden,
 		{status: http.StatusNotFound, body: Problem{}, description: notFound},
-		{status: http.StatusConflict, body: Problem{}, description: "the invocation ID belongs to another pool, or was accepted with another request " +
+		{status: http.StatusConflict, body: Problem{}, description: "the invocation ID is taken in the namespace (by another pool, not named), or was accepted with another request " +
 			"(payload, headers, attributes or contentType differ), or several Deployments of the namespace claim the pool (the detail names them)"},
-		{status: http.StatusRequestEntityTooLarge, body: Problem{}, description: "the body is over the ingress's limit"},
+		{status: http.StatusRequestTimeout, body: Problem{}, description: "the body did not arrive within the ingress's body read timeout"},
+		{status: http.StatusRequestEntityTooLarge, body: Problem{}, description: "the body is over the ingress's limit (on the seed alias, a body that names its pool " +
+			"only inside it has a smaller one: it is read before the caller is authorized)"},
 		tooMany, unavailable,
 		{status: http.StatusGatewayTimeout, body: InvocationProblem{}, description: "sync: no result within timeoutSeconds; the invocation stays pollable"},
 	}
@@ -109,16 +113,18 @@ func operations() []operation {
 				}
 			}},
 		{method: http.MethodPost, path: "/api/v1/serverless/invocations", id: "invokeSeedAlias", tag: "invocations",
-			summary:     "Enqueue an invocation (seed alias)",
-			description: "The seed's route: the namespace is named by namespace (required) and the pool by serverlessRequestID (required); otherwise as invokePool.",
-			body:        InvokeRequest{}, responses: invokeResponses("no Deployment of the namespace is labelled runplane.io/pool=<serverlessRequestID>"),
+			summary: "Enqueue an invocation (seed alias)",
+			description: "The seed's route: the namespace is named by namespace (required) and the pool by serverlessRequestID (required), in the body or as " +
+				"query parameters (?namespace=…&serverlessRequestID=…); otherwise as invokePool. A pool named in the query is authorized before the body is " +
+				"read, and the body may be as large as invokePool's; one named only in the body is read first, within a smaller limit (256 KiB by default; 413 beyond).",
+			body: InvokeRequest{}, responses: invokeResponses("no Deployment of the namespace is labelled runplane.io/pool=<serverlessRequestID>"),
 			serve: func(s *Server) http.HandlerFunc {
 				return func(w http.ResponseWriter, r *http.Request) { s.handleInvoke(w, r, "", "", true) }
 			}},
 		{method: http.MethodGet, path: "/v1/namespaces/{namespace}/invocations/{id}", id: "getInvocation", tag: "invocations",
 			summary: "An invocation's state and result",
 			responses: []response{
-				{status: http.StatusOK, body: messages.Record{}, description: "the Record"},
+				{status: http.StatusOK, body: apiview.Record{}, description: "the Record"},
 				badRequest, unauthorized, forbidden,
 				{status: http.StatusNotFound, body: Problem{}, description: "no such invocation in this namespace (an ID of another namespace included)"},
 				unavailable,
@@ -138,7 +144,7 @@ func operations() []operation {
 			summary:     "Cancel an invocation",
 			description: "A queued invocation becomes cancelled at once; a running one's worker is sent a cancel, which reaches the framework as a closed connection.",
 			responses: []response{
-				{status: http.StatusOK, body: messages.Record{}, description: "the Record, now cancelled"},
+				{status: http.StatusOK, body: apiview.Record{}, description: "the Record, now cancelled"},
 				badRequest, unauthorized, forbidden,
 				{status: http.StatusNotFound, body: Problem{}, description: "no such invocation in this namespace"},
 				{status: http.StatusConflict, body: InvocationProblem{}, description: "the invocation already finished: state names how"},
@@ -218,7 +224,11 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	for _, op := range operations() {
-		mux.HandleFunc(op.method+" "+op.path, op.serve(s))
+		h := op.serve(s)
+		if !op.public {
+			h = s.authenticated(h)
+		}
+		mux.HandleFunc(op.method+" "+op.path, h)
 	}
 	// The routes before pools were namespaced: a pointer to the new ones.
 	for _, old := range []string{"/v1/pools/", "/v1/invocations/"} {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/runplane/runplane/internal/httpjson"
 	"github.com/runplane/runplane/queue/pool"
+	"github.com/runplane/runplane/queue/stream"
 )
 
 // TestSpec loads the served document with kin-openapi's loader and
@@ -104,6 +105,11 @@ func TestPoolInfoCoversPool(t *testing.T) {
 	}
 	for n := range names(reflect.TypeFor[pool.Policy]()) {
 		assert.True(t, pol[n], "pool.Policy field %q missing from PoolPolicy", n)
+	}
+	// The status shows all but the shared stream's position.
+	status := names(reflect.TypeFor[PoolStatus]())
+	for n := range names(reflect.TypeFor[stream.PoolStatus]()) {
+		assert.True(t, status[n] != (n == "invokeSeq"), "stream.PoolStatus field %q: shown %v", n, status[n])
 	}
 	p := newPoolInfo(pool.Pool{Name: "p", Policy: pool.Policy{IdleTimeout: 90 * time.Second, StartupTimeout: 1500 * time.Millisecond}})
 	assert.Equal(t, 90.0, p.Policy.IdleTimeoutSeconds)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/internal/messages"
@@ -42,19 +43,20 @@ func (s *Server) allowed(w http.ResponseWriter, r *http.Request, req callerauth.
 }
 
 func (s *Server) refuse(w http.ResponseWriter, req callerauth.Request, err error) {
-	var refusal *callerauth.Refusal
-	if errors.As(err, &refusal) {
-		s.m.rejected.WithLabelValues(fmt.Sprint(refusal.Status)).Inc()
-		if refusal.RetryAfter > 0 {
-			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(refusal.RetryAfter.Seconds()))))
-		}
-		problem(w, nil, refusal.Status, refusal.Message)
+	if s.answerRefusal(w, err) {
 		return
 	}
 	s.cfg.Logger.Warn("caller authorization: apiserver unavailable", "request", req.String(), "err", err)
 	s.m.rejected.WithLabelValues("503").Inc()
 	problem(w, nil, http.StatusServiceUnavailable, fmt.Sprintf("cannot ask the apiserver whether the caller may %s: %v", req, err))
 }
+
+// decoyPool is the pool an unknown ID's check asks about: not a DNS-1123
+// label, so no pool has its name.
+const decoyPool = "-none-"
+
+// retryAfter is d as a Retry-After header: whole seconds, rounded up.
+func retryAfter(d time.Duration) string { return strconv.Itoa(int(math.Ceil(d.Seconds()))) }
 
 // record reads invocation id of namespace ns for a caller who wants to do
 // verb on it, and answers when it may not. The pool is known only from the
@@ -95,11 +97,18 @@ func (s *Server) record(w http.ResponseWriter, r *http.Request, ns, id, verb str
 		}
 		return rec, true
 	}
+	// An unknown ID costs the same pool check as an existing one, of a
+	// pool no Record can name (its answer unused): the time of the answer
+	// then tells less of whether the ID exists (SECURITY.md has what is
+	// left).
+	req := callerauth.Request{Verb: verb, Namespace: ns, Pool: rec.Pool, Subresource: callerauth.SubresourceInvocations}
+	if !found {
+		req.Pool = decoyPool
+	}
+	// A clone: the bearer-token reader removes the header it accepted,
+	// and the namespace-wide check below needs it again.
+	_, err = s.cfg.Auth.Check(r.Clone(r.Context()), req)
 	if found {
-		req := callerauth.Request{Verb: verb, Namespace: ns, Pool: rec.Pool, Subresource: callerauth.SubresourceInvocations}
-		// A clone: the bearer-token reader removes the header it accepted,
-		// and the namespace-wide check below needs it again.
-		_, err := s.cfg.Auth.Check(r.Clone(r.Context()), req)
 		var refusal *callerauth.Refusal
 		switch {
 		case err == nil:

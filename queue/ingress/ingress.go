@@ -36,10 +36,13 @@ import (
 	"github.com/runplane/runplane/queue/stream"
 )
 
-// Authorizer decides whether the caller of r may do req
-// (callerauth.Gate): a *callerauth.Refusal is the caller's 401/403, any
-// other error means the apiserver could not be asked (503).
+// Authorizer tells who the caller of r is and whether it may do req
+// (callerauth.Gate): a *callerauth.Refusal is the caller's 401/403/429,
+// any other error means the apiserver could not be asked (503).
 type Authorizer interface {
+	// Authenticate is the first thing every route does with a request:
+	// nothing of its body is read before it.
+	Authenticate(r *http.Request) (user.Info, error)
 	Check(r *http.Request, req callerauth.Request) (user.Info, error)
 }
 
@@ -62,6 +65,14 @@ type Config struct {
 	// 4/3 + 1 MiB: a binary payload at the limit in base64, plus the
 	// envelope; 413 beyond).
 	MaxBodyBytes int64
+	// AliasBodyBytes bounds the body of a seed-alias request that names
+	// its pool only inside the body (default 256 KiB; 413 beyond): it is
+	// read before its caller is authorized for the pool. A request that
+	// names namespace and serverlessRequestID in the query is authorized
+	// first and may send MaxBodyBytes.
+	AliasBodyBytes int64
+	// HTTP bounds what a connection may hold (HTTPServer).
+	HTTP HTTPLimits
 	// Limits bound the queued invocations per pool (runplane.io/max-backlog
 	// or Limits.PoolMaxBacklog) and per namespace (NamespaceMaxBacklog):
 	// 429 beyond. The in-flight limits are the activator's.
@@ -92,6 +103,8 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, objects.DefaultMaxPayloadBytes)
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, c.MaxPayloadBytes/3*4+4+1<<20)
+	c.AliasBodyBytes = min(cmp.Or(c.AliasBodyBytes, DefaultAliasBodyBytes), c.MaxBodyBytes)
+	c.HTTP = c.HTTP.withDefaults()
 	c.Limits = c.Limits.WithDefaults()
 	c.DefaultTimeoutSeconds = cmp.Or(c.DefaultTimeoutSeconds, 300)
 	c.MaxTimeoutSeconds = cmp.Or(c.MaxTimeoutSeconds, 3600)

@@ -50,13 +50,14 @@ type Subjects struct {
 	Metrics string `json:"metrics"`
 }
 
-// Ack is the answer to an accepted async invocation (202).
+// Ack is the answer to an accepted async invocation (202). It carries no
+// stream sequence: a position in the stream all tenants share counts
+// their invocations.
 type Ack struct {
 	InvocationID string         `json:"invocationID"`
 	Namespace    string         `json:"namespace"`
 	Pool         string         `json:"pool"`
 	Stream       string         `json:"stream"`
-	Sequence     uint64         `json:"sequence"`
 	Duplicate    bool           `json:"duplicate"`
 	State        messages.State `json:"state"`
 	Subjects     Subjects       `json:"subjects"`
@@ -65,9 +66,26 @@ type Ack struct {
 
 func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolName string, alias bool) {
 	start := time.Now()
-	// The path names the pool: the caller is checked before its body is read.
-	if !alias && !s.authorizeInvoke(w, r, ns, poolName) {
+	// The caller is known already (Handler authenticates every route). The
+	// path names the pool, and so may the alias's query: the caller is then
+	// authorized before its body is read. An alias request that names its
+	// pool only inside the body is read first, within AliasBodyBytes.
+	where := "the path"
+	if alias {
+		q := r.URL.Query()
+		ns, poolName, where = q.Get("namespace"), q.Get("serverlessRequestID"), "the query"
+		if (ns == "" || poolName == "") && rawBody(r) {
+			s.reject(w, http.StatusBadRequest, "a raw body on the seed alias needs query parameters namespace and serverlessRequestID (the pool's namespace and name)")
+			return
+		}
+	}
+	named := ns != "" && poolName != ""
+	if named && !s.authorizeInvoke(w, r, ns, poolName) {
 		return
+	}
+	limit := s.cfg.MaxBodyBytes
+	if !named {
+		limit = s.cfg.AliasBodyBytes
 	}
 	var req InvokeRequest
 	if rawBody(r) {
@@ -75,22 +93,35 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 		if req, ok = s.decodeRaw(w, r); !ok {
 			return
 		}
-	} else if err := decodeBody(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), &req); err != nil {
+	} else if err := decodeBody(http.MaxBytesReader(w, r.Body, limit), &req); err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		switch {
+		case errors.As(err, &mbe) && !named:
+			s.reject(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("a seed-alias body that names its pool only inside it may have %d bytes (it is read before "+
+				"the caller is authorized for the pool): name the pool in the query (?namespace=…&serverlessRequestID=…) to send up to %d bytes", limit, s.cfg.MaxBodyBytes))
+		case errors.As(err, &mbe):
 			s.reject(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes (a payload may have %d bytes, %s)",
 				s.cfg.MaxBodyBytes, s.cfg.MaxPayloadBytes, mib(s.cfg.MaxPayloadBytes)))
-			return
+		case s.bodyTimedOut(w, err): // answered: 408
+		default:
+			s.reject(w, http.StatusBadRequest, fmt.Sprintf("invalid JSON body: %v", err))
 		}
-		s.reject(w, http.StatusBadRequest, fmt.Sprintf("invalid JSON body: %v", err))
 		return
 	}
 	if n := messages.PayloadSize(req.ContentType, req.Payload); n > s.cfg.MaxPayloadBytes {
 		s.tooLarge(w, "payload", n)
 		return
 	}
-	if alias {
-		poolName, ns = req.ServerlessRequestID, req.Namespace
+	if ns != "" && req.Namespace != "" && req.Namespace != ns {
+		s.reject(w, http.StatusBadRequest, fmt.Sprintf("field namespace %q differs from the namespace %q in %s", req.Namespace, ns, where))
+		return
+	}
+	if poolName != "" && req.ServerlessRequestID != "" && req.ServerlessRequestID != poolName {
+		s.reject(w, http.StatusBadRequest, fmt.Sprintf("field serverlessRequestID %q differs from the pool %q in %s", req.ServerlessRequestID, poolName, where))
+		return
+	}
+	if !named {
+		ns, poolName = cmp.Or(ns, req.Namespace), cmp.Or(poolName, req.ServerlessRequestID)
 		if ns == "" {
 			s.reject(w, http.StatusBadRequest, "field namespace is required (the pool's namespace)")
 			return
@@ -99,18 +130,9 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 			s.reject(w, http.StatusBadRequest, "field serverlessRequestID is required (the pool name)")
 			return
 		}
-	} else {
-		if req.ServerlessRequestID != "" && req.ServerlessRequestID != poolName {
-			s.reject(w, http.StatusBadRequest, fmt.Sprintf("field serverlessRequestID %q differs from the pool %q in the path", req.ServerlessRequestID, poolName))
+		if !s.authorizeInvoke(w, r, ns, poolName) {
 			return
 		}
-		if req.Namespace != "" && req.Namespace != ns {
-			s.reject(w, http.StatusBadRequest, fmt.Sprintf("field namespace %q differs from the namespace %q in the path", req.Namespace, ns))
-			return
-		}
-	}
-	if alias && !s.authorizeInvoke(w, r, ns, poolName) {
-		return
 	}
 	streamed := wantsStream(r, req)
 	if streamed && req.Mode == "" {
@@ -281,6 +303,13 @@ func accepted(final, rec messages.Record) messages.Record {
 
 type conflictError struct{ msg string }
 
+// idTaken is the 409 of an ID the request may not use, whoever holds it
+// (another pool of the namespace, the namespace's predecessor): the
+// caller learns that the ID is taken, and nothing of its holder.
+func idTaken(inv messages.Invocation) *conflictError {
+	return &conflictError{fmt.Sprintf("invocationID %s cannot be used in namespace %q: use a new invocationID", inv.InvocationID, inv.Namespace)}
+}
+
 func (e *conflictError) Error() string { return e.msg }
 
 // accept makes inv durable exactly once and returns the ack and the
@@ -356,7 +385,7 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation, hash strin
 		s.note(len(inv.Payload) + messageOverhead)
 	}
 	rec.Sequence = pa.Sequence
-	ack.Sequence, ack.Duplicate, ack.State, ack.AcceptedAt = pa.Sequence, pa.Duplicate, messages.StateQueued, inv.AcceptedAt
+	ack.Duplicate, ack.State, ack.AcceptedAt = pa.Duplicate, messages.StateQueued, inv.AcceptedAt
 	return ack, rec, nil
 }
 
@@ -392,10 +421,13 @@ func (s *Server) duplicate(ctx context.Context, ack Ack, rec messages.Record, in
 	if same, err := s.sameNamespace(ctx, rec); err != nil {
 		return ack, messages.Record{}, err
 	} else if !same {
-		return ack, messages.Record{}, &conflictError{fmt.Sprintf("invocationID %s cannot be used in namespace %q: use a new invocationID", inv.InvocationID, inv.Namespace)}
+		return ack, messages.Record{}, idTaken(inv)
 	}
+	// Another pool's invocation: its caller may not see that pool, so the
+	// answer is the predecessor's, naming neither the pool nor anything of
+	// the invocation.
 	if rec.Pool != inv.Pool {
-		return ack, rec, &conflictError{fmt.Sprintf("invocationID %s already belongs to pool %q of namespace %q", inv.InvocationID, rec.Pool, rec.Namespace)}
+		return ack, messages.Record{}, idTaken(inv)
 	}
 	// A Record without a hash (written by an older ingress, or re-created
 	// by the activator from the stored message after it expired) cannot be
@@ -424,7 +456,7 @@ func (s *Server) duplicate(ctx context.Context, ack Ack, rec messages.Record, in
 		}
 		rec.Sequence = pa.Sequence
 	}
-	ack.Sequence, ack.Duplicate, ack.State, ack.AcceptedAt = rec.Sequence, true, rec.State, rec.AcceptedAt
+	ack.Duplicate, ack.State, ack.AcceptedAt = true, rec.State, rec.AcceptedAt
 	return ack, rec, nil
 }
 

@@ -15,6 +15,7 @@ func (s *Server) reject(w http.ResponseWriter, code int, msg string) {
 type ingressMetrics struct {
 	accepted, duplicates, rejected, limited *prometheus.CounterVec
 	syncLatency                             *prometheus.HistogramVec
+	connsRefused                            prometheus.Counter
 }
 
 func newIngressMetrics(r prometheus.Registerer) *ingressMetrics {
@@ -27,10 +28,12 @@ func newIngressMetrics(r prometheus.Registerer) *ingressMetrics {
 		// No pool label: tenants create pools at will.
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_ingress_limited_total",
 			Help: "Invocations refused with 429 by a fairness limit (reason pool_backlog or namespace_backlog), per namespace."}, []string{"reason", "namespace"}),
+		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "runplane_ingress_connections_refused_total",
+			Help: "Connections answered 503 and closed at once: as many as the ingress allows were waiting for their callers' authentication."}),
 		syncLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "runplane_ingress_sync_seconds", Help: "Sync invocation latency.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 20)}, []string{"pool"}),
 	}
 	if r != nil {
-		for _, c := range []prometheus.Collector{m.accepted, m.duplicates, m.rejected, m.limited, m.syncLatency} {
+		for _, c := range []prometheus.Collector{m.accepted, m.duplicates, m.rejected, m.limited, m.syncLatency, m.connsRefused} {
 			_ = r.Register(c)
 		}
 	}

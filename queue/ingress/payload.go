@@ -12,6 +12,7 @@ import (
 	"strconv"
 
 	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/internal/apiview"
 	"github.com/runplane/runplane/internal/httpjson"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/objects"
@@ -79,7 +80,9 @@ func (s *Server) decodeRaw(w http.ResponseWriter, r *http.Request) (InvokeReques
 		return req, false
 	}
 	if err != nil {
-		s.reject(w, http.StatusBadRequest, fmt.Sprintf("read body: %v", err))
+		if !s.bodyTimedOut(w, err) {
+			s.reject(w, http.StatusBadRequest, fmt.Sprintf("read body: %v", err))
+		}
 		return req, false
 	}
 	if len(b) > 0 {
@@ -185,5 +188,5 @@ func (s *Server) writeRecord(w http.ResponseWriter, ctx context.Context, code in
 		s.reject(w, http.StatusBadGateway, err.Error())
 		return
 	}
-	httpjson.Write(w, code, full)
+	httpjson.Write(w, code, apiview.NewRecord(full))
 }

@@ -1,6 +1,8 @@
 package ingress
 
 import (
+	"time"
+
 	"github.com/runplane/runplane/queue/pool"
 	"github.com/runplane/runplane/queue/stream"
 )
@@ -12,14 +14,34 @@ import (
 // TestPoolInfoCoversPool fails when pool.Pool or pool.Policy gains a field
 // this view does not show.
 type PoolInfo struct {
-	Name        string             `json:"name" doc:"the runplane.io/pool label value"`
-	Namespace   string             `json:"namespace"`
-	Deployment  string             `json:"deployment,omitempty" doc:"the Deployment labelled runplane.io/pool (empty while several claim the pool)"`
-	Conflict    []string           `json:"conflict,omitempty" doc:"every Deployment of the namespace claiming the pool, when there is more than one"`
-	Replicas    int                `json:"replicas" doc:"the Deployment's spec.replicas"`
-	Policy      PoolPolicy         `json:"policy"`
-	PolicyError string             `json:"policyError,omitempty" doc:"why the annotations are invalid; the default policy is then in force"`
-	Status      *stream.PoolStatus `json:"status,omitempty" doc:"the activator's view: workers, backlog, in flight"`
+	Name        string      `json:"name" doc:"the runplane.io/pool label value"`
+	Namespace   string      `json:"namespace"`
+	Deployment  string      `json:"deployment,omitempty" doc:"the Deployment labelled runplane.io/pool (empty while several claim the pool)"`
+	Conflict    []string    `json:"conflict,omitempty" doc:"every Deployment of the namespace claiming the pool, when there is more than one"`
+	Replicas    int         `json:"replicas" doc:"the Deployment's spec.replicas"`
+	Policy      PoolPolicy  `json:"policy"`
+	PolicyError string      `json:"policyError,omitempty" doc:"why the annotations are invalid; the default policy is then in force"`
+	Status      *PoolStatus `json:"status,omitempty" doc:"the activator's view: workers, backlog, in flight"`
+}
+
+// PoolStatus is stream.PoolStatus as the API shows it. Left out:
+// InvokeSeq, a position in the invocation stream all tenants share (the
+// ingress reads it to count its backlog; a tenant would count everyone's
+// invocations with it).
+type PoolStatus struct {
+	Namespace string                `json:"namespace"`
+	Pool      string                `json:"pool"`
+	Replicas  int                   `json:"replicas"`
+	Backlog   int                   `json:"backlog"`
+	InFlight  int                   `json:"inFlight"`
+	Capacity  int                   `json:"capacity"`
+	Workers   []stream.WorkerStatus `json:"workers"`
+	UpdatedAt time.Time             `json:"updatedAt"`
+}
+
+func newPoolStatus(ps stream.PoolStatus) *PoolStatus {
+	return &PoolStatus{Namespace: ps.Namespace, Pool: ps.Pool, Replicas: ps.Replicas, Backlog: ps.Backlog, InFlight: ps.InFlight,
+		Capacity: ps.Capacity, Workers: ps.Workers, UpdatedAt: ps.UpdatedAt}
 }
 
 // PoolPolicy is pool.Policy with its durations in seconds.

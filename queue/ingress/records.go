@@ -99,7 +99,7 @@ func (s *Server) handlePool(w http.ResponseWriter, r *http.Request) {
 	if e, err := s.cfg.Store.Pools.Get(r.Context(), stream.PoolKey(ns, name)); err == nil {
 		var ps stream.PoolStatus
 		if json.Unmarshal(e.Value(), &ps) == nil {
-			info.Status = &ps
+			info.Status = newPoolStatus(ps)
 		}
 	}
 	httpjson.Write(w, http.StatusOK, info)

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/runplane/runplane/internal/apiview"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue/stream"
 )
@@ -355,7 +356,7 @@ func (s *Server) writeResult(ctx context.Context, sw *eventWriter, rec messages.
 		}
 	}
 	rec.ResponseBodyRef = nil
-	b, err := json.Marshal(rec)
+	b, err := json.Marshal(apiview.NewRecord(rec))
 	if err != nil {
 		return
 	}

@@ -240,7 +240,6 @@ type Ack struct {
 	InvocationID string    `json:"invocationID"`
 	Namespace    string    `json:"namespace"`
 	Pool         string    `json:"pool"`
-	Sequence     int       `json:"sequence"`
 	State        AckState  `json:"state"`
 	Stream       string    `json:"stream"`
 	Subjects     Subjects  `json:"subjects"`
@@ -467,7 +466,6 @@ type PoolStatus struct {
 	Backlog   int            `json:"backlog"`
 	Capacity  int            `json:"capacity"`
 	InFlight  int            `json:"inFlight"`
-	InvokeSeq *int           `json:"invokeSeq,omitempty"`
 	Namespace string         `json:"namespace"`
 	Pool      string         `json:"pool"`
 	Replicas  int            `json:"replicas"`
@@ -512,7 +510,6 @@ type Record struct {
 	Response        *Response         `json:"response,omitempty"`
 	ResponseBodyRef *ObjectRef        `json:"responseBodyRef,omitempty"`
 	Retries         *int              `json:"retries,omitempty"`
-	Sequence        *int              `json:"sequence,omitempty"`
 	State           RecordState       `json:"state"`
 	Stream          *string           `json:"stream,omitempty"`
 	UpdatedAt       time.Time         `json:"updatedAt"`
@@ -657,7 +654,7 @@ type ClientInterface interface {
 
 	// InvokeSeedAliasWithBody Enqueue an invocation (seed alias)
 	//
-	// The seed's route: the namespace is named by namespace (required) and the pool by serverlessRequestID (required); otherwise as invokePool.
+	// The seed's route: the namespace is named by namespace (required) and the pool by serverlessRequestID (required), in the body or as query parameters (?namespace=…&serverlessRequestID=…); otherwise as invokePool. A pool named in the query is authorized before the body is read, and the body may be as large as invokePool's; one named only in the body is read first, within a smaller limit (256 KiB by default; 413 beyond).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -666,7 +663,7 @@ type ClientInterface interface {
 
 	// InvokeSeedAlias Enqueue an invocation (seed alias)
 	//
-	// The seed's route: the namespace is named by namespace (required) and the pool by serverlessRequestID (required); otherwise as invokePool.
+	// The seed's route: the namespace is named by namespace (required) and the pool by serverlessRequestID (required), in the body or as query parameters (?namespace=…&serverlessRequestID=…); otherwise as invokePool. A pool named in the query is authorized before the body is read, and the body may be as large as invokePool's; one named only in the body is read first, within a smaller limit (256 KiB by default; 413 beyond).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -745,7 +742,7 @@ type ClientInterface interface {
 
 // InvokeSeedAliasWithBody Enqueue an invocation (seed alias)
 //
-// The seed's route: the namespace is named by namespace (required) and the pool by serverlessRequestID (required); otherwise as invokePool.
+// The seed's route: the namespace is named by namespace (required) and the pool by serverlessRequestID (required), in the body or as query parameters (?namespace=…&serverlessRequestID=…); otherwise as invokePool. A pool named in the query is authorized before the body is read, and the body may be as large as invokePool's; one named only in the body is read first, within a smaller limit (256 KiB by default; 413 beyond).
 //
 // Takes any type of body and a specified content type.
 //
@@ -764,7 +761,7 @@ func (c *Client) InvokeSeedAliasWithBody(ctx context.Context, contentType string
 
 // InvokeSeedAlias Enqueue an invocation (seed alias)
 //
-// The seed's route: the namespace is named by namespace (required) and the pool by serverlessRequestID (required); otherwise as invokePool.
+// The seed's route: the namespace is named by namespace (required) and the pool by serverlessRequestID (required), in the body or as query parameters (?namespace=…&serverlessRequestID=…); otherwise as invokePool. A pool named in the query is authorized before the body is read, and the body may be as large as invokePool's; one named only in the body is read first, within a smaller limit (256 KiB by default; 413 beyond).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1406,7 +1403,7 @@ type ClientWithResponsesInterface interface {
 
 	// InvokeSeedAliasWithBodyWithResponse Enqueue an invocation (seed alias)
 	//
-	// The seed's route: the namespace is named by namespace (required) and the pool by serverlessRequestID (required); otherwise as invokePool.
+	// The seed's route: the namespace is named by namespace (required) and the pool by serverlessRequestID (required), in the body or as query parameters (?namespace=…&serverlessRequestID=…); otherwise as invokePool. A pool named in the query is authorized before the body is read, and the body may be as large as invokePool's; one named only in the body is read first, within a smaller limit (256 KiB by default; 413 beyond).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1415,7 +1412,7 @@ type ClientWithResponsesInterface interface {
 
 	// InvokeSeedAliasWithResponse Enqueue an invocation (seed alias)
 	//
-	// The seed's route: the namespace is named by namespace (required) and the pool by serverlessRequestID (required); otherwise as invokePool.
+	// The seed's route: the namespace is named by namespace (required) and the pool by serverlessRequestID (required), in the body or as query parameters (?namespace=…&serverlessRequestID=…); otherwise as invokePool. A pool named in the query is authorized before the body is read, and the body may be as large as invokePool's; one named only in the body is read first, within a smaller limit (256 KiB by default; 413 beyond).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1530,6 +1527,8 @@ type InvokeSeedAliasResponse struct {
 	ApplicationproblemJSON403 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *Problem
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Problem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
@@ -1572,6 +1571,11 @@ func (r InvokeSeedAliasResponse) GetApplicationproblemJSON403() *Problem {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r InvokeSeedAliasResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r InvokeSeedAliasResponse) GetApplicationproblemJSON408() *Problem {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -2192,6 +2196,8 @@ type InvokePoolResponse struct {
 	ApplicationproblemJSON403 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *Problem
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Problem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
@@ -2234,6 +2240,11 @@ func (r InvokePoolResponse) GetApplicationproblemJSON403() *Problem {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r InvokePoolResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r InvokePoolResponse) GetApplicationproblemJSON408() *Problem {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -2292,7 +2303,7 @@ func (r InvokePoolResponse) ContentType() string {
 
 // InvokeSeedAliasWithBodyWithResponse Enqueue an invocation (seed alias)
 //
-// The seed's route: the namespace is named by namespace (required) and the pool by serverlessRequestID (required); otherwise as invokePool.
+// The seed's route: the namespace is named by namespace (required) and the pool by serverlessRequestID (required), in the body or as query parameters (?namespace=…&serverlessRequestID=…); otherwise as invokePool. A pool named in the query is authorized before the body is read, and the body may be as large as invokePool's; one named only in the body is read first, within a smaller limit (256 KiB by default; 413 beyond).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2307,7 +2318,7 @@ func (c *ClientWithResponses) InvokeSeedAliasWithBodyWithResponse(ctx context.Co
 
 // InvokeSeedAliasWithResponse Enqueue an invocation (seed alias)
 //
-// The seed's route: the namespace is named by namespace (required) and the pool by serverlessRequestID (required); otherwise as invokePool.
+// The seed's route: the namespace is named by namespace (required) and the pool by serverlessRequestID (required), in the body or as query parameters (?namespace=…&serverlessRequestID=…); otherwise as invokePool. A pool named in the query is authorized before the body is read, and the body may be as large as invokePool's; one named only in the body is read first, within a smaller limit (256 KiB by default; 413 beyond).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2528,6 +2539,13 @@ func ParseInvokeSeedAliasResponse(rsp *http.Response) (*InvokeSeedAliasResponse,
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Problem
@@ -3043,6 +3061,13 @@ func ParseInvokePoolResponse(rsp *http.Response) (*InvokePoolResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Problem
