@@ -18,6 +18,7 @@ import (
 
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/natscallout"
+	"github.com/runplane/runplane/queue/stream"
 )
 
 // CalloutConfig turns on the NATS auth callout: every queue replica answers
@@ -52,6 +53,14 @@ type CalloutConfig struct {
 	// CacheTTL bounds how long an admission is reused for a reconnect with
 	// the same token (natscallout.CacheOptions; default 1m).
 	CacheTTL time.Duration
+	// MaxSubscriptions bounds the subscriptions of one worker connection
+	// on top of one per unit of its concurrency (natscallout.Limits;
+	// default 64, -1 unbounded).
+	MaxSubscriptions int64
+	// MaxPayload bounds one message a worker publishes (natscallout.Limits;
+	// default workerMaxPayload of the stream configuration, -1: only the
+	// server's max_payload).
+	MaxPayload int64
 }
 
 // ClientLimits is a Kubernetes client's client-side rate limit.
@@ -78,6 +87,18 @@ func natsAuthOptions(cfg Config) ([]nats.Option, error) {
 		return nil, fmt.Errorf("queue: NATS password: %w", err)
 	}
 	return []nats.Option{nats.UserInfo(cfg.NATSUser, pw)}, nil
+}
+
+// workerMaxPayload is the largest message a worker's sidecar publishes,
+// the default of CalloutConfig.MaxPayload: a result, at most the results
+// stream's max message size (-result-max-size, which every dispatch
+// tells the sidecar; a bigger body goes to the object bucket), or a chunk
+// of a streamed answer, at most the chunks stream's. Object chunks are
+// half a result at most (objects.ChunkSize), events and JetStream calls
+// small.
+func workerMaxPayload(sc stream.Config) int64 {
+	sc = sc.WithDefaults()
+	return int64(max(sc.ResultMaxMsgSize, sc.Chunks.MaxChunkBytes))
 }
 
 // newCallout builds the callout Runnable on the queue's connection;
@@ -115,6 +136,7 @@ func newCallout(cfg CalloutConfig, nc *nats.Conn, kube kubernetes.Interface, con
 			},
 			Permit: permit,
 			MaxTTL: cmp.Or(cfg.MaxTTL, time.Hour),
+			Limits: natscallout.Limits{Subscriptions: cfg.MaxSubscriptions, Payload: cfg.MaxPayload},
 			Clock:  clock.RealClock{},
 		},
 		serve: natscallout.ServeOptions{Workers: cfg.Workers, AnswerTimeout: cfg.AnswerTimeout,

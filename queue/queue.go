@@ -241,7 +241,9 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		co, err := newCallout(cfg.Callout, nc, calloutKube, st, st.Objects, st.Chunks, WorkerPermit(cfg.Stream.WithDefaults()), reg, log)
+		calloutCfg := cfg.Callout
+		calloutCfg.MaxPayload = cmp.Or(calloutCfg.MaxPayload, workerMaxPayload(cfg.Stream))
+		co, err := newCallout(calloutCfg, nc, calloutKube, st, st.Objects, st.Chunks, WorkerPermit(cfg.Stream.WithDefaults()), reg, log)
 		if err != nil {
 			return err
 		}
