@@ -200,7 +200,8 @@ func (r *Responder) user(req *jwt.AuthorizationRequestClaims, id Identity) (stri
 	uc.Permissions = r.Permit(id)
 	uc.NatsLimits = r.Limits.nats(id)
 	// Only plain client connections: no leaf nodes or websockets that the
-	// permissions were not written for.
+	// permissions were not written for (nats-server checks this for a
+	// callout user since v2.15.2; v2.12 did not).
 	uc.AllowedConnectionTypes = jwt.StringList{jwt.ConnectionTypeStandard}
 	s, err := uc.Encode(r.Issuer)
 	if err != nil {
