@@ -33,8 +33,8 @@ type Identity struct {
 	// client reconnects with its rotated credential.
 	Expires time.Time
 	// Concurrency is how many invocations the worker runs at once (its
-	// Pod's runplane.io/concurrency; 0 counts as 1): its sidecar holds a
-	// subscription per invocation it is pulling (Limits.Subscriptions).
+	// Pod's runplane.io/concurrency; 0 counts as 1): its sidecar pulls
+	// with that many subscriptions at once (Limits.Subscriptions).
 	Concurrency int
 }
 
