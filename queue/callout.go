@@ -48,6 +48,14 @@ type CalloutConfig struct {
 	// CacheTTL bounds how long an admission is reused for a reconnect with
 	// the same token (natscallout.CacheOptions; default 1m).
 	CacheTTL time.Duration
+	// MaxSubscriptions bounds the subscriptions of one worker connection
+	// on top of one per unit of its concurrency (natscallout.Limits;
+	// default 64, -1 unbounded).
+	MaxSubscriptions int64
+	// MaxPayload bounds one message a worker publishes (natscallout.Limits;
+	// default workerMaxPayload of the stream configuration, -1: only the
+	// server's max_payload).
+	MaxPayload int64
 }
 
 // ClientLimits is a Kubernetes client's client-side rate limit.
@@ -126,6 +134,18 @@ func openResolver(ctx context.Context, url string, trust *natsaccounts.Trust, sc
 	return r, sys.Close, nil
 }
 
+// workerMaxPayload is the largest message a worker's sidecar publishes,
+// the default of CalloutConfig.MaxPayload: a result, at most the results
+// stream's max message size (-result-max-size, which every dispatch
+// tells the sidecar; a bigger body goes to the object bucket), or a chunk
+// of a streamed answer, at most the chunks stream's. Object chunks are
+// half a result at most (objects.ChunkSize), events and JetStream calls
+// small.
+func workerMaxPayload(sc stream.Config) int64 {
+	sc = sc.WithDefaults()
+	return int64(max(sc.ResultMaxMsgSize, sc.Chunks.MaxChunkBytes))
+}
+
 // newCallout builds the callout Runnable on the queue's connection;
 // consumers creates each admitted worker's dispatch consumer and accounts
 // its account.
@@ -151,6 +171,7 @@ func newCallout(cfg CalloutConfig, nc *nats.Conn, kube kubernetes.Interface, tru
 			Layout:   layout,
 			Accounts: accounts,
 			MaxTTL:   cmp.Or(cfg.MaxTTL, time.Hour),
+			Limits:   natscallout.Limits{Subscriptions: cfg.MaxSubscriptions, Payload: cfg.MaxPayload},
 			Clock:    clock.RealClock{},
 		},
 		serve: natscallout.ServeOptions{Workers: cfg.Workers, AnswerTimeout: cfg.AnswerTimeout,

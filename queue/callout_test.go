@@ -76,13 +76,14 @@ func TestNewCallout(t *testing.T) {
 			if !tc.noKube {
 				kube = fake.NewClientset()
 			}
-			c, err := newCallout(CalloutConfig{}, nil, kube, trust, nil, &fakeConsumers{}, nil, nil, layout, nil, log)
+			c, err := newCallout(CalloutConfig{MaxSubscriptions: 32, MaxPayload: 4096}, nil, kube, trust, nil, &fakeConsumers{}, nil, nil, layout, nil, log)
 			if tc.wantErr != "" {
 				require.ErrorContains(t, err, tc.wantErr)
 				return
 			}
 			require.NoError(t, err)
 			assert.Same(t, trust, c.responder.Trust)
+			assert.Equal(t, natscallout.Limits{Subscriptions: 32, Payload: 4096}, c.responder.Limits)
 			assert.False(t, c.NeedLeaderElection(), "every replica answers")
 		})
 	}
@@ -105,6 +106,24 @@ func TestWorkerExportsCoverImports(t *testing.T) {
 			}
 		}
 		assert.True(t, covered, "import %s (%s) has no export", imp.Subject, imp.Type)
+	}
+}
+
+// TestWorkerMaxPayload: a worker's payload bound is the largest message
+// its sidecar publishes: a result, or a chunk when chunks are bigger.
+func TestWorkerMaxPayload(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  stream.Config
+		want int64
+	}{
+		{name: "defaults: a result of nats-server's default max_payload", want: 1 << 20},
+		{name: "bigger results", cfg: stream.Config{ResultMaxMsgSize: 8 << 20}, want: 8 << 20},
+		{name: "chunks bigger than results", cfg: stream.Config{ResultMaxMsgSize: 32 << 10}, want: stream.DefaultMaxChunkBytes + 1<<10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, workerMaxPayload(tc.cfg))
+		})
 	}
 }
 

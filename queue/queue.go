@@ -260,7 +260,9 @@ func Run(ctx context.Context, cfg Config) error {
 		defer closeResolver()
 		accounts := &natscallout.WorkerAccounts{Trust: trust, Resolver: resolver}
 		revoke = newRevoker(accounts, reg, log).revokeFunc(ctx)
-		co, err := newCallout(cfg.Callout, nc, calloutKube, trust, accounts,
+		calloutCfg := cfg.Callout
+		calloutCfg.MaxPayload = cmp.Or(calloutCfg.MaxPayload, workerMaxPayload(cfg.Stream))
+		co, err := newCallout(calloutCfg, nc, calloutKube, trust, accounts,
 			st, st.Objects, st.Chunks, WorkerLayout(cfg.Stream.WithDefaults()), reg, log)
 		if err != nil {
 			return err

@@ -188,7 +188,7 @@ func TestCatalogParses(t *testing.T) {
 	}
 }
 
-// TestNATSConfigLoads: nats-server v2.12 accepts the bundled configuration
+// TestNATSConfigLoads: nats-server v2.15 accepts the bundled configuration
 // of one and of three servers (nats-server -t checks it and exits).
 func TestNATSConfigLoads(t *testing.T) {
 	needHelm(t)

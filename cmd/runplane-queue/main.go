@@ -19,6 +19,7 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/cmdline"
 	"github.com/runplane/runplane/internal/logging"
+	"github.com/runplane/runplane/internal/natscallout"
 	"github.com/runplane/runplane/internal/objects"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/pool"
@@ -71,6 +72,9 @@ func run() error {
 	flag.Var(float32Flag{&c.Callout.PerHostQPS}, "nats-callout-per-host-qps", "callout reviews per second one client address may cause; beyond, refused at once (default 5)")
 	flag.IntVar(&c.Callout.PerHostBurst, "nats-callout-per-host-burst", 20, "burst of one client address's callout reviews")
 	flag.DurationVar(&c.Callout.CacheTTL, "nats-callout-cache-ttl", time.Minute, "how long an admission is reused for a reconnect with the same token (never past the token's expiry)")
+	flag.Int64Var(&c.Callout.MaxSubscriptions, "nats-callout-max-subscriptions", natscallout.DefaultSubscriptions, "subscriptions one worker connection may hold on top of one per unit of its runplane.io/concurrency; beyond, refused (-1: unbounded)")
+	flag.Int64Var(&c.Callout.MaxPayload, "nats-callout-max-payload", 0, "largest message in bytes a worker may publish, headers included; more closes its connection "+
+		"(0: the largest the sidecar sends, -result-max-size unless a stream chunk's bound is larger; -1: only the server's max_payload)")
 	flag.Var(float32Flag{&c.CallerAuthClient.QPS}, "caller-auth-kube-qps", "client-side QPS of caller authentication's own Kubernetes client (default 50)")
 	flag.IntVar(&c.CallerAuthClient.Burst, "caller-auth-kube-burst", 100, "client-side burst of caller authentication's own Kubernetes client")
 	flag.Var(float32Flag{&c.CallerAuth.TokenReviewQPS}, "caller-auth-token-review-qps", "TokenReviews per second of bearer tokens not in the cache, all callers together; beyond, 429 (default 20)")

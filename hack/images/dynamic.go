@@ -78,7 +78,7 @@ func elfNeeds(path string) (libs []string, interp string, _ error) {
 // built from test/testbin's pinned builds for the real nodes (nothing is
 // pulled there).
 const (
-	NATSRef          = "runplane.local/nats:2.12.4"
+	NATSRef          = "runplane.local/nats:2.15.3"
 	KubeSchedulerRef = "runplane.local/kube-scheduler:v1.36.3"
 )
 

@@ -35,6 +35,10 @@ type Identity struct {
 	// expires with it and the server closes the connection then, so the
 	// client reconnects with its rotated credential.
 	Expires time.Time
+	// Concurrency is how many invocations the worker runs at once (its
+	// Pod's runplane.io/concurrency; 0 counts as 1): its sidecar pulls
+	// with that many subscriptions at once (Limits.Subscriptions).
+	Concurrency int
 }
 
 // Authenticator turns the credential a client presented into an Identity,
@@ -67,7 +71,76 @@ type Responder struct {
 	Accounts Accounts
 	// MaxTTL caps a user's lifetime even when the credential lives longer.
 	MaxTTL time.Duration
+	// Limits bound each user's connection (zero fields: the defaults).
+	Limits Limits
 	Clock  clock.PassiveClock
+}
+
+// Limits bound one worker connection: the user JWT's limits, which
+// nats-server applies to a callout user since v2.15.3 (and v2.14.10);
+// older servers registered the user with its permissions only and ignore
+// them. The server's own max_payload and max_subscriptions still apply
+// on top (the smaller bound wins).
+type Limits struct {
+	// Subscriptions bounds the subscriptions a connection holds at once,
+	// on top of one per unit of the worker's concurrency: the sidecar
+	// holds one subscription per pull under way (each of its concurrency
+	// slots pulls on its own, up to 1024) and a few of its own (its
+	// cancels, its request inbox, the pull that hands work back while it
+	// drains). A subscription beyond is refused ("maximum subscriptions
+	// exceeded"); the connection stays. Without a bound, one connection
+	// could hold millions, each costing the server memory and every
+	// publish in the account a longer match. Default
+	// DefaultSubscriptions; NoLimit: unbounded.
+	Subscriptions int64
+	// Payload bounds one message the connection publishes, headers
+	// included. The server closes a connection that sends more, and
+	// tells the client the bound in the INFO after connect, which the
+	// sidecar sizes its result messages and object chunks by
+	// (nats.Conn.MaxPayload). Default DefaultPayload; NoLimit: only the
+	// server's max_payload.
+	Payload int64
+}
+
+const (
+	// DefaultSubscriptions leaves a sidecar, beyond its pulls, some 15
+	// times the 3 or 4 subscriptions it holds.
+	DefaultSubscriptions = 64
+	// DefaultPayload is nats-server's default max_payload (1 MiB).
+	DefaultPayload = 1 << 20
+	// NoLimit turns a limit off.
+	NoLimit = jwt.NoLimit
+)
+
+// maxConcurrency is the largest runplane.io/concurrency the webhook admits
+// (webhook/mutate.MaxConcurrency): a Pod claiming more gets no more
+// subscriptions than that.
+const maxConcurrency = 1024
+
+// nats is the user JWT's limits for id.
+func (l Limits) nats(id Identity) jwt.NatsLimits {
+	subs := l.Subscriptions
+	switch {
+	case subs == 0:
+		subs = DefaultSubscriptions
+	case subs < 0:
+		subs = NoLimit
+	}
+	if subs != NoLimit {
+		subs += int64(min(max(id.Concurrency, 1), maxConcurrency))
+	}
+	payload := l.Payload
+	switch {
+	case payload == 0:
+		payload = DefaultPayload
+	case payload < 0:
+		payload = NoLimit
+	}
+	// Data stays unbounded: nats-server keeps no per-user byte count
+	// (NatsLimits.Data is not read for users), so a bound here would be
+	// a promise nothing keeps. What a worker stores is bounded by the
+	// streams' and buckets' limits instead.
+	return jwt.NatsLimits{Subs: subs, Payload: payload, Data: NoLimit}
 }
 
 // Result is one answered request: the signed response for the server, and
@@ -135,7 +208,7 @@ func (r *Responder) user(ctx context.Context, req *jwt.AuthorizationRequestClaim
 	if err != nil {
 		return "", fmt.Errorf("the account of %s: %w", id.Name, err)
 	}
-	return r.Trust.WorkerUserJWT(account, req.UserNkey, id.Name, WorkerPermissions(subjects), jwt.NatsLimits{Subs: -1, Data: -1, Payload: -1}, expires.Unix())
+	return r.Trust.WorkerUserJWT(account, req.UserNkey, id.Name, WorkerPermissions(subjects), r.Limits.nats(id), expires.Unix())
 }
 
 func (r *Responder) respond(req *jwt.AuthorizationRequestClaims, user, refusal string) ([]byte, error) {

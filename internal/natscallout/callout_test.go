@@ -13,6 +13,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/runplane/runplane/internal/natsaccounts"
+	"github.com/runplane/runplane/webhook/mutate"
 )
 
 // tokens is a fake Authenticator: token → identity.
@@ -137,4 +138,45 @@ func TestRespondRejectsGarbage(t *testing.T) {
 		Clock: clocktesting.NewFakePassiveClock(time.Now())}
 	_, err := r.Respond(context.Background(), []byte("not a jwt"))
 	require.ErrorContains(t, err, "decoding authorization request")
+}
+
+// TestRespondUserLimits: the user JWT carries explicit connection limits:
+// subscriptions on top of one per unit of the worker's concurrency, a
+// payload bound, and no data bound (nats-server keeps none per user).
+func TestRespondUserLimits(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name        string
+		limits      Limits
+		concurrency int
+		want        jwt.NatsLimits
+	}{
+		{name: "defaults", want: jwt.NatsLimits{Subs: DefaultSubscriptions + 1, Payload: DefaultPayload, Data: jwt.NoLimit}},
+		{name: "a subscription per concurrent invocation", concurrency: 8,
+			want: jwt.NatsLimits{Subs: DefaultSubscriptions + 8, Payload: DefaultPayload, Data: jwt.NoLimit}},
+		{name: "configured", limits: Limits{Subscriptions: 10, Payload: 4096}, concurrency: 2,
+			want: jwt.NatsLimits{Subs: 12, Payload: 4096, Data: jwt.NoLimit}},
+		{name: "unbounded", limits: Limits{Subscriptions: NoLimit, Payload: NoLimit}, concurrency: 2,
+			want: jwt.NatsLimits{Subs: jwt.NoLimit, Payload: jwt.NoLimit, Data: jwt.NoLimit}},
+		{name: "concurrency beyond the webhook's bound counts as the bound", concurrency: 1 << 30,
+			want: jwt.NatsLimits{Subs: DefaultSubscriptions + mutate.MaxConcurrency, Payload: DefaultPayload, Data: jwt.NoLimit}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			trust := newTrust(t)
+			alice := Identity{Name: "team-a/echo-1", Namespace: "team-a", Pool: "echo", Worker: "echo-1",
+				Expires: now.Add(time.Hour), Concurrency: tc.concurrency}
+			r := &Responder{Trust: trust, Layout: testLayout, Accounts: &madeAccounts{trust: trust}, Auth: tokens{"alice": alice},
+				Limits: tc.limits, Clock: clocktesting.NewFakePassiveClock(now)}
+			req, _, _ := newRequest(t, "alice", "")
+
+			res, err := r.Respond(context.Background(), req)
+			require.NoError(t, err)
+			require.NoError(t, res.Err)
+			resp, err := jwt.DecodeAuthorizationResponseClaims(string(res.Response))
+			require.NoError(t, err)
+			user, err := jwt.DecodeUserClaims(resp.Jwt)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, user.NatsLimits)
+		})
+	}
 }

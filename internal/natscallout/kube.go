@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -154,7 +155,19 @@ func (k *KubeAuthenticator) Authenticate(ctx context.Context, token string) (Ide
 		return id, err
 	}
 	id.Expires = exp
+	id.Concurrency = concurrency(pod)
 	return id, nil
+}
+
+// concurrency is the Pod's runplane.io/concurrency, which the webhook
+// admitted (1..1024) and fixed at creation, and from which it set the
+// sidecar's; 1, the default, when absent or not a number.
+func concurrency(pod *corev1.Pod) int {
+	n, err := strconv.Atoi(pod.Annotations[api.AnnotationConcurrency])
+	if err != nil || n < 1 {
+		return 1
+	}
+	return n
 }
 
 // plausible reads the token's claims without verifying them and returns

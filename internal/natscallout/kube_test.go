@@ -72,8 +72,13 @@ func TestKubeAuthenticator(t *testing.T) {
 		token   string
 		wantErr string
 		reason  string // Reason of the error (default ReasonNotWorker)
+		// wantConcurrency is the admitted Identity's (default 1).
+		wantConcurrency int
 	}{
 		{name: "worker of its pool"},
+		{name: "worker running 8 invocations at once", objects: func(_ *appsv1.Deployment, _ *appsv1.ReplicaSet, p *corev1.Pod) {
+			p.Annotations = map[string]string{api.AnnotationConcurrency: "8"}
+		}, wantConcurrency: 8},
 		{name: "apiserver refuses the token", status: func(s *authnv1.TokenReviewStatus) {
 			s.Authenticated, s.Error = false, "invalid bearer token"
 		}, wantErr: "invalid bearer token", reason: ReasonInvalidToken},
@@ -141,7 +146,8 @@ func TestKubeAuthenticator(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			assert.Equal(t, Identity{Name: "team-a/echo-5d4-x1", Namespace: "team-a", Pool: "echo", Worker: "echo-5d4-x1", Expires: time.Unix(exp.Unix(), 0)}, id)
+			assert.Equal(t, Identity{Name: "team-a/echo-5d4-x1", Namespace: "team-a", Pool: "echo", Worker: "echo-5d4-x1", Expires: time.Unix(exp.Unix(), 0),
+				Concurrency: cmp.Or(tc.wantConcurrency, 1)}, id)
 		})
 	}
 }

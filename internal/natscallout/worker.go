@@ -32,9 +32,10 @@ type WorkerSubjects struct {
 // WorkerPermissions allows exactly what the sidecar does: read its own
 // consumer's info and pull and ack its messages (the queue creates the
 // consumer before admitting the worker: nats-server does not check a
-// consumer's deliver subject against its creator's permissions, so a
-// worker allowed to create consumers could have another tenant's subjects
-// delivered to), publish its results and events, answer its pool's sync
+// consumer's deliver subject against its creator's permissions — v2.15.3
+// refuses only JetStream's own subjects there — so a worker allowed to
+// create consumers could have another tenant's subjects delivered to),
+// publish its results and events, answer its pool's sync
 // callers, read and store its namespace's objects, and hear its cancels and its
 // inbox. No other JetStream API.
 func WorkerPermissions(s WorkerSubjects) jwt.Permissions {

@@ -319,3 +319,72 @@ func TestReplySubjectsStayInTheWorkersAccount(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "marker", string(first.Data), "nothing but the marker reaches the victim's cancel subject")
 }
+
+// TestServerSendsNothingOutsideWorkerPermissions: nats-server sends some
+// messages on a client's behalf: trace events to the subject a message's
+// Nats-Trace-Dest header names, and JetStream's publish ack to the
+// message's reply subject. nats-server v2.12.4 checked neither against
+// the worker's permissions: a worker could have trace events published on
+// another tenant's cancel subject (this test's victim got one there;
+// CVE-2026-33249: checked in v2.12.15 and every v2.15), and could aim a publish
+// ack at a JetStream API subject (v2.12.4's JetStream dropped it as a
+// request without client info; v2.15.3 refuses any $JS. reply from a
+// client before that). Both are refused, and neither the victim's subject
+// nor the stream sees anything.
+func TestServerSendsNothingOutsideWorkerPermissions(t *testing.T) {
+	srv, a := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mallory := Identity{Name: "team-m/echo-1", Namespace: "team-m", Pool: "echo", Worker: "echo-1", Expires: time.Now().Add(time.Hour)}
+	internal, _, _ := serveCallout(t, ctx, srv, a, &Responder{MaxTTL: time.Hour, Clock: clock.RealClock{}, Auth: tokens{"mallory": mallory}}, ServeOptions{})
+	ijs, err := jetstream.New(internal)
+	require.NoError(t, err)
+	invocations, err := ijs.CreateStream(ctx, jetstream.StreamConfig{Name: "RS", Subjects: []string{"rs.dispatch.>"}})
+	require.NoError(t, err)
+	_, err = ijs.CreateStream(ctx, jetstream.StreamConfig{Name: "RS_RESULTS", Subjects: []string{"rs.result.>"}})
+	require.NoError(t, err)
+	own := testLayout(mallory)
+	bob := testLayout(Identity{Namespace: "team-b", Pool: "echo", Worker: "echo-1"})
+	_, err = ijs.Publish(ctx, bob.Dispatch, []byte("bob's invocation"))
+	require.NoError(t, err)
+	victim, err := internal.SubscribeSync(bob.Cancel)
+	require.NoError(t, err)
+	require.NoError(t, internal.Flush())
+
+	violations := make(chan error, 16)
+	nc, err := nats.Connect(srv.ClientURL(), nats.Token("mallory"), nats.CustomInboxPrefix(own.Inbox),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
+	require.NoError(t, err)
+	defer nc.Close()
+
+	for _, tc := range []struct {
+		name string
+		msg  *nats.Msg
+		want string
+	}{
+		{name: "trace events to another tenant's cancels",
+			msg:  &nats.Msg{Subject: own.Publish[0], Header: nats.Header{"Nats-Trace-Dest": {bob.Cancel}}, Data: []byte("result")},
+			want: `Permissions Violation for Publish to "` + bob.Cancel + `"`},
+		{name: "publish ack as a purge of the invocation stream",
+			msg:  &nats.Msg{Subject: own.Publish[0], Reply: "$JS.API.STREAM.PURGE.RS", Data: []byte("result")},
+			want: `Permissions Violation for Publish with Reply of "$JS.API.STREAM.PURGE.RS"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.NoError(t, nc.PublishMsg(tc.msg)) // refused asynchronously: the violation below is the verdict
+			require.NoError(t, nc.Flush())
+			select {
+			case err := <-violations:
+				require.ErrorContains(t, err, tc.want)
+			case <-time.After(5 * time.Second):
+				t.Error("no permission violation")
+			}
+		})
+	}
+	require.NoError(t, internal.Publish(bob.Cancel, []byte("marker")))
+	first, err := victim.NextMsg(5 * time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, "marker", string(first.Data), "only the marker reaches the victim's cancel subject")
+	info, err := invocations.Info(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), info.State.Msgs, "the invocation stream keeps bob's invocation")
+}

@@ -103,7 +103,7 @@ func TestWorkerIdentityFromBoundToken(t *testing.T) {
 			}
 			require.NoError(t, err)
 			assert.Equal(t, natscallout.Identity{Name: "workers-a/" + worker.Name, Namespace: "workers-a", Pool: "echo",
-				Worker: worker.Name, Expires: id.Expires}, id)
+				Worker: worker.Name, Expires: id.Expires, Concurrency: 1}, id)
 			assert.WithinDuration(t, time.Now().Add(10*time.Minute), id.Expires, time.Minute)
 		})
 	}
