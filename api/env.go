@@ -33,6 +33,10 @@ const (
 	// projected ServiceAccount token (NATSTokenFile by default), re-read on
 	// every (re)connect so the kubelet's rotation takes effect.
 	EnvNATSTokenFile = "RUNPLANE_NATS_TOKEN_FILE"
+	// EnvNATSJSAPIPrefix is the JetStream API prefix the sidecar uses
+	// (WorkerJSAPIPrefix in runplane's NATS; unset: $JS.API, a NATS without
+	// accounts).
+	EnvNATSJSAPIPrefix = "RUNPLANE_NATS_JS_API_PREFIX"
 	// EnvSidecarHTTPAddr is where the sidecar serves /livez, /readyz and /metrics.
 	EnvSidecarHTTPAddr = "RUNPLANE_SIDECAR_HTTP_ADDR"
 	// EnvShutdownGraceSeconds is how long the sidecar lets running
@@ -87,3 +91,11 @@ const (
 	SSHAuthorizedKeysKey = "authorized_keys"
 	SSHHostKeyDir        = "/var/run/runplane/ssh-host"
 )
+
+// WorkerJSAPIPrefix is the JetStream API prefix of a worker in runplane's
+// NATS (jetstream.NewWithAPIPrefix): a worker's account has no JetStream,
+// and imports from RUNPLANE exactly its consumer's and bucket's API
+// subjects under this prefix. Under the plain $JS.API the server's own
+// import of the JetStream API into every account would answer first
+// ("JetStream not enabled for account").
+const WorkerJSAPIPrefix = "$RP.JS.API"

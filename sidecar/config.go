@@ -38,6 +38,9 @@ type Config struct {
 	// expires. ConfigFromEnv defaults it to api.NATSTokenFile; empty (tests
 	// on a NATS without auth) presents no credential.
 	NATSTokenFile string
+	// JSAPIPrefix is the JetStream API prefix (api.EnvNATSJSAPIPrefix; ""
+	// is $JS.API).
+	JSAPIPrefix string
 
 	// HTTPAddr serves /livez, /readyz and /metrics.
 	HTTPAddr string
@@ -101,6 +104,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		SubjectPrefix:   first(getenv(api.EnvSubjectPrefix), api.DefaultSubjectPrefix),
 		StreamName:      first(getenv(api.EnvStreamName), api.DefaultStreamName),
 		NATSTokenFile:   first(getenv(api.EnvNATSTokenFile), api.NATSTokenFile),
+		JSAPIPrefix:     getenv(api.EnvNATSJSAPIPrefix),
 		StateDir:        getenv(api.EnvWorkerStateDir),
 		HTTPAddr:        first(getenv(api.EnvSidecarHTTPAddr), ":"+strconv.Itoa(api.SidecarHTTPPort)),
 		Concurrency:     1,

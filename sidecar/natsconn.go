@@ -8,8 +8,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/runplane/runplane/internal/messages"
 )
 
 // natsOptions are the sidecar's connect options. Its credential is the
@@ -60,15 +58,16 @@ func (s *Sidecar) natsOptions() ([]nats.Option, error) {
 	})), nil
 }
 
-// jetStream is the sidecar's JetStream context. With a token the NATS is
-// runplane's, where the worker's account reaches its consumer and bucket
-// only under messages.WorkerJSAPIPrefix; without one (a NATS without auth,
-// tests and benchmarks) the API is the plain one.
+// jetStream is the sidecar's JetStream context: in runplane's NATS the
+// worker's account reaches its consumer and bucket only under the prefix
+// the webhook sets (Config.JSAPIPrefix, api.WorkerJSAPIPrefix); without
+// one (a NATS without accounts, tests and benchmarks) the API is the plain
+// one.
 func (s *Sidecar) jetStream(nc *nats.Conn) (jetstream.JetStream, error) {
-	if s.cfg.NATSTokenFile == "" {
+	if s.cfg.JSAPIPrefix == "" {
 		return jetstream.New(nc)
 	}
-	return jetstream.NewWithAPIPrefix(nc, messages.WorkerJSAPIPrefix)
+	return jetstream.NewWithAPIPrefix(nc, s.cfg.JSAPIPrefix)
 }
 
 func readToken(path string) (string, error) {

@@ -145,14 +145,6 @@ func WorkerInbox(ns, pool, worker string) string {
 	return "_INBOX_RP." + ns + "." + pool + "." + worker
 }
 
-// WorkerJSAPIPrefix is the JetStream API prefix of a worker in runplane's
-// NATS (jetstream.NewWithAPIPrefix): its account has no JetStream, and
-// imports from RUNPLANE exactly its consumer's and bucket's API subjects
-// under this prefix. Under the plain $JS.API the server's own import of
-// the JetStream API into every account would answer first ("JetStream
-// not enabled for account").
-const WorkerJSAPIPrefix = "$RP.JS.API"
-
 // ValidateToken checks that a namespace, pool or worker name is usable as
 // one subject token (Kubernetes names always are).
 func ValidateToken(kind, v string) error {

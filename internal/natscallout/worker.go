@@ -5,7 +5,7 @@ import (
 
 	"github.com/nats-io/jwt/v2"
 
-	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/api"
 )
 
 // WorkerSubjects are the subjects one worker uses. The queue's subject
@@ -40,7 +40,7 @@ type WorkerSubjects struct {
 // inbox. No other JetStream API.
 func WorkerPermissions(s WorkerSubjects) jwt.Permissions {
 	var p jwt.Permissions
-	api := messages.WorkerJSAPIPrefix
+	api := api.WorkerJSAPIPrefix
 	p.Pub.Allow.Add(
 		api+jsConsumerInfo+s.Stream+"."+s.Consumer,
 		api+jsConsumerNext+s.Stream+"."+s.Consumer,
@@ -66,7 +66,7 @@ func WorkerPermissions(s WorkerSubjects) jwt.Permissions {
 
 // JetStream API families a worker reaches through its account's imports,
 // after the API prefix (RUNPLANE's $JS.API, the worker's
-// messages.WorkerJSAPIPrefix).
+// api.WorkerJSAPIPrefix).
 const (
 	jsAPI          = "$JS.API"
 	jsConsumerInfo = ".CONSUMER.INFO."
@@ -93,7 +93,7 @@ func WorkerImports(s WorkerSubjects, runplane string) jwt.Imports {
 	// The JetStream API under the worker's own prefix (WorkerJSAPIPrefix).
 	api := func(subjects ...string) {
 		for _, subj := range subjects {
-			imps.Add(&jwt.Import{Name: subj, Subject: jwt.Subject(jsAPI + subj), LocalSubject: jwt.RenamingSubject(messages.WorkerJSAPIPrefix + subj),
+			imps.Add(&jwt.Import{Name: subj, Subject: jwt.Subject(jsAPI + subj), LocalSubject: jwt.RenamingSubject(api.WorkerJSAPIPrefix + subj),
 				Account: runplane, Type: jwt.Service})
 		}
 	}

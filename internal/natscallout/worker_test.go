@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/utils/clock"
 
+	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/objects"
 )
@@ -68,7 +69,7 @@ func TestWorkerPermissionsOnJetStream(t *testing.T) {
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
 	require.NoError(t, err)
 	defer nc.Close()
-	js, err := jetstream.NewWithAPIPrefix(nc, messages.WorkerJSAPIPrefix)
+	js, err := jetstream.NewWithAPIPrefix(nc, api.WorkerJSAPIPrefix)
 	require.NoError(t, err)
 
 	t.Run("the sidecar's calls work", func(t *testing.T) {
@@ -234,7 +235,7 @@ func TestWorkerCannotCreateConsumers(t *testing.T) {
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
 	require.NoError(t, err)
 	defer nc.Close()
-	js, err := jetstream.NewWithAPIPrefix(nc, messages.WorkerJSAPIPrefix)
+	js, err := jetstream.NewWithAPIPrefix(nc, api.WorkerJSAPIPrefix)
 	require.NoError(t, err)
 
 	actx, acancel := context.WithTimeout(ctx, time.Second)
@@ -246,7 +247,7 @@ func TestWorkerCannotCreateConsumers(t *testing.T) {
 	select {
 	case err := <-violations:
 		require.ErrorContains(t, err, "Permissions Violation")
-		require.ErrorContains(t, err, messages.WorkerJSAPIPrefix+".CONSUMER.CREATE.RS."+own.Consumer)
+		require.ErrorContains(t, err, api.WorkerJSAPIPrefix+".CONSUMER.CREATE.RS."+own.Consumer)
 	case <-ctx.Done():
 		t.Fatal("no permission violation")
 	}
@@ -290,7 +291,7 @@ func TestReplySubjectsStayInTheWorkersAccount(t *testing.T) {
 	nc, err := nats.Connect(srv.ClientURL(), nats.Token("mallory"), nats.CustomInboxPrefix(own.Inbox))
 	require.NoError(t, err)
 	defer nc.Close()
-	js, err := jetstream.NewWithAPIPrefix(nc, messages.WorkerJSAPIPrefix)
+	js, err := jetstream.NewWithAPIPrefix(nc, api.WorkerJSAPIPrefix)
 	require.NoError(t, err)
 	// The payload: a consumer config delivering every dispatch to the
 	// worker's inbox, stored as an object chunk in its own bucket.
@@ -301,7 +302,7 @@ func TestReplySubjectsStayInTheWorkersAccount(t *testing.T) {
 	require.NoError(t, err)
 	for _, reply := range []string{"$JS.API.CONSUMER.CREATE.RS.evil", bob.Cancel} {
 		// A direct get of the stored chunk, its answer aimed at reply.
-		req := nats.NewMsg(messages.WorkerJSAPIPrefix + ".DIRECT.GET.OBJ_" + own.ObjectBucket)
+		req := nats.NewMsg(api.WorkerJSAPIPrefix + ".DIRECT.GET.OBJ_" + own.ObjectBucket)
 		req.Data = []byte(`{"next_by_subj":"$O.` + own.ObjectBucket + `.C.>","seq":1}`)
 		req.Reply = reply
 		require.NoError(t, nc.PublishMsg(req))

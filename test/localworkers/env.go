@@ -73,7 +73,7 @@ func PodEnv(pod *corev1.Pod, local Local) (sidecar, frameworkEnv []string, err e
 		fwEnv.merge(vars)
 	}
 	// The framework never gets NATS settings, whatever the Pod says.
-	for _, k := range []string{api.EnvNATSURL, api.EnvNATSTokenFile, api.EnvSubjectPrefix, api.EnvStreamName, api.EnvSidecarHTTPAddr} {
+	for _, k := range []string{api.EnvNATSURL, api.EnvNATSTokenFile, api.EnvNATSJSAPIPrefix, api.EnvSubjectPrefix, api.EnvStreamName, api.EnvSidecarHTTPAddr} {
 		fwEnv.del(k)
 	}
 	fwEnv.set(api.EnvFrameworkSocket, local.Socket)

@@ -341,6 +341,7 @@ func (m *Mutator) applyPool(pod *corev1.Pod, o Options) error {
 		corev1.EnvVar{Name: api.EnvSubjectPrefix, Value: m.Config.SubjectPrefix},
 		corev1.EnvVar{Name: api.EnvStreamName, Value: m.Config.StreamName},
 		corev1.EnvVar{Name: api.EnvNATSTokenFile, Value: api.NATSTokenFile},
+		corev1.EnvVar{Name: api.EnvNATSJSAPIPrefix, Value: api.WorkerJSAPIPrefix},
 		corev1.EnvVar{Name: api.EnvSidecarHTTPAddr, Value: ":" + strconv.Itoa(api.SidecarHTTPPort)},
 		corev1.EnvVar{Name: api.EnvShutdownGraceSeconds, Value: strconv.FormatInt(shutdownGrace, 10)},
 		corev1.EnvVar{Name: api.EnvWorkerStateDir, Value: api.WorkerStateDir},
