@@ -501,6 +501,50 @@ func TestPoolPodSharesNoProcessNamespace(t *testing.T) {
 	assert.NotNil(t, sc.RunAsUser)
 }
 
+// A pool Pod cannot re-point the host name its worker sidecar dials (and
+// presents its Pod-bound NATS token to): no hostAliases, no resolver or
+// search domain of the tenant's. The same Pod without the pool label keeps
+// them.
+func TestPoolPodCannotRedirectNATS(t *testing.T) {
+	startWebhook(t)
+	ns := tenantNamespace(t, "team-dns")
+	mallory := as(t, tenantUser)
+	pool := labelled(map[string]string{api.LabelPool: "echo"}, nil)
+	tests := []struct {
+		name   string
+		modify func(*corev1.Pod)
+		want   string
+	}{
+		{"hostAliases for the NATS host", func(p *corev1.Pod) {
+			p.Spec.HostAliases = []corev1.HostAlias{{IP: "10.0.0.66", Hostnames: []string{"runplane-nats.runplane-system.svc.cluster.local"}}}
+		}, "label runplane.io/pool: spec.hostAliases: must be empty on a pool Pod"},
+		{"dnsPolicy None and the tenant's nameserver", func(p *corev1.Pod) {
+			p.Spec.DNSPolicy = corev1.DNSNone
+			p.Spec.DNSConfig = &corev1.PodDNSConfig{Nameservers: []string{"10.0.0.66"}}
+		}, `label runplane.io/pool: spec.dnsPolicy: is "None"; allowed on a pool Pod: ClusterFirst (the default), ClusterFirstWithHostNet, Default`},
+		{"the tenant's nameserver beside the cluster's", func(p *corev1.Pod) {
+			p.Spec.DNSConfig = &corev1.PodDNSConfig{Nameservers: []string{"10.0.0.66"}, Options: []corev1.PodDNSConfigOption{{Name: "rotate"}}}
+		}, "label runplane.io/pool: spec.dnsConfig.nameservers: must be empty on a pool Pod"},
+		{"the tenant's search domain", func(p *corev1.Pod) {
+			p.Spec.DNSConfig = &corev1.PodDNSConfig{Searches: []string{"evil.example"}}
+		}, "label runplane.io/pool: spec.dnsConfig.searches: must be empty on a pool Pod"},
+	}
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := mallory.CoreV1().Pods(ns).Create(context.Background(), plainPod("p", pool, tt.modify), dryRun)
+			require.Error(t, err, "a pool Pod re-pointing runplane's host names admitted")
+			assert.Contains(t, err.Error(), tt.want)
+			_, err = mallory.CoreV1().Pods(ns).Create(context.Background(), plainPod("p", tt.modify), dryRun)
+			require.NoError(t, err, "an unlabelled Pod keeps its own resolution")
+		})
+	}
+	_, err := mallory.CoreV1().Pods(ns).Create(context.Background(), plainPod("p", pool, func(p *corev1.Pod) {
+		p.Spec.DNSConfig = &corev1.PodDNSConfig{Options: []corev1.PodDNSConfigOption{{Name: "ndots", Value: ptr.To("2")}}}
+	}), dryRun)
+	require.NoError(t, err, "resolver options alone are the pool Pod's")
+}
+
 // GPUs and runplane's PriorityClasses only through runplane: an unlabelled
 // Pod asking for 8 GPUs and runplane-workload is denied by the policy.
 func TestGPUsOnlyThroughRunplane(t *testing.T) {
