@@ -381,7 +381,9 @@ func TestEphemeralContainersChecked(t *testing.T) {
 				LocalObjectReference: corev1.LocalObjectReference{Name: runplaneSecret}, Key: "token"}}}}
 		}, `env "T" takes valueFrom.secretKeyRef`},
 		{"envFrom runplane's Secret", "plain", "dbg3", func(c *corev1.EphemeralContainer) {
-			c.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: runplaneSecret}}}}
+			// A prefix no GPU device variable starts with: without one, policy
+			// runplane-gpu (which runs before validating webhooks) refuses it first.
+			c.EnvFrom = []corev1.EnvFromSource{{Prefix: "T_", SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: runplaneSecret}}}}
 		}, "envFrom secretRef"},
 		{"a reserved name", "worker", "runplane-worker-2", nil, `container name "runplane-worker-2"`},
 		{"targets the worker sidecar", "worker", "dbg4", func(c *corev1.EphemeralContainer) {
