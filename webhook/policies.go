@@ -248,9 +248,9 @@ func gpuPolicy(g *GPUPolicy) *admissionregistrationv1.ValidatingAdmissionPolicy 
 	}
 	// A variable set in env is seen at admission: literal values that ask
 	// for nothing are fine, valueFrom is not (its value is read at start).
-	badEnv := "c.?env.orValue([]).exists(e, e.name in variables.deviceEnvAllowed && (has(e.valueFrom) || !(e.?value.orValue('') in variables.deviceEnvAllowed[e.name])))"
-	badEnvItem := "'container ' + c.name + ' sets ' + c.env.filter(e, e.name in variables.deviceEnvAllowed && (has(e.valueFrom) || !(e.?value.orValue('') in variables.deviceEnvAllowed[e.name])))" +
-		".map(e, e.name + (has(e.valueFrom) ? ' through valueFrom' : '')).join(', ')"
+	badVar := "e.name in variables.deviceEnvAllowed && (has(e.valueFrom) || !(e.?value.orValue('') in variables.deviceEnvAllowed[e.name]))"
+	badEnv := "c.?env.orValue([]).exists(e, " + badVar + ")"
+	badEnvItem := "'container ' + c.name + ' sets ' + c.env.filter(e, " + badVar + ").map(e, e.name + (has(e.valueFrom) ? ' through valueFrom' : '')).join(', ')"
 	// envFrom's keys are not seen at admission, and may change after it:
 	// a device variable it could produce (its prefix starts that name)
 	// must be set in env too, which wins over envFrom.
