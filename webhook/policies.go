@@ -91,7 +91,9 @@ func DefaultGPUPolicy() *GPUPolicy {
 //     to create or label its own Namespaces cannot grant itself a tier
 //     that preempts other tenants' work.
 //   - runplane-gpu (optional): GPU requests and runplane's PriorityClasses
-//     only on Pods runplane schedules (runplane.io/gpu-spec or /stock).
+//     only on Pods runplane schedules (runplane.io/gpu-spec or /stock); no
+//     container (ephemeral ones included, on pods/ephemeralcontainers)
+//     sets a device variable of the NVIDIA container toolkit by any route.
 func Policies(o PolicyOptions) ([]*admissionregistrationv1.ValidatingAdmissionPolicy, []*admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	if o.Namespace == "" {
 		o.Namespace = api.DefaultNamespace
@@ -201,30 +203,87 @@ func Policies(o PolicyOptions) ([]*admissionregistrationv1.ValidatingAdmissionPo
 	return policies, bindings
 }
 
-// nvidiaDeviceEnv is the variable through which the NVIDIA container
-// toolkit gives devices to a container that asked the device plugin for
-// none (unless the node sets accept-nvidia-visible-devices-envvar-when-
-// unprivileged = false, which SECURITY.md asks for).
-const nvidiaDeviceEnv = "NVIDIA_VISIBLE_DEVICES"
+// deviceEnv are the variables through which the NVIDIA container toolkit
+// gives a container devices the device plugin did not, each with the
+// values that ask for none. It reads them from the container's final
+// environment, wherever they came from. On a node that accepts
+// NVIDIA_VISIBLE_DEVICES from unprivileged containers (the toolkit's
+// default; SECURITY.md asks nodes to refuse it), NVIDIA_VISIBLE_DEVICES
+// names devices, and CUDA_VERSION without NVIDIA_REQUIRE_CUDA marks a
+// "legacy" image, which gets every GPU when NVIDIA_VISIBLE_DEVICES is
+// unset. On any node, a container that has devices (a gpu-spec Pod's)
+// gets IMEX channels (made on the host) by NVIDIA_IMEX_CHANNELS and the
+// host's GDS, InfiniBand, NVSwitch and GDRCopy devices by NVIDIA_GDS,
+// NVIDIA_MOFED, NVIDIA_NVSWITCH, NVIDIA_GDRCOPY = enabled. Not here:
+// NVIDIA_DRIVER_CAPABILITIES and CUDA_VISIBLE_DEVICES only shape or
+// narrow the devices a container has, and NVIDIA_MIG_CONFIG_DEVICES and
+// NVIDIA_MIG_MONITOR_DEVICES are refused by the toolkit for unprivileged
+// containers (Pod Security baseline keeps tenants unprivileged).
+func deviceEnv() []deviceVar {
+	off := []string{"", "disabled"} // the toolkit acts on "enabled" only
+	return []deviceVar{
+		{"NVIDIA_VISIBLE_DEVICES", []string{"", "void", "none"}},
+		{"NVIDIA_IMEX_CHANNELS", []string{""}},
+		{"CUDA_VERSION", []string{""}},
+		{"NVIDIA_GDS", off}, {"NVIDIA_MOFED", off}, {"NVIDIA_NVSWITCH", off}, {"NVIDIA_GDRCOPY", off},
+	}
+}
+
+// deviceVar is a device variable and the values that ask for no device.
+type deviceVar struct {
+	Name    string
+	Allowed []string
+}
 
 func gpuPolicy(g *GPUPolicy) *admissionregistrationv1.ValidatingAdmissionPolicy {
 	resources := slices.Compact(slices.Sorted(slices.Values(g.Resources)))
 	tiers := slices.Compact(slices.Sorted(slices.Values(append([]string{api.PriorityClassWorkload}, g.WorkloadPriorityClasses...))))
 	isGPU := "r in variables.gpuResources || variables.gpuPrefixes.exists(p, r.startsWith(p))"
-	return policy(api.PolicyGPU, podRules([]admissionregistrationv1.OperationType{admissionregistrationv1.Create}, "pods"), nil,
+	var names, allowed, allowedText []string
+	for _, v := range deviceEnv() {
+		names = append(names, v.Name)
+		allowed = append(allowed, "'"+v.Name+"': "+celList(v.Allowed))
+		values := slices.DeleteFunc(slices.Clone(v.Allowed), func(s string) bool { return s == "" })
+		allowedText = append(allowedText, v.Name+" "+strings.Join(append(values, "empty"), ", "))
+	}
+	// A variable set in env is seen at admission: literal values that ask
+	// for nothing are fine, valueFrom is not (its value is read at start).
+	badVar := "e.name in variables.deviceEnvAllowed && (has(e.valueFrom) || !(e.?value.orValue('') in variables.deviceEnvAllowed[e.name]))"
+	badEnv := "c.?env.orValue([]).exists(e, " + badVar + ")"
+	badEnvItem := "'container ' + c.name + ' sets ' + c.env.filter(e, " + badVar + ").map(e, e.name + (has(e.valueFrom) ? ' through valueFrom' : '')).join(', ')"
+	// envFrom's keys are not seen at admission, and may change after it:
+	// a device variable it could produce (its prefix starts that name)
+	// must be set in env too, which wins over envFrom.
+	envFromCan := "variables.deviceEnvNames.filter(n, c.?envFrom.orValue([]).exists(f, n.startsWith(f.?prefix.orValue(''))) && !c.?env.orValue([]).exists(e, e.name == n))"
+	badEnvFromItem := "'container ' + c.name + ' takes envFrom that can set ' + " + envFromCan + ".join(', ')"
+	// On CREATE every container; on an update of pods/ephemeralcontainers
+	// the ephemeral containers it adds (the others are as admitted).
+	created := "(object.spec.?containers.orValue([]) + object.spec.?initContainers.orValue([])).filter(c, request.operation == 'CREATE')"
+	added := "object.spec.?ephemeralContainers.orValue([]).filter(c, request.operation == 'CREATE' || !oldObject.spec.?ephemeralContainers.orValue([]).exists(o, o.name == c.name))"
+	rules := []admissionregistrationv1.NamedRuleWithOperations{
+		podRules([]admissionregistrationv1.OperationType{admissionregistrationv1.Create}, "pods")[0],
+		podRules([]admissionregistrationv1.OperationType{admissionregistrationv1.Update}, "pods/ephemeralcontainers")[0],
+	}
+	return policy(api.PolicyGPU, rules, nil,
 		[]admissionregistrationv1.Variable{
 			{Name: "labels", Expression: "object.metadata.?labels.orValue({})"},
 			{Name: "gpuSpec", Expression: "'" + api.LabelGPUSpec + "' in variables.labels"},
 			{Name: "stock", Expression: "'" + api.LabelStock + "' in variables.labels"},
 			{Name: "gpuResources", Expression: celList(resources)},
 			{Name: "gpuPrefixes", Expression: celList(g.Prefixes)},
-			{Name: "gpuContainers", Expression: "(object.spec.?containers.orValue([]) + object.spec.?initContainers.orValue([])).filter(c, " +
+			{Name: "containers", Expression: created},
+			{Name: "ephemeralContainers", Expression: added},
+			{Name: "gpuContainers", Expression: "variables.containers.filter(c, " +
 				"c.?resources.?requests.orValue({}).exists(r, " + isGPU + ") || c.?resources.?limits.orValue({}).exists(r, " + isGPU + ")).map(c, c.name)"},
 			{Name: "priorityClass", Expression: "object.spec.?priorityClassName.orValue('')"},
-			// The NVIDIA container toolkit hands a container the GPUs its
-			// NVIDIA_VISIBLE_DEVICES names, device plugin or not.
-			{Name: "deviceEnv", Expression: "(object.spec.?containers.orValue([]) + object.spec.?initContainers.orValue([])).filter(c, " +
-				"c.?env.orValue([]).exists(e, e.name == '" + nvidiaDeviceEnv + "' && !(e.?value.orValue('') in ['', 'void', 'none']))).map(c, c.name)"},
+			// The NVIDIA container toolkit hands a container devices by
+			// these variables, device plugin or not (deviceEnv).
+			{Name: "deviceEnvAllowed", Expression: "{" + strings.Join(allowed, ", ") + "}"},
+			{Name: "deviceEnvNames", Expression: celList(names)},
+			{Name: "deviceEnv", Expression: "variables.containers.filter(c, " + badEnv + ").map(c, " + badEnvItem + ") + " +
+				"variables.ephemeralContainers.filter(c, " + badEnv + ").map(c, " + badEnvItem + ")"},
+			{Name: "deviceEnvFrom", Expression: "variables.containers.filter(c, size(" + envFromCan + ") > 0).map(c, " + badEnvFromItem + ") + " +
+				"variables.ephemeralContainers.filter(c, size(" + envFromCan + ") > 0).map(c, " + badEnvFromItem + ")"},
 		},
 		admissionregistrationv1.Validation{
 			Expression: "variables.gpuSpec || variables.stock || size(variables.gpuContainers) == 0",
@@ -234,18 +293,25 @@ func gpuPolicy(g *GPUPolicy) *admissionregistrationv1.ValidatingAdmissionPolicy 
 		},
 		admissionregistrationv1.Validation{
 			Expression: "size(variables.deviceEnv) == 0",
-			MessageExpression: "'container(s) ' + variables.deviceEnv.join(', ') + ' set " + nvidiaDeviceEnv + ": devices are only given through runplane " +
-				"(the device plugin sets them for the containers that request GPUs); remove the variable or set it to void or none'",
+			MessageExpression: "variables.deviceEnv.join('; ') + ': the NVIDIA container toolkit gives a container devices by these variables whatever the device plugin gave it, " +
+				"and devices are only given through runplane; remove them, or set them in value (not valueFrom) to one asking for none: " + strings.Join(allowedText, "; ") + "'",
 			Reason: ptr.To(metav1.StatusReasonForbidden),
 		},
 		admissionregistrationv1.Validation{
-			Expression: "!(variables.priorityClass in " + celList(tiers) + ") || variables.gpuSpec",
+			Expression: "size(variables.deviceEnvFrom) == 0",
+			MessageExpression: "variables.deviceEnvFrom.join('; ') + ': the NVIDIA container toolkit gives a container devices by these variables, and the keys of an envFrom " +
+				"ConfigMap or Secret are not seen at admission (and may change after it); give each envFrom a prefix none of them starts with (e.g. APP_), " +
+				"or set each of them in env, which wins over envFrom, to a value asking for none: " + strings.Join(allowedText, "; ") + "'",
+			Reason: ptr.To(metav1.StatusReasonForbidden),
+		},
+		admissionregistrationv1.Validation{
+			Expression: "request.operation != 'CREATE' || !(variables.priorityClass in " + celList(tiers) + ") || variables.gpuSpec",
 			MessageExpression: "'priorityClassName ' + variables.priorityClass + ' is a runplane workload tier: only Pods labelled " + api.LabelGPUSpec +
 				" may use it (runplane checks the tier, or sets " + api.PriorityClassWorkload + ")'",
 			Reason: ptr.To(metav1.StatusReasonForbidden),
 		},
 		admissionregistrationv1.Validation{
-			Expression: "variables.priorityClass != '" + api.PriorityClassStock + "' || variables.stock",
+			Expression: "request.operation != 'CREATE' || variables.priorityClass != '" + api.PriorityClassStock + "' || variables.stock",
 			Message:    "priorityClassName " + api.PriorityClassStock + " is runplane's: only stock placeholders labelled " + api.LabelStock + " get it (runplane sets it)",
 			Reason:     ptr.To(metav1.StatusReasonForbidden),
 		})

@@ -32,6 +32,7 @@ func main() {
 	flag.DurationVar(&cfg.KeysPollInterval, "keys-poll-interval", sshserver.DefaultKeysPollInterval, "how often authorized-keys is checked for changes")
 	flag.IntVar(&cfg.MaxChannels, "max-channels", sshserver.DefaultMaxChannels, "channels (sessions and forwards) open at once per connection; more are rejected")
 	flag.IntVar(&cfg.MaxUnauthenticated, "max-unauthenticated", sshserver.DefaultMaxUnauthenticated, "connections in the handshake at once; more are closed before it (like sshd MaxStartups)")
+	flag.IntVar(&cfg.MaxUnauthenticatedPerSource, "max-unauthenticated-per-source", sshserver.DefaultMaxUnauthenticatedPerSource, "connections in the handshake at once from one client address; more from it are closed before it (like sshd PerSourceMaxStartups)")
 	flag.DurationVar(&cfg.LoginGraceTime, "login-grace-time", sshserver.DefaultLoginGraceTime, "close connections not authenticated within this time (like sshd LoginGraceTime)")
 	flag.BoolVar(&cfg.AllowRemoteForward, "allow-remote-forward", false, "allow remote port forwarding (ssh -R)")
 	flag.BoolVar(&cfg.AllowRoot, "allow-root", false, "allow running as root")
@@ -55,8 +56,8 @@ func main() {
 
 	// Zero means "default" in sshserver.Config; on the command line it is a
 	// mistake, not a request for the default.
-	if cfg.MaxChannels < 1 || cfg.MaxUnauthenticated < 1 || cfg.LoginGraceTime <= 0 {
-		fmt.Fprintln(os.Stderr, "runplane-ssh: --max-channels and --max-unauthenticated must be at least 1, --login-grace-time positive")
+	if cfg.MaxChannels < 1 || cfg.MaxUnauthenticated < 1 || cfg.MaxUnauthenticatedPerSource < 1 || cfg.LoginGraceTime <= 0 {
+		fmt.Fprintln(os.Stderr, "runplane-ssh: --max-channels, --max-unauthenticated and --max-unauthenticated-per-source must be at least 1, --login-grace-time positive")
 		os.Exit(2)
 	}
 

@@ -488,6 +488,7 @@ func TestBadFlags(t *testing.T) {
 		{"no authorized keys", []string{"--host-key", filepath.Join(dir, "hk")}, "authorized-keys"},
 		{"missing keys file", []string{"--host-key", filepath.Join(dir, "hk"), "--authorized-keys", filepath.Join(dir, "nope")}, "nope"},
 		{"zero max channels", []string{"--host-key", filepath.Join(dir, "hk"), "--authorized-keys", filepath.Join(dir, "k"), "--max-channels", "0"}, "max-channels"},
+		{"zero per-source limit", []string{"--host-key", filepath.Join(dir, "hk"), "--authorized-keys", filepath.Join(dir, "k"), "--max-unauthenticated-per-source", "0"}, "max-unauthenticated-per-source"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

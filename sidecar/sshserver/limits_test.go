@@ -37,6 +37,40 @@ func TestSlots(t *testing.T) {
 	assert.Equal(t, 0, s.release(), "release never goes negative")
 }
 
+func TestPerSource(t *testing.T) {
+	p := newPerSource(2)
+	for _, step := range []struct {
+		key         string
+		ok, first   bool
+		wantSources int
+	}{
+		{"a", true, false, 1},
+		{"a", true, false, 1},
+		{"a", false, true, 1},  // the first refusal of an episode
+		{"a", false, false, 1}, // the rest of it
+		{"b", true, false, 2},  // another key has its own share
+	} {
+		ok, first := p.tryAcquire(step.key)
+		assert.Equal(t, step.ok, ok, step.key)
+		assert.Equal(t, step.first, first, step.key)
+		assert.Equal(t, step.wantSources, p.sources())
+	}
+	p.release("a")
+	ok, first := p.tryAcquire("a")
+	assert.True(t, ok, "a slot after a release")
+	assert.False(t, first)
+	ok, first = p.tryAcquire("a")
+	assert.False(t, ok)
+	assert.True(t, first, "a new episode after dropping below the limit")
+	for range 2 {
+		p.release("a")
+	}
+	p.release("b")
+	assert.Zero(t, p.sources(), "keys without slots are forgotten")
+	p.release("c") // unknown: nothing to return
+	assert.Zero(t, p.sources())
+}
+
 // TestLoginGraceOnInjectedClock runs the server in process on a fake clock:
 // a silent connection is closed exactly when the clock passes the grace
 // time, and an authenticated one is not.

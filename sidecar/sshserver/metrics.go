@@ -16,12 +16,13 @@ type metrics struct {
 	keyReloads     *prometheus.CounterVec
 	idleClosed     prometheus.Counter
 
-	refusedLines  *prometheus.GaugeVec
-	keyRefusals   *prometheus.CounterVec
-	optionDenials *prometheus.CounterVec
-	chansRejected *prometheus.CounterVec
-	unauthRefused prometheus.Counter
-	unauthActive  prometheus.Gauge
+	refusedLines           *prometheus.GaugeVec
+	keyRefusals            *prometheus.CounterVec
+	optionDenials          *prometheus.CounterVec
+	chansRejected          *prometheus.CounterVec
+	unauthRefused          prometheus.Counter
+	unauthPerSourceRefused prometheus.Counter
+	unauthActive           prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -86,6 +87,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "runplane_ssh_unauthenticated_refused_total",
 			Help: "Connections closed before the handshake because --max-unauthenticated were already in progress.",
 		}),
+		unauthPerSourceRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "runplane_ssh_unauthenticated_per_source_refused_total",
+			Help: "Connections closed before the handshake because --max-unauthenticated-per-source of the same client address were already in progress.",
+		}),
 		unauthActive: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "runplane_ssh_unauthenticated_connections",
 			Help: "Connections accepted and not yet authenticated (handshake in progress).",
@@ -93,7 +98,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.connections, m.activeConns, m.authAttempts, m.sessions,
 		m.activeSessions, m.forwards, m.forwardBytes, m.authorizedKeys, m.keyReloads, m.idleClosed,
-		m.refusedLines, m.keyRefusals, m.optionDenials, m.chansRejected, m.unauthRefused, m.unauthActive} {
+		m.refusedLines, m.keyRefusals, m.optionDenials, m.chansRejected, m.unauthRefused, m.unauthPerSourceRefused, m.unauthActive} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -1,6 +1,7 @@
 package sshserver_test
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -420,32 +421,22 @@ func TestChannelLimit(t *testing.T) {
 	}, 10*time.Second, tick, "channel after the others closed")
 }
 
+// TestUnauthenticatedLimit: --max-unauthenticated bounds the handshakes of
+// all sources together; each of the silent connections comes from its own
+// address, so the per-source limit is not what refuses the fourth.
 func TestUnauthenticatedLimit(t *testing.T) {
 	f := newFixture(t, "--max-unauthenticated", "3")
 	var raw []net.Conn
-	for range 3 {
-		nc, err := net.Dial("tcp", f.srv.addr)
-		require.NoError(t, err)
-		defer nc.Close()
+	for _, src := range []string{"127.0.0.1", "127.0.0.2", "127.0.0.3"} {
+		nc, held := f.srv.silentFrom(t, src)
+		require.True(t, held, "connection from %s closed before the handshake", src)
 		raw = append(raw, nc)
 	}
-	// Barrier: all three are in the handshake.
 	f.srv.waitMetrics(t, "runplane_ssh_unauthenticated_connections 3")
 
-	extra, err := net.Dial("tcp", f.srv.addr)
-	require.NoError(t, err)
-	defer extra.Close()
-	require.NoError(t, extra.SetReadDeadline(time.Now().Add(10*time.Second)))
-	got, err := io.ReadAll(extra)
-	assert.Empty(t, string(got), "the fourth connection got a banner")
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		t.Fatal("fourth connection left open, want it closed before the handshake")
-	}
-	if err != nil {
-		require.ErrorIs(t, err, syscall.ECONNRESET)
-	}
-	f.srv.waitMetrics(t, "runplane_ssh_unauthenticated_refused_total 1")
+	_, held := f.srv.silentFrom(t, "127.0.0.4")
+	assert.False(t, held, "the fourth connection got a banner")
+	f.srv.waitMetrics(t, "runplane_ssh_unauthenticated_refused_total 1", "runplane_ssh_unauthenticated_per_source_refused_total 0")
 
 	// One leaves: a real client is served again.
 	raw[0].Close()
@@ -458,6 +449,84 @@ func TestUnauthenticatedLimit(t *testing.T) {
 	assert.Equal(t, "served\n", out)
 	f.srv.waitMetrics(t, "runplane_ssh_unauthenticated_connections 2")
 	assert.Contains(t, f.srv.log.String(), "unauthenticated connection limit reached")
+}
+
+// dialFrom connects with the Go SSH client from the loopback address src
+// (all of 127.0.0.0/8 is on Linux's loopback), pinning the host key.
+func (s *server) dialFrom(src, user string, auth ...ssh.AuthMethod) (*ssh.Client, error) {
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
+	nc, err := d.Dial("tcp", s.addr)
+	if err != nil {
+		return nil, err
+	}
+	cc, chans, reqs, err := ssh.NewClientConn(nc, s.addr, &ssh.ClientConfig{
+		User: user, Auth: auth, HostKeyCallback: ssh.FixedHostKey(s.hostKey), Timeout: 10 * time.Second,
+	})
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return ssh.NewClient(cc, chans, reqs), nil
+}
+
+// silentFrom opens a TCP connection from src that never speaks SSH and
+// reports whether the server took it into the handshake (it sends its
+// version line first) or closed it before. Reading that answer is the
+// barrier: the server has decided about this connection when it returns.
+func (s *server) silentFrom(t *testing.T, src string) (net.Conn, bool) {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
+	nc, err := d.Dial("tcp", s.addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { nc.Close() })
+	require.NoError(t, nc.SetReadDeadline(time.Now().Add(10*time.Second)))
+	line, err := bufio.NewReader(nc).ReadString('\n')
+	if err == nil {
+		require.True(t, strings.HasPrefix(line, "SSH-2.0-runplane"), "banner %q", line)
+		return nc, true
+	}
+	var ne net.Error
+	require.False(t, errors.As(err, &ne) && ne.Timeout(), "the server neither answered nor closed the connection")
+	if !errors.Is(err, io.EOF) {
+		require.ErrorIs(t, err, syscall.ECONNRESET)
+	}
+	return nc, false
+}
+
+// TestUnauthenticatedPerSourceLimit: silent connections from one address
+// hold at most --max-unauthenticated-per-source (3) handshake slots, so
+// ten of them no longer lock every key out: the 4th and later are closed
+// before the banner, a key login from another address is served at once,
+// and a slot freed by the first address is its own again.
+func TestUnauthenticatedPerSourceLimit(t *testing.T) {
+	f := newFixture(t) // the defaults: the attack needs no help from flags
+	var held []net.Conn
+	for i := range 10 {
+		nc, ok := f.srv.silentFrom(t, "127.0.0.1")
+		if i < 3 {
+			require.True(t, ok, "silent connection %d from 127.0.0.1 closed before the handshake", i+1)
+			held = append(held, nc)
+			continue
+		}
+		assert.False(t, ok, "silent connection %d from 127.0.0.1 held a handshake slot", i+1)
+	}
+	c, err := f.srv.dialFrom("127.0.0.2", "dev", ssh.PublicKeys(f.good.signer))
+	require.NoError(t, err, "a key login from another address while 127.0.0.1 holds its slots")
+	out, err := runGo(c, "echo served")
+	require.NoError(t, err)
+	assert.Equal(t, "served\n", out)
+	c.Close()
+	f.srv.waitMetrics(t, "runplane_ssh_unauthenticated_connections 3",
+		"runplane_ssh_unauthenticated_per_source_refused_total 7", "runplane_ssh_unauthenticated_refused_total 0")
+
+	held[0].Close()
+	f.srv.waitMetrics(t, "runplane_ssh_unauthenticated_connections 2")
+	c, err = f.srv.dialFrom("127.0.0.1", "dev", ssh.PublicKeys(f.good.signer))
+	require.NoError(t, err, "127.0.0.1 again once one of its slots is free")
+	c.Close()
+	log := f.srv.log.String()
+	assert.Contains(t, log, "unauthenticated connections from one source at the limit")
+	assert.Equal(t, 1, strings.Count(log, "unauthenticated connections from one source at the limit"), "logged once per episode, not per refusal")
 }
 
 // TestLoginGraceTime checks a connection that never authenticates is closed

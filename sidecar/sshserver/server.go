@@ -26,8 +26,15 @@ const (
 	DefaultIdleTimeout      = 30 * time.Minute
 	// DefaultLoginGraceTime is sshd's LoginGraceTime default.
 	DefaultLoginGraceTime = 30 * time.Second
-	// DefaultMaxUnauthenticated is the start of sshd's MaxStartups default.
-	DefaultMaxUnauthenticated = 10
+	// DefaultMaxUnauthenticated bounds the handshakes of all clients
+	// together: well above one source's share, so several sources are
+	// needed to fill it, and each costs only a goroutine until
+	// LoginGraceTime closes it.
+	DefaultMaxUnauthenticated = 32
+	// DefaultMaxUnauthenticatedPerSource bounds one client address's
+	// handshakes (sshd's PerSourceMaxStartups): a client opening and
+	// abandoning a few connections at once is normal, ten is not.
+	DefaultMaxUnauthenticatedPerSource = 3
 	// DefaultMaxChannels bounds the channels open at once on a connection.
 	// It counts sessions and forwards together (sshd's MaxSessions 10
 	// counts sessions only): a browser behind ssh -L alone keeps six or
@@ -68,6 +75,11 @@ type Config struct {
 	// authenticated; beyond it a new connection is closed before the
 	// handshake. Zero means DefaultMaxUnauthenticated.
 	MaxUnauthenticated int
+	// MaxUnauthenticatedPerSource bounds those of one client address, so
+	// one client cannot take every slot and lock all keys out; beyond it
+	// that address's new connection is closed before the handshake. Zero
+	// means DefaultMaxUnauthenticatedPerSource.
+	MaxUnauthenticatedPerSource int
 	// LoginGraceTime closes a connection that has not authenticated within
 	// it. Zero means DefaultLoginGraceTime.
 	LoginGraceTime time.Duration
@@ -93,6 +105,9 @@ func (c *Config) validate() error {
 	if c.MaxUnauthenticated < 0 {
 		return fmt.Errorf("max-unauthenticated: must be at least 1, got %d", c.MaxUnauthenticated)
 	}
+	if c.MaxUnauthenticatedPerSource < 0 {
+		return fmt.Errorf("max-unauthenticated-per-source: must be at least 1, got %d", c.MaxUnauthenticatedPerSource)
+	}
 	if c.LoginGraceTime < 0 {
 		return fmt.Errorf("login-grace-time: must be positive, got %s", c.LoginGraceTime)
 	}
@@ -114,6 +129,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxUnauthenticated == 0 {
 		c.MaxUnauthenticated = DefaultMaxUnauthenticated
+	}
+	if c.MaxUnauthenticatedPerSource == 0 {
+		c.MaxUnauthenticatedPerSource = DefaultMaxUnauthenticatedPerSource
 	}
 	if c.LoginGraceTime == 0 {
 		c.LoginGraceTime = DefaultLoginGraceTime
@@ -153,6 +171,9 @@ type Server struct {
 	// unauthFull is set while the limit refuses connections, so the log
 	// says so once per episode, not once per refused connection.
 	unauthFull atomic.Bool
+	// unauthBySource counts them per client address
+	// (MaxUnauthenticatedPerSource).
+	unauthBySource *perSource
 }
 
 // New validates cfg, loads (or creates) the host key and reads the
@@ -173,7 +194,8 @@ func New(cfg Config, reg prometheus.Registerer) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, metrics: m, hostKey: signer, unauth: newSlots(cfg.MaxUnauthenticated)}
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: m, hostKey: signer,
+		unauth: newSlots(cfg.MaxUnauthenticated), unauthBySource: newPerSource(cfg.MaxUnauthenticatedPerSource)}
 	s.keys = NewKeySet(cfg.AuthorizedKeys, cfg.Logger)
 	if _, err := s.keys.Reload(); err != nil {
 		return nil, err
@@ -240,40 +262,71 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			}
 			return fmt.Errorf("accept on %s: %w", ln.Addr(), err)
 		}
-		if !s.admit(nc) {
+		release, ok := s.admit(nc)
+		if !ok {
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.handleConn(ctx, nc)
+			s.handleConn(ctx, nc, release)
 		}()
 	}
 }
 
-// admit takes an unauthenticated-connection slot for nc, or closes nc
-// before the handshake when all are taken (sshd's MaxStartups, without the
-// random early drop). The slot is returned by handleConn.
-func (s *Server) admit(nc net.Conn) bool {
+// admit takes an unauthenticated-connection slot of nc's source address
+// and one of all sources, or closes nc before the handshake when either
+// is taken (sshd's PerSourceMaxStartups and MaxStartups, without the
+// random early drop). The source's share is checked first, so one client
+// flooding is refused by its own limit and never fills the shared one.
+// handshake returns the slots with release.
+func (s *Server) admit(nc net.Conn) (release func(), ok bool) {
+	src := sourceOf(nc.RemoteAddr())
+	if ok, first := s.unauthBySource.tryAcquire(src); !ok {
+		nc.Close()
+		s.metrics.unauthPerSourceRefused.Inc()
+		if first {
+			s.log.Warn("unauthenticated connections from one source at the limit; closing its new connections before the handshake",
+				"max", s.cfg.MaxUnauthenticatedPerSource, "source", src)
+		}
+		return nil, false
+	}
 	if _, ok := s.unauth.tryAcquire(); !ok {
+		s.unauthBySource.release(src)
 		nc.Close()
 		s.metrics.unauthRefused.Inc()
 		if !s.unauthFull.Swap(true) {
 			s.log.Warn("unauthenticated connection limit reached; closing new connections before the handshake",
 				"max", s.cfg.MaxUnauthenticated, "remote", nc.RemoteAddr().String())
 		}
-		return false
+		return nil, false
 	}
 	s.metrics.unauthActive.Inc()
-	return true
+	return func() { s.releaseUnauth(src) }, true
 }
 
-// releaseUnauth returns an unauthenticated-connection slot.
-func (s *Server) releaseUnauth() {
+// releaseUnauth returns the unauthenticated-connection slots of src.
+func (s *Server) releaseUnauth(src string) {
+	s.unauthBySource.release(src)
 	if s.unauth.release() < s.cfg.MaxUnauthenticated && s.unauthFull.Swap(false) {
 		s.log.Info("unauthenticated connections below the limit again", "max", s.cfg.MaxUnauthenticated)
 	}
 	s.metrics.unauthActive.Dec()
+}
+
+// sourceOf is the client address a per-source limit counts: the IP alone
+// (each connection has its own port), IPv4-mapped IPv6 as IPv4.
+func sourceOf(a net.Addr) string {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		if v4 := ta.IP.To4(); v4 != nil {
+			return v4.String()
+		}
+		return ta.IP.String()
+	}
+	if h, _, err := net.SplitHostPort(a.String()); err == nil {
+		return h
+	}
+	return a.String()
 }
 
 // recordKeys publishes the key set's size and refused lines as metrics.
@@ -306,13 +359,13 @@ func (s *Server) authorizeKey(md ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Perm
 	return line.Options.permissions(fp, line.Line), nil
 }
 
-func (s *Server) handleConn(ctx context.Context, nc net.Conn) {
+func (s *Server) handleConn(ctx context.Context, nc net.Conn, release func()) {
 	id := s.connIDs.Add(1)
 	log := s.log.With("conn", id, "remote", nc.RemoteAddr().String())
 	ic := newIdleConn(nc)
 	defer ic.Close()
 
-	sc, chans, reqs, err := s.handshake(ic)
+	sc, chans, reqs, err := s.handshake(ic, release)
 	if err != nil {
 		result := "handshake_error"
 		var ae *ssh.ServerAuthError
@@ -409,12 +462,12 @@ type conn struct {
 // errLoginGrace reports a client that did not authenticate in time.
 var errLoginGrace = errors.New("login grace time exceeded")
 
-// handshake runs the SSH handshake and authentication, holding an
-// unauthenticated-connection slot, and closes the connection if it takes
+// handshake runs the SSH handshake and authentication, holding the
+// unauthenticated-connection slots admit took (returned by release), and closes the connection if it takes
 // longer than LoginGraceTime (sshd's LoginGraceTime). The timer is on the
 // injected clock; closing the connection unblocks any read or write.
-func (s *Server) handshake(nc net.Conn) (*ssh.ServerConn, <-chan ssh.NewChannel, <-chan *ssh.Request, error) {
-	defer s.releaseUnauth()
+func (s *Server) handshake(nc net.Conn, release func()) (*ssh.ServerConn, <-chan ssh.NewChannel, <-chan *ssh.Request, error) {
+	defer release()
 	var expired atomic.Bool
 	t := s.cfg.Clock.AfterFunc(s.cfg.LoginGraceTime, func() {
 		expired.Store(true)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -380,7 +381,9 @@ func TestEphemeralContainersChecked(t *testing.T) {
 				LocalObjectReference: corev1.LocalObjectReference{Name: runplaneSecret}, Key: "token"}}}}
 		}, `env "T" takes valueFrom.secretKeyRef`},
 		{"envFrom runplane's Secret", "plain", "dbg3", func(c *corev1.EphemeralContainer) {
-			c.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: runplaneSecret}}}}
+			// A prefix no GPU device variable starts with: without one, policy
+			// runplane-gpu (which runs before validating webhooks) refuses it first.
+			c.EnvFrom = []corev1.EnvFromSource{{Prefix: "T_", SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: runplaneSecret}}}}
 		}, "envFrom secretRef"},
 		{"a reserved name", "worker", "runplane-worker-2", nil, `container name "runplane-worker-2"`},
 		{"targets the worker sidecar", "worker", "dbg4", func(c *corev1.EphemeralContainer) {
@@ -501,6 +504,50 @@ func TestPoolPodSharesNoProcessNamespace(t *testing.T) {
 	assert.NotNil(t, sc.RunAsUser)
 }
 
+// A pool Pod cannot re-point the host name its worker sidecar dials (and
+// presents its Pod-bound NATS token to): no hostAliases, no resolver or
+// search domain of the tenant's. The same Pod without the pool label keeps
+// them.
+func TestPoolPodCannotRedirectNATS(t *testing.T) {
+	startWebhook(t)
+	ns := tenantNamespace(t, "team-dns")
+	mallory := as(t, tenantUser)
+	pool := labelled(map[string]string{api.LabelPool: "echo"}, nil)
+	tests := []struct {
+		name   string
+		modify func(*corev1.Pod)
+		want   string
+	}{
+		{"hostAliases for the NATS host", func(p *corev1.Pod) {
+			p.Spec.HostAliases = []corev1.HostAlias{{IP: "10.0.0.66", Hostnames: []string{"runplane-nats.runplane-system.svc.cluster.local"}}}
+		}, "label runplane.io/pool: spec.hostAliases: must be empty on a pool Pod"},
+		{"dnsPolicy None and the tenant's nameserver", func(p *corev1.Pod) {
+			p.Spec.DNSPolicy = corev1.DNSNone
+			p.Spec.DNSConfig = &corev1.PodDNSConfig{Nameservers: []string{"10.0.0.66"}}
+		}, `label runplane.io/pool: spec.dnsPolicy: is "None"; allowed on a pool Pod: ClusterFirst (the default), ClusterFirstWithHostNet, Default`},
+		{"the tenant's nameserver beside the cluster's", func(p *corev1.Pod) {
+			p.Spec.DNSConfig = &corev1.PodDNSConfig{Nameservers: []string{"10.0.0.66"}, Options: []corev1.PodDNSConfigOption{{Name: "rotate"}}}
+		}, "label runplane.io/pool: spec.dnsConfig.nameservers: must be empty on a pool Pod"},
+		{"the tenant's search domain", func(p *corev1.Pod) {
+			p.Spec.DNSConfig = &corev1.PodDNSConfig{Searches: []string{"evil.example"}}
+		}, "label runplane.io/pool: spec.dnsConfig.searches: must be empty on a pool Pod"},
+	}
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := mallory.CoreV1().Pods(ns).Create(context.Background(), plainPod("p", pool, tt.modify), dryRun)
+			require.Error(t, err, "a pool Pod re-pointing runplane's host names admitted")
+			assert.Contains(t, err.Error(), tt.want)
+			_, err = mallory.CoreV1().Pods(ns).Create(context.Background(), plainPod("p", tt.modify), dryRun)
+			require.NoError(t, err, "an unlabelled Pod keeps its own resolution")
+		})
+	}
+	_, err := mallory.CoreV1().Pods(ns).Create(context.Background(), plainPod("p", pool, func(p *corev1.Pod) {
+		p.Spec.DNSConfig = &corev1.PodDNSConfig{Options: []corev1.PodDNSConfigOption{{Name: "ndots", Value: ptr.To("2")}}}
+	}), dryRun)
+	require.NoError(t, err, "resolver options alone are the pool Pod's")
+}
+
 // GPUs and runplane's PriorityClasses only through runplane: an unlabelled
 // Pod asking for 8 GPUs and runplane-workload is denied by the policy.
 func TestGPUsOnlyThroughRunplane(t *testing.T) {
@@ -526,10 +573,10 @@ func TestGPUsOnlyThroughRunplane(t *testing.T) {
 		{"pool Pod with GPUs", []func(*corev1.Pod){gpus, labelled(map[string]string{api.LabelPool: "echo"}, nil)}, "request GPUs"},
 		{"every GPU through the toolkit's variable", []func(*corev1.Pod){func(p *corev1.Pod) {
 			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}}
-		}}, "container(s) main set NVIDIA_VISIBLE_DEVICES"},
+		}}, "container main sets NVIDIA_VISIBLE_DEVICES"},
 		{"the variable beside a gpu-spec Pod's GPUs", []func(*corev1.Pod){labelled(map[string]string{api.LabelGPUSpec: "g1.1"}, nil), func(p *corev1.Pod) {
 			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "helper", Image: "busybox", Env: []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "0,1,2,3"}}})
-		}}, "container(s) helper set NVIDIA_VISIBLE_DEVICES"},
+		}}, "container helper sets NVIDIA_VISIBLE_DEVICES"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -544,6 +591,100 @@ func TestGPUsOnlyThroughRunplane(t *testing.T) {
 		p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "void"}}
 	}), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	require.NoError(t, err, "NVIDIA_VISIBLE_DEVICES=void asks for no device")
+}
+
+// The NVIDIA container toolkit reads its device variables from the
+// container's final environment, however they got there: env[].valueFrom
+// (a ConfigMap key, the Pod's own annotation), envFrom (a ConfigMap or
+// Secret whose keys admission cannot see and which may change after it),
+// an ephemeral container added by kubectl debug. Every route is denied by
+// policy runplane-gpu, in an unlabelled Pod as in a gpu-spec one; an
+// envFrom that cannot carry a device variable stays admitted.
+func TestGPUEnvByEveryRoute(t *testing.T) {
+	startWebhook(t)
+	ns := tenantNamespace(t, "team-gpu-env")
+	waitPolicies(t, ns)
+	mallory := as(t, tenantUser)
+	ctx := context.Background()
+	const visible = "NVIDIA_VISIBLE_DEVICES"
+	configMap := func(key string) *corev1.EnvVarSource {
+		return &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "gpus"}, Key: key}}
+	}
+	env := func(e ...corev1.EnvVar) func(*corev1.Pod) {
+		return func(p *corev1.Pod) { p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, e...) }
+	}
+	envFrom := func(prefix string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{Prefix: prefix,
+				ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "gpus"}}}}
+		}
+	}
+	gpuSpec := labelled(map[string]string{api.LabelGPUSpec: "g1.1"}, nil)
+	tests := []struct {
+		name   string
+		modify []func(*corev1.Pod)
+		want   string // "" when admitted
+	}{
+		{"valueFrom a ConfigMap key", []func(*corev1.Pod){env(corev1.EnvVar{Name: visible, ValueFrom: configMap("devices")})},
+			"container main sets NVIDIA_VISIBLE_DEVICES through valueFrom"},
+		{"valueFrom the Pod's own annotation", []func(*corev1.Pod){labelled(nil, map[string]string{"gpus": "all"}), env(corev1.EnvVar{Name: visible,
+			ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['gpus']"}}})},
+			"container main sets NVIDIA_VISIBLE_DEVICES through valueFrom"},
+		{"valueFrom beside a gpu-spec Pod's GPUs", []func(*corev1.Pod){gpuSpec, env(corev1.EnvVar{Name: visible, ValueFrom: configMap("devices")})},
+			"container main sets NVIDIA_VISIBLE_DEVICES through valueFrom"},
+		{"envFrom a ConfigMap without a prefix", []func(*corev1.Pod){envFrom("")},
+			"container main takes envFrom that can set NVIDIA_VISIBLE_DEVICES, NVIDIA_IMEX_CHANNELS, CUDA_VERSION"},
+		{"envFrom a Secret under the prefix NVIDIA_", []func(*corev1.Pod){func(p *corev1.Pod) {
+			p.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{Prefix: "NVIDIA_",
+				SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "gpus"}}}}
+		}}, "container main takes envFrom that can set NVIDIA_VISIBLE_DEVICES, NVIDIA_IMEX_CHANNELS, NVIDIA_GDS"},
+		{"IMEX channels on a gpu-spec Pod", []func(*corev1.Pod){gpuSpec, env(corev1.EnvVar{Name: "NVIDIA_IMEX_CHANNELS", Value: "0"})},
+			"container main sets NVIDIA_IMEX_CHANNELS"},
+		{"a legacy CUDA image's default of every GPU", []func(*corev1.Pod){env(corev1.EnvVar{Name: "CUDA_VERSION", Value: "12.4.1"})},
+			"container main sets CUDA_VERSION"},
+		{"the host's InfiniBand devices beside a gpu-spec Pod's GPUs", []func(*corev1.Pod){gpuSpec, env(corev1.EnvVar{Name: "NVIDIA_MOFED", Value: "enabled"})},
+			"container main sets NVIDIA_MOFED"},
+		{"envFrom under a prefix no device variable has", []func(*corev1.Pod){envFrom("APP_")}, ""},
+		{"envFrom with every device variable set in env", []func(*corev1.Pod){envFrom(""), env(corev1.EnvVar{Name: visible, Value: "void"},
+			corev1.EnvVar{Name: "NVIDIA_IMEX_CHANNELS"}, corev1.EnvVar{Name: "CUDA_VERSION"}, corev1.EnvVar{Name: "NVIDIA_GDS", Value: "disabled"},
+			corev1.EnvVar{Name: "NVIDIA_MOFED"}, corev1.EnvVar{Name: "NVIDIA_NVSWITCH"}, corev1.EnvVar{Name: "NVIDIA_GDRCOPY"})}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := mallory.CoreV1().Pods(ns).Create(ctx, plainPod("p", tt.modify...), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if tt.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err, "a device variable admitted")
+			assert.Contains(t, err.Error(), `ValidatingAdmissionPolicy 'runplane-gpu'`)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+
+	// kubectl debug: an ephemeral container is no way around it either.
+	_, err := mallory.CoreV1().Pods(ns).Create(ctx, plainPod("target"), metav1.CreateOptions{})
+	require.NoError(t, err)
+	debug := func(name string, e ...corev1.EnvVar) error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error { // kwok writes the status meanwhile
+			p, err := mallory.CoreV1().Pods(ns).Get(ctx, "target", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			p.Spec.EphemeralContainers = append(p.Spec.EphemeralContainers, corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+				Name: name, Image: "busybox:1.36", Env: e, TerminationMessagePolicy: corev1.TerminationMessageReadFile, ImagePullPolicy: corev1.PullIfNotPresent}})
+			_, err = mallory.CoreV1().Pods(ns).UpdateEphemeralContainers(ctx, "target", p, metav1.UpdateOptions{})
+			return err
+		})
+	}
+	err = debug("dbg-all", corev1.EnvVar{Name: visible, Value: "all"})
+	require.Error(t, err, "an ephemeral container with every GPU admitted")
+	assert.Contains(t, err.Error(), "container dbg-all sets NVIDIA_VISIBLE_DEVICES")
+	err = debug("dbg-from", corev1.EnvVar{Name: visible, ValueFrom: configMap("devices")})
+	require.Error(t, err, "an ephemeral container with valueFrom admitted")
+	assert.Contains(t, err.Error(), "container dbg-from sets NVIDIA_VISIBLE_DEVICES through valueFrom")
+	require.NoError(t, debug("dbg-plain"), "a plain debug container")
+	require.NoError(t, debug("dbg-void", corev1.EnvVar{Name: visible, Value: "void"}), "a debug container asking for no device")
 }
 
 // A tier that preempts other tenants' work is the platform's to grant: a
@@ -770,4 +911,30 @@ func TestNATSTokensOnlyFromTheKubelet(t *testing.T) {
 		require.Error(ct, err, "a tenant minted a NATS token")
 		assert.Contains(ct, err.Error(), "minted only by the kubelet")
 	}, 30*time.Second, 200*time.Millisecond)
+}
+
+// TestPoliciesTypeCheck: the API server type-checks every policy the
+// webhook manages against the kinds it matches (pods and
+// pods/ephemeralcontainers for runplane-gpu) without a warning. A warning
+// is a field or operator the checker does not know, which may be an error
+// at run time, and an error under failurePolicy Fail refuses every Pod.
+func TestPoliciesTypeCheck(t *testing.T) {
+	startWebhook(t)
+	policies := env.Client().AdmissionregistrationV1().ValidatingAdmissionPolicies()
+	want, _ := webhook.Policies(webhook.PolicyOptions{Namespace: runplaneNS, GPU: webhook.DefaultGPUPolicy()})
+	for _, p := range want {
+		t.Run(p.Name, func(t *testing.T) {
+			var checked *admissionregistrationv1.TypeChecking
+			require.EventuallyWithT(t, func(c *assert.CollectT) {
+				got, err := policies.Get(context.Background(), p.Name, metav1.GetOptions{})
+				require.NoError(c, err)
+				require.Equal(c, got.Generation, got.Status.ObservedGeneration, "type check of the current generation")
+				require.NotNil(c, got.Status.TypeChecking)
+				checked = got.Status.TypeChecking
+			}, 30*time.Second, 200*time.Millisecond)
+			for _, w := range checked.ExpressionWarnings {
+				t.Errorf("%s: %s", w.FieldRef, w.Warning)
+			}
+		})
+	}
 }

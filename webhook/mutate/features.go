@@ -295,6 +295,9 @@ func (m *Mutator) applyPool(pod *corev1.Pod, o Options) error {
 		return &ConflictError{Label: api.LabelPool, Field: "spec.shareProcessNamespace",
 			Reason: "must not be true: the worker sidecar's NATS identity would be readable from every container; remove it"}
 	}
+	if err := checkPoolResolution(pod); err != nil {
+		return err
+	}
 	var err error
 	socketDir := path.Dir(o.Framework.Socket)
 	upsertVolume(pod, corev1.Volume{Name: VolumeFrameworkSocket, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
@@ -369,6 +372,42 @@ func (m *Mutator) applyPool(pod *corev1.Pod, o Options) error {
 		return err
 	}
 	upsertSidecar(pod, sc)
+	return nil
+}
+
+// checkPoolResolution keeps a pool Pod's name resolution the cluster's.
+// The worker sidecar dials NATS by name and presents its Pod-bound token
+// there; /etc/hosts and the resolver configuration are the Pod's, shared
+// by the sidecar, so an entry or a nameserver of the tenant's choosing
+// would send that token to the tenant's own server. No host alias at all
+// rather than none naming NATS: /etc/hosts matches names case-insensitively,
+// with or without a trailing dot, against every name the sidecar may ever
+// resolve (an external NATS's too), which a list of names cannot pin down.
+// Search domains go too: the NATS name has fewer dots than the cluster's
+// ndots, so the resolver tries it under every search domain (the Pod's are
+// appended to the cluster's) before it tries it as it is.
+func checkPoolResolution(pod *corev1.Pod) error {
+	deny := func(field, reason string) error {
+		return &ConflictError{Label: api.LabelPool, Field: field, Reason: reason}
+	}
+	if len(pod.Spec.HostAliases) > 0 {
+		return deny("spec.hostAliases", "must be empty on a pool Pod: the worker sidecar dials runplane's NATS by name from the same /etc/hosts, "+
+			"and an alias would send its credential elsewhere; remove hostAliases (publish the names through cluster DNS instead)")
+	}
+	if pod.Spec.DNSPolicy == corev1.DNSNone {
+		return deny("spec.dnsPolicy", fmt.Sprintf("is %q; allowed on a pool Pod: %s (the default), %s, %s: the worker sidecar resolves runplane's NATS with the Pod's resolver",
+			corev1.DNSNone, corev1.DNSClusterFirst, corev1.DNSClusterFirstWithHostNet, corev1.DNSDefault))
+	}
+	if dc := pod.Spec.DNSConfig; dc != nil {
+		if len(dc.Nameservers) > 0 {
+			return deny("spec.dnsConfig.nameservers", "must be empty on a pool Pod: the worker sidecar resolves runplane's NATS with the Pod's resolver; "+
+				"remove them (dnsConfig.options are allowed)")
+		}
+		if len(dc.Searches) > 0 {
+			return deny("spec.dnsConfig.searches", "must be empty on a pool Pod: runplane's NATS name would be tried under them before the cluster answers; "+
+				"remove them (dnsConfig.options are allowed)")
+		}
+	}
 	return nil
 }
 
