@@ -18,6 +18,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/bootstrapsecret"
+	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/test/cluster"
 )
 
@@ -339,16 +342,17 @@ func TestInstall(t *testing.T) {
 			{"runplane-queue", []string{"get", "pods", "-n", "team-a"}, true},
 			{"runplane-queue", []string{"get", "replicasets.apps", "-n", "team-a"}, true},
 			{"runplane-queue", []string{"update", "replicasets.apps", "-n", "team-a"}, false},
-			// The queue reads (or first creates) the bundled NATS's Secrets, and no other.
-			{"runplane-queue", []string{"get", "secret/runplane-nats-queue", "-n", ns}, true},
-			{"runplane-queue", []string{"get", "secret/runplane-nats-callout", "-n", ns}, true},
+			// The queue reads (or first creates) the NATS trust Secret, and no other (one
+			// NATS server: no route password).
+			{"runplane-queue", []string{"get", "secret/runplane-nats-trust", "-n", ns}, true},
+			{"runplane-queue", []string{"get", "secret/runplane-nats-route", "-n", ns}, false},
 			{"runplane-queue", []string{"get", "secret/runplane-webhook-tls", "-n", ns}, false},
-			{"runplane-queue", []string{"update", "secret/runplane-nats-queue", "-n", ns}, false},
+			{"runplane-queue", []string{"update", "secret/runplane-nats-trust", "-n", ns}, false},
+			{"runplane-queue", []string{"delete", "secret/runplane-nats-trust", "-n", ns}, false},
 			{"runplane-queue", []string{"create", "secrets", "-n", "team-a"}, false},
 			// The webhook keeps its own TLS Secret only.
 			{"runplane-webhook", []string{"get", "secret/runplane-webhook-tls", "-n", ns}, true},
-			{"runplane-webhook", []string{"get", "secret/runplane-nats-queue", "-n", ns}, false},
-			{"runplane-webhook", []string{"get", "secret/runplane-nats-callout", "-n", ns}, false},
+			{"runplane-webhook", []string{"get", "secret/runplane-nats-trust", "-n", ns}, false},
 			{"runplane-webhook", []string{"update", "mutatingwebhookconfigurations/runplane-webhook"}, true},
 			{"runplane-webhook", []string{"update", "mutatingwebhookconfigurations/another"}, false},
 			{"runplane-webhook", []string{"create", "mutatingwebhookconfigurations"}, false},
@@ -386,7 +390,7 @@ func TestInstall(t *testing.T) {
 	t.Run("upgrade keeps generated credentials and the patched caBundle", func(t *testing.T) {
 		// The webhook patches the caBundle at run time (no process runs
 		// here, so the test plays its part); an upgrade must not reset it,
-		// nor touch the NATS password the queue created at run time (the
+		// nor touch the NATS trust Secret the queue created at run time (the
 		// test plays the queue's part too).
 		ca := []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
 		m, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "runplane-webhook", metav1.GetOptions{})
@@ -401,10 +405,11 @@ func TestInstall(t *testing.T) {
 			require.NoError(t, err)
 			return s.Data
 		}
-		_, err = client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "runplane-nats-queue"},
-			Data: map[string][]byte{"password": []byte("created-by-the-queue")}}, metav1.CreateOptions{})
-		require.NoError(t, err, "the chart rendered runplane-nats-queue (key material in the render)")
-		token := secret("runplane-nats-queue")["password"]
+		_, err = client.CoreV1().Secrets(ns).Get(ctx, "runplane-nats-trust", metav1.GetOptions{})
+		require.True(t, apierrors.IsNotFound(err), "the chart rendered runplane-nats-trust (key material in the render): %v", err)
+		created, err := bootstrapsecret.Ensure(ctx, client, ns, "runplane-nats-trust", nil,
+			bootstrapsecret.NATSTrust("/data/jwt", queue.WorkerExports(stream.Config{})), bootstrapsecret.TrustSecretKey, bootstrapsecret.TrustConfigKey)
+		require.NoError(t, err)
 
 		mustRun(t, "helm", "upgrade", "runplane", ".", "--namespace", ns,
 			"--values", "testdata/values-install.yaml", "--set", "queue.replicas=3", "--timeout", "2m")
@@ -414,7 +419,7 @@ func TestInstall(t *testing.T) {
 		for _, w := range m.Webhooks {
 			assert.Equal(t, string(ca), string(w.ClientConfig.CABundle), "webhook %s: caBundle %q after upgrade, want the patched one", w.Name, w.ClientConfig.CABundle)
 		}
-		assert.Equal(t, string(token), string(secret("runplane-nats-queue")["password"]), "the upgrade regenerated the queue's NATS password: the queue would lose NATS")
+		assert.Equal(t, created, secret("runplane-nats-trust"), "the upgrade changed the NATS trust Secret: the queue and NATS would no longer trust each other")
 		dep, err := client.AppsV1().Deployments(ns).Get(ctx, "runplane-queue", metav1.GetOptions{})
 		require.NoError(t, err)
 		assert.EqualValues(t, 3, *dep.Spec.Replicas, "queue replicas %d after upgrade, want 3", *dep.Spec.Replicas)

@@ -27,7 +27,10 @@ import (
 	"github.com/runplane/runplane/catalog"
 	"github.com/runplane/runplane/extender"
 	"github.com/runplane/runplane/extender/profile"
+	"github.com/runplane/runplane/internal/bootstrapsecret"
 	"github.com/runplane/runplane/internal/priorityclass"
+	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/webhook"
 )
@@ -189,7 +192,11 @@ func TestCatalogParses(t *testing.T) {
 }
 
 // TestNATSConfigLoads: nats-server v2.15 accepts the bundled configuration
-// of one and of three servers (nats-server -t checks it and exits).
+// of one and of three servers (nats-server -t checks it and exits), laid
+// out as the StatefulSet mounts it: the ConfigMap's nats.conf next to the
+// trust Secret's trust.conf, which it includes, as the queue generates it
+// (bootstrapsecret.NATSTrust) with the resolver dir the chart gives the
+// queue, on the NATS data volume.
 func TestNATSConfigLoads(t *testing.T) {
 	needHelm(t)
 	for _, c := range []struct {
@@ -197,30 +204,76 @@ func TestNATSConfigLoads(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"single", nil, []string{"auth_callout {", "issuer: $NATS_CALLOUT_ISSUER", `auth_users: [ "runplane-queue" ]`, "max_file_store: 10Gi"}},
-		{"cluster", []string{"--values", "testdata/values-full.yaml"}, []string{"auth_callout {", "cluster {", "password: $NATS_ROUTE_PASSWORD", "$NATS_ROUTE_2"}},
+		{"single", nil, []string{`include "../trust/trust.conf"`, "max_file_store: 10Gi"}},
+		{"cluster", []string{"--values", "testdata/values-full.yaml"}, []string{`include "../trust/trust.conf"`, "cluster {", "password: $NATS_ROUTE_PASSWORD", "$NATS_ROUTE_2"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			objs := parse(t, mustRender(t, c.args...))
 			var cm corev1.ConfigMap
-			find(t, parse(t, mustRender(t, c.args...)), "ConfigMap", "runplane-nats").into(t, &cm)
+			find(t, objs, "ConfigMap", "runplane-nats").into(t, &cm)
 			conf := cm.Data["nats.conf"]
 			for _, w := range c.want {
 				assert.Contains(t, conf, w)
 			}
-			// The paths of the Pod's volumes, moved into a temp dir.
-			dir := filepath.Join(t.TempDir(), "nats")
-			require.NoError(t, os.Mkdir(dir, 0o700))
-			conf = strings.ReplaceAll(conf, "/data/jetstream", filepath.Join(dir, "jetstream"))
-			conf = strings.ReplaceAll(conf, "/var/run/nats/", dir+"/")
-			env := []string{"POD_NAME=runplane-nats-0", "NATS_QUEUE_PASSWORD=secret-password",
-				"NATS_CALLOUT_ISSUER=ABAQXOHXFB6XFIKPVOLTQL25TRTCRYGNSBW6AUJ265JJPCC26IIRR2YG"}
+			// Operator mode only: accounts and users come from trust.conf.
+			for _, stale := range []string{"accounts {", "auth_callout", "$NATS_QUEUE_PASSWORD", "$NATS_CALLOUT_ISSUER"} {
+				assert.NotContains(t, conf, stale)
+			}
+			var sts appsv1.StatefulSet
+			find(t, objs, "StatefulSet", "runplane-nats").into(t, &sts)
+			pod := sts.Spec.Template.Spec
+			mounts := map[string]string{}
+			for _, m := range pod.Containers[0].VolumeMounts {
+				mounts[m.Name] = m.MountPath
+			}
+			var trustVol *corev1.SecretVolumeSource
+			for _, v := range pod.Volumes {
+				if v.Name == "trust" {
+					trustVol = v.Secret
+				}
+			}
+			require.NotNil(t, trustVol, "no Secret volume trust")
+			require.Equal(t, "runplane-nats-trust", trustVol.SecretName)
+			require.Equal(t, []corev1.KeyToPath{{Key: bootstrapsecret.TrustConfigKey, Path: "trust.conf"}}, trustVol.Items,
+				"only trust.conf: the secret every key is derived from stays with the queue")
+			require.Equal(t, []string{"--config", mounts["config"] + "/nats.conf"}, pod.Containers[0].Args)
+
+			// The queue writes trust.conf with its --nats-resolver-dir, which
+			// must be on the NATS data volume.
+			var queueDep appsv1.Deployment
+			find(t, objs, "Deployment", "runplane-queue").into(t, &queueDep)
+			var resolverDir string
+			for _, a := range queueDep.Spec.Template.Spec.Containers[0].Args {
+				if v, ok := strings.CutPrefix(a, "--nats-resolver-dir="); ok {
+					resolverDir = v
+				}
+			}
+			require.True(t, strings.HasPrefix(resolverDir, mounts["data"]+"/"), "the queue's --nats-resolver-dir %q is not on the NATS data volume %s", resolverDir, mounts["data"])
+
+			// The Pod's file system, moved under root.
+			root := t.TempDir()
+			conf = strings.ReplaceAll(conf, "/data/jetstream", root+"/data/jetstream")
+			conf = strings.ReplaceAll(conf, "/var/run/nats/", root+"/var/run/nats/")
+			trust, err := bootstrapsecret.NATSTrust(root+resolverDir, queue.WorkerExports(stream.Config{}))()
+			require.NoError(t, err)
+			for dir, file := range map[string]map[string][]byte{
+				mounts["config"]: {"nats.conf": []byte(conf)},
+				mounts["trust"]:  {"trust.conf": trust[bootstrapsecret.TrustConfigKey]},
+				mounts["data"]:   nil,
+				mounts["run"]:    nil,
+			} {
+				require.NotEmpty(t, dir, "a volume mount of the nats container is missing (mounts %v)", mounts)
+				require.NoError(t, os.MkdirAll(root+dir, 0o700))
+				for name, data := range file {
+					require.NoError(t, os.WriteFile(filepath.Join(root+dir, name), data, 0o600))
+				}
+			}
+			env := []string{"POD_NAME=runplane-nats-0"}
 			if strings.Contains(conf, "cluster {") {
 				// The route password and the routes come from the StatefulSet's
 				// environment (the Secret the queue creates), never the ConfigMap.
-				var sts appsv1.StatefulSet
-				find(t, parse(t, mustRender(t, c.args...)), "StatefulSet", "runplane-nats").into(t, &sts)
 				vars := map[string]corev1.EnvVar{}
-				for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
+				for _, e := range pod.Containers[0].Env {
 					vars[e.Name] = e
 				}
 				require.Equal(t, "runplane-nats-route", vars["NATS_ROUTE_PASSWORD"].ValueFrom.SecretKeyRef.Name)
@@ -232,8 +285,7 @@ func TestNATSConfigLoads(t *testing.T) {
 					env = append(env, name+"="+strings.ReplaceAll(vars[name].Value, "$(NATS_ROUTE_PASSWORD)", password))
 				}
 			}
-			path := filepath.Join(dir, "nats.conf")
-			require.NoError(t, os.WriteFile(path, []byte(conf), 0o600))
+			path := filepath.Join(root+mounts["config"], "nats.conf")
 			cmd := exec.CommandContext(t.Context(), filepath.Join(binDir, "nats-server"), "-t", "-c", path)
 			cmd.Env = append(os.Environ(), env...)
 			out, err := cmd.CombinedOutput()

@@ -89,7 +89,7 @@ type known interface {
 }
 
 // Serve answers authorization requests on nc until ctx ends. nc must be a
-// connection of one of the server's auth_callout.auth_users.
+// connection of an auth user of the callout's account (RUNPLANE's queue user).
 func Serve(ctx context.Context, nc *nats.Conn, r *Responder, m *Metrics, log *slog.Logger, o ServeOptions) error {
 	o.Workers = cmp.Or(o.Workers, 16)
 	o.AnswerTimeout = cmp.Or(o.AnswerTimeout, 1500*time.Millisecond)

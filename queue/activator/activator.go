@@ -46,8 +46,8 @@ type Config struct {
 	// Scaler overrides the Kubernetes scaler (benchmarks, tests of pure logic).
 	Scaler Scaler
 	// Revoke, when set, is told each worker whose NATS access must end: its
-	// Pod is gone, or no longer a worker of the pool it was admitted for
-	// (the Pod informer's view). It must not block.
+	// Pod is deleted or has ended, or its pool label changed (the Pod
+	// informer's view). It must not block.
 	Revoke func(ns, pool, worker string)
 	// HeartbeatTimeout: a worker silent for this long gets no new work
 	// (default 15s); it is lost once SilentHold is over.

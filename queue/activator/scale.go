@@ -238,6 +238,12 @@ func (a *Activator) onPod(ctx context.Context, o any, deleted bool) {
 		return
 	}
 	gone := deleted || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	// Its NATS access ends with the Pod, not with a failed ownership check:
+	// that fails for a while whenever the ReplicaSets are not synced yet
+	// (and the callout checks ownership at every connect).
+	if gone && a.cfg.Revoke != nil {
+		a.cfg.Revoke(pod.Namespace, pod.Labels[api.LabelPool], pod.Name)
+	}
 	if deleted {
 		a.refusedMu.Lock()
 		delete(a.refused, pod.Namespace+"/"+pod.Name)
@@ -248,9 +254,6 @@ func (a *Activator) onPod(ctx context.Context, o any, deleted bool) {
 			gone = true
 			a.notePod(pod, why)
 		}
-	}
-	if gone && a.cfg.Revoke != nil {
-		a.cfg.Revoke(pod.Namespace, pod.Labels[api.LabelPool], pod.Name)
 	}
 	conc, _ := strconv.Atoi(pod.Annotations[api.AnnotationConcurrency])
 	info := state.Pod{Created: pod.CreationTimestamp.Time, Terminating: pod.DeletionTimestamp != nil}

@@ -1,6 +1,6 @@
 {{/*
 Names are fixed (runplane-*), not derived from the release name: the components find each other
-and their shared objects (runplane-gpu-specs, runplane-nats-queue, the runplane-scheduler
+and their shared objects (runplane-gpu-specs, runplane-nats, the runplane-scheduler
 profile, the PriorityClasses) by these names, and the cluster-scoped objects allow one runplane
 per cluster anyway.
 */}}
@@ -101,50 +101,6 @@ localhost,127.0.0.1,runplane-extender.{{ .Release.Namespace }}.svc,runplane-exte
 {{- else -}}
 nats://runplane-nats.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}:4222
 {{- end -}}
-{{- end -}}
-
-{{/* runplane.natsQueueSecretName: the Secret in the release namespace holding the queue's NATS password (key password). */}}
-{{- define "runplane.natsQueueSecretName" -}}
-{{- if eq .Values.nats.mode "external" -}}
-{{ required "nats.external.queuePasswordSecret is required when nats.mode is external (the password of nats.auth.queueUser, key password)" .Values.nats.external.queuePasswordSecret }}
-{{- else -}}
-{{ .Values.nats.bundled.queuePasswordSecret }}
-{{- end -}}
-{{- end -}}
-
-{{/* runplane.natsCalloutVolumes: the queue's NATS password and the auth callout's issuer seed, mounted into the queue only.
-With the bundled NATS the queue reads (or first creates) both Secrets through the API at start and keeps them in a memory emptyDir. */}}
-{{- define "runplane.natsCalloutVolumes" -}}
-{{- if eq .Values.nats.mode "bundled" }}
-- name: bootstrap
-  emptyDir:
-    medium: Memory
-    sizeLimit: 1Mi
-{{- else }}
-- name: nats-queue
-  secret:
-    secretName: {{ include "runplane.natsQueueSecretName" . }}
-    defaultMode: 0440
-    items: [{key: password, path: password}]
-- name: nats-callout
-  secret:
-    secretName: {{ .Values.nats.auth.issuerSecret }}
-    defaultMode: 0440
-    items: [{key: seed, path: seed}]
-{{- end }}
-{{- end -}}
-{{- define "runplane.natsCalloutMounts" -}}
-{{- if eq .Values.nats.mode "bundled" }}
-- name: bootstrap
-  mountPath: /var/run/runplane/bootstrap
-{{- else }}
-- name: nats-queue
-  mountPath: /var/run/runplane/nats-queue
-  readOnly: true
-- name: nats-callout
-  mountPath: /var/run/runplane/nats-callout
-  readOnly: true
-{{- end }}
 {{- end -}}
 
 {{/* runplane.namespaceSelector: the webhook never sees kube-system or runplane's own namespace, so runplane can always start and repair itself. Sorted, as webhook.Configurations builds it. */}}

@@ -13,22 +13,16 @@ jetstream {
   max_memory_store: {{ $.Values.nats.bundled.jetstream.maxMemoryStore }}
   max_file_store: {{ $.Values.nats.bundled.jetstream.maxFileStore }}
 }
-# The queue is the one configured user; every other client (the worker sidecars) is handed to the
-# queue's auth callout, which admits a Pod-bound ServiceAccount token and places the client in
-# {{ $.Values.nats.auth.account }} with exactly its worker's subjects.
-accounts {
-  {{ $.Values.nats.auth.account }} {
-    jetstream: enabled
-    users: [ { user: {{ $.Values.nats.auth.queueUser | quote }}, password: $NATS_QUEUE_PASSWORD } ]
-  }
-}
-authorization {
-  auth_callout {
-    issuer: $NATS_CALLOUT_ISSUER
-    account: {{ $.Values.nats.auth.account }}
-    auth_users: [ {{ $.Values.nats.auth.queueUser | quote }} ]
-  }
-}
+# Operator mode: each worker Pod gets a NATS account of its own (the account, not a permission in
+# a shared one, is the tenant boundary). The queue derives every key (operator, accounts, its own
+# users) from one secret in the Secret {{ $.Values.nats.auth.trustSecret }}, which it creates at start.
+# Its key trust.conf, mounted here, holds no private key: the operator, the system account, the
+# default_sentinel (what a worker sidecar, with only its Pod-bound token, connects as until the
+# queue's auth callout places it in its worker's account), the resolver (the account JWTs the queue
+# pushes, kept in /data/jwt on the PVC: the queue's --nats-resolver-dir) and SYS and RUNPLANE
+# preloaded. include is relative to this file's directory, even an absolute path: ../trust is the
+# Secret's mount.
+include "../trust/trust.conf"
 {{- if gt (int $.Values.nats.bundled.replicas) 1 }}
 # Routes authenticate with a password the queue generates (Secret nats.bundled.routeSecret): a peer
 # that reaches port 6222 without it is no route (the NetworkPolicy is the first fence, this the

@@ -60,8 +60,8 @@ func TestEscalationPaths(t *testing.T) {
 			ra{Namespace: ns, Verb: "impersonate", Resource: "serviceaccounts"},
 		)
 		// Secrets in any namespace but the webhook's and the queue's own
-		// (the serving certificate; the bundled NATS's Secrets the queue
-		// creates at start): the token-Secret policy guards those.
+		// (the serving certificate; the NATS trust Secret and the callbacks'
+		// key the queue creates at start): the token-Secret policy guards those.
 		add([]string{"runplane-controller", "runplane-scheduler"},
 			ra{Namespace: ns, Verb: "create", Resource: "secrets"})
 		if ns != releaseNS {

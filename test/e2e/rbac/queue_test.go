@@ -31,9 +31,11 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/bootstrapsecret"
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/internal/natsaccounts"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/callback"
+	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/queue/stubworker"
 	"github.com/runplane/runplane/test/e2e/rbac"
 )
@@ -43,11 +45,12 @@ import (
 // scales the pool from zero through the scale subresource when an
 // invocation arrives, and, once the worker is idle, marks its Pod with a
 // low pod-deletion-cost and scales back to zero. It dials an embedded NATS
-// configured as the chart's (the queue the one user, with the chart's
-// generated password; everyone else through the queue's auth callout, with
-// the chart's issuer), and a worker's Pod-bound token connects through the
-// callout, which reviews it and follows its Pod to the pool's Deployment as
-// runplane-queue.
+// that includes the trust.conf of the trust Secret the queue created, as
+// the chart's bundled NATS does (operator mode: the queue's users derived
+// from the Secret's secret; everyone else through the queue's auth
+// callout), and a worker's Pod-bound token connects through the callout,
+// which reviews it, follows its Pod to the pool's Deployment as
+// runplane-queue and places it in an account of its own.
 func TestQueue(t *testing.T) {
 	install(t)
 	rec := &rbac.Recorder{}
@@ -58,18 +61,17 @@ func TestQueue(t *testing.T) {
 	ns, pool := queueNS, "echo"
 
 	// The settings the chart passes (queue.yaml): no --namespace (all
-	// namespaces), leader election in the release namespace, its NATS user
-	// and the callout.
+	// namespaces), leader election in the release namespace, the NATS trust
+	// Secret and the resolver dir.
 	args := chartArgs(t, "runplane-queue", "queue")
-	user, account := arg(t, args, "nats-user"), arg(t, args, "nats-callout-account")
-	// The chart renders no key material: the queue creates these Secrets
-	// at start (-bootstrap-secrets-namespace), as its own ServiceAccount.
+	// The chart renders no key material: the queue creates the trust Secret
+	// at start (-bootstrap-secrets-namespace), as its own ServiceAccount,
+	// as cmd/runplane-queue's bootstrap does.
 	queueClient := as(t, "runplane-queue")
-	pw, err := bootstrapsecret.Ensure(ctx, queueClient, releaseNS, "runplane-nats-queue", nil, bootstrapsecret.Password, "password")
-	require.NoError(t, err, "the queue creating its NATS password")
-	issuer, err := bootstrapsecret.Ensure(ctx, queueClient, releaseNS, "runplane-nats-callout", nil, bootstrapsecret.AccountNKey, "seed", "issuer")
-	require.NoError(t, err, "the queue creating the callout issuer")
-	queueSecret, callout := &corev1.Secret{Data: pw}, &corev1.Secret{Data: issuer}
+	resolverDir := arg(t, args, "nats-resolver-dir")
+	trust, err := bootstrapsecret.Ensure(ctx, queueClient, releaseNS, arg(t, args, "nats-trust-secret"), nil,
+		bootstrapsecret.NATSTrust(resolverDir, queue.WorkerExports(stream.Config{})), bootstrapsecret.TrustSecretKey, bootstrapsecret.TrustConfigKey)
+	require.NoError(t, err, "the queue creating the NATS trust Secret")
 	// Callbacks on, as the chart has them: the master key is also the
 	// queue's to create. Every invocation makes it read the namespace's
 	// UID (get namespaces, callbacks on or off), which stamps the Record
@@ -94,24 +96,17 @@ func TestQueue(t *testing.T) {
 	}))
 	t.Cleanup(hook.Close)
 	dir := t.TempDir()
-	pwFile, seedFile := filepath.Join(dir, "password"), filepath.Join(dir, "seed")
-	require.NoError(t, os.WriteFile(pwFile, queueSecret.Data["password"], 0o600))
-	require.NoError(t, os.WriteFile(seedFile, callout.Data["seed"], 0o600))
-	conf := filepath.Join(dir, "nats.conf")
-	require.NoError(t, os.WriteFile(conf, fmt.Appendf(nil, `listen: "127.0.0.1:-1"
-jetstream { store_dir: %q }
-accounts { %s { jetstream: enabled, users: [ { user: %q, password: %q } ] } }
-authorization { timeout: 10, auth_callout { issuer: %q, account: %s, auth_users: [ %q ] } }
-`, filepath.Join(dir, "js"), account, user, queueSecret.Data["password"], callout.Data["issuer"], account, user), 0o600))
-	opts, err := server.ProcessConfigFile(conf)
+	// The queue's copy of the secret (its -bootstrap-dir).
+	trustFile := filepath.Join(dir, bootstrapsecret.TrustSecretKey)
+	require.NoError(t, os.WriteFile(trustFile, trust[bootstrapsecret.TrustSecretKey], 0o600))
+	srv := startTrustedNATS(t, dir, resolverDir, trust[bootstrapsecret.TrustConfigKey])
+	// The stub workers below use the queue's own user (they stand in for
+	// sidecars; the worker's token is tried through the callout further on).
+	tr, err := natsaccounts.Derive(trust[bootstrapsecret.TrustSecretKey])
 	require.NoError(t, err)
-	opts.NoLog, opts.NoSigs = true, true
-	srv, err := server.NewServer(opts)
+	queueJWT, queueSeed, err := tr.QueueCreds()
 	require.NoError(t, err)
-	go srv.Start()
-	t.Cleanup(srv.Shutdown)
-	require.True(t, srv.ReadyForConnections(10*time.Second), "nats not ready")
-	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, string(queueSecret.Data["password"])))
+	nc, err := nats.Connect(srv.ClientURL(), nats.UserJWTAndSeed(queueJWT, string(queueSeed)))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 
@@ -134,8 +129,7 @@ authorization { timeout: 10, auth_callout { issuer: %q, account: %s, auth_users:
 	go kubelet(ctx, nc, ns, pool, marked)
 
 	cfg := queue.Config{
-		NATSURL: srv.ClientURL(), NATSUser: user, NATSPasswordFile: pwFile, Listen: "127.0.0.1:0", InsecureDisableCallerAuth: true,
-		Callout:        queue.CalloutConfig{IssuerSeedFile: seedFile, Account: account},
+		NATSURL: srv.ClientURL(), NATSTrustFile: trustFile, Listen: "127.0.0.1:0", InsecureDisableCallerAuth: true,
 		RESTConfig:     rec.As(env.RESTConfig(), releaseNS, "runplane-queue"),
 		Namespace:      args["namespace"],
 		LeaderElection: arg(t, args, "leader-elect") == "true", LeaseNamespace: arg(t, args, "leader-election-namespace"), Identity: "rbac-test",
@@ -195,12 +189,12 @@ authorization { timeout: 10, auth_callout { issuer: %q, account: %s, auth_users:
 		worker = &pods.Items[0]
 		return true, nil
 	})
-	tr, err := client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, worker.Spec.ServiceAccountName, &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
+	tok, err := client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, worker.Spec.ServiceAccountName, &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
 		Audiences: []string{api.NATSTokenAudience}, ExpirationSeconds: ptr.To[int64](600),
 		BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: worker.Name, UID: worker.UID},
 	}}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	wc, err := nats.Connect(srv.ClientURL(), nats.Token(tr.Status.Token), nats.NoReconnect(), nats.Timeout(10*time.Second))
+	wc, err := nats.Connect(srv.ClientURL(), nats.Token(tok.Status.Token), nats.NoReconnect(), nats.Timeout(10*time.Second))
 	require.NoError(t, err, "the worker's Pod-bound token through the queue's callout")
 	wc.Close()
 	eventually(t, rec, 30*time.Second, "the invocation to succeed", func() (bool, error) {
@@ -240,6 +234,31 @@ authorization { timeout: 10, auth_callout { issuer: %q, account: %s, auth_users:
 	case <-time.After(10 * time.Second):
 		require.Failf(t, "no deletion cost", "no pool Pod got %s", activator.PodDeletionCost)
 	}
+}
+
+// startTrustedNATS runs an embedded nats-server whose configuration, like
+// the chart's (templates/_nats.tpl), includes the trust Secret's
+// trust.conf as it is, but for its resolver dir (the chart's, on the NATS
+// PVC), moved into dir.
+func startTrustedNATS(t *testing.T, dir, resolverDir string, trustConf []byte) *server.Server {
+	t.Helper()
+	quoted := strconv.Quote(resolverDir)
+	require.Equal(t, 1, bytes.Count(trustConf, []byte(quoted)), "trust.conf names the resolver dir %s once:\n%s", quoted, trustConf)
+	trustConf = bytes.Replace(trustConf, []byte(quoted), []byte(strconv.Quote(filepath.Join(dir, "jwt"))), 1)
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "trust"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "trust", "trust.conf"), trustConf, 0o600))
+	conf := filepath.Join(dir, "nats.conf")
+	require.NoError(t, os.WriteFile(conf, fmt.Appendf(nil, "listen: \"127.0.0.1:-1\"\njetstream { store_dir: %q }\nauthorization { timeout: 10 }\ninclude \"trust/trust.conf\"\n",
+		filepath.Join(dir, "js")), 0o600))
+	opts, err := server.ProcessConfigFile(conf)
+	require.NoError(t, err)
+	opts.NoLog, opts.NoSigs = true, true
+	srv, err := server.NewServer(opts)
+	require.NoError(t, err)
+	go srv.Start()
+	t.Cleanup(srv.Shutdown)
+	require.True(t, srv.ReadyForConnections(10*time.Second), "nats not ready")
+	return srv
 }
 
 // kubelet plays the worker sidecar: a stub worker for every Running Pod of

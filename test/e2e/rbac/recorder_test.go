@@ -34,8 +34,8 @@ func TestRecorderSeesDenials(t *testing.T) {
 		{"controller lists the former NATS credentials by name", "runplane-controller", "",
 			metav1.ListOptions{LabelSelector: managed, FieldSelector: "metadata.name=" + api.NATSCredentialsSecret}, false},
 		{"controller lists another Secret by name", "runplane-controller", "", metav1.ListOptions{FieldSelector: "metadata.name=runplane-webhook-tls"}, false},
-		{"queue lists its own NATS password by name", "runplane-queue", releaseNS,
-			metav1.ListOptions{FieldSelector: "metadata.name=runplane-nats-queue"}, false},
+		{"queue lists the NATS trust Secret by name", "runplane-queue", releaseNS,
+			metav1.ListOptions{FieldSelector: "metadata.name=runplane-nats-trust"}, false},
 		{"webhook lists Secrets in its namespace", "runplane-webhook", releaseNS, metav1.ListOptions{}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {

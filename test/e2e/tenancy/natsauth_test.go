@@ -140,7 +140,7 @@ func TestSidecarNATSIdentity(t *testing.T) {
 	nc, violations, err := q.connect(token(t, ns, "worker", audience, bound(podA)), messages.WorkerInbox(ns, pool, w))
 	require.NoError(t, err, "the worker's own token")
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	js, err := jetstream.NewWithAPIPrefix(nc, api.WorkerJSAPIPrefix)
 	require.NoError(t, err)
 	ijs, err := jetstream.New(q.internal)
 	require.NoError(t, err)
@@ -198,20 +198,20 @@ func TestSidecarNATSIdentity(t *testing.T) {
 			try: func(context.Context) error {
 				return nc.Publish(q.subj.Reply("nats-b", "echo")+".replica-1.inv-1", []byte("forged"))
 			}},
-		{name: "a consumer on another worker's dispatches", want: "$JS.API.CONSUMER.CREATE." + q.stream + "." + messages.ConsumerName(ns, pool, w),
+		{name: "a consumer on another worker's dispatches", want: api.WorkerJSAPIPrefix + ".CONSUMER.CREATE." + q.stream + "." + messages.ConsumerName(ns, pool, w),
 			try: func(ctx context.Context) error {
 				_, err := js.CreateOrUpdateConsumer(ctx, q.stream, jetstream.ConsumerConfig{
 					Durable: messages.ConsumerName(ns, pool, w), FilterSubject: q.subj.Dispatch("nats-b", "echo", podB.Name)})
 				return err
 			}},
-		{name: "a push consumer delivering to another tenant's cancels", want: "$JS.API.CONSUMER.CREATE." + q.stream + "." + messages.ConsumerName(ns, pool, w) + "." + q.subj.Dispatch(ns, pool, w),
+		{name: "a push consumer delivering to another tenant's cancels", want: api.WorkerJSAPIPrefix + ".CONSUMER.CREATE." + q.stream + "." + messages.ConsumerName(ns, pool, w) + "." + q.subj.Dispatch(ns, pool, w),
 			try: func(ctx context.Context) error {
 				_, err := js.CreateOrUpdateConsumer(ctx, q.stream, jetstream.ConsumerConfig{
 					Durable: messages.ConsumerName(ns, pool, w), FilterSubject: q.subj.Dispatch(ns, pool, w),
 					DeliverSubject: q.subj.Cancel("nats-b", "echo", podB.Name), AckPolicy: jetstream.AckNonePolicy})
 				return err
 			}},
-		{name: "delete its own consumer", want: "$JS.API.CONSUMER.DELETE." + q.stream + "." + messages.ConsumerName(ns, pool, w),
+		{name: "delete its own consumer", want: api.WorkerJSAPIPrefix + ".CONSUMER.DELETE." + q.stream + "." + messages.ConsumerName(ns, pool, w),
 			try: func(ctx context.Context) error {
 				return js.DeleteConsumer(ctx, q.stream, messages.ConsumerName(ns, pool, w))
 			}},
@@ -220,14 +220,14 @@ func TestSidecarNATSIdentity(t *testing.T) {
 				_, err := nc.Request("$JS.API.CONSUMER.MSG.NEXT."+q.stream+"."+messages.ConsumerName("nats-b", "echo", podB.Name), []byte(`{"batch":1}`), time.Second)
 				return err
 			}},
-		{name: "list streams", want: "$JS.API.STREAM.NAMES",
+		{name: "list streams", want: api.WorkerJSAPIPrefix + ".STREAM.NAMES",
 			try: func(ctx context.Context) error {
 				names := js.StreamNames(ctx)
 				for range names.Name() {
 				}
 				return names.Err()
 			}},
-		{name: "read the invocation records bucket", want: "$JS.API.STREAM.INFO.KV_",
+		{name: "read the invocation records bucket", want: api.WorkerJSAPIPrefix + ".STREAM.INFO.KV_",
 			try: func(ctx context.Context) error {
 				_, err := js.KeyValue(ctx, stream.Config{}.WithDefaults().RecordsBucket)
 				return err

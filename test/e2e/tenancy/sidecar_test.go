@@ -127,7 +127,7 @@ func runSidecar(t *testing.T, ctx context.Context, q *queueNATS, ns, pool string
 
 	sc, err := sidecar.New(sidecar.Config{
 		Pool: pool, WorkerName: pod.Name, WorkerNamespace: ns, FrameworkSocket: sock, Concurrency: 1,
-		NATSURL: q.srv.ClientURL(), NATSTokenFile: tokenFile, SubjectPrefix: q.subj.Prefix, StreamName: q.stream,
+		NATSURL: q.srv.ClientURL(), NATSTokenFile: tokenFile, JSAPIPrefix: api.WorkerJSAPIPrefix, SubjectPrefix: q.subj.Prefix, StreamName: q.stream,
 		HTTPAddr: "127.0.0.1:0", HeartbeatInterval: 200 * time.Millisecond, ProbeInterval: 50 * time.Millisecond,
 		FetchWait: 200 * time.Millisecond, ShutdownGrace: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
