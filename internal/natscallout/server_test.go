@@ -29,7 +29,7 @@ func testExports() jwt.Exports {
 // startServer runs a nats-server in runplane's operator mode, with
 // JetStream in RUNPLANE, whose only user not handed to the callout is the
 // queue's.
-func startServer(t *testing.T) (*server.Server, natsauth.Auth) {
+func startServer(t testing.TB) (*server.Server, natsauth.Auth) {
 	t.Helper()
 	dir := t.TempDir()
 	a, err := natsauth.Write(filepath.Join(dir, "auth"))
@@ -43,7 +43,7 @@ func startServer(t *testing.T) (*server.Server, natsauth.Auth) {
 // serveCallout runs the responder on the queue user's connection, placing
 // workers in accounts of their own pushed through the queue's SYS user,
 // and returns that connection once the server routes requests to it.
-func serveCallout(t *testing.T, ctx context.Context, srv *server.Server, a natsauth.Auth, r *Responder, o ServeOptions) (*nats.Conn, *Metrics, <-chan error) {
+func serveCallout(t testing.TB, ctx context.Context, srv *server.Server, a natsauth.Auth, r *Responder, o ServeOptions) (*nats.Conn, *Metrics, <-chan error) {
 	t.Helper()
 	asQueue, err := a.QueueOption()
 	require.NoError(t, err)
