@@ -150,6 +150,10 @@ const (
 const (
 	// DefaultNamespace is where runplane runs, in the chart and in make dev.
 	DefaultNamespace = "runplane-system"
+	// DefaultStockNamespace is the only namespace where stock placeholders
+	// may be created, in the chart (stock.namespace) and in make dev: a
+	// placeholder holds GPUs at a priority tenants' Pods cannot preempt.
+	DefaultStockNamespace = "runplane-stock"
 	// CatalogConfigMap holds the GPU spec catalog, one data key per spec.
 	CatalogConfigMap = "runplane-gpu-specs"
 	// SchedulerName is the kube-scheduler profile that schedules GPU Pods.

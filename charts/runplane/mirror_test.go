@@ -435,6 +435,17 @@ func TestPriorityClassesMatchDev(t *testing.T) {
 	}
 }
 
+// TestStockNamespaceMatchesDev: the chart admits stock placeholders only
+// in stock.namespace, which is make dev's (api.DefaultStockNamespace), so
+// make dev shows the product's rule, not a weaker one.
+func TestStockNamespaceMatchesDev(t *testing.T) {
+	needHelm(t)
+	var webhook appsv1.Deployment
+	find(t, parse(t, mustRender(t)), "Deployment", "runplane-webhook").into(t, &webhook)
+	require.NotEmpty(t, webhook.Spec.Template.Spec.Containers)
+	assert.Contains(t, webhook.Spec.Template.Spec.Containers[0].Args, "--stock-namespaces="+api.DefaultStockNamespace)
+}
+
 // TestMetricNamesConsistent: every runplane metric a non-test Go file
 // defines is snake_case under runplane_, and "in flight" is spelt in_flight
 // everywhere (the sidecar's runplane_sidecar_in_flight and the activator's

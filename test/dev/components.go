@@ -112,6 +112,8 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 	}
 	inj := mutate.DefaultConfig()
 	inj.Image = devImage
+	// The chart's setting (stock.namespace): placeholders only there.
+	inj.StockNamespaces = []string{api.DefaultStockNamespace}
 	// What Pods see: an in-cluster address, never the token.
 	inj.NATSURL = "nats://nats." + api.DefaultNamespace + ".svc:" + strconv.Itoa(natsPort)
 	s.goRun(ctx, "webhook", func(ctx context.Context) error {

@@ -31,8 +31,10 @@ const demoCaller = "demo-caller"
 // of g1.1 placeholders the runplane-scheduler can take over, and a caller
 // of the ingress. It returns that caller's token (TokenRequest, 24h).
 func createDemo(ctx context.Context, c *cluster.Cluster) (string, error) {
-	if err := c.CreateNamespace(ctx, demoNamespace); err != nil {
-		return "", err
+	for _, ns := range []string{demoNamespace, api.DefaultStockNamespace} {
+		if err := c.CreateNamespace(ctx, ns); err != nil {
+			return "", err
+		}
 	}
 	client := c.Client()
 	tok, err := demoToken(ctx, client)
@@ -77,7 +79,10 @@ func createDemoWorkloads(ctx context.Context, client kubernetes.Interface) error
 		api.AnnotationMinAvailable: "0", api.AnnotationMaxReplicas: "4", api.AnnotationIdleTimeout: "60s",
 	}
 	pool.Spec.Template.Annotations = map[string]string{api.AnnotationConcurrency: "2"}
+	// Stock in its own namespace, as the chart keeps it (the webhook admits
+	// placeholders nowhere else).
 	stock := deployment("stock-g1-1", 4, map[string]string{api.LabelStock: "g1.1"}, corev1.Container{Name: "pause", Image: "registry.k8s.io/pause:3.10"})
+	stock.Namespace = api.DefaultStockNamespace
 	for _, d := range []*appsv1.Deployment{pool, stock} {
 		if err := create(ctx, client, d); err != nil {
 			return err

@@ -97,7 +97,8 @@ Try:
   export KUBECONFIG=%[1]s PATH=%[2]s:$PATH   # kubectl and helm built for this cluster
   kubectl get nodes
   kubectl -n %[3]s get configmap %[4]s -o yaml      # the GPU spec catalog
-  kubectl -n demo get deploy,pods                   # pool "echo" at 0 replicas, 4 g1.1 stock placeholders
+  kubectl -n demo get deploy,pods                   # pool "echo" at 0 replicas
+  kubectl -n runplane-stock get deploy,pods         # 4 g1.1 stock placeholders (stock is admitted only there)
   TOKEN=$(cat %[7]s)                                # ServiceAccount demo/demo-caller, bound to runplane-invoker
   curl -s -X POST %[5]s/v1/namespaces/demo/pools/echo/invocations -H 'Content-Type: application/json' \
        -H "Authorization: Bearer $TOKEN" \
