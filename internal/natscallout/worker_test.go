@@ -3,6 +3,7 @@ package natscallout
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -260,65 +261,126 @@ func TestWorkerCannotCreateConsumers(t *testing.T) {
 }
 
 // TestReplySubjectsStayInTheWorkersAccount is the reply-redirection attack:
-// nats-server answers a JetStream request (here a direct get of an object
-// the worker stored itself) on whatever reply subject the requester names,
-// with JetStream's authority, and checks the requester's permissions
-// against the request subject only. In one shared account a worker made
-// the stream publish its stored bytes on JetStream's API (a consumer
-// create delivering another tenant's dispatches to it) and on another
-// tenant's cancel subject. In an account of its own, the reply the server
-// sends lands in the worker's account, where nothing of RUNPLANE's listens.
+// nats-server answers a JetStream request (here a direct get of a message
+// the worker stored in its own bucket, headers and all) on whatever reply
+// subject the requester names, with JetStream's authority, and checks the
+// requester's permissions against the request subject only. Aimed at
+// another tenant's Record key, the stored message forges it, deletes it
+// (KV-Operation: DEL) or purges every Record (Nats-Rollup: all); aimed at
+// another worker's cancel subject, it cancels that worker's call. Each
+// attack is run by the worker from its own account, where the reply lands
+// in that account and harms nothing, and by a user of RUNPLANE, how every
+// worker was placed before accounts, where each one does harm.
 func TestReplySubjectsStayInTheWorkersAccount(t *testing.T) {
 	srv, a := startServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	mallory := Identity{Name: "team-m/echo-1", Namespace: "team-m", Pool: "echo", Worker: "echo-1", Expires: time.Now().Add(time.Hour)}
 	internal, _, _ := serveCallout(t, ctx, srv, a, &Responder{MaxTTL: time.Hour, Clock: clock.RealClock{}, Auth: tokens{"mallory": mallory}}, ServeOptions{})
 	ijs, err := jetstream.New(internal)
-	require.NoError(t, err)
-	_, err = ijs.CreateStream(ctx, jetstream.StreamConfig{Name: "RS", Subjects: []string{"rs.dispatch.>"}})
 	require.NoError(t, err)
 	own := testLayout(mallory)
 	bob := testLayout(Identity{Namespace: "team-b", Pool: "echo", Worker: "echo-1"})
 	buckets := &objects.Buckets{JS: ijs, Cfg: objects.Config{StreamName: "RS", TTL: time.Hour}}
 	_, err = buckets.Ensure(ctx, "team-m")
 	require.NoError(t, err)
-	// What the victim's side sees: its cancel subject, and any consumer.
+	// The victims: team-b's Records (a KV bucket of the shape the queue
+	// keeps) and team-b's worker's cancel subject.
+	records, err := ijs.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "RECORDS"})
+	require.NoError(t, err)
+	const bobKey, bobRecord = "team-b.inv-1", `{"state":"running"}`
 	victim, err := internal.SubscribeSync(bob.Cancel)
 	require.NoError(t, err)
 	require.NoError(t, internal.Flush())
 
-	nc, err := nats.Connect(srv.ClientURL(), nats.Token("mallory"), nats.CustomInboxPrefix(own.Inbox))
+	asQueue, err := a.QueueOption()
 	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.NewWithAPIPrefix(nc, api.WorkerJSAPIPrefix)
-	require.NoError(t, err)
-	// The payload: a consumer config delivering every dispatch to the
-	// worker's inbox, stored as an object chunk in its own bucket.
-	evil := []byte(`{"stream_name":"RS","config":{"name":"evil","deliver_subject":"` + own.Inbox + `.loot","ack_policy":"none"}}`)
-	obs, err := js.ObjectStore(ctx, own.ObjectBucket)
-	require.NoError(t, err)
-	_, err = obs.PutBytes(ctx, "payload", evil)
-	require.NoError(t, err)
-	for _, reply := range []string{"$JS.API.CONSUMER.CREATE.RS.evil", bob.Cancel} {
-		// A direct get of the stored chunk, its answer aimed at reply.
-		req := nats.NewMsg(api.WorkerJSAPIPrefix + ".DIRECT.GET.OBJ_" + own.ObjectBucket)
-		req.Data = []byte(`{"next_by_subj":"$O.` + own.ObjectBucket + `.C.>","seq":1}`)
-		req.Reply = reply
-		require.NoError(t, nc.PublishMsg(req))
+	attackers := []struct {
+		name    string
+		connect func() (*nats.Conn, jetstream.JetStream, string, error)
+		harms   bool
+	}{
+		{name: "a worker in its own account", connect: func() (*nats.Conn, jetstream.JetStream, string, error) {
+			nc, err := dial(srv.ClientURL(), nats.Token("mallory"), nats.CustomInboxPrefix(own.Inbox))
+			if err != nil {
+				return nil, nil, "", err
+			}
+			js, err := jetstream.NewWithAPIPrefix(nc, api.WorkerJSAPIPrefix)
+			return nc, js, api.WorkerJSAPIPrefix, err
+		}},
+		{name: "a user of RUNPLANE, as workers were", harms: true, connect: func() (*nats.Conn, jetstream.JetStream, string, error) {
+			nc, err := nats.Connect(srv.ClientURL(), asQueue)
+			if err != nil {
+				return nil, nil, "", err
+			}
+			js, err := jetstream.New(nc)
+			return nc, js, "$JS.API", err
+		}},
 	}
-	require.NoError(t, nc.Flush())
-	// The barrier: a request of its own on the same path is answered, so
-	// the two redirected ones were served before it.
-	_, err = obs.GetInfo(ctx, "payload")
-	require.NoError(t, err)
-
-	_, err = ijs.Consumer(ctx, "RS", "evil")
-	require.ErrorIs(t, err, jetstream.ErrConsumerNotFound, "no consumer made by a redirected reply")
-	require.NoError(t, internal.Publish(bob.Cancel, []byte("marker")))
-	first, err := victim.NextMsg(5 * time.Second)
-	require.NoError(t, err)
-	assert.Equal(t, "marker", string(first.Data), "nothing but the marker reaches the victim's cancel subject")
+	attacks := []struct {
+		name   string
+		header nats.Header
+		data   string
+		reply  string
+		harmed func(t *testing.T) bool
+	}{
+		{name: "forge another tenant's Record", data: `{"state":"succeeded","forged":true}`, reply: "$KV.RECORDS." + bobKey,
+			harmed: func(t *testing.T) bool {
+				e, err := records.Get(ctx, bobKey)
+				return err != nil || string(e.Value()) != bobRecord
+			}},
+		{name: "delete another tenant's Record", header: nats.Header{"KV-Operation": {"DEL"}}, reply: "$KV.RECORDS." + bobKey,
+			harmed: func(t *testing.T) bool { _, err := records.Get(ctx, bobKey); return err != nil }},
+		{name: "purge every tenant's Records", header: nats.Header{"Nats-Rollup": {"all"}}, data: "{}", reply: "$KV.RECORDS.team-m.inv-9",
+			harmed: func(t *testing.T) bool { _, err := records.Get(ctx, bobKey); return err != nil }},
+		{name: "cancel another tenant's call", data: "cancel", reply: bob.Cancel,
+			harmed: func(t *testing.T) bool {
+				// Whatever reached the victim comes before the marker.
+				require.NoError(t, internal.Publish(bob.Cancel, []byte("marker")))
+				first, err := victim.NextMsg(5 * time.Second)
+				require.NoError(t, err)
+				return string(first.Data) != "marker"
+			}},
+	}
+	for _, who := range attackers {
+		t.Run(who.name, func(t *testing.T) {
+			nc, js, apiPrefix, err := who.connect()
+			require.NoError(t, err)
+			defer nc.Close()
+			obs, err := js.ObjectStore(ctx, own.ObjectBucket)
+			require.NoError(t, err)
+			for i, at := range attacks {
+				t.Run(at.name, func(t *testing.T) {
+					_, err := records.Put(ctx, bobKey, []byte(bobRecord))
+					require.NoError(t, err)
+					for n, _, _ := victim.Pending(); n > 0; n, _, _ = victim.Pending() {
+						_, err := victim.NextMsg(time.Second)
+						require.NoError(t, err)
+					}
+					// The weapon: a message in its own bucket, with the headers it chose.
+					stored := &nats.Msg{Subject: fmt.Sprintf("$O.%s.C.attack-%d", own.ObjectBucket, i), Header: at.header, Data: []byte(at.data)}
+					_, err = js.PublishMsg(ctx, stored)
+					require.NoError(t, err)
+					// A direct get of it, answered on the victim's subject.
+					req := nats.NewMsg(apiPrefix + ".DIRECT.GET.OBJ_" + own.ObjectBucket)
+					req.Data = []byte(`{"last_by_subj":"` + stored.Subject + `"}`)
+					req.Reply = at.reply
+					require.NoError(t, nc.PublishMsg(req))
+					// The barrier: a direct get of its own on the same path is
+					// answered, so the redirected one was served before it.
+					_, err = obs.GetInfo(ctx, "absent")
+					require.ErrorIs(t, err, jetstream.ErrObjectNotFound)
+					if who.harms {
+						// Each attack's own subject: the record update is
+						// applied once the stream has stored it.
+						require.Eventually(t, func() bool { return at.harmed(t) }, 5*time.Second, 10*time.Millisecond, "the attack works from RUNPLANE")
+						return
+					}
+					assert.False(t, at.harmed(t), "the reply stayed in the worker's own account")
+				})
+			}
+		})
+	}
 }
 
 // TestServerSendsNothingOutsideWorkerPermissions: nats-server sends some
