@@ -171,6 +171,10 @@ const (
 	LabelNVLinkDomainGPUs = "runplane.io/nvlink-domain-gpus"
 	// PriorityClassStock is given to stock placeholders (the lowest).
 	PriorityClassStock = "runplane-stock"
+	// PriorityClassSystem is runplane's own Pods' (webhook, scheduler and
+	// extender, queue, controllers, NATS): above every workload tier, so
+	// no GPU workload preempts what every GPU Pod depends on.
+	PriorityClassSystem = "runplane-system"
 	// PriorityClassWorkloadHigh and PriorityClassBatch are the chart's
 	// other default GPU tiers: above runplane-workload (preempts it) and
 	// below it (preempted first).

@@ -435,6 +435,40 @@ func TestPriorityClassesMatchDev(t *testing.T) {
 	}
 }
 
+// TestOwnPodsAboveEveryTier: every Pod runplane runs (its Deployments and
+// StatefulSets) has runplane-system, whose value is above every workload
+// tier the chart renders.
+func TestOwnPodsAboveEveryTier(t *testing.T) {
+	needHelm(t)
+	objs := parse(t, mustRender(t))
+	var system schedulingv1.PriorityClass
+	find(t, objs, "PriorityClass", api.PriorityClassSystem).into(t, &system)
+	workloads := 0
+	for _, o := range objs {
+		switch o.kind() {
+		case "PriorityClass":
+			var pc schedulingv1.PriorityClass
+			o.into(t, &pc)
+			if pc.Name != api.PriorityClassSystem {
+				assert.Less(t, pc.Value, system.Value, pc.Name)
+			}
+		case "Deployment", "StatefulSet":
+			var w struct {
+				Spec struct {
+					Template corev1.PodTemplateSpec `json:"template"`
+				} `json:"spec"`
+			}
+			o.into(t, &w)
+			if w.Spec.Template.Labels[api.LabelStock] != "" || w.Spec.Template.Labels[api.LabelPool] != "" {
+				continue // placeholders have runplane-stock; helm test's pool is a workload
+			}
+			workloads++
+			assert.Equal(t, api.PriorityClassSystem, w.Spec.Template.Spec.PriorityClassName, o.name())
+		}
+	}
+	assert.GreaterOrEqual(t, workloads, 5, "webhook, scheduler, queue, controller, NATS")
+}
+
 // TestStockNamespaceMatchesDev: the chart admits stock placeholders only
 // in stock.namespace, which is make dev's (api.DefaultStockNamespace), so
 // make dev shows the product's rule, not a weaker one.

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/runplane/runplane/internal/priorityclass"
 )
 
 // Victim is a Pod a preemption evicts to make room.
@@ -121,7 +123,9 @@ func (l *Ledger) planOn(pr *probe, n *node) *plan {
 			// Placeholders of other specs are never touched (that spec's
 			// headroom); one of the Pod's own spec is taken at bind, as
 			// stock, which evaluate already offered.
-		case q.priority < req.Priority && (req.Protected == nil || !req.Protected(q.ns, q.labels)):
+		case q.priority < req.Priority && q.priority < priorityclass.SystemValue && (req.Protected == nil || !req.Protected(q.ns, q.labels)):
+			// runplane's own Pods (priorityclass.SystemValue) are never
+			// victims, whatever tier a cluster admin adds above them.
 			cands = append(cands, q)
 			free.add(q.req)
 		}

@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/runplane/runplane/internal/priorityclass"
 )
 
 // bigNode has room for 8 one-GPU testPods' CPU and memory.
@@ -74,6 +76,16 @@ func TestPreemption(t *testing.T) {
 			},
 			gpus: 8, prio: 1000,
 			wantNode: "b", wantVictims: []string{"b1"},
+			wantReason: map[string]string{"a": "no lower-priority Pods to preempt"},
+		},
+		{
+			// runplane-system: a tier a cluster admin adds above it still
+			// never evicts runplane's own Pods (here one that holds GPUs,
+			// so it would otherwise be the victim).
+			name:  "runplane's own Pods are never victims",
+			nodes: map[string]int64{"a": 8},
+			pods:  []pod{{name: "own", kind: "gpu", node: "a", gpus: 8, prio: priorityclass.SystemValue}},
+			gpus:  8, prio: priorityclass.SystemValue + 10,
 			wantReason: map[string]string{"a": "no lower-priority Pods to preempt"},
 		},
 		{

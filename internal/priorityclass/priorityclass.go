@@ -20,10 +20,15 @@ const (
 	// HighValue and BatchValue are the chart's default priorityClasses.tiers.
 	HighValue  int32 = 2000
 	BatchValue int32 = 100
+	// SystemValue is runplane's own Pods' priority (priorityClasses.system):
+	// above any workload tier (the chart refuses a tier at or above it),
+	// below Kubernetes' system-cluster-critical (2,000,000,000). The
+	// extender never picks a Pod at or above it as a victim.
+	SystemValue int32 = 1_000_000
 )
 
-// Defaults returns runplane-workload, the default tiers and runplane-stock
-// as the chart's default values render them.
+// Defaults returns runplane-workload, the default tiers, runplane-stock and
+// runplane-system as the chart's default values render them.
 func Defaults() []schedulingv1.PriorityClass {
 	preempt, never := corev1.PreemptLowerPriority, corev1.PreemptNever
 	return []schedulingv1.PriorityClass{
@@ -44,6 +49,10 @@ func Defaults() []schedulingv1.PriorityClass {
 			// autoscaler); it never evicts anything.
 			ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassStock}, Value: StockValue, PreemptionPolicy: &never,
 			Description: "runplane stock placeholders (label runplane.io/stock), the lowest priority; GPU workloads take them over.",
+		},
+		{
+			ObjectMeta: metav1.ObjectMeta{Name: api.PriorityClassSystem}, Value: SystemValue, PreemptionPolicy: &preempt,
+			Description: "runplane's own Pods, above every GPU workload tier: no workload preempts them, and the extender never evicts them.",
 		},
 	}
 }
