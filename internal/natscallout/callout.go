@@ -112,6 +112,17 @@ const (
 	NoLimit = jwt.NoLimit
 )
 
+// limitOr is v, def when v is zero, NoLimit when v is negative.
+func limitOr(v, def int64) int64 {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return NoLimit
+	}
+	return v
+}
+
 // maxConcurrency is the largest runplane.io/concurrency the webhook admits
 // (webhook/mutate.MaxConcurrency): a Pod claiming more gets no more
 // subscriptions than that.
@@ -119,23 +130,11 @@ const maxConcurrency = 1024
 
 // nats is the user JWT's limits for id.
 func (l Limits) nats(id Identity) jwt.NatsLimits {
-	subs := l.Subscriptions
-	switch {
-	case subs == 0:
-		subs = DefaultSubscriptions
-	case subs < 0:
-		subs = NoLimit
-	}
+	subs := limitOr(l.Subscriptions, DefaultSubscriptions)
 	if subs != NoLimit {
 		subs += int64(min(max(id.Concurrency, 1), maxConcurrency))
 	}
-	payload := l.Payload
-	switch {
-	case payload == 0:
-		payload = DefaultPayload
-	case payload < 0:
-		payload = NoLimit
-	}
+	payload := limitOr(l.Payload, DefaultPayload)
 	// Data stays unbounded: nats-server keeps no per-user byte count
 	// (NatsLimits.Data is not read for users), so a bound here would be
 	// a promise nothing keeps. What a worker stores is bounded by the
