@@ -12,8 +12,11 @@ import (
 // Local are the values that replace the in-cluster ones for one Pod run on
 // this machine.
 type Local struct {
-	NATSURL         string
-	NATSTokenFile   string // empty: the variable is dropped
+	NATSURL       string
+	NATSTokenFile string // empty: the variable is dropped
+	// PlainJetStream drops the worker JetStream API prefix (a NATS without
+	// runplane's accounts).
+	PlainJetStream  bool
 	Socket          string
 	SidecarHTTPAddr string
 	// StateDir stands in for the sidecar's emptyDir (its outcome journal);
@@ -55,6 +58,9 @@ func PodEnv(pod *corev1.Pod, local Local) (sidecar, frameworkEnv []string, err e
 	scEnv.del(api.EnvNATSTokenFile)
 	if local.NATSTokenFile != "" {
 		scEnv.set(api.EnvNATSTokenFile, local.NATSTokenFile)
+	}
+	if local.PlainJetStream {
+		scEnv.del(api.EnvNATSJSAPIPrefix)
 	}
 	scEnv.set(api.EnvFrameworkSocket, local.Socket)
 	scEnv.set(api.EnvSeedSocketPath, local.Socket)

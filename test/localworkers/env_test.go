@@ -35,6 +35,7 @@ func TestPodEnv(t *testing.T) {
 			corev1.EnvVar{Name: api.EnvNATSURL, Value: "nats://nats.runplane-system:4222"},
 			corev1.EnvVar{Name: api.EnvSubjectPrefix, Value: "custom.prefix"},
 			corev1.EnvVar{Name: api.EnvNATSTokenFile, Value: api.NATSTokenFile},
+			corev1.EnvVar{Name: api.EnvNATSJSAPIPrefix, Value: api.WorkerJSAPIPrefix},
 			corev1.EnvVar{Name: api.EnvSidecarHTTPAddr, Value: ":8091"})}},
 		Containers: []corev1.Container{{Name: "app", Env: append(slices.Clone(contract),
 			fieldEnv("APP_LABEL", "metadata.labels['app']"),
@@ -61,6 +62,16 @@ func TestPodEnv(t *testing.T) {
 			wantFramework: []string{"RUNPLANE_WORKER_NAME=echo-abc", "RUNPLANE_FRAMEWORK_SOCKET=/tmp/x/framework.sock", "APP_LABEL=demo",
 				"GREETING=hi demo $(APP_LABEL) $(NOPE)"},
 			absentFw: []string{api.EnvNATSURL, api.EnvNATSTokenFile, api.EnvSubjectPrefix, api.EnvSidecarHTTPAddr},
+		},
+		{
+			name: "runplane's NATS: the worker's JetStream API prefix kept", pod: injected, local: local,
+			wantSidecar: []string{api.EnvNATSJSAPIPrefix + "=" + api.WorkerJSAPIPrefix},
+			absentFw:    []string{api.EnvNATSJSAPIPrefix},
+		},
+		{
+			name: "a NATS without accounts: the plain JetStream API", pod: injected,
+			local:         Local{NATSURL: "nats://l", Socket: "/s", SidecarHTTPAddr: "127.0.0.1:1", PlainJetStream: true},
+			absentSidecar: []string{api.EnvNATSJSAPIPrefix},
 		},
 		{
 			name: "token file replaced", pod: injected, local: Local{NATSURL: "nats://l", NATSTokenFile: "/local/token", Socket: "/s", SidecarHTTPAddr: "127.0.0.1:1"},

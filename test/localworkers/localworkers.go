@@ -46,6 +46,10 @@ type Config struct {
 	// injects; a NATS with runplane's auth callout admits it, one without
 	// auth ignores it.
 	NATSTokenLifetime time.Duration
+	// PlainJetStream: the NATS has no runplane accounts (no auth), so the
+	// sidecar uses the plain JetStream API, not the worker prefix the
+	// webhook injects (api.EnvNATSJSAPIPrefix).
+	PlainJetStream bool
 	// SidecarBinary and FrameworkBinary are the programs run per Pod
 	// (runplane-sidecar and framework-echo, or any framework that reads
 	// RUNPLANE_FRAMEWORK_SOCKET).
@@ -341,7 +345,7 @@ func (r *Runner) startWorker(ctx context.Context, pod *corev1.Pod) (*worker, err
 	w := &worker{uid: pod.UID, dir: dir, sockDir: sockDir, httpAddr: fmt.Sprintf("127.0.0.1:%d", port)}
 	tokenFile := filepath.Join(dir, "nats-token")
 	scEnv, fwEnv, err := PodEnv(pod, Local{
-		NATSURL: r.cfg.NATSURL, NATSTokenFile: tokenFile,
+		NATSURL: r.cfg.NATSURL, NATSTokenFile: tokenFile, PlainJetStream: r.cfg.PlainJetStream,
 		Socket: filepath.Join(sockDir, "framework.sock"), SidecarHTTPAddr: w.httpAddr, StateDir: filepath.Join(dir, "worker-state"),
 	})
 	if err != nil {

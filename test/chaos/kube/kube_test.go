@@ -111,7 +111,7 @@ func setup(t *testing.T, ns string, replicas, workers int32, frameworkEnv map[st
 	}
 	s.workers, err = localworkers.Start(ctx, localworkers.Config{
 		Client: env.Client(), NATSURL: n.URL, SidecarBinary: bins.Sidecar, FrameworkBinary: bins.Framework,
-		SidecarArgs: []string{"-create-consumer"}, Namespace: ns, Dir: filepath.Join(dir, "workers"), StopGrace: 30 * time.Second,
+		SidecarArgs: []string{"-create-consumer"}, PlainJetStream: true, Namespace: ns, Dir: filepath.Join(dir, "workers"), StopGrace: 30 * time.Second,
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { cancel(); s.workers.Wait() })

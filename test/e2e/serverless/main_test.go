@@ -175,9 +175,11 @@ func start(ctx context.Context, c *cluster.Cluster, wg *sync.WaitGroup) (*stack,
 	}
 	s.workers, err = localworkers.Start(ctx, localworkers.Config{
 		Client: c.Client(), NATSURL: s.nats.ClientURL(), SidecarBinary: scBin, FrameworkBinary: fwBin,
-		// This NATS has no auth callout to create the workers' consumers.
-		SidecarArgs: []string{"-create-consumer", "-heartbeat-interval", "1s", "-probe-interval", "100ms", "-fetch-wait", "500ms", "-shutdown-grace", "10s", "-ack-wait", "3s"},
-		Namespace:   ns, Dir: filepath.Join(c.Dir(), "workers"), StopGrace: 15 * time.Second,
+		// This NATS has no auth callout to create the workers' consumers,
+		// and no accounts.
+		PlainJetStream: true,
+		SidecarArgs:    []string{"-create-consumer", "-heartbeat-interval", "1s", "-probe-interval", "100ms", "-fetch-wait", "500ms", "-shutdown-grace", "10s", "-ack-wait", "3s"},
+		Namespace:      ns, Dir: filepath.Join(c.Dir(), "workers"), StopGrace: 15 * time.Second,
 		Logf: func(format string, args ...any) { log.Info(fmt.Sprintf(format, args...)) },
 	})
 	if err != nil {
