@@ -95,6 +95,12 @@ func natsAuthOptions(trust *natsaccounts.Trust) ([]nats.Option, error) {
 	return []nats.Option{nats.UserJWTAndSeed(userJWT, string(seed))}, nil
 }
 
+// WorkerPullThreshold is how long a worker's pull may wait for its
+// dispatches through its account's import: the sidecar's longest pull
+// (-fetch-wait, 2 s by default) with room for a loaded machine. A longer
+// pull's late messages are dropped and redelivered after the ack wait.
+const WorkerPullThreshold = 30 * time.Second
+
 // WorkerExports are what RUNPLANE exports to the worker accounts, for the
 // layout of sc (natscallout.WorkerExports).
 func WorkerExports(sc stream.Config) jwt.Exports {
@@ -102,7 +108,7 @@ func WorkerExports(sc stream.Config) jwt.Exports {
 	subj := messages.Subjects{Prefix: sc.Prefix}
 	return natscallout.WorkerExports(
 		[]string{subj.Result("*", "*"), subj.Events("*", "*", "*"), subj.ChunkSubject("*", "*", "*", "*"), subj.Reply("*", "*") + ".>"},
-		subj.Cancel("*", "*", "*"))
+		subj.Cancel("*", "*", "*"), WorkerPullThreshold)
 }
 
 // openResolver connects the queue's SYS user and pushes RUNPLANE's account

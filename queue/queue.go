@@ -258,7 +258,11 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		defer closeResolver()
-		accounts := &natscallout.WorkerAccounts{Trust: trust, Resolver: resolver}
+		revocations, err := natscallout.OpenRevocations(ctx, js, cfg.Stream.WithDefaults().Replicas)
+		if err != nil {
+			return err
+		}
+		accounts := &natscallout.WorkerAccounts{Trust: trust, Resolver: resolver, Revocations: revocations}
 		revoke = newRevoker(accounts, reg, log).revokeFunc(ctx)
 		calloutCfg := cfg.Callout
 		calloutCfg.MaxPayload = cmp.Or(calloutCfg.MaxPayload, workerMaxPayload(cfg.Stream))

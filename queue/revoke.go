@@ -2,7 +2,9 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -15,9 +17,10 @@ import (
 
 // revoker ends the NATS access of the workers the activator says are gone
 // (activator.Config.Revoke), off the informer's goroutine: each worker's
-// account is revoked once per natscallout.RevokedHold, retried for a few
-// seconds while the resolver is away (a revocation must land within 10 s
-// of the Pod's deletion).
+// account is revoked once per natscallout.RevokedHold, retried until every
+// step has succeeded (its record, the revoking push, the delete) or the
+// queue stops: a revocation must land within 10 s of the Pod's deletion,
+// and late beats never.
 type revoker struct {
 	accounts *natscallout.WorkerAccounts
 	clock    clock.PassiveClock
@@ -68,17 +71,23 @@ func (r *revoker) first(worker string) bool {
 
 func (r *revoker) revoke(ctx context.Context, ns, pool, worker string) {
 	var last error
-	err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Steps: 5},
+	attempts := 0
+	err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Cap: 5 * time.Second, Steps: math.MaxInt32},
 		func(ctx context.Context) (bool, error) {
 			actx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
 			last = r.accounts.Revoke(actx, ns, pool, worker)
+			if attempts++; last != nil && attempts == 5 {
+				r.total.WithLabelValues("retrying").Inc()
+				r.log.Error("revoking a gone worker's NATS account keeps failing; retrying until it lands",
+					"namespace", ns, "pool", pool, "worker", worker, "err", last)
+			}
 			return last == nil, nil
 		})
-	if err != nil {
+	if err != nil { // the queue is stopping; the next leader's informer sees the Pod gone again only if it is still listed
 		r.total.WithLabelValues("failed").Inc()
-		r.log.Error("could not revoke a gone worker's NATS account; its connection lives until its user expires",
-			"namespace", ns, "pool", pool, "worker", worker, "err", last)
+		r.log.Error("stopped before a gone worker's NATS account was revoked; its connection lives until its user expires",
+			"namespace", ns, "pool", pool, "worker", worker, "err", errors.Join(err, last))
 		return
 	}
 	r.total.WithLabelValues("revoked").Inc()

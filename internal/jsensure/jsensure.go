@@ -24,10 +24,19 @@ const RetryAfter = 5 * time.Second
 type Cache[T any] struct {
 	// Clock times failures; the real clock when nil.
 	Clock clock.PassiveClock
+	// TTL, when set, bounds how long a success is remembered: a resource
+	// someone else may remove (an account in nats-server's resolver) is
+	// made sure of again after it.
+	TTL time.Duration
 
 	mu     sync.Mutex
-	open   map[string]T
+	open   map[string]success[T]
 	failed map[string]failure
+}
+
+type success[T any] struct {
+	v  T
+	at time.Time
 }
 
 type failure struct {
@@ -44,12 +53,12 @@ func (c *Cache[T]) Get(name string, create func() (T, error)) (T, error) {
 		clk = clock.RealClock{}
 	}
 	c.mu.Lock()
-	v, ok := c.open[name]
+	got, ok := c.open[name]
 	f, failed := c.failed[name]
 	c.mu.Unlock()
 	switch {
-	case ok:
-		return v, nil
+	case ok && (c.TTL <= 0 || clk.Since(got.at) < c.TTL):
+		return got.v, nil
 	case failed && clk.Since(f.at) < RetryAfter:
 		return zero, f.err
 	}
@@ -65,9 +74,9 @@ func (c *Cache[T]) Get(name string, create func() (T, error)) (T, error) {
 	}
 	delete(c.failed, name)
 	if c.open == nil {
-		c.open = map[string]T{}
+		c.open = map[string]success[T]{}
 	}
-	c.open[name] = v
+	c.open[name] = success[T]{v, clk.Now()}
 	return v, nil
 }
 

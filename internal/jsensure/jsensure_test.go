@@ -61,3 +61,27 @@ func TestNoRoom(t *testing.T) {
 		require.Equal(t, tt.want, NoRoom(tt.err), "%v", tt.err)
 	}
 }
+
+// TestCacheTTL: a success is made sure of again once TTL has passed, and
+// not before; without TTL it is remembered for good.
+func TestCacheTTL(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1_700_000_000, 0))
+	calls := 0
+	create := func() (int, error) { calls++; return calls, nil }
+	c := Cache[int]{Clock: clk, TTL: time.Minute}
+	v, err := c.Get("a", create)
+	require.NoError(t, err)
+	require.Equal(t, 1, v)
+	clk.SetTime(clk.Now().Add(59 * time.Second))
+	v, _ = c.Get("a", create)
+	require.Equal(t, 1, v, "within TTL")
+	clk.SetTime(clk.Now().Add(time.Second))
+	v, _ = c.Get("a", create)
+	require.Equal(t, 2, v, "made sure of again after TTL")
+
+	forever := Cache[int]{Clock: clk}
+	v, _ = forever.Get("a", create)
+	clk.SetTime(clk.Now().Add(24 * time.Hour))
+	again, _ := forever.Get("a", create)
+	require.Equal(t, v, again)
+}

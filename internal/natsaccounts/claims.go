@@ -165,8 +165,9 @@ func (t *Trust) ServerConfig(resolverDir string, exports jwt.Exports) (string, e
 	fmt.Fprintf(&b, "operator: %q\n", op)
 	fmt.Fprintf(&b, "default_sentinel: %q\n", sentinel)
 	fmt.Fprintf(&b, "system_account: %q\n", t.System.Pub)
-	// allow_delete: the queue deletes the account of a worker that is gone.
-	fmt.Fprintf(&b, "resolver: { type: full, dir: %q, allow_delete: true, interval: \"2m\", timeout: \"2s\" }\n", resolverDir)
+	// allow_delete: the queue deletes the account of a worker that is gone;
+	// hard_delete: the file goes too (one per Pod ever admitted otherwise).
+	fmt.Fprintf(&b, "resolver: { type: full, dir: %q, allow_delete: true, hard_delete: true, interval: \"2m\", timeout: \"2s\" }\n", resolverDir)
 	fmt.Fprintf(&b, "resolver_preload: {\n  %s: %q\n  %s: %q\n}\n", t.System.Pub, sys, t.Runplane.Pub, rp)
 	return b.String(), nil
 }

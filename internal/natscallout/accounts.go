@@ -27,43 +27,62 @@ type Resolver interface {
 // noticing the old one is gone.
 const DefaultWorkerConnections = 4
 
-// RevokedHold is how long an account revoked by this process is refused
-// again: longer than an admission is cached (CacheOptions.TTL), so a
-// deleted Pod's token that is still cached cannot bring its account back.
+// RevokedHold is how long a revoked account is remembered as revoked:
+// longer than an admission is cached (CacheOptions.TTL), so a deleted
+// Pod's token that is still cached on any replica cannot bring its account
+// back.
 const RevokedHold = 3 * time.Minute
+
+// PushEvery is how long a pushed account is trusted to be in the resolver
+// before it is pushed again (a server that lost its resolver directory
+// gets it back).
+const PushEvery = 10 * time.Minute
 
 // ErrRevoked is an account revoked less than RevokedHold ago.
 var ErrRevoked = errors.New("the worker's account was revoked")
 
-// WorkerAccounts makes each worker's account once per process (Accounts):
-// its key derived from the worker's name, importing exactly its subjects
-// from RUNPLANE, pushed to the resolver before the worker is placed in it.
-// Pushing is idempotent, so replicas and restarts may push the same account
-// again. Revoke closes a worker's connections and deletes its account.
+// Revocations is the cluster-wide record of revoked worker accounts (every
+// queue replica admits workers; one revokes them), each kept RevokedHold.
+type Revocations interface {
+	Revoked(ctx context.Context, account string) (bool, error)
+	Revoke(ctx context.Context, account string) error
+}
+
+// WorkerAccounts makes each worker's account (Accounts): its key derived
+// from the worker's name, importing exactly its subjects from RUNPLANE,
+// pushed to the resolver before the worker is placed in it, at most every
+// PushEvery per process. Pushing is idempotent, so replicas and restarts
+// may push the same account again. Revoke closes a worker's connections
+// and deletes its account.
 type WorkerAccounts struct {
-	Trust    *natsaccounts.Trust
-	Resolver Resolver
+	Trust       *natsaccounts.Trust
+	Resolver    Resolver
+	Revocations Revocations
 	// Connections bounds the account's connections (default
 	// DefaultWorkerConnections).
 	Connections int64
-	// Clock times revocations (nil: the real clock).
+	// Clock times pushes (nil: the real clock).
 	Clock clock.PassiveClock
 
-	pushed  jsensure.Cache[string]
-	mu      sync.Mutex
-	revoked map[string]time.Time
+	once   sync.Once
+	pushed jsensure.Cache[string]
 }
 
-// Ensure implements Accounts.
+// Ensure implements Accounts. An account revoked (by any replica) within
+// RevokedHold is refused, also when the revocation lands while this push
+// is under way: it is checked before and after the push, and a push that
+// raced a revocation is revoked again.
 func (a *WorkerAccounts) Ensure(ctx context.Context, id Identity, subjects WorkerSubjects) (string, error) {
+	a.once.Do(func() { a.pushed.Clock, a.pushed.TTL = a.Clock, PushEvery })
 	key, err := a.Trust.WorkerAccount(id.Namespace, id.Pool, id.Worker)
 	if err != nil {
 		return "", err
 	}
-	if at, ok := a.revokedAt(key.Pub); ok {
-		return "", fmt.Errorf("%w at %s", ErrRevoked, at.UTC().Format(time.RFC3339))
+	if err := a.notRevoked(ctx, key.Pub); err != nil {
+		a.pushed.Forget(key.Pub)
+		return "", err
 	}
-	return a.pushed.Get(key.Pub, func() (string, error) {
+	pub, err := a.pushed.Get(key.Pub, func() (string, error) {
 		j, err := a.Trust.WorkerAccountJWT(a.account(key, id, subjects, 0))
 		if err != nil {
 			return "", err
@@ -71,45 +90,64 @@ func (a *WorkerAccounts) Ensure(ctx context.Context, id Identity, subjects Worke
 		if err := a.Resolver.Push(ctx, j); err != nil {
 			return "", fmt.Errorf("pushing the account of %s: %w", id.Name, err)
 		}
+		if err := a.notRevoked(ctx, key.Pub); err != nil {
+			// Revoked while this push was under way: it may have undone
+			// the revocation, so revoke again.
+			return "", errors.Join(err, a.revokeAccount(ctx, key, id))
+		}
 		return key.Pub, nil
 	})
+	if err != nil {
+		a.pushed.Forget(key.Pub) // a revocation is the record's to answer, not a cached failure's
+	}
+	return pub, err
+}
+
+func (a *WorkerAccounts) notRevoked(ctx context.Context, pub string) error {
+	revoked, err := a.Revocations.Revoked(ctx, pub)
+	switch {
+	case err != nil:
+		return fmt.Errorf("reading the revocations: %w", err)
+	case revoked:
+		return ErrRevoked
+	}
+	return nil
 }
 
 // Revoke closes every connection of worker ns/pool/worker (its Pod is
-// gone, or no longer a worker of that pool): the account is pushed again
-// revoking every user issued until now, which the server applies to the
-// open connections at once, then deleted from the resolver, so a user that
-// another replica's caches would still issue finds no account.
+// gone, or no longer a worker of that pool): the revocation is recorded
+// for every replica first, then the account is pushed again revoking every
+// user issued until now, which the server applies to the open connections
+// at once, and deleted from the resolver. Each step runs even when one
+// fails; the caller retries until all succeed.
 func (a *WorkerAccounts) Revoke(ctx context.Context, ns, pool, worker string) error {
 	key, err := a.Trust.WorkerAccount(ns, pool, worker)
 	if err != nil {
 		return err
 	}
-	now := a.clock().Now()
-	a.mu.Lock()
-	if a.revoked == nil {
-		a.revoked = map[string]time.Time{}
-	}
-	a.revoked[key.Pub] = now
-	for k, at := range a.revoked {
-		if now.Sub(at) > RevokedHold {
-			delete(a.revoked, k)
-		}
-	}
-	a.mu.Unlock()
 	a.pushed.Forget(key.Pub)
-	id := Identity{Namespace: ns, Pool: pool, Worker: worker}
-	j, err := a.Trust.WorkerAccountJWT(a.account(key, id, WorkerSubjects{}, now.Unix()))
+	recorded := a.Revocations.Revoke(ctx, key.Pub)
+	if recorded != nil {
+		recorded = fmt.Errorf("recording the revocation of %s/%s/%s: %w", ns, pool, worker, recorded)
+	}
+	return errors.Join(recorded, a.revokeAccount(ctx, key, Identity{Namespace: ns, Pool: pool, Worker: worker}))
+}
+
+func (a *WorkerAccounts) revokeAccount(ctx context.Context, key natsaccounts.Key, id Identity) error {
+	name := id.Namespace + "/" + id.Pool + "/" + id.Worker
+	var pushed error
+	j, err := a.Trust.WorkerAccountJWT(a.account(key, id, WorkerSubjects{}, a.now().Unix()))
+	if err == nil {
+		err = a.Resolver.Push(ctx, j)
+	}
 	if err != nil {
-		return err
+		pushed = fmt.Errorf("revoking the account of %s: %w", name, err)
 	}
-	if err := a.Resolver.Push(ctx, j); err != nil {
-		return fmt.Errorf("revoking the account of %s/%s/%s: %w", ns, pool, worker, err)
+	deleted := a.Resolver.Delete(ctx, key.Pub)
+	if deleted != nil {
+		deleted = fmt.Errorf("deleting the account of %s: %w", name, deleted)
 	}
-	if err := a.Resolver.Delete(ctx, key.Pub); err != nil {
-		return fmt.Errorf("deleting the account of %s/%s/%s: %w", ns, pool, worker, err)
-	}
-	return nil
+	return errors.Join(pushed, deleted)
 }
 
 func (a *WorkerAccounts) account(key natsaccounts.Key, id Identity, subjects WorkerSubjects, revokedBefore int64) natsaccounts.WorkerAccount {
@@ -126,16 +164,9 @@ func (a *WorkerAccounts) account(key natsaccounts.Key, id Identity, subjects Wor
 	return w
 }
 
-func (a *WorkerAccounts) revokedAt(pub string) (time.Time, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	at, ok := a.revoked[pub]
-	return at, ok && a.clock().Since(at) <= RevokedHold
-}
-
-func (a *WorkerAccounts) clock() clock.PassiveClock {
+func (a *WorkerAccounts) now() time.Time {
 	if a.Clock == nil {
-		return clock.RealClock{}
+		return time.Now()
 	}
-	return a.Clock
+	return a.Clock.Now()
 }

@@ -147,6 +147,11 @@ func (k *KubeAuthenticator) Authenticate(ctx context.Context, token string) (Ide
 	if pod.Spec.ServiceAccountName != sa {
 		return id, refuse(ReasonNotWorker, "Pod %s runs as %q, token is of %q", id.Name, pod.Spec.ServiceAccountName, sa)
 	}
+	if p := pod.Status.Phase; p == corev1.PodSucceeded || p == corev1.PodFailed {
+		// An ended Pod (an evicted one stays listed) runs no sidecar: its
+		// token can only be a copy.
+		return id, refuse(ReasonNotWorker, "Pod %s has ended (%s)", id.Name, p)
+	}
 	id.Pool = pod.Labels[api.LabelPool]
 	if id.Pool == "" {
 		return id, refuse(ReasonNotWorker, "Pod %s is not a pool worker (no %s label)", id.Name, api.LabelPool)

@@ -94,6 +94,8 @@ func TestKubeAuthenticator(t *testing.T) {
 			wantErr: "was replaced"},
 		{name: "Pod runs as another ServiceAccount", objects: func(_ *appsv1.Deployment, _ *appsv1.ReplicaSet, p *corev1.Pod) { p.Spec.ServiceAccountName = "default" },
 			wantErr: `runs as "default"`},
+		{name: "Pod ended (an evicted one stays listed)", objects: func(_ *appsv1.Deployment, _ *appsv1.ReplicaSet, p *corev1.Pod) { p.Status.Phase = corev1.PodFailed },
+			wantErr: "has ended (Failed)", reason: ReasonNotWorker},
 		{name: "Pod without the pool label", objects: func(_ *appsv1.Deployment, _ *appsv1.ReplicaSet, p *corev1.Pod) { delete(p.Labels, api.LabelPool) },
 			wantErr: "not a pool worker"},
 		{name: "bare Pod labelled with a pool", objects: func(_ *appsv1.Deployment, _ *appsv1.ReplicaSet, p *corev1.Pod) { p.OwnerReferences = nil },

@@ -2,6 +2,7 @@ package natscallout
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -21,9 +23,21 @@ import (
 	"github.com/runplane/runplane/test/natsauth"
 )
 
+// newWorkerAccounts are the worker accounts as the queue makes them: pushed
+// through the SYS connection, revocations recorded in RUNPLANE's KV
+// through the queue's.
+func newWorkerAccounts(t testing.TB, ctx context.Context, a natsauth.Auth, queueConn, sys *nats.Conn) *WorkerAccounts {
+	t.Helper()
+	js, err := jetstream.New(queueConn)
+	require.NoError(t, err)
+	revocations, err := OpenRevocations(ctx, js, 1)
+	require.NoError(t, err)
+	return &WorkerAccounts{Trust: a.Trust, Resolver: &natsaccounts.Resolver{Conn: sys, Trust: a.Trust}, Revocations: revocations}
+}
+
 // testExports are RUNPLANE's exports for testLayout.
 func testExports() jwt.Exports {
-	return WorkerExports([]string{"rs.result.*.*", "rs.metrics.*.*", "_RS_REPLY.*.*.>"}, "rs.cancel.*.*.*")
+	return WorkerExports([]string{"rs.result.*.*", "rs.metrics.*.*", "_RS_REPLY.*.*.>"}, "rs.cancel.*.*.*", 30*time.Second)
 }
 
 // startServer runs a nats-server in runplane's operator mode, with
@@ -60,7 +74,7 @@ func serveCallout(t testing.TB, ctx context.Context, srv *server.Server, a natsa
 		r.Layout = testLayout
 	}
 	if r.Accounts == nil {
-		r.Accounts = &WorkerAccounts{Trust: a.Trust, Resolver: &natsaccounts.Resolver{Conn: sys, Trust: a.Trust}}
+		r.Accounts = newWorkerAccounts(t, ctx, a, internal, sys)
 	}
 	m := NewMetrics(nil)
 	served := make(chan error, 1)
@@ -170,7 +184,12 @@ func TestRevokeClosesTheWorkersConnection(t *testing.T) {
 	sys, err := nats.Connect(srv.ClientURL(), nats.UserJWTAndSeed(sysJWT, string(sysSeed)))
 	require.NoError(t, err)
 	defer sys.Close()
-	accounts := &WorkerAccounts{Trust: a.Trust, Resolver: &natsaccounts.Resolver{Conn: sys, Trust: a.Trust}}
+	asQueue, err := a.QueueOption()
+	require.NoError(t, err)
+	queueConn, err := nats.Connect(srv.ClientURL(), asQueue)
+	require.NoError(t, err)
+	defer queueConn.Close()
+	accounts := newWorkerAccounts(t, ctx, a, queueConn, sys)
 	_, m, _ := serveCallout(t, ctx, srv, a, &Responder{MaxTTL: time.Hour, Clock: clock.RealClock{}, Accounts: accounts,
 		Auth: NewCached(tokens{"alice": alice}, CacheOptions{})}, ServeOptions{})
 
@@ -192,4 +211,93 @@ func TestRevokeClosesTheWorkersConnection(t *testing.T) {
 	require.Error(t, err, "a cached admission must not bring a revoked account back")
 	assert.Contains(t, strings.ToLower(err.Error()), "authorization violation")
 	assert.Equal(t, 1.0, testutil.ToFloat64(m.Answers.WithLabelValues("refused", ReasonOther)), "refused for its account, not its token")
+}
+
+// TestReplyMappingsExpireQuickly: every message a worker publishes through
+// an import with a reply subject makes the server keep a reply mapping in
+// RUNPLANE until the export's response threshold; a worker flooding its
+// own events subject with reply subjects held 300,000 of them (98 MiB of
+// the shared server's heap) under the 5-minute threshold this replaced.
+// The mappings are gone within seconds now.
+func TestReplyMappingsExpireQuickly(t *testing.T) {
+	srv, a := startServer(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	alice := Identity{Name: "team-a/echo-1", Namespace: "team-a", Pool: "echo", Worker: "echo-1", Expires: time.Now().Add(time.Hour)}
+	internal, _, _ := serveCallout(t, ctx, srv, a, &Responder{MaxTTL: time.Hour, Clock: clock.RealClock{}, Auth: tokens{"alice": alice}}, ServeOptions{})
+	own := testLayout(alice)
+	// The activator's side: something listens on the events subject.
+	_, err := internal.SubscribeSync(own.Publish[1])
+	require.NoError(t, err)
+	require.NoError(t, internal.Flush())
+	worker, err := dial(srv.ClientURL(), nats.Token("alice"), nats.CustomInboxPrefix(own.Inbox))
+	require.NoError(t, err)
+	defer worker.Close()
+	for i := range 5000 {
+		require.NoError(t, worker.PublishRequest(own.Publish[1], fmt.Sprintf("%s.flood.%d", own.Inbox, i), []byte("event")))
+	}
+	require.NoError(t, worker.Flush())
+	runplane, err := srv.LookupAccount(a.Trust.Runplane.Pub)
+	require.NoError(t, err)
+	require.Positive(t, runplane.NumPendingAllResponses(), "the flood made reply mappings")
+	require.Eventually(t, func() bool { return runplane.NumPendingAllResponses() == 0 }, 15*time.Second, 100*time.Millisecond,
+		"reply mappings outlive the response threshold")
+}
+
+// hookedResolver runs before ahead of each push (a revocation landing
+// while another replica's push is under way).
+type hookedResolver struct {
+	Resolver
+	before func()
+}
+
+func (h *hookedResolver) Push(ctx context.Context, accountJWT string) error {
+	if h.before != nil {
+		h.before()
+	}
+	return h.Resolver.Push(ctx, accountJWT)
+}
+
+// TestRevocationHoldsAcrossReplicas: one replica revokes a worker; another
+// replica, whose caches still hold the worker's account, refuses it; and a
+// push another replica had under way while the revocation landed does not
+// bring the account back (it is revoked again after the push).
+func TestRevocationHoldsAcrossReplicas(t *testing.T) {
+	srv, a := startServer(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	asQueue, err := a.QueueOption()
+	require.NoError(t, err)
+	queueConn, err := nats.Connect(srv.ClientURL(), asQueue)
+	require.NoError(t, err)
+	defer queueConn.Close()
+	sysJWT, sysSeed, err := a.Trust.SystemCreds()
+	require.NoError(t, err)
+	sys, err := nats.Connect(srv.ClientURL(), nats.UserJWTAndSeed(sysJWT, string(sysSeed)))
+	require.NoError(t, err)
+	defer sys.Close()
+	leader := newWorkerAccounts(t, ctx, a, queueConn, sys)
+	other := newWorkerAccounts(t, ctx, a, queueConn, sys)
+	alice := Identity{Name: "team-a/echo-1", Namespace: "team-a", Pool: "echo", Worker: "echo-1"}
+
+	_, err = other.Ensure(ctx, alice, testLayout(alice))
+	require.NoError(t, err)
+	require.NoError(t, leader.Revoke(ctx, "team-a", "echo", "echo-1"))
+	_, err = other.Ensure(ctx, alice, testLayout(alice))
+	require.ErrorIs(t, err, ErrRevoked, "the other replica's cached account")
+
+	// A push under way when the revocation lands.
+	bob := Identity{Name: "team-a/echo-2", Namespace: "team-a", Pool: "echo", Worker: "echo-2"}
+	racing := newWorkerAccounts(t, ctx, a, queueConn, sys)
+	racing.Resolver = &hookedResolver{Resolver: racing.Resolver, before: func() {
+		require.NoError(t, leader.Revoke(ctx, "team-a", "echo", "echo-2"))
+	}}
+	_, err = racing.Ensure(ctx, bob, testLayout(bob))
+	require.ErrorIs(t, err, ErrRevoked)
+	key, err := a.Trust.WorkerAccount("team-a", "echo", "echo-2")
+	require.NoError(t, err)
+	// The resolver holds no usable account: it was deleted after the push.
+	msg, err := sys.Request("$SYS.REQ.ACCOUNT."+key.Pub+".CLAIMS.LOOKUP", nil, 5*time.Second)
+	require.NoError(t, err)
+	assert.Empty(t, msg.Data, "the racing push was undone")
 }

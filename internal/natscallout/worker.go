@@ -113,20 +113,30 @@ func WorkerImports(s WorkerSubjects, runplane string) jwt.Imports {
 // publish subjects and cancels with wildcards for namespace, pool and
 // worker. They are public: only accounts the operator signs can import,
 // and the operator is the queue, which imports into each worker's account
-// only that worker's subjects (WorkerImports). Pulls and direct gets may
-// answer with several messages (ResponseTypeStream), for as long as a pull
-// may wait (responseThreshold).
-func WorkerExports(publish []string, cancel string) jwt.Exports {
-	const responseThreshold = 5 * time.Minute
+// only that worker's subjects (WorkerImports).
+//
+// Every request a worker sends through a service import with a reply
+// subject makes the server keep a reply mapping in RUNPLANE until the
+// answer or the export's response threshold, and nats-server bounds their
+// number by nothing else: a worker flooding its own events subject with
+// reply subjects held 300,000 mappings (98 MiB of the shared server's
+// heap) after 3 s under a 5-minute threshold. So each threshold is as
+// short as its answer needs: JetStream answers a publish, an ack, an info
+// or a direct get in milliseconds (2 s leaves a loaded server room), and a
+// pull (ResponseTypeStream, several messages) for as long as the sidecar's
+// pull waits (pullThreshold).
+func WorkerExports(publish []string, cancel string, pullThreshold time.Duration) jwt.Exports {
+	const answerThreshold = 2 * time.Second
 	var exps jwt.Exports
-	service := func(rt jwt.ResponseType, subjects ...string) {
+	service := func(rt jwt.ResponseType, threshold time.Duration, subjects ...string) {
 		for _, subj := range subjects {
-			exps.Add(&jwt.Export{Name: subj, Subject: jwt.Subject(subj), Type: jwt.Service, ResponseType: rt, ResponseThreshold: responseThreshold})
+			exps.Add(&jwt.Export{Name: subj, Subject: jwt.Subject(subj), Type: jwt.Service, ResponseType: rt, ResponseThreshold: threshold})
 		}
 	}
-	service(jwt.ResponseTypeSingleton, jsAPI+jsConsumerInfo+">", jsAck+">", jsAPI+jsStreamInfo+">", objectsPrefix+">")
-	service(jwt.ResponseTypeStream, jsAPI+jsConsumerNext+">", jsAPI+jsDirectGet+">")
-	service(jwt.ResponseTypeSingleton, publish...)
+	service(jwt.ResponseTypeSingleton, answerThreshold, jsAPI+jsConsumerInfo+">", jsAck+">", jsAPI+jsStreamInfo+">", objectsPrefix+">")
+	service(jwt.ResponseTypeStream, answerThreshold, jsAPI+jsDirectGet+">")
+	service(jwt.ResponseTypeStream, pullThreshold, jsAPI+jsConsumerNext+">")
+	service(jwt.ResponseTypeSingleton, answerThreshold, publish...)
 	exps.Add(&jwt.Export{Name: cancel, Subject: jwt.Subject(cancel), Type: jwt.Stream})
 	return exps
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
@@ -144,11 +145,15 @@ func TestWorkerConnectsThroughCallout(t *testing.T) {
 	sys, err := nats.Connect(srv.ClientURL(), nats.UserJWTAndSeed(sysJWT, string(sysSeed)))
 	require.NoError(t, err)
 	defer sys.Close()
+	ijs, err := jetstream.New(internal)
+	require.NoError(t, err)
+	revocations, err := natscallout.OpenRevocations(ctx, ijs, 1)
+	require.NoError(t, err)
 	responder := &natscallout.Responder{
 		Trust: auth.Trust, Clock: clock.RealClock{}, MaxTTL: time.Hour,
 		Auth:     &natscallout.KubeAuthenticator{Client: env.Client(), Audience: natscallout.Audience},
 		Layout:   queue.WorkerLayout(sc),
-		Accounts: &natscallout.WorkerAccounts{Trust: auth.Trust, Resolver: &natsaccounts.Resolver{Conn: sys, Trust: auth.Trust}},
+		Accounts: &natscallout.WorkerAccounts{Trust: auth.Trust, Resolver: &natsaccounts.Resolver{Conn: sys, Trust: auth.Trust}, Revocations: revocations},
 	}
 	go func() {
 		_ = natscallout.Serve(ctx, internal, responder, natscallout.NewMetrics(nil), slog.New(slog.NewTextHandler(io.Discard, nil)), natscallout.ServeOptions{})
