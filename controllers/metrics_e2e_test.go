@@ -17,7 +17,8 @@ import (
 // only a scraper the API server authenticates and RBAC allows get on
 // /metrics (issue #30: it answered anyone).
 func TestMetricsOnlyForReaders(t *testing.T) {
-	scrapers := scrape.New(t, env)
+	scrapers, err := scrape.New(t.Context(), env)
+	require.NoError(t, err)
 	port, err := cluster.FreePort()
 	require.NoError(t, err)
 	url := "https://127.0.0.1:" + strconv.Itoa(port) + "/metrics"
