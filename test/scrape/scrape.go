@@ -126,7 +126,7 @@ func (s Scrapers) Check(t testing.TB, url, want string) {
 		require.NoError(t, err, "%s: GET %s", c.who, url)
 		assert.Contains(t, c.codes, code, "%s: GET %s: %s", c.who, url, truncate(body))
 		if code == http.StatusOK && c.codes[0] == http.StatusOK {
-			assert.Contains(t, body, want, "%s: GET %s", c.who, url)
+			assert.True(t, strings.Contains(body, want), "%s: GET %s: no %s in %s", c.who, url, want, truncate(body))
 		} else {
 			assert.False(t, strings.Contains(body, want), "%s: GET %s served the metrics", c.who, url)
 		}
