@@ -184,7 +184,7 @@ func TestIdempotency(t *testing.T) {
 	// Barrier: the other two callers are duplicates waiting on the result.
 	require.Eventually(t, func() bool {
 		m, err := e.metrics()
-		return err == nil && strings.Contains(m, `runplane_ingress_duplicates_total{pool="echo"} 2`)
+		return err == nil && strings.Contains(m, `runplane_ingress_duplicates_total{namespace="default",pool="echo"} 2`)
 	}, 15*time.Second, 10*time.Millisecond, "both duplicate sync callers waiting")
 	close(g.release)
 	wg.Wait()
