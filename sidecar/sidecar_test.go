@@ -327,10 +327,10 @@ func TestReadinessFollowsFramework(t *testing.T) {
 	stop()
 	require.Eventually(t, func() bool { return get(t, base+"/readyz") == http.StatusServiceUnavailable }, waitFor, tick, "/readyz 503 once the framework is gone")
 	waitEvent(t, events, "unready heartbeat", func(ev messages.Event) bool { return ev.Type == messages.EventHeartbeat && !ev.Ready })
-	resp, err := http.Get(base + "/metrics")
-	require.NoError(t, err)
-	resp.Body.Close()
-	assert.Equal(t, http.StatusOK, resp.StatusCode, "/metrics")
+	// Metrics only on the loopback listener (issue #30): the probe port is
+	// reachable from every Pod of the cluster.
+	assert.Equal(t, http.StatusNotFound, get(t, base+"/metrics"), "/metrics on the probe port")
+	assert.Equal(t, http.StatusOK, get(t, "http://"+s.MetricsAddr()+"/metrics"), "/metrics on loopback")
 }
 
 func TestReadinessNeedsNATS(t *testing.T) {
@@ -374,7 +374,7 @@ func TestSIGTERMDrain(t *testing.T) {
 	sc.Env = append(os.Environ(),
 		api.EnvPool+"="+testPool, api.EnvWorkerName+"=w1", api.EnvWorkerNamespace+"=default",
 		api.EnvFrameworkSocket+"="+sock, api.EnvNATSURL+"="+e.srv.ClientURL(), api.EnvConcurrency+"=2",
-		api.EnvSidecarHTTPAddr+"=127.0.0.1:0", api.EnvNATSTokenFile+"="+tokenFile(t))
+		api.EnvSidecarHTTPAddr+"=127.0.0.1:0", api.EnvSidecarMetricsAddr+"=127.0.0.1:0", api.EnvNATSTokenFile+"="+tokenFile(t))
 	sc.Stderr = os.Stderr
 	require.NoError(t, sc.Start())
 	scDone := make(chan error, 1)

@@ -89,3 +89,20 @@ func SelfSignedTLS(host string) (*tls.Config, error) {
 // http1Only leaves HTTP/2 off a listener anyone on the network reaches
 // (CVE-2023-44487, rapid reset), as controller-runtime's own servers do.
 func http1Only(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }
+
+// Loopback refuses a metrics address other Pods could reach. runplane's
+// processes in tenants' Pods (the worker sidecar, the SSH server) serve
+// metrics on loopback only: nothing there can authenticate a scraper (no
+// Kubernetes credentials), and a scraper's token must never be sent to a
+// Pod a tenant controls. Whoever may port-forward to the Pod (RBAC
+// pods/portforward) still reads them.
+func Loopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("metrics address %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("metrics address %q: only a loopback address (127.0.0.1, [::1]) may serve metrics in a tenant's Pod", addr)
+	}
+	return nil
+}

@@ -263,7 +263,8 @@ func StartWorker(bins Binaries, dir, name, natsURL string, o WorkerOptions) (*Wo
 		"RUNPLANE_FRAMEWORK_SOCKET=" + filepath.Join(sockDir, "f.sock"), "RUNPLANE_CONCURRENCY=" + strconv.Itoa(conc)}
 	fwEnv := append(append([]string{"CHAOS_EXEC_LOG=" + o.ExecLog}, base...), o.FrameworkEnv...)
 	scEnv := append(append([]string{}, base...), "RUNPLANE_NATS_URL="+natsURL, "RUNPLANE_NATS_TOKEN_FILE="+tok,
-		"RUNPLANE_SIDECAR_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(port), "RUNPLANE_WORKER_STATE_DIR="+state)
+		"RUNPLANE_SIDECAR_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(port),
+		"RUNPLANE_SIDECAR_METRICS_ADDR=127.0.0.1:0", "RUNPLANE_WORKER_STATE_DIR="+state)
 	w := &Worker{
 		Name:      name,
 		Framework: NewProc(name+"/framework", filepath.Join(wdir, "framework.log"), bins.Framework, nil, fwEnv),
