@@ -97,9 +97,11 @@ func New(cfg Config) (*Sidecar, error) {
 	}
 	var metricsLn net.Listener
 	if cfg.MetricsAddr != "" {
+		// The Pod's loopback is shared with the tenant's containers, which
+		// may hold the port: metrics are not worth a worker that cannot start.
 		if metricsLn, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
-			ln.Close()
-			return nil, fmt.Errorf("listen on sidecar metrics address %s: %w", cfg.MetricsAddr, err)
+			cfg.Logger.Warn("metrics not served", "addr", cfg.MetricsAddr, "err", err)
+			metricsLn = nil
 		}
 	}
 	s := &Sidecar{

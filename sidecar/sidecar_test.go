@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -497,4 +498,18 @@ func tokenFile(t testing.TB) string {
 	p := filepath.Join(t.TempDir(), "token")
 	require.NoError(t, os.WriteFile(p, []byte("unused"), 0o600))
 	return p
+}
+
+// TestMetricsPortTakenStillWorks: the Pod's loopback is the tenant's too; a
+// container holding the metrics port costs the metrics, not the worker.
+func TestMetricsPortTakenStillWorks(t *testing.T) {
+	e := newEnv(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { taken.Close() })
+	cfg := e.config("w1", socketPath(t))
+	cfg.MetricsAddr = taken.Addr().String()
+	s := e.startSidecar(cfg)
+	assert.Empty(t, s.MetricsAddr())
+	assert.Equal(t, http.StatusOK, get(t, "http://"+s.Addr()+"/livez"))
 }
