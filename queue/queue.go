@@ -246,7 +246,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// metrics listener is off.
 	var metrics *manager.Server
 	if cfg.MetricsListen != "" {
-		if metrics, err = metricsServer(cfg, prometheus.Gatherers{reg, ctrlmetrics.Registry}, log); err != nil {
+		if metrics, err = metricsServer(cfg, firstWins{reg, ctrlmetrics.Registry}, log); err != nil {
 			return err
 		}
 	}
