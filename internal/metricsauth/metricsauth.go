@@ -13,6 +13,7 @@ package metricsauth
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -34,7 +35,7 @@ const Path = "/metrics"
 // reviewing through the API server cfg reaches.
 func Filter(cfg *rest.Config) (metricsserver.Filter, error) {
 	if cfg == nil {
-		return nil, fmt.Errorf("metricsauth: scrapers are authenticated by the API server: a Kubernetes config is needed")
+		return nil, errors.New("metricsauth: scrapers are authenticated by the API server: a Kubernetes config is needed")
 	}
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
