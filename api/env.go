@@ -37,8 +37,12 @@ const (
 	// (WorkerJSAPIPrefix in runplane's NATS; unset: $JS.API, a NATS without
 	// accounts).
 	EnvNATSJSAPIPrefix = "RUNPLANE_NATS_JS_API_PREFIX"
-	// EnvSidecarHTTPAddr is where the sidecar serves /livez, /readyz and /metrics.
+	// EnvSidecarHTTPAddr is where the sidecar serves /livez and /readyz.
 	EnvSidecarHTTPAddr = "RUNPLANE_SIDECAR_HTTP_ADDR"
+	// EnvSidecarMetricsAddr is where the sidecar serves /metrics: a
+	// loopback address only (default 127.0.0.1:SidecarMetricsPort; SECURITY.md,
+	// "Metrics").
+	EnvSidecarMetricsAddr = "RUNPLANE_SIDECAR_METRICS_ADDR"
 	// EnvShutdownGraceSeconds is how long the sidecar lets running
 	// invocations finish after SIGTERM: the Pod's
 	// terminationGracePeriodSeconds less ShutdownMarginSeconds, so results
@@ -83,6 +87,7 @@ const (
 	SidecarContainerName    = "runplane-worker"
 	WorkerStateDir          = "/var/run/runplane/worker-state"
 	SidecarHTTPPort         = 8091
+	SidecarMetricsPort      = 8092
 	// SSHContainerName was the SSH sidecar's; the SSH server now runs in
 	// the main container, and no container has this name.
 	SSHContainerName     = "runplane-ssh"

@@ -50,7 +50,7 @@ var natsLabels = map[string]string{"app.kubernetes.io/name": "nats"}
 
 // startManager runs the controllers in-process until the test ends (or stop
 // is called).
-func startManager(t *testing.T) (stop func()) {
+func startManager(t *testing.T, modify ...func(*controllers.Config)) (stop func()) {
 	t.Helper()
 	cfg := controllers.Config{
 		RESTConfig:         env.RESTConfig(),
@@ -61,6 +61,9 @@ func startManager(t *testing.T) (stop func()) {
 		MetricsAddr:        "0",
 		ProbeAddr:          "0",
 		SkipNameValidation: true,
+	}
+	for _, m := range modify {
+		m(&cfg)
 	}
 	mgr, err := controllers.NewManager(cfg)
 	require.NoError(t, err)

@@ -28,7 +28,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/controllers/accessor"
@@ -36,6 +35,7 @@ import (
 	"github.com/runplane/runplane/controllers/gate"
 	"github.com/runplane/runplane/controllers/sshservice"
 	"github.com/runplane/runplane/controllers/storage"
+	"github.com/runplane/runplane/internal/metricsauth"
 )
 
 // Config configures Run.
@@ -63,7 +63,9 @@ type Config struct {
 	// required; the namespace defaults to Namespace).
 	NATS egress.NATSEndpoint
 
-	// MetricsAddr serves Prometheus metrics ("0" disables); default :8080.
+	// MetricsAddr serves Prometheus metrics over HTTPS to scrapers RBAC
+	// allows get on /metrics (internal/metricsauth; "0" disables); default
+	// :8080.
 	MetricsAddr string
 	// ProbeAddr serves /healthz and /readyz ("0" disables); default :8081.
 	ProbeAddr string
@@ -155,7 +157,7 @@ func NewManager(cfg Config) (ctrl.Manager, error) {
 			&corev1.Service{}:             owned,
 			&networkingv1.NetworkPolicy{}: owned,
 		}},
-		Metrics:                       metricsserver.Options{BindAddress: cfg.MetricsAddr},
+		Metrics:                       metricsauth.ManagerOptions(cfg.MetricsAddr),
 		HealthProbeBindAddress:        cfg.ProbeAddr,
 		LeaderElection:                cfg.LeaderElection,
 		LeaderElectionID:              cfg.LeaderElectionID,

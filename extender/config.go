@@ -27,7 +27,8 @@ type Config struct {
 	Addr string
 	// MetricsAddr, when set, serves /metrics, /healthz and /readyz on a
 	// second HTTPS listener (the Service and the kubelet's probes reach it),
-	// and Addr serves only the verbs. Empty: everything on Addr.
+	// and Addr serves only the verbs. Empty: everything on Addr. /metrics
+	// answers only scrapers RBAC allows get on /metrics (internal/metricsauth).
 	MetricsAddr string
 	// CertFile and KeyFile are the serving certificate, reloaded when the
 	// files change (cert-manager renewing it). When both are empty a

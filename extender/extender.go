@@ -14,7 +14,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -33,6 +32,7 @@ import (
 
 	"github.com/runplane/runplane/catalog"
 	"github.com/runplane/runplane/extender/ledger"
+	"github.com/runplane/runplane/internal/metricsauth"
 )
 
 // Extender is a running extender.
@@ -149,14 +149,19 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 	verbs, observe := http.NewServeMux(), http.NewServeMux()
 	e.routeVerbs(verbs)
 	runnables := []manager.Runnable{informers, always(e.sweep), always(e.evictVictims), server("runplane-extender", verbs, e.listener, verbsTLS(tlsCfg))}
+	metricsHandler, err := e.metricsHandler(cfg)
+	if err != nil {
+		_ = e.listener.Close()
+		return nil, err
+	}
 	if cfg.MetricsAddr == "" {
-		e.routeObservability(verbs)
+		e.routeObservability(verbs, metricsHandler)
 	} else {
 		if e.metricsListener, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
 			_ = e.listener.Close()
 			return nil, fmt.Errorf("extender: listening on %s: %w", cfg.MetricsAddr, err)
 		}
-		e.routeObservability(observe)
+		e.routeObservability(observe, metricsHandler)
 		runnables = append(runnables, server("runplane-extender-metrics", observe, e.metricsListener, tlsCfg))
 	}
 	if cfg.StockNamespace != "" {
@@ -243,10 +248,23 @@ func (e *Extender) routeVerbs(mux *http.ServeMux) {
 	mux.HandleFunc(BindPath, e.handleBind)
 }
 
-// routeObservability routes /metrics (the extender's metrics and the
-// manager's: leader election, client-go) and the health probes.
-func (e *Extender) routeObservability(mux *http.ServeMux) {
-	mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{crmetrics.Registry, e.metrics.registry}, promhttp.HandlerOpts{}))
+// metricsHandler serves the extender's metrics and the manager's (leader
+// election, client-go) to scrapers RBAC allows get on /metrics.
+func (e *Extender) metricsHandler(cfg Config) (http.Handler, error) {
+	filter, err := metricsauth.Filter(cfg.RESTConfig)
+	if err != nil {
+		return nil, fmt.Errorf("extender: %w", err)
+	}
+	h, err := metricsauth.Handler(filter, logr.FromSlogHandler(cfg.Logger.Handler()), prometheus.Gatherers{crmetrics.Registry, e.metrics.registry})
+	if err != nil {
+		return nil, fmt.Errorf("extender: %w", err)
+	}
+	return h, nil
+}
+
+// routeObservability routes /metrics and the health probes.
+func (e *Extender) routeObservability(mux *http.ServeMux, metrics http.Handler) {
+	mux.Handle(metricsauth.Path, metrics)
 	probes := map[string]*healthz.Handler{
 		"/healthz": {Checks: map[string]healthz.Checker{"ping": healthz.Ping}},
 		"/readyz":  {Checks: map[string]healthz.Checker{"informers": e.informersSynced, "catalog": e.catalogSynced}},

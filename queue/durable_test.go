@@ -110,7 +110,7 @@ func TestFullStoreRefusesNewWorkAndRunsAcceptedOnce(t *testing.T) {
 	require.Contains(t, refused.body["error"], "store is full")
 	require.Equal(t, "5", refused.header.Get("Retry-After"))
 	require.NotEmpty(t, accepted)
-	body, err := httpGet(e.base + "/metrics")
+	body, err := e.metrics()
 	require.NoError(t, err)
 	require.Contains(t, body, `runplane_queue_store_max_bytes{store="invocations"} 1.048576e+06`)
 	require.Contains(t, body, `runplane_queue_store_bytes{store="invocations"}`)

@@ -104,7 +104,7 @@ func TestActivatorRestartAfterDuplicateWindow(t *testing.T) {
 			time.Sleep(1500 * time.Millisecond) // past the duplicate window
 			e.startQueue()
 			require.Eventually(t, func() bool {
-				body, err := httpGet(e.base + "/metrics")
+				body, err := e.metrics()
 				return err == nil && strings.Contains(body, "\nrunplane_activator_rebuilt 1\n")
 			}, 10*time.Second, 20*time.Millisecond, "the new activator rebuilt its state")
 			// Rebuilt: the new activator holds id on w (its status follows).

@@ -77,7 +77,7 @@ func TestBacklogLimits(t *testing.T) {
 		assert.Contains(t, r.body["error"], st.ns, "step %d", i)
 		assert.NotEmpty(t, r.header.Get("Retry-After"), "step %d", i)
 	}
-	metrics, err := httpGet(e.base + "/metrics")
+	metrics, err := e.metrics()
 	require.NoError(t, err)
 	assert.Contains(t, metrics, `runplane_ingress_limited_total{namespace="team-a",reason="namespace_backlog"} 2`)
 	assert.Contains(t, metrics, `runplane_ingress_limited_total{namespace="team-b",reason="pool_backlog"} 1`)

@@ -48,7 +48,7 @@ func TestForgedResultIgnored(t *testing.T) {
 	// checked first: a result without it is refused as "token" whoever it
 	// names).
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := httpGet(e.base + "/metrics")
+		m, err := e.metrics()
 		assert.NoError(c, err)
 		assert.Contains(c, m, `runplane_activator_results_refused_total{reason="unknown_attempt"} 1`)
 		assert.Contains(c, m, `runplane_activator_results_refused_total{reason="token"} 3`)
@@ -125,7 +125,7 @@ func TestForgedResultIgnoredAfterRestart(t *testing.T) {
 	e.stop()
 	e.startQueue()
 	require.Eventually(t, func() bool {
-		body, err := httpGet(e.base + "/metrics")
+		body, err := e.metrics()
 		return err == nil && strings.Contains(body, "\nrunplane_activator_rebuilt 1\n")
 	}, 10*time.Second, 20*time.Millisecond, "the new activator rebuilt its state")
 
@@ -136,7 +136,7 @@ func TestForgedResultIgnoredAfterRestart(t *testing.T) {
 	_, err = e.js.Publish(context.Background(), e.subj.Result("default", testPool), b)
 	require.NoError(t, err)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := httpGet(e.base + "/metrics")
+		m, err := e.metrics()
 		assert.NoError(c, err)
 		assert.Contains(c, m, `runplane_activator_results_refused_total{reason="token"} 1`)
 	}, 10*time.Second, 20*time.Millisecond)

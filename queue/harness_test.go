@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -24,6 +25,7 @@ import (
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/queue/stubworker"
+	"github.com/runplane/runplane/test/scrape"
 )
 
 const testPool = "echo"
@@ -34,12 +36,14 @@ type env struct {
 	storeDir string
 	port     int
 	base     string
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	cfg      queue.Config
-	subj     messages.Subjects
-	log      *stubworker.Log
-	stop     func()
+	// metricsURL is the queue's /metrics (its own listener, TLS).
+	metricsURL string
+	nc         *nats.Conn
+	js         jetstream.JetStream
+	cfg        queue.Config
+	subj       messages.Subjects
+	log        *stubworker.Log
+	stop       func()
 
 	workersMu sync.Mutex
 	workers   map[string]*stubworker.Worker
@@ -71,6 +75,7 @@ func newEnv(t testing.TB, mutate func(*queue.Config)) *env {
 	e.cfg = queue.Config{
 		NATSURL: e.natsURL(), InsecureDisableCallerAuth: true,
 		Listen:           "127.0.0.1:0",
+		MetricsListen:    "127.0.0.1:0",
 		StaticPools:      []string{testPool, "other"},
 		Stream:           stream.Config{DuplicateWindow: time.Second, RecordTTL: time.Hour},
 		HeartbeatTimeout: time.Second,
@@ -91,18 +96,25 @@ func newEnv(t testing.TB, mutate func(*queue.Config)) *env {
 
 func (e *env) startQueue() {
 	ctx, cancel := context.WithCancel(context.Background())
-	addr := make(chan string, 1)
+	addr, metricsAddr := make(chan string, 1), make(chan string, 1)
 	cfg := e.cfg
 	cfg.OnListen = func(a string) { addr <- a }
+	cfg.OnMetricsListen = func(a string) { metricsAddr <- a }
 	done := make(chan error, 1)
 	go func() { done <- queue.Run(ctx, cfg) }()
-	select {
-	case a := <-addr:
-		e.base = "http://" + a
-	case err := <-done:
-		require.FailNow(e.t, "queue.Run returned", "%v", err)
-	case <-time.After(20 * time.Second):
-		require.FailNow(e.t, "queue did not start")
+	e.base, e.metricsURL = "", "" // a restart listens on new ports
+	timeout := time.After(20 * time.Second)
+	for e.base == "" || e.metricsURL == "" {
+		select {
+		case a := <-addr:
+			e.base = "http://" + a
+		case a := <-metricsAddr:
+			e.metricsURL = "https://" + a + "/metrics"
+		case err := <-done:
+			require.FailNow(e.t, "queue.Run returned", "%v", err)
+		case <-timeout:
+			require.FailNow(e.t, "queue did not start")
+		}
 	}
 	var once sync.Once
 	stop := func() { once.Do(func() { cancel(); <-done }) }
@@ -307,6 +319,16 @@ func httpGet(url string) (string, error) {
 	defer r.Body.Close()
 	b, err := io.ReadAll(r.Body)
 	return string(b), err
+}
+
+// metrics reads the queue's /metrics (served to anyone here: no Kubernetes
+// to authenticate a scraper).
+func (e *env) metrics() (string, error) {
+	code, body, err := scrape.Get(e.metricsURL, "")
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("GET %s: %d %s", e.metricsURL, code, body)
+	}
+	return body, err
 }
 
 func httpClient() *http.Client { return &http.Client{Timeout: 5 * time.Second} }

@@ -29,9 +29,10 @@ const DefaultLeaseName = "runplane-queue-activator"
 // every replica and the activator (a leader-election Runnable) on the Lease
 // holder. The Lease is released only after the activator has drained
 // (LeaderElectionReleaseOnCancel, no shutdown timeout), so the next leader
-// never overlaps it. /metrics, /healthz and /readyz stay on the ingress
-// port, where the chart's probes and ServiceMonitor expect them: the
-// manager's own metrics and probe listeners are off.
+// never overlaps it. /healthz and /readyz stay on the ingress port, where
+// the chart's probes expect them, and /metrics has a listener of its own
+// (Config.MetricsListen): the manager's own metrics and probe listeners are
+// off.
 //
 // Run adds the ingress and the activator to it; tests add their own
 // Runnables.

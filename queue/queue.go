@@ -62,6 +62,16 @@ type Config struct {
 	// free port, reported through OnListen).
 	Listen   string
 	OnListen func(addr string)
+	// MetricsListen serves /metrics (the ingress's, the activator's, the
+	// callout's and the manager's series) on a listener of its own, never
+	// the ingress's, over TLS with a self-signed certificate, to scrapers
+	// the API server authenticates and RBAC allows get on /metrics
+	// (internal/metricsauth). "": not served; "127.0.0.1:0" picks a free
+	// port, reported through OnMetricsListen. Without RESTConfig nothing can
+	// authenticate a scraper: served to anyone only with
+	// InsecureDisableCallerAuth, refused otherwise.
+	MetricsListen   string
+	OnMetricsListen func(addr string)
 	// RESTConfig enables Kubernetes: pools from Deployments, workers from
 	// Pods, scaling, leader election. Nil: StaticPools are used and nothing
 	// is scaled.
@@ -231,6 +241,15 @@ func Run(ctx context.Context, cfg Config) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), st.Collector(2*time.Second), buildinfo.Collector())
+	// Metrics first: a queue that cannot serve them to scrapers safely does
+	// not start. With the manager's (leader election, client-go), whose own
+	// metrics listener is off.
+	var metrics *manager.Server
+	if cfg.MetricsListen != "" {
+		if metrics, err = metricsServer(cfg, firstWins{reg, ctrlmetrics.Registry}, log); err != nil {
+			return err
+		}
+	}
 	var runnables []manager.Runnable
 	callbacks, err := callbackConfig(cfg.Callbacks)
 	if err != nil {
@@ -297,10 +316,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		srv, err := ingress.New(ctx, ingress.Config{Store: st, NC: nc, Pools: pools, Auth: gate, InsecureNoAuth: gate == nil && cfg.InsecureDisableCallerAuth, Limits: cfg.Limits,
 			DefaultTTLSeconds: cfg.DefaultTTLSeconds, MaxTTLSeconds: maxTTLSeconds(cfg.Stream), MaxBodyBytes: cfg.MaxBodyBytes, MaxPayloadBytes: cfg.MaxPayloadBytes, Logger: log, Registerer: reg,
-			Callbacks: callbacks, Namespaces: nss, HTTP: cfg.IngressHTTP,
-			// With the manager's metrics (leader election, client-go), whose
-			// own metrics listener is off: /metrics stays on the ingress port.
-			Gatherer: prometheus.Gatherers{reg, ctrlmetrics.Registry}})
+			Callbacks: callbacks, Namespaces: nss, HTTP: cfg.IngressHTTP})
 		if err != nil {
 			return err
 		}
@@ -328,6 +344,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if len(runnables) == 0 {
 		return errors.New("queue: both ingress and activator are disabled")
+	}
+	if metrics != nil {
+		runnables = append(runnables, metrics)
 	}
 	// Everything below returns only once the activator has stopped, before
 	// nc closes (deferred above).

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -82,7 +84,7 @@ func TestServiceEndpoints(t *testing.T) {
 	e.invoke(map[string]any{"mode": "async"})
 	req, _ := e.do("GET", "/healthz", nil), 0
 	_ = req
-	mr, err := httpGet(e.base + "/metrics")
+	mr, err := e.metrics()
 	assert.False(t, err != nil || !strings.Contains(mr, "runplane_ingress_invocations_total"), "metrics lack ingress counters: %v", err)
 }
 
@@ -181,8 +183,8 @@ func TestIdempotency(t *testing.T) {
 	g.next(t)
 	// Barrier: the other two callers are duplicates waiting on the result.
 	require.Eventually(t, func() bool {
-		m, err := httpGet(e.base + "/metrics")
-		return err == nil && strings.Contains(m, `runplane_ingress_duplicates_total{pool="echo"} 2`)
+		m, err := e.metrics()
+		return err == nil && strings.Contains(m, `runplane_ingress_duplicates_total{namespace="default",pool="echo"} 2`)
 	}, 15*time.Second, 10*time.Millisecond, "both duplicate sync callers waiting")
 	close(g.release)
 	wg.Wait()
@@ -322,4 +324,29 @@ func TestNATSRestart(t *testing.T) {
 		assert.Equal(c, "succeeded", r.body["state"])
 	}, 20*time.Second, 200*time.Millisecond)
 	e.waitState("queued-during", messages.StateSucceeded, 10*time.Second)
+}
+
+// TestIngressServesNoMetrics: the ingress port, which every tenant calls,
+// answers /metrics with 404; the metrics are on their own listener (issue
+// #30: the ingress served every namespace's and pool's series to anyone).
+func TestIngressServesNoMetrics(t *testing.T) {
+	e := newEnv(t, nil)
+	r := e.do("GET", "/metrics", nil)
+	assert.Equal(t, http.StatusNotFound, r.code)
+	assert.NotContains(t, string(r.raw), "runplane_")
+	m, err := e.metrics()
+	require.NoError(t, err)
+	assert.Contains(t, m, "runplane_build_info")
+}
+
+// TestMetricsNeedKubernetes: without a Kubernetes config nothing can
+// authenticate a scraper, so metrics are refused unless the queue runs
+// insecure on purpose.
+func TestMetricsNeedKubernetes(t *testing.T) {
+	ns := startNATS(t, t.TempDir(), -1)
+	t.Cleanup(ns.Shutdown)
+	err := queue.Run(t.Context(), queue.Config{NATSURL: ns.ClientURL(), Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0",
+		StaticPools: []string{testPool}, CallerAuthorizer: tokenAuth{}, Logger: slog.New(slog.DiscardHandler)})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "Kubernetes config")
 }

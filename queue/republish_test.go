@@ -26,7 +26,7 @@ func TestRepostOfHashlessQueuedRecordRefused(t *testing.T) {
 	ctx := context.Background()
 	// After the rebuild, which drops queued Records without a message.
 	require.Eventually(t, func() bool {
-		m, err := httpGet(e.base + "/metrics")
+		m, err := e.metrics()
 		return err == nil && strings.Contains(m, "runplane_activator_rebuilt 1")
 	}, 10*time.Second, 10*time.Millisecond, "the activator rebuilt")
 	sc := e.cfg.Stream.WithDefaults()

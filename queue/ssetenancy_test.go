@@ -84,7 +84,7 @@ func TestStreamIgnoresSiblingChunks(t *testing.T) {
 	var rec messages.Record
 	require.NoError(t, json.Unmarshal([]byte(all[len(all)-1].data), &rec))
 	assert.Equal(t, messages.StateSucceeded, rec.State, rec.Error)
-	metrics, err := httpGet(e.base + "/metrics")
+	metrics, err := e.metrics()
 	require.NoError(t, err)
 	assert.Contains(t, metrics, `runplane_ingress_stream_chunks_dropped_total{reason="foreign"} 2`)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/internal/metricsauth"
 )
 
 // Config is everything a sidecar needs. ConfigFromEnv fills the contract
@@ -42,8 +43,13 @@ type Config struct {
 	// is $JS.API).
 	JSAPIPrefix string
 
-	// HTTPAddr serves /livez, /readyz and /metrics.
+	// HTTPAddr serves /livez and /readyz (the kubelet's probes).
 	HTTPAddr string
+	// MetricsAddr serves /metrics, on a loopback address only: the Pod is
+	// the tenant's, so nothing here can authenticate a scraper, and a
+	// scraper's token must not be sent to it (internal/metricsauth.Loopback).
+	// Read it through kubectl port-forward. Empty: not served.
+	MetricsAddr string
 
 	// HeartbeatInterval is how often a heartbeat Event is published.
 	HeartbeatInterval time.Duration
@@ -107,6 +113,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		JSAPIPrefix:     getenv(api.EnvNATSJSAPIPrefix),
 		StateDir:        getenv(api.EnvWorkerStateDir),
 		HTTPAddr:        first(getenv(api.EnvSidecarHTTPAddr), ":"+strconv.Itoa(api.SidecarHTTPPort)),
+		MetricsAddr:     first(getenv(api.EnvSidecarMetricsAddr), "127.0.0.1:"+strconv.Itoa(api.SidecarMetricsPort)),
 		Concurrency:     1,
 	}
 	if c.Pool == "" {
@@ -218,6 +225,11 @@ func (c Config) withDefaults() (Config, error) {
 		errs = append(errs, fmt.Errorf("%s must be set", api.EnvSidecarHTTPAddr))
 	} else if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 		errs = append(errs, fmt.Errorf("%s: %q is not host:port: %w", api.EnvSidecarHTTPAddr, c.HTTPAddr, err))
+	}
+	if c.MetricsAddr != "" {
+		if err := metricsauth.Loopback(c.MetricsAddr); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", api.EnvSidecarMetricsAddr, err))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, fmt.Errorf("sidecar config: %w", err)

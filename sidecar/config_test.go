@@ -43,11 +43,12 @@ func TestConfigFromEnv(t *testing.T) {
 			assert.Equal(t, api.DefaultSubjectPrefix, c.SubjectPrefix)
 			assert.Equal(t, api.DefaultStreamName, c.StreamName)
 			assert.Equal(t, ":8091", c.HTTPAddr)
+			assert.Equal(t, "127.0.0.1:8092", c.MetricsAddr, "metrics on loopback")
 			assert.Equal(t, api.NATSTokenFile, c.NATSTokenFile)
 		}},
 		{name: "everything set", env: with(api.EnvConcurrency, "4", api.EnvFrameworkSocket, "/s/f.sock", api.EnvFrameworkInvokePath, "/run",
 			api.EnvFrameworkHealthPath, "/ok", api.EnvSubjectPrefix, "p", api.EnvStreamName, "S", api.EnvSidecarHTTPAddr, "127.0.0.1:9",
-			api.EnvNATSTokenFile, "/t/token", api.EnvShutdownGraceSeconds, "915"), check: func(t *testing.T, c Config) {
+			api.EnvSidecarMetricsAddr, "127.0.0.1:7", api.EnvNATSTokenFile, "/t/token", api.EnvShutdownGraceSeconds, "915"), check: func(t *testing.T, c Config) {
 			assert.Equal(t, 915*time.Second, c.ShutdownGrace)
 			assert.Equal(t, 4, c.Concurrency)
 			assert.Equal(t, "/s/f.sock", c.FrameworkSocket)
@@ -56,6 +57,7 @@ func TestConfigFromEnv(t *testing.T) {
 			assert.Equal(t, "p", c.SubjectPrefix)
 			assert.Equal(t, "S", c.StreamName)
 			assert.Equal(t, "127.0.0.1:9", c.HTTPAddr)
+			assert.Equal(t, "127.0.0.1:7", c.MetricsAddr)
 			assert.Equal(t, "/t/token", c.NATSTokenFile)
 		}},
 		{name: "seed names as fallback", env: with(api.EnvWorkerName, "<unset>", api.EnvSeedWorkerName, "seed-w", api.EnvSeedSocketPath, "/seed.sock"),
@@ -97,6 +99,10 @@ func TestConfigValidate(t *testing.T) {
 		{name: "relative invoke path", mutate: func(c *Config) { c.InvokePath = "invoke" }, wantErr: api.EnvFrameworkInvokePath + `: "invoke" must start with /`},
 		{name: "bad http addr", mutate: func(c *Config) { c.HTTPAddr = "8091" }, wantErr: api.EnvSidecarHTTPAddr + `: "8091" is not host:port`},
 		{name: "no concurrency", mutate: func(c *Config) { c.Concurrency = 0 }, wantErr: api.EnvConcurrency + ": 0 is not a positive integer"},
+		// The Pod is the tenant's: its metrics are not served to the network.
+		{name: "metrics on every interface", mutate: func(c *Config) { c.MetricsAddr = ":8092" }, wantErr: api.EnvSidecarMetricsAddr + `: metrics address ":8092": only a loopback address`},
+		{name: "metrics on the Pod's address", mutate: func(c *Config) { c.MetricsAddr = "10.1.2.3:8092" }, wantErr: "only a loopback address"},
+		{name: "metrics on loopback", mutate: func(c *Config) { c.MetricsAddr = "[::1]:8092" }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

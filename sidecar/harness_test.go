@@ -101,6 +101,7 @@ func (e *env) config(worker, sock string) Config {
 		Concurrency:       1,
 		NATSURL:           e.srv.ClientURL(),
 		HTTPAddr:          "127.0.0.1:0",
+		MetricsAddr:       "127.0.0.1:0",
 		HeartbeatInterval: 200 * time.Millisecond,
 		ProbeInterval:     50 * time.Millisecond,
 		FetchWait:         200 * time.Millisecond,
@@ -305,7 +306,7 @@ func (e *env) sidecarProcess(bin, worker, sock string, extraEnv ...string) func(
 	t := e.t
 	envv := append(os.Environ(),
 		api.EnvPool+"="+testPool, api.EnvWorkerName+"="+worker, api.EnvWorkerNamespace+"="+testNS,
-		api.EnvFrameworkSocket+"="+sock, api.EnvNATSURL+"="+e.srv.ClientURL(), api.EnvSidecarHTTPAddr+"=127.0.0.1:0",
+		api.EnvFrameworkSocket+"="+sock, api.EnvNATSURL+"="+e.srv.ClientURL(), api.EnvSidecarHTTPAddr+"=127.0.0.1:0", api.EnvSidecarMetricsAddr+"=127.0.0.1:0",
 		api.EnvNATSTokenFile+"="+tokenFile(t))
 	envv = append(envv, extraEnv...)
 	return func() *exec.Cmd {

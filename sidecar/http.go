@@ -92,6 +92,12 @@ func (s *Sidecar) httpHandler() http.Handler {
 		}
 		httpjson.Write(w, code, st)
 	})
+	return mux
+}
+
+// metricsHandler serves /metrics, on the loopback listener only.
+func (s *Sidecar) metricsHandler() http.Handler {
+	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	return mux
 }

@@ -2,7 +2,8 @@
 // the NATS credentials, consumes the worker's dispatch subject from
 // JetStream with a durable consumer, calls the user's framework over the
 // unix socket (package framework) and publishes results, sync replies and
-// worker events (internal/messages). It serves /livez, /readyz and /metrics.
+// worker events (internal/messages). It serves /livez and /readyz, and
+// /metrics on loopback only (Config.MetricsAddr).
 package sidecar
 
 import (
@@ -47,6 +48,8 @@ type Sidecar struct {
 	metrics  *metrics
 
 	ln net.Listener
+	// metricsLn serves /metrics, on loopback (nil: none).
+	metricsLn net.Listener
 
 	nc       *nats.Conn
 	js       jetstream.JetStream
@@ -92,6 +95,15 @@ func New(cfg Config) (*Sidecar, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on sidecar HTTP address %s: %w", cfg.HTTPAddr, err)
 	}
+	var metricsLn net.Listener
+	if cfg.MetricsAddr != "" {
+		// The Pod's loopback is shared with the tenant's containers, which
+		// may hold the port: metrics are not worth a worker that cannot start.
+		if metricsLn, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
+			cfg.Logger.Warn("metrics not served", "addr", cfg.MetricsAddr, "err", err)
+			metricsLn = nil
+		}
+	}
 	s := &Sidecar{
 		cfg:       cfg,
 		log:       cfg.Logger.With("pool", cfg.Pool, "worker", cfg.WorkerName),
@@ -100,6 +112,7 @@ func New(cfg Config) (*Sidecar, error) {
 		client:    framework.NewClient(cfg.FrameworkSocket, cfg.InvokePath, cfg.HealthPath),
 		metrics:   newMetrics(cfg.Concurrency),
 		ln:        ln,
+		metricsLn: metricsLn,
 		running:   map[string]context.CancelCauseFunc{},
 		completed: map[string]struct{}{},
 		held:      map[string]*execution{},
@@ -113,6 +126,14 @@ func New(cfg Config) (*Sidecar, error) {
 
 // Addr is the address the HTTP endpoints are served on.
 func (s *Sidecar) Addr() string { return s.ln.Addr().String() }
+
+// MetricsAddr is the (loopback) address /metrics is served on; "" if none.
+func (s *Sidecar) MetricsAddr() string {
+	if s.metricsLn == nil {
+		return ""
+	}
+	return s.metricsLn.Addr().String()
+}
 
 // Run is New followed by Sidecar.Run.
 func Run(ctx context.Context, cfg Config) error {
@@ -150,6 +171,12 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	httpErr := make(chan error, 1)
 	go func() { httpErr <- srv.Serve(s.ln) }()
 	defer srv.Close()
+	if s.metricsLn != nil {
+		defer s.metricsLn.Close()
+		msrv := &http.Server{Handler: s.metricsHandler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = msrv.Serve(s.metricsLn) }() // ends with Close; metrics are not worth a failed worker
+		defer msrv.Close()
+	}
 
 	// Background loops live until the drain is over, not until ctx ends.
 	bg, stopBG := context.WithCancel(context.Background())

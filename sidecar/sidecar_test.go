@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -327,10 +328,10 @@ func TestReadinessFollowsFramework(t *testing.T) {
 	stop()
 	require.Eventually(t, func() bool { return get(t, base+"/readyz") == http.StatusServiceUnavailable }, waitFor, tick, "/readyz 503 once the framework is gone")
 	waitEvent(t, events, "unready heartbeat", func(ev messages.Event) bool { return ev.Type == messages.EventHeartbeat && !ev.Ready })
-	resp, err := http.Get(base + "/metrics")
-	require.NoError(t, err)
-	resp.Body.Close()
-	assert.Equal(t, http.StatusOK, resp.StatusCode, "/metrics")
+	// Metrics only on the loopback listener (issue #30): the probe port is
+	// reachable from every Pod of the cluster.
+	assert.Equal(t, http.StatusNotFound, get(t, base+"/metrics"), "/metrics on the probe port")
+	assert.Equal(t, http.StatusOK, get(t, "http://"+s.MetricsAddr()+"/metrics"), "/metrics on loopback")
 }
 
 func TestReadinessNeedsNATS(t *testing.T) {
@@ -374,7 +375,7 @@ func TestSIGTERMDrain(t *testing.T) {
 	sc.Env = append(os.Environ(),
 		api.EnvPool+"="+testPool, api.EnvWorkerName+"=w1", api.EnvWorkerNamespace+"=default",
 		api.EnvFrameworkSocket+"="+sock, api.EnvNATSURL+"="+e.srv.ClientURL(), api.EnvConcurrency+"=2",
-		api.EnvSidecarHTTPAddr+"=127.0.0.1:0", api.EnvNATSTokenFile+"="+tokenFile(t))
+		api.EnvSidecarHTTPAddr+"=127.0.0.1:0", api.EnvSidecarMetricsAddr+"=127.0.0.1:0", api.EnvNATSTokenFile+"="+tokenFile(t))
 	sc.Stderr = os.Stderr
 	require.NoError(t, sc.Start())
 	scDone := make(chan error, 1)
@@ -497,4 +498,18 @@ func tokenFile(t testing.TB) string {
 	p := filepath.Join(t.TempDir(), "token")
 	require.NoError(t, os.WriteFile(p, []byte("unused"), 0o600))
 	return p
+}
+
+// TestMetricsPortTakenStillWorks: the Pod's loopback is the tenant's too; a
+// container holding the metrics port costs the metrics, not the worker.
+func TestMetricsPortTakenStillWorks(t *testing.T) {
+	e := newEnv(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { taken.Close() })
+	cfg := e.config("w1", socketPath(t))
+	cfg.MetricsAddr = taken.Addr().String()
+	s := e.startSidecar(cfg)
+	assert.Empty(t, s.MetricsAddr())
+	assert.Equal(t, http.StatusOK, get(t, "http://"+s.Addr()+"/livez"))
 }

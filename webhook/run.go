@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -35,6 +34,7 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/catalog"
+	"github.com/runplane/runplane/internal/metricsauth"
 	"github.com/runplane/runplane/internal/pki"
 	"github.com/runplane/runplane/webhook/mutate"
 )
@@ -52,9 +52,11 @@ type Config struct {
 	// listener, so Run closes this one and listens on its address.
 	Addr     string
 	Listener net.Listener
-	// HealthAddr serves /healthz, /readyz and /metrics over plain HTTP
-	// (default :8081; "-" turns it off). HealthListener overrides it. The
-	// same paths are also served on the HTTPS listener.
+	// HealthAddr serves /healthz and /readyz over plain HTTP (default
+	// :8081; "-" turns it off). HealthListener overrides it. The HTTPS
+	// listener serves them too, and /metrics, only to scrapers RBAC allows
+	// get on /metrics (internal/metricsauth): their token never travels in
+	// clear.
 	HealthAddr     string
 	HealthListener net.Listener
 	// Injection is the platform side of Pod mutation (images, NATS).
@@ -215,8 +217,8 @@ func Run(ctx context.Context, cfg Config) error {
 
 	mgr, err := manager.New(cfg.RESTConfig, manager.Options{
 		Logger: logr.FromSlogHandler(log.Handler()),
-		// The webhook serves its own metrics registry, with the health
-		// endpoints, on one plain HTTP listener (HealthAddr).
+		// The webhook serves its own metrics registry on its HTTPS
+		// listener, and the health endpoints on HealthAddr too.
 		Metrics:                 metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:  "0",
 		GracefulShutdownTimeout: ptr.To(5 * time.Second),
@@ -235,8 +237,17 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return nil
 	}}
-	// The health endpoints are also served on the HTTPS listener.
-	mux := healthMux(checks, metrics)
+	filter, err := metricsauth.Filter(cfg.RESTConfig)
+	if err != nil {
+		return fmt.Errorf("webhook: %w", err)
+	}
+	metricsHandler, err := metricsauth.Handler(filter, mgr.GetLogger(), metrics.Registry)
+	if err != nil {
+		return fmt.Errorf("webhook: %w", err)
+	}
+	// The HTTPS listener: admission, the health endpoints and /metrics.
+	mux := healthMux(checks)
+	mux.Handle("GET "+metricsauth.Path, metricsHandler)
 	srv := webhook.NewServer(webhook.Options{Host: host, Port: port, WebhookMux: mux, TLSOpts: []func(*tls.Config){func(c *tls.Config) {
 		c.MinVersion, c.GetCertificate = tls.VersionTLS12, getCert
 	}}})
@@ -250,7 +261,7 @@ func Run(ctx context.Context, cfg Config) error {
 	runnables := append([]manager.Runnable{srv}, keepers...)
 	if cfg.HealthListener != nil || cfg.HealthAddr != "-" {
 		runnables = append(runnables, &manager.Server{Name: "health", Listener: cfg.HealthListener,
-			Server: &http.Server{Addr: cfg.HealthAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}})
+			Server: &http.Server{Addr: cfg.HealthAddr, Handler: healthMux(checks), ReadHeaderTimeout: 10 * time.Second}})
 	}
 	for _, r := range runnables {
 		if err := mgr.Add(r); err != nil {
@@ -264,8 +275,8 @@ func Run(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-// healthMux serves /healthz, /readyz (checks) and /metrics.
-func healthMux(checks map[string]healthz.Checker, metrics *Metrics) *http.ServeMux {
+// healthMux serves /healthz and /readyz (checks).
+func healthMux(checks map[string]healthz.Checker) *http.ServeMux {
 	mux := http.NewServeMux()
 	for path, h := range map[string]http.Handler{
 		"/healthz": &healthz.Handler{Checks: map[string]healthz.Checker{"ping": healthz.Ping}},
@@ -274,6 +285,5 @@ func healthMux(checks map[string]healthz.Checker, metrics *Metrics) *http.ServeM
 		mux.Handle("GET "+path, http.StripPrefix(path, h))
 		mux.Handle("GET "+path+"/", http.StripPrefix(path, h))
 	}
-	mux.Handle("GET /metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
 	return mux
 }

@@ -483,13 +483,17 @@ func TestStockNamespaceMatchesDev(t *testing.T) {
 // TestMetricNamesConsistent: every runplane metric a non-test Go file
 // defines is snake_case under runplane_, and "in flight" is spelt in_flight
 // everywhere (the sidecar's runplane_sidecar_in_flight and the activator's
-// runplane_activator_in_flight once disagreed).
+// runplane_activator_in_flight once disagreed). A series labelled with a
+// pool is labelled with its namespace too: tenants name their pools, and
+// two tenants' same-named pools must not be one series (issue #30).
 func TestMetricNamesConsistent(t *testing.T) {
 	root, err := cluster.RepoRoot()
 	require.NoError(t, err)
 	nameRE := regexp.MustCompile(`Name:\s*"(runplane_[^"]*)"|NewDesc\(\s*"(runplane_[^"]*)"`)
 	valid := regexp.MustCompile(`^runplane_[a-z]+(_[a-z0-9]+)*$`)
-	found := 0
+	// A vector's options, then its label list; a Desc's name, then its labels.
+	labelsRE := regexp.MustCompile(`(?s)New(?:Counter|Gauge|Histogram|Summary)Vec\(.*?Name:\s*"(runplane_[^"]*)".*?\},\s*\[\]string\{([^}]*)\}|NewDesc\(\s*"(runplane_[^"]*)",[^[]*\[\]string\{([^}]*)\}`)
+	found, pooled := 0, 0
 	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -504,17 +508,61 @@ func TestMetricNamesConsistent(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		rel, _ := filepath.Rel(root, path)
 		for _, m := range nameRE.FindAllStringSubmatch(string(src), -1) {
 			name := m[1] + m[2]
 			found++
-			rel, _ := filepath.Rel(root, path)
 			assert.Regexp(t, valid, name, "%s: metric name", rel)
 			assert.NotContains(t, name, "inflight", "%s: %s: spell it in_flight", rel, name)
+		}
+		for _, m := range labelsRE.FindAllStringSubmatch(string(src), -1) {
+			name, labels := m[1]+m[3], m[2]+m[4]
+			if strings.Contains(labels, `"pool"`) {
+				pooled++
+				assert.Contains(t, labels, `"namespace"`, "%s: %s is labelled with a pool but not its namespace", rel, name)
+			}
 		}
 		return nil
 	})
 	require.NoError(t, err)
 	require.Greater(t, found, 20, "the walk found too few metric definitions to be reading the code")
+	require.GreaterOrEqual(t, pooled, 15, "the walk found too few per-pool metrics to be reading their labels")
+}
+
+// TestDashboardSeparatesTenants: every dashboard query of a per-pool series
+// selects the tenant namespace too, and groups by it wherever it groups by
+// pool. The queue's series carry the pool's namespace as namespace, which
+// the ServiceMonitor's scrape keeps as exported_namespace (namespace is the
+// scraped Pod's, the release namespace's).
+func TestDashboardSeparatesTenants(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("dashboards", "runplane.json"))
+	require.NoError(t, err)
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	require.NoError(t, json.Unmarshal(data, &dash))
+	by := regexp.MustCompile(`by \(([^)]*)\)`)
+	checked := 0
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			if !strings.Contains(tg.Expr, `pool=~"$pool"`) {
+				continue
+			}
+			checked++
+			assert.Contains(t, tg.Expr, `exported_namespace=~"$tenant"`, "panel %q: %s", p.Title, tg.Expr)
+			for _, g := range by.FindAllStringSubmatch(tg.Expr, -1) {
+				if strings.Contains(g[1], "pool") {
+					assert.Contains(t, g[1], "exported_namespace", "panel %q groups by pool, not by namespace: %s", p.Title, tg.Expr)
+				}
+			}
+		}
+	}
+	require.Greater(t, checked, 10, "the dashboard queries too few per-pool series to be reading it")
 }
 
 // TestQueueDefaultsMatchBinary: the queue's policy values the chart passes

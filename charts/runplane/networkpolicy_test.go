@@ -54,14 +54,19 @@ func TestNetworkPolicies(t *testing.T) {
 	peers, ok := from(queue, "http")
 	require.True(t, ok)
 	assert.Empty(t, peers, "the queue is open to every caller by default")
+	peers, ok = from(queue, "metrics")
+	require.True(t, ok, "the queue's metrics port")
+	assert.Equal(t, monitoring, peers, "the queue's metrics: monitoring only, not its callers")
 
 	webhook := policy("runplane-webhook")
 	peers, ok = from(webhook, "https")
 	require.True(t, ok)
-	require.Len(t, peers, 1)
+	require.Len(t, peers, 2)
 	assert.Equal(t, "10.0.0.0/24", peers[0].IPBlock.CIDR, "networkPolicy.webhook.from")
-	peers, _ = from(webhook, "metrics")
-	assert.Equal(t, monitoring, peers)
+	assert.Equal(t, monitoring, peers[1:], "monitoring scrapes /metrics on the HTTPS port")
+	peers, ok = from(webhook, "health")
+	require.True(t, ok, "the webhook's probes")
+	assert.Empty(t, peers)
 
 	for _, name := range []string{"runplane-controller", "runplane-scheduler"} {
 		peers, ok := from(policy(name), "metrics")

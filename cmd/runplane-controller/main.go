@@ -46,7 +46,7 @@ func main() {
 	fs.StringVar(&cfg.NATS.Namespace, "nats-namespace", api.DefaultNamespace, "namespace of the NATS Pods restricted egress may reach")
 	fs.StringVar(&natsLabels, "nats-pod-labels", "app.kubernetes.io/name=nats", "labels of the NATS Pods, k=v[,k=v]")
 	fs.IntVar(&natsPort, "nats-port", 4222, "NATS client port")
-	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", ":8080", "Prometheus metrics address (0 disables)")
+	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", ":8080", "HTTPS address of /metrics, served only to scrapers RBAC allows get on /metrics (0 disables)")
 	fs.StringVar(&cfg.ProbeAddr, "probe-addr", ":8081", "health probe address (/healthz, /readyz; 0 disables)")
 	fs.BoolVar(&cfg.LeaderElection, "leader-elect", true, "run controllers only while holding the Lease")
 	fs.StringVar(&cfg.LeaderElectionID, "lease-name", "runplane-controller", "name of the leader-election Lease")

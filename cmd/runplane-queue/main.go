@@ -106,7 +106,9 @@ func run() error {
 		"when the bucket is made (size max_file_store ≥ namespaces × this + the streams; -1: unbounded, no budget; full: that namespace's new big payloads get 503, big results fail)")
 	flag.StringVar(&c.Stream.RecordsBucket, "records-bucket", "runplane-invocations", "KV bucket of invocation records")
 	flag.DurationVar(&c.Stream.RecordTTL, "record-ttl", 24*time.Hour, "how long invocation records are kept")
-	flag.StringVar(&c.Listen, "listen", ":8080", "ingress listen address")
+	flag.StringVar(&c.Listen, "listen", ":8080", "ingress listen address (the ingress API and probes; never /metrics)")
+	flag.StringVar(&c.MetricsListen, "metrics-addr", ":8443", "HTTPS address of /metrics, served only to scrapers the API server authenticates and RBAC allows get on /metrics "+
+		"(with -no-kube: to anyone, and only with -insecure-disable-caller-auth); empty: not served")
 	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig path (default: in-cluster config)")
 	flag.BoolVar(&inCluster, "in-cluster", false, "use the in-cluster Kubernetes config")
 	flag.BoolVar(&noKube, "no-kube", false, "run without Kubernetes: pools from -pools, no scaling")

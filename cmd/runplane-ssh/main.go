@@ -27,7 +27,7 @@ func main() {
 	flag.StringVar(&cfg.Listen, "listen", sshserver.DefaultListen, "SSH listen address")
 	flag.StringVar(&cfg.AuthorizedKeys, "authorized-keys", "", "OpenSSH authorized_keys file (required; re-read when it changes)")
 	flag.StringVar(&cfg.HostKey, "host-key", "", "host key file; an ed25519 key is generated there if it does not exist (required)")
-	flag.StringVar(&cfg.MetricsListen, "metrics-listen", "", "serve Prometheus /metrics on this address (off if empty)")
+	flag.StringVar(&cfg.MetricsListen, "metrics-listen", "", "serve Prometheus /metrics on this loopback address (127.0.0.1:port or [::1]:port: the server runs in a tenant's container; off if empty)")
 	flag.DurationVar(&cfg.IdleTimeout, "idle-timeout", sshserver.DefaultIdleTimeout, "close connections idle this long (negative: never)")
 	flag.DurationVar(&cfg.KeysPollInterval, "keys-poll-interval", sshserver.DefaultKeysPollInterval, "how often authorized-keys is checked for changes")
 	flag.IntVar(&cfg.MaxChannels, "max-channels", sshserver.DefaultMaxChannels, "channels (sessions and forwards) open at once per connection; more are rejected")

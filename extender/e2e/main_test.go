@@ -32,6 +32,7 @@ import (
 	"github.com/runplane/runplane/extender"
 	"github.com/runplane/runplane/extender/profile"
 	"github.com/runplane/runplane/test/cluster"
+	"github.com/runplane/runplane/test/scrape"
 )
 
 var env *cluster.Cluster
@@ -69,6 +70,8 @@ type harness struct {
 	cert   string
 	key    string
 	https  *http.Client
+	// scrapers: the reader's token reads /metrics.
+	scrapers scrape.Scrapers
 	// pprof is the extender's net/http/pprof address; schedulerPort the
 	// runplane-scheduler's secure port (its /debug/pprof): the benchmarks
 	// profile both when RUNPLANE_BENCH_PROFILE_DIR is set.
@@ -142,6 +145,9 @@ func newHarness() (*harness, error) {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
 	h.https = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	if h.scrapers, err = scrape.New(ctx, env); err != nil {
+		return nil, err
+	}
 	if err := h.startExtender(ctx); err != nil {
 		return nil, err
 	}
@@ -232,8 +238,14 @@ func (h *harness) killExtender() {
 	}
 }
 
+// get reads path as the metrics reader.
 func (h *harness) get(path string) (string, error) {
-	resp, err := h.https.Get("https://" + h.addr + path)
+	req, err := http.NewRequest(http.MethodGet, "https://"+h.addr+path, nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+h.scrapers.Reader)
+	resp, err := h.https.Do(req)
 	if err != nil {
 		return "", err
 	}

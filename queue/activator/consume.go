@@ -159,7 +159,7 @@ func (a *Activator) enqueue(m jetstream.Msg, it *state.Item) {
 	var added bool
 	a.locked(func(s *state.State) { added = s.Enqueue(it) })
 	if added {
-		a.metrics.accepted.WithLabelValues(it.Inv.Pool).Inc()
+		a.metrics.accepted.WithLabelValues(it.Inv.Namespace, it.Inv.Pool).Inc()
 	}
 	a.acked("invoke", "ack", m, m.Ack())
 	a.poke()
@@ -289,7 +289,7 @@ func (a *Activator) onResult(ctx context.Context, m jetstream.Msg) {
 		}
 		a.acked(c, "ack", m, m.Ack())
 		if ok {
-			a.metrics.finished.WithLabelValues(res.Pool, string(final)).Inc()
+			a.metrics.finished.WithLabelValues(res.Namespace, res.Pool, string(final)).Inc()
 		}
 	})
 }

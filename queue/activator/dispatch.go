@@ -95,7 +95,7 @@ func (a *Activator) dispatch(ctx context.Context, it *state.Item, worker string,
 		a.locked(func(s *state.State) { s.Requeue(it, worker, time.Second) })
 		return
 	}
-	a.metrics.dispatched.WithLabelValues(it.Inv.Pool).Inc()
+	a.metrics.dispatched.WithLabelValues(it.Inv.Namespace, it.Inv.Pool).Inc()
 }
 
 // write runs one Record write of it, serialised with its other writes.

@@ -17,15 +17,17 @@ type metrics struct {
 	scaleFromZero prometheus.Histogram
 }
 
+// Every per-pool series carries namespace and pool: tenants name their
+// pools, and two namespaces' same-named pools are two pools.
 func newMetrics(r prometheus.Registerer) *metrics {
 	m := &metrics{
-		accepted:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_invocations_accepted_total", Help: "Invocations taken from the stream."}, []string{"pool"}),
-		dispatched:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_dispatches_total", Help: "Dispatches published to workers."}, []string{"pool"}),
-		redelivered:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_redeliveries_total", Help: "Invocations requeued after their worker was lost."}, []string{"pool"}),
-		lost:         prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_lost_invocations_total", Help: "In-flight invocations whose worker was lost."}, []string{"pool"}),
-		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_dead_lettered_total", Help: "Invocations dead-lettered."}, []string{"pool"}),
-		finished:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_results_total", Help: "Terminal results recorded."}, []string{"pool", "state"}),
-		scaled:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_scale_total", Help: "Scale operations."}, []string{"pool", "direction"}),
+		accepted:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_invocations_accepted_total", Help: "Invocations taken from the stream."}, []string{"namespace", "pool"}),
+		dispatched:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_dispatches_total", Help: "Dispatches published to workers."}, []string{"namespace", "pool"}),
+		redelivered:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_redeliveries_total", Help: "Invocations requeued after their worker was lost."}, []string{"namespace", "pool"}),
+		lost:         prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_lost_invocations_total", Help: "In-flight invocations whose worker was lost."}, []string{"namespace", "pool"}),
+		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_dead_lettered_total", Help: "Invocations dead-lettered."}, []string{"namespace", "pool"}),
+		finished:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_results_total", Help: "Terminal results recorded."}, []string{"namespace", "pool", "state"}),
+		scaled:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_scale_total", Help: "Scale operations."}, []string{"namespace", "pool", "direction"}),
 		ackErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_ack_errors_total",
 			Help: "JetStream Ack, Nak and Term calls that failed (the message comes back after the ack wait)."}, []string{"consumer", "op"}),
 		foreign: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_foreign_messages_total",
@@ -35,11 +37,11 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		backlog:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runplane_activator_backlog", Help: "Queued invocations per pool."}, []string{"namespace", "pool"}),
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runplane_activator_in_flight", Help: "Dispatched invocations per pool."}, []string{"namespace", "pool"}),
 		retried: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_retries_total",
-			Help: "Failed executions queued again under their pool's retry policy (runplane.io/max-retries)."}, []string{"pool"}),
+			Help: "Failed executions queued again under their pool's retry policy (runplane.io/max-retries)."}, []string{"namespace", "pool"}),
 		handedBack: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_handed_back_total",
-			Help: "Dispatches a draining worker handed back without running them (queued again at once, not counted as an attempt that ran)."}, []string{"pool"}),
+			Help: "Dispatches a draining worker handed back without running them (queued again at once, not counted as an attempt that ran)."}, []string{"namespace", "pool"}),
 		silentWorkers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_silent_workers_total",
-			Help: "Workers not heard for the heartbeat timeout: they get no new work and what they hold waits for them (-silent-worker-hold)."}, []string{"pool"}),
+			Help: "Workers not heard for the heartbeat timeout: they get no new work and what they hold waits for them (-silent-worker-hold)."}, []string{"namespace", "pool"}),
 		rebuilt: prometheus.NewGauge(prometheus.GaugeOpts{Name: "runplane_activator_rebuilt",
 			Help: "1 while this replica leads and has rebuilt its state from JetStream (it dispatches only then), else 0."}),
 		maxDeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_max_deliveries_total",

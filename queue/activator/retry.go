@@ -63,7 +63,7 @@ func (a *Activator) recordRetry(ctx context.Context, m jetstream.Msg, it *state.
 	if err != nil {
 		a.cfg.Logger.Warn("retry: record update failed; the retry stands", "invocation", res.InvocationID, "attempt", res.Attempt, "err", err)
 	}
-	a.metrics.retried.WithLabelValues(res.Pool).Inc()
+	a.metrics.retried.WithLabelValues(res.Namespace, res.Pool).Inc()
 	a.acked("results", "ack", m, m.Ack())
 }
 

@@ -111,7 +111,7 @@ func (a *Activator) scaleAll(ctx context.Context) {
 				a.cfg.Logger.Warn("scale failed", "pool", pl.Name, "from", current, "to", d.To, "err", err)
 				return
 			}
-			a.metrics.scaled.WithLabelValues(pl.Name, dir(current, d.To)).Inc()
+			a.metrics.scaled.WithLabelValues(pl.Namespace, pl.Name, dir(current, d.To)).Inc()
 			if current == 0 && waited > 0 {
 				a.metrics.scaleFromZero.Observe((waited + a.cfg.Clock.Since(now)).Seconds())
 			}

@@ -38,7 +38,7 @@ func (a *Activator) onEvent(ctx context.Context, m *nats.Msg) {
 	}
 	a.lost(ctx, out.Lost)
 	if it := out.HandedBack; it != nil {
-		a.metrics.handedBack.WithLabelValues(ev.Pool).Inc()
+		a.metrics.handedBack.WithLabelValues(ev.Namespace, ev.Pool).Inc()
 		a.wg.Go(func() { a.recordHandBack(ctx, it, ev, out.StaleDispatch) })
 		a.poke()
 	}
@@ -118,13 +118,13 @@ func (a *Activator) settle(ctx context.Context, l *state.Loss) {
 		case state.Skip:
 			continue
 		case state.DeadLetter:
-			a.metrics.lost.WithLabelValues(l.Pool).Inc()
+			a.metrics.lost.WithLabelValues(l.Namespace, l.Pool).Inc()
 			reason := fmt.Sprintf("worker %s lost (%s) on attempt %d; %d of %d allowed losses", l.Worker, l.Why, it.Attempt, it.Strikes, a.cfg.MaxAttempts)
 			a.wg.Go(func() { a.deadLetter(ctx, it, reason) })
 			continue
 		}
-		a.metrics.lost.WithLabelValues(l.Pool).Inc()
-		a.metrics.redelivered.WithLabelValues(l.Pool).Inc()
+		a.metrics.lost.WithLabelValues(l.Namespace, l.Pool).Inc()
+		a.metrics.redelivered.WithLabelValues(l.Namespace, l.Pool).Inc()
 		if stale != 0 {
 			// The abandoned attempt must not run later (a restarted worker
 			// of the same name resumes its consumer): remove its Dispatch.
@@ -210,7 +210,7 @@ func (a *Activator) deadLetter(ctx context.Context, it *state.Item, reason strin
 	if err != nil {
 		a.cfg.Logger.Warn("dead-letter record update failed", "invocation", it.Inv.InvocationID, "err", err)
 	}
-	a.metrics.deadLettered.WithLabelValues(it.Inv.Pool).Inc()
+	a.metrics.deadLettered.WithLabelValues(it.Inv.Namespace, it.Inv.Pool).Inc()
 }
 
 // expire records an invocation timed out on the activator's authority
@@ -243,7 +243,7 @@ func (a *Activator) housekeep(ctx context.Context) {
 	for _, si := range silenced {
 		a.cfg.Logger.Warn("worker silent: no new work; holding what it holds for it", "namespace", si.Namespace, "pool", si.Pool,
 			"worker", si.Worker, "held", si.Held, "until", si.Until)
-		a.metrics.silentWorkers.WithLabelValues(si.Pool).Inc()
+		a.metrics.silentWorkers.WithLabelValues(si.Namespace, si.Pool).Inc()
 	}
 	for _, l := range losses {
 		a.lost(ctx, l)

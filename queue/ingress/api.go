@@ -5,8 +5,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/runplane/runplane/internal/apiview"
 	"github.com/runplane/runplane/internal/httpjson"
 	"github.com/runplane/runplane/internal/messages"
@@ -194,17 +192,6 @@ func operations() []operation {
 				{status: http.StatusServiceUnavailable, body: Problem{}, description: "not ready: the detail says why"},
 			},
 			serve: func(s *Server) http.HandlerFunc { return s.handleReady }},
-		{method: http.MethodGet, path: "/metrics", id: "getMetrics", tag: "service", public: true,
-			summary:   "Prometheus metrics",
-			responses: []response{{status: http.StatusOK, body: "", contentType: "text/plain", description: "the Prometheus text format"}},
-			serve: func(s *Server) http.HandlerFunc {
-				if s.cfg.Gatherer == nil {
-					return func(w http.ResponseWriter, r *http.Request) {
-						problem(w, r, http.StatusNotFound, "metrics are not served by this ingress")
-					}
-				}
-				return promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}).ServeHTTP
-			}},
 	}
 }
 

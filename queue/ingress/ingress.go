@@ -97,7 +97,6 @@ type Config struct {
 	DisableReplyFastPath bool
 	Logger               *slog.Logger
 	Registerer           prometheus.Registerer
-	Gatherer             prometheus.Gatherer
 }
 
 func (c Config) withDefaults() Config {

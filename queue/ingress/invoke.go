@@ -252,12 +252,12 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 		return
 	}
 	if ack.Duplicate {
-		s.m.duplicates.WithLabelValues(poolName).Inc()
+		s.m.duplicates.WithLabelValues(ns, poolName).Inc()
 		if req.Mode == messages.ModeSync && !s.resultReadable(w, r, ns, poolName) {
 			return
 		}
 	}
-	s.m.accepted.WithLabelValues(poolName, string(req.Mode)).Inc()
+	s.m.accepted.WithLabelValues(ns, poolName, string(req.Mode)).Inc()
 	if streamed {
 		// A re-post answers with the existing invocation's output: as a
 		// sync re-post, only for a caller who may also read it.
@@ -276,7 +276,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 		return
 	}
 	final, ok := s.wait(ctx, stream.Key(ns, inv.InvocationID), ch, time.Duration(req.TimeoutSeconds)*time.Second)
-	s.m.syncLatency.WithLabelValues(poolName).Observe(time.Since(start).Seconds())
+	s.m.syncLatency.WithLabelValues(ns, poolName).Observe(time.Since(start).Seconds())
 	if !ok {
 		httpjson.WriteProblem(w, http.StatusGatewayTimeout, InvocationProblem{Problem: httpjson.NewProblem(r, http.StatusGatewayTimeout,
 			fmt.Sprintf("no result within timeoutSeconds=%d; poll GET /v1/namespaces/%s/invocations/%s", req.TimeoutSeconds, ns, inv.InvocationID)),

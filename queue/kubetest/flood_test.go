@@ -32,6 +32,7 @@ import (
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/test/natsauth"
+	"github.com/runplane/runplane/test/scrape"
 )
 
 // calloutNATS starts a nats-server in runplane's operator mode whose only
@@ -96,22 +97,29 @@ func TestFloodsDoNotStarveAdmission(t *testing.T) {
 	// leaves client-go's defaults, 5 QPS, burst 10), not the harness's 500.
 	rc := rest.CopyConfig(env.RESTConfig())
 	rc.QPS, rc.Burst = 5, 10
-	addr := make(chan string, 1)
+	scrapers, err := scrape.New(ctx, env)
+	require.NoError(t, err)
+	addr, metricsAddr := make(chan string, 1), make(chan string, 1)
 	qctx, qcancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- queue.Run(qctx, queue.Config{NATSURL: srv.ClientURL(), NATSTrustFile: auth.TrustFile,
 			Listen: "127.0.0.1:0", OnListen: func(x string) { addr <- x },
+			MetricsListen: "127.0.0.1:0", OnMetricsListen: func(x string) { metricsAddr <- x },
 			RESTConfig: rc, Namespace: ns, Tick: 100 * time.Millisecond,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	}()
 	t.Cleanup(func() { qcancel(); <-done })
-	var base string
-	select {
-	case x := <-addr:
-		base = "http://" + x
-	case err := <-done:
-		require.FailNow(t, "queue.Run returned", "%v", err)
+	var base, metricsURL string
+	for base == "" || metricsURL == "" {
+		select {
+		case x := <-addr:
+			base = "http://" + x
+		case x := <-metricsAddr:
+			metricsURL = "https://" + x + "/metrics"
+		case err := <-done:
+			require.FailNow(t, "queue.Run returned", "%v", err)
+		}
 	}
 	invoke := "/v1/namespaces/" + ns + "/pools/echo/invocations"
 	// The known caller: authenticated and authorized before the flood.
@@ -197,12 +205,10 @@ func TestFloodsDoNotStarveAdmission(t *testing.T) {
 
 	assert.Positive(t, retryAfter.Load(), "unknown tokens beyond the review budget get 429 with Retry-After")
 	// The limits showed up in the metrics.
-	r, err := http.Get(base + "/metrics")
+	code, metrics, err := scrape.Get(metricsURL, scrapers.Reader)
 	require.NoError(t, err)
-	defer r.Body.Close()
-	metrics, err := io.ReadAll(r.Body)
-	require.NoError(t, err)
-	assert.Contains(t, string(metrics), `runplane_caller_auth_rate_limited_total{review="token"}`)
-	assert.Contains(t, string(metrics), `runplane_nats_callout_answers_total{reason="invalid_token",result="refused"}`)
-	assert.Contains(t, string(metrics), `runplane_nats_callout_answers_total{reason="rate_limited",result="refused"}`)
+	require.Equal(t, http.StatusOK, code, metrics)
+	assert.Contains(t, metrics, `runplane_caller_auth_rate_limited_total{review="token"}`)
+	assert.Contains(t, metrics, `runplane_nats_callout_answers_total{reason="invalid_token",result="refused"}`)
+	assert.Contains(t, metrics, `runplane_nats_callout_answers_total{reason="rate_limited",result="refused"}`)
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/queue/stubworker"
 	"github.com/runplane/runplane/test/cluster"
+	"github.com/runplane/runplane/test/scrape"
 )
 
 var env *cluster.Cluster
@@ -40,15 +41,18 @@ func TestMain(m *testing.M) {
 }
 
 type fixture struct {
-	t     *testing.T
-	ns    string
-	pool  string
-	base  string
-	nc    *nats.Conn
-	subj  messages.Subjects
-	log   *stubworker.Log
-	mu    sync.Mutex
-	procs map[string]*stubworker.Worker
+	t    *testing.T
+	ns   string
+	pool string
+	base string
+	// metricsURL is the queue's /metrics; scrapers read it.
+	metricsURL string
+	scrapers   scrape.Scrapers
+	nc         *nats.Conn
+	subj       messages.Subjects
+	log        *stubworker.Log
+	mu         sync.Mutex
+	procs      map[string]*stubworker.Worker
 	// handler for new workers, swappable by tests.
 	handler stubworker.Handler
 }
@@ -94,20 +98,27 @@ func setup(t *testing.T, ann map[string]string, replicas int32) *fixture {
 	if testing.Verbose() {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	addr := make(chan string, 1)
+	f.scrapers, err = scrape.New(ctx, env)
+	require.NoError(t, err)
+	addr, metricsAddr := make(chan string, 1), make(chan string, 1)
 	qctx, qcancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- queue.Run(qctx, queue.Config{NATSURL: ns.ClientURL(), InsecureDisableCallerAuth: true, Listen: "127.0.0.1:0", OnListen: func(a string) { addr <- a },
+			MetricsListen: "127.0.0.1:0", OnMetricsListen: func(a string) { metricsAddr <- a },
 			RESTConfig: env.RESTConfig(), Namespace: name, LeaderElection: true, LeaseNamespace: name, Identity: "test",
 			HeartbeatTimeout: 2 * time.Second, Backoff: 100 * time.Millisecond, Tick: 100 * time.Millisecond, Logger: logger})
 	}()
 	t.Cleanup(func() { qcancel(); <-done })
-	select {
-	case a := <-addr:
-		f.base = "http://" + a
-	case err := <-done:
-		require.FailNow(t, "queue.Run returned", "%v", err)
+	for f.base == "" || f.metricsURL == "" {
+		select {
+		case a := <-addr:
+			f.base = "http://" + a
+		case a := <-metricsAddr:
+			f.metricsURL = "https://" + a + "/metrics"
+		case err := <-done:
+			require.FailNow(t, "queue.Run returned", "%v", err)
+		}
 	}
 	// Ready once the pool's Deployment is known.
 	f.eventually("pool known", 30*time.Second, func() bool { return f.get("/v1/namespaces/"+f.ns+"/pools/"+f.pool) == 200 })
@@ -241,12 +252,10 @@ func TestScaleFromZeroAndBackToZero(t *testing.T) {
 	f.decidedSince(time.Now())
 	require.Zero(t, f.replicas(), "scaled without demand")
 	// The manager's leader-election metrics are served with the queue's.
-	r, err := http.Get(f.base + "/metrics")
+	code, body, err := scrape.Get(f.metricsURL, f.scrapers.Reader)
 	require.NoError(t, err)
-	body, err := io.ReadAll(r.Body)
-	r.Body.Close()
-	require.NoError(t, err)
-	require.Contains(t, string(body), `leader_election_master_status{name="runplane-queue-activator"} 1`)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `leader_election_master_status{name="runplane-queue-activator"} 1`)
 	f.invoke("first")
 	f.eventually("scale from zero", 20*time.Second, func() bool { return f.replicas() == 1 })
 	f.eventually("first succeeded", 30*time.Second, func() bool { return f.state("first").State == messages.StateSucceeded })

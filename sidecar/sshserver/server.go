@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/runplane/runplane/internal/buildinfo"
+	"github.com/runplane/runplane/internal/metricsauth"
 	"golang.org/x/crypto/ssh"
 	"k8s.io/utils/clock"
 )
@@ -50,7 +51,9 @@ type Config struct {
 	AuthorizedKeys string
 	// HostKey is the host key file, created (ed25519) if missing; required.
 	HostKey string
-	// MetricsListen serves Prometheus /metrics when non-empty.
+	// MetricsListen serves Prometheus /metrics when non-empty, on a
+	// loopback address only: the server runs in a tenant's container, where
+	// nothing can authenticate a scraper (internal/metricsauth.Loopback).
 	MetricsListen string
 	// IdleTimeout closes a connection with no traffic in either direction
 	// for this long. Zero means DefaultIdleTimeout; negative disables it.
@@ -110,6 +113,11 @@ func (c *Config) validate() error {
 	}
 	if c.LoginGraceTime < 0 {
 		return fmt.Errorf("login-grace-time: must be positive, got %s", c.LoginGraceTime)
+	}
+	if c.MetricsListen != "" {
+		if err := metricsauth.Loopback(c.MetricsListen); err != nil {
+			return fmt.Errorf("metrics-listen: %w", err)
+		}
 	}
 	return nil
 }

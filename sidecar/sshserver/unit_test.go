@@ -199,6 +199,9 @@ func TestConfigValidate(t *testing.T) {
 		{"negative max channels", Config{AuthorizedKeys: "a", HostKey: "h", MaxChannels: -1}, "max-channels"},
 		{"negative max unauthenticated", Config{AuthorizedKeys: "a", HostKey: "h", MaxUnauthenticated: -1}, "max-unauthenticated"},
 		{"negative login grace", Config{AuthorizedKeys: "a", HostKey: "h", LoginGraceTime: -1}, "login-grace-time"},
+		// A tenant's container: metrics on loopback only (issue #30).
+		{"metrics on every interface", Config{AuthorizedKeys: "a", HostKey: "h", MetricsListen: ":9100"}, "metrics-listen"},
+		{"metrics on the Pod's address", Config{AuthorizedKeys: "a", HostKey: "h", MetricsListen: "10.0.0.5:9100"}, "only a loopback address"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -138,6 +138,9 @@ func (n *NATS) Restart() error {
 type Queue struct {
 	*Proc
 	URL string
+	// MetricsURL is its /metrics (HTTPS; with Kubeconfig, for scrapers RBAC
+	// allows get on /metrics only).
+	MetricsURL string
 }
 
 // QueueOptions choose how a queue replica runs.
@@ -161,7 +164,11 @@ func StartQueue(bins Binaries, dir, name, natsURL string, o QueueOptions) (*Queu
 		return nil, err
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	args := []string{"-listen", addr, "-nats-url", natsURL, "-insecure-disable-caller-auth",
+	if port, err = FreePort(); err != nil {
+		return nil, err
+	}
+	metricsAddr := "127.0.0.1:" + strconv.Itoa(port)
+	args := []string{"-listen", addr, "-metrics-addr", metricsAddr, "-nats-url", natsURL, "-insecure-disable-caller-auth",
 		// The harness measures loss and duplicates, not fairness limits.
 		"-max-backlog", "-1", "-namespace-max-backlog", "-1", "-namespace-max-in-flight", "-1"}
 	if o.Kubeconfig == "" {
@@ -177,7 +184,8 @@ func StartQueue(bins Binaries, dir, name, natsURL string, o QueueOptions) (*Queu
 		args = append(args, "-kubeconfig", o.Kubeconfig, "-namespace", o.Namespace, "-leader-election-namespace", o.Namespace)
 	}
 	args = append(args, o.Args...)
-	q := &Queue{Proc: NewProc(name, filepath.Join(dir, name+".log"), bins.Queue, args, nil), URL: "http://" + addr}
+	q := &Queue{Proc: NewProc(name, filepath.Join(dir, name+".log"), bins.Queue, args, nil), URL: "http://" + addr,
+		MetricsURL: "https://" + metricsAddr + "/metrics"}
 	if err := q.Restart(); err != nil {
 		return nil, err
 	}
@@ -255,7 +263,8 @@ func StartWorker(bins Binaries, dir, name, natsURL string, o WorkerOptions) (*Wo
 		"RUNPLANE_FRAMEWORK_SOCKET=" + filepath.Join(sockDir, "f.sock"), "RUNPLANE_CONCURRENCY=" + strconv.Itoa(conc)}
 	fwEnv := append(append([]string{"CHAOS_EXEC_LOG=" + o.ExecLog}, base...), o.FrameworkEnv...)
 	scEnv := append(append([]string{}, base...), "RUNPLANE_NATS_URL="+natsURL, "RUNPLANE_NATS_TOKEN_FILE="+tok,
-		"RUNPLANE_SIDECAR_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(port), "RUNPLANE_WORKER_STATE_DIR="+state)
+		"RUNPLANE_SIDECAR_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(port),
+		"RUNPLANE_SIDECAR_METRICS_ADDR=127.0.0.1:0", "RUNPLANE_WORKER_STATE_DIR="+state)
 	w := &Worker{
 		Name:      name,
 		Framework: NewProc(name+"/framework", filepath.Join(wdir, "framework.log"), bins.Framework, nil, fwEnv),

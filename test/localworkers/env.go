@@ -65,6 +65,8 @@ func PodEnv(pod *corev1.Pod, local Local) (sidecar, frameworkEnv []string, err e
 	scEnv.set(api.EnvFrameworkSocket, local.Socket)
 	scEnv.set(api.EnvSeedSocketPath, local.Socket)
 	scEnv.set(api.EnvSidecarHTTPAddr, local.SidecarHTTPAddr)
+	// Many sidecars share this host's loopback: any free port.
+	scEnv.set(api.EnvSidecarMetricsAddr, "127.0.0.1:0")
 	scEnv.del(api.EnvWorkerStateDir)
 	if local.StateDir != "" {
 		scEnv.set(api.EnvWorkerStateDir, local.StateDir)
@@ -79,7 +81,7 @@ func PodEnv(pod *corev1.Pod, local Local) (sidecar, frameworkEnv []string, err e
 		fwEnv.merge(vars)
 	}
 	// The framework never gets NATS settings, whatever the Pod says.
-	for _, k := range []string{api.EnvNATSURL, api.EnvNATSTokenFile, api.EnvNATSJSAPIPrefix, api.EnvSubjectPrefix, api.EnvStreamName, api.EnvSidecarHTTPAddr} {
+	for _, k := range []string{api.EnvNATSURL, api.EnvNATSTokenFile, api.EnvNATSJSAPIPrefix, api.EnvSubjectPrefix, api.EnvStreamName, api.EnvSidecarHTTPAddr, api.EnvSidecarMetricsAddr} {
 		fwEnv.del(k)
 	}
 	fwEnv.set(api.EnvFrameworkSocket, local.Socket)

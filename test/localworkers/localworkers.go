@@ -249,7 +249,7 @@ func (r *Runner) Workers() []string {
 	return out
 }
 
-// SidecarAddr is the local HTTP address (/livez, /readyz, /metrics) of a
+// SidecarAddr is the local HTTP address (/livez, /readyz) of a
 // Pod's sidecar.
 func (r *Runner) SidecarAddr(namespace, name string) (string, bool) {
 	r.mu.Lock()

@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -30,6 +29,7 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/test/cluster"
+	"github.com/runplane/runplane/test/scrape"
 	"github.com/runplane/runplane/webhook"
 	"github.com/runplane/runplane/webhook/mutate"
 )
@@ -88,6 +88,8 @@ type running struct {
 	addr   string // 127.0.0.1:<port> of the admission listener
 	health string // http://127.0.0.1:<port>
 	stop   func()
+	// scrapers read /metrics (the reader's token).
+	scrapers scrape.Scrapers
 }
 
 // startWebhook runs webhook.Run in-process until the test ends, and waits
@@ -122,6 +124,8 @@ func startWebhook(t *testing.T, modify ...func(*webhook.Config)) *running {
 	var runErr error // set before exited closes
 	go func() { runErr = webhook.Run(ctx, cfg); close(exited) }()
 	r := &running{addr: addr, health: "http://" + hln.Addr().String()}
+	r.scrapers, err = scrape.New(t.Context(), env)
+	require.NoError(t, err)
 	var once sync.Once
 	r.stop = func() {
 		once.Do(func() {
@@ -146,7 +150,7 @@ func startWebhook(t *testing.T, modify ...func(*webhook.Config)) *running {
 		pod, err := env.Client().CoreV1().Pods(probeNS).Create(context.Background(), gpuPod("probe", "g1.1"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		require.NoError(c, err, "the API server calls the webhook")
 		require.Equal(c, api.SchedulerName, pod.Spec.SchedulerName)
-		require.Contains(c, scrape(c, r.health), `outcome="mutated"`)
+		require.Contains(c, r.metrics(c), `outcome="mutated"`)
 	}, 60*time.Second, 200*time.Millisecond)
 	return r
 }
@@ -167,13 +171,12 @@ func status(url string) int {
 	return resp.StatusCode
 }
 
-func scrape(t require.TestingT, health string) string {
-	resp, err := http.Get(health + "/metrics")
+// metrics is /metrics as the reader gets it.
+func (r *running) metrics(t require.TestingT) string {
+	code, body, err := scrape.Get("https://"+r.addr+"/metrics", r.scrapers.Reader)
 	require.NoError(t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return string(b)
+	require.Equal(t, http.StatusOK, code, body)
+	return body
 }
 
 func gpuPod(name, spec string) *corev1.Pod {

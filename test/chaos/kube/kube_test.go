@@ -1,7 +1,6 @@
 package kube_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/http"
@@ -26,6 +25,7 @@ import (
 	"github.com/runplane/runplane/test/chaos/execlog"
 	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/localworkers"
+	"github.com/runplane/runplane/test/scrape"
 )
 
 var (
@@ -61,6 +61,8 @@ type stack struct {
 	queues   []*chaos.Queue
 	execLog  string
 	workers  *localworkers.Runner
+	// scrapers read the replicas' /metrics.
+	scrapers scrape.Scrapers
 }
 
 // setup creates namespace ns with pool Deployment "p" (replicas workers of
@@ -77,6 +79,8 @@ func setup(t *testing.T, ns string, replicas, workers int32, frameworkEnv map[st
 	dir := chaos.CaseDir(t, ns)
 	s := &stack{ns: ns, pool: "p", execLog: filepath.Join(dir, "exec.log")}
 	n, err := chaos.StartNATS(bins, dir, chaos.NATSOptions{})
+	require.NoError(t, err)
+	s.scrapers, err = scrape.New(ctx, env)
 	require.NoError(t, err)
 	t.Cleanup(n.Kill)
 
@@ -128,18 +132,15 @@ func (s *stack) leader() (int, bool) {
 		if !q.Running() {
 			continue
 		}
-		resp, err := http.Get(q.URL + "/metrics")
-		if err != nil {
+		code, body, err := scrape.Get(q.MetricsURL, s.scrapers.Reader)
+		if err != nil || code != http.StatusOK {
 			continue
 		}
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			if strings.HasPrefix(sc.Text(), `leader_election_master_status{name="runplane-queue-activator"} 1`) {
-				resp.Body.Close()
+		for line := range strings.Lines(body) {
+			if strings.HasPrefix(line, `leader_election_master_status{name="runplane-queue-activator"} 1`) {
 				return i, true
 			}
 		}
-		resp.Body.Close()
 	}
 	return 0, false
 }

@@ -24,7 +24,9 @@ import (
 	"github.com/runplane/runplane/controllers/egress"
 	"github.com/runplane/runplane/controllers/sshservice"
 	"github.com/runplane/runplane/pvcspec"
+	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/e2e/rbac"
+	"github.com/runplane/runplane/test/scrape"
 )
 
 const testImage = "ghcr.io/runplane/runplane:rbac-test"
@@ -66,13 +68,16 @@ func TestControllers(t *testing.T) {
 		k, v, _ := strings.Cut(kv, "=")
 		podLabels[k] = v
 	}
+	metricsPort, err := cluster.FreePort()
+	require.NoError(t, err)
 	cfg := controllers.Config{
-		RESTConfig:    rec.As(env.RESTConfig(), releaseNS, "runplane-controller"),
-		Namespace:     arg(t, args, "namespace"),
-		Image:         testImage,
-		ClusterDomain: arg(t, args, "cluster-domain"),
-		NATS:          egress.NATSEndpoint{Namespace: arg(t, args, "nats-namespace"), Port: int32(port), PodLabels: podLabels},
-		MetricsAddr:   "0", ProbeAddr: "0",
+		MetricsAddr:    "127.0.0.1:" + strconv.Itoa(metricsPort),
+		RESTConfig:     rec.As(env.RESTConfig(), releaseNS, "runplane-controller"),
+		Namespace:      arg(t, args, "namespace"),
+		Image:          testImage,
+		ClusterDomain:  arg(t, args, "cluster-domain"),
+		NATS:           egress.NATSEndpoint{Namespace: arg(t, args, "nats-namespace"), Port: int32(port), PodLabels: podLabels},
+		ProbeAddr:      "0",
 		LeaderElection: arg(t, args, "leader-elect") == "true",
 		Logger:         logr.FromSlogHandler(rec.Logger().Handler()),
 	}
@@ -91,6 +96,14 @@ func TestControllers(t *testing.T) {
 			l, err := client.CoordinationV1().Leases(releaseNS).Get(ctx, "runplane-controller", metav1.GetOptions{})
 			return err == nil && ptr.Deref(l.Spec.HolderIdentity, "") != "", err
 		})
+	})
+
+	// /metrics: the controller reviews scrapers as its chart ServiceAccount,
+	// and the chart's runplane-metrics-reader lets one in.
+	t.Run("metrics only for readers", func(t *testing.T) {
+		scrapers, err := scrape.New(ctx, env)
+		require.NoError(t, err)
+		scrapers.Check(t, "https://127.0.0.1:"+strconv.Itoa(metricsPort)+"/metrics", "controller_runtime_")
 	})
 
 	t.Run("prepare job, phase and storage gate", func(t *testing.T) {

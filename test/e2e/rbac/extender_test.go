@@ -32,6 +32,7 @@ import (
 	"github.com/runplane/runplane/extender"
 	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/e2e/rbac"
+	"github.com/runplane/runplane/test/scrape"
 )
 
 // g11 is a Pod of catalog spec g1.1 (testdata/values.yaml) as the webhook
@@ -87,6 +88,11 @@ func TestExtender(t *testing.T) {
 	require.True(t, strings.HasPrefix(arg(t, args, "addr"), "127.0.0.1:"), "the chart's extender verbs listen on %s", args["addr"])
 	require.NotEmpty(t, arg(t, args, "metrics-addr"))
 	checkListeners(t, ext)
+	// /metrics: the extender reviews scrapers as the chart's ServiceAccount,
+	// and the chart's runplane-metrics-reader ClusterRole lets one in.
+	scrapers, err := scrape.New(ctx, env)
+	require.NoError(t, err)
+	scrapers.Check(t, "https://"+ext.MetricsAddr()+"/metrics", "runplane_extender_leader")
 	schedLog := &rbac.Recorder{}
 	t.Cleanup(func() { checkNoDenials(t, "kube-scheduler as runplane-scheduler", schedLog) })
 	runScheduler(t, ext, schedLog)
@@ -206,8 +212,8 @@ func runScheduler(t *testing.T, ext *extender.Extender, rec *rbac.Recorder) {
 	})
 }
 
-// checkListeners: the verbs answer on Addr only, /metrics and the probes on
-// MetricsAddr only.
+// checkListeners: the verbs answer on Addr only, /metrics (to a scraper
+// only: 401 here) and the probes on MetricsAddr only.
 func checkListeners(t *testing.T, ext *extender.Extender) {
 	t.Helper()
 	pool := x509.NewCertPool()
@@ -225,8 +231,8 @@ func checkListeners(t *testing.T, ext *extender.Extender) {
 		assert.Equal(t, http.StatusNotFound, status(http.MethodPost, ext.MetricsAddr(), path), "%s on the metrics listener", path)
 		assert.NotEqual(t, http.StatusNotFound, status(http.MethodPost, ext.Addr(), path), "%s on the verb listener", path)
 	}
-	for _, path := range []string{"/metrics", "/healthz", "/readyz"} {
-		assert.Equal(t, http.StatusOK, status(http.MethodGet, ext.MetricsAddr(), path), "%s on the metrics listener", path)
+	for path, code := range map[string]int{"/metrics": http.StatusUnauthorized, "/healthz": http.StatusOK, "/readyz": http.StatusOK} {
+		assert.Equal(t, code, status(http.MethodGet, ext.MetricsAddr(), path), "%s on the metrics listener", path)
 		assert.Equal(t, http.StatusNotFound, status(http.MethodGet, ext.Addr(), path), "%s on the verb listener", path)
 	}
 }

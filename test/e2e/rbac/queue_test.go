@@ -38,6 +38,7 @@ import (
 	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/queue/stubworker"
 	"github.com/runplane/runplane/test/e2e/rbac"
+	"github.com/runplane/runplane/test/scrape"
 )
 
 // TestQueue: as runplane-queue (all namespaces, as the chart runs it), the
@@ -136,8 +137,9 @@ func TestQueue(t *testing.T) {
 		HeartbeatTimeout: 2 * time.Second, Tick: 100 * time.Millisecond, Logger: rec.Logger(),
 		Callbacks: queue.CallbackOptions{MasterKey: master, AllowCIDRs: []string{"127.0.0.0/8"}, NamespaceWorkers: namespaceWorkers},
 	}
-	addr := make(chan string, 1)
+	addr, metricsAddr := make(chan string, 1), make(chan string, 1)
 	cfg.OnListen = func(a string) { addr <- a }
+	cfg.MetricsListen, cfg.OnMetricsListen = "127.0.0.1:0", func(a string) { metricsAddr <- a }
 	qctx, qcancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- queue.Run(qctx, cfg) }()
@@ -145,15 +147,24 @@ func TestQueue(t *testing.T) {
 		qcancel()
 		assert.NoError(t, <-done, "queue.Run")
 	})
-	var base string
-	select {
-	case a := <-addr:
-		base = "http://" + a
-	case err := <-done:
-		require.Failf(t, "queue.Run ended before listening", "%v", err)
-	case <-ctx.Done():
-		require.Fail(t, "the queue did not listen")
+	var base, metricsURL string
+	for base == "" || metricsURL == "" {
+		select {
+		case a := <-addr:
+			base = "http://" + a
+		case a := <-metricsAddr:
+			metricsURL = "https://" + a + "/metrics"
+		case err := <-done:
+			require.Failf(t, "queue.Run ended before listening", "%v", err)
+		case <-ctx.Done():
+			require.Fail(t, "the queue did not listen")
+		}
 	}
+	// /metrics: the queue reviews scrapers as its chart ServiceAccount, and
+	// the chart's runplane-metrics-reader lets one in.
+	scrapers, err := scrape.New(ctx, env)
+	require.NoError(t, err)
+	scrapers.Check(t, metricsURL, "runplane_build_info")
 	replicas := func() int32 {
 		d, err := client.AppsV1().Deployments(ns).Get(ctx, "workers", metav1.GetOptions{})
 		if err != nil {

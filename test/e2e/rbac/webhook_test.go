@@ -16,6 +16,7 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/pki"
 	"github.com/runplane/runplane/test/e2e/rbac"
+	"github.com/runplane/runplane/test/scrape"
 	"github.com/runplane/runplane/webhook"
 	"github.com/runplane/runplane/webhook/mutate"
 	"github.com/stretchr/testify/assert"
@@ -158,6 +159,15 @@ func TestWebhook(t *testing.T) {
 		assert.Equal(t, api.SchedulerName, got.Spec.SchedulerName)
 		assert.Equal(t, api.PriorityClassWorkload, got.Spec.PriorityClassName)
 		assert.Equal(t, int32(1000), ptr.Deref(got.Spec.Priority, 0))
+	})
+
+	// /metrics on the HTTPS port (after an admission: its series exist): the
+	// webhook reviews scrapers as its chart ServiceAccount, and the chart's
+	// runplane-metrics-reader lets one in.
+	t.Run("metrics only for readers", func(t *testing.T) {
+		scrapers, err := scrape.New(ctx, env)
+		require.NoError(t, err)
+		scrapers.Check(t, "https://"+addr+"/metrics", "runplane_webhook_admissions_total")
 	})
 
 	t.Run("claims are read for the storage gate and validated", func(t *testing.T) {

@@ -24,6 +24,7 @@ import (
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/test/natsauth"
+	"github.com/runplane/runplane/test/scrape"
 )
 
 // queueNATS is a real nats-server configured as make dev and the chart
@@ -34,8 +35,11 @@ type queueNATS struct {
 	internal *nats.Conn // the queue's own user
 	subj     messages.Subjects
 	stream   string
-	// ingress is the ingress's base URL when withIngress was given.
-	ingress string
+	// ingress is the ingress's base URL when withIngress was given, and
+	// metricsURL its /metrics, which scrapers read.
+	ingress    string
+	metricsURL string
+	scrapers   scrape.Scrapers
 }
 
 // withIngress also serves the queue's ingress (caller authentication off)
@@ -43,6 +47,7 @@ type queueNATS struct {
 func withIngress(ns string) func(*queue.Config) {
 	return func(c *queue.Config) {
 		c.DisableIngress, c.InsecureDisableCallerAuth, c.Namespace, c.Listen = false, true, ns, "127.0.0.1:0"
+		c.MetricsListen = "127.0.0.1:0"
 	}
 }
 
@@ -66,12 +71,12 @@ func startQueueNATSConf(t *testing.T, ctx context.Context, jsConf, topConf strin
 	sc := stream.Config{}.WithDefaults()
 	qctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	listening := make(chan string, 1)
+	listening, metricsListening := make(chan string, 1), make(chan string, 1)
 	qcfg := queue.Config{
 		NATSURL: srv.ClientURL(), NATSTrustFile: auth.TrustFile,
 		RESTConfig: env.RESTConfig(), Namespace: "natsauth-none", DisableIngress: true,
-		OnListen: func(addr string) { listening <- addr },
-		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnListen: func(addr string) { listening <- addr }, OnMetricsListen: func(addr string) { metricsListening <- addr },
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	for _, o := range opts {
 		o(&qcfg)
@@ -106,6 +111,16 @@ func startQueueNATSConf(t *testing.T, ctx context.Context, jsConf, topConf strin
 		case <-ctx.Done():
 			t.Fatal("the ingress did not listen")
 		}
+	}
+	if qcfg.MetricsListen != "" {
+		select {
+		case addr := <-metricsListening:
+			q.metricsURL = "https://" + addr + "/metrics"
+		case <-ctx.Done():
+			t.Fatal("the metrics listener did not listen")
+		}
+		q.scrapers, err = scrape.New(ctx, env)
+		require.NoError(t, err)
 	}
 	return q
 }

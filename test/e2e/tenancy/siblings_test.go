@@ -3,7 +3,6 @@ package tenancy
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -16,6 +15,7 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/test/scrape"
 )
 
 // TestWorkerCannotSpeakForSibling: two workers of one pool, each through
@@ -82,13 +82,8 @@ func TestWorkerCannotSpeakForSibling(t *testing.T) {
 	require.NoError(t, nc.Publish(q.subj.Events(ns, pool, mallory.Name), forged))
 	require.NoError(t, nc.Flush())
 	require.Eventually(t, func() bool {
-		resp, err := http.Get(q.ingress + "/metrics")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		return err == nil && strings.Contains(string(b), `runplane_activator_foreign_messages_total{kind="event"} 1`)
+		code, body, err := scrape.Get(q.metricsURL, q.scrapers.Reader)
+		return err == nil && code == http.StatusOK && strings.Contains(body, `runplane_activator_foreign_messages_total{kind="event"} 1`)
 	}, 30*time.Second, 50*time.Millisecond, "the activator did not refuse the event naming the victim")
 	select {
 	case err := <-violations:

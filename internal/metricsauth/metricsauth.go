@@ -1,0 +1,109 @@
+// Package metricsauth is the one place runplane's components get their
+// /metrics protection from: controller-runtime's metrics filter
+// (sigs.k8s.io/controller-runtime/pkg/metrics/filters), which authenticates
+// a scraper's bearer token with a TokenReview and authorizes it with a
+// SubjectAccessReview for verb get on the non-resource URL /metrics. A
+// scraper needs a ClusterRole granting that (the chart's
+// runplane-metrics-reader); the component's own ServiceAccount needs create
+// on tokenreviews and subjectaccessreviews.
+//
+// Metrics are served over TLS only: the scraper's token must not cross the
+// network in clear.
+package metricsauth
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/rest"
+	certutil "k8s.io/client-go/util/cert"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+)
+
+// Path is where every component serves its metrics (and the non-resource
+// URL scrapers are authorized for).
+const Path = "/metrics"
+
+// Filter is controller-runtime's authentication and authorization filter,
+// reviewing through the API server cfg reaches.
+func Filter(cfg *rest.Config) (metricsserver.Filter, error) {
+	if cfg == nil {
+		return nil, errors.New("metricsauth: scrapers are authenticated by the API server: a Kubernetes config is needed")
+	}
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("metricsauth: HTTP client: %w", err)
+	}
+	f, err := filters.WithAuthenticationAndAuthorization(cfg, hc)
+	if err != nil {
+		return nil, fmt.Errorf("metricsauth: filter: %w", err)
+	}
+	return f, nil
+}
+
+// Handler serves g in the Prometheus text format behind filter.
+func Handler(filter metricsserver.Filter, log logr.Logger, g prometheus.Gatherer) (http.Handler, error) {
+	h, err := filter(log.WithValues("path", Path), promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	if err != nil {
+		return nil, fmt.Errorf("metricsauth: %w", err)
+	}
+	return h, nil
+}
+
+// ManagerOptions are a controller-runtime manager's metrics server options
+// on bindAddress ("0": off): HTTPS (its self-signed certificate) and the
+// filter.
+func ManagerOptions(bindAddress string) metricsserver.Options {
+	return metricsserver.Options{
+		BindAddress:    bindAddress,
+		SecureServing:  true,
+		FilterProvider: filters.WithAuthenticationAndAuthorization,
+		TLSOpts:        []func(*tls.Config){http1Only},
+	}
+}
+
+// SelfSignedTLS is a serving configuration with a certificate made now for
+// host (and 127.0.0.1), as controller-runtime's metrics server makes one
+// when it has none: it keeps the scraper's token off the wire in clear;
+// scrapers do not verify it (a fresh one per process, nothing to pin).
+func SelfSignedTLS(host string) (*tls.Config, error) {
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey(host, []net.IP{{127, 0, 0, 1}}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("metricsauth: self-signed certificate: %w", err)
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("metricsauth: self-signed certificate: %w", err)
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}
+	http1Only(cfg)
+	return cfg, nil
+}
+
+// http1Only leaves HTTP/2 off a listener anyone on the network reaches
+// (CVE-2023-44487, rapid reset), as controller-runtime's own servers do.
+func http1Only(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }
+
+// Loopback refuses a metrics address other Pods could reach. runplane's
+// processes in tenants' Pods (the worker sidecar, the SSH server) serve
+// metrics on loopback only: nothing there can authenticate a scraper (no
+// Kubernetes credentials), and a scraper's token must never be sent to a
+// Pod a tenant controls. Whoever may port-forward to the Pod (RBAC
+// pods/portforward) still reads them.
+func Loopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("metrics address %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("metrics address %q: only a loopback address (127.0.0.1, [::1]) may serve metrics in a tenant's Pod", addr)
+	}
+	return nil
+}

@@ -1,0 +1,88 @@
+package queue
+
+import (
+	"cmp"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/runplane/runplane/internal/metricsauth"
+)
+
+// metricsServer serves g's /metrics on cfg.MetricsListen, over TLS, to the
+// scrapers RBAC allows get on /metrics. Apart from the ingress port: every
+// tenant calls that one, and the metrics name every namespace and pool.
+func metricsServer(cfg Config, g prometheus.Gatherer, log *slog.Logger) (*manager.Server, error) {
+	var h http.Handler
+	switch {
+	case cfg.RESTConfig != nil:
+		filter, err := metricsauth.Filter(cfg.RESTConfig)
+		if err != nil {
+			return nil, fmt.Errorf("queue: metrics: %w", err)
+		}
+		if h, err = metricsauth.Handler(filter, logr.FromSlogHandler(log.Handler()), g); err != nil {
+			return nil, fmt.Errorf("queue: metrics: %w", err)
+		}
+	case cfg.InsecureDisableCallerAuth:
+		// Nothing authenticates without Kubernetes (-no-kube).
+		log.Warn("metrics are served to anyone who reaches the metrics listener (no Kubernetes config to authenticate scrapers; insecure)")
+		h = promhttp.HandlerFor(g, promhttp.HandlerOpts{})
+	default:
+		return nil, errors.New("queue: metrics: scrapers are authenticated by the API server, which needs a Kubernetes config (InsecureDisableCallerAuth serves them to anyone: insecure)")
+	}
+	tlsCfg, err := metricsauth.SelfSignedTLS("runplane-queue")
+	if err != nil {
+		return nil, fmt.Errorf("queue: %w", err)
+	}
+	ln, err := net.Listen("tcp", cfg.MetricsListen)
+	if err != nil {
+		return nil, fmt.Errorf("queue: metrics: listen on %s: %w", cfg.MetricsListen, err)
+	}
+	if cfg.OnMetricsListen != nil {
+		cfg.OnMetricsListen(ln.Addr().String())
+	}
+	log.Info("metrics listening", "addr", ln.Addr().String())
+	mux := http.NewServeMux()
+	mux.Handle("GET "+metricsauth.Path, h)
+	return &manager.Server{Name: "metrics", Listener: tls.NewListener(ln, tlsCfg), ShutdownTimeout: ptr.To(5 * time.Second),
+		Server: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}}, nil
+}
+
+// firstWins gathers its gatherers in order and keeps each family from the
+// first that has it. controller-runtime's registry carries the Go and
+// process collectors too once its controller package is linked (make dev
+// and tests run every component in one process), and prometheus.Gatherers
+// fails the whole scrape on such duplicates.
+type firstWins []prometheus.Gatherer
+
+func (g firstWins) Gather() ([]*dto.MetricFamily, error) {
+	seen := map[string]bool{}
+	var out []*dto.MetricFamily
+	var errs []error
+	for _, x := range g {
+		mfs, err := x.Gather()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, mf := range mfs {
+			if !seen[mf.GetName()] {
+				seen[mf.GetName()] = true
+				out = append(out, mf)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b *dto.MetricFamily) int { return cmp.Compare(a.GetName(), b.GetName()) })
+	return out, errors.Join(errs...)
+}

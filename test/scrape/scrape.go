@@ -1,0 +1,141 @@
+// Package scrape checks who may read a component's /metrics on the real API
+// server of test/cluster: the scrapers every component's test uses, and the
+// one check of what each of them gets.
+package scrape
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/runplane/runplane/test/cluster"
+)
+
+const (
+	namespace = "runplane-scrapers"
+	// ReaderRole is the chart's ClusterRole for scrapers, with its one rule.
+	ReaderRole = "runplane-metrics-reader"
+)
+
+// Scrapers are tokens of two ServiceAccounts: Reader is bound to
+// ReaderRole (get on the non-resource URL /metrics), Stranger to nothing.
+type Scrapers struct {
+	Reader, Stranger string
+}
+
+// New makes the scrapers (again, if they exist) and waits until RBAC
+// grants the reader: the filter caches a denial for 30 s.
+func New(ctx context.Context, c *cluster.Cluster) (Scrapers, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	k := c.Client()
+	if err := c.CreateNamespace(ctx, namespace); err != nil {
+		return Scrapers{}, err
+	}
+	for _, sa := range []string{"reader", "stranger"} {
+		_, err := k.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return Scrapers{}, fmt.Errorf("scrape: ServiceAccount %s: %w", sa, err)
+		}
+	}
+	_, err := k.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: ReaderRole},
+		Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return Scrapers{}, fmt.Errorf("scrape: ClusterRole: %w", err)
+	}
+	_, err = k.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "runplane-scrapers-reader"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: ReaderRole},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "reader", Namespace: namespace}}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return Scrapers{}, fmt.Errorf("scrape: ClusterRoleBinding: %w", err)
+	}
+	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		sar, err := k.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+			User: "system:serviceaccount:" + namespace + ":reader", NonResourceAttributes: &authzv1.NonResourceAttributes{Path: "/metrics", Verb: "get"}}}, metav1.CreateOptions{})
+		return err == nil && sar.Status.Allowed, nil
+	})
+	if err != nil {
+		return Scrapers{}, fmt.Errorf("scrape: the reader's grant: %w", err)
+	}
+	var s Scrapers
+	for sa, tok := range map[string]*string{"reader": &s.Reader, "stranger": &s.Stranger} {
+		tr, err := k.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, sa, &authnv1.TokenRequest{
+			Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+		if err != nil {
+			return Scrapers{}, fmt.Errorf("scrape: token of %s: %w", sa, err)
+		}
+		*tok = tr.Status.Token
+	}
+	return s, nil
+}
+
+// Get reads url with token as its bearer token ("" none), over TLS without
+// verifying the server (components serve metrics with a self-signed
+// certificate; what is checked here is the scraper, not the server).
+func Get(url, token string) (int, string, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // see above
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// Check requires url to answer no token with 401, a forged token with 401
+// or 500 (controller-runtime's filter reports the TokenReview's "invalid
+// bearer token" as an error), the stranger with 403, and the reader with
+// 200 and a body containing want.
+func (s Scrapers) Check(t testing.TB, url, want string) {
+	t.Helper()
+	for _, c := range []struct {
+		who, token string
+		codes      []int
+	}{
+		{"anonymous", "", []int{http.StatusUnauthorized}},
+		{"forged token", "not-a-token", []int{http.StatusUnauthorized, http.StatusInternalServerError}},
+		{"a ServiceAccount without get on /metrics", s.Stranger, []int{http.StatusForbidden}},
+		{"the reader", s.Reader, []int{http.StatusOK}},
+	} {
+		code, body, err := Get(url, c.token)
+		require.NoError(t, err, "%s: GET %s", c.who, url)
+		assert.Contains(t, c.codes, code, "%s: GET %s: %s", c.who, url, truncate(body))
+		if code == http.StatusOK && c.codes[0] == http.StatusOK {
+			assert.True(t, strings.Contains(body, want), "%s: GET %s: no %s in %s", c.who, url, want, truncate(body))
+		} else {
+			assert.False(t, strings.Contains(body, want), "%s: GET %s served the metrics", c.who, url)
+		}
+	}
+}
+
+func truncate(s string) string {
+	if len(s) > 200 {
+		return fmt.Sprintf("%s…(%d bytes)", s[:200], len(s))
+	}
+	return s
+}
