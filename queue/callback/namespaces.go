@@ -64,6 +64,12 @@ func (k *KubeNamespaces) UID(ctx context.Context, ns string, fresh bool) (string
 		return v.(string), nil
 	}
 	ch := k.reads.DoChan(ns, func() (any, error) {
+		// A caller that missed the cache just as a shared read finished
+		// (and left the group) finds that read's answer here, not a second
+		// read.
+		if v, ok := c.Get(ns); ok {
+			return v.(string), nil
+		}
 		// The read is shared by every caller asking meanwhile: the first
 		// one hanging up (a tenant's request) must not fail the others.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readTimeout)

@@ -8,7 +8,9 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	neturl "net/url"
 	"strings"
 	"testing"
 	"time"
@@ -113,6 +115,17 @@ func Get(url, token string) (int, string, error) {
 // 200 and a body containing want.
 func (s Scrapers) Check(t testing.TB, url, want string) {
 	t.Helper()
+	// The barrier: the component's metrics listener is up (a manager starts
+	// it among its runnables, a moment after the component reports ready).
+	u, err := neturl.Parse(url)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		c, err := net.DialTimeout("tcp", u.Host, time.Second)
+		if err == nil {
+			_ = c.Close()
+		}
+		return err == nil
+	}, 30*time.Second, 50*time.Millisecond, "%s never listened", u.Host)
 	for _, c := range []struct {
 		who, token string
 		codes      []int
