@@ -96,6 +96,9 @@ func TestRenew(t *testing.T) {
 			require.Equal(t, s.newLeaf, string(next.CertPEM) != string(cur.CertPEM), "serving certificate renewed")
 			require.Equal(t, s.bundleCAs, countCerts(next.CABundle), "CAs in the bundle")
 			require.Equal(t, s.cross, len(next.CrossCert) > 0, "cross certificate")
+			leaf, err := ParseCert(next.CertPEM)
+			require.NoError(t, err)
+			require.Equal(t, leaf.NotAfter, next.NotAfter, "NotAfter of the bundle")
 			for _, n := range o.DNSNames {
 				verify(t, next, n, clk.Now())
 				// A client that took the bundle a step earlier still

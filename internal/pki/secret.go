@@ -77,6 +77,10 @@ func (b *Bundle) secretData() map[string][]byte {
 
 // FromSecretData reads a Bundle from a Secret's data.
 func FromSecretData(d map[string][]byte) *Bundle {
-	return &Bundle{CABundle: d[KeyCABundle], CertPEM: d[corev1.TLSCertKey], KeyPEM: d[corev1.TLSPrivateKeyKey],
+	b := &Bundle{CABundle: d[KeyCABundle], CertPEM: d[corev1.TLSCertKey], KeyPEM: d[corev1.TLSPrivateKeyKey],
 		CACert: d[KeyCACert], CAKey: d[KeyCAKey], CrossCert: d[KeyCACross]}
+	if leaf, err := ParseCert(b.CertPEM); err == nil {
+		b.NotAfter = leaf.NotAfter
+	}
+	return b
 }
