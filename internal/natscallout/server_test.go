@@ -52,7 +52,7 @@ func serveCallout(t *testing.T, ctx context.Context, srv *server.Server, a natsa
 	t.Cleanup(internal.Close)
 	sysJWT, sysSeed, err := a.Trust.SystemCreds()
 	require.NoError(t, err)
-	sys, err := nats.Connect(srv.ClientURL(), nats.UserJWTAndSeed(sysJWT, string(sysSeed)))
+	sys, err := nats.Connect(srv.ClientURL(), a.TLSOption(), nats.UserJWTAndSeed(sysJWT, string(sysSeed)))
 	require.NoError(t, err)
 	t.Cleanup(sys.Close)
 	r.Trust = a.Trust
@@ -93,7 +93,7 @@ func TestCalloutOnRealServer(t *testing.T) {
 	t.Run("refused credentials", func(t *testing.T) {
 		for _, opt := range []nats.Option{nats.Token("mallory"), nats.Token(""), nats.UserInfo("runplane-queue", "wrong")} {
 			// A generous connect timeout: the refusal, not a loaded machine, is the verdict.
-			_, err := dial(srv.ClientURL(), opt, nats.NoReconnect(), nats.Timeout(10*time.Second))
+			_, err := dial(srv.ClientURL(), a.TLSOption(), opt, nats.NoReconnect(), nats.Timeout(10*time.Second))
 			require.Error(t, err)
 			assert.Contains(t, strings.ToLower(err.Error()), "authorization violation")
 		}
@@ -102,7 +102,7 @@ func TestCalloutOnRealServer(t *testing.T) {
 
 	t.Run("worker gets exactly its subjects", func(t *testing.T) {
 		violations := make(chan error, 4)
-		worker, err := dial(srv.ClientURL(), nats.Token("alice"), nats.NoReconnect(),
+		worker, err := dial(srv.ClientURL(), a.TLSOption(), nats.Token("alice"), nats.NoReconnect(),
 			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
 		require.NoError(t, err)
 		defer worker.Close()
@@ -167,7 +167,7 @@ func TestRevokeClosesTheWorkersConnection(t *testing.T) {
 	alice := Identity{Name: "team-a/echo-1", Namespace: "team-a", Pool: "echo", Worker: "echo-1", Expires: time.Now().Add(time.Hour)}
 	sysJWT, sysSeed, err := a.Trust.SystemCreds()
 	require.NoError(t, err)
-	sys, err := nats.Connect(srv.ClientURL(), nats.UserJWTAndSeed(sysJWT, string(sysSeed)))
+	sys, err := nats.Connect(srv.ClientURL(), a.TLSOption(), nats.UserJWTAndSeed(sysJWT, string(sysSeed)))
 	require.NoError(t, err)
 	defer sys.Close()
 	accounts := &WorkerAccounts{Trust: a.Trust, Resolver: &natsaccounts.Resolver{Conn: sys, Trust: a.Trust}}
@@ -175,7 +175,7 @@ func TestRevokeClosesTheWorkersConnection(t *testing.T) {
 		Auth: NewCached(tokens{"alice": alice}, CacheOptions{})}, ServeOptions{})
 
 	closed := make(chan struct{})
-	worker, err := dial(srv.ClientURL(), nats.Token("alice"), nats.NoReconnect(), nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
+	worker, err := dial(srv.ClientURL(), a.TLSOption(), nats.Token("alice"), nats.NoReconnect(), nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
 	require.NoError(t, err)
 	defer worker.Close()
 	require.NoError(t, worker.Flush())
@@ -188,7 +188,7 @@ func TestRevokeClosesTheWorkersConnection(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the revoked worker's connection is still open 10 s later")
 	}
-	_, err = dial(srv.ClientURL(), nats.Token("alice"), nats.NoReconnect(), nats.Timeout(10*time.Second))
+	_, err = dial(srv.ClientURL(), a.TLSOption(), nats.Token("alice"), nats.NoReconnect(), nats.Timeout(10*time.Second))
 	require.Error(t, err, "a cached admission must not bring a revoked account back")
 	assert.Contains(t, strings.ToLower(err.Error()), "authorization violation")
 	assert.Equal(t, 1.0, testutil.ToFloat64(m.Answers.WithLabelValues("refused", ReasonOther)), "refused for its account, not its token")

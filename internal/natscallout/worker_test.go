@@ -65,7 +65,7 @@ func TestWorkerPermissionsOnJetStream(t *testing.T) {
 		require.Greater(t, refs[ns].Chunks, 1)
 	}
 	violations := make(chan error, 16)
-	nc, err := nats.Connect(srv.ClientURL(), nats.Token("alice"), nats.CustomInboxPrefix(own.Inbox),
+	nc, err := nats.Connect(srv.ClientURL(), a.TLSOption(), nats.Token("alice"), nats.CustomInboxPrefix(own.Inbox),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
 	require.NoError(t, err)
 	defer nc.Close()
@@ -231,7 +231,7 @@ func TestWorkerCannotCreateConsumers(t *testing.T) {
 	require.NoError(t, internal.Flush())
 
 	violations := make(chan error, 16)
-	nc, err := nats.Connect(srv.ClientURL(), nats.Token("mallory"), nats.CustomInboxPrefix(own.Inbox),
+	nc, err := nats.Connect(srv.ClientURL(), a.TLSOption(), nats.Token("mallory"), nats.CustomInboxPrefix(own.Inbox),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
 	require.NoError(t, err)
 	defer nc.Close()
@@ -288,7 +288,7 @@ func TestReplySubjectsStayInTheWorkersAccount(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, internal.Flush())
 
-	nc, err := nats.Connect(srv.ClientURL(), nats.Token("mallory"), nats.CustomInboxPrefix(own.Inbox))
+	nc, err := nats.Connect(srv.ClientURL(), a.TLSOption(), nats.Token("mallory"), nats.CustomInboxPrefix(own.Inbox))
 	require.NoError(t, err)
 	defer nc.Close()
 	js, err := jetstream.NewWithAPIPrefix(nc, api.WorkerJSAPIPrefix)
@@ -353,7 +353,7 @@ func TestServerSendsNothingOutsideWorkerPermissions(t *testing.T) {
 	require.NoError(t, internal.Flush())
 
 	violations := make(chan error, 16)
-	nc, err := nats.Connect(srv.ClientURL(), nats.Token("mallory"), nats.CustomInboxPrefix(own.Inbox),
+	nc, err := nats.Connect(srv.ClientURL(), a.TLSOption(), nats.Token("mallory"), nats.CustomInboxPrefix(own.Inbox),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
 	require.NoError(t, err)
 	defer nc.Close()
