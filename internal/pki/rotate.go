@@ -122,7 +122,14 @@ func Renew(old *Bundle, o Options) (*Bundle, error) {
 		changed = true
 	}
 	if changed || !servingOK(b, ca, o, now) {
-		leaf := Leaf{DNSNames: o.DNSNames, IPAddresses: o.IPAddresses, Usage: x509.ExtKeyUsageServerAuth, ClientAuth: o.ClientAuth, Validity: o.CertValidity}
+		validity := o.CertValidity
+		// Never the expiry, to the second, of the certificate it replaces:
+		// a server tells which one it serves by its expiry alone (NATS's
+		// VARZ; natstls.ReloadStale).
+		if now.Add(validity).Truncate(time.Second).Equal(b.NotAfter.Truncate(time.Second)) {
+			validity -= time.Second
+		}
+		leaf := Leaf{DNSNames: o.DNSNames, IPAddresses: o.IPAddresses, Usage: x509.ExtKeyUsageServerAuth, ClientAuth: o.ClientAuth, Validity: validity}
 		leaf.Subject.CommonName = o.Name
 		if len(o.DNSNames) > 0 {
 			leaf.Subject.CommonName = o.DNSNames[0]

@@ -129,6 +129,21 @@ func TestRenewClientAuth(t *testing.T) {
 	require.Same(t, next, again)
 }
 
+// TestRenewNewExpiry: a certificate renewed within the second it was
+// issued in still expires at another second (servers are told apart by
+// their certificate's expiry).
+func TestRenewNewExpiry(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	o := Options{DNSNames: []string{"a.b.svc"}, Clock: clk}
+	first, err := Renew(nil, o)
+	require.NoError(t, err)
+	o.RenewBefore = 2 * o.withDefaults().CertValidity // due at once
+	next, err := Renew(FromSecretData(first.secretData()), o)
+	require.NoError(t, err)
+	require.NotEqual(t, string(first.CertPEM), string(next.CertPEM))
+	require.NotEqual(t, first.NotAfter, next.NotAfter)
+}
+
 func TestRenewGarbage(t *testing.T) {
 	b, err := Renew(&Bundle{CertPEM: []byte("junk"), KeyPEM: []byte("junk"), CACert: []byte("junk"), CAKey: []byte("junk")}, Options{DNSNames: []string{"a.b.svc"}})
 	require.NoError(t, err)
