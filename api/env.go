@@ -37,6 +37,13 @@ const (
 	// (WorkerJSAPIPrefix in runplane's NATS; unset: $JS.API, a NATS without
 	// accounts).
 	EnvNATSJSAPIPrefix = "RUNPLANE_NATS_JS_API_PREFIX"
+	// EnvNATSCA holds the PEM CAs the sidecar verifies NATS's certificate
+	// with (NATSCAConfigMap as the webhook read it), and EnvNATSServerName
+	// the name that certificate must carry, whatever host the URL names:
+	// the sidecar speaks TLS first and sends its token only to a server
+	// that proved both. Unset: a NATS without TLS (tests).
+	EnvNATSCA         = "RUNPLANE_NATS_CA"
+	EnvNATSServerName = "RUNPLANE_NATS_SERVER_NAME"
 	// EnvSidecarHTTPAddr is where the sidecar serves /livez and /readyz.
 	EnvSidecarHTTPAddr = "RUNPLANE_SIDECAR_HTTP_ADDR"
 	// EnvSidecarMetricsAddr is where the sidecar serves /metrics: a

@@ -156,6 +156,12 @@ const (
 	DefaultStockNamespace = "runplane-stock"
 	// CatalogConfigMap holds the GPU spec catalog, one data key per spec.
 	CatalogConfigMap = "runplane-gpu-specs"
+	// NATSCAConfigMap, in runplane's namespace, holds under NATSCAKey the
+	// PEM CAs a NATS client verifies the server's certificate with (public
+	// certificates only): the queue publishes the bundled NATS's, the chart
+	// an external NATS's; the webhook gives it to every worker sidecar.
+	NATSCAConfigMap = "runplane-nats-ca"
+	NATSCAKey       = "ca.crt"
 	// SchedulerName is the kube-scheduler profile that schedules GPU Pods.
 	SchedulerName = "runplane-scheduler"
 	// PriorityClassWorkload is given to GPU workloads.

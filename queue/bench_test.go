@@ -25,9 +25,18 @@ import (
 // reply, next to a bare NATS request/reply ("baseline") in the same run.
 // Sub-benchmarks rate=N issue requests open-loop at N/s and report p50 and
 // p99; rate=max runs closed-loop with 32 concurrent callers for throughput.
-// -short runs only rate=100 and rate=max.
+// -short runs only rate=100 and rate=max. Each runs on a NATS with and
+// without TLS (nats=tls, nats=plain).
 func BenchmarkSyncRoundTrip(b *testing.B) {
-	e := newEnv(b, func(c *queue.Config) {
+	// nats=tls: every connection (queue, workers, the baseline's) verified
+	// TLS first, as runplane's NATS is run; nats=plain: without TLS.
+	for _, useTLS := range []bool{false, true} {
+		b.Run(map[bool]string{false: "nats=plain", true: "nats=tls"}[useTLS], func(b *testing.B) { syncRoundTrip(b, useTLS) })
+	}
+}
+
+func syncRoundTrip(b *testing.B, useTLS bool) {
+	e := newEnvTLS(b, useTLS, func(c *queue.Config) {
 		c.Limits = pool.Limits{PoolMaxBacklog: -1, NamespaceMaxBacklog: -1, NamespaceMaxInFlight: -1}
 	})
 	for i := range 2 {

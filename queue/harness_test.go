@@ -3,6 +3,7 @@ package queue_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,6 +23,8 @@ import (
 
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/internal/natstls"
+	"github.com/runplane/runplane/internal/pki"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/queue/stubworker"
@@ -50,8 +53,12 @@ type env struct {
 }
 
 func startNATS(t testing.TB, dir string, port int) *server.Server {
+	return startNATSWith(t, &server.Options{JetStream: true, StoreDir: dir, Port: port, Host: "127.0.0.1", NoLog: true, NoSigs: true})
+}
+
+func startNATSWith(t testing.TB, o *server.Options) *server.Server {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{JetStream: true, StoreDir: dir, Port: port, Host: "127.0.0.1", NoLog: true, NoSigs: true})
+	ns, err := server.NewServer(o)
 	require.NoError(t, err)
 	go ns.Start()
 	require.True(t, ns.ReadyForConnections(10*time.Second), "nats not ready")
@@ -62,18 +69,38 @@ func (e *env) natsURL() string { return e.ns.ClientURL() }
 
 // newEnv starts an embedded NATS and the queue service in-process.
 func newEnv(t testing.TB, mutate func(*queue.Config)) *env {
+	return newEnvTLS(t, false, mutate)
+}
+
+// newEnvTLS is newEnv, with useTLS on a NATS that serves verified TLS
+// first as runplane's does (internal/natstls): the queue, the test's
+// connection and the stub workers on it dial TLS (benchmarks compare).
+func newEnvTLS(t testing.TB, useTLS bool, mutate func(*queue.Config)) *env {
 	t.Helper()
 	e := &env{t: t, storeDir: t.TempDir(), log: stubworker.NewLog()}
-	e.ns = startNATS(t, e.storeDir, -1)
+	o := &server.Options{JetStream: true, StoreDir: e.storeDir, Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true}
+	var client natstls.Client
+	if useTLS {
+		const name = "nats.bench"
+		b, err := pki.Renew(nil, pki.Options{Name: "bench-nats", DNSNames: []string{name}})
+		require.NoError(t, err)
+		cert, err := b.TLSCertificate()
+		require.NoError(t, err)
+		o.TLSConfig, o.TLSHandshakeFirst = &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}, true
+		client = natstls.Client{CA: b.CABundle, ServerName: name}
+	}
+	e.ns = startNATSWith(t, o)
 	e.port = e.ns.Addr().(*net.TCPAddr).Port
 	t.Cleanup(func() { e.ns.Shutdown(); e.ns.WaitForShutdown() })
-	nc, err := nats.Connect(e.natsURL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	tlsOpts, err := client.Options()
+	require.NoError(t, err)
+	nc, err := nats.Connect(e.natsURL(), append(tlsOpts, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))...)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	e.nc = nc
 	e.js, _ = jetstream.New(nc)
 	e.cfg = queue.Config{
-		NATSURL: e.natsURL(), InsecureDisableCallerAuth: true,
+		NATSURL: e.natsURL(), NATSTLS: client, InsecureDisableCallerAuth: true,
 		Listen:           "127.0.0.1:0",
 		MetricsListen:    "127.0.0.1:0",
 		StaticPools:      []string{testPool, "other"},

@@ -31,6 +31,7 @@ import (
 	"github.com/runplane/runplane/internal/buildinfo"
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/internal/natscallout"
+	"github.com/runplane/runplane/internal/natstls"
 	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/callback"
 	"github.com/runplane/runplane/queue/ingress"
@@ -48,6 +49,17 @@ type Config struct {
 	// callout for the worker sidecars (requires RESTConfig); empty: a NATS
 	// without auth.
 	NATSTrustFile string
+	// NATSTLS is how every connection to NATS verifies the server: TLS
+	// first, its certificate checked against the CA (a file re-read on
+	// each reconnect) and the server name. Zero: a NATS without TLS (tests
+	// and benchmarks on a bare nats-server).
+	NATSTLS natstls.Client
+	// NATSTLSKeeper, with NATSTrustFile, keeps the bundled NATS's
+	// certificate on every replica (natstls.Keeper): renewed in its
+	// Secret, and each server serving another one asked to reload, through
+	// the queue's system account user. Nil: the certificate is someone
+	// else's (an external NATS).
+	NATSTLSKeeper *natstls.Keeper
 	// Callout tunes the auth callout.
 	Callout CalloutConfig
 	// Callbacks turns on completion callbacks (callbacks.go).
@@ -180,8 +192,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if cfg.NATSTLSKeeper != nil && trust == nil {
+		return errors.New("queue: keeping the NATS certificate needs the NATS trust (the servers reload through the system account)")
+	}
+	tlsOpts, err := cfg.NATSTLS.Options()
+	if err != nil {
+		return fmt.Errorf("queue: %w", err)
+	}
 	cfg.Listen = cmp.Or(cfg.Listen, ":8080")
-	opts := []nats.Option{nats.Name("runplane-queue"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.RetryOnFailedConnect(true)}
+	opts := append([]nats.Option{nats.Name("runplane-queue"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.RetryOnFailedConnect(true)}, tlsOpts...)
 	auth, err := natsAuthOptions(trust)
 	if err != nil {
 		return err
@@ -272,11 +291,16 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		resolver, closeResolver, err := openResolver(ctx, cfg.NATSURL, trust, cfg.Stream)
+		resolver, closeResolver, err := openResolver(ctx, cfg.NATSURL, tlsOpts, trust, cfg.Stream)
 		if err != nil {
 			return err
 		}
 		defer closeResolver()
+		if k := cfg.NATSTLSKeeper; k != nil {
+			k.Sys = resolver.Conn
+			k.Log = cmp.Or(k.Log, log.With("component", "nats-tls"))
+			runnables = append(runnables, k)
+		}
 		revocations, err := natscallout.OpenRevocations(ctx, js, cfg.Stream.WithDefaults().Replicas)
 		if err != nil {
 			return err

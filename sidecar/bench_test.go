@@ -20,11 +20,19 @@ import (
 // BenchmarkDispatchToReply is the sidecar hot path: a JetStream dispatch
 // with a sync ReplyTo → sidecar → Go echo framework over the unix socket →
 // result into the stream + reply, measured from publish to reply. The
-// parallel cases keep `concurrency` dispatches in flight.
+// parallel cases keep `concurrency` dispatches in flight, on a NATS
+// without and with verified TLS (nats=plain, nats=tls: the sidecar's and
+// the publisher's connections).
 func BenchmarkDispatchToReply(b *testing.B) {
+	for _, useTLS := range []bool{false, true} {
+		b.Run(map[bool]string{false: "nats=plain", true: "nats=tls"}[useTLS], func(b *testing.B) { dispatchToReply(b, useTLS) })
+	}
+}
+
+func dispatchToReply(b *testing.B, useTLS bool) {
 	for _, conc := range []int{1, 4} {
 		b.Run(fmt.Sprintf("concurrency%d", conc), func(b *testing.B) {
-			e := newEnv(b)
+			e := newEnvTLS(b, useTLS)
 			sock := socketPath(b)
 			serveFramework(b, sock, framework.Echo(framework.EchoOptions{}))
 			cfg := e.config("bench", sock)

@@ -13,6 +13,7 @@ import (
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/metricsauth"
+	"github.com/runplane/runplane/internal/natstls"
 )
 
 // Config is everything a sidecar needs. ConfigFromEnv fills the contract
@@ -42,6 +43,13 @@ type Config struct {
 	// JSAPIPrefix is the JetStream API prefix (api.EnvNATSJSAPIPrefix; ""
 	// is $JS.API).
 	JSAPIPrefix string
+	// NATSCA (PEM, api.EnvNATSCA) and NATSServerName
+	// (api.EnvNATSServerName): the sidecar speaks TLS first and verifies
+	// the server's certificate against NATSCA and NATSServerName before it
+	// writes anything, its token least of all. Both empty: a NATS without
+	// TLS (tests).
+	NATSCA         []byte
+	NATSServerName string
 
 	// HTTPAddr serves /livez and /readyz (the kubelet's probes).
 	HTTPAddr string
@@ -111,6 +119,8 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		StreamName:      first(getenv(api.EnvStreamName), api.DefaultStreamName),
 		NATSTokenFile:   first(getenv(api.EnvNATSTokenFile), api.NATSTokenFile),
 		JSAPIPrefix:     getenv(api.EnvNATSJSAPIPrefix),
+		NATSCA:          []byte(getenv(api.EnvNATSCA)),
+		NATSServerName:  getenv(api.EnvNATSServerName),
 		StateDir:        getenv(api.EnvWorkerStateDir),
 		HTTPAddr:        first(getenv(api.EnvSidecarHTTPAddr), ":"+strconv.Itoa(api.SidecarHTTPPort)),
 		MetricsAddr:     first(getenv(api.EnvSidecarMetricsAddr), "127.0.0.1:"+strconv.Itoa(api.SidecarMetricsPort)),
@@ -151,6 +161,10 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("sidecar env: %w", err)
 	}
 	return c, nil
+}
+
+func (c Config) natsTLS() natstls.Client {
+	return natstls.Client{CA: c.NATSCA, ServerName: c.NATSServerName}
 }
 
 func first(vals ...string) string {
@@ -212,6 +226,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.NATSURL == "" {
 		errs = append(errs, fmt.Errorf("%s must be set", api.EnvNATSURL))
+	}
+	if _, err := c.natsTLS().Options(); err != nil {
+		errs = append(errs, fmt.Errorf("%s, %s: %w", api.EnvNATSCA, api.EnvNATSServerName, err))
 	}
 	if c.FrameworkSocket == "" {
 		errs = append(errs, fmt.Errorf("%s must be set", api.EnvFrameworkSocket))

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/pki"
 )
 
 func TestConfigFromEnv(t *testing.T) {
@@ -69,6 +70,10 @@ func TestConfigFromEnv(t *testing.T) {
 		{name: "concurrency zero", env: with(api.EnvConcurrency, "0"), wantErr: []string{api.EnvConcurrency + `: "0" is not a positive integer`}},
 		{name: "shutdown grace zero", env: with(api.EnvShutdownGraceSeconds, "0"), wantErr: []string{api.EnvShutdownGraceSeconds + `: "0" is not a positive integer`}},
 		{name: "concurrency text", env: with(api.EnvConcurrency, "two"), wantErr: []string{api.EnvConcurrency + `: "two" is not a positive integer`}},
+		{name: "NATS TLS", env: with(api.EnvNATSCA, "-----BEGIN CERTIFICATE-----", api.EnvNATSServerName, "nats.example"), check: func(t *testing.T, c Config) {
+			assert.Equal(t, "-----BEGIN CERTIFICATE-----", string(c.NATSCA))
+			assert.Equal(t, "nats.example", c.NATSServerName)
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -84,6 +89,12 @@ func TestConfigFromEnv(t *testing.T) {
 			tt.check(t, c)
 		})
 	}
+}
+
+func testCA(t *testing.T) []byte {
+	ca, err := pki.NewCA("test", time.Now(), time.Hour)
+	require.NoError(t, err)
+	return ca.CertPEM
 }
 
 func TestConfigValidate(t *testing.T) {
@@ -103,6 +114,10 @@ func TestConfigValidate(t *testing.T) {
 		{name: "metrics on every interface", mutate: func(c *Config) { c.MetricsAddr = ":8092" }, wantErr: api.EnvSidecarMetricsAddr + `: metrics address ":8092": only a loopback address`},
 		{name: "metrics on the Pod's address", mutate: func(c *Config) { c.MetricsAddr = "10.1.2.3:8092" }, wantErr: "only a loopback address"},
 		{name: "metrics on loopback", mutate: func(c *Config) { c.MetricsAddr = "[::1]:8092" }},
+		{name: "NATS TLS", mutate: func(c *Config) { c.NATSCA, c.NATSServerName = testCA(t), "nats.example" }},
+		{name: "NATS server name without a CA", mutate: func(c *Config) { c.NATSServerName = "nats.example" }, wantErr: api.EnvNATSCA + ", " + api.EnvNATSServerName + ": NATS TLS: a server name without a CA"},
+		{name: "NATS CA without a name", mutate: func(c *Config) { c.NATSCA = testCA(t) }, wantErr: "the server name to verify must be set"},
+		{name: "NATS CA not PEM", mutate: func(c *Config) { c.NATSCA, c.NATSServerName = []byte("x"), "nats.example" }, wantErr: "no PEM certificate"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,6 +23,8 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/internal/natstls"
+	"github.com/runplane/runplane/internal/pki"
 )
 
 const (
@@ -37,16 +40,35 @@ type env struct {
 	srv *server.Server
 	nc  *nats.Conn
 	js  jetstream.JetStream
+	// tls is how clients verify srv (zero: no TLS).
+	tls natstls.Client
 }
 
-func newEnv(t testing.TB) *env {
+func newEnv(t testing.TB) *env { return newEnvTLS(t, false) }
+
+// newEnvTLS is newEnv, with useTLS on a NATS that serves verified TLS first
+// as runplane's does (internal/natstls); sidecars from config verify it.
+func newEnvTLS(t testing.TB, useTLS bool) *env {
 	t.Helper()
-	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1"})
+	o := &server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1"}
+	var client natstls.Client
+	if useTLS {
+		const name = "nats.test"
+		b, err := pki.Renew(nil, pki.Options{Name: "test-nats", DNSNames: []string{name}})
+		require.NoError(t, err)
+		cert, err := b.TLSCertificate()
+		require.NoError(t, err)
+		o.TLSConfig, o.TLSHandshakeFirst = &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}, true
+		client = natstls.Client{CA: b.CABundle, ServerName: name}
+	}
+	srv, err := server.NewServer(o)
 	require.NoError(t, err, "nats server")
 	srv.Start()
 	require.True(t, srv.ReadyForConnections(10*time.Second), "nats server not ready")
 	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
+	tlsOpts, err := client.Options()
+	require.NoError(t, err)
+	nc, err := nats.Connect(srv.ClientURL(), tlsOpts...)
 	require.NoError(t, err, "connect")
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
@@ -57,7 +79,7 @@ func newEnv(t testing.TB) *env {
 	require.NoError(t, err, "create stream")
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: messages.ResultsStreamName(api.DefaultStreamName), Subjects: subjects.ResultStreamSubjects()})
 	require.NoError(t, err, "create results stream")
-	return &env{t: t, srv: srv, nc: nc, js: js}
+	return &env{t: t, srv: srv, nc: nc, js: js, tls: client}
 }
 
 // socketPath is short enough for the 108-byte limit of unix socket paths.
@@ -100,6 +122,8 @@ func (e *env) config(worker, sock string) Config {
 		FrameworkSocket:   sock,
 		Concurrency:       1,
 		NATSURL:           e.srv.ClientURL(),
+		NATSCA:            e.tls.CA,
+		NATSServerName:    e.tls.ServerName,
 		HTTPAddr:          "127.0.0.1:0",
 		MetricsAddr:       "127.0.0.1:0",
 		HeartbeatInterval: 200 * time.Millisecond,

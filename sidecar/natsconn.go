@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -18,7 +19,15 @@ import (
 // expires, the server closes the connection when the user expires, and the
 // reconnect presents the new token. An unreadable file at start is an
 // error; later it is logged (the connect is then refused and retried).
+// With a CA (Config.NATSCA) every connection is TLS first and the server
+// proves runplane's CA and the configured name before CONNECT carries the
+// token: a server DNS or a Service sent the sidecar to instead gets a
+// failed handshake, never the token.
 func (s *Sidecar) natsOptions() ([]nats.Option, error) {
+	tlsOpts, err := s.cfg.natsTLS().Options()
+	if err != nil {
+		return nil, err
+	}
 	opts := []nats.Option{
 		nats.Name("runplane-sidecar/" + s.cfg.WorkerNamespace + "/" + s.cfg.Pool + "/" + s.cfg.WorkerName),
 		// The queue's NATS may start after the worker: keep trying, and let
@@ -43,6 +52,16 @@ func (s *Sidecar) natsOptions() ([]nats.Option, error) {
 			}
 		}),
 	}
+	// Why a (re)connect fails (a certificate that does not verify, a
+	// refused token), once per change: retries come every half second.
+	var lastErr atomic.Pointer[string]
+	opts = append(opts, nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+		msg := err.Error()
+		if prev := lastErr.Swap(&msg); prev == nil || *prev != msg {
+			s.log.Warn("NATS connect failed; retrying", "err", err)
+		}
+	}))
+	opts = append(opts, tlsOpts...)
 	if s.cfg.NATSTokenFile == "" {
 		return opts, nil
 	}

@@ -59,16 +59,18 @@ func testMutator(t testing.TB) *mutate.Mutator {
 	cat := testCatalog(t)
 	return &mutate.Mutator{
 		Config: mutate.Config{
-			Image:         "ghcr.io/runplane/runplane:v0.1.0",
-			PauseImage:    "registry.k8s.io/pause:3.10",
-			NATSURL:       "nats://nats.runplane-system.svc:4222",
-			SubjectPrefix: api.DefaultSubjectPrefix,
-			StreamName:    api.DefaultStreamName,
+			Image:          "ghcr.io/runplane/runplane:v0.1.0",
+			PauseImage:     "registry.k8s.io/pause:3.10",
+			NATSURL:        "nats://nats.runplane-system.svc:4222",
+			NATSServerName: "nats.runplane-system.svc",
+			SubjectPrefix:  api.DefaultSubjectPrefix,
+			StreamName:     api.DefaultStreamName,
 			// tenant-below-stock: a tier the platform allowed by mistake.
 			WorkloadPriorityClasses: []string{api.PriorityClassWorkloadHigh, api.PriorityClassBatch, "tenant-below-stock"},
 			Resources:               mutate.DefaultSidecarResources(),
 		},
 		Catalog: func() catalog.Catalog { return cat },
+		NATSCA:  func() ([]byte, error) { return []byte(testNATSCA), nil },
 		PVCs: fakePVCs{
 			testNamespace + "/plain":    claim("plain", nil),
 			testNamespace + "/prepared": claim("prepared", map[string]string{api.AnnotationPrepareFromImage: "busybox:1.36", api.AnnotationPreparePhase: api.PhaseSucceeded, api.AnnotationPrepareObservedAttempt: "0"}),
@@ -95,6 +97,9 @@ func testMutator(t testing.TB) *mutate.Mutator {
 }
 
 const paidNamespace = "team-paid"
+
+// testNATSCA stands for the CA bundle the webhook reads from the ConfigMap.
+const testNATSCA = "-----BEGIN CERTIFICATE-----\n(runplane's NATS CA)\n-----END CERTIFICATE-----\n"
 
 type fakeNamespaces map[string]*corev1.Namespace
 

@@ -35,6 +35,7 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/catalog"
 	"github.com/runplane/runplane/internal/metricsauth"
+	"github.com/runplane/runplane/internal/natstls"
 	"github.com/runplane/runplane/internal/pki"
 	"github.com/runplane/runplane/webhook/mutate"
 )
@@ -43,8 +44,10 @@ import (
 type Config struct {
 	// RESTConfig reaches the API server.
 	RESTConfig *rest.Config
-	// Namespace is runplane's namespace: the catalog ConfigMap and the TLS
-	// Secret live there, and admission skips it (default runplane-system).
+	// Namespace is runplane's namespace: the catalog ConfigMap, the TLS
+	// Secret and NATS's CA ConfigMap (api.NATSCAConfigMap, followed when
+	// Injection.NATSServerName is set) live there, and admission skips it
+	// (default runplane-system).
 	Namespace string
 	// Addr is the HTTPS admission address, host:port (default :9443).
 	// Listener, when set, names the address instead (tests pass
@@ -208,6 +211,14 @@ func Run(ctx context.Context, cfg Config) error {
 		PVCs:            pvcLookup{lister: pvcs.Lister(), client: client},
 		PriorityClasses: priorityClassLookup{lister: pcs.Lister(), client: client},
 		Namespaces:      namespaceLookup{lister: nss.Lister(), client: client},
+	}
+	if cfg.Injection.NATSServerName != "" {
+		// The queue (or the chart, for an external NATS) publishes it.
+		ca, err := natstls.WatchCA(ctx, client, cfg.Namespace)
+		if err != nil {
+			return fmt.Errorf("webhook: NATS CA: %w", err)
+		}
+		mutator.NATSCA = ca.Bundle
 	}
 	var ready atomic.Bool
 	getCert, keepers, err := serving(ctx, client, cfg, metrics, log, &ready)

@@ -303,8 +303,17 @@ func TestInvalidValues(t *testing.T) {
 		{"unknown key", []string{"--set", "webhook.replica=2"}, []string{"/webhook", "'replica' not allowed"}},
 		{"stock spec not in catalog", []string{"--values", "testdata/values-full.yaml", "--set", "stock.pools[0].spec=g9.9", "--set", "stock.pools[0].replicas=1"},
 			[]string{`stock.pools[0].spec "g9.9" is not a spec of catalog.specs (known: g1.1, h100.8, mig.1g)`}},
-		{"external without egress", []string{"--set", "nats.mode=external", "--set", "nats.external.url=nats://nats.messaging:4222"},
+		{"external without egress", []string{"--set", "nats.mode=external", "--set", "nats.external.url=nats://nats.messaging:4222",
+			"--set", "nats.external.tls.serverName=nats.messaging", "--set-file", "nats.external.tls.caBundle=testdata/ca.crt"},
 			[]string{"nats.external.egress.namespace is required"}},
+		// An external NATS is verified like the bundled one: its CA and name are required, and
+		// what every worker Pod gets may hold no key.
+		{"external without a CA", []string{"--values", "testdata/values-external.yaml", "--set", "nats.external.tls.caBundle="},
+			[]string{"nats.external.tls.caBundle is required"}},
+		{"external CA with a key", []string{"--values", "testdata/values-external.yaml", "--set-file", "nats.external.tls.caBundle=testdata/ca-with-key.pem"},
+			[]string{"nats.external.tls.caBundle must hold PEM certificates only"}},
+		{"external without a server name", []string{"--values", "testdata/values-external.yaml", "--set", "nats.external.tls.serverName="},
+			[]string{"nats.external.tls.serverName is required"}},
 		// The values of the NATS auth before operator mode fail by name, not silently.
 		{"callout issuer value", []string{"--set", "nats.auth.issuerSeed=SAAGWZT2VLUYKCXZH2GJDEOJAEIDUOT5BUENVHL3MM6ZW27DCEAWLC3E2E"},
 			[]string{"/nats/auth", "'issuerSeed' not allowed"}},

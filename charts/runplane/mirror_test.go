@@ -1,8 +1,10 @@
 package chart_test
 
 import (
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +30,8 @@ import (
 	"github.com/runplane/runplane/extender"
 	"github.com/runplane/runplane/extender/profile"
 	"github.com/runplane/runplane/internal/bootstrapsecret"
+	"github.com/runplane/runplane/internal/natstls"
+	"github.com/runplane/runplane/internal/pki"
 	"github.com/runplane/runplane/internal/priorityclass"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/stream"
@@ -238,6 +242,23 @@ func TestNATSConfigLoads(t *testing.T) {
 				"only trust.conf: the secret every key is derived from stays with the queue")
 			require.Equal(t, []string{"--config", mounts["config"] + "/nats.conf"}, pod.Containers[0].Args)
 
+			// TLS: the Secret the queue keeps, without the CA's key; the
+			// configuration is natstls's, for clients and for routes.
+			var tlsVol *corev1.SecretVolumeSource
+			for _, v := range pod.Volumes {
+				if v.Name == "tls" {
+					tlsVol = v.Secret
+				}
+			}
+			require.NotNil(t, tlsVol, "no Secret volume tls")
+			require.ElementsMatch(t, []corev1.KeyToPath{{Key: "tls.crt", Path: "tls.crt"}, {Key: "tls.key", Path: "tls.key"}, {Key: pki.KeyCABundle, Path: pki.KeyCABundle}},
+				tlsVol.Items, "the certificate, its key and the CA bundle: the CA's key stays with the queue")
+			files := natstls.ServerFiles{Cert: mounts["tls"] + "/tls.crt", Key: mounts["tls"] + "/tls.key", CA: mounts["tls"] + "/" + pki.KeyCABundle}
+			assert.Contains(t, conf, natstls.ServerConfig(files), "the client port's TLS is natstls.ServerConfig's")
+			if strings.Contains(conf, "cluster {") {
+				assert.Contains(t, conf, indent(natstls.RouteConfig(files), "  "), "the routes' TLS is natstls.RouteConfig's")
+			}
+
 			// The queue writes trust.conf with its --nats-resolver-dir, which
 			// must be on the NATS data volume.
 			var queueDep appsv1.Deployment
@@ -249,16 +270,42 @@ func TestNATSConfigLoads(t *testing.T) {
 				}
 			}
 			require.True(t, strings.HasPrefix(resolverDir, mounts["data"]+"/"), "the queue's --nats-resolver-dir %q is not on the NATS data volume %s", resolverDir, mounts["data"])
+			queueArgs := argMap(queueDep.Spec.Template.Spec.Containers[0].Args)
+			require.Equal(t, tlsVol.SecretName, queueArgs["nats-tls-secret"], "the queue keeps the Secret the servers mount")
+			// The certificate the queue issues for its --nats-tls-dns-names.
+			bundle, err := pki.Renew(nil, pki.Options{Name: "runplane-nats", DNSNames: strings.Split(queueArgs["nats-tls-dns-names"], ","), ClientAuth: true})
+			require.NoError(t, err)
+			leaf, err := pki.ParseCert(bundle.CertPEM)
+			require.NoError(t, err)
+			covers := func(name string) {
+				t.Helper()
+				roots := x509.NewCertPool()
+				roots.AppendCertsFromPEM(bundle.CABundle)
+				_, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: name, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}})
+				assert.NoError(t, err, "the certificate does not cover %s", name)
+			}
+			// What the clients verify: the queue's and the webhook's (the
+			// sidecars') server name.
+			var webhookDep appsv1.Deployment
+			find(t, objs, "Deployment", "runplane-webhook").into(t, &webhookDep)
+			webhookArgs := argMap(webhookDep.Spec.Template.Spec.Containers[0].Args)
+			require.Equal(t, queueArgs["nats-server-name"], webhookArgs["nats-server-name"])
+			covers(queueArgs["nats-server-name"])
+			u, err := url.Parse(queueArgs["nats-url"])
+			require.NoError(t, err)
+			covers(u.Hostname())
 
 			// The Pod's file system, moved under root.
 			root := t.TempDir()
 			conf = strings.ReplaceAll(conf, "/data/jetstream", root+"/data/jetstream")
 			conf = strings.ReplaceAll(conf, "/var/run/nats/", root+"/var/run/nats/")
+			conf = strings.ReplaceAll(conf, mounts["tls"]+"/", root+mounts["tls"]+"/")
 			trust, err := bootstrapsecret.NATSTrust(root+resolverDir, queue.WorkerExports(stream.Config{}))()
 			require.NoError(t, err)
 			for dir, file := range map[string]map[string][]byte{
 				mounts["config"]: {"nats.conf": []byte(conf)},
 				mounts["trust"]:  {"trust.conf": trust[bootstrapsecret.TrustConfigKey]},
+				mounts["tls"]:    {"tls.crt": bundle.CertPEM, "tls.key": bundle.KeyPEM, pki.KeyCABundle: bundle.CABundle},
 				mounts["data"]:   nil,
 				mounts["run"]:    nil,
 			} {
@@ -282,6 +329,10 @@ func TestNATSConfigLoads(t *testing.T) {
 				for i := range 3 {
 					name := fmt.Sprintf("NATS_ROUTE_%d", i)
 					require.Contains(t, vars[name].Value, "nats-route://route:$(NATS_ROUTE_PASSWORD)@runplane-nats-"+strconv.Itoa(i)+".")
+					// A route dials its peer by this name and verifies it.
+					ru, err := url.Parse(vars[name].Value)
+					require.NoError(t, err)
+					covers(ru.Hostname())
 					env = append(env, name+"="+strings.ReplaceAll(vars[name].Value, "$(NATS_ROUTE_PASSWORD)", password))
 				}
 			}
@@ -603,4 +654,25 @@ func TestQueueDefaultsMatchBinary(t *testing.T) {
 		}
 		assert.Equal(t, def, chart, "--%s: chart %s, runplane-queue (and make dev) %s", flag, chart, def)
 	}
+}
+
+// argMap is a container's --key=value arguments by key.
+func argMap(args []string) map[string]string {
+	out := map[string]string{}
+	for _, a := range args {
+		k, v, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		out[k] = v
+	}
+	return out
+}
+
+// indent prefixes every non-empty line of s.
+func indent(s, prefix string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		if l != "" {
+			lines[i] = prefix + l
+		}
+	}
+	return strings.Join(lines, "\n")
 }

@@ -5,18 +5,27 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/runplane/runplane/internal/bootstrapsecret"
+	"github.com/runplane/runplane/internal/natstls"
+	"github.com/runplane/runplane/internal/pki"
 	"github.com/runplane/runplane/queue"
 )
 
 // bootstrap is the -bootstrap-secrets-namespace flags: the bundled NATS's
-// Secrets, created at run time (internal/bootstrapsecret).
+// Secrets, created at run time (internal/bootstrapsecret; the TLS one with
+// internal/pki, renewed for as long as the queue runs: natstls.Keeper).
 type bootstrap struct {
 	namespace, trust, route, dir, resolverDir string
+	// tls is the Secret of the bundled NATS's CA and certificate, for
+	// tlsNames, checked every tlsInterval.
+	tls         string
+	tlsNames    string
+	tlsInterval time.Duration
 }
 
 // labels mark the Secrets as runplane's, created by the queue.
@@ -46,5 +55,23 @@ func (b bootstrap) run(ctx context.Context, rc *rest.Config, c *queue.Config) er
 	if err := os.WriteFile(c.NATSTrustFile, trust[bootstrapsecret.TrustSecretKey], 0o600); err != nil {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
+	if b.tls == "" {
+		return nil
+	}
+	// The servers wait for this Secret; the queue trusts what it holds
+	// (its CA file, in -bootstrap-dir) and publishes it for the webhook.
+	if c.NATSTLS.CAFile != "" {
+		return fmt.Errorf("-nats-tls-secret keeps the CA file itself: drop -nats-ca-file")
+	}
+	k := &natstls.Keeper{Client: client, Secret: pki.SecretRef{Namespace: b.namespace, Name: b.tls},
+		Cert:   pki.Options{Name: "runplane-nats", DNSNames: splitList(b.tlsNames)},
+		CAFile: filepath.Join(b.dir, "nats-ca.crt"), Labels: bootstrapLabels, Interval: b.tlsInterval}
+	if len(k.Cert.DNSNames) == 0 {
+		return fmt.Errorf("-nats-tls-secret needs -nats-tls-dns-names")
+	}
+	if _, err := k.Ensure(ctx); err != nil {
+		return fmt.Errorf("bootstrap: %w", err)
+	}
+	c.NATSTLS.CAFile, c.NATSTLSKeeper = k.CAFile, k
 	return nil
 }

@@ -64,6 +64,8 @@ func run() error {
 	var inCluster, noKube bool
 	flag.StringVar(&c.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL")
 	flag.StringVar(&c.NATSTrustFile, "nats-trust-file", "", "file holding the secret runplane's NATS operator, accounts and users are derived from (the server trusts its operator); the queue then serves the auth callout, placing each worker in an account of its own; empty: a NATS without auth")
+	flag.StringVar(&c.NATSTLS.CAFile, "nats-ca-file", "", "file of the PEM CAs NATS's certificate is verified with (re-read on every reconnect); with -nats-server-name every NATS connection is TLS first and verified; empty (and no -nats-tls-secret): a NATS without TLS")
+	flag.StringVar(&c.NATSTLS.ServerName, "nats-server-name", "", "the name NATS's certificate must carry, whatever host -nats-url names")
 	flag.DurationVar(&c.Callout.MaxTTL, "nats-callout-max-ttl", time.Hour, "longest life of a worker's NATS user (shorter when its token expires sooner)")
 	flag.Var(float32Flag{&c.Callout.Client.QPS}, "nats-callout-kube-qps", "client-side QPS of the callout's own Kubernetes client (default 50)")
 	flag.IntVar(&c.Callout.Client.Burst, "nats-callout-kube-burst", 100, "client-side burst of the callout's own Kubernetes client")
@@ -134,6 +136,10 @@ func run() error {
 	flag.StringVar(&boot.trust, "nats-trust-secret", "", "with -bootstrap-secrets-namespace: Secret of the NATS trust chain (keys secret, read by the queue, and trust.conf, included by nats-server)")
 	flag.StringVar(&boot.resolverDir, "nats-resolver-dir", "/data/jwt", "with -bootstrap-secrets-namespace: where the bundled nats-server's resolver stores account JWTs (written into trust.conf)")
 	flag.StringVar(&boot.route, "nats-route-secret", "", "with -bootstrap-secrets-namespace: Secret of the NATS cluster's route password (key password; only nats-server reads it)")
+	flag.StringVar(&boot.tls, "nats-tls-secret", "", "with -bootstrap-secrets-namespace: Secret of the bundled NATS's CA and certificate (tls.crt, tls.key, ca-bundle.crt for nats-server; ca.key stays with the queue), created and renewed here (internal/pki), "+
+		"its CA bundle published in the ConfigMap "+api.NATSCAConfigMap+" for the webhook and trusted by the queue; a server serving another certificate is asked to reload")
+	flag.StringVar(&boot.tlsNames, "nats-tls-dns-names", "", "with -nats-tls-secret: comma-separated DNS names of the certificate (the Service's names, the servers' per-Pod names of the routes, wildcards allowed)")
+	flag.DurationVar(&boot.tlsInterval, "nats-tls-check-interval", time.Minute, "with -nats-tls-secret: how often the certificate is checked for renewal and the servers for the certificate they serve")
 	flag.StringVar(&boot.dir, "bootstrap-dir", "/var/run/runplane/bootstrap", "directory (memory-backed) where the bootstrapped trust secret is written for the queue's own use")
 	c.Logger = cmdline.Parse(flag.CommandLine, os.Args[1:], logging.Options{})
 	if noKube {

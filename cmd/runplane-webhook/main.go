@@ -69,6 +69,7 @@ func run() error {
 		return nil
 	})
 	flag.StringVar(&cfg.Injection.NATSURL, "nats-url", "", "NATS URL the worker sidecar connects to; required")
+	flag.StringVar(&cfg.Injection.NATSServerName, "nats-server-name", "", "the name NATS's certificate carries: worker sidecars verify it, with the CA bundle of the ConfigMap "+api.NATSCAConfigMap+" in -namespace, over TLS first; empty: sidecars dial NATS without TLS")
 	flag.StringVar(&cfg.Injection.SubjectPrefix, "subject-prefix", def.SubjectPrefix, "NATS subject prefix")
 	flag.StringVar(&cfg.Injection.StreamName, "stream-name", def.StreamName, "JetStream stream name")
 	flag.BoolVar(&cfg.TLS.CertManager, "cert-manager", false, "serve the certificate cert-manager mounts in -cert-dir; no Secret, no caBundle patching")

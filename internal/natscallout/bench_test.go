@@ -50,7 +50,7 @@ func BenchmarkWorkerRoundTrip(b *testing.B) {
 			return nc, js, err
 		}},
 		{name: "own-account", connect: func() (*nats.Conn, jetstream.JetStream, error) {
-			nc, err := dial(srv.ClientURL(), nats.Token("alice"), nats.CustomInboxPrefix(own.Inbox))
+			nc, err := dial(srv.ClientURL(), a.TLSOption(), nats.Token("alice"), nats.CustomInboxPrefix(own.Inbox))
 			if err != nil {
 				return nil, nil, err
 			}

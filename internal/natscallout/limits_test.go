@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/utils/clock"
+
+	"github.com/runplane/runplane/internal/natstls"
 )
 
 // TestWorkerLimitsOnRealServer: nats-server enforces the limits of the
@@ -44,7 +48,7 @@ func TestWorkerLimitsOnRealServer(t *testing.T) {
 
 	t.Run("subscriptions", func(t *testing.T) {
 		errs := make(chan error, 4)
-		worker, err := dial(srv.ClientURL(), nats.Token("alice"), nats.NoReconnect(),
+		worker, err := dial(srv.ClientURL(), a.TLSOption(), nats.Token("alice"), nats.NoReconnect(),
 			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
 		require.NoError(t, err)
 		defer worker.Close()
@@ -81,7 +85,7 @@ func TestWorkerLimitsOnRealServer(t *testing.T) {
 	})
 
 	t.Run("payload", func(t *testing.T) {
-		worker, err := dial(srv.ClientURL(), nats.Token("alice"), nats.NoReconnect())
+		worker, err := dial(srv.ClientURL(), a.TLSOption(), nats.Token("alice"), nats.NoReconnect())
 		require.NoError(t, err)
 		defer worker.Close()
 		// The server announces the user's bound in the INFO after connect,
@@ -112,7 +116,13 @@ func TestWorkerLimitsOnRealServer(t *testing.T) {
 	})
 
 	t.Run("payload from a client that ignores the bound", func(t *testing.T) {
-		conn, err := net.DialTimeout("tcp", strings.TrimPrefix(srv.ClientURL(), "nats://"), 5*time.Second)
+		// TLS first, as every client of runplane's NATS.
+		ca, err := os.ReadFile(a.Client.CAFile)
+		require.NoError(t, err)
+		roots, err := natstls.ParseCAs(ca, a.Client.CAFile)
+		require.NoError(t, err)
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", srv.Addr().String(),
+			&tls.Config{RootCAs: roots, ServerName: a.Client.ServerName})
 		require.NoError(t, err)
 		defer conn.Close()
 		require.NoError(t, conn.SetDeadline(time.Now().Add(20*time.Second)))
@@ -140,8 +150,9 @@ func TestWorkerLimitsOnRealServer(t *testing.T) {
 		_, err = fmt.Fprintf(conn, "CONNECT {\"auth_token\":\"alice\",\"verbose\":false,\"pedantic\":false,\"protocol\":1}\r\nPING\r\n")
 		require.NoError(t, err)
 		readUntil("PONG")
-		_, err = fmt.Fprintf(conn, "PUB result.team-a.echo %d\r\n%s\r\n", payload+1, bytes.Repeat([]byte("r"), payload+1))
-		require.NoError(t, err)
+		// The server may answer and close before the body is all written
+		// (TLS reports that write as failed): its answer is the verdict.
+		_, _ = fmt.Fprintf(conn, "PUB result.team-a.echo %d\r\n%s\r\n", payload+1, bytes.Repeat([]byte("r"), payload+1))
 
 		// The answer comes at once; a server that took the message says nothing.
 		require.NoError(t, conn.SetDeadline(time.Now().Add(5*time.Second)))

@@ -54,7 +54,7 @@ func TestServeBoundsWorkAndServesCachedClients(t *testing.T) {
 	_, m, served := serveCallout(t, ctx, srv, a, r, ServeOptions{Workers: 2, AnswerTimeout: 10 * time.Second})
 
 	connect := func(tok string) error {
-		nc, err := dial(srv.ClientURL(), nats.Token(tok), nats.NoReconnect(), nats.Timeout(10*time.Second))
+		nc, err := dial(srv.ClientURL(), a.TLSOption(), nats.Token(tok), nats.NoReconnect(), nats.Timeout(10*time.Second))
 		if err == nil {
 			nc.Close()
 		}
@@ -101,7 +101,7 @@ func TestServeBoundsReviewsPerHost(t *testing.T) {
 	_, m, served := serveCallout(t, ctx, srv, a, r, ServeOptions{PerHostQPS: 1, PerHostBurst: 2, Clock: clk})
 	connect := func(from, tok string) error {
 		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
-		nc, err := dial(srv.ClientURL(), nats.Token(tok), nats.NoReconnect(), nats.Timeout(10*time.Second), nats.SetCustomDialer(d))
+		nc, err := dial(srv.ClientURL(), a.TLSOption(), nats.Token(tok), nats.NoReconnect(), nats.Timeout(10*time.Second), nats.SetCustomDialer(d))
 		if err == nil {
 			nc.Close()
 		}

@@ -66,7 +66,7 @@ func serveCallout(t testing.TB, ctx context.Context, srv *server.Server, a natsa
 	t.Cleanup(internal.Close)
 	sysJWT, sysSeed, err := a.Trust.SystemCreds()
 	require.NoError(t, err)
-	sys, err := nats.Connect(srv.ClientURL(), nats.UserJWTAndSeed(sysJWT, string(sysSeed)))
+	sys, err := nats.Connect(srv.ClientURL(), a.TLSOption(), nats.UserJWTAndSeed(sysJWT, string(sysSeed)))
 	require.NoError(t, err)
 	t.Cleanup(sys.Close)
 	r.Trust = a.Trust
@@ -107,7 +107,7 @@ func TestCalloutOnRealServer(t *testing.T) {
 	t.Run("refused credentials", func(t *testing.T) {
 		for _, opt := range []nats.Option{nats.Token("mallory"), nats.Token(""), nats.UserInfo("runplane-queue", "wrong")} {
 			// A generous connect timeout: the refusal, not a loaded machine, is the verdict.
-			_, err := dial(srv.ClientURL(), opt, nats.NoReconnect(), nats.Timeout(10*time.Second))
+			_, err := dial(srv.ClientURL(), a.TLSOption(), opt, nats.NoReconnect(), nats.Timeout(10*time.Second))
 			require.Error(t, err)
 			assert.Contains(t, strings.ToLower(err.Error()), "authorization violation")
 		}
@@ -116,7 +116,7 @@ func TestCalloutOnRealServer(t *testing.T) {
 
 	t.Run("worker gets exactly its subjects", func(t *testing.T) {
 		violations := make(chan error, 4)
-		worker, err := dial(srv.ClientURL(), nats.Token("alice"), nats.NoReconnect(),
+		worker, err := dial(srv.ClientURL(), a.TLSOption(), nats.Token("alice"), nats.NoReconnect(),
 			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
 		require.NoError(t, err)
 		defer worker.Close()
@@ -181,7 +181,7 @@ func TestRevokeClosesTheWorkersConnection(t *testing.T) {
 	alice := Identity{Name: "team-a/echo-1", Namespace: "team-a", Pool: "echo", Worker: "echo-1", Expires: time.Now().Add(time.Hour)}
 	sysJWT, sysSeed, err := a.Trust.SystemCreds()
 	require.NoError(t, err)
-	sys, err := nats.Connect(srv.ClientURL(), nats.UserJWTAndSeed(sysJWT, string(sysSeed)))
+	sys, err := nats.Connect(srv.ClientURL(), a.TLSOption(), nats.UserJWTAndSeed(sysJWT, string(sysSeed)))
 	require.NoError(t, err)
 	defer sys.Close()
 	asQueue, err := a.QueueOption()
@@ -194,7 +194,7 @@ func TestRevokeClosesTheWorkersConnection(t *testing.T) {
 		Auth: NewCached(tokens{"alice": alice}, CacheOptions{})}, ServeOptions{})
 
 	closed := make(chan struct{})
-	worker, err := dial(srv.ClientURL(), nats.Token("alice"), nats.NoReconnect(), nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
+	worker, err := dial(srv.ClientURL(), a.TLSOption(), nats.Token("alice"), nats.NoReconnect(), nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
 	require.NoError(t, err)
 	defer worker.Close()
 	require.NoError(t, worker.Flush())
@@ -207,7 +207,7 @@ func TestRevokeClosesTheWorkersConnection(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the revoked worker's connection is still open 10 s later")
 	}
-	_, err = dial(srv.ClientURL(), nats.Token("alice"), nats.NoReconnect(), nats.Timeout(10*time.Second))
+	_, err = dial(srv.ClientURL(), a.TLSOption(), nats.Token("alice"), nats.NoReconnect(), nats.Timeout(10*time.Second))
 	require.Error(t, err, "a cached admission must not bring a revoked account back")
 	assert.Contains(t, strings.ToLower(err.Error()), "authorization violation")
 	assert.Equal(t, 1.0, testutil.ToFloat64(m.Answers.WithLabelValues("refused", ReasonOther)), "refused for its account, not its token")
@@ -230,7 +230,7 @@ func TestReplyMappingsExpireQuickly(t *testing.T) {
 	_, err := internal.SubscribeSync(own.Publish[1])
 	require.NoError(t, err)
 	require.NoError(t, internal.Flush())
-	worker, err := dial(srv.ClientURL(), nats.Token("alice"), nats.CustomInboxPrefix(own.Inbox))
+	worker, err := dial(srv.ClientURL(), a.TLSOption(), nats.Token("alice"), nats.CustomInboxPrefix(own.Inbox))
 	require.NoError(t, err)
 	defer worker.Close()
 	for i := range 5000 {
@@ -273,7 +273,7 @@ func TestRevocationHoldsAcrossReplicas(t *testing.T) {
 	defer queueConn.Close()
 	sysJWT, sysSeed, err := a.Trust.SystemCreds()
 	require.NoError(t, err)
-	sys, err := nats.Connect(srv.ClientURL(), nats.UserJWTAndSeed(sysJWT, string(sysSeed)))
+	sys, err := nats.Connect(srv.ClientURL(), a.TLSOption(), nats.UserJWTAndSeed(sysJWT, string(sysSeed)))
 	require.NoError(t, err)
 	defer sys.Close()
 	leader := newWorkerAccounts(t, ctx, a, queueConn, sys)

@@ -66,7 +66,7 @@ func TestWorkerPermissionsOnJetStream(t *testing.T) {
 		require.Greater(t, refs[ns].Chunks, 1)
 	}
 	violations := make(chan error, 16)
-	nc, err := nats.Connect(srv.ClientURL(), nats.Token("alice"), nats.CustomInboxPrefix(own.Inbox),
+	nc, err := nats.Connect(srv.ClientURL(), a.TLSOption(), nats.Token("alice"), nats.CustomInboxPrefix(own.Inbox),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
 	require.NoError(t, err)
 	defer nc.Close()
@@ -232,7 +232,7 @@ func TestWorkerCannotCreateConsumers(t *testing.T) {
 	require.NoError(t, internal.Flush())
 
 	violations := make(chan error, 16)
-	nc, err := nats.Connect(srv.ClientURL(), nats.Token("mallory"), nats.CustomInboxPrefix(own.Inbox),
+	nc, err := nats.Connect(srv.ClientURL(), a.TLSOption(), nats.Token("mallory"), nats.CustomInboxPrefix(own.Inbox),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
 	require.NoError(t, err)
 	defer nc.Close()
@@ -301,7 +301,7 @@ func TestReplySubjectsStayInTheWorkersAccount(t *testing.T) {
 		harms   bool
 	}{
 		{name: "a worker in its own account", connect: func() (*nats.Conn, jetstream.JetStream, string, error) {
-			nc, err := dial(srv.ClientURL(), nats.Token("mallory"), nats.CustomInboxPrefix(own.Inbox))
+			nc, err := dial(srv.ClientURL(), a.TLSOption(), nats.Token("mallory"), nats.CustomInboxPrefix(own.Inbox))
 			if err != nil {
 				return nil, nil, "", err
 			}
@@ -415,7 +415,7 @@ func TestServerSendsNothingOutsideWorkerPermissions(t *testing.T) {
 	require.NoError(t, internal.Flush())
 
 	violations := make(chan error, 16)
-	nc, err := nats.Connect(srv.ClientURL(), nats.Token("mallory"), nats.CustomInboxPrefix(own.Inbox),
+	nc, err := nats.Connect(srv.ClientURL(), a.TLSOption(), nats.Token("mallory"), nats.CustomInboxPrefix(own.Inbox),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
 	require.NoError(t, err)
 	defer nc.Close()

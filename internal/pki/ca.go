@@ -1,8 +1,10 @@
 // Package pki is runplane's one certificate toolkit: ECDSA certificate
 // authorities and the certificates they issue (the webhook, the extender,
 // the test control plane), the rotation rules of a CA and serving
-// certificate kept in a Secret, and a watcher, built on controller-runtime's
-// certwatcher, for certificate files another party (cert-manager) keeps.
+// certificate kept in a Secret (a renewed CA certified by the old one, so
+// clients that trust only the old CA keep verifying), and a watcher, built
+// on controller-runtime's certwatcher, for certificate files another party
+// (cert-manager) keeps.
 package pki
 
 import (
@@ -93,6 +95,9 @@ type Leaf struct {
 	IPAddresses []net.IP
 	// Usage is server or client authentication.
 	Usage x509.ExtKeyUsage
+	// ClientAuth adds client authentication to Usage (a server that also
+	// dials its peers with the certificate).
+	ClientAuth bool
 	// Validity from now; never past the CA's own expiry.
 	Validity time.Duration
 }
@@ -130,6 +135,9 @@ func (ca *CA) Issue(l Leaf, now time.Time) (certPEM, keyPEM []byte, err error) {
 	}
 	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{l.Usage}
+	if l.ClientAuth && l.Usage != x509.ExtKeyUsageClientAuth {
+		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
+	}
 	tmpl.DNSNames, tmpl.IPAddresses = l.DNSNames, l.IPAddresses
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
 	if err != nil {

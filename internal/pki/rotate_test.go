@@ -13,14 +13,25 @@ import (
 
 func verify(t *testing.T, b *Bundle, name string, at time.Time) {
 	t.Helper()
-	pool := x509.NewCertPool()
-	require.True(t, pool.AppendCertsFromPEM(b.CABundle), "CA bundle holds no certificate")
-	leaf, err := ParseCert(b.CertPEM)
+	verifyWith(t, b.CABundle, b, name, at)
+	_, err := b.TLSCertificate()
 	require.NoError(t, err)
-	_, err = leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: name, CurrentTime: at, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+}
+
+// verifyWith checks the served chain (the leaf and what follows it in
+// CertPEM) as a TLS client trusting trust does.
+func verifyWith(t *testing.T, trust []byte, b *Bundle, name string, at time.Time) {
+	t.Helper()
+	roots := x509.NewCertPool()
+	require.True(t, roots.AppendCertsFromPEM(trust), "CA bundle holds no certificate")
+	block, rest := pem.Decode(b.CertPEM)
+	require.NotNil(t, block)
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	require.NoError(t, err)
+	inter := x509.NewCertPool()
+	inter.AppendCertsFromPEM(rest)
+	_, err = leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, DNSName: name, CurrentTime: at, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
 	require.NoError(t, err, "serving certificate does not verify for %s at %s", name, at)
-	_, err = b.TLSCertificate()
-	require.NoError(t, err)
 }
 
 func countCerts(p []byte) int {
@@ -56,13 +67,17 @@ func TestRenew(t *testing.T) {
 		newCA     bool
 		newLeaf   bool
 		bundleCAs int
+		cross     bool // the leaf is served with the new CA certified by the old one
 	}{
 		{name: "loaded again (a restart)", bundleCAs: 1},
 		{name: "an hour before RenewBefore", advance: o.CertValidity - o.RenewBefore - time.Hour, bundleCAs: 1},
 		{name: "an hour into RenewBefore", advance: 2 * time.Hour, newLeaf: true, bundleCAs: 1},
 		{name: "a new name to cover", dnsNames: []string{o.DNSNames[0], "other.example"}, newLeaf: true, bundleCAs: 1},
-		// The bundle trusts both CAs, so clients holding either work.
-		{name: "the CA in its last third", advance: o.CAValidity * 2 / 3, newCA: true, newLeaf: true, bundleCAs: 2},
+		// The bundle trusts both CAs, so clients holding either work; a
+		// client holding the old bundle (the old CA alone) verifies the new
+		// leaf through the cross certificate served with it.
+		{name: "the CA in its last third", advance: o.CAValidity * 2 / 3, newCA: true, newLeaf: true, bundleCAs: 2, cross: true},
+		{name: "a leaf renewed while the old CA lives", advance: o.CertValidity - o.RenewBefore + time.Hour, newLeaf: true, bundleCAs: 2, cross: true},
 		{name: "the old CA expired", advance: o.CAValidity / 2, newLeaf: true, bundleCAs: 1},
 	}
 	cur := FromSecretData(first.secretData())
@@ -80,12 +95,53 @@ func TestRenew(t *testing.T) {
 			require.Equal(t, s.newCA, string(next.CACert) != string(cur.CACert), "CA renewed")
 			require.Equal(t, s.newLeaf, string(next.CertPEM) != string(cur.CertPEM), "serving certificate renewed")
 			require.Equal(t, s.bundleCAs, countCerts(next.CABundle), "CAs in the bundle")
+			require.Equal(t, s.cross, len(next.CrossCert) > 0, "cross certificate")
+			leaf, err := ParseCert(next.CertPEM)
+			require.NoError(t, err)
+			require.Equal(t, leaf.NotAfter, next.NotAfter, "NotAfter of the bundle")
 			for _, n := range o.DNSNames {
 				verify(t, next, n, clk.Now())
+				// A client that took the bundle a step earlier still
+				// verifies what is served now.
+				verifyWith(t, cur.CABundle, next, n, clk.Now())
 			}
-			cur = next
+			cur = FromSecretData(next.secretData())
 		})
 	}
+}
+
+// TestRenewClientAuth: a certificate that must also authenticate as a
+// client (a NATS server's routes) gets both usages; one issued without is
+// renewed.
+func TestRenewClientAuth(t *testing.T) {
+	o := Options{DNSNames: []string{"a.b.svc"}}
+	b, err := Renew(nil, o)
+	require.NoError(t, err)
+	o.ClientAuth = true
+	next, err := Renew(b, o)
+	require.NoError(t, err)
+	require.NotSame(t, b, next, "a serving-only certificate kept for client authentication")
+	leaf, err := ParseCert(next.CertPEM)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, leaf.ExtKeyUsage)
+	again, err := Renew(next, o)
+	require.NoError(t, err)
+	require.Same(t, next, again)
+}
+
+// TestRenewNewExpiry: a certificate renewed within the second it was
+// issued in still expires at another second (servers are told apart by
+// their certificate's expiry).
+func TestRenewNewExpiry(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	o := Options{DNSNames: []string{"a.b.svc"}, Clock: clk}
+	first, err := Renew(nil, o)
+	require.NoError(t, err)
+	o.RenewBefore = 2 * o.withDefaults().CertValidity // due at once
+	next, err := Renew(FromSecretData(first.secretData()), o)
+	require.NoError(t, err)
+	require.NotEqual(t, string(first.CertPEM), string(next.CertPEM))
+	require.NotEqual(t, first.NotAfter, next.NotAfter)
 }
 
 func TestRenewGarbage(t *testing.T) {

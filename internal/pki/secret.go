@@ -16,6 +16,7 @@ const (
 	KeyCACert   = "ca.crt"        // the current CA certificate
 	KeyCAKey    = "ca.key"        // its private key
 	KeyCABundle = "ca-bundle.crt" // what clients trust: current CA, then the previous one while valid
+	KeyCACross  = "ca-cross.crt"  // the current CA certified by the previous one, while that is valid (Bundle.CrossCert)
 )
 
 // SecretRef names the Secret a Bundle is kept in.
@@ -70,11 +71,16 @@ func (b *Bundle) secretData() map[string][]byte {
 		KeyCACert:               b.CACert,
 		KeyCAKey:                b.CAKey,
 		KeyCABundle:             b.CABundle,
+		KeyCACross:              b.CrossCert,
 	}
 }
 
 // FromSecretData reads a Bundle from a Secret's data.
 func FromSecretData(d map[string][]byte) *Bundle {
-	return &Bundle{CABundle: d[KeyCABundle], CertPEM: d[corev1.TLSCertKey], KeyPEM: d[corev1.TLSPrivateKeyKey],
-		CACert: d[KeyCACert], CAKey: d[KeyCAKey]}
+	b := &Bundle{CABundle: d[KeyCABundle], CertPEM: d[corev1.TLSCertKey], KeyPEM: d[corev1.TLSPrivateKeyKey],
+		CACert: d[KeyCACert], CAKey: d[KeyCAKey], CrossCert: d[KeyCACross]}
+	if leaf, err := ParseCert(b.CertPEM); err == nil {
+		b.NotAfter = leaf.NotAfter
+	}
+	return b
 }

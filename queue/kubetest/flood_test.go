@@ -103,7 +103,7 @@ func TestFloodsDoNotStarveAdmission(t *testing.T) {
 	qctx, qcancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- queue.Run(qctx, queue.Config{NATSURL: srv.ClientURL(), NATSTrustFile: auth.TrustFile,
+		done <- queue.Run(qctx, queue.Config{NATSURL: srv.ClientURL(), NATSTrustFile: auth.TrustFile, NATSTLS: auth.Client,
 			Listen: "127.0.0.1:0", OnListen: func(x string) { addr <- x },
 			MetricsListen: "127.0.0.1:0", OnMetricsListen: func(x string) { metricsAddr <- x },
 			RESTConfig: rc, Namespace: ns, Tick: 100 * time.Millisecond,
@@ -164,7 +164,7 @@ func TestFloodsDoNotStarveAdmission(t *testing.T) {
 			for fctx.Err() == nil {
 				// From one address (one hostile Pod); the worker below
 				// connects from another.
-				nc, err := nats.Connect(srv.ClientURL(), nats.Token(craftedNATSToken(ns)), nats.NoReconnect(), nats.Timeout(10*time.Second),
+				nc, err := nats.Connect(srv.ClientURL(), auth.TLSOption(), nats.Token(craftedNATSToken(ns)), nats.NoReconnect(), nats.Timeout(10*time.Second),
 					nats.SetCustomDialer(&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}))
 				if err != nil {
 					natsRefused.Add(1)
@@ -189,7 +189,7 @@ func TestFloodsDoNotStarveAdmission(t *testing.T) {
 	var worker *nats.Conn
 	connectStart := time.Now()
 	for range 3 {
-		if worker, err = nats.Connect(srv.ClientURL(), nats.Token(tr.Status.Token), nats.NoReconnect(), nats.Timeout(10*time.Second)); err == nil {
+		if worker, err = nats.Connect(srv.ClientURL(), auth.TLSOption(), nats.Token(tr.Status.Token), nats.NoReconnect(), nats.Timeout(10*time.Second)); err == nil {
 			break
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/runplane/runplane/extender"
 	"github.com/runplane/runplane/extender/profile"
 	"github.com/runplane/runplane/internal/logging"
+	"github.com/runplane/runplane/internal/natstls"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/test/cluster"
@@ -116,6 +117,16 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 	inj.StockNamespaces = []string{api.DefaultStockNamespace}
 	// What Pods see: an in-cluster address, never the token.
 	inj.NATSURL = "nats://nats." + api.DefaultNamespace + ".svc:" + strconv.Itoa(natsPort)
+	// Sidecars verify the server as in the chart: the name its certificate
+	// carries, the CA bundle published where the chart's queue publishes it.
+	inj.NATSServerName = auth.Client.ServerName
+	ca, err := os.ReadFile(auth.Client.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	if err := natstls.PublishCA(ctx, c.Client(), api.DefaultNamespace, ca, nil); err != nil {
+		return nil, err
+	}
 	s.goRun(ctx, "webhook", func(ctx context.Context) error {
 		return webhook.Run(ctx, webhook.Config{
 			RESTConfig: c.RESTConfig(), Listener: ln, HealthAddr: "-", Injection: inj, Logger: log.With("component", "webhook"),
@@ -158,7 +169,7 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 			Listen: queueListen, OnListen: func(a string) { addr <- a },
 			RESTConfig: c.RESTConfig(), Logger: log.With("component", "queue"),
 		}
-		qc.NATSURL, qc.NATSTrustFile = natsURL, auth.TrustFile
+		qc.NATSURL, qc.NATSTrustFile, qc.NATSTLS = natsURL, auth.TrustFile, auth.Client
 		return queue.Run(ctx, qc)
 	})
 	select {

@@ -5,7 +5,10 @@
 // in as the default sentinel and is handed to the queue's callout, which
 // places each in an account of its worker's own. The configuration is the
 // one the chart's bundled NATS runs (charts/runplane/templates/_nats.tpl
-// includes the trust.conf that bootstrapsecret.NATSTrust writes).
+// includes the trust.conf that bootstrapsecret.NATSTrust writes), TLS
+// included: the server's certificate comes from internal/pki, clients speak
+// TLS first and verify it against its CA and ServerName (internal/natstls),
+// as every runplane component does against the chart's NATS.
 package natsauth
 
 import (
@@ -19,9 +22,17 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/bootstrapsecret"
 	"github.com/runplane/runplane/internal/natsaccounts"
+	"github.com/runplane/runplane/internal/natstls"
+	"github.com/runplane/runplane/internal/pki"
 )
+
+// ServerName is the name the server's certificate carries and every
+// client verifies, whatever address it dials (the chart's is its Service's
+// name; here the server listens on an IP).
+const ServerName = "runplane-nats." + api.DefaultNamespace + ".svc"
 
 // Auth is the server's trust: the secret, in a file only this user can
 // read (what the chart keeps in a Secret in runplane's namespace), and the
@@ -30,11 +41,17 @@ type Auth struct {
 	// TrustFile holds the secret (queue.Config.NATSTrustFile).
 	TrustFile string
 	Trust     *natsaccounts.Trust
+	// TLS are the server's certificate files, and Client how a client
+	// verifies it (queue.Config.NATSTLS; the CA file is the CA bundle, what
+	// the webhook gives sidecars).
+	TLS    natstls.ServerFiles
+	Client natstls.Client
 }
 
-// Write generates a trust secret and writes it to dir.
+// Write generates a trust secret and a CA and server certificate, and
+// writes them to dir.
 func Write(dir string) (Auth, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, "tls"), 0o700); err != nil {
 		return Auth{}, err
 	}
 	secret, err := natsaccounts.NewSecret()
@@ -49,7 +66,34 @@ func Write(dir string) (Auth, error) {
 	if err := os.WriteFile(a.TrustFile, secret, 0o600); err != nil {
 		return Auth{}, err
 	}
+	a.TLS = natstls.ServerFiles{Cert: filepath.Join(dir, "tls", "tls.crt"), Key: filepath.Join(dir, "tls", "tls.key"), CA: filepath.Join(dir, "tls", "ca.crt")}
+	a.Client = natstls.Client{CAFile: a.TLS.CA, ServerName: ServerName}
+	b, err := pki.Renew(nil, CertOptions())
+	if err != nil {
+		return Auth{}, err
+	}
+	if err := a.WriteBundle(b); err != nil {
+		return Auth{}, err
+	}
 	return a, nil
+}
+
+// CertOptions are what the server's certificate covers: ServerName, for
+// clients and routes.
+func CertOptions() pki.Options {
+	return pki.Options{Name: "runplane-nats", DNSNames: []string{ServerName}, ClientAuth: true}
+}
+
+// WriteBundle writes b as the server's certificate, key and CA bundle (what
+// the kubelet does with the chart's TLS Secret); a running server serves
+// it once it reloads its configuration.
+func (a Auth) WriteBundle(b *pki.Bundle) error {
+	for f, p := range map[string][]byte{a.TLS.Cert: b.CertPEM, a.TLS.Key: b.KeyPEM, a.TLS.CA: b.CABundle} {
+		if err := os.WriteFile(f, p, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Extra is more configuration for a test: JetStream inside the jetstream
@@ -64,8 +108,8 @@ func (a Auth) Config(host, storeDir string, exports jwt.Exports, extra Extra) (s
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("listen: %q\njetstream { store_dir: %q\n%s }\n%s%s\n",
-		net.JoinHostPort(host, "-1"), filepath.Join(storeDir, "jetstream"), extra.JetStream, trust, extra.Top), nil
+	return fmt.Sprintf("listen: %q\njetstream { store_dir: %q\n%s }\n%s%s%s\n",
+		net.JoinHostPort(host, "-1"), filepath.Join(storeDir, "jetstream"), extra.JetStream, natstls.ServerConfig(a.TLS), trust, extra.Top), nil
 }
 
 // Start runs the embedded server from that configuration (written to dir,
@@ -104,12 +148,43 @@ func StartWith(dir, host string, a Auth, exports jwt.Exports, extra Extra) (*ser
 	return ns, nil
 }
 
-// QueueOption connects as the queue's user in RUNPLANE: tests watch the
-// queue's streams and Records as the queue sees them.
+// QueueOption connects as the queue's user in RUNPLANE (with TLSOption):
+// tests watch the queue's streams and Records as the queue sees them.
 func (a Auth) QueueOption() (nats.Option, error) {
 	userJWT, seed, err := a.Trust.QueueCreds()
 	if err != nil {
 		return nil, err
 	}
-	return nats.UserJWTAndSeed(userJWT, string(seed)), nil
+	return options(a.TLSOption(), nats.UserJWTAndSeed(userJWT, string(seed))), nil
+}
+
+// SystemOption connects as the queue's user in SYS (with TLSOption).
+func (a Auth) SystemOption() (nats.Option, error) {
+	userJWT, seed, err := a.Trust.SystemCreds()
+	if err != nil {
+		return nil, err
+	}
+	return options(a.TLSOption(), nats.UserJWTAndSeed(userJWT, string(seed))), nil
+}
+
+// TLSOption is what every client of the server needs: TLS first, the
+// server's certificate verified against the CA and ServerName.
+func (a Auth) TLSOption() nats.Option {
+	opts, err := a.Client.Options()
+	if err != nil {
+		return func(*nats.Options) error { return err }
+	}
+	return options(opts...)
+}
+
+// options applies several options as one.
+func options(opts ...nats.Option) nats.Option {
+	return func(o *nats.Options) error {
+		for _, opt := range opts {
+			if err := opt(o); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/catalog"
+	"github.com/runplane/runplane/internal/natstls"
 	"github.com/runplane/runplane/internal/pki"
 	"github.com/runplane/runplane/webhook"
 	"github.com/runplane/runplane/webhook/mutate"
@@ -403,4 +404,45 @@ func TestCertManagerFilesFollowed(t *testing.T) {
 		"the renewed certificate served")
 	_, err = c.CoreV1().Pods(namespace(t, "team-cert-manager")).Create(ctx, gpuPod("after-renewal", "g1.1"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	require.NoError(t, err, "admission after the renewal")
+}
+
+// With a NATS server name, a pool Pod's sidecar gets it and the CA bundle
+// the ConfigMap in runplane's namespace holds at the Pod's admission (the
+// queue publishes it); before it exists a pool Pod is refused with the
+// reason, and a renewed bundle reaches the next Pods.
+func TestPoolPodsGetNATSCA(t *testing.T) {
+	startWebhook(t, func(c *webhook.Config) { c.Injection.NATSServerName = "runplane-nats.runplane-system.svc" })
+	c := env.Client()
+	ctx := context.Background()
+	ns := namespace(t, "team-nats-ca")
+	t.Cleanup(func() { _ = c.CoreV1().ConfigMaps(runplaneNS).Delete(ctx, api.NATSCAConfigMap, metav1.DeleteOptions{}) })
+	pool := func() *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "w", Labels: map[string]string{api.LabelPool: "echo"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "example.com/app:1"}}}}
+	}
+	_, err := c.CoreV1().Pods(ns).Create(ctx, pool(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	require.ErrorContains(t, err, "runplane's NATS CA is not published yet")
+
+	for _, names := range [][]string{{"first"}, {"renewed", "first"}} {
+		var bundle []byte
+		for _, n := range names {
+			ca, err := pki.NewCA(n, time.Now(), time.Hour)
+			require.NoError(t, err)
+			bundle = append(bundle, ca.CertPEM...)
+		}
+		require.NoError(t, natstls.PublishCA(ctx, c, runplaneNS, bundle, nil))
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			pod, err := c.CoreV1().Pods(ns).Create(ctx, pool(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			require.NoError(ct, err)
+			var sidecar *corev1.Container
+			for i := range pod.Spec.InitContainers {
+				if pod.Spec.InitContainers[i].Name == api.SidecarContainerName {
+					sidecar = &pod.Spec.InitContainers[i]
+				}
+			}
+			require.NotNil(ct, sidecar)
+			require.Equal(ct, string(bundle), envOf(*sidecar, api.EnvNATSCA))
+			require.Equal(ct, "runplane-nats.runplane-system.svc", envOf(*sidecar, api.EnvNATSServerName))
+		}, 30*time.Second, 200*time.Millisecond)
+	}
 }

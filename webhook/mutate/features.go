@@ -3,6 +3,7 @@ package mutate
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"path"
 	"slices"
@@ -349,6 +350,20 @@ func (m *Mutator) applyPool(pod *corev1.Pod, o Options) error {
 		corev1.EnvVar{Name: api.EnvShutdownGraceSeconds, Value: strconv.FormatInt(shutdownGrace, 10)},
 		corev1.EnvVar{Name: api.EnvWorkerStateDir, Value: api.WorkerStateDir},
 	)
+	// The sidecar sends its token only to a server that proves runplane's
+	// NATS CA and this name, through TLS begun before anything else.
+	if m.Config.NATSServerName != "" {
+		if m.NATSCA == nil {
+			return errors.New("injection config: a NATS server name without a CA source")
+		}
+		ca, err := m.NATSCA()
+		if err != nil {
+			return fmt.Errorf("the worker sidecar's NATS CA: %w", err)
+		}
+		sc.Env = append(sc.Env,
+			corev1.EnvVar{Name: api.EnvNATSServerName, Value: m.Config.NATSServerName},
+			corev1.EnvVar{Name: api.EnvNATSCA, Value: string(ca)})
+	}
 	// The sidecar's own: the framework's outcomes until their results are
 	// stored, across a restart of the sidecar container.
 	upsertVolume(pod, corev1.Volume{Name: VolumeWorkerState, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})

@@ -63,10 +63,14 @@ type Config struct {
 	Image           string            `json:"image"`
 	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
 	// PauseImage is the container image of stock placeholders.
-	PauseImage    string `json:"pauseImage"`
-	NATSURL       string `json:"natsURL"`
-	SubjectPrefix string `json:"subjectPrefix"`
-	StreamName    string `json:"streamName"`
+	PauseImage string `json:"pauseImage"`
+	NATSURL    string `json:"natsURL"`
+	// NATSServerName is the name NATS's certificate must carry: with it,
+	// every worker sidecar gets it and the CA bundle (Mutator.NATSCA) and
+	// speaks verified TLS; empty: a NATS without TLS (tests).
+	NATSServerName string `json:"natsServerName,omitempty"`
+	SubjectPrefix  string `json:"subjectPrefix"`
+	StreamName     string `json:"streamName"`
 	// StockNamespaces, when set, are the only namespaces where stock
 	// placeholders may be created: a placeholder in a tenant namespace
 	// would hold GPUs as stock (and get runplane-stock) on the tenant's say.
@@ -155,6 +159,13 @@ type Mutator struct {
 	// Namespaces is read only for a GPU Pod naming a tier above
 	// runplane-workload (api.AnnotationPriorityTiers).
 	Namespaces NamespaceGetter
+	// NATSCA is the PEM CA bundle of NATS (public certificates only) that
+	// a pool Pod's sidecar verifies the server with, read at each
+	// admission: a Pod gets the bundle of its creation, and a renewed CA
+	// is certified by the old one (internal/pki), so older Pods keep
+	// verifying. Needed with Config.NATSServerName; an error fails the
+	// admission (the ReplicaSet retries).
+	NATSCA func() ([]byte, error)
 }
 
 // Result is a mutated Pod and what was applied to it.

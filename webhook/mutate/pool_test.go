@@ -2,6 +2,7 @@ package mutate
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -67,4 +68,48 @@ func TestPoolPodCannotRedirectRunplaneHosts(t *testing.T) {
 			require.NoError(t, err, "a Pod without a pool keeps its own resolution")
 		})
 	}
+}
+
+// The worker sidecar gets NATS's server name and the CA bundle of the
+// Pod's admission, and only the sidecar: no main container learns them.
+// While the CA is not to be had, a pool Pod fails admission (an error, not
+// a denial: the ReplicaSet retries) instead of getting a sidecar that
+// would dial without verifying.
+func TestPoolSidecarVerifiesNATS(t *testing.T) {
+	m := restrictedMutator(t)
+	m.Config.NATSServerName = "runplane-nats.runplane-system.svc"
+	bundle := "-----BEGIN CERTIFICATE-----\nca\n-----END CERTIFICATE-----\n"
+	var caErr error
+	m.NATSCA = func() ([]byte, error) { return []byte(bundle), caErr }
+	pod := func() *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{api.LabelPool: "echo"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{compliant("main")}}}
+	}
+	res, err := m.Mutate(context.Background(), pod(), "ns")
+	require.NoError(t, err)
+	env := func(c corev1.Container) map[string]string {
+		out := map[string]string{}
+		for _, e := range c.Env {
+			out[e.Name] = e.Value
+		}
+		return out
+	}
+	var sidecar *corev1.Container
+	for i, c := range res.Pod.Spec.InitContainers {
+		if c.Name == api.SidecarContainerName {
+			sidecar = &res.Pod.Spec.InitContainers[i]
+		}
+	}
+	require.NotNil(t, sidecar)
+	assert.Equal(t, m.Config.NATSServerName, env(*sidecar)[api.EnvNATSServerName])
+	assert.Equal(t, bundle, env(*sidecar)[api.EnvNATSCA])
+	for _, c := range res.Pod.Spec.Containers {
+		assert.NotContains(t, env(c), api.EnvNATSCA, "container %s", c.Name)
+		assert.NotContains(t, env(c), api.EnvNATSServerName, "container %s", c.Name)
+	}
+
+	caErr = errors.New("not published yet")
+	_, err = m.Mutate(context.Background(), pod(), "ns")
+	require.ErrorContains(t, err, "not published yet")
+	assert.False(t, IsDenial(err), "a missing CA is the platform's failure, not the user's")
 }

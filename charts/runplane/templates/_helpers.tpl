@@ -103,6 +103,21 @@ nats://runplane-nats.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}:42
 {{- end -}}
 {{- end -}}
 
+{{/* runplane.natsServerName: the name NATS's certificate carries, which every client (the queue, each worker sidecar) verifies over TLS, whatever host the URL names. */}}
+{{- define "runplane.natsServerName" -}}
+{{- if eq .Values.nats.mode "external" -}}
+{{ required "nats.external.tls.serverName is required when nats.mode is external (the name the external NATS's certificate carries)" .Values.nats.external.tls.serverName }}
+{{- else -}}
+runplane-nats.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}
+{{- end -}}
+{{- end -}}
+
+{{/* runplane.natsTLSNames: what the bundled NATS's certificate covers: the Service's names, and each server's per-Pod name, which the routes dial. */}}
+{{- define "runplane.natsTLSNames" -}}
+{{- $ns := .Release.Namespace -}}
+runplane-nats,runplane-nats.{{ $ns }},runplane-nats.{{ $ns }}.svc,runplane-nats.{{ $ns }}.svc.{{ .Values.clusterDomain }},*.runplane-nats-headless.{{ $ns }}.svc,*.runplane-nats-headless.{{ $ns }}.svc.{{ .Values.clusterDomain }}
+{{- end -}}
+
 {{/* runplane.namespaceSelector: the webhook never sees kube-system or runplane's own namespace, so runplane can always start and repair itself. Sorted, as webhook.Configurations builds it. */}}
 {{- define "runplane.namespaceSelector" -}}
 {{- $excluded := concat (list "kube-system" .Release.Namespace) .Values.webhook.excludeNamespaces | uniq | sortAlpha -}}

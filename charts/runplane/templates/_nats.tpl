@@ -23,14 +23,34 @@ jetstream {
 # preloaded. include is relative to this file's directory, even an absolute path: ../trust is the
 # Secret's mount.
 include "../trust/trust.conf"
+# TLS from the first byte (handshake_first: not even INFO in clear; a client that does not begin with
+# a TLS handshake gets nothing). The certificate (Secret nats.bundled.tlsSecret) is the queue's: it
+# renews it and asks each server to reload it ($SYS.REQ.SERVER.<id>.RELOAD) once the kubelet has
+# updated the files, so no server restarts. Clients verify it against runplane's NATS CA and the
+# name runplane-nats.<namespace>.svc.<clusterDomain>; no client certificates (clients authenticate
+# with JWTs and the callout).
+tls {
+  cert_file: "/etc/nats/tls/tls.crt"
+  key_file: "/etc/nats/tls/tls.key"
+  handshake_first: true
+}
 {{- if gt (int $.Values.nats.bundled.replicas) 1 }}
 # Routes authenticate with a password the queue generates (Secret nats.bundled.routeSecret): a peer
 # that reaches port 6222 without it is no route (the NetworkPolicy is the first fence, this the
-# second). The password and the routes come from the environment (NATS_ROUTE_*).
+# second). The password and the routes come from the environment (NATS_ROUTE_*). A route is TLS
+# from its first byte, each server presenting the same certificate as client and server and
+# verifying its peer's against the CA (verify: true); the dialing one also checks the peer's
+# per-Pod name.
 cluster {
   name: runplane
   listen: 0.0.0.0:6222
   authorization { user: route, password: $NATS_ROUTE_PASSWORD, timeout: 2 }
+  tls {
+    cert_file: "/etc/nats/tls/tls.crt"
+    key_file: "/etc/nats/tls/tls.key"
+    ca_file: "/etc/nats/tls/ca-bundle.crt"
+    verify: true
+  }
   routes: [
     {{- range $i := until (int $.Values.nats.bundled.replicas) }}
     $NATS_ROUTE_{{ $i }}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,12 +27,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/bootstrapsecret"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/natsaccounts"
+	"github.com/runplane/runplane/internal/natstls"
+	"github.com/runplane/runplane/internal/pki"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/callback"
@@ -100,16 +104,45 @@ func TestQueue(t *testing.T) {
 	// The queue's copy of the secret (its -bootstrap-dir).
 	trustFile := filepath.Join(dir, bootstrapsecret.TrustSecretKey)
 	require.NoError(t, os.WriteFile(trustFile, trust[bootstrapsecret.TrustSecretKey], 0o600))
-	srv := startTrustedNATS(t, dir, resolverDir, trust[bootstrapsecret.TrustConfigKey])
+	// The NATS CA and certificate for the chart's names, created and kept
+	// by the queue as its ServiceAccount (its -nats-tls-secret), the CA
+	// bundle published for the webhook.
+	recClient, err := kubernetes.NewForConfig(rec.As(env.RESTConfig(), releaseNS, "runplane-queue"))
+	require.NoError(t, err)
+	keeper := &natstls.Keeper{Client: recClient, Secret: pki.SecretRef{Namespace: releaseNS, Name: arg(t, args, "nats-tls-secret")},
+		Cert:   pki.Options{Name: "runplane-nats", DNSNames: strings.Split(arg(t, args, "nats-tls-dns-names"), ",")},
+		CAFile: filepath.Join(dir, "nats-ca.crt"), Interval: 500 * time.Millisecond, Wait: 300 * time.Millisecond}
+	_, err = keeper.Ensure(ctx)
+	require.NoError(t, err, "the queue creating the NATS TLS Secret and publishing its CA")
+	natsTLS := natstls.Client{CAFile: keeper.CAFile, ServerName: arg(t, args, "nats-server-name")}
+	tlsOpts, err := natsTLS.Options()
+	require.NoError(t, err)
+	srv, mountTLS := startTrustedNATS(t, dir, resolverDir, trust[bootstrapsecret.TrustConfigKey], keeper.Secret)
 	// The stub workers below use the queue's own user (they stand in for
 	// sidecars; the worker's token is tried through the callout further on).
 	tr, err := natsaccounts.Derive(trust[bootstrapsecret.TrustSecretKey])
 	require.NoError(t, err)
 	queueJWT, queueSeed, err := tr.QueueCreds()
 	require.NoError(t, err)
-	nc, err := nats.Connect(srv.ClientURL(), nats.UserJWTAndSeed(queueJWT, string(queueSeed)))
+	nc, err := nats.Connect(srv.ClientURL(), append(tlsOpts, nats.UserJWTAndSeed(queueJWT, string(queueSeed)))...)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
+	served := func() []byte {
+		c, err := nats.Connect(srv.ClientURL(), append(tlsOpts, nats.UserJWTAndSeed(queueJWT, string(queueSeed)), nats.NoReconnect())...)
+		require.NoError(t, err)
+		defer c.Close()
+		st, err := c.TLSConnectionState()
+		require.NoError(t, err)
+		return st.PeerCertificates[0].Raw
+	}
+	// Renewed (update, as runplane-queue): the servers still mount the
+	// first certificate until the kubelet catches up (mountTLS, below);
+	// the queue's keeper has them reload it then.
+	first := served()
+	keeper.Cert.RenewBefore = 2 * 365 * 24 * time.Hour
+	_, err = keeper.Ensure(ctx)
+	require.NoError(t, err, "the queue renewing the NATS certificate")
+	keeper.Cert.RenewBefore = 0
 
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "workers", Labels: map[string]string{api.LabelPool: pool},
@@ -130,7 +163,7 @@ func TestQueue(t *testing.T) {
 	go kubelet(ctx, nc, ns, pool, marked)
 
 	cfg := queue.Config{
-		NATSURL: srv.ClientURL(), NATSTrustFile: trustFile, Listen: "127.0.0.1:0", InsecureDisableCallerAuth: true,
+		NATSURL: srv.ClientURL(), NATSTrustFile: trustFile, NATSTLS: natsTLS, NATSTLSKeeper: keeper, Listen: "127.0.0.1:0", InsecureDisableCallerAuth: true,
 		RESTConfig:     rec.As(env.RESTConfig(), releaseNS, "runplane-queue"),
 		Namespace:      args["namespace"],
 		LeaderElection: arg(t, args, "leader-elect") == "true", LeaseNamespace: arg(t, args, "leader-election-namespace"), Identity: "rbac-test",
@@ -173,6 +206,10 @@ func TestQueue(t *testing.T) {
 		return *d.Spec.Replicas
 	}
 
+	mountTLS()
+	eventually(t, rec, 30*time.Second, "the renewed certificate served, the server reloaded by the queue", func() (bool, error) {
+		return !bytes.Equal(served(), first), nil
+	})
 	eventually(t, rec, 30*time.Second, "the pool known from its Deployment", func() (bool, error) {
 		r, err := http.Get(base + "/v1/namespaces/" + ns + "/pools/" + pool)
 		if err != nil {
@@ -205,7 +242,7 @@ func TestQueue(t *testing.T) {
 		BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: worker.Name, UID: worker.UID},
 	}}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	wc, err := nats.Connect(srv.ClientURL(), nats.Token(tok.Status.Token), nats.NoReconnect(), nats.Timeout(10*time.Second))
+	wc, err := nats.Connect(srv.ClientURL(), append(tlsOpts, nats.Token(tok.Status.Token), nats.NoReconnect(), nats.Timeout(10*time.Second))...)
 	require.NoError(t, err, "the worker's Pod-bound token through the queue's callout")
 	wc.Close()
 	eventually(t, rec, 30*time.Second, "the invocation to succeed", func() (bool, error) {
@@ -250,26 +287,38 @@ func TestQueue(t *testing.T) {
 // startTrustedNATS runs an embedded nats-server whose configuration, like
 // the chart's (templates/_nats.tpl), includes the trust Secret's
 // trust.conf as it is, but for its resolver dir (the chart's, on the NATS
-// PVC), moved into dir.
-func startTrustedNATS(t *testing.T, dir, resolverDir string, trustConf []byte) *server.Server {
+// PVC), moved into dir, and serves TLS first with the TLS Secret's
+// certificate. mount writes the Secret's files again, as the kubelet
+// updates the chart's volume.
+func startTrustedNATS(t *testing.T, dir, resolverDir string, trustConf []byte, tlsSecret pki.SecretRef) (srv *server.Server, mount func()) {
 	t.Helper()
 	quoted := strconv.Quote(resolverDir)
 	require.Equal(t, 1, bytes.Count(trustConf, []byte(quoted)), "trust.conf names the resolver dir %s once:\n%s", quoted, trustConf)
 	trustConf = bytes.Replace(trustConf, []byte(quoted), []byte(strconv.Quote(filepath.Join(dir, "jwt"))), 1)
 	require.NoError(t, os.Mkdir(filepath.Join(dir, "trust"), 0o700))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "trust", "trust.conf"), trustConf, 0o600))
+	files := natstls.ServerFiles{Cert: filepath.Join(dir, "tls", "tls.crt"), Key: filepath.Join(dir, "tls", "tls.key"), CA: filepath.Join(dir, "tls", pki.KeyCABundle)}
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "tls"), 0o700))
+	mount = func() {
+		s, err := env.Client().CoreV1().Secrets(tlsSecret.Namespace).Get(t.Context(), tlsSecret.Name, metav1.GetOptions{})
+		require.NoError(t, err)
+		for f, k := range map[string]string{files.Cert: corev1.TLSCertKey, files.Key: corev1.TLSPrivateKeyKey, files.CA: pki.KeyCABundle} {
+			require.NoError(t, os.WriteFile(f, s.Data[k], 0o600))
+		}
+	}
+	mount()
 	conf := filepath.Join(dir, "nats.conf")
-	require.NoError(t, os.WriteFile(conf, fmt.Appendf(nil, "listen: \"127.0.0.1:-1\"\njetstream { store_dir: %q }\nauthorization { timeout: 10 }\ninclude \"trust/trust.conf\"\n",
-		filepath.Join(dir, "js")), 0o600))
+	require.NoError(t, os.WriteFile(conf, fmt.Appendf(nil, "listen: \"127.0.0.1:-1\"\njetstream { store_dir: %q }\nauthorization { timeout: 10 }\ninclude \"trust/trust.conf\"\n%s",
+		filepath.Join(dir, "js"), natstls.ServerConfig(files)), 0o600))
 	opts, err := server.ProcessConfigFile(conf)
 	require.NoError(t, err)
 	opts.NoLog, opts.NoSigs = true, true
-	srv, err := server.NewServer(opts)
+	srv, err = server.NewServer(opts)
 	require.NoError(t, err)
 	go srv.Start()
 	t.Cleanup(srv.Shutdown)
 	require.True(t, srv.ReadyForConnections(10*time.Second), "nats not ready")
-	return srv
+	return srv, mount
 }
 
 // kubelet plays the worker sidecar: a stub worker for every Running Pod of

@@ -62,6 +62,9 @@ func runWebhook(t *testing.T, rec *rbac.Recorder, ln net.Listener, dnsNames []st
 	inj := mutate.DefaultConfig()
 	inj.Image = testImage
 	inj.NATSURL = "nats://runplane-nats." + releaseNS + ".svc:4222"
+	// Sidecars verify NATS: the webhook follows the CA ConfigMap (as
+	// runplane-webhook: get, list and watch by name).
+	inj.NATSServerName = arg(t, args, "nats-server-name")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

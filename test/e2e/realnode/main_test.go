@@ -139,6 +139,12 @@ func startStack(ctx context.Context, wg *sync.WaitGroup) error {
 	inj := mutate.DefaultConfig()
 	inj.Image, inj.PauseImage, inj.ImagePullPolicy = images.RunplaneRef, images.PauseRef, corev1.PullNever
 	inj.NATSURL = ns0.ClientURL()
+	// The sidecars verify the server as the chart's do: the CA the queue
+	// would publish, the name the certificate carries.
+	inj.NATSServerName = natsAuth.Client.ServerName
+	if err := publishNATSCA(ctx); err != nil {
+		return err
+	}
 	goRun("webhook", func() error {
 		return webhook.Run(ctx, webhook.Config{
 			RESTConfig: env.RESTConfig(), Listener: ln, HealthAddr: "-", Injection: inj, Logger: log,

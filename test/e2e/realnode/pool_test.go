@@ -238,7 +238,7 @@ func TestPoolScalesFromZeroOnRealNode(t *testing.T) {
 		"sh", "-c", "cat /var/run/secrets/kubernetes.io/serviceaccount/token 2>/dev/null; true").Output()
 	require.NoError(t, err)
 	if len(tok) > 0 {
-		_, err := nats.Connect(natsURL, nats.Token(string(tok)), nats.MaxReconnects(0))
+		_, err := nats.Connect(natsURL, natsAuth.TLSOption(), nats.Token(string(tok)), nats.MaxReconnects(0))
 		require.Error(t, err, "NATS admitted the framework container's ServiceAccount token")
 		require.ErrorContains(t, err, "Authorization Violation")
 	} else {

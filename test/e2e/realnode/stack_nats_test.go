@@ -3,6 +3,7 @@ package realnode
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -10,6 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/natstls"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/test/natsauth"
@@ -45,8 +48,18 @@ func startNATS(ctx context.Context) (*server.Server, error) {
 
 // withNATS gives the queue its NATS URL, credentials and callout.
 func withNATS(cfg queue.Config, ns *server.Server) queue.Config {
-	cfg.NATSURL, cfg.NATSTrustFile = ns.ClientURL(), natsAuth.TrustFile
+	cfg.NATSURL, cfg.NATSTrustFile, cfg.NATSTLS = ns.ClientURL(), natsAuth.TrustFile, natsAuth.Client
 	return cfg
+}
+
+// publishNATSCA publishes the server's CA bundle for the webhook, as the
+// chart's queue does.
+func publishNATSCA(ctx context.Context) error {
+	ca, err := os.ReadFile(natsAuth.Client.CAFile)
+	if err != nil {
+		return err
+	}
+	return natstls.PublishCA(ctx, env.Client(), api.DefaultNamespace, ca, nil)
 }
 
 // connectNATS connects as the queue's user: tests watch the sidecars'

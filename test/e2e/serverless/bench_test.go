@@ -38,7 +38,8 @@ func report(b *testing.B, name string, d []time.Duration) {
 // activator → dispatch → sidecar → framework-echo over the socket → result
 // → sync reply → HTTP answer, one caller at a time, against one ready
 // worker. A bare NATS request/reply on the same server is measured in the
-// same run for scale.
+// same run for scale. RUNPLANE_E2E_NATS_TLS=1 runs the whole stack on
+// verified TLS (compare two runs).
 func BenchmarkWarmSync(b *testing.B) {
 	name := fmt.Sprintf("warm%d", time.Now().UnixNano()%100000)
 	pool(b, name, 1, 4, map[string]string{api.AnnotationMinAvailable: "1"})
@@ -53,7 +54,7 @@ func BenchmarkWarmSync(b *testing.B) {
 	sub, err := st.nc.Subscribe("bench.echo", func(m *nats.Msg) { _ = m.Respond(m.Data) })
 	require.NoError(b, err)
 	defer sub.Unsubscribe()
-	nc2, err := nats.Connect(st.nats.ClientURL())
+	nc2, err := st.connect()
 	require.NoError(b, err)
 	defer nc2.Close()
 	var bare, full []time.Duration

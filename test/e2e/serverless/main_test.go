@@ -7,6 +7,7 @@ package serverless
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -31,6 +32,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/natstls"
+	"github.com/runplane/runplane/internal/pki"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/localworkers"
@@ -44,8 +47,11 @@ const ns = "e2e"
 
 // stack is everything the tests talk to.
 type stack struct {
-	cluster  *cluster.Cluster
-	nats     *server.Server
+	cluster *cluster.Cluster
+	nats    *server.Server
+	// natsTLS is how clients verify nats: zero (no TLS) unless
+	// RUNPLANE_E2E_NATS_TLS is set (benchmarks compare).
+	natsTLS  natstls.Client
 	nc       *nats.Conn
 	queueURL string
 	workers  *localworkers.Runner
@@ -98,7 +104,22 @@ func run(m *testing.M) int {
 func start(ctx context.Context, c *cluster.Cluster, wg *sync.WaitGroup) (*stack, error) {
 	s := &stack{cluster: c}
 	var err error
-	s.nats, err = server.NewServer(&server.Options{JetStream: true, StoreDir: filepath.Join(c.Dir(), "nats"), Host: "127.0.0.1", Port: -1})
+	o := &server.Options{JetStream: true, StoreDir: filepath.Join(c.Dir(), "nats"), Host: "127.0.0.1", Port: -1}
+	// RUNPLANE_E2E_NATS_TLS: NATS serves verified TLS first, as the chart's
+	// does; every client (queue, sidecars, the tests) verifies it.
+	if os.Getenv("RUNPLANE_E2E_NATS_TLS") != "" {
+		b, err := pki.Renew(nil, pki.Options{Name: "e2e-nats", DNSNames: []string{"nats.e2e"}})
+		if err != nil {
+			return nil, err
+		}
+		cert, err := b.TLSCertificate()
+		if err != nil {
+			return nil, err
+		}
+		o.TLSConfig, o.TLSHandshakeFirst = &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}, true
+		s.natsTLS = natstls.Client{CA: b.CABundle, ServerName: "nats.e2e"}
+	}
+	s.nats, err = server.NewServer(o)
 	if err != nil {
 		return nil, fmt.Errorf("nats: %w", err)
 	}
@@ -106,11 +127,16 @@ func start(ctx context.Context, c *cluster.Cluster, wg *sync.WaitGroup) (*stack,
 	if !s.nats.ReadyForConnections(10 * time.Second) {
 		return nil, fmt.Errorf("nats not ready")
 	}
-	if s.nc, err = nats.Connect(s.nats.ClientURL()); err != nil {
+	if s.nc, err = s.connect(); err != nil {
 		return nil, err
 	}
 	for _, n := range []string{api.DefaultNamespace, ns} {
 		if err := c.CreateNamespace(ctx, n); err != nil {
+			return nil, err
+		}
+	}
+	if s.natsTLS.Enabled() {
+		if err := natstls.PublishCA(ctx, c.Client(), api.DefaultNamespace, s.natsTLS.CA, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -138,7 +164,7 @@ func start(ctx context.Context, c *cluster.Cluster, wg *sync.WaitGroup) (*stack,
 		return nil, err
 	}
 	inj := mutate.DefaultConfig()
-	inj.Image, inj.NATSURL = "runplane:e2e", "nats://nats.runplane-system:4222"
+	inj.Image, inj.NATSURL, inj.NATSServerName = "runplane:e2e", "nats://nats.runplane-system:4222", s.natsTLS.ServerName
 	goRun("webhook", func() error {
 		return webhook.Run(ctx, webhook.Config{
 			RESTConfig: c.RESTConfig(), Listener: ln, HealthAddr: "-", Injection: inj, Logger: log,
@@ -151,7 +177,7 @@ func start(ctx context.Context, c *cluster.Cluster, wg *sync.WaitGroup) (*stack,
 	addr := make(chan string, 1)
 	goRun("queue", func() error {
 		return queue.Run(ctx, queue.Config{
-			NATSURL: s.nats.ClientURL(), InsecureDisableCallerAuth: true, Listen: "127.0.0.1:0", OnListen: func(a string) { addr <- a },
+			NATSURL: s.nats.ClientURL(), NATSTLS: s.natsTLS, InsecureDisableCallerAuth: true, Listen: "127.0.0.1:0", OnListen: func(a string) { addr <- a },
 			RESTConfig: c.RESTConfig(), Namespace: ns, HeartbeatTimeout: 4 * time.Second, Backoff: 200 * time.Millisecond,
 			Tick: 200 * time.Millisecond, Logger: log,
 		})
@@ -200,6 +226,15 @@ func start(ctx context.Context, c *cluster.Cluster, wg *sync.WaitGroup) (*stack,
 		return nil, fmt.Errorf("webhook or queue not ready (see %s): %w", filepath.Join(c.Dir(), "components.log"), err)
 	}
 	return s, nil
+}
+
+// connect is a new connection to the stack's NATS.
+func (s *stack) connect(opts ...nats.Option) (*nats.Conn, error) {
+	tlsOpts, err := s.natsTLS.Options()
+	if err != nil {
+		return nil, err
+	}
+	return nats.Connect(s.nats.ClientURL(), append(tlsOpts, opts...)...)
 }
 
 func logFile(c *cluster.Cluster, name string) io.Writer {

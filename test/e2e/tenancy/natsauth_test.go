@@ -32,6 +32,7 @@ import (
 // callout), with the real queue service serving the callout.
 type queueNATS struct {
 	srv      *server.Server
+	auth     natsauth.Auth
 	internal *nats.Conn // the queue's own user
 	subj     messages.Subjects
 	stream   string
@@ -73,7 +74,7 @@ func startQueueNATSConf(t *testing.T, ctx context.Context, jsConf, topConf strin
 	done := make(chan error, 1)
 	listening, metricsListening := make(chan string, 1), make(chan string, 1)
 	qcfg := queue.Config{
-		NATSURL: srv.ClientURL(), NATSTrustFile: auth.TrustFile,
+		NATSURL: srv.ClientURL(), NATSTrustFile: auth.TrustFile, NATSTLS: auth.Client,
 		RESTConfig: env.RESTConfig(), Namespace: "natsauth-none", DisableIngress: true,
 		OnListen: func(addr string) { listening <- addr }, OnMetricsListen: func(addr string) { metricsListening <- addr },
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -103,7 +104,7 @@ func startQueueNATSConf(t *testing.T, ctx context.Context, jsConf, topConf strin
 		subs, err := srv.Subsz(&server.SubszOptions{Subscriptions: true, Test: "$SYS.REQ.USER.AUTH", Account: auth.Trust.Runplane.Pub})
 		return err == nil && subs.Total > 0
 	}, 30*time.Second, 50*time.Millisecond, "the queue's callout")
-	q := &queueNATS{srv: srv, internal: internal, subj: messages.Subjects{Prefix: sc.Prefix}, stream: sc.Stream}
+	q := &queueNATS{srv: srv, auth: auth, internal: internal, subj: messages.Subjects{Prefix: sc.Prefix}, stream: sc.Stream}
 	if !qcfg.DisableIngress {
 		select {
 		case addr := <-listening:
@@ -128,7 +129,7 @@ func startQueueNATSConf(t *testing.T, ctx context.Context, jsConf, topConf strin
 // connect presents token as a sidecar does, its violations on the channel.
 func (q *queueNATS) connect(token, inbox string) (*nats.Conn, <-chan error, error) {
 	violations := make(chan error, 16)
-	opts := []nats.Option{nats.Token(token), nats.NoReconnect(), nats.Timeout(10 * time.Second),
+	opts := []nats.Option{q.auth.TLSOption(), nats.Token(token), nats.NoReconnect(), nats.Timeout(10 * time.Second),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err })}
 	if inbox != "" {
 		opts = append(opts, nats.CustomInboxPrefix(inbox))

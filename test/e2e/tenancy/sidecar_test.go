@@ -125,9 +125,13 @@ func runSidecar(t *testing.T, ctx context.Context, q *queueNATS, ns, pool string
 	tokenFile := filepath.Join(dir, "token")
 	require.NoError(t, os.WriteFile(tokenFile, []byte(token(t, ns, "worker", []string{api.NATSTokenAudience}, bound(pod))), 0o600))
 
+	// The CA and name the webhook gives a sidecar.
+	ca, err := os.ReadFile(q.auth.Client.CAFile)
+	require.NoError(t, err)
 	sc, err := sidecar.New(sidecar.Config{
 		Pool: pool, WorkerName: pod.Name, WorkerNamespace: ns, FrameworkSocket: sock, Concurrency: 1,
 		NATSURL: q.srv.ClientURL(), NATSTokenFile: tokenFile, JSAPIPrefix: api.WorkerJSAPIPrefix, SubjectPrefix: q.subj.Prefix, StreamName: q.stream,
+		NATSCA: ca, NATSServerName: q.auth.Client.ServerName,
 		HTTPAddr: "127.0.0.1:0", HeartbeatInterval: 200 * time.Millisecond, ProbeInterval: 50 * time.Millisecond,
 		FetchWait: 200 * time.Millisecond, ShutdownGrace: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),

@@ -142,7 +142,7 @@ func TestWorkerConnectsThroughCallout(t *testing.T) {
 	defer internal.Close()
 	sysJWT, sysSeed, err := auth.Trust.SystemCreds()
 	require.NoError(t, err)
-	sys, err := nats.Connect(srv.ClientURL(), nats.UserJWTAndSeed(sysJWT, string(sysSeed)))
+	sys, err := nats.Connect(srv.ClientURL(), auth.TLSOption(), nats.UserJWTAndSeed(sysJWT, string(sysSeed)))
 	require.NoError(t, err)
 	defer sys.Close()
 	ijs, err := jetstream.New(internal)
@@ -164,7 +164,7 @@ func TestWorkerConnectsThroughCallout(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 
 	violations := make(chan error, 1)
-	conn, err := nats.Connect(srv.ClientURL(), nats.Token(token(t, "workers-b", "worker", []string{natscallout.Audience}, bound(worker))),
+	conn, err := nats.Connect(srv.ClientURL(), auth.TLSOption(), nats.Token(token(t, "workers-b", "worker", []string{natscallout.Audience}, bound(worker))),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
 	require.NoError(t, err)
 	defer conn.Close()
@@ -176,6 +176,6 @@ func TestWorkerConnectsThroughCallout(t *testing.T) {
 	require.NoError(t, conn.Flush())
 	require.ErrorContains(t, <-violations, `Permissions Violation for Subscription to "`+subj.Cancel("workers-a", "*", "*")+`"`)
 
-	_, err = nats.Connect(srv.ClientURL(), nats.Token(token(t, "workers-b", "worker", nil, nil)), nats.NoReconnect())
+	_, err = nats.Connect(srv.ClientURL(), auth.TLSOption(), nats.Token(token(t, "workers-b", "worker", nil, nil)), nats.NoReconnect())
 	require.ErrorContains(t, err, "Authorization Violation")
 }
