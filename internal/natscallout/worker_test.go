@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
@@ -16,6 +17,7 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/objects"
+	"github.com/runplane/runplane/test/natsauth"
 )
 
 // testLayout is a namespaced subject layout of the shape the queue uses.
@@ -203,6 +205,44 @@ func TestWorkerPermissionsOnJetStream(t *testing.T) {
 	}
 }
 
+// stage is the setting of every attack of one tenant's worker on
+// another's: a server whose callout admits mallory (team-m), the queue's
+// connection, and bob's (team-b) cancel subject watched.
+type stage struct {
+	srv      *server.Server
+	a        natsauth.Auth
+	internal *nats.Conn
+	ijs      jetstream.JetStream
+	own, bob WorkerSubjects
+	victim   *nats.Subscription
+}
+
+func newStage(t *testing.T, ctx context.Context) *stage {
+	t.Helper()
+	srv, a := startServer(t)
+	mallory := Identity{Name: "team-m/echo-1", Namespace: "team-m", Pool: "echo", Worker: "echo-1", Expires: time.Now().Add(time.Hour)}
+	internal, _, _ := serveCallout(t, ctx, srv, a, &Responder{MaxTTL: time.Hour, Clock: clock.RealClock{}, Auth: tokens{"mallory": mallory}}, ServeOptions{})
+	ijs, err := jetstream.New(internal)
+	require.NoError(t, err)
+	bob := testLayout(Identity{Namespace: "team-b", Pool: "echo", Worker: "echo-1"})
+	victim, err := internal.SubscribeSync(bob.Cancel)
+	require.NoError(t, err)
+	require.NoError(t, internal.Flush())
+	return &stage{srv: srv, a: a, internal: internal, ijs: ijs, own: testLayout(mallory), bob: bob, victim: victim}
+}
+
+// connectMallory connects with mallory's token as her sidecar does; the
+// server's permission violations arrive on the channel.
+func (s *stage) connectMallory(t *testing.T) (*nats.Conn, <-chan error) {
+	t.Helper()
+	violations := make(chan error, 16)
+	nc, err := dial(s.srv.ClientURL(), s.a.TLSOption(), nats.Token("mallory"), nats.CustomInboxPrefix(s.own.Inbox),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return nc, violations
+}
+
 // TestWorkerCannotCreateConsumers: nats-server does not check a consumer's
 // deliver subject against its creator's permissions, so a worker allowed
 // to create even its own consumer could create a push consumer delivering
@@ -210,32 +250,16 @@ func TestWorkerPermissionsOnJetStream(t *testing.T) {
 // the consumer does not exist, and nothing but the marker reaches the
 // victim's subject.
 func TestWorkerCannotCreateConsumers(t *testing.T) {
-	srv, a := startServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	mallory := Identity{Name: "team-m/echo-1", Namespace: "team-m", Pool: "echo", Worker: "echo-1", Expires: time.Now().Add(time.Hour)}
-	internal, _, _ := serveCallout(t, ctx, srv, a, &Responder{
-		MaxTTL: time.Hour, Clock: clock.RealClock{},
-		Auth: tokens{"mallory": mallory},
-	}, ServeOptions{})
-	ijs, err := jetstream.New(internal)
+	st := newStage(t, ctx)
+	ijs, own, bob, victim, internal := st.ijs, st.own, st.bob, st.victim, st.internal
+	_, err := ijs.CreateStream(ctx, jetstream.StreamConfig{Name: "RS", Subjects: []string{"rs.dispatch.>"}})
 	require.NoError(t, err)
-	_, err = ijs.CreateStream(ctx, jetstream.StreamConfig{Name: "RS", Subjects: []string{"rs.dispatch.>"}})
-	require.NoError(t, err)
-	own := testLayout(mallory)
-	bob := testLayout(Identity{Namespace: "team-b", Pool: "echo", Worker: "echo-1"})
 	// Something the push consumer would deliver.
 	_, err = ijs.Publish(ctx, own.Dispatch, []byte("dispatch"))
 	require.NoError(t, err)
-	victim, err := internal.SubscribeSync(bob.Cancel)
-	require.NoError(t, err)
-	require.NoError(t, internal.Flush())
-
-	violations := make(chan error, 16)
-	nc, err := nats.Connect(srv.ClientURL(), a.TLSOption(), nats.Token("mallory"), nats.CustomInboxPrefix(own.Inbox),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
-	require.NoError(t, err)
-	defer nc.Close()
+	nc, violations := st.connectMallory(t)
 	js, err := jetstream.NewWithAPIPrefix(nc, api.WorkerJSAPIPrefix)
 	require.NoError(t, err)
 
@@ -272,26 +296,18 @@ func TestWorkerCannotCreateConsumers(t *testing.T) {
 // in that account and harms nothing, and by a user of RUNPLANE, how every
 // worker was placed before accounts, where each one does harm.
 func TestReplySubjectsStayInTheWorkersAccount(t *testing.T) {
-	srv, a := startServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	mallory := Identity{Name: "team-m/echo-1", Namespace: "team-m", Pool: "echo", Worker: "echo-1", Expires: time.Now().Add(time.Hour)}
-	internal, _, _ := serveCallout(t, ctx, srv, a, &Responder{MaxTTL: time.Hour, Clock: clock.RealClock{}, Auth: tokens{"mallory": mallory}}, ServeOptions{})
-	ijs, err := jetstream.New(internal)
-	require.NoError(t, err)
-	own := testLayout(mallory)
-	bob := testLayout(Identity{Namespace: "team-b", Pool: "echo", Worker: "echo-1"})
+	st := newStage(t, ctx)
+	srv, a, ijs, own, bob, victim, internal := st.srv, st.a, st.ijs, st.own, st.bob, st.victim, st.internal
 	buckets := &objects.Buckets{JS: ijs, Cfg: objects.Config{StreamName: "RS", TTL: time.Hour}}
-	_, err = buckets.Ensure(ctx, "team-m")
+	_, err := buckets.Ensure(ctx, "team-m")
 	require.NoError(t, err)
 	// The victims: team-b's Records (a KV bucket of the shape the queue
 	// keeps) and team-b's worker's cancel subject.
 	records, err := ijs.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "RECORDS"})
 	require.NoError(t, err)
 	const bobKey, bobRecord = "team-b.inv-1", `{"state":"running"}`
-	victim, err := internal.SubscribeSync(bob.Cancel)
-	require.NoError(t, err)
-	require.NoError(t, internal.Flush())
 
 	asQueue, err := a.QueueOption()
 	require.NoError(t, err)
@@ -395,30 +411,17 @@ func TestReplySubjectsStayInTheWorkersAccount(t *testing.T) {
 // client before that). Both are refused, and neither the victim's subject
 // nor the stream sees anything.
 func TestServerSendsNothingOutsideWorkerPermissions(t *testing.T) {
-	srv, a := startServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	mallory := Identity{Name: "team-m/echo-1", Namespace: "team-m", Pool: "echo", Worker: "echo-1", Expires: time.Now().Add(time.Hour)}
-	internal, _, _ := serveCallout(t, ctx, srv, a, &Responder{MaxTTL: time.Hour, Clock: clock.RealClock{}, Auth: tokens{"mallory": mallory}}, ServeOptions{})
-	ijs, err := jetstream.New(internal)
-	require.NoError(t, err)
+	st := newStage(t, ctx)
+	ijs, own, bob, victim, internal := st.ijs, st.own, st.bob, st.victim, st.internal
 	invocations, err := ijs.CreateStream(ctx, jetstream.StreamConfig{Name: "RS", Subjects: []string{"rs.dispatch.>"}})
 	require.NoError(t, err)
 	_, err = ijs.CreateStream(ctx, jetstream.StreamConfig{Name: "RS_RESULTS", Subjects: []string{"rs.result.>"}})
 	require.NoError(t, err)
-	own := testLayout(mallory)
-	bob := testLayout(Identity{Namespace: "team-b", Pool: "echo", Worker: "echo-1"})
 	_, err = ijs.Publish(ctx, bob.Dispatch, []byte("bob's invocation"))
 	require.NoError(t, err)
-	victim, err := internal.SubscribeSync(bob.Cancel)
-	require.NoError(t, err)
-	require.NoError(t, internal.Flush())
-
-	violations := make(chan error, 16)
-	nc, err := nats.Connect(srv.ClientURL(), a.TLSOption(), nats.Token("mallory"), nats.CustomInboxPrefix(own.Inbox),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
-	require.NoError(t, err)
-	defer nc.Close()
+	nc, violations := st.connectMallory(t)
 
 	for _, tc := range []struct {
 		name string
