@@ -305,7 +305,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		accounts := &natscallout.WorkerAccounts{Trust: trust, Resolver: resolver, Revocations: revocations}
+		accounts := natscallout.NewWorkerAccounts(trust, resolver, revocations, nil)
 		revoke = newRevoker(accounts, reg, log).revokeFunc(ctx)
 		calloutCfg := cfg.Callout
 		calloutCfg.MaxPayload = cmp.Or(calloutCfg.MaxPayload, workerMaxPayload(cfg.Stream))

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -61,11 +60,20 @@ type WorkerAccounts struct {
 	// Connections bounds the account's connections (default
 	// DefaultWorkerConnections).
 	Connections int64
-	// Clock times pushes (nil: the real clock).
-	Clock clock.PassiveClock
 
-	once   sync.Once
+	clock  clock.PassiveClock
 	pushed jsensure.Cache[string]
+}
+
+// NewWorkerAccounts makes worker accounts with trust, pushed to resolver,
+// revocations read from and written to revocations; clk times pushes and
+// revocations (nil: the real clock).
+func NewWorkerAccounts(trust *natsaccounts.Trust, resolver Resolver, revocations Revocations, clk clock.PassiveClock) *WorkerAccounts {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &WorkerAccounts{Trust: trust, Resolver: resolver, Revocations: revocations, clock: clk,
+		pushed: jsensure.Cache[string]{Clock: clk, TTL: PushEvery}}
 }
 
 // Ensure implements Accounts. An account revoked (by any replica) within
@@ -73,7 +81,6 @@ type WorkerAccounts struct {
 // is under way: it is checked before and after the push, and a push that
 // raced a revocation is revoked again.
 func (a *WorkerAccounts) Ensure(ctx context.Context, id Identity, subjects WorkerSubjects) (string, error) {
-	a.once.Do(func() { a.pushed.Clock, a.pushed.TTL = a.Clock, PushEvery })
 	key, err := a.Trust.WorkerAccount(id.Namespace, id.Pool, id.Worker)
 	if err != nil {
 		return "", err
@@ -136,7 +143,7 @@ func (a *WorkerAccounts) Revoke(ctx context.Context, ns, pool, worker string) er
 func (a *WorkerAccounts) revokeAccount(ctx context.Context, key natsaccounts.Key, id Identity) error {
 	name := id.Namespace + "/" + id.Pool + "/" + id.Worker
 	var pushed error
-	j, err := a.Trust.WorkerAccountJWT(a.account(key, id, WorkerSubjects{}, a.now().Unix()))
+	j, err := a.Trust.WorkerAccountJWT(a.account(key, id, WorkerSubjects{}, a.clock.Now().Unix()))
 	if err == nil {
 		err = a.Resolver.Push(ctx, j)
 	}
@@ -162,11 +169,4 @@ func (a *WorkerAccounts) account(key natsaccounts.Key, id Identity, subjects Wor
 		w.Imports = WorkerImports(subjects, a.Trust.Runplane.Pub)
 	}
 	return w
-}
-
-func (a *WorkerAccounts) now() time.Time {
-	if a.Clock == nil {
-		return time.Now()
-	}
-	return a.Clock.Now()
 }

@@ -32,7 +32,7 @@ func newWorkerAccounts(t testing.TB, ctx context.Context, a natsauth.Auth, queue
 	require.NoError(t, err)
 	revocations, err := OpenRevocations(ctx, js, 1)
 	require.NoError(t, err)
-	return &WorkerAccounts{Trust: a.Trust, Resolver: &natsaccounts.Resolver{Conn: sys, Trust: a.Trust}, Revocations: revocations}
+	return NewWorkerAccounts(a.Trust, &natsaccounts.Resolver{Conn: sys, Trust: a.Trust}, revocations, nil)
 }
 
 // testExports are RUNPLANE's exports for testLayout.

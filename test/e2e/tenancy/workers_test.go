@@ -153,7 +153,7 @@ func TestWorkerConnectsThroughCallout(t *testing.T) {
 		Trust: auth.Trust, Clock: clock.RealClock{}, MaxTTL: time.Hour,
 		Auth:     &natscallout.KubeAuthenticator{Client: env.Client(), Audience: natscallout.Audience},
 		Layout:   queue.WorkerLayout(sc),
-		Accounts: &natscallout.WorkerAccounts{Trust: auth.Trust, Resolver: &natsaccounts.Resolver{Conn: sys, Trust: auth.Trust}, Revocations: revocations},
+		Accounts: natscallout.NewWorkerAccounts(auth.Trust, &natsaccounts.Resolver{Conn: sys, Trust: auth.Trust}, revocations, nil),
 	}
 	go func() {
 		_ = natscallout.Serve(ctx, internal, responder, natscallout.NewMetrics(nil), slog.New(slog.NewTextHandler(io.Discard, nil)), natscallout.ServeOptions{})
