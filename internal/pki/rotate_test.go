@@ -1,13 +1,21 @@
 package pki
 
 import (
+	"context"
 	"crypto/x509"
 	"encoding/pem"
 	"net"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -148,4 +156,29 @@ func TestRenewGarbage(t *testing.T) {
 	b, err := Renew(&Bundle{CertPEM: []byte("junk"), KeyPEM: []byte("junk"), CACert: []byte("junk"), CAKey: []byte("junk")}, Options{DNSNames: []string{"a.b.svc"}})
 	require.NoError(t, err)
 	verify(t, b, "a.b.svc", time.Now())
+}
+
+// TestEnsureLosingTheCreateRace: two replicas find the Secret missing and
+// both create it; the one whose create loses uses the winner's certificate
+// instead of failing (a failure restarts the queue at start). The fake
+// clientset stands in for the order only a race produces: the Secret is
+// absent at the read and present at the create.
+func TestEnsureLosingTheCreateRace(t *testing.T) {
+	ref := SecretRef{Namespace: "rp", Name: "nats-tls"}
+	o := Options{DNSNames: []string{"nats"}}
+	winner, err := Renew(nil, o)
+	require.NoError(t, err)
+	won := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: ref.Name, Namespace: ref.Namespace}, Type: corev1.SecretTypeTLS, Data: winner.secretData()}
+	client := fake.NewClientset(won)
+	reads := 0
+	client.PrependReactor("get", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if reads++; reads == 1 { // read before the other replica created it
+			return true, nil, apierrors.NewNotFound(corev1.Resource("secrets"), ref.Name)
+		}
+		return false, nil, nil
+	})
+	b, wrote, err := Ensure(context.Background(), client, ref, o)
+	require.NoError(t, err)
+	assert.False(t, wrote)
+	assert.Equal(t, winner.CertPEM, b.CertPEM, "the winner's certificate")
 }

@@ -24,15 +24,17 @@ type SecretRef struct{ Namespace, Name string }
 
 // Ensure creates the Secret or loads it, renewing (Renew) whatever is due.
 // It reports whether it wrote the Secret. Two replicas racing are safe: the
-// loser gets a conflict error and retries on its next pass, loading the
-// winner's certificate.
+// one whose create loses uses the winner's Secret (every queue replica
+// ensures the NATS certificate at start, and failing there would restart
+// it); an update that loses gets a conflict error and is retried on the
+// next pass, loading the winner's certificate.
 func Ensure(ctx context.Context, client kubernetes.Interface, ref SecretRef, o Options) (*Bundle, bool, error) {
 	secrets := client.CoreV1().Secrets(ref.Namespace)
 	sec, err := secrets.Get(ctx, ref.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		b, err := Renew(nil, o)
-		if err != nil {
-			return nil, false, err
+		b, renewErr := Renew(nil, o)
+		if renewErr != nil {
+			return nil, false, renewErr
 		}
 		sec = &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: ref.Name, Namespace: ref.Namespace,
@@ -40,10 +42,14 @@ func Ensure(ctx context.Context, client kubernetes.Interface, ref SecretRef, o O
 			Type: corev1.SecretTypeTLS,
 			Data: b.secretData(),
 		}
-		if _, err := secrets.Create(ctx, sec, metav1.CreateOptions{}); err != nil {
+		_, err = secrets.Create(ctx, sec, metav1.CreateOptions{})
+		if err == nil {
+			return b, true, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
 			return nil, false, fmt.Errorf("creating TLS Secret %s/%s: %w", ref.Namespace, ref.Name, err)
 		}
-		return b, true, nil
+		sec, err = secrets.Get(ctx, ref.Name, metav1.GetOptions{}) // another replica won: use its Secret
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("reading TLS Secret %s/%s: %w", ref.Namespace, ref.Name, err)
