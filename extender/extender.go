@@ -251,11 +251,7 @@ func (e *Extender) routeVerbs(mux *http.ServeMux) {
 // metricsHandler serves the extender's metrics and the manager's (leader
 // election, client-go) to scrapers RBAC allows get on /metrics.
 func (e *Extender) metricsHandler(cfg Config) (http.Handler, error) {
-	filter, err := metricsauth.Filter(cfg.RESTConfig)
-	if err != nil {
-		return nil, fmt.Errorf("extender: %w", err)
-	}
-	h, err := metricsauth.Handler(filter, logr.FromSlogHandler(cfg.Logger.Handler()), prometheus.Gatherers{crmetrics.Registry, e.metrics.registry})
+	h, err := metricsauth.Handler(cfg.RESTConfig, logr.FromSlogHandler(cfg.Logger.Handler()), e.metrics.registry, crmetrics.Registry)
 	if err != nil {
 		return nil, fmt.Errorf("extender: %w", err)
 	}

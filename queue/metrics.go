@@ -1,20 +1,17 @@
 package queue
 
 import (
-	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	dto "github.com/prometheus/client_model/go"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -28,11 +25,8 @@ func metricsServer(cfg Config, g prometheus.Gatherer, log *slog.Logger) (*manage
 	var h http.Handler
 	switch {
 	case cfg.RESTConfig != nil:
-		filter, err := metricsauth.Filter(cfg.RESTConfig)
-		if err != nil {
-			return nil, fmt.Errorf("queue: metrics: %w", err)
-		}
-		if h, err = metricsauth.Handler(filter, logr.FromSlogHandler(log.Handler()), g); err != nil {
+		var err error
+		if h, err = metricsauth.Handler(cfg.RESTConfig, logr.FromSlogHandler(log.Handler()), g); err != nil {
 			return nil, fmt.Errorf("queue: metrics: %w", err)
 		}
 	case cfg.InsecureDisableCallerAuth:
@@ -58,31 +52,4 @@ func metricsServer(cfg Config, g prometheus.Gatherer, log *slog.Logger) (*manage
 	mux.Handle("GET "+metricsauth.Path, h)
 	return &manager.Server{Name: "metrics", Listener: tls.NewListener(ln, tlsCfg), ShutdownTimeout: ptr.To(5 * time.Second),
 		Server: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}}, nil
-}
-
-// firstWins gathers its gatherers in order and keeps each family from the
-// first that has it. controller-runtime's registry carries the Go and
-// process collectors too once its controller package is linked (make dev
-// and tests run every component in one process), and prometheus.Gatherers
-// fails the whole scrape on such duplicates.
-type firstWins []prometheus.Gatherer
-
-func (g firstWins) Gather() ([]*dto.MetricFamily, error) {
-	seen := map[string]bool{}
-	var out []*dto.MetricFamily
-	var errs []error
-	for _, x := range g {
-		mfs, err := x.Gather()
-		if err != nil {
-			errs = append(errs, err)
-		}
-		for _, mf := range mfs {
-			if !seen[mf.GetName()] {
-				seen[mf.GetName()] = true
-				out = append(out, mf)
-			}
-		}
-	}
-	slices.SortFunc(out, func(a, b *dto.MetricFamily) int { return cmp.Compare(a.GetName(), b.GetName()) })
-	return out, errors.Join(errs...)
 }

@@ -30,6 +30,7 @@ import (
 
 	"github.com/runplane/runplane/internal/buildinfo"
 	"github.com/runplane/runplane/internal/callerauth"
+	"github.com/runplane/runplane/internal/metricsauth"
 	"github.com/runplane/runplane/internal/natscallout"
 	"github.com/runplane/runplane/internal/natstls"
 	"github.com/runplane/runplane/queue/activator"
@@ -265,7 +266,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// metrics listener is off.
 	var metrics *manager.Server
 	if cfg.MetricsListen != "" {
-		if metrics, err = metricsServer(cfg, firstWins{reg, ctrlmetrics.Registry}, log); err != nil {
+		if metrics, err = metricsServer(cfg, metricsauth.Merge(reg, ctrlmetrics.Registry), log); err != nil {
 			return err
 		}
 	}

@@ -248,11 +248,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return nil
 	}}
-	filter, err := metricsauth.Filter(cfg.RESTConfig)
-	if err != nil {
-		return fmt.Errorf("webhook: %w", err)
-	}
-	metricsHandler, err := metricsauth.Handler(filter, mgr.GetLogger(), metrics.Registry)
+	metricsHandler, err := metricsauth.Handler(cfg.RESTConfig, mgr.GetLogger(), metrics.Registry)
 	if err != nil {
 		return fmt.Errorf("webhook: %w", err)
 	}

@@ -203,7 +203,7 @@ func TestRevokeClosesTheWorkersConnection(t *testing.T) {
 	require.NoError(t, accounts.Revoke(ctx, "team-a", "echo", "echo-1"))
 	select {
 	case <-closed:
-		assert.Less(t, time.Since(revoked), 10*time.Second)
+		t.Logf("closed %s after the revocation", time.Since(revoked).Round(time.Millisecond))
 	case <-time.After(10 * time.Second):
 		t.Fatal("the revoked worker's connection is still open 10 s later")
 	}

@@ -1,4 +1,4 @@
-package queue
+package metricsauth
 
 import (
 	"testing"
@@ -9,17 +9,17 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestFirstWinsKeepsTheScrape: a family both registries carry (the Go
+// TestMergeKeepsTheScrape: a family both registries carry (the Go
 // collector, when controller-runtime's controller package is linked) is
 // served once, not a failed scrape.
-func TestFirstWinsKeepsTheScrape(t *testing.T) {
+func TestMergeKeepsTheScrape(t *testing.T) {
 	own, shared := prometheus.NewRegistry(), prometheus.NewRegistry()
 	own.MustRegister(collectors.NewGoCollector(), prometheus.NewCounter(prometheus.CounterOpts{Name: "runplane_own_total"}))
 	shared.MustRegister(collectors.NewGoCollector(), prometheus.NewCounter(prometheus.CounterOpts{Name: "shared_total"}))
 	_, err := prometheus.Gatherers{own, shared}.Gather()
 	require.Error(t, err, "what prometheus.Gatherers makes of it")
 
-	mfs, err := firstWins{own, shared}.Gather()
+	mfs, err := Merge(own, shared).Gather()
 	require.NoError(t, err)
 	count := map[string]int{}
 	for _, mf := range mfs {
