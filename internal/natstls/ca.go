@@ -65,6 +65,9 @@ type CAStore struct {
 	namespace string
 	mu        sync.RWMutex
 	bundle    []byte
+	// err is why bundle cannot be used, judged once per change of the
+	// ConfigMap, not at every pool Pod's admission.
+	err error
 }
 
 // WatchCA starts following the ConfigMap in namespace and waits, up to a
@@ -72,6 +75,7 @@ type CAStore struct {
 // missing). The watch stops when ctx ends.
 func WatchCA(ctx context.Context, client kubernetes.Interface, namespace string) (*CAStore, error) {
 	s := &CAStore{namespace: namespace}
+	s.err = s.check(nil) // missing until the first sync says otherwise
 	set := func(obj any) {
 		var b []byte
 		if cm, ok := obj.(*corev1.ConfigMap); ok {
@@ -80,9 +84,10 @@ func WatchCA(ctx context.Context, client kubernetes.Interface, namespace string)
 			}
 			b = []byte(cm.Data[api.NATSCAKey])
 		}
+		err := s.check(b)
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		s.bundle = b
+		s.bundle, s.err = b, err
 	}
 	cms := client.CoreV1().ConfigMaps(namespace)
 	only := func(o metav1.ListOptions) metav1.ListOptions {
@@ -123,13 +128,17 @@ func WatchCA(ctx context.Context, client kubernetes.Interface, namespace string)
 // unusable.
 func (s *CAStore) Bundle() ([]byte, error) {
 	s.mu.RLock()
-	b := s.bundle
-	s.mu.RUnlock()
+	defer s.mu.RUnlock()
+	if s.err != nil {
+		return nil, s.err
+	}
+	return s.bundle, nil
+}
+
+func (s *CAStore) check(b []byte) error {
 	if len(bytes.TrimSpace(b)) == 0 {
-		return nil, fmt.Errorf("runplane's NATS CA is not published yet (ConfigMap %s/%s, key %s: the queue publishes it at start)", s.namespace, api.NATSCAConfigMap, api.NATSCAKey)
+		return fmt.Errorf("runplane's NATS CA is not published yet (ConfigMap %s/%s, key %s: the queue publishes it at start)", s.namespace, api.NATSCAConfigMap, api.NATSCAKey)
 	}
-	if _, err := ParseCAs(b, "ConfigMap "+s.namespace+"/"+api.NATSCAConfigMap); err != nil {
-		return nil, err
-	}
-	return b, nil
+	_, err := ParseCAs(b, "ConfigMap "+s.namespace+"/"+api.NATSCAConfigMap)
+	return err
 }
