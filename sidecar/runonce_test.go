@@ -288,3 +288,40 @@ func TestJournalPhases(t *testing.T) {
 	assert.Empty(t, got)
 	assert.True(t, outcome{}.answered(), "an entry of an older sidecar (no phase) holds an answer")
 }
+
+// TestRestartHandsBackUnstartedAtOnce: a dispatch the previous sidecar
+// took but never started (journaled as received) is delivered again as
+// soon as the sidecar restarts, not after the consumer's ack wait: work
+// with a timeout shorter than the ack wait still runs, once.
+func TestRestartHandsBackUnstartedAtOnce(t *testing.T) {
+	e := newEnv(t)
+	sock := socketPath(t)
+	calls, _ := countingEcho(t, sock, nil)
+	results := e.results()
+	cfg := e.config("w1", sock)
+	cfg.AckWait = time.Minute
+	cfg.StateDir = t.TempDir()
+	e.workerConsumer("w1", cfg.AckWait)
+	d := messages.Dispatch{Invocation: messages.Invocation{InvocationID: "unstarted", TimeoutSeconds: 20}}
+	e.dispatch("w1", d)
+
+	// The previous sidecar: took the dispatch, journaled it, died.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cons, err := e.js.Consumer(ctx, api.DefaultStreamName, messages.ConsumerName(testNS, testPool, "w1"))
+	require.NoError(t, err)
+	msg, err := cons.Next()
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(msg.Data(), &d))
+	id := messages.DispatchMsgID(testNS, d.InvocationID, d.Attempt)
+	entry, err := json.Marshal(map[string]any{"id": id, "phase": "received", "reply": msg.Reply(), "dispatch": d})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(outcomes{dir: cfg.StateDir}.path(id), entry, 0o600))
+
+	e.startSidecar(cfg)
+	r := waitResult(t, results) // 20 s, a third of the ack wait
+	require.Equal(t, "unstarted", r.InvocationID)
+	require.Equal(t, messages.StateSucceeded, r.State, r.Error)
+	e.settled(t, "w1", cfg.StateDir, waitFor)
+	require.EqualValues(t, 1, calls.Load(), "framework calls")
+}
