@@ -80,10 +80,10 @@ func newCalls(o handlerOptions) *calls {
 	return &calls{clock: o.clock, detachGrace: o.detachGrace, keep: o.recent, keepFor: o.recentFor, m: map[callKey]*call{}}
 }
 
-// start returns the call of k, starting run for it when it is new and
+// start returns the call of k (base: the request that starts it), starting run for it when it is new and
 // start is true (nil when it is unknown and start is false). The returned
 // call has one more watcher; the caller ends with release.
-func (cs *calls) start(k callKey, begin bool, run func(ctx context.Context) Response) *call {
+func (cs *calls) start(base context.Context, k callKey, begin bool, run func(ctx context.Context) Response) *call {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if c, ok := cs.m[k]; ok {
@@ -97,10 +97,10 @@ func (cs *calls) start(k callKey, begin bool, run func(ctx context.Context) Resp
 	if !begin {
 		return nil
 	}
-	// The call runs on a context of its own: the connection ending (the
-	// sidecar dying) does not end it; an explicit cancel or the detach
-	// grace does.
-	ctx, cancel := context.WithCancel(context.Background())
+	// The call runs on a context of its own, with the first request's
+	// values: the connection ending (the sidecar dying) does not end it;
+	// an explicit cancel or the detach grace does.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(base))
 	c := &call{done: make(chan struct{}), cancel: cancel, watchers: 1}
 	cs.m[k] = c
 	go func() {

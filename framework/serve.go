@@ -193,7 +193,7 @@ func serveIdempotent(w http.ResponseWriter, r *http.Request, cs *calls, k callKe
 		httpjson.Write(w, http.StatusOK, map[string]string{"status": "cancelled"})
 		return
 	}
-	c := cs.start(k, r.Header.Get(AttachHeader) != attachOnly, run)
+	c := cs.start(r.Context(), k, r.Header.Get(AttachHeader) != attachOnly, run)
 	if c == nil {
 		// A re-attach to a call this framework does not know (it restarted,
 		// or forgot the outcome): never started here, the sidecar has no
