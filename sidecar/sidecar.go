@@ -60,11 +60,11 @@ type Sidecar struct {
 	// (set before the pullers start).
 	progress time.Duration
 
-	ready    atomic.Bool // framework healthy (last probe)
+	ready atomic.Bool // framework healthy (last probe)
 	// idempotent: the framework offers the idempotent invoke (last probe).
 	idempotent atomic.Bool
-	draining atomic.Bool
-	inFlight atomic.Int64
+	draining   atomic.Bool
+	inFlight   atomic.Int64
 
 	mu        sync.Mutex
 	running   map[string]context.CancelCauseFunc // dispatch msg ID → cancel
