@@ -507,7 +507,7 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 		resp, err = s.invoke(callCtx, d, s.frameworkRequest(d, payload))
 		s.cancelCall(log, callCtx, d)
 	}
-	if refused(err) {
+	if refused(err) && callCtx.Err() == nil {
 		// The framework refused the connection: nothing was sent, so
 		// nothing ran. The worker is not ready (no more work is pulled,
 		// and the activator, told at once, sends it none) and the dispatch
