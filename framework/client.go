@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -47,18 +49,74 @@ func (c *Client) SocketPath() string { return c.socketPath }
 
 // Health returns nil when the framework answers 200 on its health path.
 func (c *Client) Health(ctx context.Context) error {
+	_, err := c.Probe(ctx)
+	return err
+}
+
+// Capabilities are the contract extensions a framework offers, from its
+// health answer's CapabilitiesHeader.
+type Capabilities struct {
+	// IdempotentInvoke: see idempotent.go.
+	IdempotentInvoke bool
+}
+
+// Probe is Health, also reporting the framework's capabilities.
+func (c *Client) Probe(ctx context.Context) (Capabilities, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://framework"+c.healthPath, nil)
 	if err != nil {
-		return fmt.Errorf("build health request: %w", err)
+		return Capabilities{}, fmt.Errorf("build health request: %w", err)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("framework health on %s: %w", c.socketPath, err)
+		return Capabilities{}, fmt.Errorf("framework health on %s: %w", c.socketPath, err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("framework health on %s%s: HTTP %d: %s", c.socketPath, c.healthPath, resp.StatusCode, bytes.TrimSpace(body))
+		return Capabilities{}, fmt.Errorf("framework health on %s%s: HTTP %d: %s", c.socketPath, c.healthPath, resp.StatusCode, bytes.TrimSpace(body))
+	}
+	var caps Capabilities
+	for _, v := range resp.Header.Values(CapabilitiesHeader) {
+		for f := range strings.SplitSeq(v, ",") {
+			if strings.TrimSpace(f) == CapabilityIdempotentInvoke {
+				caps.IdempotentInvoke = true
+			}
+		}
+	}
+	return caps, nil
+}
+
+// ErrUnknownCall: Attach found no such call in the framework.
+var ErrUnknownCall = errors.New("the framework does not know this call")
+
+// Attach re-attaches to the call of r (its InvocationID and Attempt) of a
+// framework offering the idempotent invoke: it waits for the call's
+// outcome and returns it, or ErrUnknownCall when the framework neither runs
+// nor remembers it (it is never started by Attach).
+func (c *Client) Attach(ctx context.Context, r Request) (Response, error) {
+	resp, err := c.do(ctx, r, http.Header{AttachHeader: {attachOnly}})
+	if err != nil {
+		return Response{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound && resp.Header.Get(AttachHeader) == attachUnknown {
+		return Response{}, fmt.Errorf("attach to invocation %s attempt %d: %w", r.InvocationID, r.Attempt, ErrUnknownCall)
+	}
+	return c.decode(resp)
+}
+
+// Cancel cancels the call of r in a framework offering the idempotent
+// invoke (a hang-up does not cancel there). A call it does not know is
+// not an error: there is nothing to stop.
+func (c *Client) Cancel(ctx context.Context, r Request) error {
+	resp, err := c.do(ctx, Request{InvocationID: r.InvocationID, Attempt: r.Attempt}, http.Header{CancelHeader: {"true"}})
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNotFound {
+		return fmt.Errorf("cancel invocation %s attempt %d on %s%s: HTTP %d", r.InvocationID, r.Attempt, c.socketPath, c.invokePath, resp.StatusCode)
 	}
 	return nil
 }
@@ -73,6 +131,11 @@ func (c *Client) Invoke(ctx context.Context, r Request) (Response, error) {
 		return Response{}, err
 	}
 	defer resp.Body.Close()
+	return c.decode(resp)
+}
+
+// decode reads a JSON Response envelope answer.
+func (c *Client) decode(resp *http.Response) (Response, error) {
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return Response{}, fmt.Errorf("read framework response on %s: %w", c.socketPath, err)
@@ -90,6 +153,15 @@ func (c *Client) Invoke(ctx context.Context, r Request) (Response, error) {
 // post sends the invocation envelope r to the invoke path (accept, when
 // set, as the Accept header); the caller closes the response body.
 func (c *Client) post(ctx context.Context, r Request, accept string) (*http.Response, error) {
+	var h http.Header
+	if accept != "" {
+		h = http.Header{"Accept": {accept}}
+	}
+	return c.do(ctx, r, h)
+}
+
+// do posts r to the invoke path with the extra headers h.
+func (c *Client) do(ctx context.Context, r Request, h http.Header) (*http.Response, error) {
 	if r.Version == "" {
 		r.Version = Version
 	}
@@ -102,8 +174,8 @@ func (c *Client) post(ctx context.Context, r Request, accept string) (*http.Resp
 		return nil, fmt.Errorf("build invoke request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if accept != "" {
-		req.Header.Set("Accept", accept)
+	for k, v := range h {
+		req.Header[k] = v
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/runplane/runplane/internal/httpjson"
 )
 
@@ -33,6 +35,58 @@ type handlerOptions struct {
 	invokePath string
 	healthPath string
 	health     func(context.Context) error
+	// The idempotent invoke (idempotent.go); plain turns it off.
+	plain       bool
+	clock       clock.WithDelayedExecution
+	detachGrace time.Duration
+	recent      int
+	recentFor   time.Duration
+}
+
+func newHandlerOptions(opts []Option) handlerOptions {
+	o := handlerOptions{invokePath: DefaultInvokePath, healthPath: DefaultHealthPath, clock: clock.RealClock{},
+		detachGrace: DefaultDetachGrace, recent: DefaultRecentOutcomes, recentFor: DefaultRecentFor}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// WithDetachGrace sets how long a call keeps running once no sidecar
+// waits for it (the sidecar died): a restarted sidecar re-attaches within
+// it; after it the call's context is cancelled (default DefaultDetachGrace).
+func WithDetachGrace(d time.Duration) Option {
+	return func(o *handlerOptions) {
+		if d > 0 {
+			o.detachGrace = d
+		}
+	}
+}
+
+// WithRecentOutcomes sets how many finished calls' outcomes are kept, and
+// for how long, for a restarted sidecar to collect (defaults
+// DefaultRecentOutcomes, DefaultRecentFor).
+func WithRecentOutcomes(n int, keepFor time.Duration) Option {
+	return func(o *handlerOptions) {
+		if n > 0 {
+			o.recent = n
+		}
+		if keepFor > 0 {
+			o.recentFor = keepFor
+		}
+	}
+}
+
+// WithClock sets the clock of the detach grace and the outcomes' memory
+// (tests).
+func WithClock(c clock.WithDelayedExecution) Option {
+	return func(o *handlerOptions) { o.clock = c }
+}
+
+// withPlainContract serves the plain contract: no idempotent invoke
+// (NewStreamHandler: a stream cannot be replayed to a re-attaching sidecar).
+func withPlainContract() Option {
+	return func(o *handlerOptions) { o.plain = true }
 }
 
 // WithPaths overrides the invoke and health paths (empty keeps the default).
@@ -62,14 +116,17 @@ type errorBody struct {
 // NewHandler serves the framework contract: GET health path answers 200
 // while healthy, POST invoke path decodes a Request, runs fn and answers the
 // Response envelope. The request context ends when the sidecar gives up
-// (cancel, timeout), so fn should honour ctx.
+// (cancel, timeout), so fn should honour ctx. It offers the idempotent
+// invoke (idempotent.go): a call is run once per invocation ID and attempt,
+// and a repeated invoke of it waits for and answers its outcome.
 func NewHandler(fn HandlerFunc, opts ...Option) http.Handler {
-	o := handlerOptions{invokePath: DefaultInvokePath, healthPath: DefaultHealthPath}
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := newHandlerOptions(opts)
+	cs := newCalls(o)
 	mux := http.NewServeMux()
 	mux.HandleFunc(o.healthPath, func(w http.ResponseWriter, r *http.Request) {
+		if !o.plain {
+			w.Header().Set(CapabilitiesHeader, CapabilityIdempotentInvoke)
+		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			httpjson.Write(w, http.StatusMethodNotAllowed, errorBody{Error: fmt.Sprintf("method %s not allowed on %s: use GET", r.Method, o.healthPath)})
 			return
@@ -104,16 +161,54 @@ func NewHandler(fn HandlerFunc, opts ...Option) http.Handler {
 			httpjson.Write(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("read invocation envelope: %v", err)})
 			return
 		}
-		resp, err := fn(r.Context(), req)
-		if err != nil {
-			resp = Response{StatusCode: http.StatusInternalServerError, Error: err.Error()}
+		run := func(ctx context.Context) Response {
+			resp, err := fn(ctx, req)
+			if err != nil {
+				resp = Response{StatusCode: http.StatusInternalServerError, Error: err.Error()}
+			}
+			if resp.StatusCode == 0 {
+				resp.StatusCode = http.StatusOK
+			}
+			return resp
 		}
-		if resp.StatusCode == 0 {
-			resp.StatusCode = http.StatusOK
+		if o.plain || req.Attempt == 0 {
+			// No attempt (an older sidecar, a direct caller): the plain
+			// contract, the call ends with its connection.
+			httpjson.Write(w, http.StatusOK, run(r.Context()))
+			return
 		}
-		httpjson.Write(w, http.StatusOK, resp)
+		serveIdempotent(w, r, cs, callKey{req.InvocationID, req.Attempt}, run)
 	})
 	return mux
+}
+
+// serveIdempotent answers one POST of call k: a cancel, a re-attach, or a
+// call (started when new, joined when known).
+func serveIdempotent(w http.ResponseWriter, r *http.Request, cs *calls, k callKey, run func(context.Context) Response) {
+	if r.Header.Get(CancelHeader) == "true" {
+		if !cs.cancel(k) {
+			httpjson.Write(w, http.StatusNotFound, errorBody{Error: fmt.Sprintf("no call of invocation %s attempt %d is known here", k.id, k.attempt)})
+			return
+		}
+		httpjson.Write(w, http.StatusOK, map[string]string{"status": "cancelled"})
+		return
+	}
+	c := cs.start(r.Context(), k, r.Header.Get(AttachHeader) != attachOnly, run)
+	if c == nil {
+		// A re-attach to a call this framework does not know (it restarted,
+		// or forgot the outcome): never started here, the sidecar has no
+		// payload to give it.
+		w.Header().Set(AttachHeader, attachUnknown)
+		httpjson.Write(w, http.StatusNotFound, errorBody{Error: fmt.Sprintf("no call of invocation %s attempt %d is known here", k.id, k.attempt)})
+		return
+	}
+	defer cs.release(c)
+	select {
+	case <-c.done:
+		httpjson.Write(w, http.StatusOK, c.resp)
+	case <-r.Context().Done():
+		// The sidecar hung up: detached; the call goes on (release).
+	}
 }
 
 // ServeUnix serves h on the unix socket at socketPath until ctx ends, then

@@ -46,10 +46,8 @@ type StreamFunc func(ctx context.Context, req Request, w ChunkWriter) error
 // handler: fn's chunks go out as server-sent events. The health path and
 // options are NewHandler's.
 func NewStreamHandler(fn StreamFunc, opts ...Option) http.Handler {
-	o := handlerOptions{invokePath: DefaultInvokePath, healthPath: DefaultHealthPath}
-	for _, opt := range opts {
-		opt(&o)
-	}
+	opts = append(opts, withPlainContract())
+	o := newHandlerOptions(opts)
 	// Everything but the invoke path (health, 404s, wrong methods) is
 	// NewHandler's; its invoke function is never reached.
 	base := NewHandler(func(context.Context, Request) (Response, error) {

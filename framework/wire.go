@@ -14,8 +14,11 @@ const Version = "v1"
 
 // Request is the envelope the sidecar POSTs to the framework's invoke path.
 type Request struct {
-	Version             string            `json:"version"`
-	InvocationID        string            `json:"invocationID"`
+	Version      string `json:"version"`
+	InvocationID string `json:"invocationID"`
+	// Attempt is the attempt of the invocation this call runs (from 1):
+	// with InvocationID the key of the idempotent invoke (idempotent.go).
+	Attempt             int               `json:"attempt,omitempty"`
 	ServerlessRequestID string            `json:"serverlessRequestID"`
 	WorkerName          string            `json:"workerName"`
 	WorkerNamespace     string            `json:"workerNamespace"`

@@ -22,14 +22,19 @@ import (
 // result into the stream + reply, measured from publish to reply. The
 // parallel cases keep `concurrency` dispatches in flight, on a NATS
 // without and with verified TLS (nats=plain, nats=tls: the sidecar's and
-// the publisher's connections).
+// the publisher's connections), and with the journal (journal=fsync: a
+// state directory, as every worker Pod has; the call and the answer are
+// each fsynced before they go on).
 func BenchmarkDispatchToReply(b *testing.B) {
-	for _, useTLS := range []bool{false, true} {
-		b.Run(map[bool]string{false: "nats=plain", true: "nats=tls"}[useTLS], func(b *testing.B) { dispatchToReply(b, useTLS) })
+	for _, tc := range []struct {
+		name            string
+		useTLS, journal bool
+	}{{"nats=plain", false, false}, {"nats=tls", true, false}, {"nats=plain/journal=fsync", false, true}} {
+		b.Run(tc.name, func(b *testing.B) { dispatchToReply(b, tc.useTLS, tc.journal) })
 	}
 }
 
-func dispatchToReply(b *testing.B, useTLS bool) {
+func dispatchToReply(b *testing.B, useTLS, journal bool) {
 	for _, conc := range []int{1, 4} {
 		b.Run(fmt.Sprintf("concurrency%d", conc), func(b *testing.B) {
 			e := newEnvTLS(b, useTLS)
@@ -38,6 +43,9 @@ func dispatchToReply(b *testing.B, useTLS bool) {
 			cfg := e.config("bench", sock)
 			cfg.Concurrency = conc
 			cfg.FetchWait = time.Second
+			if journal {
+				cfg.StateDir = b.TempDir()
+			}
 			s, err := New(cfg)
 			require.NoError(b, err)
 			ctx, cancel := context.WithCancel(context.Background())

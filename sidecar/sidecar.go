@@ -60,9 +60,11 @@ type Sidecar struct {
 	// (set before the pullers start).
 	progress time.Duration
 
-	ready    atomic.Bool // framework healthy (last probe)
-	draining atomic.Bool
-	inFlight atomic.Int64
+	ready atomic.Bool // framework healthy (last probe)
+	// idempotent: the framework offers the idempotent invoke (last probe).
+	idempotent atomic.Bool
+	draining   atomic.Bool
+	inFlight   atomic.Int64
 
 	mu        sync.Mutex
 	running   map[string]context.CancelCauseFunc // dispatch msg ID → cancel
@@ -210,7 +212,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	// it is cancelled only when the grace period is over.
 	invCtx, stopInv := context.WithCancelCause(context.Background())
 	defer stopInv(errShutdown)
-	s.replayOutcomes(invCtx)
+	s.recoverJournal(invCtx)
 	done := s.fetchLoop(ctx, invCtx, cons)
 	<-ctx.Done()
 
@@ -390,12 +392,12 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 		// Already answered: the result is in the stream; only the ack was lost.
 		log.Info("acking duplicate dispatch")
 		s.metrics.duplicates.Inc()
-		err := msg.Ack()
+		actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer acancel()
+		err := msg.DoubleAck(actx)
 		s.acked(log, "ack", err)
 		if err == nil {
-			if err := s.outcomes.remove(id); err != nil {
-				log.Warn("outcome journal", "err", err)
-			}
+			s.forget(log, id)
 		}
 		return
 	}
@@ -456,6 +458,10 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 	defer func() { s.inFlight.Add(-1); s.metrics.inFlight.Dec() }()
 
 	started := time.Now().UTC()
+	// Journaled from here on (outcomes.go), so a restarted sidecar settles
+	// it without waiting for the ack wait.
+	entry := outcome{ID: id, Phase: phaseReceived, Reply: msg.Reply(), Result: messages.Result{StartedAt: started}, Dispatch: d}
+	s.journal(log, entry, false)
 	s.publishEvent(messages.Event{Type: messages.EventStarted, InvocationID: d.InvocationID, Attempt: d.Attempt, State: messages.StateRunning})
 
 	// Keep the dispatch from being redelivered while the framework runs.
@@ -475,19 +481,8 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 		}
 	}()
 
-	callCtx := ctx
-	if d.TimeoutSeconds > 0 {
-		// The deadline counts from the dispatch, as the activator's does: it
-		// holds a silent worker's attempt until then (+ its grace), so a
-		// call started late must not outlive that hold.
-		deadline := started.Add(time.Duration(d.TimeoutSeconds) * time.Second)
-		if !d.DispatchedAt.IsZero() {
-			deadline = d.DispatchedAt.Add(time.Duration(d.TimeoutSeconds) * time.Second)
-		}
-		var stop context.CancelFunc
-		callCtx, stop = context.WithDeadlineCause(ctx, deadline, errTimedOut)
-		defer stop()
-	}
+	callCtx, stopCall := s.callContext(ctx, d, started)
+	defer stopCall()
 	payload, perr := s.payload(callCtx, d)
 	if perr != nil && !objects.Permanent(perr) && callCtx.Err() == nil {
 		// Not run: the payload may be readable in a moment (NATS
@@ -497,6 +492,7 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 		<-progressDone
 		s.unhold(d.InvocationID, ex) // it never ran: a later attempt may
 		s.acked(log, "nak", msg.NakWithDelay(time.Second))
+		s.forget(log, id)
 		return
 	}
 	var resp framework.Response
@@ -504,21 +500,136 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 	if perr != nil {
 		err = perr
 	} else {
-		resp, err = s.invoke(callCtx, d, framework.Request{
-			Version:             framework.Version,
-			InvocationID:        d.InvocationID,
-			ServerlessRequestID: s.cfg.Pool,
-			WorkerName:          s.cfg.WorkerName,
-			WorkerNamespace:     s.cfg.WorkerNamespace,
-			Mode:                string(d.Mode),
-			ContentType:         d.ContentType,
-			Headers:             d.Headers,
-			Attributes:          d.Attributes,
-			Payload:             payload,
-			TimeoutSeconds:      d.TimeoutSeconds,
-			DispatchedAt:        d.DispatchedAt,
-		})
+		// Journaled as started (fsynced) before the framework sees it: a
+		// sidecar restarted from here on never starts it again.
+		entry.Phase = phaseStarted
+		s.journal(log, entry, true)
+		resp, err = s.invoke(callCtx, d, s.frameworkRequest(d, payload))
+		s.cancelCall(log, callCtx, d)
 	}
+	if refused(err) && callCtx.Err() == nil {
+		// The framework refused the connection: nothing was sent, so
+		// nothing ran. The worker is not ready (no more work is pulled,
+		// and the activator, told at once, sends it none) and the dispatch
+		// goes back without a result: it runs when the framework is back,
+		// and never counts as a failed run.
+		s.client.CloseIdleConnections()
+		close(stopProgress)
+		<-progressDone
+		s.notReady(err)
+		s.unhold(d.InvocationID, ex)
+		s.metrics.refused.Inc()
+		log.Warn("framework refused the invocation's connection; handing it back unrun", "err", err)
+		s.acked(log, "nak", msg.NakWithDelay(s.unreadyProbe()))
+		s.forget(log, id)
+		return
+	}
+	res := s.resultOf(callCtx, d, started, resp, err)
+	ex.finish(res.State)
+	// The answer is journaled (fsynced) before anything else happens to it.
+	entry.Phase, entry.Result = phaseAnswered, res
+	s.journal(log, entry, true)
+
+	// The framework has run: from here on only the result is retried,
+	// never the call. publishResult keeps trying (the in-progress acks
+	// keep the dispatch from redelivery meanwhile, and a redelivery finds
+	// it running) until the result is stored or the sidecar's drain is
+	// over.
+	published := s.publishResult(invCtx, res, id, d)
+	close(stopProgress)
+	<-progressDone
+	dur := res.FinishedAt.Sub(started)
+	s.metrics.observe(res.State, dur)
+	s.publishEvent(messages.Event{Type: messages.EventFinished, InvocationID: d.InvocationID, Attempt: d.Attempt, State: res.State, DurationMS: dur.Milliseconds()})
+	if !published {
+		// Shut down with the result unstored: the dispatch is left unacked
+		// (a nak would run it again here) and the journal entry stays for
+		// the next start; the activator learns from the deregistration
+		// what this worker still held.
+		log.Error("result not stored before shutdown", "state", res.State)
+		return
+	}
+	s.rememberCompleted(id, d.InvocationID)
+	actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer acancel()
+	// The result is published; if this ack is lost, the redelivery is acked
+	// as a duplicate (the journal entry stays until an ack is confirmed).
+	err = msg.DoubleAck(actx)
+	s.acked(log, "ack", err)
+	if err == nil {
+		s.forget(log, id)
+	}
+	log.Debug("finished", "state", res.State, "duration", dur)
+}
+
+// callContext is ctx ended by dispatch d's deadline, which counts from the
+// dispatch as the activator's does: it holds a silent worker's attempt
+// until then (+ its grace), so a call started late must not outlive that
+// hold.
+func (s *Sidecar) callContext(ctx context.Context, d messages.Dispatch, started time.Time) (context.Context, context.CancelFunc) {
+	if d.TimeoutSeconds <= 0 {
+		return ctx, func() {}
+	}
+	deadline := started.Add(time.Duration(d.TimeoutSeconds) * time.Second)
+	if !d.DispatchedAt.IsZero() {
+		deadline = d.DispatchedAt.Add(time.Duration(d.TimeoutSeconds) * time.Second)
+	}
+	return context.WithDeadlineCause(ctx, deadline, errTimedOut)
+}
+
+// frameworkRequest is the envelope of dispatch d's call.
+func (s *Sidecar) frameworkRequest(d messages.Dispatch, payload []byte) framework.Request {
+	return framework.Request{
+		Version:             framework.Version,
+		InvocationID:        d.InvocationID,
+		Attempt:             d.Attempt,
+		ServerlessRequestID: s.cfg.Pool,
+		WorkerName:          s.cfg.WorkerName,
+		WorkerNamespace:     s.cfg.WorkerNamespace,
+		Mode:                string(d.Mode),
+		ContentType:         d.ContentType,
+		Headers:             d.Headers,
+		Attributes:          d.Attributes,
+		Payload:             payload,
+		TimeoutSeconds:      d.TimeoutSeconds,
+		DispatchedAt:        d.DispatchedAt,
+	}
+}
+
+// cancelCall tells a framework offering the idempotent invoke, where a
+// hang-up does not cancel, that the call of d was given up (callCtx ended:
+// cancel, timeout, the end of the drain).
+func (s *Sidecar) cancelCall(log *slog.Logger, callCtx context.Context, d messages.Dispatch) {
+	if callCtx.Err() == nil || !s.idempotent.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := s.client.Cancel(ctx, framework.Request{InvocationID: d.InvocationID, Attempt: d.Attempt}); err != nil {
+		log.Warn("cancel the framework's call", "err", err)
+	}
+}
+
+// journal saves entry, logging a failure: the call goes on unprotected, as
+// without a state directory.
+func (s *Sidecar) journal(log *slog.Logger, entry outcome, sync bool) {
+	if err := s.outcomes.save(entry, sync); err != nil {
+		log.Warn("journal: a restart now would not find this dispatch", "phase", entry.Phase, "err", err)
+	}
+}
+
+// forget removes dispatch id's journal entry: its result is stored and it
+// is acked, or it goes back unstarted.
+func (s *Sidecar) forget(log *slog.Logger, id string) {
+	if err := s.outcomes.remove(id); err != nil {
+		log.Warn("journal", "err", err)
+	}
+}
+
+// resultOf is the Result of dispatch d's framework call, started at
+// started on callCtx, that answered resp or err (never a refusal: the
+// caller hands that back).
+func (s *Sidecar) resultOf(callCtx context.Context, d messages.Dispatch, started time.Time, resp framework.Response, err error) messages.Result {
 	res := messages.Result{
 		InvocationID: d.InvocationID,
 		Namespace:    s.cfg.WorkerNamespace,
@@ -544,63 +655,13 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 		res.State, res.Error = messages.StateCancelled, errCancelled.Error()
 	case errors.Is(context.Cause(callCtx), errShutdown):
 		res.State, res.Error = messages.StateFailed, errShutdown.Error()
-	case refused(err):
-		// The framework refused the connection: nothing was sent, so
-		// nothing ran. The worker is not ready (no more work is pulled,
-		// and the activator, told at once, sends it none) and the dispatch
-		// goes back without a result: it runs when the framework is back,
-		// and never counts as a failed run.
-		s.client.CloseIdleConnections()
-		close(stopProgress)
-		<-progressDone
-		s.notReady(err)
-		s.unhold(d.InvocationID, ex)
-		s.metrics.refused.Inc()
-		log.Warn("framework refused the invocation's connection; handing it back unrun", "err", err)
-		s.acked(log, "nak", msg.NakWithDelay(s.unreadyProbe()))
-		return
 	default:
 		res.State, res.Error = messages.StateFailed, err.Error()
 		// A crashed framework leaves dead keep-alive connections behind.
 		s.client.CloseIdleConnections()
 	}
 	res.FinishedAt = time.Now().UTC()
-	ex.finish(res.State)
-	if err := s.outcomes.save(id, res, d); err != nil {
-		log.Warn("outcome journal: the outcome is kept in memory only", "err", err)
-	}
-
-	// The framework has run: from here on only the result is retried,
-	// never the call. publishResult keeps trying (the in-progress acks
-	// keep the dispatch from redelivery meanwhile, and a redelivery finds
-	// it running) until the result is stored or the sidecar's drain is
-	// over.
-	published := s.publishResult(invCtx, res, id, d)
-	close(stopProgress)
-	<-progressDone
-	dur := res.FinishedAt.Sub(started)
-	s.metrics.observe(res.State, dur)
-	s.publishEvent(messages.Event{Type: messages.EventFinished, InvocationID: d.InvocationID, Attempt: d.Attempt, State: res.State, DurationMS: dur.Milliseconds()})
-	if !published {
-		// Shut down with the result unstored: the dispatch is left unacked
-		// (a nak would run it again here); the activator learns from the
-		// deregistration what this worker still held.
-		log.Error("result not stored before shutdown", "state", res.State)
-		return
-	}
-	s.rememberCompleted(id, d.InvocationID)
-	actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer acancel()
-	// The result is published; if this ack is lost, the redelivery is acked
-	// as a duplicate (the journal entry stays, for a restarted sidecar).
-	err = msg.DoubleAck(actx)
-	s.acked(log, "ack", err)
-	if err == nil {
-		if err := s.outcomes.remove(id); err != nil {
-			log.Warn("outcome journal", "err", err)
-		}
-	}
-	log.Debug("finished", "state", res.State, "duration", dur)
+	return res
 }
 
 // handBackLoop runs while a draining worker's invocations finish (until
@@ -649,8 +710,13 @@ func (s *Sidecar) handBack(msg jetstream.Msg) {
 	s.mu.Lock()
 	_, running := s.running[id]
 	_, completed := s.completed[id]
+	replayed, replaying := s.replaying[id]
 	s.mu.Unlock()
 	switch {
+	case replaying:
+		// Being settled from the journal: never handed to another worker.
+		s.keepUntilReplayed(log, msg, id, replayed)
+		return
 	case completed:
 		s.acked(log, "ack", msg.Ack())
 		return
@@ -834,8 +900,11 @@ func isAttemptOf(id, inv string) bool {
 func (s *Sidecar) probeLoop(ctx context.Context) {
 	for {
 		pctx, cancel := context.WithTimeout(ctx, max(s.cfg.ProbeInterval, time.Second))
-		err := s.client.Health(pctx)
+		caps, err := s.client.Probe(pctx)
 		cancel()
+		if err == nil {
+			s.idempotent.Store(caps.IdempotentInvoke)
+		}
 		now := err == nil
 		if was := s.ready.Swap(now); was != now {
 			s.log.Info("framework readiness changed", "ready", now, "err", err)

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -412,48 +411,6 @@ func TestSIGTERMDrain(t *testing.T) {
 	// this Pod to run: the late dispatch was termed when handed back.
 	ci := e.consumerInfo("w1")
 	assert.Zero(t, ci.NumPending+uint64(ci.NumAckPending), "nothing left in the consumer")
-}
-
-// TestRestartResumesUnackedWork: a sidecar killed mid-invocation leaves its
-// dispatch unacked; the next sidecar of the same worker runs it.
-func TestRestartResumesUnackedWork(t *testing.T) {
-	sidecarBin, _ := binaries(t)
-	e := newEnv(t)
-	sock := socketPath(t)
-	var calls atomic.Int32
-	var mu sync.Mutex
-	block := true
-	echo := framework.Echo(framework.EchoOptions{})
-	serveFramework(t, sock, func(ctx context.Context, r framework.Request) (framework.Response, error) {
-		calls.Add(1)
-		mu.Lock()
-		b := block
-		mu.Unlock()
-		if b {
-			<-ctx.Done()
-			return framework.Response{}, ctx.Err()
-		}
-		return echo(ctx, r)
-	})
-	events, results := e.events(), e.results()
-	e.workerConsumer("w1", time.Second) // the queue's callout would have
-	start := e.sidecarProcess(sidecarBin, "w1", sock)
-	first := start()
-	e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: "resume"}})
-	waitEvent(t, events, "started", func(ev messages.Event) bool { return ev.Type == messages.EventStarted })
-	// The started event can beat the HTTP call: kill only once the
-	// framework has the invocation, so the kill is truly mid-invocation.
-	require.Eventually(t, func() bool { return calls.Load() > 0 }, waitFor, tick, "the framework never received the invocation")
-	_ = first.Process.Kill()
-	_ = first.Wait()
-	mu.Lock()
-	block = false
-	mu.Unlock()
-	start()
-	res := waitResult(t, results)
-	assert.Equal(t, "resume", res.InvocationID)
-	assert.Equal(t, messages.StateSucceeded, res.State, res.Error)
-	assert.Equal(t, int32(2), calls.Load(), "framework calls (killed + resumed)")
 }
 
 // TestPythonFramework runs the sidecar against the Python reference

@@ -1,9 +1,11 @@
 """Tests of the Python reference framework: python3 -m unittest discover -s framework/python -v"""
 
 import contextlib
+import http.client
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -108,6 +110,85 @@ class TestContract(ServedFramework):
         open(path, "w").close()
         with self.assertRaisesRegex(ValueError, "is not a socket"):
             rf.Framework(echo, socket_path=path)._listen()
+
+
+class TestIdempotentInvoke(ServedFramework):
+    """A call named by (invocationID, attempt) runs once: a hang-up detaches from it,
+    a repeat or a re-attach waits for its outcome, a re-attach never starts one."""
+
+    def test_run_once_and_reattach(self):
+        starts, started, gate = [], threading.Event(), threading.Event()
+
+        def fn(req):
+            starts.append(req.invocationID)
+            started.set()
+            if not gate.wait(10):
+                return rf.Response(error="gate never opened")
+            return rf.Response(body={"ran": req.invocationID, "cancelled": req.cancelled.is_set()})
+
+        fw, conn = self.serve(fn)
+        hc = http.client.HTTPConnection("framework")
+        hc.sock = socket_to(fw.socket_path)
+        hc.request("GET", "/healthz")
+        r = hc.getresponse()
+        r.read()
+        self.assertEqual(r.getheader("Runplane-Framework-Capabilities"), "idempotent-invoke")
+        hc.close()
+
+        call = {"invocationID": "i1", "attempt": 1}
+        # The first caller dies mid-call.
+        first = rf.UnixHTTPConnection(fw.socket_path, timeout=0.3)
+        with self.assertRaises(OSError):
+            first.request("POST", "/invoke", call)
+        first.close()
+        self.assertTrue(started.wait(5), "the handler did not start")
+        got = {}
+
+        def reattach():
+            c = rf.UnixHTTPConnection(fw.socket_path)
+            got["attach"] = c.request("POST", "/invoke", call, headers={"Runplane-Attach": "only"})
+            c.close()
+
+        t = threading.Thread(target=reattach)
+        t.start()
+        gate.set()
+        t.join(10)
+        want = (200, {"statusCode": 200, "body": {"ran": "i1", "cancelled": False}})
+        self.assertEqual(got["attach"], want, "the re-attach gets the call's outcome; the hang-up did not cancel it")
+        self.assertEqual(conn.request("POST", "/invoke", call), want, "a repeat after the end: the remembered outcome")
+        self.assertEqual(starts, ["i1"], "the handler ran once")
+        status, body = conn.request("POST", "/invoke", {"invocationID": "i1", "attempt": 2}, headers={"Runplane-Attach": "only"})
+        self.assertEqual(status, 404, body)
+        self.assertEqual(starts, ["i1"], "a re-attach never starts a call")
+
+    def test_cancel(self):
+        started = threading.Event()
+
+        def fn(req):
+            started.set()
+            return rf.Response(body={"cancelled": req.cancelled.wait(10)})
+
+        fw, conn = self.serve(fn)
+        got = {}
+
+        def call():
+            c = rf.UnixHTTPConnection(fw.socket_path)
+            got["call"] = c.request("POST", "/invoke", {"invocationID": "c", "attempt": 1})
+            c.close()
+
+        t = threading.Thread(target=call)
+        t.start()
+        self.assertTrue(started.wait(5))
+        self.assertEqual(conn.request("POST", "/invoke", {"invocationID": "c", "attempt": 1}, headers={"Runplane-Cancel": "true"}),
+                         (200, {"status": "cancelled"}))
+        t.join(10)
+        self.assertEqual(got["call"], (200, {"statusCode": 200, "body": {"cancelled": True}}))
+
+
+def socket_to(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    return s
 
 
 class TestEnv(unittest.TestCase):

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"k8s.io/utils/clock"
 
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue/activator/internal/state"
@@ -129,20 +130,54 @@ func (a *Activator) publishDispatch(ctx context.Context, it *state.Item, inv mes
 		return fmt.Errorf("encode dispatch: %w", err)
 	}
 	msgID := messages.DispatchPublishID(it.Inv.Namespace, it.Inv.InvocationID, attempt)
+	subject := st.Subjects.Dispatch(it.Inv.Namespace, it.Inv.Pool, worker)
+	pa, err := publishUntilKnown(ctx, a.cfg.Clock, func(ctx context.Context) (*jetstream.PubAck, error) {
+		msg := &nats.Msg{Subject: subject, Data: b, Header: nats.Header{}}
+		return st.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID))
+	}, func(err error) {
+		a.cfg.Logger.Warn("dispatch: publish outcome unknown; retrying the same publish to the same worker", "invocation", msgID, "worker", worker, "err", err)
+	})
+	if err != nil {
+		return fmt.Errorf("publish dispatch %s: %w", msgID, err)
+	}
+	a.locked(func(s *state.State) { s.Dispatched(it, attempt, pa.Sequence) })
+	return nil
+}
+
+// publishUntilKnown publishes with publish until the stream answers. An
+// error the stream answered (an API error: refused, not stored) is
+// returned after a few tries, and the caller may requeue the attempt
+// elsewhere. Any other error (a timeout, no responders, a broken
+// connection: the stream may have stored the message and lost its ack)
+// leaves the outcome unknown: the same publish — same Nats-Msg-Id, so the
+// stream's duplicate window drops a second copy, and the same worker,
+// whose sidecar runs one attempt once whatever reaches it twice — is
+// retried until it is answered or ctx ends. Requeueing it to another
+// worker could run an attempt that was in fact stored twice. Should ctx
+// end (the activator stops or loses its lease), the next leader rebuilds
+// the attempt from its Record, which already names this worker.
+func publishUntilKnown(ctx context.Context, clk clock.Clock, publish func(context.Context) (*jetstream.PubAck, error), unknown func(error)) (*jetstream.PubAck, error) {
+	backoff := 100 * time.Millisecond
 	for i := 0; ; i++ {
-		msg := &nats.Msg{Subject: st.Subjects.Dispatch(it.Inv.Namespace, it.Inv.Pool, worker), Data: b, Header: nats.Header{}}
-		pa, err := st.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID))
+		pa, err := publish(ctx)
 		if err == nil {
-			a.locked(func(s *state.State) { s.Dispatched(it, attempt, pa.Sequence) })
-			return nil
+			return pa, nil
 		}
-		if i == 2 {
-			return fmt.Errorf("publish dispatch %s: %w", msgID, err)
+		var apiErr *jetstream.APIError
+		known := errors.As(err, &apiErr)
+		if known && i >= 2 {
+			return nil, err
+		}
+		if !known && i == 2 {
+			unknown(err)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("publish dispatch %s: %w", msgID, errors.Join(err, ctx.Err()))
-		case <-a.cfg.Clock.After(100 * time.Millisecond):
+			return nil, errors.Join(err, ctx.Err())
+		case <-clk.After(backoff):
+		}
+		if i >= 2 {
+			backoff = min(2*backoff, 2*time.Second)
 		}
 	}
 }

@@ -25,9 +25,9 @@ type Counts struct {
 	FailedUnrun int
 	// Lost counts accepted invocations not terminal when the case ended.
 	Lost int
-	// RunTwice counts invocations the framework completed (answered) more
-	// than once, or began again after it had answered once: a finished
-	// execution run again.
+	// RunTwice counts invocations the framework answered more than once,
+	// or began again after it had answered once — whether or not the
+	// answer reached a sidecar: a finished execution run again.
 	RunTwice int
 	// Restarted counts invocations the framework started more than once
 	// (a redelivery after a kill is fine; after a hang or a completion it
@@ -141,7 +141,7 @@ func Count(ids []string, recs map[string]messages.Record, runs map[string]*execl
 			c.Lost++
 			example("lost ("+string(st)+")", id)
 		}
-		if r.Completed > 1 || r.StartedAfterEnd > 0 {
+		if r.Answered > 1 || r.StartedAfterEnd > 0 {
 			c.RunTwice++
 			example("run twice", fmt.Sprintf("%s %v", id, r.Workers))
 		}

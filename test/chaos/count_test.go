@@ -23,26 +23,38 @@ func TestCount(t *testing.T) {
 		{
 			name: "succeeded once",
 			recs: map[string]messages.Record{"a": rec(messages.StateSucceeded)},
-			runs: map[string]*execlog.Runs{"a": {Started: 1, Completed: 1}},
+			runs: map[string]*execlog.Runs{"a": {Started: 1, Answered: 1, Completed: 1}},
 			want: func(c chaos.Counts) chaos.Counts { c.Succeeded = 1; return c },
 		},
 		{
 			name: "completed twice",
 			recs: map[string]messages.Record{"a": rec(messages.StateSucceeded)},
-			runs: map[string]*execlog.Runs{"a": {Started: 2, Completed: 2, StartedAfterEnd: 1}},
+			runs: map[string]*execlog.Runs{"a": {Started: 2, Answered: 2, Completed: 2, StartedAfterEnd: 1}},
 			want: func(c chaos.Counts) chaos.Counts { c.Succeeded, c.RunTwice, c.Restarted = 1, 1, 1; return c },
 		},
 		{
 			name: "redelivered after a kill mid-run",
 			recs: map[string]messages.Record{"a": rec(messages.StateSucceeded)},
-			runs: map[string]*execlog.Runs{"a": {Started: 2, Completed: 1}},
+			runs: map[string]*execlog.Runs{"a": {Started: 2, Answered: 1, Completed: 1}},
 			want: func(c chaos.Counts) chaos.Counts { c.Succeeded, c.Restarted = 1, 1; return c },
 		},
 		{
 			name: "begun again after it answered, then cancelled",
 			recs: map[string]messages.Record{"a": rec(messages.StateSucceeded)},
-			runs: map[string]*execlog.Runs{"a": {Started: 2, Completed: 1, StartedAfterEnd: 1}},
+			runs: map[string]*execlog.Runs{"a": {Started: 2, Answered: 1, Completed: 1, StartedAfterEnd: 1}},
 			want: func(c chaos.Counts) chaos.Counts { c.Succeeded, c.RunTwice, c.Restarted = 1, 1, 1; return c },
+		},
+		{
+			name: "answered undelivered, then run again",
+			recs: map[string]messages.Record{"a": rec(messages.StateSucceeded)},
+			runs: map[string]*execlog.Runs{"a": {Started: 2, Answered: 2, Completed: 1, StartedAfterEnd: 1}},
+			want: func(c chaos.Counts) chaos.Counts { c.Succeeded, c.RunTwice, c.Restarted = 1, 1, 1; return c },
+		},
+		{
+			name: "answered once, collected by a re-attach and a repeat",
+			recs: map[string]messages.Record{"a": rec(messages.StateSucceeded)},
+			runs: map[string]*execlog.Runs{"a": {Started: 1, Answered: 1, Completed: 2}},
+			want: func(c chaos.Counts) chaos.Counts { c.Succeeded = 1; return c },
 		},
 		{
 			name: "failed without running",

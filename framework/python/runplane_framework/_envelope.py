@@ -26,6 +26,9 @@ class Request:
     """
 
     invocationID: str
+    # The attempt of the invocation this call runs (from 1): with
+    # invocationID the key of the idempotent invoke (_calls).
+    attempt: int = 0
     version: str = VERSION
     serverlessRequestID: str = ""
     workerName: str = ""

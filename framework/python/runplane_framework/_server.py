@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import select
@@ -14,8 +15,19 @@ import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from types import FrameType
-from typing import Any, BinaryIO, Dict, Optional, Type
+from typing import Any, BinaryIO, Callable, Dict, Optional, Type
 
+from ._calls import (
+    ATTACH_HEADER,
+    ATTACH_ONLY,
+    ATTACH_UNKNOWN,
+    CANCEL_HEADER,
+    CAPABILITIES_HEADER,
+    CAPABILITY_IDEMPOTENT_INVOKE,
+    DEFAULT_DETACH_GRACE,
+    Call,
+    Calls,
+)
 from ._dispatch import Dispatcher, Handler, HealthCheck
 from ._envelope import Config, Request, config_from_env
 from ._stream import is_stream_handler, stream
@@ -107,6 +119,12 @@ class Framework:
     own, an async one on a shared event loop (one thread for all of them);
     the connection's thread watches the socket meanwhile and, when the
     sidecar hangs up, sets ``req.cancelled`` and cancels an async handler.
+
+    It offers the idempotent invoke (``_calls``): a call the sidecar names
+    with an ``attempt`` runs once; a repeated POST of it waits for its
+    outcome, and a hang-up detaches from it rather than cancelling it
+    (``detach_grace`` seconds, then it is cancelled). A streaming handler
+    serves the plain contract.
     """
 
     def __init__(
@@ -116,6 +134,7 @@ class Framework:
         invoke_path: Optional[str] = None,
         health_path: Optional[str] = None,
         health: Optional[HealthCheck] = None,
+        detach_grace: float = DEFAULT_DETACH_GRACE,
     ) -> None:
         env = config_from_env()
         self.config = Config(
@@ -125,6 +144,8 @@ class Framework:
         )
         self.dispatcher = Dispatcher(fn)
         self.health = health
+        self.calls = Calls(detach_grace=detach_grace)
+        self.idempotent = not is_stream_handler(fn)
         self._server: Optional[_Server] = None
         self._ready = threading.Event()
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -194,6 +215,50 @@ class Framework:
                 self._loop.call_soon_threadsafe(self._loop.stop)
                 self._loop = None
 
+    def start(self, req: Request, finish: Callable[[Dict[str, Any]], None]) -> Callable[[], None]:
+        """Start the handler for req, detached from any connection; finish gets its outcome.
+
+        Returns the function that cancels it.
+        """
+        if self.dispatcher.is_async:
+            fut = asyncio.run_coroutine_threadsafe(self.dispatcher.run_async(req), self.loop())
+
+            def done(f: "concurrent.futures.Future[Dict[str, Any]]") -> None:
+                if f.cancelled():
+                    finish({"statusCode": 500, "error": "cancelled"})
+                else:
+                    finish(f.result())
+
+            fut.add_done_callback(done)
+
+            def cancel_async() -> None:
+                req.cancelled.set()
+                fut.cancel()
+
+            return cancel_async
+
+        threading.Thread(target=lambda: finish(self.dispatcher.run_sync(req)), name=f"invoke-{req.invocationID}", daemon=True).start()
+        return req.cancelled.set
+
+    def attach(self, call: Call, conn: socket.socket) -> Optional[Dict[str, Any]]:
+        """Wait for call's outcome; None when the peer hung up first (the call goes on)."""
+        wake_r, wake_w = socket.socketpair()
+
+        def wake() -> None:
+            try:
+                wake_w.send(b"x")
+            except OSError:
+                pass
+
+        call.on_done(wake)
+        try:
+            if wait_or_hangup(conn, call.done, wake_r):
+                return call.outcome
+            return None
+        finally:
+            wake_r.close()
+            wake_w.close()
+
     def invoke(self, req: Request, conn: socket.socket) -> Optional[Dict[str, Any]]:
         """Run the handler for req; None when the peer hung up first (cancelled)."""
         done = threading.Event()
@@ -243,9 +308,11 @@ def _handler_class(fw: Framework) -> Type[BaseHTTPRequestHandler]:
         def address_string(self) -> str:
             return "unix"
 
-        def _send(self, status: int, obj: Any) -> None:
+        def _send(self, status: int, obj: Any, headers: Optional[Dict[str, str]] = None) -> None:
             data = json.dumps(obj).encode()
             self.send_response(status)
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -295,14 +362,40 @@ def _handler_class(fw: Framework) -> Type[BaseHTTPRequestHandler]:
                 raise BodyError(f"Content-Length {length}: must be between 0 and {MAX_BODY_BYTES}")
             return self.rfile.read(length) if length else b""
 
+        def _idempotent(self, req: Request) -> None:
+            key = (req.invocationID, req.attempt)
+            unknown = f"no call of invocation {req.invocationID} attempt {req.attempt} is known here"
+            if (self.headers.get(CANCEL_HEADER) or "").strip().lower() == "true":
+                if fw.calls.cancel(key):
+                    self._send(HTTPStatus.OK, {"status": "cancelled"})
+                else:
+                    self._send(HTTPStatus.NOT_FOUND, {"error": unknown})
+                return
+            begin = (self.headers.get(ATTACH_HEADER) or "").strip().lower() != ATTACH_ONLY
+            call = fw.calls.start(key, begin, lambda finish: fw.start(req, finish))
+            if call is None:
+                # A re-attach to a call this framework does not know: never
+                # started here (the sidecar holds no payload for it).
+                self._send(HTTPStatus.NOT_FOUND, {"error": unknown}, {ATTACH_HEADER: ATTACH_UNKNOWN})
+                return
+            try:
+                body = fw.attach(call, self.connection)
+            finally:
+                fw.calls.release(call)
+            if body is None:
+                self.close_connection = True  # detached: nobody reads an answer
+                return
+            self._send(HTTPStatus.OK, body)
+
         def do_GET(self) -> None:
             p = self._path()
             if p == fw.health_path:
                 reason = fw.health() if fw.health else None
+                extra = {CAPABILITIES_HEADER: CAPABILITY_IDEMPOTENT_INVOKE} if fw.idempotent else None
                 if reason:
-                    self._send(HTTPStatus.SERVICE_UNAVAILABLE, {"error": reason})
+                    self._send(HTTPStatus.SERVICE_UNAVAILABLE, {"error": reason}, extra)
                 else:
-                    self._send(HTTPStatus.OK, {"status": "ok"})
+                    self._send(HTTPStatus.OK, {"status": "ok"}, extra)
             elif p == fw.invoke_path:
                 self._send(HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"method GET not allowed on {p}: use POST"})
             else:
@@ -328,6 +421,9 @@ def _handler_class(fw: Framework) -> Type[BaseHTTPRequestHandler]:
                 return
             if is_stream_handler(fw.dispatcher.fn):
                 self._stream(req)
+                return
+            if req.attempt:
+                self._idempotent(req)
                 return
             body = fw.invoke(req, self.connection)
             if body is None:

@@ -1,7 +1,8 @@
 // Package execlog is the execution log of the chaos harness: the recording
-// framework appends one line when it starts running an invocation and one
-// when it answers, and the harness reads the file back to count runs per
-// invocation. The framework contract carries no attempt number, so a run is
+// framework appends one line when it starts running an invocation, one
+// when it answers (whether or not a sidecar is there to read it) and one
+// when an answer reached a sidecar, and the harness reads the file back to
+// count runs per invocation — every execution, delivered or not. A run is
 // identified by invocation ID, worker and process.
 package execlog
 
@@ -20,6 +21,9 @@ import (
 const (
 	Start = "start"
 	End   = "end"
+	// Delivered: an answer reached a sidecar (a re-attaching sidecar may
+	// collect the answer of a run whose End came before).
+	Delivered = "delivered"
 )
 
 // Entry is one line of the log.
@@ -79,8 +83,8 @@ type Runs struct {
 	// Answered counts every answer, delivered or not.
 	Answered int
 	// StartedAfterEnd counts the starts that came after an answer of the
-	// same invocation was delivered: finished work begun again (even if
-	// that run is then cancelled).
+	// same invocation, delivered or not: finished work begun again (even
+	// if that run is then cancelled).
 	StartedAfterEnd int
 	// Workers lists the worker of every start, in order.
 	Workers []string
@@ -114,7 +118,7 @@ func Read(path string) (map[string]*Runs, error) {
 		switch e.Event {
 		case Start:
 			r.Started++
-			if r.Completed > 0 {
+			if r.Answered > 0 {
 				r.StartedAfterEnd++
 			}
 			r.Workers = append(r.Workers, e.Worker)
@@ -123,6 +127,8 @@ func Read(path string) (map[string]*Runs, error) {
 			if e.Delivered {
 				r.Completed++
 			}
+		case Delivered:
+			r.Completed++
 		}
 	}
 	if err := sc.Err(); err != nil {

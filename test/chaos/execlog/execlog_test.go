@@ -22,6 +22,9 @@ func TestReadCountsRunsAndSkipsTornLines(t *testing.T) {
 		{Event: execlog.Start, ID: "b", Worker: "w1"},
 		{Event: execlog.End, ID: "b", Worker: "w1", Status: 200}, // its sidecar was gone
 		{Event: execlog.Start, ID: "b", Worker: "w2"},
+		{Event: execlog.Start, ID: "d", Worker: "w1"},
+		{Event: execlog.End, ID: "d", Worker: "w1", Status: 200}, // answered, its sidecar gone
+		{Event: execlog.Delivered, ID: "d", Worker: "w1"},        // collected by a re-attach
 	} {
 		require.NoError(t, w.Write(e))
 	}
@@ -35,7 +38,9 @@ func TestReadCountsRunsAndSkipsTornLines(t *testing.T) {
 	runs, err := execlog.Read(path)
 	require.NoError(t, err)
 	require.Equal(t, &execlog.Runs{Started: 2, Completed: 2, Answered: 2, StartedAfterEnd: 1, Workers: []string{"w1", "w2"}}, runs["a"])
-	require.Equal(t, &execlog.Runs{Started: 2, Answered: 1, Workers: []string{"w1", "w2"}}, runs["b"])
+	require.Equal(t, &execlog.Runs{Started: 2, Answered: 1, StartedAfterEnd: 1, Workers: []string{"w1", "w2"}}, runs["b"],
+		"an answer nobody received still ends a run: the next start is finished work begun again")
+	require.Equal(t, &execlog.Runs{Started: 1, Answered: 1, Completed: 1, Workers: []string{"w1"}}, runs["d"])
 	require.NotContains(t, runs, "c")
 
 	empty, err := execlog.Read(filepath.Join(t.TempDir(), "missing"))

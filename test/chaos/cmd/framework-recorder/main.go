@@ -1,7 +1,8 @@
 // Command framework-recorder is the chaos harness's framework: it serves
-// the unix-socket framework contract like framework-echo and appends every
-// execution (its start, and its answer with whether the answer reached the
-// sidecar) to a shared execution log, so the harness can count how often
+// the unix-socket framework contract like framework-echo (with the Go
+// helper's idempotent invoke) and appends every execution (its start, its
+// answer, and each delivery of the answer to a sidecar) to a shared
+// execution log, so the harness can count how often
 // each invocation really ran. CHAOS_* env steers it:
 //
 //	CHAOS_EXEC_LOG      the log file (required)
@@ -11,9 +12,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log"
 	"net/http"
 	"os"
@@ -89,44 +92,61 @@ func configFromEnv(getenv func(string) string) (config, error) {
 	return c, nil
 }
 
-// answer is what a run reports to recordAnswers through the request
-// context: the handler knows the invocation, the middleware knows whether
-// the answer reached the sidecar.
-type answer struct {
-	id, worker string
-	status     int
-	finished   bool
-}
-
-type answerKey struct{}
-
-// recordAnswers logs the End of every finished run after its answer was
-// written and flushed to the socket: a write or flush error means the
-// sidecar was gone and the answer never arrived.
+// recordAnswers logs a Delivered entry for every invoke whose answer (an
+// envelope, status 200) was written and flushed to the socket: a write or
+// flush error means the sidecar was gone and the answer never arrived.
+// The run's End is the handler's; a sidecar that re-attaches to a call
+// (the idempotent invoke) collects an answer another connection missed.
 func recordAnswers(next http.Handler, w *execlog.Writer) http.Handler {
 	pid := os.Getpid()
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		a := &answer{}
+		var id, worker string
+		if r.Method == http.MethodPost && r.Header.Get(framework.CancelHeader) == "" {
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				http.Error(rw, err.Error(), http.StatusBadRequest)
+				return
+			}
+			var req framework.Request
+			if json.Unmarshal(body, &req) == nil {
+				id, worker = req.InvocationID, req.WorkerName
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
 		ew := &errWriter{ResponseWriter: rw}
-		next.ServeHTTP(ew, r.WithContext(context.WithValue(r.Context(), answerKey{}, a)))
-		if !a.finished {
+		next.ServeHTTP(ew, r)
+		if id == "" || ew.status != http.StatusOK || !ew.wrote {
 			return
 		}
-		ferr := http.NewResponseController(rw).Flush()
-		if err := w.Write(execlog.Entry{Event: execlog.End, ID: a.id, Worker: a.worker, PID: pid, Status: a.status,
-			Delivered: ew.err == nil && ferr == nil, At: time.Now()}); err != nil {
+		if ew.err != nil || http.NewResponseController(rw).Flush() != nil {
+			return
+		}
+		if err := w.Write(execlog.Entry{Event: execlog.Delivered, ID: id, Worker: worker, PID: pid, At: time.Now()}); err != nil {
 			log.Printf("framework-recorder: %v", err)
 		}
 	})
 }
 
-// errWriter keeps the first write error.
+// errWriter keeps the status and the first write error.
 type errWriter struct {
 	http.ResponseWriter
-	err error
+	status int
+	wrote  bool
+	err    error
+}
+
+func (e *errWriter) WriteHeader(code int) {
+	if e.status == 0 {
+		e.status = code
+	}
+	e.ResponseWriter.WriteHeader(code)
 }
 
 func (e *errWriter) Write(b []byte) (int, error) {
+	if e.status == 0 {
+		e.status = http.StatusOK
+	}
+	e.wrote = true
 	n, err := e.ResponseWriter.Write(b)
 	if err != nil && e.err == nil {
 		e.err = err
@@ -166,8 +186,9 @@ func handler(c config, w *execlog.Writer) framework.HandlerFunc {
 		if c.mode == "fail" {
 			resp = framework.Response{StatusCode: 500, Error: "framework-recorder: CHAOS_MODE=fail"}
 		}
-		if a, ok := ctx.Value(answerKey{}).(*answer); ok {
-			*a = answer{id: req.InvocationID, worker: req.WorkerName, status: resp.StatusCode, finished: true}
+		// Answered, whether or not a sidecar is left to read it.
+		if err := w.Write(execlog.Entry{Event: execlog.End, ID: req.InvocationID, Worker: req.WorkerName, PID: pid, Status: resp.StatusCode, At: time.Now()}); err != nil {
+			log.Printf("framework-recorder: %v", err)
 		}
 		return resp, nil
 	}

@@ -1,0 +1,166 @@
+package framework
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// The idempotent invoke: an extension of the contract that lets a sidecar
+// restarted while the framework runs a call re-attach to that call rather
+// than start it again. A framework that offers it says so in the
+// CapabilitiesHeader of its health answers; the sidecar then
+//
+//   - sends each call's attempt in the envelope (Request.Attempt): a
+//     POST /invoke for an (invocationID, attempt) the framework runs or ran
+//     recently waits for that call and answers its outcome — it never runs
+//     the call a second time;
+//   - re-attaches after a restart with AttachHeader "only": a call the
+//     framework does not know is answered 404 with AttachHeader "unknown",
+//     never started (the sidecar no longer holds its payload);
+//   - cancels with CancelHeader "true" (a caller's cancel, timeoutSeconds):
+//     a hang-up alone no longer cancels such a call, it may be the sidecar
+//     dying; a call nobody re-attaches to within the detach grace is
+//     cancelled.
+//
+// A framework without it (the plain contract) gets at-most-once for calls a
+// sidecar restart interrupts (sidecar/README.md).
+const (
+	CapabilitiesHeader         = "Runplane-Framework-Capabilities"
+	CapabilityIdempotentInvoke = "idempotent-invoke"
+	AttachHeader               = "Runplane-Attach"
+	CancelHeader               = "Runplane-Cancel"
+	attachOnly                 = "only"
+	attachUnknown              = "unknown"
+)
+
+// Defaults of the idempotent invoke's memory.
+const (
+	DefaultDetachGrace    = time.Minute
+	DefaultRecentOutcomes = 1024
+	DefaultRecentFor      = 10 * time.Minute
+)
+
+// callKey names one call: an attempt of an invocation.
+type callKey struct {
+	id      string
+	attempt int
+}
+
+// call is one call the framework runs or ran.
+type call struct {
+	done     chan struct{} // closed with resp set
+	resp     Response
+	cancel   context.CancelFunc
+	watchers int         // connections waiting for it
+	detach   clock.Timer // runs while nobody waits (nil otherwise)
+}
+
+// calls keeps the calls in flight and the outcomes of recent ones, so a
+// repeated invoke of a known call attaches to it.
+type calls struct {
+	clock       clock.WithDelayedExecution
+	detachGrace time.Duration
+	keep        int
+	keepFor     time.Duration
+
+	mu       sync.Mutex
+	m        map[callKey]*call
+	finished []finished // oldest first, at most keep
+}
+
+type finished struct {
+	k callKey
+	c *call
+}
+
+func newCalls(o handlerOptions) *calls {
+	return &calls{clock: o.clock, detachGrace: o.detachGrace, keep: o.recent, keepFor: o.recentFor, m: map[callKey]*call{}}
+}
+
+// start returns the call of k (base: the request that starts it), starting run for it when it is new and
+// start is true (nil when it is unknown and start is false). The returned
+// call has one more watcher; the caller ends with release.
+func (cs *calls) start(base context.Context, k callKey, begin bool, run func(ctx context.Context) Response) *call {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if c, ok := cs.m[k]; ok {
+		c.watchers++
+		if c.detach != nil {
+			c.detach.Stop()
+			c.detach = nil
+		}
+		return c
+	}
+	if !begin {
+		return nil
+	}
+	// The call runs on a context of its own, with the first request's
+	// values: the connection ending (the sidecar dying) does not end it;
+	// an explicit cancel or the detach grace does.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(base))
+	c := &call{done: make(chan struct{}), cancel: cancel, watchers: 1}
+	cs.m[k] = c
+	go func() {
+		resp := run(ctx)
+		cancel()
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+		c.resp = resp
+		if c.detach != nil {
+			c.detach.Stop()
+			c.detach = nil
+		}
+		close(c.done)
+		cs.remember(k)
+	}()
+	return c
+}
+
+// remember keeps k's outcome for keepFor, among at most keep. Locked.
+func (cs *calls) remember(k callKey) {
+	c := cs.m[k]
+	cs.finished = append(cs.finished, finished{k, c})
+	if len(cs.finished) > cs.keep {
+		if old := cs.finished[0]; cs.m[old.k] == old.c {
+			delete(cs.m, old.k)
+		}
+		cs.finished = cs.finished[1:]
+	}
+	cs.clock.AfterFunc(cs.keepFor, func() {
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+		if cs.m[k] == c {
+			delete(cs.m, k)
+		}
+	})
+}
+
+// release drops a watcher of c; the last one leaving a running call starts
+// its detach grace.
+func (cs *calls) release(c *call) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	c.watchers--
+	select {
+	case <-c.done:
+		return
+	default:
+	}
+	if c.watchers == 0 && c.detach == nil {
+		c.detach = cs.clock.AfterFunc(cs.detachGrace, c.cancel)
+	}
+}
+
+// cancel cancels the call of k; false when it is not known.
+func (cs *calls) cancel(k callKey) bool {
+	cs.mu.Lock()
+	c, ok := cs.m[k]
+	cs.mu.Unlock()
+	if ok {
+		c.cancel()
+	}
+	return ok
+}
