@@ -54,7 +54,7 @@ func (a *Activator) dispatch(ctx context.Context, it *state.Item, worker string,
 	}
 	// The Record is the source of truth: a Dispatch is published only after
 	// the compare-and-set that makes this attempt the current one.
-	ok, err := a.write(it, func(c *stream.Cached) (bool, error) {
+	ok, err := a.write(ctx, it, func(c *stream.Cached) (bool, error) {
 		ok, err := st.TransitionCached(ctx, id, c, messages.StateDispatched, worker, attempt, func(r *messages.Record) {
 			if r.Sequence == 0 {
 				r.Stream, r.Sequence = st.Config.Stream, it.Seq
@@ -99,10 +99,17 @@ func (a *Activator) dispatch(ctx context.Context, it *state.Item, worker string,
 }
 
 // write runs one Record write of it, serialised with its other writes.
-func (a *Activator) write(it *state.Item, fn func(c *stream.Cached) (bool, error)) (bool, error) {
+// Once the Record is final (whoever made it so), the invocation's messages
+// leave the stream: the Record keeps what callers read.
+func (a *Activator) write(ctx context.Context, it *state.Item, fn func(c *stream.Cached) (bool, error)) (bool, error) {
 	it.WriteMu.Lock()
-	defer it.WriteMu.Unlock()
-	return fn(&it.Rec)
+	ok, err := fn(&it.Rec)
+	final := it.Rec.Record.State.Terminal()
+	it.WriteMu.Unlock()
+	if final {
+		a.removeMessages(ctx, it)
+	}
+	return ok, err
 }
 
 // publishDispatch publishes attempt of it (whose invocation, payload
