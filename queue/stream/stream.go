@@ -363,6 +363,10 @@ func Decode(b []byte) (messages.Record, error) {
 	return r, nil
 }
 
+// MessageOverhead is about what a stored invocation message holds besides
+// its body (subject, headers, framing): Record.StreamBytes counts it.
+const MessageOverhead = 1 << 10
+
 // RevisionHeader is set by the ingress on the invocation message it
 // publishes: the revision of the Record it has just created. The activator
 // uses it as the Record's known revision, so its first write is a single
