@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -124,6 +125,13 @@ func TestNamespaceStreamBudget(t *testing.T) {
 		require.Equal(t, 202, post("tenant-b", fmt.Sprintf("b-%d", i)).code, "tenant-b is not held by tenant-a's share")
 	}
 
+	// Another ingress replica counts the same, from the store.
+	func() {
+		defer e.atReplica()()
+		refused(post("tenant-a", "a-2"), "tenant-a")
+		require.Equal(t, 202, e.invokeIn("tenant-b", "p", `{"mode":"async","invocationID":"b-2","payload":{"n":2}}`).code)
+	}()
+
 	// Derived from the store: a restarted queue counts the same.
 	e.stop()
 	e.startQueue()
@@ -213,4 +221,34 @@ func TestSweepRemovesLeftovers(t *testing.T) {
 	e.worker("w", 1, nil)
 	e.waitState("open", messages.StateSucceeded, 20*time.Second)
 	e.waitStreamEmpty("the open one's messages went once it finished")
+}
+
+// atReplica starts a second queue replica (ingress only) on the same NATS,
+// waits until it is ready, and points e's requests at it until the
+// returned func is called.
+func (e *env) atReplica() func() {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	cfg := e.cfg
+	cfg.DisableActivator, cfg.MetricsListen = true, ""
+	cfg.OnListen = func(a string) { addr <- a }
+	done := make(chan error, 1)
+	go func() { done <- queue.Run(ctx, cfg) }()
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	e.t.Cleanup(stop)
+	base := e.base
+	select {
+	case a := <-addr:
+		e.base = "http://" + a
+	case err := <-done:
+		require.FailNow(e.t, "replica returned", "%v", err)
+	case <-time.After(20 * time.Second):
+		require.FailNow(e.t, "replica did not start")
+	}
+	require.EventuallyWithT(e.t, func(c *assert.CollectT) {
+		assert.Equal(c, 200, e.do("GET", "/readyz", nil).code)
+	}, 20*time.Second, 20*time.Millisecond, "the replica counted the Records")
+	return func() { e.base = base; stop() }
 }
