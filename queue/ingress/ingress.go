@@ -223,19 +223,24 @@ func (s *Server) watchRecords(w jetstream.KeyWatcher) {
 			}
 			continue
 		}
-		waiting := s.waiting(e.Key())
-		if !waiting && s.usage == nil {
-			continue
-		}
-		r, err := stream.Decode(e.Value())
-		if err != nil {
+		if s.waiting(e.Key()) {
+			r, err := stream.Decode(e.Value())
+			if err != nil {
+				continue
+			}
+			if s.usage != nil {
+				s.usage.Put(e.Key(), len(e.Value()), e.Created(), nsbytes.ShapeOf(r))
+			}
+			if r.State.Terminal() {
+				s.notify(r, "")
+			}
 			continue
 		}
 		if s.usage != nil {
-			s.usage.Put(e.Key(), len(e.Value()), e.Created(), r)
-		}
-		if waiting && r.State.Terminal() {
-			s.notify(r, "")
+			var sh nsbytes.Shape
+			if json.Unmarshal(e.Value(), &sh) == nil {
+				s.usage.Put(e.Key(), len(e.Value()), e.Created(), sh)
+			}
 		}
 	}
 }

@@ -77,9 +77,43 @@ type Total struct {
 	NextExpiry time.Time
 }
 
+// Shape is what the count reads of a Record: decoding only it skips the
+// result's bytes, which every replica's watch would otherwise decode for
+// every Record write.
+type Shape struct {
+	State       messages.State `json:"state"`
+	Attempt     int            `json:"attempt,omitempty"`
+	StreamBytes int64          `json:"streamBytes,omitempty"`
+	Callback    *struct {
+		State messages.CallbackState `json:"state"`
+		Start *struct {
+			State messages.CallbackState `json:"state"`
+		} `json:"start,omitempty"`
+	} `json:"callback,omitempty"`
+}
+
+// ShapeOf is the Shape of a Record.
+func ShapeOf(r messages.Record) Shape {
+	sh := Shape{State: r.State, Attempt: r.Attempt, StreamBytes: r.StreamBytes}
+	if cb := r.Callback; cb != nil {
+		sh.Callback = &struct {
+			State messages.CallbackState `json:"state"`
+			Start *struct {
+				State messages.CallbackState `json:"state"`
+			} `json:"start,omitempty"`
+		}{State: cb.State}
+		if cb.Start != nil {
+			sh.Callback.Start = &struct {
+				State messages.CallbackState `json:"state"`
+			}{State: cb.Start.State}
+		}
+	}
+	return sh
+}
+
 // Put counts the Record r, stored under key with size bytes of value at
 // created (its last write).
-func (u *Usage) Put(key string, size int, created time.Time, r messages.Record) {
+func (u *Usage) Put(key string, size int, created time.Time, r Shape) {
 	ns := namespaceOf(key)
 	h := held{records: int64(size+len(key)) + RecordOverhead, expires: created.Add(u.ttl)}
 	switch {
@@ -217,7 +251,7 @@ const openCheckEvery = 10 * time.Second
 
 // changing reports whether r may still be written: open, or with a
 // callback event to deliver.
-func changing(r messages.Record) bool {
+func changing(r Shape) bool {
 	if !r.State.Terminal() {
 		return true
 	}

@@ -17,6 +17,10 @@ func rec(state messages.State, attempt int, streamBytes int64) messages.Record {
 	return messages.Record{State: state, Attempt: attempt, StreamBytes: streamBytes}
 }
 
+func putRec(u *Usage, key string, size int, created time.Time, r messages.Record) {
+	u.Put(key, size, created, ShapeOf(r))
+}
+
 func TestShares(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	type put struct {
@@ -48,7 +52,7 @@ func TestShares(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			u := New(clocktesting.NewFakePassiveClock(t0), ttl)
 			for _, p := range tc.puts {
-				u.Put(p.key, p.size, t0, p.r)
+				putRec(u, p.key, p.size, t0, p.r)
 			}
 			for _, k := range tc.deletes {
 				u.Delete(k)
@@ -67,9 +71,9 @@ func TestSettledRecordsExpire(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clk := clocktesting.NewFakePassiveClock(t0)
 	u := New(clk, ttl)
-	u.Put("a.1", 1000, t0, rec(messages.StateSucceeded, 1, 10))
-	u.Put("a.2", 1000, t0.Add(30*time.Second), rec(messages.StateSucceeded, 1, 10)) // shares a.1's slot
-	u.Put("a.3", 1000, t0.Add(5*time.Minute), rec(messages.StateSucceeded, 1, 10))
+	putRec(u, "a.1", 1000, t0, rec(messages.StateSucceeded, 1, 10))
+	putRec(u, "a.2", 1000, t0.Add(30*time.Second), rec(messages.StateSucceeded, 1, 10)) // shares a.1's slot
+	putRec(u, "a.3", 1000, t0.Add(5*time.Minute), rec(messages.StateSucceeded, 1, 10))
 	per := int64(1000 + 3 + RecordOverhead)
 	require.Equal(t, 3*per, u.Of("a").Records)
 	require.Equal(t, t0.Add(ttl+30*time.Second), u.Of("a").NextExpiry, "the slot goes at its latest expiry")
@@ -90,10 +94,10 @@ func TestCallbackPendingIsStillChanging(t *testing.T) {
 	u := New(clocktesting.NewFakePassiveClock(t0), ttl)
 	r := rec(messages.StateSucceeded, 1, 10)
 	r.Callback = &messages.CallbackStatus{State: messages.CallbackPending}
-	u.Put("a.1", 1000, t0, r)
-	u.Put("a.1", 1100, t0, r)
+	putRec(u, "a.1", 1000, t0, r)
+	putRec(u, "a.1", 1100, t0, r)
 	r.Callback.State = messages.CallbackDelivered
-	u.Put("a.1", 1200, t0, r)
+	putRec(u, "a.1", 1200, t0, r)
 	require.Equal(t, int64(1200+3+RecordOverhead), u.Of("a").Records)
 }
 
@@ -102,7 +106,7 @@ func TestCallbackPendingIsStillChanging(t *testing.T) {
 func TestReserve(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	u := New(clocktesting.NewFakePassiveClock(t0), ttl)
-	u.Put("a.1", 100, t0, rec(messages.StateQueued, 0, 600))
+	putRec(u, "a.1", 100, t0, rec(messages.StateQueued, 0, 600))
 	_, ok, release := u.Reserve("a", 300, 10, 1000, 0)
 	require.True(t, ok)
 	require.Equal(t, int64(900), u.Of("a").Stream)
