@@ -252,3 +252,31 @@ func (e *env) atReplica() func() {
 	}, 20*time.Second, 20*time.Millisecond, "the replica counted the Records")
 	return func() { e.base = base; stop() }
 }
+
+// TestCancelledWorkHoldsItsShare: a cancelled invocation's messages stay
+// in the stream until the activator meets it (its pool's next dispatch, or
+// its ttlSeconds), so its namespace's share is given back only then:
+// posting and cancelling in a loop cannot fill the shared stream.
+func TestCancelledWorkHoldsItsShare(t *testing.T) {
+	e := newEnv(t, func(c *queue.Config) {
+		c.StaticPools = []string{"tenant-a/p"}
+		c.Limits.NamespaceMaxStreamBytes = 3 << 20
+	})
+	payload := bigPayload(900 << 10)
+	post := func(id string) resp {
+		return e.invokeIn("tenant-a", "p", fmt.Sprintf(`{"mode":"async","invocationID":%q,"payload":%s}`, id, payload))
+	}
+	for _, id := range []string{"c-0", "c-1"} {
+		require.Equal(t, 202, post(id).code)
+		require.Equal(t, 200, e.do("POST", "/v1/namespaces/tenant-a/invocations/"+id+"/cancel", nil).code)
+	}
+	r := post("c-2")
+	require.Equal(t, 429, r.code, "the cancelled invocations' messages are still in the stream: %s", r.raw)
+	require.Equal(t, "namespace_stream_bytes", r.body["limit"])
+
+	e.okWorker("tenant-a", "p", "wa") // the activator meets them, finds them cancelled
+	e.waitStreamEmpty("cancelled invocations left the stream")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, 202, post("c-2").code)
+	}, 10*time.Second, 20*time.Millisecond, "the share is back once they are gone")
+}

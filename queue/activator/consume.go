@@ -279,6 +279,7 @@ func (a *Activator) onResult(ctx context.Context, m jetstream.Msg) {
 				}
 				r.State = final
 				record(r)
+				stream.LeavesStream(r) // its messages, if any are left, go with the sweep
 				return true
 			})
 		}

@@ -104,10 +104,14 @@ func (a *Activator) dispatch(ctx context.Context, it *state.Item, worker string,
 func (a *Activator) write(ctx context.Context, it *state.Item, fn func(c *stream.Cached) (bool, error)) (bool, error) {
 	it.WriteMu.Lock()
 	ok, err := fn(&it.Rec)
-	final := it.Rec.Record.State.Terminal()
+	final, counted := it.Rec.Record.State.Terminal(), it.Rec.Record.StreamBytes > 0
 	it.WriteMu.Unlock()
-	if final {
-		a.removeMessages(ctx, it)
+	if final && a.removeMessages(ctx, it) && counted {
+		// Made final by someone else (a cancel): the namespace's share of
+		// the stream is given back once the messages are gone.
+		if err := a.cfg.Store.ClearStreamBytes(ctx, stream.Key(it.Inv.Namespace, it.Inv.InvocationID)); err != nil {
+			a.cfg.Logger.Warn("clear a final Record's share of the stream; the sweep will", "invocation", it.Inv.InvocationID, "err", err)
+		}
 	}
 	return ok, err
 }

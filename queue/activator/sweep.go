@@ -23,9 +23,13 @@ import (
 // never change, and on the stream's duplicate window, which a deletion
 // leaves as it is. What a failed delete (or a leader that stopped first)
 // leaves, the sweep removes.
-func (a *Activator) removeMessages(ctx context.Context, it *state.Item) {
+//
+// It reports whether every message it knew of is gone (false also when it
+// had already been called).
+func (a *Activator) removeMessages(ctx context.Context, it *state.Item) bool {
 	var seqs []uint64
 	a.locked(func(s *state.State) { seqs = s.Published(it) })
+	gone := len(seqs) > 0
 	for _, seq := range seqs {
 		err := a.cfg.Store.Stream.DeleteMsg(ctx, seq)
 		switch {
@@ -33,9 +37,11 @@ func (a *Activator) removeMessages(ctx context.Context, it *state.Item) {
 			a.metrics.removed.WithLabelValues("final").Inc()
 		case errors.Is(err, jetstream.ErrMsgNotFound):
 		default:
+			gone = false
 			a.cfg.Logger.Debug("remove a final invocation's message; the sweep will", "invocation", it.Inv.InvocationID, "seq", seq, "err", err)
 		}
 	}
+	return gone
 }
 
 // sweep removes from the invocation stream the messages of invocations
@@ -46,7 +52,7 @@ func (a *Activator) removeMessages(ctx context.Context, it *state.Item) {
 // as its Record goes (the namespace's share of the stream counts it that
 // long). It reads headers only, and a Record only for messages of
 // invocations not open here. It returns how many it removed.
-func (a *Activator) sweep(ctx context.Context) (int, error) {
+func (a *Activator) sweep(ctx context.Context) (removed int, err error) {
 	st := a.cfg.Store
 	c, err := st.Stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{HeadersOnly: true})
 	if err != nil {
@@ -54,10 +60,23 @@ func (a *Activator) sweep(ctx context.Context) (int, error) {
 	}
 	now := a.cfg.Clock.Now()
 	type verdict struct {
-		final, gone bool
+		final, gone, counted bool
 	}
 	known := map[string]verdict{} // by stream.Key, within this sweep
-	removed := 0
+	// A final Record still counting its share of the stream (a cancel the
+	// activator did not meet) is cleared once its messages are gone.
+	defer func() {
+		if err != nil {
+			return
+		}
+		for key, v := range known {
+			if v.counted {
+				if err := st.ClearStreamBytes(ctx, key); err != nil {
+					a.cfg.Logger.Warn("sweep: clear a final Record's share of the stream", "invocation", key, "err", err)
+				}
+			}
+		}
+	}()
 	for ctx.Err() == nil {
 		batch, err := c.FetchNoWait(500)
 		if err != nil {
@@ -91,6 +110,7 @@ func (a *Activator) sweep(ctx context.Context) (int, error) {
 					return removed, fmt.Errorf("sweep: %w", err)
 				default:
 					v.final = rec.State.Terminal()
+					v.counted = v.final && rec.State != messages.StateDeadLettered && rec.StreamBytes > 0
 				}
 				known[key] = v
 			}

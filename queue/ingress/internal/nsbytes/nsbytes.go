@@ -8,7 +8,9 @@
 //   - the stream: an open (non-terminal) Record's invocation holds its
 //     message and one Dispatch per attempt (Record.StreamBytes each);
 //     finished invocations leave the stream (the activator deletes their
-//     messages), but a dead letter stays as long as its Record;
+//     messages and clears StreamBytes), but a dead letter stays as long as
+//     its Record; a Record the ingress made final (a cancel) counts until
+//     the activator has removed its messages and cleared it;
 //   - the bucket: each Record's stored size, until it expires (the bucket's
 //     TTL after its last write). A Record still changing (open, or with a
 //     callback to deliver) is counted at its latest size; a settled one is
@@ -116,11 +118,12 @@ func ShapeOf(r messages.Record) Shape {
 func (u *Usage) Put(key string, size int, created time.Time, r Shape) {
 	ns := namespaceOf(key)
 	h := held{records: int64(size+len(key)) + RecordOverhead, expires: created.Add(u.ttl)}
-	switch {
-	case !r.State.Terminal():
-		h.stream = r.StreamBytes * int64(1+max(r.Attempt, 0))
-	case r.State == messages.StateDeadLettered:
+	if r.State == messages.StateDeadLettered {
 		h.stream = r.StreamBytes // the dead letter
+	} else {
+		// Open, or final but not yet cleared by the activator (a cancel):
+		// the message and each attempt's Dispatch.
+		h.stream = r.StreamBytes * int64(1+max(r.Attempt, 0))
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -252,8 +255,8 @@ const openCheckEvery = 10 * time.Second
 // changing reports whether r may still be written: open, or with a
 // callback event to deliver.
 func changing(r Shape) bool {
-	if !r.State.Terminal() {
-		return true
+	if !r.State.Terminal() || (r.State != messages.StateDeadLettered && r.StreamBytes > 0) {
+		return true // a final one with StreamBytes is cleared when its messages are gone
 	}
 	cb := r.Callback
 	return cb != nil && (cb.State == messages.CallbackPending || (cb.Start != nil && cb.Start.State == messages.CallbackPending))

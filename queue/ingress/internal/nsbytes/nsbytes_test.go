@@ -41,8 +41,12 @@ func TestShares(t *testing.T) {
 			stream: 3000, recs: 100 + 3 + RecordOverhead},
 		{name: "a rewrite replaces", puts: []put{{"a.1", 100, rec(messages.StateQueued, 0, 1000)}, {"a.1", 200, rec(messages.StateDispatched, 1, 1000)}},
 			stream: 2000, recs: 200 + 3 + RecordOverhead},
-		{name: "finished leaves the stream, its Record stays", puts: []put{{"a.1", 100, rec(messages.StateQueued, 0, 1000)}, {"a.1", 500, rec(messages.StateSucceeded, 1, 1000)}},
+		{name: "finished leaves the stream, its Record stays", puts: []put{{"a.1", 100, rec(messages.StateQueued, 0, 1000)}, {"a.1", 500, rec(messages.StateSucceeded, 1, 0)}},
 			stream: 0, recs: 500 + 3 + RecordOverhead},
+		{name: "cancelled counts until cleared", puts: []put{{"a.1", 100, rec(messages.StateQueued, 0, 1000)}, {"a.1", 120, rec(messages.StateCancelled, 0, 1000)}},
+			stream: 1000, recs: 120 + 3 + RecordOverhead},
+		{name: "cleared cancel", puts: []put{{"a.1", 120, rec(messages.StateCancelled, 0, 1000)}, {"a.1", 110, rec(messages.StateCancelled, 0, 0)}},
+			stream: 0, recs: 110 + 3 + RecordOverhead},
 		{name: "a dead letter stays with its Record", puts: []put{{"a.1", 100, rec(messages.StateDeadLettered, 3, 1000)}},
 			stream: 1000, recs: 100 + 3 + RecordOverhead},
 		{name: "a deleted open Record goes", puts: []put{{"a.1", 100, rec(messages.StateQueued, 0, 1000)}}, deletes: []string{"a.1"}},
@@ -71,9 +75,9 @@ func TestSettledRecordsExpire(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clk := clocktesting.NewFakePassiveClock(t0)
 	u := New(clk, ttl)
-	putRec(u, "a.1", 1000, t0, rec(messages.StateSucceeded, 1, 10))
-	putRec(u, "a.2", 1000, t0.Add(30*time.Second), rec(messages.StateSucceeded, 1, 10)) // shares a.1's slot
-	putRec(u, "a.3", 1000, t0.Add(5*time.Minute), rec(messages.StateSucceeded, 1, 10))
+	putRec(u, "a.1", 1000, t0, rec(messages.StateSucceeded, 1, 0))
+	putRec(u, "a.2", 1000, t0.Add(30*time.Second), rec(messages.StateSucceeded, 1, 0)) // shares a.1's slot
+	putRec(u, "a.3", 1000, t0.Add(5*time.Minute), rec(messages.StateSucceeded, 1, 0))
 	per := int64(1000 + 3 + RecordOverhead)
 	require.Equal(t, 3*per, u.Of("a").Records)
 	require.Equal(t, t0.Add(ttl+30*time.Second), u.Of("a").NextExpiry, "the slot goes at its latest expiry")
@@ -92,7 +96,7 @@ func TestSettledRecordsExpire(t *testing.T) {
 func TestCallbackPendingIsStillChanging(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	u := New(clocktesting.NewFakePassiveClock(t0), ttl)
-	r := rec(messages.StateSucceeded, 1, 10)
+	r := rec(messages.StateSucceeded, 1, 0)
 	r.Callback = &messages.CallbackStatus{State: messages.CallbackPending}
 	putRec(u, "a.1", 1000, t0, r)
 	putRec(u, "a.1", 1100, t0, r)
