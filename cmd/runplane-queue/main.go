@@ -126,6 +126,10 @@ func run() error {
 	flag.IntVar(&c.Limits.PoolMaxInFlight, "max-in-flight", -1, "dispatched invocations allowed per pool unless its runplane.io/max-in-flight says otherwise (-1: unbounded, replicas × concurrency bound it)")
 	flag.IntVar(&c.Limits.NamespaceMaxStreams, "namespace-max-streams", pool.DefaultNamespaceMaxStreams, "result streams (SSE) open per namespace on one ingress replica (429 beyond; -1: unbounded)")
 	flag.IntVar(&c.Limits.NamespaceMaxBacklog, "namespace-max-backlog", pool.DefaultNamespaceMaxBacklog, "queued invocations allowed per namespace, all its pools together (429 beyond; -1: unbounded)")
+	flag.Int64Var(&c.Limits.NamespaceMaxStreamBytes, "namespace-max-stream-bytes", pool.DefaultNamespaceMaxStreamBytes, "bytes of the invocation stream a namespace's queued and running invocations may hold, "+
+		"their messages and dispatches (429 for that namespace beyond; -1: unbounded)")
+	flag.Int64Var(&c.Limits.NamespaceMaxRecordBytes, "namespace-max-record-bytes", pool.DefaultNamespaceMaxRecordBytes, "bytes of the Records bucket a namespace's Records may hold, "+
+		"each kept -record-ttl after its last change (429 for that namespace beyond; -1: unbounded)")
 	flag.IntVar(&c.Limits.NamespaceMaxInFlight, "namespace-max-in-flight", pool.DefaultNamespaceMaxInFlight, "dispatched invocations allowed per namespace, all its pools together (-1: unbounded)")
 	flag.IntVar(&c.MaxAttempts, "max-attempts", 3, "dispatch attempts before dead-lettering")
 	flag.DurationVar(&c.HeartbeatTimeout, "heartbeat-timeout", 15*time.Second, "worker silence before it gets no new work (at least 3× -worker-heartbeat-interval)")

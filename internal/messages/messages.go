@@ -380,6 +380,12 @@ type Record struct {
 	// Records. Empty without Kubernetes, and in Records written before it
 	// was stamped (those stay readable by the name's current owner).
 	NamespaceUID string `json:"namespaceUID,omitempty"`
+	// StreamBytes is about what the invocation's message holds in the
+	// invocation stream (each of its Dispatches as much again), written
+	// with the Record: every ingress replica counts a namespace's share of
+	// the stream from its Records (queue/ingress/internal/nsbytes). Never
+	// answered.
+	StreamBytes int64 `json:"streamBytes,omitempty"`
 }
 
 // IsJSON reports whether contentType is JSON ("" is: the default): a JSON

@@ -82,6 +82,10 @@ type Config struct {
 	// come back after it; a lost worker's invocations are not redelivered
 	// before then.
 	ResultAckWait time.Duration
+	// SweepEvery is how often the invocation stream is swept for what
+	// finished invocations left in it (default DefaultSweepEvery; and once
+	// at each start): see sweep.
+	SweepEvery time.Duration
 	// Limits: the activator enforces the in-flight bounds (a pool's
 	// runplane.io/max-in-flight or Limits.PoolMaxInFlight, and
 	// Limits.NamespaceMaxInFlight); the backlog bounds are the ingress's.
@@ -105,6 +109,7 @@ func (c Config) withDefaults() Config {
 	c.Tick = cmp.Or(c.Tick, 250*time.Millisecond)
 	c.RunningDelay = cmp.Or(c.RunningDelay, 25*time.Millisecond)
 	c.ResultAckWait = cmp.Or(c.ResultAckWait, 5*time.Second)
+	c.SweepEvery = cmp.Or(c.SweepEvery, DefaultSweepEvery)
 	c.ConsumerPrefix = cmp.Or(c.ConsumerPrefix, "activator")
 	c.Limits = c.Limits.WithDefaults()
 	c.Logger = cmp.Or(c.Logger, slog.Default())
@@ -144,6 +149,9 @@ type Activator struct {
 	// subject (sidecars older than the per-worker Events subjects).
 	legacy legacyEvents
 }
+
+// DefaultSweepEvery is the default of Config.SweepEvery.
+const DefaultSweepEvery = 5 * time.Minute
 
 // New validates cfg and builds an Activator.
 func New(cfg Config) (*Activator, error) {
@@ -206,6 +214,7 @@ func (a *Activator) Run(ctx context.Context) error {
 		return err
 	}
 	a.metrics.rebuilt.Set(1)
+	a.wg.Go(func() { a.sweepLoop(ctx) })
 	results, err := a.consume(ctx, st.Config.ResultsStream, "results", st.Subjects.Result("*", "*"), a.cfg.ResultAckWait, a.onResult)
 	if err != nil {
 		return err

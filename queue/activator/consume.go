@@ -120,7 +120,8 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 	if rev != 0 && md.NumDelivered == 1 && a.cfg.Clock.Since(md.Timestamp) < freshAge {
 		it.Rec = stream.Cached{Rev: rev, Record: messages.Record{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool, Mode: inv.Mode,
 			State: messages.StateQueued, Stream: st.Config.Stream, RequestHash: m.Headers().Get(stream.RequestHashHeader),
-			AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt, NamespaceUID: inv.NamespaceUID}}
+			AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt, NamespaceUID: inv.NamespaceUID,
+			StreamBytes: int64(len(m.Data())) + stream.MessageOverhead}}
 		a.enqueue(m, it)
 		return
 	}
@@ -265,7 +266,7 @@ func (a *Activator) onResult(ctx context.Context, m jetstream.Msg) {
 		var err error
 		key := stream.Key(res.Namespace, res.InvocationID)
 		if it != nil {
-			ok, err = a.write(it, func(cached *stream.Cached) (bool, error) {
+			ok, err = a.write(ctx, it, func(cached *stream.Cached) (bool, error) {
 				return a.cfg.Store.TransitionOfPool(ctx, key, cached, res.Pool, final, res.Worker, res.Attempt, record)
 			})
 		} else {
@@ -278,6 +279,7 @@ func (a *Activator) onResult(ctx context.Context, m jetstream.Msg) {
 				}
 				r.State = final
 				record(r)
+				stream.LeavesStream(r) // its messages, if any are left, go with the sweep
 				return true
 			})
 		}

@@ -55,7 +55,7 @@ func (a *Activator) dispatch(ctx context.Context, it *state.Item, worker string,
 	}
 	// The Record is the source of truth: a Dispatch is published only after
 	// the compare-and-set that makes this attempt the current one.
-	ok, err := a.write(it, func(c *stream.Cached) (bool, error) {
+	ok, err := a.write(ctx, it, func(c *stream.Cached) (bool, error) {
 		ok, err := st.TransitionCached(ctx, id, c, messages.StateDispatched, worker, attempt, func(r *messages.Record) {
 			if r.Sequence == 0 {
 				r.Stream, r.Sequence = st.Config.Stream, it.Seq
@@ -100,10 +100,21 @@ func (a *Activator) dispatch(ctx context.Context, it *state.Item, worker string,
 }
 
 // write runs one Record write of it, serialised with its other writes.
-func (a *Activator) write(it *state.Item, fn func(c *stream.Cached) (bool, error)) (bool, error) {
+// Once the Record is final (whoever made it so), the invocation's messages
+// leave the stream: the Record keeps what callers read.
+func (a *Activator) write(ctx context.Context, it *state.Item, fn func(c *stream.Cached) (bool, error)) (bool, error) {
 	it.WriteMu.Lock()
-	defer it.WriteMu.Unlock()
-	return fn(&it.Rec)
+	ok, err := fn(&it.Rec)
+	final, counted := it.Rec.Record.State.Terminal(), it.Rec.Record.StreamBytes > 0
+	it.WriteMu.Unlock()
+	if final && a.removeMessages(ctx, it) && counted {
+		// Made final by someone else (a cancel): the namespace's share of
+		// the stream is given back once the messages are gone.
+		if err := a.cfg.Store.ClearStreamBytes(ctx, stream.Key(it.Inv.Namespace, it.Inv.InvocationID)); err != nil {
+			a.cfg.Logger.Warn("clear a final Record's share of the stream; the sweep will", "invocation", it.Inv.InvocationID, "err", err)
+		}
+	}
+	return ok, err
 }
 
 // publishDispatch publishes attempt of it (whose invocation, payload

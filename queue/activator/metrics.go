@@ -9,6 +9,7 @@ type metrics struct {
 	backlog, inflight                                     *prometheus.GaugeVec
 	rebuilt                                               prometheus.Gauge
 	orphans                                               prometheus.Counter
+	removed                                               *prometheus.CounterVec
 	// retried counts failed executions run again under the pool's retry
 	// policy; handedBack the attempts draining workers gave back unstarted.
 	retried, handedBack *prometheus.CounterVec
@@ -46,13 +47,15 @@ func newMetrics(r prometheus.Registerer) *metrics {
 			Help: "1 while this replica leads and has rebuilt its state from JetStream (it dispatches only then), else 0."}),
 		maxDeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_max_deliveries_total",
 			Help: "Messages that reached their consumer's MaxDeliver (a worker's dispatch: its invocation is dead-lettered with the reason in its Record)."}, []string{"consumer"}),
+		removed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_stream_messages_removed_total",
+			Help: "Messages of final invocations removed from the invocation stream, by who removed them: final (when the Record became final) or sweep (left over, found later)"}, []string{"by"}),
 		orphans: prometheus.NewCounter(prometheus.CounterOpts{Name: "runplane_activator_orphan_records_removed_total",
 			Help: "Queued Records removed at rebuild because their invocation never reached the stream (an accept cut off before its publish; its caller got no 202)."}),
 		scaleFromZero: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "runplane_activator_scale_from_zero_seconds",
 			Help: "From the oldest waiting invocation to the scale-up of an empty pool.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 	}
 	if r != nil {
-		for _, c := range []prometheus.Collector{m.accepted, m.dispatched, m.redelivered, m.lost, m.deadLettered, m.finished, m.scaled, m.ackErrors, m.foreign, m.refused, m.backlog, m.inflight, m.rebuilt, m.orphans, m.maxDeliveries, m.scaleFromZero, m.retried, m.handedBack, m.silentWorkers} {
+		for _, c := range []prometheus.Collector{m.accepted, m.dispatched, m.redelivered, m.lost, m.deadLettered, m.finished, m.scaled, m.ackErrors, m.foreign, m.refused, m.backlog, m.inflight, m.rebuilt, m.orphans, m.removed, m.maxDeliveries, m.scaleFromZero, m.retried, m.handedBack, m.silentWorkers} {
 			_ = r.Register(c)
 		}
 	}

@@ -55,8 +55,8 @@ type InvocationProblem struct {
 // LimitProblem is a 429 for a full backlog: which limit, its value, where.
 type LimitProblem struct {
 	httpjson.Problem
-	Limit     string `json:"limit,omitempty" doc:"pool_backlog or namespace_backlog (absent for a caller-review limit)"`
-	Max       int    `json:"max,omitempty" doc:"the limit's value: queued invocations"`
+	Limit     string `json:"limit,omitempty" doc:"pool_backlog, namespace_backlog, namespace_streams, namespace_stream_bytes or namespace_record_bytes (absent for a caller-review limit)"`
+	Max       int    `json:"max,omitempty" doc:"the limit's value: queued invocations, open streams, or bytes"`
 	Namespace string `json:"namespace,omitempty"`
 	Pool      string `json:"pool,omitempty"`
 }
@@ -201,6 +201,8 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		problem(w, r, http.StatusServiceUnavailable, "NATS is not connected")
 	case !s.cfg.Pools.Synced():
 		problem(w, r, http.StatusServiceUnavailable, "pool list not synced")
+	case !s.counted():
+		problem(w, r, http.StatusServiceUnavailable, "the namespaces' shares of the store are being counted from the Records bucket")
 	default:
 		httpjson.Write(w, http.StatusOK, Status{Status: "ready"})
 	}

@@ -20,11 +20,13 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
 
 	"k8s.io/apiserver/pkg/authentication/user"
 
@@ -32,6 +34,7 @@ import (
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/objects"
 	"github.com/runplane/runplane/queue/callback"
+	"github.com/runplane/runplane/queue/ingress/internal/nsbytes"
 	"github.com/runplane/runplane/queue/pool"
 	"github.com/runplane/runplane/queue/stream"
 )
@@ -143,6 +146,11 @@ type Server struct {
 	nsStreams map[string]int
 	// guard: whether the bounded store has room for new work.
 	guard storeGuard
+	// usage: each namespace's share of the stream and the Records bucket,
+	// counted from the Records watch (nil: no byte budget is set);
+	// watched: the watch has delivered every stored Record.
+	usage   *nsbytes.Usage
+	watched atomic.Bool
 
 	stop []func()
 }
@@ -164,7 +172,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.spec = spec
-	rw, err := cfg.Store.Records.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+	// With a byte budget, the watch starts with every stored Record: each
+	// replica counts the namespaces' shares from the store itself.
+	opts := []jetstream.WatchOpt{jetstream.UpdatesOnly(), jetstream.IgnoreDeletes()}
+	if cfg.Limits.NamespaceMaxStreamBytes > 0 || cfg.Limits.NamespaceMaxRecordBytes > 0 {
+		s.usage, opts = nsbytes.New(clock.RealClock{}, cfg.Store.Config.RecordTTL), nil
+	}
+	rw, err := cfg.Store.Records.WatchAll(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("watch records: %w", err)
 	}
@@ -199,16 +213,41 @@ func (s *Server) Close() {
 
 func (s *Server) watchRecords(w jetstream.KeyWatcher) {
 	for e := range w.Updates() {
-		if e == nil || e.Operation() != jetstream.KeyValuePut || !s.waiting(e.Key()) {
+		switch {
+		case e == nil: // every stored Record delivered
+			s.watched.Store(true)
+			continue
+		case e.Operation() != jetstream.KeyValuePut:
+			if s.usage != nil {
+				s.usage.Delete(e.Key())
+			}
 			continue
 		}
-		r, err := stream.Decode(e.Value())
-		if err != nil || !r.State.Terminal() {
+		if s.waiting(e.Key()) {
+			r, err := stream.Decode(e.Value())
+			if err != nil {
+				continue
+			}
+			if s.usage != nil {
+				s.usage.Put(e.Key(), len(e.Value()), e.Created(), nsbytes.ShapeOf(r))
+			}
+			if r.State.Terminal() {
+				s.notify(r, "")
+			}
 			continue
 		}
-		s.notify(r, "")
+		if s.usage != nil {
+			var sh nsbytes.Shape
+			if json.Unmarshal(e.Value(), &sh) == nil {
+				s.usage.Put(e.Key(), len(e.Value()), e.Created(), sh)
+			}
+		}
 	}
 }
+
+// counted reports whether the namespaces' shares are known (always, when
+// no byte budget is set).
+func (s *Server) counted() bool { return s.usage == nil || s.watched.Load() }
 
 func (s *Server) watchPools(w jetstream.KeyWatcher) {
 	for e := range w.Updates() {

@@ -348,8 +348,22 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation, hash strin
 		}
 		return ack, messages.Record{}, &storeFullError{why}
 	}
+	// The namespace's share of the stream and the bucket (its byte
+	// budgets): a full share refuses this namespace only.
+	size := streamBytes(inv, s.cfg.NC.MaxPayload())
+	unreserve, err := s.reserveBytes(inv, size)
+	if err != nil {
+		if clientID {
+			if rec, _, gerr := st.Get(ctx, key); gerr == nil {
+				return s.duplicate(ctx, ack, rec, inv, hash)
+			}
+		}
+		return ack, messages.Record{}, err
+	}
+	defer unreserve()
 	rec := messages.Record{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool, Mode: inv.Mode, State: messages.StateQueued,
-		Stream: st.Config.Stream, RequestHash: hash, AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt, NamespaceUID: inv.NamespaceUID}
+		Stream: st.Config.Stream, RequestHash: hash, AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt, NamespaceUID: inv.NamespaceUID,
+		StreamBytes: size}
 	if inv.CallbackURL != "" {
 		rec.Callback = &messages.CallbackStatus{URL: inv.CallbackURL, KeyID: inv.CallbackKeyID, State: messages.CallbackPending, Events: inv.CallbackEvents}
 		if slices.Contains(inv.CallbackEvents, messages.CallbackEventStart) {
@@ -391,7 +405,7 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation, hash strin
 
 // messageOverhead estimates what an invocation message holds besides its
 // payload (the storage guard's count between two reads).
-const messageOverhead = 1 << 10
+const messageOverhead = stream.MessageOverhead
 
 // publish stores inv on invoke.<pool>; rev, when known, is the revision of
 // the Record just created (stream.RevisionHeader) and hash its RequestHash.

@@ -71,9 +71,17 @@ type limitError struct {
 	Namespace string
 	Pool      string
 	Max       int
+	// Used and Need: a byte budget's bytes held and asked for.
+	Used, Need int64
+	// RetryAfter overrides the Retry-After seconds (0: by the pool's
+	// workers).
+	RetryAfter int
 }
 
 func (e *limitError) Error() string {
+	if e.Reason == ReasonNamespaceStreamBytes || e.Reason == ReasonNamespaceRecordBytes {
+		return e.budgetMessage()
+	}
 	if e.Reason == ReasonNamespaceStreams {
 		return fmt.Sprintf("namespace %q has %d result streams open on this replica, the namespace limit: close one or retry later", e.Namespace, e.Max)
 	}
@@ -143,6 +151,9 @@ func (s *Server) tooMany(w http.ResponseWriter, le *limitError) {
 		retry = 1
 	}
 	s.mu.Unlock()
+	if le.RetryAfter > 0 {
+		retry = le.RetryAfter
+	}
 	s.m.rejected.WithLabelValues(strconv.Itoa(http.StatusTooManyRequests)).Inc()
 	s.m.limited.WithLabelValues(le.Reason, le.Namespace).Inc()
 	w.Header().Set("Retry-After", strconv.Itoa(retry))

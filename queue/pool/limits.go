@@ -21,6 +21,13 @@ type Limits struct {
 	// ingress replica (default 100): each holds a consumer, a goroutine and
 	// up to a pull window of chunks in the ingress.
 	NamespaceMaxStreams int
+	// NamespaceMaxStreamBytes: bytes of the shared invocation stream a
+	// namespace's open invocations may hold, their messages and
+	// Dispatches together (default 256 MiB); NamespaceMaxRecordBytes: bytes
+	// of the shared Records bucket its Records may hold (default 512 MiB).
+	// Beyond either, that namespace's new invocations get 429.
+	NamespaceMaxStreamBytes int64
+	NamespaceMaxRecordBytes int64
 }
 
 // Default limits.
@@ -29,6 +36,9 @@ const (
 	DefaultNamespaceMaxBacklog  = 5000
 	DefaultNamespaceMaxInFlight = 1000
 	DefaultNamespaceMaxStreams  = 100
+
+	DefaultNamespaceMaxStreamBytes int64 = 256 << 20
+	DefaultNamespaceMaxRecordBytes int64 = 512 << 20
 )
 
 // WithDefaults fills the zero fields and turns negative ones into 0
@@ -39,10 +49,12 @@ func (l Limits) WithDefaults() Limits {
 	l.NamespaceMaxBacklog = bound(cmp.Or(l.NamespaceMaxBacklog, DefaultNamespaceMaxBacklog))
 	l.NamespaceMaxInFlight = bound(cmp.Or(l.NamespaceMaxInFlight, DefaultNamespaceMaxInFlight))
 	l.NamespaceMaxStreams = bound(cmp.Or(l.NamespaceMaxStreams, DefaultNamespaceMaxStreams))
+	l.NamespaceMaxStreamBytes = bound(cmp.Or(l.NamespaceMaxStreamBytes, DefaultNamespaceMaxStreamBytes))
+	l.NamespaceMaxRecordBytes = bound(cmp.Or(l.NamespaceMaxRecordBytes, DefaultNamespaceMaxRecordBytes))
 	return l
 }
 
-func bound(n int) int { return max(n, 0) }
+func bound[N int | int64](n N) N { return max(n, 0) }
 
 // Backlog is the backlog bound of a pool with policy p (0: unbounded), on
 // limits with defaults.

@@ -57,8 +57,9 @@ func TestParsePolicy(t *testing.T) {
 func TestLimits(t *testing.T) {
 	def := Limits{}.WithDefaults()
 	require.Equal(t, Limits{PoolMaxBacklog: DefaultPoolMaxBacklog, NamespaceMaxBacklog: DefaultNamespaceMaxBacklog, NamespaceMaxInFlight: DefaultNamespaceMaxInFlight,
-		NamespaceMaxStreams: DefaultNamespaceMaxStreams}, def)
-	unbounded := Limits{PoolMaxBacklog: -1, PoolMaxInFlight: -1, NamespaceMaxBacklog: -1, NamespaceMaxInFlight: -1, NamespaceMaxStreams: -1}.WithDefaults()
+		NamespaceMaxStreams: DefaultNamespaceMaxStreams, NamespaceMaxStreamBytes: DefaultNamespaceMaxStreamBytes, NamespaceMaxRecordBytes: DefaultNamespaceMaxRecordBytes}, def)
+	unbounded := Limits{PoolMaxBacklog: -1, PoolMaxInFlight: -1, NamespaceMaxBacklog: -1, NamespaceMaxInFlight: -1, NamespaceMaxStreams: -1,
+		NamespaceMaxStreamBytes: -1, NamespaceMaxRecordBytes: -1}.WithDefaults()
 	require.Equal(t, Limits{}, unbounded, "negative: unbounded (0)")
 	own := DefaultPolicy()
 	own.MaxBacklog, own.MaxInFlight = 7, 3

@@ -363,6 +363,10 @@ func Decode(b []byte) (messages.Record, error) {
 	return r, nil
 }
 
+// MessageOverhead is about what a stored invocation message holds besides
+// its body (subject, headers, framing): Record.StreamBytes counts it.
+const MessageOverhead = 1 << 10
+
 // RevisionHeader is set by the ingress on the invocation message it
 // publishes: the revision of the Record it has just created. The activator
 // uses it as the Record's known revision, so its first write is a single
@@ -499,8 +503,39 @@ func (s *Store) TransitionOfPool(ctx context.Context, id string, c *Cached, pool
 		if extra != nil {
 			extra(r)
 		}
+		LeavesStream(r)
 		return true
 	})
+}
+
+// LeavesStream clears the StreamBytes of r when r is final: its writer
+// (the activator) removes the invocation's messages from the stream right
+// after, so the namespace's share of the stream is given back with this
+// write. A dead letter stays in the stream as long as its Record, and
+// keeps counting; a Record made final by anyone else (the ingress's
+// cancel) keeps counting until the activator has removed its messages
+// (ClearStreamBytes).
+func LeavesStream(r *messages.Record) {
+	if r.State.Terminal() && r.State != messages.StateDeadLettered {
+		r.StreamBytes = 0
+	}
+}
+
+// ClearStreamBytes records that final invocation id's messages have left
+// the stream (see LeavesStream); a Record already clear, or not final, is
+// left as it is.
+func (s *Store) ClearStreamBytes(ctx context.Context, id string) error {
+	_, _, err := s.Update(ctx, id, func(r *messages.Record) bool {
+		if !r.State.Terminal() || r.State == messages.StateDeadLettered || r.StreamBytes == 0 {
+			return false
+		}
+		r.StreamBytes = 0
+		return true
+	})
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
 }
 
 // PoolStatus is what the activator publishes per pool (key: PoolKey).

@@ -366,10 +366,10 @@ type LimitProblem struct {
 	// Instance the request path
 	Instance *string `json:"instance,omitempty"`
 
-	// Limit pool_backlog or namespace_backlog (absent for a caller-review limit)
+	// Limit pool_backlog, namespace_backlog, namespace_streams, namespace_stream_bytes or namespace_record_bytes (absent for a caller-review limit)
 	Limit *string `json:"limit,omitempty"`
 
-	// Max the limit's value: queued invocations
+	// Max the limit's value: queued invocations, open streams, or bytes
 	Max       *int    `json:"max,omitempty"`
 	Namespace *string `json:"namespace,omitempty"`
 	Pool      *string `json:"pool,omitempty"`

@@ -111,6 +111,11 @@ type Item struct {
 	// DispatchSeq is the stream sequence of the current attempt's Dispatch
 	// (0: unknown), deleted when the attempt is given up.
 	DispatchSeq uint64
+	// Published lists the stream sequences of the invocation's messages
+	// this leader knows — the invocation's, every attempt's Dispatch —
+	// deleted from the stream once the invocation is final (Published).
+	published   []uint64
+	unpublished bool // Published was called
 	// Dispatches names the worker of each attempt this leader dispatched
 	// (or found recorded): a Result is taken only from the worker of its
 	// attempt. Unverified is the last attempt whose worker is not known

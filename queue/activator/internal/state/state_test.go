@@ -487,3 +487,17 @@ func TestSilentWorkerReleasesEachOnItsDeadline(t *testing.T) {
 	require.Equal(t, []*Item{second}, losses[0].Items)
 	require.NotContains(t, s.Pool(pk).Workers, "a", "lost once it holds nothing")
 }
+
+// TestPublishedOnce: a final invocation's messages — its own and every
+// attempt's Dispatch, a superseded one's too — are handed out for deletion
+// once.
+func TestPublishedOnce(t *testing.T) {
+	s, _ := newState(3)
+	it := &Item{Inv: messages.Invocation{InvocationID: "i", Namespace: "ns", Pool: "p"}, Seq: 7, Attempt: 2}
+	s.Dispatched(it, 1, 9) // a superseded attempt
+	s.Dispatched(it, 2, 11)
+	s.Found(it, 12)
+	require.ElementsMatch(t, []uint64{7, 9, 11, 12}, s.Published(it))
+	require.Empty(t, s.Published(it), "once")
+	require.Equal(t, uint64(11), it.DispatchSeq)
+}
