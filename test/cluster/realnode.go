@@ -317,7 +317,7 @@ func nodeScript(n *RealNode, bin, kubeconfig string) string {
 	fmt.Fprintf(&b, "kube-proxy --config=%s >%s 2>&1 &\n", filepath.Join(n.Dir, "kube-proxy.yaml"), filepath.Join(n.Dir, "kube-proxy.log"))
 	fmt.Fprintf(&b, "while [ ! -S %s ] || [ ! -S %s ]; do sleep 0.1; done\n", n.sock, nriSocket)
 	// After containerd's NRI socket exists: its NRI plugin connects once.
-	fmt.Fprintf(&b, "kube-network-policies -kubeconfig=%s -hostname-override=%s -nfqueue-id=%d -admin-network-policy -baseline-admin-network-policy >%s 2>&1 &\n",
+	fmt.Fprintf(&b, "kube-network-policies -kubeconfig=%s -hostname-override=%s -nfqueue-id=%d -admin-network-policy -baseline-admin-network-policy -v=2 >%s 2>&1 &\n",
 		filepath.Join(n.Dir, "netpol.kubeconfig"), n.Name, netpolQueue, filepath.Join(n.Dir, "kube-network-policies.log"))
 	fmt.Fprintf(&b, "exec kubelet --config=%s --kubeconfig=%s --hostname-override=%s --node-ip=%s --v=1 --node-labels=%s=true,type=real\n",
 		filepath.Join(n.Dir, "kubelet.yaml"), kubeconfig, n.Name, n.InternalIP, RealNodeLabel)

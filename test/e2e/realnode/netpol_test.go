@@ -30,8 +30,9 @@ import (
 // "blocked" barriers time out).
 
 // netpolServer serves hello-netpol over HTTP on 8080 and prints what one
-// client sends to 9090.
-const netpolServer = `mkdir -p /www && echo hello-netpol > /www/index.html && httpd -p 8080 -h /www && exec nc -l -p 9090`
+// client sends to 9090 (its input never ends: busybox nc quits at the end
+// of its input).
+const netpolServer = `mkdir -p /www && echo hello-netpol > /www/index.html && httpd -p 8080 -h /www && sleep 3600 | nc -l -p 9090`
 
 // getHello is a shell condition: a new connection to ip:8080 gets the page.
 func getHello(ip string) string {
@@ -64,6 +65,7 @@ echo client-done`
 	require.NoError(t, err)
 
 	logsWhen(t, ctx, cliNS, "client", "blocked-now")
+	t.Log(logsWhen(t, ctx, cliNS, "client", "client-done"))
 	require.Contains(t, logsWhen(t, ctx, srvNS, "server", "second"), "first\nsecond", "the established connection carried on")
 }
 
