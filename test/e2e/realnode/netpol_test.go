@@ -94,15 +94,18 @@ done`
 
 	p.mark(ctx)
 	nps := env.Client().NetworkingV1().NetworkPolicies(tenant)
-	// Egress only to the cluster DNS's namespace (any port: the Service's
-	// 53 reaches CoreDNS on 1053, and policies see the Pod's port).
+	// Egress only to DNS (port 53) in the cluster DNS's namespace.
+	udp, tcp, dnsPort := corev1.ProtocolUDP, corev1.ProtocolTCP, intstr.FromInt32(53)
 	_, err := nps.Create(ctx, &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "egress-dns-only"},
 		Spec: networkingv1.NetworkPolicySpec{
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
-			Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{
-				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "kube-system"}},
-			}}}},
+			Egress: []networkingv1.NetworkPolicyEgressRule{{
+				To: []networkingv1.NetworkPolicyPeer{{
+					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "kube-system"}},
+				}},
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &dnsPort}, {Protocol: &tcp, Port: &dnsPort}},
+			}},
 		},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
