@@ -212,7 +212,9 @@ func parseRounds(log string) map[int]string {
 func netpolNamespace(t *testing.T, ctx context.Context, name string) string {
 	t.Helper()
 	require.NoError(t, env.CreateNamespace(ctx, name))
-	t.Cleanup(func() { _ = env.Client().CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = env.Client().CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
 	return name
 }
 
