@@ -155,9 +155,11 @@ func (c *Cluster) startRealNodes(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	began := time.Now()
 	if err := c.setUpNetworkPolicy(ctx, bin); err != nil {
 		return err
 	}
+	c.logf("cluster: network-policy-api CRDs and the enforcer's RBAC in %s", time.Since(began).Round(100*time.Millisecond))
 	for i, net := range c.realNets {
 		node, err := c.startRealNode(ctx, bin, i, net, images)
 		if node != nil {
@@ -169,7 +171,7 @@ func (c *Cluster) startRealNodes(ctx context.Context) error {
 			return err
 		}
 	}
-	began := time.Now()
+	began = time.Now()
 	if err := startDNS(ctx, c.client); err != nil {
 		return err
 	}
