@@ -67,5 +67,5 @@ build coredns coredns . "-s -w"
 build netpol kube-network-policies . "-s -w"
 npa="$(cd "$here/node/netpol" && go list -m -f '{{.Dir}}' sigs.k8s.io/network-policy-api)"
 mkdir -p "$out/crds"
-for f in "${crds[@]}"; do cp "$npa/config/crd/experimental/$f" "$out/crds/$f"; done
+for f in "${crds[@]}"; do install -m 0644 "$npa/config/crd/experimental/$f" "$out/crds/$f"; done
 echo "$out"

@@ -94,7 +94,11 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		defer dns.Close()
+		defer func() {
+			if err := dns.Close(); err != nil {
+				klog.ErrorS(err, "closing the DNS queue")
+			}
+		}()
 	}
 
 	core := informers.NewSharedInformerFactory(client, 0)
@@ -167,7 +171,7 @@ func holdQueue(ctx context.Context, id int) (*nfqueue.Nfqueue, error) {
 		return 1 // never spin on a broken socket
 	}
 	if err := q.RegisterWithErrorFunc(ctx, accept, stop); err != nil {
-		q.Close()
+		_ = q.Close()
 		return nil, fmt.Errorf("binding nfqueue %d: %w", id, err)
 	}
 	return q, nil
