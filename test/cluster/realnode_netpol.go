@@ -48,7 +48,7 @@ import (
 //
 // The enforcer runs in the node's namespace beside kube-proxy (nodeScript)
 // with -admin-network-policy and -baseline-admin-network-policy, logging to
-// kube-network-policies.log in the node's dir (-v=2 logs every verdict). Its
+// kube-network-policies.log in the node's dir, every verdict included (-v=2). Its
 // identity is the client certificate user netpolUser, bound to the read-only
 // ClusterRole it needs (netpolRBAC); its kubeconfig is netpol.kubeconfig.
 // The cluster installs the network-policy-api CRDs it watches (the
