@@ -42,7 +42,8 @@ import (
 // routed traffic after kube-proxy's DNAT (the real destination Pod) and
 // before its masquerade (the real source Pod). They skip, as upstream's do,
 // the node's own processes (uid 0: kubelet probes, kube-proxy, the
-// enforcer's apiserver connection) and established connections. No
+// enforcer's apiserver connection; so also hostNetwork Pods running as
+// root) and established connections. No
 // --queue-bypass: with the enforcer gone, new connections of Pods are
 // dropped, never let through unjudged.
 //
