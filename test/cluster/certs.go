@@ -24,6 +24,9 @@ type certFiles struct {
 	serviceAccountKey                string // RSA private key (signs tokens)
 	serviceAccountPub                string
 	caPEM, adminCertPEM, adminKeyPEM []byte
+	// netpolCertPEM and netpolKeyPEM are the real nodes' NetworkPolicy
+	// enforcer's client certificate (user netpolUser).
+	netpolCertPEM, netpolKeyPEM []byte
 }
 
 func writePEM(path, typ string, der []byte) error {
@@ -31,7 +34,8 @@ func writePEM(path, typ string, der []byte) error {
 }
 
 // newPKI writes a CA, a serving certificate for 127.0.0.1, an admin client
-// certificate (group system:masters) and the service-account key pair.
+// certificate (group system:masters), the NetworkPolicy enforcer's client
+// certificate (netpolUser, no group) and the service-account key pair.
 func newPKI(dir string) (*certFiles, error) {
 	p := &certFiles{
 		caFile:      filepath.Join(dir, "ca.crt"),
@@ -62,6 +66,10 @@ func newPKI(dir string) (*certFiles, error) {
 	admin := pki.Leaf{Subject: pkix.Name{CommonName: "admin", Organization: []string{"system:masters"}}, Usage: x509.ExtKeyUsageClientAuth, Validity: certValidity}
 	if p.adminCertPEM, p.adminKeyPEM, err = ca.Issue(admin, now); err != nil {
 		return nil, fmt.Errorf("issuing admin certificate: %w", err)
+	}
+	netpol := pki.Leaf{Subject: pkix.Name{CommonName: netpolUser}, Usage: x509.ExtKeyUsageClientAuth, Validity: certValidity}
+	if p.netpolCertPEM, p.netpolKeyPEM, err = ca.Issue(netpol, now); err != nil {
+		return nil, fmt.Errorf("issuing the NetworkPolicy enforcer's certificate: %w", err)
 	}
 	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {

@@ -28,7 +28,7 @@ const dnsName = "coredns"
 
 // dnsCorefile serves the cluster domain and reverse lookups from the API
 // and refuses the rest: there is no upstream (no internet here).
-const dnsCorefile = `.:1053 {
+const dnsCorefile = `.:53 {
     errors
     health :8080
     ready :8181
@@ -91,8 +91,8 @@ func createDNS(ctx context.Context, c kubernetes.Interface, ns string, labels ma
 			_, err := c.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 				ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Namespace: ns, Labels: labels},
 				Spec: corev1.ServiceSpec{ClusterIP: ClusterDNSIP, Selector: labels, Ports: []corev1.ServicePort{
-					{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt32(1053)},
-					{Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(1053)},
+					{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt32(53)},
+					{Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(53)},
 				}},
 			}, metav1.CreateOptions{})
 			return err
@@ -110,8 +110,11 @@ func createDNS(ctx context.Context, c kubernetes.Interface, ns string, labels ma
 	return nil
 }
 
-// dnsDeployment runs CoreDNS restricted, on an unprivileged port (the
-// Service maps 53 to it), on the real nodes only.
+// dnsDeployment runs CoreDNS restricted, on the real nodes only. It
+// listens on 53, as cluster DNS does elsewhere, so that NetworkPolicies
+// allowing DNS on port 53 (they see the Pod's port, after the Service's
+// DNAT) work here too: the Pod's own namespace makes 53 unprivileged (a
+// safe sysctl), no capability needed.
 func dnsDeployment(meta metav1.ObjectMeta, labels map[string]string) *appsv1.Deployment {
 	return &appsv1.Deployment{
 		ObjectMeta: meta,
@@ -128,14 +131,15 @@ func dnsDeployment(meta metav1.ObjectMeta, labels map[string]string) *appsv1.Dep
 					Tolerations:  []corev1.Toleration{RealNodeToleration},
 					SecurityContext: &corev1.PodSecurityContext{
 						RunAsNonRoot: ptr.To(true), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+						Sysctls: []corev1.Sysctl{{Name: "net.ipv4.ip_unprivileged_port_start", Value: "53"}},
 					},
 					TerminationGracePeriodSeconds: ptr.To[int64](1),
 					Containers: []corev1.Container{{
 						Name: dnsName, Image: images.CoreDNSRef, ImagePullPolicy: corev1.PullNever,
 						Args: []string{"-conf", "/etc/coredns/Corefile"},
 						Ports: []corev1.ContainerPort{
-							{Name: "dns", ContainerPort: 1053, Protocol: corev1.ProtocolUDP},
-							{Name: "dns-tcp", ContainerPort: 1053, Protocol: corev1.ProtocolTCP},
+							{Name: "dns", ContainerPort: 53, Protocol: corev1.ProtocolUDP},
+							{Name: "dns-tcp", ContainerPort: 53, Protocol: corev1.ProtocolTCP},
 						},
 						ReadinessProbe: &corev1.Probe{
 							ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromInt32(8181)}},

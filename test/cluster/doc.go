@@ -13,7 +13,9 @@
 //
 // Options.RealNodes adds real kubelet + containerd nodes beside the kwok ones
 // (root only; see realnode.go and RealNodeSupport), with a fake GPU device
-// plugin (package fakegpu) and the images of hack/images imported.
+// plugin (package fakegpu) and the images of hack/images imported; they
+// enforce NetworkPolicy, AdminNetworkPolicy and BaselineAdminNetworkPolicy
+// (kube-network-policies, realnode_netpol.go).
 //
 // The binaries come from test/testbin (see Binaries; the real node's from
 // test/testbin/node.sh, see NodeBinaries). Tests in one package

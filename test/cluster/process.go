@@ -86,10 +86,13 @@ func (p *Process) Kill() {
 }
 
 // Tail returns the last n lines of the process log.
-func (p *Process) Tail(n int) string {
-	data, err := os.ReadFile(p.LogPath)
+func (p *Process) Tail(n int) string { return tailFile(p.LogPath, n) }
+
+// tailFile returns the last n lines of file path.
+func tailFile(path string, n int) string {
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Sprintf("(reading %s: %v)", p.LogPath, err)
+		return fmt.Sprintf("(reading %s: %v)", path, err)
 	}
 	var lines []string
 	sc := bufio.NewScanner(bytes.NewReader(data))

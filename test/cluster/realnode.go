@@ -76,7 +76,7 @@ func RealNodeSupport() error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("real nodes need root (mount namespaces, cgroups, a veth); running as uid %d", os.Geteuid())
 	}
-	for _, bin := range []string{"runc", "unshare", "mount", "ip"} {
+	for _, bin := range []string{"runc", "unshare", "mount", "ip", "iptables"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			if _, serr := os.Stat("/usr/sbin/" + bin); serr != nil {
 				return fmt.Errorf("real nodes need %s (hack/install-deps.sh installs runc and the CNI plugins)", bin)
@@ -94,7 +94,7 @@ func RealNodeSupport() error {
 	if _, err := os.Stat(filepath.Join(cgroupRoot, "pids", "cgroup.procs")); err != nil {
 		return fmt.Errorf("real nodes need the cgroup v1 pids hierarchy at %s/pids: %w", cgroupRoot, err)
 	}
-	return nil
+	return netpolSupport()
 }
 
 const cniBinDir = "/usr/lib/cni"
@@ -155,6 +155,11 @@ func (c *Cluster) startRealNodes(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	began := time.Now()
+	if err := c.setUpNetworkPolicy(ctx, bin); err != nil {
+		return err
+	}
+	c.logf("cluster: network-policy-api CRDs and the enforcer's RBAC in %s", time.Since(began).Round(100*time.Millisecond))
 	for i, net := range c.realNets {
 		node, err := c.startRealNode(ctx, bin, i, net, images)
 		if node != nil {
@@ -166,7 +171,7 @@ func (c *Cluster) startRealNodes(ctx context.Context) error {
 			return err
 		}
 	}
-	began := time.Now()
+	began = time.Now()
 	if err := startDNS(ctx, c.client); err != nil {
 		return err
 	}
@@ -201,6 +206,9 @@ func (c *Cluster) startRealNode(ctx context.Context, bin string, i int, net node
 	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := nodeKubeconfig(c.kubeconfig, c.nodeAPIServerURL(net), kubeconfig); err != nil {
+		return node, err
+	}
+	if err := c.netpolKubeconfig(c.nodeAPIServerURL(net), filepath.Join(dir, "netpol.kubeconfig")); err != nil {
 		return node, err
 	}
 	files := map[string]string{
@@ -273,6 +281,18 @@ func (c *Cluster) startRealNode(ctx context.Context, bin string, i int, net node
 	if err != nil {
 		return node, err
 	}
+	ready := time.Now()
+	err = waitFor(waitCtx, p, "NetworkPolicy enforcer of "+name+" bound to nfqueue "+strconv.Itoa(netpolQueue), func() error {
+		if err := netpolBound(p.Pid()); err != nil {
+			return fmt.Errorf("%w; kube-network-policies.log:\n%s", err, tailFile(filepath.Join(dir, "kube-network-policies.log"), 10))
+		}
+		return nil
+	})
+	if err != nil {
+		return node, err
+	}
+	c.logf("cluster: NetworkPolicy enforcer of %s enforcing %s after start, %s after Ready", name,
+		time.Since(began).Round(100*time.Millisecond), time.Since(ready).Round(100*time.Millisecond))
 	c.logf("cluster: real node %s Ready in %s (node %s, host %s, Pods %s.0/24, dir %s)", name, time.Since(began).Round(100*time.Millisecond),
 		node.InternalIP, node.HostIP, net.podSubnet, dir)
 	return node, nil
@@ -280,7 +300,8 @@ func (c *Cluster) startRealNode(ctx context.Context, bin string, i int, net node
 
 // nodeScript runs in the node's network and private mount namespaces: it
 // joins the node's cgroup, makes the node's paths its own, starts
-// containerd and kube-proxy and becomes the kubelet.
+// containerd, kube-proxy and the NetworkPolicy enforcer (realnode_netpol.go)
+// and becomes the kubelet.
 func nodeScript(n *RealNode, bin, kubeconfig string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "set -eu\nexport PATH=%s:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n", bin)
@@ -296,7 +317,10 @@ func nodeScript(n *RealNode, bin, kubeconfig string) string {
 	}
 	fmt.Fprintf(&b, "containerd --config %s >%s 2>&1 &\n", filepath.Join(n.Dir, "containerd.toml"), filepath.Join(n.Dir, "containerd.log"))
 	fmt.Fprintf(&b, "kube-proxy --config=%s >%s 2>&1 &\n", filepath.Join(n.Dir, "kube-proxy.yaml"), filepath.Join(n.Dir, "kube-proxy.log"))
-	fmt.Fprintf(&b, "while [ ! -S %s ]; do sleep 0.1; done\n", n.sock)
+	fmt.Fprintf(&b, "while [ ! -S %s ] || [ ! -S %s ]; do sleep 0.1; done\n", n.sock, nriSocket)
+	// After containerd's NRI socket exists: its NRI plugin connects once.
+	fmt.Fprintf(&b, "kube-network-policies -kubeconfig=%s -hostname-override=%s -nfqueue-id=%d -admin-network-policy -baseline-admin-network-policy -v=2 >%s 2>&1 &\n",
+		filepath.Join(n.Dir, "netpol.kubeconfig"), n.Name, netpolQueue, filepath.Join(n.Dir, "kube-network-policies.log"))
 	fmt.Fprintf(&b, "exec kubelet --config=%s --kubeconfig=%s --hostname-override=%s --node-ip=%s --v=1 --node-labels=%s=true,type=real\n",
 		filepath.Join(n.Dir, "kubelet.yaml"), kubeconfig, n.Name, n.InternalIP, RealNodeLabel)
 	return b.String()
@@ -314,8 +338,16 @@ state = %[2]q
 
 [plugins.'io.containerd.internal.v1.opt']
   path = %[5]q
+# NRI tells the NetworkPolicy enforcer a new Pod's IP when its sandbox
+# starts, before the apiserver has it: without it a new Pod's first
+# connections are judged as from an unknown address, out of its policies'
+# reach (realnode_netpol.go). Only the enforcer connects; no plugin is
+# launched from a path.
 [plugins.'io.containerd.nri.v1.nri']
-  disable = true
+  disable = false
+  socket_path = %[9]q
+  plugin_path = %[10]q
+  plugin_config_path = %[10]q
 
 [plugins.'io.containerd.cri.v1.runtime']
   # No CAP_SYS_RESOURCE here: never lower a process's oom_score_adj.
@@ -336,12 +368,16 @@ state = %[2]q
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = %[8]q
 `, filepath.Join(dir, "containerd", "root"), filepath.Join(dir, "containerd", "state"), sock, sock+".ttrpc",
-		filepath.Join(dir, "containerd", "opt"), cniBinDir, filepath.Join(dir, "cni", "net.d"), SandboxImage)
+		filepath.Join(dir, "containerd", "opt"), cniBinDir, filepath.Join(dir, "cni", "net.d"), SandboxImage, nriSocket, filepath.Join(dir, "nri"))
 }
 
 // SandboxImage is the pause image of the real nodes' Pod sandboxes (built by
 // hack/images and imported; nothing is pulled).
 const SandboxImage = "runplane.local/pause:1"
+
+// nriSocket is containerd's NRI socket in the node's private /run, where
+// the enforcer's NRI plugin looks for it (/var/run links to /run).
+const nriSocket = "/run/nri/nri.sock"
 
 func kubeletConfig(n *RealNode) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1

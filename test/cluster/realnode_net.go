@@ -20,7 +20,9 @@ import (
 // host services and the apiserver), the node .2 (its InternalIP). Inside,
 // the node forwards (ip_forward is per namespace: the host's stays 0), the
 // CNI bridge is the Pods' gateway on 10.234.<x>.0/24, and kube-proxy
-// (iptables mode, the namespace's own tables) gives Pods Service VIPs; the
+// (iptables mode, the namespace's own tables) gives Pods Service VIPs, and
+// kube-network-policies enforces NetworkPolicy and (Baseline)AdminNetworkPolicy
+// (realnode_netpol.go: why its packets are queued with iptables); the
 // host routes 10.234.<x>.0/24 to the node, so the apiserver reaches Pods
 // by IP (webhooks: --enable-aggregator-routing) and tests reach them too.
 // Cluster DNS is CoreDNS in a Pod behind the Service kube-dns (dns.go).
@@ -159,7 +161,12 @@ func (n nodeNet) setUp() error {
 	}
 	// The kubelet serves anyone who reaches it (kubeletConfig): the host
 	// (the apiserver) may, Pods of any node may not.
-	return run("nsenter", "--net="+n.path(), "--", "iptables", "-I", "INPUT", "-p", "tcp", "--dport", "10250", "!", "-s", n.hostIP, "-j", "DROP")
+	if err := run("nsenter", "--net="+n.path(), "--", "iptables", "-I", "INPUT", "-p", "tcp", "--dport", "10250", "!", "-s", n.hostIP, "-j", "DROP"); err != nil {
+		return err
+	}
+	// New connections go to the NetworkPolicy enforcer before anything runs
+	// in the namespace (realnode_netpol.go).
+	return run("nsenter", "--net="+n.path(), "--", "sh", "-c", netpolScript())
 }
 
 // path is the namespace's bind mount, for nsenter.

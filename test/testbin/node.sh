@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # node.sh builds the binaries of a real kubelet node — kubelet, kube-proxy,
-# containerd, its runc shim and ctr, and the cluster DNS (coredns) — into the
+# containerd, its runc shim and ctr, the cluster DNS (coredns) and the
+# NetworkPolicy/AdminNetworkPolicy enforcer (kube-network-policies, with the
+# network-policy-api CRDs of the version it is built against) — into the
 # same cache root as build.sh, under a key of their own (the modules under
 # node/ and this script), and prints the directory that holds them. A later
 # run with the same pins builds nothing. runc and the CNI plugins come from Debian (hack/install-deps.sh).
@@ -12,12 +14,15 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache_root="${RUNPLANE_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/runplane/testbin}"
-key="node-$(cat "$here"/node/*/go.mod "$here"/node/*/go.sum "$here"/node/coredns/main.go "$here/node.sh" | sha256sum | cut -c1-16)"
+key="node-$(cat "$here"/node/*/go.mod "$here"/node/*/go.sum "$here"/node/*/main.go "$here/node.sh" | sha256sum | cut -c1-16)"
 out="$cache_root/$key"
-bins=(kubelet kube-proxy containerd containerd-shim-runc-v2 ctr coredns)
+bins=(kubelet kube-proxy containerd containerd-shim-runc-v2 ctr coredns kube-network-policies)
+# The CRDs the enforcer watches, from the module version it is built against.
+crds=(policy.networking.k8s.io_adminnetworkpolicies.yaml policy.networking.k8s.io_baselineadminnetworkpolicies.yaml)
 
 complete=1
 for b in "${bins[@]}"; do [[ -x "$out/$b" ]] || complete=0; done
+for f in "${crds[@]}"; do [[ -f "$out/crds/$f" ]] || complete=0; done
 if [[ $complete == 1 ]]; then echo "$out"; exit 0; fi
 # --check: only say whether they are built (exit 1 when not), build nothing.
 if [[ ${1:-} == --check ]]; then exit 1; fi
@@ -58,4 +63,9 @@ build kubelet kubelet k8s.io/kubernetes/cmd/kubelet "$kube_ldflags" "" "$(go env
 build kubelet kube-proxy k8s.io/kubernetes/cmd/kube-proxy "$kube_ldflags" "" "$(go env CGO_ENABLED)"
 # The cluster DNS runs in a Pod (test/cluster/dns.go), so static.
 build coredns coredns . "-s -w"
+# Runs in the node's network namespace like kube-proxy (test/cluster).
+build netpol kube-network-policies . "-s -w"
+npa="$(cd "$here/node/netpol" && go list -m -f '{{.Dir}}' sigs.k8s.io/network-policy-api)"
+mkdir -p "$out/crds"
+for f in "${crds[@]}"; do install -m 0644 "$npa/config/crd/experimental/$f" "$out/crds/$f"; done
 echo "$out"

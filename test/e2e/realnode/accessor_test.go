@@ -13,8 +13,10 @@ import (
 	"github.com/stretchr/testify/require"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
@@ -102,6 +104,10 @@ func TestAccessorServesPreparedVolumeOnRealNode(t *testing.T) {
 	// rolling out (the accessor is pinned to the node of a Pod mounting
 	// the RWO claim, the prepare Job's, once there is one): wait until one
 	// accessor Pod of the claim is left, Running, and it answers.
+	// The accessor's NetworkPolicy admits Pods only, and the node enforces
+	// it; this test asks from the host, which it admits with a policy of its
+	// own (policies add up).
+	admitHostToAccessor(t, ctx)
 	reader := tokenFor(t, ctx, "browse-reader", "browse")
 	var pod *corev1.Pod
 	var status int
@@ -159,4 +165,26 @@ func TestAccessorServesPreparedVolumeOnRealNode(t *testing.T) {
 	status, body = get(t, ctx, http.MethodGet, base+"/files/README", reader)
 	require.Equal(t, http.StatusOK, status, body)
 	require.True(t, strings.HasPrefix(body, "hello from the image"), body)
+}
+
+// admitHostToAccessor lets the host (this test) reach the accessors of ns.
+func admitHostToAccessor(t *testing.T, ctx context.Context) {
+	t.Helper()
+	port := intstr.FromInt32(accessor.Port)
+	np := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-host-to-accessor"},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "runplane-accessor"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From:  []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: node.HostIP + "/32"}}},
+				Ports: []networkingv1.NetworkPolicyPort{{Port: &port}},
+			}},
+		},
+	}
+	_, err := env.Client().NetworkingV1().NetworkPolicies(ns).Create(ctx, np, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = env.Client().NetworkingV1().NetworkPolicies(ns).Delete(context.Background(), np.Name, metav1.DeleteOptions{})
+	})
 }

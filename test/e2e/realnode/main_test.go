@@ -117,6 +117,9 @@ func startStack(ctx context.Context, wg *sync.WaitGroup) error {
 			return err
 		}
 	}
+	if err := admitNATSOnHost(ctx, ns, ns0); err != nil {
+		return err
+	}
 	logFile, err := os.Create(filepath.Join(env.Dir(), "components.log"))
 	if err != nil {
 		return err

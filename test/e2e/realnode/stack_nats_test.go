@@ -3,6 +3,7 @@ package realnode
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,6 +11,10 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/natstls"
@@ -44,6 +49,31 @@ func startNATS(ctx context.Context) (*server.Server, error) {
 		ns.Shutdown()
 	}()
 	return ns, nil
+}
+
+// admitNATSOnHost lets the egress-restricted Pods of namespace n reach
+// NATS's client port on the host. The node enforces the egress
+// controller's runplane-egress, which admits NATS only as Pods and denies
+// private addresses such as the host's; policies add up, so this one
+// admits the stack's NATS, which is no Pod.
+func admitNATSOnHost(ctx context.Context, n string, ns *server.Server) error {
+	port := intstr.FromInt32(int32(ns.Addr().(*net.TCPAddr).Port))
+	tcp := corev1.ProtocolTCP
+	_, err := env.Client().NetworkingV1().NetworkPolicies(n).Create(ctx, &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-nats-on-host"},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{api.LabelEgress: api.EgressRestricted}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+			Egress: []networkingv1.NetworkPolicyEgressRule{{
+				To:    []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: node.HostIP + "/32"}}},
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &port}},
+			}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("admitting NATS on the host in %s: %w", n, err)
+	}
+	return nil
 }
 
 // withNATS gives the queue its NATS URL, credentials and callout.
