@@ -19,8 +19,9 @@ const (
 	// LabelSSH with value SSHEnabled runs an SSH server in the Pod's main
 	// container (in front of its command).
 	LabelSSH = Prefix + "ssh"
-	// LabelEgress with value EgressRestricted puts the Pod under the
-	// controller-owned egress NetworkPolicy.
+	// LabelEgress with value EgressRestricted puts the Pod under runplane's
+	// egress restriction (controllers/egress: the AdminNetworkPolicy
+	// runplane-egress, or the controller's NetworkPolicy).
 	LabelEgress = Prefix + "egress"
 	// LabelSSHPod is written by the SSH Service controller on an SSH Pod,
 	// with the Pod's UID as value (always a valid label value, unlike long

@@ -48,6 +48,15 @@ const (
 
 var natsLabels = map[string]string{"app.kubernetes.io/name": "nats"}
 
+// egressSettings are the chart's defaults in networkPolicy mode, the mode in
+// which the controller keeps policies.
+func egressSettings() egress.Settings {
+	s := egress.DefaultSettings()
+	s.Enforcement = egress.EnforcementNetworkPolicy
+	s.NATS = egress.NATSEndpoint{Namespace: api.DefaultNamespace, PodLabels: natsLabels, Port: 4222}
+	return s
+}
+
 // startManager runs the controllers in-process until the test ends (or stop
 // is called).
 func startManager(t *testing.T, modify ...func(*controllers.Config)) (stop func()) {
@@ -57,7 +66,7 @@ func startManager(t *testing.T, modify ...func(*controllers.Config)) (stop func(
 		Namespace:          api.DefaultNamespace,
 		Image:              testImage,
 		ImagePullTimeout:   time.Minute,
-		NATS:               egress.NATSEndpoint{Namespace: api.DefaultNamespace, PodLabels: natsLabels, Port: 4222},
+		Egress:             egressSettings(),
 		MetricsAddr:        "0",
 		ProbeAddr:          "0",
 		SkipNameValidation: true,
@@ -475,11 +484,8 @@ func checkPolicy(t *testing.T, np *networkingv1.NetworkPolicy) {
 	assert.Equal(t, []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}, np.Spec.PolicyTypes)
 	var dns, public, nats bool
 	for _, r := range np.Spec.Egress {
+		require.NotEmpty(t, r.To, "a rule to every destination: %+v", r)
 		switch {
-		case len(r.To) == 0:
-			for _, p := range r.Ports {
-				dns = dns || p.Port.IntVal == 53
-			}
 		case r.To[0].IPBlock != nil:
 			for _, peer := range r.To {
 				if peer.IPBlock.CIDR == "0.0.0.0/0" {
@@ -489,12 +495,40 @@ func checkPolicy(t *testing.T, np *networkingv1.NetworkPolicy) {
 					public = true
 				}
 			}
+			for _, p := range r.Ports {
+				assert.False(t, p.Port.IntVal <= 53 && 53 <= ptr.Deref(p.EndPort, p.Port.IntVal), "port 53 open to the internet: %+v", p)
+			}
+		case r.To[0].NamespaceSelector.MatchLabels[corev1.LabelMetadataName] == "kube-system":
+			dns = r.To[0].PodSelector.MatchLabels["k8s-app"] == "kube-dns" && r.Ports[0].Port.IntVal == 53
 		case r.To[0].PodSelector != nil:
 			nats = r.To[0].NamespaceSelector.MatchLabels[corev1.LabelMetadataName] == api.DefaultNamespace &&
 				r.To[0].PodSelector.MatchLabels["app.kubernetes.io/name"] == "nats" && r.Ports[0].Port.IntVal == 4222
 		}
 	}
 	assert.True(t, dns && public && nats, "policy rules dns=%t public=%t nats=%t: %+v", dns, public, nats, np.Spec.Egress)
+}
+
+// TestEgressAdminModeKeepsNoPolicy: in adminNetworkPolicy mode (the chart's
+// default) the cluster-scoped AdminNetworkPolicy restricts pool Pods; the
+// controller keeps no namespaced policy and deletes the one networkPolicy
+// mode left.
+func TestEgressAdminModeKeepsNoPolicy(t *testing.T) {
+	startManager(t, func(c *controllers.Config) { c.Egress.Enforcement = egress.EnforcementAdminNetworkPolicy })
+	ns := namespace(t)
+	ctx := context.Background()
+	left := egress.Policy(ns, egressSettings())
+	_, err := client().NetworkingV1().NetworkPolicies(ns).Create(ctx, left, metav1.CreateOptions{})
+	require.NoError(t, err)
+	worker := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "worker", Namespace: ns, Labels: map[string]string{api.LabelPool: "echo", api.LabelEgress: api.EgressRestricted}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox:1.36"}}},
+	}
+	_, err = client().CoreV1().Pods(ns).Create(ctx, worker, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, perr := client().NetworkingV1().NetworkPolicies(ns).Get(ctx, egress.PolicyName, metav1.GetOptions{})
+		assert.True(c, apierrors.IsNotFound(perr), "NetworkPolicy: %v", perr)
+	}, 30*time.Second, tick, "the networkPolicy mode's policy removed")
 }
 
 func TestRestartedControllerMakesNoDuplicate(t *testing.T) {

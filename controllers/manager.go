@@ -1,7 +1,7 @@
 // Package controllers runs runplane's controllers in one controller-runtime
 // manager (leader election, metrics, health probes): storage preparation
 // (controllers/storage), the read-only accessor (controllers/accessor), the
-// storage scheduling gate (controllers/gate), the egress NetworkPolicy
+// storage scheduling gate (controllers/gate), the egress restriction
 // (controllers/egress) and the SSH Service (controllers/sshservice).
 package controllers
 
@@ -59,9 +59,10 @@ type Config struct {
 	// AccessorAllowedNamespaces selects namespaces, besides a PVC's own,
 	// whose Pods may reach its accessor; nil: only its own.
 	AccessorAllowedNamespaces *metav1.LabelSelector
-	// NATS is the endpoint restricted Pods may reach (labels and port are
-	// required; the namespace defaults to Namespace).
-	NATS egress.NATSEndpoint
+	// Egress restricts runplane.io/egress Pods (controllers/egress). Start
+	// from egress.DefaultSettings(); zero fields get its values, but the NATS
+	// namespace defaults to Namespace (NATS's labels and port are required).
+	Egress egress.Settings
 
 	// MetricsAddr serves Prometheus metrics over HTTPS to scrapers RBAC
 	// allows get on /metrics (internal/metricsauth; "0" disables); default
@@ -91,8 +92,15 @@ func (c *Config) defaults() error {
 	if c.Namespace == "" {
 		c.Namespace = api.DefaultNamespace
 	}
-	if c.NATS.Namespace == "" {
-		c.NATS.Namespace = c.Namespace
+	def := egress.DefaultSettings()
+	if c.Egress.Enforcement == "" {
+		c.Egress.Enforcement = def.Enforcement
+	}
+	if c.Egress.NATS.Namespace == "" {
+		c.Egress.NATS.Namespace = c.Namespace
+	}
+	if c.Egress.DNS.Namespace == "" && len(c.Egress.DNS.PodLabels) == 0 && len(c.Egress.DNS.Ports) == 0 {
+		c.Egress.DNS = def.DNS
 	}
 	if c.PrepareDeadline == 0 {
 		c.PrepareDeadline = 6 * time.Hour
@@ -181,7 +189,7 @@ func NewManager(cfg Config) (ctrl.Manager, error) {
 			return accessor.Setup(m, accessor.Options{Image: cfg.Image, ClusterDomain: cfg.ClusterDomain, AllowedNamespaces: cfg.AccessorAllowedNamespaces})
 		},
 		gate.Setup,
-		func(m ctrl.Manager) error { return egress.Setup(m, egress.Options{NATS: cfg.NATS}) },
+		func(m ctrl.Manager) error { return egress.Setup(m, cfg.Egress) },
 		sshservice.Setup,
 	}
 	for _, setup := range setups {

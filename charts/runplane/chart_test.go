@@ -335,6 +335,20 @@ func TestInvalidValues(t *testing.T) {
 		{"catalog resource not managed", []string{"--set", "catalog.specs.m1.gpu=0", "--set", "catalog.specs.m1.cpu=1", "--set", "catalog.specs.m1.memory=1Gi",
 			"--set", "catalog.specs.m1.resources.nvidia\\.com/mig-1g\\.10gb=1"},
 			[]string{"catalog.specs.m1: resource nvidia.com/mig-1g.10gb is not managed by the runplane extender (managed: nvidia.com/gpu); add it to scheduler.extender.managedResources"}},
+		// egress.deniedCIDRs: a range that is not one fails the render by index and value.
+		{"denied CIDR without prefix", []string{"--set", "egress.deniedCIDRs={203.0.113.0/24,203.0.113.7}"},
+			[]string{`egress.deniedCIDRs[1]: "203.0.113.7" is not a CIDR`}},
+		{"denied CIDR octet", []string{"--set", "egress.deniedCIDRs={300.0.0.0/8}"}, []string{`egress.deniedCIDRs[0]: "300.0.0.0/8" is not a CIDR`}},
+		{"denied CIDR prefix length", []string{"--set", "egress.deniedCIDRs={10.0.0.0/33}"}, []string{`egress.deniedCIDRs[0]: "10.0.0.0/33" is not a CIDR`}},
+		{"denied CIDR name", []string{"--set", "egress.deniedCIDRs={metadata.google.internal/32}"}, []string{`egress.deniedCIDRs[0]: "metadata.google.internal/32" is not a CIDR`}},
+		{"denied CIDR two ::", []string{"--set", "egress.deniedCIDRs={2001::db8::/32}"}, []string{`egress.deniedCIDRs[0]: "2001::db8::/32" is not a CIDR`}},
+		{"denied CIDR IPv6 group", []string{"--set", "egress.deniedCIDRs={2001:db8:12345::/48}"}, []string{`egress.deniedCIDRs[0]: "2001:db8:12345::/48" is not a CIDR`}},
+		{"denied CIDR IPv6 groups", []string{"--set", "egress.deniedCIDRs={1:2:3:4:5:6:7/64}"}, []string{`egress.deniedCIDRs[0]: "1:2:3:4:5:6:7/64" is not a CIDR`}},
+		{"denied CIDR in networkPolicy mode", []string{"--set", "egress.enforcement=networkPolicy", "--set", "egress.deniedCIDRs={10.0.0.0}"},
+			[]string{`egress.deniedCIDRs[0]: "10.0.0.0" is not a CIDR`}},
+		{"egress enforcement", []string{"--set", "egress.enforcement=cilium"}, []string{"/egress/enforcement", "'adminNetworkPolicy', 'networkPolicy'"}},
+		{"egress priority", []string{"--set", "egress.priority=1001"}, []string{"/egress/priority"}},
+		{"DNS port", []string{"--set", "egress.dns.ports={0}"}, []string{"/egress/dns/ports/0"}},
 		{"catalog spec without gpu", []string{"--set", "catalog.specs.x1.cpu=1", "--set", "catalog.specs.x1.memory=1Gi"}, []string{"/catalog/specs/x1", "missing property 'gpu'"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -25,7 +25,8 @@ import (
 )
 
 // stubCRDs serves the kinds of the Prometheus Operator and cert-manager the
-// chart renders, with open schemas: enough for the API server to accept the
+// chart renders (the AdminNetworkPolicy CRDs are the real ones,
+// networkPolicyCRDs), with open schemas: enough for the API server to accept the
 // objects and for helm's capability check (.Capabilities.APIVersions) to see
 // monitoring.coreos.com/v1.
 const stubCRDs = `
@@ -104,8 +105,16 @@ func ensureStubCRDs(t *testing.T) {
 	} else {
 		t.Log(strings.TrimSpace(out))
 	}
+	// The real AdminNetworkPolicy CRDs: the API server validates the chart's
+	// policy against their schema and CEL rules (CIDRs, at most 25 networks
+	// a peer, one field a peer).
+	for _, crd := range networkPolicyCRDs(t) {
+		_, err := kubectl(t, "apply", "--server-side", "--force-conflicts", "--field-manager=chart-test", "-f", crd)
+		require.NoError(t, err)
+	}
 	_, err := kubectl(t, "wait", "--for=condition=Established", "--timeout=60s",
-		"crd/servicemonitors.monitoring.coreos.com", "crd/podmonitors.monitoring.coreos.com", "crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io")
+		"crd/servicemonitors.monitoring.coreos.com", "crd/podmonitors.monitoring.coreos.com", "crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io",
+		"crd/adminnetworkpolicies.policy.networking.k8s.io", "crd/baselineadminnetworkpolicies.policy.networking.k8s.io")
 	require.NoError(t, err)
 }
 

@@ -1,5 +1,5 @@
 // Command runplane-controller runs runplane's controllers (storage prepare,
-// accessor, storage gate, egress policy, NATS credentials sync, SSH Services):
+// accessor, storage gate, egress restriction, NATS credentials sync, SSH Services):
 // flags become a controllers.Config, and controllers.Run does the rest.
 package main
 
@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/go-logr/logr"
@@ -24,8 +23,7 @@ import (
 
 func main() {
 	var cfg controllers.Config
-	var kubeconfig, natsLabels string
-	var natsPort int
+	var kubeconfig string
 	// A FlagSet of our own: controller-runtime registers --kubeconfig on the
 	// global one in an init function.
 	fs := flag.NewFlagSet("runplane-controller", flag.ExitOnError)
@@ -43,20 +41,17 @@ func main() {
 		cfg.AccessorAllowedNamespaces = sel
 		return nil
 	})
-	fs.StringVar(&cfg.NATS.Namespace, "nats-namespace", api.DefaultNamespace, "namespace of the NATS Pods restricted egress may reach")
-	fs.StringVar(&natsLabels, "nats-pod-labels", "app.kubernetes.io/name=nats", "labels of the NATS Pods, k=v[,k=v]")
-	fs.IntVar(&natsPort, "nats-port", 4222, "NATS client port")
+	cfg.Egress.AddFlags(fs)
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", ":8080", "HTTPS address of /metrics, served only to scrapers RBAC allows get on /metrics (0 disables)")
 	fs.StringVar(&cfg.ProbeAddr, "probe-addr", ":8081", "health probe address (/healthz, /readyz; 0 disables)")
 	fs.BoolVar(&cfg.LeaderElection, "leader-elect", true, "run controllers only while holding the Lease")
 	fs.StringVar(&cfg.LeaderElectionID, "lease-name", "runplane-controller", "name of the leader-election Lease")
 	log := cmdline.Parse(fs, os.Args[1:], logging.Options{})
 
-	labels, err := parseLabels(natsLabels)
-	if err != nil {
-		fail(2, "--nats-pod-labels: %v", err)
+	if err := cfg.Egress.Validate(); err != nil {
+		fail(2, "%v", err)
 	}
-	cfg.NATS.PodLabels, cfg.NATS.Port = labels, int32(natsPort)
+	var err error
 	if cfg.RESTConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
 		fail(2, "loading kubeconfig: %v", err)
 	}
@@ -66,18 +61,6 @@ func main() {
 	if err := controllers.Run(ctx, cfg); err != nil {
 		fail(1, "%v", err)
 	}
-}
-
-func parseLabels(s string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, kv := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("%q is not key=value", kv)
-		}
-		out[k] = v
-	}
-	return out, nil
 }
 
 func fail(code int, format string, args ...any) {

@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 		// managed-by label only), for the whole package.
 		mgr, err := controllers.NewManager(controllers.Config{
 			RESTConfig: c.RESTConfig(), Image: "runplane:test", MetricsAddr: "0", ProbeAddr: "0",
-			NATS: egress.NATSEndpoint{PodLabels: map[string]string{"app.kubernetes.io/name": "nats"}, Port: 4222},
+			Egress: egress.Settings{NATS: egress.NATSEndpoint{PodLabels: map[string]string{"app.kubernetes.io/name": "nats"}, Port: 4222}},
 		})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "manager:", err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -11,6 +12,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	npav1alpha1 "sigs.k8s.io/network-policy-api/apis/v1alpha1"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/controllers"
@@ -135,11 +139,16 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 		})
 	})
 
-	// Controllers, the SSH Service controller among them.
+	// Controllers, the SSH Service controller among them; pool egress as the
+	// chart restricts it.
+	egressSettings, err := restrictEgress(ctx, c, natsPort)
+	if err != nil {
+		return nil, err
+	}
 	s.goRun(ctx, "controllers", func(ctx context.Context) error {
 		return controllers.Run(ctx, controllers.Config{
 			RESTConfig: c.RESTConfig(), Image: devImage,
-			NATS:        egress.NATSEndpoint{Namespace: api.DefaultNamespace, PodLabels: map[string]string{"app.kubernetes.io/name": "nats"}, Port: int32(natsPort)},
+			Egress:      egressSettings,
 			MetricsAddr: "0", ProbeAddr: "0",
 			Logger: logr.FromSlogHandler(log.With("component", "controllers").Handler()),
 		})
@@ -209,4 +218,34 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 	default:
 	}
 	return s, nil
+}
+
+// devDNSPort is the port test/cluster's CoreDNS listens on (dns.go: an
+// unprivileged port behind the kube-dns Service's 53).
+const devDNSPort = 1053
+
+// restrictEgress applies the chart's egress restriction: its default
+// settings (egress.DefaultSettings, which the chart's values mirror) with
+// this cluster's NATS and DNS ports. On a cluster that serves no
+// AdminNetworkPolicy it says so and falls back to networkPolicy mode, as the
+// chart's egress.enforcement would have to be set there.
+func restrictEgress(ctx context.Context, c *cluster.Cluster, natsPort int) (egress.Settings, error) {
+	s := egress.DefaultSettings()
+	s.NATS.Port = int32(natsPort)
+	s.DNS.Ports = []int32{devDNSPort}
+	scheme := runtime.NewScheme()
+	if err := npav1alpha1.Install(scheme); err != nil {
+		return s, err
+	}
+	cl, err := client.New(c.RESTConfig(), client.Options{Scheme: scheme})
+	if err != nil {
+		return s, fmt.Errorf("egress: %w", err)
+	}
+	err = egress.ApplyAdminPolicy(ctx, cl, s)
+	if errors.Is(err, egress.ErrAdminPolicyNotServed) {
+		fmt.Printf("dev: %v; pool egress falls back to a NetworkPolicy per namespace (egress.enforcement=networkPolicy)\n", err)
+		s.Enforcement = egress.EnforcementNetworkPolicy
+		return s, nil
+	}
+	return s, err
 }

@@ -296,6 +296,12 @@ func (m *Mutator) applyPool(pod *corev1.Pod, o Options) error {
 		return &ConflictError{Label: api.LabelPool, Field: "spec.shareProcessNamespace",
 			Reason: "must not be true: the worker sidecar's NATS identity would be readable from every container; remove it"}
 	}
+	// A Pod on the node's network is outside every egress policy
+	// (AdminNetworkPolicy and NetworkPolicy select Pod networks only).
+	if pod.Spec.HostNetwork {
+		return &ConflictError{Label: api.LabelPool, Field: "spec.hostNetwork",
+			Reason: "must not be true on a pool Pod: its egress is restricted, and no network policy covers the node's network"}
+	}
 	if err := checkPoolResolution(pod); err != nil {
 		return err
 	}

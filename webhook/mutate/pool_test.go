@@ -47,6 +47,8 @@ func TestPoolPodCannotRedirectRunplaneHosts(t *testing.T) {
 			s.DNSConfig = &corev1.PodDNSConfig{Options: []corev1.PodDNSConfigOption{{Name: "ndots", Value: new("2")}}}
 		}, ""},
 		{"the node's resolver", func(s *corev1.PodSpec) { s.DNSPolicy = corev1.DNSDefault }, ""},
+		{"the node's network, outside every egress policy", func(s *corev1.PodSpec) { s.HostNetwork = true },
+			`label runplane.io/pool: spec.hostNetwork: must not be true on a pool Pod`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -131,18 +131,75 @@ namespaceSelector:
 {{- end }}
 {{- end -}}
 
-{{/* runplane.controllerNATSArgs: the NATS Pods restricted egress may reach (the controller copies no Secret: it has no Secret access). */}}
-{{- define "runplane.controllerNATSArgs" -}}
+{{/* runplane.natsEndpoint: the NATS Pods restricted egress may reach, as YAML {namespace, podLabels, port}. */}}
+{{- define "runplane.natsEndpoint" -}}
 {{- if eq .Values.nats.mode "bundled" -}}
-- --nats-namespace={{ .Release.Namespace }}
-- --nats-pod-labels=app.kubernetes.io/component=nats,app.kubernetes.io/instance={{ .Release.Name }},app.kubernetes.io/name=runplane
-- --nats-port=4222
+namespace: {{ .Release.Namespace }}
+podLabels:
+  app.kubernetes.io/component: nats
+  app.kubernetes.io/instance: {{ .Release.Name }}
+  app.kubernetes.io/name: runplane
+port: 4222
 {{- else -}}
 {{- $e := .Values.nats.external.egress -}}
-- --nats-namespace={{ required "nats.external.egress.namespace is required when nats.mode is external (the namespace of the NATS Pods restricted egress may reach)" $e.namespace }}
-- --nats-pod-labels={{ include "runplane.labelList" (required "nats.external.egress.podLabels is required when nats.mode is external" $e.podLabels) }}
-- --nats-port={{ $e.port }}
+namespace: {{ required "nats.external.egress.namespace is required when nats.mode is external (the namespace of the NATS Pods restricted egress may reach)" $e.namespace }}
+podLabels:
+  {{- required "nats.external.egress.podLabels is required when nats.mode is external" $e.podLabels | toYaml | nindent 2 }}
+port: {{ $e.port }}
 {{- end }}
+{{- end -}}
+
+{{/* runplane.controllerEgressArgs: the controller's egress flags (controllers/egress Settings.AddFlags; the controller copies no Secret: it has no Secret access). */}}
+{{- define "runplane.controllerEgressArgs" -}}
+{{- $nats := include "runplane.natsEndpoint" . | fromYaml -}}
+{{- $e := .Values.egress -}}
+- --egress-enforcement={{ $e.enforcement }}
+- --nats-namespace={{ $nats.namespace }}
+- --nats-pod-labels={{ include "runplane.labelList" $nats.podLabels }}
+- --nats-port={{ $nats.port }}
+- --dns-namespace={{ $e.dns.namespace }}
+- --dns-pod-labels={{ include "runplane.labelList" $e.dns.podLabels }}
+- --dns-ports={{ join "," $e.dns.ports }}
+{{- with include "runplane.egressExtraCIDRs" . | fromJsonArray }}
+- --egress-denied-cidrs={{ join "," . }}
+{{- end }}
+{{- end -}}
+
+{{/* runplane.egressDeniedRanges: the ranges pool Pods never reach (controllers/egress DeniedIPv4, DeniedIPv6), as JSON. */}}
+{{- define "runplane.egressDeniedRanges" -}}
+["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16", "127.0.0.0/8", "0.0.0.0/8", "192.0.0.0/24", "198.18.0.0/15", "224.0.0.0/4", "240.0.0.0/4",
+ "fc00::/7", "fe80::/10", "fec0::/10", "::1/128", "::/128", "64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "2001::/32", "ff00::/8"]
+{{- end -}}
+
+{{/* runplane.egressExtraCIDRs: egress.deniedCIDRs, each checked (a render fails naming a bad one), without the built-in ranges and duplicates, as JSON. */}}
+{{- define "runplane.egressExtraCIDRs" -}}
+{{- $builtin := include "runplane.egressDeniedRanges" . | fromJsonArray -}}
+{{- $out := list -}}
+{{- range $i, $c := .Values.egress.deniedCIDRs -}}
+{{- if not (include "runplane.isCIDR" $c) -}}
+{{- fail (printf "egress.deniedCIDRs[%d]: %q is not a CIDR (an IPv4 or IPv6 range such as 203.0.113.0/24 or 2001:db8::/32)" $i $c) -}}
+{{- end -}}
+{{- if not (or (has $c $builtin) (has $c $out)) -}}
+{{- $out = append $out $c -}}
+{{- end -}}
+{{- end -}}
+{{- $out | toJson -}}
+{{- end -}}
+
+{{/* runplane.isCIDR: "true" when the string is an IPv4 CIDR (dotted quad) or an IPv6 CIDR (hex groups, at most one ::), else "". Templates have no address parser; the controller parses the same flags with net/netip. */}}
+{{- define "runplane.isCIDR" -}}
+{{- $octet := "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])" -}}
+{{- if regexMatch (printf "^(%s\\.){3}%s/(3[0-2]|[12]?[0-9])$" $octet $octet) . -}}
+true
+{{- else if and (regexMatch "^[0-9a-fA-F:]+/(12[0-8]|1[01][0-9]|[1-9]?[0-9])$" .) (not (contains ":::" .)) -}}
+{{- $addr := index (splitList "/" .) 0 -}}
+{{- $halves := splitList "::" $addr -}}
+{{- $groups := list -}}
+{{- range $halves }}{{ if . }}{{ $groups = concat $groups (splitList ":" .) }}{{ end }}{{ end -}}
+{{- $ok := true -}}
+{{- range $groups }}{{ if not (regexMatch "^[0-9a-fA-F]{1,4}$" .) }}{{ $ok = false }}{{ end }}{{ end -}}
+{{- if and $ok (eq (len $halves) 1) (eq (len $groups) 8) }}true{{ else if and $ok (eq (len $halves) 2) (le (len $groups) 7) }}true{{ end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* runplane.labelList: a map as k=v,k=v in key order. */}}

@@ -149,7 +149,8 @@ func TestScaleServicesAndNetworkPoliciesBounded(t *testing.T) {
 		_, err := controller.CoreV1().Services(boundedNS).Update(ctx, s, metav1.UpdateOptions{DryRun: dry})
 		return err
 	}
-	nats := egress.NATSEndpoint{Namespace: releaseNS, Port: 4222, PodLabels: map[string]string{"app.kubernetes.io/component": "nats"}}
+	nats := egress.DefaultSettings()
+	nats.NATS = egress.NATSEndpoint{Namespace: releaseNS, Port: 4222, PodLabels: map[string]string{"app.kubernetes.io/component": "nats"}}
 	createNP := func(np *networkingv1.NetworkPolicy) func() error {
 		return func() error {
 			_, err := controller.NetworkingV1().NetworkPolicies(np.Namespace).Create(ctx, np, metav1.CreateOptions{DryRun: dry})

@@ -2,9 +2,9 @@ package rbac_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -61,13 +61,18 @@ func TestControllers(t *testing.T) {
 	t.Cleanup(func() { checkNoDenials(t, "runplane-controller", rec, globalLog) })
 	// The settings the chart passes (controller.yaml, runplane.controllerNATSArgs).
 	args := chartArgs(t, "runplane-controller", "controller")
-	port, err := strconv.Atoi(arg(t, args, "nats-port"))
-	require.NoError(t, err, "--nats-port")
-	podLabels := map[string]string{}
-	for _, kv := range strings.Split(arg(t, args, "nats-pod-labels"), ",") {
-		k, v, _ := strings.Cut(kv, "=")
-		podLabels[k] = v
+	// The egress flags through the binary's own parser.
+	fs := flag.NewFlagSet("runplane-controller", flag.ContinueOnError)
+	var egressSettings egress.Settings
+	egressSettings.AddFlags(fs)
+	var egressArgs []string
+	for k, v := range args {
+		if fs.Lookup(k) != nil {
+			egressArgs = append(egressArgs, "--"+k+"="+v)
+		}
 	}
+	require.NoError(t, fs.Parse(egressArgs))
+	require.Equal(t, egress.EnforcementNetworkPolicy, egressSettings.Enforcement, "testdata/values.yaml: the mode in which the controller writes policies")
 	metricsPort, err := cluster.FreePort()
 	require.NoError(t, err)
 	cfg := controllers.Config{
@@ -76,7 +81,7 @@ func TestControllers(t *testing.T) {
 		Namespace:      arg(t, args, "namespace"),
 		Image:          testImage,
 		ClusterDomain:  arg(t, args, "cluster-domain"),
-		NATS:           egress.NATSEndpoint{Namespace: arg(t, args, "nats-namespace"), Port: int32(port), PodLabels: podLabels},
+		Egress:         egressSettings,
 		ProbeAddr:      "0",
 		LeaderElection: arg(t, args, "leader-elect") == "true",
 		Logger:         logr.FromSlogHandler(rec.Logger().Handler()),

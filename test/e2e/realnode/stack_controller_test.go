@@ -44,7 +44,7 @@ func startControllers(ctx context.Context, log *slog.Logger, goRun func(string, 
 			RESTConfig: env.RESTConfig(), Image: images.RunplaneRef,
 			// Egress policies are not enforced here (no NetworkPolicy
 			// plugin); the endpoint is required configuration.
-			NATS:        egress.NATSEndpoint{Namespace: api.DefaultNamespace, PodLabels: map[string]string{"app.kubernetes.io/name": "nats"}, Port: 4222},
+			Egress:      egress.Settings{NATS: egress.NATSEndpoint{Namespace: api.DefaultNamespace, PodLabels: map[string]string{"app.kubernetes.io/name": "nats"}, Port: 4222}},
 			MetricsAddr: "0", ProbeAddr: "0",
 			Logger: logr.FromSlogHandler(log.With("component", "controllers").Handler()),
 		})
