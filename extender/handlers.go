@@ -220,6 +220,9 @@ func filterInto[N ledger.Name](e *Extender, args *extenderv1.ExtenderArgs, names
 		if res.Preemption != nil {
 			e.enqueuePreemption(args.Pod, res.Preemption)
 		}
+		if res.Capped != "" {
+			e.recordCapped(args.Pod, res.Capped)
+		}
 	}
 	out := &extenderv1.ExtenderFilterResult{}
 	if res.Chosen != "" {
@@ -482,7 +485,9 @@ func (e *Extender) claim(ctx context.Context, pod *corev1.Pod, ph *ledger.Placeh
 	switch {
 	case err == nil:
 		took = true
-		e.metrics.claims.WithLabelValues(ph.Spec).Inc()
+		if !ph.Reservation {
+			e.metrics.claims.WithLabelValues(ph.Spec).Inc()
+		}
 		// With grace period 0 and no finalizers the API server removes the
 		// Pod from storage before it answers: it is gone now, and waiting
 		// for the watch would only add latency to every takeover. A Pod

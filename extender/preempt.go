@@ -47,8 +47,9 @@ func (e *Extender) enqueuePreemption(pod *corev1.Pod, plan *ledger.Preemption) {
 	if !plan.Renewed {
 		e.metrics.preemptions.WithLabelValues("planned").Inc()
 	}
-	if len(plan.Victims) == 0 {
-		return // only waiting for Pods already terminating
+	e.kickReservations()
+	if len(plan.Evict) == 0 {
+		return // only waiting for Pods already terminating, or evicted already
 	}
 	select {
 	case e.preempts <- preemption{pod: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, uid: pod.UID, plan: *plan, preemptor: pod}:
@@ -72,7 +73,7 @@ func (e *Extender) evictVictims(ctx context.Context) error {
 				continue
 			}
 			e.metrics.preemptions.WithLabelValues("evicted").Inc()
-			e.log.Info("preempting", "pod", p.pod.String(), "node", p.plan.Node, "victims", len(p.plan.Victims))
+			e.log.Info("preempting", "pod", p.pod.String(), "node", p.plan.Node, "victims", len(p.plan.Evict))
 		}
 	}
 }
@@ -82,7 +83,7 @@ func (e *Extender) evictVictims(ctx context.Context) error {
 // extender's view of them is stale, and each victim terminates with its own
 // grace period.
 func (e *Extender) evictPlan(ctx context.Context, p preemption) error {
-	for _, v := range p.plan.Victims {
+	for _, v := range p.plan.Evict {
 		uid := v.UID
 		ev := &policyv1.Eviction{
 			ObjectMeta:    metav1.ObjectMeta{Namespace: v.Namespace, Name: v.Name},
@@ -91,6 +92,7 @@ func (e *Extender) evictPlan(ctx context.Context, p preemption) error {
 		err := e.client.PolicyV1().Evictions(v.Namespace).Evict(ctx, ev)
 		switch {
 		case err == nil:
+			e.metrics.evictions.Inc()
 			e.recordPreempted(v, p)
 		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
 			// Evicted, or already gone (Conflict: the name holds a newer Pod).

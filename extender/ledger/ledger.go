@@ -257,6 +257,7 @@ type Ledger struct {
 	// preempts are the preempting Pods' records, evictions the victims
 	// planned per node (times), backoff when nodes' back-off ends.
 	preempts  map[types.UID]*preemptRec
+	victimOf  map[types.UID]types.UID // a planned victim's preemptor
 	evictions map[string][]time.Time
 	backoff   map[string]time.Time
 }
@@ -306,7 +307,7 @@ func New(opts Options) *Ledger {
 
 		resv: map[types.UID]*podRec{}, reservedFor: map[types.UID]*podRec{}, resvDrop: map[types.UID]bool{},
 		rejected: map[types.UID]Placeholder{}, rejectedOnce: map[types.UID]bool{},
-		preempts: map[types.UID]*preemptRec{}, evictions: map[string][]time.Time{}, backoff: map[string]time.Time{},
+		preempts: map[types.UID]*preemptRec{}, victimOf: map[types.UID]types.UID{}, evictions: map[string][]time.Time{}, backoff: map[string]time.Time{},
 	}
 }
 
@@ -621,6 +622,7 @@ func (l *Ledger) DeletePod(uid types.UID) {
 		}
 	}
 	delete(l.handled, uid)
+	delete(l.victimOf, uid)
 	l.forgetRejected(uid)
 	l.preemptorBound(uid, "")
 	if c, ok := l.inherits[uid]; ok {

@@ -34,6 +34,9 @@ type Preemption struct {
 	// scheduling cycle of the same Pod planned again); a new nomination
 	// is false. Count plans on !Renewed: once per nomination.
 	Renewed bool
+	// Evict are the Victims not yet planned for this nomination: the
+	// ones to evict now (the others are being evicted already).
+	Evict []Victim
 }
 
 // Reason is the filter's message for the nominated node; the scheduler
@@ -96,11 +99,22 @@ type preemptRec struct {
 	node    string             // of its current nomination, "" when none
 	foreign bool               // that nomination's victims include other schedulers' Pods
 	evicted map[types.UID]bool // victims planned for that nomination
-	// owners are the controllers of every victim planned for the Pod: a
-	// replacement of a victim is never a victim of the same Pod again
-	// (that is the churn loop).
-	owners map[types.UID]bool
+	// owners are the controllers of every victim planned for the Pod, and
+	// when first: a replacement of a victim (created since) is never a
+	// victim of the same Pod again (that is the churn loop).
+	owners map[types.UID]time.Time
 	times  []time.Time // when each victim was planned, for the cap per Pod
+}
+
+// replacement: q's controller lost a victim to this Pod before q was
+// created (creation times have whole seconds: the second of the eviction
+// counts as after it).
+func (st *preemptRec) replacement(q *podRec) bool {
+	if q.owner == "" || st.evicted[q.uid] {
+		return false
+	}
+	first, ok := st.owners[q.owner]
+	return ok && !q.created.Before(first.Truncate(time.Second))
 }
 
 // recent drops the times older than the window and counts the rest.
@@ -181,6 +195,10 @@ func (l *Ledger) planOn(pr *probe, n *node, st *preemptRec, now time.Time) *plan
 		case !q.live:
 			free.add(q.req)
 			p.Waiting++
+		case l.victimOf[q.uid] != "" && l.victimOf[q.uid] != req.UID:
+			// Another Pod's victim, its eviction under way: the room is
+			// coming, and that Pod's nomination already counts it as used.
+			free.add(q.req)
 		case q.reservedFor == req.UID:
 			free.add(q.req) // the room this Pod's preemption holds
 		case q.stockSpec != "":
@@ -202,8 +220,8 @@ func (l *Ledger) planOn(pr *probe, n *node, st *preemptRec, now time.Time) *plan
 		switch {
 		case !freesShort(q.req, base, pr):
 			continue
-		case st != nil && q.owner != "" && st.owners[q.owner] && !st.evicted[q.uid]:
-			continue // a replacement of this Pod's victim
+		case st != nil && st.replacement(q):
+			continue
 		case q.foreign && backoff:
 			excluded = true
 			continue
@@ -280,7 +298,7 @@ func freesShort(q, free vec, pr *probe) bool {
 func (l *Ledger) recordPlan(uid types.UID, p *Preemption, now time.Time) {
 	st := l.preempts[uid]
 	if st == nil {
-		st = &preemptRec{owners: map[types.UID]bool{}}
+		st = &preemptRec{owners: map[types.UID]time.Time{}}
 		l.preempts[uid] = st
 	}
 	if st.node != p.Node {
@@ -288,14 +306,19 @@ func (l *Ledger) recordPlan(uid types.UID, p *Preemption, now time.Time) {
 	}
 	st.times = recent(st.times, now)
 	l.evictions[p.Node] = recent(l.evictions[p.Node], now)
+	p.Evict = nil
 	for _, v := range p.Victims {
 		if st.evicted[v.UID] {
 			continue
 		}
+		p.Evict = append(p.Evict, v)
+		l.victimOf[v.UID] = uid
 		st.evicted[v.UID] = true
 		st.foreign = st.foreign || v.Foreign
 		if q := l.pods[v.UID]; q != nil && q.owner != "" {
-			st.owners[q.owner] = true
+			if _, ok := st.owners[q.owner]; !ok {
+				st.owners[q.owner] = now
+			}
 		}
 		st.times = append(st.times, now)
 		l.evictions[p.Node] = append(l.evictions[p.Node], now)
@@ -318,6 +341,11 @@ func (l *Ledger) nominationEnded(uid types.UID, node string, now time.Time) {
 	if st.foreign {
 		l.backoff[node] = now.Add(l.opts.PreemptBackoff)
 	}
+	for v := range st.evicted {
+		if l.victimOf[v] == uid {
+			delete(l.victimOf, v)
+		}
+	}
 	st.node, st.foreign, st.evicted = "", false, nil
 }
 
@@ -330,6 +358,11 @@ func (l *Ledger) preemptorBound(uid types.UID, node string) {
 	}
 	if st.node != "" && st.node != node {
 		l.nominationEnded(uid, st.node, l.opts.Clock.Now())
+	}
+	for v := range st.evicted {
+		if l.victimOf[v] == uid {
+			delete(l.victimOf, v)
+		}
 	}
 	delete(l.preempts, uid)
 }

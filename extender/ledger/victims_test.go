@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -18,7 +19,13 @@ import (
 // foreignPod is a Pod of the default scheduler (priority 0) on node, of
 // gpus GPUs and cpu CPUs, owned by the ReplicaSet owner.
 func foreignPod(name, node, owner string, gpus, cpu int64) *corev1.Pod {
+	return foreignPodAt(name, node, owner, gpus, cpu, time.Time{})
+}
+
+// foreignPodAt is foreignPod created at born.
+func foreignPodAt(name, node, owner string, gpus, cpu int64, born time.Time) *corev1.Pod {
 	p := testPod(name, "", "", node, gpus, corev1.PodRunning)
+	p.CreationTimestamp = metav1.NewTime(born)
 	p.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = *resource.NewQuantity(cpu, resource.DecimalSI)
 	p.Spec.Containers[0].Resources.Requests[corev1.ResourceMemory] = *resource.NewQuantity(1<<30, resource.BinarySI)
 	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: owner, UID: types.UID("rs-" + owner), Controller: ptr.To(true)}}
@@ -103,13 +110,13 @@ func TestChurnStops(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	l := New(Options{Clock: clk, PreemptBackoff: time.Minute})
 	l.UpsertNode(bigNode("a", 8))
-	l.UpsertPod(foreignPod("inf-1", "a", "inf", 8, 8))
+	l.UpsertPod(foreignPodAt("inf-1", "a", "inf", 8, 8, clk.Now().Add(-time.Hour)))
 	in := withPriority(testPod("in", "gpu", "g8", "", 8, corev1.PodPending), 1000)
 	filter := func() FilterResult { return l.Filter(RequestFor(in, false), []string{"a"}, true) }
 
 	require.Equal(t, []string{"inf-1"}, victimNames(filter().Preemption))
 	l.DeletePod("uid-inf-1")
-	l.UpsertPod(foreignPod("inf-2", "a", "inf", 8, 8)) // its replacement took the room
+	l.UpsertPod(foreignPodAt("inf-2", "a", "inf", 8, 8, clk.Now())) // its replacement took the room
 	res := filter()
 	require.Nil(t, res.Preemption, "the replacement of a victim is not evicted again for the same Pod")
 
@@ -305,4 +312,35 @@ func TestReservationLifecycle(t *testing.T) {
 		create, _ = l.Reservations()
 		require.Len(t, create, 1, "the room is free")
 	})
+}
+
+// TestVictimsPromisedOnce: a victim planned for one Pod (its eviction
+// under way) is room that Pod's nomination holds: a second preemptor
+// neither counts it nor evicts it again, and a Pod's renewed plan does not
+// evict its own victims twice.
+func TestVictimsPromisedOnce(t *testing.T) {
+	l := New(Options{})
+	l.UpsertNode(bigNode("a", 8))
+	for i := range 4 {
+		l.UpsertPod(foreignPod(fmt.Sprintf("inf-%d", i), "a", fmt.Sprintf("rs-%d", i), 2, 2))
+	}
+	p1 := withPriority(testPod("p1", "gpu", "g4", "", 4, corev1.PodPending), 1000)
+	p2 := withPriority(testPod("p2", "gpu", "g4", "", 4, corev1.PodPending), 1000)
+	res := l.Filter(RequestFor(p1, false), []string{"a"}, true)
+	first := victimNames(res.Preemption)
+	require.Len(t, first, 2)
+	require.Len(t, res.Preemption.Evict, 2)
+	res = l.Filter(RequestFor(p1, false), []string{"a"}, true)
+	require.True(t, res.Preemption.Renewed)
+	require.Empty(t, res.Preemption.Evict, "evicted already")
+
+	res = l.Filter(RequestFor(p2, false), []string{"a"}, true)
+	second := victimNames(res.Preemption)
+	require.Len(t, second, 2)
+	for _, v := range second {
+		require.NotContains(t, first, v, "p1's victim")
+	}
+	p3 := withPriority(testPod("p3", "gpu", "g4", "", 4, corev1.PodPending), 1000)
+	res = l.Filter(RequestFor(p3, false), []string{"a"}, true)
+	require.Nil(t, res.Preemption, "every victim's room is promised")
 }

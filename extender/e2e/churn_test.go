@@ -1,0 +1,263 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/extender"
+)
+
+// tenantDeployment is a Deployment of the default scheduler (priority 0,
+// the Kubernetes default grace period) on the group's nodes.
+func tenantDeployment(t *testing.T, ns, name, group string, replicas int32, cpu, mem string) {
+	t.Helper()
+	req := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+				Spec: corev1.PodSpec{
+					NodeSelector:                  map[string]string{groupLabel: group},
+					TerminationGracePeriodSeconds: ptr.To(int64(30)),
+					Containers:                    []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{Requests: req}}},
+				},
+			},
+		},
+	}
+	_, err := env.Client().AppsV1().Deployments(ns).Create(t.Context(), d, metav1.CreateOptions{})
+	require.NoError(t, err, "creating Deployment %s/%s", ns, name)
+}
+
+// podBirths records when each Pod of the namespaces was created (victims
+// are gone by the time the test looks).
+type podBirths struct {
+	mu sync.Mutex
+	at map[types.UID]time.Time
+}
+
+func watchBirths(t *testing.T, namespaces ...string) *podBirths {
+	b := &podBirths{at: map[types.UID]time.Time{}}
+	for _, ns := range namespaces {
+		w, err := env.Client().CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{})
+		require.NoError(t, err)
+		t.Cleanup(w.Stop)
+		go func() {
+			for ev := range w.ResultChan() {
+				if p, ok := ev.Object.(*corev1.Pod); ok && ev.Type == watch.Added {
+					b.mu.Lock()
+					b.at[p.UID] = p.CreationTimestamp.Time
+					b.mu.Unlock()
+				}
+			}
+		}()
+	}
+	return b
+}
+
+// preemptedEvents are the extender's Preempted Events in the namespaces,
+// by the GPU Pod (related object) they made room for.
+func preemptedEvents(ctx context.Context, t *testing.T, namespaces ...string) map[string][]eventsv1.Event {
+	out := map[string][]eventsv1.Event{}
+	for _, ns := range namespaces {
+		list, err := env.Client().EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+		require.NoError(t, err)
+		for _, ev := range list.Items {
+			if ev.Reason != extender.ReasonPreempted || ev.Related == nil {
+				continue
+			}
+			key := ev.Related.Namespace + "/" + ev.Related.Name
+			out[key] = append(out[key], ev)
+		}
+	}
+	return out
+}
+
+// TestPreemptionMakesProgress is the probe of issue 31 on make dev's
+// topology (kwok nodes of 8 GPUs, 32 CPUs and 256Gi, untainted): two
+// tenants' Deployments of the default scheduler (priority 0) run on the
+// GPU nodes, and 30 g1.1 Pods (1 GPU, 4 CPUs) fill them: the last ones
+// are short of CPU and preempt. The room the victims free is held for
+// the GPU Pods (a reservation every scheduler counts), so the victims'
+// replacements cannot take it: every GPU Pod binds, each after a bounded
+// number of evictions, and no replacement of a victim is evicted again
+// for the same GPU Pod. Before, the replacements took the freed CPUs and
+// were preempted again, in a loop (168 evictions in 83 s), and GPU Pods
+// never bound.
+func TestPreemptionMakesProgress(t *testing.T) {
+	h := setup(t)
+	ctx, c := t.Context(), h.client
+	const group = "churn"
+	addNodes(t, group, 4, 8)
+	nsA, nsB, nsGPU := namespace(t, "churn-a"), namespace(t, "churn-b"), namespace(t, "churn-gpu")
+	births := watchBirths(t, nsA, nsB)
+	timeline := watchTimeline(t, nsA, nsB, nsGPU, api.DefaultNamespace)
+	// 24 of the 128 CPUs: 26 g1.1 Pods fit beside them, 4 must preempt
+	// 16 CPUs' worth.
+	tenantDeployment(t, nsA, "workers", group, 8, "2", "4Gi")
+	tenantDeployment(t, nsB, "accessors", group, 8, "1", "1Gi")
+	waitRunning(t, c, nsA, "app=workers", 8)
+	waitRunning(t, c, nsB, "app=accessors", 8)
+
+	t.Cleanup(func() {
+		if t.Failed() {
+			logUnbound(t, nsGPU)
+			timeline.mu.Lock()
+			for _, l := range timeline.lines {
+				t.Log(l)
+			}
+			timeline.mu.Unlock()
+		}
+	})
+	const gpuPods = 30
+	for i := range gpuPods {
+		p := gpuPod(fmt.Sprintf("g-%02d", i), "g1.1", group)
+		createPod(t, c, nsGPU, p)
+	}
+	// The barrier: every GPU Pod bound.
+	require.EventuallyWithT(t, func(t *assert.CollectT) {
+		pods, err := listPods(ctx, c, nsGPU, api.LabelGPUSpec)
+		require.NoError(t, err)
+		bound := 0
+		for _, p := range pods {
+			if p.Spec.NodeName != "" {
+				bound++
+			}
+		}
+		require.Equal(t, gpuPods, bound, "GPU Pods bound")
+	}, 3*time.Minute, poll, "every GPU Pod to bind")
+
+	// Events are written asynchronously: read them once the reservations
+	// are all gone (taken or deleted), the last thing the run does.
+	require.EventuallyWithT(t, func(t *assert.CollectT) {
+		left, err := listPods(ctx, c, api.DefaultNamespace, api.LabelReservedFor)
+		require.NoError(t, err)
+		require.Empty(t, left, "reservations left")
+	}, time.Minute, poll, "the reservations to go")
+	byPod := preemptedEvents(ctx, t, nsA, nsB)
+	total := 0
+	births.mu.Lock()
+	defer births.mu.Unlock()
+	for preemptor, evs := range byPod {
+		total += len(evs)
+		// 4 CPUs need at most four 1-CPU victims.
+		require.LessOrEqual(t, len(evs), 4, "evictions for %s", preemptor)
+		first := evs[0].EventTime.Time
+		for _, ev := range evs {
+			if ev.EventTime.Time.Before(first) {
+				first = ev.EventTime.Time
+			}
+		}
+		for _, ev := range evs {
+			born, ok := births.at[types.UID(ev.Regarding.UID)]
+			require.True(t, ok, "victim %s/%s was seen created", ev.Regarding.Namespace, ev.Regarding.Name)
+			require.False(t, born.After(first), "%s evicted %s/%s, a replacement of its earlier victim", preemptor, ev.Regarding.Namespace, ev.Regarding.Name)
+		}
+	}
+	require.LessOrEqual(t, total, 16, "evictions in all: 16 CPUs were needed")
+	t.Logf("%d evictions for %d preempting GPU Pods", total, len(byPod))
+}
+
+// logUnbound logs why the namespace's unbound Pods wait, and the
+// reservations left, for a failed run.
+func logUnbound(t *testing.T, ns string) {
+	ctx := context.Background()
+	pods, err := listPods(ctx, env.Client(), ns, "")
+	if err != nil {
+		t.Logf("listing Pods: %v", err)
+		return
+	}
+	for _, p := range pods {
+		if p.Spec.NodeName != "" {
+			continue
+		}
+		msg, err := schedulingEvent(ctx, env.Client(), ns, p.Name)
+		t.Logf("unbound %s: %s %v", p.Name, msg, err)
+	}
+	left, err := listPods(ctx, env.Client(), api.DefaultNamespace, api.LabelReservedFor)
+	if err != nil {
+		t.Logf("listing reservations: %v", err)
+		return
+	}
+	for _, r := range left {
+		t.Logf("reservation %s on %s for %s: %s", r.Name, r.Spec.NodeName, r.Annotations[api.AnnotationReservedFor], r.Status.Phase)
+	}
+	nodes, err := env.Client().CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: groupLabel + "=churn"})
+	if err != nil {
+		return
+	}
+	all, _ := env.Client().CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	for _, n := range nodes.Items {
+		var cpu, gpus int64
+		var names []string
+		for _, p := range all.Items {
+			if p.Spec.NodeName != n.Name {
+				continue
+			}
+			for _, c := range p.Spec.Containers {
+				cpu += c.Resources.Requests.Cpu().MilliValue()
+				q := c.Resources.Requests[api.DefaultGPUResource]
+				gpus += q.Value()
+			}
+			names = append(names, p.Namespace+"/"+p.Name)
+		}
+		t.Logf("node %s: cpu %dm gpus %d: %v", n.Name, cpu, gpus, names)
+	}
+}
+
+type timeline struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+// watchTimeline records when Pods of the namespaces are bound, deleted
+// and gone, for a failed run's log.
+func watchTimeline(t *testing.T, namespaces ...string) *timeline {
+	tl := &timeline{}
+	for _, ns := range namespaces {
+		w, err := env.Client().CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{})
+		require.NoError(t, err)
+		t.Cleanup(w.Stop)
+		go func() {
+			seen := map[types.UID]string{}
+			for ev := range w.ResultChan() {
+				p, ok := ev.Object.(*corev1.Pod)
+				if !ok {
+					continue
+				}
+				state := p.Spec.NodeName
+				if p.DeletionTimestamp != nil {
+					state += " deleting"
+				}
+				if ev.Type == watch.Deleted {
+					state += " gone"
+				}
+				if seen[p.UID] == state {
+					continue
+				}
+				seen[p.UID] = state
+				tl.mu.Lock()
+				tl.lines = append(tl.lines, fmt.Sprintf("%s %s/%s %s", time.Now().Format("15:04:05.000"), p.Namespace, p.Name, state))
+				tl.mu.Unlock()
+			}
+		}()
+	}
+	return tl
+}
