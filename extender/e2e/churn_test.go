@@ -26,7 +26,19 @@ import (
 // the Kubernetes default grace period) on the group's nodes.
 func tenantDeployment(t *testing.T, ns, name, group string, replicas int32, cpu, mem string) {
 	t.Helper()
+	tenantGPUDeployment(t, ns, name, group, replicas, cpu, mem, 0)
+}
+
+// tenantGPUDeployment is tenantDeployment of Pods that also hold gpus
+// GPUs (a cluster where GPUs are not only given through runplane).
+func tenantGPUDeployment(t *testing.T, ns, name, group string, replicas int32, cpu, mem string, gpus int64) {
+	t.Helper()
 	req := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}
+	var limits corev1.ResourceList
+	if gpus > 0 {
+		req[api.DefaultGPUResource] = *resource.NewQuantity(gpus, resource.DecimalSI)
+		limits = corev1.ResourceList{api.DefaultGPUResource: *resource.NewQuantity(gpus, resource.DecimalSI)}
+	}
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: appsv1.DeploymentSpec{
@@ -37,7 +49,7 @@ func tenantDeployment(t *testing.T, ns, name, group string, replicas int32, cpu,
 				Spec: corev1.PodSpec{
 					NodeSelector:                  map[string]string{groupLabel: group},
 					TerminationGracePeriodSeconds: ptr.To(int64(30)),
-					Containers:                    []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{Requests: req}}},
+					Containers:                    []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{Requests: req, Limits: limits}}},
 				},
 			},
 		},
@@ -118,7 +130,7 @@ func TestPreemptionMakesProgress(t *testing.T) {
 
 	t.Cleanup(func() {
 		if t.Failed() {
-			logUnbound(t, nsGPU)
+			logUnbound(t, nsGPU, group)
 			timeline.mu.Lock()
 			for _, l := range timeline.lines {
 				t.Log(l)
@@ -177,7 +189,7 @@ func TestPreemptionMakesProgress(t *testing.T) {
 
 // logUnbound logs why the namespace's unbound Pods wait, and the
 // reservations left, for a failed run.
-func logUnbound(t *testing.T, ns string) {
+func logUnbound(t *testing.T, ns, group string) {
 	ctx := context.Background()
 	pods, err := listPods(ctx, env.Client(), ns, "")
 	if err != nil {
@@ -199,7 +211,7 @@ func logUnbound(t *testing.T, ns string) {
 	for _, r := range left {
 		t.Logf("reservation %s on %s for %s: %s", r.Name, r.Spec.NodeName, r.Annotations[api.AnnotationReservedFor], r.Status.Phase)
 	}
-	nodes, err := env.Client().CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: groupLabel + "=churn"})
+	nodes, err := env.Client().CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: groupLabel + "=" + group})
 	if err != nil {
 		return
 	}
@@ -260,4 +272,55 @@ func watchTimeline(t *testing.T, namespaces ...string) *timeline {
 		}()
 	}
 	return tl
+}
+
+// TestPreemptionFreesWhatIsShort: on GPU nodes shared with two tenants'
+// Deployments of the default scheduler — an inference Deployment holding
+// GPUs and a web Deployment of CPU-only Pods — GPU Pods that are short of
+// GPUs evict inference Pods only (the web Pods free nothing they need),
+// and each binds after one eviction.
+func TestPreemptionFreesWhatIsShort(t *testing.T) {
+	h := setup(t)
+	ctx, c := t.Context(), h.client
+	const group = "short"
+	addNodes(t, group, 2, 8)
+	nsInf, nsWeb, nsGPU := namespace(t, "short-inf"), namespace(t, "short-web"), namespace(t, "short-gpu")
+	tenantGPUDeployment(t, nsInf, "inference", group, 4, "2", "8Gi", 4)
+	tenantDeployment(t, nsWeb, "web", group, 8, "1", "1Gi")
+	waitRunning(t, c, nsInf, "app=inference", 4)
+	waitRunning(t, c, nsWeb, "app=web", 8)
+
+	for i := range 2 {
+		p := tierPod(fmt.Sprintf("g4-%d", i), group, api.PriorityClassWorkload, "g4", 4)
+		createPod(t, c, nsGPU, p)
+	}
+	require.EventuallyWithT(t, func(t *assert.CollectT) {
+		pods, err := listPods(ctx, c, nsGPU, "app=g4")
+		require.NoError(t, err)
+		bound := 0
+		for _, p := range pods {
+			if p.Spec.NodeName != "" {
+				bound++
+			}
+		}
+		require.Equal(t, 2, bound, "GPU Pods bound")
+	}, 2*time.Minute, poll, "both GPU Pods to bind")
+	require.EventuallyWithT(t, func(t *assert.CollectT) {
+		left, err := listPods(ctx, c, api.DefaultNamespace, api.LabelReservedFor)
+		require.NoError(t, err)
+		require.Empty(t, left, "reservations left")
+	}, time.Minute, poll, "the reservations to go")
+
+	require.Empty(t, preemptedEvents(ctx, t, nsWeb), "a CPU-only Pod was evicted where GPUs were short")
+	byPod := preemptedEvents(ctx, t, nsInf)
+	require.Len(t, byPod, 2)
+	for preemptor, evs := range byPod {
+		require.Len(t, evs, 1, "evictions for %s", preemptor)
+	}
+	// The victims' replacements are not victims again: the GPU Pods are
+	// bound, and the replacements wait for room or took it in the one
+	// round trip between the reservation's deletion and the GPU Pod's
+	// Binding (extender/README.md: a race on kwok, a rejected Pod on a
+	// real kubelet); either way none was evicted.
+	require.Empty(t, preemptedEvents(ctx, t, nsWeb))
 }
