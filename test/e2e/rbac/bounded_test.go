@@ -362,3 +362,63 @@ func TestPoliciesTypeCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestSchedulerReservationsBounded: the scheduler's ServiceAccount may
+// create Pods in the release namespace for the extender's reservations
+// (a preempting GPU Pod's room); any other Pod there — one that runs as
+// another of runplane's ServiceAccounts, mounts a volume, runs another
+// image, or is not a bound reservation — is refused by
+// runplane-scheduler-reservations.
+func TestSchedulerReservationsBounded(t *testing.T) {
+	install(t)
+	ctx := t.Context()
+	scheduler := as(t, "runplane-scheduler")
+	reservation := func(mod func(*corev1.Pod)) func() error {
+		return func() error {
+			p := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{GenerateName: "runplane-reservation-", Labels: map[string]string{api.LabelReservedFor: "some-uid"}},
+				Spec: corev1.PodSpec{
+					NodeName: "rbac-gpu-0", AutomountServiceAccountToken: ptr.To(false),
+					SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(int64(65535)),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+					Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", SecurityContext: &corev1.SecurityContext{
+						AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}},
+				},
+			}
+			ns := releaseNS
+			if mod != nil {
+				mod(p)
+			}
+			if p.Namespace != "" {
+				ns = p.Namespace
+			}
+			_, err := scheduler.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		}
+	}
+	const policy, rule = "runplane-scheduler-reservations", "only reservation Pods"
+	tests := []struct {
+		name string
+		mod  func(*corev1.Pod)
+		ok   bool
+	}{
+		{"a reservation", nil, true},
+		{"as runplane-controller", func(p *corev1.Pod) { p.Spec.ServiceAccountName = "runplane-controller" }, false},
+		{"with a token", func(p *corev1.Pod) { p.Spec.AutomountServiceAccountToken = nil }, false},
+		{"mounting a Secret", func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "runplane-nats"}}}}
+		}, false},
+		{"another image", func(p *corev1.Pod) { p.Spec.Containers[0].Image = "example.com/shell:1" }, false},
+		{"unbound", func(p *corev1.Pod) { p.Spec.NodeName = "" }, false},
+		{"unlabelled", func(p *corev1.Pod) { p.Labels = nil }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.ok {
+				require.NoError(t, reservation(tt.mod)())
+				return
+			}
+			refusedBy(t, tt.name, policy, rule, reservation(tt.mod))
+		})
+	}
+}
