@@ -69,6 +69,11 @@ const (
 	// AnnotationReservedFor is that Pod's "<namespace>/<name>".
 	LabelReservedFor      = Prefix + "reserved-for"
 	AnnotationReservedFor = Prefix + "reserved-for"
+	// FinalizerReservation holds a reservation Pod, deleted at once after
+	// its creation, until the extender releases it: the kubelet stops it
+	// (it never holds the node's resources there) while every scheduler
+	// still counts it (extender/README.md, "Priority tiers and preemption").
+	FinalizerReservation = Prefix + "reservation"
 )
 
 // Pool policy annotations, on the workload (Deployment) that owns a pool.

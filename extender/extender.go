@@ -57,9 +57,9 @@ type Extender struct {
 	guard    disruptionGuard
 	// reserveKick wakes reconcileReservations (a new nomination).
 	reserveKick chan struct{}
-	buffers  sync.Pool // *buffers
-	leader   atomic.Bool
-	listener net.Listener
+	buffers     sync.Pool // *buffers
+	leader      atomic.Bool
+	listener    net.Listener
 	// metricsListener serves /metrics and the probes when
 	// Config.MetricsAddr is set.
 	metricsListener net.Listener
@@ -108,7 +108,7 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		ledger: ledger.New(ledger.Options{ReservationTTL: cfg.ReservationTTL, Clock: cfg.Clock, ReservationNamespace: cfg.Namespace,
 			MaxEvictionsPerPod: cfg.MaxEvictionsPerPod, MaxEvictionsPerNode: cfg.MaxEvictionsPerNode, PreemptBackoff: cfg.PreemptBackoff}),
 		reserveKick: make(chan struct{}, 1),
-		intents: intents{clock: cfg.Clock}, deletePod: deletePod(client),
+		intents:     intents{clock: cfg.Clock}, deletePod: deletePod(client),
 		preempts: make(chan preemption, preemptQueue),
 		events:   eventRecorder(ctx, client),
 	}

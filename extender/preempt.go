@@ -65,6 +65,10 @@ func (e *Extender) evictVictims(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case p := <-e.preempts:
+			// The reservation first: from then on no scheduler places a
+			// Pod in the room the plan counts on, free now or freed by
+			// the victims (reservations.go).
+			e.syncReservations(ctx)
 			if err := e.evictPlan(ctx, p); err != nil {
 				// The room stays held only as long as the plan can succeed.
 				e.ledger.Unnominate(p.uid)

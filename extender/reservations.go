@@ -2,12 +2,15 @@ package extender
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
@@ -56,11 +59,8 @@ func (e *Extender) reconcileReservations(ctx context.Context) error {
 func (e *Extender) syncReservations(ctx context.Context) {
 	create, remove := e.ledger.Reservations()
 	for _, ph := range remove {
-		uid := ph.UID
-		err := e.client.CoreV1().Pods(ph.Namespace).Delete(ctx, ph.Name, metav1.DeleteOptions{
-			GracePeriodSeconds: ptr.To(int64(0)), Preconditions: &metav1.Preconditions{UID: &uid}})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			e.log.Info("deleting reservation", "pod", ph.Namespace+"/"+ph.Name, "err", err)
+		if err := e.releaseReservation(ctx, ph); err != nil {
+			e.log.Info("releasing reservation", "pod", ph.Namespace+"/"+ph.Name, "err", err)
 			continue
 		}
 		e.metrics.reservations.WithLabelValues("deleted").Inc()
@@ -70,10 +70,16 @@ func (e *Extender) syncReservations(ctx context.Context) {
 		if err != nil || preemptor.UID != r.For {
 			continue // gone; the ledger forgets it
 		}
-		_, err = e.client.CoreV1().Pods(e.cfg.Namespace).Create(ctx, e.reservationPod(preemptor, r), metav1.CreateOptions{})
+		made, err := e.client.CoreV1().Pods(e.cfg.Namespace).Create(ctx, e.reservationPod(preemptor, r), metav1.CreateOptions{})
 		switch {
 		case err == nil:
 			e.metrics.reservations.WithLabelValues("created").Inc()
+			// Deleted at once: its finalizer holds it for the schedulers,
+			// and a kubelet stops it instead of holding the node's
+			// resources for it (the GPU Pod is bound before it goes).
+			if err := e.deleteReservation(ctx, made.Namespace, made.Name, made.UID); err != nil {
+				e.log.Info("deleting reservation", "pod", made.Namespace+"/"+made.Name, "err", err)
+			}
 		case apierrors.IsAlreadyExists(err):
 			// Made already (its informer event is on the way), or an old
 			// one of the same Pod still being deleted.
@@ -81,6 +87,34 @@ func (e *Extender) syncReservations(ctx context.Context) {
 			e.log.Info("creating reservation", "for", r.Namespace+"/"+r.Name, "node", r.Node, "err", err)
 		}
 	}
+}
+
+// deleteReservation deletes a reservation Pod (its finalizer keeps it).
+func (e *Extender) deleteReservation(ctx context.Context, ns, name string, uid types.UID) error {
+	err := e.client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{
+		GracePeriodSeconds: ptr.To(int64(0)), Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting reservation %s/%s: %w", ns, name, err)
+	}
+	return nil
+}
+
+// releaseReservation lets a reservation Pod go: deleted (again: its
+// delete after creation may have failed), then its finalizer removed, with
+// the UID as precondition.
+func (e *Extender) releaseReservation(ctx context.Context, ph ledger.Placeholder) error {
+	if err := e.deleteReservation(ctx, ph.Namespace, ph.Name, ph.UID); err != nil {
+		return err
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": ph.UID, "finalizers": nil}})
+	if err != nil {
+		return fmt.Errorf("encoding finalizer patch: %w", err)
+	}
+	_, err = e.client.CoreV1().Pods(ph.Namespace).Patch(ctx, ph.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("releasing reservation %s/%s: %w", ph.Namespace, ph.Name, err)
+	}
+	return nil
 }
 
 // reservationPod is a pause Pod bound to r.Node, sized like the preemptor
@@ -91,6 +125,7 @@ func (e *Extender) reservationPod(preemptor *corev1.Pod, r ledger.ReservationReq
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: ReservationName(string(r.For)), Namespace: e.cfg.Namespace,
+			Finalizers: []string{api.FinalizerReservation},
 			Labels: map[string]string{
 				api.LabelReservedFor:          string(r.For),
 				"app.kubernetes.io/name":      "runplane",

@@ -163,6 +163,9 @@ func TestPreemptionMakesProgress(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, left, "reservations left")
 	}, time.Minute, poll, "the reservations to go")
+	// The room each preemption freed went to its GPU Pod: no node holds
+	// more than it has (kwok admits anything; a kubelet would refuse).
+	requireNotOvercommitted(t, group)
 	byPod := preemptedEvents(ctx, t, nsA, nsB)
 	total := 0
 	births.mu.Lock()
@@ -323,9 +326,53 @@ func TestPreemptionFreesWhatIsShort(t *testing.T) {
 	}, time.Minute, poll, "the reservations to go")
 
 	require.Empty(t, preemptedEvents(ctx, t, nsWeb), "a CPU-only Pod was evicted where GPUs were short")
+	requireNotOvercommitted(t, group)
 	byPod := preemptedEvents(ctx, t, nsInf)
 	require.Len(t, byPod, 2)
 	for preemptor, evs := range byPod {
 		require.Len(t, evs, 1, "evictions for %s", preemptor)
+	}
+	// The victims' replacements wait: the GPU room stayed the GPU Pods'.
+	require.EventuallyWithT(t, func(t *assert.CollectT) {
+		pods, err := listPods(ctx, c, nsInf, "app=inference")
+		require.NoError(t, err)
+		var bound, pending int
+		for _, p := range pods {
+			switch {
+			case p.DeletionTimestamp != nil:
+			case p.Spec.NodeName == "":
+				pending++
+			default:
+				bound++
+			}
+		}
+		require.Equal(t, []int{2, 2}, []int{bound, pending}, "inference Pods bound and Pending")
+	}, time.Minute, poll, "the victims' replacements to wait")
+}
+
+// requireNotOvercommitted: on every node of the group, the requests of its
+// Pods (not terminal) fit its allocatable CPU and GPUs.
+func requireNotOvercommitted(t *testing.T, group string) {
+	t.Helper()
+	ctx := t.Context()
+	nodes, err := env.Client().CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: groupLabel + "=" + group})
+	require.NoError(t, err)
+	for _, n := range nodes.Items {
+		pods, err := env.Client().CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name})
+		require.NoError(t, err)
+		var cpu, gpus int64
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+				continue
+			}
+			for _, c := range p.Spec.Containers {
+				cpu += c.Resources.Requests.Cpu().MilliValue()
+				q := c.Resources.Requests[api.DefaultGPUResource]
+				gpus += q.Value()
+			}
+		}
+		allocGPU := n.Status.Allocatable[api.DefaultGPUResource]
+		require.LessOrEqual(t, cpu, n.Status.Allocatable.Cpu().MilliValue(), "CPU requests on %s", n.Name)
+		require.LessOrEqual(t, gpus, allocGPU.Value(), "GPU requests on %s", n.Name)
 	}
 }

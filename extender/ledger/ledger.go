@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -489,9 +490,12 @@ func (l *Ledger) UpsertPod(pod *corev1.Pod) {
 	if ref := metav1.GetControllerOf(pod); ref != nil {
 		rec.owner = ref.UID
 	}
-	if l.opts.ReservationNamespace != "" && pod.Namespace == l.opts.ReservationNamespace {
+	if l.opts.ReservationNamespace != "" && pod.Namespace == l.opts.ReservationNamespace && pod.Labels[api.LabelReservedFor] != "" {
 		rec.reservedFor = types.UID(pod.Labels[api.LabelReservedFor])
 		rec.stockSpec = "" // a reservation is its preemptor's alone
+		// Deleted at once after its creation, it holds the room while its
+		// finalizer stands (reservation.go).
+		rec.live = slices.Contains(pod.Finalizers, api.FinalizerReservation)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -9,10 +9,13 @@ import (
 
 // A reservation is a Pod the extender binds (nodeName set at creation, so
 // no scheduler is involved) to the node where a GPU Pod preempts, sized
-// like that Pod: every scheduler counts it as assigned, so the room the
-// victims free cannot go to a Pod of another scheduler (the nomination
-// itself lives in this ledger, which only the runplane-scheduler asks).
-// Only its preemptor may take it, at bind, like a stock placeholder.
+// like that Pod, and deletes at once, its finalizer holding it: every
+// scheduler counts it as assigned (a Pod being deleted holds its room
+// until it is gone), so the room the victims free cannot go to a Pod of
+// another scheduler (the nomination itself lives in this ledger, which
+// only the runplane-scheduler asks), while a kubelet never runs it. Only
+// its preemptor may take it, at bind: its Binding first, then the
+// finalizer goes. It is live while its finalizer stands.
 
 // ReservationRequest is a reservation the extender must create.
 type ReservationRequest struct {
@@ -63,10 +66,12 @@ func (l *Ledger) forgetReservation(p *podRec) {
 }
 
 // rejectedReservation notes a reservation Pod that turned terminal: a
-// kubelet refused it (the victims still held the room: OutOf<resource>).
-// The extender deletes it and makes another once the room is free.
+// kubelet wrote the phase of the Pod it stopped (where the chart's policy
+// runplane-reservation-status does not refuse it), and schedulers no
+// longer count it. The extender releases it and makes another once the
+// room is free.
 func (l *Ledger) rejectedReservation(pod *corev1.Pod) {
-	if l.opts.ReservationNamespace == "" || pod.Namespace != l.opts.ReservationNamespace || pod.DeletionTimestamp != nil {
+	if l.opts.ReservationNamespace == "" || pod.Namespace != l.opts.ReservationNamespace {
 		return
 	}
 	forUID := types.UID(pod.Labels[api.LabelReservedFor])

@@ -165,6 +165,8 @@ func reservationPod(in *corev1.Pod, node string) *corev1.Pod {
 	r := testPod("resv-"+in.Name, "", "", node, 0, corev1.PodRunning)
 	r.Namespace = api.DefaultNamespace
 	r.Labels[api.LabelReservedFor] = string(in.UID)
+	r.Finalizers = []string{api.FinalizerReservation}
+	r.DeletionTimestamp = &metav1.Time{Time: time.Now()} // deleted at once: held by its finalizer
 	r.Spec.Containers[0].Resources.Requests = in.Spec.Containers[0].Resources.Requests.DeepCopy()
 	r.Spec.Priority = in.Spec.Priority
 	return r

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
@@ -421,4 +422,31 @@ func TestSchedulerReservationsBounded(t *testing.T) {
 			refusedBy(t, tt.name, policy, rule, reservation(tt.mod))
 		})
 	}
+
+	// A reservation as the extender leaves it: deleted, held by its
+	// finalizer. The scheduler may remove the finalizer and nothing else;
+	// nobody (a kubelet included) may turn it terminal, which would let
+	// kube-scheduler give its room away.
+	admin := env.Client()
+	held, err := admin.CoreV1().Pods(releaseNS).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "runplane-reservation-", Labels: map[string]string{api.LabelReservedFor: "some-uid"},
+			Finalizers: []string{api.FinalizerReservation}},
+		Spec: corev1.PodSpec{NodeName: "rbac-gpu-0", Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10"}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, err := admin.CoreV1().Pods(releaseNS).Patch(context.Background(), held.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+		assert.NoError(t, err)
+		_ = admin.CoreV1().Pods(releaseNS).Delete(context.Background(), held.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	})
+	require.NoError(t, admin.CoreV1().Pods(releaseNS).Delete(ctx, held.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
+	patch := func(c kubernetes.Interface, body string, sub ...string) func() error {
+		return func() error {
+			_, err := c.CoreV1().Pods(releaseNS).Patch(ctx, held.Name, types.MergePatchType, []byte(body), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, sub...)
+			return err
+		}
+	}
+	require.NoError(t, patch(scheduler, `{"metadata":{"finalizers":null}}`)(), "the extender releases a reservation")
+	refusedBy(t, "scheduler relabels a reservation", "runplane-pod-updates", "platform's namespaces", patch(scheduler, `{"metadata":{"finalizers":null,"labels":{"app":"x"}}}`))
+	refusedBy(t, "a reservation turned Failed", "runplane-reservation-status", "never turns Succeeded or Failed", patch(admin, `{"status":{"phase":"Failed"}}`, "status"))
 }
