@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -33,6 +34,12 @@ func tenantDeployment(t *testing.T, ns, name, group string, replicas int32, cpu,
 // GPUs (a cluster where GPUs are not only given through runplane).
 func tenantGPUDeployment(t *testing.T, ns, name, group string, replicas int32, cpu, mem string, gpus int64) {
 	t.Helper()
+	tenantDeploymentOf(t, ns, name, group, replicas, cpu, mem, gpus, nil)
+}
+
+// tenantDeploymentOf is tenantGPUDeployment with the Pods' annotations.
+func tenantDeploymentOf(t *testing.T, ns, name, group string, replicas int32, cpu, mem string, gpus int64, annotations map[string]string) {
+	t.Helper()
 	req := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}
 	var limits corev1.ResourceList
 	if gpus > 0 {
@@ -45,7 +52,7 @@ func tenantGPUDeployment(t *testing.T, ns, name, group string, replicas int32, c
 			Replicas: &replicas,
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}, Annotations: annotations},
 				Spec: corev1.PodSpec{
 					NodeSelector:                  map[string]string{groupLabel: group},
 					TerminationGracePeriodSeconds: ptr.To(int64(30)),
@@ -374,5 +381,55 @@ func requireNotOvercommitted(t *testing.T, group string) {
 		allocGPU := n.Status.Allocatable[api.DefaultGPUResource]
 		require.LessOrEqual(t, cpu, n.Status.Allocatable.Cpu().MilliValue(), "CPU requests on %s", n.Name)
 		require.LessOrEqual(t, gpus, allocGPU.Value(), "GPU requests on %s", n.Name)
+	}
+}
+
+// TestReservationSurvivesRestart: the leader dies while a GPU Pod waits
+// for its victim to terminate. The reservation is a Pod: the new leader
+// finds it by its label and keeps the room for that GPU Pod, the
+// victim's replacement does not get it, and the GPU Pod binds into it.
+func TestReservationSurvivesRestart(t *testing.T) {
+	h := setup(t)
+	ctx, c := t.Context(), h.client
+	const group = "restart-resv"
+	nodes := addNodes(t, group, 1, 8)
+	nsInf, nsGPU := namespace(t, "restart-resv-inf"), namespace(t, "restart-resv-gpu")
+	// The victim takes 10s to terminate, as a workload that uses its grace.
+	tenantDeploymentOf(t, nsInf, "inference", group, 1, "2", "8Gi", 8, map[string]string{"pod-delete.stage.kwok.x-k8s.io/delay": "10s"})
+	waitRunning(t, c, nsInf, "app=inference", 1)
+
+	createPod(t, c, nsGPU, tierPod("g8", group, api.PriorityClassWorkload, "g8", 8))
+	var resv corev1.Pod
+	require.EventuallyWithT(t, func(t *assert.CollectT) {
+		left, err := listPods(ctx, c, api.DefaultNamespace, api.LabelReservedFor)
+		require.NoError(t, err)
+		var mine []corev1.Pod
+		for _, p := range left {
+			if p.Spec.NodeName == nodes[0] {
+				mine = append(mine, p)
+			}
+		}
+		require.Len(t, mine, 1)
+		resv = mine[0]
+		require.NotNil(t, resv.DeletionTimestamp, "deleted at once, held by its finalizer")
+	}, time.Minute, poll, "the reservation")
+
+	h.killExtender()
+	require.NoError(t, h.startExtender(ctx))
+
+	require.EventuallyWithT(t, func(t *assert.CollectT) {
+		p, err := c.CoreV1().Pods(nsGPU).Get(ctx, "g8", metav1.GetOptions{})
+		require.NoError(t, err)
+		require.Equal(t, nodes[0], p.Spec.NodeName)
+	}, 2*time.Minute, poll, "the GPU Pod to bind")
+	require.EventuallyWithT(t, func(t *assert.CollectT) {
+		_, err := c.CoreV1().Pods(api.DefaultNamespace).Get(ctx, resv.Name, metav1.GetOptions{})
+		require.True(t, apierrors.IsNotFound(err), "the reservation is gone: %v", err)
+	}, time.Minute, poll, "the reservation to go")
+	requireNotOvercommitted(t, group)
+	pods, err := listPods(ctx, c, nsInf, "app=inference")
+	require.NoError(t, err)
+	for _, p := range pods {
+		require.Empty(t, p.Spec.NodeName, "the victim's replacement %s took the room", p.Name)
 	}
 }
