@@ -10,6 +10,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
@@ -65,6 +67,7 @@ func (e *Extender) syncReservations(ctx context.Context) {
 		}
 		e.metrics.reservations.WithLabelValues("deleted").Inc()
 	}
+	e.ghostReservations(ctx)
 	for _, r := range create {
 		preemptor, err := e.podLister.Pods(r.Namespace).Get(r.Name)
 		if err != nil || preemptor.UID != r.For {
@@ -85,6 +88,30 @@ func (e *Extender) syncReservations(ctx context.Context) {
 			// one of the same Pod still being deleted.
 		default:
 			e.log.Info("creating reservation", "for", r.Namespace+"/"+r.Name, "node", r.Node, "err", err)
+		}
+	}
+}
+
+// ghostReservations deletes the reservations whose delete after their
+// creation failed (or did not happen: the extender died in between): a
+// reservation must never run on a kubelet, which would then refuse the
+// GPU Pod bound into it.
+func (e *Extender) ghostReservations(ctx context.Context) {
+	sel := labels.SelectorFromSet(nil)
+	if req, err := labels.NewRequirement(api.LabelReservedFor, selection.Exists, nil); err == nil {
+		sel = sel.Add(*req)
+	}
+	pods, err := e.podLister.Pods(e.cfg.Namespace).List(sel)
+	if err != nil {
+		e.log.Info("listing reservations", "err", err)
+		return
+	}
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil || p.Spec.NodeName == "" {
+			continue
+		}
+		if err := e.deleteReservation(ctx, p.Namespace, p.Name, p.UID); err != nil {
+			e.log.Info("deleting reservation", "pod", p.Namespace+"/"+p.Name, "err", err)
 		}
 	}
 }
