@@ -64,6 +64,17 @@ const (
 	// "<node>/<namespace>/<name>/<uid>" of that placeholder. A restarted
 	// extender reads it to keep the claim, so no placeholder is claimed twice.
 	AnnotationClaimedStock = Prefix + "claimed-stock"
+	// LabelReservedFor, on a reservation Pod the extender creates in its
+	// own namespace (and trusts nowhere else), is the UID of the GPU Pod
+	// that preempted for the room the reservation holds;
+	// AnnotationReservedFor is that Pod's "<namespace>/<name>".
+	LabelReservedFor      = Prefix + "reserved-for"
+	AnnotationReservedFor = Prefix + "reserved-for"
+	// FinalizerReservation holds a reservation Pod, deleted at once after
+	// its creation, until the extender releases it: the kubelet stops it
+	// (it never holds the node's resources there) while every scheduler
+	// still counts it (extender/README.md, "Priority tiers and preemption").
+	FinalizerReservation = Prefix + "reservation"
 )
 
 // Pool policy annotations, on the workload (Deployment) that owns a pool.

@@ -62,6 +62,16 @@ type Config struct {
 	StockStatusPeriod time.Duration
 	// ReservationTTL bounds a filter's reservation without a bind. Default 30s.
 	ReservationTTL time.Duration
+	// ReservationImage is the container image of the reservation Pods the
+	// leader binds where a GPU Pod preempts (reservations.go). Default
+	// registry.k8s.io/pause:3.10, the webhook's pause image.
+	ReservationImage string
+	// MaxEvictionsPerPod and MaxEvictionsPerNode cap the victims evicted
+	// for one GPU Pod and on one node in any minute (default 8 and 16);
+	// PreemptBackoff is how long Pods of other schedulers on a node are
+	// spared once an eviction there did not lead to a bind (default 2m).
+	MaxEvictionsPerPod, MaxEvictionsPerNode int
+	PreemptBackoff                          time.Duration
 	// ManagedResources are the extended resources the runplane-scheduler's
 	// configuration names as the extender's managedResources (the GPU
 	// resource and, for MIG specs, their slices); default nvidia.com/gpu.
@@ -78,6 +88,9 @@ type Config struct {
 	// Clock judges Lease expiry and reservation age; the real clock when nil.
 	Clock clock.Clock
 }
+
+// DefaultReservationImage is the image of reservation Pods.
+const DefaultReservationImage = "registry.k8s.io/pause:3.10"
 
 // DefaultLeaseName is the Lease the extender replicas compete for.
 const DefaultLeaseName = "runplane-extender"
@@ -120,6 +133,9 @@ func (c *Config) defaults() error {
 	}
 	if c.StockStatusPeriod <= 0 {
 		c.StockStatusPeriod = 10 * time.Second
+	}
+	if c.ReservationImage == "" {
+		c.ReservationImage = DefaultReservationImage
 	}
 	if c.ClaimTimeout <= 0 {
 		c.ClaimTimeout = 10 * time.Second

@@ -23,6 +23,12 @@ const (
 	// ReasonPreempted: a Pod was evicted to make room for a higher-priority
 	// GPU Pod (kube-scheduler's own preemption uses the same reason).
 	ReasonPreempted = "Preempted"
+	// ReasonPreemptionCapped (Warning, on the GPU Pod): a cap on
+	// evictions kept the preemption that would make room for it.
+	ReasonPreemptionCapped = "PreemptionCapped"
+	// ReasonBoundReserved: a GPU Pod was bound into the reservation its
+	// preemption made.
+	ReasonBoundReserved = "BoundReserved"
 )
 
 // eventRecorder starts an events.k8s.io broadcaster. Eventf only queues:
@@ -49,6 +55,11 @@ func (e *Extender) recordBind(pod *corev1.Pod, ph *ledger.Placeholder, took bool
 		e.events.Eventf(pod, nil, corev1.EventTypeNormal, ReasonBoundFree, "Bind", "Bound to free capacity on %s", node)
 		return
 	}
+	if ph.Reservation {
+		e.events.Eventf(pod, nil, corev1.EventTypeNormal, ReasonBoundReserved, "Bind",
+			"Bound on %s into the room its preemption reserved (reservation %s/%s, deleted)", node, ph.Namespace, ph.Name)
+		return
+	}
 	placeholder := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ph.Namespace, Name: ph.Name, UID: ph.UID}}
 	e.events.Eventf(pod, placeholder, corev1.EventTypeNormal, ReasonTookStock, "Bind",
 		"TookStock %s/%s on %s (label %s=%s; the placeholder was deleted)", ph.Namespace, ph.Name, node, api.LabelStock, ph.Spec)
@@ -67,4 +78,19 @@ func (e *Extender) recordPreempted(v ledger.Victim, p preemption) {
 	}
 	e.events.Eventf(victim, p.preemptor, corev1.EventTypeNormal, ReasonPreempted, "Preempt",
 		"Preempted by %s (priority %d, this Pod's %d) to make room on %s", p.pod, prio, v.Priority, p.plan.Node)
+}
+
+// recordCapped warns on a GPU Pod that a cap on evictions kept its
+// preemption (the Pod waits, or binds when room frees up otherwise).
+func (e *Extender) recordCapped(pod *corev1.Pod, capped string) {
+	e.metrics.preemptionCaps.WithLabelValues(capped).Inc()
+	if e.events == nil {
+		return
+	}
+	what := "this Pod's evictions"
+	if capped == ledger.CapNode {
+		what = "the evictions on the node"
+	}
+	e.events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonPreemptionCapped, "Preempt",
+		"Not preempting: %s reached the cap per minute (--max-evictions-per-pod, --max-evictions-per-node); the Pod waits", what)
 }

@@ -55,9 +55,11 @@ type Extender struct {
 	// guard tells the ledger which Pods a PodDisruptionBudget protects.
 	preempts chan preemption
 	guard    disruptionGuard
-	buffers  sync.Pool // *buffers
-	leader   atomic.Bool
-	listener net.Listener
+	// reserveKick wakes reconcileReservations (a new nomination).
+	reserveKick chan struct{}
+	buffers     sync.Pool // *buffers
+	leader      atomic.Bool
+	listener    net.Listener
 	// metricsListener serves /metrics and the probes when
 	// Config.MetricsAddr is set.
 	metricsListener net.Listener
@@ -103,8 +105,10 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 	}
 	e := &Extender{
 		cfg: cfg, log: cfg.Logger, client: client, caPEM: caPEM, done: make(chan struct{}),
-		ledger:  ledger.New(ledger.Options{ReservationTTL: cfg.ReservationTTL, Clock: cfg.Clock}),
-		intents: intents{clock: cfg.Clock}, deletePod: deletePod(client),
+		ledger: ledger.New(ledger.Options{ReservationTTL: cfg.ReservationTTL, Clock: cfg.Clock, ReservationNamespace: cfg.Namespace,
+			MaxEvictionsPerPod: cfg.MaxEvictionsPerPod, MaxEvictionsPerNode: cfg.MaxEvictionsPerNode, PreemptBackoff: cfg.PreemptBackoff}),
+		reserveKick: make(chan struct{}, 1),
+		intents:     intents{clock: cfg.Clock}, deletePod: deletePod(client),
 		preempts: make(chan preemption, preemptQueue),
 		events:   eventRecorder(ctx, client),
 	}
@@ -148,7 +152,7 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 	}
 	verbs, observe := http.NewServeMux(), http.NewServeMux()
 	e.routeVerbs(verbs)
-	runnables := []manager.Runnable{informers, always(e.sweep), always(e.evictVictims), server("runplane-extender", verbs, e.listener, verbsTLS(tlsCfg))}
+	runnables := []manager.Runnable{informers, always(e.sweep), always(e.evictVictims), always(e.reconcileReservations), server("runplane-extender", verbs, e.listener, verbsTLS(tlsCfg))}
 	metricsHandler, err := e.metricsHandler(cfg)
 	if err != nil {
 		_ = e.listener.Close()

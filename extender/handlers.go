@@ -214,11 +214,16 @@ func filterInto[N ledger.Name](e *Extender, args *extenderv1.ExtenderArgs, names
 	} else {
 		req.Protected = e.guard.protected
 		res = ledger.FilterAppend(e.ledger, into, req, names, e.isLeader())
-		if res.Claim != nil {
+		if res.Claim != nil && !res.Claim.Reservation {
+			// (A reservation is released after the Binding, which records
+			// the claim: nothing to record ahead.)
 			e.intents.record(e.client, args.Pod, *res.Claim)
 		}
 		if res.Preemption != nil {
 			e.enqueuePreemption(args.Pod, res.Preemption)
+		}
+		if res.Capped != "" {
+			e.recordCapped(args.Pod, res.Capped)
 		}
 	}
 	out := &extenderv1.ExtenderFilterResult{}
@@ -385,11 +390,14 @@ func (e *Extender) bind(ctx context.Context, pod *corev1.Pod, node string) error
 	defer func() { e.ledger.EndBind(pod.UID, ok, phDeleted) }()
 	claimCtx, cancel := context.WithTimeout(ctx, e.cfg.ClaimTimeout)
 	defer cancel()
-	if ph != nil {
+	if ph != nil && !ph.Reservation {
 		if phDeleted, took, err = e.claim(claimCtx, pod, ph); err != nil {
 			return err
 		}
 	}
+	// A reservation is released after the Binding, not before: until then
+	// every scheduler counts it (a kubelet does not: reservations.go).
+	took = took || ph != nil && ph.Reservation
 	// No claim annotation this process started for the Pod (an intent of
 	// an earlier reservation, superseded or not) may land after the
 	// Binding: the Binding's annotation below is the last word.
@@ -417,6 +425,13 @@ func (e *Extender) bind(ctx context.Context, pod *corev1.Pod, node string) error
 		return &bindError{reasonBinding, fmt.Errorf("binding Pod %s/%s to node %s: %w", pod.Namespace, pod.Name, node, err)}
 	}
 	ok = true
+	if ph != nil && ph.Reservation {
+		phDeleted = true // its room is the bound Pod's now
+		if err := e.releaseReservation(ctx, *ph); err != nil {
+			// The ledger finds it stale (its Pod is bound) and retries.
+			e.log.Info("releasing reservation", "pod", ph.Namespace+"/"+ph.Name, "err", err)
+		}
+	}
 	e.recordBind(pod, ph, took, node)
 	return nil
 }
@@ -482,7 +497,9 @@ func (e *Extender) claim(ctx context.Context, pod *corev1.Pod, ph *ledger.Placeh
 	switch {
 	case err == nil:
 		took = true
-		e.metrics.claims.WithLabelValues(ph.Spec).Inc()
+		if !ph.Reservation {
+			e.metrics.claims.WithLabelValues(ph.Spec).Inc()
+		}
 		// With grace period 0 and no finalizers the API server removes the
 		// Pod from storage before it answers: it is gone now, and waiting
 		// for the watch would only add latency to every takeover. A Pod

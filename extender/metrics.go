@@ -20,6 +20,9 @@ type metrics struct {
 	refused                                       *prometheus.CounterVec
 	binds                                         prometheus.Counter
 	preemptions                                   *prometheus.CounterVec
+	evictions                                     prometheus.Counter
+	preemptionCaps                                *prometheus.CounterVec
+	reservations                                  *prometheus.CounterVec
 	leader                                        prometheus.Gauge
 }
 
@@ -52,6 +55,18 @@ func newMetrics(l *ledger.Ledger) *metrics {
 			Name: "runplane_extender_preemptions_total",
 			Help: "Preemptions of lower-priority Pods for a GPU Pod no node fits, by result (planned, evicted, failed, dropped).",
 		}, []string{"result"}),
+		evictions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "runplane_extender_evictions_total",
+			Help: "Pods evicted to make room for a GPU Pod (the Eviction API accepted them).",
+		}),
+		preemptionCaps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "runplane_extender_preemption_caps_total",
+			Help: "Scheduling cycles of a GPU Pod in which a cap on evictions (per Pod or per node and minute) kept the only preemption, by cap (pod, node).",
+		}, []string{"cap"}),
+		reservations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "runplane_extender_reservations_total",
+			Help: "Reservation Pods holding a preempting GPU Pod's room, by action (created, deleted: stale or rejected; those a GPU Pod took are runplane_extender_binds_total).",
+		}, []string{"action"}),
 		binds: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "runplane_extender_binds_total",
 			Help: "Pods bound by the extender.",
@@ -64,7 +79,7 @@ func newMetrics(l *ledger.Ledger) *metrics {
 	m.filterLatency = m.latency.WithLabelValues("filter")
 	m.prioritizeLatency = m.latency.WithLabelValues("prioritize")
 	m.bindLatency = m.latency.WithLabelValues("bind")
-	m.registry.MustRegister(m.latency, m.steps, m.claims, m.bindFailures, m.refused, m.binds, m.preemptions, m.leader, stockCollector{l}, buildinfo.Collector())
+	m.registry.MustRegister(m.latency, m.steps, m.claims, m.bindFailures, m.refused, m.binds, m.preemptions, m.evictions, m.preemptionCaps, m.reservations, m.leader, stockCollector{l}, buildinfo.Collector())
 	return m
 }
 

@@ -47,8 +47,9 @@ func (e *Extender) enqueuePreemption(pod *corev1.Pod, plan *ledger.Preemption) {
 	if !plan.Renewed {
 		e.metrics.preemptions.WithLabelValues("planned").Inc()
 	}
-	if len(plan.Victims) == 0 {
-		return // only waiting for Pods already terminating
+	e.kickReservations()
+	if len(plan.Evict) == 0 {
+		return // only waiting for Pods already terminating, or evicted already
 	}
 	select {
 	case e.preempts <- preemption{pod: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, uid: pod.UID, plan: *plan, preemptor: pod}:
@@ -64,6 +65,10 @@ func (e *Extender) evictVictims(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case p := <-e.preempts:
+			// The reservation first: from then on no scheduler places a
+			// Pod in the room the plan counts on, free now or freed by
+			// the victims (reservations.go).
+			e.syncReservations(ctx)
 			if err := e.evictPlan(ctx, p); err != nil {
 				// The room stays held only as long as the plan can succeed.
 				e.ledger.Unnominate(p.uid)
@@ -72,7 +77,7 @@ func (e *Extender) evictVictims(ctx context.Context) error {
 				continue
 			}
 			e.metrics.preemptions.WithLabelValues("evicted").Inc()
-			e.log.Info("preempting", "pod", p.pod.String(), "node", p.plan.Node, "victims", len(p.plan.Victims))
+			e.log.Info("preempting", "pod", p.pod.String(), "node", p.plan.Node, "victims", len(p.plan.Evict))
 		}
 	}
 }
@@ -82,7 +87,7 @@ func (e *Extender) evictVictims(ctx context.Context) error {
 // extender's view of them is stale, and each victim terminates with its own
 // grace period.
 func (e *Extender) evictPlan(ctx context.Context, p preemption) error {
-	for _, v := range p.plan.Victims {
+	for _, v := range p.plan.Evict {
 		uid := v.UID
 		ev := &policyv1.Eviction{
 			ObjectMeta:    metav1.ObjectMeta{Namespace: v.Namespace, Name: v.Name},
@@ -91,6 +96,7 @@ func (e *Extender) evictPlan(ctx context.Context, p preemption) error {
 		err := e.client.PolicyV1().Evictions(v.Namespace).Evict(ctx, ev)
 		switch {
 		case err == nil:
+			e.metrics.evictions.Inc()
 			e.recordPreempted(v, p)
 		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
 			// Evicted, or already gone (Conflict: the name holds a newer Pod).

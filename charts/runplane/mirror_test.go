@@ -69,7 +69,8 @@ func TestWebhookConfigurationsMirrorGo(t *testing.T) {
 // ships (RBAC's complements, see templates/rbac/policies.yaml).
 var chartOnlyPolicies = map[string]bool{"runplane-no-token-secrets": true, "runplane-controller-workloads": true, "runplane-pod-updates": true,
 	"runplane-queue-scale": true, "runplane-controller-services": true, "runplane-controller-networkpolicies": true,
-	"runplane-controller-claims": true, "runplane-scheduler-pod-status": true}
+	"runplane-controller-claims": true, "runplane-scheduler-pod-status": true,
+	"runplane-scheduler-reservations": true, "runplane-reservation-status": true}
 
 // TestAdmissionPoliciesMirrorGo: the chart's ValidatingAdmissionPolicies
 // and bindings are exactly what webhook.Policies builds; runplane-gpu is

@@ -43,6 +43,10 @@ func main() {
 	flag.DurationVar(&cfg.StockStatusPeriod, "stock-status-period", 0, "how often the leader checks the stock Deployments' RunplaneStock condition (default 10s)")
 	flag.DurationVar(&cfg.ClaimTimeout, "claim-timeout", 0, "bound on deleting a placeholder and waiting until it is gone (default 10s)")
 	flag.StringVar(&managed, "managed-resources", api.DefaultGPUResource, "comma-separated extended resources the runplane-scheduler's configuration lists as the extender's managedResources (the chart: scheduler.extender.gpuResource and scheduler.extender.managedResources); every resource a catalog spec requests must be one of them")
+	flag.StringVar(&cfg.ReservationImage, "reservation-image", extender.DefaultReservationImage, "image of the reservation Pods that hold a preempting GPU Pod's room (the webhook's pause image)")
+	flag.IntVar(&cfg.MaxEvictionsPerPod, "max-evictions-per-pod", 0, "cap on Pods evicted for one GPU Pod in any minute (default 8)")
+	flag.IntVar(&cfg.MaxEvictionsPerNode, "max-evictions-per-node", 0, "cap on Pods evicted on one node in any minute (default 16)")
+	flag.DurationVar(&cfg.PreemptBackoff, "preempt-backoff", 0, "how long Pods of other schedulers on a node are not preempted again once an eviction there did not lead to a bind (default 2m)")
 	flag.StringVar(&cfg.PprofAddr, "pprof-addr", "", "serve net/http/pprof (plain HTTP, with mutex and block profiles) on this address, e.g. 127.0.0.1:6060; empty: off")
 	cfg.Logger = cmdline.Parse(flag.CommandLine, os.Args[1:], logging.Options{})
 	for _, h := range strings.Split(hosts, ",") {

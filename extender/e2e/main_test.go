@@ -48,6 +48,8 @@ var catalogData = map[string]string{
 	"greq": "gpu: 1\ncpu: \"4\"\nmemory: 16Gi\nstock: Required\n",
 	"g4":   "gpu: 4\ncpu: \"16\"\nmemory: 64Gi\n",
 	"g8":   "gpu: 8\ncpu: \"32\"\nmemory: 128Gi\n",
+	// g1.1: make dev's spec (TestPreemptionMakesProgress).
+	"g1.1": "gpu: 1\ncpu: \"4\"\nmemory: 16Gi\n",
 	// gstatus: only TestStockStatusCondition's placeholders, so its counts
 	// are its own.
 	"gstatus": "gpu: 1\ncpu: \"4\"\nmemory: 16Gi\n",

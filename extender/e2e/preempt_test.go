@@ -125,6 +125,11 @@ func TestPreemptionHonoursPodDisruptionBudgets(t *testing.T) {
 func preemptOnto(t *testing.T, ns, group, node string, evicted, kept map[types.UID]string) {
 	h := setup(t)
 	ctx, c := t.Context(), h.client
+	t.Cleanup(func() {
+		if t.Failed() {
+			logUnbound(t, ns, group)
+		}
+	})
 	createPod(t, c, ns, tierPod("high-8", group, api.PriorityClassWorkloadHigh, "high-8", 8))
 	require.EventuallyWithT(t, func(t *assert.CollectT) {
 		p, err := c.CoreV1().Pods(ns).Get(ctx, "high-8", metav1.GetOptions{})

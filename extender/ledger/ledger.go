@@ -13,12 +13,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
@@ -105,6 +107,8 @@ type Placeholder struct {
 	UID             types.UID
 	Namespace, Name string
 	Node, Spec      string
+	// Reservation: the room the Pod's own preemption reserved, not stock.
+	Reservation bool
 }
 
 // String is the value of the claim annotation: node/namespace/name/uid.
@@ -133,6 +137,12 @@ type podRec struct {
 	record    types.UID // bound Pod: the placeholder its claim annotation names
 	priority  int32
 	labels    map[string]string // the informer's map, for PodDisruptionBudget selectors
+	// reservedFor: a reservation Pod (reservation.go) holding room for
+	// this preemptor; only that Pod may take it.
+	reservedFor types.UID
+	created     time.Time // the Pod's creationTimestamp (a reservation's age)
+	foreign     bool      // scheduled by another scheduler than runplane's
+	owner       types.UID // controller (a ReplicaSet...): a victim's lineage
 }
 
 // claimable: a bound, live, unclaimed placeholder. Bound is enough (it need
@@ -193,6 +203,20 @@ type Options struct {
 	NominationTTL time.Duration
 	// Clock ages reservations; the real clock when nil.
 	Clock clock.PassiveClock
+	// ReservationNamespace is the only namespace whose Pods labelled
+	// runplane.io/reserved-for are trusted as reservations (the
+	// extender's own); empty trusts none.
+	ReservationNamespace string
+	// SchedulerName is runplane's scheduler (api.SchedulerName when
+	// empty): Pods of any other are "foreign" to the preemption back-off.
+	SchedulerName string
+	// PreemptBackoff: how long Pods of other schedulers on a node are not
+	// preempted again once an eviction there did not lead to a bind.
+	// Default 2m.
+	PreemptBackoff time.Duration
+	// MaxEvictionsPerPod and MaxEvictionsPerNode cap the victims planned
+	// per preempting Pod and per node in any minute. Default 8 and 16.
+	MaxEvictionsPerPod, MaxEvictionsPerNode int
 }
 
 // Ledger is the per-node capacity book. The zero value is not usable; use New.
@@ -221,6 +245,22 @@ type Ledger struct {
 	names    []corev1.ResourceName
 	// specs indexes the stock specs seen, for node.warm.
 	specs map[string]int
+	// resv are the reservation Pods (by their UID), reservedFor the
+	// latest of each preemptor (reservation.go).
+	resv        map[types.UID]*podRec
+	reservedFor map[types.UID]*podRec
+	// resvDrop: reservations no nomination holds any more (preempt.go).
+	resvDrop map[types.UID]bool
+	// rejected: a preemptor's reservation a kubelet rejected (terminal
+	// while present); rejectedOnce: it happened for that preemptor.
+	rejected     map[types.UID]Placeholder
+	rejectedOnce map[types.UID]bool
+	// preempts are the preempting Pods' records, evictions the victims
+	// planned per node (times), backoff when nodes' back-off ends.
+	preempts  map[types.UID]*preemptRec
+	victimOf  map[types.UID]types.UID // a planned victim's preemptor
+	evictions map[string][]time.Time
+	backoff   map[string]time.Time
 }
 
 // New returns an empty ledger.
@@ -240,6 +280,18 @@ func New(opts Options) *Ledger {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
+	if opts.SchedulerName == "" {
+		opts.SchedulerName = api.SchedulerName
+	}
+	if opts.PreemptBackoff <= 0 {
+		opts.PreemptBackoff = 2 * time.Minute
+	}
+	if opts.MaxEvictionsPerPod <= 0 {
+		opts.MaxEvictionsPerPod = 8
+	}
+	if opts.MaxEvictionsPerNode <= 0 {
+		opts.MaxEvictionsPerNode = 16
+	}
 	return &Ledger{
 		opts:    opts,
 		nodes:   map[string]*node{},
@@ -253,6 +305,10 @@ func New(opts Options) *Ledger {
 		gone:        map[types.UID]chan struct{}{},
 		slots:       map[corev1.ResourceName]int{},
 		specs:       map[string]int{},
+
+		resv: map[types.UID]*podRec{}, reservedFor: map[types.UID]*podRec{}, resvDrop: map[types.UID]bool{},
+		rejected: map[types.UID]Placeholder{}, rejectedOnce: map[types.UID]bool{},
+		preempts: map[types.UID]*preemptRec{}, victimOf: map[types.UID]types.UID{}, evictions: map[string][]time.Time{}, backoff: map[string]time.Time{},
 	}
 }
 
@@ -418,6 +474,7 @@ func terminal(pod *corev1.Pod) bool {
 func (l *Ledger) UpsertPod(pod *corev1.Pod) {
 	if terminal(pod) {
 		l.DeletePod(pod.UID)
+		l.rejectedReservation(pod)
 		return
 	}
 	rec := &podRec{
@@ -427,6 +484,18 @@ func (l *Ledger) UpsertPod(pod *corev1.Pod) {
 		live:      pod.DeletionTimestamp == nil,
 		priority:  priority(pod),
 		labels:    pod.Labels,
+		created:   pod.CreationTimestamp.Time,
+		foreign:   pod.Spec.SchedulerName != l.opts.SchedulerName,
+	}
+	if ref := metav1.GetControllerOf(pod); ref != nil {
+		rec.owner = ref.UID
+	}
+	if l.opts.ReservationNamespace != "" && pod.Namespace == l.opts.ReservationNamespace && pod.Labels[api.LabelReservedFor] != "" {
+		rec.reservedFor = types.UID(pod.Labels[api.LabelReservedFor])
+		rec.stockSpec = "" // a reservation is its preemptor's alone
+		// Deleted at once after its creation, it holds the room while its
+		// finalizer stands (reservation.go).
+		rec.live = slices.Contains(pod.Finalizers, api.FinalizerReservation)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -455,6 +524,12 @@ func (l *Ledger) UpsertPod(pod *corev1.Pod) {
 		l.unassume(a, true)
 	}
 	l.addRec(rec)
+	if rec.reservedFor != "" {
+		l.addReservation(rec)
+	}
+	if rec.node != "" {
+		l.preemptorBound(rec.uid, rec.node)
+	}
 	if rec.node == "" && !l.handled[pod.UID] && l.assumed[pod.UID] == nil {
 		l.recover(pod)
 	}
@@ -545,11 +620,15 @@ func (l *Ledger) DeletePod(uid types.UID) {
 		}
 		l.removeRec(p)
 		delete(l.pods, uid)
+		l.forgetReservation(p)
 		if p.record != "" && l.recorded[p.record] == uid {
 			delete(l.recorded, p.record)
 		}
 	}
 	delete(l.handled, uid)
+	delete(l.victimOf, uid)
+	l.forgetRejected(uid)
+	l.preemptorBound(uid, "")
 	if c, ok := l.inherits[uid]; ok {
 		delete(l.inherits, uid)
 		if l.inheritedBy[c.UID] == uid {
@@ -625,6 +704,9 @@ func (l *Ledger) Sweep() {
 	for _, a := range l.assumed {
 		if a.state != Binding && now.After(a.expires) {
 			l.unassume(a, a.state == Bound)
+			if a.state == Nominated {
+				l.nominationEnded(a.uid, a.node, now)
+			}
 		}
 	}
 }
@@ -663,11 +745,15 @@ type probe struct {
 	names    func(int) corev1.ResourceName
 	required string
 	warm     int // index of req.Spec in node.warm; -1 when no node has stock of it
+	// resv is the Pod's own reservation, if any: one lookup per call,
+	// not per node.
+	resv *podRec
 }
 
 // newProbe prepares req. Callers hold l.mu.
 func (l *Ledger) newProbe(req Request) *probe {
-	p := &probe{req: req, vec: l.pack(req.Requests), prim: l.slot(primary(req.Requests)), names: l.slotName, warm: -1}
+	p := &probe{req: req, vec: l.pack(req.Requests), prim: l.slot(primary(req.Requests)), names: l.slotName, warm: -1,
+		resv: l.reservedFor[req.UID]}
 	if i, ok := l.specs[req.Spec]; ok && req.Spec != "" {
 		p.warm = i
 	}
@@ -730,6 +816,12 @@ func (l *Ledger) evaluate(pr *probe, n *node, prefer types.UID) verdict {
 			}
 		}
 		v.hasStock = ph != nil
+	}
+	if r := pr.resv; ph == nil && r != nil && r.node == n.name && r.counted && r.live && r.claimedBy == "" {
+		// The room the Pod's own preemption reserved (reservation.go).
+		if ok, _ := fitsVec(n.alloc, n.used, r.req, pr.vec, pr.nz); ok {
+			ph, v.hasStock = r, true
+		}
 	}
 	switch {
 	case req.Required && ph == nil:
@@ -797,6 +889,9 @@ type FilterResult struct {
 	// on one makes room (leader only): the Pod is nominated there, and the
 	// caller evicts the victims.
 	Preemption *Preemption
+	// Capped is set when no preemption was planned and a cap on
+	// evictions kept one from a node (CapPod or CapNode).
+	Capped string
 }
 
 // NodeFailure is why the Pod does not fit a node.
@@ -853,6 +948,9 @@ func FilterAppend[N Name](l *Ledger, into FilterResult, req Request, names []N, 
 		}
 		l.unassume(prev, false)
 	}
+	if r := l.reservedFor[req.UID]; preferNode == "" && r != nil && r.live {
+		preferNode = r.node // a reservation a predecessor made
+	}
 	pr := l.newProbe(req)
 	if res.Feasible == nil {
 		res.Feasible = make([]string, 0, len(names))
@@ -878,11 +976,20 @@ func FilterAppend[N Name](l *Ledger, into FilterResult, req Request, names []N, 
 		best, bestNode = v, n
 	}
 	if bestNode == nil && reserve && req.Preempt && !req.Required {
-		if p := l.preempt(pr, res.Failed, preferNode); p != nil {
+		now := l.opts.Clock.Now()
+		p, capped := l.preempt(pr, res.Failed, preferNode, now)
+		res.Capped = capped
+		if p != nil {
 			p.Renewed = prev != nil && prev.state == Nominated && prev.node == p.Node
+			if prev != nil && prev.state == Nominated && prev.node != p.Node {
+				l.nominationEnded(req.UID, prev.node, now)
+			}
+			l.recordPlan(req.UID, p, now)
 			l.handled[req.UID] = true
-			l.assume(&assumption{uid: req.UID, node: p.Node, req: pr.vec, state: Nominated,
-				expires: l.opts.Clock.Now().Add(l.opts.NominationTTL)})
+			a := &assumption{uid: req.UID, node: p.Node, req: pr.vec, state: Nominated,
+				expires: now.Add(l.opts.NominationTTL)}
+			l.holdReservation(a)
+			l.assume(a)
 			for i := range res.Failed {
 				if res.Failed[i].Node == p.Node {
 					res.Failed[i].Reason = p.Reason()
@@ -903,7 +1010,8 @@ func FilterAppend[N Name](l *Ledger, into FilterResult, req Request, names []N, 
 		expires: l.opts.Clock.Now().Add(l.opts.ReservationTTL)}
 	if best.ph != nil {
 		a.ph = best.ph.uid
-		res.Claim = &Placeholder{UID: best.ph.uid, Namespace: best.ph.ns, Name: best.ph.name, Node: bestNode.name, Spec: best.ph.stockSpec}
+		res.Claim = &Placeholder{UID: best.ph.uid, Namespace: best.ph.ns, Name: best.ph.name, Node: bestNode.name, Spec: best.ph.stockSpec,
+			Reservation: best.ph.reservedFor != ""}
 	}
 	l.assume(a)
 	res.Chosen = bestNode.name
@@ -1008,7 +1116,7 @@ func (l *Ledger) BeginBind(req Request, nodeName string) (*Placeholder, error) {
 	if p == nil {
 		return nil, nil // already gone: its capacity is free and ours
 	}
-	return &Placeholder{UID: p.uid, Namespace: p.ns, Name: p.name, Node: nodeName, Spec: p.stockSpec}, nil
+	return &Placeholder{UID: p.uid, Namespace: p.ns, Name: p.name, Node: nodeName, Spec: p.stockSpec, Reservation: p.reservedFor != ""}, nil
 }
 
 // EndBind records a bind's outcome. On failure the Pod's assumption is

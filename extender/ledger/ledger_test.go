@@ -41,8 +41,10 @@ func testPod(name, kind, spec, nodeName string, gpus int64, phase corev1.PodPhas
 	switch kind {
 	case "gpu":
 		p.Labels[api.LabelGPUSpec] = spec
+		p.Spec.SchedulerName = api.SchedulerName
 	case "stock":
 		p.Labels[api.LabelStock] = spec
+		p.Spec.SchedulerName = api.SchedulerName
 	}
 	return p
 }

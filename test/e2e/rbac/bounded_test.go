@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
@@ -362,4 +363,91 @@ func TestPoliciesTypeCheck(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSchedulerReservationsBounded: the scheduler's ServiceAccount may
+// create Pods in the release namespace for the extender's reservations
+// (a preempting GPU Pod's room); any other Pod there — one that runs as
+// another of runplane's ServiceAccounts, mounts a volume, runs another
+// image, or is not a bound reservation — is refused by
+// runplane-scheduler-reservations.
+func TestSchedulerReservationsBounded(t *testing.T) {
+	install(t)
+	ctx := t.Context()
+	scheduler := as(t, "runplane-scheduler")
+	reservation := func(mod func(*corev1.Pod)) func() error {
+		return func() error {
+			p := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{GenerateName: "runplane-reservation-", Labels: map[string]string{api.LabelReservedFor: "some-uid"}},
+				Spec: corev1.PodSpec{
+					NodeName: "rbac-gpu-0", AutomountServiceAccountToken: ptr.To(false),
+					SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(int64(65535)),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+					Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", SecurityContext: &corev1.SecurityContext{
+						AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}},
+				},
+			}
+			ns := releaseNS
+			if mod != nil {
+				mod(p)
+			}
+			if p.Namespace != "" {
+				ns = p.Namespace
+			}
+			_, err := scheduler.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		}
+	}
+	const policy, rule = "runplane-scheduler-reservations", "only reservation Pods"
+	tests := []struct {
+		name string
+		mod  func(*corev1.Pod)
+		ok   bool
+	}{
+		{"a reservation", nil, true},
+		{"as runplane-controller", func(p *corev1.Pod) { p.Spec.ServiceAccountName = "runplane-controller" }, false},
+		{"with a token", func(p *corev1.Pod) { p.Spec.AutomountServiceAccountToken = nil }, false},
+		{"mounting a Secret", func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "runplane-nats"}}}}
+		}, false},
+		{"another image", func(p *corev1.Pod) { p.Spec.Containers[0].Image = "example.com/shell:1" }, false},
+		{"unbound", func(p *corev1.Pod) { p.Spec.NodeName = "" }, false},
+		{"unlabelled", func(p *corev1.Pod) { p.Labels = nil }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.ok {
+				require.NoError(t, reservation(tt.mod)())
+				return
+			}
+			refusedBy(t, tt.name, policy, rule, reservation(tt.mod))
+		})
+	}
+
+	// A reservation as the extender leaves it: deleted, held by its
+	// finalizer. The scheduler may remove the finalizer and nothing else;
+	// nobody (a kubelet included) may turn it terminal, which would let
+	// kube-scheduler give its room away.
+	admin := env.Client()
+	held, err := admin.CoreV1().Pods(releaseNS).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "runplane-reservation-", Labels: map[string]string{api.LabelReservedFor: "some-uid"},
+			Finalizers: []string{api.FinalizerReservation}},
+		Spec: corev1.PodSpec{NodeName: "rbac-gpu-0", Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10"}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, err := admin.CoreV1().Pods(releaseNS).Patch(context.Background(), held.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+		assert.NoError(t, err)
+		_ = admin.CoreV1().Pods(releaseNS).Delete(context.Background(), held.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	})
+	require.NoError(t, admin.CoreV1().Pods(releaseNS).Delete(ctx, held.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
+	patch := func(c kubernetes.Interface, body string, sub ...string) func() error {
+		return func() error {
+			_, err := c.CoreV1().Pods(releaseNS).Patch(ctx, held.Name, types.MergePatchType, []byte(body), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, sub...)
+			return err
+		}
+	}
+	require.NoError(t, patch(scheduler, `{"metadata":{"finalizers":null}}`)(), "the extender releases a reservation")
+	refusedBy(t, "scheduler relabels a reservation", "runplane-pod-updates", "platform's namespaces", patch(scheduler, `{"metadata":{"finalizers":null,"labels":{"app":"x"}}}`))
+	refusedBy(t, "a reservation turned Failed", "runplane-reservation-status", "never turns Succeeded or Failed", patch(admin, `{"status":{"phase":"Failed"}}`, "status"))
 }
