@@ -68,9 +68,6 @@ nats:
 stock:
   namespace: ` + stockNS + `
   pools: [{spec: rn1, replicas: ` + fmt.Sprint(cluster.RealNodeGPUs) + `}]
-egress:
-  # test/cluster's CoreDNS listens on 1053 behind kube-dns's 53 (policies see the Pod's port).
-  dns: {ports: [1053]}
 helmTest:
   namespace: ` + testNS + `
   timeout: 3m` + placement + `
