@@ -222,9 +222,10 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 
 // restrictEgress applies the chart's egress restriction: its default
 // settings (egress.DefaultSettings, which the chart's values mirror; the
-// cluster's CoreDNS listens on their port 53) with this cluster's NATS port. On a cluster that serves no
-// AdminNetworkPolicy it says so and falls back to networkPolicy mode, as the
-// chart's egress.enforcement would have to be set there.
+// cluster's CoreDNS listens on their port 53) with this cluster's NATS
+// port. On a cluster that serves no AdminNetworkPolicy it says so and falls
+// back to networkPolicy mode, as the chart's egress.enforcement would have
+// to be set there.
 func restrictEgress(ctx context.Context, c *cluster.Cluster, natsPort int) (egress.Settings, error) {
 	s := egress.DefaultSettings()
 	s.NATS.Port = int32(natsPort)
