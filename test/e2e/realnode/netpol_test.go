@@ -90,7 +90,7 @@ while true; do
 done`
 	createPod(t, ctx, tenant, realPod("prober", prober, 0))
 	p := &probe{t: t, ns: tenant, pod: "prober"}
-	p.expect(ctx, "no policy", "ok", "ok")
+	p.expect(ctx, "no policy", "srv ok", "dns ok")
 
 	p.mark(ctx)
 	nps := env.Client().NetworkingV1().NetworkPolicies(tenant)
@@ -109,10 +109,10 @@ done`
 		},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	p.expect(ctx, "namespace egress NetworkPolicy", "fail", "ok")
+	p.expect(ctx, "namespace egress NetworkPolicy", "srv fail", "dns ok")
 	p.mark(ctx)
 	require.NoError(t, nps.Delete(ctx, "egress-dns-only", metav1.DeleteOptions{}))
-	p.expect(ctx, "policy deleted", "ok", "ok")
+	p.expect(ctx, "policy deleted", "srv ok", "dns ok")
 
 	denyToServer := fmt.Sprintf(`
 subject: {namespaces: {matchLabels: {%[1]s: %[2]s}}}
@@ -122,7 +122,7 @@ egress:
   to: [{namespaces: {matchLabels: {%[1]s: %[3]s}}}]`, corev1.LabelMetadataName, tenant, srvNS)
 	p.mark(ctx)
 	createPolicyAPI(t, ctx, "baselineadminnetworkpolicies", "BaselineAdminNetworkPolicy", "default", denyToServer)
-	p.expect(ctx, "BaselineAdminNetworkPolicy Deny", "fail", "ok")
+	p.expect(ctx, "BaselineAdminNetworkPolicy Deny", "srv fail", "dns ok")
 
 	allowAll := &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "tenant-allow-all"},
@@ -134,14 +134,15 @@ egress:
 	p.mark(ctx)
 	_, err = nps.Create(ctx, allowAll, metav1.CreateOptions{})
 	require.NoError(t, err)
-	p.expect(ctx, "tenant allow-all over the baseline (the tenant may lift a baseline)", "ok", "ok")
+	p.expect(ctx, "tenant allow-all over the baseline (the tenant may lift a baseline)", "srv ok", "dns ok")
 
 	p.mark(ctx)
 	createPolicyAPI(t, ctx, "adminnetworkpolicies", "AdminNetworkPolicy", "e2e-deny-"+tenant, "priority: 10\n"+denyToServer)
-	p.expect(ctx, "AdminNetworkPolicy Deny despite the tenant's allow-all", "fail", "ok")
+	p.expect(ctx, "AdminNetworkPolicy Deny despite the tenant's allow-all", "srv fail", "dns ok")
 }
 
-// probe reads the rounds a prober Pod logs ("R <n> srv|dns ok|fail").
+// probe reads the rounds a prober Pod logs, one line per target and round:
+// "R <n> <target> ok|fail".
 type probe struct {
 	t       *testing.T
 	ns, pod string
@@ -160,11 +161,12 @@ func (p *probe) mark(ctx context.Context) {
 }
 
 // expect waits until two consecutive rounds after the last step read
-// srv and dns as given (a change of policy reaches the enforcer within a
-// round or two, never at a known instant).
-func (p *probe) expect(ctx context.Context, step, srv, dns string) {
+// exactly want ("<target> ok|fail", in the prober's order): a change of
+// policy reaches the enforcer within a round or two, never at a known
+// instant.
+func (p *probe) expect(ctx context.Context, step string, want ...string) {
 	p.t.Helper()
-	want := fmt.Sprintf("srv %s|dns %s", srv, dns)
+	all := strings.Join(want, "|")
 	var rounds map[int]string
 	err := wait.PollUntilContextTimeout(ctx, 300*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		data, err := env.Client().CoreV1().Pods(p.ns).GetLogs(p.pod, &corev1.PodLogOptions{}).DoRaw(ctx)
@@ -172,9 +174,9 @@ func (p *probe) expect(ctx context.Context, step, srv, dns string) {
 			return false, nil
 		}
 		rounds = parseRounds(string(data))
-		complete := func(r string) bool { return strings.Contains(r, "|") }
+		complete := func(r string) bool { return strings.Count(r, "|") == len(want)-1 }
 		for n := p.seen + 1; complete(rounds[n]) && complete(rounds[n+1]); n++ {
-			if rounds[n] == want && rounds[n+1] == want {
+			if rounds[n] == all && rounds[n+1] == all {
 				return true, nil
 			}
 		}
@@ -184,10 +186,10 @@ func (p *probe) expect(ctx context.Context, step, srv, dns string) {
 	for n := p.seen + 1; rounds[n] != ""; n++ {
 		last = strconv.Itoa(n) + ": " + rounds[n]
 	}
-	require.NoError(p.t, err, "%s: never two rounds of %q after round %d (last %s)", step, want, p.seen, last)
+	require.NoError(p.t, err, "%s: never two rounds of %q after round %d (last %s)", step, all, p.seen, last)
 }
 
-// parseRounds maps round numbers to "srv <r>|dns <r>".
+// parseRounds maps round numbers to "<target> <r>|<target> <r>...".
 func parseRounds(log string) map[int]string {
 	rounds := map[int]string{}
 	for _, line := range strings.Split(log, "\n") {
@@ -228,15 +230,21 @@ func createPod(t *testing.T, ctx context.Context, ns string, pod *corev1.Pod) {
 // once it is Ready.
 func startNetpolServer(t *testing.T, ctx context.Context, ns string) string {
 	t.Helper()
-	pod := realPod("server", netpolServer, 0)
+	return startServerPod(t, ctx, realPod("server", netpolServer, 0), ns, 8080)
+}
+
+// startServerPod creates pod in ns and returns its IP once it listens on
+// readyPort.
+func startServerPod(t *testing.T, ctx context.Context, pod *corev1.Pod, ns string, readyPort int32) string {
+	t.Helper()
 	pod.Spec.Containers[0].ReadinessProbe = &corev1.Probe{
-		ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(8080)}},
+		ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(readyPort)}},
 		PeriodSeconds: 1,
 	}
 	createPod(t, ctx, ns, pod)
 	var ip string
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := env.Client().CoreV1().Pods(ns).Get(ctx, "server", metav1.GetOptions{})
+		p, err := env.Client().CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -248,7 +256,7 @@ func startNetpolServer(t *testing.T, ctx context.Context, ns string) string {
 		}
 		return false, nil
 	})
-	require.NoError(t, err, "server in %s never Ready", ns)
+	require.NoError(t, err, "%s in %s never Ready", pod.Name, ns)
 	return ip
 }
 
