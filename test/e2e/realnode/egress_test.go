@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,23 +15,8 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/test/cluster"
+	"github.com/runplane/runplane/test/e2e/netprobe"
 )
-
-// egressTarget is one destination a pool Pod's prober tries each round.
-type egressTarget struct {
-	name string
-	// check is a shell condition: true when a new connection succeeds.
-	check string
-	// allowed: the product's egress restriction lets pool Pods reach it.
-	allowed bool
-}
-
-// tcpCheck connects to ip:port, sends a line and succeeds once the server
-// closes (every listener here does; NATS closes on a bad protocol line or
-// TLS handshake). A dropped SYN fails within nc's 1 s connect timeout.
-func tcpCheck(ip string, port int) string {
-	return fmt.Sprintf("echo x | timeout 3 nc -w 1 %s %d >/dev/null 2>&1", ip, port)
-}
 
 // closingListener accepts and closes every connection until the test ends.
 func closingListener(t *testing.T, ln net.Listener) int {
@@ -115,31 +99,30 @@ func TestEgressOfPoolPods(t *testing.T) {
 	require.NoError(t, err)
 	hostPort := closingListener(t, hostLn)
 
-	targets := []egressTarget{
-		{"nats", tcpCheck(node.HostIP, natsPort), true},
-		{"nats-pod", tcpCheck(natsPod, natsPort), true},
-		{"dns", "nslookup kubernetes.default.svc." + cluster.ClusterDomain + " >/dev/null 2>&1", true},
-		{"public", tcpCheck(public, publicPort), true},
-		{"metadata", tcpCheck(metadata, 80), false},
-		{"other-tenant", tcpCheck(otherPod, 8080), false},
-		{"nats-monitor", tcpCheck(natsPod, 8222), false},
-		{"nats-cluster", tcpCheck(natsPod, 6222), false},
-		{"kubelet", tcpCheck(node.InternalIP, 10250), false},
-		{"node", tcpCheck(node.InternalIP, nodePort), false},
-		{"other-dns", tcpCheck(public, 53), false},
-		{"host", tcpCheck(node.HostIP, hostPort), false},
+	targets := []netprobe.Target{
+		netprobe.Allow("nats", netprobe.TCP(node.HostIP, natsPort)),
+		netprobe.Allow("nats-pod", netprobe.TCP(natsPod, natsPort)),
+		netprobe.Allow("dns", "nslookup kubernetes.default.svc."+cluster.ClusterDomain+" >/dev/null 2>&1"),
+		netprobe.Allow("public", netprobe.TCP(public, publicPort)),
+		netprobe.Deny("metadata", netprobe.TCP(metadata, 80)),
+		netprobe.Deny("other-tenant", netprobe.TCP(otherPod, 8080)),
+		netprobe.Deny("nats-monitor", netprobe.TCP(natsPod, 8222)),
+		netprobe.Deny("nats-cluster", netprobe.TCP(natsPod, 6222)),
+		// test/cluster drops Pods' connections to the kubelet besides: "node"
+		// is the product's denial of the node's address.
+		netprobe.Deny("kubelet", netprobe.TCP(node.InternalIP, 10250)),
+		netprobe.Deny("node", netprobe.TCP(node.InternalIP, nodePort)),
+		netprobe.Deny("other-dns", netprobe.TCP(public, 53)),
+		netprobe.Deny("host", netprobe.TCP(node.HostIP, hostPort)),
 	}
-	pod := realPod("prober", proberScript(targets), 0)
+	pod := realPod("prober", netprobe.Script(targets), 0)
 	pod.Labels = map[string]string{api.LabelEgress: api.EgressRestricted}
 	createPod(t, ctx, tenant, pod)
-	p := &probe{t: t, ns: tenant, pod: "prober"}
-	var want []string
-	for _, tg := range targets {
-		want = append(want, tg.name+" "+map[bool]string{true: "ok", false: "fail"}[tg.allowed])
-	}
-	p.expect(ctx, "pool Pod under runplane-egress", want...)
+	p := &netprobe.Probe{T: t, Client: env.Client(), NS: tenant, Pod: "prober"}
+	want := netprobe.Want(targets)
+	p.Expect(ctx, "pool Pod under runplane-egress", want...)
 
-	p.mark(ctx)
+	p.Mark(ctx)
 	_, err = env.Client().NetworkingV1().NetworkPolicies(tenant).Create(ctx, &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "tenant-allow-all"},
 		Spec: networkingv1.NetworkPolicySpec{
@@ -148,21 +131,5 @@ func TestEgressOfPoolPods(t *testing.T) {
 		},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	p.expect(ctx, "the tenant's own allow-all egress NetworkPolicy", want...)
-}
-
-// proberScript tries every target each round, concurrently (a denied one
-// takes nc's 1 s timeout), and logs "R <n> <name> ok|fail" in order.
-func proberScript(targets []egressTarget) string {
-	var b strings.Builder
-	b.WriteString("i=0\nwhile true; do\n  i=$((i+1))\n")
-	for _, tg := range targets {
-		fmt.Fprintf(&b, "  ( if %s; then echo ok; else echo fail; fi > /tmp/%s ) &\n", tg.check, tg.name)
-	}
-	b.WriteString("  wait\n")
-	for _, tg := range targets {
-		fmt.Fprintf(&b, "  echo \"R $i %[1]s $(cat /tmp/%[1]s)\"\n", tg.name)
-	}
-	b.WriteString("  sleep 0.2\ndone\n")
-	return b.String()
+	p.Expect(ctx, "the tenant's own allow-all egress NetworkPolicy", want...)
 }

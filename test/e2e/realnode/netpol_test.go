@@ -3,8 +3,6 @@ package realnode
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/runplane/runplane/test/cluster"
+	"github.com/runplane/runplane/test/e2e/netprobe"
 )
 
 // The real node enforces NetworkPolicy, AdminNetworkPolicy and
@@ -89,10 +88,10 @@ while true; do
   sleep 0.2
 done`
 	createPod(t, ctx, tenant, realPod("prober", prober, 0))
-	p := &probe{t: t, ns: tenant, pod: "prober"}
-	p.expect(ctx, "no policy", "srv ok", "dns ok")
+	p := &netprobe.Probe{T: t, Client: env.Client(), NS: tenant, Pod: "prober"}
+	p.Expect(ctx, "no policy", "srv ok", "dns ok")
 
-	p.mark(ctx)
+	p.Mark(ctx)
 	nps := env.Client().NetworkingV1().NetworkPolicies(tenant)
 	// Egress only to DNS (port 53) in the cluster DNS's namespace.
 	udp, tcp, dnsPort := corev1.ProtocolUDP, corev1.ProtocolTCP, intstr.FromInt32(53)
@@ -109,10 +108,10 @@ done`
 		},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	p.expect(ctx, "namespace egress NetworkPolicy", "srv fail", "dns ok")
-	p.mark(ctx)
+	p.Expect(ctx, "namespace egress NetworkPolicy", "srv fail", "dns ok")
+	p.Mark(ctx)
 	require.NoError(t, nps.Delete(ctx, "egress-dns-only", metav1.DeleteOptions{}))
-	p.expect(ctx, "policy deleted", "srv ok", "dns ok")
+	p.Expect(ctx, "policy deleted", "srv ok", "dns ok")
 
 	denyToServer := fmt.Sprintf(`
 subject: {namespaces: {matchLabels: {%[1]s: %[2]s}}}
@@ -120,9 +119,9 @@ egress:
 - name: deny-server
   action: Deny
   to: [{namespaces: {matchLabels: {%[1]s: %[3]s}}}]`, corev1.LabelMetadataName, tenant, srvNS)
-	p.mark(ctx)
+	p.Mark(ctx)
 	createPolicyAPI(t, ctx, "baselineadminnetworkpolicies", "BaselineAdminNetworkPolicy", "default", denyToServer)
-	p.expect(ctx, "BaselineAdminNetworkPolicy Deny", "srv fail", "dns ok")
+	p.Expect(ctx, "BaselineAdminNetworkPolicy Deny", "srv fail", "dns ok")
 
 	allowAll := &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "tenant-allow-all"},
@@ -131,83 +130,14 @@ egress:
 			Egress:      []networkingv1.NetworkPolicyEgressRule{{}},
 		},
 	}
-	p.mark(ctx)
+	p.Mark(ctx)
 	_, err = nps.Create(ctx, allowAll, metav1.CreateOptions{})
 	require.NoError(t, err)
-	p.expect(ctx, "tenant allow-all over the baseline (the tenant may lift a baseline)", "srv ok", "dns ok")
+	p.Expect(ctx, "tenant allow-all over the baseline (the tenant may lift a baseline)", "srv ok", "dns ok")
 
-	p.mark(ctx)
+	p.Mark(ctx)
 	createPolicyAPI(t, ctx, "adminnetworkpolicies", "AdminNetworkPolicy", "e2e-deny-"+tenant, "priority: 10\n"+denyToServer)
-	p.expect(ctx, "AdminNetworkPolicy Deny despite the tenant's allow-all", "srv fail", "dns ok")
-}
-
-// probe reads the rounds a prober Pod logs, one line per target and round:
-// "R <n> <target> ok|fail".
-type probe struct {
-	t       *testing.T
-	ns, pod string
-	// seen is the last round logged before the current step's change.
-	seen int
-}
-
-// mark notes the last round logged so far: call it before a change.
-func (p *probe) mark(ctx context.Context) {
-	p.t.Helper()
-	data, err := env.Client().CoreV1().Pods(p.ns).GetLogs(p.pod, &corev1.PodLogOptions{}).DoRaw(ctx)
-	require.NoError(p.t, err)
-	for n := range parseRounds(string(data)) {
-		p.seen = max(p.seen, n)
-	}
-}
-
-// expect waits until two consecutive rounds after the last step read
-// exactly want ("<target> ok|fail", in the prober's order): a change of
-// policy reaches the enforcer within a round or two, never at a known
-// instant.
-func (p *probe) expect(ctx context.Context, step string, want ...string) {
-	p.t.Helper()
-	all := strings.Join(want, "|")
-	var rounds map[int]string
-	err := wait.PollUntilContextTimeout(ctx, 300*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		data, err := env.Client().CoreV1().Pods(p.ns).GetLogs(p.pod, &corev1.PodLogOptions{}).DoRaw(ctx)
-		if err != nil {
-			return false, nil
-		}
-		rounds = parseRounds(string(data))
-		complete := func(r string) bool { return strings.Count(r, "|") == len(want)-1 }
-		for n := p.seen + 1; complete(rounds[n]) && complete(rounds[n+1]); n++ {
-			if rounds[n] == all && rounds[n+1] == all {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	last := ""
-	for n := p.seen + 1; rounds[n] != ""; n++ {
-		last = strconv.Itoa(n) + ": " + rounds[n]
-	}
-	require.NoError(p.t, err, "%s: never two rounds of %q after round %d (last %s)", step, all, p.seen, last)
-}
-
-// parseRounds maps round numbers to "<target> <r>|<target> <r>...".
-func parseRounds(log string) map[int]string {
-	rounds := map[int]string{}
-	for _, line := range strings.Split(log, "\n") {
-		f := strings.Fields(line)
-		if len(f) != 4 || f[0] != "R" {
-			continue
-		}
-		n, err := strconv.Atoi(f[1])
-		if err != nil {
-			continue
-		}
-		if rounds[n] == "" {
-			rounds[n] = f[2] + " " + f[3]
-		} else {
-			rounds[n] += "|" + f[2] + " " + f[3]
-		}
-	}
-	return rounds
+	p.Expect(ctx, "AdminNetworkPolicy Deny despite the tenant's allow-all", "srv fail", "dns ok")
 }
 
 // netpolNamespace creates a namespace for one test, deleted after it.
