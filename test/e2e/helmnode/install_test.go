@@ -125,6 +125,15 @@ func TestInstallAndInvoke(t *testing.T) {
 	require.Contains(t, out, `"state":"succeeded"`, "the test Pod printed no succeeded Record")
 	require.Contains(t, out, `"payload":{"check":"runplane-invoke"}`, "the Record holds no echo of the payload")
 
+	t.Run("the chart's network policies", func(t *testing.T) {
+		t.Cleanup(func() {
+			if t.Failed() {
+				dumpNamespace(t, "team-probe")
+			}
+		})
+		chartPolicies(ctx, t)
+	})
+
 	t.Run("a tenant's pool invoked from the host", func(t *testing.T) {
 		t.Cleanup(func() {
 			if t.Failed() {
