@@ -346,6 +346,8 @@ func TestInvalidValues(t *testing.T) {
 		{"denied CIDR IPv6 groups", []string{"--set", "egress.deniedCIDRs={1:2:3:4:5:6:7/64}"}, []string{`egress.deniedCIDRs[0]: "1:2:3:4:5:6:7/64" is not a CIDR`}},
 		{"denied CIDR in networkPolicy mode", []string{"--set", "egress.enforcement=networkPolicy", "--set", "egress.deniedCIDRs={10.0.0.0}"},
 			[]string{`egress.deniedCIDRs[0]: "10.0.0.0" is not a CIDR`}},
+		{"NATS CIDR", []string{"--values", "testdata/values-external.yaml", "--set", "nats.external.egress.cidrs={192.168.10.5/32,nats.example/32}"},
+			[]string{`nats.external.egress.cidrs[1]: "nats.example/32" is not a CIDR`}},
 		{"egress enforcement", []string{"--set", "egress.enforcement=cilium"}, []string{"/egress/enforcement", "'adminNetworkPolicy', 'networkPolicy'"}},
 		{"egress priority", []string{"--set", "egress.priority=1001"}, []string{"/egress/priority"}},
 		{"DNS port", []string{"--set", "egress.dns.ports={0}"}, []string{"/egress/dns/ports/0"}},

@@ -30,7 +30,7 @@ const dnsPort = 53
 // experimental channel: networks and nodes peers) that restricts every
 // runplane.io/egress: restricted Pod of every namespace. Its rules, first
 // match wins, all ahead of any NetworkPolicy:
-//  1. Allow TCP to the NATS Pods' client port.
+//  1. Allow TCP to the client port of the NATS Pods and NATS.CIDRs.
 //  2. Allow UDP and TCP to the cluster DNS Pods' ports.
 //  3. Deny every Pod (other tenants', NATS's monitor and cluster ports,
 //     the DNS Pods' other ports) and node.
@@ -67,7 +67,7 @@ func AdminPolicy(s Settings) *npav1alpha1.AdminNetworkPolicy {
 			Egress: []npav1alpha1.AdminNetworkPolicyEgressRule{
 				{
 					Name: "allow-nats", Action: npav1alpha1.AdminNetworkPolicyRuleActionAllow,
-					To:    []npav1alpha1.AdminNetworkPolicyEgressPeer{podsPeer(s.NATS.Namespace, s.NATS.PodLabels)},
+					To:    natsPeers(s.NATS),
 					Ports: &[]npav1alpha1.AdminNetworkPolicyPort{portNumber(tcp, s.NATS.Port)},
 				},
 				{
@@ -88,6 +88,19 @@ func AdminPolicy(s Settings) *npav1alpha1.AdminNetworkPolicy {
 			},
 		},
 	}
+}
+
+// natsPeers are the NATS Pods and, for an external NATS, its networks.
+func natsPeers(n NATSEndpoint) []npav1alpha1.AdminNetworkPolicyEgressPeer {
+	peers := []npav1alpha1.AdminNetworkPolicyEgressPeer{podsPeer(n.Namespace, n.PodLabels)}
+	for chunk := range slices.Chunk(n.CIDRs, maxNetworks) {
+		networks := make([]npav1alpha1.CIDR, len(chunk))
+		for i, p := range chunk {
+			networks[i] = npav1alpha1.CIDR(p.String())
+		}
+		peers = append(peers, npav1alpha1.AdminNetworkPolicyEgressPeer{Networks: networks})
+	}
+	return peers
 }
 
 func podsPeer(namespace string, podLabels map[string]string) npav1alpha1.AdminNetworkPolicyEgressPeer {

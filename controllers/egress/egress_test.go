@@ -60,6 +60,11 @@ func TestSettingsValidate(t *testing.T) {
 		{"DNS port out of range", func(s *Settings) { s.DNS.Ports = []int32{70000} }, "dns-ports"},
 		{"mode", func(s *Settings) { s.Enforcement = "calico" }, `egress-enforcement "calico": allowed values are "adminNetworkPolicy", "networkPolicy"`},
 		{"priority", func(s *Settings) { s.Priority = 1001 }, "0-1000"},
+		{"NATS CIDRs", func(s *Settings) {
+			s.NATS.CIDRs = []netip.Prefix{netip.MustParsePrefix("192.168.1.7/32"), netip.MustParsePrefix("fd00::/64")}
+		}, ""},
+		{"NATS CIDR host bits", func(s *Settings) { s.NATS.CIDRs = []netip.Prefix{netip.MustParsePrefix("192.168.1.7/24")} }, "nats-cidrs: 192.168.1.7/24 has host bits set"},
+		{"NATS CIDR invalid", func(s *Settings) { s.NATS.CIDRs = []netip.Prefix{{}} }, "nats-cidrs"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -88,16 +93,17 @@ func TestFlags(t *testing.T) {
 	assert.Equal(t, DefaultSettings(), s, "no flag: the defaults")
 
 	s, err = parse("--egress-enforcement=networkPolicy", "--dns-namespace=dns", "--dns-pod-labels=app=coredns,tier=dns", "--dns-ports=53,1053",
-		"--egress-denied-cidrs=203.0.113.0/24, 2001:db8::/32", "--nats-pod-labels=app=nats", "--nats-port=4223")
+		"--egress-denied-cidrs=203.0.113.0/24, 2001:db8::/32", "--nats-pod-labels=app=nats", "--nats-port=4223", "--nats-cidrs=192.168.1.7/32")
 	require.NoError(t, err)
 	assert.Equal(t, EnforcementNetworkPolicy, s.Enforcement)
 	assert.Equal(t, DNSEndpoint{Namespace: "dns", PodLabels: map[string]string{"app": "coredns", "tier": "dns"}, Ports: []int32{53, 1053}}, s.DNS)
 	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("2001:db8::/32")}, s.DeniedCIDRs)
-	assert.Equal(t, NATSEndpoint{Namespace: DefaultSettings().NATS.Namespace, PodLabels: map[string]string{"app": "nats"}, Port: 4223}, s.NATS)
+	assert.Equal(t, NATSEndpoint{Namespace: DefaultSettings().NATS.Namespace, PodLabels: map[string]string{"app": "nats"}, Port: 4223,
+		CIDRs: []netip.Prefix{netip.MustParsePrefix("192.168.1.7/32")}}, s.NATS)
 
 	for _, bad := range [][]string{
 		{"--egress-denied-cidrs=10.0.0.0/33"}, {"--egress-denied-cidrs=example.com"}, {"--egress-enforcement=cilium"},
-		{"--dns-ports=53,x"}, {"--nats-port=0"}, {"--dns-pod-labels=a b"},
+		{"--dns-ports=53,x"}, {"--nats-port=0"}, {"--dns-pod-labels=a b"}, {"--nats-cidrs=nats.example"},
 	} {
 		_, err := parse(bad...)
 		assert.Error(t, err, "%v", bad)
@@ -176,4 +182,27 @@ func TestAdminPolicy(t *testing.T) {
 	}
 	assert.Equal(t, len(DeniedIPv4)+len(DeniedIPv6)+30, total)
 	assert.Contains(t, denied[len(denied)-1].Networks, npav1alpha1.CIDR("203.0.29.0/24"))
+}
+
+// TestExternalNATS: an external NATS's CIDRs join the NATS rule, on the NATS
+// port only, in both modes (the denied ranges would close a private one).
+func TestExternalNATS(t *testing.T) {
+	s := DefaultSettings()
+	s.NATS.CIDRs = []netip.Prefix{netip.MustParsePrefix("192.168.1.7/32"), netip.MustParsePrefix("fd00:1::/64")}
+	anp := AdminPolicy(s).Spec.Egress[0]
+	require.Equal(t, "allow-nats", anp.Name)
+	require.Len(t, anp.To, 2)
+	assert.NotNil(t, anp.To[0].Pods)
+	assert.Equal(t, []npav1alpha1.CIDR{"192.168.1.7/32", "fd00:1::/64"}, anp.To[1].Networks)
+	assert.Equal(t, []npav1alpha1.AdminNetworkPolicyPort{{PortNumber: &npav1alpha1.Port{Protocol: "TCP", Port: 4222}}}, *anp.Ports)
+
+	np := Policy("team-a", s).Spec.Egress[1]
+	require.Len(t, np.To, 3)
+	assert.NotNil(t, np.To[0].PodSelector)
+	assert.Equal(t, &networkingv1.IPBlock{CIDR: "192.168.1.7/32"}, np.To[1].IPBlock)
+	assert.Equal(t, &networkingv1.IPBlock{CIDR: "fd00:1::/64"}, np.To[2].IPBlock)
+	require.Len(t, np.Ports, 1)
+	assert.Equal(t, int32(4222), np.Ports[0].Port.IntVal)
+
+	assert.Len(t, AdminPolicy(DefaultSettings()).Spec.Egress[0].To, 1, "no CIDRs: the Pods only")
 }

@@ -31,7 +31,7 @@ func Policy(namespace string, s Settings) *networkingv1.NetworkPolicy {
 	}
 	rules := []networkingv1.NetworkPolicyEgressRule{
 		{To: []networkingv1.NetworkPolicyPeer{podsPeerNP(s.DNS.Namespace, s.DNS.PodLabels)}, Ports: dnsPorts},
-		{To: []networkingv1.NetworkPolicyPeer{podsPeerNP(s.NATS.Namespace, s.NATS.PodLabels)}, Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &natsPort}}},
+		{To: natsPeersNP(s.NATS), Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &natsPort}}},
 	}
 	if public := publicPeers(deniedPrefixes(s.DeniedCIDRs)); len(public) > 0 {
 		rules = append(rules, networkingv1.NetworkPolicyEgressRule{To: public, Ports: allPortsBut(dnsPort)})
@@ -82,6 +82,15 @@ func allPortsBut(port int32) []networkingv1.NetworkPolicyPort {
 		}
 	}
 	return out
+}
+
+// natsPeersNP are the NATS Pods and, for an external NATS, its ipBlocks.
+func natsPeersNP(n NATSEndpoint) []networkingv1.NetworkPolicyPeer {
+	peers := []networkingv1.NetworkPolicyPeer{podsPeerNP(n.Namespace, n.PodLabels)}
+	for _, p := range n.CIDRs {
+		peers = append(peers, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: p.String()}})
+	}
+	return peers
 }
 
 func podsPeerNP(namespace string, podLabels map[string]string) networkingv1.NetworkPolicyPeer {

@@ -35,11 +35,14 @@ const (
 // Enforcements are the allowed values of Settings.Enforcement.
 var Enforcements = []Enforcement{EnforcementAdminNetworkPolicy, EnforcementNetworkPolicy}
 
-// NATSEndpoint is where restricted Pods may reach NATS.
+// NATSEndpoint is where restricted Pods may reach NATS: its Pods, and the
+// CIDRs of an external NATS that is no Pod of the cluster (a private
+// address, which the denied ranges would close), on its client port.
 type NATSEndpoint struct {
 	Namespace string
 	PodLabels map[string]string
 	Port      int32
+	CIDRs     []netip.Prefix
 }
 
 // DNSEndpoint is the cluster DNS restricted Pods may query: its Pods, and
@@ -99,6 +102,15 @@ func (s Settings) Validate() error {
 			errs = append(errs, fmt.Errorf("egress-denied-cidrs: %v is not a CIDR", p))
 		}
 	}
+	for _, p := range s.NATS.CIDRs {
+		switch {
+		case !p.IsValid():
+			errs = append(errs, fmt.Errorf("nats-cidrs: %v is not a CIDR", p))
+		case p != p.Masked():
+			// The allow would open the whole range: say so rather than guess.
+			errs = append(errs, fmt.Errorf("nats-cidrs: %v has host bits set (the range is %v; a single address is /32 or /128)", p, p.Masked()))
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("egress: %w", err)
 	}
@@ -123,6 +135,7 @@ func (s *Settings) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&s.NATS.Namespace, "nats-namespace", def.NATS.Namespace, "namespace of the NATS Pods restricted egress may reach")
 	labelsFlag(fs, &s.NATS.PodLabels, "nats-pod-labels", "labels of the NATS Pods, k=v[,k=v]")
 	fs.Func("nats-port", fmt.Sprintf("NATS client port (default %d)", def.NATS.Port), func(v string) error { return portFlag(&s.NATS.Port, v) })
+	cidrsFlag(fs, &s.NATS.CIDRs, "nats-cidrs", "addresses of an external NATS that is no Pod of the cluster, comma-separated CIDRs: restricted Pods may reach their nats-port")
 	fs.StringVar(&s.DNS.Namespace, "dns-namespace", def.DNS.Namespace, "namespace of the cluster DNS Pods restricted egress may query")
 	labelsFlag(fs, &s.DNS.PodLabels, "dns-pod-labels", "labels of the cluster DNS Pods, k=v[,k=v]")
 	fs.Func("dns-ports", fmt.Sprintf("ports the cluster DNS Pods listen on (UDP and TCP), comma-separated (default %s)", joinPorts(def.DNS.Ports)), func(v string) error {
@@ -136,8 +149,12 @@ func (s *Settings) AddFlags(fs *flag.FlagSet) {
 		}
 		return nil
 	})
-	fs.Func("egress-denied-cidrs", "ranges restricted Pods may not reach besides the private, shared, link-local and translation ranges, comma-separated CIDRs (the cluster's public Pod, node or Service ranges)", func(v string) error {
-		s.DeniedCIDRs = nil
+	cidrsFlag(fs, &s.DeniedCIDRs, "egress-denied-cidrs", "ranges restricted Pods may not reach besides the private, shared, link-local and translation ranges, comma-separated CIDRs (the cluster's public Pod, node or Service ranges)")
+}
+
+func cidrsFlag(fs *flag.FlagSet, dst *[]netip.Prefix, name, usage string) {
+	fs.Func(name, usage, func(v string) error {
+		*dst = nil
 		if v == "" {
 			return nil
 		}
@@ -146,7 +163,7 @@ func (s *Settings) AddFlags(fs *flag.FlagSet) {
 			if err != nil {
 				return fmt.Errorf("%q is not a CIDR: %w", f, err)
 			}
-			s.DeniedCIDRs = append(s.DeniedCIDRs, p)
+			*dst = append(*dst, p)
 		}
 		return nil
 	})

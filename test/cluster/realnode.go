@@ -424,12 +424,12 @@ func cniConfig(n *RealNode) string {
   "cniVersion": "1.0.0",
   "name": %[1]q,
   "plugins": [
-    {"type": "bridge", "bridge": "cni0", "isDefaultGateway": true, "ipMasq": false, "hairpinMode": true,
+    {"type": "bridge", "bridge": %[4]q, "isDefaultGateway": true, "ipMasq": false, "hairpinMode": true,
      "ipam": {"type": "host-local", "dataDir": %[2]q, "ranges": [[{"subnet": "%[3]s.0/24", "gateway": "%[3]s.1"}]]}},
     {"type": "loopback"}
   ]
 }
-`, n.Name, filepath.Join(n.Dir, "cni", "ipam"), n.net.podSubnet)
+`, n.Name, filepath.Join(n.Dir, "cni", "ipam"), n.net.podSubnet, podBridge)
 }
 
 func run(name string, args ...string) error {

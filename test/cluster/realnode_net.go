@@ -1,13 +1,18 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -250,4 +255,63 @@ conntrack:
   udpTimeout: 0s
   udpStreamTimeout: 0s
 `, kubeconfig, n.Name, n.net.podSubnet)
+}
+
+// AddLocalAddress adds addr (a CIDR, e.g. 169.254.169.254/32) to the node
+// namespace's loopback: Pods reach it through their gateway, as they would
+// a cloud's metadata service or any local listener of the node. The
+// returned func removes it.
+func (n *RealNode) AddLocalAddress(addr string) (remove func() error, err error) {
+	if err := run("ip", "-n", n.net.netns, "addr", "add", addr, "dev", "lo"); err != nil {
+		return nil, err
+	}
+	return func() error { return run("ip", "-n", n.net.netns, "addr", "del", addr, "dev", "lo") }, nil
+}
+
+// Listen listens on address (net.Listen's) in the node's network
+// namespace, from this process: a listener of the node itself. A socket
+// keeps the namespace it was made in, so only its creation runs on a
+// thread switched into the node's namespace.
+func (n *RealNode) Listen(network, address string) (net.Listener, error) {
+	type result struct {
+		ln  net.Listener
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		// Never unlocked on failure: the thread then ends with the
+		// goroutine instead of serving others in the wrong namespace.
+		runtime.LockOSThread()
+		own, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer own.Close()
+		target, err := os.Open(n.net.path())
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer target.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			done <- result{err: fmt.Errorf("entering %s: %w", n.net.netns, err)}
+			return
+		}
+		ln, err := net.Listen(network, address)
+		if rerr := unix.Setns(int(own.Fd()), unix.CLONE_NEWNET); rerr != nil {
+			done <- result{ln: ln, err: errors.Join(err, fmt.Errorf("leaving %s: %w", n.net.netns, rerr))}
+			return
+		}
+		runtime.UnlockOSThread()
+		done <- result{ln: ln, err: err}
+	}()
+	r := <-done
+	if r.err != nil {
+		if r.ln != nil {
+			_ = r.ln.Close()
+		}
+		return nil, fmt.Errorf("listening on %s %s in node %s: %w", network, address, n.Name, r.err)
+	}
+	return r.ln, nil
 }

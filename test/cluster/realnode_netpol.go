@@ -43,7 +43,11 @@ import (
 // before its masquerade (the real source Pod). They skip, as upstream's do,
 // the node's own processes (uid 0: kubelet probes, kube-proxy, the
 // enforcer's apiserver connection; so also hostNetwork Pods running as
-// root) and established connections. No
+// root) and established connections. POSTROUTING never sees what Pods send
+// the node itself (its InternalIP: the kubelet; addresses on its loopback,
+// such as a metadata listener at 169.254.169.254): that goes to INPUT,
+// where the same rules queue new connections arriving from the Pods'
+// bridge (upstream's postrouting hook misses them too). No
 // --queue-bypass: with the enforcer gone, new connections of Pods are
 // dropped, never let through unjudged.
 //
@@ -62,14 +66,19 @@ const (
 	netpolQueue = 100
 	// netpolUser is the enforcer's user name (its client certificate's CN).
 	netpolUser = "runplane:kube-network-policies"
+	// podBridge is the node's CNI bridge (cniConfig), the Pods' gateway.
+	podBridge = "cni0"
 )
 
 // netpolRules are the iptables rules (table mangle) that queue the first
-// packet of every connection the node forwards to the enforcer.
+// packet of every connection the node forwards, or its Pods open to the
+// node, to the enforcer.
 var netpolRules = [][]string{
 	{"-A", "POSTROUTING", "-m", "owner", "--uid-owner", "0", "-j", "RETURN"},
 	{"-A", "POSTROUTING", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "RETURN"},
 	{"-A", "POSTROUTING", "-j", "NFQUEUE", "--queue-num", strconv.Itoa(netpolQueue)},
+	{"-A", "INPUT", "-i", podBridge, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "RETURN"},
+	{"-A", "INPUT", "-i", podBridge, "-j", "NFQUEUE", "--queue-num", strconv.Itoa(netpolQueue)},
 }
 
 // netpolScript installs netpolRules in the current network namespace,

@@ -220,19 +220,15 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 	return s, nil
 }
 
-// devDNSPort is the port test/cluster's CoreDNS listens on (dns.go: an
-// unprivileged port behind the kube-dns Service's 53).
-const devDNSPort = 1053
-
 // restrictEgress applies the chart's egress restriction: its default
-// settings (egress.DefaultSettings, which the chart's values mirror) with
-// this cluster's NATS and DNS ports. On a cluster that serves no
-// AdminNetworkPolicy it says so and falls back to networkPolicy mode, as the
-// chart's egress.enforcement would have to be set there.
+// settings (egress.DefaultSettings, which the chart's values mirror; the
+// cluster's CoreDNS listens on their port 53) with this cluster's NATS
+// port. On a cluster that serves no AdminNetworkPolicy it says so and falls
+// back to networkPolicy mode, as the chart's egress.enforcement would have
+// to be set there.
 func restrictEgress(ctx context.Context, c *cluster.Cluster, natsPort int) (egress.Settings, error) {
 	s := egress.DefaultSettings()
 	s.NATS.Port = int32(natsPort)
-	s.DNS.Ports = []int32{devDNSPort}
 	scheme := runtime.NewScheme()
 	if err := npav1alpha1.Install(scheme); err != nil {
 		return s, err

@@ -131,7 +131,7 @@ namespaceSelector:
 {{- end }}
 {{- end -}}
 
-{{/* runplane.natsEndpoint: the NATS Pods restricted egress may reach, as YAML {namespace, podLabels, port}. */}}
+{{/* runplane.natsEndpoint: the NATS Pods restricted egress may reach, as YAML {namespace, podLabels, port, cidrs}: cidrs (checked: a render fails naming a bad one) are an external NATS's addresses outside the cluster's Pods. */}}
 {{- define "runplane.natsEndpoint" -}}
 {{- if eq .Values.nats.mode "bundled" -}}
 namespace: {{ .Release.Namespace }}
@@ -146,6 +146,13 @@ namespace: {{ required "nats.external.egress.namespace is required when nats.mod
 podLabels:
   {{- required "nats.external.egress.podLabels is required when nats.mode is external" $e.podLabels | toYaml | nindent 2 }}
 port: {{ $e.port }}
+cidrs:
+{{- range $i, $c := $e.cidrs }}
+{{- if not (include "runplane.isCIDR" $c) }}
+{{- fail (printf "nats.external.egress.cidrs[%d]: %q is not a CIDR (an IPv4 or IPv6 range such as 192.168.10.5/32 or fd00:1::/64)" $i $c) }}
+{{- end }}
+  - {{ $c | quote }}
+{{- end }}
 {{- end }}
 {{- end -}}
 
@@ -157,6 +164,9 @@ port: {{ $e.port }}
 - --nats-namespace={{ $nats.namespace }}
 - --nats-pod-labels={{ include "runplane.labelList" $nats.podLabels }}
 - --nats-port={{ $nats.port }}
+{{- with $nats.cidrs }}
+- --nats-cidrs={{ join "," . }}
+{{- end }}
 - --dns-namespace={{ $e.dns.namespace }}
 - --dns-pod-labels={{ include "runplane.labelList" $e.dns.podLabels }}
 - --dns-ports={{ join "," $e.dns.ports }}

@@ -68,9 +68,6 @@ nats:
 stock:
   namespace: ` + stockNS + `
   pools: [{spec: rn1, replicas: ` + fmt.Sprint(cluster.RealNodeGPUs) + `}]
-egress:
-  # test/cluster's CoreDNS listens on 1053 behind kube-dns's 53 (policies see the Pod's port).
-  dns: {ports: [1053]}
 helmTest:
   namespace: ` + testNS + `
   timeout: 3m` + placement + `
@@ -127,6 +124,15 @@ func TestInstallAndInvoke(t *testing.T) {
 	t.Logf("%s:\n%s", strings.Join(logs, " "), out)
 	require.Contains(t, out, `"state":"succeeded"`, "the test Pod printed no succeeded Record")
 	require.Contains(t, out, `"payload":{"check":"runplane-invoke"}`, "the Record holds no echo of the payload")
+
+	t.Run("the chart's network policies", func(t *testing.T) {
+		t.Cleanup(func() {
+			if t.Failed() {
+				dumpNamespace(t, "team-probe")
+			}
+		})
+		chartPolicies(ctx, t)
+	})
 
 	t.Run("a tenant's pool invoked from the host", func(t *testing.T) {
 		t.Cleanup(func() {

@@ -7,7 +7,9 @@
 // listening on the node's host address (Pods reach it through the node's veth), the
 // webhook injecting the runplane image (imported into the node), the
 // queue, the extender with the runplane-scheduler (stack_scheduler_test.go) and
-// the controllers (stack_controller_test.go).
+// the controllers (stack_controller_test.go); pool Pods' egress restricted
+// by the product's AdminNetworkPolicy, which the node enforces
+// (restrictEgress).
 package realnode
 
 import (
@@ -117,7 +119,7 @@ func startStack(ctx context.Context, wg *sync.WaitGroup) error {
 			return err
 		}
 	}
-	if err := admitNATSOnHost(ctx, ns, ns0); err != nil {
+	if err := restrictEgress(ctx, ns0); err != nil {
 		return err
 	}
 	logFile, err := os.Create(filepath.Join(env.Dir(), "components.log"))

@@ -3,8 +3,6 @@ package realnode
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/runplane/runplane/test/cluster"
+	"github.com/runplane/runplane/test/e2e/netprobe"
 )
 
 // The real node enforces NetworkPolicy, AdminNetworkPolicy and
@@ -89,10 +88,10 @@ while true; do
   sleep 0.2
 done`
 	createPod(t, ctx, tenant, realPod("prober", prober, 0))
-	p := &probe{t: t, ns: tenant, pod: "prober"}
-	p.expect(ctx, "no policy", "ok", "ok")
+	p := &netprobe.Probe{T: t, Client: env.Client(), NS: tenant, Pod: "prober"}
+	p.Expect(ctx, "no policy", "srv ok", "dns ok")
 
-	p.mark(ctx)
+	p.Mark(ctx)
 	nps := env.Client().NetworkingV1().NetworkPolicies(tenant)
 	// Egress only to DNS (port 53) in the cluster DNS's namespace.
 	udp, tcp, dnsPort := corev1.ProtocolUDP, corev1.ProtocolTCP, intstr.FromInt32(53)
@@ -109,10 +108,10 @@ done`
 		},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	p.expect(ctx, "namespace egress NetworkPolicy", "fail", "ok")
-	p.mark(ctx)
+	p.Expect(ctx, "namespace egress NetworkPolicy", "srv fail", "dns ok")
+	p.Mark(ctx)
 	require.NoError(t, nps.Delete(ctx, "egress-dns-only", metav1.DeleteOptions{}))
-	p.expect(ctx, "policy deleted", "ok", "ok")
+	p.Expect(ctx, "policy deleted", "srv ok", "dns ok")
 
 	denyToServer := fmt.Sprintf(`
 subject: {namespaces: {matchLabels: {%[1]s: %[2]s}}}
@@ -120,9 +119,9 @@ egress:
 - name: deny-server
   action: Deny
   to: [{namespaces: {matchLabels: {%[1]s: %[3]s}}}]`, corev1.LabelMetadataName, tenant, srvNS)
-	p.mark(ctx)
+	p.Mark(ctx)
 	createPolicyAPI(t, ctx, "baselineadminnetworkpolicies", "BaselineAdminNetworkPolicy", "default", denyToServer)
-	p.expect(ctx, "BaselineAdminNetworkPolicy Deny", "fail", "ok")
+	p.Expect(ctx, "BaselineAdminNetworkPolicy Deny", "srv fail", "dns ok")
 
 	allowAll := &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "tenant-allow-all"},
@@ -131,81 +130,14 @@ egress:
 			Egress:      []networkingv1.NetworkPolicyEgressRule{{}},
 		},
 	}
-	p.mark(ctx)
+	p.Mark(ctx)
 	_, err = nps.Create(ctx, allowAll, metav1.CreateOptions{})
 	require.NoError(t, err)
-	p.expect(ctx, "tenant allow-all over the baseline (the tenant may lift a baseline)", "ok", "ok")
+	p.Expect(ctx, "tenant allow-all over the baseline (the tenant may lift a baseline)", "srv ok", "dns ok")
 
-	p.mark(ctx)
+	p.Mark(ctx)
 	createPolicyAPI(t, ctx, "adminnetworkpolicies", "AdminNetworkPolicy", "e2e-deny-"+tenant, "priority: 10\n"+denyToServer)
-	p.expect(ctx, "AdminNetworkPolicy Deny despite the tenant's allow-all", "fail", "ok")
-}
-
-// probe reads the rounds a prober Pod logs ("R <n> srv|dns ok|fail").
-type probe struct {
-	t       *testing.T
-	ns, pod string
-	// seen is the last round logged before the current step's change.
-	seen int
-}
-
-// mark notes the last round logged so far: call it before a change.
-func (p *probe) mark(ctx context.Context) {
-	p.t.Helper()
-	data, err := env.Client().CoreV1().Pods(p.ns).GetLogs(p.pod, &corev1.PodLogOptions{}).DoRaw(ctx)
-	require.NoError(p.t, err)
-	for n := range parseRounds(string(data)) {
-		p.seen = max(p.seen, n)
-	}
-}
-
-// expect waits until two consecutive rounds after the last step read
-// srv and dns as given (a change of policy reaches the enforcer within a
-// round or two, never at a known instant).
-func (p *probe) expect(ctx context.Context, step, srv, dns string) {
-	p.t.Helper()
-	want := fmt.Sprintf("srv %s|dns %s", srv, dns)
-	var rounds map[int]string
-	err := wait.PollUntilContextTimeout(ctx, 300*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		data, err := env.Client().CoreV1().Pods(p.ns).GetLogs(p.pod, &corev1.PodLogOptions{}).DoRaw(ctx)
-		if err != nil {
-			return false, nil
-		}
-		rounds = parseRounds(string(data))
-		complete := func(r string) bool { return strings.Contains(r, "|") }
-		for n := p.seen + 1; complete(rounds[n]) && complete(rounds[n+1]); n++ {
-			if rounds[n] == want && rounds[n+1] == want {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	last := ""
-	for n := p.seen + 1; rounds[n] != ""; n++ {
-		last = strconv.Itoa(n) + ": " + rounds[n]
-	}
-	require.NoError(p.t, err, "%s: never two rounds of %q after round %d (last %s)", step, want, p.seen, last)
-}
-
-// parseRounds maps round numbers to "srv <r>|dns <r>".
-func parseRounds(log string) map[int]string {
-	rounds := map[int]string{}
-	for _, line := range strings.Split(log, "\n") {
-		f := strings.Fields(line)
-		if len(f) != 4 || f[0] != "R" {
-			continue
-		}
-		n, err := strconv.Atoi(f[1])
-		if err != nil {
-			continue
-		}
-		if rounds[n] == "" {
-			rounds[n] = f[2] + " " + f[3]
-		} else {
-			rounds[n] += "|" + f[2] + " " + f[3]
-		}
-	}
-	return rounds
+	p.Expect(ctx, "AdminNetworkPolicy Deny despite the tenant's allow-all", "srv fail", "dns ok")
 }
 
 // netpolNamespace creates a namespace for one test, deleted after it.
@@ -228,15 +160,21 @@ func createPod(t *testing.T, ctx context.Context, ns string, pod *corev1.Pod) {
 // once it is Ready.
 func startNetpolServer(t *testing.T, ctx context.Context, ns string) string {
 	t.Helper()
-	pod := realPod("server", netpolServer, 0)
+	return startServerPod(t, ctx, realPod("server", netpolServer, 0), ns, 8080)
+}
+
+// startServerPod creates pod in ns and returns its IP once it listens on
+// readyPort.
+func startServerPod(t *testing.T, ctx context.Context, pod *corev1.Pod, ns string, readyPort int32) string {
+	t.Helper()
 	pod.Spec.Containers[0].ReadinessProbe = &corev1.Probe{
-		ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(8080)}},
+		ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(readyPort)}},
 		PeriodSeconds: 1,
 	}
 	createPod(t, ctx, ns, pod)
 	var ip string
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := env.Client().CoreV1().Pods(ns).Get(ctx, "server", metav1.GetOptions{})
+		p, err := env.Client().CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -248,7 +186,7 @@ func startNetpolServer(t *testing.T, ctx context.Context, ns string) string {
 		}
 		return false, nil
 	})
-	require.NoError(t, err, "server in %s never Ready", ns)
+	require.NoError(t, err, "%s in %s never Ready", pod.Name, ns)
 	return ip
 }
 

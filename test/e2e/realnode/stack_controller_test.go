@@ -11,9 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/controllers"
-	"github.com/runplane/runplane/controllers/egress"
 	"github.com/runplane/runplane/hack/images"
 	"github.com/runplane/runplane/test/cluster"
 )
@@ -42,9 +40,9 @@ func startControllers(ctx context.Context, log *slog.Logger, goRun func(string, 
 	goRun("controllers", func() error {
 		return controllers.Run(ctx, controllers.Config{
 			RESTConfig: env.RESTConfig(), Image: images.RunplaneRef,
-			// Egress policies are not enforced here (no NetworkPolicy
-			// plugin); the endpoint is required configuration.
-			Egress:      egress.Settings{NATS: egress.NATSEndpoint{Namespace: api.DefaultNamespace, PodLabels: map[string]string{"app.kubernetes.io/name": "nats"}, Port: 4222}},
+			// adminNetworkPolicy mode: the AdminNetworkPolicy
+			// restrictEgress applied restricts pool Pods, as the chart's.
+			Egress:      egressSettings,
 			MetricsAddr: "0", ProbeAddr: "0",
 			Logger: logr.FromSlogHandler(log.With("component", "controllers").Handler()),
 		})

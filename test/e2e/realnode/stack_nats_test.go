@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -11,12 +12,12 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	npav1alpha1 "sigs.k8s.io/network-policy-api/apis/v1alpha1"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/controllers/egress"
 	"github.com/runplane/runplane/internal/natstls"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/stream"
@@ -28,6 +29,8 @@ import (
 var (
 	natsAuth natsauth.Auth
 	natsURL  string
+	// egressSettings restrict pool Pods (restrictEgress).
+	egressSettings egress.Settings
 )
 
 // startNATS runs NATS with runplane's auth callout on the node's host
@@ -51,28 +54,28 @@ func startNATS(ctx context.Context) (*server.Server, error) {
 	return ns, nil
 }
 
-// admitNATSOnHost lets the egress-restricted Pods of namespace n reach
-// NATS's client port on the host. The node enforces the egress
-// controller's runplane-egress, which admits NATS only as Pods and denies
-// private addresses such as the host's; policies add up, so this one
-// admits the stack's NATS, which is no Pod.
-func admitNATSOnHost(ctx context.Context, n string, ns *server.Server) error {
-	port := intstr.FromInt32(int32(ns.Addr().(*net.TCPAddr).Port))
-	tcp := corev1.ProtocolTCP
-	_, err := env.Client().NetworkingV1().NetworkPolicies(n).Create(ctx, &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "e2e-nats-on-host"},
-		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{api.LabelEgress: api.EgressRestricted}},
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
-			Egress: []networkingv1.NetworkPolicyEgressRule{{
-				To:    []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: node.HostIP + "/32"}}},
-				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &port}},
-			}},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return fmt.Errorf("admitting NATS on the host in %s: %w", n, err)
+// restrictEgress applies the product's egress restriction, the
+// AdminNetworkPolicy runplane-egress the chart ships (egress.AdminPolicy),
+// which the node enforces: the stack's NATS, on the host's address inside
+// the denied private ranges and no Pod, is an external NATS at its address
+// (the chart's nats.external.egress.cidrs). Every pool Pod of every test
+// runs under it; the controllers get the same settings.
+func restrictEgress(ctx context.Context, ns *server.Server) error {
+	s := egress.DefaultSettings()
+	s.NATS.Port = int32(ns.Addr().(*net.TCPAddr).Port)
+	s.NATS.CIDRs = []netip.Prefix{netip.PrefixFrom(netip.MustParseAddr(node.HostIP), 32)}
+	scheme := runtime.NewScheme()
+	if err := npav1alpha1.Install(scheme); err != nil {
+		return err
 	}
+	c, err := client.New(env.RESTConfig(), client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	if err := egress.ApplyAdminPolicy(ctx, c, s); err != nil {
+		return fmt.Errorf("restricting egress: %w", err)
+	}
+	egressSettings = s
 	return nil
 }
 
