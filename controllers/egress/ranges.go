@@ -19,6 +19,7 @@ var (
 		"0.0.0.0/8",      // "this network": 0.0.0.0 reaches the host's own listeners
 		"192.0.0.0/24",   // IETF protocol assignments
 		"198.18.0.0/15",  // benchmarking, used as private space
+		"192.88.99.0/24", // 6to4 relay anycast: relays into IPv6
 		"224.0.0.0/4",    // multicast
 		"240.0.0.0/4",    // reserved, broadcast
 	}
