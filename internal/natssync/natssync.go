@@ -11,6 +11,8 @@
 // cache.
 package natssync
 
+import "strconv"
+
 // Always fsyncs every write before it is acknowledged.
 const Always = "always"
 
@@ -19,5 +21,6 @@ const Always = "always"
 const Default = Always
 
 // Config is the jetstream block's line for interval ("always" or a
-// duration such as "2m").
-func Config(interval string) string { return "sync_interval: " + interval }
+// duration such as "2m"), quoted: unquoted, nats-server reads 2m as a
+// number (2 million).
+func Config(interval string) string { return "sync_interval: " + strconv.Quote(interval) }
