@@ -77,6 +77,9 @@ func TestClusterSIGSTOP20s(t *testing.T) {
 		}
 		return leader.Signal(syscall.SIGCONT)
 	}
+	// New invocations may be refused meanwhile (test/chaos/README.md: the
+	// new leaders' election, and the queue replica connected to the frozen
+	// server waits on it); accepted ones must all end, once.
 	clusterGoal(t, runCase(t, sc))
 }
 
