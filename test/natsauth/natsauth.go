@@ -162,7 +162,7 @@ func StartWith(dir, host string, a Auth, exports jwt.Exports, extra Extra) (*ser
 // (natstls.RouteConfig). Unlike the chart, routes carry no password: the
 // kit listens on loopback only. Each server keeps its store under
 // dir/n<i>; it returns once every server accepts clients, is routed to the
-// others and JetStream has a meta leader.
+// others and JetStream's meta leader sees them all online.
 func StartCluster(dir string, a Auth, exports jwt.Exports, n int) ([]*server.Server, error) {
 	const host = "127.0.0.1"
 	addrs, routes := make([]string, n), make([]string, n)
@@ -199,20 +199,24 @@ func StartCluster(dir string, a Auth, exports jwt.Exports, n int) ([]*server.Ser
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		current, leader := 0, false
+		// The meta leader must count every peer online (with its stats):
+		// before, a stream of n replicas finds "no suitable peers".
+		current, online := 0, 0
 		for _, s := range servers {
 			if s.JetStreamIsCurrent() && s.NumRoutes() >= n-1 {
 				current++
 			}
-			leader = leader || s.JetStreamIsLeader()
+			if s.JetStreamIsLeader() {
+				online = len(s.JetStreamClusterPeers())
+			}
 		}
-		if leader && current == n {
+		if current == n && online == n {
 			return servers, nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	stop()
-	return nil, fmt.Errorf("nats cluster of %d: no JetStream meta leader with every route within 30s", n)
+	return nil, fmt.Errorf("nats cluster of %d: no JetStream meta leader seeing every server online within 30s", n)
 }
 
 // freePort is a port on host that was free a moment ago.
