@@ -26,74 +26,99 @@ import (
 // Sub-benchmarks rate=N issue requests open-loop at N/s and report p50 and
 // p99; rate=max runs closed-loop with 32 concurrent callers for throughput.
 // -short runs only rate=100 and rate=max. Each runs on a NATS with and
-// without TLS (nats=tls, nats=plain).
+// without TLS (nats=tls, nats=plain). fsync compares the fsync before every
+// acknowledgement (sync_interval always, the chart's default: "always")
+// with JetStream's default sync every 2 minutes ("baseline"), both TLS, in
+// the same run.
 func BenchmarkSyncRoundTrip(b *testing.B) {
 	// nats=tls: every connection (queue, workers, the baseline's) verified
 	// TLS first, as runplane's NATS is run; nats=plain: without TLS.
 	for _, useTLS := range []bool{false, true} {
 		b.Run(map[bool]string{false: "nats=plain", true: "nats=tls"}[useTLS], func(b *testing.B) { syncRoundTrip(b, useTLS) })
 	}
+	b.Run("fsync", syncRoundTripFsync)
 }
 
-func syncRoundTrip(b *testing.B, useTLS bool) {
-	e := newEnvTLS(b, useTLS, func(c *queue.Config) {
+// roundTrip is one queue under a sync-invocation load: the env and its
+// calls.
+type roundTrip struct {
+	e      *env
+	client *http.Client
+}
+
+func newRoundTrip(b *testing.B, no natsOptions) *roundTrip {
+	e := newEnvNATS(b, no, func(c *queue.Config) {
 		c.Limits = pool.Limits{PoolMaxBacklog: -1, NamespaceMaxBacklog: -1, NamespaceMaxInFlight: -1}
 	})
 	for i := range 2 {
 		e.worker(fmt.Sprintf("w%d", i), 64, nil)
 	}
+	return &roundTrip{e: e, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 30 * time.Second}}
+}
+
+var syncBody = []byte(`{"mode":"sync","payload":{"prompt":"robot"}}`)
+
+// invoke is one sync invocation through the queue.
+func (rt *roundTrip) invoke() error {
+	r, err := rt.client.Post(rt.e.base+"/v1/namespaces/default/pools/"+testPool+"/invocations", "application/json", bytes.NewReader(syncBody))
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, r.Body)
+	r.Body.Close()
+	if r.StatusCode != 200 {
+		return fmt.Errorf("status %d", r.StatusCode)
+	}
+	return nil
+}
+
+// cpuTime is the process's CPU time (NATS server, queue, workers and client
+// are all in it: a figure the other tenants of a shared machine disturb
+// less than req/s).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// measure runs the queue's calls and reports the CPU time per call and
+// the Record writes per invocation.
+func (rt *roundTrip) measure(b *testing.B, run func()) {
+	bucket := "KV_" + rt.e.cfg.Stream.WithDefaults().RecordsBucket
+	last := func() uint64 {
+		time.Sleep(200 * time.Millisecond) // final writes land after the reply
+		st, err := rt.e.js.Stream(context.Background(), bucket)
+		require.NoError(b, err)
+		return st.CachedInfo().State.LastSeq
+	}
+	before := last()
+	c0 := cpuTime()
+	run()
+	b.ReportMetric(float64((cpuTime()-c0).Microseconds())/float64(b.N), "cpu-µs/op")
+	b.ReportMetric(float64(last()-before)/float64(b.N), "kv-writes/op")
+}
+
+func syncRoundTrip(b *testing.B, useTLS bool) {
+	rt := newRoundTrip(b, natsOptions{tls: useTLS})
 	// Baseline responder: a bare NATS service.
-	sub, err := e.nc.Subscribe("bench.echo", func(m *nats.Msg) { _ = m.Respond(m.Data) })
+	sub, err := rt.e.nc.Subscribe("bench.echo", func(m *nats.Msg) { _ = m.Respond(m.Data) })
 	require.NoError(b, err)
 	defer sub.Unsubscribe()
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 30 * time.Second}
-	body := []byte(`{"mode":"sync","payload":{"prompt":"robot"}}`)
 	calls := map[string]func() error{
 		"baseline": func() error {
-			_, err := e.nc.Request("bench.echo", body, 5*time.Second)
+			_, err := rt.e.nc.Request("bench.echo", syncBody, 5*time.Second)
 			return err
 		},
-		"queue": func() error {
-			r, err := client.Post(e.base+"/v1/namespaces/default/pools/"+testPool+"/invocations", "application/json", bytes.NewReader(body))
-			if err != nil {
-				return err
-			}
-			_, _ = io.Copy(io.Discard, r.Body)
-			r.Body.Close()
-			if r.StatusCode != 200 {
-				return fmt.Errorf("status %d", r.StatusCode)
-			}
-			return nil
-		},
+		"queue": rt.invoke,
 	}
-	// measure reports the process's CPU time per call (NATS server, queue,
-	// workers and client are all in it: a figure the other tenants of a
-	// shared machine disturb less than req/s) and, for the queue, the
-	// Record writes per invocation.
 	measure := func(b *testing.B, name string, run func()) {
-		cpu := func() time.Duration {
-			var ru syscall.Rusage
-			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-			return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-		}
-		if name != "queue" {
-			c0 := cpu()
-			run()
-			b.ReportMetric(float64((cpu()-c0).Microseconds())/float64(b.N), "cpu-µs/op")
+		if name == "queue" {
+			rt.measure(b, run)
 			return
 		}
-		bucket := "KV_" + e.cfg.Stream.WithDefaults().RecordsBucket
-		last := func() uint64 {
-			time.Sleep(200 * time.Millisecond) // final writes land after the reply
-			st, err := e.js.Stream(context.Background(), bucket)
-			require.NoError(b, err)
-			return st.CachedInfo().State.LastSeq
-		}
-		before := last()
-		c0 := cpu()
+		c0 := cpuTime()
 		run()
-		b.ReportMetric(float64((cpu()-c0).Microseconds())/float64(b.N), "cpu-µs/op")
-		b.ReportMetric(float64(last()-before)/float64(b.N), "kv-writes/op")
+		b.ReportMetric(float64((cpuTime()-c0).Microseconds())/float64(b.N), "cpu-µs/op")
 	}
 	rates := []int{100, 500, 1000}
 	if testing.Short() {
@@ -109,6 +134,29 @@ func syncRoundTrip(b *testing.B, useTLS bool) {
 	for _, name := range []string{"baseline", "queue"} {
 		b.Run("rate=max/"+name, func(b *testing.B) {
 			measure(b, name, func() { closedLoop(b, 32, calls[name]) })
+		})
+	}
+}
+
+// syncRoundTripFsync: the queue's round trip at 100/s and at its max rate
+// on two NATS servers (file store, TLS) side by side, one fsyncing before
+// every acknowledgement ("always") and one on JetStream's default
+// ("baseline").
+func syncRoundTripFsync(b *testing.B) {
+	rts := map[string]*roundTrip{
+		"baseline": newRoundTrip(b, natsOptions{tls: true}),
+		"always":   newRoundTrip(b, natsOptions{tls: true, syncAlways: true}),
+	}
+	require.False(b, rts["baseline"].e.ns.JetStreamConfig().SyncAlways)
+	require.True(b, rts["always"].e.ns.JetStreamConfig().SyncAlways)
+	for _, name := range []string{"baseline", "always"} {
+		b.Run("rate=100/"+name, func(b *testing.B) {
+			rts[name].measure(b, func() { openLoop(b, 100, rts[name].invoke) })
+		})
+	}
+	for _, name := range []string{"baseline", "always"} {
+		b.Run("rate=max/"+name, func(b *testing.B) {
+			rts[name].measure(b, func() { closedLoop(b, 32, rts[name].invoke) })
 		})
 	}
 }

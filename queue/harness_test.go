@@ -76,9 +76,24 @@ func newEnv(t testing.TB, mutate func(*queue.Config)) *env {
 // first as runplane's does (internal/natstls): the queue, the test's
 // connection and the stub workers on it dial TLS (benchmarks compare).
 func newEnvTLS(t testing.TB, useTLS bool, mutate func(*queue.Config)) *env {
+	return newEnvNATS(t, natsOptions{tls: useTLS}, mutate)
+}
+
+// natsOptions choose how the test's NATS runs.
+type natsOptions struct {
+	tls bool
+	// syncAlways: JetStream fsyncs every write before acknowledging it
+	// (sync_interval always, natssync.Default, the chart's); otherwise
+	// JetStream's default, a sync every 2 minutes.
+	syncAlways bool
+}
+
+// newEnvNATS is newEnv on a NATS run as no says.
+func newEnvNATS(t testing.TB, no natsOptions, mutate func(*queue.Config)) *env {
 	t.Helper()
+	useTLS := no.tls
 	e := &env{t: t, storeDir: t.TempDir(), log: stubworker.NewLog()}
-	o := &server.Options{JetStream: true, StoreDir: e.storeDir, Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true}
+	o := &server.Options{JetStream: true, StoreDir: e.storeDir, Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true, SyncAlways: no.syncAlways}
 	var client natstls.Client
 	if useTLS {
 		const name = "nats.bench"

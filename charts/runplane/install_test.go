@@ -351,10 +351,11 @@ func TestInstall(t *testing.T) {
 			{"runplane-queue", []string{"get", "pods", "-n", "team-a"}, true},
 			{"runplane-queue", []string{"get", "replicasets.apps", "-n", "team-a"}, true},
 			{"runplane-queue", []string{"update", "replicasets.apps", "-n", "team-a"}, false},
-			// The queue reads (or first creates) the NATS trust Secret, and no other (one
-			// NATS server: no route password).
+			// The queue reads (or first creates) the NATS trust Secret and, for the default
+			// three servers, their route password, and no other.
 			{"runplane-queue", []string{"get", "secret/runplane-nats-trust", "-n", ns}, true},
-			{"runplane-queue", []string{"get", "secret/runplane-nats-route", "-n", ns}, false},
+			{"runplane-queue", []string{"get", "secret/runplane-nats-route", "-n", ns}, true},
+			{"runplane-queue", []string{"update", "secret/runplane-nats-route", "-n", ns}, false},
 			{"runplane-queue", []string{"get", "secret/runplane-webhook-tls", "-n", ns}, false},
 			{"runplane-queue", []string{"update", "secret/runplane-nats-trust", "-n", ns}, false},
 			{"runplane-queue", []string{"delete", "secret/runplane-nats-trust", "-n", ns}, false},

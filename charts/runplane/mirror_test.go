@@ -30,6 +30,7 @@ import (
 	"github.com/runplane/runplane/extender"
 	"github.com/runplane/runplane/extender/profile"
 	"github.com/runplane/runplane/internal/bootstrapsecret"
+	"github.com/runplane/runplane/internal/natssync"
 	"github.com/runplane/runplane/internal/natstls"
 	"github.com/runplane/runplane/internal/pki"
 	"github.com/runplane/runplane/internal/priorityclass"
@@ -208,9 +209,14 @@ func TestNATSConfigLoads(t *testing.T) {
 		name string
 		args []string
 		want []string
+		// replicas: what the queue's streams and buckets get.
+		replicas string
 	}{
-		{"single", nil, []string{`include "../trust/trust.conf"`, "max_file_store: 10Gi"}},
-		{"cluster", []string{"--values", "testdata/values-full.yaml"}, []string{`include "../trust/trust.conf"`, "cluster {", "password: $NATS_ROUTE_PASSWORD", "$NATS_ROUTE_2"}},
+		// The default: three servers, fsyncing as make dev and the test kit do.
+		{"default", nil, []string{`include "../trust/trust.conf"`, "cluster {", "$NATS_ROUTE_2", natssync.Config(natssync.Default)}, "3"},
+		{"single", []string{"--set", "nats.bundled.replicas=1"}, []string{`include "../trust/trust.conf"`, "max_file_store: 10Gi", natssync.Config(natssync.Always)}, "1"},
+		{"cluster", []string{"--values", "testdata/values-full.yaml"}, []string{`include "../trust/trust.conf"`, "cluster {", "password: $NATS_ROUTE_PASSWORD", "$NATS_ROUTE_2"}, "3"},
+		{"fsync traded", []string{"--set", "nats.bundled.jetstream.syncInterval=2m"}, []string{natssync.Config("2m")}, "3"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			objs := parse(t, mustRender(t, c.args...))
@@ -272,6 +278,7 @@ func TestNATSConfigLoads(t *testing.T) {
 			}
 			require.True(t, strings.HasPrefix(resolverDir, mounts["data"]+"/"), "the queue's --nats-resolver-dir %q is not on the NATS data volume %s", resolverDir, mounts["data"])
 			queueArgs := argMap(queueDep.Spec.Template.Spec.Containers[0].Args)
+			require.Equal(t, c.replicas, queueArgs["stream-replicas"], "the queue's streams and buckets follow the servers")
 			require.Equal(t, tlsVol.SecretName, queueArgs["nats-tls-secret"], "the queue keeps the Secret the servers mount")
 			// The certificate the queue issues for its --nats-tls-dns-names.
 			bundle, err := pki.Renew(nil, pki.Options{Name: "runplane-nats", DNSNames: strings.Split(queueArgs["nats-tls-dns-names"], ","), ClientAuth: true})
@@ -642,7 +649,9 @@ func TestQueueDefaultsMatchBinary(t *testing.T) {
 		k, v, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
 		args[k] = v
 	}
-	for _, flag := range []string{"stream-max-age", "duplicate-window", "record-ttl", "stream-replicas",
+	// Not stream-replicas: the chart's follows its NATS servers (3 by
+	// default, as make dev runs; TestNATSConfigLoads), the binary's is 1.
+	for _, flag := range []string{"stream-max-age", "duplicate-window", "record-ttl",
 		"max-backlog", "max-in-flight", "namespace-max-backlog", "namespace-max-in-flight"} {
 		chart, def := args[flag], defaults[flag]
 		require.NotEmpty(t, chart, "the chart does not pass --%s", flag)

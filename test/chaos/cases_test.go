@@ -312,13 +312,14 @@ func TestHangs(t *testing.T) {
 
 // TestLargeResults: results of 10 MiB, at the rate a 2-core machine
 // allows: a 10 MiB round trip costs about 1.5 CPU-seconds (JSON and the
-// Object Store, BenchmarkPayloadRoundTrip), and 30 of them stay within one
-// pool's 1 GiB bucket (-objects-max-bytes; beyond it a big result fails
-// by design).
+// Object Store, BenchmarkPayloadRoundTrip). The 31 results (310 MiB, kept
+// an hour) need a namespace bucket above the default 128 MiB
+// (-objects-max-bytes; beyond it a big result fails by design).
 func TestLargeResults(t *testing.T) {
 	fullOnly(t)
 	sc := base("results of 10 MiB", 1, 30*time.Second)
 	sc.FrameworkEnv = []string{"CHAOS_RESULT_BYTES=" + strconv.Itoa(10<<20)}
+	sc.QueueArgs = []string{"-objects-max-bytes", strconv.Itoa(512 << 20)}
 	o := runCase(t, sc)
 	goal(t, o)
 	assert.Equal(t, o.Counts.Accepted, o.Counts.Succeeded, "%s", o.Counts)

@@ -9,10 +9,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/runplane/runplane/internal/natssync"
 )
 
 // Binaries are the programs a case runs.
@@ -75,6 +78,9 @@ func FreePort() (int, error) {
 type NATS struct {
 	*Proc
 	URL string
+	// Name is its server_name (n0, n1, …): what a stream's cluster info
+	// names as leader.
+	Name string
 }
 
 // NATSOptions shape the server.
@@ -86,25 +92,81 @@ type NATSOptions struct {
 
 // StartNATS writes a configuration into dir and starts the server.
 func StartNATS(bins Binaries, dir string, o NATSOptions) (*NATS, error) {
-	port, err := FreePort()
+	ns, err := StartNATSCluster(bins, dir, 1, o)
 	if err != nil {
 		return nil, err
 	}
-	js := fmt.Sprintf("store_dir: %q", filepath.Join(dir, "jetstream"))
-	if o.MaxFileStore > 0 {
-		js += fmt.Sprintf(", max_file_store: %d", o.MaxFileStore)
+	return ns[0], nil
+}
+
+// StartNATSCluster starts n servers (n > 1: one JetStream cluster, every
+// server routed to every other, server_name n<i>, its own store under
+// dir/n<i>), each on fixed ports so a restart keeps its URL and routes.
+// JetStream syncs as the chart's bundled NATS does (natssync.Default:
+// fsync before every acknowledgement). Routes are plain TCP on loopback:
+// the harness's clients have neither TLS nor auth either (the chart's
+// routes are TLS with a password; test/natsauth.StartCluster runs those).
+func StartNATSCluster(bins Binaries, dir string, n int, o NATSOptions) ([]*NATS, error) {
+	clientPorts, routePorts := make([]int, n), make([]int, n)
+	var routes []string
+	for i := range n {
+		var err error
+		if clientPorts[i], err = FreePort(); err != nil {
+			return nil, err
+		}
+		if routePorts[i], err = FreePort(); err != nil {
+			return nil, err
+		}
+		routes = append(routes, strconv.Quote("nats-route://127.0.0.1:"+strconv.Itoa(routePorts[i])))
 	}
-	conf := fmt.Sprintf("listen: \"127.0.0.1:%d\"\njetstream { %s }\n", port, js)
-	confPath := filepath.Join(dir, "nats.conf")
-	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
+	servers := make([]*NATS, n)
+	for i := range n {
+		sdir := dir
+		if n > 1 {
+			sdir = filepath.Join(dir, "n"+strconv.Itoa(i))
+			if err := os.MkdirAll(sdir, 0o755); err != nil {
+				return nil, err
+			}
+		}
+		js := fmt.Sprintf("store_dir: %q, %s", filepath.Join(sdir, "jetstream"), natssync.Config(natssync.Default))
+		if o.MaxFileStore > 0 {
+			js += fmt.Sprintf(", max_file_store: %d", o.MaxFileStore)
+		}
+		conf := fmt.Sprintf("server_name: n%d\nlisten: \"127.0.0.1:%d\"\njetstream { %s }\n", i, clientPorts[i], js)
+		if n > 1 {
+			conf += fmt.Sprintf("cluster { name: chaos, listen: \"127.0.0.1:%d\", routes: [%s] }\n", routePorts[i], strings.Join(routes, ", "))
+		}
+		confPath := filepath.Join(sdir, "nats.conf")
+		if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
+			return nil, err
+		}
+		servers[i] = &NATS{Proc: NewProc("nats-server n"+strconv.Itoa(i), filepath.Join(sdir, "nats.log"), bins.NATS, []string{"-c", confPath}, nil),
+			URL: "nats://127.0.0.1:" + strconv.Itoa(clientPorts[i]), Name: "n" + strconv.Itoa(i)}
+	}
+	// Together: a clustered server's JetStream answers once a quorum is up.
+	if err := RestartAll(servers); err != nil {
+		for _, s := range servers {
+			s.Kill()
+		}
 		return nil, err
 	}
-	n := &NATS{Proc: NewProc("nats-server", filepath.Join(dir, "nats.log"), bins.NATS, []string{"-c", confPath}, nil),
-		URL: "nats://127.0.0.1:" + strconv.Itoa(port)}
-	if err := n.Restart(); err != nil {
-		return nil, err
+	return servers, nil
+}
+
+// RestartAll starts every server at once (after a kill of all of them)
+// and waits until each answers JetStream.
+func RestartAll(servers []*NATS) error {
+	for _, s := range servers {
+		if err := s.Start(); err != nil {
+			return err
+		}
 	}
-	return n, nil
+	for _, s := range servers {
+		if err := s.WaitReady(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Restart starts the server (after a stop or kill) and waits until
@@ -113,7 +175,13 @@ func (n *NATS) Restart() error {
 	if err := n.Start(); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	return n.WaitReady()
+}
+
+// WaitReady waits until the running server answers JetStream (in a
+// cluster: it is routed and the meta group has a leader).
+func (n *NATS) WaitReady() error {
+	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		nc, err := nats.Connect(n.URL, nats.Timeout(time.Second))
 		if err == nil {
@@ -131,7 +199,7 @@ func (n *NATS) Restart() error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return fmt.Errorf("nats-server at %s not ready within 30s (see %s)", n.URL, n.log)
+	return fmt.Errorf("nats-server at %s not ready within 60s (see %s)", n.URL, n.log)
 }
 
 // Queue is a runplane-queue process.

@@ -29,8 +29,14 @@ type Scenario struct {
 	SidecarArgs  []string
 	QueueArgs    []string
 	NATS         NATSOptions
-	Rate         float64
-	Duration     time.Duration
+	// NATSServers > 1 runs a JetStream cluster of that many servers with
+	// every stream and bucket at that many replicas, and two queue
+	// replicas on different servers: "queue" (ingress and activator) on
+	// n0 and "ingress" (-no-activator) on n1; the load alternates between
+	// them and the workers between the servers.
+	NATSServers int
+	Rate        float64
+	Duration    time.Duration
 	// TimeoutSeconds is each invocation's timeoutSeconds (0: none).
 	TimeoutSeconds int
 	// Fault runs while the load runs; its error fails the case.
@@ -42,10 +48,15 @@ type Scenario struct {
 
 // Stack is what a running scenario is made of.
 type Stack struct {
-	Bins    Binaries
-	Dir     string
-	NATS    *NATS
-	Queue   *Queue
+	Bins Binaries
+	Dir  string
+	NATS *NATS
+	// NATSCluster are all servers (NATS is the first).
+	NATSCluster []*NATS
+	Queue       *Queue
+	// Ingress is the second queue replica of a cluster scenario (nil
+	// otherwise).
+	Ingress *Queue
 	Workers []*Worker
 	ExecLog string
 	// Namespace and Pool of the one pool.
@@ -73,7 +84,11 @@ func (sc Scenario) Run(t testing.TB, bins Binaries) Outcome {
 	defer cancel()
 	s := sc.Start(t, bins)
 	go s.sampleRSS(ctx)
-	load := Load{URLs: []string{s.Queue.URL}, Namespace: s.Namespace, Pool: s.Pool, Rate: sc.Rate, Duration: sc.Duration,
+	urls := []string{s.Queue.URL}
+	if s.Ingress != nil {
+		urls = append(urls, s.Ingress.URL)
+	}
+	load := Load{URLs: urls, Namespace: s.Namespace, Pool: s.Pool, Rate: sc.Rate, Duration: sc.Duration,
 		IDPrefix: "inv-", TimeoutSeconds: sc.TimeoutSeconds}
 	var faultErr error
 	var wg sync.WaitGroup
@@ -95,12 +110,26 @@ func (sc Scenario) Start(t testing.TB, bins Binaries) *Stack {
 	dir := CaseDir(t, sc.Name)
 	s := &Stack{Bins: bins, Dir: dir, ExecLog: filepath.Join(dir, "exec.log"), Namespace: "chaos", Pool: "p", scenario: sc}
 	var err error
-	s.NATS, err = StartNATS(bins, dir, sc.NATS)
+	s.NATSCluster, err = StartNATSCluster(bins, dir, max(sc.NATSServers, 1), sc.NATS)
 	require.NoError(t, err)
-	t.Cleanup(s.NATS.Kill)
-	s.Queue, err = StartQueue(bins, dir, "queue", s.NATS.URL, QueueOptions{Pools: []string{s.Namespace + "/" + s.Pool}, Args: sc.QueueArgs})
+	for _, n := range s.NATSCluster {
+		t.Cleanup(n.Kill)
+	}
+	s.NATS = s.NATSCluster[0]
+	qo := QueueOptions{Pools: []string{s.Namespace + "/" + s.Pool}, Args: sc.QueueArgs}
+	if sc.NATSServers > 1 {
+		qo.Args = append([]string{"-stream-replicas", strconv.Itoa(sc.NATSServers)}, qo.Args...)
+	}
+	s.Queue, err = StartQueue(bins, dir, "queue", s.NATS.URL, qo)
 	require.NoError(t, err)
 	t.Cleanup(s.Queue.Kill)
+	if sc.NATSServers > 1 {
+		ingress := qo
+		ingress.Args = append([]string{"-no-activator"}, qo.Args...)
+		s.Ingress, err = StartQueue(bins, dir, "ingress", s.NATSCluster[1].URL, ingress)
+		require.NoError(t, err)
+		t.Cleanup(s.Ingress.Kill)
+	}
 	for i := range sc.Workers {
 		_, err := s.AddWorker(t, "w"+strconv.Itoa(i))
 		require.NoError(t, err)
@@ -116,7 +145,10 @@ func (sc Scenario) Start(t testing.TB, bins Binaries) *Stack {
 
 // AddWorker starts one more worker of the pool.
 func (s *Stack) AddWorker(t testing.TB, name string) (*Worker, error) {
-	w, err := StartWorker(s.Bins, s.Dir, name, s.NATS.URL, WorkerOptions{Namespace: s.Namespace, Pool: s.Pool,
+	// Spread over the servers (each client learns the others from the
+	// server it reaches and fails over to them).
+	url := s.NATSCluster[len(s.Workers)%len(s.NATSCluster)].URL
+	w, err := StartWorker(s.Bins, s.Dir, name, url, WorkerOptions{Namespace: s.Namespace, Pool: s.Pool,
 		Concurrency: s.scenario.Concurrency, ExecLog: s.ExecLog, FrameworkEnv: s.scenario.FrameworkEnv, SidecarArgs: s.scenario.SidecarArgs})
 	if err != nil {
 		return nil, err
@@ -141,8 +173,13 @@ func (s *Stack) sampleRSS(ctx context.Context) {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
 	for {
-		if v, err := s.Queue.RSS(); err == nil && v > s.rss.Load() {
-			s.rss.Store(v)
+		for _, q := range []*Queue{s.Queue, s.Ingress} {
+			if q == nil {
+				continue
+			}
+			if v, err := q.RSS(); err == nil && v > s.rss.Load() {
+				s.rss.Store(v)
+			}
 		}
 		select {
 		case <-ctx.Done():

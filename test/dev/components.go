@@ -70,6 +70,10 @@ func (s *stack) goRun(ctx context.Context, name string, fn func(context.Context)
 	}()
 }
 
+// natsServers is the chart's nats.bundled.replicas (and queue stream
+// replicas) by default.
+const natsServers = 3
+
 // startComponents starts an embedded NATS JetStream and every runplane
 // component: webhook, controllers, extender with the runplane-scheduler,
 // queue (ingress + activator) and local workers for pool Pods. Logs go to
@@ -102,13 +106,17 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 	if err != nil {
 		return nil, err
 	}
-	ns, err := natsauth.Start(filepath.Join(c.Dir(), "nats"), "127.0.0.1", auth, queue.WorkerExports(stream.Config{}))
+	// The chart's default NATS: three servers, streams and buckets at three
+	// replicas, every write fsynced before its acknowledgement.
+	servers, err := natsauth.StartCluster(filepath.Join(c.Dir(), "nats"), auth, queue.WorkerExports(stream.Config{}), natsServers)
 	if err != nil {
 		return nil, err
 	}
-	s.stops = append(s.stops, ns.Shutdown)
-	natsURL := ns.ClientURL()
-	natsPort := ns.Addr().(*net.TCPAddr).Port
+	for _, ns := range servers {
+		s.stops = append(s.stops, ns.Shutdown)
+	}
+	natsURL := natsauth.ClientURLs(servers)
+	natsPort := servers[0].Addr().(*net.TCPAddr).Port
 
 	// Webhook, registered by URL on loopback with its own CA.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -179,6 +187,7 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 			RESTConfig: c.RESTConfig(), Logger: log.With("component", "queue"),
 		}
 		qc.NATSURL, qc.NATSTrustFile, qc.NATSTLS = natsURL, auth.TrustFile, auth.Client
+		qc.Stream.Replicas = natsServers
 		return queue.Run(ctx, qc)
 	})
 	select {

@@ -12,10 +12,14 @@
 package natsauth
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -25,6 +29,7 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/bootstrapsecret"
 	"github.com/runplane/runplane/internal/natsaccounts"
+	"github.com/runplane/runplane/internal/natssync"
 	"github.com/runplane/runplane/internal/natstls"
 	"github.com/runplane/runplane/internal/pki"
 )
@@ -79,9 +84,9 @@ func Write(dir string) (Auth, error) {
 }
 
 // CertOptions are what the server's certificate covers: ServerName, for
-// clients and routes.
+// clients, and loopback, which StartCluster's routes dial.
 func CertOptions() pki.Options {
-	return pki.Options{Name: "runplane-nats", DNSNames: []string{ServerName}, ClientAuth: true}
+	return pki.Options{Name: "runplane-nats", DNSNames: []string{ServerName}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ClientAuth: true}
 }
 
 // WriteBundle writes b as the server's certificate, key and CA bundle (what
@@ -102,14 +107,16 @@ type Extra struct{ JetStream, Top string }
 
 // Config is the server configuration listening on host (any free port),
 // its JetStream and resolver under storeDir, RUNPLANE exporting exports
-// (queue.WorkerExports).
+// (queue.WorkerExports). JetStream syncs as the chart's NATS does
+// (natssync.Default: fsync before every acknowledgement).
 func (a Auth) Config(host, storeDir string, exports jwt.Exports, extra Extra) (string, error) {
 	trust, err := a.Trust.ServerConfig(filepath.Join(storeDir, "jwt"), exports)
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("listen: %q\njetstream { store_dir: %q\n%s }\n%s%s%s\n",
-		net.JoinHostPort(host, "-1"), filepath.Join(storeDir, "jetstream"), extra.JetStream, natstls.ServerConfig(a.TLS), trust, extra.Top), nil
+	return fmt.Sprintf("listen: %q\njetstream { store_dir: %q\n%s\n%s }\n%s%s%s\n",
+		net.JoinHostPort(host, "-1"), filepath.Join(storeDir, "jetstream"), natssync.Config(natssync.Default), extra.JetStream,
+		natstls.ServerConfig(a.TLS), trust, extra.Top), nil
 }
 
 // Start runs the embedded server from that configuration (written to dir,
@@ -143,9 +150,93 @@ func StartWith(dir, host string, a Auth, exports jwt.Exports, extra Extra) (*ser
 	ns.Start()
 	if !ns.ReadyForConnections(15 * time.Second) {
 		ns.Shutdown()
-		return nil, fmt.Errorf("nats: not ready for connections")
+		return nil, fmt.Errorf("nats: not ready for connections (configuration %s)", conf)
 	}
 	return ns, nil
+}
+
+// StartCluster runs n embedded servers of one JetStream cluster, as the
+// chart's bundled NATS with nats.bundled.replicas n: server_name n<i>,
+// every server listing every route (ports picked free a moment before),
+// routes TLS from their first byte with both sides verified
+// (natstls.RouteConfig). Unlike the chart, routes carry no password: the
+// kit listens on loopback only. Each server keeps its store under
+// dir/n<i>; it returns once every server accepts clients, is routed to the
+// others and JetStream's meta leader sees them all online.
+func StartCluster(dir string, a Auth, exports jwt.Exports, n int) ([]*server.Server, error) {
+	const host = "127.0.0.1"
+	addrs, routes := make([]string, n), make([]string, n)
+	for i := range routes {
+		port, err := freePort(host)
+		if err != nil {
+			return nil, err
+		}
+		addrs[i] = net.JoinHostPort(host, strconv.Itoa(port))
+		routes[i] = strconv.Quote("nats-route://" + addrs[i])
+	}
+	servers := make([]*server.Server, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		// Together: a clustered server waits for its peers' routes.
+		wg.Go(func() {
+			top := fmt.Sprintf("server_name: n%d\ncluster {\n  name: runplane\n  listen: %q\n%s  routes: [%s]\n}\n",
+				i, addrs[i], natstls.RouteConfig(a.TLS), strings.Join(routes, ", "))
+			servers[i], errs[i] = StartWith(filepath.Join(dir, fmt.Sprintf("n%d", i)), host, a, exports, Extra{Top: top})
+		})
+	}
+	wg.Wait()
+	stop := func() {
+		for _, s := range servers {
+			if s != nil {
+				s.Shutdown()
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		stop()
+		return nil, fmt.Errorf("nats cluster: %w", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		// The meta leader must count every peer online (with its stats):
+		// before, a stream of n replicas finds "no suitable peers".
+		current, online := 0, 0
+		for _, s := range servers {
+			if s.JetStreamIsCurrent() && s.NumRoutes() >= n-1 {
+				current++
+			}
+			if s.JetStreamIsLeader() {
+				online = len(s.JetStreamClusterPeers())
+			}
+		}
+		if current == n && online == n {
+			return servers, nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stop()
+	return nil, fmt.Errorf("nats cluster of %d: no JetStream meta leader seeing every server online within 30s", n)
+}
+
+// freePort is a port on host that was free a moment ago.
+func freePort(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, fmt.Errorf("free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ClientURLs is the comma-separated client URL list of servers, what a
+// client (nats.Connect) takes to reach any of them.
+func ClientURLs(servers []*server.Server) string {
+	urls := make([]string, len(servers))
+	for i, s := range servers {
+		urls[i] = s.ClientURL()
+	}
+	return strings.Join(urls, ",")
 }
 
 // QueueOption connects as the queue's user in RUNPLANE (with TLSOption):

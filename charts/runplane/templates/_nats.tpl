@@ -12,6 +12,8 @@ jetstream {
   store_dir: /data/jetstream
   max_memory_store: {{ $.Values.nats.bundled.jetstream.maxMemoryStore }}
   max_file_store: {{ $.Values.nats.bundled.jetstream.maxFileStore }}
+  # fsync before acknowledging (always): an acknowledged write survives a crash of every server.
+  sync_interval: {{ $.Values.nats.bundled.jetstream.syncInterval | quote }}
 }
 # Operator mode: each worker Pod gets a NATS account of its own (the account, not a permission in
 # a shared one, is the tenant boundary). The queue derives every key (operator, accounts, its own
@@ -58,4 +60,15 @@ cluster {
   ]
 }
 {{- end }}
+{{- end -}}
+
+
+{{/* runplane.streamReplicas: the replicas of the queue's streams and buckets — queue.stream.replicas,
+or (0) the bundled NATS's servers, or 3 with an external NATS. */}}
+{{- define "runplane.streamReplicas" -}}
+{{- $r := int .Values.queue.stream.replicas }}
+{{- if eq $r 0 }}
+{{- if eq .Values.nats.mode "bundled" }}{{ $r = int .Values.nats.bundled.replicas }}{{ else }}{{ $r = 3 }}{{ end }}
+{{- end }}
+{{- $r }}
 {{- end -}}
