@@ -479,7 +479,10 @@ func (e *Extender) claim(ctx context.Context, pod *corev1.Pod, ph *ledger.Placeh
 	// finished its cycle; otherwise record it now. Either way the record is
 	// durable before the placeholder is deleted.
 	if !e.intents.wait(ctx, pod.UID, *ph) {
-		if err := annotateClaim(ctx, e.client, pod, *ph); err != nil {
+		// No resourceVersion precondition: this write answers before the
+		// Binding is made, in this goroutine, and the informer's copy of
+		// the Pod may lag the intent that just failed.
+		if err := annotateClaim(ctx, e.client, pod, *ph, ""); err != nil {
 			return false, false, &bindError{reasonAnnotate, err}
 		}
 	}

@@ -18,14 +18,20 @@ import (
 )
 
 // annotateClaim records on the Pod which placeholder it is about to take,
-// so a successor extender keeps the claim if this one dies mid-bind.
-func annotateClaim(ctx context.Context, c kubernetes.Interface, pod *corev1.Pod, ph ledger.Placeholder) error {
-	// The UID makes the patch a precondition: it never lands on another
-	// Pod that took the name.
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+// so a successor extender keeps the claim if this one dies mid-bind. The
+// UID makes the patch a precondition: it never lands on another Pod that
+// took the name. A non-empty resourceVersion is one more: the patch
+// applies only to the Pod as the caller saw it (an intent, which runs
+// beside the bind: intents.record).
+func annotateClaim(ctx context.Context, c kubernetes.Interface, pod *corev1.Pod, ph ledger.Placeholder, resourceVersion string) error {
+	meta := map[string]any{
 		"uid":         pod.UID,
 		"annotations": map[string]string{api.AnnotationClaimedStock: ph.String()},
-	}})
+	}
+	if resourceVersion != "" {
+		meta["resourceVersion"] = resourceVersion
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {
 		return fmt.Errorf("encoding claim patch: %w", err)
 	}
@@ -87,7 +93,14 @@ func (in *intents) record(c kubernetes.Interface, pod *corev1.Pod, ph ledger.Pla
 		defer close(it.done)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		it.err = annotateClaim(ctx, c, pod, ph)
+		// The filter's resourceVersion is the precondition: an intent that
+		// lands late — after the Binding (a bind that gave up waiting for
+		// it, a retry on a new leader while the old one's Binding went
+		// through), or after an intent that superseded it — meets a newer
+		// Pod and fails with a Conflict instead of rewriting the claim the
+		// Binding or the newer intent recorded. A failed intent costs the
+		// bind one annotation of its own (claim), nothing else.
+		it.err = annotateClaim(ctx, c, pod, ph, pod.ResourceVersion)
 	}()
 }
 

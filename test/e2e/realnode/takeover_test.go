@@ -122,7 +122,7 @@ func devicesOf(t *testing.T, uid string) []string {
 // podCgroup finds the kubelet's cgroup of the Pod on the real node (in
 // the pids hierarchy, under the node's cgroup tree); "" when there is none,
 // which the kubelet makes so only once every container of the Pod stopped.
-func podCgroup(t *testing.T, uid string) string {
+func podCgroup(t testing.TB, uid string) string {
 	t.Helper()
 	var found string
 	root := filepath.Join("/sys/fs/cgroup/pids", node.Name)
