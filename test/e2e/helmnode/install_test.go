@@ -128,6 +128,8 @@ func TestInstallAndInvoke(t *testing.T) {
 	require.Contains(t, out, `"state":"succeeded"`, "the test Pod printed no succeeded Record")
 	require.Contains(t, out, `"payload":{"check":"runplane-invoke"}`, "the Record holds no echo of the payload")
 
+	t.Run("every component's metrics", func(t *testing.T) { scrapeEveryComponent(ctx, t) })
+
 	t.Run("a tenant's pool invoked from the host", func(t *testing.T) {
 		t.Cleanup(func() {
 			if t.Failed() {
