@@ -64,7 +64,7 @@ scheduler:
 nats:
   bundled:
     image: ` + image(images.NATSRef) + `
-    persistence: {size: 1Gi}` + strings.ReplaceAll(placement, "\n  ", "\n    ") + `
+    persistence: {size: 10Gi} # as large as jetstream.maxFileStore (hostPath: nothing allocated)` + strings.ReplaceAll(placement, "\n  ", "\n    ") + `
 stock:
   namespace: ` + stockNS + `
   pools: [{spec: rn1, replicas: ` + fmt.Sprint(cluster.RealNodeGPUs) + `}]
