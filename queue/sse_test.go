@@ -415,14 +415,17 @@ func TestStreamEventSourceStopsAfterResult(t *testing.T) {
 		return false
 	})
 	var chunks []string
-	results := 0
+	results, had := 0, "0"
 	for _, ev := range events {
 		switch ev.name {
 		case "chunk":
 			chunks = append(chunks, ev.data)
+			had = ev.id
 		case "result":
 			results++
 			assert.Equal(t, ingress.ResultEventID, ev.id)
+		default: // the last chunk the client has: a resume from it loses nothing
+			assert.Equal(t, had, ev.id, "%s event's id", ev.name)
 		}
 	}
 	assert.Equal(t, want(0, 6), chunks, "every chunk once, in order")
