@@ -71,6 +71,12 @@ stock:
 egress:
   # test/cluster's CoreDNS listens on 1053 behind kube-dns's 53 (policies see the Pod's port).
   dns: {ports: [1053]}
+networkPolicy:
+  # Scrapers: the chart's default (namespace monitoring) and the test process (metrics_test.go), on
+  # the host: its address on the node's link.
+  monitoring:
+    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}
+    - ipBlock: {cidr: ` + env.RealNodes()[0].HostIP + `/32}
 helmTest:
   namespace: ` + testNS + `
   timeout: 3m` + placement + `
@@ -100,6 +106,8 @@ func TestInstallAndInvoke(t *testing.T) {
 	waitAvailable(ctx, t, 5*time.Minute)
 	t.Logf("every workload of the release Available %s after helm install began", time.Since(began).Round(100*time.Millisecond))
 
+	t.Run("every component's metrics", func(t *testing.T) { scrapeEveryComponent(ctx, t) })
+
 	// The stock placeholders went through the chart's runplane-scheduler (the
 	// kube-scheduler image and the extender) to the real node.
 	placeholders, err := env.Client().CoreV1().Pods(stockNS).List(ctx, metav1.ListOptions{LabelSelector: "runplane.io/stock=rn1"})
@@ -127,8 +135,6 @@ func TestInstallAndInvoke(t *testing.T) {
 	t.Logf("%s:\n%s", strings.Join(logs, " "), out)
 	require.Contains(t, out, `"state":"succeeded"`, "the test Pod printed no succeeded Record")
 	require.Contains(t, out, `"payload":{"check":"runplane-invoke"}`, "the Record holds no echo of the payload")
-
-	t.Run("every component's metrics", func(t *testing.T) { scrapeEveryComponent(ctx, t) })
 
 	t.Run("a tenant's pool invoked from the host", func(t *testing.T) {
 		t.Cleanup(func() {

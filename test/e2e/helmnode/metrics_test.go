@@ -14,9 +14,12 @@ import (
 )
 
 // scrapeEveryComponent: each component's /metrics, at its Pod's IP and the
-// container port its ServiceMonitor scrapes, read as a scraper bound to the
-// chart's runplane-metrics-reader ClusterRole: 200, promlint-clean (and
-// 401/403 to the anonymous and to a ServiceAccount without it).
+// container port its ServiceMonitor scrapes, read from the test process as
+// a Prometheus outside the cluster would: admitted by the chart's
+// NetworkPolicies as networkPolicy.monitoring (the host's address, see
+// values()) and by RBAC as a ServiceAccount bound to the chart's
+// runplane-metrics-reader: 200 and promlint-clean (401/403 to the
+// anonymous and to a ServiceAccount without the role).
 func scrapeEveryComponent(ctx context.Context, t *testing.T) {
 	scrapers, err := scrape.New(ctx, env)
 	require.NoError(t, err)
@@ -27,13 +30,12 @@ func scrapeEveryComponent(ctx context.Context, t *testing.T) {
 		{"webhook", "https"},
 	} {
 		t.Run(c.component, func(t *testing.T) {
-			url := componentURL(ctx, t, c.component, c.port)
-			scrapers.CheckClean(t, url)
+			scrapers.CheckClean(t, componentURL(ctx, t, c.component, c.port))
 		})
 	}
 }
 
-// componentURL is https://<Pod IP>:<containerPort named port>/metrics of
+// componentURL is https://<Pod IP>:<container port named port>/metrics of
 // the release's first Pod of component.
 func componentURL(ctx context.Context, t *testing.T, component, port string) string {
 	t.Helper()
