@@ -32,6 +32,7 @@ import (
 
 	"github.com/runplane/runplane/catalog"
 	"github.com/runplane/runplane/extender/ledger"
+	"github.com/runplane/runplane/internal/logging"
 	"github.com/runplane/runplane/internal/metricsauth"
 )
 
@@ -118,7 +119,7 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		Help: "When the serving certificate expires (Unix seconds).",
 	}, func() float64 { return certExpiry(tlsCfg) }))
 	mgr, err := manager.New(rc, manager.Options{
-		Logger: logr.FromSlogHandler(cfg.Logger.Handler()),
+		Logger: logging.Manager(cfg.Logger), // its own Lease release at shutdown is not an ERROR
 		// Metrics and probes are served on the extender's HTTPS listener.
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:        "0",

@@ -9,7 +9,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/nats-io/nuid"
 	"golang.org/x/sync/errgroup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +19,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/logging"
 )
 
 // DefaultLeaseName is the activator's Lease (-leader-election-name).
@@ -41,7 +41,7 @@ func NewManager(cfg Config) (manager.Manager, error) {
 		return nil, errors.New("queue: manager needs a Kubernetes config")
 	}
 	opts := manager.Options{
-		Logger:                  logr.FromSlogHandler(cmp.Or(cfg.Logger, slog.Default()).Handler()),
+		Logger:                  logging.Manager(cmp.Or(cfg.Logger, slog.Default())),
 		Metrics:                 metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:  "0",
 		GracefulShutdownTimeout: ptr.To[time.Duration](-1),

@@ -21,6 +21,7 @@ import (
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/ingress"
 	"github.com/runplane/runplane/sidecar"
 )
 
@@ -345,4 +346,89 @@ func TestStreamsPerNamespaceBounded(t *testing.T) {
 	close(tk.release)
 	_, _, rec := first.rest(t)
 	assert.Equal(t, messages.StateSucceeded, rec.State, rec.Error)
+}
+
+// eventSource follows url as the SSE spec's EventSource does: it sends the
+// last id it saw as Last-Event-ID on every reconnect, reconnects whenever
+// a stream ends, and stops on 204 No Content. drop(conn, n, ev) cuts the
+// connection after the n-th event of connection conn (a network drop). It
+// returns every event seen, across connections, and the number of
+// connections; more than maxConns fails (the client would never stop).
+func eventSource(t testing.TB, url string, drop func(conn, n int, ev sseEvent) bool) (events []sseEvent, conns int) {
+	t.Helper()
+	const maxConns = 6
+	lastID := ""
+	for conns = 1; ; conns++ {
+		require.LessOrEqual(t, conns, maxConns, "the client never stopped reconnecting: %+v", events)
+		req, err := http.NewRequest("GET", url, nil)
+		require.NoError(t, err)
+		req.Header.Set("Accept", "text/event-stream")
+		if lastID != "" {
+			req.Header.Set("Last-Event-ID", lastID)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		if resp.StatusCode == http.StatusNoContent {
+			resp.Body.Close()
+			return events, conns
+		}
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		s := &sseStream{resp: resp, sc: bufio.NewScanner(resp.Body)}
+		for n := 1; ; n++ {
+			ev, ok := s.next()
+			if !ok {
+				break
+			}
+			require.NotEmpty(t, ev.id, "event %s without id:", ev.name)
+			lastID = ev.id
+			events = append(events, ev)
+			if drop != nil && drop(conns, n, ev) {
+				break
+			}
+		}
+		resp.Body.Close()
+	}
+}
+
+// TestStreamEventSourceStopsAfterResult: a browser's EventSource that
+// loses its connection before the result resumes where it was (after the
+// invocation event, after a chunk), gets every chunk once and the result
+// once, and its reconnect after the result is answered 204, which ends
+// it; before, it received the result again on every reconnect, for ever.
+func TestStreamEventSourceStopsAfterResult(t *testing.T) {
+	e := newEnv(t, nil)
+	tk := &tokens{n: 6, hold: 3, release: make(chan struct{}), stopped: make(chan error, 1)}
+	e.streamWorker("w1", tk.stream)
+	r := e.do("POST", "/v1/namespaces/default/pools/"+testPool+"/invocations", map[string]any{"invocationID": "es-1", "mode": "async"})
+	require.Equal(t, http.StatusAccepted, r.code, "%s", r.raw)
+
+	events, conns := eventSource(t, e.base+"/v1/namespaces/default/invocations/es-1/stream", func(conn, n int, ev sseEvent) bool {
+		switch conn {
+		case 1: // dropped right after the invocation event
+			return ev.name == "invocation"
+		case 2: // dropped after the second chunk; the framework then goes on
+			if ev.name == "chunk" && ev.data == "tok1" {
+				close(tk.release)
+				return true
+			}
+		}
+		return false
+	})
+	var chunks []string
+	results, had := 0, "0"
+	for _, ev := range events {
+		switch ev.name {
+		case "chunk":
+			chunks = append(chunks, ev.data)
+			had = ev.id
+		case "result":
+			results++
+			assert.Equal(t, ingress.ResultEventID, ev.id)
+		default: // the last chunk the client has: a resume from it loses nothing
+			assert.Equal(t, had, ev.id, "%s event's id", ev.name)
+		}
+	}
+	assert.Equal(t, want(0, 6), chunks, "every chunk once, in order")
+	assert.Equal(t, 1, results, "the result once")
+	assert.Equal(t, 4, conns, "two drops, the connection that got the result, and the 204")
 }

@@ -353,6 +353,24 @@ func TestInvalidValues(t *testing.T) {
 		{"egress priority", []string{"--set", "egress.priority=1001"}, []string{"/egress/priority"}},
 		{"DNS port", []string{"--set", "egress.dns.ports={0}"}, []string{"/egress/dns/ports/0"}},
 		{"catalog spec without gpu", []string{"--set", "catalog.specs.x1.cpu=1", "--set", "catalog.specs.x1.memory=1Gi"}, []string{"/catalog/specs/x1", "missing property 'gpu'"}},
+		// Values the schema passed that failed at run time (issue #34): each names its key and why.
+		{"callback deny CIDR", []string{"--set", "queue.callbacks.denyCIDRs={10.0.0.0/8,10.0.0.300}"},
+			[]string{`queue.callbacks.denyCIDRs[1]: "10.0.0.300" is neither a CIDR nor an IP address`, "the queue would refuse it and not start"}},
+		{"callback allow CIDR", []string{"--set", "queue.callbacks.allowCIDRs={cluster.local}"}, []string{`queue.callbacks.allowCIDRs[0]: "cluster.local" is neither a CIDR nor an IP address`}},
+		{"file store beyond the volume", []string{"--set", "nats.bundled.jetstream.maxFileStore=20Gi"},
+			[]string{"nats.bundled.jetstream.maxFileStore (20Gi) is larger than nats.bundled.persistence.size (10Gi)"}},
+		{"volume below the file store, decimal", []string{"--set", "nats.bundled.persistence.size=9e9"},
+			[]string{"nats.bundled.jetstream.maxFileStore (10Gi) is larger than nats.bundled.persistence.size (9e9)"}},
+		{"bucket as large as the store", []string{"--set", "queue.payloads.bucketMaxBytes=10737418240"},
+			[]string{"queue.payloads.bucketMaxBytes + queue.stream.chunks.maxBytes (10804527104 bytes, what each namespace reserves) do not fit in nats.bundled.jetstream.maxFileStore (10Gi)"}},
+		{"shared streams beyond the store", []string{"--set", "nats.bundled.jetstream.maxFileStore=8Gi"},
+			[]string{"queue.stream.maxBytes + queue.recordsMaxBytes + queue.resultsMaxBytes (9663676416 bytes) exceed nats.bundled.jetstream.maxFileStore (8Gi)"}},
+		// Schema errors that said only "'not' failed".
+		{"tier named as the chart's own", []string{"--set", "priorityClasses.tiers[0].name=runplane-stock", "--set", "priorityClasses.tiers[0].value=10"},
+			[]string{"priorityClasses.tiers[0].name: runplane-stock is one of the chart's own PriorityClasses"}},
+		{"zero stream bytes", []string{"--set", "queue.stream.maxBytes=0"}, []string{"/queue/stream/maxBytes", "value must be -1", "minimum: got 0, want 1"}},
+		{"zero records bytes", []string{"--set", "queue.recordsMaxBytes=0"}, []string{"/queue/recordsMaxBytes", "value must be -1", "minimum: got 0, want 1"}},
+		{"zero backlog", []string{"--set", "queue.limits.poolMaxBacklog=0"}, []string{"/queue/limits/poolMaxBacklog", "value must be -1", "minimum: got 0, want 1"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out, err := render(t, c.args...)
@@ -362,6 +380,7 @@ func TestInvalidValues(t *testing.T) {
 			for _, w := range c.want {
 				assert.Contains(t, ce.stderr, w)
 			}
+			assert.NotContains(t, ce.stderr, "'not' failed", "a schema error that names no reason")
 		})
 	}
 }

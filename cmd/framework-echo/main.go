@@ -7,7 +7,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
+
 	"os"
 	"os/signal"
 	"strconv"
@@ -22,8 +22,7 @@ import (
 
 func main() {
 	if err := run(); err != nil {
-		slog.Error("framework-echo failed", "err", err)
-		os.Exit(1)
+		cmdline.Exit(err)
 	}
 }
 

@@ -29,10 +29,9 @@ import (
 
 func main() {
 	fs, o := newFlags()
-	log := cmdline.Parse(fs, os.Args[1:], logging.Options{})
+	cmdline.Parse(fs, os.Args[1:], logging.Options{})
 	if err := run(*o, os.Getenv); err != nil {
-		log.Error("runplane-accessor failed", "err", err)
-		os.Exit(1)
+		cmdline.Exit(err)
 	}
 }
 

@@ -11,7 +11,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -49,21 +48,17 @@ func main() {
 	log := cmdline.Parse(fs, os.Args[1:], logging.Options{})
 
 	if err := cfg.Egress.Validate(); err != nil {
-		fail(2, "%v", err)
+		cmdline.Exit(cmdline.Usage(err))
 	}
 	var err error
 	if cfg.RESTConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
-		fail(2, "loading kubeconfig: %v", err)
+		cmdline.Exit(cmdline.Usage(fmt.Errorf("loading kubeconfig: %w", err)))
 	}
-	cfg.Logger = logr.FromSlogHandler(log.Handler())
+	cfg.Logger = logging.Manager(log) // its own Lease release at shutdown is not an ERROR
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := controllers.Run(ctx, cfg); err != nil {
-		fail(1, "%v", err)
+		stop()
+		cmdline.Exit(err)
 	}
-}
-
-func fail(code int, format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "runplane-controller: "+format+"\n", args...)
-	os.Exit(code)
 }

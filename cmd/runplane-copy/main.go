@@ -5,7 +5,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -25,14 +27,12 @@ func main() {
 	flag.DurationVar(&opts.ProgressInterval, "progress-interval", 5*time.Second, "how often to report progress")
 	log := cmdline.Parse(flag.CommandLine, os.Args[1:], logging.Options{})
 	if from == "" || to == "" {
-		log.Error("--from and --to are required")
-		os.Exit(2)
+		cmdline.Exit(cmdline.Usage(errors.New("--from and --to are required")))
 	}
 	opts.Progress = func(p copier.Progress) { log.Info("progress", "progress", p.String()) }
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if _, err := copier.Copy(ctx, from, to, opts); err != nil {
-		log.Error("copy failed", "err", err)
-		os.Exit(1)
+		cmdline.Exit(fmt.Errorf("copy: %w", err))
 	}
 }

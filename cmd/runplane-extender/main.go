@@ -61,8 +61,7 @@ func main() {
 	}
 	if writeTLSDir != "" {
 		if err := extender.WriteSelfSignedDir(writeTLSDir, cfg.TLSHosts); err != nil {
-			cfg.Logger.Error("writing the serving certificate", "dir", writeTLSDir, "err", err)
-			os.Exit(1)
+			cmdline.Exit(fmt.Errorf("writing the serving certificate into %s: %w", writeTLSDir, err))
 		}
 		return
 	}
@@ -72,8 +71,7 @@ func main() {
 
 	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "runplane-extender: loading kubeconfig: %v\n", err)
-		os.Exit(2)
+		cmdline.Exit(cmdline.Usage(fmt.Errorf("loading kubeconfig: %w", err)))
 	}
 	cfg.RESTConfig = rc
 	if cfg.PprofAddr != "" {
@@ -85,7 +83,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := extender.Run(ctx, cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "runplane-extender: %v\n", err)
-		os.Exit(1)
+		stop()
+		cmdline.Exit(err)
 	}
 }

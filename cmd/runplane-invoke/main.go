@@ -29,11 +29,10 @@ func main() {
 	flag.StringVar(&o.tokenFile, "token-file", "/var/run/secrets/kubernetes.io/serviceaccount/token", "bearer token of a caller RBAC lets invoke the pool")
 	flag.StringVar(&o.payload, "payload", `{"check":"runplane-invoke"}`, "JSON payload")
 	flag.DurationVar(&o.timeout, "timeout", 3*time.Minute, "how long the pool may take, a scale from zero included")
-	log := cmdline.Parse(flag.CommandLine, os.Args[1:], logging.Options{})
+	cmdline.Parse(flag.CommandLine, os.Args[1:], logging.Options{})
 	body, err := invoke(context.Background(), http.DefaultClient, o)
 	if err != nil {
-		log.Error("invocation failed", "err", err)
-		os.Exit(1)
+		cmdline.Exit(fmt.Errorf("invocation: %w", err))
 	}
 	fmt.Println(body)
 }

@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -27,8 +28,7 @@ func main() {
 
 	cfg, err := sidecar.ConfigFromEnv(os.Getenv)
 	if err != nil {
-		log.Error("runplane-sidecar: bad configuration", "err", err)
-		os.Exit(2)
+		cmdline.Exit(cmdline.Usage(fmt.Errorf("configuration: %w", err)))
 	}
 	cfg.HeartbeatInterval, cfg.ProbeInterval, cfg.AckWait = *hb, *probe, *ackWait
 	cfg.InactiveThreshold, cfg.FetchWait = *inactive, *fetchWait
@@ -47,13 +47,11 @@ func main() {
 	}()
 	s, err := sidecar.New(cfg)
 	if err != nil {
-		log.Error("runplane-sidecar", "err", err)
-		os.Exit(2)
+		cmdline.Exit(cmdline.Usage(err))
 	}
 	log.Info("runplane-sidecar: serving", "http", s.Addr())
 	if err := s.Run(ctx); err != nil {
-		log.Error("runplane-sidecar", "err", err)
-		os.Exit(1)
+		cmdline.Exit(err)
 	}
 }
 

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -40,8 +41,7 @@ func main() {
 	cfg.Logger = cmdline.Parse(flag.CommandLine, os.Args[1:], logging.Options{})
 	if installTo != "" {
 		if err := sshserver.InstallSelf(installTo); err != nil {
-			fmt.Fprintln(os.Stderr, "runplane-ssh:", err)
-			os.Exit(1)
+			cmdline.Exit(err)
 		}
 		return
 	}
@@ -50,36 +50,34 @@ func main() {
 		os.Exit(runLauncher(cfg))
 	}
 	if flag.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "runplane-ssh: unexpected arguments %q (a command to run needs --launch)\n", flag.Args())
-		os.Exit(2)
+		cmdline.Exit(cmdline.Usage(fmt.Errorf("unexpected arguments %q (a command to run needs --launch)", flag.Args())))
 	}
 
 	// Zero means "default" in sshserver.Config; on the command line it is a
 	// mistake, not a request for the default.
 	if cfg.MaxChannels < 1 || cfg.MaxUnauthenticated < 1 || cfg.MaxUnauthenticatedPerSource < 1 || cfg.LoginGraceTime <= 0 {
-		fmt.Fprintln(os.Stderr, "runplane-ssh: --max-channels, --max-unauthenticated and --max-unauthenticated-per-source must be at least 1, --login-grace-time positive")
-		os.Exit(2)
+		cmdline.Exit(cmdline.Usage(errors.New("--max-channels, --max-unauthenticated and --max-unauthenticated-per-source must be at least 1, --login-grace-time positive")))
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := sshserver.Run(ctx, cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "runplane-ssh:", err)
-		os.Exit(1)
+		stop()
+		cmdline.Exit(err)
 	}
 }
 
 // runLauncher runs the user's command (the arguments after --) with the
 // SSH server beside it: the server is this binary again, with the same
-// flags but --launch. It returns the container's exit status.
+// flags but --launch. It returns the container's exit status; its errors
+// are logged as every fatal error is (internal/cmdline).
 func runLauncher(cfg sshserver.Config) int {
 	if flag.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "runplane-ssh: --launch needs the command to run after --")
-		return 2
+		cmdline.Exit(cmdline.Usage(errors.New("--launch needs the command to run after --")))
 	}
 	self, err := os.Executable()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "runplane-ssh: locating own executable:", err)
+		cfg.Logger.Error("runplane-ssh failed", "err", fmt.Sprintf("locating own executable: %v", err), "exitCode", launcher.ExitStartFailed)
 		return launcher.ExitStartFailed
 	}
 	flags := os.Args[1 : len(os.Args)-flag.NArg()]
@@ -93,7 +91,7 @@ func runLauncher(cfg sshserver.Config) int {
 	}
 	code, err := launcher.Run(launcher.Config{Command: flag.Args(), Server: server, Logger: cfg.Logger})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "runplane-ssh:", err)
+		cfg.Logger.Error("runplane-ssh failed", "err", err.Error(), "exitCode", code)
 	}
 	return code
 }

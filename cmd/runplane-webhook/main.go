@@ -27,8 +27,7 @@ import (
 
 func main() {
 	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "runplane-webhook:", err)
-		os.Exit(1)
+		cmdline.Exit(err)
 	}
 }
 

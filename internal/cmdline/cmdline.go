@@ -1,8 +1,20 @@
-// Package cmdline parses the command line of every runplane binary the same
-// way: the binary's own flags plus -log-format, -log-level and -version;
-// -help prints the usage on stdout (it is what was asked for) and exits 0, a
-// bad flag prints the error and the usage on stderr and exits 2. The logger
-// the log flags select becomes the process's only log sink (internal/logging).
+// Package cmdline is the runtime pattern of every runplane binary: its
+// command line parsed the same way (the binary's own flags plus
+// -log-format, -log-level and -version; -help prints the usage on stdout,
+// it is what was asked for, and exits 0), the logger the log flags select
+// made the process's only log sink (internal/logging), and its fatal error
+// written by Exit through that logger. A bad flag is such a fatal error
+// too: one record in the log format (JSON by default), exit code 2. A log
+// pipeline needs the line that says why a process died in the format it
+// parses, so nothing is printed in plain text.
+//
+//	func main() {
+//		... flags ...
+//		log := cmdline.Parse(fs, os.Args[1:], logging.Options{})
+//		if err := run(...); err != nil {
+//			cmdline.Exit(err) // cmdline.Usage(err) for a bad configuration: exit code 2
+//		}
+//	}
 package cmdline
 
 import (
@@ -48,30 +60,54 @@ func parse(fs *flag.FlagSet, args []string, defaults logging.Options, stdout, st
 	// by itself unless told otherwise; take both decisions here instead.
 	name := filepath.Base(fs.Name()) // flag.CommandLine's name is os.Args[0], a path
 	fs.Init(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // its error is logged below; the usage is -help's
 	fs.Usage = func() {}
-	usage := func(w io.Writer) {
-		fmt.Fprintf(w, "Usage of %s:\n", fs.Name())
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(stderr)
-	}
 	err := fs.Parse(args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
-		usage(stdout)
+		fmt.Fprintf(stdout, "Usage of %s:\n", fs.Name())
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
 		return nil, 0, true
-	case err != nil: // the flag package has printed the error
-		usage(stderr)
-		return nil, 2, true
-	case *version:
+	case err == nil && *version:
 		fmt.Fprintf(stdout, "%s %s\n", fs.Name(), buildinfo.Get())
 		return nil, 0, true
 	}
-	l, err := logging.New(stderr, opts)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
-		return nil, 2, true
+	l, lerr := logging.New(stderr, opts)
+	if err == nil && lerr == nil {
+		return l, 0, false
 	}
-	return l, 0, false
+	if lerr != nil {
+		// The log flags themselves are wrong: the default format says so.
+		l, _ = logging.New(stderr, logging.Options{Format: logging.FormatJSON, Level: "info"})
+		err = errors.Join(err, lerr)
+	}
+	fail(l, fs.Name(), Usage(fmt.Errorf("%w (%s -help prints the flags)", err, fs.Name())))
+	return nil, 2, true
+}
+
+// usageError is a bad command line or configuration: exit code 2.
+type usageError struct{ error }
+
+func (u usageError) Unwrap() error { return u.error }
+
+// Usage marks err as a bad command line or configuration (Exit's code 2;
+// any other error exits 1).
+func Usage(err error) error { return usageError{err} }
+
+// Exit ends the process on its fatal error err: one record at ERROR
+// through the logger Parse installed (slog's default), then exit code 2
+// for a Usage error, 1 for any other.
+func Exit(err error) {
+	os.Exit(fail(slog.Default(), filepath.Base(os.Args[0]), err))
+}
+
+// fail logs err as name's fatal error and returns the exit code.
+func fail(l *slog.Logger, name string, err error) int {
+	code := 1
+	if errors.As(err, new(usageError)) {
+		code = 2
+	}
+	l.Error(name+" failed", "err", err.Error(), "exitCode", code)
+	return code
 }

@@ -133,6 +133,7 @@ func operations() []operation {
 			description: streamDescription,
 			responses: []response{
 				{status: http.StatusOK, body: "", contentType: "text/event-stream", description: "the events: invocation, then chunk (id: its sequence) and attempt, then result (the terminal Record)"},
+				{status: http.StatusNoContent, description: "Last-Event-ID result: the client had the result event, the stream is over (an EventSource stops reconnecting)"},
 				badRequest, unauthorized, forbidden,
 				{status: http.StatusNotFound, body: Problem{}, description: "no such invocation in this namespace (an ID of another namespace included)"},
 				unavailable,

@@ -24,18 +24,26 @@ import (
 // text/event-stream or "stream": true; GET …/invocations/{id}/stream) gets
 // server-sent events: the invocation's chunks as the worker relays them,
 // read from its namespace's chunks stream with an ordered consumer, each
-// with id: its stream sequence, then one result event with the terminal
-// Record. Which chunks are sent, and the attempt, restart and gap events
-// between them, is the follower's decision (ssefollow.go). The
+// with id: its sequence in that stream, then one result event with the
+// terminal Record. Which chunks are sent, and the attempt, restart and gap
+// events between them, is the follower's decision (ssefollow.go). The
 // connection holds no state that another replica lacks: a client that
 // lost it resumes on any replica with Last-Event-ID and gets the chunks
 // after that one. Chunks are read with a small pull window, never the
 // whole stream at once.
+//
+// Every event has an id: (the SSE rules: an EventSource reconnects with
+// the last one it saw). The invocation, attempt, restart and gap events
+// carry the id of the last chunk the client has (0: none), so a resume
+// from them resumes after that chunk; the result event carries
+// ResultEventID, and a reconnect with it is answered 204 No Content, the
+// one answer that makes an EventSource stop reconnecting (without it, a
+// browser receives the result again every few seconds for ever).
 
 // SSE event names.
 const (
 	// EventInvocation opens every stream: the invocation's ID, pool and
-	// state (no id: field, so Last-Event-ID still names the last chunk).
+	// state.
 	EventInvocation = "invocation"
 	// EventChunk is one chunk; its data is the chunk's text.
 	EventChunk = "chunk"
@@ -52,6 +60,10 @@ const (
 	// EventResult ends the stream with the terminal Record.
 	EventResult = "result"
 )
+
+// ResultEventID is the id of the result event: a stream resumed after it
+// is over (204 No Content).
+const ResultEventID = "result"
 
 // StreamOpening is the data of the invocation event.
 type StreamOpening struct {
@@ -89,13 +101,18 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	after, err := lastEventID(r)
+	after, ended, err := lastEventID(r)
 	if err != nil {
 		problem(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
 	rec, ok := s.record(w, r, ns, id, VerbRead)
 	if !ok {
+		return
+	}
+	if ended {
+		// The client has the result: the SSE spec's "stop reconnecting".
+		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	if le := s.openStream(rec.Namespace, rec.Pool); le != nil {
@@ -106,22 +123,26 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	s.serveSSE(w, r, rec, after, time.Now())
 }
 
-// lastEventID is the sequence to resume after: the Last-Event-ID header
-// (what an EventSource sends on reconnect) or the after query parameter.
-func lastEventID(r *http.Request) (uint64, error) {
+// lastEventID is the chunk sequence to resume after, or ended when the
+// client had the result event: the Last-Event-ID header (what an
+// EventSource sends on reconnect) or the after query parameter.
+func lastEventID(r *http.Request) (after uint64, ended bool, err error) {
 	v := r.Header.Get("Last-Event-ID")
 	name := "header Last-Event-ID"
 	if v == "" {
 		v, name = r.URL.Query().Get("after"), "query parameter after"
 	}
 	if v == "" {
-		return 0, nil
+		return 0, false, nil
+	}
+	if v == ResultEventID {
+		return 0, true, nil
 	}
 	n, err := strconv.ParseUint(v, 10, 64)
 	if err != nil || n == math.MaxUint64 { // the next sequence must exist
-		return 0, fmt.Errorf("%s %q: must be the id of an event of this stream (a decimal sequence)", name, v)
+		return 0, false, fmt.Errorf("%s %q: must be the id of an event of this stream (a decimal sequence, or %q)", name, v, ResultEventID)
 	}
-	return n, nil
+	return n, false, nil
 }
 
 // serveSSE streams rec's chunks after stream sequence after, then its
@@ -181,9 +202,9 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, rec messages.R
 	h.Set("X-Accel-Buffering", "no")
 	h.Set("Runplane-Invocation-Id", rec.InvocationID)
 	w.WriteHeader(http.StatusOK)
-	sw := &eventWriter{w: w, rc: http.NewResponseController(w)}
+	sw := &eventWriter{w: w, rc: http.NewResponseController(w), had: after}
 	open, _ := json.Marshal(StreamOpening{InvocationID: rec.InvocationID, Namespace: rec.Namespace, Pool: rec.Pool, State: rec.State})
-	if sw.event(EventInvocation, "", open) != nil {
+	if sw.event(EventInvocation, sw.position(), open) != nil {
 		return
 	}
 	s.sse.streams.Inc()
@@ -282,6 +303,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, rec messages.R
 			if sw.event(EventChunk, strconv.FormatUint(last, 10), m.Data()) != nil {
 				return
 			}
+			sw.had = last
 			s.sse.chunks.Inc()
 			if first {
 				first = false
@@ -318,7 +340,7 @@ func writeEvent(sw *eventWriter, ev sseEvent) error {
 	if err != nil {
 		return err
 	}
-	return sw.event(ev.name, "", b)
+	return sw.event(ev.name, sw.position(), b)
 }
 
 // lastChunk is the stream sequence of the last chunk stored by any worker
@@ -360,20 +382,24 @@ func (s *Server) writeResult(ctx context.Context, sw *eventWriter, rec messages.
 	if err != nil {
 		return
 	}
-	_ = sw.event(EventResult, "", b)
+	_ = sw.event(EventResult, ResultEventID, b)
 }
 
 // eventWriter writes server-sent events and flushes each.
 type eventWriter struct {
 	w  http.ResponseWriter
 	rc *http.ResponseController
+	// had is the sequence of the last chunk the client has (0: none): the
+	// id of the events that are not chunks, so a resume from one of them
+	// resumes after that chunk (and writes them again if still due).
+	had uint64
 }
+
+func (e *eventWriter) position() string { return strconv.FormatUint(e.had, 10) }
 
 func (e *eventWriter) event(name, id string, data []byte) error {
 	var b strings.Builder
-	if id != "" {
-		b.WriteString("id: " + id + "\n")
-	}
+	b.WriteString("id: " + id + "\n")
 	b.WriteString("event: " + name + "\n")
 	// Every line of data is a data field ("\r\n", "\r" and "\n" all end
 	// a line in SSE); the client joins them with "\n".
@@ -433,11 +459,12 @@ func newSSEMetrics(r prometheus.Registerer) *sseMetrics {
 
 const streamDescription = "Readable by whoever may get the invocation (RBAC get on pools/invocations of its pool). " +
 	"Events: invocation (ID, pool, state), then one chunk per chunk the worker's framework streamed, each with id: its sequence, " +
-	"and finally result with the terminal Record. Without id: — so Last-Event-ID keeps naming the last chunk — and with JSON data: " +
+	"and finally result with the terminal Record and id: result. With the id of the last chunk sent (0: none) and JSON data: " +
 	"attempt {attempt} when a retry starts its output over; restart {attempt} when the same attempt was run again from its start " +
 	"(its worker restarted): the chunks after it are the new run's, from its first, and the earlier run's are not part of the answer; " +
 	"gap {attempt, firstRetained, missing, reason} when chunks the client has not had are no longer retained (evicted by the namespace's " +
 	"budget, chart queue.stream.chunks.maxBytes, or aged out) and will never come: firstRetained is the id of the next chunk sent. " +
 	"Only the chunks of the worker the Record says holds their attempt are sent. " +
 	"Header Last-Event-ID (or query parameter after) resumes after that chunk, on any ingress replica, while the chunks are retained " +
-	"(chart queue.stream.chunks.maxAge). An idle stream gets a comment every 10s."
+	"(chart queue.stream.chunks.maxAge); Last-Event-ID result (the client has the result) is answered 204 No Content, " +
+	"which stops an EventSource from reconnecting. An idle stream gets a comment every 10s."

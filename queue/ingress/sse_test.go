@@ -128,15 +128,20 @@ func TestStreamRequest(t *testing.T) {
 	assert.True(t, wantsStream(r, InvokeRequest{}))
 
 	g := httptest.NewRequest("GET", "/x/stream?after=7", nil)
-	n, err := lastEventID(g)
+	n, ended, err := lastEventID(g)
 	assert.NoError(t, err)
 	assert.EqualValues(t, 7, n)
+	assert.False(t, ended)
 	g.Header.Set("Last-Event-ID", "42")
-	n, err = lastEventID(g)
+	n, _, err = lastEventID(g)
 	assert.NoError(t, err)
 	assert.EqualValues(t, 42, n, "the header wins")
+	g.Header.Set("Last-Event-ID", ResultEventID)
+	_, ended, err = lastEventID(g)
+	assert.NoError(t, err)
+	assert.True(t, ended, "the client had the result")
 	g.Header.Set("Last-Event-ID", "-1")
-	_, err = lastEventID(g)
+	_, _, err = lastEventID(g)
 	assert.ErrorContains(t, err, "Last-Event-ID")
 }
 

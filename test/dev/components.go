@@ -38,10 +38,13 @@ const devImage = "ghcr.io/runplane/runplane:dev"
 // stack is the runplane components make dev runs next to the cluster.
 type stack struct {
 	queueURL string
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	stops    []func()
-	errs     chan error
+	// metrics are the components' /metrics URLs, by component, each served
+	// as in the chart (HTTPS, to scrapers RBAC allows get on /metrics).
+	metrics map[string]string
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	stops   []func()
+	errs    chan error
 }
 
 // stop stops every component and waits for them: the in-process ones
@@ -80,7 +83,7 @@ const natsServers = 3
 // files in the cluster dir.
 func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ *stack, err error) {
 	ctx, cancel := context.WithCancel(parent)
-	s := &stack{cancel: cancel, errs: make(chan error, 8)}
+	s := &stack{cancel: cancel, errs: make(chan error, 8), metrics: map[string]string{}}
 	defer func() {
 		if err != nil {
 			s.stop()
@@ -139,6 +142,7 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 	if err := natstls.PublishCA(ctx, c.Client(), api.DefaultNamespace, ca, nil); err != nil {
 		return nil, err
 	}
+	s.metrics["webhook"] = "https://" + ln.Addr().String() + "/metrics"
 	s.goRun(ctx, "webhook", func(ctx context.Context) error {
 		return webhook.Run(ctx, webhook.Config{
 			RESTConfig: c.RESTConfig(), Listener: ln, HealthAddr: "-", Injection: inj, Logger: log.With("component", "webhook"),
@@ -153,11 +157,18 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 	if err != nil {
 		return nil, err
 	}
+	// controller-runtime's metrics server takes an address, not a listener.
+	ctrlMetricsPort, err := cluster.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	ctrlMetrics := "127.0.0.1:" + strconv.Itoa(ctrlMetricsPort)
+	s.metrics["controller"] = "https://" + ctrlMetrics + "/metrics"
 	s.goRun(ctx, "controllers", func(ctx context.Context) error {
 		return controllers.Run(ctx, controllers.Config{
 			RESTConfig: c.RESTConfig(), Image: devImage,
 			Egress:      egressSettings,
-			MetricsAddr: "0", ProbeAddr: "0",
+			MetricsAddr: ctrlMetrics, ProbeAddr: "0",
 			Logger: logr.FromSlogHandler(log.With("component", "controllers").Handler()),
 		})
 	})
@@ -168,6 +179,7 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 		return nil, fmt.Errorf("extender: %w", err)
 	}
 	s.goRun(ctx, "extender", func(context.Context) error { return ext.Wait() })
+	s.metrics["extender"] = "https://" + ext.MetricsAddr() + "/metrics"
 	schedCfg, err := profile.SchedulerConfig(profile.Options{URLPrefix: "https://" + ext.Addr(), CAData: ext.CACert()})
 	if err != nil {
 		return nil, fmt.Errorf("scheduler profile: %w", err)
@@ -179,24 +191,29 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 	s.stops = append(s.stops, sched.Stop)
 
 	// Queue: ingress + activator.
-	addr := make(chan string, 1)
+	addr, metricsAddr := make(chan string, 1), make(chan string, 1)
 	queueListen := "127.0.0.1:" + strconv.Itoa(cfg.queuePort)
 	s.goRun(ctx, "queue", func(ctx context.Context) error {
 		qc := queue.Config{
 			Listen: queueListen, OnListen: func(a string) { addr <- a },
+			MetricsListen: "127.0.0.1:0", OnMetricsListen: func(a string) { metricsAddr <- a },
 			RESTConfig: c.RESTConfig(), Logger: log.With("component", "queue"),
 		}
 		qc.NATSURL, qc.NATSTrustFile, qc.NATSTLS = natsURL, auth.TrustFile, auth.Client
 		qc.Stream.Replicas = natsServers
 		return queue.Run(ctx, qc)
 	})
-	select {
-	case a := <-addr:
-		s.queueURL = "http://" + a
-	case err := <-s.errs:
-		return nil, err
-	case <-time.After(2 * time.Minute):
-		return nil, fmt.Errorf("queue: did not listen within 2 minutes")
+	for s.queueURL == "" || s.metrics["queue"] == "" {
+		select {
+		case a := <-addr:
+			s.queueURL = "http://" + a
+		case a := <-metricsAddr:
+			s.metrics["queue"] = "https://" + a + "/metrics"
+		case err := <-s.errs:
+			return nil, err
+		case <-time.After(2 * time.Minute):
+			return nil, fmt.Errorf("queue: did not listen within 2 minutes")
+		}
 	}
 
 	// Local workers: every running pool Pod becomes a sidecar + framework-echo.

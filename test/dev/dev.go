@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -92,6 +94,9 @@ func run(ctx context.Context, cfg config) error {
 		fmt.Printf("demo token file: %s\n", tokenFile)
 		fmt.Printf("demo token: %s\n", demoTok)
 	}
+	for _, name := range slices.Sorted(maps.Keys(stack.metrics)) {
+		fmt.Printf("metrics: %s %s\n", name, stack.metrics[name])
+	}
 	fmt.Printf(`
 Try:
   export KUBECONFIG=%[1]s PATH=%[2]s:$PATH   # kubectl and helm built for this cluster
@@ -103,6 +108,7 @@ Try:
   curl -s -X POST %[5]s/v1/namespaces/demo/pools/echo/invocations -H 'Content-Type: application/json' \
        -H "Authorization: Bearer $TOKEN" \
        -d '{"mode":"sync","payload":{"prompt":"hello"}}'   # scales "echo" from zero, returns the echo
+Metrics (the metrics: lines; HTTPS, self-signed): a token of a ServiceAccount bound to ClusterRole runplane-metrics-reader
 Component logs: %[6]s (runplane.log, workers/, *.log)
 Press Ctrl-C to stop everything.
 `, kubeconfig, filepath.Dir(c.Binary("kubectl")), api.DefaultNamespace, api.CatalogConfigMap, stack.queueURL, filepath.Join(dir, "cluster"), tokenFile)

@@ -21,7 +21,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/runplane/runplane/test/scrape"
 )
+
+// devComponents are the components whose /metrics make dev serves.
+var devComponents = []string{"controller", "extender", "queue", "webhook"}
+
+// kubeClient is make dev's cluster as test/scrape needs it.
+type kubeClient struct{ kubernetes.Interface }
+
+func (k kubeClient) Client() kubernetes.Interface { return k.Interface }
 
 // TestMakeDev runs the make dev program as a user would: it must print the
 // kubeconfig and queue URL lines, serve Ready GPU nodes, answer a sync
@@ -54,8 +64,9 @@ func TestMakeDev(t *testing.T) {
 		close(lines)
 	}()
 	var kubeconfig, queueURL, demoToken string
+	metrics := map[string]string{}
 	timeout := time.After(3 * time.Minute)
-	for kubeconfig == "" || queueURL == "" || demoToken == "" {
+	for kubeconfig == "" || queueURL == "" || demoToken == "" || len(metrics) < len(devComponents) {
 		select {
 		case line, ok := <-lines:
 			require.True(t, ok, "make dev exited early:\n%s", output.String())
@@ -68,6 +79,10 @@ func TestMakeDev(t *testing.T) {
 			}
 			if v, ok := strings.CutPrefix(line, "demo token: "); ok {
 				demoToken = v
+			}
+			if v, ok := strings.CutPrefix(line, "metrics: "); ok {
+				name, url, _ := strings.Cut(v, " ")
+				metrics[name] = url
 			}
 		case <-timeout:
 			t.Fatalf("no kubeconfig and queue URL lines within 3 minutes:\n%s", output.String())
@@ -122,6 +137,17 @@ func TestMakeDev(t *testing.T) {
 	require.NoError(t, json.Unmarshal(data, &rec), "sync invocation: %s", data)
 	require.Equal(t, "succeeded", rec.State, "sync invocation: %s", data)
 	require.Equal(t, "hello", rec.Response.Body.Payload["prompt"], "sync invocation: %s", data)
+
+	// Every component's /metrics, as a scraper with the chart's
+	// runplane-metrics-reader role reads it: 200 and promlint-clean.
+	scrapers, err := scrape.New(ctx, kubeClient{client})
+	require.NoError(t, err)
+	for _, name := range devComponents {
+		t.Run("metrics of "+name, func(t *testing.T) {
+			require.Contains(t, metrics, name, "make dev printed no metrics: line for %s", name)
+			scrapers.CheckClean(t, metrics[name])
+		})
+	}
 
 	// Ctrl-C: everything stops, nothing outlives it.
 	require.NoError(t, cmd.Process.Signal(os.Interrupt))

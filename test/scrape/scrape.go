@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	authnv1 "k8s.io/api/authentication/v1"
@@ -24,9 +25,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
-
-	"github.com/runplane/runplane/test/cluster"
 )
 
 const (
@@ -41,14 +41,21 @@ type Scrapers struct {
 	Reader, Stranger string
 }
 
+// Cluster is where the scrapers are made: a *cluster.Cluster, or make
+// dev's cluster seen through its kubeconfig.
+type Cluster interface {
+	Client() kubernetes.Interface
+}
+
 // New makes the scrapers (again, if they exist) and waits until RBAC
 // grants the reader: the filter caches a denial for 30 s.
-func New(ctx context.Context, c *cluster.Cluster) (Scrapers, error) {
+func New(ctx context.Context, c Cluster) (Scrapers, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	k := c.Client()
-	if err := c.CreateNamespace(ctx, namespace); err != nil {
-		return Scrapers{}, err
+	_, err := k.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return Scrapers{}, fmt.Errorf("scrape: namespace %s: %w", namespace, err)
 	}
 	for _, sa := range []string{"reader", "stranger"} {
 		_, err := k.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{})
@@ -56,7 +63,7 @@ func New(ctx context.Context, c *cluster.Cluster) (Scrapers, error) {
 			return Scrapers{}, fmt.Errorf("scrape: ServiceAccount %s: %w", sa, err)
 		}
 	}
-	_, err := k.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: ReaderRole},
+	_, err = k.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: ReaderRole},
 		Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return Scrapers{}, fmt.Errorf("scrape: ClusterRole: %w", err)
@@ -144,6 +151,20 @@ func (s Scrapers) Check(t testing.TB, url, want string) {
 			assert.False(t, strings.Contains(body, want), "%s: GET %s served the metrics", c.who, url)
 		}
 	}
+}
+
+// CheckClean is Check of a component's whole /metrics, and the reader's
+// body parses as the Prometheus text format and passes promlint (the
+// naming and help-text rules Prometheus's own tooling checks).
+func (s Scrapers) CheckClean(t testing.TB, url string) {
+	t.Helper()
+	s.Check(t, url, "# TYPE ")
+	code, body, err := Get(url, s.Reader)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code, "GET %s: %s", url, truncate(body))
+	problems, err := promlint.New(strings.NewReader(body)).Lint()
+	require.NoError(t, err, "GET %s: not the Prometheus text format", url)
+	assert.Empty(t, problems, "GET %s: promlint", url)
 }
 
 func truncate(s string) string {

@@ -258,3 +258,19 @@ scheduler.extender.managedResources (the scheduler config lists the same). */}}
 {{- range $e.managedResources }}{{ if ne . $e.gpuResource }}{{ $list = append $list . }}{{ end }}{{ end -}}
 {{- join "," $list -}}
 {{- end -}}
+
+{{/* runplane.quantityBytes: a Kubernetes quantity (64Mi, 10G, 1e9, 2) as a number of bytes (checks only: float precision). */}}
+{{- define "runplane.quantityBytes" -}}
+{{- $q := toString . -}}
+{{- $num := regexFind "^[+]?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)" $q -}}
+{{- $suffix := trimPrefix $num $q -}}
+{{- $n := trimPrefix "+" $num | float64 -}}
+{{- $mult := dict "" 1.0 "m" 0.001 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "E" 1e18 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 "Ei" 1152921504606846976.0 -}}
+{{- if hasKey $mult $suffix -}}
+{{- $n = mulf $n (get $mult $suffix) -}}
+{{- else -}}{{/* an exponent: e3, E+6, e-2 */}}
+{{- $e := regexReplaceAll "^[eE][+]?" $suffix "" | int -}}
+{{- range until (max $e (mul -1 $e) | int) }}{{ $n = ternary (mulf $n 10.0) (divf $n 10.0) (ge $e 0) }}{{ end -}}
+{{- end -}}
+{{- printf "%f" $n -}}
+{{- end -}}

@@ -64,10 +64,16 @@ scheduler:
 nats:
   bundled:
     image: ` + image(images.NATSRef) + `
-    persistence: {size: 1Gi}` + strings.ReplaceAll(placement, "\n  ", "\n    ") + `
+    persistence: {size: 10Gi} # as large as jetstream.maxFileStore (hostPath: nothing allocated)` + strings.ReplaceAll(placement, "\n  ", "\n    ") + `
 stock:
   namespace: ` + stockNS + `
   pools: [{spec: rn1, replicas: ` + fmt.Sprint(cluster.RealNodeGPUs) + `}]
+networkPolicy:
+  # Scrapers: the chart's default (namespace monitoring) and the test process (metrics_test.go), on
+  # the host: its address on the node's link.
+  monitoring:
+    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}
+    - ipBlock: {cidr: ` + env.RealNodes()[0].HostIP + `/32}
 helmTest:
   namespace: ` + testNS + `
   timeout: 3m` + placement + `
@@ -96,6 +102,8 @@ func TestInstallAndInvoke(t *testing.T) {
 	t.Logf("helm install returned in %s", time.Since(began).Round(100*time.Millisecond))
 	waitAvailable(ctx, t, 5*time.Minute)
 	t.Logf("every workload of the release Available %s after helm install began", time.Since(began).Round(100*time.Millisecond))
+
+	t.Run("every component's metrics", func(t *testing.T) { scrapeEveryComponent(ctx, t) })
 
 	// The stock placeholders went through the chart's runplane-scheduler (the
 	// kube-scheduler image and the extender) to the real node.
