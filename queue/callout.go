@@ -20,6 +20,7 @@ import (
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/natsaccounts"
 	"github.com/runplane/runplane/internal/natscallout"
+	"github.com/runplane/runplane/internal/natsconn"
 	"github.com/runplane/runplane/queue/stream"
 )
 
@@ -119,8 +120,8 @@ func openResolver(ctx context.Context, url string, tlsOpts []nats.Option, trust 
 	if err != nil {
 		return nil, nil, fmt.Errorf("queue: %w", err)
 	}
-	sys, err := nats.Connect(url, append([]nats.Option{nats.Name("runplane-queue-resolver"), nats.UserJWTAndSeed(userJWT, string(seed)),
-		nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.RetryOnFailedConnect(true)}, tlsOpts...)...)
+	opts := append(natsconn.Options("runplane-queue-resolver", 250*time.Millisecond), nats.UserJWTAndSeed(userJWT, string(seed)))
+	sys, err := nats.Connect(url, append(opts, tlsOpts...)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("queue: connect the NATS system user: %w", err)
 	}
