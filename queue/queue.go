@@ -202,7 +202,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("queue: %w", err)
 	}
 	cfg.Listen = cmp.Or(cfg.Listen, ":8080")
-	opts := append(natsconn.Options("runplane-queue", 250*time.Millisecond), tlsOpts...)
+	opts := append(natsconn.Options("runplane-queue", 250*time.Millisecond, log), tlsOpts...)
 	auth, err := natsAuthOptions(trust)
 	if err != nil {
 		return err
@@ -293,7 +293,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		resolver, closeResolver, err := openResolver(ctx, cfg.NATSURL, tlsOpts, trust, cfg.Stream)
+		resolver, closeResolver, err := openResolver(ctx, log, cfg.NATSURL, tlsOpts, trust, cfg.Stream)
 		if err != nil {
 			return err
 		}

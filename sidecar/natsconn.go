@@ -32,7 +32,7 @@ func (s *Sidecar) natsOptions() ([]nats.Option, error) {
 	}
 	// The queue's NATS may start after the worker: keep trying (readiness
 	// says whether we are connected), and leave a silent server in seconds.
-	opts := append(natsconn.Options("runplane-sidecar/"+s.cfg.WorkerNamespace+"/"+s.cfg.Pool+"/"+s.cfg.WorkerName, 500*time.Millisecond),
+	opts := append(natsconn.Options("runplane-sidecar/"+s.cfg.WorkerNamespace+"/"+s.cfg.Pool+"/"+s.cfg.WorkerName, 500*time.Millisecond, s.log),
 		// A refusal while the callout is briefly away (a queue rollout) or
 		// the token is being rotated must not end the reconnects for good.
 		nats.IgnoreAuthErrorAbort(),
@@ -43,11 +43,6 @@ func (s *Sidecar) natsOptions() ([]nats.Option, error) {
 				return
 			}
 			s.log.Warn("NATS", "err", err)
-		}),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				s.log.Info("NATS disconnected; reconnecting", "err", err)
-			}
 		}),
 	)
 	// Why a (re)connect fails (a certificate that does not verify, a

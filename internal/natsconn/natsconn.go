@@ -7,6 +7,7 @@
 package natsconn
 
 import (
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -33,10 +34,12 @@ const (
 
 // Options are the liveness and reconnect options every runplane NATS
 // connection is made with: name is the connection's name as the server
-// shows it, reconnectWait the pause between attempts at the same server.
-// The first connect retries in the background (RetryOnFailedConnect): a
-// component may start before its NATS and says so through its readiness.
-func Options(name string, reconnectWait time.Duration) []nats.Option {
+// shows it, reconnectWait the pause between attempts at the same server,
+// log where a lost connection and its reconnect are told (the moment a
+// silent server was given up, and which server took over). The first
+// connect retries in the background (RetryOnFailedConnect): a component
+// may start before its NATS and says so through its readiness.
+func Options(name string, reconnectWait time.Duration, log *slog.Logger) []nats.Option {
 	return []nats.Option{
 		nats.Name(name),
 		nats.RetryOnFailedConnect(true),
@@ -44,5 +47,13 @@ func Options(name string, reconnectWait time.Duration) []nats.Option {
 		nats.ReconnectWait(reconnectWait),
 		nats.PingInterval(PingInterval),
 		nats.MaxPingsOutstanding(MaxPingsOutstanding),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if err != nil { // nil: closed on purpose
+				log.Info("NATS disconnected; reconnecting", "server", nc.ConnectedUrlRedacted(), "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("NATS reconnected", "server", nc.ConnectedUrlRedacted())
+		}),
 	}
 }

@@ -1,6 +1,7 @@
 package natsconn_test
 
 import (
+	"log/slog"
 	"net"
 	"path/filepath"
 	"sync"
@@ -45,7 +46,7 @@ func TestFrozenServerIsLeft(t *testing.T) {
 	proxyURL := "nats://" + p.addr()
 	disconnected := make(chan error, 1)
 	reconnected := make(chan string, 1)
-	opts := append(natsconn.Options("frozen-test", 250*time.Millisecond), asQueue,
+	opts := append(natsconn.Options("frozen-test", 250*time.Millisecond, slog.New(slog.NewTextHandler(t.Output(), nil))), asQueue,
 		nats.DontRandomize(), // the proxied server first
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			select {
