@@ -20,6 +20,7 @@ import (
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/natsaccounts"
 	"github.com/runplane/runplane/internal/natscallout"
+	"github.com/runplane/runplane/internal/natsconn"
 	"github.com/runplane/runplane/queue/stream"
 )
 
@@ -114,13 +115,13 @@ func WorkerExports(sc stream.Config) jwt.Exports {
 // openResolver connects the queue's SYS user and pushes RUNPLANE's account
 // with the exports of today's layout (the server's preloaded copy may be
 // older), so the callout can push each worker's account.
-func openResolver(ctx context.Context, url string, tlsOpts []nats.Option, trust *natsaccounts.Trust, sc stream.Config) (*natsaccounts.Resolver, func(), error) {
+func openResolver(ctx context.Context, log *slog.Logger, url string, tlsOpts []nats.Option, trust *natsaccounts.Trust, sc stream.Config) (*natsaccounts.Resolver, func(), error) {
 	userJWT, seed, err := trust.SystemCreds()
 	if err != nil {
 		return nil, nil, fmt.Errorf("queue: %w", err)
 	}
-	sys, err := nats.Connect(url, append([]nats.Option{nats.Name("runplane-queue-resolver"), nats.UserJWTAndSeed(userJWT, string(seed)),
-		nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.RetryOnFailedConnect(true)}, tlsOpts...)...)
+	opts := append(natsconn.Options("runplane-queue-resolver", 250*time.Millisecond, log.With("conn", "resolver")), nats.UserJWTAndSeed(userJWT, string(seed)))
+	sys, err := nats.Connect(url, append(opts, tlsOpts...)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("queue: connect the NATS system user: %w", err)
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/internal/metricsauth"
 	"github.com/runplane/runplane/internal/natscallout"
+	"github.com/runplane/runplane/internal/natsconn"
 	"github.com/runplane/runplane/internal/natstls"
 	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/callback"
@@ -201,7 +202,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("queue: %w", err)
 	}
 	cfg.Listen = cmp.Or(cfg.Listen, ":8080")
-	opts := append([]nats.Option{nats.Name("runplane-queue"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.RetryOnFailedConnect(true)}, tlsOpts...)
+	opts := append(natsconn.Options("runplane-queue", 250*time.Millisecond, log), tlsOpts...)
 	auth, err := natsAuthOptions(trust)
 	if err != nil {
 		return err
@@ -292,7 +293,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		resolver, closeResolver, err := openResolver(ctx, cfg.NATSURL, tlsOpts, trust, cfg.Stream)
+		resolver, closeResolver, err := openResolver(ctx, log, cfg.NATSURL, tlsOpts, trust, cfg.Stream)
 		if err != nil {
 			return err
 		}

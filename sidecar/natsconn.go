@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/runplane/runplane/internal/natsconn"
 )
 
 // natsOptions are the sidecar's connect options. Its credential is the
@@ -28,13 +30,9 @@ func (s *Sidecar) natsOptions() ([]nats.Option, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := []nats.Option{
-		nats.Name("runplane-sidecar/" + s.cfg.WorkerNamespace + "/" + s.cfg.Pool + "/" + s.cfg.WorkerName),
-		// The queue's NATS may start after the worker: keep trying, and let
-		// readiness say whether we are connected.
-		nats.RetryOnFailedConnect(true),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(500 * time.Millisecond),
+	// The queue's NATS may start after the worker: keep trying (readiness
+	// says whether we are connected), and leave a silent server in seconds.
+	opts := append(natsconn.Options("runplane-sidecar/"+s.cfg.WorkerNamespace+"/"+s.cfg.Pool+"/"+s.cfg.WorkerName, 500*time.Millisecond, s.log),
 		// A refusal while the callout is briefly away (a queue rollout) or
 		// the token is being rotated must not end the reconnects for good.
 		nats.IgnoreAuthErrorAbort(),
@@ -46,12 +44,7 @@ func (s *Sidecar) natsOptions() ([]nats.Option, error) {
 			}
 			s.log.Warn("NATS", "err", err)
 		}),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				s.log.Info("NATS disconnected; reconnecting", "err", err)
-			}
-		}),
-	}
+	)
 	// Why a (re)connect fails (a certificate that does not verify, a
 	// refused token), once per change: retries come every half second.
 	var lastErr atomic.Pointer[string]

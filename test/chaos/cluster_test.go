@@ -78,8 +78,9 @@ func TestClusterSIGSTOP20s(t *testing.T) {
 		return leader.Signal(syscall.SIGCONT)
 	}
 	// New invocations may be refused meanwhile (test/chaos/README.md: the
-	// new leaders' election, and the queue replica connected to the frozen
-	// server waits on it); accepted ones must all end, once.
+	// new leaders' election; the queue replica and sidecars connected to the
+	// frozen server leave it within 6–9 s, internal/natsconn); accepted
+	// ones must all end, once.
 	clusterGoal(t, runCase(t, sc))
 }
 
