@@ -18,7 +18,7 @@ import (
 // that Record neither shows nor is known to hide, and when NewRecord
 // drops one it shows.
 func TestRecordCoversRecord(t *testing.T) {
-	hidden := map[string]bool{"sequence": true}
+	hidden := map[string]bool{"sequence": true, "streamBytes": true}
 	names := func(t reflect.Type) map[string]bool {
 		out := map[string]bool{}
 		for _, f := range reflect.VisibleFields(t) {
@@ -35,7 +35,7 @@ func TestRecordCoversRecord(t *testing.T) {
 
 	now := time.Unix(1_800_000_000, 0).UTC()
 	full := messages.Record{InvocationID: "i", Namespace: "ns", Pool: "p", Mode: messages.ModeSync, State: messages.StateSucceeded, Worker: "w",
-		Attempt: 2, Stream: "S", Sequence: 42, Response: &framework.Response{StatusCode: 200}, ResponseBodyRef: &messages.ObjectRef{Bucket: "b", Name: "n"},
+		Attempt: 2, Stream: "S", Sequence: 42, StreamBytes: 7, Response: &framework.Response{StatusCode: 200}, ResponseBodyRef: &messages.ObjectRef{Bucket: "b", Name: "n"},
 		Error: "e", Retries: 1, Attempts: []messages.AttemptOutcome{{Attempt: 1, Worker: "w0"}}, RequestHash: "sha256:x", AcceptedAt: now,
 		UpdatedAt: now, Callback: &messages.CallbackStatus{URL: "https://x.example.com/"}, NamespaceUID: "uid"}
 	var want, got map[string]any
