@@ -94,9 +94,9 @@ func TestFinishedWorkLeavesTheStream(t *testing.T) {
 // is accepted. The share is counted from the Records, so it holds after a
 // restart, and it comes back as the namespace's work finishes.
 func TestNamespaceStreamBudget(t *testing.T) {
-	// Two queued invocations of 900 KB, and a third's message and Dispatch,
-	// do not fit.
-	const budget = 3 << 20
+	// Two queued invocations of 900 KB, each counted with room for its
+	// Dispatch, fit; a third does not.
+	const budget = 4 << 20
 	e := newEnv(t, func(c *queue.Config) {
 		c.StaticPools = []string{"tenant-a/p", "tenant-b/p"}
 		c.Stream.MaxBytes = 64 << 20
@@ -260,7 +260,7 @@ func (e *env) atReplica() func() {
 func TestCancelledWorkHoldsItsShare(t *testing.T) {
 	e := newEnv(t, func(c *queue.Config) {
 		c.StaticPools = []string{"tenant-a/p"}
-		c.Limits.NamespaceMaxStreamBytes = 3 << 20
+		c.Limits.NamespaceMaxStreamBytes = 4 << 20
 	})
 	payload := bigPayload(900 << 10)
 	post := func(id string) resp {
@@ -279,4 +279,72 @@ func TestCancelledWorkHoldsItsShare(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, 202, post("c-2").code)
 	}, 10*time.Second, 20*time.Millisecond, "the share is back once they are gone")
+}
+
+// waitInvokesTaken is the barrier on the activator's invoke consumer: it
+// has taken (and acked) every invocation message stored.
+func (e *env) waitInvokesTaken(why string) {
+	e.t.Helper()
+	sc := e.cfg.Stream.WithDefaults()
+	require.EventuallyWithT(e.t, func(c *assert.CollectT) {
+		cons, err := e.js.Consumer(context.Background(), sc.Stream, "activator-invoke")
+		if !assert.NoError(c, err) {
+			return
+		}
+		info, err := cons.Info(context.Background())
+		if !assert.NoError(c, err) {
+			return
+		}
+		assert.Zero(c, info.NumPending, "pending")
+		assert.Zero(c, info.NumAckPending, "ack pending")
+		assert.Equal(c, e.streamState().LastSeq, info.AckFloor.Stream, "acked up to the last message")
+	}, 20*time.Second, 20*time.Millisecond, why)
+}
+
+// TestRepostStoresNoCopies: re-posting a queued invocation after the
+// duplicate window used to publish a full copy every time — uncounted in
+// the namespace's share, acked but never deleted by the activator, so a
+// tenant could fill the shared stream with one invocation. Now a re-post
+// publishes at most one copy per duplicate window, and the activator
+// removes a copy of an invocation it already holds.
+func TestRepostStoresNoCopies(t *testing.T) {
+	e := newEnv(t, func(c *queue.Config) {
+		c.StaticPools = []string{"tenant-a/p"}
+		c.Limits.NamespaceMaxStreamBytes = 4 << 20
+	})
+	body := fmt.Sprintf(`{"mode":"async","invocationID":"q-0","payload":%s}`, bigPayload(100<<10))
+	require.Equal(t, 202, e.invokeIn("tenant-a", "p", body).code)
+	// No worker: q-0 stays queued. Re-posts across three duplicate windows
+	// (1s in the tests).
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+		r := e.invokeIn("tenant-a", "p", body)
+		require.Equal(t, 202, r.code, "%s", r.raw)
+		require.Equal(t, true, r.body["duplicate"])
+	}
+	e.waitInvokesTaken("the activator took every copy")
+	s := e.streamState()
+	require.EqualValues(t, 1, s.Msgs, "one message for the one queued invocation")
+	require.Less(t, s.Bytes, uint64(200<<10))
+}
+
+// TestStreamShareCountsEncodedBytes: the share of the stream is what the
+// stored message holds. A payload of '<' used to be counted at its raw
+// size while encoding/json stored each '<' as \u003c (6 bytes): a tenant
+// held six times its budget.
+func TestStreamShareCountsEncodedBytes(t *testing.T) {
+	const budget = 1 << 20
+	e := newEnv(t, func(c *queue.Config) {
+		c.StaticPools = []string{"tenant-a/p"}
+		c.Limits.NamespaceMaxStreamBytes = budget
+	})
+	payload := `"` + strings.Repeat("<", 100<<10) + `"`
+	var last resp
+	for i := range 30 {
+		last = e.invokeIn("tenant-a", "p", fmt.Sprintf(`{"mode":"async","invocationID":"lt-%d","payload":%s}`, i, payload))
+		if last.code != 202 {
+			break
+		}
+	}
+	require.Equal(t, 429, last.code, "%s", last.raw)
+	require.LessOrEqual(t, e.streamState().Bytes, uint64(budget), "the namespace's messages fit its budget")
 }
