@@ -17,6 +17,7 @@ import (
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/ingress"
 	"github.com/runplane/runplane/queue/stream"
 )
 
@@ -347,4 +348,43 @@ func TestStreamShareCountsEncodedBytes(t *testing.T) {
 	}
 	require.Equal(t, 429, last.code, "%s", last.raw)
 	require.LessOrEqual(t, e.streamState().Bytes, uint64(budget), "the namespace's messages fit its budget")
+}
+
+// TestFullStoreRefusesOnlyTheHeavy: past the store's accept point (40% of
+// the stream) new work used to be refused for every namespace, so a few
+// tenants at their budgets blocked all. Now only the namespaces holding
+// their fair share of it or more are refused; a namespace holding little
+// is still served, until the store's hard point (60%).
+func TestFullStoreRefusesOnlyTheHeavy(t *testing.T) {
+	e := newEnv(t, func(c *queue.Config) {
+		c.StaticPools = []string{"tenant-a/p", "tenant-b/p", "tenant-c/p"}
+		c.Stream.MaxBytes = 8 << 20
+	})
+	payload := bigPayload(900 << 10)
+	post := func(ns, id, payload string) resp {
+		return e.invokeIn(ns, "p", fmt.Sprintf(`{"mode":"async","invocationID":%q,"payload":%s}`, id, payload))
+	}
+	// Tenant A (no workers: its work stays queued) fills the stream past
+	// its accept point.
+	var last resp
+	for i := range 8 {
+		if last = post("tenant-a", fmt.Sprintf("a-%d", i), payload); last.code != 202 {
+			break
+		}
+	}
+	require.Equal(t, 503, last.code, "%s", last.raw)
+	require.Contains(t, last.body["error"], `namespace "tenant-a"`)
+	require.Contains(t, last.body["error"], "fair share")
+	held := e.streamState().Bytes
+	require.GreaterOrEqual(t, held, uint64(8<<20)/100*ingress.StreamAcceptPercent, "past the accept point")
+
+	// B and C hold nothing: they are served.
+	r := post("tenant-b", "b-0", payload)
+	require.Equal(t, 202, r.code, "tenant-b holds nothing of the store: %s", r.raw)
+	require.Equal(t, 202, post("tenant-c", "c-0", `{"n":1}`).code, "tenant-c holds nothing of the store")
+	// A, still heavy, is refused; so is B once it holds its fair share
+	// (40% over the three namespaces holding some).
+	require.Equal(t, 503, post("tenant-a", "a-9", `{"n":1}`).code)
+	require.Equal(t, 503, post("tenant-b", "b-1", payload).code, "tenant-b at its fair share")
+	require.Equal(t, 202, post("tenant-c", "c-1", `{"n":2}`).code, "tenant-c well below its")
 }

@@ -339,7 +339,7 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation, hash strin
 	}
 	var seq uint64 // queued at seq: counted until the activator's status covers it
 	defer func() { s.release(inv.Namespace, inv.Pool, seq) }()
-	if why := s.storeFull(ctx); why != "" {
+	if why := s.storeFull(ctx, inv.Namespace); why != "" {
 		// A re-post of an accepted ID is still answered.
 		if clientID {
 			if rec, _, err := st.Get(ctx, key); err == nil {
