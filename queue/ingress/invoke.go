@@ -478,10 +478,11 @@ func (s *Server) duplicate(ctx context.Context, ack Ack, rec messages.Record, in
 		// the publish, at any age of the Record: publish again, every time,
 		// so a 202 always stands on a stored message. Within the duplicate
 		// window the stream drops the copy (and answers the first one's
-		// sequence); after it the activator does (it knows the ID, or its
-		// dispatch compare-and-set on the Record refuses it). The copy keeps
-		// the Record's acceptedAt: its ttlSeconds counts from the first
-		// accept.
+		// sequence), so at most one copy per window gets in; the activator
+		// deletes one of an invocation it holds (or a finished one's), and
+		// the queued Record's share counts room for it meanwhile (nsbytes).
+		// The copy keeps the Record's acceptedAt: its ttlSeconds counts
+		// from the first accept.
 		inv.AcceptedAt = rec.AcceptedAt
 		b, err := s.encode(ctx, inv)
 		if err != nil {
