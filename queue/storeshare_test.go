@@ -350,15 +350,15 @@ func TestStreamShareCountsEncodedBytes(t *testing.T) {
 	require.LessOrEqual(t, e.streamState().Bytes, uint64(budget), "the namespace's messages fit its budget")
 }
 
-// TestFullStoreRefusesOnlyTheHeavy: past the store's accept point (40% of
+// TestFullStoreRefusesOnlyTheHeavy: at the store's accept point (40% of
 // the stream) new work used to be refused for every namespace, so a few
-// tenants at their budgets blocked all. Now only the namespaces holding
-// their fair share of it or more are refused; a namespace holding little
-// is still served, until the store's hard point (60%).
+// tenants at their budgets blocked all. Now from 30% only the namespaces
+// holding their fair share of it or more are refused: heavy tenants stop
+// there, and a namespace holding little is still served, up to 40%.
 func TestFullStoreRefusesOnlyTheHeavy(t *testing.T) {
 	e := newEnv(t, func(c *queue.Config) {
 		c.StaticPools = []string{"tenant-a/p", "tenant-b/p", "tenant-c/p"}
-		c.Stream.MaxBytes = 8 << 20
+		c.Stream.MaxBytes = 16 << 20
 	})
 	payload := bigPayload(900 << 10)
 	post := func(ns, id, payload string) resp {
@@ -367,7 +367,7 @@ func TestFullStoreRefusesOnlyTheHeavy(t *testing.T) {
 	// Tenant A (no workers: its work stays queued) fills the stream past
 	// its accept point.
 	var last resp
-	for i := range 8 {
+	for i := range 16 {
 		if last = post("tenant-a", fmt.Sprintf("a-%d", i), payload); last.code != 202 {
 			break
 		}
@@ -376,7 +376,7 @@ func TestFullStoreRefusesOnlyTheHeavy(t *testing.T) {
 	require.Contains(t, last.body["error"], `namespace "tenant-a"`)
 	require.Contains(t, last.body["error"], "fair share")
 	held := e.streamState().Bytes
-	require.GreaterOrEqual(t, held, uint64(8<<20)/100*ingress.StreamAcceptPercent, "past the accept point")
+	require.GreaterOrEqual(t, held, uint64(16<<20)/100*ingress.StreamFairPercent, "past the fair-share point")
 
 	// B and C hold nothing: they are served.
 	r := post("tenant-b", "b-0", payload)
@@ -388,3 +388,4 @@ func TestFullStoreRefusesOnlyTheHeavy(t *testing.T) {
 	require.Equal(t, 503, post("tenant-b", "b-1", payload).code, "tenant-b at its fair share")
 	require.Equal(t, 202, post("tenant-c", "c-1", `{"n":2}`).code, "tenant-c well below its")
 }
+

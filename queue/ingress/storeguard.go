@@ -12,23 +12,23 @@ import (
 )
 
 // Once a bounded invocation stream holds StreamAcceptPercent of its bound,
-// or the Records bucket RecordsAcceptPercent of its own, the rest is kept
-// for the work already accepted: each accepted invocation needs a Dispatch
-// of about its size in the same stream (more than one when it is
-// redelivered), and each Record its updates — a store filled to its bound
-// with new work could not dispatch or finish what it holds.
+// or the Records bucket RecordsAcceptPercent of its own, every namespace's
+// new work is refused: the rest is kept for the work already accepted —
+// each accepted invocation needs a Dispatch of about its size in the same
+// stream (more than one when it is redelivered: 40% leaves room for 1.5 of
+// them), and each Record its updates; a store filled to its bound with new
+// work could not dispatch or finish what it holds.
 //
-// Past that point only the namespaces holding more than their fair share
-// of it (the point divided by the namespaces holding some) are refused
-// (503): a few tenants at their budgets do not block the others, whose
-// shares stay below the fair one. Past StreamRefusePercent (or
-// RecordsRefusePercent) every namespace is refused, so the light ones
-// cannot eat the room kept for the accepted work either.
+// From StreamFairPercent (RecordsFairPercent) on, only the namespaces
+// holding their fair share of that point or more (the point divided by the
+// namespaces holding some) are refused: a few tenants at their budgets
+// stop there, and the band above is left to the namespaces holding little
+// — they do not all reach the point where everyone is refused.
 const (
+	StreamFairPercent    = 30
 	StreamAcceptPercent  = 40
-	StreamRefusePercent  = 60
+	RecordsFairPercent   = 80
 	RecordsAcceptPercent = 90
-	RecordsRefusePercent = 95
 )
 
 // storeCheckEvery bounds how often the guard reads the stream and bucket
@@ -75,11 +75,11 @@ func (s *Server) storeFull(ctx context.Context, ns string) string {
 	if s.usage != nil {
 		activeStream, activeRecords = s.usage.Active()
 	}
-	if why := s.overShare(ns, "invocation stream "+st.Config.Stream, stream, StreamAcceptPercent, StreamRefusePercent, activeStream,
+	if why := s.overShare(ns, "invocation stream "+st.Config.Stream, stream, StreamFairPercent, StreamAcceptPercent, activeStream,
 		func(t nsbytes.Total) int64 { return t.Stream }); why != "" {
 		return why
 	}
-	return s.overShare(ns, "Records bucket "+st.Config.RecordsBucket, records, RecordsAcceptPercent, RecordsRefusePercent, activeRecords,
+	return s.overShare(ns, "Records bucket "+st.Config.RecordsBucket, records, RecordsFairPercent, RecordsAcceptPercent, activeRecords,
 		func(t nsbytes.Total) int64 { return t.Records })
 }
 
