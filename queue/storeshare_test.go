@@ -388,4 +388,3 @@ func TestFullStoreRefusesOnlyTheHeavy(t *testing.T) {
 	require.Equal(t, 503, post("tenant-b", "b-1", payload).code, "tenant-b at its fair share")
 	require.Equal(t, 202, post("tenant-c", "c-1", `{"n":2}`).code, "tenant-c well below its")
 }
-
