@@ -17,6 +17,7 @@ import (
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/ingress"
 	"github.com/runplane/runplane/queue/stream"
 )
 
@@ -94,9 +95,9 @@ func TestFinishedWorkLeavesTheStream(t *testing.T) {
 // is accepted. The share is counted from the Records, so it holds after a
 // restart, and it comes back as the namespace's work finishes.
 func TestNamespaceStreamBudget(t *testing.T) {
-	// Two queued invocations of 900 KB, and a third's message and Dispatch,
-	// do not fit.
-	const budget = 3 << 20
+	// Two queued invocations of 900 KB, each counted with room for its
+	// Dispatch, fit; a third does not.
+	const budget = 4 << 20
 	e := newEnv(t, func(c *queue.Config) {
 		c.StaticPools = []string{"tenant-a/p", "tenant-b/p"}
 		c.Stream.MaxBytes = 64 << 20
@@ -260,7 +261,7 @@ func (e *env) atReplica() func() {
 func TestCancelledWorkHoldsItsShare(t *testing.T) {
 	e := newEnv(t, func(c *queue.Config) {
 		c.StaticPools = []string{"tenant-a/p"}
-		c.Limits.NamespaceMaxStreamBytes = 3 << 20
+		c.Limits.NamespaceMaxStreamBytes = 4 << 20
 	})
 	payload := bigPayload(900 << 10)
 	post := func(id string) resp {
@@ -279,4 +280,111 @@ func TestCancelledWorkHoldsItsShare(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, 202, post("c-2").code)
 	}, 10*time.Second, 20*time.Millisecond, "the share is back once they are gone")
+}
+
+// waitInvokesTaken is the barrier on the activator's invoke consumer: it
+// has taken (and acked) every invocation message stored.
+func (e *env) waitInvokesTaken(why string) {
+	e.t.Helper()
+	sc := e.cfg.Stream.WithDefaults()
+	require.EventuallyWithT(e.t, func(c *assert.CollectT) {
+		cons, err := e.js.Consumer(context.Background(), sc.Stream, "activator-invoke")
+		if !assert.NoError(c, err) {
+			return
+		}
+		info, err := cons.Info(context.Background())
+		if !assert.NoError(c, err) {
+			return
+		}
+		assert.Zero(c, info.NumPending, "pending")
+		assert.Zero(c, info.NumAckPending, "ack pending")
+		assert.Equal(c, e.streamState().LastSeq, info.AckFloor.Stream, "acked up to the last message")
+	}, 20*time.Second, 20*time.Millisecond, why)
+}
+
+// TestRepostStoresNoCopies: re-posting a queued invocation after the
+// duplicate window used to publish a full copy every time — uncounted in
+// the namespace's share, acked but never deleted by the activator, so a
+// tenant could fill the shared stream with one invocation. Now a re-post
+// publishes at most one copy per duplicate window, and the activator
+// removes a copy of an invocation it already holds.
+func TestRepostStoresNoCopies(t *testing.T) {
+	e := newEnv(t, func(c *queue.Config) {
+		c.StaticPools = []string{"tenant-a/p"}
+		c.Limits.NamespaceMaxStreamBytes = 4 << 20
+	})
+	body := fmt.Sprintf(`{"mode":"async","invocationID":"q-0","payload":%s}`, bigPayload(100<<10))
+	require.Equal(t, 202, e.invokeIn("tenant-a", "p", body).code)
+	// No worker: q-0 stays queued. Re-posts across three duplicate windows
+	// (1s in the tests).
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+		r := e.invokeIn("tenant-a", "p", body)
+		require.Equal(t, 202, r.code, "%s", r.raw)
+		require.Equal(t, true, r.body["duplicate"])
+	}
+	e.waitInvokesTaken("the activator took every copy")
+	s := e.streamState()
+	require.EqualValues(t, 1, s.Msgs, "one message for the one queued invocation")
+	require.Less(t, s.Bytes, uint64(200<<10))
+}
+
+// TestStreamShareCountsEncodedBytes: the share of the stream is what the
+// stored message holds. A payload of '<' used to be counted at its raw
+// size while encoding/json stored each '<' as \u003c (6 bytes): a tenant
+// held six times its budget.
+func TestStreamShareCountsEncodedBytes(t *testing.T) {
+	const budget = 1 << 20
+	e := newEnv(t, func(c *queue.Config) {
+		c.StaticPools = []string{"tenant-a/p"}
+		c.Limits.NamespaceMaxStreamBytes = budget
+	})
+	payload := `"` + strings.Repeat("<", 100<<10) + `"`
+	var last resp
+	for i := range 30 {
+		last = e.invokeIn("tenant-a", "p", fmt.Sprintf(`{"mode":"async","invocationID":"lt-%d","payload":%s}`, i, payload))
+		if last.code != 202 {
+			break
+		}
+	}
+	require.Equal(t, 429, last.code, "%s", last.raw)
+	require.LessOrEqual(t, e.streamState().Bytes, uint64(budget), "the namespace's messages fit its budget")
+}
+
+// TestFullStoreRefusesOnlyTheHeavy: at the store's accept point (40% of
+// the stream) new work used to be refused for every namespace, so a few
+// tenants at their budgets blocked all. Now from 30% only the namespaces
+// holding their fair share of it or more are refused: heavy tenants stop
+// there, and a namespace holding little is still served, up to 40%.
+func TestFullStoreRefusesOnlyTheHeavy(t *testing.T) {
+	e := newEnv(t, func(c *queue.Config) {
+		c.StaticPools = []string{"tenant-a/p", "tenant-b/p", "tenant-c/p"}
+		c.Stream.MaxBytes = 16 << 20
+	})
+	payload := bigPayload(900 << 10)
+	post := func(ns, id, payload string) resp {
+		return e.invokeIn(ns, "p", fmt.Sprintf(`{"mode":"async","invocationID":%q,"payload":%s}`, id, payload))
+	}
+	// Tenant A (no workers: its work stays queued) fills the stream past
+	// its accept point.
+	var last resp
+	for i := range 16 {
+		if last = post("tenant-a", fmt.Sprintf("a-%d", i), payload); last.code != 202 {
+			break
+		}
+	}
+	require.Equal(t, 503, last.code, "%s", last.raw)
+	require.Contains(t, last.body["error"], `namespace "tenant-a"`)
+	require.Contains(t, last.body["error"], "fair share")
+	held := e.streamState().Bytes
+	require.GreaterOrEqual(t, held, uint64(16<<20)/100*ingress.StreamFairPercent, "past the fair-share point")
+
+	// B and C hold nothing: they are served.
+	r := post("tenant-b", "b-0", payload)
+	require.Equal(t, 202, r.code, "tenant-b holds nothing of the store: %s", r.raw)
+	require.Equal(t, 202, post("tenant-c", "c-0", `{"n":1}`).code, "tenant-c holds nothing of the store")
+	// A, still heavy, is refused; so is B once it holds its fair share
+	// (40% over the three namespaces holding some).
+	require.Equal(t, 503, post("tenant-a", "a-9", `{"n":1}`).code)
+	require.Equal(t, 503, post("tenant-b", "b-1", payload).code, "tenant-b at its fair share")
+	require.Equal(t, 202, post("tenant-c", "c-1", `{"n":2}`).code, "tenant-c well below its")
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestSubjects(t *testing.T) {
@@ -73,4 +74,16 @@ func TestChunkSubjects(t *testing.T) {
 	}
 	assert.Equal(t, []string{"runtime.serverless.chunks.team-a.>"}, s.ChunkStreamSubjects("team-a"))
 	assert.Equal(t, "RUNTIME_SERVERLESS_CHUNKS_team-a", ChunksStreamName("RUNTIME_SERVERLESS", "team-a"))
+}
+
+// TestEncodeKeepsHTMLCharacters: a payload of '<' is stored at its size,
+// and decodes to the same payload.
+func TestEncodeKeepsHTMLCharacters(t *testing.T) {
+	payload := json.RawMessage(`"<<>>&&` + "\u2028" + `"`)
+	b, err := Encode(Invocation{InvocationID: "i", Payload: payload})
+	require.NoError(t, err)
+	assert.Contains(t, string(b), string(payload))
+	var got Invocation
+	require.NoError(t, json.Unmarshal(b, &got))
+	assert.Equal(t, payload, got.Payload)
 }

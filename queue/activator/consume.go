@@ -98,9 +98,10 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 		a.acked(c, "term", m, m.Term())
 		return
 	}
-	var limitSet bool
+	var limitSet, isCopy bool
 	a.locked(func(s *state.State) {
 		known = s.Accept(inv, md.Sequence.Stream)
+		isCopy = known && s.Copy(inv, md.Sequence.Stream)
 		limitSet = s.Pool(state.PoolKey(inv)).LimitSet
 	})
 	if !limitSet {
@@ -111,6 +112,9 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 		}
 	}
 	if known {
+		if isCopy {
+			a.removeCopy(ctx, inv, md.Sequence.Stream)
+		}
 		a.acked(c, "ack", m, m.Ack())
 		return
 	}
@@ -122,7 +126,7 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 			State: messages.StateQueued, Stream: st.Config.Stream, RequestHash: m.Headers().Get(stream.RequestHashHeader),
 			AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt, NamespaceUID: inv.NamespaceUID,
 			StreamBytes: int64(len(m.Data())) + stream.MessageOverhead}}
-		a.enqueue(m, it)
+		a.enqueue(ctx, m, it)
 		return
 	}
 	// Stored a while ago (the activator was away, or the consumer fell
@@ -143,6 +147,11 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 		case rec.State != messages.StateQueued:
 			// Finished, or dispatched by this leader (then it is known) or
 			// by the one before (then rebuild loaded it): nothing to do.
+			// A finished invocation's message (a re-post's late copy)
+			// leaves the stream as its others did.
+			if rec.State.Terminal() {
+				a.removeCopy(ctx, inv, md.Sequence.Stream)
+			}
 			a.acked(c, "ack", m, m.Ack())
 			return
 		default:
@@ -150,20 +159,41 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 			it.Attempt, it.Unverified = rec.Attempt, rec.Attempt
 			state.RestoreRetries(it, rec)
 		}
-		a.enqueue(m, it)
+		a.enqueue(ctx, m, it)
 	})
 }
 
-// enqueue queues it (from invocation message m) unless it is open already,
-// and acks m.
-func (a *Activator) enqueue(m jetstream.Msg, it *state.Item) {
-	var added bool
-	a.locked(func(s *state.State) { added = s.Enqueue(it) })
+// enqueue queues it (from invocation message m) unless it is open already
+// (m is then a copy, removed), and acks m.
+func (a *Activator) enqueue(ctx context.Context, m jetstream.Msg, it *state.Item) {
+	var added, isCopy bool
+	a.locked(func(s *state.State) {
+		if added = s.Enqueue(it); !added {
+			isCopy = s.Copy(it.Inv, it.Seq)
+		}
+	})
 	if added {
 		a.metrics.accepted.WithLabelValues(it.Inv.Namespace, it.Inv.Pool).Inc()
 	}
+	if isCopy {
+		a.removeCopy(ctx, it.Inv, it.Seq)
+	}
 	a.acked("invoke", "ack", m, m.Ack())
 	a.poke()
+}
+
+// removeCopy deletes the invocation message at seq, a copy of inv's (or
+// that of a finished invocation). One left behind (a failed delete) stays
+// uncounted until inv finishes and the sweep meets it.
+func (a *Activator) removeCopy(ctx context.Context, inv messages.Invocation, seq uint64) {
+	err := a.cfg.Store.Stream.DeleteMsg(ctx, seq)
+	switch {
+	case err == nil:
+		a.metrics.removed.WithLabelValues("copy").Inc()
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+	default:
+		a.cfg.Logger.Warn("remove a copy of an invocation's message", "invocation", inv.InvocationID, "seq", seq, "err", err)
+	}
 }
 
 // onResult records a worker's result and frees its slot. Results come

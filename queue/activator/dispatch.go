@@ -136,7 +136,7 @@ func (a *Activator) publishDispatch(ctx context.Context, it *state.Item, inv mes
 		// for the Record, not for this worker's direct reply.
 		inv.ReplyTo = ""
 	}
-	b, err := json.Marshal(messages.Dispatch{Invocation: inv, Worker: worker, Attempt: attempt, DispatchedAt: cmp.Or(dispatchedAt, a.cfg.Clock.Now()).UTC(), ResultToken: token})
+	b, err := messages.Encode(messages.Dispatch{Invocation: inv, Worker: worker, Attempt: attempt, DispatchedAt: cmp.Or(dispatchedAt, a.cfg.Clock.Now()).UTC(), ResultToken: token})
 	if err != nil {
 		return fmt.Errorf("encode dispatch: %w", err)
 	}

@@ -48,7 +48,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		maxDeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_max_deliveries_total",
 			Help: "Messages that reached their consumer's MaxDeliver (a worker's dispatch: its invocation is dead-lettered with the reason in its Record)."}, []string{"consumer"}),
 		removed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_stream_messages_removed_total",
-			Help: "Messages of final invocations removed from the invocation stream, by who removed them: final (when the Record became final) or sweep (left over, found later)"}, []string{"by"}),
+			Help: "Messages removed from the invocation stream, by who removed them: final (when the Record became final), sweep (left over, found later) or copy (a re-post's copy of an invocation held already, or a late one of a finished invocation)"}, []string{"by"}),
 		orphans: prometheus.NewCounter(prometheus.CounterOpts{Name: "runplane_activator_orphan_records_removed_total",
 			Help: "Queued Records removed at rebuild because their invocation never reached the stream (an accept cut off before its publish; its caller got no 202)."}),
 		scaleFromZero: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "runplane_activator_scale_from_zero_seconds",

@@ -186,7 +186,7 @@ func (a *Activator) deadLetter(ctx context.Context, it *state.Item, reason strin
 			inv = full // the dead letter carries the payload when the stream still has it
 		}
 	}
-	b, err := json.Marshal(inv)
+	b, err := messages.Encode(inv)
 	if err != nil {
 		a.cfg.Logger.Error("dead letter: encode", "invocation", it.Inv.InvocationID, "err", err)
 		return

@@ -147,7 +147,8 @@ type Server struct {
 	// guard: whether the bounded store has room for new work.
 	guard storeGuard
 	// usage: each namespace's share of the stream and the Records bucket,
-	// counted from the Records watch (nil: no byte budget is set);
+	// counted from the Records watch (nil: no byte budget is set and the
+	// store is unbounded);
 	// watched: the watch has delivered every stored Record.
 	usage   *nsbytes.Usage
 	watched atomic.Bool
@@ -175,7 +176,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// With a byte budget, the watch starts with every stored Record: each
 	// replica counts the namespaces' shares from the store itself.
 	opts := []jetstream.WatchOpt{jetstream.UpdatesOnly(), jetstream.IgnoreDeletes()}
-	if cfg.Limits.NamespaceMaxStreamBytes > 0 || cfg.Limits.NamespaceMaxRecordBytes > 0 {
+	// A bounded store too: past its accept point, only the namespaces
+	// above their fair share are refused (storeFull).
+	if cfg.Limits.NamespaceMaxStreamBytes > 0 || cfg.Limits.NamespaceMaxRecordBytes > 0 || cfg.Store.Config.MaxBytes > 0 || cfg.Store.Config.RecordsMaxBytes > 0 {
 		s.usage, opts = nsbytes.New(clock.RealClock{}, cfg.Store.Config.RecordTTL), nil
 	}
 	rw, err := cfg.Store.Records.WatchAll(ctx, opts...)

@@ -339,7 +339,7 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation, hash strin
 	}
 	var seq uint64 // queued at seq: counted until the activator's status covers it
 	defer func() { s.release(inv.Namespace, inv.Pool, seq) }()
-	if why := s.storeFull(ctx); why != "" {
+	if why := s.storeFull(ctx, inv.Namespace); why != "" {
 		// A re-post of an accepted ID is still answered.
 		if clientID {
 			if rec, _, err := st.Get(ctx, key); err == nil {
@@ -350,7 +350,16 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation, hash strin
 	}
 	// The namespace's share of the stream and the bucket (its byte
 	// budgets): a full share refuses this namespace only.
-	size := streamBytes(inv, s.cfg.NC.MaxPayload())
+	// Charged at what the stream will store: the encoded message (whose
+	// JSON may be larger than the payload), not the payload.
+	b, inline, err := s.encodeInline(inv)
+	if err != nil {
+		return ack, messages.Record{}, err
+	}
+	size, err := messageBytes(inv, b, inline)
+	if err != nil {
+		return ack, messages.Record{}, err
+	}
 	unreserve, err := s.reserveBytes(inv, size)
 	if err != nil {
 		if clientID {
@@ -360,7 +369,13 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation, hash strin
 		}
 		return ack, messages.Record{}, err
 	}
-	defer unreserve()
+	// Accepted, the reservation holds until the watch delivers the Record.
+	var accepted bool
+	defer func() {
+		if !accepted {
+			unreserve()
+		}
+	}()
 	rec := messages.Record{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool, Mode: inv.Mode, State: messages.StateQueued,
 		Stream: st.Config.Stream, RequestHash: hash, AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt, NamespaceUID: inv.NamespaceUID,
 		StreamBytes: size}
@@ -388,7 +403,13 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation, hash strin
 		// callback and overwrite it: it reads this one.
 		rev = 0
 	}
-	pa, err := s.publish(ctx, inv, rev, hash)
+	if !inline {
+		if b, err = s.encode(ctx, inv); err != nil {
+			_ = st.Delete(context.WithoutCancel(ctx), key)
+			return ack, rec, err
+		}
+	}
+	pa, err := s.publish(ctx, inv, b, rev, hash)
 	if err != nil {
 		// Not accepted: free the ID so the caller can retry.
 		_ = st.Delete(context.WithoutCancel(ctx), key)
@@ -396,10 +417,11 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation, hash strin
 	}
 	if !pa.Duplicate {
 		seq = pa.Sequence
-		s.note(len(inv.Payload) + messageOverhead)
+		s.note(int(size))
 	}
 	rec.Sequence = pa.Sequence
 	ack.Duplicate, ack.State, ack.AcceptedAt = pa.Duplicate, messages.StateQueued, inv.AcceptedAt
+	accepted = true
 	return ack, rec, nil
 }
 
@@ -407,13 +429,10 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation, hash strin
 // payload (the storage guard's count between two reads).
 const messageOverhead = stream.MessageOverhead
 
-// publish stores inv on invoke.<pool>; rev, when known, is the revision of
-// the Record just created (stream.RevisionHeader) and hash its RequestHash.
-func (s *Server) publish(ctx context.Context, inv messages.Invocation, rev uint64, hash string) (*jetstream.PubAck, error) {
-	b, err := s.encode(ctx, inv)
-	if err != nil {
-		return nil, err
-	}
+// publish stores inv, encoded as b, on invoke.<pool>; rev, when known, is
+// the revision of the Record just created (stream.RevisionHeader) and hash
+// its RequestHash.
+func (s *Server) publish(ctx context.Context, inv messages.Invocation, b []byte, rev uint64, hash string) (*jetstream.PubAck, error) {
 	msg := &nats.Msg{Subject: s.cfg.Store.Subjects.Invoke(inv.Namespace, inv.Pool), Data: b, Header: nats.Header{}}
 	if rev != 0 {
 		msg.Header.Set(stream.RevisionHeader, strconv.FormatUint(rev, 10))
@@ -459,12 +478,17 @@ func (s *Server) duplicate(ctx context.Context, ack Ack, rec messages.Record, in
 		// the publish, at any age of the Record: publish again, every time,
 		// so a 202 always stands on a stored message. Within the duplicate
 		// window the stream drops the copy (and answers the first one's
-		// sequence); after it the activator does (it knows the ID, or its
-		// dispatch compare-and-set on the Record refuses it). The copy keeps
-		// the Record's acceptedAt: its ttlSeconds counts from the first
-		// accept.
+		// sequence), so at most one copy per window gets in; the activator
+		// deletes one of an invocation it holds (or a finished one's), and
+		// the queued Record's share counts room for it meanwhile (nsbytes).
+		// The copy keeps the Record's acceptedAt: its ttlSeconds counts
+		// from the first accept.
 		inv.AcceptedAt = rec.AcceptedAt
-		pa, err := s.publish(ctx, inv, 0, "")
+		b, err := s.encode(ctx, inv)
+		if err != nil {
+			return ack, rec, err
+		}
+		pa, err := s.publish(ctx, inv, b, 0, "")
 		if err != nil {
 			return ack, rec, err
 		}

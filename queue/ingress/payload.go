@@ -113,36 +113,40 @@ func validPayload(contentType string, p json.RawMessage) error {
 	return nil
 }
 
+// encodeInline is inv's message for invoke.<ns>.<pool> when it fits in
+// one NATS message with its payload (inline false: the payload goes by
+// reference). It stores nothing, so accept can charge the namespace the
+// message's size before its Record exists.
+func (s *Server) encodeInline(inv messages.Invocation) (b []byte, inline bool, err error) {
+	maxPayload := s.cfg.NC.MaxPayload()
+	if !objects.Inline(int64(len(inv.Payload)), maxPayload) {
+		return nil, false, nil
+	}
+	if b, err = messages.Encode(inv); err != nil {
+		return nil, false, err
+	}
+	// Headers and attributes count too.
+	return b, objects.Inline(int64(len(b)), maxPayload) || len(inv.Payload) == 0, nil
+}
+
 // encode encodes inv for invoke.<ns>.<pool>. An invocation that would not
 // fit in one NATS message has its payload moved to its namespace's Object Store
 // bucket first, leaving a reference. A payload too big on its own is not
 // encoded twice.
 func (s *Server) encode(ctx context.Context, inv messages.Invocation) ([]byte, error) {
-	maxPayload := s.cfg.NC.MaxPayload()
-	if objects.Inline(int64(len(inv.Payload)), maxPayload) {
-		b, err := json.Marshal(inv)
-		if err != nil {
-			return nil, fmt.Errorf("encode invocation: %w", err)
-		}
-		// Headers and attributes count too.
-		if objects.Inline(int64(len(b)), maxPayload) || len(inv.Payload) == 0 {
-			return b, nil
-		}
+	if b, inline, err := s.encodeInline(inv); err != nil || inline {
+		return b, err
 	}
 	obs, err := s.cfg.Store.Objects.Ensure(ctx, inv.Namespace)
 	if err != nil {
 		return nil, objectStoreFull(inv, err)
 	}
-	ref, err := objects.Put(ctx, obs, objects.PayloadName(inv.Namespace, inv.InvocationID), inv.Payload, maxPayload)
+	ref, err := objects.Put(ctx, obs, objects.PayloadName(inv.Namespace, inv.InvocationID), inv.Payload, s.cfg.NC.MaxPayload())
 	if err != nil {
 		return nil, objectStoreFull(inv, err)
 	}
 	inv.Payload, inv.PayloadRef = nil, &ref
-	b, err := json.Marshal(inv)
-	if err != nil {
-		return nil, fmt.Errorf("encode invocation: %w", err)
-	}
-	return b, nil
+	return messages.Encode(inv)
 }
 
 // errBodyUnavailable: a Record's response body object cannot be read.

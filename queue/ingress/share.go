@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/runplane/runplane/internal/messages"
-	"github.com/runplane/runplane/internal/objects"
+	"github.com/runplane/runplane/queue/stream"
 )
 
 // The reasons of a 429 for a namespace's byte budgets (limitError).
@@ -18,27 +18,33 @@ const (
 // it is written (a queued Record, without result, is well below it).
 const newRecordBytes = 1 << 10
 
-// streamBytes is about what inv's message holds in the invocation stream,
-// maxPayload being the connection's (a payload too big for one message
-// travels by reference: it is in the namespace's object bucket instead).
-func streamBytes(inv messages.Invocation, maxPayload int64) int64 {
-	n := int64(messageOverhead)
-	if objects.Inline(int64(len(inv.Payload)), maxPayload) {
-		n += int64(len(inv.Payload))
+// refBytes is what a payload's object reference adds to a message, at
+// most (bucket and object names, size, digest).
+const refBytes = 512
+
+// messageBytes is what inv's message holds in the invocation stream: b,
+// its encoding when inline (encodeInline), or its encoding without the
+// payload and with a reference (a payload too big for one message is in
+// the namespace's object bucket instead). What the stream stores besides
+// (subject, headers) is messageOverhead.
+func messageBytes(inv messages.Invocation, b []byte, inline bool) (int64, error) {
+	if !inline {
+		inv.Payload = nil
+		var err error
+		if b, err = messages.Encode(inv); err != nil {
+			return 0, err
+		}
+		return int64(len(b)) + refBytes + messageOverhead, nil
 	}
-	for k, v := range inv.Headers {
-		n += int64(len(k) + len(v))
-	}
-	for k, v := range inv.Attributes {
-		n += int64(len(k) + len(v))
-	}
-	return n
+	return int64(len(b)) + messageOverhead, nil
 }
 
-// reserveBytes counts inv (whose message holds about size bytes) against
-// its namespace's byte budgets for the time of its accept: a limitError
-// (429, that namespace only) when it does not fit. The invocation needs
-// room for its message and its first Dispatch.
+// reserveBytes counts inv (whose message holds size bytes) against its
+// namespace's byte budgets until the watch delivers its Record, which
+// counts it from then on (release gives the room back at once: call it
+// when the accept failed): a limitError (429, that namespace only) when it
+// does not fit. The invocation needs room for its message and its first
+// Dispatch.
 func (s *Server) reserveBytes(inv messages.Invocation, size int64) (func(), error) {
 	if s.usage == nil {
 		return func() {}, nil
@@ -47,7 +53,7 @@ func (s *Server) reserveBytes(inv messages.Invocation, size int64) (func(), erro
 		return nil, &storeFullError{why: "the namespaces' shares of the store are still being counted from the Records bucket (the queue just started)"}
 	}
 	lim := s.cfg.Limits
-	t, ok, release := s.usage.Reserve(inv.Namespace, 2*size, newRecordBytes, lim.NamespaceMaxStreamBytes, lim.NamespaceMaxRecordBytes)
+	t, ok, release := s.usage.Reserve(stream.Key(inv.Namespace, inv.InvocationID), 2*size, newRecordBytes, lim.NamespaceMaxStreamBytes, lim.NamespaceMaxRecordBytes)
 	if ok {
 		return release, nil
 	}

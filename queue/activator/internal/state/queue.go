@@ -26,6 +26,17 @@ func (s *State) Accept(inv messages.Invocation, seq uint64) (known bool) {
 	return known
 }
 
+// Copy reports whether the invocation message at seq is a second copy of
+// an invocation open here (a re-post after the duplicate window publishes
+// one: ingress duplicate), which only this knows to delete: the final
+// delete knows the item's own message, and the sweep skips open
+// invocations. A redelivery of the item's own message is no copy, nor is
+// any message of an item whose own is not known.
+func (s *State) Copy(inv messages.Invocation, seq uint64) bool {
+	it := s.items[ItemKey(inv)]
+	return it != nil && it.Seq != 0 && it.Seq != seq
+}
+
 // Enqueue queues it unless its invocation is open already.
 func (s *State) Enqueue(it *Item) bool {
 	if _, known := s.items[ItemKey(it.Inv)]; known {

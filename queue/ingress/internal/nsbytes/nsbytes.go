@@ -6,7 +6,11 @@
 //
 // JetStream keeps no byte count per subject, so the count is the Records':
 //   - the stream: an open (non-terminal) Record's invocation holds its
-//     message and one Dispatch per attempt (Record.StreamBytes each);
+//     message and one Dispatch per attempt (Record.StreamBytes each); a
+//     queued one not yet dispatched is counted for its first Dispatch too
+//     (room it needs, taken at its accept), which also covers a re-post's
+//     copy of its message while the activator has not removed it (one per
+//     duplicate window);
 //     finished invocations leave the stream (the activator deletes their
 //     messages and clears StreamBytes), but a dead letter stays as long as
 //     its Record; a Record the ingress made final (a cancel) counts until
@@ -56,8 +60,11 @@ type space struct {
 	openRecords  int64
 	settled      []expiring // oldest expiry first
 	settledBytes held
-	reserved     held // accepts under way on this replica
-	openChecked  time.Time
+	// reserved: accepts on this replica whose Records the watch has not
+	// delivered yet, by Record key (with when they were reserved).
+	reserved      map[string]expiring
+	reservedBytes held
+	openChecked   time.Time
 }
 
 // held is what one Record (or a sum of them) holds.
@@ -122,13 +129,15 @@ func (u *Usage) Put(key string, size int, created time.Time, r Shape) {
 		h.stream = r.StreamBytes // the dead letter
 	} else {
 		// Open, or final but not yet cleared by the activator (a cancel):
-		// the message and each attempt's Dispatch.
-		h.stream = r.StreamBytes * int64(1+max(r.Attempt, 0))
+		// the message and each attempt's Dispatch (the first one's room
+		// before it is published, or a re-post's copy).
+		h.stream = r.StreamBytes * int64(1+max(r.Attempt, 1))
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	sp := u.space(ns)
 	sp.drop(key)
+	sp.unreserve(key, sp.reserved[key].held) // counted from its Record now
 	if changing(r) {
 		sp.open[key] = h
 		sp.openStream += h.stream
@@ -152,49 +161,101 @@ func (u *Usage) Delete(key string) {
 func (u *Usage) Of(ns string) Total {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	return u.of(ns)
+}
+
+func (u *Usage) of(ns string) Total {
 	sp := u.ns[ns]
 	if sp == nil {
 		return Total{}
 	}
 	sp.expire(u.clk.Now())
-	t := Total{Stream: sp.openStream + sp.settledBytes.stream + sp.reserved.stream,
-		Records: sp.openRecords + sp.settledBytes.records + sp.reserved.records}
+	t := Total{Stream: sp.openStream + sp.settledBytes.stream + sp.reservedBytes.stream,
+		Records: sp.openRecords + sp.settledBytes.records + sp.reservedBytes.records}
 	if len(sp.settled) > 0 {
 		t.NextExpiry = sp.settled[0].at
 	}
 	return t
 }
 
-// Reserve counts stream and records bytes for an accept under way in
-// namespace ns unless that takes the namespace past maxStream or
-// maxRecords (0: unbounded); it returns the share before, whether it fits,
-// and the release to call once the accept is over (its Record is then
-// counted from the watch).
-func (u *Usage) Reserve(ns string, stream, records, maxStream, maxRecords int64) (Total, bool, func()) {
-	t := u.Of(ns)
+// Active is how many namespaces hold a share of the stream, and of the
+// Records bucket, now.
+func (u *Usage) Active() (stream, records int) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for ns := range u.ns {
+		t := u.of(ns)
+		if t.Stream > 0 {
+			stream++
+		}
+		if t.Records > 0 {
+			records++
+		}
+	}
+	return stream, records
+}
+
+// Reserve counts stream and records bytes for the accept of the Record
+// key unless that takes its namespace past maxStream or maxRecords (0:
+// unbounded); it returns the share before and whether it fits. The check
+// and the count are one step: concurrent accepts cannot both take the
+// last room. The reservation holds until the watch delivers the Record
+// (Put), or release is called (the accept failed); one neither ever
+// meets goes after reserveHold.
+func (u *Usage) Reserve(key string, stream, records, maxStream, maxRecords int64) (Total, bool, func()) {
+	ns := namespaceOf(key)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	t := u.of(ns)
 	if (maxStream > 0 && t.Stream+stream > maxStream) || (maxRecords > 0 && t.Records+records > maxRecords) {
 		return t, false, func() {}
 	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
 	sp := u.space(ns)
-	sp.reserved.stream += stream
-	sp.reserved.records += records
+	h := held{stream: stream, records: records}
+	r := sp.reserved[key]
+	r.at = u.clk.Now()
+	r.stream += stream
+	r.records += records
+	sp.reserved[key] = r
+	sp.reservedBytes.stream += stream
+	sp.reservedBytes.records += records
 	var once sync.Once
 	return t, true, func() {
 		once.Do(func() {
 			u.mu.Lock()
 			defer u.mu.Unlock()
-			sp.reserved.stream -= stream
-			sp.reserved.records -= records
+			sp.unreserve(key, h)
 		})
 	}
+}
+
+// reserveHold bounds a reservation whose Record the watch never
+// delivers (the watch broke): the share is then counted without it.
+const reserveHold = time.Minute
+
+// unreserve gives back h of the reservation for key, what is left of it
+// at most (Put may have taken it already).
+func (sp *space) unreserve(key string, h held) {
+	r, ok := sp.reserved[key]
+	if !ok {
+		return
+	}
+	h.stream, h.records = min(h.stream, r.stream), min(h.records, r.records)
+	r.stream -= h.stream
+	r.records -= h.records
+	sp.reservedBytes.stream -= h.stream
+	sp.reservedBytes.records -= h.records
+	if r.stream == 0 && r.records == 0 {
+		delete(sp.reserved, key)
+		return
+	}
+	sp.reserved[key] = r
 }
 
 func (u *Usage) space(ns string) *space {
 	sp := u.ns[ns]
 	if sp == nil {
-		sp = &space{open: map[string]held{}}
+		sp = &space{open: map[string]held{}, reserved: map[string]expiring{}}
 		u.ns[ns] = sp
 	}
 	return sp
@@ -236,6 +297,11 @@ func (sp *space) expire(now time.Time) {
 		sp.settledBytes.records -= sp.settled[i].records
 	}
 	sp.settled = sp.settled[i:]
+	for k, r := range sp.reserved {
+		if now.Sub(r.at) >= reserveHold {
+			sp.unreserve(k, r.held)
+		}
+	}
 	if now.Sub(sp.openChecked) < openCheckEvery {
 		return
 	}
