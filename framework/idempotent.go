@@ -38,7 +38,7 @@ const (
 
 // Defaults of the idempotent invoke's memory.
 const (
-	DefaultDetachGrace    = time.Minute
+	DefaultDetachGrace    = 5 * time.Minute
 	DefaultRecentOutcomes = 1024
 	DefaultRecentFor      = 10 * time.Minute
 )
@@ -72,8 +72,9 @@ type calls struct {
 }
 
 type finished struct {
-	k callKey
-	c *call
+	k  callKey
+	c  *call
+	at time.Time
 }
 
 func newCalls(o handlerOptions) *calls {
@@ -119,23 +120,20 @@ func (cs *calls) start(base context.Context, k callKey, begin bool, run func(ctx
 	return c
 }
 
-// remember keeps k's outcome for keepFor, among at most keep. Locked.
+// remember keeps k's outcome for keepFor, among at most keep, and drops
+// the outcomes past either bound. Locked. Expiry is from the list, not a
+// timer per call: a timer would hold its call (and response body) for
+// keepFor whatever keep says.
 func (cs *calls) remember(k callKey) {
-	c := cs.m[k]
-	cs.finished = append(cs.finished, finished{k, c})
-	if len(cs.finished) > cs.keep {
+	now := cs.clock.Now()
+	cs.finished = append(cs.finished, finished{k: k, c: cs.m[k], at: now})
+	for len(cs.finished) > 0 && (len(cs.finished) > cs.keep || now.Sub(cs.finished[0].at) >= cs.keepFor) {
 		if old := cs.finished[0]; cs.m[old.k] == old.c {
 			delete(cs.m, old.k)
 		}
+		cs.finished[0] = finished{}
 		cs.finished = cs.finished[1:]
 	}
-	cs.clock.AfterFunc(cs.keepFor, func() {
-		cs.mu.Lock()
-		defer cs.mu.Unlock()
-		if cs.m[k] == c {
-			delete(cs.m, k)
-		}
-	})
 }
 
 // release drops a watcher of c; the last one leaving a running call starts

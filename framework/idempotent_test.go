@@ -112,3 +112,36 @@ func TestStreamHandlerIsPlain(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, caps.IdempotentInvoke)
 }
+
+// TestRecentOutcomesBounded: outcomes are dropped past keep or keepFor, and
+// remembering one sets no timer (a timer per call held its response for
+// keepFor whatever keep said: rate × 10 min of response bodies).
+func TestRecentOutcomesBounded(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	cs := newCalls(handlerOptions{clock: clk, recent: 2, recentFor: 10 * time.Minute})
+	finish := func(id string) {
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+		cs.m[callKey{id, 1}] = &call{done: make(chan struct{})}
+		cs.remember(callKey{id, 1})
+	}
+	known := func(id string) bool {
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+		_, ok := cs.m[callKey{id, 1}]
+		return ok
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		finish(id)
+	}
+	assert.False(t, known("a"), "beyond keep")
+	assert.True(t, known("b"))
+	assert.False(t, clk.HasWaiters(), "no timer holds a finished call")
+
+	clk.Step(10 * time.Minute)
+	finish("d")
+	assert.False(t, known("b"), "past keepFor")
+	assert.False(t, known("c"), "past keepFor")
+	assert.True(t, known("d"))
+	assert.Len(t, cs.finished, 1)
+}

@@ -54,15 +54,19 @@ func (s *Sidecar) recoverJournal(stop context.Context) {
 		d := oc.Dispatch
 		log := s.log.With("invocation", d.InvocationID, "attempt", d.Attempt)
 		if oc.Phase == phaseReceived {
+			// Forgotten now, before any pull: a redelivery (the nak's, or
+			// the ack wait's during a crash loop) journals under the same
+			// name, and a removal after it would drop that live entry.
+			s.forget(log, oc.ID)
 			s.replays.Go(func() {
-				if oc.Reply != "" {
-					if err := s.replyAck(stop, oc.Reply, "nak", nakBody); err != nil {
-						log.Warn("hand back a dispatch never started before a restart", "err", err)
-						return
-					}
+				if oc.Reply == "" {
+					return
+				}
+				if err := s.replyAck(stop, oc.Reply, "nak", nakBody); err != nil {
+					log.Warn("hand back a dispatch never started before a restart (it comes back after the ack wait)", "err", err)
+					return
 				}
 				log.Info("handed back a dispatch never started before a restart")
-				s.forget(log, oc.ID)
 			})
 			continue
 		}

@@ -325,3 +325,24 @@ func TestRestartHandsBackUnstartedAtOnce(t *testing.T) {
 	e.settled(t, "w1", cfg.StateDir, waitFor)
 	require.EqualValues(t, 1, calls.Load(), "framework calls")
 }
+
+// TestUnjournaledStartIsNotMade: a sidecar that cannot journal a call as
+// started (its state directory gone, a full disk) does not start it but
+// hands it back: the entry on disk, if any, still says received, and a
+// restart would hand it back and start it a second time beside the first.
+func TestUnjournaledStartIsNotMade(t *testing.T) {
+	e := newEnv(t)
+	sock := socketPath(t)
+	calls, _ := countingEcho(t, sock, nil)
+	cfg := e.config("w1", sock)
+	cfg.StateDir = t.TempDir()
+	e.workerConsumer("w1", time.Minute)
+	e.startSidecar(cfg)
+	require.NoError(t, os.RemoveAll(cfg.StateDir))
+
+	e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: "unjournaled"}})
+	require.Eventually(t, func() bool {
+		return e.consumerInfo("w1").Delivered.Consumer >= 3
+	}, waitFor, tick, "the dispatch handed back and delivered again")
+	assert.EqualValues(t, 0, calls.Load(), "framework calls of a start that was not journaled")
+}

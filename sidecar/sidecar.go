@@ -483,16 +483,20 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 
 	callCtx, stopCall := s.callContext(ctx, d, started)
 	defer stopCall()
-	payload, perr := s.payload(callCtx, d)
-	if perr != nil && !objects.Permanent(perr) && callCtx.Err() == nil {
-		// Not run: the payload may be readable in a moment (NATS
-		// reconnecting), so the dispatch comes back.
-		log.Warn("payload unavailable; handing the dispatch back", "err", perr)
+	// handBack returns the dispatch unstarted: it never ran, so a later
+	// delivery (or attempt) may run it.
+	handBack := func(why string, err error) {
+		log.Warn(why+"; handing the dispatch back", "err", err)
 		close(stopProgress)
 		<-progressDone
-		s.unhold(d.InvocationID, ex) // it never ran: a later attempt may
+		s.unhold(d.InvocationID, ex)
 		s.acked(log, "nak", msg.NakWithDelay(time.Second))
 		s.forget(log, id)
+	}
+	payload, perr := s.payload(callCtx, d)
+	if perr != nil && !objects.Permanent(perr) && callCtx.Err() == nil {
+		// The payload may be readable in a moment (NATS reconnecting).
+		handBack("payload unavailable", perr)
 		return
 	}
 	var resp framework.Response
@@ -502,8 +506,14 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 	} else {
 		// Journaled as started (fsynced) before the framework sees it: a
 		// sidecar restarted from here on never starts it again.
+		// A start that cannot be journaled is not made: the entry on disk
+		// still says received, and a restart would hand it back and start
+		// it a second time.
 		entry.Phase = phaseStarted
-		s.journal(log, entry, true)
+		if jerr := s.outcomes.save(entry, true); jerr != nil {
+			handBack("journal: cannot record the start", jerr)
+			return
+		}
 		resp, err = s.invoke(callCtx, d, s.frameworkRequest(d, payload))
 		s.cancelCall(log, callCtx, d)
 	}
