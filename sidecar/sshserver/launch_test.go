@@ -177,7 +177,7 @@ func TestLaunchExitStatus(t *testing.T) {
 		{"exit code", []string{"sh", "-c", "echo out; exit 3"}, 3, ""},
 		{"success", []string{"true"}, 0, ""},
 		{"killed by a signal", []string{"sh", "-c", "kill -TERM $$"}, 128 + int(syscall.SIGTERM), ""},
-		{"not found", []string{"no-such-command-here"}, 127, `starting "no-such-command-here"`},
+		{"not found", []string{"no-such-command-here"}, 127, `no-such-command-here\": executable file not found`}, // in the JSON record
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			l := launch(t, nil, tt.command...)
