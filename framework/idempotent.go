@@ -69,6 +69,10 @@ type calls struct {
 	mu       sync.Mutex
 	m        map[callKey]*call
 	finished []finished // oldest first, at most keep
+	// cancelled are cancels of calls not known yet: the sidecar's cancel
+	// can overtake its own invoke (two connections), and the call must
+	// then start cancelled rather than run detached for the grace.
+	cancelled map[callKey]time.Time
 }
 
 type finished struct {
@@ -102,6 +106,10 @@ func (cs *calls) start(base context.Context, k callKey, begin bool, run func(ctx
 	// values: the connection ending (the sidecar dying) does not end it;
 	// an explicit cancel or the detach grace does.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(base))
+	if _, early := cs.cancelled[k]; early {
+		delete(cs.cancelled, k)
+		cancel()
+	}
 	c := &call{done: make(chan struct{}), cancel: cancel, watchers: 1}
 	cs.m[k] = c
 	go func() {
@@ -156,9 +164,27 @@ func (cs *calls) release(c *call) {
 func (cs *calls) cancel(k callKey) bool {
 	cs.mu.Lock()
 	c, ok := cs.m[k]
+	if !ok {
+		cs.noteEarlyCancel(k)
+	}
 	cs.mu.Unlock()
 	if ok {
 		c.cancel()
 	}
 	return ok
+}
+
+// noteEarlyCancel remembers a cancel of a call not known yet for the
+// detach grace, among at most keep. Locked.
+func (cs *calls) noteEarlyCancel(k callKey) {
+	now := cs.clock.Now()
+	if cs.cancelled == nil {
+		cs.cancelled = map[callKey]time.Time{}
+	}
+	for x, at := range cs.cancelled {
+		if now.Sub(at) >= cs.detachGrace || len(cs.cancelled) >= cs.keep {
+			delete(cs.cancelled, x)
+		}
+	}
+	cs.cancelled[k] = now
 }

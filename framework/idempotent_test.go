@@ -145,3 +145,30 @@ func TestRecentOutcomesBounded(t *testing.T) {
 	assert.True(t, known("d"))
 	assert.Len(t, cs.finished, 1)
 }
+
+// TestCancelBeforeInvoke: the sidecar's cancel can overtake its invoke
+// (two connections); the call then starts cancelled instead of running
+// detached for the grace.
+func TestCancelBeforeInvoke(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	cs := newCalls(handlerOptions{clock: clk, detachGrace: time.Minute, recent: 4, recentFor: time.Minute})
+	k := callKey{"early", 1}
+	require.False(t, cs.cancel(k), "not known yet")
+	ran := make(chan error, 1)
+	c := cs.start(context.Background(), k, true, func(ctx context.Context) Response {
+		ran <- ctx.Err()
+		return Response{}
+	})
+	require.NotNil(t, c)
+	require.ErrorIs(t, <-ran, context.Canceled, "the call starts cancelled")
+	<-c.done
+	cs.release(c)
+
+	other := cs.start(context.Background(), callKey{"later", 1}, true, func(ctx context.Context) Response {
+		ran <- ctx.Err()
+		return Response{}
+	})
+	require.NoError(t, <-ran, "a cancel holds only its own call")
+	<-other.done
+	cs.release(other)
+}
