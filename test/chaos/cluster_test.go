@@ -31,26 +31,34 @@ func clusterGoal(t *testing.T, o chaos.Outcome) {
 	assert.Zero(t, o.Counts.Restarted, "invocations the framework started more than once: %s", o.Counts)
 }
 
-// TestClusterStreamLeaderSIGKILL: the server leading the invocation
-// stream SIGKILLed mid-load, back after 5 s.
-func TestClusterStreamLeaderSIGKILL(t *testing.T) {
-	fullOnly(t)
-	sc := clusterBase("3 NATS: stream leader SIGKILL", 100, 30*time.Second)
-	sc.Fault = func(ctx context.Context, s *chaos.Stack) error {
-		if err := sleep(ctx, 10*time.Second); err != nil {
+// onStreamLeader is a fault that waits after, then applies fault to the
+// server leading the invocation stream at that moment.
+func onStreamLeader(after time.Duration, fault func(ctx context.Context, leader *chaos.NATS) error) func(context.Context, *chaos.Stack) error {
+	return func(ctx context.Context, s *chaos.Stack) error {
+		if err := sleep(ctx, after); err != nil {
 			return err
 		}
 		leader, err := s.StreamLeader(ctx)
 		if err != nil {
 			return err
 		}
+		return fault(ctx, leader)
+	}
+}
+
+// TestClusterStreamLeaderSIGKILL: the server leading the invocation
+// stream SIGKILLed mid-load, back after 5 s.
+func TestClusterStreamLeaderSIGKILL(t *testing.T) {
+	fullOnly(t)
+	sc := clusterBase("3 NATS: stream leader SIGKILL", 100, 30*time.Second)
+	sc.Fault = onStreamLeader(10*time.Second, func(ctx context.Context, leader *chaos.NATS) error {
 		t.Logf("SIGKILL of %s, the stream leader", leader.Name)
 		leader.Kill()
 		if err := sleep(ctx, 5*time.Second); err != nil {
 			return err
 		}
 		return leader.Restart()
-	}
+	})
 	clusterGoal(t, runCase(t, sc))
 }
 
@@ -60,14 +68,7 @@ func TestClusterStreamLeaderSIGKILL(t *testing.T) {
 func TestClusterSIGSTOP20s(t *testing.T) {
 	fullOnly(t)
 	sc := clusterBase("3 NATS: stream leader SIGSTOP 20s", 100, 45*time.Second)
-	sc.Fault = func(ctx context.Context, s *chaos.Stack) error {
-		if err := sleep(ctx, 10*time.Second); err != nil {
-			return err
-		}
-		leader, err := s.StreamLeader(ctx)
-		if err != nil {
-			return err
-		}
+	sc.Fault = onStreamLeader(10*time.Second, func(ctx context.Context, leader *chaos.NATS) error {
 		t.Logf("SIGSTOP of %s, the stream leader", leader.Name)
 		if err := leader.Signal(syscall.SIGSTOP); err != nil {
 			return err
@@ -76,7 +77,7 @@ func TestClusterSIGSTOP20s(t *testing.T) {
 			return err
 		}
 		return leader.Signal(syscall.SIGCONT)
-	}
+	})
 	// New invocations may be refused meanwhile (test/chaos/README.md: the
 	// new leaders' election; the queue replica and sidecars connected to the
 	// frozen server leave it within 6–9 s, internal/natsconn); accepted
