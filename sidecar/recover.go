@@ -15,6 +15,9 @@ import (
 )
 
 // JetStream acknowledgement bodies, sent to a delivery's reply subject.
+// Written here because nats.go acks only a jetstream.Msg it delivered to
+// this process; after a restart the journal holds just the reply subject
+// (the server acks by stream sequence whichever delivery's subject it is).
 var (
 	ackBody      = []byte("+ACK")
 	nakBody      = []byte("-NAK")
