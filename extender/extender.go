@@ -114,10 +114,27 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		events:   eventRecorder(ctx, client),
 	}
 	e.metrics = newMetrics(e.ledger)
-	e.metrics.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "runplane_extender_certificate_expiry_timestamp_seconds",
-		Help: "When the serving certificate expires (Unix seconds).",
-	}, func() float64 { return certExpiry(tlsCfg) }))
+	metricsTLS := tlsCfg
+	keeper, err := cfg.MetricsCert.Keeper(client, cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("extender: %w", err)
+	}
+	if keeper != nil {
+		// Loaded before the listener serves it.
+		if err := keeper.Init(ctx); err != nil {
+			return nil, fmt.Errorf("extender: %w", err)
+		}
+		if metricsTLS, err = metricsauth.TLS(keeper, ""); err != nil {
+			return nil, fmt.Errorf("extender: %w", err)
+		}
+	}
+	for listener, c := range map[string]*tls.Config{"verbs": tlsCfg, "metrics": metricsTLS} {
+		e.metrics.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "runplane_extender_certificate_expiry_timestamp_seconds",
+			Help:        "When the certificate a listener serves expires (Unix seconds).",
+			ConstLabels: prometheus.Labels{"listener": listener},
+		}, func() float64 { return certExpiry(c) }))
+	}
 	mgr, err := manager.New(rc, manager.Options{
 		Logger: logging.Manager(cfg.Logger), // its own Lease release at shutdown is not an ERROR
 		// Metrics and probes are served on the extender's HTTPS listener.
@@ -167,7 +184,10 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 			return nil, fmt.Errorf("extender: listening on %s: %w", cfg.MetricsAddr, err)
 		}
 		e.routeObservability(observe, metricsHandler)
-		runnables = append(runnables, server("runplane-extender-metrics", observe, e.metricsListener, tlsCfg))
+		runnables = append(runnables, server("runplane-extender-metrics", observe, e.metricsListener, metricsTLS))
+		if keeper != nil {
+			runnables = append(runnables, keeper)
+		}
 	}
 	if cfg.StockNamespace != "" {
 		runnables = append(runnables, always(func(ctx context.Context) error { return e.stockStatus(ctx, cfg.StockStatusPeriod) }))

@@ -86,6 +86,10 @@ type Config struct {
 	// InsecureDisableCallerAuth, refused otherwise.
 	MetricsListen   string
 	OnMetricsListen func(addr string)
+	// MetricsCert is where /metrics's certificate comes from: a CA kept in
+	// a Secret, which scrapers verify (the chart's ServiceMonitor), or none:
+	// a self-signed one made at start.
+	MetricsCert metricsauth.ServingCert
 	// RESTConfig enables Kubernetes: pools from Deployments, workers from
 	// Pods, scaling, leader election. Nil: StaticPools are used and nothing
 	// is scaled.
@@ -265,9 +269,9 @@ func Run(ctx context.Context, cfg Config) error {
 	// Metrics first: a queue that cannot serve them to scrapers safely does
 	// not start. With the manager's (leader election, client-go), whose own
 	// metrics listener is off.
-	var metrics *manager.Server
+	var metrics []manager.Runnable
 	if cfg.MetricsListen != "" {
-		if metrics, err = metricsServer(cfg, metricsauth.Merge(reg, ctrlmetrics.Registry), log); err != nil {
+		if metrics, err = metricsServer(ctx, cfg, kube, metricsauth.Merge(reg, ctrlmetrics.Registry), log); err != nil {
 			return err
 		}
 	}
@@ -372,7 +376,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return errors.New("queue: both ingress and activator are disabled")
 	}
 	if metrics != nil {
-		runnables = append(runnables, metrics)
+		runnables = append(runnables, metrics...)
 	}
 	// Everything below returns only once the activator has stopped, before
 	// nc closes (deferred above).

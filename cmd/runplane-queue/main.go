@@ -108,6 +108,7 @@ func run() error {
 	flag.StringVar(&c.Stream.RecordsBucket, "records-bucket", "runplane-invocations", "KV bucket of invocation records")
 	flag.DurationVar(&c.Stream.RecordTTL, "record-ttl", 24*time.Hour, "how long invocation records are kept")
 	flag.StringVar(&c.Listen, "listen", ":8080", "ingress listen address (the ingress API and probes; never /metrics)")
+	c.MetricsCert.AddFlags(flag.CommandLine)
 	flag.StringVar(&c.MetricsListen, "metrics-addr", ":8443", "HTTPS address of /metrics, served only to scrapers the API server authenticates and RBAC allows get on /metrics "+
 		"(with -no-kube: to anyone, and only with -insecure-disable-caller-auth); empty: not served")
 	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig path (default: in-cluster config)")

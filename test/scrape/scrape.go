@@ -6,6 +6,7 @@ package scrape
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -165,6 +166,27 @@ func (s Scrapers) CheckClean(t testing.TB, url string) {
 	problems, err := promlint.New(strings.NewReader(body)).Lint()
 	require.NoError(t, err, "GET %s: not the Prometheus text format", url)
 	assert.Empty(t, problems, "GET %s: promlint", url)
+}
+
+// CheckVerified requires url to serve, to the reader, 200 over TLS that
+// verifies against caPEM for serverName: what a ServiceMonitor with that
+// CA and serverName (and no insecureSkipVerify) gets.
+func (s Scrapers) CheckVerified(t testing.TB, url, serverName string, caPEM []byte) {
+	t.Helper()
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(caPEM), "no certificate in the CA bundle")
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+s.Reader)
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12}}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Do(req)
+	require.NoError(t, err, "GET %s verifying %s", url, serverName)
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "GET %s verifying %s", url, serverName)
 }
 
 func truncate(s string) string {

@@ -173,6 +173,7 @@ func TestQueue(t *testing.T) {
 	addr, metricsAddr := make(chan string, 1), make(chan string, 1)
 	cfg.OnListen = func(a string) { addr <- a }
 	cfg.MetricsListen, cfg.OnMetricsListen = "127.0.0.1:0", func(a string) { metricsAddr <- a }
+	cfg.MetricsCert = metricsCert(t, args)
 	qctx, qcancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- queue.Run(qctx, cfg) }()
@@ -198,6 +199,7 @@ func TestQueue(t *testing.T) {
 	scrapers, err := scrape.New(ctx, env)
 	require.NoError(t, err)
 	scrapers.Check(t, metricsURL, "runplane_build_info")
+	checkVerified(ctx, t, scrapers, metricsURL, args)
 	replicas := func() int32 {
 		d, err := client.AppsV1().Deployments(ns).Get(ctx, "workers", metav1.GetOptions{})
 		if err != nil {
