@@ -92,12 +92,15 @@ func TestAlertRules(t *testing.T) {
 			}
 		}
 	}
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
 	alerts := 0
 	for _, g := range rules.Groups {
 		for _, r := range g.Rules {
 			alerts++
 			assert.True(t, fires[r.Alert], "no test in testdata/alerts where %s fires", r.Alert)
 			assert.True(t, silent[r.Alert], "no test in testdata/alerts where %s stays silent", r.Alert)
+			assert.Contains(t, string(readme), "| `"+r.Alert+"`", "the README's alert table (README.md.gotmpl) lacks %s", r.Alert)
 		}
 	}
 	assert.Equal(t, 13, alerts)

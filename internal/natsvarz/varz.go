@@ -105,4 +105,3 @@ func Ping(ctx context.Context, sys *nats.Conn, wait time.Duration, expect int) (
 	}
 	return out, errors.Join(errs...)
 }
-
