@@ -146,6 +146,9 @@ func TestMakeDev(t *testing.T) {
 		t.Run("metrics of "+name, func(t *testing.T) {
 			require.Contains(t, metrics, name, "make dev printed no metrics: line for %s", name)
 			scrapers.CheckClean(t, metrics[name])
+			if name == "queue" {
+				scrapers.NATSServers(t, metrics[name], natsServers)
+			}
 		})
 	}
 

@@ -30,7 +30,11 @@ func scrapeEveryComponent(ctx context.Context, t *testing.T) {
 		{"webhook", "https"},
 	} {
 		t.Run(c.component, func(t *testing.T) {
-			scrapers.CheckClean(t, componentURL(ctx, t, c.component, c.port))
+			url := componentURL(ctx, t, c.component, c.port)
+			scrapers.CheckClean(t, url)
+			if c.component == "queue" {
+				scrapers.NATSServers(t, url, 3) // the chart's default nats.bundled.replicas
+			}
 		})
 	}
 }
