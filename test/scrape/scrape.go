@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	neturl "net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -182,7 +183,8 @@ func (s Scrapers) Lines(t testing.TB, url string) []string {
 func (s Scrapers) NATSServers(t testing.TB, url string, n int) {
 	t.Helper()
 	lines := s.Lines(t, url)
-	assert.Contains(t, lines, fmt.Sprintf("runplane_nats_servers %d", n), "GET %s", url)
+	want := fmt.Sprintf("runplane_nats_servers %d", n)
+	assert.True(t, slices.Contains(lines, want), "GET %s: no line %q", url, want)
 	certs := 0
 	for _, l := range lines {
 		if strings.HasPrefix(l, "runplane_nats_certificate_expiry_timestamp_seconds{") && strings.Contains(l, `listener="client"`) {
