@@ -301,7 +301,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer closeResolver()
 		// The NATS servers' own health, read over the system account (nats-server
 		// serves no Prometheus metrics): the NATSServerDown and certificate alerts.
-		reg.MustRegister(&natsvarz.Collector{Sys: resolver.Conn, Wait: 500 * time.Millisecond})
+		reg.MustRegister(&natsvarz.Collector{Sys: resolver.Conn, Wait: 500 * time.Millisecond, Log: log.With("component", "nats-varz")})
 		if k := cfg.NATSTLSKeeper; k != nil {
 			k.Sys = resolver.Conn
 			k.Log = cmp.Or(k.Log, log.With("component", "nats-tls"))

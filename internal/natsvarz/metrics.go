@@ -2,6 +2,7 @@ package natsvarz
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -36,6 +37,8 @@ type Collector struct {
 	Sys    *nats.Conn
 	Wait   time.Duration
 	Expect int
+	// Log gets, at debug, the answers that could not be read (nil: none).
+	Log *slog.Logger
 }
 
 // Describe implements prometheus.Collector.
@@ -51,7 +54,12 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.Wait+time.Second)
 	defer cancel()
-	servers, _ := Ping(ctx, c.Sys, c.Wait, c.Expect) // what answered is the measurement; the errors are servers that did not
+	// What answered is the measurement: an error is a server that did not,
+	// and shows as a lower runplane_nats_servers.
+	servers, err := Ping(ctx, c.Sys, c.Wait, c.Expect)
+	if err != nil && c.Log != nil {
+		c.Log.Debug("NATS VARZ", "answered", len(servers), "err", err)
+	}
 	ch <- prometheus.MustNewConstMetric(serversDesc, prometheus.GaugeValue, float64(len(servers)))
 	for _, v := range servers {
 		gauge := func(d *prometheus.Desc, x float64, labels ...string) {
