@@ -34,6 +34,7 @@ import (
 	"github.com/runplane/runplane/internal/natscallout"
 	"github.com/runplane/runplane/internal/natsconn"
 	"github.com/runplane/runplane/internal/natstls"
+	"github.com/runplane/runplane/internal/natsvarz"
 	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/callback"
 	"github.com/runplane/runplane/queue/ingress"
@@ -302,6 +303,9 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		defer closeResolver()
+		// The NATS servers' own health, read over the system account (nats-server
+		// serves no Prometheus metrics): the NATSServerDown and certificate alerts.
+		reg.MustRegister(&natsvarz.Collector{Sys: resolver.Conn, Wait: 500 * time.Millisecond, Log: log.With("component", "nats-varz")})
 		if k := cfg.NATSTLSKeeper; k != nil {
 			k.Sys = resolver.Conn
 			k.Log = cmp.Or(k.Log, log.With("component", "nats-tls"))

@@ -284,6 +284,13 @@ func (a *Activator) publishStatus(ctx context.Context) {
 			ps := s.Status(n, known[n])
 			a.metrics.backlog.WithLabelValues(ps.Namespace, ps.Pool).Set(float64(ps.Backlog))
 			a.metrics.inflight.WithLabelValues(ps.Namespace, ps.Pool).Set(float64(ps.InFlight))
+			// A timestamp, not an age: it stays true between these updates, and
+			// an empty queue has no series (an alert on its age has nothing to read).
+			if at, ok := s.OldestQueued(n); ok {
+				a.metrics.oldestQueued.WithLabelValues(ps.Namespace, ps.Pool).Set(float64(at.UnixMilli()) / 1000)
+			} else {
+				a.metrics.oldestQueued.DeleteLabelValues(ps.Namespace, ps.Pool)
+			}
 			b, err := json.Marshal(ps)
 			p := s.Pool(n)
 			if err != nil || (string(b) == string(p.LastStatus) && now.Sub(p.StatusAt) < 5*time.Second) {

@@ -157,6 +157,9 @@ func TestMakeDev(t *testing.T) {
 			sec, err := client.CoreV1().Secrets(api.DefaultNamespace).Get(ctx, secret, metav1.GetOptions{})
 			require.NoError(t, err)
 			scrapers.CheckVerified(t, metrics[name], "", sec.Data["ca-bundle.crt"])
+			if name == "queue" {
+				scrapers.NATSServers(t, metrics[name], natsServers)
+			}
 		})
 	}
 

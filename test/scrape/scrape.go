@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	neturl "net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -187,6 +188,32 @@ func (s Scrapers) CheckVerified(t testing.TB, url, serverName string, caPEM []by
 	_, err = io.Copy(io.Discard, resp.Body)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "GET %s verifying %s", url, serverName)
+}
+
+// Lines is the reader's /metrics at url, one line each (200 required).
+func (s Scrapers) Lines(t testing.TB, url string) []string {
+	t.Helper()
+	code, body, err := Get(url, s.Reader)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code, "GET %s: %s", url, truncate(body))
+	return strings.Split(body, "\n")
+}
+
+// NATSServers checks the queue's /metrics at url reports n NATS servers
+// answering (internal/natsvarz: NATS is scraped through the queue), each
+// with the expiry of the certificate its clients see.
+func (s Scrapers) NATSServers(t testing.TB, url string, n int) {
+	t.Helper()
+	lines := s.Lines(t, url)
+	want := fmt.Sprintf("runplane_nats_servers %d", n)
+	assert.True(t, slices.Contains(lines, want), "GET %s: no line %q", url, want)
+	certs := 0
+	for _, l := range lines {
+		if strings.HasPrefix(l, "runplane_nats_certificate_expiry_timestamp_seconds{") && strings.Contains(l, `listener="client"`) {
+			certs++
+		}
+	}
+	assert.Equal(t, n, certs, "GET %s: the servers' client certificates", url)
 }
 
 func truncate(s string) string {

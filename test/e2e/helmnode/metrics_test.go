@@ -37,6 +37,9 @@ func scrapeEveryComponent(ctx context.Context, t *testing.T) {
 			sec, err := env.Client().CoreV1().Secrets(releaseNS).Get(ctx, c.caSecret, metav1.GetOptions{})
 			require.NoError(t, err)
 			scrapers.CheckVerified(t, url, c.serverName, sec.Data["ca-bundle.crt"])
+			if c.component == "queue" {
+				scrapers.NATSServers(t, url, 3) // the chart's default nats.bundled.replicas
+			}
 		})
 	}
 }

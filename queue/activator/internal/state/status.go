@@ -31,6 +31,22 @@ func (s *State) Status(key string, replicas int) stream.PoolStatus {
 	return st
 }
 
+// OldestQueued is when the pool named key accepted the invocation that has
+// waited longest in its queue; false when nothing waits.
+func (s *State) OldestQueued(key string) (time.Time, bool) {
+	p := s.Pool(key)
+	if len(p.Queue) == 0 {
+		return time.Time{}, false
+	}
+	oldest := p.Queue[0].Inv.AcceptedAt
+	for _, it := range p.Queue[1:] {
+		if it.Inv.AcceptedAt.Before(oldest) {
+			oldest = it.Inv.AcceptedAt
+		}
+	}
+	return oldest, true
+}
+
 // ScaleInput is what the scaling policy needs of a pool: its backlog, what
 // is in flight, the workers as the policy sees them and, for an empty
 // pool, how long its oldest invocation has waited.
