@@ -72,8 +72,8 @@ func (h *harness) profileDuring(b *testing.B, name string, d time.Duration) func
 // metric names them as HTTP methods, APPLY for server-side apply).
 var writeVerbs = []string{`verb="POST"`, `verb="PUT"`, `verb="PATCH"`, `verb="DELETE"`, `verb="APPLY"`, `verb="DELETECOLLECTION"`}
 
-// apiWrites is the API server's count of write requests so far, by
-// resource (with subresource), from its /metrics: what a burst costs the
+// apiWrites is the API server's count of write requests so far, by verb
+// and resource (with subresource), e.g. "DELETE pods", from its /metrics: what a burst costs the
 // API server, which bounds bind throughput on a small machine.
 func apiWrites(ctx context.Context) (map[string]float64, error) {
 	body, err := env.Client().Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
@@ -90,7 +90,7 @@ func apiWrites(ctx context.Context) (map[string]float64, error) {
 		if err != nil {
 			continue
 		}
-		out[label(line, "resource")+label(line, "subresource")] += v
+		out[label(line, "verb")+" "+label(line, "resource")+label(line, "subresource")] += v
 	}
 	return out, nil
 }
@@ -109,7 +109,8 @@ func label(line, name string) string {
 }
 
 // writesPerPod reports, per bound Pod, the API writes between before and
-// now: in total, and the largest resources in a log line.
+// now: in total, and the largest by verb and resource in a log line (where
+// a takeover's writes go: extender/README.md).
 func writesPerPod(ctx context.Context, b *testing.B, before map[string]float64, pods int) {
 	after, err := apiWrites(ctx)
 	if err != nil || before == nil {
