@@ -130,6 +130,14 @@ func TestFilter(t *testing.T) {
 			want:     map[string]string{"a": "insufficient nvidia.com/gpu"},
 		},
 		{
+			// Else the next GPU Pod packing onto a would take it where b's
+			// free capacity would do (better says why).
+			name: "a placeholder goes to a node without its spec's stock first", nodes: map[string]int64{"a": 4, "b": 4, "c": 4},
+			pods:     []pod{{"ph", "stock", "g1", "a", 1}, {"w", "gpu", "g1", "a", 2}, {"other", "stock", "g2", "c", 1}},
+			incoming: pod{"ph2", "stock", "g1", "", 1},
+			want:     map[string]string{"a": "", "b": "", "c": ""}, wantChosen: "c",
+		},
+		{
 			name: "packs onto the fuller node", nodes: map[string]int64{"a": 8, "b": 8},
 			pods:     []pod{{"w", "gpu", "g1", "b", 3}},
 			incoming: pod{"x", "gpu", "g1", "", 1},
