@@ -170,6 +170,9 @@ type node struct {
 	// a filter asks "is this node warm" of every node, and a slice read is
 	// far cheaper there than walking the stock map.
 	warm []int32
+	// placing counts the placeholders per spec index assumed onto the node
+	// and not yet seen bound: stock on its way, for better's spread.
+	placing []int32
 	// alloc, used and warm start out in these arrays, in the node's own
 	// allocation: a filter reads them for every node, and one allocation
 	// is one or two cache lines instead of four scattered ones. (They move
@@ -188,6 +191,9 @@ type assumption struct {
 	state   State
 	expires time.Time
 	ph      types.UID // claimed placeholder, or ""
+	// stock is 1 + the spec index of a placeholder being placed (counted
+	// in node.placing), 0 for any other Pod.
+	stock int
 }
 
 // Options tune the ledger.
@@ -325,6 +331,22 @@ func (l *Ledger) specIndex(spec string) int {
 	return i
 }
 
+// stockOf is assumption.stock of req. Callers hold l.mu for writing.
+func (l *Ledger) stockOf(req Request) int {
+	if req.Stock == "" {
+		return 0
+	}
+	return l.specIndex(req.Stock) + 1
+}
+
+// at32 is s[i], 0 past its end.
+func at32(s []int32, i int) int32 {
+	if i < len(s) {
+		return s[i]
+	}
+	return 0
+}
+
 // warmDelta adjusts the count of claimable placeholders of p's spec on n.
 func (l *Ledger) warmDelta(n *node, p *podRec, d int32) {
 	if !p.claimable() {
@@ -432,7 +454,14 @@ func (l *Ledger) release(phUID types.UID, deleted bool) {
 
 func (l *Ledger) assume(a *assumption) {
 	l.assumed[a.uid] = a
-	l.node(a.node).used.add(a.req)
+	n := l.node(a.node)
+	n.used.add(a.req)
+	if a.stock > 0 {
+		for len(n.placing) < a.stock {
+			n.placing = append(n.placing, 0)
+		}
+		n.placing[a.stock-1]++
+	}
 	if a.ph != "" {
 		// The placeholder is this Pod's now: a predecessor's claim on it
 		// for another Pod is void (that Pod is not bound on its capacity).
@@ -461,7 +490,11 @@ func (l *Ledger) unassume(a *assumption, phDeleted bool) {
 		return
 	}
 	delete(l.assumed, a.uid)
-	l.node(a.node).used.sub(a.req)
+	n := l.node(a.node)
+	n.used.sub(a.req)
+	if a.stock > 0 {
+		n.placing[a.stock-1]--
+	}
 	if a.ph != "" {
 		if p := l.pods[a.ph]; p != nil && p.claimedBy == a.uid {
 			l.release(a.ph, phDeleted)
@@ -807,7 +840,7 @@ func (l *Ledger) evaluate(pr *probe, n *node, prefer types.UID) verdict {
 	if freeOK && !req.Required {
 		// No claim needed: only whether the node is warm matters (scoring).
 		v.hasStock = pr.warm >= 0 && pr.warm < len(n.warm) && n.warm[pr.warm] > 0
-		v.spreads = pr.req.Stock != "" && (pr.stock < 0 || pr.stock >= len(n.warm) || n.warm[pr.stock] == 0)
+		v.spreads = pr.req.Stock != "" && (pr.stock < 0 || at32(n.warm, pr.stock) == 0 && at32(n.placing, pr.stock) == 0)
 		v.fits = true
 		v.packing = packing(pr.prim, n, pr.vec, nil)
 		return v
@@ -1029,7 +1062,7 @@ func FilterAppend[N Name](l *Ledger, into FilterResult, req Request, names []N, 
 	}
 	l.handled[req.UID] = true // its claim annotation, if any, is this process's own
 	a := &assumption{uid: req.UID, node: bestNode.name, req: pr.vec, state: Reserved,
-		expires: l.opts.Clock.Now().Add(l.opts.ReservationTTL)}
+		expires: l.opts.Clock.Now().Add(l.opts.ReservationTTL), stock: l.stockOf(req)}
 	if best.ph != nil {
 		a.ph = best.ph.uid
 		res.Claim = &Placeholder{UID: best.ph.uid, Namespace: best.ph.ns, Name: best.ph.name, Node: bestNode.name, Spec: best.ph.stockSpec,
@@ -1124,7 +1157,7 @@ func (l *Ledger) BeginBind(req Request, nodeName string) (*Placeholder, error) {
 		if !v.fits {
 			return nil, &NoRoomError{Node: nodeName, Reason: v.reason}
 		}
-		a = &assumption{uid: req.UID, node: nodeName, req: pr.vec}
+		a = &assumption{uid: req.UID, node: nodeName, req: pr.vec, stock: l.stockOf(req)}
 		if v.ph != nil {
 			a.ph = v.ph.uid
 		}

@@ -554,3 +554,29 @@ func TestRecoverLateAnnotationOfClaimedPlaceholder(t *testing.T) {
 		assert.False(t, ok, "deleted=%v: x holds capacity for it", deleted)
 	}
 }
+
+// Placeholders placed one after the other spread too: one reserved and not
+// yet bound counts as stock on its node, or every replacement of a burst
+// would pack onto the same node (bound later than the next one's filter)
+// and be taken there by the GPU Pods packing it.
+func TestPlaceholdersSpreadBeforeBound(t *testing.T) {
+	l := New(Options{})
+	names := []string{"a", "b", "c"}
+	for _, n := range names {
+		l.UpsertNode(testNode(n, 8))
+	}
+	l.UpsertPod(testPod("w", "gpu", "g1", "a", 2, corev1.PodRunning))
+	chosen := map[string]string{}
+	for _, ph := range []string{"ph1", "ph2", "ph3"} {
+		res := l.Filter(RequestFor(testPod(ph, "stock", "g1", "", 1, corev1.PodPending), false), names, true)
+		require.NotEmpty(t, res.Chosen, ph)
+		chosen[res.Chosen] = ph
+	}
+	assert.Len(t, chosen, 3, "one placeholder per node: %v", chosen)
+	assert.Equal(t, "ph1", chosen["a"], "the first packs: no node has stock yet")
+	// A bind keeps the count: the next one still goes elsewhere.
+	_, err := l.BeginBind(RequestFor(testPod("ph1", "stock", "g1", "", 1, corev1.PodPending), false), "a")
+	require.NoError(t, err)
+	res := l.Filter(RequestFor(testPod("ph4", "stock", "g2", "", 1, corev1.PodPending), false), names, true)
+	assert.Equal(t, "a", res.Chosen, "another spec's stock does not count")
+}
