@@ -253,7 +253,7 @@ func BenchmarkBindThroughput(b *testing.B) {
 		}
 		b.ReportMetric(float64(pods)/last.Sub(start).Seconds(), "pods/s")
 		writesPerPod(ctx, b, writes, pods)
-		reportAlgorithmP99(b, schedulerPort, cycles)
+		reportAlgorithmP99(b, schedulerPort, cycles, pods)
 		stop()
 	}
 	b.Run("baseline", func(b *testing.B) {
