@@ -756,7 +756,7 @@ type verdict struct {
 	// spreads: a placeholder on a node that holds no claimable stock of
 	// its spec yet (better).
 	spreads bool
-	packing  float64 // utilisation of the primary resource after placement
+	packing float64 // utilisation of the primary resource after placement
 }
 
 func primary(req Resources) corev1.ResourceName {
