@@ -754,7 +754,7 @@ type verdict struct {
 	ph       *podRec // placeholder to claim, if the Pod needs one
 	hasStock bool    // a claimable same-spec placeholder is on the node
 	// spreads: a placeholder on a node that holds no claimable stock of
-	// its spec yet (better).
+	// its spec, nor any being placed (node.placing), yet (better).
 	spreads bool
 	packing float64 // utilisation of the primary resource after placement
 }
