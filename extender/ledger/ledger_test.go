@@ -335,7 +335,11 @@ func TestConcurrentNeverOvercommits(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range pods {
 		wg.Go(func() {
-			p := testPod(fmt.Sprintf("x%d", i), "gpu", "g1", "", 1+int64(i%2), corev1.PodPending)
+			kind := "gpu"
+			if i%7 == 0 {
+				kind = "stock" // a replacement placeholder, placed beside them
+			}
+			p := testPod(fmt.Sprintf("x%d", i), kind, "g1", "", 1+int64(i%2), corev1.PodPending)
 			req := RequestFor(p, i%5 == 0)
 			r := l.Filter(req, names, true)
 			node := r.Chosen
@@ -363,9 +367,11 @@ func TestConcurrentNeverOvercommits(t *testing.T) {
 				l.DeletePod(ph.UID)
 			}
 			l.EndBind(req.UID, true, ph != nil)
-			mu.Lock()
-			gpusBound[node] += req.Requests.Scalar[gpu]
-			mu.Unlock()
+			if kind == "gpu" { // a bound placeholder is in Stock below
+				mu.Lock()
+				gpusBound[node] += req.Requests.Scalar[gpu]
+				mu.Unlock()
+			}
 			p.Spec.NodeName = node
 			p.Status.Phase = corev1.PodRunning
 			l.UpsertPod(p)
@@ -478,6 +484,18 @@ func checkWarm(t *testing.T, l *Ledger) {
 			}
 			assert.Equal(t, want, got, "node %s spec %s: warm count vs claimable placeholders", n.name, spec)
 		}
+		// placing counts the placeholders assumed onto the node.
+		var placing []int32
+		if n.placing != nil {
+			placing = make([]int32, len(n.placing))
+		}
+		for _, a := range l.assumed {
+			if a.node == n.name && a.stock > 0 {
+				require.Less(t, a.stock-1, len(placing), "node %s: a placeholder assumed and not counted", n.name)
+				placing[a.stock-1]++
+			}
+		}
+		assert.Equal(t, placing, n.placing, "node %s: placing vs assumed placeholders", n.name)
 	}
 }
 
