@@ -199,7 +199,8 @@ func BenchmarkTakeoverLatency(b *testing.B) {
 //     (the same client QPS): the cluster's own kube-scheduler runs with
 //     client-go's default 50 QPS, which would measure that limit instead;
 //   - runplane: GPU Pods through the runplane-scheduler and the extender,
-//     taking every placeholder and then free capacity.
+//     packing the nodes that hold stock and taking each placeholder once
+//     its node is full (its replacement goes to a node without stock).
 //
 // Each burst uses capacity up, so each sub-benchmark is one op.
 func BenchmarkBindThroughput(b *testing.B) {
