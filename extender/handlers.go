@@ -432,7 +432,6 @@ func (e *Extender) bind(ctx context.Context, pod *corev1.Pod, node string) error
 			e.log.Info("releasing reservation", "pod", ph.Namespace+"/"+ph.Name, "err", err)
 		}
 	}
-	e.recordBind(pod, ph, took, node)
 	return nil
 }
 
