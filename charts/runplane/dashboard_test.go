@@ -62,7 +62,7 @@ func TestDashboardSchema(t *testing.T) {
 		"--target", "es2022", "--module", "esnext", "--moduleResolution", "bundler", "--skipLibCheck", "dashboard.ts")
 	tsc.Dir = dir
 	msg, err := tsc.CombinedOutput()
-		require.NoError(t, err, "the dashboard does not type-check against @grafana/schema (line N of dashboard.ts is line N-%d of %s):\n%s",
+	require.NoError(t, err, "the dashboard does not type-check against @grafana/schema (line N of dashboard.ts is line N-%d of %s):\n%s",
 		strings.Count(dashboardCheck, "\n"), dashboardPath, msg)
 	t.Logf("tsc checked the dashboard in %s", time.Since(began).Round(time.Millisecond))
 }
