@@ -51,7 +51,7 @@ var serviceOf = map[string]string{
 // that hold several of the test's 1 s scrapes.
 func dashboardVars(namespace string) *strings.Replacer {
 	return strings.NewReplacer("$namespace", namespace, "$tenant", ".*", "$pool", ".*", "$spec", ".*",
-		"$__rate_interval", "30s", "$__range", "5m", "${datasource}", "prometheus")
+		"$__rate_interval", "30s", "$__range", "5m")
 }
 
 // dashboard is what the test reads of the chart's dashboard.
@@ -216,7 +216,7 @@ type promVector struct {
 func waitScraped(ctx context.Context, t *testing.T, prom string, targets []promTarget) {
 	t.Helper()
 	var last string
-	require.Eventually(t, func() bool {
+	if !assert.Eventually(t, func() bool {
 		var ts struct {
 			ActiveTargets []struct {
 				ScrapePool string `json:"scrapePool"`
@@ -238,7 +238,9 @@ func waitScraped(ctx context.Context, t *testing.T, prom string, targets []promT
 			}
 		}
 		return up == len(targets)
-	}, time.Minute, 200*time.Millisecond, "not every target scraped: %s", func() string { return last }())
+	}, time.Minute, 200*time.Millisecond) {
+		t.Fatalf("not every target scraped: %s", last)
+	}
 }
 
 // labelValues is the query of a dashboard variable, label_values(selector,
