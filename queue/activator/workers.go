@@ -282,6 +282,7 @@ func (a *Activator) publishStatus(ctx context.Context) {
 		}
 		for n := range names {
 			ps := s.Status(n, known[n])
+			a.metrics.knownPool(ps.Namespace, ps.Pool)
 			a.metrics.backlog.WithLabelValues(ps.Namespace, ps.Pool).Set(float64(ps.Backlog))
 			a.metrics.inflight.WithLabelValues(ps.Namespace, ps.Pool).Set(float64(ps.InFlight))
 			// A timestamp, not an age: it stays true between these updates, and

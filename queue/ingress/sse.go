@@ -449,6 +449,14 @@ func newSSEMetrics(r prometheus.Registerer) *sseMetrics {
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_ingress_stream_events_total",
 			Help: "attempt, restart and gap events written to server-sent event streams."}, []string{"event"}),
 	}
+	// Every reason and event starts at 0: the first is then an increase,
+	// and the dashboard shows 0 rather than no data.
+	for _, d := range []string{dropForeign, dropStale, dropDuplicate} {
+		m.dropped.WithLabelValues(d)
+	}
+	for _, e := range []string{EventAttempt, EventRestart, EventGap} {
+		m.events.WithLabelValues(e)
+	}
 	if r != nil {
 		for _, c := range []prometheus.Collector{m.streams, m.chunks, m.firstChunk, m.dropped, m.events} {
 			_ = r.Register(c)
