@@ -242,14 +242,14 @@ func (e *env) waitState(id string, want messages.State, within time.Duration) me
 }
 
 // poolStatus is the pool status the activator last published (zero if none).
-func (e *env) poolStatus() stream.PoolStatus {
+func (e *env) poolStatus() messages.PoolStatus {
 	e.t.Helper()
 	var info struct {
-		Status *stream.PoolStatus `json:"status"`
+		Status *messages.PoolStatus `json:"status"`
 	}
 	require.NoError(e.t, json.Unmarshal(e.do("GET", "/v1/namespaces/default/pools/"+testPool, nil).raw, &info))
 	if info.Status == nil {
-		return stream.PoolStatus{}
+		return messages.PoolStatus{}
 	}
 	return *info.Status
 }

@@ -74,7 +74,7 @@ func TestAnswersCarryNoGlobalCounter(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		kv, err := pools.Get(context.Background(), stream.PoolKey("default", testPool))
-		var ps stream.PoolStatus
+		var ps messages.PoolStatus
 		return err == nil && json.Unmarshal(kv.Value(), &ps) == nil && ps.InvokeSeq > 0
 	}, 10*time.Second, 20*time.Millisecond, "the activator's status has invokeSeq")
 

@@ -97,7 +97,7 @@ func (s *Server) handlePool(w http.ResponseWriter, r *http.Request) {
 	}
 	info := newPoolInfo(p)
 	if e, err := s.cfg.Store.Pools.Get(r.Context(), stream.PoolKey(ns, name)); err == nil {
-		var ps stream.PoolStatus
+		var ps messages.PoolStatus
 		if json.Unmarshal(e.Value(), &ps) == nil {
 			info.Status = newPoolStatus(ps)
 		}
