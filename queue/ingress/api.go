@@ -7,7 +7,6 @@ import (
 
 	v1 "github.com/runplane/runplane/api/serverless/v1"
 	"github.com/runplane/runplane/internal/httpjson"
-	"github.com/runplane/runplane/internal/messages"
 )
 
 // The API is this table: Handler registers each operation's pattern and
@@ -48,8 +47,8 @@ type Problem = httpjson.Problem
 // ended before the result (504), a cancel of a finished invocation (409).
 type InvocationProblem struct {
 	httpjson.Problem
-	InvocationID string         `json:"invocationID" doc:"the invocation"`
-	State        messages.State `json:"state" doc:"its state when the answer was written"`
+	InvocationID string   `json:"invocationID" doc:"the invocation"`
+	State        v1.State `json:"state" doc:"its state when the answer was written"`
 }
 
 // LimitProblem is a 429 for a full backlog: which limit, its value, where.

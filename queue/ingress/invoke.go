@@ -237,7 +237,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 	if !ok {
 		httpjson.WriteProblem(w, http.StatusGatewayTimeout, InvocationProblem{Problem: httpjson.NewProblem(r, http.StatusGatewayTimeout,
 			fmt.Sprintf("no result within timeoutSeconds=%d; poll GET /v1/namespaces/%s/invocations/%s", req.TimeoutSeconds, ns, inv.InvocationID)),
-			InvocationID: inv.InvocationID, State: final.State})
+			InvocationID: inv.InvocationID, State: v1.State(final.State)})
 		return
 	}
 	s.writeRecord(w, ctx, http.StatusOK, accepted(final, rec))

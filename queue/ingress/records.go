@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	v1 "github.com/runplane/runplane/api/serverless/v1"
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/internal/httpjson"
 	"github.com/runplane/runplane/internal/messages"
@@ -68,7 +69,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	}
 	if !changed {
 		httpjson.WriteProblem(w, http.StatusConflict, InvocationProblem{Problem: httpjson.NewProblem(r, http.StatusConflict,
-			fmt.Sprintf("invocation %s is already %s", id, rec.State)), InvocationID: id, State: rec.State})
+			fmt.Sprintf("invocation %s is already %s", id, rec.State)), InvocationID: id, State: v1.State(rec.State)})
 		return
 	}
 	if (before.State == messages.StateDispatched || before.State == messages.StateRunning) && before.Worker != "" {
