@@ -69,9 +69,10 @@ func TestSpec(t *testing.T) {
 	policy := doc.Components.Schemas["PoolPolicy"].Value
 	assert.Contains(t, policy.Properties, "idleTimeoutSeconds")
 	assert.NotContains(t, policy.Properties, "idleTimeout", "durations in seconds")
-	record := doc.Components.Schemas["Record"].Value
-	assert.Contains(t, record.Required, "state")
-	assert.Contains(t, record.Properties["state"].Value.Enum, "dead_lettered")
+	inv := doc.Components.Schemas["Invocation"].Value
+	assert.Contains(t, inv.Required, "state")
+	assert.Contains(t, inv.Properties["state"].Value.Enum, "dead_lettered")
+	assert.Contains(t, doc.Components.Schemas["Attempt"].Value.Properties["state"].Value.Enum, "handed_back")
 	for _, name := range []string{"Problem", "InvocationProblem", "LimitProblem"} {
 		assert.Subset(t, doc.Components.Schemas[name].Value.Required, []string{"type", "title", "status", "detail"}, name)
 	}
