@@ -83,7 +83,7 @@ var (
 
 func invokeResponses(notFound string) []response {
 	return []response{
-		{status: http.StatusOK, body: v1.Invocation{}, description: "sync: the terminal Record (its response is the worker's answer)"},
+		{status: http.StatusOK, body: v1.Invocation{}, description: "sync: the terminal invocation (its response is the worker's answer)"},
 		{status: http.StatusAccepted, body: v1.Ack{}, description: "async: accepted, with the JetStream ack"},
 		badRequest, unauthorized, forbidden,
 		{status: http.StatusNotFound, body: Problem{}, description: notFound},
@@ -121,7 +121,7 @@ func operations() []operation {
 		{method: http.MethodGet, path: "/v1/namespaces/{namespace}/invocations/{id}", id: "getInvocation", tag: "invocations",
 			summary: "An invocation's state and result",
 			responses: []response{
-				{status: http.StatusOK, body: v1.Invocation{}, description: "the Record"},
+				{status: http.StatusOK, body: v1.Invocation{}, description: "the invocation"},
 				badRequest, unauthorized, forbidden,
 				{status: http.StatusNotFound, body: Problem{}, description: "no such invocation in this namespace (an ID of another namespace included)"},
 				unavailable,
@@ -131,7 +131,7 @@ func operations() []operation {
 			summary:     "An invocation's output as server-sent events, resumable",
 			description: streamDescription,
 			responses: []response{
-				{status: http.StatusOK, body: "", contentType: "text/event-stream", description: "the events: invocation, then chunk (id: its sequence) and attempt, then result (the terminal Record)"},
+				{status: http.StatusOK, body: "", contentType: "text/event-stream", description: "the events: invocation, then chunk (id: its sequence) and attempt, then result (the terminal invocation)"},
 				{status: http.StatusNoContent, description: "Last-Event-ID result: the client had the result event, the stream is over (an EventSource stops reconnecting)"},
 				badRequest, unauthorized, forbidden,
 				{status: http.StatusNotFound, body: Problem{}, description: "no such invocation in this namespace (an ID of another namespace included)"},
@@ -142,7 +142,7 @@ func operations() []operation {
 			summary:     "Cancel an invocation",
 			description: "A queued invocation becomes cancelled at once; a running one's worker is sent a cancel, which reaches the framework as a closed connection.",
 			responses: []response{
-				{status: http.StatusOK, body: v1.Invocation{}, description: "the Record, now cancelled"},
+				{status: http.StatusOK, body: v1.Invocation{}, description: "the invocation, now cancelled"},
 				badRequest, unauthorized, forbidden,
 				{status: http.StatusNotFound, body: Problem{}, description: "no such invocation in this namespace"},
 				{status: http.StatusConflict, body: InvocationProblem{}, description: "the invocation already finished: state names how"},
@@ -151,9 +151,9 @@ func operations() []operation {
 			serve: func(s *Server) http.HandlerFunc { return s.handleCancel }},
 		{method: http.MethodGet, path: "/v1/namespaces/{namespace}/callback-signing-key", id: "getCallbackSigningKey", tag: "callbacks",
 			summary: "The namespace's completion-callback signing key",
-			description: "Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over \"<t>.<body>\"> under this key " +
+			description: "Callbacks POST the terminal invocation with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over \"<t>.<body>\"> under this key " +
 				"(verify it and refuse old timestamps; the header may carry several v1 MACs: accept when one verifies); Runplane-Delivery names the delivery for deduplication. " +
-				"The key follows the namespace's UID (keyID): a namespace deleted and made again under its name has another. Needs RBAC get on pools/callbacksigningkey in the namespace.",
+				"The key follows the namespace's UID, and keyID names it: a namespace deleted and made again under its name has another. Needs RBAC get on pools/callbacksigningkey in the namespace.",
 			responses: []response{
 				{status: http.StatusOK, body: v1.SigningKey{}, description: "the key"},
 				badRequest, unauthorized, forbidden,

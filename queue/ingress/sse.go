@@ -427,12 +427,12 @@ func newSSEMetrics(r prometheus.Registerer) *sseMetrics {
 
 const streamDescription = "Readable by whoever may get the invocation (RBAC get on pools/invocations of its pool). " +
 	"Events: invocation (ID, pool, state), then one chunk per chunk the worker's framework streamed, each with id: its sequence, " +
-	"and finally result with the terminal Record and id: result. With the id of the last chunk sent (0: none) and JSON data: " +
+	"and finally result with the terminal invocation and id: result. With the id of the last chunk sent (0: none) and JSON data: " +
 	"attempt {attempt} when a retry starts its output over; restart {attempt} when the same attempt was run again from its start " +
 	"(its worker restarted): the chunks after it are the new run's, from its first, and the earlier run's are not part of the answer; " +
 	"gap {attempt, firstRetained, missing, reason} when chunks the client has not had are no longer retained (evicted by the namespace's " +
 	"budget, chart queue.stream.chunks.maxBytes, or aged out) and will never come: firstRetained is the id of the next chunk sent. " +
-	"Only the chunks of the worker the Record says holds their attempt are sent. " +
+	"Only the chunks of the worker the invocation names as holding their attempt are sent. " +
 	"Header Last-Event-ID (or query parameter after) resumes after that chunk, on any ingress replica, while the chunks are retained " +
 	"(chart queue.stream.chunks.maxAge); Last-Event-ID result (the client has the result) is answered 204 No Content, " +
 	"which stops an EventSource from reconnecting. An idle stream gets a comment every 10s."
