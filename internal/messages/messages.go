@@ -1,7 +1,9 @@
-// Package messages is the wire contract of the serverless path between the
-// queue service (ingress, activator) and the worker sidecar: the subjects,
-// the JSON bodies published on them and the invocation states. Both sides
-// import it; nothing here talks to NATS.
+// Package messages is the NATS wire format and KV schema of the serverless
+// path between the queue service (ingress, activator) and the worker
+// sidecar: the subjects, the JSON bodies published on them, the invocation
+// states, the Records and the pool status the activator publishes. Both
+// sides import it; nothing here talks to NATS, and nothing here is shown to
+// callers as it is: their view is api/serverless/v1.
 //
 // A pool is named by its namespace and name, and every subject carries
 // both: <prefix>.<kind>.<ns>.<pool>[.<worker>].

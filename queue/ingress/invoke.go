@@ -245,13 +245,10 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 
 // accepted completes a final Record taken from a worker's fast-path reply
 // (which carries the result only) with what the accept stored: the sync
-// 200 shows what GET shows — mode, acceptedAt, stream, sequence and request
-// hash (updatedAt is the worker's finish time, not the Record write's).
+// 200 shows what GET shows — mode and acceptedAt (updatedAt is the
+// worker's finish time, not the Record write's).
 func accepted(final, rec messages.Record) messages.Record {
 	final.Mode = cmp.Or(final.Mode, rec.Mode)
-	final.Stream = cmp.Or(final.Stream, rec.Stream)
-	final.Sequence = cmp.Or(final.Sequence, rec.Sequence)
-	final.RequestHash = cmp.Or(final.RequestHash, rec.RequestHash)
 	if final.AcceptedAt.IsZero() {
 		final.AcceptedAt = rec.AcceptedAt
 	}
