@@ -115,8 +115,8 @@ func TestCallbackDeliveredOnceSigned(t *testing.T) {
 	key, err := hex.DecodeString(kr.body["key"].(string))
 	require.NoError(t, err)
 	require.NoError(t, callback.Verify(key, got[0].signature, got[0].body, time.Now(), 5*time.Minute))
-	assert.Equal(t, "uid-default", kr.body["keyID"])
-	assert.Equal(t, "uid-default", rec.Callback.KeyID, "the Record names the key it is signed with")
+	assert.Equal(t, callback.KeyID("uid-default"), kr.body["keyID"])
+	assert.Equal(t, callback.KeyID("uid-default"), rec.Callback.KeyID, "the invocation names the key it is signed with")
 	assert.Error(t, callback.Verify(callback.NamespaceKey(testMasterKey, "default", "uid-other"), got[0].signature, got[0].body, time.Now(), 5*time.Minute),
 		"a namespace made again under the name does not verify it")
 	assert.Error(t, callback.Verify(callback.NamespaceKey(testMasterKey, "other", "uid-default"), got[0].signature, got[0].body, time.Now(), 5*time.Minute),

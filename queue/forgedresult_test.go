@@ -38,7 +38,7 @@ func TestForgedResultIgnored(t *testing.T) {
 	}
 	for _, f := range forged {
 		f.InvocationID, f.Namespace, f.Pool, f.State = "victim", "default", testPool, messages.StateSucceeded
-		f.Response = &framework.Response{StatusCode: 200, Body: json.RawMessage(`{"from":"forger"}`)}
+		f.Response = &messages.Response{StatusCode: 200, Body: json.RawMessage(`{"from":"forger"}`)}
 		b, err := json.Marshal(f)
 		require.NoError(t, err)
 		_, err = e.js.Publish(context.Background(), e.subj.Result("default", testPool), b)
@@ -95,7 +95,7 @@ func TestForgedReplyIgnored(t *testing.T) {
 	require.Len(t, parts, 3, learned)
 	base := prefix + parts[0]
 	b, err := json.Marshal(messages.Result{InvocationID: "victim", Namespace: "default", Pool: testPool, Worker: "b", Attempt: 1,
-		State: messages.StateSucceeded, Response: &framework.Response{StatusCode: 200, Body: json.RawMessage(`{"from":"forger"}`)}})
+		State: messages.StateSucceeded, Response: &messages.Response{StatusCode: 200, Body: json.RawMessage(`{"from":"forger"}`)}})
 	require.NoError(t, err)
 	for _, subj := range []string{base + ".victim", base + ".victim." + parts[2], base + ".victim.guess"} {
 		require.NoError(t, e.nc.Publish(subj, b))
@@ -130,7 +130,7 @@ func TestForgedResultIgnoredAfterRestart(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond, "the new activator rebuilt its state")
 
 	f := messages.Result{InvocationID: "victim", Namespace: "default", Pool: testPool, Worker: "a", Attempt: 1, State: messages.StateSucceeded,
-		Response: &framework.Response{StatusCode: 200, Body: json.RawMessage(`{"from":"forger"}`)}}
+		Response: &messages.Response{StatusCode: 200, Body: json.RawMessage(`{"from":"forger"}`)}}
 	b, err := json.Marshal(f)
 	require.NoError(t, err)
 	_, err = e.js.Publish(context.Background(), e.subj.Result("default", testPool), b)

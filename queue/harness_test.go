@@ -231,6 +231,19 @@ func (e *env) record(id string) messages.Record {
 	return rec
 }
 
+// stored is the Record of id as the KV bucket holds it, internal fields
+// included (what no answer shows).
+func (e *env) stored(id string) messages.Record {
+	e.t.Helper()
+	kv, err := e.js.KeyValue(context.Background(), e.cfg.Stream.WithDefaults().RecordsBucket)
+	require.NoError(e.t, err)
+	entry, err := kv.Get(context.Background(), stream.Key("default", id))
+	require.NoError(e.t, err)
+	var rec messages.Record
+	require.NoError(e.t, json.Unmarshal(entry.Value(), &rec))
+	return rec
+}
+
 func (e *env) waitState(id string, want messages.State, within time.Duration) messages.Record {
 	e.t.Helper()
 	var rec messages.Record
@@ -242,14 +255,14 @@ func (e *env) waitState(id string, want messages.State, within time.Duration) me
 }
 
 // poolStatus is the pool status the activator last published (zero if none).
-func (e *env) poolStatus() stream.PoolStatus {
+func (e *env) poolStatus() messages.PoolStatus {
 	e.t.Helper()
 	var info struct {
-		Status *stream.PoolStatus `json:"status"`
+		Status *messages.PoolStatus `json:"status"`
 	}
 	require.NoError(e.t, json.Unmarshal(e.do("GET", "/v1/namespaces/default/pools/"+testPool, nil).raw, &info))
 	if info.Status == nil {
-		return stream.PoolStatus{}
+		return messages.PoolStatus{}
 	}
 	return *info.Status
 }

@@ -18,10 +18,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	v1 "github.com/runplane/runplane/api/serverless/v1"
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
-	"github.com/runplane/runplane/queue/ingress"
 	"github.com/runplane/runplane/sidecar"
 )
 
@@ -423,7 +423,7 @@ func TestStreamEventSourceStopsAfterResult(t *testing.T) {
 			had = ev.id
 		case "result":
 			results++
-			assert.Equal(t, ingress.ResultEventID, ev.id)
+			assert.Equal(t, v1.ResultEventID, ev.id)
 		default: // the last chunk the client has: a resume from it loses nothing
 			assert.Equal(t, had, ev.id, "%s event's id", ev.name)
 		}

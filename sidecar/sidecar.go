@@ -639,7 +639,10 @@ func (s *Sidecar) forget(log *slog.Logger, id string) {
 // resultOf is the Result of dispatch d's framework call, started at
 // started on callCtx, that answered resp or err (never a refusal: the
 // caller hands that back).
-func (s *Sidecar) resultOf(callCtx context.Context, d messages.Dispatch, started time.Time, resp framework.Response, err error) messages.Result {
+func (s *Sidecar) resultOf(callCtx context.Context, d messages.Dispatch, started time.Time, fresp framework.Response, err error) messages.Result {
+	// The same fields: a field the framework adds fails to compile here
+	// until the wire carries it too.
+	resp := messages.Response(fresp)
 	res := messages.Result{
 		InvocationID: d.InvocationID,
 		Namespace:    s.cfg.WorkerNamespace,

@@ -76,7 +76,7 @@ func TestCallbackKeyFollowsNamespaceUID(t *testing.T) {
 	}, 60*time.Second, 200*time.Millisecond, "the pool known, the invocation accepted (last: %d)", code)
 	code, k1 := key()
 	require.Equal(t, 200, code)
-	assert.Equal(t, uid1, k1.KeyID)
+	assert.Equal(t, callback.KeyID(uid1), k1.KeyID)
 	assert.Equal(t, hex.EncodeToString(callback.NamespaceKey(master, ns, uid1)), k1.Key)
 
 	require.NoError(t, env.Client().CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}))
@@ -90,7 +90,7 @@ func TestCallbackKeyFollowsNamespaceUID(t *testing.T) {
 	require.NoError(t, env.CreateNamespace(ctx, ns))
 	code, k2 := key()
 	require.Equal(t, 200, code)
-	assert.NotEqual(t, uid1, k2.KeyID, "another namespace")
+	assert.NotEqual(t, k1.KeyID, k2.KeyID, "another namespace")
 	assert.NotEqual(t, k1.Key, k2.Key, "the namespace made again under the name has another key")
 
 	// The old owner's Record is not the new owner's: not found, on every
@@ -108,14 +108,15 @@ func TestCallbackKeyFollowsNamespaceUID(t *testing.T) {
 	_, err = env.Client().AppsV1().Deployments(ns).Create(ctx, deployment(ns, "workers", "echo", 0), metav1.CreateOptions{})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		code, _ = call(base, "", "POST", "/v1/namespaces/"+ns+"/pools/echo/invocations", map[string]any{"mode": "async", "invocationID": "new-owner"})
+		code, _ = call(base, "", "POST", "/v1/namespaces/"+ns+"/pools/echo/invocations", map[string]any{"mode": "async", "invocationID": "new-owner", "callbackURL": "https://hooks.example.com/runplane"})
 		return code == 202
 	}, 60*time.Second, 200*time.Millisecond, "the pool known again, the invocation accepted (last: %d)", code)
 	code, body := call(base, "", "GET", "/v1/namespaces/"+ns+"/invocations/new-owner", nil)
 	require.Equal(t, 200, code, body)
 	var rec messages.Record
 	require.NoError(t, json.Unmarshal([]byte(body), &rec))
-	assert.Equal(t, k2.KeyID, rec.NamespaceUID, "stamped with the new namespace's UID")
+	require.NotNil(t, rec.Callback, body)
+	assert.Equal(t, k2.KeyID, rec.Callback.KeyID, "stamped with the new namespace's UID: its callback is signed with the new key")
 
 	// Nor can a re-post of the old owner's ID answer it (or run it again).
 	code, body = call(base, "", "POST", "/v1/namespaces/"+ns+"/pools/echo/invocations",

@@ -28,7 +28,6 @@ import (
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/activator"
-	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/queue/stubworker"
 	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/scrape"
@@ -205,9 +204,9 @@ func (f *fixture) eventually(what string, within time.Duration, cond func() bool
 }
 
 // status is the pool status the activator last published.
-func (f *fixture) status() stream.PoolStatus {
+func (f *fixture) status() messages.PoolStatus {
 	var info struct {
-		Status stream.PoolStatus `json:"status"`
+		Status messages.PoolStatus `json:"status"`
 	}
 	if r, err := http.Get(f.base + "/v1/namespaces/" + f.ns + "/pools/" + f.pool); err == nil {
 		defer r.Body.Close()

@@ -228,7 +228,7 @@ func (w *Worker) handle(js jetstream.JetStream, m jetstream.Msg) {
 		return // killed: vanish without a trace, like a lost Pod
 	}
 	res := messages.Result{InvocationID: d.InvocationID, Namespace: w.cfg.Namespace, Pool: w.cfg.Pool, Worker: w.cfg.Name, Attempt: d.Attempt, State: state,
-		Response: resp, Error: errMsg, StartedAt: started, FinishedAt: time.Now().UTC(), ResultToken: d.ResultToken}
+		Response: (*messages.Response)(resp), Error: errMsg, StartedAt: started, FinishedAt: time.Now().UTC(), ResultToken: d.ResultToken}
 	b, _ := json.Marshal(res)
 	pctx, pc := context.WithTimeout(context.Background(), 10*time.Second)
 	defer pc()

@@ -269,7 +269,7 @@ func TestQueue(t *testing.T) {
 		require.NoError(t, json.NewDecoder(kr.Body).Decode(&key))
 		nsObj, err := client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 		require.NoError(t, err)
-		assert.Equal(t, string(nsObj.UID), key.KeyID)
+		assert.Equal(t, callback.KeyID(string(nsObj.UID)), key.KeyID, "the ID of the key of the namespace's UID")
 		k, err := hex.DecodeString(key.Key)
 		require.NoError(t, err)
 		require.NoError(t, callback.Verify(k, hr.Header.Get(callback.SignatureHeader), <-hookBodies, time.Now(), 5*time.Minute),

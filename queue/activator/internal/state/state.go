@@ -15,7 +15,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/runplane/runplane/internal/messages"
-	"github.com/runplane/runplane/queue/stream"
 )
 
 // Config holds the limits the decisions apply.
@@ -136,7 +135,7 @@ type Item struct {
 	// WriteMu serialises this invocation's Record writes; Rec is the Record
 	// as last written or read (under WriteMu), so most writes need no read.
 	WriteMu sync.Mutex
-	Rec     stream.Cached
+	Rec     messages.Cached
 }
 
 // Worker is one worker of a pool, known from its Pod or its Events.
