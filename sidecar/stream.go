@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/sidecar/frameworkclient"
 	"github.com/runplane/runplane/internal/messages"
 )
 
@@ -28,7 +29,7 @@ func (s *Sidecar) invoke(ctx context.Context, d messages.Dispatch, req framework
 	attempt := strconv.Itoa(d.Attempt)
 	execution := nuid.Next()
 	n := 0
-	lim := framework.StreamLimits{MaxChunkBytes: d.MaxChunkBytes, MaxChunks: int(d.MaxChunks), MaxSummaryBytes: int(min(d.MaxResultBytes, 1<<20))}
+	lim := frameworkclient.StreamLimits{MaxChunkBytes: d.MaxChunkBytes, MaxChunks: int(d.MaxChunks), MaxSummaryBytes: int(min(d.MaxResultBytes, 1<<20))}
 	return s.client.InvokeStream(ctx, req, lim, func(chunk []byte) error {
 		n++
 		m := nats.NewMsg(subject)
