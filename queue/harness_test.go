@@ -27,7 +27,7 @@ import (
 	"github.com/runplane/runplane/internal/pki"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/stream"
-	"github.com/runplane/runplane/queue/stubworker"
+	"github.com/runplane/runplane/sidecar/sidecartest"
 	"github.com/runplane/runplane/test/scrape"
 )
 
@@ -45,11 +45,13 @@ type env struct {
 	js         jetstream.JetStream
 	cfg        queue.Config
 	subj       messages.Subjects
-	log        *stubworker.Log
-	stop       func()
+	// natsTLS is how clients verify the NATS (zero: plain).
+	natsTLS natstls.Client
+	log     *sidecartest.Log
+	stop    func()
 
 	workersMu sync.Mutex
-	workers   map[string]*stubworker.Worker
+	workers   map[string]*sidecartest.Worker
 }
 
 func startNATS(t testing.TB, dir string, port int) *server.Server {
@@ -92,7 +94,7 @@ type natsOptions struct {
 func newEnvNATS(t testing.TB, no natsOptions, mutate func(*queue.Config)) *env {
 	t.Helper()
 	useTLS := no.tls
-	e := &env{t: t, storeDir: t.TempDir(), log: stubworker.NewLog()}
+	e := &env{t: t, storeDir: t.TempDir(), log: sidecartest.NewLog()}
 	o := &server.Options{JetStream: true, StoreDir: e.storeDir, Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true, SyncAlways: no.syncAlways}
 	var client natstls.Client
 	if useTLS {
@@ -104,6 +106,7 @@ func newEnvNATS(t testing.TB, no natsOptions, mutate func(*queue.Config)) *env {
 		o.TLSConfig, o.TLSHandshakeFirst = &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}, true
 		client = natstls.Client{CA: b.CABundle, ServerName: name}
 	}
+	e.natsTLS = client
 	e.ns = startNATSWith(t, o)
 	e.port = e.ns.Addr().(*net.TCPAddr).Port
 	t.Cleanup(func() { e.ns.Shutdown(); e.ns.WaitForShutdown() })
@@ -174,19 +177,50 @@ func (e *env) startQueue() {
 	}, 20*time.Second, 10*time.Millisecond, "activator consumers")
 }
 
-func (e *env) worker(name string, conc int, h stubworker.Handler) *stubworker.Worker {
+// worker runs a real sidecar in front of h (nil: echo) as worker name of
+// testPool in namespace default.
+func (e *env) worker(name string, conc int, h framework.HandlerFunc) *sidecartest.Worker {
 	e.t.Helper()
-	w, err := stubworker.Start(context.Background(), stubworker.Config{NC: e.nc, Stream: e.cfg.Stream.WithDefaults().Stream, Subjects: e.subj,
-		Pool: testPool, Name: name, Namespace: "default", Concurrency: conc, Heartbeat: 100 * time.Millisecond, Handler: h, Log: e.log})
-	require.NoError(e.t, err)
-	e.t.Cleanup(w.Kill)
+	return e.tenantWorker("default", testPool, name, conc, h)
+}
+
+// tenantWorker runs a real sidecar in front of h (nil: echo) as worker
+// name of pool ns/poolName; every execution goes to e.log.
+func (e *env) tenantWorker(ns, poolName, name string, conc int, h framework.HandlerFunc) *sidecartest.Worker {
+	e.t.Helper()
+	_, bench := e.t.(*testing.B) // a benchmark's figures carry no proxy (sidecartest.Config.Direct)
+	w := sidecartest.Run(e.t, e.workerConfig(sidecartest.Config{Namespace: ns, Pool: poolName, Name: name, Concurrency: conc, Handler: h, Direct: bench}))
 	e.workersMu.Lock()
 	if e.workers == nil {
-		e.workers = map[string]*stubworker.Worker{}
+		e.workers = map[string]*sidecartest.Worker{}
 	}
 	e.workers[name] = w
 	e.workersMu.Unlock()
 	return w
+}
+
+// workerConfig is c on this env's NATS and stream, logging to e.log.
+func (e *env) workerConfig(c sidecartest.Config) sidecartest.Config {
+	sc := e.cfg.Stream.WithDefaults()
+	c.NATSURL, c.TLS, c.SubjectPrefix, c.StreamName, c.Log = e.natsURL(), e.natsTLS, sc.Prefix, sc.Stream, e.log
+	if testing.Verbose() {
+		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return c
+}
+
+// waitWorkerReady waits until the pool status the activator publishes
+// shows worker name of testPool ready.
+func (e *env) waitWorkerReady(name string) {
+	e.t.Helper()
+	require.Eventually(e.t, func() bool {
+		for _, w := range e.poolStatus().Workers {
+			if w.Name == name && w.Ready {
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 20*time.Millisecond, "worker %s ready", name)
 }
 
 type resp struct {
@@ -342,14 +376,14 @@ func (g *gate) next(t testing.TB) string {
 	}
 }
 
-func (g *gate) handler(ctx context.Context, d messages.Dispatch) (*framework.Response, messages.State, string) {
-	g.started <- d.InvocationID
+func (g *gate) handler(ctx context.Context, req framework.Request) (framework.Response, error) {
+	g.started <- req.InvocationID
 	select {
 	case <-g.release:
-		return stubworker.Echo(ctx, d)
+		return sidecartest.Echo(ctx, req)
 	case <-ctx.Done():
-		g.cancelled <- d.InvocationID
-		return nil, messages.StateCancelled, "cancelled"
+		g.cancelled <- req.InvocationID
+		return framework.Response{}, ctx.Err()
 	}
 }
 

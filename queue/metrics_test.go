@@ -1,7 +1,6 @@
 package queue_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -13,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/queue"
-	"github.com/runplane/runplane/queue/stubworker"
 )
 
 // TestSameNamedPoolsAreTwoSeries: two tenants' pools of the same name are
@@ -23,10 +21,7 @@ import (
 func TestSameNamedPoolsAreTwoSeries(t *testing.T) {
 	e := newEnv(t, func(c *queue.Config) { c.StaticPools = []string{"team-a/echo", "team-b/echo"} })
 	for _, ns := range []string{"team-a", "team-b"} {
-		w, err := stubworker.Start(context.Background(), stubworker.Config{NC: e.nc, Stream: e.cfg.Stream.WithDefaults().Stream, Subjects: e.subj,
-			Pool: "echo", Name: ns + "-w", Namespace: ns, Concurrency: 1, Heartbeat: 100 * time.Millisecond, Log: e.log})
-		require.NoError(t, err)
-		t.Cleanup(w.Kill)
+		e.tenantWorker(ns, "echo", ns+"-w", 1, nil)
 	}
 	calls := map[string]int{"team-a": 1, "team-b": 2}
 	for ns, n := range calls {

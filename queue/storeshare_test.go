@@ -29,8 +29,8 @@ func bigPayload(n int) string { return `"` + strings.Repeat("x", n) + `"` }
 // result).
 func (e *env) okWorker(ns, p, name string) {
 	e.t.Helper()
-	e.tenantWorker(ns, p, name, 4, func(context.Context, messages.Dispatch) (*framework.Response, messages.State, string) {
-		return &framework.Response{StatusCode: 200, ContentType: "application/json", Body: []byte(`"ok"`)}, messages.StateSucceeded, ""
+	e.tenantWorker(ns, p, name, 4, func(context.Context, framework.Request) (framework.Response, error) {
+		return framework.Response{StatusCode: 200, ContentType: "application/json", Body: []byte(`"ok"`)}, nil
 	})
 }
 
