@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/runplane/runplane/framework"
-	"github.com/runplane/runplane/sidecar/frameworkclient"
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/sidecar/frameworkclient"
 )
 
 // JetStream acknowledgement bodies, sent to a delivery's reply subject.

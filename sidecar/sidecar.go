@@ -23,9 +23,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/runplane/runplane/framework"
-	"github.com/runplane/runplane/sidecar/frameworkclient"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/objects"
+	"github.com/runplane/runplane/sidecar/frameworkclient"
 )
 
 // Causes of an invocation's context ending, mapped to result states.

@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/runplane/runplane/framework"
-	"github.com/runplane/runplane/sidecar/frameworkclient"
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/sidecar/frameworkclient"
 )
 
 // invoke calls the framework for dispatch d. A streamed answer's chunks

@@ -293,9 +293,9 @@ func TestScaleUpUnderBacklogAndPrewarmFloor(t *testing.T) {
 func TestIdleScaleDownKeepsBusyPod(t *testing.T) {
 	f := setup(t, map[string]string{api.AnnotationIdleTimeout: "2s"}, 3)
 	release := make(chan struct{})
-	f.handler = func(ctx context.Context, d messages.Dispatch) (*framework.Response, messages.State, string) {
+	f.handler = func(ctx context.Context, d framework.Request) (framework.Response, error) {
 		<-release
-		return stubworker.Echo(ctx, d)
+		return sidecartest.Echo(ctx, d)
 	}
 	f.eventually("3 workers", 20*time.Second, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.procs) == 3 })
 	f.invoke("busy")
@@ -329,13 +329,13 @@ func TestPodLossRedelivers(t *testing.T) {
 	f := setup(t, map[string]string{api.AnnotationMinAvailable: "1"}, 1)
 	block := make(chan struct{})
 	var once sync.Once
-	f.handler = func(ctx context.Context, d messages.Dispatch) (*framework.Response, messages.State, string) {
+	f.handler = func(ctx context.Context, d framework.Request) (framework.Response, error) {
 		if d.Attempt == 1 {
 			once.Do(func() { close(block) })
 			<-ctx.Done() // stuck until its Pod is deleted (Kill cancels)
-			return nil, messages.StateFailed, "killed"
+			return framework.Response{}, ctx.Err()
 		}
-		return stubworker.Echo(ctx, d)
+		return sidecartest.Echo(ctx, d)
 	}
 	f.eventually("1 worker", 20*time.Second, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.procs) == 1 })
 	f.invoke("victim")
