@@ -76,7 +76,7 @@ func newEnv(t testing.TB, mutate func(*queue.Config)) *env {
 
 // newEnvTLS is newEnv, with useTLS on a NATS that serves verified TLS
 // first as runplane's does (internal/natstls): the queue, the test's
-// connection and the stub workers on it dial TLS (benchmarks compare).
+// connection and the workers on it dial TLS (benchmarks compare).
 func newEnvTLS(t testing.TB, useTLS bool, mutate func(*queue.Config)) *env {
 	return newEnvNATS(t, natsOptions{tls: useTLS}, mutate)
 }

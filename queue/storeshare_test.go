@@ -25,7 +25,7 @@ import (
 // NATS's 1 MiB max_payload), as the probe's 900 KB calls.
 func bigPayload(n int) string { return `"` + strings.Repeat("x", n) + `"` }
 
-// okWorker starts a stub worker of pool ns/p answering "ok" (a small
+// okWorker starts a worker (the real sidecar) of pool ns/p answering "ok" (a small
 // result).
 func (e *env) okWorker(ns, p, name string) {
 	e.t.Helper()

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	authnv1 "k8s.io/api/authentication/v1"
@@ -22,7 +21,6 @@ import (
 
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/queue"
-	"github.com/runplane/runplane/queue/stubworker"
 )
 
 // call sends a request with bearer token tok ("" for none); a transport
@@ -91,13 +89,10 @@ func TestIngressCallerAuth(t *testing.T) {
 	go srv.Start()
 	require.True(t, srv.ReadyForConnections(10*time.Second), "nats not ready")
 	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	tn := &tenants{t: t, nc: nc, log: stubworker.NewLog(), pool: "echo", procs: map[string]*stubworker.Worker{}, claims: map[string]string{}}
+	tn := &tenants{t: t, natsURL: srv.ClientURL(), pool: "echo"}
 	_, err = env.Client().AppsV1().Deployments(a).Create(ctx, deployment(a, "workers", tn.pool, 1), metav1.CreateOptions{})
 	require.NoError(t, err)
-	go tn.kubelet(ctx, a)
+	tn.kubelet(a)
 
 	addr := make(chan string, 1)
 	qctx, qcancel := context.WithCancel(context.Background())

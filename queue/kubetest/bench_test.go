@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -22,11 +21,10 @@ import (
 
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/queue"
-	"github.com/runplane/runplane/queue/stubworker"
 )
 
 // BenchmarkWarmSyncAuth measures the warm sync path (HTTP ingress →
-// JetStream → activator → stub worker → reply) with caller authentication
+// JetStream → activator → worker (the real sidecar) → reply) with caller authentication
 // on (bearer token, TokenReview and SubjectAccessReview on the real
 // apiserver, caches warm) next to the same path with it off, in one run:
 // two ingress replicas on one stream, one of them without authentication.
@@ -56,13 +54,10 @@ func BenchmarkWarmSyncAuth(b *testing.B) {
 	go srv.Start()
 	require.True(b, srv.ReadyForConnections(10*time.Second))
 	defer srv.Shutdown()
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(b, err)
-	defer nc.Close()
-	tn := &tenants{nc: nc, log: stubworker.NewLog(), pool: "echo", procs: map[string]*stubworker.Worker{}, claims: map[string]string{}}
+	tn := &tenants{t: b, natsURL: srv.ClientURL(), pool: "echo"}
 	_, err = env.Client().AppsV1().Deployments(ns).Create(ctx, deployment(ns, "workers", tn.pool, 1), metav1.CreateOptions{})
 	require.NoError(b, err)
-	go tn.kubelet(ctx, ns)
+	tn.kubelet(ns)
 
 	start := func(cfg queue.Config) (string, func()) {
 		addr := make(chan string, 1)
