@@ -26,6 +26,7 @@ import (
 	"github.com/runplane/runplane/internal/natstls"
 	"github.com/runplane/runplane/internal/pki"
 	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/queuetest"
 	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/sidecar/sidecartest"
 	"github.com/runplane/runplane/test/scrape"
@@ -54,17 +55,9 @@ type env struct {
 	workers   map[string]*sidecartest.Worker
 }
 
+// startNATS restarts the test's NATS on its store dir and port.
 func startNATS(t testing.TB, dir string, port int) *server.Server {
-	return startNATSWith(t, &server.Options{JetStream: true, StoreDir: dir, Port: port, Host: "127.0.0.1", NoLog: true, NoSigs: true})
-}
-
-func startNATSWith(t testing.TB, o *server.Options) *server.Server {
-	t.Helper()
-	ns, err := server.NewServer(o)
-	require.NoError(t, err)
-	go ns.Start()
-	require.True(t, ns.ReadyForConnections(10*time.Second), "nats not ready")
-	return ns
+	return queuetest.NATS(t, func(o *server.Options) { o.StoreDir, o.Port = dir, port })
 }
 
 func (e *env) natsURL() string { return e.ns.ClientURL() }
@@ -95,9 +88,12 @@ func newEnvNATS(t testing.TB, no natsOptions, mutate func(*queue.Config)) *env {
 	t.Helper()
 	useTLS := no.tls
 	e := &env{t: t, storeDir: t.TempDir(), log: sidecartest.NewLog()}
-	o := &server.Options{JetStream: true, StoreDir: e.storeDir, Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true, SyncAlways: no.syncAlways}
 	var client natstls.Client
-	if useTLS {
+	e.ns = queuetest.NATS(t, func(o *server.Options) {
+		o.StoreDir, o.SyncAlways = e.storeDir, no.syncAlways
+		if !useTLS {
+			return
+		}
 		const name = "nats.bench"
 		b, err := pki.Renew(nil, pki.Options{Name: "bench-nats", DNSNames: []string{name}})
 		require.NoError(t, err)
@@ -105,11 +101,9 @@ func newEnvNATS(t testing.TB, no natsOptions, mutate func(*queue.Config)) *env {
 		require.NoError(t, err)
 		o.TLSConfig, o.TLSHandshakeFirst = &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}, true
 		client = natstls.Client{CA: b.CABundle, ServerName: name}
-	}
+	})
 	e.natsTLS = client
-	e.ns = startNATSWith(t, o)
 	e.port = e.ns.Addr().(*net.TCPAddr).Port
-	t.Cleanup(func() { e.ns.Shutdown(); e.ns.WaitForShutdown() })
 	tlsOpts, err := client.Options()
 	require.NoError(t, err)
 	nc, err := nats.Connect(e.natsURL(), append(tlsOpts, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))...)
@@ -126,10 +120,6 @@ func newEnvNATS(t testing.TB, no natsOptions, mutate func(*queue.Config)) *env {
 		HeartbeatTimeout: time.Second,
 		Backoff:          100 * time.Millisecond,
 		Tick:             50 * time.Millisecond,
-		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
-	if testing.Verbose() {
-		e.cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	if mutate != nil {
 		mutate(&e.cfg)
@@ -140,31 +130,9 @@ func newEnvNATS(t testing.TB, no natsOptions, mutate func(*queue.Config)) *env {
 }
 
 func (e *env) startQueue() {
-	ctx, cancel := context.WithCancel(context.Background())
-	addr, metricsAddr := make(chan string, 1), make(chan string, 1)
-	cfg := e.cfg
-	cfg.OnListen = func(a string) { addr <- a }
-	cfg.OnMetricsListen = func(a string) { metricsAddr <- a }
-	done := make(chan error, 1)
-	go func() { done <- queue.Run(ctx, cfg) }()
-	e.base, e.metricsURL = "", "" // a restart listens on new ports
-	timeout := time.After(20 * time.Second)
-	for e.base == "" || e.metricsURL == "" {
-		select {
-		case a := <-addr:
-			e.base = "http://" + a
-		case a := <-metricsAddr:
-			e.metricsURL = "https://" + a + "/metrics"
-		case err := <-done:
-			require.FailNow(e.t, "queue.Run returned", "%v", err)
-		case <-timeout:
-			require.FailNow(e.t, "queue did not start")
-		}
-	}
-	var once sync.Once
-	stop := func() { once.Do(func() { cancel(); <-done }) }
-	e.stop = stop
-	e.t.Cleanup(stop)
+	q := queuetest.Run(e.t, e.cfg) // a restart listens on new ports
+	e.base, e.metricsURL = q.Base, q.MetricsURL
+	e.stop = func() { require.NoError(e.t, q.Stop()) }
 	// The activator's consumers are up before traffic.
 	require.Eventually(e.t, func() bool {
 		sc := e.cfg.Stream.WithDefaults()

@@ -19,6 +19,7 @@ import (
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/ingress"
+	"github.com/runplane/runplane/queue/queuetest"
 	"github.com/runplane/runplane/sidecar/sidecartest"
 )
 
@@ -36,21 +37,7 @@ func (e *env) ingressReplica() string {
 	e.t.Helper()
 	cfg := e.cfg
 	cfg.DisableActivator = true
-	addr := make(chan string, 1)
-	cfg.OnListen = func(a string) { addr <- a }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- queue.Run(ctx, cfg) }()
-	e.t.Cleanup(func() { cancel(); <-done })
-	select {
-	case a := <-addr:
-		return "http://" + a
-	case err := <-done:
-		require.FailNow(e.t, "replica returned", "%v", err)
-	case <-time.After(20 * time.Second):
-		require.FailNow(e.t, "replica did not start")
-	}
-	return ""
+	return queuetest.Run(e.t, cfg).Base
 }
 
 // sseEvent is one server-sent event.

@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -30,6 +29,7 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/queuetest"
 	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/test/natsauth"
 	"github.com/runplane/runplane/test/scrape"
@@ -99,28 +99,9 @@ func TestFloodsDoNotStarveAdmission(t *testing.T) {
 	rc.QPS, rc.Burst = 5, 10
 	scrapers, err := scrape.New(ctx, env)
 	require.NoError(t, err)
-	addr, metricsAddr := make(chan string, 1), make(chan string, 1)
-	qctx, qcancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- queue.Run(qctx, queue.Config{NATSURL: srv.ClientURL(), NATSTrustFile: auth.TrustFile, NATSTLS: auth.Client,
-			Listen: "127.0.0.1:0", OnListen: func(x string) { addr <- x },
-			MetricsListen: "127.0.0.1:0", OnMetricsListen: func(x string) { metricsAddr <- x },
-			RESTConfig: rc, Namespace: ns, Tick: 100 * time.Millisecond,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	}()
-	t.Cleanup(func() { qcancel(); <-done })
-	var base, metricsURL string
-	for base == "" || metricsURL == "" {
-		select {
-		case x := <-addr:
-			base = "http://" + x
-		case x := <-metricsAddr:
-			metricsURL = "https://" + x + "/metrics"
-		case err := <-done:
-			require.FailNow(t, "queue.Run returned", "%v", err)
-		}
-	}
+	q := queuetest.Run(t, queue.Config{NATSURL: srv.ClientURL(), NATSTrustFile: auth.TrustFile, NATSTLS: auth.Client,
+		MetricsListen: "127.0.0.1:0", RESTConfig: rc, Namespace: ns, Tick: 100 * time.Millisecond})
+	base, metricsURL := q.Base, q.MetricsURL
 	invoke := "/v1/namespaces/" + ns + "/pools/echo/invocations"
 	// The known caller: authenticated and authorized before the flood.
 	require.Eventually(t, func() bool {

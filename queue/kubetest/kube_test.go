@@ -5,16 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +22,7 @@ import (
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/activator"
+	"github.com/runplane/runplane/queue/queuetest"
 	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/sidecar/sidecartest"
 	"github.com/runplane/runplane/test/cluster"
@@ -48,15 +45,25 @@ type fixture struct {
 	scrapers   scrape.Scrapers
 	kubelet    *sidecartest.Kubelet
 	mu         sync.Mutex
-	// handler for new workers, swappable by tests (setHandler).
+	// handler serves every worker's invocations, swappable by tests
+	// (setHandler).
 	handler framework.HandlerFunc
 }
 
-// setHandler makes h the handler of the workers started from now on.
+// setHandler makes h the handler of every invocation from now on, on
+// workers already running too (the kubelet may start them first).
 func (f *fixture) setHandler(h framework.HandlerFunc) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.handler = h
+}
+
+// handle runs the current handler.
+func (f *fixture) handle(ctx context.Context, req framework.Request) (framework.Response, error) {
+	f.mu.Lock()
+	h := f.handler
+	f.mu.Unlock()
+	return h(ctx, req)
 }
 
 // setup starts NATS, the queue service with Kubernetes and leader election,
@@ -70,11 +77,7 @@ func setup(t *testing.T, ann map[string]string, replicas int32) *fixture {
 	require.NoError(t, env.CreateNamespace(ctx, name))
 	f := &fixture{t: t, ns: name, pool: "p-" + name, handler: sidecartest.Echo}
 
-	ns, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true})
-	require.NoError(t, err)
-	go ns.Start()
-	require.True(t, ns.ReadyForConnections(10*time.Second), "nats not ready")
-	t.Cleanup(ns.Shutdown)
+	ns := queuetest.NATS(t, nil)
 
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "workers", Namespace: name, Labels: map[string]string{api.LabelPool: f.pool}, Annotations: ann},
@@ -88,13 +91,11 @@ func setup(t *testing.T, ann map[string]string, replicas int32) *fixture {
 			},
 		},
 	}
-	_, err = env.Client().AppsV1().Deployments(name).Create(ctx, d, metav1.CreateOptions{})
+	_, err := env.Client().AppsV1().Deployments(name).Create(ctx, d, metav1.CreateOptions{})
 	require.NoError(t, err)
 	f.kubelet = &sidecartest.Kubelet{Client: env.Client(), Namespace: name, Selector: api.LabelPool + "=" + f.pool,
 		Config: func(*corev1.Pod) (sidecartest.Config, error) {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			return sidecartest.Config{NATSURL: ns.ClientURL(), Namespace: name, Pool: f.pool, Heartbeat: 200 * time.Millisecond, Handler: f.handler}, nil
+			return sidecartest.Config{NATSURL: ns.ClientURL(), Namespace: name, Pool: f.pool, Heartbeat: 200 * time.Millisecond, Handler: f.handle}, nil
 		},
 		OnError: func(err error) { t.Log(err) }}
 	kctx, kstop := context.WithCancel(context.Background())
@@ -102,32 +103,12 @@ func setup(t *testing.T, ann map[string]string, replicas int32) *fixture {
 	go func() { defer close(kdone); f.kubelet.Run(kctx) }()
 	t.Cleanup(func() { kstop(); <-kdone })
 
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	}
 	f.scrapers, err = scrape.New(ctx, env)
 	require.NoError(t, err)
-	addr, metricsAddr := make(chan string, 1), make(chan string, 1)
-	qctx, qcancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- queue.Run(qctx, queue.Config{NATSURL: ns.ClientURL(), InsecureDisableCallerAuth: true, Listen: "127.0.0.1:0", OnListen: func(a string) { addr <- a },
-			MetricsListen: "127.0.0.1:0", OnMetricsListen: func(a string) { metricsAddr <- a },
-			RESTConfig: env.RESTConfig(), Namespace: name, LeaderElection: true, LeaseNamespace: name, Identity: "test",
-			HeartbeatTimeout: 2 * time.Second, Backoff: 100 * time.Millisecond, Tick: 100 * time.Millisecond, Logger: logger})
-	}()
-	t.Cleanup(func() { qcancel(); <-done })
-	for f.base == "" || f.metricsURL == "" {
-		select {
-		case a := <-addr:
-			f.base = "http://" + a
-		case a := <-metricsAddr:
-			f.metricsURL = "https://" + a + "/metrics"
-		case err := <-done:
-			require.FailNow(t, "queue.Run returned", "%v", err)
-		}
-	}
+	q := queuetest.Run(t, queue.Config{NATSURL: ns.ClientURL(), InsecureDisableCallerAuth: true, MetricsListen: "127.0.0.1:0",
+		RESTConfig: env.RESTConfig(), Namespace: name, LeaderElection: true, LeaseNamespace: name, Identity: "test",
+		HeartbeatTimeout: 2 * time.Second, Backoff: 100 * time.Millisecond, Tick: 100 * time.Millisecond})
+	f.base, f.metricsURL = q.Base, q.MetricsURL
 	// Ready once the pool's Deployment is known.
 	f.eventually("pool known", 30*time.Second, func() bool { return f.get("/v1/namespaces/"+f.ns+"/pools/"+f.pool) == 200 })
 	return f

@@ -6,15 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
@@ -26,6 +23,7 @@ import (
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/activator"
+	"github.com/runplane/runplane/queue/queuetest"
 	"github.com/runplane/runplane/sidecar/sidecartest"
 )
 
@@ -131,11 +129,7 @@ func TestTenantPoolsAreTheirOwn(t *testing.T) {
 	for _, n := range []string{a, b, liar} {
 		require.NoError(t, env.CreateNamespace(ctx, n))
 	}
-	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true})
-	require.NoError(t, err)
-	go srv.Start()
-	require.True(t, srv.ReadyForConnections(10*time.Second), "nats not ready")
-	t.Cleanup(srv.Shutdown)
+	srv := queuetest.NATS(t, nil)
 	tn := &tenants{t: t, natsURL: srv.ClientURL(), log: sidecartest.NewLog(), pool: "echo", claims: map[string]string{liar: a}}
 
 	for _, n := range []string{a, b, liar} {
@@ -146,27 +140,11 @@ func TestTenantPoolsAreTheirOwn(t *testing.T) {
 	// A bare Pod in the victim's namespace, labelled with its pool.
 	bare := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "intruder", Namespace: a, Labels: map[string]string{api.LabelPool: tn.pool}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "x", Image: "x"}}, TerminationGracePeriodSeconds: ptr.To(int64(0))}}
-	_, err = env.Client().CoreV1().Pods(a).Create(ctx, bare, metav1.CreateOptions{})
+	_, err := env.Client().CoreV1().Pods(a).Create(ctx, bare, metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	}
-	addr := make(chan string, 1)
-	qctx, qcancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- queue.Run(qctx, queue.Config{NATSURL: srv.ClientURL(), InsecureDisableCallerAuth: true, Listen: "127.0.0.1:0", OnListen: func(x string) { addr <- x },
-			RESTConfig: env.RESTConfig(), HeartbeatTimeout: 2 * time.Second, Backoff: 100 * time.Millisecond, Tick: 100 * time.Millisecond, Logger: logger})
-	}()
-	t.Cleanup(func() { qcancel(); <-done })
-	select {
-	case x := <-addr:
-		tn.base = "http://" + x
-	case err := <-done:
-		require.FailNow(t, "queue.Run returned", "%v", err)
-	}
+	tn.base = queuetest.Run(t, queue.Config{NATSURL: srv.ClientURL(), InsecureDisableCallerAuth: true,
+		RESTConfig: env.RESTConfig(), HeartbeatTimeout: 2 * time.Second, Backoff: 100 * time.Millisecond, Tick: 100 * time.Millisecond}).Base
 
 	// Barrier: the intruder and the liar run their workers, and both
 	// tenants' own workers are ready.
