@@ -18,9 +18,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -115,12 +115,18 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 	if err := w.serveFramework(cfg); err != nil {
 		return nil, err
 	}
-	url := cfg.NATSURL
+	natsURL := cfg.NATSURL
 	if !cfg.Direct {
-		if w.net, err = newCut(strings.TrimPrefix(cfg.NATSURL, "nats://")); err != nil {
+		// nats://host:port, or tls://host:port from a server with TLS.
+		u, err := url.Parse(cfg.NATSURL)
+		if err != nil || u.Host == "" {
+			return nil, fmt.Errorf("worker %s: NATS URL %q: want scheme://host:port (one server)", cfg.Name, cfg.NATSURL)
+		}
+		if w.net, err = newCut(u.Host); err != nil {
 			return nil, err
 		}
-		url = "nats://" + w.net.addr()
+		u.Host = w.net.addr()
+		natsURL = u.String()
 	}
 	ca := cfg.TLS.CA
 	if cfg.TLS.CAFile != "" {
@@ -134,7 +140,7 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 	}
 	s, err := sidecar.New(sidecar.Config{
 		Pool: cfg.Pool, WorkerName: cfg.Name, WorkerNamespace: cfg.Namespace, FrameworkSocket: filepath.Join(dir, "fw.sock"),
-		Concurrency: cfg.Concurrency, NATSURL: url, NATSCA: ca, NATSServerName: cfg.TLS.ServerName,
+		Concurrency: cfg.Concurrency, NATSURL: natsURL, NATSCA: ca, NATSServerName: cfg.TLS.ServerName,
 		NATSTokenFile: cfg.TokenFile, JSAPIPrefix: cfg.JSAPIPrefix,
 		SubjectPrefix: cmp.Or(cfg.SubjectPrefix, api.DefaultSubjectPrefix), StreamName: cmp.Or(cfg.StreamName, api.DefaultStreamName),
 		HTTPAddr: "127.0.0.1:0", HeartbeatInterval: cmp.Or(cfg.Heartbeat, 100*time.Millisecond), ProbeInterval: 50 * time.Millisecond,
