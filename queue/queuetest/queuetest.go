@@ -51,8 +51,8 @@ type Queue struct {
 }
 
 // Run runs queue.Run(cfg) until the test ends (or Stop) and returns once
-// its ingress (and metrics listener, when cfg.MetricsListen is set)
-// listen. cfg.Listen defaults to a free loopback port and cfg.Logger to
+// its ingress (unless cfg.DisableIngress) and metrics listener (when
+// cfg.MetricsListen is set) listen. cfg.Listen defaults to a free loopback port and cfg.Logger to
 // none (stderr with -v); cfg.OnListen and cfg.OnMetricsListen are Run's.
 func Run(t testing.TB, cfg queue.Config) *Queue {
 	t.Helper()
@@ -76,7 +76,7 @@ func Run(t testing.TB, cfg queue.Config) *Queue {
 	q := &Queue{stop: func() error { once.Do(func() { cancel(); runErr = <-done }); return runErr }}
 	t.Cleanup(func() { assert.NoError(t, q.Stop(), "queue.Run") })
 	timeout := time.After(30 * time.Second)
-	for q.Base == "" || (cfg.MetricsListen != "" && q.MetricsURL == "") {
+	for (!cfg.DisableIngress && q.Base == "") || (cfg.MetricsListen != "" && q.MetricsURL == "") {
 		select {
 		case a := <-addr:
 			q.Base = "http://" + a

@@ -13,7 +13,6 @@ package sidecartest
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/framework"
@@ -221,32 +221,27 @@ func (w *Worker) serveFramework(cfg Config) error {
 // waitReady polls the sidecar's /readyz, the kubelet's readiness probe.
 func (w *Worker) waitReady(ctx context.Context) error {
 	client := &http.Client{Timeout: 2 * time.Second}
-	url := "http://" + w.Addr() + "/readyz"
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return fmt.Errorf("worker %s: %w", w.name, err)
-		}
-		if r, err := client.Do(req); err == nil {
-			_ = r.Body.Close()
-			if r.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
+	err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		select {
-		case <-ctx.Done():
-			return fmt.Errorf("worker %s not ready: %w", w.name, ctx.Err())
 		case <-w.done:
-			return fmt.Errorf("worker %s: the sidecar stopped before it was ready: %v", w.name, w.runErr)
-		case <-tick.C:
+			return false, fmt.Errorf("the sidecar stopped before it was ready: %w", w.runErr)
+		default:
 		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+w.Addr()+"/readyz", nil)
+		if err != nil {
+			return false, err
+		}
+		r, err := client.Do(req)
+		if err != nil {
+			return false, nil //nolint:nilerr // not listening yet: poll again
+		}
+		return r.StatusCode == http.StatusOK, r.Body.Close()
+	})
+	if err != nil {
+		return fmt.Errorf("worker %s not ready: %w", w.name, err)
 	}
+	return nil
 }
-
-// Name is the worker's (its Pod's) name.
-func (w *Worker) Name() string { return w.name }
 
 // Stop is SIGTERM: the sidecar stops taking work, lets its running
 // invocations finish (within the shutdown grace), hands back what it had
@@ -257,16 +252,13 @@ func (w *Worker) Stop() error {
 	return w.runErr
 }
 
-// ErrNotKillable: a Direct worker cannot be cut from NATS.
-var ErrNotKillable = errors.New("a Direct worker cannot be killed")
-
 // Kill makes the worker vanish as a crashed Pod does: its NATS connections
 // are cut (no result, heartbeat or deregistration is heard of again) and
 // its framework's calls end. The sidecar's remains wind down in the
 // background; Close waits for them.
 func (w *Worker) Kill() error {
 	if w.net == nil {
-		return fmt.Errorf("worker %s: %w", w.name, ErrNotKillable)
+		return fmt.Errorf("worker %s: a Direct worker cannot be killed", w.name)
 	}
 	if err := w.net.close(); err != nil {
 		return fmt.Errorf("worker %s: cut its network: %w", w.name, err)
