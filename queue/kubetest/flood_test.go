@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,24 +29,9 @@ import (
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/queuetest"
-	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/test/natsauth"
 	"github.com/runplane/runplane/test/scrape"
 )
-
-// calloutNATS starts a nats-server in runplane's operator mode whose only
-// user is the queue's; every other client goes through the queue's auth
-// callout.
-func calloutNATS(t *testing.T) (*server.Server, natsauth.Auth) {
-	t.Helper()
-	dir := t.TempDir()
-	a, err := natsauth.Write(filepath.Join(dir, "auth"))
-	require.NoError(t, err)
-	srv, err := natsauth.Start(filepath.Join(dir, "nats"), "127.0.0.1", a, queue.WorkerExports(stream.Config{}))
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	return srv, a
-}
 
 // craftedNATSToken has the claims of a Pod-bound NATS token and a random
 // signature: only a TokenReview can tell it is forged.
@@ -92,7 +76,7 @@ func TestFloodsDoNotStarveAdmission(t *testing.T) {
 		pod = pods.Items[0]
 	}, 60*time.Second, 100*time.Millisecond, "the pool's Pod")
 
-	srv, auth := calloutNATS(t)
+	srv, auth := queuetest.CalloutNATS(t, natsauth.Extra{})
 	// The client-side limits of an in-cluster config (rest.InClusterConfig
 	// leaves client-go's defaults, 5 QPS, burst 10), not the harness's 500.
 	rc := rest.CopyConfig(env.RESTConfig())

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +22,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/stream"
+	"github.com/runplane/runplane/test/natsauth"
 )
 
 // NATS runs a plain JetStream nats-server on loopback, its store in a
@@ -38,6 +41,21 @@ func NATS(t testing.TB, mutate func(*server.Options)) *server.Server {
 	require.True(t, ns.ReadyForConnections(10*time.Second), "nats not ready")
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
 	return ns
+}
+
+// CalloutNATS runs a nats-server in runplane's operator mode
+// (test/natsauth) for the queue's default stream: the queue's user is its
+// only one, every other client goes through the queue's auth callout (pass
+// the server's URL, Auth.TrustFile and Auth.Client in the queue.Config).
+func CalloutNATS(t testing.TB, extra natsauth.Extra) (*server.Server, natsauth.Auth) {
+	t.Helper()
+	dir := t.TempDir()
+	a, err := natsauth.Write(filepath.Join(dir, "auth"))
+	require.NoError(t, err)
+	srv, err := natsauth.StartWith(filepath.Join(dir, "nats"), "127.0.0.1", a, queue.WorkerExports(stream.Config{}), extra)
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	return srv, a
 }
 
 // Queue is a queue service running in-process.

@@ -3,7 +3,6 @@ package tenancy
 import (
 	"context"
 	"encoding/base64"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -60,13 +59,7 @@ func startQueueNATS(t *testing.T, ctx context.Context, opts ...func(*queue.Confi
 // jsConf inside the jetstream block, topConf at the top level.
 func startQueueNATSConf(t *testing.T, ctx context.Context, jsConf, topConf string, opts ...func(*queue.Config)) *queueNATS {
 	t.Helper()
-	dir := t.TempDir()
-	auth, err := natsauth.Write(filepath.Join(dir, "auth"))
-	require.NoError(t, err)
-	srv, err := natsauth.StartWith(filepath.Join(dir, "nats"), "127.0.0.1", auth, queue.WorkerExports(stream.Config{}),
-		natsauth.Extra{JetStream: jsConf, Top: topConf})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
+	srv, auth := queuetest.CalloutNATS(t, natsauth.Extra{JetStream: jsConf, Top: topConf})
 
 	sc := stream.Config{}.WithDefaults()
 	qcfg := queue.Config{NATSURL: srv.ClientURL(), NATSTrustFile: auth.TrustFile, NATSTLS: auth.Client,
