@@ -30,7 +30,7 @@ const clientFile = "ingress/ingressclient/client.gen.go"
 // TestGeneratedClient generates a client with oapi-codegen from the
 // document a real ingress serves, checks it is the committed
 // ingressclient, and runs queue/README.md's calls with it against that
-// ingress (a real nats-server, a stub worker).
+// ingress (a real nats-server, a worker: the real sidecar).
 func TestGeneratedClient(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -16,7 +16,7 @@ import (
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/ingress"
-	"github.com/runplane/runplane/queue/stubworker"
+	"github.com/runplane/runplane/sidecar/sidecartest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -243,7 +243,7 @@ func TestTimeouts(t *testing.T) {
 	rec := e.waitState("ttl", messages.StateTimedOut, 5*time.Second)
 	require.True(t, strings.Contains(rec.Error, "ttlSeconds"), "ttl error %q", rec.Error)
 	// timeoutSeconds: execution time, enforced by the worker.
-	e.worker("w1", 1, stubworker.Sleep(10*time.Second))
+	e.worker("w1", 1, sidecartest.Sleep(10*time.Second))
 	e.invoke(map[string]any{"mode": "async", "invocationID": "exec", "timeoutSeconds": 1, "ttlSeconds": 60})
 	e.waitState("exec", messages.StateTimedOut, 5*time.Second)
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/objects"
+	"github.com/runplane/runplane/sidecar/frameworkclient"
 )
 
 // Causes of an invocation's context ending, mapped to result states.
@@ -44,7 +45,7 @@ type Sidecar struct {
 	log      *slog.Logger
 	subjects messages.Subjects
 	inbox    string // the connection's inbox prefix, within the worker's subjects
-	client   *framework.Client
+	client   *frameworkclient.Client
 	metrics  *metrics
 
 	ln net.Listener
@@ -111,7 +112,7 @@ func New(cfg Config) (*Sidecar, error) {
 		log:       cfg.Logger.With("pool", cfg.Pool, "worker", cfg.WorkerName),
 		subjects:  messages.Subjects{Prefix: cfg.SubjectPrefix},
 		inbox:     messages.WorkerInbox(cfg.WorkerNamespace, cfg.Pool, cfg.WorkerName),
-		client:    framework.NewClient(cfg.FrameworkSocket, cfg.InvokePath, cfg.HealthPath),
+		client:    frameworkclient.NewClient(cfg.FrameworkSocket, cfg.InvokePath, cfg.HealthPath),
 		metrics:   newMetrics(cfg.Concurrency),
 		ln:        ln,
 		metricsLn: metricsLn,

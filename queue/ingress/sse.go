@@ -422,7 +422,7 @@ func newSSEMetrics(r prometheus.Registerer) *sseMetrics {
 	for _, d := range []string{dropForeign, dropStale, dropDuplicate} {
 		m.dropped.WithLabelValues(d)
 	}
-	for _, e := range []string{EventAttempt, EventRestart, EventGap} {
+	for _, e := range []string{v1.EventAttempt, v1.EventRestart, v1.EventGap} {
 		m.events.WithLabelValues(e)
 	}
 	if r != nil {

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,6 +15,7 @@ import (
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/callback"
+	"github.com/runplane/runplane/queue/queuetest"
 )
 
 // TestCallbackKeyFollowsNamespaceUID: a namespace's callback signing key
@@ -35,29 +35,11 @@ func TestCallbackKeyFollowsNamespaceUID(t *testing.T) {
 	_, err = env.Client().AppsV1().Deployments(ns).Create(ctx, deployment(ns, "workers", "echo", 0), metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true})
-	require.NoError(t, err)
-	go srv.Start()
-	require.True(t, srv.ReadyForConnections(10*time.Second), "nats not ready")
-	t.Cleanup(srv.Shutdown)
+	srv := queuetest.NATS(t, nil)
 	master := []byte("0123456789abcdef0123456789abcdef")
-	addr := make(chan string, 1)
-	qctx, qcancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		// The ingress only: nothing is delivered, the key is what matters.
-		done <- queue.Run(qctx, queue.Config{NATSURL: srv.ClientURL(), Listen: "127.0.0.1:0", OnListen: func(x string) { addr <- x },
-			RESTConfig: env.RESTConfig(), InsecureDisableCallerAuth: true, DisableActivator: true,
-			Callbacks: queue.CallbackOptions{MasterKey: master}})
-	}()
-	t.Cleanup(func() { qcancel(); <-done })
-	var base string
-	select {
-	case x := <-addr:
-		base = "http://" + x
-	case err := <-done:
-		require.FailNow(t, "queue.Run returned", "%v", err)
-	}
+	// The ingress only: nothing is delivered, the key is what matters.
+	base := queuetest.Run(t, queue.Config{NATSURL: srv.ClientURL(), RESTConfig: env.RESTConfig(), InsecureDisableCallerAuth: true,
+		DisableActivator: true, Callbacks: queue.CallbackOptions{MasterKey: master}}).Base
 	type signingKey struct{ Key, KeyID string }
 	key := func() (int, signingKey) {
 		code, body := call(base, "", "GET", "/v1/namespaces/"+ns+"/callback-signing-key", nil)
