@@ -93,7 +93,8 @@ func fromCore(c *corev1.Event) *eventsv1.Event {
 func (s Sink) Create(ctx context.Context, e *eventsv1.Event) (*eventsv1.Event, error) {
 	c, err := s.Client.Events(e.Namespace).Create(ctx, toCore(e), metav1.CreateOptions{})
 	if err != nil {
-		return nil, err //nolint:wrapcheck // the broadcaster retries or drops by the error's concrete type
+		// Not wrapped: the broadcaster retries or drops by the error's concrete type.
+		return nil, err
 	}
 	return fromCore(c), nil
 }
@@ -102,7 +103,8 @@ func (s Sink) Create(ctx context.Context, e *eventsv1.Event) (*eventsv1.Event, e
 func (s Sink) Update(ctx context.Context, e *eventsv1.Event) (*eventsv1.Event, error) {
 	c, err := s.Client.Events(e.Namespace).Update(ctx, toCore(e), metav1.UpdateOptions{})
 	if err != nil {
-		return nil, err //nolint:wrapcheck // as in Create
+		// Not wrapped, as in Create.
+		return nil, err
 	}
 	return fromCore(c), nil
 }
@@ -122,7 +124,8 @@ func (s Sink) Patch(ctx context.Context, e *eventsv1.Event, _ []byte) (*eventsv1
 	}
 	out, err := s.Client.Events(e.Namespace).Patch(ctx, e.Name, types.StrategicMergePatchType, data, metav1.PatchOptions{})
 	if err != nil {
-		return nil, err //nolint:wrapcheck // as in Create; on NotFound the broadcaster creates the Event anew
+		// Not wrapped, as in Create; on NotFound the broadcaster creates the Event anew.
+		return nil, err
 	}
 	return fromCore(out), nil
 }
