@@ -82,6 +82,10 @@ type Request struct {
 	Protected func(namespace string, labels map[string]string) bool
 }
 
+// MayPreempt: the leader plans a preemption for the request when it fits
+// no node.
+func (r Request) MayPreempt() bool { return r.Preempt && !r.Required }
+
 // RequestFor builds the Request of a Pod. Pods with neither runplane label
 // take free capacity only, like placeholders.
 func RequestFor(pod *corev1.Pod, required bool) Request {
@@ -975,7 +979,7 @@ func FilterAppend[N Name](l *Ledger, into FilterResult, req Request, names []N, 
 		}
 		best, bestNode = v, n
 	}
-	if bestNode == nil && reserve && req.Preempt && !req.Required {
+	if bestNode == nil && reserve && req.MayPreempt() {
 		now := l.opts.Clock.Now()
 		p, capped := l.preempt(pr, res.Failed, preferNode, now)
 		res.Capped = capped
