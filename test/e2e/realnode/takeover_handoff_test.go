@@ -14,11 +14,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/hack/images"
 	"github.com/runplane/runplane/test/cluster"
 )
@@ -57,7 +59,27 @@ func BenchmarkTakeoverHandoff(b *testing.B) {
 	// that ignores SIGTERM (the force-deleted case of
 	// BenchmarkBareGPUPodAdmission); else a pause Pod the kubelet is still
 	// starting (a placeholder taken the moment it is bound).
-	holderRuns := os.Getenv("RUNPLANE_HANDOFF_HOLDER") == "running"
+	holderRuns := false
+	switch v := os.Getenv("RUNPLANE_HANDOFF_HOLDER"); v {
+	case "", "pause":
+	case "running":
+		holderRuns = true
+	default:
+		b.Fatalf("RUNPLANE_HANDOFF_HOLDER=%q: allowed are pause (the default) and running", v)
+	}
+	// RUNPLANE_HANDOFF_TAKER=scheduled: the GPU Pod is a Pod of realSpec
+	// through the webhook, waiting Pending for the GPU, bound by the
+	// runplane-scheduler and the extender (as in BareGPUPodAdmission);
+	// else it is created bound (nodeName) right after the holder's
+	// deletion (direct) or its terminal status (handoff).
+	scheduled := false
+	switch v := os.Getenv("RUNPLANE_HANDOFF_TAKER"); v {
+	case "", "bound":
+	case "scheduled":
+		scheduled = true
+	default:
+		b.Fatalf("RUNPLANE_HANDOFF_TAKER=%q: allowed are bound (the default) and scheduled", v)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	c := env.Client()
@@ -99,21 +121,29 @@ func BenchmarkTakeoverHandoff(b *testing.B) {
 			return apierrors.IsNotFound(err), nil
 		}), "Pod %s never went", name)
 	}
+	// pinned: bound to the node, grace 0, and the shape the webhook gives
+	// a Pod of realSpec (Guaranteed: CPU and memory requests equal to
+	// limits, one GPU).
 	pinned := func(p *corev1.Pod) *corev1.Pod {
 		p.Spec.NodeName = node.Name
 		p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](0)
+		res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi"),
+			api.DefaultGPUResource: resource.MustParse("1")}
+		p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()}
 		return p
 	}
 
 	rejected := map[string][]string{}
 	running := map[string][]time.Duration{}
-	for i := range 2 * rounds {
+	for i := 0; i < 2*rounds; i++ {
 		handoff := i%2 == 1
 		kind := "direct"
 		if handoff {
 			kind = "handoff"
 		}
 		ph := pinned(realPod(fmt.Sprintf("%s-holder-%d", kind, i), "", 1))
+		// Above every workload tier: the GPU Pod must wait, not preempt it.
+		ph.Spec.PriorityClassName = holderClass
 		if holderRuns {
 			// A workload that ignores SIGTERM (sleep as PID 1): the kubelet
 			// kills it after the shortest grace it allows.
@@ -127,12 +157,48 @@ func BenchmarkTakeoverHandoff(b *testing.B) {
 		ph, err := pods.Create(ctx, ph, metav1.CreateOptions{})
 		require.NoError(t, err)
 		if holderRuns {
-			require.Empty(t, phase(ph.Name), "the holder runs")
+			if why := phase(ph.Name); why != "" {
+				// Bound into the GPU of the previous round's GPU Pod, just
+				// deleted with grace 0: counted, and the round is run again.
+				rejected["holder"] = append(rejected["holder"], why)
+				require.NoError(t, pods.Delete(ctx, ph.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
+				require.NoError(t, dropFinalizer(ctx, ph.Name, ph.UID))
+				gone(ph.Name)
+				i--
+				continue
+			}
 		} // else bound at creation: the kubelet is starting it now.
+		name := fmt.Sprintf("%s-taker-%d", kind, i)
+		if scheduled {
+			// The GPU Pod waits Pending: the ledger counts the holder.
+			_, err := pods.Create(ctx, gpuWorkload(name), metav1.CreateOptions{})
+			require.NoError(t, err)
+			require.NoError(t, wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+				p, err := pods.Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					return false, err
+				}
+				for _, cond := range p.Status.Conditions {
+					if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse {
+						return true, nil
+					}
+				}
+				return false, nil
+			}), "GPU Pod %s never found the node full", name)
+		}
 		began := time.Now()
 		require.NoError(t, pods.Delete(ctx, ph.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0),
 			Preconditions: &metav1.Preconditions{UID: &ph.UID}}))
-		if handoff {
+		if scheduled {
+			// The extender binds it once its ledger lets the holder go:
+			// deleted (direct), or terminal (handoff: a terminal Pod holds
+			// nothing in the ledger, as in kube-scheduler's).
+			require.NoError(t, wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+				p, err := pods.Get(ctx, name, metav1.GetOptions{})
+				return err == nil && p.Spec.NodeName != "", err
+			}), "GPU Pod %s never bound", name)
+		}
+		if handoff && !scheduled {
 			require.NoError(t, wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 				p, err := pods.Get(ctx, ph.Name, metav1.GetOptions{})
 				if err != nil {
@@ -141,9 +207,10 @@ func BenchmarkTakeoverHandoff(b *testing.B) {
 				return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed, nil
 			}), "the kubelet never finished %s", ph.Name)
 		}
-		name := fmt.Sprintf("%s-taker-%d", kind, i)
-		_, err = pods.Create(ctx, pinned(realPod(name, "exec sleep 3600", 1)), metav1.CreateOptions{})
-		require.NoError(t, err)
+		if !scheduled {
+			_, err = pods.Create(ctx, pinned(realPod(name, "exec sleep 3600", 1)), metav1.CreateOptions{})
+			require.NoError(t, err)
+		}
 		if handoff {
 			require.NoError(t, dropFinalizer(ctx, ph.Name, ph.UID))
 		}
@@ -156,6 +223,8 @@ func BenchmarkTakeoverHandoff(b *testing.B) {
 		gone(ph.Name)
 		gone(name)
 	}
+	t.Logf("holders rejected (bound right after the previous GPU Pod's deletion with grace 0): %d %v", len(rejected["holder"]), rejected["holder"])
+	b.ReportMetric(float64(len(rejected["holder"])), "rejected-holders")
 	for _, kind := range []string{"direct", "handoff"} {
 		d := running[kind]
 		slices.Sort(d)
