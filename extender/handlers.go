@@ -234,6 +234,17 @@ func filterInto[N ledger.Name](e *Extender, args *extenderv1.ExtenderArgs, names
 		}
 	}
 	out := &extenderv1.ExtenderFilterResult{}
+	if p := res.Preemption; p != nil {
+		// The Pod waits for its victims (or terminating Pods) on p.Node.
+		// Answered as unschedulable it would rely on the victims' deletion
+		// to be requeued, and a requeue that reaches this extender before
+		// its informer has applied that deletion is answered "waiting"
+		// again — then parked with no later event on a quiet node. As an
+		// error the scheduler retries it after its back-off (1–10 s); each
+		// retry renews the nomination, nothing more.
+		out.Error = "node " + p.Node + ": " + p.Reason()
+		return out, res
+	}
 	if waitLeader {
 		// Only the leader plans preemption. Answered as unschedulable, the
 		// Pod would wait in kube-scheduler's unschedulable queue for a

@@ -457,3 +457,44 @@ func TestReservationSurvivesRestart(t *testing.T) {
 		require.Empty(t, p.Spec.NodeName, "the victim's replacement %s took the room", p.Name)
 	}
 }
+
+// TestPreemptorMeetsNewLeader: a GPU Pod that needs preemption is first
+// filtered by an extender that is not the leader yet (it waits out its
+// predecessor's Lease). That replica plans no preemption; before, it
+// answered "insufficient" and kube-scheduler parked the Pod as
+// unschedulable — nothing changed in the cluster after, so the new leader
+// was never asked and the Pod did not bind (until the scheduler's 5-minute
+// flush). Now it answers with an error, the scheduler retries after its
+// back-off, and the new leader evicts the victim and binds the Pod.
+func TestPreemptorMeetsNewLeader(t *testing.T) {
+	h := setup(t)
+	ctx, c := t.Context(), h.client
+	group := "new-leader-" + utilrand.String(5)
+	nodes := addNodes(t, group, 1, 8)
+	nsInf, nsGPU := namespace(t, group+"-inf"), namespace(t, group+"-gpu")
+	tenantDeploymentOf(t, nsInf, "inference", group, 1, "2", "8Gi", 8, nil)
+	waitRunning(t, c, nsInf, "app=inference", 1)
+
+	h.killExtender()
+	started := make(chan error, 1)
+	go func() { started <- h.startExtender(context.WithoutCancel(ctx)) }()
+	// Serving, not leading: the dead leader's Lease holds for 15 s.
+	require.Eventually(t, func() bool {
+		body, err := h.get("/metrics")
+		return err == nil && containsLine(body, "runplane_extender_leader 0")
+	}, time.Minute, poll, "the new extender serving, not the leader yet")
+	createPod(t, c, nsGPU, tierPod("g8", group, api.PriorityClassWorkload, "g8", 8))
+	require.NoError(t, <-started, "the new extender leading")
+
+	require.EventuallyWithT(t, func(t *assert.CollectT) {
+		p, err := c.CoreV1().Pods(nsGPU).Get(ctx, "g8", metav1.GetOptions{})
+		require.NoError(t, err)
+		require.Equal(t, nodes[0], p.Spec.NodeName)
+	}, 90*time.Second, poll, "the GPU Pod to bind")
+	require.EventuallyWithT(t, func(t *assert.CollectT) {
+		left, err := listPods(ctx, c, api.DefaultNamespace, api.LabelReservedFor)
+		require.NoError(t, err)
+		require.Empty(t, left, "reservations left")
+	}, time.Minute, poll, "the reservation to go")
+	requireNotOvercommitted(t, group)
+}
