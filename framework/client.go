@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/runplane/runplane/internal/tracing"
 )
 
 // Client calls a framework over its unix socket. It is what the sidecar
@@ -174,6 +176,7 @@ func (c *Client) do(ctx context.Context, r Request, h http.Header) (*http.Respon
 		return nil, fmt.Errorf("build invoke request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	tracing.ToHTTP(ctx, req.Header) // the sidecar's span: the handler's parent
 	for k, v := range h {
 		req.Header[k] = v
 	}
