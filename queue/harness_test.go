@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
@@ -50,6 +51,9 @@ type env struct {
 
 	workersMu sync.Mutex
 	workers   map[string]*stubworker.Worker
+
+	// tracers of echoWorker's sidecar and framework (nil: none).
+	sidecarTP, frameworkTP trace.TracerProvider
 }
 
 func startNATS(t testing.TB, dir string, port int) *server.Server {

@@ -42,12 +42,12 @@ func (e *env) echoWorker(name string) *atomic.Int64 {
 	srv := &http.Server{Handler: framework.NewHandler(func(ctx context.Context, r framework.Request) (framework.Response, error) {
 		runs.Add(1)
 		return echo(ctx, r)
-	})}
+	}, framework.WithTracerProvider(e.frameworkTP))}
 	go func() { _ = srv.Serve(ln) }()
 	e.t.Cleanup(func() { _ = srv.Close() })
 	sc, err := sidecar.New(sidecar.Config{Pool: testPool, WorkerName: name, WorkerNamespace: "default", FrameworkSocket: sock, Concurrency: 2,
 		NATSURL: e.natsURL(), HTTPAddr: "127.0.0.1:0", HeartbeatInterval: 200 * time.Millisecond, ProbeInterval: 50 * time.Millisecond,
-		FetchWait: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		FetchWait: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TracerProvider: e.sidecarTP})
 	require.NoError(e.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -17,6 +17,9 @@ import (
 // every message.
 const Header = "traceparent"
 
+// canonicalHeader is Header as net/http keys it.
+const canonicalHeader = "Traceparent"
+
 // MaxHeaderBytes bounds a traceparent read from anywhere (version 00 has
 // 55 bytes; later versions may append fields): a longer one is ignored.
 const MaxHeaderBytes = 128
@@ -54,7 +57,7 @@ func extract(c carrier) trace.SpanContext {
 
 // FromHTTP is the parent an HTTP request's traceparent names.
 func FromHTTP(h http.Header) trace.SpanContext {
-	if len(h.Values(Header)) == 0 {
+	if len(h[canonicalHeader]) == 0 { // h.Values would allocate the canonical key
 		return trace.SpanContext{}
 	}
 	return extract(carrier{get: h.Get})
