@@ -19,9 +19,9 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/cmdline"
 	"github.com/runplane/runplane/internal/logging"
-	"github.com/runplane/runplane/internal/tracing"
 	"github.com/runplane/runplane/internal/natscallout"
 	"github.com/runplane/runplane/internal/objects"
+	"github.com/runplane/runplane/internal/tracing"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/pool"
 )
