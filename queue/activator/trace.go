@@ -21,3 +21,11 @@ func (a *Activator) traceDispatch(ctx context.Context, it *state.Item, worker st
 		attribute.String("runplane.namespace", it.Inv.Namespace), attribute.String("runplane.pool", it.Inv.Pool),
 		attribute.String("runplane.invocation", it.Inv.InvocationID), attribute.String("runplane.worker", worker), attribute.Int("runplane.attempt", attempt)))
 }
+
+// keepTrace notes invocation k's trace parent sc in traces (rebuild), if
+// it has one: a new leader's dispatch continues the invocation's trace.
+func keepTrace(traces map[string]trace.SpanContext, k string, sc trace.SpanContext) {
+	if sc.IsValid() {
+		traces[k] = sc
+	}
+}
