@@ -6,10 +6,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 
 	"github.com/runplane/runplane/extender/ledger"
+	"github.com/runplane/runplane/internal/kubeevents"
 )
 
 // Reasons of the Events the extender records. A bind records none: the
@@ -26,15 +26,12 @@ const (
 	ReasonPreemptionCapped = "PreemptionCapped"
 )
 
-// eventRecorder starts an events.k8s.io broadcaster. Eventf only queues:
-// the broadcaster writes from its own goroutine, so recording adds no API
-// round trip to the caller (and drops Events, never blocks, when the API
-// server is slow).
+// eventRecorder starts the broadcaster (kubeevents.Start: in order in
+// kubectl describe). Eventf only queues: the broadcaster writes from its
+// own goroutine, so recording adds no API round trip to the caller (and
+// drops Events, never blocks, when the API server is slow).
 func eventRecorder(ctx context.Context, c kubernetes.Interface) events.EventRecorder {
-	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: c.EventsV1()})
-	b.StartRecordingToSink(ctx.Done())
-	go func() { <-ctx.Done(); b.Shutdown() }()
-	return b.NewRecorder(scheme.Scheme, "runplane-extender")
+	return kubeevents.Start(ctx, c, "runplane-extender")
 }
 
 // recordPreempted records, on a victim the extender evicted, which Pod it

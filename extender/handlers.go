@@ -289,6 +289,12 @@ const (
 	reasonBinding    = "binding"
 )
 
+// bindFailureReasons are every reason, each started at 0 (newMetrics): the
+// first failure is then an increase, and the dashboard shows 0, not no data.
+func bindFailureReasons() []string {
+	return []string{reasonNotLeader, reasonSpec, reasonNoRoom, reasonInProgress, reasonAnnotate, reasonDelete, reasonGone, reasonBinding}
+}
+
 type bindError struct {
 	reason string
 	err    error

@@ -200,12 +200,12 @@ func serveIdempotent(w http.ResponseWriter, r *http.Request, cs *calls, k callKe
 		httpjson.Write(w, http.StatusOK, map[string]string{"status": "cancelled"})
 		return
 	}
-	c := cs.start(r.Context(), k, r.Header.Get(AttachHeader) != attachOnly, run)
+	c := cs.start(r.Context(), k, r.Header.Get(AttachHeader) != AttachOnly, run)
 	if c == nil {
 		// A re-attach to a call this framework does not know (it restarted,
 		// or forgot the outcome): never started here, the sidecar has no
 		// payload to give it.
-		w.Header().Set(AttachHeader, attachUnknown)
+		w.Header().Set(AttachHeader, AttachUnknown)
 		httpjson.Write(w, http.StatusNotFound, errorBody{Error: fmt.Sprintf("no call of invocation %s attempt %d is known here", k.id, k.attempt)})
 		return
 	}

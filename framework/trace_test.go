@@ -1,4 +1,4 @@
-package framework
+package framework_test
 
 import (
 	"context"
@@ -8,12 +8,14 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/tracing"
 	"github.com/runplane/runplane/internal/tracing/otlptest"
+	"github.com/runplane/runplane/sidecar/frameworkclient"
 )
 
-// TestHandlerContinuesTrace: the Client sends its context's trace on the
-// unix socket and the handler's ctx carries it — with no provider (the
+// TestHandlerContinuesTrace: the sidecar's client sends its context's
+// trace on the unix socket and the handler's ctx carries it — with no provider (the
 // handler's own spans then continue the caller's trace) and with one
 // (a "framework handler" span, child of the caller's).
 func TestHandlerContinuesTrace(t *testing.T) {
@@ -22,22 +24,22 @@ func TestHandlerContinuesTrace(t *testing.T) {
 	tp, stop, err := tracing.Settings{Endpoint: rcv.Endpoint()}.Provider(context.Background(), "fw", func(string) string { return "" })
 	require.NoError(t, err)
 	cases := map[string]struct {
-		opts       []Option
+		opts       []framework.Option
 		wantParent trace.SpanID // of the handler's ctx span
 	}{
 		"no provider": {nil, caller.SpanID()},
-		"provider":    {[]Option{WithTracerProvider(tp)}, trace.SpanID{}},
+		"provider":    {[]framework.Option{framework.WithTracerProvider(tp)}, trace.SpanID{}},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			sock := shortSocket(t)
 			seen := make(chan trace.SpanContext, 1)
-			serve(t, sock, DefaultHealthPath, NewHandler(func(ctx context.Context, r Request) (Response, error) {
+			serve(t, sock, framework.DefaultHealthPath, framework.NewHandler(func(ctx context.Context, r framework.Request) (framework.Response, error) {
 				seen <- trace.SpanContextFromContext(ctx)
-				return Response{}, nil
+				return framework.Response{}, nil
 			}, c.opts...))
 			ctx := trace.ContextWithRemoteSpanContext(context.Background(), caller)
-			_, err := NewClient(sock, "", "").Invoke(ctx, Request{InvocationID: "i-" + name, Attempt: 1})
+			_, err := frameworkclient.NewClient(sock, "", "").Invoke(ctx, framework.Request{InvocationID: "i-" + name, Attempt: 1})
 			require.NoError(t, err)
 			got := <-seen
 			assert.Equal(t, caller.TraceID(), got.TraceID())

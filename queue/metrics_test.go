@@ -1,7 +1,6 @@
 package queue_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -14,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/queue"
-	"github.com/runplane/runplane/queue/stubworker"
+	"github.com/runplane/runplane/sidecar/sidecartest"
 )
 
 // TestSameNamedPoolsAreTwoSeries: two tenants' pools of the same name are
@@ -24,10 +23,7 @@ import (
 func TestSameNamedPoolsAreTwoSeries(t *testing.T) {
 	e := newEnv(t, func(c *queue.Config) { c.StaticPools = []string{"team-a/echo", "team-b/echo"} })
 	for _, ns := range []string{"team-a", "team-b"} {
-		w, err := stubworker.Start(context.Background(), stubworker.Config{NC: e.nc, Stream: e.cfg.Stream.WithDefaults().Stream, Subjects: e.subj,
-			Pool: "echo", Name: ns + "-w", Namespace: ns, Concurrency: 1, Heartbeat: 100 * time.Millisecond, Log: e.log})
-		require.NoError(t, err)
-		t.Cleanup(w.Kill)
+		e.tenantWorker(ns, "echo", ns+"-w", 1, nil)
 	}
 	calls := map[string]int{"team-a": 1, "team-b": 2}
 	for ns, n := range calls {
@@ -85,9 +81,6 @@ func TestOldestQueuedTimestamp(t *testing.T) {
 		assert.InDelta(c, float64(accepted.UnixMilli())/1000, f, 0.001)
 	}, 10*time.Second, 50*time.Millisecond)
 
-	w, err := stubworker.Start(context.Background(), stubworker.Config{NC: e.nc, Stream: e.cfg.Stream.WithDefaults().Stream, Subjects: e.subj,
-		Pool: testPool, Name: "w", Namespace: "default", Concurrency: 2, Heartbeat: 100 * time.Millisecond, Log: e.log})
-	require.NoError(t, err)
-	t.Cleanup(w.Kill)
+	e.worker("w", 2, sidecartest.Echo)
 	require.Eventually(t, func() bool { _, ok := value(); return !ok }, 10*time.Second, 50*time.Millisecond, "the series outlived the backlog")
 }

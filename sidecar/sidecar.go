@@ -26,6 +26,7 @@ import (
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/objects"
 	"github.com/runplane/runplane/internal/tracing"
+	"github.com/runplane/runplane/sidecar/frameworkclient"
 )
 
 // Causes of an invocation's context ending, mapped to result states.
@@ -45,7 +46,7 @@ type Sidecar struct {
 	log      *slog.Logger
 	subjects messages.Subjects
 	inbox    string // the connection's inbox prefix, within the worker's subjects
-	client   *framework.Client
+	client   *frameworkclient.Client
 	metrics  *metrics
 	// tracer: the invoke spans (trace.go).
 	tracer tracing.Tracer
@@ -114,7 +115,7 @@ func New(cfg Config) (*Sidecar, error) {
 		log:       cfg.Logger.With("pool", cfg.Pool, "worker", cfg.WorkerName),
 		subjects:  messages.Subjects{Prefix: cfg.SubjectPrefix},
 		inbox:     messages.WorkerInbox(cfg.WorkerNamespace, cfg.Pool, cfg.WorkerName),
-		client:    framework.NewClient(cfg.FrameworkSocket, cfg.InvokePath, cfg.HealthPath),
+		client:    frameworkclient.NewClient(cfg.FrameworkSocket, cfg.InvokePath, cfg.HealthPath),
 		metrics:   newMetrics(cfg.Concurrency),
 		ln:        ln,
 		metricsLn: metricsLn,
@@ -645,7 +646,10 @@ func (s *Sidecar) forget(log *slog.Logger, id string) {
 // resultOf is the Result of dispatch d's framework call, started at
 // started on callCtx, that answered resp or err (never a refusal: the
 // caller hands that back).
-func (s *Sidecar) resultOf(callCtx context.Context, d messages.Dispatch, started time.Time, resp framework.Response, err error) messages.Result {
+func (s *Sidecar) resultOf(callCtx context.Context, d messages.Dispatch, started time.Time, fresp framework.Response, err error) messages.Result {
+	// The same fields: a field the framework adds fails to compile here
+	// until the wire carries it too.
+	resp := messages.Response(fresp)
 	res := messages.Result{
 		InvocationID: d.InvocationID,
 		Namespace:    s.cfg.WorkerNamespace,

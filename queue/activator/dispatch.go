@@ -56,7 +56,7 @@ func (a *Activator) dispatch(ctx context.Context, it *state.Item, worker string,
 	}
 	// The Record is the source of truth: a Dispatch is published only after
 	// the compare-and-set that makes this attempt the current one.
-	ok, err := a.write(ctx, it, func(c *stream.Cached) (bool, error) {
+	ok, err := a.write(ctx, it, func(c *messages.Cached) (bool, error) {
 		ok, err := st.TransitionCached(ctx, id, c, messages.StateDispatched, worker, attempt, func(r *messages.Record) {
 			if r.Sequence == 0 {
 				r.Stream, r.Sequence = st.Config.Stream, it.Seq
@@ -72,13 +72,13 @@ func (a *Activator) dispatch(ctx context.Context, it *state.Item, worker string,
 		rev, err := st.Create(ctx, r)
 		if errors.Is(err, stream.ErrExists) {
 			// Created meanwhile: apply the transition to it.
-			*c = stream.Cached{}
+			*c = messages.Cached{}
 			return st.TransitionCached(ctx, id, c, messages.StateDispatched, worker, attempt, nil)
 		}
 		if err != nil {
 			return false, err
 		}
-		*c = stream.Cached{Record: r, Rev: rev}
+		*c = messages.Cached{Record: r, Rev: rev}
 		return true, nil
 	})
 	if err != nil {
@@ -103,7 +103,7 @@ func (a *Activator) dispatch(ctx context.Context, it *state.Item, worker string,
 // write runs one Record write of it, serialised with its other writes.
 // Once the Record is final (whoever made it so), the invocation's messages
 // leave the stream: the Record keeps what callers read.
-func (a *Activator) write(ctx context.Context, it *state.Item, fn func(c *stream.Cached) (bool, error)) (bool, error) {
+func (a *Activator) write(ctx context.Context, it *state.Item, fn func(c *messages.Cached) (bool, error)) (bool, error) {
 	it.WriteMu.Lock()
 	ok, err := fn(&it.Rec)
 	final, counted := it.Rec.Record.State.Terminal(), it.Rec.Record.StreamBytes > 0

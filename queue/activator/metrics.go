@@ -64,3 +64,16 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	}
 	return m
 }
+
+// knownPool starts a pool's event counters at 0 once the activator knows
+// the pool: a series that first appears at 1 has no increase, so a panel's
+// or an alert's increase() would miss the pool's first lost worker or dead
+// letter, and would show no data rather than none happened.
+func (m *metrics) knownPool(namespace, pool string) {
+	for _, c := range []*prometheus.CounterVec{m.accepted, m.dispatched, m.redelivered, m.lost, m.deadLettered, m.retried, m.handedBack, m.silentWorkers} {
+		c.WithLabelValues(namespace, pool)
+	}
+	for _, d := range []string{"up", "down"} {
+		m.scaled.WithLabelValues(namespace, pool, d)
+	}
+}

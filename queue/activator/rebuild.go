@@ -168,7 +168,7 @@ func (a *Activator) rebuild(ctx context.Context) error {
 		}
 		// Assume a recorded worker still runs it; heartbeats confirm it, or
 		// it is declared lost after HeartbeatTimeout and redelivered.
-		it := &state.Item{Inv: inv, Seq: seqs[k], Attempt: r.Attempt, Rec: stream.Cached{Record: r, Rev: o.rev}}
+		it := &state.Item{Inv: inv, Seq: seqs[k], Attempt: r.Attempt, Rec: messages.Cached{Record: r, Rev: o.rev}}
 		it.Trace = traces[k]
 		if light[k] {
 			it.Lighten()

@@ -265,7 +265,7 @@ func (s *Server) watchPools(w jetstream.KeyWatcher) {
 		if e == nil || e.Operation() != jetstream.KeyValuePut {
 			continue
 		}
-		var ps stream.PoolStatus
+		var ps messages.PoolStatus
 		if json.Unmarshal(e.Value(), &ps) != nil {
 			continue
 		}

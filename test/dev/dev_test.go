@@ -146,6 +146,7 @@ func TestMakeDev(t *testing.T) {
 	// of the component's Secret; the webhook's is its serving Secret).
 	scrapers, err := scrape.New(ctx, kubeClient{client})
 	require.NoError(t, err)
+	var targets []promTarget
 	for _, name := range devComponents {
 		t.Run("metrics of "+name, func(t *testing.T) {
 			require.Contains(t, metrics, name, "make dev printed no metrics: line for %s", name)
@@ -157,11 +158,21 @@ func TestMakeDev(t *testing.T) {
 			sec, err := client.CoreV1().Secrets(api.DefaultNamespace).Get(ctx, secret, metav1.GetOptions{})
 			require.NoError(t, err)
 			scrapers.CheckVerified(t, metrics[name], "", sec.Data["ca-bundle.crt"])
+			targets = append(targets, promTarget{component: name, service: serviceOf[name], url: metrics[name], ca: sec.Data["ca-bundle.crt"]})
 			if name == "queue" {
 				scrapers.NATSServers(t, metrics[name], natsServers)
 			}
 		})
 	}
+
+	// The chart's dashboard and alerts, against a real Prometheus scraping
+	// make dev while invocations run.
+	t.Run("dashboard and alerts in prometheus", func(t *testing.T) {
+		require.Len(t, targets, len(devComponents))
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		checkDashboard(ctx, t, targets, scrapers.Reader, func() { dashboardTraffic(ctx, t, client, queueURL, demoToken) })
+	})
 
 	// Ctrl-C: everything stops, nothing outlives it.
 	require.NoError(t, cmd.Process.Signal(os.Interrupt))

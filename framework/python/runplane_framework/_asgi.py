@@ -14,7 +14,7 @@ import json
 import traceback
 from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Optional, Tuple
 
-from ._dispatch import Dispatcher, Handler, HealthCheck
+from ._dispatch import Dispatcher, Handler, HealthCheck, checked, failure
 from ._envelope import TRACEPARENT_HEADER, Config, Request, config_from_env, traceparent
 from ._stream import chunk_bytes, is_stream_handler, sse_event
 
@@ -185,7 +185,13 @@ def wrap_asgi(
     cfg = config or config_from_env()
 
     async def invoke(req: Request) -> Dict[str, Any]:
-        return await _forward(app, req, default_path)
+        try:
+            return await _forward(app, req, default_path)
+        except Exception as e:
+            # An app's unhandled exception (FastAPI/Starlette answer a bare
+            # 500 and re-raise it) is the invocation's failure, with its type
+            # and message as a plain handler's, not the transport's.
+            return checked(failure(e))
 
     async def check() -> Optional[str]:
         if app_health_path is None:

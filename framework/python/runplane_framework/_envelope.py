@@ -44,7 +44,7 @@ class Request:
     cancelled: threading.Event = dataclasses.field(default_factory=threading.Event, compare=False, repr=False)
     # traceparent is not part of the envelope either: the W3C trace context
     # the sidecar sends in the request's traceparent header ("" when none),
-    # the parent of spans the handler starts (see with_traceparent).
+    # the parent of spans the handler starts (README "Traces").
     traceparent: str = dataclasses.field(default="", compare=False, repr=False)
 
     @classmethod

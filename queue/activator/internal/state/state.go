@@ -16,7 +16,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/runplane/runplane/internal/messages"
-	"github.com/runplane/runplane/queue/stream"
 )
 
 // Config holds the limits the decisions apply.
@@ -137,7 +136,7 @@ type Item struct {
 	// WriteMu serialises this invocation's Record writes; Rec is the Record
 	// as last written or read (under WriteMu), so most writes need no read.
 	WriteMu sync.Mutex
-	Rec     stream.Cached
+	Rec     messages.Cached
 
 	// Trace is the ingress span the invocation's message named (its
 	// traceparent; invalid: none): the parent of each dispatch's span.
