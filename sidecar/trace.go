@@ -13,7 +13,7 @@ import (
 
 // traceInvoke starts the span of one call of the framework, a child of
 // the activator's dispatch span the Dispatch's headers name; the returned
-// context carries it to the framework (framework.Client writes its
+// context carries it to the framework (frameworkclient.Client writes its
 // traceparent on the request). Free when tracing is off and the Dispatch
 // came without a trace.
 func (s *Sidecar) traceInvoke(ctx context.Context, msg jetstream.Msg, d messages.Dispatch) (context.Context, trace.Span) {
