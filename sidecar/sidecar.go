@@ -25,6 +25,7 @@ import (
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/objects"
+	"github.com/runplane/runplane/internal/tracing"
 	"github.com/runplane/runplane/sidecar/frameworkclient"
 )
 
@@ -47,6 +48,8 @@ type Sidecar struct {
 	inbox    string // the connection's inbox prefix, within the worker's subjects
 	client   *frameworkclient.Client
 	metrics  *metrics
+	// tracer: the invoke spans (trace.go).
+	tracer tracing.Tracer
 
 	ln net.Listener
 	// metricsLn serves /metrics, on loopback (nil: none).
@@ -124,6 +127,7 @@ func New(cfg Config) (*Sidecar, error) {
 		wakeFetch: make(chan struct{}, 1),
 		reprobe:   make(chan struct{}, 1),
 	}
+	s.tracer = tracing.NewTracer(cfg.TracerProvider, "runplane/sidecar")
 	return s, nil
 }
 
@@ -515,7 +519,9 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 			handBack("journal: cannot record the start", jerr)
 			return
 		}
-		resp, err = s.invoke(callCtx, d, s.frameworkRequest(d, payload))
+		tctx, span := s.traceInvoke(callCtx, msg, d)
+		resp, err = s.invoke(tctx, d, s.frameworkRequest(d, payload))
+		tracing.End(span, err)
 		s.cancelCall(log, callCtx, d)
 	}
 	if refused(err) && callCtx.Err() == nil {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/internal/tracing"
 	"github.com/runplane/runplane/queue/activator/internal/state"
 	"github.com/runplane/runplane/queue/stream"
 )
@@ -140,10 +141,13 @@ func (a *Activator) publishDispatch(ctx context.Context, it *state.Item, inv mes
 	if err != nil {
 		return fmt.Errorf("encode dispatch: %w", err)
 	}
+	ctx, span := a.traceDispatch(ctx, it, worker, attempt)
+	defer span.End()
 	msgID := messages.DispatchPublishID(it.Inv.Namespace, it.Inv.InvocationID, attempt)
 	subject := st.Subjects.Dispatch(it.Inv.Namespace, it.Inv.Pool, worker)
 	pa, err := publishUntilKnown(ctx, a.cfg.Clock, func(ctx context.Context) (*jetstream.PubAck, error) {
 		msg := &nats.Msg{Subject: subject, Data: b, Header: nats.Header{}}
+		tracing.ToNATS(ctx, msg.Header)
 		return st.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID))
 	}, func(err error) {
 		a.cfg.Logger.Warn("dispatch: publish outcome unknown; retrying the same publish to the same worker", "invocation", msgID, "worker", worker, "err", err)
