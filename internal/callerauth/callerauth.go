@@ -26,7 +26,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
@@ -38,6 +37,8 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/lru"
+
+	"github.com/runplane/runplane/internal/tokencache"
 )
 
 // The RBAC coordinates of a pool's invocations: verb create on
@@ -165,8 +166,8 @@ func New(client kubernetes.Interface, o Options) (*Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the token reviewer: %w", err)
 	}
-	authn := bearertoken.New(&tokenReviews{review: reviewer, clock: o.Clock, ttl: o.TokenCacheTTL, refusedTTL: o.DenyCacheTTL,
-		known: cache.NewLRUExpireCacheWithClock(8192, o.Clock), refused: cache.NewLRUExpireCacheWithClock(8192, o.Clock),
+	authn := bearertoken.New(&tokenReviews{review: reviewer, ttl: o.TokenCacheTTL, refusedTTL: o.DenyCacheTTL,
+		known:   tokencache.New[*authenticator.Response](8192, o.Clock),
 		misses:  flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(o.TokenReviewQPS, o.TokenReviewBurst, o.Clock),
 		limited: limited.WithLabelValues("token")})
 	// The library's shared cache is off (zero TTLs): accessReviews caches.

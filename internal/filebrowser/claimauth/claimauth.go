@@ -6,14 +6,12 @@
 // is the API server's (an invalid or expired token is refused with 401
 // there), authorization is the tenant's ordinary RBAC on the PVC.
 //
-// Decisions are cached briefly, keyed by a SHA-256 of the token (never the
-// token itself), in a bounded LRU with an injected clock.
+// Decisions are cached briefly (tokencache: keyed by a SHA-256 of the
+// token, never the token itself, refusals apart from acceptances).
 package claimauth
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -22,12 +20,12 @@ import (
 
 	authzv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	utilcache "k8s.io/apimachinery/pkg/util/cache"
 	authzclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
 	"github.com/runplane/runplane/internal/httpjson"
+	"github.com/runplane/runplane/internal/tokencache"
 )
 
 // Claim names the PVC an accessor serves.
@@ -78,11 +76,12 @@ type Options struct {
 	// RoleBinding takes effect this fast; a flood of bad tokens costs one
 	// review each per DenyTTL).
 	DenyTTL time.Duration
-	// MaxEntries bounds the cache (default 4096 tokens).
+	// MaxEntries bounds the allowed and the denied tokens each (default
+	// 4096).
 	MaxEntries int
 	// Timeout bounds one review (default 5s).
 	Timeout time.Duration
-	// Clock drives expiry (default: the real clock).
+	// Clock drives expiry (nil: the real clock).
 	Clock clock.PassiveClock
 }
 
@@ -90,7 +89,7 @@ type Options struct {
 type Gate struct {
 	claim    Claim
 	reviewer Reviewer
-	cache    *utilcache.LRUExpireCache
+	cache    *tokencache.Cache[decision]
 	o        Options
 }
 
@@ -111,10 +110,7 @@ func New(claim Claim, reviewer Reviewer, o Options) (*Gate, error) {
 	if o.Timeout == 0 {
 		o.Timeout = 5 * time.Second
 	}
-	if o.Clock == nil {
-		o.Clock = clock.RealClock{}
-	}
-	return &Gate{claim: claim, reviewer: reviewer, cache: utilcache.NewLRUExpireCacheWithClock(o.MaxEntries, o.Clock), o: o}, nil
+	return &Gate{claim: claim, reviewer: reviewer, cache: tokencache.New[decision](o.MaxEntries, o.Clock), o: o}, nil
 }
 
 // decision is a cached answer: status 0 allows, otherwise the refusal.
@@ -139,10 +135,8 @@ func (g *Gate) Check(r *http.Request) error {
 		return &Refusal{Status: http.StatusUnauthorized,
 			Message: "a bearer token is required (Authorization: Bearer <token>, or sign in a browser at " + LoginPath + ") of a user or ServiceAccount that may " + g.claim.String()}
 	}
-	sum := sha256.Sum256([]byte(token))
-	key := hex.EncodeToString(sum[:])
-	if v, ok := g.cache.Get(key); ok {
-		return v.(decision).err()
+	if d, _, found := g.cache.Get(token); found {
+		return d.err()
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), g.o.Timeout)
 	defer cancel()
@@ -157,7 +151,7 @@ func (g *Gate) Check(r *http.Request) error {
 	case err != nil:
 		return fmt.Errorf("reviewing the caller's access: %w", err)
 	case allowed:
-		g.cache.Add(key, decision{}, g.o.AllowTTL)
+		g.cache.Accept(token, decision{}, g.o.AllowTTL, time.Time{})
 		return nil
 	default:
 		msg := "the caller cannot " + g.claim.String()
@@ -166,7 +160,7 @@ func (g *Gate) Check(r *http.Request) error {
 		}
 		d = decision{status: http.StatusForbidden, message: msg}
 	}
-	g.cache.Add(key, d, g.o.DenyTTL)
+	g.cache.Refuse(token, d, g.o.DenyTTL)
 	return d.err()
 }
 

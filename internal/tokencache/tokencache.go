@@ -1,0 +1,65 @@
+// Package tokencache is runplane's one cache of decisions about bearer
+// tokens (the queue ingress's callers, NATS workers, accessor users): what
+// a TokenReview or access review answered, so that a token seen again
+// costs no apiserver call.
+//
+// Keys are the token's SHA-256, never the token. Accepted and refused
+// tokens live in two bounded LRUs, so a flood of forged tokens never
+// evicts a valid caller, and an acceptance is never kept past the token's
+// own expiry. k8s.io/apiserver's token cache keeps both in one LRU with
+// one TTL, which is why this one exists.
+package tokencache
+
+import (
+	"crypto/sha256"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/cache"
+	"k8s.io/utils/clock"
+)
+
+// Cache remembers a V per token, apart for accepted and refused tokens.
+type Cache[V any] struct {
+	clock             clock.PassiveClock
+	accepted, refused *cache.LRUExpireCache
+}
+
+// New keeps at most size accepted and size refused tokens; clk drives
+// expiry (nil: the real clock).
+func New[V any](size int, clk clock.PassiveClock) *Cache[V] {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &Cache[V]{clock: clk,
+		accepted: cache.NewLRUExpireCacheWithClock(size, clk), refused: cache.NewLRUExpireCacheWithClock(size, clk)}
+}
+
+// Get returns what is remembered of token: found is false when nothing is.
+func (c *Cache[V]) Get(token string) (v V, accepted, found bool) {
+	key := sha256.Sum256([]byte(token))
+	if x, ok := c.accepted.Get(key); ok {
+		return x.(V), true, true
+	}
+	if x, ok := c.refused.Get(key); ok {
+		return x.(V), false, true
+	}
+	return v, false, false
+}
+
+// Accept remembers v for token for ttl, never past expires (zero: the
+// token's expiry is not known).
+func (c *Cache[V]) Accept(token string, v V, ttl time.Duration, expires time.Time) {
+	if !expires.IsZero() {
+		ttl = min(ttl, expires.Sub(c.clock.Now()))
+	}
+	if ttl > 0 {
+		c.accepted.Add(sha256.Sum256([]byte(token)), v, ttl)
+	}
+}
+
+// Refuse remembers v for token for ttl.
+func (c *Cache[V]) Refuse(token string, v V, ttl time.Duration) {
+	if ttl > 0 {
+		c.refused.Add(sha256.Sum256([]byte(token)), v, ttl)
+	}
+}
