@@ -18,6 +18,7 @@ import (
 
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/internal/refusal"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/stream"
 )
@@ -116,7 +117,7 @@ type tokenAuth struct {
 func (a tokenAuth) Authenticate(r *http.Request) (user.Info, error) {
 	name, ok := a.users[strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")]
 	if !ok {
-		return nil, &callerauth.Refusal{Status: http.StatusUnauthorized, Message: "a valid bearer token is required (Authorization: Bearer <token>)"}
+		return nil, refusal.New(http.StatusUnauthorized, "", "a valid bearer token is required (Authorization: Bearer <token>)")
 	}
 	return &user.DefaultInfo{Name: name}, nil
 }
@@ -127,7 +128,7 @@ func (a tokenAuth) Check(r *http.Request, req callerauth.Request) (user.Info, er
 		return nil, err
 	}
 	if !a.may(u.GetName(), req) {
-		return nil, &callerauth.Refusal{Status: http.StatusForbidden, Message: fmt.Sprintf("%q cannot %s", u.GetName(), req)}
+		return nil, refusal.New(http.StatusForbidden, "", "%q cannot %s", u.GetName(), req)
 	}
 	return u, nil
 }

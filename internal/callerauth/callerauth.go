@@ -38,6 +38,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/lru"
 
+	"github.com/runplane/runplane/internal/refusal"
 	"github.com/runplane/runplane/internal/tokencache"
 )
 
@@ -68,17 +69,6 @@ func (r Request) String() string {
 	}
 	return fmt.Sprintf("%s %s%s in API group %q in namespace %q", r.Verb, res, name, Group, r.Namespace)
 }
-
-// Refusal is an answer for the caller: 401 without a valid token, 403 when
-// RBAC says no.
-type Refusal struct {
-	Status  int
-	Message string
-	// RetryAfter is set on a 429: when the caller may try again.
-	RetryAfter time.Duration
-}
-
-func (r *Refusal) Error() string { return r.Message }
 
 // Options tunes the caches and limits. Zero values take the defaults below.
 type Options struct {
@@ -192,8 +182,8 @@ func unavailable(err error) bool {
 	return err != nil && (errors.As(err, &status) || errors.As(err, &netErr) || errors.Is(err, context.DeadlineExceeded))
 }
 
-// Check returns the caller of r when it may do req. A *Refusal error is
-// for the caller (401/403); any other error means the apiserver could not
+// Check returns the caller of r when it may do req. A *refusal.Error is
+// for the caller (401/403/429); any other error means the apiserver could not
 // be asked (503).
 func (g *Gate) Check(r *http.Request, req Request) (user.Info, error) {
 	u, err := g.Authenticate(r)
@@ -221,7 +211,7 @@ func (g *Gate) Check(r *http.Request, req Request) (user.Info, error) {
 		if reason != "" {
 			msg += ": " + reason
 		}
-		return nil, &Refusal{Status: http.StatusForbidden, Message: msg}
+		return nil, refusal.New(http.StatusForbidden, "", "%s", msg)
 	}
 	return u, nil
 }
@@ -238,12 +228,11 @@ func (g *Gate) Authenticate(r *http.Request) (user.Info, error) {
 		return nil, fmt.Errorf("reviewing the caller's token: %w", err)
 	}
 	if !ok {
-		return nil, &Refusal{Status: http.StatusUnauthorized,
-			Message: "a valid bearer token is required (Authorization: Bearer <token>)"}
+		return nil, refusal.New(http.StatusUnauthorized, "", "a valid bearer token is required (Authorization: Bearer <token>)")
 	}
 	return res.User, nil
 }
 
-func busy(msg string) *Refusal {
-	return &Refusal{Status: http.StatusTooManyRequests, Message: msg, RetryAfter: time.Second}
+func busy(msg string) *refusal.Error {
+	return &refusal.Error{Status: http.StatusTooManyRequests, Err: errors.New(msg), RetryAfter: time.Second}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/internal/httpjson"
+	"github.com/runplane/runplane/internal/refusal"
 	"github.com/runplane/runplane/queue/pool"
 )
 
@@ -33,7 +34,7 @@ func (f fakeAuth) Authenticate(r *http.Request) (user.Info, error) {
 	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	name, known := f.users[tok]
 	if !ok || !known {
-		return nil, &callerauth.Refusal{Status: http.StatusUnauthorized, Message: "a valid bearer token is required (Authorization: Bearer <token>)"}
+		return nil, refusal.New(http.StatusUnauthorized, "", "a valid bearer token is required (Authorization: Bearer <token>)")
 	}
 	return &user.DefaultInfo{Name: name}, nil
 }
@@ -44,7 +45,7 @@ func (f fakeAuth) Check(r *http.Request, req callerauth.Request) (user.Info, err
 		return nil, err
 	}
 	if !f.may[u.GetName()][req] {
-		return nil, &callerauth.Refusal{Status: http.StatusForbidden, Message: fmt.Sprintf("%q cannot %s", u.GetName(), req)}
+		return nil, refusal.New(http.StatusForbidden, "", "%q cannot %s", u.GetName(), req)
 	}
 	return u, nil
 }

@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/runplane/runplane/internal/httpjson"
+	"github.com/runplane/runplane/internal/refusal"
 	"github.com/runplane/runplane/internal/tokencache"
 )
 
@@ -89,8 +90,9 @@ type Options struct {
 type Gate struct {
 	claim    Claim
 	reviewer Reviewer
-	cache    *tokencache.Cache[decision]
-	o        Options
+	// cache holds nil for an allowed token.
+	cache *tokencache.Cache[*refusal.Error]
+	o     Options
 }
 
 // New builds a Gate for claim.
@@ -110,65 +112,46 @@ func New(claim Claim, reviewer Reviewer, o Options) (*Gate, error) {
 	if o.Timeout == 0 {
 		o.Timeout = 5 * time.Second
 	}
-	return &Gate{claim: claim, reviewer: reviewer, cache: tokencache.New[decision](o.MaxEntries, o.Clock), o: o}, nil
+	return &Gate{claim: claim, reviewer: reviewer, cache: tokencache.New[*refusal.Error](o.MaxEntries, o.Clock), o: o}, nil
 }
 
-// decision is a cached answer: status 0 allows, otherwise the refusal.
-type decision struct {
-	status  int
-	message string
-}
-
-// Refusal is a 401 or 403 for the caller.
-type Refusal struct {
-	Status  int
-	Message string
-}
-
-func (r *Refusal) Error() string { return r.Message }
-
-// Check authorizes r. A *Refusal is for the caller; any other error means
-// the API server could not be asked (503).
+// Check authorizes r. A *refusal.Error (401, 403) is for the caller; any
+// other error means the API server could not be asked (503).
 func (g *Gate) Check(r *http.Request) error {
 	token, ok := tokenOf(r)
 	if !ok {
-		return &Refusal{Status: http.StatusUnauthorized,
-			Message: "a bearer token is required (Authorization: Bearer <token>, or sign in a browser at " + LoginPath + ") of a user or ServiceAccount that may " + g.claim.String()}
+		return refusal.New(http.StatusUnauthorized, "", "a bearer token is required (Authorization: Bearer <token>, or sign in a browser at %s) of a user or ServiceAccount that may %s", LoginPath, g.claim)
 	}
-	if d, _, found := g.cache.Get(token); found {
-		return d.err()
+	if ref, allowed, found := g.cache.Get(token); found {
+		if allowed {
+			return nil // not ref: a nil *refusal.Error is a non-nil error
+		}
+		return ref
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), g.o.Timeout)
 	defer cancel()
 	allowed, reason, err := g.reviewer.Review(ctx, token, g.claim)
-	var d decision
+	var ref *refusal.Error
 	switch {
 	case err != nil && apierrors.IsUnauthorized(err):
-		d = decision{status: http.StatusUnauthorized, message: "the bearer token was not accepted by the API server (invalid or expired)"}
+		ref = refusal.New(http.StatusUnauthorized, "", "the bearer token was not accepted by the API server (invalid or expired)")
 	case err != nil && apierrors.IsForbidden(err):
 		// A cluster that lets no one review their own access.
-		d = decision{status: http.StatusForbidden, message: fmt.Sprintf("the API server refused to review the caller's access: %v", err)}
+		ref = refusal.New(http.StatusForbidden, "", "the API server refused to review the caller's access: %v", err)
 	case err != nil:
 		return fmt.Errorf("reviewing the caller's access: %w", err)
 	case allowed:
-		g.cache.Accept(token, decision{}, g.o.AllowTTL, time.Time{})
+		g.cache.Accept(token, nil, g.o.AllowTTL, time.Time{})
 		return nil
 	default:
 		msg := "the caller cannot " + g.claim.String()
 		if reason != "" {
 			msg += ": " + reason
 		}
-		d = decision{status: http.StatusForbidden, message: msg}
+		ref = refusal.New(http.StatusForbidden, "", "%s", msg)
 	}
-	g.cache.Refuse(token, d, g.o.DenyTTL)
-	return d.err()
-}
-
-func (d decision) err() error {
-	if d.status == 0 {
-		return nil
-	}
-	return &Refusal{Status: d.status, Message: d.message}
+	g.cache.Refuse(token, ref, g.o.DenyTTL)
+	return ref
 }
 
 // bearer extracts the token of an "Authorization: Bearer <token>" header.
@@ -193,13 +176,13 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 			return
 		}
 		err := g.Check(r)
-		var ref *Refusal
+		ref, refused := errors.AsType[*refusal.Error](err)
 		switch {
-		case errors.As(err, &ref):
+		case refused:
 			if ref.Status == http.StatusUnauthorized {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="runplane-accessor"`)
 			}
-			httpjson.Error(w, ref.Status, ref.Message)
+			httpjson.Error(w, ref.Status, ref.Error())
 		case err != nil:
 			w.Header().Set("Retry-After", "5")
 			httpjson.Error(w, http.StatusServiceUnavailable, fmt.Sprintf("cannot authorize the request now: %v", err))

@@ -138,6 +138,21 @@ func TestCacheBounded(t *testing.T) {
 	assert.Equal(t, 4, rev.reviews, "a was evicted by c: the cache holds 2 tokens")
 }
 
+// TestForgedTokensSpareAllowedUser: a flood of tokens the API server
+// rejects fills only the refusal side of the cache; the allowed user stays
+// cached (one LRU for both evicted it).
+func TestForgedTokensSpareAllowedUser(t *testing.T) {
+	rev := &fakeReviewer{tokens: map[string]bool{"reader": true}}
+	g, err := New(claim, rev, Options{MaxEntries: 2, Clock: clocktesting.NewFakeClock(time.Unix(0, 0))})
+	require.NoError(t, err)
+	assert.Equal(t, 200, serve(g, "Bearer reader").Code)
+	for _, forged := range []string{"x", "y", "z"} {
+		assert.Equal(t, 401, serve(g, "Bearer "+forged).Code)
+	}
+	assert.Equal(t, 200, serve(g, "Bearer reader").Code)
+	assert.Equal(t, 4, rev.reviews, "reader answered from the cache")
+}
+
 func TestOutageNotCached(t *testing.T) {
 	rev := &fakeReviewer{tokens: map[string]bool{"reader": true}, outage: true}
 	g, err := New(claim, rev, Options{Clock: clocktesting.NewFakeClock(time.Unix(0, 0))})
