@@ -105,14 +105,9 @@ type Options struct {
 }
 
 func (o *Options) defaults() {
-	def := func(v *time.Duration, d time.Duration) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&o.TokenCacheTTL, time.Minute)
-	def(&o.AllowCacheTTL, 30*time.Second)
-	def(&o.DenyCacheTTL, 10*time.Second)
+	o.TokenCacheTTL = cmp.Or(o.TokenCacheTTL, time.Minute)
+	o.AllowCacheTTL = cmp.Or(o.AllowCacheTTL, 30*time.Second)
+	o.DenyCacheTTL = cmp.Or(o.DenyCacheTTL, 10*time.Second)
 	o.TokenReviewQPS = cmp.Or(o.TokenReviewQPS, 20)
 	o.TokenReviewBurst = cmp.Or(o.TokenReviewBurst, 40)
 	o.AccessReviewQPS = cmp.Or(o.AccessReviewQPS, 5)

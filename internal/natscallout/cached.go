@@ -1,6 +1,7 @@
 package natscallout
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -37,16 +38,8 @@ type CacheOptions struct {
 
 // NewCached wraps auth with the caches.
 func NewCached(auth Authenticator, o CacheOptions) *Cached {
-	if o.TTL == 0 {
-		o.TTL = time.Minute
-	}
-	if o.RefusedTTL == 0 {
-		o.RefusedTTL = 5 * time.Second
-	}
-	if o.Size == 0 {
-		o.Size = 16384
-	}
-	return &Cached{auth: auth, ttl: o.TTL, refusedTTL: o.RefusedTTL, answers: tokencache.New[answer](o.Size, o.Clock)}
+	return &Cached{auth: auth, ttl: cmp.Or(o.TTL, time.Minute), refusedTTL: cmp.Or(o.RefusedTTL, 5*time.Second),
+		answers: tokencache.New[answer](cmp.Or(o.Size, 16384), o.Clock)}
 }
 
 type answer struct {

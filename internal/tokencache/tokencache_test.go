@@ -12,55 +12,29 @@ import (
 
 func TestCache(t *testing.T) {
 	start := time.Unix(1_700_000_000, 0)
-	cases := []struct {
-		name         string
-		refuse       bool
-		expires      time.Time
-		after        time.Duration
-		wantFound    bool
-		wantAccepted bool
-	}{
-		{name: "accepted within the TTL", after: 59 * time.Second, wantFound: true, wantAccepted: true},
-		{name: "accepted forgotten after the TTL", after: 61 * time.Second},
-		{name: "accepted forgotten at the token's expiry", expires: start.Add(10 * time.Second), after: 11 * time.Second},
-		{name: "accepted kept before the token's expiry", expires: start.Add(10 * time.Second), after: 9 * time.Second, wantFound: true, wantAccepted: true},
-		{name: "expired token never kept", expires: start.Add(-time.Second)},
-		{name: "refused within its TTL", refuse: true, after: 4 * time.Second, wantFound: true},
-		{name: "refused forgotten after its TTL", refuse: true, after: 6 * time.Second},
+	clk := clocktesting.NewFakeClock(start)
+	c := New[string](8, clk)
+	c.Accept("ttl", "yes", time.Minute, time.Time{})
+	c.Accept("expiring", "yes", time.Minute, start.Add(10*time.Second))
+	c.Accept("expired", "yes", time.Minute, start.Add(-time.Second))
+	c.Refuse("refused", "no", 5*time.Second)
+	for i := range 1000 { // a flood of forged tokens evicts no accepted one
+		c.Refuse(fmt.Sprint("forged-", i), "no", time.Hour)
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			clk := clocktesting.NewFakeClock(start)
-			c := New[string](8, clk)
-			if tc.refuse {
-				c.Refuse("tok", "no", 5*time.Second)
-			} else {
-				c.Accept("tok", "yes", time.Minute, tc.expires)
-			}
-			clk.Step(tc.after)
-			v, accepted, found := c.Get("tok")
-			assert.Equal(t, tc.wantFound, found)
-			assert.Equal(t, tc.wantAccepted, accepted)
-			if found {
-				assert.Equal(t, map[bool]string{true: "yes", false: "no"}[accepted], v)
-			}
-			_, _, other := c.Get("other")
-			assert.False(t, other)
-		})
+	get := func(token string) string {
+		v, accepted, found := c.Get(token)
+		return fmt.Sprintf("%s %t %t", v, accepted, found)
 	}
-}
-
-// TestRefusalsNeverEvictAcceptances: a flood of refused tokens fills only
-// the refused side.
-func TestRefusalsNeverEvictAcceptances(t *testing.T) {
-	c := New[int](8, clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0)))
-	c.Accept("good", 1, time.Minute, time.Time{})
-	for i := range 1000 {
-		c.Refuse(fmt.Sprint("forged-", i), 0, time.Minute)
-	}
-	v, accepted, found := c.Get("good")
-	assert.True(t, found && accepted)
-	assert.Equal(t, 1, v)
-	assert.Equal(t, []any{sha256.Sum256([]byte("good"))}, c.accepted.Keys(), "keys are SHA-256 digests, never the token")
+	assert.Equal(t, []string{"yes true true", "yes true true", " false false", " false false"},
+		[]string{get("ttl"), get("expiring"), get("expired"), get("refused")}, "the flood evicted the refusal")
+	assert.Equal(t, []any{sha256.Sum256([]byte("ttl")), sha256.Sum256([]byte("expiring"))}, c.accepted.Keys(), "SHA-256 keys, never the token")
 	assert.Len(t, c.refused.Keys(), 8, "bounded")
+	clk.Step(11 * time.Second)
+	assert.Equal(t, []string{"yes true true", " false false"}, []string{get("ttl"), get("expiring")}, "never past the token's expiry")
+	clk.Step(time.Minute)
+	assert.Equal(t, " false false", get("ttl"))
+	c.Refuse("refused", "no", 5*time.Second)
+	assert.Equal(t, "no false true", get("refused"))
+	clk.Step(6 * time.Second)
+	assert.Equal(t, " false false", get("refused"))
 }

@@ -11,6 +11,7 @@
 package claimauth
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -100,19 +101,8 @@ func New(claim Claim, reviewer Reviewer, o Options) (*Gate, error) {
 	if claim.Namespace == "" || claim.Name == "" {
 		return nil, errors.New("claimauth: the claim's namespace and name are required")
 	}
-	if o.AllowTTL == 0 {
-		o.AllowTTL = 10 * time.Second
-	}
-	if o.DenyTTL == 0 {
-		o.DenyTTL = 2 * time.Second
-	}
-	if o.MaxEntries == 0 {
-		o.MaxEntries = 4096
-	}
-	if o.Timeout == 0 {
-		o.Timeout = 5 * time.Second
-	}
-	return &Gate{claim: claim, reviewer: reviewer, cache: tokencache.New[*refusal.Error](o.MaxEntries, o.Clock), o: o}, nil
+	o.AllowTTL, o.DenyTTL, o.Timeout = cmp.Or(o.AllowTTL, 10*time.Second), cmp.Or(o.DenyTTL, 2*time.Second), cmp.Or(o.Timeout, 5*time.Second)
+	return &Gate{claim: claim, reviewer: reviewer, cache: tokencache.New[*refusal.Error](cmp.Or(o.MaxEntries, 4096), o.Clock), o: o}, nil
 }
 
 // Check authorizes r. A *refusal.Error (401, 403) is for the caller; any
