@@ -2,12 +2,10 @@ package callerauth
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/runplane/runplane/internal/jwtclaims"
 	"github.com/runplane/runplane/internal/tokencache"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/client-go/util/flowcontrol"
@@ -40,26 +38,9 @@ func (t *tokenReviews) AuthenticateToken(ctx context.Context, token string) (*au
 	resp, ok, err := t.review.AuthenticateToken(ctx, token)
 	switch {
 	case ok:
-		t.known.Accept(token, resp, t.ttl, jwtExpiry(token))
+		t.known.Accept(token, resp, t.ttl, time.Time{})
 	case !unavailable(err):
 		t.known.Refuse(token, nil, t.refusedTTL)
 	}
 	return resp, ok, err
-}
-
-// jwtExpiry reads the exp claim of a token without verifying it: the
-// apiserver has just vouched for the token, and TokenReview does not
-// report its expiry. It is zero for a token that is not a JWT with exp.
-func jwtExpiry(token string) time.Time {
-	var claims struct {
-		Exp json.Number `json:"exp"`
-	}
-	if jwtclaims.Decode(token, &claims) != nil {
-		return time.Time{}
-	}
-	secs, err := claims.Exp.Float64()
-	if err != nil || secs <= 0 {
-		return time.Time{}
-	}
-	return time.Unix(int64(secs), 0)
 }

@@ -12,10 +12,13 @@ package tokencache
 
 import (
 	"crypto/sha256"
+	"encoding/json"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/utils/clock"
+
+	"github.com/runplane/runplane/internal/jwtclaims"
 )
 
 // Cache remembers a V per token, apart for accepted and refused tokens.
@@ -46,15 +49,35 @@ func (c *Cache[V]) Get(token string) (v V, accepted, found bool) {
 	return v, false, false
 }
 
-// Accept remembers v for token for ttl, never past expires (zero: the
-// token's expiry is not known).
+// Accept remembers v for token for ttl, never past expires (zero: the exp
+// claim of token when it is a JWT).
 func (c *Cache[V]) Accept(token string, v V, ttl time.Duration, expires time.Time) {
+	if expires.IsZero() {
+		expires = jwtExpiry(token)
+	}
 	if !expires.IsZero() {
 		ttl = min(ttl, expires.Sub(c.clock.Now()))
 	}
 	if ttl > 0 {
 		c.accepted.Add(sha256.Sum256([]byte(token)), v, ttl)
 	}
+}
+
+// jwtExpiry reads the exp claim of a token without verifying it: the
+// apiserver has just vouched for the token, and TokenReview does not
+// report its expiry. It is zero for a token that is not a JWT with exp.
+func jwtExpiry(token string) time.Time {
+	var claims struct {
+		Exp json.Number `json:"exp"`
+	}
+	if jwtclaims.Decode(token, &claims) != nil {
+		return time.Time{}
+	}
+	secs, err := claims.Exp.Float64()
+	if err != nil || secs <= 0 {
+		return time.Time{}
+	}
+	return time.Unix(int64(secs), 0)
 }
 
 // Refuse remembers v for token for ttl.

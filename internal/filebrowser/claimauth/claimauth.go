@@ -72,7 +72,7 @@ func (s SelfReviewer) Review(ctx context.Context, token string, c Claim) (bool, 
 // Options tune the cache. Zero values take the defaults.
 type Options struct {
 	// AllowTTL keeps a "yes" (default 10s: a revoked RoleBinding or token
-	// still works this long at most).
+	// still works this long at most), never past a JWT's exp claim.
 	AllowTTL time.Duration
 	// DenyTTL keeps a "no" and an invalid token (default 2s: a new
 	// RoleBinding takes effect this fast; a flood of bad tokens costs one

@@ -2,6 +2,7 @@ package claimauth
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -151,6 +152,20 @@ func TestForgedTokensSpareAllowedUser(t *testing.T) {
 	}
 	assert.Equal(t, 200, serve(g, "Bearer reader").Code)
 	assert.Equal(t, 4, rev.reviews, "reader answered from the cache")
+}
+
+// TestExpiredTokenNotServedFromCache: an allowed JWT is cached no longer
+// than its exp claim, though AllowTTL is longer.
+func TestExpiredTokenNotServedFromCache(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	tok := "e30." + base64.RawURLEncoding.EncodeToString([]byte(`{"exp":1000002}`)) + ".sig"
+	rev := &fakeReviewer{tokens: map[string]bool{tok: true}}
+	g, err := New(claim, rev, Options{AllowTTL: time.Minute, Clock: clk})
+	require.NoError(t, err)
+	assert.Equal(t, 200, serve(g, "Bearer "+tok).Code)
+	clk.Step(3 * time.Second)
+	delete(rev.tokens, tok) // the API server refuses it now: expired
+	assert.Equal(t, 401, serve(g, "Bearer "+tok).Code)
 }
 
 func TestOutageNotCached(t *testing.T) {
