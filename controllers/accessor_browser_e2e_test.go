@@ -3,6 +3,7 @@ package controllers_test
 import (
 	"context"
 	"encoding/base64"
+	"html/template"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -24,8 +25,9 @@ import (
 
 // TestAccessorInABrowser opens the accessor (its handler against the real
 // API server, as in TestAccessorAuthorizesEveryRequest) in headless
-// Chromium: signed in once with a token link (/login?token=…, which sets
-// an HttpOnly SameSite=Strict cookie), the page shows human sizes, times
+// Chromium: signed in through the /login form (POSTed by a page of the
+// same origin, as a user's paste would be; it sets an HttpOnly
+// SameSite=Strict cookie holding a session ID), the page shows human sizes, times
 // with their zone, and pages forward and back through relative links that
 // also work for names like "a:b". On BASE /login was a 401 like any other
 // path without an Authorization header: a browser could not open the page.
@@ -59,9 +61,18 @@ func TestAccessorInABrowser(t *testing.T) {
 	require.NoError(t, err)
 	gate, err := claimauth.New(claimauth.Claim{Namespace: ns, Name: "data"}, claimauth.SelfReviewer{Client: rc}, claimauth.Options{})
 	require.NoError(t, err)
-	srv := httptest.NewServer(gate.Wrap(fb))
-	t.Cleanup(srv.Close)
 	reader := serviceAccountToken(t, ns, "reader")
+	// submit stands in for the user pasting the token into the sign-in
+	// form: a page of the accessor's origin that POSTs that form on load
+	// (Chromium cannot type into a page from the command line).
+	mux := http.NewServeMux()
+	mux.Handle("/", gate.Wrap(fb))
+	mux.HandleFunc("/submit", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_ = submitPage.Execute(w, struct{ Token, Next string }{reader, r.URL.Query().Get("next")})
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
 	grantGetPVC(t, ns, "reader", ns, "reader", []string{"data"})
 
 	profile := t.TempDir()
@@ -69,15 +80,17 @@ func TestAccessorInABrowser(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		args := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--user-data-dir=" + profile}, extra...)
+		// The virtual time budget lets the sign-in form's POST and its
+		// redirect finish before the DOM is dumped.
+		args := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--virtual-time-budget=10000", "--user-data-dir=" + profile}, extra...)
 		out, err := exec.CommandContext(ctx, chromium, args...).Output()
 		require.NoError(t, err, "chromium %v", extra)
 		return string(out)
 	}
-	// signIn opens next (a path under files/) through the token link.
+	// signIn opens next (a path under files/) through the sign-in form.
 	signIn := func(t *testing.T, next string, extra ...string) string {
 		t.Helper()
-		u := srv.URL + "/login?" + url.Values{"token": {reader}, "next": {next}}.Encode()
+		u := srv.URL + "/submit?" + url.Values{"next": {next}}.Encode()
 		return browse(t, append(extra, "--dump-dom", u)...)
 	}
 
@@ -86,10 +99,11 @@ func TestAccessorInABrowser(t *testing.T) {
 		assert.Contains(t, dom, "sign in a browser at /login")
 		assert.NotContains(t, dom, "big.bin")
 	})
-	t.Run("a refused token stays on the sign-in form", func(t *testing.T) {
-		dom := browse(t, "--dump-dom", srv.URL+"/login?token=forged")
-		assert.Contains(t, dom, "not accepted by the API server")
+	t.Run("a token link does not sign in", func(t *testing.T) {
+		dom := browse(t, "--dump-dom", srv.URL+"/login?"+url.Values{"token": {reader}, "next": {"files/"}}.Encode())
+		assert.Contains(t, dom, "a token in the URL is refused")
 		assert.Contains(t, dom, `<form method="post" action="login">`)
+		assert.NotContains(t, dom, "big.bin")
 	})
 
 	var page2 string
@@ -127,7 +141,11 @@ func TestAccessorInABrowser(t *testing.T) {
 	})
 	t.Run("the cookie", func(t *testing.T) {
 		c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-		resp, err := c.Get(srv.URL + "/login?" + url.Values{"token": {reader}, "next": {"https://evil.example/"}}.Encode())
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/login", strings.NewReader(url.Values{"token": {reader}, "next": {"https://evil.example/"}}.Encode()))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", srv.URL)
+		resp, err := c.Do(req)
 		require.NoError(t, err)
 		_ = resp.Body.Close()
 		assert.Equal(t, http.StatusSeeOther, resp.StatusCode)
@@ -135,10 +153,19 @@ func TestAccessorInABrowser(t *testing.T) {
 		cookie := resp.Header.Get("Set-Cookie")
 		assert.Contains(t, cookie, "HttpOnly")
 		assert.Contains(t, cookie, "SameSite=Strict")
+		assert.True(t, strings.HasPrefix(cookie, gate.CookieName()+"="), cookie)
+		assert.NotContains(t, cookie, reader, "the cookie holds a session ID, not the token")
 		assert.Equal(t, "no-store", resp.Header.Get("Cache-Control"))
 		assert.Equal(t, "no-referrer", resp.Header.Get("Referrer-Policy"))
 	})
 }
+
+// submitPage POSTs the accessor's sign-in form on load.
+var submitPage = template.Must(template.New("submit").Parse(`<!DOCTYPE html>
+<html><body onload="document.forms[0].submit()">
+<form method="post" action="login"><input type="hidden" name="token" value="{{.Token}}"><input type="hidden" name="next" value="{{.Next}}"></form>
+</body></html>
+`))
 
 var entryName = regexp.MustCompile(`<tr class="entry"><td class="name"><a href="[^"]*">([^<]*?)/?</a>`)
 

@@ -53,7 +53,7 @@ func (c *Cache[V]) Get(token string) (v V, accepted, found bool) {
 // claim of token when it is a JWT).
 func (c *Cache[V]) Accept(token string, v V, ttl time.Duration, expires time.Time) {
 	if expires.IsZero() {
-		expires = jwtExpiry(token)
+		expires = JWTExpiry(token)
 	}
 	if !expires.IsZero() {
 		ttl = min(ttl, expires.Sub(c.clock.Now()))
@@ -63,10 +63,10 @@ func (c *Cache[V]) Accept(token string, v V, ttl time.Duration, expires time.Tim
 	}
 }
 
-// jwtExpiry reads the exp claim of a token without verifying it: the
+// JWTExpiry reads the exp claim of a token without verifying it: the
 // apiserver has just vouched for the token, and TokenReview does not
 // report its expiry. It is zero for a token that is not a JWT with exp.
-func jwtExpiry(token string) time.Time {
+func JWTExpiry(token string) time.Time {
 	var claims struct {
 		Exp json.Number `json:"exp"`
 	}

@@ -78,8 +78,8 @@ type Options struct {
 	// RoleBinding takes effect this fast; a flood of bad tokens costs one
 	// review each per DenyTTL).
 	DenyTTL time.Duration
-	// MaxEntries bounds the allowed and the denied tokens each (default
-	// 4096).
+	// MaxEntries bounds the allowed and the denied tokens each, and the
+	// browser sessions (default 4096).
 	MaxEntries int
 	// Timeout bounds one review (default 5s).
 	Timeout time.Duration
@@ -93,7 +93,10 @@ type Gate struct {
 	reviewer Reviewer
 	// cache holds nil for an allowed token.
 	cache *tokencache.Cache[*refusal.Error]
-	o     Options
+	// sessions of signed-in browsers, named by the cookie cookie.
+	sessions *sessions
+	cookie   string
+	o        Options
 }
 
 // New builds a Gate for claim.
@@ -102,13 +105,15 @@ func New(claim Claim, reviewer Reviewer, o Options) (*Gate, error) {
 		return nil, errors.New("claimauth: the claim's namespace and name are required")
 	}
 	o.AllowTTL, o.DenyTTL, o.Timeout = cmp.Or(o.AllowTTL, 10*time.Second), cmp.Or(o.DenyTTL, 2*time.Second), cmp.Or(o.Timeout, 5*time.Second)
-	return &Gate{claim: claim, reviewer: reviewer, cache: tokencache.New[*refusal.Error](cmp.Or(o.MaxEntries, 4096), o.Clock), o: o}, nil
+	size := cmp.Or(o.MaxEntries, 4096)
+	return &Gate{claim: claim, reviewer: reviewer, cache: tokencache.New[*refusal.Error](size, o.Clock),
+		sessions: newSessions(size, o.Clock), cookie: cookieName(claim), o: o}, nil
 }
 
 // Check authorizes r. A *refusal.Error (401, 403) is for the caller; any
 // other error means the API server could not be asked (503).
 func (g *Gate) Check(r *http.Request) error {
-	token, ok := tokenOf(r)
+	token, ok := g.tokenOf(r)
 	if !ok {
 		return refusal.New(http.StatusUnauthorized, "", "a bearer token is required (Authorization: Bearer <token>, or sign in a browser at %s) of a user or ServiceAccount that may %s", LoginPath, g.claim)
 	}
@@ -161,8 +166,12 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// No page of the accessor tells another site where it was.
 		w.Header().Set("Referrer-Policy", "no-referrer")
-		if r.URL.Path == LoginPath {
+		switch r.URL.Path {
+		case LoginPath:
 			g.login(w, r)
+			return
+		case LogoutPath:
+			g.logout(w, r)
 			return
 		}
 		err := g.Check(r)

@@ -11,30 +11,35 @@ import (
 )
 
 // Browser sign-in. A browser cannot add an Authorization header to the
-// links it follows, so /login takes a token once (pasted into its form, or
-// as ?token= in a link from kubectl, see controllers/README.md), checks it
-// like any request, and keeps it in a cookie the gate then reads:
+// links it follows, so /login takes a token once, pasted into its form
+// (POST only: a token in a URL stays in the browser's history, and a GET
+// link from another site could sign the browser in as someone else),
+// checks it like any request, and gives the browser a session cookie
+// (sessions.go: a random ID, never the token) the gate then reads:
 // HttpOnly (no script reads it), SameSite=Strict (no other site's page can
 // make the browser send it), Path=/ of this accessor, no Max-Age (gone
-// when the browser closes; the token's own expiry ends it sooner), Secure
-// when served over TLS. The accessor only reads, so no request it serves
-// changes state a forged cross-site request could abuse; the sign-in POST
-// itself is refused from another origin.
+// when the browser closes; the session ends sooner), Secure when served
+// over TLS. The accessor only reads, so no request it serves changes state
+// a forged cross-site request could abuse; the sign-in and sign-out POSTs
+// are refused from another origin.
 const (
-	// CookieName is the cookie holding a signed-in browser's token.
-	CookieName = "runplane-accessor-token"
 	// LoginPath is the sign-in page, served without a token.
 	LoginPath = "/login"
+	// LogoutPath ends the browser's session (POST).
+	LogoutPath = "/logout"
 )
 
+// CookieName is the name of the sign-in cookie of this Gate's claim.
+func (g *Gate) CookieName() string { return g.cookie }
+
 // tokenOf is the request's token: the Authorization header when present
-// (malformed: none), else the sign-in cookie.
-func tokenOf(r *http.Request) (string, bool) {
+// (malformed: none), else the token of the cookie's live session.
+func (g *Gate) tokenOf(r *http.Request) (string, bool) {
 	if h := r.Header.Get("Authorization"); h != "" {
 		return bearer(h)
 	}
-	if c, err := r.Cookie(CookieName); err == nil && c.Value != "" {
-		return c.Value, true
+	if c, err := r.Cookie(g.cookie); err == nil {
+		return g.sessions.token(c.Value)
 	}
 	return "", false
 }
@@ -52,8 +57,8 @@ var loginPage = template.Must(template.New("login").Parse(`<!DOCTYPE html>
 </form></body></html>
 `))
 
-// login serves LoginPath: GET shows the form (or, with ?token=, signs in),
-// POST signs in; a sign-in that passes Check sets the cookie and sends the
+// login serves LoginPath: GET shows the form, POST signs in; a sign-in
+// that passes Check starts a session, sets its cookie and sends the
 // browser to next (a path under files/ or archive/ of this accessor,
 // relative so it also works behind a proxy's path prefix).
 func (g *Gate) login(w http.ResponseWriter, r *http.Request) {
@@ -62,7 +67,13 @@ func (g *Gate) login(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
 		q := r.URL.Query()
-		token, next = q.Get("token"), q.Get("next")
+		next = safeNext(q.Get("next"))
+		if q.Has("token") {
+			g.loginForm(w, http.StatusBadRequest, next, "a token in the URL is refused (it stays in the browser history, and another site could sign you in with it): paste it into this form")
+			return
+		}
+		g.loginForm(w, http.StatusOK, next, "")
+		return
 	case http.MethodPost:
 		if !sameOrigin(r) {
 			http.Error(w, "sign-in from another origin refused", http.StatusForbidden)
@@ -98,11 +109,39 @@ func (g *Gate) login(w http.ResponseWriter, r *http.Request) {
 		g.loginForm(w, http.StatusServiceUnavailable, next, "cannot authorize now: "+err.Error())
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: token, Path: "/", HttpOnly: true,
+	id, _, err := g.sessions.start(token)
+	if err != nil {
+		g.loginForm(w, http.StatusUnauthorized, next, err.Error())
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: g.cookie, Value: id, Path: "/", HttpOnly: true,
 		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
 	// Location as is (relative): http.Redirect would make it an absolute
 	// path, which loses a proxy's path prefix.
 	w.Header().Set("Location", next)
+	w.WriteHeader(http.StatusSeeOther)
+}
+
+// logout serves LogoutPath: POST (from this accessor's own pages) ends
+// the cookie's session, so the cookie's value is worthless from then on,
+// clears the cookie and sends the browser to the sign-in form.
+func (g *Gate) logout(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		http.Error(w, "method "+r.Method+" not allowed on "+LogoutPath+": use POST", http.StatusMethodNotAllowed)
+		return
+	}
+	if !sameOrigin(r) {
+		http.Error(w, "sign-out from another origin refused", http.StatusForbidden)
+		return
+	}
+	if c, err := r.Cookie(g.cookie); err == nil {
+		g.sessions.end(c.Value)
+	}
+	http.SetCookie(w, &http.Cookie{Name: g.cookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
+		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+	w.Header().Set("Location", strings.TrimPrefix(LoginPath, "/"))
 	w.WriteHeader(http.StatusSeeOther)
 }
 
