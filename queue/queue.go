@@ -277,7 +277,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// metrics listener is off.
 	var metrics []manager.Runnable
 	if cfg.MetricsListen != "" {
-		if metrics, err = metricsServer(ctx, cfg, kube, metricsauth.Merge(reg, ctrlmetrics.Registry), log); err != nil {
+		if metrics, err = metricsServer(ctx, cfg, kube, reg, metricsauth.Merge(reg, ctrlmetrics.Registry), log); err != nil {
 			return err
 		}
 	}
