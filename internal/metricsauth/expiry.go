@@ -6,16 +6,12 @@ import (
 	"github.com/runplane/runplane/internal/pki"
 )
 
-// ExpiryMetric is the gauge ExpiryGauge exports; the chart's
-// RunplaneCertificateExpiring alert reads it.
-const ExpiryMetric = "runplane_metrics_certificate_expiry_timestamp_seconds"
-
-// ExpiryGauge exports when the /metrics certificate k serves expires
+// ExpiryGauge exports (the chart's RunplaneCertificateExpiring reads it) when the /metrics certificate k serves expires
 // (Unix seconds; 0 before it is loaded), read at scrape time so each
 // replica reports the certificate it serves itself.
 func ExpiryGauge(k *pki.Keeper) prometheus.Collector {
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: ExpiryMetric,
+		Name: "runplane_metrics_certificate_expiry_timestamp_seconds",
 		Help: "When the certificate the /metrics listener serves expires (Unix seconds; 0 before it is loaded).",
 	}, func() float64 {
 		if t := k.NotAfter(); !t.IsZero() {

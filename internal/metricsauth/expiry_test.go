@@ -20,7 +20,7 @@ func TestMetricsCertificateExpiryGauge(t *testing.T) {
 	require.NoError(t, k.Init(context.Background()))
 	require.True(t, k.NotAfter().After(time.Now()))
 	require.Equal(t, float64(k.NotAfter().Unix()), testutil.ToFloat64(g))
-	n, err := testutil.GatherAndCount(registryWith(g), ExpiryMetric)
+	n, err := testutil.GatherAndCount(registryWith(g), "runplane_metrics_certificate_expiry_timestamp_seconds")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 }
