@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/controllers/accessor"
@@ -196,6 +197,9 @@ func NewManager(cfg Config) (ctrl.Manager, error) {
 	if metricsCert != nil {
 		if err := mgr.Add(metricsCert); err != nil {
 			return nil, fmt.Errorf("controllers: metrics certificate: %w", err)
+		}
+		if err := ctrlmetrics.Registry.Register(metricsauth.ExpiryGauge(metricsCert)); err != nil {
+			return nil, fmt.Errorf("controllers: metrics certificate expiry gauge: %w", err)
 		}
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

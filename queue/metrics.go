@@ -25,7 +25,7 @@ import (
 // scrapers RBAC allows get on /metrics. Apart from the ingress port: every
 // tenant calls that one, and the metrics name every namespace and pool.
 // Its Runnables: the server, and the keeper of cfg.MetricsCert's certificate.
-func metricsServer(ctx context.Context, cfg Config, kube kubernetes.Interface, g prometheus.Gatherer, log *slog.Logger) ([]manager.Runnable, error) {
+func metricsServer(ctx context.Context, cfg Config, kube kubernetes.Interface, reg prometheus.Registerer, g prometheus.Gatherer, log *slog.Logger) ([]manager.Runnable, error) {
 	var h http.Handler
 	switch {
 	case cfg.RESTConfig != nil:
@@ -52,6 +52,9 @@ func metricsServer(ctx context.Context, cfg Config, kube kubernetes.Interface, g
 		// Loaded before the listener serves it.
 		if err := keeper.Init(ctx); err != nil {
 			return nil, fmt.Errorf("queue: metrics: %w", err)
+		}
+		if err := reg.Register(metricsauth.ExpiryGauge(keeper)); err != nil {
+			return nil, fmt.Errorf("queue: metrics certificate expiry gauge: %w", err)
 		}
 	}
 	tlsCfg, err := metricsauth.TLS(keeper, "runplane-queue")

@@ -53,6 +53,10 @@ type Config struct {
 	// callout for the worker sidecars (requires RESTConfig); empty: a NATS
 	// without auth.
 	NATSTrustFile string
+	// NATSServers is how many NATS servers answer a VARZ ping, so a
+	// scrape's runplane_nats_servers ends once all have instead of waiting
+	// its whole bound (0: unknown, every scrape waits 500 ms).
+	NATSServers int
 	// NATSTLS is how every connection to NATS verifies the server: TLS
 	// first, its certificate checked against the CA (a file re-read on
 	// each reconnect) and the server name. Zero: a NATS without TLS (tests
@@ -277,7 +281,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// metrics listener is off.
 	var metrics []manager.Runnable
 	if cfg.MetricsListen != "" {
-		if metrics, err = metricsServer(ctx, cfg, kube, metricsauth.Merge(reg, ctrlmetrics.Registry), log); err != nil {
+		if metrics, err = metricsServer(ctx, cfg, kube, reg, metricsauth.Merge(reg, ctrlmetrics.Registry), log); err != nil {
 			return err
 		}
 	}
@@ -310,7 +314,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer closeResolver()
 		// The NATS servers' own health, read over the system account (nats-server
 		// serves no Prometheus metrics): the NATSServerDown and certificate alerts.
-		reg.MustRegister(&natsvarz.Collector{Sys: resolver.Conn, Wait: 500 * time.Millisecond, Log: log.With("component", "nats-varz")})
+		reg.MustRegister(&natsvarz.Collector{Sys: resolver.Conn, Wait: 500 * time.Millisecond, Expect: cfg.NATSServers, Log: log.With("component", "nats-varz")})
 		if k := cfg.NATSTLSKeeper; k != nil {
 			k.Sys = resolver.Conn
 			k.Log = cmp.Or(k.Log, log.With("component", "nats-tls"))

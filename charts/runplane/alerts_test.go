@@ -125,11 +125,11 @@ func TestAlertRulesTunableAndGated(t *testing.T) {
 	rules, _ := renderRules(t, "--set", "metrics.prometheusRule.thresholds.backlogAgeSeconds=60", "--set", "nats.bundled.replicas=1",
 		"--set", "queue.stream.replicas=1")
 	assert.True(t, strings.HasSuffix(expr(rules, "RunplaneQueueBacklogOld"), "> 60"), expr(rules, "RunplaneQueueBacklogOld"))
-	assert.Equal(t, "max(runplane_nats_servers) < 1", expr(rules, "RunplaneNATSServerDown"))
+	assert.Equal(t, "max(runplane_nats_servers) < 1 or absent(runplane_nats_servers) - 1", expr(rules, "RunplaneNATSServerDown"))
 	rules, _ = renderRules(t, "--values", "testdata/values-external.yaml")
 	assert.Empty(t, expr(rules, "RunplaneNATSServerDown"), "an external NATS of unknown size")
 	rules, _ = renderRules(t, "--values", "testdata/values-external.yaml", "--set", "metrics.prometheusRule.natsServers=5")
-	assert.Equal(t, "max(runplane_nats_servers) < 5", expr(rules, "RunplaneNATSServerDown"))
+	assert.Equal(t, "max(runplane_nats_servers) < 5 or absent(runplane_nats_servers) - 1", expr(rules, "RunplaneNATSServerDown"))
 
 	for _, args := range [][]string{nil, append([]string{"--set", "metrics.prometheusRule.enabled=false"}, withRules...)} {
 		for _, o := range parse(t, mustRender(t, args...)) {

@@ -88,6 +88,7 @@ func run() error {
 	flag.StringVar(&c.Stream.Prefix, "subject-prefix", api.DefaultSubjectPrefix, "subject prefix")
 	flag.StringVar(&c.Stream.Stream, "stream", api.DefaultStreamName, "JetStream stream name")
 	flag.IntVar(&c.Stream.Replicas, "stream-replicas", 1, "stream and bucket replicas")
+	flag.IntVar(&c.NATSServers, "nats-servers", 0, "NATS servers in the cluster: a /metrics scrape stops waiting for VARZ answers once that many came (0: unknown, it waits 500 ms)")
 	flag.DurationVar(&c.Stream.MaxAge, "stream-max-age", 72*time.Hour, "stream message max age")
 	flag.Int64Var(&c.Stream.MaxBytes, "stream-max-bytes", -1, "size bound of the invocation stream (full: new invocations get 503, none stored is dropped; -1: unbounded, the server's limits apply)")
 	flag.Int64Var(&c.Stream.RecordsMaxBytes, "records-max-bytes", -1, "size bound of the invocation Records bucket (full: new invocations get 503; -1: unbounded)")

@@ -60,8 +60,23 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if err != nil && c.Log != nil {
 		c.Log.Debug("NATS VARZ", "answered", len(servers), "err", err)
 	}
+	c.collect(ch, servers)
+}
+
+// collect reports servers, one series set per server name: two servers
+// answering with the same server_name (a misconfigured cluster) would
+// otherwise make duplicate series, and the whole /metrics would fail.
+func (c *Collector) collect(ch chan<- prometheus.Metric, servers []Varz) {
 	ch <- prometheus.MustNewConstMetric(serversDesc, prometheus.GaugeValue, float64(len(servers)))
+	named := make(map[string]bool, len(servers))
 	for _, v := range servers {
+		if named[v.Name] {
+			if c.Log != nil {
+				c.Log.Warn("NATS servers share a server_name; reporting the first", "server", v.Name, "id", v.ID)
+			}
+			continue
+		}
+		named[v.Name] = true
 		gauge := func(d *prometheus.Desc, x float64, labels ...string) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, x, append([]string{v.Name}, labels...)...)
 		}

@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -99,7 +100,11 @@ func Ping(ctx context.Context, sys *nats.Conn, wait time.Duration, expect int) (
 			default:
 				v := *r.Data
 				v.ID, v.Name = cmp.Or(v.ID, r.Server.ID), cmp.Or(v.Name, r.Server.Name)
-				out = append(out, v)
+				// A server answers once per request, but a repeated answer
+				// must not count twice toward expect.
+				if !slices.ContainsFunc(out, func(o Varz) bool { return o.ID == v.ID }) {
+					out = append(out, v)
+				}
 			}
 		}
 	}

@@ -80,6 +80,21 @@ func (k *Keeper) serve(b *Bundle) error {
 	return nil
 }
 
+// NeedLeaderElection is false: every replica serves the certificate, so
+// every replica loads and renews it (a controller-runtime manager runs
+// a plain Runnable on the leader only, leaving standbys without one or
+// with an expired one). Ensure settles replicas' create/update races.
+func (k *Keeper) NeedLeaderElection() bool { return false }
+
+// NotAfter is when the served certificate expires (zero before Init),
+// for a certificate-expiry gauge read at scrape time.
+func (k *Keeper) NotAfter() time.Time {
+	if b := k.bundle.Load(); b != nil {
+		return b.NotAfter
+	}
+	return time.Time{}
+}
+
 // Start checks the Secret every CheckInterval until ctx ends (a
 // controller-runtime Runnable). A failed check is logged and retried at
 // the next one: the served certificate stays valid for months.

@@ -118,7 +118,7 @@ func (sc Scenario) Start(t testing.TB, bins Binaries) *Stack {
 	s.NATS = s.NATSCluster[0]
 	qo := QueueOptions{Pools: []string{s.Namespace + "/" + s.Pool}, Args: sc.QueueArgs}
 	if sc.NATSServers > 1 {
-		qo.Args = append([]string{"-stream-replicas", strconv.Itoa(sc.NATSServers)}, qo.Args...)
+		qo.Args = append([]string{"-stream-replicas", strconv.Itoa(sc.NATSServers), "-nats-servers", strconv.Itoa(sc.NATSServers)}, qo.Args...)
 	}
 	s.Queue, err = StartQueue(bins, dir, "queue", s.NATS.URL, qo)
 	require.NoError(t, err)

@@ -203,7 +203,7 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 			RESTConfig:  c.RESTConfig(), Logger: log.With("component", "queue"),
 		}
 		qc.NATSURL, qc.NATSTrustFile, qc.NATSTLS = natsURL, auth.TrustFile, auth.Client
-		qc.Stream.Replicas = natsServers
+		qc.Stream.Replicas, qc.NATSServers = natsServers, natsServers
 		return queue.Run(ctx, qc)
 	})
 	for s.queueURL == "" || s.metrics["queue"] == "" {
