@@ -200,8 +200,15 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		runnables = append(runnables, follow)
 	} else {
 		// Binding while the manager leads: a RunnableFunc needs leader
-		// election, and without LeaderElection it starts at once.
+		// election, and without LeaderElection it starts at once. The
+		// manager wins the Lease without waiting for the informers (they
+		// are runnables of their own), and a Lease released by a
+		// predecessor is won at once: lead only once the ledger holds
+		// every Pod, Node and reservation (waitSynced).
 		runnables = append(runnables, manager.RunnableFunc(func(ctx context.Context) error {
+			if !e.waitSynced(ctx) {
+				return nil
+			}
 			e.setLeader(true)
 			<-ctx.Done()
 			e.setLeader(false)
@@ -322,6 +329,16 @@ func (e *Extender) CACert() []byte { return e.caPEM }
 func (e *Extender) IsLeader() bool { return e.isLeader() }
 
 func (e *Extender) isLeader() bool { return e.leader.Load() }
+
+// waitSynced blocks until the ledger has been handed every listed Pod
+// (reservations included), Node and PodDisruptionBudget — and the followed
+// Lease — or ctx ends (false). Nothing leads before: a leader with a
+// partial ledger would reserve and bind into capacity whose Pods it has not
+// seen yet, and release as stale the reservations of preemptors it has not
+// seen yet (TestLeadsOnlyOnceSynced).
+func (e *Extender) waitSynced(ctx context.Context) bool {
+	return cache.WaitForCacheSync(ctx.Done(), e.informerSynced...)
+}
 
 func (e *Extender) setLeader(v bool) {
 	if e.leader.Swap(v) != v {

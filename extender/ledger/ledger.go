@@ -85,6 +85,10 @@ type Request struct {
 	Protected func(namespace string, labels map[string]string) bool
 }
 
+// MayPreempt: the leader plans a preemption for the request when it fits
+// no node.
+func (r Request) MayPreempt() bool { return r.Preempt && !r.Required }
+
 // RequestFor builds the Request of a Pod. Pods with neither runplane label
 // take free capacity only, like placeholders.
 func RequestFor(pod *corev1.Pod, required bool) Request {
@@ -1030,7 +1034,7 @@ func FilterAppend[N Name](l *Ledger, into FilterResult, req Request, names []N, 
 		}
 		best, bestNode = v, n
 	}
-	if bestNode == nil && reserve && req.Preempt && !req.Required {
+	if bestNode == nil && reserve && req.MayPreempt() {
 		now := l.opts.Clock.Now()
 		p, capped := l.preempt(pr, res.Failed, preferNode, now)
 		res.Capped = capped
