@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/runplane/runplane/internal/jwtclaims"
 	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/clock"
+
+	"github.com/runplane/runplane/internal/jwtclaims"
 )
 
 // errBusy is a review that was not asked because its rate limit is spent.

@@ -14,10 +14,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/runplane/runplane/internal/buildinfo"
-	"github.com/runplane/runplane/internal/metricsauth"
 	"golang.org/x/crypto/ssh"
 	"k8s.io/utils/clock"
+
+	"github.com/runplane/runplane/internal/buildinfo"
+	"github.com/runplane/runplane/internal/metricsauth"
 )
 
 // Defaults for Config fields left zero.
