@@ -80,10 +80,10 @@ func NewKeySet(path string, log *slog.Logger) *KeySet {
 func (k *KeySet) Authorize(key ssh.PublicKey, ip string) (KeyLine, error) {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
-	wire := string(key.Marshal())
-	lines, ok := k.keys.Keys[wire]
+	wire := key.Marshal()
+	lines, ok := k.keys.Keys[string(wire)]
 	if !ok {
-		if r, refused := k.keys.refusedKeys[wire]; refused {
+		if r, refused := k.keys.refusedKeys[string(wire)]; refused {
 			return KeyLine{}, &KeyRefusal{Reason: "options", Line: r.Line,
 				Detail: fmt.Sprintf("key listed only on refused lines (%s %s)", r.Reason, r.Option)}
 		}
