@@ -401,7 +401,8 @@ func TestIdleTimeout(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- c.Wait() }()
 	select {
-	case <-done:
+	case err := <-done:
+		require.ErrorIs(t, err, io.EOF, "the server hung up")
 	case <-time.After(10 * time.Second):
 		c.Close()
 		require.Fail(t, "idle connection was not closed")
