@@ -18,8 +18,9 @@ REAL_NODES ?= 1
 dev: deps
 	@$(GO) build -o bin/runplane-dev ./test/dev && exec bin/runplane-dev -real-nodes=$(REAL_NODES)
 
-## test: unit + integration + e2e tests (builds the control-plane binaries once, cached outside the repo).
-test: deps lint
+## test: Debian packages, lint, then unit + integration + e2e tests (builds the control-plane binaries
+## once, cached outside the repo); ends with the time of each phase.
+test:
 	@TESTFLAGS="$(TESTFLAGS)" bash hack/test.sh
 
 ## unit: only the tests that need no control plane.

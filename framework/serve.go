@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/runplane/runplane/internal/httpjson"
+	"github.com/runplane/runplane/internal/tracing"
 )
 
 // Default paths of the contract; a Pod may override them with the
@@ -41,6 +42,8 @@ type handlerOptions struct {
 	detachGrace time.Duration
 	recent      int
 	recentFor   time.Duration
+	// tracer records the handler spans (trace.go).
+	tracer tracing.Tracer
 }
 
 func newHandlerOptions(opts []Option) handlerOptions {
@@ -49,6 +52,7 @@ func newHandlerOptions(opts []Option) handlerOptions {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	o.tracer = handlerTracer(o.tracer)
 	return o
 }
 
@@ -161,8 +165,11 @@ func NewHandler(fn HandlerFunc, opts ...Option) http.Handler {
 			httpjson.Write(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("read invocation envelope: %v", err)})
 			return
 		}
+		parent := tracing.FromHTTP(r.Header)
 		run := func(ctx context.Context) Response {
+			ctx, span := o.tracer.Start(ctx, parent, "framework handler", handlerSpanOptions(req)...)
 			resp, err := fn(ctx, req)
+			endHandlerSpan(span, resp, err)
 			if err != nil {
 				resp = Response{StatusCode: http.StatusInternalServerError, Error: err.Error()}
 			}

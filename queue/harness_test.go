@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
@@ -53,6 +54,9 @@ type env struct {
 
 	workersMu sync.Mutex
 	workers   map[string]*sidecartest.Worker
+
+	// tracers of the workers' sidecars and frameworks (nil: none).
+	sidecarTP, frameworkTP trace.TracerProvider
 }
 
 // startNATS restarts the test's NATS on its store dir and port.
@@ -171,6 +175,7 @@ func (e *env) tenantWorker(ns, poolName, name string, conc int, h framework.Hand
 func (e *env) workerConfig(c sidecartest.Config) sidecartest.Config {
 	sc := e.cfg.Stream.WithDefaults()
 	c.NATSURL, c.TLS, c.SubjectPrefix, c.StreamName, c.Log = e.natsURL(), e.natsTLS, sc.Prefix, sc.Stream, e.log
+	c.SidecarTracer, c.FrameworkTracer = e.sidecarTP, e.frameworkTP
 	if testing.Verbose() {
 		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -158,6 +159,10 @@ type Config struct {
 	// Scaler replaces the Kubernetes scaler (benchmarks; with StaticPools).
 	Scaler activator.Scaler
 	Logger *slog.Logger
+
+	// TracerProvider records the ingress's and the activator's spans
+	// (nil: none; trace context is still propagated). See README "Traces".
+	TracerProvider trace.TracerProvider
 }
 
 // HeartbeatMultiple is the least heartbeat timeout, in worker heartbeat
@@ -350,7 +355,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		srv, err := ingress.New(ctx, ingress.Config{Store: st, NC: nc, Pools: pools, Auth: gate, InsecureNoAuth: gate == nil && cfg.InsecureDisableCallerAuth, Limits: cfg.Limits,
 			DefaultTTLSeconds: cfg.DefaultTTLSeconds, MaxTTLSeconds: maxTTLSeconds(cfg.Stream), MaxBodyBytes: cfg.MaxBodyBytes, MaxPayloadBytes: cfg.MaxPayloadBytes, Logger: log, Registerer: reg,
-			Callbacks: callbacks, Namespaces: nss, HTTP: cfg.IngressHTTP})
+			Callbacks: callbacks, Namespaces: nss, HTTP: cfg.IngressHTTP, TracerProvider: cfg.TracerProvider})
 		if err != nil {
 			return err
 		}
@@ -370,7 +375,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if !cfg.DisableActivator {
 		act, err := activator.New(activator.Config{Store: st, NC: nc, Pools: pools, Kube: kube, Namespace: cfg.Namespace,
 			HeartbeatTimeout: cfg.HeartbeatTimeout, SilentHold: cfg.SilentHold, MaxAttempts: cfg.MaxAttempts, Backoff: cfg.Backoff, Tick: cfg.Tick, Scaler: cfg.Scaler,
-			Limits: cfg.Limits, Revoke: revoke, Logger: log, Registerer: reg})
+			Limits: cfg.Limits, Revoke: revoke, Logger: log, Registerer: reg, TracerProvider: cfg.TracerProvider})
 		if err != nil {
 			return err
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/runplane/runplane/internal/logging"
 	"github.com/runplane/runplane/internal/natscallout"
 	"github.com/runplane/runplane/internal/objects"
+	"github.com/runplane/runplane/internal/tracing"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/pool"
 )
@@ -60,6 +61,8 @@ func run() error {
 	var boot bootstrap
 	var cb callbackFlags
 	cb.register(&c)
+	var tr tracing.Settings
+	tr.AddFlags(flag.CommandLine)
 	var inCluster, noKube bool
 	flag.StringVar(&c.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL")
 	flag.StringVar(&c.NATSTrustFile, "nats-trust-file", "", "file holding the secret runplane's NATS operator, accounts and users are derived from (the server trusts its operator); the queue then serves the auth callout, placing each worker in an account of its own; empty: a NATS without auth")
@@ -177,5 +180,11 @@ func run() error {
 	if err := cb.apply(ctx, c.RESTConfig, &c); err != nil {
 		return err
 	}
+	tp, stopTracing, err := tr.Provider(ctx, "runplane-queue", os.Getenv)
+	if err != nil {
+		return cmdline.Usage(err)
+	}
+	defer tracing.Flush(stopTracing, c.Logger)
+	c.TracerProvider = tp
 	return queue.Run(ctx, c)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/internal/tracing"
 	"github.com/runplane/runplane/queue/activator/internal/state"
 	"github.com/runplane/runplane/queue/stream"
 )
@@ -120,6 +121,7 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 	}
 	st := a.cfg.Store
 	it := &state.Item{Inv: inv, Seq: md.Sequence.Stream}
+	it.Trace = tracing.FromNATS(m.Headers())
 	rev, _ := strconv.ParseUint(m.Headers().Get(stream.RevisionHeader), 10, 64)
 	if rev != 0 && md.NumDelivered == 1 && a.cfg.Clock.Since(md.Timestamp) < freshAge {
 		it.Rec = messages.Cached{Rev: rev, Record: messages.Record{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool, Mode: inv.Mode,

@@ -18,11 +18,14 @@ import (
 	v1 "github.com/runplane/runplane/api/serverless/v1"
 	"github.com/runplane/runplane/internal/httpjson"
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/internal/tracing"
 	"github.com/runplane/runplane/queue/stream"
 )
 
 func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolName string, alias bool) {
 	start := time.Now()
+	r, span := s.traceAccept(w, r, ns, poolName)
+	defer span.End()
 	// The caller is known already (Handler authenticates every route). The
 	// path names the pool, and so may the alias's query: the caller is then
 	// authorized before its body is read. An alias request that names its
@@ -391,6 +394,7 @@ func (s *Server) publish(ctx context.Context, inv messages.Invocation, b []byte,
 		msg.Header.Set(stream.RevisionHeader, strconv.FormatUint(rev, 10))
 		msg.Header.Set(stream.RequestHashHeader, hash)
 	}
+	tracing.ToNATS(ctx, msg.Header)
 	pa, err := s.cfg.Store.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(messages.MsgID(inv.Namespace, inv.InvocationID)))
 	if err != nil {
 		return nil, fmt.Errorf("publish invocation %s: %w", inv.InvocationID, err)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/internal/tracing"
 )
 
 // Client calls a framework over its unix socket. It is what the sidecar
@@ -181,6 +182,7 @@ func (c *Client) do(ctx context.Context, r framework.Request, h http.Header) (*h
 		return nil, fmt.Errorf("build invoke request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	tracing.ToHTTP(ctx, req.Header) // the sidecar's span: the handler's parent
 	for k, v := range h {
 		req.Header[k] = v
 	}

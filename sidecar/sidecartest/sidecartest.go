@@ -26,6 +26,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/runplane/runplane/api"
@@ -70,6 +71,9 @@ type Config struct {
 	Direct bool
 	// Logger is the sidecar's (default: discarded).
 	Logger *slog.Logger
+	// SidecarTracer and FrameworkTracer record the sidecar's and the
+	// framework's spans (nil: none).
+	SidecarTracer, FrameworkTracer trace.TracerProvider
 }
 
 // Worker is a running sidecar and its framework.
@@ -145,7 +149,7 @@ func Start(ctx context.Context, cfg Config) (*Worker, error) {
 		SubjectPrefix: cmp.Or(cfg.SubjectPrefix, api.DefaultSubjectPrefix), StreamName: cmp.Or(cfg.StreamName, api.DefaultStreamName),
 		HTTPAddr: "127.0.0.1:0", HeartbeatInterval: cmp.Or(cfg.Heartbeat, 100*time.Millisecond), ProbeInterval: 50 * time.Millisecond,
 		FetchWait: 200 * time.Millisecond, AckWait: cfg.AckWait, ShutdownGrace: cmp.Or(cfg.ShutdownGrace, 5*time.Second),
-		Logger: logger.With("worker", cfg.Name),
+		Logger: logger.With("worker", cfg.Name), TracerProvider: cfg.SidecarTracer,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("worker %s: %w", cfg.Name, err)
@@ -207,7 +211,7 @@ func (w *Worker) serveFramework(cfg Config) error {
 				return framework.Response{}, err
 			}
 			return cfg.Handler(ctx, req)
-		})
+		}, framework.WithTracerProvider(cfg.FrameworkTracer))
 	}
 	ln, err := framework.ListenUnix(filepath.Join(w.dir, "fw.sock"))
 	if err != nil {

@@ -15,7 +15,7 @@ import traceback
 from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Optional, Tuple
 
 from ._dispatch import Dispatcher, Handler, HealthCheck, checked, failure
-from ._envelope import Config, Request, config_from_env
+from ._envelope import TRACEPARENT_HEADER, Config, Request, config_from_env, traceparent
 from ._stream import chunk_bytes, is_stream_handler, sse_event
 
 # The ASGI 3.0 callables (https://asgi.readthedocs.io/en/latest/specs/main.html).
@@ -109,6 +109,7 @@ class _ContractApp:
             return
         try:
             req = Request.from_dict(json.loads(raw or b"null"))
+            req.traceparent = traceparent(_header(scope, TRACEPARENT_HEADER))
         except (ValueError, TypeError) as e:
             await _send_json(send, 400, {"error": f"decode invocation envelope: {e}"})
             return
@@ -201,6 +202,12 @@ def wrap_asgi(
     return _ContractApp(cfg, invoke, check, lifespan=app)
 
 
+def _header(scope: Scope, name: str) -> Optional[str]:
+    """The first value of request header name (lower case) in an ASGI scope."""
+    key = name.encode()
+    return next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == key), None)
+
+
 def _is_json(content_type: str) -> bool:
     ct = content_type.split(";", 1)[0].strip().lower()
     return ct == _JSON or ct.endswith("+json")
@@ -218,6 +225,9 @@ async def _forward(app: ASGIApp, req: Request, default_path: str) -> Dict[str, A
         body = json.dumps(req.payload).encode()
     headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in req.headers.items()
                if k.lower() not in ("content-type", "content-length", "host")]
+    if req.traceparent:  # the app's own tracing (e.g. OpenTelemetry's ASGI middleware) continues it
+        headers = [h for h in headers if h[0] != TRACEPARENT_HEADER.encode()]
+        headers.append((TRACEPARENT_HEADER.encode(), req.traceparent.encode("latin-1")))
     headers += [(b"content-type", content_type.encode("latin-1")), (b"host", b"framework"),
                 (b"x-runplane-invocation-id", req.invocationID.encode("latin-1"))]
     status, resp_headers, data = await _call(app, method, path, headers, body)

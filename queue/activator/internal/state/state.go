@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/utils/clock"
 
 	"github.com/runplane/runplane/internal/messages"
@@ -136,6 +137,10 @@ type Item struct {
 	// as last written or read (under WriteMu), so most writes need no read.
 	WriteMu sync.Mutex
 	Rec     messages.Cached
+
+	// Trace is the ingress span the invocation's message named (its
+	// traceparent; invalid: none): the parent of each dispatch's span.
+	Trace trace.SpanContext
 }
 
 // Worker is one worker of a pool, known from its Pod or its Events.
