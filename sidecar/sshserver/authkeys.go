@@ -11,8 +11,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/runplane/runplane/internal/refusal"
 	"golang.org/x/crypto/ssh"
+
+	"github.com/runplane/runplane/internal/refusal"
 )
 
 // KeySet is the set of public keys currently allowed to log in, each with
