@@ -51,11 +51,10 @@ CHAOS_RUN ?= .
 chaos:
 	@RUNPLANE_TESTBIN_DIR=$${RUNPLANE_TESTBIN_DIR:-$$(bash test/testbin/build.sh)} bash test/chaos/run.sh '$(CHAOS_RUN)'
 
-## lint: gofmt and go vet.
+## lint: golangci-lint (pinned in hack/tools, configured by .golangci.yml): go vet, staticcheck,
+## errcheck, errorlint, bodyclose and the rest, with gofmt and goimports.
 lint:
-	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
-	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
+	$(TOOL) golangci-lint run ./...
 
 ## testbin: build the control-plane binaries into the cache (prints its dir).
 testbin:

@@ -437,7 +437,7 @@ func (e *Extender) bind(ctx context.Context, pod *corev1.Pod, node string) error
 	// Binding: the Binding's annotation below is the last word.
 	intended, err := e.intents.settle(claimCtx, pod.UID)
 	if err != nil {
-		return &bindError{reasonAnnotate, fmt.Errorf("Pod %s/%s: %w", pod.Namespace, pod.Name, err)}
+		return &bindError{reasonAnnotate, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)}
 	}
 	// Leadership may have moved while this bind waited for the claim: a
 	// new leader's ledger already counts what this one assumed.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -118,7 +119,7 @@ func TestVerbsServeHTTP2(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			done := make(chan error, 1)
 			go func() { done <- server(tt.name, mux, l, tt.cfg).Start(ctx) }()
-			defer func() { cancel(); <-done }()
+			defer func() { cancel(); assert.NoError(t, <-done) }()
 			resp, err := client.Get("https://" + l.Addr().String() + "/")
 			require.NoError(t, err)
 			resp.Body.Close()

@@ -17,6 +17,7 @@ import (
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/pool"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -103,7 +104,7 @@ func syncRoundTrip(b *testing.B, useTLS bool) {
 	// Baseline responder: a bare NATS service.
 	sub, err := rt.e.nc.Subscribe("bench.echo", func(m *nats.Msg) { _ = m.Respond(m.Data) })
 	require.NoError(b, err)
-	defer sub.Unsubscribe()
+	defer func() { assert.NoError(b, sub.Unsubscribe()) }()
 	calls := map[string]func() error{
 		"baseline": func() error {
 			_, err := rt.e.nc.Request("bench.echo", syncBody, 5*time.Second)

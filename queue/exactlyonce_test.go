@@ -39,7 +39,7 @@ func TestDeregisterRightAfterResultsRunsEachOnce(t *testing.T) {
 	}
 	e.worker("b", n, nil) // would take any redelivery at once
 	close(g.release)
-	a.Stop() // returns once the results are stored, then deregisters
+	require.NoError(t, a.Stop()) // returns once the results are stored, then deregisters
 	for _, id := range ids {
 		rec := e.waitState(id, messages.StateSucceeded, 10*time.Second)
 		assert.False(t, rec.Worker != "a" || rec.Attempt != 1, "%s: finished by %s on attempt %d, want a on attempt 1", id, rec.Worker, rec.Attempt)

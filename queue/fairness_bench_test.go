@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/pool"
 	"github.com/runplane/runplane/sidecar/sidecartest"
-	"github.com/stretchr/testify/require"
 )
 
 // BenchmarkTenantFlood measures tenant B's sync round trip (open loop,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/framework"
@@ -51,7 +52,7 @@ func dispatchToReply(b *testing.B, useTLS, journal bool) {
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() { done <- s.Run(ctx) }()
-			defer func() { cancel(); <-done }()
+			defer func() { cancel(); assert.NoError(b, <-done) }()
 			require.Eventually(b, func() bool { return s.ready.Load() && s.consumer.Load() != nil }, waitFor, 10*time.Millisecond, "sidecar ready")
 
 			var mu sync.Mutex
@@ -69,7 +70,7 @@ func dispatchToReply(b *testing.B, useTLS, journal bool) {
 						b.Error(err)
 						return
 					}
-					defer sub.Unsubscribe()
+					defer func() { assert.NoError(b, sub.Unsubscribe()) }()
 					local := []time.Duration{}
 					for i := range next {
 						id := fmt.Sprintf("b%d-%d", w, i)

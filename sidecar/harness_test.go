@@ -305,7 +305,7 @@ func binaries(t testing.TB) (sidecarBin, echoBin string) {
 		for _, pkg := range []string{"runplane-sidecar", "framework-echo"} {
 			out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, pkg), "github.com/runplane/runplane/cmd/"+pkg).CombinedOutput()
 			if err != nil {
-				buildErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+				buildErr = fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
 				return
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/runplane/runplane/internal/buildinfo"
@@ -61,7 +62,7 @@ func newMetrics(concurrency int) *metrics {
 	m.chunks = prometheus.NewCounter(prometheus.CounterOpts{Name: "runplane_sidecar_stream_chunks_total",
 		Help: "Chunks of streamed framework answers relayed to the chunks stream."})
 	m.reg.MustRegister(m.chunks, m.invocations, m.duration, m.inFlight, m.ready, m.duplicates, m.ackErrors, m.refused, m.publishRetries, m.handedBack, m.bodiesUnstored, conc, buildinfo.Collector(),
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

@@ -208,7 +208,11 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("subscribe to cancel subject: %w", err)
 	}
-	defer cancelSub.Unsubscribe()
+	defer func() {
+		if err := cancelSub.Unsubscribe(); err != nil {
+			s.log.Warn("unsubscribe from the cancel subject", "err", err)
+		}
+	}()
 
 	s.publishEvent(messages.Event{Type: messages.EventRegistered})
 	s.log.Info("registered", "concurrency", s.cfg.Concurrency, "stream", s.cfg.StreamName)

@@ -33,7 +33,7 @@ func TestDispatchResultReplyEvents(t *testing.T) {
 	inbox := nats.NewInbox()
 	sub, err := e.nc.ChanSubscribe(inbox, reply)
 	require.NoError(t, err)
-	defer sub.Unsubscribe()
+	defer func() { assert.NoError(t, sub.Unsubscribe()) }()
 
 	e.startSidecar(e.config("w1", sock))
 	reg := waitEvent(t, events, "registered", func(ev messages.Event) bool { return ev.Type == messages.EventRegistered })
@@ -259,7 +259,8 @@ func TestFrameworkCrashFails(t *testing.T) {
 	require.Equal(t, messages.StateFailed, res.State)
 	require.NotEmpty(t, res.Error)
 	select {
-	case <-fwDone:
+	case err := <-fwDone:
+		require.Error(t, err, "framework-echo crashes with exit status 3")
 	case <-time.After(5 * time.Second):
 		t.Fatal("framework-echo did not exit")
 	}

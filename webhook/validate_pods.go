@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -53,7 +54,7 @@ func checkEphemeral(pod, old *corev1.Pod) error {
 			return err
 		}
 		if err := mutate.CheckContainers(pod, "spec.ephemeralContainers", all[i:i+1]); err != nil {
-			if ce, ok := err.(*mutate.CredentialError); ok {
+			if ce, ok := errors.AsType[*mutate.CredentialError](err); ok {
 				ce.Field = field
 			}
 			return err

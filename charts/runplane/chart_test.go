@@ -20,7 +20,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -147,11 +146,6 @@ func (o object) kind() string { s, _ := o.data["kind"].(string); return s }
 func (o object) name() string {
 	m, _ := o.data["metadata"].(map[string]any)
 	s, _ := m["name"].(string)
-	return s
-}
-func (o object) namespace() string {
-	m, _ := o.data["metadata"].(map[string]any)
-	s, _ := m["namespace"].(string)
 	return s
 }
 
@@ -423,13 +417,4 @@ func podSpec(o object) map[string]any {
 	tmpl, _ := spec["template"].(map[string]any)
 	ps, _ := tmpl["spec"].(map[string]any)
 	return ps
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

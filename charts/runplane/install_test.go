@@ -265,8 +265,8 @@ func TestInstall(t *testing.T) {
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				created, err := client.CoreV1().Pods(c.namespace).Create(ctx, c.pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-				switch {
-				case c.webhook == "":
+				switch c.webhook {
+				case "":
 					require.NoError(t, err, "refused")
 					require.Equal(t, c.pod.Name, created.Name)
 				default:

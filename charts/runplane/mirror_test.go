@@ -438,7 +438,7 @@ func TestContainerFlagsExist(t *testing.T) {
 			build := exec.CommandContext(t.Context(), "go", "build", "-o", path, "./cmd/"+name)
 			build.Dir = root
 			if out, err := build.CombinedOutput(); err != nil {
-				f.err = fmt.Errorf("building cmd/%s: %v\n%s", name, err, out)
+				f.err = fmt.Errorf("building cmd/%s: %w\n%s", name, err, out)
 				return f
 			}
 		}

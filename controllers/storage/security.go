@@ -1,9 +1,10 @@
 package storage
 
 import (
-	"github.com/runplane/runplane/api"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/runplane/runplane/api"
 )
 
 // copyPodSecurity and copyContainerSecurity make the copy Job's Pod meet

@@ -198,7 +198,7 @@ func TestPreemptionMakesProgress(t *testing.T) {
 			}
 		}
 		for _, ev := range evs {
-			born, ok := births.at[types.UID(ev.Regarding.UID)]
+			born, ok := births.at[ev.Regarding.UID]
 			require.True(t, ok, "victim %s/%s was seen created", ev.Regarding.Namespace, ev.Regarding.Name)
 			require.False(t, born.After(first), "%s evicted %s/%s, a replacement of its earlier victim", preemptor, ev.Regarding.Namespace, ev.Regarding.Name)
 		}

@@ -3,6 +3,7 @@ package images
 import (
 	"archive/tar"
 	"bytes"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -36,7 +37,7 @@ func imageFiles(t *testing.T, im Image) map[string]*tar.Header {
 	files := map[string]*tar.Header{}
 	for {
 		hdr, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return files
 		}
 		require.NoError(t, err)
@@ -171,7 +172,7 @@ func TestWriteArchiveRoundTrip(t *testing.T) {
 	tr := tar.NewReader(f)
 	for {
 		hdr, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		require.NoError(t, err)

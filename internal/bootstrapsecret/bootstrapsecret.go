@@ -44,11 +44,11 @@ func Ensure(ctx context.Context, client kubernetes.Interface, namespace, name st
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("Secret %s/%s: %w", namespace, name, err)
+		return nil, fmt.Errorf("bootstrap Secret %s/%s: %w", namespace, name, err)
 	}
 	for _, k := range keys {
 		if len(s.Data[k]) == 0 {
-			return nil, fmt.Errorf("Secret %s/%s has no key %q", namespace, name, k)
+			return nil, fmt.Errorf("bootstrap Secret %s/%s has no key %q", namespace, name, k)
 		}
 	}
 	return s.Data, nil

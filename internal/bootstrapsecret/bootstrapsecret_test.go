@@ -38,7 +38,7 @@ func TestEnsure(t *testing.T) {
 	require.Equal(t, "runplane", s.Labels["app"])
 
 	_, err = Ensure(ctx, client, "rp", "incomplete", nil, Password, "password")
-	require.EqualError(t, err, `Secret rp/incomplete has no key "password"`)
+	require.EqualError(t, err, `bootstrap Secret rp/incomplete has no key "password"`)
 }
 
 // TestNATSTrust: the generated configuration trusts the generated secret

@@ -8,10 +8,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/runplane/runplane/internal/refusal"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/runplane/runplane/internal/refusal"
 )
 
 func jwtWithExp(sub string, exp time.Time) string {

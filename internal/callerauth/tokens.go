@@ -6,9 +6,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/runplane/runplane/internal/tokencache"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/client-go/util/flowcontrol"
+
+	"github.com/runplane/runplane/internal/tokencache"
 )
 
 // errBusy is a review that was not asked because its rate limit is spent.

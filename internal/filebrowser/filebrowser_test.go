@@ -127,9 +127,17 @@ func TestReadOnly(t *testing.T) {
 	require.Equal(t, "hello world", string(b), "file changed")
 }
 
-func get(t *testing.T, url string, header ...string) (*http.Response, []byte) {
+// reply is what get keeps of a response: the body is read and closed
+// inside get, so no caller holds one open.
+type reply struct {
+	StatusCode int
+	Header     http.Header
+}
+
+func get(t *testing.T, url string, header ...string) (reply, []byte) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(t, err)
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
@@ -138,7 +146,7 @@ func get(t *testing.T, url string, header ...string) (*http.Response, []byte) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	return resp, b
+	return reply{StatusCode: resp.StatusCode, Header: resp.Header}, b
 }
 
 func TestDownload(t *testing.T) {

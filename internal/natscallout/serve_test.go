@@ -2,8 +2,6 @@ package natscallout
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -84,8 +82,6 @@ func TestServeBoundsWorkAndServesCachedClients(t *testing.T) {
 	cancel()
 	require.NoError(t, <-served)
 }
-
-func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // TestServeBoundsReviewsPerHost: one client address that spent its budget
 // is refused at once (rate_limited, no review), while another address is

@@ -108,7 +108,7 @@ func validPayload(contentType string, p json.RawMessage) error {
 		return fmt.Errorf("field payload: contentType %q is not JSON, so the payload must be a string of its bytes in standard base64", contentType)
 	}
 	if _, err := base64.StdEncoding.DecodeString(s); err != nil {
-		return fmt.Errorf("field payload: contentType %q is not JSON, so the payload must be standard base64: %v", contentType, err)
+		return fmt.Errorf("field payload: contentType %q is not JSON, so the payload must be standard base64: %w", contentType, err)
 	}
 	return nil
 }

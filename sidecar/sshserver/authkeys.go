@@ -11,8 +11,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/runplane/runplane/internal/refusal"
 	"golang.org/x/crypto/ssh"
+
+	"github.com/runplane/runplane/internal/refusal"
 )
 
 // KeySet is the set of public keys currently allowed to log in, each with
@@ -76,10 +77,10 @@ func NewKeySet(path string, log *slog.Logger) *KeySet {
 func (k *KeySet) Authorize(key ssh.PublicKey, ip string) (KeyLine, error) {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
-	wire := string(key.Marshal())
-	lines, ok := k.keys.Keys[wire]
+	wire := key.Marshal()
+	lines, ok := k.keys.Keys[string(wire)]
 	if !ok {
-		if r, refused := k.keys.refusedKeys[wire]; refused {
+		if r, refused := k.keys.refusedKeys[string(wire)]; refused {
 			return KeyLine{}, keyRefusal("options", r.Line, fmt.Sprintf("key listed only on refused lines (%s %s)", r.Reason, r.Option))
 		}
 		return KeyLine{}, errNotListed

@@ -3,6 +3,7 @@ package sshserver_test
 import (
 	"bytes"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -153,7 +154,7 @@ func TestOpenSSHCommands(t *testing.T) {
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			err := cmd.Run()
 			code := 0
-			if ee, ok := err.(*exec.ExitError); ok {
+			if ee, ok := errors.AsType[*exec.ExitError](err); ok {
 				code = ee.ExitCode()
 			} else {
 				require.NoError(t, err)
@@ -379,7 +380,7 @@ func TestKeyRotation(t *testing.T) {
 	login := func(k userKey) error {
 		out, err := srv.sshCmd(t, k.file, "echo", "in").CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("%v: %s", err, out)
+			return fmt.Errorf("%w: %s", err, out)
 		}
 		return nil
 	}
@@ -400,7 +401,8 @@ func TestIdleTimeout(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- c.Wait() }()
 	select {
-	case <-done:
+	case err := <-done:
+		require.ErrorIs(t, err, io.EOF, "the server hung up")
 	case <-time.After(10 * time.Second):
 		c.Close()
 		require.Fail(t, "idle connection was not closed")

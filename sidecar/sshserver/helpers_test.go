@@ -125,7 +125,7 @@ func startServer(tb testing.TB, dir, keysFile string, extra ...string) *server {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			line := sc.Text()
-			s.log.Write([]byte(line + "\n"))
+			fmt.Fprintln(s.log, line)
 			var rec struct{ Msg, Addr, HostKey string }
 			if json.Unmarshal([]byte(line), &rec) != nil {
 				continue

@@ -47,7 +47,7 @@ func launch(t *testing.T, env []string, command ...string) *launched {
 	l := &launched{cmd: cmd, out: &lockedBuffer{}, log: &lockedBuffer{}, addrs: make(chan string, 8), hostKey: filepath.Join(dir, "host_key"), done: make(chan struct{})}
 	cmd.Stdout = l.out
 	cmd.Stderr = &lineWriter{line: func(line string) {
-		l.log.Write([]byte(line + "\n"))
+		fmt.Fprintln(l.log, line)
 		var rec struct{ Msg, Addr string }
 		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "listening" {
 			l.addrs <- rec.Addr

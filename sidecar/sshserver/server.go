@@ -13,12 +13,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/crypto/ssh"
+	"k8s.io/utils/clock"
+
 	"github.com/runplane/runplane/internal/buildinfo"
 	"github.com/runplane/runplane/internal/metricsauth"
 	"github.com/runplane/runplane/internal/refusal"
-	"golang.org/x/crypto/ssh"
-	"k8s.io/utils/clock"
 )
 
 // Defaults for Config fields left zero.
@@ -548,7 +550,7 @@ func (c *idleConn) closeWhenIdle(ctx context.Context, timeout time.Duration) boo
 // ends.
 func Run(ctx context.Context, cfg Config) error {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}), buildinfo.Collector())
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector())
 	srv, err := New(cfg, reg)
 	if err != nil {
 		return err

@@ -9,10 +9,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/runplane/runplane/internal/refusal"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/ssh"
+
+	"github.com/runplane/runplane/internal/refusal"
 )
 
 func newPub(t *testing.T) ssh.PublicKey {

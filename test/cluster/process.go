@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -111,13 +112,19 @@ func waitFor(ctx context.Context, p *Process, what string, check func() error) e
 	var last error
 	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
 		if exited, err := p.Exited(); exited {
-			return false, fmt.Errorf("%s exited while waiting for %s (%v); log tail:\n%s", p.Name, what, err, p.Tail(30))
+			if err == nil { // a clean exit is still an exit before the wait was met
+				err = errors.New("exit status 0")
+			}
+			return false, fmt.Errorf("%s exited while waiting for %s (%w); log tail:\n%s", p.Name, what, err, p.Tail(30))
 		}
 		last = check()
 		return last == nil, nil
 	})
 	if err != nil && ctx.Err() != nil {
-		return fmt.Errorf("waiting for %s: %w (last: %v)", what, ctx.Err(), last)
+		if last == nil { // ctx ended before the first check
+			last = errors.New("not checked")
+		}
+		return fmt.Errorf("waiting for %s: %w (last: %w)", what, ctx.Err(), last)
 	}
 	return err
 }

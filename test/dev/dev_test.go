@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -56,7 +57,12 @@ func TestMakeDev(t *testing.T) {
 	cmd.Stderr = &output
 	began := time.Now()
 	require.NoError(t, cmd.Start())
-	defer syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	defer func() {
+		// ESRCH: the group is gone already; anything else leaves processes behind.
+		if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("killing make dev's process group: %v", err)
+		}
+	}()
 	lines := make(chan string, 100)
 	go func() {
 		sc := bufio.NewScanner(stdout)

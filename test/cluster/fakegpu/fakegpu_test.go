@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -31,8 +32,9 @@ func TestPluginRegistersListsAndAllocates(t *testing.T) {
 	reg := &registry{got: make(chan *pluginapi.RegisterRequest, 1)}
 	srv := grpc.NewServer()
 	pluginapi.RegisterRegistrationServer(srv, reg)
-	go srv.Serve(l)
-	defer srv.Stop()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	defer func() { srv.Stop(); assert.NoError(t, <-served) }() // Serve returns nil after Stop
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

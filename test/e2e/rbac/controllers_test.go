@@ -2,6 +2,7 @@ package rbac_test
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strconv"
@@ -193,7 +194,10 @@ func TestControllers(t *testing.T) {
 		require.NoError(t, client.CoreV1().Pods(ns).Delete(ctx, "worker", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
 		eventually(t, rec, 30*time.Second, "the policy removed", func() (bool, error) {
 			_, perr := client.NetworkingV1().NetworkPolicies(ns).Get(ctx, egress.PolicyName, metav1.GetOptions{})
-			return apierrors.IsNotFound(perr), fmt.Errorf("policy: %v", perr)
+			if perr == nil {
+				return false, errors.New("policy still there")
+			}
+			return apierrors.IsNotFound(perr), fmt.Errorf("policy: %w", perr)
 		})
 	})
 

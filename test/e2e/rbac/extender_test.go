@@ -191,10 +191,11 @@ func runScheduler(t *testing.T, ext *extender.Extender, rec *rbac.Recorder) {
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-exited:
+		case err := <-exited:
+			t.Logf("kube-scheduler stopped: %v", err) // SIGTERM's exit status, for the record
 		case <-time.After(10 * time.Second):
 			_ = cmd.Process.Kill()
-			<-exited
+			t.Logf("kube-scheduler killed: %v", <-exited)
 		}
 	})
 	// It serves /healthz with a self-signed certificate.

@@ -104,8 +104,11 @@ func invokeSync(name string, payload any, id string) (messages.Record, error) {
 		return messages.Record{}, err
 	}
 	var rec messages.Record
-	if err := json.Unmarshal(data, &rec); err != nil || rec.State != messages.StateSucceeded {
-		return rec, fmt.Errorf("invocation: HTTP %d %s (%v)", resp.StatusCode, data, err)
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return rec, fmt.Errorf("invocation: HTTP %d %s: %w", resp.StatusCode, data, err)
+	}
+	if rec.State != messages.StateSucceeded {
+		return rec, fmt.Errorf("invocation: HTTP %d %s", resp.StatusCode, data)
 	}
 	if !bytes.Contains(data, []byte(`"prompt":"real"`)) {
 		return rec, fmt.Errorf("the framework's echo is not in the answer: %s", data)

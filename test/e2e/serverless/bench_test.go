@@ -17,6 +17,7 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/messages"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -53,7 +54,7 @@ func BenchmarkWarmSync(b *testing.B) {
 	// Bare NATS request/reply on the same server.
 	sub, err := st.nc.Subscribe("bench.echo", func(m *nats.Msg) { _ = m.Respond(m.Data) })
 	require.NoError(b, err)
-	defer sub.Unsubscribe()
+	defer func() { assert.NoError(b, sub.Unsubscribe()) }()
 	nc2, err := st.connect()
 	require.NoError(b, err)
 	defer nc2.Close()

@@ -152,7 +152,7 @@ func TestKilledWorkerIsRedeliveredAndCompletesOnce(t *testing.T) {
 		}
 	})
 	require.NoError(t, err)
-	defer sub.Unsubscribe()
+	defer func() { assert.NoError(t, sub.Unsubscribe()) }()
 
 	code = invoke(t, "kill", map[string]any{"mode": "async", "invocationID": "killed-1", "timeoutSeconds": 120,
 		"attributes": map[string]string{framework.EchoAttrSleep: "3s"}}, nil)
