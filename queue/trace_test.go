@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/runplane/runplane/internal/callerauth"
+	"github.com/runplane/runplane/internal/callerauth/callerauthtest"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/tracing"
 	"github.com/runplane/runplane/internal/tracing/otlptest"
@@ -154,4 +156,37 @@ func TestTraceOffPropagates(t *testing.T) {
 			assert.Equal(t, c.answered, answered)
 		})
 	}
+}
+
+// TestTraceStartsAfterAuthorization: a caller not authorized for the pool
+// has no ingress span recorded and no traceparent answered (its trace
+// would otherwise reach the collector); an authorized one with the same
+// traceparent has both.
+func TestTraceStartsAfterAuthorization(t *testing.T) {
+	rcv := otlptest.Start(t)
+	newTP, flush := providers(t, rcv)
+	auth := callerauthtest.Static{Users: map[string]string{"tok-admin": "admin", "tok-mallory": "mallory"},
+		May: func(u string, _ callerauth.Request) bool { return u == "admin" }}
+	e := newEnv(t, func(c *queue.Config) { c.TracerProvider, c.CallerAuthorizer = newTP("runplane-queue"), auth })
+	call := func(tok string) (int, string) {
+		req, err := http.NewRequest("POST", e.base+"/v1/namespaces/default/pools/"+testPool+"/invocations", strings.NewReader(`{"mode":"async","payload":{}}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set(tracing.Header, "00-"+callerTrace+"-"+callerSpan+"-01")
+		r, err := httpClient().Do(req)
+		require.NoError(t, err)
+		require.NoError(t, r.Body.Close())
+		return r.StatusCode, r.Header.Get(tracing.Header)
+	}
+	code, answered := call("tok-mallory")
+	require.Equal(t, http.StatusForbidden, code)
+	assert.Empty(t, answered, "no span for a caller refused")
+	code, answered = call("tok-admin")
+	require.Equal(t, http.StatusAccepted, code)
+	assert.True(t, strings.HasPrefix(answered, "00-"+callerTrace+"-"), answered)
+	flush() // the barrier: every span ended so far is at the receiver
+	spans := rcv.Spans(callerTrace)
+	require.Len(t, spans, 1, "only the authorized call's ingress span")
+	assert.Equal(t, "ingress accept", spans[0].Name)
 }

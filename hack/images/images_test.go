@@ -8,6 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
 	"testing"
 
 	cdx "github.com/CycloneDX/cyclonedx-go"
@@ -102,6 +105,9 @@ func TestRunplaneImageSBOM(t *testing.T) {
 	ggcr := libs["github.com/google/go-containerregistry"]
 	require.Regexp(t, `^pkg:golang/github\.com/google/go-containerregistry@v0\.`, ggcr.PackageURL, "a module the binary links")
 	require.Len(t, *bom.Dependencies, len(runplaneBinaries))
+	std := "pkg:golang/stdlib@" + strings.TrimPrefix(runtime.Version(), "go")
+	require.Equal(t, std, libs["stdlib"].PackageURL, "the toolchain, so scanners match Go's own CVEs")
+	require.Contains(t, *(*bom.Dependencies)[0].Dependencies, std)
 
 	again, err := SBOM(bin, runplaneBinaries, "v9")
 	require.NoError(t, err)
@@ -258,4 +264,26 @@ func TestStaticBinaryNeedsNoLibraries(t *testing.T) {
 	libs, err := sharedLibraries(bin)
 	require.NoError(t, err)
 	require.Empty(t, libs)
+}
+
+// TestSBOMStdlibAndLocalModules: every toolchain is a pkg:golang/stdlib
+// component (version without "go", the way scanners match Go's CVEs), and
+// a local replace (no version) gets no purl rather than "…@".
+func TestSBOMStdlibAndLocalModules(t *testing.T) {
+	for _, tc := range []struct {
+		goVersion, want string
+	}{
+		{"go1.24.2", "pkg:golang/stdlib@1.24.2"},
+		{"go1.25rc1 X:boringcrypto", "pkg:golang/stdlib@1.25rc1"},
+	} {
+		c := stdlib(tc.goVersion)
+		require.Equal(t, tc.want, c.PackageURL, tc.goVersion)
+		require.Equal(t, "stdlib", c.Name)
+	}
+	local := module(&debug.Module{Path: "example.com/local"})
+	require.Empty(t, local.PackageURL)
+	require.Equal(t, "example.com/local", local.Name)
+	remote := module(&debug.Module{Path: "example.com/m", Version: "v1.2.3", Sum: "h1:x"})
+	require.Equal(t, "pkg:golang/example.com/m@v1.2.3", remote.PackageURL)
+
 }

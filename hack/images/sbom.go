@@ -10,7 +10,9 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
+	"strings"
 
 	cdx "github.com/CycloneDX/cyclonedx-go"
 )
@@ -48,18 +50,19 @@ func SBOM(binDir string, binaries []string, version string) ([]byte, error) {
 			Hashes:     &[]cdx.Hash{{Algorithm: cdx.HashAlgoSHA256, Value: sum}},
 			Properties: &[]cdx.Property{{Name: "go:toolchain", Value: info.GoVersion}, {Name: "go:main", Value: info.Path}},
 		}
-		var uses []string
+		// The standard library is a component of its own (pkg:golang/stdlib,
+		// the purl vulnerability databases file Go's own CVEs under): without
+		// it a scanner never matches a toolchain's advisories.
+		std := stdlib(info.GoVersion)
+		libs[std.BOMRef] = std
+		uses := []string{std.BOMRef}
 		for _, m := range info.Deps {
 			if m.Replace != nil {
 				m = m.Replace
 			}
-			purl := "pkg:golang/" + m.Path + "@" + m.Version
-			c := cdx.Component{BOMRef: purl, Type: cdx.ComponentTypeLibrary, Name: m.Path, Version: m.Version, PackageURL: purl}
-			if m.Sum != "" {
-				c.Properties = &[]cdx.Property{{Name: "go:sum", Value: m.Sum}}
-			}
-			libs[purl] = c
-			uses = append(uses, purl)
+			c := module(m)
+			libs[c.BOMRef] = c
+			uses = append(uses, c.BOMRef)
 		}
 		apps = append(apps, app)
 		deps = append(deps, cdx.Dependency{Ref: app.BOMRef, Dependencies: &uses})
@@ -78,6 +81,31 @@ func SBOM(binDir string, binaries []string, version string) ([]byte, error) {
 		return nil, fmt.Errorf("SBOM: encoding: %w", err)
 	}
 	return out.Bytes(), nil
+}
+
+// module is the library component of a linked module. A local replace (a
+// directory) has no version and so no purl a scanner could match: it is
+// listed by path only, never as a purl with an empty version.
+func module(m *debug.Module) cdx.Component {
+	if m.Version == "" {
+		ref := "go-local-module:" + m.Path
+		return cdx.Component{BOMRef: ref, Type: cdx.ComponentTypeLibrary, Name: m.Path}
+	}
+	purl := "pkg:golang/" + m.Path + "@" + m.Version
+	c := cdx.Component{BOMRef: purl, Type: cdx.ComponentTypeLibrary, Name: m.Path, Version: m.Version, PackageURL: purl}
+	if m.Sum != "" {
+		c.Properties = &[]cdx.Property{{Name: "go:sum", Value: m.Sum}}
+	}
+	return c
+}
+
+// stdlib is the Go standard library component of toolchain goVersion
+// ("go1.24.2"; a suffix such as " X:boringcrypto" is dropped): its purl
+// version has no "go" prefix, as the Go vulnerability database files it.
+func stdlib(goVersion string) cdx.Component {
+	v, _, _ := strings.Cut(strings.TrimPrefix(goVersion, "go"), " ")
+	purl := "pkg:golang/stdlib@" + v
+	return cdx.Component{BOMRef: purl, Type: cdx.ComponentTypeLibrary, Name: "stdlib", Version: v, PackageURL: purl}
 }
 
 func fileSHA256(path string) (string, error) {

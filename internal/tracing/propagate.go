@@ -86,8 +86,8 @@ func ToNATS(ctx context.Context, h nats.Header) {
 }
 
 // ParentOnly keeps of an untrusted caller's span context only its trace
-// and span IDs: no sampled flag (the sampler decides, Sampler), no
-// tracestate.
+// and span IDs: no sampled flag (the ingress's sampler decides, Sampler),
+// no tracestate.
 func ParentOnly(sc trace.SpanContext) trace.SpanContext {
 	if !sc.IsValid() {
 		return trace.SpanContext{}
@@ -122,6 +122,29 @@ func (t Tracer) Start(ctx context.Context, parent trace.SpanContext, name string
 		return ctx, trace.SpanFromContext(ctx)
 	}
 	return t.t.Start(ctx, name, opts...)
+}
+
+// callerKey marks a context whose remote parent a caller supplied.
+type callerKey struct{}
+
+// fromCaller reports whether ctx's remote parent is a caller's
+// (StartFromCaller), which Sampler decides on by a keyed hash.
+func fromCaller(ctx context.Context) bool {
+	v, _ := ctx.Value(callerKey{}).(bool)
+	return v
+}
+
+// StartFromCaller starts span name as a child of an untrusted caller's
+// span context (ParentOnly of it; invalid: a new trace). Only the ingress
+// calls it: its sampler decides such a parent by a keyed hash of the
+// trace ID (Sampler), and the sampled flag it writes on is what every
+// later hop follows.
+func (t Tracer) StartFromCaller(ctx context.Context, caller trace.SpanContext, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	parent := ParentOnly(caller)
+	if parent.IsValid() && t.t != nil {
+		ctx = context.WithValue(ctx, callerKey{}, true)
+	}
+	return t.Start(ctx, parent, name, opts...)
 }
 
 // End ends span, marking it failed with err (if any).

@@ -6,6 +6,10 @@ package tracing
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -28,8 +32,9 @@ type Settings struct {
 	// Endpoint is the OTLP/gRPC collector: host:port (TLS) or a URL
 	// (http:// for plaintext). Empty: the OTEL_EXPORTER_OTLP_* env, else off.
 	Endpoint string
-	// SampleRatio of traces recorded, decided from the trace ID (so every
-	// hop of one trace decides alike); 0 counts as 1.
+	// SampleRatio of traces recorded, decided where a trace enters (a new
+	// trace, or the ingress for a caller's parent: Sampler) and followed by
+	// every later hop; 0 counts as 1.
 	SampleRatio float64
 }
 
@@ -37,7 +42,7 @@ type Settings struct {
 func (s *Settings) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&s.Endpoint, "otlp-endpoint", "", "OTLP/gRPC collector to export trace spans to: host:port (TLS) or a URL (http:// for plaintext); "+
 		"empty: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT (and the other OTEL_EXPORTER_OTLP_* settings), else no spans are exported")
-	fs.Float64Var(&s.SampleRatio, "trace-sample-ratio", 1, "share of traces recorded when spans are exported, 0 < ratio ≤ 1, decided from the trace ID so every hop agrees")
+	fs.Float64Var(&s.SampleRatio, "trace-sample-ratio", 1, "share of traces recorded when spans are exported, 0 < ratio ≤ 1, decided where a trace enters runplane (the ingress) and followed by every later hop")
 }
 
 // Enabled reports whether spans are exported, with getenv the process
@@ -84,14 +89,52 @@ func (s Settings) Provider(ctx context.Context, service string, getenv func(stri
 	}, nil
 }
 
-// Sampler is parent-based with ratio for new traces. A remote parent's
-// sampled flag is not followed: a caller's traceparent is only a parent
-// id, and a tenant setting the flag on every call must not get more of
-// its calls recorded than the ratio. The ratio is decided from the trace
-// ID, so each hop of a trace (a remote parent to the next) decides alike.
+// Sampler decides which traces are recorded, at ratio of them:
+//   - A new trace (no parent) by its trace ID, which the SDK drew at random.
+//   - A caller's parent (StartFromCaller: the ingress, the only hop a
+//     tenant's traceparent reaches) by a keyed hash of its trace ID. The
+//     caller chooses that ID, and the SDK's ratio sampler reads its low
+//     bytes directly (zeros: always recorded, 0xff…: never), so the raw ID
+//     would let a tenant decide; HMAC-SHA256 under a random per-process key
+//     makes the decision unpredictable to it yet alike for every call of
+//     one trace within the process. The caller's sampled flag is ignored.
+//   - Any other remote parent (a NATS hop after the ingress, whose headers
+//     only runplane writes) by its sampled flag: the ingress decided once,
+//     and each later hop (keyed differently, in another process) follows.
 func Sampler(ratio float64) sdktrace.Sampler {
 	root := sdktrace.TraceIDRatioBased(ratio)
-	return sdktrace.ParentBased(root, sdktrace.WithRemoteParentSampled(root), sdktrace.WithRemoteParentNotSampled(root))
+	return sampler{
+		ratio: ratio, key: []byte(rand.Text()), // 128 random bits; rand.Text cannot fail
+		threshold: uint64(ratio * (1 << 63)),
+		hop:       sdktrace.ParentBased(root),
+	}
+}
+
+// sampler is Sampler's: the SDK has no sampler that decides on a keyed
+// hash, so this one wraps its parent-based one.
+type sampler struct {
+	ratio     float64
+	key       []byte
+	threshold uint64 // of the hash's first 63 bits, as TraceIDRatioBased
+	hop       sdktrace.Sampler
+}
+
+func (s sampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	psc := trace.SpanContextFromContext(p.ParentContext)
+	if !psc.IsValid() || !psc.IsRemote() || !fromCaller(p.ParentContext) {
+		return s.hop.ShouldSample(p)
+	}
+	mac := hmac.New(sha256.New, s.key)
+	mac.Write(p.TraceID[:]) // a hash.Hash never returns a write error
+	res := sdktrace.SamplingResult{Decision: sdktrace.Drop}
+	if binary.BigEndian.Uint64(mac.Sum(nil))>>1 < s.threshold {
+		res.Decision = sdktrace.RecordAndSample
+	}
+	return res
+}
+
+func (s sampler) Description() string {
+	return fmt.Sprintf("runplane{caller parent: keyed hash at %v; %s}", s.ratio, s.hop.Description())
 }
 
 // Flush runs a provider's stop function (from Provider) at exit, within

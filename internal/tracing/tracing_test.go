@@ -2,6 +2,7 @@ package tracing_test
 
 import (
 	"context"
+	"encoding/binary"
 	"net/http"
 	"strings"
 	"testing"
@@ -81,17 +82,58 @@ func TestNATSRoundTrip(t *testing.T) {
 	assert.Empty(t, empty, "no span context: nothing written")
 }
 
-// TestSamplerIgnoresRemoteFlag: with ratio 0 nothing is recorded, even
-// under a remote parent that says sampled; a local parent's decision is
-// followed.
-func TestSamplerIgnoresRemoteFlag(t *testing.T) {
-	remote := trace.ContextWithRemoteSpanContext(context.Background(), tracing.FromHTTP(http.Header{"Traceparent": {parent}}))
+// TestSamplerFollowsHop: a remote parent that is not a caller's (a NATS
+// hop after the ingress) is followed by its sampled flag, whatever the
+// ratio: the ingress decided once.
+func TestSamplerFollowsHop(t *testing.T) {
 	tid, err := trace.TraceIDFromHex(traceID)
 	require.NoError(t, err)
-	res := tracing.Sampler(0).ShouldSample(sdktrace.SamplingParameters{ParentContext: remote, TraceID: tid, Name: "x"})
-	assert.Equal(t, sdktrace.Drop, res.Decision)
-	res = tracing.Sampler(1).ShouldSample(sdktrace.SamplingParameters{ParentContext: remote, TraceID: tid, Name: "x"})
-	assert.Equal(t, sdktrace.RecordAndSample, res.Decision)
+	for _, tc := range []struct {
+		flags trace.TraceFlags
+		ratio float64
+		want  sdktrace.SamplingDecision
+	}{
+		{trace.FlagsSampled, 0, sdktrace.RecordAndSample},
+		{0, 1, sdktrace.Drop},
+	} {
+		sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: trace.SpanID{1}, TraceFlags: tc.flags, Remote: true})
+		res := tracing.Sampler(tc.ratio).ShouldSample(sdktrace.SamplingParameters{
+			ParentContext: trace.ContextWithRemoteSpanContext(context.Background(), sc), TraceID: tid, Name: "x"})
+		assert.Equal(t, tc.want, res.Decision, "flags %v ratio %v", tc.flags, tc.ratio)
+	}
+}
+
+// TestCallerCannotChooseSampling: a caller's trace ID decides nothing. The
+// SDK's ratio sampler reads the ID's low bytes, so zeros would always be
+// recorded and 0xff… never; the ingress's keyed hash records about the
+// ratio of either kind (2000 IDs at 1%: mean 20, the bounds are more than
+// 4 standard deviations away), and a caller's sampled flag (set on every
+// call here) does not count.
+func TestCallerCannotChooseSampling(t *testing.T) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(tracing.Sampler(0.01)))
+	t.Cleanup(func() { require.NoError(t, tp.Shutdown(context.Background())) })
+	tr := tracing.NewTracer(tp, "ingress")
+	const n = 2000
+	for name, low := range map[string]byte{"zero low bytes": 0, "0xff low bytes": 0xff} {
+		t.Run(name, func(t *testing.T) {
+			sampled := 0
+			for i := range n {
+				var tid trace.TraceID
+				binary.BigEndian.PutUint64(tid[:8], uint64(i)+1)
+				for j := 8; j < 16; j++ {
+					tid[j] = low
+				}
+				caller := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: trace.SpanID{1}, TraceFlags: trace.FlagsSampled, Remote: true})
+				_, span := tr.StartFromCaller(context.Background(), caller, "ingress accept")
+				if span.SpanContext().IsSampled() {
+					sampled++
+				}
+				span.End()
+			}
+			assert.Greater(t, sampled, 0, "some recorded")
+			assert.Less(t, sampled, 60, "about 1%% of %d recorded", n)
+		})
+	}
 }
 
 func TestSettings(t *testing.T) {

@@ -24,8 +24,6 @@ import (
 
 func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolName string, alias bool) {
 	start := time.Now()
-	r, span := s.traceAccept(w, r, ns, poolName)
-	defer span.End()
 	// The caller is known already (Handler authenticates every route). The
 	// path names the pool, and so may the alias's query: the caller is then
 	// authorized before its body is read. An alias request that names its
@@ -94,6 +92,8 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 			return
 		}
 	}
+	r, span := s.traceAccept(w, r, ns, poolName, start)
+	defer span.End()
 	streamed := wantsStream(r, req)
 	if streamed && req.Mode == "" {
 		req.Mode = v1.ModeAsync

@@ -133,6 +133,49 @@ func TestTokenSecretRefused(t *testing.T) {
 	}
 }
 
+// TestSecretNamesOwn: the controller, the extender, the queue and the
+// webhook may create Secrets in the release namespace (create cannot be
+// limited by name in RBAC); the chart's runplane-own-secrets policy lets
+// each create only its own names there. Another component's Secret (one it
+// would then use as its key material) or a Secret in a tenant's namespace
+// is refused; its own is admitted (a dry run, so nothing is created; an
+// AlreadyExists answer also means admission passed).
+func TestSecretNamesOwn(t *testing.T) {
+	install(t)
+	own := map[string]string{
+		"runplane-controller": "runplane-controller-metrics-tls",
+		"runplane-scheduler":  "runplane-extender-metrics-tls",
+		"runplane-queue":      "runplane-callback-signing",
+		"runplane-webhook":    "runplane-webhook-tls",
+	}
+	foreign := map[string][]string{
+		"runplane-controller": {"runplane-webhook-tls", "runplane-nats-trust"},
+		"runplane-scheduler":  {"runplane-controller-metrics-tls", "runplane-callback-signing"},
+		"runplane-queue":      {"runplane-webhook-tls", "runplane-extender-metrics-tls"},
+		"runplane-webhook":    {"runplane-nats-tls", "runplane-queue-metrics-tls"},
+	}
+	create := func(c kubernetes.Interface, ns, name string) error {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Type: corev1.SecretTypeOpaque}
+		_, err := c.CoreV1().Secrets(ns).Create(t.Context(), s, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	for sa, names := range foreign {
+		t.Run(sa, func(t *testing.T) {
+			c := as(t, sa)
+			for _, name := range names {
+				refusedBy(t, sa+" creating "+name, "runplane-own-secrets", "may create only its own Secrets", func() error {
+					return create(c, releaseNS, name)
+				})
+			}
+			refused(t, sa+" creating its own Secret's name in a tenant's namespace", func() error { return create(c, tenantNS, own[sa]) })
+			err := create(c, releaseNS, own[sa])
+			if !apierrors.IsAlreadyExists(err) {
+				require.NoError(t, err, "%s creating its own %s", sa, own[sa])
+			}
+		})
+	}
+}
+
 // TestControllerWorkloadsPinned: the controller may create Deployments and
 // Jobs in tenant namespaces, and a Pod may run as any ServiceAccount of its
 // namespace; the chart's admission policy refuses a workload that names
