@@ -15,6 +15,8 @@ cache_root="${RUNPLANE_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/runplane/t
 # unset, the current release that kubernetes/ pins; else the older minor of
 # the support window that kubernetes-<minor>/ pins (make test-matrix). Each
 # version has its own cache key, and its binaries their by-module keys.
+# kubernetes-1.36/ keeps the bytes of the previous default module (its module
+# line too) so that machines which built 1.36.3 reuse those binaries.
 kube_dir=kubernetes want=""
 if [[ -n ${KUBE_VERSION:-} ]]; then
 	want="v${KUBE_VERSION#v}" && want="${want%.x}"
