@@ -8,7 +8,7 @@ TESTFLAGS ?= -count=1 -v -timeout 40m
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -X github.com/runplane/runplane/internal/buildinfo.version=$(VERSION)
 
-.PHONY: all dev test test-matrix unit bench chaos lint testbin nodebin deps build python-test python-wheel clean image chart-docs chart-check
+.PHONY: all dev test test-matrix unit bench chaos lint testbin nodebin deps build pin-images python-test python-wheel clean image chart-docs chart-check
 
 all: build
 
@@ -18,8 +18,9 @@ REAL_NODES ?= 1
 dev: deps
 	@$(GO) build -o bin/runplane-dev ./test/dev && exec bin/runplane-dev -real-nodes=$(REAL_NODES)
 
-## test: unit + integration + e2e tests (builds the control-plane binaries once, cached outside the repo).
-test: deps lint
+## test: Debian packages, lint, then unit + integration + e2e tests (builds the control-plane binaries
+## once, cached outside the repo); ends with the time of each phase.
+test:
 	@TESTFLAGS="$(TESTFLAGS)" bash hack/test.sh
 
 ## test-matrix: the webhook, extender and serverless e2e suites against the older minors of the
@@ -81,6 +82,11 @@ build:
 IMAGE ?= ghcr.io/runplane/runplane:dev
 image:
 	$(GO) run ./hack/images/cmd/runplane-images -only runplane -ref $(IMAGE) -out bin/runplane-image.tar
+
+## pin-images: write the current digests of the chart's third-party images (kube-scheduler, nats,
+## pause) into charts/runplane/values.yaml, when a release is cut (needs the registries).
+pin-images:
+	$(GO) run ./hack/pinimages/cmd/pin-images -values charts/runplane/values.yaml
 
 ## nodebin: the real kubelet node's binaries (kubelet, containerd, shim, ctr) into the cache (prints its dir).
 nodebin:

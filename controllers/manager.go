@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -20,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -73,6 +75,10 @@ type Config struct {
 	// LeaderElection turns on leader election (on in the chart; off for a
 	// single in-process instance in make dev and tests).
 	LeaderElection bool
+	// MetricsCert is where /metrics's certificate comes from: a CA kept in
+	// a Secret, which scrapers verify (the chart's ServiceMonitor), or none:
+	// controller-runtime's self-signed one.
+	MetricsCert metricsauth.ServingCert
 	// LeaderElectionID names the Lease; default runplane-controller.
 	LeaderElectionID string
 
@@ -155,6 +161,18 @@ func NewManager(cfg Config) (ctrl.Manager, error) {
 	// Objects runplane creates are watched through their managed-by label
 	// only.
 	owned := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{api.LabelManagedBy: api.ManagedByController})}
+	kube, err := kubernetes.NewForConfig(cfg.RESTConfig)
+	if err != nil {
+		return nil, fmt.Errorf("controllers: client: %w", err)
+	}
+	certLog := slog.New(slog.DiscardHandler)
+	if cfg.Logger.GetSink() != nil {
+		certLog = slog.New(logr.ToSlogHandler(cfg.Logger))
+	}
+	metricsCert, err := cfg.MetricsCert.Keeper(kube, certLog)
+	if err != nil {
+		return nil, fmt.Errorf("controllers: %w", err)
+	}
 	mgr, err := ctrl.NewManager(cfg.RESTConfig, ctrl.Options{
 		Scheme:     scheme,
 		Logger:     cfg.Logger,
@@ -165,7 +183,7 @@ func NewManager(cfg Config) (ctrl.Manager, error) {
 			&corev1.Service{}:             owned,
 			&networkingv1.NetworkPolicy{}: owned,
 		}},
-		Metrics:                       metricsauth.ManagerOptions(cfg.MetricsAddr),
+		Metrics:                       metricsauth.ManagerOptions(cfg.MetricsAddr, metricsCert),
 		HealthProbeBindAddress:        cfg.ProbeAddr,
 		LeaderElection:                cfg.LeaderElection,
 		LeaderElectionID:              cfg.LeaderElectionID,
@@ -174,6 +192,11 @@ func NewManager(cfg Config) (ctrl.Manager, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("controllers: new manager: %w", err)
+	}
+	if metricsCert != nil {
+		if err := mgr.Add(metricsCert); err != nil {
+			return nil, fmt.Errorf("controllers: metrics certificate: %w", err)
+		}
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("controllers: healthz: %w", err)

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/metricsauth"
 )
 
 // Config configures an extender.
@@ -38,6 +39,11 @@ type Config struct {
 	// TLSHosts are the DNS names and IPs of a generated certificate.
 	// Default localhost and 127.0.0.1.
 	TLSHosts []string
+	// MetricsCert is where the metrics listener's certificate comes from
+	// (with MetricsAddr): a CA kept in a Secret, which scrapers verify (the
+	// chart's ServiceMonitor). None: the verbs' certificate, which only
+	// the Pod's own kube-scheduler can verify.
+	MetricsCert metricsauth.ServingCert
 	// LeaderElection makes the extender bind only while its manager holds
 	// the Lease LeaseName in Namespace. Without it (and without
 	// FollowLease) the extender always binds.
@@ -104,6 +110,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Namespace == "" {
 		c.Namespace = api.DefaultNamespace
+	}
+	if c.MetricsCert.Secret.Name != "" && c.MetricsAddr == "" {
+		return fmt.Errorf("extender config: a metrics certificate Secret (%s) needs metricsAddr", c.MetricsCert.Secret.Name)
 	}
 	if c.Addr == "" {
 		c.Addr = "127.0.0.1:8443"

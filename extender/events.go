@@ -6,63 +6,32 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 
-	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/extender/ledger"
+	"github.com/runplane/runplane/internal/kubeevents"
 )
 
-// Reasons of the Events the extender records, so `kubectl describe pod`
-// shows how a GPU Pod got its node and why a placeholder went away.
+// Reasons of the Events the extender records. A bind records none: the
+// scheduler's own Scheduled Event says where the Pod went and the Binding's
+// claim annotation (runplane.io/claimed-stock) what it took, and an Event
+// per bound Pod was one API write in seven of a takeover
+// (extender/README.md, BindThroughput).
 const (
-	// ReasonTookStock: a GPU Pod was bound by taking a placeholder.
-	ReasonTookStock = "TookStock"
-	// ReasonBoundFree: a GPU Pod was bound to free capacity.
-	ReasonBoundFree = "Bound"
 	// ReasonPreempted: a Pod was evicted to make room for a higher-priority
 	// GPU Pod (kube-scheduler's own preemption uses the same reason).
 	ReasonPreempted = "Preempted"
 	// ReasonPreemptionCapped (Warning, on the GPU Pod): a cap on
 	// evictions kept the preemption that would make room for it.
 	ReasonPreemptionCapped = "PreemptionCapped"
-	// ReasonBoundReserved: a GPU Pod was bound into the reservation its
-	// preemption made.
-	ReasonBoundReserved = "BoundReserved"
 )
 
-// eventRecorder starts an events.k8s.io broadcaster. Eventf only queues:
-// the broadcaster writes from its own goroutine, so recording adds no API
-// round trip to a bind (and drops Events, never blocks, when the API
-// server is slow).
+// eventRecorder starts the broadcaster (kubeevents.Start: in order in
+// kubectl describe). Eventf only queues: the broadcaster writes from its
+// own goroutine, so recording adds no API round trip to the caller (and
+// drops Events, never blocks, when the API server is slow).
 func eventRecorder(ctx context.Context, c kubernetes.Interface) events.EventRecorder {
-	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: c.EventsV1()})
-	b.StartRecordingToSink(ctx.Done())
-	go func() { <-ctx.Done(); b.Shutdown() }()
-	return b.NewRecorder(scheme.Scheme, "runplane-extender")
-}
-
-// recordBind records a bound GPU Pod's Event; took says this bind deleted
-// ph, which the Event then names, as its related object too. One Event per
-// takeover, not one on each Pod: the placeholder is gone (grace 0) before
-// anyone could describe it, and every write counts when a burst of GPU
-// Pods takes stock (extender/README.md, BindThroughput).
-func (e *Extender) recordBind(pod *corev1.Pod, ph *ledger.Placeholder, took bool, node string) {
-	if e.events == nil || pod.Labels[api.LabelGPUSpec] == "" {
-		return
-	}
-	if !took {
-		e.events.Eventf(pod, nil, corev1.EventTypeNormal, ReasonBoundFree, "Bind", "Bound to free capacity on %s", node)
-		return
-	}
-	if ph.Reservation {
-		e.events.Eventf(pod, nil, corev1.EventTypeNormal, ReasonBoundReserved, "Bind",
-			"Bound on %s into the room its preemption reserved (reservation %s/%s, deleted)", node, ph.Namespace, ph.Name)
-		return
-	}
-	placeholder := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ph.Namespace, Name: ph.Name, UID: ph.UID}}
-	e.events.Eventf(pod, placeholder, corev1.EventTypeNormal, ReasonTookStock, "Bind",
-		"TookStock %s/%s on %s (label %s=%s; the placeholder was deleted)", ph.Namespace, ph.Name, node, api.LabelStock, ph.Spec)
+	return kubeevents.Start(ctx, c, "runplane-extender")
 }
 
 // recordPreempted records, on a victim the extender evicted, which Pod it

@@ -114,10 +114,27 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		events:   eventRecorder(ctx, client),
 	}
 	e.metrics = newMetrics(e.ledger)
-	e.metrics.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "runplane_extender_certificate_expiry_timestamp_seconds",
-		Help: "When the serving certificate expires (Unix seconds).",
-	}, func() float64 { return certExpiry(tlsCfg) }))
+	metricsTLS := tlsCfg
+	keeper, err := cfg.MetricsCert.Keeper(client, cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("extender: %w", err)
+	}
+	if keeper != nil {
+		// Loaded before the listener serves it.
+		if err := keeper.Init(ctx); err != nil {
+			return nil, fmt.Errorf("extender: %w", err)
+		}
+		if metricsTLS, err = metricsauth.TLS(keeper, ""); err != nil {
+			return nil, fmt.Errorf("extender: %w", err)
+		}
+	}
+	for listener, c := range map[string]*tls.Config{"verbs": tlsCfg, "metrics": metricsTLS} {
+		e.metrics.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "runplane_extender_certificate_expiry_timestamp_seconds",
+			Help:        "When the certificate a listener serves expires (Unix seconds).",
+			ConstLabels: prometheus.Labels{"listener": listener},
+		}, func() float64 { return certExpiry(c) }))
+	}
 	mgr, err := manager.New(rc, manager.Options{
 		Logger: logging.Manager(cfg.Logger), // its own Lease release at shutdown is not an ERROR
 		// Metrics and probes are served on the extender's HTTPS listener.
@@ -167,7 +184,10 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 			return nil, fmt.Errorf("extender: listening on %s: %w", cfg.MetricsAddr, err)
 		}
 		e.routeObservability(observe, metricsHandler)
-		runnables = append(runnables, server("runplane-extender-metrics", observe, e.metricsListener, tlsCfg))
+		runnables = append(runnables, server("runplane-extender-metrics", observe, e.metricsListener, metricsTLS))
+		if keeper != nil {
+			runnables = append(runnables, keeper)
+		}
 	}
 	if cfg.StockNamespace != "" {
 		runnables = append(runnables, always(func(ctx context.Context) error { return e.stockStatus(ctx, cfg.StockStatusPeriod) }))
@@ -180,8 +200,15 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		runnables = append(runnables, follow)
 	} else {
 		// Binding while the manager leads: a RunnableFunc needs leader
-		// election, and without LeaderElection it starts at once.
+		// election, and without LeaderElection it starts at once. The
+		// manager wins the Lease without waiting for the informers (they
+		// are runnables of their own), and a Lease released by a
+		// predecessor is won at once: lead only once the ledger holds
+		// every Pod, Node and reservation (waitSynced).
 		runnables = append(runnables, manager.RunnableFunc(func(ctx context.Context) error {
+			if !e.waitSynced(ctx) {
+				return nil
+			}
 			e.setLeader(true)
 			<-ctx.Done()
 			e.setLeader(false)
@@ -302,6 +329,16 @@ func (e *Extender) CACert() []byte { return e.caPEM }
 func (e *Extender) IsLeader() bool { return e.isLeader() }
 
 func (e *Extender) isLeader() bool { return e.leader.Load() }
+
+// waitSynced blocks until the ledger has been handed every listed Pod
+// (reservations included), Node and PodDisruptionBudget — and the followed
+// Lease — or ctx ends (false). Nothing leads before: a leader with a
+// partial ledger would reserve and bind into capacity whose Pods it has not
+// seen yet, and release as stale the reservations of preemptors it has not
+// seen yet (TestLeadsOnlyOnceSynced).
+func (e *Extender) waitSynced(ctx context.Context) bool {
+	return cache.WaitForCacheSync(ctx.Done(), e.informerSynced...)
+}
 
 func (e *Extender) setLeader(v bool) {
 	if e.leader.Swap(v) != v {

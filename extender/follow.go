@@ -51,6 +51,9 @@ func (e *Extender) followLease() (manager.Runnable, error) {
 	return always(func(ctx context.Context) error {
 		f.Start(ctx.Done())
 		defer f.Shutdown()
+		if !e.waitSynced(ctx) {
+			return nil
+		}
 		fl.run(ctx, changed)
 		return nil
 	}), nil

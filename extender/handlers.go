@@ -197,11 +197,16 @@ func (e *Extender) handlePrioritize(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(b.out)
 }
 
+// errNotLeaderPreempt is a filter's answer, as an error, for a Pod that
+// fits no node and may preempt, from a replica that is not the leader.
+const errNotLeaderPreempt = "this runplane extender replica is not the leader, which plans preemption; retry"
+
 // filterInto filters the Pod on the named nodes (the leader reserves the
 // best one), into's slices reused for the ledger's result, which it also
 // returns; byNames: the answer names the nodes (else it lists args.Nodes).
 func filterInto[N ledger.Name](e *Extender, args *extenderv1.ExtenderArgs, names []N, byNames bool, into ledger.FilterResult) (*extenderv1.ExtenderFilterResult, ledger.FilterResult) {
 	var res ledger.FilterResult
+	waitLeader := false
 	if req, err := e.request(args.Pod); err != nil {
 		// Unresolvable on every node: the Pod's event names the bad label.
 		res.Feasible, res.Failed = into.Feasible[:0], into.Failed[:0]
@@ -213,7 +218,9 @@ func filterInto[N ledger.Name](e *Extender, args *extenderv1.ExtenderArgs, names
 		}
 	} else {
 		req.Protected = e.guard.protected
-		res = ledger.FilterAppend(e.ledger, into, req, names, e.isLeader())
+		leads := e.isLeader()
+		res = ledger.FilterAppend(e.ledger, into, req, names, leads)
+		waitLeader = !leads && len(res.Feasible) == 0 && req.MayPreempt()
 		if res.Claim != nil && !res.Claim.Reservation {
 			// (A reservation is released after the Binding, which records
 			// the claim: nothing to record ahead.)
@@ -227,6 +234,27 @@ func filterInto[N ledger.Name](e *Extender, args *extenderv1.ExtenderArgs, names
 		}
 	}
 	out := &extenderv1.ExtenderFilterResult{}
+	if p := res.Preemption; p != nil {
+		// The Pod waits for its victims (or terminating Pods) on p.Node.
+		// Answered as unschedulable it would rely on the victims' deletion
+		// to be requeued, and a requeue that reaches this extender before
+		// its informer has applied that deletion is answered "waiting"
+		// again — then parked with no later event on a quiet node. As an
+		// error the scheduler retries it after its back-off (1–10 s); each
+		// retry renews the nomination, nothing more.
+		out.Error = "node " + p.Node + ": " + p.Reason()
+		return out, res
+	}
+	if waitLeader {
+		// Only the leader plans preemption. Answered as unschedulable, the
+		// Pod would wait in kube-scheduler's unschedulable queue for a
+		// cluster event or its 5-minute flush — past a new leader's start,
+		// and past the NominationTTL of a reservation a dead leader left
+		// for it (issue 31: TestReservationSurvivesRestart). An error makes
+		// the scheduler retry the Pod after its back-off (1–10 s).
+		out.Error = errNotLeaderPreempt
+		return out, res
+	}
 	if res.Chosen != "" {
 		// The leader answers with the node it reserved alone. The
 		// scheduler would pick it anyway (it scores ledger.ReservedScore,
@@ -288,6 +316,12 @@ const (
 	reasonGone       = "claim_timeout"
 	reasonBinding    = "binding"
 )
+
+// bindFailureReasons are every reason, each started at 0 (newMetrics): the
+// first failure is then an increase, and the dashboard shows 0, not no data.
+func bindFailureReasons() []string {
+	return []string{reasonNotLeader, reasonSpec, reasonNoRoom, reasonInProgress, reasonAnnotate, reasonDelete, reasonGone, reasonBinding}
+}
 
 type bindError struct {
 	reason string
@@ -432,7 +466,6 @@ func (e *Extender) bind(ctx context.Context, pod *corev1.Pod, node string) error
 			e.log.Info("releasing reservation", "pod", ph.Namespace+"/"+ph.Name, "err", err)
 		}
 	}
-	e.recordBind(pod, ph, took, node)
 	return nil
 }
 

@@ -171,6 +171,45 @@ func TestFilterHandler(t *testing.T) {
 	}
 }
 
+// TestFilterNotLeaderWouldPreempt: a replica that is not the leader
+// answers a Pod that fits no node and may preempt with an error, so the
+// scheduler retries it after its back-off instead of parking it as
+// unschedulable until a cluster event (a new leader would never be asked:
+// TestReservationSurvivesRestart). A Pod that may not preempt, and the
+// leader, answer as before.
+func TestFilterNotLeaderWouldPreempt(t *testing.T) {
+	never := corev1.PreemptNever
+	tests := []struct {
+		name    string
+		leader  bool
+		policy  *corev1.PreemptionPolicy
+		errPart string
+	}{
+		{"not the leader: retry", false, nil, "not the leader, which plans preemption"},
+		{"not the leader, preemptionPolicy Never: unschedulable", false, &never, ""},
+		{"the leader: unschedulable, it plans (nothing to preempt here)", true, nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := pod("x", api.LabelGPUSpec, "g1", "")
+			p.Spec.PreemptionPolicy = tt.policy
+			e := testExtender(t, tt.leader, p)
+			e.preempts = make(chan preemption, 1)
+			e.ledger.UpsertNode(node("full", 0))
+			rec := call(t, e.handleFilter, http.MethodPost, filterBody(t, p, "full"))
+			require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+			var out extenderv1.ExtenderFilterResult
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &out))
+			if tt.errPart != "" {
+				require.Contains(t, out.Error, tt.errPart)
+				return
+			}
+			require.Empty(t, out.Error)
+			require.Contains(t, out.FailedAndUnresolvableNodes["full"], "insufficient nvidia.com/gpu")
+		})
+	}
+}
+
 func TestBindNotLeader(t *testing.T) {
 	e := testExtender(t, false, pod("x", api.LabelGPUSpec, "g1", ""))
 	rec := call(t, e.handleBind, http.MethodPost, `{"PodName":"x","PodNamespace":"ns","PodUID":"x","Node":"a"}`)

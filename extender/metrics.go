@@ -79,6 +79,9 @@ func newMetrics(l *ledger.Ledger) *metrics {
 	m.filterLatency = m.latency.WithLabelValues("filter")
 	m.prioritizeLatency = m.latency.WithLabelValues("prioritize")
 	m.bindLatency = m.latency.WithLabelValues("bind")
+	for _, r := range bindFailureReasons() {
+		m.bindFailures.WithLabelValues(r)
+	}
 	m.registry.MustRegister(m.latency, m.steps, m.claims, m.bindFailures, m.refused, m.binds, m.preemptions, m.evictions, m.preemptionCaps, m.reservations, m.leader, stockCollector{l}, buildinfo.Collector())
 	return m
 }

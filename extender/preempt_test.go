@@ -1,6 +1,7 @@
 package extender
 
 import (
+	"encoding/json"
 	"net/http"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/events"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
@@ -35,7 +37,11 @@ func TestPreemptionCountedOnceAndVictimEvent(t *testing.T) {
 	for cycle := range 3 {
 		res := call(t, e.handleFilter, http.MethodPost, filterBody(t, high, "n"))
 		require.Equal(t, http.StatusOK, res.Code)
-		require.Contains(t, res.Body.String(), "preempting 1 lower-priority Pod(s) (ns/victim)", "cycle %d", cycle)
+		// An error, so the scheduler retries the waiting Pod after its
+		// back-off rather than waiting for an event (README, Leader restarts).
+		var out extenderv1.ExtenderFilterResult
+		require.NoError(t, json.Unmarshal(res.Body.Bytes(), &out))
+		require.Contains(t, out.Error, "node n: preempting 1 lower-priority Pod(s) (ns/victim)", "cycle %d", cycle)
 		require.Equal(t, 1.0, planned(), "cycle %d: one nomination", cycle)
 	}
 	p := <-e.preempts

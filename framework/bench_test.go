@@ -1,4 +1,4 @@
-package framework
+package framework_test
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/sidecar/frameworkclient"
 )
 
 // reportLatency adds p50 and p99 of the samples to the benchmark output.
@@ -25,9 +28,9 @@ func BenchmarkInvokeUnix(b *testing.B) {
 	for _, par := range []int{1, 4} {
 		b.Run(map[int]string{1: "serial", 4: "parallel4"}[par], func(b *testing.B) {
 			sock := shortSocket(b)
-			serve(b, sock, DefaultHealthPath, NewHandler(Echo(EchoOptions{})))
-			c := NewClient(sock, "", "")
-			req := Request{InvocationID: "bench", WorkerName: "w", Mode: "sync", Payload: json.RawMessage(`{"prompt":"draw a robot"}`), DispatchedAt: time.Now()}
+			serve(b, sock, framework.DefaultHealthPath, framework.NewHandler(framework.Echo(framework.EchoOptions{})))
+			c := frameworkclient.NewClient(sock, "", "")
+			req := framework.Request{InvocationID: "bench", WorkerName: "w", Mode: "sync", Payload: json.RawMessage(`{"prompt":"draw a robot"}`), DispatchedAt: time.Now()}
 			var mu sync.Mutex
 			samples := make([]time.Duration, 0, b.N)
 			b.ResetTimer()

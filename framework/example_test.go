@@ -15,6 +15,7 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/sidecar/frameworkclient"
 )
 
 // A framework answers invocations over a unix socket; the sidecar calls it
@@ -45,7 +46,7 @@ func Example() {
 
 	// The sidecar side: check health, then invoke.
 	ctx := context.Background()
-	client := framework.NewClient(socket, "", "")
+	client := frameworkclient.NewClient(socket, "", "")
 	if err := client.Health(ctx); err != nil {
 		log.Fatal(err)
 	}

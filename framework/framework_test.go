@@ -1,4 +1,4 @@
-package framework
+package framework_test
 
 import (
 	"context"
@@ -14,17 +14,20 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/sidecar/frameworkclient"
 )
 
 func TestHandler(t *testing.T) {
-	h := NewHandler(func(ctx context.Context, r Request) (Response, error) {
+	h := framework.NewHandler(func(ctx context.Context, r framework.Request) (framework.Response, error) {
 		switch r.InvocationID {
 		case "err":
-			return Response{}, errors.New("handler broke")
+			return framework.Response{}, errors.New("handler broke")
 		case "zero":
-			return Response{Body: json.RawMessage(`"x"`)}, nil
+			return framework.Response{Body: json.RawMessage(`"x"`)}, nil
 		}
-		return Response{StatusCode: 201, Body: json.RawMessage(`{"id":"` + r.InvocationID + `"}`)}, nil
+		return framework.Response{StatusCode: 201, Body: json.RawMessage(`{"id":"` + r.InvocationID + `"}`)}, nil
 	})
 	tests := []struct {
 		name       string
@@ -62,17 +65,17 @@ func shortSocket(t testing.TB) string {
 	return filepath.Join(dir, "sub", "framework.sock")
 }
 
-// serve runs ServeUnix until the test ends.
+// serve runs framework.ServeUnix until the test ends.
 func serve(t testing.TB, sock, healthPath string, h http.Handler) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- ServeUnix(ctx, sock, h) }()
+	go func() { done <- framework.ServeUnix(ctx, sock, h) }()
 	t.Cleanup(func() {
 		cancel()
-		assert.NoError(t, <-done, "ServeUnix")
+		assert.NoError(t, <-done, "framework.ServeUnix")
 	})
-	c := NewClient(sock, "", healthPath)
+	c := frameworkclient.NewClient(sock, "", healthPath)
 	require.Eventually(t, func() bool { return c.Health(context.Background()) == nil }, 5*time.Second, 10*time.Millisecond, "framework did not come up")
 }
 
@@ -80,39 +83,39 @@ func TestServeUnixAndClient(t *testing.T) {
 	sock := shortSocket(t)
 	// A stale socket file from a previous run must not stop the server.
 	require.NoError(t, os.MkdirAll(filepath.Dir(sock), 0o755))
-	ln, err := ListenUnix(sock)
+	ln, err := framework.ListenUnix(sock)
 	require.NoError(t, err)
 	ln.(interface{ SetUnlinkOnClose(bool) }).SetUnlinkOnClose(false)
 	ln.Close()
 
-	serve(t, sock, "/ok", NewHandler(Echo(EchoOptions{}), WithPaths("/run", "/ok")))
-	c := NewClient(sock, "/run", "/ok")
-	req := Request{InvocationID: "i1", WorkerName: "w", Payload: json.RawMessage(`{"a":1}`), Attributes: map[string]string{"k": "v"}}
+	serve(t, sock, "/ok", framework.NewHandler(framework.Echo(framework.EchoOptions{}), framework.WithPaths("/run", "/ok")))
+	c := frameworkclient.NewClient(sock, "/run", "/ok")
+	req := framework.Request{InvocationID: "i1", WorkerName: "w", Payload: json.RawMessage(`{"a":1}`), Attributes: map[string]string{"k": "v"}}
 	resp, err := c.Invoke(context.Background(), req)
 	require.NoError(t, err)
-	var back Request
+	var back framework.Request
 	require.NoError(t, json.Unmarshal(resp.Body, &back))
 	assert.Equal(t, 200, resp.StatusCode)
 	assert.Equal(t, "application/json", resp.ContentType)
 	assert.Equal(t, "i1", back.InvocationID)
-	assert.Equal(t, Version, back.Version)
+	assert.Equal(t, framework.Version, back.Version)
 	assert.JSONEq(t, `{"a":1}`, string(back.Payload))
 	assert.Equal(t, "v", back.Attributes["k"])
 	fi, err := os.Stat(sock)
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o666), fi.Mode().Perm(), "socket mode")
 	// Wrong paths: an HTTP error, not an envelope.
-	_, err = NewClient(sock, "/invoke", "").Invoke(context.Background(), req)
+	_, err = frameworkclient.NewClient(sock, "/invoke", "").Invoke(context.Background(), req)
 	assert.ErrorContains(t, err, "HTTP 404", "invoke on wrong path")
-	assert.Error(t, NewClient(sock, "", "").Health(context.Background()), "health on wrong path")
+	assert.Error(t, frameworkclient.NewClient(sock, "", "").Health(context.Background()), "health on wrong path")
 }
 
 func TestListenUnixRefusesNonSocket(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "file")
 	require.NoError(t, os.WriteFile(p, nil, 0o600))
-	_, err := ListenUnix(p)
+	_, err := framework.ListenUnix(p)
 	assert.ErrorContains(t, err, "is not a socket")
-	_, err = ListenUnix("")
+	_, err = framework.ListenUnix("")
 	assert.Error(t, err, "empty path")
 }
 
@@ -121,11 +124,11 @@ func TestHealthCheckAndContextCancel(t *testing.T) {
 	healthy := make(chan bool, 1)
 	healthy <- false
 	started := make(chan struct{})
-	h := NewHandler(func(ctx context.Context, r Request) (Response, error) {
+	h := framework.NewHandler(func(ctx context.Context, r framework.Request) (framework.Response, error) {
 		close(started)
 		<-ctx.Done()
-		return Response{}, ctx.Err()
-	}, WithHealth(func(context.Context) error {
+		return framework.Response{}, ctx.Err()
+	}, framework.WithHealth(func(context.Context) error {
 		v := <-healthy
 		healthy <- v
 		if !v {
@@ -133,8 +136,8 @@ func TestHealthCheckAndContextCancel(t *testing.T) {
 		}
 		return nil
 	}))
-	go func() { _ = ServeUnix(t.Context(), sock, h) }()
-	c := NewClient(sock, "", "")
+	go func() { _ = framework.ServeUnix(t.Context(), sock, h) }()
+	c := frameworkclient.NewClient(sock, "", "")
 	require.EventuallyWithT(t, func(c2 *assert.CollectT) {
 		assert.ErrorContains(c2, c.Health(context.Background()), "HTTP 503: {\"error\":\"model loading\"}")
 	}, 5*time.Second, 10*time.Millisecond, "health reports the model loading")
@@ -143,7 +146,7 @@ func TestHealthCheckAndContextCancel(t *testing.T) {
 	require.NoError(t, c.Health(context.Background()), "healthy")
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-started; cancel() }()
-	_, err := c.Invoke(ctx, Request{InvocationID: "x"})
+	_, err := c.Invoke(ctx, framework.Request{InvocationID: "x"})
 	assert.ErrorIs(t, err, context.Canceled, "cancelled invoke")
 }
 
@@ -151,24 +154,24 @@ func TestEcho(t *testing.T) {
 	var exited int
 	tests := []struct {
 		name      string
-		opts      EchoOptions
+		opts      framework.EchoOptions
 		attrs     map[string]string
 		wantCode  int
 		wantError string
 		wantExit  int
 	}{
 		{name: "echo", wantCode: 200},
-		{name: "fail option", opts: EchoOptions{Fail: "nope"}, wantCode: 500, wantError: "nope"},
-		{name: "fail attribute", attrs: map[string]string{EchoAttrFail: "bad"}, wantCode: 500, wantError: "bad"},
-		{name: "bad sleep", attrs: map[string]string{EchoAttrSleep: "x"}, wantCode: 400, wantError: `attribute echo.sleep: "x" is not a duration`},
-		{name: "sleep", attrs: map[string]string{EchoAttrSleep: "1ms"}, wantCode: 200},
-		{name: "crash", attrs: map[string]string{EchoAttrCrash: "true"}, wantExit: 3},
+		{name: "fail option", opts: framework.EchoOptions{Fail: "nope"}, wantCode: 500, wantError: "nope"},
+		{name: "fail attribute", attrs: map[string]string{framework.EchoAttrFail: "bad"}, wantCode: 500, wantError: "bad"},
+		{name: "bad sleep", attrs: map[string]string{framework.EchoAttrSleep: "x"}, wantCode: 400, wantError: `attribute echo.sleep: "x" is not a duration`},
+		{name: "sleep", attrs: map[string]string{framework.EchoAttrSleep: "1ms"}, wantCode: 200},
+		{name: "crash", attrs: map[string]string{framework.EchoAttrCrash: "true"}, wantExit: 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			exited = 0
 			tt.opts.Exit = func(c int) { exited = c }
-			resp, _ := Echo(tt.opts)(context.Background(), Request{InvocationID: "e", Attributes: tt.attrs})
+			resp, _ := framework.Echo(tt.opts)(context.Background(), framework.Request{InvocationID: "e", Attributes: tt.attrs})
 			assert.Equal(t, tt.wantExit, exited, "exit code")
 			if tt.wantExit != 0 {
 				return

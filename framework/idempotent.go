@@ -32,8 +32,10 @@ const (
 	CapabilityIdempotentInvoke = "idempotent-invoke"
 	AttachHeader               = "Runplane-Attach"
 	CancelHeader               = "Runplane-Cancel"
-	attachOnly                 = "only"
-	attachUnknown              = "unknown"
+	// AttachOnly (AttachHeader) asks for a re-attach only; AttachUnknown
+	// (AttachHeader) answers one for a call not known here.
+	AttachOnly    = "only"
+	AttachUnknown = "unknown"
 )
 
 // Defaults of the idempotent invoke's memory.

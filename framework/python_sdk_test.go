@@ -1,4 +1,4 @@
-package framework
+package framework_test
 
 import (
 	"bufio"
@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/sidecar/frameworkclient"
 )
 
 // pythonSDKHandler serves, with the Python SDK, a handler that reports on
@@ -81,13 +84,13 @@ func TestPythonSDKCancel(t *testing.T) {
 					}
 					close(lines)
 				}()
-				c := NewClient(sock, "", "")
+				c := frameworkclient.NewClient(sock, "", "")
 				require.Eventually(t, func() bool { return c.Health(context.Background()) == nil }, 20*time.Second, 20*time.Millisecond, "framework up")
 
 				ctx, cancel := context.WithCancel(context.Background())
 				errc := make(chan error, 1)
 				go func() {
-					_, err := c.Invoke(ctx, Request{InvocationID: "slow", Payload: json.RawMessage(`"slow"`)})
+					_, err := c.Invoke(ctx, framework.Request{InvocationID: "slow", Payload: json.RawMessage(`"slow"`)})
 					errc <- err
 				}()
 				expectLine(t, lines, "started")
@@ -95,7 +98,7 @@ func TestPythonSDKCancel(t *testing.T) {
 				require.ErrorIs(t, <-errc, context.Canceled)
 				expectLine(t, lines, "cancelled")
 
-				resp, err := c.Invoke(context.Background(), Request{InvocationID: "quick", Payload: json.RawMessage(`"quick"`)})
+				resp, err := c.Invoke(context.Background(), framework.Request{InvocationID: "quick", Payload: json.RawMessage(`"quick"`)})
 				require.NoError(t, err)
 				require.JSONEq(t, `"quick"`, string(resp.Body))
 			})

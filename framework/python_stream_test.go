@@ -1,4 +1,4 @@
-package framework
+package framework_test
 
 import (
 	"context"
@@ -10,6 +10,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/sidecar/frameworkclient"
 )
 
 // pythonStreamHandler streams tokens from a generator with the Python SDK.
@@ -54,10 +57,10 @@ func TestPythonSDKStream(t *testing.T) {
 			cmd.Stderr = os.Stderr
 			require.NoError(t, cmd.Start())
 			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-			c := NewClient(sock, "", "")
+			c := frameworkclient.NewClient(sock, "", "")
 			require.Eventually(t, func() bool { return c.Health(context.Background()) == nil }, 20*time.Second, 20*time.Millisecond, "framework up")
 			var got []string
-			resp, err := c.InvokeStream(context.Background(), Request{InvocationID: "s1"}, StreamLimits{}, func(b []byte) error {
+			resp, err := c.InvokeStream(context.Background(), framework.Request{InvocationID: "s1"}, frameworkclient.StreamLimits{}, func(b []byte) error {
 				got = append(got, string(b))
 				return nil
 			})

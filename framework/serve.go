@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/runplane/runplane/internal/httpjson"
+	"github.com/runplane/runplane/internal/tracing"
 )
 
 // Default paths of the contract; a Pod may override them with the
@@ -41,6 +42,8 @@ type handlerOptions struct {
 	detachGrace time.Duration
 	recent      int
 	recentFor   time.Duration
+	// tracer records the handler spans (trace.go).
+	tracer tracing.Tracer
 }
 
 func newHandlerOptions(opts []Option) handlerOptions {
@@ -49,6 +52,7 @@ func newHandlerOptions(opts []Option) handlerOptions {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	o.tracer = handlerTracer(o.tracer)
 	return o
 }
 
@@ -161,8 +165,11 @@ func NewHandler(fn HandlerFunc, opts ...Option) http.Handler {
 			httpjson.Write(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("read invocation envelope: %v", err)})
 			return
 		}
+		parent := tracing.FromHTTP(r.Header)
 		run := func(ctx context.Context) Response {
+			ctx, span := o.tracer.Start(ctx, parent, "framework handler", handlerSpanOptions(req)...)
 			resp, err := fn(ctx, req)
+			endHandlerSpan(span, resp, err)
 			if err != nil {
 				resp = Response{StatusCode: http.StatusInternalServerError, Error: err.Error()}
 			}
@@ -193,12 +200,12 @@ func serveIdempotent(w http.ResponseWriter, r *http.Request, cs *calls, k callKe
 		httpjson.Write(w, http.StatusOK, map[string]string{"status": "cancelled"})
 		return
 	}
-	c := cs.start(r.Context(), k, r.Header.Get(AttachHeader) != attachOnly, run)
+	c := cs.start(r.Context(), k, r.Header.Get(AttachHeader) != AttachOnly, run)
 	if c == nil {
 		// A re-attach to a call this framework does not know (it restarted,
 		// or forgot the outcome): never started here, the sidecar has no
 		// payload to give it.
-		w.Header().Set(AttachHeader, attachUnknown)
+		w.Header().Set(AttachHeader, AttachUnknown)
 		httpjson.Write(w, http.StatusNotFound, errorBody{Error: fmt.Sprintf("no call of invocation %s attempt %d is known here", k.id, k.attempt)})
 		return
 	}

@@ -131,3 +131,17 @@ func writeSSEData(b *strings.Builder, p []byte) {
 }
 
 func drain(r *http.Request) (int64, error) { return io.Copy(io.Discard, r.Body) }
+
+// StreamSummary is the body of the Response a streamed answer ends in:
+// what was streamed, and the chunks themselves (as UTF-8 strings) while
+// they fit in StreamLimits.MaxSummaryBytes.
+type StreamSummary struct {
+	Chunks int   `json:"chunks"`
+	Bytes  int64 `json:"bytes"`
+	// Data are the chunks in order; absent (Truncated) when they did not fit.
+	Data      []string `json:"data,omitempty"`
+	Truncated bool     `json:"truncated,omitempty"`
+}
+
+// StreamedHeader marks the Response of a streamed answer.
+const StreamedHeader = "Runplane-Streamed"

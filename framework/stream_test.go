@@ -1,4 +1,4 @@
-package framework
+package framework_test
 
 import (
 	"context"
@@ -12,12 +12,15 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/sidecar/frameworkclient"
 )
 
-// TestStreamHandlerRoundTrip: chunks a StreamFunc writes reach
+// TestStreamHandlerRoundTrip: chunks a framework.StreamFunc writes reach
 // InvokeStream's callback one by one and in order, multi-line chunks
-// intact, and the final Response summarises them; an error from the
-// StreamFunc fails the invocation after the chunks it wrote.
+// intact, and the final framework.Response summarises them; an error from the
+// framework.StreamFunc fails the invocation after the chunks it wrote.
 func TestStreamHandlerRoundTrip(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -30,7 +33,7 @@ func TestStreamHandlerRoundTrip(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sock := shortSocket(t)
-			serve(t, sock, "", NewStreamHandler(func(ctx context.Context, req Request, w ChunkWriter) error {
+			serve(t, sock, "", framework.NewStreamHandler(func(ctx context.Context, req framework.Request, w framework.ChunkWriter) error {
 				for _, c := range tc.chunks {
 					if err := w.WriteChunk([]byte(c)); err != nil {
 						return err
@@ -39,16 +42,16 @@ func TestStreamHandlerRoundTrip(t *testing.T) {
 				return tc.err
 			}))
 			var got []string
-			resp, err := NewClient(sock, "", "").InvokeStream(context.Background(), Request{InvocationID: "i1"}, StreamLimits{}, func(b []byte) error {
+			resp, err := frameworkclient.NewClient(sock, "", "").InvokeStream(context.Background(), framework.Request{InvocationID: "i1"}, frameworkclient.StreamLimits{}, func(b []byte) error {
 				got = append(got, string(b))
 				return nil
 			})
 			require.NoError(t, err)
 			assert.Equal(t, tc.chunks, got)
 			assert.Equal(t, http.StatusOK, resp.StatusCode)
-			assert.Equal(t, "true", resp.Headers[StreamedHeader])
+			assert.Equal(t, "true", resp.Headers[framework.StreamedHeader])
 			assert.Equal(t, tc.wantErr, resp.Error)
-			var sum StreamSummary
+			var sum framework.StreamSummary
 			require.NoError(t, json.Unmarshal(resp.Body, &sum))
 			assert.Equal(t, len(tc.chunks), sum.Chunks)
 			assert.Equal(t, tc.chunks, sum.Data)
@@ -58,11 +61,11 @@ func TestStreamHandlerRoundTrip(t *testing.T) {
 
 // TestInvokeStreamFormats: ndjson lines are chunks, a JSON envelope is
 // still decoded as before, and chunks over the limits fail the invocation
-// with ErrStreamLimit.
+// with frameworkclient.ErrStreamLimit.
 func TestInvokeStreamFormats(t *testing.T) {
 	raw := func(ct, body string) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == DefaultHealthPath {
+			if r.URL.Path == framework.DefaultHealthPath {
 				return
 			}
 			w.Header().Set("Content-Type", ct)
@@ -72,22 +75,22 @@ func TestInvokeStreamFormats(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		h          http.Handler
-		lim        StreamLimits
+		lim        frameworkclient.StreamLimits
 		wantChunks []string
 		wantBody   string
 		wantErr    error
 	}{
-		{name: "ndjson", h: raw(ContentTypeNDJSON, "{\"t\":1}\n\n{\"t\":2}\r\n"), wantChunks: []string{`{"t":1}`, `{"t":2}`}},
+		{name: "ndjson", h: raw(framework.ContentTypeNDJSON, "{\"t\":1}\n\n{\"t\":2}\r\n"), wantChunks: []string{`{"t":1}`, `{"t":2}`}},
 		{name: "json envelope", h: raw("application/json", `{"statusCode":200,"body":{"x":1}}`), wantBody: `{"x":1}`},
-		{name: "chunk too big", h: raw(ContentTypeEventStream, "data: "+strings.Repeat("x", 100)+"\n\n"), lim: StreamLimits{MaxChunkBytes: 10}, wantErr: ErrStreamLimit},
-		{name: "line too big", h: raw(ContentTypeNDJSON, strings.Repeat("x", 100)+"\n"), lim: StreamLimits{MaxChunkBytes: 10}, wantErr: ErrStreamLimit},
-		{name: "too many chunks", h: raw(ContentTypeNDJSON, "1\n2\n3\n"), lim: StreamLimits{MaxChunks: 2}, wantChunks: []string{"1", "2"}, wantErr: ErrStreamLimit},
+		{name: "chunk too big", h: raw(framework.ContentTypeEventStream, "data: "+strings.Repeat("x", 100)+"\n\n"), lim: frameworkclient.StreamLimits{MaxChunkBytes: 10}, wantErr: frameworkclient.ErrStreamLimit},
+		{name: "line too big", h: raw(framework.ContentTypeNDJSON, strings.Repeat("x", 100)+"\n"), lim: frameworkclient.StreamLimits{MaxChunkBytes: 10}, wantErr: frameworkclient.ErrStreamLimit},
+		{name: "too many chunks", h: raw(framework.ContentTypeNDJSON, "1\n2\n3\n"), lim: frameworkclient.StreamLimits{MaxChunks: 2}, wantChunks: []string{"1", "2"}, wantErr: frameworkclient.ErrStreamLimit},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sock := shortSocket(t)
 			serve(t, sock, "", tc.h)
 			var got []string
-			resp, err := NewClient(sock, "", "").InvokeStream(context.Background(), Request{InvocationID: "i1"}, tc.lim, func(b []byte) error {
+			resp, err := frameworkclient.NewClient(sock, "", "").InvokeStream(context.Background(), framework.Request{InvocationID: "i1"}, tc.lim, func(b []byte) error {
 				got = append(got, string(b))
 				return nil
 			})
@@ -105,12 +108,12 @@ func TestInvokeStreamFormats(t *testing.T) {
 }
 
 // TestStreamCancelReachesHandler: when the caller's context ends mid-stream
-// the StreamFunc's context ends too (the sidecar's cancel stops the
+// the framework.StreamFunc's context ends too (the sidecar's cancel stops the
 // framework's stream).
 func TestStreamCancelReachesHandler(t *testing.T) {
 	sock := shortSocket(t)
 	stopped := make(chan error, 1)
-	serve(t, sock, "", NewStreamHandler(func(ctx context.Context, req Request, w ChunkWriter) error {
+	serve(t, sock, "", framework.NewStreamHandler(func(ctx context.Context, req framework.Request, w framework.ChunkWriter) error {
 		for i := 0; ; i++ {
 			if err := w.WriteChunk([]byte(fmt.Sprint(i))); err != nil {
 				stopped <- err
@@ -126,7 +129,7 @@ func TestStreamCancelReachesHandler(t *testing.T) {
 	}))
 	ctx, cancel := context.WithCancel(context.Background())
 	n := 0
-	_, err := NewClient(sock, "", "").InvokeStream(ctx, Request{InvocationID: "i1"}, StreamLimits{}, func([]byte) error {
+	_, err := frameworkclient.NewClient(sock, "", "").InvokeStream(ctx, framework.Request{InvocationID: "i1"}, frameworkclient.StreamLimits{}, func([]byte) error {
 		if n++; n == 3 {
 			cancel()
 		}

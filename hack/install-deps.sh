@@ -18,6 +18,16 @@ pymod ensurepip || need+=(python3-venv)
 pymod mypy || need+=(mypy)
 pymod uvicorn || need+=(python3-uvicorn)
 pymod fastapi || need+=(python3-fastapi)
+# promtool (charts/runplane TestAlertRules: `promtool test rules` on the chart's alerts) comes
+# with Debian's Prometheus (about 94 MiB installed, 18 s here; no daemon is started).
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+# node and npm (charts/runplane TestDashboardSchema: tsc checks the dashboard against Grafana's
+# schema, @grafana/schema from the npm registry, test/grafana/install.sh).
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
+# Headless Chromium (controllers TestAccessorInABrowser: the accessor's page as a browser renders it;
+# about 348 MiB installed).
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v cp >/dev/null 2>&1 || need+=(coreutils)
 command -v pgrep >/dev/null 2>&1 || need+=(procps)
 # The real kubelet node (test/cluster RealNodes, make dev): the OCI runtime,

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# test.sh is make test: the Go tests (unit, integration against the local
-# control plane, e2e) and the Python framework's tests, then one closing
+# test.sh is make test: the Debian packages, the linters, the cached
+# builds, the Go tests (unit, integration against the local control plane,
+# e2e) and the Python framework's tests; then the time of each phase and the
+# slowest Go packages (where a newcomer's first run goes), and one closing
 # line counting every test that ran, e.g. "tests: 412 passed, 0 failed, 3 skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -8,19 +10,51 @@ go_flags=(${TESTFLAGS:--count=1 -v -timeout 40m})
 log="$(mktemp -d)"
 trap 'rm -rf "$log"' EXIT
 
-bin_dir="$(bash test/testbin/build.sh)" || { echo "test: building the control-plane binaries failed" >&2; exit 1; }
+# phase NAME: the seconds since the previous mark go to NAME (printed at the end).
+phases=()
+mark=$SECONDS
+phase() {
+	phases+=("$(printf '%-26s %5ds' "$1" $((SECONDS - mark)))")
+	mark=$SECONDS
+}
+timings() {
+	echo
+	echo "time per phase:"
+	printf '  %s\n' "${phases[@]}"
+	if [[ -s $log/go.txt ]]; then
+		echo "slowest Go packages:"
+		awk '$1 == "ok" || $1 == "FAIL" { if ($3 ~ /s$/) { t = $3; sub(/s$/, "", t); printf "%9.1fs  %s\n", t, $2 } }' "$log/go.txt" |
+			sort -rn | head -10 | sed 's/^/ /'
+	fi
+}
+fail() { # fail MESSAGE: stop with the phases so far.
+	echo "test: $1" >&2
+	timings
+	exit 1
+}
+
+bash hack/install-deps.sh || fail "installing the Debian packages failed"
+phase "Debian packages"
+make -s lint || fail "lint failed"
+phase "lint"
+bin_dir="$(bash test/testbin/build.sh)" || fail "building the control-plane binaries failed"
+phase "control-plane binaries"
 # The real node's binaries (test/e2e/realnode, root only) are built here,
 # before the tests, so no test's timeout pays for the first build.
 if [[ $(id -u) == 0 ]]; then
-	node_dir="$(bash test/testbin/node.sh)" || { echo "test: building the real node's binaries failed" >&2; exit 1; }
+	node_dir="$(bash test/testbin/node.sh)" || fail "building the real node's binaries failed"
 	export RUNPLANE_NODEBIN_DIR="$node_dir"
+	phase "real node binaries"
 fi
 RUNPLANE_TESTBIN_DIR="$bin_dir" go test "${go_flags[@]}" ./... 2>&1 | tee "$log/go.txt"
 go_status=${PIPESTATUS[0]}
+phase "Go tests (build + run)"
 # Debian's python3 (hack/install-deps.sh installs the SDK's modules for it);
 # strict: a missing module fails its tests instead of skipping them.
 RUNPLANE_PYTHON_STRICT=1 "${PYTHON:-/usr/bin/python3}" -m unittest discover -s framework/python -v 2>&1 | tee "$log/python.txt"
 py_status=${PIPESTATUS[0]}
+phase "Python tests"
+timings
 
 # Top-level Go tests only (subtests are indented); Python's unittest lines
 # end in "... ok", "... FAIL"/"... ERROR" or "... skipped '<why>'".

@@ -30,7 +30,7 @@ const clientFile = "ingress/ingressclient/client.gen.go"
 // TestGeneratedClient generates a client with oapi-codegen from the
 // document a real ingress serves, checks it is the committed
 // ingressclient, and runs queue/README.md's calls with it against that
-// ingress (a real nats-server, a stub worker).
+// ingress (a real nats-server, a worker: the real sidecar).
 func TestGeneratedClient(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -62,21 +62,22 @@ func TestGeneratedClient(t *testing.T) {
 	e.worker("w1", 4, nil)
 	const ns = "default"
 
-	// async: 202 with the JetStream ack
+	// async: 202 with the ack
 	async, err := c.InvokePoolWithResponse(ctx, ns, testPool, ingressclient.InvokeRequest{Mode: ingressclient.InvokeRequestModeAsync, Payload: map[string]any{"prompt": "robot"}})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusAccepted, async.StatusCode(), string(async.Body))
 	assert.Equal(t, ingressclient.AckStateQueued, async.JSON202.State)
-	assert.Equal(t, "runtime.serverless.invoke.default.echo", async.JSON202.Subjects.Invoke)
+	assert.Equal(t, testPool, async.JSON202.Pool)
+	assert.NotContains(t, string(async.Body), "runtime.serverless", "no NATS subject or stream in an answer")
 
-	// sync: 200 with the Record
+	// sync: 200 with the invocation
 	id, timeout, ttl := "job-42", 30, 120
 	sync, err := c.InvokePoolWithResponse(ctx, ns, testPool, ingressclient.InvokeRequest{Mode: ingressclient.InvokeRequestModeSync, InvocationID: &id,
 		TimeoutSeconds: &timeout, TtlSeconds: &ttl, Headers: &map[string]string{"x-request-id": "abc"},
 		Attributes: &map[string]string{"path": "/generate"}, ContentType: ptr("application/json"), Payload: map[string]any{"prompt": "robot"}})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, sync.StatusCode(), string(sync.Body))
-	assert.Equal(t, ingressclient.RecordStateSucceeded, sync.JSON200.State)
+	assert.Equal(t, ingressclient.InvocationStateSucceeded, sync.JSON200.State)
 	require.NotNil(t, sync.JSON200.Response)
 	assert.Equal(t, 200, sync.JSON200.Response.StatusCode)
 
@@ -85,7 +86,7 @@ func TestGeneratedClient(t *testing.T) {
 	got, err := c.GetInvocationWithResponse(ctx, ns, id)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, got.StatusCode())
-	assert.Equal(t, ingressclient.RecordStateSucceeded, got.JSON200.State)
+	assert.Equal(t, ingressclient.InvocationStateSucceeded, got.JSON200.State)
 
 	// cancel: 409 when already terminal, naming the state
 	late, err := c.CancelInvocationWithResponse(ctx, ns, id)
@@ -103,7 +104,7 @@ func TestGeneratedClient(t *testing.T) {
 	cancelled, err := c.CancelInvocationWithResponse(ctx, ns, queuedID)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, cancelled.StatusCode(), string(cancelled.Body))
-	assert.Equal(t, ingressclient.RecordStateCancelled, cancelled.JSON200.State)
+	assert.Equal(t, ingressclient.InvocationStateCancelled, cancelled.JSON200.State)
 
 	// the pool: policy (durations in seconds), workers, backlog
 	p, err := c.GetPoolWithResponse(ctx, ns, testPool)

@@ -31,13 +31,13 @@ func TestDeepBacklogDispatchedWhole(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 
 	seen := make(chan string, n)
-	e.worker("w", 1, func(_ context.Context, d messages.Dispatch) (*framework.Response, messages.State, string) {
+	e.worker("w", 1, func(_ context.Context, d framework.Request) (framework.Response, error) {
 		seen <- d.InvocationID
 		body, err := json.Marshal(map[string]any{"payload": d.Payload, "header": d.Headers["x-n"], "path": d.Attributes["path"]})
 		if err != nil {
-			return nil, messages.StateFailed, err.Error()
+			return framework.Response{}, err
 		}
-		return &framework.Response{StatusCode: 200, ContentType: "application/json", Body: body}, messages.StateSucceeded, ""
+		return framework.Response{StatusCode: 200, ContentType: "application/json", Body: body}, nil
 	})
 	for i := range n {
 		id := fmt.Sprintf("deep-%03d", i)

@@ -21,7 +21,7 @@ import (
 )
 
 // BenchmarkSyncRoundTrip measures a sync invocation end to end: HTTP
-// ingress → JetStream → activator → dispatch → stub worker → result →
+// ingress → JetStream → activator → dispatch → worker (the real sidecar, in-process) → result →
 // reply, next to a bare NATS request/reply ("baseline") in the same run.
 // Sub-benchmarks rate=N issue requests open-loop at N/s and report p50 and
 // p99; rate=max runs closed-loop with 32 concurrent callers for throughput.

@@ -18,7 +18,7 @@ import (
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/callback"
-	"github.com/runplane/runplane/queue/stubworker"
+	"github.com/runplane/runplane/sidecar/sidecartest"
 )
 
 var testMasterKey = []byte("0123456789abcdef0123456789abcdef")
@@ -94,7 +94,7 @@ func (e *env) waitCallback(id string) messages.Record {
 // the signing-key endpoint hands out), and the attempt is in the Record.
 func TestCallbackDeliveredOnceSigned(t *testing.T) {
 	e := callbackEnv(t, true, 0)
-	e.worker("w1", 1, stubworker.Echo)
+	e.worker("w1", 1, sidecartest.Echo)
 	rc := newReceiver(t, http.StatusOK)
 	r := e.invoke(map[string]any{"mode": "async", "invocationID": "cb-1", "payload": map[string]int{"n": 1}, "callbackURL": rc.srv.URL + "/hook"})
 	require.Equal(t, http.StatusAccepted, r.code, "%s", r.raw)
@@ -115,8 +115,8 @@ func TestCallbackDeliveredOnceSigned(t *testing.T) {
 	key, err := hex.DecodeString(kr.body["key"].(string))
 	require.NoError(t, err)
 	require.NoError(t, callback.Verify(key, got[0].signature, got[0].body, time.Now(), 5*time.Minute))
-	assert.Equal(t, "uid-default", kr.body["keyID"])
-	assert.Equal(t, "uid-default", rec.Callback.KeyID, "the Record names the key it is signed with")
+	assert.Equal(t, callback.KeyID("uid-default"), kr.body["keyID"])
+	assert.Equal(t, callback.KeyID("uid-default"), rec.Callback.KeyID, "the invocation names the key it is signed with")
 	assert.Error(t, callback.Verify(callback.NamespaceKey(testMasterKey, "default", "uid-other"), got[0].signature, got[0].body, time.Now(), 5*time.Minute),
 		"a namespace made again under the name does not verify it")
 	assert.Error(t, callback.Verify(callback.NamespaceKey(testMasterKey, "other", "uid-default"), got[0].signature, got[0].body, time.Now(), 5*time.Minute),
@@ -128,7 +128,7 @@ func TestCallbackDeliveredOnceSigned(t *testing.T) {
 // after the attempts allowed.
 func TestCallbackRetriedOn500(t *testing.T) {
 	e := callbackEnv(t, true, 3)
-	e.worker("w1", 1, stubworker.Echo)
+	e.worker("w1", 1, sidecartest.Echo)
 
 	rc := newReceiver(t, 500, 500, 200)
 	r := e.invoke(map[string]any{"mode": "async", "invocationID": "cb-2", "callbackURL": rc.srv.URL})
@@ -172,7 +172,7 @@ func TestCallbackPendingSurvivesRestart(t *testing.T) {
 	e := newEnv(t, func(c *queue.Config) {
 		c.Callbacks = queue.CallbackOptions{MasterKey: testMasterKey, AllowCIDRs: []string{"127.0.0.0/8"}, Backoff: time.Second}
 	})
-	e.worker("w1", 1, stubworker.Echo)
+	e.worker("w1", 1, sidecartest.Echo)
 	rc := newReceiver(t, 500, 200)
 	r := e.invoke(map[string]any{"mode": "async", "invocationID": "cb-r", "callbackURL": rc.srv.URL})
 	require.Equal(t, http.StatusAccepted, r.code, "%s", r.raw)
@@ -194,7 +194,7 @@ func TestCallbackPendingSurvivesRestart(t *testing.T) {
 // unknown event, or events without a callback, are a 400.
 func TestCallbackStartEvent(t *testing.T) {
 	e := callbackEnv(t, true, 0)
-	e.worker("w1", 1, stubworker.Echo)
+	e.worker("w1", 1, sidecartest.Echo)
 	rc := newReceiver(t, http.StatusOK)
 	r := e.invoke(map[string]any{"mode": "async", "invocationID": "cb-s", "callbackURL": rc.srv.URL, "callbackEvents": []string{"start", "completed"}})
 	require.Equal(t, http.StatusAccepted, r.code, "%s", r.raw)

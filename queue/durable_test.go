@@ -40,7 +40,7 @@ func TestRetryOfCutOffAcceptRuns(t *testing.T) {
 	// another ID shows it (the hash leaves the ID out).
 	probe := e.invoke(map[string]any{"mode": "async", "invocationID": "probe", "ttlSeconds": 60})
 	require.EqualValues(t, 202, probe.code, "%d %s", probe.code, probe.raw)
-	e.orphanRecord(id, time.Now().UTC(), e.record("probe").RequestHash)
+	e.orphanRecord(id, time.Now().UTC(), e.stored("probe").RequestHash)
 	r := e.invoke(map[string]any{"mode": "async", "invocationID": id, "ttlSeconds": 60})
 	require.EqualValues(t, 202, r.code, "%d %s", r.code, r.raw)
 	require.Equal(t, true, r.body["duplicate"], "%s", r.raw)
@@ -81,7 +81,7 @@ func TestSyncBodyEqualsGet(t *testing.T) {
 	e.waitState("same-body", messages.StateSucceeded, 10*time.Second)
 	g := e.do("GET", "/v1/namespaces/default/invocations/same-body", nil)
 	require.EqualValues(t, 200, g.code)
-	for _, k := range []string{"invocationID", "namespace", "pool", "mode", "state", "worker", "attempt", "stream", "acceptedAt", "requestHash", "response"} {
+	for _, k := range []string{"invocationID", "namespace", "pool", "mode", "state", "worker", "attempt", "acceptedAt", "response"} {
 		require.NotNil(t, g.body[k], "GET has no %s: %s", k, g.raw)
 		require.Equal(t, g.body[k], r.body[k], "%s: sync 200 %s, GET %s", k, r.raw, g.raw)
 	}

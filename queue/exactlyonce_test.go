@@ -14,7 +14,6 @@ import (
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/stream"
-	"github.com/runplane/runplane/queue/stubworker"
 
 	"github.com/stretchr/testify/assert"
 )
@@ -113,7 +112,7 @@ func TestActivatorRestartAfterDuplicateWindow(t *testing.T) {
 			// the old leader died before publishing), never two.
 			require.Eventually(t, func() bool { return e.dispatches(t, w, id) == 1 }, 10*time.Second, 20*time.Millisecond)
 			fw.stop()
-			e.startWorker(w, true)
+			e.worker(w, 1, nil) // its durable consumer picks up the stored dispatch
 			rec := e.waitState(id, messages.StateSucceeded, 10*time.Second)
 			e.quiet(w)
 			runs := e.log.Runs(id)
@@ -122,17 +121,6 @@ func TestActivatorRestartAfterDuplicateWindow(t *testing.T) {
 			require.Eventually(t, func() bool { return e.dispatches(t, w, id) == 0 }, 10*time.Second, 20*time.Millisecond)
 		})
 	}
-}
-
-// startWorker starts a stub worker; deliverAll makes it pick up dispatches
-// stored before it started (as the sidecar's durable consumer does).
-func (e *env) startWorker(name string, deliverAll bool) *stubworker.Worker {
-	e.t.Helper()
-	w, err := stubworker.Start(context.Background(), stubworker.Config{NC: e.nc, Stream: e.cfg.Stream.WithDefaults().Stream, Subjects: e.subj,
-		Pool: testPool, Name: name, Namespace: "default", Concurrency: 1, Heartbeat: 100 * time.Millisecond, Log: e.log, DeliverAll: deliverAll})
-	require.NoError(e.t, err)
-	e.t.Cleanup(w.Kill)
-	return w
 }
 
 // fake is a worker that registers and heartbeats but fetches nothing.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/pool"
-	"github.com/runplane/runplane/queue/stubworker"
+	"github.com/runplane/runplane/sidecar/sidecartest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -34,7 +34,7 @@ func BenchmarkTenantFlood(b *testing.B) {
 		c.Limits = pool.Limits{PoolMaxBacklog: 200, NamespaceMaxBacklog: 200, NamespaceMaxInFlight: 16}
 	})
 	for i := range 2 {
-		e.tenantWorker("team-a", "p", fmt.Sprint("w", i), 16, stubworker.Sleep(100*time.Millisecond))
+		e.tenantWorker("team-a", "p", fmt.Sprint("w", i), 16, sidecartest.Sleep(100*time.Millisecond))
 		e.tenantWorker("team-b", "p", fmt.Sprint("w", i), 16, nil)
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 30 * time.Second}

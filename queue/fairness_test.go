@@ -16,18 +16,8 @@ import (
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/pool"
-	"github.com/runplane/runplane/queue/stubworker"
+	"github.com/runplane/runplane/sidecar/sidecartest"
 )
-
-// tenantWorker starts a stub worker of pool ns/poolName.
-func (e *env) tenantWorker(ns, poolName, name string, conc int, h stubworker.Handler) *stubworker.Worker {
-	e.t.Helper()
-	w, err := stubworker.Start(context.Background(), stubworker.Config{NC: e.nc, Stream: e.cfg.Stream.WithDefaults().Stream, Subjects: e.subj,
-		Pool: poolName, Name: name, Namespace: ns, Concurrency: conc, Heartbeat: 100 * time.Millisecond, Handler: h, Log: e.log})
-	require.NoError(e.t, err)
-	e.t.Cleanup(w.Kill)
-	return w
-}
 
 func invocations(ns, poolName string) string {
 	return "/v1/namespaces/" + ns + "/pools/" + poolName + "/invocations"
@@ -98,8 +88,8 @@ type concurrency struct {
 	now, max map[string]int
 }
 
-func (c *concurrency) handler(keys ...string) stubworker.Handler {
-	return func(ctx context.Context, d messages.Dispatch) (*framework.Response, messages.State, string) {
+func (c *concurrency) handler(keys ...string) framework.HandlerFunc {
+	return func(ctx context.Context, req framework.Request) (framework.Response, error) {
 		c.mu.Lock()
 		for _, k := range keys {
 			c.now[k]++
@@ -113,7 +103,7 @@ func (c *concurrency) handler(keys ...string) stubworker.Handler {
 			}
 			c.mu.Unlock()
 		}()
-		return stubworker.Sleep(50*time.Millisecond)(ctx, d)
+		return sidecartest.Sleep(50*time.Millisecond)(ctx, req)
 	}
 }
 

@@ -7,12 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
-	"github.com/runplane/runplane/queue/stubworker"
 )
 
 // TestForgedResultIgnored: a second worker of the same pool publishes a
@@ -38,7 +37,7 @@ func TestForgedResultIgnored(t *testing.T) {
 	}
 	for _, f := range forged {
 		f.InvocationID, f.Namespace, f.Pool, f.State = "victim", "default", testPool, messages.StateSucceeded
-		f.Response = &framework.Response{StatusCode: 200, Body: json.RawMessage(`{"from":"forger"}`)}
+		f.Response = &messages.Response{StatusCode: 200, Body: json.RawMessage(`{"from":"forger"}`)}
 		b, err := json.Marshal(f)
 		require.NoError(t, err)
 		_, err = e.js.Publish(context.Background(), e.subj.Result("default", testPool), b)
@@ -70,15 +69,23 @@ func TestForgedResultIgnored(t *testing.T) {
 // the caller gets the dispatched worker's result.
 func TestForgedReplyIgnored(t *testing.T) {
 	e := newEnv(t, nil)
-	// The forger serves one sync invocation and learns the reply subject.
+	// The forger serves one sync invocation and learns the reply subject
+	// (its Dispatch's ReplyTo, where its sidecar answers: seen here on the
+	// wire).
 	replyTo := make(chan string, 1)
-	forger := e.worker("b", 1, func(ctx context.Context, d messages.Dispatch) (*framework.Response, messages.State, string) {
-		replyTo <- d.ReplyTo
-		return stubworker.Echo(ctx, d)
+	sub, err := e.nc.Subscribe(e.subj.Reply("default", testPool)+".>", func(m *nats.Msg) {
+		select {
+		case replyTo <- m.Subject:
+		default:
+		}
 	})
+	require.NoError(t, err)
+	require.NoError(t, e.nc.Flush())
+	forger := e.worker("b", 1, nil)
 	require.Equal(t, 200, e.invoke(map[string]any{"mode": "sync", "payload": "x"}).code)
 	learned := <-replyTo
-	forger.Stop()
+	require.NoError(t, sub.Unsubscribe())
+	require.NoError(t, forger.Stop())
 
 	g := newGate()
 	e.worker("a", 1, g.handler)
@@ -95,7 +102,7 @@ func TestForgedReplyIgnored(t *testing.T) {
 	require.Len(t, parts, 3, learned)
 	base := prefix + parts[0]
 	b, err := json.Marshal(messages.Result{InvocationID: "victim", Namespace: "default", Pool: testPool, Worker: "b", Attempt: 1,
-		State: messages.StateSucceeded, Response: &framework.Response{StatusCode: 200, Body: json.RawMessage(`{"from":"forger"}`)}})
+		State: messages.StateSucceeded, Response: &messages.Response{StatusCode: 200, Body: json.RawMessage(`{"from":"forger"}`)}})
 	require.NoError(t, err)
 	for _, subj := range []string{base + ".victim", base + ".victim." + parts[2], base + ".victim.guess"} {
 		require.NoError(t, e.nc.Publish(subj, b))
@@ -130,7 +137,7 @@ func TestForgedResultIgnoredAfterRestart(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond, "the new activator rebuilt its state")
 
 	f := messages.Result{InvocationID: "victim", Namespace: "default", Pool: testPool, Worker: "a", Attempt: 1, State: messages.StateSucceeded,
-		Response: &framework.Response{StatusCode: 200, Body: json.RawMessage(`{"from":"forger"}`)}}
+		Response: &messages.Response{StatusCode: 200, Body: json.RawMessage(`{"from":"forger"}`)}}
 	b, err := json.Marshal(f)
 	require.NoError(t, err)
 	_, err = e.js.Publish(context.Background(), e.subj.Result("default", testPool), b)

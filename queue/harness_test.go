@@ -20,14 +20,16 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/natstls"
 	"github.com/runplane/runplane/internal/pki"
 	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/queuetest"
 	"github.com/runplane/runplane/queue/stream"
-	"github.com/runplane/runplane/queue/stubworker"
+	"github.com/runplane/runplane/sidecar/sidecartest"
 	"github.com/runplane/runplane/test/scrape"
 )
 
@@ -45,24 +47,21 @@ type env struct {
 	js         jetstream.JetStream
 	cfg        queue.Config
 	subj       messages.Subjects
-	log        *stubworker.Log
-	stop       func()
+	// natsTLS is how clients verify the NATS (zero: plain).
+	natsTLS natstls.Client
+	log     *sidecartest.Log
+	stop    func()
 
 	workersMu sync.Mutex
-	workers   map[string]*stubworker.Worker
+	workers   map[string]*sidecartest.Worker
+
+	// tracers of the workers' sidecars and frameworks (nil: none).
+	sidecarTP, frameworkTP trace.TracerProvider
 }
 
+// startNATS restarts the test's NATS on its store dir and port.
 func startNATS(t testing.TB, dir string, port int) *server.Server {
-	return startNATSWith(t, &server.Options{JetStream: true, StoreDir: dir, Port: port, Host: "127.0.0.1", NoLog: true, NoSigs: true})
-}
-
-func startNATSWith(t testing.TB, o *server.Options) *server.Server {
-	t.Helper()
-	ns, err := server.NewServer(o)
-	require.NoError(t, err)
-	go ns.Start()
-	require.True(t, ns.ReadyForConnections(10*time.Second), "nats not ready")
-	return ns
+	return queuetest.NATS(t, func(o *server.Options) { o.StoreDir, o.Port = dir, port })
 }
 
 func (e *env) natsURL() string { return e.ns.ClientURL() }
@@ -74,7 +73,7 @@ func newEnv(t testing.TB, mutate func(*queue.Config)) *env {
 
 // newEnvTLS is newEnv, with useTLS on a NATS that serves verified TLS
 // first as runplane's does (internal/natstls): the queue, the test's
-// connection and the stub workers on it dial TLS (benchmarks compare).
+// connection and the workers on it dial TLS (benchmarks compare).
 func newEnvTLS(t testing.TB, useTLS bool, mutate func(*queue.Config)) *env {
 	return newEnvNATS(t, natsOptions{tls: useTLS}, mutate)
 }
@@ -92,10 +91,13 @@ type natsOptions struct {
 func newEnvNATS(t testing.TB, no natsOptions, mutate func(*queue.Config)) *env {
 	t.Helper()
 	useTLS := no.tls
-	e := &env{t: t, storeDir: t.TempDir(), log: stubworker.NewLog()}
-	o := &server.Options{JetStream: true, StoreDir: e.storeDir, Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true, SyncAlways: no.syncAlways}
+	e := &env{t: t, storeDir: t.TempDir(), log: sidecartest.NewLog()}
 	var client natstls.Client
-	if useTLS {
+	e.ns = queuetest.NATS(t, func(o *server.Options) {
+		o.StoreDir, o.SyncAlways = e.storeDir, no.syncAlways
+		if !useTLS {
+			return
+		}
 		const name = "nats.bench"
 		b, err := pki.Renew(nil, pki.Options{Name: "bench-nats", DNSNames: []string{name}})
 		require.NoError(t, err)
@@ -103,10 +105,9 @@ func newEnvNATS(t testing.TB, no natsOptions, mutate func(*queue.Config)) *env {
 		require.NoError(t, err)
 		o.TLSConfig, o.TLSHandshakeFirst = &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}, true
 		client = natstls.Client{CA: b.CABundle, ServerName: name}
-	}
-	e.ns = startNATSWith(t, o)
+	})
+	e.natsTLS = client
 	e.port = e.ns.Addr().(*net.TCPAddr).Port
-	t.Cleanup(func() { e.ns.Shutdown(); e.ns.WaitForShutdown() })
 	tlsOpts, err := client.Options()
 	require.NoError(t, err)
 	nc, err := nats.Connect(e.natsURL(), append(tlsOpts, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))...)
@@ -123,10 +124,6 @@ func newEnvNATS(t testing.TB, no natsOptions, mutate func(*queue.Config)) *env {
 		HeartbeatTimeout: time.Second,
 		Backoff:          100 * time.Millisecond,
 		Tick:             50 * time.Millisecond,
-		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
-	if testing.Verbose() {
-		e.cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	if mutate != nil {
 		mutate(&e.cfg)
@@ -137,31 +134,9 @@ func newEnvNATS(t testing.TB, no natsOptions, mutate func(*queue.Config)) *env {
 }
 
 func (e *env) startQueue() {
-	ctx, cancel := context.WithCancel(context.Background())
-	addr, metricsAddr := make(chan string, 1), make(chan string, 1)
-	cfg := e.cfg
-	cfg.OnListen = func(a string) { addr <- a }
-	cfg.OnMetricsListen = func(a string) { metricsAddr <- a }
-	done := make(chan error, 1)
-	go func() { done <- queue.Run(ctx, cfg) }()
-	e.base, e.metricsURL = "", "" // a restart listens on new ports
-	timeout := time.After(20 * time.Second)
-	for e.base == "" || e.metricsURL == "" {
-		select {
-		case a := <-addr:
-			e.base = "http://" + a
-		case a := <-metricsAddr:
-			e.metricsURL = "https://" + a + "/metrics"
-		case err := <-done:
-			require.FailNow(e.t, "queue.Run returned", "%v", err)
-		case <-timeout:
-			require.FailNow(e.t, "queue did not start")
-		}
-	}
-	var once sync.Once
-	stop := func() { once.Do(func() { cancel(); <-done }) }
-	e.stop = stop
-	e.t.Cleanup(stop)
+	q := queuetest.Run(e.t, e.cfg) // a restart listens on new ports
+	e.base, e.metricsURL = q.Base, q.MetricsURL
+	e.stop = func() { require.NoError(e.t, q.Stop()) }
 	// The activator's consumers are up before traffic.
 	require.Eventually(e.t, func() bool {
 		sc := e.cfg.Stream.WithDefaults()
@@ -174,19 +149,51 @@ func (e *env) startQueue() {
 	}, 20*time.Second, 10*time.Millisecond, "activator consumers")
 }
 
-func (e *env) worker(name string, conc int, h stubworker.Handler) *stubworker.Worker {
+// worker runs a real sidecar in front of h (nil: echo) as worker name of
+// testPool in namespace default.
+func (e *env) worker(name string, conc int, h framework.HandlerFunc) *sidecartest.Worker {
 	e.t.Helper()
-	w, err := stubworker.Start(context.Background(), stubworker.Config{NC: e.nc, Stream: e.cfg.Stream.WithDefaults().Stream, Subjects: e.subj,
-		Pool: testPool, Name: name, Namespace: "default", Concurrency: conc, Heartbeat: 100 * time.Millisecond, Handler: h, Log: e.log})
-	require.NoError(e.t, err)
-	e.t.Cleanup(w.Kill)
+	return e.tenantWorker("default", testPool, name, conc, h)
+}
+
+// tenantWorker runs a real sidecar in front of h (nil: echo) as worker
+// name of pool ns/poolName; every execution goes to e.log.
+func (e *env) tenantWorker(ns, poolName, name string, conc int, h framework.HandlerFunc) *sidecartest.Worker {
+	e.t.Helper()
+	_, bench := e.t.(*testing.B) // a benchmark's figures carry no proxy (sidecartest.Config.Direct)
+	w := sidecartest.Run(e.t, e.workerConfig(sidecartest.Config{Namespace: ns, Pool: poolName, Name: name, Concurrency: conc, Handler: h, Direct: bench}))
 	e.workersMu.Lock()
 	if e.workers == nil {
-		e.workers = map[string]*stubworker.Worker{}
+		e.workers = map[string]*sidecartest.Worker{}
 	}
 	e.workers[name] = w
 	e.workersMu.Unlock()
 	return w
+}
+
+// workerConfig is c on this env's NATS and stream, logging to e.log.
+func (e *env) workerConfig(c sidecartest.Config) sidecartest.Config {
+	sc := e.cfg.Stream.WithDefaults()
+	c.NATSURL, c.TLS, c.SubjectPrefix, c.StreamName, c.Log = e.natsURL(), e.natsTLS, sc.Prefix, sc.Stream, e.log
+	c.SidecarTracer, c.FrameworkTracer = e.sidecarTP, e.frameworkTP
+	if testing.Verbose() {
+		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return c
+}
+
+// waitWorkerReady waits until the pool status the activator publishes
+// shows worker name of testPool ready.
+func (e *env) waitWorkerReady(name string) {
+	e.t.Helper()
+	require.Eventually(e.t, func() bool {
+		for _, w := range e.poolStatus().Workers {
+			if w.Name == name && w.Ready {
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 20*time.Millisecond, "worker %s ready", name)
 }
 
 type resp struct {
@@ -231,6 +238,19 @@ func (e *env) record(id string) messages.Record {
 	return rec
 }
 
+// stored is the Record of id as the KV bucket holds it, internal fields
+// included (what no answer shows).
+func (e *env) stored(id string) messages.Record {
+	e.t.Helper()
+	kv, err := e.js.KeyValue(context.Background(), e.cfg.Stream.WithDefaults().RecordsBucket)
+	require.NoError(e.t, err)
+	entry, err := kv.Get(context.Background(), stream.Key("default", id))
+	require.NoError(e.t, err)
+	var rec messages.Record
+	require.NoError(e.t, json.Unmarshal(entry.Value(), &rec))
+	return rec
+}
+
 func (e *env) waitState(id string, want messages.State, within time.Duration) messages.Record {
 	e.t.Helper()
 	var rec messages.Record
@@ -242,14 +262,14 @@ func (e *env) waitState(id string, want messages.State, within time.Duration) me
 }
 
 // poolStatus is the pool status the activator last published (zero if none).
-func (e *env) poolStatus() stream.PoolStatus {
+func (e *env) poolStatus() messages.PoolStatus {
 	e.t.Helper()
 	var info struct {
-		Status *stream.PoolStatus `json:"status"`
+		Status *messages.PoolStatus `json:"status"`
 	}
 	require.NoError(e.t, json.Unmarshal(e.do("GET", "/v1/namespaces/default/pools/"+testPool, nil).raw, &info))
 	if info.Status == nil {
-		return stream.PoolStatus{}
+		return messages.PoolStatus{}
 	}
 	return *info.Status
 }
@@ -342,14 +362,14 @@ func (g *gate) next(t testing.TB) string {
 	}
 }
 
-func (g *gate) handler(ctx context.Context, d messages.Dispatch) (*framework.Response, messages.State, string) {
-	g.started <- d.InvocationID
+func (g *gate) handler(ctx context.Context, req framework.Request) (framework.Response, error) {
+	g.started <- req.InvocationID
 	select {
 	case <-g.release:
-		return stubworker.Echo(ctx, d)
+		return sidecartest.Echo(ctx, req)
 	case <-ctx.Done():
-		g.cancelled <- d.InvocationID
-		return nil, messages.StateCancelled, "cancelled"
+		g.cancelled <- req.InvocationID
+		return framework.Response{}, ctx.Err()
 	}
 }
 

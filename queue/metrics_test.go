@@ -1,10 +1,10 @@
 package queue_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/queue"
-	"github.com/runplane/runplane/queue/stubworker"
+	"github.com/runplane/runplane/sidecar/sidecartest"
 )
 
 // TestSameNamedPoolsAreTwoSeries: two tenants' pools of the same name are
@@ -23,10 +23,7 @@ import (
 func TestSameNamedPoolsAreTwoSeries(t *testing.T) {
 	e := newEnv(t, func(c *queue.Config) { c.StaticPools = []string{"team-a/echo", "team-b/echo"} })
 	for _, ns := range []string{"team-a", "team-b"} {
-		w, err := stubworker.Start(context.Background(), stubworker.Config{NC: e.nc, Stream: e.cfg.Stream.WithDefaults().Stream, Subjects: e.subj,
-			Pool: "echo", Name: ns + "-w", Namespace: ns, Concurrency: 1, Heartbeat: 100 * time.Millisecond, Log: e.log})
-		require.NoError(t, err)
-		t.Cleanup(w.Kill)
+		e.tenantWorker(ns, "echo", ns+"-w", 1, nil)
 	}
 	calls := map[string]int{"team-a": 1, "team-b": 2}
 	for ns, n := range calls {
@@ -51,4 +48,39 @@ func TestSameNamedPoolsAreTwoSeries(t *testing.T) {
 			}
 		}
 	}, 10*time.Second, 50*time.Millisecond)
+}
+
+// TestOldestQueuedTimestamp: a pool with nothing to run its invocations
+// reports when its oldest waiting one was accepted (what the
+// RunplaneQueueBacklogOld alert reads: the age of a backlog, which a count
+// cannot tell), and the series goes once a worker has taken them all.
+func TestOldestQueuedTimestamp(t *testing.T) {
+	e := newEnv(t, nil)
+	series := `runplane_activator_oldest_queued_timestamp_seconds{namespace="default",pool="echo"} `
+	value := func() (string, bool) {
+		m, err := e.metrics()
+		require.NoError(t, err)
+		for _, l := range strings.Split(m, "\n") {
+			if v, ok := strings.CutPrefix(l, series); ok {
+				return v, true
+			}
+		}
+		return "", false
+	}
+	first := e.invoke(map[string]any{"mode": "async"})
+	require.Equal(t, http.StatusAccepted, first.code, "%s", first.raw)
+	accepted, err := time.Parse(time.RFC3339Nano, first.body["acceptedAt"].(string))
+	require.NoError(t, err)
+	// A later one does not move it: the oldest is what waited longest.
+	require.Equal(t, http.StatusAccepted, e.invoke(map[string]any{"mode": "async"}).code)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		v, ok := value()
+		require.True(c, ok, "no series %s", series)
+		f, err := strconv.ParseFloat(v, 64)
+		require.NoError(c, err)
+		assert.InDelta(c, float64(accepted.UnixMilli())/1000, f, 0.001)
+	}, 10*time.Second, 50*time.Millisecond)
+
+	e.worker("w", 2, sidecartest.Echo)
+	require.Eventually(t, func() bool { _, ok := value(); return !ok }, 10*time.Second, 50*time.Millisecond, "the series outlived the backlog")
 }

@@ -52,7 +52,7 @@ func TestRecordOfPreviousNamespaceIncarnation(t *testing.T) {
 	e := newEnv(t, func(c *queue.Config) { c.Namespaces = nss })
 
 	require.Equal(t, 202, e.invoke(map[string]any{"mode": "async", "invocationID": "old-owner"}).code)
-	assert.Equal(t, "uid-1", e.record("old-owner").NamespaceUID)
+	assert.Equal(t, "uid-1", e.stored("old-owner").NamespaceUID, "the stored Record is stamped (no answer shows it)")
 
 	nss.set("uid-2", "uid-2") // deleted, made again
 	missing := e.do("GET", "/v1/namespaces/default/invocations/never-was", nil)

@@ -7,10 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,45 +20,20 @@ import (
 	"github.com/runplane/runplane/internal/objects"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/stream"
-	"github.com/runplane/runplane/sidecar"
 )
 
-// echoWorker runs the echo framework (framework-echo's handler) on a unix
-// socket and the real sidecar in front of it, as a worker of testPool. It
+// echoWorker runs the echo framework (framework-echo's handler) behind
+// the real sidecar, as a worker of testPool the activator knows ready. It
 // returns how many times the framework ran.
 func (e *env) echoWorker(name string) *atomic.Int64 {
 	e.t.Helper()
-	dir, err := os.MkdirTemp("", "rppl")
-	require.NoError(e.t, err)
-	e.t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "f.sock")
-	ln, err := framework.ListenUnix(sock)
-	require.NoError(e.t, err)
 	runs := &atomic.Int64{}
 	echo := framework.Echo(framework.EchoOptions{})
-	srv := &http.Server{Handler: framework.NewHandler(func(ctx context.Context, r framework.Request) (framework.Response, error) {
+	e.worker(name, 2, func(ctx context.Context, r framework.Request) (framework.Response, error) {
 		runs.Add(1)
 		return echo(ctx, r)
-	})}
-	go func() { _ = srv.Serve(ln) }()
-	e.t.Cleanup(func() { _ = srv.Close() })
-	sc, err := sidecar.New(sidecar.Config{Pool: testPool, WorkerName: name, WorkerNamespace: "default", FrameworkSocket: sock, Concurrency: 2,
-		NATSURL: e.natsURL(), HTTPAddr: "127.0.0.1:0", HeartbeatInterval: 200 * time.Millisecond, ProbeInterval: 50 * time.Millisecond,
-		FetchWait: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	require.NoError(e.t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sc.Run(ctx) }()
-	e.t.Cleanup(func() { cancel(); <-done })
-	require.Eventually(e.t, func() bool {
-		st := e.poolStatus()
-		for _, w := range st.Workers {
-			if w.Name == name && w.Ready {
-				return true
-			}
-		}
-		return false
-	}, 20*time.Second, 20*time.Millisecond, "worker %s ready", name)
+	})
+	e.waitWorkerReady(name)
 	return runs
 }
 

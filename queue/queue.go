@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -34,6 +35,7 @@ import (
 	"github.com/runplane/runplane/internal/natscallout"
 	"github.com/runplane/runplane/internal/natsconn"
 	"github.com/runplane/runplane/internal/natstls"
+	"github.com/runplane/runplane/internal/natsvarz"
 	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/callback"
 	"github.com/runplane/runplane/queue/ingress"
@@ -86,6 +88,10 @@ type Config struct {
 	// InsecureDisableCallerAuth, refused otherwise.
 	MetricsListen   string
 	OnMetricsListen func(addr string)
+	// MetricsCert is where /metrics's certificate comes from: a CA kept in
+	// a Secret, which scrapers verify (the chart's ServiceMonitor), or none:
+	// a self-signed one made at start.
+	MetricsCert metricsauth.ServingCert
 	// RESTConfig enables Kubernetes: pools from Deployments, workers from
 	// Pods, scaling, leader election. Nil: StaticPools are used and nothing
 	// is scaled.
@@ -153,6 +159,10 @@ type Config struct {
 	// Scaler replaces the Kubernetes scaler (benchmarks; with StaticPools).
 	Scaler activator.Scaler
 	Logger *slog.Logger
+
+	// TracerProvider records the ingress's and the activator's spans
+	// (nil: none; trace context is still propagated). See README "Traces".
+	TracerProvider trace.TracerProvider
 }
 
 // HeartbeatMultiple is the least heartbeat timeout, in worker heartbeat
@@ -265,9 +275,9 @@ func Run(ctx context.Context, cfg Config) error {
 	// Metrics first: a queue that cannot serve them to scrapers safely does
 	// not start. With the manager's (leader election, client-go), whose own
 	// metrics listener is off.
-	var metrics *manager.Server
+	var metrics []manager.Runnable
 	if cfg.MetricsListen != "" {
-		if metrics, err = metricsServer(cfg, metricsauth.Merge(reg, ctrlmetrics.Registry), log); err != nil {
+		if metrics, err = metricsServer(ctx, cfg, kube, metricsauth.Merge(reg, ctrlmetrics.Registry), log); err != nil {
 			return err
 		}
 	}
@@ -298,6 +308,9 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		defer closeResolver()
+		// The NATS servers' own health, read over the system account (nats-server
+		// serves no Prometheus metrics): the NATSServerDown and certificate alerts.
+		reg.MustRegister(&natsvarz.Collector{Sys: resolver.Conn, Wait: 500 * time.Millisecond, Log: log.With("component", "nats-varz")})
 		if k := cfg.NATSTLSKeeper; k != nil {
 			k.Sys = resolver.Conn
 			k.Log = cmp.Or(k.Log, log.With("component", "nats-tls"))
@@ -342,7 +355,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		srv, err := ingress.New(ctx, ingress.Config{Store: st, NC: nc, Pools: pools, Auth: gate, InsecureNoAuth: gate == nil && cfg.InsecureDisableCallerAuth, Limits: cfg.Limits,
 			DefaultTTLSeconds: cfg.DefaultTTLSeconds, MaxTTLSeconds: maxTTLSeconds(cfg.Stream), MaxBodyBytes: cfg.MaxBodyBytes, MaxPayloadBytes: cfg.MaxPayloadBytes, Logger: log, Registerer: reg,
-			Callbacks: callbacks, Namespaces: nss, HTTP: cfg.IngressHTTP})
+			Callbacks: callbacks, Namespaces: nss, HTTP: cfg.IngressHTTP, TracerProvider: cfg.TracerProvider})
 		if err != nil {
 			return err
 		}
@@ -362,7 +375,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if !cfg.DisableActivator {
 		act, err := activator.New(activator.Config{Store: st, NC: nc, Pools: pools, Kube: kube, Namespace: cfg.Namespace,
 			HeartbeatTimeout: cfg.HeartbeatTimeout, SilentHold: cfg.SilentHold, MaxAttempts: cfg.MaxAttempts, Backoff: cfg.Backoff, Tick: cfg.Tick, Scaler: cfg.Scaler,
-			Limits: cfg.Limits, Revoke: revoke, Logger: log, Registerer: reg})
+			Limits: cfg.Limits, Revoke: revoke, Logger: log, Registerer: reg, TracerProvider: cfg.TracerProvider})
 		if err != nil {
 			return err
 		}
@@ -372,7 +385,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return errors.New("queue: both ingress and activator are disabled")
 	}
 	if metrics != nil {
-		runnables = append(runnables, metrics)
+		runnables = append(runnables, metrics...)
 	}
 	// Everything below returns only once the activator has stopped, before
 	// nc closes (deferred above).

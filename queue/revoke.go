@@ -35,6 +35,11 @@ func newRevoker(accounts *natscallout.WorkerAccounts, reg prometheus.Registerer,
 	r := &revoker{accounts: accounts, clock: clock.RealClock{}, log: log.With("component", "nats-revoke"), done: map[string]time.Time{},
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_nats_revocations_total",
 			Help: "Workers whose NATS account was revoked (their Pod gone or no longer a worker of the pool), by result."}, []string{"result"})}
+	// Every result starts at 0: the first revocation (or failure) is then
+	// an increase, and the dashboard shows 0 rather than no data.
+	for _, res := range []string{"revoked", "retrying", "failed"} {
+		r.total.WithLabelValues(res)
+	}
 	if reg != nil {
 		reg.MustRegister(r.total)
 	}

@@ -3,12 +3,7 @@ package queue_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"math/rand/v2"
-	"net/http"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -19,7 +14,7 @@ import (
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
-	"github.com/runplane/runplane/sidecar"
+	"github.com/runplane/runplane/sidecar/sidecartest"
 )
 
 // executions counts every run of every invocation, as the framework sees it.
@@ -40,43 +35,12 @@ func (x *executions) handler(ctx context.Context, req framework.Request) (framew
 	return framework.Response{StatusCode: 200, Body: req.Payload}, nil
 }
 
-// realWorker is a real sidecar (in process: cancelling its context is what
-// SIGTERM does to runplane-sidecar) in front of a framework on its own
-// socket, as in one worker Pod.
-type realWorker struct {
-	stop func() // SIGTERM: returns once the sidecar has drained and exited
-}
-
-func (e *env) realWorker(name string, x *executions) *realWorker {
+// rolloutWorker is a real sidecar in front of x.handler, as one worker Pod
+// of a Deployment with a 20s drain.
+func (e *env) rolloutWorker(name string, x *executions) *sidecartest.Worker {
 	e.t.Helper()
-	dir, err := os.MkdirTemp("", "rprl")
-	require.NoError(e.t, err)
-	e.t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "fw.sock")
-	ln, err := framework.ListenUnix(sock)
-	require.NoError(e.t, err)
-	srv := &http.Server{Handler: framework.NewHandler(x.handler)}
-	go func() { _ = srv.Serve(ln) }()
-	e.t.Cleanup(func() { srv.Close() })
-	sc := e.cfg.Stream.WithDefaults()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	s, err := sidecar.New(sidecar.Config{Pool: testPool, WorkerName: name, WorkerNamespace: "default", FrameworkSocket: sock,
-		Concurrency: 2, NATSURL: e.natsURL(), SubjectPrefix: sc.Prefix, StreamName: sc.Stream, HTTPAddr: "127.0.0.1:0",
-		HeartbeatInterval: 100 * time.Millisecond, ProbeInterval: 50 * time.Millisecond, FetchWait: 200 * time.Millisecond,
-		ShutdownGrace: 20 * time.Second, Logger: log.With("worker", name)})
-	require.NoError(e.t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			require.NoError(e.t, <-done)
-		})
-	}
-	e.t.Cleanup(stop)
-	return &realWorker{stop: stop}
+	return sidecartest.Run(e.t, e.workerConfig(sidecartest.Config{Pool: testPool, Name: name, Concurrency: 2,
+		ShutdownGrace: 20 * time.Second, Handler: x.handler}))
 }
 
 // TestRolloutRestartLosesNothing: a pool under steady load has its workers
@@ -91,9 +55,9 @@ func TestRolloutRestartLosesNothing(t *testing.T) {
 	e := newEnv(t, func(c *queue.Config) { c.HeartbeatTimeout = 3 * time.Second })
 	x := &executions{runs: map[string]int{}}
 	const n = 3
-	workers := make([]*realWorker, 0, 2*n)
+	workers := make([]*sidecartest.Worker, 0, 2*n)
 	for i := range n {
-		workers = append(workers, e.realWorker(fmt.Sprintf("old-%d", i), x))
+		workers = append(workers, e.rolloutWorker(fmt.Sprintf("old-%d", i), x))
 	}
 	require.Eventually(t, func() bool { return len(e.poolStatus().Workers) == n }, 10*time.Second, 20*time.Millisecond)
 
@@ -121,10 +85,10 @@ func TestRolloutRestartLosesNothing(t *testing.T) {
 
 	time.Sleep(time.Second) // load before the first replacement (not an assertion)
 	for i := range n {
-		workers = append(workers, e.realWorker(fmt.Sprintf("new-%d", i), x))
+		workers = append(workers, e.rolloutWorker(fmt.Sprintf("new-%d", i), x))
 		want := n + 1
 		require.Eventually(t, func() bool { return len(e.poolStatus().Workers) == want }, 10*time.Second, 20*time.Millisecond, "new-%d registered", i)
-		workers[i].stop() // SIGTERM old-i and wait for its drain
+		require.NoError(t, workers[i].Stop()) // SIGTERM old-i and wait for its drain
 	}
 	time.Sleep(500 * time.Millisecond)
 	close(stopLoad)

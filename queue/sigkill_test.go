@@ -14,7 +14,7 @@ import (
 
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
-	"github.com/runplane/runplane/queue/stubworker"
+	"github.com/runplane/runplane/sidecar/sidecartest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -54,7 +54,7 @@ func TestProcessKilledUnderLoad(t *testing.T) {
 	cmd := start()
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	for i := range 3 {
-		e.worker(fmt.Sprintf("w%d", i), 4, stubworker.Sleep(5*time.Millisecond))
+		e.worker(fmt.Sprintf("w%d", i), 4, sidecartest.Sleep(5*time.Millisecond))
 	}
 
 	var mu sync.Mutex

@@ -6,10 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,42 +15,20 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	v1 "github.com/runplane/runplane/api/serverless/v1"
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
-	"github.com/runplane/runplane/queue/ingress"
-	"github.com/runplane/runplane/sidecar"
+	"github.com/runplane/runplane/queue/queuetest"
+	"github.com/runplane/runplane/sidecar/sidecartest"
 )
 
-// streamWorker runs fn as a streaming framework on a unix socket behind
-// the real sidecar, as a worker of testPool.
+// streamWorker runs fn as a streaming framework behind the real sidecar,
+// as a worker of testPool the activator knows ready.
 func (e *env) streamWorker(name string, fn framework.StreamFunc) {
 	e.t.Helper()
-	dir, err := os.MkdirTemp("", "rpst")
-	require.NoError(e.t, err)
-	e.t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "f.sock")
-	ln, err := framework.ListenUnix(sock)
-	require.NoError(e.t, err)
-	srv := &http.Server{Handler: framework.NewStreamHandler(fn)}
-	go func() { _ = srv.Serve(ln) }()
-	e.t.Cleanup(func() { _ = srv.Close() })
-	sc, err := sidecar.New(sidecar.Config{Pool: testPool, WorkerName: name, WorkerNamespace: "default", FrameworkSocket: sock, Concurrency: 2,
-		NATSURL: e.natsURL(), HTTPAddr: "127.0.0.1:0", HeartbeatInterval: 200 * time.Millisecond, ProbeInterval: 50 * time.Millisecond,
-		FetchWait: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	require.NoError(e.t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sc.Run(ctx) }()
-	e.t.Cleanup(func() { cancel(); <-done })
-	require.Eventually(e.t, func() bool {
-		for _, w := range e.poolStatus().Workers {
-			if w.Name == name && w.Ready {
-				return true
-			}
-		}
-		return false
-	}, 20*time.Second, 20*time.Millisecond, "worker %s ready", name)
+	sidecartest.Run(e.t, e.workerConfig(sidecartest.Config{Pool: testPool, Name: name, Concurrency: 2, StreamHandler: fn}))
+	e.waitWorkerReady(name)
 }
 
 // ingressReplica starts a second queue replica on the same NATS that
@@ -62,21 +37,7 @@ func (e *env) ingressReplica() string {
 	e.t.Helper()
 	cfg := e.cfg
 	cfg.DisableActivator = true
-	addr := make(chan string, 1)
-	cfg.OnListen = func(a string) { addr <- a }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- queue.Run(ctx, cfg) }()
-	e.t.Cleanup(func() { cancel(); <-done })
-	select {
-	case a := <-addr:
-		return "http://" + a
-	case err := <-done:
-		require.FailNow(e.t, "replica returned", "%v", err)
-	case <-time.After(20 * time.Second):
-		require.FailNow(e.t, "replica did not start")
-	}
-	return ""
+	return queuetest.Run(e.t, cfg).Base
 }
 
 // sseEvent is one server-sent event.
@@ -423,7 +384,7 @@ func TestStreamEventSourceStopsAfterResult(t *testing.T) {
 			had = ev.id
 		case "result":
 			results++
-			assert.Equal(t, ingress.ResultEventID, ev.id)
+			assert.Equal(t, v1.ResultEventID, ev.id)
 		default: // the last chunk the client has: a resume from it loses nothing
 			assert.Equal(t, had, ev.id, "%s event's id", ev.name)
 		}

@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	v1 "github.com/runplane/runplane/api/serverless/v1"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
-	"github.com/runplane/runplane/queue/ingress"
 )
 
 // chunkAs stores a chunk of invocation id as worker would (the test's
@@ -171,7 +171,7 @@ func TestStreamGapIsAnnounced(t *testing.T) {
 			names, chunks, all := openSSE(t, streamGet(t, e.base, "st-gap", tc.lastEventID)).events(t)
 			assert.Equal(t, []string{"invocation", "gap", "chunk", "chunk", "result"}, names)
 			assert.Equal(t, []string{"c7", "c8"}, chunks)
-			var gap ingress.StreamGap
+			var gap v1.StreamGap
 			require.NoError(t, json.Unmarshal([]byte(all[1].data), &gap))
 			assert.Equal(t, first, gap.FirstRetained)
 			assert.Equal(t, tc.missing, gap.Missing)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/ingress"
+	"github.com/runplane/runplane/queue/queuetest"
 	"github.com/runplane/runplane/queue/stream"
 )
 
@@ -25,12 +25,12 @@ import (
 // NATS's 1 MiB max_payload), as the probe's 900 KB calls.
 func bigPayload(n int) string { return `"` + strings.Repeat("x", n) + `"` }
 
-// okWorker starts a stub worker of pool ns/p answering "ok" (a small
+// okWorker starts a worker (the real sidecar) of pool ns/p answering "ok" (a small
 // result).
 func (e *env) okWorker(ns, p, name string) {
 	e.t.Helper()
-	e.tenantWorker(ns, p, name, 4, func(context.Context, messages.Dispatch) (*framework.Response, messages.State, string) {
-		return &framework.Response{StatusCode: 200, ContentType: "application/json", Body: []byte(`"ok"`)}, messages.StateSucceeded, ""
+	e.tenantWorker(ns, p, name, 4, func(context.Context, framework.Request) (framework.Response, error) {
+		return framework.Response{StatusCode: 200, ContentType: "application/json", Body: []byte(`"ok"`)}, nil
 	})
 }
 
@@ -229,25 +229,12 @@ func TestSweepRemovesLeftovers(t *testing.T) {
 // returned func is called.
 func (e *env) atReplica() func() {
 	e.t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	addr := make(chan string, 1)
 	cfg := e.cfg
 	cfg.DisableActivator, cfg.MetricsListen = true, ""
-	cfg.OnListen = func(a string) { addr <- a }
-	done := make(chan error, 1)
-	go func() { done <- queue.Run(ctx, cfg) }()
-	var once sync.Once
-	stop := func() { once.Do(func() { cancel(); <-done }) }
-	e.t.Cleanup(stop)
+	q := queuetest.Run(e.t, cfg)
+	stop := func() { require.NoError(e.t, q.Stop()) }
 	base := e.base
-	select {
-	case a := <-addr:
-		e.base = "http://" + a
-	case err := <-done:
-		require.FailNow(e.t, "replica returned", "%v", err)
-	case <-time.After(20 * time.Second):
-		require.FailNow(e.t, "replica did not start")
-	}
+	e.base = q.Base
 	require.EventuallyWithT(e.t, func(c *assert.CollectT) {
 		assert.Equal(c, 200, e.do("GET", "/readyz", nil).code)
 	}, 20*time.Second, 20*time.Millisecond, "the replica counted the Records")

@@ -53,7 +53,7 @@ func TestConflictRevealsNoOtherPool(t *testing.T) {
 // counted everyone's invocations in between. No answer carries them: not
 // the async ack, the sync 200, GET, a stream's result event, nor GET pool
 // (whose status the activator wrote with invokeSeq, which the ingress
-// still reads).
+// still reads); nor (issue #32) the stream's name, subjects or request hash.
 func TestAnswersCarryNoGlobalCounter(t *testing.T) {
 	e := newEnv(t, nil)
 	e.worker("w1", 2, nil)
@@ -74,7 +74,7 @@ func TestAnswersCarryNoGlobalCounter(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		kv, err := pools.Get(context.Background(), stream.PoolKey("default", testPool))
-		var ps stream.PoolStatus
+		var ps messages.PoolStatus
 		return err == nil && json.Unmarshal(kv.Value(), &ps) == nil && ps.InvokeSeq > 0
 	}, 10*time.Second, 20*time.Millisecond, "the activator's status has invokeSeq")
 
@@ -98,6 +98,11 @@ func TestAnswersCarryNoGlobalCounter(t *testing.T) {
 	} {
 		assert.NotContains(t, raw, `"sequence"`, name)
 		assert.NotContains(t, raw, `"invokeSeq"`, name)
+		// Nor other internals (issue #32): the shared stream's name, NATS
+		// subjects, the request hash.
+		for _, internal := range []string{`"stream":`, `"subjects"`, "runtime.serverless", sc.Stream, `"requestHash"`, `"namespaceUID"`} {
+			assert.NotContains(t, raw, internal, name)
+		}
 	}
 }
 

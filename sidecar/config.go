@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
@@ -91,6 +93,10 @@ type Config struct {
 	StateDir string
 
 	Logger *slog.Logger
+
+	// TracerProvider records the sidecar's invoke spans (nil: none; a
+	// Dispatch's trace context still reaches the framework).
+	TracerProvider trace.TracerProvider
 }
 
 // Defaults for the tuning fields.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/sidecar/frameworkclient"
 )
 
 // JetStream acknowledgement bodies, sent to a delivery's reply subject.
@@ -162,9 +163,9 @@ func (s *Sidecar) reattach(stop context.Context, log *slog.Logger, oc outcome) m
 		s.cancelCall(log, callCtx, d)
 	}
 	switch {
-	case errors.Is(err, errRestartedPlain), errors.Is(err, framework.ErrUnknownCall):
+	case errors.Is(err, errRestartedPlain), errors.Is(err, frameworkclient.ErrUnknownCall):
 		reason := errRestartedPlain
-		if errors.Is(err, framework.ErrUnknownCall) {
+		if errors.Is(err, frameworkclient.ErrUnknownCall) {
 			reason = errRestartedUnknown
 		}
 		log.Warn("a call interrupted by a restart ends without running again", "reason", reason)
@@ -178,7 +179,7 @@ func (s *Sidecar) reattach(stop context.Context, log *slog.Logger, oc outcome) m
 
 // waitFramework waits until the framework answers its health check and
 // returns its capabilities (or ctx's cause when it ends first).
-func (s *Sidecar) waitFramework(ctx context.Context) (framework.Capabilities, error) {
+func (s *Sidecar) waitFramework(ctx context.Context) (frameworkclient.Capabilities, error) {
 	for {
 		pctx, cancel := context.WithTimeout(ctx, max(s.cfg.ProbeInterval, time.Second))
 		caps, err := s.client.Probe(pctx)

@@ -25,6 +25,8 @@ import (
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/objects"
+	"github.com/runplane/runplane/internal/tracing"
+	"github.com/runplane/runplane/sidecar/frameworkclient"
 )
 
 // Causes of an invocation's context ending, mapped to result states.
@@ -44,8 +46,10 @@ type Sidecar struct {
 	log      *slog.Logger
 	subjects messages.Subjects
 	inbox    string // the connection's inbox prefix, within the worker's subjects
-	client   *framework.Client
+	client   *frameworkclient.Client
 	metrics  *metrics
+	// tracer: the invoke spans (trace.go).
+	tracer tracing.Tracer
 
 	ln net.Listener
 	// metricsLn serves /metrics, on loopback (nil: none).
@@ -111,7 +115,7 @@ func New(cfg Config) (*Sidecar, error) {
 		log:       cfg.Logger.With("pool", cfg.Pool, "worker", cfg.WorkerName),
 		subjects:  messages.Subjects{Prefix: cfg.SubjectPrefix},
 		inbox:     messages.WorkerInbox(cfg.WorkerNamespace, cfg.Pool, cfg.WorkerName),
-		client:    framework.NewClient(cfg.FrameworkSocket, cfg.InvokePath, cfg.HealthPath),
+		client:    frameworkclient.NewClient(cfg.FrameworkSocket, cfg.InvokePath, cfg.HealthPath),
 		metrics:   newMetrics(cfg.Concurrency),
 		ln:        ln,
 		metricsLn: metricsLn,
@@ -123,6 +127,7 @@ func New(cfg Config) (*Sidecar, error) {
 		wakeFetch: make(chan struct{}, 1),
 		reprobe:   make(chan struct{}, 1),
 	}
+	s.tracer = tracing.NewTracer(cfg.TracerProvider, "runplane/sidecar")
 	return s, nil
 }
 
@@ -514,7 +519,9 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 			handBack("journal: cannot record the start", jerr)
 			return
 		}
-		resp, err = s.invoke(callCtx, d, s.frameworkRequest(d, payload))
+		tctx, span := s.traceInvoke(callCtx, msg, d)
+		resp, err = s.invoke(tctx, d, s.frameworkRequest(d, payload))
+		tracing.End(span, err)
 		s.cancelCall(log, callCtx, d)
 	}
 	if refused(err) && callCtx.Err() == nil {
@@ -639,7 +646,10 @@ func (s *Sidecar) forget(log *slog.Logger, id string) {
 // resultOf is the Result of dispatch d's framework call, started at
 // started on callCtx, that answered resp or err (never a refusal: the
 // caller hands that back).
-func (s *Sidecar) resultOf(callCtx context.Context, d messages.Dispatch, started time.Time, resp framework.Response, err error) messages.Result {
+func (s *Sidecar) resultOf(callCtx context.Context, d messages.Dispatch, started time.Time, fresp framework.Response, err error) messages.Result {
+	// The same fields: a field the framework adds fails to compile here
+	// until the wire carries it too.
+	resp := messages.Response(fresp)
 	res := messages.Result{
 		InvocationID: d.InvocationID,
 		Namespace:    s.cfg.WorkerNamespace,

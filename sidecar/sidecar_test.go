@@ -448,6 +448,44 @@ func TestPythonFramework(t *testing.T) {
 	}
 }
 
+// pythonFastAPIRaises is a FastAPI app under the SDK's wrap_asgi whose
+// route raises: FastAPI answers a bare 500 and re-raises the exception.
+const pythonFastAPIRaises = `
+import uvicorn, fastapi, runplane_framework as rf
+api = fastapi.FastAPI()
+
+@api.post("/predict")
+async def predict() -> None:
+    raise ValueError("prompt too long for this model")
+
+uvicorn.run(rf.wrap_asgi(api, default_path="/predict"), uds=rf.config_from_env().socket_path, log_level="critical")
+`
+
+// TestPythonFastAPIExceptionReachesCaller: an exception in a FastAPI app
+// under wrap_asgi fails the invocation with the exception's type and
+// message, as a plain handler's does, not with the framework socket's path
+// and a bare HTTP 500.
+func TestPythonFastAPIExceptionReachesCaller(t *testing.T) {
+	py := "/usr/bin/python3" // Debian's: hack/install-deps.sh installs uvicorn and FastAPI for it
+	if exec.Command(py, "-c", "import uvicorn, fastapi").Run() != nil {
+		t.Skip("Debian python3 with uvicorn and FastAPI not installed")
+	}
+	e := newEnv(t)
+	sock := socketPath(t)
+	fw := exec.Command(py, "-c", pythonFastAPIRaises)
+	fw.Env = append(os.Environ(), api.EnvFrameworkSocket+"="+sock, "PYTHONPATH=../framework/python")
+	require.NoError(t, fw.Start())
+	t.Cleanup(func() { _ = fw.Process.Kill(); _ = fw.Wait() })
+	events, results := e.events(), e.results()
+	e.startSidecar(e.config("fa", sock))
+	waitEvent(t, events, "ready", func(ev messages.Event) bool { return ev.Ready })
+	e.dispatch("fa", messages.Dispatch{Invocation: messages.Invocation{InvocationID: "fa-raise", Payload: json.RawMessage(`{}`)}})
+	res := waitResult(t, results)
+	require.Equal(t, messages.StateFailed, res.State)
+	assert.Contains(t, res.Error, "ValueError: prompt too long for this model")
+	assert.NotContains(t, res.Error, sock, "the caller sees the app's exception, not the worker's socket")
+}
+
 // tokenFile is a NATS token file for a sidecar binary: the test server has
 // no auth and ignores it, but the sidecar refuses to start without one.
 func tokenFile(t testing.TB) string {

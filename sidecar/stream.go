@@ -11,6 +11,7 @@ import (
 
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/sidecar/frameworkclient"
 )
 
 // invoke calls the framework for dispatch d. A streamed answer's chunks
@@ -28,7 +29,7 @@ func (s *Sidecar) invoke(ctx context.Context, d messages.Dispatch, req framework
 	attempt := strconv.Itoa(d.Attempt)
 	execution := nuid.Next()
 	n := 0
-	lim := framework.StreamLimits{MaxChunkBytes: d.MaxChunkBytes, MaxChunks: int(d.MaxChunks), MaxSummaryBytes: int(min(d.MaxResultBytes, 1<<20))}
+	lim := frameworkclient.StreamLimits{MaxChunkBytes: d.MaxChunkBytes, MaxChunks: int(d.MaxChunks), MaxSummaryBytes: int(min(d.MaxResultBytes, 1<<20))}
 	return s.client.InvokeStream(ctx, req, lim, func(chunk []byte) error {
 		n++
 		m := nats.NewMsg(subject)

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"encoding/pem"
 	"log/slog"
 	"net"
 	"sync/atomic"
@@ -30,7 +31,8 @@ func TestCertKeeperRenews(t *testing.T) {
 	get, runnables, err := serving(ctx, client, cfg, NewMetrics(), slog.New(slog.DiscardHandler), &ready)
 	require.NoError(t, err)
 	require.Len(t, runnables, 2)
-	k := runnables[0].(*certKeeper)
+	k := runnables[0].(*pki.Keeper)
+	configs := runnables[1].(*configReconciler)
 	caBundles := func() [][]byte {
 		m, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "rp-webhook", metav1.GetOptions{})
 		require.NoError(t, err)
@@ -49,29 +51,29 @@ func TestCertKeeperRenews(t *testing.T) {
 		}
 	}
 
-	require.NoError(t, k.configs.reconcile(ctx))
+	require.NoError(t, configs.reconcile(ctx))
 	require.True(t, ready.Load())
 	first, err := get(nil)
 	require.NoError(t, err)
-	trusted(k.bundle.Load().CABundle)
+	trusted(k.CABundle())
 
 	// Not due: nothing changes.
 	clk.SetTime(clk.Now().Add(19 * 24 * time.Hour))
-	require.NoError(t, k.renew(ctx))
+	require.NoError(t, k.Renew(ctx))
 	same, err := get(nil)
 	require.NoError(t, err)
 	require.Same(t, first, same)
 
 	// Inside RenewBefore: a new certificate, served and trusted.
 	clk.SetTime(clk.Now().Add(2 * 24 * time.Hour))
-	require.NoError(t, k.renew(ctx))
+	require.NoError(t, k.Renew(ctx))
 	renewed, err := get(nil)
 	require.NoError(t, err)
 	require.NotEqual(t, first.Certificate[0], renewed.Certificate[0])
 	sec, err := client.CoreV1().Secrets("rp").Get(ctx, "tls", metav1.GetOptions{})
 	require.NoError(t, err)
-	require.Equal(t, k.bundle.Load().CertPEM, sec.Data["tls.crt"])
-	trusted(k.bundle.Load().CABundle)
+	require.Equal(t, renewed.Certificate[0], mustLeafDER(t, sec.Data["tls.crt"]))
+	trusted(k.CABundle())
 
 	// Drift: another caBundle is put back.
 	m, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "rp-webhook", metav1.GetOptions{})
@@ -79,6 +81,14 @@ func TestCertKeeperRenews(t *testing.T) {
 	m.Webhooks[0].ClientConfig.CABundle = []byte("other")
 	_, err = client.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, m, metav1.UpdateOptions{})
 	require.NoError(t, err)
-	require.NoError(t, k.configs.reconcile(ctx))
-	trusted(k.bundle.Load().CABundle)
+	require.NoError(t, configs.reconcile(ctx))
+	trusted(k.CABundle())
+}
+
+// mustLeafDER is the first certificate of a PEM chain, in DER.
+func mustLeafDER(t *testing.T, chain []byte) []byte {
+	t.Helper()
+	block, _ := pem.Decode(chain)
+	require.NotNil(t, block, "no PEM certificate")
+	return block.Bytes
 }

@@ -41,7 +41,10 @@ func TestMetricsForReadersOnly(t *testing.T) {
 		ep := sm.Spec.Endpoints[0]
 		assert.Equal(t, "https", ep.Scheme, "%s: the token travels over TLS", o.name())
 		assert.Equal(t, "/var/run/secrets/kubernetes.io/serviceaccount/token", ep.BearerTokenFile, "%s: the scraper's token", o.name())
-		assert.NotEmpty(t, ep.TLSConfig, o.name())
+		// Verified: the CA of the component's Secret, for its Service's name.
+		assert.NotContains(t, ep.TLSConfig, "insecureSkipVerify", o.name())
+		assert.Contains(t, ep.TLSConfig, "ca", o.name())
+		assert.Regexp(t, `^runplane-[a-z-]+\.runplane-system\.svc$`, ep.TLSConfig["serverName"], o.name())
 	}
 	assert.Equal(t, 4, monitors)
 

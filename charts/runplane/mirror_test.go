@@ -356,7 +356,7 @@ func TestNATSConfigLoads(t *testing.T) {
 var metricRef = regexp.MustCompile(`\b(runplane_[a-z0-9_]+)`)
 
 // TestDashboardMetricsExist: every metric the dashboard queries is defined
-// by the queue, the extender or the webhook, so a renamed metric fails here
+// by the queue, the extender, the webhook or internal/ (NATS, caller review), so a renamed metric fails here
 // rather than leaving an empty panel.
 func TestDashboardMetricsExist(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("dashboards", "runplane.json"))
@@ -373,7 +373,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 	defined := map[string]bool{}
 	root, err := cluster.RepoRoot()
 	require.NoError(t, err)
-	for _, dir := range []string{"queue", "extender", "webhook"} {
+	for _, dir := range []string{"queue", "extender", "webhook", "internal"} {
 		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d os.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 				return err
@@ -400,7 +400,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 						name = base
 					}
 				}
-				assert.True(t, defined[name], "panel %q queries %s, which no non-test Go file of queue/, extender/ or webhook/ defines", p.Title, m)
+				assert.True(t, defined[name], "panel %q queries %s, which no non-test Go file of queue/, extender/, webhook/ or internal/ defines", p.Title, m)
 			}
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/cmdline"
 	"github.com/runplane/runplane/internal/logging"
+	"github.com/runplane/runplane/internal/tracing"
 )
 
 func main() {
@@ -33,6 +34,8 @@ func run() error {
 	sleep := flag.String("sleep", os.Getenv("FRAMEWORK_ECHO_SLEEP"), "sleep this long in every invocation (FRAMEWORK_ECHO_SLEEP)")
 	fail := flag.String("fail", os.Getenv("FRAMEWORK_ECHO_FAIL"), "answer every invocation with this error (FRAMEWORK_ECHO_FAIL)")
 	crash := flag.String("crash", os.Getenv("FRAMEWORK_ECHO_CRASH"), "exit mid-invocation: true or false (FRAMEWORK_ECHO_CRASH)")
+	var tr tracing.Settings
+	tr.AddFlags(flag.CommandLine)
 	log := cmdline.Parse(flag.CommandLine, os.Args[1:], logging.Options{})
 
 	opts := framework.EchoOptions{Fail: *fail}
@@ -52,8 +55,13 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	tp, stopTracing, err := tr.Provider(ctx, "framework-echo", os.Getenv)
+	if err != nil {
+		return cmdline.Usage(err)
+	}
+	defer tracing.Flush(stopTracing, log)
 	log.Info("framework-echo: serving", "socket", *socket, "invoke", *invokePath, "health", *healthPath)
-	return framework.ServeUnix(ctx, *socket, framework.NewHandler(framework.Echo(opts), framework.WithPaths(*invokePath, *healthPath)))
+	return framework.ServeUnix(ctx, *socket, framework.NewHandler(framework.Echo(opts), framework.WithPaths(*invokePath, *healthPath), framework.WithTracerProvider(tp)))
 }
 
 // firstEnv returns the first non-empty of the named env vars, or def.

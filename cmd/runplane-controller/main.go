@@ -42,6 +42,7 @@ func main() {
 	})
 	cfg.Egress.AddFlags(fs)
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", ":8080", "HTTPS address of /metrics, served only to scrapers RBAC allows get on /metrics (0 disables)")
+	cfg.MetricsCert.AddFlags(fs)
 	fs.StringVar(&cfg.ProbeAddr, "probe-addr", ":8081", "health probe address (/healthz, /readyz; 0 disables)")
 	fs.BoolVar(&cfg.LeaderElection, "leader-elect", true, "run controllers only while holding the Lease")
 	fs.StringVar(&cfg.LeaderElectionID, "lease-name", "runplane-controller", "name of the leader-election Lease")

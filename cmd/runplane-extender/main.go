@@ -32,6 +32,7 @@ func main() {
 	flag.StringVar(&cfg.CertFile, "tls-cert-file", "", "serving certificate; self-signed at startup when empty")
 	flag.StringVar(&cfg.KeyFile, "tls-key-file", "", "serving key")
 	flag.StringVar(&hosts, "tls-hosts", "localhost,127.0.0.1", "comma-separated names/IPs of a self-signed certificate")
+	cfg.MetricsCert.AddFlags(flag.CommandLine)
 	flag.StringVar(&writeTLSDir, "write-tls-dir", "", "write a fresh CA (ca.crt) and a serving certificate for --tls-hosts (tls.crt, tls.key) into this directory and exit (the chart's init container)")
 	flag.BoolVar(&cfg.LeaderElection, "leader-elect", true, "bind only while holding the Lease")
 	flag.StringVar(&cfg.LeaseName, "lease-name", extender.DefaultLeaseName, "name of the leader-election Lease")
@@ -49,15 +50,9 @@ func main() {
 	flag.DurationVar(&cfg.PreemptBackoff, "preempt-backoff", 0, "how long Pods of other schedulers on a node are not preempted again once an eviction there did not lead to a bind (default 2m)")
 	flag.StringVar(&cfg.PprofAddr, "pprof-addr", "", "serve net/http/pprof (plain HTTP, with mutex and block profiles) on this address, e.g. 127.0.0.1:6060; empty: off")
 	cfg.Logger = cmdline.Parse(flag.CommandLine, os.Args[1:], logging.Options{})
-	for _, h := range strings.Split(hosts, ",") {
-		if h = strings.TrimSpace(h); h != "" {
-			cfg.TLSHosts = append(cfg.TLSHosts, h)
-		}
-	}
-	for _, r := range strings.Split(managed, ",") {
-		if r = strings.TrimSpace(r); r != "" {
-			cfg.ManagedResources = append(cfg.ManagedResources, corev1.ResourceName(r))
-		}
+	cfg.TLSHosts = commaList(hosts)
+	for _, r := range commaList(managed) {
+		cfg.ManagedResources = append(cfg.ManagedResources, corev1.ResourceName(r))
 	}
 	if writeTLSDir != "" {
 		if err := extender.WriteSelfSignedDir(writeTLSDir, cfg.TLSHosts); err != nil {
@@ -86,4 +81,15 @@ func main() {
 		stop()
 		cmdline.Exit(err)
 	}
+}
+
+// commaList is s's comma-separated items, trimmed, without empty ones.
+func commaList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/runplane/runplane/internal/logging"
 	"github.com/runplane/runplane/internal/natscallout"
 	"github.com/runplane/runplane/internal/objects"
+	"github.com/runplane/runplane/internal/tracing"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/pool"
 )
@@ -60,6 +61,8 @@ func run() error {
 	var boot bootstrap
 	var cb callbackFlags
 	cb.register(&c)
+	var tr tracing.Settings
+	tr.AddFlags(flag.CommandLine)
 	var inCluster, noKube bool
 	flag.StringVar(&c.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL")
 	flag.StringVar(&c.NATSTrustFile, "nats-trust-file", "", "file holding the secret runplane's NATS operator, accounts and users are derived from (the server trusts its operator); the queue then serves the auth callout, placing each worker in an account of its own; empty: a NATS without auth")
@@ -108,6 +111,7 @@ func run() error {
 	flag.StringVar(&c.Stream.RecordsBucket, "records-bucket", "runplane-invocations", "KV bucket of invocation records")
 	flag.DurationVar(&c.Stream.RecordTTL, "record-ttl", 24*time.Hour, "how long invocation records are kept")
 	flag.StringVar(&c.Listen, "listen", ":8080", "ingress listen address (the ingress API and probes; never /metrics)")
+	c.MetricsCert.AddFlags(flag.CommandLine)
 	flag.StringVar(&c.MetricsListen, "metrics-addr", ":8443", "HTTPS address of /metrics, served only to scrapers the API server authenticates and RBAC allows get on /metrics "+
 		"(with -no-kube: to anyone, and only with -insecure-disable-caller-auth); empty: not served")
 	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig path (default: in-cluster config)")
@@ -176,5 +180,11 @@ func run() error {
 	if err := cb.apply(ctx, c.RESTConfig, &c); err != nil {
 		return err
 	}
+	tp, stopTracing, err := tr.Provider(ctx, "runplane-queue", os.Getenv)
+	if err != nil {
+		return cmdline.Usage(err)
+	}
+	defer tracing.Flush(stopTracing, c.Logger)
+	c.TracerProvider = tp
 	return queue.Run(ctx, c)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/runplane/runplane/internal/cmdline"
 	"github.com/runplane/runplane/internal/logging"
+	"github.com/runplane/runplane/internal/tracing"
 	"github.com/runplane/runplane/sidecar"
 )
 
@@ -24,6 +25,8 @@ func main() {
 	grace := flag.Duration("shutdown-grace", sidecar.DefaultShutdownGrace, "time in-flight invocations get to finish after SIGTERM (default: RUNPLANE_SHUTDOWN_GRACE_SECONDS, which the webhook sets, else 25s)")
 	fetchWait := flag.Duration("fetch-wait", sidecar.DefaultFetchWait, "how long one pull request waits for a dispatch")
 	create := flag.Bool("create-consumer", false, "create the dispatch consumer instead of binding to the one the queue's auth callout creates (only for a NATS without the callout: tests, local runs; under the callout the server refuses it)")
+	var tr tracing.Settings
+	tr.AddFlags(flag.CommandLine)
 	log := cmdline.Parse(flag.CommandLine, os.Args[1:], logging.Options{}) // -log-level=debug logs every invocation
 
 	cfg, err := sidecar.ConfigFromEnv(os.Getenv)
@@ -45,6 +48,12 @@ func main() {
 		<-ctx.Done()
 		stop() // a second signal now kills the process the default way
 	}()
+	tp, stopTracing, err := tr.Provider(ctx, "runplane-sidecar", os.Getenv)
+	if err != nil {
+		cmdline.Exit(cmdline.Usage(err))
+	}
+	defer tracing.Flush(stopTracing, log)
+	cfg.TracerProvider = tp
 	s, err := sidecar.New(cfg)
 	if err != nil {
 		cmdline.Exit(cmdline.Usage(err))

@@ -37,6 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/kubeevents"
 )
 
 // Port is where runplane-accessor listens in its container; the Service
@@ -84,7 +85,11 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.Image == "" || opts.ClusterDomain == "" {
 		return fmt.Errorf("accessor: Options.Image and Options.ClusterDomain are required")
 	}
-	r := &Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("runplane-accessor"), Options: opts}
+	rec, err := kubeevents.ForManager(mgr, "runplane-accessor")
+	if err != nil {
+		return fmt.Errorf("accessor: %w", err)
+	}
+	r := &Reconciler{Client: mgr.GetClient(), Recorder: rec, Options: opts}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, indexClaims, mountedClaims); err != nil {
 		return fmt.Errorf("accessor: index: %w", err)
 	}

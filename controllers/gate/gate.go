@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/kubeevents"
 	"github.com/runplane/runplane/pvcspec"
 )
 
@@ -38,7 +39,11 @@ type Reconciler struct {
 
 // Setup registers the gate controller with the manager.
 func Setup(mgr ctrl.Manager) error {
-	r := &Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("runplane-storage-gate")}
+	rec, err := kubeevents.ForManager(mgr, "runplane-storage-gate")
+	if err != nil {
+		return fmt.Errorf("gate: %w", err)
+	}
+	r := &Reconciler{Client: mgr.GetClient(), Recorder: rec}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, indexGatedClaims, func(o client.Object) []string {
 		pod, ok := o.(*corev1.Pod)
 		if !ok || !Gated(pod) {

@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/kubeevents"
 )
 
 // ServicePort is the port the SSH Service exposes; it forwards to the
@@ -56,7 +57,11 @@ type Reconciler struct {
 // cache may be restricted to app.kubernetes.io/managed-by=runplane-controller:
 // the Services this controller creates carry that label.
 func Setup(mgr ctrl.Manager) error {
-	r := &Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("runplane-ssh-service")}
+	rec, err := kubeevents.ForManager(mgr, "runplane-ssh-service")
+	if err != nil {
+		return fmt.Errorf("sshservice: %w", err)
+	}
+	r := &Reconciler{Client: mgr.GetClient(), Recorder: rec}
 	return r.SetupWithManager(mgr)
 }
 

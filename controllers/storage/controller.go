@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/kubeevents"
 	"github.com/runplane/runplane/pvcspec"
 )
 
@@ -68,7 +69,11 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.Image == "" {
 		return fmt.Errorf("storage: Options.Image is required")
 	}
-	r := &Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("runplane-storage"), Clock: clock.RealClock{}, Options: opts}
+	rec, err := kubeevents.ForManager(mgr, "runplane-storage")
+	if err != nil {
+		return fmt.Errorf("storage: %w", err)
+	}
+	r := &Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: rec, Clock: clock.RealClock{}, Options: opts}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.PersistentVolumeClaim{}, indexFromPVC,
 		func(o client.Object) []string {
 			if src := o.GetAnnotations()[api.AnnotationPrepareFromPVC]; src != "" {

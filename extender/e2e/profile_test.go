@@ -72,8 +72,13 @@ func (h *harness) profileDuring(b *testing.B, name string, d time.Duration) func
 // metric names them as HTTP methods, APPLY for server-side apply).
 var writeVerbs = []string{`verb="POST"`, `verb="PUT"`, `verb="PATCH"`, `verb="DELETE"`, `verb="APPLY"`, `verb="DELETECOLLECTION"`}
 
-// apiWrites is the API server's count of write requests so far, by
-// resource (with subresource), from its /metrics: what a burst costs the
+// cpuMetric is a Go process's CPU seconds in its /metrics.
+const cpuMetric = "process_cpu_seconds_total"
+
+// apiWrites is the API server's count of write (and GET and LIST)
+// requests so far, by verb and resource (with subresource), e.g. "DELETE
+// pods", and its CPU seconds
+// (under cpuMetric), from its /metrics: what a burst costs the
 // API server, which bounds bind throughput on a small machine.
 func apiWrites(ctx context.Context) (map[string]float64, error) {
 	body, err := env.Client().Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
@@ -82,7 +87,15 @@ func apiWrites(ctx context.Context) (map[string]float64, error) {
 	}
 	out := map[string]float64{}
 	for _, line := range strings.Split(string(body), "\n") {
-		if !strings.HasPrefix(line, "apiserver_request_total{") || !slices.ContainsFunc(writeVerbs, func(v string) bool { return strings.Contains(line, v) }) {
+		if cpu, ok := strings.CutPrefix(line, cpuMetric+" "); ok {
+			if v, err := strconv.ParseFloat(cpu, 64); err == nil {
+				out[cpuMetric] = v
+			}
+			continue
+		}
+		write := slices.ContainsFunc(writeVerbs, func(v string) bool { return strings.Contains(line, v) })
+		read := strings.Contains(line, `verb="GET"`) || strings.Contains(line, `verb="LIST"`)
+		if !strings.HasPrefix(line, "apiserver_request_total{") || !write && !read {
 			continue
 		}
 		i := strings.LastIndexByte(line, ' ')
@@ -90,7 +103,7 @@ func apiWrites(ctx context.Context) (map[string]float64, error) {
 		if err != nil {
 			continue
 		}
-		out[label(line, "resource")+label(line, "subresource")] += v
+		out[label(line, "verb")+" "+label(line, "resource")+label(line, "subresource")] += v
 	}
 	return out, nil
 }
@@ -109,7 +122,8 @@ func label(line, name string) string {
 }
 
 // writesPerPod reports, per bound Pod, the API writes between before and
-// now: in total, and the largest resources in a log line.
+// now: in total, and the largest by verb and resource in a log line (where
+// a takeover's writes go: extender/README.md).
 func writesPerPod(ctx context.Context, b *testing.B, before map[string]float64, pods int) {
 	after, err := apiWrites(ctx)
 	if err != nil || before == nil {
@@ -118,16 +132,31 @@ func writesPerPod(ctx context.Context, b *testing.B, before map[string]float64, 
 	}
 	total := 0.0
 	var parts []string
+	if cpu, ok := before[cpuMetric]; ok {
+		b.ReportMetric((after[cpuMetric]-cpu)*1000/float64(pods), "apiserver-cpu-ms/pod")
+	}
+	var reads []string
 	for res, v := range after {
-		d := v - before[res]
-		total += d
-		if d/float64(pods) >= 0.1 {
-			parts = append(parts, fmt.Sprintf("%s %.2f", res, d/float64(pods)))
+		if res == cpuMetric {
+			continue
 		}
+		d := v - before[res]
+		part := fmt.Sprintf("%s %.2f", res, d/float64(pods))
+		switch {
+		case strings.HasPrefix(res, "GET ") || strings.HasPrefix(res, "LIST "):
+			if d/float64(pods) >= 0.01 {
+				reads = append(reads, part)
+			}
+			continue
+		case d/float64(pods) >= 0.1:
+			parts = append(parts, part)
+		}
+		total += d
 	}
 	sort.Strings(parts)
+	sort.Strings(reads)
 	b.ReportMetric(total/float64(pods), "api-writes/pod")
-	b.Logf("API writes per Pod: %s", strings.Join(parts, ", "))
+	b.Logf("API writes per Pod: %s; reads (not counted): %s", strings.Join(parts, ", "), strings.Join(reads, ", "))
 }
 
 // schedulerClient reaches a test kube-scheduler's secure port: its
@@ -161,6 +190,13 @@ func algorithmBuckets(b *testing.B, port string) map[float64]float64 {
 	}
 	out := map[float64]float64{}
 	for _, line := range strings.Split(string(body), "\n") {
+		if cpu, ok := strings.CutPrefix(line, cpuMetric+" "); ok {
+			// Kept under -2: the scheduler's CPU seconds so far.
+			if v, err := strconv.ParseFloat(cpu, 64); err == nil {
+				out[-2] = v
+			}
+			continue
+		}
 		if sum, ok := strings.CutPrefix(line, "scheduler_scheduling_algorithm_duration_seconds_sum "); ok {
 			// Kept under the bound -1, which no bucket has: the seconds
 			// the cycles took in all.
@@ -187,15 +223,20 @@ func algorithmBuckets(b *testing.B, port string) map[float64]float64 {
 }
 
 // reportAlgorithmP99 reports the p99 of the scheduling cycles between
-// before and now (the upper bound of the bucket it falls in, in ms).
-func reportAlgorithmP99(b *testing.B, port string, before map[float64]float64) {
+// before and now (the upper bound of the bucket it falls in, in ms), and
+// the scheduler's CPU per bound Pod: on a shared machine the steadiest
+// figure of a cycle's cost.
+func reportAlgorithmP99(b *testing.B, port string, before map[float64]float64, pods int) {
 	after := algorithmBuckets(b, port)
 	if after == nil {
 		return
 	}
+	if _, ok := before[-2]; ok {
+		b.ReportMetric((after[-2]-before[-2])*1000/float64(pods), "scheduler-cpu-ms/pod")
+	}
 	bounds := make([]float64, 0, len(after))
 	for le := range after {
-		if le >= 0 {
+		if le >= 0 { // not -1 and -2
 			bounds = append(bounds, le)
 		}
 	}

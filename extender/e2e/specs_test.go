@@ -65,7 +65,7 @@ func waitUnschedulable(t *testing.T, ns, name, why string) {
 // A spec of MIG slices only (gpu: 0) reaches the extender (the slice is a
 // managed resource): on a kwok node of two slices holding one mig1
 // placeholder, the first Pod binds to the free slice, the second takes the
-// placeholder, the third waits, short of slices — each bind with its Event.
+// placeholder, the third waits, short of slices — each bind with its claim annotation.
 func TestMIGSpec(t *testing.T) {
 	h := setup(t)
 	c := h.client
@@ -78,11 +78,11 @@ func TestMIGSpec(t *testing.T) {
 
 	createPod(t, c, ns, migPod("mig-a", "mig", false))
 	require.Equal(t, node, waitBound(t, ns, "mig-a"))
-	requireEvent(t, c, ns, "mig-a", extender.ReasonBoundFree, "Bound to free capacity on "+node)
+	requireClaim(t, c, ns, "mig-a", nil, node)
 
 	createPod(t, c, ns, migPod("mig-b", "mig", false))
 	require.Equal(t, node, waitBound(t, ns, "mig-b"))
-	requireTookStock(t, c, ns, "mig-b", ph, node, "mig1")
+	requireClaim(t, c, ns, "mig-b", ph, node)
 
 	createPod(t, c, ns, migPod("mig-c", "mig", false))
 	waitUnschedulable(t, ns, "mig-c", "insufficient "+migResource)

@@ -130,6 +130,14 @@ func TestFilter(t *testing.T) {
 			want:     map[string]string{"a": "insufficient nvidia.com/gpu"},
 		},
 		{
+			// Else the next GPU Pod packing onto a would take it where b's
+			// free capacity would do (better says why).
+			name: "a placeholder goes to a node without its spec's stock first", nodes: map[string]int64{"a": 4, "b": 4, "c": 4},
+			pods:     []pod{{"ph", "stock", "g1", "a", 1}, {"w", "gpu", "g1", "a", 2}, {"other", "stock", "g2", "c", 1}},
+			incoming: pod{"ph2", "stock", "g1", "", 1},
+			want:     map[string]string{"a": "", "b": "", "c": ""}, wantChosen: "c",
+		},
+		{
 			name: "packs onto the fuller node", nodes: map[string]int64{"a": 8, "b": 8},
 			pods:     []pod{{"w", "gpu", "g1", "b", 3}},
 			incoming: pod{"x", "gpu", "g1", "", 1},
@@ -327,7 +335,11 @@ func TestConcurrentNeverOvercommits(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range pods {
 		wg.Go(func() {
-			p := testPod(fmt.Sprintf("x%d", i), "gpu", "g1", "", 1+int64(i%2), corev1.PodPending)
+			kind := "gpu"
+			if i%7 == 0 {
+				kind = "stock" // a replacement placeholder, placed beside them
+			}
+			p := testPod(fmt.Sprintf("x%d", i), kind, "g1", "", 1+int64(i%2), corev1.PodPending)
 			req := RequestFor(p, i%5 == 0)
 			r := l.Filter(req, names, true)
 			node := r.Chosen
@@ -355,9 +367,11 @@ func TestConcurrentNeverOvercommits(t *testing.T) {
 				l.DeletePod(ph.UID)
 			}
 			l.EndBind(req.UID, true, ph != nil)
-			mu.Lock()
-			gpusBound[node] += req.Requests.Scalar[gpu]
-			mu.Unlock()
+			if kind == "gpu" { // a bound placeholder is in Stock below
+				mu.Lock()
+				gpusBound[node] += req.Requests.Scalar[gpu]
+				mu.Unlock()
+			}
 			p.Spec.NodeName = node
 			p.Status.Phase = corev1.PodRunning
 			l.UpsertPod(p)
@@ -470,6 +484,18 @@ func checkWarm(t *testing.T, l *Ledger) {
 			}
 			assert.Equal(t, want, got, "node %s spec %s: warm count vs claimable placeholders", n.name, spec)
 		}
+		// placing counts the placeholders assumed onto the node.
+		var placing []int32
+		if n.placing != nil {
+			placing = make([]int32, len(n.placing))
+		}
+		for _, a := range l.assumed {
+			if a.node == n.name && a.stock > 0 {
+				require.Less(t, a.stock-1, len(placing), "node %s: a placeholder assumed and not counted", n.name)
+				placing[a.stock-1]++
+			}
+		}
+		assert.Equal(t, placing, n.placing, "node %s: placing vs assumed placeholders", n.name)
 	}
 }
 
@@ -545,4 +571,30 @@ func TestRecoverLateAnnotationOfClaimedPlaceholder(t *testing.T) {
 		_, _, ok := l.Assumed(xp.UID)
 		assert.False(t, ok, "deleted=%v: x holds capacity for it", deleted)
 	}
+}
+
+// Placeholders placed one after the other spread too: one reserved and not
+// yet bound counts as stock on its node, or every replacement of a burst
+// would pack onto the same node (bound later than the next one's filter)
+// and be taken there by the GPU Pods packing it.
+func TestPlaceholdersSpreadBeforeBound(t *testing.T) {
+	l := New(Options{})
+	names := []string{"a", "b", "c"}
+	for _, n := range names {
+		l.UpsertNode(testNode(n, 8))
+	}
+	l.UpsertPod(testPod("w", "gpu", "g1", "a", 2, corev1.PodRunning))
+	chosen := map[string]string{}
+	for _, ph := range []string{"ph1", "ph2", "ph3"} {
+		res := l.Filter(RequestFor(testPod(ph, "stock", "g1", "", 1, corev1.PodPending), false), names, true)
+		require.NotEmpty(t, res.Chosen, ph)
+		chosen[res.Chosen] = ph
+	}
+	assert.Len(t, chosen, 3, "one placeholder per node: %v", chosen)
+	assert.Equal(t, "ph1", chosen["a"], "the first packs: no node has stock yet")
+	// A bind keeps the count: the next one still goes elsewhere.
+	_, err := l.BeginBind(RequestFor(testPod("ph1", "stock", "g1", "", 1, corev1.PodPending), false), "a")
+	require.NoError(t, err)
+	res := l.Filter(RequestFor(testPod("ph4", "stock", "g2", "", 1, corev1.PodPending), false), names, true)
+	assert.Equal(t, "a", res.Chosen, "another spec's stock does not count")
 }

@@ -52,7 +52,8 @@ class TestPackage(unittest.TestCase):
     def test_mypy_strict(self) -> None:
         need("mypy")
         # The FastAPI example is left out: checking FastAPI's own stubs costs 10 s of CPU.
-        targets = ["runplane_framework", "echo.py", "examples/predictor.py"]
+        # examples/streamer.py: typed generator handlers given to rf.handler, serve and asgi_app.
+        targets = ["runplane_framework", "echo.py", "examples/predictor.py", "examples/streamer.py"]
         out = run(self, sys.executable, "-m", "mypy", "--strict", "--cache-dir=/dev/null", *targets)
         self.assertIn("Success: no issues found", out)
 

@@ -196,6 +196,46 @@ class TestHandlers(unittest.TestCase):
                 self.assertEqual(conn.request("POST", "/invoke", chunks, encode_chunked=True),
                                  (200, {"statusCode": 200, "body": payload}), f"request {i}")
 
+    def test_traceparent_reaches_the_handler(self) -> None:
+        """The sidecar's traceparent header is req.traceparent (bounded, well-formed) and a wrapped app's header."""
+        tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+        def handler(req: rf.Request) -> rf.Response:
+            return rf.Response(body=req.traceparent)
+
+        cases = [("valid", tp, tp), ("none", None, ""), ("malformed", "00-xyz-01", ""), ("oversized", tp + "-" + "a" * 128, "")]
+        for srv, sock in self.each_server():
+            srv.start(self, handler, sock)
+            conn = rf.UnixHTTPConnection(sock)
+            self.addCleanup(conn.close)
+            for name, sent, want in cases:
+                with self.subTest(name):
+                    status, got = conn.request("POST", "/invoke", {"invocationID": name},
+                                               headers={"traceparent": sent} if sent else None)
+                    self.assertEqual((status, got.get("body")), (200, want))
+
+        if uvicorn is None:
+            self.skipTest("uvicorn not installed (python3-uvicorn)")
+
+        async def app(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+            if scope["type"] == "lifespan":
+                while (await receive())["type"] != "lifespan.shutdown":
+                    await send({"type": "lifespan.startup.complete"})
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+            seen = [v.decode() for k, v in scope["headers"] if k == b"traceparent"]
+            body = json.dumps(seen).encode()
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": body})
+
+        wsock = os.path.join(tempdir(self), "w.sock")
+        serve_uvicorn(self, rf.wrap_asgi(app, config=rf.Config(socket_path=wsock)), wsock)
+        conn = rf.UnixHTTPConnection(wsock)
+        self.addCleanup(conn.close)
+        # The sidecar's trace wins over a caller's header of the same name.
+        status, got = conn.request("POST", "/invoke", {"invocationID": "w", "headers": {"traceparent": "caller"}}, headers={"traceparent": tp})
+        self.assertEqual((status, got["body"]), (200, [tp]))
+
 
 class TestChunkedDecoder(unittest.TestCase):
     def test_read_chunked(self) -> None:

@@ -64,6 +64,9 @@ func Build(tmp string, spec Spec) (v1.Image, error) {
 type Image struct {
 	Ref   string
 	Image v1.Image
+	// SBOM is the image's CycloneDX SBOM (also inside it at SBOMPath), for
+	// the runplane image; nil for the test images.
+	SBOM []byte
 }
 
 // WriteLayout writes imgs into an OCI image layout at dir (created or

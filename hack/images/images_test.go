@@ -2,23 +2,28 @@ package images
 
 import (
 	"archive/tar"
+	"bytes"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 
+	cdx "github.com/CycloneDX/cyclonedx-go"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/stretchr/testify/require"
 )
 
-// fakeBinaries writes a small executable file per name, standing in for the
-// static binaries (the real ones are built by BuildBinaries).
+// fakeBinaries links this test's own executable under each name, standing
+// in for the static binaries (the real ones are built by BuildBinaries): a
+// Go binary, so it has the build information an SBOM is made of.
 func fakeBinaries(t *testing.T, names ...string) string {
+	self, err := os.Executable()
+	require.NoError(t, err)
 	dir := t.TempDir()
 	for _, n := range names {
-		require.NoError(t, os.WriteFile(filepath.Join(dir, n), []byte("#!/bin/true "+n), 0o755))
+		require.NoError(t, os.Link(self, filepath.Join(dir, n)))
 	}
 	return dir
 }
@@ -57,6 +62,60 @@ func TestRunplaneImage(t *testing.T) {
 	}
 	require.Equal(t, int64(0o1777), files["/tmp"].Mode)
 	require.Equal(t, 65532, files["/home/nonroot"].Uid)
+	require.NotNil(t, files[SBOMPath], "the image carries its SBOM")
+}
+
+// TestRunplaneImageSBOM: the SBOM (CycloneDX, decoded by the library that
+// wrote it) names every binary with its SHA-256 and the modules linked into
+// it with purls, and the same binaries give the same bytes (the image's
+// digest stays reproducible).
+func TestRunplaneImageSBOM(t *testing.T) {
+	// A real main (a test binary records no modules): this package's command.
+	built := filepath.Join(t.TempDir(), "runplane-images")
+	out, err := exec.Command("go", "build", "-o", built, "./cmd/runplane-images").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	bin := t.TempDir()
+	for _, n := range runplaneBinaries {
+		require.NoError(t, os.Link(built, filepath.Join(bin, n)))
+	}
+	im, err := Runplane(t.TempDir(), bin, RunplaneRef, "v9")
+	require.NoError(t, err)
+	var bom cdx.BOM
+	require.NoError(t, cdx.NewBOMDecoder(bytes.NewReader(im.SBOM), cdx.BOMFileFormatJSON).Decode(&bom))
+	require.Equal(t, "runplane", bom.Metadata.Component.Name)
+	require.Equal(t, "v9", bom.Metadata.Component.Version)
+	apps, libs := map[string]cdx.Component{}, map[string]cdx.Component{}
+	for _, c := range *bom.Components {
+		switch c.Type {
+		case cdx.ComponentTypeApplication:
+			apps[c.Name] = c
+		case cdx.ComponentTypeLibrary:
+			libs[c.Name] = c
+		}
+	}
+	require.Len(t, apps, len(runplaneBinaries))
+	for _, b := range runplaneBinaries {
+		require.Contains(t, apps, b)
+		require.Len(t, (*apps[b].Hashes)[0].Value, 64, "%s: SHA-256", b)
+	}
+	ggcr := libs["github.com/google/go-containerregistry"]
+	require.Regexp(t, `^pkg:golang/github\.com/google/go-containerregistry@v0\.`, ggcr.PackageURL, "a module the binary links")
+	require.Len(t, *bom.Dependencies, len(runplaneBinaries))
+
+	again, err := SBOM(bin, runplaneBinaries, "v9")
+	require.NoError(t, err)
+	require.Equal(t, im.SBOM, again)
+	_, err = SBOM(fakeScripts(t, "not-go"), []string{"not-go"}, "v9")
+	require.ErrorContains(t, err, "build information of")
+}
+
+// fakeScripts writes a small executable script per name: not a Go binary.
+func fakeScripts(t *testing.T, names ...string) string {
+	dir := t.TempDir()
+	for _, n := range names {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, n), []byte("#!/bin/true "+n), 0o755))
+	}
+	return dir
 }
 
 func TestRunplaneImageMissingBinary(t *testing.T) {

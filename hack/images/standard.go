@@ -54,6 +54,11 @@ func Runplane(tmp, binDir, ref, version string) (Image, error) {
 	if _, err := os.Stat("/etc/ssl/certs/ca-certificates.crt"); err == nil {
 		files = append(files, File{Path: "/etc/ssl/certs/ca-certificates.crt", Source: "/etc/ssl/certs/ca-certificates.crt", Mode: 0o644})
 	}
+	sbom, err := SBOM(binDir, runplaneBinaries, version)
+	if err != nil {
+		return Image{}, err
+	}
+	files = append(files, File{Path: SBOMPath, Data: sbom, Mode: 0o644})
 	img, err := Build(tmp, Spec{
 		Ref: ref, Files: files, User: fmt.Sprintf("%d:%d", nonroot, nonroot), WorkingDir: "/home/nonroot",
 		Labels: map[string]string{
@@ -63,7 +68,7 @@ func Runplane(tmp, binDir, ref, version string) (Image, error) {
 			"org.opencontainers.image.version":     version,
 		},
 	})
-	return Image{Ref: ref, Image: img}, err
+	return Image{Ref: ref, Image: img, SBOM: sbom}, err
 }
 
 // Pause holds Pod sandboxes and stock placeholders.

@@ -20,10 +20,10 @@ import (
 	"compress/gzip"
 	"errors"
 	"fmt"
-	"html/template"
 	"io"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"os"
 	"path"
 	"strings"
@@ -47,7 +47,9 @@ func New(dir string) (*Server, error) {
 	}
 	s := &Server{root: root, mux: http.NewServeMux()}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	s.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/files/", http.StatusFound) })
+	// Relative redirects and links throughout: the accessor may be reached
+	// under a path prefix (kubectl proxy, the API server's service proxy).
+	s.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { relativeRedirect(w, "files/", http.StatusFound) })
 	s.mux.HandleFunc("GET /files/{path...}", s.files)
 	s.mux.HandleFunc("GET /archive/{path...}", s.archive)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -84,9 +86,19 @@ type Listing struct {
 	Path    string  `json:"path"`
 	Entries []Entry `json:"entries"`
 	// Limit is the page size used; Continue, when set, fetches the next
-	// page (?continue=<it>); absent on the last page.
+	// page (?continue=<it>); absent on the last page. Previous, when set,
+	// fetches the page before (?before=<it>); absent on the first page.
 	Limit    int    `json:"limit"`
 	Continue string `json:"continue,omitempty"`
+	Previous string `json:"previous,omitempty"`
+}
+
+// relativeRedirect sends the browser to loc relative to the request's URL,
+// as is: http.Redirect would make it an absolute path, which loses a
+// proxy's path prefix.
+func relativeRedirect(w http.ResponseWriter, loc string, code int) {
+	w.Header().Set("Location", loc)
+	w.WriteHeader(code)
 }
 
 func writeError(w http.ResponseWriter, code int, format string, args ...any) {
@@ -143,7 +155,11 @@ func (s *Server) files(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case info.IsDir():
 		if !strings.HasSuffix(r.URL.Path, "/") {
-			http.Redirect(w, r, r.URL.Path+"/", http.StatusMovedPermanently)
+			target := url.PathEscape(path.Base(r.URL.Path)) + "/"
+			if r.URL.RawQuery != "" {
+				target += "?" + r.URL.RawQuery
+			}
+			relativeRedirect(w, target, http.StatusMovedPermanently)
 			return
 		}
 		p, err := parsePage(r.URL.Query())
@@ -237,14 +253,17 @@ func (s *Server) open(name string, dir bool) (*os.File, error) {
 
 // list answers one page of a directory, in name order.
 func (s *Server) list(w http.ResponseWriter, r *http.Request, name string, dir *os.File, p page) {
-	names, more, err := selectPage(dir.Readdirnames, p)
+	names, earlier, later, err := selectPage(dir.Readdirnames, p)
 	if err != nil {
 		fail(w, name, err)
 		return
 	}
 	l := Listing{Path: "/" + strings.TrimPrefix(name, "."), Limit: p.limit, Entries: make([]Entry, 0, len(names))}
-	if more && len(names) > 0 {
+	if later && len(names) > 0 {
 		l.Continue = continueToken(names[len(names)-1])
+	}
+	if earlier && len(names) > 0 {
+		l.Previous = continueToken(names[0])
 	}
 	for _, n := range names {
 		child := path.Join(name, n)
@@ -277,7 +296,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, name string, dir *
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	if err := listingPage.Execute(w, l); err != nil {
+	if err := listingPage.Execute(w, newView(l)); err != nil {
 		// Headers are gone; nothing better to do than stop.
 		return
 	}
@@ -289,20 +308,6 @@ func wantsJSON(r *http.Request) bool {
 	}
 	return strings.Contains(r.Header.Get("Accept"), "application/json")
 }
-
-var listingPage = template.Must(template.New("listing").Funcs(template.FuncMap{
-	"join": func(a, b string) string { return strings.TrimSuffix(a, "/") + "/" + b },
-}).Parse(`<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>{{.Path}}</title></head>
-<body><h1>{{.Path}}</h1>
-<p><a href="/archive{{.Path}}">download this folder as .tar.gz</a></p>
-<table><tr><th>name</th><th>size</th><th>mode</th><th>modified</th></tr>
-{{if ne .Path "/"}}<tr><td><a href="../">../</a></td></tr>{{end}}
-{{range .Entries}}<tr><td>{{if .Escapes}}{{.Name}} &rarr; {{.Target}} (outside the volume){{else if eq .Type "dir"}}<a href="{{.Name}}/">{{.Name}}/</a>{{else}}<a href="{{.Name}}">{{.Name}}</a>{{end}}</td><td>{{.Size}}</td><td>{{.Mode}}</td><td>{{.ModTime.Format "2006-01-02 15:04:05"}}</td></tr>
-{{end}}</table>
-{{if .Continue}}<p><a href="?limit={{.Limit}}&amp;continue={{.Continue}}">next page</a></p>{{end}}
-</body></html>
-`))
 
 // archive streams a tar.gz of a folder. Symlinks are stored as links (their
 // text only), never followed, so an archive cannot carry outside content.

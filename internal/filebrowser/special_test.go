@@ -124,13 +124,19 @@ func TestPagination(t *testing.T) {
 		first     string
 		count     int
 		more      bool
+		previous  bool
 		wantError string
 	}{
 		{name: "default limit", query: "", status: 200, first: "f000000", count: 25},
 		{name: "first page", query: "&limit=10", status: 200, first: "f000000", count: 10, more: true},
-		{name: "after a name", query: "&limit=10&continue=" + continueToken("f000009"), status: 200, first: "f000010", count: 10, more: true},
-		{name: "last page", query: "&limit=10&continue=" + continueToken("f000019"), status: 200, first: "f000020", count: 5},
-		{name: "exact end", query: "&limit=5&continue=" + continueToken("f000019"), status: 200, first: "f000020", count: 5},
+		{name: "after a name", query: "&limit=10&continue=" + continueToken("f000009"), status: 200, first: "f000010", count: 10, more: true, previous: true},
+		{name: "last page", query: "&limit=10&continue=" + continueToken("f000019"), status: 200, first: "f000020", count: 5, previous: true},
+		{name: "exact end", query: "&limit=5&continue=" + continueToken("f000019"), status: 200, first: "f000020", count: 5, previous: true},
+		{name: "back from a name", query: "&limit=10&before=" + continueToken("f000020"), status: 200, first: "f000010", count: 10, more: true, previous: true},
+		{name: "back to the first page", query: "&limit=10&before=" + continueToken("f000005"), status: 200, first: "f000000", count: 5, more: true},
+		{name: "back from past the end", query: "&limit=3&before=" + continueToken("z"), status: 200, first: "f000022", count: 3, previous: true},
+		{name: "both directions", query: "&continue=" + continueToken("a") + "&before=" + continueToken("b"), status: 400, wantError: "give one of them"},
+		{name: "bad before token", query: "&before=%25%25", status: 400, wantError: "before"},
 		{name: "past the end", query: "&continue=" + continueToken("z"), status: 200, count: 0},
 		{name: "max limit", query: fmt.Sprintf("&limit=%d", MaxLimit), status: 200, first: "f000000", count: 25},
 		{name: "limit zero", query: "&limit=0", status: 400, wantError: "limit"},
@@ -156,12 +162,31 @@ func TestPagination(t *testing.T) {
 			}
 			assert.True(t, sort.StringsAreSorted(names), "a page is in name order")
 			assert.Equal(t, tc.more, l.Continue != "", "continue token %q", l.Continue)
+			assert.Equal(t, tc.previous, l.Previous != "", "previous token %q", l.Previous)
 		})
 	}
 
+	// Following the previous tokens back from the end visits every name once.
+	var back []string
+	token := continueToken("z")
+	for range 10 {
+		status, l, body := listPage(t, srv, "&limit=7&before="+token)
+		require.Equal(t, 200, status, body)
+		names := make([]string, 0, len(l.Entries))
+		for _, e := range l.Entries {
+			names = append(names, e.Name)
+		}
+		back = append(names, back...)
+		if token = l.Previous; token == "" {
+			break
+		}
+	}
+	require.Len(t, back, 25)
+	assert.True(t, sort.StringsAreSorted(back))
+
 	// Following the tokens visits every name exactly once, in order.
 	var all []string
-	token := ""
+	token = ""
 	for range 10 {
 		q := "&limit=7"
 		if token != "" {

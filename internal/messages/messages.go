@@ -1,7 +1,9 @@
-// Package messages is the wire contract of the serverless path between the
-// queue service (ingress, activator) and the worker sidecar: the subjects,
-// the JSON bodies published on them and the invocation states. Both sides
-// import it; nothing here talks to NATS.
+// Package messages is the NATS wire format and KV schema of the serverless
+// path between the queue service (ingress, activator) and the worker
+// sidecar: the subjects, the JSON bodies published on them, the invocation
+// states, the Records and the pool status the activator publishes. Both
+// sides import it; nothing here talks to NATS, and nothing here is shown to
+// callers as it is: their view is api/serverless/v1.
 //
 // A pool is named by its namespace and name, and every subject carries
 // both: <prefix>.<kind>.<ns>.<pool>[.<worker>].
@@ -29,8 +31,6 @@ import (
 	"regexp"
 	"strings"
 	"time"
-
-	"github.com/runplane/runplane/framework"
 )
 
 // Mode is how the caller waits for the result.
@@ -238,22 +238,33 @@ func DispatchPublishID(ns, invocationID string, attempt int) string {
 
 // Result is what the sidecar publishes on result.<ns>.<pool> (and to ReplyTo).
 type Result struct {
-	InvocationID string              `json:"invocationID"`
-	Namespace    string              `json:"namespace"`
-	Pool         string              `json:"pool"`
-	Worker       string              `json:"worker"`
-	Attempt      int                 `json:"attempt"`
-	State        State               `json:"state"`
-	Response     *framework.Response `json:"response,omitempty"`
-	Error        string              `json:"error,omitempty"`
-	StartedAt    time.Time           `json:"startedAt"`
-	FinishedAt   time.Time           `json:"finishedAt"`
+	InvocationID string    `json:"invocationID"`
+	Namespace    string    `json:"namespace"`
+	Pool         string    `json:"pool"`
+	Worker       string    `json:"worker"`
+	Attempt      int       `json:"attempt"`
+	State        State     `json:"state"`
+	Response     *Response `json:"response,omitempty"`
+	Error        string    `json:"error,omitempty"`
+	StartedAt    time.Time `json:"startedAt"`
+	FinishedAt   time.Time `json:"finishedAt"`
 	// ResultToken is the Dispatch's, echoed.
 	ResultToken string `json:"resultToken,omitempty"`
 	// ResponseBodyRef, when set, names the object that holds
 	// Response.Body (which is then empty): a result too big for one NATS
 	// message travels by reference.
 	ResponseBodyRef *ObjectRef `json:"responseBodyRef,omitempty"`
+}
+
+// Response is the framework's answer as a Result and a Record carry it:
+// messages.Response's fields, the same JSON (the sidecar converts one to
+// the other, so a field the framework adds fails to compile there).
+type Response struct {
+	StatusCode  int               `json:"statusCode"`
+	ContentType string            `json:"contentType,omitempty"`
+	Headers     map[string]string `json:"headers,omitempty"`
+	Body        json.RawMessage   `json:"body,omitempty"`
+	Error       string            `json:"error,omitempty"`
 }
 
 // ObjectRef names an object of a pool's Object Store bucket
@@ -343,16 +354,16 @@ type Cancel struct {
 // and Attempt name the current attempt, the only one a Dispatch is
 // published for.
 type Record struct {
-	InvocationID string              `json:"invocationID"`
-	Namespace    string              `json:"namespace"`
-	Pool         string              `json:"pool"`
-	Mode         Mode                `json:"mode"`
-	State        State               `json:"state"`
-	Worker       string              `json:"worker,omitempty"`
-	Attempt      int                 `json:"attempt,omitempty"`
-	Stream       string              `json:"stream,omitempty"`
-	Sequence     uint64              `json:"sequence,omitempty"`
-	Response     *framework.Response `json:"response,omitempty"`
+	InvocationID string    `json:"invocationID"`
+	Namespace    string    `json:"namespace"`
+	Pool         string    `json:"pool"`
+	Mode         Mode      `json:"mode"`
+	State        State     `json:"state"`
+	Worker       string    `json:"worker,omitempty"`
+	Attempt      int       `json:"attempt,omitempty"`
+	Stream       string    `json:"stream,omitempty"`
+	Sequence     uint64    `json:"sequence,omitempty"`
+	Response     *Response `json:"response,omitempty"`
 	// ResponseBodyRef holds Response.Body when it is too big for the
 	// Record: the ingress reads it into Response.Body (and clears this)
 	// before a caller sees the Record.
@@ -386,6 +397,15 @@ type Record struct {
 	// the stream from its Records (queue/ingress/internal/nsbytes). Never
 	// answered.
 	StreamBytes int64 `json:"streamBytes,omitempty"`
+}
+
+// Cached is a Record as a writer last read or wrote it, with its revision
+// in the KV bucket (0: unknown). A writer that keeps it can update the Record without
+// reading it first; a stale Cached costs one extra read, never a lost
+// update.
+type Cached struct {
+	Record Record
+	Rev    uint64
 }
 
 // IsJSON reports whether contentType is JSON ("" is: the default): a JSON

@@ -28,6 +28,8 @@ import (
 	certutil "k8s.io/client-go/util/cert"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/runplane/runplane/internal/pki"
 )
 
 // Path is where every component serves its metrics (and the non-resource
@@ -100,14 +102,18 @@ func (g firstWins) Gather() ([]*dto.MetricFamily, error) {
 }
 
 // ManagerOptions are a controller-runtime manager's metrics server options
-// on bindAddress ("0": off): HTTPS (its self-signed certificate) and the
-// filter.
-func ManagerOptions(bindAddress string) metricsserver.Options {
+// on bindAddress ("0": off): HTTPS and the filter; the certificate is k's
+// (ServingCert.Keeper), or without k controller-runtime's self-signed one.
+func ManagerOptions(bindAddress string, k *pki.Keeper) metricsserver.Options {
+	opts := []func(*tls.Config){http1Only}
+	if k != nil {
+		opts = append(opts, func(c *tls.Config) { c.GetCertificate = k.GetCertificate })
+	}
 	return metricsserver.Options{
 		BindAddress:    bindAddress,
 		SecureServing:  true,
 		FilterProvider: filters.WithAuthenticationAndAuthorization,
-		TLSOpts:        []func(*tls.Config){http1Only},
+		TLSOpts:        opts,
 	}
 }
 

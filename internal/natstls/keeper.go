@@ -16,17 +16,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/runplane/runplane/internal/natsvarz"
 	"github.com/runplane/runplane/internal/pki"
 )
 
-// nats-server's system requests (serverPingReqSubj, serverReloadReqSubj):
-// every server answers the PING with its VARZ; RELOAD, addressed to one
-// server by its ID, re-reads its configuration file and the files it
+// reloadSubject is nats-server's serverReloadReqSubj: addressed to one
+// server by its ID, it re-reads its configuration file and the files it
 // names (the certificate among them) and applies what changed.
-const (
-	varzPingSubject = "$SYS.REQ.SERVER.PING.VARZ"
-	reloadSubject   = "$SYS.REQ.SERVER.%s.RELOAD"
-)
+const reloadSubject = "$SYS.REQ.SERVER.%s.RELOAD"
 
 // ServerCert is the certificate one server serves, as its VARZ says.
 type ServerCert struct {
@@ -36,19 +33,11 @@ type ServerCert struct {
 	Client, Route time.Time
 }
 
-// serverAPIResponse is nats-server's ServerAPIResponse, with the parts of
-// Varz read here.
-type serverAPIResponse struct {
+// reloadResponse is nats-server's ServerAPIResponse to a RELOAD.
+type reloadResponse struct {
 	Server struct {
-		ID   string `json:"id"`
 		Name string `json:"name"`
 	} `json:"server"`
-	Data *struct {
-		TLSCertNotAfter time.Time `json:"tls_cert_not_after"`
-		Cluster         struct {
-			TLSCertNotAfter time.Time `json:"tls_cert_not_after"`
-		} `json:"cluster"`
-	} `json:"data"`
 	Error *struct {
 		Code        int    `json:"code"`
 		Description string `json:"description"`
@@ -59,38 +48,15 @@ type serverAPIResponse struct {
 // system account's user, and returns the answers that arrive within wait
 // (a cluster does not say how many servers it has).
 func Servers(ctx context.Context, sys *nats.Conn, wait time.Duration) ([]ServerCert, error) {
-	inbox := sys.NewRespInbox()
-	ch := make(chan *nats.Msg, 64)
-	sub, err := sys.ChanSubscribe(inbox, ch)
+	varz, err := natsvarz.Ping(ctx, sys, wait, 0)
+	out := make([]ServerCert, 0, len(varz))
+	for _, v := range varz {
+		out = append(out, ServerCert{ID: v.ID, Name: v.Name, Client: v.TLSNotAfter, Route: v.Cluster.TLSNotAfter})
+	}
 	if err != nil {
-		return nil, fmt.Errorf("NATS servers: %w", err)
+		return out, fmt.Errorf("NATS servers: %w", err)
 	}
-	defer sub.Unsubscribe()
-	if err := sys.PublishRequest(varzPingSubject, inbox, nil); err != nil {
-		return nil, fmt.Errorf("NATS servers: %w", err)
-	}
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	var out []ServerCert
-	var errs []error
-	for {
-		select {
-		case <-ctx.Done():
-			return out, ctx.Err()
-		case <-timer.C:
-			return out, errors.Join(errs...)
-		case m := <-ch:
-			var r serverAPIResponse
-			switch err := json.Unmarshal(m.Data, &r); {
-			case err != nil:
-				errs = append(errs, fmt.Errorf("NATS VARZ answer %q: %w", m.Data, err))
-			case r.Error != nil || r.Data == nil:
-				errs = append(errs, fmt.Errorf("NATS VARZ of %s: %s", r.Server.Name, m.Data))
-			default:
-				out = append(out, ServerCert{ID: r.Server.ID, Name: r.Server.Name, Client: r.Data.TLSCertNotAfter, Route: r.Data.Cluster.TLSCertNotAfter})
-			}
-		}
-	}
+	return out, nil
 }
 
 // Reload asks the server with ID id to reload its configuration.
@@ -99,7 +65,7 @@ func Reload(ctx context.Context, sys *nats.Conn, id string) error {
 	if err != nil {
 		return fmt.Errorf("NATS reload of %s: %w", id, err)
 	}
-	var r serverAPIResponse
+	var r reloadResponse
 	if err := json.Unmarshal(m.Data, &r); err != nil {
 		return fmt.Errorf("NATS reload of %s: answer %q: %w", id, m.Data, err)
 	}

@@ -21,11 +21,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/client-go/kubernetes"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 
+	"github.com/runplane/runplane/internal/tracing"
 	"github.com/runplane/runplane/queue/activator/internal/state"
 	"github.com/runplane/runplane/queue/pool"
 	"github.com/runplane/runplane/queue/stream"
@@ -97,6 +99,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the metrics (nil: not registered).
 	Registerer prometheus.Registerer
+
+	// TracerProvider records the activator's dispatch spans (nil: none;
+	// an invocation's trace context still reaches its Dispatch).
+	TracerProvider trace.TracerProvider
 }
 
 func (c Config) withDefaults() Config {
@@ -126,6 +132,8 @@ type Activator struct {
 	// set by Run, read under mu.
 	events  events.EventRecorder
 	metrics *metrics
+	// tracer: the dispatch spans (trace.go).
+	tracer tracing.Tracer
 
 	mu sync.Mutex
 	st *state.State
@@ -166,7 +174,7 @@ func New(cfg Config) (*Activator, error) {
 		return nil, fmt.Errorf("activator: MaxAttempts %d must be >= 1", cfg.MaxAttempts)
 	}
 	a := &Activator{cfg: cfg, metrics: newMetrics(cfg.Registerer), scaler: cfg.Scaler, refused: map[string]string{}, conflicts: map[string]string{},
-		policyErrs: map[string]string{}}
+		policyErrs: map[string]string{}, tracer: tracing.NewTracer(cfg.TracerProvider, "runplane/queue/activator")}
 	if a.scaler == nil && cfg.Kube != nil {
 		a.scaler = KubeScaler{Client: cfg.Kube}
 	}

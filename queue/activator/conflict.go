@@ -7,10 +7,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/kubeevents"
 )
 
 // ReasonPoolConflict is the reason of the Warning Event put on every
@@ -55,8 +55,5 @@ func (a *Activator) reportConflicts(ctx context.Context, rec events.EventRecorde
 
 // conflictRecorder starts the Event broadcaster of the conflict reports.
 func (a *Activator) conflictRecorder(ctx context.Context) events.EventRecorder {
-	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: a.cfg.Kube.EventsV1()})
-	b.StartRecordingToSink(ctx.Done())
-	go func() { <-ctx.Done(); b.Shutdown() }()
-	return b.NewRecorder(scheme.Scheme, "runplane-activator")
+	return kubeevents.Start(ctx, a.cfg.Kube, "runplane-activator")
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/internal/tracing"
 	"github.com/runplane/runplane/queue/activator/internal/state"
 	"github.com/runplane/runplane/queue/stream"
 )
@@ -120,9 +121,10 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 	}
 	st := a.cfg.Store
 	it := &state.Item{Inv: inv, Seq: md.Sequence.Stream}
+	it.Trace = tracing.FromNATS(m.Headers())
 	rev, _ := strconv.ParseUint(m.Headers().Get(stream.RevisionHeader), 10, 64)
 	if rev != 0 && md.NumDelivered == 1 && a.cfg.Clock.Since(md.Timestamp) < freshAge {
-		it.Rec = stream.Cached{Rev: rev, Record: messages.Record{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool, Mode: inv.Mode,
+		it.Rec = messages.Cached{Rev: rev, Record: messages.Record{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool, Mode: inv.Mode,
 			State: messages.StateQueued, Stream: st.Config.Stream, RequestHash: m.Headers().Get(stream.RequestHashHeader),
 			AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt, NamespaceUID: inv.NamespaceUID,
 			StreamBytes: int64(len(m.Data())) + stream.MessageOverhead}}
@@ -155,7 +157,7 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 			a.acked(c, "ack", m, m.Ack())
 			return
 		default:
-			it.Rec = stream.Cached{Record: rec, Rev: rev}
+			it.Rec = messages.Cached{Record: rec, Rev: rev}
 			it.Attempt, it.Unverified = rec.Attempt, rec.Attempt
 			state.RestoreRetries(it, rec)
 		}
@@ -296,13 +298,13 @@ func (a *Activator) onResult(ctx context.Context, m jetstream.Msg) {
 		var err error
 		key := stream.Key(res.Namespace, res.InvocationID)
 		if it != nil {
-			ok, err = a.write(ctx, it, func(cached *stream.Cached) (bool, error) {
+			ok, err = a.write(ctx, it, func(cached *messages.Cached) (bool, error) {
 				return a.cfg.Store.TransitionOfPool(ctx, key, cached, res.Pool, final, res.Worker, res.Attempt, record)
 			})
 		} else {
 			// Not open here: only the worker of the Record's current
 			// attempt may finish it.
-			var cached stream.Cached
+			var cached messages.Cached
 			ok, err = a.cfg.Store.UpdateCached(ctx, key, &cached, func(r *messages.Record) bool {
 				if r.Pool != res.Pool || r.Worker != res.Worker || r.Attempt != res.Attempt || !stream.Advance(r.State, r.Attempt, final, res.Attempt) {
 					return false

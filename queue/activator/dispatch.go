@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/internal/tracing"
 	"github.com/runplane/runplane/queue/activator/internal/state"
 	"github.com/runplane/runplane/queue/stream"
 )
@@ -55,7 +56,7 @@ func (a *Activator) dispatch(ctx context.Context, it *state.Item, worker string,
 	}
 	// The Record is the source of truth: a Dispatch is published only after
 	// the compare-and-set that makes this attempt the current one.
-	ok, err := a.write(ctx, it, func(c *stream.Cached) (bool, error) {
+	ok, err := a.write(ctx, it, func(c *messages.Cached) (bool, error) {
 		ok, err := st.TransitionCached(ctx, id, c, messages.StateDispatched, worker, attempt, func(r *messages.Record) {
 			if r.Sequence == 0 {
 				r.Stream, r.Sequence = st.Config.Stream, it.Seq
@@ -71,13 +72,13 @@ func (a *Activator) dispatch(ctx context.Context, it *state.Item, worker string,
 		rev, err := st.Create(ctx, r)
 		if errors.Is(err, stream.ErrExists) {
 			// Created meanwhile: apply the transition to it.
-			*c = stream.Cached{}
+			*c = messages.Cached{}
 			return st.TransitionCached(ctx, id, c, messages.StateDispatched, worker, attempt, nil)
 		}
 		if err != nil {
 			return false, err
 		}
-		*c = stream.Cached{Record: r, Rev: rev}
+		*c = messages.Cached{Record: r, Rev: rev}
 		return true, nil
 	})
 	if err != nil {
@@ -102,7 +103,7 @@ func (a *Activator) dispatch(ctx context.Context, it *state.Item, worker string,
 // write runs one Record write of it, serialised with its other writes.
 // Once the Record is final (whoever made it so), the invocation's messages
 // leave the stream: the Record keeps what callers read.
-func (a *Activator) write(ctx context.Context, it *state.Item, fn func(c *stream.Cached) (bool, error)) (bool, error) {
+func (a *Activator) write(ctx context.Context, it *state.Item, fn func(c *messages.Cached) (bool, error)) (bool, error) {
 	it.WriteMu.Lock()
 	ok, err := fn(&it.Rec)
 	final, counted := it.Rec.Record.State.Terminal(), it.Rec.Record.StreamBytes > 0
@@ -140,10 +141,13 @@ func (a *Activator) publishDispatch(ctx context.Context, it *state.Item, inv mes
 	if err != nil {
 		return fmt.Errorf("encode dispatch: %w", err)
 	}
+	ctx, span := a.traceDispatch(ctx, it, worker, attempt)
+	defer span.End()
 	msgID := messages.DispatchPublishID(it.Inv.Namespace, it.Inv.InvocationID, attempt)
 	subject := st.Subjects.Dispatch(it.Inv.Namespace, it.Inv.Pool, worker)
 	pa, err := publishUntilKnown(ctx, a.cfg.Clock, func(ctx context.Context) (*jetstream.PubAck, error) {
 		msg := &nats.Msg{Subject: subject, Data: b, Header: nats.Header{}}
+		tracing.ToNATS(ctx, msg.Header)
 		return st.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID))
 	}, func(err error) {
 		a.cfg.Logger.Warn("dispatch: publish outcome unknown; retrying the same publish to the same worker", "invocation", msgID, "worker", worker, "err", err)

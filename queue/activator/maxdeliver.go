@@ -105,7 +105,7 @@ func (a *Activator) deadLetterDelivered(ctx context.Context, inv messages.Invoca
 		if err != nil || rec.Attempt != attempt || rec.State.Terminal() {
 			return
 		}
-		it.Rec = stream.Cached{Record: rec, Rev: rev}
+		it.Rec = messages.Cached{Record: rec, Rev: rev}
 	}
 	a.cfg.Logger.Warn("dead-lettering an invocation", "invocation", inv.InvocationID, "namespace", inv.Namespace, "reason", reason)
 	a.deadLetter(ctx, it, reason)

@@ -7,6 +7,7 @@ type metrics struct {
 	finished, scaled, ackErrors, foreign, refused         *prometheus.CounterVec
 	maxDeliveries                                         *prometheus.CounterVec
 	backlog, inflight                                     *prometheus.GaugeVec
+	oldestQueued                                          *prometheus.GaugeVec
 	rebuilt                                               prometheus.Gauge
 	orphans                                               prometheus.Counter
 	removed                                               *prometheus.CounterVec
@@ -37,6 +38,8 @@ func newMetrics(r prometheus.Registerer) *metrics {
 			Help: "Results dropped because their attempt was not dispatched to the worker that sent them: without the attempt's result token (token), naming another worker (other_worker), an attempt never dispatched (unknown_attempt) or an invocation of another pool (other_pool)."}, []string{"reason"}),
 		backlog:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runplane_activator_backlog", Help: "Queued invocations per pool."}, []string{"namespace", "pool"}),
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runplane_activator_in_flight", Help: "Dispatched invocations per pool."}, []string{"namespace", "pool"}),
+		oldestQueued: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runplane_activator_oldest_queued_timestamp_seconds",
+			Help: "When the invocation that has waited longest in a pool's queue was accepted (Unix seconds); no series while the queue is empty."}, []string{"namespace", "pool"}),
 		retried: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_retries_total",
 			Help: "Failed executions queued again under their pool's retry policy (runplane.io/max-retries)."}, []string{"namespace", "pool"}),
 		handedBack: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_handed_back_total",
@@ -55,9 +58,22 @@ func newMetrics(r prometheus.Registerer) *metrics {
 			Help: "From the oldest waiting invocation to the scale-up of an empty pool.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 	}
 	if r != nil {
-		for _, c := range []prometheus.Collector{m.accepted, m.dispatched, m.redelivered, m.lost, m.deadLettered, m.finished, m.scaled, m.ackErrors, m.foreign, m.refused, m.backlog, m.inflight, m.rebuilt, m.orphans, m.removed, m.maxDeliveries, m.scaleFromZero, m.retried, m.handedBack, m.silentWorkers} {
+		for _, c := range []prometheus.Collector{m.accepted, m.dispatched, m.redelivered, m.lost, m.deadLettered, m.finished, m.scaled, m.ackErrors, m.foreign, m.refused, m.backlog, m.inflight, m.oldestQueued, m.rebuilt, m.orphans, m.removed, m.maxDeliveries, m.scaleFromZero, m.retried, m.handedBack, m.silentWorkers} {
 			_ = r.Register(c)
 		}
 	}
 	return m
+}
+
+// knownPool starts a pool's event counters at 0 once the activator knows
+// the pool: a series that first appears at 1 has no increase, so a panel's
+// or an alert's increase() would miss the pool's first lost worker or dead
+// letter, and would show no data rather than none happened.
+func (m *metrics) knownPool(namespace, pool string) {
+	for _, c := range []*prometheus.CounterVec{m.accepted, m.dispatched, m.redelivered, m.lost, m.deadLettered, m.retried, m.handedBack, m.silentWorkers} {
+		c.WithLabelValues(namespace, pool)
+	}
+	for _, d := range []string{"up", "down"} {
+		m.scaled.WithLabelValues(namespace, pool, d)
+	}
 }

@@ -32,7 +32,7 @@ func TestReportScale(t *testing.T) {
 		{"from zero", 0, 1, ReasonScaledFromZero, corev1.ConditionTrue},
 		{"up", 1, 3, ReasonScaledUp, corev1.ConditionTrue},
 		{"down", 3, 2, ReasonScaledDown, corev1.ConditionTrue},
-		{"to zero", 1, 0, ReasonScaledDown, corev1.ConditionFalse},
+		{"to zero: a pool at zero is a healthy pool", 1, 0, ReasonScaledDown, corev1.ConditionTrue},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

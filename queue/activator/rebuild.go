@@ -10,8 +10,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/internal/tracing"
 	"github.com/runplane/runplane/queue/activator/internal/state"
 	"github.com/runplane/runplane/queue/stream"
 )
@@ -48,6 +50,7 @@ func (a *Activator) rebuild(ctx context.Context) error {
 	_ = w.Stop()
 	invs := map[string]messages.Invocation{} // by stream.Key
 	seqs := map[string]uint64{}
+	traces := map[string]trace.SpanContext{} // by stream.Key: each message's trace parent (Item.Trace)
 	// Past state.FullItems queued invocations of a pool, an invocation is
 	// kept light from the start (not only once restored): a new leader's
 	// peak memory must not be the whole backlog's payloads.
@@ -75,6 +78,7 @@ func (a *Activator) rebuild(ctx context.Context) error {
 		}
 		k := stream.Key(o.rec.Namespace, o.rec.InvocationID)
 		invs[k], seqs[k] = keep(k, o.rec, inv), o.rec.Sequence
+		keepTrace(traces, k, tracing.FromNATS(m.Header))
 	}
 	if len(unseq) > 0 {
 		// The Record learns its sequence at dispatch: find queued
@@ -99,6 +103,7 @@ func (a *Activator) rebuild(ctx context.Context) error {
 			if o, ok := unseq[k]; ok && o.rec.Pool == inv.Pool {
 				if _, dup := invs[k]; !dup {
 					invs[k], seqs[k] = keep(k, o.rec, inv), seq
+					keepTrace(traces, k, tracing.FromNATS(m.Headers()))
 					known = append(known, o)
 				}
 			}
@@ -163,7 +168,8 @@ func (a *Activator) rebuild(ctx context.Context) error {
 		}
 		// Assume a recorded worker still runs it; heartbeats confirm it, or
 		// it is declared lost after HeartbeatTimeout and redelivered.
-		it := &state.Item{Inv: inv, Seq: seqs[k], Attempt: r.Attempt, Rec: stream.Cached{Record: r, Rev: o.rev}}
+		it := &state.Item{Inv: inv, Seq: seqs[k], Attempt: r.Attempt, Rec: messages.Cached{Record: r, Rev: o.rev}}
+		it.Trace = traces[k]
 		if light[k] {
 			it.Lighten()
 		}

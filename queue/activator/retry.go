@@ -46,7 +46,7 @@ func (a *Activator) recordRetry(ctx context.Context, m jetstream.Msg, it *state.
 	at := a.cfg.Clock.Now().Add(delay).UTC()
 	o := outcomeOf(res)
 	o.RetryAt = &at
-	_, err := a.write(ctx, it, func(c *stream.Cached) (bool, error) {
+	_, err := a.write(ctx, it, func(c *messages.Cached) (bool, error) {
 		return a.cfg.Store.UpdateCached(ctx, stream.Key(res.Namespace, res.InvocationID), c, func(r *messages.Record) bool {
 			if r.Pool != res.Pool || r.State.Terminal() {
 				return false
@@ -78,7 +78,7 @@ func (a *Activator) retriesExhausted(ctx context.Context, m jetstream.Msg, it *s
 	if code := statusCode(res); code != 0 {
 		reason += fmt.Sprintf(" (status %d)", code)
 	}
-	_, err := a.write(ctx, it, func(c *stream.Cached) (bool, error) {
+	_, err := a.write(ctx, it, func(c *messages.Cached) (bool, error) {
 		return a.cfg.Store.UpdateCached(ctx, stream.Key(res.Namespace, res.InvocationID), c, func(r *messages.Record) bool {
 			if r.Pool != res.Pool || r.State.Terminal() {
 				return false
@@ -112,7 +112,7 @@ func (a *Activator) recordHandBack(ctx context.Context, it *state.Item, ev messa
 		}
 	}
 	o := messages.AttemptOutcome{Attempt: ev.Attempt, Worker: ev.Worker, State: messages.AttemptHandedBack, FinishedAt: ev.At}
-	_, err := a.write(ctx, it, func(c *stream.Cached) (bool, error) {
+	_, err := a.write(ctx, it, func(c *messages.Cached) (bool, error) {
 		return st.UpdateCached(ctx, stream.Key(ev.Namespace, ev.InvocationID), c, func(r *messages.Record) bool {
 			if r.Pool != ev.Pool || r.State.Terminal() {
 				return false

@@ -109,6 +109,9 @@ func (a *Activator) scaleAll(ctx context.Context) {
 			})
 			if err != nil {
 				a.cfg.Logger.Warn("scale failed", "pool", pl.Name, "from", current, "to", d.To, "err", err)
+				if ctx.Err() == nil {
+					a.reportScaleFailed(ctx, rec, pl, report, err)
+				}
 				return
 			}
 			a.metrics.scaled.WithLabelValues(pl.Namespace, pl.Name, dir(current, d.To)).Inc()

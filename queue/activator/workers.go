@@ -59,7 +59,7 @@ func (a *Activator) onEvent(ctx context.Context, m *nats.Msg) {
 // result is already in: running would add nothing then.
 func (a *Activator) markRunning(ctx context.Context, it *state.Item, ev messages.Event) {
 	defer a.wg.Done()
-	_, err := a.write(ctx, it, func(c *stream.Cached) (bool, error) {
+	_, err := a.write(ctx, it, func(c *messages.Cached) (bool, error) {
 		if it.Done.Load() {
 			return false, nil
 		}
@@ -204,7 +204,7 @@ func (a *Activator) deadLetter(ctx context.Context, it *state.Item, reason strin
 		case <-a.cfg.Clock.After(time.Second):
 		}
 	}
-	_, err = a.write(ctx, it, func(c *stream.Cached) (bool, error) {
+	_, err = a.write(ctx, it, func(c *messages.Cached) (bool, error) {
 		return st.TransitionCached(ctx, stream.Key(it.Inv.Namespace, it.Inv.InvocationID), c, messages.StateDeadLettered, "", 0, func(r *messages.Record) { r.Error = reason })
 	})
 	if err != nil {
@@ -219,7 +219,7 @@ func (a *Activator) expire(ctx context.Context, e state.Expiry) {
 	if e.Worker != "" {
 		a.sendCancel(e.Item.Inv.Namespace, e.Item.Inv.Pool, e.Worker, e.Item.Inv.InvocationID, e.Item.Attempt)
 	}
-	_, err := a.write(ctx, e.Item, func(c *stream.Cached) (bool, error) {
+	_, err := a.write(ctx, e.Item, func(c *messages.Cached) (bool, error) {
 		return a.cfg.Store.TransitionCached(ctx, stream.Key(e.Item.Inv.Namespace, e.Item.Inv.InvocationID), c, messages.StateTimedOut, "", 0, func(r *messages.Record) { r.Error = e.Reason })
 	})
 	if err != nil {
@@ -282,8 +282,16 @@ func (a *Activator) publishStatus(ctx context.Context) {
 		}
 		for n := range names {
 			ps := s.Status(n, known[n])
+			a.metrics.knownPool(ps.Namespace, ps.Pool)
 			a.metrics.backlog.WithLabelValues(ps.Namespace, ps.Pool).Set(float64(ps.Backlog))
 			a.metrics.inflight.WithLabelValues(ps.Namespace, ps.Pool).Set(float64(ps.InFlight))
+			// A timestamp, not an age: it stays true between these updates, and
+			// an empty queue has no series (an alert on its age has nothing to read).
+			if at, ok := s.OldestQueued(n); ok {
+				a.metrics.oldestQueued.WithLabelValues(ps.Namespace, ps.Pool).Set(float64(at.UnixMilli()) / 1000)
+			} else {
+				a.metrics.oldestQueued.DeleteLabelValues(ps.Namespace, ps.Pool)
+			}
 			b, err := json.Marshal(ps)
 			p := s.Pool(n)
 			if err != nil || (string(b) == string(p.LastStatus) && now.Sub(p.StatusAt) < 5*time.Second) {

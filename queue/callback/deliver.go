@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
 
-	"github.com/runplane/runplane/internal/apiview"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue/stream"
 )
@@ -393,8 +392,8 @@ func (d *Deliverer) keys(ctx context.Context, rec messages.Record) ([][]byte, er
 func (d *Deliverer) post(ctx context.Context, rec messages.Record, event messages.CallbackEvent, keys [][]byte) messages.CallbackAttempt {
 	at := d.cfg.Clock.Now().UTC()
 	a := messages.CallbackAttempt{At: at}
-	// The tenant's view of the Record: no stream sequence (apiview).
-	body, err := json.Marshal(apiview.NewRecord(rec))
+	// The caller's view of the Record (Invocation).
+	body, err := json.Marshal(Invocation(rec))
 	if err != nil {
 		a.Error = err.Error()
 		return a

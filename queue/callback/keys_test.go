@@ -80,7 +80,8 @@ func TestDeliverSignsWithTheRecordedNamespaceKey(t *testing.T) {
 
 // TestCallbackBodyCarriesNoSequence (issue #30 item 4): the POSTed Record
 // carried its stream sequence, a position in the invocation stream all
-// tenants share; the body is the tenant's view of the Record, without it.
+// tenants share; the body is the tenant's view of the Record, without it,
+// and (issue #32) without the stream, request hash or namespace UID.
 func TestCallbackBodyCarriesNoSequence(t *testing.T) {
 	st := startStore(t)
 	got := make(chan []byte, 1)
@@ -91,14 +92,19 @@ func TestCallbackBodyCarriesNoSequence(t *testing.T) {
 	t.Cleanup(rc.Close)
 	now := time.Now()
 	_, err := st.Create(context.Background(), messages.Record{InvocationID: "i1", Namespace: "team-a", Pool: "echo", Mode: messages.ModeAsync,
-		State: messages.StateSucceeded, Stream: "S", Sequence: 42, AcceptedAt: now, UpdatedAt: now,
-		Callback: &messages.CallbackStatus{URL: rc.URL, State: messages.CallbackPending}})
+		State: messages.StateSucceeded, Stream: "S", Sequence: 42, AcceptedAt: now, UpdatedAt: now, RequestHash: "sha256:h", NamespaceUID: "uid-a",
+		Callback: &messages.CallbackStatus{URL: rc.URL, KeyID: "uid-a", State: messages.CallbackPending}})
 	require.NoError(t, err)
 	runDeliverer(t, Config{Store: st})
 	select {
 	case b := <-got:
 		assert.Contains(t, string(b), `"invocationID":"i1"`)
 		assert.NotContains(t, string(b), `"sequence"`)
+		// Nor (issue #32) the stream, the request hash or the namespace's UID.
+		for _, internal := range []string{`"stream"`, `"requestHash"`, `"namespaceUID"`, "uid-a"} {
+			assert.NotContains(t, string(b), internal)
+		}
+		assert.Contains(t, string(b), `"keyID":"`+KeyID("uid-a")+`"`)
 	case <-time.After(time.Minute):
 		require.FailNow(t, "callback not delivered")
 	}

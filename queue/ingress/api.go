@@ -5,9 +5,8 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/runplane/runplane/internal/apiview"
+	v1 "github.com/runplane/runplane/api/serverless/v1"
 	"github.com/runplane/runplane/internal/httpjson"
-	"github.com/runplane/runplane/internal/messages"
 )
 
 // The API is this table: Handler registers each operation's pattern and
@@ -48,8 +47,8 @@ type Problem = httpjson.Problem
 // ended before the result (504), a cancel of a finished invocation (409).
 type InvocationProblem struct {
 	httpjson.Problem
-	InvocationID string         `json:"invocationID" doc:"the invocation"`
-	State        messages.State `json:"state" doc:"its state when the answer was written"`
+	InvocationID string   `json:"invocationID" doc:"the invocation"`
+	State        v1.State `json:"state" doc:"its state when the answer was written"`
 }
 
 // LimitProblem is a 429 for a full backlog: which limit, its value, where.
@@ -84,8 +83,8 @@ var (
 
 func invokeResponses(notFound string) []response {
 	return []response{
-		{status: http.StatusOK, body: apiview.Record{}, description: "sync: the terminal Record (its response is the worker's answer)"},
-		{status: http.StatusAccepted, body: Ack{}, description: "async: accepted, with the JetStream ack"},
+		{status: http.StatusOK, body: v1.Invocation{}, description: "sync: the terminal invocation (its response is the worker's answer)"},
+		{status: http.StatusAccepted, body: v1.Ack{}, description: "async: accepted, with the JetStream ack"},
 		badRequest, unauthorized, forbidden,
 		{status: http.StatusNotFound, body: Problem{}, description: notFound},
 		{status: http.StatusConflict, body: Problem{}, description: "the invocation ID is taken in the namespace (by another pool, not named), or was accepted with another request " +
@@ -104,7 +103,7 @@ func operations() []operation {
 			summary: "Enqueue an invocation of a pool",
 			description: "sync waits up to timeoutSeconds for the result; async answers with the ack. A client-chosen invocationID makes a re-post idempotent. " +
 				"With Accept: text/event-stream or \"stream\": true the answer is 200 text/event-stream as streamInvocation's (mode defaults to async).",
-			body: InvokeRequest{}, responses: invokeResponses("no Deployment of the namespace is labelled runplane.io/pool=<pool>"),
+			body: v1.InvokeRequest{}, responses: invokeResponses("no Deployment of the namespace is labelled runplane.io/pool=<pool>"),
 			serve: func(s *Server) http.HandlerFunc {
 				return func(w http.ResponseWriter, r *http.Request) {
 					s.handleInvoke(w, r, r.PathValue("namespace"), r.PathValue("pool"), false)
@@ -115,14 +114,14 @@ func operations() []operation {
 			description: "The seed's route: the namespace is named by namespace (required) and the pool by serverlessRequestID (required), in the body or as " +
 				"query parameters (?namespace=…&serverlessRequestID=…); otherwise as invokePool. A pool named in the query is authorized before the body is " +
 				"read, and the body may be as large as invokePool's; one named only in the body is read first, within a smaller limit (256 KiB by default; 413 beyond).",
-			body: InvokeRequest{}, responses: invokeResponses("no Deployment of the namespace is labelled runplane.io/pool=<serverlessRequestID>"),
+			body: v1.InvokeRequest{}, responses: invokeResponses("no Deployment of the namespace is labelled runplane.io/pool=<serverlessRequestID>"),
 			serve: func(s *Server) http.HandlerFunc {
 				return func(w http.ResponseWriter, r *http.Request) { s.handleInvoke(w, r, "", "", true) }
 			}},
 		{method: http.MethodGet, path: "/v1/namespaces/{namespace}/invocations/{id}", id: "getInvocation", tag: "invocations",
 			summary: "An invocation's state and result",
 			responses: []response{
-				{status: http.StatusOK, body: apiview.Record{}, description: "the Record"},
+				{status: http.StatusOK, body: v1.Invocation{}, description: "the invocation"},
 				badRequest, unauthorized, forbidden,
 				{status: http.StatusNotFound, body: Problem{}, description: "no such invocation in this namespace (an ID of another namespace included)"},
 				unavailable,
@@ -132,7 +131,7 @@ func operations() []operation {
 			summary:     "An invocation's output as server-sent events, resumable",
 			description: streamDescription,
 			responses: []response{
-				{status: http.StatusOK, body: "", contentType: "text/event-stream", description: "the events: invocation, then chunk (id: its sequence) and attempt, then result (the terminal Record)"},
+				{status: http.StatusOK, body: "", contentType: "text/event-stream", description: "the events: invocation, then chunk (id: its sequence) and attempt, then result (the terminal invocation)"},
 				{status: http.StatusNoContent, description: "Last-Event-ID result: the client had the result event, the stream is over (an EventSource stops reconnecting)"},
 				badRequest, unauthorized, forbidden,
 				{status: http.StatusNotFound, body: Problem{}, description: "no such invocation in this namespace (an ID of another namespace included)"},
@@ -143,7 +142,7 @@ func operations() []operation {
 			summary:     "Cancel an invocation",
 			description: "A queued invocation becomes cancelled at once; a running one's worker is sent a cancel, which reaches the framework as a closed connection.",
 			responses: []response{
-				{status: http.StatusOK, body: apiview.Record{}, description: "the Record, now cancelled"},
+				{status: http.StatusOK, body: v1.Invocation{}, description: "the invocation, now cancelled"},
 				badRequest, unauthorized, forbidden,
 				{status: http.StatusNotFound, body: Problem{}, description: "no such invocation in this namespace"},
 				{status: http.StatusConflict, body: InvocationProblem{}, description: "the invocation already finished: state names how"},
@@ -152,11 +151,11 @@ func operations() []operation {
 			serve: func(s *Server) http.HandlerFunc { return s.handleCancel }},
 		{method: http.MethodGet, path: "/v1/namespaces/{namespace}/callback-signing-key", id: "getCallbackSigningKey", tag: "callbacks",
 			summary: "The namespace's completion-callback signing key",
-			description: "Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over \"<t>.<body>\"> under this key " +
+			description: "Callbacks POST the terminal invocation with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over \"<t>.<body>\"> under this key " +
 				"(verify it and refuse old timestamps; the header may carry several v1 MACs: accept when one verifies); Runplane-Delivery names the delivery for deduplication. " +
-				"The key follows the namespace's UID (keyID): a namespace deleted and made again under its name has another. Needs RBAC get on pools/callbacksigningkey in the namespace.",
+				"The key follows the namespace's UID, and keyID names it: a namespace deleted and made again under its name has another. Needs RBAC get on pools/callbacksigningkey in the namespace.",
 			responses: []response{
-				{status: http.StatusOK, body: SigningKey{}, description: "the key"},
+				{status: http.StatusOK, body: v1.SigningKey{}, description: "the key"},
 				badRequest, unauthorized, forbidden,
 				{status: http.StatusNotFound, body: Problem{}, description: "callbacks are not enabled, or no such namespace"},
 				unavailable,
@@ -165,7 +164,7 @@ func operations() []operation {
 		{method: http.MethodGet, path: "/v1/namespaces/{namespace}/pools/{pool}", id: "getPool", tag: "pools",
 			summary: "A pool's policy, workers, backlog and in-flight count",
 			responses: []response{
-				{status: http.StatusOK, body: PoolInfo{}, description: "the pool; conflict names the Deployments when several claim it"},
+				{status: http.StatusOK, body: v1.Pool{}, description: "the pool; conflict names the Deployments when several claim it"},
 				badRequest, unauthorized, forbidden,
 				{status: http.StatusNotFound, body: Problem{}, description: "no Deployment of the namespace is labelled runplane.io/pool=<pool>"},
 				unavailable,

@@ -17,9 +17,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	v1 "github.com/runplane/runplane/api/serverless/v1"
 	"github.com/runplane/runplane/internal/httpjson"
+	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue/pool"
-	"github.com/runplane/runplane/queue/stream"
 )
 
 // TestSpec loads the served document with kin-openapi's loader and
@@ -68,9 +69,10 @@ func TestSpec(t *testing.T) {
 	policy := doc.Components.Schemas["PoolPolicy"].Value
 	assert.Contains(t, policy.Properties, "idleTimeoutSeconds")
 	assert.NotContains(t, policy.Properties, "idleTimeout", "durations in seconds")
-	record := doc.Components.Schemas["Record"].Value
-	assert.Contains(t, record.Required, "state")
-	assert.Contains(t, record.Properties["state"].Value.Enum, "dead_lettered")
+	inv := doc.Components.Schemas["Invocation"].Value
+	assert.Contains(t, inv.Required, "state")
+	assert.Contains(t, inv.Properties["state"].Value.Enum, "dead_lettered")
+	assert.Contains(t, doc.Components.Schemas["Attempt"].Value.Properties["state"].Value.Enum, "handed_back")
 	for _, name := range []string{"Problem", "InvocationProblem", "LimitProblem"} {
 		assert.Subset(t, doc.Components.Schemas[name].Value.Required, []string{"type", "title", "status", "detail"}, name)
 	}
@@ -89,7 +91,7 @@ func TestSpecRefusesDurations(t *testing.T) {
 }
 
 // TestPoolInfoCoversPool fails when pool.Pool or pool.Policy gains a JSON
-// field that PoolInfo does not show (durations as <name>Seconds).
+// field that v1.Pool does not show (durations as <name>Seconds).
 func TestPoolInfoCoversPool(t *testing.T) {
 	names := func(t reflect.Type) map[string]bool {
 		out := map[string]bool{}
@@ -105,17 +107,18 @@ func TestPoolInfoCoversPool(t *testing.T) {
 		}
 		return out
 	}
-	info, pol := names(reflect.TypeFor[PoolInfo]()), names(reflect.TypeFor[PoolPolicy]())
+	info, pol := names(reflect.TypeFor[v1.Pool]()), names(reflect.TypeFor[v1.PoolPolicy]())
 	for n := range names(reflect.TypeFor[pool.Pool]()) {
 		assert.True(t, info[n], "pool.Pool field %q missing from PoolInfo", n)
 	}
 	for n := range names(reflect.TypeFor[pool.Policy]()) {
 		assert.True(t, pol[n], "pool.Policy field %q missing from PoolPolicy", n)
 	}
-	// The status shows all but the shared stream's position.
-	status := names(reflect.TypeFor[PoolStatus]())
-	for n := range names(reflect.TypeFor[stream.PoolStatus]()) {
-		assert.True(t, status[n] != (n == "invokeSeq"), "stream.PoolStatus field %q: shown %v", n, status[n])
+	// The status shows all but the shared stream's position and the
+	// pool's name (the Pool's).
+	status, hidden := names(reflect.TypeFor[v1.PoolStatus]()), map[string]bool{"invokeSeq": true, "namespace": true, "pool": true}
+	for n := range names(reflect.TypeFor[messages.PoolStatus]()) {
+		assert.True(t, status[n] != hidden[n], "messages.PoolStatus field %q: shown %v", n, status[n])
 	}
 	p := newPoolInfo(pool.Pool{Name: "p", Policy: pool.Policy{IdleTimeout: 90 * time.Second, StartupTimeout: 1500 * time.Millisecond}})
 	assert.Equal(t, 90.0, p.Policy.IdleTimeoutSeconds)

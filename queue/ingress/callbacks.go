@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/runplane/runplane/api"
+	v1 "github.com/runplane/runplane/api/serverless/v1"
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/internal/httpjson"
 	"github.com/runplane/runplane/internal/messages"
@@ -27,21 +29,10 @@ type CallbackConfig struct {
 // namespace-wide (no pool name) and apart from invoking.
 const SubresourceCallbackKey = "callbacksigningkey"
 
-// SigningKey is the answer of GET /v1/namespaces/{namespace}/callback-signing-key.
-type SigningKey struct {
-	Namespace string `json:"namespace"`
-	// Key is the namespace's HMAC-SHA256 key, hex.
-	Key string `json:"key" doc:"the namespace's HMAC-SHA256 key, hex-encoded"`
-	// KeyID is the namespace's UID, which the key follows.
-	KeyID     string `json:"keyID,omitempty" doc:"the namespace's UID: the key is this namespace's only; one deleted and made again under its name has another (callback.keyID in a Record names the key its callback is signed with)"`
-	Algorithm string `json:"algorithm" doc:"HMAC-SHA256"`
-	Header    string `json:"header" doc:"the signature header: t=<unix seconds>,v1=<hex MAC of \"<t>.<body>\">"`
-}
-
 // callbackStatus is the Record's callback of an invocation: its own
 // callbackURL, else its pool's runplane.io/callback-url, with the events
 // asked for; nil when none.
-func (s *Server) callbackStatus(reqURL, poolURL string, events []messages.CallbackEvent) (*messages.CallbackStatus, error) {
+func (s *Server) callbackStatus(reqURL, poolURL string, events []v1.CallbackEvent) (*messages.CallbackStatus, error) {
 	u, field := reqURL, "field callbackURL"
 	if u == "" {
 		u, field = poolURL, "the pool's annotation "+api.AnnotationCallbackURL
@@ -61,14 +52,18 @@ func (s *Server) callbackStatus(reqURL, poolURL string, events []messages.Callba
 	if err := validEvents(events); err != nil {
 		return nil, err
 	}
-	return &messages.CallbackStatus{URL: u, State: messages.CallbackPending, Events: events}, nil
+	st := &messages.CallbackStatus{URL: u, State: messages.CallbackPending}
+	for _, e := range events {
+		st.Events = append(st.Events, messages.CallbackEvent(e))
+	}
+	return st, nil
 }
 
 // validEvents: known events, each once.
-func validEvents(events []messages.CallbackEvent) error {
-	seen := map[messages.CallbackEvent]bool{}
+func validEvents(events []v1.CallbackEvent) error {
+	seen := map[v1.CallbackEvent]bool{}
 	for _, e := range events {
-		if e != messages.CallbackEventStart && e != messages.CallbackEventCompleted {
+		if !slices.Contains(v1.CallbackEvents, e) {
 			return fmt.Errorf("field callbackEvents: %q is not an event: start or completed", e)
 		}
 		if seen[e] {
@@ -103,8 +98,8 @@ func (s *Server) handleSigningKey(w http.ResponseWriter, r *http.Request) {
 		problem(w, r, http.StatusServiceUnavailable, "reading the namespace: "+err.Error())
 		return
 	}
-	httpjson.Write(w, http.StatusOK, SigningKey{Namespace: ns, Key: fmt.Sprintf("%x", callback.NamespaceKey(s.cfg.Callbacks.MasterKey, ns, uid)),
-		KeyID: uid, Algorithm: "HMAC-SHA256", Header: callback.SignatureHeader})
+	httpjson.Write(w, http.StatusOK, v1.SigningKey{Namespace: ns, Key: fmt.Sprintf("%x", callback.NamespaceKey(s.cfg.Callbacks.MasterKey, ns, uid)),
+		KeyID: callback.KeyID(uid), Algorithm: "HMAC-SHA256", Header: callback.SignatureHeader})
 }
 
 // namespaceUID is the UID of namespace ns for a new invocation's Record

@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/utils/clock"
 
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -33,6 +34,7 @@ import (
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/objects"
+	"github.com/runplane/runplane/internal/tracing"
 	"github.com/runplane/runplane/queue/callback"
 	"github.com/runplane/runplane/queue/ingress/internal/nsbytes"
 	"github.com/runplane/runplane/queue/pool"
@@ -100,6 +102,10 @@ type Config struct {
 	DisableReplyFastPath bool
 	Logger               *slog.Logger
 	Registerer           prometheus.Registerer
+
+	// TracerProvider records the ingress's spans (nil: none; a caller's
+	// trace context is still propagated: trace.go).
+	TracerProvider trace.TracerProvider
 }
 
 func (c Config) withDefaults() Config {
@@ -134,6 +140,8 @@ type Server struct {
 	sse     *sseMetrics
 	// spec is the OpenAPI document served at /openapi.json (SpecJSON).
 	spec []byte
+	// tracer: the ingress's spans (trace.go).
+	tracer tracing.Tracer
 
 	mu sync.Mutex
 	// waiters: sync callers by Record key (stream.Key).
@@ -167,7 +175,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, waiters: map[string]map[chan messages.Record]waiter{},
 		counts: map[string]*poolCount{}, nsBacklog: map[string]int{}, nsStreams: map[string]int{}, m: newIngressMetrics(cfg.Registerer),
-		sse: newSSEMetrics(cfg.Registerer)}
+		sse: newSSEMetrics(cfg.Registerer), tracer: tracing.NewTracer(cfg.TracerProvider, "runplane/queue/ingress")}
 	spec, err := SpecJSON(cfg)
 	if err != nil {
 		return nil, err
@@ -257,7 +265,7 @@ func (s *Server) watchPools(w jetstream.KeyWatcher) {
 		if e == nil || e.Operation() != jetstream.KeyValuePut {
 			continue
 		}
-		var ps stream.PoolStatus
+		var ps messages.PoolStatus
 		if json.Unmarshal(e.Value(), &ps) != nil {
 			continue
 		}

@@ -3,7 +3,6 @@ package ingress
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,58 +13,19 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+
 	"github.com/runplane/runplane/api"
+	v1 "github.com/runplane/runplane/api/serverless/v1"
 	"github.com/runplane/runplane/internal/httpjson"
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/internal/tracing"
 	"github.com/runplane/runplane/queue/stream"
 )
 
-// InvokeRequest is the body of POST
-// /v1/namespaces/{ns}/pools/{pool}/invocations (and of the seed alias, which
-// names the namespace in namespace and the pool in serverlessRequestID).
-type InvokeRequest struct {
-	Mode                messages.Mode     `json:"mode"`
-	Namespace           string            `json:"namespace,omitempty"`
-	InvocationID        string            `json:"invocationID,omitempty"`
-	ServerlessRequestID string            `json:"serverlessRequestID,omitempty"`
-	Payload             json.RawMessage   `json:"payload,omitempty"`
-	Headers             map[string]string `json:"headers,omitempty"`
-	Attributes          map[string]string `json:"attributes,omitempty"`
-	ContentType         string            `json:"contentType,omitempty"`
-	TimeoutSeconds      int               `json:"timeoutSeconds,omitempty"`
-	TTLSeconds          int               `json:"ttlSeconds,omitempty"`
-	// Stream answers with server-sent events of the invocation's output
-	// (as Accept: text/event-stream does); mode defaults to async.
-	// CallbackURL asks for a completion callback (queue/callback).
-	CallbackURL string `json:"callbackURL,omitempty" doc:"POST the terminal Record here, signed (Runplane-Signature); default: the pool's runplane.io/callback-url"`
-	// CallbackEvents chooses the callback's events.
-	CallbackEvents []messages.CallbackEvent `json:"callbackEvents,omitempty" doc:"the callback's events (Runplane-Event): start (the invocation began to run) and completed (terminal, always sent); default [completed]"`
-	Stream         bool                     `json:"stream,omitempty" doc:"answer with server-sent events: the chunks of a streaming framework as they come, then the result (as Accept: text/event-stream)"`
-}
-
-// Subjects are the subjects of an invocation's pool, as in the seed ack.
-type Subjects struct {
-	Invoke  string `json:"invoke"`
-	Result  string `json:"result"`
-	Metrics string `json:"metrics"`
-}
-
-// Ack is the answer to an accepted async invocation (202). It carries no
-// stream sequence: a position in the stream all tenants share counts
-// their invocations.
-type Ack struct {
-	InvocationID string         `json:"invocationID"`
-	Namespace    string         `json:"namespace"`
-	Pool         string         `json:"pool"`
-	Stream       string         `json:"stream"`
-	Duplicate    bool           `json:"duplicate"`
-	State        messages.State `json:"state"`
-	Subjects     Subjects       `json:"subjects"`
-	AcceptedAt   time.Time      `json:"acceptedAt"`
-}
-
 func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolName string, alias bool) {
 	start := time.Now()
+	r, span := s.traceAccept(w, r, ns, poolName)
+	defer span.End()
 	// The caller is known already (Handler authenticates every route). The
 	// path names the pool, and so may the alias's query: the caller is then
 	// authorized before its body is read. An alias request that names its
@@ -87,7 +47,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 	if !named {
 		limit = s.cfg.AliasBodyBytes
 	}
-	var req InvokeRequest
+	var req v1.InvokeRequest
 	if rawBody(r) {
 		var ok bool
 		if req, ok = s.decodeRaw(w, r); !ok {
@@ -136,7 +96,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 	}
 	streamed := wantsStream(r, req)
 	if streamed && req.Mode == "" {
-		req.Mode = messages.ModeAsync
+		req.Mode = v1.ModeAsync
 	}
 	if err := s.validate(&req); err != nil {
 		s.reject(w, http.StatusBadRequest, err.Error())
@@ -184,7 +144,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 		s.reject(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	inv := messages.Invocation{InvocationID: req.InvocationID, Namespace: ns, Pool: poolName, Mode: req.Mode, ContentType: req.ContentType,
+	inv := messages.Invocation{InvocationID: req.InvocationID, Namespace: ns, Pool: poolName, Mode: messages.Mode(req.Mode), ContentType: req.ContentType,
 		Headers: req.Headers, Attributes: req.Attributes, Payload: req.Payload, TimeoutSeconds: req.TimeoutSeconds,
 		TTLSeconds: req.TTLSeconds, AcceptedAt: time.Now().UTC(), MaxResultBytes: s.cfg.MaxPayloadBytes,
 		ResultMsgMaxBytes: int64(s.cfg.Store.Config.ResultMaxMsgSize),
@@ -205,7 +165,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 	// its own (onReply); a duplicate caller's token is not the one
 	// published, so it waits on the Record.
 	var ch chan messages.Record
-	if req.Mode == messages.ModeSync {
+	if req.Mode == v1.ModeSync {
 		wt := waiter{pool: poolName}
 		if s.replica != "" {
 			if wt.token, err = replyToken(); err != nil {
@@ -253,7 +213,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 	}
 	if ack.Duplicate {
 		s.m.duplicates.WithLabelValues(ns, poolName).Inc()
-		if req.Mode == messages.ModeSync && !s.resultReadable(w, r, ns, poolName) {
+		if req.Mode == v1.ModeSync && !s.resultReadable(w, r, ns, poolName) {
 			return
 		}
 	}
@@ -261,13 +221,13 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 	if streamed {
 		// A re-post answers with the existing invocation's output: as a
 		// sync re-post, only for a caller who may also read it.
-		if ack.Duplicate && req.Mode != messages.ModeSync && !s.resultReadable(w, r, ns, poolName) {
+		if ack.Duplicate && req.Mode != v1.ModeSync && !s.resultReadable(w, r, ns, poolName) {
 			return
 		}
 		s.serveSSE(w, r, rec, 0, start)
 		return
 	}
-	if req.Mode == messages.ModeAsync {
+	if req.Mode == v1.ModeAsync {
 		httpjson.Write(w, http.StatusAccepted, ack)
 		return
 	}
@@ -280,7 +240,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 	if !ok {
 		httpjson.WriteProblem(w, http.StatusGatewayTimeout, InvocationProblem{Problem: httpjson.NewProblem(r, http.StatusGatewayTimeout,
 			fmt.Sprintf("no result within timeoutSeconds=%d; poll GET /v1/namespaces/%s/invocations/%s", req.TimeoutSeconds, ns, inv.InvocationID)),
-			InvocationID: inv.InvocationID, State: final.State})
+			InvocationID: inv.InvocationID, State: v1.State(final.State)})
 		return
 	}
 	s.writeRecord(w, ctx, http.StatusOK, accepted(final, rec))
@@ -288,13 +248,10 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 
 // accepted completes a final Record taken from a worker's fast-path reply
 // (which carries the result only) with what the accept stored: the sync
-// 200 shows what GET shows — mode, acceptedAt, stream, sequence and request
-// hash (updatedAt is the worker's finish time, not the Record write's).
+// 200 shows what GET shows — mode and acceptedAt (updatedAt is the
+// worker's finish time, not the Record write's).
 func accepted(final, rec messages.Record) messages.Record {
 	final.Mode = cmp.Or(final.Mode, rec.Mode)
-	final.Stream = cmp.Or(final.Stream, rec.Stream)
-	final.Sequence = cmp.Or(final.Sequence, rec.Sequence)
-	final.RequestHash = cmp.Or(final.RequestHash, rec.RequestHash)
 	if final.AcceptedAt.IsZero() {
 		final.AcceptedAt = rec.AcceptedAt
 	}
@@ -316,10 +273,9 @@ func (e *conflictError) Error() string { return e.msg }
 // Record. hash is requestHash of the request (kept in the Record: a re-post
 // must match it); poolMax bounds the pool's backlog (0: none); clientID: the
 // caller chose the invocation ID, which may then be a re-post.
-func (s *Server) accept(ctx context.Context, inv messages.Invocation, hash string, poolMax int, clientID bool) (Ack, messages.Record, error) {
+func (s *Server) accept(ctx context.Context, inv messages.Invocation, hash string, poolMax int, clientID bool) (v1.Ack, messages.Record, error) {
 	st := s.cfg.Store
-	ack := Ack{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool, Stream: st.Config.Stream, Subjects: Subjects{
-		Invoke: st.Subjects.Invoke(inv.Namespace, inv.Pool), Result: st.Subjects.Result(inv.Namespace, inv.Pool), Metrics: st.Subjects.Metrics(inv.Namespace, inv.Pool)}}
+	ack := v1.Ack{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool}
 	// The Record comes first: it outlives the duplicate window, so a
 	// re-post after it finds the existing invocation. KV Create is the
 	// check: a taken ID fails it, and only then is the Record read.
@@ -420,7 +376,7 @@ func (s *Server) accept(ctx context.Context, inv messages.Invocation, hash strin
 		s.note(int(size))
 	}
 	rec.Sequence = pa.Sequence
-	ack.Duplicate, ack.State, ack.AcceptedAt = pa.Duplicate, messages.StateQueued, inv.AcceptedAt
+	ack.Duplicate, ack.State, ack.AcceptedAt = pa.Duplicate, v1.StateQueued, inv.AcceptedAt
 	accepted = true
 	return ack, rec, nil
 }
@@ -438,6 +394,7 @@ func (s *Server) publish(ctx context.Context, inv messages.Invocation, b []byte,
 		msg.Header.Set(stream.RevisionHeader, strconv.FormatUint(rev, 10))
 		msg.Header.Set(stream.RequestHashHeader, hash)
 	}
+	tracing.ToNATS(ctx, msg.Header)
 	pa, err := s.cfg.Store.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(messages.MsgID(inv.Namespace, inv.InvocationID)))
 	if err != nil {
 		return nil, fmt.Errorf("publish invocation %s: %w", inv.InvocationID, err)
@@ -447,7 +404,7 @@ func (s *Server) publish(ctx context.Context, inv messages.Invocation, b []byte,
 
 // duplicate answers a re-post of an existing invocation ID: the existing
 // invocation's state when the request is the same (hash), 409 when not.
-func (s *Server) duplicate(ctx context.Context, ack Ack, rec messages.Record, inv messages.Invocation, hash string) (Ack, messages.Record, error) {
+func (s *Server) duplicate(ctx context.Context, ack v1.Ack, rec messages.Record, inv messages.Invocation, hash string) (v1.Ack, messages.Record, error) {
 	// A predecessor's Record (a namespace deleted and made again under
 	// this name) is neither answered nor republished: its ID stays taken
 	// until the Record expires (-record-ttl).
@@ -494,7 +451,7 @@ func (s *Server) duplicate(ctx context.Context, ack Ack, rec messages.Record, in
 		}
 		rec.Sequence = pa.Sequence
 	}
-	ack.Duplicate, ack.State, ack.AcceptedAt = true, rec.State, rec.AcceptedAt
+	ack.Duplicate, ack.State, ack.AcceptedAt = true, v1.State(rec.State), rec.AcceptedAt
 	return ack, rec, nil
 }
 
@@ -538,7 +495,7 @@ func (s *Server) wait(ctx context.Context, id string, ch chan messages.Record, t
 // poolTimeout applies the pool's runplane.io/timeout-seconds (limit, 0:
 // unset) to req: the pool's workers get a grace period sized for it, so a
 // longer execution is refused, and the default never exceeds it.
-func poolTimeout(req *InvokeRequest, limit, def int) error {
+func poolTimeout(req *v1.InvokeRequest, limit, def int) error {
 	if limit > 0 {
 		if req.TimeoutSeconds > limit {
 			return fmt.Errorf("field timeoutSeconds %d: above the pool's %s=%d", req.TimeoutSeconds, api.AnnotationTimeoutSeconds, limit)

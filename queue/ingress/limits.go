@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/runplane/runplane/internal/httpjson"
+	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue/stream"
 )
 
@@ -24,7 +25,7 @@ const (
 // reserved before the Record is created, so concurrent requests cannot
 // overshoot a limit).
 type poolCount struct {
-	status   stream.PoolStatus
+	status   messages.PoolStatus
 	local    []uint64
 	reserved int
 }
@@ -50,7 +51,7 @@ func (s *Server) change(pk string, fn func(c *poolCount)) {
 // setStatus takes the activator's new status of pool pk, keeping what it
 // had not taken in when it wrote it (a status without InvokeSeq, from an
 // older activator, covers all).
-func (s *Server) setStatus(pk string, ps stream.PoolStatus) {
+func (s *Server) setStatus(pk string, ps messages.PoolStatus) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.change(pk, func(c *poolCount) {

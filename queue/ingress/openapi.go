@@ -15,8 +15,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3gen"
 
+	v1 "github.com/runplane/runplane/api/serverless/v1"
 	"github.com/runplane/runplane/internal/httpjson"
-	"github.com/runplane/runplane/internal/messages"
 )
 
 // The OpenAPI document is generated, never kept by hand: the paths and
@@ -29,10 +29,6 @@ import (
 
 // dnsLabel is the pattern of a namespace and a pool name.
 const dnsLabel = `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
-
-// states lists messages.State's values for the schema's enum.
-var states = []messages.State{messages.StateQueued, messages.StateDispatched, messages.StateRunning, messages.StateSucceeded,
-	messages.StateFailed, messages.StateTimedOut, messages.StateCancelled, messages.StateDeadLettered}
 
 // Spec is the ingress's OpenAPI 3.0 document for cfg (its limits appear
 // in the schemas), validated.
@@ -208,14 +204,16 @@ func customize(name string, t reflect.Type, tag reflect.StructTag, s *openapi3.S
 		return fmt.Errorf("field %s is a time.Duration: the API's durations are seconds (a number field named *Seconds)", name)
 	}
 	switch t {
-	case reflect.TypeFor[messages.State]():
-		for _, st := range states {
-			s.Enum = append(s.Enum, string(st))
-		}
-	case reflect.TypeFor[messages.Mode]():
-		s.Enum = []any{string(messages.ModeSync), string(messages.ModeAsync)}
-	case reflect.TypeFor[messages.CallbackEvent]():
-		s.Enum = []any{string(messages.CallbackEventStart), string(messages.CallbackEventCompleted)}
+	case reflect.TypeFor[v1.State]():
+		s.Enum = enum(v1.States)
+	case reflect.TypeFor[v1.AttemptState]():
+		s.Enum = enum(v1.AttemptStates)
+	case reflect.TypeFor[v1.CallbackState]():
+		s.Enum = enum(v1.CallbackStates)
+	case reflect.TypeFor[v1.Mode]():
+		s.Enum = enum(v1.Modes)
+	case reflect.TypeFor[v1.CallbackEvent]():
+		s.Enum = enum(v1.CallbackEvents)
 	case rawJSONType:
 		s.Description = "any JSON value"
 	}
@@ -232,6 +230,15 @@ func customize(name string, t reflect.Type, tag reflect.StructTag, s *openapi3.S
 		s.Required = required(t)
 	}
 	return nil
+}
+
+// enum is values as a schema's enum.
+func enum[T ~string](values []T) []any {
+	out := make([]any, 0, len(values))
+	for _, v := range values {
+		out = append(out, string(v))
+	}
+	return out
 }
 
 // required lists the JSON names of t's fields encoding/json always writes.

@@ -11,11 +11,11 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/runplane/runplane/framework"
-	"github.com/runplane/runplane/internal/apiview"
+	v1 "github.com/runplane/runplane/api/serverless/v1"
 	"github.com/runplane/runplane/internal/httpjson"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/objects"
+	"github.com/runplane/runplane/queue/callback"
 )
 
 // tooLarge answers 413 naming the limit.
@@ -47,9 +47,9 @@ func rawBody(r *http.Request) bool {
 
 // decodeRaw reads a raw-body request: the body, at most MaxPayloadBytes,
 // becomes the payload (base64 in the envelope).
-func (s *Server) decodeRaw(w http.ResponseWriter, r *http.Request) (InvokeRequest, bool) {
+func (s *Server) decodeRaw(w http.ResponseWriter, r *http.Request) (v1.InvokeRequest, bool) {
 	q := r.URL.Query()
-	req := InvokeRequest{Mode: messages.Mode(q.Get("mode")), Namespace: q.Get("namespace"), InvocationID: q.Get("invocationID"),
+	req := v1.InvokeRequest{Mode: v1.Mode(q.Get("mode")), Namespace: q.Get("namespace"), InvocationID: q.Get("invocationID"),
 		ServerlessRequestID: q.Get("serverlessRequestID"), ContentType: r.Header.Get("Content-Type")}
 	for _, f := range []struct {
 		name string
@@ -173,7 +173,7 @@ func (s *Server) resolve(ctx context.Context, rec messages.Record) (messages.Rec
 	if err != nil {
 		return rec, &errBodyUnavailable{fmt.Errorf("invocation %s: read its response body: %w", rec.InvocationID, err)}
 	}
-	var resp framework.Response
+	var resp messages.Response
 	if rec.Response != nil {
 		resp = *rec.Response
 	}
@@ -192,5 +192,5 @@ func (s *Server) writeRecord(w http.ResponseWriter, ctx context.Context, code in
 		s.reject(w, http.StatusBadGateway, err.Error())
 		return
 	}
-	httpjson.Write(w, code, apiview.NewRecord(full))
+	httpjson.Write(w, code, callback.Invocation(full))
 }

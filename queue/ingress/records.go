@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	v1 "github.com/runplane/runplane/api/serverless/v1"
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/internal/httpjson"
 	"github.com/runplane/runplane/internal/messages"
@@ -68,7 +69,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	}
 	if !changed {
 		httpjson.WriteProblem(w, http.StatusConflict, InvocationProblem{Problem: httpjson.NewProblem(r, http.StatusConflict,
-			fmt.Sprintf("invocation %s is already %s", id, rec.State)), InvocationID: id, State: rec.State})
+			fmt.Sprintf("invocation %s is already %s", id, rec.State)), InvocationID: id, State: v1.State(rec.State)})
 		return
 	}
 	if (before.State == messages.StateDispatched || before.State == messages.StateRunning) && before.Worker != "" {
@@ -97,7 +98,7 @@ func (s *Server) handlePool(w http.ResponseWriter, r *http.Request) {
 	}
 	info := newPoolInfo(p)
 	if e, err := s.cfg.Store.Pools.Get(r.Context(), stream.PoolKey(ns, name)); err == nil {
-		var ps stream.PoolStatus
+		var ps messages.PoolStatus
 		if json.Unmarshal(e.Value(), &ps) == nil {
 			info.Status = newPoolStatus(ps)
 		}

@@ -15,8 +15,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/runplane/runplane/internal/apiview"
+	v1 "github.com/runplane/runplane/api/serverless/v1"
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/queue/callback"
 	"github.com/runplane/runplane/queue/stream"
 )
 
@@ -36,42 +37,9 @@ import (
 // the last one it saw). The invocation, attempt, restart and gap events
 // carry the id of the last chunk the client has (0: none), so a resume
 // from them resumes after that chunk; the result event carries
-// ResultEventID, and a reconnect with it is answered 204 No Content, the
+// v1.ResultEventID, and a reconnect with it is answered 204 No Content, the
 // one answer that makes an EventSource stop reconnecting (without it, a
 // browser receives the result again every few seconds for ever).
-
-// SSE event names.
-const (
-	// EventInvocation opens every stream: the invocation's ID, pool and
-	// state.
-	EventInvocation = "invocation"
-	// EventChunk is one chunk; its data is the chunk's text.
-	EventChunk = "chunk"
-	// EventAttempt: a retry started over; the chunks after it are the new
-	// attempt's output (StreamAttempt).
-	EventAttempt = "attempt"
-	// EventRestart: the current attempt was run again from its start (a
-	// restarted sidecar); the chunks after it are the new run's
-	// (StreamRestart).
-	EventRestart = "restart"
-	// EventGap: chunks the client has not had are no longer retained and
-	// will never come (StreamGap).
-	EventGap = "gap"
-	// EventResult ends the stream with the terminal Record.
-	EventResult = "result"
-)
-
-// ResultEventID is the id of the result event: a stream resumed after it
-// is over (204 No Content).
-const ResultEventID = "result"
-
-// StreamOpening is the data of the invocation event.
-type StreamOpening struct {
-	InvocationID string         `json:"invocationID"`
-	Namespace    string         `json:"namespace"`
-	Pool         string         `json:"pool"`
-	State        messages.State `json:"state"`
-}
 
 // sseKeepalive is how often an idle stream gets a comment line, so
 // proxies and load balancers do not cut it; it also re-reads the Record
@@ -82,7 +50,7 @@ const sseKeepalive = 10 * time.Second
 const ssePullWindow = 32
 
 // wantsStream reports whether an invocation POST asks for a stream.
-func wantsStream(r *http.Request, req InvokeRequest) bool {
+func wantsStream(r *http.Request, req v1.InvokeRequest) bool {
 	if req.Stream {
 		return true
 	}
@@ -135,12 +103,12 @@ func lastEventID(r *http.Request) (after uint64, ended bool, err error) {
 	if v == "" {
 		return 0, false, nil
 	}
-	if v == ResultEventID {
+	if v == v1.ResultEventID {
 		return 0, true, nil
 	}
 	n, err := strconv.ParseUint(v, 10, 64)
 	if err != nil || n == math.MaxUint64 { // the next sequence must exist
-		return 0, false, fmt.Errorf("%s %q: must be the id of an event of this stream (a decimal sequence, or %q)", name, v, ResultEventID)
+		return 0, false, fmt.Errorf("%s %q: must be the id of an event of this stream (a decimal sequence, or %q)", name, v, v1.ResultEventID)
 	}
 	return n, false, nil
 }
@@ -203,8 +171,8 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, rec messages.R
 	h.Set("Runplane-Invocation-Id", rec.InvocationID)
 	w.WriteHeader(http.StatusOK)
 	sw := &eventWriter{w: w, rc: http.NewResponseController(w), had: after}
-	open, _ := json.Marshal(StreamOpening{InvocationID: rec.InvocationID, Namespace: rec.Namespace, Pool: rec.Pool, State: rec.State})
-	if sw.event(EventInvocation, sw.position(), open) != nil {
+	open, _ := json.Marshal(v1.StreamOpening{InvocationID: rec.InvocationID, Namespace: rec.Namespace, Pool: rec.Pool, State: v1.State(rec.State)})
+	if sw.event(v1.EventInvocation, sw.position(), open) != nil {
 		return
 	}
 	s.sse.streams.Inc()
@@ -300,7 +268,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request, rec messages.R
 			if !deliver {
 				continue
 			}
-			if sw.event(EventChunk, strconv.FormatUint(last, 10), m.Data()) != nil {
+			if sw.event(v1.EventChunk, strconv.FormatUint(last, 10), m.Data()) != nil {
 				return
 			}
 			sw.had = last
@@ -378,11 +346,11 @@ func (s *Server) writeResult(ctx context.Context, sw *eventWriter, rec messages.
 		}
 	}
 	rec.ResponseBodyRef = nil
-	b, err := json.Marshal(apiview.NewRecord(rec))
+	b, err := json.Marshal(callback.Invocation(rec))
 	if err != nil {
 		return
 	}
-	_ = sw.event(EventResult, ResultEventID, b)
+	_ = sw.event(v1.EventResult, v1.ResultEventID, b)
 }
 
 // eventWriter writes server-sent events and flushes each.
@@ -449,6 +417,14 @@ func newSSEMetrics(r prometheus.Registerer) *sseMetrics {
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_ingress_stream_events_total",
 			Help: "attempt, restart and gap events written to server-sent event streams."}, []string{"event"}),
 	}
+	// Every reason and event starts at 0: the first is then an increase,
+	// and the dashboard shows 0 rather than no data.
+	for _, d := range []string{dropForeign, dropStale, dropDuplicate} {
+		m.dropped.WithLabelValues(d)
+	}
+	for _, e := range []string{v1.EventAttempt, v1.EventRestart, v1.EventGap} {
+		m.events.WithLabelValues(e)
+	}
 	if r != nil {
 		for _, c := range []prometheus.Collector{m.streams, m.chunks, m.firstChunk, m.dropped, m.events} {
 			_ = r.Register(c)
@@ -459,12 +435,12 @@ func newSSEMetrics(r prometheus.Registerer) *sseMetrics {
 
 const streamDescription = "Readable by whoever may get the invocation (RBAC get on pools/invocations of its pool). " +
 	"Events: invocation (ID, pool, state), then one chunk per chunk the worker's framework streamed, each with id: its sequence, " +
-	"and finally result with the terminal Record and id: result. With the id of the last chunk sent (0: none) and JSON data: " +
+	"and finally result with the terminal invocation and id: result. With the id of the last chunk sent (0: none) and JSON data: " +
 	"attempt {attempt} when a retry starts its output over; restart {attempt} when the same attempt was run again from its start " +
 	"(its worker restarted): the chunks after it are the new run's, from its first, and the earlier run's are not part of the answer; " +
 	"gap {attempt, firstRetained, missing, reason} when chunks the client has not had are no longer retained (evicted by the namespace's " +
 	"budget, chart queue.stream.chunks.maxBytes, or aged out) and will never come: firstRetained is the id of the next chunk sent. " +
-	"Only the chunks of the worker the Record says holds their attempt are sent. " +
+	"Only the chunks of the worker the invocation names as holding their attempt are sent. " +
 	"Header Last-Event-ID (or query parameter after) resumes after that chunk, on any ingress replica, while the chunks are retained " +
 	"(chart queue.stream.chunks.maxAge); Last-Event-ID result (the client has the result) is answered 204 No Content, " +
 	"which stops an EventSource from reconnecting. An idle stream gets a comment every 10s."

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	v1 "github.com/runplane/runplane/api/serverless/v1"
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
 )
@@ -39,21 +40,21 @@ func TestFollower(t *testing.T) {
 		{name: "a stale attempt's worker cannot speak for the current attempt", steps: []step{
 			{"w2", 2, "b", 1, true, nil}, {"w1", 2, "a", 2, false, nil}, {"w1", 1, "a", 9, false, nil}, {"w2", 2, "b", 2, true, nil}}},
 		{name: "a retry opens with attempt", steps: []step{
-			{"w1", 1, "a", 1, true, nil}, {"w2", 2, "b", 1, true, []string{EventAttempt}}, {"w1", 1, "a", 2, false, nil}}},
+			{"w1", 1, "a", 1, true, nil}, {"w2", 2, "b", 1, true, []string{v1.EventAttempt}}, {"w1", 1, "a", 2, false, nil}}},
 		{name: "a rerun of the same attempt is a restart, the first run's late chunks dropped", steps: []step{
-			{"w1", 1, "a", 1, true, nil}, {"w1", 1, "a", 2, true, nil}, {"w1", 1, "b", 1, true, []string{EventRestart}},
+			{"w1", 1, "a", 1, true, nil}, {"w1", 1, "a", 2, true, nil}, {"w1", 1, "b", 1, true, []string{v1.EventRestart}},
 			{"w1", 1, "a", 3, false, nil}, {"w1", 1, "b", 2, true, nil}}},
 		{name: "resumed after chunk 5: its copy dropped, a rerun's 1..5 are not", resume: &chunkMeta{worker: "w1", attempt: 1, execution: "a", num: 5}, steps: []step{
-			{"w1", 1, "a", 5, false, nil}, {"w1", 1, "b", 1, true, []string{EventRestart}}, {"w1", 1, "b", 2, true, nil}}},
+			{"w1", 1, "a", 5, false, nil}, {"w1", 1, "b", 1, true, []string{v1.EventRestart}}, {"w1", 1, "b", 2, true, nil}}},
 		{name: "evicted chunks are a gap", resume: &chunkMeta{worker: "w1", attempt: 1, execution: "a", num: 2}, steps: []step{
-			{"w1", 1, "a", 6, true, []string{EventGap}}, {"w1", 1, "a", 7, true, nil}}},
+			{"w1", 1, "a", 6, true, []string{v1.EventGap}}, {"w1", 1, "a", 7, true, nil}}},
 		{name: "a late start whose first chunks are gone", steps: []step{
-			{"w1", 1, "a", 4, true, []string{EventGap}}, {"w1", 1, "a", 5, true, nil}}},
+			{"w1", 1, "a", 4, true, []string{v1.EventGap}}, {"w1", 1, "a", 5, true, nil}}},
 		{name: "resumed after a chunk no longer retained", lost: true, steps: []step{
-			{"w1", 1, "a", 4, true, []string{EventGap}}, {"w1", 1, "a", 5, true, nil}}},
+			{"w1", 1, "a", 4, true, []string{v1.EventGap}}, {"w1", 1, "a", 5, true, nil}}},
 		// The client's output was another run's: it is told to drop it.
 		{name: "resumed after a lost chunk, then a fresh attempt from its first", lost: true, steps: []step{
-			{"w2", 2, "b", 1, true, []string{EventAttempt}}, {"w2", 2, "b", 2, true, nil}}},
+			{"w2", 2, "b", 1, true, []string{v1.EventAttempt}}, {"w2", 2, "b", 2, true, nil}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &follower{known: !tc.lost}
@@ -96,7 +97,7 @@ func TestResumable(t *testing.T) {
 	f.resumeFrom(chunkMeta{worker: "w2", attempt: 2, execution: "a", num: 4})
 	deliver, events, _ := f.next(chunkMeta{worker: "w3", attempt: 3, execution: "b", num: 1}, owner(rec, 3))
 	assert.True(t, deliver)
-	assert.Equal(t, []sseEvent{{EventAttempt, StreamAttempt{Attempt: 3}}}, events)
+	assert.Equal(t, []sseEvent{{v1.EventAttempt, v1.StreamAttempt{Attempt: 3}}}, events)
 }
 
 // TestFollowerEnd: a streamed answer with more chunks than the client got
@@ -104,28 +105,28 @@ func TestResumable(t *testing.T) {
 func TestFollowerEnd(t *testing.T) {
 	final := func(chunks int) messages.Record {
 		b, _ := json.Marshal(framework.StreamSummary{Chunks: chunks})
-		return messages.Record{Attempt: 1, Worker: "w1", Response: &framework.Response{Headers: map[string]string{framework.StreamedHeader: "true"}, Body: b}}
+		return messages.Record{Attempt: 1, Worker: "w1", Response: &messages.Response{Headers: map[string]string{framework.StreamedHeader: "true"}, Body: b}}
 	}
 	f := &follower{known: true}
 	_, ok := f.end(final(0))
 	assert.False(t, ok, "nothing streamed")
 	g, ok := f.end(final(3))
 	assert.True(t, ok, "everything aged out before a late start")
-	assert.Equal(t, 3, g.data.(StreamGap).Missing)
+	assert.Equal(t, 3, g.data.(v1.StreamGap).Missing)
 	f.resumeFrom(chunkMeta{worker: "w1", attempt: 1, execution: "a", num: 3})
 	_, ok = f.end(final(3))
 	assert.False(t, ok, "the client has every chunk")
-	_, ok = (&follower{known: true}).end(messages.Record{Response: &framework.Response{Body: []byte(`{"chunks":3}`)}})
+	_, ok = (&follower{known: true}).end(messages.Record{Response: &messages.Response{Body: []byte(`{"chunks":3}`)}})
 	assert.False(t, ok, "not a streamed answer")
 }
 
 // TestStreamRequest: how a request asks for a stream and where it resumes.
 func TestStreamRequest(t *testing.T) {
 	r := httptest.NewRequest("POST", "/x", nil)
-	assert.False(t, wantsStream(r, InvokeRequest{}))
-	assert.True(t, wantsStream(r, InvokeRequest{Stream: true}))
+	assert.False(t, wantsStream(r, v1.InvokeRequest{}))
+	assert.True(t, wantsStream(r, v1.InvokeRequest{Stream: true}))
 	r.Header.Set("Accept", "application/json, text/event-stream;q=0.9")
-	assert.True(t, wantsStream(r, InvokeRequest{}))
+	assert.True(t, wantsStream(r, v1.InvokeRequest{}))
 
 	g := httptest.NewRequest("GET", "/x/stream?after=7", nil)
 	n, ended, err := lastEventID(g)
@@ -136,7 +137,7 @@ func TestStreamRequest(t *testing.T) {
 	n, _, err = lastEventID(g)
 	assert.NoError(t, err)
 	assert.EqualValues(t, 42, n, "the header wins")
-	g.Header.Set("Last-Event-ID", ResultEventID)
+	g.Header.Set("Last-Event-ID", v1.ResultEventID)
 	_, ended, err = lastEventID(g)
 	assert.NoError(t, err)
 	assert.True(t, ended, "the client had the result")

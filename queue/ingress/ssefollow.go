@@ -6,39 +6,10 @@ import (
 	"strconv"
 	"time"
 
+	v1 "github.com/runplane/runplane/api/serverless/v1"
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
 )
-
-// StreamAttempt is the data of the attempt event: a retry started over,
-// and the chunks after it are the new attempt's output.
-type StreamAttempt struct {
-	Attempt int `json:"attempt"`
-}
-
-// StreamRestart is the data of the restart event: the current attempt was
-// run again from its start (its worker's sidecar restarted and was handed
-// the same dispatch), and the chunks after it are the new run's output,
-// from its first; the earlier run's chunks sent before are not part of the
-// answer the invocation ends with.
-type StreamRestart struct {
-	Attempt int `json:"attempt"`
-}
-
-// StreamGap is the data of the gap event: chunks of the output the
-// client follows are no longer retained (evicted by the namespace's
-// -chunks-max-bytes, aged out after -chunks-max-age, or beyond
-// -chunks-per-invocation) and will never be sent.
-type StreamGap struct {
-	Attempt int `json:"attempt"`
-	// FirstRetained is the id of the next chunk event, the first retained
-	// after the gap (absent: no later chunk is retained).
-	FirstRetained uint64 `json:"firstRetained,omitempty"`
-	// Missing counts the chunks known to be lost (0: unknown, when the
-	// chunk the client resumed after is itself no longer retained).
-	Missing int    `json:"missing,omitempty"`
-	Reason  string `json:"reason"`
-}
 
 // chunkMeta is what the reader takes from one stored chunk.
 type chunkMeta struct {
@@ -118,7 +89,7 @@ func (f *follower) next(c chunkMeta, owner string) (deliver bool, events []sseEv
 		// chunks would all come before this one), so that output is to be
 		// dropped, as after any new attempt.
 		if f.attempt != 0 || (!f.known && c.num == 1) {
-			events = append(events, sseEvent{EventAttempt, StreamAttempt{Attempt: c.attempt}})
+			events = append(events, sseEvent{v1.EventAttempt, v1.StreamAttempt{Attempt: c.attempt}})
 		}
 		f.attempt, f.execution, f.num, f.abandoned = c.attempt, c.execution, 0, nil
 	case c.execution == f.execution:
@@ -134,18 +105,18 @@ func (f *follower) next(c chunkMeta, owner string) (deliver bool, events []sseEv
 			}
 			f.abandoned[f.execution] = true
 		}
-		events = append(events, sseEvent{EventRestart, StreamRestart{Attempt: c.attempt}})
+		events = append(events, sseEvent{v1.EventRestart, v1.StreamRestart{Attempt: c.attempt}})
 		f.execution, f.num = c.execution, 0
 	}
 	if c.num > f.num+1 {
-		g := StreamGap{Attempt: c.attempt, FirstRetained: c.seq}
+		g := v1.StreamGap{Attempt: c.attempt, FirstRetained: c.seq}
 		if f.known {
 			g.Missing = c.num - f.num - 1
 			g.Reason = fmt.Sprintf("chunks %d to %d of this run are no longer retained", f.num+1, c.num-1)
 		} else {
 			g.Reason = "the chunk resumed after is no longer retained; chunks after it may be missing"
 		}
-		events = append(events, sseEvent{EventGap, g})
+		events = append(events, sseEvent{v1.EventGap, g})
 	}
 	f.num, f.known = c.num, true
 	return true, events, ""
@@ -170,10 +141,10 @@ func (f *follower) end(final messages.Record) (sseEvent, bool) {
 		return sseEvent{}, false
 	}
 	if !f.known {
-		return sseEvent{EventGap, StreamGap{Attempt: final.Attempt,
+		return sseEvent{v1.EventGap, v1.StreamGap{Attempt: final.Attempt,
 			Reason: fmt.Sprintf("the answer streamed %d chunks; the chunk resumed after and those after it are no longer retained", sum.Chunks)}}, true
 	}
-	return sseEvent{EventGap, StreamGap{Attempt: final.Attempt, Missing: sum.Chunks - had,
+	return sseEvent{v1.EventGap, v1.StreamGap{Attempt: final.Attempt, Missing: sum.Chunks - had,
 		Reason: fmt.Sprintf("the answer streamed %d chunks; %d of them are no longer retained", sum.Chunks, sum.Chunks-had)}}, true
 }
 

@@ -13,7 +13,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/runplane/runplane/internal/messages"
+	v1 "github.com/runplane/runplane/api/serverless/v1"
 )
 
 // idPattern: usable as a KV key and a Nats-Msg-Id. No '.': derived
@@ -66,9 +66,9 @@ func decodeBody(r io.Reader, v any) error {
 	}
 }
 
-func (s *Server) validate(req *InvokeRequest) error {
+func (s *Server) validate(req *v1.InvokeRequest) error {
 	switch req.Mode {
-	case messages.ModeSync, messages.ModeAsync:
+	case v1.ModeSync, v1.ModeAsync:
 	case "":
 		return errors.New("field mode is required: sync or async")
 	default:
@@ -95,7 +95,7 @@ func (s *Server) validate(req *InvokeRequest) error {
 // timeoutSeconds (a re-post may wait, or wait longer, for the same result;
 // the first request's limits stay in force), ttlSeconds, and the routing
 // fields (pool, namespace: checked on their own).
-func requestHash(req InvokeRequest) (string, error) {
+func requestHash(req v1.InvokeRequest) (string, error) {
 	var payload any
 	if len(req.Payload) > 0 {
 		dec := json.NewDecoder(bytes.NewReader(req.Payload))

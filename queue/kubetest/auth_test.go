@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	authnv1 "k8s.io/api/authentication/v1"
@@ -22,7 +20,7 @@ import (
 
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/queue"
-	"github.com/runplane/runplane/queue/stubworker"
+	"github.com/runplane/runplane/queue/queuetest"
 )
 
 // call sends a request with bearer token tok ("" for none); a transport
@@ -86,35 +84,14 @@ func TestIngressCallerAuth(t *testing.T) {
 	require.NoError(t, err)
 	tokA, tokB := saToken(t, a, "client"), saToken(t, b, "client")
 
-	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true})
-	require.NoError(t, err)
-	go srv.Start()
-	require.True(t, srv.ReadyForConnections(10*time.Second), "nats not ready")
-	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	tn := &tenants{t: t, nc: nc, log: stubworker.NewLog(), pool: "echo", procs: map[string]*stubworker.Worker{}, claims: map[string]string{}}
+	srv := queuetest.NATS(t, nil)
+	tn := &tenants{t: t, natsURL: srv.ClientURL(), pool: "echo"}
 	_, err = env.Client().AppsV1().Deployments(a).Create(ctx, deployment(a, "workers", tn.pool, 1), metav1.CreateOptions{})
 	require.NoError(t, err)
-	go tn.kubelet(ctx, a)
+	tn.kubelet(a)
 
-	addr := make(chan string, 1)
-	qctx, qcancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- queue.Run(qctx, queue.Config{NATSURL: srv.ClientURL(), Listen: "127.0.0.1:0", OnListen: func(x string) { addr <- x },
-			RESTConfig: env.RESTConfig(), Namespace: a, CallerAuth: callerauth.Options{DenyCacheTTL: 200 * time.Millisecond},
-			HeartbeatTimeout: 2 * time.Second, Tick: 100 * time.Millisecond})
-	}()
-	t.Cleanup(func() { qcancel(); <-done })
-	var base string
-	select {
-	case x := <-addr:
-		base = "http://" + x
-	case err := <-done:
-		require.FailNow(t, "queue.Run returned", "%v", err)
-	}
+	base := queuetest.Run(t, queue.Config{NATSURL: srv.ClientURL(), RESTConfig: env.RESTConfig(), Namespace: a,
+		CallerAuth: callerauth.Options{DenyCacheTTL: 200 * time.Millisecond}, HeartbeatTimeout: 2 * time.Second, Tick: 100 * time.Millisecond}).Base
 	invokeA := "/v1/namespaces/" + a + "/pools/echo/invocations"
 
 	// The invoker's first call may precede RBAC's view of the new binding.

@@ -10,8 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -22,11 +21,11 @@ import (
 
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/queue"
-	"github.com/runplane/runplane/queue/stubworker"
+	"github.com/runplane/runplane/queue/queuetest"
 )
 
 // BenchmarkWarmSyncAuth measures the warm sync path (HTTP ingress →
-// JetStream → activator → stub worker → reply) with caller authentication
+// JetStream → activator → worker (the real sidecar) → reply) with caller authentication
 // on (bearer token, TokenReview and SubjectAccessReview on the real
 // apiserver, caches warm) next to the same path with it off, in one run:
 // two ingress replicas on one stream, one of them without authentication.
@@ -51,33 +50,16 @@ func BenchmarkWarmSyncAuth(b *testing.B) {
 		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
 	require.NoError(b, err)
 
-	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: b.TempDir(), Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true})
-	require.NoError(b, err)
-	go srv.Start()
-	require.True(b, srv.ReadyForConnections(10*time.Second))
-	defer srv.Shutdown()
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(b, err)
-	defer nc.Close()
-	tn := &tenants{nc: nc, log: stubworker.NewLog(), pool: "echo", procs: map[string]*stubworker.Worker{}, claims: map[string]string{}}
+	srv := queuetest.NATS(b, nil)
+	tn := &tenants{t: b, natsURL: srv.ClientURL(), pool: "echo"}
 	_, err = env.Client().AppsV1().Deployments(ns).Create(ctx, deployment(ns, "workers", tn.pool, 1), metav1.CreateOptions{})
 	require.NoError(b, err)
-	go tn.kubelet(ctx, ns)
+	tn.kubelet(ns)
 
 	start := func(cfg queue.Config) (string, func()) {
-		addr := make(chan string, 1)
-		qctx, qcancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		cfg.NATSURL, cfg.Listen, cfg.OnListen, cfg.RESTConfig, cfg.Namespace = srv.ClientURL(), "127.0.0.1:0", func(x string) { addr <- x }, env.RESTConfig(), ns
-		go func() { done <- queue.Run(qctx, cfg) }()
-		select {
-		case x := <-addr:
-			return "http://" + x, func() { qcancel(); <-done }
-		case err := <-done:
-			qcancel()
-			require.FailNow(b, "queue.Run returned", "%v", err)
-		}
-		return "", qcancel
+		cfg.NATSURL, cfg.RESTConfig, cfg.Namespace = srv.ClientURL(), env.RESTConfig(), ns
+		q := queuetest.Run(b, cfg)
+		return q.Base, func() { assert.NoError(b, q.Stop()) }
 	}
 	onURL, stopOn := start(queue.Config{})
 	defer stopOn()

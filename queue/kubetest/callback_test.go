@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,6 +15,7 @@ import (
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/callback"
+	"github.com/runplane/runplane/queue/queuetest"
 )
 
 // TestCallbackKeyFollowsNamespaceUID: a namespace's callback signing key
@@ -35,29 +35,11 @@ func TestCallbackKeyFollowsNamespaceUID(t *testing.T) {
 	_, err = env.Client().AppsV1().Deployments(ns).Create(ctx, deployment(ns, "workers", "echo", 0), metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true})
-	require.NoError(t, err)
-	go srv.Start()
-	require.True(t, srv.ReadyForConnections(10*time.Second), "nats not ready")
-	t.Cleanup(srv.Shutdown)
+	srv := queuetest.NATS(t, nil)
 	master := []byte("0123456789abcdef0123456789abcdef")
-	addr := make(chan string, 1)
-	qctx, qcancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		// The ingress only: nothing is delivered, the key is what matters.
-		done <- queue.Run(qctx, queue.Config{NATSURL: srv.ClientURL(), Listen: "127.0.0.1:0", OnListen: func(x string) { addr <- x },
-			RESTConfig: env.RESTConfig(), InsecureDisableCallerAuth: true, DisableActivator: true,
-			Callbacks: queue.CallbackOptions{MasterKey: master}})
-	}()
-	t.Cleanup(func() { qcancel(); <-done })
-	var base string
-	select {
-	case x := <-addr:
-		base = "http://" + x
-	case err := <-done:
-		require.FailNow(t, "queue.Run returned", "%v", err)
-	}
+	// The ingress only: nothing is delivered, the key is what matters.
+	base := queuetest.Run(t, queue.Config{NATSURL: srv.ClientURL(), RESTConfig: env.RESTConfig(), InsecureDisableCallerAuth: true,
+		DisableActivator: true, Callbacks: queue.CallbackOptions{MasterKey: master}}).Base
 	type signingKey struct{ Key, KeyID string }
 	key := func() (int, signingKey) {
 		code, body := call(base, "", "GET", "/v1/namespaces/"+ns+"/callback-signing-key", nil)
@@ -76,7 +58,7 @@ func TestCallbackKeyFollowsNamespaceUID(t *testing.T) {
 	}, 60*time.Second, 200*time.Millisecond, "the pool known, the invocation accepted (last: %d)", code)
 	code, k1 := key()
 	require.Equal(t, 200, code)
-	assert.Equal(t, uid1, k1.KeyID)
+	assert.Equal(t, callback.KeyID(uid1), k1.KeyID)
 	assert.Equal(t, hex.EncodeToString(callback.NamespaceKey(master, ns, uid1)), k1.Key)
 
 	require.NoError(t, env.Client().CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}))
@@ -90,7 +72,7 @@ func TestCallbackKeyFollowsNamespaceUID(t *testing.T) {
 	require.NoError(t, env.CreateNamespace(ctx, ns))
 	code, k2 := key()
 	require.Equal(t, 200, code)
-	assert.NotEqual(t, uid1, k2.KeyID, "another namespace")
+	assert.NotEqual(t, k1.KeyID, k2.KeyID, "another namespace")
 	assert.NotEqual(t, k1.Key, k2.Key, "the namespace made again under the name has another key")
 
 	// The old owner's Record is not the new owner's: not found, on every
@@ -108,14 +90,15 @@ func TestCallbackKeyFollowsNamespaceUID(t *testing.T) {
 	_, err = env.Client().AppsV1().Deployments(ns).Create(ctx, deployment(ns, "workers", "echo", 0), metav1.CreateOptions{})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		code, _ = call(base, "", "POST", "/v1/namespaces/"+ns+"/pools/echo/invocations", map[string]any{"mode": "async", "invocationID": "new-owner"})
+		code, _ = call(base, "", "POST", "/v1/namespaces/"+ns+"/pools/echo/invocations", map[string]any{"mode": "async", "invocationID": "new-owner", "callbackURL": "https://hooks.example.com/runplane"})
 		return code == 202
 	}, 60*time.Second, 200*time.Millisecond, "the pool known again, the invocation accepted (last: %d)", code)
 	code, body := call(base, "", "GET", "/v1/namespaces/"+ns+"/invocations/new-owner", nil)
 	require.Equal(t, 200, code, body)
 	var rec messages.Record
 	require.NoError(t, json.Unmarshal([]byte(body), &rec))
-	assert.Equal(t, k2.KeyID, rec.NamespaceUID, "stamped with the new namespace's UID")
+	require.NotNil(t, rec.Callback, body)
+	assert.Equal(t, k2.KeyID, rec.Callback.KeyID, "stamped with the new namespace's UID: its callback is signed with the new key")
 
 	// Nor can a re-post of the old owner's ID answer it (or run it again).
 	code, body = call(base, "", "POST", "/v1/namespaces/"+ns+"/pools/echo/invocations",

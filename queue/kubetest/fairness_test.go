@@ -3,13 +3,10 @@ package kubetest_test
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -19,6 +16,7 @@ import (
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/pool"
+	"github.com/runplane/runplane/queue/queuetest"
 )
 
 // TestNamespaceFairness: on the real control plane, a pool's
@@ -34,11 +32,7 @@ func TestNamespaceFairness(t *testing.T) {
 	for _, n := range []string{a, b} {
 		require.NoError(t, env.CreateNamespace(ctx, n))
 	}
-	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true})
-	require.NoError(t, err)
-	go srv.Start()
-	require.True(t, srv.ReadyForConnections(10*time.Second), "nats not ready")
-	t.Cleanup(srv.Shutdown)
+	srv := queuetest.NATS(t, nil)
 
 	// No kubelet runs workers here: what is accepted stays queued.
 	deps := []struct{ ns, name, pool, maxBacklog string }{
@@ -52,22 +46,9 @@ func TestNamespaceFairness(t *testing.T) {
 		_, err := env.Client().AppsV1().Deployments(d.ns).Create(ctx, dep, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
-	addr := make(chan string, 1)
-	qctx, qcancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- queue.Run(qctx, queue.Config{NATSURL: srv.ClientURL(), InsecureDisableCallerAuth: true, Listen: "127.0.0.1:0", OnListen: func(x string) { addr <- x },
-			RESTConfig: env.RESTConfig(), Tick: 100 * time.Millisecond, Limits: pool.Limits{NamespaceMaxBacklog: 3},
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	}()
-	t.Cleanup(func() { qcancel(); <-done })
 	tn := &tenants{t: t}
-	select {
-	case x := <-addr:
-		tn.base = "http://" + x
-	case err := <-done:
-		require.FailNow(t, "queue.Run returned", "%v", err)
-	}
+	tn.base = queuetest.Run(t, queue.Config{NATSURL: srv.ClientURL(), InsecureDisableCallerAuth: true,
+		RESTConfig: env.RESTConfig(), Tick: 100 * time.Millisecond, Limits: pool.Limits{NamespaceMaxBacklog: 3}}).Base
 	// Barrier: the ingress knows the three pools.
 	require.Eventually(t, func() bool {
 		for _, d := range deps {

@@ -6,10 +6,8 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,24 +28,10 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/queue"
-	"github.com/runplane/runplane/queue/stream"
+	"github.com/runplane/runplane/queue/queuetest"
 	"github.com/runplane/runplane/test/natsauth"
 	"github.com/runplane/runplane/test/scrape"
 )
-
-// calloutNATS starts a nats-server in runplane's operator mode whose only
-// user is the queue's; every other client goes through the queue's auth
-// callout.
-func calloutNATS(t *testing.T) (*server.Server, natsauth.Auth) {
-	t.Helper()
-	dir := t.TempDir()
-	a, err := natsauth.Write(filepath.Join(dir, "auth"))
-	require.NoError(t, err)
-	srv, err := natsauth.Start(filepath.Join(dir, "nats"), "127.0.0.1", a, queue.WorkerExports(stream.Config{}))
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	return srv, a
-}
 
 // craftedNATSToken has the claims of a Pod-bound NATS token and a random
 // signature: only a TokenReview can tell it is forged.
@@ -92,35 +76,16 @@ func TestFloodsDoNotStarveAdmission(t *testing.T) {
 		pod = pods.Items[0]
 	}, 60*time.Second, 100*time.Millisecond, "the pool's Pod")
 
-	srv, auth := calloutNATS(t)
+	srv, auth := queuetest.CalloutNATS(t, natsauth.Extra{})
 	// The client-side limits of an in-cluster config (rest.InClusterConfig
 	// leaves client-go's defaults, 5 QPS, burst 10), not the harness's 500.
 	rc := rest.CopyConfig(env.RESTConfig())
 	rc.QPS, rc.Burst = 5, 10
 	scrapers, err := scrape.New(ctx, env)
 	require.NoError(t, err)
-	addr, metricsAddr := make(chan string, 1), make(chan string, 1)
-	qctx, qcancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- queue.Run(qctx, queue.Config{NATSURL: srv.ClientURL(), NATSTrustFile: auth.TrustFile, NATSTLS: auth.Client,
-			Listen: "127.0.0.1:0", OnListen: func(x string) { addr <- x },
-			MetricsListen: "127.0.0.1:0", OnMetricsListen: func(x string) { metricsAddr <- x },
-			RESTConfig: rc, Namespace: ns, Tick: 100 * time.Millisecond,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	}()
-	t.Cleanup(func() { qcancel(); <-done })
-	var base, metricsURL string
-	for base == "" || metricsURL == "" {
-		select {
-		case x := <-addr:
-			base = "http://" + x
-		case x := <-metricsAddr:
-			metricsURL = "https://" + x + "/metrics"
-		case err := <-done:
-			require.FailNow(t, "queue.Run returned", "%v", err)
-		}
-	}
+	q := queuetest.Run(t, queue.Config{NATSURL: srv.ClientURL(), NATSTrustFile: auth.TrustFile, NATSTLS: auth.Client,
+		MetricsListen: "127.0.0.1:0", RESTConfig: rc, Namespace: ns, Tick: 100 * time.Millisecond})
+	base, metricsURL := q.Base, q.MetricsURL
 	invoke := "/v1/namespaces/" + ns + "/pools/echo/invocations"
 	// The known caller: authenticated and authorized before the flood.
 	require.Eventually(t, func() bool {

@@ -5,22 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
@@ -28,8 +22,8 @@ import (
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/activator"
-	"github.com/runplane/runplane/queue/stream"
-	"github.com/runplane/runplane/queue/stubworker"
+	"github.com/runplane/runplane/queue/queuetest"
+	"github.com/runplane/runplane/sidecar/sidecartest"
 	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/scrape"
 )
@@ -48,35 +42,41 @@ type fixture struct {
 	// metricsURL is the queue's /metrics; scrapers read it.
 	metricsURL string
 	scrapers   scrape.Scrapers
-	nc         *nats.Conn
-	subj       messages.Subjects
-	log        *stubworker.Log
+	kubelet    *sidecartest.Kubelet
 	mu         sync.Mutex
-	procs      map[string]*stubworker.Worker
-	// handler for new workers, swappable by tests.
-	handler stubworker.Handler
+	// handler serves every worker's invocations, swappable by tests
+	// (setHandler).
+	handler framework.HandlerFunc
+}
+
+// setHandler makes h the handler of every invocation from now on, on
+// workers already running too (the kubelet may start them first).
+func (f *fixture) setHandler(h framework.HandlerFunc) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.handler = h
+}
+
+// handle runs the current handler.
+func (f *fixture) handle(ctx context.Context, req framework.Request) (framework.Response, error) {
+	f.mu.Lock()
+	h := f.handler
+	f.mu.Unlock()
+	return h(ctx, req)
 }
 
 // setup starts NATS, the queue service with Kubernetes and leader election,
 // a Deployment for the pool with the given policy annotations, and a
-// "kubelet" that runs a stub worker for every Running Pod of the pool.
+// "kubelet" that runs a real sidecar for every Running Pod of the pool.
 func setup(t *testing.T, ann map[string]string, replicas int32) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	t.Cleanup(cancel)
 	name := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
 	require.NoError(t, env.CreateNamespace(ctx, name))
-	f := &fixture{t: t, ns: name, pool: "p-" + name, log: stubworker.NewLog(), procs: map[string]*stubworker.Worker{}, handler: stubworker.Echo}
-	f.subj = messages.Subjects{Prefix: api.DefaultSubjectPrefix}
+	f := &fixture{t: t, ns: name, pool: "p-" + name, handler: sidecartest.Echo}
 
-	ns, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true})
-	require.NoError(t, err)
-	go ns.Start()
-	require.True(t, ns.ReadyForConnections(10*time.Second), "nats not ready")
-	t.Cleanup(ns.Shutdown)
-	f.nc, err = nats.Connect(ns.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(f.nc.Close)
+	ns := queuetest.NATS(t, nil)
 
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "workers", Namespace: name, Labels: map[string]string{api.LabelPool: f.pool}, Annotations: ann},
@@ -90,76 +90,27 @@ func setup(t *testing.T, ann map[string]string, replicas int32) *fixture {
 			},
 		},
 	}
-	_, err = env.Client().AppsV1().Deployments(name).Create(ctx, d, metav1.CreateOptions{})
+	_, err := env.Client().AppsV1().Deployments(name).Create(ctx, d, metav1.CreateOptions{})
 	require.NoError(t, err)
-	go f.kubelet(ctx)
+	f.kubelet = &sidecartest.Kubelet{Client: env.Client(), Namespace: name, Selector: api.LabelPool + "=" + f.pool,
+		Config: func(*corev1.Pod) (sidecartest.Config, error) {
+			return sidecartest.Config{NATSURL: ns.ClientURL(), Namespace: name, Pool: f.pool, Heartbeat: 200 * time.Millisecond, Handler: f.handle}, nil
+		},
+		OnError: func(err error) { t.Log(err) }}
+	kctx, kstop := context.WithCancel(context.Background())
+	kdone := make(chan struct{})
+	go func() { defer close(kdone); f.kubelet.Run(kctx) }()
+	t.Cleanup(func() { kstop(); <-kdone })
 
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	}
 	f.scrapers, err = scrape.New(ctx, env)
 	require.NoError(t, err)
-	addr, metricsAddr := make(chan string, 1), make(chan string, 1)
-	qctx, qcancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- queue.Run(qctx, queue.Config{NATSURL: ns.ClientURL(), InsecureDisableCallerAuth: true, Listen: "127.0.0.1:0", OnListen: func(a string) { addr <- a },
-			MetricsListen: "127.0.0.1:0", OnMetricsListen: func(a string) { metricsAddr <- a },
-			RESTConfig: env.RESTConfig(), Namespace: name, LeaderElection: true, LeaseNamespace: name, Identity: "test",
-			HeartbeatTimeout: 2 * time.Second, Backoff: 100 * time.Millisecond, Tick: 100 * time.Millisecond, Logger: logger})
-	}()
-	t.Cleanup(func() { qcancel(); <-done })
-	for f.base == "" || f.metricsURL == "" {
-		select {
-		case a := <-addr:
-			f.base = "http://" + a
-		case a := <-metricsAddr:
-			f.metricsURL = "https://" + a + "/metrics"
-		case err := <-done:
-			require.FailNow(t, "queue.Run returned", "%v", err)
-		}
-	}
+	q := queuetest.Run(t, queue.Config{NATSURL: ns.ClientURL(), InsecureDisableCallerAuth: true, MetricsListen: "127.0.0.1:0",
+		RESTConfig: env.RESTConfig(), Namespace: name, LeaderElection: true, LeaseNamespace: name, Identity: "test",
+		HeartbeatTimeout: 2 * time.Second, Backoff: 100 * time.Millisecond, Tick: 100 * time.Millisecond})
+	f.base, f.metricsURL = q.Base, q.MetricsURL
 	// Ready once the pool's Deployment is known.
 	f.eventually("pool known", 30*time.Second, func() bool { return f.get("/v1/namespaces/"+f.ns+"/pools/"+f.pool) == 200 })
 	return f
-}
-
-// kubelet runs a stub worker per Running Pod and kills it when the Pod goes.
-func (f *fixture) kubelet(ctx context.Context) {
-	for ctx.Err() == nil {
-		w, err := env.Client().CoreV1().Pods(f.ns).Watch(ctx, metav1.ListOptions{LabelSelector: api.LabelPool + "=" + f.pool})
-		if err != nil {
-			time.Sleep(100 * time.Millisecond)
-			continue
-		}
-		for ev := range w.ResultChan() {
-			pod, ok := ev.Object.(*corev1.Pod)
-			if !ok {
-				continue
-			}
-			f.mu.Lock()
-			wk := f.procs[pod.Name]
-			gone := ev.Type == watch.Deleted || pod.DeletionTimestamp != nil
-			switch {
-			case gone && wk != nil:
-				wk.Kill()
-				delete(f.procs, pod.Name)
-			case !gone && wk == nil && pod.Status.Phase == corev1.PodRunning:
-				nw, err := stubworker.Start(ctx, stubworker.Config{NC: f.nc, Stream: api.DefaultStreamName, Subjects: f.subj, Pool: f.pool,
-					Name: pod.Name, Namespace: f.ns, Concurrency: 1, Heartbeat: 200 * time.Millisecond, Handler: f.handler, Log: f.log})
-				if err == nil {
-					f.procs[pod.Name] = nw
-				}
-			}
-			f.mu.Unlock()
-		}
-	}
-	f.mu.Lock()
-	for _, w := range f.procs {
-		w.Kill()
-	}
-	f.mu.Unlock()
 }
 
 func (f *fixture) get(path string) int {
@@ -205,9 +156,9 @@ func (f *fixture) eventually(what string, within time.Duration, cond func() bool
 }
 
 // status is the pool status the activator last published.
-func (f *fixture) status() stream.PoolStatus {
+func (f *fixture) status() messages.PoolStatus {
 	var info struct {
-		Status stream.PoolStatus `json:"status"`
+		Status messages.PoolStatus `json:"status"`
 	}
 	if r, err := http.Get(f.base + "/v1/namespaces/" + f.ns + "/pools/" + f.pool); err == nil {
 		defer r.Body.Close()
@@ -267,7 +218,7 @@ func TestScaleFromZeroAndBackToZero(t *testing.T) {
 // stops at the floor.
 func TestScaleUpUnderBacklogAndPrewarmFloor(t *testing.T) {
 	f := setup(t, map[string]string{api.AnnotationMinAvailable: "2", api.AnnotationMaxReplicas: "4", api.AnnotationIdleTimeout: "2s"}, 0)
-	f.handler = stubworker.Sleep(1500 * time.Millisecond)
+	f.setHandler(sidecartest.Sleep(1500 * time.Millisecond))
 	f.eventually("prewarm floor", 20*time.Second, func() bool { return f.replicas() == 2 })
 	lo, hi := f.watchReplicas()
 	for i := range 10 {
@@ -293,11 +244,11 @@ func TestScaleUpUnderBacklogAndPrewarmFloor(t *testing.T) {
 func TestIdleScaleDownKeepsBusyPod(t *testing.T) {
 	f := setup(t, map[string]string{api.AnnotationIdleTimeout: "2s"}, 3)
 	release := make(chan struct{})
-	f.handler = func(ctx context.Context, d messages.Dispatch) (*framework.Response, messages.State, string) {
+	f.setHandler(func(ctx context.Context, d framework.Request) (framework.Response, error) {
 		<-release
-		return stubworker.Echo(ctx, d)
-	}
-	f.eventually("3 workers", 20*time.Second, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.procs) == 3 })
+		return sidecartest.Echo(ctx, d)
+	})
+	f.eventually("3 workers", 20*time.Second, func() bool { return f.kubelet.Count() == 3 })
 	f.invoke("busy")
 	var busyPod string
 	f.eventually("busy running", 20*time.Second, func() bool {
@@ -329,15 +280,15 @@ func TestPodLossRedelivers(t *testing.T) {
 	f := setup(t, map[string]string{api.AnnotationMinAvailable: "1"}, 1)
 	block := make(chan struct{})
 	var once sync.Once
-	f.handler = func(ctx context.Context, d messages.Dispatch) (*framework.Response, messages.State, string) {
+	f.setHandler(func(ctx context.Context, d framework.Request) (framework.Response, error) {
 		if d.Attempt == 1 {
 			once.Do(func() { close(block) })
 			<-ctx.Done() // stuck until its Pod is deleted (Kill cancels)
-			return nil, messages.StateFailed, "killed"
+			return framework.Response{}, ctx.Err()
 		}
-		return stubworker.Echo(ctx, d)
-	}
-	f.eventually("1 worker", 20*time.Second, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.procs) == 1 })
+		return sidecartest.Echo(ctx, d)
+	})
+	f.eventually("1 worker", 20*time.Second, func() bool { return f.kubelet.Count() == 1 })
 	f.invoke("victim")
 	<-block
 	first := f.state("victim").Worker

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/queuetest"
 )
 
 // TestCreateOnlyCallerCannotReadResults: a caller who may only create
@@ -40,26 +40,8 @@ func TestCreateOnlyCallerCannotReadResults(t *testing.T) {
 	_, err := env.Client().AppsV1().Deployments(ns).Create(ctx, deployment(ns, "workers", "echo", 0), metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true})
-	require.NoError(t, err)
-	go srv.Start()
-	require.True(t, srv.ReadyForConnections(10*time.Second), "nats not ready")
-	t.Cleanup(srv.Shutdown)
-	addr := make(chan string, 1)
-	qctx, qcancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- queue.Run(qctx, queue.Config{NATSURL: srv.ClientURL(), Listen: "127.0.0.1:0", OnListen: func(x string) { addr <- x },
-			RESTConfig: env.RESTConfig(), Namespace: ns, DisableActivator: true})
-	}()
-	t.Cleanup(func() { qcancel(); <-done })
-	var base string
-	select {
-	case x := <-addr:
-		base = "http://" + x
-	case err := <-done:
-		require.FailNow(t, "queue.Run returned", "%v", err)
-	}
+	srv := queuetest.NATS(t, nil)
+	base := queuetest.Run(t, queue.Config{NATSURL: srv.ClientURL(), RESTConfig: env.RESTConfig(), Namespace: ns, DisableActivator: true}).Base
 	invoke := "/v1/namespaces/" + ns + "/pools/echo/invocations"
 
 	// The owner's invocation, made terminal (cancelled) so that a sync

@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/runplane/runplane/queue/queuetest"
 	"github.com/runplane/runplane/test/cluster"
 )
 
@@ -32,11 +32,7 @@ func TestQueueBinaryCleanShutdown(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "runplane-queue")
 	out, err := exec.Command("go", "build", "-o", bin, filepath.Join(root, "cmd", "runplane-queue")).CombinedOutput()
 	require.NoError(t, err, "building: %s", out)
-	nsrv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true})
-	require.NoError(t, err)
-	go nsrv.Start()
-	require.True(t, nsrv.ReadyForConnections(10*time.Second), "nats not ready")
-	t.Cleanup(nsrv.Shutdown)
+	nsrv := queuetest.NATS(t, nil)
 
 	cmd := exec.Command(bin, "-kubeconfig", env.Kubeconfig(), "-nats-url", nsrv.ClientURL(), "-namespace", ns,
 		"-leader-election-namespace", ns, "-listen", "127.0.0.1:0", "-metrics-addr", "127.0.0.1:0")

@@ -6,45 +6,42 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/activator"
-	"github.com/runplane/runplane/queue/stubworker"
+	"github.com/runplane/runplane/queue/queuetest"
+	"github.com/runplane/runplane/sidecar/sidecartest"
 )
 
 // tenants is a queue service watching all namespaces, with two tenant
 // namespaces that each run a pool of the same name, and a "kubelet" that
-// runs a stub worker for every Running Pod labelled with that pool name in
+// runs a worker (the real sidecar) for every Running Pod labelled with that pool name in
 // any of the given namespaces. A Pod of liar namespaces runs a worker that
 // claims to be of namespace claim instead (a sidecar lying about itself).
 type tenants struct {
-	t      *testing.T
-	base   string
-	nc     *nats.Conn
-	log    *stubworker.Log
-	pool   string
-	mu     sync.Mutex
-	procs  map[string]*stubworker.Worker // namespace/pod → worker
-	claims map[string]string             // namespace → namespace its workers claim
+	t       testing.TB
+	base    string
+	natsURL string
+	log     *sidecartest.Log
+	pool    string
+	claims  map[string]string // namespace → namespace its workers claim
+
+	mu       sync.Mutex
+	kubelets map[string]*sidecartest.Kubelet // by namespace
 }
 
 func deployment(ns, name, poolName string, replicas int32) *appsv1.Deployment {
@@ -63,46 +60,37 @@ func deployment(ns, name, poolName string, replicas int32) *appsv1.Deployment {
 	}
 }
 
-func (tn *tenants) kubelet(ctx context.Context, ns string) {
-	for ctx.Err() == nil {
-		w, err := env.Client().CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: api.LabelPool + "=" + tn.pool})
-		if err != nil {
-			time.Sleep(100 * time.Millisecond)
-			continue
-		}
-		for ev := range w.ResultChan() {
-			pod, ok := ev.Object.(*corev1.Pod)
-			if !ok {
-				continue
-			}
-			key := pod.Namespace + "/" + pod.Name
-			tn.mu.Lock()
-			wk := tn.procs[key]
-			gone := ev.Type == watch.Deleted || pod.DeletionTimestamp != nil
-			switch {
-			case gone && wk != nil:
-				wk.Kill()
-				delete(tn.procs, key)
-			case !gone && wk == nil && pod.Status.Phase == corev1.PodRunning:
-				claim := ns
-				if c, ok := tn.claims[ns]; ok {
-					claim = c
-				}
-				nw, err := stubworker.Start(ctx, stubworker.Config{NC: tn.nc, Stream: api.DefaultStreamName, Subjects: messages.Subjects{Prefix: api.DefaultSubjectPrefix},
-					Pool: tn.pool, Name: pod.Name, Namespace: claim, Concurrency: 4, Heartbeat: 200 * time.Millisecond, Handler: stubworker.Echo, Log: tn.log})
-				if err == nil {
-					tn.procs[key] = nw
-				}
-			}
-			tn.mu.Unlock()
-		}
+// kubelet runs a real sidecar for every Running Pod of the pool in ns
+// until the test ends.
+func (tn *tenants) kubelet(ns string) {
+	claim := ns
+	if c, ok := tn.claims[ns]; ok {
+		claim = c
 	}
+	k := &sidecartest.Kubelet{Client: env.Client(), Namespace: ns, Selector: api.LabelPool + "=" + tn.pool,
+		Config: func(*corev1.Pod) (sidecartest.Config, error) {
+			return sidecartest.Config{NATSURL: tn.natsURL, Namespace: claim, Pool: tn.pool, Concurrency: 4, Heartbeat: 200 * time.Millisecond, Log: tn.log}, nil
+		},
+		OnError: func(err error) { tn.t.Log(err) }}
+	tn.mu.Lock()
+	if tn.kubelets == nil {
+		tn.kubelets = map[string]*sidecartest.Kubelet{}
+	}
+	tn.kubelets[ns] = k
+	tn.mu.Unlock()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); k.Run(ctx) }()
+	tn.t.Cleanup(func() { stop(); <-done })
 }
 
+// running reports whether the worker of Pod namespace/name runs.
 func (tn *tenants) running(key string) bool {
+	ns, name, _ := strings.Cut(key, "/")
 	tn.mu.Lock()
-	defer tn.mu.Unlock()
-	return tn.procs[key] != nil
+	k := tn.kubelets[ns]
+	tn.mu.Unlock()
+	return k != nil && k.Running(name)
 }
 
 // do sends a request; a transport error is code 0 with the error as body
@@ -141,46 +129,22 @@ func TestTenantPoolsAreTheirOwn(t *testing.T) {
 	for _, n := range []string{a, b, liar} {
 		require.NoError(t, env.CreateNamespace(ctx, n))
 	}
-	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true})
-	require.NoError(t, err)
-	go srv.Start()
-	require.True(t, srv.ReadyForConnections(10*time.Second), "nats not ready")
-	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	tn := &tenants{t: t, nc: nc, log: stubworker.NewLog(), pool: "echo", procs: map[string]*stubworker.Worker{},
-		claims: map[string]string{liar: a}}
+	srv := queuetest.NATS(t, nil)
+	tn := &tenants{t: t, natsURL: srv.ClientURL(), log: sidecartest.NewLog(), pool: "echo", claims: map[string]string{liar: a}}
 
 	for _, n := range []string{a, b, liar} {
 		_, err := env.Client().AppsV1().Deployments(n).Create(ctx, deployment(n, "workers", tn.pool, 1), metav1.CreateOptions{})
 		require.NoError(t, err)
-		go tn.kubelet(ctx, n)
+		tn.kubelet(n)
 	}
 	// A bare Pod in the victim's namespace, labelled with its pool.
 	bare := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "intruder", Namespace: a, Labels: map[string]string{api.LabelPool: tn.pool}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "x", Image: "x"}}, TerminationGracePeriodSeconds: ptr.To(int64(0))}}
-	_, err = env.Client().CoreV1().Pods(a).Create(ctx, bare, metav1.CreateOptions{})
+	_, err := env.Client().CoreV1().Pods(a).Create(ctx, bare, metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	}
-	addr := make(chan string, 1)
-	qctx, qcancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- queue.Run(qctx, queue.Config{NATSURL: srv.ClientURL(), InsecureDisableCallerAuth: true, Listen: "127.0.0.1:0", OnListen: func(x string) { addr <- x },
-			RESTConfig: env.RESTConfig(), HeartbeatTimeout: 2 * time.Second, Backoff: 100 * time.Millisecond, Tick: 100 * time.Millisecond, Logger: logger})
-	}()
-	t.Cleanup(func() { qcancel(); <-done })
-	select {
-	case x := <-addr:
-		tn.base = "http://" + x
-	case err := <-done:
-		require.FailNow(t, "queue.Run returned", "%v", err)
-	}
+	tn.base = queuetest.Run(t, queue.Config{NATSURL: srv.ClientURL(), InsecureDisableCallerAuth: true,
+		RESTConfig: env.RESTConfig(), HeartbeatTimeout: 2 * time.Second, Backoff: 100 * time.Millisecond, Tick: 100 * time.Millisecond}).Base
 
 	// Barrier: the intruder and the liar run their workers, and both
 	// tenants' own workers are ready.

@@ -378,21 +378,12 @@ const RevisionHeader = "Runplane-Record-Revision"
 // the activator's copy of the Record it did not read must keep it.
 const RequestHashHeader = "Runplane-Request-Hash"
 
-// Cached is a Record as a writer last read or wrote it, with its revision
-// (0: unknown). A writer that keeps it can update the Record without
-// reading it first; a stale Cached costs one extra read, never a lost
-// update.
-type Cached struct {
-	Record messages.Record
-	Rev    uint64
-}
-
 // Update applies mutate to the current Record with compare-and-set, retrying
 // on conflicts. mutate returns false to leave the Record unchanged. It
 // returns the Record as stored afterwards and whether mutate's change was
 // written.
 func (s *Store) Update(ctx context.Context, id string, mutate func(*messages.Record) bool) (messages.Record, bool, error) {
-	var c Cached
+	var c messages.Cached
 	ok, err := s.UpdateCached(ctx, id, &c, mutate)
 	return c.Record, ok, err
 }
@@ -402,7 +393,7 @@ func (s *Store) Update(ctx context.Context, id string, mutate func(*messages.Rec
 // stale c: a refusal is final only for monotonic mutations (Advance: what a
 // stale Record refuses, the current one refuses too); others must start
 // from an empty Cached.
-func (s *Store) UpdateCached(ctx context.Context, id string, c *Cached, mutate func(*messages.Record) bool) (bool, error) {
+func (s *Store) UpdateCached(ctx context.Context, id string, c *messages.Cached, mutate func(*messages.Record) bool) (bool, error) {
 	for i := 0; ; i++ {
 		if c.Rev == 0 {
 			r, rev, err := s.Get(ctx, id)
@@ -472,20 +463,20 @@ func Advance(cur messages.State, curAttempt int, next messages.State, attempt in
 // Transition moves a Record to state (with worker and attempt) when Advance
 // allows it; extra, when set, adjusts the Record further in the same write.
 func (s *Store) Transition(ctx context.Context, id string, state messages.State, worker string, attempt int, extra func(*messages.Record)) (messages.Record, bool, error) {
-	var c Cached
+	var c messages.Cached
 	ok, err := s.TransitionCached(ctx, id, &c, state, worker, attempt, extra)
 	return c.Record, ok, err
 }
 
 // TransitionCached is Transition starting from c (see UpdateCached).
-func (s *Store) TransitionCached(ctx context.Context, id string, c *Cached, state messages.State, worker string, attempt int, extra func(*messages.Record)) (bool, error) {
+func (s *Store) TransitionCached(ctx context.Context, id string, c *messages.Cached, state messages.State, worker string, attempt int, extra func(*messages.Record)) (bool, error) {
 	return s.TransitionOfPool(ctx, id, c, "", state, worker, attempt, extra)
 }
 
 // TransitionOfPool is TransitionCached that changes nothing unless the
 // Record belongs to pool (when not ""): a worker's result only ever
 // finishes an invocation of its own pool.
-func (s *Store) TransitionOfPool(ctx context.Context, id string, c *Cached, pool string, state messages.State, worker string, attempt int, extra func(*messages.Record)) (bool, error) {
+func (s *Store) TransitionOfPool(ctx context.Context, id string, c *messages.Cached, pool string, state messages.State, worker string, attempt int, extra func(*messages.Record)) (bool, error) {
 	return s.UpdateCached(ctx, id, c, func(r *messages.Record) bool {
 		if pool != "" && r.Pool != pool {
 			return false
@@ -536,33 +527,4 @@ func (s *Store) ClearStreamBytes(ctx context.Context, id string) error {
 		return nil
 	}
 	return err
-}
-
-// PoolStatus is what the activator publishes per pool (key: PoolKey).
-type PoolStatus struct {
-	Namespace string `json:"namespace"`
-	Pool      string `json:"pool"`
-	Replicas  int    `json:"replicas"`
-	Backlog   int    `json:"backlog"`
-	// InvokeSeq is the last invoke.<pool> stream sequence the activator
-	// took in: the ingress counts what it accepted after it on top of
-	// Backlog.
-	InvokeSeq uint64         `json:"invokeSeq,omitempty"`
-	InFlight  int            `json:"inFlight"`
-	Capacity  int            `json:"capacity"`
-	Workers   []WorkerStatus `json:"workers"`
-	UpdatedAt time.Time      `json:"updatedAt"`
-}
-
-// WorkerStatus is one worker in a PoolStatus.
-type WorkerStatus struct {
-	Name     string `json:"name"`
-	Ready    bool   `json:"ready"`
-	Draining bool   `json:"draining,omitempty"`
-	Starting bool   `json:"starting,omitempty"`
-	// Silent: not heard for the heartbeat timeout; it gets no new work and
-	// what it holds waits for it (until the hold or the work's deadline).
-	Silent      bool `json:"silent,omitempty"`
-	Concurrency int  `json:"concurrency"`
-	InFlight    int  `json:"inFlight"`
 }

@@ -168,7 +168,7 @@ func TestTransitionCached(t *testing.T) {
 			r := messages.Record{Namespace: "ns", InvocationID: "c", Pool: "p", State: messages.StateQueued}
 			rev, err := st.Create(ctx, r)
 			require.NoError(t, err)
-			c := Cached{Record: r, Rev: rev}
+			c := messages.Cached{Record: r, Rev: rev}
 			ok, err := st.TransitionCached(ctx, Key("ns", "c"), &c, messages.StateDispatched, "w", 1, nil)
 			require.NoError(t, err)
 			require.True(t, ok, "dispatch from the created revision")

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/runplane/runplane/internal/messages"
-	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/test/chaos/execlog"
 )
 
@@ -180,7 +179,7 @@ type Pool struct {
 // PoolStatus reads a pool's status from an ingress.
 func PoolStatus(ctx context.Context, url, namespace, pool string) (Pool, error) {
 	var info struct {
-		Status stream.PoolStatus `json:"status"`
+		Status messages.PoolStatus `json:"status"`
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/v1/namespaces/"+namespace+"/pools/"+pool, nil)
 	if err != nil {

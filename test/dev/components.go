@@ -22,6 +22,7 @@ import (
 	"github.com/runplane/runplane/extender"
 	"github.com/runplane/runplane/extender/profile"
 	"github.com/runplane/runplane/internal/logging"
+	"github.com/runplane/runplane/internal/metricsauth"
 	"github.com/runplane/runplane/internal/natstls"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/stream"
@@ -168,13 +169,14 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 		return controllers.Run(ctx, controllers.Config{
 			RESTConfig: c.RESTConfig(), Image: devImage,
 			Egress:      egressSettings,
-			MetricsAddr: ctrlMetrics, ProbeAddr: "0",
+			MetricsAddr: ctrlMetrics, ProbeAddr: "0", MetricsCert: metricsauth.DevCert(api.DefaultNamespace, "controller"),
 			Logger: logr.FromSlogHandler(log.With("component", "controllers").Handler()),
 		})
 	})
 
 	// Extender, then the runplane-scheduler kube-scheduler that calls it.
-	ext, err := extender.Start(ctx, extender.Config{RESTConfig: c.RESTConfig(), Addr: "127.0.0.1:0", Logger: log.With("component", "extender")})
+	ext, err := extender.Start(ctx, extender.Config{RESTConfig: c.RESTConfig(), Addr: "127.0.0.1:0", Logger: log.With("component", "extender"),
+		MetricsAddr: "127.0.0.1:0", MetricsCert: metricsauth.DevCert(api.DefaultNamespace, "extender")})
 	if err != nil {
 		return nil, fmt.Errorf("extender: %w", err)
 	}
@@ -197,7 +199,8 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 		qc := queue.Config{
 			Listen: queueListen, OnListen: func(a string) { addr <- a },
 			MetricsListen: "127.0.0.1:0", OnMetricsListen: func(a string) { metricsAddr <- a },
-			RESTConfig: c.RESTConfig(), Logger: log.With("component", "queue"),
+			MetricsCert: metricsauth.DevCert(api.DefaultNamespace, "queue"),
+			RESTConfig:  c.RESTConfig(), Logger: log.With("component", "queue"),
 		}
 		qc.NATSURL, qc.NATSTrustFile, qc.NATSTLS = natsURL, auth.TrustFile, auth.Client
 		qc.Stream.Replicas = natsServers

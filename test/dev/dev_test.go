@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/metricsauth"
 	"github.com/runplane/runplane/test/scrape"
 )
 
@@ -139,15 +141,38 @@ func TestMakeDev(t *testing.T) {
 	require.Equal(t, "hello", rec.Response.Body.Payload["prompt"], "sync invocation: %s", data)
 
 	// Every component's /metrics, as a scraper with the chart's
-	// runplane-metrics-reader role reads it: 200 and promlint-clean.
+	// runplane-metrics-reader role reads it: 200 and promlint-clean, over
+	// TLS verified as the chart's ServiceMonitors verify it (the CA bundle
+	// of the component's Secret; the webhook's is its serving Secret).
 	scrapers, err := scrape.New(ctx, kubeClient{client})
 	require.NoError(t, err)
+	var targets []promTarget
 	for _, name := range devComponents {
 		t.Run("metrics of "+name, func(t *testing.T) {
 			require.Contains(t, metrics, name, "make dev printed no metrics: line for %s", name)
 			scrapers.CheckClean(t, metrics[name])
+			secret := metricsauth.SecretName(name)
+			if name == "webhook" {
+				secret = "runplane-webhook-tls"
+			}
+			sec, err := client.CoreV1().Secrets(api.DefaultNamespace).Get(ctx, secret, metav1.GetOptions{})
+			require.NoError(t, err)
+			scrapers.CheckVerified(t, metrics[name], "", sec.Data["ca-bundle.crt"])
+			targets = append(targets, promTarget{component: name, service: serviceOf[name], url: metrics[name], ca: sec.Data["ca-bundle.crt"]})
+			if name == "queue" {
+				scrapers.NATSServers(t, metrics[name], natsServers)
+			}
 		})
 	}
+
+	// The chart's dashboard and alerts, against a real Prometheus scraping
+	// make dev while invocations run.
+	t.Run("dashboard and alerts in prometheus", func(t *testing.T) {
+		require.Len(t, targets, len(devComponents))
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		checkDashboard(ctx, t, targets, scrapers.Reader, func() { dashboardTraffic(ctx, t, client, queueURL, demoToken) })
+	})
 
 	// Ctrl-C: everything stops, nothing outlives it.
 	require.NoError(t, cmd.Process.Signal(os.Interrupt))

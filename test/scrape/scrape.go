@@ -6,11 +6,13 @@ package scrape
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	neturl "net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -165,6 +167,53 @@ func (s Scrapers) CheckClean(t testing.TB, url string) {
 	problems, err := promlint.New(strings.NewReader(body)).Lint()
 	require.NoError(t, err, "GET %s: not the Prometheus text format", url)
 	assert.Empty(t, problems, "GET %s: promlint", url)
+}
+
+// CheckVerified requires url to serve, to the reader, 200 over TLS that
+// verifies against caPEM for serverName: what a ServiceMonitor with that
+// CA and serverName (and no insecureSkipVerify) gets.
+func (s Scrapers) CheckVerified(t testing.TB, url, serverName string, caPEM []byte) {
+	t.Helper()
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(caPEM), "no certificate in the CA bundle")
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+s.Reader)
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12}}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Do(req)
+	require.NoError(t, err, "GET %s verifying %s", url, serverName)
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "GET %s verifying %s", url, serverName)
+}
+
+// Lines is the reader's /metrics at url, one line each (200 required).
+func (s Scrapers) Lines(t testing.TB, url string) []string {
+	t.Helper()
+	code, body, err := Get(url, s.Reader)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code, "GET %s: %s", url, truncate(body))
+	return strings.Split(body, "\n")
+}
+
+// NATSServers checks the queue's /metrics at url reports n NATS servers
+// answering (internal/natsvarz: NATS is scraped through the queue), each
+// with the expiry of the certificate its clients see.
+func (s Scrapers) NATSServers(t testing.TB, url string, n int) {
+	t.Helper()
+	lines := s.Lines(t, url)
+	want := fmt.Sprintf("runplane_nats_servers %d", n)
+	assert.True(t, slices.Contains(lines, want), "GET %s: no line %q", url, want)
+	certs := 0
+	for _, l := range lines {
+		if strings.HasPrefix(l, "runplane_nats_certificate_expiry_timestamp_seconds{") && strings.Contains(l, `listener="client"`) {
+			certs++
+		}
+	}
+	assert.Equal(t, n, certs, "GET %s: the servers' client certificates", url)
 }
 
 func truncate(s string) string {

@@ -31,11 +31,12 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/* runplane.image: the one image that holds every runplane binary. */}}
 {{- define "runplane.image" -}}
-{{- if .Values.image.digest -}}
-{{ .Values.image.repository }}@{{ .Values.image.digest }}
-{{- else -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{ include "runplane.imageRef" (dict "image" .Values.image "defaultTag" .Chart.AppVersion) }}
 {{- end -}}
+
+{{/* runplane.imageRef: repository:tag@digest of an image value (dict "image" "defaultTag"); the tag stays for readers, the digest decides what runs. */}}
+{{- define "runplane.imageRef" -}}
+{{ .image.repository }}:{{ .image.tag | default .defaultTag }}{{ with .image.digest }}@{{ . }}{{ end }}
 {{- end -}}
 
 {{- define "runplane.podSecurityContext" -}}
@@ -89,6 +90,28 @@ priorityClassName: {{ . }}
 {{/* runplane.extenderTLSHosts: names and addresses of the extender's serving certificate, comma-separated. */}}
 {{- define "runplane.extenderTLSHosts" -}}
 localhost,127.0.0.1,runplane-extender.{{ .Release.Namespace }}.svc,runplane-extender.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}
+{{- end -}}
+
+{{/* runplane.metricsSecretName: the Secret of a component's /metrics CA and certificate (dict "component"), which the component keeps (internal/pki) and its ServiceMonitor verifies with. */}}
+{{- define "runplane.metricsSecretName" -}}runplane-{{ .component }}-metrics-tls{{- end -}}
+
+{{/* runplane.metricsTLSArgs: the flags that make a component serve /metrics a certificate of its own Secret's CA for its metrics Service (dict "ctx" "component" "service"). */}}
+{{- define "runplane.metricsTLSArgs" -}}
+- --metrics-tls-secret={{ .ctx.Release.Namespace }}/{{ include "runplane.metricsSecretName" . }}
+- --metrics-tls-hosts={{ .service }}.{{ .ctx.Release.Namespace }}.svc,{{ .service }}.{{ .ctx.Release.Namespace }}.svc.{{ .ctx.Values.clusterDomain }}
+{{- end -}}
+
+{{/* runplane.metricsTLSRules: the RBAC rules a component needs to keep its /metrics Secret (dict "component"). */}}
+{{- define "runplane.metricsTLSRules" -}}
+# The CA and certificate of /metrics, created at start when missing and renewed; create cannot be
+# limited by name, reading and updating can.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [create]
+- apiGroups: [""]
+  resources: [secrets]
+  resourceNames: [{{ include "runplane.metricsSecretName" . }}]
+  verbs: [get, update]
 {{- end -}}
 
 {{- define "runplane.webhookServiceName" -}}runplane-webhook{{- end -}}

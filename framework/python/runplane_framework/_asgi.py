@@ -14,8 +14,8 @@ import json
 import traceback
 from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Optional, Tuple
 
-from ._dispatch import Dispatcher, Handler, HealthCheck
-from ._envelope import Config, Request, config_from_env
+from ._dispatch import Dispatcher, Handler, HealthCheck, checked, failure
+from ._envelope import TRACEPARENT_HEADER, Config, Request, config_from_env, traceparent
 from ._stream import chunk_bytes, is_stream_handler, sse_event
 
 # The ASGI 3.0 callables (https://asgi.readthedocs.io/en/latest/specs/main.html).
@@ -109,6 +109,7 @@ class _ContractApp:
             return
         try:
             req = Request.from_dict(json.loads(raw or b"null"))
+            req.traceparent = traceparent(_header(scope, TRACEPARENT_HEADER))
         except (ValueError, TypeError) as e:
             await _send_json(send, 400, {"error": f"decode invocation envelope: {e}"})
             return
@@ -184,7 +185,13 @@ def wrap_asgi(
     cfg = config or config_from_env()
 
     async def invoke(req: Request) -> Dict[str, Any]:
-        return await _forward(app, req, default_path)
+        try:
+            return await _forward(app, req, default_path)
+        except Exception as e:
+            # An app's unhandled exception (FastAPI/Starlette answer a bare
+            # 500 and re-raise it) is the invocation's failure, with its type
+            # and message as a plain handler's, not the transport's.
+            return checked(failure(e))
 
     async def check() -> Optional[str]:
         if app_health_path is None:
@@ -193,6 +200,12 @@ def wrap_asgi(
         return None if status == 200 else f"{app_health_path}: HTTP {status}: {body[:200].decode(errors='replace')}"
 
     return _ContractApp(cfg, invoke, check, lifespan=app)
+
+
+def _header(scope: Scope, name: str) -> Optional[str]:
+    """The first value of request header name (lower case) in an ASGI scope."""
+    key = name.encode()
+    return next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == key), None)
 
 
 def _is_json(content_type: str) -> bool:
@@ -212,6 +225,9 @@ async def _forward(app: ASGIApp, req: Request, default_path: str) -> Dict[str, A
         body = json.dumps(req.payload).encode()
     headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in req.headers.items()
                if k.lower() not in ("content-type", "content-length", "host")]
+    if req.traceparent:  # the app's own tracing (e.g. OpenTelemetry's ASGI middleware) continues it
+        headers = [h for h in headers if h[0] != TRACEPARENT_HEADER.encode()]
+        headers.append((TRACEPARENT_HEADER.encode(), req.traceparent.encode("latin-1")))
     headers += [(b"content-type", content_type.encode("latin-1")), (b"host", b"framework"),
                 (b"x-runplane-invocation-id", req.invocationID.encode("latin-1"))]
     status, resp_headers, data = await _call(app, method, path, headers, body)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import threading
 from typing import Any, Dict, Mapping, Optional, Tuple
 
@@ -41,6 +42,10 @@ class Request:
     timeoutSeconds: int = 0
     dispatchedAt: str = ""
     cancelled: threading.Event = dataclasses.field(default_factory=threading.Event, compare=False, repr=False)
+    # traceparent is not part of the envelope either: the W3C trace context
+    # the sidecar sends in the request's traceparent header ("" when none),
+    # the parent of spans the handler starts (README "Traces").
+    traceparent: str = dataclasses.field(default="", compare=False, repr=False)
 
     @classmethod
     def from_dict(cls, d: Any) -> "Request":
@@ -57,7 +62,19 @@ class Request:
 
 
 # The JSON fields of Request, in envelope order.
-ENVELOPE_FIELDS: Tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Request) if f.name != "cancelled")
+ENVELOPE_FIELDS: Tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Request) if f.name not in ("cancelled", "traceparent"))
+
+TRACEPARENT_HEADER = "traceparent"
+# A traceparent longer than this is ignored (version 00 has 55 characters).
+MAX_TRACEPARENT = 128
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-[0-9a-zA-Z-]*)?")
+
+
+def traceparent(value: Optional[str]) -> str:
+    """The W3C traceparent header value if well-formed and bounded, else ""."""
+    if not value or len(value) > MAX_TRACEPARENT or not _TRACEPARENT.fullmatch(value.strip()):
+        return ""
+    return value.strip()
 
 
 @dataclasses.dataclass

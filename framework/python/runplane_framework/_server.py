@@ -29,7 +29,7 @@ from ._calls import (
     Calls,
 )
 from ._dispatch import Dispatcher, Handler, HealthCheck
-from ._envelope import Config, Request, config_from_env
+from ._envelope import TRACEPARENT_HEADER, Config, Request, config_from_env, traceparent
 from ._stream import is_stream_handler, stream
 
 # Bounds a request body (the ingress's own limit is lower); chunk-size lines
@@ -416,6 +416,7 @@ def _handler_class(fw: Framework) -> Type[BaseHTTPRequestHandler]:
                 return
             try:
                 req = Request.from_dict(json.loads(raw or b"null"))
+                req.traceparent = traceparent(self.headers.get(TRACEPARENT_HEADER))
             except (ValueError, TypeError) as e:
                 self._send(HTTPStatus.BAD_REQUEST, {"error": f"decode invocation envelope: {e}"})
                 return

@@ -134,10 +134,10 @@ func (r *Refusal) Error() string { return r.Message }
 // Check authorizes r. A *Refusal is for the caller; any other error means
 // the API server could not be asked (503).
 func (g *Gate) Check(r *http.Request) error {
-	token, ok := bearer(r.Header.Get("Authorization"))
+	token, ok := tokenOf(r)
 	if !ok {
 		return &Refusal{Status: http.StatusUnauthorized,
-			Message: "a bearer token is required (Authorization: Bearer <token>) of a user or ServiceAccount that may " + g.claim.String()}
+			Message: "a bearer token is required (Authorization: Bearer <token>, or sign in a browser at " + LoginPath + ") of a user or ServiceAccount that may " + g.claim.String()}
 	}
 	sum := sha256.Sum256([]byte(token))
 	key := hex.EncodeToString(sum[:])
@@ -188,9 +188,16 @@ func bearer(h string) (string, bool) {
 }
 
 // Wrap requires Check to pass before next serves a request: 401/403 with
-// the refusal, 503 when the API server cannot be asked, all JSON.
+// the refusal, 503 when the API server cannot be asked, all JSON. It also
+// serves the browser sign-in at LoginPath (login.go).
 func (g *Gate) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// No page of the accessor tells another site where it was.
+		w.Header().Set("Referrer-Policy", "no-referrer")
+		if r.URL.Path == LoginPath {
+			g.login(w, r)
+			return
+		}
 		err := g.Check(r)
 		var ref *Refusal
 		switch {

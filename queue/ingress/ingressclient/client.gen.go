@@ -53,54 +53,141 @@ func (e AckState) Valid() bool {
 	}
 }
 
-// Defines values for AttemptOutcomeState.
+// Defines values for AttemptState.
 const (
-	AttemptOutcomeStateCancelled    AttemptOutcomeState = "cancelled"
-	AttemptOutcomeStateDeadLettered AttemptOutcomeState = "dead_lettered"
-	AttemptOutcomeStateDispatched   AttemptOutcomeState = "dispatched"
-	AttemptOutcomeStateFailed       AttemptOutcomeState = "failed"
-	AttemptOutcomeStateQueued       AttemptOutcomeState = "queued"
-	AttemptOutcomeStateRunning      AttemptOutcomeState = "running"
-	AttemptOutcomeStateSucceeded    AttemptOutcomeState = "succeeded"
-	AttemptOutcomeStateTimedOut     AttemptOutcomeState = "timed_out"
+	AttemptStateCancelled  AttemptState = "cancelled"
+	AttemptStateFailed     AttemptState = "failed"
+	AttemptStateHandedBack AttemptState = "handed_back"
+	AttemptStateSucceeded  AttemptState = "succeeded"
+	AttemptStateTimedOut   AttemptState = "timed_out"
 )
 
-// Valid indicates whether the value is a known member of the AttemptOutcomeState enum.
-func (e AttemptOutcomeState) Valid() bool {
+// Valid indicates whether the value is a known member of the AttemptState enum.
+func (e AttemptState) Valid() bool {
 	switch e {
-	case AttemptOutcomeStateCancelled:
+	case AttemptStateCancelled:
 		return true
-	case AttemptOutcomeStateDeadLettered:
+	case AttemptStateFailed:
 		return true
-	case AttemptOutcomeStateDispatched:
+	case AttemptStateHandedBack:
 		return true
-	case AttemptOutcomeStateFailed:
+	case AttemptStateSucceeded:
 		return true
-	case AttemptOutcomeStateQueued:
-		return true
-	case AttemptOutcomeStateRunning:
-		return true
-	case AttemptOutcomeStateSucceeded:
-		return true
-	case AttemptOutcomeStateTimedOut:
+	case AttemptStateTimedOut:
 		return true
 	default:
 		return false
 	}
 }
 
-// Defines values for CallbackStatusEvents.
+// Defines values for CallbackEvents.
 const (
-	CallbackStatusEventsCompleted CallbackStatusEvents = "completed"
-	CallbackStatusEventsStart     CallbackStatusEvents = "start"
+	CallbackEventsCompleted CallbackEvents = "completed"
+	CallbackEventsStart     CallbackEvents = "start"
 )
 
-// Valid indicates whether the value is a known member of the CallbackStatusEvents enum.
-func (e CallbackStatusEvents) Valid() bool {
+// Valid indicates whether the value is a known member of the CallbackEvents enum.
+func (e CallbackEvents) Valid() bool {
 	switch e {
-	case CallbackStatusEventsCompleted:
+	case CallbackEventsCompleted:
 		return true
-	case CallbackStatusEventsStart:
+	case CallbackEventsStart:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CallbackState.
+const (
+	CallbackStateDelivered CallbackState = "delivered"
+	CallbackStateFailed    CallbackState = "failed"
+	CallbackStatePending   CallbackState = "pending"
+)
+
+// Valid indicates whether the value is a known member of the CallbackState enum.
+func (e CallbackState) Valid() bool {
+	switch e {
+	case CallbackStateDelivered:
+		return true
+	case CallbackStateFailed:
+		return true
+	case CallbackStatePending:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CallbackDeliveryState.
+const (
+	CallbackDeliveryStateDelivered CallbackDeliveryState = "delivered"
+	CallbackDeliveryStateFailed    CallbackDeliveryState = "failed"
+	CallbackDeliveryStatePending   CallbackDeliveryState = "pending"
+)
+
+// Valid indicates whether the value is a known member of the CallbackDeliveryState enum.
+func (e CallbackDeliveryState) Valid() bool {
+	switch e {
+	case CallbackDeliveryStateDelivered:
+		return true
+	case CallbackDeliveryStateFailed:
+		return true
+	case CallbackDeliveryStatePending:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for InvocationMode.
+const (
+	InvocationModeAsync InvocationMode = "async"
+	InvocationModeSync  InvocationMode = "sync"
+)
+
+// Valid indicates whether the value is a known member of the InvocationMode enum.
+func (e InvocationMode) Valid() bool {
+	switch e {
+	case InvocationModeAsync:
+		return true
+	case InvocationModeSync:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for InvocationState.
+const (
+	InvocationStateCancelled    InvocationState = "cancelled"
+	InvocationStateDeadLettered InvocationState = "dead_lettered"
+	InvocationStateDispatched   InvocationState = "dispatched"
+	InvocationStateFailed       InvocationState = "failed"
+	InvocationStateQueued       InvocationState = "queued"
+	InvocationStateRunning      InvocationState = "running"
+	InvocationStateSucceeded    InvocationState = "succeeded"
+	InvocationStateTimedOut     InvocationState = "timed_out"
+)
+
+// Valid indicates whether the value is a known member of the InvocationState enum.
+func (e InvocationState) Valid() bool {
+	switch e {
+	case InvocationStateCancelled:
+		return true
+	case InvocationStateDeadLettered:
+		return true
+	case InvocationStateDispatched:
+		return true
+	case InvocationStateFailed:
+		return true
+	case InvocationStateQueued:
+		return true
+	case InvocationStateRunning:
+		return true
+	case InvocationStateSucceeded:
+		return true
+	case InvocationStateTimedOut:
 		return true
 	default:
 		return false
@@ -179,116 +266,108 @@ func (e InvokeRequestMode) Valid() bool {
 	}
 }
 
-// Defines values for RecordMode.
-const (
-	RecordModeAsync RecordMode = "async"
-	RecordModeSync  RecordMode = "sync"
-)
-
-// Valid indicates whether the value is a known member of the RecordMode enum.
-func (e RecordMode) Valid() bool {
-	switch e {
-	case RecordModeAsync:
-		return true
-	case RecordModeSync:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for RecordState.
-const (
-	RecordStateCancelled    RecordState = "cancelled"
-	RecordStateDeadLettered RecordState = "dead_lettered"
-	RecordStateDispatched   RecordState = "dispatched"
-	RecordStateFailed       RecordState = "failed"
-	RecordStateQueued       RecordState = "queued"
-	RecordStateRunning      RecordState = "running"
-	RecordStateSucceeded    RecordState = "succeeded"
-	RecordStateTimedOut     RecordState = "timed_out"
-)
-
-// Valid indicates whether the value is a known member of the RecordState enum.
-func (e RecordState) Valid() bool {
-	switch e {
-	case RecordStateCancelled:
-		return true
-	case RecordStateDeadLettered:
-		return true
-	case RecordStateDispatched:
-		return true
-	case RecordStateFailed:
-		return true
-	case RecordStateQueued:
-		return true
-	case RecordStateRunning:
-		return true
-	case RecordStateSucceeded:
-		return true
-	case RecordStateTimedOut:
-		return true
-	default:
-		return false
-	}
-}
-
 // Ack defines model for Ack.
 type Ack struct {
-	AcceptedAt   time.Time `json:"acceptedAt"`
-	Duplicate    bool      `json:"duplicate"`
-	InvocationID string    `json:"invocationID"`
-	Namespace    string    `json:"namespace"`
-	Pool         string    `json:"pool"`
-	State        AckState  `json:"state"`
-	Stream       string    `json:"stream"`
-	Subjects     Subjects  `json:"subjects"`
+	AcceptedAt time.Time `json:"acceptedAt"`
+
+	// Duplicate the invocation ID was accepted before with the same request: nothing new was queued
+	Duplicate    bool     `json:"duplicate"`
+	InvocationID string   `json:"invocationID"`
+	Namespace    string   `json:"namespace"`
+	Pool         string   `json:"pool"`
+	State        AckState `json:"state"`
 }
 
 // AckState defines model for Ack.State.
 type AckState string
 
-// AttemptOutcome defines model for AttemptOutcome.
-type AttemptOutcome struct {
-	Attempt    int                 `json:"attempt"`
-	Error      *string             `json:"error,omitempty"`
-	FinishedAt *time.Time          `json:"finishedAt,omitempty"`
-	RetryAt    *time.Time          `json:"retryAt,omitempty"`
-	StartedAt  *time.Time          `json:"startedAt,omitempty"`
-	State      AttemptOutcomeState `json:"state"`
-	StatusCode *int                `json:"statusCode,omitempty"`
-	Worker     *string             `json:"worker,omitempty"`
+// Attempt defines model for Attempt.
+type Attempt struct {
+	Attempt    int          `json:"attempt"`
+	Error      *string      `json:"error,omitempty"`
+	FinishedAt *time.Time   `json:"finishedAt,omitempty"`
+	RetryAt    *time.Time   `json:"retryAt,omitempty"`
+	StartedAt  *time.Time   `json:"startedAt,omitempty"`
+	State      AttemptState `json:"state"`
+
+	// StatusCode the framework's status code (0: none)
+	StatusCode *int    `json:"statusCode,omitempty"`
+	Worker     *string `json:"worker,omitempty"`
 }
 
-// AttemptOutcomeState defines model for AttemptOutcome.State.
-type AttemptOutcomeState string
+// AttemptState defines model for Attempt.State.
+type AttemptState string
+
+// Callback defines model for Callback.
+type Callback struct {
+	Attempts *[]CallbackAttempt `json:"attempts,omitempty"`
+	Events   *[]CallbackEvents  `json:"events,omitempty"`
+
+	// KeyID the signing key's ID (getCallbackSigningKey's keyID): another than the receiver's means its key is stale
+	KeyID *string           `json:"keyID,omitempty"`
+	Start *CallbackDelivery `json:"start,omitempty"`
+	State CallbackState     `json:"state"`
+
+	// Url the invocation's callbackURL, or the pool's runplane.io/callback-url
+	Url string `json:"url"`
+}
+
+// CallbackEvents defines model for Callback.Events.
+type CallbackEvents string
+
+// CallbackState defines model for Callback.State.
+type CallbackState string
 
 // CallbackAttempt defines model for CallbackAttempt.
 type CallbackAttempt struct {
-	At         time.Time  `json:"at"`
-	Error      *string    `json:"error,omitempty"`
-	NextAt     *time.Time `json:"nextAt,omitempty"`
-	StatusCode *int       `json:"statusCode,omitempty"`
+	At     time.Time  `json:"at"`
+	Error  *string    `json:"error,omitempty"`
+	NextAt *time.Time `json:"nextAt,omitempty"`
+
+	// StatusCode the target's answer (0: none: refused, unreachable)
+	StatusCode *int `json:"statusCode,omitempty"`
 }
 
 // CallbackDelivery defines model for CallbackDelivery.
 type CallbackDelivery struct {
-	Attempts *[]CallbackAttempt `json:"attempts,omitempty"`
-	State    string             `json:"state"`
+	Attempts *[]CallbackAttempt    `json:"attempts,omitempty"`
+	State    CallbackDeliveryState `json:"state"`
 }
 
-// CallbackStatus defines model for CallbackStatus.
-type CallbackStatus struct {
-	Attempts *[]CallbackAttempt      `json:"attempts,omitempty"`
-	Events   *[]CallbackStatusEvents `json:"events,omitempty"`
-	KeyID    *string                 `json:"keyID,omitempty"`
-	Start    *CallbackDelivery       `json:"start,omitempty"`
-	State    string                  `json:"state"`
-	Url      string                  `json:"url"`
+// CallbackDeliveryState defines model for CallbackDelivery.State.
+type CallbackDeliveryState string
+
+// Invocation defines model for Invocation.
+type Invocation struct {
+	AcceptedAt time.Time `json:"acceptedAt"`
+
+	// Attempt the current attempt, from 1 (0: not dispatched yet)
+	Attempt  *int       `json:"attempt,omitempty"`
+	Attempts *[]Attempt `json:"attempts,omitempty"`
+	Callback *Callback  `json:"callback,omitempty"`
+
+	// Error why the invocation did not succeed
+	Error        *string        `json:"error,omitempty"`
+	InvocationID string         `json:"invocationID"`
+	Mode         InvocationMode `json:"mode"`
+	Namespace    string         `json:"namespace"`
+	Pool         string         `json:"pool"`
+	Response     *Response      `json:"response,omitempty"`
+
+	// Retries attempts run again after a failure the pool's retry policy matches (runplane.io/max-retries)
+	Retries   *int            `json:"retries,omitempty"`
+	State     InvocationState `json:"state"`
+	UpdatedAt time.Time       `json:"updatedAt"`
+
+	// Worker the Pod of the pool running (or that ran) the current attempt
+	Worker *string `json:"worker,omitempty"`
 }
 
-// CallbackStatusEvents defines model for CallbackStatus.Events.
-type CallbackStatusEvents string
+// InvocationMode defines model for Invocation.Mode.
+type InvocationMode string
+
+// InvocationState defines model for Invocation.State.
+type InvocationState string
 
 // InvocationProblem defines model for InvocationProblem.
 type InvocationProblem struct {
@@ -327,7 +406,7 @@ type InvokeRequest struct {
 	// CallbackEvents the callback's events (Runplane-Event): start (the invocation began to run) and completed (terminal, always sent); default [completed]
 	CallbackEvents *[]InvokeRequestCallbackEvents `json:"callbackEvents,omitempty"`
 
-	// CallbackURL POST the terminal Record here, signed (Runplane-Signature); default: the pool's runplane.io/callback-url
+	// CallbackURL POST the terminal invocation here, signed (Runplane-Signature); default: the pool's runplane.io/callback-url
 	CallbackURL  *string            `json:"callbackURL,omitempty"`
 	ContentType  *string            `json:"contentType,omitempty"`
 	Headers      *map[string]string `json:"headers,omitempty"`
@@ -384,18 +463,8 @@ type LimitProblem struct {
 	Type string `json:"type"`
 }
 
-// ObjectRef defines model for ObjectRef.
-type ObjectRef struct {
-	Bucket string `json:"bucket"`
-	Chunks int    `json:"chunks"`
-	Digest string `json:"digest"`
-	Name   string `json:"name"`
-	Nuid   string `json:"nuid"`
-	Size   int64  `json:"size"`
-}
-
-// PoolInfo defines model for PoolInfo.
-type PoolInfo struct {
+// Pool defines model for Pool.
+type Pool struct {
 	// Conflict every Deployment of the namespace claiming the pool, when there is more than one
 	Conflict *[]string `json:"conflict,omitempty"`
 
@@ -463,14 +532,19 @@ type PoolRetry struct {
 
 // PoolStatus defines model for PoolStatus.
 type PoolStatus struct {
-	Backlog   int            `json:"backlog"`
-	Capacity  int            `json:"capacity"`
-	InFlight  int            `json:"inFlight"`
-	Namespace string         `json:"namespace"`
-	Pool      string         `json:"pool"`
-	Replicas  int            `json:"replicas"`
-	UpdatedAt time.Time      `json:"updatedAt"`
-	Workers   []WorkerStatus `json:"workers"`
+	// Backlog invocations queued, not yet dispatched
+	Backlog int `json:"backlog"`
+
+	// Capacity invocations the ready workers run at once
+	Capacity int `json:"capacity"`
+
+	// InFlight invocations dispatched and not finished
+	InFlight int `json:"inFlight"`
+
+	// Replicas the workload's replicas as the activator last saw them
+	Replicas  int       `json:"replicas"`
+	UpdatedAt time.Time `json:"updatedAt"`
+	Workers   []Worker  `json:"workers"`
 }
 
 // Problem defines model for Problem.
@@ -494,34 +568,6 @@ type Problem struct {
 	Type string `json:"type"`
 }
 
-// Record defines model for Record.
-type Record struct {
-	AcceptedAt      time.Time         `json:"acceptedAt"`
-	Attempt         *int              `json:"attempt,omitempty"`
-	Attempts        *[]AttemptOutcome `json:"attempts,omitempty"`
-	Callback        *CallbackStatus   `json:"callback,omitempty"`
-	Error           *string           `json:"error,omitempty"`
-	InvocationID    string            `json:"invocationID"`
-	Mode            RecordMode        `json:"mode"`
-	Namespace       string            `json:"namespace"`
-	NamespaceUID    *string           `json:"namespaceUID,omitempty"`
-	Pool            string            `json:"pool"`
-	RequestHash     *string           `json:"requestHash,omitempty"`
-	Response        *Response         `json:"response,omitempty"`
-	ResponseBodyRef *ObjectRef        `json:"responseBodyRef,omitempty"`
-	Retries         *int              `json:"retries,omitempty"`
-	State           RecordState       `json:"state"`
-	Stream          *string           `json:"stream,omitempty"`
-	UpdatedAt       time.Time         `json:"updatedAt"`
-	Worker          *string           `json:"worker,omitempty"`
-}
-
-// RecordMode defines model for Record.Mode.
-type RecordMode string
-
-// RecordState defines model for Record.State.
-type RecordState string
-
 // Response defines model for Response.
 type Response struct {
 	// Body any JSON value
@@ -543,7 +589,7 @@ type SigningKey struct {
 	// Key the namespace's HMAC-SHA256 key, hex-encoded
 	Key string `json:"key"`
 
-	// KeyID the namespace's UID: the key is this namespace's only; one deleted and made again under its name has another (callback.keyID in a Record names the key its callback is signed with)
+	// KeyID the key's ID: this namespace's only; one deleted and made again under its name has another (callback.keyID in an invocation names the key its callback is signed with)
 	KeyID     *string `json:"keyID,omitempty"`
 	Namespace string  `json:"namespace"`
 }
@@ -554,15 +600,8 @@ type Status struct {
 	Status string `json:"status"`
 }
 
-// Subjects defines model for Subjects.
-type Subjects struct {
-	Invoke  string `json:"invoke"`
-	Metrics string `json:"metrics"`
-	Result  string `json:"result"`
-}
-
-// WorkerStatus defines model for WorkerStatus.
-type WorkerStatus struct {
+// Worker defines model for Worker.
+type Worker struct {
 	Concurrency int    `json:"concurrency"`
 	Draining    *bool  `json:"draining,omitempty"`
 	InFlight    int    `json:"inFlight"`
@@ -687,7 +726,7 @@ type ClientInterface interface {
 
 	// GetCallbackSigningKey The namespace's completion-callback signing key
 	//
-	// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps; the header may carry several v1 MACs: accept when one verifies); Runplane-Delivery names the delivery for deduplication. The key follows the namespace's UID (keyID): a namespace deleted and made again under its name has another. Needs RBAC get on pools/callbacksigningkey in the namespace.
+	// Callbacks POST the terminal invocation with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps; the header may carry several v1 MACs: accept when one verifies); Runplane-Delivery names the delivery for deduplication. The key follows the namespace's UID, and keyID names it: a namespace deleted and made again under its name has another. Needs RBAC get on pools/callbacksigningkey in the namespace.
 	//
 	// Corresponds with GET /v1/namespaces/{namespace}/callback-signing-key (the `GetCallbackSigningKey` operationId).
 	GetCallbackSigningKey(ctx context.Context, namespace string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -706,7 +745,7 @@ type ClientInterface interface {
 
 	// StreamInvocation An invocation's output as server-sent events, resumable
 	//
-	// Readable by whoever may get the invocation (RBAC get on pools/invocations of its pool). Events: invocation (ID, pool, state), then one chunk per chunk the worker's framework streamed, each with id: its sequence, and finally result with the terminal Record and id: result. With the id of the last chunk sent (0: none) and JSON data: attempt {attempt} when a retry starts its output over; restart {attempt} when the same attempt was run again from its start (its worker restarted): the chunks after it are the new run's, from its first, and the earlier run's are not part of the answer; gap {attempt, firstRetained, missing, reason} when chunks the client has not had are no longer retained (evicted by the namespace's budget, chart queue.stream.chunks.maxBytes, or aged out) and will never come: firstRetained is the id of the next chunk sent. Only the chunks of the worker the Record says holds their attempt are sent. Header Last-Event-ID (or query parameter after) resumes after that chunk, on any ingress replica, while the chunks are retained (chart queue.stream.chunks.maxAge); Last-Event-ID result (the client has the result) is answered 204 No Content, which stops an EventSource from reconnecting. An idle stream gets a comment every 10s.
+	// Readable by whoever may get the invocation (RBAC get on pools/invocations of its pool). Events: invocation (ID, pool, state), then one chunk per chunk the worker's framework streamed, each with id: its sequence, and finally result with the terminal invocation and id: result. With the id of the last chunk sent (0: none) and JSON data: attempt {attempt} when a retry starts its output over; restart {attempt} when the same attempt was run again from its start (its worker restarted): the chunks after it are the new run's, from its first, and the earlier run's are not part of the answer; gap {attempt, firstRetained, missing, reason} when chunks the client has not had are no longer retained (evicted by the namespace's budget, chart queue.stream.chunks.maxBytes, or aged out) and will never come: firstRetained is the id of the next chunk sent. Only the chunks of the worker the invocation names as holding their attempt are sent. Header Last-Event-ID (or query parameter after) resumes after that chunk, on any ingress replica, while the chunks are retained (chart queue.stream.chunks.maxAge); Last-Event-ID result (the client has the result) is answered 204 No Content, which stops an EventSource from reconnecting. An idle stream gets a comment every 10s.
 	//
 	// Corresponds with GET /v1/namespaces/{namespace}/invocations/{id}/stream (the `StreamInvocation` operationId).
 	StreamInvocation(ctx context.Context, namespace string, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -820,7 +859,7 @@ func (c *Client) GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn
 
 // GetCallbackSigningKey The namespace's completion-callback signing key
 //
-// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps; the header may carry several v1 MACs: accept when one verifies); Runplane-Delivery names the delivery for deduplication. The key follows the namespace's UID (keyID): a namespace deleted and made again under its name has another. Needs RBAC get on pools/callbacksigningkey in the namespace.
+// Callbacks POST the terminal invocation with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps; the header may carry several v1 MACs: accept when one verifies); Runplane-Delivery names the delivery for deduplication. The key follows the namespace's UID, and keyID names it: a namespace deleted and made again under its name has another. Needs RBAC get on pools/callbacksigningkey in the namespace.
 //
 // Corresponds with GET /v1/namespaces/{namespace}/callback-signing-key (the `GetCallbackSigningKey` operationId).
 func (c *Client) GetCallbackSigningKey(ctx context.Context, namespace string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -869,7 +908,7 @@ func (c *Client) CancelInvocation(ctx context.Context, namespace string, id stri
 
 // StreamInvocation An invocation's output as server-sent events, resumable
 //
-// Readable by whoever may get the invocation (RBAC get on pools/invocations of its pool). Events: invocation (ID, pool, state), then one chunk per chunk the worker's framework streamed, each with id: its sequence, and finally result with the terminal Record and id: result. With the id of the last chunk sent (0: none) and JSON data: attempt {attempt} when a retry starts its output over; restart {attempt} when the same attempt was run again from its start (its worker restarted): the chunks after it are the new run's, from its first, and the earlier run's are not part of the answer; gap {attempt, firstRetained, missing, reason} when chunks the client has not had are no longer retained (evicted by the namespace's budget, chart queue.stream.chunks.maxBytes, or aged out) and will never come: firstRetained is the id of the next chunk sent. Only the chunks of the worker the Record says holds their attempt are sent. Header Last-Event-ID (or query parameter after) resumes after that chunk, on any ingress replica, while the chunks are retained (chart queue.stream.chunks.maxAge); Last-Event-ID result (the client has the result) is answered 204 No Content, which stops an EventSource from reconnecting. An idle stream gets a comment every 10s.
+// Readable by whoever may get the invocation (RBAC get on pools/invocations of its pool). Events: invocation (ID, pool, state), then one chunk per chunk the worker's framework streamed, each with id: its sequence, and finally result with the terminal invocation and id: result. With the id of the last chunk sent (0: none) and JSON data: attempt {attempt} when a retry starts its output over; restart {attempt} when the same attempt was run again from its start (its worker restarted): the chunks after it are the new run's, from its first, and the earlier run's are not part of the answer; gap {attempt, firstRetained, missing, reason} when chunks the client has not had are no longer retained (evicted by the namespace's budget, chart queue.stream.chunks.maxBytes, or aged out) and will never come: firstRetained is the id of the next chunk sent. Only the chunks of the worker the invocation names as holding their attempt are sent. Header Last-Event-ID (or query parameter after) resumes after that chunk, on any ingress replica, while the chunks are retained (chart queue.stream.chunks.maxAge); Last-Event-ID result (the client has the result) is answered 204 No Content, which stops an EventSource from reconnecting. An idle stream gets a comment every 10s.
 //
 // Corresponds with GET /v1/namespaces/{namespace}/invocations/{id}/stream (the `StreamInvocation` operationId).
 func (c *Client) StreamInvocation(ctx context.Context, namespace string, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1395,7 +1434,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetCallbackSigningKeyWithResponse The namespace's completion-callback signing key
 	//
-	// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps; the header may carry several v1 MACs: accept when one verifies); Runplane-Delivery names the delivery for deduplication. The key follows the namespace's UID (keyID): a namespace deleted and made again under its name has another. Needs RBAC get on pools/callbacksigningkey in the namespace.
+	// Callbacks POST the terminal invocation with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps; the header may carry several v1 MACs: accept when one verifies); Runplane-Delivery names the delivery for deduplication. The key follows the namespace's UID, and keyID names it: a namespace deleted and made again under its name has another. Needs RBAC get on pools/callbacksigningkey in the namespace.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1420,7 +1459,7 @@ type ClientWithResponsesInterface interface {
 
 	// StreamInvocationWithResponse An invocation's output as server-sent events, resumable
 	//
-	// Readable by whoever may get the invocation (RBAC get on pools/invocations of its pool). Events: invocation (ID, pool, state), then one chunk per chunk the worker's framework streamed, each with id: its sequence, and finally result with the terminal Record and id: result. With the id of the last chunk sent (0: none) and JSON data: attempt {attempt} when a retry starts its output over; restart {attempt} when the same attempt was run again from its start (its worker restarted): the chunks after it are the new run's, from its first, and the earlier run's are not part of the answer; gap {attempt, firstRetained, missing, reason} when chunks the client has not had are no longer retained (evicted by the namespace's budget, chart queue.stream.chunks.maxBytes, or aged out) and will never come: firstRetained is the id of the next chunk sent. Only the chunks of the worker the Record says holds their attempt are sent. Header Last-Event-ID (or query parameter after) resumes after that chunk, on any ingress replica, while the chunks are retained (chart queue.stream.chunks.maxAge); Last-Event-ID result (the client has the result) is answered 204 No Content, which stops an EventSource from reconnecting. An idle stream gets a comment every 10s.
+	// Readable by whoever may get the invocation (RBAC get on pools/invocations of its pool). Events: invocation (ID, pool, state), then one chunk per chunk the worker's framework streamed, each with id: its sequence, and finally result with the terminal invocation and id: result. With the id of the last chunk sent (0: none) and JSON data: attempt {attempt} when a retry starts its output over; restart {attempt} when the same attempt was run again from its start (its worker restarted): the chunks after it are the new run's, from its first, and the earlier run's are not part of the answer; gap {attempt, firstRetained, missing, reason} when chunks the client has not had are no longer retained (evicted by the namespace's budget, chart queue.stream.chunks.maxBytes, or aged out) and will never come: firstRetained is the id of the next chunk sent. Only the chunks of the worker the invocation names as holding their attempt are sent. Header Last-Event-ID (or query parameter after) resumes after that chunk, on any ingress replica, while the chunks are retained (chart queue.stream.chunks.maxAge); Last-Event-ID result (the client has the result) is answered 204 No Content, which stops an EventSource from reconnecting. An idle stream gets a comment every 10s.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1462,7 +1501,7 @@ type InvokeSeedAliasResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *Record
+	JSON200 *Invocation
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *Ack
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
@@ -1490,7 +1529,7 @@ type InvokeSeedAliasResponse struct {
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r InvokeSeedAliasResponse) GetJSON200() *Record {
+func (r InvokeSeedAliasResponse) GetJSON200() *Invocation {
 	return r.JSON200
 }
 
@@ -1788,7 +1827,7 @@ type GetInvocationResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *Record
+	JSON200 *Invocation
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
@@ -1802,7 +1841,7 @@ type GetInvocationResponse struct {
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r GetInvocationResponse) GetJSON200() *Record {
+func (r GetInvocationResponse) GetJSON200() *Invocation {
 	return r.JSON200
 }
 
@@ -1864,7 +1903,7 @@ type CancelInvocationResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *Record
+	JSON200 *Invocation
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
@@ -1880,7 +1919,7 @@ type CancelInvocationResponse struct {
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r CancelInvocationResponse) GetJSON200() *Record {
+func (r CancelInvocationResponse) GetJSON200() *Invocation {
 	return r.JSON200
 }
 
@@ -2016,7 +2055,7 @@ type GetPoolResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *PoolInfo
+	JSON200 *Pool
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
@@ -2030,7 +2069,7 @@ type GetPoolResponse struct {
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r GetPoolResponse) GetJSON200() *PoolInfo {
+func (r GetPoolResponse) GetJSON200() *Pool {
 	return r.JSON200
 }
 
@@ -2097,7 +2136,7 @@ type InvokePoolResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *Record
+	JSON200 *Invocation
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *Ack
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
@@ -2125,7 +2164,7 @@ type InvokePoolResponse struct {
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r InvokePoolResponse) GetJSON200() *Record {
+func (r InvokePoolResponse) GetJSON200() *Invocation {
 	return r.JSON200
 }
 
@@ -2284,7 +2323,7 @@ func (c *ClientWithResponses) GetReadinessWithResponse(ctx context.Context, reqE
 
 // GetCallbackSigningKeyWithResponse The namespace's completion-callback signing key
 //
-// Callbacks POST the terminal Record with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps; the header may carry several v1 MACs: accept when one verifies); Runplane-Delivery names the delivery for deduplication. The key follows the namespace's UID (keyID): a namespace deleted and made again under its name has another. Needs RBAC get on pools/callbacksigningkey in the namespace.
+// Callbacks POST the terminal invocation with Runplane-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>"> under this key (verify it and refuse old timestamps; the header may carry several v1 MACs: accept when one verifies); Runplane-Delivery names the delivery for deduplication. The key follows the namespace's UID, and keyID names it: a namespace deleted and made again under its name has another. Needs RBAC get on pools/callbacksigningkey in the namespace.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -2327,7 +2366,7 @@ func (c *ClientWithResponses) CancelInvocationWithResponse(ctx context.Context, 
 
 // StreamInvocationWithResponse An invocation's output as server-sent events, resumable
 //
-// Readable by whoever may get the invocation (RBAC get on pools/invocations of its pool). Events: invocation (ID, pool, state), then one chunk per chunk the worker's framework streamed, each with id: its sequence, and finally result with the terminal Record and id: result. With the id of the last chunk sent (0: none) and JSON data: attempt {attempt} when a retry starts its output over; restart {attempt} when the same attempt was run again from its start (its worker restarted): the chunks after it are the new run's, from its first, and the earlier run's are not part of the answer; gap {attempt, firstRetained, missing, reason} when chunks the client has not had are no longer retained (evicted by the namespace's budget, chart queue.stream.chunks.maxBytes, or aged out) and will never come: firstRetained is the id of the next chunk sent. Only the chunks of the worker the Record says holds their attempt are sent. Header Last-Event-ID (or query parameter after) resumes after that chunk, on any ingress replica, while the chunks are retained (chart queue.stream.chunks.maxAge); Last-Event-ID result (the client has the result) is answered 204 No Content, which stops an EventSource from reconnecting. An idle stream gets a comment every 10s.
+// Readable by whoever may get the invocation (RBAC get on pools/invocations of its pool). Events: invocation (ID, pool, state), then one chunk per chunk the worker's framework streamed, each with id: its sequence, and finally result with the terminal invocation and id: result. With the id of the last chunk sent (0: none) and JSON data: attempt {attempt} when a retry starts its output over; restart {attempt} when the same attempt was run again from its start (its worker restarted): the chunks after it are the new run's, from its first, and the earlier run's are not part of the answer; gap {attempt, firstRetained, missing, reason} when chunks the client has not had are no longer retained (evicted by the namespace's budget, chart queue.stream.chunks.maxBytes, or aged out) and will never come: firstRetained is the id of the next chunk sent. Only the chunks of the worker the invocation names as holding their attempt are sent. Header Last-Event-ID (or query parameter after) resumes after that chunk, on any ingress replica, while the chunks are retained (chart queue.stream.chunks.maxAge); Last-Event-ID result (the client has the result) is answered 204 No Content, which stops an EventSource from reconnecting. An idle stream gets a comment every 10s.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -2398,7 +2437,7 @@ func ParseInvokeSeedAliasResponse(rsp *http.Response) (*InvokeSeedAliasResponse,
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest Record
+		var dest Invocation
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -2660,7 +2699,7 @@ func ParseGetInvocationResponse(rsp *http.Response) (*GetInvocationResponse, err
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest Record
+		var dest Invocation
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -2721,7 +2760,7 @@ func ParseCancelInvocationResponse(rsp *http.Response) (*CancelInvocationRespons
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest Record
+		var dest Invocation
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -2846,7 +2885,7 @@ func ParseGetPoolResponse(rsp *http.Response) (*GetPoolResponse, error) {
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest PoolInfo
+		var dest Pool
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -2907,7 +2946,7 @@ func ParseInvokePoolResponse(rsp *http.Response) (*InvokePoolResponse, error) {
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest Record
+		var dest Invocation
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

@@ -23,14 +23,23 @@ import (
 func scrapeEveryComponent(ctx context.Context, t *testing.T) {
 	scrapers, err := scrape.New(ctx, env)
 	require.NoError(t, err)
-	for _, c := range []struct{ component, port string }{
-		{"controller", "metrics"},
-		{"queue", "metrics"},
-		{"scheduler", "metrics"}, // the extender's container
-		{"webhook", "https"},
+	// Where the chart's ServiceMonitor verifies the certificate: the Secret
+	// holding the CA bundle, and the name the certificate must cover.
+	for _, c := range []struct{ component, port, caSecret, serverName string }{
+		{"controller", "metrics", "runplane-controller-metrics-tls", "runplane-controller-metrics." + releaseNS + ".svc"},
+		{"queue", "metrics", "runplane-queue-metrics-tls", "runplane-queue-metrics." + releaseNS + ".svc"},
+		{"scheduler", "metrics", "runplane-extender-metrics-tls", "runplane-extender." + releaseNS + ".svc"}, // the extender's container
+		{"webhook", "https", "runplane-webhook-tls", "runplane-webhook." + releaseNS + ".svc"},
 	} {
 		t.Run(c.component, func(t *testing.T) {
-			scrapers.CheckClean(t, componentURL(ctx, t, c.component, c.port))
+			url := componentURL(ctx, t, c.component, c.port)
+			scrapers.CheckClean(t, url)
+			sec, err := env.Client().CoreV1().Secrets(releaseNS).Get(ctx, c.caSecret, metav1.GetOptions{})
+			require.NoError(t, err)
+			scrapers.CheckVerified(t, url, c.serverName, sec.Data["ca-bundle.crt"])
+			if c.component == "queue" {
+				scrapers.NATSServers(t, url, 3) // the chart's default nats.bundled.replicas
+			}
 		})
 	}
 }

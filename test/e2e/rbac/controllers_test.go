@@ -77,6 +77,7 @@ func TestControllers(t *testing.T) {
 	require.NoError(t, err)
 	cfg := controllers.Config{
 		MetricsAddr:    "127.0.0.1:" + strconv.Itoa(metricsPort),
+		MetricsCert:    metricsCert(t, args),
 		RESTConfig:     rec.As(env.RESTConfig(), releaseNS, "runplane-controller"),
 		Namespace:      arg(t, args, "namespace"),
 		Image:          testImage,
@@ -109,6 +110,7 @@ func TestControllers(t *testing.T) {
 		scrapers, err := scrape.New(ctx, env)
 		require.NoError(t, err)
 		scrapers.Check(t, "https://127.0.0.1:"+strconv.Itoa(metricsPort)+"/metrics", "controller_runtime_")
+		checkVerified(ctx, t, scrapers, "https://127.0.0.1:"+strconv.Itoa(metricsPort)+"/metrics", args)
 	})
 
 	t.Run("prepare job, phase and storage gate", func(t *testing.T) {

@@ -59,13 +59,12 @@ func TestEscalationPaths(t *testing.T) {
 			ra{Namespace: ns, Verb: "create", Resource: "pods", Subresource: "exec"},
 			ra{Namespace: ns, Verb: "impersonate", Resource: "serviceaccounts"},
 		)
-		// Secrets in any namespace but the webhook's and the queue's own
-		// (the serving certificate; the NATS trust Secret and the callbacks'
-		// key the queue creates at start): the token-Secret policy guards those.
-		add([]string{"runplane-controller", "runplane-scheduler"},
-			ra{Namespace: ns, Verb: "create", Resource: "secrets"})
+		// Secrets in any namespace but runplane's own (the webhook's serving
+		// certificate, each component's /metrics certificate, the NATS trust
+		// Secret and the callbacks' key the queue creates at start): the
+		// token-Secret policy guards those.
 		if ns != releaseNS {
-			add([]string{"runplane-queue"}, ra{Namespace: ns, Verb: "create", Resource: "secrets"})
+			add([]string{"runplane-controller", "runplane-scheduler", "runplane-queue"}, ra{Namespace: ns, Verb: "create", Resource: "secrets"})
 		}
 		// The Secret the controller used to copy into tenant namespaces.
 		add(all, ra{Namespace: ns, Verb: "get", Resource: "secrets", Name: api.NATSCredentialsSecret},
@@ -114,6 +113,7 @@ func TestTokenSecretRefused(t *testing.T) {
 	tests := []struct{ sa, ns, name string }{
 		{"runplane-webhook", releaseNS, "runplane-webhook-tls-mint"},
 		{"runplane-controller", tenantNS, "mint"},
+		{"runplane-controller", releaseNS, "runplane-controller-metrics-tls-mint"},
 		{"runplane-queue", releaseNS, "mint"},
 		{"runplane-scheduler", releaseNS, "mint"},
 	}

@@ -30,6 +30,7 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/extender"
+	"github.com/runplane/runplane/internal/metricsauth"
 	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/e2e/rbac"
 	"github.com/runplane/runplane/test/scrape"
@@ -74,6 +75,7 @@ func TestExtender(t *testing.T) {
 	ext, err := extender.Start(ctx, extender.Config{
 		RESTConfig: rec.As(env.RESTConfig(), releaseNS, "runplane-scheduler"),
 		Namespace:  arg(t, args, "namespace"), Addr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0", TLSHosts: []string{"127.0.0.1"},
+		MetricsCert:    metricsCert(t, args),
 		LeaderElection: arg(t, args, "leader-elect") == "true", FollowLease: arg(t, args, "follow-lease"),
 		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
 		Logger: rec.Logger(),
@@ -87,7 +89,7 @@ func TestExtender(t *testing.T) {
 	// probes, and nothing else, on the Pod's interfaces.
 	require.True(t, strings.HasPrefix(arg(t, args, "addr"), "127.0.0.1:"), "the chart's extender verbs listen on %s", args["addr"])
 	require.NotEmpty(t, arg(t, args, "metrics-addr"))
-	checkListeners(t, ext)
+	checkListeners(t, ext, metricsCert(t, args))
 	// /metrics: the extender reviews scrapers as the chart's ServiceAccount,
 	// and the chart's runplane-metrics-reader ClusterRole lets one in.
 	scrapers, err := scrape.New(ctx, env)
@@ -213,13 +215,24 @@ func runScheduler(t *testing.T, ext *extender.Extender, rec *rbac.Recorder) {
 }
 
 // checkListeners: the verbs answer on Addr only, /metrics (to a scraper
-// only: 401 here) and the probes on MetricsAddr only.
-func checkListeners(t *testing.T, ext *extender.Extender) {
+// only: 401 here) and the probes on MetricsAddr only. The metrics listener
+// is verified as the chart's ServiceMonitor does (metrics's CA bundle and
+// server name), the verbs as kube-scheduler does (the extender's CA).
+func checkListeners(t *testing.T, ext *extender.Extender, metrics metricsauth.ServingCert) {
 	t.Helper()
-	pool := x509.NewCertPool()
-	require.True(t, pool.AppendCertsFromPEM(ext.CACert()))
-	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	client := func(caPEM []byte, serverName string) *http.Client {
+		pool := x509.NewCertPool()
+		require.True(t, pool.AppendCertsFromPEM(caPEM))
+		return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: serverName}}}
+	}
+	sec, err := env.Client().CoreV1().Secrets(metrics.Secret.Namespace).Get(t.Context(), metrics.Secret.Name, metav1.GetOptions{})
+	require.NoError(t, err)
+	verbsClient, metricsClient := client(ext.CACert(), ""), client(sec.Data["ca-bundle.crt"], metrics.Hosts[0])
 	status := func(method, addr, path string) int {
+		c := verbsClient
+		if addr == ext.MetricsAddr() {
+			c = metricsClient
+		}
 		req, err := http.NewRequestWithContext(t.Context(), method, "https://"+addr+path, strings.NewReader("{}"))
 		require.NoError(t, err)
 		resp, err := c.Do(req)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -21,8 +22,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/metricsauth"
 	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/e2e/rbac"
+	"github.com/runplane/runplane/test/scrape"
 )
 
 // releaseNS is where the chart is installed, as in production.
@@ -179,4 +182,27 @@ func arg(t *testing.T, args map[string]string, key string) string {
 	v, ok := args[key]
 	require.True(t, ok, "the chart passes no --%s (args %v)", key, args)
 	return v
+}
+
+// metricsCert is the chart's --metrics-tls-secret and --metrics-tls-hosts,
+// parsed by the flags the binaries register.
+func metricsCert(t *testing.T, args map[string]string) metricsauth.ServingCert {
+	t.Helper()
+	var c metricsauth.ServingCert
+	fs := flag.NewFlagSet("chart", flag.ContinueOnError)
+	c.AddFlags(fs)
+	require.NoError(t, fs.Parse([]string{"--metrics-tls-secret=" + arg(t, args, "metrics-tls-secret"),
+		"--metrics-tls-hosts=" + arg(t, args, "metrics-tls-hosts")}))
+	return c
+}
+
+// checkVerified is what the chart's ServiceMonitor does: verify the
+// certificate of url against the CA bundle of the component's Secret, for
+// the metrics Service's name (the chart's first host).
+func checkVerified(ctx context.Context, t *testing.T, scrapers scrape.Scrapers, url string, args map[string]string) {
+	t.Helper()
+	c := metricsCert(t, args)
+	sec, err := env.Client().CoreV1().Secrets(c.Secret.Namespace).Get(ctx, c.Secret.Name, metav1.GetOptions{})
+	require.NoError(t, err)
+	scrapers.CheckVerified(t, url, c.Hosts[0], sec.Data["ca-bundle.crt"])
 }

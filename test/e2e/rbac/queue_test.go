@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,7 +25,6 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -40,7 +38,7 @@ import (
 	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/callback"
 	"github.com/runplane/runplane/queue/stream"
-	"github.com/runplane/runplane/queue/stubworker"
+	"github.com/runplane/runplane/sidecar/sidecartest"
 	"github.com/runplane/runplane/test/e2e/rbac"
 	"github.com/runplane/runplane/test/scrape"
 )
@@ -118,15 +116,10 @@ func TestQueue(t *testing.T) {
 	tlsOpts, err := natsTLS.Options()
 	require.NoError(t, err)
 	srv, mountTLS := startTrustedNATS(t, dir, resolverDir, trust[bootstrapsecret.TrustConfigKey], keeper.Secret)
-	// The stub workers below use the queue's own user (they stand in for
-	// sidecars; the worker's token is tried through the callout further on).
 	tr, err := natsaccounts.Derive(trust[bootstrapsecret.TrustSecretKey])
 	require.NoError(t, err)
 	queueJWT, queueSeed, err := tr.QueueCreds()
 	require.NoError(t, err)
-	nc, err := nats.Connect(srv.ClientURL(), append(tlsOpts, nats.UserJWTAndSeed(queueJWT, string(queueSeed)))...)
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
 	served := func() []byte {
 		c, err := nats.Connect(srv.ClientURL(), append(tlsOpts, nats.UserJWTAndSeed(queueJWT, string(queueSeed)), nats.NoReconnect())...)
 		require.NoError(t, err)
@@ -160,7 +153,7 @@ func TestQueue(t *testing.T) {
 	_, err = client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{})
 	require.NoError(t, err)
 	marked := make(chan string, 1)
-	go kubelet(ctx, nc, ns, pool, marked)
+	kubelet(t, srv.ClientURL(), natsTLS, ns, pool, marked)
 
 	cfg := queue.Config{
 		NATSURL: srv.ClientURL(), NATSTrustFile: trustFile, NATSTLS: natsTLS, NATSTLSKeeper: keeper, Listen: "127.0.0.1:0", InsecureDisableCallerAuth: true,
@@ -173,6 +166,7 @@ func TestQueue(t *testing.T) {
 	addr, metricsAddr := make(chan string, 1), make(chan string, 1)
 	cfg.OnListen = func(a string) { addr <- a }
 	cfg.MetricsListen, cfg.OnMetricsListen = "127.0.0.1:0", func(a string) { metricsAddr <- a }
+	cfg.MetricsCert = metricsCert(t, args)
 	qctx, qcancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- queue.Run(qctx, cfg) }()
@@ -198,6 +192,7 @@ func TestQueue(t *testing.T) {
 	scrapers, err := scrape.New(ctx, env)
 	require.NoError(t, err)
 	scrapers.Check(t, metricsURL, "runplane_build_info")
+	checkVerified(ctx, t, scrapers, metricsURL, args)
 	replicas := func() int32 {
 		d, err := client.AppsV1().Deployments(ns).Get(ctx, "workers", metav1.GetOptions{})
 		if err != nil {
@@ -267,7 +262,7 @@ func TestQueue(t *testing.T) {
 		require.NoError(t, json.NewDecoder(kr.Body).Decode(&key))
 		nsObj, err := client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 		require.NoError(t, err)
-		assert.Equal(t, string(nsObj.UID), key.KeyID)
+		assert.Equal(t, callback.KeyID(string(nsObj.UID)), key.KeyID, "the ID of the key of the namespace's UID")
 		k, err := hex.DecodeString(key.Key)
 		require.NoError(t, err)
 		require.NoError(t, callback.Verify(k, hr.Header.Get(callback.SignatureHeader), <-hookBodies, time.Now(), 5*time.Minute),
@@ -321,53 +316,39 @@ func startTrustedNATS(t *testing.T, dir, resolverDir string, trustConf []byte, t
 	return srv, mount
 }
 
-// kubelet plays the worker sidecar: a stub worker for every Running Pod of
-// the pool, killed when its Pod goes. It reports the first Pod it sees with
-// the activator's pod-deletion-cost on marked.
-func kubelet(ctx context.Context, nc *nats.Conn, ns, pool string, marked chan<- string) {
-	var mu sync.Mutex
-	procs := map[string]*stubworker.Worker{}
-	defer func() {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, w := range procs {
-			w.Kill()
-		}
-	}()
-	log := stubworker.NewLog()
-	for ctx.Err() == nil {
-		w, err := env.Client().CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: api.LabelPool + "=" + pool})
-		if err != nil {
-			time.Sleep(100 * time.Millisecond)
-			continue
-		}
-		for ev := range w.ResultChan() {
-			pod, ok := ev.Object.(*corev1.Pod)
-			if !ok {
-				continue
+// kubelet runs the real sidecar of every Running Pod of the pool, until
+// the test ends: its credential the Pod's bound token, through the queue's
+// callout, as in a worker Pod. It reports the first Pod it sees with the
+// activator's pod-deletion-cost on marked.
+func kubelet(t *testing.T, natsURL string, natsTLS natstls.Client, ns, pool string, marked chan<- string) {
+	dir := t.TempDir()
+	k := &sidecartest.Kubelet{Client: env.Client(), Namespace: ns, Selector: api.LabelPool + "=" + pool,
+		Config: func(pod *corev1.Pod) (sidecartest.Config, error) {
+			tok, err := env.Client().CoreV1().ServiceAccounts(ns).CreateToken(t.Context(), pod.Spec.ServiceAccountName, &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
+				Audiences: []string{api.NATSTokenAudience}, ExpirationSeconds: ptr.To[int64](600),
+				BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+			}}, metav1.CreateOptions{})
+			if err != nil {
+				return sidecartest.Config{}, fmt.Errorf("the Pod's NATS token: %w", err)
 			}
+			file := filepath.Join(dir, pod.Name+".token")
+			if err := os.WriteFile(file, []byte(tok.Status.Token), 0o600); err != nil {
+				return sidecartest.Config{}, err
+			}
+			return sidecartest.Config{NATSURL: natsURL, TLS: natsTLS, TokenFile: file, JSAPIPrefix: api.WorkerJSAPIPrefix,
+				Namespace: ns, Pool: pool, Heartbeat: 200 * time.Millisecond}, nil
+		},
+		OnPod: func(pod *corev1.Pod) {
 			if pod.Annotations[activator.PodDeletionCost] != "" {
 				select {
 				case marked <- pod.Name:
 				default:
 				}
 			}
-			mu.Lock()
-			wk := procs[pod.Name]
-			gone := ev.Type == watch.Deleted || pod.DeletionTimestamp != nil
-			switch {
-			case gone && wk != nil:
-				wk.Kill()
-				delete(procs, pod.Name)
-			case !gone && wk == nil && pod.Status.Phase == corev1.PodRunning:
-				nw, err := stubworker.Start(ctx, stubworker.Config{NC: nc, Stream: api.DefaultStreamName,
-					Subjects: messages.Subjects{Prefix: api.DefaultSubjectPrefix}, Pool: pool, Name: pod.Name, Namespace: ns,
-					Concurrency: 1, Heartbeat: 200 * time.Millisecond, Handler: stubworker.Echo, Log: log})
-				if err == nil { // else the Pod's next event retries
-					procs[pod.Name] = nw
-				}
-			}
-			mu.Unlock()
-		}
-	}
+		},
+		OnError: func(err error) { t.Log(err) }}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); k.Run(ctx) }()
+	t.Cleanup(func() { stop(); <-done })
 }

@@ -76,8 +76,7 @@ func BenchmarkBareGPUPodAdmission(b *testing.B) {
 	require.NoError(t, err)
 	hold := realPod(holder, "trap 'exit 0' TERM; sleep 3600 & wait", cluster.RealNodeGPUs-1)
 	hold.Spec.PriorityClassName = holderClass
-	_, err = c.CoreV1().Pods(ns).Create(ctx, hold, metav1.CreateOptions{})
-	require.NoError(t, err)
+	require.NoError(t, createOnceClassKnown(ctx, hold), "creating the holder")
 	t.Cleanup(func() {
 		_ = c.CoreV1().Pods(ns).Delete(context.Background(), holder, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 		_ = c.SchedulingV1().PriorityClasses().Delete(context.Background(), holderClass, metav1.DeleteOptions{})

@@ -18,7 +18,6 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
-	"github.com/runplane/runplane/queue/stream"
 
 	"github.com/stretchr/testify/assert"
 )
@@ -176,7 +175,7 @@ func TestKilledWorkerIsRedeliveredAndCompletesOnce(t *testing.T) {
 	// published for it (the results stream keeps only unhandled ones).
 	require.Eventually(t, func() bool {
 		var info struct {
-			Status *stream.PoolStatus `json:"status"`
+			Status *messages.PoolStatus `json:"status"`
 		}
 		getJSON(t, st.queueURL+"/v1/namespaces/"+ns+"/pools/kill", &info)
 		return info.Status != nil && info.Status.Backlog == 0 && info.Status.InFlight == 0

@@ -3,9 +3,6 @@ package tenancy
 import (
 	"context"
 	"encoding/base64"
-	"io"
-	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +19,7 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/queuetest"
 	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/test/natsauth"
 	"github.com/runplane/runplane/test/scrape"
@@ -61,32 +59,15 @@ func startQueueNATS(t *testing.T, ctx context.Context, opts ...func(*queue.Confi
 // jsConf inside the jetstream block, topConf at the top level.
 func startQueueNATSConf(t *testing.T, ctx context.Context, jsConf, topConf string, opts ...func(*queue.Config)) *queueNATS {
 	t.Helper()
-	dir := t.TempDir()
-	auth, err := natsauth.Write(filepath.Join(dir, "auth"))
-	require.NoError(t, err)
-	srv, err := natsauth.StartWith(filepath.Join(dir, "nats"), "127.0.0.1", auth, queue.WorkerExports(stream.Config{}),
-		natsauth.Extra{JetStream: jsConf, Top: topConf})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
+	srv, auth := queuetest.CalloutNATS(t, natsauth.Extra{JetStream: jsConf, Top: topConf})
 
 	sc := stream.Config{}.WithDefaults()
-	qctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	listening, metricsListening := make(chan string, 1), make(chan string, 1)
-	qcfg := queue.Config{
-		NATSURL: srv.ClientURL(), NATSTrustFile: auth.TrustFile, NATSTLS: auth.Client,
-		RESTConfig: env.RESTConfig(), Namespace: "natsauth-none", DisableIngress: true,
-		OnListen: func(addr string) { listening <- addr }, OnMetricsListen: func(addr string) { metricsListening <- addr },
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
+	qcfg := queue.Config{NATSURL: srv.ClientURL(), NATSTrustFile: auth.TrustFile, NATSTLS: auth.Client,
+		RESTConfig: env.RESTConfig(), Namespace: "natsauth-none", DisableIngress: true}
 	for _, o := range opts {
 		o(&qcfg)
 	}
-	go func() { done <- queue.Run(qctx, qcfg) }()
-	t.Cleanup(func() {
-		stop()
-		assert.NoError(t, <-done, "queue.Run")
-	})
+	run := queuetest.Run(t, qcfg)
 	asQueue, err := auth.QueueOption()
 	require.NoError(t, err)
 	internal, err := nats.Connect(srv.ClientURL(), asQueue)
@@ -105,21 +86,8 @@ func startQueueNATSConf(t *testing.T, ctx context.Context, jsConf, topConf strin
 		return err == nil && subs.Total > 0
 	}, 30*time.Second, 50*time.Millisecond, "the queue's callout")
 	q := &queueNATS{srv: srv, auth: auth, internal: internal, subj: messages.Subjects{Prefix: sc.Prefix}, stream: sc.Stream}
-	if !qcfg.DisableIngress {
-		select {
-		case addr := <-listening:
-			q.ingress = "http://" + addr
-		case <-ctx.Done():
-			t.Fatal("the ingress did not listen")
-		}
-	}
+	q.ingress, q.metricsURL = run.Base, run.MetricsURL
 	if qcfg.MetricsListen != "" {
-		select {
-		case addr := <-metricsListening:
-			q.metricsURL = "https://" + addr + "/metrics"
-		case <-ctx.Done():
-			t.Fatal("the metrics listener did not listen")
-		}
 		q.scrapers, err = scrape.New(ctx, env)
 		require.NoError(t, err)
 	}

@@ -3,8 +3,6 @@ package tenancy
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,7 +19,7 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
-	"github.com/runplane/runplane/sidecar"
+	"github.com/runplane/runplane/sidecar/sidecartest"
 )
 
 // TestSidecarThroughCallout: the real sidecar, with nothing but its Pod's
@@ -109,41 +107,15 @@ func TestSidecarThroughCallout(t *testing.T) {
 // token in the returned file, until the test ends.
 func runSidecar(t *testing.T, ctx context.Context, q *queueNATS, ns, pool string, pod *corev1.Pod, handler ...framework.HandlerFunc) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "rpsc") // unix socket paths are short
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "fw.sock")
-	fctx, fstop := context.WithCancel(ctx)
-	t.Cleanup(fstop)
-	h := framework.HandlerFunc(func(_ context.Context, req framework.Request) (framework.Response, error) {
-		return framework.Response{Body: req.Payload}, nil
-	})
-	if len(handler) > 0 {
-		h = handler[0]
-	}
-	go func() { _ = framework.ServeUnix(fctx, sock, framework.NewHandler(h)) }()
-	tokenFile := filepath.Join(dir, "token")
+	tokenFile := filepath.Join(t.TempDir(), "token")
 	require.NoError(t, os.WriteFile(tokenFile, []byte(token(t, ns, "worker", []string{api.NATSTokenAudience}, bound(pod))), 0o600))
-
-	// The CA and name the webhook gives a sidecar.
-	ca, err := os.ReadFile(q.auth.Client.CAFile)
+	cfg := sidecartest.Config{NATSURL: q.srv.ClientURL(), TLS: q.auth.Client, TokenFile: tokenFile, JSAPIPrefix: api.WorkerJSAPIPrefix,
+		SubjectPrefix: q.subj.Prefix, StreamName: q.stream, Namespace: ns, Pool: pool, Name: pod.Name, Heartbeat: 200 * time.Millisecond}
+	if len(handler) > 0 {
+		cfg.Handler = handler[0]
+	}
+	w, err := sidecartest.Start(ctx, cfg)
 	require.NoError(t, err)
-	sc, err := sidecar.New(sidecar.Config{
-		Pool: pool, WorkerName: pod.Name, WorkerNamespace: ns, FrameworkSocket: sock, Concurrency: 1,
-		NATSURL: q.srv.ClientURL(), NATSTokenFile: tokenFile, JSAPIPrefix: api.WorkerJSAPIPrefix, SubjectPrefix: q.subj.Prefix, StreamName: q.stream,
-		NATSCA: ca, NATSServerName: q.auth.Client.ServerName,
-		HTTPAddr: "127.0.0.1:0", HeartbeatInterval: 200 * time.Millisecond, ProbeInterval: 50 * time.Millisecond,
-		FetchWait: 200 * time.Millisecond, ShutdownGrace: 5 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	require.NoError(t, err)
-	sctx, sstop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- sc.Run(sctx) }()
-	t.Cleanup(func() {
-		sstop()
-		assert.NoError(t, <-done, "sidecar.Run")
-	})
-
+	t.Cleanup(func() { assert.NoError(t, w.Close(), "sidecar.Run") })
 	return tokenFile
 }

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/runplane/runplane/hack/images"
 )
@@ -66,5 +67,16 @@ func run() error {
 		fmt.Printf("%s@%s\n", im.Ref, d)
 	}
 	fmt.Println("wrote", *out)
+	for _, im := range imgs {
+		if im.SBOM == nil {
+			continue
+		}
+		// Beside the archive, for a registry's attestation or a scanner.
+		path := strings.TrimSuffix(*out, ".tar") + ".cdx.json"
+		if err := os.WriteFile(path, im.SBOM, 0o644); err != nil {
+			return fmt.Errorf("writing the SBOM: %w", err)
+		}
+		fmt.Println("wrote", path, "(CycloneDX SBOM of", im.Ref+")")
+	}
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/runplane/runplane/internal/messages"
-	"github.com/runplane/runplane/queue/stream"
 )
 
 // Assignment is a dispatch decided by Dispatch: the caller records the
@@ -67,7 +66,7 @@ func (it *Item) Lighten() {
 		return
 	}
 	it.Inv.Payload, it.Inv.Headers, it.Inv.Attributes = nil, nil, nil
-	it.Rec = stream.Cached{}
+	it.Rec = messages.Cached{}
 	it.Light = true
 }
 

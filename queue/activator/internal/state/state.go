@@ -12,10 +12,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/utils/clock"
 
 	"github.com/runplane/runplane/internal/messages"
-	"github.com/runplane/runplane/queue/stream"
 )
 
 // Config holds the limits the decisions apply.
@@ -136,7 +136,11 @@ type Item struct {
 	// WriteMu serialises this invocation's Record writes; Rec is the Record
 	// as last written or read (under WriteMu), so most writes need no read.
 	WriteMu sync.Mutex
-	Rec     stream.Cached
+	Rec     messages.Cached
+
+	// Trace is the ingress span the invocation's message named (its
+	// traceparent; invalid: none): the parent of each dispatch's span.
+	Trace trace.SpanContext
 }
 
 // Worker is one worker of a pool, known from its Pod or its Events.

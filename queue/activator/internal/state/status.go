@@ -4,15 +4,15 @@ import (
 	"sort"
 	"time"
 
-	"github.com/runplane/runplane/queue/stream"
+	"github.com/runplane/runplane/internal/messages"
 )
 
 // Status summarises the pool named key (Key(ns, pool)); replicas is its
 // workload's.
-func (s *State) Status(key string, replicas int) stream.PoolStatus {
+func (s *State) Status(key string, replicas int) messages.PoolStatus {
 	now := s.clk.Now()
 	p := s.Pool(key)
-	st := stream.PoolStatus{Namespace: p.Namespace, Pool: p.Name, Replicas: replicas, Backlog: len(p.Queue), InvokeSeq: p.InvokeSeq, Workers: []stream.WorkerStatus{}}
+	st := messages.PoolStatus{Namespace: p.Namespace, Pool: p.Name, Replicas: replicas, Backlog: len(p.Queue), InvokeSeq: p.InvokeSeq, Workers: []messages.WorkerStatus{}}
 	names := make([]string, 0, len(p.Workers))
 	for n := range p.Workers {
 		names = append(names, n)
@@ -25,10 +25,26 @@ func (s *State) Status(key string, replicas int) stream.PoolStatus {
 		if ready && !w.Draining {
 			st.Capacity += w.Concurrency
 		}
-		st.Workers = append(st.Workers, stream.WorkerStatus{Name: n, Ready: ready, Draining: w.Draining || now.Before(w.DrainUntil),
+		st.Workers = append(st.Workers, messages.WorkerStatus{Name: n, Ready: ready, Draining: w.Draining || now.Before(w.DrainUntil),
 			Starting: !ready && !w.Silent, Silent: w.Silent, Concurrency: w.Concurrency, InFlight: len(w.InFlight)})
 	}
 	return st
+}
+
+// OldestQueued is when the pool named key accepted the invocation that has
+// waited longest in its queue; false when nothing waits.
+func (s *State) OldestQueued(key string) (time.Time, bool) {
+	p := s.Pool(key)
+	if len(p.Queue) == 0 {
+		return time.Time{}, false
+	}
+	oldest := p.Queue[0].Inv.AcceptedAt
+	for _, it := range p.Queue[1:] {
+		if it.Inv.AcceptedAt.Before(oldest) {
+			oldest = it.Inv.AcceptedAt
+		}
+	}
+	return oldest, true
 }
 
 // ScaleInput is what the scaling policy needs of a pool: its backlog, what

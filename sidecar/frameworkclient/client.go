@@ -1,4 +1,9 @@
-package framework
+// Package frameworkclient is the sidecar's side of the framework contract
+// (package framework): it calls a framework over its unix socket — health
+// and capabilities, invoke, streamed invoke, re-attach and cancel of the
+// idempotent invoke. Framework authors need none of it; the sidecar and the
+// framework's contract tests use it.
+package frameworkclient
 
 import (
 	"bytes"
@@ -11,6 +16,9 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/internal/tracing"
 )
 
 // Client calls a framework over its unix socket. It is what the sidecar
@@ -26,10 +34,10 @@ type Client struct {
 // Empty paths take the contract defaults.
 func NewClient(socketPath, invokePath, healthPath string) *Client {
 	if invokePath == "" {
-		invokePath = DefaultInvokePath
+		invokePath = framework.DefaultInvokePath
 	}
 	if healthPath == "" {
-		healthPath = DefaultHealthPath
+		healthPath = framework.DefaultHealthPath
 	}
 	var d net.Dialer
 	tr := &http.Transport{
@@ -54,7 +62,7 @@ func (c *Client) Health(ctx context.Context) error {
 }
 
 // Capabilities are the contract extensions a framework offers, from its
-// health answer's CapabilitiesHeader.
+// health answer's framework.CapabilitiesHeader.
 type Capabilities struct {
 	// IdempotentInvoke: see idempotent.go.
 	IdempotentInvoke bool
@@ -76,9 +84,9 @@ func (c *Client) Probe(ctx context.Context) (Capabilities, error) {
 		return Capabilities{}, fmt.Errorf("framework health on %s%s: HTTP %d: %s", c.socketPath, c.healthPath, resp.StatusCode, bytes.TrimSpace(body))
 	}
 	var caps Capabilities
-	for _, v := range resp.Header.Values(CapabilitiesHeader) {
+	for _, v := range resp.Header.Values(framework.CapabilitiesHeader) {
 		for f := range strings.SplitSeq(v, ",") {
-			if strings.TrimSpace(f) == CapabilityIdempotentInvoke {
+			if strings.TrimSpace(f) == framework.CapabilityIdempotentInvoke {
 				caps.IdempotentInvoke = true
 			}
 		}
@@ -93,14 +101,14 @@ var ErrUnknownCall = errors.New("the framework does not know this call")
 // framework offering the idempotent invoke: it waits for the call's
 // outcome and returns it, or ErrUnknownCall when the framework neither runs
 // nor remembers it (it is never started by Attach).
-func (c *Client) Attach(ctx context.Context, r Request) (Response, error) {
-	resp, err := c.do(ctx, r, http.Header{AttachHeader: {attachOnly}})
+func (c *Client) Attach(ctx context.Context, r framework.Request) (framework.Response, error) {
+	resp, err := c.do(ctx, r, http.Header{framework.AttachHeader: {framework.AttachOnly}})
 	if err != nil {
-		return Response{}, err
+		return framework.Response{}, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusNotFound && resp.Header.Get(AttachHeader) == attachUnknown {
-		return Response{}, fmt.Errorf("attach to invocation %s attempt %d: %w", r.InvocationID, r.Attempt, ErrUnknownCall)
+	if resp.StatusCode == http.StatusNotFound && resp.Header.Get(framework.AttachHeader) == framework.AttachUnknown {
+		return framework.Response{}, fmt.Errorf("attach to invocation %s attempt %d: %w", r.InvocationID, r.Attempt, ErrUnknownCall)
 	}
 	return c.decode(resp)
 }
@@ -108,8 +116,8 @@ func (c *Client) Attach(ctx context.Context, r Request) (Response, error) {
 // Cancel cancels the call of r in a framework offering the idempotent
 // invoke (a hang-up does not cancel there). A call it does not know is
 // not an error: there is nothing to stop.
-func (c *Client) Cancel(ctx context.Context, r Request) error {
-	resp, err := c.do(ctx, Request{InvocationID: r.InvocationID, Attempt: r.Attempt}, http.Header{CancelHeader: {"true"}})
+func (c *Client) Cancel(ctx context.Context, r framework.Request) error {
+	resp, err := c.do(ctx, framework.Request{InvocationID: r.InvocationID, Attempt: r.Attempt}, http.Header{framework.CancelHeader: {"true"}})
 	if err != nil {
 		return err
 	}
@@ -121,38 +129,38 @@ func (c *Client) Cancel(ctx context.Context, r Request) error {
 	return nil
 }
 
-// Invoke posts req to the invoke path and decodes the Response envelope.
+// Invoke posts req to the invoke path and decodes the framework.Response envelope.
 // An error means the framework did not produce an envelope: it could not be
 // reached, it broke the connection (a crash), it answered a non-200 status
 // or an undecodable body, or ctx ended first.
-func (c *Client) Invoke(ctx context.Context, r Request) (Response, error) {
+func (c *Client) Invoke(ctx context.Context, r framework.Request) (framework.Response, error) {
 	resp, err := c.post(ctx, r, "")
 	if err != nil {
-		return Response{}, err
+		return framework.Response{}, err
 	}
 	defer resp.Body.Close()
 	return c.decode(resp)
 }
 
-// decode reads a JSON Response envelope answer.
-func (c *Client) decode(resp *http.Response) (Response, error) {
+// decode reads a JSON framework.Response envelope answer.
+func (c *Client) decode(resp *http.Response) (framework.Response, error) {
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return Response{}, fmt.Errorf("read framework response on %s: %w", c.socketPath, err)
+		return framework.Response{}, fmt.Errorf("read framework response on %s: %w", c.socketPath, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return Response{}, fmt.Errorf("framework invoke on %s%s: HTTP %d: %s", c.socketPath, c.invokePath, resp.StatusCode, truncate(bytes.TrimSpace(data), 512))
+		return framework.Response{}, fmt.Errorf("framework invoke on %s%s: HTTP %d: %s", c.socketPath, c.invokePath, resp.StatusCode, truncate(bytes.TrimSpace(data), 512))
 	}
-	var out Response
+	var out framework.Response
 	if err := json.Unmarshal(data, &out); err != nil {
-		return Response{}, fmt.Errorf("decode framework response envelope: %w", err)
+		return framework.Response{}, fmt.Errorf("decode framework response envelope: %w", err)
 	}
 	return out, nil
 }
 
 // post sends the invocation envelope r to the invoke path (accept, when
 // set, as the Accept header); the caller closes the response body.
-func (c *Client) post(ctx context.Context, r Request, accept string) (*http.Response, error) {
+func (c *Client) post(ctx context.Context, r framework.Request, accept string) (*http.Response, error) {
 	var h http.Header
 	if accept != "" {
 		h = http.Header{"Accept": {accept}}
@@ -161,9 +169,9 @@ func (c *Client) post(ctx context.Context, r Request, accept string) (*http.Resp
 }
 
 // do posts r to the invoke path with the extra headers h.
-func (c *Client) do(ctx context.Context, r Request, h http.Header) (*http.Response, error) {
+func (c *Client) do(ctx context.Context, r framework.Request, h http.Header) (*http.Response, error) {
 	if r.Version == "" {
-		r.Version = Version
+		r.Version = framework.Version
 	}
 	body, err := json.Marshal(r)
 	if err != nil {
@@ -174,6 +182,7 @@ func (c *Client) do(ctx context.Context, r Request, h http.Header) (*http.Respon
 		return nil, fmt.Errorf("build invoke request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	tracing.ToHTTP(ctx, req.Header) // the sidecar's span: the handler's parent
 	for k, v := range h {
 		req.Header[k] = v
 	}

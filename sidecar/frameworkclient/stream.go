@@ -1,4 +1,4 @@
-package framework
+package frameworkclient
 
 import (
 	"bufio"
@@ -11,6 +11,8 @@ import (
 	"mime"
 	"net/http"
 	"unicode/utf8"
+
+	"github.com/runplane/runplane/framework"
 )
 
 // StreamLimits bound a streamed answer (InvokeStream).
@@ -20,8 +22,8 @@ type StreamLimits struct {
 	MaxChunkBytes int
 	// MaxChunks bounds the chunks of one invocation (default 100000).
 	MaxChunks int
-	// MaxSummaryBytes bounds the chunks kept in the final Response's
-	// body (StreamSummary.Data; default 1 MiB): beyond it only the counts
+	// MaxSummaryBytes bounds the chunks kept in the final framework.Response's
+	// body (framework.StreamSummary.Data; default 1 MiB): beyond it only the counts
 	// are kept.
 	MaxSummaryBytes int
 }
@@ -39,53 +41,39 @@ func (l StreamLimits) withDefaults() StreamLimits {
 	return l
 }
 
-// StreamSummary is the body of the Response a streamed answer ends in:
-// what was streamed, and the chunks themselves (as UTF-8 strings) while
-// they fit in StreamLimits.MaxSummaryBytes.
-type StreamSummary struct {
-	Chunks int   `json:"chunks"`
-	Bytes  int64 `json:"bytes"`
-	// Data are the chunks in order; absent (Truncated) when they did not fit.
-	Data      []string `json:"data,omitempty"`
-	Truncated bool     `json:"truncated,omitempty"`
-}
-
-// StreamedHeader marks the Response of a streamed answer.
-const StreamedHeader = "Runplane-Streamed"
-
 // ErrStreamLimit is wrapped by the error of an answer over StreamLimits.
 var ErrStreamLimit = errors.New("stream limit exceeded")
 
 // InvokeStream posts req like Invoke. A JSON answer is decoded as Invoke
 // does and onChunk is never called; a streamed answer (text/event-stream,
 // application/x-ndjson) calls onChunk with each chunk as it arrives (the
-// slice is onChunk's to keep) and ends in a Response with status 200,
-// StreamedHeader "true" and a StreamSummary body, whose Error is the
+// slice is onChunk's to keep) and ends in a framework.Response with status 200,
+// framework.StreamedHeader "true" and a framework.StreamSummary body, whose Error is the
 // framework's error event. An error from onChunk stops reading and is
 // returned, as is ctx ending or the connection breaking mid-stream.
-func (c *Client) InvokeStream(ctx context.Context, r Request, lim StreamLimits, onChunk func([]byte) error) (Response, error) {
+func (c *Client) InvokeStream(ctx context.Context, r framework.Request, lim StreamLimits, onChunk func([]byte) error) (framework.Response, error) {
 	lim = lim.withDefaults()
-	resp, err := c.post(ctx, r, "application/json, "+ContentTypeEventStream+", "+ContentTypeNDJSON)
+	resp, err := c.post(ctx, r, "application/json, "+framework.ContentTypeEventStream+", "+framework.ContentTypeNDJSON)
 	if err != nil {
-		return Response{}, err
+		return framework.Response{}, err
 	}
 	defer resp.Body.Close()
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	if resp.StatusCode != http.StatusOK || (mt != ContentTypeEventStream && mt != ContentTypeNDJSON) {
+	if resp.StatusCode != http.StatusOK || (mt != framework.ContentTypeEventStream && mt != framework.ContentTypeNDJSON) {
 		data, err := io.ReadAll(resp.Body)
 		if err != nil {
-			return Response{}, fmt.Errorf("read framework response on %s: %w", c.socketPath, err)
+			return framework.Response{}, fmt.Errorf("read framework response on %s: %w", c.socketPath, err)
 		}
 		if resp.StatusCode != http.StatusOK {
-			return Response{}, fmt.Errorf("framework invoke on %s%s: HTTP %d: %s", c.socketPath, c.invokePath, resp.StatusCode, truncate(bytes.TrimSpace(data), 512))
+			return framework.Response{}, fmt.Errorf("framework invoke on %s%s: HTTP %d: %s", c.socketPath, c.invokePath, resp.StatusCode, truncate(bytes.TrimSpace(data), 512))
 		}
-		var out Response
+		var out framework.Response
 		if err := json.Unmarshal(data, &out); err != nil {
-			return Response{}, fmt.Errorf("decode framework response envelope: %w", err)
+			return framework.Response{}, fmt.Errorf("decode framework response envelope: %w", err)
 		}
 		return out, nil
 	}
-	sum := StreamSummary{Data: []string{}}
+	sum := framework.StreamSummary{Data: []string{}}
 	kept := 0
 	emit := func(chunk []byte) error {
 		if sum.Chunks >= lim.MaxChunks {
@@ -104,11 +92,11 @@ func (c *Client) InvokeStream(ctx context.Context, r Request, lim StreamLimits, 
 		return onChunk(chunk)
 	}
 	var ferr string
-	if mt == ContentTypeNDJSON {
+	if mt == framework.ContentTypeNDJSON {
 		err = readNDJSON(resp.Body, lim.MaxChunkBytes, emit)
 	} else {
 		err = readSSE(resp.Body, lim.MaxChunkBytes, func(event string, data []byte) error {
-			if event == StreamErrorEvent {
+			if event == framework.StreamErrorEvent {
 				ferr = string(data)
 				if !utf8.Valid(data) || ferr == "" {
 					ferr = "the framework's stream ended with an error event"
@@ -122,13 +110,13 @@ func (c *Client) InvokeStream(ctx context.Context, r Request, lim StreamLimits, 
 		if ctx.Err() == nil {
 			err = fmt.Errorf("framework stream on %s: %w", c.socketPath, err)
 		}
-		return Response{}, err
+		return framework.Response{}, err
 	}
 	sb, err := json.Marshal(sum)
 	if err != nil {
-		return Response{}, fmt.Errorf("encode stream summary: %w", err)
+		return framework.Response{}, fmt.Errorf("encode stream summary: %w", err)
 	}
-	return Response{StatusCode: http.StatusOK, ContentType: "application/json", Headers: map[string]string{StreamedHeader: "true"},
+	return framework.Response{StatusCode: http.StatusOK, ContentType: "application/json", Headers: map[string]string{framework.StreamedHeader: "true"},
 		Body: sb, Error: ferr}, nil
 }
 
