@@ -175,7 +175,7 @@ func (e *Extender) checkFilterPod(w http.ResponseWriter, r *http.Request, args *
 	pod, ref := e.scheduledPod(r.Context(), args.Pod.Namespace, args.Pod.Name, args.Pod.UID)
 	if ref != nil {
 		e.metrics.refused.WithLabelValues("filter").Inc()
-		httpjson.Error(w, ref.status, ref.msg)
+		httpjson.Error(w, ref.Status, ref.Error())
 		return false
 	}
 	args.Pod = pod
@@ -350,8 +350,8 @@ func (e *Extender) handleBind(w http.ResponseWriter, r *http.Request) {
 	pod, ref := e.scheduledPod(r.Context(), args.PodNamespace, args.PodName, args.PodUID)
 	if ref != nil {
 		e.metrics.refused.WithLabelValues("bind").Inc()
-		e.log.Info("bind refused", "pod", args.PodNamespace+"/"+args.PodName, "node", args.Node, "status", ref.status, "err", ref.msg)
-		httpjson.Error(w, ref.status, ref.msg)
+		e.log.Info("bind refused", "pod", args.PodNamespace+"/"+args.PodName, "node", args.Node, "status", ref.Status, "err", ref.Error())
+		httpjson.Error(w, ref.Status, ref.Error())
 		return
 	}
 	err := e.bind(r.Context(), pod, args.Node)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	v1 "github.com/runplane/runplane/api/serverless/v1"
+	"github.com/runplane/runplane/internal/callerauth/callerauthtest"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/ingress"
@@ -339,7 +340,7 @@ func TestMetricsNeedKubernetes(t *testing.T) {
 	ns := startNATS(t, t.TempDir(), -1)
 	t.Cleanup(ns.Shutdown)
 	err := queue.Run(t.Context(), queue.Config{NATSURL: ns.ClientURL(), Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0",
-		StaticPools: []string{testPool}, CallerAuthorizer: tokenAuth{}, Logger: slog.New(slog.DiscardHandler)})
+		StaticPools: []string{testPool}, CallerAuthorizer: callerauthtest.Static{}, Logger: slog.New(slog.DiscardHandler)})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "Kubernetes config")
 }

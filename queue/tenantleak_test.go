@@ -14,9 +14,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/runplane/runplane/internal/callerauth"
+	"github.com/runplane/runplane/internal/callerauth/callerauthtest"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/stream"
@@ -106,32 +106,6 @@ func TestAnswersCarryNoGlobalCounter(t *testing.T) {
 	}
 }
 
-// tokenAuth stands for the apiserver's reviews (callerauth.Gate): a bearer
-// token names a user, and may says what a user may do.
-type tokenAuth struct {
-	users map[string]string
-	may   func(user string, req callerauth.Request) bool
-}
-
-func (a tokenAuth) Authenticate(r *http.Request) (user.Info, error) {
-	name, ok := a.users[strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")]
-	if !ok {
-		return nil, &callerauth.Refusal{Status: http.StatusUnauthorized, Message: "a valid bearer token is required (Authorization: Bearer <token>)"}
-	}
-	return &user.DefaultInfo{Name: name}, nil
-}
-
-func (a tokenAuth) Check(r *http.Request, req callerauth.Request) (user.Info, error) {
-	u, err := a.Authenticate(r)
-	if err != nil {
-		return nil, err
-	}
-	if !a.may(u.GetName(), req) {
-		return nil, &callerauth.Refusal{Status: http.StatusForbidden, Message: fmt.Sprintf("%q cannot %s", u.GetName(), req)}
-	}
-	return u, nil
-}
-
 // BenchmarkExistenceAcrossNamespaces (issue #30 item 5): mallory, who may
 // use namespace team-b only, GETs invocation IDs of namespace default:
 // existing ones (of pool other) and unknown ones, interleaved. Both get
@@ -142,8 +116,8 @@ func (a tokenAuth) Check(r *http.Request, req callerauth.Request) (user.Info, er
 //
 //	go test ./queue/ -run XXX -bench ExistenceAcrossNamespaces -benchtime 3000x -count 5
 func BenchmarkExistenceAcrossNamespaces(b *testing.B) {
-	auth := tokenAuth{users: map[string]string{"tok-admin": "admin", "tok-b": "mallory"},
-		may: func(u string, req callerauth.Request) bool { return u == "admin" || req.Namespace == "team-b" }}
+	auth := callerauthtest.Static{Users: map[string]string{"tok-admin": "admin", "tok-b": "mallory"},
+		May: func(u string, req callerauth.Request) bool { return u == "admin" || req.Namespace == "team-b" }}
 	e := newEnv(b, func(c *queue.Config) { c.CallerAuthorizer = auth })
 	client := &http.Client{}
 	call := func(tok, method, path, body string) (int, []byte, time.Duration) {
@@ -203,8 +177,8 @@ func BenchmarkExistenceAcrossNamespaces(b *testing.B) {
 // in the namespace (mallory) or rights on another pool of it (alice) —
 // and the caller allowed answers as before.
 func TestForeignIDsAnswerAsUnknown(t *testing.T) {
-	auth := tokenAuth{users: map[string]string{"tok-admin": "admin", "tok-alice": "alice", "tok-mallory": "mallory"},
-		may: func(u string, req callerauth.Request) bool {
+	auth := callerauthtest.Static{Users: map[string]string{"tok-admin": "admin", "tok-alice": "alice", "tok-mallory": "mallory"},
+		May: func(u string, req callerauth.Request) bool {
 			switch u {
 			case "admin":
 				return true

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/objects"
@@ -80,8 +81,8 @@ func (s *Sidecar) encodeResult(res messages.Result, d messages.Dispatch) ([]byte
 	resp.Body = nil
 	res.Response = &resp
 	var ref messages.ObjectRef
-	backoff := 100 * time.Millisecond
-	for attempt := 0; attempt < 5; attempt++ {
+	backoff := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Steps: 5}
+	for backoff.Steps > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		var obs jetstream.ObjectStore
 		if obs, err = s.objectStore(ctx); err == nil {
@@ -92,8 +93,7 @@ func (s *Sidecar) encodeResult(res messages.Result, d messages.Dispatch) ([]byte
 			break
 		}
 		s.log.Warn("store response body", "invocation", res.InvocationID, "bytes", len(body), "err", err)
-		time.Sleep(backoff)
-		backoff *= 2
+		time.Sleep(backoff.Step())
 	}
 	if err != nil {
 		res.State = messages.StateFailed

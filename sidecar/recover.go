@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
@@ -233,7 +235,7 @@ func (s *Sidecar) keepDelivery(log *slog.Logger, reply string) (stop func()) {
 // that is gone (no responders) has nothing left to redeliver: that counts
 // as done.
 func (s *Sidecar) replyAck(stop context.Context, reply, op string, body []byte) error {
-	backoff := 100 * time.Millisecond
+	backoff := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Cap: maxPublishBackoff, Steps: math.MaxInt32}
 	for {
 		ctx, cancel := context.WithTimeout(stop, 5*time.Second)
 		_, err := s.nc.RequestWithContext(ctx, reply, body)
@@ -245,9 +247,8 @@ func (s *Sidecar) replyAck(stop context.Context, reply, op string, body []byte) 
 		select {
 		case <-stop.Done():
 			return fmt.Errorf("%s on %s: %w", body, reply, err)
-		case <-time.After(backoff):
+		case <-time.After(backoff.Step()):
 		}
-		backoff = min(2*backoff, maxPublishBackoff)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"sync"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
@@ -277,7 +279,7 @@ func (s *Sidecar) ensureConsumer(ctx context.Context) (jetstream.Consumer, error
 		// ever.
 		MaxDeliver: 5,
 	}
-	backoff := 200 * time.Millisecond
+	backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Cap: 5 * time.Second, Steps: math.MaxInt32}
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		var cons jetstream.Consumer
@@ -295,9 +297,8 @@ func (s *Sidecar) ensureConsumer(ctx context.Context) (jetstream.Consumer, error
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("bind consumer %s on stream %s: %w", cfg.Durable, s.cfg.StreamName, err)
-		case <-time.After(backoff):
+		case <-time.After(backoff.Step()):
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 
@@ -786,7 +787,7 @@ func (s *Sidecar) publishResult(stop context.Context, res messages.Result, id st
 		return false
 	}
 	ok := false
-	backoff := 100 * time.Millisecond
+	backoff := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Cap: maxPublishBackoff, Steps: math.MaxInt32}
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err = s.js.Publish(ctx, s.subjects.Result(s.cfg.WorkerNamespace, s.cfg.Pool), data)
@@ -796,15 +797,14 @@ func (s *Sidecar) publishResult(stop context.Context, res messages.Result, id st
 			break
 		}
 		s.metrics.publishRetries.Inc()
-		s.log.Warn("publish result; retrying", "invocation", res.InvocationID, "err", err, "in", backoff)
+		s.log.Warn("publish result; retrying", "invocation", res.InvocationID, "err", err, "in", backoff.Duration)
 		select {
 		case <-stop.Done():
-		case <-time.After(backoff):
+		case <-time.After(backoff.Step()):
 		}
 		if stop.Err() != nil {
 			break
 		}
-		backoff = min(2*backoff, maxPublishBackoff)
 	}
 	if replyTo != "" {
 		m := nats.NewMsg(replyTo)

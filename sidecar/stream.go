@@ -3,11 +3,13 @@ package sidecar
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
@@ -52,7 +54,7 @@ func (s *Sidecar) invoke(ctx context.Context, d messages.Dispatch, req framework
 // outruns NATS is slowed down rather than buffered. A retry after a lost
 // ack may store a chunk twice; readers drop a chunk number they have seen.
 func (s *Sidecar) publishChunk(ctx context.Context, m *nats.Msg) error {
-	backoff := 50 * time.Millisecond
+	backoff := wait.Backoff{Duration: 50 * time.Millisecond, Factor: 2, Cap: time.Second, Steps: math.MaxInt32}
 	deadline := time.Now().Add(chunkPublishPatience)
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -64,13 +66,12 @@ func (s *Sidecar) publishChunk(ctx context.Context, m *nats.Msg) error {
 		if ctx.Err() != nil || time.Now().After(deadline) {
 			return err
 		}
-		s.log.Warn("publish chunk; retrying", "subject", m.Subject, "err", err, "in", backoff)
+		s.log.Warn("publish chunk; retrying", "subject", m.Subject, "err", err, "in", backoff.Duration)
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(backoff):
+		case <-time.After(backoff.Step()):
 		}
-		backoff = min(2*backoff, time.Second)
 	}
 }
 

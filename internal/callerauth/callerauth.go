@@ -26,7 +26,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
@@ -38,6 +37,9 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/lru"
+
+	"github.com/runplane/runplane/internal/refusal"
+	"github.com/runplane/runplane/internal/tokencache"
 )
 
 // The RBAC coordinates of a pool's invocations: verb create on
@@ -67,17 +69,6 @@ func (r Request) String() string {
 	}
 	return fmt.Sprintf("%s %s%s in API group %q in namespace %q", r.Verb, res, name, Group, r.Namespace)
 }
-
-// Refusal is an answer for the caller: 401 without a valid token, 403 when
-// RBAC says no.
-type Refusal struct {
-	Status  int
-	Message string
-	// RetryAfter is set on a 429: when the caller may try again.
-	RetryAfter time.Duration
-}
-
-func (r *Refusal) Error() string { return r.Message }
 
 // Options tunes the caches and limits. Zero values take the defaults below.
 type Options struct {
@@ -114,14 +105,9 @@ type Options struct {
 }
 
 func (o *Options) defaults() {
-	def := func(v *time.Duration, d time.Duration) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&o.TokenCacheTTL, time.Minute)
-	def(&o.AllowCacheTTL, 30*time.Second)
-	def(&o.DenyCacheTTL, 10*time.Second)
+	o.TokenCacheTTL = cmp.Or(o.TokenCacheTTL, time.Minute)
+	o.AllowCacheTTL = cmp.Or(o.AllowCacheTTL, 30*time.Second)
+	o.DenyCacheTTL = cmp.Or(o.DenyCacheTTL, 10*time.Second)
 	o.TokenReviewQPS = cmp.Or(o.TokenReviewQPS, 20)
 	o.TokenReviewBurst = cmp.Or(o.TokenReviewBurst, 40)
 	o.AccessReviewQPS = cmp.Or(o.AccessReviewQPS, 5)
@@ -167,8 +153,8 @@ func New(client kubernetes.Interface, o Options) (*Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the token reviewer: %w", err)
 	}
-	authn := bearertoken.New(&tokenReviews{review: reviewer, clock: o.Clock, ttl: o.TokenCacheTTL, refusedTTL: o.DenyCacheTTL,
-		known: cache.NewLRUExpireCacheWithClock(8192, o.Clock), refused: cache.NewLRUExpireCacheWithClock(8192, o.Clock),
+	authn := bearertoken.New(&tokenReviews{review: reviewer, ttl: o.TokenCacheTTL, refusedTTL: o.DenyCacheTTL,
+		known:   tokencache.New[*authenticator.Response](8192, o.Clock),
 		misses:  flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(o.TokenReviewQPS, o.TokenReviewBurst, o.Clock),
 		limited: limited.WithLabelValues("token")})
 	// The library's shared cache is off (zero TTLs): accessReviews caches.
@@ -193,8 +179,8 @@ func unavailable(err error) bool {
 	return err != nil && (errors.As(err, &status) || errors.As(err, &netErr) || errors.Is(err, context.DeadlineExceeded))
 }
 
-// Check returns the caller of r when it may do req. A *Refusal error is
-// for the caller (401/403); any other error means the apiserver could not
+// Check returns the caller of r when it may do req. A *refusal.Error is
+// for the caller (401/403/429); any other error means the apiserver could not
 // be asked (503).
 func (g *Gate) Check(r *http.Request, req Request) (user.Info, error) {
 	u, err := g.Authenticate(r)
@@ -222,7 +208,7 @@ func (g *Gate) Check(r *http.Request, req Request) (user.Info, error) {
 		if reason != "" {
 			msg += ": " + reason
 		}
-		return nil, &Refusal{Status: http.StatusForbidden, Message: msg}
+		return nil, refusal.New(http.StatusForbidden, "", "%s", msg)
 	}
 	return u, nil
 }
@@ -239,12 +225,11 @@ func (g *Gate) Authenticate(r *http.Request) (user.Info, error) {
 		return nil, fmt.Errorf("reviewing the caller's token: %w", err)
 	}
 	if !ok {
-		return nil, &Refusal{Status: http.StatusUnauthorized,
-			Message: "a valid bearer token is required (Authorization: Bearer <token>)"}
+		return nil, refusal.New(http.StatusUnauthorized, "", "a valid bearer token is required (Authorization: Bearer <token>)")
 	}
 	return res.User, nil
 }
 
-func busy(msg string) *Refusal {
-	return &Refusal{Status: http.StatusTooManyRequests, Message: msg, RetryAfter: time.Second}
+func busy(msg string) *refusal.Error {
+	return &refusal.Error{Status: http.StatusTooManyRequests, Err: errors.New(msg), RetryAfter: time.Second}
 }

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/runplane/runplane/internal/refusal"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	authnv1 "k8s.io/api/authentication/v1"
@@ -121,14 +122,14 @@ func TestCheck(t *testing.T) {
 				assert.Equal(t, authzv1.ResourceAttributes{Namespace: "team-a", Verb: "create", Group: Group,
 					Resource: Resource, Subresource: SubresourceInvocations, Name: "echo"}, *sar.ResourceAttributes)
 			case tc.wantStatus != 0:
-				var refusal *Refusal
-				require.ErrorAs(t, err, &refusal)
-				assert.Equal(t, tc.wantStatus, refusal.Status)
-				assert.Contains(t, refusal.Message, tc.wantMsg)
+				var ref *refusal.Error
+				require.ErrorAs(t, err, &ref)
+				assert.Equal(t, tc.wantStatus, ref.Status)
+				assert.Contains(t, ref.Error(), tc.wantMsg)
 			default:
 				require.Error(t, err)
-				var refusal *Refusal
-				assert.NotErrorAs(t, err, &refusal, "an outage is not the caller's fault")
+				var ref *refusal.Error
+				assert.NotErrorAs(t, err, &ref, "an outage is not the caller's fault")
 			}
 		})
 	}

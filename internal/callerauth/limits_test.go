@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/runplane/runplane/internal/refusal"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -22,11 +23,11 @@ func invokeReq(pool string) Request {
 	return Request{Verb: "create", Namespace: "team-a", Pool: pool, Subresource: SubresourceInvocations}
 }
 
-func refusalOf(t *testing.T, err error) *Refusal {
+func refusalOf(t *testing.T, err error) *refusal.Error {
 	t.Helper()
-	var refusal *Refusal
-	require.ErrorAs(t, err, &refusal)
-	return refusal
+	var ref *refusal.Error
+	require.ErrorAs(t, err, &ref)
+	return ref
 }
 
 // TestUnknownTokenFloodSparesKnownCallers: a flood of forged tokens spends

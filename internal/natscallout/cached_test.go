@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -62,25 +61,4 @@ func TestCached(t *testing.T) {
 			assert.Equal(t, err1, err2)
 		})
 	}
-}
-
-// TestCachedRefusalsNeverEvictAdmissions: a flood of refused tokens fills
-// only the refusal cache.
-func TestCachedRefusalsNeverEvictAdmissions(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
-	auth := &counting{ids: map[string]Identity{"good": {Name: "w", Expires: clk.Now().Add(time.Hour)}}, errs: map[string]error{}}
-	c := NewCached(auth, CacheOptions{Size: 8, Clock: clk})
-	_, err := c.Authenticate(context.Background(), "good")
-	require.NoError(t, err)
-	for i := range 100 {
-		bad := string(rune('A' + i))
-		auth.errs[bad] = refuse(ReasonInvalidToken, "forged")
-		_, err := c.Authenticate(context.Background(), bad)
-		require.Error(t, err)
-	}
-	assert.True(t, c.Known("good"))
-	calls := auth.calls
-	_, err = c.Authenticate(context.Background(), "good")
-	require.NoError(t, err)
-	assert.Equal(t, calls, auth.calls)
 }

@@ -15,7 +15,6 @@ package natscallout
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/runplane/runplane/internal/natsaccounts"
+	"github.com/runplane/runplane/internal/refusal"
 )
 
 // Identity is who a client is, as far as NATS permissions go.
@@ -55,11 +55,6 @@ type Layout func(Identity) WorkerSubjects
 type Accounts interface {
 	Ensure(ctx context.Context, id Identity, subjects WorkerSubjects) (string, error)
 }
-
-// ErrRefused wraps every reason a connection is refused. The reason is
-// logged; the client only sees a generic refusal so that probing tokens
-// teaches nothing.
-var ErrRefused = errors.New("refused")
 
 // Responder answers authorization requests.
 type Responder struct {
@@ -147,7 +142,9 @@ func (l Limits) nats(id Identity) jwt.NatsLimits {
 type Result struct {
 	Response []byte
 	Identity Identity
-	// Err is why the client was refused; nil when it was admitted.
+	// Err is why the client was refused (Reason), for the log; nil when
+	// it was admitted. The client only sees a generic refusal, so that
+	// probing tokens teaches nothing.
 	Err error
 }
 
@@ -171,7 +168,7 @@ func (r *Responder) Respond(ctx context.Context, request []byte) (Result, error)
 		// An account that cannot be made (the resolver away) refuses this
 		// connect; the sidecar reconnects and the callout tries again.
 		resp, encErr := r.respond(req, "", "not authorized")
-		return Result{Response: resp, Identity: id, Err: fmt.Errorf("%w: %w", ErrRefused, err)}, encErr
+		return Result{Response: resp, Identity: id, Err: err}, encErr
 	}
 	resp, err := r.respond(req, user, "")
 	return Result{Response: resp, Identity: id}, err
@@ -184,15 +181,15 @@ func (r *Responder) decide(ctx context.Context, req *jwt.AuthorizationRequestCla
 		token = req.ConnectOptions.Password
 	}
 	if token == "" {
-		return Identity{}, fmt.Errorf("%w: no token presented", ErrRefused)
+		return Identity{}, refusal.New(0, ReasonOther, "no token presented")
 	}
 	id, err := r.Auth.Authenticate(ctx, token)
 	if err != nil {
-		return id, fmt.Errorf("%w: %w", ErrRefused, err)
+		return id, err
 	}
 	now := r.Clock.Now()
 	if !id.Expires.After(now) {
-		return id, fmt.Errorf("%w: credential of %s expired at %s", ErrRefused, id.Name, id.Expires.UTC().Format(time.RFC3339))
+		return id, refusal.New(0, ReasonOther, "credential of %s expired at %s", id.Name, id.Expires.UTC().Format(time.RFC3339))
 	}
 	return id, nil
 }

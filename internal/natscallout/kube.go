@@ -19,6 +19,7 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/jwtclaims"
+	"github.com/runplane/runplane/internal/refusal"
 )
 
 // Audience is the audience a worker's projected token must carry: a token
@@ -70,17 +71,8 @@ const (
 	ReasonOther = "other"
 )
 
-// refusal is an error with its reason.
-type refusal struct {
-	reason string
-	err    error
-}
-
-func (r *refusal) Error() string { return r.err.Error() }
-func (r *refusal) Unwrap() error { return r.err }
-
 func refuse(reason string, format string, args ...any) error {
-	return &refusal{reason: reason, err: fmt.Errorf(format, args...)}
+	return refusal.New(0, reason, format, args...)
 }
 
 // apiRefusal classifies an apiserver call's error: NotFound is the
@@ -93,16 +85,16 @@ func apiRefusal(err error, format string, args ...any) error {
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		reason = ReasonTimeout
 	}
-	return &refusal{reason: reason, err: fmt.Errorf(format+": %w", append(args, err)...)}
+	return refusal.New(0, reason, format+": %w", append(args, err)...)
 }
 
 // Reason is the bounded reason of a refusal returned by Authenticate or
 // Responder.Respond.
 func Reason(err error) string {
-	var r *refusal
+	r, ok := errors.AsType[*refusal.Error](err)
 	switch {
-	case errors.As(err, &r):
-		return r.reason
+	case ok && r.Reason != "":
+		return r.Reason
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		return ReasonTimeout
 	}
@@ -113,7 +105,7 @@ func Reason(err error) string {
 func (k *KubeAuthenticator) Authenticate(ctx context.Context, token string) (Identity, error) {
 	exp, err := k.plausible(token)
 	if err != nil {
-		return Identity{}, &refusal{reason: ReasonMalformed, err: err}
+		return Identity{}, &refusal.Error{Reason: ReasonMalformed, Err: err}
 	}
 	review, err := k.Client.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{
 		Spec: authnv1.TokenReviewSpec{Token: token, Audiences: []string{k.Audience}},

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/messages"
 )
@@ -201,11 +203,11 @@ func (r Retry) Matches(state messages.State, statusCode int) bool {
 // Backoff doubled per retry, at most max(Backoff, MaxDelay).
 func (r Retry) Delay(n int) time.Duration {
 	d := max(r.Backoff, MinBackoff)
-	limit := max(d, MaxDelay)
-	for i := 1; i < n && d < limit; i++ {
-		d *= 2
+	b := wait.Backoff{Duration: d, Factor: 2, Cap: max(d, MaxDelay), Steps: n - 1}
+	for b.Steps > 0 {
+		b.Step()
 	}
-	return min(d, limit)
+	return b.Duration
 }
 
 // String is the policy as annotations would say it (for logs and errors).

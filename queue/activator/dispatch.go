@@ -8,10 +8,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 
 	"github.com/runplane/runplane/internal/messages"
@@ -172,7 +174,7 @@ func (a *Activator) publishDispatch(ctx context.Context, it *state.Item, inv mes
 // end (the activator stops or loses its lease), the next leader rebuilds
 // the attempt from its Record, which already names this worker.
 func publishUntilKnown(ctx context.Context, clk clock.Clock, publish func(context.Context) (*jetstream.PubAck, error), unknown func(error)) (*jetstream.PubAck, error) {
-	backoff := 100 * time.Millisecond
+	backoff := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Cap: 2 * time.Second, Steps: math.MaxInt32}
 	for i := 0; ; i++ {
 		pa, err := publish(ctx)
 		if err == nil {
@@ -189,10 +191,10 @@ func publishUntilKnown(ctx context.Context, clk clock.Clock, publish func(contex
 		select {
 		case <-ctx.Done():
 			return nil, errors.Join(err, ctx.Err())
-		case <-clk.After(backoff):
+		case <-clk.After(backoff.Duration):
 		}
 		if i >= 2 {
-			backoff = min(2*backoff, 2*time.Second)
+			backoff.Step()
 		}
 	}
 }

@@ -9,12 +9,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 
 	"github.com/runplane/runplane/internal/messages"
@@ -191,17 +193,16 @@ func (d *Deliverer) rescan(ctx context.Context, ns string, wg *sync.WaitGroup) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		backoff := time.Second
+		backoff := wait.Backoff{Duration: time.Second, Factor: 2, Cap: 30 * time.Second, Steps: math.MaxInt32}
 		for {
 			if err := d.scan(ctx, ns); err != nil && ctx.Err() == nil {
 				// Nothing else would read the refused callbacks back before
 				// the namespace overflows again: retry.
-				d.cfg.Logger.Warn("callback: rescan of a namespace's records; retrying", "namespace", ns, "err", err, "in", backoff)
+				d.cfg.Logger.Warn("callback: rescan of a namespace's records; retrying", "namespace", ns, "err", err, "in", backoff.Duration)
 				select {
 				case <-ctx.Done():
-				case <-d.cfg.Clock.After(backoff):
+				case <-d.cfg.Clock.After(backoff.Step()):
 				}
-				backoff = min(2*backoff, 30*time.Second)
 				if ctx.Err() == nil {
 					continue
 				}
@@ -361,11 +362,11 @@ func (d *Deliverer) retryAt(ctx context.Context, key string, after time.Duration
 
 // backoff is the wait after the n-th failed attempt.
 func (d *Deliverer) backoff(n int) time.Duration {
-	b := d.cfg.Backoff
-	for i := 1; i < n && b < d.cfg.MaxBackoff; i++ {
-		b *= 2
+	b := wait.Backoff{Duration: d.cfg.Backoff, Factor: 2, Cap: d.cfg.MaxBackoff, Steps: n - 1}
+	for b.Steps > 0 {
+		b.Step()
 	}
-	return min(b, d.cfg.MaxBackoff)
+	return min(b.Duration, d.cfg.MaxBackoff)
 }
 
 // keys are those rec's callback is signed with: its namespace's when it

@@ -10,6 +10,7 @@ import (
 
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/internal/refusal"
 	"github.com/runplane/runplane/queue/stream"
 )
 
@@ -109,7 +110,7 @@ func (s *Server) record(w http.ResponseWriter, r *http.Request, ns, id, verb str
 	// and the namespace-wide check below needs it again.
 	_, err = s.cfg.Auth.Check(r.Clone(r.Context()), req)
 	if found {
-		var refusal *callerauth.Refusal
+		ref, refused := errors.AsType[*refusal.Error](err)
 		switch {
 		case err == nil:
 			ok, answered := same()
@@ -120,10 +121,10 @@ func (s *Server) record(w http.ResponseWriter, r *http.Request, ns, id, verb str
 				return rec, true
 			}
 			rec = messages.Record{}
-		case !errors.As(err, &refusal):
+		case !refused:
 			s.refuse(w, req, err)
 			return rec, false
-		case refusal.Status != http.StatusForbidden:
+		case ref.Status != http.StatusForbidden:
 			s.refuse(w, req, err) // 401: the same for any ID
 			return rec, false
 		}

@@ -14,8 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/internal/httpjson"
+	"github.com/runplane/runplane/internal/refusal"
 )
 
 // DefaultAliasBodyBytes is Config.AliasBodyBytes's default: what the seed
@@ -125,18 +125,18 @@ func (s *Server) bodyTimedOut(w http.ResponseWriter, err error) bool {
 
 // answerRefusal answers err when it is a refusal for the caller.
 func (s *Server) answerRefusal(w http.ResponseWriter, err error) bool {
-	var refusal *callerauth.Refusal
-	if !errors.As(err, &refusal) {
+	ref, ok := errors.AsType[*refusal.Error](err)
+	if !ok {
 		return false
 	}
-	s.m.rejected.WithLabelValues(fmt.Sprint(refusal.Status)).Inc()
-	if refusal.RetryAfter > 0 {
-		w.Header().Set("Retry-After", retryAfter(refusal.RetryAfter))
+	s.m.rejected.WithLabelValues(fmt.Sprint(ref.Status)).Inc()
+	if ref.RetryAfter > 0 {
+		w.Header().Set("Retry-After", retryAfter(ref.RetryAfter))
 	}
-	if refusal.Status == http.StatusUnauthorized {
+	if ref.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", "Bearer")
 	}
-	problem(w, nil, refusal.Status, refusal.Message)
+	problem(w, nil, ref.Status, ref.Error())
 	return true
 }
 

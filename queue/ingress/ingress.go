@@ -42,7 +42,7 @@ import (
 )
 
 // Authorizer tells who the caller of r is and whether it may do req
-// (callerauth.Gate): a *callerauth.Refusal is the caller's 401/403/429,
+// (callerauth.Gate): a *refusal.Error is the caller's 401/403/429,
 // any other error means the apiserver could not be asked (503).
 type Authorizer interface {
 	// Authenticate is the first thing every route does with a request:

@@ -15,43 +15,17 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/runplane/runplane/internal/callerauth"
+	"github.com/runplane/runplane/internal/callerauth/callerauthtest"
 	"github.com/runplane/runplane/internal/httpjson"
 	"github.com/runplane/runplane/queue/pool"
 )
 
-// fakeAuth stands for the apiserver's reviews (callerauth.Gate): a bearer
-// token names a user, and a user may do exactly the requests listed.
-type fakeAuth struct {
-	users map[string]string                      // bearer token → user
-	may   map[string]map[callerauth.Request]bool // user → what it may do
-}
-
-func (f fakeAuth) Authenticate(r *http.Request) (user.Info, error) {
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	name, known := f.users[tok]
-	if !ok || !known {
-		return nil, &callerauth.Refusal{Status: http.StatusUnauthorized, Message: "a valid bearer token is required (Authorization: Bearer <token>)"}
-	}
-	return &user.DefaultInfo{Name: name}, nil
-}
-
-func (f fakeAuth) Check(r *http.Request, req callerauth.Request) (user.Info, error) {
-	u, err := f.Authenticate(r)
-	if err != nil {
-		return nil, err
-	}
-	if !f.may[u.GetName()][req] {
-		return nil, &callerauth.Refusal{Status: http.StatusForbidden, Message: fmt.Sprintf("%q cannot %s", u.GetName(), req)}
-	}
-	return u, nil
-}
-
 // aliceInvokesEcho: alice (token tok-a) may invoke team-a/echo, nothing else.
-var aliceInvokesEcho = fakeAuth{users: map[string]string{"tok-a": "alice"}, may: map[string]map[callerauth.Request]bool{
-	"alice": {{Verb: VerbInvoke, Namespace: "team-a", Pool: "echo", Subresource: callerauth.SubresourceInvocations}: true}}}
+var aliceInvokesEcho = callerauthtest.Static{Users: map[string]string{"tok-a": "alice"}, May: func(u string, req callerauth.Request) bool {
+	return u == "alice" && req == callerauth.Request{Verb: VerbInvoke, Namespace: "team-a", Pool: "echo", Subresource: callerauth.SubresourceInvocations}
+}}
 
 // offlineServer is an ingress without NATS (no Store): what it answers
 // before it needs one is all a test of it may reach; a nil Store makes any

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runplane/runplane/internal/refusal"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -54,15 +55,10 @@ type RefusedLine struct {
 	Detail string
 }
 
-// KeyRefusal says why a listed key may not log in. Reason is a metric label.
-type KeyRefusal struct {
-	Reason string // "from": no line's from= matches; "options": only on refused lines
-	Line   int
-	Detail string
-}
-
-func (e *KeyRefusal) Error() string {
-	return fmt.Sprintf("authorized_keys line %d: %s", e.Line, e.Detail)
+// keyRefusal says why a listed key may not log in; reason is a metric
+// label: "from", no line's from= matches; "options", only on refused lines.
+func keyRefusal(reason string, line int, detail string) error {
+	return refusal.New(0, reason, "authorized_keys line %d: %s", line, detail)
 }
 
 // errNotListed is the refusal of a key that is not in the file at all.
@@ -76,7 +72,7 @@ func NewKeySet(path string, log *slog.Logger) *KeySet {
 
 // Authorize returns the first line listing key whose from= admits the
 // client address ip (OpenSSH checks lines in order the same way). It
-// returns errNotListed or a *KeyRefusal otherwise.
+// returns errNotListed or a keyRefusal otherwise.
 func (k *KeySet) Authorize(key ssh.PublicKey, ip string) (KeyLine, error) {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
@@ -84,8 +80,7 @@ func (k *KeySet) Authorize(key ssh.PublicKey, ip string) (KeyLine, error) {
 	lines, ok := k.keys.Keys[wire]
 	if !ok {
 		if r, refused := k.keys.refusedKeys[wire]; refused {
-			return KeyLine{}, &KeyRefusal{Reason: "options", Line: r.Line,
-				Detail: fmt.Sprintf("key listed only on refused lines (%s %s)", r.Reason, r.Option)}
+			return KeyLine{}, keyRefusal("options", r.Line, fmt.Sprintf("key listed only on refused lines (%s %s)", r.Reason, r.Option))
 		}
 		return KeyLine{}, errNotListed
 	}
@@ -94,7 +89,7 @@ func (k *KeySet) Authorize(key ssh.PublicKey, ip string) (KeyLine, error) {
 			return l, nil
 		}
 	}
-	return KeyLine{}, &KeyRefusal{Reason: "from", Line: lines[0].Line, Detail: "client address not permitted by from="}
+	return KeyLine{}, keyRefusal("from", lines[0].Line, "client address not permitted by from=")
 }
 
 // Allowed reports whether key is listed on a usable line (ignoring from=).

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/runplane/runplane/internal/buildinfo"
 	"github.com/runplane/runplane/internal/metricsauth"
+	"github.com/runplane/runplane/internal/refusal"
 	"golang.org/x/crypto/ssh"
 	"k8s.io/utils/clock"
 )
@@ -356,11 +357,10 @@ func (s *Server) authorizeKey(md ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Perm
 	}
 	line, err := s.keys.Authorize(key, ip)
 	if err != nil {
-		var kr *KeyRefusal
-		if errors.As(err, &kr) {
-			s.metrics.keyRefusals.WithLabelValues(kr.Reason).Inc()
+		if ref, ok := errors.AsType[*refusal.Error](err); ok {
+			s.metrics.keyRefusals.WithLabelValues(ref.Reason).Inc()
 			s.log.Info("key refused by authorized_keys", "remote", md.RemoteAddr().String(), "key", fp,
-				"line", kr.Line, "reason", kr.Reason, "detail", kr.Detail)
+				"reason", ref.Reason, "detail", ref.Error())
 		}
 		return nil, err
 	}

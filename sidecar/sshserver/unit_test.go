@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/runplane/runplane/internal/refusal"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/ssh"
@@ -85,7 +86,7 @@ func TestKeySetAuthorize(t *testing.T) {
 	assert.Equal(t, 2, l.Line)
 	assert.True(t, l.Options.PTY)
 
-	var kr *KeyRefusal
+	var kr *refusal.Error
 	_, err = ks.Authorize(a, "192.168.0.1")
 	require.ErrorAs(t, err, &kr)
 	assert.Equal(t, "from", kr.Reason)
@@ -97,7 +98,7 @@ func TestKeySetAuthorize(t *testing.T) {
 	_, err = ks.Authorize(c, "127.0.0.1")
 	require.ErrorAs(t, err, &kr)
 	assert.Equal(t, "options", kr.Reason)
-	assert.Equal(t, 4, kr.Line)
+	assert.Contains(t, kr.Error(), "authorized_keys line 4:")
 	_, err = ks.Authorize(d, "127.0.0.1")
 	require.ErrorIs(t, err, errNotListed)
 	assert.Equal(t, map[string]int{reasonUnsupported: 1, reasonInvalid: 0, reasonMalformed: 0}, ks.RefusedByReason())

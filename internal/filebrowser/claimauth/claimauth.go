@@ -6,14 +6,13 @@
 // is the API server's (an invalid or expired token is refused with 401
 // there), authorization is the tenant's ordinary RBAC on the PVC.
 //
-// Decisions are cached briefly, keyed by a SHA-256 of the token (never the
-// token itself), in a bounded LRU with an injected clock.
+// Decisions are cached briefly (tokencache: keyed by a SHA-256 of the
+// token, never the token itself, refusals apart from acceptances).
 package claimauth
 
 import (
+	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -22,12 +21,13 @@ import (
 
 	authzv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	utilcache "k8s.io/apimachinery/pkg/util/cache"
 	authzclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
 	"github.com/runplane/runplane/internal/httpjson"
+	"github.com/runplane/runplane/internal/refusal"
+	"github.com/runplane/runplane/internal/tokencache"
 )
 
 // Claim names the PVC an accessor serves.
@@ -72,17 +72,18 @@ func (s SelfReviewer) Review(ctx context.Context, token string, c Claim) (bool, 
 // Options tune the cache. Zero values take the defaults.
 type Options struct {
 	// AllowTTL keeps a "yes" (default 10s: a revoked RoleBinding or token
-	// still works this long at most).
+	// still works this long at most), never past a JWT's exp claim.
 	AllowTTL time.Duration
 	// DenyTTL keeps a "no" and an invalid token (default 2s: a new
 	// RoleBinding takes effect this fast; a flood of bad tokens costs one
 	// review each per DenyTTL).
 	DenyTTL time.Duration
-	// MaxEntries bounds the cache (default 4096 tokens).
+	// MaxEntries bounds the allowed and the denied tokens each (default
+	// 4096).
 	MaxEntries int
 	// Timeout bounds one review (default 5s).
 	Timeout time.Duration
-	// Clock drives expiry (default: the real clock).
+	// Clock drives expiry (nil: the real clock).
 	Clock clock.PassiveClock
 }
 
@@ -90,8 +91,9 @@ type Options struct {
 type Gate struct {
 	claim    Claim
 	reviewer Reviewer
-	cache    *utilcache.LRUExpireCache
-	o        Options
+	// cache holds nil for an allowed token.
+	cache *tokencache.Cache[*refusal.Error]
+	o     Options
 }
 
 // New builds a Gate for claim.
@@ -99,82 +101,47 @@ func New(claim Claim, reviewer Reviewer, o Options) (*Gate, error) {
 	if claim.Namespace == "" || claim.Name == "" {
 		return nil, errors.New("claimauth: the claim's namespace and name are required")
 	}
-	if o.AllowTTL == 0 {
-		o.AllowTTL = 10 * time.Second
-	}
-	if o.DenyTTL == 0 {
-		o.DenyTTL = 2 * time.Second
-	}
-	if o.MaxEntries == 0 {
-		o.MaxEntries = 4096
-	}
-	if o.Timeout == 0 {
-		o.Timeout = 5 * time.Second
-	}
-	if o.Clock == nil {
-		o.Clock = clock.RealClock{}
-	}
-	return &Gate{claim: claim, reviewer: reviewer, cache: utilcache.NewLRUExpireCacheWithClock(o.MaxEntries, o.Clock), o: o}, nil
+	o.AllowTTL, o.DenyTTL, o.Timeout = cmp.Or(o.AllowTTL, 10*time.Second), cmp.Or(o.DenyTTL, 2*time.Second), cmp.Or(o.Timeout, 5*time.Second)
+	return &Gate{claim: claim, reviewer: reviewer, cache: tokencache.New[*refusal.Error](cmp.Or(o.MaxEntries, 4096), o.Clock), o: o}, nil
 }
 
-// decision is a cached answer: status 0 allows, otherwise the refusal.
-type decision struct {
-	status  int
-	message string
-}
-
-// Refusal is a 401 or 403 for the caller.
-type Refusal struct {
-	Status  int
-	Message string
-}
-
-func (r *Refusal) Error() string { return r.Message }
-
-// Check authorizes r. A *Refusal is for the caller; any other error means
-// the API server could not be asked (503).
+// Check authorizes r. A *refusal.Error (401, 403) is for the caller; any
+// other error means the API server could not be asked (503).
 func (g *Gate) Check(r *http.Request) error {
 	token, ok := tokenOf(r)
 	if !ok {
-		return &Refusal{Status: http.StatusUnauthorized,
-			Message: "a bearer token is required (Authorization: Bearer <token>, or sign in a browser at " + LoginPath + ") of a user or ServiceAccount that may " + g.claim.String()}
+		return refusal.New(http.StatusUnauthorized, "", "a bearer token is required (Authorization: Bearer <token>, or sign in a browser at %s) of a user or ServiceAccount that may %s", LoginPath, g.claim)
 	}
-	sum := sha256.Sum256([]byte(token))
-	key := hex.EncodeToString(sum[:])
-	if v, ok := g.cache.Get(key); ok {
-		return v.(decision).err()
+	if ref, allowed, found := g.cache.Get(token); found {
+		if allowed {
+			return nil // not ref: a nil *refusal.Error is a non-nil error
+		}
+		return ref
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), g.o.Timeout)
 	defer cancel()
 	allowed, reason, err := g.reviewer.Review(ctx, token, g.claim)
-	var d decision
+	var ref *refusal.Error
 	switch {
 	case err != nil && apierrors.IsUnauthorized(err):
-		d = decision{status: http.StatusUnauthorized, message: "the bearer token was not accepted by the API server (invalid or expired)"}
+		ref = refusal.New(http.StatusUnauthorized, "", "the bearer token was not accepted by the API server (invalid or expired)")
 	case err != nil && apierrors.IsForbidden(err):
 		// A cluster that lets no one review their own access.
-		d = decision{status: http.StatusForbidden, message: fmt.Sprintf("the API server refused to review the caller's access: %v", err)}
+		ref = refusal.New(http.StatusForbidden, "", "the API server refused to review the caller's access: %v", err)
 	case err != nil:
 		return fmt.Errorf("reviewing the caller's access: %w", err)
 	case allowed:
-		g.cache.Add(key, decision{}, g.o.AllowTTL)
+		g.cache.Accept(token, nil, g.o.AllowTTL, time.Time{})
 		return nil
 	default:
 		msg := "the caller cannot " + g.claim.String()
 		if reason != "" {
 			msg += ": " + reason
 		}
-		d = decision{status: http.StatusForbidden, message: msg}
+		ref = refusal.New(http.StatusForbidden, "", "%s", msg)
 	}
-	g.cache.Add(key, d, g.o.DenyTTL)
-	return d.err()
-}
-
-func (d decision) err() error {
-	if d.status == 0 {
-		return nil
-	}
-	return &Refusal{Status: d.status, Message: d.message}
+	g.cache.Refuse(token, ref, g.o.DenyTTL)
+	return ref
 }
 
 // bearer extracts the token of an "Authorization: Bearer <token>" header.
@@ -199,13 +166,13 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 			return
 		}
 		err := g.Check(r)
-		var ref *Refusal
+		ref, refused := errors.AsType[*refusal.Error](err)
 		switch {
-		case errors.As(err, &ref):
+		case refused:
 			if ref.Status == http.StatusUnauthorized {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="runplane-accessor"`)
 			}
-			httpjson.Error(w, ref.Status, ref.Message)
+			httpjson.Error(w, ref.Status, ref.Error())
 		case err != nil:
 			w.Header().Set("Retry-After", "5")
 			httpjson.Error(w, http.StatusServiceUnavailable, fmt.Sprintf("cannot authorize the request now: %v", err))

@@ -2,6 +2,7 @@ package claimauth
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -136,10 +137,35 @@ func TestCacheBounded(t *testing.T) {
 		assert.Equal(t, 200, serve(g, "Bearer "+tok).Code)
 	}
 	assert.Equal(t, 4, rev.reviews, "a was evicted by c: the cache holds 2 tokens")
-	assert.Len(t, g.cache.Keys(), 2)
-	for _, k := range g.cache.Keys() {
-		assert.Len(t, k, 64, "keys are SHA-256 hex digests, never the token")
+}
+
+// TestForgedTokensSpareAllowedUser: a flood of tokens the API server
+// rejects fills only the refusal side of the cache; the allowed user stays
+// cached (one LRU for both evicted it).
+func TestForgedTokensSpareAllowedUser(t *testing.T) {
+	rev := &fakeReviewer{tokens: map[string]bool{"reader": true}}
+	g, err := New(claim, rev, Options{MaxEntries: 2, Clock: clocktesting.NewFakeClock(time.Unix(0, 0))})
+	require.NoError(t, err)
+	assert.Equal(t, 200, serve(g, "Bearer reader").Code)
+	for _, forged := range []string{"x", "y", "z"} {
+		assert.Equal(t, 401, serve(g, "Bearer "+forged).Code)
 	}
+	assert.Equal(t, 200, serve(g, "Bearer reader").Code)
+	assert.Equal(t, 4, rev.reviews, "reader answered from the cache")
+}
+
+// TestExpiredTokenNotServedFromCache: an allowed JWT is cached no longer
+// than its exp claim, though AllowTTL is longer.
+func TestExpiredTokenNotServedFromCache(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	tok := "e30." + base64.RawURLEncoding.EncodeToString([]byte(`{"exp":1000002}`)) + ".sig"
+	rev := &fakeReviewer{tokens: map[string]bool{tok: true}}
+	g, err := New(claim, rev, Options{AllowTTL: time.Minute, Clock: clk})
+	require.NoError(t, err)
+	assert.Equal(t, 200, serve(g, "Bearer "+tok).Code)
+	clk.Step(3 * time.Second)
+	delete(rev.tokens, tok) // the API server refuses it now: expired
+	assert.Equal(t, 401, serve(g, "Bearer "+tok).Code)
 }
 
 func TestOutageNotCached(t *testing.T) {

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/runplane/runplane/internal/refusal"
 )
 
 // Browser sign-in. A browser cannot add an Authorization header to the
@@ -86,10 +88,10 @@ func (g *Gate) login(w http.ResponseWriter, r *http.Request) {
 	probe := r.Clone(r.Context())
 	probe.Header.Set("Authorization", "Bearer "+token)
 	err := g.Check(probe)
-	var ref *Refusal
+	ref, refused := errors.AsType[*refusal.Error](err)
 	switch {
-	case errors.As(err, &ref):
-		g.loginForm(w, ref.Status, next, ref.Message)
+	case refused:
+		g.loginForm(w, ref.Status, next, ref.Error())
 		return
 	case err != nil:
 		w.Header().Set("Retry-After", "5")

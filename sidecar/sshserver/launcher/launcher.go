@@ -16,7 +16,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Forwarded are the signals passed on to the user's process: all a
@@ -43,12 +46,14 @@ type Config struct {
 // Defaults of Config.
 const (
 	DefaultServerStopGrace = 2 * time.Second
-	// restartMin and restartMax bound the backoff between SSH server
-	// restarts; a server that ran restartReset resets it.
-	restartMin   = time.Second
-	restartMax   = 30 * time.Second
+	// restartReset: a server that ran this long resets restartBackoff.
 	restartReset = time.Minute
 )
+
+// restartBackoff is the wait between SSH server restarts: 1s doubling to 30s.
+func restartBackoff() wait.Backoff {
+	return wait.Backoff{Duration: time.Second, Factor: 2, Cap: 30 * time.Second, Steps: math.MaxInt32}
+}
 
 // ExitStartFailed is the exit status when the user's command cannot be
 // started (not found, not executable): the shell's 127 "command not

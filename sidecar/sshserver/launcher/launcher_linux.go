@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 var forwarded = []os.Signal{
@@ -25,7 +26,7 @@ type supervisor struct {
 	userDone   bool
 	server     *os.Process // nil while not running
 	serverFrom time.Time
-	backoff    time.Duration
+	backoff    wait.Backoff
 	restart    *time.Timer // pending restart, or nil
 }
 
@@ -45,7 +46,7 @@ func run(cfg Config) (int, error) {
 	defer signal.Stop(sigs)
 	defer signal.Stop(chld)
 
-	s := &supervisor{cfg: cfg, backoff: restartMin}
+	s := &supervisor{cfg: cfg, backoff: restartBackoff()}
 	var err error
 	if s.user, err = startUser(cfg.Command); err != nil {
 		return ExitStartFailed, err
@@ -122,11 +123,10 @@ func (s *supervisor) scheduleRestart() {
 		return
 	}
 	if s.server == nil && !s.serverFrom.IsZero() && time.Since(s.serverFrom) >= restartReset {
-		s.backoff = restartMin
+		s.backoff = restartBackoff()
 	}
-	s.cfg.Logger.Warn("launcher: SSH server not running; restarting", "in", s.backoff.String())
-	s.restart = time.NewTimer(s.backoff)
-	s.backoff = min(2*s.backoff, restartMax)
+	s.cfg.Logger.Warn("launcher: SSH server not running; restarting", "in", s.backoff.Duration.String())
+	s.restart = time.NewTimer(s.backoff.Step())
 }
 
 // reap collects every exited child: the user's process, the server, and

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/runplane/runplane/internal/callerauth"
+	"github.com/runplane/runplane/internal/refusal"
 )
 
 // TestCallersAuthorizedByRBAC: a tenant grants invoke rights with an
@@ -71,9 +72,9 @@ func TestCallersAuthorizedByRBAC(t *testing.T) {
 					assert.Equal(c, "system:serviceaccount:caller-a:client", u.GetName())
 					return
 				}
-				var refusal *callerauth.Refusal
-				require.ErrorAs(c, err, &refusal)
-				assert.Equal(c, tc.wantStatus, refusal.Status)
+				var ref *refusal.Error
+				require.ErrorAs(c, err, &ref)
+				assert.Equal(c, tc.wantStatus, ref.Status)
 			}, 10*time.Second, 100*time.Millisecond)
 		})
 	}

@@ -4,6 +4,8 @@ import (
 	"sort"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/runplane/runplane/internal/messages"
 )
 
@@ -219,11 +221,11 @@ func (s *State) Settle(it *Item, strike bool) (v Verdict, staleDispatch uint64) 
 
 // Backoff is the redelivery delay after strikes losses.
 func (s *State) Backoff(strikes int) time.Duration {
-	d := s.cfg.Backoff
-	for i := 1; i < strikes && d < s.cfg.MaxBackoff; i++ {
-		d *= 2
+	b := wait.Backoff{Duration: s.cfg.Backoff, Factor: 2, Cap: s.cfg.MaxBackoff, Steps: strikes - 1}
+	for b.Steps > 0 {
+		b.Step()
 	}
-	return min(d, s.cfg.MaxBackoff)
+	return min(b.Duration, s.cfg.MaxBackoff)
 }
 
 // handBack queues again, at the head of its pool's queue and at once, the
