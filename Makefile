@@ -8,7 +8,7 @@ TESTFLAGS ?= -count=1 -v -timeout 40m
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -X github.com/runplane/runplane/internal/buildinfo.version=$(VERSION)
 
-.PHONY: all dev test unit bench chaos lint testbin nodebin deps build pin-images python-test python-wheel clean image chart-docs chart-check
+.PHONY: all dev test test-matrix unit bench chaos lint testbin nodebin deps build pin-images python-test python-wheel clean image chart-docs chart-check
 
 all: build
 
@@ -22,6 +22,13 @@ dev: deps
 ## once, cached outside the repo); ends with the time of each phase.
 test:
 	@TESTFLAGS="$(TESTFLAGS)" bash hack/test.sh
+
+## test-matrix: the webhook, extender and serverless e2e suites against the older minors of the
+## support window (MATRIX_VERSIONS, default "1.35 1.36"; each control plane built once, cached by
+## its own key; MATRIX_RUN is a go test -run regexp). make test runs them against the current release.
+MATRIX_VERSIONS ?= 1.35 1.36
+test-matrix: deps
+	@MATRIX_VERSIONS="$(MATRIX_VERSIONS)" bash hack/test-matrix.sh
 
 ## unit: only the tests that need no control plane.
 unit:
@@ -99,7 +106,7 @@ KUBE_SCORE_IGNORE := container-ephemeral-storage-request-and-limit,container-ima
 chart-check:
 	@$(TOOL) helm-docs --chart-search-root $(CHART) --template-files README.md.gotmpl --dry-run 2>/dev/null | diff -u $(CHART)/README.md - \
 		|| { echo "$(CHART)/README.md is stale: run make chart-docs"; exit 1; }
-	@helm template runplane $(CHART) -n runplane-system --kube-version v1.36.3 > /tmp/runplane-chart-render.yaml
+	@helm template runplane $(CHART) -n runplane-system --kube-version v1.37.2 > /tmp/runplane-chart-render.yaml
 	$(TOOL) kubeconform -strict -summary -ignore-missing-schemas /tmp/runplane-chart-render.yaml
 	$(TOOL) kube-score score --output-format ci --ignore-container-cpu-limit --ignore-test $(KUBE_SCORE_IGNORE) /tmp/runplane-chart-render.yaml | grep '^\[CRITICAL\]' \
 		&& { echo "kube-score: critical findings above"; exit 1; } || echo "kube-score: no critical findings"

@@ -20,7 +20,7 @@ import (
 // the resource authority, so stock can be taken), and with no in-tree
 // filter failing, the default preemption's dry run reprieves every Pod and
 // turns each node into an error ("expected at least one victim pod",
-// k8s.io/kubernetes v1.36 pkg/scheduler/framework/preemption DryRunPreemption).
+// k8s.io/kubernetes v1.36 and v1.37 pkg/scheduler/framework/preemption DryRunPreemption).
 // So filter reports failed nodes as unresolvable, as before, and when no
 // node fits the leader's ledger plans the preemption (Ledger.Filter) and
 // this file evicts the victims, off the scheduling path.

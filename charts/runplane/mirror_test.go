@@ -156,7 +156,7 @@ func TestSchedulerConfigMirrorsGo(t *testing.T) {
 	}
 }
 
-// TestSchedulerConfigRunsInKubeScheduler: the real kube-scheduler v1.36.3
+// TestSchedulerConfigRunsInKubeScheduler: the real kube-scheduler v1.37.2
 // accepts the rendered configuration, including the extender's TLS (a CA
 // like the one the extender's init container writes per Pod).
 func TestSchedulerConfigRunsInKubeScheduler(t *testing.T) {

@@ -79,7 +79,7 @@ func elfNeeds(path string) (libs []string, interp string, _ error) {
 // pulled there).
 const (
 	NATSRef          = "runplane.local/nats:2.15.3"
-	KubeSchedulerRef = "runplane.local/kube-scheduler:v1.36.3"
+	KubeSchedulerRef = "runplane.local/kube-scheduler:v1.37.2"
 )
 
 // NATS stands in for the nats image of the chart's bundled NATS: the

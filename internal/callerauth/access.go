@@ -24,7 +24,7 @@ import (
 // which such a user empties of everyone else's decisions; hence this
 // layer in front of it (whose own cache is off).
 type accessReviews struct {
-	review            authorizer.Authorizer
+	review            authorizer.UnconditionalAuthorizer
 	clock             clock.PassiveClock
 	allowTTL, denyTTL time.Duration
 	perUser           int
@@ -78,7 +78,7 @@ func (a *accessReviews) user(u user.Info) *userAccess {
 	return ua
 }
 
-// Authorize implements authorizer.Authorizer.
+// Authorize implements authorizer.UnconditionalAuthorizer.
 func (a *accessReviews) Authorize(ctx context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
 	ua := a.user(attrs.GetUser())
 	key := fmt.Sprintf("%s/%s/%s/%s", attrs.GetVerb(), attrs.GetNamespace(), attrs.GetSubresource(), attrs.GetName())

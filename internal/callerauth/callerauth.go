@@ -122,7 +122,9 @@ func (o *Options) defaults() {
 // Gate authenticates and authorizes requests.
 type Gate struct {
 	authn authenticator.Request
-	authz authorizer.Authorizer
+	// Only Authorize: runplane's checks have no conditional decisions
+	// (authorizer.Authorizer's ConditionsAwareAuthorize, apiserver v0.37).
+	authz authorizer.UnconditionalAuthorizer
 }
 
 // New builds a Gate that reviews tokens and access through client, which

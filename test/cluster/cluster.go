@@ -29,7 +29,7 @@ import (
 )
 
 // KubernetesVersion is the version of the control-plane binaries.
-const KubernetesVersion = "v1.36.3"
+const KubernetesVersion = "v1.37.2"
 
 // Node is a fake (kwok-managed) node.
 type Node struct {
@@ -286,13 +286,17 @@ func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int) error 
 	// the host, advertises (as the kubernetes Service's endpoint) the first
 	// node's host address, and calls webhooks at their Pods' IPs: the host
 	// has no route to Service VIPs, only the nodes do.
-	bind, advertise, routing := "127.0.0.1", "127.0.0.1", "false"
+	// Without them nothing runs in a Pod, so the kubernetes Service needs no
+	// endpoint: kube-apiserver 1.37 refuses a loopback advertise address to
+	// its endpoint reconciler ("may not be in the loopback range").
+	bind, advertise, routing, reconciler := "127.0.0.1", "127.0.0.1", "false", "none"
 	if len(c.realNets) > 0 {
-		bind, advertise, routing = "0.0.0.0", c.realNets[0].hostIP, "true"
+		bind, advertise, routing, reconciler = "0.0.0.0", c.realNets[0].hostIP, "true", "lease"
 	}
 	p, err := c.start("kube-apiserver", "kube-apiserver",
 		"--etcd-servers=http://127.0.0.1:"+strconv.Itoa(etcdPort),
 		"--bind-address="+bind, "--advertise-address="+advertise, "--enable-aggregator-routing="+routing, "--secure-port="+strconv.Itoa(port),
+		"--endpoint-reconciler-type="+reconciler,
 		"--tls-cert-file="+c.pki.servingCert, "--tls-private-key-file="+c.pki.servingKey,
 		"--client-ca-file="+c.pki.caFile,
 		"--authorization-mode=RBAC", "--allow-privileged=true",

@@ -10,7 +10,28 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache_root="${RUNPLANE_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/runplane/testbin}"
-key="$(cat "$here"/*/go.mod "$here"/*/go.sum "$here/build.sh" | sha256sum | cut -c1-16)"
+
+# KUBE_VERSION picks the control plane's Kubernetes (1.35, 1.35.x or 1.35.4):
+# unset, the current release that kubernetes/ pins; else the older minor of
+# the support window that kubernetes-<minor>/ pins (make test-matrix). Each
+# version has its own cache key, and its binaries their by-module keys.
+# kubernetes-1.36/ keeps the bytes of the previous default module (its module
+# line too) so that machines which built 1.36.3 reuse those binaries.
+kube_dir=kubernetes want=""
+if [[ -n ${KUBE_VERSION:-} ]]; then
+	want="v${KUBE_VERSION#v}" && want="${want%.x}"
+	minor="$(cut -d. -f1,2 <<<"$want")"
+	if [[ -d "$here/kubernetes-${minor#v}" ]]; then kube_dir="kubernetes-${minor#v}"; fi
+fi
+kube_version="$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" { print $3 }' "$here/$kube_dir/go.mod")"
+if [[ -n $want && $want != "$kube_version" && $want != "$(cut -d. -f1,2 <<<"$kube_version")" ]]; then
+	echo "build.sh: KUBE_VERSION=$KUBE_VERSION is not a pinned Kubernetes version; allowed (or their minor, or minor.x):" \
+		"$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" { printf " %s", substr($3, 2) }' "$here"/kubernetes*/go.mod)" >&2
+	exit 2
+fi
+key_files=("$here/$kube_dir/go.mod" "$here/$kube_dir/go.sum" "$here/build.sh")
+for m in etcd kwok nats helm; do key_files+=("$here/$m/go.mod" "$here/$m/go.sum"); done
+key="$(cat "${key_files[@]}" | sha256sum | cut -c1-16)"
 out="$cache_root/$key"
 bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok nats-server helm)
 
@@ -22,11 +43,10 @@ if [[ $complete == 1 ]]; then echo "$out"; exit 0; fi
 mkdir -p "$out"
 export GONOSUMDB="${GONOSUMDB:+$GONOSUMDB,}k8s.io/kubernetes"
 export GOFLAGS="-mod=mod -trimpath"
-kube_version=v1.36.3
 kube_ldflags="-s -w \
  -X k8s.io/component-base/version.gitVersion=$kube_version \
  -X k8s.io/component-base/version.gitMajor=1 \
- -X k8s.io/component-base/version.gitMinor=36 \
+ -X k8s.io/component-base/version.gitMinor=$(cut -d. -f2 <<<"$kube_version") \
  -X k8s.io/component-base/version.gitTreeState=clean \
  -X k8s.io/component-base/version.buildDate=2026-01-01T00:00:00Z"
 
@@ -45,10 +65,10 @@ build() { # build <module dir> <output name> <package> [ldflags]
 	ln -f "$cached" "$out/$name" 2>/dev/null || cp "$cached" "$out/$name"
 }
 
-build kubernetes kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$kube_ldflags"
-build kubernetes kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$kube_ldflags"
-build kubernetes kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$kube_ldflags"
-build kubernetes kubectl k8s.io/kubernetes/cmd/kubectl "$kube_ldflags"
+build "$kube_dir" kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$kube_ldflags"
+build "$kube_dir" kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$kube_ldflags"
+build "$kube_dir" kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$kube_ldflags"
+build "$kube_dir" kubectl k8s.io/kubernetes/cmd/kubectl "$kube_ldflags"
 build etcd etcd go.etcd.io/etcd/server/v3
 build kwok kwok sigs.k8s.io/kwok/cmd/kwok
 build nats nats-server github.com/nats-io/nats-server/v2

@@ -30,11 +30,12 @@ if [[ ${1:-} == --check ]]; then exit 1; fi
 mkdir -p "$out"
 export GONOSUMDB="${GONOSUMDB:+$GONOSUMDB,}k8s.io/kubernetes"
 export GOFLAGS="-mod=mod -trimpath"
-kube_version=v1.36.3
+# The kubelet module pins the version; the binaries report it (like build.sh).
+kube_version="$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" { print $3 }' "$here/node/kubelet/go.mod")"
 kube_ldflags="-s -w \
  -X k8s.io/component-base/version.gitVersion=$kube_version \
  -X k8s.io/component-base/version.gitMajor=1 \
- -X k8s.io/component-base/version.gitMinor=36 \
+ -X k8s.io/component-base/version.gitMinor=$(cut -d. -f2 <<<"$kube_version") \
  -X k8s.io/component-base/version.gitTreeState=clean \
  -X k8s.io/component-base/version.buildDate=2026-01-01T00:00:00Z"
 containerd_version=v2.4.2
