@@ -71,7 +71,7 @@ func TestWebhookConfigurationsMirrorGo(t *testing.T) {
 var chartOnlyPolicies = map[string]bool{"runplane-no-token-secrets": true, "runplane-controller-workloads": true, "runplane-pod-updates": true,
 	"runplane-queue-scale": true, "runplane-controller-services": true, "runplane-controller-networkpolicies": true,
 	"runplane-controller-claims": true, "runplane-scheduler-pod-status": true,
-	"runplane-scheduler-reservations": true, "runplane-reservation-status": true}
+	"runplane-scheduler-reservations": true, "runplane-reservation-status": true, "runplane-own-secrets": true}
 
 // TestAdmissionPoliciesMirrorGo: the chart's ValidatingAdmissionPolicies
 // and bindings are exactly what webhook.Policies builds; runplane-gpu is
