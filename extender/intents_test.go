@@ -27,15 +27,9 @@ import (
 // rewrote a bound Pod's claim to a placeholder it never took (two bound
 // Pods could then name one placeholder).
 func TestLateIntentRefused(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a kube-apiserver")
-	}
-	ctx := t.Context()
-	c, err := cluster.Start(ctx, cluster.Options{Logf: t.Logf})
-	require.NoError(t, err, "starting the control plane")
-	t.Cleanup(c.Stop)
 	const ns = "late-intent"
-	require.NoError(t, c.CreateNamespace(ctx, ns))
+	c := cluster.ForTest(t, ns)
+	ctx := t.Context()
 	client := c.Client()
 	phA := ledger.Placeholder{UID: "uid-a", Namespace: "stock", Name: "a", Node: "n1", Spec: "g1.1"}
 	phB := ledger.Placeholder{UID: "uid-b", Namespace: "stock", Name: "b", Node: "n1", Spec: "g1.1"}

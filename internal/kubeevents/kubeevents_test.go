@@ -24,15 +24,9 @@ import (
 // write theirs. With client-go's plain events.k8s.io sink both runplane
 // Events read back with a zero lastTimestamp and sort before the other.
 func TestDescribeOrder(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a kube-apiserver")
-	}
-	ctx := t.Context()
-	c, err := cluster.Start(ctx, cluster.Options{Logf: t.Logf})
-	require.NoError(t, err, "starting the control plane")
-	t.Cleanup(c.Stop)
 	const ns = "events-order"
-	require.NoError(t, c.CreateNamespace(ctx, ns))
+	c := cluster.ForTest(t, ns)
+	ctx := t.Context()
 	kube := c.Client()
 	dep, err := kube.AppsV1().Deployments(ns).Create(ctx, deployment(ns, "pool"), metav1.CreateOptions{})
 	require.NoError(t, err)

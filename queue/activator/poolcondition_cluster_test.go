@@ -32,15 +32,9 @@ import (
 // own status writes, and kubectl describe shows it. Before, it flipped to
 // False on every scale to zero and a failure left it untouched.
 func TestPoolConditionOnTheAPIServer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a kube-apiserver")
-	}
-	ctx := t.Context()
-	c, err := cluster.Start(ctx, cluster.Options{Logf: t.Logf})
-	require.NoError(t, err, "starting the control plane")
-	t.Cleanup(c.Stop)
 	const ns = "pool-condition"
-	require.NoError(t, c.CreateNamespace(ctx, ns))
+	c := cluster.ForTest(t, ns)
+	ctx := t.Context()
 	kube := c.Client()
 	labels := map[string]string{"app": "echo"}
 	dep, err := kube.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{

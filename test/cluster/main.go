@@ -52,3 +52,22 @@ func runMain(m *testing.M, opts Options, set func(*Cluster)) int {
 	}
 	return code
 }
+
+// ForTest is a control plane of t's own with namespace created in it, for a
+// test that needs a real kube-apiserver but not a package-wide cluster;
+// stopped when t ends, and skipped with -short (it starts processes).
+func ForTest(t *testing.T, namespace string) *Cluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a kube-apiserver")
+	}
+	c, err := Start(t.Context(), Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("starting the control plane: %v", err)
+	}
+	t.Cleanup(c.Stop)
+	if err := c.CreateNamespace(t.Context(), namespace); err != nil {
+		t.Fatalf("namespace %s: %v", namespace, err)
+	}
+	return c
+}
