@@ -201,9 +201,12 @@ func StartCluster(dir string, a Auth, exports jwt.Exports, n int) ([]*server.Ser
 	for time.Now().Before(deadline) {
 		// The meta leader must count every peer online (with its stats):
 		// before, a stream of n replicas finds "no suitable peers".
+		// And each server must have resolved RUNPLANE with its JetStream:
+		// before, a client connected there is told "JetStream not enabled
+		// for account" (1 whole-tree run in 3 at load ~20).
 		current, online := 0, 0
 		for _, s := range servers {
-			if s.JetStreamIsCurrent() && s.NumRoutes() >= n-1 {
+			if s.JetStreamIsCurrent() && s.NumRoutes() >= n-1 && jetStreamEnabled(s, a.Trust.Runplane.Pub) {
 				current++
 			}
 			if s.JetStreamIsLeader() {
@@ -217,6 +220,13 @@ func StartCluster(dir string, a Auth, exports jwt.Exports, n int) ([]*server.Ser
 	}
 	stop()
 	return nil, fmt.Errorf("nats cluster of %d: no JetStream meta leader seeing every server online within 30s", n)
+}
+
+// jetStreamEnabled reports whether s has resolved account pub with
+// JetStream on.
+func jetStreamEnabled(s *server.Server, pub string) bool {
+	acc, err := s.LookupAccount(pub)
+	return err == nil && acc.JetStreamEnabled()
 }
 
 // freePort is a port on host that was free a moment ago.
