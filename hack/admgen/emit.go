@@ -3,6 +3,7 @@ package admgen
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -41,32 +42,28 @@ func (r *raws) block(lines func(indent int) string) string {
 // replaced by meta, patch's changes made, and every string that holds a
 // placeholder rendered by the template.
 func document(obj any, kind string, meta func(indent int) string, patch func(map[string]any, *raws)) (string, error) {
-	b, err := json.Marshal(obj)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", kind, err)
-	}
 	var tree map[string]any
-	if err := json.Unmarshal(b, &tree); err != nil {
-		return "", fmt.Errorf("%s: %w", kind, err)
+	b, err := json.Marshal(obj)
+	if err == nil {
+		err = json.Unmarshal(b, &tree)
 	}
 	raw := &raws{inlines: map[string]string{}, blocks: map[string]func(int) string{}}
-	delete(tree, "status")
-	tree["apiVersion"] = admissionregistrationv1.SchemeGroupVersion.String()
-	tree["kind"] = kind
-	tree["metadata"] = raw.block(meta)
-	if patch != nil {
-		patch(tree, raw)
-	}
-	if err := substitute(tree, raw); err != nil {
-		return "", fmt.Errorf("%s: %w", kind, err)
+	if err == nil {
+		delete(tree, "status")
+		tree["apiVersion"], tree["kind"] = admissionregistrationv1.SchemeGroupVersion.String(), kind
+		tree["metadata"] = raw.block(meta)
+		if patch != nil {
+			patch(tree, raw)
+		}
+		err = substitute(tree, raw)
 	}
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)
-	if err := enc.Encode(tree); err != nil {
-		return "", fmt.Errorf("%s: %w", kind, err)
+	if err == nil {
+		err = errors.Join(enc.Encode(tree), enc.Close())
 	}
-	if err := enc.Close(); err != nil {
+	if err != nil {
 		return "", fmt.Errorf("%s: %w", kind, err)
 	}
 	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
@@ -91,37 +88,26 @@ func document(obj any, kind string, meta func(indent int) string, patch func(map
 // the template action that renders it, quoted: the chart's values may hold
 // any character. A string with "{{" would be read as a template action.
 func substitute(node any, raw *raws) error {
+	var err error
+	each := func(v any, set func(string)) {
+		if s, ok := v.(string); ok && err == nil {
+			s, err = render(s, raw)
+			set(s)
+		} else if err == nil {
+			err = substitute(v, raw)
+		}
+	}
 	switch n := node.(type) {
 	case map[string]any:
 		for k, v := range n {
-			if s, ok := v.(string); ok {
-				t, err := render(s, raw)
-				if err != nil {
-					return fmt.Errorf("%s: %w", k, err)
-				}
-				n[k] = t
-				continue
-			}
-			if err := substitute(v, raw); err != nil {
-				return fmt.Errorf("%s: %w", k, err)
-			}
+			each(v, func(s string) { n[k] = s })
 		}
 	case []any:
 		for i, v := range n {
-			if s, ok := v.(string); ok {
-				t, err := render(s, raw)
-				if err != nil {
-					return err
-				}
-				n[i] = t
-				continue
-			}
-			if err := substitute(v, raw); err != nil {
-				return err
-			}
+			each(v, func(s string) { n[i] = s })
 		}
 	}
-	return nil
+	return err
 }
 
 // render is s, or the template that prints it with its placeholders'
@@ -132,9 +118,10 @@ func render(s string, raw *raws) (string, error) {
 	}
 	var parts []string
 	rest := s
+	phs := placeholders()
 	for {
 		at, which := -1, -1
-		for i, p := range placeholders {
+		for i, p := range phs {
 			if j := strings.Index(rest, p.text); j >= 0 && (at < 0 || j < at) {
 				at, which = j, i
 			}
@@ -142,8 +129,8 @@ func render(s string, raw *raws) (string, error) {
 		if at < 0 {
 			break
 		}
-		parts = append(parts, literal(rest[:at]), "("+placeholders[which].action+")")
-		rest = rest[at+len(placeholders[which].text):]
+		parts = append(parts, literal(rest[:at]), "("+phs[which].action+")")
+		rest = rest[at+len(phs[which].text):]
 	}
 	if len(parts) == 0 {
 		return s, nil
