@@ -8,7 +8,7 @@ TESTFLAGS ?= -count=1 -v -timeout 40m
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -X github.com/runplane/runplane/internal/buildinfo.version=$(VERSION)
 
-.PHONY: all dev test test-matrix unit bench chaos lint testbin nodebin deps build pin-images python-test python-wheel clean image chart-docs chart-check
+.PHONY: all generate dev test test-matrix unit bench chaos lint testbin nodebin deps build pin-images python-test python-wheel clean image chart-docs chart-check
 
 all: build
 
@@ -94,6 +94,11 @@ nodebin:
 # The chart tools (helm-docs, kube-score, kubeconform), pinned in hack/tools/go.mod.
 TOOL := $(GO) tool -modfile=$(CURDIR)/hack/tools/go.mod
 CHART := charts/runplane
+
+## generate: the chart's admission templates (webhook configurations, ValidatingAdmissionPolicies)
+## from the webhook's Go definitions (hack/admgen); a test in make test fails when they are stale.
+generate:
+	$(GO) generate ./webhook/
 
 ## chart-docs: regenerate the chart README's values table from the comments in values.yaml.
 chart-docs:

@@ -1,5 +1,7 @@
 package webhook
 
+//go:generate go run ../hack/admgen/cmd/admgen -chart ../charts/runplane
+
 import (
 	"slices"
 	"strings"
@@ -54,7 +56,7 @@ type GPUPolicy struct {
 	Resources []string
 	Prefixes  []string
 	// WorkloadPriorityClasses are the priority tiers only GPU Pods may use
-	// (default: runplane-workload).
+	// besides runplane-workload, which always is one.
 	WorkloadPriorityClasses []string
 }
 
@@ -237,7 +239,8 @@ type deviceVar struct {
 
 func gpuPolicy(g *GPUPolicy) *admissionregistrationv1.ValidatingAdmissionPolicy {
 	resources := slices.Compact(slices.Sorted(slices.Values(g.Resources)))
-	tiers := slices.Compact(slices.Sorted(slices.Values(append([]string{api.PriorityClassWorkload}, g.WorkloadPriorityClasses...))))
+	tiers := slices.Compact(slices.Sorted(slices.Values(g.WorkloadPriorityClasses)))
+	tiers = slices.DeleteFunc(tiers, func(s string) bool { return s == api.PriorityClassWorkload })
 	isGPU := "r in variables.gpuResources || variables.gpuPrefixes.exists(p, r.startsWith(p))"
 	var names, allowed, allowedText []string
 	for _, v := range deviceEnv() {
@@ -305,7 +308,8 @@ func gpuPolicy(g *GPUPolicy) *admissionregistrationv1.ValidatingAdmissionPolicy 
 			Reason: ptr.To(metav1.StatusReasonForbidden),
 		},
 		admissionregistrationv1.Validation{
-			Expression: "request.operation != 'CREATE' || !(variables.priorityClass in " + celList(tiers) + ") || variables.gpuSpec",
+			// runplane-workload apart: the chart fills in the other tiers (hack/admgen).
+			Expression: "request.operation != 'CREATE' || !(variables.priorityClass in " + celList([]string{api.PriorityClassWorkload}) + " + " + celList(tiers) + ") || variables.gpuSpec",
 			MessageExpression: "'priorityClassName ' + variables.priorityClass + ' is a runplane workload tier: only Pods labelled " + api.LabelGPUSpec +
 				" may use it (runplane checks the tier, or sets " + api.PriorityClassWorkload + ")'",
 			Reason: ptr.To(metav1.StatusReasonForbidden),
@@ -321,27 +325,22 @@ func gpuPolicy(g *GPUPolicy) *admissionregistrationv1.ValidatingAdmissionPolicy 
 // tier above runplane-workload only in a Namespace whose annotation names
 // it, so the annotation is as strong as whoever may write it.
 func namespaceTiersPolicy(admin string, grantorGroups []string) *admissionregistrationv1.ValidatingAdmissionPolicy {
-	grantor := admin
-	if len(grantorGroups) > 0 {
-		grantor += " || request.userInfo.groups.exists(g, g in " + celList(grantorGroups) + ")"
-	}
+	// The groups are one CEL list, empty or not, so the chart fills in
+	// its value in one place (hack/admgen).
+	groups := celList(grantorGroups)
 	tiers := "metadata.?annotations[?'" + api.AnnotationPriorityTiers + "'].orValue('')"
-	who := "cluster admins"
-	if len(grantorGroups) > 0 {
-		who += " and the groups " + strings.Join(grantorGroups, ", ")
-	}
 	return policy(api.PolicyNamespaceTiers, []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 		// The status and finalize subresources write metadata too.
 		Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"namespaces", "namespaces/status", "namespaces/finalize"},
 			Scope: ptr.To(admissionregistrationv1.ClusterScope)},
 	}}},
-		[]admissionregistrationv1.MatchCondition{{Name: "not-grantor", Expression: "!(" + grantor + ")"}},
-		nil,
+		[]admissionregistrationv1.MatchCondition{{Name: "not-grantor", Expression: "!(" + admin + " || request.userInfo.groups.exists(g, g in " + groups + "))"}},
+		[]admissionregistrationv1.Variable{{Name: "grantors", Expression: groups}},
 		admissionregistrationv1.Validation{
 			Expression: "object." + tiers + " == (request.operation == 'CREATE' ? '' : oldObject." + tiers + ")",
-			Message: "annotation " + api.AnnotationPriorityTiers + " grants a Namespace's GPU Pods priority tiers that preempt other tenants' work: " +
-				"only " + who + " set or change it",
+			MessageExpression: "'annotation " + api.AnnotationPriorityTiers + " grants a Namespace\\'s GPU Pods priority tiers that preempt other tenants\\' work: " +
+				"only cluster admins' + (size(variables.grantors) > 0 ? ' and the groups ' + variables.grantors.join(', ') : '') + ' set or change it'",
 			Reason: ptr.To(metav1.StatusReasonForbidden),
 		})
 }

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
@@ -37,7 +36,6 @@ import (
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/test/cluster"
-	"github.com/runplane/runplane/webhook"
 )
 
 func toYAML(v any) string {
@@ -46,79 +44,6 @@ func toYAML(v any) string {
 		return err.Error()
 	}
 	return string(b)
-}
-
-// TestWebhookConfigurationsMirrorGo: the chart's webhook configurations are
-// exactly what webhook.Configurations builds for a Service-backed webhook.
-func TestWebhookConfigurationsMirrorGo(t *testing.T) {
-	needHelm(t)
-	objs := parse(t, mustRender(t))
-	var gotM admissionregistrationv1.MutatingWebhookConfiguration
-	var gotV admissionregistrationv1.ValidatingWebhookConfiguration
-	find(t, objs, "MutatingWebhookConfiguration", webhook.DefaultConfigurationName).into(t, &gotM)
-	find(t, objs, "ValidatingWebhookConfiguration", webhook.DefaultConfigurationName).into(t, &gotV)
-
-	wantM, wantV := webhook.Configurations(webhook.ConfigurationOptions{
-		Namespace: releaseNamespace,
-		Service:   &admissionregistrationv1.ServiceReference{Namespace: releaseNamespace, Name: "runplane-webhook"},
-	})
-	assert.True(t, apiequality.Semantic.DeepEqual(gotM.Webhooks, wantM.Webhooks), "MutatingWebhookConfiguration webhooks differ from webhook.Configurations.\nchart:\n%s\ngo:\n%s", toYAML(gotM.Webhooks), toYAML(wantM.Webhooks))
-	assert.True(t, apiequality.Semantic.DeepEqual(gotV.Webhooks, wantV.Webhooks), "ValidatingWebhookConfiguration webhooks differ from webhook.Configurations.\nchart:\n%s\ngo:\n%s", toYAML(gotV.Webhooks), toYAML(wantV.Webhooks))
-}
-
-// chartOnlyPolicies are ValidatingAdmissionPolicies that only the chart
-// ships (RBAC's complements, see templates/rbac/policies.yaml).
-var chartOnlyPolicies = map[string]bool{"runplane-no-token-secrets": true, "runplane-controller-workloads": true, "runplane-pod-updates": true,
-	"runplane-queue-scale": true, "runplane-controller-services": true, "runplane-controller-networkpolicies": true,
-	"runplane-controller-claims": true, "runplane-scheduler-pod-status": true,
-	"runplane-scheduler-reservations": true, "runplane-reservation-status": true, "runplane-own-secrets": true}
-
-// TestAdmissionPoliciesMirrorGo: the chart's ValidatingAdmissionPolicies
-// and bindings are exactly what webhook.Policies builds; runplane-gpu is
-// left out when admissionPolicies.gpu.enabled is false, and
-// runplane-namespace-tiers names admissionPolicies.priorityTiers.grantorGroups.
-func TestAdmissionPoliciesMirrorGo(t *testing.T) {
-	needHelm(t)
-	for _, tc := range []struct {
-		name     string
-		args     []string
-		gpu      *webhook.GPUPolicy
-		grantors []string
-	}{
-		{"default", nil, chartGPUPolicy(), nil},
-		{"without gpu", []string{"--set", "admissionPolicies.gpu.enabled=false"}, nil, nil},
-		{"tier grantors", []string{"--set", "admissionPolicies.priorityTiers.grantorGroups={platform-admins,sre}"}, chartGPUPolicy(), []string{"platform-admins", "sre"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			objs := parse(t, mustRender(t, tc.args...))
-			wantP, wantB := webhook.Policies(webhook.PolicyOptions{Namespace: releaseNamespace, GPU: tc.gpu, TierGrantorGroups: tc.grantors})
-			var rendered []string
-			for _, o := range objs {
-				// The RBAC policies (rbac.admissionPolicies) are the chart's
-				// own: webhook -manage-webhooks does not create them.
-				if o.kind() == "ValidatingAdmissionPolicy" && !chartOnlyPolicies[o.name()] {
-					rendered = append(rendered, o.name())
-				}
-			}
-			require.Len(t, rendered, len(wantP), "rendered policies %v", rendered)
-			for i, want := range wantP {
-				var got admissionregistrationv1.ValidatingAdmissionPolicy
-				find(t, objs, "ValidatingAdmissionPolicy", want.Name).into(t, &got)
-				assert.True(t, apiequality.Semantic.DeepEqual(got.Spec, want.Spec), "ValidatingAdmissionPolicy %s differs from webhook.Policies.\nchart:\n%s\ngo:\n%s", want.Name, toYAML(got.Spec), toYAML(want.Spec))
-				var gotB admissionregistrationv1.ValidatingAdmissionPolicyBinding
-				find(t, objs, "ValidatingAdmissionPolicyBinding", wantB[i].Name).into(t, &gotB)
-				assert.True(t, apiequality.Semantic.DeepEqual(gotB.Spec, wantB[i].Spec), "ValidatingAdmissionPolicyBinding %s differs.\nchart:\n%s\ngo:\n%s", want.Name, toYAML(gotB.Spec), toYAML(wantB[i].Spec))
-			}
-		})
-	}
-}
-
-// chartGPUPolicy is the runplane-gpu policy of the chart's default values:
-// the default GPUs and the priority tiers of priorityClasses.tiers.
-func chartGPUPolicy() *webhook.GPUPolicy {
-	g := webhook.DefaultGPUPolicy()
-	g.WorkloadPriorityClasses = []string{"runplane-workload-high", "runplane-batch"}
-	return g
 }
 
 // schedulerConfig decodes the rendered runplane-scheduler ConfigMap.

@@ -244,24 +244,25 @@ true
 {{- join "," $out -}}
 {{- end -}}
 
-{{/* runplane.celList: a list of strings as a CEL list literal, as webhook.Policies writes it. */}}
+{{/* runplane.celList: a list of strings as a CEL list literal, as webhook.Policies writes it (hack/admgen checks). */}}
 {{- define "runplane.celList" -}}
 {{- $quoted := list -}}
 {{- range . }}{{ $quoted = append $quoted (printf "'%s'" (. | replace "\\" "\\\\" | replace "'" "\\'")) }}{{ end -}}
 [{{ join ", " $quoted }}]
 {{- end -}}
 
-{{/* runplane.podLabels / podAnnotations: the runplane.io/ keys a Pod may carry (webhook.PodLabels, PodAnnotations), as JSON. */}}
-{{- define "runplane.podLabels" -}}
-["runplane.io/gpu-spec", "runplane.io/stock", "runplane.io/pool", "runplane.io/ssh", "runplane.io/egress", "runplane.io/ssh-pod"]
-{{- end -}}
-{{- define "runplane.podAnnotations" -}}
-["runplane.io/framework-socket", "runplane.io/framework-invoke-path", "runplane.io/framework-health-path", "runplane.io/concurrency", "runplane.io/ssh-authorized-keys", "runplane.io/ssh-service-type", "runplane.io/worker-resources", "runplane.io/ssh-resources", "runplane.io/injected", "runplane.io/ssh-endpoint", "runplane.io/claimed-stock"]
-{{- end -}}
-
-{{/* runplane.workloadTiers: the PriorityClasses GPU Pods may name, comma-separated. */}}
+{{/* runplane.workloadTiers: the PriorityClasses GPU Pods may name besides runplane-workload, as a sorted JSON list (policy runplane-gpu, hack/admgen). */}}
 {{- define "runplane.workloadTiers" -}}
-runplane-workload{{ range .Values.priorityClasses.tiers }},{{ .name }}{{ end }}
+{{- $tiers := list -}}
+{{- range .Values.priorityClasses.tiers }}{{ $tiers = append $tiers .name }}{{ end -}}
+{{- without ($tiers | uniq | sortAlpha) "runplane-workload" | toJson -}}
+{{- end }}
+
+{{/* runplane.gpuResources: admissionPolicies.gpu.resources and every catalog spec's gpuResource, as a sorted JSON list (policy runplane-gpu, hack/admgen). */}}
+{{- define "runplane.gpuResources" -}}
+{{- $resources := .Values.admissionPolicies.gpu.resources -}}
+{{- range $name, $spec := .Values.catalog.specs }}{{ $resources = append $resources (default "nvidia.com/gpu" $spec.gpuResource) }}{{ end -}}
+{{- $resources | uniq | sortAlpha | toJson -}}
 {{- end }}
 
 {{/* runplane.platformNamespaces: the namespaces that are the platform's, never a tenant's, comma-separated and sorted: kube-system, the release namespace, the stock namespace and, with an external NATS, its namespace. runplane's components scale, create, change and delete nothing there (templates/rbac/policies.yaml); the chart installs what is there. */}}
