@@ -32,6 +32,10 @@ func CDIDeviceID(claim types.UID, device string) string {
 
 func cdiDeviceName(claim types.UID, device string) string { return string(claim) + "-" + device }
 
+// SpecFile is where the driver writes the CDI spec of a prepared claim
+// in dir; it exists exactly while the claim is prepared.
+func SpecFile(dir string, claim types.UID) string { return specFile(dir, claim) }
+
 // specFile is the claim's spec file in dir, named as the CDI library
 // names transient specs ("<vendor>-<class>_<id>.json"), so that a
 // runtime's CDI cache sees one file per claim.
