@@ -62,6 +62,12 @@ type Options struct {
 	// each, the images of hack/images imported. Root only: Start fails with
 	// RealNodeSupport's reason elsewhere.
 	RealNodes int
+	// RealNodeDRA also runs the fake DRA driver (test/cluster/fakedra) on
+	// each real node: RealNodeGPUs more fake GPUs, published as a
+	// ResourceSlice of driver gpu.nvidia.com (pool = node name) and
+	// prepared through CDI; the DeviceClasses gpu.nvidia.com and
+	// mig.nvidia.com are created. See realnode_dra.go.
+	RealNodeDRA bool
 	// ExtraImages builds more images into the real nodes' image archive
 	// (tmp is a scratch dir for their layers), e.g. images.NATS for a chart
 	// install; the standard images of hack/images are always there.
@@ -84,6 +90,8 @@ type Cluster struct {
 	logf       func(string, ...any)
 	// extraImages is Options.ExtraImages.
 	extraImages func(tmp string) ([]images.Image, error)
+	// realNodeDRA is Options.RealNodeDRA.
+	realNodeDRA bool
 
 	mu        sync.Mutex
 	processes []*Process
@@ -187,7 +195,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	c := &Cluster{dir: dir, keepDir: opts.KeepDir || opts.Dir != "", bin: bin, logf: logf, extraImages: opts.ExtraImages}
+	c := &Cluster{dir: dir, keepDir: opts.KeepDir || opts.Dir != "", bin: bin, logf: logf, extraImages: opts.ExtraImages, realNodeDRA: opts.RealNodeDRA}
 	defer func() {
 		if err != nil {
 			c.Stop()

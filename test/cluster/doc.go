@@ -13,7 +13,8 @@
 //
 // Options.RealNodes adds real kubelet + containerd nodes beside the kwok ones
 // (root only; see realnode.go and RealNodeSupport), with a fake GPU device
-// plugin (package fakegpu) and the images of hack/images imported; they
+// plugin (package fakegpu), with Options.RealNodeDRA a fake DRA driver
+// (package fakedra, realnode_dra.go), and the images of hack/images imported; they
 // enforce NetworkPolicy, AdminNetworkPolicy and BaselineAdminNetworkPolicy
 // (kube-network-policies, realnode_netpol.go).
 //

@@ -69,6 +69,8 @@ type RealNode struct {
 	net               nodeNet
 	cgroup, sock, ctr string
 	stopPlugin        context.CancelFunc
+	// stopDRA stops the fake DRA driver (Options.RealNodeDRA).
+	stopDRA func()
 }
 
 // RealNodeSupport says why this machine cannot run real nodes, or nil.
@@ -155,6 +157,11 @@ func (c *Cluster) startRealNodes(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if c.realNodeDRA {
+		if err := c.ensureDeviceClasses(ctx); err != nil {
+			return err
+		}
+	}
 	began := time.Now()
 	if err := c.setUpNetworkPolicy(ctx, bin); err != nil {
 		return err
@@ -189,7 +196,7 @@ func (c *Cluster) startRealNode(ctx context.Context, bin string, i int, net node
 		Name: name, Dir: dir, HostIP: net.hostIP, InternalIP: net.nodeIP, net: net,
 		cgroup: "/" + name, sock: filepath.Join(dir, "containerd.sock"), ctr: filepath.Join(bin, "ctr"),
 	}
-	for _, d := range []string{"kubelet", "cni/net.d", "cni/cache", "cni/ipam", "containerd", "log/pods", "log/containers", "sysctl"} {
+	for _, d := range []string{"kubelet", "cdi", "cni/net.d", "cni/cache", "cni/ipam", "containerd", "log/pods", "log/containers", "sysctl"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return nil, fmt.Errorf("real node %s: %w", name, err)
 		}
@@ -212,7 +219,7 @@ func (c *Cluster) startRealNode(ctx context.Context, bin string, i int, net node
 		return node, err
 	}
 	files := map[string]string{
-		"containerd.toml":                  containerdConfig(dir, node.sock),
+		"containerd.toml":                  containerdConfig(dir, node.sock, realNodeCDIDir(dir)),
 		"kubelet.yaml":                     kubeletConfig(node),
 		"kube-proxy.yaml":                  kubeProxyConfig(node, kubeconfig),
 		"cni/net.d/10-runplane.conflist":   cniConfig(node),
@@ -281,6 +288,11 @@ func (c *Cluster) startRealNode(ctx context.Context, bin string, i int, net node
 	if err != nil {
 		return node, err
 	}
+	if c.realNodeDRA {
+		if err := c.startDRA(waitCtx, node, p); err != nil {
+			return node, err
+		}
+	}
 	ready := time.Now()
 	err = waitFor(waitCtx, p, "NetworkPolicy enforcer of "+name+" bound to nfqueue "+strconv.Itoa(netpolQueue), func() error {
 		if err := netpolBound(p.Pid()); err != nil {
@@ -326,7 +338,7 @@ func nodeScript(n *RealNode, bin, kubeconfig string) string {
 	return b.String()
 }
 
-func containerdConfig(dir, sock string) string {
+func containerdConfig(dir, sock, cdiDir string) string {
 	return fmt.Sprintf(`version = 3
 root = %[1]q
 state = %[2]q
@@ -353,6 +365,9 @@ state = %[2]q
   # No CAP_SYS_RESOURCE here: never lower a process's oom_score_adj.
   restrict_oom_score_adj = true
   tolerate_missing_hugetlb_controller = true
+  # The node's own CDI specs only (the fake DRA driver's claims), never the
+  # host's /etc/cdi.
+  cdi_spec_dirs = [%[11]q]
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = [%[6]q]
     conf_dir = %[7]q
@@ -368,7 +383,7 @@ state = %[2]q
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = %[8]q
 `, filepath.Join(dir, "containerd", "root"), filepath.Join(dir, "containerd", "state"), sock, sock+".ttrpc",
-		filepath.Join(dir, "containerd", "opt"), cniBinDir, filepath.Join(dir, "cni", "net.d"), SandboxImage, nriSocket, filepath.Join(dir, "nri"))
+		filepath.Join(dir, "containerd", "opt"), cniBinDir, filepath.Join(dir, "cni", "net.d"), SandboxImage, nriSocket, filepath.Join(dir, "nri"), cdiDir)
 }
 
 // SandboxImage is the pause image of the real nodes' Pod sandboxes (built by
@@ -561,6 +576,9 @@ func (c *Cluster) stopRealNodes() {
 	for _, n := range c.RealNodes() {
 		if n.stopPlugin != nil {
 			n.stopPlugin()
+		}
+		if n.stopDRA != nil {
+			n.stopDRA()
 		}
 		if err := killCgroup(n.cgroup); err != nil {
 			c.logf("cluster: stopping real node %s: %v", n.Name, err)

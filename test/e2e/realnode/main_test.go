@@ -65,7 +65,7 @@ func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	began := time.Now()
-	c, err := cluster.Start(ctx, cluster.Options{RealNodes: 1, Logf: logf, Dir: os.Getenv("RUNPLANE_E2E_DIR")})
+	c, err := cluster.Start(ctx, cluster.Options{RealNodes: 1, RealNodeDRA: true, Logf: logf, Dir: os.Getenv("RUNPLANE_E2E_DIR")})
 	if err != nil {
 		logf("cluster: %v", err)
 		return 1
@@ -87,7 +87,7 @@ func run(m *testing.M) int {
 	code := m.Run()
 	if code != 0 {
 		c.DumpLogs(logf, 60)
-		for _, f := range []string{"containerd.log"} {
+		for _, f := range []string{"containerd.log", "fakedra.log"} {
 			if b, err := os.ReadFile(filepath.Join(node.Dir, f)); err == nil {
 				logf("--- %s:\n%s", f, tail(string(b), 40))
 			}
