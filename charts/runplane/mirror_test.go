@@ -70,7 +70,7 @@ func TestWebhookConfigurationsMirrorGo(t *testing.T) {
 // ships (RBAC's complements, see templates/rbac/policies.yaml).
 var chartOnlyPolicies = map[string]bool{"runplane-no-token-secrets": true, "runplane-controller-workloads": true, "runplane-pod-updates": true,
 	"runplane-queue-scale": true, "runplane-controller-services": true, "runplane-controller-networkpolicies": true,
-	"runplane-controller-claims": true, "runplane-scheduler-pod-status": true,
+	"runplane-controller-claims": true, "runplane-controller-claim-templates": true, "runplane-scheduler-pod-status": true,
 	"runplane-scheduler-reservations": true, "runplane-reservation-status": true, "runplane-own-secrets": true}
 
 // TestAdmissionPoliciesMirrorGo: the chart's ValidatingAdmissionPolicies
@@ -185,7 +185,7 @@ func TestCatalogParses(t *testing.T) {
 		specs []string
 	}{
 		{"default", nil, nil},
-		{"full", []string{"--values", "testdata/values-full.yaml"}, []string{"g1.1", "h100.8", "mig.1g"}},
+		{"full", []string{"--values", "testdata/values-full.yaml"}, []string{"g1.1", "h100.8", "h100.dra2", "mig.1g", "mig.dra"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var cm corev1.ConfigMap
