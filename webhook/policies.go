@@ -95,8 +95,9 @@ func DefaultGPUPolicy() *GPUPolicy {
 //     Kubernetes controllers and cluster admins create, change or delete a
 //     ResourceClaimTemplate named runplane-* or labelled managed-by
 //     runplane-controller: the templates GPU Pods of DRA specs claim from.
-//   - runplane-gpu (optional): GPU requests and runplane's PriorityClasses
-//     only on Pods runplane schedules (runplane.io/gpu-spec or /stock); no
+//   - runplane-gpu (optional): GPU requests, claims from runplane's
+//     ResourceClaimTemplates and runplane's PriorityClasses only on Pods
+//     runplane schedules (runplane.io/gpu-spec or /stock); no
 //     container (ephemeral ones included, on pods/ephemeralcontainers)
 //     sets a device variable of the NVIDIA container toolkit by any route.
 func Policies(o PolicyOptions) ([]*admissionregistrationv1.ValidatingAdmissionPolicy, []*admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
@@ -320,6 +321,15 @@ func gpuPolicy(g *GPUPolicy) *admissionregistrationv1.ValidatingAdmissionPolicy 
 			Expression: "request.operation != 'CREATE' || variables.priorityClass != '" + api.PriorityClassStock + "' || variables.stock",
 			Message:    "priorityClassName " + api.PriorityClassStock + " is runplane's: only stock placeholders labelled " + api.LabelStock + " get it (runplane sets it)",
 			Reason:     ptr.To(metav1.StatusReasonForbidden),
+		},
+		// A DRA spec's template in the namespace (a GPU Pod's) would give
+		// any Pod claiming from it GPUs outside runplane's scheduling.
+		admissionregistrationv1.Validation{
+			Expression: "request.operation != 'CREATE' || variables.gpuSpec || variables.stock || " +
+				"!object.spec.?resourceClaims.orValue([]).exists(c, c.?resourceClaimTemplateName.orValue('').startsWith('" + catalog.ClaimTemplatePrefix + "'))",
+			Message: "spec.resourceClaims names a ResourceClaimTemplate " + catalog.ClaimTemplatePrefix + "*, a DRA GPU spec's: GPUs are only given through runplane; label the Pod " +
+				api.LabelGPUSpec + "=<spec of the catalog> and remove the claim (runplane sets it)",
+			Reason: ptr.To(metav1.StatusReasonForbidden),
 		})
 }
 

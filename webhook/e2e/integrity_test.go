@@ -576,6 +576,10 @@ func TestGPUsOnlyThroughRunplane(t *testing.T) {
 		{"every GPU through the toolkit's variable", []func(*corev1.Pod){func(p *corev1.Pod) {
 			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}}
 		}}, "container main sets NVIDIA_VISIBLE_DEVICES"},
+		{"a claim from a DRA spec's template", []func(*corev1.Pod){func(p *corev1.Pod) {
+			p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "mine", ResourceClaimTemplateName: ptr.To(catalog.ClaimTemplateName("h100.8"))}}
+			p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "mine"}}
+		}}, "names a ResourceClaimTemplate runplane-*"},
 		{"the variable beside a gpu-spec Pod's GPUs", []func(*corev1.Pod){labelled(map[string]string{api.LabelGPUSpec: "g1.1"}, nil), func(p *corev1.Pod) {
 			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "helper", Image: "busybox", Env: []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "0,1,2,3"}}})
 		}}, "container helper sets NVIDIA_VISIBLE_DEVICES"},
