@@ -40,4 +40,9 @@ const (
 	// PolicyNamespaceTiers lets only cluster admins (and the chart's
 	// grantor groups) set or change a Namespace's AnnotationPriorityTiers.
 	PolicyNamespaceTiers = "runplane-namespace-tiers"
+	// PolicyClaimTemplates lets only runplane create, change or delete the
+	// ResourceClaimTemplates of DRA GPU specs (named runplane-*, or
+	// labelled LabelManagedBy=ManagedByController): GPU Pods claim their
+	// devices from them.
+	PolicyClaimTemplates = "runplane-claim-templates"
 )

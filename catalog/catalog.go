@@ -53,6 +53,9 @@ type Spec struct {
 	NodeSelector map[string]string   `json:"nodeSelector,omitempty"`
 	Tolerations  []corev1.Toleration `json:"tolerations,omitempty"`
 	Stock        StockPolicy         `json:"stock,omitempty"`
+	// DRA asks for the devices through Dynamic Resource Allocation
+	// instead of GPU and Extended: a ResourceClaimTemplate per namespace.
+	DRA *DRA `json:"dra,omitempty"`
 }
 
 // Resources is the requests (equal to the limits) a Pod of this spec gets.
@@ -149,8 +152,13 @@ func ParseSpec(name, doc string) (Spec, error) {
 		return Spec{}, fmt.Errorf("catalog spec %q: memory must be set and positive", name)
 	case s.Stock != StockPreferred && s.Stock != StockRequired:
 		return Spec{}, fmt.Errorf("catalog spec %q: stock must be %s or %s, got %q", name, StockPreferred, StockRequired, s.Stock)
-	case s.NVLink && s.GPU < 2:
+	case s.NVLink && s.GPU < 2 && s.DRA == nil:
 		return Spec{}, fmt.Errorf("catalog spec %q: nvlink needs gpu >= 2 (GPUs to link), got %d", name, s.GPU)
+	}
+	if s.DRA != nil {
+		if err := checkDRA(&s); err != nil {
+			return Spec{}, fmt.Errorf("catalog spec %q: %w", name, err)
+		}
 	}
 	for res, q := range s.Extended {
 		if err := checkExtended(s, res, q); err != nil {

@@ -2,7 +2,8 @@
 // manager (leader election, metrics, health probes): storage preparation
 // (controllers/storage), the read-only accessor (controllers/accessor), the
 // storage scheduling gate (controllers/gate), the egress restriction
-// (controllers/egress) and the SSH Service (controllers/sshservice).
+// (controllers/egress), the SSH Service (controllers/sshservice) and the
+// ResourceClaimTemplates of DRA GPU specs (controllers/claimtemplate).
 package controllers
 
 import (
@@ -18,7 +19,9 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -34,6 +37,7 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/controllers/accessor"
+	"github.com/runplane/runplane/controllers/claimtemplate"
 	"github.com/runplane/runplane/controllers/egress"
 	"github.com/runplane/runplane/controllers/gate"
 	"github.com/runplane/runplane/controllers/sshservice"
@@ -179,10 +183,16 @@ func NewManager(cfg Config) (ctrl.Manager, error) {
 		Logger:     cfg.Logger,
 		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(cfg.SkipNameValidation)},
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&batchv1.Job{}:                owned,
-			&appsv1.Deployment{}:          owned,
-			&corev1.Service{}:             owned,
-			&networkingv1.NetworkPolicy{}: owned,
+			&batchv1.Job{}:                      owned,
+			&appsv1.Deployment{}:                owned,
+			&corev1.Service{}:                   owned,
+			&networkingv1.NetworkPolicy{}:       owned,
+			&resourcev1.ResourceClaimTemplate{}: owned,
+			// Only the GPU spec catalog (RBAC: that one ConfigMap).
+			&corev1.ConfigMap{}: {
+				Namespaces: map[string]cache.Config{cfg.Namespace: {}},
+				Field:      fields.OneTermEqualSelector("metadata.name", api.CatalogConfigMap),
+			},
 		}},
 		Metrics:                       metricsauth.ManagerOptions(cfg.MetricsAddr, metricsCert),
 		HealthProbeBindAddress:        cfg.ProbeAddr,
@@ -218,6 +228,7 @@ func NewManager(cfg Config) (ctrl.Manager, error) {
 		gate.Setup,
 		func(m ctrl.Manager) error { return egress.Setup(m, cfg.Egress) },
 		sshservice.Setup,
+		func(m ctrl.Manager) error { return claimtemplate.Setup(m, cfg.Namespace) },
 	}
 	for _, setup := range setups {
 		if err := setup(mgr); err != nil {

@@ -33,6 +33,9 @@ func testCatalog(t testing.TB) catalog.Catalog {
 		"cpu.small": "gpu: 0\ncpu: \"2\"\nmemory: 4Gi\n",
 		"mig.1g":    "gpu: 0\ncpu: \"4\"\nmemory: 16Gi\nresources:\n  nvidia.com/mig-1g.10gb: 1\n",
 		"g4.nvlink": "gpu: 4\ncpu: \"32\"\nmemory: 128Gi\nnvlink: true\nnodeSelector:\n  nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3\n",
+		"h100.2": "cpu: \"16\"\nmemory: 64Gi\nstock: Preferred\ntolerations:\n- key: nvidia.com/gpu\n  operator: Exists\n  effect: NoSchedule\n" +
+			"dra:\n  count: 2\n  sameNVLinkDomain: true\n  selectors:\n  - device.attributes[\"gpu.nvidia.com\"].productName == \"NVIDIA H100 80GB HBM3\"\n",
+		"mig.dra": "cpu: \"4\"\nmemory: 16Gi\ndra:\n  migProfile: 1g.10gb\n",
 	})
 	require.NoError(t, err)
 	return c

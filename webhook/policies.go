@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/catalog"
 )
 
 // PodLabels and PodAnnotations are the runplane.io/ keys a Pod may carry;
@@ -92,8 +93,13 @@ func DefaultGPUPolicy() *GPUPolicy {
 //     runplane.io/priority-tiers, on create as on update: a tenant allowed
 //     to create or label its own Namespaces cannot grant itself a tier
 //     that preempts other tenants' work.
-//   - runplane-gpu (optional): GPU requests and runplane's PriorityClasses
-//     only on Pods runplane schedules (runplane.io/gpu-spec or /stock); no
+//   - runplane-claim-templates: only runplane's ServiceAccounts, the
+//     Kubernetes controllers and cluster admins create, change or delete a
+//     ResourceClaimTemplate named runplane-* or labelled managed-by
+//     runplane-controller: the templates GPU Pods of DRA specs claim from.
+//   - runplane-gpu (optional): GPU requests, claims from runplane's
+//     ResourceClaimTemplates and runplane's PriorityClasses only on Pods
+//     runplane schedules (runplane.io/gpu-spec or /stock); no
 //     container (ephemeral ones included, on pods/ephemeralcontainers)
 //     sets a device variable of the NVIDIA container toolkit by any route.
 func Policies(o PolicyOptions) ([]*admissionregistrationv1.ValidatingAdmissionPolicy, []*admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
@@ -177,6 +183,7 @@ func Policies(o PolicyOptions) ([]*admissionregistrationv1.ValidatingAdmissionPo
 				Reason:     ptr.To(metav1.StatusReasonForbidden),
 			}),
 		namespaceTiersPolicy(admin, o.TierGrantorGroups),
+		claimTemplatesPolicy(runplane, kube, admin),
 	}
 	if o.GPU != nil {
 		policies = append(policies, gpuPolicy(o.GPU))
@@ -318,6 +325,15 @@ func gpuPolicy(g *GPUPolicy) *admissionregistrationv1.ValidatingAdmissionPolicy 
 			Expression: "request.operation != 'CREATE' || variables.priorityClass != '" + api.PriorityClassStock + "' || variables.stock",
 			Message:    "priorityClassName " + api.PriorityClassStock + " is runplane's: only stock placeholders labelled " + api.LabelStock + " get it (runplane sets it)",
 			Reason:     ptr.To(metav1.StatusReasonForbidden),
+		},
+		// A DRA spec's template in the namespace (a GPU Pod's) would give
+		// any Pod claiming from it GPUs outside runplane's scheduling.
+		admissionregistrationv1.Validation{
+			Expression: "request.operation != 'CREATE' || variables.gpuSpec || variables.stock || " +
+				"!object.spec.?resourceClaims.orValue([]).exists(c, c.?resourceClaimTemplateName.orValue('').startsWith('" + catalog.ClaimTemplatePrefix + "'))",
+			Message: "spec.resourceClaims names a ResourceClaimTemplate " + catalog.ClaimTemplatePrefix + "*, a DRA GPU spec's: GPUs are only given through runplane; label the Pod " +
+				api.LabelGPUSpec + "=<spec of the catalog> and remove the claim (runplane sets it)",
+			Reason: ptr.To(metav1.StatusReasonForbidden),
 		})
 }
 
@@ -341,6 +357,33 @@ func namespaceTiersPolicy(admin string, grantorGroups []string) *admissionregist
 			Expression: "object." + tiers + " == (request.operation == 'CREATE' ? '' : oldObject." + tiers + ")",
 			MessageExpression: "'annotation " + api.AnnotationPriorityTiers + " grants a Namespace\\'s GPU Pods priority tiers that preempt other tenants\\' work: " +
 				"only cluster admins' + (size(variables.grantors) > 0 ? ' and the groups ' + variables.grantors.join(', ') : '') + ' set or change it'",
+			Reason: ptr.To(metav1.StatusReasonForbidden),
+		})
+}
+
+// claimTemplatesPolicy keeps the ResourceClaimTemplates of DRA GPU specs
+// runplane's: a GPU Pod of spec S claims its devices from runplane-S in its
+// own namespace, so a template a tenant made (or changed) under that name
+// would give its Pods other devices than the spec's, e.g. eight GPUs for a
+// one-GPU spec. Neither the name nor the managed-by label may be created,
+// changed or deleted by anyone but runplane, the Kubernetes controllers
+// (namespace deletion, garbage collection) and cluster admins.
+func claimTemplatesPolicy(runplane, kube, admin string) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	ours := func(obj string) string {
+		return obj + ".metadata.name.startsWith('" + catalog.ClaimTemplatePrefix + "') || " +
+			obj + ".metadata.?labels[?'" + api.LabelManagedBy + "'].orValue('') == '" + api.ManagedByController + "'"
+	}
+	return policy(api.PolicyClaimTemplates, []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
+		Rule: admissionregistrationv1.Rule{APIGroups: []string{"resource.k8s.io"}, APIVersions: []string{"*"}, Resources: []string{"resourceclaimtemplates"},
+			Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+	}}},
+		[]admissionregistrationv1.MatchCondition{{Name: "not-runplane-or-kubernetes", Expression: "!(" + runplane + " || " + kube + " || " + admin + ")"}},
+		nil,
+		admissionregistrationv1.Validation{
+			Expression: "!(request.operation != 'DELETE' && (" + ours("object") + ")) && !(request.operation != 'CREATE' && (" + ours("oldObject") + "))",
+			Message: "ResourceClaimTemplates named " + catalog.ClaimTemplatePrefix + "* or labelled " + api.LabelManagedBy + "=" + api.ManagedByController +
+				" are runplane's (GPU Pods of DRA specs claim their devices from them): only runplane creates, changes or deletes them; name yours otherwise",
 			Reason: ptr.To(metav1.StatusReasonForbidden),
 		})
 }

@@ -297,7 +297,7 @@ func TestInvalidValues(t *testing.T) {
 		{"failure policy", []string{"--set", "webhook.failurePolicy=Ignore"}, []string{"/webhook/failurePolicy", "'Fail'"}},
 		{"unknown key", []string{"--set", "webhook.replica=2"}, []string{"/webhook", "'replica' not allowed"}},
 		{"stock spec not in catalog", []string{"--values", "testdata/values-full.yaml", "--set", "stock.pools[0].spec=g9.9", "--set", "stock.pools[0].replicas=1"},
-			[]string{`stock.pools[0].spec "g9.9" is not a spec of catalog.specs (known: g1.1, h100.8, mig.1g)`}},
+			[]string{`stock.pools[0].spec "g9.9" is not a spec of catalog.specs (known: g1.1, h100.8, h100.dra2, mig.1g, mig.dra)`}},
 		{"external without egress", []string{"--set", "nats.mode=external", "--set", "nats.external.url=nats://nats.messaging:4222",
 			"--set", "nats.external.tls.serverName=nats.messaging", "--set-file", "nats.external.tls.caBundle=testdata/ca.crt"},
 			[]string{"nats.external.egress.namespace is required"}},
@@ -346,7 +346,7 @@ func TestInvalidValues(t *testing.T) {
 		{"egress enforcement", []string{"--set", "egress.enforcement=cilium"}, []string{"/egress/enforcement", "'adminNetworkPolicy', 'networkPolicy'"}},
 		{"egress priority", []string{"--set", "egress.priority=1001"}, []string{"/egress/priority"}},
 		{"DNS port", []string{"--set", "egress.dns.ports={0}"}, []string{"/egress/dns/ports/0"}},
-		{"catalog spec without gpu", []string{"--set", "catalog.specs.x1.cpu=1", "--set", "catalog.specs.x1.memory=1Gi"}, []string{"/catalog/specs/x1", "missing property 'gpu'"}},
+		{"catalog spec without gpu", []string{"--set", "catalog.specs.x1.cpu=1", "--set", "catalog.specs.x1.memory=1Gi"}, []string{"/catalog/specs/x1", "missing property 'gpu'", "missing property 'dra'"}},
 		// Values the schema passed that failed at run time (issue #34): each names its key and why.
 		{"callback deny CIDR", []string{"--set", "queue.callbacks.denyCIDRs={10.0.0.0/8,10.0.0.300}"},
 			[]string{`queue.callbacks.denyCIDRs[1]: "10.0.0.300" is neither a CIDR nor an IP address`, "the queue would refuse it and not start"}},

@@ -97,6 +97,7 @@ func TestStockPlaceholdersMirrorWebhook(t *testing.T) {
 				{"nodeSelector", pod.Spec.NodeSelector, res.Pod.Spec.NodeSelector},
 				{"tolerations", pod.Spec.Tolerations, res.Pod.Spec.Tolerations},
 				{"image", pod.Spec.Containers[0].Image, res.Pod.Spec.Containers[0].Image},
+				{"resourceClaims", pod.Spec.ResourceClaims, res.Pod.Spec.ResourceClaims},
 			} {
 				assert.True(t, apiequality.Semantic.DeepEqual(f.want, f.got), "%s: chart %v, webhook %v", f.name, f.got, f.want)
 			}
@@ -107,12 +108,30 @@ func TestStockPlaceholdersMirrorWebhook(t *testing.T) {
 		})
 	}
 	require.True(t, seen["mig.1g"], "values-full has a MIG stock pool (mig.1g); pools seen: %v", seen)
+	// A DRA spec's placeholder holds its claim from runplane's template, no
+	// extended resource: on a node managed through DRA it would never fit.
+	require.True(t, seen["h100.dra2"], "values-full has a DRA stock pool (h100.dra2); pools seen: %v", seen)
+	var dra appsv1.Deployment
+	find(t, objs, "Deployment", "runplane-stock-h100-dra2").into(t, &dra)
+	tpl := dra.Spec.Template.Spec
+	require.Len(t, tpl.ResourceClaims, 1)
+	assert.Equal(t, catalog.ClaimName, tpl.ResourceClaims[0].Name)
+	assert.Equal(t, "runplane-h100.dra2", ptrDeref(tpl.ResourceClaims[0].ResourceClaimTemplateName))
+	assert.Equal(t, []corev1.ResourceClaim{{Name: catalog.ClaimName}}, tpl.Containers[0].Resources.Claims)
+	assert.NotContains(t, tpl.Containers[0].Resources.Requests, corev1.ResourceName(api.DefaultGPUResource), "DRA placeholder requests no nvidia.com/gpu")
 	mig := find(t, objs, "Deployment", "runplane-stock-mig-1g")
 	var d appsv1.Deployment
 	mig.into(t, &d)
 	req := d.Spec.Template.Spec.Containers[0].Resources.Requests
 	assert.Equal(t, "1", ptrString(req, "nvidia.com/mig-1g.10gb"), "MIG placeholder's MIG slice")
 	assert.NotContains(t, req, corev1.ResourceName(api.DefaultGPUResource), "MIG placeholder holds no whole GPU")
+}
+
+func ptrDeref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 func ptrString(l corev1.ResourceList, name corev1.ResourceName) string {

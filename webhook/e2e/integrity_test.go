@@ -16,6 +16,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/catalog"
 	"github.com/runplane/runplane/webhook"
 	"github.com/runplane/runplane/webhook/mutate"
 )
@@ -574,6 +576,10 @@ func TestGPUsOnlyThroughRunplane(t *testing.T) {
 		{"every GPU through the toolkit's variable", []func(*corev1.Pod){func(p *corev1.Pod) {
 			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}}
 		}}, "container main sets NVIDIA_VISIBLE_DEVICES"},
+		{"a claim from a DRA spec's template", []func(*corev1.Pod){func(p *corev1.Pod) {
+			p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "mine", ResourceClaimTemplateName: ptr.To(catalog.ClaimTemplateName("h100.8"))}}
+			p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "mine"}}
+		}}, "names a ResourceClaimTemplate runplane-*"},
 		{"the variable beside a gpu-spec Pod's GPUs", []func(*corev1.Pod){labelled(map[string]string{api.LabelGPUSpec: "g1.1"}, nil), func(p *corev1.Pod) {
 			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "helper", Image: "busybox", Env: []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "0,1,2,3"}}})
 		}}, "container helper sets NVIDIA_VISIBLE_DEVICES"},
@@ -937,4 +943,65 @@ func TestPoliciesTypeCheck(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A tenant allowed to manage ResourceClaimTemplates in its namespace can
+// neither forge runplane's template of a DRA spec (its Pods would get the
+// tenant's devices: eight GPUs for a one-GPU spec), nor change or delete
+// one runplane made; its own templates stay its own.
+func TestClaimTemplatesOnlyRunplanes(t *testing.T) {
+	startWebhook(t)
+	ns := tenantNamespace(t, "team-templates")
+	ctx := context.Background()
+	c := env.Client()
+	_, err := c.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "templates"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaimtemplates"}, Verbs: []string{"*"}}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = c.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "templates"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "templates"},
+		Subjects: []rbacv1.Subject{{Kind: "User", Name: tenantUser}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	spec, err := catalog.ParseSpec("h100.1", "cpu: 4\nmemory: 16Gi\ndra: {}\n")
+	require.NoError(t, err)
+	theirs, err := c.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, spec.ClaimTemplate(ns), metav1.CreateOptions{})
+	require.NoError(t, err, "runplane's template (made by the admin here, as by the controller)")
+
+	templates := as(t, tenantUser).ResourceV1().ResourceClaimTemplates(ns)
+	own := func(name string, labels map[string]string) *resourcev1.ResourceClaimTemplate {
+		tpl := spec.ClaimTemplate(ns)
+		tpl.Name, tpl.Labels = name, labels
+		tpl.Spec.Spec.Devices.Requests[0].Exactly.Count = 8
+		return tpl
+	}
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		_, err := templates.Create(ctx, own("mine", nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		require.NoError(ct, err, "the tenant may make its own templates")
+	}, 30*time.Second, 100*time.Millisecond)
+	// The API server picks the policy up on its own schedule.
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		_, err := templates.Create(ctx, own("runplane-h100.8", nil), metav1.CreateOptions{})
+		require.Error(ct, err, "a tenant forged a template under runplane's name")
+		assert.Contains(ct, err.Error(), "are runplane's")
+	}, 30*time.Second, 200*time.Millisecond)
+
+	denied := map[string]error{}
+	_, denied["create labelled managed-by"] = templates.Create(ctx, own("mine", map[string]string{api.LabelManagedBy: api.ManagedByController}), metav1.CreateOptions{})
+	_, denied["generateName runplane-"] = templates.Create(ctx, func() *resourcev1.ResourceClaimTemplate {
+		tpl := own("", nil)
+		tpl.GenerateName = catalog.ClaimTemplatePrefix
+		return tpl
+	}(), metav1.CreateOptions{})
+	_, denied["relabel runplane's"] = templates.Patch(ctx, theirs.Name, types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"app.kubernetes.io/managed-by":null}}}`), metav1.PatchOptions{})
+	denied["delete runplane's"] = templates.Delete(ctx, theirs.Name, metav1.DeleteOptions{})
+	for what, err := range denied {
+		if assert.Error(t, err, what) {
+			assert.True(t, apierrors.IsForbidden(err), "%s: %v", what, err)
+			assert.Contains(t, err.Error(), "are runplane's", what)
+		}
+	}
+	_, err = templates.Create(ctx, own("mine", nil), metav1.CreateOptions{})
+	require.NoError(t, err, "its own template")
+	require.NoError(t, templates.Delete(ctx, "mine", metav1.DeleteOptions{}))
 }

@@ -47,6 +47,14 @@ func (m *Mutator) applyStock(ctx context.Context, pod *corev1.Pod, spec catalog.
 	pod.Spec.InitContainers = nil
 	pod.Spec.Containers = []corev1.Container{pause}
 	pod.Spec.Volumes = nil
+	// A DRA spec's placeholder holds the devices of its own claim, and
+	// no other claim the template may have named.
+	pod.Spec.ResourceClaims = nil
+	if spec.IsDRA() {
+		if err := claimDevices(pod, api.LabelStock, spec); err != nil {
+			return err
+		}
+	}
 	pod.Spec.AutomountServiceAccountToken = ptr.To(false)
 	pod.Spec.TerminationGracePeriodSeconds = ptr.To(int64(0))
 	return m.setPriorityClass(ctx, pod, api.LabelStock, api.PriorityClassStock)
@@ -56,6 +64,14 @@ func (m *Mutator) applyGPU(ctx context.Context, pod *corev1.Pod, spec catalog.Sp
 	main, err := mainContainer(pod)
 	if err != nil {
 		return err
+	}
+	if spec.IsDRA() {
+		if err := noGPURequests(pod, spec); err != nil {
+			return err
+		}
+		if err := claimDevices(pod, api.LabelGPUSpec, spec); err != nil {
+			return err
+		}
 	}
 	want := *resource.NewQuantity(spec.GPU, resource.DecimalSI)
 	check := func(c *corev1.Container, isMain bool) error {

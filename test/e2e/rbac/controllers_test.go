@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/catalog"
 	"github.com/runplane/runplane/controllers"
 	"github.com/runplane/runplane/controllers/accessor"
 	"github.com/runplane/runplane/controllers/egress"
@@ -198,6 +199,34 @@ func TestControllers(t *testing.T) {
 				return false, errors.New("policy still there")
 			}
 			return apierrors.IsNotFound(perr), fmt.Errorf("policy: %w", perr)
+		})
+	})
+
+	// A Pod of a DRA spec (as the webhook makes it) gets runplane's
+	// template in its namespace (create); it goes with the Pod (delete).
+	t.Run("DRA spec claim template", func(t *testing.T) {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "dra-trainer", Labels: map[string]string{api.LabelGPUSpec: "h100.1"}},
+			Spec: corev1.PodSpec{
+				SchedulerName: api.SchedulerName,
+				Containers: []corev1.Container{{Name: "main", Image: "busybox:1.36",
+					Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: catalog.ClaimName}}}}},
+				ResourceClaims: []corev1.PodResourceClaim{{Name: catalog.ClaimName, ResourceClaimTemplateName: ptr.To(catalog.ClaimTemplateName("h100.1"))}},
+			},
+		}
+		_, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+		require.NoError(t, err)
+		eventually(t, rec, 30*time.Second, "the template runplane-h100.1", func() (bool, error) {
+			_, err := client.ResourceV1().ResourceClaimTemplates(ns).Get(ctx, catalog.ClaimTemplateName("h100.1"), metav1.GetOptions{})
+			return err == nil, err
+		})
+		require.NoError(t, client.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
+		eventually(t, rec, 30*time.Second, "the template removed", func() (bool, error) {
+			_, err := client.ResourceV1().ResourceClaimTemplates(ns).Get(ctx, catalog.ClaimTemplateName("h100.1"), metav1.GetOptions{})
+			if err == nil {
+				return false, errors.New("template still there")
+			}
+			return apierrors.IsNotFound(err), fmt.Errorf("template: %w", err)
 		})
 	})
 
