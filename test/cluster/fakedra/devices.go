@@ -25,16 +25,18 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/runplane/runplane/catalog"
 )
 
 // Names as NVIDIA's DRA driver publishes them.
 const (
 	// DriverName is the driver, and the name of the DeviceClass of its
-	// full GPUs.
-	DriverName = "gpu.nvidia.com"
+	// full GPUs (the catalog's names: one definition).
+	DriverName = catalog.GPUDriver
 	// MIGDeviceClass is the DeviceClass of MIG partitions (type "mig"); the
 	// fake publishes none, the class exists so that specs naming it resolve.
-	MIGDeviceClass = "mig.nvidia.com"
+	MIGDeviceClass = catalog.MIGDeviceClass
 	// TypeGPU and TypeMIG are the values of the "type" attribute.
 	TypeGPU = "gpu"
 	TypeMIG = "mig"
@@ -45,7 +47,7 @@ const (
 	// NVLinkDomainAttribute says which GPUs share an NVLink domain. NVIDIA's
 	// GPU kubelet plugin publishes no per-GPU NVLink attribute (its clique
 	// ID belongs to ComputeDomains), so runplane qualifies its own.
-	NVLinkDomainAttribute resourceapi.QualifiedName = "runplane.io/nvlinkDomain"
+	NVLinkDomainAttribute resourceapi.QualifiedName = catalog.NVLinkDomainAttribute
 )
 
 // Attribute and capacity names of the driver's devices (unqualified:
