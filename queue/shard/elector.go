@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,12 +18,9 @@ import (
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
 )
-
-// MembersLabel marks the member Leases of the Elector named by its value.
-const MembersLabel = "runplane.io/shard-members"
 
 // Default Lease timings: a SIGKILLed replica's shards are taken within
 // LeaseDuration + RetryPeriod (12 s) plus the new owner's rebuild.
@@ -41,7 +39,7 @@ var ErrLost = errors.New("shard Lease lost")
 // Config configures an Elector.
 type Config struct {
 	// Leases is the client of the Leases: the shards' <Name>-<i> and the
-	// replicas' member Leases <Name>-m-<hash of Identity>.
+	// members Lease <Name>-members.
 	Leases          coordclient.LeasesGetter
 	Namespace, Name string
 	// Identity names this replica (unique among the replicas).
@@ -49,9 +47,9 @@ type Config struct {
 	// Shards is the number of shards (at least 1).
 	Shards int
 	// LeaseDuration, RenewDeadline, RetryPeriod: client-go leader
-	// election's, for each shard's Lease; a member Lease is renewed every
-	// RetryPeriod and counts as live for LeaseDuration after its last
-	// renewal this replica saw.
+	// election's, for each shard's Lease; a replica's members entry is
+	// rewritten every RetryPeriod and counts as live for LeaseDuration
+	// after its last change this replica saw.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// Run runs shard's activator until ctx ends and returns once it has
 	// drained: only then is the shard's Lease released.
@@ -73,7 +71,7 @@ func (c Config) withDefaults() Config {
 }
 
 // Elector runs on every replica (a manager.Runnable without leader
-// election): it keeps this replica's member Lease, computes from the live
+// election): it keeps this replica's entry in the members Lease, computes from the live
 // members which shards are this replica's (Assign), campaigns for their
 // Leases and runs each shard it holds; a shard another live replica
 // should have is drained and then released to it.
@@ -127,7 +125,7 @@ func (e *Elector) Start(ctx context.Context) error {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.RetryPeriod)
 		defer cancel()
 		if err := members.leave(dctx); err != nil {
-			log.Info("remove member Lease", "err", err)
+			log.Info("leave the members Lease", "err", err)
 		}
 	}()
 	tick := e.cfg.Clock.NewTicker(e.cfg.RetryPeriod)
@@ -287,95 +285,112 @@ func (e *Elector) campaign(ctx context.Context, s int, lost chan<- int, log *slo
 	return c, nil
 }
 
-// members keeps this replica's member Lease and reads the others'.
+// members keeps this replica's entry in the members Lease <Name>-members
+// and reads the others': one object, updated by compare-and-set, so RBAC
+// can name every Lease the queue may touch. Each replica's entry is an
+// annotation m.runplane.io/<hash of its identity> = "<identity> <its
+// clock>", rewritten every RetryPeriod; an entry counts as live for
+// LeaseDuration after this replica saw it change (by its own clock: no
+// comparison of two machines' clocks).
 type members struct {
-	cfg Config
-	// seen: each member Lease's last renewTime and when this replica saw
-	// it change (its own clock: no comparison of two machines' clocks).
-	seen map[string]seenLease
+	cfg  Config
+	seen map[string]seenEntry
 }
 
-type seenLease struct {
-	renew    time.Time
+type seenEntry struct {
+	value    string
 	observed time.Time
 }
 
-func newMembers(cfg Config) *members { return &members{cfg: cfg, seen: map[string]seenLease{}} }
+// memberPrefix starts each member's annotation key.
+const memberPrefix = "m.runplane.io/"
 
-func (m *members) leaseName() string {
+func newMembers(cfg Config) *members { return &members{cfg: cfg, seen: map[string]seenEntry{}} }
+
+// MembersLeaseName is the members Lease of the Elector named name.
+func MembersLeaseName(name string) string { return name + "-members" }
+
+func (m *members) key() string {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(m.cfg.Identity))
-	return fmt.Sprintf("%s-m-%016x", m.cfg.Name, h.Sum64())
+	return fmt.Sprintf("%s%016x", memberPrefix, h.Sum64())
 }
 
-// sync renews this replica's member Lease and returns the live members'
+// sync writes this replica's entry and returns the live members'
 // identities (this one included).
 func (m *members) sync(ctx context.Context) ([]string, error) {
-	leases := m.cfg.Leases.Leases(m.cfg.Namespace)
 	now := m.cfg.Clock.Now()
-	renew := metav1.NewMicroTime(now)
-	secs := int32(m.cfg.LeaseDuration / time.Second)
-	own, err := leases.Get(ctx, m.leaseName(), metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		_, err = leases.Create(ctx, &coordv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: m.leaseName(), Namespace: m.cfg.Namespace, Labels: map[string]string{MembersLabel: m.cfg.Name}},
-			Spec:       coordv1.LeaseSpec{HolderIdentity: ptr.To(m.cfg.Identity), LeaseDurationSeconds: &secs, RenewTime: &renew},
-		}, metav1.CreateOptions{})
-	case err == nil:
-		own.Spec.HolderIdentity, own.Spec.LeaseDurationSeconds, own.Spec.RenewTime = ptr.To(m.cfg.Identity), &secs, &renew
-		_, err = leases.Update(ctx, own, metav1.UpdateOptions{})
-	}
+	var live []string
+	err := m.update(ctx, func(ann map[string]string) {
+		ann[m.key()] = m.cfg.Identity + " " + now.UTC().Format(time.RFC3339Nano)
+		live = m.live(ann, now)
+	})
 	if err != nil {
-		return nil, fmt.Errorf("renew member Lease %s: %w", m.leaseName(), err)
+		return nil, err
 	}
-	list, err := leases.List(ctx, metav1.ListOptions{LabelSelector: MembersLabel + "=" + m.cfg.Name})
-	if err != nil {
-		return nil, fmt.Errorf("list member Leases: %w", err)
-	}
-	live := []string{m.cfg.Identity}
-	seen := make(map[string]seenLease, len(list.Items))
-	for _, l := range list.Items {
-		id := ptr.Deref(l.Spec.HolderIdentity, "")
-		if id == "" || l.Spec.RenewTime == nil || id == m.cfg.Identity {
-			continue
-		}
-		rt := l.Spec.RenewTime.Time
-		s, ok := m.seen[l.Name]
-		switch {
-		case !ok:
-			// First sight: trust its renewTime, once.
-			s = seenLease{renew: rt, observed: now}
-			if now.Sub(rt) > m.cfg.LeaseDuration {
-				s.observed = rt
-			}
-		case !rt.Equal(s.renew):
-			s = seenLease{renew: rt, observed: now}
-		}
-		seen[l.Name] = s
-		age := now.Sub(s.observed)
-		if age <= m.cfg.LeaseDuration {
-			live = append(live, id)
-			continue
-		}
-		if age > 30*m.cfg.LeaseDuration {
-			// A replica gone long ago (SIGKILLed, its name never back):
-			// anyone removes its Lease, unless it renewed meanwhile.
-			err := leases.Delete(ctx, l.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &l.ResourceVersion}})
-			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-				m.cfg.Logger.Info("remove a dead member's Lease", "lease", l.Name, "err", err)
-			}
-		}
-	}
-	m.seen = seen
 	return live, nil
 }
 
-// leave deletes this replica's member Lease.
-func (m *members) leave(ctx context.Context) error {
-	err := m.cfg.Leases.Leases(m.cfg.Namespace).Delete(ctx, m.leaseName(), metav1.DeleteOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
+// live reads the entries: the live ones' identities; those dead for long
+// (a SIGKILLed replica, its name never back) are removed from ann.
+func (m *members) live(ann map[string]string, now time.Time) []string {
+	live := []string{m.cfg.Identity}
+	seen := make(map[string]seenEntry, len(ann))
+	for k, v := range ann {
+		id, _, ok := strings.Cut(v, " ")
+		if !strings.HasPrefix(k, memberPrefix) || !ok || k == m.key() {
+			continue
+		}
+		e, known := m.seen[k]
+		if !known || e.value != v {
+			e = seenEntry{value: v, observed: now}
+		}
+		switch age := now.Sub(e.observed); {
+		case age <= m.cfg.LeaseDuration:
+			live = append(live, id)
+		case age > 30*m.cfg.LeaseDuration:
+			delete(ann, k)
+			continue
+		}
+		seen[k] = e
 	}
-	return err
+	m.seen = seen
+	return live
+}
+
+// update applies fn to the members Lease's annotations (made when
+// missing), retrying on conflicts.
+func (m *members) update(ctx context.Context, fn func(ann map[string]string)) error {
+	leases := m.cfg.Leases.Leases(m.cfg.Namespace)
+	name := MembersLeaseName(m.cfg.Name)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		l, err := leases.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			l = &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: m.cfg.Namespace, Annotations: map[string]string{}}}
+			fn(l.Annotations)
+			_, err = leases.Create(ctx, l, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				return apierrors.NewConflict(coordv1.Resource("leases"), name, err)
+			}
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		if l.Annotations == nil {
+			l.Annotations = map[string]string{}
+		}
+		fn(l.Annotations)
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("members Lease %s: %w", name, err)
+	}
+	return nil
+}
+
+// leave removes this replica's entry.
+func (m *members) leave(ctx context.Context) error {
+	return m.update(ctx, func(ann map[string]string) { delete(ann, m.key()) })
 }
