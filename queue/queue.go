@@ -125,8 +125,8 @@ type Config struct {
 	// one stream must be given the same count (the results consumers
 	// depend on it). Without leader election, this process runs them all.
 	ActivatorShards int
-	// ShardLeaseDuration is each shard Lease's duration (default 10s:
-	// a SIGKILLed replica's shards move within about 12s); renewals every
+	// ShardLeaseDuration is each shard Lease's duration (default 8s:
+	// a SIGKILLed replica's shards move within about 11s); renewals every
 	// fifth of it, given up after 70% of it.
 	ShardLeaseDuration time.Duration
 	// InsecureDisableCallerAuth serves the ingress to anyone who reaches it,

@@ -65,7 +65,7 @@ func activatorRunnable(cfg Config, acfg activator.Config, log *slog.Logger) (man
 	}
 	lease := cfg.ShardLeaseDuration
 	el, err := shard.New(shard.Config{Leases: coord, Namespace: cmp.Or(cfg.LeaseNamespace, api.DefaultNamespace), Name: cmp.Or(cfg.LeaseName, DefaultLeaseName),
-		Identity: cfg.Identity, Shards: n, LeaseDuration: lease, RenewDeadline: lease * 7 / 10, RetryPeriod: lease / 5, Logger: log,
+		Identity: cfg.Identity, Shards: n, LeaseDuration: lease, RenewDeadline: lease * 7 / 10, RetryPeriod: lease / 5, Logger: log, Registerer: acfg.Registerer,
 		Run: func(ctx context.Context, i int) error {
 			a, err := newShard(i)
 			if err != nil {

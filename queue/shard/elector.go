@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	coordv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,11 +24,12 @@ import (
 )
 
 // Default Lease timings: a SIGKILLed replica's shards are taken within
-// LeaseDuration + RetryPeriod (12 s) plus the new owner's rebuild.
+// about LeaseDuration + 2 RetryPeriods (11 s at most, 9–10 s typically),
+// plus the new owner's rebuild.
 const (
-	DefaultLeaseDuration = 10 * time.Second
-	DefaultRenewDeadline = 7 * time.Second
-	DefaultRetryPeriod   = 2 * time.Second
+	DefaultLeaseDuration = 8 * time.Second
+	DefaultRenewDeadline = 5600 * time.Millisecond
+	DefaultRetryPeriod   = 1600 * time.Millisecond
 )
 
 // ErrLost is returned by Start when a shard's Lease was lost while this
@@ -56,9 +58,12 @@ type Config struct {
 	Run    func(ctx context.Context, shard int) error
 	Clock  clock.WithTicker
 	Logger *slog.Logger
-	// OnChange, when set, is told the shards this replica runs after each
-	// change (tests, metrics).
-	OnChange func(held []int)
+	// OnChange, when set, is told the shards this replica campaigns for
+	// after each change.
+	OnChange func(campaigned []int)
+	// Registerer receives runplane_activator_shard_running (nil: not
+	// registered).
+	Registerer prometheus.Registerer
 }
 
 func (c Config) withDefaults() Config {
@@ -77,6 +82,9 @@ func (c Config) withDefaults() Config {
 // should have is drained and then released to it.
 type Elector struct {
 	cfg Config
+	// running is 1 for each shard whose activator runs here (client-go's
+	// leader_election_master_status stays 1 after a voluntary release).
+	running *prometheus.GaugeVec
 }
 
 // New validates cfg and builds an Elector.
@@ -92,7 +100,17 @@ func New(cfg Config) (*Elector, error) {
 	case cfg.RenewDeadline >= cfg.LeaseDuration || cfg.RetryPeriod >= cfg.RenewDeadline:
 		return nil, fmt.Errorf("shard: need retry period %s < renew deadline %s < lease duration %s", cfg.RetryPeriod, cfg.RenewDeadline, cfg.LeaseDuration)
 	}
-	return &Elector{cfg: cfg}, nil
+	e := &Elector{cfg: cfg, running: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runplane_activator_shard_running",
+		Help: "1 for each activator shard this replica runs (holds the shard's Lease and has not released it), else 0."}, []string{"shard"})}
+	for s := range cfg.Shards {
+		e.running.WithLabelValues(strconv.Itoa(s)).Set(0)
+	}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(e.running); err != nil {
+			return nil, fmt.Errorf("shard: register metrics: %w", err)
+		}
+	}
+	return e, nil
 }
 
 // LeaseName is shard i's Lease of the Elector named name.
@@ -105,66 +123,54 @@ func (*Elector) NeedLeaderElection() bool { return false }
 // Start implements manager.Runnable. It returns once every shard it ran
 // has drained and released its Lease: ErrLost if a Lease was lost under a
 // running shard, nil when ctx ended.
+//
+// Every replica follows every shard's Lease from the start (a client-go
+// elector per shard, whose Lease writes a gate lets through only for the
+// shards this replica wants, or holds): client-go counts a Lease as
+// expired a LeaseDuration after it saw it last change, so an elector
+// started only once its shard is wanted would wait that long again.
 func (e *Elector) Start(ctx context.Context) error {
 	log := e.cfg.Logger.With("component", "shard-elector", "identity", e.cfg.Identity)
 	lost := make(chan int, e.cfg.Shards)
-	running := map[int]*campaign{}
-	stopping := map[int]*campaign{}
+	slots := make([]*slot, e.cfg.Shards)
+	var wg sync.WaitGroup
 	members := newMembers(e.cfg)
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
 	defer func() {
-		for _, c := range running {
-			c.stopRun()
-		}
-		for _, c := range running {
-			<-c.done
-		}
-		for _, c := range stopping {
-			<-c.done
-		}
+		// Every run drains, then every Lease held is released.
+		cancel()
+		wg.Wait()
 		// Leaving: the others count this replica out at once.
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.RetryPeriod)
-		defer cancel()
+		dctx, dcancel := context.WithTimeout(context.WithoutCancel(parent), e.cfg.RetryPeriod)
+		defer dcancel()
 		if err := members.leave(dctx); err != nil {
 			log.Info("leave the members Lease", "err", err)
 		}
 	}()
-	tick := e.cfg.Clock.NewTicker(e.cfg.RetryPeriod)
+	for s := range slots {
+		slots[s] = &slot{}
+		wg.Go(func() { e.follow(ctx, s, slots[s], lost, log) })
+	}
+	// Twice per RetryPeriod: a dead member is seen within half of one.
+	tick := e.cfg.Clock.NewTicker(e.cfg.RetryPeriod / 2)
 	defer tick.Stop()
 	var held []int
 	for {
-		for s, c := range stopping {
-			select {
-			case <-c.done:
-				delete(stopping, s)
-			default:
-			}
-		}
 		live, err := members.sync(ctx)
 		if err != nil {
 			log.Info("shard members", "err", err)
-		}
-		if err == nil {
-			want := Assign(e.cfg.Shards, live)
-			for s, owner := range want {
-				c := running[s]
-				switch {
-				case owner == e.cfg.Identity && c == nil && stopping[s] == nil:
-					c, err := e.campaign(ctx, s, lost, log)
-					if err != nil {
-						return err
-					}
-					running[s] = c
-				case owner != e.cfg.Identity && c != nil:
+		} else {
+			held = nil
+			for s, owner := range Assign(e.cfg.Shards, live) {
+				mine := owner == e.cfg.Identity
+				if slots[s].want(mine) && !mine {
 					log.Info("handing over shard", "shard", s, "to", owner)
-					c.stopRun()
-					stopping[s] = c
-					delete(running, s)
+				}
+				if mine {
+					held = append(held, s)
 				}
 			}
-		}
-		if now := e.heldOf(running); !slicesEqual(now, held) {
-			held = now
-			log.Info("shards campaigned for", "shards", held)
 			if e.cfg.OnChange != nil {
 				e.cfg.OnChange(held)
 			}
@@ -180,109 +186,155 @@ func (e *Elector) Start(ctx context.Context) error {
 	}
 }
 
-func (e *Elector) heldOf(running map[int]*campaign) []int {
-	var out []int
-	for s := range e.cfg.Shards {
-		if running[s] != nil {
-			out = append(out, s)
-		}
-	}
-	return out
+// slot is one shard's state on this replica: whether it wants the shard,
+// whether it holds its Lease, and the run to stop when it no longer wants
+// it.
+type slot struct {
+	mu      sync.Mutex
+	wanted  bool
+	holding bool
+	stopRun context.CancelFunc
 }
 
-func slicesEqual(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
+// want sets whether this replica wants the shard; unwanted, a run under
+// way is stopped (and its Lease released once it has drained). It reports
+// whether the run was stopped.
+func (sl *slot) want(w bool) bool {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	sl.wanted = w
+	if !w && sl.stopRun != nil {
+		sl.stopRun()
+		sl.stopRun = nil
+		return true
 	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
+	return false
 }
 
-// campaign is one shard's leader election and, while it leads, its run.
-type campaign struct {
-	// stopRun ends the shard's run (and the campaign once the run has
-	// drained, or at once when it never led).
-	stopRun func()
-	// done is closed once the run has returned and the Lease is released.
-	done chan struct{}
+// gate lets a Lease write through when it acquires a wanted shard, renews
+// a held one, or releases (an empty holder); it remembers whether this
+// replica holds the Lease.
+func (sl *slot) gate(holder string, id string) bool {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if holder != id {
+		sl.holding = false
+		return true
+	}
+	if sl.wanted || sl.holding {
+		sl.holding = true
+		return true
+	}
+	return false
 }
 
-// campaign contends for shard s's Lease and runs the shard while holding
-// it. The Lease is released only after the run has returned (it is renewed
-// while the run drains), so two owners never overlap; a Lease lost while
-// the run was still wanted is reported on lost.
-func (e *Elector) campaign(ctx context.Context, s int, lost chan<- int, log *slog.Logger) (*campaign, error) {
-	runCtx, stopRun := context.WithCancel(ctx)
-	// Not ended by ctx: the Lease outlives the run until it has drained.
-	electCtx, stopElect := context.WithCancel(context.WithoutCancel(ctx))
-	c := &campaign{stopRun: stopRun, done: make(chan struct{})}
-	var mu sync.Mutex
-	leading := false
-	var runs sync.WaitGroup
-	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: &resourcelock.LeaseLock{
-			LeaseMeta:  metav1.ObjectMeta{Namespace: e.cfg.Namespace, Name: LeaseName(e.cfg.Name, s)},
-			Client:     e.cfg.Leases,
-			LockConfig: resourcelock.ResourceLockConfig{Identity: e.cfg.Identity},
-		},
-		LeaseDuration: e.cfg.LeaseDuration, RenewDeadline: e.cfg.RenewDeadline, RetryPeriod: e.cfg.RetryPeriod,
-		ReleaseOnCancel: true,
-		Name:            LeaseName(e.cfg.Name, s),
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(leadCtx context.Context) {
-				mu.Lock()
-				if runCtx.Err() != nil {
+// errNotWanted refuses a Lease write of a shard this replica does not want.
+var errNotWanted = errors.New("shard not wanted by this replica")
+
+// gatedLock is a Lease lock whose writes go through the slot's gate.
+type gatedLock struct {
+	*resourcelock.LeaseLock
+	sl *slot
+}
+
+func (g gatedLock) Create(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	if !g.sl.gate(r.HolderIdentity, g.Identity()) {
+		return errNotWanted
+	}
+	return g.LeaseLock.Create(ctx, r)
+}
+
+func (g gatedLock) Update(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	if !g.sl.gate(r.HolderIdentity, g.Identity()) {
+		return errNotWanted
+	}
+	return g.LeaseLock.Update(ctx, r)
+}
+
+// follow runs shard s's electors until ctx ends: each follows the Lease,
+// takes it when the slot wants it and it is free, runs the shard while
+// holding it, and releases it only after the run has returned (renewing
+// it while the run drains), so two owners never overlap; a new elector
+// then follows again. A Lease lost while the run was still wanted is
+// reported on lost.
+func (e *Elector) follow(ctx context.Context, s int, sl *slot, lost chan<- int, log *slog.Logger) {
+	for ctx.Err() == nil {
+		sl.mu.Lock()
+		sl.holding = false // a lost Lease is not held
+		sl.mu.Unlock()
+		// Not ended by ctx: the Lease outlives the run until it has drained.
+		electCtx, stopElect := context.WithCancel(context.WithoutCancel(ctx))
+		leading := false
+		var mu sync.Mutex
+		var runs sync.WaitGroup
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock: gatedLock{sl: sl, LeaseLock: &resourcelock.LeaseLock{
+				LeaseMeta:  metav1.ObjectMeta{Namespace: e.cfg.Namespace, Name: LeaseName(e.cfg.Name, s)},
+				Client:     e.cfg.Leases,
+				LockConfig: resourcelock.ResourceLockConfig{Identity: e.cfg.Identity},
+			}},
+			LeaseDuration: e.cfg.LeaseDuration, RenewDeadline: e.cfg.RenewDeadline, RetryPeriod: e.cfg.RetryPeriod,
+			ReleaseOnCancel: true,
+			Name:            LeaseName(e.cfg.Name, s),
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(leadCtx context.Context) {
+					runs.Add(1)
+					defer runs.Done()
+					defer stopElect() // release: the run has drained
+					runCtx, cancel := context.WithCancel(ctx)
+					defer cancel()
+					mu.Lock()
+					leading = true
 					mu.Unlock()
-					stopElect()
-					return
-				}
-				leading = true
-				runs.Add(1)
-				mu.Unlock()
-				defer runs.Done()
-				log.Info("running shard", "shard", s)
-				ctx, cancel := context.WithCancel(runCtx)
-				stopOnLoss := context.AfterFunc(leadCtx, cancel)
-				if err := e.cfg.Run(ctx, s); err != nil {
-					log.Error("shard run failed", "shard", s, "err", err)
-				}
-				stopOnLoss()
-				cancel()
-				if leadCtx.Err() != nil && runCtx.Err() == nil {
-					select {
-					case lost <- s:
-					default: // Start has another loss to report already
+					sl.mu.Lock()
+					if !sl.wanted {
+						sl.mu.Unlock()
+						return
 					}
-				}
-				log.Info("shard drained; releasing its Lease", "shard", s)
-				stopElect()
+					sl.stopRun = cancel
+					sl.mu.Unlock()
+					stopOnLoss := context.AfterFunc(leadCtx, cancel)
+					defer stopOnLoss()
+					log.Info("running shard", "shard", s)
+					gauge := e.running.WithLabelValues(strconv.Itoa(s))
+					gauge.Set(1)
+					if err := e.cfg.Run(runCtx, s); err != nil {
+						log.Error("shard run failed", "shard", s, "err", err)
+					}
+					gauge.Set(0)
+					sl.mu.Lock()
+					stillWanted := sl.wanted && sl.stopRun != nil
+					sl.stopRun = nil
+					sl.mu.Unlock()
+					if leadCtx.Err() != nil && stillWanted && ctx.Err() == nil {
+						select {
+						case lost <- s:
+						default: // Start has a loss to report already
+						}
+					}
+					log.Info("shard drained; releasing its Lease", "shard", s)
+				},
+				OnStoppedLeading: func() {},
 			},
-			OnStoppedLeading: func() {},
-		},
-	})
-	if err != nil {
-		stopRun()
-		stopElect()
-		return nil, fmt.Errorf("shard %d: leader elector: %w", s, err)
-	}
-	context.AfterFunc(runCtx, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if !leading {
+		})
+		if err != nil {
+			// Only a bad config fails here, which New has checked.
+			log.Error("shard leader elector", "shard", s, "err", err)
 			stopElect()
+			return
 		}
-	})
-	go func() {
-		defer close(c.done)
+		stop := context.AfterFunc(ctx, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if !leading {
+				stopElect()
+			}
+		})
 		le.Run(electCtx)
 		runs.Wait()
+		stop()
 		stopElect()
-	}()
-	return c, nil
+	}
 }
 
 // members keeps this replica's entry in the members Lease <Name>-members
