@@ -1,5 +1,7 @@
 // Package activator is the queue service's dispatcher: the Lease holder
-// (a controller-runtime Runnable with NeedLeaderElection) consumes
+// (a controller-runtime Runnable with NeedLeaderElection; sharded, one
+// Activator per shard of the namespaces, on its Lease's holder: Shard,
+// shard.go, queue/shard) consumes
 // invocations from JetStream through durable consumers and dispatches each
 // to the least-loaded ready worker, writes terminal Records from results,
 // redelivers a lost worker's invocations with backoff, dead-letters them

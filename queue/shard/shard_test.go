@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -90,5 +91,23 @@ func TestAssignMovesLittle(t *testing.T) {
 	assert.LessOrEqual(t, moved, shards/4, "shards of the members that stayed moved: %d", moved)
 	for s := range shards {
 		assert.NotEqual(t, "d", after[s])
+	}
+}
+
+// Of is NATS's deterministic partitioning of the namespace token
+// ({{partition(n, token)}} in a subject mapping or a stream's subject
+// transform): a stream partitioned by subject puts a namespace's messages
+// in the partition of the shard that owns it (queue/README.md, "100,000
+// calls/s").
+func TestOfIsNATSPartition(t *testing.T) {
+	for _, n := range []int{2, 6, 64} {
+		tr, err := server.NewSubjectTransform("invoke.*.*", fmt.Sprintf("{{partition(%d,1)}}", n))
+		require.NoError(t, err)
+		for i := range 500 {
+			ns := fmt.Sprintf("team-%d", i)
+			got, err := tr.Match("invoke." + ns + ".pool")
+			require.NoError(t, err)
+			assert.Equal(t, fmt.Sprint(Of(ns, n)), got, "namespace %s of %d", ns, n)
+		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/runplane/runplane/queue/shard"
 	"github.com/runplane/runplane/test/chaos"
 	"github.com/runplane/runplane/test/localworkers"
+	"github.com/runplane/runplane/test/scrape"
 )
 
 // cpuOf is the CPU time process pid has used (user + system, from
@@ -66,12 +67,12 @@ func (s *shardedStack) stop() {
 
 const benchShards = 6
 
-func startSharded(b *testing.B, replicas int) *shardedStack {
+func startSharded(b *testing.B, replicas, shards int) *shardedStack {
 	b.Helper()
 	s := &shardedStack{}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.undo = append(s.undo, cancel)
-	tag := "bench-r" + strconv.Itoa(replicas)
+	tag := "bench-r" + strconv.Itoa(replicas) + "s" + strconv.Itoa(shards)
 	leaseNS := tag + "-leases"
 	require.NoError(b, env.CreateNamespace(ctx, leaseNS))
 	for k := 0; len(s.nss) < benchShards; k++ {
@@ -102,7 +103,7 @@ func startSharded(b *testing.B, replicas int) *shardedStack {
 	}
 	for i := range replicas {
 		q, err := chaos.StartQueue(bins, dir, "queue-"+strconv.Itoa(i), s.nats.URL, chaos.QueueOptions{Kubeconfig: env.Kubeconfig(), Namespace: leaseNS,
-			Args: []string{"-namespace=", "-activator-shards", strconv.Itoa(benchShards), "-log-level", "warn"}})
+			Args: []string{"-namespace=", "-activator-shards", strconv.Itoa(shards), "-log-level", "warn"}})
 		require.NoError(b, err)
 		s.undo = append(s.undo, q.Kill)
 		s.qs = append(s.qs, q)
@@ -121,7 +122,36 @@ func startSharded(b *testing.B, replicas int) *shardedStack {
 			return err == nil && p.ReadyWorkers >= 1
 		}, 120*time.Second, 200*time.Millisecond, "a ready worker in %s (logs in %s)", ns, dir)
 	}
+	if shards > 1 {
+		// Settled: each replica runs its share (no hand-over during the
+		// measurement).
+		scrapers, err := scrape.New(ctx, env)
+		require.NoError(b, err)
+		require.Eventually(b, func() bool {
+			for _, q := range s.qs {
+				if n := runningShards(q.MetricsURL, scrapers.Reader); n != shards/replicas {
+					return false
+				}
+			}
+			return true
+		}, 60*time.Second, 200*time.Millisecond, "%d shards on each replica", shards/replicas)
+	}
 	return s
+}
+
+// runningShards counts the shards a replica runs (-1: unreadable).
+func runningShards(url, token string) int {
+	code, body, err := scrape.Get(url, token)
+	if err != nil || code != http.StatusOK {
+		return -1
+	}
+	n := 0
+	for line := range strings.Lines(body) {
+		if strings.HasPrefix(line, "runplane_activator_shard_running{") && strings.HasSuffix(strings.TrimSpace(line), " 1") {
+			n++
+		}
+	}
+	return n
 }
 
 // load runs n sync calls, closed loop with callers at once, round-robin
@@ -160,8 +190,9 @@ func (s *shardedStack) load(b *testing.B, n, callers int) {
 }
 
 // BenchmarkShardedQueue measures sync calls (the real sidecar and
-// framework-recorder processes as workers, one pool per shard) through 1, 2
-// and 3 queue processes sharing the activator's 6 shards, each replica
+// framework-recorder processes as workers, a pool in each of 6 namespaces,
+// one per shard) through 1, 2 and 3 queue processes sharing the
+// activator's 6 shards (and 1 unsharded, shards=1, the reference), each replica
 // taking its share of the ingress calls too: calls/s, and the CPU of each
 // process from /proc — queue-cpu-µs/op is every replica's CPU together
 // per call (with the load spread evenly, also what one replica spends per
@@ -171,10 +202,11 @@ func (s *shardedStack) load(b *testing.B, n, callers int) {
 // CPU-bound, so calls/s cannot grow with replicas here; the CPU per call is
 // what predicts a bigger machine.
 func BenchmarkShardedQueue(b *testing.B) {
-	for _, replicas := range []int{1, 2, 3} {
-		s := startSharded(b, replicas)
+	for _, c := range []struct{ replicas, shards int }{{1, 1}, {1, benchShards}, {2, benchShards}, {3, benchShards}} {
+		replicas := c.replicas
+		s := startSharded(b, replicas, c.shards)
 		s.load(b, 200, 16) // warm: connections, consumers, caches
-		b.Run("replicas="+strconv.Itoa(replicas), func(b *testing.B) {
+		b.Run(fmt.Sprintf("replicas=%d/shards=%d", replicas, c.shards), func(b *testing.B) {
 			cpu := func() (q []time.Duration, n time.Duration) {
 				for _, p := range s.qs {
 					c, err := cpuOf(p.PID())
