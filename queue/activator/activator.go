@@ -254,6 +254,9 @@ func (a *Activator) Run(ctx context.Context) error {
 	a.metrics.rebuilt.Inc()
 	rebuilt = true
 	a.wg.Go(func() { a.sweepLoop(ctx) })
+	if err := a.keepFiltered(ctx); err != nil {
+		return err
+	}
 	cons := &consumers{nss: a.namespaces()}
 	a.mu.Lock()
 	for _, ns := range cons.nss {

@@ -3,8 +3,10 @@ package activator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -92,6 +94,40 @@ func (a *Activator) namespaces() []string {
 			}
 		}
 	})
+}
+
+// keepFiltered adds to the shard's namespaces those its durable consumers
+// already filter on: a previous owner's, whose informer may have known a
+// pool this replica's does not yet. A consumer made again with fewer
+// subjects would stop delivering their invocations, and the results stream
+// (interest retention) would drop their results while no consumer wants
+// them.
+func (a *Activator) keepFiltered(ctx context.Context) error {
+	if !a.cfg.Shard.Sharded() {
+		return nil
+	}
+	st := a.cfg.Store
+	prefix := a.cfg.Shard.consumerPrefix(a.cfg.ConsumerPrefix)
+	for _, c := range []struct{ stream, name, kind string }{{st.Config.Stream, "invoke", "invoke"}, {st.Config.ResultsStream, "results", "result"}} {
+		cons, err := st.JS.Consumer(ctx, c.stream, prefix+"-"+c.name)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read consumer %s-%s: %w", prefix, c.name, err)
+		}
+		cfg := cons.CachedInfo().Config
+		a.mu.Lock()
+		for _, f := range append(cfg.FilterSubjects, cfg.FilterSubject) {
+			rest, ok := strings.CutPrefix(f, st.Subjects.Prefix+"."+c.kind+".")
+			ns, _, _ := strings.Cut(rest, ".")
+			if ok && ns != noNamespace && ns != "" && ns != "*" && a.cfg.Shard.Owns(ns) {
+				a.filtered[ns] = true
+			}
+		}
+		a.mu.Unlock()
+	}
+	return nil
 }
 
 // filters are the subjects of kind ("invoke", "result") a consumer of

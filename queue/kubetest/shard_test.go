@@ -85,8 +85,10 @@ func TestShardsHaveOneOwnerEach(t *testing.T) {
 	leaseNS := "shard-leases"
 	require.NoError(t, env.CreateNamespace(ctx, leaseNS))
 	nats := queuetest.NATS(t, nil)
-	nss := shardNamespaces("sharded", shards, 3)
-	for _, ns := range nss {
+	nss := shardNamespaces("sharded", shards, 4)
+	late := nss[3] // its pool appears once the shards run
+	nss = nss[:3]
+	addPool := func(ns string) {
 		require.NoError(t, env.CreateNamespace(ctx, ns))
 		labels := map[string]string{api.LabelPool: "p"}
 		_, err := env.Client().AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
@@ -106,6 +108,9 @@ func TestShardsHaveOneOwnerEach(t *testing.T) {
 		kdone := make(chan struct{})
 		go func() { defer close(kdone); k.Run(kctx) }()
 		t.Cleanup(func() { kstop(); <-kdone })
+	}
+	for _, ns := range nss {
+		addPool(ns)
 	}
 	scrapers, err := scrape.New(ctx, env)
 	require.NoError(t, err)
@@ -155,6 +160,21 @@ func TestShardsHaveOneOwnerEach(t *testing.T) {
 		}
 	}
 	invokeAll("before")
+
+	// A namespace whose first pool appears while its shard runs: the
+	// shard's consumers widen to it (the invoke consumer made again from the
+	// stream's start), or its invocations would never be consumed.
+	addPool(late)
+	nss = append(nss, late)
+	require.Eventually(t, func() bool {
+		r, err := http.Get(qs[0].Base + "/v1/namespaces/" + late + "/pools/p")
+		if err != nil {
+			return false
+		}
+		r.Body.Close()
+		return r.StatusCode == http.StatusOK
+	}, 30*time.Second, 100*time.Millisecond, "pool of %s known", late)
+	invokeAll("late")
 
 	// r0 leaves: its shards are drained, released and taken by the others.
 	require.NoError(t, qs[0].Stop())
