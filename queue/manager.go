@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
-	"github.com/nats-io/nuid"
 	"golang.org/x/sync/errgroup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
@@ -22,8 +20,14 @@ import (
 	"github.com/runplane/runplane/internal/logging"
 )
 
-// DefaultLeaseName is the activator's Lease (-leader-election-name).
+// DefaultLeaseName is the activator's Lease (-leader-election-name); a
+// sharded activator's are <name>-<shard>, its replicas' member Leases
+// <name>-m-<hash> (queue/shard).
 const DefaultLeaseName = "runplane-queue-activator"
+
+// MaxActivatorShards bounds Config.ActivatorShards: each shard is a Lease
+// and two consumers, and every replica reads each member Lease.
+const MaxActivatorShards = 64
 
 // NewManager builds the controller-runtime manager that runs the ingress on
 // every replica and the activator (a leader-election Runnable) on the Lease
@@ -47,11 +51,7 @@ func NewManager(cfg Config) (manager.Manager, error) {
 		GracefulShutdownTimeout: ptr.To[time.Duration](-1),
 	}
 	if cfg.LeaderElection {
-		id := cfg.Identity
-		if id == "" {
-			h, _ := os.Hostname()
-			id = h + "-" + nuid.Next()
-		}
+		id := identity(cfg)
 		ns, name := cmp.Or(cfg.LeaseNamespace, api.DefaultNamespace), cmp.Or(cfg.LeaseName, DefaultLeaseName)
 		coord, err := coordinationv1.NewForConfig(cfg.RESTConfig)
 		if err != nil {

@@ -40,6 +40,7 @@ import (
 	"github.com/runplane/runplane/queue/callback"
 	"github.com/runplane/runplane/queue/ingress"
 	"github.com/runplane/runplane/queue/pool"
+	"github.com/runplane/runplane/queue/shard"
 	"github.com/runplane/runplane/queue/stream"
 )
 
@@ -116,6 +117,18 @@ type Config struct {
 	LeaseNamespace string
 	LeaseName      string
 	Identity       string
+	// ActivatorShards spreads the activator over the replicas (0 or 1:
+	// one activator, on the Lease holder, for every namespace): namespaces
+	// are hashed into this many shards, each shard's activator runs on the
+	// holder of the Lease <LeaseName>-<i>, and each replica campaigns for
+	// about shards/replicas of them (queue/shard). Every queue process of
+	// one stream must be given the same count (the results consumers
+	// depend on it). Without leader election, this process runs them all.
+	ActivatorShards int
+	// ShardLeaseDuration is each shard Lease's duration (default 8s:
+	// a SIGKILLed replica's shards move within about 11s); renewals every
+	// fifth of it, given up after 70% of it.
+	ShardLeaseDuration time.Duration
 	// InsecureDisableCallerAuth serves the ingress to anyone who reaches it,
 	// with no token: INSECURE, only for benchmarks and tests of the
 	// unauthenticated baseline. By default every /v1 request and the seed
@@ -201,6 +214,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.LeaderElection && cfg.RESTConfig == nil {
 		return errors.New("queue: leader election needs a Kubernetes config")
 	}
+	if cfg.ActivatorShards < 0 || cfg.ActivatorShards > MaxActivatorShards {
+		return fmt.Errorf("queue: activator shards %d: must be between 1 and %d", cfg.ActivatorShards, MaxActivatorShards)
+	}
+	cfg.ShardLeaseDuration = cmp.Or(cfg.ShardLeaseDuration, shard.DefaultLeaseDuration)
+	if cfg.ShardLeaseDuration < 5*time.Second {
+		return fmt.Errorf("queue: shard lease duration %s: at least 5s (renewals every fifth of it)", cfg.ShardLeaseDuration)
+	}
+	cfg.Stream.ActivatorShards = cfg.ActivatorShards
+	cfg.Identity = identity(cfg)
 	if cfg.NATSTrustFile != "" && cfg.RESTConfig == nil {
 		return errors.New("queue: the NATS auth callout needs a Kubernetes config")
 	}
@@ -377,9 +399,9 @@ func Run(ctx context.Context, cfg Config) error {
 		runnables = append(runnables, &manager.Server{Name: "ingress", Listener: hln, ShutdownTimeout: ptr.To(5 * time.Second), Server: hs})
 	}
 	if !cfg.DisableActivator {
-		act, err := activator.New(activator.Config{Store: st, NC: nc, Pools: pools, Kube: kube, Namespace: cfg.Namespace,
+		act, err := activatorRunnable(cfg, activator.Config{Store: st, NC: nc, Pools: pools, Kube: kube, Namespace: cfg.Namespace,
 			HeartbeatTimeout: cfg.HeartbeatTimeout, SilentHold: cfg.SilentHold, MaxAttempts: cfg.MaxAttempts, Backoff: cfg.Backoff, Tick: cfg.Tick, Scaler: cfg.Scaler,
-			Limits: cfg.Limits, Revoke: revoke, Logger: log, Registerer: reg, TracerProvider: cfg.TracerProvider})
+			Limits: cfg.Limits, Revoke: revoke, Logger: log, Registerer: reg, TracerProvider: cfg.TracerProvider}, log)
 		if err != nil {
 			return err
 		}

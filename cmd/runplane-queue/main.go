@@ -24,6 +24,7 @@ import (
 	"github.com/runplane/runplane/internal/tracing"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/pool"
+	"github.com/runplane/runplane/queue/shard"
 )
 
 func main() {
@@ -123,6 +124,10 @@ func run() error {
 	flag.BoolVar(&c.LeaderElection, "leader-elect", true, "run the activator only while holding the Lease (needs Kubernetes)")
 	flag.StringVar(&c.LeaseNamespace, "leader-election-namespace", api.DefaultNamespace, "namespace of the activator Lease")
 	flag.StringVar(&c.LeaseName, "leader-election-name", "runplane-queue-activator", "name of the activator Lease")
+	flag.IntVar(&c.ActivatorShards, "activator-shards", 1, "spread the activator over the replicas: namespaces hashed into this many shards, each run by the holder of "+
+		"the Lease <leader-election-name>-<shard>, about shards/replicas per replica (1: one activator on the Lease holder; every queue process of a stream needs the same value)")
+	flag.DurationVar(&c.ShardLeaseDuration, "activator-shard-lease-duration", shard.DefaultLeaseDuration, "with -activator-shards above 1: each shard Lease's duration, renewed every fifth of it "+
+		"(a SIGKILLed replica's shards move within about 1.4× it)")
 	flag.BoolVar(&c.DisableIngress, "no-ingress", false, "do not serve the ingress API")
 	flag.BoolVar(&c.DisableActivator, "no-activator", false, "do not run the activator")
 	flag.BoolVar(&c.InsecureDisableCallerAuth, "insecure-disable-caller-auth", false, "INSECURE: serve the ingress without bearer tokens, TokenReview and RBAC (benchmarks and tests of the unauthenticated baseline only; required with -no-kube)")

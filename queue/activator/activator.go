@@ -1,5 +1,7 @@
 // Package activator is the queue service's dispatcher: the Lease holder
-// (a controller-runtime Runnable with NeedLeaderElection) consumes
+// (a controller-runtime Runnable with NeedLeaderElection; sharded, one
+// Activator per shard of the namespaces, on its Lease's holder: Shard,
+// shard.go, queue/shard) consumes
 // invocations from JetStream through durable consumers and dispatches each
 // to the least-loaded ready worker, writes terminal Records from results,
 // redelivers a lost worker's invocations with backoff, dead-letters them
@@ -92,13 +94,22 @@ type Config struct {
 	// runplane.io/max-in-flight or Limits.PoolMaxInFlight, and
 	// Limits.NamespaceMaxInFlight); the backlog bounds are the ingress's.
 	Limits pool.Limits
-	// ConsumerPrefix names the durable consumers (default "activator").
+	// ConsumerPrefix names the durable consumers (default "activator";
+	// a shard's: "<prefix>-<index>of<count>").
 	ConsumerPrefix string
+	// Shard, when sharded (Count > 1), limits this activator to the
+	// namespaces of one shard: their pools, invocations, results, workers
+	// and Pods; every other namespace is another shard's owner's
+	// (queue/shard, README "Sharded activator").
+	Shard Shard
 	// Clock is the time source (default the real clock; tests step a fake).
 	Clock  clock.WithTickerAndDelayedExecution
 	Logger *slog.Logger
 	// Registerer receives the metrics (nil: not registered).
 	Registerer prometheus.Registerer
+	// Metrics, when set, are used instead of new ones registered with
+	// Registerer: the shards of one replica share them.
+	Metrics *Metrics
 
 	// TracerProvider records the activator's dispatch spans (nil: none;
 	// an invocation's trace context still reaches its Dispatch).
@@ -156,6 +167,9 @@ type Activator struct {
 	// legacy remembers the pools warned about for Events on the pool's
 	// subject (sidecars older than the per-worker Events subjects).
 	legacy legacyEvents
+	// filtered are the namespaces the consumers filter on (sharded; under
+	// mu): those of the open invocations rebuilt, then every one added.
+	filtered map[string]bool
 }
 
 // DefaultSweepEvery is the default of Config.SweepEvery.
@@ -173,8 +187,18 @@ func New(cfg Config) (*Activator, error) {
 	if cfg.MaxAttempts < 1 {
 		return nil, fmt.Errorf("activator: MaxAttempts %d must be >= 1", cfg.MaxAttempts)
 	}
-	a := &Activator{cfg: cfg, metrics: newMetrics(cfg.Registerer), scaler: cfg.Scaler, refused: map[string]string{}, conflicts: map[string]string{},
+	m := cfg.Metrics
+	if m == nil {
+		m = NewMetrics(cfg.Registerer)
+	}
+	a := &Activator{cfg: cfg, metrics: m.m, scaler: cfg.Scaler, refused: map[string]string{}, conflicts: map[string]string{},
 		policyErrs: map[string]string{}, tracer: tracing.NewTracer(cfg.TracerProvider, "runplane/queue/activator")}
+	if cfg.Shard.Sharded() {
+		if cfg.Shard.Index < 0 || cfg.Shard.Index >= cfg.Shard.Count {
+			return nil, fmt.Errorf("activator: shard %d of %d: must be in [0, %d)", cfg.Shard.Index, cfg.Shard.Count, cfg.Shard.Count)
+		}
+		a.cfg.Pools = ownedPools{Source: cfg.Pools, shard: cfg.Shard}
+	}
 	if a.scaler == nil && cfg.Kube != nil {
 		a.scaler = KubeScaler{Client: cfg.Kube}
 	}
@@ -194,8 +218,14 @@ func (a *Activator) Run(ctx context.Context) error {
 		RequirePods:     a.cfg.Kube != nil,
 		PoolMaxInFlight: a.cfg.Limits.PoolMaxInFlight, NamespaceMaxInFlight: a.cfg.Limits.NamespaceMaxInFlight}, a.cfg.Clock)
 	a.kick = make(chan struct{}, 1)
+	a.filtered = map[string]bool{}
 	a.mu.Unlock()
-	defer a.metrics.rebuilt.Set(0)
+	rebuilt := false
+	defer func() {
+		if rebuilt {
+			a.metrics.rebuilt.Dec()
+		}
+	}()
 	st := a.cfg.Store
 
 	if a.cfg.Kube != nil {
@@ -221,19 +251,28 @@ func (a *Activator) Run(ctx context.Context) error {
 	if err := a.rebuild(ctx); err != nil {
 		return err
 	}
-	a.metrics.rebuilt.Set(1)
+	a.metrics.rebuilt.Inc()
+	rebuilt = true
 	a.wg.Go(func() { a.sweepLoop(ctx) })
-	results, err := a.consume(ctx, st.Config.ResultsStream, "results", st.Subjects.Result("*", "*"), a.cfg.ResultAckWait, a.onResult)
-	if err != nil {
+	if err := a.keepFiltered(ctx); err != nil {
 		return err
 	}
-	defer results.Stop()
-	invokes, err := a.consume(ctx, st.Config.Stream, "invoke", st.Subjects.Invoke("*", "*"), 30*time.Second, a.onInvocation)
-	if err != nil {
+	cons := &consumers{nss: a.namespaces()}
+	a.mu.Lock()
+	for _, ns := range cons.nss {
+		a.filtered[ns] = true
+	}
+	a.mu.Unlock()
+	if cons.results, err = a.consume(ctx, st.Config.ResultsStream, "results", a.filters("result", cons.nss), a.cfg.ResultAckWait, a.onResult); err != nil {
 		return err
 	}
-	defer invokes.Stop()
-	a.cfg.Logger.Info("activator running", "stream", st.Config.Stream)
+	defer cons.results.Stop()
+	if cons.invoke, err = a.consume(ctx, st.Config.Stream, "invoke", a.filters("invoke", cons.nss), 30*time.Second, a.onInvocation); err != nil {
+		return err
+	}
+	defer func() { cons.invoke.Stop() }()
+	a.wg.Go(func() { a.dropLegacyConsumers(ctx) })
+	a.cfg.Logger.Info("activator running", "stream", st.Config.Stream, "shards", max(a.cfg.Shard.Count, 1), "namespaces", len(cons.nss))
 
 	tick := a.cfg.Clock.NewTicker(a.cfg.Tick)
 	defer tick.Stop()
@@ -256,6 +295,9 @@ func (a *Activator) Run(ctx context.Context) error {
 			if conflictRec != nil {
 				a.reportConflicts(ctx, conflictRec)
 				a.reportPolicies(ctx, conflictRec)
+			}
+			if err := a.refilter(ctx, cons); err != nil {
+				return err
 			}
 			a.housekeep(ctx)
 			a.dispatchAll(ctx)

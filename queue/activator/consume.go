@@ -17,14 +17,23 @@ import (
 	"github.com/runplane/runplane/queue/stream"
 )
 
-// consume runs h on every message of subject of stream streamName through
+// durable is one of the activator's durable consumers and its Consume.
+// Only Run's goroutine touches it.
+type durable struct {
+	a      *Activator
+	stream string
+	name   string
+	cfg    jetstream.ConsumerConfig
+	h      func(jetstream.Msg)
+	cc     jetstream.ConsumeContext
+}
+
+// consume runs h on every message of filters of stream streamName through
 // the durable consumer <prefix>-<name>.
-func (a *Activator) consume(ctx context.Context, streamName, name, subject string, ackWait time.Duration,
-	h func(context.Context, jetstream.Msg)) (jetstream.ConsumeContext, error) {
-	st := a.cfg.Store
-	c, err := st.JS.CreateOrUpdateConsumer(ctx, streamName, jetstream.ConsumerConfig{
-		Durable:       a.cfg.ConsumerPrefix + "-" + name,
-		FilterSubject: subject,
+func (a *Activator) consume(ctx context.Context, streamName, name string, filters []string, ackWait time.Duration,
+	h func(context.Context, jetstream.Msg)) (*durable, error) {
+	d := &durable{a: a, stream: streamName, name: name, h: func(m jetstream.Msg) { h(ctx, m) }, cfg: jetstream.ConsumerConfig{
+		Durable:       a.cfg.Shard.consumerPrefix(a.cfg.ConsumerPrefix) + "-" + name,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckWait:       ackWait,
@@ -32,25 +41,82 @@ func (a *Activator) consume(ctx context.Context, streamName, name, subject strin
 		// Bounded: a message that fails this often is dead-lettered by
 		// onMaxDeliveries instead of being delivered for ever.
 		MaxDeliver: ActivatorMaxDeliver,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create consumer %s-%s: %w", a.cfg.ConsumerPrefix, name, err)
+	}}
+	d.filter(filters)
+	if err := d.start(ctx); err != nil {
+		return nil, err
 	}
-	if info := c.CachedInfo(); info != nil && name == "results" {
+	return d, nil
+}
+
+// filter sets the consumer's subjects (one as FilterSubject: what the
+// unsharded activator's consumers always had).
+func (d *durable) filter(subjects []string) {
+	d.cfg.FilterSubject, d.cfg.FilterSubjects = "", nil
+	if len(subjects) == 1 {
+		d.cfg.FilterSubject = subjects[0]
+	} else {
+		d.cfg.FilterSubjects = subjects
+	}
+}
+
+func (d *durable) start(ctx context.Context) error {
+	a := d.a
+	c, err := a.cfg.Store.JS.CreateOrUpdateConsumer(ctx, d.stream, d.cfg)
+	if err != nil {
+		return fmt.Errorf("create consumer %s: %w", d.cfg.Durable, err)
+	}
+	if info := c.CachedInfo(); info != nil && d.name == "results" {
 		// Results up to the ack floor were handled by a previous leader.
 		a.locked(func(s *state.State) { s.NoteResultSeq(info.AckFloor.Stream) })
 	}
 	// Consume pulls in batches (up to 500 messages) and hands them over one
 	// by one; the handlers never wait on the network for long.
-	cc, err := c.Consume(func(m jetstream.Msg) { h(ctx, m) }, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	d.cc, err = c.Consume(d.h, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
-			a.cfg.Logger.Debug("consumer error", "consumer", name, "err", err)
+			a.cfg.Logger.Debug("consumer error", "consumer", d.name, "err", err)
 		}
 	}))
 	if err != nil {
-		return nil, fmt.Errorf("consume %s: %w", name, err)
+		return fmt.Errorf("consume %s: %w", d.name, err)
 	}
-	return cc, nil
+	return nil
+}
+
+// update changes the consumer's subjects in place: it keeps its acks and
+// delivers only what is stored after its delivered sequence.
+func (d *durable) update(ctx context.Context, subjects []string) error {
+	d.filter(subjects)
+	if _, err := d.a.cfg.Store.JS.UpdateConsumer(ctx, d.stream, d.cfg); err != nil {
+		return fmt.Errorf("update consumer %s: %w", d.cfg.Durable, err)
+	}
+	return nil
+}
+
+// recreate makes the consumer again on subjects, delivering from the
+// stream's start.
+func (d *durable) recreate(ctx context.Context, subjects []string) error {
+	d.Stop()
+	if err := d.a.cfg.Store.JS.DeleteConsumer(ctx, d.stream, d.cfg.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("delete consumer %s: %w", d.cfg.Durable, err)
+	}
+	d.filter(subjects)
+	return d.start(ctx)
+}
+
+// Stop stops the consumer's deliveries (the consumer stays).
+func (d *durable) Stop() {
+	if d.cc != nil {
+		d.cc.Stop()
+		d.cc = nil
+	}
+}
+
+// consumers are a Run's two durable consumers and the namespaces they
+// filter on (sharded).
+type consumers struct {
+	invoke, results *durable
+	nss             []string
 }
 
 // subjectPool reads the namespace and pool of a <prefix>.<kind>.<ns>.<pool>

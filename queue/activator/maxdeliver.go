@@ -73,7 +73,7 @@ func (a *Activator) onMaxDeliveries(ctx context.Context, m *nats.Msg) {
 		default:
 			return
 		}
-		if inv.InvocationID == "" || inv.Namespace == "" {
+		if inv.InvocationID == "" || inv.Namespace == "" || !a.cfg.Shard.Owns(inv.Namespace) {
 			return
 		}
 		reason := fmt.Sprintf("delivered %d times to consumer %s without being acked (max deliveries)", adv.Deliveries, adv.Consumer)

@@ -19,6 +19,14 @@ type metrics struct {
 	scaleFromZero prometheus.Histogram
 }
 
+// Metrics are the activator's metrics, shared by the shards one replica
+// runs (their namespaces, so their series, are disjoint).
+type Metrics struct{ m *metrics }
+
+// NewMetrics makes the metrics and registers them with r (nil: not
+// registered).
+func NewMetrics(r prometheus.Registerer) *Metrics { return &Metrics{m: newMetrics(r)} }
+
 // Every per-pool series carries namespace and pool: tenants name their
 // pools, and two namespaces' same-named pools are two pools.
 func newMetrics(r prometheus.Registerer) *metrics {
@@ -47,7 +55,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		silentWorkers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_silent_workers_total",
 			Help: "Workers not heard for the heartbeat timeout: they get no new work and what they hold waits for them (-silent-worker-hold)."}, []string{"namespace", "pool"}),
 		rebuilt: prometheus.NewGauge(prometheus.GaugeOpts{Name: "runplane_activator_rebuilt",
-			Help: "1 while this replica leads and has rebuilt its state from JetStream (it dispatches only then), else 0."}),
+			Help: "The activators of this replica that have rebuilt their state from JetStream (each dispatches only then): 1 while the unsharded activator's Lease holder runs, else 0; sharded, the shards this replica runs."}),
 		maxDeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_max_deliveries_total",
 			Help: "Messages that reached their consumer's MaxDeliver (a worker's dispatch: its invocation is dead-lettered with the reason in its Record)."}, []string{"consumer"}),
 		removed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_stream_messages_removed_total",

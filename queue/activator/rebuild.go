@@ -38,8 +38,13 @@ func (a *Activator) rebuild(ctx context.Context) error {
 			break
 		}
 		r, err := stream.Decode(e.Value())
-		if err != nil || r.State.Terminal() {
+		if err != nil || r.State.Terminal() || !a.cfg.Shard.Owns(r.Namespace) {
 			continue
+		}
+		if a.cfg.Shard.Sharded() {
+			a.mu.Lock()
+			a.filtered[r.Namespace] = true
+			a.mu.Unlock()
 		}
 		if r.Sequence == 0 {
 			unseq[stream.Key(r.Namespace, r.InvocationID)] = openRec{r, e.Revision()}

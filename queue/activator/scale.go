@@ -237,7 +237,7 @@ func (a *Activator) onPod(ctx context.Context, o any, deleted bool) {
 		o = t.Obj
 	}
 	pod, ok := o.(*corev1.Pod)
-	if !ok || pod.Labels[api.LabelPool] == "" {
+	if !ok || pod.Labels[api.LabelPool] == "" || !a.cfg.Shard.Owns(pod.Namespace) {
 		return
 	}
 	gone := deleted || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
@@ -277,7 +277,7 @@ func (a *Activator) onPod(ctx context.Context, o any, deleted bool) {
 func (a *Activator) revokeRelabelled(old, cur any) {
 	o, ok1 := old.(*corev1.Pod)
 	c, ok2 := cur.(*corev1.Pod)
-	if a.cfg.Revoke == nil || !ok1 || !ok2 {
+	if a.cfg.Revoke == nil || !ok1 || !ok2 || !a.cfg.Shard.Owns(o.Namespace) {
 		return
 	}
 	if was := o.Labels[api.LabelPool]; was != "" && was != c.Labels[api.LabelPool] {

@@ -91,7 +91,7 @@ func (a *Activator) sweep(ctx context.Context) (removed int, err error) {
 			}
 			last = md.NumPending == 0
 			ns, id, deadLetter, ok := invocationOf(m.Headers().Get(jetstream.MsgIDHeader))
-			if !ok {
+			if !ok || !a.cfg.Shard.Owns(ns) {
 				continue
 			}
 			key := stream.Key(ns, id)

@@ -23,6 +23,9 @@ func (a *Activator) onEvent(ctx context.Context, m *nats.Msg) {
 	if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Worker == "" || ev.Pool == "" {
 		return
 	}
+	if !a.cfg.Shard.Owns(ev.Namespace) {
+		return // another shard's worker (checkEvent ties the body to the subject)
+	}
 	if !a.checkEvent(m.Subject, ev) {
 		return
 	}

@@ -77,6 +77,14 @@ type Config struct {
 	// Chunks sizes the namespaces' chunks streams of streamed invocations
 	// (chunks.go).
 	Chunks ChunksConfig
+	// ActivatorShards is the activator's shard count (0 or 1: one
+	// activator for every namespace). Unsharded, Open makes the activator's
+	// results consumer (ResultsConsumer) before any result can be stored;
+	// sharded, each shard's activator makes its own, filtered on its
+	// namespaces (no result exists before its namespace's first dispatch),
+	// and Open makes none: a consumer nobody reads would keep every result
+	// in the interest-retention stream.
+	ActivatorShards int
 }
 
 // WorkerConsumer configures the durable pull consumer the queue creates
@@ -238,12 +246,9 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	// Interest retention keeps a result only for a consumer that exists:
 	// the activator's durable is created here, before any result (the
 	// migrated ones included) can be published; the activator updates
-	// its settings when it starts.
-	if _, err := js.CreateConsumer(ctx, cfg.ResultsStream, jetstream.ConsumerConfig{
-		Durable: ResultsConsumer, FilterSubject: subj.Result("*", "*"), AckPolicy: jetstream.AckExplicitPolicy,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-	}); err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
-		return nil, fmt.Errorf("create consumer %s of stream %s: %w", ResultsConsumer, cfg.ResultsStream, err)
+	// its settings when it starts. Sharded: see ActivatorShards.
+	if err := ensureResultsConsumer(ctx, js, cfg, subj); err != nil {
+		return nil, err
 	}
 	if err := moved.read(ctx, st); err != nil {
 		return nil, err
@@ -291,6 +296,21 @@ func bounded(n int64) int64 {
 // ObjectsConfig is the configuration of the pools' Object Store buckets.
 func (c Config) ObjectsConfig() objects.Config {
 	return objects.Config{StreamName: c.Stream, TTL: c.ObjectTTL, MaxBytes: c.ObjectsMaxBytes, Replicas: c.Replicas}
+}
+
+// ensureResultsConsumer makes the unsharded activator's results consumer.
+func ensureResultsConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, subj messages.Subjects) error {
+	if cfg.ActivatorShards > 1 {
+		return nil
+	}
+	_, err := js.CreateConsumer(ctx, cfg.ResultsStream, jetstream.ConsumerConfig{
+		Durable: ResultsConsumer, FilterSubject: subj.Result("*", "*"), AckPolicy: jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
+		return fmt.Errorf("create consumer %s of stream %s: %w", ResultsConsumer, cfg.ResultsStream, err)
+	}
+	return nil
 }
 
 // ResultsConsumer is the activator's durable consumer of the results

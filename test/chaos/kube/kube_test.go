@@ -2,6 +2,7 @@ package kube_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -33,9 +34,17 @@ var (
 	bins chaos.Binaries
 )
 
-func full() bool { return os.Getenv("RUNPLANE_CHAOS") == "full" }
+func full() bool { return os.Getenv("RUNPLANE_CHAOS") == "full" || benching }
+
+// benching: benchmarks were asked for (make bench runs
+// BenchmarkShardedQueue without RUNPLANE_CHAOS).
+var benching bool
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if f := flag.Lookup("test.bench"); f != nil && f.Value.String() != "" {
+		benching = true
+	}
 	if !full() {
 		// No cluster for cases that all skip (make test).
 		os.Exit(m.Run())
