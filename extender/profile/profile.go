@@ -143,9 +143,9 @@ func SchedulerConfig(o Options) (*configv1.KubeSchedulerConfiguration, error) {
 // left out. PluginSet is a struct, which omitempty never omits, so the Go
 // types of the current minor write every extension point they know, and an
 // older kube-scheduler's strict decoding refuses one it does not know
-// (1.35 and 1.36 fail on 1.37's placementGenerate, placementScore and
-// podGroupPostFilter). No library prunes them: upstream's own encoder is in
-// k8s.io/kubernetes, and it writes the same fields.
+// (1.35 refuses 1.37's placementGenerate, placementScore and
+// podGroupPostFilter; 1.36 the last). No library prunes them: upstream's
+// own encoder is in k8s.io/kubernetes, and it writes the same fields.
 func YAML(cfg *configv1.KubeSchedulerConfiguration) ([]byte, error) {
 	data, err := json.Marshal(cfg)
 	if err != nil {

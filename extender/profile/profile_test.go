@@ -78,8 +78,8 @@ func TestSchedulerConfigManagedResources(t *testing.T) {
 
 // TestYAMLOnlyNamesUsedExtensionPoints: a kube-scheduler of an older minor
 // refuses (strict decoding) an extension point its types do not have, and
-// the current types write every one (1.35 and 1.36 refused 1.37's
-// placementGenerate), so YAML writes only those the profile sets.
+// the current types write every one (1.35 refused 1.37's placementGenerate,
+// 1.36 its podGroupPostFilter), so YAML writes only those the profile sets.
 func TestYAMLOnlyNamesUsedExtensionPoints(t *testing.T) {
 	cfg, err := SchedulerConfig(Options{URLPrefix: "https://127.0.0.1:8443", CAData: []byte("pem")})
 	require.NoError(t, err)
