@@ -13,6 +13,7 @@ package chart_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -365,6 +366,11 @@ func TestInvalidValues(t *testing.T) {
 		{"zero stream bytes", []string{"--set", "queue.stream.maxBytes=0"}, []string{"/queue/stream/maxBytes", "value must be -1", "minimum: got 0, want 1"}},
 		{"zero records bytes", []string{"--set", "queue.recordsMaxBytes=0"}, []string{"/queue/recordsMaxBytes", "value must be -1", "minimum: got 0, want 1"}},
 		{"zero backlog", []string{"--set", "queue.limits.poolMaxBacklog=0"}, []string{"/queue/limits/poolMaxBacklog", "value must be -1", "minimum: got 0, want 1"}},
+		// The default kube-scheduler (the current release) on an older minor of the support window.
+		{"scheduler newer than the cluster", []string{"--kube-version", "v1.35.4"},
+			[]string{"scheduler.image.tag: " + cluster.KubernetesVersion + " is newer than the cluster's Kubernetes v1.35.4", "set scheduler.image.tag to the cluster's version, e.g. v1.35.4"}},
+		{"scheduler newer than a vendor's cluster", []string{"--kube-version", "v1.36.3-gke.1200", "--set", "scheduler.image.tag=v1.37.0"},
+			[]string{"scheduler.image.tag: v1.37.0 is newer than the cluster's Kubernetes v1.36.3", "e.g. v1.36.3"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out, err := render(t, c.args...)
@@ -375,6 +381,29 @@ func TestInvalidValues(t *testing.T) {
 				assert.Contains(t, ce.stderr, w)
 			}
 			assert.NotContains(t, ce.stderr, "'not' failed", "a schema error that names no reason")
+		})
+	}
+}
+
+// TestSchedulerOnEachMinor: on every minor of the support window the chart
+// renders with a kube-scheduler no newer than the cluster (the version skew
+// policy), the one make test and make test-matrix run under the extender.
+func TestSchedulerOnEachMinor(t *testing.T) {
+	needHelm(t)
+	for _, c := range []struct{ cluster, tag string }{
+		{"v1.35.4", "v1.35.4"},
+		{"v1.36.3-gke.1200", "v1.36.3"},
+		{cluster.KubernetesVersion, ""},
+		{"v1.38.0", ""},
+		{"v1.35.4", "my-build"},
+	} {
+		t.Run(c.cluster+" "+c.tag, func(t *testing.T) {
+			args := []string{"--kube-version", c.cluster}
+			if c.tag != "" {
+				args = append(args, "--set", "scheduler.image.tag="+c.tag)
+			}
+			want := "registry.k8s.io/kube-scheduler:" + cmp.Or(c.tag, cluster.KubernetesVersion)
+			assert.Contains(t, mustRender(t, args...), "image: "+want)
 		})
 	}
 }

@@ -5,6 +5,7 @@
 package profile
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -137,11 +138,36 @@ func SchedulerConfig(o Options) (*configv1.KubeSchedulerConfiguration, error) {
 	}, nil
 }
 
-// YAML renders a configuration as kube-scheduler reads it from --config.
+// YAML renders a configuration as kube-scheduler reads it from --config,
+// on every minor of the support window: extension points left empty are
+// left out. PluginSet is a struct, which omitempty never omits, so the Go
+// types of the current minor write every extension point they know, and an
+// older kube-scheduler's strict decoding refuses one it does not know
+// (1.35 refuses 1.37's placementGenerate, placementScore and
+// podGroupPostFilter; 1.36 the last). No library prunes them: upstream's
+// own encoder is in k8s.io/kubernetes, and it writes the same fields.
 func YAML(cfg *configv1.KubeSchedulerConfiguration) ([]byte, error) {
-	data, err := yaml.Marshal(cfg)
+	data, err := json.Marshal(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("profile: encoding scheduler config: %w", err)
 	}
-	return data, nil
+	var doc map[string]any
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("profile: decoding scheduler config: %w", err)
+	}
+	profiles, _ := doc["profiles"].([]any)
+	for _, p := range profiles {
+		profile, _ := p.(map[string]any)
+		plugins, _ := profile["plugins"].(map[string]any)
+		for point, set := range plugins {
+			if m, ok := set.(map[string]any); ok && len(m) == 0 {
+				delete(plugins, point)
+			}
+		}
+	}
+	out, err := yaml.Marshal(doc)
+	if err != nil {
+		return nil, fmt.Errorf("profile: encoding scheduler config: %w", err)
+	}
+	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	configv1 "k8s.io/kube-scheduler/config/v1"
+	"sigs.k8s.io/yaml"
 )
 
 func TestSchedulerConfig(t *testing.T) {
@@ -73,4 +74,31 @@ func TestSchedulerConfigManagedResources(t *testing.T) {
 		{Name: "nvidia.com/gpu", IgnoredByScheduler: true},
 		{Name: "nvidia.com/mig-1g.10gb", IgnoredByScheduler: true},
 	}, cfg.Extenders[0].ManagedResources)
+}
+
+// TestYAMLOnlyNamesUsedExtensionPoints: a kube-scheduler of an older minor
+// refuses (strict decoding) an extension point its types do not have, and
+// the current types write every one (1.35 refused 1.37's placementGenerate,
+// 1.36 its podGroupPostFilter), so YAML writes only those the profile sets.
+func TestYAMLOnlyNamesUsedExtensionPoints(t *testing.T) {
+	cfg, err := SchedulerConfig(Options{URLPrefix: "https://127.0.0.1:8443", CAData: []byte("pem")})
+	require.NoError(t, err)
+	data, err := YAML(cfg)
+	require.NoError(t, err)
+	var back configv1.KubeSchedulerConfiguration
+	require.NoError(t, yaml.UnmarshalStrict(data, &back), "YAML:\n%s", data)
+	assert.Equal(t, cfg, &back, "YAML loses nothing the configuration sets")
+	var doc struct {
+		Profiles []struct {
+			Plugins map[string]configv1.PluginSet `json:"plugins"`
+		} `json:"profiles"`
+	}
+	require.NoError(t, yaml.Unmarshal(data, &doc), "YAML:\n%s", data)
+	require.Len(t, doc.Profiles, 1)
+	points := make([]string, 0, len(doc.Profiles[0].Plugins))
+	for p := range doc.Profiles[0].Plugins {
+		points = append(points, p)
+	}
+	assert.ElementsMatch(t, []string{"preFilter", "filter", "preScore", "score"}, points, "YAML:\n%s", data)
+	assert.Equal(t, []configv1.Plugin{{Name: "NodeResourcesFit"}}, doc.Profiles[0].Plugins["filter"].Disabled)
 }

@@ -22,9 +22,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	configv1 "k8s.io/kube-scheduler/config/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/extender/profile"
 	"github.com/runplane/runplane/hack/images"
 )
 
@@ -479,9 +479,9 @@ func (c *Cluster) StartScheduler(ctx context.Context, cfg *configv1.KubeSchedule
 	cfg.ClientConnection.QPS, cfg.ClientConnection.Burst = 500, 1000
 	off := false
 	cfg.LeaderElection.LeaderElect = &off
-	data, err := yaml.Marshal(cfg)
+	data, err := profile.YAML(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("encoding scheduler config: %w", err)
+		return nil, err
 	}
 	port, err := FreePort()
 	if err != nil {
