@@ -386,8 +386,9 @@ func (e *Extender) sweep(ctx context.Context) error {
 // protobuf is rc speaking protobuf, as kube-scheduler and the controller
 // manager do, for the clientset (built-in types only; the manager keeps rc,
 // its clients choose per type). The API server encodes each watch event
-// once per format: a JSON Pod watch cost it a JSON encoding of every Pod
-// event that no other watcher asked for, and the extender a JSON decoding.
+// once per format its watchers ask for: a JSON Pod watch cost it a JSON
+// encoding of every Pod event besides the protobuf one the schedulers get,
+// and the extender a JSON decoding.
 func protobuf(rc *rest.Config) *rest.Config {
 	if rc.ContentType != "" {
 		return rc
