@@ -96,7 +96,7 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		// make the extender the bottleneck.
 		rc.QPS, rc.Burst = 200, 400
 	}
-	client, err := kubernetes.NewForConfig(rc)
+	client, err := kubernetes.NewForConfig(protobuf(rc))
 	if err != nil {
 		return nil, fmt.Errorf("extender: building client: %w", err)
 	}
@@ -381,6 +381,22 @@ func (e *Extender) sweep(ctx context.Context) error {
 		e.intents.sweep(time.Minute)
 	}, time.Second)
 	return nil
+}
+
+// protobuf is rc speaking protobuf, as kube-scheduler and the controller
+// manager do, for the clientset (built-in types only; the manager keeps rc,
+// its clients choose per type). The API server encodes each watch event
+// once per format its watchers ask for: a JSON Pod watch cost it a JSON
+// encoding of every Pod event besides the protobuf one the schedulers get,
+// and the extender a JSON decoding.
+func protobuf(rc *rest.Config) *rest.Config {
+	if rc.ContentType != "" {
+		return rc
+	}
+	pb := rest.CopyConfig(rc)
+	pb.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	pb.ContentType = runtime.ContentTypeProtobuf
+	return pb
 }
 
 // stripManaged drops managed fields: the ledger never reads them and at

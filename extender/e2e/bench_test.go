@@ -199,8 +199,11 @@ func BenchmarkTakeoverLatency(b *testing.B) {
 //     (the same client QPS): the cluster's own kube-scheduler runs with
 //     client-go's default 50 QPS, which would measure that limit instead;
 //   - runplane: GPU Pods through the runplane-scheduler and the extender,
-//     packing the nodes that hold stock and taking each placeholder once
-//     its node is full (its replacement goes to a node without stock).
+//     packing the free room of the nodes that hold stock (it fits there:
+//     no placeholder is taken);
+//   - runplane-takeover: 500 more GPU Pods, once that room is mostly used:
+//     they take placeholders where no warm node has room left, and the
+//     replacements go to nodes without stock (takeovers/pod).
 //
 // Each burst uses capacity up, so each sub-benchmark is one op.
 func BenchmarkBindThroughput(b *testing.B) {
@@ -217,7 +220,7 @@ func BenchmarkBindThroughput(b *testing.B) {
 		Profiles: []configv1.KubeSchedulerProfile{{SchedulerName: ptr.To(plain)}}})
 	require.NoError(b, err)
 	defer sched.Stop()
-	burst := func(b *testing.B, prefix, schedulerPort string, pod func(name string) *corev1.Pod) {
+	burst := func(b *testing.B, prefix, schedulerPort string, pods int, pod func(name string) *corev1.Pod) {
 		stop := h.profileDuring(b, "bind-throughput-"+prefix, 15*time.Second)
 		// A scheduler just started refuses /metrics (403) until its
 		// delegated authorization works: the figures need the count before.
@@ -265,7 +268,7 @@ func BenchmarkBindThroughput(b *testing.B) {
 	}
 	b.Run("baseline", func(b *testing.B) {
 		for b.Loop() {
-			burst(b, "default", strings.TrimPrefix(sched.Name, "kube-scheduler-"), func(name string) *corev1.Pod {
+			burst(b, "default", strings.TrimPrefix(sched.Name, "kube-scheduler-"), pods, func(name string) *corev1.Pod {
 				p := gpuPod(name, "g1", "bench-tp")
 				delete(p.Labels, api.LabelGPUSpec)
 				p.Spec.SchedulerName = plain
@@ -275,10 +278,45 @@ func BenchmarkBindThroughput(b *testing.B) {
 	})
 	b.Run("runplane", func(b *testing.B) {
 		for b.Loop() {
-			burst(b, "tp", h.schedulerPort, func(name string) *corev1.Pod { return gpuPod(name, "g1", "bench-tp") })
+			claims := stockClaims(b, h)
+			burst(b, "tp", h.schedulerPort, pods, func(name string) *corev1.Pod { return gpuPod(name, "g1", "bench-tp") })
+			b.ReportMetric((stockClaims(b, h)-claims)/pods, "takeovers/pod")
 		}
 		logMetrics(b, h)
 	})
+	// The burst above fits the free room of the nodes holding stock, so it
+	// takes none. This one comes once most of that room is used (on the
+	// same nodes, after both bursts): its GPU Pods take placeholders, and
+	// their replacements are created and placed while it runs — the
+	// takeover path's rate and writes per bound Pod.
+	b.Run("runplane-takeover", func(b *testing.B) {
+		for b.Loop() {
+			claims := stockClaims(b, h)
+			burst(b, "to", h.schedulerPort, takeoverPods, func(name string) *corev1.Pod { return gpuPod(name, "g1", "bench-tp") })
+			b.ReportMetric((stockClaims(b, h)-claims)/takeoverPods, "takeovers/pod")
+		}
+		logMetrics(b, h)
+	})
+}
+
+// takeoverPods is BindThroughput's third burst.
+const takeoverPods = 500
+
+// stockClaims is the extender's runplane_extender_stock_claims_total, all
+// specs: the takeovers so far.
+func stockClaims(b *testing.B, h *harness) float64 {
+	m, err := h.get("/metrics")
+	require.NoError(b, err, "extender /metrics")
+	total := 0.0
+	for _, line := range strings.Split(m, "\n") {
+		if !strings.HasPrefix(line, "runplane_extender_stock_claims_total{") {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		require.NoError(b, err, "parsing %q", line)
+		total += v
+	}
+	return total
 }
 
 // logMetrics logs the mean of the extender's latency histograms (verbs

@@ -19,8 +19,8 @@ import (
 )
 
 // profileEnv names a directory: when set, the cluster benchmarks write CPU,
-// mutex and block profiles of the extender and a CPU profile of the
-// runplane-scheduler, taken while they measure
+// mutex and block profiles of the extender and CPU profiles of the
+// runplane-scheduler and the API server, taken while they measure
 // (go tool pprof <dir>/<bench>-extender-cpu.pprof).
 const profileEnv = "RUNPLANE_BENCH_PROFILE_DIR"
 
@@ -44,6 +44,22 @@ func (h *harness) profileDuring(b *testing.B, name string, d time.Duration) func
 		"extender-block": {http.DefaultClient, fmt.Sprintf("http://%s/debug/pprof/block?seconds=%d", h.pprof, secs)},
 	}
 	var wg sync.WaitGroup
+	// The API server's through the test client (cluster-admin): most of
+	// a burst's CPU is there.
+	wg.Go(func() {
+		data, err := env.Client().CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+			Param("seconds", strconv.Itoa(secs)).DoRaw(b.Context())
+		if err != nil {
+			b.Logf("profile apiserver-cpu: %v", err)
+			return
+		}
+		path := filepath.Join(dir, name+"-apiserver-cpu.pprof")
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			b.Logf("profile apiserver-cpu: %v", err)
+			return
+		}
+		b.Logf("profile apiserver-cpu: %s", path)
+	})
 	for kind, t := range targets {
 		wg.Go(func() {
 			resp, err := t.client.Get(t.url)

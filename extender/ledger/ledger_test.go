@@ -112,6 +112,15 @@ func TestFilter(t *testing.T) {
 			want:     map[string]string{"a": ""}, wantChosen: "a",
 		},
 		{
+			// Taking pha would spend stock (and pay for its refill) where
+			// b's free room is as warm.
+			name: "free room on a warm node before a takeover", nodes: map[string]int64{"a": 4, "b": 4, "c": 4},
+			pods: []pod{{"pha", "stock", "g1", "a", 1}, {"wa", "gpu", "g1", "a", 3},
+				{"phb", "stock", "g1", "b", 1}, {"wb", "gpu", "g1", "b", 1}},
+			incoming: pod{"x", "gpu", "g1", "", 1},
+			want:     map[string]string{"a": "", "b": "", "c": ""}, wantChosen: "b",
+		},
+		{
 			name: "other-spec placeholder is never capacity", nodes: map[string]int64{"a": 1},
 			pods:     []pod{{"ph", "stock", "g2", "a", 1}},
 			incoming: pod{"x", "gpu", "g1", "", 1},

@@ -313,7 +313,10 @@ func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int) error 
 		"--service-cluster-ip-range=10.96.0.0/16",
 		"--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ServiceAccount,Priority,NamespaceLifecycle",
 		"--max-requests-inflight=1000", "--max-mutating-requests-inflight=500",
-		"--enable-priority-and-fairness=false", "--profiling=false", "--v=1",
+		"--enable-priority-and-fairness=false", "--v=1",
+		// /debug/pprof for cluster-admin (the benchmarks' RUNPLANE_BENCH_PROFILE_DIR):
+		// served only when asked, it costs nothing otherwise.
+		"--profiling=true",
 		// Real nodes are reached at their InternalIP (their names do not resolve).
 		"--kubelet-preferred-address-types=InternalIP,Hostname",
 	)
