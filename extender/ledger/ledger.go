@@ -150,6 +150,9 @@ type podRec struct {
 	created     time.Time // the Pod's creationTimestamp (a reservation's age)
 	foreign     bool      // scheduled by another scheduler than runplane's
 	owner       types.UID // controller (a ReplicaSet...): a victim's lineage
+	// free is req plus the devices of the Pod's allocated ResourceClaims
+	// (dra.go), nil when it holds none: what deleting it frees.
+	free vec
 }
 
 // claimable: a bound, live, unclaimed placeholder. Bound is enough (it need
@@ -166,7 +169,10 @@ type node struct {
 	exists bool
 	alloc  vec
 	used   vec
-	stock  map[string][]*podRec // spec -> placeholders on the node
+	// draAlloc are the devices its ResourceSlices publish, per class slot
+	// (dra.go); alloc includes them.
+	draAlloc vec
+	stock    map[string][]*podRec // spec -> placeholders on the node
 	// pods are the Pods counted in used: a preemption picks its victims
 	// among them.
 	pods map[types.UID]*podRec
@@ -274,6 +280,8 @@ type Ledger struct {
 	victimOf  map[types.UID]types.UID // a planned victim's preemptor
 	evictions map[string][]time.Time
 	backoff   map[string]time.Time
+	// dra: devices from ResourceSlices, allocated ResourceClaims (dra.go).
+	dra draBook
 }
 
 // New returns an empty ledger.
@@ -322,6 +330,7 @@ func New(opts Options) *Ledger {
 		resv: map[types.UID]*podRec{}, reservedFor: map[types.UID]*podRec{}, resvDrop: map[types.UID]bool{},
 		rejected: map[types.UID]Placeholder{}, rejectedOnce: map[types.UID]bool{},
 		preempts: map[types.UID]*preemptRec{}, victimOf: map[types.UID]types.UID{}, evictions: map[string][]time.Time{}, backoff: map[string]time.Time{},
+		dra: newDRABook(),
 	}
 }
 
@@ -383,6 +392,7 @@ func (l *Ledger) UpsertNode(n *corev1.Node) {
 	nd := l.node(n.Name)
 	nd.exists = true
 	nd.alloc = append(nd.allocBuf[:0], l.pack(FromList(n.Status.Allocatable))...)
+	nd.alloc.add(nd.draAlloc)
 }
 
 // DeleteNode forgets a node's capacity (its Pods go with their own events).
@@ -550,6 +560,7 @@ func (l *Ledger) UpsertPod(pod *corev1.Pod) {
 	} else {
 		rec.req = l.pack(PodRequests(pod))
 	}
+	rec.setHeld(l.heldOf(pod.UID))
 	if old != nil {
 		l.removeRec(old)
 		rec.claimedBy = old.claimedBy
@@ -856,7 +867,7 @@ func (l *Ledger) evaluate(pr *probe, n *node, prefer types.UID) verdict {
 			if !p.claimable() {
 				continue
 			}
-			if ok, _ := fitsVec(n.alloc, n.used, p.req, pr.vec, pr.nz); !ok {
+			if ok, _ := fitsVec(n.alloc, n.used, p.frees(), pr.vec, pr.nz); !ok {
 				continue
 			}
 			if ph == nil || p.uid == prefer || (ph.uid != prefer && p.uid < ph.uid) {
@@ -867,7 +878,7 @@ func (l *Ledger) evaluate(pr *probe, n *node, prefer types.UID) verdict {
 	}
 	if r := pr.resv; ph == nil && r != nil && r.node == n.name && r.counted && r.live && r.claimedBy == "" {
 		// The room the Pod's own preemption reserved (reservation.go).
-		if ok, _ := fitsVec(n.alloc, n.used, r.req, pr.vec, pr.nz); ok {
+		if ok, _ := fitsVec(n.alloc, n.used, r.frees(), pr.vec, pr.nz); ok {
 			ph, v.hasStock = r, true
 		}
 	}
@@ -892,7 +903,7 @@ func packing(prim int, n *node, req vec, ph *podRec) float64 {
 	}
 	used := at(n.used, prim) + at(req, prim)
 	if ph != nil {
-		used -= at(ph.req, prim)
+		used -= at(ph.frees(), prim)
 	}
 	// Plain comparisons: math.Min and math.Max handle NaN and signed
 	// zeros, which a ratio of counts never is, at a cost a filter pays
