@@ -27,7 +27,9 @@ func draNode(l *Ledger, name string, gpus int) {
 	l.SetSlice(name+"-slice", name, devs)
 }
 
-func devID(node string, i int) string { return DeviceID("gpu.nvidia.com", node, fmt.Sprintf("gpu-%d", i)) }
+func devID(node string, i int) string {
+	return DeviceID("gpu.nvidia.com", node, fmt.Sprintf("gpu-%d", i))
+}
 
 // draPod is a Pod of a DRA spec: 4 cpu, no extended resources, its claim
 // named in its status (the resourceclaim controller made it).
