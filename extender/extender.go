@@ -239,7 +239,7 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		if err := e.Wait(); err != nil {
 			return nil, err
 		}
-		return nil, fmt.Errorf("extender: informers (pods, nodes, PodDisruptionBudgets, the followed Lease) did not sync: %w", syncCtx.Err())
+		return nil, fmt.Errorf("extender: informers (pods, nodes, PodDisruptionBudgets, DRA classes, slices and claims, the followed Lease) did not sync: %w", syncCtx.Err())
 	}
 	e.log.Info("runplane extender serving", "addr", e.listener.Addr().String(), "leaderElection", cfg.LeaderElection, "followLease", cfg.FollowLease)
 	return e, nil
@@ -362,7 +362,7 @@ func (always) NeedLeaderElection() bool { return false }
 func (e *Extender) informersSynced(*http.Request) error {
 	for _, s := range e.informerSynced {
 		if !s() {
-			return errors.New("informers (pods, nodes, PodDisruptionBudgets, the followed Lease) not synced")
+			return errors.New("informers (pods, nodes, PodDisruptionBudgets, DRA classes, slices and claims, the followed Lease) not synced")
 		}
 	}
 	return nil
@@ -414,6 +414,11 @@ func (e *Extender) informers() (manager.Runnable, error) {
 	// the handler has been handed every listed object — claims a
 	// predecessor left must be recovered before this extender makes any.
 	e.informerSynced = []cache.InformerSynced{podReg.HasSynced, nodeReg.HasSynced, pdbInf.Informer().HasSynced}
+	draSynced, err := e.draInformers(f)
+	if err != nil {
+		return nil, err
+	}
+	e.informerSynced = append(e.informerSynced, draSynced...)
 	return always(func(ctx context.Context) error {
 		f.Start(ctx.Done())
 		<-ctx.Done()
