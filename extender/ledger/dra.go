@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"fmt"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -67,6 +68,7 @@ type draBook struct {
 	devs      map[string]*devInfo
 	sliceDevs map[string][]string // ResourceSlice -> its device IDs
 	refs      map[string]int      // device -> allocated claims naming it
+	devClaims map[string][]types.UID
 	claims    map[types.UID]*Claim
 	byName    map[types.NamespacedName]types.UID
 	podClaims map[types.UID][]types.UID
@@ -74,7 +76,7 @@ type draBook struct {
 }
 
 func newDRABook() draBook {
-	return draBook{devs: map[string]*devInfo{}, sliceDevs: map[string][]string{}, refs: map[string]int{},
+	return draBook{devs: map[string]*devInfo{}, sliceDevs: map[string][]string{}, refs: map[string]int{}, devClaims: map[string][]types.UID{},
 		claims: map[types.UID]*Claim{}, byName: map[types.NamespacedName]types.UID{},
 		podClaims: map[types.UID][]types.UID{}, slot: map[int]bool{}}
 }
@@ -184,6 +186,8 @@ func (l *Ledger) UpsertClaim(c Claim) {
 	l.dra.byName[types.NamespacedName{Namespace: c.Namespace, Name: c.Name}] = c.UID
 	for _, id := range c.Devices {
 		l.ref(id, 1)
+		l.dra.devClaims[id] = append(l.dra.devClaims[id], c.UID)
+		pods = l.sharers(id, pods)
 	}
 	for _, p := range c.Pods {
 		l.dra.podClaims[p] = append(l.dra.podClaims[p], c.UID)
@@ -220,8 +224,16 @@ func (l *Ledger) unlinkClaim(uid types.UID) []types.UID {
 	if l.dra.byName[name] == uid {
 		delete(l.dra.byName, name)
 	}
+	var pods []types.UID
 	for _, id := range old.Devices {
 		l.ref(id, -1)
+		rest := slices.DeleteFunc(l.dra.devClaims[id], func(c types.UID) bool { return c == uid })
+		if len(rest) == 0 {
+			delete(l.dra.devClaims, id)
+		} else {
+			l.dra.devClaims[id] = rest
+		}
+		pods = l.sharers(id, pods)
 	}
 	for _, p := range old.Pods {
 		rest := slices.DeleteFunc(l.dra.podClaims[p], func(c types.UID) bool { return c == uid })
@@ -230,8 +242,46 @@ func (l *Ledger) unlinkClaim(uid types.UID) []types.UID {
 		} else {
 			l.dra.podClaims[p] = rest
 		}
+		if !slices.Contains(pods, p) {
+			pods = append(pods, p)
+		}
 	}
-	return old.Pods
+	return pods
+}
+
+// sharers appends to pods the Pods of every claim naming device id: whether
+// their devices are shared changed.
+func (l *Ledger) sharers(id string, pods []types.UID) []types.UID {
+	for _, c := range l.dra.devClaims[id] {
+		for _, p := range l.dra.claims[c].Pods {
+			if !slices.Contains(pods, p) {
+				pods = append(pods, p)
+			}
+		}
+	}
+	return pods
+}
+
+// sharing returns the Pods, other than pod, whose claims name a device
+// pod's claims name: a takeover handed a placeholder's devices to a GPU
+// Pod's claim (TakeStock) and the placeholder's own claim still names them.
+func (l *Ledger) sharing(pod types.UID) []types.UID {
+	var out []types.UID
+	for _, c := range l.dra.podClaims[pod] {
+		for _, id := range l.dra.claims[c].Devices {
+			if l.dra.refs[id] < 2 {
+				continue
+			}
+			for _, o := range l.dra.devClaims[id] {
+				for _, q := range l.dra.claims[o].Pods {
+					if q != pod && !slices.Contains(out, q) {
+						out = append(out, q)
+					}
+				}
+			}
+		}
+	}
+	return out
 }
 
 // dropDRANeeds: the Pod's claim is allocated, so its assumption stops
@@ -269,6 +319,23 @@ func (l *Ledger) heldOf(pod types.UID) vec {
 func (l *Ledger) refreshHeld(pod types.UID) {
 	if p := l.pods[pod]; p != nil {
 		p.setHeld(l.heldOf(pod))
+		l.pledge(p)
+	}
+}
+
+// pledge marks a placeholder whose devices a GPU Pod's claim names too as
+// that Pod's: no other Pod may take it (its devices would stay the GPU
+// Pod's). Callers hold l.mu.
+func (l *Ledger) pledge(p *podRec) {
+	p.pledged = ""
+	if p.stockSpec == "" {
+		return
+	}
+	for _, q := range l.sharing(p.uid) {
+		if r := l.pods[q]; r == nil || r.stockSpec == "" {
+			p.pledged = q
+			return
+		}
 	}
 }
 
@@ -278,6 +345,7 @@ func (l *Ledger) refreshHeldOn(node string) {
 	for p := range l.dra.podClaims {
 		if rec := l.pods[p]; rec != nil && rec.node == node {
 			rec.setHeld(l.heldOf(p))
+			l.pledge(rec)
 		}
 	}
 }
@@ -341,4 +409,95 @@ func (l *Ledger) Devices(node, class string) (total, used int64) {
 	}
 	s := l.draSlot(class)
 	return at(n.draAlloc, s), at(n.used, s)
+}
+
+// handedOver sets the probe's mustTake (or blocked) when the Pod's claim
+// names devices another Pod's claim names too. Callers hold l.mu.
+func (l *Ledger) handedOver(pr *probe) {
+	for _, q := range l.sharing(pr.req.UID) {
+		r := l.pods[q]
+		switch {
+		case r == nil || !r.live:
+			// Gone or going: its claim goes with it.
+		case r.stockSpec != "" && r.pledged == pr.req.UID && r.stockSpec == pr.req.Spec:
+			pr.mustTake = r
+		default:
+			pr.blocked = fmt.Sprintf("its ResourceClaim's devices are allocated to Pod %s/%s's too", r.ns, r.name)
+			pr.mustTake = nil
+			return
+		}
+	}
+}
+
+// evaluateHandover: the Pod fits only on its placeholder's node, by
+// taking that placeholder (whose devices its claim already names).
+func (l *Ledger) evaluateHandover(pr *probe, n *node) verdict {
+	ph := pr.mustTake
+	if n == nil || !n.exists {
+		return verdict{reason: unknownNode}
+	}
+	if n.name != ph.node {
+		return verdict{reason: fmt.Sprintf("its ResourceClaim holds the devices of placeholder %s/%s on node %s", ph.ns, ph.name, ph.node)}
+	}
+	if !ph.claimable() {
+		return verdict{reason: fmt.Sprintf("placeholder %s/%s, whose devices its ResourceClaim holds, is being taken", ph.ns, ph.name)}
+	}
+	if ok, short := fitsVec(n.alloc, n.used, ph.frees(), pr.vec, pr.nz); !ok {
+		return verdict{reason: pr.insufficient(short)}
+	}
+	return verdict{fits: true, ph: ph, hasStock: true, packing: packing(pr.prim, n, pr.vec, ph)}
+}
+
+// TakeStock decides, outside any scheduling cycle, whether a Pod whose
+// DRA claims are not allocated yet takes over a same-spec placeholder:
+// when its spec's stock is Required, or when no named node has free
+// capacity (devices included) for it — kube-scheduler's DynamicResources
+// filter would find every device held and never ask the extender. It
+// reserves the best such placeholder for the Pod, as a filter does, and
+// returns it; the caller hands the placeholder's devices to the Pod's
+// claim (or calls Unreserve when it cannot). nil: the scheduler's own
+// allocation is the way (free capacity, no stock, or a cycle already
+// holds a reservation for the Pod).
+func (l *Ledger) TakeStock(req Request, names []string) *Placeholder {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.assumed[req.UID] != nil {
+		return nil
+	}
+	pr := l.newProbe(req)
+	if pr.mustTake != nil || pr.blocked != "" {
+		return nil // handed over already
+	}
+	var best verdict
+	var bestNode *node
+	for _, name := range names {
+		n := l.nodes[name]
+		v := l.evaluate(pr, n, "")
+		if !v.fits {
+			continue
+		}
+		if v.ph == nil {
+			return nil
+		}
+		if bestNode == nil || better(v, n.name, best, bestNode.name) {
+			best, bestNode = v, n
+		}
+	}
+	if bestNode == nil || best.ph.reservedFor != "" || len(best.ph.free) == 0 {
+		return nil // no stock, or stock holding no devices to hand over
+	}
+	l.handled[req.UID] = true
+	a := &assumption{uid: req.UID, node: bestNode.name, req: pr.vec, state: Reserved,
+		expires: l.opts.Clock.Now().Add(l.opts.ReservationTTL), ph: best.ph.uid}
+	l.assume(a)
+	return &Placeholder{UID: best.ph.uid, Namespace: best.ph.ns, Name: best.ph.name, Node: bestNode.name, Spec: best.ph.stockSpec}
+}
+
+// Unreserve drops a Pod's reservation (not a bind in progress).
+func (l *Ledger) Unreserve(uid types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if a := l.assumed[uid]; a != nil && a.state == Reserved {
+		l.unassume(a, false)
+	}
 }

@@ -144,3 +144,53 @@ func TestDRAStockAndVictims(t *testing.T) {
 	require.NotNil(t, res.Preemption, "a preemption frees the device: %+v", res.Failed)
 	assert.Equal(t, []string{"inf"}, victimNames(res.Preemption))
 }
+
+// A DRA takeover: TakeStock reserves a placeholder for a Pod whose claim
+// is not allocated while no node has a free device; once the Pod's claim
+// names the placeholder's device, the Pod fits only by taking that
+// placeholder, on its node, and no other Pod may take it.
+func TestDRAHandover(t *testing.T) {
+	l := New(Options{})
+	draNode(l, "a", 1)
+	draNode(l, "b", 1)
+	l.UpsertPod(draPod("ph", "stock", "d1", "a"))
+	l.UpsertClaim(draClaim("ph", devID("a", 0)))
+	l.UpsertPod(draPod("busy", "", "", "b"))
+	l.UpsertClaim(draClaim("busy", devID("b", 0)))
+
+	p := draPod("p", "gpu", "d1", "")
+	l.UpsertPod(p)
+	l.UpsertClaim(draClaim("p"))
+	ph := l.TakeStock(draRequest(l, p), []string{"a", "b"})
+	require.NotNil(t, ph, "no free device anywhere: take the placeholder")
+	assert.Equal(t, "ph", ph.Name)
+	assert.Nil(t, l.TakeStock(draRequest(l, p), []string{"a", "b"}), "reserved already")
+
+	// The claim is handed the placeholder's device; b frees its device.
+	l.UpsertClaim(draClaim("p", devID("a", 0)))
+	l.DeleteClaim("claim-busy")
+	_, used := l.Devices("a", draClass)
+	assert.EqualValues(t, 1, used, "the handed-over device counts once")
+
+	q := draPod("q", "gpu", "d1", "")
+	l.UpsertPod(q)
+	l.UpsertClaim(draClaim("q"))
+	l.Unreserve(p.UID) // p's reservation expired: the claim still holds the device
+	res := l.Filter(draRequest(l, q), []string{"a"}, false)
+	assert.Empty(t, res.Feasible, "the placeholder is p's: q may not take it")
+
+	res = l.Filter(draRequest(l, p), []string{"a", "b"}, true)
+	assert.Equal(t, []string{"a"}, res.Feasible, "p goes where its device is, not to b's free one")
+	require.NotNil(t, res.Claim, "p takes the placeholder whose device it holds")
+	assert.Equal(t, "ph", res.Claim.Name)
+	got, err := l.BeginBind(draRequest(l, p), "a")
+	require.NoError(t, err)
+	require.NotNil(t, got)
+	assert.Equal(t, "ph", got.Name)
+
+	// Preferred with a free device somewhere: the scheduler allocates it.
+	r := draPod("r", "gpu", "d1", "")
+	l.UpsertPod(r)
+	l.UpsertClaim(draClaim("r"))
+	assert.Nil(t, l.TakeStock(draRequest(l, r), []string{"a", "b"}))
+}

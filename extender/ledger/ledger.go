@@ -153,6 +153,9 @@ type podRec struct {
 	// free is req plus the devices of the Pod's allocated ResourceClaims
 	// (dra.go), nil when it holds none: what deleting it frees.
 	free vec
+	// pledged: a placeholder whose devices the claim of this GPU Pod names
+	// too (a DRA takeover under way, dra.go): only that Pod may take it.
+	pledged types.UID
 }
 
 // claimable: a bound, live, unclaimed placeholder. Bound is enough (it need
@@ -561,6 +564,7 @@ func (l *Ledger) UpsertPod(pod *corev1.Pod) {
 		rec.req = l.pack(PodRequests(pod))
 	}
 	rec.setHeld(l.heldOf(pod.UID))
+	l.pledge(rec)
 	if old != nil {
 		l.removeRec(old)
 		rec.claimedBy = old.claimedBy
@@ -803,6 +807,11 @@ type probe struct {
 	// resv is the Pod's own reservation, if any: one lookup per call,
 	// not per node.
 	resv *podRec
+	// mustTake: the placeholder whose devices the Pod's claim was handed
+	// (a DRA takeover, dra.go): the Pod fits only by taking it. blocked:
+	// why it fits nowhere (its claim's devices are another Pod's).
+	mustTake *podRec
+	blocked  string
 }
 
 // newProbe prepares req. Callers hold l.mu.
@@ -820,6 +829,7 @@ func (l *Ledger) newProbe(req Request) *probe {
 			p.nz = append(p.nz, i)
 		}
 	}
+	l.handedOver(p)
 	if req.Required {
 		p.required = fmt.Sprintf("GPU spec %q has stock: Required and the node has no unclaimed %s=%s placeholder", req.Spec, api.LabelStock, req.Spec)
 	}
@@ -849,6 +859,12 @@ func (l *Ledger) evaluate(pr *probe, n *node, prefer types.UID) verdict {
 	if n == nil || !n.exists {
 		return verdict{reason: unknownNode}
 	}
+	if pr.mustTake != nil {
+		return l.evaluateHandover(pr, n)
+	}
+	if pr.blocked != "" {
+		return verdict{reason: pr.blocked}
+	}
 	req := &pr.req
 	var v verdict
 	freeOK, short := fitsVec(n.alloc, n.used, nil, pr.vec, pr.nz)
@@ -864,7 +880,7 @@ func (l *Ledger) evaluate(pr *probe, n *node, prefer types.UID) verdict {
 	// The warm count spares a full node without such stock the lookup.
 	if pr.warm >= 0 && pr.warm < len(n.warm) && n.warm[pr.warm] > 0 {
 		for _, p := range n.stock[req.Spec] {
-			if !p.claimable() {
+			if !p.claimable() || (p.pledged != "" && p.pledged != req.UID) {
 				continue
 			}
 			if ok, _ := fitsVec(n.alloc, n.used, p.frees(), pr.vec, pr.nz); !ok {
