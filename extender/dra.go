@@ -50,6 +50,9 @@ func (e *Extender) draInformers(f informers.SharedInformerFactory) ([]cache.Info
 	if err != nil {
 		return nil, fmt.Errorf("extender: resourceclaim informer: %w", err)
 	}
+	if err := e.draStockHandlers(claimInf.Informer(), f.Core().V1().Pods().Informer(), claimInf.Lister()); err != nil {
+		return nil, err
+	}
 	return []cache.InformerSynced{classReg.HasSynced, sliceReg.HasSynced, claimReg.HasSynced}, nil
 }
 

@@ -45,6 +45,10 @@ type Extender struct {
 	ledger    *ledger.Ledger
 	metrics   *metrics
 	podLister listersv1.PodLister
+	// nodeLister: the nodes a DRA takeover may use (drastock.go).
+	nodeLister listersv1.NodeLister
+	// draStock queues the claims of GPU Pods that may take DRA stock.
+	draStock *draStock
 	// deletePod deletes a placeholder (deletePod(client); tests use the
 	// fake clientset's typed Delete, whose REST client is nil).
 	deletePod func(ctx context.Context, ns, name string, opts *metav1.DeleteOptions) (runtime.Object, error)
@@ -170,7 +174,7 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 	}
 	verbs, observe := http.NewServeMux(), http.NewServeMux()
 	e.routeVerbs(verbs)
-	runnables := []manager.Runnable{informers, always(e.sweep), always(e.evictVictims), always(e.reconcileReservations), server("runplane-extender", verbs, e.listener, verbsTLS(tlsCfg))}
+	runnables := []manager.Runnable{informers, always(e.sweep), always(e.evictVictims), always(e.reconcileReservations), always(e.takeDRAStock), server("runplane-extender", verbs, e.listener, verbsTLS(tlsCfg))}
 	metricsHandler, err := e.metricsHandler(cfg)
 	if err != nil {
 		_ = e.listener.Close()
@@ -400,6 +404,7 @@ func (e *Extender) informers() (manager.Runnable, error) {
 	nodeInf := f.Core().V1().Nodes()
 	pdbInf := f.Policy().V1().PodDisruptionBudgets()
 	e.podLister = podInf.Lister()
+	e.nodeLister = nodeInf.Lister()
 	e.guard = disruptionGuard{lister: pdbInf.Lister()}
 	podReg, err := podInf.Informer().AddEventHandler(feed(e.ledger.UpsertPod, func(p *corev1.Pod) { e.ledger.DeletePod(p.UID) }))
 	if err != nil {

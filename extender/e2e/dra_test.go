@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -65,8 +66,7 @@ func draPod(name, group string, stock bool) *corev1.Pod {
 
 // claimDevices returns the devices allocated to a Pod's claim
 // (pool/device), empty while none is.
-func claimDevices(ctx context.Context, t testing.TB, p *corev1.Pod) []string {
-	t.Helper()
+func claimDevices(ctx context.Context, t require.TestingT, p *corev1.Pod) []string {
 	if len(p.Status.ResourceClaimStatuses) == 0 || p.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
 		return nil
 	}
@@ -129,4 +129,84 @@ func TestDRASpecBinds(t *testing.T) {
 		devices[got[0]] = p.Name
 	}
 	assert.Equal(t, map[string]int{nodes[0]: 2, nodes[1]: 2}, perNode, "two 4-CPU Pods per 8-CPU node")
+}
+
+// draStockDeployment is a Deployment of placeholders of the DRA spec.
+func draStockDeployment(t testing.TB, ns, name, group string, replicas int32) {
+	t.Helper()
+	ph := draPod("", group, true)
+	ph.Labels["app"] = name
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: ph.Labels}, Spec: ph.Spec},
+		},
+	}
+	_, err := env.Client().AppsV1().Deployments(ns).Create(t.Context(), d, metav1.CreateOptions{})
+	require.NoError(t, err, "creating Deployment %s", name)
+}
+
+// TestDRATakeoverSameSpec: a placeholder of a DRA spec holds the node's only
+// device (its claim allocated); a GPU Pod of the same spec — whose
+// DynamicResources filter sees no free device anywhere — takes it over:
+// bound on the placeholder's node, its claim allocated that device, the
+// placeholder gone and named in its claim annotation, the placeholder's
+// replacement Pending. (Before, the GPU Pod stayed Pending: "cannot
+// allocate all claims", and the extender was never asked.)
+func TestDRATakeoverSameSpec(t *testing.T) {
+	setup(t)
+	group := "dra-take"
+	nodes := addDRANodes(t, group, 1, 1, "32")
+	ns := draNamespace(t, group)
+	c := env.Client()
+	draStockDeployment(t, ns, "stock-d1", group, 1)
+	ph := waitRunning(t, c, ns, "app=stock-d1", 1)[0]
+	require.Equal(t, nodes[0], ph.Spec.NodeName)
+	t.Cleanup(func() {
+		if t.Failed() {
+			logDRA(t, ns)
+		}
+	})
+	require.EventuallyWithT(t, func(t *assert.CollectT) {
+		p, err := c.CoreV1().Pods(ns).Get(context.Background(), ph.Name, metav1.GetOptions{})
+		require.NoError(t, err)
+		require.Equal(t, []string{nodes[0] + "/gpu-0"}, claimDevices(context.Background(), t, p))
+	}, 30*time.Second, poll, "the placeholder's claim holds the device")
+
+	created := createPod(t, c, ns, draPod("work", group, false))
+	node := waitBound(t, ns, created.Name)
+	require.Equal(t, nodes[0], node)
+	requireClaim(t, c, ns, created.Name, &ph, nodes[0])
+	bound, err := c.CoreV1().Pods(ns).Get(t.Context(), created.Name, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, []string{nodes[0] + "/gpu-0"}, claimDevices(t.Context(), t, bound), "the GPU Pod's claim has the placeholder's device")
+	require.EventuallyWithT(t, func(t *assert.CollectT) {
+		pods, err := listPods(context.Background(), c, ns, "app=stock-d1")
+		require.NoError(t, err)
+		require.Len(t, pods, 1)
+		require.NotEqual(t, ph.UID, pods[0].UID, "the old placeholder still exists")
+		require.Empty(t, pods[0].Spec.NodeName, "the replacement is bound on a full node")
+		require.Empty(t, claimDevices(context.Background(), t, &pods[0]), "the replacement got a device")
+	}, 30*time.Second, poll, "the placeholder's replacement to wait for a device")
+	logDRA(t, ns)
+}
+
+// logDRA logs the namespace's Pods and claims (what holds which device).
+func logDRA(t *testing.T, ns string) {
+	pods, _ := env.Client().CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	for _, p := range pods.Items {
+		t.Logf("pod %s uid %s node %q deleting %v claims %+v", p.Name, p.UID, p.Spec.NodeName, p.DeletionTimestamp != nil, p.Status.ResourceClaimStatuses)
+	}
+	claims, _ := env.Client().ResourceV1().ResourceClaims(ns).List(context.Background(), metav1.ListOptions{})
+	for _, c := range claims.Items {
+		var devs []string
+		if c.Status.Allocation != nil {
+			for _, r := range c.Status.Allocation.Devices.Results {
+				devs = append(devs, r.Pool+"/"+r.Device)
+			}
+		}
+		t.Logf("claim %s owner %v devices %v reservedFor %+v", c.Name, c.OwnerReferences[0].Name, devs, c.Status.ReservedFor)
+	}
 }
