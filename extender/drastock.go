@@ -2,22 +2,27 @@ package extender
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	listersv1 "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/extender/ledger"
@@ -28,18 +33,20 @@ import (
 // taken, so a GPU Pod of a DRA spec never reaches the extender's filter
 // while stock holds the devices it needs. The leader therefore acts
 // outside the scheduling cycle: when a GPU Pod's claim appears
-// unallocated and the Pod should take stock (ledger.TakeStock), it writes
-// the placeholder's allocation into the Pod's claim — the API server
-// accepts a claim allocated by a controller other than the scheduler —
-// while the placeholder's own claim still names the devices, so no
-// allocator can give them to anyone in between. The claim's update
-// requeues the Pod; its DynamicResources filter now sees it allocated on
-// the placeholder's node, and the extender's filter and bind take the
-// placeholder there as for any takeover: deleted (grace 0) before the
-// Binding. Nothing is undone on failure: until the bind deletes the
-// placeholder its devices are its own (its claim), and a Pod that never
-// binds leaves them there (its claim goes with it, or DynamicResources'
-// PostFilter deallocates it).
+// unallocated and the Pod should take stock (ledger.TakeStock), it hands
+// the placeholder's allocated claim itself to the Pod — reserved for the
+// Pod too, owned by it, named in its status; the Pod's own, unallocated
+// claim deleted. The claim never loses its allocation, so no allocator
+// ever sees its devices free. (Copying the placeholder's allocation into
+// the Pod's own claim is not safe: kube-scheduler v1.37 keeps allocated
+// devices as a set, and the placeholder's claim going away removes them
+// from it while the Pod's claim still names them — another Pod was
+// allocated the same device in TestDRATakeoverSameSpec.) The Pod is
+// requeued by its claim's changes; DynamicResources finds the claim
+// allocated on the placeholder's node, and the extender's filter and bind
+// take the placeholder there as for any takeover: deleted (grace 0)
+// before the Binding, after which kube-controller-manager drops it from
+// the claim's consumers.
 
 // draStock queues the claims of GPU Pods that may take DRA stock.
 type draStock struct {
@@ -65,6 +72,17 @@ func (d *draStock) enqueuePod(p *corev1.Pod) {
 		if s.ResourceClaimName != nil {
 			d.queue.Add(types.NamespacedName{Namespace: p.Namespace, Name: *s.ResourceClaimName})
 		}
+	}
+}
+
+// resync queues every unallocated claim owned by a Pod.
+func (d *draStock) resync() {
+	all, err := d.claims.List(labels.Everything())
+	if err != nil {
+		return // a lister's List of its own store does not fail
+	}
+	for _, c := range all {
+		d.enqueueClaim(c)
 	}
 }
 
@@ -102,6 +120,14 @@ func (e *Extender) takeDRAStock(ctx context.Context) error {
 		<-ctx.Done()
 		q.ShutDown()
 	}()
+	// What TakeStock decides changes without any event on the claim or
+	// its Pod (a placeholder bound, a device freed, an informer of a new
+	// leader catching up): look at every waiting claim again now and then.
+	go wait.Until(func() {
+		if e.isLeader() {
+			e.draStock.resync()
+		}
+	}, draStockResync, ctx.Done())
 	for {
 		key, shutdown := q.Get()
 		if shutdown {
@@ -120,6 +146,9 @@ func (e *Extender) takeDRAStock(ctx context.Context) error {
 		q.Done(key)
 	}
 }
+
+// draStockResync is how often the leader looks at every waiting claim.
+const draStockResync = 5 * time.Second
 
 // errRetry: the informers lag; look again shortly.
 var errRetry = errors.New("not seen yet")
@@ -146,6 +175,17 @@ func (e *Extender) handOver(ctx context.Context, key types.NamespacedName) error
 		pod.Labels[api.LabelGPUSpec] == "" || len(pod.Spec.ResourceClaims) != 1 {
 		return nil // one claim per Pod, as a catalog spec makes it
 	}
+	if len(pod.Status.ResourceClaimStatuses) != 1 || ptr.Deref(pod.Status.ResourceClaimStatuses[0].ResourceClaimName, "") != claim.Name {
+		// kube-controller-manager names the claim in the Pod's status
+		// after creating it; the hand-over rewrites that, so it waits
+		// (the Pod's update is queued again) — or the hand-over named the
+		// placeholder's claim and died before deleting this one.
+		return nil
+	}
+	if x := e.handedTo(pod, claim.Name); x != nil {
+		// A hand-over a dead leader began: finish it.
+		return e.finishHandover(ctx, pod, claim, x, pod.Spec.ResourceClaims[0].Name)
+	}
 	req, err := e.request(pod)
 	if err != nil {
 		return nil //nolint:nilerr // an unknown spec: its filter says so
@@ -169,7 +209,7 @@ func (e *Extender) handOver(ctx context.Context, key types.NamespacedName) error
 	if ph == nil {
 		return nil
 	}
-	if err := e.allocateFrom(ctx, claim, *ph, pod.Spec.ResourceClaims[0].Name); err != nil {
+	if err := e.handClaim(ctx, pod, claim, *ph, pod.Spec.ResourceClaims[0].Name); err != nil {
 		e.ledger.Unreserve(pod.UID)
 		return err
 	}
@@ -177,9 +217,14 @@ func (e *Extender) handOver(ctx context.Context, key types.NamespacedName) error
 	return nil
 }
 
-// allocateFrom writes the placeholder's allocation into claim (the Pod's
-// claim podClaim): same spec, same template, so the same requests.
-func (e *Extender) allocateFrom(ctx context.Context, claim *resourcev1.ResourceClaim, ph ledger.Placeholder, podClaim string) error {
+// handClaim hands the placeholder's claim (its pod claim podClaim) to the
+// Pod, whose own claim is claim: each step keeps the devices allocated,
+// and each write has a precondition (resourceVersion or UID), so a step
+// that lost a race (the scheduler allocated the Pod's claim, the
+// placeholder went) changes nothing; steps already done are safe to
+// leave (the claim stays allocated and reserved for a live Pod, and goes
+// with its owner).
+func (e *Extender) handClaim(ctx context.Context, pod *corev1.Pod, claim *resourcev1.ResourceClaim, ph ledger.Placeholder, podClaim string) error {
 	phPod, err := e.podLister.Pods(ph.Namespace).Get(ph.Name)
 	if err != nil || phPod.UID != ph.UID {
 		return fmt.Errorf("placeholder %s/%s: gone", ph.Namespace, ph.Name)
@@ -187,8 +232,7 @@ func (e *Extender) allocateFrom(ctx context.Context, claim *resourcev1.ResourceC
 	var phClaim *resourcev1.ResourceClaim
 	for _, s := range phPod.Status.ResourceClaimStatuses {
 		if s.Name == podClaim && s.ResourceClaimName != nil {
-			phClaim, err = e.draStock.claims.ResourceClaims(ph.Namespace).Get(*s.ResourceClaimName)
-			if err != nil {
+			if phClaim, err = e.draStock.claims.ResourceClaims(ph.Namespace).Get(*s.ResourceClaimName); err != nil {
 				return fmt.Errorf("placeholder %s/%s: claim %s: %w", ph.Namespace, ph.Name, *s.ResourceClaimName, err)
 			}
 		}
@@ -199,13 +243,70 @@ func (e *Extender) allocateFrom(ctx context.Context, claim *resourcev1.ResourceC
 	if !equality.Semantic.DeepEqual(phClaim.Spec, claim.Spec) {
 		return fmt.Errorf("placeholder %s/%s: its claim asks for other devices than %s's", ph.Namespace, ph.Name, claim.Name)
 	}
-	c := claim.DeepCopy()
-	c.Status.Allocation = phClaim.Status.Allocation.DeepCopy()
-	c.Status.Allocation.AllocationTimestamp = &metav1.Time{Time: time.Now()}
-	// The claim's resourceVersion is the precondition: a scheduler that
-	// allocated it meanwhile wins (Conflict), and nothing was handed over.
-	if _, err := e.client.ResourceV1().ResourceClaims(c.Namespace).UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("allocating claim %s/%s the devices of placeholder %s/%s: %w", c.Namespace, c.Name, ph.Namespace, ph.Name, err)
+	return e.finishHandover(ctx, pod, claim, phClaim, podClaim)
+}
+
+// handedTo is an allocated claim other than own that is reserved for or
+// owned by the Pod: a hand-over under way.
+func (e *Extender) handedTo(pod *corev1.Pod, own string) *resourcev1.ResourceClaim {
+	all, err := e.draStock.claims.ResourceClaims(pod.Namespace).List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	for _, c := range all {
+		if c.Name == own || c.Status.Allocation == nil {
+			continue
+		}
+		if o := podOwner(c); o != nil && o.UID == pod.UID {
+			return c
+		}
+		for _, r := range c.Status.ReservedFor {
+			if r.UID == pod.UID {
+				return c
+			}
+		}
+	}
+	return nil
+}
+
+// finishHandover does what is left of handing phClaim to the Pod, whose
+// own claim is claim; every step is skipped once done.
+func (e *Extender) finishHandover(ctx context.Context, pod *corev1.Pod, claim, phClaim *resourcev1.ResourceClaim, podClaim string) error {
+	var err error
+	claims := e.client.ResourceV1().ResourceClaims(pod.Namespace)
+	// 1. Reserved for the Pod too: when the placeholder goes, the claim
+	// keeps a consumer, so kube-controller-manager does not deallocate it.
+	c := phClaim.DeepCopy()
+	if !slices.ContainsFunc(c.Status.ReservedFor, func(r resourcev1.ResourceClaimConsumerReference) bool { return r.UID == pod.UID }) {
+		c.Status.ReservedFor = append(c.Status.ReservedFor, resourcev1.ResourceClaimConsumerReference{Resource: "pods", Name: pod.Name, UID: pod.UID})
+		if c, err = claims.UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("reserving claim %s/%s for Pod %s: %w", pod.Namespace, phClaim.Name, pod.Name, err)
+		}
+	}
+	// 2. Owned by the Pod: it goes with the Pod, not with the placeholder,
+	// and kube-scheduler and the kubelet accept it as the Pod's.
+	if o := podOwner(c); o == nil || o.UID != pod.UID {
+		c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID,
+			Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}
+		if _, err = claims.Update(ctx, c, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("handing claim %s/%s to Pod %s: %w", c.Namespace, c.Name, pod.Name, err)
+		}
+	}
+	// 3. Named in the Pod's status as its claim podClaim (its only one).
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"uid": pod.UID},
+		"status":   map[string]any{"resourceClaimStatuses": []corev1.PodResourceClaimStatus{{Name: podClaim, ResourceClaimName: ptr.To(c.Name)}}},
+	})
+	if err != nil {
+		return fmt.Errorf("encoding Pod status patch: %w", err)
+	}
+	if _, err = e.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		return fmt.Errorf("naming claim %s in Pod %s/%s's status: %w", c.Name, pod.Namespace, pod.Name, err)
+	}
+	// 4. The Pod's own claim, unallocated, goes.
+	err = claims.Delete(ctx, claim.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &claim.UID}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting Pod %s/%s's own claim %s: %w", pod.Namespace, pod.Name, claim.Name, err)
 	}
 	return nil
 }

@@ -347,6 +347,11 @@ func (e *Extender) waitSynced(ctx context.Context) bool {
 func (e *Extender) setLeader(v bool) {
 	if e.leader.Swap(v) != v {
 		e.log.Info("runplane extender binding", "binding", v)
+		if v && e.draStock != nil {
+			// Claims a non-leader saw (and a dead leader left) are this
+			// leader's to hand over now: their Pods may see no event again.
+			e.draStock.resync()
+		}
 	}
 	if v {
 		e.metrics.leader.Set(1)

@@ -3,6 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/test/cluster"
@@ -208,5 +214,221 @@ func logDRA(t *testing.T, ns string) {
 			}
 		}
 		t.Logf("claim %s owner %v devices %v reservedFor %+v", c.Name, c.OwnerReferences[0].Name, devs, c.Status.ReservedFor)
+	}
+}
+
+// deviceHolders maps each allocated device (pool/device) of the
+// namespace's claims to the claims naming it, and each claim to its
+// consumers that are bound, live Pods.
+func deviceHolders(ctx context.Context, ns string) (byDevice map[string][]string, boundUsers map[string][]string, err error) {
+	claims, err := env.Client().ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	pods, err := env.Client().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	bound := map[types.UID]string{}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != "" && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			bound[p.UID] = p.Name
+		}
+	}
+	byDevice, boundUsers = map[string][]string{}, map[string][]string{}
+	for _, c := range claims.Items {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			byDevice[r.Pool+"/"+r.Device] = append(byDevice[r.Pool+"/"+r.Device], c.Name)
+		}
+		for _, ref := range c.Status.ReservedFor {
+			if name, ok := bound[ref.UID]; ok {
+				boundUsers[c.Name] = append(boundUsers[c.Name], name)
+			}
+		}
+	}
+	return byDevice, boundUsers, nil
+}
+
+// TestDRATakeoverRace: DRA placeholders hold every device of the nodes;
+// more GPU Pods of their spec than devices come at once (and, with
+// restart, the extender is killed mid-burst). Checked every 100 ms and at
+// the end: never two claims naming one device, never a claim used by two
+// bound Pods (a placeholder and its taker) — never two Pods on one device;
+// and once settled, every device allocated to a claim a bound GPU Pod uses
+// — never a device lost.
+func TestDRATakeoverRace(t *testing.T) { runDRARace(t, "dra-race", false) }
+
+// TestDRATakeoverRaceWithRestart is the race with the extender killed
+// (SIGKILL) once the first GPU Pods are bound.
+func TestDRATakeoverRaceWithRestart(t *testing.T) { runDRARace(t, "dra-race-restart", true) }
+
+func runDRARace(t *testing.T, group string, restart bool) {
+	h := setup(t)
+	const nodes, gpus, placeholders, gpuPods = 4, 2, 8, 12
+	c := env.Client()
+	group = freeGroup(t, c, group)
+	addDRANodes(t, group, nodes, gpus, "32")
+	ns := draNamespace(t, group)
+	draStockDeployment(t, ns, "stock", group, placeholders)
+	waitRunning(t, c, ns, "app=stock", placeholders)
+	require.EventuallyWithT(t, func(t *assert.CollectT) {
+		byDevice, _, err := deviceHolders(context.Background(), ns)
+		require.NoError(t, err)
+		require.Len(t, byDevice, nodes*gpus)
+	}, 30*time.Second, poll, "the placeholders' claims hold every device")
+	t.Cleanup(func() {
+		if t.Failed() {
+			logDRA(t, ns)
+			for i := 1; i <= h.restart; i++ {
+				if data, err := os.ReadFile(filepath.Join(env.Dir(), fmt.Sprintf("runplane-extender-%d.log", i))); err == nil {
+					for _, line := range strings.Split(string(data), "\n") {
+						if strings.Contains(line, "DRA") {
+							t.Logf("extender %d: %s", i, line)
+						}
+					}
+				}
+			}
+		}
+	})
+
+	var violation atomic.Value
+	check := func() {
+		byDevice, users, err := deviceHolders(context.Background(), ns)
+		if err != nil {
+			return
+		}
+		for dev, claims := range byDevice {
+			if len(claims) > 1 {
+				violation.Store(fmt.Sprintf("device %s allocated to claims %v", dev, claims))
+			}
+		}
+		for claim, pods := range users {
+			if len(pods) > 1 {
+				violation.Store(fmt.Sprintf("claim %s used by bound Pods %v", claim, pods))
+			}
+		}
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+				check()
+			}
+		}
+	}()
+	bw := watchBound(t, t.Context(), c, ns, api.LabelGPUSpec)
+	began := time.Now()
+	killed := make(chan struct{})
+	go func() {
+		defer close(killed)
+		if !restart {
+			return
+		}
+		err := wait.PollUntilContextTimeout(t.Context(), 2*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			return bw.count() >= 3, nil
+		})
+		if err != nil {
+			t.Errorf("waiting for 3 GPU Pods bound: %v", err)
+			return
+		}
+		h.killExtender()
+		t.Logf("killed the extender with %d GPU Pods bound", bw.count())
+		if err := h.startExtender(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	for i := range gpuPods {
+		go createPod(t, c, ns, draPod(fmt.Sprintf("gpu-%02d", i), group, false))
+	}
+	<-killed
+	require.EventuallyWithT(t, func(t *assert.CollectT) {
+		require.Equal(t, placeholders, bw.count())
+	}, 2*time.Minute, poll, "%d GPU Pods bound (one per device)", placeholders)
+	t.Logf("%d GPU Pods bound %s after the burst began", placeholders, time.Since(began).Round(time.Millisecond))
+	// Settled: the other GPU Pods and the placeholders' replacements wait.
+	require.EventuallyWithT(t, func(t *assert.CollectT) {
+		byDevice, users, err := deviceHolders(context.Background(), ns)
+		require.NoError(t, err)
+		require.Len(t, byDevice, nodes*gpus, "every device allocated")
+		for dev, claims := range byDevice {
+			require.Len(t, users[claims[0]], 1, "device %s: its claim %s used by a bound Pod", dev, claims[0])
+		}
+	}, time.Minute, poll, "every device held by a bound GPU Pod")
+	close(stop)
+	<-done
+	check()
+	require.Nil(t, violation.Load())
+	pods, err := listPods(t.Context(), c, ns, api.LabelGPUSpec)
+	require.NoError(t, err)
+	took := 0
+	for _, p := range pods {
+		if p.Spec.NodeName != "" && p.Annotations[api.AnnotationClaimedStock] != "" {
+			took++
+		}
+	}
+	t.Logf("%d of %d bound GPU Pods name the placeholder they took", took, placeholders)
+	if !restart {
+		assert.Equal(t, placeholders, took, "every bound GPU Pod took a placeholder")
+	}
+}
+
+// BenchmarkDRATakeover measures Pod created → bound, alternating in one
+// run: a GPU Pod of a DRA spec taking over a DRA placeholder (the claim
+// hand-over, then the takeover's bind) — `dra-stock`; a GPU Pod of an
+// extended-resource spec taking over its placeholder — `er-stock`; and a
+// Pod of the default scheduler whose template claim it allocates from a
+// free device — `dra-default`. One device (or GPU) per node, so every
+// sample is a takeover or a fresh allocation.
+func BenchmarkDRATakeover(b *testing.B) {
+	const samples = 20
+	h := setup(b)
+	ctx, c := b.Context(), h.client
+	ns := draNamespace(b, freeGroup(b, c, "bench-dra"))
+	addDRANodes(b, ns+"-stock", samples, 1, "32")
+	addDRANodes(b, ns+"-free", samples, 1, "32")
+	addNodes(b, ns+"-er", samples, 1)
+	for i := range samples {
+		ph := draPod(fmt.Sprintf("dph-%02d", i), ns+"-stock", true)
+		ph.Labels["bench"] = "dph"
+		createPod(b, c, ns, ph)
+		er := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("eph-%02d", i), Labels: map[string]string{api.LabelStock: "g1", "bench": "eph"}},
+			Spec: placeholderTemplate("g1", ns+"-er", "eph").Spec}
+		createPod(b, c, ns, er)
+	}
+	waitRunning(b, c, ns, "bench=dph", samples)
+	waitRunning(b, c, ns, "bench=eph", samples)
+	bw := watchBound(b, ctx, c, ns, "")
+	measure := func(p *corev1.Pod) time.Duration {
+		waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		start := time.Now()
+		createPod(b, c, ns, p)
+		at, err := bw.wait(waitCtx, p.Name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return at.Sub(start)
+	}
+	var draStock, erStock, draDefault []time.Duration
+	b.ResetTimer()
+	for i := range samples {
+		draStock = append(draStock, measure(draPod(fmt.Sprintf("dgpu-%02d", i), ns+"-stock", false)))
+		erStock = append(erStock, measure(gpuPod(fmt.Sprintf("egpu-%02d", i), "g1", ns+"-er")))
+		p := draPod(fmt.Sprintf("free-%02d", i), ns+"-free", false)
+		delete(p.Labels, api.LabelGPUSpec)
+		p.Spec.SchedulerName = corev1.DefaultSchedulerName
+		draDefault = append(draDefault, measure(p))
+	}
+	b.StopTimer()
+	for name, d := range map[string][]time.Duration{"dra-stock": draStock, "er-stock": erStock, "dra-default": draDefault} {
+		b.ReportMetric(percentile(d, 50), name+"-p50-ms")
+		b.ReportMetric(percentile(d, 99), name+"-p99-ms")
 	}
 }

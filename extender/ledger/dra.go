@@ -262,12 +262,18 @@ func (l *Ledger) sharers(id string, pods []types.UID) []types.UID {
 	return pods
 }
 
-// sharing returns the Pods, other than pod, whose claims name a device
-// pod's claims name: a takeover handed a placeholder's devices to a GPU
-// Pod's claim (TakeStock) and the placeholder's own claim still names them.
+// sharing returns the Pods, other than pod, that share a claim with pod
+// (a takeover hands the placeholder's claim to the GPU Pod: both are its
+// Pods until the placeholder is gone) or whose claims name a device pod's
+// claims name (never made by runplane; a claim allocated by hand).
 func (l *Ledger) sharing(pod types.UID) []types.UID {
 	var out []types.UID
 	for _, c := range l.dra.podClaims[pod] {
+		for _, q := range l.dra.claims[c].Pods {
+			if q != pod && !slices.Contains(out, q) {
+				out = append(out, q)
+			}
+		}
 		for _, id := range l.dra.claims[c].Devices {
 			if l.dra.refs[id] < 2 {
 				continue

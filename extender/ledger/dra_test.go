@@ -146,8 +146,8 @@ func TestDRAStockAndVictims(t *testing.T) {
 }
 
 // A DRA takeover: TakeStock reserves a placeholder for a Pod whose claim
-// is not allocated while no node has a free device; once the Pod's claim
-// names the placeholder's device, the Pod fits only by taking that
+// is not allocated while no node has a free device; once the placeholder's
+// claim is handed to the Pod, the Pod fits only by taking that
 // placeholder, on its node, and no other Pod may take it.
 func TestDRAHandover(t *testing.T) {
 	l := New(Options{})
@@ -166,8 +166,12 @@ func TestDRAHandover(t *testing.T) {
 	assert.Equal(t, "ph", ph.Name)
 	assert.Nil(t, l.TakeStock(draRequest(l, p), []string{"a", "b"}), "reserved already")
 
-	// The claim is handed the placeholder's device; b frees its device.
-	l.UpsertClaim(draClaim("p", devID("a", 0)))
+	// The placeholder's claim is handed to p (owned by p, reserved for
+	// both), p's own claim deleted; b frees its device.
+	handed := draClaim("ph", devID("a", 0))
+	handed.Pods = []types.UID{"uid-p", "uid-ph"}
+	l.UpsertClaim(handed)
+	l.DeleteClaim("claim-p")
 	l.DeleteClaim("claim-busy")
 	_, used := l.Devices("a", draClass)
 	assert.EqualValues(t, 1, used, "the handed-over device counts once")
