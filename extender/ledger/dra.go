@@ -454,7 +454,8 @@ func (l *Ledger) evaluateHandover(pr *probe, n *node) verdict {
 	return verdict{fits: true, ph: ph, hasStock: true, packing: packing(pr.prim, n, pr.vec, ph)}
 }
 
-// TakeStock decides, outside any scheduling cycle, whether a Pod whose
+// TakeStock decides, outside any scheduling cycle (and among placeholders
+// of the Pod's namespace only), whether a Pod whose
 // DRA claims are not allocated yet takes over a same-spec placeholder:
 // when its spec's stock is Required, or when no named node has free
 // capacity (devices included) for it — kube-scheduler's DynamicResources
@@ -474,6 +475,9 @@ func (l *Ledger) TakeStock(req Request, names []string) *Placeholder {
 	if pr.mustTake != nil || pr.blocked != "" {
 		return nil // handed over already
 	}
+	// ResourceClaims are namespaced and a Pod uses only its namespace's:
+	// only a placeholder of the Pod's own namespace can hand its claim over.
+	pr.phNamespace = req.Namespace
 	var best verdict
 	var bestNode *node
 	for _, name := range names {

@@ -192,6 +192,18 @@ func TestDRAHandover(t *testing.T) {
 	require.NotNil(t, got)
 	assert.Equal(t, "ph", got.Name)
 
+	// Stock of another namespace: its claim cannot be the Pod's.
+	m := New(Options{})
+	draNode(m, "c", 1)
+	other := draPod("ph2", "stock", "d1", "c")
+	other.Namespace = "stock-ns"
+	m.UpsertPod(other)
+	m.UpsertClaim(draClaim("ph2", devID("c", 0)))
+	z := draPod("z", "gpu", "d1", "")
+	m.UpsertPod(z)
+	m.UpsertClaim(draClaim("z"))
+	assert.Nil(t, m.TakeStock(draRequest(m, z), []string{"c"}), "a placeholder of another namespace")
+
 	// Preferred with a free device somewhere: the scheduler allocates it.
 	r := draPod("r", "gpu", "d1", "")
 	l.UpsertPod(r)

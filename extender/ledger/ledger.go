@@ -812,6 +812,9 @@ type probe struct {
 	// why it fits nowhere (its claim's devices are another Pod's).
 	mustTake *podRec
 	blocked  string
+	// phNamespace, when set, limits the placeholders to take to that
+	// namespace (a DRA hand-over: a Pod can use only a claim of its own).
+	phNamespace string
 }
 
 // newProbe prepares req. Callers hold l.mu.
@@ -880,7 +883,7 @@ func (l *Ledger) evaluate(pr *probe, n *node, prefer types.UID) verdict {
 	// The warm count spares a full node without such stock the lookup.
 	if pr.warm >= 0 && pr.warm < len(n.warm) && n.warm[pr.warm] > 0 {
 		for _, p := range n.stock[req.Spec] {
-			if !p.claimable() || (p.pledged != "" && p.pledged != req.UID) {
+			if !p.claimable() || (p.pledged != "" && p.pledged != req.UID) || (pr.phNamespace != "" && p.ns != pr.phNamespace) {
 				continue
 			}
 			if ok, _ := fitsVec(n.alloc, n.used, p.frees(), pr.vec, pr.nz); !ok {
