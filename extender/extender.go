@@ -45,6 +45,10 @@ type Extender struct {
 	ledger    *ledger.Ledger
 	metrics   *metrics
 	podLister listersv1.PodLister
+	// nodeLister: the nodes a DRA takeover may use (drastock.go).
+	nodeLister listersv1.NodeLister
+	// draStock queues the claims of GPU Pods that may take DRA stock.
+	draStock *draStock
 	// deletePod deletes a placeholder (deletePod(client); tests use the
 	// fake clientset's typed Delete, whose REST client is nil).
 	deletePod func(ctx context.Context, ns, name string, opts *metav1.DeleteOptions) (runtime.Object, error)
@@ -170,7 +174,7 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 	}
 	verbs, observe := http.NewServeMux(), http.NewServeMux()
 	e.routeVerbs(verbs)
-	runnables := []manager.Runnable{informers, always(e.sweep), always(e.evictVictims), always(e.reconcileReservations), server("runplane-extender", verbs, e.listener, verbsTLS(tlsCfg))}
+	runnables := []manager.Runnable{informers, always(e.sweep), always(e.evictVictims), always(e.reconcileReservations), always(e.takeDRAStock), server("runplane-extender", verbs, e.listener, verbsTLS(tlsCfg))}
 	metricsHandler, err := e.metricsHandler(cfg)
 	if err != nil {
 		_ = e.listener.Close()
@@ -239,7 +243,7 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		if err := e.Wait(); err != nil {
 			return nil, err
 		}
-		return nil, fmt.Errorf("extender: informers (pods, nodes, PodDisruptionBudgets, the followed Lease) did not sync: %w", syncCtx.Err())
+		return nil, fmt.Errorf("extender: informers (pods, nodes, PodDisruptionBudgets, DRA classes, slices and claims, the followed Lease) did not sync: %w", syncCtx.Err())
 	}
 	e.log.Info("runplane extender serving", "addr", e.listener.Addr().String(), "leaderElection", cfg.LeaderElection, "followLease", cfg.FollowLease)
 	return e, nil
@@ -343,6 +347,11 @@ func (e *Extender) waitSynced(ctx context.Context) bool {
 func (e *Extender) setLeader(v bool) {
 	if e.leader.Swap(v) != v {
 		e.log.Info("runplane extender binding", "binding", v)
+		if v && e.draStock != nil {
+			// Claims a non-leader saw (and a dead leader left) are this
+			// leader's to hand over now: their Pods may see no event again.
+			e.draStock.resync()
+		}
 	}
 	if v {
 		e.metrics.leader.Set(1)
@@ -362,7 +371,7 @@ func (always) NeedLeaderElection() bool { return false }
 func (e *Extender) informersSynced(*http.Request) error {
 	for _, s := range e.informerSynced {
 		if !s() {
-			return errors.New("informers (pods, nodes, PodDisruptionBudgets, the followed Lease) not synced")
+			return errors.New("informers (pods, nodes, PodDisruptionBudgets, DRA classes, slices and claims, the followed Lease) not synced")
 		}
 	}
 	return nil
@@ -416,6 +425,7 @@ func (e *Extender) informers() (manager.Runnable, error) {
 	nodeInf := f.Core().V1().Nodes()
 	pdbInf := f.Policy().V1().PodDisruptionBudgets()
 	e.podLister = podInf.Lister()
+	e.nodeLister = nodeInf.Lister()
 	e.guard = disruptionGuard{lister: pdbInf.Lister()}
 	podReg, err := podInf.Informer().AddEventHandler(feed(e.ledger.UpsertPod, func(p *corev1.Pod) { e.ledger.DeletePod(p.UID) }))
 	if err != nil {
@@ -430,6 +440,11 @@ func (e *Extender) informers() (manager.Runnable, error) {
 	// the handler has been handed every listed object — claims a
 	// predecessor left must be recovered before this extender makes any.
 	e.informerSynced = []cache.InformerSynced{podReg.HasSynced, nodeReg.HasSynced, pdbInf.Informer().HasSynced}
+	draSynced, err := e.draInformers(f)
+	if err != nil {
+		return nil, err
+	}
+	e.informerSynced = append(e.informerSynced, draSynced...)
 	return always(func(ctx context.Context) error {
 		f.Start(ctx.Done())
 		<-ctx.Done()

@@ -133,7 +133,9 @@ func (e *Extender) request(pod *corev1.Pod) (ledger.Request, error) {
 		}
 		required = s.Stock == catalog.StockRequired
 	}
-	return ledger.RequestFor(pod, required), nil
+	req := ledger.RequestFor(pod, required)
+	e.ledger.AddClaimNeeds(&req, pod)
+	return req, nil
 }
 
 func (e *Extender) step(name string, began time.Time) {

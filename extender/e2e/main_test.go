@@ -57,6 +57,9 @@ var catalogData = map[string]string{
 	// domain (TestMIGSpec, TestNVLinkSpec).
 	"mig1": "gpu: 0\ncpu: \"2\"\nmemory: 8Gi\nresources: {" + migResource + ": 1}\n",
 	"nv4":  "gpu: 4\ncpu: \"16\"\nmemory: 64Gi\nnvlink: true\n",
+	// d1: the Pods of a DRA spec (dra_test.go) name it; what the catalog
+	// says of its devices is the webhook's business, not the extender's.
+	"d1": "gpu: 0\ncpu: \"4\"\nmemory: 16Gi\n",
 }
 
 // migResource is the MIG slice the harness's scheduler and extender manage
@@ -153,7 +156,7 @@ func newHarness() (*harness, error) {
 	if err := h.startExtender(ctx); err != nil {
 		return nil, err
 	}
-	cfg, err := profile.SchedulerConfig(profile.Options{URLPrefix: "https://" + h.addr, CAData: caPEM, ManagedResources: []string{migResource}})
+	cfg, err := profile.SchedulerConfig(profile.Options{URLPrefix: "https://" + h.addr, CAData: caPEM, ManagedResources: []string{migResource}, DRA: true})
 	if err != nil {
 		return nil, err
 	}

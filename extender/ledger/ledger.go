@@ -150,6 +150,12 @@ type podRec struct {
 	created     time.Time // the Pod's creationTimestamp (a reservation's age)
 	foreign     bool      // scheduled by another scheduler than runplane's
 	owner       types.UID // controller (a ReplicaSet...): a victim's lineage
+	// free is req plus the devices of the Pod's allocated ResourceClaims
+	// (dra.go), nil when it holds none: what deleting it frees.
+	free vec
+	// pledged: a placeholder whose devices the claim of this GPU Pod names
+	// too (a DRA takeover under way, dra.go): only that Pod may take it.
+	pledged types.UID
 }
 
 // claimable: a bound, live, unclaimed placeholder. Bound is enough (it need
@@ -166,7 +172,10 @@ type node struct {
 	exists bool
 	alloc  vec
 	used   vec
-	stock  map[string][]*podRec // spec -> placeholders on the node
+	// draAlloc are the devices its ResourceSlices publish, per class slot
+	// (dra.go); alloc includes them.
+	draAlloc vec
+	stock    map[string][]*podRec // spec -> placeholders on the node
 	// pods are the Pods counted in used: a preemption picks its victims
 	// among them.
 	pods map[types.UID]*podRec
@@ -274,6 +283,8 @@ type Ledger struct {
 	victimOf  map[types.UID]types.UID // a planned victim's preemptor
 	evictions map[string][]time.Time
 	backoff   map[string]time.Time
+	// dra: devices from ResourceSlices, allocated ResourceClaims (dra.go).
+	dra draBook
 }
 
 // New returns an empty ledger.
@@ -322,6 +333,7 @@ func New(opts Options) *Ledger {
 		resv: map[types.UID]*podRec{}, reservedFor: map[types.UID]*podRec{}, resvDrop: map[types.UID]bool{},
 		rejected: map[types.UID]Placeholder{}, rejectedOnce: map[types.UID]bool{},
 		preempts: map[types.UID]*preemptRec{}, victimOf: map[types.UID]types.UID{}, evictions: map[string][]time.Time{}, backoff: map[string]time.Time{},
+		dra: newDRABook(),
 	}
 }
 
@@ -383,6 +395,7 @@ func (l *Ledger) UpsertNode(n *corev1.Node) {
 	nd := l.node(n.Name)
 	nd.exists = true
 	nd.alloc = append(nd.allocBuf[:0], l.pack(FromList(n.Status.Allocatable))...)
+	nd.alloc.add(nd.draAlloc)
 }
 
 // DeleteNode forgets a node's capacity (its Pods go with their own events).
@@ -550,6 +563,8 @@ func (l *Ledger) UpsertPod(pod *corev1.Pod) {
 	} else {
 		rec.req = l.pack(PodRequests(pod))
 	}
+	rec.setHeld(l.heldOf(pod.UID))
+	l.pledge(rec)
 	if old != nil {
 		l.removeRec(old)
 		rec.claimedBy = old.claimedBy
@@ -792,6 +807,14 @@ type probe struct {
 	// resv is the Pod's own reservation, if any: one lookup per call,
 	// not per node.
 	resv *podRec
+	// mustTake: the placeholder whose devices the Pod's claim was handed
+	// (a DRA takeover, dra.go): the Pod fits only by taking it. blocked:
+	// why it fits nowhere (its claim's devices are another Pod's).
+	mustTake *podRec
+	blocked  string
+	// phNamespace, when set, limits the placeholders to take to that
+	// namespace (a DRA hand-over: a Pod can use only a claim of its own).
+	phNamespace string
 }
 
 // newProbe prepares req. Callers hold l.mu.
@@ -809,6 +832,7 @@ func (l *Ledger) newProbe(req Request) *probe {
 			p.nz = append(p.nz, i)
 		}
 	}
+	l.handedOver(p)
 	if req.Required {
 		p.required = fmt.Sprintf("GPU spec %q has stock: Required and the node has no unclaimed %s=%s placeholder", req.Spec, api.LabelStock, req.Spec)
 	}
@@ -838,6 +862,12 @@ func (l *Ledger) evaluate(pr *probe, n *node, prefer types.UID) verdict {
 	if n == nil || !n.exists {
 		return verdict{reason: unknownNode}
 	}
+	if pr.mustTake != nil {
+		return l.evaluateHandover(pr, n)
+	}
+	if pr.blocked != "" {
+		return verdict{reason: pr.blocked}
+	}
 	req := &pr.req
 	var v verdict
 	freeOK, short := fitsVec(n.alloc, n.used, nil, pr.vec, pr.nz)
@@ -853,10 +883,10 @@ func (l *Ledger) evaluate(pr *probe, n *node, prefer types.UID) verdict {
 	// The warm count spares a full node without such stock the lookup.
 	if pr.warm >= 0 && pr.warm < len(n.warm) && n.warm[pr.warm] > 0 {
 		for _, p := range n.stock[req.Spec] {
-			if !p.claimable() {
+			if !p.claimable() || (p.pledged != "" && p.pledged != req.UID) || (pr.phNamespace != "" && p.ns != pr.phNamespace) {
 				continue
 			}
-			if ok, _ := fitsVec(n.alloc, n.used, p.req, pr.vec, pr.nz); !ok {
+			if ok, _ := fitsVec(n.alloc, n.used, p.frees(), pr.vec, pr.nz); !ok {
 				continue
 			}
 			if ph == nil || p.uid == prefer || (ph.uid != prefer && p.uid < ph.uid) {
@@ -867,7 +897,7 @@ func (l *Ledger) evaluate(pr *probe, n *node, prefer types.UID) verdict {
 	}
 	if r := pr.resv; ph == nil && r != nil && r.node == n.name && r.counted && r.live && r.claimedBy == "" {
 		// The room the Pod's own preemption reserved (reservation.go).
-		if ok, _ := fitsVec(n.alloc, n.used, r.req, pr.vec, pr.nz); ok {
+		if ok, _ := fitsVec(n.alloc, n.used, r.frees(), pr.vec, pr.nz); ok {
 			ph, v.hasStock = r, true
 		}
 	}
@@ -892,7 +922,7 @@ func packing(prim int, n *node, req vec, ph *podRec) float64 {
 	}
 	used := at(n.used, prim) + at(req, prim)
 	if ph != nil {
-		used -= at(ph.req, prim)
+		used -= at(ph.frees(), prim)
 	}
 	// Plain comparisons: math.Min and math.Max handle NaN and signed
 	// zeros, which a ratio of counts never is, at a cost a filter pays

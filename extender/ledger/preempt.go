@@ -193,14 +193,14 @@ func (l *Ledger) planOn(pr *probe, n *node, st *preemptRec, now time.Time) *plan
 	for _, q := range n.pods {
 		switch {
 		case !q.live:
-			free.add(q.req)
+			free.add(q.frees())
 			p.Waiting++
 		case l.victimOf[q.uid] != "" && l.victimOf[q.uid] != req.UID:
 			// Another Pod's victim, its eviction under way: the room is
 			// coming, and that Pod's nomination already counts it as used.
-			free.add(q.req)
+			free.add(q.frees())
 		case q.reservedFor == req.UID:
-			free.add(q.req) // the room this Pod's preemption holds
+			free.add(q.frees()) // the room this Pod's preemption holds
 		case q.stockSpec != "":
 			// Placeholders of other specs are never touched (that spec's
 			// headroom); one of the Pod's own spec is taken at bind, as
@@ -218,7 +218,7 @@ func (l *Ledger) planOn(pr *probe, n *node, st *preemptRec, now time.Time) *plan
 	excluded := false
 	for _, q := range lower {
 		switch {
-		case !freesShort(q.req, base, pr):
+		case !freesShort(q.frees(), base, pr):
 			continue
 		case st != nil && st.replacement(q):
 			continue
@@ -227,7 +227,7 @@ func (l *Ledger) planOn(pr *probe, n *node, st *preemptRec, now time.Time) *plan
 			continue
 		}
 		cands = append(cands, q)
-		free.add(q.req)
+		free.add(q.frees())
 	}
 	if ok, _ := fitsVec(free, nil, nil, pr.vec, pr.nz); !ok {
 		switch {
@@ -251,11 +251,11 @@ func (l *Ledger) planOn(pr *probe, n *node, st *preemptRec, now time.Time) *plan
 	fresh := 0
 	refilled := false
 	for _, q := range cands {
-		free.sub(q.req)
+		free.sub(q.frees())
 		if ok, _ := fitsVec(free, nil, nil, pr.vec, pr.nz); ok {
 			continue // reprieved
 		}
-		free.add(q.req)
+		free.add(q.frees())
 		p.Victims = append(p.Victims, Victim{UID: q.uid, Namespace: q.ns, Name: q.name, Priority: q.priority, Foreign: q.foreign})
 		p.maxPrio = max(p.maxPrio, q.priority)
 		if st == nil || !st.evicted[q.uid] {

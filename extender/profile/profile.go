@@ -52,6 +52,16 @@ type Options struct {
 	// resource. The extender must be told the same list
 	// (--managed-resources) to check the catalog against it.
 	ManagedResources []string
+	// DRA: catalog specs backed by Dynamic Resource Allocation are in use.
+	// Their Pods request devices through ResourceClaims, not a managed
+	// extended resource, and kube-scheduler sends a Pod to the extender only
+	// when it requests a managed resource — unless the list is empty. So
+	// with DRA the extender gets no managedResources and is asked about
+	// every Pod of the profile (it is the profile's resource-fit authority
+	// either way: NodeResourcesFit is off). The DynamicResources plugin
+	// stays on: it allocates the claims, in PreBind, before the extender
+	// binds.
+	DRA bool
 	// Weight of the extender's priorities; default DefaultWeight.
 	Weight int64
 	// HTTPTimeout bounds each extender call; default 30s (a bind may wait
@@ -101,6 +111,9 @@ func SchedulerConfig(o Options) (*configv1.KubeSchedulerConfiguration, error) {
 		if r != o.GPUResource {
 			managed = append(managed, configv1.ExtenderManagedResource{Name: r, IgnoredByScheduler: true})
 		}
+	}
+	if o.DRA {
+		managed = nil
 	}
 	hundred := int32(100)
 	leaderElect := o.LeaderElect

@@ -102,3 +102,17 @@ func TestYAMLOnlyNamesUsedExtensionPoints(t *testing.T) {
 	assert.ElementsMatch(t, []string{"preFilter", "filter", "preScore", "score"}, points, "YAML:\n%s", data)
 	assert.Equal(t, []configv1.Plugin{{Name: "NodeResourcesFit"}}, doc.Profiles[0].Plugins["filter"].Disabled)
 }
+
+// With DRA specs the extender manages no resource, so the scheduler asks it
+// about every Pod (a DRA Pod requests none), and DynamicResources stays on.
+func TestSchedulerConfigDRA(t *testing.T) {
+	cfg, err := SchedulerConfig(Options{URLPrefix: "https://127.0.0.1:8443", CAData: []byte("pem"),
+		ManagedResources: []string{"nvidia.com/mig-1g.10gb"}, DRA: true})
+	require.NoError(t, err)
+	require.Empty(t, cfg.Extenders[0].ManagedResources)
+	for _, set := range []configv1.PluginSet{cfg.Profiles[0].Plugins.PreFilter, cfg.Profiles[0].Plugins.Filter, cfg.Profiles[0].Plugins.Reserve, cfg.Profiles[0].Plugins.PreBind} {
+		for _, p := range set.Disabled {
+			require.NotEqual(t, "DynamicResources", p.Name)
+		}
+	}
+}

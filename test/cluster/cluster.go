@@ -45,6 +45,13 @@ type Node struct {
 	Extended map[corev1.ResourceName]int64
 	Labels   map[string]string
 	Taints   []corev1.Taint
+	// DRAGPUs are GPUs published through Dynamic Resource Allocation: a
+	// ResourceSlice of driver gpu.nvidia.com, pool = the node's name (see
+	// GPUSlice), for claims of DeviceClass gpu.nvidia.com. They are beside
+	// GPUs (node allocatable); a node managed through DRA alone has GPUs 0.
+	DRAGPUs int
+	// NVLinkDomain, when set, is every DRA GPU's runplane.io/nvlinkDomain.
+	NVLinkDomain string
 }
 
 // Options configure a cluster.
@@ -246,6 +253,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	go runProvisioner(runCtx, c.client, filepath.Join(dir, "volumes"), logf)
+	if err := c.createDeviceClasses(ctx); err != nil {
+		return nil, err
+	}
 	if err := c.AddNodes(ctx, opts.Nodes...); err != nil {
 		return nil, err
 	}
@@ -441,7 +451,7 @@ func (c *Cluster) createNode(ctx context.Context, n Node) error {
 	if _, err := c.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating node %s: %w", n.Name, err)
 	}
-	return nil
+	return c.publishGPUs(ctx, n)
 }
 
 // CreateNamespace creates a namespace and waits for its default service

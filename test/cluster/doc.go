@@ -7,6 +7,13 @@
 // pod-delete-graceful.yaml). A small provisioner binds every PVC to a hostPath PV, so Pods and
 // Jobs that mount PVCs schedule.
 //
+// GPUs come as node allocatable (Node.GPUs, nvidia.com/gpu: the device
+// plugin's way) and/or through Dynamic Resource Allocation (Node.DRAGPUs: a
+// ResourceSlice per node, pool = node name, devices named and attributed as
+// NVIDIA's DRA driver names them; dra.go). The DeviceClasses gpu.nvidia.com
+// and mig.nvidia.com are installed at Start; kube-scheduler allocates claims
+// from the slices, no driver runs for kwok nodes.
+//
 // Everything listens on free loopback ports and lives in one temp dir. Stop
 // stops every process it started; the processes also die with the test
 // binary (parent-death signal), so none outlives the run.

@@ -158,7 +158,7 @@ func (c *Cluster) startRealNodes(ctx context.Context) error {
 		return err
 	}
 	if c.realNodeDRA {
-		if err := c.ensureDeviceClasses(ctx); err != nil {
+		if err := c.createDeviceClasses(ctx); err != nil {
 			return err
 		}
 	}

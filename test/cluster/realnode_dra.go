@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/klog/v2"
@@ -32,18 +31,6 @@ func (n *RealNode) CDIDir() string { return realNodeCDIDir(n.Dir) }
 // realNodeCDIDir is the node's CDI spec directory: its own, so that a node
 // never sees the host's /etc/cdi or another node's claims.
 func realNodeCDIDir(nodeDir string) string { return filepath.Join(nodeDir, "cdi") }
-
-// ensureDeviceClasses creates the DeviceClasses of NVIDIA's driver unless
-// they exist (a cluster may create them for its kwok nodes' slices too).
-func (c *Cluster) ensureDeviceClasses(ctx context.Context) error {
-	for _, class := range fakedra.DeviceClasses() {
-		_, err := c.client.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating DeviceClass %s: %w", class.Name, err)
-		}
-	}
-	return nil
-}
 
 // startDRA starts the node's fake DRA driver once its kubelet serves and
 // returns when the kubelet registered it and its ResourceSlice is

@@ -96,27 +96,29 @@ func GPUUUID(node string, i int) string {
 }
 
 // Devices are the count GPUs of node as the driver publishes them, all in
-// NVLink domain nvlinkDomain.
+// NVLink domain nvlinkDomain (none when it is empty).
 func Devices(node string, count int, nvlinkDomain string) []resourceapi.Device {
 	devs := make([]resourceapi.Device, count)
 	for i := range devs {
 		devs[i] = resourceapi.Device{
 			Name: DeviceName(i),
 			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-				AttrType:              {StringValue: ptr.To(TypeGPU)},
-				AttrUUID:              {StringValue: ptr.To(GPUUUID(node, i))},
-				AttrProductName:       {StringValue: ptr.To(ProductName)},
-				AttrBrand:             {StringValue: ptr.To("Nvidia")},
-				AttrArchitecture:      {StringValue: ptr.To(Architecture)},
-				AttrIndex:             {IntValue: ptr.To(int64(i))},
-				AttrMinor:             {IntValue: ptr.To(int64(i))},
-				AttrCUDACompute:       {VersionValue: ptr.To("9.0.0")},
-				AttrDriver:            {VersionValue: ptr.To("580.95.5")},
-				NVLinkDomainAttribute: {StringValue: ptr.To(nvlinkDomain)},
+				AttrType:         {StringValue: ptr.To(TypeGPU)},
+				AttrUUID:         {StringValue: ptr.To(GPUUUID(node, i))},
+				AttrProductName:  {StringValue: ptr.To(ProductName)},
+				AttrBrand:        {StringValue: ptr.To("Nvidia")},
+				AttrArchitecture: {StringValue: ptr.To(Architecture)},
+				AttrIndex:        {IntValue: ptr.To(int64(i))},
+				AttrMinor:        {IntValue: ptr.To(int64(i))},
+				AttrCUDACompute:  {VersionValue: ptr.To("9.0.0")},
+				AttrDriver:       {VersionValue: ptr.To("580.95.5")},
 			},
 			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 				CapacityMemory: {Value: GPUMemory},
 			},
+		}
+		if nvlinkDomain != "" {
+			devs[i].Attributes[NVLinkDomainAttribute] = resourceapi.DeviceAttribute{StringValue: ptr.To(nvlinkDomain)}
 		}
 	}
 	return devs

@@ -1,0 +1,337 @@
+package extender
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	listersv1 "k8s.io/client-go/listers/resource/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/extender/ledger"
+)
+
+// DRA stock takeover (README "Stock for DRA specs"). kube-scheduler's
+// DynamicResources filter sees every device a placeholder's claim holds as
+// taken, so a GPU Pod of a DRA spec never reaches the extender's filter
+// while stock holds the devices it needs. The leader therefore acts
+// outside the scheduling cycle: when a GPU Pod's claim appears
+// unallocated and the Pod should take stock (ledger.TakeStock), it hands
+// the placeholder's allocated claim itself to the Pod — reserved for the
+// Pod too, owned by it, named in its status; the Pod's own, unallocated
+// claim deleted. The claim never loses its allocation, so no allocator
+// ever sees its devices free. (Copying the placeholder's allocation into
+// the Pod's own claim is not safe: kube-scheduler v1.37 keeps allocated
+// devices as a set, and the placeholder's claim going away removes them
+// from it while the Pod's claim still names them — another Pod was
+// allocated the same device in TestDRATakeoverSameSpec.) The Pod is
+// requeued by its claim's changes; DynamicResources finds the claim
+// allocated on the placeholder's node, and the extender's filter and bind
+// take the placeholder there as for any takeover: deleted (grace 0)
+// before the Binding, after which kube-controller-manager drops it from
+// the claim's consumers.
+
+// draStock queues the claims of GPU Pods that may take DRA stock.
+type draStock struct {
+	queue  workqueue.TypedRateLimitingInterface[types.NamespacedName]
+	claims listersv1.ResourceClaimLister
+}
+
+// enqueueClaim queues an unallocated claim owned by a Pod.
+func (d *draStock) enqueueClaim(c *resourcev1.ResourceClaim) {
+	if c.Status.Allocation == nil && c.DeletionTimestamp == nil && podOwner(c) != nil {
+		d.queue.Add(types.NamespacedName{Namespace: c.Namespace, Name: c.Name})
+	}
+}
+
+// enqueuePod queues the claims of an unbound runplane GPU Pod (seen after
+// its claim, or updated by a failed scheduling cycle: a new leader learns
+// of Pods whose claims did not change since).
+func (d *draStock) enqueuePod(p *corev1.Pod) {
+	if p.Spec.NodeName != "" || p.Spec.SchedulerName != api.SchedulerName || p.Labels[api.LabelGPUSpec] == "" {
+		return
+	}
+	for _, s := range p.Status.ResourceClaimStatuses {
+		if s.ResourceClaimName != nil {
+			d.queue.Add(types.NamespacedName{Namespace: p.Namespace, Name: *s.ResourceClaimName})
+		}
+	}
+}
+
+// resync queues every unallocated claim owned by a Pod.
+func (d *draStock) resync() {
+	all, err := d.claims.List(labels.Everything())
+	if err != nil {
+		return // a lister's List of its own store does not fail
+	}
+	for _, c := range all {
+		d.enqueueClaim(c)
+	}
+}
+
+func podOwner(c *resourcev1.ResourceClaim) *metav1.OwnerReference {
+	for i := range c.OwnerReferences {
+		ref := &c.OwnerReferences[i]
+		if ref.Kind == "Pod" && ref.Controller != nil && *ref.Controller {
+			return ref
+		}
+	}
+	return nil
+}
+
+// draStockHandlers registers the event handlers that feed the queue.
+func (e *Extender) draStockHandlers(claimInf, podInf cache.SharedIndexInformer, claims listersv1.ResourceClaimLister) error {
+	e.draStock = &draStock{
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName](),
+			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "runplane-dra-stock"}),
+		claims: claims,
+	}
+	d := e.draStock
+	if _, err := claimInf.AddEventHandler(feed(d.enqueueClaim, func(*resourcev1.ResourceClaim) {})); err != nil {
+		return fmt.Errorf("extender: resourceclaim handler: %w", err)
+	}
+	if _, err := podInf.AddEventHandler(feed(d.enqueuePod, func(*corev1.Pod) {})); err != nil {
+		return fmt.Errorf("extender: pod handler: %w", err)
+	}
+	return nil
+}
+
+// takeDRAStock is the runnable working the queue (the leader acts).
+func (e *Extender) takeDRAStock(ctx context.Context) error {
+	q := e.draStock.queue
+	go func() {
+		<-ctx.Done()
+		q.ShutDown()
+	}()
+	// What TakeStock decides changes without any event on the claim or
+	// its Pod (a placeholder bound, a device freed, an informer of a new
+	// leader catching up): look at every waiting claim again now and then.
+	go wait.Until(func() {
+		if e.isLeader() {
+			e.draStock.resync()
+		}
+	}, draStockResync, ctx.Done())
+	for {
+		key, shutdown := q.Get()
+		if shutdown {
+			return nil
+		}
+		err := e.handOver(ctx, key)
+		switch {
+		case err == nil:
+			q.Forget(key)
+		case errors.Is(err, errRetry):
+			q.AddRateLimited(key)
+		default:
+			e.log.Info("DRA stock takeover failed", "claim", key.String(), "err", err)
+			q.Forget(key)
+		}
+		q.Done(key)
+	}
+}
+
+// draStockResync is how often the leader looks at every waiting claim.
+const draStockResync = 5 * time.Second
+
+// errRetry: the informers lag; look again shortly.
+var errRetry = errors.New("not seen yet")
+
+// handOver hands a same-spec placeholder's devices to the Pod's claim key
+// when the ledger says the Pod takes stock.
+func (e *Extender) handOver(ctx context.Context, key types.NamespacedName) error {
+	if !e.isLeader() {
+		return nil
+	}
+	claim, err := e.draStock.claims.ResourceClaims(key.Namespace).Get(key.Name)
+	if err != nil || claim.Status.Allocation != nil || claim.DeletionTimestamp != nil {
+		return nil //nolint:nilerr // gone, or allocated: nothing to hand over
+	}
+	owner := podOwner(claim)
+	if owner == nil {
+		return nil
+	}
+	pod, err := e.podLister.Pods(key.Namespace).Get(owner.Name)
+	if err != nil || pod.UID != owner.UID {
+		return errRetry // the Pod informer lags its claim
+	}
+	if pod.Spec.NodeName != "" || pod.DeletionTimestamp != nil || pod.Spec.SchedulerName != api.SchedulerName ||
+		pod.Labels[api.LabelGPUSpec] == "" || len(pod.Spec.ResourceClaims) != 1 {
+		return nil // one claim per Pod, as a catalog spec makes it
+	}
+	if len(pod.Status.ResourceClaimStatuses) != 1 || ptr.Deref(pod.Status.ResourceClaimStatuses[0].ResourceClaimName, "") != claim.Name {
+		// kube-controller-manager names the claim in the Pod's status
+		// after creating it; the hand-over rewrites that, so it waits
+		// (the Pod's update is queued again) — or the hand-over named the
+		// placeholder's claim and died before deleting this one.
+		return nil
+	}
+	if x := e.handedTo(pod, claim.Name); x != nil {
+		// A hand-over a dead leader began: finish it.
+		return e.finishHandover(ctx, pod, claim, x, pod.Spec.ResourceClaims[0].Name)
+	}
+	req, err := e.request(pod)
+	if err != nil {
+		return nil //nolint:nilerr // an unknown spec: its filter says so
+	}
+	req.Preempt = false
+	// The claim's needs (the Pod's status may not name its claim yet).
+	var needs ledger.Resources
+	for class, n := range claimOf(claim).Needs {
+		if needs.Scalar == nil {
+			needs.Scalar = map[corev1.ResourceName]int64{}
+		}
+		needs.Scalar[ledger.DRAResource(class)] = n
+	}
+	for name, n := range needs.Scalar {
+		if req.Requests.Scalar == nil {
+			req.Requests.Scalar = map[corev1.ResourceName]int64{}
+		}
+		req.Requests.Scalar[name] = n
+	}
+	ph := e.ledger.TakeStock(req, e.nodesFor(pod))
+	if ph == nil {
+		return nil
+	}
+	if err := e.handClaim(ctx, pod, claim, *ph, pod.Spec.ResourceClaims[0].Name); err != nil {
+		e.ledger.Unreserve(pod.UID)
+		return err
+	}
+	e.log.Info("DRA stock handed over", "pod", key.Namespace+"/"+pod.Name, "placeholder", ph.Namespace+"/"+ph.Name, "node", ph.Node)
+	return nil
+}
+
+// handClaim hands the placeholder's claim (its pod claim podClaim) to the
+// Pod, whose own claim is claim: each step keeps the devices allocated,
+// and each write has a precondition (resourceVersion or UID), so a step
+// that lost a race (the scheduler allocated the Pod's claim, the
+// placeholder went) changes nothing; steps already done are safe to
+// leave (the claim stays allocated and reserved for a live Pod, and goes
+// with its owner).
+func (e *Extender) handClaim(ctx context.Context, pod *corev1.Pod, claim *resourcev1.ResourceClaim, ph ledger.Placeholder, podClaim string) error {
+	phPod, err := e.podLister.Pods(ph.Namespace).Get(ph.Name)
+	if err != nil || phPod.UID != ph.UID {
+		return fmt.Errorf("placeholder %s/%s: gone", ph.Namespace, ph.Name)
+	}
+	var phClaim *resourcev1.ResourceClaim
+	for _, s := range phPod.Status.ResourceClaimStatuses {
+		if s.Name == podClaim && s.ResourceClaimName != nil {
+			if phClaim, err = e.draStock.claims.ResourceClaims(ph.Namespace).Get(*s.ResourceClaimName); err != nil {
+				return fmt.Errorf("placeholder %s/%s: claim %s: %w", ph.Namespace, ph.Name, *s.ResourceClaimName, err)
+			}
+		}
+	}
+	if phClaim == nil || phClaim.Status.Allocation == nil {
+		return fmt.Errorf("placeholder %s/%s: no allocated claim %q", ph.Namespace, ph.Name, podClaim)
+	}
+	if !equality.Semantic.DeepEqual(phClaim.Spec, claim.Spec) {
+		return fmt.Errorf("placeholder %s/%s: its claim asks for other devices than %s's", ph.Namespace, ph.Name, claim.Name)
+	}
+	return e.finishHandover(ctx, pod, claim, phClaim, podClaim)
+}
+
+// handedTo is an allocated claim other than own that is reserved for or
+// owned by the Pod: a hand-over under way.
+func (e *Extender) handedTo(pod *corev1.Pod, own string) *resourcev1.ResourceClaim {
+	all, err := e.draStock.claims.ResourceClaims(pod.Namespace).List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	for _, c := range all {
+		if c.Name == own || c.Status.Allocation == nil {
+			continue
+		}
+		if o := podOwner(c); o != nil && o.UID == pod.UID {
+			return c
+		}
+		for _, r := range c.Status.ReservedFor {
+			if r.UID == pod.UID {
+				return c
+			}
+		}
+	}
+	return nil
+}
+
+// finishHandover does what is left of handing phClaim to the Pod, whose
+// own claim is claim; every step is skipped once done.
+func (e *Extender) finishHandover(ctx context.Context, pod *corev1.Pod, claim, phClaim *resourcev1.ResourceClaim, podClaim string) error {
+	var err error
+	claims := e.client.ResourceV1().ResourceClaims(pod.Namespace)
+	// 1. Reserved for the Pod too: when the placeholder goes, the claim
+	// keeps a consumer, so kube-controller-manager does not deallocate it.
+	c := phClaim.DeepCopy()
+	if !slices.ContainsFunc(c.Status.ReservedFor, func(r resourcev1.ResourceClaimConsumerReference) bool { return r.UID == pod.UID }) {
+		c.Status.ReservedFor = append(c.Status.ReservedFor, resourcev1.ResourceClaimConsumerReference{Resource: "pods", Name: pod.Name, UID: pod.UID})
+		if c, err = claims.UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("reserving claim %s/%s for Pod %s: %w", pod.Namespace, phClaim.Name, pod.Name, err)
+		}
+	}
+	// 2. Owned by the Pod: it goes with the Pod, not with the placeholder,
+	// and kube-scheduler and the kubelet accept it as the Pod's.
+	if o := podOwner(c); o == nil || o.UID != pod.UID {
+		c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID,
+			Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}
+		if _, err = claims.Update(ctx, c, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("handing claim %s/%s to Pod %s: %w", c.Namespace, c.Name, pod.Name, err)
+		}
+	}
+	// 3. Named in the Pod's status as its claim podClaim (its only one).
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"uid": pod.UID},
+		"status":   map[string]any{"resourceClaimStatuses": []corev1.PodResourceClaimStatus{{Name: podClaim, ResourceClaimName: ptr.To(c.Name)}}},
+	})
+	if err != nil {
+		return fmt.Errorf("encoding Pod status patch: %w", err)
+	}
+	if _, err = e.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		return fmt.Errorf("naming claim %s in Pod %s/%s's status: %w", c.Name, pod.Namespace, pod.Name, err)
+	}
+	// 4. The Pod's own claim, unallocated, goes.
+	err = claims.Delete(ctx, claim.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &claim.UID}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting Pod %s/%s's own claim %s: %w", pod.Namespace, pod.Name, claim.Name, err)
+	}
+	return nil
+}
+
+// nodesFor are the known nodes the Pod's node selector, required affinity
+// and tolerations admit (the in-tree filters the scheduler will apply to
+// the node the claim ties the Pod to).
+func (e *Extender) nodesFor(pod *corev1.Pod) []string {
+	nodes, err := e.nodeLister.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
+	noSchedule := func(t *corev1.Taint) bool {
+		return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+	}
+	var out []string
+	for _, n := range nodes {
+		if ok, err := affinity.Match(n); err != nil || !ok || n.Spec.Unschedulable {
+			continue
+		}
+		if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), n.Spec.Taints, pod.Spec.Tolerations, noSchedule, false); untolerated {
+			continue
+		}
+		out = append(out, n.Name)
+	}
+	return out
+}
