@@ -134,4 +134,3 @@ func drainBaseline(b *testing.B, payload []byte) {
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "drained/s")
 	b.ReportMetric(float64((cpuTime()-c0).Microseconds())/float64(b.N), "cpu-µs/op")
 }
-
