@@ -110,6 +110,32 @@ func TestServeUnixAndClient(t *testing.T) {
 	assert.Error(t, frameworkclient.NewClient(sock, "", "").Health(context.Background()), "health on wrong path")
 }
 
+// TestClientSendsThePayloadAsItIs: the sidecar's client writes the payload
+// into the envelope byte for byte (the queue validated it when it took
+// it), not scanned, compacted and HTML-escaped once more by encoding/json.
+func TestClientSendsThePayloadAsItIs(t *testing.T) {
+	sock := shortSocket(t)
+	got := make(chan []byte, 1)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ok", func(http.ResponseWriter, *http.Request) {})
+	mux.HandleFunc("/run", func(w http.ResponseWriter, r *http.Request) {
+		var env struct {
+			Payload json.RawMessage `json:"payload"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&env); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		got <- env.Payload
+		_, _ = w.Write([]byte(`{"statusCode":200}`))
+	})
+	serve(t, sock, "/ok", mux)
+	payload := `{ "html": "<&>",  "n": 1.50 }`
+	_, err := frameworkclient.NewClient(sock, "/run", "/ok").Invoke(context.Background(), framework.Request{InvocationID: "i1", Payload: json.RawMessage(payload)})
+	require.NoError(t, err)
+	assert.Equal(t, payload, string(<-got))
+}
+
 func TestListenUnixRefusesNonSocket(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "file")
 	require.NoError(t, os.WriteFile(p, nil, 0o600))

@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -50,6 +53,48 @@ func TestDeepBacklogDispatchedWhole(t *testing.T) {
 		order = append(order, <-seen)
 	}
 	require.IsIncreasing(t, order, "queue order")
+}
+
+// TestDeepBacklogReadsNoRecord: the dispatch of an invocation deep in a
+// long queue (held light) reads its message back from the stream, and no
+// Record: the one the ingress created is made again from what the
+// activator kept (state.Item.Unlighten). Every Record read of the drain is
+// seen on the wire (a subscription to the JetStream get subjects of the
+// Records bucket's stream).
+func TestDeepBacklogReadsNoRecord(t *testing.T) {
+	const n = 100 // > state.FullItems: 36 are held light
+	e := newEnv(t, nil)
+	for i := range n {
+		r := e.invoke(map[string]any{"mode": "async", "invocationID": fmt.Sprintf("light-%03d", i), "payload": map[string]int{"n": i}})
+		require.EqualValues(t, 202, r.code)
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, n, e.poolStatus().Backlog, "all queued in the activator")
+	}, 10*time.Second, 20*time.Millisecond)
+
+	kvStream := "KV_" + e.cfg.Stream.WithDefaults().RecordsBucket
+	var reads atomic.Int64
+	for _, subj := range []string{"$JS.API.DIRECT.GET." + kvStream + ".>", "$JS.API.DIRECT.GET." + kvStream, "$JS.API.STREAM.MSG.GET." + kvStream} {
+		sub, err := e.nc.Subscribe(subj, func(*nats.Msg) { reads.Add(1) })
+		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, sub.Unsubscribe()) })
+	}
+	require.NoError(t, e.nc.Flush())
+	// The wiretap sees reads: one of a Record, made here, is counted.
+	e.stored("light-000")
+	require.Eventually(t, func() bool { return reads.Load() == 1 }, 5*time.Second, 10*time.Millisecond, "the wiretap counts a Record read")
+	reads.Store(0)
+
+	e.worker("w", 8, nil)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		st := e.poolStatus()
+		assert.Zero(c, st.Backlog+st.InFlight, "drained")
+	}, 60*time.Second, 20*time.Millisecond)
+	require.NoError(t, e.nc.Flush())
+	assert.Zero(t, reads.Load(), "Record reads while draining %d queued invocations", n)
+	for i := range n {
+		e.waitState(fmt.Sprintf("light-%03d", i), messages.StateSucceeded, 30*time.Second)
+	}
 }
 
 // TestDeepBacklogMessageGoneIsDeadLettered: an invocation held light whose

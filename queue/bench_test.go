@@ -82,21 +82,35 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// measure runs the queue's calls and reports the CPU time per call and
-// the Record writes per invocation.
+// measure runs the queue's calls and reports the CPU time per call, the
+// Record writes per invocation, and what the NATS server handled per call:
+// messages in (every publish, ack, pull and API request of every client)
+// and JetStream API requests (stream and consumer operations, message
+// deletes, pulls; not publishes or acks) — the profile's unit of cost
+// (queue/README.md, "Where a call's CPU goes").
 func (rt *roundTrip) measure(b *testing.B, run func()) {
 	bucket := "KV_" + rt.e.cfg.Stream.WithDefaults().RecordsBucket
-	last := func() uint64 {
+	type counts struct{ kv, in, api uint64 }
+	last := func() counts {
 		time.Sleep(200 * time.Millisecond) // final writes land after the reply
 		st, err := rt.e.js.Stream(context.Background(), bucket)
 		require.NoError(b, err)
-		return st.CachedInfo().State.LastSeq
+		v, err := rt.e.ns.Varz(nil)
+		require.NoError(b, err)
+		var api uint64
+		if v.JetStream.Stats != nil {
+			api = v.JetStream.Stats.API.Total
+		}
+		return counts{kv: st.CachedInfo().State.LastSeq, in: uint64(v.InMsgs), api: api}
 	}
 	before := last()
 	c0 := cpuTime()
 	run()
 	b.ReportMetric(float64((cpuTime()-c0).Microseconds())/float64(b.N), "cpu-µs/op")
-	b.ReportMetric(float64(last()-before)/float64(b.N), "kv-writes/op")
+	after := last()
+	b.ReportMetric(float64(after.kv-before.kv)/float64(b.N), "kv-writes/op")
+	b.ReportMetric(float64(after.in-before.in)/float64(b.N), "nats-msgs/op")
+	b.ReportMetric(float64(after.api-before.api)/float64(b.N), "js-api/op")
 }
 
 func syncRoundTrip(b *testing.B, useTLS bool) {

@@ -264,10 +264,17 @@ func (e *env) waitState(id string, want messages.State, within time.Duration) me
 // poolStatus is the pool status the activator last published (zero if none).
 func (e *env) poolStatus() messages.PoolStatus {
 	e.t.Helper()
+	return e.poolStatusOf("default", testPool)
+}
+
+// poolStatusOf is the pool status of ns/name the activator last published
+// (zero if none).
+func (e *env) poolStatusOf(ns, name string) messages.PoolStatus {
+	e.t.Helper()
 	var info struct {
 		Status *messages.PoolStatus `json:"status"`
 	}
-	require.NoError(e.t, json.Unmarshal(e.do("GET", "/v1/namespaces/default/pools/"+testPool, nil).raw, &info))
+	require.NoError(e.t, json.Unmarshal(e.do("GET", "/v1/namespaces/"+ns+"/pools/"+name, nil).raw, &info))
 	if info.Status == nil {
 		return messages.PoolStatus{}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/internal/objects"
+	"github.com/runplane/runplane/queue"
 )
 
 // BenchmarkPayloadRoundTrip measures a sync invocation whose payload and
@@ -23,7 +24,11 @@ import (
 // Store write and read of the same bytes (objects.Put + objects.Get). It
 // reports p50, p99, the process's CPU per call and MB/s of payload.
 func BenchmarkPayloadRoundTrip(b *testing.B) {
-	e := newEnv(b, nil)
+	// Each 10 MiB call leaves its payload and its echoed answer (~24 MiB)
+	// in the namespace's bucket until they expire: room for every sample
+	// of -count 3, ~250 MiB (the default 128 MiB refused the second one;
+	// the bucket's bound is reserved on the disk, so no more than that).
+	e := newEnv(b, func(c *queue.Config) { c.Stream.ObjectsMaxBytes = 384 << 20 })
 	e.echoWorker("w1")
 	client := &http.Client{Timeout: 2 * time.Minute}
 	for _, size := range []int{1 << 20, 10 << 20} {

@@ -190,10 +190,7 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 	it.Trace = tracing.FromNATS(m.Headers())
 	rev, _ := strconv.ParseUint(m.Headers().Get(stream.RevisionHeader), 10, 64)
 	if rev != 0 && md.NumDelivered == 1 && a.cfg.Clock.Since(md.Timestamp) < freshAge {
-		it.Rec = messages.Cached{Rev: rev, Record: messages.Record{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool, Mode: inv.Mode,
-			State: messages.StateQueued, Stream: st.Config.Stream, RequestHash: m.Headers().Get(stream.RequestHashHeader),
-			AcceptedAt: inv.AcceptedAt, UpdatedAt: inv.AcceptedAt, NamespaceUID: inv.NamespaceUID,
-			StreamBytes: int64(len(m.Data())) + stream.MessageOverhead}}
+		it.FromIngress(rev, st.Config.Stream, m.Headers().Get(stream.RequestHashHeader), int64(len(m.Data()))+stream.MessageOverhead)
 		a.enqueue(ctx, m, it)
 		return
 	}

@@ -107,6 +107,7 @@ func (a *Activator) dispatch(ctx context.Context, it *state.Item, worker string,
 // leave the stream: the Record keeps what callers read.
 func (a *Activator) write(ctx context.Context, it *state.Item, fn func(c *messages.Cached) (bool, error)) (bool, error) {
 	it.WriteMu.Lock()
+	it.Unlighten()
 	ok, err := fn(&it.Rec)
 	final, counted := it.Rec.Record.State.Terminal(), it.Rec.Record.StreamBytes > 0
 	it.WriteMu.Unlock()

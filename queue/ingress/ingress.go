@@ -234,23 +234,24 @@ func (s *Server) watchRecords(w jetstream.KeyWatcher) {
 			}
 			continue
 		}
-		if s.waiting(e.Key()) {
-			r, err := stream.Decode(e.Value())
-			if err != nil {
-				continue
-			}
-			if s.usage != nil {
-				s.usage.Put(e.Key(), len(e.Value()), e.Created(), nsbytes.ShapeOf(r))
-			}
-			if r.State.Terminal() {
-				s.notify(r, "")
-			}
+		// Every Record write of every replica comes here: only its Shape is
+		// decoded (a few fields), and the whole Record only when it is
+		// final and a sync caller here waits for it — not the queued and
+		// dispatched writes of every sync call.
+		waiting := s.waiting(e.Key())
+		if s.usage == nil && !waiting {
+			continue
+		}
+		var sh nsbytes.Shape
+		if json.Unmarshal(e.Value(), &sh) != nil {
 			continue
 		}
 		if s.usage != nil {
-			var sh nsbytes.Shape
-			if json.Unmarshal(e.Value(), &sh) == nil {
-				s.usage.Put(e.Key(), len(e.Value()), e.Created(), sh)
+			s.usage.Put(e.Key(), len(e.Value()), e.Created(), sh)
+		}
+		if waiting && sh.State.Terminal() {
+			if r, err := stream.Decode(e.Value()); err == nil {
+				s.notify(r, "")
 			}
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/runplane/runplane/framework"
+	"github.com/runplane/runplane/internal/rawjson"
 	"github.com/runplane/runplane/internal/tracing"
 )
 
@@ -173,7 +174,14 @@ func (c *Client) do(ctx context.Context, r framework.Request, h http.Header) (*h
 	if r.Version == "" {
 		r.Version = framework.Version
 	}
+	// The payload goes in as it is (rawjson): the queue validated it when
+	// it took it, and encoding it again would scan and copy it once more.
+	payload := r.Payload
+	r.Payload = nil
 	body, err := json.Marshal(r)
+	if err == nil {
+		body, err = rawjson.WithField(body, "payload", payload)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("encode invocation envelope: %w", err)
 	}

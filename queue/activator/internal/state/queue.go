@@ -59,15 +59,56 @@ func (s *State) Enqueue(it *Item) bool {
 const FullItems = 64
 
 // Lighten drops what the stream keeps of it: its payload, headers and
-// attributes (and the cached Record, read again at dispatch). Only an
-// invocation with a known stream sequence is lightened.
+// attributes, and the cached Record — read again at dispatch, unless it is
+// the Record the ingress created (FromIngress): then its revision and the
+// two fields the invocation does not hold are kept (about 100 bytes), and
+// Unlighten makes it again without a read. Only an invocation with a known
+// stream sequence is lightened.
 func (it *Item) Lighten() {
 	if it.Seq == 0 {
 		return
 	}
 	it.Inv.Payload, it.Inv.Headers, it.Inv.Attributes = nil, nil, nil
+	if it.ingressRec && it.Rec.Rev != 0 {
+		r := it.Rec.Record
+		it.created = &created{rev: it.Rec.Rev, stream: r.Stream, requestHash: r.RequestHash, streamBytes: r.StreamBytes}
+	}
 	it.Rec = messages.Cached{}
 	it.Light = true
+}
+
+// created is what Lighten keeps of the Record the ingress created.
+type created struct {
+	rev                 uint64
+	stream, requestHash string
+	streamBytes         int64
+}
+
+// IngressRecord is the Record the ingress created for inv at revision rev
+// (queue/ingress accept: stream, requestHash and the stored message's
+// streamBytes; a Record with a callback is not, the ingress sends no
+// revision for it): the activator's copy of a Record it did not read.
+func IngressRecord(inv messages.Invocation, rev uint64, stream, requestHash string, streamBytes int64) messages.Cached {
+	return messages.Cached{Rev: rev, Record: messages.Record{InvocationID: inv.InvocationID, Namespace: inv.Namespace, Pool: inv.Pool,
+		Mode: inv.Mode, State: messages.StateQueued, Stream: stream, RequestHash: requestHash, AcceptedAt: inv.AcceptedAt,
+		UpdatedAt: inv.AcceptedAt, NamespaceUID: inv.NamespaceUID, StreamBytes: streamBytes}}
+}
+
+// FromIngress sets it's cached Record to the one the ingress created
+// (IngressRecord), which Lighten may then drop and Unlighten make again.
+func (it *Item) FromIngress(rev uint64, stream, requestHash string, streamBytes int64) {
+	it.Rec = IngressRecord(it.Inv, rev, stream, requestHash, streamBytes)
+	it.ingressRec = true
+}
+
+// Unlighten makes a Light item's cached Record again when it was the
+// ingress's (FromIngress), under WriteMu before its first write; otherwise
+// Rec stays as it is (empty: the write reads the Record first).
+func (it *Item) Unlighten() {
+	if c := it.created; c != nil && it.Rec.Rev == 0 {
+		it.Rec = IngressRecord(it.Inv, c.rev, c.stream, c.requestHash, c.streamBytes)
+	}
+	it.created, it.ingressRec = nil, false
 }
 
 // Dispatchable reports whether w may take one more invocation at now.

@@ -137,6 +137,12 @@ type Item struct {
 	// as last written or read (under WriteMu), so most writes need no read.
 	WriteMu sync.Mutex
 	Rec     messages.Cached
+	// ingressRec: Rec is the Record the ingress created, never read or
+	// written since (FromIngress); created is what Lighten kept of it,
+	// which Unlighten makes it again from: a deep queue's dispatch reads
+	// no Record.
+	ingressRec bool
+	created    *created
 
 	// Trace is the ingress span the invocation's message named (its
 	// traceparent; invalid: none): the parent of each dispatch's span.

@@ -461,6 +461,43 @@ func TestDeepQueueIsLight(t *testing.T) {
 	require.Equal(t, fmt.Sprint(FullItems+1), last.Inv.InvocationID, "names and times stay")
 }
 
+// TestDeepQueueKeepsTheIngressRecord: a Light item whose cached Record is
+// the one the ingress created gets it back at its dispatch (Unlighten), so
+// the dispatch's compare-and-set needs no read; one whose Record was read
+// (a late message, a rebuild) is read again.
+func TestDeepQueueKeepsTheIngressRecord(t *testing.T) {
+	s, _ := newState(3)
+	var items []*Item
+	for i := range FullItems + 2 {
+		it := &Item{Inv: messages.Invocation{InvocationID: fmt.Sprint(i), Namespace: "ns", Pool: "p", Mode: messages.ModeSync, AcceptedAt: s.Now(),
+			NamespaceUID: "uid", Payload: []byte(`{"big":true}`)}, Seq: uint64(i + 1)}
+		if i != FullItems+1 {
+			it.FromIngress(uint64(100+i), "STREAM", "sha256:h", 2048)
+		} else {
+			it.Rec = messages.Cached{Rev: 7, Record: messages.Record{InvocationID: fmt.Sprint(i), State: messages.StateQueued}} // read
+		}
+		require.True(t, s.Enqueue(it))
+		items = append(items, it)
+	}
+	ingress, read := items[FullItems], items[FullItems+1]
+	require.True(t, ingress.Light)
+	require.Zero(t, ingress.Rec.Rev, "held light")
+	ingress.Unlighten()
+	want := messages.Record{InvocationID: fmt.Sprint(FullItems), Namespace: "ns", Pool: "p", Mode: messages.ModeSync, State: messages.StateQueued,
+		Stream: "STREAM", RequestHash: "sha256:h", AcceptedAt: s.Now(), UpdatedAt: s.Now(), NamespaceUID: "uid", StreamBytes: 2048}
+	require.Equal(t, messages.Cached{Rev: uint64(100 + FullItems), Record: want}, ingress.Rec)
+	require.Nil(t, ingress.Inv.Payload, "the payload is read back from the stream, not kept")
+
+	require.True(t, read.Light)
+	read.Unlighten()
+	require.Zero(t, read.Rec.Rev, "a Record that was read is read again")
+
+	head := items[0]
+	require.False(t, head.Light)
+	head.Unlighten()
+	require.EqualValues(t, 100, head.Rec.Rev, "a full item keeps its Record as it is")
+}
+
 // TestSilentWorkerReleasesEachOnItsDeadline: a silent worker's invocations
 // are given up one by one, each at its own deadline; one dispatched later
 // (still running there) stays the worker's until its own.
