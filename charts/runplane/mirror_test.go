@@ -67,7 +67,8 @@ func TestSchedulerConfigMirrorsGo(t *testing.T) {
 	}{
 		{"default", nil, profile.Options{}},
 		{"full", []string{"--values", "testdata/values-full.yaml"}, profile.Options{Weight: 300, HTTPTimeout: 20 * time.Second,
-			ManagedResources: []string{"nvidia.com/mig-1g.10gb"}}},
+			ManagedResources: []string{"nvidia.com/mig-1g.10gb"}, DRA: true}},
+		{"extended resources only", []string{"--set", "catalog.specs.g1\\.1.gpu=1", "--set", "catalog.specs.g1\\.1.cpu=4", "--set", "catalog.specs.g1\\.1.memory=16Gi"}, profile.Options{}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got := schedulerConfig(t, parse(t, mustRender(t, c.args...)))

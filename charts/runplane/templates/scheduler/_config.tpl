@@ -43,6 +43,12 @@ extenders:
       caFile: /etc/runplane-extender/tls/ca.crt
     httpTimeout: {{ $s.extender.httpTimeout }}
     nodeCacheCapable: true
+    {{- /* A DRA spec's Pods request no managed resource: with one in the catalog the extender is
+    asked about every Pod of the profile (profile.Options.DRA), else about none of them, and they
+    would bind with no resource fit at all (NodeResourcesFit is off). */}}
+    {{- $dra := false }}
+    {{- range .Values.catalog.specs }}{{ if hasKey . "dra" }}{{ $dra = true }}{{ end }}{{ end }}
+    {{- if not $dra }}
     managedResources:
       - name: {{ $s.extender.gpuResource }}
         ignoredByScheduler: true
@@ -52,4 +58,5 @@ extenders:
         ignoredByScheduler: true
       {{- end }}
       {{- end }}
+    {{- end }}
 {{- end -}}
