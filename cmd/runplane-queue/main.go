@@ -13,8 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/cmdline"
@@ -57,13 +55,13 @@ func (f float32Flag) Set(s string) error {
 
 func run() error {
 	var c queue.Config
-	var kubeconfig, pools string
+	var pools string
 	var boot bootstrap
 	var cb callbackFlags
 	cb.register(&c)
 	var tr tracing.Settings
 	tr.AddFlags(flag.CommandLine)
-	var inCluster, noKube bool
+	var noKube bool
 	flag.StringVar(&c.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL")
 	flag.StringVar(&c.NATSTrustFile, "nats-trust-file", "", "file holding the secret runplane's NATS operator, accounts and users are derived from (the server trusts its operator); the queue then serves the auth callout, placing each worker in an account of its own; empty: a NATS without auth")
 	flag.StringVar(&c.NATSTLS.CAFile, "nats-ca-file", "", "file of the PEM CAs NATS's certificate is verified with (re-read on every reconnect); with -nats-server-name every NATS connection is TLS first and verified; empty (and no -nats-tls-secret): a NATS without TLS")
@@ -115,13 +113,11 @@ func run() error {
 	c.MetricsCert.AddFlags(flag.CommandLine)
 	flag.StringVar(&c.MetricsListen, "metrics-addr", ":8443", "HTTPS address of /metrics, served only to scrapers the API server authenticates and RBAC allows get on /metrics "+
 		"(with -no-kube: to anyone, and only with -insecure-disable-caller-auth); empty: not served")
-	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig path (default: in-cluster config)")
-	flag.BoolVar(&inCluster, "in-cluster", false, "use the in-cluster Kubernetes config")
 	flag.BoolVar(&noKube, "no-kube", false, "run without Kubernetes: pools from -pools, no scaling")
 	flag.StringVar(&pools, "pools", "", "comma-separated pools known without Kubernetes (with -no-kube), each namespace/pool (pool alone: namespace default)")
-	flag.StringVar(&c.Namespace, "namespace", "", "namespace scope for pool Deployments and Pods (default all)")
+	flag.StringVar(&c.LeaseNamespace, "namespace", api.DefaultNamespace, "runplane's namespace (the activator's Lease)")
+	flag.StringVar(&c.Namespace, "watch-namespace", "", "the only namespace whose pool Deployments and Pods are watched (default all)")
 	flag.BoolVar(&c.LeaderElection, "leader-elect", true, "run the activator only while holding the Lease (needs Kubernetes)")
-	flag.StringVar(&c.LeaseNamespace, "leader-election-namespace", api.DefaultNamespace, "namespace of the activator Lease")
 	flag.StringVar(&c.LeaseName, "leader-election-name", "runplane-queue-activator", "name of the activator Lease")
 	flag.BoolVar(&c.DisableIngress, "no-ingress", false, "do not serve the ingress API")
 	flag.BoolVar(&c.DisableActivator, "no-activator", false, "do not run the activator")
@@ -159,13 +155,8 @@ func run() error {
 		}
 	} else {
 		var err error
-		if kubeconfig != "" && !inCluster {
-			c.RESTConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-		} else {
-			c.RESTConfig, err = rest.InClusterConfig()
-		}
-		if err != nil {
-			return fmt.Errorf("kubernetes config (use -kubeconfig, -in-cluster or -no-kube): %w", err)
+		if c.RESTConfig, err = cmdline.RESTConfig(); err != nil {
+			return fmt.Errorf("%w (or -no-kube)", err)
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

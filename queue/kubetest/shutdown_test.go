@@ -34,8 +34,8 @@ func TestQueueBinaryCleanShutdown(t *testing.T) {
 	require.NoError(t, err, "building: %s", out)
 	nsrv := queuetest.NATS(t, nil)
 
-	cmd := exec.Command(bin, "-kubeconfig", env.Kubeconfig(), "-nats-url", nsrv.ClientURL(), "-namespace", ns,
-		"-leader-election-namespace", ns, "-listen", "127.0.0.1:0", "-metrics-addr", "127.0.0.1:0")
+	cmd := exec.Command(bin, "-kubeconfig", env.Kubeconfig(), "-nats-url", nsrv.ClientURL(), "-watch-namespace", ns,
+		"-namespace", ns, "-listen", "127.0.0.1:0", "-metrics-addr", "127.0.0.1:0")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())

@@ -249,7 +249,7 @@ func StartQueue(bins Binaries, dir, name, natsURL string, o QueueOptions) (*Queu
 		}
 		args = append(args, "-no-kube", "-pools", pools)
 	} else {
-		args = append(args, "-kubeconfig", o.Kubeconfig, "-namespace", o.Namespace, "-leader-election-namespace", o.Namespace)
+		args = append(args, "-kubeconfig", o.Kubeconfig, "-watch-namespace", o.Namespace, "-namespace", o.Namespace)
 	}
 	args = append(args, o.Args...)
 	q := &Queue{Proc: NewProc(name, filepath.Join(dir, name+".log"), bins.Queue, args, nil), URL: "http://" + addr,

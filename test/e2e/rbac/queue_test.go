@@ -158,8 +158,8 @@ func TestQueue(t *testing.T) {
 	cfg := queue.Config{
 		NATSURL: srv.ClientURL(), NATSTrustFile: trustFile, NATSTLS: natsTLS, NATSTLSKeeper: keeper, Listen: "127.0.0.1:0", InsecureDisableCallerAuth: true,
 		RESTConfig:     rec.As(env.RESTConfig(), releaseNS, "runplane-queue"),
-		Namespace:      args["namespace"],
-		LeaderElection: arg(t, args, "leader-elect") == "true", LeaseNamespace: arg(t, args, "leader-election-namespace"), Identity: "rbac-test",
+		Namespace:      args["watch-namespace"],
+		LeaderElection: arg(t, args, "leader-elect") == "true", LeaseNamespace: arg(t, args, "namespace"), Identity: "rbac-test",
 		HeartbeatTimeout: 2 * time.Second, Tick: 100 * time.Millisecond, Logger: rec.Logger(),
 		Callbacks: queue.CallbackOptions{MasterKey: master, AllowCIDRs: []string{"127.0.0.0/8"}, NamespaceWorkers: namespaceWorkers},
 	}
