@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/cmdline"
 	"github.com/runplane/runplane/internal/logging"
