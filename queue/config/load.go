@@ -178,3 +178,16 @@ func (c *QueueConfiguration) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// WriteFile writes c as a configuration file (tests and harnesses that
+// run the binary).
+func WriteFile(path string, c *QueueConfiguration) error {
+	b, err := yaml.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("queue configuration: %w", err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return fmt.Errorf("queue configuration: %w", err)
+	}
+	return nil
+}
