@@ -59,7 +59,7 @@ type Config struct {
 	Addr     string
 	Listener net.Listener
 	// HealthAddr serves /healthz and /readyz over plain HTTP (default
-	// :8081; "-" turns it off). HealthListener overrides it. The HTTPS
+	// :8081; "0" turns it off, as controller-runtime's probe address). HealthListener overrides it. The HTTPS
 	// listener serves them too, and /metrics, only to scrapers RBAC allows
 	// get on /metrics (internal/metricsauth): their token never travels in
 	// clear.
@@ -278,7 +278,7 @@ func Run(ctx context.Context, cfg Config) error {
 		srv.Register(path, h)
 	}
 	runnables := append([]manager.Runnable{srv}, keepers...)
-	if cfg.HealthListener != nil || cfg.HealthAddr != "-" {
+	if cfg.HealthListener != nil || cfg.HealthAddr != "0" {
 		runnables = append(runnables, &manager.Server{Name: "health", Listener: cfg.HealthListener,
 			Server: &http.Server{Addr: cfg.HealthAddr, Handler: healthMux(checks), ReadHeaderTimeout: 10 * time.Second}})
 	}

@@ -41,7 +41,7 @@ func run() error {
 	)
 	flag.StringVar(&cfg.Namespace, "namespace", api.DefaultNamespace, "runplane's namespace (catalog ConfigMap, TLS Secret; excluded from admission)")
 	flag.StringVar(&cfg.Addr, "addr", ":9443", "HTTPS admission address")
-	flag.StringVar(&cfg.HealthAddr, "health-addr", ":8081", "plain HTTP address of /healthz and /readyz (\"-\" to disable); /metrics is on the HTTPS address, for scrapers RBAC allows get on /metrics")
+	flag.StringVar(&cfg.HealthAddr, "probe-addr", ":8081", "plain HTTP address of /healthz and /readyz (0 disables); /metrics is on the HTTPS address, for scrapers RBAC allows get on /metrics")
 	flag.StringVar(&cfg.Injection.Image, "image", "", "the runplane image (runplane-sidecar, runplane-ssh); required")
 	flag.StringVar(&cfg.Injection.PauseImage, "pause-image", def.PauseImage, "image of stock placeholders")
 	flag.Func("stock-namespaces", "comma-separated namespaces where stock placeholders may be created (default: any)", func(v string) error {

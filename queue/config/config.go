@@ -76,7 +76,8 @@ type LeaderElection struct {
 
 // Metrics is where /metrics is served.
 type Metrics struct {
-	// BindAddress of /metrics (default :8443; "-": not served).
+	// BindAddress of /metrics (default :8443; "0": not served, as
+	// controller-runtime's metrics address).
 	BindAddress string `json:"bindAddress,omitempty"`
 	// TLSSecret is namespace/name of the Secret keeping a CA and the
 	// /metrics certificate for TLSHosts (the chart's ServiceMonitor

@@ -34,6 +34,11 @@ func TestDecode(t *testing.T) {
 		{name: "static pools: no leader election", doc: header + "staticPools: [ns/p]\ninsecureDisableCallerAuth: true\n", check: func(t *testing.T, c *QueueConfiguration) {
 			assert.False(t, *c.LeaderElection.LeaderElect)
 		}},
+		{name: "metrics off", doc: header + "metrics:\n  bindAddress: \"0\"\n", check: func(t *testing.T, c *QueueConfiguration) {
+			q, err := c.Queue()
+			require.NoError(t, err)
+			assert.Empty(t, q.MetricsListen)
+		}},
 		{name: "unknown key named", doc: header + "workers:\n  heartbeatTimeuot: 30s\n", err: `unknown field "workers.heartbeatTimeuot"`},
 		{name: "another kind", doc: "apiVersion: v1\nkind: ConfigMap\n", err: "want runplane.io/v1alpha1, QueueConfiguration"},
 		{name: "not a duration", doc: header + "stream:\n  maxAge: soon\n", err: "soon"},

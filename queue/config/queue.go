@@ -19,7 +19,7 @@ func (c *QueueConfiguration) Queue() (queue.Config, error) {
 	}
 	cert.Hosts = c.Metrics.TLSHosts
 	metricsAddr := c.Metrics.BindAddress
-	if metricsAddr == "-" {
+	if metricsAddr == "0" {
 		metricsAddr = ""
 	}
 	n, s, cb := c.NATS, c.Stream, c.Callbacks
