@@ -236,7 +236,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		mutator.NATSCA = ca.Bundle
 	}
-	var ready atomic.Bool
+	var ready, cacheSynced atomic.Bool
 	getCert, keepers, err := serving(ctx, kube, cfg, metrics, log, &ready)
 	if err != nil {
 		return err
@@ -247,10 +247,8 @@ func Run(ctx context.Context, cfg Config) error {
 			return errors.New("certificate or webhook configuration not in place yet")
 		}
 		return nil
-	}, "cache": func(r *http.Request) error {
-		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Millisecond)
-		defer cancel()
-		if !mgr.GetCache().WaitForCacheSync(ctx) {
+	}, "cache": func(*http.Request) error {
+		if !cacheSynced.Load() {
 			return errors.New("claim, PriorityClass and Namespace caches not synced")
 		}
 		return nil
@@ -277,7 +275,12 @@ func Run(ctx context.Context, cfg Config) error {
 	for path, h := range hs {
 		srv.Register(path, h)
 	}
-	runnables := append([]manager.Runnable{srv}, keepers...)
+	// Set once the cache has synced (a probe must not wait for it).
+	synced := manager.RunnableFunc(func(ctx context.Context) error {
+		cacheSynced.Store(mgr.GetCache().WaitForCacheSync(ctx))
+		return nil
+	})
+	runnables := append([]manager.Runnable{srv, synced}, keepers...)
 	if cfg.HealthListener != nil || cfg.HealthAddr != "0" {
 		runnables = append(runnables, &manager.Server{Name: "health", Listener: cfg.HealthListener,
 			Server: &http.Server{Addr: cfg.HealthAddr, Handler: healthMux(checks), ReadHeaderTimeout: 10 * time.Second}})
