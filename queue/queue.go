@@ -208,7 +208,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.NATSURL == "" {
 		return errors.New("queue: NATS URL is required")
 	}
-	if err := CheckHeartbeat(cmp.Or(cfg.HeartbeatTimeout, 15*time.Second), cfg.WorkerHeartbeatInterval); err != nil {
+	if err := CheckHeartbeat(cmp.Or(cfg.HeartbeatTimeout, activator.DefaultHeartbeatTimeout), cfg.WorkerHeartbeatInterval); err != nil {
 		return err
 	}
 	if cfg.LeaderElection && cfg.RESTConfig == nil {

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/runplane/runplane/api"
 )
@@ -139,5 +140,9 @@ func counter(t *testing.T, c prometheus.Counter) float64 {
 
 // TestMetricsBuildInfo: the webhook serves runplane_build_info like every binary.
 func TestMetricsBuildInfo(t *testing.T) {
-	require.Equal(t, 1, testutil.CollectAndCount(NewMetrics().Registry, "runplane_build_info"))
+	_, err := NewMetrics().registered()
+	require.NoError(t, err)
+	n, err := testutil.GatherAndCount(ctrlmetrics.Registry, "runplane_build_info")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
 }

@@ -2,9 +2,8 @@ package webhook
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/runplane/runplane/internal/buildinfo"
+	"github.com/runplane/runplane/internal/metricsauth"
 )
 
 // Outcomes of an admission, the outcome label of the admissions counter.
@@ -16,18 +15,17 @@ const (
 	OutcomeError     = "error"     // the webhook failed (cluster state unreadable, bad review)
 )
 
-// Metrics are the webhook's Prometheus metrics, on their own registry.
+// Metrics are the webhook's Prometheus metrics.
 type Metrics struct {
-	Registry   *prometheus.Registry
 	admissions *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
 	certExpiry prometheus.Gauge
 }
 
-// NewMetrics registers the webhook's metrics and the Go runtime's.
+// NewMetrics makes the webhook's metrics, registered nowhere (tests read
+// them directly); Run registers them.
 func NewMetrics() *Metrics {
-	m := &Metrics{
-		Registry: prometheus.NewRegistry(),
+	return &Metrics{
 		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "runplane_webhook_admissions_total",
 			Help: "Admission reviews by resource, feature (one count per feature a Pod asked for; none when it asked for nothing) and outcome.",
@@ -42,7 +40,22 @@ func NewMetrics() *Metrics {
 			Help: "When the serving certificate expires (Unix seconds).",
 		}),
 	}
-	m.Registry.MustRegister(m.admissions, m.latency, m.certExpiry, buildinfo.Collector(),
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return m
+}
+
+// registered is m in controller-runtime's registry, with the build
+// information and the Go runtime's and the process's metrics
+// (metricsauth.Register: another webhook of this process shares its series).
+func (m *Metrics) registered() (*Metrics, error) {
+	var err error
+	r := *m
+	if r.admissions, err = metricsauth.Register(r.admissions); err != nil {
+		return nil, err
+	}
+	if r.latency, err = metricsauth.Register(r.latency); err != nil {
+		return nil, err
+	}
+	if r.certExpiry, err = metricsauth.Register(r.certExpiry); err != nil {
+		return nil, err
+	}
+	return &r, metricsauth.RegisterProcess()
 }

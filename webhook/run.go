@@ -22,13 +22,16 @@ import (
 
 	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	"k8s.io/client-go/informers"
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -56,7 +59,7 @@ type Config struct {
 	Addr     string
 	Listener net.Listener
 	// HealthAddr serves /healthz and /readyz over plain HTTP (default
-	// :8081; "-" turns it off). HealthListener overrides it. The HTTPS
+	// :8081; "0" turns it off, as controller-runtime's probe address). HealthListener overrides it. The HTTPS
 	// listener serves them too, and /metrics, only to scrapers RBAC allows
 	// get on /metrics (internal/metricsauth): their token never travels in
 	// clear.
@@ -181,55 +184,25 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("webhook: address %q: %w", cfg.Addr, err)
 	}
-	client, err := kubernetes.NewForConfig(cfg.RESTConfig)
+	kube, err := kubernetes.NewForConfig(cfg.RESTConfig)
 	if err != nil {
 		return fmt.Errorf("webhook: client: %w", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	store, err := catalog.Watch(ctx, client, cfg.Namespace)
+	store, err := catalog.Watch(ctx, kube, cfg.Namespace)
 	if err != nil {
 		return fmt.Errorf("webhook: %w", err)
 	}
-	factory := informers.NewSharedInformerFactory(client, 0)
-	pvcs := factory.Core().V1().PersistentVolumeClaims()
-	pcs := factory.Scheduling().V1().PriorityClasses()
-	nss := factory.Core().V1().Namespaces()
-	synced := []cache.InformerSynced{pvcs.Informer().HasSynced, pcs.Informer().HasSynced, nss.Informer().HasSynced}
-	factory.Start(ctx.Done())
-	syncCtx, syncCancel := context.WithTimeout(ctx, time.Minute)
-	defer syncCancel()
-	if !cache.WaitForCacheSync(syncCtx.Done(), synced...) {
-		return fmt.Errorf("webhook: claim, PriorityClass and Namespace caches did not sync: %w", syncCtx.Err())
-	}
-
-	metrics := NewMetrics()
-	mutator := &mutate.Mutator{
-		Config:          cfg.Injection,
-		Catalog:         store.Catalog,
-		PVCs:            pvcLookup{lister: pvcs.Lister(), client: client},
-		PriorityClasses: priorityClassLookup{lister: pcs.Lister(), client: client},
-		Namespaces:      namespaceLookup{lister: nss.Lister(), client: client},
-	}
-	if cfg.Injection.NATSServerName != "" {
-		// The queue (or the chart, for an external NATS) publishes it.
-		ca, err := natstls.WatchCA(ctx, client, cfg.Namespace)
-		if err != nil {
-			return fmt.Errorf("webhook: NATS CA: %w", err)
-		}
-		mutator.NATSCA = ca.Bundle
-	}
-	var ready atomic.Bool
-	getCert, keepers, err := serving(ctx, client, cfg, metrics, log, &ready)
-	if err != nil {
-		return err
-	}
-
 	mgr, err := manager.New(cfg.RESTConfig, manager.Options{
 		Logger: logr.FromSlogHandler(log.Handler()),
-		// The webhook serves its own metrics registry on its HTTPS
-		// listener, and the health endpoints on HealthAddr too.
+		// What admission reads (lookup): claims, PriorityClasses and
+		// Namespaces, without their managed fields.
+		Cache: ctrlcache.Options{DefaultTransform: ctrlcache.TransformStripManagedFields()},
+		// /metrics (controller-runtime's registry) and the health endpoints
+		// are served on the HTTPS listener, and the health endpoints on
+		// HealthAddr too (below).
 		Metrics:                 metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:  "0",
 		GracefulShutdownTimeout: ptr.To(5 * time.Second),
@@ -237,9 +210,46 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("webhook: manager: %w", err)
 	}
+	for _, obj := range []client.Object{&corev1.PersistentVolumeClaim{}, &schedulingv1.PriorityClass{}, &corev1.Namespace{}} {
+		// Started with the manager, not at the first admission.
+		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
+			return fmt.Errorf("webhook: cache of %T: %w", obj, err)
+		}
+	}
+	metrics, err := NewMetrics().registered()
+	if err != nil {
+		return fmt.Errorf("webhook: %w", err)
+	}
+	objects := lookup{cache: mgr.GetCache(), api: mgr.GetAPIReader()}
+	mutator := &mutate.Mutator{
+		Config:          cfg.Injection,
+		Catalog:         store.Catalog,
+		PVCs:            objects,
+		PriorityClasses: objects,
+		Namespaces:      objects,
+	}
+	if cfg.Injection.NATSServerName != "" {
+		// The queue (or the chart, for an external NATS) publishes it.
+		ca, err := natstls.WatchCA(ctx, kube, cfg.Namespace)
+		if err != nil {
+			return fmt.Errorf("webhook: NATS CA: %w", err)
+		}
+		mutator.NATSCA = ca.Bundle
+	}
+	var ready, cacheSynced atomic.Bool
+	getCert, keepers, err := serving(ctx, kube, cfg, metrics, log, &ready)
+	if err != nil {
+		return err
+	}
+
 	checks := map[string]healthz.Checker{"certificate": func(*http.Request) error {
 		if !ready.Load() {
 			return errors.New("certificate or webhook configuration not in place yet")
+		}
+		return nil
+	}, "cache": func(*http.Request) error {
+		if !cacheSynced.Load() {
+			return errors.New("claim, PriorityClass and Namespace caches not synced")
 		}
 		return nil
 	}, "catalog": func(*http.Request) error {
@@ -248,7 +258,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return nil
 	}}
-	metricsHandler, err := metricsauth.Handler(cfg.RESTConfig, mgr.GetLogger(), metrics.Registry)
+	metricsHandler, err := metricsauth.Handler(cfg.RESTConfig, mgr.GetLogger(), ctrlmetrics.Registry)
 	if err != nil {
 		return fmt.Errorf("webhook: %w", err)
 	}
@@ -265,8 +275,13 @@ func Run(ctx context.Context, cfg Config) error {
 	for path, h := range hs {
 		srv.Register(path, h)
 	}
-	runnables := append([]manager.Runnable{srv}, keepers...)
-	if cfg.HealthListener != nil || cfg.HealthAddr != "-" {
+	// Set once the cache has synced (a probe must not wait for it).
+	synced := manager.RunnableFunc(func(ctx context.Context) error {
+		cacheSynced.Store(mgr.GetCache().WaitForCacheSync(ctx))
+		return nil
+	})
+	runnables := append([]manager.Runnable{srv, synced}, keepers...)
+	if cfg.HealthListener != nil || cfg.HealthAddr != "0" {
 		runnables = append(runnables, &manager.Server{Name: "health", Listener: cfg.HealthListener,
 			Server: &http.Server{Addr: cfg.HealthAddr, Handler: healthMux(checks), ReadHeaderTimeout: 10 * time.Second}})
 	}

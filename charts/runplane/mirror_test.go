@@ -34,6 +34,7 @@ import (
 	"github.com/runplane/runplane/internal/pki"
 	"github.com/runplane/runplane/internal/priorityclass"
 	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/config"
 	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/test/cluster"
 )
@@ -192,22 +193,15 @@ func TestNATSConfigLoads(t *testing.T) {
 				assert.Contains(t, conf, indent(natstls.RouteConfig(files), "  "), "the routes' TLS is natstls.RouteConfig's")
 			}
 
-			// The queue writes trust.conf with its --nats-resolver-dir, which
-			// must be on the NATS data volume.
-			var queueDep appsv1.Deployment
-			find(t, objs, "Deployment", "runplane-queue").into(t, &queueDep)
-			var resolverDir string
-			for _, a := range queueDep.Spec.Template.Spec.Containers[0].Args {
-				if v, ok := strings.CutPrefix(a, "--nats-resolver-dir="); ok {
-					resolverDir = v
-				}
-			}
-			require.True(t, strings.HasPrefix(resolverDir, mounts["data"]+"/"), "the queue's --nats-resolver-dir %q is not on the NATS data volume %s", resolverDir, mounts["data"])
-			queueArgs := argMap(queueDep.Spec.Template.Spec.Containers[0].Args)
-			require.Equal(t, c.replicas, queueArgs["stream-replicas"], "the queue's streams and buckets follow the servers")
-			require.Equal(t, tlsVol.SecretName, queueArgs["nats-tls-secret"], "the queue keeps the Secret the servers mount")
-			// The certificate the queue issues for its --nats-tls-dns-names.
-			bundle, err := pki.Renew(nil, pki.Options{Name: "runplane-nats", DNSNames: strings.Split(queueArgs["nats-tls-dns-names"], ","), ClientAuth: true})
+			// The queue writes trust.conf with its nats.bootstrap.resolverDir,
+			// which must be on the NATS data volume.
+			qc := queueConfig(t, objs)
+			resolverDir := qc.NATS.Bootstrap.ResolverDir
+			require.True(t, strings.HasPrefix(resolverDir, mounts["data"]+"/"), "the queue's nats.bootstrap.resolverDir %q is not on the NATS data volume %s", resolverDir, mounts["data"])
+			require.Equal(t, c.replicas, strconv.Itoa(qc.Stream.Replicas), "the queue's streams and buckets follow the servers")
+			require.Equal(t, tlsVol.SecretName, qc.NATS.Bootstrap.TLSSecret, "the queue keeps the Secret the servers mount")
+			// The certificate the queue issues for its nats.bootstrap.tlsDNSNames.
+			bundle, err := pki.Renew(nil, pki.Options{Name: "runplane-nats", DNSNames: qc.NATS.Bootstrap.TLSDNSNames, ClientAuth: true})
 			require.NoError(t, err)
 			leaf, err := pki.ParseCert(bundle.CertPEM)
 			require.NoError(t, err)
@@ -223,9 +217,9 @@ func TestNATSConfigLoads(t *testing.T) {
 			var webhookDep appsv1.Deployment
 			find(t, objs, "Deployment", "runplane-webhook").into(t, &webhookDep)
 			webhookArgs := argMap(webhookDep.Spec.Template.Spec.Containers[0].Args)
-			require.Equal(t, queueArgs["nats-server-name"], webhookArgs["nats-server-name"])
-			covers(queueArgs["nats-server-name"])
-			u, err := url.Parse(queueArgs["nats-url"])
+			require.Equal(t, qc.NATS.ServerName, webhookArgs["nats-server-name"])
+			covers(qc.NATS.ServerName)
+			u, err := url.Parse(qc.NATS.URL)
 			require.NoError(t, err)
 			covers(u.Hostname())
 
@@ -550,46 +544,43 @@ func TestDashboardSeparatesTenants(t *testing.T) {
 	require.Greater(t, checked, 10, "the dashboard queries too few per-pool series to be reading it")
 }
 
-// TestQueueDefaultsMatchBinary: the queue's policy values the chart passes
-// by default are the runplane-queue flag defaults, which make dev (and any
-// run without the chart) gets, so the two never run with different limits.
-func TestQueueDefaultsMatchBinary(t *testing.T) {
-	needHelm(t)
-	root, err := cluster.RepoRoot()
-	require.NoError(t, err)
-	bin := filepath.Join(t.TempDir(), "runplane-queue")
-	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "./cmd/runplane-queue")
-	build.Dir = root
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	help, err := exec.CommandContext(t.Context(), bin, "-h").Output()
-	require.NoError(t, err)
-	defaults := map[string]string{}
-	for _, m := range regexp.MustCompile(`(?m)^\s+-([-a-z]+)[^\n]*\n\s+[^\n]*\(default ([^)]*)\)`).FindAllStringSubmatch(string(help), -1) {
-		defaults[m[1]] = strings.Trim(m[2], `"`)
-	}
+// queueConfig is the rendered runplane-queue configuration, decoded,
+// defaulted and validated by the queue's own loader (queue/config), and
+// the Deployment's way to it: --config names the ConfigMap's file.
+func queueConfig(t *testing.T, objs []object) *config.QueueConfiguration {
+	t.Helper()
+	var cm corev1.ConfigMap
+	find(t, objs, "ConfigMap", "runplane-queue").into(t, &cm)
 	var dep appsv1.Deployment
-	find(t, parse(t, mustRender(t)), "Deployment", "runplane-queue").into(t, &dep)
-	args := map[string]string{}
-	for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
-		k, v, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		args[k] = v
-	}
-	// Not stream-replicas: the chart's follows its NATS servers (3 by
-	// default, as make dev runs; TestNATSConfigLoads), the binary's is 1.
-	for _, flag := range []string{"stream-max-age", "duplicate-window", "record-ttl",
-		"max-backlog", "max-in-flight", "namespace-max-backlog", "namespace-max-in-flight"} {
-		chart, def := args[flag], defaults[flag]
-		require.NotEmpty(t, chart, "the chart does not pass --%s", flag)
-		require.NotEmpty(t, def, "runplane-queue -h shows no default of -%s", flag)
-		if cd, err := time.ParseDuration(chart); err == nil {
-			bd, err := time.ParseDuration(def)
-			require.NoError(t, err, flag)
-			assert.Equal(t, bd, cd, "--%s: chart %s, runplane-queue (and make dev) %s", flag, chart, def)
-			continue
+	find(t, objs, "Deployment", "runplane-queue").into(t, &dep)
+	var mount string
+	for _, m := range dep.Spec.Template.Spec.Containers[0].VolumeMounts {
+		for _, v := range dep.Spec.Template.Spec.Volumes {
+			if v.Name == m.Name && v.ConfigMap != nil && v.ConfigMap.Name == cm.Name {
+				mount = m.MountPath
+			}
 		}
-		assert.Equal(t, def, chart, "--%s: chart %s, runplane-queue (and make dev) %s", flag, chart, def)
 	}
+	require.Contains(t, dep.Spec.Template.Spec.Containers[0].Args, "--config="+mount+"/config.yaml", "the queue reads the ConfigMap's file")
+	c, err := config.Decode([]byte(cm.Data["config.yaml"]))
+	require.NoError(t, err, "the queue refuses the chart's configuration:\n%s", cm.Data["config.yaml"])
+	return c
+}
+
+// TestQueueConfigurationIsDefault: every setting the chart renders for the
+// queue, beyond the ones only the install knows (its namespace, addresses,
+// NATS, the sizes it bounds storage with, callbacks), is the binary's
+// default, which make dev (and any run without the chart) gets: the two
+// never run with different limits or timeouts. Compared as structures.
+func TestQueueConfigurationIsDefault(t *testing.T) {
+	needHelm(t)
+	got := queueConfig(t, parse(t, mustRender(t)))
+	want := config.New()
+	// What the chart decides.
+	want.Namespace, want.Listen, want.Metrics, want.NATS = got.Namespace, got.Listen, got.Metrics, got.NATS
+	want.Stream.Replicas, want.Stream.MaxBytes, want.Stream.RecordsMaxBytes = got.Stream.Replicas, got.Stream.MaxBytes, got.Stream.RecordsMaxBytes
+	want.Callbacks = got.Callbacks
+	assert.Equal(t, want, got, "the chart's queue configuration differs from the binary's defaults beyond what the install decides")
 }
 
 // argMap is a container's --key=value arguments by key.

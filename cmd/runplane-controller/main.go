@@ -12,7 +12,6 @@ import (
 	"syscall"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/controllers"
@@ -22,11 +21,7 @@ import (
 
 func main() {
 	var cfg controllers.Config
-	var kubeconfig string
-	// A FlagSet of our own: controller-runtime registers --kubeconfig on the
-	// global one in an init function.
-	fs := flag.NewFlagSet("runplane-controller", flag.ExitOnError)
-	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig path; in-cluster config when empty")
+	fs := flag.CommandLine // with controller-runtime's -kubeconfig
 	fs.StringVar(&cfg.Namespace, "namespace", api.DefaultNamespace, "runplane's namespace (leader-election Lease, NATS credentials source)")
 	fs.StringVar(&cfg.Image, "image", "", "runplane image for copy Jobs (runplane-copy) and accessors (runplane-accessor); required")
 	fs.DurationVar(&cfg.PrepareDeadline, "prepare-deadline", 0, "activeDeadlineSeconds of prepare Jobs (default 6h)")
@@ -45,15 +40,15 @@ func main() {
 	cfg.MetricsCert.AddFlags(fs)
 	fs.StringVar(&cfg.ProbeAddr, "probe-addr", ":8081", "health probe address (/healthz, /readyz; 0 disables)")
 	fs.BoolVar(&cfg.LeaderElection, "leader-elect", true, "run controllers only while holding the Lease")
-	fs.StringVar(&cfg.LeaderElectionID, "lease-name", "runplane-controller", "name of the leader-election Lease")
+	fs.StringVar(&cfg.LeaderElectionID, "leader-election-name", "runplane-controller", "name of the leader-election Lease")
 	log := cmdline.Parse(fs, os.Args[1:], logging.Options{})
 
 	if err := cfg.Egress.Validate(); err != nil {
 		cmdline.Exit(cmdline.Usage(err))
 	}
 	var err error
-	if cfg.RESTConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
-		cmdline.Exit(cmdline.Usage(fmt.Errorf("loading kubeconfig: %w", err)))
+	if cfg.RESTConfig, err = cmdline.RESTConfig(); err != nil {
+		cmdline.Exit(err)
 	}
 	cfg.Logger = logging.Manager(log) // its own Lease release at shutdown is not an ERROR
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/extender"
@@ -24,8 +23,7 @@ import (
 
 func main() {
 	var cfg extender.Config
-	var kubeconfig, hosts, writeTLSDir, managed string
-	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig path; in-cluster config when empty")
+	var hosts, writeTLSDir, managed string
 	flag.StringVar(&cfg.Namespace, "namespace", api.DefaultNamespace, "namespace of the catalog ConfigMap and the Lease")
 	flag.StringVar(&cfg.Addr, "addr", "127.0.0.1:8443", "HTTPS listen address of filter, prioritize and bind (and of /metrics, /healthz, /readyz without --metrics-addr); keep it on loopback in the scheduler's Pod")
 	flag.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "HTTPS listen address of /metrics, /healthz and /readyz; empty: served on --addr")
@@ -35,11 +33,11 @@ func main() {
 	cfg.MetricsCert.AddFlags(flag.CommandLine)
 	flag.StringVar(&writeTLSDir, "write-tls-dir", "", "write a fresh CA (ca.crt) and a serving certificate for --tls-hosts (tls.crt, tls.key) into this directory and exit (the chart's init container)")
 	flag.BoolVar(&cfg.LeaderElection, "leader-elect", true, "bind only while holding the Lease")
-	flag.StringVar(&cfg.LeaseName, "lease-name", extender.DefaultLeaseName, "name of the leader-election Lease")
+	flag.StringVar(&cfg.LeaseName, "leader-election-name", extender.DefaultLeaseName, "name of the leader-election Lease")
 	flag.StringVar(&cfg.FollowLease, "follow-lease", "", "namespace/name of the co-located runplane-scheduler's Lease: bind while this host holds it (instead of --leader-elect)")
-	flag.DurationVar(&cfg.LeaseDuration, "lease-duration", 0, "leader-election lease duration (default 15s)")
-	flag.DurationVar(&cfg.RenewDeadline, "renew-deadline", 0, "leader-election renew deadline (default 10s)")
-	flag.DurationVar(&cfg.RetryPeriod, "retry-period", 0, "leader-election retry period (default 2s)")
+	flag.DurationVar(&cfg.LeaseDuration, "leader-election-lease-duration", 0, "leader-election lease duration (default 15s)")
+	flag.DurationVar(&cfg.RenewDeadline, "leader-election-renew-deadline", 0, "leader-election renew deadline (default 10s)")
+	flag.DurationVar(&cfg.RetryPeriod, "leader-election-retry-period", 0, "leader-election retry period (default 2s)")
 	flag.StringVar(&cfg.StockNamespace, "stock-namespace", "", "namespace of the stock Deployments whose RunplaneStock status condition the leader keeps current (empty: none)")
 	flag.DurationVar(&cfg.StockStatusPeriod, "stock-status-period", 0, "how often the leader checks the stock Deployments' RunplaneStock condition (default 10s)")
 	flag.DurationVar(&cfg.ClaimTimeout, "claim-timeout", 0, "bound on deleting a placeholder and waiting until it is gone (default 10s)")
@@ -64,9 +62,9 @@ func main() {
 		cfg.LeaderElection = false // following the scheduler's Lease replaces the own election
 	}
 
-	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	rc, err := cmdline.RESTConfig()
 	if err != nil {
-		cmdline.Exit(cmdline.Usage(fmt.Errorf("loading kubeconfig: %w", err)))
+		cmdline.Exit(err)
 	}
 	cfg.RESTConfig = rc
 	if cfg.PprofAddr != "" {

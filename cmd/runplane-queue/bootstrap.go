@@ -5,70 +5,57 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/runplane/runplane/internal/bootstrapsecret"
 	"github.com/runplane/runplane/internal/natstls"
 	"github.com/runplane/runplane/internal/pki"
 	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/config"
 )
-
-// bootstrap is the -bootstrap-secrets-namespace flags: the bundled NATS's
-// Secrets, created at run time (internal/bootstrapsecret; the TLS one with
-// internal/pki, renewed for as long as the queue runs: natstls.Keeper).
-type bootstrap struct {
-	namespace, trust, route, dir, resolverDir string
-	// tls is the Secret of the bundled NATS's CA and certificate, for
-	// tlsNames, checked every tlsInterval.
-	tls         string
-	tlsNames    string
-	tlsInterval time.Duration
-}
 
 // labels mark the Secrets as runplane's, created by the queue.
 var bootstrapLabels = map[string]string{"app.kubernetes.io/name": "runplane", "app.kubernetes.io/component": "nats", "app.kubernetes.io/managed-by": "runplane-queue"}
 
-// run ensures the Secrets and points c at a file holding the trust secret
-// (the queue reads its credentials from files).
-func (b bootstrap) run(ctx context.Context, rc *rest.Config, c *queue.Config) error {
-	if b.trust == "" {
-		return fmt.Errorf("-bootstrap-secrets-namespace needs -nats-trust-secret")
+// bootstrap creates the bundled NATS's Secrets (nats.bootstrap) in
+// runplane's namespace, created at run time (internal/bootstrapsecret; the
+// TLS one with internal/pki, renewed for as long as the queue runs:
+// natstls.Keeper), and points c at files holding what the queue reads.
+func bootstrap(ctx context.Context, qc *config.QueueConfiguration, c *queue.Config) error {
+	b := qc.NATS.Bootstrap
+	if b.TrustSecret == "" {
+		return nil
 	}
-	client, err := kubernetes.NewForConfig(rc)
+	if c.RESTConfig == nil {
+		return fmt.Errorf("nats.bootstrap.trustSecret needs Kubernetes")
+	}
+	client, err := kubernetes.NewForConfig(c.RESTConfig)
 	if err != nil {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
-	trust, err := bootstrapsecret.Ensure(ctx, client, b.namespace, b.trust, bootstrapLabels,
-		bootstrapsecret.NATSTrust(b.resolverDir, queue.WorkerExports(c.Stream)), bootstrapsecret.TrustSecretKey, bootstrapsecret.TrustConfigKey)
+	trust, err := bootstrapsecret.Ensure(ctx, client, qc.Namespace, b.TrustSecret, bootstrapLabels,
+		bootstrapsecret.NATSTrust(b.ResolverDir, queue.WorkerExports(c.Stream)), bootstrapsecret.TrustSecretKey, bootstrapsecret.TrustConfigKey)
 	if err != nil {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
-	if b.route != "" {
-		if _, err := bootstrapsecret.Ensure(ctx, client, b.namespace, b.route, bootstrapLabels, bootstrapsecret.Password, "password"); err != nil {
+	if b.RouteSecret != "" {
+		if _, err := bootstrapsecret.Ensure(ctx, client, qc.Namespace, b.RouteSecret, bootstrapLabels, bootstrapsecret.Password, "password"); err != nil {
 			return fmt.Errorf("bootstrap: %w", err)
 		}
 	}
-	c.NATSTrustFile = filepath.Join(b.dir, bootstrapsecret.TrustSecretKey)
+	c.NATSTrustFile = filepath.Join(b.Dir, bootstrapsecret.TrustSecretKey)
 	if err := os.WriteFile(c.NATSTrustFile, trust[bootstrapsecret.TrustSecretKey], 0o600); err != nil {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
-	if b.tls == "" {
+	if b.TLSSecret == "" {
 		return nil
 	}
 	// The servers wait for this Secret; the queue trusts what it holds
-	// (its CA file, in -bootstrap-dir) and publishes it for the webhook.
-	if c.NATSTLS.CAFile != "" {
-		return fmt.Errorf("-nats-tls-secret keeps the CA file itself: drop -nats-ca-file")
-	}
-	k := &natstls.Keeper{Client: client, Secret: pki.SecretRef{Namespace: b.namespace, Name: b.tls},
-		Cert:   pki.Options{Name: "runplane-nats", DNSNames: splitList(b.tlsNames)},
-		CAFile: filepath.Join(b.dir, "nats-ca.crt"), Labels: bootstrapLabels, Interval: b.tlsInterval}
-	if len(k.Cert.DNSNames) == 0 {
-		return fmt.Errorf("-nats-tls-secret needs -nats-tls-dns-names")
-	}
+	// (its CA file, in nats.bootstrap.dir) and publishes it for the webhook.
+	k := &natstls.Keeper{Client: client, Secret: pki.SecretRef{Namespace: qc.Namespace, Name: b.TLSSecret},
+		Cert:   pki.Options{Name: "runplane-nats", DNSNames: b.TLSDNSNames},
+		CAFile: filepath.Join(b.Dir, "nats-ca.crt"), Labels: bootstrapLabels, Interval: b.TLSCheckInterval.Duration}
 	if _, err := k.Ensure(ctx); err != nil {
 		return fmt.Errorf("bootstrap: %w", err)
 	}

@@ -15,8 +15,6 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/cmdline"
@@ -35,7 +33,6 @@ func run() error {
 	def := mutate.DefaultConfig()
 	var (
 		cfg         webhook.Config
-		kubeconfig  = flag.String("kubeconfig", "", "kubeconfig path (default: in-cluster)")
 		dnsNames    = flag.String("tls-dns-names", "", "comma-separated DNS names of the serving certificate (default runplane-webhook.<namespace>.svc)")
 		ips         = flag.String("tls-ip-addresses", "", "comma-separated IP addresses of the serving certificate")
 		serviceName = flag.String("service-name", "runplane-webhook", "Service in front of the webhook (for -manage-webhooks and the default DNS name)")
@@ -44,7 +41,7 @@ func run() error {
 	)
 	flag.StringVar(&cfg.Namespace, "namespace", api.DefaultNamespace, "runplane's namespace (catalog ConfigMap, TLS Secret; excluded from admission)")
 	flag.StringVar(&cfg.Addr, "addr", ":9443", "HTTPS admission address")
-	flag.StringVar(&cfg.HealthAddr, "health-addr", ":8081", "plain HTTP address of /healthz and /readyz (\"-\" to disable); /metrics is on the HTTPS address, for scrapers RBAC allows get on /metrics")
+	flag.StringVar(&cfg.HealthAddr, "probe-addr", ":8081", "plain HTTP address of /healthz and /readyz (0 disables); /metrics is on the HTTPS address, for scrapers RBAC allows get on /metrics")
 	flag.StringVar(&cfg.Injection.Image, "image", "", "the runplane image (runplane-sidecar, runplane-ssh); required")
 	flag.StringVar(&cfg.Injection.PauseImage, "pause-image", def.PauseImage, "image of stock placeholders")
 	flag.Func("stock-namespaces", "comma-separated namespaces where stock placeholders may be created (default: any)", func(v string) error {
@@ -96,13 +93,8 @@ func run() error {
 		cfg.Webhooks.Service = &admissionregistrationv1.ServiceReference{Namespace: cfg.Namespace, Name: *serviceName, Port: &port}
 	}
 	var err error
-	if *kubeconfig != "" {
-		cfg.RESTConfig, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	} else {
-		cfg.RESTConfig, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return fmt.Errorf("kubeconfig: %w", err)
+	if cfg.RESTConfig, err = cmdline.RESTConfig(); err != nil {
+		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -117,7 +117,7 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	c.HeartbeatTimeout = cmp.Or(c.HeartbeatTimeout, 15*time.Second)
+	c.HeartbeatTimeout = cmp.Or(c.HeartbeatTimeout, DefaultHeartbeatTimeout)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, 3)
 	c.Backoff = cmp.Or(c.Backoff, 500*time.Millisecond)
 	c.MaxBackoff = cmp.Or(c.MaxBackoff, 30*time.Second)
@@ -174,6 +174,10 @@ type Activator struct {
 
 // DefaultSweepEvery is the default of Config.SweepEvery.
 const DefaultSweepEvery = 5 * time.Minute
+
+// DefaultHeartbeatTimeout is the default of Config.HeartbeatTimeout (and of
+// runplane-queue's workers.heartbeatTimeout): the one place it is written.
+const DefaultHeartbeatTimeout = 15 * time.Second
 
 // New validates cfg and builds an Activator.
 func New(cfg Config) (*Activator, error) {

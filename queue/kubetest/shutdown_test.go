@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/runplane/runplane/queue/config"
 	"github.com/runplane/runplane/queue/queuetest"
 	"github.com/runplane/runplane/test/cluster"
 )
@@ -34,8 +35,11 @@ func TestQueueBinaryCleanShutdown(t *testing.T) {
 	require.NoError(t, err, "building: %s", out)
 	nsrv := queuetest.NATS(t, nil)
 
-	cmd := exec.Command(bin, "-kubeconfig", env.Kubeconfig(), "-nats-url", nsrv.ClientURL(), "-namespace", ns,
-		"-leader-election-namespace", ns, "-listen", "127.0.0.1:0", "-metrics-addr", "127.0.0.1:0")
+	qc := config.New()
+	qc.NATS.URL, qc.WatchNamespace, qc.Namespace, qc.Listen, qc.Metrics.BindAddress = nsrv.ClientURL(), ns, ns, "127.0.0.1:0", "127.0.0.1:0"
+	file := filepath.Join(t.TempDir(), "queue.yaml")
+	require.NoError(t, config.WriteFile(file, qc))
+	cmd := exec.Command(bin, "-kubeconfig", env.Kubeconfig(), "-config", file)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())

@@ -5,29 +5,30 @@ import "cmp"
 // Limits are the cluster's fairness limits: the defaults of a pool's
 // runplane.io/max-backlog and runplane.io/max-in-flight, and the bounds of
 // each namespace (every pool of the namespace together). A negative value
-// means unbounded; zero takes the default.
+// means unbounded; zero takes the default. They are the limits section of
+// runplane-queue's configuration file (queue/config) as they are.
 type Limits struct {
 	// PoolMaxBacklog: queued invocations per pool (default 1000).
-	PoolMaxBacklog int
+	PoolMaxBacklog int `json:"poolMaxBacklog,omitempty"`
 	// PoolMaxInFlight: dispatched invocations per pool (default unbounded:
 	// the pool's replicas × concurrency bound it).
-	PoolMaxInFlight int
+	PoolMaxInFlight int `json:"poolMaxInFlight,omitempty"`
 	// NamespaceMaxBacklog: queued invocations per namespace (default 5000).
-	NamespaceMaxBacklog int
+	NamespaceMaxBacklog int `json:"namespaceMaxBacklog,omitempty"`
 	// NamespaceMaxInFlight: dispatched invocations per namespace (default
 	// 1000).
-	NamespaceMaxInFlight int
+	NamespaceMaxInFlight int `json:"namespaceMaxInFlight,omitempty"`
 	// NamespaceMaxStreams: open result streams (SSE) per namespace on one
 	// ingress replica (default 100): each holds a consumer, a goroutine and
 	// up to a pull window of chunks in the ingress.
-	NamespaceMaxStreams int
+	NamespaceMaxStreams int `json:"namespaceMaxStreams,omitempty"`
 	// NamespaceMaxStreamBytes: bytes of the shared invocation stream a
 	// namespace's open invocations may hold, their messages and
 	// Dispatches together (default 256 MiB); NamespaceMaxRecordBytes: bytes
 	// of the shared Records bucket its Records may hold (default 512 MiB).
 	// Beyond either, that namespace's new invocations get 429.
-	NamespaceMaxStreamBytes int64
-	NamespaceMaxRecordBytes int64
+	NamespaceMaxStreamBytes int64 `json:"namespaceMaxStreamBytes,omitempty"`
+	NamespaceMaxRecordBytes int64 `json:"namespaceMaxRecordBytes,omitempty"`
 }
 
 // Default limits.

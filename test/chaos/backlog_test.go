@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/runplane/runplane/queue/config"
 	"github.com/runplane/runplane/test/chaos"
 	"github.com/runplane/runplane/test/chaos/execlog"
 )
@@ -36,7 +37,9 @@ func TestBacklog(t *testing.T) {
 	// 100,000 queued in one namespace hold ~470 MiB of its byte budgets
 	// (ingress share.go): the case measures the backlog, not the budget.
 	q, err := chaos.StartQueue(binaries(t), dir, "queue", n.URL, chaos.QueueOptions{Pools: names,
-		Args: []string{"-namespace-max-stream-bytes", "-1", "-namespace-max-record-bytes", "-1"}})
+		Configure: []func(*config.QueueConfiguration){func(c *config.QueueConfiguration) {
+			c.Limits.NamespaceMaxStreamBytes, c.Limits.NamespaceMaxRecordBytes = -1, -1
+		}}})
 	require.NoError(t, err)
 	t.Cleanup(q.Kill)
 	var peak int64

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/queue/config"
 	"github.com/runplane/runplane/test/chaos"
 )
 
@@ -153,7 +154,7 @@ func TestStorageFull(t *testing.T) {
 	sc := base("JetStream store full, then freed", 50, 40*time.Second)
 	sc.NATS = chaos.NATSOptions{MaxFileStore: 256 << 20}
 	// The results stream reserves its MaxBytes: keep it within the store.
-	sc.QueueArgs = []string{"-results-max-bytes", strconv.Itoa(32 << 20)}
+	sc.QueueConfig = func(c *config.QueueConfiguration) { c.Stream.ResultsMaxBytes = 32 << 20 }
 	sc.Quiet, sc.Within = 45*time.Second, 4*time.Minute
 	sc.Fault = func(ctx context.Context, s *chaos.Stack) error {
 		if err := sleep(ctx, 10*time.Second); err != nil {
@@ -319,7 +320,7 @@ func TestLargeResults(t *testing.T) {
 	fullOnly(t)
 	sc := base("results of 10 MiB", 1, 30*time.Second)
 	sc.FrameworkEnv = []string{"CHAOS_RESULT_BYTES=" + strconv.Itoa(10<<20)}
-	sc.QueueArgs = []string{"-objects-max-bytes", strconv.Itoa(512 << 20)}
+	sc.QueueConfig = func(c *config.QueueConfiguration) { c.Stream.ObjectsMaxBytes = 512 << 20 }
 	o := runCase(t, sc)
 	goal(t, o)
 	assert.Equal(t, o.Counts.Accepted, o.Counts.Succeeded, "%s", o.Counts)

@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/internal/natssync"
+	"github.com/runplane/runplane/queue/config"
 )
 
 // Binaries are the programs a case runs.
@@ -220,8 +222,8 @@ type QueueOptions struct {
 	Kubeconfig string
 	// Namespace scopes a Kubernetes queue's pools (and holds its Lease).
 	Namespace string
-	// Args are extra flags.
-	Args []string
+	// Configure changes the queue's configuration file (queue/config).
+	Configure []func(*config.QueueConfiguration)
 }
 
 // StartQueue starts a replica named name on a free port and waits for
@@ -236,22 +238,23 @@ func StartQueue(bins Binaries, dir, name, natsURL string, o QueueOptions) (*Queu
 		return nil, err
 	}
 	metricsAddr := "127.0.0.1:" + strconv.Itoa(port)
-	args := []string{"-listen", addr, "-metrics-addr", metricsAddr, "-nats-url", natsURL, "-insecure-disable-caller-auth",
-		// The harness measures loss and duplicates, not fairness limits.
-		"-max-backlog", "-1", "-namespace-max-backlog", "-1", "-namespace-max-in-flight", "-1"}
+	qc := config.New()
+	qc.Listen, qc.Metrics.BindAddress, qc.NATS.URL, qc.InsecureDisableCallerAuth = addr, metricsAddr, natsURL, true
+	// The harness measures loss and duplicates, not fairness limits.
+	qc.Limits.PoolMaxBacklog, qc.Limits.NamespaceMaxBacklog, qc.Limits.NamespaceMaxInFlight = -1, -1, -1
+	args := []string{"-config", filepath.Join(dir, name+".yaml")}
 	if o.Kubeconfig == "" {
-		pools := ""
-		for i, p := range o.Pools {
-			if i > 0 {
-				pools += ","
-			}
-			pools += p
-		}
-		args = append(args, "-no-kube", "-pools", pools)
+		qc.StaticPools, qc.LeaderElection.LeaderElect = o.Pools, ptr.To(false)
 	} else {
-		args = append(args, "-kubeconfig", o.Kubeconfig, "-namespace", o.Namespace, "-leader-election-namespace", o.Namespace)
+		qc.WatchNamespace, qc.Namespace = o.Namespace, o.Namespace
+		args = append(args, "-kubeconfig", o.Kubeconfig)
 	}
-	args = append(args, o.Args...)
+	for _, c := range o.Configure {
+		c(qc)
+	}
+	if err := config.WriteFile(args[1], qc); err != nil {
+		return nil, err
+	}
 	q := &Queue{Proc: NewProc(name, filepath.Join(dir, name+".log"), bins.Queue, args, nil), URL: "http://" + addr,
 		MetricsURL: "https://" + metricsAddr + "/metrics"}
 	if err := q.Restart(); err != nil {

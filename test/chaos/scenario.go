@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/runplane/runplane/queue/config"
 	"github.com/runplane/runplane/test/chaos/execlog"
 )
 
@@ -27,7 +28,7 @@ type Scenario struct {
 	Concurrency  int
 	FrameworkEnv []string
 	SidecarArgs  []string
-	QueueArgs    []string
+	QueueConfig  func(*config.QueueConfiguration)
 	NATS         NATSOptions
 	// NATSServers > 1 runs a JetStream cluster of that many servers with
 	// every stream and bucket at that many replicas, and two queue
@@ -116,16 +117,19 @@ func (sc Scenario) Start(t testing.TB, bins Binaries) *Stack {
 		t.Cleanup(n.Kill)
 	}
 	s.NATS = s.NATSCluster[0]
-	qo := QueueOptions{Pools: []string{s.Namespace + "/" + s.Pool}, Args: sc.QueueArgs}
+	qo := QueueOptions{Pools: []string{s.Namespace + "/" + s.Pool}}
 	if sc.NATSServers > 1 {
-		qo.Args = append([]string{"-stream-replicas", strconv.Itoa(sc.NATSServers), "-nats-servers", strconv.Itoa(sc.NATSServers)}, qo.Args...)
+		qo.Configure = append(qo.Configure, func(c *config.QueueConfiguration) { c.Stream.Replicas, c.NATS.Servers = sc.NATSServers, sc.NATSServers })
+	}
+	if sc.QueueConfig != nil {
+		qo.Configure = append(qo.Configure, sc.QueueConfig)
 	}
 	s.Queue, err = StartQueue(bins, dir, "queue", s.NATS.URL, qo)
 	require.NoError(t, err)
 	t.Cleanup(s.Queue.Kill)
 	if sc.NATSServers > 1 {
 		ingress := qo
-		ingress.Args = append([]string{"-no-activator"}, qo.Args...)
+		ingress.Configure = append(append([]func(*config.QueueConfiguration){}, qo.Configure...), func(c *config.QueueConfiguration) { c.DisableActivator = true })
 		s.Ingress, err = StartQueue(bins, dir, "ingress", s.NATSCluster[1].URL, ingress)
 		require.NoError(t, err)
 		t.Cleanup(s.Ingress.Kill)

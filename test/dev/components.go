@@ -146,7 +146,7 @@ func startComponents(parent context.Context, c *cluster.Cluster, cfg config) (_ 
 	s.metrics["webhook"] = "https://" + ln.Addr().String() + "/metrics"
 	s.goRun(ctx, "webhook", func(ctx context.Context) error {
 		return webhook.Run(ctx, webhook.Config{
-			RESTConfig: c.RESTConfig(), Listener: ln, HealthAddr: "-", Injection: inj, Logger: log.With("component", "webhook"),
+			RESTConfig: c.RESTConfig(), Listener: ln, HealthAddr: "0", Injection: inj, Logger: log.With("component", "webhook"),
 			TLS:      webhook.TLSConfig{IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}},
 			Webhooks: webhook.WebhooksConfig{Manage: true, URL: "https://" + ln.Addr().String()},
 		})

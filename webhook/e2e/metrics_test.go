@@ -11,10 +11,16 @@ import (
 // TestMetricsOnlyForReaders: /metrics is served on the HTTPS listener only,
 // and only to a scraper the API server authenticates and RBAC allows get on
 // /metrics (issue #30: the plain HTTP port answered anyone); the probes stay
-// open on both.
+// open on both. The one registry is controller-runtime's: its client-go
+// series are there beside the webhook's (issue #32: a private registry had
+// only the webhook's).
 func TestMetricsOnlyForReaders(t *testing.T) {
 	r := startWebhook(t)
 	r.scrapers.Check(t, "https://"+r.addr+"/metrics", "runplane_webhook_admissions_total")
+	m := r.metrics(t)
+	for _, series := range []string{"rest_client_requests_total", "runplane_build_info", "go_goroutines", "process_cpu_seconds_total"} {
+		assert.Contains(t, m, series)
+	}
 	resp, err := http.Get(r.health + "/metrics")
 	require.NoError(t, err)
 	resp.Body.Close()

@@ -21,6 +21,7 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/queue/config"
 	"github.com/runplane/runplane/queue/shard"
 	"github.com/runplane/runplane/test/chaos"
 	"github.com/runplane/runplane/test/chaos/execlog"
@@ -118,7 +119,9 @@ func TestShardSIGKILL(t *testing.T) {
 	for i := range shards {
 		// Every namespace's pools (-namespace=), the Leases in leaseNS.
 		q, err := chaos.StartQueue(bins, dir, "queue-"+strconv.Itoa(i), n.URL, chaos.QueueOptions{Kubeconfig: env.Kubeconfig(), Namespace: leaseNS,
-			Args: []string{"-namespace=", "-activator-shards", strconv.Itoa(shards)}})
+			Configure: []func(*config.QueueConfiguration){func(c *config.QueueConfiguration) {
+				c.WatchNamespace, c.LeaderElection.Shards = "", shards // every namespace's pools
+			}}})
 		require.NoError(t, err)
 		t.Cleanup(q.Kill)
 		qs = append(qs, q)

@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/queue/config"
 	"github.com/runplane/runplane/queue/shard"
 	"github.com/runplane/runplane/test/chaos"
 	"github.com/runplane/runplane/test/localworkers"
@@ -103,7 +104,9 @@ func startSharded(b *testing.B, replicas, shards int) *shardedStack {
 	}
 	for i := range replicas {
 		q, err := chaos.StartQueue(bins, dir, "queue-"+strconv.Itoa(i), s.nats.URL, chaos.QueueOptions{Kubeconfig: env.Kubeconfig(), Namespace: leaseNS,
-			Args: []string{"-namespace=", "-activator-shards", strconv.Itoa(shards), "-log-level", "warn"}})
+			Configure: []func(*config.QueueConfiguration){func(c *config.QueueConfiguration) {
+				c.WatchNamespace, c.LeaderElection.Shards = "", shards // every namespace's pools
+			}}})
 		require.NoError(b, err)
 		s.undo = append(s.undo, q.Kill)
 		s.qs = append(s.qs, q)

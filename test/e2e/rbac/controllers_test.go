@@ -112,7 +112,7 @@ func TestControllers(t *testing.T) {
 		scrapers, err := scrape.New(ctx, env)
 		require.NoError(t, err)
 		scrapers.Check(t, "https://127.0.0.1:"+strconv.Itoa(metricsPort)+"/metrics", "controller_runtime_")
-		checkVerified(ctx, t, scrapers, "https://127.0.0.1:"+strconv.Itoa(metricsPort)+"/metrics", args)
+		checkVerified(ctx, t, scrapers, "https://127.0.0.1:"+strconv.Itoa(metricsPort)+"/metrics", metricsCert(t, args))
 	})
 
 	t.Run("prepare job, phase and storage gate", func(t *testing.T) {

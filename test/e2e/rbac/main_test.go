@@ -23,6 +23,7 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/metricsauth"
+	"github.com/runplane/runplane/queue/config"
 	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/e2e/rbac"
 	"github.com/runplane/runplane/test/scrape"
@@ -176,6 +177,17 @@ func chartArgs(t *testing.T, name, container string) map[string]string {
 	return nil
 }
 
+// chartQueueConfig is the queue's configuration the chart installed (the
+// ConfigMap runplane-queue), read by the queue's own loader.
+func chartQueueConfig(t *testing.T) *config.QueueConfiguration {
+	t.Helper()
+	cm, err := env.Client().CoreV1().ConfigMaps(releaseNS).Get(t.Context(), "runplane-queue", metav1.GetOptions{})
+	require.NoError(t, err, "the chart's queue configuration")
+	c, err := config.Decode([]byte(cm.Data["config.yaml"]))
+	require.NoError(t, err)
+	return c
+}
+
 // arg returns args[key], failing t when the chart does not pass it.
 func arg(t *testing.T, args map[string]string, key string) string {
 	t.Helper()
@@ -199,9 +211,8 @@ func metricsCert(t *testing.T, args map[string]string) metricsauth.ServingCert {
 // checkVerified is what the chart's ServiceMonitor does: verify the
 // certificate of url against the CA bundle of the component's Secret, for
 // the metrics Service's name (the chart's first host).
-func checkVerified(ctx context.Context, t *testing.T, scrapers scrape.Scrapers, url string, args map[string]string) {
+func checkVerified(ctx context.Context, t *testing.T, scrapers scrape.Scrapers, url string, c metricsauth.ServingCert) {
 	t.Helper()
-	c := metricsCert(t, args)
 	sec, err := env.Client().CoreV1().Secrets(c.Secret.Namespace).Get(ctx, c.Secret.Name, metav1.GetOptions{})
 	require.NoError(t, err)
 	scrapers.CheckVerified(t, url, c.Hosts[0], sec.Data["ca-bundle.crt"])

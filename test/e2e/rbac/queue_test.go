@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -63,30 +62,30 @@ func TestQueue(t *testing.T) {
 	client := env.Client()
 	ns, pool := queueNS, "echo"
 
-	// The settings the chart passes (queue.yaml): no --namespace (all
-	// namespaces), leader election in the release namespace, the NATS trust
-	// Secret and the resolver dir.
-	args := chartArgs(t, "runplane-queue", "queue")
+	// The configuration the chart renders (queue/_config.tpl): no
+	// watchNamespace (all namespaces), leader election in the release
+	// namespace, the NATS trust Secret and the resolver dir.
+	qc := chartQueueConfig(t)
+	boot := qc.NATS.Bootstrap
 	// The chart renders no key material: the queue creates the trust Secret
-	// at start (-bootstrap-secrets-namespace), as its own ServiceAccount,
+	// at start (nats.bootstrap.trustSecret), as its own ServiceAccount,
 	// as cmd/runplane-queue's bootstrap does.
 	queueClient := as(t, "runplane-queue")
-	resolverDir := arg(t, args, "nats-resolver-dir")
-	trust, err := bootstrapsecret.Ensure(ctx, queueClient, releaseNS, arg(t, args, "nats-trust-secret"), nil,
+	resolverDir := boot.ResolverDir
+	trust, err := bootstrapsecret.Ensure(ctx, queueClient, qc.Namespace, boot.TrustSecret, nil,
 		bootstrapsecret.NATSTrust(resolverDir, queue.WorkerExports(stream.Config{})), bootstrapsecret.TrustSecretKey, bootstrapsecret.TrustConfigKey)
 	require.NoError(t, err, "the queue creating the NATS trust Secret")
 	// Callbacks on, as the chart has them: the master key is also the
 	// queue's to create. Every invocation makes it read the namespace's
 	// UID (get namespaces, callbacks on or off), which stamps the Record
 	// and which the callback's key follows.
-	cbKey, err := bootstrapsecret.Ensure(ctx, queueClient, releaseNS, arg(t, args, "callback-signing-secret"), nil, func() (map[string][]byte, error) {
+	cbKey, err := bootstrapsecret.Ensure(ctx, queueClient, qc.Namespace, qc.Callbacks.SigningSecret, nil, func() (map[string][]byte, error) {
 		return map[string][]byte{"key": []byte(hex.EncodeToString(make([]byte, 32)))}, nil
 	}, "key")
 	require.NoError(t, err, "the queue creating the callbacks' signing key")
 	master, err := hex.DecodeString(string(cbKey["key"]))
 	require.NoError(t, err)
-	namespaceWorkers, err := strconv.Atoi(arg(t, args, "callback-namespace-workers"))
-	require.NoError(t, err)
+	namespaceWorkers := qc.Callbacks.NamespaceWorkers
 	hooks := make(chan *http.Request, 1)
 	hookBodies := make(chan []byte, 1)
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -107,12 +106,12 @@ func TestQueue(t *testing.T) {
 	// bundle published for the webhook.
 	recClient, err := kubernetes.NewForConfig(rec.As(env.RESTConfig(), releaseNS, "runplane-queue"))
 	require.NoError(t, err)
-	keeper := &natstls.Keeper{Client: recClient, Secret: pki.SecretRef{Namespace: releaseNS, Name: arg(t, args, "nats-tls-secret")},
-		Cert:   pki.Options{Name: "runplane-nats", DNSNames: strings.Split(arg(t, args, "nats-tls-dns-names"), ",")},
+	keeper := &natstls.Keeper{Client: recClient, Secret: pki.SecretRef{Namespace: qc.Namespace, Name: boot.TLSSecret},
+		Cert:   pki.Options{Name: "runplane-nats", DNSNames: boot.TLSDNSNames},
 		CAFile: filepath.Join(dir, "nats-ca.crt"), Interval: 500 * time.Millisecond, Wait: 300 * time.Millisecond}
 	_, err = keeper.Ensure(ctx)
 	require.NoError(t, err, "the queue creating the NATS TLS Secret and publishing its CA")
-	natsTLS := natstls.Client{CAFile: keeper.CAFile, ServerName: arg(t, args, "nats-server-name")}
+	natsTLS := natstls.Client{CAFile: keeper.CAFile, ServerName: qc.NATS.ServerName}
 	tlsOpts, err := natsTLS.Options()
 	require.NoError(t, err)
 	srv, mountTLS := startTrustedNATS(t, dir, resolverDir, trust[bootstrapsecret.TrustConfigKey], keeper.Secret)
@@ -158,15 +157,17 @@ func TestQueue(t *testing.T) {
 	cfg := queue.Config{
 		NATSURL: srv.ClientURL(), NATSTrustFile: trustFile, NATSTLS: natsTLS, NATSTLSKeeper: keeper, Listen: "127.0.0.1:0", InsecureDisableCallerAuth: true,
 		RESTConfig:     rec.As(env.RESTConfig(), releaseNS, "runplane-queue"),
-		Namespace:      args["namespace"],
-		LeaderElection: arg(t, args, "leader-elect") == "true", LeaseNamespace: arg(t, args, "leader-election-namespace"), Identity: "rbac-test",
+		Namespace:      qc.WatchNamespace,
+		LeaderElection: *qc.LeaderElection.LeaderElect, LeaseNamespace: qc.Namespace, Identity: "rbac-test",
 		HeartbeatTimeout: 2 * time.Second, Tick: 100 * time.Millisecond, Logger: rec.Logger(),
 		Callbacks: queue.CallbackOptions{MasterKey: master, AllowCIDRs: []string{"127.0.0.0/8"}, NamespaceWorkers: namespaceWorkers},
 	}
 	addr, metricsAddr := make(chan string, 1), make(chan string, 1)
 	cfg.OnListen = func(a string) { addr <- a }
 	cfg.MetricsListen, cfg.OnMetricsListen = "127.0.0.1:0", func(a string) { metricsAddr <- a }
-	cfg.MetricsCert = metricsCert(t, args)
+	chartCfg, err := qc.Queue()
+	require.NoError(t, err)
+	cfg.MetricsCert = chartCfg.MetricsCert
 	qctx, qcancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- queue.Run(qctx, cfg) }()
@@ -192,7 +193,7 @@ func TestQueue(t *testing.T) {
 	scrapers, err := scrape.New(ctx, env)
 	require.NoError(t, err)
 	scrapers.Check(t, metricsURL, "runplane_build_info")
-	checkVerified(ctx, t, scrapers, metricsURL, args)
+	checkVerified(ctx, t, scrapers, metricsURL, cfg.MetricsCert)
 	replicas := func() int32 {
 		d, err := client.AppsV1().Deployments(ns).Get(ctx, "workers", metav1.GetOptions{})
 		if err != nil {

@@ -70,7 +70,7 @@ func runWebhook(t *testing.T, rec *rbac.Recorder, ln net.Listener, dnsNames []st
 	go func() {
 		done <- webhook.Run(ctx, webhook.Config{
 			RESTConfig: rec.As(env.RESTConfig(), releaseNS, "runplane-webhook"),
-			Namespace:  arg(t, args, "namespace"), Listener: ln, HealthAddr: "-", Injection: inj, Logger: rec.Logger(),
+			Namespace:  arg(t, args, "namespace"), Listener: ln, HealthAddr: "0", Injection: inj, Logger: rec.Logger(),
 			TLS:      webhook.TLSConfig{SecretName: webhookSecret, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: dnsNames},
 			Webhooks: webhook.WebhooksConfig{Name: arg(t, args, "webhook-config-name"), Manage: false, Resync: time.Second},
 		})

@@ -152,7 +152,7 @@ func startStack(ctx context.Context, wg *sync.WaitGroup) error {
 	}
 	goRun("webhook", func() error {
 		return webhook.Run(ctx, webhook.Config{
-			RESTConfig: env.RESTConfig(), Listener: ln, HealthAddr: "-", Injection: inj, Logger: log,
+			RESTConfig: env.RESTConfig(), Listener: ln, HealthAddr: "0", Injection: inj, Logger: log,
 			TLS: webhook.TLSConfig{IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}},
 			// The runplane-gpu policy counts only a resource no test asks
 			// for: the device-plugin tests (gpu_test.go, ssh_test.go)

@@ -167,7 +167,7 @@ func start(ctx context.Context, c *cluster.Cluster, wg *sync.WaitGroup) (*stack,
 	inj.Image, inj.NATSURL, inj.NATSServerName = "runplane:e2e", "nats://nats.runplane-system:4222", s.natsTLS.ServerName
 	goRun("webhook", func() error {
 		return webhook.Run(ctx, webhook.Config{
-			RESTConfig: c.RESTConfig(), Listener: ln, HealthAddr: "-", Injection: inj, Logger: log,
+			RESTConfig: c.RESTConfig(), Listener: ln, HealthAddr: "0", Injection: inj, Logger: log,
 			TLS:      webhook.TLSConfig{IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}},
 			Webhooks: webhook.WebhooksConfig{Manage: true, URL: "https://" + ln.Addr().String(), Resync: 5 * time.Second},
 		})

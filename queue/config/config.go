@@ -1,0 +1,266 @@
+// Package config is runplane-queue's configuration file: one versioned,
+// typed document (apiVersion runplane.io/v1alpha1, kind QueueConfiguration,
+// in the style of kube-scheduler's KubeSchedulerConfiguration), decoded
+// strictly (an unknown key is an error naming it), defaulted in one place
+// (Default) and validated (Validate) before the queue starts. The chart
+// renders it into a ConfigMap; the binary takes it with -config and has no
+// other setting flags. Queue turns it into the queue.Config that
+// queue.Run takes.
+package config
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/runplane/runplane/queue/pool"
+)
+
+// APIVersion and Kind name the document.
+const (
+	APIVersion = "runplane.io/v1alpha1"
+	Kind       = "QueueConfiguration"
+)
+
+// QueueConfiguration is runplane-queue's settings. Zero fields take
+// Default's values; -1 means unbounded where a field says so.
+type QueueConfiguration struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// Namespace is runplane's namespace: the activator's Lease, the
+	// bootstrapped Secrets (default runplane-system).
+	Namespace string `json:"namespace,omitempty"`
+	// WatchNamespace is the only namespace whose pool Deployments and Pods
+	// are watched (default: all).
+	WatchNamespace string `json:"watchNamespace,omitempty"`
+	// StaticPools run the queue without Kubernetes: these pools
+	// (namespace/pool, or pool in namespace default), no scaling, no leader
+	// election, no caller authentication (needs
+	// insecureDisableCallerAuth).
+	StaticPools []string `json:"staticPools,omitempty"`
+	// LeaderElection runs the activator only on the holder of the Lease.
+	LeaderElection LeaderElection `json:"leaderElection"`
+	// Listen is the ingress address: the ingress API and the probes, never
+	// /metrics (default :8080).
+	Listen string `json:"listen,omitempty"`
+	// Metrics serves /metrics over HTTPS to scrapers RBAC allows get on
+	// /metrics.
+	Metrics Metrics `json:"metrics"`
+	// Tracing exports spans over OTLP.
+	Tracing Tracing     `json:"tracing"`
+	NATS    NATS        `json:"nats"`
+	Stream  Stream      `json:"stream"`
+	Limits  pool.Limits `json:"limits"`
+	Workers Workers     `json:"workers"`
+	// MaxPayloadBytes bounds a payload and a response body (JSON text, or
+	// decoded binary; beyond, 413); what does not fit in one NATS message
+	// goes through the namespace's Object Store bucket (default 64 MiB).
+	MaxPayloadBytes int64      `json:"maxPayloadBytes,omitempty"`
+	CallerAuth      CallerAuth `json:"callerAuth"`
+	Callbacks       Callbacks  `json:"callbacks"`
+	// DisableIngress and DisableActivator run one half only.
+	DisableIngress   bool `json:"disableIngress,omitempty"`
+	DisableActivator bool `json:"disableActivator,omitempty"`
+	// InsecureDisableCallerAuth serves the ingress without bearer tokens,
+	// TokenReview and RBAC: INSECURE, for benchmarks and tests of the
+	// unauthenticated baseline only.
+	InsecureDisableCallerAuth bool `json:"insecureDisableCallerAuth,omitempty"`
+}
+
+// LeaderElection names the activator's Lease (in Namespace).
+type LeaderElection struct {
+	// LeaderElect: the activator runs only while holding the Lease
+	// (default true; needs Kubernetes).
+	LeaderElect *bool `json:"leaderElect,omitempty"`
+	// ResourceName is the Lease (default runplane-queue-activator).
+	ResourceName string `json:"resourceName,omitempty"`
+	// Shards spreads the activator over the replicas: namespaces hashed
+	// into this many shards, each run by the holder of the Lease
+	// <resourceName>-<shard> (default 1: one activator on the Lease holder;
+	// every queue process of a stream needs the same value; at most
+	// queue.MaxActivatorShards).
+	Shards int `json:"shards,omitempty"`
+	// ShardLeaseDuration is each shard Lease's duration with shards above
+	// 1, renewed every fifth of it (default 8s; a SIGKILLed replica's
+	// shards move within about 1.4× it).
+	ShardLeaseDuration metav1.Duration `json:"shardLeaseDuration,omitempty"`
+}
+
+// Metrics is where /metrics is served.
+type Metrics struct {
+	// BindAddress of /metrics (default :8443; "0": not served, as
+	// controller-runtime's metrics address).
+	BindAddress string `json:"bindAddress,omitempty"`
+	// TLSSecret is namespace/name of the Secret keeping a CA and the
+	// /metrics certificate for TLSHosts (the chart's ServiceMonitor
+	// verifies it); empty: a self-signed certificate.
+	TLSSecret string   `json:"tlsSecret,omitempty"`
+	TLSHosts  []string `json:"tlsHosts,omitempty"`
+}
+
+// Tracing is the span export (internal/tracing).
+type Tracing struct {
+	// OTLPEndpoint is the OTLP/gRPC collector (host:port, TLS, or a URL;
+	// empty: the OTEL_EXPORTER_OTLP_* environment, else none).
+	OTLPEndpoint string `json:"otlpEndpoint,omitempty"`
+	// SampleRatio of traces recorded, 0 < ratio ≤ 1 (default 1).
+	SampleRatio float64 `json:"sampleRatio,omitempty"`
+}
+
+// NATS is the connection to NATS, its trust and the auth callout.
+type NATS struct {
+	// URL of the NATS server (default nats://127.0.0.1:4222).
+	URL string `json:"url,omitempty"`
+	// TrustFile holds the secret runplane's NATS operator, accounts and
+	// users are derived from: the queue then serves the auth callout.
+	// Empty (and no bootstrap.trustSecret): a NATS without auth.
+	TrustFile string `json:"trustFile,omitempty"`
+	// CAFile verifies NATS's certificate (re-read on every reconnect);
+	// with ServerName every connection is TLS first. Empty (and no
+	// bootstrap.tlsSecret): a NATS without TLS.
+	CAFile     string `json:"caFile,omitempty"`
+	ServerName string `json:"serverName,omitempty"`
+	// Servers in the NATS cluster: a /metrics scrape stops waiting for VARZ
+	// answers once that many came (0: unknown, it waits 500 ms).
+	Servers   int       `json:"servers,omitempty"`
+	Callout   Callout   `json:"callout"`
+	Bootstrap Bootstrap `json:"bootstrap"`
+}
+
+// Callout tunes the NATS auth callout (queue.CalloutConfig).
+type Callout struct {
+	// MaxTTL is the longest life of a worker's NATS user (default 1h).
+	MaxTTL metav1.Duration `json:"maxTTL,omitzero"`
+	// KubeQPS and KubeBurst limit the callout's own Kubernetes client
+	// (default 50, 100).
+	KubeQPS   float32 `json:"kubeQPS,omitempty"`
+	KubeBurst int     `json:"kubeBurst,omitempty"`
+	// Workers: requests reviewed at once; beyond, refused (default 16).
+	Workers int `json:"workers,omitempty"`
+	// AnswerTimeout, below nats-server's auth callout timeout of 2s
+	// (default 1.5s).
+	AnswerTimeout metav1.Duration `json:"answerTimeout,omitzero"`
+	// PerHostQPS and PerHostBurst: reviews one client address may cause
+	// (default 5, 20).
+	PerHostQPS   float32 `json:"perHostQPS,omitempty"`
+	PerHostBurst int     `json:"perHostBurst,omitempty"`
+	// CacheTTL: an admission is reused this long for a reconnect with the
+	// same token (default 1m).
+	CacheTTL metav1.Duration `json:"cacheTTL,omitzero"`
+	// MaxSubscriptions of one worker connection on top of one per unit of
+	// its concurrency (default natscallout.DefaultSubscriptions; -1:
+	// unbounded).
+	MaxSubscriptions int64 `json:"maxSubscriptions,omitempty"`
+	// MaxPayload: largest message a worker may publish (0: the largest the
+	// sidecar sends; -1: only the server's max_payload).
+	MaxPayload int64 `json:"maxPayload,omitempty"`
+}
+
+// Bootstrap creates the bundled NATS's Secrets in Namespace when they do
+// not exist (an existing one is used as it is).
+type Bootstrap struct {
+	// TrustSecret is the NATS trust chain's Secret (keys secret, read by
+	// the queue, and trust.conf, included by nats-server); set, it turns
+	// bootstrapping on and replaces nats.trustFile.
+	TrustSecret string `json:"trustSecret,omitempty"`
+	// ResolverDir is where nats-server's resolver stores account JWTs
+	// (written into trust.conf; default /data/jwt).
+	ResolverDir string `json:"resolverDir,omitempty"`
+	// RouteSecret is the Secret of the NATS cluster's route password.
+	RouteSecret string `json:"routeSecret,omitempty"`
+	// TLSSecret is the Secret of the bundled NATS's CA and certificate for
+	// TLSDNSNames, created and renewed here, checked every
+	// TLSCheckInterval (default 1m); it replaces nats.caFile.
+	TLSSecret        string          `json:"tlsSecret,omitempty"`
+	TLSDNSNames      []string        `json:"tlsDNSNames,omitempty"`
+	TLSCheckInterval metav1.Duration `json:"tlsCheckInterval,omitzero"`
+	// Dir (memory-backed) receives the bootstrapped files for the queue's
+	// own use (default /var/run/runplane/bootstrap).
+	Dir string `json:"dir,omitempty"`
+}
+
+// Stream is the JetStream resources (queue/stream.Config).
+type Stream struct {
+	// SubjectPrefix and Name of the invocation stream (defaults
+	// runtime.serverless, RUNTIME_SERVERLESS).
+	SubjectPrefix string `json:"subjectPrefix,omitempty"`
+	Name          string `json:"name,omitempty"`
+	// Replicas of streams and buckets (default 1).
+	Replicas int `json:"replicas,omitempty"`
+	// MaxAge of the stream's messages (default 72h).
+	MaxAge metav1.Duration `json:"maxAge,omitzero"`
+	// MaxBytes of the invocation stream (full: new invocations get 503;
+	// default -1: unbounded).
+	MaxBytes int64 `json:"maxBytes,omitempty"`
+	// DuplicateWindow of the stream (default 2m).
+	DuplicateWindow metav1.Duration `json:"duplicateWindow,omitzero"`
+	// RecordsBucket, RecordTTL and RecordsMaxBytes: the KV bucket of
+	// invocation Records (defaults runplane-invocations, 24h, -1).
+	RecordsBucket   string          `json:"recordsBucket,omitempty"`
+	RecordTTL       metav1.Duration `json:"recordTTL,omitzero"`
+	RecordsMaxBytes int64           `json:"recordsMaxBytes,omitempty"`
+	// ResultsMaxBytes bounds the results stream (default 1 GiB);
+	// ResultMaxSize one result message (default 1 MiB, nats-server's
+	// default max_payload).
+	ResultsMaxBytes int64 `json:"resultsMaxBytes,omitempty"`
+	ResultMaxSize   int32 `json:"resultMaxSize,omitempty"`
+	// ObjectsMaxBytes bounds each namespace's Object Store bucket of big
+	// payloads and results, reserved when it is made (default 128 MiB;
+	// -1: unbounded).
+	ObjectsMaxBytes int64 `json:"objectsMaxBytes,omitempty"`
+	// Chunks of streamed invocations: kept ChunksMaxAge (default 1h),
+	// ChunksMaxBytes per namespace (default 64 MiB), ChunksPerInvocation
+	// per invocation (default 100000).
+	ChunksMaxAge        metav1.Duration `json:"chunksMaxAge,omitzero"`
+	ChunksMaxBytes      int64           `json:"chunksMaxBytes,omitempty"`
+	ChunksPerInvocation int64           `json:"chunksPerInvocation,omitempty"`
+}
+
+// Workers is how the activator treats workers.
+type Workers struct {
+	// MaxAttempts: dispatch attempts before dead-lettering (default 3).
+	MaxAttempts int `json:"maxAttempts,omitempty"`
+	// HeartbeatInterval is the sidecars' -heartbeat-interval (default
+	// 5s); HeartbeatTimeout, the silence before a worker gets no new work,
+	// must be at least queue.HeartbeatMultiple times it (default 15s).
+	HeartbeatInterval metav1.Duration `json:"heartbeatInterval,omitzero"`
+	HeartbeatTimeout  metav1.Duration `json:"heartbeatTimeout,omitzero"`
+	// SilentHold: how long, beyond the heartbeat timeout, a silent
+	// worker's work waits for it (0: until each invocation's deadline;
+	// negative: no wait).
+	SilentHold metav1.Duration `json:"silentHold,omitzero"`
+}
+
+// CallerAuth limits caller authentication's reviews.
+type CallerAuth struct {
+	// KubeQPS and KubeBurst of its own Kubernetes client (default 50,
+	// 100).
+	KubeQPS   float32 `json:"kubeQPS,omitempty"`
+	KubeBurst int     `json:"kubeBurst,omitempty"`
+	// TokenReviewQPS and Burst, all callers together; beyond, 429
+	// (default 20, 40).
+	TokenReviewQPS   float32 `json:"tokenReviewQPS,omitempty"`
+	TokenReviewBurst int     `json:"tokenReviewBurst,omitempty"`
+	// AccessReviewQPS and Burst, per caller; beyond, 429 (default 5, 20).
+	AccessReviewQPS   float32 `json:"accessReviewQPS,omitempty"`
+	AccessReviewBurst int     `json:"accessReviewBurst,omitempty"`
+}
+
+// Callbacks are completion callbacks: on with a signing key.
+type Callbacks struct {
+	// SigningSecret (key key) in Namespace holds the master signing key,
+	// created when missing and written into KeyDir (default
+	// /var/run/runplane/bootstrap); or SigningKeyFile holds it (hex, at
+	// least 32 bytes). Neither: callbacks are off.
+	SigningSecret  string `json:"signingSecret,omitempty"`
+	SigningKeyFile string `json:"signingKeyFile,omitempty"`
+	KeyDir         string `json:"keyDir,omitempty"`
+	// AllowCIDRs a callback may reach although not public; DenyCIDRs it
+	// may not although public.
+	AllowCIDRs []string `json:"allowCIDRs,omitempty"`
+	DenyCIDRs  []string `json:"denyCIDRs,omitempty"`
+	// MaxAttempts: POSTs of one callback (default 6); Workers in flight,
+	// all namespaces (default 8); NamespaceWorkers of one namespace
+	// (default 2).
+	MaxAttempts      int `json:"maxAttempts,omitempty"`
+	Workers          int `json:"workers,omitempty"`
+	NamespaceWorkers int `json:"namespaceWorkers,omitempty"`
+}

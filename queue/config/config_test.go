@@ -1,0 +1,63 @@
+package config
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runplane/runplane/queue/activator"
+)
+
+const header = "apiVersion: runplane.io/v1alpha1\nkind: QueueConfiguration\n"
+
+func TestDecode(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc, err string
+		check          func(t *testing.T, c *QueueConfiguration)
+	}{
+		{name: "empty: the defaults", doc: header, check: func(t *testing.T, c *QueueConfiguration) {
+			assert.Equal(t, New(), c)
+			assert.Equal(t, activator.DefaultHeartbeatTimeout, c.Workers.HeartbeatTimeout.Duration)
+			assert.True(t, *c.LeaderElection.LeaderElect)
+		}},
+		{name: "durations and sections", doc: header + "workers:\n  heartbeatTimeout: 30s\nstream:\n  maxAge: 1h\nlimits:\n  poolMaxBacklog: -1\n", check: func(t *testing.T, c *QueueConfiguration) {
+			assert.Equal(t, 30*time.Second, c.Workers.HeartbeatTimeout.Duration)
+			assert.Equal(t, time.Hour, c.Stream.MaxAge.Duration)
+			assert.Equal(t, -1, c.Limits.PoolMaxBacklog)
+			q, err := c.Queue()
+			require.NoError(t, err)
+			assert.Equal(t, 30*time.Second, q.HeartbeatTimeout)
+			assert.Equal(t, time.Hour, q.Stream.MaxAge)
+		}},
+		{name: "static pools: no leader election", doc: header + "staticPools: [ns/p]\ninsecureDisableCallerAuth: true\n", check: func(t *testing.T, c *QueueConfiguration) {
+			assert.False(t, *c.LeaderElection.LeaderElect)
+		}},
+		{name: "metrics off", doc: header + "metrics:\n  bindAddress: \"0\"\n", check: func(t *testing.T, c *QueueConfiguration) {
+			q, err := c.Queue()
+			require.NoError(t, err)
+			assert.Empty(t, q.MetricsListen)
+		}},
+		{name: "unknown key named", doc: header + "workers:\n  heartbeatTimeuot: 30s\n", err: `unknown field "workers.heartbeatTimeuot"`},
+		{name: "another kind", doc: "apiVersion: v1\nkind: ConfigMap\n", err: "want runplane.io/v1alpha1, QueueConfiguration"},
+		{name: "not a duration", doc: header + "stream:\n  maxAge: soon\n", err: "soon"},
+		{name: "heartbeat below 3 intervals", doc: header + "workers:\n  heartbeatTimeout: 10s\n", err: "workers.heartbeatTimeout: queue: heartbeat timeout 10s is below 3×"},
+		{name: "static pools need no caller auth", doc: header + "staticPools: [p]\n", err: "staticPools: nothing authenticates callers"},
+		{name: "static pools and leader election", doc: header + "staticPools: [p]\ninsecureDisableCallerAuth: true\nleaderElection:\n  leaderElect: true\n", err: "leaderElection.leaderElect: needs Kubernetes"},
+		{name: "sample ratio", doc: header + "tracing:\n  sampleRatio: 2\n", err: "tracing.sampleRatio: 2: want 0 < ratio ≤ 1"},
+		{name: "negative QPS", doc: header + "callerAuth:\n  tokenReviewQPS: -1\n", err: "callerAuth.tokenReviewQPS: -1: want > 0"},
+		{name: "TLS secret needs names", doc: header + "nats:\n  bootstrap:\n    tlsSecret: s\n", err: "nats.bootstrap.tlsDNSNames: needed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Decode([]byte(tc.doc))
+			if tc.err != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tc.err)
+				return
+			}
+			require.NoError(t, err)
+			tc.check(t, c)
+		})
+	}
+}

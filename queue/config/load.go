@@ -1,0 +1,196 @@
+package config
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/natscallout"
+	"github.com/runplane/runplane/internal/objects"
+	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/activator"
+	"github.com/runplane/runplane/queue/pool"
+	"github.com/runplane/runplane/queue/shard"
+)
+
+// Load reads, defaults and validates the configuration file at path.
+func Load(path string) (*QueueConfiguration, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("queue configuration: %w", err)
+	}
+	c, err := Decode(b)
+	if err != nil {
+		return nil, fmt.Errorf("queue configuration %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Decode decodes a configuration document strictly (an unknown or
+// duplicate key is an error naming it), defaults and validates it.
+func Decode(b []byte) (*QueueConfiguration, error) {
+	j, err := yaml.YAMLToJSONStrict(b)
+	if err != nil {
+		return nil, err
+	}
+	var c QueueConfiguration
+	// sigs.k8s.io/json, as the API machinery decodes strictly: an unknown
+	// key's error names its path.
+	strict, err := kjson.UnmarshalStrict(j, &c)
+	if err != nil {
+		return nil, err
+	}
+	if len(strict) > 0 {
+		return nil, errors.Join(strict...)
+	}
+	if c.APIVersion != APIVersion || c.Kind != Kind {
+		return nil, fmt.Errorf("apiVersion %q, kind %q: want %s, %s", c.APIVersion, c.Kind, APIVersion, Kind)
+	}
+	c.Default()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// New is the default configuration: what runplane-queue runs with when the
+// file sets nothing else.
+func New() *QueueConfiguration {
+	c := &QueueConfiguration{}
+	c.APIVersion, c.Kind = APIVersion, Kind
+	c.Default()
+	return c
+}
+
+// Default fills every zero field with its default: the one place the
+// queue's settings get them.
+func (c *QueueConfiguration) Default() {
+	c.Namespace = cmp.Or(c.Namespace, api.DefaultNamespace)
+	if c.LeaderElection.LeaderElect == nil {
+		c.LeaderElection.LeaderElect = ptr.To(len(c.StaticPools) == 0)
+	}
+	c.LeaderElection.ResourceName = cmp.Or(c.LeaderElection.ResourceName, queue.DefaultLeaseName)
+	c.LeaderElection.Shards = cmp.Or(c.LeaderElection.Shards, 1)
+	orDuration(&c.LeaderElection.ShardLeaseDuration, shard.DefaultLeaseDuration)
+	c.Listen = cmp.Or(c.Listen, ":8080")
+	c.Metrics.BindAddress = cmp.Or(c.Metrics.BindAddress, ":8443")
+	c.Tracing.SampleRatio = cmp.Or(c.Tracing.SampleRatio, 1)
+
+	n := &c.NATS
+	n.URL = cmp.Or(n.URL, "nats://127.0.0.1:4222")
+	orDuration(&n.Callout.MaxTTL, time.Hour)
+	n.Callout.KubeQPS, n.Callout.KubeBurst = cmp.Or(n.Callout.KubeQPS, 50), cmp.Or(n.Callout.KubeBurst, 100)
+	n.Callout.Workers = cmp.Or(n.Callout.Workers, 16)
+	orDuration(&n.Callout.AnswerTimeout, 1500*time.Millisecond)
+	n.Callout.PerHostQPS, n.Callout.PerHostBurst = cmp.Or(n.Callout.PerHostQPS, 5), cmp.Or(n.Callout.PerHostBurst, 20)
+	orDuration(&n.Callout.CacheTTL, time.Minute)
+	n.Callout.MaxSubscriptions = cmp.Or(n.Callout.MaxSubscriptions, natscallout.DefaultSubscriptions)
+	n.Bootstrap.ResolverDir = cmp.Or(n.Bootstrap.ResolverDir, "/data/jwt")
+	orDuration(&n.Bootstrap.TLSCheckInterval, time.Minute)
+	n.Bootstrap.Dir = cmp.Or(n.Bootstrap.Dir, "/var/run/runplane/bootstrap")
+
+	s := &c.Stream
+	s.SubjectPrefix, s.Name = cmp.Or(s.SubjectPrefix, api.DefaultSubjectPrefix), cmp.Or(s.Name, api.DefaultStreamName)
+	s.Replicas = cmp.Or(s.Replicas, 1)
+	orDuration(&s.MaxAge, 72*time.Hour)
+	s.MaxBytes = cmp.Or(s.MaxBytes, -1)
+	orDuration(&s.DuplicateWindow, 2*time.Minute)
+	s.RecordsBucket = cmp.Or(s.RecordsBucket, "runplane-invocations")
+	orDuration(&s.RecordTTL, 24*time.Hour)
+	s.RecordsMaxBytes = cmp.Or(s.RecordsMaxBytes, -1)
+	s.ResultsMaxBytes = cmp.Or(s.ResultsMaxBytes, 1<<30)
+	s.ResultMaxSize = cmp.Or(s.ResultMaxSize, 1<<20)
+	s.ObjectsMaxBytes = cmp.Or(s.ObjectsMaxBytes, 128<<20)
+	orDuration(&s.ChunksMaxAge, time.Hour)
+	s.ChunksMaxBytes = cmp.Or(s.ChunksMaxBytes, 64<<20)
+	s.ChunksPerInvocation = cmp.Or(s.ChunksPerInvocation, 100000)
+
+	l := &c.Limits
+	l.PoolMaxBacklog = cmp.Or(l.PoolMaxBacklog, pool.DefaultPoolMaxBacklog)
+	l.PoolMaxInFlight = cmp.Or(l.PoolMaxInFlight, -1)
+	l.NamespaceMaxBacklog = cmp.Or(l.NamespaceMaxBacklog, pool.DefaultNamespaceMaxBacklog)
+	l.NamespaceMaxInFlight = cmp.Or(l.NamespaceMaxInFlight, pool.DefaultNamespaceMaxInFlight)
+	l.NamespaceMaxStreams = cmp.Or(l.NamespaceMaxStreams, pool.DefaultNamespaceMaxStreams)
+	l.NamespaceMaxStreamBytes = cmp.Or(l.NamespaceMaxStreamBytes, pool.DefaultNamespaceMaxStreamBytes)
+	l.NamespaceMaxRecordBytes = cmp.Or(l.NamespaceMaxRecordBytes, pool.DefaultNamespaceMaxRecordBytes)
+
+	w := &c.Workers
+	w.MaxAttempts = cmp.Or(w.MaxAttempts, 3)
+	orDuration(&w.HeartbeatInterval, 5*time.Second)
+	orDuration(&w.HeartbeatTimeout, activator.DefaultHeartbeatTimeout)
+	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, objects.DefaultMaxPayloadBytes)
+
+	a := &c.CallerAuth
+	a.KubeQPS, a.KubeBurst = cmp.Or(a.KubeQPS, 50), cmp.Or(a.KubeBurst, 100)
+	a.TokenReviewQPS, a.TokenReviewBurst = cmp.Or(a.TokenReviewQPS, 20), cmp.Or(a.TokenReviewBurst, 40)
+	a.AccessReviewQPS, a.AccessReviewBurst = cmp.Or(a.AccessReviewQPS, 5), cmp.Or(a.AccessReviewBurst, 20)
+
+	b := &c.Callbacks
+	b.KeyDir = cmp.Or(b.KeyDir, "/var/run/runplane/bootstrap")
+	b.MaxAttempts, b.Workers, b.NamespaceWorkers = cmp.Or(b.MaxAttempts, 6), cmp.Or(b.Workers, 8), cmp.Or(b.NamespaceWorkers, 2)
+}
+
+// orDuration sets a zero *d to def.
+func orDuration(d *metav1.Duration, def time.Duration) {
+	if d.Duration == 0 {
+		d.Duration = def
+	}
+}
+
+// Validate refuses settings the queue cannot run with, each error naming
+// its key.
+func (c *QueueConfiguration) Validate() error {
+	var errs []error
+	bad := func(key string, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{key}, args...)...))
+	}
+	if *c.LeaderElection.LeaderElect && len(c.StaticPools) > 0 {
+		bad("leaderElection.leaderElect", "needs Kubernetes; staticPools run without it")
+	}
+	if len(c.StaticPools) > 0 && !c.InsecureDisableCallerAuth && !c.DisableIngress {
+		bad("staticPools", "nothing authenticates callers without Kubernetes: set insecureDisableCallerAuth (insecure)")
+	}
+	if r := c.Tracing.SampleRatio; r <= 0 || r > 1 {
+		bad("tracing.sampleRatio", "%v: want 0 < ratio ≤ 1", r)
+	}
+	for key, v := range map[string]float32{"nats.callout.kubeQPS": c.NATS.Callout.KubeQPS, "nats.callout.perHostQPS": c.NATS.Callout.PerHostQPS,
+		"callerAuth.kubeQPS": c.CallerAuth.KubeQPS, "callerAuth.tokenReviewQPS": c.CallerAuth.TokenReviewQPS, "callerAuth.accessReviewQPS": c.CallerAuth.AccessReviewQPS} {
+		if v <= 0 {
+			bad(key, "%v: want > 0", v)
+		}
+	}
+	if c.Stream.ResultMaxSize < 1 {
+		bad("stream.resultMaxSize", "%d: want a positive number of bytes", c.Stream.ResultMaxSize)
+	}
+	if err := queue.CheckHeartbeat(c.Workers.HeartbeatTimeout.Duration, c.Workers.HeartbeatInterval.Duration); err != nil {
+		bad("workers.heartbeatTimeout", "%w", err)
+	}
+	if c.NATS.Bootstrap.TLSSecret != "" && len(c.NATS.Bootstrap.TLSDNSNames) == 0 {
+		bad("nats.bootstrap.tlsDNSNames", "needed with nats.bootstrap.tlsSecret")
+	}
+	if c.NATS.Bootstrap.TLSSecret != "" && c.NATS.CAFile != "" {
+		bad("nats.caFile", "nats.bootstrap.tlsSecret keeps the CA file itself: drop nats.caFile")
+	}
+	return errors.Join(errs...)
+}
+
+// WriteFile writes c as a configuration file (tests and harnesses that
+// run the binary).
+func WriteFile(path string, c *QueueConfiguration) error {
+	b, err := yaml.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("queue configuration: %w", err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return fmt.Errorf("queue configuration: %w", err)
+	}
+	return nil
+}
