@@ -16,10 +16,12 @@ import (
 // process and exits with the tests' code. SIGINT or SIGTERM stop the
 // cluster too.
 func Main(m *testing.M, opts Options, set func(*Cluster)) {
-	os.Exit(runMain(m, opts, set))
+	os.Exit(Run(m, opts, set))
 }
 
-func runMain(m *testing.M, opts Options, set func(*Cluster)) int {
+// Run is Main without the exit: it returns the tests' exit code, for a
+// TestMain that has its own clean-up after the cluster stopped.
+func Run(m *testing.M, opts Options, set func(*Cluster)) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	if opts.Logf == nil {

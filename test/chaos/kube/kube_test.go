@@ -54,14 +54,22 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	bins, err = chaos.Build(ctx, dir)
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "chaos:", err)
-		os.Exit(1)
-	}
-	cluster.Main(m, cluster.Options{Nodes: []cluster.Node{{Name: "node-0", Pods: 100}}}, func(c *cluster.Cluster) { env = c })
+	// The built binaries (~200 MiB) go with the run.
+	os.Exit(func() int {
+		defer func() {
+			if err := os.RemoveAll(dir); err != nil {
+				fmt.Fprintln(os.Stderr, "chaos: removing the binaries:", err)
+			}
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		bins, err = chaos.Build(ctx, dir)
+		cancel()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "chaos:", err)
+			return 1
+		}
+		return cluster.Run(m, cluster.Options{Nodes: []cluster.Node{{Name: "node-0", Pods: 100}}}, func(c *cluster.Cluster) { env = c })
+	}())
 }
 
 // stack is one case's queue replicas, pool and workers.
