@@ -3,7 +3,6 @@ package queue_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -124,15 +123,6 @@ func TestNoRetryByDefault(t *testing.T) {
 // TestRetryOnStatusCode: retry-on with a status code retries a response
 // the framework answered without an error, and not another code.
 func TestRetryOnStatusCode(t *testing.T) {
-	if os.Getenv("RUNPLANE_KNOWN_FLAKES") != "1" {
-		// Found when this test moved from the stub worker to the real
-		// sidecar: the sidecar runs a later attempt of an invocation it
-		// holds only when the held one failed (sidecar.go mayRunAgain), and
-		// a 503 answered without an error is "succeeded" to it, so the retry
-		// is acked unrun and the invocation stays dispatched. The Dispatch
-		// does not say why the attempt was made (internal/messages).
-		t.Skip("known bug: the real sidecar does not run a retry-on-status-code attempt (set RUNPLANE_KNOWN_FLAKES=1 to run)")
-	}
 	var mu sync.Mutex
 	runs := map[string]int{}
 	h := func(_ context.Context, d framework.Request) (framework.Response, error) {

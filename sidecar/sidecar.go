@@ -430,7 +430,7 @@ func (s *Sidecar) handle(invCtx context.Context, msg jetstream.Msg) {
 		s.keepUntilReplayed(log, msg, id, replayed)
 		return
 	}
-	if ex, ok := s.held[d.InvocationID]; ok && ex.attempt != d.Attempt && !ex.mayRunAgain() {
+	if ex, ok := s.held[d.InvocationID]; ok && ex.attempt != d.Attempt && !ex.mayRunAgain(d) {
 		s.mu.Unlock()
 		// Another attempt of an execution this worker runs or has finished:
 		// the activator declared the worker lost while it held it (frozen,
@@ -835,12 +835,13 @@ type execution struct {
 
 func (e *execution) finish(st messages.State) { e.state.Store(&st) }
 
-// mayRunAgain: a later attempt may run here only after this one failed
-// (a retry the pool's policy asked for); one running or finished otherwise
-// is never run twice.
-func (e *execution) mayRunAgain() bool {
+// mayRunAgain: a later attempt d may run here only once this one ended and
+// failed, or ended with a response the pool's retry policy retries (a 503
+// answered without error is "succeeded" here, so d says which attempt it
+// retries); one running, or finished and not retried, is never run twice.
+func (e *execution) mayRunAgain(d messages.Dispatch) bool {
 	st := e.state.Load()
-	return st != nil && *st == messages.StateFailed
+	return st != nil && (*st == messages.StateFailed || d.RetryOf == e.attempt)
 }
 
 // refused reports whether err is the framework refusing the connection

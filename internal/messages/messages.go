@@ -213,6 +213,11 @@ type Dispatch struct {
 	// dispatched to: its Result must carry it back, so another worker of
 	// the pool cannot finish the attempt.
 	ResultToken string `json:"resultToken,omitempty"`
+	// RetryOf is the attempt whose result the activator retried under the
+	// pool's retry policy (0: none). A worker that ran that attempt runs
+	// this one too; any other later attempt of an execution it holds is a
+	// redelivery after it was declared lost, which it must not run again.
+	RetryOf int `json:"retryOf,omitempty"`
 }
 
 // MsgID is the Nats-Msg-Id of invocation invocationID of namespace ns. The

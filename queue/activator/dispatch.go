@@ -134,13 +134,17 @@ func (a *Activator) publishDispatch(ctx context.Context, it *state.Item, inv mes
 	// The Dispatch carries the time the activator counts the attempt's
 	// deadline from (the sidecar stops the call by then).
 	var dispatchedAt time.Time
-	a.locked(func(s *state.State) { token, dispatchedAt = s.SetResultToken(it, attempt, token), it.DispatchedAt })
+	var retryOf int
+	a.locked(func(s *state.State) {
+		token, dispatchedAt, retryOf = s.SetResultToken(it, attempt, token), it.DispatchedAt, it.RetriedAttempt
+	})
 	if pol := a.retryPolicy(inv.Namespace, inv.Pool); pol.Enabled() && it.Retries < pol.MaxRetries {
 		// A failure of this attempt may be retried: the sync caller waits
 		// for the Record, not for this worker's direct reply.
 		inv.ReplyTo = ""
 	}
-	b, err := messages.Encode(messages.Dispatch{Invocation: inv, Worker: worker, Attempt: attempt, DispatchedAt: cmp.Or(dispatchedAt, a.cfg.Clock.Now()).UTC(), ResultToken: token})
+	b, err := messages.Encode(messages.Dispatch{Invocation: inv, Worker: worker, Attempt: attempt, DispatchedAt: cmp.Or(dispatchedAt, a.cfg.Clock.Now()).UTC(), ResultToken: token,
+		RetryOf: retryOf})
 	if err != nil {
 		return fmt.Errorf("encode dispatch: %w", err)
 	}
