@@ -136,7 +136,7 @@ func (a *Activator) publishDispatch(ctx context.Context, it *state.Item, inv mes
 	var dispatchedAt time.Time
 	var retryOf int
 	a.locked(func(s *state.State) {
-		token, dispatchedAt, retryOf = s.SetResultToken(it, attempt, token), it.DispatchedAt, it.RetriedAttempt
+		token, dispatchedAt, retryOf = s.SetResultToken(it, attempt, token), it.DispatchedAt, it.RetriedResult
 	})
 	if pol := a.retryPolicy(inv.Namespace, inv.Pool); pol.Enabled() && it.Retries < pol.MaxRetries {
 		// A failure of this attempt may be retried: the sync caller waits

@@ -59,7 +59,7 @@ func (s *State) RetryOf(res messages.Result, seq uint64, maxRetries int, delay t
 		}
 	}
 	it.Retries++
-	it.RetriedAttempt = res.Attempt
+	it.RetriedAttempt, it.RetriedResult = res.Attempt, res.Attempt
 	it.Worker, it.Queued, it.Started = "", true, false
 	it.NotBefore = now.Add(delay)
 	it.DispatchSeq = 0
@@ -76,6 +76,10 @@ func RestoreRetries(it *Item, r messages.Record) {
 		it.RetriedAttempt = r.Attempt
 		if n := len(r.Attempts); n > 0 && r.Attempts[n-1].RetryAt != nil {
 			it.NotBefore = *r.Attempts[n-1].RetryAt
+			if r.Attempts[n-1].Attempt == r.Attempt {
+				// Queued by a retried result, not by a hand-back.
+				it.RetriedResult = r.Attempt
+			}
 		}
 	}
 }

@@ -129,6 +129,13 @@ type Item struct {
 	// policy (RetryOf); RetriedAttempt is the last of them: results of it
 	// or an earlier attempt no longer decide anything.
 	Retries, RetriedAttempt int
+	// RetriedResult is the attempt whose *result* the retry policy retried
+	// (0: none), what the next Dispatch names (Dispatch.RetryOf) so the
+	// worker that ran it runs the retry. Unlike RetriedAttempt it is never
+	// an attempt handed back unstarted: a worker may run a later attempt of
+	// an execution it holds only when the activator saw that execution's
+	// result and asked again.
+	RetriedResult int
 
 	// Done is set once a result (or the activator's own verdict) is known:
 	// pending intermediate Record writes are skipped.
