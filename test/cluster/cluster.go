@@ -549,9 +549,14 @@ func (c *Cluster) Stop() {
 	}
 }
 
-// DumpLogs passes the tail of every component log to logf.
+// DumpLogs passes the tail of every component log, and of every real
+// node's containerd log, to logf.
 func (c *Cluster) DumpLogs(logf func(format string, args ...any), lines int) {
 	for _, p := range c.Processes() {
 		logf("===== %s (last %d lines of %s) =====\n%s", p.Name, lines, p.LogPath, p.Tail(lines))
+	}
+	for _, n := range c.RealNodes() {
+		f := filepath.Join(n.Dir, "containerd.log")
+		logf("===== %s containerd (last %d lines of %s) =====\n%s", n.Name, lines, f, tailFile(f, lines))
 	}
 }
