@@ -55,7 +55,7 @@ func (s *Stack) startWebhook(ctx, runCtx context.Context, o Options) error {
 	inj.StockNamespaces = []string{api.DefaultStockNamespace}
 	inj.NATSURL, inj.NATSServerName = s.NATS[0].ClientURL(), s.Auth.Client.ServerName
 	cfg := webhook.Config{
-		RESTConfig: s.Cluster.RESTConfig(), Listener: ln, HealthAddr: "-", Injection: inj, Logger: s.Log.With("component", "webhook"),
+		RESTConfig: s.Cluster.RESTConfig(), Listener: ln, HealthAddr: "0", Injection: inj, Logger: s.Log.With("component", "webhook"),
 		TLS:      webhook.TLSConfig{IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}},
 		Webhooks: webhook.WebhooksConfig{Manage: true, URL: "https://" + ln.Addr().String(), Resync: 5 * time.Second},
 	}
@@ -159,7 +159,9 @@ func (s *Stack) startWorkers(ctx, runCtx context.Context, cfg localworkers.Confi
 	cfg.Client, cfg.NATSURL, cfg.Dir = s.Cluster.Client(), s.NATSURL, filepath.Join(s.Cluster.Dir(), "workers")
 	cfg.SidecarArgs = append([]string{"-log-format=" + logging.FormatText}, cfg.SidecarArgs...)
 	cfg.FrameworkArgs = append([]string{"-log-format=" + logging.FormatText}, cfg.FrameworkArgs...)
-	cfg.Logf = func(format string, args ...any) { s.Log.Info(fmt.Sprintf(format, args...), "component", "localworkers") }
+	cfg.Logf = func(format string, args ...any) {
+		s.Log.Info(fmt.Sprintf(format, args...), "component", "localworkers")
+	}
 	if s.Workers, err = localworkers.Start(runCtx, cfg); err != nil {
 		return fmt.Errorf("local workers: %w", err)
 	}
