@@ -22,6 +22,7 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue/stream"
+	"github.com/runplane/runplane/test/kit"
 )
 
 // coldStart is when each step of one cold start was seen. The queue's own
@@ -175,16 +176,9 @@ func waitEmpty(b *testing.B, ctx context.Context, name string) {
 	require.NoError(b, err, "the pool %s did not scale back to zero", name)
 }
 
-// median is the middle of d.
-func median(d []time.Duration) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
 func reportMedians(b *testing.B, samples map[string][]time.Duration) {
 	for _, name := range slices.Sorted(maps.Keys(samples)) {
-		b.ReportMetric(float64(median(samples[name]).Microseconds())/1000, name)
+		b.ReportMetric(kit.Ms(kit.Median(samples[name])), name)
 	}
 }
 
