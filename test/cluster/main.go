@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -93,4 +94,20 @@ func ForTest(t *testing.T, namespace string) *Cluster {
 		t.Fatalf("namespace %s: %v", namespace, err)
 	}
 	return c
+}
+
+// Namespace creates a namespace for t (ready for Pods: its default
+// ServiceAccount exists; one that exists already is fine) and returns its
+// name: name, or when empty one made from t's name (lower case, "/" and
+// "_" as "-", at most 50 characters).
+func (c *Cluster) Namespace(t testing.TB, name string) string {
+	t.Helper()
+	if name == "" {
+		name = strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+		name = strings.TrimRight(name[:min(len(name), 50)], "-")
+	}
+	if err := c.CreateNamespace(t.Context(), name); err != nil {
+		t.Fatalf("namespace %s: %v", name, err)
+	}
+	return name
 }
