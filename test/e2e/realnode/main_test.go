@@ -116,6 +116,8 @@ func prepare(ctx context.Context, c *cluster.Cluster) (stack.Options, error) {
 		Controllers: &controllers.Config{Image: images.RunplaneRef},
 		Webhook: func(w *webhook.Config) {
 			w.Injection.Image, w.Injection.PauseImage, w.Injection.ImagePullPolicy = images.RunplaneRef, images.PauseRef, corev1.PullNever
+			// The takeover tests' stock placeholders live in ns.
+			w.Injection.StockNamespaces = append(w.Injection.StockNamespaces, ns)
 			// The runplane-gpu policy counts only a resource no test asks
 			// for: the device-plugin tests (gpu_test.go, ssh_test.go)
 			// request nvidia.com/gpu directly, while takeover_test.go goes

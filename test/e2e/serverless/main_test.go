@@ -29,6 +29,7 @@ import (
 	"github.com/runplane/runplane/test/kit"
 	"github.com/runplane/runplane/test/localworkers"
 	"github.com/runplane/runplane/test/stack"
+	"github.com/runplane/runplane/webhook"
 )
 
 const ns = "e2e"
@@ -44,6 +45,8 @@ func TestMain(m *testing.M) {
 			return stack.Options{}, err
 		}
 		return stack.Options{
+			// restricted_test.go's stock placeholders live in ns.
+			Webhook: func(w *webhook.Config) { w.Injection.StockNamespaces = append(w.Injection.StockNamespaces, ns) },
 			Queue: func(q *queue.Config) {
 				q.InsecureDisableCallerAuth, q.Namespace = true, ns
 				q.HeartbeatTimeout, q.Backoff, q.Tick = 4*time.Second, 200*time.Millisecond, 200*time.Millisecond
