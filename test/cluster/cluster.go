@@ -556,7 +556,11 @@ func (c *Cluster) DumpLogs(logf func(format string, args ...any), lines int) {
 		logf("===== %s (last %d lines of %s) =====\n%s", p.Name, lines, p.LogPath, p.Tail(lines))
 	}
 	for _, n := range c.RealNodes() {
-		f := filepath.Join(n.Dir, "containerd.log")
-		logf("===== %s containerd (last %d lines of %s) =====\n%s", n.Name, lines, f, tailFile(f, lines))
+		for _, name := range []string{"containerd.log", "fakedra.log"} {
+			f := filepath.Join(n.Dir, name)
+			if _, err := os.Stat(f); err == nil {
+				logf("===== %s %s (last %d lines) =====\n%s", n.Name, f, lines, tailFile(f, lines))
+			}
+		}
 	}
 }
