@@ -550,7 +550,7 @@ func (c *Cluster) Stop() {
 }
 
 // DumpLogs passes the tail of every component log, and of every real
-// node's containerd log, to logf.
+// node's containerd and fake DRA driver logs, to logf.
 func (c *Cluster) DumpLogs(logf func(format string, args ...any), lines int) {
 	for _, p := range c.Processes() {
 		logf("===== %s (last %d lines of %s) =====\n%s", p.Name, lines, p.LogPath, p.Tail(lines))
