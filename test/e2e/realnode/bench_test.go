@@ -196,7 +196,6 @@ func BenchmarkColdStartRealNode(b *testing.B) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	waitInjecting(b, ctx)
 	name := "cold"
 	d := poolDeployment(name, corev1.Container{}, nil, map[string]string{api.AnnotationIdleTimeout: "1s"})
 	_, err := env.Client().AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{})

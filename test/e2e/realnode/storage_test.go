@@ -75,7 +75,6 @@ func TestPrepareFromImageAndPVCOnRealNode(t *testing.T) {
 	need(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	waitInjecting(t, ctx)
 	c := env.Client().CoreV1()
 
 	// The reader first: its claim does not exist yet, so it is gated.
