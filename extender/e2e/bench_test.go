@@ -173,12 +173,7 @@ func BenchmarkTakeoverLatency(b *testing.B) {
 		preempt = append(preempt, measure(p))
 	}
 	b.StopTimer()
-	b.ReportMetric(kit.Ms(kit.Percentile(stock, 50)), "stock-p50-ms")
-	b.ReportMetric(kit.Ms(kit.Percentile(stock, 99)), "stock-p99-ms")
-	b.ReportMetric(kit.Ms(kit.Percentile(preempt, 50)), "preempt-p50-ms")
-	b.ReportMetric(kit.Ms(kit.Percentile(preempt, 99)), "preempt-p99-ms")
-	b.ReportMetric(kit.Ms(kit.Percentile(preempt, 50))/kit.Ms(kit.Percentile(stock, 50)), "speedup-p50")
-	b.ReportMetric(kit.Ms(kit.Percentile(preempt, 99))/kit.Ms(kit.Percentile(stock, 99)), "speedup-p99")
+	kit.ReportSpeedup(b, "stock", stock, "preempt", preempt)
 }
 
 // BenchmarkBindThroughput creates 1,000 kwok nodes of 4 GPUs, stock on

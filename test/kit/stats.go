@@ -1,8 +1,10 @@
 package kit
 
 import (
+	"fmt"
 	"math"
 	"slices"
+	"testing"
 	"time"
 )
 
@@ -23,3 +25,20 @@ func Median(d []time.Duration) time.Duration { return Percentile(d, 50) }
 
 // Ms is d in milliseconds, as benchmarks report latencies (…-ms metrics).
 func Ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// ReportPercentiles reports d's p50 and p99 as name-p50-ms and
+// name-p99-ms.
+func ReportPercentiles(b *testing.B, name string, d []time.Duration) {
+	b.ReportMetric(Ms(Percentile(d, 50)), name+"-p50-ms")
+	b.ReportMetric(Ms(Percentile(d, 99)), name+"-p99-ms")
+}
+
+// ReportSpeedup reports base's and d's percentiles (ReportPercentiles) and
+// d's over base's at p50 and p99 as speedup-p50 and speedup-p99.
+func ReportSpeedup(b *testing.B, baseName string, base []time.Duration, name string, d []time.Duration) {
+	ReportPercentiles(b, baseName, base)
+	ReportPercentiles(b, name, d)
+	for _, p := range []float64{50, 99} {
+		b.ReportMetric(Ms(Percentile(d, p))/Ms(Percentile(base, p)), fmt.Sprintf("speedup-p%.0f", p))
+	}
+}

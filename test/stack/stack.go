@@ -19,10 +19,12 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/controllers"
 	"github.com/runplane/runplane/controllers/egress"
@@ -164,18 +166,13 @@ func (s *Stack) Stop() {
 	}
 }
 
-// ConnectNATS connects as the queue's user: tests watch the sidecars'
-// Events and the queue's Records as the queue sees them.
-func (s *Stack) ConnectNATS(opts ...nats.Option) (*nats.Conn, error) {
+// NATSConn connects as the queue's user until t ends: tests watch the
+// sidecars' Events and the queue's Records as the queue sees them.
+func (s *Stack) NATSConn(t testing.TB, opts ...nats.Option) *nats.Conn {
+	t.Helper()
 	asQueue, err := s.Auth.QueueOption()
-	if err != nil {
-		return nil, err
-	}
-	nc, err := nats.Connect(s.NATSURL, append([]nats.Option{asQueue}, opts...)...)
-	if err != nil {
-		return nil, fmt.Errorf("connecting to NATS as the queue: %w", err)
-	}
-	return nc, nil
+	require.NoError(t, err)
+	return natsauth.Connect(t, s.NATSURL, append([]nats.Option{asQueue}, opts...)...)
 }
 
 // NATSPort is the first server's client port.

@@ -204,7 +204,7 @@ func BenchmarkColdStartRealNode(b *testing.B) {
 		_ = env.Client().AppsV1().Deployments(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
 	waitPoolKnown(b, name)
-	nc := connectNATS(b)
+	nc := st.NATSConn(b)
 	payload := map[string]string{"prompt": "real"}
 
 	b.Run("cold", func(b *testing.B) {

@@ -23,8 +23,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -131,16 +129,6 @@ func prepare(ctx context.Context, c *cluster.Cluster) (stack.Options, error) {
 			q.HeartbeatTimeout, q.Backoff, q.Tick = 10*time.Second, 200*time.Millisecond, 200*time.Millisecond
 		},
 	}, nil
-}
-
-// connectNATS connects as the queue's user: tests watch the sidecars'
-// Events and the queue's Records as the queue sees them.
-func connectNATS(t testing.TB) *nats.Conn {
-	t.Helper()
-	nc, err := st.ConnectNATS()
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	return nc
 }
 
 // need skips t where real nodes cannot run.

@@ -140,7 +140,7 @@ func TestPoolScalesFromZeroOnRealNode(t *testing.T) {
 	waitPoolKnown(t, name)
 
 	// The sidecar's Events, as the queue receives them.
-	nc := connectNATS(t)
+	nc := st.NATSConn(t)
 	events := make(chan messages.Event, 64)
 	sub, err := nc.Subscribe(messages.Subjects{Prefix: api.DefaultSubjectPrefix}.Metrics(ns, name)+".*", func(m *nats.Msg) {
 		var ev messages.Event

@@ -257,10 +257,5 @@ func BenchmarkTakeoverRealNode(b *testing.B) {
 	// although the scheduler had bound it: not in the latencies.
 	b.ReportMetric(float64(stockS.rejected), "stock-rejected")
 	b.ReportMetric(float64(preemptS.rejected), "preempt-rejected")
-	b.ReportMetric(kit.Ms(kit.Percentile(took, 50)), "stock-p50-ms")
-	b.ReportMetric(kit.Ms(kit.Percentile(took, 99)), "stock-p99-ms")
-	b.ReportMetric(kit.Ms(kit.Percentile(preempted, 50)), "preempt-p50-ms")
-	b.ReportMetric(kit.Ms(kit.Percentile(preempted, 99)), "preempt-p99-ms")
-	b.ReportMetric(kit.Ms(kit.Percentile(preempted, 50))/kit.Ms(kit.Percentile(took, 50)), "speedup-p50")
-	b.ReportMetric(kit.Ms(kit.Percentile(preempted, 99))/kit.Ms(kit.Percentile(took, 99)), "speedup-p99")
+	kit.ReportSpeedup(b, "stock", took, "preempt", preempted)
 }

@@ -21,11 +21,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func report(b *testing.B, name string, d []time.Duration) {
-	b.ReportMetric(kit.Ms(kit.Percentile(d, 50)), name+"-p50-ms")
-	b.ReportMetric(kit.Ms(kit.Percentile(d, 99)), name+"-p99-ms")
-}
-
 // BenchmarkWarmSync is the full warm path: HTTP ingress → JetStream →
 // activator → dispatch → sidecar → framework-echo over the socket → result
 // → sync reply → HTTP answer, one caller at a time, against one ready
@@ -42,10 +37,10 @@ func BenchmarkWarmSync(b *testing.B) {
 	}, 90*time.Second, 200*time.Millisecond, "pool never answered")
 
 	// Bare NATS request/reply on the same server.
-	sub, err := connect(b).Subscribe("bench.echo", func(m *nats.Msg) { _ = m.Respond(m.Data) })
+	sub, err := st.NATSConn(b).Subscribe("bench.echo", func(m *nats.Msg) { _ = m.Respond(m.Data) })
 	require.NoError(b, err)
 	defer func() { assert.NoError(b, sub.Unsubscribe()) }()
-	nc2 := connect(b)
+	nc2 := st.NATSConn(b)
 	var bare, full []time.Duration
 	b.ResetTimer()
 	for range b.N {
@@ -61,8 +56,8 @@ func BenchmarkWarmSync(b *testing.B) {
 		bare = append(bare, time.Since(t1))
 	}
 	b.StopTimer()
-	report(b, "full", full)
-	report(b, "nats-reqrep", bare)
+	kit.ReportPercentiles(b, "full", full)
+	kit.ReportPercentiles(b, "nats-reqrep", bare)
 }
 
 // BenchmarkColdStart is the cold path: an empty pool's first sync
@@ -71,7 +66,7 @@ func BenchmarkWarmSync(b *testing.B) {
 // sidecar's ready event) and dispatch (→ the HTTP answer).
 func BenchmarkColdStart(b *testing.B) {
 	var scale, running, ready, dispatch, total []time.Duration
-	nc := connect(b)
+	nc := st.NATSConn(b)
 	for i := range b.N {
 		name := fmt.Sprintf("cold%d-%d", time.Now().UnixNano()%100000, i)
 		pool(b, name, 0, 1, nil)

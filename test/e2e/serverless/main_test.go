@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
@@ -57,16 +56,6 @@ func TestMain(m *testing.M) {
 			},
 		}, restrictNamespace(ctx, c, ns)
 	}, func(s *stack.Stack) { st = s })
-}
-
-// connect is a connection to the stack's NATS as the queue's user, closed
-// when t ends.
-func connect(t testing.TB) *nats.Conn {
-	t.Helper()
-	nc, err := st.ConnectNATS()
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	return nc
 }
 
 // pool creates a pool Deployment running framework-echo.

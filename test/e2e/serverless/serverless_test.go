@@ -145,7 +145,7 @@ func TestKilledWorkerIsRedeliveredAndCompletesOnce(t *testing.T) {
 	victim := warm.Worker
 
 	var results atomic.Int32
-	sub, err := connect(t).Subscribe(messages.Subjects{Prefix: api.DefaultSubjectPrefix}.Result(ns, "kill"), func(m *nats.Msg) {
+	sub, err := st.NATSConn(t).Subscribe(messages.Subjects{Prefix: api.DefaultSubjectPrefix}.Result(ns, "kill"), func(m *nats.Msg) {
 		var r messages.Result
 		if json.Unmarshal(m.Data, &r) == nil && r.InvocationID == "killed-1" {
 			results.Add(1)
