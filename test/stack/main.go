@@ -7,8 +7,12 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
 	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/kit"
+	"github.com/runplane/runplane/test/natsauth"
 )
 
 // Main is the TestMain of a suite on the whole stack (test/README.md): it
@@ -48,4 +52,13 @@ func (s *Stack) DumpLog(logf func(format string, args ...any), lines int) {
 	if s.Workers != nil {
 		logf("local worker logs: %s (set RUNPLANE_E2E_DIR to keep them)", filepath.Join(s.Cluster.Dir(), "workers"))
 	}
+}
+
+// NATSConn connects as the queue's user until t ends: tests watch the
+// sidecars' Events and the queue's Records as the queue sees them.
+func (s *Stack) NATSConn(t testing.TB, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	asQueue, err := s.Auth.QueueOption()
+	require.NoError(t, err)
+	return natsauth.Connect(t, s.NATSURL, append([]nats.Option{asQueue}, opts...)...)
 }

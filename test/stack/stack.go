@@ -19,12 +19,9 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/controllers"
 	"github.com/runplane/runplane/controllers/egress"
@@ -164,15 +161,6 @@ func (s *Stack) Stop() {
 	for i := len(s.stops) - 1; i >= 0; i-- {
 		s.stops[i]()
 	}
-}
-
-// NATSConn connects as the queue's user until t ends: tests watch the
-// sidecars' Events and the queue's Records as the queue sees them.
-func (s *Stack) NATSConn(t testing.TB, opts ...nats.Option) *nats.Conn {
-	t.Helper()
-	asQueue, err := s.Auth.QueueOption()
-	require.NoError(t, err)
-	return natsauth.Connect(t, s.NATSURL, append([]nats.Option{asQueue}, opts...)...)
 }
 
 // NATSPort is the first server's client port.
