@@ -20,6 +20,22 @@ func JetStream(t testing.TB, mutate func(*server.Options)) *server.Server {
 	if mutate != nil {
 		mutate(o)
 	}
+	return run(t, o)
+}
+
+// FromConfig runs a nats-server from the configuration file conf (what
+// only a file sets, such as JetStream's max_file_store, or the chart's
+// included trust.conf) until the test ends.
+func FromConfig(t testing.TB, conf string) *server.Server {
+	t.Helper()
+	o, err := server.ProcessConfigFile(conf)
+	require.NoError(t, err, "nats configuration %s", conf)
+	o.NoLog, o.NoSigs = true, true
+	return run(t, o)
+}
+
+func run(t testing.TB, o *server.Options) *server.Server {
+	t.Helper()
 	srv, err := server.NewServer(o)
 	require.NoError(t, err, "nats server")
 	srv.Start()
