@@ -32,7 +32,7 @@ import (
 // had no authentication: every request below was a 200.
 func TestAccessorAuthorizesEveryRequest(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
+	ns := env.Namespace(t, "")
 	other := ns + "-other"
 	ensureNamespace(t, other)
 	createPVC(t, pvc(ns, "data", nil))

@@ -39,7 +39,7 @@ func TestAccessorInABrowser(t *testing.T) {
 	if err != nil {
 		t.Skip("chromium not installed (hack/install-deps.sh)")
 	}
-	ns := namespace(t)
+	ns := env.Namespace(t, "")
 	createPVC(t, pvc(ns, "data", nil))
 	vol := t.TempDir()
 	mtime := time.Date(2026, 11, 28, 20, 0, 0, 0, time.UTC)

@@ -92,19 +92,6 @@ func startManager(t *testing.T, modify ...func(*controllers.Config)) (stop func(
 
 func client() kubernetes.Interface { return env.Client() }
 
-func namespace(t *testing.T) string {
-	t.Helper()
-	ctx := context.Background()
-	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
-	if len(name) > 50 {
-		name = name[:50]
-	}
-	name = strings.TrimRight(name, "-")
-	_, err := client().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	return name
-}
-
 func ensureNamespace(t *testing.T, name string) {
 	t.Helper()
 	_, err := client().CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
@@ -219,7 +206,7 @@ func failJobPods(t *testing.T, ns, job string) {
 
 func TestPrepareFromImage(t *testing.T) {
 	startManager(t)
-	ns := namespace(t)
+	ns := env.Namespace(t, "")
 	createPVC(t, pvc(ns, "data", map[string]string{
 		api.AnnotationPrepareFromImage: "busybox:1.36",
 		api.AnnotationPrepareCommand:   `["sh","-c"]`,
@@ -255,7 +242,7 @@ func TestPrepareFromImage(t *testing.T) {
 
 func TestPrepareFailsThenRecovers(t *testing.T) {
 	startManager(t)
-	ns := namespace(t)
+	ns := env.Namespace(t, "")
 	failJobPods(t, ns, "prepare-data-0")
 	createPVC(t, pvc(ns, "data", map[string]string{api.AnnotationPrepareFromImage: "busybox:1.36"}))
 	p := waitPhase(t, ns, "data", api.PhaseFailed, "0")
@@ -285,7 +272,7 @@ func TestPrepareFailsThenRecovers(t *testing.T) {
 
 func TestPrepareFromPVCWaitsForSource(t *testing.T) {
 	startManager(t)
-	ns := namespace(t)
+	ns := env.Namespace(t, "")
 	createPVC(t, pvc(ns, "copy", map[string]string{api.AnnotationPrepareFromPVC: "base"}))
 	p := waitPhase(t, ns, "copy", api.PhasePending, "0")
 	assert.Contains(t, p.Annotations[api.AnnotationPrepareMessage], "waiting for source PVC base")
@@ -330,7 +317,7 @@ func gatedPod(ns, name, claim string) *corev1.Pod {
 
 func TestGateReleasedAfterPreparation(t *testing.T) {
 	startManager(t)
-	ns := namespace(t)
+	ns := env.Namespace(t, "")
 	ctx := context.Background()
 	createPVC(t, pvc(ns, "data", map[string]string{api.AnnotationPrepareFromImage: "busybox:1.36"}))
 	_, err := client().CoreV1().Pods(ns).Create(ctx, gatedPod(ns, "worker", "data"), metav1.CreateOptions{})
@@ -370,7 +357,7 @@ func TestGateReleasedAfterPreparation(t *testing.T) {
 
 func TestGateEventOnFailure(t *testing.T) {
 	startManager(t)
-	ns := namespace(t)
+	ns := env.Namespace(t, "")
 	failJobPods(t, ns, "prepare-data-0")
 	createPVC(t, pvc(ns, "data", map[string]string{api.AnnotationPrepareFromImage: "busybox:1.36"}))
 	_, err := client().CoreV1().Pods(ns).Create(context.Background(), gatedPod(ns, "worker", "data"), metav1.CreateOptions{})
@@ -384,7 +371,7 @@ func TestGateEventOnFailure(t *testing.T) {
 
 func TestAccessorAppearsAndGoes(t *testing.T) {
 	startManager(t)
-	ns := namespace(t)
+	ns := env.Namespace(t, "")
 	ctx := context.Background()
 	createPVC(t, pvc(ns, "data", nil))
 	// A Pod already mounts the ReadWriteOnce volume on node-b.
@@ -449,7 +436,7 @@ func TestAccessorAppearsAndGoes(t *testing.T) {
 func TestEgressPolicy(t *testing.T) {
 	startManager(t)
 	ensureNamespace(t, api.DefaultNamespace)
-	ns := namespace(t)
+	ns := env.Namespace(t, "")
 	ctx := context.Background()
 	worker := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "worker", Namespace: ns, Labels: map[string]string{api.LabelPool: "echo", api.LabelEgress: api.EgressRestricted}},
@@ -514,7 +501,7 @@ func checkPolicy(t *testing.T, np *networkingv1.NetworkPolicy) {
 // mode left.
 func TestEgressAdminModeKeepsNoPolicy(t *testing.T) {
 	startManager(t, func(c *controllers.Config) { c.Egress.Enforcement = egress.EnforcementAdminNetworkPolicy })
-	ns := namespace(t)
+	ns := env.Namespace(t, "")
 	ctx := context.Background()
 	left := egress.Policy(ns, egressSettings())
 	_, err := client().NetworkingV1().NetworkPolicies(ns).Create(ctx, left, metav1.CreateOptions{})
@@ -533,7 +520,7 @@ func TestEgressAdminModeKeepsNoPolicy(t *testing.T) {
 
 func TestRestartedControllerMakesNoDuplicate(t *testing.T) {
 	stop := startManager(t)
-	ns := namespace(t)
+	ns := env.Namespace(t, "")
 	ctx := context.Background()
 	// The attempt may still run, or have finished, across the restart.
 	createPVC(t, pvc(ns, "data", map[string]string{api.AnnotationPrepareFromImage: "busybox:1.36"}))
@@ -553,7 +540,7 @@ func TestRestartedControllerMakesNoDuplicate(t *testing.T) {
 
 func TestInvalidAnnotationsReported(t *testing.T) {
 	startManager(t)
-	ns := namespace(t)
+	ns := env.Namespace(t, "")
 	tests := []struct {
 		name        string
 		annotations map[string]string

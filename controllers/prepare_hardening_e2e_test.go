@@ -20,7 +20,7 @@ import (
 // Pending, "waiting for source", forever).
 func TestPrepareFromPVCCycle(t *testing.T) {
 	startManager(t)
-	ns := namespace(t)
+	ns := env.Namespace(t, "")
 	createPVC(t, pvc(ns, "a", map[string]string{api.AnnotationPrepareFromPVC: "b"}))
 	waitPhase(t, ns, "a", api.PhasePending, "0")
 	createPVC(t, pvc(ns, "b", map[string]string{api.AnnotationPrepareFromPVC: "a"}))
@@ -54,7 +54,7 @@ func TestPrepareJobsPodSecurity(t *testing.T) {
 	startManager(t)
 	ctx := context.Background()
 
-	base := namespace(t)
+	base := env.Namespace(t, "")
 	restricted := podSecurityNamespace(t, base, "r", "restricted")
 	createPVC(t, pvc(restricted, "base", nil))
 	createPVC(t, pvc(restricted, "copy", map[string]string{api.AnnotationPrepareFromPVC: "base"}))

@@ -23,7 +23,7 @@ import (
 // Pod would leave its claim Pending for ever).
 func TestStorageInRestrictedNamespace(t *testing.T) {
 	startManager(t)
-	ns := namespace(t)
+	ns := env.Namespace(t, "")
 	ctx := context.Background()
 	_, err := client().CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType,
 		[]byte(`{"metadata":{"labels":{"pod-security.kubernetes.io/enforce":"restricted","pod-security.kubernetes.io/enforce-version":"latest"}}}`), metav1.PatchOptions{})

@@ -14,6 +14,7 @@ import (
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/natscallout"
 	"github.com/runplane/runplane/queue/stream"
+	"github.com/runplane/runplane/test/natsauth"
 )
 
 // TestWorkerChunkPermissions: with the permissions the auth callout
@@ -25,18 +26,15 @@ func TestWorkerChunkPermissions(t *testing.T) {
 	sc := stream.Config{}.WithDefaults()
 	id := natscallout.Identity{Namespace: "team-a", Pool: "echo", Worker: "echo-1"}
 	p := natscallout.WorkerPermissions(WorkerLayout(sc)(id))
-	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true,
-		Users: []*server.User{
+	srv := natsauth.JetStream(t, func(o *server.Options) {
+		o.Users = []*server.User{
 			{Username: "queue", Password: "q"},
 			{Username: "worker", Password: "w", Permissions: &server.Permissions{
 				Publish:   &server.SubjectPermission{Allow: p.Pub.Allow, Deny: p.Pub.Deny},
 				Subscribe: &server.SubjectPermission{Allow: p.Sub.Allow, Deny: p.Sub.Deny},
 			}},
-		}})
-	require.NoError(t, err)
-	go srv.Start()
-	require.True(t, srv.ReadyForConnections(10*time.Second))
-	t.Cleanup(srv.Shutdown)
+		}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 

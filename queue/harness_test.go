@@ -30,6 +30,7 @@ import (
 	"github.com/runplane/runplane/queue/queuetest"
 	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/sidecar/sidecartest"
+	"github.com/runplane/runplane/test/natsauth"
 	"github.com/runplane/runplane/test/scrape"
 )
 
@@ -61,7 +62,7 @@ type env struct {
 
 // startNATS restarts the test's NATS on its store dir and port.
 func startNATS(t testing.TB, dir string, port int) *server.Server {
-	return queuetest.NATS(t, func(o *server.Options) { o.StoreDir, o.Port = dir, port })
+	return natsauth.JetStream(t, func(o *server.Options) { o.StoreDir, o.Port = dir, port })
 }
 
 func (e *env) natsURL() string { return e.ns.ClientURL() }
@@ -93,7 +94,7 @@ func newEnvNATS(t testing.TB, no natsOptions, mutate func(*queue.Config)) *env {
 	useTLS := no.tls
 	e := &env{t: t, storeDir: t.TempDir(), log: sidecartest.NewLog()}
 	var client natstls.Client
-	e.ns = queuetest.NATS(t, func(o *server.Options) {
+	e.ns = natsauth.JetStream(t, func(o *server.Options) {
 		o.StoreDir, o.SyncAlways = e.storeDir, no.syncAlways
 		if !useTLS {
 			return

@@ -16,9 +16,9 @@ import (
 
 	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/pool"
-	"github.com/runplane/runplane/queue/queuetest"
 	"github.com/runplane/runplane/queue/shard"
 	"github.com/runplane/runplane/queue/stream"
+	"github.com/runplane/runplane/test/natsauth"
 )
 
 // runningSignal is a slog handler that closes running when the activator
@@ -51,7 +51,7 @@ func TestShardKeepsItsConsumersNamespaces(t *testing.T) {
 			ns = c
 		}
 	}
-	srv := queuetest.NATS(t, nil)
+	srv := natsauth.JetStream(t, nil)
 	nc, err := nats.Connect(srv.ClientURL())
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)

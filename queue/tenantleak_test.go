@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/stream"
+	"github.com/runplane/runplane/test/kit"
 )
 
 // TestConflictRevealsNoOtherPool (issue #30 item 5): a caller allowed on
@@ -160,11 +160,8 @@ func BenchmarkExistenceAcrossNamespaces(b *testing.B) {
 		probe(i, i%2 != 0)
 	}
 	b.StopTimer()
-	median := func(d []time.Duration) float64 {
-		slices.Sort(d)
-		return float64(d[len(d)/2].Nanoseconds()) / 1e3
-	}
-	me, mu := median(existing), median(unknown)
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	me, mu := us(kit.Median(existing)), us(kit.Median(unknown))
 	b.ReportMetric(me, "existing-µs")
 	b.ReportMetric(mu, "unknown-µs")
 	b.ReportMetric(me-mu, "diff-µs")

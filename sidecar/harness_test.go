@@ -25,6 +25,7 @@ import (
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/natstls"
 	"github.com/runplane/runplane/internal/pki"
+	"github.com/runplane/runplane/test/natsauth"
 )
 
 const (
@@ -50,27 +51,21 @@ func newEnv(t testing.TB) *env { return newEnvTLS(t, false) }
 // as runplane's does (internal/natstls); sidecars from config verify it.
 func newEnvTLS(t testing.TB, useTLS bool) *env {
 	t.Helper()
-	o := &server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1"}
 	var client natstls.Client
+	var serverTLS *tls.Config
 	if useTLS {
 		const name = "nats.test"
 		b, err := pki.Renew(nil, pki.Options{Name: "test-nats", DNSNames: []string{name}})
 		require.NoError(t, err)
 		cert, err := b.TLSCertificate()
 		require.NoError(t, err)
-		o.TLSConfig, o.TLSHandshakeFirst = &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}, true
+		serverTLS = &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}
 		client = natstls.Client{CA: b.CABundle, ServerName: name}
 	}
-	srv, err := server.NewServer(o)
-	require.NoError(t, err, "nats server")
-	srv.Start()
-	require.True(t, srv.ReadyForConnections(10*time.Second), "nats server not ready")
-	t.Cleanup(srv.Shutdown)
+	srv := natsauth.JetStream(t, func(o *server.Options) { o.TLSConfig, o.TLSHandshakeFirst = serverTLS, serverTLS != nil })
 	tlsOpts, err := client.Options()
 	require.NoError(t, err)
-	nc, err := nats.Connect(srv.ClientURL(), tlsOpts...)
-	require.NoError(t, err, "connect")
-	t.Cleanup(nc.Close)
+	nc := natsauth.Connect(t, srv.ClientURL(), tlsOpts...)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -40,7 +40,7 @@ func (h *harness) post(t *testing.T, path string, body any) (int, string) {
 func TestForeignPodRefused(t *testing.T) {
 	h := setup(t)
 	ctx := t.Context()
-	ns := namespace(t, "foreign")
+	ns := env.Namespace(t, "foreign")
 	nodes := addNodes(t, "foreign", 1, 1)
 	stockDeployment(t, h.client, ns, "stock-g1", "g1", "foreign", 1)
 	require.Eventually(t, func() bool {

@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/test/kit"
 )
 
 // boundWatcher records when each Pod of a namespace is first seen bound.
@@ -91,16 +92,6 @@ func (bw *boundWatcher) count() int {
 	return len(bw.bound)
 }
 
-func percentile(d []time.Duration, p int) float64 {
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	i := (len(s)*p + 99) / 100
-	if i > 0 {
-		i--
-	}
-	return float64(s[i].Microseconds()) / 1000
-}
-
 // waitRunning waits until want Pods of selector run, and returns them.
 // listPoll spaces the LISTs of up to 1,000 Pods: at the 100 ms of poll they
 // run back to back (a LIST takes about that long here) and the load on the
@@ -144,7 +135,7 @@ func BenchmarkTakeoverLatency(b *testing.B) {
 	const samples, victimGrace = 40, 30
 	h := setup(b)
 	ctx, c := b.Context(), h.client
-	ns := namespace(b, "bench-takeover")
+	ns := env.Namespace(b, "bench-takeover")
 	addNodes(b, "bench-stock", samples, 1)
 	addNodes(b, "bench-preempt", samples, 1)
 	for i := range samples {
@@ -182,12 +173,7 @@ func BenchmarkTakeoverLatency(b *testing.B) {
 		preempt = append(preempt, measure(p))
 	}
 	b.StopTimer()
-	b.ReportMetric(percentile(stock, 50), "stock-p50-ms")
-	b.ReportMetric(percentile(stock, 99), "stock-p99-ms")
-	b.ReportMetric(percentile(preempt, 50), "preempt-p50-ms")
-	b.ReportMetric(percentile(preempt, 99), "preempt-p99-ms")
-	b.ReportMetric(percentile(preempt, 50)/percentile(stock, 50), "speedup-p50")
-	b.ReportMetric(percentile(preempt, 99)/percentile(stock, 99), "speedup-p99")
+	kit.ReportSpeedup(b, "stock", stock, "preempt", preempt)
 }
 
 // BenchmarkBindThroughput creates 1,000 kwok nodes of 4 GPUs, stock on
@@ -210,7 +196,7 @@ func BenchmarkBindThroughput(b *testing.B) {
 	const nodes, gpus, placeholders, pods = 1000, 4, 500, 1000
 	h := setup(b)
 	ctx, c := b.Context(), h.client
-	ns := namespace(b, "bench-throughput")
+	ns := env.Namespace(b, "bench-throughput")
 	addNodes(b, "bench-tp", nodes, gpus)
 	stockDeployment(b, c, ns, "stock-tp", "g1", "bench-tp", placeholders)
 	waitRunning(b, c, ns, "app=stock-tp", placeholders)

@@ -127,7 +127,7 @@ func TestPreemptionMakesProgress(t *testing.T) {
 	ctx, c := t.Context(), h.client
 	const group = "churn"
 	addNodes(t, group, 4, 8)
-	nsA, nsB, nsGPU := namespace(t, "churn-a"), namespace(t, "churn-b"), namespace(t, "churn-gpu")
+	nsA, nsB, nsGPU := env.Namespace(t, "churn-a"), env.Namespace(t, "churn-b"), env.Namespace(t, "churn-gpu")
 	births := watchBirths(t, nsA, nsB)
 	timeline := watchTimeline(t, nsA, nsB, nsGPU, api.DefaultNamespace)
 	// 24 of the 128 CPUs: 26 g1.1 Pods fit beside them, 4 must preempt
@@ -307,7 +307,7 @@ func TestPreemptionFreesWhatIsShort(t *testing.T) {
 	ctx, c := t.Context(), h.client
 	const group = "short"
 	addNodes(t, group, 2, 8)
-	nsInf, nsWeb, nsGPU := namespace(t, "short-inf"), namespace(t, "short-web"), namespace(t, "short-gpu")
+	nsInf, nsWeb, nsGPU := env.Namespace(t, "short-inf"), env.Namespace(t, "short-web"), env.Namespace(t, "short-gpu")
 	tenantGPUDeployment(t, nsInf, "inference", group, 4, "2", "8Gi", 4)
 	tenantDeployment(t, nsWeb, "web", group, 8, "1", "1Gi")
 	waitRunning(t, c, nsInf, "app=inference", 4)
@@ -410,7 +410,7 @@ func TestReservationSurvivesRestart(t *testing.T) {
 	// A suffix of its own per run, so -count N loops it in one cluster.
 	group := "restart-resv-" + utilrand.String(5)
 	nodes := addNodes(t, group, 1, 8)
-	nsInf, nsGPU := namespace(t, group+"-inf"), namespace(t, group+"-gpu")
+	nsInf, nsGPU := env.Namespace(t, group+"-inf"), env.Namespace(t, group+"-gpu")
 	// The victim takes 10s to terminate, as a workload that uses its grace.
 	tenantDeploymentOf(t, nsInf, "inference", group, 1, "2", "8Gi", 8, map[string]string{"pod-delete.stage.kwok.x-k8s.io/delay": "10s"})
 	waitRunning(t, c, nsInf, "app=inference", 1)
@@ -471,7 +471,7 @@ func TestPreemptorMeetsNewLeader(t *testing.T) {
 	ctx, c := t.Context(), h.client
 	group := "new-leader-" + utilrand.String(5)
 	nodes := addNodes(t, group, 1, 8)
-	nsInf, nsGPU := namespace(t, group+"-inf"), namespace(t, group+"-gpu")
+	nsInf, nsGPU := env.Namespace(t, group+"-inf"), env.Namespace(t, group+"-gpu")
 	tenantDeploymentOf(t, nsInf, "inference", group, 1, "2", "8Gi", 8, nil)
 	waitRunning(t, c, nsInf, "app=inference", 1)
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/test/cluster"
+	"github.com/runplane/runplane/test/kit"
 )
 
 // draSpec stands for a catalog spec backed by DRA (one GPU of class
@@ -50,7 +51,7 @@ func addDRANodes(t testing.TB, group string, count, gpus int, cpu string) []stri
 // runplane's reconciler keeps in every namespace).
 func draNamespace(t testing.TB, name string) string {
 	t.Helper()
-	ns := namespace(t, name)
+	ns := env.Namespace(t, name)
 	_, err := env.Client().ResourceV1().ResourceClaimTemplates(ns).Create(t.Context(), cluster.GPUClaimTemplate(ns, draTemplate, 1), metav1.CreateOptions{})
 	require.NoError(t, err)
 	return ns
@@ -428,7 +429,6 @@ func BenchmarkDRATakeover(b *testing.B) {
 	}
 	b.StopTimer()
 	for name, d := range map[string][]time.Duration{"dra-stock": draStock, "er-stock": erStock, "dra-default": draDefault} {
-		b.ReportMetric(percentile(d, 50), name+"-p50-ms")
-		b.ReportMetric(percentile(d, 99), name+"-p99-ms")
+		kit.ReportPercentiles(b, name, d)
 	}
 }

@@ -73,7 +73,7 @@ func schedulingEvent(ctx context.Context, c kubernetes.Interface, ns, pod string
 func TestTakeoverSameSpec(t *testing.T) {
 	h := setup(t)
 	ctx, c := t.Context(), h.client
-	ns := namespace(t, "takeover")
+	ns := env.Namespace(t, "takeover")
 	nodes := addNodes(t, "takeover", 1, 1)
 	stockDeployment(t, c, ns, "stock-g1", "g1", "takeover", 1)
 	ph := waitRunning(t, c, ns, "app=stock-g1", 1)[0]
@@ -145,7 +145,7 @@ func requireClaim(t *testing.T, c kubernetes.Interface, ns, name string, ph *cor
 func TestOtherSpecNeverEvicted(t *testing.T) {
 	h := setup(t)
 	ctx, c := t.Context(), h.client
-	ns := namespace(t, "otherspec")
+	ns := env.Namespace(t, "otherspec")
 	addNodes(t, "otherspec", 1, 1)
 	stockDeployment(t, c, ns, "stock-g2", "g2", "otherspec", 1)
 	ph := waitRunning(t, c, ns, "app=stock-g2", 1)[0]
@@ -178,7 +178,7 @@ func TestOtherSpecNeverEvicted(t *testing.T) {
 func TestRequiredWithoutStock(t *testing.T) {
 	h := setup(t)
 	ctx, c := t.Context(), h.client
-	ns := namespace(t, "required")
+	ns := env.Namespace(t, "required")
 	nodes := addNodes(t, "required", 1, 4)
 	createPod(t, c, ns, gpuPod("work", "greq", "required"))
 	want := `GPU spec "greq" has stock: Required and the node has no unclaimed runplane.io/stock=greq placeholder`
@@ -241,7 +241,7 @@ func runBurst(t *testing.T, group string, restart bool) {
 	h := setup(t)
 	ctx, c := t.Context(), h.client
 	group = freeGroup(t, c, group) // -count=N runs each in its own namespace and nodes
-	ns := namespace(t, group)
+	ns := env.Namespace(t, group)
 	nodes := addNodes(t, group, burstNodes, burstGPUsPerNode)
 	isBurstNode := map[string]bool{}
 	for _, n := range nodes {

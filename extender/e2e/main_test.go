@@ -284,12 +284,6 @@ func addNodes(t testing.TB, group string, count, gpus int) []string {
 	return names
 }
 
-func namespace(t testing.TB, name string) string {
-	t.Helper()
-	require.NoError(t, env.CreateNamespace(t.Context(), name))
-	return name
-}
-
 func specResources() corev1.ResourceRequirements {
 	list := corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi"),

@@ -68,7 +68,7 @@ func fillFleet(t *testing.T, ns, group string) (nodes []string, small, many map[
 func TestPreemptByPriority(t *testing.T) {
 	h := setup(t)
 	ctx, c := t.Context(), h.client
-	ns := namespace(t, "preempt")
+	ns := env.Namespace(t, "preempt")
 	nodes, small, many := fillFleet(t, ns, "preempt")
 
 	createPod(t, c, ns, tierPod("batch-8", "preempt", api.PriorityClassBatch, "batch-8", 8))
@@ -97,7 +97,7 @@ func TestPreemptByPriority(t *testing.T) {
 func TestPreemptionHonoursPodDisruptionBudgets(t *testing.T) {
 	h := setup(t)
 	ctx, c := t.Context(), h.client
-	ns := namespace(t, "preempt-pdb")
+	ns := env.Namespace(t, "preempt-pdb")
 	pdb := &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Name: "small"},
 		Spec: policyv1.PodDisruptionBudgetSpec{

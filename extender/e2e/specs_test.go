@@ -69,7 +69,7 @@ func waitUnschedulable(t *testing.T, ns, name, why string) {
 func TestMIGSpec(t *testing.T) {
 	h := setup(t)
 	c := h.client
-	ns := namespace(t, "mig")
+	ns := env.Namespace(t, "mig")
 	node := "mig-0"
 	require.NoError(t, env.AddNodes(t.Context(), cluster.Node{Name: node, Extended: map[corev1.ResourceName]int64{migResource: 2},
 		Labels: map[string]string{groupLabel: "mig"}}))
@@ -95,7 +95,7 @@ func TestMIGSpec(t *testing.T) {
 func TestNVLinkSpec(t *testing.T) {
 	h := setup(t)
 	c := h.client
-	ns := namespace(t, "nvlink")
+	ns := env.Namespace(t, "nvlink")
 	require.NoError(t, env.AddNodes(t.Context(),
 		cluster.Node{Name: "nvlink-split", GPUs: 8, Labels: map[string]string{groupLabel: "nvlink", api.LabelNVLinkDomainGPUs: "2"}},
 		cluster.Node{Name: "nvlink-whole", GPUs: 8, Labels: map[string]string{groupLabel: "nvlink", api.LabelNVLinkDomainGPUs: "8"}}))
@@ -120,7 +120,7 @@ func TestNVLinkSpec(t *testing.T) {
 // manage, naming the spec, the resource and the chart value.
 func TestStartRefusesUnmanagedResource(t *testing.T) {
 	setup(t)
-	ns := namespace(t, "unmanaged-catalog")
+	ns := env.Namespace(t, "unmanaged-catalog")
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: api.CatalogConfigMap, Namespace: ns},
 		Data: map[string]string{"mig2": "gpu: 0\ncpu: \"2\"\nmemory: 8Gi\nresources: {nvidia.com/mig-2g.20gb: 1}\n"}}
 	_, err := env.Client().CoreV1().ConfigMaps(ns).Create(t.Context(), cm, metav1.CreateOptions{})

@@ -23,7 +23,7 @@ const stockStatusNamespace = "stock-status"
 func TestStockStatusCondition(t *testing.T) {
 	h := setup(t)
 	ctx, c := t.Context(), h.client
-	ns := namespace(t, stockStatusNamespace)
+	ns := env.Namespace(t, stockStatusNamespace)
 	addNodes(t, "stock-status", 2, 1)
 	replicas := int32(2)
 	d := &appsv1.Deployment{

@@ -123,86 +123,68 @@ func TestWorkerPermissionsOnJetStream(t *testing.T) {
 	// Each attempt on another tenant's worker is refused; the server's
 	// permission violation is the proof (a JetStream request that cannot
 	// be published also times out on the client).
-	attempts := []struct {
-		name string
-		try  func(ctx context.Context) error
-		want string
-	}{
-		{name: "consumer on another worker's dispatches", want: "$RP.JS.API.CONSUMER.CREATE.RS.team-a_echo_echo-1.rs.dispatch.team-b.echo.echo-1",
-			try: func(ctx context.Context) error {
+	attempts := []natsauth.Attempt{
+		{Name: "consumer on another worker's dispatches", Want: "$RP.JS.API.CONSUMER.CREATE.RS.team-a_echo_echo-1.rs.dispatch.team-b.echo.echo-1",
+			Try: func(ctx context.Context) error {
 				_, err := js.CreateOrUpdateConsumer(ctx, "RS", jetstream.ConsumerConfig{Durable: own.Consumer, FilterSubject: bob.Dispatch})
 				return err
 			}},
-		{name: "update its own consumer", want: "$RP.JS.API.CONSUMER.CREATE.RS.team-a_echo_echo-1.rs.dispatch.team-a.echo.echo-1",
-			try: func(ctx context.Context) error {
+		{Name: "update its own consumer", Want: "$RP.JS.API.CONSUMER.CREATE.RS.team-a_echo_echo-1.rs.dispatch.team-a.echo.echo-1",
+			Try: func(ctx context.Context) error {
 				_, err := js.UpdateConsumer(ctx, "RS", jetstream.ConsumerConfig{Durable: own.Consumer, FilterSubject: own.Dispatch,
 					AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1})
 				return err
 			}},
-		{name: "delete its own consumer", want: "$RP.JS.API.CONSUMER.DELETE.RS.team-a_echo_echo-1",
-			try: func(ctx context.Context) error { return js.DeleteConsumer(ctx, "RS", own.Consumer) }},
-		{name: "ephemeral consumer", want: "$RP.JS.API.CONSUMER.CREATE.RS",
-			try: func(ctx context.Context) error {
+		{Name: "delete its own consumer", Want: "$RP.JS.API.CONSUMER.DELETE.RS.team-a_echo_echo-1",
+			Try: func(ctx context.Context) error { return js.DeleteConsumer(ctx, "RS", own.Consumer) }},
+		{Name: "ephemeral consumer", Want: "$RP.JS.API.CONSUMER.CREATE.RS",
+			Try: func(ctx context.Context) error {
 				_, err := js.CreateOrUpdateConsumer(ctx, "RS", jetstream.ConsumerConfig{FilterSubject: own.Dispatch})
 				return err
 			}},
-		{name: "pull from another worker's consumer", want: "$JS.API.CONSUMER.MSG.NEXT.RS.team-b_echo_echo-1",
-			try: func(ctx context.Context) error {
+		{Name: "pull from another worker's consumer", Want: "$JS.API.CONSUMER.MSG.NEXT.RS.team-b_echo_echo-1",
+			Try: func(ctx context.Context) error {
 				_, err := nc.Request("$JS.API.CONSUMER.MSG.NEXT.RS."+bob.Consumer, []byte(`{"batch":1}`), time.Second)
 				return err
 			}},
-		{name: "read the stream", want: "$RP.JS.API.STREAM.INFO.RS",
-			try: func(ctx context.Context) error { _, err := js.Stream(ctx, "RS"); return err }},
-		{name: "publish another tenant's result", want: "rs.result.team-b.echo",
-			try: func(context.Context) error { return nc.Publish(bob.Publish[0], []byte("forged")) }},
-		{name: "answer another tenant's caller", want: "_RS_REPLY.team-b.echo.caller-1",
-			try: func(context.Context) error { return nc.Publish("_RS_REPLY.team-b.echo.caller-1", []byte("forged")) }},
-		{name: "listen to another worker's cancels", want: "rs.cancel.team-b.echo.echo-1",
-			try: func(context.Context) error { _, err := nc.SubscribeSync(bob.Cancel); return err }},
-		{name: "open another namespace's bucket", want: "$RP.JS.API.STREAM.INFO.OBJ_RS_OBJ_team-b",
-			try: func(ctx context.Context) error { _, err := js.ObjectStore(ctx, bob.ObjectBucket); return err }},
-		{name: "read another namespace's payload", want: "$JS.API.DIRECT.GET.OBJ_RS_OBJ_team-b",
-			try: func(ctx context.Context) error {
+		{Name: "read the stream", Want: "$RP.JS.API.STREAM.INFO.RS",
+			Try: func(ctx context.Context) error { _, err := js.Stream(ctx, "RS"); return err }},
+		{Name: "publish another tenant's result", Want: "rs.result.team-b.echo",
+			Try: func(context.Context) error { return nc.Publish(bob.Publish[0], []byte("forged")) }},
+		{Name: "answer another tenant's caller", Want: "_RS_REPLY.team-b.echo.caller-1",
+			Try: func(context.Context) error { return nc.Publish("_RS_REPLY.team-b.echo.caller-1", []byte("forged")) }},
+		{Name: "listen to another worker's cancels", Want: "rs.cancel.team-b.echo.echo-1",
+			Try: func(context.Context) error { _, err := nc.SubscribeSync(bob.Cancel); return err }},
+		{Name: "open another namespace's bucket", Want: "$RP.JS.API.STREAM.INFO.OBJ_RS_OBJ_team-b",
+			Try: func(ctx context.Context) error { _, err := js.ObjectStore(ctx, bob.ObjectBucket); return err }},
+		{Name: "read another namespace's payload", Want: "$JS.API.DIRECT.GET.OBJ_RS_OBJ_team-b",
+			Try: func(ctx context.Context) error {
 				_, err := nc.Request("$JS.API.DIRECT.GET.OBJ_"+bob.ObjectBucket, []byte(`{"seq":1}`), time.Second)
 				return err
 			}},
-		{name: "read another namespace's object metadata", want: "$JS.API.DIRECT.GET.OBJ_RS_OBJ_team-b.$O.RS_OBJ_team-b.M.",
-			try: func(ctx context.Context) error {
+		{Name: "read another namespace's object metadata", Want: "$JS.API.DIRECT.GET.OBJ_RS_OBJ_team-b.$O.RS_OBJ_team-b.M.",
+			Try: func(ctx context.Context) error {
 				_, err := nc.Request("$JS.API.DIRECT.GET.OBJ_"+bob.ObjectBucket+".$O."+bob.ObjectBucket+".M.x", nil, time.Second)
 				return err
 			}},
-		{name: "write into another namespace's bucket", want: "$O.RS_OBJ_team-b.C." + refs["team-b"].NUID,
-			try: func(ctx context.Context) error {
+		{Name: "write into another namespace's bucket", Want: "$O.RS_OBJ_team-b.C." + refs["team-b"].NUID,
+			Try: func(ctx context.Context) error {
 				return nc.Publish("$O."+bob.ObjectBucket+".C."+refs["team-b"].NUID, []byte("forged"))
 			}},
-		{name: "consumer on its own bucket", want: "$RP.JS.API.CONSUMER.CREATE.OBJ_RS_OBJ_team-a",
-			try: func(ctx context.Context) error {
+		{Name: "consumer on its own bucket", Want: "$RP.JS.API.CONSUMER.CREATE.OBJ_RS_OBJ_team-a",
+			Try: func(ctx context.Context) error {
 				_, err := js.CreateOrUpdateConsumer(ctx, "OBJ_"+own.ObjectBucket, jetstream.ConsumerConfig{FilterSubject: "$O." + own.ObjectBucket + ".C.>"})
 				return err
 			}},
-		{name: "purge its own bucket", want: "$JS.API.STREAM.PURGE.OBJ_RS_OBJ_team-a",
-			try: func(ctx context.Context) error {
+		{Name: "purge its own bucket", Want: "$JS.API.STREAM.PURGE.OBJ_RS_OBJ_team-a",
+			Try: func(ctx context.Context) error {
 				_, err := nc.Request("$JS.API.STREAM.PURGE.OBJ_"+own.ObjectBucket, nil, time.Second)
 				return err
 			}},
-		{name: "listen to another tenant's inbox", want: "_INBOX.team-b.>",
-			try: func(context.Context) error { _, err := nc.SubscribeSync("_INBOX.team-b.>"); return err }},
+		{Name: "listen to another tenant's inbox", Want: "_INBOX.team-b.>",
+			Try: func(context.Context) error { _, err := nc.SubscribeSync("_INBOX.team-b.>"); return err }},
 	}
-	for _, a := range attempts {
-		t.Run(a.name, func(t *testing.T) {
-			actx, acancel := context.WithTimeout(ctx, time.Second)
-			defer acancel()
-			_ = a.try(actx) // refused asynchronously: the violation below is the verdict
-			require.NoError(t, nc.Flush())
-			select {
-			case err := <-violations:
-				require.ErrorContains(t, err, "Permissions Violation")
-				require.ErrorContains(t, err, a.want)
-			case <-ctx.Done():
-				t.Fatal("no permission violation")
-			}
-		})
-	}
+	natsauth.RequireRefused(ctx, t, nc, violations, attempts)
 }
 
 // stage is the setting of every attack of one tenant's worker on

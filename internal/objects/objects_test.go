@@ -6,13 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/test/natsauth"
 )
 
 func TestNames(t *testing.T) {
@@ -31,14 +30,7 @@ func TestNames(t *testing.T) {
 // back as stored, and a reference that does not match the object (size,
 // chunks, digest, a missing object) is a permanent error, never other bytes.
 func TestPutGet(t *testing.T) {
-	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true})
-	require.NoError(t, err)
-	go srv.Start()
-	require.True(t, srv.ReadyForConnections(10*time.Second))
-	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
+	nc := natsauth.Connect(t, natsauth.JetStream(t, nil).ClientURL())
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue/stream"
+	"github.com/runplane/runplane/test/natsauth"
 )
 
 // TestFairQueue: namespaces take turns, none runs more than its share at
@@ -75,15 +74,7 @@ func TestFairQueue(t *testing.T) {
 
 func startStore(t *testing.T) *stream.Store {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true})
-	require.NoError(t, err)
-	go ns.Start()
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	require.True(t, ns.ReadyForConnections(10*time.Second), "nats not ready")
-	nc, err := nats.Connect(ns.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(natsauth.Connect(t, natsauth.JetStream(t, nil).ClientURL()))
 	require.NoError(t, err)
 	st, err := stream.Open(context.Background(), js, stream.Config{})
 	require.NoError(t, err)

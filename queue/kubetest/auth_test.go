@@ -21,6 +21,7 @@ import (
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/queuetest"
+	"github.com/runplane/runplane/test/natsauth"
 )
 
 // call sends a request with bearer token tok ("" for none); a transport
@@ -84,7 +85,7 @@ func TestIngressCallerAuth(t *testing.T) {
 	require.NoError(t, err)
 	tokA, tokB := saToken(t, a, "client"), saToken(t, b, "client")
 
-	srv := queuetest.NATS(t, nil)
+	srv := natsauth.JetStream(t, nil)
 	tn := &tenants{t: t, natsURL: srv.ClientURL(), pool: "echo"}
 	_, err = env.Client().AppsV1().Deployments(a).Create(ctx, deployment(a, "workers", tn.pool, 1), metav1.CreateOptions{})
 	require.NoError(t, err)

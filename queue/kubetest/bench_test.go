@@ -22,6 +22,7 @@ import (
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/queuetest"
+	"github.com/runplane/runplane/test/natsauth"
 )
 
 // BenchmarkWarmSyncAuth measures the warm sync path (HTTP ingress →
@@ -50,7 +51,7 @@ func BenchmarkWarmSyncAuth(b *testing.B) {
 		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
 	require.NoError(b, err)
 
-	srv := queuetest.NATS(b, nil)
+	srv := natsauth.JetStream(b, nil)
 	tn := &tenants{t: b, natsURL: srv.ClientURL(), pool: "echo"}
 	_, err = env.Client().AppsV1().Deployments(ns).Create(ctx, deployment(ns, "workers", tn.pool, 1), metav1.CreateOptions{})
 	require.NoError(b, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/callback"
 	"github.com/runplane/runplane/queue/queuetest"
+	"github.com/runplane/runplane/test/natsauth"
 )
 
 // TestCallbackKeyFollowsNamespaceUID: a namespace's callback signing key
@@ -35,7 +36,7 @@ func TestCallbackKeyFollowsNamespaceUID(t *testing.T) {
 	_, err = env.Client().AppsV1().Deployments(ns).Create(ctx, deployment(ns, "workers", "echo", 0), metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	srv := queuetest.NATS(t, nil)
+	srv := natsauth.JetStream(t, nil)
 	master := []byte("0123456789abcdef0123456789abcdef")
 	// The ingress only: nothing is delivered, the key is what matters.
 	base := queuetest.Run(t, queue.Config{NATSURL: srv.ClientURL(), RESTConfig: env.RESTConfig(), InsecureDisableCallerAuth: true,

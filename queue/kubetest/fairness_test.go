@@ -17,6 +17,7 @@ import (
 	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/pool"
 	"github.com/runplane/runplane/queue/queuetest"
+	"github.com/runplane/runplane/test/natsauth"
 )
 
 // TestNamespaceFairness: on the real control plane, a pool's
@@ -32,7 +33,7 @@ func TestNamespaceFairness(t *testing.T) {
 	for _, n := range []string{a, b} {
 		require.NoError(t, env.CreateNamespace(ctx, n))
 	}
-	srv := queuetest.NATS(t, nil)
+	srv := natsauth.JetStream(t, nil)
 
 	// No kubelet runs workers here: what is accepted stays queued.
 	deps := []struct{ ns, name, pool, maxBacklog string }{

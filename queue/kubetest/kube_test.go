@@ -25,6 +25,7 @@ import (
 	"github.com/runplane/runplane/queue/queuetest"
 	"github.com/runplane/runplane/sidecar/sidecartest"
 	"github.com/runplane/runplane/test/cluster"
+	"github.com/runplane/runplane/test/natsauth"
 	"github.com/runplane/runplane/test/scrape"
 )
 
@@ -76,7 +77,7 @@ func setup(t *testing.T, ann map[string]string, replicas int32) *fixture {
 	require.NoError(t, env.CreateNamespace(ctx, name))
 	f := &fixture{t: t, ns: name, pool: "p-" + name, handler: sidecartest.Echo}
 
-	ns := queuetest.NATS(t, nil)
+	ns := natsauth.JetStream(t, nil)
 
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "workers", Namespace: name, Labels: map[string]string{api.LabelPool: f.pool}, Annotations: ann},

@@ -14,6 +14,7 @@ import (
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/queuetest"
+	"github.com/runplane/runplane/test/natsauth"
 )
 
 // TestCreateOnlyCallerCannotReadResults: a caller who may only create
@@ -40,7 +41,7 @@ func TestCreateOnlyCallerCannotReadResults(t *testing.T) {
 	_, err := env.Client().AppsV1().Deployments(ns).Create(ctx, deployment(ns, "workers", "echo", 0), metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	srv := queuetest.NATS(t, nil)
+	srv := natsauth.JetStream(t, nil)
 	base := queuetest.Run(t, queue.Config{NATSURL: srv.ClientURL(), RESTConfig: env.RESTConfig(), Namespace: ns, DisableActivator: true}).Base
 	invoke := "/v1/namespaces/" + ns + "/pools/echo/invocations"
 

@@ -24,6 +24,7 @@ import (
 	"github.com/runplane/runplane/queue/queuetest"
 	"github.com/runplane/runplane/queue/shard"
 	"github.com/runplane/runplane/sidecar/sidecartest"
+	"github.com/runplane/runplane/test/natsauth"
 	"github.com/runplane/runplane/test/scrape"
 )
 
@@ -84,7 +85,7 @@ func TestShardsHaveOneOwnerEach(t *testing.T) {
 	t.Cleanup(cancel)
 	leaseNS := "shard-leases"
 	require.NoError(t, env.CreateNamespace(ctx, leaseNS))
-	nats := queuetest.NATS(t, nil)
+	nats := natsauth.JetStream(t, nil)
 	nss := shardNamespaces("sharded", shards, 4)
 	late := nss[3] // its pool appears once the shards run
 	nss = nss[:3]

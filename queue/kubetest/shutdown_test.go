@@ -16,8 +16,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/queue/config"
-	"github.com/runplane/runplane/queue/queuetest"
 	"github.com/runplane/runplane/test/cluster"
+	"github.com/runplane/runplane/test/natsauth"
 )
 
 // TestQueueBinaryCleanShutdown: the runplane-queue binary, holding the
@@ -33,7 +33,7 @@ func TestQueueBinaryCleanShutdown(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "runplane-queue")
 	out, err := exec.Command("go", "build", "-o", bin, filepath.Join(root, "cmd", "runplane-queue")).CombinedOutput()
 	require.NoError(t, err, "building: %s", out)
-	nsrv := queuetest.NATS(t, nil)
+	nsrv := natsauth.JetStream(t, nil)
 
 	qc := config.New()
 	qc.NATS.URL, qc.WatchNamespace, qc.Namespace, qc.Listen, qc.Metrics.BindAddress = nsrv.ClientURL(), ns, ns, "127.0.0.1:0", "127.0.0.1:0"

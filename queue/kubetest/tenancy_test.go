@@ -25,6 +25,7 @@ import (
 	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/queuetest"
 	"github.com/runplane/runplane/sidecar/sidecartest"
+	"github.com/runplane/runplane/test/natsauth"
 )
 
 // tenants is a queue service watching all namespaces, with two tenant
@@ -129,7 +130,7 @@ func TestTenantPoolsAreTheirOwn(t *testing.T) {
 	for _, n := range []string{a, b, liar} {
 		require.NoError(t, env.CreateNamespace(ctx, n))
 	}
-	srv := queuetest.NATS(t, nil)
+	srv := natsauth.JetStream(t, nil)
 	tn := &tenants{t: t, natsURL: srv.ClientURL(), log: sidecartest.NewLog(), pool: "echo", claims: map[string]string{liar: a}}
 
 	for _, n := range []string{a, b, liar} {

@@ -3,8 +3,8 @@
 // queue/kubetest, the e2e suites): one place that starts the server, runs
 // queue.Run and waits for its listeners. A NATS in runplane's operator mode
 // with the auth callout comes from test/natsauth (pass its URL, trust file
-// and TLS in the queue.Config); NATS starts a plain JetStream one. The
-// workers are sidecar/sidecartest's.
+// and TLS in the queue.Config), a plain JetStream one from
+// natsauth.JetStream. The workers are sidecar/sidecartest's.
 package queuetest
 
 import (
@@ -25,23 +25,6 @@ import (
 	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/test/natsauth"
 )
-
-// NATS runs a plain JetStream nats-server on loopback, its store in a
-// directory of the test, until the test ends. mutate, when set, adjusts
-// the options first (TLS, sync, a fixed port for a restart).
-func NATS(t testing.TB, mutate func(*server.Options)) *server.Server {
-	t.Helper()
-	o := &server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true}
-	if mutate != nil {
-		mutate(o)
-	}
-	ns, err := server.NewServer(o)
-	require.NoError(t, err, "nats server")
-	ns.Start()
-	require.True(t, ns.ReadyForConnections(10*time.Second), "nats not ready")
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	return ns
-}
 
 // CalloutNATS runs a nats-server in runplane's operator mode
 // (test/natsauth) for the queue's default stream: the queue's user is its

@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/test/natsauth"
 
 	"github.com/stretchr/testify/require"
 
@@ -66,15 +66,7 @@ func TestConfigValidate(t *testing.T) {
 
 func open(t *testing.T) *Store {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, NoLog: true, NoSigs: true})
-	require.NoError(t, err)
-	go ns.Start()
-	require.True(t, ns.ReadyForConnections(5*time.Second), "nats not ready")
-	t.Cleanup(ns.Shutdown)
-	nc, err := nats.Connect(ns.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
+	js, _ := jetstream.New(natsauth.Connect(t, natsauth.JetStream(t, nil).ClientURL()))
 	st, err := Open(context.Background(), js, Config{DuplicateWindow: time.Second, RecordTTL: time.Hour})
 	require.NoError(t, err)
 	return st
@@ -194,18 +186,10 @@ func TestTransitionCached(t *testing.T) {
 func TestOpenMigratesResults(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ns, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, NoLog: true, NoSigs: true})
-	require.NoError(t, err)
-	go ns.Start()
-	require.True(t, ns.ReadyForConnections(5*time.Second), "nats not ready")
-	t.Cleanup(ns.Shutdown)
-	nc, err := nats.Connect(ns.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
+	js, _ := jetstream.New(natsauth.Connect(t, natsauth.JetStream(t, nil).ClientURL()))
 	cfg := Config{DuplicateWindow: time.Second, RecordTTL: time.Hour}.WithDefaults()
 	subj := messages.Subjects{Prefix: cfg.Prefix}
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Duplicates: time.Second,
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Duplicates: time.Second,
 		Subjects: []string{subj.Prefix + ".invoke.>", subj.Prefix + ".dispatch.>", subj.Prefix + ".result.>", subj.Prefix + ".deadletter.>"}})
 	require.NoError(t, err)
 	old, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{Durable: "runplane-activator-results",
@@ -328,18 +312,10 @@ func TestEnsureWorkerConsumer(t *testing.T) {
 func TestMigrationIgnoresWorkerChosenHeaders(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ns, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, NoLog: true, NoSigs: true})
-	require.NoError(t, err)
-	go ns.Start()
-	require.True(t, ns.ReadyForConnections(5*time.Second), "nats not ready")
-	t.Cleanup(ns.Shutdown)
-	nc, err := nats.Connect(ns.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
+	js, _ := jetstream.New(natsauth.Connect(t, natsauth.JetStream(t, nil).ClientURL()))
 	cfg := Config{DuplicateWindow: time.Second, RecordTTL: time.Hour, ResultMaxMsgSize: 4096}.WithDefaults()
 	subj := messages.Subjects{Prefix: cfg.Prefix}
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Duplicates: time.Second,
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Duplicates: time.Second,
 		Subjects: []string{subj.Prefix + ".invoke.>", subj.Prefix + ".dispatch.>", subj.Prefix + ".result.>", subj.Prefix + ".deadletter.>"}})
 	require.NoError(t, err)
 	_, err = js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{Durable: "activator-results",
@@ -368,15 +344,7 @@ func TestMigrationIgnoresWorkerChosenHeaders(t *testing.T) {
 func TestResultsStreamKeepsOnlyUnhandledPerPool(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ns, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, NoLog: true, NoSigs: true})
-	require.NoError(t, err)
-	go ns.Start()
-	require.True(t, ns.ReadyForConnections(5*time.Second), "nats not ready")
-	t.Cleanup(ns.Shutdown)
-	nc, err := nats.Connect(ns.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
+	js, _ := jetstream.New(natsauth.Connect(t, natsauth.JetStream(t, nil).ClientURL()))
 	st, err := Open(ctx, js, Config{DuplicateWindow: time.Second, RecordTTL: time.Hour, ResultsMaxPerPool: 3})
 	require.NoError(t, err)
 	for i := range 3 {

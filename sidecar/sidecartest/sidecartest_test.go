@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
@@ -16,6 +15,7 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/sidecar/sidecartest"
+	"github.com/runplane/runplane/test/natsauth"
 )
 
 // events records the worker events of pool echo in namespace default.
@@ -34,14 +34,8 @@ func (e *events) of(worker string) []messages.EventType {
 // deregistered), Kill a crashed Pod (nothing more is heard from it, though
 // its sidecar's own drain runs to the end).
 func TestStopDeregistersKillVanishes(t *testing.T) {
-	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true})
-	require.NoError(t, err)
-	srv.Start()
-	require.True(t, srv.ReadyForConnections(10*time.Second))
-	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
+	srv := natsauth.JetStream(t, nil)
+	nc := natsauth.Connect(t, srv.ClientURL())
 	subj := messages.Subjects{Prefix: api.DefaultSubjectPrefix}
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)

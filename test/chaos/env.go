@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/runplane/runplane/internal/natssync"
 	"github.com/runplane/runplane/queue/config"
+	"github.com/runplane/runplane/test/kit"
 )
 
 // Binaries are the programs a case runs.
@@ -270,7 +270,7 @@ func (q *Queue) Restart() error {
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		if httpOK(q.URL + "/readyz") {
+		if kit.HTTPOK(context.Background(), q.URL+"/readyz") {
 			return nil
 		}
 		if !q.Running() {
@@ -362,14 +362,4 @@ func (w *Worker) Stop(grace time.Duration) {
 func (w *Worker) Kill() {
 	w.Sidecar.Kill()
 	w.Framework.Kill()
-}
-
-func httpOK(url string) bool {
-	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
 }

@@ -549,9 +549,18 @@ func (c *Cluster) Stop() {
 	}
 }
 
-// DumpLogs passes the tail of every component log to logf.
+// DumpLogs passes the tail of every component log, and of every real
+// node's containerd and fake DRA driver logs, to logf.
 func (c *Cluster) DumpLogs(logf func(format string, args ...any), lines int) {
 	for _, p := range c.Processes() {
 		logf("===== %s (last %d lines of %s) =====\n%s", p.Name, lines, p.LogPath, p.Tail(lines))
+	}
+	for _, n := range c.RealNodes() {
+		for _, name := range []string{"containerd.log", "fakedra.log"} {
+			f := filepath.Join(n.Dir, name)
+			if _, err := os.Stat(f); err == nil {
+				logf("===== %s %s (last %d lines) =====\n%s", n.Name, f, lines, tailFile(f, lines))
+			}
+		}
 	}
 }

@@ -49,13 +49,6 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-func namespace(t *testing.T, ctx context.Context) string {
-	t.Helper()
-	name := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
-	require.NoError(t, env.CreateNamespace(ctx, name))
-	return name
-}
-
 func gpuPodSpec(gpus int64) corev1.PodSpec {
 	return corev1.PodSpec{
 		InitContainers: []corev1.Container{{
@@ -87,7 +80,7 @@ func TestNodesAreReadyWithGPUs(t *testing.T) {
 
 func TestGPUDeploymentWithNativeSidecarRuns(t *testing.T) {
 	ctx := ctxFor(t, 30*time.Second)
-	ns := namespace(t, ctx)
+	ns := env.Namespace(t, "")
 	labels := map[string]string{"app": "gpu"}
 	dep := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "gpu", Namespace: ns},
@@ -133,7 +126,7 @@ func TestGPUDeploymentWithNativeSidecarRuns(t *testing.T) {
 
 func TestPodThatCannotFitStaysPending(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
-	ns := namespace(t, ctx)
+	ns := env.Namespace(t, "")
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "too-big", Namespace: ns}, Spec: gpuPodSpec(16)}
 	_, err := env.Client().CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 	require.NoError(t, err)
@@ -166,7 +159,7 @@ func waitForEvent(t *testing.T, ctx context.Context, ns, object, reason, message
 
 func TestPVCIsBoundAndPodMountingItRuns(t *testing.T) {
 	ctx := ctxFor(t, 2*time.Minute)
-	ns := namespace(t, ctx)
+	ns := env.Namespace(t, "")
 	pvc := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: ns},
 		Spec: corev1.PersistentVolumeClaimSpec{
@@ -200,7 +193,7 @@ func TestPVCIsBoundAndPodMountingItRuns(t *testing.T) {
 
 func TestSecondSchedulerProfile(t *testing.T) {
 	ctx := ctxFor(t, 2*time.Minute)
-	ns := namespace(t, ctx)
+	ns := env.Namespace(t, "")
 	proc, err := env.StartScheduler(ctx, &configv1.KubeSchedulerConfiguration{
 		Profiles: []configv1.KubeSchedulerProfile{{SchedulerName: ptr.To("second-scheduler")}},
 	})
@@ -275,7 +268,7 @@ func TestNoProcessOutlivesAPanic(t *testing.T) {
 // random part of its grace period; kwok's delay annotation overrides it.
 func TestDeletedPodTerminatesLikeAKubelet(t *testing.T) {
 	ctx := ctxFor(t, 2*time.Minute)
-	ns := namespace(t, ctx)
+	ns := env.Namespace(t, "")
 	c := env.Client()
 	bound := cluster.DefaultPodTerminationBound
 	tests := []struct {

@@ -22,7 +22,7 @@ import (
 // stays Pending.
 func TestSchedulerAllocatesDRAGPUs(t *testing.T) {
 	ctx := ctxFor(t, 2*time.Minute)
-	ns := namespace(t, ctx)
+	ns := env.Namespace(t, "")
 	c := env.Client()
 	taint := corev1.Taint{Key: "runplane.io/test", Value: ns, Effect: corev1.TaintEffectNoSchedule}
 	node := cluster.Node{Name: "dra-0", DRAGPUs: 2, NVLinkDomain: "d0", Taints: []corev1.Taint{taint}}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -14,7 +15,8 @@ import (
 // TestMain. It starts the cluster (set receives it before any test runs),
 // runs the tests, dumps the component logs if a test failed, stops every
 // process and exits with the tests' code. SIGINT or SIGTERM stop the
-// cluster too.
+// cluster too. RUNPLANE_E2E_DIR, when opts.Dir is empty, keeps the
+// cluster's dir (state and logs) there.
 func Main(m *testing.M, opts Options, set func(*Cluster)) {
 	os.Exit(Run(m, opts, set))
 }
@@ -22,14 +24,34 @@ func Main(m *testing.M, opts Options, set func(*Cluster)) {
 // Run is Main without the exit: it returns the tests' exit code, for a
 // TestMain that has its own clean-up after the cluster stopped.
 func Run(m *testing.M, opts Options, set func(*Cluster)) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	return runMain(m, opts, func(_ context.Context, c *Cluster) (func(bool), error) {
+		set(c)
+		return func(bool) {}, nil
+	})
+}
+
+// MainWith is Main with a set-up that may fail (what a suite starts on
+// the cluster, such as test/stack's stack) and its tear-down, which runs
+// after the tests (failed says whether one failed) and before the cluster
+// stops.
+func MainWith(m *testing.M, opts Options, setUp func(context.Context, *Cluster) (tearDown func(failed bool), err error)) {
+	os.Exit(runMain(m, opts, setUp))
+}
+
+func runMain(m *testing.M, opts Options, setUp func(context.Context, *Cluster) (func(bool), error)) int {
+	// A real node's first start builds its images: up to 30 minutes.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
+	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
 	if opts.Logf == nil {
-		opts.Logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+		opts.Logf = logf
+	}
+	if opts.Dir == "" {
+		opts.Dir = os.Getenv("RUNPLANE_E2E_DIR")
 	}
 	c, err := Start(ctx, opts)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "cluster: %v\n", err)
+		logf("cluster: %v", err)
 		return 1
 	}
 	signals := make(chan os.Signal, 1)
@@ -47,11 +69,17 @@ func Run(m *testing.M, opts Options, set func(*Cluster)) int {
 	// A panicking test ends the binary without running deferred calls in
 	// this goroutine; the parent-death signal still ends every process.
 	defer c.Stop()
-	set(c)
+	tearDown, err := setUp(ctx, c)
+	if err != nil {
+		logf("set-up: %v", err)
+		c.DumpLogs(logf, 40)
+		return 1
+	}
 	code := m.Run()
 	if code != 0 {
-		c.DumpLogs(func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }, 60)
+		c.DumpLogs(logf, 60)
 	}
+	tearDown(code != 0)
 	return code
 }
 
@@ -72,4 +100,20 @@ func ForTest(t *testing.T, namespace string) *Cluster {
 		t.Fatalf("namespace %s: %v", namespace, err)
 	}
 	return c
+}
+
+// Namespace creates a namespace for t (ready for Pods: its default
+// ServiceAccount exists; one that exists already is fine) and returns its
+// name: name, or when empty one made from t's name (lower case, "/" and
+// "_" as "-", at most 50 characters).
+func (c *Cluster) Namespace(t testing.TB, name string) string {
+	t.Helper()
+	if name == "" {
+		name = strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+		name = strings.TrimRight(name[:min(len(name), 50)], "-")
+	}
+	if err := c.CreateNamespace(t.Context(), name); err != nil {
+		t.Fatalf("namespace %s: %v", name, err)
+	}
+	return name
 }

@@ -1,20 +1,19 @@
 package cluster
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/runplane/runplane/test/kit"
 )
 
 // Process is one control-plane process, its output in a log file.
@@ -95,16 +94,7 @@ func tailFile(path string, n int) string {
 	if err != nil {
 		return fmt.Sprintf("(reading %s: %v)", path, err)
 	}
-	var lines []string
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 1024*1024), 1024*1024)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-	}
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return kit.Tail(string(data), n)
 }
 
 // waitFor polls check until it succeeds, the process exits or ctx ends.

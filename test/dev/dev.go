@@ -7,17 +7,16 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/controllers"
 	"github.com/runplane/runplane/hack/images"
-	"github.com/runplane/runplane/internal/priorityclass"
+	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/test/cluster"
+	"github.com/runplane/runplane/test/localworkers"
+	"github.com/runplane/runplane/test/stack"
 )
 
 type config struct {
@@ -26,6 +25,11 @@ type config struct {
 	queuePort          int
 	realNodes          int
 }
+
+// natsServers is the chart's nats.bundled.replicas (and queue stream
+// replicas) by default: its NATS runs three servers, streams and buckets
+// at three replicas.
+const natsServers = 3
 
 // defaultCatalog is the GPU spec catalog make dev installs.
 var defaultCatalog = map[string]string{
@@ -58,14 +62,17 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	defer c.Stop()
-	if err := bootstrap(ctx, c.Client()); err != nil {
-		return err
-	}
-	stack, err := startComponents(ctx, c, cfg)
+	st, err := stack.Start(ctx, c, stack.Options{
+		NATSServers: natsServers, Catalog: defaultCatalog,
+		Queue:       func(q *queue.Config) { q.Listen = "127.0.0.1:" + strconv.Itoa(cfg.queuePort) },
+		Controllers: &controllers.Config{}, Scheduler: true,
+		Workers: &localworkers.Config{StopGrace: 10 * time.Second},
+		Logf:    func(format string, args ...any) { fmt.Printf("dev: "+format+"\n", args...) },
+	})
 	if err != nil {
 		return err
 	}
-	defer stack.stop()
+	defer st.Stop()
 	demoTok, err := createDemo(ctx, c)
 	if err != nil {
 		return err
@@ -89,13 +96,13 @@ func run(ctx context.Context, cfg config) error {
 			n.Name, n.HostIP, cluster.RealNodeLabel, images.RunplaneRef, images.EchoRef, images.UserRef, images.PauseRef, n.Dir)
 	}
 	fmt.Printf("kubeconfig: %s\n", kubeconfig)
-	if stack.queueURL != "" {
-		fmt.Printf("queue ingress URL: %s\n", stack.queueURL)
+	if st.QueueURL != "" {
+		fmt.Printf("queue ingress URL: %s\n", st.QueueURL)
 		fmt.Printf("demo token file: %s\n", tokenFile)
 		fmt.Printf("demo token: %s\n", demoTok)
 	}
-	for _, name := range slices.Sorted(maps.Keys(stack.metrics)) {
-		fmt.Printf("metrics: %s %s\n", name, stack.metrics[name])
+	for _, name := range slices.Sorted(maps.Keys(st.Metrics)) {
+		fmt.Printf("metrics: %s %s\n", name, st.Metrics[name])
 	}
 	fmt.Printf(`
 Try:
@@ -109,14 +116,14 @@ Try:
        -H "Authorization: Bearer $TOKEN" \
        -d '{"mode":"sync","payload":{"prompt":"hello"}}'   # scales "echo" from zero, returns the echo
 Metrics (the metrics: lines; HTTPS, self-signed): a token of a ServiceAccount bound to ClusterRole runplane-metrics-reader
-Component logs: %[6]s (runplane.log, workers/, *.log)
+Component logs: %[6]s (components.log, workers/, *.log)
 Press Ctrl-C to stop everything.
-`, kubeconfig, filepath.Dir(c.Binary("kubectl")), api.DefaultNamespace, api.CatalogConfigMap, stack.queueURL, filepath.Join(dir, "cluster"), tokenFile)
+`, kubeconfig, filepath.Dir(c.Binary("kubectl")), api.DefaultNamespace, api.CatalogConfigMap, st.QueueURL, filepath.Join(dir, "cluster"), tokenFile)
 	select {
 	case <-ctx.Done():
 		fmt.Println("\ndev: stopping")
 		return nil
-	case err := <-stack.errs:
+	case err := <-st.Errs():
 		return err
 	}
 }
@@ -138,23 +145,4 @@ func realNodesFor(ctx context.Context, want int) int {
 	}
 	fmt.Printf("dev: starting %d real kubelet node(s) beside the kwok nodes (make dev REAL_NODES=0 turns them off)\n", want)
 	return want
-}
-
-// bootstrap creates what the chart would: runplane's namespace, the
-// priority classes and the GPU spec catalog.
-func bootstrap(ctx context.Context, client kubernetes.Interface) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: api.DefaultNamespace}}
-	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating namespace: %w", err)
-	}
-	for _, pc := range priorityclass.Defaults() { // the chart's, as its default values render them
-		if _, err := client.SchedulingV1().PriorityClasses().Create(ctx, &pc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating priority class %s: %w", pc.Name, err)
-		}
-	}
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: api.CatalogConfigMap, Namespace: api.DefaultNamespace}, Data: defaultCatalog}
-	if _, err := client.CoreV1().ConfigMaps(api.DefaultNamespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating the GPU spec catalog: %w", err)
-	}
-	return nil
 }

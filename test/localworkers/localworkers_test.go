@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
@@ -19,6 +18,7 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/test/cluster"
+	"github.com/runplane/runplane/test/natsauth"
 )
 
 var env *cluster.Cluster
@@ -30,17 +30,11 @@ func TestMain(m *testing.M) {
 func TestWorkerFollowsPod(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1"})
-	require.NoError(t, err)
-	srv.Start()
-	defer srv.Shutdown()
-	require.True(t, srv.ReadyForConnections(10*time.Second), "nats not ready")
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	defer nc.Close()
+	srv := natsauth.JetStream(t, nil)
+	nc := natsauth.Connect(t, srv.ClientURL())
 	js, _ := jetstream.New(nc)
 	subj := messages.Subjects{Prefix: api.DefaultSubjectPrefix}
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: api.DefaultStreamName, Subjects: subj.StreamSubjects()})
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: api.DefaultStreamName, Subjects: subj.StreamSubjects()})
 	require.NoError(t, err)
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: messages.ResultsStreamName(api.DefaultStreamName), Subjects: subj.ResultStreamSubjects()})
 	require.NoError(t, err)

@@ -59,7 +59,7 @@ func as(t *testing.T, user string, groups ...string) kubernetes.Interface {
 // controller) work in it.
 func tenantNamespace(t *testing.T, ns string) string {
 	t.Helper()
-	namespace(t, ns)
+	env.Namespace(t, ns)
 	ctx := context.Background()
 	c := env.Client()
 	role := &rbacv1.Role{
@@ -480,7 +480,7 @@ func TestStockOnlyInThePlatformNamespace(t *testing.T) {
 	_, err := as(t, tenantUser).CoreV1().Pods(ns).Create(context.Background(), placeholder, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	require.Error(t, err, "a tenant's stock placeholder")
 	assert.Contains(t, err.Error(), `label runplane.io/stock: stock placeholders may only be created in namespace(s) platform-stock (the platform's), not in "team-stock"`)
-	namespace(t, stockNS)
+	env.Namespace(t, stockNS)
 	_, err = env.Client().CoreV1().Pods(stockNS).Create(context.Background(), placeholder, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	require.NoError(t, err, "a placeholder in the stock namespace")
 }

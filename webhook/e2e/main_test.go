@@ -75,14 +75,6 @@ func setup(t *testing.T) kubernetes.Interface {
 	return c
 }
 
-func namespace(t *testing.T, name string) string {
-	t.Helper()
-	if err := env.CreateNamespace(context.Background(), name); !apierrors.IsAlreadyExists(err) {
-		require.NoError(t, err)
-	}
-	return name
-}
-
 // running is a webhook started by a test.
 type running struct {
 	addr   string // 127.0.0.1:<port> of the admission listener
@@ -139,7 +131,7 @@ func startWebhook(t *testing.T, modify ...func(*webhook.Config)) *running {
 	// Ready, and then the API server picks up the rewritten configuration
 	// (new URL, new port) through its own watch: wait until a dry-run is
 	// mutated by this instance.
-	probeNS := namespace(t, "webhook-probe")
+	probeNS := env.Namespace(t, "webhook-probe")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		select {
 		case <-exited:

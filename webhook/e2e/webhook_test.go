@@ -36,7 +36,7 @@ import (
 func TestDeploymentPodsAreInjected(t *testing.T) {
 	startWebhook(t)
 	c := env.Client()
-	ns := namespace(t, "team-deploy")
+	ns := env.Namespace(t, "team-deploy")
 	ctx := context.Background()
 	labels := map[string]string{"app": "llm", api.LabelGPUSpec: "g1.1", api.LabelPool: "llm", api.LabelSSH: api.SSHEnabled}
 	dep := &appsv1.Deployment{
@@ -148,7 +148,7 @@ func envOf(c corev1.Container, name string) string {
 // A user of kubectl apply reads which webhook refused the Pod and why.
 func TestDenialSeenByKubectl(t *testing.T) {
 	startWebhook(t)
-	ns := namespace(t, "team-deny")
+	ns := env.Namespace(t, "team-deny")
 	tests := []struct {
 		name, manifest, want string
 	}{
@@ -196,7 +196,7 @@ spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}`,
 // A server-side dry-run shows the mutated Pod and stores nothing.
 func TestServerSideDryRun(t *testing.T) {
 	startWebhook(t)
-	ns := namespace(t, "team-dryrun")
+	ns := env.Namespace(t, "team-dryrun")
 	out, err := kubectl(t, `
 apiVersion: v1
 kind: Pod
@@ -216,7 +216,7 @@ func TestCatalogChangeFollowed(t *testing.T) {
 	startWebhook(t)
 	c := env.Client()
 	ctx := context.Background()
-	ns := namespace(t, "team-catalog")
+	ns := env.Namespace(t, "team-catalog")
 	cm, err := c.CoreV1().ConfigMaps(runplaneNS).Get(ctx, api.CatalogConfigMap, metav1.GetOptions{})
 	require.NoError(t, err)
 	cm.Data["g2.new"] = "gpu: 2\ncpu: \"16\"\nmemory: 64Gi\n"
@@ -237,7 +237,7 @@ func TestStorageGate(t *testing.T) {
 	startWebhook(t)
 	c := env.Client()
 	ctx := context.Background()
-	ns := namespace(t, "team-storage")
+	ns := env.Namespace(t, "team-storage")
 	mk := func(name string, a map[string]string) {
 		t.Helper()
 		_, err := c.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
@@ -334,7 +334,7 @@ func TestUnlabelledPodAdmittedWhileWebhookDown(t *testing.T) {
 	r.stop()
 	c := env.Client()
 	ctx := context.Background()
-	ns := namespace(t, "team-down")
+	ns := env.Namespace(t, "team-down")
 	in := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "plain", Labels: map[string]string{"app": "plain"}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
@@ -360,7 +360,7 @@ func TestServingCertificateRotates(t *testing.T) {
 	first := servedCert(t, r.addr)
 	require.Eventually(t, func() bool { return !bytes.Equal(servedCert(t, r.addr), first) }, 30*time.Second, 200*time.Millisecond,
 		"a renewed serving certificate")
-	ns := namespace(t, "team-rotate")
+	ns := env.Namespace(t, "team-rotate")
 	_, err := env.Client().CoreV1().Pods(ns).Create(context.Background(), gpuPod("after-rotation", "g1.1"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	require.NoError(t, err, "admission after rotation")
 }
@@ -402,7 +402,7 @@ func TestCertManagerFilesFollowed(t *testing.T) {
 	issue()
 	require.Eventually(t, func() bool { return !bytes.Equal(servedCert(t, r.addr), first) }, 30*time.Second, 200*time.Millisecond,
 		"the renewed certificate served")
-	_, err = c.CoreV1().Pods(namespace(t, "team-cert-manager")).Create(ctx, gpuPod("after-renewal", "g1.1"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	_, err = c.CoreV1().Pods(env.Namespace(t, "team-cert-manager")).Create(ctx, gpuPod("after-renewal", "g1.1"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	require.NoError(t, err, "admission after the renewal")
 }
 
@@ -414,7 +414,7 @@ func TestPoolPodsGetNATSCA(t *testing.T) {
 	startWebhook(t, func(c *webhook.Config) { c.Injection.NATSServerName = "runplane-nats.runplane-system.svc" })
 	c := env.Client()
 	ctx := context.Background()
-	ns := namespace(t, "team-nats-ca")
+	ns := env.Namespace(t, "team-nats-ca")
 	t.Cleanup(func() { _ = c.CoreV1().ConfigMaps(runplaneNS).Delete(ctx, api.NATSCAConfigMap, metav1.DeleteOptions{}) })
 	pool := func() *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "w", Labels: map[string]string{api.LabelPool: "echo"}},

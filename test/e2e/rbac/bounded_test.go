@@ -23,6 +23,7 @@ import (
 	"github.com/runplane/runplane/controllers/egress"
 	"github.com/runplane/runplane/controllers/sshservice"
 	"github.com/runplane/runplane/queue/activator"
+	"github.com/runplane/runplane/test/kit"
 )
 
 // boundedNS is a tenant namespace of its own: the queue test's activator
@@ -264,7 +265,7 @@ func TestClaimsAndPodStatusBounded(t *testing.T) {
 	ctx := t.Context()
 	admin := env.Client()
 	claimIn := func(ns string) *corev1.PersistentVolumeClaim {
-		c := claim("", map[string]string{"team": "a"})
+		c := kit.Claim("", "1Gi", map[string]string{"team": "a"})
 		c.GenerateName = "bounded-"
 		c, err := admin.CoreV1().PersistentVolumeClaims(ns).Create(ctx, c, metav1.CreateOptions{})
 		require.NoError(t, err)

@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -28,20 +27,11 @@ import (
 	"github.com/runplane/runplane/pvcspec"
 	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/e2e/rbac"
+	"github.com/runplane/runplane/test/kit"
 	"github.com/runplane/runplane/test/scrape"
 )
 
 const testImage = "ghcr.io/runplane/runplane:rbac-test"
-
-func claim(name string, annotations map[string]string) *corev1.PersistentVolumeClaim {
-	return &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-		},
-	}
-}
 
 func mounting(name, claim string) *corev1.Pod {
 	return &corev1.Pod{
@@ -116,7 +106,7 @@ func TestControllers(t *testing.T) {
 	})
 
 	t.Run("prepare job, phase and storage gate", func(t *testing.T) {
-		c := claim("data", map[string]string{api.AnnotationPrepareFromImage: "busybox:1.36"})
+		c := kit.Claim("data", "1Gi", map[string]string{api.AnnotationPrepareFromImage: "busybox:1.36"})
 		_, err := client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, c, metav1.CreateOptions{})
 		require.NoError(t, err)
 		gated := mounting("gated", "data")
@@ -146,7 +136,7 @@ func TestControllers(t *testing.T) {
 	})
 
 	t.Run("accessor", func(t *testing.T) {
-		_, err := client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim("shared", nil), metav1.CreateOptions{})
+		_, err := client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, kit.Claim("shared", "1Gi", nil), metav1.CreateOptions{})
 		require.NoError(t, err)
 		user := mounting("user", "shared")
 		user.Spec.NodeName = "rbac-cpu-0"

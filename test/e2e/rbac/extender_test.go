@@ -33,6 +33,7 @@ import (
 	"github.com/runplane/runplane/internal/metricsauth"
 	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/e2e/rbac"
+	"github.com/runplane/runplane/test/kit"
 	"github.com/runplane/runplane/test/scrape"
 )
 
@@ -203,7 +204,7 @@ func runScheduler(t *testing.T, ext *extender.Extender, rec *rbac.Recorder) {
 	eventually(t, nil, 30*time.Second, "kube-scheduler /healthz", func() (bool, error) {
 		select {
 		case err := <-exited:
-			require.Failf(t, "kube-scheduler exited", "%v\n%s", err, tail(rec.Log(), 40))
+			require.Failf(t, "kube-scheduler exited", "%v\n%s", err, kit.Tail(rec.Log(), 40))
 		default:
 		}
 		resp, err := insecure.Get("https://127.0.0.1:" + strconv.Itoa(port) + "/healthz")

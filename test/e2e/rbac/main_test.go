@@ -26,6 +26,7 @@ import (
 	"github.com/runplane/runplane/queue/config"
 	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/e2e/rbac"
+	"github.com/runplane/runplane/test/kit"
 	"github.com/runplane/runplane/test/scrape"
 )
 
@@ -117,17 +118,9 @@ func checkNoDenials(t *testing.T, who string, recs ...*rbac.Recorder) {
 	}
 	if t.Failed() {
 		for _, rec := range recs {
-			t.Logf("%s log:\n%s", who, tail(rec.Log(), 80))
+			t.Logf("%s log:\n%s", who, kit.Tail(rec.Log(), 80))
 		}
 	}
-}
-
-func tail(s string, lines int) string {
-	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(l) > lines {
-		l = l[len(l)-lines:]
-	}
-	return strings.Join(l, "\n")
 }
 
 // eventually polls cond every 100ms (wait.PollUntilContextTimeout) until it

@@ -39,6 +39,7 @@ import (
 	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/sidecar/sidecartest"
 	"github.com/runplane/runplane/test/e2e/rbac"
+	"github.com/runplane/runplane/test/natsauth"
 	"github.com/runplane/runplane/test/scrape"
 )
 
@@ -306,15 +307,7 @@ func startTrustedNATS(t *testing.T, dir, resolverDir string, trustConf []byte, t
 	conf := filepath.Join(dir, "nats.conf")
 	require.NoError(t, os.WriteFile(conf, fmt.Appendf(nil, "listen: \"127.0.0.1:-1\"\njetstream { store_dir: %q }\nauthorization { timeout: 10 }\ninclude \"trust/trust.conf\"\n%s",
 		filepath.Join(dir, "js"), natstls.ServerConfig(files)), 0o600))
-	opts, err := server.ProcessConfigFile(conf)
-	require.NoError(t, err)
-	opts.NoLog, opts.NoSigs = true, true
-	srv, err = server.NewServer(opts)
-	require.NoError(t, err)
-	go srv.Start()
-	t.Cleanup(srv.Shutdown)
-	require.True(t, srv.ReadyForConnections(10*time.Second), "nats not ready")
-	return srv, mount
+	return natsauth.FromConfig(t, conf), mount
 }
 
 // kubelet runs the real sidecar of every Running Pod of the pool, until

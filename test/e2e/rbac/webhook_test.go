@@ -18,6 +18,7 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/pki"
 	"github.com/runplane/runplane/test/e2e/rbac"
+	"github.com/runplane/runplane/test/kit"
 	"github.com/runplane/runplane/test/scrape"
 	"github.com/runplane/runplane/webhook"
 	"github.com/runplane/runplane/webhook/mutate"
@@ -175,8 +176,8 @@ func TestWebhook(t *testing.T) {
 
 	t.Run("claims are read for the storage gate and validated", func(t *testing.T) {
 		for _, c := range []*corev1.PersistentVolumeClaim{
-			claim("plain", nil),
-			claim("prepared", map[string]string{api.AnnotationPrepareFromImage: "busybox:1.36"}),
+			kit.Claim("plain", "1Gi", nil),
+			kit.Claim("prepared", "1Gi", map[string]string{api.AnnotationPrepareFromImage: "busybox:1.36"}),
 		} {
 			_, err := client.CoreV1().PersistentVolumeClaims(webhookNS).Create(ctx, c, metav1.CreateOptions{})
 			require.NoError(t, err, "claim %s", c.Name)

@@ -83,7 +83,6 @@ func TestAccessorServesPreparedVolumeOnRealNode(t *testing.T) {
 	need(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	waitInjecting(t, ctx)
 	c := env.Client()
 	pvc := fromImage(t, "browse")
 	pvc.Annotations[api.AnnotationAccessor] = "enabled"

@@ -22,6 +22,7 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue/stream"
+	"github.com/runplane/runplane/test/kit"
 )
 
 // coldStart is when each step of one cold start was seen. The queue's own
@@ -175,16 +176,9 @@ func waitEmpty(b *testing.B, ctx context.Context, name string) {
 	require.NoError(b, err, "the pool %s did not scale back to zero", name)
 }
 
-// median is the middle of d.
-func median(d []time.Duration) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
 func reportMedians(b *testing.B, samples map[string][]time.Duration) {
 	for _, name := range slices.Sorted(maps.Keys(samples)) {
-		b.ReportMetric(float64(median(samples[name]).Microseconds())/1000, name)
+		b.ReportMetric(kit.Ms(kit.Median(samples[name])), name)
 	}
 }
 
@@ -202,7 +196,6 @@ func BenchmarkColdStartRealNode(b *testing.B) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	waitInjecting(b, ctx)
 	name := "cold"
 	d := poolDeployment(name, corev1.Container{}, nil, map[string]string{api.AnnotationIdleTimeout: "1s"})
 	_, err := env.Client().AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{})
@@ -211,7 +204,7 @@ func BenchmarkColdStartRealNode(b *testing.B) {
 		_ = env.Client().AppsV1().Deployments(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
 	waitPoolKnown(b, name)
-	nc := connectNATS(b)
+	nc := st.NATSConn(b)
 	payload := map[string]string{"prompt": "real"}
 
 	b.Run("cold", func(b *testing.B) {

@@ -53,7 +53,7 @@ func nodeListener(t *testing.T, addr string, port int) int {
 }
 
 // TestEgressOfPoolPods: a pool Pod (runplane.io/egress: restricted) of a
-// tenant, under the product's AdminNetworkPolicy (the stack's
+// tenant, under the product's AdminNetworkPolicy (test/stack's
 // restrictEgress), reaches NATS's client port (the stack's NATS on the
 // host by its CIDR, and a Pod labelled as NATS), the cluster DNS and the
 // public internet, and nothing else the issue names: cloud metadata at

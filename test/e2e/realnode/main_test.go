@@ -3,35 +3,38 @@
 // and the CNI plugins (hack/install-deps.sh); elsewhere every test skips and
 // says why.
 //
-// The stack: one real node (no kwok nodes), an in-process nats-server
-// listening on the node's host address (Pods reach it through the node's veth), the
-// webhook injecting the runplane image (imported into the node), the
-// queue, the extender with the runplane-scheduler (stack_scheduler_test.go) and
-// the controllers (stack_controller_test.go); pool Pods' egress restricted
-// by the product's AdminNetworkPolicy, which the node enforces
-// (restrictEgress).
+// The stack (test/stack): one real node (no kwok nodes), NATS with the
+// queue's callout listening on the node's host address (Pods reach it
+// through the node's veth), the webhook injecting the runplane image
+// (imported into the node), the queue, the extender with the
+// runplane-scheduler and the controllers; pool Pods' egress restricted by
+// the product's AdminNetworkPolicy, which the node enforces (the stack's
+// NATS, on the host's address inside the denied private ranges and no Pod,
+// is an external NATS at its address: the chart's
+// nats.external.egress.cidrs).
 package realnode
 
 import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
-	"net"
 	"os"
-	"path/filepath"
-	"sync"
+	"slices"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
-	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/controllers"
+	"github.com/runplane/runplane/controllers/egress"
 	"github.com/runplane/runplane/hack/images"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/test/cluster"
+	"github.com/runplane/runplane/test/natsauth"
+	"github.com/runplane/runplane/test/stack"
 	"github.com/runplane/runplane/webhook"
-	"github.com/runplane/runplane/webhook/mutate"
 )
 
 const ns = "e2e"
@@ -40,9 +43,33 @@ var (
 	env      *cluster.Cluster
 	node     *cluster.RealNode
 	queueURL string
+	// natsAuth is the stack's NATS trust, natsURL its address.
+	natsAuth natsauth.Auth
+	natsURL  string
+	// egressSettings restrict pool Pods.
+	egressSettings egress.Settings
+	// st is the whole stack.
+	st *stack.Stack
 	// skip is why this machine cannot run real nodes ("" when it can).
 	skip string
 )
+
+// realSpec is the catalog's GPU spec for the real node: one fake GPU and a
+// sliver of its two cores, placed on the real node by the spec itself
+// (nodeSelector and toleration), so GPU Pods and placeholders go there
+// through the webhook like on any GPU node pool.
+const realSpec = "rn1"
+
+// catalog is the GPU spec catalog of this stack (the ConfigMap the chart
+// renders from gpuSpecs).
+var catalog = map[string]string{
+	realSpec: `gpu: 1
+cpu: 100m
+memory: 64Mi
+nodeSelector: {"` + cluster.RealNodeLabel + `": "true"}
+tolerations: [{key: "` + cluster.RealNodeTaint + `", operator: Exists, effect: NoSchedule}]
+`,
+}
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -57,133 +84,51 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "realnode: skipping every test:", skip)
 		os.Exit(m.Run())
 	}
-	os.Exit(run(m))
+	stack.Main(m, cluster.Options{RealNodes: 1, RealNodeDRA: true}, prepare, func(s *stack.Stack) {
+		st, queueURL, natsAuth, natsURL, egressSettings = s, s.QueueURL, s.Auth, s.NATSURL, s.Egress
+	})
 }
 
-func run(m *testing.M) int {
-	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	began := time.Now()
-	c, err := cluster.Start(ctx, cluster.Options{RealNodes: 1, RealNodeDRA: true, Logf: logf, Dir: os.Getenv("RUNPLANE_E2E_DIR")})
-	if err != nil {
-		logf("cluster: %v", err)
-		return 1
-	}
-	defer c.Stop()
+// prepare untaints the real node, the cluster's only one: the controllers'
+// Jobs and accessor Deployments carry no toleration, as on any node that
+// takes ordinary Pods. Tests' own Pods keep pinning themselves to it
+// (nodeSelector and toleration), which still holds.
+func prepare(ctx context.Context, c *cluster.Cluster) (stack.Options, error) {
 	env, node = c, c.RealNodes()[0]
-	runCtx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer func() {
-		stop()
-		wg.Wait()
-	}()
-	if err := startStack(runCtx, &wg); err != nil {
-		logf("realnode stack: %v", err)
-		c.DumpLogs(logf, 40)
-		return 1
-	}
-	logf("realnode: stack up in %s", time.Since(began).Round(100*time.Millisecond))
-	code := m.Run()
-	if code != 0 {
-		c.DumpLogs(logf, 60)
-		for _, f := range []string{"containerd.log", "fakedra.log"} {
-			if b, err := os.ReadFile(filepath.Join(node.Dir, f)); err == nil {
-				logf("--- %s:\n%s", f, tail(string(b), 40))
-			}
-		}
-	}
-	return code
-}
-
-func tail(s string, n int) string {
-	lines := 0
-	for i := len(s) - 1; i >= 0; i-- {
-		if s[i] == '\n' {
-			if lines++; lines > n {
-				return s[i+1:]
-			}
-		}
-	}
-	return s
-}
-
-func startStack(ctx context.Context, wg *sync.WaitGroup) error {
-	// NATS on the node's host address: the only address Pods reach.
-	ns0, err := startNATS(ctx)
-	if err != nil {
-		return err
-	}
-	for _, n := range []string{api.DefaultNamespace, ns} {
-		if err := env.CreateNamespace(ctx, n); err != nil {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := env.Client().CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		if err != nil {
 			return err
 		}
-	}
-	if err := restrictEgress(ctx, ns0); err != nil {
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == cluster.RealNodeTaint })
+		_, err = env.Client().CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 		return err
-	}
-	logFile, err := os.Create(filepath.Join(env.Dir(), "components.log"))
+	})
 	if err != nil {
-		return err
+		return stack.Options{}, fmt.Errorf("untainting the real node: %w", err)
 	}
-	log := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	errc := make(chan error, 8)
-	goRun := func(name string, fn func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := fn(); err != nil && ctx.Err() == nil {
-				errc <- fmt.Errorf("%s: %w", name, err)
-			}
-		}()
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	inj := mutate.DefaultConfig()
-	inj.Image, inj.PauseImage, inj.ImagePullPolicy = images.RunplaneRef, images.PauseRef, corev1.PullNever
-	inj.NATSURL = ns0.ClientURL()
-	// The sidecars verify the server as the chart's do: the CA the queue
-	// would publish, the name the certificate carries.
-	inj.NATSServerName = natsAuth.Client.ServerName
-	if err := publishNATSCA(ctx); err != nil {
-		return err
-	}
-	goRun("webhook", func() error {
-		return webhook.Run(ctx, webhook.Config{
-			RESTConfig: env.RESTConfig(), Listener: ln, HealthAddr: "0", Injection: inj, Logger: log,
-			TLS: webhook.TLSConfig{IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}},
+	return stack.Options{
+		Namespaces: []string{ns},
+		// NATS on the node's host address: the only address Pods reach.
+		NATSHost: node.HostIP, Catalog: catalog, Scheduler: true,
+		Controllers: &controllers.Config{Image: images.RunplaneRef},
+		Webhook: func(w *webhook.Config) {
+			w.Injection.Image, w.Injection.PauseImage, w.Injection.ImagePullPolicy = images.RunplaneRef, images.PauseRef, corev1.PullNever
+			// The takeover tests' stock placeholders live in ns.
+			w.Injection.StockNamespaces = append(w.Injection.StockNamespaces, ns)
 			// The runplane-gpu policy counts only a resource no test asks
 			// for: the device-plugin tests (gpu_test.go, ssh_test.go)
 			// request nvidia.com/gpu directly, while takeover_test.go goes
 			// through runplane.io/gpu-spec and stock (the webhook's
 			// mutation, the runplane-scheduler and the extender), which
 			// the policy does not change.
-			Webhooks: webhook.WebhooksConfig{Manage: true, URL: "https://" + ln.Addr().String(), Resync: 5 * time.Second,
-				GPUPolicy: &webhook.GPUPolicy{Resources: []string{"runplane.io/no-gpu-policy-in-this-stack"}}},
-		})
-	})
-	addr := make(chan string, 1)
-	goRun("queue", func() error {
-		return queue.Run(ctx, withNATS(queue.Config{
-			InsecureDisableCallerAuth: true, Listen: "127.0.0.1:0", OnListen: func(a string) { addr <- a },
-			RESTConfig: env.RESTConfig(), Namespace: ns, HeartbeatTimeout: 10 * time.Second, Backoff: 200 * time.Millisecond,
-			Tick: 200 * time.Millisecond, Logger: log,
-		}, ns0))
-	})
-	select {
-	case a := <-addr:
-		queueURL = "http://" + a
-	case err := <-errc:
-		return err
-	case <-time.After(2 * time.Minute):
-		return fmt.Errorf("queue did not listen")
-	}
-	if err := startScheduler(ctx, log, goRun); err != nil {
-		return err
-	}
-	return startControllers(ctx, log, goRun)
+			w.Webhooks.GPUPolicy = &webhook.GPUPolicy{Resources: []string{"runplane.io/no-gpu-policy-in-this-stack"}}
+		},
+		Queue: func(q *queue.Config) {
+			q.InsecureDisableCallerAuth, q.Namespace = true, ns
+			q.HeartbeatTimeout, q.Backoff, q.Tick = 10*time.Second, 200*time.Millisecond, 200*time.Millisecond
+		},
+	}, nil
 }
 
 // need skips t where real nodes cannot run.

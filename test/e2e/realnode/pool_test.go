@@ -23,28 +23,8 @@ import (
 	"github.com/runplane/runplane/hack/images"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/test/cluster"
+	"github.com/runplane/runplane/test/kit"
 )
-
-// waitInjecting waits until the webhook is registered and injects the
-// sidecar (a dry-run Pod shows it).
-func waitInjecting(t testing.TB, ctx context.Context) {
-	t.Helper()
-	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: ns, Labels: map[string]string{api.LabelPool: "probe"}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "x"}}}}
-		got, err := env.Client().CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil {
-			return false, nil
-		}
-		for _, ic := range got.Spec.InitContainers {
-			if ic.Name == api.SidecarContainerName {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	require.NoError(t, err, "the webhook never injected the sidecar")
-}
 
 // poolDeployment is an empty pool (0 replicas) of framework-echo pinned to
 // the real node; framework is its container (image, command, mounts).
@@ -73,14 +53,8 @@ func poolDeployment(name string, framework corev1.Container, volumes []corev1.Vo
 // waitPoolKnown waits until the queue serves the pool.
 func waitPoolKnown(t testing.TB, name string) {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(queueURL + "/v1/namespaces/" + ns + "/pools/" + name)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, time.Minute, 100*time.Millisecond, "the queue never learned the pool")
+	require.Eventually(t, func() bool { return kit.HTTPOK(t.Context(), queueURL+"/v1/namespaces/"+ns+"/pools/"+name) },
+		time.Minute, 100*time.Millisecond, "the queue never learned the pool")
 }
 
 // invokeSync posts a sync invocation and decodes the Record it answers.
@@ -153,7 +127,6 @@ func TestPoolScalesFromZeroOnRealNode(t *testing.T) {
 	need(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	waitInjecting(t, ctx)
 	name := "echo"
 	d := poolDeployment(name, corev1.Container{
 		Command: []string{"sh", "-c", gatedEcho}, Stdin: true,
@@ -167,7 +140,7 @@ func TestPoolScalesFromZeroOnRealNode(t *testing.T) {
 	waitPoolKnown(t, name)
 
 	// The sidecar's Events, as the queue receives them.
-	nc := connectNATS(t)
+	nc := st.NATSConn(t)
 	events := make(chan messages.Event, 64)
 	sub, err := nc.Subscribe(messages.Subjects{Prefix: api.DefaultSubjectPrefix}.Metrics(ns, name)+".*", func(m *nats.Msg) {
 		var ev messages.Event

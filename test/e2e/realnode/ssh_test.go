@@ -43,7 +43,6 @@ func TestSSHSessionRunsInTheMainContainer(t *testing.T) {
 	need(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	waitInjecting(t, ctx)
 	c := env.Client()
 
 	_, priv, err := ed25519.GenerateKey(rand.Reader)

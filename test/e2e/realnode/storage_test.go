@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
@@ -18,29 +17,19 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/hack/images"
 	"github.com/runplane/runplane/test/cluster"
+	"github.com/runplane/runplane/test/kit"
 )
 
 // prepareScript is what the prepare-from-image Job runs in the user image:
 // a file in a subdirectory, and one with a mode of its own.
 const prepareScript = `mkdir -p weights && echo "real-weights" > weights/w.bin && echo "hello from the image" > README && chmod 0604 README && echo prepared`
 
-// claim is a ReadWriteOnce PVC with annotations.
-func claim(name string, annotations map[string]string) *corev1.PersistentVolumeClaim {
-	return &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("16Mi")}},
-		},
-	}
-}
-
 // fromImage is a PVC the user image prepares with prepareScript.
 func fromImage(t *testing.T, name string) *corev1.PersistentVolumeClaim {
 	t.Helper()
 	cmd, err := json.Marshal([]string{"sh", "-c", prepareScript})
 	require.NoError(t, err)
-	return claim(name, map[string]string{api.AnnotationPrepareFromImage: images.UserRef, api.AnnotationPrepareCommand: string(cmd)})
+	return kit.Claim(name, "16Mi", map[string]string{api.AnnotationPrepareFromImage: images.UserRef, api.AnnotationPrepareCommand: string(cmd)})
 }
 
 // waitPrepared waits until the PVC's preparation Succeeded and returns it;
@@ -86,7 +75,6 @@ func TestPrepareFromImageAndPVCOnRealNode(t *testing.T) {
 	need(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	waitInjecting(t, ctx)
 	c := env.Client().CoreV1()
 
 	// The reader first: its claim does not exist yet, so it is gated.
@@ -113,7 +101,7 @@ func TestPrepareFromImageAndPVCOnRealNode(t *testing.T) {
 
 	_, err = c.PersistentVolumeClaims(ns).Create(ctx, fromImage(t, "model"), metav1.CreateOptions{})
 	require.NoError(t, err)
-	_, err = c.PersistentVolumeClaims(ns).Create(ctx, claim("copy", map[string]string{api.AnnotationPrepareFromPVC: "model"}), metav1.CreateOptions{})
+	_, err = c.PersistentVolumeClaims(ns).Create(ctx, kit.Claim("copy", "16Mi", map[string]string{api.AnnotationPrepareFromPVC: "model"}), metav1.CreateOptions{})
 	require.NoError(t, err)
 
 	model := waitPrepared(t, ctx, "model")

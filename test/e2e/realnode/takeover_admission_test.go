@@ -46,7 +46,6 @@ func BenchmarkBareGPUPodAdmission(b *testing.B) {
 	t := b
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	waitInjecting(t, ctx)
 	c := env.Client()
 	forceDelete := func(t testing.TB, name string) {
 		require.NoError(t, c.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -24,6 +22,7 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/hack/images"
 	"github.com/runplane/runplane/test/cluster"
+	"github.com/runplane/runplane/test/kit"
 )
 
 // The baseline's PriorityClasses: victims below runplane-stock (so the
@@ -141,13 +140,6 @@ func preemptor(name string) *corev1.Pod {
 	return p
 }
 
-func percentile(d []time.Duration, q float64) float64 {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	i := int(math.Ceil(q/100*float64(len(s)))) - 1
-	return float64(s[max(i, 0)].Microseconds()) / 1000
-}
-
 // BenchmarkTakeoverRealNode measures on the real kubelet, in one run and
 // alternating, GPU Pod created → Running (its container started) for
 // (1) a GPU Pod taking over a placeholder through the runplane-scheduler
@@ -259,16 +251,11 @@ func BenchmarkTakeoverRealNode(b *testing.B) {
 	}
 	b.StopTimer()
 	took, preempted := stockS.running, preemptS.running
-	b.ReportMetric(percentile(stockS.bound, 50), "stock-bound-p50-ms")
-	b.ReportMetric(percentile(preemptS.bound, 50), "preempt-bound-p50-ms")
+	b.ReportMetric(kit.Ms(kit.Percentile(stockS.bound, 50)), "stock-bound-p50-ms")
+	b.ReportMetric(kit.Ms(kit.Percentile(preemptS.bound, 50)), "preempt-bound-p50-ms")
 	// A rejected sample is one the kubelet failed (UnexpectedAdmissionError)
 	// although the scheduler had bound it: not in the latencies.
 	b.ReportMetric(float64(stockS.rejected), "stock-rejected")
 	b.ReportMetric(float64(preemptS.rejected), "preempt-rejected")
-	b.ReportMetric(percentile(took, 50), "stock-p50-ms")
-	b.ReportMetric(percentile(took, 99), "stock-p99-ms")
-	b.ReportMetric(percentile(preempted, 50), "preempt-p50-ms")
-	b.ReportMetric(percentile(preempted, 99), "preempt-p99-ms")
-	b.ReportMetric(percentile(preempted, 50)/percentile(took, 50), "speedup-p50")
-	b.ReportMetric(percentile(preempted, 99)/percentile(took, 99), "speedup-p99")
+	kit.ReportSpeedup(b, "stock", took, "preempt", preempted)
 }

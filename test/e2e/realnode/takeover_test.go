@@ -151,7 +151,6 @@ func TestGPUPodTakesOverPlaceholderOnRealNode(t *testing.T) {
 	need(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	waitInjecting(t, ctx)
 	c := env.Client()
 	_, err := c.AppsV1().Deployments(ns).Create(ctx, stockDeployment("stock-takeover", cluster.RealNodeGPUs), metav1.CreateOptions{})
 	require.NoError(t, err)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -16,31 +15,17 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/test/kit"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-func percentile(d []time.Duration, p int) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, len(s)*p/100)]
-}
-
-func report(b *testing.B, name string, d []time.Duration) {
-	b.ReportMetric(float64(percentile(d, 50).Microseconds())/1000, name+"-p50-ms")
-	b.ReportMetric(float64(percentile(d, 99).Microseconds())/1000, name+"-p99-ms")
-}
-
 // BenchmarkWarmSync is the full warm path: HTTP ingress → JetStream →
 // activator → dispatch → sidecar → framework-echo over the socket → result
 // → sync reply → HTTP answer, one caller at a time, against one ready
 // worker. A bare NATS request/reply on the same server is measured in the
-// same run for scale. RUNPLANE_E2E_NATS_TLS=1 runs the whole stack on
-// verified TLS (compare two runs).
+// same run for scale; both on the chart's verified TLS.
 func BenchmarkWarmSync(b *testing.B) {
 	name := fmt.Sprintf("warm%d", time.Now().UnixNano()%100000)
 	pool(b, name, 1, 4, map[string]string{api.AnnotationMinAvailable: "1"})
@@ -52,12 +37,10 @@ func BenchmarkWarmSync(b *testing.B) {
 	}, 90*time.Second, 200*time.Millisecond, "pool never answered")
 
 	// Bare NATS request/reply on the same server.
-	sub, err := st.nc.Subscribe("bench.echo", func(m *nats.Msg) { _ = m.Respond(m.Data) })
+	sub, err := st.NATSConn(b).Subscribe("bench.echo", func(m *nats.Msg) { _ = m.Respond(m.Data) })
 	require.NoError(b, err)
 	defer func() { assert.NoError(b, sub.Unsubscribe()) }()
-	nc2, err := st.connect()
-	require.NoError(b, err)
-	defer nc2.Close()
+	nc2 := st.NATSConn(b)
 	var bare, full []time.Duration
 	b.ResetTimer()
 	for range b.N {
@@ -73,8 +56,8 @@ func BenchmarkWarmSync(b *testing.B) {
 		bare = append(bare, time.Since(t1))
 	}
 	b.StopTimer()
-	report(b, "full", full)
-	report(b, "nats-reqrep", bare)
+	kit.ReportPercentiles(b, "full", full)
+	kit.ReportPercentiles(b, "nats-reqrep", bare)
 }
 
 // BenchmarkColdStart is the cold path: an empty pool's first sync
@@ -83,11 +66,12 @@ func BenchmarkWarmSync(b *testing.B) {
 // sidecar's ready event) and dispatch (→ the HTTP answer).
 func BenchmarkColdStart(b *testing.B) {
 	var scale, running, ready, dispatch, total []time.Duration
+	nc := st.NATSConn(b)
 	for i := range b.N {
 		name := fmt.Sprintf("cold%d-%d", time.Now().UnixNano()%100000, i)
 		pool(b, name, 0, 1, nil)
 		readyAt := make(chan time.Time, 1)
-		sub, err := st.nc.Subscribe(messages.Subjects{Prefix: api.DefaultSubjectPrefix}.Metrics(ns, name)+".*", func(m *nats.Msg) {
+		sub, err := nc.Subscribe(messages.Subjects{Prefix: api.DefaultSubjectPrefix}.Metrics(ns, name)+".*", func(m *nats.Msg) {
 			var ev messages.Event
 			if json.Unmarshal(m.Data, &ev) == nil && ev.Ready {
 				select {
@@ -105,12 +89,12 @@ func BenchmarkColdStart(b *testing.B) {
 			defer wg.Done()
 			for {
 				if scaledAt.IsZero() {
-					if sc, err := st.cluster.Client().AppsV1().Deployments(ns).GetScale(context.Background(), name, metav1.GetOptions{}); err == nil && sc.Spec.Replicas >= 1 {
+					if sc, err := st.Cluster.Client().AppsV1().Deployments(ns).GetScale(context.Background(), name, metav1.GetOptions{}); err == nil && sc.Spec.Replicas >= 1 {
 						scaledAt = time.Now()
 					}
 				}
 				if runningAt.IsZero() {
-					l, err := st.cluster.Client().CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: api.LabelPool + "=" + name})
+					l, err := st.Cluster.Client().CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: api.LabelPool + "=" + name})
 					if err == nil && len(l.Items) > 0 && l.Items[0].Status.Phase == corev1.PodRunning {
 						runningAt = time.Now()
 					}
@@ -147,6 +131,6 @@ func BenchmarkColdStart(b *testing.B) {
 		n string
 		d []time.Duration
 	}{{"scale", scale}, {"podrunning", running}, {"workerready", ready}, {"dispatch", dispatch}, {"total", total}} {
-		b.ReportMetric(float64(percentile(m.d, 50).Microseconds())/1000, m.n+"-p50-ms")
+		b.ReportMetric(kit.Ms(kit.Percentile(m.d, 50)), m.n+"-p50-ms")
 	}
 }

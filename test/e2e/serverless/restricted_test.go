@@ -75,7 +75,7 @@ func restrictedContainer(name, image string) corev1.Container {
 func TestRestrictedNamespaceAdmitsRunplanePods(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	kube := st.cluster.Client()
+	kube := st.Cluster.Client()
 	got, err := kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 	require.NoError(t, err)
 	require.Equal(t, "restricted", got.Labels["pod-security.kubernetes.io/enforce"])
@@ -187,7 +187,7 @@ func client0(err error) error {
 // waits until the webhook knows spec g1.1.
 func ensureGPUCatalog(t *testing.T, ctx context.Context) {
 	t.Helper()
-	kube := st.cluster.Client()
+	kube := st.Cluster.Client()
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: api.CatalogConfigMap, Namespace: api.DefaultNamespace},
 		Data: map[string]string{"g1.1": "gpu: 1\ncpu: \"8\"\nmemory: 32Gi\n"}}
 	_, err := kube.CoreV1().ConfigMaps(api.DefaultNamespace).Create(ctx, cm, metav1.CreateOptions{})

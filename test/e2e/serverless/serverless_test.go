@@ -77,7 +77,7 @@ func TestAsyncInvocationAndGet(t *testing.T) {
 	assert.Equal(t, "async-1", ack.InvocationID, "ack = %+v", ack)
 	var rec messages.Record
 	require.Eventually(t, func() bool {
-		getJSON(t, st.queueURL+"/v1/namespaces/"+ns+"/invocations/async-1", &rec)
+		getJSON(t, st.QueueURL+"/v1/namespaces/"+ns+"/invocations/async-1", &rec)
 		return rec.State.Terminal()
 	}, 90*time.Second, 200*time.Millisecond, "async-1 succeeded")
 	assert.False(t, rec.State != messages.StateSucceeded || string(echoed(t, rec).Payload) != "[1,2]" || echoed(t, rec).Mode != "async", "record = %+v", rec)
@@ -93,7 +93,7 @@ func TestBurstScalesUpThenIdlesDownToFloor(t *testing.T) {
 	go func() {
 		defer close(watchDone)
 		for {
-			sc, err := st.cluster.Client().AppsV1().Deployments(ns).GetScale(context.Background(), "burst", metav1.GetOptions{})
+			sc, err := st.Cluster.Client().AppsV1().Deployments(ns).GetScale(context.Background(), "burst", metav1.GetOptions{})
 			if err == nil && sc.Spec.Replicas > peak.Load() {
 				peak.Store(sc.Spec.Replicas)
 			}
@@ -145,7 +145,7 @@ func TestKilledWorkerIsRedeliveredAndCompletesOnce(t *testing.T) {
 	victim := warm.Worker
 
 	var results atomic.Int32
-	sub, err := st.nc.Subscribe(messages.Subjects{Prefix: api.DefaultSubjectPrefix}.Result(ns, "kill"), func(m *nats.Msg) {
+	sub, err := st.NATSConn(t).Subscribe(messages.Subjects{Prefix: api.DefaultSubjectPrefix}.Result(ns, "kill"), func(m *nats.Msg) {
 		var r messages.Result
 		if json.Unmarshal(m.Data, &r) == nil && r.InvocationID == "killed-1" {
 			results.Add(1)
@@ -159,14 +159,14 @@ func TestKilledWorkerIsRedeliveredAndCompletesOnce(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, code, "async invoke")
 	var rec messages.Record
 	require.Eventually(t, func() bool {
-		getJSON(t, st.queueURL+"/v1/namespaces/"+ns+"/invocations/killed-1", &rec)
+		getJSON(t, st.QueueURL+"/v1/namespaces/"+ns+"/invocations/killed-1", &rec)
 		return rec.State == messages.StateRunning && rec.Worker == victim
 	}, 30*time.Second, 200*time.Millisecond, "killed-1 running on "+victim)
 	// The node dies: processes gone without a drain, Pod deleted.
-	require.NoError(t, st.workers.Kill(ns, victim))
-	require.NoError(t, st.cluster.Client().CoreV1().Pods(ns).Delete(context.Background(), victim, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
+	require.NoError(t, st.Workers.Kill(ns, victim))
+	require.NoError(t, st.Cluster.Client().CoreV1().Pods(ns).Delete(context.Background(), victim, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
 	require.Eventually(t, func() bool {
-		getJSON(t, st.queueURL+"/v1/namespaces/"+ns+"/invocations/killed-1", &rec)
+		getJSON(t, st.QueueURL+"/v1/namespaces/"+ns+"/invocations/killed-1", &rec)
 		return rec.State.Terminal()
 	}, 120*time.Second, 200*time.Millisecond, "killed-1 terminal")
 	assert.False(t, rec.State != messages.StateSucceeded || rec.Worker == victim || rec.Attempt < 2, "record = state %s worker %s attempt %d (%s); want succeeded by another worker on a later attempt", rec.State, rec.Worker, rec.Attempt, rec.Error)
@@ -177,7 +177,7 @@ func TestKilledWorkerIsRedeliveredAndCompletesOnce(t *testing.T) {
 		var info struct {
 			Status *messages.PoolStatus `json:"status"`
 		}
-		getJSON(t, st.queueURL+"/v1/namespaces/"+ns+"/pools/kill", &info)
+		getJSON(t, st.QueueURL+"/v1/namespaces/"+ns+"/pools/kill", &info)
 		return info.Status != nil && info.Status.Backlog == 0 && info.Status.InFlight == 0
 	}, 30*time.Second, 200*time.Millisecond, "pool kill quiet")
 	require.EqualValues(t, 1, results.Load(), "results published for killed-1")

@@ -164,78 +164,60 @@ func TestSidecarNATSIdentity(t *testing.T) {
 	})
 
 	other := func(kind string) string { return q.subj.Prefix + "." + kind + ".nats-b.echo" }
-	attempts := []struct {
-		name string
-		try  func(ctx context.Context) error
-		want string
-	}{
-		{name: "subscribe to another namespace's dispatches", want: other("dispatch") + "." + podB.Name,
-			try: func(context.Context) error {
+	attempts := []natsauth.Attempt{
+		{Name: "subscribe to another namespace's dispatches", Want: other("dispatch") + "." + podB.Name,
+			Try: func(context.Context) error {
 				_, err := nc.SubscribeSync(q.subj.Dispatch("nats-b", "echo", podB.Name))
 				return err
 			}},
-		{name: "subscribe to every dispatch", want: q.subj.Prefix + ".dispatch.>",
-			try: func(context.Context) error { _, err := nc.SubscribeSync(q.subj.Prefix + ".dispatch.>"); return err }},
-		{name: "publish a fake result for another pool", want: other("result"),
-			try: func(context.Context) error { return nc.Publish(q.subj.Result("nats-b", "echo"), []byte("forged")) }},
-		{name: "answer another tenant's sync caller", want: other("reply") + ".replica-1.inv-1",
-			try: func(context.Context) error {
+		{Name: "subscribe to every dispatch", Want: q.subj.Prefix + ".dispatch.>",
+			Try: func(context.Context) error { _, err := nc.SubscribeSync(q.subj.Prefix + ".dispatch.>"); return err }},
+		{Name: "publish a fake result for another pool", Want: other("result"),
+			Try: func(context.Context) error { return nc.Publish(q.subj.Result("nats-b", "echo"), []byte("forged")) }},
+		{Name: "answer another tenant's sync caller", Want: other("reply") + ".replica-1.inv-1",
+			Try: func(context.Context) error {
 				return nc.Publish(q.subj.Reply("nats-b", "echo")+".replica-1.inv-1", []byte("forged"))
 			}},
-		{name: "a consumer on another worker's dispatches", want: api.WorkerJSAPIPrefix + ".CONSUMER.CREATE." + q.stream + "." + messages.ConsumerName(ns, pool, w),
-			try: func(ctx context.Context) error {
+		{Name: "a consumer on another worker's dispatches", Want: api.WorkerJSAPIPrefix + ".CONSUMER.CREATE." + q.stream + "." + messages.ConsumerName(ns, pool, w),
+			Try: func(ctx context.Context) error {
 				_, err := js.CreateOrUpdateConsumer(ctx, q.stream, jetstream.ConsumerConfig{
 					Durable: messages.ConsumerName(ns, pool, w), FilterSubject: q.subj.Dispatch("nats-b", "echo", podB.Name)})
 				return err
 			}},
-		{name: "a push consumer delivering to another tenant's cancels", want: api.WorkerJSAPIPrefix + ".CONSUMER.CREATE." + q.stream + "." + messages.ConsumerName(ns, pool, w) + "." + q.subj.Dispatch(ns, pool, w),
-			try: func(ctx context.Context) error {
+		{Name: "a push consumer delivering to another tenant's cancels", Want: api.WorkerJSAPIPrefix + ".CONSUMER.CREATE." + q.stream + "." + messages.ConsumerName(ns, pool, w) + "." + q.subj.Dispatch(ns, pool, w),
+			Try: func(ctx context.Context) error {
 				_, err := js.CreateOrUpdateConsumer(ctx, q.stream, jetstream.ConsumerConfig{
 					Durable: messages.ConsumerName(ns, pool, w), FilterSubject: q.subj.Dispatch(ns, pool, w),
 					DeliverSubject: q.subj.Cancel("nats-b", "echo", podB.Name), AckPolicy: jetstream.AckNonePolicy})
 				return err
 			}},
-		{name: "delete its own consumer", want: api.WorkerJSAPIPrefix + ".CONSUMER.DELETE." + q.stream + "." + messages.ConsumerName(ns, pool, w),
-			try: func(ctx context.Context) error {
+		{Name: "delete its own consumer", Want: api.WorkerJSAPIPrefix + ".CONSUMER.DELETE." + q.stream + "." + messages.ConsumerName(ns, pool, w),
+			Try: func(ctx context.Context) error {
 				return js.DeleteConsumer(ctx, q.stream, messages.ConsumerName(ns, pool, w))
 			}},
-		{name: "pull from another worker's consumer", want: "$JS.API.CONSUMER.MSG.NEXT." + q.stream + "." + messages.ConsumerName("nats-b", "echo", podB.Name),
-			try: func(context.Context) error {
+		{Name: "pull from another worker's consumer", Want: "$JS.API.CONSUMER.MSG.NEXT." + q.stream + "." + messages.ConsumerName("nats-b", "echo", podB.Name),
+			Try: func(context.Context) error {
 				_, err := nc.Request("$JS.API.CONSUMER.MSG.NEXT."+q.stream+"."+messages.ConsumerName("nats-b", "echo", podB.Name), []byte(`{"batch":1}`), time.Second)
 				return err
 			}},
-		{name: "list streams", want: api.WorkerJSAPIPrefix + ".STREAM.NAMES",
-			try: func(ctx context.Context) error {
+		{Name: "list streams", Want: api.WorkerJSAPIPrefix + ".STREAM.NAMES",
+			Try: func(ctx context.Context) error {
 				names := js.StreamNames(ctx)
 				for range names.Name() {
 				}
 				return names.Err()
 			}},
-		{name: "read the invocation records bucket", want: api.WorkerJSAPIPrefix + ".STREAM.INFO.KV_",
-			try: func(ctx context.Context) error {
+		{Name: "read the invocation records bucket", Want: api.WorkerJSAPIPrefix + ".STREAM.INFO.KV_",
+			Try: func(ctx context.Context) error {
 				_, err := js.KeyValue(ctx, stream.Config{}.WithDefaults().RecordsBucket)
 				return err
 			}},
-		{name: "listen to another worker's inbox", want: "_INBOX_RP.nats-b.>",
-			try: func(context.Context) error { _, err := nc.SubscribeSync("_INBOX_RP.nats-b.>"); return err }},
-		{name: "answer the auth callout", want: "$SYS.REQ.USER.AUTH",
-			try: func(context.Context) error { _, err := nc.SubscribeSync("$SYS.REQ.USER.AUTH"); return err }},
+		{Name: "listen to another worker's inbox", Want: "_INBOX_RP.nats-b.>",
+			Try: func(context.Context) error { _, err := nc.SubscribeSync("_INBOX_RP.nats-b.>"); return err }},
+		{Name: "answer the auth callout", Want: "$SYS.REQ.USER.AUTH",
+			Try: func(context.Context) error { _, err := nc.SubscribeSync("$SYS.REQ.USER.AUTH"); return err }},
 	}
-	for _, a := range attempts {
-		t.Run(a.name, func(t *testing.T) {
-			actx, acancel := context.WithTimeout(ctx, time.Second)
-			defer acancel()
-			_ = a.try(actx) // refused asynchronously: the violation below is the verdict
-			require.NoError(t, nc.Flush())
-			select {
-			case err := <-violations:
-				require.ErrorContains(t, err, "Permissions Violation")
-				require.ErrorContains(t, err, a.want)
-			case <-ctx.Done():
-				t.Fatal("no permission violation")
-			}
-		})
-	}
+	natsauth.RequireRefused(ctx, t, nc, violations, attempts)
 
 	t.Run("refused tokens", func(t *testing.T) {
 		doomed := poolPod(t, "nats-b", "doomed")

@@ -1,0 +1,54 @@
+package natsauth
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+)
+
+// JetStream runs a plain JetStream nats-server (no accounts, no auth, no
+// TLS) on loopback, its store in a directory of the test, until the test
+// ends: for a test of one component's use of JetStream, where runplane's
+// operator mode (Start) adds nothing. mutate, when set, adjusts the
+// options first (users, TLS, a fixed port and store for a restart).
+func JetStream(t testing.TB, mutate func(*server.Options)) *server.Server {
+	t.Helper()
+	o := &server.Options{JetStream: true, StoreDir: t.TempDir(), Port: -1, Host: "127.0.0.1", NoLog: true, NoSigs: true}
+	if mutate != nil {
+		mutate(o)
+	}
+	return run(t, o)
+}
+
+// FromConfig runs a nats-server from the configuration file conf (what
+// only a file sets, such as JetStream's max_file_store, or the chart's
+// included trust.conf) until the test ends.
+func FromConfig(t testing.TB, conf string) *server.Server {
+	t.Helper()
+	o, err := server.ProcessConfigFile(conf)
+	require.NoError(t, err, "nats configuration %s", conf)
+	o.NoLog, o.NoSigs = true, true
+	return run(t, o)
+}
+
+func run(t testing.TB, o *server.Options) *server.Server {
+	t.Helper()
+	srv, err := server.NewServer(o)
+	require.NoError(t, err, "nats server")
+	srv.Start()
+	require.True(t, srv.ReadyForConnections(10*time.Second), "nats not ready")
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	return srv
+}
+
+// Connect connects to url with opts until the test ends.
+func Connect(t testing.TB, url string, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
+	require.NoError(t, err, "connecting to %s", url)
+	t.Cleanup(nc.Close)
+	return nc
+}
