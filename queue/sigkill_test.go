@@ -12,8 +12,11 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/config"
 	"github.com/runplane/runplane/sidecar/sidecartest"
 
 	"github.com/stretchr/testify/assert"
@@ -41,9 +44,16 @@ func TestProcessKilledUnderLoad(t *testing.T) {
 	ln.Close()
 	e.base = "http://" + addr
 	logf, _ := os.Create(filepath.Join(t.TempDir(), "queue.log"))
+	qc := config.New()
+	qc.StaticPools, qc.LeaderElection.LeaderElect, qc.InsecureDisableCallerAuth = []string{testPool}, ptr(false), true
+	qc.Listen, qc.Metrics.BindAddress, qc.NATS.URL = addr, "0", e.natsURL()
+	qc.Stream.DuplicateWindow, qc.Stream.RecordTTL = metav1.Duration{Duration: time.Second}, metav1.Duration{Duration: time.Hour}
+	qc.Workers.HeartbeatTimeout, qc.Workers.HeartbeatInterval = metav1.Duration{Duration: time.Second}, metav1.Duration{Duration: 100 * time.Millisecond}
+	qc.Limits.PoolMaxBacklog = 100000
+	file := filepath.Join(t.TempDir(), "queue.yaml")
+	require.NoError(t, config.WriteFile(file, qc))
 	start := func() *exec.Cmd {
-		cmd := exec.Command(bin, "-no-kube", "-insecure-disable-caller-auth", "-pools", testPool, "-listen", addr, "-nats-url", e.natsURL(),
-			"-duplicate-window", "1s", "-record-ttl", "1h", "-heartbeat-timeout", "1s", "-worker-heartbeat-interval", "100ms", "-max-backlog", "100000")
+		cmd := exec.Command(bin, "-config", file)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		require.NoError(t, cmd.Start())

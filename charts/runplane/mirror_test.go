@@ -112,7 +112,7 @@ func TestCatalogParses(t *testing.T) {
 		specs []string
 	}{
 		{"default", nil, nil},
-		{"full", []string{"--values", "testdata/values-full.yaml"}, []string{"g1.1", "h100.8", "mig.1g"}},
+		{"full", []string{"--values", "testdata/values-full.yaml"}, []string{"g1.1", "h100.8", "h100.dra2", "mig.1g", "mig.dra"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var cm corev1.ConfigMap
