@@ -266,10 +266,15 @@ func (l *Ledger) sharers(id string, pods []types.UID) []types.UID {
 // (a takeover hands the placeholder's claim to the GPU Pod: both are its
 // Pods until the placeholder is gone) or whose claims name a device pod's
 // claims name (never made by runplane; a claim allocated by hand).
-func (l *Ledger) sharing(pod types.UID) []types.UID {
+func (l *Ledger) sharing(pod types.UID, ns string) []types.UID {
 	var out []types.UID
-	for _, c := range l.dra.podClaims[pod] {
+	for _, c := range l.claimsOf(pod, ns) {
 		for _, q := range l.dra.claims[c].Pods {
+			if r := l.pods[q]; r != nil && r.ns != ns {
+				// A claim of ns names a Pod of another namespace (a
+				// tenant's ownerRef): no Pod may use it, so it links none.
+				continue
+			}
 			if q != pod && !slices.Contains(out, q) {
 				out = append(out, q)
 			}
@@ -306,10 +311,24 @@ func (l *Ledger) dropDRANeeds(pod types.UID) {
 	}
 }
 
-// heldOf are the devices of the Pod's allocated claims, per class slot.
-func (l *Ledger) heldOf(pod types.UID) vec {
-	var h vec
+// claimsOf are the claims naming the Pod (as owner or consumer) in its own
+// namespace ns: a Pod can use only those, and a tenant may write any Pod's
+// UID into its own claim's ownerReferences, so a claim of another namespace
+// naming the Pod never counts as the Pod's.
+func (l *Ledger) claimsOf(pod types.UID, ns string) []types.UID {
+	var out []types.UID
 	for _, c := range l.dra.podClaims[pod] {
+		if l.dra.claims[c].Namespace == ns {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// heldOf are the devices of the Pod's allocated claims, per class slot.
+func (l *Ledger) heldOf(pod types.UID, ns string) vec {
+	var h vec
+	for _, c := range l.claimsOf(pod, ns) {
 		for _, id := range l.dra.claims[c].Devices {
 			if info := l.dra.devs[id]; info != nil {
 				for _, s := range info.slots {
@@ -324,7 +343,7 @@ func (l *Ledger) heldOf(pod types.UID) vec {
 // refreshHeld recomputes what deleting the Pod frees.
 func (l *Ledger) refreshHeld(pod types.UID) {
 	if p := l.pods[pod]; p != nil {
-		p.setHeld(l.heldOf(pod))
+		p.setHeld(l.heldOf(pod, p.ns))
 		l.pledge(p)
 	}
 }
@@ -337,7 +356,7 @@ func (l *Ledger) pledge(p *podRec) {
 	if p.stockSpec == "" {
 		return
 	}
-	for _, q := range l.sharing(p.uid) {
+	for _, q := range l.sharing(p.uid, p.ns) {
 		if r := l.pods[q]; r == nil || r.stockSpec == "" {
 			p.pledged = q
 			return
@@ -350,7 +369,7 @@ func (l *Ledger) pledge(p *podRec) {
 func (l *Ledger) refreshHeldOn(node string) {
 	for p := range l.dra.podClaims {
 		if rec := l.pods[p]; rec != nil && rec.node == node {
-			rec.setHeld(l.heldOf(p))
+			rec.setHeld(l.heldOf(p, rec.ns))
 			l.pledge(rec)
 		}
 	}
@@ -420,7 +439,7 @@ func (l *Ledger) Devices(node, class string) (total, used int64) {
 // handedOver sets the probe's mustTake (or blocked) when the Pod's claim
 // names devices another Pod's claim names too. Callers hold l.mu.
 func (l *Ledger) handedOver(pr *probe) {
-	for _, q := range l.sharing(pr.req.UID) {
+	for _, q := range l.sharing(pr.req.UID, pr.req.Namespace) {
 		r := l.pods[q]
 		switch {
 		case r == nil || !r.live:

@@ -210,3 +210,32 @@ func TestDRAHandover(t *testing.T) {
 	l.UpsertClaim(draClaim("r"))
 	assert.Nil(t, l.TakeStock(draRequest(l, r), []string{"a", "b"}))
 }
+
+// TestDRAClaimOfAnotherNamespace: a tenant may write any Pod's UID into
+// its own claim's ownerReferences (the claim a Pod of its own uses, so it
+// is allocated); a claim of another namespace never counts as that Pod's:
+// it neither blocks the Pod nor pledges, nor adds to what evicting it
+// frees.
+func TestDRAClaimOfAnotherNamespace(t *testing.T) {
+	l := New(Options{})
+	draNode(l, "a", 2)
+	ph := draPod("ph", "stock", "d1", "a")
+	l.UpsertPod(ph)
+	l.UpsertClaim(draClaim("ph", devID("a", 0)))
+	x := draPod("x", "", "", "a")
+	x.Namespace, x.UID = "tenant-a", "uid-x"
+	l.UpsertPod(x)
+	forged := draClaim("x", devID("a", 1))
+	forged.Namespace = "tenant-a"
+	forged.Pods = []types.UID{"uid-x", "uid-p", "uid-ph"}
+	l.UpsertClaim(forged)
+
+	p := draPod("p", "gpu", "d1", "")
+	l.UpsertPod(p)
+	l.UpsertClaim(draClaim("p"))
+	req := draRequest(l, p)
+	res := l.Filter(req, []string{"a"}, true)
+	assert.Equal(t, []string{"a"}, res.Feasible, "%v", res.Failed)
+	require.NotNil(t, res.Claim, "p takes its namespace's placeholder: the forged claim pledged it to nobody")
+	assert.Equal(t, "ph", res.Claim.Name)
+}

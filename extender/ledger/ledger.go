@@ -563,7 +563,7 @@ func (l *Ledger) UpsertPod(pod *corev1.Pod) {
 	} else {
 		rec.req = l.pack(PodRequests(pod))
 	}
-	rec.setHeld(l.heldOf(pod.UID))
+	rec.setHeld(l.heldOf(pod.UID, pod.Namespace))
 	l.pledge(rec)
 	if old != nil {
 		l.removeRec(old)
