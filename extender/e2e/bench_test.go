@@ -64,6 +64,20 @@ func watchBound(t testing.TB, ctx context.Context, c kubernetes.Interface, ns, s
 	return bw
 }
 
+// createAndTime creates p and returns how long it took to be bound.
+func (bw *boundWatcher) createAndTime(b testing.TB, ctx context.Context, c kubernetes.Interface, ns string, p *corev1.Pod) time.Duration {
+	b.Helper()
+	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	start := time.Now()
+	createPod(b, c, ns, p)
+	at, err := bw.wait(waitCtx, p.Name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return at.Sub(start)
+}
+
 func (bw *boundWatcher) wait(ctx context.Context, name string) (time.Time, error) {
 	bw.mu.Lock()
 	if t, ok := bw.bound[name]; ok {
@@ -151,17 +165,7 @@ func BenchmarkTakeoverLatency(b *testing.B) {
 	waitRunning(b, c, ns, "bench=victim", samples)
 	bw := watchBound(b, ctx, c, ns, "")
 	var stock, preempt []time.Duration
-	measure := func(p *corev1.Pod) time.Duration {
-		waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		start := time.Now()
-		createPod(b, c, ns, p)
-		at, err := bw.wait(waitCtx, p.Name)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return at.Sub(start)
-	}
+	measure := func(p *corev1.Pod) time.Duration { return bw.createAndTime(b, ctx, c, ns, p) }
 	// One round uses the nodes up: the whole function is one op (its setup
 	// takes longer than the default -benchtime, so it runs once).
 	b.ResetTimer()

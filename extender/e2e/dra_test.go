@@ -418,17 +418,7 @@ func BenchmarkDRATakeover(b *testing.B) {
 	waitRunning(b, c, ns, "bench=dph", samples)
 	waitRunning(b, c, ns, "bench=eph", samples)
 	bw := watchBound(b, ctx, c, ns, "")
-	measure := func(p *corev1.Pod) time.Duration {
-		waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		start := time.Now()
-		createPod(b, c, ns, p)
-		at, err := bw.wait(waitCtx, p.Name)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return at.Sub(start)
-	}
+	measure := func(p *corev1.Pod) time.Duration { return bw.createAndTime(b, ctx, c, ns, p) }
 	var draStock, erStock, draDefault []time.Duration
 	b.ResetTimer()
 	for i := range samples {
