@@ -3,7 +3,6 @@ package claimtemplate_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -18,8 +17,7 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/catalog"
-	"github.com/runplane/runplane/controllers"
-	"github.com/runplane/runplane/controllers/egress"
+	"github.com/runplane/runplane/controllers/controllerstest"
 	"github.com/runplane/runplane/test/cluster"
 )
 
@@ -39,12 +37,10 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	cluster.Main(m, cluster.Options{}, func(c *cluster.Cluster) {
+	controllerstest.Main(m, cluster.Options{}, func(ctx context.Context, c *cluster.Cluster) error {
 		env = c
-		ctx := context.Background()
 		if err := c.CreateNamespace(ctx, api.DefaultNamespace); err != nil {
-			fmt.Fprintln(os.Stderr, "namespace:", err)
-			os.Exit(1)
+			return fmt.Errorf("namespace: %w", err)
 		}
 		// The catalog exists before the manager starts, as the chart
 		// installs it; the tests change it.
@@ -52,22 +48,9 @@ func TestMain(m *testing.M) {
 			ObjectMeta: metav1.ObjectMeta{Name: api.CatalogConfigMap, Namespace: api.DefaultNamespace},
 			Data:       map[string]string{draSpec: draDoc, classicSpec: classicDoc},
 		}, metav1.CreateOptions{}); err != nil {
-			fmt.Fprintln(os.Stderr, "catalog:", err)
-			os.Exit(1)
+			return fmt.Errorf("catalog: %w", err)
 		}
-		mgr, err := controllers.NewManager(controllers.Config{
-			RESTConfig: c.RESTConfig(), Image: "runplane:test", MetricsAddr: "0", ProbeAddr: "0",
-			Egress: egress.Settings{NATS: egress.NATSEndpoint{PodLabels: map[string]string{"app.kubernetes.io/name": "nats"}, Port: 4222}},
-		})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "manager:", err)
-			os.Exit(1)
-		}
-		go func() {
-			if err := mgr.Start(context.Background()); err != nil {
-				fmt.Fprintln(os.Stderr, "manager stopped:", err)
-			}
-		}()
+		return nil
 	})
 }
 

@@ -3,7 +3,6 @@ package sshservice_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,8 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/runplane/runplane/api"
-	"github.com/runplane/runplane/controllers"
-	"github.com/runplane/runplane/controllers/egress"
+	"github.com/runplane/runplane/controllers/controllerstest"
 	"github.com/runplane/runplane/controllers/sshservice"
 	"github.com/runplane/runplane/test/cluster"
 )
@@ -31,23 +29,11 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	cluster.Main(m, cluster.Options{Nodes: []cluster.Node{{Name: "gpu-0", GPUs: 8}}}, func(c *cluster.Cluster) {
+	// The manager runplane-controller runs (Services cached by the
+	// managed-by label only), for the whole package.
+	controllerstest.Main(m, cluster.Options{Nodes: []cluster.Node{{Name: "gpu-0", GPUs: 8}}}, func(_ context.Context, c *cluster.Cluster) error {
 		env = c
-		// The manager runplane-controller runs (Services cached by the
-		// managed-by label only), for the whole package.
-		mgr, err := controllers.NewManager(controllers.Config{
-			RESTConfig: c.RESTConfig(), Image: "runplane:test", MetricsAddr: "0", ProbeAddr: "0",
-			Egress: egress.Settings{NATS: egress.NATSEndpoint{PodLabels: map[string]string{"app.kubernetes.io/name": "nats"}, Port: 4222}},
-		})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "manager:", err)
-			os.Exit(1)
-		}
-		go func() {
-			if err := mgr.Start(context.Background()); err != nil {
-				fmt.Fprintln(os.Stderr, "manager stopped:", err)
-			}
-		}()
+		return nil
 	})
 }
 
