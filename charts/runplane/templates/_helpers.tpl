@@ -284,7 +284,7 @@ true
 {{/* runplane.stockNamespaces: where the chart's placeholders live, comma-separated and sorted: stock.namespace and runplane.draStockNamespaces. */}}
 {{- define "runplane.stockNamespaces" -}}
 {{- $ns := list .Values.stock.namespace -}}
-{{- range .Values.stock.pools }}{{ range .namespaces }}{{ $ns = append $ns . }}{{ end }}{{ end -}}
+{{- with include "runplane.draStockNamespaces" . }}{{ $ns = concat $ns (splitList "," .) }}{{ end -}}
 {{- $ns | uniq | sortAlpha | join "," -}}
 {{- end -}}
 
