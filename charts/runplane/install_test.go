@@ -137,6 +137,9 @@ func TestServerSideDryRun(t *testing.T) {
 	ensureNamespace(t, ns)
 	ensureNamespace(t, stockNS)
 	ensureNamespace(t, testNS) // the helm test's objects live there; a dry run creates no namespace
+	// values-full's DRA stock pool renders into these tenant namespaces.
+	ensureNamespace(t, "team-a")
+	ensureNamespace(t, "team-b")
 	// Nor a ServiceAccount: the helm test's Pod is admitted only if its
 	// ServiceAccount exists.
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "runplane-helm-test-caller", Namespace: testNS}}

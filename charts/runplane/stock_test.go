@@ -2,6 +2,8 @@ package chart_test
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -125,6 +127,56 @@ func TestStockPlaceholdersMirrorWebhook(t *testing.T) {
 	req := d.Spec.Template.Spec.Containers[0].Resources.Requests
 	assert.Equal(t, "1", ptrString(req, "nvidia.com/mig-1g.10gb"), "MIG placeholder's MIG slice")
 	assert.NotContains(t, req, corev1.ResourceName(api.DefaultGPUResource), "MIG placeholder holds no whole GPU")
+}
+
+// TestDRAStockPerTenantNamespace: a DRA spec's pool renders its
+// placeholders in each of its tenant namespaces (with the stock
+// NetworkPolicy and PodDisruptionBudget there), the webhook admits DRA
+// placeholders there (--dra-stock-namespaces) and any spec's in
+// stock.namespace only; and a spec of `dra: {}` (every default) is a DRA
+// spec too: its placeholder holds a claim, not nothing.
+func TestDRAStockPerTenantNamespace(t *testing.T) {
+	needHelm(t)
+	objs := parse(t, mustRender(t, "--set-json", `catalog.specs={"d1":{"cpu":"4","memory":"16Gi","dra":{}}}`,
+		"--set-json", `stock.pools=[{"spec":"d1","replicas":2,"namespaces":["team-a","team-b"]}]`))
+	placeholders := map[string]appsv1.Deployment{}
+	policies := map[string][]string{}
+	var webhookArgs []string
+	for _, o := range objs {
+		switch o.kind() {
+		case "Deployment":
+			var d appsv1.Deployment
+			o.into(t, &d)
+			if d.Name == "runplane-webhook" {
+				webhookArgs = d.Spec.Template.Spec.Containers[0].Args
+			}
+			if d.Spec.Template.Labels[api.LabelStock] != "" {
+				placeholders[d.Namespace] = d
+			}
+		case "NetworkPolicy", "PodDisruptionBudget":
+			if o.name() == "runplane-stock" {
+				var m struct {
+					Metadata struct{ Namespace string } `json:"metadata"`
+				}
+				o.into(t, &m)
+				policies[o.kind()] = append(policies[o.kind()], m.Metadata.Namespace)
+			}
+		}
+	}
+	require.ElementsMatch(t, []string{"team-a", "team-b"}, slices.Collect(maps.Keys(placeholders)), "the DRA pool's Deployments, one per tenant namespace")
+	for ns, d := range placeholders {
+		assert.Equal(t, "runplane-stock-d1", d.Name, ns)
+		assert.Equal(t, int32(2), *d.Spec.Replicas, ns)
+		tpl := d.Spec.Template.Spec
+		require.Len(t, tpl.ResourceClaims, 1, "%s: the placeholder of a dra: {} spec holds a claim", ns)
+		assert.Equal(t, "runplane-d1", ptrDeref(tpl.ResourceClaims[0].ResourceClaimTemplateName), ns)
+		assert.Equal(t, []corev1.ResourceClaim{{Name: catalog.ClaimName}}, tpl.Containers[0].Resources.Claims, ns)
+	}
+	for _, kind := range []string{"NetworkPolicy", "PodDisruptionBudget"} {
+		assert.ElementsMatch(t, []string{api.DefaultStockNamespace, "team-a", "team-b"}, policies[kind], kind)
+	}
+	assert.Contains(t, webhookArgs, "--stock-namespaces="+api.DefaultStockNamespace)
+	assert.Contains(t, webhookArgs, "--dra-stock-namespaces=team-a,team-b")
 }
 
 func ptrDeref(s *string) string {

@@ -48,6 +48,10 @@ func run() error {
 		cfg.Injection.StockNamespaces = strings.Split(v, ",")
 		return nil
 	})
+	flag.Func("dra-stock-namespaces", "comma-separated tenant namespaces where placeholders of DRA specs only may be created too (their claims go to GPU Pods of the same namespace)", func(v string) error {
+		cfg.Injection.DRAStockNamespaces = strings.Split(v, ",")
+		return nil
+	})
 	cfg.Injection.WorkloadPriorityClasses = def.WorkloadPriorityClasses
 	flag.Func("workload-priority-classes", "comma-separated PriorityClasses GPU Pods may name, besides "+api.PriorityClassWorkload+" (the default tier); default "+strings.Join(def.WorkloadPriorityClasses, ","), func(v string) error {
 		cfg.Injection.WorkloadPriorityClasses = strings.Split(v, ",")

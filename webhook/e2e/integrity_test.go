@@ -471,18 +471,41 @@ func TestCredentialRoutesDenied(t *testing.T) {
 // stockNS is the platform's stock namespace of the tests' webhook.
 const stockNS = "platform-stock"
 
+// draSpec is the catalog's DRA spec (its devices from a claim).
+const draSpec = "h100.1"
+
 // Stock placeholders live in the platform's namespace only: a tenant's
-// would hold GPUs as stock, with runplane-stock, on the tenant's say.
+// would hold GPUs as stock, with runplane-stock, on the tenant's say. In a
+// tenant namespace the platform keeps DRA stock in (-dra-stock-namespaces:
+// a DRA placeholder's claim goes only to a GPU Pod of its own namespace),
+// placeholders of DRA specs are admitted, and of no other spec.
 func TestStockOnlyInThePlatformNamespace(t *testing.T) {
-	startWebhook(t)
+	const draStockNS = "team-dra-stock"
+	startWebhook(t, func(c *webhook.Config) { c.Injection.DRAStockNamespaces = []string{draStockNS} })
 	ns := tenantNamespace(t, "team-stock")
 	placeholder := plainPod("ph", labelled(map[string]string{api.LabelStock: "g1.1"}, nil))
-	_, err := as(t, tenantUser).CoreV1().Pods(ns).Create(context.Background(), placeholder, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	draPlaceholder := plainPod("ph", labelled(map[string]string{api.LabelStock: draSpec}, nil))
+	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	tenant := as(t, tenantUser)
+	_, err := tenant.CoreV1().Pods(ns).Create(context.Background(), placeholder, dry)
 	require.Error(t, err, "a tenant's stock placeholder")
 	assert.Contains(t, err.Error(), `label runplane.io/stock: stock placeholders may only be created in namespace(s) platform-stock (the platform's), not in "team-stock"`)
+	_, err = tenant.CoreV1().Pods(ns).Create(context.Background(), draPlaceholder, dry)
+	require.Error(t, err, "a tenant's DRA placeholder outside the DRA stock namespaces")
+	assert.Contains(t, err.Error(), `not in "team-stock"`)
 	env.Namespace(t, stockNS)
-	_, err = env.Client().CoreV1().Pods(stockNS).Create(context.Background(), placeholder, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	_, err = env.Client().CoreV1().Pods(stockNS).Create(context.Background(), placeholder, dry)
 	require.NoError(t, err, "a placeholder in the stock namespace")
+
+	draNS := tenantNamespace(t, draStockNS)
+	got, err := tenant.CoreV1().Pods(draNS).Create(context.Background(), draPlaceholder, dry)
+	require.NoError(t, err, "a DRA placeholder in a DRA stock namespace")
+	assert.Equal(t, api.PriorityClassStock, got.Spec.PriorityClassName)
+	require.Len(t, got.Spec.ResourceClaims, 1, "the placeholder holds its claim")
+	assert.Equal(t, catalog.ClaimTemplateName(draSpec), ptr.Deref(got.Spec.ResourceClaims[0].ResourceClaimTemplateName, ""))
+	_, err = tenant.CoreV1().Pods(draNS).Create(context.Background(), placeholder, dry)
+	require.Error(t, err, "an extended-resource placeholder in a DRA stock namespace")
+	assert.Contains(t, err.Error(), `label runplane.io/stock: namespace "team-dra-stock" holds stock of DRA specs only, and "g1.1" is not one`)
 }
 
 // A pool Pod may not share one process namespace: every container could

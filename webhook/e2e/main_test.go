@@ -59,7 +59,7 @@ func setup(t *testing.T) kubernetes.Interface {
 		}
 		_, err := c.CoreV1().ConfigMaps(runplaneNS).Create(ctx, &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: api.CatalogConfigMap},
-			Data:       map[string]string{"g1.1": "gpu: 1\ncpu: \"8\"\nmemory: 32Gi\n"},
+			Data:       map[string]string{"g1.1": "gpu: 1\ncpu: \"8\"\nmemory: 32Gi\n", draSpec: "cpu: \"8\"\nmemory: 32Gi\ndra: {}\n"},
 		}, metav1.CreateOptions{})
 		require.NoError(t, err)
 		never := corev1.PreemptNever

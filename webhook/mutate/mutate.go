@@ -75,6 +75,13 @@ type Config struct {
 	// placeholders may be created: a placeholder in a tenant namespace
 	// would hold GPUs as stock (and get runplane-stock) on the tenant's say.
 	StockNamespaces []string `json:"stockNamespaces,omitempty"`
+	// DRAStockNamespaces are tenant namespaces that may also hold
+	// placeholders, of DRA specs only: a DRA placeholder's claim can be
+	// handed only to a GPU Pod of its own namespace, so the platform keeps
+	// a tenant's DRA stock there (chart stock.pools[].namespaces). An
+	// extended-resource placeholder there would be shared stock on the
+	// tenant's say.
+	DRAStockNamespaces []string `json:"draStockNamespaces,omitempty"`
 	// Resources are the requests and limits of the injected containers
 	// (DefaultSidecarResources in DefaultConfig); Pods override the
 	// worker's with api.AnnotationWorkerResources. A container missing
@@ -84,6 +91,23 @@ type Config struct {
 	// (priority tiers, e.g. runplane-workload-high, runplane-batch); a GPU
 	// Pod that names none gets runplane-workload, which is always allowed.
 	WorkloadPriorityClasses []string `json:"workloadPriorityClasses,omitempty"`
+}
+
+// stockAllowed refuses a placeholder of spec in namespace ns unless ns is
+// a stock namespace (any spec; every namespace when none is set) or a DRA
+// stock namespace and spec a DRA spec.
+func (c Config) stockAllowed(ns string, spec catalog.Spec) error {
+	switch {
+	case len(c.StockNamespaces) == 0 || slices.Contains(c.StockNamespaces, ns):
+		return nil
+	case slices.Contains(c.DRAStockNamespaces, ns) && spec.IsDRA():
+		return nil
+	case slices.Contains(c.DRAStockNamespaces, ns):
+		return invalidLabel(api.LabelStock, "namespace %s holds stock of DRA specs only, and %s is not one: its placeholders may only be created in namespace(s) %s (the platform's)",
+			Quote(ns), Quote(spec.Name), strings.Join(c.StockNamespaces, ", "))
+	}
+	return invalidLabel(api.LabelStock, "stock placeholders may only be created in namespace(s) %s (the platform's), not in %s",
+		strings.Join(c.StockNamespaces, ", "), Quote(ns))
 }
 
 // AllowedWorkloadPriorityClasses is the set GPU Pods may name,
@@ -244,9 +268,10 @@ func (m *Mutator) MutateAdmission(ctx context.Context, pod *corev1.Pod, a Admiss
 		return nil, err
 	}
 	opts, stockSpec, gpuSpec, hash := p.opts, p.stockSpec, p.gpuSpec, p.hash
-	if opts.Stock != "" && len(m.Config.StockNamespaces) > 0 && !slices.Contains(m.Config.StockNamespaces, a.Namespace) {
-		return nil, invalidLabel(api.LabelStock, "stock placeholders may only be created in namespace(s) %s (the platform's), not in %s",
-			strings.Join(m.Config.StockNamespaces, ", "), Quote(a.Namespace))
+	if opts.Stock != "" {
+		if err := m.Config.stockAllowed(a.Namespace, stockSpec); err != nil {
+			return nil, err
+		}
 	}
 
 	// The user's Pod without runplane's containers: what a first pass

@@ -274,6 +274,20 @@ true
 {{- $ns | uniq | sortAlpha | join "," -}}
 {{- end -}}
 
+{{/* runplane.draStockNamespaces: the tenant namespaces of DRA specs' stock pools (stock.pools[].namespaces), comma-separated and sorted; empty when none. The webhook admits placeholders of DRA specs there (--dra-stock-namespaces). */}}
+{{- define "runplane.draStockNamespaces" -}}
+{{- $ns := list -}}
+{{- range .Values.stock.pools }}{{ range .namespaces }}{{ $ns = append $ns . }}{{ end }}{{ end -}}
+{{- $ns | uniq | sortAlpha | join "," -}}
+{{- end -}}
+
+{{/* runplane.stockNamespaces: where the chart's placeholders live, comma-separated and sorted: stock.namespace and runplane.draStockNamespaces. */}}
+{{- define "runplane.stockNamespaces" -}}
+{{- $ns := list .Values.stock.namespace -}}
+{{- with include "runplane.draStockNamespaces" . }}{{ $ns = concat $ns (splitList "," .) }}{{ end -}}
+{{- $ns | uniq | sortAlpha | join "," -}}
+{{- end -}}
+
 {{- /* The extender's managed resources, comma-separated: scheduler.extender.gpuResource, then
 scheduler.extender.managedResources (the scheduler config lists the same). */}}
 {{- define "runplane.managedResources" -}}

@@ -3,6 +3,7 @@ package rbac_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/runplane/runplane/controllers/egress"
 	"github.com/runplane/runplane/controllers/sshservice"
 	"github.com/runplane/runplane/queue/activator"
+	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/kit"
 )
 
@@ -259,7 +261,9 @@ func refusedBy(t *testing.T, what, policy, rule string, try func() error) {
 // fields. runplane-controller-claims keeps the controller to those
 // annotations outside the platform's namespaces; runplane-scheduler-pod-status
 // keeps a Pod's phase, IPs and Ready condition as the kubelet wrote them, so
-// a compromised scheduler cannot pull a Pod out of its Service's endpoints.
+// a compromised scheduler cannot pull a Pod out of its Service's endpoints,
+// and lets it name a Pod's resource claims only while the Pod is unbound
+// (the extender's DRA stock hand-over), never a bound Pod's.
 func TestClaimsAndPodStatusBounded(t *testing.T) {
 	install(t)
 	ctx := t.Context()
@@ -288,8 +292,33 @@ func TestClaimsAndPodStatusBounded(t *testing.T) {
 		return err == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "", err
 	})
 
+	// Pods with a DRA claim: the extender's stock hand-over names a
+	// placeholder's claim in an unbound GPU Pod's status; a bound Pod's
+	// claims are the kubelet's.
+	draPod := func(node, scheduler string) *corev1.Pod {
+		spec := corev1.PodSpec{NodeName: node, SchedulerName: scheduler, Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}
+		cluster.UseClaimTemplate(&spec, "bounded-gpu")
+		p, err := admin.CoreV1().Pods(tenantNS).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "bounded-dra-"}, Spec: spec}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			assert.NoError(t, admin.CoreV1().Pods(tenantNS).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
+		})
+		return p
+	}
+	// No such scheduler: the Pod stays unbound.
+	boundDRA, unboundDRA := draPod("rbac-cpu-0", ""), draPod("", "bounded-no-scheduler")
+
 	controller, scheduler := as(t, "runplane-controller"), as(t, "runplane-scheduler")
 	dry := metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
+	// The hand-over's own patch (extender/drastock.go, step 3): the Pod's
+	// UID as precondition, the placeholder's claim as its claim "gpu".
+	handOver := func(p *corev1.Pod) func() error {
+		return func() error {
+			body := fmt.Sprintf(`{"metadata":{"uid":%q},"status":{"resourceClaimStatuses":[{"name":"gpu","resourceClaimName":"placeholder-claim"}]}}`, p.UID)
+			_, err := scheduler.CoreV1().Pods(tenantNS).Patch(ctx, p.Name, types.MergePatchType, []byte(body), dry, "status")
+			return err
+		}
+	}
 	patchClaim := func(c *corev1.PersistentVolumeClaim, body string) func() error {
 		return func() error {
 			_, err := controller.CoreV1().PersistentVolumeClaims(c.Namespace).Patch(ctx, c.Name, types.MergePatchType, []byte(body), dry)
@@ -326,6 +355,8 @@ func TestClaimsAndPodStatusBounded(t *testing.T) {
 		{"scheduler moves a Pod's IP", patchStatus(types.MergePatchType, `{"status":{"podIP":"10.66.0.66","podIPs":[{"ip":"10.66.0.66"}]}}`), podStatus, "phase, IPs or container statuses"},
 		{"scheduler sets PodScheduled", patchStatus(smp, `{"status":{"conditions":[{"type":"PodScheduled","status":"False","reason":"Unschedulable"}]}}`), "", ""},
 		{"scheduler marks a preemption victim", patchStatus(smp, `{"status":{"conditions":[{"type":"DisruptionTarget","status":"True","reason":"PreemptionByScheduler"}]}}`), "", ""},
+		{"extender hands a DRA claim to an unbound Pod", handOver(unboundDRA), "", ""},
+		{"extender hands a DRA claim to a bound Pod", handOver(boundDRA), podStatus, "resource claims (status.resourceClaimStatuses, status.extendedResourceClaimStatus) only while the Pod is unbound"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/catalog"
 	"github.com/runplane/runplane/extender"
 	"github.com/runplane/runplane/internal/metricsauth"
 	"github.com/runplane/runplane/test/cluster"
@@ -61,7 +62,8 @@ func g11(priorityClass string, grace int64) corev1.PodSpec {
 // claim, deletes the placeholder and binds the Pod. The rest of that Pod is
 // proven too: kube-scheduler runs as the same ServiceAccount with the
 // chart's own configuration (leader election included), pointed at the
-// in-process extender.
+// in-process extender. Then the same for a DRA spec (draTakeover): the
+// placeholder's claim handed over.
 func TestExtender(t *testing.T) {
 	install(t)
 	rec := &rbac.Recorder{}
@@ -145,6 +147,94 @@ func TestExtender(t *testing.T) {
 	})
 	_, err = client.CoreV1().Pods(ns).Get(ctx, placeholder.Name, metav1.GetOptions{})
 	require.True(t, apierrors.IsNotFound(err), "the claimed placeholder %s still exists (%v)", placeholder.Name, err)
+
+	draTakeover(ctx, t, rec)
+}
+
+// draTakeover: the extender hands a DRA placeholder's allocated claim to a
+// GPU Pod of the same spec (extender/README.md, "Stock for DRA specs"):
+// under the chart's RBAC and admission policies (runplane-scheduler-pod-status
+// admits naming the claim in the unbound Pod's status), the Pod is bound on
+// the placeholder's node with the placeholder's claim, and the placeholder
+// is gone.
+func draTakeover(ctx context.Context, t *testing.T, rec *rbac.Recorder) {
+	t.Helper()
+	client := env.Client()
+	ns := extenderNS
+	cm, err := client.CoreV1().ConfigMaps(releaseNS).Get(ctx, api.CatalogConfigMap, metav1.GetOptions{})
+	require.NoError(t, err)
+	cat, err := catalog.Parse(cm.Data)
+	require.NoError(t, err, "the chart's catalog")
+	spec, err := cat.Lookup(api.LabelGPUSpec, draSpec)
+	require.NoError(t, err)
+	require.True(t, spec.IsDRA(), "testdata/values.yaml: %s is a DRA spec", draSpec)
+	// What runplane-controller keeps in a namespace with Pods of the spec.
+	_, err = client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, spec.ClaimTemplate(ns), metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	stock := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "stock-dra"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "stock-dra"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{api.LabelStock: draSpec, "app": "stock-dra"}},
+				Spec:       draPodSpec(api.PriorityClassStock, 0),
+			},
+		},
+	}
+	_, err = client.AppsV1().Deployments(ns).Create(ctx, stock, metav1.CreateOptions{})
+	require.NoError(t, err)
+	var placeholder corev1.Pod
+	var claim string
+	eventually(t, rec, 60*time.Second, "the DRA placeholder bound to the DRA node with its claim allocated", func() (bool, error) {
+		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=stock-dra"})
+		if err != nil || len(pods.Items) != 1 {
+			return false, err
+		}
+		placeholder = pods.Items[0]
+		if placeholder.Spec.NodeName != draNode || len(placeholder.Status.ResourceClaimStatuses) != 1 {
+			return false, fmt.Errorf("placeholder on %q, claims %+v", placeholder.Spec.NodeName, placeholder.Status.ResourceClaimStatuses)
+		}
+		claim = ptr.Deref(placeholder.Status.ResourceClaimStatuses[0].ResourceClaimName, "")
+		c, err := client.ResourceV1().ResourceClaims(ns).Get(ctx, claim, metav1.GetOptions{})
+		return err == nil && c.Status.Allocation != nil, err
+	})
+
+	work := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "work-dra", Labels: map[string]string{api.LabelGPUSpec: draSpec}},
+		Spec: draPodSpec(api.PriorityClassWorkload, 30)}
+	_, err = client.CoreV1().Pods(ns).Create(ctx, work, metav1.CreateOptions{})
+	require.NoError(t, err)
+	eventually(t, rec, 60*time.Second, "the DRA GPU Pod bound to the placeholder's node with the placeholder's claim", func() (bool, error) {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, work.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		var named string
+		if len(p.Status.ResourceClaimStatuses) == 1 {
+			named = ptr.Deref(p.Status.ResourceClaimStatuses[0].ResourceClaimName, "")
+		}
+		return p.Spec.NodeName == draNode && named == claim, fmt.Errorf("node %q, claim %q (the placeholder's: %s)", p.Spec.NodeName, named, claim)
+	})
+	_, err = client.CoreV1().Pods(ns).Get(ctx, placeholder.Name, metav1.GetOptions{})
+	require.True(t, apierrors.IsNotFound(err), "the DRA placeholder %s still exists (%v)", placeholder.Name, err)
+}
+
+// draPodSpec is a Pod of the DRA catalog spec (testdata/values.yaml) as the
+// webhook shapes it, pinned to the DRA node: its claim from runplane's
+// template, no extended resource.
+func draPodSpec(priorityClass string, grace int64) corev1.PodSpec {
+	list := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi")}
+	spec := corev1.PodSpec{
+		SchedulerName:                 api.SchedulerName,
+		PriorityClassName:             priorityClass,
+		TerminationGracePeriodSeconds: ptr.To(grace),
+		NodeSelector:                  map[string]string{"rbac.runplane.io/dra": "true"},
+		Containers: []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10",
+			Resources: corev1.ResourceRequirements{Requests: list, Limits: list.DeepCopy()}}},
+	}
+	cluster.UseClaimTemplate(&spec, catalog.ClaimTemplateName(draSpec))
+	return spec
 }
 
 // runScheduler runs kube-scheduler the way the chart's runplane-scheduler

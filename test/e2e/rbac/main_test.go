@@ -37,6 +37,14 @@ const releaseNS = api.DefaultNamespace
 // placeholder on it and takes it over.
 const gpuNode = "rbac-gpu-0"
 
+// draNode is the one node whose GPU only DRA publishes, draSpec the
+// catalog's DRA spec (testdata/values.yaml): the extender test hands a DRA
+// placeholder's claim over there.
+const (
+	draNode = "rbac-dra-0"
+	draSpec = "h100.1"
+)
+
 // The namespaces the tests work in. All but webhookNS are excluded from
 // the webhook (testdata/values.yaml), so their Pods do not depend on the
 // in-process webhook running.
@@ -62,6 +70,7 @@ func TestMain(m *testing.M) {
 	cluster.Main(m, cluster.Options{Nodes: []cluster.Node{
 		{Name: "rbac-cpu-0"},
 		{Name: gpuNode, GPUs: 1, Labels: map[string]string{"rbac.runplane.io/gpu": "true"}},
+		{Name: draNode, DRAGPUs: 1, Labels: map[string]string{"rbac.runplane.io/dra": "true"}},
 	}}, func(c *cluster.Cluster) { env = c })
 }
 
