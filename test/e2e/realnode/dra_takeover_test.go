@@ -44,9 +44,11 @@ type draTakeovers struct {
 	// running is placeholder deleted → GPU Pod Running of the admitted
 	// Pods, by round kind (starting, terminating).
 	running map[string][]time.Duration
-	// reprepared counts the rounds in which the kubelet unprepared the
-	// handed-over claim (the placeholder gone first) and prepared it again
-	// for the GPU Pod, against those in which it kept it prepared.
+	// reprepared counts the rounds in which the handed-over claim was
+	// prepared twice (the kubelet unprepared it with the placeholder and
+	// prepared it again for the GPU Pod), kept those in which it was
+	// prepared once (for the placeholder and kept, or first for the GPU
+	// Pod).
 	reprepared, kept int
 	// overlaps counts the rounds in which the placeholder's Pod cgroup
 	// still existed on the node when the GPU Pod was Running (the kubelet
@@ -137,6 +139,9 @@ func draTakeover(t testing.TB, ctx context.Context, rounds int) draTakeovers {
 		name := fmt.Sprintf("dra-taker-%d", i)
 		gpu, err := pods.Create(ctx, draWorkload(name), metav1.CreateOptions{})
 		require.NoError(t, err)
+		t.Cleanup(func() { // a round that failed leaves its GPU Pod
+			_ = pods.Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		})
 		_, running, err := rec.wait(ctx, string(gpu.UID))
 		if errors.Is(err, errRejected) {
 			out.rejected = append(out.rejected, name+": "+err.Error())
@@ -335,7 +340,7 @@ func TestDRATakeoverOnRealNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	got := draTakeover(t, ctx, draTakeoverRounds)
-	t.Logf("%d DRA takeovers: %d GPU Pods rejected %v, %d placeholder refills rejected %v; claim kept prepared in %d rounds, unprepared and prepared again in %d; placeholder's cgroup still on the node when the GPU Pod ran: %d; placeholder deleted → GPU Pod Running: %v",
+	t.Logf("%d DRA takeovers: %d GPU Pods rejected %v, %d placeholder refills rejected %v; claim prepared once in %d rounds, twice in %d; placeholder's cgroup still on the node when the GPU Pod ran: %d; placeholder deleted → GPU Pod Running: %v",
 		draTakeoverRounds, len(got.rejected), got.rejected, len(got.refills), got.refills, got.kept, got.reprepared, got.overlaps, got.running)
 	t.Logf("Warning Events: %s", strings.Join(got.warnings, "\n"))
 	require.Empty(t, got.twice, "two live Pods held one device")
@@ -348,8 +353,8 @@ func TestDRATakeoverOnRealNode(t *testing.T) {
 // rejected-takers and rejected-refills (of draTakeoverRounds), and
 // placeholder deleted → GPU Pod Running per round kind
 // (starting/terminating-p50-ms, -p99-ms), reprepared (rounds in which the
-// kubelet unprepared the handed-over claim and prepared it again for the
-// GPU Pod) and twice (moments two live Pods held one device; 0 or the
+// handed-over claim was prepared twice: unprepared with the placeholder,
+// prepared again for the GPU Pod) and twice (moments two live Pods held one device; 0 or the
 // hand-over is broken).
 func BenchmarkDRATakeoverRealNode(b *testing.B) {
 	need(b)
