@@ -31,7 +31,7 @@ import (
 
 // draTakeoverRounds is how many GPU Pods of realDRASpec take a placeholder
 // over, one after the other, in TestDRATakeoverOnRealNode and
-// BenchmarkDRATakeoverRealNode.
+// BenchmarkDRATakeoverAdmission.
 const draTakeoverRounds = 10
 
 // draTakeovers is what a run of draTakeover saw.
@@ -348,7 +348,7 @@ func TestDRATakeoverOnRealNode(t *testing.T) {
 	require.Len(t, slices.Concat(got.running["starting"], got.running["terminating"]), draTakeoverRounds)
 }
 
-// BenchmarkDRATakeoverRealNode is draTakeover's rounds as figures, the DRA
+// BenchmarkDRATakeoverAdmission is draTakeover's rounds as figures, the DRA
 // counterpart of BenchmarkBareGPUPodAdmission's takeover case:
 // rejected-takers and rejected-refills (of draTakeoverRounds), and
 // placeholder deleted → GPU Pod Running per round kind
@@ -356,7 +356,7 @@ func TestDRATakeoverOnRealNode(t *testing.T) {
 // handed-over claim was prepared twice: unprepared with the placeholder,
 // prepared again for the GPU Pod) and twice (moments two live Pods held one device; 0 or the
 // hand-over is broken).
-func BenchmarkDRATakeoverRealNode(b *testing.B) {
+func BenchmarkDRATakeoverAdmission(b *testing.B) {
 	need(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
