@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/catalog"
 	"github.com/runplane/runplane/controllers"
 	"github.com/runplane/runplane/extender"
 	"github.com/runplane/runplane/extender/profile"
@@ -91,8 +92,21 @@ func (s *Stack) startControllers(ctx, runCtx context.Context, o Options) error {
 }
 
 // startScheduler runs the extender and the runplane-scheduler (a
-// kube-scheduler with the runplane profile) calling it.
-func (s *Stack) startScheduler(ctx, runCtx context.Context) error {
+// kube-scheduler with the runplane profile) calling it. As the chart's
+// scheduler config, the profile is the one for DRA specs
+// (profile.Options.DRA) when the catalog has one: their Pods request no
+// managed resource, and the scheduler would bind them without the
+// extender — a DRA placeholder's claim handed over, the GPU Pod bound
+// beside the placeholder, two Pods on one device.
+func (s *Stack) startScheduler(ctx, runCtx context.Context, o Options) error {
+	specs, err := catalog.Parse(o.Catalog)
+	if err != nil {
+		return fmt.Errorf("scheduler profile: %w", err)
+	}
+	dra := false
+	for _, spec := range specs {
+		dra = dra || spec.IsDRA()
+	}
 	ext, err := extender.Start(runCtx, extender.Config{RESTConfig: s.Cluster.RESTConfig(), Addr: "127.0.0.1:0", Logger: s.Log.With("component", "extender"),
 		MetricsAddr: "127.0.0.1:0", MetricsCert: metricsauth.DevCert(api.DefaultNamespace, "extender")})
 	if err != nil {
@@ -100,7 +114,7 @@ func (s *Stack) startScheduler(ctx, runCtx context.Context) error {
 	}
 	s.goRun(runCtx, "extender", func(context.Context) error { return ext.Wait() })
 	s.Metrics["extender"] = "https://" + ext.MetricsAddr() + "/metrics"
-	cfg, err := profile.SchedulerConfig(profile.Options{URLPrefix: "https://" + ext.Addr(), CAData: ext.CACert()})
+	cfg, err := profile.SchedulerConfig(profile.Options{URLPrefix: "https://" + ext.Addr(), CAData: ext.CACert(), DRA: dra})
 	if err != nil {
 		return fmt.Errorf("scheduler profile: %w", err)
 	}

@@ -130,7 +130,7 @@ func Start(ctx context.Context, c *cluster.Cluster, o Options) (_ *Stack, err er
 		}
 	}
 	if o.Scheduler {
-		if err := s.startScheduler(ctx, runCtx); err != nil {
+		if err := s.startScheduler(ctx, runCtx, o); err != nil {
 			return nil, err
 		}
 	}

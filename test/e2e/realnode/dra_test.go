@@ -61,7 +61,7 @@ func seenGPUs(log string) (devs, visible []string) {
 }
 
 // podClaim is the ResourceClaim made for the Pod's claim "gpu".
-func podClaim(t *testing.T, ctx context.Context, ns, pod string) *resourceapi.ResourceClaim {
+func podClaim(t testing.TB, ctx context.Context, ns, pod string) *resourceapi.ResourceClaim {
 	t.Helper()
 	p, err := env.Client().CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
 	require.NoError(t, err)
@@ -76,7 +76,7 @@ func podClaim(t *testing.T, ctx context.Context, ns, pod string) *resourceapi.Re
 
 // nodeGPUUUIDs maps the real node's published GPU devices to their uuid
 // attribute, read from its ResourceSlices.
-func nodeGPUUUIDs(t *testing.T, ctx context.Context) map[string]string {
+func nodeGPUUUIDs(t testing.TB, ctx context.Context) map[string]string {
 	t.Helper()
 	slices, err := env.Client().ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
 		"spec.nodeName": node.Name, "spec.driver": fakedra.DriverName,
@@ -96,7 +96,7 @@ func nodeGPUUUIDs(t *testing.T, ctx context.Context) map[string]string {
 // requireSeesAllocation checks that the Pod's container sees exactly the
 // devices its claim was allocated: their device nodes and, in index order,
 // their UUIDs as the ResourceSlice publishes them.
-func requireSeesAllocation(t *testing.T, ctx context.Context, ns, pod string, count int) *resourceapi.ResourceClaim {
+func requireSeesAllocation(t testing.TB, ctx context.Context, ns, pod string, count int) *resourceapi.ResourceClaim {
 	t.Helper()
 	log := logsWhen(t, ctx, ns, pod, "done")
 	claim := podClaim(t, ctx, ns, pod)

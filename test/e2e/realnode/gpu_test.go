@@ -40,7 +40,7 @@ func realPod(name, script string, gpus int64) *corev1.Pod {
 
 // logsWhen waits until the Pod's log has a line starting with marker and
 // returns the log.
-func logsWhen(t *testing.T, ctx context.Context, ns, pod, marker string) string {
+func logsWhen(t testing.TB, ctx context.Context, ns, pod, marker string) string {
 	t.Helper()
 	var log string
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {

@@ -60,15 +60,24 @@ var (
 // through the webhook like on any GPU node pool.
 const realSpec = "rn1"
 
-// catalog is the GPU spec catalog of this stack (the ConfigMap the chart
-// renders from gpuSpecs).
-var catalog = map[string]string{
-	realSpec: `gpu: 1
-cpu: 100m
+// realDRASpec is the catalog's DRA spec for the real node: one GPU of the
+// fake DRA driver (gpu.nvidia.com, test/cluster/fakedra), claimed from the
+// ResourceClaimTemplate runplane-rnd1 the controllers keep, otherwise as
+// realSpec.
+const realDRASpec = "rnd1"
+
+// realNodePlacement places a spec's Pods on the real node.
+const realNodePlacement = `cpu: 100m
 memory: 64Mi
 nodeSelector: {"` + cluster.RealNodeLabel + `": "true"}
 tolerations: [{key: "` + cluster.RealNodeTaint + `", operator: Exists, effect: NoSchedule}]
-`,
+`
+
+// catalog is the GPU spec catalog of this stack (the ConfigMap the chart
+// renders from gpuSpecs).
+var catalog = map[string]string{
+	realSpec:    "gpu: 1\n" + realNodePlacement,
+	realDRASpec: "dra: {count: 1}\n" + realNodePlacement,
 }
 
 func TestMain(m *testing.M) {

@@ -34,18 +34,19 @@ const (
 )
 
 // runningRecorder notes when each Pod labelled bench-sample is first seen
-// bound, Running (its containers started by the kubelet) or Failed, from a
-// watch.
+// bound, Running (its containers started by the kubelet) or Failed, and
+// when its deletion is seen, from a watch.
 type runningRecorder struct {
 	mu     sync.Mutex
 	bound  map[string]time.Time
 	seen   map[string]time.Time
 	failed map[string]string
+	gone   map[string]time.Time
 	ch     chan struct{}
 }
 
-func newRunningRecorder(b *testing.B, ctx context.Context) *runningRecorder {
-	r := &runningRecorder{bound: map[string]time.Time{}, seen: map[string]time.Time{}, failed: map[string]string{}, ch: make(chan struct{}, 1)}
+func newRunningRecorder(b testing.TB, ctx context.Context) *runningRecorder {
+	r := &runningRecorder{bound: map[string]time.Time{}, seen: map[string]time.Time{}, failed: map[string]string{}, gone: map[string]time.Time{}, ch: make(chan struct{}, 1)}
 	f := informers.NewSharedInformerFactoryWithOptions(env.Client(), 0, informers.WithNamespace(ns),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = "bench-sample" }))
 	note := func(obj any) {
@@ -69,7 +70,17 @@ func newRunningRecorder(b *testing.B, ctx context.Context) *runningRecorder {
 		}
 	}
 	inf := f.Core().V1().Pods().Informer()
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: note, UpdateFunc: func(_, o any) { note(o) }}); err != nil {
+	deleted := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if p, ok := obj.(*corev1.Pod); ok {
+			r.mu.Lock()
+			r.gone[string(p.UID)] = time.Now()
+			r.mu.Unlock()
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: note, UpdateFunc: func(_, o any) { note(o) }, DeleteFunc: deleted}); err != nil {
 		b.Fatal(err)
 	}
 	f.Start(ctx.Done())
@@ -100,6 +111,13 @@ func (r *runningRecorder) wait(ctx context.Context, uid string) (bound, running 
 			return bound, time.Time{}, fmt.Errorf("pod %s never Running: %w", uid, ctx.Err())
 		}
 	}
+}
+
+// goneAt is when the Pod of uid was seen deleted (zero if not yet).
+func (r *runningRecorder) goneAt(uid string) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.gone[uid]
 }
 
 // pauseVictims is a Deployment of the default scheduler's pause Pods, each

@@ -29,7 +29,12 @@ import (
 // spec (a GPU of the real node), runplane-stock, grace 0, the
 // runplane-scheduler.
 func stockDeployment(name string, replicas int32) *appsv1.Deployment {
-	labels := map[string]string{api.LabelStock: realSpec, "app": name}
+	return stockDeploymentOf(realSpec, name, replicas)
+}
+
+// stockDeploymentOf is stockDeployment of the catalog spec spec.
+func stockDeploymentOf(spec, name string, replicas int32) *appsv1.Deployment {
+	labels := map[string]string{api.LabelStock: spec, "app": name}
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: appsv1.DeploymentSpec{
