@@ -37,7 +37,7 @@ func TestEveryBinaryFailsInJSON(t *testing.T) {
 		"runplane-copy":       {nil, 2, "--from and --to are required"},
 		"runplane-extender":   {[]string{"-kubeconfig=/nonexistent"}, 2, "kubeconfig (-kubeconfig, $KUBECONFIG or in-cluster)"},
 		"runplane-invoke":     {nil, 1, "-queue-url, -namespace and -pool are required"},
-		"runplane-queue":      {[]string{"-config=/nonexistent"}, 2, "queue configuration: open /nonexistent"},
+		"runplane-queue":      {[]string{"-config=/nonexistent"}, 2, "QueueConfiguration: open /nonexistent"},
 		"runplane-sidecar":    {nil, 2, "RUNPLANE_POOL must be set"},
 		"runplane-ssh":        {[]string{"-max-channels=0"}, 2, "--max-channels"},
 		"runplane-webhook":    {[]string{"-kubeconfig=/nonexistent"}, 2, "kubeconfig (-kubeconfig, $KUBECONFIG or in-cluster)"},

@@ -4,15 +4,13 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	kjson "sigs.k8s.io/json"
-	"sigs.k8s.io/yaml"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/configfile"
 	"github.com/runplane/runplane/internal/natscallout"
 	"github.com/runplane/runplane/internal/objects"
 	"github.com/runplane/runplane/queue"
@@ -21,53 +19,22 @@ import (
 	"github.com/runplane/runplane/queue/shard"
 )
 
-// Load reads, defaults and validates the configuration file at path.
+// Load reads, defaults and validates the configuration file at path
+// (internal/configfile).
 func Load(path string) (*QueueConfiguration, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("queue configuration: %w", err)
-	}
-	c, err := Decode(b)
-	if err != nil {
-		return nil, fmt.Errorf("queue configuration %s: %w", path, err)
-	}
-	return c, nil
+	return configfile.Load[QueueConfiguration](path, APIVersion, Kind)
 }
 
 // Decode decodes a configuration document strictly (an unknown or
 // duplicate key is an error naming it), defaults and validates it.
 func Decode(b []byte) (*QueueConfiguration, error) {
-	j, err := yaml.YAMLToJSONStrict(b)
-	if err != nil {
-		return nil, err
-	}
-	var c QueueConfiguration
-	// sigs.k8s.io/json, as the API machinery decodes strictly: an unknown
-	// key's error names its path.
-	strict, err := kjson.UnmarshalStrict(j, &c)
-	if err != nil {
-		return nil, err
-	}
-	if len(strict) > 0 {
-		return nil, errors.Join(strict...)
-	}
-	if c.APIVersion != APIVersion || c.Kind != Kind {
-		return nil, fmt.Errorf("apiVersion %q, kind %q: want %s, %s", c.APIVersion, c.Kind, APIVersion, Kind)
-	}
-	c.Default()
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
-	return &c, nil
+	return configfile.Decode[QueueConfiguration](b, APIVersion, Kind)
 }
 
 // New is the default configuration: what runplane-queue runs with when the
 // file sets nothing else.
 func New() *QueueConfiguration {
-	c := &QueueConfiguration{}
-	c.APIVersion, c.Kind = APIVersion, Kind
-	c.Default()
-	return c
+	return configfile.New[QueueConfiguration](APIVersion, Kind)
 }
 
 // Default fills every zero field with its default: the one place the
@@ -184,13 +151,4 @@ func (c *QueueConfiguration) Validate() error {
 
 // WriteFile writes c as a configuration file (tests and harnesses that
 // run the binary).
-func WriteFile(path string, c *QueueConfiguration) error {
-	b, err := yaml.Marshal(c)
-	if err != nil {
-		return fmt.Errorf("queue configuration: %w", err)
-	}
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		return fmt.Errorf("queue configuration: %w", err)
-	}
-	return nil
-}
+func WriteFile(path string, c *QueueConfiguration) error { return configfile.WriteFile(path, c) }
