@@ -27,6 +27,7 @@ import (
 	"github.com/runplane/runplane/test/kit"
 	"github.com/runplane/runplane/test/localworkers"
 	"github.com/runplane/runplane/webhook"
+	"github.com/runplane/runplane/webhook/config"
 	"github.com/runplane/runplane/webhook/mutate"
 )
 
@@ -54,11 +55,9 @@ func (s *Stack) startWebhook(ctx, runCtx context.Context, o Options) error {
 	// The chart's setting (stock.namespace): placeholders only there.
 	inj.StockNamespaces = []string{api.DefaultStockNamespace}
 	inj.NATSURL, inj.NATSServerName = s.NATS[0].ClientURL(), s.Auth.Client.ServerName
-	cfg := webhook.Config{
-		RESTConfig: s.Cluster.RESTConfig(), Listener: ln, HealthAddr: "0", Injection: inj, Logger: s.Log.With("component", "webhook"),
-		TLS:      webhook.TLSConfig{IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}},
-		Webhooks: webhook.WebhooksConfig{Manage: true, URL: "https://" + ln.Addr().String(), Resync: 5 * time.Second},
-	}
+	cfg := webhook.Config{RESTConfig: s.Cluster.RESTConfig(), Listener: ln, Logger: s.Log.With("component", "webhook")}
+	cfg.HealthAddr, cfg.Injection, cfg.TLS.IPAddresses = "0", inj, []string{"127.0.0.1"}
+	cfg.Webhooks = config.Webhooks{Manage: true, URL: "https://" + ln.Addr().String(), Resync: metav1.Duration{Duration: 5 * time.Second}}
 	if o.Webhook != nil {
 		o.Webhook(&cfg)
 	}

@@ -699,7 +699,7 @@ func TestGPUEnvByEveryRoute(t *testing.T) {
 func TestPriorityTiersGrantedPerNamespace(t *testing.T) {
 	startWebhook(t, func(c *webhook.Config) {
 		c.Injection.WorkloadPriorityClasses = []string{api.PriorityClassWorkloadHigh}
-		c.Webhooks.TierGrantorGroups = []string{"platform-admins"}
+		c.TierGrantorGroups = []string{"platform-admins"}
 	})
 	ns := tenantNamespace(t, "team-tier")
 	mallory := as(t, tenantUser)
