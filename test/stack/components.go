@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/controllers"
@@ -81,10 +82,14 @@ func (s *Stack) startControllers(ctx, runCtx context.Context, o Options) error {
 	cfg := *o.Controllers
 	cfg.RESTConfig, cfg.Egress = s.Cluster.RESTConfig(), s.Egress
 	cfg.Image = cmp.Or(cfg.Image, Image)
-	cfg.MetricsAddr, cfg.ProbeAddr = "127.0.0.1:"+strconv.Itoa(port), "0"
-	cfg.MetricsCert = metricsauth.DevCert(api.DefaultNamespace, "controller")
+	cfg.Metrics.BindAddress, cfg.HealthAddr = "127.0.0.1:"+strconv.Itoa(port), "0"
+	dev := metricsauth.DevCert(api.DefaultNamespace, "controller")
+	cfg.Metrics.TLSSecret, cfg.Metrics.TLSHosts = dev.Secret.Namespace+"/"+dev.Secret.Name, dev.Hosts
+	if cfg.LeaderElection.LeaderElect == nil {
+		cfg.LeaderElection.LeaderElect = ptr.To(false) // one in-process instance
+	}
 	cfg.Logger = logr.FromSlogHandler(s.Log.With("component", "controllers").Handler())
-	s.Metrics["controller"] = "https://" + cfg.MetricsAddr + "/metrics"
+	s.Metrics["controller"] = "https://" + cfg.Metrics.BindAddress + "/metrics"
 	s.goRun(runCtx, "controllers", func(ctx context.Context) error { return controllers.Run(ctx, cfg) })
 	return nil
 }
