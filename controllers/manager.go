@@ -156,12 +156,16 @@ func NewManager(cfg Config) (ctrl.Manager, error) {
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("controllers: readyz: %w", err)
 	}
+	accessorNamespaces, err := cfg.AccessorNamespaces()
+	if err != nil {
+		return nil, fmt.Errorf("controllers: %w", err)
+	}
 	setups := []func(ctrl.Manager) error{
 		func(m ctrl.Manager) error {
 			return storage.Setup(m, storage.Options{Image: cfg.Image, Deadline: cfg.PrepareDeadline.Duration, ImagePullTimeout: cfg.ImagePullTimeout.Duration})
 		},
 		func(m ctrl.Manager) error {
-			return accessor.Setup(m, accessor.Options{Image: cfg.Image, ClusterDomain: cfg.ClusterDomain, AllowedNamespaces: cfg.AccessorAllowedNamespaces})
+			return accessor.Setup(m, accessor.Options{Image: cfg.Image, ClusterDomain: cfg.ClusterDomain, AllowedNamespaces: accessorNamespaces})
 		},
 		gate.Setup,
 		func(m ctrl.Manager) error { return egress.Setup(m, cfg.Egress) },

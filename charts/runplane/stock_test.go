@@ -2,7 +2,6 @@ package chart_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -47,17 +46,10 @@ func TestStockPlaceholdersMirrorWebhook(t *testing.T) {
 			var pc schedulingv1.PriorityClass
 			o.into(t, &pc)
 			classes[pc.Name] = &pc
-		case o.kind() == "Deployment" && o.name() == "runplane-webhook":
-			var d appsv1.Deployment
-			o.into(t, &d)
-			for _, a := range d.Spec.Template.Spec.Containers[0].Args {
-				if v, ok := strings.CutPrefix(a, "--pause-image="); ok {
-					pause = v
-				}
-			}
 		}
 	}
-	require.NotEmpty(t, pause, "the webhook's --pause-image")
+	pause = webhookConfig(t, objs).Injection.PauseImage
+	require.NotEmpty(t, pause, "the webhook's injection.pauseImage")
 	m := &mutate.Mutator{
 		Config:          mutate.Config{PauseImage: pause},
 		Catalog:         func() catalog.Catalog { return cat },

@@ -49,9 +49,10 @@ type ControllerConfiguration struct {
 	ImagePullTimeout metav1.Duration `json:"imagePullTimeout,omitzero"`
 	// ClusterDomain forms accessor URLs (default cluster.local).
 	ClusterDomain string `json:"clusterDomain,omitempty"`
-	// AccessorAllowedNamespaces selects namespaces, besides a PVC's own,
-	// whose Pods may reach its accessor (default: none).
-	AccessorAllowedNamespaces *metav1.LabelSelector `json:"accessorAllowedNamespaces,omitempty"`
+	// AccessorAllowedNamespaces is a label selector (kubectl's syntax, e.g.
+	// "team=a,env in (dev)") of namespaces, besides a PVC's own, whose Pods
+	// may reach its accessor (default "": none).
+	AccessorAllowedNamespaces string `json:"accessorAllowedNamespaces,omitempty"`
 	// Egress restricts runplane.io/egress Pods (controllers/egress); zero
 	// fields get egress.DefaultSettings' values, but the NATS namespace
 	// defaults to Namespace.
@@ -146,10 +147,8 @@ func (c *ControllerConfiguration) Validate() error {
 	if c.PrepareDeadline.Duration < 0 || c.ImagePullTimeout.Duration < 0 {
 		errs = append(errs, errors.New("prepareDeadline, imagePullTimeout: want a positive duration"))
 	}
-	if s := c.AccessorAllowedNamespaces; s != nil {
-		if _, err := metav1.LabelSelectorAsSelector(s); err != nil {
-			errs = append(errs, fmt.Errorf("accessorAllowedNamespaces: %w", err))
-		}
+	if _, err := c.AccessorNamespaces(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := c.Egress.Validate(); err != nil {
 		errs = append(errs, err)
@@ -170,4 +169,16 @@ func (m Metrics) ServingCert() (metricsauth.ServingCert, error) {
 		return metricsauth.ServingCert{}, err
 	}
 	return c, nil
+}
+
+// AccessorNamespaces is AccessorAllowedNamespaces parsed (nil: none).
+func (c *ControllerConfiguration) AccessorNamespaces() (*metav1.LabelSelector, error) {
+	if c.AccessorAllowedNamespaces == "" {
+		return nil, nil
+	}
+	sel, err := metav1.ParseToLabelSelector(c.AccessorAllowedNamespaces)
+	if err != nil {
+		return nil, fmt.Errorf("accessorAllowedNamespaces %q: %w", c.AccessorAllowedNamespaces, err)
+	}
+	return sel, nil
 }

@@ -38,8 +38,10 @@ func TestDecode(t *testing.T) {
 					CIDRs: []netip.Prefix{netip.MustParsePrefix("192.168.1.7/32")}}, c.Egress.NATS)
 				assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("2001:db8::/32")}, c.Egress.DeniedCIDRs)
 			}},
-		{name: "accessor namespaces", doc: header + "accessorAllowedNamespaces:\n  matchLabels: {team: a}\n", check: func(t *testing.T, c *ControllerConfiguration) {
-			assert.Equal(t, map[string]string{"team": "a"}, c.AccessorAllowedNamespaces.MatchLabels)
+		{name: "accessor namespaces", doc: header + "accessorAllowedNamespaces: team=a\n", check: func(t *testing.T, c *ControllerConfiguration) {
+			sel, err := c.AccessorNamespaces()
+			require.NoError(t, err)
+			assert.Equal(t, map[string]string{"team": "a"}, sel.MatchLabels)
 		}},
 		{name: "metrics certificate", doc: header + "metrics:\n  tlsSecret: rp/m\n  tlsHosts: [m.rp.svc]\n", check: func(t *testing.T, c *ControllerConfiguration) {
 			cert, err := c.Metrics.ServingCert()
@@ -55,7 +57,7 @@ func TestDecode(t *testing.T) {
 		{name: "host bits", doc: header + "egress:\n  nats:\n    cidrs: [192.168.1.7/24]\n", err: "nats.cidrs: 192.168.1.7/24 has host bits set"},
 		{name: "bad label", doc: header + "egress:\n  dns:\n    podLabels: {\"a b\": c}\n", err: "dns.podLabels"},
 		{name: "port", doc: header + "egress:\n  nats:\n    port: 70000\n", err: "nats.port 70000"},
-		{name: "selector", doc: header + "accessorAllowedNamespaces:\n  matchExpressions: [{key: team, operator: Near}]\n", err: "accessorAllowedNamespaces: "},
+		{name: "selector", doc: header + "accessorAllowedNamespaces: team near a\n", err: `accessorAllowedNamespaces "team near a": `},
 		{name: "metrics Secret", doc: header + "metrics:\n  tlsSecret: m\n  tlsHosts: [m]\n", err: `metrics.tlsSecret: metrics TLS Secret "m": want namespace/name`},
 		{name: "metrics hosts", doc: header + "metrics:\n  tlsSecret: rp/m\n", err: "metrics.tlsHosts: needed with metrics.tlsSecret"},
 	} {
