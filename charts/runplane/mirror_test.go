@@ -332,7 +332,10 @@ var flagLine = regexp.MustCompile(`(?m)^\s+(?:-[A-Za-z], )?--?([A-Za-z0-9][-A-Za
 
 // TestContainerFlagsExist: every flag the chart passes to a runplane binary
 // or to kube-scheduler is one that binary defines (read from its -h), so the
-// chart and the mains cannot drift apart silently.
+// chart and the mains cannot drift apart silently. The queue, the webhook
+// and the controller take only --config and the log flags (their settings
+// are compared as structures: Test*ConfigurationIsDefault); the extender
+// and kube-scheduler still take flags.
 func TestContainerFlagsExist(t *testing.T) {
 	needHelm(t)
 	if testing.Short() {

@@ -53,6 +53,14 @@ func TestDecode(t *testing.T) {
 		{name: "bad IP", doc: header + "tls:\n  ipAddresses: [localhost]\n", err: `tls.ipAddresses: "localhost" is not an IP address`},
 		{name: "port", doc: header + "service:\n  port: 70000\n", err: "service.port: 70000: want 1-65535"},
 		{name: "URL unmanaged", doc: header + "webhooks:\n  url: https://x\n", err: "webhooks.url: only with webhooks.manage"},
+		{name: "sidecar resources: unknown container", doc: header + "  resources:\n    runplane-sidecar: {}\n", err: `unknown container "runplane-sidecar"; allowed: runplane-worker, runplane-ssh-install`},
+		// SSH sessions run in the main container (no runplane-ssh sidecar).
+		{name: "sidecar resources: SSH", doc: header + "  resources:\n    runplane-ssh: {}\n", err: `"runplane-ssh" is no longer a container`},
+		{name: "sidecar resources: a GPU", doc: header + "  resources:\n    runplane-worker: {requests: {nvidia.com/gpu: 1}}\n", err: "unknown resource requests.nvidia.com/gpu"},
+		{name: "sidecar resources: above limits", doc: header + "  resources:\n    runplane-worker: {requests: {cpu: 2}, limits: {cpu: 1}}\n", err: "requests.cpu 2 is above limits.cpu 1"},
+		{name: "sidecar resources: zero", doc: header + "  resources:\n    runplane-worker: {requests: {cpu: 0}}\n", err: "requests.cpu must be positive"},
+		{name: "sidecar resources: not a quantity", doc: header + "  resources:\n    runplane-worker: {requests: {memory: lots}}\n", err: "quantities must match"},
+		{name: "sidecar resources: unknown key", doc: header + "  resources:\n    runplane-worker: {x: {}}\n", err: `unknown field "injection.resources.runplane-worker.x"`},
 		{name: "stock tier", doc: header + "  workloadPriorityClasses: [runplane-stock]\n", err: "must not include runplane-stock"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
