@@ -107,12 +107,8 @@ func Decode(b []byte) (*ControllerConfiguration, error) {
 // controller's settings get them.
 func (c *ControllerConfiguration) Default() {
 	c.Namespace = cmp.Or(c.Namespace, api.DefaultNamespace)
-	if c.PrepareDeadline.Duration == 0 {
-		c.PrepareDeadline.Duration = 6 * time.Hour
-	}
-	if c.ImagePullTimeout.Duration == 0 {
-		c.ImagePullTimeout.Duration = 5 * time.Minute
-	}
+	configfile.OrDuration(&c.PrepareDeadline, 6*time.Hour)
+	configfile.OrDuration(&c.ImagePullTimeout, 5*time.Minute)
 	c.ClusterDomain = cmp.Or(c.ClusterDomain, "cluster.local")
 
 	def, e := egress.DefaultSettings(), &c.Egress

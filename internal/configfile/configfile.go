@@ -12,7 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -87,4 +89,11 @@ func WriteFile(path string, c any) error {
 		return fmt.Errorf("configuration file: %w", err)
 	}
 	return nil
+}
+
+// OrDuration sets a zero *d to def: a Default's duration fields.
+func OrDuration(d *metav1.Duration, def time.Duration) {
+	if d.Duration == 0 {
+		d.Duration = def
+	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
@@ -46,37 +45,37 @@ func (c *QueueConfiguration) Default() {
 	}
 	c.LeaderElection.ResourceName = cmp.Or(c.LeaderElection.ResourceName, queue.DefaultLeaseName)
 	c.LeaderElection.Shards = cmp.Or(c.LeaderElection.Shards, 1)
-	orDuration(&c.LeaderElection.ShardLeaseDuration, shard.DefaultLeaseDuration)
+	configfile.OrDuration(&c.LeaderElection.ShardLeaseDuration, shard.DefaultLeaseDuration)
 	c.Listen = cmp.Or(c.Listen, ":8080")
 	c.Metrics.BindAddress = cmp.Or(c.Metrics.BindAddress, ":8443")
 	c.Tracing.SampleRatio = cmp.Or(c.Tracing.SampleRatio, 1)
 
 	n := &c.NATS
 	n.URL = cmp.Or(n.URL, "nats://127.0.0.1:4222")
-	orDuration(&n.Callout.MaxTTL, time.Hour)
+	configfile.OrDuration(&n.Callout.MaxTTL, time.Hour)
 	n.Callout.KubeQPS, n.Callout.KubeBurst = cmp.Or(n.Callout.KubeQPS, 50), cmp.Or(n.Callout.KubeBurst, 100)
 	n.Callout.Workers = cmp.Or(n.Callout.Workers, 16)
-	orDuration(&n.Callout.AnswerTimeout, 1500*time.Millisecond)
+	configfile.OrDuration(&n.Callout.AnswerTimeout, 1500*time.Millisecond)
 	n.Callout.PerHostQPS, n.Callout.PerHostBurst = cmp.Or(n.Callout.PerHostQPS, 5), cmp.Or(n.Callout.PerHostBurst, 20)
-	orDuration(&n.Callout.CacheTTL, time.Minute)
+	configfile.OrDuration(&n.Callout.CacheTTL, time.Minute)
 	n.Callout.MaxSubscriptions = cmp.Or(n.Callout.MaxSubscriptions, natscallout.DefaultSubscriptions)
 	n.Bootstrap.ResolverDir = cmp.Or(n.Bootstrap.ResolverDir, "/data/jwt")
-	orDuration(&n.Bootstrap.TLSCheckInterval, time.Minute)
+	configfile.OrDuration(&n.Bootstrap.TLSCheckInterval, time.Minute)
 	n.Bootstrap.Dir = cmp.Or(n.Bootstrap.Dir, "/var/run/runplane/bootstrap")
 
 	s := &c.Stream
 	s.SubjectPrefix, s.Name = cmp.Or(s.SubjectPrefix, api.DefaultSubjectPrefix), cmp.Or(s.Name, api.DefaultStreamName)
 	s.Replicas = cmp.Or(s.Replicas, 1)
-	orDuration(&s.MaxAge, 72*time.Hour)
+	configfile.OrDuration(&s.MaxAge, 72*time.Hour)
 	s.MaxBytes = cmp.Or(s.MaxBytes, -1)
-	orDuration(&s.DuplicateWindow, 2*time.Minute)
+	configfile.OrDuration(&s.DuplicateWindow, 2*time.Minute)
 	s.RecordsBucket = cmp.Or(s.RecordsBucket, "runplane-invocations")
-	orDuration(&s.RecordTTL, 24*time.Hour)
+	configfile.OrDuration(&s.RecordTTL, 24*time.Hour)
 	s.RecordsMaxBytes = cmp.Or(s.RecordsMaxBytes, -1)
 	s.ResultsMaxBytes = cmp.Or(s.ResultsMaxBytes, 1<<30)
 	s.ResultMaxSize = cmp.Or(s.ResultMaxSize, 1<<20)
 	s.ObjectsMaxBytes = cmp.Or(s.ObjectsMaxBytes, 128<<20)
-	orDuration(&s.ChunksMaxAge, time.Hour)
+	configfile.OrDuration(&s.ChunksMaxAge, time.Hour)
 	s.ChunksMaxBytes = cmp.Or(s.ChunksMaxBytes, 64<<20)
 	s.ChunksPerInvocation = cmp.Or(s.ChunksPerInvocation, 100000)
 
@@ -91,8 +90,8 @@ func (c *QueueConfiguration) Default() {
 
 	w := &c.Workers
 	w.MaxAttempts = cmp.Or(w.MaxAttempts, 3)
-	orDuration(&w.HeartbeatInterval, 5*time.Second)
-	orDuration(&w.HeartbeatTimeout, activator.DefaultHeartbeatTimeout)
+	configfile.OrDuration(&w.HeartbeatInterval, 5*time.Second)
+	configfile.OrDuration(&w.HeartbeatTimeout, activator.DefaultHeartbeatTimeout)
 	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, objects.DefaultMaxPayloadBytes)
 
 	a := &c.CallerAuth
@@ -103,13 +102,6 @@ func (c *QueueConfiguration) Default() {
 	b := &c.Callbacks
 	b.KeyDir = cmp.Or(b.KeyDir, "/var/run/runplane/bootstrap")
 	b.MaxAttempts, b.Workers, b.NamespaceWorkers = cmp.Or(b.MaxAttempts, 6), cmp.Or(b.Workers, 8), cmp.Or(b.NamespaceWorkers, 2)
-}
-
-// orDuration sets a zero *d to def.
-func orDuration(d *metav1.Duration, def time.Duration) {
-	if d.Duration == 0 {
-		d.Duration = def
-	}
 }
 
 // Validate refuses settings the queue cannot run with, each error naming

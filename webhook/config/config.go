@@ -154,16 +154,9 @@ func (c *WebhookConfiguration) Default() {
 		svc := c.Service.Name + "." + c.Namespace + ".svc"
 		t.DNSNames = []string{svc, svc + ".cluster.local"}
 	}
-	orDuration(&t.CheckInterval, time.Hour)
+	configfile.OrDuration(&t.CheckInterval, time.Hour)
 	c.Webhooks.Name = cmp.Or(c.Webhooks.Name, DefaultConfigurationName)
-	orDuration(&c.Webhooks.Resync, time.Minute)
-}
-
-// orDuration sets a zero *d to def.
-func orDuration(d *metav1.Duration, def time.Duration) {
-	if d.Duration == 0 {
-		d.Duration = def
-	}
+	configfile.OrDuration(&c.Webhooks.Resync, time.Minute)
 }
 
 // Validate refuses settings the webhook cannot run with, each error naming
