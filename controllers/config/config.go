@@ -140,8 +140,11 @@ func (c *ControllerConfiguration) Validate() error {
 	if c.Image == "" {
 		errs = append(errs, errors.New("image: required (the runplane image of copy Jobs and accessors)"))
 	}
-	if c.PrepareDeadline.Duration < 0 || c.ImagePullTimeout.Duration < 0 {
-		errs = append(errs, errors.New("prepareDeadline, imagePullTimeout: want a positive duration"))
+	if d := c.PrepareDeadline.Duration; d < 0 {
+		errs = append(errs, fmt.Errorf("prepareDeadline: %v: want a positive duration", d))
+	}
+	if d := c.ImagePullTimeout.Duration; d < 0 {
+		errs = append(errs, fmt.Errorf("imagePullTimeout: %v: want a positive duration", d))
 	}
 	if _, err := c.AccessorNamespaces(); err != nil {
 		errs = append(errs, err)

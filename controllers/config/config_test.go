@@ -59,6 +59,7 @@ func TestDecode(t *testing.T) {
 		{name: "port", doc: header + "egress:\n  nats:\n    port: 70000\n", err: "nats.port 70000"},
 		{name: "selector", doc: header + "accessorAllowedNamespaces: team near a\n", err: `accessorAllowedNamespaces "team near a": `},
 		{name: "metrics Secret", doc: header + "metrics:\n  tlsSecret: m\n  tlsHosts: [m]\n", err: `metrics.tlsSecret: metrics TLS Secret "m": want namespace/name`},
+		{name: "negative deadline", doc: header + "prepareDeadline: -1h\n", err: "prepareDeadline: -1h0m0s: want a positive duration"},
 		{name: "metrics hosts", doc: header + "metrics:\n  tlsSecret: rp/m\n", err: "metrics.tlsHosts: needed with metrics.tlsSecret"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

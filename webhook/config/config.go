@@ -174,8 +174,11 @@ func (c *WebhookConfiguration) Validate() error {
 			bad("tls.ipAddresses", "%q is not an IP address", s)
 		}
 	}
-	if c.TLS.CheckInterval.Duration < 0 || c.Webhooks.Resync.Duration < 0 {
-		bad("tls.checkInterval, webhooks.resync", "want a positive duration")
+	if d := c.TLS.CheckInterval.Duration; d < 0 {
+		bad("tls.checkInterval", "%v: want a positive duration", d)
+	}
+	if d := c.Webhooks.Resync.Duration; d < 0 {
+		bad("webhooks.resync", "%v: want a positive duration", d)
 	}
 	if p := c.Service.Port; p < 1 || p > 65535 {
 		bad("service.port", "%d: want 1-65535", p)
