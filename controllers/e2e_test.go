@@ -61,16 +61,10 @@ func egressSettings() egress.Settings {
 // is called).
 func startManager(t *testing.T, modify ...func(*controllers.Config)) (stop func()) {
 	t.Helper()
-	cfg := controllers.Config{
-		RESTConfig:         env.RESTConfig(),
-		Namespace:          api.DefaultNamespace,
-		Image:              testImage,
-		ImagePullTimeout:   time.Minute,
-		Egress:             egressSettings(),
-		MetricsAddr:        "0",
-		ProbeAddr:          "0",
-		SkipNameValidation: true,
-	}
+	cfg := controllers.Config{RESTConfig: env.RESTConfig(), SkipNameValidation: true}
+	cfg.Namespace, cfg.Image, cfg.ImagePullTimeout.Duration, cfg.Egress = api.DefaultNamespace, testImage, time.Minute, egressSettings()
+	cfg.Metrics.BindAddress, cfg.HealthAddr = "0", "0"
+	cfg.LeaderElection.LeaderElect = ptr.To(false) // one in-process instance
 	for _, m := range modify {
 		m(&cfg)
 	}

@@ -8,10 +8,8 @@ package controllers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/go-logr/logr"
 
@@ -20,7 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	resourcev1 "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -38,6 +35,7 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/controllers/accessor"
 	"github.com/runplane/runplane/controllers/claimtemplate"
+	"github.com/runplane/runplane/controllers/config"
 	"github.com/runplane/runplane/controllers/egress"
 	"github.com/runplane/runplane/controllers/gate"
 	"github.com/runplane/runplane/controllers/sshservice"
@@ -45,91 +43,27 @@ import (
 	"github.com/runplane/runplane/internal/metricsauth"
 )
 
-// Config configures Run.
+// Config configures Run: the settings of runplane-controller's
+// configuration file (controllers/config, embedded: defaulted and
+// validated here, so make dev and tests get the binary's defaults) and the
+// process's parts.
 type Config struct {
+	config.ControllerConfiguration
 	// RESTConfig reaches the cluster; nil means ctrl.GetConfig() (kubeconfig
 	// flag, KUBECONFIG, in-cluster).
 	RESTConfig *rest.Config
-	// Namespace is runplane's namespace: the leader-election Lease lives
-	// there. Default api.DefaultNamespace.
-	Namespace string
-	// Image is the runplane image; copy Jobs run runplane-copy and accessor
-	// Deployments run runplane-accessor from it. Required.
-	Image string
-	// PrepareDeadline bounds a prepare Job (activeDeadlineSeconds); default 6h.
-	PrepareDeadline time.Duration
-	// ImagePullTimeout is how long a prepare Pod may fail to pull its image
-	// before the attempt is Failed; default 5m.
-	ImagePullTimeout time.Duration
-	// ClusterDomain forms accessor URLs; default cluster.local.
-	ClusterDomain string
-	// AccessorAllowedNamespaces selects namespaces, besides a PVC's own,
-	// whose Pods may reach its accessor; nil: only its own.
-	AccessorAllowedNamespaces *metav1.LabelSelector
-	// Egress restricts runplane.io/egress Pods (controllers/egress). Start
-	// from egress.DefaultSettings(); zero fields get its values, but the NATS
-	// namespace defaults to Namespace (NATS's labels and port are required).
-	Egress egress.Settings
-
-	// MetricsAddr serves Prometheus metrics over HTTPS to scrapers RBAC
-	// allows get on /metrics (internal/metricsauth; "0" disables); default
-	// :8080.
-	MetricsAddr string
-	// ProbeAddr serves /healthz and /readyz ("0" disables); default :8081.
-	ProbeAddr string
-	// LeaderElection turns on leader election (on in the chart; off for a
-	// single in-process instance in make dev and tests).
-	LeaderElection bool
-	// MetricsCert is where /metrics's certificate comes from: a CA kept in
-	// a Secret, which scrapers verify (the chart's ServiceMonitor), or none:
-	// controller-runtime's self-signed one.
-	MetricsCert metricsauth.ServingCert
-	// LeaderElectionID names the Lease; default runplane-controller.
-	LeaderElectionID string
-
 	// SkipNameValidation allows several managers in one process one after
 	// another (tests restart the controller in-process); controller names
 	// are otherwise unique per process because of their metrics.
 	SkipNameValidation bool
-
 	// Logger receives the manager's and controllers' logs; zero discards.
 	Logger logr.Logger
 }
 
 func (c *Config) defaults() error {
-	if c.Image == "" {
-		return errors.New("controllers: Config.Image is required (the runplane image for copy and accessor Pods)")
-	}
-	if c.Namespace == "" {
-		c.Namespace = api.DefaultNamespace
-	}
-	def := egress.DefaultSettings()
-	if c.Egress.Enforcement == "" {
-		c.Egress.Enforcement = def.Enforcement
-	}
-	if c.Egress.NATS.Namespace == "" {
-		c.Egress.NATS.Namespace = c.Namespace
-	}
-	if c.Egress.DNS.Namespace == "" && len(c.Egress.DNS.PodLabels) == 0 && len(c.Egress.DNS.Ports) == 0 {
-		c.Egress.DNS = def.DNS
-	}
-	if c.PrepareDeadline == 0 {
-		c.PrepareDeadline = 6 * time.Hour
-	}
-	if c.ImagePullTimeout == 0 {
-		c.ImagePullTimeout = 5 * time.Minute
-	}
-	if c.ClusterDomain == "" {
-		c.ClusterDomain = "cluster.local"
-	}
-	if c.MetricsAddr == "" {
-		c.MetricsAddr = ":8080"
-	}
-	if c.ProbeAddr == "" {
-		c.ProbeAddr = ":8081"
-	}
-	if c.LeaderElectionID == "" {
-		c.LeaderElectionID = "runplane-controller"
+	c.Default()
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("controllers: %w", err)
 	}
 	if c.RESTConfig == nil {
 		rc, err := ctrl.GetConfig()
@@ -174,7 +108,11 @@ func NewManager(cfg Config) (ctrl.Manager, error) {
 	if cfg.Logger.GetSink() != nil {
 		certLog = slog.New(logr.ToSlogHandler(cfg.Logger))
 	}
-	metricsCert, err := cfg.MetricsCert.Keeper(kube, certLog)
+	servingCert, err := cfg.Metrics.ServingCert()
+	if err != nil {
+		return nil, fmt.Errorf("controllers: %w", err)
+	}
+	metricsCert, err := servingCert.Keeper(kube, certLog)
 	if err != nil {
 		return nil, fmt.Errorf("controllers: %w", err)
 	}
@@ -194,10 +132,10 @@ func NewManager(cfg Config) (ctrl.Manager, error) {
 				Field:      fields.OneTermEqualSelector("metadata.name", api.CatalogConfigMap),
 			},
 		}},
-		Metrics:                       metricsauth.ManagerOptions(cfg.MetricsAddr, metricsCert),
-		HealthProbeBindAddress:        cfg.ProbeAddr,
-		LeaderElection:                cfg.LeaderElection,
-		LeaderElectionID:              cfg.LeaderElectionID,
+		Metrics:                       metricsauth.ManagerOptions(cfg.Metrics.BindAddress, metricsCert),
+		HealthProbeBindAddress:        cfg.HealthAddr,
+		LeaderElection:                *cfg.LeaderElection.LeaderElect,
+		LeaderElectionID:              cfg.LeaderElection.ResourceName,
 		LeaderElectionNamespace:       cfg.Namespace,
 		LeaderElectionReleaseOnCancel: true,
 	})
@@ -218,12 +156,16 @@ func NewManager(cfg Config) (ctrl.Manager, error) {
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("controllers: readyz: %w", err)
 	}
+	accessorNamespaces, err := cfg.AccessorNamespaces()
+	if err != nil {
+		return nil, fmt.Errorf("controllers: %w", err)
+	}
 	setups := []func(ctrl.Manager) error{
 		func(m ctrl.Manager) error {
-			return storage.Setup(m, storage.Options{Image: cfg.Image, Deadline: cfg.PrepareDeadline, ImagePullTimeout: cfg.ImagePullTimeout})
+			return storage.Setup(m, storage.Options{Image: cfg.Image, Deadline: cfg.PrepareDeadline.Duration, ImagePullTimeout: cfg.ImagePullTimeout.Duration})
 		},
 		func(m ctrl.Manager) error {
-			return accessor.Setup(m, accessor.Options{Image: cfg.Image, ClusterDomain: cfg.ClusterDomain, AllowedNamespaces: cfg.AccessorAllowedNamespaces})
+			return accessor.Setup(m, accessor.Options{Image: cfg.Image, ClusterDomain: cfg.ClusterDomain, AllowedNamespaces: accessorNamespaces})
 		},
 		gate.Setup,
 		func(m ctrl.Manager) error { return egress.Setup(m, cfg.Egress) },

@@ -22,7 +22,7 @@ func TestMetricsOnlyForReaders(t *testing.T) {
 	port, err := cluster.FreePort()
 	require.NoError(t, err)
 	url := "https://127.0.0.1:" + strconv.Itoa(port) + "/metrics"
-	startManager(t, func(c *controllers.Config) { c.MetricsAddr = "127.0.0.1:" + strconv.Itoa(port) })
+	startManager(t, func(c *controllers.Config) { c.Metrics.BindAddress = "127.0.0.1:" + strconv.Itoa(port) })
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		_, _, err := scrape.Get(url, "")
 		assert.NoError(c, err)

@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/webhook/config"
 	"github.com/runplane/runplane/webhook/mutate"
 )
 
@@ -23,7 +24,7 @@ const (
 
 // DefaultConfigurationName names both the Mutating- and the
 // ValidatingWebhookConfiguration.
-const DefaultConfigurationName = "runplane-webhook"
+const DefaultConfigurationName = config.DefaultConfigurationName
 
 // ConfigHashAnnotation on a webhook configuration records the hash of the
 // shape it was written with, so Run rewrites it only when the shape changes.

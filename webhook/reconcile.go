@@ -34,7 +34,7 @@ type configReconciler struct {
 // until ctx ends.
 func (r *configReconciler) Start(ctx context.Context) error {
 	trigger := r.watch(ctx)
-	resync := time.NewTicker(r.cfg.Webhooks.Resync)
+	resync := time.NewTicker(r.cfg.Webhooks.Resync.Duration)
 	defer resync.Stop()
 	for {
 		if err := r.reconcile(ctx); err != nil {
@@ -88,10 +88,20 @@ func (r *configReconciler) watch(ctx context.Context) <-chan struct{} {
 	return ch
 }
 
+// service is where managed configurations send admission without a
+// Webhooks.URL: the configured Service (nil with a URL, and unmanaged: the
+// chart's objects name it).
+func (r *configReconciler) service() *admissionregistrationv1.ServiceReference {
+	if !r.cfg.Webhooks.Manage || r.cfg.Webhooks.URL != "" {
+		return nil
+	}
+	return &admissionregistrationv1.ServiceReference{Namespace: r.cfg.Namespace, Name: r.cfg.Service.Name, Port: &r.cfg.Service.Port}
+}
+
 func (r *configReconciler) apply(ctx context.Context, caBundle []byte) error {
 	want, wantV := Configurations(ConfigurationOptions{
 		Name: r.cfg.Webhooks.Name, Namespace: r.cfg.Namespace,
-		URL: r.cfg.Webhooks.URL, Service: r.cfg.Webhooks.Service, CABundle: caBundle,
+		URL: r.cfg.Webhooks.URL, Service: r.service(), CABundle: caBundle,
 	})
 	mapi := r.client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	err := reconcileObject(ctx, r, "MutatingWebhookConfiguration", want, caBundle, mapi.Get, mapi.Create, mapi.Update,

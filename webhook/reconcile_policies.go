@@ -14,7 +14,7 @@ import (
 // manages its admission objects (make dev, tests); the chart ships them
 // otherwise.
 func (r *configReconciler) applyPolicies(ctx context.Context) error {
-	policies, bindings := Policies(PolicyOptions{Namespace: r.cfg.Namespace, GPU: r.cfg.Webhooks.GPUPolicy, TierGrantorGroups: r.cfg.Webhooks.TierGrantorGroups})
+	policies, bindings := Policies(PolicyOptions{Namespace: r.cfg.Namespace, GPU: r.cfg.GPUPolicy, TierGrantorGroups: r.cfg.TierGrantorGroups})
 	papi := r.client.AdmissionregistrationV1().ValidatingAdmissionPolicies()
 	for _, p := range policies {
 		err := applyByHash(ctx, p, p.Spec, papi.Get, papi.Create, papi.Update,

@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/client-go/kubernetes"
@@ -35,130 +34,61 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/catalog"
 	"github.com/runplane/runplane/internal/metricsauth"
 	"github.com/runplane/runplane/internal/natstls"
 	"github.com/runplane/runplane/internal/pki"
+	"github.com/runplane/runplane/webhook/config"
 	"github.com/runplane/runplane/webhook/mutate"
 )
 
-// Config configures Run.
+// Config configures Run: the settings of runplane-webhook's configuration
+// file (webhook/config, embedded: defaulted and validated here, so make dev
+// and tests get the binary's defaults) and the process's parts.
 type Config struct {
+	config.WebhookConfiguration
 	// RESTConfig reaches the API server.
 	RESTConfig *rest.Config
-	// Namespace is runplane's namespace: the catalog ConfigMap, the TLS
-	// Secret and NATS's CA ConfigMap (api.NATSCAConfigMap, followed when
-	// Injection.NATSServerName is set) live there, and admission skips it
-	// (default runplane-system).
-	Namespace string
-	// Addr is the HTTPS admission address, host:port (default :9443).
-	// Listener, when set, names the address instead (tests pass
-	// 127.0.0.1:0): controller-runtime's webhook server opens its own
+	// Listener, when set, names the HTTPS address instead of Addr (tests
+	// pass 127.0.0.1:0): controller-runtime's webhook server opens its own
 	// listener, so Run closes this one and listens on its address.
-	Addr     string
 	Listener net.Listener
-	// HealthAddr serves /healthz and /readyz over plain HTTP (default
-	// :8081; "0" turns it off, as controller-runtime's probe address). HealthListener overrides it. The HTTPS
-	// listener serves them too, and /metrics, only to scrapers RBAC allows
-	// get on /metrics (internal/metricsauth): their token never travels in
-	// clear.
-	HealthAddr     string
+	// HealthListener, when set, serves /healthz and /readyz instead of
+	// HealthAddr. The HTTPS listener serves them too, and /metrics, only to
+	// scrapers RBAC allows get on /metrics (internal/metricsauth): their
+	// token never travels in clear.
 	HealthListener net.Listener
-	// Injection is the platform side of Pod mutation (images, NATS).
-	Injection mutate.Config
-	TLS       TLSConfig
-	Webhooks  WebhooksConfig
-	Logger    *slog.Logger
-}
-
-// TLSConfig says where the serving certificate comes from.
-type TLSConfig struct {
-	// CertManager serves CertDir/tls.crt and tls.key (kept by cert-manager,
-	// which also injects the caBundle): no Secret, no caBundle patching.
-	CertManager bool
-	CertDir     string
-	// SecretName holds the self-managed CA and certificate (default
-	// runplane-webhook-tls in Namespace).
-	SecretName  string
-	DNSNames    []string
-	IPAddresses []net.IP
-	// CheckInterval is how often the certificate is checked for renewal
-	// (default 1h); Certs.RenewBefore decides when to renew. Certs' names
-	// are DNSNames and IPAddresses.
-	CheckInterval time.Duration
-	Certs         pki.Options
-}
-
-// WebhooksConfig says which webhook configuration objects Run keeps.
-type WebhooksConfig struct {
-	// Name of the Mutating- and ValidatingWebhookConfiguration (default
-	// runplane-webhook).
-	Name string
-	// Manage makes Run create and update both objects from Configurations,
-	// and runplane's ValidatingAdmissionPolicies from Policies (make dev,
-	// tests). Otherwise (the chart owns them) Run only patches
-	// their caBundle when it drifts.
-	Manage bool
-	// URL or Service, for Manage: see ConfigurationOptions.
-	URL     string
-	Service *admissionregistrationv1.ServiceReference
-	// Resync re-checks the objects at least this often (default 1m); a
-	// watch re-checks them at once when they change.
-	Resync time.Duration
-	// GPUPolicy, for Manage: the GPUs of the runplane-gpu policy
+	// Certs tunes the self-managed certificate (tests: validity and
+	// renewal); its names are TLS.DNSNames and TLS.IPAddresses.
+	Certs pki.Options
+	// GPUPolicy, with Webhooks.Manage: the GPUs of the runplane-gpu policy
 	// (default DefaultGPUPolicy()).
 	GPUPolicy *GPUPolicy
-	// TierGrantorGroups, for Manage: PolicyOptions.TierGrantorGroups.
+	// TierGrantorGroups, with Webhooks.Manage: PolicyOptions.TierGrantorGroups.
 	TierGrantorGroups []string
+	Logger            *slog.Logger
 }
 
 func (c *Config) defaults() error {
 	if c.RESTConfig == nil {
 		return errors.New("webhook: RESTConfig must be set")
 	}
-	if c.Namespace == "" {
-		c.Namespace = api.DefaultNamespace
+	c.Default()
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("webhook: %w", err)
 	}
-	if c.Addr == "" {
-		c.Addr = ":9443"
-	}
-	if c.HealthAddr == "" {
-		c.HealthAddr = ":8081"
-	}
-	if c.TLS.SecretName == "" {
-		c.TLS.SecretName = "runplane-webhook-tls"
-	}
-	if c.TLS.CheckInterval == 0 {
-		c.TLS.CheckInterval = time.Hour
-	}
-	if c.TLS.CertManager && c.TLS.CertDir == "" {
-		return errors.New("webhook: TLS.CertDir must be set with cert-manager")
-	}
-	if !c.TLS.CertManager && len(c.TLS.DNSNames) == 0 && len(c.TLS.IPAddresses) == 0 {
-		return errors.New("webhook: TLS.DNSNames or TLS.IPAddresses must name the webhook's address")
-	}
-	if c.Webhooks.Name == "" {
-		c.Webhooks.Name = DefaultConfigurationName
-	}
-	if c.Webhooks.GPUPolicy == nil {
-		c.Webhooks.GPUPolicy = DefaultGPUPolicy()
+	if c.GPUPolicy == nil {
+		c.GPUPolicy = DefaultGPUPolicy()
 	}
 	// Every tier GPU Pods may name is kept to GPU Pods, also under a
 	// caller's own GPUPolicy.
-	if len(c.Webhooks.GPUPolicy.WorkloadPriorityClasses) == 0 {
-		c.Webhooks.GPUPolicy.WorkloadPriorityClasses = c.Injection.AllowedWorkloadPriorityClasses()
-	}
-	if c.Webhooks.Resync == 0 {
-		c.Webhooks.Resync = time.Minute
-	}
-	if c.Webhooks.Manage && (c.Webhooks.URL == "") == (c.Webhooks.Service == nil) {
-		return errors.New("webhook: exactly one of Webhooks.URL and Webhooks.Service must be set to manage the webhook configurations")
+	if len(c.GPUPolicy.WorkloadPriorityClasses) == 0 {
+		c.GPUPolicy.WorkloadPriorityClasses = c.Injection.AllowedWorkloadPriorityClasses()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	return c.Injection.Validate()
+	return nil
 }
 
 // Run serves admission until ctx ends, then shuts its servers down

@@ -31,10 +31,10 @@ func serving(ctx context.Context, client kubernetes.Interface, cfg Config, metri
 
 	var trust atomic.Pointer[[]byte] // the caBundle the configurations get
 	configs := &configReconciler{client: client, cfg: cfg, log: log, ready: ready, caBundle: func() []byte { return *trust.Load() }}
-	opts := cfg.TLS.Certs
-	opts.Name, opts.DNSNames, opts.IPAddresses = "runplane-webhook", cfg.TLS.DNSNames, cfg.TLS.IPAddresses
+	opts := cfg.Certs
+	opts.Name, opts.DNSNames, opts.IPAddresses = "runplane-webhook", cfg.TLS.DNSNames, cfg.TLS.IPs()
 	k := &pki.Keeper{Client: client, Secret: pki.SecretRef{Namespace: cfg.Namespace, Name: cfg.TLS.SecretName}, Options: opts,
-		CheckInterval: cfg.TLS.CheckInterval, Log: log,
+		CheckInterval: cfg.TLS.CheckInterval.Duration, Log: log,
 		// The API server must accept a renewed certificate before it is presented.
 		Trust: func(ctx context.Context, caBundle []byte) error {
 			trust.Store(&caBundle)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/pem"
 	"log/slog"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/runplane/runplane/internal/pki"
+	"github.com/runplane/runplane/webhook/config"
 )
 
 // TestCertKeeperRenews walks the self-managed certificate on a fake clock
@@ -24,9 +24,9 @@ func TestCertKeeperRenews(t *testing.T) {
 	ctx := context.Background()
 	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	client := fake.NewClientset()
-	cfg := Config{Namespace: "rp", TLS: TLSConfig{SecretName: "tls", IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		Certs: pki.Options{CertValidity: 30 * 24 * time.Hour, RenewBefore: 10 * 24 * time.Hour, Clock: clk}},
-		Webhooks: WebhooksConfig{Name: "rp-webhook", Manage: true, URL: "https://127.0.0.1:9443"}}
+	cfg := Config{Certs: pki.Options{CertValidity: 30 * 24 * time.Hour, RenewBefore: 10 * 24 * time.Hour, Clock: clk}}
+	cfg.Namespace, cfg.TLS = "rp", config.TLS{SecretName: "tls", IPAddresses: []string{"127.0.0.1"}}
+	cfg.Webhooks = config.Webhooks{Name: "rp-webhook", Manage: true, URL: "https://127.0.0.1:9443"}
 	var ready atomic.Bool
 	get, runnables, err := serving(ctx, client, cfg, NewMetrics(), slog.New(slog.DiscardHandler), &ready)
 	require.NoError(t, err)

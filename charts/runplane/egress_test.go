@@ -1,7 +1,6 @@
 package chart_test
 
 import (
-	"flag"
 	"net/netip"
 	"os/exec"
 	"path/filepath"
@@ -10,31 +9,17 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	appsv1 "k8s.io/api/apps/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	npav1alpha1 "sigs.k8s.io/network-policy-api/apis/v1alpha1"
 
 	"github.com/runplane/runplane/controllers/egress"
 )
 
-// controllerEgress parses the egress flags the chart passes the controller
-// with the controller's own flag definitions.
+// controllerEgress is the egress settings the chart gives the controller,
+// read by the controller's own loader.
 func controllerEgress(t *testing.T, objs []object) egress.Settings {
 	t.Helper()
-	var dep appsv1.Deployment
-	find(t, objs, "Deployment", "runplane-controller").into(t, &dep)
-	fs := flag.NewFlagSet("runplane-controller", flag.ContinueOnError)
-	var s egress.Settings
-	s.AddFlags(fs)
-	var args []string
-	for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
-		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
-		if fs.Lookup(name) != nil {
-			args = append(args, a)
-		}
-	}
-	require.NoError(t, fs.Parse(args), "the chart's egress flags")
-	return s
+	return controllerConfig(t, objs).Egress
 }
 
 // TestEgressMirrorsGo: the chart's defaults are egress.DefaultSettings (what
@@ -67,7 +52,7 @@ func TestEgressMirrorsGo(t *testing.T) {
 			objs := parse(t, mustRender(t, c.args...))
 			s := controllerEgress(t, objs)
 			require.NoError(t, s.Validate())
-			s.Priority = c.priority // the policy's, not a controller flag
+			require.Equal(t, c.priority, s.Priority)
 			var anp npav1alpha1.AdminNetworkPolicy
 			find(t, objs, "AdminNetworkPolicy", egress.AdminPolicyName).into(t, &anp)
 			wantANP := egress.AdminPolicy(s)

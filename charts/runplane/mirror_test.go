@@ -1,7 +1,9 @@
 package chart_test
 
 import (
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -26,6 +28,7 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/catalog"
+	cconfig "github.com/runplane/runplane/controllers/config"
 	"github.com/runplane/runplane/extender"
 	"github.com/runplane/runplane/extender/profile"
 	"github.com/runplane/runplane/internal/bootstrapsecret"
@@ -37,6 +40,7 @@ import (
 	"github.com/runplane/runplane/queue/config"
 	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/test/cluster"
+	wconfig "github.com/runplane/runplane/webhook/config"
 )
 
 func toYAML(v any) string {
@@ -214,10 +218,7 @@ func TestNATSConfigLoads(t *testing.T) {
 			}
 			// What the clients verify: the queue's and the webhook's (the
 			// sidecars') server name.
-			var webhookDep appsv1.Deployment
-			find(t, objs, "Deployment", "runplane-webhook").into(t, &webhookDep)
-			webhookArgs := argMap(webhookDep.Spec.Template.Spec.Containers[0].Args)
-			require.Equal(t, qc.NATS.ServerName, webhookArgs["nats-server-name"])
+			require.Equal(t, qc.NATS.ServerName, webhookConfig(t, objs).Injection.NATSServerName)
 			covers(qc.NATS.ServerName)
 			u, err := url.Parse(qc.NATS.URL)
 			require.NoError(t, err)
@@ -331,7 +332,10 @@ var flagLine = regexp.MustCompile(`(?m)^\s+(?:-[A-Za-z], )?--?([A-Za-z0-9][-A-Za
 
 // TestContainerFlagsExist: every flag the chart passes to a runplane binary
 // or to kube-scheduler is one that binary defines (read from its -h), so the
-// chart and the mains cannot drift apart silently.
+// chart and the mains cannot drift apart silently. The queue, the webhook
+// and the controller take only --config and the log flags (their settings
+// are compared as structures: Test*ConfigurationIsDefault); the extender
+// and kube-scheduler still take flags.
 func TestContainerFlagsExist(t *testing.T) {
 	needHelm(t)
 	if testing.Short() {
@@ -448,17 +452,6 @@ func TestOwnPodsAboveEveryTier(t *testing.T) {
 	assert.GreaterOrEqual(t, workloads, 5, "webhook, scheduler, queue, controller, NATS")
 }
 
-// TestStockNamespaceMatchesDev: the chart admits stock placeholders only
-// in stock.namespace, which is make dev's (api.DefaultStockNamespace), so
-// make dev shows the product's rule, not a weaker one.
-func TestStockNamespaceMatchesDev(t *testing.T) {
-	needHelm(t)
-	var webhook appsv1.Deployment
-	find(t, parse(t, mustRender(t)), "Deployment", "runplane-webhook").into(t, &webhook)
-	require.NotEmpty(t, webhook.Spec.Template.Spec.Containers)
-	assert.Contains(t, webhook.Spec.Template.Spec.Containers[0].Args, "--stock-namespaces="+api.DefaultStockNamespace)
-}
-
 // TestMetricNamesConsistent: every runplane metric a non-test Go file
 // defines is snake_case under runplane_, and "in flight" is spelt in_flight
 // everywhere (the sidecar's runplane_sidecar_in_flight and the activator's
@@ -544,15 +537,16 @@ func TestDashboardSeparatesTenants(t *testing.T) {
 	require.Greater(t, checked, 10, "the dashboard queries too few per-pool series to be reading it")
 }
 
-// queueConfig is the rendered runplane-queue configuration, decoded,
-// defaulted and validated by the queue's own loader (queue/config), and
-// the Deployment's way to it: --config names the ConfigMap's file.
-func queueConfig(t *testing.T, objs []object) *config.QueueConfiguration {
+// configFile is the configuration file the chart renders for the
+// Deployment name (its ConfigMap of the same name), and the Deployment's
+// way to it: --config names the ConfigMap's file, and a change restarts
+// the Pods (the checksum annotation is the file's).
+func configFile(t *testing.T, objs []object, name string) []byte {
 	t.Helper()
 	var cm corev1.ConfigMap
-	find(t, objs, "ConfigMap", "runplane-queue").into(t, &cm)
+	find(t, objs, "ConfigMap", name).into(t, &cm)
 	var dep appsv1.Deployment
-	find(t, objs, "Deployment", "runplane-queue").into(t, &dep)
+	find(t, objs, "Deployment", name).into(t, &dep)
 	var mount string
 	for _, m := range dep.Spec.Template.Spec.Containers[0].VolumeMounts {
 		for _, v := range dep.Spec.Template.Spec.Volumes {
@@ -561,9 +555,39 @@ func queueConfig(t *testing.T, objs []object) *config.QueueConfiguration {
 			}
 		}
 	}
-	require.Contains(t, dep.Spec.Template.Spec.Containers[0].Args, "--config="+mount+"/config.yaml", "the queue reads the ConfigMap's file")
-	c, err := config.Decode([]byte(cm.Data["config.yaml"]))
-	require.NoError(t, err, "the queue refuses the chart's configuration:\n%s", cm.Data["config.yaml"])
+	require.Contains(t, dep.Spec.Template.Spec.Containers[0].Args, "--config="+mount+"/config.yaml", "%s reads the ConfigMap's file", name)
+	sum := sha256.Sum256([]byte(strings.TrimSuffix(cm.Data["config.yaml"], "\n")))
+	require.Equal(t, hex.EncodeToString(sum[:])[:16], dep.Spec.Template.Annotations["checksum/config"], "%s restarts when its configuration changes", name)
+	return []byte(cm.Data["config.yaml"])
+}
+
+// queueConfig is the rendered runplane-queue configuration, decoded,
+// defaulted and validated by the queue's own loader (queue/config).
+func queueConfig(t *testing.T, objs []object) *config.QueueConfiguration {
+	t.Helper()
+	b := configFile(t, objs, "runplane-queue")
+	c, err := config.Decode(b)
+	require.NoError(t, err, "the queue refuses the chart's configuration:\n%s", b)
+	return c
+}
+
+// webhookConfig is the rendered runplane-webhook configuration, read by
+// the webhook's own loader (webhook/config).
+func webhookConfig(t *testing.T, objs []object) *wconfig.WebhookConfiguration {
+	t.Helper()
+	b := configFile(t, objs, "runplane-webhook")
+	c, err := wconfig.Decode(b)
+	require.NoError(t, err, "the webhook refuses the chart's configuration:\n%s", b)
+	return c
+}
+
+// controllerConfig is the rendered runplane-controller configuration,
+// read by the controller's own loader (controllers/config).
+func controllerConfig(t *testing.T, objs []object) *cconfig.ControllerConfiguration {
+	t.Helper()
+	b := configFile(t, objs, "runplane-controller")
+	c, err := cconfig.Decode(b)
+	require.NoError(t, err, "the controller refuses the chart's configuration:\n%s", b)
 	return c
 }
 
@@ -583,14 +607,42 @@ func TestQueueConfigurationIsDefault(t *testing.T) {
 	assert.Equal(t, want, got, "the chart's queue configuration differs from the binary's defaults beyond what the install decides")
 }
 
-// argMap is a container's --key=value arguments by key.
-func argMap(args []string) map[string]string {
-	out := map[string]string{}
-	for _, a := range args {
-		k, v, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
-		out[k] = v
+// TestWebhookConfigurationIsDefault: every setting the chart renders for
+// the webhook, beyond the ones only the install knows (its namespace,
+// ports, image, NATS, stock namespace, certificate), is the binary's
+// default, which make dev gets: the sidecars' resources and the priority
+// tiers included. Compared as structures; every render case's file loads.
+func TestWebhookConfigurationIsDefault(t *testing.T) {
+	needHelm(t)
+	for _, c := range renderCases[1:] {
+		webhookConfig(t, parse(t, mustRender(t, c.args...)))
 	}
-	return out
+	got := webhookConfig(t, parse(t, mustRender(t)))
+	want := wconfig.New()
+	// What the chart decides.
+	want.Namespace, want.HealthAddr, want.TLS = got.Namespace, got.HealthAddr, got.TLS
+	in := &want.Injection
+	in.Image, in.ImagePullPolicy, in.NATSURL, in.NATSServerName = got.Injection.Image, got.Injection.ImagePullPolicy, got.Injection.NATSURL, got.Injection.NATSServerName
+	in.StockNamespaces = []string{api.DefaultStockNamespace} // make dev's
+	assert.True(t, apiequality.Semantic.DeepEqual(want, got), "the chart's webhook configuration differs from the binary's defaults beyond what the install decides.\nchart:\n%s\ndefaults:\n%s",
+		toYAML(got), toYAML(want))
+}
+
+// TestControllerConfigurationIsDefault: every setting the chart renders
+// for the controller, beyond the ones only the install knows (namespace,
+// image, addresses, /metrics certificate, the NATS and DNS endpoints), is
+// the binary's default. Compared as structures; every render case's file
+// loads.
+func TestControllerConfigurationIsDefault(t *testing.T) {
+	needHelm(t)
+	for _, c := range renderCases[1:] {
+		controllerConfig(t, parse(t, mustRender(t, c.args...)))
+	}
+	got := controllerConfig(t, parse(t, mustRender(t)))
+	want := cconfig.New()
+	// What the chart decides.
+	want.Image, want.Metrics, want.Egress.NATS = got.Image, got.Metrics, got.Egress.NATS
+	assert.Equal(t, want, got, "the chart's controller configuration differs from the binary's defaults beyond what the install decides")
 }
 
 // indent prefixes every non-empty line of s.

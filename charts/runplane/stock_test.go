@@ -4,7 +4,6 @@ import (
 	"context"
 	"maps"
 	"slices"
-	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -49,17 +48,10 @@ func TestStockPlaceholdersMirrorWebhook(t *testing.T) {
 			var pc schedulingv1.PriorityClass
 			o.into(t, &pc)
 			classes[pc.Name] = &pc
-		case o.kind() == "Deployment" && o.name() == "runplane-webhook":
-			var d appsv1.Deployment
-			o.into(t, &d)
-			for _, a := range d.Spec.Template.Spec.Containers[0].Args {
-				if v, ok := strings.CutPrefix(a, "--pause-image="); ok {
-					pause = v
-				}
-			}
 		}
 	}
-	require.NotEmpty(t, pause, "the webhook's --pause-image")
+	pause = webhookConfig(t, objs).Injection.PauseImage
+	require.NotEmpty(t, pause, "the webhook's injection.pauseImage")
 	m := &mutate.Mutator{
 		Config:          mutate.Config{PauseImage: pause},
 		Catalog:         func() catalog.Catalog { return cat },
@@ -132,7 +124,7 @@ func TestStockPlaceholdersMirrorWebhook(t *testing.T) {
 // TestDRAStockPerTenantNamespace: a DRA spec's pool renders its
 // placeholders in each of its tenant namespaces (with the stock
 // NetworkPolicy and PodDisruptionBudget there), the webhook admits DRA
-// placeholders there (--dra-stock-namespaces) and any spec's in
+// placeholders there (injection.draStockNamespaces) and any spec's in
 // stock.namespace only; and a spec of `dra: {}` (every default) is a DRA
 // spec too: its placeholder holds a claim, not nothing.
 func TestDRAStockPerTenantNamespace(t *testing.T) {
@@ -141,15 +133,11 @@ func TestDRAStockPerTenantNamespace(t *testing.T) {
 		"--set-json", `stock.pools=[{"spec":"d1","replicas":2,"namespaces":["team-a","team-b"]}]`))
 	placeholders := map[string]appsv1.Deployment{}
 	policies := map[string][]string{}
-	var webhookArgs []string
 	for _, o := range objs {
 		switch o.kind() {
 		case "Deployment":
 			var d appsv1.Deployment
 			o.into(t, &d)
-			if d.Name == "runplane-webhook" {
-				webhookArgs = d.Spec.Template.Spec.Containers[0].Args
-			}
 			if d.Spec.Template.Labels[api.LabelStock] != "" {
 				placeholders[d.Namespace] = d
 			}
@@ -175,8 +163,9 @@ func TestDRAStockPerTenantNamespace(t *testing.T) {
 	for _, kind := range []string{"NetworkPolicy", "PodDisruptionBudget"} {
 		assert.ElementsMatch(t, []string{api.DefaultStockNamespace, "team-a", "team-b"}, policies[kind], kind)
 	}
-	assert.Contains(t, webhookArgs, "--stock-namespaces="+api.DefaultStockNamespace)
-	assert.Contains(t, webhookArgs, "--dra-stock-namespaces=team-a,team-b")
+	injection := webhookConfig(t, objs).Injection
+	assert.Equal(t, []string{api.DefaultStockNamespace}, injection.StockNamespaces)
+	assert.Equal(t, []string{"team-a", "team-b"}, injection.DRAStockNamespaces)
 }
 
 func ptrDeref(s *string) string {

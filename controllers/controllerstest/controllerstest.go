@@ -9,8 +9,9 @@ import (
 	"os"
 	"testing"
 
+	"k8s.io/utils/ptr"
+
 	"github.com/runplane/runplane/controllers"
-	"github.com/runplane/runplane/controllers/egress"
 	"github.com/runplane/runplane/test/cluster"
 )
 
@@ -24,10 +25,10 @@ func Main(m *testing.M, opts cluster.Options, before func(context.Context, *clus
 				return nil, err
 			}
 		}
-		mgr, err := controllers.NewManager(controllers.Config{
-			RESTConfig: c.RESTConfig(), Image: "runplane:test", MetricsAddr: "0", ProbeAddr: "0",
-			Egress: egress.Settings{NATS: egress.NATSEndpoint{PodLabels: map[string]string{"app.kubernetes.io/name": "nats"}, Port: 4222}},
-		})
+		cfg := controllers.Config{RESTConfig: c.RESTConfig()}
+		cfg.Image, cfg.Metrics.BindAddress, cfg.HealthAddr = "runplane:test", "0", "0"
+		cfg.LeaderElection.LeaderElect = ptr.To(false) // one in-process instance
+		mgr, err := controllers.NewManager(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("manager: %w", err)
 		}

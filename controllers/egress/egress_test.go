@@ -1,7 +1,6 @@
 package egress
 
 import (
-	"flag"
 	"net/netip"
 	"slices"
 	"testing"
@@ -53,18 +52,19 @@ func TestSettingsValidate(t *testing.T) {
 		want   string
 	}{
 		{"defaults", func(*Settings) {}, ""},
-		{"no labels", func(s *Settings) { s.NATS.PodLabels = nil }, "nats-pod-labels"},
-		{"no port", func(s *Settings) { s.NATS.Port = 0 }, "nats-port"},
-		{"no namespace", func(s *Settings) { s.NATS.Namespace = "" }, "nats-namespace"},
-		{"no DNS port", func(s *Settings) { s.DNS.Ports = nil }, "dns-ports"},
-		{"DNS port out of range", func(s *Settings) { s.DNS.Ports = []int32{70000} }, "dns-ports"},
-		{"mode", func(s *Settings) { s.Enforcement = "calico" }, `egress-enforcement "calico": allowed values are "adminNetworkPolicy", "networkPolicy"`},
+		{"no labels", func(s *Settings) { s.NATS.PodLabels = nil }, "nats.podLabels"},
+		{"bad label", func(s *Settings) { s.DNS.PodLabels = map[string]string{"a b": "c"} }, "dns.podLabels"},
+		{"no port", func(s *Settings) { s.NATS.Port = 0 }, "nats.port"},
+		{"no namespace", func(s *Settings) { s.NATS.Namespace = "" }, "nats.namespace"},
+		{"no DNS port", func(s *Settings) { s.DNS.Ports = nil }, "dns.ports"},
+		{"DNS port out of range", func(s *Settings) { s.DNS.Ports = []int32{70000} }, "dns.ports"},
+		{"mode", func(s *Settings) { s.Enforcement = "calico" }, `enforcement "calico": allowed values are "adminNetworkPolicy", "networkPolicy"`},
 		{"priority", func(s *Settings) { s.Priority = 1001 }, "0-1000"},
 		{"NATS CIDRs", func(s *Settings) {
 			s.NATS.CIDRs = []netip.Prefix{netip.MustParsePrefix("192.168.1.7/32"), netip.MustParsePrefix("fd00::/64")}
 		}, ""},
-		{"NATS CIDR host bits", func(s *Settings) { s.NATS.CIDRs = []netip.Prefix{netip.MustParsePrefix("192.168.1.7/24")} }, "nats-cidrs: 192.168.1.7/24 has host bits set"},
-		{"NATS CIDR invalid", func(s *Settings) { s.NATS.CIDRs = []netip.Prefix{{}} }, "nats-cidrs"},
+		{"NATS CIDR host bits", func(s *Settings) { s.NATS.CIDRs = []netip.Prefix{netip.MustParsePrefix("192.168.1.7/24")} }, "nats.cidrs: 192.168.1.7/24 has host bits set"},
+		{"NATS CIDR invalid", func(s *Settings) { s.NATS.CIDRs = []netip.Prefix{{}} }, "nats.cidrs"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -78,35 +78,6 @@ func TestSettingsValidate(t *testing.T) {
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tt.want)
 		})
-	}
-}
-
-func TestFlags(t *testing.T) {
-	parse := func(args ...string) (Settings, error) {
-		fs := flag.NewFlagSet("test", flag.ContinueOnError)
-		var s Settings
-		s.AddFlags(fs)
-		return s, fs.Parse(args)
-	}
-	s, err := parse()
-	require.NoError(t, err)
-	assert.Equal(t, DefaultSettings(), s, "no flag: the defaults")
-
-	s, err = parse("--egress-enforcement=networkPolicy", "--dns-namespace=dns", "--dns-pod-labels=app=coredns,tier=dns", "--dns-ports=53,1053",
-		"--egress-denied-cidrs=203.0.113.0/24, 2001:db8::/32", "--nats-pod-labels=app=nats", "--nats-port=4223", "--nats-cidrs=192.168.1.7/32")
-	require.NoError(t, err)
-	assert.Equal(t, EnforcementNetworkPolicy, s.Enforcement)
-	assert.Equal(t, DNSEndpoint{Namespace: "dns", PodLabels: map[string]string{"app": "coredns", "tier": "dns"}, Ports: []int32{53, 1053}}, s.DNS)
-	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("2001:db8::/32")}, s.DeniedCIDRs)
-	assert.Equal(t, NATSEndpoint{Namespace: DefaultSettings().NATS.Namespace, PodLabels: map[string]string{"app": "nats"}, Port: 4223,
-		CIDRs: []netip.Prefix{netip.MustParsePrefix("192.168.1.7/32")}}, s.NATS)
-
-	for _, bad := range [][]string{
-		{"--egress-denied-cidrs=10.0.0.0/33"}, {"--egress-denied-cidrs=example.com"}, {"--egress-enforcement=cilium"},
-		{"--dns-ports=53,x"}, {"--nats-port=0"}, {"--dns-pod-labels=a b"}, {"--nats-cidrs=nats.example"},
-	} {
-		_, err := parse(bad...)
-		assert.Error(t, err, "%v", bad)
 	}
 }
 

@@ -33,14 +33,14 @@ func TestEveryBinaryFailsInJSON(t *testing.T) {
 	}{
 		"framework-echo":      {[]string{"-sleep=soon"}, 1, `"soon" is not a duration`},
 		"runplane-accessor":   {nil, 1, "--api-server is required outside a cluster"},
-		"runplane-controller": {[]string{"-kubeconfig=/nonexistent"}, 2, "kubeconfig (-kubeconfig, $KUBECONFIG or in-cluster)"},
+		"runplane-controller": {[]string{"-config=/nonexistent"}, 2, "ControllerConfiguration: open /nonexistent"},
 		"runplane-copy":       {nil, 2, "--from and --to are required"},
 		"runplane-extender":   {[]string{"-kubeconfig=/nonexistent"}, 2, "kubeconfig (-kubeconfig, $KUBECONFIG or in-cluster)"},
 		"runplane-invoke":     {nil, 1, "-queue-url, -namespace and -pool are required"},
-		"runplane-queue":      {[]string{"-config=/nonexistent"}, 2, "queue configuration: open /nonexistent"},
+		"runplane-queue":      {[]string{"-config=/nonexistent"}, 2, "QueueConfiguration: open /nonexistent"},
 		"runplane-sidecar":    {nil, 2, "RUNPLANE_POOL must be set"},
 		"runplane-ssh":        {[]string{"-max-channels=0"}, 2, "--max-channels"},
-		"runplane-webhook":    {[]string{"-kubeconfig=/nonexistent"}, 2, "kubeconfig (-kubeconfig, $KUBECONFIG or in-cluster)"},
+		"runplane-webhook":    {[]string{"-config=/nonexistent"}, 2, "WebhookConfiguration: open /nonexistent"},
 	}
 	entries, err := os.ReadDir("../../cmd")
 	require.NoError(t, err)

@@ -4,15 +4,12 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	kjson "sigs.k8s.io/json"
-	"sigs.k8s.io/yaml"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/configfile"
 	"github.com/runplane/runplane/internal/natscallout"
 	"github.com/runplane/runplane/internal/objects"
 	"github.com/runplane/runplane/queue"
@@ -21,53 +18,22 @@ import (
 	"github.com/runplane/runplane/queue/shard"
 )
 
-// Load reads, defaults and validates the configuration file at path.
+// Load reads, defaults and validates the configuration file at path
+// (internal/configfile).
 func Load(path string) (*QueueConfiguration, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("queue configuration: %w", err)
-	}
-	c, err := Decode(b)
-	if err != nil {
-		return nil, fmt.Errorf("queue configuration %s: %w", path, err)
-	}
-	return c, nil
+	return configfile.Load[QueueConfiguration](path, APIVersion, Kind)
 }
 
 // Decode decodes a configuration document strictly (an unknown or
 // duplicate key is an error naming it), defaults and validates it.
 func Decode(b []byte) (*QueueConfiguration, error) {
-	j, err := yaml.YAMLToJSONStrict(b)
-	if err != nil {
-		return nil, err
-	}
-	var c QueueConfiguration
-	// sigs.k8s.io/json, as the API machinery decodes strictly: an unknown
-	// key's error names its path.
-	strict, err := kjson.UnmarshalStrict(j, &c)
-	if err != nil {
-		return nil, err
-	}
-	if len(strict) > 0 {
-		return nil, errors.Join(strict...)
-	}
-	if c.APIVersion != APIVersion || c.Kind != Kind {
-		return nil, fmt.Errorf("apiVersion %q, kind %q: want %s, %s", c.APIVersion, c.Kind, APIVersion, Kind)
-	}
-	c.Default()
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
-	return &c, nil
+	return configfile.Decode[QueueConfiguration](b, APIVersion, Kind)
 }
 
 // New is the default configuration: what runplane-queue runs with when the
 // file sets nothing else.
 func New() *QueueConfiguration {
-	c := &QueueConfiguration{}
-	c.APIVersion, c.Kind = APIVersion, Kind
-	c.Default()
-	return c
+	return configfile.New[QueueConfiguration](APIVersion, Kind)
 }
 
 // Default fills every zero field with its default: the one place the
@@ -79,37 +45,37 @@ func (c *QueueConfiguration) Default() {
 	}
 	c.LeaderElection.ResourceName = cmp.Or(c.LeaderElection.ResourceName, queue.DefaultLeaseName)
 	c.LeaderElection.Shards = cmp.Or(c.LeaderElection.Shards, 1)
-	orDuration(&c.LeaderElection.ShardLeaseDuration, shard.DefaultLeaseDuration)
+	configfile.OrDuration(&c.LeaderElection.ShardLeaseDuration, shard.DefaultLeaseDuration)
 	c.Listen = cmp.Or(c.Listen, ":8080")
 	c.Metrics.BindAddress = cmp.Or(c.Metrics.BindAddress, ":8443")
 	c.Tracing.SampleRatio = cmp.Or(c.Tracing.SampleRatio, 1)
 
 	n := &c.NATS
 	n.URL = cmp.Or(n.URL, "nats://127.0.0.1:4222")
-	orDuration(&n.Callout.MaxTTL, time.Hour)
+	configfile.OrDuration(&n.Callout.MaxTTL, time.Hour)
 	n.Callout.KubeQPS, n.Callout.KubeBurst = cmp.Or(n.Callout.KubeQPS, 50), cmp.Or(n.Callout.KubeBurst, 100)
 	n.Callout.Workers = cmp.Or(n.Callout.Workers, 16)
-	orDuration(&n.Callout.AnswerTimeout, 1500*time.Millisecond)
+	configfile.OrDuration(&n.Callout.AnswerTimeout, 1500*time.Millisecond)
 	n.Callout.PerHostQPS, n.Callout.PerHostBurst = cmp.Or(n.Callout.PerHostQPS, 5), cmp.Or(n.Callout.PerHostBurst, 20)
-	orDuration(&n.Callout.CacheTTL, time.Minute)
+	configfile.OrDuration(&n.Callout.CacheTTL, time.Minute)
 	n.Callout.MaxSubscriptions = cmp.Or(n.Callout.MaxSubscriptions, natscallout.DefaultSubscriptions)
 	n.Bootstrap.ResolverDir = cmp.Or(n.Bootstrap.ResolverDir, "/data/jwt")
-	orDuration(&n.Bootstrap.TLSCheckInterval, time.Minute)
+	configfile.OrDuration(&n.Bootstrap.TLSCheckInterval, time.Minute)
 	n.Bootstrap.Dir = cmp.Or(n.Bootstrap.Dir, "/var/run/runplane/bootstrap")
 
 	s := &c.Stream
 	s.SubjectPrefix, s.Name = cmp.Or(s.SubjectPrefix, api.DefaultSubjectPrefix), cmp.Or(s.Name, api.DefaultStreamName)
 	s.Replicas = cmp.Or(s.Replicas, 1)
-	orDuration(&s.MaxAge, 72*time.Hour)
+	configfile.OrDuration(&s.MaxAge, 72*time.Hour)
 	s.MaxBytes = cmp.Or(s.MaxBytes, -1)
-	orDuration(&s.DuplicateWindow, 2*time.Minute)
+	configfile.OrDuration(&s.DuplicateWindow, 2*time.Minute)
 	s.RecordsBucket = cmp.Or(s.RecordsBucket, "runplane-invocations")
-	orDuration(&s.RecordTTL, 24*time.Hour)
+	configfile.OrDuration(&s.RecordTTL, 24*time.Hour)
 	s.RecordsMaxBytes = cmp.Or(s.RecordsMaxBytes, -1)
 	s.ResultsMaxBytes = cmp.Or(s.ResultsMaxBytes, 1<<30)
 	s.ResultMaxSize = cmp.Or(s.ResultMaxSize, 1<<20)
 	s.ObjectsMaxBytes = cmp.Or(s.ObjectsMaxBytes, 128<<20)
-	orDuration(&s.ChunksMaxAge, time.Hour)
+	configfile.OrDuration(&s.ChunksMaxAge, time.Hour)
 	s.ChunksMaxBytes = cmp.Or(s.ChunksMaxBytes, 64<<20)
 	s.ChunksPerInvocation = cmp.Or(s.ChunksPerInvocation, 100000)
 
@@ -124,8 +90,8 @@ func (c *QueueConfiguration) Default() {
 
 	w := &c.Workers
 	w.MaxAttempts = cmp.Or(w.MaxAttempts, 3)
-	orDuration(&w.HeartbeatInterval, 5*time.Second)
-	orDuration(&w.HeartbeatTimeout, activator.DefaultHeartbeatTimeout)
+	configfile.OrDuration(&w.HeartbeatInterval, 5*time.Second)
+	configfile.OrDuration(&w.HeartbeatTimeout, activator.DefaultHeartbeatTimeout)
 	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, objects.DefaultMaxPayloadBytes)
 
 	a := &c.CallerAuth
@@ -136,13 +102,6 @@ func (c *QueueConfiguration) Default() {
 	b := &c.Callbacks
 	b.KeyDir = cmp.Or(b.KeyDir, "/var/run/runplane/bootstrap")
 	b.MaxAttempts, b.Workers, b.NamespaceWorkers = cmp.Or(b.MaxAttempts, 6), cmp.Or(b.Workers, 8), cmp.Or(b.NamespaceWorkers, 2)
-}
-
-// orDuration sets a zero *d to def.
-func orDuration(d *metav1.Duration, def time.Duration) {
-	if d.Duration == 0 {
-		d.Duration = def
-	}
 }
 
 // Validate refuses settings the queue cannot run with, each error naming
@@ -184,13 +143,4 @@ func (c *QueueConfiguration) Validate() error {
 
 // WriteFile writes c as a configuration file (tests and harnesses that
 // run the binary).
-func WriteFile(path string, c *QueueConfiguration) error {
-	b, err := yaml.Marshal(c)
-	if err != nil {
-		return fmt.Errorf("queue configuration: %w", err)
-	}
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		return fmt.Errorf("queue configuration: %w", err)
-	}
-	return nil
-}
+func WriteFile(path string, c *QueueConfiguration) error { return configfile.WriteFile(path, c) }

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/catalog"
@@ -28,6 +29,7 @@ import (
 	"github.com/runplane/runplane/test/kit"
 	"github.com/runplane/runplane/test/localworkers"
 	"github.com/runplane/runplane/webhook"
+	"github.com/runplane/runplane/webhook/config"
 	"github.com/runplane/runplane/webhook/mutate"
 )
 
@@ -55,11 +57,9 @@ func (s *Stack) startWebhook(ctx, runCtx context.Context, o Options) error {
 	// The chart's setting (stock.namespace): placeholders only there.
 	inj.StockNamespaces = []string{api.DefaultStockNamespace}
 	inj.NATSURL, inj.NATSServerName = s.NATS[0].ClientURL(), s.Auth.Client.ServerName
-	cfg := webhook.Config{
-		RESTConfig: s.Cluster.RESTConfig(), Listener: ln, HealthAddr: "0", Injection: inj, Logger: s.Log.With("component", "webhook"),
-		TLS:      webhook.TLSConfig{IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}},
-		Webhooks: webhook.WebhooksConfig{Manage: true, URL: "https://" + ln.Addr().String(), Resync: 5 * time.Second},
-	}
+	cfg := webhook.Config{RESTConfig: s.Cluster.RESTConfig(), Listener: ln, Logger: s.Log.With("component", "webhook")}
+	cfg.HealthAddr, cfg.Injection, cfg.TLS.IPAddresses = "0", inj, []string{"127.0.0.1"}
+	cfg.Webhooks = config.Webhooks{Manage: true, URL: "https://" + ln.Addr().String(), Resync: metav1.Duration{Duration: 5 * time.Second}}
 	if o.Webhook != nil {
 		o.Webhook(&cfg)
 	}
@@ -83,10 +83,14 @@ func (s *Stack) startControllers(ctx, runCtx context.Context, o Options) error {
 	cfg := *o.Controllers
 	cfg.RESTConfig, cfg.Egress = s.Cluster.RESTConfig(), s.Egress
 	cfg.Image = cmp.Or(cfg.Image, Image)
-	cfg.MetricsAddr, cfg.ProbeAddr = "127.0.0.1:"+strconv.Itoa(port), "0"
-	cfg.MetricsCert = metricsauth.DevCert(api.DefaultNamespace, "controller")
+	cfg.Metrics.BindAddress, cfg.HealthAddr = "127.0.0.1:"+strconv.Itoa(port), "0"
+	dev := metricsauth.DevCert(api.DefaultNamespace, "controller")
+	cfg.Metrics.TLSSecret, cfg.Metrics.TLSHosts = dev.Secret.Namespace+"/"+dev.Secret.Name, dev.Hosts
+	if cfg.LeaderElection.LeaderElect == nil {
+		cfg.LeaderElection.LeaderElect = ptr.To(false) // one in-process instance
+	}
 	cfg.Logger = logr.FromSlogHandler(s.Log.With("component", "controllers").Handler())
-	s.Metrics["controller"] = "https://" + cfg.MetricsAddr + "/metrics"
+	s.Metrics["controller"] = "https://" + cfg.Metrics.BindAddress + "/metrics"
 	s.goRun(runCtx, "controllers", func(ctx context.Context) error { return controllers.Run(ctx, cfg) })
 	return nil
 }

@@ -476,7 +476,7 @@ const draSpec = "h100.1"
 
 // Stock placeholders live in the platform's namespace only: a tenant's
 // would hold GPUs as stock, with runplane-stock, on the tenant's say. In a
-// tenant namespace the platform keeps DRA stock in (-dra-stock-namespaces:
+// tenant namespace the platform keeps DRA stock in (injection.draStockNamespaces:
 // a DRA placeholder's claim goes only to a GPU Pod of its own namespace),
 // placeholders of DRA specs are admitted, and of no other spec.
 func TestStockOnlyInThePlatformNamespace(t *testing.T) {
@@ -722,7 +722,7 @@ func TestGPUEnvByEveryRoute(t *testing.T) {
 func TestPriorityTiersGrantedPerNamespace(t *testing.T) {
 	startWebhook(t, func(c *webhook.Config) {
 		c.Injection.WorkloadPriorityClasses = []string{api.PriorityClassWorkloadHigh}
-		c.Webhooks.TierGrantorGroups = []string{"platform-admins"}
+		c.TierGrantorGroups = []string{"platform-admins"}
 	})
 	ns := tenantNamespace(t, "team-tier")
 	mallory := as(t, tenantUser)

@@ -31,6 +31,7 @@ import (
 	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/scrape"
 	"github.com/runplane/runplane/webhook"
+	"github.com/runplane/runplane/webhook/config"
 	"github.com/runplane/runplane/webhook/mutate"
 )
 
@@ -96,18 +97,17 @@ func startWebhook(t *testing.T, modify ...func(*webhook.Config)) *running {
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	cfg := webhook.Config{
 		RESTConfig:     env.RESTConfig(),
-		Namespace:      runplaneNS,
-		Addr:           addr,
 		HealthListener: hln,
-		Injection: mutate.Config{
-			Image: "runplane:e2e", PauseImage: "registry.k8s.io/pause:3.10", NATSURL: "nats://127.0.0.1:4222",
-			SubjectPrefix: api.DefaultSubjectPrefix, StreamName: api.DefaultStreamName,
-			StockNamespaces: []string{stockNS}, Resources: mutate.DefaultSidecarResources(),
-		},
-		TLS:      webhook.TLSConfig{IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, CheckInterval: time.Hour},
-		Webhooks: webhook.WebhooksConfig{Manage: true, URL: "https://" + addr, Resync: 2 * time.Second},
-		Logger:   slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:         slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
+	cfg.Namespace, cfg.Addr = runplaneNS, addr
+	cfg.Injection = mutate.Config{
+		Image: "runplane:e2e", PauseImage: "registry.k8s.io/pause:3.10", NATSURL: "nats://127.0.0.1:4222",
+		SubjectPrefix: api.DefaultSubjectPrefix, StreamName: api.DefaultStreamName,
+		StockNamespaces: []string{stockNS}, Resources: mutate.DefaultSidecarResources(),
+	}
+	cfg.TLS.IPAddresses = []string{"127.0.0.1"}
+	cfg.Webhooks = config.Webhooks{Manage: true, URL: "https://" + addr, Resync: metav1.Duration{Duration: 2 * time.Second}}
 	for _, m := range modify {
 		m(&cfg)
 	}

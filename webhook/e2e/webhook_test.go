@@ -26,6 +26,7 @@ import (
 	"github.com/runplane/runplane/internal/natstls"
 	"github.com/runplane/runplane/internal/pki"
 	"github.com/runplane/runplane/webhook"
+	"github.com/runplane/runplane/webhook/config"
 	"github.com/runplane/runplane/webhook/mutate"
 )
 
@@ -354,8 +355,8 @@ func TestUnlabelledPodAdmittedWhileWebhookDown(t *testing.T) {
 func TestServingCertificateRotates(t *testing.T) {
 	r := startWebhook(t, func(c *webhook.Config) {
 		c.TLS.SecretName = "runplane-webhook-tls-rotating"
-		c.TLS.CheckInterval = 500 * time.Millisecond
-		c.TLS.Certs = pki.Options{CertValidity: time.Hour + 40*time.Second, RenewBefore: time.Hour + 30*time.Second}
+		c.TLS.CheckInterval.Duration = 500 * time.Millisecond
+		c.Certs = pki.Options{CertValidity: time.Hour + 40*time.Second, RenewBefore: time.Hour + 30*time.Second}
 	})
 	first := servedCert(t, r.addr)
 	require.Eventually(t, func() bool { return !bytes.Equal(servedCert(t, r.addr), first) }, 30*time.Second, 200*time.Millisecond,
@@ -382,7 +383,7 @@ func TestCertManagerFilesFollowed(t *testing.T) {
 	c := env.Client()
 	ctx := context.Background()
 	r := startWebhook(t, func(cfg *webhook.Config) {
-		cfg.TLS = webhook.TLSConfig{CertManager: true, CertDir: dir}
+		cfg.TLS = config.TLS{CertManager: true, CertDir: dir}
 		// What the chart and cert-manager's CA injector would write.
 		m, v := webhook.Configurations(webhook.ConfigurationOptions{Namespace: runplaneNS, URL: cfg.Webhooks.URL, CABundle: ca.CertPEM})
 		for _, err := range []error{

@@ -1,7 +1,6 @@
 package mutate
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -45,24 +44,6 @@ func DefaultSidecarResources() SidecarResources {
 		api.SidecarContainerName: rr("50m", "64Mi", "1", "256Mi"),
 		SSHInstallContainerName:  rr("10m", "16Mi", "100m", "64Mi"),
 	}
-}
-
-// ParseSidecarResources reads SidecarResources from JSON (the webhook's
-// -sidecar-resources flag, which the chart renders from its values), e.g.
-// {"runplane-worker": {"requests": {"cpu": "50m"}, "limits": {"memory": "256Mi"}}}.
-// Unknown containers, unknown resources and requests above limits are
-// errors naming what is allowed.
-func ParseSidecarResources(s string) (SidecarResources, error) {
-	var out SidecarResources
-	dec := json.NewDecoder(strings.NewReader(s))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&out); err != nil {
-		return nil, fmt.Errorf("sidecar resources: %w (want {\"<container>\": {\"requests\": {...}, \"limits\": {...}}})", err)
-	}
-	if err := out.Validate(); err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // Validate checks every container name, resource and quantity.

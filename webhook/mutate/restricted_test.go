@@ -165,23 +165,3 @@ func TestSidecarResources(t *testing.T) {
 		})
 	}
 }
-
-func TestParseSidecarResources(t *testing.T) {
-	got, err := ParseSidecarResources(`{"runplane-worker":{"requests":{"cpu":"100m"},"limits":{"memory":"1Gi"}}}`)
-	require.NoError(t, err)
-	assert.Equal(t, "100m", ptr.To(got[api.SidecarContainerName].Requests[corev1.ResourceCPU]).String())
-	for in, want := range map[string]string{
-		`{"runplane-sidecar":{}}`: `unknown container "runplane-sidecar"; allowed: runplane-worker, runplane-ssh-install`,
-		// SSH sessions run in the main container (no runplane-ssh sidecar).
-		`{"runplane-ssh":{}}`: `"runplane-ssh" is no longer a container: SSH sessions run inside the Pod's main container`,
-		`{"runplane-worker":{"requests":{"nvidia.com/gpu":"1"}}}`:                      `unknown resource requests.nvidia.com/gpu`,
-		`{"runplane-worker":{"requests":{"cpu":"2"},"limits":{"cpu":"1"}}}`:            `requests.cpu 2 is above limits.cpu 1`,
-		`{"runplane-worker":{"requests":{"memory":"lots"}}}`:                           `sidecar resources:`,
-		`{"runplane-worker":{"requests":{"cpu":"0"}}}`:                                 `requests.cpu must be positive`,
-		`{"runplane-worker":{"requests":{"cpu":"1"}},"runplane-ssh-install":{"x":{}}}`: `unknown field "x"`,
-	} {
-		_, err := ParseSidecarResources(in)
-		require.Error(t, err, in)
-		assert.Contains(t, err.Error(), want, in)
-	}
-}

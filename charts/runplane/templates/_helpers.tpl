@@ -179,25 +179,6 @@ cidrs:
 {{- end }}
 {{- end -}}
 
-{{/* runplane.controllerEgressArgs: the controller's egress flags (controllers/egress Settings.AddFlags; the controller copies no Secret: it has no Secret access). */}}
-{{- define "runplane.controllerEgressArgs" -}}
-{{- $nats := include "runplane.natsEndpoint" . | fromYaml -}}
-{{- $e := .Values.egress -}}
-- --egress-enforcement={{ $e.enforcement }}
-- --nats-namespace={{ $nats.namespace }}
-- --nats-pod-labels={{ include "runplane.labelList" $nats.podLabels }}
-- --nats-port={{ $nats.port }}
-{{- with $nats.cidrs }}
-- --nats-cidrs={{ join "," . }}
-{{- end }}
-- --dns-namespace={{ $e.dns.namespace }}
-- --dns-pod-labels={{ include "runplane.labelList" $e.dns.podLabels }}
-- --dns-ports={{ join "," $e.dns.ports }}
-{{- with include "runplane.egressExtraCIDRs" . | fromJsonArray }}
-- --egress-denied-cidrs={{ join "," . }}
-{{- end }}
-{{- end -}}
-
 {{/* runplane.egressDeniedRanges: the ranges pool Pods never reach (controllers/egress DeniedIPv4, DeniedIPv6), as JSON. */}}
 {{- define "runplane.egressDeniedRanges" -}}
 ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16", "127.0.0.0/8", "0.0.0.0/8", "192.0.0.0/24", "198.18.0.0/15", "192.88.99.0/24", "224.0.0.0/4", "240.0.0.0/4",
@@ -235,15 +216,6 @@ true
 {{- end -}}
 {{- end -}}
 
-{{/* runplane.labelList: a map as k=v,k=v in key order. */}}
-{{- define "runplane.labelList" -}}
-{{- $out := list -}}
-{{- range $k := keys . | sortAlpha -}}
-{{- $out = append $out (printf "%s=%s" $k (index $ $k)) -}}
-{{- end -}}
-{{- join "," $out -}}
-{{- end -}}
-
 {{/* runplane.celList: a list of strings as a CEL list literal, as webhook.Policies writes it (hack/admgen checks). */}}
 {{- define "runplane.celList" -}}
 {{- $quoted := list -}}
@@ -274,7 +246,7 @@ true
 {{- $ns | uniq | sortAlpha | join "," -}}
 {{- end -}}
 
-{{/* runplane.draStockNamespaces: the tenant namespaces of DRA specs' stock pools (stock.pools[].namespaces), comma-separated and sorted; empty when none. The webhook admits placeholders of DRA specs there (--dra-stock-namespaces). */}}
+{{/* runplane.draStockNamespaces: the tenant namespaces of DRA specs' stock pools (stock.pools[].namespaces), comma-separated and sorted; empty when none. The webhook admits placeholders of DRA specs there (injection.draStockNamespaces). */}}
 {{- define "runplane.draStockNamespaces" -}}
 {{- $ns := list -}}
 {{- range .Values.stock.pools }}{{ range .namespaces }}{{ $ns = append $ns . }}{{ end }}{{ end -}}

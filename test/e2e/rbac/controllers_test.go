@@ -3,7 +3,6 @@ package rbac_test
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"strconv"
 	"testing"
@@ -22,6 +21,7 @@ import (
 	"github.com/runplane/runplane/catalog"
 	"github.com/runplane/runplane/controllers"
 	"github.com/runplane/runplane/controllers/accessor"
+	cconfig "github.com/runplane/runplane/controllers/config"
 	"github.com/runplane/runplane/controllers/egress"
 	"github.com/runplane/runplane/controllers/sshservice"
 	"github.com/runplane/runplane/pvcspec"
@@ -51,34 +51,20 @@ func TestControllers(t *testing.T) {
 	install(t)
 	rec := &rbac.Recorder{}
 	t.Cleanup(func() { checkNoDenials(t, "runplane-controller", rec, globalLog) })
-	// The settings the chart passes (controller.yaml, runplane.controllerNATSArgs).
-	args := chartArgs(t, "runplane-controller", "controller")
-	// The egress flags through the binary's own parser.
-	fs := flag.NewFlagSet("runplane-controller", flag.ContinueOnError)
-	var egressSettings egress.Settings
-	egressSettings.AddFlags(fs)
-	var egressArgs []string
-	for k, v := range args {
-		if fs.Lookup(k) != nil {
-			egressArgs = append(egressArgs, "--"+k+"="+v)
-		}
-	}
-	require.NoError(t, fs.Parse(egressArgs))
-	require.Equal(t, egress.EnforcementNetworkPolicy, egressSettings.Enforcement, "testdata/values.yaml: the mode in which the controller writes policies")
+	// The settings the chart installed (the ConfigMap runplane-controller),
+	// read by the controller's own loader.
+	cc, err := cconfig.Decode(chartConfigFile(t, "runplane-controller"))
+	require.NoError(t, err)
+	require.Equal(t, egress.EnforcementNetworkPolicy, cc.Egress.Enforcement, "testdata/values.yaml: the mode in which the controller writes policies")
+	require.True(t, *cc.LeaderElection.LeaderElect, "the chart's controller elects a leader")
+	cert, err := cc.Metrics.ServingCert()
+	require.NoError(t, err)
 	metricsPort, err := cluster.FreePort()
 	require.NoError(t, err)
-	cfg := controllers.Config{
-		MetricsAddr:    "127.0.0.1:" + strconv.Itoa(metricsPort),
-		MetricsCert:    metricsCert(t, args),
-		RESTConfig:     rec.As(env.RESTConfig(), releaseNS, "runplane-controller"),
-		Namespace:      arg(t, args, "namespace"),
-		Image:          testImage,
-		ClusterDomain:  arg(t, args, "cluster-domain"),
-		Egress:         egressSettings,
-		ProbeAddr:      "0",
-		LeaderElection: arg(t, args, "leader-elect") == "true",
-		Logger:         logr.FromSlogHandler(rec.Logger().Handler()),
-	}
+	cfg := controllers.Config{ControllerConfiguration: *cc, RESTConfig: rec.As(env.RESTConfig(), releaseNS, "runplane-controller"),
+		Logger: logr.FromSlogHandler(rec.Logger().Handler())}
+	// This process's addresses and image.
+	cfg.Metrics.BindAddress, cfg.HealthAddr, cfg.Image = "127.0.0.1:"+strconv.Itoa(metricsPort), "0", testImage
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- controllers.Run(ctx, cfg) }()
@@ -102,7 +88,7 @@ func TestControllers(t *testing.T) {
 		scrapers, err := scrape.New(ctx, env)
 		require.NoError(t, err)
 		scrapers.Check(t, "https://127.0.0.1:"+strconv.Itoa(metricsPort)+"/metrics", "controller_runtime_")
-		checkVerified(ctx, t, scrapers, "https://127.0.0.1:"+strconv.Itoa(metricsPort)+"/metrics", metricsCert(t, args))
+		checkVerified(ctx, t, scrapers, "https://127.0.0.1:"+strconv.Itoa(metricsPort)+"/metrics", cert)
 	})
 
 	t.Run("prepare job, phase and storage gate", func(t *testing.T) {

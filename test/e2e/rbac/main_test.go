@@ -179,13 +179,21 @@ func chartArgs(t *testing.T, name, container string) map[string]string {
 	return nil
 }
 
+// chartConfigFile is the configuration file the chart installed for a
+// component (the ConfigMap name's config.yaml), so the in-process
+// components run with the chart's settings rather than copies of them.
+func chartConfigFile(t *testing.T, name string) []byte {
+	t.Helper()
+	cm, err := env.Client().CoreV1().ConfigMaps(releaseNS).Get(t.Context(), name, metav1.GetOptions{})
+	require.NoError(t, err, "the chart's configuration %s", name)
+	return []byte(cm.Data["config.yaml"])
+}
+
 // chartQueueConfig is the queue's configuration the chart installed (the
 // ConfigMap runplane-queue), read by the queue's own loader.
 func chartQueueConfig(t *testing.T) *config.QueueConfiguration {
 	t.Helper()
-	cm, err := env.Client().CoreV1().ConfigMaps(releaseNS).Get(t.Context(), "runplane-queue", metav1.GetOptions{})
-	require.NoError(t, err, "the chart's queue configuration")
-	c, err := config.Decode([]byte(cm.Data["config.yaml"]))
+	c, err := config.Decode(chartConfigFile(t, "runplane-queue"))
 	require.NoError(t, err)
 	return c
 }

@@ -21,7 +21,7 @@ import (
 	"github.com/runplane/runplane/test/kit"
 	"github.com/runplane/runplane/test/scrape"
 	"github.com/runplane/runplane/webhook"
-	"github.com/runplane/runplane/webhook/mutate"
+	wconfig "github.com/runplane/runplane/webhook/config"
 )
 
 const webhookSecret = "runplane-webhook-tls"
@@ -58,24 +58,21 @@ func pointAt(t *testing.T, addr string) {
 // configurations), until the returned stop is called.
 func runWebhook(t *testing.T, rec *rbac.Recorder, ln net.Listener, dnsNames []string) (stop func()) {
 	t.Helper()
-	args := chartArgs(t, "runplane-webhook", "webhook")
-	require.Equal(t, webhookSecret, arg(t, args, "tls-secret"), "the chart's --tls-secret")
-	inj := mutate.DefaultConfig()
-	inj.Image = testImage
-	inj.NATSURL = "nats://runplane-nats." + releaseNS + ".svc:4222"
-	// Sidecars verify NATS: the webhook follows the CA ConfigMap (as
-	// runplane-webhook: get, list and watch by name).
-	inj.NATSServerName = arg(t, args, "nats-server-name")
+	// The chart's settings (the ConfigMap runplane-webhook, read by the
+	// webhook's own loader); sidecars verify NATS, so the webhook follows
+	// the CA ConfigMap (as runplane-webhook: get, list and watch by name).
+	wc, err := wconfig.Decode(chartConfigFile(t, "runplane-webhook"))
+	require.NoError(t, err)
+	require.Equal(t, webhookSecret, wc.TLS.SecretName, "the chart's tls.secretName")
+	require.False(t, wc.Webhooks.Manage, "the chart owns the webhook configurations")
+	cfg := webhook.Config{WebhookConfiguration: *wc, RESTConfig: rec.As(env.RESTConfig(), releaseNS, "runplane-webhook"), Listener: ln, Logger: rec.Logger()}
+	// This process's addresses, image and NATS.
+	cfg.HealthAddr, cfg.TLS.IPAddresses, cfg.TLS.DNSNames = "0", []string{"127.0.0.1"}, dnsNames
+	cfg.Injection.Image, cfg.Injection.NATSURL = testImage, "nats://runplane-nats."+releaseNS+".svc:4222"
+	cfg.Webhooks.Resync.Duration = time.Second
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- webhook.Run(ctx, webhook.Config{
-			RESTConfig: rec.As(env.RESTConfig(), releaseNS, "runplane-webhook"),
-			Namespace:  arg(t, args, "namespace"), Listener: ln, HealthAddr: "0", Injection: inj, Logger: rec.Logger(),
-			TLS:      webhook.TLSConfig{SecretName: webhookSecret, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: dnsNames},
-			Webhooks: webhook.WebhooksConfig{Name: arg(t, args, "webhook-config-name"), Manage: false, Resync: time.Second},
-		})
-	}()
+	go func() { done <- webhook.Run(ctx, cfg) }()
 	var once sync.Once
 	return func() {
 		once.Do(func() {

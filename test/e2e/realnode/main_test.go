@@ -116,11 +116,13 @@ func prepare(ctx context.Context, c *cluster.Cluster) (stack.Options, error) {
 	if err != nil {
 		return stack.Options{}, fmt.Errorf("untainting the real node: %w", err)
 	}
+	ctrl := &controllers.Config{}
+	ctrl.Image = images.RunplaneRef
 	return stack.Options{
 		Namespaces: []string{ns},
 		// NATS on the node's host address: the only address Pods reach.
 		NATSHost: node.HostIP, Catalog: catalog, Scheduler: true,
-		Controllers: &controllers.Config{Image: images.RunplaneRef},
+		Controllers: ctrl,
 		Webhook: func(w *webhook.Config) {
 			w.Injection.Image, w.Injection.PauseImage, w.Injection.ImagePullPolicy = images.RunplaneRef, images.PauseRef, corev1.PullNever
 			// The takeover tests' stock placeholders live in ns.
@@ -131,7 +133,7 @@ func prepare(ctx context.Context, c *cluster.Cluster) (stack.Options, error) {
 			// through runplane.io/gpu-spec and stock (the webhook's
 			// mutation, the runplane-scheduler and the extender), which
 			// the policy does not change.
-			w.Webhooks.GPUPolicy = &webhook.GPUPolicy{Resources: []string{"runplane.io/no-gpu-policy-in-this-stack"}}
+			w.GPUPolicy = &webhook.GPUPolicy{Resources: []string{"runplane.io/no-gpu-policy-in-this-stack"}}
 		},
 		Queue: func(q *queue.Config) {
 			q.InsecureDisableCallerAuth, q.Namespace = true, ns
