@@ -1,8 +1,10 @@
 package ledger
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -473,25 +475,27 @@ func TestRecoverSettledClaim(t *testing.T) {
 	}
 }
 
-// checkWarm compares each node's claimable-placeholder counts, which
-// Filter reads, with a walk of its placeholders.
+// checkWarm compares each node's index of claimable placeholders, which
+// Filter reads, with a walk of its placeholders: the same ones, in UID
+// order, with their records' current pledge and frees.
 func checkWarm(t *testing.T, l *Ledger) {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, n := range l.nodes {
-		for spec, list := range n.stock {
-			want := int32(0)
-			for _, p := range list {
+		require.LessOrEqual(t, len(n.ready), len(l.specs), "node %s: index of a spec the ledger does not know", n.name)
+		for spec, i := range l.specs {
+			var want []stockRef
+			for _, p := range n.stock[spec] {
 				if p.claimable() {
-					want++
+					want = append(want, newStockRef(p))
 				}
 			}
-			got := int32(0)
-			if i, ok := l.specs[spec]; ok && i < len(n.warm) {
-				got = n.warm[i]
+			slices.SortFunc(want, func(a, b stockRef) int { return cmp.Compare(a.uid, b.uid) })
+			assert.Equal(t, len(want), len(n.readyOf(i)), "node %s spec %s: indexed vs claimable placeholders", n.name, spec)
+			if len(want) > 0 {
+				assert.Equal(t, want, n.readyOf(i), "node %s spec %s: index vs claimable placeholders", n.name, spec)
 			}
-			assert.Equal(t, want, got, "node %s spec %s: warm count vs claimable placeholders", n.name, spec)
 		}
 		// placing counts the placeholders assumed onto the node.
 		var placing []int32
