@@ -389,7 +389,7 @@ func TestConcurrentNeverOvercommits(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	checkWarm(t, l)
+	checkIndex(t, l)
 	for _, n := range names {
 		free := l.Free(n)
 		assert.GreaterOrEqual(t, free.Scalar[gpu], int64(0), "node %s over-committed", n)
@@ -475,10 +475,10 @@ func TestRecoverSettledClaim(t *testing.T) {
 	}
 }
 
-// checkWarm compares each node's index of claimable placeholders, which
+// checkIndex compares each node's index of claimable placeholders, which
 // Filter reads, with a walk of its placeholders: the same ones, in UID
 // order, with their records' current pledge and frees.
-func checkWarm(t *testing.T, l *Ledger) {
+func checkIndex(t *testing.T, l *Ledger) {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -534,7 +534,7 @@ func TestRecoverPlaceholderListedAfterHeir(t *testing.T) {
 	require.Equal(t, "a", r.Chosen, "the node's free GPU")
 	require.Nil(t, r.Claim, "ph is x's")
 	requireClaim(t, "ph", l.Filter(RequestFor(xp, false), []string{"a"}, true))
-	checkWarm(t, l)
+	checkIndex(t, l)
 }
 
 // A placeholder another Pod claims is no longer inherited: the heir, bound
