@@ -870,28 +870,8 @@ func (l *Ledger) evaluate(pr *probe, n *node, prefer types.UID) verdict {
 		v.packing = packing(pr.prim, n, pr.vec, 0)
 		return v
 	}
-	var ph *podRec
-	var freed int64 // of the primary resource, by taking ph
-	// The placeholder with the lowest UID that the Pod may take and fits
-	// in, so every cycle agrees, unless prefer is one of them: the index
-	// is in UID order, the first will do. Only the index is read here,
-	// not the records (stockindex.go).
-	ready, pick := n.readyOf(pr.warm), -1
-	for i := range ready {
-		r := &ready[i]
-		if (r.pledged != "" && r.pledged != req.UID) || (pr.phNamespace != "" && r.rec.ns != pr.phNamespace) || !r.fits(n, pr) {
-			continue
-		}
-		if pick < 0 || r.uid == prefer {
-			pick = i
-		}
-		if prefer == "" || ready[pick].uid == prefer {
-			break
-		}
-	}
-	if pick >= 0 {
-		ph, freed, v.hasStock = ready[pick].rec, ready[pick].freesAt(pr.prim), true
-	}
+	ph, freed := n.pick(pr, prefer)
+	v.hasStock = ph != nil
 	if r := pr.resv; ph == nil && r != nil && r.node == n.name && r.counted && r.live && r.claimedBy == "" {
 		// The room the Pod's own preemption reserved (reservation.go).
 		if ok, _ := fitsVec(n.alloc, n.used, r.frees(), pr.vec, pr.nz); ok {

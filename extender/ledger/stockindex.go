@@ -72,6 +72,31 @@ func (n *node) readyOf(i int) []stockRef {
 	return n.ready[i]
 }
 
+// pick is the placeholder the request takes on n, and what taking it
+// frees of the request's primary resource: of those it may take and fits
+// in, the preferred one, else the lowest UID, so every cycle agrees. The
+// index is in UID order: without a preference the first will do. Only
+// the index is read, not the records.
+func (n *node) pick(pr *probe, prefer types.UID) (*podRec, int64) {
+	ready, pick := n.readyOf(pr.warm), -1
+	for i := range ready {
+		r := &ready[i]
+		if (r.pledged != "" && r.pledged != pr.req.UID) || (pr.phNamespace != "" && r.rec.ns != pr.phNamespace) || !r.fits(n, pr) {
+			continue
+		}
+		if pick < 0 || r.uid == prefer {
+			pick = i
+		}
+		if prefer == "" || ready[pick].uid == prefer {
+			break
+		}
+	}
+	if pick < 0 {
+		return nil, 0
+	}
+	return ready[pick].rec, ready[pick].freesAt(pr.prim)
+}
+
 // index adds p to n's index if it is claimable. Callers hold l.mu.
 func (l *Ledger) index(n *node, p *podRec) {
 	if !p.claimable() {
