@@ -13,7 +13,8 @@ import (
 // nodes holding 50,000 1-GPU Pods (2 of every 10 placeholders; 6 GPUs of
 // 16 free on each node): one Filter of a 1-GPU Pod on every node, in the
 // order the nodes were first seen and shuffled (kube-scheduler filters
-// nodes in parallel, so its list is not in any one order).
+// nodes in parallel, so its list is not in any one order), and of a Pod
+// that must take a placeholder.
 func BenchmarkFilter(b *testing.B) {
 	const nodes, podsPerNode = 5000, 10
 	l := New(Options{})
@@ -34,11 +35,15 @@ func BenchmarkFilter(b *testing.B) {
 	}
 	shuffled := append([]string(nil), names...)
 	rand.New(rand.NewSource(1)).Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
-	req := RequestFor(testPod("incoming", "gpu", "g1", "", 1, corev1.PodPending), false)
+	incoming := testPod("incoming", "gpu", "g1", "", 1, corev1.PodPending)
 	for _, order := range []struct {
 		name  string
 		names []string
-	}{{"first-seen", names}, {"shuffled", shuffled}} {
+		// required: the Pod's spec is Required, so it fits only by
+		// taking a placeholder: every node's are checked (node.pick).
+		required bool
+	}{{"first-seen", names, false}, {"shuffled", shuffled, false}, {"required", names, true}} {
+		req := RequestFor(incoming, order.required)
 		b.Run(order.name, func(b *testing.B) {
 			var res FilterResult
 			for b.Loop() {

@@ -343,8 +343,7 @@ func (l *Ledger) heldOf(pod types.UID, ns string) vec {
 // refreshHeld recomputes what deleting the Pod frees.
 func (l *Ledger) refreshHeld(pod types.UID) {
 	if p := l.pods[pod]; p != nil {
-		p.setHeld(l.heldOf(pod, p.ns))
-		l.pledge(p)
+		l.refresh(p)
 	}
 }
 
@@ -369,8 +368,7 @@ func (l *Ledger) pledge(p *podRec) {
 func (l *Ledger) refreshHeldOn(node string) {
 	for p := range l.dra.podClaims {
 		if rec := l.pods[p]; rec != nil && rec.node == node {
-			rec.setHeld(l.heldOf(p, rec.ns))
-			l.pledge(rec)
+			l.refresh(rec)
 		}
 	}
 }
@@ -470,7 +468,7 @@ func (l *Ledger) evaluateHandover(pr *probe, n *node) verdict {
 	if ok, short := fitsVec(n.alloc, n.used, ph.frees(), pr.vec, pr.nz); !ok {
 		return verdict{reason: pr.insufficient(short)}
 	}
-	return verdict{fits: true, ph: ph, hasStock: true, packing: packing(pr.prim, n, pr.vec, ph)}
+	return verdict{fits: true, ph: ph, hasStock: true, packing: packing(pr.prim, n, pr.vec, at(ph.frees(), pr.prim))}
 }
 
 // TakeStock decides, outside any scheduling cycle (and among placeholders

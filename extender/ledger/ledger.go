@@ -167,11 +167,25 @@ func (p *podRec) claimable() bool {
 	return p.stockSpec != "" && p.counted && p.live && p.claimedBy == ""
 }
 
+// node is one node's book. A filter reads the fields before draAlloc of
+// every node: they come first, within 240 bytes (they were spread over
+// 264).
 type node struct {
 	name   string
 	exists bool
 	alloc  vec
 	used   vec
+	// ready are the claimable placeholders per spec index (Ledger.specs),
+	// by UID (stockindex.go): a filter asks "is this node warm" of every
+	// node, and a GPU Pod that must take stock which placeholder it takes,
+	// without walking the stock map and its records.
+	ready [][]stockRef
+	// alloc, used and ready start out in these arrays, in the node's own
+	// allocation: a filter reads them for every node, and one allocation
+	// is one or two cache lines instead of four scattered ones. (They move
+	// out only when a cluster has more resource slots or specs than fit.)
+	readyBuf          [2][]stockRef
+	allocBuf, usedBuf [inlineSlots]int64
 	// draAlloc are the devices its ResourceSlices publish, per class slot
 	// (dra.go); alloc includes them.
 	draAlloc vec
@@ -179,19 +193,9 @@ type node struct {
 	// pods are the Pods counted in used: a preemption picks its victims
 	// among them.
 	pods map[types.UID]*podRec
-	// warm counts the claimable placeholders per spec index (Ledger.specs):
-	// a filter asks "is this node warm" of every node, and a slice read is
-	// far cheaper there than walking the stock map.
-	warm []int32
 	// placing counts the placeholders per spec index assumed onto the node
 	// and not yet seen bound: stock on its way, for better's spread.
 	placing []int32
-	// alloc, used and warm start out in these arrays, in the node's own
-	// allocation: a filter reads them for every node, and one allocation
-	// is one or two cache lines instead of four scattered ones. (They move
-	// out only when a cluster has more resource slots or specs than fit.)
-	allocBuf, usedBuf [inlineSlots]int64
-	warmBuf           [2]int32
 }
 
 // inlineSlots fits CPU, memory, Pods and three extended resources.
@@ -265,7 +269,7 @@ type Ledger struct {
 	gone     map[types.UID]chan struct{}
 	slots    map[corev1.ResourceName]int
 	names    []corev1.ResourceName
-	// specs indexes the stock specs seen, for node.warm.
+	// specs indexes the stock specs seen, for node.ready and node.placing.
 	specs map[string]int
 	// resv are the reservation Pods (by their UID), reservedFor the
 	// latest of each preemptor (reservation.go).
@@ -337,7 +341,7 @@ func New(opts Options) *Ledger {
 	}
 }
 
-// specIndex interns a stock spec for node.warm. Callers hold l.mu for writing.
+// specIndex interns a stock spec for node.ready. Callers hold l.mu for writing.
 func (l *Ledger) specIndex(spec string) int {
 	i, ok := l.specs[spec]
 	if !ok {
@@ -363,18 +367,6 @@ func at32(s []int32, i int) int32 {
 	return 0
 }
 
-// warmDelta adjusts the count of claimable placeholders of p's spec on n.
-func (l *Ledger) warmDelta(n *node, p *podRec, d int32) {
-	if !p.claimable() {
-		return
-	}
-	i := l.specIndex(p.stockSpec)
-	for len(n.warm) <= i {
-		n.warm = append(n.warm, 0)
-	}
-	n.warm[i] += d
-}
-
 func (l *Ledger) node(name string) *node {
 	n := l.nodes[name]
 	if n == nil {
@@ -382,7 +374,7 @@ func (l *Ledger) node(name string) *node {
 		// filter looks up (and compares) sit together in memory.
 		n = l.arena.newNode(name)
 		n.stock, n.pods = map[string][]*podRec{}, map[types.UID]*podRec{}
-		n.used, n.warm = n.usedBuf[:0], n.warmBuf[:0]
+		n.used, n.ready = n.usedBuf[:0], n.readyBuf[:0]
 		l.nodes[n.name] = n
 	}
 	return n
@@ -419,7 +411,7 @@ func (l *Ledger) addRec(p *podRec) {
 	}
 	if p.stockSpec != "" {
 		n.stock[p.stockSpec] = append(n.stock[p.stockSpec], p)
-		l.warmDelta(n, p, 1)
+		l.index(n, p)
 	}
 }
 
@@ -433,7 +425,7 @@ func (l *Ledger) removeRec(p *podRec) {
 		delete(n.pods, p.uid)
 	}
 	if p.stockSpec != "" {
-		l.warmDelta(n, p, -1)
+		l.unindex(n, p)
 		list := n.stock[p.stockSpec]
 		for i, q := range list {
 			if q.uid == p.uid {
@@ -802,8 +794,8 @@ type probe struct {
 	reasons  []string // by slot: insufficient's answers so far
 	names    func(int) corev1.ResourceName
 	required string
-	warm     int // index of req.Spec in node.warm; -1 when no node has stock of it
-	stock    int // index of req.Stock in node.warm (a placeholder's spec); -1 likewise
+	warm     int // index of req.Spec in node.ready; -1 when no node has stock of it
+	stock    int // index of req.Stock in node.ready (a placeholder's spec); -1 likewise
 	// resv is the Pod's own reservation, if any: one lookup per call,
 	// not per node.
 	resv *podRec
@@ -873,32 +865,18 @@ func (l *Ledger) evaluate(pr *probe, n *node, prefer types.UID) verdict {
 	freeOK, short := fitsVec(n.alloc, n.used, nil, pr.vec, pr.nz)
 	if freeOK && !req.Required {
 		// No claim needed: only whether the node is warm matters (scoring).
-		v.hasStock = pr.warm >= 0 && pr.warm < len(n.warm) && n.warm[pr.warm] > 0
-		v.spreads = pr.req.Stock != "" && (pr.stock < 0 || at32(n.warm, pr.stock) == 0 && at32(n.placing, pr.stock) == 0)
+		v.hasStock = len(n.readyOf(pr.warm)) > 0
+		v.spreads = pr.req.Stock != "" && (pr.stock < 0 || len(n.readyOf(pr.stock)) == 0 && at32(n.placing, pr.stock) == 0)
 		v.fits = true
-		v.packing = packing(pr.prim, n, pr.vec, nil)
+		v.packing = packing(pr.prim, n, pr.vec, 0)
 		return v
 	}
-	var ph *podRec
-	// The warm count spares a full node without such stock the lookup.
-	if pr.warm >= 0 && pr.warm < len(n.warm) && n.warm[pr.warm] > 0 {
-		for _, p := range n.stock[req.Spec] {
-			if !p.claimable() || (p.pledged != "" && p.pledged != req.UID) || (pr.phNamespace != "" && p.ns != pr.phNamespace) {
-				continue
-			}
-			if ok, _ := fitsVec(n.alloc, n.used, p.frees(), pr.vec, pr.nz); !ok {
-				continue
-			}
-			if ph == nil || p.uid == prefer || (ph.uid != prefer && p.uid < ph.uid) {
-				ph = p
-			}
-		}
-		v.hasStock = ph != nil
-	}
+	ph, freed := n.pick(pr, prefer)
+	v.hasStock = ph != nil
 	if r := pr.resv; ph == nil && r != nil && r.node == n.name && r.counted && r.live && r.claimedBy == "" {
 		// The room the Pod's own preemption reserved (reservation.go).
 		if ok, _ := fitsVec(n.alloc, n.used, r.frees(), pr.vec, pr.nz); ok {
-			ph, v.hasStock = r, true
+			ph, freed, v.hasStock = r, at(r.frees(), pr.prim), true
 		}
 	}
 	switch {
@@ -911,19 +889,18 @@ func (l *Ledger) evaluate(pr *probe, n *node, prefer types.UID) verdict {
 		v.reason = pr.insufficient(short)
 		return v
 	}
-	v.packing = packing(pr.prim, n, pr.vec, v.ph)
+	v.packing = packing(pr.prim, n, pr.vec, freed)
 	return v
 }
 
-func packing(prim int, n *node, req vec, ph *podRec) float64 {
+// packing is how full slot prim of n is once req is placed and what
+// freed of it is gone (a placeholder's, taken).
+func packing(prim int, n *node, req vec, freed int64) float64 {
 	alloc := at(n.alloc, prim)
 	if alloc <= 0 {
 		return 0
 	}
-	used := at(n.used, prim) + at(req, prim)
-	if ph != nil {
-		used -= at(ph.frees(), prim)
-	}
+	used := at(n.used, prim) + at(req, prim) - freed
 	// Plain comparisons: math.Min and math.Max handle NaN and signed
 	// zeros, which a ratio of counts never is, at a cost a filter pays
 	// 5,000 times.

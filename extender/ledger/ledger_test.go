@@ -1,8 +1,10 @@
 package ledger
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -387,7 +389,7 @@ func TestConcurrentNeverOvercommits(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	checkWarm(t, l)
+	checkIndex(t, l)
 	for _, n := range names {
 		free := l.Free(n)
 		assert.GreaterOrEqual(t, free.Scalar[gpu], int64(0), "node %s over-committed", n)
@@ -473,25 +475,27 @@ func TestRecoverSettledClaim(t *testing.T) {
 	}
 }
 
-// checkWarm compares each node's claimable-placeholder counts, which
-// Filter reads, with a walk of its placeholders.
-func checkWarm(t *testing.T, l *Ledger) {
+// checkIndex compares each node's index of claimable placeholders, which
+// Filter reads, with a walk of its placeholders: the same ones, in UID
+// order, with their records' current pledge and frees.
+func checkIndex(t *testing.T, l *Ledger) {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, n := range l.nodes {
-		for spec, list := range n.stock {
-			want := int32(0)
-			for _, p := range list {
+		require.LessOrEqual(t, len(n.ready), len(l.specs), "node %s: index of a spec the ledger does not know", n.name)
+		for spec, i := range l.specs {
+			var want []stockRef
+			for _, p := range n.stock[spec] {
 				if p.claimable() {
-					want++
+					want = append(want, newStockRef(p))
 				}
 			}
-			got := int32(0)
-			if i, ok := l.specs[spec]; ok && i < len(n.warm) {
-				got = n.warm[i]
+			slices.SortFunc(want, func(a, b stockRef) int { return cmp.Compare(a.uid, b.uid) })
+			assert.Equal(t, len(want), len(n.readyOf(i)), "node %s spec %s: indexed vs claimable placeholders", n.name, spec)
+			if len(want) > 0 {
+				assert.Equal(t, want, n.readyOf(i), "node %s spec %s: index vs claimable placeholders", n.name, spec)
 			}
-			assert.Equal(t, want, got, "node %s spec %s: warm count vs claimable placeholders", n.name, spec)
 		}
 		// placing counts the placeholders assumed onto the node.
 		var placing []int32
@@ -530,7 +534,7 @@ func TestRecoverPlaceholderListedAfterHeir(t *testing.T) {
 	require.Equal(t, "a", r.Chosen, "the node's free GPU")
 	require.Nil(t, r.Claim, "ph is x's")
 	requireClaim(t, "ph", l.Filter(RequestFor(xp, false), []string{"a"}, true))
-	checkWarm(t, l)
+	checkIndex(t, l)
 }
 
 // A placeholder another Pod claims is no longer inherited: the heir, bound
