@@ -48,7 +48,7 @@ func holders(ctx context.Context, t *testing.T, ns string, n int) []string {
 	t.Helper()
 	out := make([]string, n)
 	for i := range n {
-		l, err := env.Client().CoordinationV1().Leases(ns).Get(ctx, shard.LeaseName(queue.DefaultLeaseName, i), metav1.GetOptions{})
+		l, err := env.Client().CoordinationV1().Leases(ns).Get(ctx, shard.LeaseName(queue.DefaultLeaseName, i, n), metav1.GetOptions{})
 		if err == nil {
 			out[i] = ptr.Deref(l.Spec.HolderIdentity, "")
 		}
