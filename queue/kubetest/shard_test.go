@@ -138,13 +138,21 @@ func invokeOnce(t *testing.T, q *queuetest.Queue, ns, id string) {
 	assert.Empty(t, rec.Attempts, "%s in %s: one attempt (no retry policy)", id, ns)
 }
 
-// shardReplica runs queue replica id with shards activator shards (Leases
-// of 5s) in leaseNS.
-func shardReplica(t *testing.T, natsURL, leaseNS, id string, shards int) replica {
+// shardLeaseDuration is the sharded tests' shard Lease duration (renew
+// deadline 70% of it, retry period 20%: queue/shards.go).
+const shardLeaseDuration = 5 * time.Second
+
+// shardReplica runs queue replica id with shards activator shards in
+// leaseNS; opts change its Config.
+func shardReplica(t *testing.T, natsURL, leaseNS, id string, shards int, opts ...func(*queue.Config)) replica {
 	t.Helper()
-	return replica{id: id, q: queuetest.Run(t, queue.Config{NATSURL: natsURL, InsecureDisableCallerAuth: true, MetricsListen: "127.0.0.1:0",
-		RESTConfig: env.RESTConfig(), LeaderElection: true, LeaseNamespace: leaseNS, Identity: id, ActivatorShards: shards, ShardLeaseDuration: 5 * time.Second,
-		HeartbeatTimeout: 2 * time.Second, Backoff: 100 * time.Millisecond, Tick: 100 * time.Millisecond})}
+	cfg := queue.Config{NATSURL: natsURL, InsecureDisableCallerAuth: true, MetricsListen: "127.0.0.1:0",
+		RESTConfig: env.RESTConfig(), LeaderElection: true, LeaseNamespace: leaseNS, Identity: id, ActivatorShards: shards, ShardLeaseDuration: shardLeaseDuration,
+		HeartbeatTimeout: 2 * time.Second, Backoff: 100 * time.Millisecond, Tick: 100 * time.Millisecond}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return replica{id: id, q: queuetest.Run(t, cfg)}
 }
 
 // TestShardsHaveOneOwnerEach runs three queue replicas sharing the
