@@ -423,4 +423,3 @@ func (e *Elector) follow(ctx context.Context, s int, sl *slot, membersAt *stamp,
 		stopElect()
 	}
 }
-
