@@ -12,8 +12,8 @@ import (
 )
 
 // TestQueueRoleNamesEveryLease: the queue's Role lets it get and update
-// exactly the Leases it uses — the manager's, and sharded the members
-// Lease and every shard's Lease of queue.activatorShards, plus those of
+// exactly the Leases it uses — the manager's, the members Lease and,
+// sharded, every shard's Lease of queue.activatorShards, plus those of
 // queue.previousActivatorShards during an upgrade that changes the count
 // (the old replicas renew theirs until the rollout stops them). The names
 // come from queue/shard itself. Before, the Role named only the manager's
@@ -32,7 +32,7 @@ func TestQueueRoleNamesEveryLease(t *testing.T) {
 		shards, previous int
 		want             []string
 	}{
-		{1, 0, nil},
+		{1, 0, []string{members}},
 		{6, 0, append([]string{members}, shardLeases(6)...)},
 		{3, 2, append(append([]string{members}, shardLeases(3)...), shardLeases(2)...)},
 		{3, 3, append([]string{members}, shardLeases(3)...)},

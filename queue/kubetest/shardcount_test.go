@@ -40,6 +40,7 @@ type ownership struct {
 
 	mu       sync.Mutex
 	held     map[string]string // Lease → holder
+	active   string            // the members Lease's active count
 	overlaps []string
 	seen     map[int]bool // shard counts seen holding a Lease
 }
@@ -51,6 +52,9 @@ func (o *ownership) observe(l *coordv1.Lease, deleted bool) {
 	if deleted {
 		delete(o.held, l.Name)
 	}
+	if l.Name == shard.MembersLeaseName(queue.DefaultLeaseName) {
+		o.active = l.Annotations["runplane.io/active-shards"]
+	}
 	type owner struct {
 		holder, lease string
 		count         int
@@ -58,14 +62,22 @@ func (o *ownership) observe(l *coordv1.Lease, deleted bool) {
 	for _, ns := range o.nss {
 		var owners []owner
 		for name, holder := range o.held {
-			m := shardLease.FindStringSubmatch(name)
-			if holder == "" || m == nil {
+			if holder == "" {
 				continue
 			}
 			n := o.countOf(holder)
-			o.seen[n] = true
-			if i, _ := strconv.Atoi(m[1]); shard.Of(ns, n) == i {
+			m := shardLease.FindStringSubmatch(name)
+			switch {
+			case name == queue.DefaultLeaseName && n == 1 && o.active == "1":
+				// The unsharded activator runs on the manager's Lease
+				// holder, only while 1 is the active count.
+				o.seen[n] = true
 				owners = append(owners, owner{holder, name, n})
+			case m != nil:
+				o.seen[n] = true
+				if i, _ := strconv.Atoi(m[1]); shard.Of(ns, n) == i {
+					owners = append(owners, owner{holder, name, n})
+				}
 			}
 		}
 		for _, a := range owners {
@@ -128,41 +140,55 @@ func watchOwnership(ctx context.Context, t *testing.T, leaseNS string, o *owners
 	}
 }
 
-// TestShardCountChange rolls the queue from 2 activator shards to 3 as a
-// Deployment rollout does: replicas of the new count start while those of
-// the old one run. The new ones join the members Lease and take no shard
-// (runplane_activator_shard_waiting) while a replica of the old count is
-// live; the old ones keep dispatching (one of them takes over the other's
-// shard when it stops); once the last old one has stopped, the new ones
-// take their shards. At no write of any Lease did one namespace have two
-// owners (a watch of every Lease checks each instant). On the release
-// before, the replicas of 3 took the free Lease runplane-queue-activator-2
-// at once, beside the replicas of 2 holding -0 and -1.
+// TestShardCountChange rolls the queue from one activator shard count to
+// another as a Deployment rollout does: replicas of the new count start
+// while those of the old one run. The new ones join the members Lease and
+// run no shard (runplane_activator_shard_waiting) while a replica of the
+// old count is live; the old ones keep dispatching (2 → 3: one of them
+// takes over the other's shard when it stops); once the last old one has
+// stopped, the new ones take their shards. At no write of any Lease did
+// one namespace have two owners (a watch of every Lease checks each
+// instant; the unsharded activator runs on the manager's Lease holder
+// while 1 is the members Lease's active count). On the release before, the
+// replicas of 3 took the free Lease runplane-queue-activator-2 at once,
+// beside the replicas of 2 holding -0 and -1, and the replicas of 2 took
+// their shards beside the unsharded activator.
 func TestShardCountChange(t *testing.T) {
+	for _, tc := range []struct{ from, to, replicas int }{{2, 3, 3}, {1, 2, 2}} {
+		t.Run(fmt.Sprintf("%d to %d", tc.from, tc.to), func(t *testing.T) { shardCountChange(t, tc.from, tc.to, tc.replicas) })
+	}
+}
+
+func shardCountChange(t *testing.T, from, to, replicas int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
-	leaseNS := "shard-count-leases"
+	leaseNS := fmt.Sprintf("shard-count-%d-%d", from, to)
 	require.NoError(t, env.CreateNamespace(ctx, leaseNS))
 	nats := natsauth.JetStream(t, nil)
 	scrapers, err := scrape.New(ctx, env)
 	require.NoError(t, err)
 
-	// Namespaces in every pair (shard of 2, shard of 3): whichever two
-	// Leases of the two counts are held at once, one namespace is in both.
-	var nss []string
-	for a := range 2 {
-		for b := range 3 {
-			for k := 0; ; k++ {
-				ns := fmt.Sprintf("count-%d%d-%d", a, b, k)
-				if shard.Of(ns, 2) == a && shard.Of(ns, 3) == b {
-					nss = append(nss, ns)
-					break
-				}
+	// Namespaces in every pair (shard of from, shard of to): whichever
+	// two owners of the two counts there are at once, one namespace is
+	// in both.
+	pair := func(a, b int) string {
+		for k := 0; ; k++ {
+			ns := fmt.Sprintf("count-%d%d-%d%d-%d", from, to, a, b, k)
+			if shard.Of(ns, from) == a && shard.Of(ns, to) == b {
+				return ns
 			}
 		}
 	}
-	// Pools where the work is: every shard of 3 (and so both of 2) has one.
-	pools := []string{nss[0], nss[4], nss[2]} // (0,0) (1,1) (0,2)
+	var nss, pools []string
+	for a := range from {
+		for b := range to {
+			nss = append(nss, pair(a, b))
+		}
+	}
+	// Pools where the work is: in every shard of both counts.
+	for i := range max(from, to) {
+		pools = append(pools, pair(i%from, i%to))
+	}
 	for _, ns := range pools {
 		shardPool(ctx, t, nats.ClientURL(), ns)
 	}
@@ -181,16 +207,36 @@ func TestShardCountChange(t *testing.T) {
 			}
 		}
 	}
+	// settled: the count's Leases held by live, and the activators run.
+	settled := func(count int, live ...replica) func() bool {
+		if count > 1 {
+			return settledShards(ctx, t, leaseNS, count, count/len(live), scrapers.Reader, live...)
+		}
+		return func() bool {
+			l, err := env.Client().CoordinationV1().Leases(leaseNS).Get(ctx, queue.DefaultLeaseName, metav1.GetOptions{})
+			if err != nil {
+				return false
+			}
+			for _, r := range live {
+				if ptr.Deref(l.Spec.HolderIdentity, "") == r.id {
+					return gauge(r.q.MetricsURL, scrapers.Reader, "runplane_activator_rebuilt") == 1
+				}
+			}
+			return false
+		}
+	}
+	newReplica := func(count int, name string) replica {
+		return shardReplica(t, nats.ClientURL(), leaseNS, fmt.Sprintf("s%d-%s", count, name), count)
+	}
 
-	old := []replica{shardReplica(t, nats.ClientURL(), leaseNS, "s2-a", 2), shardReplica(t, nats.ClientURL(), leaseNS, "s2-b", 2)}
-	require.Eventually(t, settledShards(ctx, t, leaseNS, 2, 1, scrapers.Reader, old...), 90*time.Second, 200*time.Millisecond,
-		"a shard of 2 each: %v", holders(ctx, t, leaseNS, 2))
+	old := []replica{newReplica(from, "a"), newReplica(from, "b")}
+	require.Eventually(t, settled(from, old...), 90*time.Second, 200*time.Millisecond, "the count of %d runs", from)
 	invokeAll(old...)
 
-	// The rollout: replicas of 3 start beside them, and wait.
+	// The rollout: replicas of the new count start beside them, and wait.
 	var cur []replica
-	for _, id := range []string{"s3-a", "s3-b", "s3-c"} {
-		cur = append(cur, shardReplica(t, nats.ClientURL(), leaseNS, id, 3))
+	for _, name := range []string{"a", "b", "c"}[:replicas] {
+		cur = append(cur, newReplica(to, name))
 	}
 	waiting := func(rs ...replica) func() bool {
 		return func() bool {
@@ -202,20 +248,24 @@ func TestShardCountChange(t *testing.T) {
 			return true
 		}
 	}
-	require.Eventually(t, waiting(cur...), 60*time.Second, 100*time.Millisecond, "the replicas of 3 wait")
+	require.Eventually(t, waiting(cur...), 60*time.Second, 100*time.Millisecond, "the replicas of %d wait", to)
 	invokeAll(append(old, cur...)...)
 
-	// One old replica leaves: the other runs both shards of 2.
+	// One old replica leaves. Sharded, the other runs every shard of the
+	// old count. Unsharded, whoever takes the manager's Lease may be a new
+	// replica: the last old one is then a standby, which writes no members
+	// entry, and the new count may take over now.
 	require.NoError(t, old[0].q.Stop())
-	require.Eventually(t, settledShards(ctx, t, leaseNS, 2, 2, scrapers.Reader, old[1]), 60*time.Second, 200*time.Millisecond,
-		"both shards of 2 on %s: %v", old[1].id, holders(ctx, t, leaseNS, 2))
-	require.True(t, waiting(cur...)(), "the replicas of 3 still wait")
+	if from > 1 {
+		require.Eventually(t, settledShards(ctx, t, leaseNS, from, from, scrapers.Reader, old[1]), 60*time.Second, 200*time.Millisecond,
+			"every shard of %d on %s: %v", from, old[1].id, holders(ctx, t, leaseNS, from))
+		require.True(t, waiting(cur...)(), "the replicas of %d still wait", to)
+	}
 	invokeAll(append(old[1:], cur...)...)
 
-	// The last old one leaves: the count of 3 becomes active.
+	// The last old one leaves: the new count is the active one.
 	require.NoError(t, old[1].q.Stop())
-	require.Eventually(t, settledShards(ctx, t, leaseNS, 3, 1, scrapers.Reader, cur...), 60*time.Second, 200*time.Millisecond,
-		"a shard of 3 each: %v", holders(ctx, t, leaseNS, 3))
+	require.Eventually(t, settled(to, cur...), 60*time.Second, 200*time.Millisecond, "the count of %d runs", to)
 	for _, r := range cur {
 		assert.Equal(t, 0, gauge(r.q.MetricsURL, scrapers.Reader, "runplane_activator_shard_waiting"), "%s runs", r.id)
 	}
@@ -224,6 +274,6 @@ func TestShardCountChange(t *testing.T) {
 	stopWatch()
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	assert.Equal(t, map[int]bool{2: true, 3: true}, o.seen, "the watch saw both counts hold Leases")
+	assert.Equal(t, map[int]bool{from: true, to: true}, o.seen, "the watch saw both counts own namespaces")
 	assert.Empty(t, o.overlaps, "no namespace had two owners at any instant")
 }

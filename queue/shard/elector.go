@@ -102,8 +102,7 @@ func New(cfg Config) (*Elector, error) {
 	}
 	e := &Elector{cfg: cfg, running: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runplane_activator_shard_running",
 		Help: "1 for each activator shard this replica runs (holds the shard's Lease and has not released it), else 0."}, []string{"shard"})}
-	e.waiting = prometheus.NewGauge(prometheus.GaugeOpts{Name: "runplane_activator_shard_waiting",
-		Help: "1 while this replica takes no shard because replicas of another shard count (leaderElection.shards) still run theirs, else 0."})
+	e.waiting = newWaiting()
 	for s := range cfg.Shards {
 		e.running.WithLabelValues(strconv.Itoa(s)).Set(0)
 	}
@@ -115,6 +114,12 @@ func New(cfg Config) (*Elector, error) {
 		}
 	}
 	return e, nil
+}
+
+// newWaiting is runplane_activator_shard_waiting.
+func newWaiting() prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: "runplane_activator_shard_waiting",
+		Help: "1 while this replica runs no activator shard because replicas of another shard count (leaderElection.shards) still run theirs, else 0."})
 }
 
 // LeaseName is shard i of n's Lease of the Elector named name. The count
@@ -294,25 +299,27 @@ func (g gatedLock) write(ctx context.Context, r resourcelock.LeaderElectionRecor
 	return nil
 }
 
-// fence returns true once neither shard's Lease (sl.renewed) nor this
-// replica's members entry (membersAt) has been written for RenewDeadline,
-// false when ctx ends first. The run must stop dispatching then: another
+// fence returns true once one of the writes (a shard's Lease: its slot's
+// renewed; this replica's members entry) has not succeeded for
+// RenewDeadline since it last started, false when ctx ends first. The run must stop dispatching then: another
 // replica may take the Lease LeaseDuration after the last write it saw,
 // and may run a new shard count once this replica's entry has not changed
 // for LeaseDuration. client-go only notices a failing renewal later (its
 // renew loop waits a RetryPeriod before the RenewDeadline of retries), and
 // the run then drains: both fit in LeaseDuration only by luck.
-func (e *Elector) fence(ctx context.Context, sl *slot, membersAt *stamp) bool {
+func fence(ctx context.Context, cfg Config, writes ...*stamp) bool {
 	for {
-		last := sl.renewed.get()
-		if m := membersAt.get(); m.Before(last) {
-			last = m
+		last := writes[0].get()
+		for _, w := range writes[1:] {
+			if t := w.get(); t.Before(last) {
+				last = t
+			}
 		}
-		wait := last.Add(e.cfg.RenewDeadline).Sub(e.cfg.Clock.Now())
+		wait := last.Add(cfg.RenewDeadline).Sub(cfg.Clock.Now())
 		if wait <= 0 {
 			return true
 		}
-		t := e.cfg.Clock.NewTimer(wait)
+		t := cfg.Clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -373,7 +380,7 @@ func (e *Elector) follow(ctx context.Context, s int, sl *slot, membersAt *stamp,
 					fenceDone := make(chan struct{})
 					go func() {
 						defer close(fenceDone)
-						if e.fence(runCtx, sl, membersAt) {
+						if fence(runCtx, e.cfg, &sl.renewed, membersAt) {
 							fenced.Store(true)
 							log.Error("neither the shard Lease nor the members entry written within the renew deadline: stopped dispatching at once", "shard", s,
 								"renewDeadline", e.cfg.RenewDeadline, "leaseRenewed", sl.renewed.get(), "membersWritten", membersAt.get())

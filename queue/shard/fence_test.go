@@ -28,7 +28,7 @@ func TestFence(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := clocktesting.NewFakeClock(t0)
-			e := &Elector{cfg: Config{RenewDeadline: 3 * time.Second, Clock: clk}}
+			cfg := Config{RenewDeadline: 3 * time.Second, Clock: clk}
 			sl := &slot{}
 			var members stamp
 			sl.renewed.set(t0.Add(tc.lease))
@@ -36,7 +36,7 @@ func TestFence(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			fired := make(chan bool, 1)
-			go func() { fired <- e.fence(ctx, sl, &members) }()
+			go func() { fired <- fence(ctx, cfg, &sl.renewed, &members) }()
 			for at := 100 * time.Millisecond; ; at += 100 * time.Millisecond {
 				// The barrier: the fence waits on its timer again, or has fired.
 				require.Eventually(t, func() bool { return clk.HasWaiters() || len(fired) > 0 }, 5*time.Second, time.Millisecond)
