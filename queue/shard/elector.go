@@ -301,12 +301,13 @@ func (g gatedLock) write(ctx context.Context, r resourcelock.LeaderElectionRecor
 
 // fence returns true once one of the writes (a shard's Lease: its slot's
 // renewed; this replica's members entry) has not succeeded for
-// RenewDeadline since it last started, false when ctx ends first. The run must stop dispatching then: another
-// replica may take the Lease LeaseDuration after the last write it saw,
-// and may run a new shard count once this replica's entry has not changed
-// for LeaseDuration. client-go only notices a failing renewal later (its
-// renew loop waits a RetryPeriod before the RenewDeadline of retries), and
-// the run then drains: both fit in LeaseDuration only by luck.
+// RenewDeadline since it last started, false when ctx ends first. The run
+// must stop dispatching then: another replica may take the Lease
+// LeaseDuration after the last write it saw, and may run a new shard count
+// once this replica's entry has not changed for LeaseDuration. client-go
+// only notices a failing renewal later (its renew loop waits a RetryPeriod
+// before the RenewDeadline of retries), and the run then drains: both fit
+// in LeaseDuration only by luck.
 func fence(ctx context.Context, cfg Config, writes ...*stamp) bool {
 	for {
 		last := writes[0].get()
