@@ -120,14 +120,17 @@ type Config struct {
 	// ActivatorShards spreads the activator over the replicas (0 or 1:
 	// one activator, on the Lease holder, for every namespace): namespaces
 	// are hashed into this many shards, each shard's activator runs on the
-	// holder of the Lease <LeaseName>-<i>, and each replica campaigns for
-	// about shards/replicas of them (queue/shard). Every queue process of
-	// one stream must be given the same count (the results consumers
-	// depend on it). Without leader election, this process runs them all.
+	// holder of the Lease <LeaseName>-<i>of<shards>, and each replica
+	// campaigns for about shards/replicas of them (queue/shard). Replicas
+	// of two counts (a rolling change) never run at once: those of the
+	// count not active on the members Lease wait. Without leader election,
+	// this process runs them all.
 	ActivatorShards int
 	// ShardLeaseDuration is each shard Lease's duration (default 8s:
 	// a SIGKILLed replica's shards move within about 11s); renewals every
-	// fifth of it, given up after 70% of it.
+	// fifth of it, given up after 70% of it (a run whose Lease or members
+	// entry went unwritten that long stops at once). With one shard, the
+	// members entry's timings.
 	ShardLeaseDuration time.Duration
 	// InsecureDisableCallerAuth serves the ingress to anyone who reaches it,
 	// with no token: INSECURE, only for benchmarks and tests of the

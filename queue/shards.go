@@ -33,13 +33,33 @@ func identity(cfg Config) string {
 
 // activatorRunnable is the activator as the manager runs it. Unsharded
 // (ActivatorShards < 2): the activator itself, on the manager's Lease
-// holder. Sharded with leader election: a shard.Elector on every replica,
-// running an activator for each shard whose Lease it holds; without
-// leader election (one replica, -no-kube): every shard in this process.
+// holder (with leader election, under a shard.Guard: it runs only while no
+// replica of another shard count does). Sharded with leader election: a
+// shard.Elector on every replica, running an activator for each shard
+// whose Lease it holds; without leader election (one replica, -no-kube):
+// every shard in this process.
 func activatorRunnable(cfg Config, acfg activator.Config, log *slog.Logger) (manager.Runnable, error) {
 	n := cfg.ActivatorShards
+	lease := cfg.ShardLeaseDuration
+	shardCfg := func(coord coordinationv1.LeasesGetter, shards int, run func(context.Context, int) error) shard.Config {
+		return shard.Config{Leases: coord, Namespace: cmp.Or(cfg.LeaseNamespace, api.DefaultNamespace), Name: cmp.Or(cfg.LeaseName, DefaultLeaseName),
+			Identity: cfg.Identity, Shards: shards, LeaseDuration: lease, RenewDeadline: lease * 7 / 10, RetryPeriod: lease / 5, Logger: log, Registerer: acfg.Registerer,
+			Run: run}
+	}
 	if n < 2 {
-		return activator.New(acfg)
+		a, err := activator.New(acfg)
+		if err != nil || !cfg.LeaderElection {
+			return a, err
+		}
+		coord, err := coordinationv1.NewForConfig(cfg.RESTConfig)
+		if err != nil {
+			return nil, fmt.Errorf("queue: lease client: %w", err)
+		}
+		g, err := shard.NewGuard(shardCfg(coord, 1, func(ctx context.Context, _ int) error { return a.Start(ctx) }))
+		if err != nil {
+			return nil, fmt.Errorf("queue: %w", err)
+		}
+		return g, nil
 	}
 	acfg.Metrics = activator.NewMetrics(acfg.Registerer)
 	newShard := func(i int) (*activator.Activator, error) {
@@ -63,16 +83,13 @@ func activatorRunnable(cfg Config, acfg activator.Config, log *slog.Logger) (man
 	if err != nil {
 		return nil, fmt.Errorf("queue: lease client: %w", err)
 	}
-	lease := cfg.ShardLeaseDuration
-	el, err := shard.New(shard.Config{Leases: coord, Namespace: cmp.Or(cfg.LeaseNamespace, api.DefaultNamespace), Name: cmp.Or(cfg.LeaseName, DefaultLeaseName),
-		Identity: cfg.Identity, Shards: n, LeaseDuration: lease, RenewDeadline: lease * 7 / 10, RetryPeriod: lease / 5, Logger: log, Registerer: acfg.Registerer,
-		Run: func(ctx context.Context, i int) error {
-			a, err := newShard(i)
-			if err != nil {
-				return err
-			}
-			return a.Start(ctx)
-		}})
+	el, err := shard.New(shardCfg(coord, n, func(ctx context.Context, i int) error {
+		a, err := newShard(i)
+		if err != nil {
+			return err
+		}
+		return a.Start(ctx)
+	}))
 	if err != nil {
 		return nil, fmt.Errorf("queue: %w", err)
 	}

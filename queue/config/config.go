@@ -80,7 +80,8 @@ type LeaderElection struct {
 	Shards int `json:"shards,omitempty"`
 	// ShardLeaseDuration is each shard Lease's duration with shards above
 	// 1, renewed every fifth of it (default 8s; a SIGKILLed replica's
-	// shards move within about 1.4× it).
+	// shards move within about 1.4× it); with one shard, the members
+	// entry's timings (queue/README.md, "Changing S").
 	ShardLeaseDuration metav1.Duration `json:"shardLeaseDuration,omitempty"`
 }
 

@@ -48,7 +48,7 @@ func holders(ctx context.Context, t *testing.T, ns string, n int) []string {
 	t.Helper()
 	out := make([]string, n)
 	for i := range n {
-		l, err := env.Client().CoordinationV1().Leases(ns).Get(ctx, shard.LeaseName(queue.DefaultLeaseName, i), metav1.GetOptions{})
+		l, err := env.Client().CoordinationV1().Leases(ns).Get(ctx, shard.LeaseName(queue.DefaultLeaseName, i, n), metav1.GetOptions{})
 		if err == nil {
 			out[i] = ptr.Deref(l.Spec.HolderIdentity, "")
 		}
@@ -56,20 +56,103 @@ func holders(ctx context.Context, t *testing.T, ns string, n int) []string {
 	return out
 }
 
-// rebuiltShards sums runplane_activator_rebuilt of a replica: the shard
-// activators it runs that have rebuilt their state (and dispatch).
-func rebuiltShards(url, token string) int {
+// gauge reads the unlabelled series name of a replica's metrics (-1: not
+// read). runplane_activator_rebuilt: the shard activators it runs that have
+// rebuilt their state (and dispatch).
+func gauge(url, token, name string) int {
 	code, body, err := scrape.Get(url, token)
 	if err != nil || code != http.StatusOK {
 		return -1
 	}
 	for line := range strings.Lines(body) {
 		var v float64
-		if _, err := fmt.Sscanf(line, "runplane_activator_rebuilt %g", &v); err == nil {
+		if _, err := fmt.Sscanf(line, name+" %g", &v); err == nil {
 			return int(v)
 		}
 	}
 	return -1
+}
+
+// shardPool makes namespace ns with a pool "p" of one worker (the real
+// sidecar, echoing) on nats.
+func shardPool(ctx context.Context, t *testing.T, natsURL, ns string) {
+	t.Helper()
+	require.NoError(t, env.CreateNamespace(ctx, ns))
+	labels := map[string]string{api.LabelPool: "p"}
+	_, err := env.Client().AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "workers", Namespace: ns, Labels: labels,
+			Annotations: map[string]string{api.AnnotationMinAvailable: "1", api.AnnotationMaxReplicas: "1"}},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "framework", Image: "framework"}}, TerminationGracePeriodSeconds: ptr.To(int64(0))}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	k := &sidecartest.Kubelet{Client: env.Client(), Namespace: ns, Selector: api.LabelPool + "=p",
+		Config: func(*corev1.Pod) (sidecartest.Config, error) {
+			return sidecartest.Config{NATSURL: natsURL, Namespace: ns, Pool: "p", Heartbeat: 200 * time.Millisecond, Handler: sidecartest.Echo}, nil
+		},
+		OnError: func(err error) { t.Log(err) }}
+	kctx, kstop := context.WithCancel(context.Background())
+	kdone := make(chan struct{})
+	go func() { defer close(kdone); k.Run(kctx) }()
+	t.Cleanup(func() { kstop(); <-kdone })
+}
+
+// replica is one queue replica of a sharded test.
+type replica struct {
+	id string
+	q  *queuetest.Queue
+}
+
+// settledShards reports whether the n shard Leases are all held, each of
+// live by exactly each, and each of live runs exactly each activators
+// (its rebuilt gauge): the Leases and the replicas agree.
+func settledShards(ctx context.Context, t *testing.T, leaseNS string, n, each int, reader string, live ...replica) func() bool {
+	return func() bool {
+		per := map[string]int{}
+		for _, id := range holders(ctx, t, leaseNS, n) {
+			per[id]++
+		}
+		for _, r := range live {
+			if per[r.id] != each || gauge(r.q.MetricsURL, reader, "runplane_activator_rebuilt") != each {
+				return false
+			}
+		}
+		return per[""] == 0
+	}
+}
+
+// invokeOnce sends one sync invocation id to namespace ns's pool through
+// q's ingress and checks it ran once.
+func invokeOnce(t *testing.T, q *queuetest.Queue, ns, id string) {
+	t.Helper()
+	b, err := json.Marshal(map[string]any{"mode": "sync", "invocationID": id, "timeoutSeconds": 30, "payload": map[string]string{"ns": ns}})
+	require.NoError(t, err)
+	r, err := http.Post(q.Base+"/v1/namespaces/"+ns+"/pools/p/invocations", "application/json", bytes.NewReader(b))
+	require.NoError(t, err)
+	defer r.Body.Close()
+	var rec messages.Record
+	require.NoError(t, json.NewDecoder(r.Body).Decode(&rec))
+	assert.Equal(t, http.StatusOK, r.StatusCode, "%s in %s", id, ns)
+	assert.Equal(t, messages.StateSucceeded, rec.State, "%s in %s", id, ns)
+	assert.Empty(t, rec.Attempts, "%s in %s: one attempt (no retry policy)", id, ns)
+}
+
+// shardLeaseDuration is the sharded tests' shard Lease duration (renew
+// deadline 70% of it, retry period 20%: queue/shards.go).
+const shardLeaseDuration = 5 * time.Second
+
+// shardReplica runs queue replica id with shards activator shards in
+// leaseNS; opts change its Config.
+func shardReplica(t *testing.T, natsURL, leaseNS, id string, shards int, opts ...func(*queue.Config)) replica {
+	t.Helper()
+	cfg := queue.Config{NATSURL: natsURL, InsecureDisableCallerAuth: true, MetricsListen: "127.0.0.1:0",
+		RESTConfig: env.RESTConfig(), LeaderElection: true, LeaseNamespace: leaseNS, Identity: id, ActivatorShards: shards, ShardLeaseDuration: shardLeaseDuration,
+		HeartbeatTimeout: 2 * time.Second, Backoff: 100 * time.Millisecond, Tick: 100 * time.Millisecond}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return replica{id: id, q: queuetest.Run(t, cfg)}
 }
 
 // TestShardsHaveOneOwnerEach runs three queue replicas sharing the
@@ -89,74 +172,23 @@ func TestShardsHaveOneOwnerEach(t *testing.T) {
 	nss := shardNamespaces("sharded", shards, 4)
 	late := nss[3] // its pool appears once the shards run
 	nss = nss[:3]
-	addPool := func(ns string) {
-		require.NoError(t, env.CreateNamespace(ctx, ns))
-		labels := map[string]string{api.LabelPool: "p"}
-		_, err := env.Client().AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
-			ObjectMeta: metav1.ObjectMeta{Name: "workers", Namespace: ns, Labels: labels,
-				Annotations: map[string]string{api.AnnotationMinAvailable: "1", api.AnnotationMaxReplicas: "1"}},
-			Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels},
-				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
-					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "framework", Image: "framework"}}, TerminationGracePeriodSeconds: ptr.To(int64(0))}}},
-		}, metav1.CreateOptions{})
-		require.NoError(t, err)
-		k := &sidecartest.Kubelet{Client: env.Client(), Namespace: ns, Selector: api.LabelPool + "=p",
-			Config: func(*corev1.Pod) (sidecartest.Config, error) {
-				return sidecartest.Config{NATSURL: nats.ClientURL(), Namespace: ns, Pool: "p", Heartbeat: 200 * time.Millisecond, Handler: sidecartest.Echo}, nil
-			},
-			OnError: func(err error) { t.Log(err) }}
-		kctx, kstop := context.WithCancel(context.Background())
-		kdone := make(chan struct{})
-		go func() { defer close(kdone); k.Run(kctx) }()
-		t.Cleanup(func() { kstop(); <-kdone })
-	}
 	for _, ns := range nss {
-		addPool(ns)
+		shardPool(ctx, t, nats.ClientURL(), ns)
 	}
 	scrapers, err := scrape.New(ctx, env)
 	require.NoError(t, err)
-	ids := []string{"r0", "r1", "r2"}
-	qs := make([]*queuetest.Queue, len(ids))
-	for i, id := range ids {
-		qs[i] = queuetest.Run(t, queue.Config{NATSURL: nats.ClientURL(), InsecureDisableCallerAuth: true, MetricsListen: "127.0.0.1:0",
-			RESTConfig: env.RESTConfig(), LeaderElection: true, LeaseNamespace: leaseNS, Identity: id, ActivatorShards: shards, ShardLeaseDuration: 5 * time.Second,
-			HeartbeatTimeout: 2 * time.Second, Backoff: 100 * time.Millisecond, Tick: 100 * time.Millisecond})
-	}
-	settled := func(live []string, each int) func() bool {
-		return func() bool {
-			h := holders(ctx, t, leaseNS, shards)
-			per := map[string]int{}
-			for _, id := range h {
-				per[id]++
-			}
-			for _, id := range live {
-				if per[id] != each || rebuiltShards(qs[slices.Index(ids, id)].MetricsURL, scrapers.Reader) != each {
-					return false
-				}
-			}
-			return per[""] == 0
-		}
+	rs := make([]replica, 3)
+	for i := range rs {
+		rs[i] = shardReplica(t, nats.ClientURL(), leaseNS, fmt.Sprintf("r%d", i), shards)
 	}
 	// The barrier: the Leases and the replicas' running activators agree.
-	require.Eventually(t, settled(ids, 2), 90*time.Second, 200*time.Millisecond, "2 shards held and run by each replica: %v", holders(ctx, t, leaseNS, shards))
+	require.Eventually(t, settledShards(ctx, t, leaseNS, shards, 2, scrapers.Reader, rs...), 90*time.Second, 200*time.Millisecond,
+		"2 shards held and run by each replica: %v", holders(ctx, t, leaseNS, shards))
 
 	invokeAll := func(round string) {
 		for i, ns := range nss {
-			for j, q := range qs {
-				if q == nil {
-					continue
-				}
-				id := fmt.Sprintf("%s-%d-%d", round, i, j)
-				b, err := json.Marshal(map[string]any{"mode": "sync", "invocationID": id, "timeoutSeconds": 30, "payload": map[string]string{"ns": ns}})
-				require.NoError(t, err)
-				r, err := http.Post(q.Base+"/v1/namespaces/"+ns+"/pools/p/invocations", "application/json", bytes.NewReader(b))
-				require.NoError(t, err)
-				var rec messages.Record
-				require.NoError(t, json.NewDecoder(r.Body).Decode(&rec))
-				r.Body.Close()
-				assert.Equal(t, http.StatusOK, r.StatusCode, "%s in %s through %s", id, ns, ids[j])
-				assert.Equal(t, messages.StateSucceeded, rec.State, "%s in %s through %s", id, ns, ids[j])
-				assert.Len(t, rec.Attempts, 0, "one attempt: no retry policy")
+			for _, r := range rs {
+				invokeOnce(t, r.q, ns, fmt.Sprintf("%s-%d-%s", round, i, r.id))
 			}
 		}
 	}
@@ -165,10 +197,10 @@ func TestShardsHaveOneOwnerEach(t *testing.T) {
 	// A namespace whose first pool appears while its shard runs: the
 	// shard's consumers widen to it (the invoke consumer made again from the
 	// stream's start), or its invocations would never be consumed.
-	addPool(late)
+	shardPool(ctx, t, nats.ClientURL(), late)
 	nss = append(nss, late)
 	require.Eventually(t, func() bool {
-		r, err := http.Get(qs[0].Base + "/v1/namespaces/" + late + "/pools/p")
+		r, err := http.Get(rs[0].q.Base + "/v1/namespaces/" + late + "/pools/p")
 		if err != nil {
 			return false
 		}
@@ -178,8 +210,8 @@ func TestShardsHaveOneOwnerEach(t *testing.T) {
 	invokeAll("late")
 
 	// r0 leaves: its shards are drained, released and taken by the others.
-	require.NoError(t, qs[0].Stop())
-	qs[0] = nil
-	require.Eventually(t, settled(ids[1:], 3), 60*time.Second, 200*time.Millisecond, "3 shards each for the two left: %v", holders(ctx, t, leaseNS, shards))
+	require.NoError(t, rs[0].q.Stop())
+	rs = rs[1:]
+	require.Eventually(t, settledShards(ctx, t, leaseNS, shards, 3, scrapers.Reader, rs...), 60*time.Second, 200*time.Millisecond, "3 shards each for the two left: %v", holders(ctx, t, leaseNS, shards))
 	invokeAll("after")
 }

@@ -9,6 +9,7 @@ package queuetest
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -49,7 +50,13 @@ type Queue struct {
 	// Config had no MetricsListen.
 	MetricsURL string
 	stop       func() error
+	// expect is an error Run may end with (Expect).
+	expect error
 }
+
+// Expect lets Run end with an error that is target (errors.Is) rather
+// than none: a replica the test makes fail.
+func (q *Queue) Expect(target error) { q.expect = target }
 
 // Run runs queue.Run(cfg) until the test ends (or Stop) and returns once
 // its ingress (unless cfg.DisableIngress) and metrics listener (when
@@ -75,7 +82,11 @@ func Run(t testing.TB, cfg queue.Config) *Queue {
 	var once sync.Once
 	var runErr error
 	q := &Queue{stop: func() error { once.Do(func() { cancel(); runErr = <-done }); return runErr }}
-	t.Cleanup(func() { assert.NoError(t, q.Stop(), "queue.Run") })
+	t.Cleanup(func() {
+		if err := q.Stop(); q.expect == nil || !errors.Is(err, q.expect) {
+			assert.NoError(t, err, "queue.Run")
+		}
+	})
 	timeout := time.After(30 * time.Second)
 	for (!cfg.DisableIngress && q.Base == "") || (cfg.MetricsListen != "" && q.MetricsURL == "") {
 		select {

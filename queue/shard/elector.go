@@ -5,21 +5,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	coordv1 "k8s.io/api/coordination/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 )
 
@@ -33,15 +29,16 @@ const (
 )
 
 // ErrLost is returned by Start when a shard's Lease was lost while this
-// replica still ran it (renewals failed for RenewDeadline): like a
-// controller-runtime manager that loses its Lease, the replica stops, and
-// its restart starts clean.
+// replica still ran it (neither the Lease nor the members entry written
+// for RenewDeadline: the shard stopped dispatching then, before anyone
+// else could take it): like a controller-runtime manager that loses its
+// Lease, the replica stops, and its restart starts clean.
 var ErrLost = errors.New("shard Lease lost")
 
 // Config configures an Elector.
 type Config struct {
-	// Leases is the client of the Leases: the shards' <Name>-<i> and the
-	// members Lease <Name>-members.
+	// Leases is the client of the Leases: the shards' <Name>-<i>of<Shards>
+	// and the members Lease <Name>-members.
 	Leases          coordclient.LeasesGetter
 	Namespace, Name string
 	// Identity names this replica (unique among the replicas).
@@ -61,8 +58,8 @@ type Config struct {
 	// OnChange, when set, is told the shards this replica campaigns for
 	// after each change.
 	OnChange func(campaigned []int)
-	// Registerer receives runplane_activator_shard_running (nil: not
-	// registered).
+	// Registerer receives runplane_activator_shard_running and
+	// runplane_activator_shard_waiting (nil: not registered).
 	Registerer prometheus.Registerer
 }
 
@@ -85,6 +82,9 @@ type Elector struct {
 	// running is 1 for each shard whose activator runs here (client-go's
 	// leader_election_master_status stays 1 after a voluntary release).
 	running *prometheus.GaugeVec
+	// waiting is 1 while this replica waits for the replicas of another
+	// shard count to leave.
+	waiting prometheus.Gauge
 }
 
 // New validates cfg and builds an Elector.
@@ -102,19 +102,32 @@ func New(cfg Config) (*Elector, error) {
 	}
 	e := &Elector{cfg: cfg, running: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runplane_activator_shard_running",
 		Help: "1 for each activator shard this replica runs (holds the shard's Lease and has not released it), else 0."}, []string{"shard"})}
+	e.waiting = newWaiting()
 	for s := range cfg.Shards {
 		e.running.WithLabelValues(strconv.Itoa(s)).Set(0)
 	}
 	if cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(e.running); err != nil {
-			return nil, fmt.Errorf("shard: register metrics: %w", err)
+		for _, c := range []prometheus.Collector{e.running, e.waiting} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("shard: register metrics: %w", err)
+			}
 		}
 	}
 	return e, nil
 }
 
-// LeaseName is shard i's Lease of the Elector named name.
-func LeaseName(name string, i int) string { return name + "-" + strconv.Itoa(i) }
+// newWaiting is runplane_activator_shard_waiting.
+func newWaiting() prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: "runplane_activator_shard_waiting",
+		Help: "1 while this replica runs no activator shard because replicas of another shard count (leaderElection.shards) still run theirs, else 0."})
+}
+
+// LeaseName is shard i of n's Lease of the Elector named name. The count
+// is in the name: shard i of another count holds other namespaces, and its
+// Lease must never exclude (or admit) this one's owner.
+func LeaseName(name string, i, n int) string {
+	return name + "-" + strconv.Itoa(i) + "of" + strconv.Itoa(n)
+}
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: every
 // replica runs the Elector; the shards' Leases are its own.
@@ -135,6 +148,7 @@ func (e *Elector) Start(ctx context.Context) error {
 	slots := make([]*slot, e.cfg.Shards)
 	var wg sync.WaitGroup
 	members := newMembers(e.cfg)
+	var membersAt stamp // the start of the last members write that succeeded
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer func() {
@@ -150,21 +164,35 @@ func (e *Elector) Start(ctx context.Context) error {
 	}()
 	for s := range slots {
 		slots[s] = &slot{}
-		wg.Go(func() { e.follow(ctx, s, slots[s], lost, log) })
+		wg.Go(func() { e.follow(ctx, s, slots[s], &membersAt, lost, log) })
 	}
 	// Twice per RetryPeriod: a dead member is seen within half of one.
 	tick := e.cfg.Clock.NewTicker(e.cfg.RetryPeriod / 2)
 	defer tick.Stop()
 	var held []int
+	waiting := false
 	for {
-		live, err := members.sync(ctx)
+		start := e.cfg.Clock.Now()
+		v, err := members.sync(ctx)
 		if err != nil {
 			log.Info("shard members", "err", err)
 		} else {
+			membersAt.set(start)
+			if w := len(v.wait) > 0; w != waiting {
+				waiting = w
+				if w {
+					log.Warn("replicas of another shard count run shards: taking none until they are gone", "shards", e.cfg.Shards, "waitingFor", fmt.Sprint(v.wait))
+					e.waiting.Set(1)
+				} else {
+					log.Info("no replica of another shard count runs shards: taking this replica's", "shards", e.cfg.Shards)
+					e.waiting.Set(0)
+				}
+			}
 			held = nil
-			for s, owner := range Assign(e.cfg.Shards, live) {
+			// Waiting, v.live is empty: every shard goes to "", none to this replica.
+			for s, owner := range Assign(e.cfg.Shards, v.live) {
 				mine := owner == e.cfg.Identity
-				if slots[s].want(mine) && !mine {
+				if slots[s].want(mine) && !mine && owner != "" {
 					log.Info("handing over shard", "shard", s, "to", owner)
 				}
 				if mine {
@@ -180,7 +208,7 @@ func (e *Elector) Start(ctx context.Context) error {
 			return nil
 		case s := <-lost:
 			log.Error("lost a shard's Lease while running it; stopping this replica", "shard", s)
-			return fmt.Errorf("%w: %s", ErrLost, LeaseName(e.cfg.Name, s))
+			return fmt.Errorf("%w: %s", ErrLost, LeaseName(e.cfg.Name, s, e.cfg.Shards))
 		case <-tick.C():
 		}
 	}
@@ -194,7 +222,17 @@ type slot struct {
 	wanted  bool
 	holding bool
 	stopRun context.CancelFunc
+	// renewed is the start of the last write of the Lease that made or
+	// kept this replica its holder: whoever takes the Lease next saw that
+	// write and waits LeaseDuration after it.
+	renewed stamp
 }
+
+// stamp is a time several goroutines read and one writes.
+type stamp struct{ ns atomic.Int64 }
+
+func (s *stamp) set(t time.Time) { s.ns.Store(t.UnixNano()) }
+func (s *stamp) get() time.Time  { return time.Unix(0, s.ns.Load()) }
 
 // want sets whether this replica wants the shard; unwanted, a run under
 // way is stopped (and its Lease released once it has drained). It reports
@@ -231,24 +269,65 @@ func (sl *slot) gate(holder string, id string) bool {
 // errNotWanted refuses a Lease write of a shard this replica does not want.
 var errNotWanted = errors.New("shard not wanted by this replica")
 
-// gatedLock is a Lease lock whose writes go through the slot's gate.
+// gatedLock is a Lease lock whose writes go through the slot's gate, and
+// which notes when a write made or kept this replica the holder.
 type gatedLock struct {
 	*resourcelock.LeaseLock
-	sl *slot
+	sl    *slot
+	clock clock.PassiveClock
 }
 
 func (g gatedLock) Create(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
-	if !g.sl.gate(r.HolderIdentity, g.Identity()) {
-		return errNotWanted
-	}
-	return g.LeaseLock.Create(ctx, r)
+	return g.write(ctx, r, g.LeaseLock.Create)
 }
 
 func (g gatedLock) Update(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	return g.write(ctx, r, g.LeaseLock.Update)
+}
+
+func (g gatedLock) write(ctx context.Context, r resourcelock.LeaderElectionRecord, fn func(context.Context, resourcelock.LeaderElectionRecord) error) error {
 	if !g.sl.gate(r.HolderIdentity, g.Identity()) {
 		return errNotWanted
 	}
-	return g.LeaseLock.Update(ctx, r)
+	start := g.clock.Now()
+	if err := fn(ctx, r); err != nil {
+		return err
+	}
+	if r.HolderIdentity == g.Identity() {
+		g.sl.renewed.set(start)
+	}
+	return nil
+}
+
+// fence returns true once one of the writes (a shard's Lease: its slot's
+// renewed; this replica's members entry) has not succeeded for
+// RenewDeadline since it last started, false when ctx ends first. The run
+// must stop dispatching then: another replica may take the Lease
+// LeaseDuration after the last write it saw, and may run a new shard count
+// once this replica's entry has not changed for LeaseDuration. client-go
+// only notices a failing renewal later (its renew loop waits a RetryPeriod
+// before the RenewDeadline of retries), and the run then drains: both fit
+// in LeaseDuration only by luck.
+func fence(ctx context.Context, cfg Config, writes ...*stamp) bool {
+	for {
+		last := writes[0].get()
+		for _, w := range writes[1:] {
+			if t := w.get(); t.Before(last) {
+				last = t
+			}
+		}
+		wait := last.Add(cfg.RenewDeadline).Sub(cfg.Clock.Now())
+		if wait <= 0 {
+			return true
+		}
+		t := cfg.Clock.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C():
+		}
+	}
 }
 
 // follow runs shard s's electors until ctx ends: each follows the Lease,
@@ -257,7 +336,7 @@ func (g gatedLock) Update(ctx context.Context, r resourcelock.LeaderElectionReco
 // it while the run drains), so two owners never overlap; a new elector
 // then follows again. A Lease lost while the run was still wanted is
 // reported on lost.
-func (e *Elector) follow(ctx context.Context, s int, sl *slot, lost chan<- int, log *slog.Logger) {
+func (e *Elector) follow(ctx context.Context, s int, sl *slot, membersAt *stamp, lost chan<- int, log *slog.Logger) {
 	for ctx.Err() == nil {
 		sl.mu.Lock()
 		sl.holding = false // a lost Lease is not held
@@ -268,14 +347,14 @@ func (e *Elector) follow(ctx context.Context, s int, sl *slot, lost chan<- int, 
 		var mu sync.Mutex
 		var runs sync.WaitGroup
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock: gatedLock{sl: sl, LeaseLock: &resourcelock.LeaseLock{
-				LeaseMeta:  metav1.ObjectMeta{Namespace: e.cfg.Namespace, Name: LeaseName(e.cfg.Name, s)},
+			Lock: gatedLock{sl: sl, clock: e.cfg.Clock, LeaseLock: &resourcelock.LeaseLock{
+				LeaseMeta:  metav1.ObjectMeta{Namespace: e.cfg.Namespace, Name: LeaseName(e.cfg.Name, s, e.cfg.Shards)},
 				Client:     e.cfg.Leases,
 				LockConfig: resourcelock.ResourceLockConfig{Identity: e.cfg.Identity},
 			}},
 			LeaseDuration: e.cfg.LeaseDuration, RenewDeadline: e.cfg.RenewDeadline, RetryPeriod: e.cfg.RetryPeriod,
 			ReleaseOnCancel: true,
-			Name:            LeaseName(e.cfg.Name, s),
+			Name:            LeaseName(e.cfg.Name, s, e.cfg.Shards),
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(leadCtx context.Context) {
 					runs.Add(1)
@@ -295,6 +374,20 @@ func (e *Elector) follow(ctx context.Context, s int, sl *slot, lost chan<- int, 
 					sl.mu.Unlock()
 					stopOnLoss := context.AfterFunc(leadCtx, cancel)
 					defer stopOnLoss()
+					// The lost-Lease path stops the run at once, before
+					// anyone else may take the shard; the voluntary one
+					// (cancel by want) drains under a renewed Lease.
+					var fenced atomic.Bool
+					fenceDone := make(chan struct{})
+					go func() {
+						defer close(fenceDone)
+						if fence(runCtx, e.cfg, &sl.renewed, membersAt) {
+							fenced.Store(true)
+							log.Error("neither the shard Lease nor the members entry written within the renew deadline: stopped dispatching at once", "shard", s,
+								"renewDeadline", e.cfg.RenewDeadline, "leaseRenewed", sl.renewed.get(), "membersWritten", membersAt.get())
+							cancel()
+						}
+					}()
 					log.Info("running shard", "shard", s)
 					gauge := e.running.WithLabelValues(strconv.Itoa(s))
 					gauge.Set(1)
@@ -302,11 +395,13 @@ func (e *Elector) follow(ctx context.Context, s int, sl *slot, lost chan<- int, 
 						log.Error("shard run failed", "shard", s, "err", err)
 					}
 					gauge.Set(0)
+					cancel()
+					<-fenceDone
 					sl.mu.Lock()
 					stillWanted := sl.wanted && sl.stopRun != nil
 					sl.stopRun = nil
 					sl.mu.Unlock()
-					if leadCtx.Err() != nil && stillWanted && ctx.Err() == nil {
+					if (leadCtx.Err() != nil || fenced.Load()) && stillWanted && ctx.Err() == nil {
 						select {
 						case lost <- s:
 						default: // Start has a loss to report already
@@ -335,114 +430,4 @@ func (e *Elector) follow(ctx context.Context, s int, sl *slot, lost chan<- int, 
 		stop()
 		stopElect()
 	}
-}
-
-// members keeps this replica's entry in the members Lease <Name>-members
-// and reads the others': one object, updated by compare-and-set, so RBAC
-// can name every Lease the queue may touch. Each replica's entry is an
-// annotation m.runplane.io/<hash of its identity> = "<identity> <its
-// clock>", rewritten every RetryPeriod; an entry counts as live for
-// LeaseDuration after this replica saw it change (by its own clock: no
-// comparison of two machines' clocks).
-type members struct {
-	cfg  Config
-	seen map[string]seenEntry
-}
-
-type seenEntry struct {
-	value    string
-	observed time.Time
-}
-
-// memberPrefix starts each member's annotation key.
-const memberPrefix = "m.runplane.io/"
-
-func newMembers(cfg Config) *members { return &members{cfg: cfg, seen: map[string]seenEntry{}} }
-
-// MembersLeaseName is the members Lease of the Elector named name.
-func MembersLeaseName(name string) string { return name + "-members" }
-
-func (m *members) key() string {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(m.cfg.Identity))
-	return fmt.Sprintf("%s%016x", memberPrefix, h.Sum64())
-}
-
-// sync writes this replica's entry and returns the live members'
-// identities (this one included).
-func (m *members) sync(ctx context.Context) ([]string, error) {
-	now := m.cfg.Clock.Now()
-	var live []string
-	err := m.update(ctx, func(ann map[string]string) {
-		ann[m.key()] = m.cfg.Identity + " " + now.UTC().Format(time.RFC3339Nano)
-		live = m.live(ann, now)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return live, nil
-}
-
-// live reads the entries: the live ones' identities; those dead for long
-// (a SIGKILLed replica, its name never back) are removed from ann.
-func (m *members) live(ann map[string]string, now time.Time) []string {
-	live := []string{m.cfg.Identity}
-	seen := make(map[string]seenEntry, len(ann))
-	for k, v := range ann {
-		id, _, ok := strings.Cut(v, " ")
-		if !strings.HasPrefix(k, memberPrefix) || !ok || k == m.key() {
-			continue
-		}
-		e, known := m.seen[k]
-		if !known || e.value != v {
-			e = seenEntry{value: v, observed: now}
-		}
-		switch age := now.Sub(e.observed); {
-		case age <= m.cfg.LeaseDuration:
-			live = append(live, id)
-		case age > 30*m.cfg.LeaseDuration:
-			delete(ann, k)
-			continue
-		}
-		seen[k] = e
-	}
-	m.seen = seen
-	return live
-}
-
-// update applies fn to the members Lease's annotations (made when
-// missing), retrying on conflicts.
-func (m *members) update(ctx context.Context, fn func(ann map[string]string)) error {
-	leases := m.cfg.Leases.Leases(m.cfg.Namespace)
-	name := MembersLeaseName(m.cfg.Name)
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		l, err := leases.Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			l = &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: m.cfg.Namespace, Annotations: map[string]string{}}}
-			fn(l.Annotations)
-			_, err = leases.Create(ctx, l, metav1.CreateOptions{})
-			if apierrors.IsAlreadyExists(err) {
-				return apierrors.NewConflict(coordv1.Resource("leases"), name, err)
-			}
-			return err
-		}
-		if err != nil {
-			return err
-		}
-		if l.Annotations == nil {
-			l.Annotations = map[string]string{}
-		}
-		fn(l.Annotations)
-		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("members Lease %s: %w", name, err)
-	}
-	return nil
-}
-
-// leave removes this replica's entry.
-func (m *members) leave(ctx context.Context) error {
-	return m.update(ctx, func(ann map[string]string) { delete(ann, m.key()) })
 }

@@ -4,7 +4,9 @@
 // bounded-load rendezvous assignment over the live replicas gives it, so a
 // replica holds about shards/replicas of them and a change of replicas
 // moves few. The pure parts (Of, Assign) are here; the Lease handling is
-// the Elector (elector.go). See queue/README.md, "Sharded activator".
+// the Elector (elector.go), the members Lease that lets one shard count run
+// at a time (members.go) and the Guard that holds the unsharded activator to
+// it (guard.go). See queue/README.md, "Sharded activator".
 package shard
 
 import (

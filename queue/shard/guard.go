@@ -1,0 +1,135 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Guard runs the unsharded activator (one shard: every namespace) on the
+// manager's Lease holder under the members Lease's rule, so a change of
+// the shard count from or to 1 is safe like any other: the holder writes
+// its entry with the count 1 and runs the activator only while 1 is the
+// active count (making it so when no replica of the active count is left),
+// and stops it at once when its entry has not been written for
+// RenewDeadline (others may count it gone after LeaseDuration). Only the
+// Lease holder writes an entry: the standbys run nothing.
+type Guard struct {
+	cfg     Config
+	waiting prometheus.Gauge
+}
+
+// NewGuard validates cfg (Shards is 1; Run runs the activator) and builds
+// a Guard.
+func NewGuard(cfg Config) (*Guard, error) {
+	cfg = cfg.withDefaults()
+	switch {
+	case cfg.Leases == nil || cfg.Run == nil:
+		return nil, errors.New("shard: Leases and Run are required")
+	case cfg.Name == "" || cfg.Namespace == "" || cfg.Identity == "":
+		return nil, errors.New("shard: Namespace, Name and Identity are required")
+	case cfg.Shards != 1:
+		return nil, fmt.Errorf("shard: a Guard runs 1 shard, not %d", cfg.Shards)
+	case cfg.RenewDeadline >= cfg.LeaseDuration || cfg.RetryPeriod >= cfg.RenewDeadline:
+		return nil, fmt.Errorf("shard: need retry period %s < renew deadline %s < lease duration %s", cfg.RetryPeriod, cfg.RenewDeadline, cfg.LeaseDuration)
+	}
+	g := &Guard{cfg: cfg, waiting: newWaiting()}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(g.waiting); err != nil {
+			return nil, fmt.Errorf("shard: register metrics: %w", err)
+		}
+	}
+	return g, nil
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: the
+// manager's Lease holder runs it.
+func (*Guard) NeedLeaderElection() bool { return true }
+
+// Start implements manager.Runnable: it returns once the activator has
+// drained, ErrLost if the members entry went unwritten for RenewDeadline
+// under a running activator.
+func (g *Guard) Start(ctx context.Context) error {
+	log := g.cfg.Logger.With("component", "shard-guard", "identity", g.cfg.Identity)
+	members := newMembers(g.cfg)
+	var membersAt stamp
+	var stopRun context.CancelFunc
+	var done chan struct{} // closed once the run has drained
+	var fenced atomic.Bool
+	stop := func() {
+		if stopRun != nil {
+			stopRun()
+			<-done
+			stopRun, done = nil, nil
+		}
+	}
+	defer func() {
+		stop()
+		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.RetryPeriod)
+		defer dcancel()
+		if err := members.leave(dctx); err != nil {
+			log.Info("leave the members Lease", "err", err)
+		}
+	}()
+	tick := g.cfg.Clock.NewTicker(g.cfg.RetryPeriod / 2)
+	defer tick.Stop()
+	waiting := false
+	for {
+		start := g.cfg.Clock.Now()
+		v, err := members.sync(ctx)
+		switch {
+		case err != nil:
+			log.Info("shard members", "err", err)
+		case len(v.wait) > 0:
+			if !waiting {
+				log.Warn("replicas of another shard count run shards: not running the activator until they are gone", "waitingFor", fmt.Sprint(v.wait))
+			}
+			waiting = true
+			g.waiting.Set(1)
+			stop()
+		default:
+			membersAt.set(start)
+			if waiting {
+				log.Info("no replica of another shard count runs shards: running the activator")
+			}
+			waiting = false
+			g.waiting.Set(0)
+			if stopRun == nil {
+				var runCtx context.Context
+				runCtx, stopRun = context.WithCancel(ctx)
+				done = make(chan struct{})
+				cancel := stopRun
+				go func() {
+					defer close(done)
+					fenceDone := make(chan struct{})
+					go func() {
+						defer close(fenceDone)
+						if fence(runCtx, g.cfg, &membersAt) {
+							fenced.Store(true)
+							log.Error("members entry not written within the renew deadline: stopped the activator at once", "renewDeadline", g.cfg.RenewDeadline)
+							cancel()
+						}
+					}()
+					if err := g.cfg.Run(runCtx, 0); err != nil {
+						log.Error("activator failed", "err", err)
+					}
+					cancel()
+					<-fenceDone
+				}()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-done:
+			if fenced.Load() {
+				return fmt.Errorf("%w: %s", ErrLost, MembersLeaseName(g.cfg.Name))
+			}
+			stopRun, done = nil, nil
+		case <-tick.C():
+		}
+	}
+}
