@@ -34,10 +34,10 @@ import (
 // while stock holds the devices it needs. The leader therefore acts
 // outside the scheduling cycle: when a GPU Pod's claim appears
 // unallocated and the Pod should take stock (ledger.TakeStock), it hands
-// the placeholder's allocated claim itself to the Pod — reserved for the
-// Pod too, owned by it, named in its status; the Pod's own, unallocated
-// claim deleted. The claim never loses its allocation, so no allocator
-// ever sees its devices free. (Copying the placeholder's allocation into
+// the placeholder's allocated claim itself to the Pod — reserved and held
+// for the Pod too (drahold.go), owned by it, named in its status; the
+// Pod's own, unallocated claim deleted. The claim never loses its
+// allocation, so no allocator ever sees its devices free. (Copying the placeholder's allocation into
 // the Pod's own claim is not safe: kube-scheduler v1.37 keeps allocated
 // devices as a set, and the placeholder's claim going away removes them
 // from it while the Pod's claim still names them — another Pod was
