@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
 )
@@ -91,13 +92,16 @@ func (d *draStock) enqueueHeld(p *corev1.Pod) {
 
 // holdAction is what the leader does with a held claim.
 type holdAction struct {
-	keep bool // the hand-over is under way: keep the hold
+	keep bool // the hand-over is under way: keep the hold (reserve may be set)
 	// reserve: the bound GPU Pod is added back to reservedFor (its bind's
 	// Unreserve took it away although the Binding landed).
 	reserve bool
 	// dropPod: the GPU Pod's reference goes with the hold (it is gone, or
 	// bound without this claim).
 	dropPod bool
+	// dropGone: the references of gone Pods (the deleted placeholder) go
+	// too.
+	dropGone bool
 	// deletePlaceholders: the claim is no longer its placeholder's (owned
 	// by the GPU Pod, or being deleted) and the GPU Pod will not use it:
 	// its placeholders go, so the devices come back.
@@ -105,32 +109,39 @@ type holdAction struct {
 }
 
 // decideHold is the pure core of tendHold: pod is the Pod the hold is for
-// as the API has it (nil: gone or replaced).
-func decideHold(c *resourcev1.ResourceClaim, holdPod types.UID, pod *corev1.Pod) holdAction {
-	gone := pod == nil || pod.UID != holdPod || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || (pod.DeletionTimestamp != nil && pod.Spec.NodeName == "")
+// as the API has it (nil: gone or replaced); gone are the other Pod
+// consumers that no longer exist (a placeholder the bind deleted).
+func decideHold(c *resourcev1.ResourceClaim, holdPod types.UID, pod *corev1.Pod, gone map[types.UID]bool) holdAction {
+	podGone := pod == nil || pod.UID != holdPod || isDone(pod)
 	owned := false
 	if o := podOwner(c); o != nil && o.UID == holdPod {
 		owned = true
 	}
 	switch {
-	case c.DeletionTimestamp != nil && (gone || pod.Spec.NodeName == ""):
+	case c.DeletionTimestamp != nil && (podGone || pod.Spec.NodeName == ""):
 		// Going (its owner went): nobody finishes a hand-over of it.
 		return holdAction{dropPod: true, deletePlaceholders: true}
-	case gone:
+	case podGone:
 		return holdAction{dropPod: true, deletePlaceholders: owned}
 	case pod.Spec.NodeName == "":
-		return holdAction{keep: true}
+		// Under way; once the Pod names the claim (the hand-over's steps
+		// done), reserved for it: the claim's status change requeues the
+		// Pod in kube-scheduler (finishHandover's step 5, redone here).
+		return holdAction{keep: true, reserve: owned && podNames(pod, c.Name)}
 	case owned && slices.ContainsFunc(c.Status.ReservedFor, func(r resourcev1.ResourceClaimConsumerReference) bool {
-		return r.APIGroup == "" && r.Resource == "pods" && r.UID != holdPod
+		return isPodRef(r) && r.UID != holdPod && !gone[r.UID]
 	}):
-		// Bound, but the placeholder (deleted before the Binding) is still
-		// a consumer: were the hold to go now, the bind's Unreserve (a
-		// bind whose answer was lost) and kube-controller-manager dropping
-		// the placeholder after it would leave no consumer, and the claim
-		// would be deallocated. Its drop is a claim update: look again then.
+		// Bound while a placeholder still exists on the claim: keep the
+		// devices held until it goes (its deletion requeues the claim).
 		return holdAction{keep: true}
 	case owned:
-		return holdAction{reserve: true}
+		// The placeholder's reference goes with the hold, and the Pod's is
+		// (again) there: were kube-controller-manager to drop the
+		// placeholder after a late Unreserve, it would find no consumer
+		// left and deallocate the claim; a claim whose last consumer an
+		// Unreserve removed stays allocated, and kube-controller-manager
+		// reserves it again for its bound Pod.
+		return holdAction{reserve: true, dropGone: true}
 	default:
 		// Bound with a claim of its own: a hand-over left after its first
 		// step; the placeholder keeps its claim.
@@ -149,8 +160,20 @@ func (e *Extender) tendHold(ctx context.Context, c *resourcev1.ResourceClaim) er
 	if err != nil {
 		return fmt.Errorf("%w: claim %s/%s: %w", errRetry, c.Namespace, c.Name, err)
 	}
-	act := decideHold(c, holdPod, pod)
-	if act.keep {
+	gone := map[types.UID]bool{}
+	for _, r := range c.Status.ReservedFor {
+		if !isPodRef(r) || r.UID == holdPod {
+			continue
+		}
+		p, err := e.currentPod(ctx, c.Namespace, r.Name)
+		if err != nil {
+			return fmt.Errorf("%w: claim %s/%s: %w", errRetry, c.Namespace, c.Name, err)
+		}
+		// As kube-controller-manager judges a Pod consumer.
+		gone[r.UID] = p == nil || p.UID != r.UID || isDone(p)
+	}
+	act := decideHold(c, holdPod, pod, gone)
+	if act.keep && (!act.reserve || slices.ContainsFunc(c.Status.ReservedFor, func(r resourcev1.ResourceClaimConsumerReference) bool { return r.UID == holdPod })) {
 		return nil
 	}
 	if act.deletePlaceholders {
@@ -162,7 +185,7 @@ func (e *Extender) tendHold(ctx context.Context, c *resourcev1.ResourceClaim) er
 	}
 	out := c.DeepCopy()
 	out.Status.ReservedFor = slices.DeleteFunc(out.Status.ReservedFor, func(r resourcev1.ResourceClaimConsumerReference) bool {
-		return isHold(r) || (act.dropPod && r.UID == holdPod)
+		return (!act.keep && isHold(r)) || (act.dropPod && r.UID == holdPod) || (act.dropGone && gone[r.UID])
 	})
 	if act.reserve && !slices.ContainsFunc(out.Status.ReservedFor, func(r resourcev1.ResourceClaimConsumerReference) bool { return r.UID == holdPod }) {
 		out.Status.ReservedFor = append(out.Status.ReservedFor, resourcev1.ResourceClaimConsumerReference{Resource: "pods", Name: pod.Name, UID: pod.UID})
@@ -171,8 +194,28 @@ func (e *Extender) tendHold(ctx context.Context, c *resourcev1.ResourceClaim) er
 	if _, err := e.client.ResourceV1().ResourceClaims(c.Namespace).UpdateStatus(ctx, out, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("%w: releasing the hold of claim %s/%s: %w", errRetry, c.Namespace, c.Name, err)
 	}
+	if act.keep {
+		return nil
+	}
 	e.log.Info("DRA hand-over hold released", "claim", c.Namespace+"/"+c.Name, "pod", h.Name, "reserved", act.reserve, "placeholdersDeleted", act.deletePlaceholders)
 	return nil
+}
+
+// podNames: the Pod's status names the claim as one of its own.
+func podNames(p *corev1.Pod, claim string) bool {
+	return slices.ContainsFunc(p.Status.ResourceClaimStatuses, func(s corev1.PodResourceClaimStatus) bool {
+		return ptr.Deref(s.ResourceClaimName, "") == claim
+	})
+}
+
+func isPodRef(r resourcev1.ResourceClaimConsumerReference) bool {
+	return r.APIGroup == "" && r.Resource == "pods"
+}
+
+// isDone: the Pod will not run (again) — kube-controller-manager's test
+// for dropping a Pod consumer.
+func isDone(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || (p.DeletionTimestamp != nil && p.Spec.NodeName == "")
 }
 
 // currentPod is the Pod as the informer has it, or the API when the
@@ -200,7 +243,7 @@ func (e *Extender) currentPod(ctx context.Context, ns, name string) (*corev1.Pod
 // owns it, and the devices with them — their Deployment replaces them.
 func (e *Extender) deleteClaimPlaceholders(ctx context.Context, c *resourcev1.ResourceClaim, holdPod types.UID) error {
 	for _, r := range c.Status.ReservedFor {
-		if r.Resource != "pods" || r.APIGroup != "" || r.UID == holdPod {
+		if !isPodRef(r) || r.UID == holdPod {
 			continue
 		}
 		ph, err := e.podLister.Pods(c.Namespace).Get(r.Name)

@@ -50,34 +50,41 @@ func TestDecideHold(t *testing.T) {
 	deleting := p.DeepCopy()
 	deleting.DeletionTimestamp = &metav1.Time{}
 	hold := holdFor(p)
+	naming := p.DeepCopy()
+	naming.Status.ResourceClaimStatuses = []corev1.PodResourceClaimStatus{{Name: "gpu", ResourceClaimName: ptr.To("c")}}
+	phGone := map[types.UID]bool{ph.UID: true}
 	now := metav1.Now()
 	tests := []struct {
 		name  string
 		claim *resourcev1.ResourceClaim
 		pod   *corev1.Pod
+		gone  map[types.UID]bool // the consumers that no longer exist
 		want  holdAction
 	}{
-		{"hand-over under way", draClaimObj("c", p, true, consumer(ph), consumer(p), hold), p, holdAction{keep: true}},
-		{"bound, the placeholder still a consumer", draClaimObj("c", p, true, consumer(ph), consumer(p), hold), bound, holdAction{keep: true}},
-		{"bound, Unreserve took the Pod out", draClaimObj("c", p, true, hold), bound, holdAction{reserve: true}},
-		{"bound and reserved", draClaimObj("c", p, true, consumer(p), hold), bound, holdAction{reserve: true}},
-		{"bound with a claim of its own", draClaimObj("c", ph, true, consumer(ph), consumer(p), hold), bound, holdAction{dropPod: true}},
-		{"gone after the owner change", draClaimObj("c", p, true, consumer(ph), consumer(p), hold), nil, holdAction{dropPod: true, deletePlaceholders: true}},
-		{"being deleted after the owner change", draClaimObj("c", p, true, consumer(ph), consumer(p), hold), deleting, holdAction{dropPod: true, deletePlaceholders: true}},
-		{"gone before the owner change", draClaimObj("c", ph, true, consumer(ph), consumer(p), hold), nil, holdAction{dropPod: true}},
-		{"bound, Unreserve took the Pod out, the placeholder still a consumer", draClaimObj("c", p, true, consumer(ph), hold), bound, holdAction{keep: true}},
+		{"hand-over under way", draClaimObj("c", p, true, consumer(ph), consumer(p), hold), p, nil, holdAction{keep: true}},
+		{"hand-over done, the Pod not reserved yet", draClaimObj("c", p, true, consumer(ph), hold), naming, nil, holdAction{keep: true, reserve: true}},
+		{"hand-over before the owner change", draClaimObj("c", ph, true, consumer(ph), hold), naming, nil, holdAction{keep: true}},
+		{"bound, the placeholder still there", draClaimObj("c", p, true, consumer(ph), consumer(p), hold), bound, nil, holdAction{keep: true}},
+		{"bound, the placeholder deleted", draClaimObj("c", p, true, consumer(ph), consumer(p), hold), bound, phGone, holdAction{reserve: true, dropGone: true}},
+		{"bound, Unreserve took the Pod out", draClaimObj("c", p, true, hold), bound, nil, holdAction{reserve: true, dropGone: true}},
+		{"bound and reserved", draClaimObj("c", p, true, consumer(p), hold), bound, nil, holdAction{reserve: true, dropGone: true}},
+		{"bound with a claim of its own", draClaimObj("c", ph, true, consumer(ph), consumer(p), hold), bound, nil, holdAction{dropPod: true}},
+		{"gone after the owner change", draClaimObj("c", p, true, consumer(ph), consumer(p), hold), nil, nil, holdAction{dropPod: true, deletePlaceholders: true}},
+		{"being deleted after the owner change", draClaimObj("c", p, true, consumer(ph), consumer(p), hold), deleting, nil, holdAction{dropPod: true, deletePlaceholders: true}},
+		{"gone before the owner change", draClaimObj("c", ph, true, consumer(ph), consumer(p), hold), nil, nil, holdAction{dropPod: true}},
+		{"bound, Unreserve took the Pod out, the placeholder deleted", draClaimObj("c", p, true, consumer(ph), hold), bound, phGone, holdAction{reserve: true, dropGone: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.want, decideHold(tt.claim, p.UID, tt.pod))
+			assert.Equal(t, tt.want, decideHold(tt.claim, p.UID, tt.pod, tt.gone))
 		})
 	}
 	going := draClaimObj("c", p, true, consumer(ph), consumer(p), hold)
 	going.DeletionTimestamp = &now
-	assert.Equal(t, holdAction{dropPod: true, deletePlaceholders: true}, decideHold(going, p.UID, p), "a claim being deleted: nobody finishes the hand-over")
+	assert.Equal(t, holdAction{dropPod: true, deletePlaceholders: true}, decideHold(going, p.UID, p, nil), "a claim being deleted: nobody finishes the hand-over")
 	other := pod("p", api.LabelGPUSpec, "d1", "")
 	other.UID = "another"
-	assert.Equal(t, holdAction{dropPod: true, deletePlaceholders: true}, decideHold(draClaimObj("c", p, true, consumer(ph), hold), p.UID, other), "a new Pod of the same name is not the one held for")
+	assert.Equal(t, holdAction{dropPod: true, deletePlaceholders: true}, decideHold(draClaimObj("c", p, true, consumer(ph), hold), p.UID, other, nil), "a new Pod of the same name is not the one held for")
 }
 
 // draStockExtender is testExtender with the claims a DRA hand-over reads.
@@ -134,7 +141,8 @@ func TestHandClaimRechecks(t *testing.T) {
 	require.NoError(t, e.handClaim(t.Context(), p2, own, ledger.Placeholder{UID: ph.UID, Namespace: "ns", Name: "ph", Node: "n"}, "gpu"))
 	got, err := e.client.ResourceV1().ResourceClaims("ns").Get(t.Context(), "ph-gpu", metav1.GetOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, []resourcev1.ResourceClaimConsumerReference{consumer(ph), consumer(p2), holdFor(p2)}, got.Status.ReservedFor)
+	assert.Equal(t, []resourcev1.ResourceClaimConsumerReference{consumer(ph), holdFor(p2), consumer(p2)}, got.Status.ReservedFor,
+		"held first, reserved last (the status change that requeues p2)")
 	assert.Equal(t, p2.UID, metav1.GetControllerOf(got).UID)
 }
 

@@ -16,8 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	resourceclient "k8s.io/client-go/kubernetes/typed/resource/v1"
 	listersv1 "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
@@ -315,21 +317,14 @@ func (e *Extender) handedTo(pod *corev1.Pod, own *resourcev1.ResourceClaim) *res
 func (e *Extender) finishHandover(ctx context.Context, pod *corev1.Pod, claim, phClaim *resourcev1.ResourceClaim, podClaim string) error {
 	var err error
 	claims := e.client.ResourceV1().ResourceClaims(pod.Namespace)
-	// 1. Reserved for the Pod too, and held for it (drahold.go): when the
-	// placeholder goes and the Pod's bind fails (kube-scheduler's
-	// Unreserve drops the Pod), the claim keeps a consumer, so
-	// kube-controller-manager does not deallocate it.
+	// 1. Held for the Pod (drahold.go): whatever happens to the Pods, the
+	// claim keeps a consumer, so kube-controller-manager does not
+	// deallocate it.
 	c := phClaim.DeepCopy()
-	reserved := slices.ContainsFunc(c.Status.ReservedFor, func(r resourcev1.ResourceClaimConsumerReference) bool { return r.UID == pod.UID })
-	if !reserved || holdOf(c) == nil {
-		if !reserved {
-			c.Status.ReservedFor = append(c.Status.ReservedFor, resourcev1.ResourceClaimConsumerReference{Resource: "pods", Name: pod.Name, UID: pod.UID})
-		}
-		if holdOf(c) == nil {
-			c.Status.ReservedFor = append(c.Status.ReservedFor, holdFor(pod))
-		}
+	if holdOf(c) == nil {
+		c.Status.ReservedFor = append(c.Status.ReservedFor, holdFor(pod))
 		if c, err = claims.UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("reserving claim %s/%s for Pod %s: %w", pod.Namespace, phClaim.Name, pod.Name, err)
+			return fmt.Errorf("holding claim %s/%s for Pod %s: %w", pod.Namespace, phClaim.Name, pod.Name, err)
 		}
 	}
 	// 2. Owned by the Pod: it goes with the Pod, not with the placeholder,
@@ -357,7 +352,32 @@ func (e *Extender) finishHandover(ctx context.Context, pod *corev1.Pod, claim, p
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting Pod %s/%s's own claim %s: %w", pod.Namespace, pod.Name, claim.Name, err)
 	}
+	// 5. Reserved for the Pod, last: a change of the claim's status once
+	// the Pod names it is what requeues the Pod in kube-scheduler for
+	// certain. (Its DynamicResources hints skip the Pod's update of step 3
+	// when the scheduler's claim cache does not have step 2 yet, and a
+	// claim update that leaves the status alone: the Pod stayed Pending
+	// until the scheduler's 5-minute flush.) tendHold does it too.
+	if err := reserveFor(ctx, claims, c.Name, pod); err != nil {
+		return fmt.Errorf("reserving claim %s/%s for Pod %s: %w", pod.Namespace, c.Name, pod.Name, err)
+	}
 	return nil
+}
+
+// reserveFor adds the Pod to the claim's consumers, unless it is there.
+func reserveFor(ctx context.Context, claims resourceclient.ResourceClaimInterface, name string, pod *corev1.Pod) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c, err := claims.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if slices.ContainsFunc(c.Status.ReservedFor, func(r resourcev1.ResourceClaimConsumerReference) bool { return r.UID == pod.UID }) {
+			return nil
+		}
+		c.Status.ReservedFor = append(c.Status.ReservedFor, resourcev1.ResourceClaimConsumerReference{Resource: "pods", Name: pod.Name, UID: pod.UID})
+		_, err = claims.UpdateStatus(ctx, c, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 // nodesFor are the known nodes the Pod's node selector, required affinity

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/test/cluster"
@@ -204,7 +205,15 @@ func TestDRATakeoverSameSpec(t *testing.T) {
 func logDRA(t *testing.T, ns string) {
 	pods, _ := env.Client().CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
 	for _, p := range pods.Items {
-		t.Logf("pod %s uid %s node %q deleting %v claims %+v", p.Name, p.UID, p.Spec.NodeName, p.DeletionTimestamp != nil, p.Status.ResourceClaimStatuses)
+		var claims []string
+		for _, s := range p.Status.ResourceClaimStatuses {
+			claims = append(claims, s.Name+"="+ptr.Deref(s.ResourceClaimName, ""))
+		}
+		why := ""
+		if p.Spec.NodeName == "" {
+			why, _ = schedulingEvent(context.Background(), env.Client(), ns, p.Name)
+		}
+		t.Logf("pod %s uid %s node %q deleting %v claims %v %s", p.Name, p.UID, p.Spec.NodeName, p.DeletionTimestamp != nil, claims, why)
 	}
 	claims, _ := env.Client().ResourceV1().ResourceClaims(ns).List(context.Background(), metav1.ListOptions{})
 	for _, c := range claims.Items {
