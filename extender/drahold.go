@@ -17,9 +17,9 @@ import (
 )
 
 // The hold (README "Stock for DRA specs"): a consumer reference that is
-// not a Pod, which the leader adds to a placeholder's claim with the GPU
-// Pod's own in the hand-over's first write, and takes away only once the
-// GPU Pod is bound (and reserved) or gone. Without it the claim's Pod
+// not a Pod, which the leader adds to a placeholder's claim in the
+// hand-over's first write, and takes away only once the GPU Pod is bound
+// (and reserved) or gone. Without it the claim's Pod
 // consumers can all go while the GPU Pod still needs the devices: the
 // extender's bind deletes the placeholder before the Binding, and when the
 // bind's answer is lost (the extender killed after the Binding) or the
@@ -93,8 +93,9 @@ func (d *draStock) enqueueHeld(p *corev1.Pod) {
 // holdAction is what the leader does with a held claim.
 type holdAction struct {
 	keep bool // the hand-over is under way: keep the hold (reserve may be set)
-	// reserve: the bound GPU Pod is added back to reservedFor (its bind's
-	// Unreserve took it away although the Binding landed).
+	// reserve: the GPU Pod is (again) in reservedFor — bound, after an
+	// Unreserve took it away although the Binding landed; unbound, once
+	// it names the claim, so that kube-scheduler looks at it again.
 	reserve bool
 	// dropPod: the GPU Pod's reference goes with the hold (it is gone, or
 	// bound without this claim).
