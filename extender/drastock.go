@@ -16,8 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	resourceclient "k8s.io/client-go/kubernetes/typed/resource/v1"
 	listersv1 "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
@@ -34,10 +36,10 @@ import (
 // while stock holds the devices it needs. The leader therefore acts
 // outside the scheduling cycle: when a GPU Pod's claim appears
 // unallocated and the Pod should take stock (ledger.TakeStock), it hands
-// the placeholder's allocated claim itself to the Pod — reserved for the
-// Pod too, owned by it, named in its status; the Pod's own, unallocated
-// claim deleted. The claim never loses its allocation, so no allocator
-// ever sees its devices free. (Copying the placeholder's allocation into
+// the placeholder's allocated claim itself to the Pod — reserved and held
+// for the Pod too (drahold.go), owned by it, named in its status; the
+// Pod's own, unallocated claim deleted. The claim never loses its
+// allocation, so no allocator ever sees its devices free. (Copying the placeholder's allocation into
 // the Pod's own claim is not safe: kube-scheduler v1.37 keeps allocated
 // devices as a set, and the placeholder's claim going away removes them
 // from it while the Pod's claim still names them — another Pod was
@@ -52,11 +54,13 @@ import (
 type draStock struct {
 	queue  workqueue.TypedRateLimitingInterface[types.NamespacedName]
 	claims listersv1.ResourceClaimLister
+	// held indexes the claims by the Pod their hold is for (drahold.go).
+	held cache.Indexer
 }
 
-// enqueueClaim queues an unallocated claim owned by a Pod.
+// enqueueClaim queues an unallocated claim owned by a Pod, and a held one.
 func (d *draStock) enqueueClaim(c *resourcev1.ResourceClaim) {
-	if c.Status.Allocation == nil && c.DeletionTimestamp == nil && podOwner(c) != nil {
+	if (c.Status.Allocation == nil && c.DeletionTimestamp == nil && podOwner(c) != nil) || holdOf(c) != nil {
 		d.queue.Add(types.NamespacedName{Namespace: c.Namespace, Name: c.Name})
 	}
 }
@@ -104,10 +108,20 @@ func (e *Extender) draStockHandlers(claimInf, podInf cache.SharedIndexInformer, 
 		claims: claims,
 	}
 	d := e.draStock
+	if err := claimInf.AddIndexers(cache.Indexers{holdIndex: holdIndexFunc}); err != nil {
+		return fmt.Errorf("extender: resourceclaim hold index: %w", err)
+	}
+	d.held = claimInf.GetIndexer()
 	if _, err := claimInf.AddEventHandler(feed(d.enqueueClaim, func(*resourcev1.ResourceClaim) {})); err != nil {
 		return fmt.Errorf("extender: resourceclaim handler: %w", err)
 	}
-	if _, err := podInf.AddEventHandler(feed(d.enqueuePod, func(*corev1.Pod) {})); err != nil {
+	podChanged := func(p *corev1.Pod) {
+		d.enqueuePod(p)
+		if p.Spec.NodeName != "" || p.DeletionTimestamp != nil {
+			d.enqueueHeld(p)
+		}
+	}
+	if _, err := podInf.AddEventHandler(feed(podChanged, d.enqueueHeld)); err != nil {
 		return fmt.Errorf("extender: pod handler: %w", err)
 	}
 	return nil
@@ -160,8 +174,14 @@ func (e *Extender) handOver(ctx context.Context, key types.NamespacedName) error
 		return nil
 	}
 	claim, err := e.draStock.claims.ResourceClaims(key.Namespace).Get(key.Name)
-	if err != nil || claim.Status.Allocation != nil || claim.DeletionTimestamp != nil {
-		return nil //nolint:nilerr // gone, or allocated: nothing to hand over
+	if err != nil {
+		return nil //nolint:nilerr // gone: nothing to hand over
+	}
+	if holdOf(claim) != nil {
+		return e.tendHold(ctx, claim)
+	}
+	if claim.Status.Allocation != nil || claim.DeletionTimestamp != nil {
+		return nil // allocated: nothing to hand over
 	}
 	owner := podOwner(claim)
 	if owner == nil {
@@ -182,7 +202,7 @@ func (e *Extender) handOver(ctx context.Context, key types.NamespacedName) error
 		// placeholder's claim and died before deleting this one.
 		return nil
 	}
-	if x := e.handedTo(pod, claim.Name); x != nil {
+	if x := e.handedTo(pod, claim); x != nil {
 		// A hand-over a dead leader began: finish it.
 		return e.finishHandover(ctx, pod, claim, x, pod.Spec.ResourceClaims[0].Name)
 	}
@@ -222,11 +242,14 @@ func (e *Extender) handOver(ctx context.Context, key types.NamespacedName) error
 // and each write has a precondition (resourceVersion or UID), so a step
 // that lost a race (the scheduler allocated the Pod's claim, the
 // placeholder went) changes nothing; steps already done are safe to
-// leave (the claim stays allocated and reserved for a live Pod, and goes
-// with its owner).
+// leave (the claim stays allocated, held for the Pod until it is bound or
+// gone — drahold.go). The claim must still be the placeholder's alone
+// (owned by it, reserved for it only, not being deleted): a hand-over
+// whose later step failed left it reserved for its first Pod, which
+// finishes it, and no second Pod may be handed it.
 func (e *Extender) handClaim(ctx context.Context, pod *corev1.Pod, claim *resourcev1.ResourceClaim, ph ledger.Placeholder, podClaim string) error {
 	phPod, err := e.podLister.Pods(ph.Namespace).Get(ph.Name)
-	if err != nil || phPod.UID != ph.UID {
+	if err != nil || phPod.UID != ph.UID || phPod.DeletionTimestamp != nil {
 		return fmt.Errorf("placeholder %s/%s: gone", ph.Namespace, ph.Name)
 	}
 	var phClaim *resourcev1.ResourceClaim
@@ -240,31 +263,51 @@ func (e *Extender) handClaim(ctx context.Context, pod *corev1.Pod, claim *resour
 	if phClaim == nil || phClaim.Status.Allocation == nil {
 		return fmt.Errorf("placeholder %s/%s: no allocated claim %q", ph.Namespace, ph.Name, podClaim)
 	}
+	if err := placeholdersOwn(phClaim, phPod); err != nil {
+		return fmt.Errorf("placeholder %s/%s: %w", ph.Namespace, ph.Name, err)
+	}
 	if !equality.Semantic.DeepEqual(phClaim.Spec, claim.Spec) {
 		return fmt.Errorf("placeholder %s/%s: its claim asks for other devices than %s's", ph.Namespace, ph.Name, claim.Name)
 	}
 	return e.finishHandover(ctx, pod, claim, phClaim, podClaim)
 }
 
-// handedTo is an allocated claim other than own that is reserved for or
-// owned by the Pod: a hand-over under way.
-func (e *Extender) handedTo(pod *corev1.Pod, own string) *resourcev1.ResourceClaim {
-	all, err := e.draStock.claims.ResourceClaims(pod.Namespace).List(labels.Everything())
+// placeholdersOwn checks that a claim is still the placeholder's alone:
+// owned by it, reserved for it and nothing else, not being deleted.
+func placeholdersOwn(c *resourcev1.ResourceClaim, ph *corev1.Pod) error {
+	if o := podOwner(c); o == nil || o.UID != ph.UID {
+		return fmt.Errorf("claim %s is not its own any more (handed over)", c.Name)
+	}
+	if c.DeletionTimestamp != nil {
+		return fmt.Errorf("claim %s is being deleted", c.Name)
+	}
+	for _, r := range c.Status.ReservedFor {
+		if r.UID != ph.UID {
+			return fmt.Errorf("claim %s is reserved for %s %s too (a hand-over under way)", c.Name, r.Resource, r.Name)
+		}
+	}
+	return nil
+}
+
+// handedTo is an allocated claim other than own that the leader held for
+// the Pod (only the leader writes a hold, in the hand-over's first step):
+// a hand-over under way, to finish. Only a claim that asks for what own
+// asks for and is not being deleted is finished; one being deleted is
+// released by tendHold.
+func (e *Extender) handedTo(pod *corev1.Pod, own *resourcev1.ResourceClaim) *resourcev1.ResourceClaim {
+	objs, err := e.draStock.held.ByIndex(holdIndex, string(pod.UID))
 	if err != nil {
 		return nil
 	}
-	for _, c := range all {
-		if c.Name == own || c.Status.Allocation == nil {
+	for _, o := range objs {
+		c, ok := o.(*resourcev1.ResourceClaim)
+		if !ok || c.Namespace != pod.Namespace || c.UID == own.UID || c.Status.Allocation == nil || c.DeletionTimestamp != nil {
 			continue
 		}
-		if o := podOwner(c); o != nil && o.UID == pod.UID {
-			return c
+		if !equality.Semantic.DeepEqual(c.Spec, own.Spec) {
+			continue
 		}
-		for _, r := range c.Status.ReservedFor {
-			if r.UID == pod.UID {
-				return c
-			}
-		}
+		return c
 	}
 	return nil
 }
@@ -274,13 +317,14 @@ func (e *Extender) handedTo(pod *corev1.Pod, own string) *resourcev1.ResourceCla
 func (e *Extender) finishHandover(ctx context.Context, pod *corev1.Pod, claim, phClaim *resourcev1.ResourceClaim, podClaim string) error {
 	var err error
 	claims := e.client.ResourceV1().ResourceClaims(pod.Namespace)
-	// 1. Reserved for the Pod too: when the placeholder goes, the claim
-	// keeps a consumer, so kube-controller-manager does not deallocate it.
+	// 1. Held for the Pod (drahold.go): whatever happens to the Pods, the
+	// claim keeps a consumer, so kube-controller-manager does not
+	// deallocate it.
 	c := phClaim.DeepCopy()
-	if !slices.ContainsFunc(c.Status.ReservedFor, func(r resourcev1.ResourceClaimConsumerReference) bool { return r.UID == pod.UID }) {
-		c.Status.ReservedFor = append(c.Status.ReservedFor, resourcev1.ResourceClaimConsumerReference{Resource: "pods", Name: pod.Name, UID: pod.UID})
+	if holdOf(c) == nil {
+		c.Status.ReservedFor = append(c.Status.ReservedFor, holdFor(pod))
 		if c, err = claims.UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("reserving claim %s/%s for Pod %s: %w", pod.Namespace, phClaim.Name, pod.Name, err)
+			return fmt.Errorf("holding claim %s/%s for Pod %s: %w", pod.Namespace, phClaim.Name, pod.Name, err)
 		}
 	}
 	// 2. Owned by the Pod: it goes with the Pod, not with the placeholder,
@@ -308,7 +352,32 @@ func (e *Extender) finishHandover(ctx context.Context, pod *corev1.Pod, claim, p
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting Pod %s/%s's own claim %s: %w", pod.Namespace, pod.Name, claim.Name, err)
 	}
+	// 5. Reserved for the Pod, last: a change of the claim's status once
+	// the Pod names it is what requeues the Pod in kube-scheduler for
+	// certain. (Its DynamicResources hints skip the Pod's update of step 3
+	// when the scheduler's claim cache does not have step 2 yet, and a
+	// claim update that leaves the status alone: the Pod stayed Pending
+	// until the scheduler's 5-minute flush.) tendHold does it too.
+	if err := reserveFor(ctx, claims, c.Name, pod); err != nil {
+		return fmt.Errorf("reserving claim %s/%s for Pod %s: %w", pod.Namespace, c.Name, pod.Name, err)
+	}
 	return nil
+}
+
+// reserveFor adds the Pod to the claim's consumers, unless it is there.
+func reserveFor(ctx context.Context, claims resourceclient.ResourceClaimInterface, name string, pod *corev1.Pod) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c, err := claims.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if slices.ContainsFunc(c.Status.ReservedFor, func(r resourcev1.ResourceClaimConsumerReference) bool { return r.UID == pod.UID }) {
+			return nil
+		}
+		c.Status.ReservedFor = append(c.Status.ReservedFor, resourcev1.ResourceClaimConsumerReference{Resource: "pods", Name: pod.Name, UID: pod.UID})
+		_, err = claims.UpdateStatus(ctx, c, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 // nodesFor are the known nodes the Pod's node selector, required affinity

@@ -347,18 +347,41 @@ func (l *Ledger) refreshHeld(pod types.UID) {
 	}
 }
 
-// pledge marks a placeholder whose devices a GPU Pod's claim names too as
-// that Pod's: no other Pod may take it (its devices would stay the GPU
-// Pod's). Callers hold l.mu.
+// pledgedAway marks a placeholder whose claim a GPU Pod shares that is
+// gone, being deleted or not seen yet: the claim is not the placeholder's
+// any more (it goes with that Pod), so no Pod may take the placeholder;
+// the leader deletes it (extender drahold.go), which frees the devices.
+const pledgedAway types.UID = "(gone)"
+
+// pledge marks a placeholder whose devices a live GPU Pod's claim names
+// too as that Pod's: no other Pod may take it (its devices would stay the
+// GPU Pod's). Callers hold l.mu.
 func (l *Ledger) pledge(p *podRec) {
 	p.pledged = ""
 	if p.stockSpec == "" {
 		return
 	}
 	for _, q := range l.sharing(p.uid, p.ns) {
-		if r := l.pods[q]; r == nil || r.stockSpec == "" {
+		r := l.pods[q]
+		switch {
+		case r != nil && r.stockSpec == "" && r.live:
 			p.pledged = q
 			return
+		case r == nil || r.stockSpec == "":
+			p.pledged = pledgedAway
+		}
+	}
+}
+
+// repledge recomputes the pledge of the placeholders sharing a claim with
+// a GPU Pod that was seen, changed or went: a pledge names live Pods only.
+// Callers hold l.mu.
+func (l *Ledger) repledge(pod types.UID) {
+	for _, c := range l.dra.podClaims[pod] {
+		for _, q := range l.dra.claims[c].Pods {
+			if r := l.pods[q]; r != nil && r.stockSpec != "" {
+				l.pledge(r)
+			}
 		}
 	}
 }

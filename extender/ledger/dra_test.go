@@ -239,3 +239,37 @@ func TestDRAClaimOfAnotherNamespace(t *testing.T) {
 	require.NotNil(t, res.Claim, "p takes its namespace's placeholder: the forged claim pledged it to nobody")
 	assert.Equal(t, "ph", res.Claim.Name)
 }
+
+// TestDRAPledgeOnlyToLivePods: a placeholder whose claim was handed to a
+// GPU Pod is that Pod's while it lives; once the Pod is deleted (before its
+// bind) the pledge names no Pod, the placeholder stays untakeable (its
+// claim goes with the gone Pod), and the devices come back when the
+// leader deletes the placeholder. A GPU Pod seen after the claim it shares
+// gets the pledge then (informers deliver claims and Pods in any order).
+func TestDRAPledgeOnlyToLivePods(t *testing.T) {
+	l := New(Options{})
+	draNode(l, "a", 1)
+	l.UpsertPod(draPod("ph", "stock", "d1", "a"))
+	handed := draClaim("ph", devID("a", 0))
+	handed.Pods = []types.UID{"uid-p", "uid-ph"}
+	l.UpsertClaim(handed)
+	assert.Equal(t, pledgedAway, l.pods["uid-ph"].pledged, "p not seen yet: nobody may take ph")
+	p := draPod("p", "gpu", "d1", "")
+	l.UpsertPod(p)
+	assert.Equal(t, types.UID("uid-p"), l.pods["uid-ph"].pledged, "p seen after the claim")
+
+	q := draPod("q", "gpu", "d1", "")
+	l.UpsertPod(q)
+	l.UpsertClaim(draClaim("q"))
+	assert.Nil(t, l.TakeStock(draRequest(l, q), []string{"a"}), "ph is p's")
+
+	l.DeletePod(p.UID)
+	assert.Equal(t, pledgedAway, l.pods["uid-ph"].pledged, "a pledge names live Pods only")
+	assert.Nil(t, l.TakeStock(draRequest(l, q), []string{"a"}), "ph's claim goes with p: q may not take it")
+
+	// The leader deletes ph; the claim goes with its owner.
+	l.DeletePod("uid-ph")
+	l.DeleteClaim(handed.UID)
+	res := l.Filter(draRequest(l, q), []string{"a"}, false)
+	assert.Equal(t, []string{"a"}, res.Feasible, "the device is free again")
+}

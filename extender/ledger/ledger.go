@@ -583,6 +583,9 @@ func (l *Ledger) UpsertPod(pod *corev1.Pod) {
 	if rec.claimable() {
 		l.bequeath(rec)
 	}
+	if rec.stockSpec == "" {
+		l.repledge(rec.uid)
+	}
 }
 
 // bequeath gives a placeholder that shows up after the Pod that inherits
@@ -672,6 +675,7 @@ func (l *Ledger) DeletePod(uid types.UID) {
 			delete(l.recorded, p.record)
 		}
 	}
+	l.repledge(uid)
 	delete(l.handled, uid)
 	delete(l.victimOf, uid)
 	l.forgetRejected(uid)
