@@ -143,6 +143,13 @@ func decideHold(c *resourcev1.ResourceClaim, holdPod types.UID, pod *corev1.Pod,
 		// Unreserve removed stays allocated, and kube-controller-manager
 		// reserves it again for its bound Pod.
 		return holdAction{reserve: true, dropGone: true}
+	case podNames(pod, c.Name):
+		// Bound, naming the claim, but not its owner (its owner reference
+		// was rewritten after the hand-over): the hold goes, the Pod's
+		// reference stays — dropping it would leave the claim without a
+		// consumer once the placeholder goes, and kube-controller-manager
+		// would deallocate a device the Pod runs on.
+		return holdAction{}
 	default:
 		// Bound with a claim of its own: a hand-over left after its first
 		// step; the placeholder keeps its claim.

@@ -74,6 +74,27 @@ func TestDecideHold(t *testing.T) {
 		{"gone before the owner change", draClaimObj("c", ph, true, consumer(ph), consumer(p), hold), nil, nil, holdAction{dropPod: true}},
 		{"bound, Unreserve took the Pod out, the placeholder deleted", draClaimObj("c", p, true, consumer(ph), hold), bound, phGone, holdAction{reserve: true, dropGone: true}},
 	}
+	// A tenant rewrites the kind of its claim's controller reference
+	// (kube-scheduler and the kubelet compare UIDs only) once its Pod is
+	// bound with it: the Pod's reference must stay, or kube-controller-
+	// manager deallocates the device the Pod runs on once the placeholder
+	// goes (review finding: the reservation was dropped).
+	rewritten := draClaimObj("c", p, true, consumer(ph), consumer(p), hold)
+	rewritten.OwnerReferences[0].Kind = "pod"
+	boundNaming := bound.DeepCopy()
+	boundNaming.Status.ResourceClaimStatuses = naming.Status.ResourceClaimStatuses
+	unowned := draClaimObj("c", p, true, consumer(ph), consumer(p), hold)
+	unowned.OwnerReferences = nil
+	tests = append(tests, []struct {
+		name  string
+		claim *resourcev1.ResourceClaim
+		pod   *corev1.Pod
+		gone  map[types.UID]bool
+		want  holdAction
+	}{
+		{"bound, the owner reference's kind rewritten", rewritten, boundNaming, phGone, holdAction{reserve: true, dropGone: true}},
+		{"bound naming the claim, no owner reference left", unowned, boundNaming, phGone, holdAction{}},
+	}...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			assert.Equal(t, tt.want, decideHold(tt.claim, p.UID, tt.pod, tt.gone))

@@ -90,14 +90,14 @@ func (d *draStock) resync() {
 	}
 }
 
+// podOwner is the claim's controller, whatever kind it names: kube-scheduler
+// and the kubelet accept a claim as a Pod's when the controller reference's
+// UID is the Pod's (resourceclaim.IsForPod, metav1.IsControlledBy), so the
+// extender judges ownership by UID alone too — a tenant that rewrites the
+// kind of its claim's reference (kind: pod) must not make a claim its
+// running Pod uses look like nobody's.
 func podOwner(c *resourcev1.ResourceClaim) *metav1.OwnerReference {
-	for i := range c.OwnerReferences {
-		ref := &c.OwnerReferences[i]
-		if ref.Kind == "Pod" && ref.Controller != nil && *ref.Controller {
-			return ref
-		}
-	}
-	return nil
+	return metav1.GetControllerOf(c)
 }
 
 // draStockHandlers registers the event handlers that feed the queue.

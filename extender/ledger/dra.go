@@ -380,7 +380,7 @@ func (l *Ledger) repledge(pod types.UID) {
 	for _, c := range l.dra.podClaims[pod] {
 		for _, q := range l.dra.claims[c].Pods {
 			if r := l.pods[q]; r != nil && r.stockSpec != "" {
-				l.pledge(r)
+				l.refresh(r) // the index keeps a copy of the pledge
 			}
 		}
 	}

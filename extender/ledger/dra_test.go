@@ -257,6 +257,7 @@ func TestDRAPledgeOnlyToLivePods(t *testing.T) {
 	p := draPod("p", "gpu", "d1", "")
 	l.UpsertPod(p)
 	assert.Equal(t, types.UID("uid-p"), l.pods["uid-ph"].pledged, "p seen after the claim")
+	checkIndex(t, l) // the index's copy of the pledge follows (review finding: it kept "(gone)")
 
 	q := draPod("q", "gpu", "d1", "")
 	l.UpsertPod(q)
@@ -265,6 +266,7 @@ func TestDRAPledgeOnlyToLivePods(t *testing.T) {
 
 	l.DeletePod(p.UID)
 	assert.Equal(t, pledgedAway, l.pods["uid-ph"].pledged, "a pledge names live Pods only")
+	checkIndex(t, l)
 	assert.Nil(t, l.TakeStock(draRequest(l, q), []string{"a"}), "ph's claim goes with p: q may not take it")
 
 	// The leader deletes ph; the claim goes with its owner.
@@ -272,4 +274,45 @@ func TestDRAPledgeOnlyToLivePods(t *testing.T) {
 	l.DeleteClaim(handed.UID)
 	res := l.Filter(draRequest(l, q), []string{"a"}, false)
 	assert.Equal(t, []string{"a"}, res.Feasible, "the device is free again")
+}
+
+// TestDRAStockOfAnotherNamespace: a DRA placeholder is stock of its own
+// namespace (its claim can be handed only there). A GPU Pod of another
+// tenant that must take stock (Required), or that is short of CPU while a
+// device is free, never takes it: that would delete the other tenant's
+// stock for nothing of its own (review finding: Filter answered
+// Claim = tenant-a/ph).
+func TestDRAStockOfAnotherNamespace(t *testing.T) {
+	l := New(Options{})
+	draNode(l, "a", 2)
+	ph := draPod("ph", "stock", "d1", "a")
+	ph.Namespace = "tenant-a"
+	l.UpsertPod(ph)
+	held := draClaim("ph", devID("a", 0))
+	held.Namespace = "tenant-a"
+	l.UpsertClaim(held)
+
+	p := draPod("p", "gpu", "d1", "")
+	p.Namespace = "tenant-b"
+	l.UpsertPod(p)
+	own := draClaim("p")
+	own.Namespace = "tenant-b"
+	l.UpsertClaim(own)
+	req := draRequest(l, p)
+	req.Required = true
+	res := l.Filter(req, []string{"a"}, true)
+	assert.Nil(t, res.Claim, "tenant-b's Pod took tenant-a's placeholder")
+	assert.Empty(t, res.Feasible, "stock Required, and the only placeholder is another namespace's")
+
+	q := draPod("q", "gpu", "d1", "")
+	q.Namespace = "tenant-a"
+	l.UpsertPod(q)
+	mine := draClaim("q")
+	mine.Namespace = "tenant-a"
+	l.UpsertClaim(mine)
+	reqA := draRequest(l, q)
+	reqA.Required = true
+	res = l.Filter(reqA, []string{"a"}, true)
+	require.NotNil(t, res.Claim, "tenant-a's Pod takes its own stock: %v", res.Failed)
+	assert.Equal(t, "ph", res.Claim.Name)
 }

@@ -81,7 +81,7 @@ func (n *node) pick(pr *probe, prefer types.UID) (*podRec, int64) {
 	ready, pick := n.readyOf(pr.warm), -1
 	for i := range ready {
 		r := &ready[i]
-		if (r.pledged != "" && r.pledged != pr.req.UID) || (pr.phNamespace != "" && r.rec.ns != pr.phNamespace) || !r.fits(n, pr) {
+		if (r.pledged != "" && r.pledged != pr.req.UID) || !pr.mayTake(r.rec) || !r.fits(n, pr) {
 			continue
 		}
 		if pick < 0 || r.uid == prefer {
@@ -141,4 +141,17 @@ func (l *Ledger) refresh(p *podRec) {
 	if n != nil {
 		l.index(n, p)
 	}
+}
+
+// mayTake: a placeholder holding devices (a DRA spec's, its allocated
+// claim) is stock of its own namespace — its claim can be handed only to a
+// Pod there, and the chart keeps such stock per tenant namespace — so a Pod
+// of another namespace never takes it (it would only delete another
+// tenant's stock for its CPU and memory); a hand-over limits it further
+// (phNamespace).
+func (pr *probe) mayTake(ph *podRec) bool {
+	if pr.phNamespace != "" && ph.ns != pr.phNamespace {
+		return false
+	}
+	return ph.free == nil || ph.ns == pr.req.Namespace
 }
