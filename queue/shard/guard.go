@@ -49,9 +49,10 @@ func NewGuard(cfg Config) (*Guard, error) {
 // manager's Lease holder runs it.
 func (*Guard) NeedLeaderElection() bool { return true }
 
-// Start implements manager.Runnable: it returns once the activator has
-// drained, ErrLost if the members entry went unwritten for RenewDeadline
-// under a running activator.
+// Start implements manager.Runnable: it returns once ctx ends and the
+// activator has drained. A members entry left unwritten for RenewDeadline
+// under a running activator stops the activator at once; it runs again
+// after the next members write that lets it.
 func (g *Guard) Start(ctx context.Context) error {
 	log := g.cfg.Logger.With("component", "shard-guard", "identity", g.cfg.Identity)
 	members := newMembers(g.cfg)
@@ -125,8 +126,14 @@ func (g *Guard) Start(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-done:
-			if fenced.Load() {
-				return fmt.Errorf("%w: %s", ErrLost, MembersLeaseName(g.cfg.Name))
+			// A fenced run stopped at once; the Guard stays: the manager's
+			// Lease still keeps other replicas of count 1 out, and the next
+			// members write that succeeds decides again (another count may
+			// have become active meanwhile: then it waits). Exiting instead
+			// restarted the queue on every API stall longer than the renew
+			// deadline (5.6 s by default; review finding).
+			if fenced.Swap(false) {
+				log.Info("the activator stopped by the fence has drained: running it again once the members entry is written")
 			}
 			stopRun, done = nil, nil
 		case <-tick.C():
