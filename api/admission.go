@@ -34,6 +34,10 @@ const (
 	// PolicyGPU admits GPU requests and runplane's PriorityClasses only on
 	// Pods that runplane schedules (runplane.io/gpu-spec or runplane.io/stock).
 	PolicyGPU = "runplane-gpu"
+	// PolicyGPUClaims, on with PolicyGPU, admits ResourceClaims and
+	// ResourceClaimTemplates of a GPU DeviceClass only from runplane (and
+	// kube-controller-manager's claims for a Pod's template).
+	PolicyGPUClaims = "runplane-gpu-claims"
 	// PolicyNATSToken lets only the kubelet (for a Pod's projected volume)
 	// and runplane mint ServiceAccount tokens for NATSTokenAudience.
 	PolicyNATSToken = "runplane-nats-token"

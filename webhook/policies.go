@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -52,18 +53,27 @@ type PolicyOptions struct {
 }
 
 // GPUPolicy says which resources are GPUs: every resource named here and
-// every resource under one of the prefixes.
+// every resource under one of the prefixes, and the devices of
+// DeviceClasses.
 type GPUPolicy struct {
 	Resources []string
 	Prefixes  []string
+	// DeviceClasses are the DRA DeviceClasses of GPUs (the catalog's DRA
+	// specs'): runplane-gpu-claims admits a ResourceClaim or
+	// ResourceClaimTemplate of one only from runplane, and runplane-gpu
+	// counts their extended resources (deviceclass.resource.kubernetes.io/<class>,
+	// which the scheduler turns into a claim) as GPUs.
+	DeviceClasses []string
 	// WorkloadPriorityClasses are the priority tiers only GPU Pods may use
 	// besides runplane-workload, which always is one.
 	WorkloadPriorityClasses []string
 }
 
-// DefaultGPUPolicy counts nvidia.com/* as GPUs.
+// DefaultGPUPolicy counts nvidia.com/* and the DeviceClasses of NVIDIA's
+// DRA driver as GPUs.
 func DefaultGPUPolicy() *GPUPolicy {
-	return &GPUPolicy{Resources: []string{api.DefaultGPUResource}, Prefixes: []string{"nvidia.com/"}}
+	return &GPUPolicy{Resources: []string{api.DefaultGPUResource}, Prefixes: []string{"nvidia.com/"},
+		DeviceClasses: []string{catalog.GPUDeviceClass, catalog.MIGDeviceClass}}
 }
 
 // Policies returns runplane's ValidatingAdmissionPolicies and their
@@ -102,6 +112,14 @@ func DefaultGPUPolicy() *GPUPolicy {
 //     runplane schedules (runplane.io/gpu-spec or /stock); no
 //     container (ephemeral ones included, on pods/ephemeralcontainers)
 //     sets a device variable of the NVIDIA container toolkit by any route.
+//   - runplane-gpu-claims (with runplane-gpu): a ResourceClaim or
+//     ResourceClaimTemplate whose device requests (exactly or
+//     firstAvailable) name a GPU DeviceClass is created only by runplane,
+//     cluster admins and kube-controller-manager's resource-claim
+//     controller making a Pod's claim from its template (the template was
+//     checked here when it was made): a tenant's own would give its Pods
+//     GPUs through the default scheduler, outside the catalog, the ledger
+//     and stock.
 func Policies(o PolicyOptions) ([]*admissionregistrationv1.ValidatingAdmissionPolicy, []*admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	if o.Namespace == "" {
 		o.Namespace = api.DefaultNamespace
@@ -186,7 +204,7 @@ func Policies(o PolicyOptions) ([]*admissionregistrationv1.ValidatingAdmissionPo
 		claimTemplatesPolicy(runplane, kube, admin),
 	}
 	if o.GPU != nil {
-		policies = append(policies, gpuPolicy(o.GPU))
+		policies = append(policies, gpuPolicy(o.GPU), gpuClaimsPolicy(o.GPU, runplane, kube, admin))
 	}
 	bindings := make([]*admissionregistrationv1.ValidatingAdmissionPolicyBinding, len(policies))
 	for i, p := range policies {
@@ -248,7 +266,8 @@ func gpuPolicy(g *GPUPolicy) *admissionregistrationv1.ValidatingAdmissionPolicy 
 	resources := slices.Compact(slices.Sorted(slices.Values(g.Resources)))
 	tiers := slices.Compact(slices.Sorted(slices.Values(g.WorkloadPriorityClasses)))
 	tiers = slices.DeleteFunc(tiers, func(s string) bool { return s == api.PriorityClassWorkload })
-	isGPU := "r in variables.gpuResources || variables.gpuPrefixes.exists(p, r.startsWith(p))"
+	isGPU := "r in variables.gpuResources || variables.gpuPrefixes.exists(p, r.startsWith(p)) || " +
+		"variables.gpuDeviceClasses.exists(d, r == '" + resourcev1.ResourceDeviceClassPrefix + "' + d)"
 	var names, allowed, allowedText []string
 	for _, v := range deviceEnv() {
 		names = append(names, v.Name)
@@ -281,6 +300,7 @@ func gpuPolicy(g *GPUPolicy) *admissionregistrationv1.ValidatingAdmissionPolicy 
 			{Name: "stock", Expression: "'" + api.LabelStock + "' in variables.labels"},
 			{Name: "gpuResources", Expression: celList(resources)},
 			{Name: "gpuPrefixes", Expression: celList(g.Prefixes)},
+			{Name: "gpuDeviceClasses", Expression: celList(deviceClasses(g))},
 			{Name: "containers", Expression: created},
 			{Name: "ephemeralContainers", Expression: added},
 			{Name: "gpuContainers", Expression: "variables.containers.filter(c, " +
@@ -297,7 +317,8 @@ func gpuPolicy(g *GPUPolicy) *admissionregistrationv1.ValidatingAdmissionPolicy 
 		},
 		admissionregistrationv1.Validation{
 			Expression: "variables.gpuSpec || variables.stock || size(variables.gpuContainers) == 0",
-			MessageExpression: "'container(s) ' + variables.gpuContainers.join(', ') + ' request GPUs (' + (variables.gpuResources + variables.gpuPrefixes.map(p, p + '*')).join(', ') + " +
+			MessageExpression: "'container(s) ' + variables.gpuContainers.join(', ') + ' request GPUs (' + (variables.gpuResources + variables.gpuPrefixes.map(p, p + '*') + " +
+				"variables.gpuDeviceClasses.map(d, '" + resourcev1.ResourceDeviceClassPrefix + "' + d)).join(', ') + " +
 				"'): GPUs are only given through runplane; label the Pod " + api.LabelGPUSpec + "=<spec of the catalog> and remove the GPU request (runplane sets it)'",
 			Reason: ptr.To(metav1.StatusReasonForbidden),
 		},
@@ -333,6 +354,69 @@ func gpuPolicy(g *GPUPolicy) *admissionregistrationv1.ValidatingAdmissionPolicy 
 				"!object.spec.?resourceClaims.orValue([]).exists(c, c.?resourceClaimTemplateName.orValue('').startsWith('" + catalog.ClaimTemplatePrefix + "'))",
 			Message: "spec.resourceClaims names a ResourceClaimTemplate " + catalog.ClaimTemplatePrefix + "*, a DRA GPU spec's: GPUs are only given through runplane; label the Pod " +
 				api.LabelGPUSpec + "=<spec of the catalog> and remove the claim (runplane sets it)",
+			Reason: ptr.To(metav1.StatusReasonForbidden),
+		})
+}
+
+// deviceClasses are g's DeviceClasses, sorted, each once.
+func deviceClasses(g *GPUPolicy) []string {
+	return slices.Compact(slices.Sorted(slices.Values(g.DeviceClasses)))
+}
+
+// gpuClaimsPolicy is runplane-gpu-claims. A claim's and a template's
+// device requests are immutable, so an UPDATE is denied only when it adds
+// a GPU class (an API that made them mutable); the finalizers and owners
+// the scheduler and the garbage collector write stay admitted.
+// kube-controller-manager's claims for a Pod (annotation
+// resource.kubernetes.io/pod-claim-name, owned by the Pod) copy a template
+// admitted here or runplane's own (runplane-claim-templates); the
+// scheduler's claims for an extended resource of a class are made only
+// for Pods runplane-gpu admitted.
+func gpuClaimsPolicy(g *GPUPolicy, runplane, kube, admin string) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	// What the claim of a Pod's template carries (resource-claim
+	// controller): the annotation, and the Pod as controlling owner.
+	forPod := "object.metadata.?annotations[?'" + resourcev1.PodResourceClaimAnnotation + "'].orValue('') != '' && " +
+		"object.metadata.?ownerReferences.orValue([]).exists(o, o.kind == 'Pod' && o.apiVersion == 'v1' && o.?controller.orValue(false))"
+	// A claim's DeviceClaim is at spec, a template's at spec.spec: dyn()
+	// lets the type checker pass the one the other kind lacks.
+	spec := func(obj string) string {
+		return "request.resource.resource == 'resourceclaims' ? dyn(" + obj + ".spec) : dyn(" + obj + ".spec).spec"
+	}
+	// named is CEL: the GPU classes the requests of variables.<which>
+	// name, each as "<field> <class>" (one item per request).
+	named := func(which string) string {
+		reqs := "variables." + which + ".?devices.?requests.orValue([])"
+		field := "variables.path + '.devices.requests[' + r.name + ']."
+		return reqs + ".filter(r, r.?exactly.?deviceClassName.orValue('') in variables.gpuDeviceClasses)" +
+			".map(r, " + field + "exactly.deviceClassName ' + r.exactly.deviceClassName) + " +
+			reqs + ".filter(r, r.?firstAvailable.orValue([]).exists(s, s.deviceClassName in variables.gpuDeviceClasses))" +
+			".map(r, r.firstAvailable.filter(s, s.deviceClassName in variables.gpuDeviceClasses)" +
+			".map(s, " + field + "firstAvailable[' + s.name + '].deviceClassName ' + s.deviceClassName).join(', '))"
+	}
+	rule := admissionregistrationv1.NamedRuleWithOperations{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+		// v1 with MatchPolicy Equivalent: requests in any served version
+		// are checked in v1's shape (exactly, firstAvailable).
+		Rule: admissionregistrationv1.Rule{APIGroups: []string{resourcev1.GroupName}, APIVersions: []string{"v1"},
+			Resources: []string{"resourceclaims", "resourceclaimtemplates"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+	}}
+	return policy(api.PolicyGPUClaims, []admissionregistrationv1.NamedRuleWithOperations{rule},
+		[]admissionregistrationv1.MatchCondition{{Name: "not-runplane-or-pod-claim",
+			Expression: "!(" + runplane + " || " + admin + " || ((" + kube + ") && " + forPod + "))"}},
+		[]admissionregistrationv1.Variable{
+			{Name: "gpuDeviceClasses", Expression: celList(deviceClasses(g))},
+			{Name: "path", Expression: "request.resource.resource == 'resourceclaims' ? 'spec' : 'spec.spec'"},
+			{Name: "claim", Expression: spec("object")},
+			{Name: "oldClaim", Expression: "oldObject == null ? dyn({}) : (" + spec("oldObject") + ")"},
+			{Name: "gpus", Expression: named("claim")},
+			{Name: "oldGPUs", Expression: named("oldClaim")},
+			{Name: "added", Expression: "variables.gpus.filter(x, !(x in variables.oldGPUs))"},
+		},
+		admissionregistrationv1.Validation{
+			Expression: "size(variables.added) == 0",
+			MessageExpression: "variables.added.join('; ') + ': GPUs (DeviceClasses ' + variables.gpuDeviceClasses.join(', ') + ') are only given through runplane, " +
+				"not by a claim or template of your own; label the Pod " + api.LabelGPUSpec + "=<spec of the catalog> and remove the claim " +
+				"(for a DRA spec runplane gives the Pod a claim of its template " + catalog.ClaimTemplatePrefix + "<spec>)'",
 			Reason: ptr.To(metav1.StatusReasonForbidden),
 		})
 }

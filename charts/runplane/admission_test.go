@@ -31,9 +31,13 @@ func TestAdmissionTemplatesRenderGo(t *testing.T) {
 		{"without gpu", []string{"--set", "admissionPolicies.gpu.enabled=false"}, webhook.PolicyOptions{}},
 		{"odd values", []string{"--set-json", `admissionPolicies.priorityTiers.grantorGroups=["it's","back\\slash","quo\"te"]`,
 			"--set-json", `webhook.excludeNamespaces=["zz","aa"]`, "--set-json", `priorityClasses.tiers=[]`,
-			"--set-json", `admissionPolicies.gpu.resourcePrefixes=[]`, "--set-json", `admissionPolicies.gpu.resources=["b.com/x","a.com/y"]`},
+			"--set-json", `admissionPolicies.gpu.resourcePrefixes=[]`, "--set-json", `admissionPolicies.gpu.resources=["b.com/x","a.com/y"]`,
+			// The DRA specs' classes join the value's: a MIG profile's default, a named one.
+			"--set-json", `admissionPolicies.gpu.deviceClasses=["z.example.com"]`,
+			"--set-json", `catalog.specs={"mig.1":{"cpu":"1","memory":"1Gi","dra":{"migProfile":"1g.10gb"}},"x.1":{"cpu":"1","memory":"1Gi","dra":{"deviceClassName":"x.example.com"}}}`},
 			webhook.PolicyOptions{ExcludeNamespaces: []string{"zz", "aa"}, TierGrantorGroups: []string{"it's", `back\slash`, `quo"te`},
-				GPU: &webhook.GPUPolicy{Resources: []string{"b.com/x", "a.com/y"}}}},
+				GPU: &webhook.GPUPolicy{Resources: []string{"b.com/x", "a.com/y", "nvidia.com/gpu"},
+					DeviceClasses: []string{"z.example.com", "mig.nvidia.com", "x.example.com"}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := parse(t, mustRender(t, append(tc.args, "--show-only", "templates/webhook/configurations.yaml", "--show-only", "templates/webhook/policies.yaml")...))

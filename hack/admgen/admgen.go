@@ -3,8 +3,8 @@
 // configurations) and webhook.Policies (the ValidatingAdmissionPolicies and
 // bindings). What the chart's values decide is passed to them as
 // placeholders, which become the template actions that render the values
-// (the release namespace, the excluded namespaces, the GPU resources, the
-// tiers, the tier grantors, failurePolicy and timeoutSeconds).
+// (the release namespace, the excluded namespaces, the GPU resources and
+// DeviceClasses, the tiers, the tier grantors, failurePolicy and timeoutSeconds).
 // `make generate` (go generate ./webhook/) writes the files; a test fails
 // when the committed ones are not what it writes. webhook/README.md says
 // why Go is the source and not the chart.
@@ -35,6 +35,7 @@ const (
 	phGrantors     = "ADMGEN_GRANTORS"
 	phGPUResources = "ADMGEN_GPU_RESOURCES"
 	phGPUPrefixes  = "ADMGEN_GPU_PREFIXES"
+	phGPUClasses   = "ADMGEN_GPU_DEVICE_CLASSES"
 	phTiers        = "ADMGEN_TIERS"
 )
 
@@ -49,6 +50,7 @@ func placeholders() []placeholder {
 		{celOne(phGrantors), `include "runplane.celList" $.Values.admissionPolicies.priorityTiers.grantorGroups`},
 		{celOne(phGPUResources), `include "runplane.celList" (include "runplane.gpuResources" $ | fromJsonArray)`},
 		{celOne(phGPUPrefixes), `include "runplane.celList" $.Values.admissionPolicies.gpu.resourcePrefixes`},
+		{celOne(phGPUClasses), `include "runplane.celList" (include "runplane.gpuDeviceClasses" $ | fromJsonArray)`},
 		{celOne(phTiers), `include "runplane.celList" (include "runplane.workloadTiers" $ | fromJsonArray)`},
 	}
 }
@@ -64,7 +66,7 @@ func Files() (map[string][]byte, error) {
 	})
 	policies, bindings := webhook.Policies(webhook.PolicyOptions{
 		Namespace: phNamespace,
-		GPU: &webhook.GPUPolicy{Resources: []string{phGPUResources}, Prefixes: []string{phGPUPrefixes},
+		GPU: &webhook.GPUPolicy{Resources: []string{phGPUResources}, Prefixes: []string{phGPUPrefixes}, DeviceClasses: []string{phGPUClasses},
 			WorkloadPriorityClasses: []string{phTiers}},
 		TierGrantorGroups: []string{phGrantors},
 	})
@@ -92,7 +94,7 @@ func Files() (map[string][]byte, error) {
 			if err != nil {
 				return nil, err
 			}
-			if d.name == api.PolicyGPU {
+			if d.name == api.PolicyGPU || d.name == api.PolicyGPUClaims {
 				text = "{{- if .Values.admissionPolicies.gpu.enabled }}\n" + text + "{{- end }}\n"
 			}
 			out += text

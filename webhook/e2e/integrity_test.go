@@ -994,6 +994,9 @@ func TestClaimTemplatesOnlyRunplanes(t *testing.T) {
 	own := func(name string, labels map[string]string) *resourcev1.ResourceClaimTemplate {
 		tpl := spec.ClaimTemplate(ns)
 		tpl.Name, tpl.Labels = name, labels
+		// Devices of another class: a tenant's template of a GPU class is
+		// runplane-gpu-claims' (claims_test.go).
+		tpl.Spec.Spec.Devices.Requests[0].Exactly.DeviceClassName = "nic.example.com"
 		tpl.Spec.Spec.Devices.Requests[0].Exactly.Count = 8
 		return tpl
 	}

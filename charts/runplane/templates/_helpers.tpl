@@ -237,6 +237,13 @@ true
 {{- $resources | uniq | sortAlpha | toJson -}}
 {{- end }}
 
+{{/* runplane.gpuDeviceClasses: admissionPolicies.gpu.deviceClasses and every DRA catalog spec's dra.deviceClassName (default gpu.nvidia.com, mig.nvidia.com with migProfile, as catalog/dra.go), as a sorted JSON list (policies runplane-gpu and runplane-gpu-claims, hack/admgen). */}}
+{{- define "runplane.gpuDeviceClasses" -}}
+{{- $classes := .Values.admissionPolicies.gpu.deviceClasses -}}
+{{- range $name, $spec := .Values.catalog.specs }}{{ with $spec.dra }}{{ $classes = append $classes (default (ternary "mig.nvidia.com" "gpu.nvidia.com" (not (empty .migProfile))) .deviceClassName) }}{{ end }}{{ end -}}
+{{- $classes | uniq | sortAlpha | toJson -}}
+{{- end }}
+
 {{/* runplane.platformNamespaces: the namespaces that are the platform's, never a tenant's, comma-separated and sorted: kube-system, the release namespace, the stock namespace and, with an external NATS, its namespace. runplane's components scale, create, change and delete nothing there (templates/rbac/policies.yaml); the chart installs what is there. */}}
 {{- define "runplane.platformNamespaces" -}}
 {{- $ns := list "kube-system" .Release.Namespace .Values.stock.namespace -}}
