@@ -10,7 +10,9 @@ import (
 // failure such as NATS being away, and returns only once it has drained.
 func (a *Activator) Start(ctx context.Context) error {
 	for ctx.Err() == nil {
-		if err := a.Run(ctx); err != nil {
+		// A run ended by ctx (shutdown, a lost Lease, the shard fence) is
+		// no failure, whatever step it was cancelled in.
+		if err := a.Run(ctx); err != nil && ctx.Err() == nil {
 			a.cfg.Logger.Error("activator stopped; retrying", "err", err)
 		}
 		select {
