@@ -63,6 +63,7 @@ func TestDecode(t *testing.T) {
 		{name: "sidecar resources: not a quantity", doc: header + "  resources:\n    runplane-worker: {requests: {memory: lots}}\n", err: "quantities must match"},
 		{name: "sidecar resources: unknown key", doc: header + "  resources:\n    runplane-worker: {x: {}}\n", err: `unknown field "injection.resources.runplane-worker.x"`},
 		{name: "stock tier", doc: header + "  workloadPriorityClasses: [runplane-stock]\n", err: "must not include runplane-stock"},
+		{name: "DRA stock namespaces alone", doc: header + "  draStockNamespaces: [team-a]\n", err: "draStockNamespaces needs stockNamespaces"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := Decode([]byte(tc.doc))

@@ -146,6 +146,11 @@ func (c Config) Validate() error {
 		return errors.New("injection config: subject prefix and stream name must be set")
 	case slices.Contains(c.WorkloadPriorityClasses, api.PriorityClassStock):
 		return fmt.Errorf("injection config: workload PriorityClasses must not include %s (placeholders' class)", api.PriorityClassStock)
+	case len(c.DRAStockNamespaces) > 0 && len(c.StockNamespaces) == 0:
+		// An empty stockNamespaces admits placeholders of every spec in
+		// every namespace, which would make draStockNamespaces' limit
+		// (DRA specs only there) meaningless.
+		return errors.New("injection config: draStockNamespaces needs stockNamespaces (the platform's stock namespace): without it placeholders of any spec are admitted anywhere")
 	}
 	if err := c.Resources.Validate(); err != nil {
 		return fmt.Errorf("injection config: %w", err)

@@ -297,6 +297,10 @@ func TestClaimsAndPodStatusBounded(t *testing.T) {
 	// claims are the kubelet's.
 	draPod := func(node, scheduler string) *corev1.Pod {
 		spec := corev1.PodSpec{NodeName: node, SchedulerName: scheduler, Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}
+		if node == "" {
+			// Unbound for the test's length, whether or not a scheduler of that name runs.
+			spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "runplane.io/test-hold"}}
+		}
 		cluster.UseClaimTemplate(&spec, "bounded-gpu")
 		p, err := admin.CoreV1().Pods(tenantNS).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "bounded-dra-"}, Spec: spec}, metav1.CreateOptions{})
 		require.NoError(t, err)
@@ -305,8 +309,7 @@ func TestClaimsAndPodStatusBounded(t *testing.T) {
 		})
 		return p
 	}
-	// No such scheduler: the Pod stays unbound.
-	boundDRA, unboundDRA := draPod("rbac-cpu-0", ""), draPod("", "bounded-no-scheduler")
+	boundDRA, unboundDRA, otherSchedulers := draPod("rbac-cpu-0", api.SchedulerName), draPod("", api.SchedulerName), draPod("", corev1.DefaultSchedulerName)
 
 	controller, scheduler := as(t, "runplane-controller"), as(t, "runplane-scheduler")
 	dry := metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
@@ -356,7 +359,8 @@ func TestClaimsAndPodStatusBounded(t *testing.T) {
 		{"scheduler sets PodScheduled", patchStatus(smp, `{"status":{"conditions":[{"type":"PodScheduled","status":"False","reason":"Unschedulable"}]}}`), "", ""},
 		{"scheduler marks a preemption victim", patchStatus(smp, `{"status":{"conditions":[{"type":"DisruptionTarget","status":"True","reason":"PreemptionByScheduler"}]}}`), "", ""},
 		{"extender hands a DRA claim to an unbound Pod", handOver(unboundDRA), "", ""},
-		{"extender hands a DRA claim to a bound Pod", handOver(boundDRA), podStatus, "resource claims (status.resourceClaimStatuses, status.extendedResourceClaimStatus) only while the Pod is unbound"},
+		{"extender hands a DRA claim to a bound Pod", handOver(boundDRA), podStatus, "resource claims (status.resourceClaimStatuses, status.extendedResourceClaimStatus) only while the Pod is unbound and placed by runplane-scheduler"},
+		{"extender hands a DRA claim to another scheduler's Pod", handOver(otherSchedulers), podStatus, "only while the Pod is unbound and placed by runplane-scheduler"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
