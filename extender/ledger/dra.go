@@ -543,6 +543,22 @@ func (l *Ledger) TakeStock(req Request, names []string) *Placeholder {
 	return &Placeholder{UID: best.ph.uid, Namespace: best.ph.ns, Name: best.ph.name, Node: bestNode.name, Spec: best.ph.stockSpec}
 }
 
+// withoutDevices is v with its DRAResource slots zeroed: what a
+// reservation Pod of a DRA Pod's nomination requests. No node has such an
+// extended resource (a kubelet would reject the Pod), and no other
+// scheduler may allocate GPU-class devices (README "Preemption for DRA
+// specs"): the nomination in the ledger holds the devices, the
+// reservation the CPU and memory. Callers hold l.mu.
+func (l *Ledger) withoutDevices(v vec) vec {
+	out := append(vec{}, v...)
+	for i := range out {
+		if l.dra.slot[i] {
+			out[i] = 0
+		}
+	}
+	return out
+}
+
 // Unreserve drops a Pod's reservation (not a bind in progress).
 func (l *Ledger) Unreserve(uid types.UID) {
 	l.mu.Lock()
