@@ -323,15 +323,22 @@ func TestDRAPlanPreemption(t *testing.T) {
 	assert.Equal(t, p.Victims, again.Victims)
 	assert.Empty(t, again.Evict, "no victim evicted twice")
 
-	// The victim and its claim go; its replacement comes.
+	// The victim goes; kube-scheduler sees its claim deallocated before
+	// the ledger does and runs the Pod's filter: the nomination stays,
+	// waiting for the gone Pod's claim.
 	victim := p.Victims[0]
 	l.DeletePod(victim.UID)
+	res := l.Filter(draRequest(l, hi), []string{"a"}, true)
+	require.NotNil(t, res.Preemption, "the nomination lapsed: %+v", res.Failed)
+	assert.Empty(t, res.Preemption.Victims)
+	assert.Equal(t, 1, res.Preemption.Waiting, "the gone victim's claim")
+	// Its claim goes; its replacement comes.
 	l.DeleteClaim(types.UID("claim-" + victim.Name))
 	repl := draPod("batch-new", "gpu", "d1", "")
 	repl.Spec.Priority = ptr.To[int32](100)
 	l.UpsertPod(repl)
 	l.UpsertClaim(draClaim("batch-new"))
-	res := l.Filter(draRequest(l, repl), []string{"a"}, true)
+	res = l.Filter(draRequest(l, repl), []string{"a"}, true)
 	assert.Empty(t, res.Feasible, "the replacement took the nominated device")
 	rp, _ := l.PlanPreemption(draRequest(l, repl), []string{"a"})
 	assert.Nil(t, rp, "the replacement preempts nobody of its own priority")

@@ -133,18 +133,19 @@ func recent(ts []time.Time, now time.Time) []time.Time {
 // and a cap kept one. Callers hold l.mu for writing.
 func (l *Ledger) preempt(pr *probe, failed []NodeFailure, preferNode string, now time.Time) (_ *Preemption, capped string) {
 	st := l.preempts[pr.req.UID]
+	gone := l.goneClaims(pr)
 	var best *plan
 	for i := range failed {
 		n := l.nodes[failed[i].Node]
 		if n == nil || !n.exists {
 			continue
 		}
-		p := l.planOn(pr, n, st, now)
+		p := l.planOn(pr, n, st, gone[n.name], now)
 		if p.refilled {
 			// The room this Pod's evictions freed here went to Pods of
 			// another scheduler: evicting them again would churn.
 			l.nominationEnded(pr.req.UID, n.name, now)
-			p = l.planOn(pr, n, st, now)
+			p = l.planOn(pr, n, st, gone[n.name], now)
 		}
 		if p.why != "" {
 			failed[i].Reason += p.why
@@ -261,13 +262,16 @@ const (
 // priority, holding some resource the request is short of on the node (a
 // CPU-only Pod frees nothing where GPUs are missing), not a replacement of
 // a Pod already evicted for this request, and not another scheduler's
-// while the node backs off.
-func (l *Ledger) planOn(pr *probe, n *node, st *preemptRec, now time.Time) *plan {
+// while the node backs off. gone are the node's devices of claims whose
+// Pods are gone (goneClaims): room that is coming too.
+func (l *Ledger) planOn(pr *probe, n *node, st *preemptRec, gone goneRoom, now time.Time) *plan {
 	req := &pr.req
 	p := &plan{Preemption: Preemption{Node: n.name}, maxPrio: math.MinInt32}
 	free := vec{}
 	free.add(n.alloc)
 	free.sub(n.used)
+	free.add(gone.devices)
+	p.Waiting += gone.claims
 	var lower []*podRec
 	for _, q := range n.pods {
 		switch {
