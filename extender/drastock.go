@@ -210,7 +210,6 @@ func (e *Extender) handOver(ctx context.Context, key types.NamespacedName) error
 	if err != nil {
 		return nil //nolint:nilerr // an unknown spec: its filter says so
 	}
-	req.Preempt = false
 	// The claim's needs (the Pod's status may not name its claim yet).
 	var needs ledger.Resources
 	for class, n := range claimOf(claim).Needs {
@@ -225,8 +224,10 @@ func (e *Extender) handOver(ctx context.Context, key types.NamespacedName) error
 		}
 		req.Requests.Scalar[name] = n
 	}
-	ph := e.ledger.TakeStock(req, e.nodesFor(pod))
+	nodes := e.nodesFor(pod)
+	ph := e.ledger.TakeStock(req, nodes)
 	if ph == nil {
+		e.preemptForDevices(pod, req, nodes)
 		return nil
 	}
 	if err := e.handClaim(ctx, pod, claim, *ph, pod.Spec.ResourceClaims[0].Name); err != nil {

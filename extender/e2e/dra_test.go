@@ -142,7 +142,12 @@ func TestDRASpecBinds(t *testing.T) {
 // draStockDeployment is a Deployment of placeholders of the DRA spec.
 func draStockDeployment(t testing.TB, ns, name, group string, replicas int32) {
 	t.Helper()
-	ph := draPod("", group, true)
+	draDeployment(t, ns, name, replicas, draPod("", group, true))
+}
+
+// draDeployment is a Deployment of replicas Pods like ph, labelled app=name.
+func draDeployment(t testing.TB, ns, name string, replicas int32, ph *corev1.Pod) {
+	t.Helper()
 	ph.Labels["app"] = name
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name},

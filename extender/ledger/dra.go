@@ -543,6 +543,72 @@ func (l *Ledger) TakeStock(req Request, names []string) *Placeholder {
 	return &Placeholder{UID: best.ph.uid, Namespace: best.ph.ns, Name: best.ph.name, Node: bestNode.name, Spec: best.ph.stockSpec}
 }
 
+// goneRoom are a node's devices of allocated claims whose Pods are all
+// gone, and how many such claims there are.
+type goneRoom struct {
+	devices vec
+	claims  int
+}
+
+// goneClaims are, per node, the devices of allocated claims none of whose
+// Pods the ledger knows any more: kube-controller-manager deallocates them
+// next, so a preemption counts them as room coming, like a terminating
+// Pod's. kube-scheduler may see them free before the ledger does; a
+// preemptor's filter then runs while the ledger still counts them, and
+// without them its nomination found no victim there and lapsed — and the
+// victim's replacement took the device (TestDRAPreemptDevices, 1 run of
+// 4). Only for a request of devices. Callers hold l.mu.
+func (l *Ledger) goneClaims(pr *probe) map[string]goneRoom {
+	if !slices.ContainsFunc(pr.nz, func(i int) bool { return l.dra.slot[i] }) {
+		return nil
+	}
+	var out map[string]goneRoom
+	for _, c := range l.dra.claims {
+		if len(c.Devices) == 0 || len(c.Pods) == 0 || slices.ContainsFunc(c.Pods, func(p types.UID) bool { return l.pods[p] != nil }) {
+			continue // not allocated, nobody's ever (not made for a Pod), or a Pod's
+		}
+		node := ""
+		var v vec
+		for _, id := range c.Devices {
+			info := l.dra.devs[id]
+			if info == nil || l.dra.refs[id] > 1 {
+				continue // unpublished, or another claim names it too
+			}
+			node = info.node
+			for _, s := range info.slots {
+				v.addAt(s, 1)
+			}
+		}
+		if node == "" {
+			continue
+		}
+		if out == nil {
+			out = map[string]goneRoom{}
+		}
+		g := out[node]
+		g.devices.add(v)
+		g.claims++
+		out[node] = g
+	}
+	return out
+}
+
+// withoutDevices is v with its DRAResource slots zeroed: what a
+// reservation Pod of a DRA Pod's nomination requests. No node has such an
+// extended resource (a kubelet would reject the Pod), and no other
+// scheduler may allocate GPU-class devices (README "Preemption for DRA
+// specs"): the nomination in the ledger holds the devices, the
+// reservation the CPU and memory. Callers hold l.mu.
+func (l *Ledger) withoutDevices(v vec) vec {
+	out := append(vec{}, v...)
+	for i := range out {
+		if l.dra.slot[i] {
+			out[i] = 0
+		}
+	}
+	return out
+}
+
 // Unreserve drops a Pod's reservation (not a bind in progress).
 func (l *Ledger) Unreserve(uid types.UID) {
 	l.mu.Lock()

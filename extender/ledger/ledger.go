@@ -1054,27 +1054,7 @@ func FilterAppend[N Name](l *Ledger, into FilterResult, req Request, names []N, 
 		best, bestNode = v, n
 	}
 	if bestNode == nil && reserve && req.MayPreempt() {
-		now := l.opts.Clock.Now()
-		p, capped := l.preempt(pr, res.Failed, preferNode, now)
-		res.Capped = capped
-		if p != nil {
-			p.Renewed = prev != nil && prev.state == Nominated && prev.node == p.Node
-			if prev != nil && prev.state == Nominated && prev.node != p.Node {
-				l.nominationEnded(req.UID, prev.node, now)
-			}
-			l.recordPlan(req.UID, p, now)
-			l.handled[req.UID] = true
-			a := &assumption{uid: req.UID, node: p.Node, req: pr.vec, state: Nominated,
-				expires: now.Add(l.opts.NominationTTL)}
-			l.holdReservation(a)
-			l.assume(a)
-			for i := range res.Failed {
-				if res.Failed[i].Node == p.Node {
-					res.Failed[i].Reason = p.Reason()
-				}
-			}
-			res.Preemption = p
-		}
+		res.Preemption, res.Capped = l.nominate(pr, prev, res.Failed, preferNode)
 		return res
 	}
 	if !reserve || bestNode == nil {

@@ -133,18 +133,19 @@ func recent(ts []time.Time, now time.Time) []time.Time {
 // and a cap kept one. Callers hold l.mu for writing.
 func (l *Ledger) preempt(pr *probe, failed []NodeFailure, preferNode string, now time.Time) (_ *Preemption, capped string) {
 	st := l.preempts[pr.req.UID]
+	gone := l.goneClaims(pr)
 	var best *plan
 	for i := range failed {
 		n := l.nodes[failed[i].Node]
 		if n == nil || !n.exists {
 			continue
 		}
-		p := l.planOn(pr, n, st, now)
+		p := l.planOn(pr, n, st, gone[n.name], now)
 		if p.refilled {
 			// The room this Pod's evictions freed here went to Pods of
 			// another scheduler: evicting them again would churn.
 			l.nominationEnded(pr.req.UID, n.name, now)
-			p = l.planOn(pr, n, st, now)
+			p = l.planOn(pr, n, st, gone[n.name], now)
 		}
 		if p.why != "" {
 			failed[i].Reason += p.why
@@ -166,6 +167,85 @@ func (l *Ledger) preempt(pr *probe, failed []NodeFailure, preferNode string, now
 	return &best.Preemption, ""
 }
 
+// nominate plans the preemption for a Pod that fits none of the failed
+// nodes and nominates it on the plan's node, which then holds the room;
+// prev is the Pod's earlier assumption (unassumed already), preferNode the
+// node to keep. The plan's node's reason becomes the plan's. Callers hold
+// l.mu for writing.
+func (l *Ledger) nominate(pr *probe, prev *assumption, failed []NodeFailure, preferNode string) (_ *Preemption, capped string) {
+	now := l.opts.Clock.Now()
+	uid := pr.req.UID
+	p, capped := l.preempt(pr, failed, preferNode, now)
+	if p == nil {
+		return nil, capped
+	}
+	p.Renewed = prev != nil && prev.state == Nominated && prev.node == p.Node
+	if prev != nil && prev.state == Nominated && prev.node != p.Node {
+		l.nominationEnded(uid, prev.node, now)
+	}
+	l.recordPlan(uid, p, now)
+	l.handled[uid] = true
+	a := &assumption{uid: uid, node: p.Node, req: pr.vec, state: Nominated, expires: now.Add(l.opts.NominationTTL)}
+	l.holdReservation(a)
+	l.assume(a)
+	for i := range failed {
+		if failed[i].Node == p.Node {
+			failed[i].Reason = p.Reason()
+		}
+	}
+	return p, ""
+}
+
+// PlanPreemption is Filter's preemption for a Pod kube-scheduler cannot
+// bring to the extender: a Pod of a DRA spec short of devices, which
+// DynamicResources rejects on every node before any extender is asked
+// (its default preemption never frees a victim's devices either). Called
+// outside the scheduling cycle (the leader's DRA queue, after TakeStock
+// found no stock), it plans over names as Filter would when no node
+// fits, and nominates the Pod: the room — the victims' devices included —
+// is the Pod's until it binds or the nomination expires, so the
+// extender's filter refuses it to every other Pod. A plan again while the
+// Pod waits renews the nomination (Renewed), as a scheduling cycle does.
+// Nothing is planned when a node fits (the scheduler places the Pod
+// there; a nomination it holds stays as it is), when the Pod may not
+// preempt, or while it holds a reservation or a bind (a scheduling
+// cycle has it).
+func (l *Ledger) PlanPreemption(req Request, names []string) (_ *Preemption, capped string) {
+	if !req.MayPreempt() {
+		return nil, ""
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	prev := l.assumed[req.UID]
+	preferNode := ""
+	switch {
+	case prev != nil && prev.state != Nominated:
+		return nil, ""
+	case prev != nil:
+		preferNode = prev.node
+		l.unassume(prev, false)
+	default:
+		if r := l.reservedFor[req.UID]; r != nil && r.live {
+			preferNode = r.node // a reservation a predecessor made
+		}
+	}
+	pr := l.newProbe(req)
+	pr.phNamespace = req.Namespace // as TakeStock: only its namespace's claims
+	failed := make([]NodeFailure, 0, len(names))
+	for _, name := range names {
+		n := l.nodes[name]
+		v := l.evaluate(pr, n, "")
+		if v.fits {
+			if prev != nil {
+				l.assume(prev) // its room, until the scheduler binds it
+			}
+			return nil, ""
+		}
+		failed = append(failed, NodeFailure{nameOf(n, name), v.reason})
+	}
+	return l.nominate(pr, prev, failed, preferNode)
+}
+
 // Reasons appended to a failed node's (fixed strings, so the scheduler's
 // event aggregates them).
 const (
@@ -182,13 +262,16 @@ const (
 // priority, holding some resource the request is short of on the node (a
 // CPU-only Pod frees nothing where GPUs are missing), not a replacement of
 // a Pod already evicted for this request, and not another scheduler's
-// while the node backs off.
-func (l *Ledger) planOn(pr *probe, n *node, st *preemptRec, now time.Time) *plan {
+// while the node backs off. gone are the node's devices of claims whose
+// Pods are gone (goneClaims): room that is coming too.
+func (l *Ledger) planOn(pr *probe, n *node, st *preemptRec, gone goneRoom, now time.Time) *plan {
 	req := &pr.req
 	p := &plan{Preemption: Preemption{Node: n.name}, maxPrio: math.MinInt32}
 	free := vec{}
 	free.add(n.alloc)
 	free.sub(n.used)
+	free.add(gone.devices)
+	p.Waiting += gone.claims
 	var lower []*podRec
 	for _, q := range n.pods {
 		switch {

@@ -138,7 +138,7 @@ func (l *Ledger) Reservations() (create []ReservationRequest, remove []Placehold
 		if x == nil {
 			continue
 		}
-		create = append(create, ReservationRequest{For: uid, Namespace: x.ns, Name: x.name, Node: a.node, Requests: l.unpack(a.req)})
+		create = append(create, ReservationRequest{For: uid, Namespace: x.ns, Name: x.name, Node: a.node, Requests: l.unpack(l.withoutDevices(a.req))})
 	}
 	return create, remove
 }
