@@ -144,10 +144,11 @@ func (d *draFeed) classify(driver string, dev *resourcev1.Device) []string {
 // requests per class (a prioritized list counts its first choice).
 func claimOf(c *resourcev1.ResourceClaim) ledger.Claim {
 	out := ledger.Claim{UID: c.UID, Namespace: c.Namespace, Name: c.Name}
-	for _, ref := range c.OwnerReferences {
-		if ref.Kind == "Pod" && ref.Controller != nil && *ref.Controller {
-			out.Pods = append(out.Pods, ref.UID)
-		}
+	// The controller by UID, whatever kind it names (podOwner: as
+	// kube-scheduler and the kubelet judge it); a UID that is no Pod's
+	// matches no Pod in the ledger.
+	if ref := podOwner(c); ref != nil {
+		out.Pods = append(out.Pods, ref.UID)
 	}
 	if c.Status.Allocation != nil {
 		for _, r := range c.Status.Allocation.Devices.Results {

@@ -128,7 +128,10 @@ func decideHold(c *resourcev1.ResourceClaim, holdPod types.UID, pod *corev1.Pod,
 		// Under way; once the Pod names the claim (the hand-over's steps
 		// done), reserved for it: the claim's status change requeues the
 		// Pod in kube-scheduler (finishHandover's step 5, redone here).
-		return holdAction{keep: true, reserve: owned && podNames(pod, c.Name)}
+		// The references of gone Pods (a placeholder a failed bind deleted)
+		// go here too: kube-controller-manager 1.35 does not sync a claim
+		// that has a consumer other than a Pod, so it never drops them.
+		return holdAction{keep: true, reserve: owned && podNames(pod, c.Name), dropGone: true}
 	case owned && slices.ContainsFunc(c.Status.ReservedFor, func(r resourcev1.ResourceClaimConsumerReference) bool {
 		return isPodRef(r) && r.UID != holdPod && !gone[r.UID]
 	}):
@@ -181,8 +184,10 @@ func (e *Extender) tendHold(ctx context.Context, c *resourcev1.ResourceClaim) er
 		gone[r.UID] = p == nil || p.UID != r.UID || isDone(p)
 	}
 	act := decideHold(c, holdPod, pod, gone)
-	if act.keep && (!act.reserve || slices.ContainsFunc(c.Status.ReservedFor, func(r resourcev1.ResourceClaimConsumerReference) bool { return r.UID == holdPod })) {
-		return nil
+	reserved := slices.ContainsFunc(c.Status.ReservedFor, func(r resourcev1.ResourceClaimConsumerReference) bool { return r.UID == holdPod })
+	anyGone := slices.ContainsFunc(c.Status.ReservedFor, func(r resourcev1.ResourceClaimConsumerReference) bool { return gone[r.UID] })
+	if act.keep && (!act.reserve || reserved) && (!act.dropGone || !anyGone) {
+		return nil // nothing to write
 	}
 	if act.deletePlaceholders {
 		// Before the hold goes: a leader that dies in between finds the

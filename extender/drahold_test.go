@@ -61,9 +61,9 @@ func TestDecideHold(t *testing.T) {
 		gone  map[types.UID]bool // the consumers that no longer exist
 		want  holdAction
 	}{
-		{"hand-over under way", draClaimObj("c", p, true, consumer(ph), consumer(p), hold), p, nil, holdAction{keep: true}},
-		{"hand-over done, the Pod not reserved yet", draClaimObj("c", p, true, consumer(ph), hold), naming, nil, holdAction{keep: true, reserve: true}},
-		{"hand-over before the owner change", draClaimObj("c", ph, true, consumer(ph), hold), naming, nil, holdAction{keep: true}},
+		{"hand-over under way", draClaimObj("c", p, true, consumer(ph), consumer(p), hold), p, nil, holdAction{keep: true, dropGone: true}},
+		{"hand-over done, the Pod not reserved yet", draClaimObj("c", p, true, consumer(ph), hold), naming, nil, holdAction{keep: true, reserve: true, dropGone: true}},
+		{"hand-over before the owner change", draClaimObj("c", ph, true, consumer(ph), hold), naming, nil, holdAction{keep: true, dropGone: true}},
 		{"bound, the placeholder still there", draClaimObj("c", p, true, consumer(ph), consumer(p), hold), bound, nil, holdAction{keep: true}},
 		{"bound, the placeholder deleted", draClaimObj("c", p, true, consumer(ph), consumer(p), hold), bound, phGone, holdAction{reserve: true, dropGone: true}},
 		{"bound, Unreserve took the Pod out", draClaimObj("c", p, true, hold), bound, nil, holdAction{reserve: true, dropGone: true}},

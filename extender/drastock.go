@@ -56,6 +56,9 @@ type draStock struct {
 	claims listersv1.ResourceClaimLister
 	// held indexes the claims by the Pod their hold is for (drahold.go).
 	held cache.Indexer
+	// planBackoff: out-of-cycle preemption tries that planned nothing, by
+	// Pod (drapreempt.go).
+	planBackoff planBackoff
 }
 
 // enqueueClaim queues an unallocated claim owned by a Pod, and a held one.

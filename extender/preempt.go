@@ -54,7 +54,11 @@ func (e *Extender) enqueuePreemption(pod *corev1.Pod, plan *ledger.Preemption) {
 	select {
 	case e.preempts <- preemption{pod: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, uid: pod.UID, plan: *plan, preemptor: pod}:
 	default:
+		// The plan's victims are marked evicted already: a nomination kept
+		// would be renewed with nothing to evict, holding the room for
+		// good. Dropped, it is planned afresh at the Pod's next try.
 		e.metrics.preemptions.WithLabelValues("dropped").Inc()
+		e.ledger.Unnominate(pod.UID)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -116,4 +117,32 @@ func TestReservationBeforeEviction(t *testing.T) {
 	require.Zero(t, gpu.Cmp(res.Limits[api.DefaultGPUResource]), "an extended resource's limit")
 	_, cpuLimit := res.Limits[corev1.ResourceCPU]
 	require.False(t, cpuLimit)
+}
+
+// A plan the evictor's queue cannot take is dropped with its nomination:
+// its victims were marked evicted, so a nomination kept would be renewed
+// with nothing to evict at every try, holding the node's room for good
+// while nobody is evicted (review finding). The next try plans afresh and
+// evicts.
+func TestDroppedPlanEndsItsNomination(t *testing.T) {
+	victim := pod("victim", api.LabelGPUSpec, "g1", "n")
+	victim.Spec.Priority = ptr.To(int32(100))
+	high := pod("high", api.LabelGPUSpec, "g1", "")
+	high.Spec.Priority = ptr.To(int32(2000))
+	e := testExtender(t, true, victim, high)
+	e.preempts = make(chan preemption) // nobody receives: every plan is dropped
+	e.ledger.UpsertNode(node("n", 1))
+	e.ledger.UpsertPod(victim)
+
+	res := call(t, e.handleFilter, http.MethodPost, filterBody(t, high, "n"))
+	require.Equal(t, http.StatusOK, res.Code)
+	require.Equal(t, 1.0, testutil.ToFloat64(e.metrics.preemptions.WithLabelValues("dropped")))
+
+	e.preempts = make(chan preemption, 1)
+	res = call(t, e.handleFilter, http.MethodPost, filterBody(t, high, "n"))
+	require.Equal(t, http.StatusOK, res.Code)
+	require.Len(t, e.preempts, 1, "the next try plans again")
+	p := <-e.preempts
+	assert.False(t, p.plan.Renewed, "a new nomination, not the dropped one renewed")
+	assert.Len(t, p.plan.Evict, 1, "the victim is evicted this time")
 }

@@ -17,8 +17,12 @@ const (
 	serviceAccountPrefix    = "system:serviceaccount:"
 	kubeSystemAccountPrefix = serviceAccountPrefix + "kube-system:"
 	controllerManagerUser   = "system:kube-controller-manager"
-	mastersGroup            = "system:masters"
-	nodesGroup              = "system:nodes"
+	// resourceClaimControllerAccount is the kube-system ServiceAccount of
+	// kube-controller-manager's resource-claim controller (its Pods'
+	// claims from their templates) with per-controller credentials.
+	resourceClaimControllerAccount = "resource-claim-controller"
+	mastersGroup                   = "system:masters"
+	nodesGroup                     = "system:nodes"
 )
 
 // runplaneAccount reports whether the requester is one of runplane's own

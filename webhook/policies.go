@@ -204,7 +204,7 @@ func Policies(o PolicyOptions) ([]*admissionregistrationv1.ValidatingAdmissionPo
 		claimTemplatesPolicy(runplane, kube, admin),
 	}
 	if o.GPU != nil {
-		policies = append(policies, gpuPolicy(o.GPU), gpuClaimsPolicy(o.GPU, runplane, kube, admin))
+		policies = append(policies, gpuPolicy(o.GPU), gpuClaimsPolicy(o.GPU, runplane, admin))
 	}
 	bindings := make([]*admissionregistrationv1.ValidatingAdmissionPolicyBinding, len(policies))
 	for i, p := range policies {
@@ -372,7 +372,13 @@ func deviceClasses(g *GPUPolicy) []string {
 // admitted here or runplane's own (runplane-claim-templates); the
 // scheduler's claims for an extended resource of a class are made only
 // for Pods runplane-gpu admitted.
-func gpuClaimsPolicy(g *GPUPolicy, runplane, kube, admin string) *admissionregistrationv1.ValidatingAdmissionPolicy {
+func gpuClaimsPolicy(g *GPUPolicy, runplane, admin string) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	// Only the controller that makes a Pod's claims from its template (its
+	// own ServiceAccount, or kube-controller-manager's user without
+	// per-controller credentials) — not every kube-system ServiceAccount,
+	// where add-ons run too (review finding).
+	kube := "request.userInfo.username == '" + kubeSystemAccountPrefix + resourceClaimControllerAccount +
+		"' || request.userInfo.username == '" + controllerManagerUser + "'"
 	// What the claim of a Pod's template carries (resource-claim
 	// controller): the annotation, and the Pod as controlling owner.
 	forPod := "object.metadata.?annotations[?'" + resourcev1.PodResourceClaimAnnotation + "'].orValue('') != '' && " +

@@ -3,6 +3,7 @@ package mutate
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
@@ -55,6 +56,31 @@ func noGPURequests(pod *corev1.Pod, spec catalog.Spec) error {
 					return &ConflictError{Label: api.LabelGPUSpec, Field: fmt.Sprintf("container %s resource %s", Quote(c.Name), spec.GPUResource),
 						Reason: fmt.Sprintf("GPU spec %q gives its devices through the resource claim %s (Dynamic Resource Allocation), not %s; remove the request",
 							spec.Name, catalog.ClaimName, spec.GPUResource)}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// deviceClassResourcePrefix names a DeviceClass as an extended resource
+// (Kubernetes' DRAExtendedResource: kube-scheduler turns such a request
+// into a claim of that class, made under its own identity).
+const deviceClassResourcePrefix = "deviceclass.resource.kubernetes.io/"
+
+// noDeviceClassRequests refuses a GPU Pod's request of a DeviceClass as an
+// extended resource: beside its spec's GPUs it would get as many devices
+// again, outside the catalog and the ledger (review finding: a 1-GPU spec
+// asking deviceclass.resource.kubernetes.io/gpu.nvidia.com: 7 got 8).
+func noDeviceClassRequests(pod *corev1.Pod, spec catalog.Spec) error {
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range cs {
+			for _, list := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
+				for name := range list {
+					if strings.HasPrefix(string(name), deviceClassResourcePrefix) {
+						return &ConflictError{Label: api.LabelGPUSpec, Field: fmt.Sprintf("container %s resource %s", Quote(c.Name), name),
+							Reason: fmt.Sprintf("GPU spec %q gives the Pod its devices; a DeviceClass requested as an extended resource would add devices outside it — remove the request", spec.Name)}
+					}
 				}
 			}
 		}

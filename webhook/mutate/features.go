@@ -65,6 +65,9 @@ func (m *Mutator) applyGPU(ctx context.Context, pod *corev1.Pod, spec catalog.Sp
 	if err != nil {
 		return err
 	}
+	if err := noDeviceClassRequests(pod, spec); err != nil {
+		return err
+	}
 	if spec.IsDRA() {
 		if err := noGPURequests(pod, spec); err != nil {
 			return err
