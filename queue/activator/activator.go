@@ -155,6 +155,11 @@ type Activator struct {
 
 	// rsLister reads the ReplicaSets that own worker Pods (set by watchPods).
 	rsLister appslisters.ReplicaSetLister
+	// podMu makes deciding whether a Pod is a worker and applying that to
+	// the state one step: the Pod, ReplicaSet and pool informers decide on
+	// their own goroutines, and a refusal read before a ReplicaSet arrived
+	// must not land after the admission its arrival decided (issue 33).
+	podMu sync.Mutex
 	// refused remembers the Pods refused as workers (namespace/name → why),
 	// to log and count each refusal once.
 	refusedMu sync.Mutex

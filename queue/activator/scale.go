@@ -143,19 +143,16 @@ func (a *Activator) applyScale(ctx context.Context, pl pool.Pool, from int, d st
 // watchPods feeds the Pods of every pool into the state until ctx ends. A
 // Pod is a worker of pool ns/p only when it is in namespace ns and owned,
 // through its ReplicaSet, by p's Deployment (controller references and
-// UIDs): the ReplicaSets are watched too, and every Pod is looked at again
-// when a ReplicaSet or a Deployment changes.
+// UIDs): the ReplicaSets are watched too, and the Pods are looked at again
+// when a ReplicaSet or a Deployment changes. The informers of the three
+// kinds sync in any order: a Pod listed before its ReplicaSet is refused
+// until the ReplicaSet arrives (issue 33).
 func (a *Activator) watchPods(ctx context.Context) {
 	f := informers.NewSharedInformerFactoryWithOptions(a.cfg.Kube, 0, informers.WithNamespace(a.cfg.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = api.LabelPool }))
 	pods := f.Core().V1().Pods().Informer()
 	rss := f.Apps().V1().ReplicaSets()
 	a.rsLister = rss.Lister()
-	recheckAll := func() {
-		for _, o := range pods.GetStore().List() {
-			a.onPod(ctx, o, false)
-		}
-	}
 	// A ReplicaSet decides only for the Pods it controls, and only through
 	// its own controller: status updates (every readiness change while a
 	// pool scales) recheck nothing.
@@ -163,14 +160,11 @@ func (a *Activator) watchPods(ctx context.Context) {
 		if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
 			o = t.Obj
 		}
-		rs, ok := o.(*appsv1.ReplicaSet)
-		if !ok {
-			return
-		}
-		for _, p := range pods.GetStore().List() {
-			if ref := metav1.GetControllerOf(p.(*corev1.Pod)); ref != nil && ref.UID == rs.UID {
-				a.onPod(ctx, p, false)
-			}
+		if rs, ok := o.(*appsv1.ReplicaSet); ok {
+			a.recheckPods(ctx, pods.GetStore(), func(p *corev1.Pod) bool {
+				ref := metav1.GetControllerOf(p)
+				return ref != nil && ref.UID == rs.UID
+			})
 		}
 	}
 	_, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -199,11 +193,27 @@ func (a *Activator) watchPods(ctx context.Context) {
 		return
 	}
 	if n, ok := a.cfg.Pools.(interface{ OnChange(func()) }); ok {
-		n.OnChange(recheckAll)
+		n.OnChange(func() { a.recheckPods(ctx, pods.GetStore(), func(*corev1.Pod) bool { return true }) })
 	}
 	f.Start(ctx.Done())
 	<-ctx.Done()
 	f.Shutdown()
+}
+
+// recheckPods decides again on the Pods of the informer's store that match,
+// each as the store has it when its turn comes: the List is only their
+// keys, and a Pod deleted since is left to its own delete event.
+func (a *Activator) recheckPods(ctx context.Context, store cache.Store, match func(*corev1.Pod) bool) {
+	for _, key := range store.ListKeys() {
+		a.podMu.Lock()
+		o, ok, err := store.GetByKey(key)
+		if err != nil {
+			a.cfg.Logger.Warn("recheck pod: read the informer's store", "pod", key, "err", err)
+		} else if p, isPod := o.(*corev1.Pod); ok && isPod && match(p) {
+			a.applyPod(ctx, p, false)
+		}
+		a.podMu.Unlock()
+	}
 }
 
 // owner is the pool Deployment that owns pod through its ReplicaSet, by
@@ -232,12 +242,23 @@ func (a *Activator) owner(pod *corev1.Pod) (pool.Pool, string) {
 	return pl, ""
 }
 
+// onPod applies a Pod event of the informer.
 func (a *Activator) onPod(ctx context.Context, o any, deleted bool) {
 	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
 		o = t.Obj
 	}
-	pod, ok := o.(*corev1.Pod)
-	if !ok || pod.Labels[api.LabelPool] == "" || !a.cfg.Shard.Owns(pod.Namespace) {
+	if pod, ok := o.(*corev1.Pod); ok {
+		a.podMu.Lock()
+		defer a.podMu.Unlock()
+		a.applyPod(ctx, pod, deleted)
+	}
+}
+
+// applyPod decides whether pod is a worker of the pool it is labelled with
+// and applies that to the state; the caller holds podMu, so that no other
+// informer's decision lands between the two.
+func (a *Activator) applyPod(ctx context.Context, pod *corev1.Pod, deleted bool) {
+	if pod.Labels[api.LabelPool] == "" || !a.cfg.Shard.Owns(pod.Namespace) {
 		return
 	}
 	gone := deleted || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
