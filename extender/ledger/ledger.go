@@ -141,9 +141,15 @@ type podRec struct {
 	stockSpec string // placeholder of this spec (label runplane.io/stock)
 	live      bool   // not being deleted
 	claimedBy types.UID
-	record    types.UID // bound Pod: the placeholder its claim annotation names
-	priority  int32
-	labels    map[string]string // the informer's map, for PodDisruptionBudget selectors
+	// surplus: a claimed placeholder's requests beyond its claimer's, still
+	// counted on its node until it is deleted. The claim can be undone
+	// (the bind fails before the delete, the scheduler binds elsewhere,
+	// the reservation expires) and the placeholder then counts in full
+	// again: lent out meanwhile, the surplus over-committed the node.
+	surplus  vec
+	record   types.UID // bound Pod: the placeholder its claim annotation names
+	priority int32
+	labels   map[string]string // the informer's map, for PodDisruptionBudget selectors
 	// reservedFor: a reservation Pod (reservation.go) holding room for
 	// this preemptor; only that Pod may take it.
 	reservedFor types.UID
@@ -409,6 +415,9 @@ func (l *Ledger) addRec(p *podRec) {
 		n.used.add(p.req)
 		n.pods[p.uid] = p
 	}
+	if p.counted && p.claimedBy != "" {
+		n.used.add(p.surplus)
+	}
 	if p.stockSpec != "" {
 		n.stock[p.stockSpec] = append(n.stock[p.stockSpec], p)
 		l.index(n, p)
@@ -424,6 +433,9 @@ func (l *Ledger) removeRec(p *podRec) {
 		n.used.sub(p.req)
 		delete(n.pods, p.uid)
 	}
+	if p.counted && p.claimedBy != "" {
+		n.used.sub(p.surplus)
+	}
 	if p.stockSpec != "" {
 		l.unindex(n, p)
 		list := n.stock[p.stockSpec]
@@ -438,13 +450,24 @@ func (l *Ledger) removeRec(p *podRec) {
 	}
 }
 
-func (l *Ledger) claim(phUID, by types.UID) {
+// claim gives placeholder phUID to the assumption by: the placeholder
+// stops counting on its node but for its surplus over by's requests.
+func (l *Ledger) claim(phUID types.UID, by *assumption) {
 	p := l.pods[phUID]
 	if p == nil || p.claimedBy != "" {
 		return
 	}
 	l.removeRec(p)
-	p.claimedBy = by
+	p.claimedBy = by.uid
+	p.surplus = nil
+	for i, x := range p.req {
+		if s := x - at(by.req, i); s > 0 {
+			for len(p.surplus) <= i {
+				p.surplus = append(p.surplus, 0)
+			}
+			p.surplus[i] = s
+		}
+	}
 	l.addRec(p)
 }
 
@@ -454,7 +477,7 @@ func (l *Ledger) release(phUID types.UID, deleted bool) {
 		return
 	}
 	l.removeRec(p)
-	p.claimedBy = ""
+	p.claimedBy, p.surplus = "", nil // unclaimed it counts in full again; doomed, not at all
 	if deleted {
 		p.claimedBy = doomed
 	}
@@ -475,7 +498,7 @@ func (l *Ledger) assume(a *assumption) {
 		// The placeholder is this Pod's now: a predecessor's claim on it
 		// for another Pod is void (that Pod is not bound on its capacity).
 		l.disinherit(a.ph, a.uid)
-		l.claim(a.ph, a.uid)
+		l.claim(a.ph, a)
 	}
 }
 
@@ -559,7 +582,7 @@ func (l *Ledger) UpsertPod(pod *corev1.Pod) {
 	l.pledge(rec)
 	if old != nil {
 		l.removeRec(old)
-		rec.claimedBy = old.claimedBy
+		rec.claimedBy, rec.surplus = old.claimedBy, old.surplus
 	}
 	l.pods[pod.UID] = rec
 	if rec.node != "" {
@@ -603,7 +626,7 @@ func (l *Ledger) bequeath(ph *podRec) {
 		return
 	}
 	a.ph = ph.uid
-	l.claim(ph.uid, heir)
+	l.claim(ph.uid, a)
 }
 
 // settle notes the claim a bound Pod records. A Pod that inherited the same

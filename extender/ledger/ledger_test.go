@@ -611,3 +611,67 @@ func TestPlaceholdersSpreadBeforeBound(t *testing.T) {
 	res := l.Filter(RequestFor(testPod("ph4", "stock", "g2", "", 1, corev1.PodPending), false), names, true)
 	assert.Equal(t, "a", res.Chosen, "another spec's stock does not count")
 }
+
+// A placeholder larger than the Pod claiming it holds its surplus until it
+// is deleted: the claim can still be undone (the bind fails before the
+// delete, the scheduler binds elsewhere, the reservation expires), and the
+// placeholder then counts in full again. Lending the surplus out meanwhile
+// over-committed the node (TestConcurrentNeverOvercommits: a 1-GPU Pod
+// claimed a 2-GPU placeholder, another Pod bound on the GPU left over, the
+// claimer's bind failed: node at -1 GPU).
+func TestClaimedPlaceholderSurplusHeldUntilDeleted(t *testing.T) {
+	tests := []struct {
+		name string
+		// undo ends x's claim on ph without deleting it (nil: x deletes
+		// ph and binds).
+		undo func(t *testing.T, l *Ledger, x Request, clk *clocktesting.FakeClock)
+	}{
+		{"bind fails before the delete", func(t *testing.T, l *Ledger, x Request, _ *clocktesting.FakeClock) {
+			ph, err := l.BeginBind(x, "a")
+			require.NoError(t, err)
+			require.Equal(t, "ph", ph.Name)
+			l.EndBind(x.UID, false, false)
+		}},
+		{"scheduler binds elsewhere", func(t *testing.T, l *Ledger, x Request, _ *clocktesting.FakeClock) {
+			ph, err := l.BeginBind(x, "b")
+			require.NoError(t, err)
+			require.Nil(t, ph)
+		}},
+		{"reservation expires", func(t *testing.T, l *Ledger, _ Request, clk *clocktesting.FakeClock) {
+			clk.Step(time.Minute)
+			l.Sweep()
+		}},
+		{"placeholder deleted", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(time.Unix(1e9, 0))
+			l := New(Options{Clock: clk})
+			l.UpsertNode(testNode("a", 2))
+			l.UpsertNode(testNode("b", 1))
+			l.UpsertPod(testPod("ph", "stock", "g1", "a", 2, corev1.PodRunning))
+			x := RequestFor(testPod("x", "gpu", "g1", "", 1, corev1.PodPending), false)
+			requireClaim(t, "ph", l.Filter(x, []string{"a"}, true))
+			y := RequestFor(testPod("y", "", "", "", 1, corev1.PodPending), false)
+			if tt.undo == nil {
+				ph, err := l.BeginBind(x, "a")
+				require.NoError(t, err)
+				l.DeletePod(ph.UID)
+				l.EndBind(x.UID, true, true)
+				_, err = l.BeginBind(y, "a")
+				require.NoError(t, err, "the GPU ph held beyond x's is free once ph is gone")
+				require.Zero(t, l.Free("a").Scalar[gpu])
+				return
+			}
+			assert.Empty(t, l.Filter(y, []string{"a"}, false).Feasible, "ph's second GPU is not free while ph is there")
+			_, err := l.BeginBind(y, "a")
+			var noRoom *NoRoomError
+			assert.ErrorAs(t, err, &noRoom, "ph's second GPU is not free while ph is there")
+			tt.undo(t, l, x, clk)
+			require.Zero(t, l.Free("a").Scalar[gpu], "ph counts in full again")
+			z := RequestFor(testPod("z", "gpu", "g1", "", 1, corev1.PodPending), true)
+			requireClaim(t, "ph", l.Filter(z, []string{"a"}, true))
+			checkIndex(t, l)
+		})
+	}
+}
