@@ -87,18 +87,26 @@ type Elector struct {
 	waiting prometheus.Gauge
 }
 
+// validate checks what an Elector and a Guard both need.
+func (c Config) validate() error {
+	switch {
+	case c.Leases == nil || c.Run == nil:
+		return errors.New("shard: Leases and Run are required")
+	case c.Name == "" || c.Namespace == "" || c.Identity == "":
+		return errors.New("shard: Namespace, Name and Identity are required")
+	case c.Shards < 1:
+		return fmt.Errorf("shard: shards %d: must be at least 1", c.Shards)
+	case c.RenewDeadline >= c.LeaseDuration || c.RetryPeriod >= c.RenewDeadline:
+		return fmt.Errorf("shard: need retry period %s < renew deadline %s < lease duration %s", c.RetryPeriod, c.RenewDeadline, c.LeaseDuration)
+	}
+	return nil
+}
+
 // New validates cfg and builds an Elector.
 func New(cfg Config) (*Elector, error) {
 	cfg = cfg.withDefaults()
-	switch {
-	case cfg.Leases == nil || cfg.Run == nil:
-		return nil, errors.New("shard: Leases and Run are required")
-	case cfg.Name == "" || cfg.Namespace == "" || cfg.Identity == "":
-		return nil, errors.New("shard: Namespace, Name and Identity are required")
-	case cfg.Shards < 1:
-		return nil, fmt.Errorf("shard: shards %d: must be at least 1", cfg.Shards)
-	case cfg.RenewDeadline >= cfg.LeaseDuration || cfg.RetryPeriod >= cfg.RenewDeadline:
-		return nil, fmt.Errorf("shard: need retry period %s < renew deadline %s < lease duration %s", cfg.RetryPeriod, cfg.RenewDeadline, cfg.LeaseDuration)
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	e := &Elector{cfg: cfg, running: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runplane_activator_shard_running",
 		Help: "1 for each activator shard this replica runs (holds the shard's Lease and has not released it), else 0."}, []string{"shard"})}

@@ -2,7 +2,6 @@ package shard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -26,15 +25,11 @@ type Guard struct {
 // a Guard.
 func NewGuard(cfg Config) (*Guard, error) {
 	cfg = cfg.withDefaults()
-	switch {
-	case cfg.Leases == nil || cfg.Run == nil:
-		return nil, errors.New("shard: Leases and Run are required")
-	case cfg.Name == "" || cfg.Namespace == "" || cfg.Identity == "":
-		return nil, errors.New("shard: Namespace, Name and Identity are required")
-	case cfg.Shards != 1:
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Shards != 1 {
 		return nil, fmt.Errorf("shard: a Guard runs 1 shard, not %d", cfg.Shards)
-	case cfg.RenewDeadline >= cfg.LeaseDuration || cfg.RetryPeriod >= cfg.RenewDeadline:
-		return nil, fmt.Errorf("shard: need retry period %s < renew deadline %s < lease duration %s", cfg.RetryPeriod, cfg.RenewDeadline, cfg.LeaseDuration)
 	}
 	g := &Guard{cfg: cfg, waiting: newWaiting()}
 	if cfg.Registerer != nil {
