@@ -34,8 +34,8 @@ import (
 const planRetry = 30 * time.Second
 
 // planBackoff remembers, per Pod, when an out-of-cycle plan may be tried
-// again. Pods that went are forgotten as they come back (bounded by the
-// waiting Pods).
+// again; entries past their time go at the next after (a deleted Pod never
+// comes back to clear its own), so it holds about the Pods waiting now.
 type planBackoff struct {
 	mu    sync.Mutex
 	until map[types.UID]time.Time
@@ -59,6 +59,11 @@ func (b *planBackoff) after(uid types.UID, now time.Time, d time.Duration) {
 	defer b.mu.Unlock()
 	if b.until == nil {
 		b.until = map[types.UID]time.Time{}
+	}
+	for k, t := range b.until {
+		if !now.Before(t) {
+			delete(b.until, k)
+		}
 	}
 	b.until[uid] = now.Add(d)
 }

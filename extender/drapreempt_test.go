@@ -1,12 +1,15 @@
 package extender
 
 import (
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // unplannable: out of the scheduling cycle the leader checks only node
@@ -49,4 +52,7 @@ func TestPlanBackoff(t *testing.T) {
 	assert.False(t, b.wait("q", t0.Add(5*time.Second)), "another Pod")
 	assert.False(t, b.wait("p", t0.Add(planRetry)), "after planRetry")
 	assert.Empty(t, b.until, "forgotten once it may try again")
+	b.after("gone", t0, planRetry) // a Pod deleted while it waits never asks again
+	b.after("q", t0.Add(planRetry), planRetry)
+	assert.Equal(t, []types.UID{"q"}, slices.Collect(maps.Keys(b.until)), "an expired entry goes at the next after")
 }
