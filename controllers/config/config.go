@@ -59,22 +59,11 @@ type ControllerConfiguration struct {
 	Egress egress.Settings `json:"egress"`
 	// Metrics serves /metrics over HTTPS to scrapers RBAC allows get on
 	// /metrics (internal/metricsauth).
-	Metrics Metrics `json:"metrics"`
+	Metrics metricsauth.Settings `json:"metrics"`
 	// HealthAddr serves /healthz and /readyz (default :8081; "0" turns it
 	// off).
 	HealthAddr     string         `json:"healthAddr,omitempty"`
 	LeaderElection LeaderElection `json:"leaderElection"`
-}
-
-// Metrics is where /metrics is served.
-type Metrics struct {
-	// BindAddress of /metrics (default :8080; "0": not served).
-	BindAddress string `json:"bindAddress,omitempty"`
-	// TLSSecret is namespace/name of the Secret keeping a CA and the
-	// /metrics certificate for TLSHosts (the chart's ServiceMonitor
-	// verifies it); empty: a self-signed certificate.
-	TLSSecret string   `json:"tlsSecret,omitempty"`
-	TLSHosts  []string `json:"tlsHosts,omitempty"`
 }
 
 // LeaderElection runs the controllers only on the holder of the Lease (in
@@ -152,22 +141,10 @@ func (c *ControllerConfiguration) Validate() error {
 	if err := c.Egress.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if _, err := c.Metrics.ServingCert(); err != nil {
-		errs = append(errs, fmt.Errorf("metrics.tlsSecret: %w", err))
-	}
-	if c.Metrics.TLSSecret != "" && len(c.Metrics.TLSHosts) == 0 {
-		errs = append(errs, errors.New("metrics.tlsHosts: needed with metrics.tlsSecret (the names its certificate covers)"))
+	if err := c.Metrics.Validate("metrics"); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// ServingCert is where /metrics's certificate comes from.
-func (m Metrics) ServingCert() (metricsauth.ServingCert, error) {
-	c := metricsauth.ServingCert{Hosts: m.TLSHosts}
-	if err := c.ParseSecret(m.TLSSecret); err != nil {
-		return metricsauth.ServingCert{}, err
-	}
-	return c, nil
 }
 
 // AccessorNamespaces is AccessorAllowedNamespaces parsed (nil: none).

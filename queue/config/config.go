@@ -11,6 +11,7 @@ package config
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/runplane/runplane/internal/metricsauth"
 	"github.com/runplane/runplane/queue/pool"
 )
 
@@ -43,7 +44,7 @@ type QueueConfiguration struct {
 	Listen string `json:"listen,omitempty"`
 	// Metrics serves /metrics over HTTPS to scrapers RBAC allows get on
 	// /metrics.
-	Metrics Metrics `json:"metrics"`
+	Metrics metricsauth.Settings `json:"metrics"`
 	// Tracing exports spans over OTLP.
 	Tracing Tracing     `json:"tracing"`
 	NATS    NATS        `json:"nats"`
@@ -83,18 +84,6 @@ type LeaderElection struct {
 	// shards move within about 1.4× it); with one shard, the members
 	// entry's timings (queue/README.md, "Changing S").
 	ShardLeaseDuration metav1.Duration `json:"shardLeaseDuration,omitempty"`
-}
-
-// Metrics is where /metrics is served.
-type Metrics struct {
-	// BindAddress of /metrics (default :8443; "0": not served, as
-	// controller-runtime's metrics address).
-	BindAddress string `json:"bindAddress,omitempty"`
-	// TLSSecret is namespace/name of the Secret keeping a CA and the
-	// /metrics certificate for TLSHosts (the chart's ServiceMonitor
-	// verifies it); empty: a self-signed certificate.
-	TLSSecret string   `json:"tlsSecret,omitempty"`
-	TLSHosts  []string `json:"tlsHosts,omitempty"`
 }
 
 // Tracing is the span export (internal/tracing).

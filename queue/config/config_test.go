@@ -48,6 +48,8 @@ func TestDecode(t *testing.T) {
 		{name: "sample ratio", doc: header + "tracing:\n  sampleRatio: 2\n", err: "tracing.sampleRatio: 2: want 0 < ratio ≤ 1"},
 		{name: "negative QPS", doc: header + "callerAuth:\n  tokenReviewQPS: -1\n", err: "callerAuth.tokenReviewQPS: -1: want > 0"},
 		{name: "TLS secret needs names", doc: header + "nats:\n  bootstrap:\n    tlsSecret: s\n", err: "nats.bootstrap.tlsDNSNames: needed"},
+		{name: "metrics Secret needs hosts", doc: header + "metrics:\n  tlsSecret: rp/m\n", err: "metrics.tlsHosts: needed with metrics.tlsSecret"},
+		{name: "metrics Secret not namespace/name", doc: header + "metrics:\n  tlsSecret: m\n  tlsHosts: [q]\n", err: `metrics.tlsSecret: metrics TLS Secret "m": want namespace/name`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := Decode([]byte(tc.doc))

@@ -117,6 +117,9 @@ func (c *QueueConfiguration) Validate() error {
 	if len(c.StaticPools) > 0 && !c.InsecureDisableCallerAuth && !c.DisableIngress {
 		bad("staticPools", "nothing authenticates callers without Kubernetes: set insecureDisableCallerAuth (insecure)")
 	}
+	if err := c.Metrics.Validate("metrics"); err != nil {
+		errs = append(errs, err)
+	}
 	if r := c.Tracing.SampleRatio; r <= 0 || r > 1 {
 		bad("tracing.sampleRatio", "%v: want 0 < ratio ≤ 1", r)
 	}

@@ -2,7 +2,6 @@ package config
 
 import (
 	"github.com/runplane/runplane/internal/callerauth"
-	"github.com/runplane/runplane/internal/metricsauth"
 	"github.com/runplane/runplane/internal/natstls"
 	"github.com/runplane/runplane/internal/tracing"
 	"github.com/runplane/runplane/queue"
@@ -13,11 +12,10 @@ import (
 // the process's parts (RESTConfig, Logger, TracerProvider, the bootstrapped
 // trust and key files), which the binary adds.
 func (c *QueueConfiguration) Queue() (queue.Config, error) {
-	var cert metricsauth.ServingCert
-	if err := cert.ParseSecret(c.Metrics.TLSSecret); err != nil {
+	cert, err := c.Metrics.ServingCert()
+	if err != nil {
 		return queue.Config{}, err
 	}
-	cert.Hosts = c.Metrics.TLSHosts
 	metricsAddr := c.Metrics.BindAddress
 	if metricsAddr == "0" {
 		metricsAddr = ""
