@@ -30,7 +30,9 @@ import (
 // compare-and-set, so two counts never run at once (queue/README.md,
 // "Changing the shard count").
 type members struct {
-	cfg  Config
+	cfg Config
+	// key is this replica's annotation (memberKey of its identity).
+	key  string
 	seen map[string]seenEntry
 }
 
@@ -74,14 +76,18 @@ type view struct {
 	wait []member
 }
 
-func newMembers(cfg Config) *members { return &members{cfg: cfg, seen: map[string]seenEntry{}} }
+func newMembers(cfg Config) *members {
+	return &members{cfg: cfg, key: memberKey(cfg.Identity), seen: map[string]seenEntry{}}
+}
 
 // MembersLeaseName is the members Lease of the Elector named name.
 func MembersLeaseName(name string) string { return name + "-members" }
 
-func (m *members) key() string {
+// memberKey is identity's annotation on the members Lease (a hash: an
+// annotation key of a fixed length, whatever the identity).
+func memberKey(identity string) string {
 	h := fnv.New64a()
-	_, _ = h.Write([]byte(m.cfg.Identity))
+	_, _ = h.Write([]byte(identity)) // a hash.Hash never fails a Write
 	return fmt.Sprintf("%s%016x", memberPrefix, h.Sum64())
 }
 
@@ -90,7 +96,7 @@ func (m *members) sync(ctx context.Context) (view, error) {
 	now := m.cfg.Clock.Now()
 	var v view
 	err := m.update(ctx, func(ann map[string]string) {
-		ann[m.key()] = fmt.Sprintf("%s %d %s", m.cfg.Identity, m.cfg.Shards, now.UTC().Format(time.RFC3339Nano))
+		ann[m.key] = fmt.Sprintf("%s %d %s", m.cfg.Identity, m.cfg.Shards, now.UTC().Format(time.RFC3339Nano))
 		v = m.view(ann, now)
 	})
 	if err != nil {
@@ -132,7 +138,7 @@ func (m *members) live(ann map[string]string, now time.Time) []member {
 	seen := make(map[string]seenEntry, len(ann))
 	for k, v := range ann {
 		e, ok := parseMember(k, v)
-		if !ok || k == m.key() {
+		if !ok || k == m.key {
 			continue
 		}
 		s, known := m.seen[k]
@@ -206,5 +212,5 @@ func (m *members) update(ctx context.Context, fn func(ann map[string]string)) er
 
 // leave removes this replica's entry.
 func (m *members) leave(ctx context.Context) error {
-	return m.update(ctx, func(ann map[string]string) { delete(ann, m.key()) })
+	return m.update(ctx, func(ann map[string]string) { delete(ann, m.key) })
 }

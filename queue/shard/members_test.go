@@ -13,7 +13,7 @@ import (
 // entry is id's members annotation as a replica of shards writes it at v.
 func entry(id string, shards int, v string) (string, string) {
 	o := newMembers(Config{Identity: id})
-	return o.key(), fmt.Sprintf("%s %d %s", id, shards, v)
+	return o.key, fmt.Sprintf("%s %d %s", id, shards, v)
 }
 
 func ids(ms []member) []string {
@@ -33,7 +33,7 @@ func TestMembersLive(t *testing.T) {
 	m := newMembers(Config{Identity: "me", Shards: 2, LeaseDuration: 10 * time.Second, Clock: clk})
 	skewK, skewV := entry("skewed", 2, "1999-01-01T00:00:00Z") // a clock years behind
 	deadK, deadV := entry("dead", 2, "t0")
-	ann := map[string]string{m.key(): "me 2 now", skewK: skewV, deadK: deadV, "unrelated": "x"}
+	ann := map[string]string{m.key: "me 2 now", skewK: skewV, deadK: deadV, "unrelated": "x"}
 
 	for _, step := range []struct {
 		name    string
@@ -56,7 +56,7 @@ func TestMembersLive(t *testing.T) {
 	assert.Equal(t, []string{"me"}, ids(m.live(ann, clk.Now())))
 	assert.NotContains(t, ann, deadK, "removed once dead for 30 durations")
 	assert.Contains(t, ann, "unrelated", "not a member entry: left alone")
-	assert.Contains(t, ann, m.key(), "its own entry stays")
+	assert.Contains(t, ann, m.key, "its own entry stays")
 }
 
 // view: replicas of one shard count run shards at a time. The count named
