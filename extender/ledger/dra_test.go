@@ -292,27 +292,24 @@ func TestDRAStockOfAnotherNamespace(t *testing.T) {
 	held.Namespace = "tenant-a"
 	l.UpsertClaim(held)
 
-	p := draPod("p", "gpu", "d1", "")
-	p.Namespace = "tenant-b"
-	l.UpsertPod(p)
-	own := draClaim("p")
-	own.Namespace = "tenant-b"
-	l.UpsertClaim(own)
-	req := draRequest(l, p)
-	req.Required = true
-	res := l.Filter(req, []string{"a"}, true)
+	// requiredIn is a GPU Pod of d1 in ns, with its unallocated claim,
+	// that binds only by taking stock.
+	requiredIn := func(name, ns string) Request {
+		p := draPod(name, "gpu", "d1", "")
+		p.Namespace = ns
+		l.UpsertPod(p)
+		own := draClaim(name)
+		own.Namespace = ns
+		l.UpsertClaim(own)
+		req := draRequest(l, p)
+		req.Required = true
+		return req
+	}
+	res := l.Filter(requiredIn("p", "tenant-b"), []string{"a"}, true)
 	assert.Nil(t, res.Claim, "tenant-b's Pod took tenant-a's placeholder")
 	assert.Empty(t, res.Feasible, "stock Required, and the only placeholder is another namespace's")
 
-	q := draPod("q", "gpu", "d1", "")
-	q.Namespace = "tenant-a"
-	l.UpsertPod(q)
-	mine := draClaim("q")
-	mine.Namespace = "tenant-a"
-	l.UpsertClaim(mine)
-	reqA := draRequest(l, q)
-	reqA.Required = true
-	res = l.Filter(reqA, []string{"a"}, true)
+	res = l.Filter(requiredIn("q", "tenant-a"), []string{"a"}, true)
 	require.NotNil(t, res.Claim, "tenant-a's Pod takes its own stock: %v", res.Failed)
 	assert.Equal(t, "ph", res.Claim.Name)
 }
