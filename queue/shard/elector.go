@@ -307,6 +307,26 @@ func (g gatedLock) write(ctx context.Context, r resourcelock.LeaderElectionRecor
 	return nil
 }
 
+// runFenced runs run with a fence beside it: once fence fires, fenced is
+// told and cancel stops runCtx at once. It returns when run has returned and
+// the fence has stopped, true if the fence fired.
+func runFenced(runCtx context.Context, cancel context.CancelFunc, cfg Config, fenced func(), run func(), writes ...*stamp) bool {
+	var fired atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if fence(runCtx, cfg, writes...) {
+			fired.Store(true)
+			fenced()
+			cancel()
+		}
+	}()
+	run()
+	cancel()
+	<-done
+	return fired.Load()
+}
+
 // fence returns true once one of the writes (a shard's Lease: its slot's
 // renewed; this replica's members entry) has not succeeded for
 // RenewDeadline since it last started, false when ctx ends first. The run
@@ -385,31 +405,23 @@ func (e *Elector) follow(ctx context.Context, s int, sl *slot, membersAt *stamp,
 					// The lost-Lease path stops the run at once, before
 					// anyone else may take the shard; the voluntary one
 					// (cancel by want) drains under a renewed Lease.
-					var fenced atomic.Bool
-					fenceDone := make(chan struct{})
-					go func() {
-						defer close(fenceDone)
-						if fence(runCtx, e.cfg, &sl.renewed, membersAt) {
-							fenced.Store(true)
-							log.Error("neither the shard Lease nor the members entry written within the renew deadline: stopped dispatching at once", "shard", s,
-								"renewDeadline", e.cfg.RenewDeadline, "leaseRenewed", sl.renewed.get(), "membersWritten", membersAt.get())
-							cancel()
+					fenced := runFenced(runCtx, cancel, e.cfg, func() {
+						log.Error("neither the shard Lease nor the members entry written within the renew deadline: stopped dispatching at once", "shard", s,
+							"renewDeadline", e.cfg.RenewDeadline, "leaseRenewed", sl.renewed.get(), "membersWritten", membersAt.get())
+					}, func() {
+						log.Info("running shard", "shard", s)
+						gauge := e.running.WithLabelValues(strconv.Itoa(s))
+						gauge.Set(1)
+						if err := e.cfg.Run(runCtx, s); err != nil {
+							log.Error("shard run failed", "shard", s, "err", err)
 						}
-					}()
-					log.Info("running shard", "shard", s)
-					gauge := e.running.WithLabelValues(strconv.Itoa(s))
-					gauge.Set(1)
-					if err := e.cfg.Run(runCtx, s); err != nil {
-						log.Error("shard run failed", "shard", s, "err", err)
-					}
-					gauge.Set(0)
-					cancel()
-					<-fenceDone
+						gauge.Set(0)
+					}, &sl.renewed, membersAt)
 					sl.mu.Lock()
 					stillWanted := sl.wanted && sl.stopRun != nil
 					sl.stopRun = nil
 					sl.mu.Unlock()
-					if (leadCtx.Err() != nil || fenced.Load()) && stillWanted && ctx.Err() == nil {
+					if (leadCtx.Err() != nil || fenced) && stillWanted && ctx.Err() == nil {
 						select {
 						case lost <- s:
 						default: // Start has a loss to report already

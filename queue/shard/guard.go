@@ -100,20 +100,14 @@ func (g *Guard) Start(ctx context.Context) error {
 				cancel := stopRun
 				go func() {
 					defer close(done)
-					fenceDone := make(chan struct{})
-					go func() {
-						defer close(fenceDone)
-						if fence(runCtx, g.cfg, &membersAt) {
-							fenced.Store(true)
-							log.Error("members entry not written within the renew deadline: stopped the activator at once", "renewDeadline", g.cfg.RenewDeadline)
-							cancel()
+					runFenced(runCtx, cancel, g.cfg, func() {
+						fenced.Store(true)
+						log.Error("members entry not written within the renew deadline: stopped the activator at once", "renewDeadline", g.cfg.RenewDeadline)
+					}, func() {
+						if err := g.cfg.Run(runCtx, 0); err != nil {
+							log.Error("activator failed", "err", err)
 						}
-					}()
-					if err := g.cfg.Run(runCtx, 0); err != nil {
-						log.Error("activator failed", "err", err)
-					}
-					cancel()
-					<-fenceDone
+					}, &membersAt)
 				}()
 			}
 		}
