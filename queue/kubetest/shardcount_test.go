@@ -113,7 +113,9 @@ func watchOwnership(ctx context.Context, t *testing.T, leaseNS string, o *owners
 		for ev := range w.ResultChan() {
 			l, ok := ev.Object.(*coordv1.Lease)
 			if !ok {
-				if !stopping.Load() {
+				// An error event after the stop, or once ctx ended (the
+				// stream is cut then), is the end of the watch, not a failure.
+				if !stopping.Load() && ctx.Err() == nil {
 					t.Errorf("Lease watch: %v", ev.Object)
 				}
 				return
@@ -124,6 +126,13 @@ func watchOwnership(ctx context.Context, t *testing.T, leaseNS string, o *owners
 			rvMu.Unlock()
 		}
 	}()
+	// The goroutine never outlives the test (it reported into a finished
+	// test once: "Fail in goroutine after … has completed").
+	t.Cleanup(func() {
+		stopping.Store(true)
+		w.Stop()
+		<-done
+	})
 	return func() {
 		// The barrier: a write made now (a marker Lease) has come through
 		// the watch, so every write before it has.
