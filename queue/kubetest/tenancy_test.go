@@ -43,6 +43,10 @@ type tenants struct {
 
 	mu       sync.Mutex
 	kubelets map[string]*sidecartest.Kubelet // by namespace
+	// own is every Pod of a namespace's "workers" Deployment its kubelet
+	// ever saw: the autoscaler adds Pods while the test runs, so a list
+	// taken at one moment would miss the later ones.
+	own map[string]map[string]bool
 }
 
 func deployment(ns, name, poolName string, replicas int32) *appsv1.Deployment {
@@ -72,17 +76,35 @@ func (tn *tenants) kubelet(ns string) {
 		Config: func(*corev1.Pod) (sidecartest.Config, error) {
 			return sidecartest.Config{NATSURL: tn.natsURL, Namespace: claim, Pool: tn.pool, Concurrency: 4, Heartbeat: 200 * time.Millisecond, Log: tn.log}, nil
 		},
+		OnPod: func(pod *corev1.Pod) {
+			if pod.Labels["app"] != "workers" {
+				return
+			}
+			tn.mu.Lock()
+			defer tn.mu.Unlock()
+			tn.own[ns][pod.Name] = true
+		},
 		OnError: func(err error) { tn.t.Log(err) }}
 	tn.mu.Lock()
 	if tn.kubelets == nil {
 		tn.kubelets = map[string]*sidecartest.Kubelet{}
+		tn.own = map[string]map[string]bool{}
 	}
 	tn.kubelets[ns] = k
+	tn.own[ns] = map[string]bool{}
 	tn.mu.Unlock()
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); k.Run(ctx) }()
 	tn.t.Cleanup(func() { stop(); <-done })
+}
+
+// owns reports whether Pod name was ever one of the "workers"
+// Deployment's in namespace ns.
+func (tn *tenants) owns(ns, name string) bool {
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	return tn.own[ns][name]
 }
 
 // running reports whether the worker of Pod namespace/name runs.
@@ -149,7 +171,6 @@ func TestTenantPoolsAreTheirOwn(t *testing.T) {
 
 	// Barrier: the intruder and the liar run their workers, and both
 	// tenants' own workers are ready.
-	ownPods := map[string]map[string]bool{}
 	require.Eventually(t, func() bool {
 		for _, n := range []string{a, b} {
 			code, body := tn.do("GET", "/v1/namespaces/"+n+"/pools/"+tn.pool, nil)
@@ -166,14 +187,6 @@ func TestTenantPoolsAreTheirOwn(t *testing.T) {
 		}
 		return tn.running(a + "/intruder")
 	}, 60*time.Second, 100*time.Millisecond, "tenant workers ready, intruder and liar running")
-	for _, n := range []string{a, b} {
-		pods, err := env.Client().CoreV1().Pods(n).List(ctx, metav1.ListOptions{LabelSelector: "app=workers"})
-		require.NoError(t, err)
-		ownPods[n] = map[string]bool{}
-		for _, p := range pods.Items {
-			ownPods[n][p.Name] = true
-		}
-	}
 
 	// The same IDs in both namespaces: two invocations each.
 	const n = 12
@@ -195,11 +208,11 @@ func TestTenantPoolsAreTheirOwn(t *testing.T) {
 			}, 30*time.Second, 50*time.Millisecond, "%s/%s finishes", ns, id)
 			assert.Equal(t, messages.StateSucceeded, rec.State, "%s/%s", ns, id)
 			assert.Equal(t, ns, rec.Namespace)
-			assert.True(t, ownPods[ns][rec.Worker], "%s/%s ran on %q, not on a Pod of the namespace's Deployment %v", ns, id, rec.Worker, ownPods[ns])
+			assert.True(t, tn.owns(ns, rec.Worker), "%s/%s ran on %q, not on a Pod of the namespace's Deployment", ns, id, rec.Worker)
 			require.NotNil(t, rec.Response)
 			assert.JSONEq(t, fmt.Sprintf(`{"tenant":%q}`, ns), string(rec.Response.Body), "%s/%s got its own payload", ns, id)
 			for _, w := range tn.log.Runs(id) {
-				assert.True(t, ownPods[a][w] || ownPods[b][w], "%s ran on %s, neither tenant's own worker", id, w)
+				assert.True(t, tn.owns(a, w) || tn.owns(b, w), "%s ran on %s, neither tenant's own worker", id, w)
 			}
 		}
 	}
