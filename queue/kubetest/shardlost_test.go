@@ -181,8 +181,12 @@ func TestShardLostLeaseStopsDispatching(t *testing.T) {
 	}
 	t.Logf("r0 renewed at +0, its last dispatch started at %s and ended at %s, r1 acquired at %s (renew deadline %s, lease %s); %d invocations",
 		lastStart.Sub(renewed), lastEnd.Sub(renewed), acquired.Sub(renewed), renewDeadline, shardLeaseDuration, sent.Load())
-	// The margin: a dispatch already under way when the fence fired.
-	assert.Less(t, lastStart.Sub(renewed), renewDeadline+300*time.Millisecond, "r0 stopped dispatching within the renew deadline of its last renewal")
+	// The margin, half of what is left of the Lease after the renew
+	// deadline: a dispatch already under way when the fence fired, and the
+	// fence's timer firing late on a loaded machine (CI runs at load 10+).
+	// The code before the fence dispatched until +4.5 s, past it.
+	margin := (shardLeaseDuration - renewDeadline) / 2
+	assert.Less(t, lastStart.Sub(renewed), renewDeadline+margin, "r0 stopped dispatching within the renew deadline of its last renewal")
 	assert.True(t, lastEnd.Before(acquired), "r0's last dispatch (ended %s) before r1 took the shard (%s)", lastEnd, acquired)
 	assert.GreaterOrEqual(t, acquired.Sub(renewed), shardLeaseDuration, "r1 took the Lease a Lease duration after r0's last renewal at the earliest")
 }
