@@ -106,8 +106,11 @@ func watchOwnership(ctx context.Context, t *testing.T, leaseNS string, o *owners
 	require.NoError(t, err)
 	done := make(chan struct{})
 	var stopping atomic.Bool // w.Stop may end the stream with an error event
-	var lastRV string
-	var rvMu sync.Mutex
+	// Names of the Leases the watch delivered: the barrier below waits for
+	// its marker's name. (Comparing the last delivered resourceVersion with
+	// the marker's failed when a renewal came through right after it.)
+	delivered := map[string]bool{}
+	var deliveredMu sync.Mutex
 	go func() {
 		defer close(done)
 		for ev := range w.ResultChan() {
@@ -121,9 +124,9 @@ func watchOwnership(ctx context.Context, t *testing.T, leaseNS string, o *owners
 				return
 			}
 			o.observe(l, ev.Type == watch.Deleted)
-			rvMu.Lock()
-			lastRV = l.ResourceVersion
-			rvMu.Unlock()
+			deliveredMu.Lock()
+			delivered[l.Name] = true
+			deliveredMu.Unlock()
 		}
 	}()
 	// The goroutine never outlives the test (it reported into a finished
@@ -139,9 +142,9 @@ func watchOwnership(ctx context.Context, t *testing.T, leaseNS string, o *owners
 		marker, err := leases.Create(ctx, &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{GenerateName: "marker-", Namespace: leaseNS}}, metav1.CreateOptions{})
 		require.NoError(t, err)
 		require.Eventually(t, func() bool {
-			rvMu.Lock()
-			defer rvMu.Unlock()
-			return lastRV == marker.ResourceVersion
+			deliveredMu.Lock()
+			defer deliveredMu.Unlock()
+			return delivered[marker.Name]
 		}, 30*time.Second, 50*time.Millisecond, "the watch delivers the marker")
 		stopping.Store(true)
 		w.Stop()
