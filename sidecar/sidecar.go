@@ -63,7 +63,7 @@ type Sidecar struct {
 	// obs is the pool's Object Store bucket, once opened (objects.go).
 	obs atomic.Pointer[jetstream.ObjectStore]
 	// progress is how often a running dispatch gets an in-progress ack
-	// (set before the pullers start).
+	// (set before the fetcher starts).
 	progress time.Duration
 
 	ready atomic.Bool // framework healthy (last probe)
@@ -644,7 +644,7 @@ func (s *Sidecar) resultOf(callCtx context.Context, d messages.Dispatch, started
 // handBackLoop runs while a draining worker's invocations finish (until
 // done closes): it keeps pulling its dispatch consumer and hands back every
 // dispatch it has not started — one the activator sent before it saw the
-// drain, or one a puller brought in too late — so another worker runs it
+// drain, or one a pull brought in too late — so another worker runs it
 // now, not after this worker's running invocations end.
 func (s *Sidecar) handBackLoop(done <-chan struct{}, cons jetstream.Consumer) {
 	wait := min(s.cfg.FetchWait, 250*time.Millisecond)
