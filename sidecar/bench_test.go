@@ -111,3 +111,35 @@ func dispatchToReply(b *testing.B, useTLS, journal bool) {
 		})
 	}
 }
+
+// BenchmarkIdleWorker is what an idle worker of concurrency 64 costs NATS,
+// with the default fetch wait and heartbeat interval: the messages the
+// server takes in and sends out per second (its pull requests and their
+// expiries, its heartbeats). One op is one second idle: run it with
+// -benchtime 10x.
+func BenchmarkIdleWorker(b *testing.B) {
+	e := newEnv(b)
+	sock := socketPath(b)
+	serveFramework(b, sock, framework.Echo(framework.EchoOptions{}))
+	cfg := e.config("idle", sock)
+	cfg.Concurrency, cfg.FetchWait, cfg.HeartbeatInterval = 64, DefaultFetchWait, DefaultHeartbeatInterval
+	s, err := New(cfg)
+	require.NoError(b, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); assert.NoError(b, <-done) }()
+	require.Eventually(b, func() bool { return s.ready.Load() && s.consumer.Load() != nil }, waitFor, 10*time.Millisecond, "sidecar ready")
+	time.Sleep(cfg.FetchWait) // past the start's first pulls
+	msgs := func() int64 {
+		v, err := e.srv.Varz(nil)
+		require.NoError(b, err)
+		return v.InMsgs + v.OutMsgs
+	}
+	b.ResetTimer()
+	before, t0 := msgs(), time.Now()
+	for range b.N {
+		time.Sleep(time.Second)
+	}
+	b.ReportMetric(float64(msgs()-before)/time.Since(t0).Seconds(), "nats-msgs/s")
+}

@@ -63,7 +63,7 @@ type Sidecar struct {
 	// obs is the pool's Object Store bucket, once opened (objects.go).
 	obs atomic.Pointer[jetstream.ObjectStore]
 	// progress is how often a running dispatch gets an in-progress ack
-	// (set before the pullers start).
+	// (set before the fetcher starts).
 	progress time.Duration
 
 	ready atomic.Bool // framework healthy (last probe)
@@ -331,54 +331,6 @@ func (s *Sidecar) unhold(inv string, ex *execution) {
 // progressEvery's, or a third of the configured ack wait before it is known.
 func (s *Sidecar) progressPeriod() time.Duration {
 	return cmp.Or(s.progress, max(s.cfg.AckWait/3, 50*time.Millisecond))
-}
-
-// fetchLoop runs one puller per unit of concurrency until ctx ends: each
-// pulls one dispatch while the framework is ready and runs it. Pulls of
-// different slots overlap, so a slot never waits for another's round trip.
-// A pull already on its way when ctx ends is awaited and a dispatch it
-// brings is handed back (handBack), so it is neither run nor left waiting
-// for the ack wait to expire. The returned channel closes
-// when every puller (and so every invocation) is done.
-func (s *Sidecar) fetchLoop(ctx, invCtx context.Context, cons jetstream.Consumer) <-chan struct{} {
-	var wg sync.WaitGroup
-	for range s.cfg.Concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				if !s.ready.Load() {
-					select {
-					case <-ctx.Done():
-					case <-s.wakeFetch:
-					case <-time.After(s.cfg.ProbeInterval):
-					}
-					continue
-				}
-				msg, err := cons.Next(jetstream.FetchMaxWait(s.cfg.FetchWait))
-				if err != nil {
-					if !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
-						s.log.Warn("fetch dispatch", "err", err)
-						select {
-						case <-ctx.Done():
-						case <-time.After(500 * time.Millisecond):
-						}
-					}
-					continue
-				}
-				if ctx.Err() != nil {
-					// Arrived on a pull made before the drain began: hand it
-					// back instead of taking new work.
-					s.handBack(msg)
-					return
-				}
-				s.handle(invCtx, msg)
-			}
-		}()
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	return done
 }
 
 // handle runs one delivered dispatch to the end: framework call, result,
@@ -692,7 +644,7 @@ func (s *Sidecar) resultOf(callCtx context.Context, d messages.Dispatch, started
 // handBackLoop runs while a draining worker's invocations finish (until
 // done closes): it keeps pulling its dispatch consumer and hands back every
 // dispatch it has not started — one the activator sent before it saw the
-// drain, or one a puller brought in too late — so another worker runs it
+// drain, or one a pull brought in too late — so another worker runs it
 // now, not after this worker's running invocations end.
 func (s *Sidecar) handBackLoop(done <-chan struct{}, cons jetstream.Consumer) {
 	wait := min(s.cfg.FetchWait, 250*time.Millisecond)
