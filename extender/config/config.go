@@ -39,53 +39,41 @@ const (
 type ExtenderConfiguration struct {
 	metav1.TypeMeta `json:",inline"`
 
-	// Namespace holds the catalog ConfigMap, the leader-election Lease and
-	// the reservation Pods (default runplane-system).
+	// Namespace holds the catalog, the Lease and the reservation Pods
+	// (default runplane-system).
 	Namespace string `json:"namespace,omitempty"`
-	// Addr is the HTTPS address of filter, prioritize and bind, and of
-	// /metrics, /healthz and /readyz without metrics.bindAddress (default
-	// 127.0.0.1:8443: in the chart the extender shares the scheduler's Pod,
-	// so loopback reaches that scheduler and nothing else).
+	// Addr serves filter, prioritize and bind over HTTPS (default
+	// 127.0.0.1:8443: loopback, where only the Pod's scheduler calls).
 	Addr string `json:"addr,omitempty"`
-	// Metrics: bindAddress, when set, serves /metrics, /healthz and /readyz
-	// on a second HTTPS listener (the Service and the kubelet's probes
-	// reach it) and addr only the verbs; empty: all on addr. /metrics
-	// answers only scrapers RBAC allows get on /metrics. tlsSecret (with
-	// bindAddress) keeps a CA scrapers verify; none: the verbs'
-	// certificate, which only the Pod's own kube-scheduler can verify.
+	// Metrics: bindAddress serves /metrics and the probes on a listener of
+	// their own (empty: on addr, with the verbs' certificate).
 	Metrics        metricsauth.Settings `json:"metrics"`
 	TLS            TLS                  `json:"tls"`
 	LeaderElection LeaderElection       `json:"leaderElection"`
-	// ManagedResources are the extended resources the runplane-scheduler's
-	// configuration names as the extender's managedResources (the GPU
-	// resource and, for MIG specs, their slices; default nvidia.com/gpu).
-	// Every resource a catalog spec requests must be one of them: the
-	// extender refuses to start otherwise, and a spec a later catalog
-	// change breaks fails its Pods' filter with that error.
+	// ManagedResources are the scheduler configuration's managedResources
+	// (default nvidia.com/gpu); a catalog spec requesting another resource
+	// is refused (catalog.Spec.CheckManaged).
 	ManagedResources []corev1.ResourceName `json:"managedResources,omitempty"`
-	// ClaimTimeout bounds deleting a placeholder and waiting until it is
-	// gone (default 10s).
+	// ClaimTimeout bounds deleting a placeholder until it is gone (10s).
 	ClaimTimeout metav1.Duration `json:"claimTimeout,omitzero"`
-	// ReservationImage runs the reservation Pods that hold a preempting GPU
-	// Pod's room (default the webhook's pause image, api.DefaultPauseImage).
+	// ReservationImage runs preemptors' reservation Pods (default
+	// api.DefaultPauseImage, as the webhook's placeholders).
 	ReservationImage string     `json:"reservationImage,omitempty"`
 	Preemption       Preemption `json:"preemption"`
 	Stock            Stock      `json:"stock"`
-	// PprofAddr, when set, serves net/http/pprof there, with mutex and
-	// block profiles (plain HTTP: keep it on loopback); how the benchmarks
-	// find where binds and scheduling cycles go. Empty: off.
+	// PprofAddr serves net/http/pprof with mutex and block profiles (plain
+	// HTTP: keep it on loopback; empty: off).
 	PprofAddr string `json:"pprofAddr,omitempty"`
 }
 
 // TLS is the verbs' serving certificate.
 type TLS struct {
-	// CertFile and KeyFile, reloaded when the files change (cert-manager
-	// renewing them). Both empty: a fresh CA issues a certificate for Hosts
-	// at start, whose PEM the scheduler configuration must trust.
+	// CertFile and KeyFile are reloaded when they change; both empty: a
+	// fresh CA issues one for Hosts at start.
 	CertFile string `json:"certFile,omitempty"`
 	KeyFile  string `json:"keyFile,omitempty"`
-	// Hosts are the DNS names and IPs of that certificate, and of the one
-	// -write-tls-dir writes (default localhost, 127.0.0.1).
+	// Hosts: names and IPs of that certificate and -write-tls-dir's
+	// (default localhost, 127.0.0.1).
 	Hosts []string `json:"hosts,omitempty"`
 }
 
@@ -101,31 +89,27 @@ type LeaderElection struct {
 	LeaseDuration metav1.Duration `json:"leaseDuration,omitzero"`
 	RenewDeadline metav1.Duration `json:"renewDeadline,omitzero"`
 	RetryPeriod   metav1.Duration `json:"retryPeriod,omitzero"`
-	// FollowLease, namespace/name, replaces the own election when the
-	// extender runs in the runplane-scheduler's Pod: it binds while that
-	// Lease is held by an identity of this host (kube-scheduler's identity
-	// is <hostname>_<uuid>), so the scheduler leader always calls a binding
-	// extender.
+	// FollowLease, namespace/name: bind while an identity of this host
+	// holds the co-located scheduler's Lease (kube-scheduler's is
+	// <hostname>_<uuid>), so the leading scheduler calls a binding extender.
 	FollowLease string `json:"followLease,omitempty"`
 }
 
-// Preemption bounds the evictions of GPU Pods' preemption.
+// Preemption bounds evictions (defaults: ledger.Defaults).
 type Preemption struct {
 	// MaxEvictionsPerPod and MaxEvictionsPerNode cap the Pods evicted for
-	// one GPU Pod and on one node in any minute (default 8 and 16).
+	// one GPU Pod and on one node in any minute.
 	MaxEvictionsPerPod  int `json:"maxEvictionsPerPod,omitempty"`
 	MaxEvictionsPerNode int `json:"maxEvictionsPerNode,omitempty"`
-	// Backoff is how long Pods of other schedulers on a node are spared
-	// once an eviction there did not lead to a bind (default 2m).
+	// Backoff spares other schedulers' Pods on a node after an eviction
+	// there led to no bind.
 	Backoff metav1.Duration `json:"backoff,omitzero"`
 }
 
-// Stock is the stock Deployments whose RunplaneStock status condition the
-// leader keeps current.
+// Stock: the leader keeps the RunplaneStock condition of the stock
+// Deployments in Namespace (empty: none) every StatusPeriod (10s).
 type Stock struct {
-	// Namespace of the stock Deployments (empty: none).
-	Namespace string `json:"namespace,omitempty"`
-	// StatusPeriod is how often the condition is checked (default 10s).
+	Namespace    string          `json:"namespace,omitempty"`
 	StatusPeriod metav1.Duration `json:"statusPeriod,omitzero"`
 }
 
