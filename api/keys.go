@@ -202,6 +202,9 @@ const (
 	SchedulingGateStorage = Prefix + "storage-prepared"
 	// DefaultGPUResource is the extended resource a spec's GPUs are counted in.
 	DefaultGPUResource = "nvidia.com/gpu"
+	// DefaultPauseImage runs stock placeholders (the webhook) and
+	// preemptors' reservation Pods (the extender).
+	DefaultPauseImage = "registry.k8s.io/pause:3.10"
 )
 
 // Serverless defaults shared by the webhook, the queue and the sidecar.

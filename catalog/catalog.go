@@ -229,7 +229,7 @@ func (s Spec) CheckManaged(managed []corev1.ResourceName) error {
 				list[i] = string(m)
 			}
 			return fmt.Errorf("catalog spec %q: resource %s is not managed by the runplane extender (managed: %s); "+
-				"add it to the chart value %s (runplane-extender --managed-resources), or the runplane-scheduler "+
+				"add it to the chart value %s (runplane-extender's managedResources), or the runplane-scheduler "+
 				"places this spec's Pods without checking it", s.Name, res, strings.Join(list, ", "), ManagedResourcesValue)
 		}
 	}

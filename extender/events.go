@@ -61,5 +61,5 @@ func (e *Extender) recordCapped(pod *corev1.Pod, capped string) {
 		what = "the evictions on the node"
 	}
 	e.events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonPreemptionCapped, "Preempt",
-		"Not preempting: %s reached the cap per minute (--max-evictions-per-pod, --max-evictions-per-node); the Pod waits", what)
+		"Not preempting: %s reached the cap per minute (the extender's preemption.maxEvictionsPerPod, maxEvictionsPerNode); the Pod waits", what)
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	goruntime "runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,7 +67,7 @@ type Extender struct {
 	leader      atomic.Bool
 	listener    net.Listener
 	// metricsListener serves /metrics and the probes when
-	// Config.MetricsAddr is set.
+	// Config.Metrics.BindAddress is set.
 	metricsListener net.Listener
 	// events records bind Events (events.go); nil records none.
 	events events.EventRecorder
@@ -75,8 +76,14 @@ type Extender struct {
 	err    error
 }
 
-// Run starts an extender and serves until ctx ends.
+// Run starts an extender and serves until ctx ends (the binary's). With
+// PprofAddr it samples the process's mutex and block profiles too (lock
+// contention in the ledger, waits on the API).
 func Run(ctx context.Context, cfg Config) error {
+	if cfg.PprofAddr != "" {
+		goruntime.SetMutexProfileFraction(100)
+		goruntime.SetBlockProfileRate(int(time.Millisecond))
+	}
 	e, err := Start(ctx, cfg)
 	if err != nil {
 		return err
@@ -104,14 +111,14 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 	if err != nil {
 		return nil, fmt.Errorf("extender: building client: %w", err)
 	}
-	tlsCfg, caPEM, err := cfg.tlsConfig(ctx)
+	tlsCfg, caPEM, err := servingTLS(ctx, cfg.TLS, cfg.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("extender: %w", err)
 	}
 	e := &Extender{
 		cfg: cfg, log: cfg.Logger, client: client, caPEM: caPEM, done: make(chan struct{}),
-		ledger: ledger.New(ledger.Options{ReservationTTL: cfg.ReservationTTL, Clock: cfg.Clock, ReservationNamespace: cfg.Namespace,
-			MaxEvictionsPerPod: cfg.MaxEvictionsPerPod, MaxEvictionsPerNode: cfg.MaxEvictionsPerNode, PreemptBackoff: cfg.PreemptBackoff}),
+		ledger: ledger.New(ledger.Options{Clock: cfg.Clock, ReservationNamespace: cfg.Namespace,
+			MaxEvictionsPerPod: cfg.Preemption.MaxEvictionsPerPod, MaxEvictionsPerNode: cfg.Preemption.MaxEvictionsPerNode, PreemptBackoff: cfg.Preemption.Backoff.Duration}),
 		reserveKick: make(chan struct{}, 1),
 		intents:     intents{clock: cfg.Clock}, deletePod: deletePod(client),
 		preempts: make(chan preemption, preemptQueue),
@@ -119,7 +126,11 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 	}
 	e.metrics = newMetrics(e.ledger)
 	metricsTLS := tlsCfg
-	keeper, err := cfg.MetricsCert.Keeper(client, cfg.Logger)
+	servingCert, err := cfg.Metrics.ServingCert()
+	if err != nil {
+		return nil, fmt.Errorf("extender: %w", err)
+	}
+	keeper, err := servingCert.Keeper(client, cfg.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("extender: %w", err)
 	}
@@ -145,13 +156,13 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:        "0",
 		PprofBindAddress:              cfg.PprofAddr,
-		LeaderElection:                cfg.LeaderElection,
-		LeaderElectionID:              cfg.LeaseName,
+		LeaderElection:                *cfg.LeaderElection.LeaderElect,
+		LeaderElectionID:              cfg.LeaderElection.ResourceName,
 		LeaderElectionNamespace:       cfg.Namespace,
 		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 &cfg.LeaseDuration,
-		RenewDeadline:                 &cfg.RenewDeadline,
-		RetryPeriod:                   &cfg.RetryPeriod,
+		LeaseDuration:                 &cfg.LeaderElection.LeaseDuration.Duration,
+		RenewDeadline:                 &cfg.LeaderElection.RenewDeadline.Duration,
+		RetryPeriod:                   &cfg.LeaderElection.RetryPeriod.Duration,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("extender: new manager: %w", err)
@@ -180,12 +191,12 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		_ = e.listener.Close()
 		return nil, err
 	}
-	if cfg.MetricsAddr == "" {
+	if cfg.Metrics.BindAddress == "" {
 		e.routeObservability(verbs, metricsHandler)
 	} else {
-		if e.metricsListener, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
+		if e.metricsListener, err = net.Listen("tcp", cfg.Metrics.BindAddress); err != nil {
 			_ = e.listener.Close()
-			return nil, fmt.Errorf("extender: listening on %s: %w", cfg.MetricsAddr, err)
+			return nil, fmt.Errorf("extender: listening on %s: %w", cfg.Metrics.BindAddress, err)
 		}
 		e.routeObservability(observe, metricsHandler)
 		runnables = append(runnables, server("runplane-extender-metrics", observe, e.metricsListener, metricsTLS))
@@ -193,10 +204,10 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 			runnables = append(runnables, keeper)
 		}
 	}
-	if cfg.StockNamespace != "" {
-		runnables = append(runnables, always(func(ctx context.Context) error { return e.stockStatus(ctx, cfg.StockStatusPeriod) }))
+	if cfg.Stock.Namespace != "" {
+		runnables = append(runnables, always(func(ctx context.Context) error { return e.stockStatus(ctx, cfg.Stock.StatusPeriod.Duration) }))
 	}
-	if cfg.FollowLease != "" {
+	if cfg.LeaderElection.FollowLease != "" {
 		follow, err := e.followLease()
 		if err != nil {
 			return nil, err
@@ -245,7 +256,7 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		}
 		return nil, fmt.Errorf("extender: informers (pods, nodes, PodDisruptionBudgets, DRA classes, slices and claims, the followed Lease) did not sync: %w", syncCtx.Err())
 	}
-	e.log.Info("runplane extender serving", "addr", e.listener.Addr().String(), "leaderElection", cfg.LeaderElection, "followLease", cfg.FollowLease)
+	e.log.Info("runplane extender serving", "addr", e.listener.Addr().String(), "leaderElection", *cfg.LeaderElection.LeaderElect, "followLease", cfg.LeaderElection.FollowLease)
 	return e, nil
 }
 
@@ -317,7 +328,7 @@ func (e *Extender) Wait() error {
 func (e *Extender) Addr() string { return e.listener.Addr().String() }
 
 // MetricsAddr is the address of /metrics and the probes: Addr unless
-// Config.MetricsAddr is set.
+// Config.Metrics.BindAddress is set.
 func (e *Extender) MetricsAddr() string {
 	if e.metricsListener == nil {
 		return e.Addr()

@@ -22,10 +22,10 @@ import (
 // selector) wakes a follower, which binds while the Lease says this host's
 // scheduler leads.
 func (e *Extender) followLease() (manager.Runnable, error) {
-	ns, name, _ := strings.Cut(e.cfg.FollowLease, "/")
+	ns, name, _ := strings.Cut(e.cfg.LeaderElection.FollowLease, "/")
 	host, err := os.Hostname()
 	if err != nil {
-		return nil, fmt.Errorf("extender: following Lease %s: %w", e.cfg.FollowLease, err)
+		return nil, fmt.Errorf("extender: following Lease %s: %w", e.cfg.LeaderElection.FollowLease, err)
 	}
 	f := informers.NewSharedInformerFactoryWithOptions(e.client, 0, informers.WithNamespace(ns),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {

@@ -424,7 +424,7 @@ func (e *Extender) bind(ctx context.Context, pod *corev1.Pod, node string) error
 	phDeleted, took := false, false
 	ok := false
 	defer func() { e.ledger.EndBind(pod.UID, ok, phDeleted) }()
-	claimCtx, cancel := context.WithTimeout(ctx, e.cfg.ClaimTimeout)
+	claimCtx, cancel := context.WithTimeout(ctx, e.cfg.ClaimTimeout.Duration)
 	defer cancel()
 	if ph != nil && !ph.Reservation {
 		if phDeleted, took, err = e.claim(claimCtx, pod, ph); err != nil {

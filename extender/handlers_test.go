@@ -43,7 +43,7 @@ func testExtender(t testing.TB, leader bool, pods ...*corev1.Pod) *Extender {
 	// The fake client holds pods and absorbs the claim-intent patches filter starts.
 	e := &Extender{ledger: l, catalog: catalog.NewStaticStore(c), metrics: newMetrics(l), client: fake.NewClientset(objects(pods)...),
 		log: slog.New(slog.NewTextHandler(io.Discard, nil)), intents: intents{clock: clock.RealClock{}}}
-	e.cfg.ClaimTimeout = 10 * time.Second
+	e.cfg.ClaimTimeout.Duration = 10 * time.Second
 	e.cfg.ManagedResources = []corev1.ResourceName{api.DefaultGPUResource}
 	e.leader.Store(leader)
 	e.deletePod = func(ctx context.Context, ns, name string, opts *metav1.DeleteOptions) (runtime.Object, error) {

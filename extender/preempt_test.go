@@ -64,7 +64,7 @@ func TestReservationBeforeEviction(t *testing.T) {
 	high.Spec.PriorityClassName = api.PriorityClassWorkloadHigh
 	high.Spec.Tolerations = []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpExists}}
 	e := testExtender(t, true, victim, high)
-	e.cfg.Namespace, e.cfg.ReservationImage = api.DefaultNamespace, DefaultReservationImage
+	e.cfg.Namespace, e.cfg.ReservationImage = api.DefaultNamespace, api.DefaultPauseImage
 	e.preempts, e.reserveKick = make(chan preemption, 4), make(chan struct{}, 1)
 	e.ledger.UpsertNode(node("n", 1))
 	e.ledger.UpsertPod(victim)

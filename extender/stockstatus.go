@@ -20,7 +20,7 @@ import (
 
 // StockConditionType is the condition the extender keeps in the status of
 // every stock Deployment (label runplane.io/stock: <spec>) of
-// Config.StockNamespace: `kubectl get deploy -l runplane.io/stock` lists
+// Config.Stock.Namespace: `kubectl get deploy -l runplane.io/stock` lists
 // them, `kubectl describe` shows the condition; its message counts the
 // spec's placeholders as the ledger sees them. Status True while at least
 // one is available to take.
@@ -73,14 +73,14 @@ func (e *Extender) stockStatus(ctx context.Context, period time.Duration) error 
 			return
 		}
 		if err := e.writeStockStatus(ctx, written); err != nil {
-			e.log.Warn("stock status", "namespace", e.cfg.StockNamespace, "err", err)
+			e.log.Warn("stock status", "namespace", e.cfg.Stock.Namespace, "err", err)
 		}
 	}, period)
 	return nil
 }
 
 func (e *Extender) writeStockStatus(ctx context.Context, written map[types.UID]string) error {
-	deps, err := e.client.AppsV1().Deployments(e.cfg.StockNamespace).List(ctx, metav1.ListOptions{LabelSelector: api.LabelStock})
+	deps, err := e.client.AppsV1().Deployments(e.cfg.Stock.Namespace).List(ctx, metav1.ListOptions{LabelSelector: api.LabelStock})
 	if err != nil {
 		return fmt.Errorf("listing stock Deployments: %w", err)
 	}

@@ -25,7 +25,7 @@ func TestStockStatus(t *testing.T) {
 	other := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "stock", Name: "web", UID: "d2"}}
 	cs := fake.NewClientset(dep, other)
 	e.client = cs
-	e.cfg.StockNamespace = "stock"
+	e.cfg.Stock.Namespace = "stock"
 	e.cfg.Clock = clocktesting.NewFakeClock(time.Date(2026, 11, 23, 20, 0, 0, 0, time.UTC))
 	e.ledger.UpsertNode(node("n1", 2))
 	e.ledger.UpsertNode(node("n2", 2))

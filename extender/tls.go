@@ -5,10 +5,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/runplane/runplane/extender/config"
 	"github.com/runplane/runplane/internal/pki"
 )
 
@@ -82,14 +84,14 @@ func certExpiry(cfg *tls.Config) float64 {
 	return float64(leaf.NotAfter.Unix())
 }
 
-// tlsConfig is the serving configuration and the PEM the scheduler must
+// servingTLS is the serving configuration and the PEM the scheduler must
 // trust: the generated CA, or the certificate file as it was at startup.
 // Certificate files are followed until ctx ends, so a rotated certificate
 // is served without a restart.
-func (c *Config) tlsConfig(ctx context.Context) (*tls.Config, []byte, error) {
+func servingTLS(ctx context.Context, t config.TLS, log *slog.Logger) (*tls.Config, []byte, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if c.CertFile == "" {
-		caPEM, certPEM, keyPEM, err := selfSigned(c.TLSHosts)
+	if t.CertFile == "" {
+		caPEM, certPEM, keyPEM, err := selfSigned(t.Hosts)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -100,17 +102,17 @@ func (c *Config) tlsConfig(ctx context.Context) (*tls.Config, []byte, error) {
 		cfg.Certificates = []tls.Certificate{pair}
 		return cfg, caPEM, nil
 	}
-	w, err := pki.WatchFiles(c.CertFile, c.KeyFile, nil)
+	w, err := pki.WatchFiles(t.CertFile, t.KeyFile, nil)
 	if err != nil {
 		return nil, nil, err
 	}
-	certPEM, err := os.ReadFile(c.CertFile)
+	certPEM, err := os.ReadFile(t.CertFile)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading certFile: %w", err)
 	}
 	go func() {
 		if err := w.Start(ctx); err != nil {
-			c.Logger.Error("watching the serving certificate", "certFile", c.CertFile, "error", err)
+			log.Error("watching the serving certificate", "certFile", t.CertFile, "error", err)
 		}
 	}()
 	cfg.GetCertificate = w.GetCertificate

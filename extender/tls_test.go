@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/runplane/runplane/extender/config"
 )
 
 // servedCert handshakes with a listener serving cfg and returns the
@@ -38,8 +40,7 @@ func servedCert(t *testing.T, cfg *tls.Config, trusted []byte) *x509.Certificate
 }
 
 func TestTLSSelfSigned(t *testing.T) {
-	c := Config{TLSHosts: []string{"localhost", "127.0.0.1"}}
-	cfg, caPEM, err := c.tlsConfig(context.Background())
+	cfg, caPEM, err := servingTLS(context.Background(), config.TLS{Hosts: []string{"localhost", "127.0.0.1"}}, slog.Default())
 	require.NoError(t, err)
 	leaf := servedCert(t, cfg, caPEM)
 	require.Equal(t, []string{"localhost"}, leaf.DNSNames)
@@ -49,12 +50,12 @@ func TestTLSSelfSigned(t *testing.T) {
 // renewing it) is served without a restart.
 func TestTLSCertFilesRotate(t *testing.T) {
 	dir := t.TempDir()
-	c := Config{CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key"), Logger: slog.Default()}
+	c := config.TLS{CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key")}
 	caPEM, err := WriteSelfSignedCert(c.CertFile, c.KeyFile, []string{"127.0.0.1"})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	cfg, _, err := c.tlsConfig(ctx)
+	cfg, _, err := servingTLS(ctx, c, slog.Default())
 	require.NoError(t, err)
 	first := servedCert(t, cfg, caPEM)
 
@@ -80,14 +81,13 @@ func TestWriteSelfSignedDir(t *testing.T) {
 	require.NoError(t, WriteSelfSignedDir(dir, []string{"localhost", "127.0.0.1"}))
 	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
 	require.NoError(t, err)
-	c := Config{CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key"), Logger: slog.New(slog.DiscardHandler)}
-	cfg, _, err := c.tlsConfig(t.Context())
+	cfg, _, err := servingTLS(t.Context(), config.TLS{CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key")}, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	leaf := servedCert(t, cfg, caPEM)
 	require.Equal(t, float64(leaf.NotAfter.Unix()), certExpiry(cfg))
 	require.WithinDuration(t, time.Now().Add(selfSignedValidity), leaf.NotAfter, time.Hour)
 
-	self, _, err := (&Config{TLSHosts: []string{"127.0.0.1"}}).tlsConfig(t.Context())
+	self, _, err := servingTLS(t.Context(), config.TLS{Hosts: []string{"127.0.0.1"}}, slog.Default())
 	require.NoError(t, err)
 	require.NotZero(t, certExpiry(self))
 	require.Zero(t, certExpiry(&tls.Config{}))
@@ -97,8 +97,7 @@ func TestWriteSelfSignedDir(t *testing.T) {
 // kube-scheduler's does), so concurrent binds share one connection; the
 // metrics listener stays on HTTP/1.1.
 func TestVerbsServeHTTP2(t *testing.T) {
-	c := Config{TLSHosts: []string{"127.0.0.1"}}
-	cfg, caPEM, err := c.tlsConfig(t.Context())
+	cfg, caPEM, err := servingTLS(t.Context(), config.TLS{Hosts: []string{"127.0.0.1"}}, slog.Default())
 	require.NoError(t, err)
 	pool := x509.NewCertPool()
 	require.True(t, pool.AppendCertsFromPEM(caPEM))

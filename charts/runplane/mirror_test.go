@@ -30,6 +30,7 @@ import (
 	"github.com/runplane/runplane/catalog"
 	cconfig "github.com/runplane/runplane/controllers/config"
 	"github.com/runplane/runplane/extender"
+	econfig "github.com/runplane/runplane/extender/config"
 	"github.com/runplane/runplane/extender/profile"
 	"github.com/runplane/runplane/internal/bootstrapsecret"
 	"github.com/runplane/runplane/internal/natssync"
@@ -332,10 +333,9 @@ var flagLine = regexp.MustCompile(`(?m)^\s+(?:-[A-Za-z], )?--?([A-Za-z0-9][-A-Za
 
 // TestContainerFlagsExist: every flag the chart passes to a runplane binary
 // or to kube-scheduler is one that binary defines (read from its -h), so the
-// chart and the mains cannot drift apart silently. The queue, the webhook
-// and the controller take only --config and the log flags (their settings
-// are compared as structures: Test*ConfigurationIsDefault); the extender
-// and kube-scheduler still take flags.
+// chart and the mains cannot drift apart silently. runplane's binaries
+// take only --config and the log flags (their settings are compared as
+// structures: Test*ConfigurationIsDefault); kube-scheduler takes flags.
 func TestContainerFlagsExist(t *testing.T) {
 	needHelm(t)
 	if testing.Short() {
@@ -543,21 +543,30 @@ func TestDashboardSeparatesTenants(t *testing.T) {
 // the Pods (the checksum annotation is the file's).
 func configFile(t *testing.T, objs []object, name string) []byte {
 	t.Helper()
+	return mountedConfig(t, objs, name, name, 0, "checksum/config")
+}
+
+// mountedConfig is the configuration file of ConfigMap name, read by
+// container ctr of Deployment dep with --config, whose Pods restart on the
+// annotation checksum when it changes.
+func mountedConfig(t *testing.T, objs []object, name, dep string, ctr int, checksum string) []byte {
+	t.Helper()
 	var cm corev1.ConfigMap
 	find(t, objs, "ConfigMap", name).into(t, &cm)
-	var dep appsv1.Deployment
-	find(t, objs, "Deployment", name).into(t, &dep)
+	var d appsv1.Deployment
+	find(t, objs, "Deployment", dep).into(t, &d)
+	c := d.Spec.Template.Spec.Containers[ctr]
 	var mount string
-	for _, m := range dep.Spec.Template.Spec.Containers[0].VolumeMounts {
-		for _, v := range dep.Spec.Template.Spec.Volumes {
+	for _, m := range c.VolumeMounts {
+		for _, v := range d.Spec.Template.Spec.Volumes {
 			if v.Name == m.Name && v.ConfigMap != nil && v.ConfigMap.Name == cm.Name {
 				mount = m.MountPath
 			}
 		}
 	}
-	require.Contains(t, dep.Spec.Template.Spec.Containers[0].Args, "--config="+mount+"/config.yaml", "%s reads the ConfigMap's file", name)
+	require.Contains(t, c.Args, "--config="+mount+"/config.yaml", "%s container %s reads the ConfigMap %s's file", dep, c.Name, name)
 	sum := sha256.Sum256([]byte(strings.TrimSuffix(cm.Data["config.yaml"], "\n")))
-	require.Equal(t, hex.EncodeToString(sum[:])[:16], dep.Spec.Template.Annotations["checksum/config"], "%s restarts when its configuration changes", name)
+	require.Equal(t, hex.EncodeToString(sum[:])[:16], d.Spec.Template.Annotations[checksum], "%s restarts when its configuration %s changes", dep, name)
 	return []byte(cm.Data["config.yaml"])
 }
 
@@ -588,6 +597,17 @@ func controllerConfig(t *testing.T, objs []object) *cconfig.ControllerConfigurat
 	b := configFile(t, objs, "runplane-controller")
 	c, err := cconfig.Decode(b)
 	require.NoError(t, err, "the controller refuses the chart's configuration:\n%s", b)
+	return c
+}
+
+// extenderConfig is the rendered runplane-extender configuration, read by
+// the extender's own loader (extender/config), in the runplane-scheduler
+// Pod's second container.
+func extenderConfig(t *testing.T, objs []object) *econfig.ExtenderConfiguration {
+	t.Helper()
+	b := mountedConfig(t, objs, "runplane-extender", "runplane-scheduler", 1, "checksum/extender-config")
+	c, err := econfig.Decode(b)
+	require.NoError(t, err, "the extender refuses the chart's configuration:\n%s", b)
 	return c
 }
 
@@ -643,6 +663,31 @@ func TestControllerConfigurationIsDefault(t *testing.T) {
 	// What the chart decides.
 	want.Image, want.Metrics, want.Egress.NATS = got.Image, got.Metrics, got.Egress.NATS
 	assert.Equal(t, want, got, "the chart's controller configuration differs from the binary's defaults beyond what the install decides")
+}
+
+// TestExtenderConfigurationIsDefault: every setting the chart renders for
+// the extender, beyond the ones only the install knows (namespace,
+// addresses, certificates, the followed Lease, managed resources, pause
+// image, stock namespace), is the binary's default: Lease timings, claim
+// timeout, preemption bounds. Compared as structures; every render case's
+// file loads, and the init container writes the certificate for its hosts.
+func TestExtenderConfigurationIsDefault(t *testing.T) {
+	needHelm(t)
+	for _, c := range renderCases[1:] {
+		extenderConfig(t, parse(t, mustRender(t, c.args...)))
+	}
+	objs := parse(t, mustRender(t))
+	got := extenderConfig(t, objs)
+	want := econfig.New()
+	// What the chart decides.
+	want.Namespace, want.Addr, want.Metrics, want.TLS = got.Namespace, got.Addr, got.Metrics, got.TLS
+	want.LeaderElection.LeaderElect, want.LeaderElection.FollowLease = got.LeaderElection.LeaderElect, got.LeaderElection.FollowLease
+	want.ManagedResources, want.ReservationImage, want.Stock.Namespace = got.ManagedResources, got.ReservationImage, got.Stock.Namespace
+	assert.Equal(t, want, got, "the chart's extender configuration differs from the binary's defaults beyond what the install decides")
+	var dep appsv1.Deployment
+	find(t, objs, "Deployment", "runplane-scheduler").into(t, &dep)
+	require.Len(t, dep.Spec.Template.Spec.InitContainers, 1)
+	assert.Contains(t, dep.Spec.Template.Spec.InitContainers[0].Args, "--config=/etc/runplane/extender/config.yaml", "the init container writes the certificate for the configuration's tls.hosts")
 }
 
 // indent prefixes every non-empty line of s.

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/rest"
@@ -29,11 +28,10 @@ func TestFollowSchedulerLease(t *testing.T) {
 	h := setup(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	e, err := extender.Start(ctx, extender.Config{
-		RESTConfig: env.RESTConfig(), Namespace: api.DefaultNamespace, Addr: "127.0.0.1:0",
-		FollowLease:      api.DefaultNamespace + "/test-scheduler",
-		ManagedResources: []corev1.ResourceName{api.DefaultGPUResource, migResource}, // the shared catalog's
-	})
+	cfg := extender.Config{RESTConfig: env.RESTConfig()}
+	cfg.Addr, cfg.ManagedResources = "127.0.0.1:0", managed
+	cfg.LeaderElection.FollowLease = api.DefaultNamespace + "/test-scheduler"
+	e, err := extender.Start(ctx, cfg)
 	require.NoError(t, err)
 	require.NotEmpty(t, e.CACert())
 	require.False(t, e.IsLeader(), "binding before the scheduler's Lease exists")
@@ -74,11 +72,9 @@ func TestLeadsOnlyOnceSynced(t *testing.T) {
 	started := make(chan *extender.Extender, 1)
 	leaseName := "sync-test-" + utilrand.String(5)
 	go func() {
-		e, err := extender.Start(ctx, extender.Config{
-			RESTConfig: rc, Namespace: api.DefaultNamespace, Addr: "127.0.0.1:0", Logger: logger,
-			LeaderElection: true, LeaseName: leaseName,
-			ManagedResources: []corev1.ResourceName{api.DefaultGPUResource, migResource}, // the shared catalog's
-		})
+		cfg := extender.Config{RESTConfig: rc, Logger: logger}
+		cfg.Addr, cfg.ManagedResources, cfg.LeaderElection.ResourceName = "127.0.0.1:0", managed, leaseName
+		e, err := extender.Start(ctx, cfg)
 		assert.NoError(t, err)
 		started <- e
 	}()

@@ -30,7 +30,9 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/extender"
+	"github.com/runplane/runplane/extender/config"
 	"github.com/runplane/runplane/extender/profile"
+	"github.com/runplane/runplane/internal/configfile"
 	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/scrape"
 )
@@ -66,14 +68,18 @@ var catalogData = map[string]string{
 // besides nvidia.com/gpu.
 const migResource = "nvidia.com/mig-1g.10gb"
 
+// managed are the resources the harness's extenders manage (the shared
+// catalog's).
+var managed = []corev1.ResourceName{api.DefaultGPUResource, migResource}
+
 // harness is the extender process and the runplane-scheduler, shared by the
 // tests of the package (each test uses its own namespace and nodes).
 type harness struct {
 	client kubernetes.Interface
 	bin    string
 	addr   string
-	cert   string
-	key    string
+	// config is the extender's configuration file.
+	config string
 	https  *http.Client
 	// scrapers: the reader's token reads /metrics.
 	scrapers scrape.Scrapers
@@ -142,9 +148,18 @@ func newHarness() (*harness, error) {
 		return nil, err
 	}
 	h.pprof = "127.0.0.1:" + strconv.Itoa(port)
-	h.cert, h.key = filepath.Join(env.Dir(), "extender.crt"), filepath.Join(env.Dir(), "extender.key")
-	caPEM, err := extender.WriteSelfSignedCert(h.cert, h.key, []string{"127.0.0.1"})
+	ec := config.New()
+	ec.TLS.CertFile, ec.TLS.KeyFile = filepath.Join(env.Dir(), "extender.crt"), filepath.Join(env.Dir(), "extender.key")
+	caPEM, err := extender.WriteSelfSignedCert(ec.TLS.CertFile, ec.TLS.KeyFile, []string{"127.0.0.1"})
 	if err != nil {
+		return nil, err
+	}
+	// The default Lease timings: shorter ones (4s) lost the Lease, and so
+	// the extender, whenever the shared machine was loaded.
+	ec.Addr, ec.PprofAddr, ec.ManagedResources = h.addr, h.pprof, managed
+	ec.Stock.Namespace, ec.Stock.StatusPeriod.Duration = stockStatusNamespace, 500*time.Millisecond
+	h.config = filepath.Join(env.Dir(), "extender.yaml")
+	if err := configfile.WriteFile(h.config, ec); err != nil {
 		return nil, err
 	}
 	pool := x509.NewCertPool()
@@ -179,13 +194,7 @@ func (h *harness) startExtender(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("creating extender log: %w", err)
 	}
-	cmd := exec.Command(h.bin, "--kubeconfig="+env.Kubeconfig(), "--addr="+h.addr,
-		"--tls-cert-file="+h.cert, "--tls-key-file="+h.key, "--namespace="+api.DefaultNamespace,
-		// The default Lease timings: shorter ones (4s) lost the Lease, and
-		// so the extender, whenever the shared machine was loaded.
-		"--leader-elect=true",
-		"--stock-namespace="+stockStatusNamespace, "--stock-status-period=500ms", "--pprof-addr="+h.pprof,
-		"--managed-resources="+api.DefaultGPUResource+","+migResource)
+	cmd := exec.Command(h.bin, "--kubeconfig="+env.Kubeconfig(), "--config="+h.config)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -125,9 +124,9 @@ func TestStartRefusesUnmanagedResource(t *testing.T) {
 		Data: map[string]string{"mig2": "gpu: 0\ncpu: \"2\"\nmemory: 8Gi\nresources: {nvidia.com/mig-2g.20gb: 1}\n"}}
 	_, err := env.Client().CoreV1().ConfigMaps(ns).Create(t.Context(), cm, metav1.CreateOptions{})
 	require.NoError(t, err)
-	_, err = extender.Start(t.Context(), extender.Config{RESTConfig: env.RESTConfig(), Namespace: ns, Addr: "127.0.0.1:0",
-		ManagedResources: []corev1.ResourceName{api.DefaultGPUResource, migResource},
-		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil))})
+	cfg := extender.Config{RESTConfig: env.RESTConfig(), Logger: slog.New(slog.DiscardHandler)}
+	cfg.Namespace, cfg.Addr, cfg.ManagedResources = ns, "127.0.0.1:0", managed
+	_, err = extender.Start(t.Context(), cfg)
 	require.ErrorContains(t, err, `catalog spec "mig2": resource nvidia.com/mig-2g.20gb is not managed by the runplane extender`)
 	require.ErrorContains(t, err, "scheduler.extender.managedResources")
 }

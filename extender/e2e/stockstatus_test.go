@@ -14,7 +14,7 @@ import (
 	"github.com/runplane/runplane/extender"
 )
 
-// stockStatusNamespace is the extender's --stock-namespace in these tests.
+// stockStatusNamespace is the extender's stock.namespace in these tests.
 const stockStatusNamespace = "stock-status"
 
 // The leader keeps the RunplaneStock condition of a stock Deployment (the

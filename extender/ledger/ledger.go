@@ -10,6 +10,7 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -297,35 +298,27 @@ type Ledger struct {
 	dra draBook
 }
 
+// Defaults are the tunings New gives an Options' zero fields; the
+// extender's configuration (extender/config) takes its preemption
+// defaults from here.
+func Defaults() Options {
+	return Options{ReservationTTL: 30 * time.Second, RecoveredTTL: 2 * time.Minute, BoundTTL: 2 * time.Minute,
+		NominationTTL: 2 * time.Minute, Clock: clock.RealClock{}, SchedulerName: api.SchedulerName,
+		PreemptBackoff: 2 * time.Minute, MaxEvictionsPerPod: 8, MaxEvictionsPerNode: 16}
+}
+
 // New returns an empty ledger.
 func New(opts Options) *Ledger {
-	if opts.ReservationTTL <= 0 {
-		opts.ReservationTTL = 30 * time.Second
-	}
-	if opts.RecoveredTTL <= 0 {
-		opts.RecoveredTTL = 2 * time.Minute
-	}
-	if opts.BoundTTL <= 0 {
-		opts.BoundTTL = 2 * time.Minute
-	}
-	if opts.NominationTTL <= 0 {
-		opts.NominationTTL = 2 * time.Minute
-	}
+	def := Defaults()
+	opts.ReservationTTL, opts.RecoveredTTL = cmp.Or(opts.ReservationTTL, def.ReservationTTL), cmp.Or(opts.RecoveredTTL, def.RecoveredTTL)
+	opts.BoundTTL, opts.NominationTTL = cmp.Or(opts.BoundTTL, def.BoundTTL), cmp.Or(opts.NominationTTL, def.NominationTTL)
 	if opts.Clock == nil {
-		opts.Clock = clock.RealClock{}
+		opts.Clock = def.Clock
 	}
-	if opts.SchedulerName == "" {
-		opts.SchedulerName = api.SchedulerName
-	}
-	if opts.PreemptBackoff <= 0 {
-		opts.PreemptBackoff = 2 * time.Minute
-	}
-	if opts.MaxEvictionsPerPod <= 0 {
-		opts.MaxEvictionsPerPod = 8
-	}
-	if opts.MaxEvictionsPerNode <= 0 {
-		opts.MaxEvictionsPerNode = 16
-	}
+	opts.SchedulerName = cmp.Or(opts.SchedulerName, def.SchedulerName)
+	opts.PreemptBackoff = cmp.Or(opts.PreemptBackoff, def.PreemptBackoff)
+	opts.MaxEvictionsPerPod = cmp.Or(opts.MaxEvictionsPerPod, def.MaxEvictionsPerPod)
+	opts.MaxEvictionsPerNode = cmp.Or(opts.MaxEvictionsPerNode, def.MaxEvictionsPerNode)
 	return &Ledger{
 		opts:    opts,
 		nodes:   map[string]*node{},

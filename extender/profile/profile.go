@@ -50,7 +50,7 @@ type Options struct {
 	// slices (chart scheduler.extender.managedResources): the scheduler
 	// sends a Pod to the extender only when it requests a managed
 	// resource. The extender must be told the same list
-	// (--managed-resources) to check the catalog against it.
+	// (its configuration's managedResources) to check the catalog against it.
 	ManagedResources []string
 	// DRA: catalog specs backed by Dynamic Resource Allocation are in use.
 	// Their Pods request devices through ResourceClaims, not a managed

@@ -35,7 +35,7 @@ func TestEveryBinaryFailsInJSON(t *testing.T) {
 		"runplane-accessor":   {nil, 1, "--api-server is required outside a cluster"},
 		"runplane-controller": {[]string{"-config=/nonexistent"}, 2, "ControllerConfiguration: open /nonexistent"},
 		"runplane-copy":       {nil, 2, "--from and --to are required"},
-		"runplane-extender":   {[]string{"-kubeconfig=/nonexistent"}, 2, "kubeconfig (-kubeconfig, $KUBECONFIG or in-cluster)"},
+		"runplane-extender":   {[]string{"-config=/nonexistent"}, 2, "ExtenderConfiguration: open /nonexistent"},
 		"runplane-invoke":     {nil, 1, "-queue-url, -namespace and -pool are required"},
 		"runplane-queue":      {[]string{"-config=/nonexistent"}, 2, "QueueConfiguration: open /nonexistent"},
 		"runplane-sidecar":    {nil, 2, "RUNPLANE_POOL must be set"},

@@ -2,7 +2,6 @@ package metricsauth
 
 import (
 	"crypto/tls"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -25,7 +24,7 @@ type ServingCert struct {
 }
 
 // ParseSecret sets Secret from "namespace/name" ("" leaves none): the
-// value of every component's --metrics-tls-secret flag.
+// metrics.tlsSecret of every component's configuration file.
 func (c *ServingCert) ParseSecret(v string) error {
 	if v == "" {
 		c.Secret = pki.SecretRef{}
@@ -68,21 +67,6 @@ func TLS(k *pki.Keeper, host string) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: k.GetCertificate}
 	http1Only(cfg)
 	return cfg, nil
-}
-
-// AddFlags registers --metrics-tls-secret and --metrics-tls-hosts, the
-// same two flags on every component that serves /metrics to the cluster.
-func (c *ServingCert) AddFlags(fs *flag.FlagSet) {
-	fs.Func("metrics-tls-secret", "namespace/name of a Secret keeping a CA and the /metrics certificate (created when missing, renewed before expiry), which scrapers verify with its ca-bundle.crt; empty: a self-signed certificate nobody can verify", c.ParseSecret)
-	fs.Func("metrics-tls-hosts", "comma-separated DNS names/IPs the --metrics-tls-secret certificate covers (the metrics Service's names)", func(v string) error {
-		c.Hosts = nil
-		for _, h := range strings.Split(v, ",") {
-			if h = strings.TrimSpace(h); h != "" {
-				c.Hosts = append(c.Hosts, h)
-			}
-		}
-		return nil
-	})
 }
 
 // SecretName is the Secret of component's /metrics certificate, as the

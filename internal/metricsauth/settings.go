@@ -36,3 +36,10 @@ func (s Settings) Validate(section string) error {
 	}
 	return nil
 }
+
+// DevSettings is make dev's metrics section of component: DevCert's
+// Secret and hosts, served on bindAddress.
+func DevSettings(namespace, component, bindAddress string) Settings {
+	c := DevCert(namespace, component)
+	return Settings{BindAddress: bindAddress, TLSSecret: c.Secret.Namespace + "/" + c.Secret.Name, TLSHosts: c.Hosts}
+}

@@ -83,9 +83,7 @@ func (s *Stack) startControllers(ctx, runCtx context.Context, o Options) error {
 	cfg := *o.Controllers
 	cfg.RESTConfig, cfg.Egress = s.Cluster.RESTConfig(), s.Egress
 	cfg.Image = cmp.Or(cfg.Image, Image)
-	cfg.Metrics.BindAddress, cfg.HealthAddr = "127.0.0.1:"+strconv.Itoa(port), "0"
-	dev := metricsauth.DevCert(api.DefaultNamespace, "controller")
-	cfg.Metrics.TLSSecret, cfg.Metrics.TLSHosts = dev.Secret.Namespace+"/"+dev.Secret.Name, dev.Hosts
+	cfg.Metrics, cfg.HealthAddr = metricsauth.DevSettings(api.DefaultNamespace, "controller", "127.0.0.1:"+strconv.Itoa(port)), "0"
 	if cfg.LeaderElection.LeaderElect == nil {
 		cfg.LeaderElection.LeaderElect = ptr.To(false) // one in-process instance
 	}
@@ -111,8 +109,10 @@ func (s *Stack) startScheduler(ctx, runCtx context.Context, o Options) error {
 	for _, spec := range specs {
 		dra = dra || spec.IsDRA()
 	}
-	ext, err := extender.Start(runCtx, extender.Config{RESTConfig: s.Cluster.RESTConfig(), Addr: "127.0.0.1:0", Logger: s.Log.With("component", "extender"),
-		MetricsAddr: "127.0.0.1:0", MetricsCert: metricsauth.DevCert(api.DefaultNamespace, "extender")})
+	ec := extender.Config{RESTConfig: s.Cluster.RESTConfig(), Logger: s.Log.With("component", "extender")}
+	ec.Addr, ec.Metrics = "127.0.0.1:0", metricsauth.DevSettings(api.DefaultNamespace, "extender", "127.0.0.1:0")
+	ec.LeaderElection.LeaderElect = ptr.To(false) // one in-process instance
+	ext, err := extender.Start(runCtx, ec)
 	if err != nil {
 		return fmt.Errorf("extender: %w", err)
 	}

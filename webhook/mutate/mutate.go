@@ -125,7 +125,7 @@ func (c Config) AllowedWorkloadPriorityClasses() []string {
 // DefaultConfig returns the defaults of everything but NATSURL and Image.
 func DefaultConfig() Config {
 	return Config{
-		PauseImage:              "registry.k8s.io/pause:3.10",
+		PauseImage:              api.DefaultPauseImage,
 		SubjectPrefix:           api.DefaultSubjectPrefix,
 		StreamName:              api.DefaultStreamName,
 		WorkloadPriorityClasses: []string{api.PriorityClassWorkloadHigh, api.PriorityClassBatch},

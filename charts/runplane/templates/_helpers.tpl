@@ -95,10 +95,13 @@ localhost,127.0.0.1,runplane-extender.{{ .Release.Namespace }}.svc,runplane-exte
 {{/* runplane.metricsSecretName: the Secret of a component's /metrics CA and certificate (dict "component"), which the component keeps (internal/pki) and its ServiceMonitor verifies with. */}}
 {{- define "runplane.metricsSecretName" -}}runplane-{{ .component }}-metrics-tls{{- end -}}
 
-{{/* runplane.metricsTLSArgs: the flags that make a component serve /metrics a certificate of its own Secret's CA for its metrics Service (dict "ctx" "component" "service"). */}}
-{{- define "runplane.metricsTLSArgs" -}}
-- --metrics-tls-secret={{ .ctx.Release.Namespace }}/{{ include "runplane.metricsSecretName" . }}
-- --metrics-tls-hosts={{ .service }}.{{ .ctx.Release.Namespace }}.svc,{{ .service }}.{{ .ctx.Release.Namespace }}.svc.{{ .ctx.Values.clusterDomain }}
+{{/* runplane.metricsSettings: the metrics section of a component's configuration file (internal/metricsauth.Settings): /metrics on port, with a certificate of its own Secret's CA for its metrics Service (dict "ctx" "component" "service" "port"). */}}
+{{- define "runplane.metricsSettings" -}}
+bindAddress: ":{{ .port }}"
+tlsSecret: {{ .ctx.Release.Namespace }}/{{ include "runplane.metricsSecretName" . }}
+tlsHosts:
+  - {{ .service }}.{{ .ctx.Release.Namespace }}.svc
+  - {{ .service }}.{{ .ctx.Release.Namespace }}.svc.{{ .ctx.Values.clusterDomain }}
 {{- end -}}
 
 {{/* runplane.metricsTLSRules: the RBAC rules a component needs to keep its /metrics Secret (dict "component"). */}}

@@ -31,6 +31,7 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/catalog"
 	"github.com/runplane/runplane/extender"
+	econfig "github.com/runplane/runplane/extender/config"
 	"github.com/runplane/runplane/internal/metricsauth"
 	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/e2e/rbac"
@@ -73,26 +74,28 @@ func TestExtender(t *testing.T) {
 	client := env.Client()
 	ns := extenderNS
 
-	// The settings the chart passes (scheduler.yaml, container extender).
-	args := chartArgs(t, "runplane-scheduler", "extender")
-	ext, err := extender.Start(ctx, extender.Config{
-		RESTConfig: rec.As(env.RESTConfig(), releaseNS, "runplane-scheduler"),
-		Namespace:  arg(t, args, "namespace"), Addr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0", TLSHosts: []string{"127.0.0.1"},
-		MetricsCert:    metricsCert(t, args),
-		LeaderElection: arg(t, args, "leader-elect") == "true", FollowLease: arg(t, args, "follow-lease"),
-		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
-		Logger: rec.Logger(),
-	})
+	// The settings the chart installed (the ConfigMap runplane-extender),
+	// read by the extender's own loader.
+	ec, err := econfig.Decode(chartConfigFile(t, "runplane-extender"))
+	require.NoError(t, err)
+	require.NotEmpty(t, ec.LeaderElection.FollowLease, "the chart's extender follows its scheduler's Lease")
+	// The chart keeps the verbs on loopback and serves /metrics and the
+	// probes, and nothing else, on the Pod's interfaces.
+	require.True(t, strings.HasPrefix(ec.Addr, "127.0.0.1:"), "the chart's extender verbs listen on %s", ec.Addr)
+	require.NotEmpty(t, ec.Metrics.BindAddress)
+	metrics, err := ec.Metrics.ServingCert()
+	require.NoError(t, err)
+	cfg := extender.Config{ExtenderConfiguration: *ec, RESTConfig: rec.As(env.RESTConfig(), releaseNS, "runplane-scheduler"), Logger: rec.Logger()}
+	// This process's addresses, and a verbs certificate of its own (the
+	// chart's files are its Pod's).
+	cfg.Addr, cfg.Metrics.BindAddress, cfg.TLS = "127.0.0.1:0", "127.0.0.1:0", econfig.TLS{Hosts: []string{"127.0.0.1"}}
+	ext, err := extender.Start(ctx, cfg)
 	require.NoError(t, err, "extender.Start")
 	t.Cleanup(func() {
 		cancel()
 		assert.NoError(t, ext.Wait(), "extender")
 	})
-	// The chart keeps the verbs on loopback and serves /metrics and the
-	// probes, and nothing else, on the Pod's interfaces.
-	require.True(t, strings.HasPrefix(arg(t, args, "addr"), "127.0.0.1:"), "the chart's extender verbs listen on %s", args["addr"])
-	require.NotEmpty(t, arg(t, args, "metrics-addr"))
-	checkListeners(t, ext, metricsCert(t, args))
+	checkListeners(t, ext, metrics)
 	// /metrics: the extender reviews scrapers as the chart's ServiceAccount,
 	// and the chart's runplane-metrics-reader ClusterRole lets one in.
 	scrapers, err := scrape.New(ctx, env)

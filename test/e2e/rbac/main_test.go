@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -154,31 +153,6 @@ func eventually(t *testing.T, rec *rbac.Recorder, within time.Duration, what str
 	require.NoError(t, err, "waiting %s for %s (last error: %v)", within, what, last)
 }
 
-// chartArgs returns the --flag=value arguments the installed chart gives
-// container of Deployment name, so the in-process components run with the
-// chart's settings rather than copies of them.
-func chartArgs(t *testing.T, name, container string) map[string]string {
-	t.Helper()
-	d, err := env.Client().AppsV1().Deployments(releaseNS).Get(t.Context(), name, metav1.GetOptions{})
-	require.NoError(t, err, "the chart's Deployment %s", name)
-	for _, c := range d.Spec.Template.Spec.Containers {
-		if c.Name != container {
-			continue
-		}
-		args := map[string]string{}
-		for _, a := range c.Args {
-			k, v, ok := strings.Cut(strings.TrimPrefix(a, "--"), "=")
-			if !ok {
-				v = "true"
-			}
-			args[k] = v
-		}
-		return args
-	}
-	require.Failf(t, "no such container", "Deployment %s has no container %s", name, container)
-	return nil
-}
-
 // chartConfigFile is the configuration file the chart installed for a
 // component (the ConfigMap name's config.yaml), so the in-process
 // components run with the chart's settings rather than copies of them.
@@ -195,26 +169,6 @@ func chartQueueConfig(t *testing.T) *config.QueueConfiguration {
 	t.Helper()
 	c, err := config.Decode(chartConfigFile(t, "runplane-queue"))
 	require.NoError(t, err)
-	return c
-}
-
-// arg returns args[key], failing t when the chart does not pass it.
-func arg(t *testing.T, args map[string]string, key string) string {
-	t.Helper()
-	v, ok := args[key]
-	require.True(t, ok, "the chart passes no --%s (args %v)", key, args)
-	return v
-}
-
-// metricsCert is the chart's --metrics-tls-secret and --metrics-tls-hosts,
-// parsed by the flags the binaries register.
-func metricsCert(t *testing.T, args map[string]string) metricsauth.ServingCert {
-	t.Helper()
-	var c metricsauth.ServingCert
-	fs := flag.NewFlagSet("chart", flag.ContinueOnError)
-	c.AddFlags(fs)
-	require.NoError(t, fs.Parse([]string{"--metrics-tls-secret=" + arg(t, args, "metrics-tls-secret"),
-		"--metrics-tls-hosts=" + arg(t, args, "metrics-tls-hosts")}))
 	return c
 }
 

@@ -16,11 +16,7 @@ clusterDomain: {{ .Values.clusterDomain }}
 accessorAllowedNamespaces: {{ . | quote }}
 {{- end }}
 metrics:
-  bindAddress: ":{{ .Values.controller.metricsPort }}"
-  tlsSecret: {{ .Release.Namespace }}/{{ include "runplane.metricsSecretName" (dict "component" "controller") }}
-  tlsHosts:
-    - runplane-controller-metrics.{{ .Release.Namespace }}.svc
-    - runplane-controller-metrics.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}
+  {{- include "runplane.metricsSettings" (dict "ctx" . "component" "controller" "service" "runplane-controller-metrics" "port" .Values.controller.metricsPort) | nindent 2 }}
 healthAddr: ":{{ .Values.controller.healthPort }}"
 leaderElection:
   leaderElect: true

@@ -13,11 +13,7 @@ leaderElection:
   # The activator spread over the replicas (queue/README.md "Sharded activator").
   shards: {{ $q.activatorShards }}
 metrics:
-  bindAddress: ":{{ $q.metricsPort }}"
-  tlsSecret: {{ .Release.Namespace }}/{{ include "runplane.metricsSecretName" (dict "component" "queue") }}
-  tlsHosts:
-    - runplane-queue-metrics.{{ .Release.Namespace }}.svc
-    - runplane-queue-metrics.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}
+  {{- include "runplane.metricsSettings" (dict "ctx" . "component" "queue" "service" "runplane-queue-metrics" "port" $q.metricsPort) | nindent 2 }}
 {{- with .Values.tracing.otlpEndpoint }}
 tracing:
   otlpEndpoint: {{ . | quote }}
