@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,7 @@ import (
 	"github.com/runplane/runplane/internal/pki"
 	"github.com/runplane/runplane/webhook/config"
 	"github.com/runplane/runplane/webhook/mutate"
+	"github.com/runplane/runplane/webhook/podclaims"
 )
 
 // Config configures Run: the settings of runplane-webhook's configuration
@@ -79,7 +81,10 @@ func (c *Config) defaults() error {
 	}
 	if c.GPUPolicy == nil {
 		c.GPUPolicy = DefaultGPUPolicy()
+		c.GPUPolicy.DeviceClasses = c.GPUDeviceClasses
 	}
+	// A Pod may name no claim of a class the policies count as a GPU's.
+	c.GPUDeviceClasses = slices.Concat(c.GPUDeviceClasses, c.GPUPolicy.DeviceClasses)
 	// Every tier GPU Pods may name is kept to GPU Pods, also under a
 	// caller's own GPUPolicy.
 	if len(c.GPUPolicy.WorkloadPriorityClasses) == 0 {
@@ -198,7 +203,8 @@ func Run(ctx context.Context, cfg Config) error {
 	srv := webhook.NewServer(webhook.Options{Host: host, Port: port, WebhookMux: mux, TLSOpts: []func(*tls.Config){func(c *tls.Config) {
 		c.MinVersion, c.GetCertificate = tls.VersionTLS12, getCert
 	}}})
-	hs, err := hooks(mutator, cfg.Namespace, metrics, log)
+	validator := &podValidator{claims: objects, gpuClasses: func() []string { return podclaims.Classes(cfg.GPUDeviceClasses, store.Catalog()) }}
+	hs, err := hooks(mutator, validator, cfg.Namespace, metrics, log)
 	if err != nil {
 		return err
 	}
