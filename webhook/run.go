@@ -1,6 +1,7 @@
 // Package webhook is runplane's admission webhook server, a
 // controller-runtime manager: it mutates labelled Pods (webhook/mutate),
-// checks ephemeral containers and validates claim annotations (webhook/pvc)
+// checks ephemeral containers and the ResourceClaims a Pod names
+// (webhook/podclaims), validates claim annotations (webhook/pvc)
 // behind controller-runtime's webhook server, defines runplane's
 // ValidatingAdmissionPolicies (Policies), keeps its TLS material (internal/pki) and its webhook
 // configuration objects, follows the GPU spec catalog, and serves
