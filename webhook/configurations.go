@@ -49,8 +49,9 @@ type ConfigurationOptions struct {
 // unlabelled Pods never reach the webhook and are admitted even while it is
 // down), one for the storage gate selecting only Pods that mount a claim,
 // one for Pods that reference runplane's credentials (CredentialsCondition);
-// validating entries for claims carrying a runplane annotation and for
-// ephemeral containers. No selector exempts a Pod by a label its creator
+// validating entries for claims carrying a runplane annotation, for Pods
+// naming a ResourceClaim by resourceClaimName (NamesAClaimCondition) and
+// for ephemeral containers. No selector exempts a Pod by a label its creator
 // sets: the feature labels only opt in; the namespace selector uses
 // kubernetes.io/metadata.name, which the API server sets. The
 // Helm chart copies this shape; tests use it as is.
@@ -154,6 +155,22 @@ func Configurations(o ConfigurationOptions) (*admissionregistrationv1.MutatingWe
 					"(oldObject != null && has(oldObject.metadata.annotations) && oldObject.metadata.annotations.exists(k, k.startsWith('" + api.Prefix + "')))",
 			}},
 		}, {
+			// A Pod naming an existing claim by resourceClaimName, whoever
+			// creates it (a Deployment's Pods too): the webhook looks the
+			// claim up and refuses a GPU one. Pods naming none never reach
+			// the webhook.
+			Name:                    "resource-claims.runplane.io",
+			ClientConfig:            client(ValidatePodsPath),
+			Rules:                   podRules,
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			NamespaceSelector:       nsSelector,
+			ObjectSelector:          &metav1.LabelSelector{},
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			TimeoutSeconds:          ptr.To(int32(5)),
+			AdmissionReviewVersions: []string{"v1"},
+			MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: "names-a-claim", Expression: NamesAClaimCondition}},
+		}, {
 			// kubectl debug adds ephemeral containers through this
 			// subresource: every Pod, since an ephemeral container could
 			// reach what the Pod's own containers may not.
@@ -189,6 +206,11 @@ const CredentialsCondition = "object.spec.?volumes.orValue([]).exists(v, " +
 	"(object.spec.?containers.orValue([]) + object.spec.?initContainers.orValue([])).exists(c, " +
 	"c.?env.orValue([]).exists(e, e.?valueFrom.?secretKeyRef.?name.orValue('').startsWith('" + api.ReservedPrefix + "')) || " +
 	"c.?envFrom.orValue([]).exists(f, f.?secretRef.?name.orValue('').startsWith('" + api.ReservedPrefix + "')))"
+
+// NamesAClaimCondition is the CEL condition of the
+// resource-claims.runplane.io entry: the Pod names an existing
+// ResourceClaim by resourceClaimName.
+const NamesAClaimCondition = "object.spec.?resourceClaims.orValue([]).exists(c, c.?resourceClaimName.orValue('') != '')"
 
 // shapeHash hashes the webhooks without their caBundle, which is patched on
 // its own.

@@ -37,10 +37,20 @@ func TestConfigurationsShape(t *testing.T) {
 		require.Equal(t, label, w.ObjectSelector.MatchExpressions[0].Key, w.Name)
 		require.EqualValues(t, "Exists", w.ObjectSelector.MatchExpressions[0].Operator, w.Name)
 	}
-	require.Len(t, v.Webhooks, 2)
+	require.Len(t, v.Webhooks, 3)
 	require.Equal(t, "https://127.0.0.1:9443"+ValidatePVCsPath, *v.Webhooks[0].ClientConfig.URL)
 	require.Len(t, v.Webhooks[0].MatchConditions, 1)
-	eph := v.Webhooks[1]
+	// Every Pod naming a claim by resourceClaimName, by a CEL condition
+	// alone (no label to sidestep), and no other Pod.
+	claims := v.Webhooks[1]
+	require.Equal(t, "resource-claims.runplane.io", claims.Name)
+	require.Equal(t, "https://127.0.0.1:9443"+ValidatePodsPath, *claims.ClientConfig.URL)
+	require.Equal(t, []string{"pods"}, claims.Rules[0].Resources)
+	require.Equal(t, []admissionregistrationv1.OperationType{admissionregistrationv1.Create}, claims.Rules[0].Operations)
+	require.Equal(t, admissionregistrationv1.Fail, *claims.FailurePolicy)
+	require.Empty(t, claims.ObjectSelector.MatchExpressions, "every Pod")
+	require.Equal(t, []admissionregistrationv1.MatchCondition{{Name: "names-a-claim", Expression: NamesAClaimCondition}}, claims.MatchConditions)
+	eph := v.Webhooks[2]
 	require.Equal(t, "https://127.0.0.1:9443"+ValidatePodsPath, *eph.ClientConfig.URL)
 	require.Equal(t, []string{"pods/ephemeralcontainers"}, eph.Rules[0].Resources)
 	require.Equal(t, []admissionregistrationv1.OperationType{admissionregistrationv1.Update}, eph.Rules[0].Operations)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -44,6 +45,13 @@ func testCatalog(t testing.TB) catalog.Catalog {
 type fakePVCs map[string]*corev1.PersistentVolumeClaim
 
 func (f fakePVCs) GetPVC(_ context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error) {
+	return f[namespace+"/"+name], nil
+}
+
+// fakeResourceClaims are DRA claims by namespace/name.
+type fakeResourceClaims map[string]*resourcev1.ResourceClaim
+
+func (f fakeResourceClaims) GetResourceClaim(_ context.Context, namespace, name string) (*resourcev1.ResourceClaim, error) {
 	return f[namespace+"/"+name], nil
 }
 
@@ -117,7 +125,8 @@ func newHandler(t testing.TB, metrics *Metrics) http.Handler {
 		metrics = NewMetrics()
 	}
 	mux := http.NewServeMux()
-	hs, err := hooks(testMutator(t), runplaneNamespace, metrics, slog.New(slog.DiscardHandler))
+	v := &podValidator{claims: fakeResourceClaims{}, gpuClasses: func() []string { return []string{catalog.GPUDeviceClass, catalog.MIGDeviceClass} }}
+	hs, err := hooks(testMutator(t), v, runplaneNamespace, metrics, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	for path, h := range hs {
 		mux.Handle(path, h)

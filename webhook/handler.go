@@ -23,14 +23,14 @@ import (
 	"github.com/runplane/runplane/webhook/pvc"
 )
 
-// hooks are the admission webhooks by path: Pod mutation and claim
-// validation. controller-runtime decodes the reviews and encodes the
-// answers; metrics and log may not be nil.
-func hooks(m *mutate.Mutator, namespace string, metrics *Metrics, log *slog.Logger) (map[string]http.Handler, error) {
+// hooks are the admission webhooks by path: Pod mutation, Pod validation
+// (v) and claim validation. controller-runtime decodes the reviews and
+// encodes the answers; metrics and log may not be nil.
+func hooks(m *mutate.Mutator, v *podValidator, namespace string, metrics *Metrics, log *slog.Logger) (map[string]http.Handler, error) {
 	out := map[string]http.Handler{}
 	for path, h := range map[string]admission.HandlerFunc{
 		MutatePodsPath:   measured("pods", metrics, (&podHandler{mutator: m, namespace: namespace, log: log}).admit),
-		ValidatePodsPath: measured("pods", metrics, validatePod),
+		ValidatePodsPath: measured("pods", metrics, v.validate),
 		ValidatePVCsPath: measured("persistentvolumeclaims", metrics, claimValidator(namespace)),
 	} {
 		hook, err := admission.StandaloneWebhook(&admission.Webhook{Handler: h}, admission.StandaloneOptions{Logger: logr.FromSlogHandler(log.Handler())})

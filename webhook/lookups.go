@@ -5,13 +5,14 @@ import (
 	"errors"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// lookup finds the claims, PriorityClasses and Namespaces admission reads
+// lookup finds the PersistentVolumeClaims, PriorityClasses and Namespaces admission reads
 // (mutate.PVCGetter, PriorityClassGetter, NamespaceGetter) in the manager's
 // cache, and from the API server when the cache has not seen one: an object
 // created just before the Pod that names it must not be mistaken for a
@@ -37,6 +38,21 @@ func get[T any, P interface {
 		return nil, err
 	}
 	return obj, nil
+}
+
+// GetResourceClaim reads the claim from the API server, never the cache:
+// a Pod naming a claim is rare (the webhook entry's matchCondition), and a
+// cache that has not yet seen a claim deleted and made again under the
+// same name (a GPU claim now) would admit from the old one. The webhook
+// caches no claims at all, so it needs no list or watch of them.
+func (l lookup) GetResourceClaim(ctx context.Context, namespace, name string) (*resourcev1.ResourceClaim, error) {
+	var c resourcev1.ResourceClaim
+	if err := l.api.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &c); apierrors.IsNotFound(err) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	return &c, nil
 }
 
 func (l lookup) GetPVC(ctx context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error) {

@@ -1,6 +1,7 @@
 // Package webhook is runplane's admission webhook server, a
 // controller-runtime manager: it mutates labelled Pods (webhook/mutate),
-// checks ephemeral containers and validates claim annotations (webhook/pvc)
+// checks ephemeral containers and the ResourceClaims a Pod names
+// (webhook/podclaims), validates claim annotations (webhook/pvc)
 // behind controller-runtime's webhook server, defines runplane's
 // ValidatingAdmissionPolicies (Policies), keeps its TLS material (internal/pki) and its webhook
 // configuration objects, follows the GPU spec catalog, and serves
@@ -16,6 +17,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -40,6 +42,7 @@ import (
 	"github.com/runplane/runplane/internal/pki"
 	"github.com/runplane/runplane/webhook/config"
 	"github.com/runplane/runplane/webhook/mutate"
+	"github.com/runplane/runplane/webhook/podclaims"
 )
 
 // Config configures Run: the settings of runplane-webhook's configuration
@@ -79,7 +82,10 @@ func (c *Config) defaults() error {
 	}
 	if c.GPUPolicy == nil {
 		c.GPUPolicy = DefaultGPUPolicy()
+		c.GPUPolicy.DeviceClasses = c.GPUDeviceClasses
 	}
+	// A Pod may name no claim of a class the policies count as a GPU's.
+	c.GPUDeviceClasses = slices.Concat(c.GPUDeviceClasses, c.GPUPolicy.DeviceClasses)
 	// Every tier GPU Pods may name is kept to GPU Pods, also under a
 	// caller's own GPUPolicy.
 	if len(c.GPUPolicy.WorkloadPriorityClasses) == 0 {
@@ -198,7 +204,8 @@ func Run(ctx context.Context, cfg Config) error {
 	srv := webhook.NewServer(webhook.Options{Host: host, Port: port, WebhookMux: mux, TLSOpts: []func(*tls.Config){func(c *tls.Config) {
 		c.MinVersion, c.GetCertificate = tls.VersionTLS12, getCert
 	}}})
-	hs, err := hooks(mutator, cfg.Namespace, metrics, log)
+	validator := &podValidator{claims: objects, gpuClasses: func() []string { return podclaims.Classes(cfg.GPUDeviceClasses, store.Catalog()) }}
+	hs, err := hooks(mutator, validator, cfg.Namespace, metrics, log)
 	if err != nil {
 		return err
 	}

@@ -12,19 +12,64 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/runplane/runplane/webhook/mutate"
+	"github.com/runplane/runplane/webhook/podclaims"
 )
 
-// validatePod checks the ephemeral containers an update of the
+// podValidator validates Pods: the ephemeral containers kubectl debug
+// adds, and the claims a created Pod names by resourceClaimName.
+type podValidator struct {
+	// claims looks the named claims up (live: lookup.GetResourceClaim).
+	claims podclaims.ClaimGetter
+	// gpuClasses are the GPU DeviceClasses, the catalog's DRA specs' with
+	// them (podclaims.Classes).
+	gpuClasses func() []string
+}
+
+// validate answers the validating Pod entries: a Pod CREATE
+// (resource-claims.runplane.io) or an update of pods/ephemeralcontainers
+// (ephemeral-containers.runplane.io).
+func (v *podValidator) validate(ctx context.Context, req admission.Request) (admission.Response, []string, string) {
+	switch {
+	case req.Kind.Kind == "Pod" && req.SubResource == "" && req.Operation == admissionv1.Create:
+		return v.validateClaims(ctx, req)
+	case req.Kind.Kind == "Pod" && req.SubResource == "ephemeralcontainers" && req.Operation == admissionv1.Update:
+		return validateEphemeral(req)
+	}
+	return admission.Allowed(""), []string{"none"}, OutcomeAllowed
+}
+
+// validateClaims refuses a Pod naming, by resourceClaimName, a claim of a
+// GPU DeviceClass or one that does not exist yet (podclaims.Check); a
+// failed lookup is a 500, and failurePolicy Fail keeps the Pod out. Only
+// cluster admins are exempt: they may make GPU claims anyway
+// (runplane-gpu-claims), and none of runplane's components creates a Pod
+// that names a claim (stock hands its claims over in the Pod's status).
+func (v *podValidator) validateClaims(ctx context.Context, req admission.Request) (admission.Response, []string, string) {
+	features := []string{"resource-claims"}
+	if slices.Contains(req.UserInfo.Groups, mastersGroup) {
+		return admission.Allowed(""), features, OutcomeAllowed
+	}
+	var pod corev1.Pod
+	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+		return deny(400, "runplane webhook: decoding the Pod: "+err.Error()), features, OutcomeError
+	}
+	if err := podclaims.Check(ctx, &pod, req.Namespace, v.claims, v.gpuClasses()); err != nil {
+		if _, ok := errors.AsType[*podclaims.DeniedError](err); ok {
+			return deny(403, err.Error()), features, OutcomeDenied
+		}
+		return deny(500, "runplane webhook: "+err.Error()), features, OutcomeError
+	}
+	return admission.Allowed(""), features, OutcomeAllowed
+}
+
+// validateEphemeral checks the ephemeral containers an update of the
 // pods/ephemeralcontainers subresource (kubectl debug) adds: the same rules
 // as the containers of a created Pod (mutate.CheckContainers): no reserved
 // name, no mount of runplane's sidecar volumes, no route to runplane's
 // credentials, and no target among runplane's containers. Ephemeral containers already in the Pod were checked when
 // they were added.
-func validatePod(_ context.Context, req admission.Request) (admission.Response, []string, string) {
+func validateEphemeral(req admission.Request) (admission.Response, []string, string) {
 	features := []string{"ephemeral-containers"}
-	if req.Kind.Kind != "Pod" || req.SubResource != "ephemeralcontainers" || req.Operation != admissionv1.Update {
-		return admission.Allowed(""), features, OutcomeAllowed
-	}
 	var pod, old corev1.Pod
 	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
 		return deny(400, "runplane webhook: decoding the Pod: "+err.Error()), features, OutcomeError

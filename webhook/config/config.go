@@ -13,11 +13,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/catalog"
 	"github.com/runplane/runplane/internal/configfile"
 	"github.com/runplane/runplane/webhook/mutate"
 )
@@ -58,6 +61,11 @@ type WebhookConfiguration struct {
 	// admission without webhooks.url.
 	Service  Service  `json:"service"`
 	Webhooks Webhooks `json:"webhooks"`
+	// GPUDeviceClasses are the DRA DeviceClasses of GPUs besides every DRA
+	// catalog spec's (the chart's admissionPolicies.gpu.deviceClasses): a
+	// Pod may not name an existing claim of one by resourceClaimName
+	// (default gpu.nvidia.com, mig.nvidia.com).
+	GPUDeviceClasses []string `json:"gpuDeviceClasses,omitempty"`
 }
 
 // TLS says where the serving certificate comes from.
@@ -157,6 +165,9 @@ func (c *WebhookConfiguration) Default() {
 	configfile.OrDuration(&t.CheckInterval, time.Hour)
 	c.Webhooks.Name = cmp.Or(c.Webhooks.Name, DefaultConfigurationName)
 	configfile.OrDuration(&c.Webhooks.Resync, time.Minute)
+	if c.GPUDeviceClasses == nil {
+		c.GPUDeviceClasses = []string{catalog.GPUDeviceClass, catalog.MIGDeviceClass}
+	}
 }
 
 // Validate refuses settings the webhook cannot run with, each error naming
@@ -182,6 +193,11 @@ func (c *WebhookConfiguration) Validate() error {
 	}
 	if p := c.Service.Port; p < 1 || p > 65535 {
 		bad("service.port", "%d: want 1-65535", p)
+	}
+	for _, d := range c.GPUDeviceClasses {
+		if errs := validation.IsDNS1123Subdomain(d); len(errs) > 0 {
+			bad("gpuDeviceClasses", "%q is not a DeviceClass name: %s", d, strings.Join(errs, "; "))
+		}
 	}
 	if c.Webhooks.URL != "" && !c.Webhooks.Manage {
 		bad("webhooks.url", "only with webhooks.manage: true")

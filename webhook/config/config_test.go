@@ -53,6 +53,7 @@ func TestDecode(t *testing.T) {
 		{name: "bad IP", doc: header + "tls:\n  ipAddresses: [localhost]\n", err: `tls.ipAddresses: "localhost" is not an IP address`},
 		{name: "port", doc: header + "service:\n  port: 70000\n", err: "service.port: 70000: want 1-65535"},
 		{name: "negative resync", doc: header + "webhooks:\n  resync: -1s\n", err: "webhooks.resync: -1s: want a positive duration"},
+		{name: "a DeviceClass that is no name", doc: header + "gpuDeviceClasses: [gpu.nvidia.com, \"GPU Class\"]\n", err: `gpuDeviceClasses: "GPU Class" is not a DeviceClass name`},
 		{name: "URL unmanaged", doc: header + "webhooks:\n  url: https://x\n", err: "webhooks.url: only with webhooks.manage"},
 		{name: "sidecar resources: unknown container", doc: header + "  resources:\n    runplane-sidecar: {}\n", err: `unknown container "runplane-sidecar"; allowed: runplane-worker, runplane-ssh-install`},
 		// SSH sessions run in the main container (no runplane-ssh sidecar).

@@ -11,11 +11,16 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/catalog"
 	"github.com/runplane/runplane/internal/pki"
 	"github.com/runplane/runplane/test/e2e/rbac"
 	"github.com/runplane/runplane/test/kit"
@@ -193,6 +198,45 @@ func TestWebhook(t *testing.T) {
 				return (len(got.Spec.SchedulingGates) > 0) == c.gated, nil
 			})
 		}
+	})
+
+	// A Pod naming a ResourceClaim by resourceClaimName: the webhook reads
+	// the claim live as runplane-webhook (get, no list or watch) and
+	// refuses a GPU one; a tenant's Pod, since cluster admins are exempt.
+	t.Run("a named ResourceClaim is read live", func(t *testing.T) {
+		for name, class := range map[string]string{"gpu-claim": catalog.GPUDeviceClass, "nic-claim": "nic.example.com"} {
+			_, err := client.ResourceV1().ResourceClaims(webhookNS).Create(ctx, &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "dev",
+					Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: class, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1}}}}}},
+				metav1.CreateOptions{})
+			require.NoError(t, err, "claim %s", name)
+		}
+		_, err := client.RbacV1().RoleBindings(webhookNS).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "tenant-edit"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: "tenant"}}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		// The authorizer sees the binding a moment after it is made.
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			r, err := client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: "tenant", ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: webhookNS, Verb: "create", Resource: "pods"}}}, metav1.CreateOptions{})
+			require.NoError(c, err)
+			assert.True(c, r.Status.Allowed, "the tenant may create Pods")
+		}, 10*time.Second, 100*time.Millisecond)
+		cfg := env.RESTConfig()
+		cfg.Impersonate.UserName = "tenant"
+		tenant, err := kubernetes.NewForConfig(cfg)
+		require.NoError(t, err)
+		naming := func(claim string) *corev1.Pod {
+			return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "with-" + claim}, Spec: corev1.PodSpec{
+				ResourceClaims: []corev1.PodResourceClaim{{Name: "dev", ResourceClaimName: ptr.To(claim)}},
+				Containers:     []corev1.Container{{Name: "main", Image: "busybox:1.36", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "dev"}}}}}}}
+		}
+		dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+		_, err = tenant.CoreV1().Pods(webhookNS).Create(ctx, naming("nic-claim"), dry)
+		require.NoError(t, err, "a Pod naming a claim of another class")
+		_, err = tenant.CoreV1().Pods(webhookNS).Create(ctx, naming("gpu-claim"), dry)
+		require.Error(t, err, "a Pod naming a GPU claim admitted")
+		assert.Contains(t, err.Error(), `admission webhook "resource-claims.runplane.io" denied the request: spec.resourceClaims[dev].resourceClaimName names ResourceClaim "gpu-claim"`)
 	})
 
 	t.Run("restart renews the certificate in its Secret", func(t *testing.T) {

@@ -46,4 +46,7 @@ service:
   name: {{ include "runplane.webhookServiceName" . }}
 webhooks:
   name: runplane-webhook
+# A Pod may not name, by resourceClaimName, a claim of these DeviceClasses (nor of a DRA spec's):
+# the set of the policies runplane-gpu and runplane-gpu-claims.
+gpuDeviceClasses: {{ include "runplane.gpuDeviceClasses" . }}
 {{- end -}}
