@@ -84,7 +84,7 @@ type Elector struct {
 	running *prometheus.GaugeVec
 	// waiting is 1 while this replica waits for the replicas of another
 	// shard count to leave.
-	waiting prometheus.Gauge
+	waiting *waiting
 }
 
 // validate checks what an Elector and a Guard both need.
@@ -115,19 +115,13 @@ func New(cfg Config) (*Elector, error) {
 		e.running.WithLabelValues(strconv.Itoa(s)).Set(0)
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{e.running, e.waiting} {
+		for _, c := range []prometheus.Collector{e.running, e.waiting.gauge} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("shard: register metrics: %w", err)
 			}
 		}
 	}
 	return e, nil
-}
-
-// newWaiting is runplane_activator_shard_waiting.
-func newWaiting() prometheus.Gauge {
-	return prometheus.NewGauge(prometheus.GaugeOpts{Name: "runplane_activator_shard_waiting",
-		Help: "1 while this replica runs no activator shard because replicas of another shard count (leaderElection.shards) still run theirs, else 0."})
 }
 
 // LeaseName is shard i of n's Lease of the Elector named name. The count
@@ -178,7 +172,6 @@ func (e *Elector) Start(ctx context.Context) error {
 	tick := e.cfg.Clock.NewTicker(e.cfg.RetryPeriod / 2)
 	defer tick.Stop()
 	var held []int
-	waiting := false
 	for {
 		start := e.cfg.Clock.Now()
 		v, err := members.sync(ctx)
@@ -186,16 +179,7 @@ func (e *Elector) Start(ctx context.Context) error {
 			log.Info("shard members", "err", err)
 		} else {
 			membersAt.set(start)
-			if w := len(v.wait) > 0; w != waiting {
-				waiting = w
-				if w {
-					log.Warn("replicas of another shard count run shards: taking none until they are gone", "shards", e.cfg.Shards, "waitingFor", fmt.Sprint(v.wait))
-					e.waiting.Set(1)
-				} else {
-					log.Info("no replica of another shard count runs shards: taking this replica's", "shards", e.cfg.Shards)
-					e.waiting.Set(0)
-				}
-			}
+			e.waiting.set(log, e.cfg.Shards, v.wait)
 			held = nil
 			// Waiting, v.live is empty: every shard goes to "", none to this replica.
 			for s, owner := range Assign(e.cfg.Shards, v.live) {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Guard runs the unsharded activator (one shard: every namespace) on the
@@ -18,7 +16,7 @@ import (
 // Lease holder writes an entry: the standbys run nothing.
 type Guard struct {
 	cfg     Config
-	waiting prometheus.Gauge
+	waiting *waiting
 }
 
 // NewGuard validates cfg (Shards is 1; Run runs the activator) and builds
@@ -33,7 +31,7 @@ func NewGuard(cfg Config) (*Guard, error) {
 	}
 	g := &Guard{cfg: cfg, waiting: newWaiting()}
 	if cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(g.waiting); err != nil {
+		if err := cfg.Registerer.Register(g.waiting.gauge); err != nil {
 			return nil, fmt.Errorf("shard: register metrics: %w", err)
 		}
 	}
@@ -72,7 +70,6 @@ func (g *Guard) Start(ctx context.Context) error {
 	}()
 	tick := g.cfg.Clock.NewTicker(g.cfg.RetryPeriod / 2)
 	defer tick.Stop()
-	waiting := false
 	for {
 		start := g.cfg.Clock.Now()
 		v, err := members.sync(ctx)
@@ -80,19 +77,11 @@ func (g *Guard) Start(ctx context.Context) error {
 		case err != nil:
 			log.Info("shard members", "err", err)
 		case len(v.wait) > 0:
-			if !waiting {
-				log.Warn("replicas of another shard count run shards: not running the activator until they are gone", "waitingFor", fmt.Sprint(v.wait))
-			}
-			waiting = true
-			g.waiting.Set(1)
+			g.waiting.set(log, 1, v.wait)
 			stop()
 		default:
 			membersAt.set(start)
-			if waiting {
-				log.Info("no replica of another shard count runs shards: running the activator")
-			}
-			waiting = false
-			g.waiting.Set(0)
+			g.waiting.set(log, 1, nil)
 			if stopRun == nil {
 				var runCtx context.Context
 				runCtx, stopRun = context.WithCancel(ctx)
