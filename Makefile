@@ -59,9 +59,10 @@ chaos:
 	@RUNPLANE_TESTBIN_DIR=$${RUNPLANE_TESTBIN_DIR:-$$(bash test/testbin/build.sh)} bash test/chaos/run.sh '$(CHAOS_RUN)'
 
 ## lint: golangci-lint (pinned in hack/tools, configured by .golangci.yml): go vet, staticcheck,
-## errcheck, errorlint, bodyclose and the rest, with gofmt and goimports.
+## errcheck, errorlint, bodyclose and the rest, with gofmt and goimports. A second run
+## waits for the first (it refused to start while another ran: "parallel golangci-lint is running").
 lint:
-	$(TOOL) golangci-lint run ./...
+	$(TOOL) golangci-lint run --allow-serial-runners ./...
 
 ## testbin: build the control-plane binaries into the cache (prints its dir).
 testbin:
