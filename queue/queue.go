@@ -151,11 +151,13 @@ type Config struct {
 	CallerAuthClient ClientLimits
 	// DisableIngress / DisableActivator run only one half.
 	DisableIngress, DisableActivator bool
-	// Ingress and Activator knobs (zero values take the packages' defaults).
-	// Limits are the fairness limits: each pool's and each namespace's
-	// backlog (the ingress answers 429 beyond) and in-flight invocations
-	// (the activator dispatches no more).
-	Limits            pool.Limits
+	// Decisions are the activator's settings (activator.Config.Decisions,
+	// passed as they are): the workers section (heartbeat timeout and the
+	// workers' interval it is checked against, silent hold, attempts) and
+	// the fairness limits, which the ingress applies too: each pool's and
+	// each namespace's backlog (429 beyond) and in-flight invocations.
+	// Zero values take the activator's defaults.
+	activator.Decisions
 	DefaultTTLSeconds int
 	MaxBodyBytes      int64
 	// IngressHTTP bounds what a connection to the ingress may hold
@@ -163,19 +165,9 @@ type Config struct {
 	IngressHTTP ingress.HTTPLimits
 	// MaxPayloadBytes bounds a payload and a response body (default 64
 	// MiB; ingress.Config.MaxPayloadBytes).
-	MaxPayloadBytes  int64
-	HeartbeatTimeout time.Duration
-	// WorkerHeartbeatInterval is the workers' heartbeat interval (their
-	// sidecars' -heartbeat-interval). When set, a HeartbeatTimeout below
-	// HeartbeatMultiple times it is refused: one late or lost heartbeat
-	// would declare a healthy worker lost and run its work again.
-	WorkerHeartbeatInterval time.Duration
-	// SilentHold bounds how long a silent worker's work waits for it
-	// (activator.Config.SilentHold; 0: until the work's deadline).
-	SilentHold  time.Duration
-	MaxAttempts int
-	Backoff     time.Duration
-	Tick        time.Duration
+	MaxPayloadBytes int64
+	// Tick is the activator's period of checks (activator.Config.Tick).
+	Tick time.Duration
 	// Scaler replaces the Kubernetes scaler (benchmarks; with StaticPools).
 	Scaler activator.Scaler
 	Logger *slog.Logger
@@ -183,21 +175,6 @@ type Config struct {
 	// TracerProvider records the ingress's and the activator's spans
 	// (nil: none; trace context is still propagated). See README "Traces".
 	TracerProvider trace.TracerProvider
-}
-
-// HeartbeatMultiple is the least heartbeat timeout, in worker heartbeat
-// intervals: a worker is declared lost only after missing two heartbeats
-// in a row and most of a third.
-const HeartbeatMultiple = 3
-
-// CheckHeartbeat refuses a heartbeat timeout below HeartbeatMultiple
-// workers' heartbeat intervals (interval 0: not known, not checked).
-func CheckHeartbeat(timeout, interval time.Duration) error {
-	if interval > 0 && timeout < HeartbeatMultiple*interval {
-		return fmt.Errorf("queue: heartbeat timeout %s is below %d× the workers' heartbeat interval %s (%s): a single late heartbeat would declare a healthy worker lost and run its work again; raise -heartbeat-timeout to at least %s or lower the sidecars' -heartbeat-interval",
-			timeout, HeartbeatMultiple, interval, HeartbeatMultiple*interval, HeartbeatMultiple*interval)
-	}
-	return nil
 }
 
 // Run serves until ctx ends.
@@ -211,8 +188,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.NATSURL == "" {
 		return errors.New("queue: NATS URL is required")
 	}
-	if err := CheckHeartbeat(cmp.Or(cfg.HeartbeatTimeout, activator.DefaultHeartbeatTimeout), cfg.WorkerHeartbeatInterval); err != nil {
-		return err
+	// Refused before anything starts, defaulted as the activator will.
+	workers := cfg.Workers
+	workers.Default()
+	if err := workers.Validate(); err != nil {
+		return fmt.Errorf("queue: workers: %w", err)
 	}
 	if cfg.LeaderElection && cfg.RESTConfig == nil {
 		return errors.New("queue: leader election needs a Kubernetes config")
@@ -403,8 +383,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if !cfg.DisableActivator {
 		act, err := activatorRunnable(cfg, activator.Config{Store: st, NC: nc, Pools: pools, Kube: kube, Namespace: cfg.Namespace,
-			HeartbeatTimeout: cfg.HeartbeatTimeout, SilentHold: cfg.SilentHold, MaxAttempts: cfg.MaxAttempts, Backoff: cfg.Backoff, Tick: cfg.Tick, Scaler: cfg.Scaler,
-			Limits: cfg.Limits, Revoke: revoke, Logger: log, Registerer: reg, TracerProvider: cfg.TracerProvider}, log)
+			Decisions: cfg.Decisions, Tick: cfg.Tick, Scaler: cfg.Scaler, Revoke: revoke, Logger: log, Registerer: reg, TracerProvider: cfg.TracerProvider}, log)
 		if err != nil {
 			return err
 		}

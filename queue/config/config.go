@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/runplane/runplane/internal/metricsauth"
+	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/pool"
 )
 
@@ -50,7 +51,8 @@ type QueueConfiguration struct {
 	NATS    NATS        `json:"nats"`
 	Stream  Stream      `json:"stream"`
 	Limits  pool.Limits `json:"limits"`
-	Workers Workers     `json:"workers"`
+	// Workers is how the activator judges workers (activator.Workers).
+	Workers activator.Workers `json:"workers"`
 	// MaxPayloadBytes bounds a payload and a response body (JSON text, or
 	// decoded binary; beyond, 413); what does not fit in one NATS message
 	// goes through the namespace's Object Store bucket (default 64 MiB).
@@ -202,21 +204,6 @@ type Stream struct {
 	ChunksMaxAge        metav1.Duration `json:"chunksMaxAge,omitzero"`
 	ChunksMaxBytes      int64           `json:"chunksMaxBytes,omitempty"`
 	ChunksPerInvocation int64           `json:"chunksPerInvocation,omitempty"`
-}
-
-// Workers is how the activator treats workers.
-type Workers struct {
-	// MaxAttempts: dispatch attempts before dead-lettering (default 3).
-	MaxAttempts int `json:"maxAttempts,omitempty"`
-	// HeartbeatInterval is the sidecars' -heartbeat-interval (default
-	// 5s); HeartbeatTimeout, the silence before a worker gets no new work,
-	// must be at least queue.HeartbeatMultiple times it (default 15s).
-	HeartbeatInterval metav1.Duration `json:"heartbeatInterval,omitzero"`
-	HeartbeatTimeout  metav1.Duration `json:"heartbeatTimeout,omitzero"`
-	// SilentHold: how long, beyond the heartbeat timeout, a silent
-	// worker's work waits for it (0: until each invocation's deadline;
-	// negative: no wait).
-	SilentHold metav1.Duration `json:"silentHold,omitzero"`
 }
 
 // CallerAuth limits caller authentication's reviews.

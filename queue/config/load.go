@@ -13,9 +13,8 @@ import (
 	"github.com/runplane/runplane/internal/natscallout"
 	"github.com/runplane/runplane/internal/objects"
 	"github.com/runplane/runplane/queue"
-	"github.com/runplane/runplane/queue/activator"
-	"github.com/runplane/runplane/queue/pool"
 	"github.com/runplane/runplane/queue/shard"
+	"github.com/runplane/runplane/sidecar"
 )
 
 // Load reads, defaults and validates the configuration file at path
@@ -79,19 +78,11 @@ func (c *QueueConfiguration) Default() {
 	s.ChunksMaxBytes = cmp.Or(s.ChunksMaxBytes, 64<<20)
 	s.ChunksPerInvocation = cmp.Or(s.ChunksPerInvocation, 100000)
 
-	l := &c.Limits
-	l.PoolMaxBacklog = cmp.Or(l.PoolMaxBacklog, pool.DefaultPoolMaxBacklog)
-	l.PoolMaxInFlight = cmp.Or(l.PoolMaxInFlight, -1)
-	l.NamespaceMaxBacklog = cmp.Or(l.NamespaceMaxBacklog, pool.DefaultNamespaceMaxBacklog)
-	l.NamespaceMaxInFlight = cmp.Or(l.NamespaceMaxInFlight, pool.DefaultNamespaceMaxInFlight)
-	l.NamespaceMaxStreams = cmp.Or(l.NamespaceMaxStreams, pool.DefaultNamespaceMaxStreams)
-	l.NamespaceMaxStreamBytes = cmp.Or(l.NamespaceMaxStreamBytes, pool.DefaultNamespaceMaxStreamBytes)
-	l.NamespaceMaxRecordBytes = cmp.Or(l.NamespaceMaxRecordBytes, pool.DefaultNamespaceMaxRecordBytes)
-
-	w := &c.Workers
-	w.MaxAttempts = cmp.Or(w.MaxAttempts, 3)
-	configfile.OrDuration(&w.HeartbeatInterval, 5*time.Second)
-	configfile.OrDuration(&w.HeartbeatTimeout, activator.DefaultHeartbeatTimeout)
+	c.Limits.Default()
+	c.Workers.Default()
+	// The file knows the sidecars' interval (their default unless told):
+	// the heartbeat timeout is checked against it.
+	configfile.OrDuration(&c.Workers.HeartbeatInterval, sidecar.DefaultHeartbeatInterval)
 	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, objects.DefaultMaxPayloadBytes)
 
 	a := &c.CallerAuth
@@ -132,8 +123,8 @@ func (c *QueueConfiguration) Validate() error {
 	if c.Stream.ResultMaxSize < 1 {
 		bad("stream.resultMaxSize", "%d: want a positive number of bytes", c.Stream.ResultMaxSize)
 	}
-	if err := queue.CheckHeartbeat(c.Workers.HeartbeatTimeout.Duration, c.Workers.HeartbeatInterval.Duration); err != nil {
-		bad("workers.heartbeatTimeout", "%w", err)
+	if err := c.Workers.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("workers.%w", err))
 	}
 	if c.NATS.Bootstrap.TLSSecret != "" && len(c.NATS.Bootstrap.TLSDNSNames) == 0 {
 		bad("nats.bootstrap.tlsDNSNames", "needed with nats.bootstrap.tlsSecret")

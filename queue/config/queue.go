@@ -5,6 +5,7 @@ import (
 	"github.com/runplane/runplane/internal/natstls"
 	"github.com/runplane/runplane/internal/tracing"
 	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/stream"
 )
 
@@ -41,9 +42,7 @@ func (c *QueueConfiguration) Queue() (queue.Config, error) {
 		CallerAuth: callerauth.Options{TokenReviewQPS: c.CallerAuth.TokenReviewQPS, TokenReviewBurst: c.CallerAuth.TokenReviewBurst,
 			AccessReviewQPS: c.CallerAuth.AccessReviewQPS, AccessReviewBurst: c.CallerAuth.AccessReviewBurst}, CallerAuthClient: queue.ClientLimits{QPS: c.CallerAuth.KubeQPS, Burst: c.CallerAuth.KubeBurst},
 		DisableIngress: c.DisableIngress, DisableActivator: c.DisableActivator,
-		Limits: c.Limits, MaxPayloadBytes: c.MaxPayloadBytes,
-		HeartbeatTimeout: c.Workers.HeartbeatTimeout.Duration, WorkerHeartbeatInterval: c.Workers.HeartbeatInterval.Duration,
-		SilentHold: c.Workers.SilentHold.Duration, MaxAttempts: c.Workers.MaxAttempts,
+		Decisions: activator.Decisions{Workers: c.Workers, Limits: c.Limits}, MaxPayloadBytes: c.MaxPayloadBytes,
 	}, nil
 }
 
