@@ -71,8 +71,16 @@ type Config struct {
 	NATSTLSKeeper *natstls.Keeper
 	// Callout tunes the auth callout.
 	Callout CalloutConfig
-	// Callbacks turns on completion callbacks (callbacks.go).
-	Callbacks CallbackOptions
+	// Callbacks turns on completion callbacks (queue/callback) with a
+	// MasterKey (tests) or CallbackKeyFile: their settings, the
+	// configuration file's section included; the queue sets Store,
+	// Namespaces, Logger and Registerer (callbacks.go).
+	Callbacks callback.Config
+	// CallbackKeyFile holds the master signing key, hex (at least 32
+	// bytes): a Secret in runplane's own namespace, from which every
+	// namespace's key is derived. Neither it nor Callbacks.MasterKey:
+	// callbacks are off (a callbackURL is a 400).
+	CallbackKeyFile string
 	// Namespaces tells the namespaces' UIDs (tests); default: the API
 	// server (get namespaces) with RESTConfig, else none.
 	Namespaces callback.Namespaces
@@ -291,7 +299,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	var runnables []manager.Runnable
-	callbacks, err := callbackConfig(cfg.Callbacks)
+	callbacks, err := callbackConfig(cfg)
 	if err != nil {
 		return err
 	}
@@ -300,7 +308,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	if callbacks != nil && !cfg.DisableActivator {
-		d, err := newDeliverer(callbacks, nss, cfg.Callbacks, st, reg, log)
+		d, err := newDeliverer(cfg.Callbacks, callbacks, nss, st, reg, log)
 		if err != nil {
 			return err
 		}

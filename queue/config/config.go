@@ -13,6 +13,7 @@ import (
 
 	"github.com/runplane/runplane/internal/metricsauth"
 	"github.com/runplane/runplane/queue/activator"
+	"github.com/runplane/runplane/queue/callback"
 	"github.com/runplane/runplane/queue/pool"
 )
 
@@ -230,14 +231,7 @@ type Callbacks struct {
 	SigningSecret  string `json:"signingSecret,omitempty"`
 	SigningKeyFile string `json:"signingKeyFile,omitempty"`
 	KeyDir         string `json:"keyDir,omitempty"`
-	// AllowCIDRs a callback may reach although not public; DenyCIDRs it
-	// may not although public.
-	AllowCIDRs []string `json:"allowCIDRs,omitempty"`
-	DenyCIDRs  []string `json:"denyCIDRs,omitempty"`
-	// MaxAttempts: POSTs of one callback (default 6); Workers in flight,
-	// all namespaces (default 8); NamespaceWorkers of one namespace
-	// (default 2).
-	MaxAttempts      int `json:"maxAttempts,omitempty"`
-	Workers          int `json:"workers,omitempty"`
-	NamespaceWorkers int `json:"namespaceWorkers,omitempty"`
+	// Delivery: the target rules and the bounds of attempts and POSTs in
+	// flight (queue/callback).
+	callback.Delivery
 }

@@ -90,9 +90,8 @@ func (c *QueueConfiguration) Default() {
 	a.TokenReviewQPS, a.TokenReviewBurst = cmp.Or(a.TokenReviewQPS, 20), cmp.Or(a.TokenReviewBurst, 40)
 	a.AccessReviewQPS, a.AccessReviewBurst = cmp.Or(a.AccessReviewQPS, 5), cmp.Or(a.AccessReviewBurst, 20)
 
-	b := &c.Callbacks
-	b.KeyDir = cmp.Or(b.KeyDir, "/var/run/runplane/bootstrap")
-	b.MaxAttempts, b.Workers, b.NamespaceWorkers = cmp.Or(b.MaxAttempts, 6), cmp.Or(b.Workers, 8), cmp.Or(b.NamespaceWorkers, 2)
+	c.Callbacks.KeyDir = cmp.Or(c.Callbacks.KeyDir, "/var/run/runplane/bootstrap")
+	c.Callbacks.Delivery.Default()
 }
 
 // Validate refuses settings the queue cannot run with, each error naming

@@ -6,6 +6,7 @@ import (
 	"github.com/runplane/runplane/internal/tracing"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/activator"
+	"github.com/runplane/runplane/queue/callback"
 	"github.com/runplane/runplane/queue/stream"
 )
 
@@ -21,15 +22,14 @@ func (c *QueueConfiguration) Queue() (queue.Config, error) {
 	if metricsAddr == "0" {
 		metricsAddr = ""
 	}
-	n, s, cb := c.NATS, c.Stream, c.Callbacks
+	n, s := c.NATS, c.Stream
 	return queue.Config{
 		NATSURL: n.URL, NATSTrustFile: n.TrustFile, NATSServers: n.Servers,
 		NATSTLS: natstls.Client{CAFile: n.CAFile, ServerName: n.ServerName},
 		Callout: queue.CalloutConfig{MaxTTL: n.Callout.MaxTTL.Duration, Client: queue.ClientLimits{QPS: n.Callout.KubeQPS, Burst: n.Callout.KubeBurst},
 			Workers: n.Callout.Workers, AnswerTimeout: n.Callout.AnswerTimeout.Duration, PerHostQPS: n.Callout.PerHostQPS, PerHostBurst: n.Callout.PerHostBurst,
 			CacheTTL: n.Callout.CacheTTL.Duration, MaxSubscriptions: n.Callout.MaxSubscriptions, MaxPayload: n.Callout.MaxPayload},
-		Callbacks: queue.CallbackOptions{MasterKeyFile: cb.SigningKeyFile, AllowCIDRs: cb.AllowCIDRs, DenyCIDRs: cb.DenyCIDRs,
-			MaxAttempts: cb.MaxAttempts, Workers: cb.Workers, NamespaceWorkers: cb.NamespaceWorkers},
+		Callbacks: callback.Config{Delivery: c.Callbacks.Delivery}, CallbackKeyFile: c.Callbacks.SigningKeyFile,
 		Stream: stream.Config{Prefix: s.SubjectPrefix, Stream: s.Name, Replicas: s.Replicas, MaxAge: s.MaxAge.Duration, MaxBytes: s.MaxBytes,
 			RecordsMaxBytes: s.RecordsMaxBytes, DuplicateWindow: s.DuplicateWindow.Duration, RecordsBucket: s.RecordsBucket, RecordTTL: s.RecordTTL.Duration,
 			ResultsMaxBytes: s.ResultsMaxBytes, ResultMaxMsgSize: s.ResultMaxSize, ObjectsMaxBytes: s.ObjectsMaxBytes,
