@@ -316,7 +316,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	var revoke func(ns, pool, worker string)
 	if trust != nil {
-		calloutKube, err := limitedClient(cfg.RESTConfig, cfg.Callout.Client, 50, 100)
+		calloutCfg := cfg.Callout
+		calloutCfg.Default()
+		calloutKube, err := limitedClient(cfg.RESTConfig, ClientLimits{QPS: calloutCfg.KubeQPS, Burst: calloutCfg.KubeBurst}, 0, 0)
 		if err != nil {
 			return err
 		}
@@ -339,7 +341,6 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		accounts := natscallout.NewWorkerAccounts(trust, resolver, revocations, nil)
 		revoke = newRevoker(accounts, reg, log).revokeFunc(ctx)
-		calloutCfg := cfg.Callout
 		calloutCfg.MaxPayload = cmp.Or(calloutCfg.MaxPayload, workerMaxPayload(cfg.Stream))
 		co, err := newCallout(calloutCfg, nc, calloutKube, trust, accounts,
 			st, st.Objects, st.Chunks, WorkerLayout(cfg.Stream.WithDefaults()), reg, log)

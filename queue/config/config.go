@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/runplane/runplane/internal/metricsauth"
+	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/callback"
 	"github.com/runplane/runplane/queue/pool"
@@ -113,38 +114,10 @@ type NATS struct {
 	ServerName string `json:"serverName,omitempty"`
 	// Servers in the NATS cluster: a /metrics scrape stops waiting for VARZ
 	// answers once that many came (0: unknown, it waits 500 ms).
-	Servers   int       `json:"servers,omitempty"`
-	Callout   Callout   `json:"callout"`
-	Bootstrap Bootstrap `json:"bootstrap"`
-}
-
-// Callout tunes the NATS auth callout (queue.CalloutConfig).
-type Callout struct {
-	// MaxTTL is the longest life of a worker's NATS user (default 1h).
-	MaxTTL metav1.Duration `json:"maxTTL,omitzero"`
-	// KubeQPS and KubeBurst limit the callout's own Kubernetes client
-	// (default 50, 100).
-	KubeQPS   float32 `json:"kubeQPS,omitempty"`
-	KubeBurst int     `json:"kubeBurst,omitempty"`
-	// Workers: requests reviewed at once; beyond, refused (default 16).
-	Workers int `json:"workers,omitempty"`
-	// AnswerTimeout, below nats-server's auth callout timeout of 2s
-	// (default 1.5s).
-	AnswerTimeout metav1.Duration `json:"answerTimeout,omitzero"`
-	// PerHostQPS and PerHostBurst: reviews one client address may cause
-	// (default 5, 20).
-	PerHostQPS   float32 `json:"perHostQPS,omitempty"`
-	PerHostBurst int     `json:"perHostBurst,omitempty"`
-	// CacheTTL: an admission is reused this long for a reconnect with the
-	// same token (default 1m).
-	CacheTTL metav1.Duration `json:"cacheTTL,omitzero"`
-	// MaxSubscriptions of one worker connection on top of one per unit of
-	// its concurrency (default natscallout.DefaultSubscriptions; -1:
-	// unbounded).
-	MaxSubscriptions int64 `json:"maxSubscriptions,omitempty"`
-	// MaxPayload: largest message a worker may publish (0: the largest the
-	// sidecar sends; -1: only the server's max_payload).
-	MaxPayload int64 `json:"maxPayload,omitempty"`
+	Servers int `json:"servers,omitempty"`
+	// Callout tunes the NATS auth callout (queue.CalloutConfig).
+	Callout   queue.CalloutConfig `json:"callout"`
+	Bootstrap Bootstrap           `json:"bootstrap"`
 }
 
 // Bootstrap creates the bundled NATS's Secrets in Namespace when they do

@@ -10,7 +10,6 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/configfile"
-	"github.com/runplane/runplane/internal/natscallout"
 	"github.com/runplane/runplane/internal/objects"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/shard"
@@ -51,13 +50,7 @@ func (c *QueueConfiguration) Default() {
 
 	n := &c.NATS
 	n.URL = cmp.Or(n.URL, "nats://127.0.0.1:4222")
-	configfile.OrDuration(&n.Callout.MaxTTL, time.Hour)
-	n.Callout.KubeQPS, n.Callout.KubeBurst = cmp.Or(n.Callout.KubeQPS, 50), cmp.Or(n.Callout.KubeBurst, 100)
-	n.Callout.Workers = cmp.Or(n.Callout.Workers, 16)
-	configfile.OrDuration(&n.Callout.AnswerTimeout, 1500*time.Millisecond)
-	n.Callout.PerHostQPS, n.Callout.PerHostBurst = cmp.Or(n.Callout.PerHostQPS, 5), cmp.Or(n.Callout.PerHostBurst, 20)
-	configfile.OrDuration(&n.Callout.CacheTTL, time.Minute)
-	n.Callout.MaxSubscriptions = cmp.Or(n.Callout.MaxSubscriptions, natscallout.DefaultSubscriptions)
+	n.Callout.Default()
 	n.Bootstrap.ResolverDir = cmp.Or(n.Bootstrap.ResolverDir, "/data/jwt")
 	configfile.OrDuration(&n.Bootstrap.TLSCheckInterval, time.Minute)
 	n.Bootstrap.Dir = cmp.Or(n.Bootstrap.Dir, "/var/run/runplane/bootstrap")

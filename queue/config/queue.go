@@ -25,10 +25,8 @@ func (c *QueueConfiguration) Queue() (queue.Config, error) {
 	n, s := c.NATS, c.Stream
 	return queue.Config{
 		NATSURL: n.URL, NATSTrustFile: n.TrustFile, NATSServers: n.Servers,
-		NATSTLS: natstls.Client{CAFile: n.CAFile, ServerName: n.ServerName},
-		Callout: queue.CalloutConfig{MaxTTL: n.Callout.MaxTTL.Duration, Client: queue.ClientLimits{QPS: n.Callout.KubeQPS, Burst: n.Callout.KubeBurst},
-			Workers: n.Callout.Workers, AnswerTimeout: n.Callout.AnswerTimeout.Duration, PerHostQPS: n.Callout.PerHostQPS, PerHostBurst: n.Callout.PerHostBurst,
-			CacheTTL: n.Callout.CacheTTL.Duration, MaxSubscriptions: n.Callout.MaxSubscriptions, MaxPayload: n.Callout.MaxPayload},
+		NATSTLS:   natstls.Client{CAFile: n.CAFile, ServerName: n.ServerName},
+		Callout:   n.Callout,
 		Callbacks: callback.Config{Delivery: c.Callbacks.Delivery}, CallbackKeyFile: c.Callbacks.SigningKeyFile,
 		Stream: stream.Config{Prefix: s.SubjectPrefix, Stream: s.Name, Replicas: s.Replicas, MaxAge: s.MaxAge.Duration, MaxBytes: s.MaxBytes,
 			RecordsMaxBytes: s.RecordsMaxBytes, DuplicateWindow: s.DuplicateWindow.Duration, RecordsBucket: s.RecordsBucket, RecordTTL: s.RecordTTL.Duration,
