@@ -50,7 +50,7 @@ func namespaceSource(nss callback.Namespaces, rc *rest.Config) (callback.Namespa
 	case rc != nil:
 		// Its own client: however often the signing-key endpoint is called,
 		// the activator's scaling and the informers keep their rate.
-		kube, err := limitedClient(rc, ClientLimits{}, 20, 40)
+		kube, err := limitedClient(rc, 20, 40)
 		if err != nil {
 			return nil, fmt.Errorf("queue: namespaces: %w", err)
 		}

@@ -76,12 +76,6 @@ func (c *CalloutConfig) Default() {
 	c.MaxSubscriptions = cmp.Or(c.MaxSubscriptions, natscallout.DefaultSubscriptions)
 }
 
-// ClientLimits is a Kubernetes client's client-side rate limit.
-type ClientLimits struct {
-	QPS   float32
-	Burst int
-}
-
 // loadTrust reads the NATS trust secret (nil, nil without a file: a NATS
 // without auth, for tests and benchmarks).
 func loadTrust(file string) (*natsaccounts.Trust, error) {
@@ -284,9 +278,9 @@ func readSecretFile(path string) (string, error) {
 // limitedClient is a clientset of its own on a copy of rc, with its own
 // client-side rate limit: parts of the queue that must not starve each
 // other each get one.
-func limitedClient(rc *rest.Config, l ClientLimits, qps float32, burst int) (kubernetes.Interface, error) {
+func limitedClient(rc *rest.Config, qps float32, burst int) (kubernetes.Interface, error) {
 	c := rest.CopyConfig(rc)
-	c.QPS, c.Burst, c.RateLimiter = cmp.Or(l.QPS, qps), cmp.Or(l.Burst, burst), nil
+	c.QPS, c.Burst, c.RateLimiter = qps, burst, nil
 	client, err := kubernetes.NewForConfig(c)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)

@@ -148,15 +148,14 @@ type Config struct {
 	// serverless.runplane.io pools; internal/callerauth), which needs
 	// RESTConfig.
 	InsecureDisableCallerAuth bool
-	// CallerAuth tunes the caches and limits of those reviews.
+	// CallerAuth tunes the caches and limits of those reviews and their
+	// own Kubernetes client (Rates.KubeQPS, KubeBurst), apart from the
+	// callout's and the activator's: a flood of callers cannot starve
+	// worker admission.
 	CallerAuth callerauth.Options
 	// CallerAuthorizer decides in place of those reviews (tests: callers
 	// without an apiserver); it wins over InsecureDisableCallerAuth.
 	CallerAuthorizer ingress.Authorizer
-	// CallerAuthClient limits caller authentication's own Kubernetes client
-	// (default 50 QPS, burst 100), apart from the callout's and the
-	// activator's: a flood of callers cannot starve worker admission.
-	CallerAuthClient ClientLimits
 	// DisableIngress / DisableActivator run only one half.
 	DisableIngress, DisableActivator bool
 	// Decisions are the activator's settings (activator.Config.Decisions,
@@ -318,7 +317,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if trust != nil {
 		calloutCfg := cfg.Callout
 		calloutCfg.Default()
-		calloutKube, err := limitedClient(cfg.RESTConfig, ClientLimits{QPS: calloutCfg.KubeQPS, Burst: calloutCfg.KubeBurst}, 0, 0)
+		calloutKube, err := limitedClient(cfg.RESTConfig, calloutCfg.KubeQPS, calloutCfg.KubeBurst)
 		if err != nil {
 			return err
 		}
@@ -359,12 +358,13 @@ func Run(ctx context.Context, cfg Config) error {
 		case kube == nil:
 			return errors.New("queue: caller authentication needs a Kubernetes config (InsecureDisableCallerAuth turns it off: insecure)")
 		default:
-			callerKube, err := limitedClient(cfg.RESTConfig, cfg.CallerAuthClient, 50, 100)
+			ca := cfg.CallerAuth
+			ca.Rates.Default()
+			ca.Registerer = reg
+			callerKube, err := limitedClient(cfg.RESTConfig, ca.KubeQPS, ca.KubeBurst)
 			if err != nil {
 				return err
 			}
-			ca := cfg.CallerAuth
-			ca.Registerer = reg
 			g, err := callerauth.New(callerKube, ca)
 			if err != nil {
 				return fmt.Errorf("queue: %w", err)

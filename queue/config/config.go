@@ -11,6 +11,7 @@ package config
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/internal/metricsauth"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/activator"
@@ -58,9 +59,10 @@ type QueueConfiguration struct {
 	// MaxPayloadBytes bounds a payload and a response body (JSON text, or
 	// decoded binary; beyond, 413); what does not fit in one NATS message
 	// goes through the namespace's Object Store bucket (default 64 MiB).
-	MaxPayloadBytes int64      `json:"maxPayloadBytes,omitempty"`
-	CallerAuth      CallerAuth `json:"callerAuth"`
-	Callbacks       Callbacks  `json:"callbacks"`
+	MaxPayloadBytes int64 `json:"maxPayloadBytes,omitempty"`
+	// CallerAuth limits caller authentication's reviews.
+	CallerAuth callerauth.Rates `json:"callerAuth"`
+	Callbacks  Callbacks        `json:"callbacks"`
 	// DisableIngress and DisableActivator run one half only.
 	DisableIngress   bool `json:"disableIngress,omitempty"`
 	DisableActivator bool `json:"disableActivator,omitempty"`
@@ -178,21 +180,6 @@ type Stream struct {
 	ChunksMaxAge        metav1.Duration `json:"chunksMaxAge,omitzero"`
 	ChunksMaxBytes      int64           `json:"chunksMaxBytes,omitempty"`
 	ChunksPerInvocation int64           `json:"chunksPerInvocation,omitempty"`
-}
-
-// CallerAuth limits caller authentication's reviews.
-type CallerAuth struct {
-	// KubeQPS and KubeBurst of its own Kubernetes client (default 50,
-	// 100).
-	KubeQPS   float32 `json:"kubeQPS,omitempty"`
-	KubeBurst int     `json:"kubeBurst,omitempty"`
-	// TokenReviewQPS and Burst, all callers together; beyond, 429
-	// (default 20, 40).
-	TokenReviewQPS   float32 `json:"tokenReviewQPS,omitempty"`
-	TokenReviewBurst int     `json:"tokenReviewBurst,omitempty"`
-	// AccessReviewQPS and Burst, per caller; beyond, 429 (default 5, 20).
-	AccessReviewQPS   float32 `json:"accessReviewQPS,omitempty"`
-	AccessReviewBurst int     `json:"accessReviewBurst,omitempty"`
 }
 
 // Callbacks are completion callbacks: on with a signing key.

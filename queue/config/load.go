@@ -78,10 +78,7 @@ func (c *QueueConfiguration) Default() {
 	configfile.OrDuration(&c.Workers.HeartbeatInterval, sidecar.DefaultHeartbeatInterval)
 	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, objects.DefaultMaxPayloadBytes)
 
-	a := &c.CallerAuth
-	a.KubeQPS, a.KubeBurst = cmp.Or(a.KubeQPS, 50), cmp.Or(a.KubeBurst, 100)
-	a.TokenReviewQPS, a.TokenReviewBurst = cmp.Or(a.TokenReviewQPS, 20), cmp.Or(a.TokenReviewBurst, 40)
-	a.AccessReviewQPS, a.AccessReviewBurst = cmp.Or(a.AccessReviewQPS, 5), cmp.Or(a.AccessReviewBurst, 20)
+	c.CallerAuth.Default()
 
 	c.Callbacks.KeyDir = cmp.Or(c.Callbacks.KeyDir, "/var/run/runplane/bootstrap")
 	c.Callbacks.Delivery.Default()

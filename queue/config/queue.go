@@ -37,9 +37,8 @@ func (c *QueueConfiguration) Queue() (queue.Config, error) {
 		LeaderElection: *c.LeaderElection.LeaderElect, LeaseNamespace: c.Namespace, LeaseName: c.LeaderElection.ResourceName,
 		ActivatorShards: c.LeaderElection.Shards, ShardLeaseDuration: c.LeaderElection.ShardLeaseDuration.Duration,
 		InsecureDisableCallerAuth: c.InsecureDisableCallerAuth,
-		CallerAuth: callerauth.Options{TokenReviewQPS: c.CallerAuth.TokenReviewQPS, TokenReviewBurst: c.CallerAuth.TokenReviewBurst,
-			AccessReviewQPS: c.CallerAuth.AccessReviewQPS, AccessReviewBurst: c.CallerAuth.AccessReviewBurst}, CallerAuthClient: queue.ClientLimits{QPS: c.CallerAuth.KubeQPS, Burst: c.CallerAuth.KubeBurst},
-		DisableIngress: c.DisableIngress, DisableActivator: c.DisableActivator,
+		CallerAuth:                callerauth.Options{Rates: c.CallerAuth},
+		DisableIngress:            c.DisableIngress, DisableActivator: c.DisableActivator,
 		Decisions: activator.Decisions{Workers: c.Workers, Limits: c.Limits}, MaxPayloadBytes: c.MaxPayloadBytes,
 	}, nil
 }
