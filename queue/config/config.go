@@ -13,6 +13,7 @@ import (
 
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/internal/metricsauth"
+	"github.com/runplane/runplane/internal/tracing"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/callback"
@@ -50,10 +51,10 @@ type QueueConfiguration struct {
 	// /metrics.
 	Metrics metricsauth.Settings `json:"metrics"`
 	// Tracing exports spans over OTLP.
-	Tracing Tracing     `json:"tracing"`
-	NATS    NATS        `json:"nats"`
-	Stream  Stream      `json:"stream"`
-	Limits  pool.Limits `json:"limits"`
+	Tracing tracing.Settings `json:"tracing"`
+	NATS    NATS             `json:"nats"`
+	Stream  Stream           `json:"stream"`
+	Limits  pool.Limits      `json:"limits"`
 	// Workers is how the activator judges workers (activator.Workers).
 	Workers activator.Workers `json:"workers"`
 	// MaxPayloadBytes bounds a payload and a response body (JSON text, or
@@ -90,15 +91,6 @@ type LeaderElection struct {
 	// shards move within about 1.4× it); with one shard, the members
 	// entry's timings (queue/README.md, "Changing S").
 	ShardLeaseDuration metav1.Duration `json:"shardLeaseDuration,omitempty"`
-}
-
-// Tracing is the span export (internal/tracing).
-type Tracing struct {
-	// OTLPEndpoint is the OTLP/gRPC collector (host:port, TLS, or a URL;
-	// empty: the OTEL_EXPORTER_OTLP_* environment, else none).
-	OTLPEndpoint string `json:"otlpEndpoint,omitempty"`
-	// SampleRatio of traces recorded, 0 < ratio ≤ 1 (default 1).
-	SampleRatio float64 `json:"sampleRatio,omitempty"`
 }
 
 // NATS is the connection to NATS, its trust and the auth callout.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
@@ -13,6 +14,7 @@ import (
 	"github.com/runplane/runplane/internal/objects"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/shard"
+	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/sidecar"
 )
 
@@ -55,21 +57,19 @@ func (c *QueueConfiguration) Default() {
 	configfile.OrDuration(&n.Bootstrap.TLSCheckInterval, time.Minute)
 	n.Bootstrap.Dir = cmp.Or(n.Bootstrap.Dir, "/var/run/runplane/bootstrap")
 
-	s := &c.Stream
-	s.SubjectPrefix, s.Name = cmp.Or(s.SubjectPrefix, api.DefaultSubjectPrefix), cmp.Or(s.Name, api.DefaultStreamName)
-	s.Replicas = cmp.Or(s.Replicas, 1)
-	configfile.OrDuration(&s.MaxAge, 72*time.Hour)
-	s.MaxBytes = cmp.Or(s.MaxBytes, -1)
-	configfile.OrDuration(&s.DuplicateWindow, 2*time.Minute)
-	s.RecordsBucket = cmp.Or(s.RecordsBucket, "runplane-invocations")
-	configfile.OrDuration(&s.RecordTTL, 24*time.Hour)
-	s.RecordsMaxBytes = cmp.Or(s.RecordsMaxBytes, -1)
-	s.ResultsMaxBytes = cmp.Or(s.ResultsMaxBytes, 1<<30)
-	s.ResultMaxSize = cmp.Or(s.ResultMaxSize, 1<<20)
-	s.ObjectsMaxBytes = cmp.Or(s.ObjectsMaxBytes, 128<<20)
-	configfile.OrDuration(&s.ChunksMaxAge, time.Hour)
-	s.ChunksMaxBytes = cmp.Or(s.ChunksMaxBytes, 64<<20)
-	s.ChunksPerInvocation = cmp.Or(s.ChunksPerInvocation, 100000)
+	// The stream's own defaults; unbounded sizes shown as -1.
+	s, d := &c.Stream, stream.Config{}.WithDefaults()
+	s.SubjectPrefix, s.Name, s.Replicas = cmp.Or(s.SubjectPrefix, d.Prefix), cmp.Or(s.Name, d.Stream), cmp.Or(s.Replicas, d.Replicas)
+	s.MaxBytes, s.RecordsMaxBytes = cmp.Or(s.MaxBytes, -1), cmp.Or(s.RecordsMaxBytes, -1)
+	for _, f := range []struct {
+		v   *metav1.Duration
+		def time.Duration
+	}{{&s.MaxAge, d.MaxAge}, {&s.DuplicateWindow, d.DuplicateWindow}, {&s.RecordTTL, d.RecordTTL}, {&s.ChunksMaxAge, d.Chunks.MaxAge}} {
+		configfile.OrDuration(f.v, f.def)
+	}
+	s.RecordsBucket, s.ResultsMaxBytes, s.ResultMaxSize = cmp.Or(s.RecordsBucket, d.RecordsBucket), cmp.Or(s.ResultsMaxBytes, d.ResultsMaxBytes), cmp.Or(s.ResultMaxSize, d.ResultMaxMsgSize)
+	s.ObjectsMaxBytes, s.ChunksMaxBytes = cmp.Or(s.ObjectsMaxBytes, d.ObjectsMaxBytes), cmp.Or(s.ChunksMaxBytes, d.Chunks.MaxBytes)
+	s.ChunksPerInvocation = cmp.Or(s.ChunksPerInvocation, d.Chunks.MaxPerInvocation)
 
 	c.Limits.Default()
 	c.Workers.Default()

@@ -3,7 +3,6 @@ package config
 import (
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/internal/natstls"
-	"github.com/runplane/runplane/internal/tracing"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/callback"
@@ -41,9 +40,4 @@ func (c *QueueConfiguration) Queue() (queue.Config, error) {
 		DisableIngress:            c.DisableIngress, DisableActivator: c.DisableActivator,
 		Decisions: activator.Decisions{Workers: c.Workers, Limits: c.Limits}, MaxPayloadBytes: c.MaxPayloadBytes,
 	}, nil
-}
-
-// TracingSettings are the span export settings.
-func (c *QueueConfiguration) TracingSettings() tracing.Settings {
-	return tracing.Settings{Endpoint: c.Tracing.OTLPEndpoint, SampleRatio: c.Tracing.SampleRatio}
 }
