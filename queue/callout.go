@@ -161,7 +161,7 @@ func openResolver(ctx context.Context, log *slog.Logger, url string, tlsOpts []n
 // small.
 func workerMaxPayload(sc stream.Config) int64 {
 	sc = sc.WithDefaults()
-	return int64(max(sc.ResultMaxMsgSize, sc.Chunks.MaxChunkBytes))
+	return int64(max(sc.ResultMaxMsgSize, sc.MaxChunkBytes))
 }
 
 // newCallout builds the callout Runnable on the queue's connection;

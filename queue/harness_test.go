@@ -125,7 +125,7 @@ func newEnvNATS(t testing.TB, no natsOptions, mutate func(*queue.Config)) *env {
 		Listen:        "127.0.0.1:0",
 		MetricsListen: "127.0.0.1:0",
 		StaticPools:   []string{testPool, "other"},
-		Stream:        stream.Config{DuplicateWindow: time.Second, RecordTTL: time.Hour},
+		Stream:        stream.Config{DuplicateWindow: metav1.Duration{Duration: time.Second}, RecordTTL: metav1.Duration{Duration: time.Hour}},
 		Decisions:     activator.Decisions{Workers: activator.Workers{HeartbeatTimeout: metav1.Duration{Duration: time.Second}}, Backoff: 100 * time.Millisecond},
 		Tick:          50 * time.Millisecond,
 	}

@@ -430,7 +430,7 @@ func Run(ctx context.Context, cfg Config) error {
 func maxTTLSeconds(c stream.Config) int {
 	c = c.WithDefaults()
 	m := 86400
-	for _, d := range []time.Duration{c.RecordTTL, c.MaxAge} {
+	for _, d := range []time.Duration{c.RecordTTL.Duration, c.MaxAge.Duration} {
 		if d > 0 {
 			m = min(m, max(int(d.Seconds())-60, 1))
 		}

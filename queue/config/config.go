@@ -18,6 +18,7 @@ import (
 	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/callback"
 	"github.com/runplane/runplane/queue/pool"
+	"github.com/runplane/runplane/queue/stream"
 )
 
 // APIVersion and Kind name the document.
@@ -53,8 +54,9 @@ type QueueConfiguration struct {
 	// Tracing exports spans over OTLP.
 	Tracing tracing.Settings `json:"tracing"`
 	NATS    NATS             `json:"nats"`
-	Stream  Stream           `json:"stream"`
-	Limits  pool.Limits      `json:"limits"`
+	// Stream is the JetStream resources (stream.Config).
+	Stream stream.Config `json:"stream"`
+	Limits pool.Limits   `json:"limits"`
 	// Workers is how the activator judges workers (activator.Workers).
 	Workers activator.Workers `json:"workers"`
 	// MaxPayloadBytes bounds a payload and a response body (JSON text, or
@@ -135,43 +137,6 @@ type Bootstrap struct {
 	// Dir (memory-backed) receives the bootstrapped files for the queue's
 	// own use (default /var/run/runplane/bootstrap).
 	Dir string `json:"dir,omitempty"`
-}
-
-// Stream is the JetStream resources (queue/stream.Config).
-type Stream struct {
-	// SubjectPrefix and Name of the invocation stream (defaults
-	// runtime.serverless, RUNTIME_SERVERLESS).
-	SubjectPrefix string `json:"subjectPrefix,omitempty"`
-	Name          string `json:"name,omitempty"`
-	// Replicas of streams and buckets (default 1).
-	Replicas int `json:"replicas,omitempty"`
-	// MaxAge of the stream's messages (default 72h).
-	MaxAge metav1.Duration `json:"maxAge,omitzero"`
-	// MaxBytes of the invocation stream (full: new invocations get 503;
-	// default -1: unbounded).
-	MaxBytes int64 `json:"maxBytes,omitempty"`
-	// DuplicateWindow of the stream (default 2m).
-	DuplicateWindow metav1.Duration `json:"duplicateWindow,omitzero"`
-	// RecordsBucket, RecordTTL and RecordsMaxBytes: the KV bucket of
-	// invocation Records (defaults runplane-invocations, 24h, -1).
-	RecordsBucket   string          `json:"recordsBucket,omitempty"`
-	RecordTTL       metav1.Duration `json:"recordTTL,omitzero"`
-	RecordsMaxBytes int64           `json:"recordsMaxBytes,omitempty"`
-	// ResultsMaxBytes bounds the results stream (default 1 GiB);
-	// ResultMaxSize one result message (default 1 MiB, nats-server's
-	// default max_payload).
-	ResultsMaxBytes int64 `json:"resultsMaxBytes,omitempty"`
-	ResultMaxSize   int32 `json:"resultMaxSize,omitempty"`
-	// ObjectsMaxBytes bounds each namespace's Object Store bucket of big
-	// payloads and results, reserved when it is made (default 128 MiB;
-	// -1: unbounded).
-	ObjectsMaxBytes int64 `json:"objectsMaxBytes,omitempty"`
-	// Chunks of streamed invocations: kept ChunksMaxAge (default 1h),
-	// ChunksMaxBytes per namespace (default 64 MiB), ChunksPerInvocation
-	// per invocation (default 100000).
-	ChunksMaxAge        metav1.Duration `json:"chunksMaxAge,omitzero"`
-	ChunksMaxBytes      int64           `json:"chunksMaxBytes,omitempty"`
-	ChunksPerInvocation int64           `json:"chunksPerInvocation,omitempty"`
 }
 
 // Callbacks are completion callbacks: on with a signing key.

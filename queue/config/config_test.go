@@ -28,7 +28,7 @@ func TestDecode(t *testing.T) {
 			q, err := c.Queue()
 			require.NoError(t, err)
 			assert.Equal(t, 30*time.Second, q.HeartbeatTimeout.Duration)
-			assert.Equal(t, time.Hour, q.Stream.MaxAge)
+			assert.Equal(t, time.Hour, q.Stream.MaxAge.Duration)
 		}},
 		{name: "static pools: no leader election", doc: header + "staticPools: [ns/p]\ninsecureDisableCallerAuth: true\n", check: func(t *testing.T, c *QueueConfiguration) {
 			assert.False(t, *c.LeaderElection.LeaderElect)

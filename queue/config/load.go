@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/api"
@@ -14,7 +13,6 @@ import (
 	"github.com/runplane/runplane/internal/objects"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/shard"
-	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/sidecar"
 )
 
@@ -58,19 +56,8 @@ func (c *QueueConfiguration) Default() {
 	n.Bootstrap.Dir = cmp.Or(n.Bootstrap.Dir, "/var/run/runplane/bootstrap")
 
 	// The stream's own defaults; unbounded sizes shown as -1.
-	s, d := &c.Stream, stream.Config{}.WithDefaults()
-	s.SubjectPrefix, s.Name, s.Replicas = cmp.Or(s.SubjectPrefix, d.Prefix), cmp.Or(s.Name, d.Stream), cmp.Or(s.Replicas, d.Replicas)
-	s.MaxBytes, s.RecordsMaxBytes = cmp.Or(s.MaxBytes, -1), cmp.Or(s.RecordsMaxBytes, -1)
-	for _, f := range []struct {
-		v   *metav1.Duration
-		def time.Duration
-	}{{&s.MaxAge, d.MaxAge}, {&s.DuplicateWindow, d.DuplicateWindow}, {&s.RecordTTL, d.RecordTTL}, {&s.ChunksMaxAge, d.Chunks.MaxAge}} {
-		configfile.OrDuration(f.v, f.def)
-	}
-	s.RecordsBucket, s.ResultsMaxBytes, s.ResultMaxSize = cmp.Or(s.RecordsBucket, d.RecordsBucket), cmp.Or(s.ResultsMaxBytes, d.ResultsMaxBytes), cmp.Or(s.ResultMaxSize, d.ResultMaxMsgSize)
-	s.ObjectsMaxBytes, s.ChunksMaxBytes = cmp.Or(s.ObjectsMaxBytes, d.ObjectsMaxBytes), cmp.Or(s.ChunksMaxBytes, d.Chunks.MaxBytes)
-	s.ChunksPerInvocation = cmp.Or(s.ChunksPerInvocation, d.Chunks.MaxPerInvocation)
-
+	c.Stream = c.Stream.WithDefaults()
+	c.Stream.MaxBytes, c.Stream.RecordsMaxBytes = cmp.Or(c.Stream.MaxBytes, -1), cmp.Or(c.Stream.RecordsMaxBytes, -1)
 	c.Limits.Default()
 	c.Workers.Default()
 	// The file knows the sidecars' interval (their default unless told):
@@ -109,8 +96,10 @@ func (c *QueueConfiguration) Validate() error {
 			bad(key, "%v: want > 0", v)
 		}
 	}
-	if c.Stream.ResultMaxSize < 1 {
-		bad("stream.resultMaxSize", "%d: want a positive number of bytes", c.Stream.ResultMaxSize)
+	if c.Stream.ResultMaxMsgSize < 1 {
+		bad("stream.resultMaxSize", "%d: want a positive number of bytes", c.Stream.ResultMaxMsgSize)
+	} else if err := c.Stream.Validate(); err != nil {
+		bad("stream", "%w", err)
 	}
 	if err := c.Workers.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("workers.%w", err))

@@ -6,7 +6,6 @@ import (
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/callback"
-	"github.com/runplane/runplane/queue/stream"
 )
 
 // Queue is the queue.Config of c (defaulted and valid): its settings, without
@@ -21,16 +20,13 @@ func (c *QueueConfiguration) Queue() (queue.Config, error) {
 	if metricsAddr == "0" {
 		metricsAddr = ""
 	}
-	n, s := c.NATS, c.Stream
+	n := c.NATS
 	return queue.Config{
 		NATSURL: n.URL, NATSTrustFile: n.TrustFile, NATSServers: n.Servers,
 		NATSTLS:   natstls.Client{CAFile: n.CAFile, ServerName: n.ServerName},
 		Callout:   n.Callout,
 		Callbacks: callback.Config{Delivery: c.Callbacks.Delivery}, CallbackKeyFile: c.Callbacks.SigningKeyFile,
-		Stream: stream.Config{Prefix: s.SubjectPrefix, Stream: s.Name, Replicas: s.Replicas, MaxAge: s.MaxAge.Duration, MaxBytes: s.MaxBytes,
-			RecordsMaxBytes: s.RecordsMaxBytes, DuplicateWindow: s.DuplicateWindow.Duration, RecordsBucket: s.RecordsBucket, RecordTTL: s.RecordTTL.Duration,
-			ResultsMaxBytes: s.ResultsMaxBytes, ResultMaxMsgSize: s.ResultMaxSize, ObjectsMaxBytes: s.ObjectsMaxBytes,
-			Chunks: stream.ChunksConfig{MaxAge: s.ChunksMaxAge.Duration, MaxBytes: s.ChunksMaxBytes, MaxPerInvocation: s.ChunksPerInvocation}},
+		Stream: c.Stream,
 		Listen: c.Listen, MetricsListen: metricsAddr, MetricsCert: cert,
 		Namespace: c.WatchNamespace, StaticPools: c.StaticPools,
 		LeaderElection: *c.LeaderElection.LeaderElect, LeaseNamespace: c.Namespace, LeaseName: c.LeaderElection.ResourceName,
