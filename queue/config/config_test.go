@@ -44,6 +44,9 @@ func TestDecode(t *testing.T) {
 		{name: "heartbeat below 3 intervals", doc: header + "workers:\n  heartbeatTimeout: 10s\n", err: "workers.heartbeatTimeout: heartbeat timeout 10s is below 3×"},
 		{name: "static pools need no caller auth", doc: header + "staticPools: [p]\n", err: "staticPools: nothing authenticates callers"},
 		{name: "static pools and leader election", doc: header + "staticPools: [p]\ninsecureDisableCallerAuth: true\nleaderElection:\n  leaderElect: true\n", err: "leaderElection.leaderElect: needs Kubernetes"},
+		// Refused at load, not by a queue that retries opening its stream forever.
+		{name: "stream refused at load", doc: header + "stream:\n  maxAge: 1m\n  duplicateWindow: 2m\n", err: "stream: duplicate window 2m0s must not exceed max age 1m0s"},
+		{name: "negative attempts", doc: header + "workers:\n  maxAttempts: -1\n", err: "workers.maxAttempts: -1: want at least 1"},
 		{name: "sample ratio", doc: header + "tracing:\n  sampleRatio: 2\n", err: "tracing.sampleRatio: 2: want 0 < ratio ≤ 1"},
 		{name: "negative QPS", doc: header + "callerAuth:\n  tokenReviewQPS: -1\n", err: "callerAuth.tokenReviewQPS: -1: want > 0"},
 		{name: "TLS secret needs names", doc: header + "nats:\n  bootstrap:\n    tlsSecret: s\n", err: "nats.bootstrap.tlsDNSNames: needed"},
