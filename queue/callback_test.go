@@ -60,7 +60,7 @@ func (rc *receiver) received() []received {
 
 func callbackEnv(t testing.TB, allowLoopback bool, attempts int) *env {
 	return newEnv(t, func(c *queue.Config) {
-		c.Callbacks = queue.CallbackOptions{MasterKey: testMasterKey, Backoff: 20 * time.Millisecond, MaxAttempts: attempts}
+		c.Callbacks = callback.Config{MasterKey: testMasterKey, Backoff: 20 * time.Millisecond, Delivery: callback.Delivery{MaxAttempts: attempts}}
 		c.Namespaces = namespaceUIDs{"default": "uid-default"}
 		if allowLoopback {
 			c.Callbacks.AllowCIDRs = []string{"127.0.0.0/8"}
@@ -170,7 +170,7 @@ func TestCallbackPrivateTargetRefused(t *testing.T) {
 // the queue that starts next, from the Record alone.
 func TestCallbackPendingSurvivesRestart(t *testing.T) {
 	e := newEnv(t, func(c *queue.Config) {
-		c.Callbacks = queue.CallbackOptions{MasterKey: testMasterKey, AllowCIDRs: []string{"127.0.0.0/8"}, Backoff: time.Second}
+		c.Callbacks = callback.Config{MasterKey: testMasterKey, Delivery: callback.Delivery{AllowCIDRs: []string{"127.0.0.0/8"}}, Backoff: time.Second}
 	})
 	e.worker("w1", 1, sidecartest.Echo)
 	rc := newReceiver(t, 500, 200)

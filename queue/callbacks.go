@@ -14,39 +14,17 @@ import (
 	"github.com/runplane/runplane/queue/stream"
 )
 
-// CallbackOptions turn on completion callbacks (queue/callback).
-type CallbackOptions struct {
-	// MasterKeyFile holds the master signing key, hex (at least 32 bytes):
-	// a Secret in runplane's own namespace, from which every namespace's
-	// key is derived. Empty: callbacks are off (a callbackURL is a 400).
-	MasterKeyFile string
-	// MasterKey is the key itself (tests; MasterKeyFile wins).
-	MasterKey []byte
-	// AllowCIDRs are target ranges let through although not public (an
-	// in-cluster receiver the operator vouches for); DenyCIDRs are refused
-	// although public (e.g. the cluster's Pod and Service ranges when they
-	// are public addresses).
-	AllowCIDRs, DenyCIDRs []string
-	// MaxAttempts, Backoff, Timeout, Workers, NamespaceWorkers:
-	// callback.Config's.
-	MaxAttempts      int
-	Backoff          time.Duration
-	Timeout          time.Duration
-	Workers          int
-	NamespaceWorkers int
-}
-
-// callbackConfig reads the master key and the target rules; nil when
-// callbacks are off.
-func callbackConfig(o CallbackOptions) (*ingress.CallbackConfig, error) {
-	key := o.MasterKey
-	if o.MasterKeyFile != "" {
-		s, err := readSecretFile(o.MasterKeyFile)
+// callbackConfig reads the master key (CallbackKeyFile wins over
+// Callbacks.MasterKey) and the target rules; nil when callbacks are off.
+func callbackConfig(cfg Config) (*ingress.CallbackConfig, error) {
+	key := cfg.Callbacks.MasterKey
+	if f := cfg.CallbackKeyFile; f != "" {
+		s, err := readSecretFile(f)
 		if err != nil {
 			return nil, fmt.Errorf("queue: callback signing key: %w", err)
 		}
 		if key, err = hex.DecodeString(s); err != nil {
-			return nil, fmt.Errorf("queue: callback signing key in %s: not hex: %w", o.MasterKeyFile, err)
+			return nil, fmt.Errorf("queue: callback signing key in %s: not hex: %w", f, err)
 		}
 	}
 	if len(key) == 0 {
@@ -55,15 +33,11 @@ func callbackConfig(o CallbackOptions) (*ingress.CallbackConfig, error) {
 	if len(key) < 32 {
 		return nil, fmt.Errorf("queue: callback signing key of %d bytes: at least 32", len(key))
 	}
-	allow, err := callback.ParsePrefixes(o.AllowCIDRs)
+	targets, err := cfg.Callbacks.Targets()
 	if err != nil {
-		return nil, fmt.Errorf("queue: callback allowed ranges: %w", err)
+		return nil, fmt.Errorf("queue: callback %w", err)
 	}
-	deny, err := callback.ParsePrefixes(o.DenyCIDRs)
-	if err != nil {
-		return nil, fmt.Errorf("queue: callback denied ranges: %w", err)
-	}
-	return &ingress.CallbackConfig{Targets: callback.Targets{Allow: allow, Deny: deny}, MasterKey: key}, nil
+	return &ingress.CallbackConfig{Targets: targets, MasterKey: key}, nil
 }
 
 // namespaceSource tells the namespaces' UIDs, which stamp every Record and
@@ -76,7 +50,7 @@ func namespaceSource(nss callback.Namespaces, rc *rest.Config) (callback.Namespa
 	case rc != nil:
 		// Its own client: however often the signing-key endpoint is called,
 		// the activator's scaling and the informers keep their rate.
-		kube, err := limitedClient(rc, ClientLimits{}, 20, 40)
+		kube, err := limitedClient(rc, 20, 40)
 		if err != nil {
 			return nil, fmt.Errorf("queue: namespaces: %w", err)
 		}
@@ -89,8 +63,9 @@ func namespaceSource(nss callback.Namespaces, rc *rest.Config) (callback.Namespa
 	}
 }
 
-// newDeliverer is the callback sender, run with the activator.
-func newDeliverer(cc *ingress.CallbackConfig, nss callback.Namespaces, o CallbackOptions, st *stream.Store, reg prometheus.Registerer, log *slog.Logger) (*callback.Deliverer, error) {
-	return callback.New(callback.Config{Store: st, MasterKey: cc.MasterKey, Namespaces: nss, Targets: cc.Targets, MaxAttempts: o.MaxAttempts,
-		Backoff: o.Backoff, Timeout: o.Timeout, Workers: o.Workers, NamespaceWorkers: o.NamespaceWorkers, Logger: log.With("component", "callbacks"), Registerer: reg})
+// newDeliverer is the callback sender, run with the activator: cfg's
+// settings with the queue's key, store, namespaces, logger and registry.
+func newDeliverer(cfg callback.Config, cc *ingress.CallbackConfig, nss callback.Namespaces, st *stream.Store, reg prometheus.Registerer, log *slog.Logger) (*callback.Deliverer, error) {
+	cfg.Store, cfg.MasterKey, cfg.Namespaces, cfg.Logger, cfg.Registerer = st, cc.MasterKey, nss, log.With("component", "callbacks"), reg
+	return callback.New(cfg)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -30,39 +31,49 @@ import (
 // each authenticates a sidecar's projected ServiceAccount token with the
 // apiserver and places the sidecar in an account of its worker's own
 // (natsaccounts), importing exactly its worker's subjects.
+//
+// It is the nats.callout section of runplane-queue's configuration file
+// (queue/config embeds it as it is), defaulted by Default.
 type CalloutConfig struct {
 	// MaxTTL caps a worker's NATS user even when its token lives longer
 	// (default 1h).
-	MaxTTL time.Duration
-	// Client limits the callout's own Kubernetes client (default 50 QPS,
-	// burst 100): no other part of the queue spends it, so a flood at the
-	// ingress cannot delay a worker's admission.
-	Client ClientLimits
-	// Workers and AnswerTimeout bound the requests answered at once and
-	// each answer (natscallout.ServeOptions; defaults 16, 1.5s).
-	Workers       int
-	AnswerTimeout time.Duration
-	// PerHostQPS and PerHostBurst bound the reviews one client address may
-	// cause (natscallout.ServeOptions; defaults 5/s, 20).
-	PerHostQPS   float32
-	PerHostBurst int
-	// CacheTTL bounds how long an admission is reused for a reconnect with
-	// the same token (natscallout.CacheOptions; default 1m).
-	CacheTTL time.Duration
-	// MaxSubscriptions bounds the subscriptions of one worker connection
-	// on top of one per unit of its concurrency (natscallout.Limits;
-	// default 64, -1 unbounded).
-	MaxSubscriptions int64
-	// MaxPayload bounds one message a worker publishes (natscallout.Limits;
-	// default workerMaxPayload of the stream configuration, -1: only the
-	// server's max_payload).
-	MaxPayload int64
+	MaxTTL metav1.Duration `json:"maxTTL,omitzero"`
+	// KubeQPS and KubeBurst limit the callout's own Kubernetes client
+	// (default 50, 100): no other part of the queue spends it, so a flood
+	// at the ingress cannot delay a worker's admission.
+	KubeQPS   float32 `json:"kubeQPS,omitempty"`
+	KubeBurst int     `json:"kubeBurst,omitempty"`
+	// Workers: requests reviewed at once; beyond, refused (default 16).
+	// AnswerTimeout bounds each answer, below nats-server's auth callout
+	// timeout of 2s (default 1.5s). natscallout.ServeOptions.
+	Workers       int             `json:"workers,omitempty"`
+	AnswerTimeout metav1.Duration `json:"answerTimeout,omitzero"`
+	// PerHostQPS and PerHostBurst: reviews one client address may cause
+	// (default 5, 20; natscallout.ServeOptions).
+	PerHostQPS   float32 `json:"perHostQPS,omitempty"`
+	PerHostBurst int     `json:"perHostBurst,omitempty"`
+	// CacheTTL: an admission is reused this long for a reconnect with the
+	// same token (default 1m; natscallout.CacheOptions).
+	CacheTTL metav1.Duration `json:"cacheTTL,omitzero"`
+	// MaxSubscriptions of one worker connection on top of one per unit of
+	// its concurrency (default natscallout.DefaultSubscriptions; -1:
+	// unbounded).
+	MaxSubscriptions int64 `json:"maxSubscriptions,omitempty"`
+	// MaxPayload: largest message a worker may publish (0: the largest the
+	// sidecar sends, workerMaxPayload; -1: only the server's max_payload).
+	MaxPayload int64 `json:"maxPayload,omitempty"`
 }
 
-// ClientLimits is a Kubernetes client's client-side rate limit.
-type ClientLimits struct {
-	QPS   float32
-	Burst int
+// Default fills the zero fields (MaxPayload aside: it follows the stream's
+// sizes).
+func (c *CalloutConfig) Default() {
+	c.MaxTTL.Duration = cmp.Or(c.MaxTTL.Duration, time.Hour)
+	c.KubeQPS, c.KubeBurst = cmp.Or(c.KubeQPS, 50), cmp.Or(c.KubeBurst, 100)
+	c.Workers = cmp.Or(c.Workers, 16)
+	c.AnswerTimeout.Duration = cmp.Or(c.AnswerTimeout.Duration, 1500*time.Millisecond)
+	c.PerHostQPS, c.PerHostBurst = cmp.Or(c.PerHostQPS, 5), cmp.Or(c.PerHostBurst, 20)
+	c.CacheTTL.Duration = cmp.Or(c.CacheTTL.Duration, time.Minute)
+	c.MaxSubscriptions = cmp.Or(c.MaxSubscriptions, natscallout.DefaultSubscriptions)
 }
 
 // loadTrust reads the NATS trust secret (nil, nil without a file: a NATS
@@ -150,7 +161,7 @@ func openResolver(ctx context.Context, log *slog.Logger, url string, tlsOpts []n
 // small.
 func workerMaxPayload(sc stream.Config) int64 {
 	sc = sc.WithDefaults()
-	return int64(max(sc.ResultMaxMsgSize, sc.Chunks.MaxChunkBytes))
+	return int64(max(sc.ResultMaxMsgSize, sc.MaxChunkBytes))
 }
 
 // newCallout builds the callout Runnable on the queue's connection;
@@ -160,6 +171,7 @@ func newCallout(cfg CalloutConfig, nc *nats.Conn, kube kubernetes.Interface, tru
 	if kube == nil {
 		return nil, fmt.Errorf("queue: the NATS auth callout needs a Kubernetes config")
 	}
+	cfg.Default()
 	return &callout{
 		nc: nc,
 		responder: &natscallout.Responder{
@@ -169,7 +181,7 @@ func newCallout(cfg CalloutConfig, nc *nats.Conn, kube kubernetes.Interface, tru
 			// cache sits inside admitWorker.
 			Auth: &admitWorker{
 				Authenticator: natscallout.NewCached(&natscallout.KubeAuthenticator{Client: kube, Audience: natscallout.Audience},
-					natscallout.CacheOptions{TTL: cfg.CacheTTL}),
+					natscallout.CacheOptions{TTL: cfg.CacheTTL.Duration}),
 				Consumers: consumers,
 				Buckets:   buckets,
 				Chunks:    chunks,
@@ -177,11 +189,11 @@ func newCallout(cfg CalloutConfig, nc *nats.Conn, kube kubernetes.Interface, tru
 			},
 			Layout:   layout,
 			Accounts: accounts,
-			MaxTTL:   cmp.Or(cfg.MaxTTL, time.Hour),
+			MaxTTL:   cfg.MaxTTL.Duration,
 			Limits:   natscallout.Limits{Subscriptions: cfg.MaxSubscriptions, Payload: cfg.MaxPayload},
 			Clock:    clock.RealClock{},
 		},
-		serve: natscallout.ServeOptions{Workers: cfg.Workers, AnswerTimeout: cfg.AnswerTimeout,
+		serve: natscallout.ServeOptions{Workers: cfg.Workers, AnswerTimeout: cfg.AnswerTimeout.Duration,
 			PerHostQPS: cfg.PerHostQPS, PerHostBurst: cfg.PerHostBurst},
 		metrics: natscallout.NewMetrics(reg),
 		log:     log.With("component", "nats-callout"),
@@ -266,9 +278,9 @@ func readSecretFile(path string) (string, error) {
 // limitedClient is a clientset of its own on a copy of rc, with its own
 // client-side rate limit: parts of the queue that must not starve each
 // other each get one.
-func limitedClient(rc *rest.Config, l ClientLimits, qps float32, burst int) (kubernetes.Interface, error) {
+func limitedClient(rc *rest.Config, qps float32, burst int) (kubernetes.Interface, error) {
 	c := rest.CopyConfig(rc)
-	c.QPS, c.Burst, c.RateLimiter = cmp.Or(l.QPS, qps), cmp.Or(l.Burst, burst), nil
+	c.QPS, c.Burst, c.RateLimiter = qps, burst, nil
 	client, err := kubernetes.NewForConfig(c)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)

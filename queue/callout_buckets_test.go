@@ -23,7 +23,7 @@ func TestAdmitWorkerWithoutRoomForItsBucket(t *testing.T) {
 	js := limitedJetStream(t, 1<<20)
 	ctx := context.Background()
 	st, err := stream.Open(ctx, js, stream.Config{ResultsMaxBytes: 256 << 10, ResultMaxMsgSize: 64 << 10, ObjectsMaxBytes: 2 << 20,
-		Chunks: stream.ChunksConfig{MaxBytes: 128 << 10, MaxChunkBytes: 16 << 10}})
+		ChunksConfig: stream.ChunksConfig{MaxBytes: 128 << 10, MaxChunkBytes: 16 << 10}})
 	require.NoError(t, err)
 
 	_, err = st.Objects.Ensure(ctx, "team-b")

@@ -41,7 +41,7 @@ func TestChunksAreBudgetedPerNamespace(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st, err := stream.Open(ctx, js, stream.Config{ResultsMaxBytes: 256 << 10, ResultMaxMsgSize: 64 << 10, ObjectsMaxBytes: 256 << 10,
-		Chunks: stream.ChunksConfig{MaxBytes: 128 << 10, MaxChunkBytes: 16 << 10}})
+		ChunksConfig: stream.ChunksConfig{MaxBytes: 128 << 10, MaxChunkBytes: 16 << 10}})
 	require.NoError(t, err)
 	subj := st.Subjects
 	chunksB, err := st.Chunks.Ensure(ctx, "team-b")
@@ -78,7 +78,7 @@ func TestAdmitWorkerWithoutRoomForItsChunks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st, err := stream.Open(ctx, js, stream.Config{ResultsMaxBytes: 256 << 10, ResultMaxMsgSize: 64 << 10, ObjectsMaxBytes: 256 << 10,
-		Chunks: stream.ChunksConfig{MaxBytes: 2 << 20, MaxChunkBytes: 16 << 10}})
+		ChunksConfig: stream.ChunksConfig{MaxBytes: 2 << 20, MaxChunkBytes: 16 << 10}})
 	require.NoError(t, err)
 	_, err = st.Chunks.Ensure(ctx, "team-a")
 	require.NoError(t, err)

@@ -96,7 +96,7 @@ func TestActivatorRestartAfterDuplicateWindow(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, nil)
-			require.Equal(t, time.Second, e.cfg.Stream.DuplicateWindow, "duplicate window %s, want 1s", e.cfg.Stream.DuplicateWindow)
+			require.Equal(t, time.Second, e.cfg.Stream.DuplicateWindow.Duration, "duplicate window %s, want 1s", e.cfg.Stream.DuplicateWindow.Duration)
 			const w, id = "late", "not-yet-started"
 			fw := e.fakeWorker(w) // registered and heartbeating, fetches nothing
 			tc.prepare(e, id, w)

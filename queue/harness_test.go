@@ -15,6 +15,10 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/runplane/runplane/queue/activator"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -118,13 +122,12 @@ func newEnvNATS(t testing.TB, no natsOptions, mutate func(*queue.Config)) *env {
 	e.js, _ = jetstream.New(nc)
 	e.cfg = queue.Config{
 		NATSURL: e.natsURL(), NATSTLS: client, InsecureDisableCallerAuth: true,
-		Listen:           "127.0.0.1:0",
-		MetricsListen:    "127.0.0.1:0",
-		StaticPools:      []string{testPool, "other"},
-		Stream:           stream.Config{DuplicateWindow: time.Second, RecordTTL: time.Hour},
-		HeartbeatTimeout: time.Second,
-		Backoff:          100 * time.Millisecond,
-		Tick:             50 * time.Millisecond,
+		Listen:        "127.0.0.1:0",
+		MetricsListen: "127.0.0.1:0",
+		StaticPools:   []string{testPool, "other"},
+		Stream:        stream.Config{DuplicateWindow: metav1.Duration{Duration: time.Second}, RecordTTL: metav1.Duration{Duration: time.Hour}},
+		Decisions:     activator.Decisions{Workers: activator.Workers{HeartbeatTimeout: metav1.Duration{Duration: time.Second}}, Backoff: 100 * time.Millisecond},
+		Tick:          50 * time.Millisecond,
 	}
 	if mutate != nil {
 		mutate(&e.cfg)

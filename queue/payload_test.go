@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -196,7 +198,7 @@ func mustJSON(t testing.TB, v any) []byte {
 // Record TTL plus a margin): nothing leaks.
 func TestObjectsGoWithTheirRecord(t *testing.T) {
 	e := newEnv(t, func(c *queue.Config) {
-		c.Stream = stream.Config{DuplicateWindow: time.Second, RecordTTL: 2 * time.Second, ObjectTTL: 3 * time.Second}
+		c.Stream = stream.Config{DuplicateWindow: metav1.Duration{Duration: time.Second}, RecordTTL: metav1.Duration{Duration: 2 * time.Second}, ObjectTTL: 3 * time.Second}
 	})
 	e.echoWorker("w1")
 	code, out := e.post("/v1/namespaces/default/pools/"+testPool+"/invocations", "application/json",

@@ -71,8 +71,16 @@ type Config struct {
 	NATSTLSKeeper *natstls.Keeper
 	// Callout tunes the auth callout.
 	Callout CalloutConfig
-	// Callbacks turns on completion callbacks (callbacks.go).
-	Callbacks CallbackOptions
+	// Callbacks turns on completion callbacks (queue/callback) with a
+	// MasterKey (tests) or CallbackKeyFile: their settings, the
+	// configuration file's section included; the queue sets Store,
+	// Namespaces, Logger and Registerer (callbacks.go).
+	Callbacks callback.Config
+	// CallbackKeyFile holds the master signing key, hex (at least 32
+	// bytes): a Secret in runplane's own namespace, from which every
+	// namespace's key is derived. Neither it nor Callbacks.MasterKey:
+	// callbacks are off (a callbackURL is a 400).
+	CallbackKeyFile string
 	// Namespaces tells the namespaces' UIDs (tests); default: the API
 	// server (get namespaces) with RESTConfig, else none.
 	Namespaces callback.Namespaces
@@ -140,22 +148,23 @@ type Config struct {
 	// serverless.runplane.io pools; internal/callerauth), which needs
 	// RESTConfig.
 	InsecureDisableCallerAuth bool
-	// CallerAuth tunes the caches and limits of those reviews.
+	// CallerAuth tunes the caches and limits of those reviews and their
+	// own Kubernetes client (Rates.KubeQPS, KubeBurst), apart from the
+	// callout's and the activator's: a flood of callers cannot starve
+	// worker admission.
 	CallerAuth callerauth.Options
 	// CallerAuthorizer decides in place of those reviews (tests: callers
 	// without an apiserver); it wins over InsecureDisableCallerAuth.
 	CallerAuthorizer ingress.Authorizer
-	// CallerAuthClient limits caller authentication's own Kubernetes client
-	// (default 50 QPS, burst 100), apart from the callout's and the
-	// activator's: a flood of callers cannot starve worker admission.
-	CallerAuthClient ClientLimits
 	// DisableIngress / DisableActivator run only one half.
 	DisableIngress, DisableActivator bool
-	// Ingress and Activator knobs (zero values take the packages' defaults).
-	// Limits are the fairness limits: each pool's and each namespace's
-	// backlog (the ingress answers 429 beyond) and in-flight invocations
-	// (the activator dispatches no more).
-	Limits            pool.Limits
+	// Decisions are the activator's settings (activator.Config.Decisions,
+	// passed as they are): the workers section (heartbeat timeout and the
+	// workers' interval it is checked against, silent hold, attempts) and
+	// the fairness limits, which the ingress applies too: each pool's and
+	// each namespace's backlog (429 beyond) and in-flight invocations.
+	// Zero values take the activator's defaults.
+	activator.Decisions
 	DefaultTTLSeconds int
 	MaxBodyBytes      int64
 	// IngressHTTP bounds what a connection to the ingress may hold
@@ -163,19 +172,9 @@ type Config struct {
 	IngressHTTP ingress.HTTPLimits
 	// MaxPayloadBytes bounds a payload and a response body (default 64
 	// MiB; ingress.Config.MaxPayloadBytes).
-	MaxPayloadBytes  int64
-	HeartbeatTimeout time.Duration
-	// WorkerHeartbeatInterval is the workers' heartbeat interval (their
-	// sidecars' -heartbeat-interval). When set, a HeartbeatTimeout below
-	// HeartbeatMultiple times it is refused: one late or lost heartbeat
-	// would declare a healthy worker lost and run its work again.
-	WorkerHeartbeatInterval time.Duration
-	// SilentHold bounds how long a silent worker's work waits for it
-	// (activator.Config.SilentHold; 0: until the work's deadline).
-	SilentHold  time.Duration
-	MaxAttempts int
-	Backoff     time.Duration
-	Tick        time.Duration
+	MaxPayloadBytes int64
+	// Tick is the activator's period of checks (activator.Config.Tick).
+	Tick time.Duration
 	// Scaler replaces the Kubernetes scaler (benchmarks; with StaticPools).
 	Scaler activator.Scaler
 	Logger *slog.Logger
@@ -183,21 +182,6 @@ type Config struct {
 	// TracerProvider records the ingress's and the activator's spans
 	// (nil: none; trace context is still propagated). See README "Traces".
 	TracerProvider trace.TracerProvider
-}
-
-// HeartbeatMultiple is the least heartbeat timeout, in worker heartbeat
-// intervals: a worker is declared lost only after missing two heartbeats
-// in a row and most of a third.
-const HeartbeatMultiple = 3
-
-// CheckHeartbeat refuses a heartbeat timeout below HeartbeatMultiple
-// workers' heartbeat intervals (interval 0: not known, not checked).
-func CheckHeartbeat(timeout, interval time.Duration) error {
-	if interval > 0 && timeout < HeartbeatMultiple*interval {
-		return fmt.Errorf("queue: heartbeat timeout %s is below %d× the workers' heartbeat interval %s (%s): a single late heartbeat would declare a healthy worker lost and run its work again; raise -heartbeat-timeout to at least %s or lower the sidecars' -heartbeat-interval",
-			timeout, HeartbeatMultiple, interval, HeartbeatMultiple*interval, HeartbeatMultiple*interval)
-	}
-	return nil
 }
 
 // Run serves until ctx ends.
@@ -211,8 +195,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.NATSURL == "" {
 		return errors.New("queue: NATS URL is required")
 	}
-	if err := CheckHeartbeat(cmp.Or(cfg.HeartbeatTimeout, activator.DefaultHeartbeatTimeout), cfg.WorkerHeartbeatInterval); err != nil {
-		return err
+	// Refused before anything starts, defaulted as the activator will.
+	workers := cfg.Workers
+	workers.Default()
+	if err := workers.Validate(); err != nil {
+		return fmt.Errorf("queue: workers: %w", err)
 	}
 	if cfg.LeaderElection && cfg.RESTConfig == nil {
 		return errors.New("queue: leader election needs a Kubernetes config")
@@ -311,7 +298,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	var runnables []manager.Runnable
-	callbacks, err := callbackConfig(cfg.Callbacks)
+	callbacks, err := callbackConfig(cfg)
 	if err != nil {
 		return err
 	}
@@ -320,7 +307,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	if callbacks != nil && !cfg.DisableActivator {
-		d, err := newDeliverer(callbacks, nss, cfg.Callbacks, st, reg, log)
+		d, err := newDeliverer(cfg.Callbacks, callbacks, nss, st, reg, log)
 		if err != nil {
 			return err
 		}
@@ -328,7 +315,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	var revoke func(ns, pool, worker string)
 	if trust != nil {
-		calloutKube, err := limitedClient(cfg.RESTConfig, cfg.Callout.Client, 50, 100)
+		calloutCfg := cfg.Callout
+		calloutCfg.Default()
+		calloutKube, err := limitedClient(cfg.RESTConfig, calloutCfg.KubeQPS, calloutCfg.KubeBurst)
 		if err != nil {
 			return err
 		}
@@ -351,7 +340,6 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		accounts := natscallout.NewWorkerAccounts(trust, resolver, revocations, nil)
 		revoke = newRevoker(accounts, reg, log).revokeFunc(ctx)
-		calloutCfg := cfg.Callout
 		calloutCfg.MaxPayload = cmp.Or(calloutCfg.MaxPayload, workerMaxPayload(cfg.Stream))
 		co, err := newCallout(calloutCfg, nc, calloutKube, trust, accounts,
 			st, st.Objects, st.Chunks, WorkerLayout(cfg.Stream.WithDefaults()), reg, log)
@@ -370,12 +358,13 @@ func Run(ctx context.Context, cfg Config) error {
 		case kube == nil:
 			return errors.New("queue: caller authentication needs a Kubernetes config (InsecureDisableCallerAuth turns it off: insecure)")
 		default:
-			callerKube, err := limitedClient(cfg.RESTConfig, cfg.CallerAuthClient, 50, 100)
+			ca := cfg.CallerAuth
+			ca.Rates.Default()
+			ca.Registerer = reg
+			callerKube, err := limitedClient(cfg.RESTConfig, ca.KubeQPS, ca.KubeBurst)
 			if err != nil {
 				return err
 			}
-			ca := cfg.CallerAuth
-			ca.Registerer = reg
 			g, err := callerauth.New(callerKube, ca)
 			if err != nil {
 				return fmt.Errorf("queue: %w", err)
@@ -403,8 +392,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if !cfg.DisableActivator {
 		act, err := activatorRunnable(cfg, activator.Config{Store: st, NC: nc, Pools: pools, Kube: kube, Namespace: cfg.Namespace,
-			HeartbeatTimeout: cfg.HeartbeatTimeout, SilentHold: cfg.SilentHold, MaxAttempts: cfg.MaxAttempts, Backoff: cfg.Backoff, Tick: cfg.Tick, Scaler: cfg.Scaler,
-			Limits: cfg.Limits, Revoke: revoke, Logger: log, Registerer: reg, TracerProvider: cfg.TracerProvider}, log)
+			Decisions: cfg.Decisions, Tick: cfg.Tick, Scaler: cfg.Scaler, Revoke: revoke, Logger: log, Registerer: reg, TracerProvider: cfg.TracerProvider}, log)
 		if err != nil {
 			return err
 		}
@@ -442,7 +430,7 @@ func Run(ctx context.Context, cfg Config) error {
 func maxTTLSeconds(c stream.Config) int {
 	c = c.WithDefaults()
 	m := 86400
-	for _, d := range []time.Duration{c.RecordTTL, c.MaxAge} {
+	for _, d := range []time.Duration{c.RecordTTL.Duration, c.MaxAge.Duration} {
 		if d > 0 {
 			m = min(m, max(int(d.Seconds())-60, 1))
 		}

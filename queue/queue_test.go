@@ -267,7 +267,7 @@ func TestBacklogBound(t *testing.T) {
 // invocation redelivered to another worker once the hold for silent workers
 // is over; after MaxAttempts losses it is dead-lettered.
 func TestWorkerLossRedelivery(t *testing.T) {
-	e := newEnv(t, func(c *queue.Config) { c.MaxAttempts, c.SilentHold = 2, 500*time.Millisecond })
+	e := newEnv(t, func(c *queue.Config) { c.MaxAttempts, c.SilentHold.Duration = 2, 500*time.Millisecond })
 	g := newGate()
 	a := e.worker("a", 1, g.handler)
 	e.invoke(map[string]any{"mode": "async", "invocationID": "x", "ttlSeconds": 60})

@@ -52,7 +52,7 @@ func TestRolloutRestartLosesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a rollout under load")
 	}
-	e := newEnv(t, func(c *queue.Config) { c.HeartbeatTimeout = 3 * time.Second })
+	e := newEnv(t, func(c *queue.Config) { c.HeartbeatTimeout.Duration = 3 * time.Second })
 	x := &executions{runs: map[string]int{}}
 	const n = 3
 	workers := make([]*sidecartest.Worker, 0, 2*n)

@@ -130,7 +130,7 @@ func TestStreamRestartIsAnnounced(t *testing.T) {
 // left, never a silent skip.
 func TestStreamGapIsAnnounced(t *testing.T) {
 	e := newEnv(t, func(c *queue.Config) {
-		c.Stream.Chunks.MaxBytes, c.Stream.Chunks.MaxChunkBytes = 64<<10, 16<<10
+		c.Stream.ChunksConfig.MaxBytes, c.Stream.MaxChunkBytes = 64<<10, 16<<10
 	})
 	g := newGate()
 	e.worker("w1", 1, g.handler)

@@ -1,10 +1,13 @@
 package queue_test
 
 import (
-	"cmp"
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/runplane/runplane/queue/activator"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -125,14 +128,17 @@ func TestHeartbeatTimeoutRefusedAtStart(t *testing.T) {
 		{time.Second, 0, ""}, // interval unknown: not checked
 	}
 	for _, tc := range cases {
-		err := queue.CheckHeartbeat(cmp.Or(tc.timeout, 15*time.Second), tc.interval)
+		w := activator.Workers{HeartbeatTimeout: metav1.Duration{Duration: tc.timeout}, HeartbeatInterval: metav1.Duration{Duration: tc.interval}}
+		d := w
+		d.Default()
+		err := d.Validate()
 		if tc.errHas == "" {
 			require.NoError(t, err, "%s / %s", tc.timeout, tc.interval)
 			continue
 		}
 		require.ErrorContains(t, err, tc.errHas)
 		// queue.Run refuses it before it connects anywhere.
-		err = queue.Run(t.Context(), queue.Config{NATSURL: "nats://127.0.0.1:1", HeartbeatTimeout: tc.timeout, WorkerHeartbeatInterval: tc.interval})
+		err = queue.Run(t.Context(), queue.Config{NATSURL: "nats://127.0.0.1:1", Decisions: activator.Decisions{Workers: w}})
 		require.ErrorContains(t, err, tc.errHas)
 	}
 }

@@ -13,9 +13,9 @@ import (
 // the key.
 func TestTracingValues(t *testing.T) {
 	needHelm(t)
-	assert.Empty(t, queueConfig(t, parse(t, mustRender(t))).Tracing.OTLPEndpoint, "tracing is off by default")
+	assert.Empty(t, queueConfig(t, parse(t, mustRender(t))).Tracing.Endpoint, "tracing is off by default")
 	tr := queueConfig(t, parse(t, mustRender(t, "--set-json", `tracing={"otlpEndpoint":"otel.monitoring:4317","sampleRatio":0.25}`))).Tracing
-	assert.Equal(t, "otel.monitoring:4317", tr.OTLPEndpoint)
+	assert.Equal(t, "otel.monitoring:4317", tr.Endpoint)
 	assert.InDelta(t, 0.25, tr.SampleRatio, 0)
 	for _, ratio := range []string{"0", "1.5"} {
 		_, err := render(t, "--set-json", `tracing={"otlpEndpoint":"otel:4317","sampleRatio":`+ratio+`}`)

@@ -45,8 +45,8 @@ func callbackKey(ctx context.Context, qc *config.QueueConfiguration, c *queue.Co
 	if err := os.MkdirAll(cb.KeyDir, 0o700); err != nil {
 		return fmt.Errorf("callback signing key: %w", err)
 	}
-	c.Callbacks.MasterKeyFile = filepath.Join(cb.KeyDir, "callback-key")
-	if err := os.WriteFile(c.Callbacks.MasterKeyFile, data["key"], 0o600); err != nil {
+	c.CallbackKeyFile = filepath.Join(cb.KeyDir, "callback-key")
+	if err := os.WriteFile(c.CallbackKeyFile, data["key"], 0o600); err != nil {
 		return fmt.Errorf("callback signing key: %w", err)
 	}
 	return nil

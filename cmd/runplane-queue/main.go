@@ -52,7 +52,7 @@ func run() error {
 	if err := callbackKey(ctx, qc, &c); err != nil {
 		return err
 	}
-	tp, stopTracing, err := qc.TracingSettings().Provider(ctx, "runplane-queue", os.Getenv)
+	tp, stopTracing, err := qc.Tracing.Provider(ctx, "runplane-queue", os.Getenv)
 	if err != nil {
 		return cmdline.Usage(err)
 	}

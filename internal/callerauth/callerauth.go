@@ -70,6 +70,34 @@ func (r Request) String() string {
 	return fmt.Sprintf("%s %s%s in API group %q in namespace %q", r.Verb, res, name, Group, r.Namespace)
 }
 
+// Rates bound the reviews: the callerAuth section of runplane-queue's
+// configuration file (queue/config embeds it as it is). Zero values take
+// the defaults of Default.
+type Rates struct {
+	// KubeQPS and KubeBurst limit the Gate's own Kubernetes client, which
+	// its caller builds (default 50, 100): a flood of callers spends no
+	// other part's.
+	KubeQPS   float32 `json:"kubeQPS,omitempty"`
+	KubeBurst int     `json:"kubeBurst,omitempty"`
+	// TokenReviewQPS and TokenReviewBurst bound the TokenReviews of tokens
+	// not in the caches, for all callers together (defaults 20/s, 40):
+	// beyond, a new token gets 429 while known callers are served.
+	TokenReviewQPS   float32 `json:"tokenReviewQPS,omitempty"`
+	TokenReviewBurst int     `json:"tokenReviewBurst,omitempty"`
+	// AccessReviewQPS and AccessReviewBurst bound the
+	// SubjectAccessReviews one user causes with requests not in its cache
+	// (defaults 5/s, 20 per user).
+	AccessReviewQPS   float32 `json:"accessReviewQPS,omitempty"`
+	AccessReviewBurst int     `json:"accessReviewBurst,omitempty"`
+}
+
+// Default fills the zero fields.
+func (r *Rates) Default() {
+	r.KubeQPS, r.KubeBurst = cmp.Or(r.KubeQPS, 50), cmp.Or(r.KubeBurst, 100)
+	r.TokenReviewQPS, r.TokenReviewBurst = cmp.Or(r.TokenReviewQPS, 20), cmp.Or(r.TokenReviewBurst, 40)
+	r.AccessReviewQPS, r.AccessReviewBurst = cmp.Or(r.AccessReviewQPS, 5), cmp.Or(r.AccessReviewBurst, 20)
+}
+
 // Options tunes the caches and limits. Zero values take the defaults below.
 type Options struct {
 	// TokenCacheTTL is how long an accepted token is trusted without asking
@@ -81,16 +109,8 @@ type Options struct {
 	// within AllowCacheTTL). A refused token is remembered for
 	// DenyCacheTTL too.
 	AllowCacheTTL, DenyCacheTTL time.Duration
-	// TokenReviewQPS and TokenReviewBurst bound the TokenReviews of tokens
-	// not in the caches, for all callers together (defaults 20/s, 40):
-	// beyond, a new token gets 429 while known callers are served.
-	TokenReviewQPS   float32
-	TokenReviewBurst int
-	// AccessReviewQPS and AccessReviewBurst bound the
-	// SubjectAccessReviews one user causes with requests not in its cache
-	// (defaults 5/s, 20 per user).
-	AccessReviewQPS   float32
-	AccessReviewBurst int
+	// Rates bound the reviews (the configuration file's section).
+	Rates
 	// DecisionsPerUser bounds each user's decision cache (default 128) and
 	// Users the number of users whose caches are kept (default 1024): at
 	// most 128Ki decisions in memory.
@@ -108,10 +128,7 @@ func (o *Options) defaults() {
 	o.TokenCacheTTL = cmp.Or(o.TokenCacheTTL, time.Minute)
 	o.AllowCacheTTL = cmp.Or(o.AllowCacheTTL, 30*time.Second)
 	o.DenyCacheTTL = cmp.Or(o.DenyCacheTTL, 10*time.Second)
-	o.TokenReviewQPS = cmp.Or(o.TokenReviewQPS, 20)
-	o.TokenReviewBurst = cmp.Or(o.TokenReviewBurst, 40)
-	o.AccessReviewQPS = cmp.Or(o.AccessReviewQPS, 5)
-	o.AccessReviewBurst = cmp.Or(o.AccessReviewBurst, 20)
+	o.Rates.Default()
 	o.DecisionsPerUser = cmp.Or(o.DecisionsPerUser, 128)
 	o.Users = cmp.Or(o.Users, 1024)
 	if o.Clock == nil {

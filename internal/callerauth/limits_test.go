@@ -40,7 +40,7 @@ func TestUnknownTokenFloodSparesKnownCallers(t *testing.T) {
 	api := newFakeAPI(t, map[string]string{"tok-a": "alice", "tok-late": "bob"},
 		map[string][]string{"alice": {"create team-a echo"}, "bob": {"create team-a echo"}}, false)
 	reg := prometheus.NewRegistry()
-	g, err := New(api.client, Options{TokenReviewQPS: 1, TokenReviewBurst: 5, Registerer: reg, Clock: clk})
+	g, err := New(api.client, Options{Rates: Rates{TokenReviewQPS: 1, TokenReviewBurst: 5}, Registerer: reg, Clock: clk})
 	require.NoError(t, err)
 	_, err = g.Check(request("tok-a"), invokeReq("echo"))
 	require.NoError(t, err)
@@ -129,7 +129,7 @@ func TestRandomPoolsSpendOnlyTheirUsersBudget(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
 	api := newFakeAPI(t, map[string]string{"tok-a": "alice", "tok-m": "mallory"},
 		map[string][]string{"alice": {"create team-a echo", "create team-a other"}}, false)
-	g, err := New(api.client, Options{AccessReviewQPS: 1, AccessReviewBurst: 3, DecisionsPerUser: 2, Clock: clk})
+	g, err := New(api.client, Options{Rates: Rates{AccessReviewQPS: 1, AccessReviewBurst: 3}, DecisionsPerUser: 2, Clock: clk})
 	require.NoError(t, err)
 	_, err = g.Check(request("tok-a"), invokeReq("echo"))
 	require.NoError(t, err)

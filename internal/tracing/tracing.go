@@ -31,11 +31,11 @@ import (
 type Settings struct {
 	// Endpoint is the OTLP/gRPC collector: host:port (TLS) or a URL
 	// (http:// for plaintext). Empty: the OTEL_EXPORTER_OTLP_* env, else off.
-	Endpoint string
+	Endpoint string `json:"otlpEndpoint,omitempty"`
 	// SampleRatio of traces recorded, decided where a trace enters (a new
 	// trace, or the ingress for a caller's parent: Sampler) and followed by
 	// every later hop; 0 counts as 1.
-	SampleRatio float64
+	SampleRatio float64 `json:"sampleRatio,omitempty"`
 }
 
 // AddFlags registers --otlp-endpoint and --trace-sample-ratio.

@@ -53,25 +53,14 @@ type Config struct {
 	// Pod is deleted or has ended, or its pool label changed (the Pod
 	// informer's view). It must not block.
 	Revoke func(ns, pool, worker string)
-	// HeartbeatTimeout: a worker silent for this long gets no new work
-	// (default 15s); it is lost once SilentHold is over.
-	HeartbeatTimeout time.Duration
-	// SilentHold bounds how long, beyond HeartbeatTimeout, a silent
-	// worker's attempts wait for it before another worker gets them
-	// (state.Config.SilentHold): 0 (default) until each attempt's deadline
-	// (timeoutSeconds + ExecutionGrace), negative no wait.
-	SilentHold time.Duration
-	// MaxAttempts before an invocation is dead-lettered (default 3).
-	MaxAttempts int
-	// Backoff is the first redelivery delay, doubled per attempt up to
-	// MaxBackoff (defaults 500ms, 30s).
-	Backoff, MaxBackoff time.Duration
-	// ExecutionGrace is added to timeoutSeconds before the activator stops
-	// waiting for a worker's result and records timed_out (default 10s).
-	ExecutionGrace time.Duration
-	// DrainHold is how long a worker picked for scale-down gets no new work
-	// (default 60s).
-	DrainHold time.Duration
+	// Decisions are the settings the pure core applies (internal/state):
+	// the configuration file's workers and limits sections, redelivery
+	// backoff, execution grace, drain hold. Passed to it as they are,
+	// defaulted by its Default. The activator enforces the in-flight
+	// bounds (a pool's runplane.io/max-in-flight or
+	// Limits.PoolMaxInFlight, and Limits.NamespaceMaxInFlight); the
+	// backlog bounds are the ingress's.
+	Decisions
 	// Tick is the period of liveness, TTL, scaling and status checks
 	// (default 250ms).
 	Tick time.Duration
@@ -90,10 +79,6 @@ type Config struct {
 	// finished invocations left in it (default DefaultSweepEvery; and once
 	// at each start): see sweep.
 	SweepEvery time.Duration
-	// Limits: the activator enforces the in-flight bounds (a pool's
-	// runplane.io/max-in-flight or Limits.PoolMaxInFlight, and
-	// Limits.NamespaceMaxInFlight); the backlog bounds are the ingress's.
-	Limits pool.Limits
 	// ConsumerPrefix names the durable consumers (default "activator";
 	// a shard's: "<prefix>-<index>of<count>").
 	ConsumerPrefix string
@@ -117,18 +102,12 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	c.HeartbeatTimeout = cmp.Or(c.HeartbeatTimeout, DefaultHeartbeatTimeout)
-	c.MaxAttempts = cmp.Or(c.MaxAttempts, 3)
-	c.Backoff = cmp.Or(c.Backoff, 500*time.Millisecond)
-	c.MaxBackoff = cmp.Or(c.MaxBackoff, 30*time.Second)
-	c.ExecutionGrace = cmp.Or(c.ExecutionGrace, 10*time.Second)
-	c.DrainHold = cmp.Or(c.DrainHold, 60*time.Second)
+	c.Decisions.Default()
 	c.Tick = cmp.Or(c.Tick, 250*time.Millisecond)
 	c.RunningDelay = cmp.Or(c.RunningDelay, 25*time.Millisecond)
 	c.ResultAckWait = cmp.Or(c.ResultAckWait, 5*time.Second)
 	c.SweepEvery = cmp.Or(c.SweepEvery, DefaultSweepEvery)
 	c.ConsumerPrefix = cmp.Or(c.ConsumerPrefix, "activator")
-	c.Limits = c.Limits.WithDefaults()
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	c.Clock = cmp.Or[clock.WithTickerAndDelayedExecution](c.Clock, clock.RealClock{})
 	return c
@@ -180,9 +159,13 @@ type Activator struct {
 // DefaultSweepEvery is the default of Config.SweepEvery.
 const DefaultSweepEvery = 5 * time.Minute
 
-// DefaultHeartbeatTimeout is the default of Config.HeartbeatTimeout (and of
-// runplane-queue's workers.heartbeatTimeout): the one place it is written.
-const DefaultHeartbeatTimeout = 15 * time.Second
+// Decisions are the settings the activator's decisions apply
+// (Config.Decisions); Workers is the configuration file's workers section.
+// Defined in the pure core, which takes them as they are.
+type (
+	Decisions = state.Config
+	Workers   = state.Workers
+)
 
 // New validates cfg and builds an Activator.
 func New(cfg Config) (*Activator, error) {
@@ -193,8 +176,8 @@ func New(cfg Config) (*Activator, error) {
 	if cfg.Pools == nil {
 		return nil, errors.New("activator: Pools is required")
 	}
-	if cfg.MaxAttempts < 1 {
-		return nil, fmt.Errorf("activator: MaxAttempts %d must be >= 1", cfg.MaxAttempts)
+	if err := cfg.Workers.Validate(); err != nil {
+		return nil, fmt.Errorf("activator: %w", err)
 	}
 	m := cfg.Metrics
 	if m == nil {
@@ -220,12 +203,11 @@ func (a *Activator) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer func() { cancel(); a.wg.Wait() }()
 	a.mu.Lock()
-	a.st = state.New(state.Config{HeartbeatTimeout: a.cfg.HeartbeatTimeout, SilentHold: a.cfg.SilentHold, MaxAttempts: a.cfg.MaxAttempts, Backoff: a.cfg.Backoff,
-		MaxBackoff: a.cfg.MaxBackoff, ExecutionGrace: a.cfg.ExecutionGrace, DrainHold: a.cfg.DrainHold,
-		// With Kubernetes, only Pods owned by their pool's Deployment are
-		// workers; without (make dev -no-kube, tests), sidecar Events are.
-		RequirePods:     a.cfg.Kube != nil,
-		PoolMaxInFlight: a.cfg.Limits.PoolMaxInFlight, NamespaceMaxInFlight: a.cfg.Limits.NamespaceMaxInFlight}, a.cfg.Clock)
+	d := a.cfg.Decisions
+	// With Kubernetes, only Pods owned by their pool's Deployment are
+	// workers; without (make dev -no-kube, tests), sidecar Events are.
+	d.RequirePods = a.cfg.Kube != nil
+	a.st = state.New(d, a.cfg.Clock)
 	a.kick = make(chan struct{}, 1)
 	a.filtered = map[string]bool{}
 	a.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/runplane/runplane/internal/messages"
@@ -30,7 +31,7 @@ func TestWorkerCannotSpeakForSibling(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 23, 20, 0, 0, 0, time.UTC))
 	a := &Activator{cfg: Config{Logger: slog.New(slog.DiscardHandler), Store: &stream.Store{Subjects: subj}, Clock: clk},
 		metrics: newMetrics(prometheus.NewRegistry()), kick: make(chan struct{}, 1)}
-	a.st = state.New(state.Config{HeartbeatTimeout: 15 * time.Second, MaxAttempts: 3, Backoff: time.Second, MaxBackoff: time.Second,
+	a.st = state.New(state.Config{Workers: state.Workers{HeartbeatTimeout: metav1.Duration{Duration: 15 * time.Second}, MaxAttempts: 3}, Backoff: time.Second, MaxBackoff: time.Second,
 		ExecutionGrace: time.Second, DrainHold: time.Minute}, clk)
 	ctx := context.Background()
 	send := func(subject string, ev messages.Event) {

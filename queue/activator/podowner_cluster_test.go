@@ -79,7 +79,7 @@ func TestWorkerAdmittedWhenItsReplicaSetArrivesDuringItsRefusal(t *testing.T) {
 	pools := onePool{Pool: pool.Pool{Namespace: ns, Name: "p", Deployment: dep.Name, DeploymentUID: dep.UID}}
 	a := &Activator{cfg: Config{Kube: kube, Namespace: ns, Pools: pools, Clock: clock.RealClock{}, Logger: slog.New(gate)},
 		metrics: newMetrics(prometheus.NewRegistry()), refused: map[string]string{}, kick: make(chan struct{}, 1),
-		st: state.New(state.Config{RequirePods: true, HeartbeatTimeout: time.Minute}, clock.RealClock{})}
+		st: state.New(state.Config{RequirePods: true, Workers: state.Workers{HeartbeatTimeout: metav1.Duration{Duration: time.Minute}}}, clock.RealClock{})}
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); a.watchPods(wctx) }()

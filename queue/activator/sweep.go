@@ -118,7 +118,7 @@ func (a *Activator) sweep(ctx context.Context) (removed int, err error) {
 			if v.gone {
 				// An invocation whose Record is gone is authoritative (its
 				// dispatch creates the Record) until the Records' TTL.
-				remove = deadLetter || now.Sub(md.Timestamp) > st.Config.RecordTTL
+				remove = deadLetter || now.Sub(md.Timestamp) > st.Config.RecordTTL.Duration
 			}
 			if !remove {
 				continue

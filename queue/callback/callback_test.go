@@ -150,7 +150,7 @@ func TestSignVerify(t *testing.T) {
 func TestRefusalNamesNoAddress(t *testing.T) {
 	st := startStore(t)
 	terminal(t, st, "team-a", "i1", "http://localhost:9/hook") // localhost: a name resolving to loopback
-	startDeliverer(t, Config{Store: st, MaxAttempts: 1})
+	startDeliverer(t, Config{Store: st, Delivery: Delivery{MaxAttempts: 1}})
 	var rec messages.Record
 	require.Eventually(t, func() bool {
 		var err error

@@ -31,20 +31,14 @@ type Config struct {
 	// Namespaces tells the UID of a namespace whose callback was recorded
 	// without one (before keys followed the UID); default NoNamespaces.
 	Namespaces Namespaces
-	Targets    Targets
-	// MaxAttempts bounds the POSTs of one callback (default 6).
-	MaxAttempts int
+	// Delivery is the configuration file's section: the target rules
+	// and the bounds of attempts and POSTs in flight.
+	Delivery
 	// Backoff is the wait before the first retry (default 1s), doubled
 	// for each further one up to MaxBackoff (default 5m).
 	Backoff, MaxBackoff time.Duration
 	// Timeout bounds one POST (default 10s).
 	Timeout time.Duration
-	// Workers bounds the POSTs in flight (default 8).
-	Workers int
-	// NamespaceWorkers bounds the POSTs in flight of one namespace
-	// (default 2, at most Workers): a tenant whose targets hang holds no
-	// more workers than that, the others serve the other namespaces.
-	NamespaceWorkers int
 	// NamespaceMaxPending bounds the callbacks of one namespace held in
 	// memory, queued or waiting for a retry (default 1000); the others
 	// stay pending in their Records and are read back when there is room.
@@ -55,12 +49,10 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	c.MaxAttempts = cmp.Or(c.MaxAttempts, 6)
+	c.Delivery.Default()
 	c.Backoff = cmp.Or(c.Backoff, time.Second)
 	c.MaxBackoff = cmp.Or(c.MaxBackoff, 5*time.Minute)
 	c.Timeout = cmp.Or(c.Timeout, 10*time.Second)
-	c.Workers = cmp.Or(c.Workers, 8)
-	c.NamespaceWorkers = min(cmp.Or(c.NamespaceWorkers, 2), c.Workers)
 	c.NamespaceMaxPending = cmp.Or(c.NamespaceMaxPending, 1000)
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}
@@ -103,7 +95,11 @@ func New(cfg Config) (*Deliverer, error) {
 		return nil, fmt.Errorf("callback: workers %d, namespace workers %d and namespace max pending %d must be positive",
 			cfg.Workers, cfg.NamespaceWorkers, cfg.NamespaceMaxPending)
 	}
-	return &Deliverer{cfg: cfg, client: cfg.Targets.Client(cfg.Timeout), m: newDeliverMetrics(cfg.Registerer),
+	targets, err := cfg.Targets()
+	if err != nil {
+		return nil, fmt.Errorf("callback: %w", err)
+	}
+	return &Deliverer{cfg: cfg, client: targets.Client(cfg.Timeout), m: newDeliverMetrics(cfg.Registerer),
 		q: newFairQueue(cfg.NamespaceWorkers, cfg.NamespaceMaxPending), scanning: map[string]bool{}, again: map[string]bool{}}, nil
 }
 

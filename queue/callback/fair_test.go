@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -96,7 +95,7 @@ var testMaster = []byte("0123456789abcdef0123456789abcdef")
 // loopback.
 func runDeliverer(t *testing.T, cfg Config) *Deliverer {
 	t.Helper()
-	cfg.Targets = Targets{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	cfg.AllowCIDRs = []string{"127.0.0.0/8"}
 	return startDeliverer(t, cfg)
 }
 
@@ -166,7 +165,7 @@ func TestDeliverHangingNamespaceHoldsItsShareOnly(t *testing.T) {
 			}
 			t.Cleanup(func() { close(release) }) // runs before the servers close
 
-			runDeliverer(t, Config{Store: st, Workers: 3, NamespaceWorkers: 2, Timeout: 10 * time.Minute})
+			runDeliverer(t, Config{Store: st, Delivery: Delivery{Workers: 3, NamespaceWorkers: 2}, Timeout: 10 * time.Minute})
 			for range 2 { // team-a's share is hanging (and stays so: nothing releases it)
 				select {
 				case <-arrived:
@@ -207,7 +206,7 @@ func TestDeliverFullNamespaceLosesNothing(t *testing.T) {
 	for i := range n {
 		terminal(t, st, "team-a", fmt.Sprintf("i%d", i), rc.URL)
 	}
-	d := runDeliverer(t, Config{Store: st, Workers: 2, NamespaceWorkers: 1, NamespaceMaxPending: 2})
+	d := runDeliverer(t, Config{Store: st, Delivery: Delivery{Workers: 2, NamespaceWorkers: 1}, NamespaceMaxPending: 2})
 	require.Eventually(t, func() bool {
 		for i := range n {
 			rec, _, err := st.Get(context.Background(), stream.Key("team-a", fmt.Sprintf("i%d", i)))

@@ -11,8 +11,14 @@ package config
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/internal/metricsauth"
+	"github.com/runplane/runplane/internal/tracing"
+	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/activator"
+	"github.com/runplane/runplane/queue/callback"
 	"github.com/runplane/runplane/queue/pool"
+	"github.com/runplane/runplane/queue/stream"
 )
 
 // APIVersion and Kind name the document.
@@ -46,17 +52,20 @@ type QueueConfiguration struct {
 	// /metrics.
 	Metrics metricsauth.Settings `json:"metrics"`
 	// Tracing exports spans over OTLP.
-	Tracing Tracing     `json:"tracing"`
-	NATS    NATS        `json:"nats"`
-	Stream  Stream      `json:"stream"`
-	Limits  pool.Limits `json:"limits"`
-	Workers Workers     `json:"workers"`
+	Tracing tracing.Settings `json:"tracing"`
+	NATS    NATS             `json:"nats"`
+	// Stream is the JetStream resources (stream.Config).
+	Stream stream.Config `json:"stream"`
+	Limits pool.Limits   `json:"limits"`
+	// Workers is how the activator judges workers (activator.Workers).
+	Workers activator.Workers `json:"workers"`
 	// MaxPayloadBytes bounds a payload and a response body (JSON text, or
 	// decoded binary; beyond, 413); what does not fit in one NATS message
 	// goes through the namespace's Object Store bucket (default 64 MiB).
-	MaxPayloadBytes int64      `json:"maxPayloadBytes,omitempty"`
-	CallerAuth      CallerAuth `json:"callerAuth"`
-	Callbacks       Callbacks  `json:"callbacks"`
+	MaxPayloadBytes int64 `json:"maxPayloadBytes,omitempty"`
+	// CallerAuth limits caller authentication's reviews.
+	CallerAuth callerauth.Rates `json:"callerAuth"`
+	Callbacks  Callbacks        `json:"callbacks"`
 	// DisableIngress and DisableActivator run one half only.
 	DisableIngress   bool `json:"disableIngress,omitempty"`
 	DisableActivator bool `json:"disableActivator,omitempty"`
@@ -86,15 +95,6 @@ type LeaderElection struct {
 	ShardLeaseDuration metav1.Duration `json:"shardLeaseDuration,omitempty"`
 }
 
-// Tracing is the span export (internal/tracing).
-type Tracing struct {
-	// OTLPEndpoint is the OTLP/gRPC collector (host:port, TLS, or a URL;
-	// empty: the OTEL_EXPORTER_OTLP_* environment, else none).
-	OTLPEndpoint string `json:"otlpEndpoint,omitempty"`
-	// SampleRatio of traces recorded, 0 < ratio ≤ 1 (default 1).
-	SampleRatio float64 `json:"sampleRatio,omitempty"`
-}
-
 // NATS is the connection to NATS, its trust and the auth callout.
 type NATS struct {
 	// URL of the NATS server (default nats://127.0.0.1:4222).
@@ -110,38 +110,10 @@ type NATS struct {
 	ServerName string `json:"serverName,omitempty"`
 	// Servers in the NATS cluster: a /metrics scrape stops waiting for VARZ
 	// answers once that many came (0: unknown, it waits 500 ms).
-	Servers   int       `json:"servers,omitempty"`
-	Callout   Callout   `json:"callout"`
-	Bootstrap Bootstrap `json:"bootstrap"`
-}
-
-// Callout tunes the NATS auth callout (queue.CalloutConfig).
-type Callout struct {
-	// MaxTTL is the longest life of a worker's NATS user (default 1h).
-	MaxTTL metav1.Duration `json:"maxTTL,omitzero"`
-	// KubeQPS and KubeBurst limit the callout's own Kubernetes client
-	// (default 50, 100).
-	KubeQPS   float32 `json:"kubeQPS,omitempty"`
-	KubeBurst int     `json:"kubeBurst,omitempty"`
-	// Workers: requests reviewed at once; beyond, refused (default 16).
-	Workers int `json:"workers,omitempty"`
-	// AnswerTimeout, below nats-server's auth callout timeout of 2s
-	// (default 1.5s).
-	AnswerTimeout metav1.Duration `json:"answerTimeout,omitzero"`
-	// PerHostQPS and PerHostBurst: reviews one client address may cause
-	// (default 5, 20).
-	PerHostQPS   float32 `json:"perHostQPS,omitempty"`
-	PerHostBurst int     `json:"perHostBurst,omitempty"`
-	// CacheTTL: an admission is reused this long for a reconnect with the
-	// same token (default 1m).
-	CacheTTL metav1.Duration `json:"cacheTTL,omitzero"`
-	// MaxSubscriptions of one worker connection on top of one per unit of
-	// its concurrency (default natscallout.DefaultSubscriptions; -1:
-	// unbounded).
-	MaxSubscriptions int64 `json:"maxSubscriptions,omitempty"`
-	// MaxPayload: largest message a worker may publish (0: the largest the
-	// sidecar sends; -1: only the server's max_payload).
-	MaxPayload int64 `json:"maxPayload,omitempty"`
+	Servers int `json:"servers,omitempty"`
+	// Callout tunes the NATS auth callout (queue.CalloutConfig).
+	Callout   queue.CalloutConfig `json:"callout"`
+	Bootstrap Bootstrap           `json:"bootstrap"`
 }
 
 // Bootstrap creates the bundled NATS's Secrets in Namespace when they do
@@ -167,73 +139,6 @@ type Bootstrap struct {
 	Dir string `json:"dir,omitempty"`
 }
 
-// Stream is the JetStream resources (queue/stream.Config).
-type Stream struct {
-	// SubjectPrefix and Name of the invocation stream (defaults
-	// runtime.serverless, RUNTIME_SERVERLESS).
-	SubjectPrefix string `json:"subjectPrefix,omitempty"`
-	Name          string `json:"name,omitempty"`
-	// Replicas of streams and buckets (default 1).
-	Replicas int `json:"replicas,omitempty"`
-	// MaxAge of the stream's messages (default 72h).
-	MaxAge metav1.Duration `json:"maxAge,omitzero"`
-	// MaxBytes of the invocation stream (full: new invocations get 503;
-	// default -1: unbounded).
-	MaxBytes int64 `json:"maxBytes,omitempty"`
-	// DuplicateWindow of the stream (default 2m).
-	DuplicateWindow metav1.Duration `json:"duplicateWindow,omitzero"`
-	// RecordsBucket, RecordTTL and RecordsMaxBytes: the KV bucket of
-	// invocation Records (defaults runplane-invocations, 24h, -1).
-	RecordsBucket   string          `json:"recordsBucket,omitempty"`
-	RecordTTL       metav1.Duration `json:"recordTTL,omitzero"`
-	RecordsMaxBytes int64           `json:"recordsMaxBytes,omitempty"`
-	// ResultsMaxBytes bounds the results stream (default 1 GiB);
-	// ResultMaxSize one result message (default 1 MiB, nats-server's
-	// default max_payload).
-	ResultsMaxBytes int64 `json:"resultsMaxBytes,omitempty"`
-	ResultMaxSize   int32 `json:"resultMaxSize,omitempty"`
-	// ObjectsMaxBytes bounds each namespace's Object Store bucket of big
-	// payloads and results, reserved when it is made (default 128 MiB;
-	// -1: unbounded).
-	ObjectsMaxBytes int64 `json:"objectsMaxBytes,omitempty"`
-	// Chunks of streamed invocations: kept ChunksMaxAge (default 1h),
-	// ChunksMaxBytes per namespace (default 64 MiB), ChunksPerInvocation
-	// per invocation (default 100000).
-	ChunksMaxAge        metav1.Duration `json:"chunksMaxAge,omitzero"`
-	ChunksMaxBytes      int64           `json:"chunksMaxBytes,omitempty"`
-	ChunksPerInvocation int64           `json:"chunksPerInvocation,omitempty"`
-}
-
-// Workers is how the activator treats workers.
-type Workers struct {
-	// MaxAttempts: dispatch attempts before dead-lettering (default 3).
-	MaxAttempts int `json:"maxAttempts,omitempty"`
-	// HeartbeatInterval is the sidecars' -heartbeat-interval (default
-	// 5s); HeartbeatTimeout, the silence before a worker gets no new work,
-	// must be at least queue.HeartbeatMultiple times it (default 15s).
-	HeartbeatInterval metav1.Duration `json:"heartbeatInterval,omitzero"`
-	HeartbeatTimeout  metav1.Duration `json:"heartbeatTimeout,omitzero"`
-	// SilentHold: how long, beyond the heartbeat timeout, a silent
-	// worker's work waits for it (0: until each invocation's deadline;
-	// negative: no wait).
-	SilentHold metav1.Duration `json:"silentHold,omitzero"`
-}
-
-// CallerAuth limits caller authentication's reviews.
-type CallerAuth struct {
-	// KubeQPS and KubeBurst of its own Kubernetes client (default 50,
-	// 100).
-	KubeQPS   float32 `json:"kubeQPS,omitempty"`
-	KubeBurst int     `json:"kubeBurst,omitempty"`
-	// TokenReviewQPS and Burst, all callers together; beyond, 429
-	// (default 20, 40).
-	TokenReviewQPS   float32 `json:"tokenReviewQPS,omitempty"`
-	TokenReviewBurst int     `json:"tokenReviewBurst,omitempty"`
-	// AccessReviewQPS and Burst, per caller; beyond, 429 (default 5, 20).
-	AccessReviewQPS   float32 `json:"accessReviewQPS,omitempty"`
-	AccessReviewBurst int     `json:"accessReviewBurst,omitempty"`
-}
-
 // Callbacks are completion callbacks: on with a signing key.
 type Callbacks struct {
 	// SigningSecret (key key) in Namespace holds the master signing key,
@@ -243,14 +148,7 @@ type Callbacks struct {
 	SigningSecret  string `json:"signingSecret,omitempty"`
 	SigningKeyFile string `json:"signingKeyFile,omitempty"`
 	KeyDir         string `json:"keyDir,omitempty"`
-	// AllowCIDRs a callback may reach although not public; DenyCIDRs it
-	// may not although public.
-	AllowCIDRs []string `json:"allowCIDRs,omitempty"`
-	DenyCIDRs  []string `json:"denyCIDRs,omitempty"`
-	// MaxAttempts: POSTs of one callback (default 6); Workers in flight,
-	// all namespaces (default 8); NamespaceWorkers of one namespace
-	// (default 2).
-	MaxAttempts      int `json:"maxAttempts,omitempty"`
-	Workers          int `json:"workers,omitempty"`
-	NamespaceWorkers int `json:"namespaceWorkers,omitempty"`
+	// Delivery: the target rules and the bounds of attempts and POSTs in
+	// flight (queue/callback).
+	callback.Delivery
 }

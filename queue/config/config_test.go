@@ -6,8 +6,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/runplane/runplane/queue/activator"
 )
 
 const header = "apiVersion: runplane.io/v1alpha1\nkind: QueueConfiguration\n"
@@ -19,7 +17,8 @@ func TestDecode(t *testing.T) {
 	}{
 		{name: "empty: the defaults", doc: header, check: func(t *testing.T, c *QueueConfiguration) {
 			assert.Equal(t, New(), c)
-			assert.Equal(t, activator.DefaultHeartbeatTimeout, c.Workers.HeartbeatTimeout.Duration)
+			assert.Equal(t, 15*time.Second, c.Workers.HeartbeatTimeout.Duration)
+			assert.Equal(t, 5*time.Second, c.Workers.HeartbeatInterval.Duration, "the sidecars' default")
 			assert.True(t, *c.LeaderElection.LeaderElect)
 		}},
 		{name: "durations and sections", doc: header + "workers:\n  heartbeatTimeout: 30s\nstream:\n  maxAge: 1h\nlimits:\n  poolMaxBacklog: -1\n", check: func(t *testing.T, c *QueueConfiguration) {
@@ -28,8 +27,8 @@ func TestDecode(t *testing.T) {
 			assert.Equal(t, -1, c.Limits.PoolMaxBacklog)
 			q, err := c.Queue()
 			require.NoError(t, err)
-			assert.Equal(t, 30*time.Second, q.HeartbeatTimeout)
-			assert.Equal(t, time.Hour, q.Stream.MaxAge)
+			assert.Equal(t, 30*time.Second, q.HeartbeatTimeout.Duration)
+			assert.Equal(t, time.Hour, q.Stream.MaxAge.Duration)
 		}},
 		{name: "static pools: no leader election", doc: header + "staticPools: [ns/p]\ninsecureDisableCallerAuth: true\n", check: func(t *testing.T, c *QueueConfiguration) {
 			assert.False(t, *c.LeaderElection.LeaderElect)
@@ -42,9 +41,12 @@ func TestDecode(t *testing.T) {
 		{name: "unknown key named", doc: header + "workers:\n  heartbeatTimeuot: 30s\n", err: `unknown field "workers.heartbeatTimeuot"`},
 		{name: "another kind", doc: "apiVersion: v1\nkind: ConfigMap\n", err: "want runplane.io/v1alpha1, QueueConfiguration"},
 		{name: "not a duration", doc: header + "stream:\n  maxAge: soon\n", err: "soon"},
-		{name: "heartbeat below 3 intervals", doc: header + "workers:\n  heartbeatTimeout: 10s\n", err: "workers.heartbeatTimeout: queue: heartbeat timeout 10s is below 3×"},
+		{name: "heartbeat below 3 intervals", doc: header + "workers:\n  heartbeatTimeout: 10s\n", err: "workers.heartbeatTimeout: heartbeat timeout 10s is below 3×"},
 		{name: "static pools need no caller auth", doc: header + "staticPools: [p]\n", err: "staticPools: nothing authenticates callers"},
 		{name: "static pools and leader election", doc: header + "staticPools: [p]\ninsecureDisableCallerAuth: true\nleaderElection:\n  leaderElect: true\n", err: "leaderElection.leaderElect: needs Kubernetes"},
+		// Refused at load, not by a queue that retries opening its stream forever.
+		{name: "stream refused at load", doc: header + "stream:\n  maxAge: 1m\n  duplicateWindow: 2m\n", err: "stream: duplicate window 2m0s must not exceed max age 1m0s"},
+		{name: "negative attempts", doc: header + "workers:\n  maxAttempts: -1\n", err: "workers.maxAttempts: -1: want at least 1"},
 		{name: "sample ratio", doc: header + "tracing:\n  sampleRatio: 2\n", err: "tracing.sampleRatio: 2: want 0 < ratio ≤ 1"},
 		{name: "negative QPS", doc: header + "callerAuth:\n  tokenReviewQPS: -1\n", err: "callerAuth.tokenReviewQPS: -1: want > 0"},
 		{name: "TLS secret needs names", doc: header + "nats:\n  bootstrap:\n    tlsSecret: s\n", err: "nats.bootstrap.tlsDNSNames: needed"},

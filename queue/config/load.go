@@ -10,12 +10,10 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/configfile"
-	"github.com/runplane/runplane/internal/natscallout"
 	"github.com/runplane/runplane/internal/objects"
 	"github.com/runplane/runplane/queue"
-	"github.com/runplane/runplane/queue/activator"
-	"github.com/runplane/runplane/queue/pool"
 	"github.com/runplane/runplane/queue/shard"
+	"github.com/runplane/runplane/sidecar"
 )
 
 // Load reads, defaults and validates the configuration file at path
@@ -52,56 +50,25 @@ func (c *QueueConfiguration) Default() {
 
 	n := &c.NATS
 	n.URL = cmp.Or(n.URL, "nats://127.0.0.1:4222")
-	configfile.OrDuration(&n.Callout.MaxTTL, time.Hour)
-	n.Callout.KubeQPS, n.Callout.KubeBurst = cmp.Or(n.Callout.KubeQPS, 50), cmp.Or(n.Callout.KubeBurst, 100)
-	n.Callout.Workers = cmp.Or(n.Callout.Workers, 16)
-	configfile.OrDuration(&n.Callout.AnswerTimeout, 1500*time.Millisecond)
-	n.Callout.PerHostQPS, n.Callout.PerHostBurst = cmp.Or(n.Callout.PerHostQPS, 5), cmp.Or(n.Callout.PerHostBurst, 20)
-	configfile.OrDuration(&n.Callout.CacheTTL, time.Minute)
-	n.Callout.MaxSubscriptions = cmp.Or(n.Callout.MaxSubscriptions, natscallout.DefaultSubscriptions)
+	n.Callout.Default()
 	n.Bootstrap.ResolverDir = cmp.Or(n.Bootstrap.ResolverDir, "/data/jwt")
 	configfile.OrDuration(&n.Bootstrap.TLSCheckInterval, time.Minute)
 	n.Bootstrap.Dir = cmp.Or(n.Bootstrap.Dir, "/var/run/runplane/bootstrap")
 
-	s := &c.Stream
-	s.SubjectPrefix, s.Name = cmp.Or(s.SubjectPrefix, api.DefaultSubjectPrefix), cmp.Or(s.Name, api.DefaultStreamName)
-	s.Replicas = cmp.Or(s.Replicas, 1)
-	configfile.OrDuration(&s.MaxAge, 72*time.Hour)
-	s.MaxBytes = cmp.Or(s.MaxBytes, -1)
-	configfile.OrDuration(&s.DuplicateWindow, 2*time.Minute)
-	s.RecordsBucket = cmp.Or(s.RecordsBucket, "runplane-invocations")
-	configfile.OrDuration(&s.RecordTTL, 24*time.Hour)
-	s.RecordsMaxBytes = cmp.Or(s.RecordsMaxBytes, -1)
-	s.ResultsMaxBytes = cmp.Or(s.ResultsMaxBytes, 1<<30)
-	s.ResultMaxSize = cmp.Or(s.ResultMaxSize, 1<<20)
-	s.ObjectsMaxBytes = cmp.Or(s.ObjectsMaxBytes, 128<<20)
-	configfile.OrDuration(&s.ChunksMaxAge, time.Hour)
-	s.ChunksMaxBytes = cmp.Or(s.ChunksMaxBytes, 64<<20)
-	s.ChunksPerInvocation = cmp.Or(s.ChunksPerInvocation, 100000)
-
-	l := &c.Limits
-	l.PoolMaxBacklog = cmp.Or(l.PoolMaxBacklog, pool.DefaultPoolMaxBacklog)
-	l.PoolMaxInFlight = cmp.Or(l.PoolMaxInFlight, -1)
-	l.NamespaceMaxBacklog = cmp.Or(l.NamespaceMaxBacklog, pool.DefaultNamespaceMaxBacklog)
-	l.NamespaceMaxInFlight = cmp.Or(l.NamespaceMaxInFlight, pool.DefaultNamespaceMaxInFlight)
-	l.NamespaceMaxStreams = cmp.Or(l.NamespaceMaxStreams, pool.DefaultNamespaceMaxStreams)
-	l.NamespaceMaxStreamBytes = cmp.Or(l.NamespaceMaxStreamBytes, pool.DefaultNamespaceMaxStreamBytes)
-	l.NamespaceMaxRecordBytes = cmp.Or(l.NamespaceMaxRecordBytes, pool.DefaultNamespaceMaxRecordBytes)
-
-	w := &c.Workers
-	w.MaxAttempts = cmp.Or(w.MaxAttempts, 3)
-	configfile.OrDuration(&w.HeartbeatInterval, 5*time.Second)
-	configfile.OrDuration(&w.HeartbeatTimeout, activator.DefaultHeartbeatTimeout)
+	// The stream's own defaults; unbounded sizes shown as -1.
+	c.Stream = c.Stream.WithDefaults()
+	c.Stream.MaxBytes, c.Stream.RecordsMaxBytes = cmp.Or(c.Stream.MaxBytes, -1), cmp.Or(c.Stream.RecordsMaxBytes, -1)
+	c.Limits.Default()
+	c.Workers.Default()
+	// The file knows the sidecars' interval (their default unless told):
+	// the heartbeat timeout is checked against it.
+	configfile.OrDuration(&c.Workers.HeartbeatInterval, sidecar.DefaultHeartbeatInterval)
 	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, objects.DefaultMaxPayloadBytes)
 
-	a := &c.CallerAuth
-	a.KubeQPS, a.KubeBurst = cmp.Or(a.KubeQPS, 50), cmp.Or(a.KubeBurst, 100)
-	a.TokenReviewQPS, a.TokenReviewBurst = cmp.Or(a.TokenReviewQPS, 20), cmp.Or(a.TokenReviewBurst, 40)
-	a.AccessReviewQPS, a.AccessReviewBurst = cmp.Or(a.AccessReviewQPS, 5), cmp.Or(a.AccessReviewBurst, 20)
+	c.CallerAuth.Default()
 
-	b := &c.Callbacks
-	b.KeyDir = cmp.Or(b.KeyDir, "/var/run/runplane/bootstrap")
-	b.MaxAttempts, b.Workers, b.NamespaceWorkers = cmp.Or(b.MaxAttempts, 6), cmp.Or(b.Workers, 8), cmp.Or(b.NamespaceWorkers, 2)
+	c.Callbacks.KeyDir = cmp.Or(c.Callbacks.KeyDir, "/var/run/runplane/bootstrap")
+	c.Callbacks.Delivery.Default()
 }
 
 // Validate refuses settings the queue cannot run with, each error naming
@@ -129,11 +96,13 @@ func (c *QueueConfiguration) Validate() error {
 			bad(key, "%v: want > 0", v)
 		}
 	}
-	if c.Stream.ResultMaxSize < 1 {
-		bad("stream.resultMaxSize", "%d: want a positive number of bytes", c.Stream.ResultMaxSize)
+	if c.Stream.ResultMaxMsgSize < 1 {
+		bad("stream.resultMaxSize", "%d: want a positive number of bytes", c.Stream.ResultMaxMsgSize)
+	} else if err := c.Stream.Validate(); err != nil {
+		bad("stream", "%w", err)
 	}
-	if err := queue.CheckHeartbeat(c.Workers.HeartbeatTimeout.Duration, c.Workers.HeartbeatInterval.Duration); err != nil {
-		bad("workers.heartbeatTimeout", "%w", err)
+	if err := c.Workers.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("workers.%w", err))
 	}
 	if c.NATS.Bootstrap.TLSSecret != "" && len(c.NATS.Bootstrap.TLSDNSNames) == 0 {
 		bad("nats.bootstrap.tlsDNSNames", "needed with nats.bootstrap.tlsSecret")

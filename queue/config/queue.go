@@ -3,9 +3,9 @@ package config
 import (
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/internal/natstls"
-	"github.com/runplane/runplane/internal/tracing"
 	"github.com/runplane/runplane/queue"
-	"github.com/runplane/runplane/queue/stream"
+	"github.com/runplane/runplane/queue/activator"
+	"github.com/runplane/runplane/queue/callback"
 )
 
 // Queue is the queue.Config of c (defaulted and valid): its settings, without
@@ -20,34 +20,20 @@ func (c *QueueConfiguration) Queue() (queue.Config, error) {
 	if metricsAddr == "0" {
 		metricsAddr = ""
 	}
-	n, s, cb := c.NATS, c.Stream, c.Callbacks
+	n := c.NATS
 	return queue.Config{
 		NATSURL: n.URL, NATSTrustFile: n.TrustFile, NATSServers: n.Servers,
-		NATSTLS: natstls.Client{CAFile: n.CAFile, ServerName: n.ServerName},
-		Callout: queue.CalloutConfig{MaxTTL: n.Callout.MaxTTL.Duration, Client: queue.ClientLimits{QPS: n.Callout.KubeQPS, Burst: n.Callout.KubeBurst},
-			Workers: n.Callout.Workers, AnswerTimeout: n.Callout.AnswerTimeout.Duration, PerHostQPS: n.Callout.PerHostQPS, PerHostBurst: n.Callout.PerHostBurst,
-			CacheTTL: n.Callout.CacheTTL.Duration, MaxSubscriptions: n.Callout.MaxSubscriptions, MaxPayload: n.Callout.MaxPayload},
-		Callbacks: queue.CallbackOptions{MasterKeyFile: cb.SigningKeyFile, AllowCIDRs: cb.AllowCIDRs, DenyCIDRs: cb.DenyCIDRs,
-			MaxAttempts: cb.MaxAttempts, Workers: cb.Workers, NamespaceWorkers: cb.NamespaceWorkers},
-		Stream: stream.Config{Prefix: s.SubjectPrefix, Stream: s.Name, Replicas: s.Replicas, MaxAge: s.MaxAge.Duration, MaxBytes: s.MaxBytes,
-			RecordsMaxBytes: s.RecordsMaxBytes, DuplicateWindow: s.DuplicateWindow.Duration, RecordsBucket: s.RecordsBucket, RecordTTL: s.RecordTTL.Duration,
-			ResultsMaxBytes: s.ResultsMaxBytes, ResultMaxMsgSize: s.ResultMaxSize, ObjectsMaxBytes: s.ObjectsMaxBytes,
-			Chunks: stream.ChunksConfig{MaxAge: s.ChunksMaxAge.Duration, MaxBytes: s.ChunksMaxBytes, MaxPerInvocation: s.ChunksPerInvocation}},
+		NATSTLS:   natstls.Client{CAFile: n.CAFile, ServerName: n.ServerName},
+		Callout:   n.Callout,
+		Callbacks: callback.Config{Delivery: c.Callbacks.Delivery}, CallbackKeyFile: c.Callbacks.SigningKeyFile,
+		Stream: c.Stream,
 		Listen: c.Listen, MetricsListen: metricsAddr, MetricsCert: cert,
 		Namespace: c.WatchNamespace, StaticPools: c.StaticPools,
 		LeaderElection: *c.LeaderElection.LeaderElect, LeaseNamespace: c.Namespace, LeaseName: c.LeaderElection.ResourceName,
 		ActivatorShards: c.LeaderElection.Shards, ShardLeaseDuration: c.LeaderElection.ShardLeaseDuration.Duration,
 		InsecureDisableCallerAuth: c.InsecureDisableCallerAuth,
-		CallerAuth: callerauth.Options{TokenReviewQPS: c.CallerAuth.TokenReviewQPS, TokenReviewBurst: c.CallerAuth.TokenReviewBurst,
-			AccessReviewQPS: c.CallerAuth.AccessReviewQPS, AccessReviewBurst: c.CallerAuth.AccessReviewBurst}, CallerAuthClient: queue.ClientLimits{QPS: c.CallerAuth.KubeQPS, Burst: c.CallerAuth.KubeBurst},
-		DisableIngress: c.DisableIngress, DisableActivator: c.DisableActivator,
-		Limits: c.Limits, MaxPayloadBytes: c.MaxPayloadBytes,
-		HeartbeatTimeout: c.Workers.HeartbeatTimeout.Duration, WorkerHeartbeatInterval: c.Workers.HeartbeatInterval.Duration,
-		SilentHold: c.Workers.SilentHold.Duration, MaxAttempts: c.Workers.MaxAttempts,
+		CallerAuth:                callerauth.Options{Rates: c.CallerAuth},
+		DisableIngress:            c.DisableIngress, DisableActivator: c.DisableActivator,
+		Decisions: activator.Decisions{Workers: c.Workers, Limits: c.Limits}, MaxPayloadBytes: c.MaxPayloadBytes,
 	}, nil
-}
-
-// TracingSettings are the span export settings.
-func (c *QueueConfiguration) TracingSettings() tracing.Settings {
-	return tracing.Settings{Endpoint: c.Tracing.OTLPEndpoint, SampleRatio: c.Tracing.SampleRatio}
 }

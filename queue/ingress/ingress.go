@@ -187,7 +187,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// A bounded store too: past its accept point, only the namespaces
 	// above their fair share are refused (storeFull).
 	if cfg.Limits.NamespaceMaxStreamBytes > 0 || cfg.Limits.NamespaceMaxRecordBytes > 0 || cfg.Store.Config.MaxBytes > 0 || cfg.Store.Config.RecordsMaxBytes > 0 {
-		s.usage, opts = nsbytes.New(clock.RealClock{}, cfg.Store.Config.RecordTTL), nil
+		s.usage, opts = nsbytes.New(clock.RealClock{}, cfg.Store.Config.RecordTTL.Duration), nil
 	}
 	rw, err := cfg.Store.Records.WatchAll(ctx, opts...)
 	if err != nil {

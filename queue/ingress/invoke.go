@@ -148,7 +148,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 		Headers: req.Headers, Attributes: req.Attributes, Payload: req.Payload, TimeoutSeconds: req.TimeoutSeconds,
 		TTLSeconds: req.TTLSeconds, AcceptedAt: time.Now().UTC(), MaxResultBytes: s.cfg.MaxPayloadBytes,
 		ResultMsgMaxBytes: int64(s.cfg.Store.Config.ResultMaxMsgSize),
-		MaxChunkBytes:     s.cfg.Store.Config.Chunks.MaxChunkData(), MaxChunks: s.cfg.Store.Config.Chunks.MaxPerInvocation}
+		MaxChunkBytes:     s.cfg.Store.Config.MaxChunkData(), MaxChunks: s.cfg.Store.Config.ChunksConfig.MaxPerInvocation}
 	// One UID read stamps the Record and keys the callback's signature.
 	uid, code, err := s.namespaceUID(ctx, ns)
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runplane/runplane/queue/activator"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	authnv1 "k8s.io/api/authentication/v1"
@@ -92,7 +94,7 @@ func TestIngressCallerAuth(t *testing.T) {
 	tn.kubelet(a)
 
 	base := queuetest.Run(t, queue.Config{NATSURL: srv.ClientURL(), RESTConfig: env.RESTConfig(), Namespace: a,
-		CallerAuth: callerauth.Options{DenyCacheTTL: 200 * time.Millisecond}, HeartbeatTimeout: 2 * time.Second, Tick: 100 * time.Millisecond}).Base
+		CallerAuth: callerauth.Options{DenyCacheTTL: 200 * time.Millisecond}, Decisions: activator.Decisions{Workers: activator.Workers{HeartbeatTimeout: metav1.Duration{Duration: 2 * time.Second}}}, Tick: 100 * time.Millisecond}).Base
 	invokeA := "/v1/namespaces/" + a + "/pools/echo/invocations"
 
 	// The invoker's first call may precede RBAC's view of the new binding.

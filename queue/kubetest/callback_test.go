@@ -40,7 +40,7 @@ func TestCallbackKeyFollowsNamespaceUID(t *testing.T) {
 	master := []byte("0123456789abcdef0123456789abcdef")
 	// The ingress only: nothing is delivered, the key is what matters.
 	base := queuetest.Run(t, queue.Config{NATSURL: srv.ClientURL(), RESTConfig: env.RESTConfig(), InsecureDisableCallerAuth: true,
-		DisableActivator: true, Callbacks: queue.CallbackOptions{MasterKey: master}}).Base
+		DisableActivator: true, Callbacks: callback.Config{MasterKey: master}}).Base
 	type signingKey struct{ Key, KeyID string }
 	key := func() (int, signingKey) {
 		code, body := call(base, "", "GET", "/v1/namespaces/"+ns+"/callback-signing-key", nil)

@@ -49,7 +49,7 @@ func TestNamespaceFairness(t *testing.T) {
 	}
 	tn := &tenants{t: t}
 	tn.base = queuetest.Run(t, queue.Config{NATSURL: srv.ClientURL(), InsecureDisableCallerAuth: true,
-		RESTConfig: env.RESTConfig(), Tick: 100 * time.Millisecond, Limits: pool.Limits{NamespaceMaxBacklog: 3}}).Base
+		RESTConfig: env.RESTConfig(), Tick: 100 * time.Millisecond, Decisions: activator.Decisions{Limits: pool.Limits{NamespaceMaxBacklog: 3}}}).Base
 	// Barrier: the ingress knows the three pools.
 	require.Eventually(t, func() bool {
 		for _, d := range deps {

@@ -107,7 +107,7 @@ func setup(t *testing.T, ann map[string]string, replicas int32) *fixture {
 	require.NoError(t, err)
 	q := queuetest.Run(t, queue.Config{NATSURL: ns.ClientURL(), InsecureDisableCallerAuth: true, MetricsListen: "127.0.0.1:0",
 		RESTConfig: env.RESTConfig(), Namespace: name, LeaderElection: true, LeaseNamespace: name, Identity: "test",
-		HeartbeatTimeout: 2 * time.Second, Backoff: 100 * time.Millisecond, Tick: 100 * time.Millisecond})
+		Decisions: activator.Decisions{Workers: activator.Workers{HeartbeatTimeout: metav1.Duration{Duration: 2 * time.Second}}, Backoff: 100 * time.Millisecond}, Tick: 100 * time.Millisecond})
 	f.base, f.metricsURL = q.Base, q.MetricsURL
 	// Ready once the pool's Deployment is known.
 	f.eventually("pool known", 30*time.Second, func() bool { return f.get("/v1/namespaces/"+f.ns+"/pools/"+f.pool) == 200 })

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runplane/runplane/queue/activator"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
@@ -148,7 +150,7 @@ func shardReplica(t *testing.T, natsURL, leaseNS, id string, shards int, opts ..
 	t.Helper()
 	cfg := queue.Config{NATSURL: natsURL, InsecureDisableCallerAuth: true, MetricsListen: "127.0.0.1:0",
 		RESTConfig: env.RESTConfig(), LeaderElection: true, LeaseNamespace: leaseNS, Identity: id, ActivatorShards: shards, ShardLeaseDuration: shardLeaseDuration,
-		HeartbeatTimeout: 2 * time.Second, Backoff: 100 * time.Millisecond, Tick: 100 * time.Millisecond}
+		Decisions: activator.Decisions{Workers: activator.Workers{HeartbeatTimeout: metav1.Duration{Duration: 2 * time.Second}}, Backoff: 100 * time.Millisecond}, Tick: 100 * time.Millisecond}
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -167,7 +167,7 @@ func TestTenantPoolsAreTheirOwn(t *testing.T) {
 	require.NoError(t, err)
 
 	tn.base = queuetest.Run(t, queue.Config{NATSURL: srv.ClientURL(), InsecureDisableCallerAuth: true,
-		RESTConfig: env.RESTConfig(), HeartbeatTimeout: 2 * time.Second, Backoff: 100 * time.Millisecond, Tick: 100 * time.Millisecond}).Base
+		RESTConfig: env.RESTConfig(), Decisions: activator.Decisions{Workers: activator.Workers{HeartbeatTimeout: metav1.Duration{Duration: 2 * time.Second}}, Backoff: 100 * time.Millisecond}, Tick: 100 * time.Millisecond}).Base
 
 	// Barrier: the intruder and the liar run their workers, and both
 	// tenants' own workers are ready.

@@ -42,16 +42,26 @@ const (
 	DefaultNamespaceMaxRecordBytes int64 = 512 << 20
 )
 
-// WithDefaults fills the zero fields and turns negative ones into 0
-// (unbounded).
+// Default fills the zero fields with the defaults as the configuration
+// file shows them (-1: unbounded).
+func (l *Limits) Default() {
+	l.PoolMaxBacklog = cmp.Or(l.PoolMaxBacklog, DefaultPoolMaxBacklog)
+	l.PoolMaxInFlight = cmp.Or(l.PoolMaxInFlight, -1)
+	l.NamespaceMaxBacklog = cmp.Or(l.NamespaceMaxBacklog, DefaultNamespaceMaxBacklog)
+	l.NamespaceMaxInFlight = cmp.Or(l.NamespaceMaxInFlight, DefaultNamespaceMaxInFlight)
+	l.NamespaceMaxStreams = cmp.Or(l.NamespaceMaxStreams, DefaultNamespaceMaxStreams)
+	l.NamespaceMaxStreamBytes = cmp.Or(l.NamespaceMaxStreamBytes, DefaultNamespaceMaxStreamBytes)
+	l.NamespaceMaxRecordBytes = cmp.Or(l.NamespaceMaxRecordBytes, DefaultNamespaceMaxRecordBytes)
+}
+
+// WithDefaults is l defaulted, negative bounds turned into 0 (unbounded):
+// the form the ingress and the activator read.
 func (l Limits) WithDefaults() Limits {
-	l.PoolMaxBacklog = bound(cmp.Or(l.PoolMaxBacklog, DefaultPoolMaxBacklog))
-	l.PoolMaxInFlight = bound(l.PoolMaxInFlight)
-	l.NamespaceMaxBacklog = bound(cmp.Or(l.NamespaceMaxBacklog, DefaultNamespaceMaxBacklog))
-	l.NamespaceMaxInFlight = bound(cmp.Or(l.NamespaceMaxInFlight, DefaultNamespaceMaxInFlight))
-	l.NamespaceMaxStreams = bound(cmp.Or(l.NamespaceMaxStreams, DefaultNamespaceMaxStreams))
-	l.NamespaceMaxStreamBytes = bound(cmp.Or(l.NamespaceMaxStreamBytes, DefaultNamespaceMaxStreamBytes))
-	l.NamespaceMaxRecordBytes = bound(cmp.Or(l.NamespaceMaxRecordBytes, DefaultNamespaceMaxRecordBytes))
+	l.Default()
+	l.PoolMaxBacklog, l.PoolMaxInFlight = bound(l.PoolMaxBacklog), bound(l.PoolMaxInFlight)
+	l.NamespaceMaxBacklog, l.NamespaceMaxInFlight = bound(l.NamespaceMaxBacklog), bound(l.NamespaceMaxInFlight)
+	l.NamespaceMaxStreams = bound(l.NamespaceMaxStreams)
+	l.NamespaceMaxStreamBytes, l.NamespaceMaxRecordBytes = bound(l.NamespaceMaxStreamBytes), bound(l.NamespaceMaxRecordBytes)
 	return l
 }
 

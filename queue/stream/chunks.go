@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/runplane/runplane/internal/jsensure"
 	"github.com/runplane/runplane/internal/messages"
@@ -18,19 +19,19 @@ import (
 type ChunksConfig struct {
 	// MaxAge is how long a chunk is kept, and so how long a stream can
 	// be read or resumed after it ended (default 1h).
-	MaxAge time.Duration
+	MaxAge metav1.Duration `json:"chunksMaxAge,omitzero"`
 	// MaxBytes bounds one namespace's chunks stream, the tenant's budget
 	// of retained output (default 64 MiB): beyond it that namespace's
 	// oldest chunks go, never another namespace's. JetStream reserves it
 	// when the stream is made.
-	MaxBytes int64
+	MaxBytes int64 `json:"chunksMaxBytes,omitempty"`
+	// MaxPerInvocation bounds the chunks kept per invocation and worker
+	// (default 100000): beyond it the oldest go.
+	MaxPerInvocation int64 `json:"chunksPerInvocation,omitempty"`
 	// MaxChunkBytes bounds one chunk message, headers included (default
 	// 64 KiB + 1 KiB): the server refuses a bigger one, whatever a worker
 	// sends.
-	MaxChunkBytes int32
-	// MaxPerInvocation bounds the chunks kept per invocation and worker
-	// (default 100000): beyond it the oldest go.
-	MaxPerInvocation int64
+	MaxChunkBytes int32 `json:"-"`
 }
 
 // DefaultMaxChunkBytes is the default bound of one chunk's data; the
@@ -41,7 +42,7 @@ const DefaultMaxChunkBytes = 64 << 10
 const DefaultChunksMaxBytes = 64 << 20
 
 func (c ChunksConfig) withDefaults() ChunksConfig {
-	c.MaxAge = cmp.Or(c.MaxAge, time.Hour)
+	c.MaxAge.Duration = cmp.Or(c.MaxAge.Duration, time.Hour)
 	c.MaxBytes = cmp.Or(c.MaxBytes, DefaultChunksMaxBytes)
 	c.MaxChunkBytes = cmp.Or(c.MaxChunkBytes, DefaultMaxChunkBytes+chunkHeaderRoom)
 	c.MaxPerInvocation = cmp.Or(c.MaxPerInvocation, 100000)
@@ -110,7 +111,7 @@ func (c *ChunkStreams) Ensure(ctx context.Context, ns string) (jetstream.Stream,
 			Storage:           jetstream.FileStorage,
 			Retention:         jetstream.LimitsPolicy,
 			Replicas:          cmp.Or(c.Replicas, 1),
-			MaxAge:            c.Cfg.MaxAge,
+			MaxAge:            c.Cfg.MaxAge.Duration,
 			MaxBytes:          c.Cfg.MaxBytes,
 			MaxMsgSize:        c.Cfg.MaxChunkBytes,
 			MaxMsgsPerSubject: c.Cfg.MaxPerInvocation,

@@ -17,66 +17,71 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/objects"
 )
 
-// Config names and sizes the JetStream resources.
+// Config names and sizes the JetStream resources. It is the stream
+// section of runplane-queue's configuration file as it is (queue/config;
+// the keys are the json names), defaulted by WithDefaults; the fields
+// without a key are for tests and the queue itself.
 type Config struct {
 	// Prefix of every subject (default api.DefaultSubjectPrefix).
-	Prefix string
+	Prefix string `json:"subjectPrefix,omitempty"`
 	// Stream is the stream name (default api.DefaultStreamName).
-	Stream string
+	Stream string `json:"name,omitempty"`
 	// Replicas of the stream and buckets (default 1).
-	Replicas int
+	Replicas int `json:"replicas,omitempty"`
 	// MaxAge of stream messages (default 72h).
-	MaxAge time.Duration
+	MaxAge metav1.Duration `json:"maxAge,omitzero"`
 	// MaxBytes bounds the invocation stream (0 or -1: unbounded, the
 	// server's own limits apply). A full stream refuses new invocations
 	// (the ingress answers 503) and never drops a stored one: discard new.
-	MaxBytes int64
-	// RecordsMaxBytes bounds the Records bucket (0 or -1: unbounded). A
-	// full bucket refuses new Records (503).
-	RecordsMaxBytes int64
+	MaxBytes int64 `json:"maxBytes,omitempty"`
 	// DuplicateWindow of the stream (default 2m). Idempotency beyond it
 	// comes from the Records bucket.
-	DuplicateWindow time.Duration
+	DuplicateWindow metav1.Duration `json:"duplicateWindow,omitzero"`
 	// RecordsBucket is the KV bucket of invocation Records
-	// (default "runplane-invocations").
-	RecordsBucket string
-	// RecordTTL is how long a Record is kept (default 24h).
-	RecordTTL time.Duration
-	// PoolsBucket holds the activator's per-pool status (default "runplane-pools").
-	PoolsBucket string
-	// ResultsStream is the stream of worker results, subjects
-	// <prefix>.result.> (default messages.ResultsStreamName(Stream)).
-	ResultsStream string
+	// (default "runplane-invocations"), RecordTTL how long a Record is kept
+	// (default 24h), RecordsMaxBytes its bound (0 or -1: unbounded; a full
+	// bucket refuses new Records, 503).
+	RecordsBucket   string          `json:"recordsBucket,omitempty"`
+	RecordTTL       metav1.Duration `json:"recordTTL,omitzero"`
+	RecordsMaxBytes int64           `json:"recordsMaxBytes,omitempty"`
 	// ResultsMaxBytes bounds the results stream (default 1 GiB); when it
 	// is full, new results are refused (the sidecar retries and then
 	// lets the dispatch be redelivered) rather than unread ones dropped.
-	ResultsMaxBytes int64
+	ResultsMaxBytes int64 `json:"resultsMaxBytes,omitempty"`
 	// ResultMaxMsgSize bounds one result message, headers included
 	// (default DefaultResultMaxMsgSize).
-	ResultMaxMsgSize int32
-	// ResultsMaxPerPool bounds the unhandled results of one pool (default
-	// 10000); beyond it that pool's new results are refused, no other's.
-	ResultsMaxPerPool int64
-	// Worker is the configuration of the workers' dispatch consumers.
-	Worker WorkerConsumer
+	ResultMaxMsgSize int32 `json:"resultMaxSize,omitempty"`
 	// ObjectsMaxBytes bounds each namespace's Object Store bucket of
 	// payloads and results too big for one NATS message, shared by its
 	// pools: the tenant's budget (default 128 MiB; -1: unbounded). A full
 	// bucket refuses new big payloads (503) and results (the invocation
 	// fails); JetStream reserves it when the bucket is made.
-	ObjectsMaxBytes int64
+	ObjectsMaxBytes int64 `json:"objectsMaxBytes,omitempty"`
+	// ChunksConfig sizes the namespaces' chunks streams of streamed
+	// invocations (chunks.go; keys chunksMaxAge, chunksMaxBytes,
+	// chunksPerInvocation).
+	ChunksConfig
+
+	// PoolsBucket holds the activator's per-pool status (default "runplane-pools").
+	PoolsBucket string `json:"-"`
+	// ResultsStream is the stream of worker results, subjects
+	// <prefix>.result.> (default messages.ResultsStreamName(Stream)).
+	ResultsStream string `json:"-"`
+	// ResultsMaxPerPool bounds the unhandled results of one pool (default
+	// 10000); beyond it that pool's new results are refused, no other's.
+	ResultsMaxPerPool int64 `json:"-"`
+	// Worker is the configuration of the workers' dispatch consumers.
+	Worker WorkerConsumer `json:"-"`
 	// ObjectTTL is how long such an object is kept (default RecordTTL +
 	// 1h: it outlives the Record that names it, and goes soon after).
-	ObjectTTL time.Duration
-	// Chunks sizes the namespaces' chunks streams of streamed invocations
-	// (chunks.go).
-	Chunks ChunksConfig
+	ObjectTTL time.Duration `json:"-"`
 	// ActivatorShards is the activator's shard count (0 or 1: one
 	// activator for every namespace). Unsharded, Open makes the activator's
 	// results consumer (ResultsConsumer) before any result can be stored;
@@ -84,7 +89,7 @@ type Config struct {
 	// namespaces (no result exists before its namespace's first dispatch),
 	// and Open makes none: a consumer nobody reads would keep every result
 	// in the interest-retention stream.
-	ActivatorShards int
+	ActivatorShards int `json:"-"`
 }
 
 // WorkerConsumer configures the durable pull consumer the queue creates
@@ -110,18 +115,18 @@ func (c Config) WithDefaults() Config {
 	c.Prefix = cmp.Or(c.Prefix, api.DefaultSubjectPrefix)
 	c.Stream = cmp.Or(c.Stream, api.DefaultStreamName)
 	c.Replicas = cmp.Or(c.Replicas, 1)
-	c.MaxAge = cmp.Or(c.MaxAge, 72*time.Hour)
-	c.DuplicateWindow = cmp.Or(c.DuplicateWindow, 2*time.Minute)
+	c.MaxAge.Duration = cmp.Or(c.MaxAge.Duration, 72*time.Hour)
+	c.DuplicateWindow.Duration = cmp.Or(c.DuplicateWindow.Duration, 2*time.Minute)
 	c.RecordsBucket = cmp.Or(c.RecordsBucket, "runplane-invocations")
-	c.RecordTTL = cmp.Or(c.RecordTTL, 24*time.Hour)
+	c.RecordTTL.Duration = cmp.Or(c.RecordTTL.Duration, 24*time.Hour)
 	c.PoolsBucket = cmp.Or(c.PoolsBucket, "runplane-pools")
 	c.ResultsStream = cmp.Or(c.ResultsStream, messages.ResultsStreamName(c.Stream))
 	c.ResultsMaxBytes = cmp.Or(c.ResultsMaxBytes, 1<<30)
 	c.ResultsMaxPerPool = cmp.Or(c.ResultsMaxPerPool, 10000)
 	c.ResultMaxMsgSize = cmp.Or(c.ResultMaxMsgSize, DefaultResultMaxMsgSize)
 	c.ObjectsMaxBytes = cmp.Or(c.ObjectsMaxBytes, 128<<20)
-	c.ObjectTTL = cmp.Or(c.ObjectTTL, c.RecordTTL+time.Hour)
-	c.Chunks = c.Chunks.withDefaults()
+	c.ObjectTTL = cmp.Or(c.ObjectTTL, c.RecordTTL.Duration+time.Hour)
+	c.ChunksConfig = c.ChunksConfig.withDefaults()
 	c.Worker.AckWait = cmp.Or(c.Worker.AckWait, 30*time.Second)
 	c.Worker.MaxAckPending = cmp.Or(c.Worker.MaxAckPending, 1024)
 	c.Worker.InactiveThreshold = cmp.Or(c.Worker.InactiveThreshold, 10*time.Minute)
@@ -134,8 +139,8 @@ func (c Config) Validate() error {
 	if c.Replicas < 1 || c.Replicas > 5 {
 		return fmt.Errorf("stream replicas %d: must be between 1 and 5", c.Replicas)
 	}
-	if c.DuplicateWindow > c.MaxAge {
-		return fmt.Errorf("duplicate window %s must not exceed max age %s", c.DuplicateWindow, c.MaxAge)
+	if c.DuplicateWindow.Duration > c.MaxAge.Duration {
+		return fmt.Errorf("duplicate window %s must not exceed max age %s", c.DuplicateWindow.Duration, c.MaxAge.Duration)
 	}
 	if c.ResultsStream == c.Stream {
 		return fmt.Errorf("results stream %q must differ from the invocation stream", c.ResultsStream)
@@ -148,14 +153,14 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%s max bytes %d: at least 1 MiB, or -1 for unbounded", name, n)
 		}
 	}
-	if err := c.Chunks.validate(); err != nil {
+	if err := c.ChunksConfig.validate(); err != nil {
 		return err
 	}
-	if c.ObjectTTL < c.RecordTTL {
-		return fmt.Errorf("object TTL %s must be at least the record TTL %s (a Record must not name an object that is gone)", c.ObjectTTL, c.RecordTTL)
+	if c.ObjectTTL < c.RecordTTL.Duration {
+		return fmt.Errorf("object TTL %s must be at least the record TTL %s (a Record must not name an object that is gone)", c.ObjectTTL, c.RecordTTL.Duration)
 	}
-	if c.RecordTTL < c.DuplicateWindow {
-		return fmt.Errorf("record TTL %s must be at least the duplicate window %s", c.RecordTTL, c.DuplicateWindow)
+	if c.RecordTTL.Duration < c.DuplicateWindow.Duration {
+		return fmt.Errorf("record TTL %s must be at least the duplicate window %s", c.RecordTTL.Duration, c.DuplicateWindow.Duration)
 	}
 	return nil
 }
@@ -205,8 +210,8 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 		Storage:    jetstream.FileStorage,
 		Retention:  jetstream.LimitsPolicy,
 		Replicas:   cfg.Replicas,
-		MaxAge:     cfg.MaxAge,
-		Duplicates: cfg.DuplicateWindow,
+		MaxAge:     cfg.MaxAge.Duration,
+		Duplicates: cfg.DuplicateWindow.Duration,
 		// Bounded, a full stream refuses what comes (a new invocation gets
 		// 503; a dispatch is retried) and never drops a queued invocation
 		// to make room, as discard old would.
@@ -229,7 +234,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 		// own pool's room, never the others'.
 		Retention:            jetstream.InterestPolicy,
 		Replicas:             cfg.Replicas,
-		MaxAge:               cfg.MaxAge,
+		MaxAge:               cfg.MaxAge.Duration,
 		MaxBytes:             cfg.ResultsMaxBytes,
 		MaxMsgSize:           cfg.ResultMaxMsgSize,
 		MaxMsgsPerSubject:    cfg.ResultsMaxPerPool,
@@ -258,7 +263,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	}
 	rec, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:   cfg.RecordsBucket,
-		TTL:      cfg.RecordTTL,
+		TTL:      cfg.RecordTTL.Duration,
 		Storage:  jetstream.FileStorage,
 		Replicas: cfg.Replicas,
 		History:  1,
@@ -278,7 +283,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	}
 	store := &Store{Config: cfg, Subjects: subj, JS: js, Stream: st, Results: res, Records: rec, Pools: pools,
 		Objects: &objects.Buckets{JS: js, Cfg: cfg.ObjectsConfig()},
-		Chunks:  &ChunkStreams{JS: js, Cfg: cfg.Chunks, Stream: cfg.Stream, Replicas: cfg.Replicas, Subjects: subj}}
+		Chunks:  &ChunkStreams{JS: js, Cfg: cfg.ChunksConfig, Stream: cfg.Stream, Replicas: cfg.Replicas, Subjects: subj}}
 	if moved != nil {
 		store.MigrationSkipped = moved.skipped
 	}

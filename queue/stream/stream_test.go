@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -51,12 +53,12 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"defaults", Config{}, true},
 		{"replicas", Config{Replicas: 7}, false},
-		{"window beyond age", Config{MaxAge: time.Minute, DuplicateWindow: time.Hour}, false},
-		{"ttl below window", Config{DuplicateWindow: time.Hour, RecordTTL: time.Minute}, false},
+		{"window beyond age", Config{MaxAge: metav1.Duration{Duration: time.Minute}, DuplicateWindow: metav1.Duration{Duration: time.Hour}}, false},
+		{"ttl below window", Config{DuplicateWindow: metav1.Duration{Duration: time.Hour}, RecordTTL: metav1.Duration{Duration: time.Minute}}, false},
 		{"results stream is the invocation stream", Config{Stream: "S", ResultsStream: "S"}, false},
 		{"results stream smaller than a result", Config{ResultsMaxBytes: 1024, ResultMaxMsgSize: 4096}, false},
-		{"objects expire before their Record", Config{RecordTTL: time.Hour, ObjectTTL: time.Minute}, false},
-		{"objects outlive their Record", Config{RecordTTL: time.Hour, ObjectTTL: 2 * time.Hour}, true},
+		{"objects expire before their Record", Config{RecordTTL: metav1.Duration{Duration: time.Hour}, ObjectTTL: time.Minute}, false},
+		{"objects outlive their Record", Config{RecordTTL: metav1.Duration{Duration: time.Hour}, ObjectTTL: 2 * time.Hour}, true},
 	}
 	for _, tc := range tests {
 		err := tc.c.WithDefaults().Validate()
@@ -67,7 +69,7 @@ func TestConfigValidate(t *testing.T) {
 func open(t *testing.T) *Store {
 	t.Helper()
 	js, _ := jetstream.New(natsauth.Connect(t, natsauth.JetStream(t, nil).ClientURL()))
-	st, err := Open(context.Background(), js, Config{DuplicateWindow: time.Second, RecordTTL: time.Hour})
+	st, err := Open(context.Background(), js, Config{DuplicateWindow: metav1.Duration{Duration: time.Second}, RecordTTL: metav1.Duration{Duration: time.Hour}})
 	require.NoError(t, err)
 	return st
 }
@@ -187,7 +189,7 @@ func TestOpenMigratesResults(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	js, _ := jetstream.New(natsauth.Connect(t, natsauth.JetStream(t, nil).ClientURL()))
-	cfg := Config{DuplicateWindow: time.Second, RecordTTL: time.Hour}.WithDefaults()
+	cfg := Config{DuplicateWindow: metav1.Duration{Duration: time.Second}, RecordTTL: metav1.Duration{Duration: time.Hour}}.WithDefaults()
 	subj := messages.Subjects{Prefix: cfg.Prefix}
 	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Duplicates: time.Second,
 		Subjects: []string{subj.Prefix + ".invoke.>", subj.Prefix + ".dispatch.>", subj.Prefix + ".result.>", subj.Prefix + ".deadletter.>"}})
@@ -313,7 +315,7 @@ func TestMigrationIgnoresWorkerChosenHeaders(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	js, _ := jetstream.New(natsauth.Connect(t, natsauth.JetStream(t, nil).ClientURL()))
-	cfg := Config{DuplicateWindow: time.Second, RecordTTL: time.Hour, ResultMaxMsgSize: 4096}.WithDefaults()
+	cfg := Config{DuplicateWindow: metav1.Duration{Duration: time.Second}, RecordTTL: metav1.Duration{Duration: time.Hour}, ResultMaxMsgSize: 4096}.WithDefaults()
 	subj := messages.Subjects{Prefix: cfg.Prefix}
 	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Duplicates: time.Second,
 		Subjects: []string{subj.Prefix + ".invoke.>", subj.Prefix + ".dispatch.>", subj.Prefix + ".result.>", subj.Prefix + ".deadletter.>"}})
@@ -345,7 +347,7 @@ func TestResultsStreamKeepsOnlyUnhandledPerPool(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	js, _ := jetstream.New(natsauth.Connect(t, natsauth.JetStream(t, nil).ClientURL()))
-	st, err := Open(ctx, js, Config{DuplicateWindow: time.Second, RecordTTL: time.Hour, ResultsMaxPerPool: 3})
+	st, err := Open(ctx, js, Config{DuplicateWindow: metav1.Duration{Duration: time.Second}, RecordTTL: metav1.Duration{Duration: time.Hour}, ResultsMaxPerPool: 3})
 	require.NoError(t, err)
 	for i := range 3 {
 		_, err := js.Publish(ctx, st.Subjects.Result("mallory", "flood"), []byte{byte(i)})

@@ -160,8 +160,8 @@ func TestQueue(t *testing.T) {
 		RESTConfig:     rec.As(env.RESTConfig(), releaseNS, "runplane-queue"),
 		Namespace:      qc.WatchNamespace,
 		LeaderElection: *qc.LeaderElection.LeaderElect, LeaseNamespace: qc.Namespace, Identity: "rbac-test",
-		HeartbeatTimeout: 2 * time.Second, Tick: 100 * time.Millisecond, Logger: rec.Logger(),
-		Callbacks: queue.CallbackOptions{MasterKey: master, AllowCIDRs: []string{"127.0.0.0/8"}, NamespaceWorkers: namespaceWorkers},
+		Decisions: activator.Decisions{Workers: activator.Workers{HeartbeatTimeout: metav1.Duration{Duration: 2 * time.Second}}}, Tick: 100 * time.Millisecond, Logger: rec.Logger(),
+		Callbacks: callback.Config{MasterKey: master, Delivery: callback.Delivery{AllowCIDRs: []string{"127.0.0.0/8"}, NamespaceWorkers: namespaceWorkers}},
 	}
 	addr, metricsAddr := make(chan string, 1), make(chan string, 1)
 	cfg.OnListen = func(a string) { addr <- a }

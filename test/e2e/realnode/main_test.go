@@ -137,7 +137,7 @@ func prepare(ctx context.Context, c *cluster.Cluster) (stack.Options, error) {
 		},
 		Queue: func(q *queue.Config) {
 			q.InsecureDisableCallerAuth, q.Namespace = true, ns
-			q.HeartbeatTimeout, q.Backoff, q.Tick = 10*time.Second, 200*time.Millisecond, 200*time.Millisecond
+			q.HeartbeatTimeout.Duration, q.Backoff, q.Tick = 10*time.Second, 200*time.Millisecond, 200*time.Millisecond
 		},
 	}, nil
 }

@@ -48,7 +48,7 @@ func TestMain(m *testing.M) {
 			Webhook: func(w *webhook.Config) { w.Injection.StockNamespaces = append(w.Injection.StockNamespaces, ns) },
 			Queue: func(q *queue.Config) {
 				q.InsecureDisableCallerAuth, q.Namespace = true, ns
-				q.HeartbeatTimeout, q.Backoff, q.Tick = 4*time.Second, 200*time.Millisecond, 200*time.Millisecond
+				q.HeartbeatTimeout.Duration, q.Backoff, q.Tick = 4*time.Second, 200*time.Millisecond, 200*time.Millisecond
 			},
 			Workers: &localworkers.Config{
 				SidecarArgs: []string{"-heartbeat-interval", "1s", "-probe-interval", "100ms", "-fetch-wait", "500ms", "-shutdown-grace", "10s", "-ack-wait", "3s"},

@@ -53,7 +53,7 @@ func TestObjectStorageIsBudgetedPerNamespace(t *testing.T) {
 		c.DisableIngress, c.InsecureDisableCallerAuth, c.Namespace, c.Listen = false, true, "", "127.0.0.1:0"
 		c.Stream.ResultsMaxBytes, c.Stream.ResultMaxMsgSize, c.Stream.ObjectsMaxBytes = 256<<10, 64<<10, budget
 		// Each namespace's chunks stream reserves its bound too: 128 KiB.
-		c.Stream.Chunks = stream.ChunksConfig{MaxBytes: 128 << 10, MaxChunkBytes: 16 << 10}
+		c.Stream.ChunksConfig = stream.ChunksConfig{MaxBytes: 128 << 10, MaxChunkBytes: 16 << 10}
 	})
 	post := func(ns, pool, body string) (int, string) {
 		resp, err := http.Post(q.ingress+"/v1/namespaces/"+ns+"/pools/"+pool+"/invocations", "application/json", strings.NewReader(body))

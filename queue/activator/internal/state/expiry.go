@@ -33,7 +33,7 @@ func (s *State) Housekeep() (losses []*Loss, expired []Expiry, silenced []Silenc
 	now := s.clk.Now()
 	for _, p := range s.pools {
 		for _, w := range p.Workers {
-			if now.Sub(w.LastSeen) <= s.cfg.HeartbeatTimeout || !(w.Registered || len(w.InFlight) > 0) {
+			if now.Sub(w.LastSeen) <= s.cfg.HeartbeatTimeout.Duration || !(w.Registered || len(w.InFlight) > 0) {
 				w.Silent = false
 				continue
 			}
@@ -73,7 +73,7 @@ func (s *State) Housekeep() (losses []*Loss, expired []Expiry, silenced []Silenc
 		}
 	}
 	for k, pe := range s.pending {
-		if now.Sub(pe.at) > s.cfg.HeartbeatTimeout {
+		if now.Sub(pe.at) > s.cfg.HeartbeatTimeout.Duration {
 			delete(s.pending, k)
 		}
 	}
@@ -85,12 +85,12 @@ func (s *State) Housekeep() (losses []*Loss, expired []Expiry, silenced []Silenc
 // which its sidecar has stopped the call), capped by SilentHold. No
 // deadline, or no hold: at once.
 func (s *State) heldUntil(w *Worker, it *Item) time.Time {
-	if s.cfg.SilentHold < 0 || it.Inv.TimeoutSeconds <= 0 || it.DispatchedAt.IsZero() {
+	if s.cfg.SilentHold.Duration < 0 || it.Inv.TimeoutSeconds <= 0 || it.DispatchedAt.IsZero() {
 		return time.Time{}
 	}
 	until := it.DispatchedAt.Add(time.Duration(it.Inv.TimeoutSeconds)*time.Second + s.cfg.ExecutionGrace)
-	if s.cfg.SilentHold > 0 {
-		if c := w.LastSeen.Add(s.cfg.HeartbeatTimeout + s.cfg.SilentHold); c.Before(until) {
+	if s.cfg.SilentHold.Duration > 0 {
+		if c := w.LastSeen.Add(s.cfg.HeartbeatTimeout.Duration + s.cfg.SilentHold.Duration); c.Before(until) {
 			until = c
 		}
 	}

@@ -34,7 +34,7 @@ func TestDispatchInFlightLimits(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s := New(Config{HeartbeatTimeout: time.Minute, MaxAttempts: 3, NamespaceMaxInFlight: tc.nsMax}, clocktesting.NewFakeClock(t0))
+			s := New(Config{Workers: workers(time.Minute, 3), Limits: pool.Limits{NamespaceMaxInFlight: tc.nsMax}}, clocktesting.NewFakeClock(t0))
 			for _, pk := range []struct{ ns, pool string }{{"a", "p1"}, {"a", "p2"}, {"b", "p1"}} {
 				if pk.ns == "a" {
 					s.SetMaxInFlight(Key(pk.ns, pk.pool), tc.poolMax[pk.pool])
@@ -92,7 +92,7 @@ func TestDispatchInFlightLimits(t *testing.T) {
 // TestDispatchInterleavesNamespaces: a namespace with a large burst does
 // not have all its assignments ahead of another namespace's.
 func TestDispatchInterleavesNamespaces(t *testing.T) {
-	s := New(Config{HeartbeatTimeout: time.Minute, MaxAttempts: 3}, clocktesting.NewFakeClock(t0))
+	s := New(Config{Workers: workers(time.Minute, 3)}, clocktesting.NewFakeClock(t0))
 	for _, ns := range []string{"a", "b"} {
 		s.Event(messages.Event{Type: messages.EventRegistered, Namespace: ns, Pool: "p", Worker: "w", Concurrency: 1000, Ready: true})
 	}

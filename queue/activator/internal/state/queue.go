@@ -156,7 +156,7 @@ func (s *State) Dispatch() []Assignment {
 		if p.MaxInFlight > 0 {
 			room = max(p.MaxInFlight-inFlight[p], 0)
 		}
-		if m := s.cfg.NamespaceMaxInFlight; m > 0 {
+		if m := s.cfg.Limits.NamespaceMaxInFlight; m > 0 {
 			if r := max(m-nsInFlight[p.Namespace], 0); room < 0 || r < room {
 				room = r
 			}

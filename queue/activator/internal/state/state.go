@@ -7,6 +7,7 @@
 package state
 
 import (
+	"cmp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,43 +17,44 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/queue/pool"
 )
 
-// Config holds the limits the decisions apply.
+// Config holds the settings the decisions apply. The activator passes it
+// down as it is (activator.Decisions), defaulted by Default.
 type Config struct {
-	// HeartbeatTimeout: a worker silent for this long gets no new work,
-	// and is lost once SilentHold is over.
-	HeartbeatTimeout time.Duration
-	// SilentHold bounds how long, beyond HeartbeatTimeout, a silent
-	// worker's attempts stay its own before they are given to another
-	// worker. Never past an attempt's deadline (timeoutSeconds +
-	// ExecutionGrace): by then its sidecar has given up on it. 0: until
-	// that deadline; negative: no hold (lost at HeartbeatTimeout).
-	//
-	// Why hold: a worker that is frozen or cut off still runs what it
-	// holds and delivers the outcome when it is heard again; giving the
-	// work to another worker meanwhile runs it twice (the chaos case of a
-	// sidecar frozen 20 s ran every invocation it held twice).
-	SilentHold time.Duration
-	// MaxAttempts: losses that count before an invocation is dead-lettered.
-	MaxAttempts int
+	// Workers is the configuration file's workers section.
+	Workers
+	// Limits: PoolMaxInFlight is the in-flight bound of a pool until
+	// SetMaxInFlight gives its own; NamespaceMaxInFlight bounds every pool
+	// of a namespace together (0: unbounded). Defaulted (WithDefaults).
+	Limits pool.Limits
 	// Backoff is the first redelivery delay, doubled per strike up to
-	// MaxBackoff.
+	// MaxBackoff (defaults 500ms, 30s).
 	Backoff, MaxBackoff time.Duration
 	// ExecutionGrace is added to timeoutSeconds before a dispatched
-	// invocation times out.
+	// invocation times out (default 10s).
 	ExecutionGrace time.Duration
-	// DrainHold: how long a worker picked for scale-down gets no new work.
+	// DrainHold: how long a worker picked for scale-down gets no new work
+	// (default 60s).
 	DrainHold time.Duration
 	// RequirePods admits a worker only once PodSeen has (the caller checked
 	// that its Pod is in the pool's namespace and owned by the pool's
 	// workload). Events of other workers are held (up to HeartbeatTimeout)
-	// and applied when the Pod is admitted; they never make a worker.
+	// and applied when the Pod is admitted; they never make a worker. Set
+	// by the activator (with Kubernetes).
 	RequirePods bool
-	// PoolMaxInFlight is the in-flight bound of a pool until SetMaxInFlight
-	// gives its own; NamespaceMaxInFlight bounds every pool of a namespace
-	// together (0: unbounded).
-	PoolMaxInFlight, NamespaceMaxInFlight int
+}
+
+// Default fills the zero fields: the one place the decisions' settings
+// get their defaults.
+func (c *Config) Default() {
+	c.Workers.Default()
+	c.Limits = c.Limits.WithDefaults()
+	c.Backoff = cmp.Or(c.Backoff, 500*time.Millisecond)
+	c.MaxBackoff = cmp.Or(c.MaxBackoff, 30*time.Second)
+	c.ExecutionGrace = cmp.Or(c.ExecutionGrace, 10*time.Second)
+	c.DrainHold = cmp.Or(c.DrainHold, 60*time.Second)
 }
 
 // MaxPending bounds the Events held for workers not (yet) admitted.
@@ -201,7 +203,7 @@ func (s *State) Pool(key string) *Pool {
 	p := s.pools[key]
 	if p == nil {
 		ns, name, _ := strings.Cut(key, "/")
-		p = &Pool{Namespace: ns, Name: name, Workers: map[string]*Worker{}, MaxInFlight: s.cfg.PoolMaxInFlight}
+		p = &Pool{Namespace: ns, Name: name, Workers: map[string]*Worker{}, MaxInFlight: s.cfg.Limits.PoolMaxInFlight}
 		s.pools[key] = p
 	}
 	return p

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/runplane/runplane/internal/messages"
@@ -16,9 +17,14 @@ var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 // pk is the Key of the pool the tests use.
 var pk = Key("ns", "p")
 
+// workers is a Workers section of the given heartbeat timeout and attempts.
+func workers(heartbeat time.Duration, maxAttempts int) Workers {
+	return Workers{HeartbeatTimeout: metav1.Duration{Duration: heartbeat}, MaxAttempts: maxAttempts}
+}
+
 func newState(maxAttempts int) (*State, *clocktesting.FakeClock) {
 	clk := clocktesting.NewFakeClock(t0)
-	return New(Config{HeartbeatTimeout: 15 * time.Second, MaxAttempts: maxAttempts, Backoff: time.Second, MaxBackoff: 4 * time.Second,
+	return New(Config{Workers: workers(15*time.Second, maxAttempts), Backoff: time.Second, MaxBackoff: 4 * time.Second,
 		ExecutionGrace: 10 * time.Second, DrainHold: time.Minute}, clk), clk
 }
 
@@ -127,7 +133,7 @@ func TestSilentWorkerHeld(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s, clk := newState(3)
-			s.cfg.SilentHold = tc.hold
+			s.cfg.SilentHold.Duration = tc.hold
 			register(s, "a", 2)
 			register(s, "b", 2)
 			it := enqueue(s, "i")

@@ -71,7 +71,7 @@ func TestUnadmittedWorkerGetsNothing(t *testing.T) {
 	require.Equal(t, "real", as[0].Worker)
 
 	// Held events expire.
-	clk.Step(s.cfg.HeartbeatTimeout * 2)
+	clk.Step(s.cfg.HeartbeatTimeout.Duration * 2)
 	s.Housekeep()
 	require.Empty(t, s.pending)
 }
