@@ -31,6 +31,14 @@ func (s *Sidecar) fetchLoop(ctx, invCtx context.Context, cons jetstream.Consumer
 	for range s.cfg.Concurrency {
 		free <- struct{}{}
 	}
+	// A server limit on a pull's batch (jetstream.limits.max_request_batch
+	// of an external NATS, copied into the consumer's configuration): a
+	// larger pull is refused with 409, which retried as it was stopped the
+	// worker taking any work (review finding).
+	maxBatch := s.cfg.Concurrency
+	if info := cons.CachedInfo(); info != nil && info.Config.MaxRequestBatch > 0 {
+		maxBatch = min(maxBatch, info.Config.MaxRequestBatch)
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -55,6 +63,10 @@ func (s *Sidecar) fetchLoop(ctx, invCtx context.Context, cons jetstream.Consumer
 			n := reserve(ctx, free)
 			if n == 0 {
 				continue // ctx ended
+			}
+			if n > maxBatch {
+				release(free, n-maxBatch)
+				n = maxBatch
 			}
 			if !s.ready.Load() {
 				// Became unready while every slot was busy.

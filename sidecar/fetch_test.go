@@ -8,13 +8,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/test/natsauth"
 )
 
 // pullTap records the pull requests worker's sidecar makes on its consumer,
@@ -142,4 +145,32 @@ func TestOneFetcherPullsForItsFreeSlots(t *testing.T) {
 			assert.Equal(t, conc, b, "an idle worker's pull asks for every slot")
 		}
 	})
+}
+
+// A NATS whose JetStream limits cap a pull's batch (jetstream { limits {
+// max_request_batch } }, an external NATS's setting) refuses a larger pull
+// with 409: a worker of Concurrency 8 under a limit of 2 pulls within it
+// and runs its work (it ran nothing before).
+func TestPullsWithinTheServersBatchLimit(t *testing.T) {
+	srv := natsauth.JetStream(t, func(o *server.Options) { o.JetStreamLimits.MaxRequestBatch = 2 })
+	nc := natsauth.Connect(t, srv.ClientURL())
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: api.DefaultStreamName, Subjects: subjects.StreamSubjects()})
+	require.NoError(t, err)
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: messages.ResultsStreamName(api.DefaultStreamName), Subjects: subjects.ResultStreamSubjects()})
+	require.NoError(t, err)
+	e := &env{t: t, srv: srv, nc: nc, js: js}
+	sock := socketPath(t)
+	serveFramework(t, sock, framework.Echo(framework.EchoOptions{}))
+	events, results := e.events(), e.results()
+	cfg := e.config("w1", sock)
+	cfg.Concurrency = 8
+	e.startSidecar(cfg)
+	waitEvent(t, events, "ready heartbeat", func(ev messages.Event) bool { return ev.Type == messages.EventHeartbeat && ev.Ready })
+	e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: "one"}})
+	r := waitResult(t, results)
+	require.Equal(t, messages.StateSucceeded, r.State)
 }

@@ -19,7 +19,12 @@ import (
 const (
 	MutatePodsPath   = "/mutate-pods"
 	ValidatePodsPath = "/validate-pods"
-	ValidatePVCsPath = "/validate-pvcs"
+	// ValidatePodClaimsPath has its own path so that a webhook of the
+	// release before (whose /validate-pods admits every Pod CREATE)
+	// answers 404 during the upgrade, which failurePolicy Fail refuses,
+	// instead of admitting claim-naming Pods unchecked (review finding).
+	ValidatePodClaimsPath = "/validate-pod-claims"
+	ValidatePVCsPath      = "/validate-pvcs"
 )
 
 // DefaultConfigurationName names both the Mutating- and the
@@ -160,7 +165,7 @@ func Configurations(o ConfigurationOptions) (*admissionregistrationv1.MutatingWe
 			// claim up and refuses a GPU one. Pods naming none never reach
 			// the webhook.
 			Name:                    "resource-claims.runplane.io",
-			ClientConfig:            client(ValidatePodsPath),
+			ClientConfig:            client(ValidatePodClaimsPath),
 			Rules:                   podRules,
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
 			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),

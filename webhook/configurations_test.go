@@ -44,7 +44,7 @@ func TestConfigurationsShape(t *testing.T) {
 	// alone (no label to sidestep), and no other Pod.
 	claims := v.Webhooks[1]
 	require.Equal(t, "resource-claims.runplane.io", claims.Name)
-	require.Equal(t, "https://127.0.0.1:9443"+ValidatePodsPath, *claims.ClientConfig.URL)
+	require.Equal(t, "https://127.0.0.1:9443"+ValidatePodClaimsPath, *claims.ClientConfig.URL, "its own path: an older webhook answers 404 there")
 	require.Equal(t, []string{"pods"}, claims.Rules[0].Resources)
 	require.Equal(t, []admissionregistrationv1.OperationType{admissionregistrationv1.Create}, claims.Rules[0].Operations)
 	require.Equal(t, admissionregistrationv1.Fail, *claims.FailurePolicy)

@@ -125,7 +125,8 @@ func newHandler(t testing.TB, metrics *Metrics) http.Handler {
 		metrics = NewMetrics()
 	}
 	mux := http.NewServeMux()
-	v := &podValidator{claims: fakeResourceClaims{}, gpuClasses: func() []string { return []string{catalog.GPUDeviceClass, catalog.MIGDeviceClass} }}
+	v := &podValidator{claims: fakeResourceClaims{}, gpuClasses: func() []string { return []string{catalog.GPUDeviceClass, catalog.MIGDeviceClass} },
+		log: slog.New(slog.DiscardHandler)}
 	hs, err := hooks(testMutator(t), v, runplaneNamespace, metrics, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	for path, h := range hs {

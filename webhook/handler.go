@@ -29,9 +29,10 @@ import (
 func hooks(m *mutate.Mutator, v *podValidator, namespace string, metrics *Metrics, log *slog.Logger) (map[string]http.Handler, error) {
 	out := map[string]http.Handler{}
 	for path, h := range map[string]admission.HandlerFunc{
-		MutatePodsPath:   measured("pods", metrics, (&podHandler{mutator: m, namespace: namespace, log: log}).admit),
-		ValidatePodsPath: measured("pods", metrics, v.validate),
-		ValidatePVCsPath: measured("persistentvolumeclaims", metrics, claimValidator(namespace)),
+		MutatePodsPath:        measured("pods", metrics, (&podHandler{mutator: m, namespace: namespace, log: log}).admit),
+		ValidatePodsPath:      measured("pods", metrics, v.validate),
+		ValidatePodClaimsPath: measured("pods", metrics, v.validateClaims),
+		ValidatePVCsPath:      measured("persistentvolumeclaims", metrics, claimValidator(namespace)),
 	} {
 		hook, err := admission.StandaloneWebhook(&admission.Webhook{Handler: h}, admission.StandaloneOptions{Logger: logr.FromSlogHandler(log.Handler())})
 		if err != nil {

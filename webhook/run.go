@@ -204,7 +204,7 @@ func Run(ctx context.Context, cfg Config) error {
 	srv := webhook.NewServer(webhook.Options{Host: host, Port: port, WebhookMux: mux, TLSOpts: []func(*tls.Config){func(c *tls.Config) {
 		c.MinVersion, c.GetCertificate = tls.VersionTLS12, getCert
 	}}})
-	validator := &podValidator{claims: objects, gpuClasses: func() []string { return podclaims.Classes(cfg.GPUDeviceClasses, store.Catalog()) }}
+	validator := &podValidator{claims: objects, gpuClasses: func() []string { return podclaims.Classes(cfg.GPUDeviceClasses, store.Catalog()) }, log: log}
 	hs, err := hooks(mutator, validator, cfg.Namespace, metrics, log)
 	if err != nil {
 		return err

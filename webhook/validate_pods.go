@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -23,16 +24,13 @@ type podValidator struct {
 	// gpuClasses are the GPU DeviceClasses, the catalog's DRA specs' with
 	// them (podclaims.Classes).
 	gpuClasses func() []string
+	log        *slog.Logger
 }
 
-// validate answers the validating Pod entries: a Pod CREATE
-// (resource-claims.runplane.io) or an update of pods/ephemeralcontainers
-// (ephemeral-containers.runplane.io).
-func (v *podValidator) validate(ctx context.Context, req admission.Request) (admission.Response, []string, string) {
-	switch {
-	case req.Kind.Kind == "Pod" && req.SubResource == "" && req.Operation == admissionv1.Create:
-		return v.validateClaims(ctx, req)
-	case req.Kind.Kind == "Pod" && req.SubResource == "ephemeralcontainers" && req.Operation == admissionv1.Update:
+// validate answers the ephemeral-containers.runplane.io entry: an update
+// of pods/ephemeralcontainers.
+func (v *podValidator) validate(_ context.Context, req admission.Request) (admission.Response, []string, string) {
+	if req.Kind.Kind == "Pod" && req.SubResource == "ephemeralcontainers" && req.Operation == admissionv1.Update {
 		return validateEphemeral(req)
 	}
 	return admission.Allowed(""), []string{"none"}, OutcomeAllowed
@@ -46,6 +44,9 @@ func (v *podValidator) validate(ctx context.Context, req admission.Request) (adm
 // that names a claim (stock hands its claims over in the Pod's status).
 func (v *podValidator) validateClaims(ctx context.Context, req admission.Request) (admission.Response, []string, string) {
 	features := []string{"resource-claims"}
+	if req.Kind.Kind != "Pod" || req.SubResource != "" || req.Operation != admissionv1.Create {
+		return admission.Allowed(""), []string{"none"}, OutcomeAllowed
+	}
 	if slices.Contains(req.UserInfo.Groups, mastersGroup) {
 		return admission.Allowed(""), features, OutcomeAllowed
 	}
@@ -57,7 +58,10 @@ func (v *podValidator) validateClaims(ctx context.Context, req admission.Request
 		if _, ok := errors.AsType[*podclaims.DeniedError](err); ok {
 			return deny(403, err.Error()), features, OutcomeDenied
 		}
-		return deny(500, "runplane webhook: "+err.Error()), features, OutcomeError
+		// The API error stays in the webhook's log: it names the webhook's
+		// identity and RBAC, which are not the tenant's to read.
+		v.log.Error("looking up a claim a Pod names", "namespace", req.Namespace, "user", req.UserInfo.Username, "err", err)
+		return deny(500, "runplane webhook: the ResourceClaims this Pod names could not be checked; try again"), features, OutcomeError
 	}
 	return admission.Allowed(""), features, OutcomeAllowed
 }

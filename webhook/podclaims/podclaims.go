@@ -28,6 +28,11 @@ type ClaimGetter interface {
 	GetResourceClaim(ctx context.Context, namespace, name string) (*resourcev1.ResourceClaim, error)
 }
 
+// MaxNamedClaims bounds the distinct claims one Pod may name by
+// resourceClaimName: each is a live GET (a Pod of a DRA workload names a
+// few).
+const MaxNamedClaims = 16
+
 // DeniedError says which claim a Pod names that it may not, and why.
 type DeniedError struct {
 	// Field is spec.resourceClaims[<name>].resourceClaimName.
@@ -47,12 +52,31 @@ func (e *DeniedError) Error() string {
 // resource-claim controller makes for a GPU Pod could be created under
 // that name later. A failed lookup is an error of its own (not a denial):
 // the caller fails closed.
+//
+// Each claim is looked up once however often the Pod names it, and a Pod
+// naming more than MaxNamedClaims claims is refused before any lookup: the
+// API server sets no bound, and one Pod (or a dry run, which costs no
+// quota) naming a claim 100 times made 100 live GETs on the webhook's
+// priority-and-fairness flow, which every tenant's admission shares
+// (review finding).
 func Check(ctx context.Context, pod *corev1.Pod, namespace string, claims ClaimGetter, gpuClasses []string) error {
+	seen := map[string]bool{}
+	for _, pc := range pod.Spec.ResourceClaims {
+		if name := ptr.Deref(pc.ResourceClaimName, ""); name != "" {
+			seen[name] = true
+		}
+	}
+	if len(seen) > MaxNamedClaims {
+		return &DeniedError{Field: "spec.resourceClaims", Claim: fmt.Sprintf("%d claims", len(seen)),
+			Reason: fmt.Sprintf("more than runplane checks for one Pod (%d): name at most %d claims by resourceClaimName", MaxNamedClaims, MaxNamedClaims)}
+	}
+	clear(seen)
 	for _, pc := range pod.Spec.ResourceClaims {
 		name := ptr.Deref(pc.ResourceClaimName, "")
-		if name == "" {
+		if name == "" || seen[name] {
 			continue
 		}
+		seen[name] = true
 		field := "spec.resourceClaims[" + pc.Name + "].resourceClaimName"
 		claim, err := claims.GetResourceClaim(ctx, namespace, name)
 		if err != nil {

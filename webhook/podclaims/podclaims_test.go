@@ -3,6 +3,7 @@ package podclaims
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -105,6 +106,43 @@ func TestCheck(t *testing.T) {
 			}
 		})
 	}
+}
+
+// countingClaims counts the lookups of an inner ClaimGetter.
+type countingClaims struct {
+	claims
+	gets *int
+}
+
+func (c countingClaims) GetResourceClaim(ctx context.Context, ns, name string) (*resourcev1.ResourceClaim, error) {
+	*c.gets++
+	return c.claims.GetResourceClaim(ctx, ns, name)
+}
+
+// A Pod naming one claim many times costs one lookup; a Pod naming more
+// distinct claims than MaxNamedClaims costs none and is refused (each
+// lookup is a live GET on the webhook's API flow, which every tenant's
+// admission shares).
+func TestCheckBoundsLookups(t *testing.T) {
+	nic := claims{byName: map[string]*resourcev1.ResourceClaim{"nic": claim("nic", exactly("nic", "nic.example.com"))}}
+	var same, many []corev1.PodResourceClaim
+	for i := range 100 {
+		same = append(same, byName(fmt.Sprintf("c%d", i), "nic"))
+	}
+	for i := range MaxNamedClaims + 1 {
+		many = append(many, byName(fmt.Sprintf("c%d", i), fmt.Sprintf("nic-%d", i)))
+	}
+	gets := 0
+	require.NoError(t, Check(context.Background(), pod(same...), "team-a", countingClaims{nic, &gets}, nil))
+	assert.Equal(t, 1, gets, "one lookup for one claim named 100 times")
+
+	gets = 0
+	err := Check(context.Background(), pod(many...), "team-a", countingClaims{nic, &gets}, nil)
+	denial, ok := errors.AsType[*DeniedError](err)
+	require.True(t, ok, "want a denial, got %v", err)
+	assert.Equal(t, "spec.resourceClaims", denial.Field)
+	assert.Contains(t, denial.Error(), fmt.Sprintf("name at most %d claims", MaxNamedClaims))
+	assert.Zero(t, gets, "refused before any lookup")
 }
 
 func TestClasses(t *testing.T) {
