@@ -307,18 +307,28 @@ func Defaults() Options {
 		PreemptBackoff: 2 * time.Minute, MaxEvictionsPerPod: 8, MaxEvictionsPerNode: 16}
 }
 
+// positiveOr is v, or def when v is not positive: a negative TTL or cap
+// from a Go caller is as unset as zero (the extender's configuration
+// refuses both).
+func positiveOr[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
 // New returns an empty ledger.
 func New(opts Options) *Ledger {
 	def := Defaults()
-	opts.ReservationTTL, opts.RecoveredTTL = cmp.Or(opts.ReservationTTL, def.ReservationTTL), cmp.Or(opts.RecoveredTTL, def.RecoveredTTL)
-	opts.BoundTTL, opts.NominationTTL = cmp.Or(opts.BoundTTL, def.BoundTTL), cmp.Or(opts.NominationTTL, def.NominationTTL)
+	opts.ReservationTTL, opts.RecoveredTTL = positiveOr(opts.ReservationTTL, def.ReservationTTL), positiveOr(opts.RecoveredTTL, def.RecoveredTTL)
+	opts.BoundTTL, opts.NominationTTL = positiveOr(opts.BoundTTL, def.BoundTTL), positiveOr(opts.NominationTTL, def.NominationTTL)
 	if opts.Clock == nil {
 		opts.Clock = def.Clock
 	}
 	opts.SchedulerName = cmp.Or(opts.SchedulerName, def.SchedulerName)
-	opts.PreemptBackoff = cmp.Or(opts.PreemptBackoff, def.PreemptBackoff)
-	opts.MaxEvictionsPerPod = cmp.Or(opts.MaxEvictionsPerPod, def.MaxEvictionsPerPod)
-	opts.MaxEvictionsPerNode = cmp.Or(opts.MaxEvictionsPerNode, def.MaxEvictionsPerNode)
+	opts.PreemptBackoff = positiveOr(opts.PreemptBackoff, def.PreemptBackoff)
+	opts.MaxEvictionsPerPod = positiveOr(opts.MaxEvictionsPerPod, def.MaxEvictionsPerPod)
+	opts.MaxEvictionsPerNode = positiveOr(opts.MaxEvictionsPerNode, def.MaxEvictionsPerNode)
 	return &Ledger{
 		opts:    opts,
 		nodes:   map[string]*node{},
