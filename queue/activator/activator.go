@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -86,6 +87,10 @@ type Config struct {
 	// come back after it; a lost worker's invocations are not redelivered
 	// before then.
 	ResultAckWait time.Duration
+	// PurgeEvery is the shortest time between two rounds of removing
+	// finished invocations' messages from the stream (default
+	// DefaultPurgeEvery): purge.go.
+	PurgeEvery time.Duration
 	// SweepEvery is how often the invocation stream is swept for what
 	// finished invocations left in it (default DefaultSweepEvery; and once
 	// at each start): see sweep.
@@ -127,6 +132,7 @@ func (c Config) withDefaults() Config {
 	c.RunningDelay = cmp.Or(c.RunningDelay, 25*time.Millisecond)
 	c.ResultAckWait = cmp.Or(c.ResultAckWait, 5*time.Second)
 	c.SweepEvery = cmp.Or(c.SweepEvery, DefaultSweepEvery)
+	c.PurgeEvery = cmp.Or(c.PurgeEvery, DefaultPurgeEvery)
 	c.ConsumerPrefix = cmp.Or(c.ConsumerPrefix, "activator")
 	c.Limits = c.Limits.WithDefaults()
 	c.Logger = cmp.Or(c.Logger, slog.Default())
@@ -152,6 +158,14 @@ type Activator struct {
 	// a decision's I/O, waited for before Run returns.
 	kick chan struct{}
 	wg   sync.WaitGroup
+	// purgeKick asks purgeLoop for a round. invokeGen counts the invoke
+	// consumer's makings (an ack floor read from an older one is not
+	// used); ackFloor and ackFloorGen are the last read, touched by the
+	// purge loop only (and under mu).
+	purgeKick   chan struct{}
+	invokeGen   atomic.Uint64
+	ackFloor    uint64
+	ackFloorGen uint64
 
 	// rsLister reads the ReplicaSets that own worker Pods (set by watchPods).
 	rsLister appslisters.ReplicaSetLister
@@ -227,6 +241,8 @@ func (a *Activator) Run(ctx context.Context) error {
 		RequirePods:     a.cfg.Kube != nil,
 		PoolMaxInFlight: a.cfg.Limits.PoolMaxInFlight, NamespaceMaxInFlight: a.cfg.Limits.NamespaceMaxInFlight}, a.cfg.Clock)
 	a.kick = make(chan struct{}, 1)
+	a.purgeKick = make(chan struct{}, 1)
+	a.ackFloor, a.ackFloorGen = 0, a.invokeGen.Load()
 	a.filtered = map[string]bool{}
 	a.mu.Unlock()
 	rebuilt := false
@@ -263,6 +279,7 @@ func (a *Activator) Run(ctx context.Context) error {
 	a.metrics.rebuilt.Inc()
 	rebuilt = true
 	a.wg.Go(func() { a.sweepLoop(ctx) })
+	a.wg.Go(func() { a.purgeLoop(ctx) })
 	if err := a.keepFiltered(ctx); err != nil {
 		return err
 	}
