@@ -161,7 +161,7 @@ type Activator struct {
 	// purgeKick asks purgeLoop for a round. invokeGen counts the invoke
 	// consumer's makings (an ack floor read from an older one is not
 	// used); ackFloor and ackFloorGen are the last read, touched by the
-	// purge loop only (and under mu).
+	// purge loop only.
 	purgeKick   chan struct{}
 	invokeGen   atomic.Uint64
 	ackFloor    uint64
