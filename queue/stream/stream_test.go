@@ -379,7 +379,7 @@ func TestResultsStreamKeepsOnlyUnhandledPerPool(t *testing.T) {
 func TestPurgeKeepsTheDuplicateWindow(t *testing.T) {
 	ctx := context.Background()
 	js, _ := jetstream.New(natsauth.Connect(t, natsauth.JetStream(t, nil).ClientURL()))
-	st, err := Open(ctx, js, Config{DuplicateWindow: time.Minute, RecordTTL: time.Hour})
+	st, err := Open(ctx, js, Config{}) // the default window: 2 minutes
 	require.NoError(t, err)
 	subj := st.Subjects.Invoke("ns", "p")
 	other := st.Subjects.Invoke("ns", "q")
