@@ -77,7 +77,8 @@ func (tn *tenants) kubelet(ns string) {
 			return sidecartest.Config{NATSURL: tn.natsURL, Namespace: claim, Pool: tn.pool, Concurrency: 4, Heartbeat: 200 * time.Millisecond, Log: tn.log}, nil
 		},
 		OnPod: func(pod *corev1.Pod) {
-			if pod.Labels["app"] != "workers" {
+			// Owned, not labelled: a ReplicaSet of Deployment "workers".
+			if c := metav1.GetControllerOf(pod); c == nil || c.Kind != "ReplicaSet" || !strings.HasPrefix(c.Name, "workers-") {
 				return
 			}
 			tn.mu.Lock()
