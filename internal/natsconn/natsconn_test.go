@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/internal/natsconn"
@@ -65,8 +66,13 @@ func TestFrozenServerIsLeft(t *testing.T) {
 	t.Cleanup(nc.Close)
 	require.Eventually(t, nc.IsConnected, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, proxyURL, nc.ConnectedUrl())
-	_, err = nc.Request("frozen.echo", []byte("before"), 5*time.Second)
-	require.NoError(t, err, "through the proxy before the freeze")
+	// The responder's interest reaches the proxied server over the route
+	// a moment after its Flush (a whole-tree run once got "no responders"):
+	// the first answer through the proxy is the barrier.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, err := nc.Request("frozen.echo", []byte("before"), 5*time.Second)
+		assert.NoError(c, err)
+	}, 10*time.Second, 50*time.Millisecond, "through the proxy before the freeze")
 
 	p.freeze()
 	frozen := time.Now()
