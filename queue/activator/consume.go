@@ -96,6 +96,9 @@ func (d *durable) update(ctx context.Context, subjects []string) error {
 // recreate makes the consumer again on subjects, delivering from the
 // stream's start.
 func (d *durable) recreate(ctx context.Context, subjects []string) error {
+	if d.name == "invoke" {
+		d.a.invokeGen.Add(1) // its ack floor starts over (purge.go)
+	}
 	d.Stop()
 	if err := d.a.cfg.Store.JS.DeleteConsumer(ctx, d.stream, d.cfg.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("delete consumer %s: %w", d.cfg.Durable, err)

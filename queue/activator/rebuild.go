@@ -180,7 +180,7 @@ func (a *Activator) rebuild(ctx context.Context) error {
 		}
 		a.st.Restore(it, r)
 		if seq := published[messages.DispatchPublishID(r.Namespace, r.InvocationID, r.Attempt)]; seq != 0 {
-			a.st.Found(it, seq)
+			a.st.Found(it, r.Worker, seq)
 		}
 		if tok := tokens[messages.DispatchPublishID(r.Namespace, r.InvocationID, r.Attempt)]; r.State == messages.StateRunning && tok != "" {
 			a.st.SetResultToken(it, r.Attempt, tok)
