@@ -57,10 +57,18 @@ type released struct {
 	at  time.Time
 }
 
-// subjectFloor is what the state knows of one subject.
+// subjectFloor is what the state knows of one subject. Three kinds of
+// sequence hold it, apart because they end apart: a stored message an open
+// invocation needs (held), a lower bound of where a Dispatch publish in
+// flight will be stored (placeholders: no message is known there, and the
+// sweep may remove a real one at the same sequence), and an invocation
+// message the invoke consumer delivered that is not acked yet (delivered:
+// a Record read pending, or naked and due again; issue 33 review M1).
 type subjectFloor struct {
-	held map[uint64]int // sequence → holders
-	low  seqHeap        // held sequences, lazily: a top no longer held is dropped
+	held         map[uint64]int // sequence → holders
+	placeholders map[uint64]int // sequence → publishes in flight
+	delivered    map[uint64]bool
+	low          seqHeap // the sequences above, lazily: a top no longer held is dropped
 	// removable are sequences released since the last purge, in release
 	// order.
 	removable []released
@@ -80,10 +88,15 @@ func (h *seqHeap) Pop() any {
 	return x
 }
 
+// live reports whether anything holds seq.
+func (f *subjectFloor) live(seq uint64) bool {
+	return f.held[seq] > 0 || f.placeholders[seq] > 0 || f.delivered[seq]
+}
+
 // lowest is the lowest held sequence (0: none).
 func (f *subjectFloor) lowest() uint64 {
 	for f.low.Len() > 0 {
-		if top := f.low[0]; f.held[top] > 0 {
+		if top := f.low[0]; f.live(top) {
 			return top
 		}
 		heap.Pop(&f.low)
@@ -91,20 +104,48 @@ func (f *subjectFloor) lowest() uint64 {
 	return 0
 }
 
+// compactAt is the heap size from which push rebuilds it when most of it
+// is released sequences: behind one long hold at its top the lazy drop in
+// lowest never reaches them (review M3: 100k entries after 100k holds).
+const compactAt = 64
+
+// push adds seq to the heap, and rebuilds the heap from what is live when
+// it holds more than twice that: amortised O(log n) per push, the heap
+// bounded by twice the live sequences.
+func (f *subjectFloor) push(seq uint64) {
+	heap.Push(&f.low, seq)
+	n := len(f.held) + len(f.placeholders) + len(f.delivered)
+	if len(f.low) < compactAt || len(f.low) <= 2*n {
+		return
+	}
+	low := make(seqHeap, 0, 2*n)
+	for _, m := range []map[uint64]int{f.held, f.placeholders} {
+		for seq := range m {
+			low = append(low, seq)
+		}
+	}
+	for seq := range f.delivered {
+		low = append(low, seq)
+	}
+	heap.Init(&low)
+	f.low = low
+}
+
 func (s *State) subject(sub Subject) *subjectFloor {
 	f := s.floors[sub]
 	if f == nil {
-		f = &subjectFloor{held: map[uint64]int{}}
+		f = &subjectFloor{held: map[uint64]int{}, placeholders: map[uint64]int{}, delivered: map[uint64]bool{}}
 		s.floors[sub] = f
 	}
 	return f
 }
 
-// hold notes that seq of sub is needed.
+// hold notes that the stored message seq of sub is needed: a real
+// sequence, the only kind that raises seen (Publishing).
 func (s *State) hold(h Hold) {
 	f := s.subject(h.Subject)
 	if f.held[h.Seq]++; f.held[h.Seq] == 1 {
-		heap.Push(&f.low, h.Seq)
+		f.push(h.Seq)
 	}
 	s.seen = max(s.seen, h.Seq)
 }
@@ -113,23 +154,54 @@ func (s *State) hold(h Hold) {
 // the message may go.
 func (s *State) unhold(h Hold, removable bool) {
 	f := s.subject(h.Subject)
-	if n := f.held[h.Seq]; n > 1 {
-		f.held[h.Seq] = n - 1
-	} else {
-		delete(f.held, h.Seq)
-	}
+	decr(f.held, h.Seq)
 	if removable {
 		f.removable = append(f.removable, released{seq: h.Seq, at: s.clk.Now()})
 	}
 	s.tidy(h.Subject, f)
 }
 
+// decr drops one count of seq from m.
+func decr(m map[uint64]int, seq uint64) {
+	if n := m[seq]; n > 1 {
+		m[seq] = n - 1
+	} else {
+		delete(m, seq)
+	}
+}
+
 // tidy forgets a subject nothing is known of any more (worker subjects
 // come and go with their Pods).
 func (s *State) tidy(sub Subject, f *subjectFloor) {
-	if len(f.held) == 0 && len(f.removable) == 0 {
+	if len(f.held) == 0 && len(f.placeholders) == 0 && len(f.delivered) == 0 && len(f.removable) == 0 {
 		delete(s.floors, sub)
 	}
+}
+
+// Delivered notes that the invoke consumer delivered the invocation
+// message seq of sub and it is not acked yet: the consumer's ack floor
+// may pass it without an ack (nats-server drops a message that reached
+// MaxDeliver from pending and moves the floor past it), so until it is
+// handled (Handled) it holds its subject like an open invocation's.
+func (s *State) Delivered(sub Subject, seq uint64) {
+	f := s.subject(sub)
+	if !f.delivered[seq] {
+		f.delivered[seq] = true
+		f.push(seq)
+	}
+	s.seen = max(s.seen, seq)
+}
+
+// Handled notes that the invocation message seq of sub (Delivered) is
+// being acked or termed: queued and held (Enqueue), a copy, final, or
+// malformed.
+func (s *State) Handled(sub Subject, seq uint64) {
+	f := s.floors[sub]
+	if f == nil {
+		return
+	}
+	delete(f.delivered, seq)
+	s.tidy(sub, f)
 }
 
 // InvokeSubject is the subject of it's invocation message.
@@ -160,21 +232,37 @@ func (s *State) holdFor(it *Item, h Hold) {
 // the highest stream sequence seen so far, below any sequence the publish
 // can get (the stream numbers messages in the order it stores them, and
 // every sequence seen was stored before this publish was sent).
+//
+// A placeholder is no stored sequence and does not raise seen: if it did,
+// consecutive publishes would take placeholders above sequences the
+// earlier ones can still get (a publish retried after a lost PubAck is
+// stored late), and a purge below a later placeholder would take them
+// (review H1).
 func (s *State) Publishing(it *Item, worker string) Hold {
 	h := Hold{Subject: DispatchSubject(it, worker), Seq: s.seen + 1}
-	s.hold(h)
+	f := s.subject(h.Subject)
+	if f.placeholders[h.Seq]++; f.placeholders[h.Seq] == 1 {
+		f.push(h.Seq)
+	}
 	return h
 }
 
 // PublishFailed drops the placeholder of a Dispatch publish that stored
 // nothing.
-func (s *State) PublishFailed(placeholder Hold) { s.unhold(placeholder, false) }
+func (s *State) PublishFailed(placeholder Hold) { s.unplace(placeholder) }
+
+// unplace drops one publish's placeholder.
+func (s *State) unplace(placeholder Hold) {
+	f := s.subject(placeholder.Subject)
+	decr(f.placeholders, placeholder.Seq)
+	s.tidy(placeholder.Subject, f)
+}
 
 // Dispatched records the stream sequence of attempt's Dispatch, published
 // under placeholder (Publishing).
 func (s *State) Dispatched(it *Item, attempt int, placeholder Hold, seq uint64) {
 	s.holdFor(it, Hold{Subject: placeholder.Subject, Seq: seq})
-	s.unhold(placeholder, false)
+	s.unplace(placeholder)
 	if it.Attempt == attempt {
 		it.DispatchSeq = seq
 	}
@@ -199,8 +287,10 @@ func (s *State) Final(it *Item) []Hold {
 	return holds
 }
 
-// Swept notes that the sweep removed seq of sub (its invocation's Record is
-// final or gone): nothing holds it any more.
+// Swept notes that the sweep removed the message seq of sub (its
+// invocation's Record is final or gone): no open invocation needs it. A
+// placeholder at the same sequence stays: it stands for a publish in
+// flight, not for that message.
 func (s *State) Swept(sub Subject, seq uint64) {
 	f := s.floors[sub]
 	if f == nil {
@@ -240,7 +330,7 @@ func (s *State) Purges(invokeAckFloor uint64) []Purge {
 			case r.seq < floor:
 				p.Below = floor
 				p.Removed++
-			case now.Sub(r.at) >= FallbackAfter && f.held[r.seq] == 0:
+			case now.Sub(r.at) >= FallbackAfter && f.held[r.seq] == 0 && !f.delivered[r.seq]:
 				p.Delete = append(p.Delete, r.seq)
 				p.Removed++
 			}

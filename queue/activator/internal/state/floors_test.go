@@ -174,3 +174,33 @@ func TestSweptReleasesAHold(t *testing.T) {
 	s.Swept(poolP, 1)
 	require.Equal(t, []Purge{{Subject: poolP, Below: 3, Removed: 1}}, s.Purges(100))
 }
+
+// TestSweptKeepsAPlaceholder: the sweep removing a message at the sequence
+// of a publish's placeholder does not release the placeholder (review,
+// Low): the publish may still be stored there or above.
+func TestSweptKeepsAPlaceholder(t *testing.T) {
+	s, _ := newState(3)
+	b, c := item(t, s, "b", "p", 1), item(t, s, "c", "p", 2)
+	pb := s.Publishing(b, "w")
+	require.Equal(t, uint64(3), pb.Seq)
+	s.Swept(workerW, 3)
+	s.Dispatched(c, 1, s.Publishing(c, "w"), 4)
+	s.Final(c)
+	require.LessOrEqual(t, bySubject(s.Purges(100))[workerW].Below, uint64(3), "b's Dispatch may be stored at 3")
+}
+
+// TestDeliveredHoldsItsInvokeSubject: an invocation message delivered and
+// not acked (its Record read failed: naked) holds its subject even below
+// the consumer's ack floor, which passes it without an ack once it reaches
+// MaxDeliver (review M1); handled, it no longer does.
+func TestDeliveredHoldsItsInvokeSubject(t *testing.T) {
+	s, _ := newState(3)
+	a := item(t, s, "a", "p", 1)
+	s.Accept(messages.Invocation{InvocationID: "x", Namespace: "ns", Pool: "p"}, 2)
+	c := item(t, s, "c", "p", 3)
+	s.Final(a)
+	s.Final(c)
+	require.Equal(t, Purge{Subject: poolP, Below: 2, Removed: 1}, bySubject(s.Purges(100))[poolP])
+	s.Handled(poolP, 2)
+	require.Equal(t, Purge{Subject: poolP, Below: 4, Removed: 2}, bySubject(s.Purges(100))[poolP])
+}

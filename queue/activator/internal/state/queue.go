@@ -16,12 +16,13 @@ type Assignment struct {
 	Attempt   int
 }
 
-// Accept notes that the invoke consumer delivered seq of inv's pool and
-// reports whether inv is already open.
+// Accept notes that the invoke consumer delivered seq of inv's pool (it
+// holds its subject until Handled or Enqueue) and reports whether inv is
+// already open.
 func (s *State) Accept(inv messages.Invocation, seq uint64) (known bool) {
 	p := s.Pool(PoolKey(inv))
 	p.InvokeSeq = max(p.InvokeSeq, seq)
-	s.seen = max(s.seen, seq)
+	s.Delivered(Subject{Namespace: inv.Namespace, Pool: inv.Pool}, seq)
 	_, known = s.items[ItemKey(inv)]
 	return known
 }
@@ -46,6 +47,7 @@ func (s *State) Enqueue(it *Item) bool {
 	s.items[ItemKey(it.Inv)] = it
 	if it.Seq != 0 {
 		s.holdFor(it, Hold{Subject: InvokeSubject(it), Seq: it.Seq})
+		s.Handled(InvokeSubject(it), it.Seq)
 	}
 	p := s.Pool(PoolKey(it.Inv))
 	if len(p.Queue) >= FullItems {
