@@ -143,6 +143,18 @@ func (a *Activator) acked(consumer, op string, m jetstream.Msg, err error) {
 	a.cfg.Logger.Warn("jetstream acknowledgement failed", "consumer", consumer, "op", op, "subject", m.Subject(), "err", err)
 }
 
+// handled acks (op "ack") or terms the invocation message m of inv at
+// seq: from here on the invoke consumer's ack floor covers it, so the
+// state's delivery mark (state.Delivered) goes first.
+func (a *Activator) handled(op string, m jetstream.Msg, inv messages.Invocation, seq uint64) {
+	a.locked(func(s *state.State) { s.Handled(state.Subject{Namespace: inv.Namespace, Pool: inv.Pool}, seq) })
+	if op == "term" {
+		a.acked("invoke", op, m, m.Term())
+		return
+	}
+	a.acked("invoke", op, m, m.Ack())
+}
+
 // freshAge: an invocation consumed within this of being stored has its
 // Record as the ingress created it (or cancelled, which the dispatch
 // compare-and-set finds), so it is queued without reading the Record.
@@ -185,7 +197,7 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 		if isCopy {
 			a.removeCopy(ctx, inv, md.Sequence.Stream)
 		}
-		a.acked(c, "ack", m, m.Ack())
+		a.handled("ack", m, inv, md.Sequence.Stream)
 		return
 	}
 	st := a.cfg.Store
@@ -220,7 +232,7 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 			if rec.State.Terminal() {
 				a.removeCopy(ctx, inv, md.Sequence.Stream)
 			}
-			a.acked(c, "ack", m, m.Ack())
+			a.handled("ack", m, inv, md.Sequence.Stream)
 			return
 		default:
 			it.Rec = messages.Cached{Record: rec, Rev: rev}
@@ -246,7 +258,7 @@ func (a *Activator) enqueue(ctx context.Context, m jetstream.Msg, it *state.Item
 	if isCopy {
 		a.removeCopy(ctx, it.Inv, it.Seq)
 	}
-	a.acked("invoke", "ack", m, m.Ack())
+	a.handled("ack", m, it.Inv, it.Seq)
 	a.poke()
 }
 
