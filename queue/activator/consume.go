@@ -96,15 +96,24 @@ func (d *durable) update(ctx context.Context, subjects []string) error {
 // recreate makes the consumer again on subjects, delivering from the
 // stream's start.
 func (d *durable) recreate(ctx context.Context, subjects []string) error {
-	if d.name == "invoke" {
-		d.a.invokeGen.Add(1) // its ack floor starts over (purge.go)
-	}
+	defer d.remaking()()
 	d.Stop()
 	if err := d.a.cfg.Store.JS.DeleteConsumer(ctx, d.stream, d.cfg.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("delete consumer %s: %w", d.cfg.Durable, err)
 	}
 	d.filter(subjects)
 	return d.start(ctx)
+}
+
+// remaking notes that the invoke consumer is being made again until the
+// returned func is called: its generation counts up (purge.go: its ack
+// floor starts over).
+func (d *durable) remaking() func() {
+	if d.name != "invoke" {
+		return func() {}
+	}
+	d.a.invokeGen.Add(1)
+	return func() {}
 }
 
 // Stop stops the consumer's deliveries (the consumer stays).

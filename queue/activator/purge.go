@@ -68,14 +68,7 @@ func (a *Activator) purge(ctx context.Context) {
 		a.ackFloor, a.ackFloorGen = a.invokeAckFloor(ctx)
 	}
 	var ps []state.Purge
-	a.locked(func(s *state.State) {
-		floor := a.ackFloor
-		if a.invokeGen.Load() != a.ackFloorGen {
-			// Made again since it was read: its replay starts over.
-			floor, a.ackFloor = 0, 0
-		}
-		ps = s.Purges(floor)
-	})
+	a.locked(func(s *state.State) { ps = s.Purges(a.usableAckFloor()) })
 	st := a.cfg.Store.Stream
 	for _, p := range ps {
 		subject := a.natsSubject(p.Subject)
@@ -98,6 +91,16 @@ func (a *Activator) purge(ctx context.Context) {
 		a.locked(func(s *state.State) { s.Purged(p) })
 		a.metrics.removed.WithLabelValues("final").Add(float64(p.Removed))
 	}
+}
+
+// usableAckFloor is the last ack floor read (invokeAckFloor) while the
+// invoke consumer it was read from is still the current one, else 0.
+func (a *Activator) usableAckFloor() uint64 {
+	if a.invokeGen.Load() != a.ackFloorGen {
+		// Made again since it was read: its replay starts over.
+		a.ackFloor = 0
+	}
+	return a.ackFloor
 }
 
 // invokeAckFloor reads the invoke consumer's ack floor, and the
