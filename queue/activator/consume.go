@@ -106,14 +106,16 @@ func (d *durable) recreate(ctx context.Context, subjects []string) error {
 }
 
 // remaking notes that the invoke consumer is being made again until the
-// returned func is called: its generation counts up (purge.go: its ack
-// floor starts over).
+// returned func is called, seqlock-style: its generation is odd
+// meanwhile, and counts up again once it is made (purge.go: an ack floor
+// read while it is odd, or across the change, may be the old consumer's
+// and is not used; review H3).
 func (d *durable) remaking() func() {
 	if d.name != "invoke" {
 		return func() {}
 	}
 	d.a.invokeGen.Add(1)
-	return func() {}
+	return func() { d.a.invokeGen.Add(1) }
 }
 
 // Stop stops the consumer's deliveries (the consumer stays).

@@ -96,7 +96,7 @@ func (a *Activator) purge(ctx context.Context) {
 // usableAckFloor is the last ack floor read (invokeAckFloor) while the
 // invoke consumer it was read from is still the current one, else 0.
 func (a *Activator) usableAckFloor() uint64 {
-	if a.invokeGen.Load() != a.ackFloorGen {
+	if a.invokeGen.Load() != a.ackFloorGen || a.ackFloorGen%2 == 1 {
 		// Made again since it was read: its replay starts over.
 		a.ackFloor = 0
 	}
@@ -107,9 +107,19 @@ func (a *Activator) usableAckFloor() uint64 {
 // generation of the consumer it read it from (invokeGen): every invocation
 // message at or below it was delivered and handled (queued here, or found
 // final or a copy). 0 (nothing on an invoke subject is purged, only
-// deleted one by one) when it cannot be read.
+// deleted one by one) when it cannot be read, or while the consumer is
+// being made again or was made again during the read (durable.remaking:
+// an odd or changed generation).
 func (a *Activator) invokeAckFloor(ctx context.Context) (floor, gen uint64) {
 	gen = a.invokeGen.Load()
+	if gen%2 == 1 {
+		return 0, gen
+	}
+	defer func() {
+		if a.invokeGen.Load() != gen {
+			floor = 0
+		}
+	}()
 	st := a.cfg.Store
 	c, err := st.JS.Consumer(ctx, st.Config.Stream, a.cfg.Shard.consumerPrefix(a.cfg.ConsumerPrefix)+"-invoke")
 	if err != nil {
