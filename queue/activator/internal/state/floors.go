@@ -16,7 +16,8 @@ import (
 // (a publish in flight holds a placeholder below any sequence it can get),
 // and an invoke subject's floor is also bounded by the invoke consumer's
 // ack floor (every invocation message at or below it was delivered and
-// either queued here, held, or found final or a copy).
+// either queued here, held, found final or a copy, or is still marked
+// delivered: Delivered).
 
 // Subject is one subject of the invocation stream whose messages the state
 // tracks: a pool's invoke subject (Worker "") or a worker's dispatch
