@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -75,6 +76,10 @@ type Config struct {
 	// come back after it; a lost worker's invocations are not redelivered
 	// before then.
 	ResultAckWait time.Duration
+	// PurgeEvery is the shortest time between two rounds of removing
+	// finished invocations' messages from the stream (default
+	// DefaultPurgeEvery): purge.go.
+	PurgeEvery time.Duration
 	// SweepEvery is how often the invocation stream is swept for what
 	// finished invocations left in it (default DefaultSweepEvery; and once
 	// at each start): see sweep.
@@ -107,6 +112,7 @@ func (c Config) withDefaults() Config {
 	c.RunningDelay = cmp.Or(c.RunningDelay, 25*time.Millisecond)
 	c.ResultAckWait = cmp.Or(c.ResultAckWait, 5*time.Second)
 	c.SweepEvery = cmp.Or(c.SweepEvery, DefaultSweepEvery)
+	c.PurgeEvery = cmp.Or(c.PurgeEvery, DefaultPurgeEvery)
 	c.ConsumerPrefix = cmp.Or(c.ConsumerPrefix, "activator")
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	c.Clock = cmp.Or[clock.WithTickerAndDelayedExecution](c.Clock, clock.RealClock{})
@@ -131,6 +137,14 @@ type Activator struct {
 	// a decision's I/O, waited for before Run returns.
 	kick chan struct{}
 	wg   sync.WaitGroup
+	// purgeKick asks purgeLoop for a round. invokeGen counts the invoke
+	// consumer's makings (an ack floor read from an older one is not
+	// used); ackFloor and ackFloorGen are the last read, touched by the
+	// purge loop only.
+	purgeKick   chan struct{}
+	invokeGen   atomic.Uint64
+	ackFloor    uint64
+	ackFloorGen uint64
 
 	// rsLister reads the ReplicaSets that own worker Pods (set by watchPods).
 	rsLister appslisters.ReplicaSetLister
@@ -209,6 +223,8 @@ func (a *Activator) Run(ctx context.Context) error {
 	d.RequirePods = a.cfg.Kube != nil
 	a.st = state.New(d, a.cfg.Clock)
 	a.kick = make(chan struct{}, 1)
+	a.purgeKick = make(chan struct{}, 1)
+	a.ackFloor, a.ackFloorGen = 0, a.invokeGen.Load()
 	a.filtered = map[string]bool{}
 	a.mu.Unlock()
 	rebuilt := false
@@ -245,6 +261,7 @@ func (a *Activator) Run(ctx context.Context) error {
 	a.metrics.rebuilt.Inc()
 	rebuilt = true
 	a.wg.Go(func() { a.sweepLoop(ctx) })
+	a.wg.Go(func() { a.purgeLoop(ctx) })
 	if err := a.keepFiltered(ctx); err != nil {
 		return err
 	}

@@ -96,12 +96,26 @@ func (d *durable) update(ctx context.Context, subjects []string) error {
 // recreate makes the consumer again on subjects, delivering from the
 // stream's start.
 func (d *durable) recreate(ctx context.Context, subjects []string) error {
+	defer d.remaking()()
 	d.Stop()
 	if err := d.a.cfg.Store.JS.DeleteConsumer(ctx, d.stream, d.cfg.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("delete consumer %s: %w", d.cfg.Durable, err)
 	}
 	d.filter(subjects)
 	return d.start(ctx)
+}
+
+// remaking notes that the invoke consumer is being made again until the
+// returned func is called, seqlock-style: its generation is odd
+// meanwhile, and counts up again once it is made (purge.go: an ack floor
+// read while it is odd, or across the change, may be the old consumer's
+// and is not used; review H3).
+func (d *durable) remaking() func() {
+	if d.name != "invoke" {
+		return func() {}
+	}
+	d.a.invokeGen.Add(1)
+	return func() { d.a.invokeGen.Add(1) }
 }
 
 // Stop stops the consumer's deliveries (the consumer stays).
@@ -138,6 +152,18 @@ func (a *Activator) acked(consumer, op string, m jetstream.Msg, err error) {
 	}
 	a.metrics.ackErrors.WithLabelValues(consumer, op).Inc()
 	a.cfg.Logger.Warn("jetstream acknowledgement failed", "consumer", consumer, "op", op, "subject", m.Subject(), "err", err)
+}
+
+// handled acks (op "ack") or terms the invocation message m of inv at
+// seq: from here on the invoke consumer's ack floor covers it, so the
+// state's delivery mark (state.Delivered) goes first.
+func (a *Activator) handled(op string, m jetstream.Msg, inv messages.Invocation, seq uint64) {
+	a.locked(func(s *state.State) { s.Handled(state.Subject{Namespace: inv.Namespace, Pool: inv.Pool}, seq) })
+	if op == "term" {
+		a.acked("invoke", op, m, m.Term())
+		return
+	}
+	a.acked("invoke", op, m, m.Ack())
 }
 
 // freshAge: an invocation consumed within this of being stored has its
@@ -182,7 +208,7 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 		if isCopy {
 			a.removeCopy(ctx, inv, md.Sequence.Stream)
 		}
-		a.acked(c, "ack", m, m.Ack())
+		a.handled("ack", m, inv, md.Sequence.Stream)
 		return
 	}
 	st := a.cfg.Store
@@ -217,7 +243,7 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 			if rec.State.Terminal() {
 				a.removeCopy(ctx, inv, md.Sequence.Stream)
 			}
-			a.acked(c, "ack", m, m.Ack())
+			a.handled("ack", m, inv, md.Sequence.Stream)
 			return
 		default:
 			it.Rec = messages.Cached{Record: rec, Rev: rev}
@@ -243,7 +269,7 @@ func (a *Activator) enqueue(ctx context.Context, m jetstream.Msg, it *state.Item
 	if isCopy {
 		a.removeCopy(ctx, it.Inv, it.Seq)
 	}
-	a.acked("invoke", "ack", m, m.Ack())
+	a.handled("ack", m, it.Inv, it.Seq)
 	a.poke()
 }
 

@@ -111,7 +111,7 @@ func (a *Activator) write(ctx context.Context, it *state.Item, fn func(c *messag
 	ok, err := fn(&it.Rec)
 	final, counted := it.Rec.Record.State.Terminal(), it.Rec.Record.StreamBytes > 0
 	it.WriteMu.Unlock()
-	if final && a.removeMessages(ctx, it) && counted {
+	if final && a.removeMessages(ctx, it, counted) && counted {
 		// Made final by someone else (a cancel): the namespace's share of
 		// the stream is given back once the messages are gone.
 		if err := a.cfg.Store.ClearStreamBytes(ctx, stream.Key(it.Inv.Namespace, it.Inv.InvocationID)); err != nil {
@@ -135,9 +135,20 @@ func (a *Activator) publishDispatch(ctx context.Context, it *state.Item, inv mes
 	// deadline from (the sidecar stops the call by then).
 	var dispatchedAt time.Time
 	var retryOf int
+	// Until the publish answers, the worker's subject is held below any
+	// sequence it can get: no purge takes the Dispatch before its
+	// sequence is known.
+	var placeholder state.Hold
 	a.locked(func(s *state.State) {
 		token, dispatchedAt, retryOf = s.SetResultToken(it, attempt, token), it.DispatchedAt, it.RetriedResult
+		placeholder = s.Publishing(it, worker)
 	})
+	published := false
+	defer func() {
+		if !published {
+			a.locked(func(s *state.State) { s.PublishFailed(placeholder) })
+		}
+	}()
 	if pol := a.retryPolicy(inv.Namespace, inv.Pool); pol.Enabled() && it.Retries < pol.MaxRetries {
 		// A failure of this attempt may be retried: the sync caller waits
 		// for the Record, not for this worker's direct reply.
@@ -162,7 +173,8 @@ func (a *Activator) publishDispatch(ctx context.Context, it *state.Item, inv mes
 	if err != nil {
 		return fmt.Errorf("publish dispatch %s: %w", msgID, err)
 	}
-	a.locked(func(s *state.State) { s.Dispatched(it, attempt, pa.Sequence) })
+	published = true
+	a.locked(func(s *state.State) { s.Dispatched(it, attempt, placeholder, pa.Sequence) })
 	return nil
 }
 

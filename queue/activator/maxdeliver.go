@@ -82,7 +82,26 @@ func (a *Activator) onMaxDeliveries(ctx context.Context, m *nats.Msg) {
 				attempt, adv.Deliveries, worker)
 		}
 		a.deadLetterDelivered(ctx, inv, attempt, reason)
+		if worker == "" {
+			a.releaseDelivered(ctx, inv, adv.StreamSeq)
+		}
 	})
+}
+
+// releaseDelivered drops the delivery mark of the invocation message seq
+// of inv (state.Delivered) once its Record is final: the invoke consumer's
+// ack floor has passed it unacked, so until then only the mark keeps a
+// purge from removing the message of an invocation still queued (review
+// M1). A Record not final yet (the dead-letter write failed) keeps it:
+// the message stays until this leader ends and the next one's rebuild
+// finds it.
+func (a *Activator) releaseDelivered(ctx context.Context, inv messages.Invocation, seq uint64) {
+	rec, _, err := a.cfg.Store.Get(ctx, stream.Key(inv.Namespace, inv.InvocationID))
+	if err != nil || !rec.State.Terminal() {
+		return
+	}
+	a.locked(func(s *state.State) { s.Handled(state.Subject{Namespace: inv.Namespace, Pool: inv.Pool}, seq) })
+	a.kickPurge()
 }
 
 // deadLetterDelivered dead-letters inv when attempt (0: not dispatched) is

@@ -73,9 +73,15 @@ func (a *Activator) rebuild(ctx context.Context) error {
 	}
 	for _, o := range known {
 		m, err := st.Stream.GetMsg(ctx, o.rec.Sequence)
-		if err != nil {
-			a.cfg.Logger.Warn("rebuild: invocation missing from stream", "invocation", o.rec.InvocationID, "seq", o.rec.Sequence, "err", err)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			a.cfg.Logger.Warn("rebuild: invocation missing from stream", "invocation", o.rec.InvocationID, "seq", o.rec.Sequence)
 			continue
+		case err != nil:
+			// Not known missing: left out, its message and Dispatch would
+			// be held by nothing and the next purge would take them (review
+			// H2). The rebuild fails and Start runs it again.
+			return fmt.Errorf("rebuild: read invocation %s at %d: %w", o.rec.InvocationID, o.rec.Sequence, err)
 		}
 		var inv messages.Invocation
 		if err := json.Unmarshal(m.Data, &inv); err != nil {
@@ -180,7 +186,7 @@ func (a *Activator) rebuild(ctx context.Context) error {
 		}
 		a.st.Restore(it, r)
 		if seq := published[messages.DispatchPublishID(r.Namespace, r.InvocationID, r.Attempt)]; seq != 0 {
-			a.st.Found(it, seq)
+			a.st.Found(it, r.Worker, seq)
 		}
 		if tok := tokens[messages.DispatchPublishID(r.Namespace, r.InvocationID, r.Attempt)]; r.State == messages.StateRunning && tok != "" {
 			a.st.SetResultToken(it, r.Attempt, tok)

@@ -15,30 +15,37 @@ import (
 	"github.com/runplane/runplane/queue/stream"
 )
 
-// removeMessages deletes it's messages from the invocation stream (its
-// invocation's and every Dispatch this leader knows) once its Record is
-// final: nothing reads them any more — no dispatch, redelivery or rebuild
-// (which loads non-terminal Records only) — and exactly-once stands on the
-// final Record, which the dispatch compare-and-set and TransitionOfPool
-// never change, and on the stream's duplicate window, which a deletion
-// leaves as it is. What a failed delete (or a leader that stopped first)
-// leaves, the sweep removes.
+// removeMessages releases it's messages — its invocation's and every
+// Dispatch this leader knows — once its Record is final: nothing reads them
+// any more — no dispatch, redelivery or rebuild (which loads non-terminal
+// Records only) — and exactly-once stands on the final Record, which the
+// dispatch compare-and-set and TransitionOfPool never change, and on the
+// stream's duplicate window, which neither a deletion nor a purge shortens.
+// They leave with their subjects' next purge (purge.go); now: deleted here
+// one by one, for a Record that still counts them in its namespace's share
+// (made final by someone else: a cancel), which is given back only once
+// they are gone. What a failed delete or purge (or a leader that stopped
+// first) leaves, the sweep removes.
 //
-// It reports whether every message it knew of is gone (false also when it
-// had already been called).
-func (a *Activator) removeMessages(ctx context.Context, it *state.Item) bool {
-	var seqs []uint64
-	a.locked(func(s *state.State) { seqs = s.Published(it) })
-	gone := len(seqs) > 0
-	for _, seq := range seqs {
-		err := a.cfg.Store.Stream.DeleteMsg(ctx, seq)
+// With now, it reports whether every message it knew of is gone (false
+// also when it had already been called).
+func (a *Activator) removeMessages(ctx context.Context, it *state.Item, now bool) bool {
+	var holds []state.Hold
+	a.locked(func(s *state.State) { holds = s.Final(it) })
+	if !now {
+		a.kickPurge()
+		return false
+	}
+	gone := len(holds) > 0
+	for _, h := range holds {
+		err := a.cfg.Store.Stream.DeleteMsg(ctx, h.Seq)
 		switch {
 		case err == nil:
 			a.metrics.removed.WithLabelValues("final").Inc()
 		case errors.Is(err, jetstream.ErrMsgNotFound):
 		default:
 			gone = false
-			a.cfg.Logger.Debug("remove a final invocation's message; the sweep will", "invocation", it.Inv.InvocationID, "seq", seq, "err", err)
+			a.cfg.Logger.Debug("remove a final invocation's message; the sweep will", "invocation", it.Inv.InvocationID, "seq", h.Seq, "err", err)
 		}
 	}
 	return gone
@@ -128,6 +135,9 @@ func (a *Activator) sweep(ctx context.Context) (removed int, err error) {
 			}
 			removed++
 			a.metrics.removed.WithLabelValues("sweep").Inc()
+			if sub, ok := a.subjectOf(m.Subject()); ok {
+				a.locked(func(s *state.State) { s.Swept(sub, md.Sequence.Stream) })
+			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 			return removed, fmt.Errorf("sweep: %w", err)

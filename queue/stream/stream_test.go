@@ -371,3 +371,38 @@ func TestResultsStreamKeepsOnlyUnhandledPerPool(t *testing.T) {
 	_, err = js.Publish(ctx, st.Subjects.Result("mallory", "flood"), []byte("room again"))
 	require.NoError(t, err)
 }
+
+// TestPurgeKeepsTheDuplicateWindow: exactly-once leans on the stream's
+// duplicate window, and the activator removes finished work with a purge
+// per subject (Purge with Subject and Sequence): nats-server's purge
+// removes the messages and leaves the window's message IDs as they are
+// (stream.purgeLocked touches no ddmap), so a re-publish with the same
+// Nats-Msg-Id after the purge is still a duplicate and stores nothing.
+func TestPurgeKeepsTheDuplicateWindow(t *testing.T) {
+	ctx := context.Background()
+	js, _ := jetstream.New(natsauth.Connect(t, natsauth.JetStream(t, nil).ClientURL()))
+	st, err := Open(ctx, js, Config{}) // the default window: 2 minutes
+	require.NoError(t, err)
+	subj := st.Subjects.Invoke("ns", "p")
+	other := st.Subjects.Invoke("ns", "q")
+	for _, m := range []struct{ subject, id string }{{subj, "ns/a"}, {subj, "ns/b"}, {other, "ns/c"}} {
+		_, err := js.Publish(ctx, m.subject, []byte(`{}`), jetstream.WithMsgID(m.id))
+		require.NoError(t, err)
+	}
+	require.NoError(t, st.Stream.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(3)))
+	info, err := st.Stream.Info(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, info.State.Msgs, "only the other subject's message stays")
+
+	for _, id := range []string{"ns/a", "ns/b"} {
+		pa, err := js.Publish(ctx, subj, []byte(`{}`), jetstream.WithMsgID(id))
+		require.NoError(t, err)
+		assert.True(t, pa.Duplicate, "%s re-published after the purge is a duplicate", id)
+	}
+	info, err = st.Stream.Info(ctx)
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, info.State.Msgs, "the duplicates stored nothing")
+	pa, err := js.Publish(ctx, subj, []byte(`{}`), jetstream.WithMsgID("ns/d"))
+	require.NoError(t, err)
+	assert.False(t, pa.Duplicate, "a new ID is stored")
+}

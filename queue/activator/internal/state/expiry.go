@@ -157,6 +157,9 @@ func (s *State) Unheard() {
 // on its recorded worker (assumed alive until heartbeats say otherwise).
 func (s *State) Restore(it *Item, r messages.Record) {
 	s.items[ItemKey(it.Inv)] = it
+	if it.Seq != 0 {
+		s.holdFor(it, Hold{Subject: InvokeSubject(it), Seq: it.Seq})
+	}
 	p := s.Pool(PoolKey(it.Inv))
 	it.Unverified = r.Attempt
 	RestoreRetries(it, r)

@@ -16,11 +16,13 @@ type Assignment struct {
 	Attempt   int
 }
 
-// Accept notes that the invoke consumer delivered seq of inv's pool and
-// reports whether inv is already open.
+// Accept notes that the invoke consumer delivered seq of inv's pool (it
+// holds its subject until Handled or Enqueue) and reports whether inv is
+// already open.
 func (s *State) Accept(inv messages.Invocation, seq uint64) (known bool) {
 	p := s.Pool(PoolKey(inv))
 	p.InvokeSeq = max(p.InvokeSeq, seq)
+	s.Delivered(Subject{Namespace: inv.Namespace, Pool: inv.Pool}, seq)
 	_, known = s.items[ItemKey(inv)]
 	return known
 }
@@ -43,6 +45,10 @@ func (s *State) Enqueue(it *Item) bool {
 	}
 	it.Queued = true
 	s.items[ItemKey(it.Inv)] = it
+	if it.Seq != 0 {
+		s.holdFor(it, Hold{Subject: InvokeSubject(it), Seq: it.Seq})
+		s.Handled(InvokeSubject(it), it.Seq)
+	}
 	p := s.Pool(PoolKey(it.Inv))
 	if len(p.Queue) >= FullItems {
 		it.Lighten()
@@ -261,30 +267,6 @@ func LeastLoaded(ws []*Worker, now time.Time) *Worker {
 		}
 	}
 	return best
-}
-
-// Dispatched records the stream sequence of attempt's Dispatch.
-func (s *State) Dispatched(it *Item, attempt int, seq uint64) {
-	it.published = append(it.published, seq)
-	if it.Attempt == attempt {
-		it.DispatchSeq = seq
-	}
-}
-
-// Found records a message of it found in the stream at seq (a Dispatch
-// a previous leader published), to be deleted with the others.
-func (s *State) Found(it *Item, seq uint64) { it.published = append(it.published, seq) }
-
-// Published takes the stream sequences of it's messages known here (its
-// invocation's, each Dispatch's) for deletion once it is final: a second
-// call returns none.
-func (s *State) Published(it *Item) []uint64 {
-	seqs := it.published
-	if !it.unpublished && it.Seq != 0 {
-		seqs = append(seqs, it.Seq)
-	}
-	it.published, it.unpublished = nil, true
-	return seqs
 }
 
 // Requeue takes it off worker and puts it back at the head of its pool's

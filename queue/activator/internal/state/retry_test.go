@@ -52,7 +52,7 @@ func TestHandBack(t *testing.T) {
 	if holder == "w1" {
 		other = "w2"
 	}
-	s.Dispatched(it, 1, 42)
+	s.Dispatched(it, 1, s.Publishing(it, "w"), 42)
 	ev := messages.Event{Type: messages.EventHandedBack, Namespace: "ns", Pool: "p", Worker: other, InvocationID: "a", Attempt: 1}
 	require.Nil(t, s.Event(ev).HandedBack, "not the holder's")
 	ev.Worker, ev.Draining = holder, true

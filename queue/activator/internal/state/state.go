@@ -85,11 +85,16 @@ type State struct {
 	resultSeq uint64
 	// turn rotates the order in which Dispatch serves pools and namespaces.
 	turn int
+	// floors is what is known of each subject's messages (floors.go);
+	// seen the highest invocation stream sequence seen.
+	floors map[Subject]*subjectFloor
+	seen   uint64
 }
 
 // New returns an empty State.
 func New(cfg Config, clk clock.PassiveClock) *State {
-	return &State{cfg: cfg, clk: clk, pools: map[string]*Pool{}, items: map[string]*Item{}, pending: map[string]pendingEvent{}}
+	return &State{cfg: cfg, clk: clk, pools: map[string]*Pool{}, items: map[string]*Item{}, pending: map[string]pendingEvent{},
+		floors: map[Subject]*subjectFloor{}}
 }
 
 // Item is one open invocation.
@@ -113,11 +118,11 @@ type Item struct {
 	// DispatchSeq is the stream sequence of the current attempt's Dispatch
 	// (0: unknown), deleted when the attempt is given up.
 	DispatchSeq uint64
-	// Published lists the stream sequences of the invocation's messages
-	// this leader knows — the invocation's, every attempt's Dispatch —
-	// deleted from the stream once the invocation is final (Published).
-	published   []uint64
-	unpublished bool // Published was called
+	// holds are the invocation's messages this leader knows — the
+	// invocation's, every attempt's Dispatch — held in the stream until
+	// the invocation is final (Final: final is set).
+	holds []Hold
+	final bool
 	// Dispatches names the worker of each attempt this leader dispatched
 	// (or found recorded): a Result is taken only from the worker of its
 	// attempt. Unverified is the last attempt whose worker is not known

@@ -64,7 +64,7 @@ func TestLifecycle(t *testing.T) {
 	require.False(t, it.Queued)
 	require.Equal(t, t0, it.DispatchedAt)
 	require.Empty(t, s.Dispatch(), "dispatched once")
-	s.Dispatched(it, 1, 42)
+	s.Dispatched(it, 1, s.Publishing(it, "w"), 42)
 	require.EqualValues(t, 42, it.DispatchSeq)
 
 	out := s.Event(messages.Event{Type: messages.EventStarted, Namespace: "ns", Pool: "p", Worker: "w", InvocationID: "i", Attempt: 1})
@@ -290,7 +290,7 @@ func TestLossAndRedelivery(t *testing.T) {
 					it = enqueue(s, "i")
 				}
 				require.Len(t, s.Dispatch(), 1)
-				s.Dispatched(it, it.Attempt, 99)
+				s.Dispatched(it, it.Attempt, s.Publishing(it, it.Worker), 99)
 				l := tc.lose(s, clk)
 				require.NotNil(t, l)
 				require.Equal(t, tc.wantWhy, l.Why)
@@ -531,16 +531,20 @@ func TestSilentWorkerReleasesEachOnItsDeadline(t *testing.T) {
 	require.NotContains(t, s.Pool(pk).Workers, "a", "lost once it holds nothing")
 }
 
-// TestPublishedOnce: a final invocation's messages — its own and every
-// attempt's Dispatch, a superseded one's too — are handed out for deletion
-// once.
-func TestPublishedOnce(t *testing.T) {
+// TestFinalOnce: a final invocation's messages — its own and every
+// attempt's Dispatch, a superseded one's too — are released once.
+func TestFinalOnce(t *testing.T) {
 	s, _ := newState(3)
 	it := &Item{Inv: messages.Invocation{InvocationID: "i", Namespace: "ns", Pool: "p"}, Seq: 7, Attempt: 2}
-	s.Dispatched(it, 1, 9) // a superseded attempt
-	s.Dispatched(it, 2, 11)
-	s.Found(it, 12)
-	require.ElementsMatch(t, []uint64{7, 9, 11, 12}, s.Published(it))
-	require.Empty(t, s.Published(it), "once")
+	require.True(t, s.Enqueue(it))
+	s.Dispatched(it, 1, s.Publishing(it, "a"), 9) // a superseded attempt
+	s.Dispatched(it, 2, s.Publishing(it, "b"), 11)
+	s.Found(it, "b", 12)
+	var seqs []uint64
+	for _, h := range s.Final(it) {
+		seqs = append(seqs, h.Seq)
+	}
+	require.ElementsMatch(t, []uint64{7, 9, 11, 12}, seqs)
+	require.Empty(t, s.Final(it), "once")
 	require.Equal(t, uint64(11), it.DispatchSeq)
 }

@@ -1,0 +1,59 @@
+package activator
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runplane/runplane/queue/pool"
+	"github.com/runplane/runplane/queue/stream"
+	"github.com/runplane/runplane/test/natsauth"
+)
+
+// TestNoAckFloorFromAConsumerBeingMadeAgain: recreate counts the invoke
+// consumer's generation up before it deletes the old consumer, so a purge
+// round reading the ack floor meanwhile reads the old consumer's (review
+// H3). The generation is odd while the consumer is made again: no floor
+// read then, or read across it, is used.
+func TestNoAckFloorFromAConsumerBeingMadeAgain(t *testing.T) {
+	ctx := t.Context()
+	nc := natsauth.Connect(t, natsauth.JetStream(t, nil).ClientURL())
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	st, err := stream.Open(ctx, js, stream.Config{})
+	require.NoError(t, err)
+	a, err := New(Config{Store: st, NC: nc, Pools: pool.Static{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+
+	// The invoke consumer has acked 3 messages.
+	for range 3 {
+		_, err := js.Publish(ctx, st.Subjects.Invoke("ns", "p"), []byte("{}"))
+		require.NoError(t, err)
+	}
+	c, err := js.CreateOrUpdateConsumer(ctx, st.Config.Stream, jetstream.ConsumerConfig{Durable: a.cfg.Shard.consumerPrefix(a.cfg.ConsumerPrefix) + "-invoke",
+		AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: st.Subjects.Invoke("ns", "p")})
+	require.NoError(t, err)
+	batch, err := c.FetchNoWait(3)
+	require.NoError(t, err)
+	for m := range batch.Messages() {
+		require.NoError(t, m.DoubleAck(ctx))
+	}
+	read := func() uint64 {
+		a.ackFloor, a.ackFloorGen = a.invokeAckFloor(ctx)
+		return a.usableAckFloor()
+	}
+	require.Equal(t, uint64(3), read(), "the current consumer's floor")
+
+	d := &durable{a: a, name: "invoke"}
+	d.cfg.Durable = a.cfg.Shard.consumerPrefix(a.cfg.ConsumerPrefix) + "-invoke"
+	done := d.remaking()
+	require.Zero(t, read(), "read while the consumer is made again: the old one's")
+	done()
+	require.Zero(t, a.usableAckFloor(), "read before it was made again")
+	require.Equal(t, uint64(3), read())
+}
