@@ -56,4 +56,9 @@ func TestNoAckFloorFromAConsumerBeingMadeAgain(t *testing.T) {
 	done()
 	require.Zero(t, a.usableAckFloor(), "read before it was made again")
 	require.Equal(t, uint64(3), read())
+	// A floor read at one generation is not used after the consumer was
+	// made again, even with no read in between (the odd check alone kept
+	// the old floor: second review).
+	d.remaking()()
+	require.Zero(t, a.usableAckFloor(), "read before the consumer was made again, used after")
 }
