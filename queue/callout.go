@@ -26,7 +26,7 @@ import (
 )
 
 // CalloutConfig tunes the NATS auth callout, which every queue replica
-// serves when the queue has a NATS trust secret (Config.NATSTrustFile):
+// serves when the queue has a NATS trust secret (Config.NATS.TrustFile):
 // requests are shared by the replicas' queue group (no leader election);
 // each authenticates a sidecar's projected ServiceAccount token with the
 // apiserver and places the sidecar in an account of its worker's own

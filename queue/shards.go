@@ -32,23 +32,22 @@ func identity(cfg Config) string {
 }
 
 // activatorRunnable is the activator as the manager runs it. Unsharded
-// (ActivatorShards < 2): the activator itself, on the manager's Lease
+// (one shard): the activator itself, on the manager's Lease
 // holder (with leader election, under a shard.Guard: it runs only while no
 // replica of another shard count does). Sharded with leader election: a
 // shard.Elector on every replica, running an activator for each shard
 // whose Lease it holds; without leader election (one replica, -no-kube):
 // every shard in this process.
 func activatorRunnable(cfg Config, acfg activator.Config, log *slog.Logger) (manager.Runnable, error) {
-	n := cfg.ActivatorShards
-	lease := cfg.ShardLeaseDuration
+	le := cfg.LeaderElection // defaulted by Run
+	n := le.Shards
 	shardCfg := func(coord coordinationv1.LeasesGetter, shards int, run func(context.Context, int) error) shard.Config {
-		return shard.Config{Leases: coord, Namespace: cmp.Or(cfg.LeaseNamespace, api.DefaultNamespace), Name: cmp.Or(cfg.LeaseName, DefaultLeaseName),
-			Identity: cfg.Identity, Shards: shards, LeaseDuration: lease, RenewDeadline: lease * 7 / 10, RetryPeriod: lease / 5, Logger: log, Registerer: acfg.Registerer,
-			Run: run}
+		return shard.Config{Leases: coord, Namespace: cmp.Or(cfg.LeaseNamespace, api.DefaultNamespace), Name: le.ResourceName,
+			Identity: cfg.Identity, Shards: shards, LeaseDuration: le.ShardLeaseDuration.Duration, Logger: log, Registerer: acfg.Registerer, Run: run}
 	}
 	if n < 2 {
 		a, err := activator.New(acfg)
-		if err != nil || !cfg.LeaderElection {
+		if err != nil || !le.Elect() {
 			return a, err
 		}
 		coord, err := coordinationv1.NewForConfig(cfg.RESTConfig)
@@ -68,7 +67,7 @@ func activatorRunnable(cfg Config, acfg activator.Config, log *slog.Logger) (man
 		c.Logger = acfg.Logger.With("shard", i)
 		return activator.New(c)
 	}
-	if !cfg.LeaderElection {
+	if !le.Elect() {
 		var all allShards
 		for i := range n {
 			a, err := newShard(i)

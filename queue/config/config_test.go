@@ -33,6 +33,18 @@ func TestDecode(t *testing.T) {
 		{name: "static pools: no leader election", doc: header + "staticPools: [ns/p]\ninsecureDisableCallerAuth: true\n", check: func(t *testing.T, c *QueueConfiguration) {
 			assert.False(t, *c.LeaderElection.LeaderElect)
 		}},
+		{name: "nats and leaderElection passed down as they are", doc: header + "nats:\n  url: nats://n:4222\n  caFile: /ca\n  serverName: nats\n  servers: 3\n" +
+			"leaderElection:\n  resourceName: act\n  shards: 6\n  shardLeaseDuration: 10s\n", check: func(t *testing.T, c *QueueConfiguration) {
+			q, err := c.Queue()
+			require.NoError(t, err)
+			assert.Equal(t, c.NATS.NATS, q.NATS)
+			assert.Equal(t, "/ca", q.NATS.CAFile)
+			assert.Equal(t, 3, q.NATS.Servers)
+			assert.Equal(t, 16, q.NATS.Callout.Workers, "defaulted with its section")
+			assert.Equal(t, c.LeaderElection, q.LeaderElection)
+			assert.Equal(t, 6, q.LeaderElection.Shards)
+			assert.Equal(t, 10*time.Second, q.LeaderElection.ShardLeaseDuration.Duration)
+		}},
 		{name: "metrics off", doc: header + "metrics:\n  bindAddress: \"0\"\n", check: func(t *testing.T, c *QueueConfiguration) {
 			q, err := c.Queue()
 			require.NoError(t, err)
@@ -46,6 +58,9 @@ func TestDecode(t *testing.T) {
 		{name: "static pools and leader election", doc: header + "staticPools: [p]\ninsecureDisableCallerAuth: true\nleaderElection:\n  leaderElect: true\n", err: "leaderElection.leaderElect: needs Kubernetes"},
 		// Refused at load, not by a queue that retries opening its stream forever.
 		{name: "stream refused at load", doc: header + "stream:\n  maxAge: 1m\n  duplicateWindow: 2m\n", err: "stream: duplicate window 2m0s must not exceed max age 1m0s"},
+		// Refused at load too, not only by queue.Run.
+		{name: "too many shards", doc: header + "leaderElection:\n  shards: 65\n", err: "leaderElection.shards: 65: want 1 to 64"},
+		{name: "shard Lease too short", doc: header + "leaderElection:\n  shardLeaseDuration: 2s\n", err: "leaderElection.shardLeaseDuration: 2s: want at least 5s"},
 		{name: "negative attempts", doc: header + "workers:\n  maxAttempts: -1\n", err: "workers.maxAttempts: -1: want at least 1"},
 		{name: "sample ratio", doc: header + "tracing:\n  sampleRatio: 2\n", err: "tracing.sampleRatio: 2: want 0 < ratio ≤ 1"},
 		{name: "negative QPS", doc: header + "callerAuth:\n  tokenReviewQPS: -1\n", err: "callerAuth.tokenReviewQPS: -1: want > 0"},

@@ -19,14 +19,11 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// Default Lease timings: a SIGKILLed replica's shards are taken within
-// about LeaseDuration + 2 RetryPeriods (11 s at most, 9–10 s typically),
-// plus the new owner's rebuild.
-const (
-	DefaultLeaseDuration = 8 * time.Second
-	DefaultRenewDeadline = 5600 * time.Millisecond
-	DefaultRetryPeriod   = 1600 * time.Millisecond
-)
+// DefaultLeaseDuration is a shard Lease's: with the renew deadline and
+// retry period derived from it (withDefaults), a SIGKILLed replica's
+// shards are taken within about LeaseDuration + 2 RetryPeriods (11 s at
+// most, 9–10 s typically), plus the new owner's rebuild.
+const DefaultLeaseDuration = 8 * time.Second
 
 // ErrLost is returned by Start when a shard's Lease was lost while this
 // replica still ran it (neither the Lease nor the members entry written
@@ -48,7 +45,8 @@ type Config struct {
 	// LeaseDuration, RenewDeadline, RetryPeriod: client-go leader
 	// election's, for each shard's Lease; a replica's members entry is
 	// rewritten every RetryPeriod and counts as live for LeaseDuration
-	// after its last change this replica saw.
+	// after its last change this replica saw. Zero: DefaultLeaseDuration,
+	// 70% and a fifth of LeaseDuration.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// Run runs shard's activator until ctx ends and returns once it has
 	// drained: only then is the shard's Lease released.
@@ -65,8 +63,8 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	c.LeaseDuration = cmp.Or(c.LeaseDuration, DefaultLeaseDuration)
-	c.RenewDeadline = cmp.Or(c.RenewDeadline, DefaultRenewDeadline)
-	c.RetryPeriod = cmp.Or(c.RetryPeriod, DefaultRetryPeriod)
+	c.RenewDeadline = cmp.Or(c.RenewDeadline, c.LeaseDuration*7/10)
+	c.RetryPeriod = cmp.Or(c.RetryPeriod, c.LeaseDuration/5)
 	c.Clock = cmp.Or[clock.WithTicker](c.Clock, clock.RealClock{})
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
