@@ -6,7 +6,8 @@
 // moves few. The pure parts (Of, Assign) are here; the Lease handling is
 // the Elector (elector.go), the members Lease that lets one shard count run
 // at a time (members.go) and the Guard that holds the unsharded activator to
-// it (guard.go). See queue/README.md, "Sharded activator".
+// it (guard.go); the configuration's leaderElection section is
+// LeaderElection (settings.go). See queue/README.md, "Sharded activator".
 package shard
 
 import (
