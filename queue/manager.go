@@ -45,7 +45,7 @@ func NewManager(cfg Config) (manager.Manager, error) {
 		HealthProbeBindAddress:  "0",
 		GracefulShutdownTimeout: ptr.To[time.Duration](-1),
 	}
-	if cfg.LeaderElection.Elect() {
+	if ptr.Deref(cfg.LeaderElection.LeaderElect, false) {
 		id := identity(cfg)
 		le := cfg.LeaderElection
 		le.Default()

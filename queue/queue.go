@@ -46,8 +46,7 @@ import (
 
 // Config configures the queue service.
 type Config struct {
-	// NATS is the connection to NATS (URL required), its trust and TLS,
-	// and the auth callout: the configuration file's nats section.
+	// NATS is the connection to NATS (URL required).
 	NATS NATS
 	// NATSTLSKeeper, with NATS.TrustFile, keeps the bundled NATS's
 	// certificate on every replica (natstls.Keeper): renewed in its
@@ -101,14 +100,9 @@ type Config struct {
 	// StaticPolicies gives some of them another policy than the default
 	// (by pool.StaticKey; tests).
 	StaticPolicies map[string]pool.Policy
-	// LeaderElection is who runs the activator (the configuration file's
-	// section, zero: no leader election, one unsharded activator): with
-	// LeaderElect, only the holder of the Lease ResourceName in
-	// LeaseNamespace (default api.DefaultNamespace), through the manager's
-	// leader election, or of each shard's Lease (queue/shard); a replica
-	// that loses the Lease returns an error. Requires RESTConfig. Identity
-	// names this replica in the Leases (default: the host name and a
-	// random suffix).
+	// LeaderElection is who runs the activator (zero: this process), its
+	// Leases in LeaseNamespace (default api.DefaultNamespace), this replica
+	// in them Identity (default: host name and a random suffix).
 	LeaderElection shard.LeaderElection
 	LeaseNamespace string
 	Identity       string
@@ -173,7 +167,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := workers.Validate(); err != nil {
 		return fmt.Errorf("queue: workers: %w", err)
 	}
-	if cfg.LeaderElection.Elect() && cfg.RESTConfig == nil {
+	if ptr.Deref(cfg.LeaderElection.LeaderElect, false) && cfg.RESTConfig == nil {
 		return errors.New("queue: leader election needs a Kubernetes config")
 	}
 	cfg.LeaderElection.Default()

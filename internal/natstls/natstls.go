@@ -27,8 +27,7 @@ type Client struct {
 	// CAFile holds the PEM CAs to trust; it is read again on every
 	// (re)connect, so a renewed bundle takes effect without a restart.
 	// CA holds them in memory instead (the sidecar's, from its
-	// environment). One of them turns TLS on. (The keys are the queue's
-	// configuration file's, which embeds Client in its nats section.)
+	// environment). One of them turns TLS on.
 	CAFile string `json:"caFile,omitempty"`
 	CA     []byte `json:"-"`
 	// ServerName is the name the server's certificate must carry, whatever

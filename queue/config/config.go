@@ -44,8 +44,7 @@ type QueueConfiguration struct {
 	// election, no caller authentication (needs
 	// insecureDisableCallerAuth).
 	StaticPools []string `json:"staticPools,omitempty"`
-	// LeaderElection is who runs the activator (shard.LeaderElection; its
-	// Leases in Namespace).
+	// LeaderElection is who runs the activator (its Leases in Namespace).
 	LeaderElection shard.LeaderElection `json:"leaderElection"`
 	// Listen is the ingress address: the ingress API and the probes, never
 	// /metrics (default :8080).
@@ -77,9 +76,8 @@ type QueueConfiguration struct {
 	InsecureDisableCallerAuth bool `json:"insecureDisableCallerAuth,omitempty"`
 }
 
-// NATS is the connection to NATS, its trust, TLS and auth callout
-// (queue.NATS: without bootstrap.trustSecret and bootstrap.tlsSecret, its
-// trustFile and caFile), and the bundled NATS's bootstrap.
+// NATS is queue.NATS (bootstrap.trustSecret and tlsSecret replace its
+// trustFile and caFile) and the bundled NATS's bootstrap.
 type NATS struct {
 	queue.NATS `json:",inline"`
 	Bootstrap  Bootstrap `json:"bootstrap"`

@@ -21,7 +21,8 @@ func TestDecode(t *testing.T) {
 			assert.Equal(t, 5*time.Second, c.Workers.HeartbeatInterval.Duration, "the sidecars' default")
 			assert.True(t, *c.LeaderElection.LeaderElect)
 		}},
-		{name: "durations and sections", doc: header + "workers:\n  heartbeatTimeout: 30s\nstream:\n  maxAge: 1h\nlimits:\n  poolMaxBacklog: -1\n", check: func(t *testing.T, c *QueueConfiguration) {
+		{name: "durations and sections", doc: header + "workers:\n  heartbeatTimeout: 30s\nstream:\n  maxAge: 1h\nlimits:\n  poolMaxBacklog: -1\n" +
+			"nats:\n  caFile: /ca\nleaderElection:\n  shards: 6\n  shardLeaseDuration: 10s\n", check: func(t *testing.T, c *QueueConfiguration) {
 			assert.Equal(t, 30*time.Second, c.Workers.HeartbeatTimeout.Duration)
 			assert.Equal(t, time.Hour, c.Stream.MaxAge.Duration)
 			assert.Equal(t, -1, c.Limits.PoolMaxBacklog)
@@ -29,21 +30,10 @@ func TestDecode(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, 30*time.Second, q.HeartbeatTimeout.Duration)
 			assert.Equal(t, time.Hour, q.Stream.MaxAge.Duration)
+			assert.Equal(t, []any{"/ca", 16, 6, 10 * time.Second}, []any{q.NATS.CAFile, q.NATS.Callout.Workers, q.LeaderElection.Shards, q.LeaderElection.ShardLeaseDuration.Duration})
 		}},
 		{name: "static pools: no leader election", doc: header + "staticPools: [ns/p]\ninsecureDisableCallerAuth: true\n", check: func(t *testing.T, c *QueueConfiguration) {
 			assert.False(t, *c.LeaderElection.LeaderElect)
-		}},
-		{name: "nats and leaderElection passed down as they are", doc: header + "nats:\n  url: nats://n:4222\n  caFile: /ca\n  serverName: nats\n  servers: 3\n" +
-			"leaderElection:\n  resourceName: act\n  shards: 6\n  shardLeaseDuration: 10s\n", check: func(t *testing.T, c *QueueConfiguration) {
-			q, err := c.Queue()
-			require.NoError(t, err)
-			assert.Equal(t, c.NATS.NATS, q.NATS)
-			assert.Equal(t, "/ca", q.NATS.CAFile)
-			assert.Equal(t, 3, q.NATS.Servers)
-			assert.Equal(t, 16, q.NATS.Callout.Workers, "defaulted with its section")
-			assert.Equal(t, c.LeaderElection, q.LeaderElection)
-			assert.Equal(t, 6, q.LeaderElection.Shards)
-			assert.Equal(t, 10*time.Second, q.LeaderElection.ShardLeaseDuration.Duration)
 		}},
 		{name: "metrics off", doc: header + "metrics:\n  bindAddress: \"0\"\n", check: func(t *testing.T, c *QueueConfiguration) {
 			q, err := c.Queue()
@@ -58,7 +48,6 @@ func TestDecode(t *testing.T) {
 		{name: "static pools and leader election", doc: header + "staticPools: [p]\ninsecureDisableCallerAuth: true\nleaderElection:\n  leaderElect: true\n", err: "leaderElection.leaderElect: needs Kubernetes"},
 		// Refused at load, not by a queue that retries opening its stream forever.
 		{name: "stream refused at load", doc: header + "stream:\n  maxAge: 1m\n  duplicateWindow: 2m\n", err: "stream: duplicate window 2m0s must not exceed max age 1m0s"},
-		// Refused at load too, not only by queue.Run.
 		{name: "too many shards", doc: header + "leaderElection:\n  shards: 65\n", err: "leaderElection.shards: 65: want 1 to 64"},
 		{name: "shard Lease too short", doc: header + "leaderElection:\n  shardLeaseDuration: 2s\n", err: "leaderElection.shardLeaseDuration: 2s: want at least 5s"},
 		{name: "negative attempts", doc: header + "workers:\n  maxAttempts: -1\n", err: "workers.maxAttempts: -1: want at least 1"},

@@ -74,7 +74,7 @@ func (c *QueueConfiguration) Validate() error {
 	bad := func(key string, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{key}, args...)...))
 	}
-	if c.LeaderElection.Elect() && len(c.StaticPools) > 0 {
+	if *c.LeaderElection.LeaderElect && len(c.StaticPools) > 0 {
 		bad("leaderElection.leaderElect", "needs Kubernetes; staticPools run without it")
 	}
 	if err := c.LeaderElection.Validate("leaderElection"); err != nil {
