@@ -22,11 +22,35 @@ import (
 	"github.com/runplane/runplane/internal/natsaccounts"
 	"github.com/runplane/runplane/internal/natscallout"
 	"github.com/runplane/runplane/internal/natsconn"
+	"github.com/runplane/runplane/internal/natstls"
 	"github.com/runplane/runplane/queue/stream"
 )
 
+// NATS is the connection to NATS, its trust, TLS and auth callout: the nats
+// section of runplane-queue's configuration file but its bootstrap.
+type NATS struct {
+	// URL of the NATS server (required by Run, which does not default it).
+	URL string `json:"url,omitempty"`
+	// TrustFile holds the secret runplane's NATS trust chain is derived
+	// from (internal/natsaccounts): with it the queue connects as its user
+	// and serves the auth callout (needs RESTConfig); empty: no auth.
+	TrustFile string `json:"trustFile,omitempty"`
+	// Client verifies the server (keys caFile, serverName). Zero: no TLS.
+	natstls.Client
+	// Servers answer a VARZ ping: a scrape's runplane_nats_servers ends
+	// once that many have (0: unknown, every scrape waits 500 ms).
+	Servers int           `json:"servers,omitempty"`
+	Callout CalloutConfig `json:"callout"`
+}
+
+// Default fills the zero fields.
+func (n *NATS) Default() {
+	n.URL = cmp.Or(n.URL, "nats://127.0.0.1:4222")
+	n.Callout.Default()
+}
+
 // CalloutConfig tunes the NATS auth callout, which every queue replica
-// serves when the queue has a NATS trust secret (Config.NATSTrustFile):
+// serves when the queue has a NATS trust secret (Config.NATS.TrustFile):
 // requests are shared by the replicas' queue group (no leader election);
 // each authenticates a sidecar's projected ServiceAccount token with the
 // apiserver and places the sidecar in an account of its worker's own

@@ -121,7 +121,7 @@ func newEnvNATS(t testing.TB, no natsOptions, mutate func(*queue.Config)) *env {
 	e.nc = nc
 	e.js, _ = jetstream.New(nc)
 	e.cfg = queue.Config{
-		NATSURL: e.natsURL(), NATSTLS: client, InsecureDisableCallerAuth: true,
+		NATS: queue.NATS{URL: e.natsURL(), Client: client}, InsecureDisableCallerAuth: true,
 		Listen:        "127.0.0.1:0",
 		MetricsListen: "127.0.0.1:0",
 		StaticPools:   []string{testPool, "other"},

@@ -20,14 +20,9 @@ import (
 	"github.com/runplane/runplane/internal/logging"
 )
 
-// DefaultLeaseName is the activator's Lease (-leader-election-name); a
-// sharded activator's are <name>-<shard>, its replicas' member Leases
-// <name>-m-<hash> (queue/shard).
-const DefaultLeaseName = "runplane-queue-activator"
-
-// MaxActivatorShards bounds Config.ActivatorShards: each shard is a Lease
-// and two consumers, and every replica reads each member Lease.
-const MaxActivatorShards = 64
+// DefaultListen is the ingress address (Config.Listen, the configuration
+// file's listen).
+const DefaultListen = ":8080"
 
 // NewManager builds the controller-runtime manager that runs the ingress on
 // every replica and the activator (a leader-election Runnable) on the Lease
@@ -50,9 +45,11 @@ func NewManager(cfg Config) (manager.Manager, error) {
 		HealthProbeBindAddress:  "0",
 		GracefulShutdownTimeout: ptr.To[time.Duration](-1),
 	}
-	if cfg.LeaderElection {
+	if ptr.Deref(cfg.LeaderElection.LeaderElect, false) {
 		id := identity(cfg)
-		ns, name := cmp.Or(cfg.LeaseNamespace, api.DefaultNamespace), cmp.Or(cfg.LeaseName, DefaultLeaseName)
+		le := cfg.LeaderElection
+		le.Default()
+		ns, name := cmp.Or(cfg.LeaseNamespace, api.DefaultNamespace), le.ResourceName
 		coord, err := coordinationv1.NewForConfig(cfg.RESTConfig)
 		if err != nil {
 			return nil, fmt.Errorf("queue: lease client: %w", err)

@@ -46,31 +46,14 @@ import (
 
 // Config configures the queue service.
 type Config struct {
-	// NATSURL is the NATS server (required).
-	NATSURL string
-	// NATSTrustFile holds the secret runplane's NATS trust chain is derived
-	// from (internal/natsaccounts; a Secret in runplane's namespace). With
-	// it the queue connects as its user in RUNPLANE and serves the auth
-	// callout for the worker sidecars (requires RESTConfig); empty: a NATS
-	// without auth.
-	NATSTrustFile string
-	// NATSServers is how many NATS servers answer a VARZ ping, so a
-	// scrape's runplane_nats_servers ends once all have instead of waiting
-	// its whole bound (0: unknown, every scrape waits 500 ms).
-	NATSServers int
-	// NATSTLS is how every connection to NATS verifies the server: TLS
-	// first, its certificate checked against the CA (a file re-read on
-	// each reconnect) and the server name. Zero: a NATS without TLS (tests
-	// and benchmarks on a bare nats-server).
-	NATSTLS natstls.Client
-	// NATSTLSKeeper, with NATSTrustFile, keeps the bundled NATS's
+	// NATS is the connection to NATS (URL required).
+	NATS NATS
+	// NATSTLSKeeper, with NATS.TrustFile, keeps the bundled NATS's
 	// certificate on every replica (natstls.Keeper): renewed in its
 	// Secret, and each server serving another one asked to reload, through
 	// the queue's system account user. Nil: the certificate is someone
 	// else's (an external NATS).
 	NATSTLSKeeper *natstls.Keeper
-	// Callout tunes the auth callout.
-	Callout CalloutConfig
 	// Callbacks turns on completion callbacks (queue/callback) with a
 	// MasterKey (tests) or CallbackKeyFile: their settings, the
 	// configuration file's section included; the queue sets Store,
@@ -87,8 +70,8 @@ type Config struct {
 	// Stream configures the JetStream resources (prefix, stream, replicas,
 	// max age, duplicate window, buckets, record TTL).
 	Stream stream.Config
-	// Listen is the ingress address (default ":8080"; "127.0.0.1:0" picks a
-	// free port, reported through OnListen).
+	// Listen is the ingress address (default DefaultListen; "127.0.0.1:0"
+	// picks a free port, reported through OnListen).
 	Listen   string
 	OnListen func(addr string)
 	// MetricsListen serves /metrics (the ingress's, the activator's, the
@@ -117,29 +100,12 @@ type Config struct {
 	// StaticPolicies gives some of them another policy than the default
 	// (by pool.StaticKey; tests).
 	StaticPolicies map[string]pool.Policy
-	// LeaderElection runs the activator only while holding the Lease
-	// LeaseName in LeaseNamespace (defaults runplane-queue-activator,
-	// api.DefaultNamespace), through the manager's leader election; a
-	// replica that loses the Lease returns an error. Requires RESTConfig.
-	LeaderElection bool
+	// LeaderElection is who runs the activator (zero: this process), its
+	// Leases in LeaseNamespace (default api.DefaultNamespace), this replica
+	// in them Identity (default: host name and a random suffix).
+	LeaderElection shard.LeaderElection
 	LeaseNamespace string
-	LeaseName      string
 	Identity       string
-	// ActivatorShards spreads the activator over the replicas (0 or 1:
-	// one activator, on the Lease holder, for every namespace): namespaces
-	// are hashed into this many shards, each shard's activator runs on the
-	// holder of the Lease <LeaseName>-<i>of<shards>, and each replica
-	// campaigns for about shards/replicas of them (queue/shard). Replicas
-	// of two counts (a rolling change) never run at once: those of the
-	// count not active on the members Lease wait. Without leader election,
-	// this process runs them all.
-	ActivatorShards int
-	// ShardLeaseDuration is each shard Lease's duration (default 8s:
-	// a SIGKILLed replica's shards move within about 11s); renewals every
-	// fifth of it, given up after 70% of it (a run whose Lease or members
-	// entry went unwritten that long stops at once). With one shard, the
-	// members entry's timings.
-	ShardLeaseDuration time.Duration
 	// InsecureDisableCallerAuth serves the ingress to anyone who reaches it,
 	// with no token: INSECURE, only for benchmarks and tests of the
 	// unauthenticated baseline. By default every /v1 request and the seed
@@ -192,7 +158,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	// controller-runtime's Runnables log through the context.
 	ctx = logr.NewContext(ctx, logr.FromSlogHandler(log.Handler()))
-	if cfg.NATSURL == "" {
+	if cfg.NATS.URL == "" {
 		return errors.New("queue: NATS URL is required")
 	}
 	// Refused before anything starts, defaulted as the activator will.
@@ -201,42 +167,39 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := workers.Validate(); err != nil {
 		return fmt.Errorf("queue: workers: %w", err)
 	}
-	if cfg.LeaderElection && cfg.RESTConfig == nil {
+	if ptr.Deref(cfg.LeaderElection.LeaderElect, false) && cfg.RESTConfig == nil {
 		return errors.New("queue: leader election needs a Kubernetes config")
 	}
-	if cfg.ActivatorShards < 0 || cfg.ActivatorShards > MaxActivatorShards {
-		return fmt.Errorf("queue: activator shards %d: must be between 1 and %d", cfg.ActivatorShards, MaxActivatorShards)
+	cfg.LeaderElection.Default()
+	if err := cfg.LeaderElection.Validate("leaderElection"); err != nil {
+		return fmt.Errorf("queue: %w", err)
 	}
-	cfg.ShardLeaseDuration = cmp.Or(cfg.ShardLeaseDuration, shard.DefaultLeaseDuration)
-	if cfg.ShardLeaseDuration < 5*time.Second {
-		return fmt.Errorf("queue: shard lease duration %s: at least 5s (renewals every fifth of it)", cfg.ShardLeaseDuration)
-	}
-	cfg.Stream.ActivatorShards = cfg.ActivatorShards
+	cfg.Stream.ActivatorShards = cfg.LeaderElection.Shards
 	cfg.Identity = identity(cfg)
-	if cfg.NATSTrustFile != "" && cfg.RESTConfig == nil {
+	if cfg.NATS.TrustFile != "" && cfg.RESTConfig == nil {
 		return errors.New("queue: the NATS auth callout needs a Kubernetes config")
 	}
-	trust, err := loadTrust(cfg.NATSTrustFile)
+	trust, err := loadTrust(cfg.NATS.TrustFile)
 	if err != nil {
 		return err
 	}
 	if cfg.NATSTLSKeeper != nil && trust == nil {
 		return errors.New("queue: keeping the NATS certificate needs the NATS trust (the servers reload through the system account)")
 	}
-	tlsOpts, err := cfg.NATSTLS.Options()
+	tlsOpts, err := cfg.NATS.Client.Options()
 	if err != nil {
 		return fmt.Errorf("queue: %w", err)
 	}
-	cfg.Listen = cmp.Or(cfg.Listen, ":8080")
+	cfg.Listen = cmp.Or(cfg.Listen, DefaultListen)
 	opts := append(natsconn.Options("runplane-queue", 250*time.Millisecond, log), tlsOpts...)
 	auth, err := natsAuthOptions(trust)
 	if err != nil {
 		return err
 	}
 	opts = append(opts, auth...)
-	nc, err := nats.Connect(cfg.NATSURL, opts...)
+	nc, err := nats.Connect(cfg.NATS.URL, opts...)
 	if err != nil {
-		return fmt.Errorf("connect to NATS %s: %w", cfg.NATSURL, err)
+		return fmt.Errorf("connect to NATS %s: %w", cfg.NATS.URL, err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -315,20 +278,20 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	var revoke func(ns, pool, worker string)
 	if trust != nil {
-		calloutCfg := cfg.Callout
+		calloutCfg := cfg.NATS.Callout
 		calloutCfg.Default()
 		calloutKube, err := limitedClient(cfg.RESTConfig, calloutCfg.KubeQPS, calloutCfg.KubeBurst)
 		if err != nil {
 			return err
 		}
-		resolver, closeResolver, err := openResolver(ctx, log, cfg.NATSURL, tlsOpts, trust, cfg.Stream)
+		resolver, closeResolver, err := openResolver(ctx, log, cfg.NATS.URL, tlsOpts, trust, cfg.Stream)
 		if err != nil {
 			return err
 		}
 		defer closeResolver()
 		// The NATS servers' own health, read over the system account (nats-server
 		// serves no Prometheus metrics): the NATSServerDown and certificate alerts.
-		reg.MustRegister(&natsvarz.Collector{Sys: resolver.Conn, Wait: 500 * time.Millisecond, Expect: cfg.NATSServers, Log: log.With("component", "nats-varz")})
+		reg.MustRegister(&natsvarz.Collector{Sys: resolver.Conn, Wait: 500 * time.Millisecond, Expect: cfg.NATS.Servers, Log: log.With("component", "nats-varz")})
 		if k := cfg.NATSTLSKeeper; k != nil {
 			k.Sys = resolver.Conn
 			k.Log = cmp.Or(k.Log, log.With("component", "nats-tls"))

@@ -339,7 +339,7 @@ func TestIngressServesNoMetrics(t *testing.T) {
 func TestMetricsNeedKubernetes(t *testing.T) {
 	ns := startNATS(t, t.TempDir(), -1)
 	t.Cleanup(ns.Shutdown)
-	err := queue.Run(t.Context(), queue.Config{NATSURL: ns.ClientURL(), Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0",
+	err := queue.Run(t.Context(), queue.Config{NATS: queue.NATS{URL: ns.ClientURL()}, Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0",
 		StaticPools: []string{testPool}, CallerAuthorizer: callerauthtest.Static{}, Logger: slog.New(slog.DiscardHandler)})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "Kubernetes config")

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nuid"
 	"golang.org/x/sync/errgroup"
 	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/runplane/runplane/api"
@@ -32,30 +33,33 @@ func identity(cfg Config) string {
 }
 
 // activatorRunnable is the activator as the manager runs it. Unsharded
-// (ActivatorShards < 2): the activator itself, on the manager's Lease
+// (one shard): the activator itself, on the manager's Lease
 // holder (with leader election, under a shard.Guard: it runs only while no
 // replica of another shard count does). Sharded with leader election: a
 // shard.Elector on every replica, running an activator for each shard
 // whose Lease it holds; without leader election (one replica, -no-kube):
 // every shard in this process.
 func activatorRunnable(cfg Config, acfg activator.Config, log *slog.Logger) (manager.Runnable, error) {
-	n := cfg.ActivatorShards
-	lease := cfg.ShardLeaseDuration
-	shardCfg := func(coord coordinationv1.LeasesGetter, shards int, run func(context.Context, int) error) shard.Config {
-		return shard.Config{Leases: coord, Namespace: cmp.Or(cfg.LeaseNamespace, api.DefaultNamespace), Name: cmp.Or(cfg.LeaseName, DefaultLeaseName),
-			Identity: cfg.Identity, Shards: shards, LeaseDuration: lease, RenewDeadline: lease * 7 / 10, RetryPeriod: lease / 5, Logger: log, Registerer: acfg.Registerer,
-			Run: run}
-	}
-	if n < 2 {
-		a, err := activator.New(acfg)
-		if err != nil || !cfg.LeaderElection {
-			return a, err
-		}
-		coord, err := coordinationv1.NewForConfig(cfg.RESTConfig)
+	le, elect := cfg.LeaderElection, ptr.Deref(cfg.LeaderElection.LeaderElect, false) // defaulted by Run
+	n := le.Shards
+	var coord coordinationv1.LeasesGetter
+	if elect {
+		c, err := coordinationv1.NewForConfig(cfg.RESTConfig)
 		if err != nil {
 			return nil, fmt.Errorf("queue: lease client: %w", err)
 		}
-		g, err := shard.NewGuard(shardCfg(coord, 1, func(ctx context.Context, _ int) error { return a.Start(ctx) }))
+		coord = c
+	}
+	shardCfg := func(run func(context.Context, int) error) shard.Config {
+		return shard.Config{Leases: coord, Namespace: cmp.Or(cfg.LeaseNamespace, api.DefaultNamespace), LeaderElection: le,
+			Identity: cfg.Identity, Logger: log, Registerer: acfg.Registerer, Run: run}
+	}
+	if n < 2 {
+		a, err := activator.New(acfg)
+		if err != nil || !elect {
+			return a, err
+		}
+		g, err := shard.NewGuard(shardCfg(func(ctx context.Context, _ int) error { return a.Start(ctx) }))
 		if err != nil {
 			return nil, fmt.Errorf("queue: %w", err)
 		}
@@ -68,7 +72,7 @@ func activatorRunnable(cfg Config, acfg activator.Config, log *slog.Logger) (man
 		c.Logger = acfg.Logger.With("shard", i)
 		return activator.New(c)
 	}
-	if !cfg.LeaderElection {
+	if !elect {
 		var all allShards
 		for i := range n {
 			a, err := newShard(i)
@@ -79,11 +83,7 @@ func activatorRunnable(cfg Config, acfg activator.Config, log *slog.Logger) (man
 		}
 		return all, nil
 	}
-	coord, err := coordinationv1.NewForConfig(cfg.RESTConfig)
-	if err != nil {
-		return nil, fmt.Errorf("queue: lease client: %w", err)
-	}
-	el, err := shard.New(shardCfg(coord, n, func(ctx context.Context, i int) error {
+	el, err := shard.New(shardCfg(func(ctx context.Context, i int) error {
 		a, err := newShard(i)
 		if err != nil {
 			return err

@@ -138,7 +138,7 @@ func TestHeartbeatTimeoutRefusedAtStart(t *testing.T) {
 		}
 		require.ErrorContains(t, err, tc.errHas)
 		// queue.Run refuses it before it connects anywhere.
-		err = queue.Run(t.Context(), queue.Config{NATSURL: "nats://127.0.0.1:1", Decisions: activator.Decisions{Workers: w}})
+		err = queue.Run(t.Context(), queue.Config{NATS: queue.NATS{URL: "nats://127.0.0.1:1"}, Decisions: activator.Decisions{Workers: w}})
 		require.ErrorContains(t, err, tc.errHas)
 	}
 }

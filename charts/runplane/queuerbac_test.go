@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	rbacv1 "k8s.io/api/rbac/v1"
 
-	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/shard"
 )
 
@@ -23,11 +22,11 @@ func TestQueueRoleNamesEveryLease(t *testing.T) {
 	shardLeases := func(n int) []string {
 		var out []string
 		for i := range n {
-			out = append(out, shard.LeaseName(queue.DefaultLeaseName, i, n))
+			out = append(out, shard.LeaseName(shard.DefaultLeaseName, i, n))
 		}
 		return out
 	}
-	members := shard.MembersLeaseName(queue.DefaultLeaseName)
+	members := shard.MembersLeaseName(shard.DefaultLeaseName)
 	for _, tc := range []struct {
 		shards, previous int
 		want             []string
@@ -52,7 +51,7 @@ func TestQueueRoleNamesEveryLease(t *testing.T) {
 					}
 				}
 			}
-			assert.ElementsMatch(t, append([]string{queue.DefaultLeaseName}, tc.want...), names)
+			assert.ElementsMatch(t, append([]string{shard.DefaultLeaseName}, tc.want...), names)
 		})
 	}
 }

@@ -44,8 +44,8 @@ func bootstrap(ctx context.Context, qc *config.QueueConfiguration, c *queue.Conf
 			return fmt.Errorf("bootstrap: %w", err)
 		}
 	}
-	c.NATSTrustFile = filepath.Join(b.Dir, bootstrapsecret.TrustSecretKey)
-	if err := os.WriteFile(c.NATSTrustFile, trust[bootstrapsecret.TrustSecretKey], 0o600); err != nil {
+	c.NATS.TrustFile = filepath.Join(b.Dir, bootstrapsecret.TrustSecretKey)
+	if err := os.WriteFile(c.NATS.TrustFile, trust[bootstrapsecret.TrustSecretKey], 0o600); err != nil {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
 	if b.TLSSecret == "" {
@@ -59,6 +59,6 @@ func bootstrap(ctx context.Context, qc *config.QueueConfiguration, c *queue.Conf
 	if _, err := k.Ensure(ctx); err != nil {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
-	c.NATSTLS.CAFile, c.NATSTLSKeeper = k.CAFile, k
+	c.NATS.CAFile, c.NATSTLSKeeper = k.CAFile, k
 	return nil
 }

@@ -28,11 +28,11 @@ type Client struct {
 	// (re)connect, so a renewed bundle takes effect without a restart.
 	// CA holds them in memory instead (the sidecar's, from its
 	// environment). One of them turns TLS on.
-	CAFile string
-	CA     []byte
+	CAFile string `json:"caFile,omitempty"`
+	CA     []byte `json:"-"`
 	// ServerName is the name the server's certificate must carry, whatever
 	// host the URL names (an IP, or a name DNS could send elsewhere).
-	ServerName string
+	ServerName string `json:"serverName,omitempty"`
 }
 
 // Enabled reports whether c dials with TLS.

@@ -18,6 +18,7 @@ import (
 	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/callback"
 	"github.com/runplane/runplane/queue/pool"
+	"github.com/runplane/runplane/queue/shard"
 	"github.com/runplane/runplane/queue/stream"
 )
 
@@ -43,8 +44,8 @@ type QueueConfiguration struct {
 	// election, no caller authentication (needs
 	// insecureDisableCallerAuth).
 	StaticPools []string `json:"staticPools,omitempty"`
-	// LeaderElection runs the activator only on the holder of the Lease.
-	LeaderElection LeaderElection `json:"leaderElection"`
+	// LeaderElection is who runs the activator (its Leases in Namespace).
+	LeaderElection shard.LeaderElection `json:"leaderElection"`
 	// Listen is the ingress address: the ingress API and the probes, never
 	// /metrics (default :8080).
 	Listen string `json:"listen,omitempty"`
@@ -75,45 +76,11 @@ type QueueConfiguration struct {
 	InsecureDisableCallerAuth bool `json:"insecureDisableCallerAuth,omitempty"`
 }
 
-// LeaderElection names the activator's Lease (in Namespace).
-type LeaderElection struct {
-	// LeaderElect: the activator runs only while holding the Lease
-	// (default true; needs Kubernetes).
-	LeaderElect *bool `json:"leaderElect,omitempty"`
-	// ResourceName is the Lease (default runplane-queue-activator).
-	ResourceName string `json:"resourceName,omitempty"`
-	// Shards spreads the activator over the replicas: namespaces hashed
-	// into this many shards, each run by the holder of the Lease
-	// <resourceName>-<shard> (default 1: one activator on the Lease holder;
-	// every queue process of a stream needs the same value; at most
-	// queue.MaxActivatorShards).
-	Shards int `json:"shards,omitempty"`
-	// ShardLeaseDuration is each shard Lease's duration with shards above
-	// 1, renewed every fifth of it (default 8s; a SIGKILLed replica's
-	// shards move within about 1.4× it); with one shard, the members
-	// entry's timings (queue/README.md, "Changing S").
-	ShardLeaseDuration metav1.Duration `json:"shardLeaseDuration,omitempty"`
-}
-
-// NATS is the connection to NATS, its trust and the auth callout.
+// NATS is queue.NATS (bootstrap.trustSecret and tlsSecret replace its
+// trustFile and caFile) and the bundled NATS's bootstrap.
 type NATS struct {
-	// URL of the NATS server (default nats://127.0.0.1:4222).
-	URL string `json:"url,omitempty"`
-	// TrustFile holds the secret runplane's NATS operator, accounts and
-	// users are derived from: the queue then serves the auth callout.
-	// Empty (and no bootstrap.trustSecret): a NATS without auth.
-	TrustFile string `json:"trustFile,omitempty"`
-	// CAFile verifies NATS's certificate (re-read on every reconnect);
-	// with ServerName every connection is TLS first. Empty (and no
-	// bootstrap.tlsSecret): a NATS without TLS.
-	CAFile     string `json:"caFile,omitempty"`
-	ServerName string `json:"serverName,omitempty"`
-	// Servers in the NATS cluster: a /metrics scrape stops waiting for VARZ
-	// answers once that many came (0: unknown, it waits 500 ms).
-	Servers int `json:"servers,omitempty"`
-	// Callout tunes the NATS auth callout (queue.CalloutConfig).
-	Callout   queue.CalloutConfig `json:"callout"`
-	Bootstrap Bootstrap           `json:"bootstrap"`
+	queue.NATS `json:",inline"`
+	Bootstrap  Bootstrap `json:"bootstrap"`
 }
 
 // Bootstrap creates the bundled NATS's Secrets in Namespace when they do

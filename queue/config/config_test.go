@@ -21,7 +21,8 @@ func TestDecode(t *testing.T) {
 			assert.Equal(t, 5*time.Second, c.Workers.HeartbeatInterval.Duration, "the sidecars' default")
 			assert.True(t, *c.LeaderElection.LeaderElect)
 		}},
-		{name: "durations and sections", doc: header + "workers:\n  heartbeatTimeout: 30s\nstream:\n  maxAge: 1h\nlimits:\n  poolMaxBacklog: -1\n", check: func(t *testing.T, c *QueueConfiguration) {
+		{name: "durations and sections", doc: header + "workers:\n  heartbeatTimeout: 30s\nstream:\n  maxAge: 1h\nlimits:\n  poolMaxBacklog: -1\n" +
+			"nats:\n  caFile: /ca\nleaderElection:\n  shards: 6\n  shardLeaseDuration: 10s\n", check: func(t *testing.T, c *QueueConfiguration) {
 			assert.Equal(t, 30*time.Second, c.Workers.HeartbeatTimeout.Duration)
 			assert.Equal(t, time.Hour, c.Stream.MaxAge.Duration)
 			assert.Equal(t, -1, c.Limits.PoolMaxBacklog)
@@ -29,6 +30,7 @@ func TestDecode(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, 30*time.Second, q.HeartbeatTimeout.Duration)
 			assert.Equal(t, time.Hour, q.Stream.MaxAge.Duration)
+			assert.Equal(t, []any{"/ca", 16, 6, 10 * time.Second}, []any{q.NATS.CAFile, q.NATS.Callout.Workers, q.LeaderElection.Shards, q.LeaderElection.ShardLeaseDuration.Duration})
 		}},
 		{name: "static pools: no leader election", doc: header + "staticPools: [ns/p]\ninsecureDisableCallerAuth: true\n", check: func(t *testing.T, c *QueueConfiguration) {
 			assert.False(t, *c.LeaderElection.LeaderElect)
@@ -46,6 +48,8 @@ func TestDecode(t *testing.T) {
 		{name: "static pools and leader election", doc: header + "staticPools: [p]\ninsecureDisableCallerAuth: true\nleaderElection:\n  leaderElect: true\n", err: "leaderElection.leaderElect: needs Kubernetes"},
 		// Refused at load, not by a queue that retries opening its stream forever.
 		{name: "stream refused at load", doc: header + "stream:\n  maxAge: 1m\n  duplicateWindow: 2m\n", err: "stream: duplicate window 2m0s must not exceed max age 1m0s"},
+		{name: "too many shards", doc: header + "leaderElection:\n  shards: 65\n", err: "leaderElection.shards: 65: want 1 to 64"},
+		{name: "shard Lease too short", doc: header + "leaderElection:\n  shardLeaseDuration: 2s\n", err: "leaderElection.shardLeaseDuration: 2s: want at least 5s"},
 		{name: "negative attempts", doc: header + "workers:\n  maxAttempts: -1\n", err: "workers.maxAttempts: -1: want at least 1"},
 		{name: "sample ratio", doc: header + "tracing:\n  sampleRatio: 2\n", err: "tracing.sampleRatio: 2: want 0 < ratio ≤ 1"},
 		{name: "negative QPS", doc: header + "callerAuth:\n  tokenReviewQPS: -1\n", err: "callerAuth.tokenReviewQPS: -1: want > 0"},

@@ -12,7 +12,6 @@ import (
 	"github.com/runplane/runplane/internal/configfile"
 	"github.com/runplane/runplane/internal/objects"
 	"github.com/runplane/runplane/queue"
-	"github.com/runplane/runplane/queue/shard"
 	"github.com/runplane/runplane/sidecar"
 )
 
@@ -41,16 +40,13 @@ func (c *QueueConfiguration) Default() {
 	if c.LeaderElection.LeaderElect == nil {
 		c.LeaderElection.LeaderElect = ptr.To(len(c.StaticPools) == 0)
 	}
-	c.LeaderElection.ResourceName = cmp.Or(c.LeaderElection.ResourceName, queue.DefaultLeaseName)
-	c.LeaderElection.Shards = cmp.Or(c.LeaderElection.Shards, 1)
-	configfile.OrDuration(&c.LeaderElection.ShardLeaseDuration, shard.DefaultLeaseDuration)
-	c.Listen = cmp.Or(c.Listen, ":8080")
+	c.LeaderElection.Default()
+	c.Listen = cmp.Or(c.Listen, queue.DefaultListen)
 	c.Metrics.BindAddress = cmp.Or(c.Metrics.BindAddress, ":8443")
 	c.Tracing.SampleRatio = cmp.Or(c.Tracing.SampleRatio, 1)
 
 	n := &c.NATS
-	n.URL = cmp.Or(n.URL, "nats://127.0.0.1:4222")
-	n.Callout.Default()
+	n.NATS.Default()
 	n.Bootstrap.ResolverDir = cmp.Or(n.Bootstrap.ResolverDir, "/data/jwt")
 	configfile.OrDuration(&n.Bootstrap.TLSCheckInterval, time.Minute)
 	n.Bootstrap.Dir = cmp.Or(n.Bootstrap.Dir, "/var/run/runplane/bootstrap")
@@ -80,6 +76,9 @@ func (c *QueueConfiguration) Validate() error {
 	}
 	if *c.LeaderElection.LeaderElect && len(c.StaticPools) > 0 {
 		bad("leaderElection.leaderElect", "needs Kubernetes; staticPools run without it")
+	}
+	if err := c.LeaderElection.Validate("leaderElection"); err != nil {
+		errs = append(errs, err)
 	}
 	if len(c.StaticPools) > 0 && !c.InsecureDisableCallerAuth && !c.DisableIngress {
 		bad("staticPools", "nothing authenticates callers without Kubernetes: set insecureDisableCallerAuth (insecure)")

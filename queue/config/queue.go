@@ -2,7 +2,6 @@ package config
 
 import (
 	"github.com/runplane/runplane/internal/callerauth"
-	"github.com/runplane/runplane/internal/natstls"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/callback"
@@ -20,17 +19,13 @@ func (c *QueueConfiguration) Queue() (queue.Config, error) {
 	if metricsAddr == "0" {
 		metricsAddr = ""
 	}
-	n := c.NATS
 	return queue.Config{
-		NATSURL: n.URL, NATSTrustFile: n.TrustFile, NATSServers: n.Servers,
-		NATSTLS:   natstls.Client{CAFile: n.CAFile, ServerName: n.ServerName},
-		Callout:   n.Callout,
+		NATS:      c.NATS.NATS,
 		Callbacks: callback.Config{Delivery: c.Callbacks.Delivery}, CallbackKeyFile: c.Callbacks.SigningKeyFile,
 		Stream: c.Stream,
 		Listen: c.Listen, MetricsListen: metricsAddr, MetricsCert: cert,
 		Namespace: c.WatchNamespace, StaticPools: c.StaticPools,
-		LeaderElection: *c.LeaderElection.LeaderElect, LeaseNamespace: c.Namespace, LeaseName: c.LeaderElection.ResourceName,
-		ActivatorShards: c.LeaderElection.Shards, ShardLeaseDuration: c.LeaderElection.ShardLeaseDuration.Duration,
+		LeaderElection: c.LeaderElection, LeaseNamespace: c.Namespace,
 		InsecureDisableCallerAuth: c.InsecureDisableCallerAuth,
 		CallerAuth:                callerauth.Options{Rates: c.CallerAuth},
 		DisableIngress:            c.DisableIngress, DisableActivator: c.DisableActivator,

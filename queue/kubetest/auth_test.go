@@ -93,7 +93,7 @@ func TestIngressCallerAuth(t *testing.T) {
 	require.NoError(t, err)
 	tn.kubelet(a)
 
-	base := queuetest.Run(t, queue.Config{NATSURL: srv.ClientURL(), RESTConfig: env.RESTConfig(), Namespace: a,
+	base := queuetest.Run(t, queue.Config{NATS: queue.NATS{URL: srv.ClientURL()}, RESTConfig: env.RESTConfig(), Namespace: a,
 		CallerAuth: callerauth.Options{DenyCacheTTL: 200 * time.Millisecond}, Decisions: activator.Decisions{Workers: activator.Workers{HeartbeatTimeout: metav1.Duration{Duration: 2 * time.Second}}}, Tick: 100 * time.Millisecond}).Base
 	invokeA := "/v1/namespaces/" + a + "/pools/echo/invocations"
 

@@ -58,7 +58,7 @@ func BenchmarkWarmSyncAuth(b *testing.B) {
 	tn.kubelet(ns)
 
 	start := func(cfg queue.Config) (string, func()) {
-		cfg.NATSURL, cfg.RESTConfig, cfg.Namespace = srv.ClientURL(), env.RESTConfig(), ns
+		cfg.NATS.URL, cfg.RESTConfig, cfg.Namespace = srv.ClientURL(), env.RESTConfig(), ns
 		q := queuetest.Run(b, cfg)
 		return q.Base, func() { assert.NoError(b, q.Stop()) }
 	}

@@ -39,7 +39,7 @@ func TestCallbackKeyFollowsNamespaceUID(t *testing.T) {
 	srv := natsauth.JetStream(t, nil)
 	master := []byte("0123456789abcdef0123456789abcdef")
 	// The ingress only: nothing is delivered, the key is what matters.
-	base := queuetest.Run(t, queue.Config{NATSURL: srv.ClientURL(), RESTConfig: env.RESTConfig(), InsecureDisableCallerAuth: true,
+	base := queuetest.Run(t, queue.Config{NATS: queue.NATS{URL: srv.ClientURL()}, RESTConfig: env.RESTConfig(), InsecureDisableCallerAuth: true,
 		DisableActivator: true, Callbacks: callback.Config{MasterKey: master}}).Base
 	type signingKey struct{ Key, KeyID string }
 	key := func() (int, signingKey) {

@@ -48,7 +48,7 @@ func TestNamespaceFairness(t *testing.T) {
 		require.NoError(t, err)
 	}
 	tn := &tenants{t: t}
-	tn.base = queuetest.Run(t, queue.Config{NATSURL: srv.ClientURL(), InsecureDisableCallerAuth: true,
+	tn.base = queuetest.Run(t, queue.Config{NATS: queue.NATS{URL: srv.ClientURL()}, InsecureDisableCallerAuth: true,
 		RESTConfig: env.RESTConfig(), Tick: 100 * time.Millisecond, Decisions: activator.Decisions{Limits: pool.Limits{NamespaceMaxBacklog: 3}}}).Base
 	// Barrier: the ingress knows the three pools.
 	require.Eventually(t, func() bool {

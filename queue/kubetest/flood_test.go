@@ -83,7 +83,7 @@ func TestFloodsDoNotStarveAdmission(t *testing.T) {
 	rc.QPS, rc.Burst = 5, 10
 	scrapers, err := scrape.New(ctx, env)
 	require.NoError(t, err)
-	q := queuetest.Run(t, queue.Config{NATSURL: srv.ClientURL(), NATSTrustFile: auth.TrustFile, NATSTLS: auth.Client,
+	q := queuetest.Run(t, queue.Config{NATS: queue.NATS{URL: srv.ClientURL(), TrustFile: auth.TrustFile, Client: auth.Client},
 		MetricsListen: "127.0.0.1:0", RESTConfig: rc, Namespace: ns, Tick: 100 * time.Millisecond})
 	base, metricsURL := q.Base, q.MetricsURL
 	invoke := "/v1/namespaces/" + ns + "/pools/echo/invocations"

@@ -23,6 +23,7 @@ import (
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/activator"
 	"github.com/runplane/runplane/queue/queuetest"
+	"github.com/runplane/runplane/queue/shard"
 	"github.com/runplane/runplane/sidecar/sidecartest"
 	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/natsauth"
@@ -105,8 +106,8 @@ func setup(t *testing.T, ann map[string]string, replicas int32) *fixture {
 
 	f.scrapers, err = scrape.New(ctx, env)
 	require.NoError(t, err)
-	q := queuetest.Run(t, queue.Config{NATSURL: ns.ClientURL(), InsecureDisableCallerAuth: true, MetricsListen: "127.0.0.1:0",
-		RESTConfig: env.RESTConfig(), Namespace: name, LeaderElection: true, LeaseNamespace: name, Identity: "test",
+	q := queuetest.Run(t, queue.Config{NATS: queue.NATS{URL: ns.ClientURL()}, InsecureDisableCallerAuth: true, MetricsListen: "127.0.0.1:0",
+		RESTConfig: env.RESTConfig(), Namespace: name, LeaderElection: shard.LeaderElection{LeaderElect: ptr.To(true)}, LeaseNamespace: name, Identity: "test",
 		Decisions: activator.Decisions{Workers: activator.Workers{HeartbeatTimeout: metav1.Duration{Duration: 2 * time.Second}}, Backoff: 100 * time.Millisecond}, Tick: 100 * time.Millisecond})
 	f.base, f.metricsURL = q.Base, q.MetricsURL
 	// Ready once the pool's Deployment is known.

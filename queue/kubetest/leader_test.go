@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/shard"
 )
 
 // drainingRunnable stands in for the activator: a leader-election Runnable
@@ -47,8 +49,8 @@ func TestManagerHandsOverWithoutOverlap(t *testing.T) {
 	stops := map[string]context.CancelFunc{}
 	done := make(chan error, 2)
 	for _, id := range []string{"a", "b"} {
-		mgr, err := queue.NewManager(queue.Config{RESTConfig: env.RESTConfig(), LeaderElection: true,
-			LeaseNamespace: "default", LeaseName: "overlap-test", Identity: id})
+		mgr, err := queue.NewManager(queue.Config{RESTConfig: env.RESTConfig(),
+			LeaderElection: shard.LeaderElection{LeaderElect: ptr.To(true), ResourceName: "overlap-test"}, LeaseNamespace: "default", Identity: id})
 		require.NoError(t, err)
 		require.NoError(t, mgr.Add(drainingRunnable{id: id, drain: drain, active: &active, maxed: &maxed, leaders: leaders}))
 		ctx, cancel := context.WithCancel(context.Background())

@@ -42,7 +42,7 @@ func TestCreateOnlyCallerCannotReadResults(t *testing.T) {
 	require.NoError(t, err)
 
 	srv := natsauth.JetStream(t, nil)
-	base := queuetest.Run(t, queue.Config{NATSURL: srv.ClientURL(), RESTConfig: env.RESTConfig(), Namespace: ns, DisableActivator: true}).Base
+	base := queuetest.Run(t, queue.Config{NATS: queue.NATS{URL: srv.ClientURL()}, RESTConfig: env.RESTConfig(), Namespace: ns, DisableActivator: true}).Base
 	invoke := "/v1/namespaces/" + ns + "/pools/echo/invocations"
 
 	// The owner's invocation, made terminal (cancelled) so that a sync

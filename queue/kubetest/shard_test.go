@@ -50,7 +50,7 @@ func holders(ctx context.Context, t *testing.T, ns string, n int) []string {
 	t.Helper()
 	out := make([]string, n)
 	for i := range n {
-		l, err := env.Client().CoordinationV1().Leases(ns).Get(ctx, shard.LeaseName(queue.DefaultLeaseName, i, n), metav1.GetOptions{})
+		l, err := env.Client().CoordinationV1().Leases(ns).Get(ctx, shard.LeaseName(shard.DefaultLeaseName, i, n), metav1.GetOptions{})
 		if err == nil {
 			out[i] = ptr.Deref(l.Spec.HolderIdentity, "")
 		}
@@ -141,16 +141,17 @@ func invokeOnce(t *testing.T, q *queuetest.Queue, ns, id string) {
 }
 
 // shardLeaseDuration is the sharded tests' shard Lease duration (renew
-// deadline 70% of it, retry period 20%: queue/shards.go).
+// deadline 70% of it, retry period 20%: shard.Config's defaults).
 const shardLeaseDuration = 5 * time.Second
 
 // shardReplica runs queue replica id with shards activator shards in
 // leaseNS; opts change its Config.
 func shardReplica(t *testing.T, natsURL, leaseNS, id string, shards int, opts ...func(*queue.Config)) replica {
 	t.Helper()
-	cfg := queue.Config{NATSURL: natsURL, InsecureDisableCallerAuth: true, MetricsListen: "127.0.0.1:0",
-		RESTConfig: env.RESTConfig(), LeaderElection: true, LeaseNamespace: leaseNS, Identity: id, ActivatorShards: shards, ShardLeaseDuration: shardLeaseDuration,
-		Decisions: activator.Decisions{Workers: activator.Workers{HeartbeatTimeout: metav1.Duration{Duration: 2 * time.Second}}, Backoff: 100 * time.Millisecond}, Tick: 100 * time.Millisecond}
+	cfg := queue.Config{NATS: queue.NATS{URL: natsURL}, InsecureDisableCallerAuth: true, MetricsListen: "127.0.0.1:0",
+		RESTConfig: env.RESTConfig(), LeaseNamespace: leaseNS, Identity: id,
+		LeaderElection: shard.LeaderElection{LeaderElect: ptr.To(true), Shards: shards, ShardLeaseDuration: metav1.Duration{Duration: shardLeaseDuration}},
+		Decisions:      activator.Decisions{Workers: activator.Workers{HeartbeatTimeout: metav1.Duration{Duration: 2 * time.Second}}, Backoff: 100 * time.Millisecond}, Tick: 100 * time.Millisecond}
 	for _, o := range opts {
 		o(&cfg)
 	}

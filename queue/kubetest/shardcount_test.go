@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
-	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/shard"
 	"github.com/runplane/runplane/test/natsauth"
 	"github.com/runplane/runplane/test/scrape"
@@ -25,7 +24,7 @@ import (
 
 // shardLease matches a shard Lease's name: its index (and, since the
 // count is in the names, the count).
-var shardLease = regexp.MustCompile("^" + regexp.QuoteMeta(queue.DefaultLeaseName) + `-(\d+)(?:of\d+)?$`)
+var shardLease = regexp.MustCompile("^" + regexp.QuoteMeta(shard.DefaultLeaseName) + `-(\d+)(?:of\d+)?$`)
 
 // ownership follows every Lease of a namespace through a watch (the API
 // server's order of writes) and records each instant at which one
@@ -52,7 +51,7 @@ func (o *ownership) observe(l *coordv1.Lease, deleted bool) {
 	if deleted {
 		delete(o.held, l.Name)
 	}
-	if l.Name == shard.MembersLeaseName(queue.DefaultLeaseName) {
+	if l.Name == shard.MembersLeaseName(shard.DefaultLeaseName) {
 		o.active = l.Annotations["runplane.io/active-shards"]
 	}
 	type owner struct {
@@ -68,7 +67,7 @@ func (o *ownership) observe(l *coordv1.Lease, deleted bool) {
 			n := o.countOf(holder)
 			m := shardLease.FindStringSubmatch(name)
 			switch {
-			case name == queue.DefaultLeaseName && n == 1 && o.active == "1":
+			case name == shard.DefaultLeaseName && n == 1 && o.active == "1":
 				// The unsharded activator runs on the manager's Lease
 				// holder, only while 1 is the active count.
 				o.seen[n] = true
@@ -225,7 +224,7 @@ func shardCountChange(t *testing.T, from, to, replicas int) {
 			return settledShards(ctx, t, leaseNS, count, count/len(live), scrapers.Reader, live...)
 		}
 		return func() bool {
-			l, err := env.Client().CoordinationV1().Leases(leaseNS).Get(ctx, queue.DefaultLeaseName, metav1.GetOptions{})
+			l, err := env.Client().CoordinationV1().Leases(leaseNS).Get(ctx, shard.DefaultLeaseName, metav1.GetOptions{})
 			if err != nil {
 				return false
 			}

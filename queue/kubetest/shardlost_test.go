@@ -107,7 +107,7 @@ func TestShardLostLeaseStopsDispatching(t *testing.T) {
 	if holders(ctx, t, leaseNS, 2)[1] == r0.id {
 		s = 1
 	}
-	ns, leaseName := nss[s], shard.LeaseName(queue.DefaultLeaseName, s, 2)
+	ns, leaseName := nss[s], shard.LeaseName(shard.DefaultLeaseName, s, 2)
 
 	// Every write of r0's shard Lease from here on.
 	w, err := env.Client().CoordinationV1().Leases(leaseNS).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + leaseName})

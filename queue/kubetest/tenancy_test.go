@@ -167,7 +167,7 @@ func TestTenantPoolsAreTheirOwn(t *testing.T) {
 	_, err := env.Client().CoreV1().Pods(a).Create(ctx, bare, metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	tn.base = queuetest.Run(t, queue.Config{NATSURL: srv.ClientURL(), InsecureDisableCallerAuth: true,
+	tn.base = queuetest.Run(t, queue.Config{NATS: queue.NATS{URL: srv.ClientURL()}, InsecureDisableCallerAuth: true,
 		RESTConfig: env.RESTConfig(), Decisions: activator.Decisions{Workers: activator.Workers{HeartbeatTimeout: metav1.Duration{Duration: 2 * time.Second}}, Backoff: 100 * time.Millisecond}, Tick: 100 * time.Millisecond}).Base
 
 	// Barrier: the intruder and the liar run their workers, and both

@@ -19,15 +19,6 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// Default Lease timings: a SIGKILLed replica's shards are taken within
-// about LeaseDuration + 2 RetryPeriods (11 s at most, 9–10 s typically),
-// plus the new owner's rebuild.
-const (
-	DefaultLeaseDuration = 8 * time.Second
-	DefaultRenewDeadline = 5600 * time.Millisecond
-	DefaultRetryPeriod   = 1600 * time.Millisecond
-)
-
 // ErrLost is returned by Start when a shard's Lease was lost while this
 // replica still ran it (neither the Lease nor the members entry written
 // for RenewDeadline: the shard stopped dispatching then, before anyone
@@ -37,19 +28,18 @@ var ErrLost = errors.New("shard Lease lost")
 
 // Config configures an Elector.
 type Config struct {
-	// Leases is the client of the Leases: the shards' <Name>-<i>of<Shards>
-	// and the members Lease <Name>-members.
-	Leases          coordclient.LeasesGetter
-	Namespace, Name string
+	// Leases is the client of the Leases in Namespace.
+	Leases    coordclient.LeasesGetter
+	Namespace string
 	// Identity names this replica (unique among the replicas).
 	Identity string
-	// Shards is the number of shards (at least 1).
-	Shards int
-	// LeaseDuration, RenewDeadline, RetryPeriod: client-go leader
-	// election's, for each shard's Lease; a replica's members entry is
-	// rewritten every RetryPeriod and counts as live for LeaseDuration
-	// after its last change this replica saw.
-	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// LeaderElection: ResourceName, Shards, ShardLeaseDuration.
+	LeaderElection
+	// RenewDeadline, RetryPeriod: with ShardLeaseDuration, client-go leader
+	// election's (default 70% and a fifth of it); a replica's members entry
+	// is rewritten every RetryPeriod and counts as live for
+	// ShardLeaseDuration after its last change this replica saw.
+	RenewDeadline, RetryPeriod time.Duration
 	// Run runs shard's activator until ctx ends and returns once it has
 	// drained: only then is the shard's Lease released.
 	Run    func(ctx context.Context, shard int) error
@@ -64,9 +54,9 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	c.LeaseDuration = cmp.Or(c.LeaseDuration, DefaultLeaseDuration)
-	c.RenewDeadline = cmp.Or(c.RenewDeadline, DefaultRenewDeadline)
-	c.RetryPeriod = cmp.Or(c.RetryPeriod, DefaultRetryPeriod)
+	c.LeaderElection.Default()
+	lease := c.ShardLeaseDuration.Duration
+	c.RenewDeadline, c.RetryPeriod = cmp.Or(c.RenewDeadline, lease*7/10), cmp.Or(c.RetryPeriod, lease/5)
 	c.Clock = cmp.Or[clock.WithTicker](c.Clock, clock.RealClock{})
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
@@ -92,12 +82,12 @@ func (c Config) validate() error {
 	switch {
 	case c.Leases == nil || c.Run == nil:
 		return errors.New("shard: Leases and Run are required")
-	case c.Name == "" || c.Namespace == "" || c.Identity == "":
-		return errors.New("shard: Namespace, Name and Identity are required")
+	case c.Namespace == "" || c.Identity == "":
+		return errors.New("shard: Namespace and Identity are required")
 	case c.Shards < 1:
 		return fmt.Errorf("shard: shards %d: must be at least 1", c.Shards)
-	case c.RenewDeadline >= c.LeaseDuration || c.RetryPeriod >= c.RenewDeadline:
-		return fmt.Errorf("shard: need retry period %s < renew deadline %s < lease duration %s", c.RetryPeriod, c.RenewDeadline, c.LeaseDuration)
+	case c.RenewDeadline >= c.ShardLeaseDuration.Duration || c.RetryPeriod >= c.RenewDeadline:
+		return fmt.Errorf("shard: need retry period %s < renew deadline %s < lease duration %s", c.RetryPeriod, c.RenewDeadline, c.ShardLeaseDuration.Duration)
 	}
 	return nil
 }
@@ -200,7 +190,7 @@ func (e *Elector) Start(ctx context.Context) error {
 			return nil
 		case s := <-lost:
 			log.Error("lost a shard's Lease while running it; stopping this replica", "shard", s)
-			return fmt.Errorf("%w: %s", ErrLost, LeaseName(e.cfg.Name, s, e.cfg.Shards))
+			return fmt.Errorf("%w: %s", ErrLost, LeaseName(e.cfg.ResourceName, s, e.cfg.Shards))
 		case <-tick.C():
 		}
 	}
@@ -360,13 +350,13 @@ func (e *Elector) follow(ctx context.Context, s int, sl *slot, membersAt *stamp,
 		var runs sync.WaitGroup
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 			Lock: gatedLock{sl: sl, clock: e.cfg.Clock, LeaseLock: &resourcelock.LeaseLock{
-				LeaseMeta:  metav1.ObjectMeta{Namespace: e.cfg.Namespace, Name: LeaseName(e.cfg.Name, s, e.cfg.Shards)},
+				LeaseMeta:  metav1.ObjectMeta{Namespace: e.cfg.Namespace, Name: LeaseName(e.cfg.ResourceName, s, e.cfg.Shards)},
 				Client:     e.cfg.Leases,
 				LockConfig: resourcelock.ResourceLockConfig{Identity: e.cfg.Identity},
 			}},
-			LeaseDuration: e.cfg.LeaseDuration, RenewDeadline: e.cfg.RenewDeadline, RetryPeriod: e.cfg.RetryPeriod,
+			LeaseDuration: e.cfg.ShardLeaseDuration.Duration, RenewDeadline: e.cfg.RenewDeadline, RetryPeriod: e.cfg.RetryPeriod,
 			ReleaseOnCancel: true,
-			Name:            LeaseName(e.cfg.Name, s, e.cfg.Shards),
+			Name:            LeaseName(e.cfg.ResourceName, s, e.cfg.Shards),
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(leadCtx context.Context) {
 					runs.Add(1)

@@ -31,7 +31,7 @@ func TestGuardRunsAgainAfterFence(t *testing.T) {
 	})
 	started, stopped := make(chan struct{}, 4), make(chan struct{}, 4)
 	g, err := NewGuard(Config{
-		Leases: client.CoordinationV1(), Namespace: "runplane", Name: "runplane-queue-activator", Identity: "a", Shards: 1,
+		Leases: client.CoordinationV1(), Namespace: "runplane", Identity: "a",
 		Clock: clk,
 		Run: func(ctx context.Context, _ int) error {
 			started <- struct{}{}

@@ -146,9 +146,9 @@ func (m *members) live(ann map[string]string, now time.Time) []member {
 			s = seenEntry{value: v, observed: now}
 		}
 		switch age := now.Sub(s.observed); {
-		case age <= m.cfg.LeaseDuration:
+		case age <= m.cfg.ShardLeaseDuration.Duration:
 			live = append(live, e)
-		case age > 30*m.cfg.LeaseDuration:
+		case age > 30*m.cfg.ShardLeaseDuration.Duration:
 			delete(ann, k)
 			continue
 		}
@@ -182,7 +182,7 @@ func parseMember(k, v string) (member, bool) {
 // missing), retrying on conflicts.
 func (m *members) update(ctx context.Context, fn func(ann map[string]string)) error {
 	leases := m.cfg.Leases.Leases(m.cfg.Namespace)
-	name := MembersLeaseName(m.cfg.Name)
+	name := MembersLeaseName(m.cfg.ResourceName)
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		l, err := leases.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -30,7 +31,7 @@ func ids(ms []member) []string {
 // 30 of them.
 func TestMembersLive(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	m := newMembers(Config{Identity: "me", Shards: 2, LeaseDuration: 10 * time.Second, Clock: clk})
+	m := newMembers(Config{Identity: "me", LeaderElection: LeaderElection{Shards: 2, ShardLeaseDuration: metav1.Duration{Duration: 10 * time.Second}}, Clock: clk})
 	skewK, skewV := entry("skewed", 2, "1999-01-01T00:00:00Z") // a clock years behind
 	deadK, deadV := entry("dead", 2, "t0")
 	ann := map[string]string{m.key: "me 2 now", skewK: skewV, deadK: deadV, "unrelated": "x"}
@@ -99,7 +100,7 @@ func TestMembersViewOneShardCountAtATime(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-			m := newMembers(Config{Identity: "me", Shards: 3, LeaseDuration: lease, Clock: clk})
+			m := newMembers(Config{Identity: "me", LeaderElection: LeaderElection{Shards: 3, ShardLeaseDuration: metav1.Duration{Duration: lease}}, Clock: clk})
 			if tc.silent {
 				m.view(tc.ann, clk.Now())
 				clk.Step(lease + time.Second)

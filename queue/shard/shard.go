@@ -5,8 +5,8 @@
 // replica holds about shards/replicas of them and a change of replicas
 // moves few. The pure parts (Of, Assign) are here; the Lease handling is
 // the Elector (elector.go), the members Lease that lets one shard count run
-// at a time (members.go) and the Guard that holds the unsharded activator to
-// it (guard.go). See queue/README.md, "Sharded activator".
+// at a time (members.go), the Guard that holds the unsharded activator to it
+// (guard.go) and their settings (settings.go): queue/README.md, "Sharded activator".
 package shard
 
 import (

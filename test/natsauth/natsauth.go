@@ -43,11 +43,11 @@ const ServerName = "runplane-nats." + api.DefaultNamespace + ".svc"
 // read (what the chart keeps in a Secret in runplane's namespace), and the
 // keys derived from it.
 type Auth struct {
-	// TrustFile holds the secret (queue.Config.NATSTrustFile).
+	// TrustFile holds the secret (queue.NATS.TrustFile).
 	TrustFile string
 	Trust     *natsaccounts.Trust
 	// TLS are the server's certificate files, and Client how a client
-	// verifies it (queue.Config.NATSTLS; the CA file is the CA bundle, what
+	// verifies it (queue.NATS.Client; the CA file is the CA bundle, what
 	// the webhook gives sidecars).
 	TLS    natstls.ServerFiles
 	Client natstls.Client

@@ -140,9 +140,9 @@ func (s *Stack) startQueue(ctx, runCtx context.Context, o Options) error {
 	}
 	cfg.OnListen, cfg.OnMetricsListen = func(a string) { addr <- a }, func(a string) { metricsAddr <- a }
 	cfg.RESTConfig, cfg.Logger = s.Cluster.RESTConfig(), s.Log.With("component", "queue")
-	cfg.NATSURL, cfg.NATSTrustFile, cfg.NATSTLS = s.NATSURL, s.Auth.TrustFile, s.Auth.Client
+	cfg.NATS.URL, cfg.NATS.TrustFile, cfg.NATS.Client = s.NATSURL, s.Auth.TrustFile, s.Auth.Client
 	if n := len(s.NATS); n > 1 {
-		cfg.Stream.Replicas, cfg.NATSServers = n, n
+		cfg.Stream.Replicas, cfg.NATS.Servers = n, n
 	}
 	s.goRun(runCtx, "queue", func(ctx context.Context) error { return queue.Run(ctx, cfg) })
 	timeout := time.After(2 * time.Minute)

@@ -156,10 +156,10 @@ func TestQueue(t *testing.T) {
 	kubelet(t, srv.ClientURL(), natsTLS, ns, pool, marked)
 
 	cfg := queue.Config{
-		NATSURL: srv.ClientURL(), NATSTrustFile: trustFile, NATSTLS: natsTLS, NATSTLSKeeper: keeper, Listen: "127.0.0.1:0", InsecureDisableCallerAuth: true,
+		NATS: queue.NATS{URL: srv.ClientURL(), TrustFile: trustFile, Client: natsTLS}, NATSTLSKeeper: keeper, Listen: "127.0.0.1:0", InsecureDisableCallerAuth: true,
 		RESTConfig:     rec.As(env.RESTConfig(), releaseNS, "runplane-queue"),
 		Namespace:      qc.WatchNamespace,
-		LeaderElection: *qc.LeaderElection.LeaderElect, LeaseNamespace: qc.Namespace, Identity: "rbac-test",
+		LeaderElection: qc.LeaderElection, LeaseNamespace: qc.Namespace, Identity: "rbac-test",
 		Decisions: activator.Decisions{Workers: activator.Workers{HeartbeatTimeout: metav1.Duration{Duration: 2 * time.Second}}}, Tick: 100 * time.Millisecond, Logger: rec.Logger(),
 		Callbacks: callback.Config{MasterKey: master, Delivery: callback.Delivery{AllowCIDRs: []string{"127.0.0.0/8"}, NamespaceWorkers: namespaceWorkers}},
 	}

@@ -62,7 +62,7 @@ func startQueueNATSConf(t *testing.T, ctx context.Context, jsConf, topConf strin
 	srv, auth := queuetest.CalloutNATS(t, natsauth.Extra{JetStream: jsConf, Top: topConf})
 
 	sc := stream.Config{}.WithDefaults()
-	qcfg := queue.Config{NATSURL: srv.ClientURL(), NATSTrustFile: auth.TrustFile, NATSTLS: auth.Client,
+	qcfg := queue.Config{NATS: queue.NATS{URL: srv.ClientURL(), TrustFile: auth.TrustFile, Client: auth.Client},
 		RESTConfig: env.RESTConfig(), Namespace: "natsauth-none", DisableIngress: true}
 	for _, o := range opts {
 		o(&qcfg)
