@@ -154,6 +154,17 @@ func claimsRole(t *testing.T, ns string) {
 		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "claims"},
 		Subjects: []rbacv1.Subject{{Kind: "User", Name: tenantUser}}}, metav1.CreateOptions{})
 	require.NoError(t, err)
+	// The barrier for both the Role and runplane-gpu-claims, which the API
+	// server picks up each on its own schedule: the tenant's dry-run claim
+	// of a GPU class is refused by the policy, not by RBAC, and not admitted.
+	gpus := resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "gpu",
+		Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: catalog.GPUDeviceClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1}}}}}
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		_, err := as(t, tenantUser).ResourceV1().ResourceClaims(ns).Create(ctx, &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "policy-probe"}, Spec: gpus},
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		require.Error(ct, err, "policy runplane-gpu-claims not enforced")
+		assert.Contains(ct, err.Error(), "ValidatingAdmissionPolicy 'runplane-gpu-claims'")
+	}, 30*time.Second, 200*time.Millisecond)
 }
 
 // draPodClaim is the real path of a DRA GPU Pod: runplane's template (made

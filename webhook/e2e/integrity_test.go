@@ -96,9 +96,10 @@ func tenantNamespace(t *testing.T, ns string) string {
 	return ns
 }
 
-// waitPolicies waits until the API server enforces each of runplane's
-// admission policies (it picks up policies and bindings asynchronously,
-// each on its own).
+// waitPolicies waits until the API server enforces runplane's admission
+// policies on Pods (it picks up policies and bindings asynchronously, each
+// on its own); a test of another policy waits for that one itself
+// (claimsRole, TestNATSTokensOnlyFromTheKubelet).
 func waitPolicies(t *testing.T, ns string) {
 	t.Helper()
 	ctx := context.Background()
