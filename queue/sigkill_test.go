@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runplane/runplane/test/runplanebin"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/runplane/runplane/internal/messages"
@@ -30,9 +32,9 @@ func TestProcessKilledUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "runplane-queue")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/runplane/runplane/cmd/runplane-queue").CombinedOutput()
-	require.NoError(t, err, "build: %s", out)
+	dir, err := runplanebin.Dir(t.Context(), t.TempDir(), "runplane-queue")
+	require.NoError(t, err)
+	bin := filepath.Join(dir, "runplane-queue")
 	// The in-process service is only used for its NATS and helpers; stop it
 	// so the binary is the only activator.
 	e := newEnv(t, func(c *queue.Config) {})

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -44,12 +45,26 @@ func TestUnstorableResultIsRetriedNotRerun(t *testing.T) {
 	sock := socketPath(t)
 	calls, _ := countingEcho(t, sock, nil)
 	results := e.results() // core NATS sees every try, stored or not
+	// The store answers each try at once with an error, as a full one does
+	// (without an answer each try waited out the publish timeout: 5 s a
+	// try, 42 s for this test).
+	var full atomic.Bool
+	full.Store(true)
+	sub, err := e.nc.Subscribe(subjects.Result(testNS, testPool), func(m *nats.Msg) {
+		if full.Load() {
+			assert.NoError(t, m.Respond([]byte(`{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"}}`)))
+		}
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, e.nc.Flush())
 	e.startSidecar(e.config("w1", sock))
 	e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: "unstorable"}})
 	for range 7 { // more tries than the 5 before a nak
 		require.Equal(t, "unstorable", waitResult(t, results).InvocationID)
 	}
-	_, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: resultsStream, Subjects: subjects.ResultStreamSubjects()})
+	full.Store(false)
+	_, err = e.js.CreateStream(ctx, jetstream.StreamConfig{Name: resultsStream, Subjects: subjects.ResultStreamSubjects()})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		st, err := e.js.Stream(ctx, resultsStream)

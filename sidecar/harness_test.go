@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runplane/runplane/test/runplanebin"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -285,25 +287,20 @@ func (e *env) consumerInfo(worker string) *jetstream.ConsumerInfo {
 
 var (
 	buildOnce sync.Once
+	scratch   string // where the binaries are built when make test did not (TestMain removes it)
 	binDir    string
 	buildErr  error
 )
 
-// binaries builds runplane-sidecar and framework-echo once per test binary.
+// binaries returns runplane-sidecar and framework-echo, resolved (make
+// test's build) or built once per test binary.
 func binaries(t testing.TB) (sidecarBin, echoBin string) {
 	t.Helper()
 	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "rpbin")
-		if buildErr != nil {
+		if scratch, buildErr = os.MkdirTemp("", "rpbin"); buildErr != nil {
 			return
 		}
-		for _, pkg := range []string{"runplane-sidecar", "framework-echo"} {
-			out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, pkg), "github.com/runplane/runplane/cmd/"+pkg).CombinedOutput()
-			if err != nil {
-				buildErr = fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
-				return
-			}
-		}
+		binDir, buildErr = runplanebin.Dir(context.Background(), scratch, "runplane-sidecar", "framework-echo")
 	})
 	require.NoError(t, buildErr)
 	return filepath.Join(binDir, "runplane-sidecar"), filepath.Join(binDir, "framework-echo")
@@ -311,8 +308,8 @@ func binaries(t testing.TB) (sidecarBin, echoBin string) {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
+	if scratch != "" {
+		os.RemoveAll(scratch)
 	}
 	os.Exit(code)
 }

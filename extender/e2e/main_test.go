@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runplane/runplane/test/runplanebin"
+
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
@@ -129,16 +131,11 @@ func newHarness() (*harness, error) {
 			return nil, fmt.Errorf("creating PriorityClass %s: %w", name, err)
 		}
 	}
-	root, err := cluster.RepoRoot()
+	bin, err := runplanebin.Dir(ctx, env.Dir(), "runplane-extender")
 	if err != nil {
 		return nil, err
 	}
-	h.bin = filepath.Join(env.Dir(), "runplane-extender")
-	build := exec.Command("go", "build", "-o", h.bin, "./cmd/runplane-extender")
-	build.Dir, build.Stderr = root, os.Stderr
-	if err := build.Run(); err != nil {
-		return nil, fmt.Errorf("building runplane-extender: %w", err)
-	}
+	h.bin = filepath.Join(bin, "runplane-extender")
 	port, err := cluster.FreePort()
 	if err != nil {
 		return nil, err

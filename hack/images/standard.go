@@ -29,15 +29,27 @@ var runplaneBinaries = []string{
 // nonroot is the runplane image's user (api.ImageUID; distroless's nonroot).
 const nonroot = 65532
 
-// BuildBinaries builds every runplane binary and the pause binary of the
-// repository at root as static executables into out.
-func BuildBinaries(ctx context.Context, root, out string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out+string(filepath.Separator),
-		"./cmd/...", "./hack/images/pause")
+// BuildBinaries builds the named runplane binaries (cmd/<name>, or
+// "pause"; every one and pause when none is named) of the repository at
+// root as static executables into out.
+func BuildBinaries(ctx context.Context, root, out string, names ...string) error {
+	pkgs := []string{"./cmd/...", "./hack/images/pause"}
+	if len(names) > 0 {
+		pkgs = pkgs[:0]
+		for _, n := range names {
+			if n == "pause" {
+				pkgs = append(pkgs, "./hack/images/pause")
+				continue
+			}
+			pkgs = append(pkgs, "./cmd/"+n)
+		}
+	}
+	args := append([]string{"build", "-trimpath", "-ldflags", "-s -w", "-o", out + string(filepath.Separator)}, pkgs...)
+	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building image binaries: %w\n%s", err, msg)
+		return fmt.Errorf("building %s: %w\n%s", strings.Join(pkgs, " "), err, msg)
 	}
 	return nil
 }

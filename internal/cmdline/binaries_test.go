@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/runplane/runplane/test/runplanebin"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -23,9 +25,8 @@ func TestEveryBinaryFailsInJSON(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds every binary")
 	}
-	bin := t.TempDir()
-	out, err := exec.Command("go", "build", "-o", bin+"/", "../../cmd/...").CombinedOutput()
-	require.NoError(t, err, "building: %s", out)
+	bin, err := runplanebin.Dir(t.Context(), t.TempDir())
+	require.NoError(t, err)
 	cases := map[string]struct {
 		args []string
 		code int

@@ -10,13 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runplane/runplane/test/runplanebin"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/queue/config"
-	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/natsauth"
 )
 
@@ -28,11 +29,9 @@ func TestQueueBinaryCleanShutdown(t *testing.T) {
 	ctx := t.Context()
 	const ns = "queue-shutdown"
 	require.NoError(t, env.CreateNamespace(ctx, ns))
-	root, err := cluster.RepoRoot()
+	dir, err := runplanebin.Dir(ctx, t.TempDir(), "runplane-queue")
 	require.NoError(t, err)
-	bin := filepath.Join(t.TempDir(), "runplane-queue")
-	out, err := exec.Command("go", "build", "-o", bin, filepath.Join(root, "cmd", "runplane-queue")).CombinedOutput()
-	require.NoError(t, err, "building: %s", out)
+	bin := filepath.Join(dir, "runplane-queue")
 	nsrv := natsauth.JetStream(t, nil)
 
 	qc := config.New()

@@ -3,6 +3,7 @@ package sshserver_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
@@ -17,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runplane/runplane/test/runplanebin"
+
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/ssh"
 )
@@ -30,13 +33,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binPath = filepath.Join(dir, "runplane-ssh")
-	build := exec.Command("go", "build", "-o", binPath, "github.com/runplane/runplane/cmd/runplane-ssh")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	bin, err := runplanebin.Dir(context.Background(), dir, "runplane-ssh")
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "build runplane-ssh:", err)
 		os.Exit(1)
 	}
+	binPath = filepath.Join(bin, "runplane-ssh")
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

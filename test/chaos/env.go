@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/runplane/runplane/test/runplanebin"
+
 	"github.com/nats-io/nats.go"
 	"k8s.io/utils/ptr"
 
@@ -25,18 +27,23 @@ type Binaries struct {
 	Queue, Sidecar, Framework, NATS string
 }
 
-// Build builds runplane-queue, runplane-sidecar and framework-recorder into
-// dir (run from inside the module, as go test does), and picks the
+// Build builds framework-recorder into dir (run from inside the module, as
+// go test does), takes runplane-queue and runplane-sidecar from
+// test/runplanebin (make test's build, or built into dir), and picks the
 // nats-server: the pinned binary of test/testbin when RUNPLANE_TESTBIN_DIR
 // has it, else cmd/natsd (the same server module, built here).
 func Build(ctx context.Context, dir string) (Binaries, error) {
+	runplane, err := runplanebin.Dir(ctx, dir, "runplane-queue", "runplane-sidecar")
+	if err != nil {
+		return Binaries{}, err
+	}
 	b := Binaries{
-		Queue:     filepath.Join(dir, "runplane-queue"),
-		Sidecar:   filepath.Join(dir, "runplane-sidecar"),
+		Queue:     filepath.Join(runplane, "runplane-queue"),
+		Sidecar:   filepath.Join(runplane, "runplane-sidecar"),
 		Framework: filepath.Join(dir, "framework-recorder"),
 		NATS:      filepath.Join(dir, "natsd"),
 	}
-	pkgs := []string{"./cmd/runplane-queue", "./cmd/runplane-sidecar", "./test/chaos/cmd/framework-recorder"}
+	pkgs := []string{"./test/chaos/cmd/framework-recorder"}
 	if tb := os.Getenv("RUNPLANE_TESTBIN_DIR"); tb != "" {
 		if _, err := os.Stat(filepath.Join(tb, "nats-server")); err == nil {
 			b.NATS = filepath.Join(tb, "nats-server")

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/runplane/runplane/test/runplanebin"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -597,16 +599,12 @@ func (c *Cluster) stopRealNodes() {
 // into one OCI archive in the cluster dir.
 func (c *Cluster) buildImages(ctx context.Context, nodeBin string) (string, error) {
 	began := time.Now()
-	root, err := RepoRoot()
-	if err != nil {
-		return "", err
-	}
 	tmp := filepath.Join(c.dir, "images")
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		return "", fmt.Errorf("building images: %w", err)
 	}
-	bin := filepath.Join(tmp, "bin")
-	if err := images.BuildBinaries(ctx, root, bin); err != nil {
+	bin, err := runplanebin.Dir(ctx, filepath.Join(tmp, "bin"))
+	if err != nil {
 		return "", err
 	}
 	imgs, err := images.Standard(tmp, bin, "/bin/busybox")

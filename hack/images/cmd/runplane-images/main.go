@@ -3,10 +3,15 @@
 // -only runplane.
 //
 //	go run ./hack/images/cmd/runplane-images -out bin/runplane-image.tar [-bin dir] [-only runplane] [-ref ghcr.io/runplane/runplane:dev]
+//	go run ./hack/images/cmd/runplane-images -only binaries -bin dir
+//
+// -only binaries builds the images' static binaries into -bin and writes no
+// image: make test's one build of them for every suite (test/runplanebin).
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -25,13 +30,20 @@ func main() {
 func run() error {
 	out := flag.String("out", "bin/runplane-image.tar", "the OCI archive to write")
 	binDir := flag.String("bin", "", "prebuilt static binaries (built from the repository in the working directory when empty)")
-	only := flag.String("only", "", `"runplane" writes only the runplane image; empty writes runplane, pause, framework-echo and user`)
+	only := flag.String("only", "", `"runplane" writes only the runplane image; "binaries" only builds the static binaries into -bin; empty writes runplane, pause, framework-echo and user`)
 	ref := flag.String("ref", images.RunplaneRef, "the runplane image's reference")
 	version := flag.String("version", "dev", "the runplane image's org.opencontainers.image.version label")
 	busybox := flag.String("busybox", "/bin/busybox", "a static busybox for the user image")
 	flag.Parse()
-	if *only != "" && *only != "runplane" {
-		return fmt.Errorf("-only %q: want \"runplane\" or empty", *only)
+	switch *only {
+	case "", "runplane":
+	case "binaries":
+		if *binDir == "" {
+			return errors.New("-only binaries needs -bin, the directory to build into")
+		}
+		return images.BuildBinaries(context.Background(), ".", *binDir)
+	default:
+		return fmt.Errorf("-only %q: want \"runplane\", \"binaries\" or empty", *only)
 	}
 	tmp, err := os.MkdirTemp("", "runplane-images-")
 	if err != nil {
