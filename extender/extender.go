@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -28,7 +27,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/runplane/runplane/catalog"
@@ -124,7 +123,6 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		preempts: make(chan preemption, preemptQueue),
 		events:   eventRecorder(ctx, client),
 	}
-	e.metrics = newMetrics(e.ledger)
 	metricsTLS := tlsCfg
 	servingCert, err := cfg.Metrics.ServingCert()
 	if err != nil {
@@ -143,12 +141,8 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 			return nil, fmt.Errorf("extender: %w", err)
 		}
 	}
-	for listener, c := range map[string]*tls.Config{"verbs": tlsCfg, "metrics": metricsTLS} {
-		e.metrics.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        "runplane_extender_certificate_expiry_timestamp_seconds",
-			Help:        "When the certificate a listener serves expires (Unix seconds).",
-			ConstLabels: prometheus.Labels{"listener": listener},
-		}, func() float64 { return certExpiry(c) }))
+	if e.metrics, err = newMetrics().registered(e.ledger, map[string]*tls.Config{"verbs": tlsCfg, "metrics": metricsTLS}); err != nil {
+		return nil, err
 	}
 	mgr, err := manager.New(rc, manager.Options{
 		Logger: logging.Manager(cfg.Logger), // its own Lease release at shutdown is not an ERROR
@@ -295,10 +289,11 @@ func (e *Extender) routeVerbs(mux *http.ServeMux) {
 	mux.HandleFunc(BindPath, e.handleBind)
 }
 
-// metricsHandler serves the extender's metrics and the manager's (leader
-// election, client-go) to scrapers RBAC allows get on /metrics.
+// metricsHandler serves controller-runtime's registry — the extender's
+// metrics and the manager's (leader election, client-go) — to scrapers
+// RBAC allows get on /metrics.
 func (e *Extender) metricsHandler(cfg Config) (http.Handler, error) {
-	h, err := metricsauth.Handler(cfg.RESTConfig, logr.FromSlogHandler(cfg.Logger.Handler()), e.metrics.registry, crmetrics.Registry)
+	h, err := metricsauth.Handler(cfg.RESTConfig, logr.FromSlogHandler(cfg.Logger.Handler()), ctrlmetrics.Registry)
 	if err != nil {
 		return nil, fmt.Errorf("extender: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -17,6 +18,7 @@ import (
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/extender"
@@ -45,6 +47,13 @@ func TestFollowSchedulerLease(t *testing.T) {
 	lease, err = leases.Create(ctx, lease, metav1.CreateOptions{})
 	require.NoError(t, err)
 	require.Eventually(t, e.IsLeader, 10*time.Second, poll, "binding while this host's scheduler leads")
+	// One registry, controller-runtime's, holds the extender's series
+	// beside the manager's (client-go's): /metrics serves it.
+	for _, name := range []string{"runplane_extender_leader", "rest_client_requests_total"} {
+		n, err := testutil.GatherAndCount(ctrlmetrics.Registry, name)
+		require.NoError(t, err)
+		require.Positive(t, n, "%s in controller-runtime's registry", name)
+	}
 	other := "elsewhere_1"
 	lease.Spec.HolderIdentity = &other
 	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
