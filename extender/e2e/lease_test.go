@@ -93,6 +93,8 @@ func TestLeadsOnlyOnceSynced(t *testing.T) {
 	select {
 	case <-asked:
 	case <-time.After(time.Minute):
+		cancel()
+		<-started // no assertion of its goroutine after the test ended
 		t.Fatal("the extender never asked for the Pods")
 	}
 	// The Pod list is held: the extender may run for the Lease, but must
