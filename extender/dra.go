@@ -9,7 +9,6 @@ import (
 
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
 	listersv1 "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/tools/cache"
 	dracel "k8s.io/dynamic-resource-allocation/cel"
@@ -29,28 +28,25 @@ type draFeed struct {
 	classes map[string][]dracel.CompilationResult
 }
 
-// draInformers registers the DRA informers on f; it returns their
-// registrations' HasSynced.
-func (e *Extender) draInformers(f informers.SharedInformerFactory) ([]cache.InformerSynced, error) {
+// draInformers registers the ledger's handlers on the DRA informers (and
+// the DRA stock's on pods); it returns their registrations' HasSynced.
+func (e *Extender) draInformers(pods, classInf, sliceInf, claimInf cache.SharedIndexInformer) ([]cache.InformerSynced, error) {
 	d := &draFeed{ledger: e.ledger, classes: map[string][]dracel.CompilationResult{}}
-	classInf := f.Resource().V1().DeviceClasses()
-	sliceInf := f.Resource().V1().ResourceSlices()
-	claimInf := f.Resource().V1().ResourceClaims()
-	d.slices = sliceInf.Lister()
-	classReg, err := classInf.Informer().AddEventHandler(feed(d.upsertClass, d.deleteClass))
+	d.slices = listersv1.NewResourceSliceLister(sliceInf.GetIndexer())
+	classReg, err := classInf.AddEventHandler(feed(d.upsertClass, d.deleteClass))
 	if err != nil {
 		return nil, fmt.Errorf("extender: deviceclass informer: %w", err)
 	}
-	sliceReg, err := sliceInf.Informer().AddEventHandler(feed(d.upsertSlice, func(s *resourcev1.ResourceSlice) { d.ledger.SetSlice(s.Name, "", nil) }))
+	sliceReg, err := sliceInf.AddEventHandler(feed(d.upsertSlice, func(s *resourcev1.ResourceSlice) { d.ledger.SetSlice(s.Name, "", nil) }))
 	if err != nil {
 		return nil, fmt.Errorf("extender: resourceslice informer: %w", err)
 	}
-	claimReg, err := claimInf.Informer().AddEventHandler(feed(func(c *resourcev1.ResourceClaim) { d.ledger.UpsertClaim(claimOf(c)) },
+	claimReg, err := claimInf.AddEventHandler(feed(func(c *resourcev1.ResourceClaim) { d.ledger.UpsertClaim(claimOf(c)) },
 		func(c *resourcev1.ResourceClaim) { d.ledger.DeleteClaim(c.UID) }))
 	if err != nil {
 		return nil, fmt.Errorf("extender: resourceclaim informer: %w", err)
 	}
-	if err := e.draStockHandlers(claimInf.Informer(), f.Core().V1().Pods().Informer(), claimInf.Lister()); err != nil {
+	if err := e.draStockHandlers(claimInf, pods, listersv1.NewResourceClaimLister(claimInf.GetIndexer())); err != nil {
 		return nil, err
 	}
 	return []cache.InformerSynced{classReg.HasSynced, sliceReg.HasSynced, claimReg.HasSynced}, nil

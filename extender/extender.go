@@ -9,26 +9,32 @@ import (
 	"net"
 	"net/http"
 	goruntime "runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	listersv1 "k8s.io/client-go/listers/core/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/runplane/runplane/catalog"
@@ -53,9 +59,12 @@ type Extender struct {
 	// deletePod deletes a placeholder (deletePod(client); tests use the
 	// fake clientset's typed Delete, whose REST client is nil).
 	deletePod func(ctx context.Context, ns, name string, opts *metav1.DeleteOptions) (runtime.Object, error)
-	// informerSynced report whether the Pod and Node informers (and the
-	// followed Lease's) synced.
-	informerSynced []cache.InformerSynced
+	// cache is the manager's: the informers of everything the extender
+	// watches. handlersSynced report whether the ledger's event handlers
+	// were handed every listed object; synced is set once both are.
+	cache          ctrlcache.Cache
+	handlersSynced []cache.InformerSynced
+	synced         atomic.Bool
 	intents        intents
 	// preempts carries the filter's preemption plans to evictVictims;
 	// guard tells the ledger which Pods a PodDisruptionBudget protects.
@@ -124,7 +133,6 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		preempts: make(chan preemption, preemptQueue),
 		events:   eventRecorder(ctx, client),
 	}
-	e.metrics = newMetrics(e.ledger)
 	metricsTLS := tlsCfg
 	servingCert, err := cfg.Metrics.ServingCert()
 	if err != nil {
@@ -143,15 +151,12 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 			return nil, fmt.Errorf("extender: %w", err)
 		}
 	}
-	for listener, c := range map[string]*tls.Config{"verbs": tlsCfg, "metrics": metricsTLS} {
-		e.metrics.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        "runplane_extender_certificate_expiry_timestamp_seconds",
-			Help:        "When the certificate a listener serves expires (Unix seconds).",
-			ConstLabels: prometheus.Labels{"listener": listener},
-		}, func() float64 { return certExpiry(c) }))
+	if e.metrics, err = newMetrics().registered(e.ledger, map[string]*tls.Config{"verbs": tlsCfg, "metrics": metricsTLS}); err != nil {
+		return nil, err
 	}
 	mgr, err := manager.New(rc, manager.Options{
 		Logger: logging.Manager(cfg.Logger), // its own Lease release at shutdown is not an ERROR
+		Cache:  cacheOptions(cfg),
 		// Metrics and probes are served on the extender's HTTPS listener.
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:        "0",
@@ -175,8 +180,7 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 	if err := e.catalog.Catalog().CheckManaged(cfg.ManagedResources); err != nil {
 		return nil, fmt.Errorf("extender: %w", err)
 	}
-	informers, err := e.informers()
-	if err != nil {
+	if err := e.informers(ctx, mgr.GetCache()); err != nil {
 		return nil, err
 	}
 	e.listener, err = net.Listen("tcp", cfg.Addr)
@@ -185,7 +189,7 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 	}
 	verbs, observe := http.NewServeMux(), http.NewServeMux()
 	e.routeVerbs(verbs)
-	runnables := []manager.Runnable{informers, always(e.sweep), always(e.evictVictims), always(e.reconcileReservations), always(e.takeDRAStock), server("runplane-extender", verbs, e.listener, verbsTLS(tlsCfg))}
+	runnables := []manager.Runnable{always(e.sweep), always(e.evictVictims), always(e.reconcileReservations), always(e.takeDRAStock), server("runplane-extender", verbs, e.listener, verbsTLS(tlsCfg))}
 	metricsHandler, err := e.metricsHandler(cfg)
 	if err != nil {
 		_ = e.listener.Close()
@@ -208,7 +212,7 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		runnables = append(runnables, always(func(ctx context.Context) error { return e.stockStatus(ctx, cfg.Stock.StatusPeriod.Duration) }))
 	}
 	if cfg.LeaderElection.FollowLease != "" {
-		follow, err := e.followLease()
+		follow, err := e.followLease(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -249,7 +253,7 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 	}()
 	syncCtx, cancel := context.WithTimeout(mgrCtx, 2*time.Minute)
 	defer cancel()
-	if !cache.WaitForCacheSync(syncCtx.Done(), e.informerSynced...) {
+	if !e.waitSynced(syncCtx) {
 		stop()
 		if err := e.Wait(); err != nil {
 			return nil, err
@@ -295,10 +299,11 @@ func (e *Extender) routeVerbs(mux *http.ServeMux) {
 	mux.HandleFunc(BindPath, e.handleBind)
 }
 
-// metricsHandler serves the extender's metrics and the manager's (leader
-// election, client-go) to scrapers RBAC allows get on /metrics.
+// metricsHandler serves controller-runtime's registry — the extender's
+// metrics and the manager's (leader election, client-go) — to scrapers
+// RBAC allows get on /metrics.
 func (e *Extender) metricsHandler(cfg Config) (http.Handler, error) {
-	h, err := metricsauth.Handler(cfg.RESTConfig, logr.FromSlogHandler(cfg.Logger.Handler()), e.metrics.registry, crmetrics.Registry)
+	h, err := metricsauth.Handler(cfg.RESTConfig, logr.FromSlogHandler(cfg.Logger.Handler()), ctrlmetrics.Registry)
 	if err != nil {
 		return nil, fmt.Errorf("extender: %w", err)
 	}
@@ -345,14 +350,18 @@ func (e *Extender) IsLeader() bool { return e.isLeader() }
 
 func (e *Extender) isLeader() bool { return e.leader.Load() }
 
-// waitSynced blocks until the ledger has been handed every listed Pod
-// (reservations included), Node and PodDisruptionBudget — and the followed
-// Lease — or ctx ends (false). Nothing leads before: a leader with a
-// partial ledger would reserve and bind into capacity whose Pods it has not
-// seen yet, and release as stale the reservations of preemptors it has not
-// seen yet (TestLeadsOnlyOnceSynced).
+// waitSynced blocks until the cache has synced (Pods, Nodes,
+// PodDisruptionBudgets, DRA objects, the followed Lease) and the ledger has
+// been handed every listed object, or ctx ends (false). Nothing leads
+// before: a leader with a partial ledger would reserve and bind into
+// capacity whose Pods it has not seen yet, and release as stale the
+// reservations of preemptors it has not seen yet (TestLeadsOnlyOnceSynced).
 func (e *Extender) waitSynced(ctx context.Context) bool {
-	return cache.WaitForCacheSync(ctx.Done(), e.informerSynced...)
+	if !e.cache.WaitForCacheSync(ctx) || !cache.WaitForCacheSync(ctx.Done(), e.handlersSynced...) {
+		return false
+	}
+	e.synced.Store(true)
+	return true
 }
 
 func (e *Extender) setLeader(v bool) {
@@ -380,10 +389,8 @@ func (f always) Start(ctx context.Context) error { return f(ctx) }
 func (always) NeedLeaderElection() bool { return false }
 
 func (e *Extender) informersSynced(*http.Request) error {
-	for _, s := range e.informerSynced {
-		if !s() {
-			return errors.New("informers (pods, nodes, PodDisruptionBudgets, DRA classes, slices and claims, the followed Lease) not synced")
-		}
+	if !e.synced.Load() {
+		return errors.New("informers (pods, nodes, PodDisruptionBudgets, DRA classes, slices and claims, the followed Lease) not synced")
 	}
 	return nil
 }
@@ -419,49 +426,74 @@ func protobuf(rc *rest.Config) *rest.Config {
 	return pb
 }
 
-// stripManaged drops managed fields: the ledger never reads them and at
-// 50,000 Pods they dominate the informer's memory.
-func stripManaged(obj any) (any, error) {
-	if m, ok := obj.(metav1.ObjectMetaAccessor); ok {
-		m.GetObjectMeta().SetManagedFields(nil)
+// cacheOptions is what the manager's cache keeps: every object without
+// its managed fields (the ledger never reads them and at 50,000 Pods they
+// dominate the informers' memory), and of Leases only the followed one
+// (RBAC grants list and watch on its name only, which needs the field
+// selector).
+func cacheOptions(cfg Config) ctrlcache.Options {
+	o := ctrlcache.Options{DefaultTransform: ctrlcache.TransformStripManagedFields()}
+	if ns, name, ok := strings.Cut(cfg.LeaderElection.FollowLease, "/"); ok {
+		o.ByObject = map[client.Object]ctrlcache.ByObject{&coordinationv1.Lease{}: {
+			Namespaces: map[string]ctrlcache.Config{ns: {}},
+			Field:      fields.OneTermEqualSelector("metadata.name", name),
+		}}
 	}
-	return obj, nil
+	return o
 }
 
-// informers feed the ledger from Pod and Node informers; the runnable
-// runs them.
-func (e *Extender) informers() (manager.Runnable, error) {
-	f := informers.NewSharedInformerFactoryWithOptions(e.client, 0, informers.WithTransform(stripManaged))
-	podInf := f.Core().V1().Pods()
-	nodeInf := f.Core().V1().Nodes()
-	pdbInf := f.Policy().V1().PodDisruptionBudgets()
-	e.podLister = podInf.Lister()
-	e.nodeLister = nodeInf.Lister()
-	e.guard = disruptionGuard{lister: pdbInf.Lister()}
-	podReg, err := podInf.Informer().AddEventHandler(feed(e.ledger.UpsertPod, func(p *corev1.Pod) { e.ledger.DeletePod(p.UID) }))
-	if err != nil {
-		return nil, fmt.Errorf("extender: pod informer: %w", err)
+// sharedInformers are c's informers of objs, started with the manager.
+// The extender reads through client-go listers on their stores rather
+// than through the cache's reader: reads in event handlers (which have no
+// context) and on every filter must neither wait for a sync nor copy the
+// object. controller-runtime's cluster-wide informers are client-go's
+// SharedIndexInformers (a namespaced one is not: the followed Lease).
+func sharedInformers(ctx context.Context, c ctrlcache.Cache, objs ...client.Object) ([]cache.SharedIndexInformer, error) {
+	out := make([]cache.SharedIndexInformer, len(objs))
+	for i, obj := range objs {
+		inf, err := c.GetInformer(ctx, obj)
+		if err != nil {
+			return nil, fmt.Errorf("extender: informer of %T: %w", obj, err)
+		}
+		var ok bool
+		if out[i], ok = inf.(cache.SharedIndexInformer); !ok {
+			return nil, fmt.Errorf("extender: the cache's informer of %T is a %T, not a SharedIndexInformer", obj, inf)
+		}
 	}
-	nodeReg, err := nodeInf.Informer().AddEventHandler(feed(e.ledger.UpsertNode, func(n *corev1.Node) { e.ledger.DeleteNode(n.Name) }))
+	return out, nil
+}
+
+// informers feed the ledger from the cache's Pod, Node and DRA informers.
+func (e *Extender) informers(ctx context.Context, c ctrlcache.Cache) error {
+	e.cache = c
+	infs, err := sharedInformers(ctx, c, &corev1.Pod{}, &corev1.Node{}, &policyv1.PodDisruptionBudget{},
+		&resourcev1.DeviceClass{}, &resourcev1.ResourceSlice{}, &resourcev1.ResourceClaim{})
 	if err != nil {
-		return nil, fmt.Errorf("extender: node informer: %w", err)
+		return err
 	}
-	// The registrations' HasSynced, not the informers': an informer has
+	pods, nodes, pdbs := infs[0], infs[1], infs[2]
+	e.podLister = listersv1.NewPodLister(pods.GetIndexer())
+	e.nodeLister = listersv1.NewNodeLister(nodes.GetIndexer())
+	e.guard = disruptionGuard{lister: policylisters.NewPodDisruptionBudgetLister(pdbs.GetIndexer())}
+	podReg, err := pods.AddEventHandler(feed(e.ledger.UpsertPod, func(p *corev1.Pod) { e.ledger.DeletePod(p.UID) }))
+	if err != nil {
+		return fmt.Errorf("extender: pod informer: %w", err)
+	}
+	nodeReg, err := nodes.AddEventHandler(feed(e.ledger.UpsertNode, func(n *corev1.Node) { e.ledger.DeleteNode(n.Name) }))
+	if err != nil {
+		return fmt.Errorf("extender: node informer: %w", err)
+	}
+	// The registrations' HasSynced besides the cache's: an informer has
 	// synced once its store holds the list, but the ledger has it only once
 	// the handler has been handed every listed object — claims a
 	// predecessor left must be recovered before this extender makes any.
-	e.informerSynced = []cache.InformerSynced{podReg.HasSynced, nodeReg.HasSynced, pdbInf.Informer().HasSynced}
-	draSynced, err := e.draInformers(f)
+	e.handlersSynced = []cache.InformerSynced{podReg.HasSynced, nodeReg.HasSynced}
+	draSynced, err := e.draInformers(pods, infs[3], infs[4], infs[5])
 	if err != nil {
-		return nil, err
+		return err
 	}
-	e.informerSynced = append(e.informerSynced, draSynced...)
-	return always(func(ctx context.Context) error {
-		f.Start(ctx.Done())
-		<-ctx.Done()
-		f.Shutdown()
-		return nil
-	}), nil
+	e.handlersSynced = append(e.handlersSynced, draSynced...)
+	return nil
 }
 
 // feed hands an informer's objects to the ledger.

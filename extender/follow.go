@@ -10,28 +10,27 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
 
-// followLease is the runnable of FollowLease: an informer on that one Lease
-// (RBAC grants list and watch on its name only, which needs the field
-// selector) wakes a follower, which binds while the Lease says this host's
-// scheduler leads.
-func (e *Extender) followLease() (manager.Runnable, error) {
+// followLease is the runnable of FollowLease: the cache's informer on that
+// one Lease (cacheOptions) wakes a follower, which binds while the Lease
+// says this host's scheduler leads.
+func (e *Extender) followLease(ctx context.Context) (manager.Runnable, error) {
 	ns, name, _ := strings.Cut(e.cfg.LeaderElection.FollowLease, "/")
 	host, err := os.Hostname()
 	if err != nil {
 		return nil, fmt.Errorf("extender: following Lease %s: %w", e.cfg.LeaderElection.FollowLease, err)
 	}
-	f := informers.NewSharedInformerFactoryWithOptions(e.client, 0, informers.WithNamespace(ns),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
-		}))
-	inf := f.Coordination().V1().Leases()
+	// Readiness and Start wait for it with the cache: an extender that
+	// cannot read it (RBAC, an upgrade's older Role) would never bind while
+	// looking healthy.
+	inf, err := e.cache.GetInformer(ctx, &coordinationv1.Lease{})
+	if err != nil {
+		return nil, fmt.Errorf("extender: lease informer: %w", err)
+	}
 	changed := make(chan struct{}, 1)
 	poke := func(*coordinationv1.Lease) {
 		select {
@@ -39,18 +38,20 @@ func (e *Extender) followLease() (manager.Runnable, error) {
 		default:
 		}
 	}
-	if _, err := inf.Informer().AddEventHandler(feed(poke, poke)); err != nil {
+	if _, err := inf.AddEventHandler(feed(poke, poke)); err != nil {
 		return nil, fmt.Errorf("extender: lease informer: %w", err)
 	}
-	// Readiness and Start wait for the Lease too: an extender that cannot
-	// read it (RBAC, an upgrade's older Role) would never bind while
-	// looking healthy.
-	e.informerSynced = append(e.informerSynced, inf.Informer().HasSynced)
+	// Read from the cache (a namespaced informer is no SharedIndexInformer
+	// to build a lister on), once synced: the runnable has a context.
 	fl := follower{host: host, clock: e.cfg.Clock, set: e.setLeader, log: e.log,
-		get: func() (*coordinationv1.Lease, error) { return inf.Lister().Leases(ns).Get(name) }}
+		get: func(ctx context.Context) (*coordinationv1.Lease, error) {
+			var l coordinationv1.Lease
+			if err := e.cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &l); err != nil {
+				return nil, err
+			}
+			return &l, nil
+		}}
 	return always(func(ctx context.Context) error {
-		f.Start(ctx.Done())
-		defer f.Shutdown()
 		if !e.waitSynced(ctx) {
 			return nil
 		}
@@ -64,7 +65,7 @@ func (e *Extender) followLease() (manager.Runnable, error) {
 type follower struct {
 	host  string
 	clock clock.Clock
-	get   func() (*coordinationv1.Lease, error)
+	get   func(context.Context) (*coordinationv1.Lease, error)
 	set   func(bool)
 	log   *slog.Logger
 }
@@ -75,7 +76,7 @@ type follower struct {
 func (f follower) run(ctx context.Context, changed <-chan struct{}) {
 	defer f.set(false)
 	for {
-		lease, err := f.get()
+		lease, err := f.get(ctx)
 		if err != nil && !apierrors.IsNotFound(err) { // not found: nobody leads
 			f.log.Error("reading the followed Lease; not binding", "err", err)
 		}

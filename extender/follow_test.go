@@ -55,7 +55,7 @@ func TestFollowerRun(t *testing.T) {
 			LeaseDurationSeconds: ptr.To[int32](10), RenewTime: &metav1.MicroTime{Time: clk.Now()}}}
 	}
 	var binding atomic.Bool
-	f := follower{host: "host-a", clock: clk, set: binding.Store, get: func() (*coordinationv1.Lease, error) {
+	f := follower{host: "host-a", clock: clk, set: binding.Store, get: func(context.Context) (*coordinationv1.Lease, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if current == nil {

@@ -41,7 +41,7 @@ func testExtender(t testing.TB, leader bool, pods ...*corev1.Pod) *Extender {
 	require.NoError(t, err)
 	l := ledger.New(ledger.Options{})
 	// The fake client holds pods and absorbs the claim-intent patches filter starts.
-	e := &Extender{ledger: l, catalog: catalog.NewStaticStore(c), metrics: newMetrics(l), client: fake.NewClientset(objects(pods)...),
+	e := &Extender{ledger: l, catalog: catalog.NewStaticStore(c), metrics: newMetrics(), client: fake.NewClientset(objects(pods)...),
 		log: slog.New(slog.NewTextHandler(io.Discard, nil)), intents: intents{clock: clock.RealClock{}}}
 	e.cfg.ClaimTimeout.Duration = 10 * time.Second
 	e.cfg.ManagedResources = []corev1.ResourceName{api.DefaultGPUResource}

@@ -1,16 +1,21 @@
 package extender
 
 import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+
 	"github.com/prometheus/client_golang/prometheus"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/runplane/runplane/extender/ledger"
-	"github.com/runplane/runplane/internal/buildinfo"
+	"github.com/runplane/runplane/internal/metricsauth"
 )
 
-// metrics are the extender's Prometheus metrics, on a private registry.
+// metrics are the extender's Prometheus metrics, in controller-runtime's
+// registry (registered) with the manager's own.
 type metrics struct {
-	registry *prometheus.Registry
-	latency  *prometheus.HistogramVec
+	latency *prometheus.HistogramVec
 	// The verbs' observers, resolved once: filter and prioritize run every
 	// scheduling cycle.
 	filterLatency, prioritizeLatency, bindLatency prometheus.Observer
@@ -26,9 +31,10 @@ type metrics struct {
 	leader                                        prometheus.Gauge
 }
 
-func newMetrics(l *ledger.Ledger) *metrics {
+// newMetrics makes the extender's metrics, registered nowhere (tests read
+// them directly); Start registers them.
+func newMetrics() *metrics {
 	m := &metrics{
-		registry: prometheus.NewRegistry(),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "runplane_extender_request_duration_seconds",
 			Help:    "Latency of extender requests by verb (filter, prioritize, bind).",
@@ -76,14 +82,56 @@ func newMetrics(l *ledger.Ledger) *metrics {
 			Help: "1 while this replica holds the Lease and binds.",
 		}),
 	}
+	m.resolve()
+	return m
+}
+
+// resolve sets the series every extender exports from its start: the
+// verbs' observers, and every bind failure reason at 0.
+func (m *metrics) resolve() {
 	m.filterLatency = m.latency.WithLabelValues("filter")
 	m.prioritizeLatency = m.latency.WithLabelValues("prioritize")
 	m.bindLatency = m.latency.WithLabelValues("bind")
 	for _, r := range bindFailureReasons() {
 		m.bindFailures.WithLabelValues(r)
 	}
-	m.registry.MustRegister(m.latency, m.steps, m.claims, m.bindFailures, m.refused, m.binds, m.preemptions, m.evictions, m.preemptionCaps, m.reservations, m.leader, stockCollector{l}, buildinfo.Collector())
-	return m
+}
+
+// registered is m in controller-runtime's registry, with the build
+// information and the Go runtime's and the process's metrics, and the
+// scrape-time gauges of l's stock and of the certificates of certs (by
+// listener). Another extender of this process (make dev restarting one,
+// tests) shares its series (metricsauth.Register); the scrape-time gauges
+// replace the ones it registered, which read its ledger and listeners.
+func (m *metrics) registered(l *ledger.Ledger, certs map[string]*tls.Config) (*metrics, error) {
+	r := *m
+	errs := []error{register(&r.latency), register(&r.steps), register(&r.claims), register(&r.bindFailures),
+		register(&r.refused), register(&r.binds), register(&r.preemptions), register(&r.evictions),
+		register(&r.preemptionCaps), register(&r.reservations), register(&r.leader), metricsauth.RegisterProcess()}
+	gauges := []prometheus.Collector{stockCollector{l}}
+	for listener, c := range certs {
+		gauges = append(gauges, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "runplane_extender_certificate_expiry_timestamp_seconds",
+			Help:        "When the certificate a listener serves expires (Unix seconds).",
+			ConstLabels: prometheus.Labels{"listener": listener},
+		}, func() float64 { return certExpiry(c) }))
+	}
+	for _, g := range gauges {
+		ctrlmetrics.Registry.Unregister(g) // the previous extender's, reading its ledger and listeners
+		errs = append(errs, register(&g))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("extender: %w", err)
+	}
+	r.resolve()
+	return &r, nil
+}
+
+// register replaces *c with the collector metricsauth.Register returns.
+func register[C prometheus.Collector](c *C) error {
+	var err error
+	*c, err = metricsauth.Register(*c)
+	return err
 }
 
 var (

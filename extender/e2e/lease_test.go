@@ -10,13 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/extender"
@@ -45,6 +46,13 @@ func TestFollowSchedulerLease(t *testing.T) {
 	lease, err = leases.Create(ctx, lease, metav1.CreateOptions{})
 	require.NoError(t, err)
 	require.Eventually(t, e.IsLeader, 10*time.Second, poll, "binding while this host's scheduler leads")
+	// One registry, controller-runtime's, holds the extender's series
+	// beside the manager's (client-go's): /metrics serves it.
+	for _, name := range []string{"runplane_extender_leader", "rest_client_requests_total"} {
+		n, err := testutil.GatherAndCount(ctrlmetrics.Registry, name)
+		require.NoError(t, err)
+		require.Positive(t, n, "%s in controller-runtime's registry", name)
+	}
 	other := "elsewhere_1"
 	lease.Spec.HolderIdentity = &other
 	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
@@ -54,19 +62,23 @@ func TestFollowSchedulerLease(t *testing.T) {
 	require.NoError(t, e.Wait())
 }
 
-// TestLeadsOnlyOnceSynced: an extender that wins a free Lease (as when its
-// predecessor released it at a rolling update) binds only once its ledger
-// holds every Pod — reservations included. Before, it led from the moment
-// it won the Lease, the Pod list still on its way: it reserved and bound
-// into capacity whose Pods it had not seen, and released as stale every
-// reservation whose preemptor it had not seen yet.
+// TestLeadsOnlyOnceSynced: an extender that may win a free Lease (as when
+// its predecessor released it at a rolling update) binds only once its
+// ledger holds every Pod — reservations included. Before, it led from the
+// moment it won the Lease, the Pod list still on its way: it reserved and
+// bound into capacity whose Pods it had not seen, and released as stale
+// every reservation whose preemptor it had not seen yet. Now the Pods are
+// the manager's cache's, and the manager runs for the Lease only once its
+// cache synced.
 func TestLeadsOnlyOnceSynced(t *testing.T) {
 	setup(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	release := make(chan struct{})
+	release, asked := make(chan struct{}), make(chan struct{})
 	rc := rest.CopyConfig(env.RESTConfig())
-	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return holdPods{next: rt, release: release} })
+	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return &holdPods{next: rt, release: release, asked: asked}
+	})
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, nil))
 	started := make(chan *extender.Extender, 1)
@@ -78,14 +90,16 @@ func TestLeadsOnlyOnceSynced(t *testing.T) {
 		assert.NoError(t, err)
 		started <- e
 	}()
-	// The Lease is won while the Pod list is held.
-	require.Eventually(t, func() bool {
-		l, err := env.Client().CoordinationV1().Leases(api.DefaultNamespace).Get(ctx, leaseName, metav1.GetOptions{})
-		return err == nil && ptr.Deref(l.Spec.HolderIdentity, "") != ""
-	}, time.Minute, poll, "the Lease won")
-	// The manager starts its leader runnables right after: give the old
-	// code's the time to say it binds. (What is asserted is the order of
-	// the records, not an absence.)
+	select {
+	case <-asked:
+	case <-time.After(time.Minute):
+		cancel()
+		<-started // no assertion of its goroutine after the test ended
+		t.Fatal("the extender never asked for the Pods")
+	}
+	// The Pod list is held: the extender may run for the Lease, but must
+	// not bind. Give it the time to say it binds (what is asserted is the
+	// order of the records, not an absence).
 	time.Sleep(500 * time.Millisecond)
 	logger.Info("test: Pod list released")
 	close(release)
@@ -99,14 +113,18 @@ func TestLeadsOnlyOnceSynced(t *testing.T) {
 	require.NoError(t, e.Wait())
 }
 
-// holdPods holds every request for Pods until release is closed.
+// holdPods holds every request for Pods until release is closed; asked is
+// closed at the first.
 type holdPods struct {
 	next    http.RoundTripper
 	release <-chan struct{}
+	asked   chan struct{}
+	once    sync.Once
 }
 
-func (h holdPods) RoundTrip(r *http.Request) (*http.Response, error) {
+func (h *holdPods) RoundTrip(r *http.Request) (*http.Response, error) {
 	if r.URL.Path == "/api/v1/pods" {
+		h.once.Do(func() { close(h.asked) })
 		select {
 		case <-h.release:
 		case <-r.Context().Done():
