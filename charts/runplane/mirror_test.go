@@ -33,6 +33,7 @@ import (
 	econfig "github.com/runplane/runplane/extender/config"
 	"github.com/runplane/runplane/extender/profile"
 	"github.com/runplane/runplane/internal/bootstrapsecret"
+	"github.com/runplane/runplane/internal/configfile"
 	"github.com/runplane/runplane/internal/natssync"
 	"github.com/runplane/runplane/internal/natstls"
 	"github.com/runplane/runplane/internal/pki"
@@ -570,45 +571,31 @@ func mountedConfig(t *testing.T, objs []object, name, dep string, ctr int, check
 	return []byte(cm.Data["config.yaml"])
 }
 
-// queueConfig is the rendered runplane-queue configuration, decoded,
-// defaulted and validated by the queue's own loader (queue/config).
+// decoded is a rendered configuration file read by its binary's own loader
+// (configfile.Decode of the kind its config package defines).
+func decoded[T any, P configfile.Object[T]](t *testing.T, b []byte) *T {
+	t.Helper()
+	c, err := configfile.Decode[T, P](b)
+	require.NoError(t, err, "the binary refuses the chart's %s:\n%s", configfile.Kind[T](), b)
+	return c
+}
+
+// The rendered configurations: the extender's is the runplane-scheduler
+// Pod's second container's.
 func queueConfig(t *testing.T, objs []object) *config.QueueConfiguration {
-	t.Helper()
-	b := configFile(t, objs, "runplane-queue")
-	c, err := config.Decode(b)
-	require.NoError(t, err, "the queue refuses the chart's configuration:\n%s", b)
-	return c
+	return decoded[config.QueueConfiguration](t, configFile(t, objs, "runplane-queue"))
 }
 
-// webhookConfig is the rendered runplane-webhook configuration, read by
-// the webhook's own loader (webhook/config).
 func webhookConfig(t *testing.T, objs []object) *wconfig.WebhookConfiguration {
-	t.Helper()
-	b := configFile(t, objs, "runplane-webhook")
-	c, err := wconfig.Decode(b)
-	require.NoError(t, err, "the webhook refuses the chart's configuration:\n%s", b)
-	return c
+	return decoded[wconfig.WebhookConfiguration](t, configFile(t, objs, "runplane-webhook"))
 }
 
-// controllerConfig is the rendered runplane-controller configuration,
-// read by the controller's own loader (controllers/config).
 func controllerConfig(t *testing.T, objs []object) *cconfig.ControllerConfiguration {
-	t.Helper()
-	b := configFile(t, objs, "runplane-controller")
-	c, err := cconfig.Decode(b)
-	require.NoError(t, err, "the controller refuses the chart's configuration:\n%s", b)
-	return c
+	return decoded[cconfig.ControllerConfiguration](t, configFile(t, objs, "runplane-controller"))
 }
 
-// extenderConfig is the rendered runplane-extender configuration, read by
-// the extender's own loader (extender/config), in the runplane-scheduler
-// Pod's second container.
 func extenderConfig(t *testing.T, objs []object) *econfig.ExtenderConfiguration {
-	t.Helper()
-	b := mountedConfig(t, objs, "runplane-extender", "runplane-scheduler", 1, "checksum/extender-config")
-	c, err := econfig.Decode(b)
-	require.NoError(t, err, "the extender refuses the chart's configuration:\n%s", b)
-	return c
+	return decoded[econfig.ExtenderConfiguration](t, mountedConfig(t, objs, "runplane-extender", "runplane-scheduler", 1, "checksum/extender-config"))
 }
 
 // TestQueueConfigurationIsDefault: every setting the chart renders for the
@@ -619,7 +606,7 @@ func extenderConfig(t *testing.T, objs []object) *econfig.ExtenderConfiguration 
 func TestQueueConfigurationIsDefault(t *testing.T) {
 	needHelm(t)
 	got := queueConfig(t, parse(t, mustRender(t)))
-	want := config.New()
+	want := configfile.New[config.QueueConfiguration]()
 	// What the chart decides.
 	want.Namespace, want.Listen, want.Metrics, want.NATS = got.Namespace, got.Listen, got.Metrics, got.NATS
 	want.Stream.Replicas, want.Stream.MaxBytes, want.Stream.RecordsMaxBytes = got.Stream.Replicas, got.Stream.MaxBytes, got.Stream.RecordsMaxBytes
@@ -638,7 +625,7 @@ func TestWebhookConfigurationIsDefault(t *testing.T) {
 		webhookConfig(t, parse(t, mustRender(t, c.args...)))
 	}
 	got := webhookConfig(t, parse(t, mustRender(t)))
-	want := wconfig.New()
+	want := configfile.New[wconfig.WebhookConfiguration]()
 	// What the chart decides.
 	want.Namespace, want.HealthAddr, want.TLS = got.Namespace, got.HealthAddr, got.TLS
 	in := &want.Injection
@@ -659,7 +646,7 @@ func TestControllerConfigurationIsDefault(t *testing.T) {
 		controllerConfig(t, parse(t, mustRender(t, c.args...)))
 	}
 	got := controllerConfig(t, parse(t, mustRender(t)))
-	want := cconfig.New()
+	want := configfile.New[cconfig.ControllerConfiguration]()
 	// What the chart decides.
 	want.Image, want.Metrics, want.Egress.NATS = got.Image, got.Metrics, got.Egress.NATS
 	assert.Equal(t, want, got, "the chart's controller configuration differs from the binary's defaults beyond what the install decides")
@@ -678,7 +665,7 @@ func TestExtenderConfigurationIsDefault(t *testing.T) {
 	}
 	objs := parse(t, mustRender(t))
 	got := extenderConfig(t, objs)
-	want := econfig.New()
+	want := configfile.New[econfig.ExtenderConfiguration]()
 	// What the chart decides.
 	want.Namespace, want.Addr, want.Metrics, want.TLS = got.Namespace, got.Addr, got.Metrics, got.TLS
 	want.LeaderElection.LeaderElect, want.LeaderElection.FollowLease = got.LeaderElection.LeaderElect, got.LeaderElection.FollowLease
