@@ -33,6 +33,7 @@ import (
 	econfig "github.com/runplane/runplane/extender/config"
 	"github.com/runplane/runplane/extender/profile"
 	"github.com/runplane/runplane/internal/bootstrapsecret"
+	"github.com/runplane/runplane/internal/cmdline"
 	"github.com/runplane/runplane/internal/configfile"
 	"github.com/runplane/runplane/internal/natssync"
 	"github.com/runplane/runplane/internal/natstls"
@@ -333,49 +334,22 @@ func TestDashboardMetricsExist(t *testing.T) {
 var flagLine = regexp.MustCompile(`(?m)^\s+(?:-[A-Za-z], )?--?([A-Za-z0-9][-A-Za-z0-9_.]*)`)
 
 // TestContainerFlagsExist: every flag the chart passes to a runplane binary
-// or to kube-scheduler is one that binary defines (read from its -h), so the
-// chart and the mains cannot drift apart silently. runplane's binaries
-// take only --config and the log flags (their settings are compared as
-// structures: Test*ConfigurationIsDefault); kube-scheduler takes flags.
+// or to kube-scheduler is one that binary defines, so the chart and the
+// mains cannot drift apart silently. runplane's binaries in the chart are
+// configuration binaries (cmdline.Configuration: --config and the log
+// flags; their settings are compared as structures:
+// Test*ConfigurationIsDefault), so their arguments are parsed as
+// Configuration parses them (cmdline.CheckConfigurationArgs), values
+// included, without building them; TestEveryBinaryFailsInJSON runs each
+// built binary with -config. kube-scheduler's flags are read from its -h.
 func TestContainerFlagsExist(t *testing.T) {
 	needHelm(t)
-	if testing.Short() {
-		t.Skip("builds every runplane binary")
+	out, _ := exec.CommandContext(t.Context(), filepath.Join(binDir, "kube-scheduler"), "-h").CombinedOutput() // -h exits non-zero
+	scheduler := map[string]bool{}
+	for _, m := range flagLine.FindAllStringSubmatch(string(out), -1) {
+		scheduler[m[1]] = true
 	}
-	root, err := cluster.RepoRoot()
-	require.NoError(t, err)
-	bin := t.TempDir()
-	type flagSet struct {
-		flags map[string]bool
-		err   error
-	}
-	flagsOf := map[string]flagSet{}
-	// known builds the binary once and reads its flags from -h.
-	known := func(name string) flagSet {
-		if f, ok := flagsOf[name]; ok {
-			return f
-		}
-		f := flagSet{flags: map[string]bool{}}
-		defer func() { flagsOf[name] = f }()
-		path := filepath.Join(binDir, name)
-		if name != "kube-scheduler" {
-			path = filepath.Join(bin, name)
-			build := exec.CommandContext(t.Context(), "go", "build", "-o", path, "./cmd/"+name)
-			build.Dir = root
-			if out, err := build.CombinedOutput(); err != nil {
-				f.err = fmt.Errorf("building cmd/%s: %w\n%s", name, err, out)
-				return f
-			}
-		}
-		out, _ := exec.CommandContext(t.Context(), path, "-h").CombinedOutput() // -h exits non-zero in some binaries
-		for _, m := range flagLine.FindAllStringSubmatch(string(out), -1) {
-			f.flags[m[1]] = true
-		}
-		if len(f.flags) == 0 {
-			f.err = fmt.Errorf("%s -h lists no flags:\n%s", name, out)
-		}
-		return f
-	}
+	require.NotEmpty(t, scheduler, "kube-scheduler -h lists no flags:\n%s", out)
 	for _, c := range renderCases {
 		t.Run(c.name, func(t *testing.T) {
 			for _, o := range parse(t, mustRender(t, c.args...)) {
@@ -386,17 +360,15 @@ func TestContainerFlagsExist(t *testing.T) {
 				o.into(t, &d)
 				for _, ctr := range d.Spec.Template.Spec.Containers {
 					argv := append(append([]string{}, ctr.Command...), ctr.Args...)
-					if len(argv) == 0 || !(strings.HasPrefix(argv[0], "runplane-") || argv[0] == "kube-scheduler") {
-						continue
-					}
-					f := known(argv[0])
-					if f.err != nil {
-						t.Errorf("Deployment %s container %s: %v", d.Name, ctr.Name, f.err)
-						continue
-					}
-					for _, a := range argv[1:] {
-						name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-						assert.True(t, f.flags[name], "Deployment %s container %s passes %s, which %s does not define", d.Name, ctr.Name, a, argv[0])
+					switch {
+					case len(argv) == 0:
+					case strings.HasPrefix(argv[0], "runplane-"):
+						assert.NoError(t, cmdline.CheckConfigurationArgs(argv[0], argv[1:]), "Deployment %s container %s", d.Name, ctr.Name)
+					case argv[0] == "kube-scheduler":
+						for _, a := range argv[1:] {
+							name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+							assert.True(t, scheduler[name], "Deployment %s container %s passes %s, which kube-scheduler does not define", d.Name, ctr.Name, a)
+						}
 					}
 				}
 			}
