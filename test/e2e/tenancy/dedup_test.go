@@ -40,10 +40,14 @@ func TestWorkerCannotSuppressInvocations(t *testing.T) {
 		_, err := js.PublishMsg(ctx, m, jetstream.WithMsgID(msgID))
 		require.NoError(t, err, "mallory may publish on her own result subject")
 	}
-	requireNoViolation(t, violations, "mallory's own result subject")
+	select {
+	case err := <-violations:
+		require.NoError(t, err, "a violation on mallory's own result subject")
+	default:
+	}
 
 	runSidecar(t, ctx, q, "nats-v", "echo", victimPod)
-	assert.False(t, q.submit(t, "nats-v", "echo", id).Duplicate, "the victim's invocation was taken for a duplicate of mallory's message")
+	assert.False(t, q.submit(t, "nats-v", "echo", id), "the victim's invocation was taken for a duplicate of mallory's message")
 
 	rec := q.finished(t, "nats-v", id)
 	require.Equal(t, messages.StateSucceeded, rec.State, "%+v", rec)

@@ -55,7 +55,11 @@ func TestWorkerCannotSpeakForSibling(t *testing.T) {
 		code, body, err := scrape.Get(q.metricsURL, q.scrapers.Reader)
 		return err == nil && code == http.StatusOK && strings.Contains(body, `runplane_activator_foreign_messages_total{kind="event"} 1`)
 	}, 30*time.Second, 50*time.Millisecond, "the activator did not refuse the event naming the victim")
-	requireNoViolation(t, violations, "mallory's own Events subject")
+	select {
+	case err := <-violations:
+		require.NoError(t, err, "a violation on mallory's own Events subject")
+	default:
+	}
 
 	close(held.release)
 	rec := q.finished(t, ns, id)
