@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -283,17 +282,7 @@ var metricRef = regexp.MustCompile(`\b(runplane_[a-z0-9_]+)`)
 // by the queue, the extender, the webhook or internal/ (NATS, caller review), so a renamed metric fails here
 // rather than leaving an empty panel.
 func TestDashboardMetricsExist(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("dashboards", "runplane.json"))
-	require.NoError(t, err)
-	var dash struct {
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	require.NoError(t, json.Unmarshal(data, &dash), "dashboard JSON")
+	panels := dashboardPanels(t)
 	defined := map[string]bool{}
 	root, err := cluster.RepoRoot()
 	require.NoError(t, err)
@@ -314,7 +303,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 		require.NoError(t, err)
 	}
 	used := 0
-	for _, p := range dash.Panels {
+	for _, p := range panels {
 		for _, tg := range p.Targets {
 			for _, m := range metricRef.FindAllString(tg.Expr, -1) {
 				used++
@@ -480,20 +469,10 @@ func TestMetricNamesConsistent(t *testing.T) {
 // the ServiceMonitor's scrape keeps as exported_namespace (namespace is the
 // scraped Pod's, the release namespace's).
 func TestDashboardSeparatesTenants(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("dashboards", "runplane.json"))
-	require.NoError(t, err)
-	var dash struct {
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	require.NoError(t, json.Unmarshal(data, &dash))
+	panels := dashboardPanels(t)
 	by := regexp.MustCompile(`by \(([^)]*)\)`)
 	checked := 0
-	for _, p := range dash.Panels {
+	for _, p := range panels {
 		for _, tg := range p.Targets {
 			if !strings.Contains(tg.Expr, `pool=~"$pool"`) {
 				continue
