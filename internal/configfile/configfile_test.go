@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// TestConfiguration is the smallest configuration (its kind is its name): one defaulted key and
-// one validated one.
+// TestConfiguration is the smallest configuration (its kind is its name):
+// one defaulted key and one validated one.
 type TestConfiguration struct {
 	metav1.TypeMeta `json:",inline"`
 	Name            string `json:"name,omitempty"`
