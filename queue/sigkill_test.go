@@ -16,6 +16,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/runplane/runplane/internal/configfile"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/config"
@@ -46,14 +47,14 @@ func TestProcessKilledUnderLoad(t *testing.T) {
 	ln.Close()
 	e.base = "http://" + addr
 	logf, _ := os.Create(filepath.Join(t.TempDir(), "queue.log"))
-	qc := config.New()
+	qc := configfile.New[config.QueueConfiguration]()
 	qc.StaticPools, qc.LeaderElection.LeaderElect, qc.InsecureDisableCallerAuth = []string{testPool}, ptr(false), true
 	qc.Listen, qc.Metrics.BindAddress, qc.NATS.URL = addr, "0", e.natsURL()
 	qc.Stream.DuplicateWindow, qc.Stream.RecordTTL = metav1.Duration{Duration: time.Second}, metav1.Duration{Duration: time.Hour}
 	qc.Workers.HeartbeatTimeout, qc.Workers.HeartbeatInterval = metav1.Duration{Duration: time.Second}, metav1.Duration{Duration: 100 * time.Millisecond}
 	qc.Limits.PoolMaxBacklog = 100000
 	file := filepath.Join(t.TempDir(), "queue.yaml")
-	require.NoError(t, config.WriteFile(file, qc))
+	require.NoError(t, configfile.WriteFile(file, qc))
 	start := func() *exec.Cmd {
 		cmd := exec.Command(bin, "-config", file)
 		cmd.Stdout, cmd.Stderr = logf, logf

@@ -91,6 +91,19 @@ func (s *sseStream) next() (ev sseEvent, ok bool) {
 	return ev, false
 }
 
+// chunks reads up to the nth chunk event: their data and the last one's id.
+func (s *sseStream) chunks(t testing.TB, n int) (data []string, lastID string) {
+	t.Helper()
+	for len(data) < n {
+		ev, ok := s.next()
+		require.True(t, ok, "the stream ended after %d of %d chunks", len(data), n)
+		if ev.name == "chunk" {
+			data, lastID = append(data, ev.data), ev.id
+		}
+	}
+	return data, lastID
+}
+
 // rest reads to the result event: the chunks' data and ids, and the Record.
 func (s *sseStream) rest(t testing.TB) (chunks, ids []string, rec messages.Record) {
 	t.Helper()
@@ -126,6 +139,11 @@ type tokens struct {
 	release chan struct{}
 	stopped chan error
 	once    sync.Once
+}
+
+// holdingTokens is tokens that holds after hold of n.
+func holdingTokens(n, hold int) *tokens {
+	return &tokens{n: n, hold: hold, release: make(chan struct{}), stopped: make(chan error, 1)}
 }
 
 func (tk *tokens) stream(ctx context.Context, req framework.Request, w framework.ChunkWriter) error {
@@ -197,18 +215,11 @@ func seq(t testing.TB, id string) uint64 {
 func TestStreamResumeOnOtherReplica(t *testing.T) {
 	e := newEnv(t, nil)
 	other := e.ingressReplica()
-	tk := &tokens{n: 10, hold: 3, release: make(chan struct{}), stopped: make(chan error, 1)}
+	tk := holdingTokens(10, 3)
 	e.streamWorker("w1", tk.stream)
 	s := openSSE(t, streamPost(t, e.base, map[string]any{"stream": true, "invocationID": "st-2"}))
-	var last string
-	for got := 0; got < 3; {
-		ev, ok := s.next()
-		require.True(t, ok)
-		if ev.name == "chunk" {
-			assert.Equal(t, fmt.Sprintf("tok%d", got), ev.data)
-			last, got = ev.id, got+1
-		}
-	}
+	first, last := s.chunks(t, 3)
+	assert.Equal(t, want(0, 3), first)
 	require.NoError(t, s.resp.Body.Close()) // the connection drops
 	close(tk.release)                       // the framework goes on
 
@@ -225,16 +236,10 @@ func TestStreamResumeOnOtherReplica(t *testing.T) {
 // Record.
 func TestStreamCancelMidStream(t *testing.T) {
 	e := newEnv(t, nil)
-	tk := &tokens{n: 10, hold: 2, release: make(chan struct{}), stopped: make(chan error, 1)}
+	tk := holdingTokens(10, 2)
 	e.streamWorker("w1", tk.stream)
 	s := openSSE(t, streamPost(t, e.base, map[string]any{"stream": true, "invocationID": "st-3"}))
-	for got := 0; got < 2; {
-		ev, ok := s.next()
-		require.True(t, ok)
-		if ev.name == "chunk" {
-			got++
-		}
-	}
+	s.chunks(t, 2)
 	r := e.do("POST", "/v1/namespaces/default/invocations/st-3/cancel", nil)
 	require.Equal(t, http.StatusOK, r.code, "%s", r.raw)
 	select {
@@ -268,7 +273,7 @@ func TestStreamBadLastEventID(t *testing.T) {
 // stream frees its slot.
 func TestStreamsPerNamespaceBounded(t *testing.T) {
 	e := newEnv(t, func(c *queue.Config) { c.Limits.NamespaceMaxStreams = 2 })
-	tk := &tokens{n: 5, hold: 1, release: make(chan struct{}), stopped: make(chan error, 1)}
+	tk := holdingTokens(5, 1)
 	e.streamWorker("w1", tk.stream)
 	first := openSSE(t, streamPost(t, e.base, map[string]any{"stream": true, "invocationID": "st-lim"}))
 	get := func() *http.Response {
@@ -358,7 +363,7 @@ func eventSource(t testing.TB, url string, drop func(conn, n int, ev sseEvent) b
 // it; before, it received the result again on every reconnect, for ever.
 func TestStreamEventSourceStopsAfterResult(t *testing.T) {
 	e := newEnv(t, nil)
-	tk := &tokens{n: 6, hold: 3, release: make(chan struct{}), stopped: make(chan error, 1)}
+	tk := holdingTokens(6, 3)
 	e.streamWorker("w1", tk.stream)
 	r := e.do("POST", "/v1/namespaces/default/pools/"+testPool+"/invocations", map[string]any{"invocationID": "es-1", "mode": "async"})
 	require.Equal(t, http.StatusAccepted, r.code, "%s", r.raw)

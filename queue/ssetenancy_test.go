@@ -65,16 +65,10 @@ func streamGet(t testing.TB, base, id, lastEventID string) *http.Request {
 // chunks, and no attempt event.
 func TestStreamIgnoresSiblingChunks(t *testing.T) {
 	e := newEnv(t, nil)
-	tk := &tokens{n: 10, hold: 3, release: make(chan struct{}), stopped: make(chan error, 1)}
+	tk := holdingTokens(10, 3)
 	e.streamWorker("w1", tk.stream)
 	s := openSSE(t, streamPost(t, e.base, map[string]any{"stream": true, "invocationID": "st-sib"}))
-	for got := 0; got < 3; {
-		ev, ok := s.next()
-		require.True(t, ok)
-		if ev.name == "chunk" {
-			got++
-		}
-	}
+	s.chunks(t, 3)
 	e.chunkAs("w2", "st-sib", 1, "forged", 4, "forged-same-attempt")
 	e.chunkAs("w2", "st-sib", 2, "forged", 1, "forged-next-attempt")
 	close(tk.release)
@@ -106,13 +100,7 @@ func TestStreamRestartIsAnnounced(t *testing.T) {
 	for i := 1; i <= 5; i++ {
 		last = e.chunkAs("w1", "st-rerun", att, "run1", i, fmt.Sprint("a", i))
 	}
-	for got := 0; got < 5; {
-		ev, ok := s.next()
-		require.True(t, ok)
-		if ev.name == "chunk" {
-			got++
-		}
-	}
+	s.chunks(t, 5)
 	require.NoError(t, s.resp.Body.Close())
 	for i := 1; i <= 7; i++ {
 		e.chunkAs("w1", "st-rerun", att, "run2", i, fmt.Sprint("b", i))
@@ -141,13 +129,7 @@ func TestStreamGapIsAnnounced(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		had = e.chunkAs("w1", "st-gap", att, "run", i, fmt.Sprint("c", i))
 	}
-	for got := 0; got < 3; {
-		ev, ok := s.next()
-		require.True(t, ok)
-		if ev.name == "chunk" {
-			got++
-		}
-	}
+	s.chunks(t, 3)
 	require.NoError(t, s.resp.Body.Close())
 	for i := 4; i <= 6; i++ {
 		e.chunkAs("w1", "st-gap", att, "run", i, fmt.Sprint("c", i))

@@ -71,19 +71,9 @@ func TestDashboardSchema(t *testing.T) {
 // row has none in Grafana's schema, its title is its description), and
 // panel ids are unique (Grafana keys a panel's state by its id).
 func TestDashboardPanels(t *testing.T) {
-	data, err := os.ReadFile(dashboardPath)
-	require.NoError(t, err)
-	var dash struct {
-		Panels []struct {
-			ID          int    `json:"id"`
-			Type        string `json:"type"`
-			Title       string `json:"title"`
-			Description string `json:"description"`
-		} `json:"panels"`
-	}
-	require.NoError(t, json.Unmarshal(data, &dash))
+	panels := dashboardPanels(t)
 	ids := map[int]string{}
-	for _, p := range dash.Panels {
+	for _, p := range panels {
 		if p.Type == "row" {
 			continue
 		}
@@ -93,5 +83,28 @@ func TestDashboardPanels(t *testing.T) {
 		}
 		ids[p.ID] = p.Title
 	}
-	require.Greater(t, len(dash.Panels), 20, "too few panels to be reading the dashboard")
+	require.Greater(t, len(panels), 20, "too few panels to be reading the dashboard")
+}
+
+// panel is what the tests read of a dashboard panel.
+type panel struct {
+	ID          int    `json:"id"`
+	Type        string `json:"type"`
+	Title       string `json:"title"`
+	Description string `json:"description"`
+	Targets     []struct {
+		Expr string `json:"expr"`
+	} `json:"targets"`
+}
+
+// dashboardPanels reads the dashboard's panels.
+func dashboardPanels(t *testing.T) []panel {
+	t.Helper()
+	data, err := os.ReadFile(dashboardPath)
+	require.NoError(t, err)
+	var dash struct {
+		Panels []panel `json:"panels"`
+	}
+	require.NoError(t, json.Unmarshal(data, &dash), "dashboard JSON")
+	return dash.Panels
 }

@@ -2,6 +2,7 @@ package chart_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,72 +25,25 @@ import (
 	"github.com/runplane/runplane/test/cluster"
 )
 
-// stubCRDs serves the kinds of the Prometheus Operator and cert-manager the
-// chart renders (the AdminNetworkPolicy CRDs are the real ones,
-// networkPolicyCRDs), with open schemas: enough for the API server to accept the
-// objects and for helm's capability check (.Capabilities.APIVersions) to see
-// monitoring.coreos.com/v1.
-const stubCRDs = `
-apiVersion: apiextensions.k8s.io/v1
+// stubCRD is a CRD of group's kind (v1) with an open schema: enough for
+// the API server to accept the chart's objects of the Prometheus Operator
+// and cert-manager and for helm's capability check
+// (.Capabilities.APIVersions) to see them. The AdminNetworkPolicy CRDs are
+// the real ones (networkPolicyCRDs).
+func stubCRD(group, kind string) (name, manifest string) {
+	singular := strings.ToLower(kind)
+	name = singular + "s." + group
+	return name, fmt.Sprintf(`apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
-metadata:
-  name: podmonitors.monitoring.coreos.com
+metadata: {name: %s}
 spec:
-  group: monitoring.coreos.com
+  group: %s
   scope: Namespaced
-  names: {kind: PodMonitor, plural: podmonitors, singular: podmonitor, listKind: PodMonitorList}
+  names: {kind: %s, plural: %ss, singular: %s, listKind: %sList}
   versions:
-    - name: v1
-      served: true
-      storage: true
-      schema:
-        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
----
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: servicemonitors.monitoring.coreos.com
-spec:
-  group: monitoring.coreos.com
-  scope: Namespaced
-  names: {kind: ServiceMonitor, plural: servicemonitors, singular: servicemonitor, listKind: ServiceMonitorList}
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      schema:
-        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
----
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: certificates.cert-manager.io
-spec:
-  group: cert-manager.io
-  scope: Namespaced
-  names: {kind: Certificate, plural: certificates, singular: certificate, listKind: CertificateList}
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      schema:
-        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
----
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: issuers.cert-manager.io
-spec:
-  group: cert-manager.io
-  scope: Namespaced
-  names: {kind: Issuer, plural: issuers, singular: issuer, listKind: IssuerList}
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      schema:
-        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
-`
+    - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
+`, name, group, kind, singular, singular, kind)
+}
 
 func kubectl(t *testing.T, args ...string) (string, error) {
 	t.Helper()
@@ -98,13 +52,18 @@ func kubectl(t *testing.T, args ...string) (string, error) {
 
 func ensureStubCRDs(t *testing.T) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "crds.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(stubCRDs), 0o600))
-	if out, err := kubectl(t, "apply", "-f", path); err != nil {
-		t.Fatal(err)
-	} else {
-		t.Log(strings.TrimSpace(out))
+	established := []string{"wait", "--for=condition=Established", "--timeout=60s",
+		"crd/adminnetworkpolicies.policy.networking.k8s.io", "crd/baselineadminnetworkpolicies.policy.networking.k8s.io"}
+	var manifests []string
+	for _, k := range [][2]string{{"monitoring.coreos.com", "PodMonitor"}, {"monitoring.coreos.com", "ServiceMonitor"}, {"cert-manager.io", "Certificate"}, {"cert-manager.io", "Issuer"}} {
+		name, manifest := stubCRD(k[0], k[1])
+		established, manifests = append(established, "crd/"+name), append(manifests, manifest)
 	}
+	path := filepath.Join(t.TempDir(), "crds.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(strings.Join(manifests, "---\n")), 0o600))
+	out, err := kubectl(t, "apply", "-f", path)
+	require.NoError(t, err)
+	t.Log(strings.TrimSpace(out))
 	// The real AdminNetworkPolicy CRDs: the API server validates the chart's
 	// policy against their schema and CEL rules (CIDRs, at most 25 networks
 	// a peer, one field a peer).
@@ -112,9 +71,7 @@ func ensureStubCRDs(t *testing.T) {
 		_, err := kubectl(t, "apply", "--server-side", "--force-conflicts", "--field-manager=chart-test", "-f", crd)
 		require.NoError(t, err)
 	}
-	_, err := kubectl(t, "wait", "--for=condition=Established", "--timeout=60s",
-		"crd/servicemonitors.monitoring.coreos.com", "crd/podmonitors.monitoring.coreos.com", "crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io",
-		"crd/adminnetworkpolicies.policy.networking.k8s.io", "crd/baselineadminnetworkpolicies.policy.networking.k8s.io")
+	_, err = kubectl(t, established...)
 	require.NoError(t, err)
 }
 

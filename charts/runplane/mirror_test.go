@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -33,6 +32,8 @@ import (
 	econfig "github.com/runplane/runplane/extender/config"
 	"github.com/runplane/runplane/extender/profile"
 	"github.com/runplane/runplane/internal/bootstrapsecret"
+	"github.com/runplane/runplane/internal/cmdline"
+	"github.com/runplane/runplane/internal/configfile"
 	"github.com/runplane/runplane/internal/natssync"
 	"github.com/runplane/runplane/internal/natstls"
 	"github.com/runplane/runplane/internal/pki"
@@ -281,17 +282,7 @@ var metricRef = regexp.MustCompile(`\b(runplane_[a-z0-9_]+)`)
 // by the queue, the extender, the webhook or internal/ (NATS, caller review), so a renamed metric fails here
 // rather than leaving an empty panel.
 func TestDashboardMetricsExist(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("dashboards", "runplane.json"))
-	require.NoError(t, err)
-	var dash struct {
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	require.NoError(t, json.Unmarshal(data, &dash), "dashboard JSON")
+	panels := dashboardPanels(t)
 	defined := map[string]bool{}
 	root, err := cluster.RepoRoot()
 	require.NoError(t, err)
@@ -312,7 +303,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 		require.NoError(t, err)
 	}
 	used := 0
-	for _, p := range dash.Panels {
+	for _, p := range panels {
 		for _, tg := range p.Targets {
 			for _, m := range metricRef.FindAllString(tg.Expr, -1) {
 				used++
@@ -332,49 +323,22 @@ func TestDashboardMetricsExist(t *testing.T) {
 var flagLine = regexp.MustCompile(`(?m)^\s+(?:-[A-Za-z], )?--?([A-Za-z0-9][-A-Za-z0-9_.]*)`)
 
 // TestContainerFlagsExist: every flag the chart passes to a runplane binary
-// or to kube-scheduler is one that binary defines (read from its -h), so the
-// chart and the mains cannot drift apart silently. runplane's binaries
-// take only --config and the log flags (their settings are compared as
-// structures: Test*ConfigurationIsDefault); kube-scheduler takes flags.
+// or to kube-scheduler is one that binary defines, so the chart and the
+// mains cannot drift apart silently. runplane's binaries in the chart are
+// configuration binaries (cmdline.Configuration: --config and the log
+// flags; their settings are compared as structures:
+// Test*ConfigurationIsDefault), so their arguments are parsed as
+// Configuration parses them (cmdline.CheckConfigurationArgs), values
+// included, without building them; TestEveryBinaryFailsInJSON runs each
+// built binary with -config. kube-scheduler's flags are read from its -h.
 func TestContainerFlagsExist(t *testing.T) {
 	needHelm(t)
-	if testing.Short() {
-		t.Skip("builds every runplane binary")
+	out, _ := exec.CommandContext(t.Context(), filepath.Join(binDir, "kube-scheduler"), "-h").CombinedOutput() // -h exits non-zero
+	scheduler := map[string]bool{}
+	for _, m := range flagLine.FindAllStringSubmatch(string(out), -1) {
+		scheduler[m[1]] = true
 	}
-	root, err := cluster.RepoRoot()
-	require.NoError(t, err)
-	bin := t.TempDir()
-	type flagSet struct {
-		flags map[string]bool
-		err   error
-	}
-	flagsOf := map[string]flagSet{}
-	// known builds the binary once and reads its flags from -h.
-	known := func(name string) flagSet {
-		if f, ok := flagsOf[name]; ok {
-			return f
-		}
-		f := flagSet{flags: map[string]bool{}}
-		defer func() { flagsOf[name] = f }()
-		path := filepath.Join(binDir, name)
-		if name != "kube-scheduler" {
-			path = filepath.Join(bin, name)
-			build := exec.CommandContext(t.Context(), "go", "build", "-o", path, "./cmd/"+name)
-			build.Dir = root
-			if out, err := build.CombinedOutput(); err != nil {
-				f.err = fmt.Errorf("building cmd/%s: %w\n%s", name, err, out)
-				return f
-			}
-		}
-		out, _ := exec.CommandContext(t.Context(), path, "-h").CombinedOutput() // -h exits non-zero in some binaries
-		for _, m := range flagLine.FindAllStringSubmatch(string(out), -1) {
-			f.flags[m[1]] = true
-		}
-		if len(f.flags) == 0 {
-			f.err = fmt.Errorf("%s -h lists no flags:\n%s", name, out)
-		}
-		return f
-	}
+	require.NotEmpty(t, scheduler, "kube-scheduler -h lists no flags:\n%s", out)
 	for _, c := range renderCases {
 		t.Run(c.name, func(t *testing.T) {
 			for _, o := range parse(t, mustRender(t, c.args...)) {
@@ -385,17 +349,15 @@ func TestContainerFlagsExist(t *testing.T) {
 				o.into(t, &d)
 				for _, ctr := range d.Spec.Template.Spec.Containers {
 					argv := append(append([]string{}, ctr.Command...), ctr.Args...)
-					if len(argv) == 0 || !(strings.HasPrefix(argv[0], "runplane-") || argv[0] == "kube-scheduler") {
-						continue
-					}
-					f := known(argv[0])
-					if f.err != nil {
-						t.Errorf("Deployment %s container %s: %v", d.Name, ctr.Name, f.err)
-						continue
-					}
-					for _, a := range argv[1:] {
-						name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-						assert.True(t, f.flags[name], "Deployment %s container %s passes %s, which %s does not define", d.Name, ctr.Name, a, argv[0])
+					switch {
+					case len(argv) == 0:
+					case strings.HasPrefix(argv[0], "runplane-"):
+						assert.NoError(t, cmdline.CheckConfigurationArgs(argv[0], argv[1:]), "Deployment %s container %s", d.Name, ctr.Name)
+					case argv[0] == "kube-scheduler":
+						for _, a := range argv[1:] {
+							name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+							assert.True(t, scheduler[name], "Deployment %s container %s passes %s, which kube-scheduler does not define", d.Name, ctr.Name, a)
+						}
 					}
 				}
 			}
@@ -507,20 +469,10 @@ func TestMetricNamesConsistent(t *testing.T) {
 // the ServiceMonitor's scrape keeps as exported_namespace (namespace is the
 // scraped Pod's, the release namespace's).
 func TestDashboardSeparatesTenants(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("dashboards", "runplane.json"))
-	require.NoError(t, err)
-	var dash struct {
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	require.NoError(t, json.Unmarshal(data, &dash))
+	panels := dashboardPanels(t)
 	by := regexp.MustCompile(`by \(([^)]*)\)`)
 	checked := 0
-	for _, p := range dash.Panels {
+	for _, p := range panels {
 		for _, tg := range p.Targets {
 			if !strings.Contains(tg.Expr, `pool=~"$pool"`) {
 				continue
@@ -570,45 +522,31 @@ func mountedConfig(t *testing.T, objs []object, name, dep string, ctr int, check
 	return []byte(cm.Data["config.yaml"])
 }
 
-// queueConfig is the rendered runplane-queue configuration, decoded,
-// defaulted and validated by the queue's own loader (queue/config).
+// decoded is a rendered configuration file read by its binary's own loader
+// (configfile.Decode of the kind its config package defines).
+func decoded[T any, P configfile.Object[T]](t *testing.T, b []byte) *T {
+	t.Helper()
+	c, err := configfile.Decode[T, P](b)
+	require.NoError(t, err, "the binary refuses the chart's %s:\n%s", configfile.Kind[T](), b)
+	return c
+}
+
+// The rendered configurations: the extender's is the runplane-scheduler
+// Pod's second container's.
 func queueConfig(t *testing.T, objs []object) *config.QueueConfiguration {
-	t.Helper()
-	b := configFile(t, objs, "runplane-queue")
-	c, err := config.Decode(b)
-	require.NoError(t, err, "the queue refuses the chart's configuration:\n%s", b)
-	return c
+	return decoded[config.QueueConfiguration](t, configFile(t, objs, "runplane-queue"))
 }
 
-// webhookConfig is the rendered runplane-webhook configuration, read by
-// the webhook's own loader (webhook/config).
 func webhookConfig(t *testing.T, objs []object) *wconfig.WebhookConfiguration {
-	t.Helper()
-	b := configFile(t, objs, "runplane-webhook")
-	c, err := wconfig.Decode(b)
-	require.NoError(t, err, "the webhook refuses the chart's configuration:\n%s", b)
-	return c
+	return decoded[wconfig.WebhookConfiguration](t, configFile(t, objs, "runplane-webhook"))
 }
 
-// controllerConfig is the rendered runplane-controller configuration,
-// read by the controller's own loader (controllers/config).
 func controllerConfig(t *testing.T, objs []object) *cconfig.ControllerConfiguration {
-	t.Helper()
-	b := configFile(t, objs, "runplane-controller")
-	c, err := cconfig.Decode(b)
-	require.NoError(t, err, "the controller refuses the chart's configuration:\n%s", b)
-	return c
+	return decoded[cconfig.ControllerConfiguration](t, configFile(t, objs, "runplane-controller"))
 }
 
-// extenderConfig is the rendered runplane-extender configuration, read by
-// the extender's own loader (extender/config), in the runplane-scheduler
-// Pod's second container.
 func extenderConfig(t *testing.T, objs []object) *econfig.ExtenderConfiguration {
-	t.Helper()
-	b := mountedConfig(t, objs, "runplane-extender", "runplane-scheduler", 1, "checksum/extender-config")
-	c, err := econfig.Decode(b)
-	require.NoError(t, err, "the extender refuses the chart's configuration:\n%s", b)
-	return c
+	return decoded[econfig.ExtenderConfiguration](t, mountedConfig(t, objs, "runplane-extender", "runplane-scheduler", 1, "checksum/extender-config"))
 }
 
 // TestQueueConfigurationIsDefault: every setting the chart renders for the
@@ -619,7 +557,7 @@ func extenderConfig(t *testing.T, objs []object) *econfig.ExtenderConfiguration 
 func TestQueueConfigurationIsDefault(t *testing.T) {
 	needHelm(t)
 	got := queueConfig(t, parse(t, mustRender(t)))
-	want := config.New()
+	want := configfile.New[config.QueueConfiguration]()
 	// What the chart decides.
 	want.Namespace, want.Listen, want.Metrics, want.NATS = got.Namespace, got.Listen, got.Metrics, got.NATS
 	want.Stream.Replicas, want.Stream.MaxBytes, want.Stream.RecordsMaxBytes = got.Stream.Replicas, got.Stream.MaxBytes, got.Stream.RecordsMaxBytes
@@ -638,7 +576,7 @@ func TestWebhookConfigurationIsDefault(t *testing.T) {
 		webhookConfig(t, parse(t, mustRender(t, c.args...)))
 	}
 	got := webhookConfig(t, parse(t, mustRender(t)))
-	want := wconfig.New()
+	want := configfile.New[wconfig.WebhookConfiguration]()
 	// What the chart decides.
 	want.Namespace, want.HealthAddr, want.TLS = got.Namespace, got.HealthAddr, got.TLS
 	in := &want.Injection
@@ -659,7 +597,7 @@ func TestControllerConfigurationIsDefault(t *testing.T) {
 		controllerConfig(t, parse(t, mustRender(t, c.args...)))
 	}
 	got := controllerConfig(t, parse(t, mustRender(t)))
-	want := cconfig.New()
+	want := configfile.New[cconfig.ControllerConfiguration]()
 	// What the chart decides.
 	want.Image, want.Metrics, want.Egress.NATS = got.Image, got.Metrics, got.Egress.NATS
 	assert.Equal(t, want, got, "the chart's controller configuration differs from the binary's defaults beyond what the install decides")
@@ -678,7 +616,7 @@ func TestExtenderConfigurationIsDefault(t *testing.T) {
 	}
 	objs := parse(t, mustRender(t))
 	got := extenderConfig(t, objs)
-	want := econfig.New()
+	want := configfile.New[econfig.ExtenderConfiguration]()
 	// What the chart decides.
 	want.Namespace, want.Addr, want.Metrics, want.TLS = got.Namespace, got.Addr, got.Metrics, got.TLS
 	want.LeaderElection.LeaderElect, want.LeaderElection.FollowLease = got.LeaderElection.LeaderElect, got.LeaderElection.FollowLease

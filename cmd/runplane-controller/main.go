@@ -26,17 +26,9 @@ func main() {
 }
 
 func run() error {
-	file := flag.String("config", "", "the controller's configuration file (apiVersion "+config.APIVersion+", kind "+config.Kind+"; controllers/README.md); empty: the defaults")
-	log := cmdline.Parse(flag.CommandLine, os.Args[1:], logging.Options{}) // with controller-runtime's -kubeconfig
-	cc := config.New()
-	if *file != "" {
-		var err error
-		if cc, err = config.Load(*file); err != nil {
-			return cmdline.Usage(err)
-		}
-	}
-	if err := cc.Validate(); err != nil { // the defaults alone lack the image
-		return cmdline.Usage(err)
+	cc, log, err := cmdline.Configuration[config.ControllerConfiguration](flag.CommandLine, os.Args[1:], "controllers/README.md") // with controller-runtime's -kubeconfig
+	if err != nil {
+		return err
 	}
 	rc, err := cmdline.RESTConfig()
 	if err != nil {

@@ -18,7 +18,6 @@ import (
 	"github.com/runplane/runplane/extender"
 	"github.com/runplane/runplane/extender/config"
 	"github.com/runplane/runplane/internal/cmdline"
-	"github.com/runplane/runplane/internal/logging"
 )
 
 func main() {
@@ -28,15 +27,10 @@ func main() {
 }
 
 func run() error {
-	file := flag.String("config", "", "the extender's configuration file (apiVersion "+config.APIVersion+", kind "+config.Kind+"; extender/README.md); empty: the defaults")
 	writeTLSDir := flag.String("write-tls-dir", "", "write a fresh CA (ca.crt) and a serving certificate for the configuration's tls.hosts (tls.crt, tls.key) into this directory and exit (the chart's init container)")
-	log := cmdline.Parse(flag.CommandLine, os.Args[1:], logging.Options{})
-	ec := config.New()
-	if *file != "" {
-		var err error
-		if ec, err = config.Load(*file); err != nil {
-			return cmdline.Usage(err)
-		}
+	ec, log, err := cmdline.Configuration[config.ExtenderConfiguration](flag.CommandLine, os.Args[1:], "extender/README.md")
+	if err != nil {
+		return err
 	}
 	if *writeTLSDir != "" {
 		if err := extender.WriteSelfSignedDir(*writeTLSDir, ec.TLS.Hosts); err != nil {

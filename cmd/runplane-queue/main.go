@@ -12,7 +12,6 @@ import (
 	"syscall"
 
 	"github.com/runplane/runplane/internal/cmdline"
-	"github.com/runplane/runplane/internal/logging"
 	"github.com/runplane/runplane/internal/tracing"
 	"github.com/runplane/runplane/queue"
 	"github.com/runplane/runplane/queue/config"
@@ -25,14 +24,9 @@ func main() {
 }
 
 func run() error {
-	file := flag.String("config", "", "the queue's configuration file (apiVersion "+config.APIVersion+", kind "+config.Kind+"; queue/README.md); empty: the defaults")
-	log := cmdline.Parse(flag.CommandLine, os.Args[1:], logging.Options{})
-	qc := config.New()
-	if *file != "" {
-		var err error
-		if qc, err = config.Load(*file); err != nil {
-			return cmdline.Usage(err)
-		}
+	qc, log, err := cmdline.Configuration[config.QueueConfiguration](flag.CommandLine, os.Args[1:], "queue/README.md")
+	if err != nil {
+		return err
 	}
 	c, err := qc.Queue()
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 	"syscall"
 
 	"github.com/runplane/runplane/internal/cmdline"
-	"github.com/runplane/runplane/internal/logging"
 	"github.com/runplane/runplane/webhook"
 	"github.com/runplane/runplane/webhook/config"
 )
@@ -25,17 +24,9 @@ func main() {
 }
 
 func run() error {
-	file := flag.String("config", "", "the webhook's configuration file (apiVersion "+config.APIVersion+", kind "+config.Kind+"; webhook/README.md); empty: the defaults")
-	log := cmdline.Parse(flag.CommandLine, os.Args[1:], logging.Options{})
-	wc := config.New()
-	if *file != "" {
-		var err error
-		if wc, err = config.Load(*file); err != nil {
-			return cmdline.Usage(err)
-		}
-	}
-	if err := wc.Validate(); err != nil { // the defaults alone lack the image and NATS
-		return cmdline.Usage(err)
+	wc, log, err := cmdline.Configuration[config.WebhookConfiguration](flag.CommandLine, os.Args[1:], "webhook/README.md")
+	if err != nil {
+		return err
 	}
 	rc, err := cmdline.RESTConfig()
 	if err != nil {

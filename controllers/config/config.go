@@ -24,12 +24,6 @@ import (
 	"github.com/runplane/runplane/internal/metricsauth"
 )
 
-// APIVersion and Kind name the document.
-const (
-	APIVersion = "runplane.io/v1alpha1"
-	Kind       = "ControllerConfiguration"
-)
-
 // ControllerConfiguration is runplane-controller's settings. Zero fields
 // take Default's values.
 type ControllerConfiguration struct {
@@ -74,22 +68,6 @@ type LeaderElection struct {
 	LeaderElect *bool `json:"leaderElect,omitempty"`
 	// ResourceName is the Lease (default runplane-controller).
 	ResourceName string `json:"resourceName,omitempty"`
-}
-
-// New is the default configuration (no image yet: that is the install's).
-func New() *ControllerConfiguration {
-	return configfile.New[ControllerConfiguration](APIVersion, Kind)
-}
-
-// Load reads, defaults and validates the configuration file at path.
-func Load(path string) (*ControllerConfiguration, error) {
-	return configfile.Load[ControllerConfiguration](path, APIVersion, Kind)
-}
-
-// Decode decodes a configuration document strictly, defaults and
-// validates it.
-func Decode(b []byte) (*ControllerConfiguration, error) {
-	return configfile.Decode[ControllerConfiguration](b, APIVersion, Kind)
 }
 
 // Default fills every zero field with its default: the one place the

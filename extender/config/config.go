@@ -28,12 +28,6 @@ import (
 	"github.com/runplane/runplane/internal/metricsauth"
 )
 
-// APIVersion and Kind name the document.
-const (
-	APIVersion = "runplane.io/v1alpha1"
-	Kind       = "ExtenderConfiguration"
-)
-
 // ExtenderConfiguration is runplane-extender's settings. Zero fields take
 // Default's values.
 type ExtenderConfiguration struct {
@@ -111,22 +105,6 @@ type Preemption struct {
 type Stock struct {
 	Namespace    string          `json:"namespace,omitempty"`
 	StatusPeriod metav1.Duration `json:"statusPeriod,omitzero"`
-}
-
-// New is the default configuration.
-func New() *ExtenderConfiguration {
-	return configfile.New[ExtenderConfiguration](APIVersion, Kind)
-}
-
-// Load reads, defaults and validates the configuration file at path.
-func Load(path string) (*ExtenderConfiguration, error) {
-	return configfile.Load[ExtenderConfiguration](path, APIVersion, Kind)
-}
-
-// Decode decodes a configuration document strictly, defaults and
-// validates it.
-func Decode(b []byte) (*ExtenderConfiguration, error) {
-	return configfile.Decode[ExtenderConfiguration](b, APIVersion, Kind)
 }
 
 // Default fills every zero field with its default: the one place the

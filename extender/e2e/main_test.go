@@ -145,7 +145,7 @@ func newHarness() (*harness, error) {
 		return nil, err
 	}
 	h.pprof = "127.0.0.1:" + strconv.Itoa(port)
-	ec := config.New()
+	ec := configfile.New[config.ExtenderConfiguration]()
 	ec.TLS.CertFile, ec.TLS.KeyFile = filepath.Join(env.Dir(), "extender.crt"), filepath.Join(env.Dir(), "extender.key")
 	caPEM, err := extender.WriteSelfSignedCert(ec.TLS.CertFile, ec.TLS.KeyFile, []string{"127.0.0.1"})
 	if err != nil {

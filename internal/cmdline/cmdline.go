@@ -46,16 +46,7 @@ func Parse(fs *flag.FlagSet, args []string, defaults logging.Options) *slog.Logg
 // parse is Parse without the exits: done says the process should exit with
 // code.
 func parse(fs *flag.FlagSet, args []string, defaults logging.Options, stdout, stderr io.Writer) (_ *slog.Logger, code int, done bool) {
-	opts := defaults
-	if opts.Format == "" {
-		opts.Format = logging.FormatJSON
-	}
-	if opts.Level == "" {
-		opts.Level = "info"
-	}
-	fs.StringVar(&opts.Format, "log-format", opts.Format, "log format: json or text")
-	fs.StringVar(&opts.Level, "log-level", opts.Level, "log level: debug, info, warn or error")
-	version := fs.Bool("version", false, "print the version and exit")
+	opts, version := logFlags(fs, defaults)
 	// The flag package prints errors and the usage to fs.Output() and exits
 	// by itself unless told otherwise; take both decisions here instead.
 	name := filepath.Base(fs.Name()) // flag.CommandLine's name is os.Args[0], a path
@@ -73,7 +64,7 @@ func parse(fs *flag.FlagSet, args []string, defaults logging.Options, stdout, st
 		fmt.Fprintf(stdout, "%s %s\n", fs.Name(), buildinfo.Get())
 		return nil, 0, true
 	}
-	l, lerr := logging.New(stderr, opts)
+	l, lerr := logging.New(stderr, *opts)
 	if err == nil && lerr == nil {
 		return l, 0, false
 	}
@@ -84,6 +75,21 @@ func parse(fs *flag.FlagSet, args []string, defaults logging.Options, stdout, st
 	}
 	fail(l, fs.Name(), Usage(fmt.Errorf("%w (%s -help prints the flags)", err, fs.Name())))
 	return nil, 2, true
+}
+
+// logFlags defines the log flags, with defaults (the zero value: JSON at
+// info), and -version on fs.
+func logFlags(fs *flag.FlagSet, defaults logging.Options) (*logging.Options, *bool) {
+	opts := defaults
+	if opts.Format == "" {
+		opts.Format = logging.FormatJSON
+	}
+	if opts.Level == "" {
+		opts.Level = "info"
+	}
+	fs.StringVar(&opts.Format, "log-format", opts.Format, "log format: json or text")
+	fs.StringVar(&opts.Level, "log-level", opts.Level, "log level: debug, info, warn or error")
+	return &opts, fs.Bool("version", false, "print the version and exit")
 }
 
 // usageError is a bad command line or configuration: exit code 2.

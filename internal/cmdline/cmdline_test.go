@@ -106,3 +106,28 @@ func TestFail(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckConfigurationArgs: a configuration binary's arguments are
+// -config and the log flags, with valid values.
+func TestCheckConfigurationArgs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		err  string
+	}{
+		{name: "the chart's", args: []string{"--config=/etc/runplane/queue/config.yaml", "--log-format=json", "--log-level=info"}},
+		{name: "a flag of old", args: []string{"--config=/c", "--leader-elect"}, err: "flag provided but not defined: -leader-elect"},
+		{name: "a bad level", args: []string{"--log-level=loud"}, err: `log level "loud"`},
+		{name: "a bad format", args: []string{"--log-format=xml"}, err: `log format "xml": want json or text`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CheckConfigurationArgs("runplane-x", tc.args)
+			if tc.err == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.err)
+			require.ErrorContains(t, err, "runplane-x")
+		})
+	}
+}

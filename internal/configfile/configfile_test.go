@@ -11,9 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// testConfiguration is the smallest configuration: one defaulted key and
-// one validated one.
-type testConfiguration struct {
+// TestConfiguration is the smallest configuration (its kind is its name):
+// one defaulted key and one validated one.
+type TestConfiguration struct {
 	metav1.TypeMeta `json:",inline"`
 	Name            string `json:"name,omitempty"`
 	Nested          struct {
@@ -21,31 +21,29 @@ type testConfiguration struct {
 	} `json:"nested"`
 }
 
-func (c *testConfiguration) Default() { c.Name = cmp.Or(c.Name, "default") }
+func (c *TestConfiguration) Default() { c.Name = cmp.Or(c.Name, "default") }
 
-func (c *testConfiguration) Validate() error {
+func (c *TestConfiguration) Validate() error {
 	if c.Nested.Replicas < 0 {
 		return errors.New("nested.replicas: want ≥ 0")
 	}
 	return nil
 }
 
-const apiVersion, kind = "runplane.io/v1alpha1", "TestConfiguration"
-
 func TestDecode(t *testing.T) {
 	header := "apiVersion: runplane.io/v1alpha1\nkind: TestConfiguration\n"
 	for _, tc := range []struct {
 		name, doc, err string
-		want           *testConfiguration
+		want           *TestConfiguration
 	}{
-		{name: "defaults", doc: header, want: New[testConfiguration](apiVersion, kind)},
-		{name: "set", doc: header + "name: x\nnested:\n  replicas: 2\n", want: func() *testConfiguration {
-			c := New[testConfiguration](apiVersion, kind)
+		{name: "defaults", doc: header, want: New[TestConfiguration]()},
+		{name: "set", doc: header + "name: x\nnested:\n  replicas: 2\n", want: func() *TestConfiguration {
+			c := New[TestConfiguration]()
 			c.Name, c.Nested.Replicas = "x", 2
 			return c
 		}()},
-		{name: "JSON", doc: `{"apiVersion": "runplane.io/v1alpha1", "kind": "TestConfiguration", "name": "j"}`, want: func() *testConfiguration {
-			c := New[testConfiguration](apiVersion, kind)
+		{name: "JSON", doc: `{"apiVersion": "runplane.io/v1alpha1", "kind": "TestConfiguration", "name": "j"}`, want: func() *TestConfiguration {
+			c := New[TestConfiguration]()
 			c.Name = "j"
 			return c
 		}()},
@@ -57,7 +55,7 @@ func TestDecode(t *testing.T) {
 		{name: "wrong type", doc: header + "nested:\n  replicas: many\n", err: "replicas"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := Decode[testConfiguration]([]byte(tc.doc), apiVersion, kind)
+			c, err := Decode[TestConfiguration]([]byte(tc.doc))
 			if tc.err != "" {
 				require.Error(t, err)
 				assert.Contains(t, err.Error(), tc.err)
@@ -73,17 +71,26 @@ func TestDecode(t *testing.T) {
 // the kind and the file.
 func TestLoadWriteFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "config.yaml")
-	c := New[testConfiguration](apiVersion, kind)
+	c := New[TestConfiguration]()
 	c.Nested.Replicas = 3
 	require.NoError(t, WriteFile(path, c))
-	got, err := Load[testConfiguration](path, apiVersion, kind)
+	got, err := Load[TestConfiguration](path)
 	require.NoError(t, err)
 	assert.Equal(t, c, got)
 
-	_, err = Load[testConfiguration](filepath.Join(t.TempDir(), "none.yaml"), apiVersion, kind)
+	_, err = Load[TestConfiguration](filepath.Join(t.TempDir(), "none.yaml"))
 	require.ErrorContains(t, err, "TestConfiguration: open ")
 	c.Nested.Replicas = -1
 	require.NoError(t, WriteFile(path, c))
-	_, err = Load[testConfiguration](path, apiVersion, kind)
+	_, err = Load[TestConfiguration](path)
 	require.ErrorContains(t, err, "TestConfiguration "+path+": nested.replicas")
+}
+
+// TestFromFile: no path is the defaults; a path is its file.
+func TestFromFile(t *testing.T) {
+	c, err := FromFile[TestConfiguration]("")
+	require.NoError(t, err)
+	assert.Equal(t, New[TestConfiguration](), c)
+	_, err = FromFile[TestConfiguration](filepath.Join(t.TempDir(), "none.yaml"))
+	require.ErrorContains(t, err, "TestConfiguration: open ")
 }

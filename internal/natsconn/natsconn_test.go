@@ -3,7 +3,6 @@ package natsconn_test
 import (
 	"log/slog"
 	"net"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -24,14 +23,7 @@ import (
 // on with another server of the cluster. With nats.go's defaults (a ping every
 // 2 minutes) it waited out the whole freeze.
 func TestFrozenServerIsLeft(t *testing.T) {
-	dir := t.TempDir()
-	a, err := natsauth.Write(filepath.Join(dir, "auth"))
-	require.NoError(t, err)
-	servers, err := natsauth.StartCluster(filepath.Join(dir, "nats"), a, queue.WorkerExports(stream.Config{}), 2)
-	require.NoError(t, err)
-	for _, s := range servers {
-		t.Cleanup(s.Shutdown)
-	}
+	a, servers := natsauth.Cluster(t, queue.WorkerExports(stream.Config{}), 2)
 	asQueue, err := a.QueueOption()
 	require.NoError(t, err)
 

@@ -2,7 +2,6 @@ package natsvarz_test
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -25,14 +24,7 @@ import (
 // one fewer (what the NATSServerDown alert reads), and a scrape that nobody
 // answers reports 0, not nothing.
 func TestCollectorSeesServersGo(t *testing.T) {
-	dir := t.TempDir()
-	a, err := natsauth.Write(filepath.Join(dir, "auth"))
-	require.NoError(t, err)
-	servers, err := natsauth.StartCluster(filepath.Join(dir, "nats"), a, nil, 3)
-	require.NoError(t, err)
-	for _, s := range servers {
-		t.Cleanup(s.Shutdown)
-	}
+	a, servers := natsauth.Cluster(t, nil, 3)
 	opt, err := a.SystemOption()
 	require.NoError(t, err)
 	// Connected to the first server only: the others are reached through

@@ -22,12 +22,6 @@ import (
 	"github.com/runplane/runplane/queue/stream"
 )
 
-// APIVersion and Kind name the document.
-const (
-	APIVersion = "runplane.io/v1alpha1"
-	Kind       = "QueueConfiguration"
-)
-
 // QueueConfiguration is runplane-queue's settings. Zero fields take
 // Default's values; -1 means unbounded where a field says so.
 type QueueConfiguration struct {

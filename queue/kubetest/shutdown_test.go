@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/runplane/runplane/internal/configfile"
 	"github.com/runplane/runplane/queue/config"
 	"github.com/runplane/runplane/test/natsauth"
 )
@@ -34,10 +35,10 @@ func TestQueueBinaryCleanShutdown(t *testing.T) {
 	bin := filepath.Join(dir, "runplane-queue")
 	nsrv := natsauth.JetStream(t, nil)
 
-	qc := config.New()
+	qc := configfile.New[config.QueueConfiguration]()
 	qc.NATS.URL, qc.WatchNamespace, qc.Namespace, qc.Listen, qc.Metrics.BindAddress = nsrv.ClientURL(), ns, ns, "127.0.0.1:0", "127.0.0.1:0"
 	file := filepath.Join(t.TempDir(), "queue.yaml")
-	require.NoError(t, config.WriteFile(file, qc))
+	require.NoError(t, configfile.WriteFile(file, qc))
 	cmd := exec.Command(bin, "-kubeconfig", env.Kubeconfig(), "-config", file)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

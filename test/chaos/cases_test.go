@@ -29,6 +29,19 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// outage waits after, stops a process (SIGKILL), waits gap and starts it
+// again: most faults' one outage.
+func outage(ctx context.Context, after, gap time.Duration, stop func(), start func() error) error {
+	if err := sleep(ctx, after); err != nil {
+		return err
+	}
+	stop()
+	if err := sleep(ctx, gap); err != nil {
+		return err
+	}
+	return start()
+}
+
 // base is the common shape: 4 workers of concurrency 4, 20 ms a run.
 func base(name string, rate float64, dur time.Duration) chaos.Scenario {
 	return chaos.Scenario{Name: name, Workers: 4, Concurrency: 4, FrameworkEnv: []string{"CHAOS_SLEEP=20ms"}, Rate: rate, Duration: dur}
@@ -45,14 +58,7 @@ func runCase(t *testing.T, sc chaos.Scenario) chaos.Outcome {
 func TestQueueSIGKILL(t *testing.T) {
 	sc := base("queue SIGKILL once", pick(100.0, 50.0), pick(30*time.Second, 5*time.Second))
 	sc.Fault = func(ctx context.Context, s *chaos.Stack) error {
-		if err := sleep(ctx, sc.Duration/3); err != nil {
-			return err
-		}
-		s.Queue.Kill()
-		if err := sleep(ctx, time.Second); err != nil {
-			return err
-		}
-		return s.Queue.Restart()
+		return outage(ctx, sc.Duration/3, time.Second, s.Queue.Kill, s.Queue.Restart)
 	}
 	goal(t, runCase(t, sc))
 }
@@ -66,14 +72,7 @@ func TestQueueSIGKILL12(t *testing.T) {
 	sc := base("queue SIGKILL 12x 0.2s", 150, 45*time.Second)
 	sc.Fault = func(ctx context.Context, s *chaos.Stack) error {
 		for range 12 {
-			if err := sleep(ctx, 3*time.Second); err != nil {
-				return err
-			}
-			s.Queue.Kill()
-			if err := sleep(ctx, 200*time.Millisecond); err != nil {
-				return err
-			}
-			if err := s.Queue.Restart(); err != nil {
+			if err := outage(ctx, 3*time.Second, 200*time.Millisecond, s.Queue.Kill, s.Queue.Restart); err != nil {
 				return err
 			}
 		}
@@ -90,15 +89,8 @@ func TestFrameworkRestart(t *testing.T) {
 	sc := base("framework killed, back in 2s", 50, 30*time.Second)
 	sc.Fault = func(ctx context.Context, s *chaos.Stack) error {
 		for i := range 4 {
-			if err := sleep(ctx, 5*time.Second); err != nil {
-				return err
-			}
 			fw := s.Workers[i%len(s.Workers)].Framework
-			fw.Kill()
-			if err := sleep(ctx, 2*time.Second); err != nil {
-				return err
-			}
-			if err := fw.Start(); err != nil {
+			if err := outage(ctx, 5*time.Second, 2*time.Second, fw.Kill, fw.Start); err != nil {
 				return err
 			}
 		}
@@ -120,14 +112,7 @@ func TestNATSDown35s(t *testing.T) {
 	sc.FrameworkEnv = []string{"CHAOS_SLEEP=2s"}
 	sc.Quiet, sc.Within = 60*time.Second, 4*time.Minute
 	sc.Fault = func(ctx context.Context, s *chaos.Stack) error {
-		if err := sleep(ctx, 10*time.Second); err != nil {
-			return err
-		}
-		s.NATS.Kill()
-		if err := sleep(ctx, 35*time.Second); err != nil {
-			return err
-		}
-		return s.NATS.Restart()
+		return outage(ctx, 10*time.Second, 35*time.Second, s.NATS.Kill, s.NATS.Restart)
 	}
 	goal(t, runCase(t, sc))
 }
@@ -221,15 +206,8 @@ func TestSidecarSIGKILL(t *testing.T) {
 	sc := base("sidecar SIGKILL mid-invocation", pick(100.0, 50.0), pick(30*time.Second, 5*time.Second))
 	sc.FrameworkEnv = []string{"CHAOS_SLEEP=100ms"}
 	sc.Fault = func(ctx context.Context, s *chaos.Stack) error {
-		if err := sleep(ctx, sc.Duration/3); err != nil {
-			return err
-		}
 		p := s.Workers[0].Sidecar
-		p.Kill()
-		if err := sleep(ctx, 2*time.Second); err != nil {
-			return err
-		}
-		return p.Start()
+		return outage(ctx, sc.Duration/3, 2*time.Second, p.Kill, p.Start)
 	}
 	o := runCase(t, sc)
 	goal(t, o)
@@ -243,15 +221,8 @@ func TestFrameworkSIGKILL(t *testing.T) {
 	sc := base("framework SIGKILL mid-invocation", 100, 30*time.Second)
 	sc.FrameworkEnv = []string{"CHAOS_SLEEP=100ms"}
 	sc.Fault = func(ctx context.Context, s *chaos.Stack) error {
-		if err := sleep(ctx, 10*time.Second); err != nil {
-			return err
-		}
 		p := s.Workers[0].Framework
-		p.Kill()
-		if err := sleep(ctx, time.Second); err != nil {
-			return err
-		}
-		return p.Start()
+		return outage(ctx, 10*time.Second, time.Second, p.Kill, p.Start)
 	}
 	o := runCase(t, sc)
 	goal(t, o)

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"k8s.io/utils/ptr"
 
+	"github.com/runplane/runplane/internal/configfile"
 	"github.com/runplane/runplane/internal/natssync"
 	"github.com/runplane/runplane/queue/config"
 	"github.com/runplane/runplane/test/kit"
@@ -245,7 +246,7 @@ func StartQueue(bins Binaries, dir, name, natsURL string, o QueueOptions) (*Queu
 		return nil, err
 	}
 	metricsAddr := "127.0.0.1:" + strconv.Itoa(port)
-	qc := config.New()
+	qc := configfile.New[config.QueueConfiguration]()
 	qc.Listen, qc.Metrics.BindAddress, qc.NATS.URL, qc.InsecureDisableCallerAuth = addr, metricsAddr, natsURL, true
 	// The harness measures loss and duplicates, not fairness limits.
 	qc.Limits.PoolMaxBacklog, qc.Limits.NamespaceMaxBacklog, qc.Limits.NamespaceMaxInFlight = -1, -1, -1
@@ -259,7 +260,7 @@ func StartQueue(bins Binaries, dir, name, natsURL string, o QueueOptions) (*Queu
 	for _, c := range o.Configure {
 		c(qc)
 	}
-	if err := config.WriteFile(args[1], qc); err != nil {
+	if err := configfile.WriteFile(args[1], qc); err != nil {
 		return nil, err
 	}
 	q := &Queue{Proc: NewProc(name, filepath.Join(dir, name+".log"), bins.Queue, args, nil), URL: "http://" + addr,

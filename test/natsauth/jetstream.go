@@ -1,9 +1,11 @@
 package natsauth
 
 import (
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
@@ -51,4 +53,20 @@ func Connect(t testing.TB, url string, opts ...nats.Option) *nats.Conn {
 	require.NoError(t, err, "connecting to %s", url)
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// Cluster runs n servers in runplane's operator mode (StartCluster, with
+// exports) under a directory of the test until it ends, and returns their
+// Auth.
+func Cluster(t testing.TB, exports jwt.Exports, n int) (Auth, []*server.Server) {
+	t.Helper()
+	dir := t.TempDir()
+	a, err := Write(filepath.Join(dir, "auth"))
+	require.NoError(t, err)
+	servers, err := StartCluster(filepath.Join(dir, "nats"), a, exports, n)
+	require.NoError(t, err, "nats cluster")
+	for _, s := range servers {
+		t.Cleanup(s.Shutdown)
+	}
+	return a, servers
 }

@@ -2,7 +2,6 @@ package natsauth_test
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -20,13 +19,8 @@ import (
 // verified TLS — and a stream at three replicas keeps taking writes and
 // keeps what it acknowledged when its leader's server goes.
 func TestClusterSurvivesLeaderLoss(t *testing.T) {
-	dir := t.TempDir()
-	a, err := natsauth.Write(filepath.Join(dir, "auth"))
-	require.NoError(t, err)
-	servers, err := natsauth.StartCluster(filepath.Join(dir, "nats"), a, queue.WorkerExports(stream.Config{}), 3)
-	require.NoError(t, err)
+	a, servers := natsauth.Cluster(t, queue.WorkerExports(stream.Config{}), 3)
 	for _, s := range servers {
-		t.Cleanup(s.Shutdown)
 		require.True(t, s.JetStreamConfig().SyncAlways, "server %s does not fsync before acknowledging", s.Name())
 	}
 	opt, err := a.QueueOption()

@@ -25,12 +25,6 @@ import (
 	"github.com/runplane/runplane/webhook/mutate"
 )
 
-// APIVersion and Kind name the document.
-const (
-	APIVersion = "runplane.io/v1alpha1"
-	Kind       = "WebhookConfiguration"
-)
-
 // DefaultConfigurationName names both the Mutating- and the
 // ValidatingWebhookConfiguration.
 const DefaultConfigurationName = "runplane-webhook"
@@ -112,23 +106,6 @@ type Webhooks struct {
 	// Resync re-checks the objects at least this often (default 1m); a
 	// watch re-checks them at once when they change.
 	Resync metav1.Duration `json:"resync,omitzero"`
-}
-
-// New is the default configuration (no image or NATS URL yet: those are
-// the install's).
-func New() *WebhookConfiguration {
-	return configfile.New[WebhookConfiguration](APIVersion, Kind)
-}
-
-// Load reads, defaults and validates the configuration file at path.
-func Load(path string) (*WebhookConfiguration, error) {
-	return configfile.Load[WebhookConfiguration](path, APIVersion, Kind)
-}
-
-// Decode decodes a configuration document strictly, defaults and
-// validates it.
-func Decode(b []byte) (*WebhookConfiguration, error) {
-	return configfile.Decode[WebhookConfiguration](b, APIVersion, Kind)
 }
 
 // Default fills every zero field with its default: the one place the

@@ -24,6 +24,7 @@ import (
 	cconfig "github.com/runplane/runplane/controllers/config"
 	"github.com/runplane/runplane/controllers/egress"
 	"github.com/runplane/runplane/controllers/sshservice"
+	"github.com/runplane/runplane/internal/configfile"
 	"github.com/runplane/runplane/pvcspec"
 	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/e2e/rbac"
@@ -53,7 +54,7 @@ func TestControllers(t *testing.T) {
 	t.Cleanup(func() { checkNoDenials(t, "runplane-controller", rec, globalLog) })
 	// The settings the chart installed (the ConfigMap runplane-controller),
 	// read by the controller's own loader.
-	cc, err := cconfig.Decode(chartConfigFile(t, "runplane-controller"))
+	cc, err := configfile.Decode[cconfig.ControllerConfiguration](chartConfigFile(t, "runplane-controller"))
 	require.NoError(t, err)
 	require.Equal(t, egress.EnforcementNetworkPolicy, cc.Egress.Enforcement, "testdata/values.yaml: the mode in which the controller writes policies")
 	require.True(t, *cc.LeaderElection.LeaderElect, "the chart's controller elects a leader")

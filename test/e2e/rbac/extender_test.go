@@ -32,6 +32,7 @@ import (
 	"github.com/runplane/runplane/catalog"
 	"github.com/runplane/runplane/extender"
 	econfig "github.com/runplane/runplane/extender/config"
+	"github.com/runplane/runplane/internal/configfile"
 	"github.com/runplane/runplane/internal/metricsauth"
 	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/e2e/rbac"
@@ -76,7 +77,7 @@ func TestExtender(t *testing.T) {
 
 	// The settings the chart installed (the ConfigMap runplane-extender),
 	// read by the extender's own loader.
-	ec, err := econfig.Decode(chartConfigFile(t, "runplane-extender"))
+	ec, err := configfile.Decode[econfig.ExtenderConfiguration](chartConfigFile(t, "runplane-extender"))
 	require.NoError(t, err)
 	require.NotEmpty(t, ec.LeaderElection.FollowLease, "the chart's extender follows its scheduler's Lease")
 	// The chart keeps the verbs on loopback and serves /metrics and the

@@ -21,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/internal/configfile"
 	"github.com/runplane/runplane/internal/metricsauth"
 	"github.com/runplane/runplane/queue/config"
 	"github.com/runplane/runplane/test/cluster"
@@ -167,7 +168,7 @@ func chartConfigFile(t *testing.T, name string) []byte {
 // ConfigMap runplane-queue), read by the queue's own loader.
 func chartQueueConfig(t *testing.T) *config.QueueConfiguration {
 	t.Helper()
-	c, err := config.Decode(chartConfigFile(t, "runplane-queue"))
+	c, err := configfile.Decode[config.QueueConfiguration](chartConfigFile(t, "runplane-queue"))
 	require.NoError(t, err)
 	return c
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/catalog"
+	"github.com/runplane/runplane/internal/configfile"
 	"github.com/runplane/runplane/internal/pki"
 	"github.com/runplane/runplane/test/e2e/rbac"
 	"github.com/runplane/runplane/test/kit"
@@ -66,7 +67,7 @@ func runWebhook(t *testing.T, rec *rbac.Recorder, ln net.Listener, dnsNames []st
 	// The chart's settings (the ConfigMap runplane-webhook, read by the
 	// webhook's own loader); sidecars verify NATS, so the webhook follows
 	// the CA ConfigMap (as runplane-webhook: get, list and watch by name).
-	wc, err := wconfig.Decode(chartConfigFile(t, "runplane-webhook"))
+	wc, err := configfile.Decode[wconfig.WebhookConfiguration](chartConfigFile(t, "runplane-webhook"))
 	require.NoError(t, err)
 	require.Equal(t, webhookSecret, wc.TLS.SecretName, "the chart's tls.secretName")
 	require.False(t, wc.Webhooks.Manage, "the chart owns the webhook configurations")

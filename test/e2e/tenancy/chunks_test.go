@@ -14,8 +14,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/runplane/runplane/api"
-	"github.com/runplane/runplane/framework"
 	"github.com/runplane/runplane/internal/messages"
 )
 
@@ -35,31 +33,12 @@ func TestWorkerCannotForgeSiblingChunks(t *testing.T) {
 	victim, mallory := pods[0], pods[1]
 	q := startQueueNATS(t, ctx, withIngress(ns))
 
-	started, release := make(chan struct{}, 4), make(chan struct{})
-	runSidecar(t, ctx, q, ns, pool, victim, func(ctx context.Context, req framework.Request) (framework.Response, error) {
-		started <- struct{}{}
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		return framework.Response{Body: req.Payload}, nil
-	})
-	nc, violations, err := q.connect(token(t, ns, "worker", []string{api.NATSTokenAudience}, bound(mallory)),
-		messages.WorkerInbox(ns, pool, mallory.Name))
-	require.NoError(t, err, "mallory's own token")
-	defer nc.Close()
+	held := runHolding(t, ctx, q, ns, pool, victim)
+	nc, violations := q.connectWorker(t, ns, pool, mallory)
 
 	const id = "chunks-1"
-	resp, err := http.Post(q.ingress+"/v1/namespaces/"+ns+"/pools/"+pool+"/invocations", "application/json",
-		strings.NewReader(`{"mode":"async","invocationID":"`+id+`","payload":{"prompt":"hello"}}`))
-	require.NoError(t, err)
-	require.NoError(t, resp.Body.Close())
-	require.Equal(t, http.StatusAccepted, resp.StatusCode)
-	select {
-	case <-started:
-	case <-ctx.Done():
-		t.Fatal("the victim never ran the invocation")
-	}
+	q.submit(t, ns, pool, id)
+	held.waitStarted(t, ctx)
 
 	forged := nats.NewMsg(q.subj.ChunkSubject(ns, pool, victim.Name, id))
 	forged.Data = []byte("forged")
@@ -68,13 +47,7 @@ func TestWorkerCannotForgeSiblingChunks(t *testing.T) {
 	forged.Header.Set(messages.ChunkSeqHeader, "1")
 	require.NoError(t, nc.PublishMsg(forged))
 	require.NoError(t, nc.Flush())
-	select {
-	case err := <-violations:
-		require.ErrorContains(t, err, "Permissions Violation")
-		require.ErrorContains(t, err, `"`+forged.Subject+`"`)
-	case <-time.After(15 * time.Second):
-		t.Fatalf("no permission violation for a publish on %s", forged.Subject)
-	}
+	requireViolation(t, violations, forged.Subject)
 	// Under its own name it is stored, and ignored.
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
@@ -82,7 +55,7 @@ func TestWorkerCannotForgeSiblingChunks(t *testing.T) {
 	_, err = js.PublishMsg(ctx, forged)
 	require.NoError(t, err, "mallory's own chunk subject")
 
-	close(release)
+	close(held.release)
 	req, err := http.NewRequestWithContext(ctx, "GET", q.ingress+"/v1/namespaces/"+ns+"/invocations/"+id+"/stream", nil)
 	require.NoError(t, err)
 	sresp, err := http.DefaultClient.Do(req)

@@ -2,9 +2,6 @@ package tenancy
 
 import (
 	"context"
-	"encoding/json"
-	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,7 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/messages"
 )
 
@@ -35,10 +31,7 @@ func TestWorkerCannotSuppressInvocations(t *testing.T) {
 	q := startQueueNATS(t, ctx, withIngress("nats-v"))
 	const id = "job-42"
 
-	nc, violations, err := q.connect(token(t, "nats-m", "worker", []string{api.NATSTokenAudience}, bound(malloryPod)),
-		messages.WorkerInbox("nats-m", "echo", malloryPod.Name))
-	require.NoError(t, err, "mallory's own token")
-	defer nc.Close()
+	nc, violations := q.connectWorker(t, "nats-m", "echo", malloryPod)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	for _, msgID := range []string{messages.MsgID("nats-v", id), messages.DispatchPublishID("nats-v", id, 1), messages.DispatchMsgID("nats-v", id, 1)} {
@@ -54,28 +47,9 @@ func TestWorkerCannotSuppressInvocations(t *testing.T) {
 	}
 
 	runSidecar(t, ctx, q, "nats-v", "echo", victimPod)
-	resp, err := http.Post(q.ingress+"/v1/namespaces/nats-v/pools/echo/invocations", "application/json",
-		strings.NewReader(`{"mode":"async","invocationID":"`+id+`","payload":{"prompt":"hello"}}`))
-	require.NoError(t, err)
-	var ack struct {
-		Duplicate bool           `json:"duplicate"`
-		State     messages.State `json:"state"`
-		Error     string         `json:"error"`
-	}
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&ack))
-	require.NoError(t, resp.Body.Close())
-	require.Equal(t, http.StatusAccepted, resp.StatusCode, ack.Error)
-	assert.False(t, ack.Duplicate, "the victim's invocation was taken for a duplicate of mallory's message")
+	assert.False(t, q.submit(t, "nats-v", "echo", id), "the victim's invocation was taken for a duplicate of mallory's message")
 
-	var rec messages.Record
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		resp, err := http.Get(q.ingress + "/v1/namespaces/nats-v/invocations/" + id)
-		require.NoError(c, err)
-		defer resp.Body.Close()
-		require.Equal(c, http.StatusOK, resp.StatusCode)
-		require.NoError(c, json.NewDecoder(resp.Body).Decode(&rec))
-		require.True(c, rec.State.Terminal(), "state %s", rec.State)
-	}, 90*time.Second, 200*time.Millisecond, "the victim's invocation never finished")
+	rec := q.finished(t, "nats-v", id)
 	require.Equal(t, messages.StateSucceeded, rec.State, "%+v", rec)
 	require.NotNil(t, rec.Response)
 	assert.JSONEq(t, `{"prompt":"hello"}`, string(rec.Response.Body))

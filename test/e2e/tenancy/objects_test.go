@@ -2,7 +2,6 @@ package tenancy
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -95,15 +94,7 @@ func TestObjectStorageIsBudgetedPerNamespace(t *testing.T) {
 	code, body := post("objs-b", "echo", big("b-1"))
 	require.Equal(t, http.StatusAccepted, code, body)
 	runSidecar(t, ctx, q, "objs-b", "echo", podB)
-	var rec messages.Record
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		resp, err := http.Get(q.ingress + "/v1/namespaces/objs-b/invocations/b-1")
-		require.NoError(c, err)
-		defer resp.Body.Close()
-		require.Equal(c, http.StatusOK, resp.StatusCode)
-		require.NoError(c, json.NewDecoder(resp.Body).Decode(&rec))
-		require.True(c, rec.State.Terminal(), "state %s", rec.State)
-	}, 90*time.Second, 200*time.Millisecond, "B's invocation never finished")
+	rec := q.finished(t, "objs-b", "b-1")
 	require.Equal(t, messages.StateSucceeded, rec.State, "%+v", rec)
 	require.NotNil(t, rec.Response)
 	assert.Equal(t, `"`+strings.Repeat("x", 100<<10)+`"`, string(rec.Response.Body))

@@ -15,24 +15,6 @@ import (
 	"github.com/runplane/runplane/sidecar"
 )
 
-// Load reads, defaults and validates the configuration file at path
-// (internal/configfile).
-func Load(path string) (*QueueConfiguration, error) {
-	return configfile.Load[QueueConfiguration](path, APIVersion, Kind)
-}
-
-// Decode decodes a configuration document strictly (an unknown or
-// duplicate key is an error naming it), defaults and validates it.
-func Decode(b []byte) (*QueueConfiguration, error) {
-	return configfile.Decode[QueueConfiguration](b, APIVersion, Kind)
-}
-
-// New is the default configuration: what runplane-queue runs with when the
-// file sets nothing else.
-func New() *QueueConfiguration {
-	return configfile.New[QueueConfiguration](APIVersion, Kind)
-}
-
 // Default fills every zero field with its default: the one place the
 // queue's settings get them.
 func (c *QueueConfiguration) Default() {
@@ -111,7 +93,3 @@ func (c *QueueConfiguration) Validate() error {
 	}
 	return errors.Join(errs...)
 }
-
-// WriteFile writes c as a configuration file (tests and harnesses that
-// run the binary).
-func WriteFile(path string, c *QueueConfiguration) error { return configfile.WriteFile(path, c) }
