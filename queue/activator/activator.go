@@ -145,6 +145,8 @@ type Activator struct {
 	invokeGen   atomic.Uint64
 	ackFloor    uint64
 	ackFloorGen uint64
+	// purgeFailures reports purge rounds that fail (purge loop only).
+	purgeFailures failureReport
 
 	// rsLister reads the ReplicaSets that own worker Pods (set by watchPods).
 	rsLister appslisters.ReplicaSetLister
@@ -224,6 +226,7 @@ func (a *Activator) Run(ctx context.Context) error {
 	a.st = state.New(d, a.cfg.Clock)
 	a.kick = make(chan struct{}, 1)
 	a.purgeKick = make(chan struct{}, 1)
+	a.purgeFailures = failureReport{what: "removing finished invocations' messages from the stream", every: time.Minute}
 	a.ackFloor, a.ackFloorGen = 0, a.invokeGen.Load()
 	a.filtered = map[string]bool{}
 	a.mu.Unlock()
