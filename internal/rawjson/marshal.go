@@ -78,7 +78,7 @@ var (
 // first (json.Valid): Canonical returns such bytes unchecked when they
 // need no change.
 func Canonical(v []byte) ([]byte, error) {
-	if bytes.IndexAny(v, " \t\r\n<>&") < 0 && !bytes.Contains(v, lineSep) && !bytes.Contains(v, paraSep) {
+	if !bytes.ContainsAny(v, " \t\r\n<>&") && !bytes.Contains(v, lineSep) && !bytes.Contains(v, paraSep) {
 		return v, nil
 	}
 	b, err := json.Marshal(json.RawMessage(v))
