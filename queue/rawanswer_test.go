@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -42,6 +43,9 @@ func TestAnswersAreEncodingJSONs(t *testing.T) {
 			code, out := e.post("/v1/namespaces/default/pools/"+testPool+"/invocations", "application/json",
 				mustJSON(t, map[string]any{"mode": "sync", "invocationID": id, "timeoutSeconds": 60, "payload": tc.bytes}))
 			require.Equal(t, http.StatusOK, code, "%.300s", out)
+			// The sync answer may come from the worker's reply a few ms
+			// before the activator writes the final Record.
+			e.waitState(id, messages.StateSucceeded, 30*time.Second)
 			get := e.do("GET", "/v1/namespaces/default/invocations/"+id, nil)
 			require.Equal(t, http.StatusOK, get.code)
 			for what, answer := range map[string][]byte{"sync": out, "GET": get.raw} {
