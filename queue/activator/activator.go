@@ -200,7 +200,8 @@ func New(cfg Config) (*Activator, error) {
 		m = NewMetrics(cfg.Registerer)
 	}
 	a := &Activator{cfg: cfg, metrics: m.m, scaler: cfg.Scaler, refused: map[string]string{}, conflicts: map[string]string{},
-		policyErrs: map[string]string{}, tracer: tracing.NewTracer(cfg.TracerProvider, "runplane/queue/activator")}
+		policyErrs: map[string]string{}, tracer: tracing.NewTracer(cfg.TracerProvider, "runplane/queue/activator"),
+		purgeFailures: failureReport{what: "removing finished invocations' messages from the stream", every: time.Minute}}
 	if cfg.Shard.Sharded() {
 		if cfg.Shard.Index < 0 || cfg.Shard.Index >= cfg.Shard.Count {
 			return nil, fmt.Errorf("activator: shard %d of %d: must be in [0, %d)", cfg.Shard.Index, cfg.Shard.Count, cfg.Shard.Count)
@@ -226,7 +227,6 @@ func (a *Activator) Run(ctx context.Context) error {
 	a.st = state.New(d, a.cfg.Clock)
 	a.kick = make(chan struct{}, 1)
 	a.purgeKick = make(chan struct{}, 1)
-	a.purgeFailures = failureReport{what: "removing finished invocations' messages from the stream", every: time.Minute}
 	a.ackFloor, a.ackFloorGen = 0, a.invokeGen.Load()
 	a.filtered = map[string]bool{}
 	a.mu.Unlock()

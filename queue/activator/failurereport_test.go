@@ -3,7 +3,6 @@ package activator
 import (
 	"bytes"
 	"errors"
-	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -15,6 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/queue/activator/internal/state"
 	"github.com/runplane/runplane/queue/pool"
 	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/test/natsauth"
@@ -55,22 +56,55 @@ func TestFailureReport(t *testing.T) {
 	}
 }
 
-// TestAckFloorReadFailureCounted: an ack floor that cannot be read (here:
-// no invoke consumer) is an error of the round and counted, not only a
-// Debug line as before.
-func TestAckFloorReadFailureCounted(t *testing.T) {
+// TestFailingPurgeRoundsWarnedAndCounted: purge rounds that cannot read
+// the invoke consumer's ack floor (it is not there) are counted each and
+// warned once; the first round that succeeds again says so and removes
+// the finished message. Each was a Debug line before, and counted nowhere.
+func TestFailingPurgeRoundsWarnedAndCounted(t *testing.T) {
 	ctx := t.Context()
 	nc := natsauth.Connect(t, natsauth.JetStream(t, nil).ClientURL())
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	st, err := stream.Open(ctx, js, stream.Config{})
 	require.NoError(t, err)
-	a, err := New(Config{Store: st, NC: nc, Pools: pool.Static{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	var logs bytes.Buffer
+	a, err := New(Config{Store: st, NC: nc, Pools: pool.Static{}, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
-	require.Zero(t, testutil.ToFloat64(a.metrics.purgeErrors.WithLabelValues("ack_floor")))
-	floor, _, err := a.invokeAckFloor(ctx)
-	require.Error(t, err)
-	assert.Zero(t, floor, "nothing on an invoke subject is purged without it")
-	assert.Equal(t, 1.0, testutil.ToFloat64(a.metrics.purgeErrors.WithLabelValues("ack_floor")))
+	a.st = state.New(a.cfg.Decisions, a.cfg.Clock)
+
+	// A finished invocation whose message is in the stream at 1.
+	_, err = js.Publish(ctx, st.Subjects.Invoke("ns", "p"), []byte("{}"))
+	require.NoError(t, err)
+	it := &state.Item{Inv: messages.Invocation{InvocationID: "a", Namespace: "ns", Pool: "p"}, Seq: 1}
+	a.locked(func(s *state.State) {
+		s.Accept(it.Inv, 1)
+		require.True(t, s.Enqueue(it))
+		s.Handled(state.Subject{Namespace: "ns", Pool: "p"}, 1)
+		s.Final(it)
+	})
+	failures := func() float64 { return testutil.ToFloat64(a.metrics.purgeErrors.WithLabelValues("ack_floor")) }
+
+	a.purge(ctx)
+	a.purge(ctx)
+	assert.Equal(t, 2.0, failures(), "each failed read counted")
+	assert.Equal(t, 1, strings.Count(logs.String(), "level=WARN"), "warned once: %s", logs.String())
+	assert.Contains(t, logs.String(), "failedRounds=1")
+
+	// The consumer is back and has acked the message.
+	c, err := js.CreateOrUpdateConsumer(ctx, st.Config.Stream, jetstream.ConsumerConfig{Durable: a.cfg.Shard.consumerPrefix(a.cfg.ConsumerPrefix) + "-invoke",
+		AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: st.Subjects.Invoke("ns", "p")})
+	require.NoError(t, err)
+	batch, err := c.FetchNoWait(1)
+	require.NoError(t, err)
+	for m := range batch.Messages() {
+		require.NoError(t, m.DoubleAck(ctx))
+	}
+	logs.Reset()
+	a.purge(ctx)
+	assert.Equal(t, 2.0, failures())
+	assert.Contains(t, logs.String(), `level=INFO msg="removing finished invocations' messages from the stream: succeeds again" failedRounds=2`)
+	info, err := st.Stream.Info(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, info.State.Msgs, "the finished message is purged")
 }
