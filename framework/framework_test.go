@@ -26,6 +26,10 @@ func TestHandler(t *testing.T) {
 			return framework.Response{}, errors.New("handler broke")
 		case "zero":
 			return framework.Response{Body: json.RawMessage(`"x"`)}, nil
+		case "not-json":
+			return framework.Response{Body: json.RawMessage(`{"a":` + strings.Repeat("1", 8<<10))}, nil
+		case "big":
+			return framework.Response{Body: json.RawMessage(`{ "html": "<&>", "pad": "` + strings.Repeat("x", 8<<10) + `" }`)}, nil
 		}
 		return framework.Response{StatusCode: 201, Body: json.RawMessage(`{"id":"` + r.InvocationID + `"}`)}, nil
 	})
@@ -42,6 +46,12 @@ func TestHandler(t *testing.T) {
 		{name: "invoke", method: "POST", path: "/invoke", body: `{"invocationID":"a"}`, wantStatus: 200, wantBody: `"statusCode":201,"body":{"id":"a"}`},
 		{name: "invoke default status", method: "POST", path: "/invoke", body: `{"invocationID":"zero"}`, wantStatus: 200, wantBody: `"statusCode":200`},
 		{name: "handler error", method: "POST", path: "/invoke", body: `{"invocationID":"err"}`, wantStatus: 200, wantBody: `"statusCode":500,"error":"handler broke"`},
+		// It was a 200 with an empty body: the sidecar could only say it
+		// could not decode it.
+		{name: "handler's body not JSON", method: "POST", path: "/invoke", body: `{"invocationID":"not-json"}`, wantStatus: 200,
+			wantBody: `{"statusCode":500,"error":"the handler's response body is not valid JSON"}`},
+		{name: "a big body as it is", method: "POST", path: "/invoke", body: `{"invocationID":"big"}`, wantStatus: 200,
+			wantBody: `{"statusCode":200,"body":{ "html": "<&>", "pad": "` + strings.Repeat("x", 8<<10) + `" }}`},
 		{name: "bad json", method: "POST", path: "/invoke", body: `{`, wantStatus: 400, wantBody: `"error":"decode invocation envelope`},
 		{name: "no invocation id", method: "POST", path: "/invoke", body: `{}`, wantStatus: 400, wantBody: `field invocationID must not be empty`},
 		{name: "invoke wrong method", method: "GET", path: "/invoke", wantStatus: 405, wantBody: `use POST`},

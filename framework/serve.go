@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/runplane/runplane/internal/httpjson"
+	"github.com/runplane/runplane/internal/rawjson"
 	"github.com/runplane/runplane/internal/tracing"
 )
 
@@ -181,12 +182,30 @@ func NewHandler(fn HandlerFunc, opts ...Option) http.Handler {
 		if o.plain || req.Attempt == 0 {
 			// No attempt (an older sidecar, a direct caller): the plain
 			// contract, the call ends with its connection.
-			httpjson.Write(w, http.StatusOK, run(r.Context()))
+			writeResponse(w, run(r.Context()))
 			return
 		}
 		serveIdempotent(w, r, cs, callKey{req.InvocationID, req.Attempt}, run)
 	})
 	return mux
+}
+
+// writeResponse answers a call with resp. Its body is checked once
+// (json.Valid) and placed as it is (rawjson.Marshal): encoding/json's pass
+// would also compact and escape it, a copy nobody needs (the sidecar reads
+// the body as it is). A body that is not JSON answers what a handler's
+// error does — status 500 naming it — not a 200 with an empty envelope.
+func writeResponse(w http.ResponseWriter, resp Response) {
+	if len(resp.Body) > 0 && !json.Valid(resp.Body) {
+		resp = Response{StatusCode: http.StatusInternalServerError, Error: "the handler's response body is not valid JSON"}
+	}
+	b, err := rawjson.Marshal(&resp, &resp.Body)
+	if err != nil {
+		resp = Response{StatusCode: http.StatusInternalServerError, Error: fmt.Sprintf("encode the handler's response: %v", err)}
+		httpjson.Write(w, http.StatusOK, resp)
+		return
+	}
+	httpjson.WriteEncoded(w, http.StatusOK, b)
 }
 
 // serveIdempotent answers one POST of call k: a cancel, a re-attach, or a
@@ -212,7 +231,7 @@ func serveIdempotent(w http.ResponseWriter, r *http.Request, cs *calls, k callKe
 	defer cs.release(c)
 	select {
 	case <-c.done:
-		httpjson.Write(w, http.StatusOK, c.resp)
+		writeResponse(w, c.resp)
 	case <-r.Context().Done():
 		// The sidecar hung up: detached; the call goes on (release).
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/objects"
+	"github.com/runplane/runplane/internal/rawjson"
 )
 
 // bucket is this worker's namespace's Object Store bucket: the only one
@@ -67,7 +68,7 @@ func (s *Sidecar) encodeResult(res messages.Result, d messages.Dispatch) ([]byte
 	}
 	// A body that alone is too big is not encoded twice.
 	if res.Response == nil || objects.Inline(int64(len(res.Response.Body)), limit) {
-		data, err := json.Marshal(res)
+		data, err := encodeInline(res)
 		if err != nil {
 			return nil, res, fmt.Errorf("encode result: %w", err)
 		}
@@ -107,4 +108,17 @@ func (s *Sidecar) encodeResult(res messages.Result, d messages.Dispatch) ([]byte
 		return nil, res, fmt.Errorf("encode result: %w", err)
 	}
 	return data, res, nil
+}
+
+// encodeInline is json.Marshal(res) with its response body placed as it is
+// (rawjson.Marshal): the framework client decoded it, so it is valid JSON,
+// and the activator, which decodes every result (a worker's bytes), writes
+// it into the Record as encoding/json does.
+func encodeInline(res messages.Result) ([]byte, error) {
+	if res.Response == nil {
+		return json.Marshal(res)
+	}
+	resp := *res.Response // the placeholder goes into a copy: res's Response is the caller's
+	res.Response = &resp
+	return rawjson.Marshal(&res, &resp.Body)
 }

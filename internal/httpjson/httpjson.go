@@ -17,10 +17,23 @@ func Write(w http.ResponseWriter, code int, v any) {
 	write(w, "application/json", code, v)
 }
 
-func write(w http.ResponseWriter, contentType string, code int, v any) {
+// WriteEncoded answers with code and b, a JSON value the caller encoded,
+// as Write writes one (a newline after it).
+func WriteEncoded(w http.ResponseWriter, code int, b []byte) {
+	header(w, "application/json", code)
+	if _, err := w.Write(b); err == nil { // a client gone: nothing to add
+		_, _ = w.Write([]byte("\n"))
+	}
+}
+
+func header(w http.ResponseWriter, contentType string, code int) {
 	w.Header().Set("Content-Type", contentType)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
+}
+
+func write(w http.ResponseWriter, contentType string, code int, v any) {
+	header(w, contentType, code)
 	_ = json.NewEncoder(w).Encode(v)
 }
 

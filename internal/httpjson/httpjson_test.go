@@ -18,6 +18,8 @@ func TestWrite(t *testing.T) {
 	}{
 		{name: "value", write: func(w http.ResponseWriter) { Write(w, http.StatusAccepted, map[string]int{"n": 1}) },
 			wantCode: 202, wantType: "application/json", wantBody: `{"n":1}` + "\n"},
+		{name: "encoded", write: func(w http.ResponseWriter) { WriteEncoded(w, http.StatusOK, []byte(`{"n":1}`)) },
+			wantCode: 200, wantType: "application/json", wantBody: `{"n":1}` + "\n"},
 		{name: "error", write: func(w http.ResponseWriter) { Error(w, http.StatusBadRequest, `field "mode": want sync or async`) },
 			wantCode: 400, wantType: "application/json", wantBody: `{"error":"field \"mode\": want sync or async"}` + "\n"},
 		{name: "problem", write: func(w http.ResponseWriter) {

@@ -78,6 +78,57 @@ func (s Subjects) Dispatch(ns, pool, worker string) string {
 	return s.Prefix + ".dispatch." + ns + "." + pool + "." + worker
 }
 
+// ParseInvoke reads an Invoke subject back (ok false for any other
+// subject: another prefix or kind, a token empty, missing or one too many).
+func (s Subjects) ParseInvoke(subject string) (ns, pool string, ok bool) {
+	ok = s.parse(subject, "invoke", &ns, &pool)
+	return ns, pool, ok
+}
+
+// ParseDispatch reads a Dispatch subject back, as ParseInvoke.
+func (s Subjects) ParseDispatch(subject string) (ns, pool, worker string, ok bool) {
+	ok = s.parse(subject, "dispatch", &ns, &pool, &worker)
+	return ns, pool, worker, ok
+}
+
+// ParseResult reads a Result subject back, as ParseInvoke.
+func (s Subjects) ParseResult(subject string) (ns, pool string, ok bool) {
+	ok = s.parse(subject, "result", &ns, &pool)
+	return ns, pool, ok
+}
+
+// parse reads subject as <prefix>.<kind>.<token>… into tokens, one each:
+// none may be empty, and none may be left over. It does not allocate
+// (every invocation's and result's subject is read on the activator's
+// path).
+func (s Subjects) parse(subject, kind string, tokens ...*string) bool {
+	rest, ok := strings.CutPrefix(subject, s.Prefix)
+	if ok {
+		rest, ok = strings.CutPrefix(rest, ".")
+	}
+	if ok {
+		rest, ok = strings.CutPrefix(rest, kind+".")
+	}
+	if !ok {
+		return false
+	}
+	for i, t := range tokens {
+		tok := rest
+		if i < len(tokens)-1 {
+			if tok, rest, ok = strings.Cut(rest, "."); !ok {
+				return false
+			}
+		} else if strings.Contains(rest, ".") {
+			return false
+		}
+		if tok == "" {
+			return false
+		}
+		*t = tok
+	}
+	return true
+}
+
 // Result is where workers of ns/pool publish results (JetStream).
 func (s Subjects) Result(ns, pool string) string { return s.Prefix + ".result." + ns + "." + pool }
 

@@ -2,6 +2,7 @@ package messages
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -22,6 +23,45 @@ func TestSubjects(t *testing.T) {
 		{WorkerInbox("team-a", "echo", "echo-1"), "_INBOX_RP.team-a.echo.echo-1"},
 	} {
 		assert.Equal(t, tt.want, tt.got)
+	}
+}
+
+// TestParseSubjects: an invoke, dispatch or result subject reads back as
+// what built it; any other subject is refused.
+func TestParseSubjects(t *testing.T) {
+	s := Subjects{Prefix: "runtime.serverless"}
+	ns, pool, ok := s.ParseInvoke(s.Invoke("team-a", "echo"))
+	assert.True(t, ok)
+	assert.Equal(t, []string{"team-a", "echo"}, []string{ns, pool})
+	ns, pool, ok = s.ParseResult(s.Result("team-a", "echo"))
+	assert.True(t, ok)
+	assert.Equal(t, []string{"team-a", "echo"}, []string{ns, pool})
+	ns, pool, worker, ok := s.ParseDispatch(s.Dispatch("team-a", "echo", "echo-1"))
+	assert.True(t, ok)
+	assert.Equal(t, []string{"team-a", "echo", "echo-1"}, []string{ns, pool, worker})
+
+	for _, tc := range []struct{ name, subject string }{
+		{"another prefix", "other.serverless.invoke.team-a.echo"},
+		{"a longer prefix", "runtime.serverless.x.invoke.team-a.echo"},
+		{"the prefix run into the kind", "runtime.serverlessinvoke.team-a.echo"},
+		{"another kind", "runtime.serverless.result.team-a.echo.x"},
+		{"a token missing", "runtime.serverless.invoke.team-a"},
+		{"an empty token", "runtime.serverless.invoke..echo"},
+		{"an empty last token", "runtime.serverless.invoke.team-a."},
+		{"one token too many", "runtime.serverless.invoke.team-a.echo.w"},
+		{"nothing after the kind", "runtime.serverless.invoke."},
+		{"the prefix alone", "runtime.serverless"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, ok := s.ParseInvoke(tc.subject)
+			assert.False(t, ok, "invoke")
+			dispatch := strings.Replace(tc.subject, ".invoke.", ".dispatch.", 1) + ".w"
+			if tc.name == "one token too many" {
+				dispatch += ".x"
+			}
+			_, _, _, ok = s.ParseDispatch(dispatch)
+			assert.False(t, ok, "dispatch %s", dispatch)
+		})
 	}
 }
 

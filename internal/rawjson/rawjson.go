@@ -3,7 +3,9 @@
 // encodes (another scan and copy of a payload the ingress validated when
 // it took it: 60 ms of a 10 MiB call's CPU per encoding, queue/README.md
 // "Where a call's CPU goes"); no maintained encoder skips that, so the
-// value is appended by hand here — a few lines that only place bytes.
+// value is placed by hand here — a few lines that only place bytes
+// (WithField, Marshal), and Canonical, which tells when encoding/json's
+// pass would change nothing.
 package rawjson
 
 import (

@@ -145,6 +145,8 @@ type Activator struct {
 	invokeGen   atomic.Uint64
 	ackFloor    uint64
 	ackFloorGen uint64
+	// purgeFailures reports purge rounds that fail (purge loop only).
+	purgeFailures failureReport
 
 	// rsLister reads the ReplicaSets that own worker Pods (set by watchPods).
 	rsLister appslisters.ReplicaSetLister
@@ -198,7 +200,8 @@ func New(cfg Config) (*Activator, error) {
 		m = NewMetrics(cfg.Registerer)
 	}
 	a := &Activator{cfg: cfg, metrics: m.m, scaler: cfg.Scaler, refused: map[string]string{}, conflicts: map[string]string{},
-		policyErrs: map[string]string{}, tracer: tracing.NewTracer(cfg.TracerProvider, "runplane/queue/activator")}
+		policyErrs: map[string]string{}, tracer: tracing.NewTracer(cfg.TracerProvider, "runplane/queue/activator"),
+		purgeFailures: failureReport{what: "removing finished invocations' messages from the stream", every: time.Minute}}
 	if cfg.Shard.Sharded() {
 		if cfg.Shard.Index < 0 || cfg.Shard.Index >= cfg.Shard.Count {
 			return nil, fmt.Errorf("activator: shard %d of %d: must be in [0, %d)", cfg.Shard.Index, cfg.Shard.Count, cfg.Shard.Count)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -133,17 +132,6 @@ type consumers struct {
 	nss             []string
 }
 
-// subjectPool reads the namespace and pool of a <prefix>.<kind>.<ns>.<pool>
-// subject.
-func (a *Activator) subjectPool(subject, kind string) (ns, pool string, ok bool) {
-	tail, ok := strings.CutPrefix(subject, a.cfg.Store.Subjects.Prefix+"."+kind+".")
-	if !ok {
-		return "", "", false
-	}
-	ns, pool, ok = strings.Cut(tail, ".")
-	return ns, pool, ok && ns != "" && pool != "" && !strings.Contains(pool, ".")
-}
-
 // acked logs and counts a failed Ack, Nak or Term of a message of consumer:
 // JetStream then redelivers it after the ack wait.
 func (a *Activator) acked(consumer, op string, m jetstream.Msg, err error) {
@@ -186,7 +174,7 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	var known bool
-	if ns, p, ok := a.subjectPool(m.Subject(), "invoke"); !ok || ns != inv.Namespace || p != inv.Pool {
+	if ns, p, ok := a.cfg.Store.Subjects.ParseInvoke(m.Subject()); !ok || ns != inv.Namespace || p != inv.Pool {
 		a.cfg.Logger.Warn("dropping invocation whose body names another pool than its subject", "subject", m.Subject(), "namespace", inv.Namespace, "pool", inv.Pool)
 		a.acked(c, "term", m, m.Term())
 		return
@@ -304,7 +292,7 @@ func (a *Activator) onResult(ctx context.Context, m jetstream.Msg) {
 	}
 	// The subject, which NATS permissions tie to the worker's pool, says
 	// whose result it is; the body cannot name another pool.
-	ns, p, ok := a.subjectPool(m.Subject(), "result")
+	ns, p, ok := a.cfg.Store.Subjects.ParseResult(m.Subject())
 	if !ok {
 		a.acked(c, "term", m, m.Term())
 		return

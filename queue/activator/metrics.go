@@ -11,6 +11,8 @@ type metrics struct {
 	rebuilt                                               prometheus.Gauge
 	orphans                                               prometheus.Counter
 	removed                                               *prometheus.CounterVec
+	// purgeErrors counts the purge loop's failed requests (purge.go).
+	purgeErrors *prometheus.CounterVec
 	// retried counts failed executions run again under the pool's retry
 	// policy; handedBack the attempts draining workers gave back unstarted.
 	retried, handedBack *prometheus.CounterVec
@@ -60,13 +62,19 @@ func newMetrics(r prometheus.Registerer) *metrics {
 			Help: "Messages that reached their consumer's MaxDeliver (a worker's dispatch: its invocation is dead-lettered with the reason in its Record)."}, []string{"consumer"}),
 		removed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_stream_messages_removed_total",
 			Help: "Messages removed from the invocation stream, by who removed them: final (when the Record became final), sweep (left over, found later) or copy (a re-post's copy of an invocation held already, or a late one of a finished invocation)"}, []string{"by"}),
+		purgeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_activator_purge_errors_total",
+			Help: "Failed requests of the loop that removes finished invocations' messages from the invocation stream: purge (a subject below its floor), delete (one message) or ack_floor (the invoke consumer's ack floor read). Each is tried again the next round; while they fail, finished messages stay in the stream and count against its limits."}, []string{"op"}),
 		orphans: prometheus.NewCounter(prometheus.CounterOpts{Name: "runplane_activator_orphan_records_removed_total",
 			Help: "Queued Records removed at rebuild because their invocation never reached the stream (an accept cut off before its publish; its caller got no 202)."}),
 		scaleFromZero: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "runplane_activator_scale_from_zero_seconds",
 			Help: "From the oldest waiting invocation to the scale-up of an empty pool.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 	}
+	// At 0 from the start: the first failure is an increase.
+	for _, op := range []string{"purge", "delete", "ack_floor"} {
+		m.purgeErrors.WithLabelValues(op)
+	}
 	if r != nil {
-		for _, c := range []prometheus.Collector{m.accepted, m.dispatched, m.redelivered, m.lost, m.deadLettered, m.finished, m.scaled, m.ackErrors, m.foreign, m.refused, m.backlog, m.inflight, m.oldestQueued, m.rebuilt, m.orphans, m.removed, m.maxDeliveries, m.scaleFromZero, m.retried, m.handedBack, m.silentWorkers} {
+		for _, c := range []prometheus.Collector{m.accepted, m.dispatched, m.redelivered, m.lost, m.deadLettered, m.finished, m.scaled, m.ackErrors, m.foreign, m.refused, m.backlog, m.inflight, m.oldestQueued, m.rebuilt, m.orphans, m.removed, m.purgeErrors, m.maxDeliveries, m.scaleFromZero, m.retried, m.handedBack, m.silentWorkers} {
 			_ = r.Register(c)
 		}
 	}

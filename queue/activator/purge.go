@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -64,8 +63,12 @@ func (a *Activator) purgeLoop(ctx context.Context) {
 func (a *Activator) purge(ctx context.Context) {
 	var need bool
 	a.locked(func(s *state.State) { need = s.InvokeRemovableAbove(a.ackFloor) })
+	var roundErrs []error
 	if need {
-		a.ackFloor, a.ackFloorGen = a.invokeAckFloor(ctx)
+		var err error
+		if a.ackFloor, a.ackFloorGen, err = a.invokeAckFloor(ctx); err != nil {
+			roundErrs = append(roundErrs, err)
+		}
 	}
 	var ps []state.Purge
 	a.locked(func(s *state.State) { ps = s.Purges(a.usableAckFloor()) })
@@ -75,22 +78,27 @@ func (a *Activator) purge(ctx context.Context) {
 		var errs []error
 		if p.Below != 0 {
 			if err := st.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(p.Below)); err != nil {
+				a.metrics.purgeErrors.WithLabelValues("purge").Inc()
 				errs = append(errs, fmt.Errorf("purge %s below %d: %w", subject, p.Below, err))
 			}
 		}
 		for _, seq := range p.Delete {
 			if err := st.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+				a.metrics.purgeErrors.WithLabelValues("delete").Inc()
 				errs = append(errs, fmt.Errorf("delete %s at %d: %w", subject, seq, err))
 			}
 		}
 		if err := errors.Join(errs...); err != nil {
 			// Tried again next round; the sweep is the last resort.
-			a.cfg.Logger.Debug("remove finished invocations' messages", "err", err)
+			roundErrs = append(roundErrs, err)
 			continue
 		}
 		a.locked(func(s *state.State) { s.Purged(p) })
 		a.metrics.removed.WithLabelValues("final").Add(float64(p.Removed))
 	}
+	// Only on a change, and while it lasts once a minute: a round runs
+	// every PurgeEvery, and a purge that keeps failing fills the stream.
+	a.purgeFailures.round(a.cfg.Logger, a.cfg.Clock.Now(), errors.Join(roundErrs...))
 }
 
 // usableAckFloor is the last ack floor read (invokeAckFloor) while the
@@ -107,13 +115,13 @@ func (a *Activator) usableAckFloor() uint64 {
 // generation of the consumer it read it from (invokeGen): every invocation
 // message at or below it was delivered and handled (queued here, or found
 // final or a copy). 0 (nothing on an invoke subject is purged, only
-// deleted one by one) when it cannot be read, or while the consumer is
-// being made again or was made again during the read (durable.remaking:
-// an odd or changed generation).
-func (a *Activator) invokeAckFloor(ctx context.Context) (floor, gen uint64) {
+// deleted one by one) when it cannot be read (err, counted), or while the
+// consumer is being made again or was made again during the read
+// (durable.remaking: an odd or changed generation).
+func (a *Activator) invokeAckFloor(ctx context.Context) (floor, gen uint64, err error) {
 	gen = a.invokeGen.Load()
 	if gen%2 == 1 {
-		return 0, gen
+		return 0, gen, nil
 	}
 	defer func() {
 		if a.invokeGen.Load() != gen {
@@ -123,13 +131,13 @@ func (a *Activator) invokeAckFloor(ctx context.Context) (floor, gen uint64) {
 	st := a.cfg.Store
 	c, err := st.JS.Consumer(ctx, st.Config.Stream, a.cfg.Shard.consumerPrefix(a.cfg.ConsumerPrefix)+"-invoke")
 	if err != nil {
-		a.cfg.Logger.Debug("read the invoke consumer's ack floor", "err", err)
-		return 0, gen
+		a.metrics.purgeErrors.WithLabelValues("ack_floor").Inc()
+		return 0, gen, fmt.Errorf("read the invoke consumer's ack floor: %w", err)
 	}
 	if info := c.CachedInfo(); info != nil {
 		floor = info.AckFloor.Stream
 	}
-	return floor, gen
+	return floor, gen, nil
 }
 
 // natsSubject is the invocation stream subject of sub.
@@ -143,16 +151,10 @@ func (a *Activator) natsSubject(sub state.Subject) string {
 
 // subjectOf reads an invoke or dispatch subject of the invocation stream.
 func (a *Activator) subjectOf(subject string) (state.Subject, bool) {
-	if ns, pool, ok := a.subjectPool(subject, "invoke"); ok {
+	subj := a.cfg.Store.Subjects
+	if ns, pool, ok := subj.ParseInvoke(subject); ok {
 		return state.Subject{Namespace: ns, Pool: pool}, true
 	}
-	tail, ok := strings.CutPrefix(subject, a.cfg.Store.Subjects.Prefix+".dispatch.")
-	if !ok {
-		return state.Subject{}, false
-	}
-	t := strings.Split(tail, ".")
-	if len(t) != 3 || t[0] == "" || t[1] == "" || t[2] == "" {
-		return state.Subject{}, false
-	}
-	return state.Subject{Namespace: t[0], Pool: t[1], Worker: t[2]}, true
+	ns, pool, worker, ok := subj.ParseDispatch(subject)
+	return state.Subject{Namespace: ns, Pool: pool, Worker: worker}, ok
 }

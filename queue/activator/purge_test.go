@@ -44,7 +44,9 @@ func TestNoAckFloorFromAConsumerBeingMadeAgain(t *testing.T) {
 		require.NoError(t, m.DoubleAck(ctx))
 	}
 	read := func() uint64 {
-		a.ackFloor, a.ackFloorGen = a.invokeAckFloor(ctx)
+		var err error
+		a.ackFloor, a.ackFloorGen, err = a.invokeAckFloor(ctx)
+		require.NoError(t, err)
 		return a.usableAckFloor()
 	}
 	require.Equal(t, uint64(3), read(), "the current consumer's floor")

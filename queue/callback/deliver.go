@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -390,7 +389,7 @@ func (d *Deliverer) post(ctx context.Context, rec messages.Record, event message
 	at := d.cfg.Clock.Now().UTC()
 	a := messages.CallbackAttempt{At: at}
 	// The caller's view of the Record (Invocation).
-	body, err := json.Marshal(Invocation(rec))
+	body, err := Encode(Invocation(rec))
 	if err != nil {
 		a.Error = err.Error()
 		return a

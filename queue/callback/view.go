@@ -3,9 +3,11 @@ package callback
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 
 	v1 "github.com/runplane/runplane/api/serverless/v1"
 	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/internal/rawjson"
 )
 
 // Invocation is what a caller is shown of Record r: a callback's body, and
@@ -38,6 +40,22 @@ func Invocation(r messages.Record) v1.Invocation {
 		}
 	}
 	return out
+}
+
+// Encode is json.Marshal(inv), the caller's answer, without encoding/json's
+// pass over the response body (validate, compact, HTML-escape: ~60 ms of a
+// 10 MiB answer): the body is placed as it is (rawjson.Marshal). It must
+// be as encoding/json writes it — a Record's is (the activator wrote it
+// with json.Marshal); a body from a worker's reply or its Object Store
+// object goes through rawjson.Canonical first — so the answer is byte for
+// byte json.Marshal's.
+func Encode(inv v1.Invocation) ([]byte, error) {
+	if inv.Response == nil {
+		return json.Marshal(inv)
+	}
+	resp := *inv.Response // the placeholder goes into a copy: inv's Response is the caller's
+	inv.Response = &resp
+	return rawjson.Marshal(&inv, &resp.Body)
 }
 
 func callbackAttempts(in []messages.CallbackAttempt) []v1.CallbackAttempt {

@@ -34,6 +34,7 @@ import (
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/internal/objects"
+	"github.com/runplane/runplane/internal/rawjson"
 	"github.com/runplane/runplane/internal/tracing"
 	"github.com/runplane/runplane/queue/callback"
 	"github.com/runplane/runplane/queue/ingress/internal/nsbytes"
@@ -291,6 +292,17 @@ func (s *Server) onReply(m *nats.Msg) {
 	var res messages.Result
 	if json.Unmarshal(m.Data, &res) != nil || res.InvocationID != id || !res.State.Terminal() {
 		return
+	}
+	// The worker's body, decoded (so valid), is answered as encoding/json
+	// writes it, as a Record holds it (callback.Encode places it as it is).
+	if res.Response != nil && len(res.Response.Body) > 0 {
+		body, err := rawjson.Canonical(res.Response.Body)
+		if err != nil {
+			return
+		}
+		resp := *res.Response
+		resp.Body = body
+		res.Response = &resp
 	}
 	s.notify(messages.Record{InvocationID: id, Namespace: ns, Pool: poolName, State: res.State, Worker: res.Worker,
 		Attempt: res.Attempt, Response: res.Response, ResponseBodyRef: res.ResponseBodyRef, Error: res.Error, UpdatedAt: res.FinishedAt}, token)

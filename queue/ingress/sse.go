@@ -346,7 +346,7 @@ func (s *Server) writeResult(ctx context.Context, sw *eventWriter, rec messages.
 		}
 	}
 	rec.ResponseBodyRef = nil
-	b, err := json.Marshal(callback.Invocation(rec))
+	b, err := callback.Encode(callback.Invocation(rec))
 	if err != nil {
 		return
 	}

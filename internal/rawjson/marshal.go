@@ -1,0 +1,89 @@
+package rawjson
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Marshal is json.Marshal(v) with the value of *field written as it is,
+// where json.Marshal would validate, compact and HTML-escape it once more.
+// field is a json.RawMessage inside v (v holds it, directly or behind a
+// pointer, once) and the caller vouches for its value: valid JSON, and
+// already as json.Marshal writes it (Canonical) when the output must be
+// byte for byte json.Marshal's. *field is restored before Marshal returns.
+//
+// v is encoded twice with a one-byte placeholder at field, 0 and then 1:
+// the one byte in which the two differ is the field's place, whatever v's
+// layout, so no encoding of v is written by hand here. A value shorter
+// than minRaw is left to json.Marshal: its pass over the value costs less
+// than the second encoding.
+func Marshal(v any, field *json.RawMessage) ([]byte, error) {
+	value := *field
+	if len(value) < minRaw {
+		return json.Marshal(v)
+	}
+	defer func() { *field = value }()
+	*field = json.RawMessage("0")
+	zero, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("rawjson: %w", err)
+	}
+	*field = json.RawMessage("1")
+	one, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("rawjson: %w", err)
+	}
+	i := firstDiff(zero, one)
+	if len(zero) != len(one) || i < 0 || zero[i] != '0' || !bytes.Equal(zero[i+1:], one[i+1:]) {
+		return nil, errors.New("rawjson: the field is not one value of v")
+	}
+	out := make([]byte, 0, len(zero)-1+len(value))
+	out = append(out, zero[:i]...)
+	out = append(out, value...)
+	return append(out, zero[i+1:]...), nil
+}
+
+// minRaw is the smallest value Marshal places as it is (4 KiB: encoding
+// an invocation's envelope takes a few µs, as long as encoding/json takes
+// over a few KiB).
+const minRaw = 4 << 10
+
+// firstDiff is the first index where a and b differ (-1: none within the
+// shorter).
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return -1
+}
+
+var (
+	// lineSep and paraSep are U+2028 and U+2029 in UTF-8, which
+	// encoding/json escapes (JavaScript line terminators).
+	lineSep = []byte("\u2028")
+	paraSep = []byte("\u2029")
+)
+
+// Canonical returns the valid JSON value v as json.Marshal writes a
+// json.RawMessage holding it: compact, with <, > and &, U+2028 and U+2029
+// escaped. When v has none of those characters and no white space at all
+// (what encoding/json wrote — the framework package's answers — and every
+// base64 body), that changes no byte and v itself is returned, found by a
+// byte search instead of encoding/json's scan and copy; otherwise it is
+// json.Marshal's. A caller holding bytes nobody validated checks them
+// first (json.Valid): Canonical returns such bytes unchecked when they
+// need no change.
+func Canonical(v []byte) ([]byte, error) {
+	if !bytes.ContainsAny(v, " \t\r\n<>&") && !bytes.Contains(v, lineSep) && !bytes.Contains(v, paraSep) {
+		return v, nil
+	}
+	b, err := json.Marshal(json.RawMessage(v))
+	if err != nil {
+		return nil, fmt.Errorf("rawjson: %w", err)
+	}
+	return b, nil
+}
