@@ -219,20 +219,8 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		runnables = append(runnables, follow)
 	} else {
 		// Binding while the manager leads: a RunnableFunc needs leader
-		// election, and without LeaderElection it starts at once. The
-		// manager wins the Lease without waiting for the informers (they
-		// are runnables of their own), and a Lease released by a
-		// predecessor is won at once: lead only once the ledger holds
-		// every Pod, Node and reservation (waitSynced).
-		runnables = append(runnables, manager.RunnableFunc(func(ctx context.Context) error {
-			if !e.waitSynced(ctx) {
-				return nil
-			}
-			e.setLeader(true)
-			<-ctx.Done()
-			e.setLeader(false)
-			return nil
-		}))
+		// election, and without LeaderElection it starts at once.
+		runnables = append(runnables, manager.RunnableFunc(e.lead))
 	}
 	for _, r := range runnables {
 		if err := mgr.Add(r); err != nil {
@@ -362,6 +350,21 @@ func (e *Extender) waitSynced(ctx context.Context) bool {
 	}
 	e.synced.Store(true)
 	return true
+}
+
+// lead binds while ctx lasts (the manager's Lease). The manager contends
+// for the Lease once its cache's stores have synced, but the ledger's
+// event handlers trail the stores (at 50,000 Pods by seconds), and a Lease
+// released by a predecessor is won at once: bind only once the ledger
+// holds every Pod, Node and reservation (waitSynced).
+func (e *Extender) lead(ctx context.Context) error {
+	if !e.waitSynced(ctx) {
+		return nil
+	}
+	e.setLeader(true)
+	<-ctx.Done()
+	e.setLeader(false)
+	return nil
 }
 
 func (e *Extender) setLeader(v bool) {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 	"k8s.io/utils/clock"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/catalog"
@@ -407,4 +409,36 @@ func priorities(names []string, scores []int64) extenderv1.HostPriorityList {
 		list = append(list, extenderv1.HostPriority{Host: n, Score: at(scores, i)})
 	}
 	return list
+}
+
+// syncedCache is a manager cache whose stores have synced.
+type syncedCache struct{ ctrlcache.Cache }
+
+func (syncedCache) WaitForCacheSync(context.Context) bool { return true }
+
+// TestLeadsOnlyOnceTheLedgerHasEveryObject: the Lease is won once the
+// cache's stores have synced, but the ledger's event handlers may not have
+// been handed every listed object yet; the extender binds only once they
+// have (without the wait it bound on a ledger missing Pods).
+func TestLeadsOnlyOnceTheLedgerHasEveryObject(t *testing.T) {
+	e := testExtender(t, false)
+	e.cache = syncedCache{}
+	var handed atomic.Bool
+	var asked atomic.Int32
+	e.handlersSynced = []cache.InformerSynced{func() bool {
+		asked.Add(1)
+		return handed.Load()
+	}}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- e.lead(ctx) }()
+	// The barrier: lead has asked twice (it polls) and was told no, or it
+	// leads already without asking.
+	require.Eventually(t, func() bool { return asked.Load() >= 2 || e.isLeader() }, 10*time.Second, time.Millisecond)
+	require.False(t, e.isLeader(), "binding before the ledger has every object")
+	handed.Store(true)
+	require.Eventually(t, e.isLeader, 10*time.Second, 10*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	require.False(t, e.isLeader(), "binding after the Lease")
 }

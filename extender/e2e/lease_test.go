@@ -69,7 +69,9 @@ func TestFollowSchedulerLease(t *testing.T) {
 // bound into capacity whose Pods it had not seen, and released as stale
 // every reservation whose preemptor it had not seen yet. Now the Pods are
 // the manager's cache's, and the manager runs for the Lease only once its
-// cache synced.
+// cache synced; that the extender then also waits for its ledger's event
+// handlers, which trail the stores, is
+// extender.TestLeadsOnlyOnceTheLedgerHasEveryObject's.
 func TestLeadsOnlyOnceSynced(t *testing.T) {
 	setup(t)
 	ctx, cancel := context.WithCancel(t.Context())
