@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -34,45 +33,46 @@ func countingEcho(t *testing.T, sock string, gate chan struct{}) (calls *atomic.
 }
 
 // TestUnstorableResultIsRetriedNotRerun: a result that cannot be stored
-// (here: no results stream, as with a full store or NATS away for longer
-// than a few retries) is published again until it is stored; the
-// framework is never called a second time.
+// (here: a full results stream that refuses new messages, as a store at
+// its limits does; NATS away for longer than a few retries is the same
+// loop) is published again until it is stored; the framework is never
+// called a second time.
 func TestUnstorableResultIsRetriedNotRerun(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	resultsStream := messages.ResultsStreamName(api.DefaultStreamName)
-	require.NoError(t, e.js.DeleteStream(ctx, resultsStream))
+	st, err := e.js.Stream(ctx, messages.ResultsStreamName(api.DefaultStreamName))
+	require.NoError(t, err)
+	open := st.CachedInfo().Config
+	full := open
+	full.MaxMsgs, full.Discard = 1, jetstream.DiscardNew
+	_, err = e.js.UpdateStream(ctx, full)
+	require.NoError(t, err)
+	// Another pool's result takes the one place: every try is refused at
+	// once (JetStream's "maximum messages exceeded").
+	_, err = e.js.Publish(ctx, subjects.Result(testNS, "another-pool"), []byte(`{}`))
+	require.NoError(t, err)
 	sock := socketPath(t)
 	calls, _ := countingEcho(t, sock, nil)
 	results := e.results() // core NATS sees every try, stored or not
-	// The store answers each try at once with an error, as a full one does
-	// (without an answer each try waited out the publish timeout: 5 s a
-	// try, 42 s for this test).
-	var full atomic.Bool
-	full.Store(true)
-	sub, err := e.nc.Subscribe(subjects.Result(testNS, testPool), func(m *nats.Msg) {
-		if full.Load() {
-			assert.NoError(t, m.Respond([]byte(`{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"}}`)))
-		}
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	require.NoError(t, e.nc.Flush())
-	e.startSidecar(e.config("w1", sock))
+	cfg := e.config("w1", sock)
+	e.startSidecar(cfg)
+	began := time.Now()
 	e.dispatch("w1", messages.Dispatch{Invocation: messages.Invocation{InvocationID: "unstorable"}})
-	for range 7 { // more tries than the 5 before a nak
+	// More tries than the 5 before a nak (the old code), and for longer
+	// than two AckWaits: a dispatch given back, or left unacked, would have
+	// come back and run again by then.
+	for tries := 0; tries < 7 || time.Since(began) < 2*cfg.AckWait; tries++ {
 		require.Equal(t, "unstorable", waitResult(t, results).InvocationID)
 	}
-	full.Store(false)
-	_, err = e.js.CreateStream(ctx, jetstream.StreamConfig{Name: resultsStream, Subjects: subjects.ResultStreamSubjects()})
+	_, err = e.js.UpdateStream(ctx, open)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		st, err := e.js.Stream(ctx, resultsStream)
-		return err == nil && st.CachedInfo() != nil && func() bool {
-			info, err := st.Info(ctx)
-			return err == nil && info.State.Msgs == 1
-		}()
-	}, waitFor, tick, "the result is stored")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m, err := st.GetLastMsgForSubject(ctx, subjects.Result(testNS, testPool))
+		require.NoError(c, err, "the result is stored")
+		var r messages.Result
+		require.NoError(c, json.Unmarshal(m.Data, &r))
+		assert.Equal(c, "unstorable", r.InvocationID)
+	}, waitFor, tick)
 	require.Eventually(t, func() bool {
 		ci := e.consumerInfo("w1")
 		return ci.NumAckPending == 0 && ci.NumPending == 0

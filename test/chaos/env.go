@@ -53,7 +53,7 @@ func Build(ctx context.Context, dir string) (Binaries, error) {
 	if b.NATS == filepath.Join(dir, "natsd") {
 		pkgs = append(pkgs, "./test/chaos/cmd/natsd")
 	}
-	root, err := moduleRoot()
+	root, err := runplanebin.ModuleRoot(ctx)
 	if err != nil {
 		return b, err
 	}
@@ -63,14 +63,6 @@ func Build(ctx context.Context, dir string) (Binaries, error) {
 		return b, fmt.Errorf("go build: %w\n%s", err, out)
 	}
 	return b, nil
-}
-
-func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	return filepath.Dir(string(out[:len(out)-1])), nil
 }
 
 // FreePort returns a loopback port that was free a moment ago.

@@ -11,10 +11,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/runplane/runplane/hack/images"
 )
@@ -27,17 +29,12 @@ const EnvDir = "RUNPLANE_BIN_DIR"
 // "pause"; every one when none is named): EnvDir when it is set, else
 // scratch, after building them there.
 func Dir(ctx context.Context, scratch string, names ...string) (string, error) {
-	if dir := os.Getenv(EnvDir); dir != "" {
-		for _, n := range names {
-			if _, err := os.Stat(filepath.Join(dir, n)); err != nil {
-				return "", fmt.Errorf("%s=%s has no %s: %w", EnvDir, dir, n, err)
-			}
-		}
-		return dir, nil
-	}
-	root, err := moduleRoot(ctx)
+	root, err := ModuleRoot(ctx)
 	if err != nil {
 		return "", err
+	}
+	if dir := os.Getenv(EnvDir); dir != "" {
+		return dir, fresh(root, dir, names)
 	}
 	if err := images.BuildBinaries(ctx, root, scratch, names...); err != nil {
 		return "", err
@@ -45,8 +42,57 @@ func Dir(ctx context.Context, scratch string, names ...string) (string, error) {
 	return scratch, nil
 }
 
-// moduleRoot is the directory of the go.mod go test runs under.
-func moduleRoot(ctx context.Context) (string, error) {
+// fresh checks that dir holds the named binaries (every one when none is
+// named) and that no Go source, go.mod or go.sum of the module at root is
+// newer than any of them: a directory exported once and kept would run the
+// code as it was then, and pass tests of code that changed since.
+func fresh(root, dir string, names []string) error {
+	if len(names) == 0 {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return fmt.Errorf("%s=%s: %w", EnvDir, dir, err)
+		}
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+	}
+	var built time.Time
+	for _, n := range names {
+		fi, err := os.Stat(filepath.Join(dir, n))
+		if err != nil {
+			return fmt.Errorf("%s=%s has no %s: %w", EnvDir, dir, n, err)
+		}
+		if built.IsZero() || fi.ModTime().Before(built) {
+			built = fi.ModTime()
+		}
+	}
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if name := d.Name(); !strings.HasSuffix(name, ".go") && name != "go.mod" && name != "go.sum" {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if fi.ModTime().After(built) {
+			return fmt.Errorf("%s=%s was built before %s changed: unset it (each package then builds what it runs) or build it again (go run ./hack/images/cmd/runplane-images -only binaries -bin %s)",
+				EnvDir, dir, path, dir)
+		}
+		return nil
+	})
+}
+
+// ModuleRoot is the directory of the go.mod go test runs under.
+func ModuleRoot(ctx context.Context) (string, error) {
 	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil {
 		return "", fmt.Errorf("go env GOMOD: %w", err)
