@@ -352,6 +352,13 @@ func TestContainerFlagsExist(t *testing.T) {
 					switch {
 					case len(argv) == 0:
 					case strings.HasPrefix(argv[0], "runplane-"):
+						// The command is a binary of cmd/ that reads its
+						// command line with cmdline.Configuration, which
+						// CheckConfigurationArgs parses as it does.
+						main, err := os.ReadFile(filepath.Join("..", "..", "cmd", argv[0], "main.go"))
+						if assert.NoError(t, err, "Deployment %s container %s runs %s, which is no binary of cmd/", d.Name, ctr.Name, argv[0]) {
+							assert.Contains(t, string(main), "cmdline.Configuration[", "cmd/%s does not read its command line with cmdline.Configuration", argv[0])
+						}
 						assert.NoError(t, cmdline.CheckConfigurationArgs(argv[0], argv[1:]), "Deployment %s container %s", d.Name, ctr.Name)
 					case argv[0] == "kube-scheduler":
 						for _, a := range argv[1:] {

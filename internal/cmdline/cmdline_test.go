@@ -119,6 +119,7 @@ func TestCheckConfigurationArgs(t *testing.T) {
 		{name: "a flag of old", args: []string{"--config=/c", "--leader-elect"}, err: "flag provided but not defined: -leader-elect"},
 		{name: "a bad level", args: []string{"--log-level=loud"}, err: `log level "loud"`},
 		{name: "a bad format", args: []string{"--log-format=xml"}, err: `log format "xml": want json or text`},
+		{name: "a path without -config", args: []string{"/etc/runplane/queue/config.yaml", "--log-level=loud"}, err: `unexpected arguments ["/etc/runplane/queue/config.yaml" "--log-level=loud"]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := CheckConfigurationArgs("runplane-x", tc.args)

@@ -78,13 +78,17 @@ func (a *Activator) purge(ctx context.Context) {
 		var errs []error
 		if p.Below != 0 {
 			if err := st.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(p.Below)); err != nil {
-				a.metrics.purgeErrors.WithLabelValues("purge").Inc()
+				if ctx.Err() == nil {
+					a.metrics.purgeErrors.WithLabelValues("purge").Inc()
+				}
 				errs = append(errs, fmt.Errorf("purge %s below %d: %w", subject, p.Below, err))
 			}
 		}
 		for _, seq := range p.Delete {
 			if err := st.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-				a.metrics.purgeErrors.WithLabelValues("delete").Inc()
+				if ctx.Err() == nil {
+					a.metrics.purgeErrors.WithLabelValues("delete").Inc()
+				}
 				errs = append(errs, fmt.Errorf("delete %s at %d: %w", subject, seq, err))
 			}
 		}
@@ -95,6 +99,11 @@ func (a *Activator) purge(ctx context.Context) {
 		}
 		a.locked(func(s *state.State) { s.Purged(p) })
 		a.metrics.removed.WithLabelValues("final").Add(float64(p.Removed))
+	}
+	if ctx.Err() != nil {
+		// Stopping (shutdown, the Lease or shard lost): what the round's
+		// requests failed on is that, not the store.
+		return
 	}
 	// Only on a change, and while it lasts once a minute: a round runs
 	// every PurgeEvery, and a purge that keeps failing fills the stream.
@@ -131,7 +140,9 @@ func (a *Activator) invokeAckFloor(ctx context.Context) (floor, gen uint64, err 
 	st := a.cfg.Store
 	c, err := st.JS.Consumer(ctx, st.Config.Stream, a.cfg.Shard.consumerPrefix(a.cfg.ConsumerPrefix)+"-invoke")
 	if err != nil {
-		a.metrics.purgeErrors.WithLabelValues("ack_floor").Inc()
+		if ctx.Err() == nil {
+			a.metrics.purgeErrors.WithLabelValues("ack_floor").Inc()
+		}
 		return 0, gen, fmt.Errorf("read the invoke consumer's ack floor: %w", err)
 	}
 	if info := c.CachedInfo(); info != nil {
