@@ -159,16 +159,22 @@ func TestDispatchPastMaxDeliverIsDeadLettered(t *testing.T) {
 func TestNATSOutageLongerThanHeartbeatTimeoutRunsOnce(t *testing.T) {
 	e := newEnv(t, nil) // heartbeat timeout 1s
 	g := newGate()
-	e.worker("a", 1, g.handler)
+	a := e.worker("a", 1, g.handler)
 	r := e.invoke(map[string]any{"mode": "async", "invocationID": "through-outage", "ttlSeconds": 60})
 	require.EqualValues(t, 202, r.code, "%d %s", r.code, r.raw)
 	require.Equal(t, "through-outage", g.next(t))
-	e.worker("b", 1, nil) // would take a redelivery at once
+	b := e.worker("b", 1, nil) // would take a redelivery at once
 	e.ns.Shutdown()
 	e.ns.WaitForShutdown()
 	time.Sleep(2500 * time.Millisecond) // the outage: 2.5 heartbeat timeouts
 	e.ns = startNATS(t, e.storeDir, e.port)
-	t.Cleanup(func() { e.ns.Shutdown() })
+	// The workers end before the restarted NATS does (cleanups run last
+	// first): each one's drain on a stopped NATS waited out its flush
+	// timeout, 10 s.
+	t.Cleanup(func() {
+		assert.NoError(t, b.Stop())
+		assert.NoError(t, a.Stop())
+	})
 	back := time.Now()
 	// Barrier: the activator has judged the workers for more than a
 	// heartbeat timeout since NATS came back; a still holds the invocation.

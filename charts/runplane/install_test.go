@@ -396,13 +396,18 @@ func TestInstall(t *testing.T) {
 	})
 
 	t.Run("uninstall", func(t *testing.T) {
-		mustRun(t, "helm", "uninstall", "runplane", "--namespace", ns, "--wait", "--timeout", "2m")
+		// No --wait: it waited for the release's Pods to terminate (8 s),
+		// which the checks below do not look at.
+		mustRun(t, "helm", "uninstall", "runplane", "--namespace", ns, "--timeout", "2m")
 		_, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "runplane-webhook", metav1.GetOptions{})
 		assert.Error(t, err, "the MutatingWebhookConfiguration outlived the release")
-		// With runplane gone, labelled Pods are admitted again.
+		// With runplane gone, labelled Pods are admitted again (once the
+		// API server's webhook configuration cache has seen the deletion).
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gpu", Labels: map[string]string{api.LabelGPUSpec: "g1.1"}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox"}}}}
-		_, err = client.CoreV1().Pods("team-a").Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		assert.NoError(t, err, "a labelled Pod is refused after uninstall")
+		assert.EventuallyWithT(t, func(c *assert.CollectT) {
+			_, err := client.CoreV1().Pods("team-a").Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			assert.NoError(c, err, "a labelled Pod is refused after uninstall")
+		}, 30*time.Second, 100*time.Millisecond)
 	})
 }

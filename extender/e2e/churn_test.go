@@ -484,6 +484,17 @@ func TestPreemptorMeetsNewLeader(t *testing.T) {
 		return err == nil && containsLine(body, "runplane_extender_leader 0")
 	}, time.Minute, poll, "the new extender serving, not the leader yet")
 	createPod(t, c, nsGPU, tierPod("g8", group, api.PriorityClassWorkload, "g8", 8))
+	// Barrier: the replica that does not lead has answered the scheduler
+	// about the Pod; then the dead leader's Lease runs out.
+	require.EventuallyWithT(t, func(t *assert.CollectT) {
+		evs, err := c.CoreV1().Events(nsGPU).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=g8,reason=FailedScheduling"})
+		require.NoError(t, err)
+		require.NotEmpty(t, evs.Items, "FailedScheduling events of g8")
+	}, time.Minute, poll, "the scheduler to fail the GPU Pod once")
+	body, err := h.get("/metrics")
+	require.NoError(t, err)
+	require.True(t, containsLine(body, "runplane_extender_leader 0"), "the new extender led before the scheduler had its answer")
+	require.NoError(t, h.expireLease(ctx))
 	require.NoError(t, <-started, "the new extender leading")
 
 	require.EventuallyWithT(t, func(t *assert.CollectT) {

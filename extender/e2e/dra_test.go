@@ -359,6 +359,10 @@ func runDRARace(t *testing.T, group string, restart bool) {
 		}
 		h.killExtender()
 		t.Logf("killed the extender with %d GPU Pods bound", bw.count())
+		if err := h.expireLease(context.Background()); err != nil {
+			t.Error(err)
+			return
+		}
 		if err := h.startExtender(context.Background()); err != nil {
 			t.Error(err)
 		}

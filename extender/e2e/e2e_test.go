@@ -310,6 +310,10 @@ func runBurst(t *testing.T, group string, restart bool) {
 			}
 			h.killExtender()
 			t.Logf("killed the extender with %d GPU Pods bound, %s into the burst", bw.count(), time.Since(began).Round(time.Millisecond))
+			if err := h.expireLease(context.Background()); err != nil {
+				t.Error(err)
+				return
+			}
 			if err := h.startExtender(context.Background()); err != nil {
 				t.Error(err)
 				return

@@ -27,6 +27,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
@@ -90,10 +91,12 @@ type harness struct {
 	// profile both when RUNPLANE_BENCH_PROFILE_DIR is set.
 	pprof         string
 	schedulerPort string
-	mu            sync.Mutex
-	proc          *exec.Cmd
-	exited        chan struct{}
-	restart       int
+	// leaseNamespace/leaseName is the extender's Lease (expireLease).
+	leaseNamespace, leaseName string
+	mu                        sync.Mutex
+	proc                      *exec.Cmd
+	exited                    chan struct{}
+	restart                   int
 	// crashes counts the times the extender exited on its own and was
 	// restarted.
 	crashes int
@@ -154,6 +157,7 @@ func newHarness() (*harness, error) {
 	// The default Lease timings: shorter ones (4s) lost the Lease, and so
 	// the extender, whenever the shared machine was loaded.
 	ec.Addr, ec.PprofAddr, ec.ManagedResources = h.addr, h.pprof, managed
+	h.leaseNamespace, h.leaseName = ec.Namespace, ec.LeaderElection.ResourceName
 	ec.Stock.Namespace, ec.Stock.StatusPeriod.Duration = stockStatusNamespace, 500*time.Millisecond
 	h.config = filepath.Join(env.Dir(), "extender.yaml")
 	if err := configfile.WriteFile(h.config, ec); err != nil {
@@ -247,6 +251,20 @@ func (h *harness) killExtender() {
 		<-h.exited
 		h.proc = nil
 	}
+}
+
+// expireLease makes the killed extender's Lease run out now instead of
+// after its 15 s: its record says 1 s (the holder stays the dead one, no
+// release), and a candidate, which times a record from the moment it sees
+// it change, takes the Lease at its next try (2 s). For the tests of a new
+// leader, to which how long the Lease lasts is no matter.
+func (h *harness) expireLease(ctx context.Context) error {
+	leases := h.client.CoordinationV1().Leases(h.leaseNamespace)
+	patch := []byte(`{"spec":{"leaseDurationSeconds":1}}`)
+	if _, err := leases.Patch(ctx, h.leaseName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("expiring the extender's Lease: %w", err)
+	}
+	return nil
 }
 
 // get reads path as the metrics reader.
