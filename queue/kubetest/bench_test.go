@@ -17,6 +17,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
 
 	"github.com/runplane/runplane/internal/callerauth"
@@ -35,7 +36,10 @@ import (
 func BenchmarkWarmSyncAuth(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ns := "bench-auth"
+	// A namespace of its own each run: -count and b.N's rounds run it again
+	// in this process, and its RoleBinding, ServiceAccount and Deployment
+	// would exist already.
+	ns := "bench-auth-" + utilrand.String(5)
 	require.NoError(b, env.CreateNamespace(ctx, ns))
 	_, err := env.Client().RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "runplane-invoker"},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{callerauth.Group}, Resources: []string{"pools/invocations"}, Verbs: []string{"create", "get", "update"}}}},
