@@ -49,12 +49,9 @@ fi
 # runplane's own binaries, static as the image has them, built once for
 # every suite that runs one (test/runplanebin): each suite linking its own
 # took minutes of the run.
-# (-short skips every test that runs one.)
-if [[ " ${go_flags[*]} " != *" -short "* ]]; then
-	go run ./hack/images/cmd/runplane-images -only binaries -bin "$log/bin" || fail "building runplane's binaries failed"
-	export RUNPLANE_BIN_DIR="$log/bin"
-	phase "runplane binaries"
-fi
+go run ./hack/images/cmd/runplane-images -only binaries -bin "$log/bin" || fail "building runplane's binaries failed"
+export RUNPLANE_BIN_DIR="$log/bin"
+phase "runplane binaries"
 RUNPLANE_TESTBIN_DIR="$bin_dir" go test "${go_flags[@]}" ./... 2>&1 | tee "$log/go.txt"
 go_status=${PIPESTATUS[0]}
 phase "Go tests (build + run)"

@@ -38,7 +38,7 @@ func main() {
 	flag.BoolVar(&cfg.AllowRemoteForward, "allow-remote-forward", false, "allow remote port forwarding (ssh -R)")
 	flag.BoolVar(&cfg.AllowRoot, "allow-root", false, "allow running as root")
 	flag.StringVar(&cfg.Shell, "shell", "", "shell for sessions (default $SHELL, /bin/bash, /bin/sh)")
-	cfg.Logger = cmdline.Parse(flag.CommandLine, os.Args[1:], logging.Options{})
+	cfg.Logger = cmdline.ParseCommand(flag.CommandLine, os.Args[1:], logging.Options{})
 	if installTo != "" {
 		if err := sshserver.InstallSelf(installTo); err != nil {
 			cmdline.Exit(err)

@@ -476,9 +476,11 @@ func TestPreemptorMeetsNewLeader(t *testing.T) {
 	waitRunning(t, c, nsInf, "app=inference", 1)
 
 	h.killExtender()
+	// Serving, not leading, until the test says: the dead leader's Lease
+	// holds an hour (its 15 s could run out at load before the barrier).
+	require.NoError(t, h.holdLease(ctx))
 	started := make(chan error, 1)
 	go func() { started <- h.startExtender(context.WithoutCancel(ctx)) }()
-	// Serving, not leading: the dead leader's Lease holds for 15 s.
 	require.Eventually(t, func() bool {
 		body, err := h.get("/metrics")
 		return err == nil && containsLine(body, "runplane_extender_leader 0")

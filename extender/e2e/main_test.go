@@ -258,11 +258,17 @@ func (h *harness) killExtender() {
 // release), and a candidate, which times a record from the moment it sees
 // it change, takes the Lease at its next try (2 s). For the tests of a new
 // leader, to which how long the Lease lasts is no matter.
-func (h *harness) expireLease(ctx context.Context) error {
+func (h *harness) expireLease(ctx context.Context) error { return h.leaseLasts(ctx, 1) }
+
+// holdLease makes the killed extender's Lease last an hour from now: the
+// next extender does not lead until expireLease, whatever the load.
+func (h *harness) holdLease(ctx context.Context) error { return h.leaseLasts(ctx, 3600) }
+
+func (h *harness) leaseLasts(ctx context.Context, seconds int) error {
 	leases := h.client.CoordinationV1().Leases(h.leaseNamespace)
-	patch := []byte(`{"spec":{"leaseDurationSeconds":1}}`)
+	patch := []byte(fmt.Sprintf(`{"spec":{"leaseDurationSeconds":%d}}`, seconds))
 	if _, err := leases.Patch(ctx, h.leaseName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("expiring the extender's Lease: %w", err)
+		return fmt.Errorf("setting the extender's Lease to %d s: %w", seconds, err)
 	}
 	return nil
 }

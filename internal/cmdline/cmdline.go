@@ -32,10 +32,20 @@ import (
 
 // Parse parses args (without the program name) into fs, whose own flags are
 // already defined, and returns the installed logger. defaults are the log
-// flags' defaults (the zero value: JSON at info). It exits on -help, -version
-// and bad flags.
+// flags' defaults (the zero value: JSON at info). It exits on -help, -version,
+// bad flags and arguments after the flags (the flag package stops at the
+// first: a flag after it would be ignored without a word).
 func Parse(fs *flag.FlagSet, args []string, defaults logging.Options) *slog.Logger {
-	l, code, done := parse(fs, args, defaults, os.Stdout, os.Stderr)
+	return exitOr(parseFlags(fs, args, defaults, os.Stdout, os.Stderr, false))
+}
+
+// ParseCommand is Parse for a binary that takes arguments after its flags
+// (runplane-ssh's command to launch): fs.Args() are the caller's.
+func ParseCommand(fs *flag.FlagSet, args []string, defaults logging.Options) *slog.Logger {
+	return exitOr(parseFlags(fs, args, defaults, os.Stdout, os.Stderr, true))
+}
+
+func exitOr(l *slog.Logger, code int, done bool) *slog.Logger {
 	if done {
 		os.Exit(code)
 	}
@@ -46,6 +56,10 @@ func Parse(fs *flag.FlagSet, args []string, defaults logging.Options) *slog.Logg
 // parse is Parse without the exits: done says the process should exit with
 // code.
 func parse(fs *flag.FlagSet, args []string, defaults logging.Options, stdout, stderr io.Writer) (_ *slog.Logger, code int, done bool) {
+	return parseFlags(fs, args, defaults, stdout, stderr, false)
+}
+
+func parseFlags(fs *flag.FlagSet, args []string, defaults logging.Options, stdout, stderr io.Writer, allowArgs bool) (_ *slog.Logger, code int, done bool) {
 	opts, version := logFlags(fs, defaults)
 	// The flag package prints errors and the usage to fs.Output() and exits
 	// by itself unless told otherwise; take both decisions here instead.
@@ -54,6 +68,9 @@ func parse(fs *flag.FlagSet, args []string, defaults logging.Options, stdout, st
 	fs.SetOutput(io.Discard) // its error is logged below; the usage is -help's
 	fs.Usage = func() {}
 	err := fs.Parse(args)
+	if err == nil && !allowArgs && fs.NArg() > 0 {
+		err = unexpected(fs)
+	}
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		fmt.Fprintf(stdout, "Usage of %s:\n", fs.Name())

@@ -31,6 +31,7 @@ func TestParse(t *testing.T) {
 		{name: "bad flag value", args: []string{"-addr"}, code: 2, done: true, fatal: "flag needs an argument: -addr", noStdout: true},
 		{name: "bad format", args: []string{"-log-format", "xml"}, code: 2, done: true, fatal: `log format "xml": want json or text`, noStdout: true},
 		{name: "bad level", args: []string{"-log-level=loud"}, code: 2, done: true, fatal: `log level "loud"`, noStdout: true},
+		{name: "a flag after an argument", args: []string{"stray", "-addr", ":1"}, code: 2, done: true, fatal: `unexpected arguments ["stray" "-addr" ":1"]`, noStdout: true},
 		{name: "ok", args: []string{"-addr", ":1", "-log-level", "debug"}, noStdout: true, noErrs: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -20,9 +20,6 @@ func Configuration[T any, P configfile.Object[T]](fs *flag.FlagSet, args []strin
 	path := configFlag(fs, fmt.Sprintf("the configuration file (apiVersion %s, kind %s; %s); empty: the defaults",
 		configfile.APIVersion, configfile.Kind[T](), docs))
 	log := Parse(fs, args, logging.Options{})
-	if fs.NArg() > 0 {
-		return nil, nil, Usage(unexpected(fs))
-	}
 	c, err := configfile.FromFile[T, P](*path)
 	if err != nil {
 		return nil, nil, Usage(err)
@@ -31,10 +28,10 @@ func Configuration[T any, P configfile.Object[T]](fs *flag.FlagSet, args []strin
 }
 
 // unexpected is the error of arguments after the flags: the flag package
-// stops at the first, so a path given without -config (or a flag after it)
-// would leave the binary on its defaults without a word.
+// stops at the first, so a path given without -config (or any flag after
+// it) would leave the binary on its defaults without a word.
 func unexpected(fs *flag.FlagSet) error {
-	return fmt.Errorf("unexpected arguments %q: every setting is in the file -config names", fs.Args())
+	return fmt.Errorf("unexpected arguments %q: every setting is a flag", fs.Args())
 }
 
 func configFlag(fs *flag.FlagSet, usage string) *string { return fs.String("config", "", usage) }

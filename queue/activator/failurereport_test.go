@@ -1,6 +1,7 @@
 package activator
 
 import (
+	"context"
 	"bytes"
 	"errors"
 	"log/slog"
@@ -84,6 +85,14 @@ func TestFailingPurgeRoundsWarnedAndCounted(t *testing.T) {
 		s.Final(it)
 	})
 	failures := func() float64 { return testutil.ToFloat64(a.metrics.purgeErrors.WithLabelValues("ack_floor")) }
+
+	// A run that is stopping (its context canceled: shutdown, the Lease
+	// lost) fails its requests for that reason, not the store's.
+	stopping, stop := context.WithCancel(ctx)
+	stop()
+	a.purge(stopping)
+	assert.Zero(t, failures(), "a stopping round counted")
+	assert.NotContains(t, logs.String(), "level=WARN", "a stopping round warned")
 
 	a.purge(ctx)
 	a.purge(ctx)
