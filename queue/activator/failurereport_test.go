@@ -1,8 +1,8 @@
 package activator
 
 import (
-	"context"
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
 	"strings"
