@@ -100,6 +100,8 @@ type Cluster struct {
 	// realNodeDRA is Options.RealNodeDRA.
 	realNodeDRA bool
 
+	// kwok is the process that makes kwok nodes Ready and runs their Pods.
+	kwok      *Process
 	mu        sync.Mutex
 	processes []*Process
 	realNodes []*RealNode
@@ -368,7 +370,8 @@ func (c *Cluster) startKwok(port int, terminationBound time.Duration) error {
 	if err := writeStages(filepath.Join(c.bin, "kwok-stages"), stages, terminationBound); err != nil {
 		return err
 	}
-	_, err := c.start("kwok", "kwok",
+	var err error
+	c.kwok, err = c.start("kwok", "kwok",
 		"--kubeconfig="+c.kubeconfig, "--config="+stages,
 		"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
 		"--node-ip=127.0.0.1", "--cidr=10.244.0.1/16", "--node-lease-duration-seconds=40",
@@ -387,17 +390,19 @@ func (c *Cluster) AddNodes(ctx context.Context, nodes ...Node) error {
 	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	for _, n := range nodes {
-		err := wait.PollUntilContextCancel(waitCtx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-			node, err := c.client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		// kwok makes the node Ready: if it exits, say so with its log
+		// at once (a node never Ready said nothing of why).
+		err := waitFor(waitCtx, c.kwok, "node "+n.Name+" Ready", func() error {
+			node, err := c.client.CoreV1().Nodes().Get(waitCtx, n.Name, metav1.GetOptions{})
 			if err != nil {
-				return false, nil
+				return err
 			}
 			for _, cond := range node.Status.Conditions {
 				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
-					return true, nil
+					return nil
 				}
 			}
-			return false, nil
+			return fmt.Errorf("node %s not Ready: %v", n.Name, node.Status.Conditions)
 		})
 		if err != nil {
 			return fmt.Errorf("waiting for node %s to be Ready: %w", n.Name, err)
