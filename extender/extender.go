@@ -151,7 +151,7 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 			return nil, fmt.Errorf("extender: %w", err)
 		}
 	}
-	if e.metrics, err = newMetrics().registered(e.ledger, map[string]*tls.Config{"verbs": tlsCfg, "metrics": metricsTLS}); err != nil {
+	if e.metrics, err = newMetrics().registered(); err != nil {
 		return nil, err
 	}
 	mgr, err := manager.New(rc, manager.Options{
@@ -247,6 +247,10 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("extender: informers (pods, nodes, PodDisruptionBudgets, DRA classes, slices and claims, the followed Lease) did not sync: %w", syncCtx.Err())
+	}
+	if err := scrapeGauges(e.ledger, map[string]*tls.Config{"verbs": tlsCfg, "metrics": metricsTLS}); err != nil {
+		stop()
+		return nil, errors.Join(err, e.Wait())
 	}
 	e.log.Info("runplane extender serving", "addr", e.listener.Addr().String(), "leaderElection", *cfg.LeaderElection.LeaderElect, "followLease", cfg.LeaderElection.FollowLease)
 	return e, nil

@@ -98,16 +98,28 @@ func (m *metrics) resolve() {
 }
 
 // registered is m in controller-runtime's registry, with the build
-// information and the Go runtime's and the process's metrics, and the
-// scrape-time gauges of l's stock and of the certificates of certs (by
-// listener). Another extender of this process (make dev restarting one,
-// tests) shares its series (metricsauth.Register); the scrape-time gauges
-// replace the ones it registered, which read its ledger and listeners.
-func (m *metrics) registered(l *ledger.Ledger, certs map[string]*tls.Config) (*metrics, error) {
+// information and the Go runtime's and the process's metrics. Another
+// extender of this process (make dev restarting one, tests) shares its
+// series (metricsauth.Register).
+func (m *metrics) registered() (*metrics, error) {
 	r := *m
 	errs := []error{register(&r.latency), register(&r.steps), register(&r.claims), register(&r.bindFailures),
 		register(&r.refused), register(&r.binds), register(&r.preemptions), register(&r.evictions),
 		register(&r.preemptionCaps), register(&r.reservations), register(&r.leader), metricsauth.RegisterProcess()}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("extender: %w", err)
+	}
+	r.resolve()
+	return &r, nil
+}
+
+// scrapeGauges registers the gauges read at scrape time: l's stock and the
+// expiry of the certificates of certs (by listener). They replace the ones
+// an earlier extender of this process registered, which read its ledger
+// and listeners; Start calls it once it serves (an extender whose Start
+// fails leaves the running one's).
+func scrapeGauges(l *ledger.Ledger, certs map[string]*tls.Config) error {
+	var errs []error
 	gauges := []prometheus.Collector{stockCollector{l}}
 	for listener, c := range certs {
 		gauges = append(gauges, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -121,10 +133,9 @@ func (m *metrics) registered(l *ledger.Ledger, certs map[string]*tls.Config) (*m
 		errs = append(errs, register(&g))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("extender: %w", err)
+		return fmt.Errorf("extender: %w", err)
 	}
-	r.resolve()
-	return &r, nil
+	return nil
 }
 
 // register replaces *c with the collector metricsauth.Register returns.

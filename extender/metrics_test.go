@@ -34,12 +34,18 @@ func TestBindFailureReasonsStartAtZero(t *testing.T) {
 // extender of the process (make dev restarting one) shares them, and the
 // scrape-time gauges read the newest extender's ledger and certificates.
 func TestMetricsInControllerRuntimesRegistry(t *testing.T) {
-	m1, err := newMetrics().registered(ledger.New(ledger.Options{}), map[string]*tls.Config{"verbs": {}})
+	m1, err := newMetrics().registered()
 	require.NoError(t, err)
+	require.NoError(t, scrapeGauges(ledger.New(ledger.Options{}), map[string]*tls.Config{"verbs": {}}))
 	served, err := metricsauth.SelfSignedTLS("extender")
 	require.NoError(t, err)
-	m2, err := newMetrics().registered(ledger.New(ledger.Options{}), map[string]*tls.Config{"verbs": served})
+	m2, err := newMetrics().registered()
 	require.NoError(t, err, "a second extender in the process")
+	require.NoError(t, scrapeGauges(ledger.New(ledger.Options{}), map[string]*tls.Config{"verbs": served}))
+	// A third whose Start fails before it serves registers its series but
+	// not its gauges: the second's certificate is still the one read.
+	_, err = newMetrics().registered()
+	require.NoError(t, err)
 
 	require.Same(t, m1.binds, m2.binds, "one series per process")
 	m2.binds.Inc()

@@ -225,6 +225,7 @@ class TestEchoProcess(unittest.TestCase):
                 status, body = conn.request("POST", "/invoke", {"invocationID": "e", "payload": [1, 2]})
                 break
             except (FileNotFoundError, ConnectionRefusedError):
+                self.assertIsNone(p.poll(), "echo.py exited")
                 self.assertLess(time.time(), deadline, "echo.py did not serve on its socket")
                 time.sleep(0.05)
             finally:
