@@ -18,8 +18,6 @@ import (
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue/activator/internal/state"
 	"github.com/runplane/runplane/queue/pool"
-	"github.com/runplane/runplane/queue/stream"
-	"github.com/runplane/runplane/test/natsauth"
 )
 
 // TestFailureReport: a failing round is warned at once, then at most once
@@ -63,11 +61,7 @@ func TestFailureReport(t *testing.T) {
 // the finished message. Each was a Debug line before, and counted nowhere.
 func TestFailingPurgeRoundsWarnedAndCounted(t *testing.T) {
 	ctx := t.Context()
-	nc := natsauth.Connect(t, natsauth.JetStream(t, nil).ClientURL())
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	st, err := stream.Open(ctx, js, stream.Config{})
-	require.NoError(t, err)
+	nc, js, st := realStore(t)
 	var logs bytes.Buffer
 	a, err := New(Config{Store: st, NC: nc, Pools: pool.Static{}, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		Registerer: prometheus.NewRegistry()})

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -21,11 +23,7 @@ import (
 // read then, or read across it, is used.
 func TestNoAckFloorFromAConsumerBeingMadeAgain(t *testing.T) {
 	ctx := t.Context()
-	nc := natsauth.Connect(t, natsauth.JetStream(t, nil).ClientURL())
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	st, err := stream.Open(ctx, js, stream.Config{})
-	require.NoError(t, err)
+	nc, js, st := realStore(t)
 	a, err := New(Config{Store: st, NC: nc, Pools: pool.Static{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
@@ -63,4 +61,16 @@ func TestNoAckFloorFromAConsumerBeingMadeAgain(t *testing.T) {
 	// the old floor: second review).
 	d.remaking()()
 	require.Zero(t, a.usableAckFloor(), "read before the consumer was made again, used after")
+}
+
+// realStore is the invocation stream and Records of a real nats-server of
+// the test's own, with the connection and JetStream context that reach it.
+func realStore(t *testing.T) (*nats.Conn, jetstream.JetStream, *stream.Store) {
+	t.Helper()
+	nc := natsauth.Connect(t, natsauth.JetStream(t, nil).ClientURL())
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	st, err := stream.Open(t.Context(), js, stream.Config{})
+	require.NoError(t, err)
+	return nc, js, st
 }

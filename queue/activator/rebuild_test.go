@@ -17,8 +17,6 @@ import (
 	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue/activator/internal/state"
 	"github.com/runplane/runplane/queue/pool"
-	"github.com/runplane/runplane/queue/stream"
-	"github.com/runplane/runplane/test/natsauth"
 )
 
 // flakyGet is the real invocation stream whose GetMsg of seq fails once,
@@ -43,11 +41,7 @@ func (f *flakyGet) GetMsg(ctx context.Context, seq uint64, opts ...jetstream.Get
 // (review H2).
 func TestRebuildFailsOnATransientRead(t *testing.T) {
 	ctx := t.Context()
-	nc := natsauth.Connect(t, natsauth.JetStream(t, nil).ClientURL())
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	st, err := stream.Open(ctx, js, stream.Config{})
-	require.NoError(t, err)
+	nc, js, st := realStore(t)
 	inv := messages.Invocation{InvocationID: "i", Namespace: "ns", Pool: "p", AcceptedAt: time.Now()}
 	b, err := json.Marshal(inv)
 	require.NoError(t, err)
