@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
@@ -95,14 +94,7 @@ func TestFailingPurgeRoundsWarnedAndCounted(t *testing.T) {
 	assert.Contains(t, logs.String(), "failedRounds=1")
 
 	// The consumer is back and has acked the message.
-	c, err := js.CreateOrUpdateConsumer(ctx, st.Config.Stream, jetstream.ConsumerConfig{Durable: a.cfg.Shard.consumerPrefix(a.cfg.ConsumerPrefix) + "-invoke",
-		AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: st.Subjects.Invoke("ns", "p")})
-	require.NoError(t, err)
-	batch, err := c.FetchNoWait(1)
-	require.NoError(t, err)
-	for m := range batch.Messages() {
-		require.NoError(t, m.DoubleAck(ctx))
-	}
+	ackInvoked(t, js, st, a, 1)
 	logs.Reset()
 	a.purge(ctx)
 	assert.Equal(t, 2.0, failures())

@@ -33,14 +33,7 @@ func TestNoAckFloorFromAConsumerBeingMadeAgain(t *testing.T) {
 		_, err := js.Publish(ctx, st.Subjects.Invoke("ns", "p"), []byte("{}"))
 		require.NoError(t, err)
 	}
-	c, err := js.CreateOrUpdateConsumer(ctx, st.Config.Stream, jetstream.ConsumerConfig{Durable: a.cfg.Shard.consumerPrefix(a.cfg.ConsumerPrefix) + "-invoke",
-		AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: st.Subjects.Invoke("ns", "p")})
-	require.NoError(t, err)
-	batch, err := c.FetchNoWait(3)
-	require.NoError(t, err)
-	for m := range batch.Messages() {
-		require.NoError(t, m.DoubleAck(ctx))
-	}
+	ackInvoked(t, js, st, a, 3)
 	read := func() uint64 {
 		var err error
 		a.ackFloor, a.ackFloorGen, err = a.invokeAckFloor(ctx)
@@ -73,4 +66,21 @@ func realStore(t *testing.T) (*nats.Conn, jetstream.JetStream, *stream.Store) {
 	st, err := stream.Open(t.Context(), js, stream.Config{})
 	require.NoError(t, err)
 	return nc, js, st
+}
+
+// ackInvoked makes a's invoke consumer (on ns/p's subject) and acks its
+// first n messages there, as the activator does once it has taken them in.
+func ackInvoked(t *testing.T, js jetstream.JetStream, st *stream.Store, a *Activator, n int) {
+	t.Helper()
+	c, err := js.CreateOrUpdateConsumer(t.Context(), st.Config.Stream, jetstream.ConsumerConfig{Durable: a.cfg.Shard.consumerPrefix(a.cfg.ConsumerPrefix) + "-invoke",
+		AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: st.Subjects.Invoke("ns", "p")})
+	require.NoError(t, err)
+	batch, err := c.FetchNoWait(n)
+	require.NoError(t, err)
+	acked := 0
+	for m := range batch.Messages() {
+		require.NoError(t, m.DoubleAck(t.Context()))
+		acked++
+	}
+	require.Equal(t, n, acked, "messages acked")
 }
