@@ -53,7 +53,7 @@ func Build(ctx context.Context, dir string) (Binaries, error) {
 	if b.NATS == filepath.Join(dir, "natsd") {
 		pkgs = append(pkgs, "./test/chaos/cmd/natsd")
 	}
-	root, err := runplanebin.ModuleRoot(ctx)
+	root, err := runplanebin.ModuleRoot()
 	if err != nil {
 		return b, err
 	}

@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/runplane/runplane/test/runplanebin"
 )
 
 // EnvBinDir names a directory that already holds the testbin binaries; when
@@ -37,20 +39,4 @@ func Binaries(ctx context.Context) (string, error) {
 
 // RepoRoot finds the runplane module root by walking up from the working
 // directory (go test runs in the package directory).
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("finding repo root: %w", err)
-	}
-	for {
-		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && strings.HasPrefix(string(data), "module github.com/runplane/runplane\n") {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("finding repo root: no runplane go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
+func RepoRoot() (string, error) { return runplanebin.ModuleRoot() }

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -29,7 +28,7 @@ const EnvDir = "RUNPLANE_BIN_DIR"
 // "pause"; every one when none is named): EnvDir when it is set, else
 // scratch, after building them there.
 func Dir(ctx context.Context, scratch string, names ...string) (string, error) {
-	root, err := ModuleRoot(ctx)
+	root, err := ModuleRoot()
 	if err != nil {
 		return "", err
 	}
@@ -91,15 +90,22 @@ func fresh(root, dir string, names []string) error {
 	})
 }
 
-// ModuleRoot is the directory of the go.mod go test runs under.
-func ModuleRoot(ctx context.Context) (string, error) {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+// ModuleRoot finds the runplane module's root by walking up from the
+// working directory (go test runs in the package's directory).
+func ModuleRoot() (string, error) {
+	dir, err := os.Getwd()
 	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
+		return "", fmt.Errorf("finding the module root: %w", err)
 	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return "", errors.New("runplanebin: not inside the runplane module")
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.HasPrefix(string(data), "module github.com/runplane/runplane\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("finding the module root: no runplane go.mod above the working directory")
+		}
+		dir = parent
 	}
-	return filepath.Dir(mod), nil
 }
