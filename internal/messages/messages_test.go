@@ -55,12 +55,17 @@ func TestParseSubjects(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, ok := s.ParseInvoke(tc.subject)
 			assert.False(t, ok, "invoke")
-			dispatch := strings.Replace(tc.subject, ".invoke.", ".dispatch.", 1) + ".w"
+			// The same defect in the other kinds' subjects ("invoke"
+			// without its dots: the rows that run it into the prefix too).
+			dispatch := strings.Replace(tc.subject, "invoke", "dispatch", 1) + ".w"
 			if tc.name == "one token too many" {
 				dispatch += ".x"
 			}
 			_, _, _, ok = s.ParseDispatch(dispatch)
 			assert.False(t, ok, "dispatch %s", dispatch)
+			result := strings.Replace(tc.subject, "invoke", "result", 1)
+			_, _, ok = s.ParseResult(result)
+			assert.False(t, ok, "result %s", result)
 		})
 	}
 }
