@@ -53,12 +53,8 @@ func exitOr(l *slog.Logger, code int, done bool) *slog.Logger {
 	return l
 }
 
-// parse is Parse without the exits: done says the process should exit with
-// code.
-func parse(fs *flag.FlagSet, args []string, defaults logging.Options, stdout, stderr io.Writer) (_ *slog.Logger, code int, done bool) {
-	return parseFlags(fs, args, defaults, stdout, stderr, false)
-}
-
+// parseFlags is Parse (allowArgs: ParseCommand) without the exits: done
+// says the process should exit with code.
 func parseFlags(fs *flag.FlagSet, args []string, defaults logging.Options, stdout, stderr io.Writer, allowArgs bool) (_ *slog.Logger, code int, done bool) {
 	opts, version := logFlags(fs, defaults)
 	// The flag package prints errors and the usage to fs.Output() and exits

@@ -38,7 +38,7 @@ func TestParse(t *testing.T) {
 			fs := flag.NewFlagSet("runplane-x", flag.ExitOnError)
 			addr := fs.String("addr", ":0", "listen address")
 			var stdout, stderr bytes.Buffer
-			l, code, done := parse(fs, tc.args, logging.Options{}, &stdout, &stderr)
+			l, code, done := parseFlags(fs, tc.args, logging.Options{}, &stdout, &stderr, false)
 			require.Equal(t, tc.done, done)
 			require.Equal(t, tc.code, code)
 			require.Contains(t, stdout.String(), tc.stdout)
@@ -69,7 +69,7 @@ func TestParse(t *testing.T) {
 func TestParseDefaults(t *testing.T) {
 	fs := flag.NewFlagSet("runplane-x", flag.ContinueOnError)
 	var stderr bytes.Buffer
-	l, _, done := parse(fs, nil, logging.Options{Format: "text"}, &bytes.Buffer{}, &stderr)
+	l, _, done := parseFlags(fs, nil, logging.Options{Format: "text"}, &bytes.Buffer{}, &stderr, false)
 	require.False(t, done)
 	l.Info("hello")
 	require.Contains(t, stderr.String(), "level=INFO msg=hello")
