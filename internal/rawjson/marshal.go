@@ -74,13 +74,38 @@ var (
 // (what encoding/json wrote — the framework package's answers — and every
 // base64 body), that changes no byte and v itself is returned, found by a
 // byte search instead of encoding/json's scan and copy; otherwise it is
-// json.Marshal's. A caller holding bytes nobody validated checks them
-// first (json.Valid): Canonical returns such bytes unchecked when they
-// need no change.
+// json.Marshal's. Bytes nobody validated go to CanonicalChecked: Canonical
+// returns them unchecked when they need no change.
 func Canonical(v []byte) ([]byte, error) {
-	if !bytes.ContainsAny(v, " \t\r\n<>&") && !bytes.Contains(v, lineSep) && !bytes.Contains(v, paraSep) {
+	if asWritten(v) {
 		return v, nil
 	}
+	return canonical(v)
+}
+
+// CanonicalChecked is Canonical for bytes nobody validated (a worker's
+// Object Store object): one pass checks them either way — json.Valid when
+// they need no change, encoding/json's compaction (which refuses invalid
+// JSON) when they do. A Python framework's answers have white space
+// (json.dumps' separators): json.Valid and then Canonical scanned those
+// twice.
+func CanonicalChecked(v []byte) ([]byte, error) {
+	if !asWritten(v) {
+		return canonical(v)
+	}
+	if !json.Valid(v) {
+		return nil, errors.New("rawjson: not valid JSON")
+	}
+	return v, nil
+}
+
+// asWritten reports whether json.Marshal would write the valid JSON v as
+// it is: no white space, no character it escapes.
+func asWritten(v []byte) bool {
+	return !bytes.ContainsAny(v, " \t\r\n<>&") && !bytes.Contains(v, lineSep) && !bytes.Contains(v, paraSep)
+}
+
+func canonical(v []byte) ([]byte, error) {
 	b, err := json.Marshal(json.RawMessage(v))
 	if err != nil {
 		return nil, fmt.Errorf("rawjson: %w", err)

@@ -90,12 +90,19 @@ func TestCanonical(t *testing.T) {
 			want, err := json.Marshal(json.RawMessage(tc.v))
 			require.NoError(t, err)
 			in := []byte(tc.v)
-			got, err := Canonical(in)
-			require.NoError(t, err)
-			assert.Equal(t, string(want), string(got))
-			assert.Equal(t, tc.same, &in[0] == &got[0], "v itself is returned exactly when nothing changes")
+			for name, canon := range map[string]func([]byte) ([]byte, error){"Canonical": Canonical, "CanonicalChecked": CanonicalChecked} {
+				got, err := canon(in)
+				require.NoError(t, err, name)
+				assert.Equal(t, string(want), string(got), name)
+				assert.Equal(t, tc.same, &in[0] == &got[0], "%s: v itself is returned exactly when nothing changes", name)
+			}
 		})
 	}
 	_, err := Canonical([]byte(`{"a": }`))
 	require.Error(t, err, "an invalid value that needs a change is refused")
+	// A worker's bytes: refused whether or not they would need a change.
+	for _, bad := range []string{`{"a":}`, `{"a": }`, `[1,2`, `"\x"`, ``} {
+		_, err := CanonicalChecked([]byte(bad))
+		require.Error(t, err, "%q", bad)
+	}
 }

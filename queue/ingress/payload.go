@@ -172,13 +172,10 @@ func (s *Server) resolve(ctx context.Context, rec messages.Record) (messages.Rec
 		return rec, &errBodyUnavailable{fmt.Errorf("invocation %s: read its response body: %w", rec.InvocationID, err)}
 	}
 	// A worker wrote the object: its bytes are checked here, once, and
-	// made what encoding/json would answer (Canonical: as they are when
-	// the framework wrote them compact, as the framework package does).
-	if !json.Valid(body) {
-		return rec, &errBodyUnavailable{fmt.Errorf("invocation %s: its response body object is not valid JSON", rec.InvocationID)}
-	}
-	if body, err = rawjson.Canonical(body); err != nil {
-		return rec, &errBodyUnavailable{fmt.Errorf("invocation %s: its response body: %w", rec.InvocationID, err)}
+	// made what encoding/json would answer (as they are when the framework
+	// wrote them compact, as the Go framework package does).
+	if body, err = rawjson.CanonicalChecked(body); err != nil {
+		return rec, &errBodyUnavailable{fmt.Errorf("invocation %s: its response body object is not valid JSON: %w", rec.InvocationID, err)}
 	}
 	var resp messages.Response
 	if rec.Response != nil {
