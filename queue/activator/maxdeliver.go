@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	"github.com/nats-io/nats.go"
 
@@ -57,23 +56,25 @@ func (a *Activator) onMaxDeliveries(ctx context.Context, m *nats.Msg) {
 			a.cfg.Logger.Warn("max deliveries: message gone", "consumer", adv.Consumer, "seq", adv.StreamSeq, "err", err)
 			return
 		}
+		sub, ok := a.subjectOf(msg.Subject)
+		if !ok {
+			return
+		}
 		var inv messages.Invocation
 		attempt, worker := 0, ""
-		switch {
-		case strings.HasPrefix(msg.Subject, st.Subjects.Prefix+".dispatch."):
+		if sub.Worker != "" {
 			var d messages.Dispatch
 			if err := json.Unmarshal(msg.Data, &d); err != nil {
 				return
 			}
 			inv, attempt, worker = d.Invocation, d.Attempt, d.Worker
-		case strings.HasPrefix(msg.Subject, st.Subjects.Prefix+".invoke."):
-			if err := json.Unmarshal(msg.Data, &inv); err != nil {
-				return
-			}
-		default:
+		} else if err := json.Unmarshal(msg.Data, &inv); err != nil {
 			return
 		}
-		if inv.InvocationID == "" || inv.Namespace == "" || !a.cfg.Shard.Owns(inv.Namespace) {
+		// The subject says whose it is, as the invoke consumer checks
+		// (onInvocation): a body naming another namespace or pool is not
+		// dead-lettered under it.
+		if inv.InvocationID == "" || inv.Namespace != sub.Namespace || inv.Pool != sub.Pool || worker != sub.Worker || !a.cfg.Shard.Owns(inv.Namespace) {
 			return
 		}
 		reason := fmt.Sprintf("delivered %d times to consumer %s without being acked (max deliveries)", adv.Deliveries, adv.Consumer)
