@@ -265,7 +265,7 @@ func (a *Activator) enqueue(ctx context.Context, m jetstream.Msg, it *state.Item
 // that of a finished invocation). One left behind (a failed delete) stays
 // uncounted until inv finishes and the sweep meets it.
 func (a *Activator) removeCopy(ctx context.Context, inv messages.Invocation, seq uint64) {
-	err := a.cfg.Store.Stream.DeleteMsg(ctx, seq)
+	err := a.cfg.Store.DeleteMsg(ctx, seq)
 	switch {
 	case err == nil:
 		a.metrics.removed.WithLabelValues("copy").Inc()

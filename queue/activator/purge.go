@@ -85,7 +85,7 @@ func (a *Activator) purge(ctx context.Context) {
 			}
 		}
 		for _, seq := range p.Delete {
-			if err := st.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			if err := a.cfg.Store.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 				if ctx.Err() == nil {
 					a.metrics.purgeErrors.WithLabelValues("delete").Inc()
 				}

@@ -107,7 +107,7 @@ func (a *Activator) retriesExhausted(ctx context.Context, m jetstream.Msg, it *s
 func (a *Activator) recordHandBack(ctx context.Context, it *state.Item, ev messages.Event, staleDispatch uint64) {
 	st := a.cfg.Store
 	if staleDispatch != 0 {
-		if err := st.Stream.DeleteMsg(ctx, staleDispatch); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		if err := st.DeleteMsg(ctx, staleDispatch); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 			a.cfg.Logger.Debug("hand back: delete abandoned dispatch", "invocation", ev.InvocationID, "seq", staleDispatch, "err", err)
 		}
 	}

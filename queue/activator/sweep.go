@@ -38,7 +38,7 @@ func (a *Activator) removeMessages(ctx context.Context, it *state.Item, now bool
 	}
 	gone := len(holds) > 0
 	for _, h := range holds {
-		err := a.cfg.Store.Stream.DeleteMsg(ctx, h.Seq)
+		err := a.cfg.Store.DeleteMsg(ctx, h.Seq)
 		switch {
 		case err == nil:
 			a.metrics.removed.WithLabelValues("final").Inc()
@@ -130,7 +130,7 @@ func (a *Activator) sweep(ctx context.Context) (removed int, err error) {
 			if !remove {
 				continue
 			}
-			if err := st.Stream.DeleteMsg(ctx, md.Sequence.Stream); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			if err := st.DeleteMsg(ctx, md.Sequence.Stream); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 				return removed, fmt.Errorf("sweep: remove %s at %d: %w", key, md.Sequence.Stream, err)
 			}
 			removed++

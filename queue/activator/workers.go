@@ -131,7 +131,7 @@ func (a *Activator) settle(ctx context.Context, l *state.Loss) {
 		if stale != 0 {
 			// The abandoned attempt must not run later (a restarted worker
 			// of the same name resumes its consumer): remove its Dispatch.
-			if err := st.Stream.DeleteMsg(ctx, stale); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			if err := st.DeleteMsg(ctx, stale); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 				a.cfg.Logger.Debug("settle: delete abandoned dispatch", "invocation", id, "seq", stale, "err", err)
 			}
 		}

@@ -379,6 +379,25 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
+// DeleteMsg removes the message at seq from the invocation stream. A
+// message that is not there (deleted, purged, expired) gives an error
+// that is jetstream.ErrMsgNotFound: nats.go's DeleteMsg reports that case
+// as ErrMsgDeleteUnsuccessful with the server's answer as text only
+// (nats-server 2.15: err_code 10057 "no message found"), so a caller's
+// errors.Is never met it and a sweep or purge round racing another
+// removal of the same message failed. Only then is the message looked up,
+// so the usual delete stays one request.
+func (s *Store) DeleteMsg(ctx context.Context, seq uint64) error {
+	err := s.Stream.DeleteMsg(ctx, seq)
+	if err == nil || !errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
+		return err
+	}
+	if _, gerr := s.Stream.GetMsg(ctx, seq); errors.Is(gerr, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("delete message %d: %w (%w)", seq, jetstream.ErrMsgNotFound, err)
+	}
+	return fmt.Errorf("delete message %d: %w", seq, err)
+}
+
 // Decode parses a Record.
 func Decode(b []byte) (messages.Record, error) {
 	var r messages.Record

@@ -406,3 +406,29 @@ func TestPurgeKeepsTheDuplicateWindow(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, pa.Duplicate, "a new ID is stored")
 }
+
+// TestDeleteMsgOfAGoneMessage: deleting a message that is not there —
+// deleted already, purged, or never stored — is jetstream.ErrMsgNotFound,
+// which nats.go's own DeleteMsg never returns (it answers
+// ErrMsgDeleteUnsuccessful with the server's error as text), so the
+// activator's sweep and purge rounds took a message another removal had
+// just taken for a failure.
+func TestDeleteMsgOfAGoneMessage(t *testing.T) {
+	ctx := t.Context()
+	st := open(t)
+	subj := st.Subjects.Invoke("ns", "p")
+	for range 3 {
+		_, err := st.JS.Publish(ctx, subj, []byte(`{}`))
+		require.NoError(t, err)
+	}
+	require.NoError(t, st.DeleteMsg(ctx, 1))
+	require.NoError(t, st.Stream.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(3)))
+
+	raw := st.Stream.DeleteMsg(ctx, 1)
+	require.ErrorIs(t, raw, jetstream.ErrMsgDeleteUnsuccessful)
+	require.NotErrorIs(t, raw, jetstream.ErrMsgNotFound, "nats.go reports a gone message as found: DeleteMsg's wrapper can go")
+	for _, seq := range []uint64{1, 2, 7} { // deleted, purged, never stored
+		assert.ErrorIs(t, st.DeleteMsg(ctx, seq), jetstream.ErrMsgNotFound, "sequence %d", seq)
+	}
+	require.NoError(t, st.DeleteMsg(ctx, 3), "a message that is there is deleted")
+}
