@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"cmp"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -241,6 +242,10 @@ type scanned struct {
 func scanString(v []byte, i int) (scanned, error) {
 	s := scanned{decoded: true, plain: true}
 	for j := i + 1; j < len(v); {
+		j = asIsRun(v, j)
+		if j >= len(v) {
+			break
+		}
 		c := v[j]
 		if c < utf8.RuneSelf {
 			if asIs[c] {
@@ -276,6 +281,25 @@ func scanString(v []byte, i int) (scanned, error) {
 		j += size
 	}
 	return s, errEnd
+}
+
+// asIsRun skips from v[j] the 8-byte words that are all asIs ASCII,
+// testing a word at once (the usual bit tricks for "has a byte less than
+// n" and "has a zero byte"): a base64 body is most of a payload, and
+// byte by byte its scan cost twice its SHA-256 (10 MiB: 17 ms against
+// 8–9; a word at a time 8 ms, BenchmarkRequestHash in queue/ingress).
+func asIsRun(v []byte, j int) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	hasZero := func(x uint64) uint64 { return (x - ones) & ^x & highs }
+	for ; j+8 <= len(v); j += 8 {
+		x := binary.LittleEndian.Uint64(v[j:])
+		if x&highs|(x-ones*' ')&^x&highs|
+			hasZero(x^(ones*'"'))|hasZero(x^(ones*'\\'))|
+			hasZero(x^(ones*'<'))|hasZero(x^(ones*'>'))|hasZero(x^(ones*'&')) != 0 {
+			break
+		}
+	}
+	return j
 }
 
 // escape is the length of the escape at v[j] ('\\').

@@ -69,6 +69,25 @@ func TestWriteSortedIsDecodeAndMarshal(t *testing.T) {
 	}
 }
 
+// Strings are skipped a word of 8 bytes at a time while no byte needs a
+// look: each byte that does, at each place in a word, is seen.
+func TestWriteSortedSeesEachByteOfAWord(t *testing.T) {
+	for _, special := range []string{`\"`, `\\`, `\n`, `\u0041`, "<", ">", "&", "\u2028", "\xff", "é", "\x7f"} {
+		for at := range 17 {
+			in := `"` + strings.Repeat("x", at) + special + strings.Repeat("y", 17-at) + `"`
+			want, err := decodedForm([]byte(in))
+			require.NoError(t, err)
+			got, err := sorted([]byte(in))
+			require.NoError(t, err)
+			require.Equal(t, string(want), string(got), "%q", in)
+		}
+	}
+	for at := range 17 {
+		_, err := sorted([]byte(`"` + strings.Repeat("x", at) + "\x01" + strings.Repeat("y", 17-at) + `"`))
+		require.Error(t, err, "a control character at %d", at)
+	}
+}
+
 func TestWriteSortedForms(t *testing.T) {
 	for in, want := range map[string]string{
 		`{"b":1,"a":2,"b":3}`:        `{"a":2,"b":3}`,
