@@ -90,13 +90,13 @@ func TestWriteSortedSeesEachByteOfAWord(t *testing.T) {
 
 func TestWriteSortedForms(t *testing.T) {
 	for in, want := range map[string]string{
-		`{"b":1,"a":2,"b":3}`:        `{"a":2,"b":3}`,
-		`{ "x" : "<&>" }`:            `{"x":"\u003c\u0026\u003e"}`,
-		`"\u00e9\/"`:                 `"é/"`,
-		`[ 1.50 , -0 ]`:              `[1.50,-0]`,
-		"\"\xff\"":                   "\"\xef\xbf\xbd\"",
-		`"\ud800"`:                   "\"\xef\xbf\xbd\"",
-		`{"é":1,"f":2,"\u00e8":3}`:   `{"f":2,"è":3,"é":1}`,
+		`{"b":1,"a":2,"b":3}`:         `{"a":2,"b":3}`,
+		`{ "x" : "<&>" }`:             `{"x":"\u003c\u0026\u003e"}`,
+		`"\u00e9\/"`:                  `"é/"`,
+		`[ 1.50 , -0 ]`:               `[1.50,-0]`,
+		"\"\xff\"":                    "\"\xef\xbf\xbd\"",
+		`"\ud800"`:                    "\"\xef\xbf\xbd\"",
+		`{"é":1,"f":2,"\u00e8":3}`:    `{"f":2,"è":3,"é":1}`,
 		`{"a":{"d":[{"c":1,"b":2}]}}`: `{"a":{"d":[{"b":2,"c":1}]}}`,
 	} {
 		got, err := sorted([]byte(in))
