@@ -83,12 +83,12 @@ func (ix *index) value(v []byte, i, depth int) (end int, plain bool, err error) 
 	if i >= len(v) {
 		return 0, false, errEnd
 	}
-	switch c := v[i]; {
-	case c == '{':
+	switch v[i] {
+	case '{':
 		return ix.object(v, i, depth+1)
-	case c == '[':
+	case '[':
 		return ix.array(v, i, depth+1)
-	case c == '"':
+	case '"':
 		s, err := scanString(v, i)
 		return s.end, s.plain, err
 	default:
