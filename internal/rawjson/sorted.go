@@ -59,7 +59,7 @@ const maxDepth = 10000
 // index is what the first pass learns of v's objects.
 type index struct {
 	objects []object // in the order they open, so by at
-	members []member // the members of the objects that are not plain, each object's together
+	chunk   []member // where the next closed object's members go (keep)
 	open    []member // the members of the objects being read
 }
 
@@ -67,7 +67,7 @@ type index struct {
 type object struct {
 	at, end  int  // v[at:end] is the object
 	plain    bool // v[at:end] is already as json.Marshal writes it
-	from, to int  // not plain: its members are members[from:to]
+	members  []member // not plain: its members
 }
 
 // member is one member of an object, in the order of the form: sorted by
@@ -218,16 +218,29 @@ func (ix *index) close(k, base, end int, plain bool) {
 		slices.SortFunc(ms, func(a, b member) int {
 			return cmp.Or(bytes.Compare(a.key, b.key), cmp.Compare(a.at, b.at))
 		})
-		o.from = len(ix.members)
+		n := 0
 		for j, m := range ms {
 			if j+1 == len(ms) || !bytes.Equal(m.key, ms[j+1].key) {
-				ix.members = append(ix.members, m)
+				ms[n] = m
+				n++
 			}
 		}
-		o.to = len(ix.members)
+		o.members = ix.keep(ms[:n])
 	}
 	clear(ix.open[base:]) // the keys may hold decoded copies
 	ix.open = ix.open[:base]
+}
+
+// keep copies a closed object's members out of the open ones into chunks
+// that double up to 4,096 members: one slice that grew with them copied
+// them ~4 times over (Go grows a long slice by a quarter).
+func (ix *index) keep(ms []member) []member {
+	if cap(ix.chunk)-len(ix.chunk) < len(ms) {
+		ix.chunk = make([]member, 0, max(len(ms), min(2*cap(ix.chunk), 4096), 16))
+	}
+	start := len(ix.chunk)
+	ix.chunk = append(ix.chunk, ms...)
+	return ix.chunk[start:len(ix.chunk):len(ix.chunk)]
 }
 
 // scanned is what scanString learns of a string.
@@ -472,7 +485,7 @@ func (e *emitter) object(i int) (int, error) {
 		return o.end, nil
 	}
 	_ = e.w.WriteByte('{')
-	for j, m := range e.ix.members[o.from:o.to] {
+	for j, m := range o.members {
 		if j > 0 {
 			_ = e.w.WriteByte(',')
 		}
