@@ -65,9 +65,9 @@ type index struct {
 
 // object is one object of v.
 type object struct {
-	at, end  int  // v[at:end] is the object
-	plain    bool // v[at:end] is already as json.Marshal writes it
-	members  []member // not plain: its members
+	at, end int      // v[at:end] is the object
+	plain   bool     // v[at:end] is already as json.Marshal writes it
+	members []member // not plain: its members
 }
 
 // member is one member of an object, in the order of the form: sorted by
