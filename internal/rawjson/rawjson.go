@@ -5,7 +5,9 @@
 // "Where a call's CPU goes"); no maintained encoder skips that, so the
 // value is placed by hand here — a few lines that only place bytes
 // (WithField, Marshal), and Canonical, which tells when encoding/json's
-// pass would change nothing.
+// pass would change nothing; WriteSorted writes the form a value has once
+// decoded into an any and encoded again (the request hash's) without
+// that decode.
 package rawjson
 
 import (

@@ -1,0 +1,122 @@
+package rawjson
+
+import (
+	"bufio"
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"slices"
+)
+
+// emitter is the second pass: it writes the form of v by the index.
+type emitter struct {
+	v  []byte
+	ix *index
+	w  *bufio.Writer
+}
+
+// write hands p to the bufio.Writer, which keeps the first error of w
+// for Flush to return. A long p (a base64 body) goes to w in one piece,
+// not a buffer's worth of it copied first.
+func (e *emitter) write(p []byte) {
+	if len(p) > e.w.Available() && len(p) >= e.w.Size() {
+		_ = e.w.Flush()
+	}
+	_, _ = e.w.Write(p)
+}
+
+// value writes the form of the (validated) value at v[i] and returns
+// where it ends.
+func (e *emitter) value(i int) (int, error) {
+	v := e.v
+	switch v[i] {
+	case '{':
+		return e.object(i)
+	case '[':
+		return e.array(i)
+	case '"':
+		return e.string(i)
+	}
+	end, err := scalar(v, i)
+	if err != nil {
+		return 0, err
+	}
+	e.write(v[i:end])
+	return end, nil
+}
+
+func (e *emitter) array(i int) (int, error) {
+	v := e.v
+	_ = e.w.WriteByte('[')
+	i = skipSpace(v, i+1)
+	if v[i] == ']' {
+		_ = e.w.WriteByte(']')
+		return i + 1, nil
+	}
+	for {
+		end, err := e.value(i)
+		if err != nil {
+			return 0, err
+		}
+		i = skipSpace(v, end)
+		_ = e.w.WriteByte(v[i]) // , or ]
+		if v[i] == ']' {
+			return i + 1, nil
+		}
+		i = skipSpace(v, i+1)
+	}
+}
+
+func (e *emitter) object(i int) (int, error) {
+	objs := e.ix.objects
+	k, found := slices.BinarySearchFunc(objs, i, func(o object, at int) int { return cmp.Compare(o.at, at) })
+	if !found {
+		return 0, fmt.Errorf("rawjson: no object at offset %d", i) // a bug of the index
+	}
+	o := objs[k]
+	if o.plain {
+		e.write(e.v[o.at:o.end])
+		return o.end, nil
+	}
+	_ = e.w.WriteByte('{')
+	for j, m := range o.members {
+		if j > 0 {
+			_ = e.w.WriteByte(',')
+		}
+		if _, err := e.string(m.keyAt); err != nil {
+			return 0, err
+		}
+		_ = e.w.WriteByte(':')
+		if m.plain {
+			e.write(e.v[m.at:m.end])
+		} else if _, err := e.value(m.at); err != nil {
+			return 0, err
+		}
+	}
+	_ = e.w.WriteByte('}')
+	return o.end, nil
+}
+
+// string writes the string at v[i]: as it is when json.Marshal would,
+// else as encoding/json decodes and encodes it.
+func (e *emitter) string(i int) (int, error) {
+	s, err := scanString(e.v, i)
+	if err != nil {
+		return 0, err
+	}
+	raw := e.v[i:s.end]
+	if s.plain {
+		e.write(raw)
+		return s.end, nil
+	}
+	var str string
+	if err := json.Unmarshal(raw, &str); err != nil {
+		return 0, fmt.Errorf("rawjson: string at offset %d: %w", i, err)
+	}
+	b, err := json.Marshal(str)
+	if err != nil {
+		return 0, fmt.Errorf("rawjson: string at offset %d: %w", i, err)
+	}
+	e.write(b)
+	return s.end, nil
+}
