@@ -9,14 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/runplane/runplane/internal/messages"
 	"github.com/runplane/runplane/queue/activator/internal/state"
-	"github.com/runplane/runplane/queue/pool"
 )
 
 // TestFailureReport: a failing round is warned at once, then at most once
@@ -62,18 +59,11 @@ func TestFailingPurgeRoundsWarnedAndCounted(t *testing.T) {
 	ctx := t.Context()
 	nc, js, st := realStore(t)
 	var logs bytes.Buffer
-	a, err := New(Config{Store: st, NC: nc, Pools: pool.Static{}, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-		Registerer: prometheus.NewRegistry()})
-	require.NoError(t, err)
-	a.st = state.New(a.cfg.Decisions, a.cfg.Clock)
+	a := storeActivator(t, nc, st, slog.New(slog.NewTextHandler(&logs, nil)))
 
 	// A finished invocation whose message is in the stream at 1.
-	_, err = js.Publish(ctx, st.Subjects.Invoke("ns", "p"), []byte("{}"))
-	require.NoError(t, err)
-	it := &state.Item{Inv: messages.Invocation{InvocationID: "a", Namespace: "ns", Pool: "p"}, Seq: 1}
+	it := heldInvocation(t, a, js, st)
 	a.locked(func(s *state.State) {
-		s.Accept(it.Inv, 1)
-		require.True(t, s.Enqueue(it))
 		s.Handled(state.Subject{Namespace: "ns", Pool: "p"}, 1)
 		s.Final(it)
 	})

@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/runplane/runplane/internal/messages"
+	"github.com/runplane/runplane/queue/activator/internal/state"
 	"github.com/runplane/runplane/queue/pool"
 	"github.com/runplane/runplane/queue/stream"
 	"github.com/runplane/runplane/test/natsauth"
@@ -24,9 +26,7 @@ import (
 func TestNoAckFloorFromAConsumerBeingMadeAgain(t *testing.T) {
 	ctx := t.Context()
 	nc, js, st := realStore(t)
-	a, err := New(Config{Store: st, NC: nc, Pools: pool.Static{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Registerer: prometheus.NewRegistry()})
-	require.NoError(t, err)
+	a := storeActivator(t, nc, st, slog.New(slog.NewTextHandler(io.Discard, nil)))
 
 	// The invoke consumer has acked 3 messages.
 	for range 3 {
@@ -66,6 +66,31 @@ func realStore(t *testing.T) (*nats.Conn, jetstream.JetStream, *stream.Store) {
 	st, err := stream.Open(t.Context(), js, stream.Config{})
 	require.NoError(t, err)
 	return nc, js, st
+}
+
+// storeActivator is an activator on st, its state made as a start makes
+// it, that logs to log.
+func storeActivator(t *testing.T, nc *nats.Conn, st *stream.Store, log *slog.Logger) *Activator {
+	t.Helper()
+	a, err := New(Config{Store: st, NC: nc, Pools: pool.Static{}, Logger: log, Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	a.st = state.New(a.cfg.Decisions, a.cfg.Clock)
+	return a
+}
+
+// heldInvocation publishes the first message of st's stream, invocation a
+// of ns/p, and has a's state hold it as the invoke consumer's delivery
+// would.
+func heldInvocation(t *testing.T, a *Activator, js jetstream.JetStream, st *stream.Store) *state.Item {
+	t.Helper()
+	_, err := js.Publish(t.Context(), st.Subjects.Invoke("ns", "p"), []byte("{}"))
+	require.NoError(t, err)
+	it := &state.Item{Inv: messages.Invocation{InvocationID: "a", Namespace: "ns", Pool: "p"}, Seq: 1}
+	a.locked(func(s *state.State) {
+		s.Accept(it.Inv, 1)
+		require.True(t, s.Enqueue(it))
+	})
+	return it
 }
 
 // ackInvoked makes a's invoke consumer (on ns/p's subject) and acks its

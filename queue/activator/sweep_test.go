@@ -5,14 +5,9 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/runplane/runplane/internal/messages"
-	"github.com/runplane/runplane/queue/activator/internal/state"
-	"github.com/runplane/runplane/queue/pool"
 )
 
 // TestRemovingAMessageAlreadyGone: a final invocation whose message
@@ -26,18 +21,8 @@ import (
 func TestRemovingAMessageAlreadyGone(t *testing.T) {
 	ctx := t.Context()
 	nc, js, st := realStore(t)
-	a, err := New(Config{Store: st, NC: nc, Pools: pool.Static{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Registerer: prometheus.NewRegistry()})
-	require.NoError(t, err)
-	a.st = state.New(a.cfg.Decisions, a.cfg.Clock)
-
-	_, err = js.Publish(ctx, st.Subjects.Invoke("ns", "p"), []byte("{}"))
-	require.NoError(t, err)
-	it := &state.Item{Inv: messages.Invocation{InvocationID: "a", Namespace: "ns", Pool: "p"}, Seq: 1}
-	a.locked(func(s *state.State) {
-		s.Accept(it.Inv, 1)
-		require.True(t, s.Enqueue(it))
-	})
+	a := storeActivator(t, nc, st, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	it := heldInvocation(t, a, js, st)
 	require.NoError(t, st.Stream.DeleteMsg(ctx, 1), "another removal takes it first")
 
 	assert.True(t, a.removeMessages(ctx, it, true), "its only message is gone")
