@@ -6,6 +6,7 @@ package jsensure
 
 import (
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -90,12 +91,19 @@ func (c *Cache[T]) Forget(name string) {
 
 // nats-server's JSInsufficientResourcesErr ("insufficient resources") and
 // JSStorageResourcesExceededErr ("insufficient storage resources
-// available"), answered to a stream whose MaxBytes cannot be reserved;
-// nats.go names no constants for them.
+// available"), a single server's answer to a stream whose MaxBytes cannot
+// be reserved, and JSClusterNoPeersErrF, a cluster's ("no suitable peers
+// for placement, insufficient storage"); nats.go names no constants for
+// them.
 const (
 	errCodeInsufficientResources    jetstream.ErrorCode = 10023
 	errCodeStorageResourcesExceeded jetstream.ErrorCode = 10047
+	errCodeClusterNoPeers           jetstream.ErrorCode = 10005
 )
+
+// noPeerWithStorage is the reason nats-server's placement (selectPeerError)
+// gives when no peer has room for a stream's MaxBytes.
+const noPeerWithStorage = "insufficient storage"
 
 // NoRoom reports whether err is JetStream refusing to create a stream (or
 // a bucket, a stream underneath) because its storage, the server's
@@ -103,6 +111,18 @@ const (
 // MaxBytes.
 func NoRoom(err error) bool {
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) &&
-		(apiErr.ErrorCode == errCodeInsufficientResources || apiErr.ErrorCode == errCodeStorageResourcesExceeded)
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case errCodeInsufficientResources, errCodeStorageResourcesExceeded:
+		return true
+	case errCodeClusterNoPeers:
+		// A cluster places a stream on peers with room for its MaxBytes and
+		// answers JSClusterNoPeersErrF for every reason none fits (a peer
+		// offline, tags, storage): the reasons are only in the
+		// description, so it is read.
+		return strings.Contains(apiErr.Description, noPeerWithStorage)
+	}
+	return false
 }

@@ -1,6 +1,7 @@
 package jsensure
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -9,6 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/runplane/runplane/test/natsauth"
 )
 
 // TestCacheRemembersFailuresForAWhile: a resource that could not be made
@@ -55,6 +58,8 @@ func TestNoRoom(t *testing.T) {
 		{fmt.Errorf("create: %w", &jetstream.APIError{ErrorCode: 10023}), true},
 		{&jetstream.APIError{ErrorCode: 10047}, true},
 		{&jetstream.APIError{ErrorCode: 10058}, false}, // stream name in use
+		{&jetstream.APIError{ErrorCode: 10005, Description: "no suitable peers for placement, insufficient storage"}, true},
+		{&jetstream.APIError{ErrorCode: 10005, Description: "no suitable peers for placement, peer offline"}, false},
 		{errors.New("insufficient resources"), false},
 		{nil, false},
 	} {
@@ -84,4 +89,33 @@ func TestCacheTTL(t *testing.T) {
 	clk.SetTime(clk.Now().Add(24 * time.Hour))
 	again, _ := forever.Get("a", create)
 	require.Equal(t, v, again)
+}
+
+// TestNoRoomClustered: in a JetStream cluster (the chart's default NATS)
+// a stream whose MaxBytes no server has room to reserve is refused by the
+// meta leader's placement, "no suitable peers for placement, insufficient
+// storage" (JSClusterNoPeersErrF), not with the single server's
+// "insufficient storage resources": NoRoom must see both. A stream that
+// cannot be placed for another reason (tags no server has) is not "no
+// room".
+func TestNoRoomClustered(t *testing.T) {
+	a, servers := natsauth.ClusterWith(t, nil, 3, natsauth.Extra{JetStream: "max_file_store: 1MiB"})
+	asQueue, err := a.QueueOption()
+	require.NoError(t, err)
+	nc := natsauth.Connect(t, natsauth.ClientURLs(servers), asQueue)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "FITS", Subjects: []string{"fits"}, Replicas: 3, MaxBytes: 512 << 10})
+	require.NoError(t, err, "a stream within max_file_store")
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "TOOBIG", Subjects: []string{"toobig"}, Replicas: 3, MaxBytes: 4 << 20})
+	require.Error(t, err)
+	require.True(t, NoRoom(err), "no room in a cluster is not recognised: %v", err)
+
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "NOWHERE", Subjects: []string{"nowhere"}, Replicas: 3, MaxBytes: 64 << 10,
+		Placement: &jetstream.Placement{Tags: []string{"nowhere"}}})
+	require.ErrorContains(t, err, "no suitable peers for placement")
+	require.False(t, NoRoom(err), "a stream placed nowhere for its tags is not no room: %v", err)
 }

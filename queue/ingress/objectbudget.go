@@ -21,7 +21,7 @@ func objectStoreFull(inv messages.Invocation, err error) error {
 		return &storeFullError{why: fmt.Sprintf("no object storage for namespace %s's big payloads: %v", inv.Namespace, noRoom)}
 	}
 	var apiErr *jetstream.APIError
-	if (errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeStreamStoreFailed) || errors.Is(err, jetstream.ErrMaxBytesExceeded) {
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeStreamStoreFailed {
 		return &storeFullError{why: fmt.Sprintf("namespace %s's object storage budget (-objects-max-bytes) is used up by its big payloads and results "+
 			"until they expire: %v", inv.Namespace, err)}
 	}
@@ -30,7 +30,10 @@ func objectStoreFull(inv messages.Invocation, err error) error {
 
 // jsErrCodeStreamStoreFailed is nats-server's JSStreamStoreFailedF, the
 // answer to a publish into a stream at its MaxBytes with discard new
-// ("maximum bytes exceeded"); nats.go names no constant for it.
+// ("maximum bytes exceeded"), from one server and from a cluster alike
+// (stream.TestSentinelsTheQueueReads); nats.go names no constant for it.
+// (jetstream.ErrMaxBytesExceeded, once tested here too, is a pull
+// request's status, never an answer to a publish.)
 const jsErrCodeStreamStoreFailed jetstream.ErrorCode = 10077
 
 // ownBucket reports whether bucket is where rec's objects may be: its

@@ -346,13 +346,25 @@ func (s *Store) Create(ctx context.Context, r messages.Record) (uint64, error) {
 		return 0, fmt.Errorf("encode record %s: %w", r.InvocationID, err)
 	}
 	rev, err := s.Records.Create(ctx, Key(r.Namespace, r.InvocationID), b)
-	if errors.Is(err, jetstream.ErrKeyExists) {
+	if createLost(err) {
 		return 0, ErrExists
 	}
 	if err != nil {
 		return 0, fmt.Errorf("create record %s: %w", r.InvocationID, err)
 	}
 	return rev, nil
+}
+
+// createLost reports whether err is a KV Create that found the key taken.
+// nats.go's Create says so with ErrKeyExists except over a delete marker
+// (a Record deleted: an accept whose publish failed, an orphan removed):
+// it retries at the marker's revision and returns a lost compare-and-set
+// as it is, which a replicated bucket answers with err_code 10164, not
+// 10071 (the code ErrKeyExists matches).
+func createLost(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrKeyExists) ||
+		(errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // Get reads a Record and its revision; id is its Key.

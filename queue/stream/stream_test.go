@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -431,4 +432,44 @@ func TestDeleteMsgOfAGoneMessage(t *testing.T) {
 		assert.ErrorIs(t, st.DeleteMsg(ctx, seq), jetstream.ErrMsgNotFound, "sequence %d", seq)
 	}
 	require.NoError(t, st.DeleteMsg(ctx, 3), "a message that is there is deleted")
+}
+
+// TestCreateAfterDeleteClustered: of concurrent creators of an ID whose
+// Record was deleted (an accept whose publish failed, an orphan removed)
+// exactly one wins and every other is told ErrExists, on a replicated
+// Records bucket too. There a lost compare-and-set is nats-server's
+// err_code 10164, which nats.go's KV Create maps to ErrKeyExists only when
+// the key was never written: over a delete marker it retries at the
+// marker's revision and returns the raw 10164, so the ingress answered a
+// duplicate of a winning accept with 503 instead of as a duplicate.
+func TestCreateAfterDeleteClustered(t *testing.T) {
+	a, servers := natsauth.Cluster(t, nil, 3)
+	asQueue, err := a.QueueOption()
+	require.NoError(t, err)
+	js, err := jetstream.New(natsauth.Connect(t, natsauth.ClientURLs(servers), asQueue))
+	require.NoError(t, err)
+	ctx := t.Context()
+	st, err := Open(ctx, js, Config{Replicas: 3, RecordTTL: metav1.Duration{Duration: time.Hour}})
+	require.NoError(t, err)
+	for i := range 20 {
+		r := messages.Record{Namespace: "ns", InvocationID: fmt.Sprintf("x%d", i), State: messages.StateQueued}
+		_, err := st.Create(ctx, r)
+		require.NoError(t, err)
+		require.NoError(t, st.Delete(ctx, Key(r.Namespace, r.InvocationID)))
+		var wg sync.WaitGroup
+		errs := make([]error, 8)
+		for j := range errs {
+			wg.Go(func() { _, errs[j] = st.Create(ctx, r) })
+		}
+		wg.Wait()
+		wins := 0
+		for _, err := range errs {
+			if err == nil {
+				wins++
+			} else {
+				require.ErrorIs(t, err, ErrExists, "round %d: a lost create of a deleted Record", i)
+			}
+		}
+		require.Equal(t, 1, wins, "round %d", i)
+	}
 }

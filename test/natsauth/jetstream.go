@@ -60,10 +60,17 @@ func Connect(t testing.TB, url string, opts ...nats.Option) *nats.Conn {
 // Auth.
 func Cluster(t testing.TB, exports jwt.Exports, n int) (Auth, []*server.Server) {
 	t.Helper()
+	return ClusterWith(t, exports, n, Extra{})
+}
+
+// ClusterWith is Cluster with extra configuration for every server (such
+// as JetStream's max_file_store).
+func ClusterWith(t testing.TB, exports jwt.Exports, n int, extra Extra) (Auth, []*server.Server) {
+	t.Helper()
 	dir := t.TempDir()
 	a, err := Write(filepath.Join(dir, "auth"))
 	require.NoError(t, err)
-	servers, err := StartCluster(filepath.Join(dir, "nats"), a, exports, n)
+	servers, err := StartClusterWith(filepath.Join(dir, "nats"), a, exports, n, extra)
 	require.NoError(t, err, "nats cluster")
 	for _, s := range servers {
 		t.Cleanup(s.Shutdown)

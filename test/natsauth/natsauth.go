@@ -164,6 +164,12 @@ func StartWith(dir, host string, a Auth, exports jwt.Exports, extra Extra) (*ser
 // dir/n<i>; it returns once every server accepts clients, is routed to the
 // others and JetStream's meta leader sees them all online.
 func StartCluster(dir string, a Auth, exports jwt.Exports, n int) ([]*server.Server, error) {
+	return StartClusterWith(dir, a, exports, n, Extra{})
+}
+
+// StartClusterWith is StartCluster with extra configuration for every
+// server (extra.Top after the cluster block).
+func StartClusterWith(dir string, a Auth, exports jwt.Exports, n int, extra Extra) ([]*server.Server, error) {
 	const host = "127.0.0.1"
 	addrs, routes := make([]string, n), make([]string, n)
 	for i := range routes {
@@ -182,7 +188,7 @@ func StartCluster(dir string, a Auth, exports jwt.Exports, n int) ([]*server.Ser
 		wg.Go(func() {
 			top := fmt.Sprintf("server_name: n%d\ncluster {\n  name: runplane\n  listen: %q\n%s  routes: [%s]\n}\n",
 				i, addrs[i], natstls.RouteConfig(a.TLS), strings.Join(routes, ", "))
-			servers[i], errs[i] = StartWith(filepath.Join(dir, fmt.Sprintf("n%d", i)), host, a, exports, Extra{Top: top})
+			servers[i], errs[i] = StartWith(filepath.Join(dir, fmt.Sprintf("n%d", i)), host, a, exports, Extra{JetStream: extra.JetStream, Top: top + extra.Top})
 		})
 	}
 	wg.Wait()
