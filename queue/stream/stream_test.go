@@ -473,3 +473,75 @@ func TestCreateAfterDeleteClustered(t *testing.T) {
 		require.Equal(t, 1, wins, "round %d", i)
 	}
 }
+
+// TestGetAfterCreateClustered: a Record created through one server of a
+// three-server cluster is found by a read through another right after:
+// a KV get is a direct get any replica answers, and a follower behind the
+// newest writes said "not found" (183 of 3,000 such reads before), so a
+// GET right after its 202 could answer 404.
+func TestGetAfterCreateClustered(t *testing.T) {
+	a, servers := natsauth.Cluster(t, nil, 3)
+	asQueue, err := a.QueueOption()
+	require.NoError(t, err)
+	ctx := t.Context()
+	stores := make([]*Store, len(servers))
+	for i, s := range servers {
+		js, err := jetstream.New(natsauth.Connect(t, s.ClientURL(), asQueue))
+		require.NoError(t, err)
+		stores[i], err = Open(ctx, js, Config{Replicas: 3, RecordTTL: metav1.Duration{Duration: time.Hour}})
+		require.NoError(t, err)
+	}
+	var missed []string
+	for i, start := 0, time.Now(); i < 1000 || time.Since(start) < natsauth.FollowersServeDirectGets; i++ {
+		r := messages.Record{Namespace: "ns", InvocationID: fmt.Sprintf("x%d", i), State: messages.StateQueued}
+		rev, err := stores[i%3].Create(ctx, r)
+		require.NoError(t, err)
+		got, gotRev, err := stores[(i+1)%3].Get(ctx, Key(r.Namespace, r.InvocationID))
+		if err != nil {
+			missed = append(missed, fmt.Sprintf("%s: %v", r.InvocationID, err))
+			continue
+		}
+		require.Equal(t, r.InvocationID, got.InvocationID)
+		require.Equal(t, rev, gotRev)
+	}
+	require.Empty(t, missed, "Records created a moment before, read through another server")
+
+	_, _, err = stores[1].Get(ctx, Key("ns", "never"))
+	require.ErrorIs(t, err, ErrNotFound)
+}
+
+// TestLastChunkAfterPublishClustered: the last chunk published through
+// one server of a three-server cluster is the last one an ingress reads
+// through another right after — how a streamed invocation's end is found
+// (ingress lastChunk). With direct gets, which any replica answers, a
+// follower behind the newest writes answered an older chunk or none, and
+// the stream ended before its last chunks.
+func TestLastChunkAfterPublishClustered(t *testing.T) {
+	a, servers := natsauth.Cluster(t, nil, 3)
+	asQueue, err := a.QueueOption()
+	require.NoError(t, err)
+	ctx := t.Context()
+	chunks := make([]jetstream.Stream, len(servers))
+	var js []jetstream.JetStream
+	for i, s := range servers {
+		j, err := jetstream.New(natsauth.Connect(t, s.ClientURL(), asQueue))
+		require.NoError(t, err)
+		js = append(js, j)
+		st, err := Open(ctx, j, Config{Replicas: 3, RecordTTL: metav1.Duration{Duration: time.Hour}})
+		require.NoError(t, err)
+		chunks[i], err = st.Chunks.Ensure(ctx, "ns")
+		require.NoError(t, err)
+	}
+	subj := messages.Subjects{Prefix: Config{}.WithDefaults().Prefix}
+	var behind []string
+	for i, start := 0, time.Now(); i < 1000 || time.Since(start) < natsauth.FollowersServeDirectGets; i++ {
+		s := subj.ChunkSubject("ns", "p", "w", fmt.Sprintf("x%d", i%50))
+		pa, err := js[i%3].Publish(ctx, s, []byte("chunk"))
+		require.NoError(t, err)
+		m, err := chunks[(i+1)%3].GetLastMsgForSubject(ctx, s)
+		if err != nil || m.Sequence != pa.Sequence {
+			behind = append(behind, fmt.Sprintf("%d: %v", i, err))
+		}
+	}
+	require.Empty(t, behind, "the last chunk, read through another server right after")
+}

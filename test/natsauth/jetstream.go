@@ -55,6 +55,14 @@ func Connect(t testing.TB, url string, opts ...nats.Option) *nats.Conn {
 	return nc
 }
 
+// FollowersServeDirectGets is how long after a replicated stream is made
+// its followers may start answering direct gets: nats-server v2.15 checks
+// every 2 s whether a follower is within 90% of its leader and only then
+// subscribes it (jetstream_cluster.go, startDirectAccessMonitoring). Until
+// then the leader answers every direct get, so a test of reads that a
+// lagging follower answers must keep reading past it.
+const FollowersServeDirectGets = 5 * time.Second
+
 // Cluster runs n servers in runplane's operator mode (StartCluster, with
 // exports) under a directory of the test until it ends, and returns their
 // Auth.
