@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	"k8s.io/client-go/kubernetes"
@@ -274,11 +275,12 @@ func (a *Activator) Run(ctx context.Context) error {
 		a.filtered[ns] = true
 	}
 	a.mu.Unlock()
-	if cons.results, err = a.consume(ctx, st.Config.ResultsStream, "results", a.filters("result", cons.nss), a.cfg.ResultAckWait, a.onResult); err != nil {
+	onResult := func(ctx context.Context, _ uint64, m jetstream.Msg) { a.onResult(ctx, m) }
+	if cons.results, err = a.consume(ctx, st.Config.ResultsStream, "results", cons.nss, a.cfg.ResultAckWait, onResult); err != nil {
 		return err
 	}
 	defer cons.results.Stop()
-	if cons.invoke, err = a.consume(ctx, st.Config.Stream, "invoke", a.filters("invoke", cons.nss), 30*time.Second, a.onInvocation); err != nil {
+	if cons.invoke, err = a.consume(ctx, st.Config.Stream, "invoke", cons.nss, 30*time.Second, a.onInvocation); err != nil {
 		return err
 	}
 	defer func() { cons.invoke.Stop() }()
@@ -292,6 +294,7 @@ func (a *Activator) Run(ctx context.Context) error {
 		conflictRec = a.conflictRecorder(ctx)
 	}
 	a.locked(func(*state.State) { a.events = conflictRec })
+	var proved time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -309,6 +312,10 @@ func (a *Activator) Run(ctx context.Context) error {
 			}
 			if err := a.refilter(ctx, cons); err != nil {
 				return err
+			}
+			if now := a.cfg.Clock.Now(); now.Sub(proved) >= proofEvery {
+				proved = now
+				a.proveIntake(ctx, cons.invoke)
 			}
 			a.housekeep(ctx)
 			a.dispatchAll(ctx)

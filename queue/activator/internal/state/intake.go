@@ -1,0 +1,119 @@
+package state
+
+// How far the invoke consumer has taken the stream in, in order (issue 33,
+// queue/README.md "Fairness"). The ingress counts a pool's backlog as the
+// status's Backlog plus what it accepted above the status's InvokeSeq, so
+// InvokeSeq must be a position at or below which every invocation message
+// of the pool is queued here, in flight or known finished — for every pool,
+// including one the activator has taken nothing of (a new pool, or an idle
+// one after a restart, whose earlier invocations a previous leader
+// finished). A pool's last sequence seen is not one: an invocation stored
+// a while ago is read (its Record) off the consumer's goroutine, so a later
+// one can be queued first.
+//
+// Three things make the position. The consumer delivers what it had not
+// delivered before in stream order, so every message of its filter up to
+// the highest one delivered was delivered (above what it had delivered
+// when it was made: a previous leader's unacked messages come back only
+// after the ack wait). A delivered message not handled yet (Delivered,
+// Handled: a Record read, a nak) holds its pool's position below it. And
+// what the server proves (Proven): its ack floor, and, when it had nothing
+// pending or unacked, the stream's last sequence read before — which also
+// passes messages removed before they were delivered (a cancelled
+// invocation's, swept), that no delivery ever would.
+
+// Intake is the invoke consumer as it was made: the namespaces it filters
+// on and, from its info, its ack floor, the last sequence it delivered and
+// how many deliveries were unacked (a previous leader's).
+type Intake struct {
+	// All: it filters on every namespace (unsharded); else Namespaces.
+	All        bool
+	Namespaces []string
+	AckFloor   uint64
+	Delivered  uint64
+	AckPending int
+}
+
+// intake is what the state knows of the current invoke consumer.
+type intake struct {
+	epoch uint64
+	all   bool
+	nss   map[string]bool
+	// unsure: messages at or below it may wait with a previous leader
+	// (delivered to it, not acked) until proven passes it.
+	unsure uint64
+	// proven: every message of the filter at or below it is handled.
+	proven uint64
+	// delivered: the highest sequence this consumer delivered; lastAsked
+	// its value at the last Unsure.
+	delivered, lastAsked uint64
+}
+
+// InvokeConsumer notes that the invoke consumer was made (again) as in,
+// and returns the epoch its deliveries are noted under (Consumed): a
+// delivery of a consumer made earlier (still being handled after it was
+// stopped) says nothing of this one's filter.
+func (s *State) InvokeConsumer(in Intake) (epoch uint64) {
+	next := intake{epoch: s.intake.epoch + 1, all: in.All, nss: map[string]bool{}, unsure: in.Delivered, proven: in.AckFloor}
+	for _, ns := range in.Namespaces {
+		next.nss[ns] = true
+	}
+	if in.AckPending == 0 {
+		next.proven = max(next.proven, in.Delivered)
+	}
+	s.intake = next
+	return next.epoch
+}
+
+// Consumed notes that the invoke consumer of epoch delivered the message
+// at seq (before it is handled: Accept marks it delivered).
+func (s *State) Consumed(epoch, seq uint64) {
+	if epoch == s.intake.epoch {
+		s.intake.delivered = max(s.intake.delivered, seq)
+	}
+}
+
+// Proven notes that the server says every message of the filter of the
+// invoke consumer of epoch at or below seq is handled: its ack floor, or
+// the stream's last sequence when it had nothing pending or unacked.
+func (s *State) Proven(epoch, seq uint64) {
+	if epoch == s.intake.epoch {
+		s.intake.proven = max(s.intake.proven, seq)
+	}
+}
+
+// Unsure reports whether a proof is due for the invoke consumer of epoch:
+// a previous leader's deliveries are not known handled yet, or nothing was
+// delivered since the last call (an idle consumer's position moves only
+// with proofs).
+func (s *State) Unsure(epoch uint64) bool {
+	in := &s.intake
+	if epoch != in.epoch {
+		return false
+	}
+	idle := in.delivered == in.lastAsked
+	in.lastAsked = in.delivered
+	return in.proven < in.unsure || idle
+}
+
+// position is how far the invocation messages of p are taken in (see
+// above); it never goes back.
+func (s *State) position(p *Pool) uint64 {
+	in := s.intake
+	if !in.all && !in.nss[p.Namespace] {
+		return p.InvokeSeq
+	}
+	pos := in.proven
+	if in.proven >= in.unsure {
+		pos = max(pos, in.delivered)
+	}
+	if f := s.floors[Subject{Namespace: p.Namespace, Pool: p.Name}]; f != nil {
+		// Few: the pool's messages whose Record read (or redelivery) is
+		// pending.
+		for seq := range f.delivered {
+			pos = min(pos, seq-1)
+		}
+	}
+	p.InvokeSeq = max(p.InvokeSeq, pos)
+	return p.InvokeSeq
+}
