@@ -194,8 +194,8 @@ type Pool struct {
 	// taken in (intake.go); SeenSeq is the highest the state has seen of
 	// it, SentSeq the InvokeSeq of the last status published.
 	InvokeSeq, SeenSeq, SentSeq uint64
-	Queue     []*Item
-	Workers   map[string]*Worker
+	Queue                       []*Item
+	Workers                     map[string]*Worker
 	// MaxInFlight bounds the pool's dispatched invocations (0: unbounded);
 	// LimitSet: the pool's own bound is known (SetMaxInFlight).
 	MaxInFlight int
