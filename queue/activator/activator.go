@@ -148,6 +148,9 @@ type Activator struct {
 	ackFloorGen uint64
 	// purgeFailures reports purge rounds that fail (purge loop only).
 	purgeFailures failureReport
+	// proving: an ask of how far the invoke consumer handled the stream
+	// is under way (proveIntake).
+	proving atomic.Bool
 
 	// rsLister reads the ReplicaSets that own worker Pods (set by watchPods).
 	rsLister appslisters.ReplicaSetLister

@@ -438,38 +438,42 @@ func (a *Activator) refuseResult(m jetstream.Msg, res messages.Result, reason st
 }
 
 // proofEvery is how often the server is asked how far the invoke consumer
-// handled the stream while the state is unsure of it (state.Unsure).
+// handled the stream (state/intake.go): two JetStream API requests.
 const proofEvery = time.Second
 
 // proveIntake asks the server how far the invoke consumer d handled the
-// stream, when the state is unsure of it (state/intake.go): the stream's
-// last sequence first, then the consumer's ack floor and whether it has
-// anything pending or unacked — if not, every message of its filter
+// stream (state/intake.go), off Run's goroutine (one ask at a time): the
+// stream's last sequence first, then the consumer's ack floor and whether
+// it has anything pending or unacked — if not, every message of its filter
 // stored up to that last sequence was delivered and handled, or removed
-// before it was delivered. Run's goroutine only (d is made again there).
+// before it was delivered. Called on Run's goroutine, which alone makes d
+// again: what is read of it is noted under the epoch of the making it was
+// read for.
 func (a *Activator) proveIntake(ctx context.Context, d *durable) {
-	var due bool
-	a.locked(func(s *state.State) { due = s.Unsure(d.epoch) })
-	if !due {
+	if !a.proving.CompareAndSwap(false, true) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	si, err := a.cfg.Store.Stream.Info(ctx)
-	if err != nil {
-		a.cfg.Logger.Debug("read the invocation stream's last sequence", "err", err)
-		return
-	}
-	c, err := a.cfg.Store.JS.Consumer(ctx, d.stream, d.cfg.Durable)
-	if err != nil {
-		a.cfg.Logger.Debug("read the invoke consumer's ack floor", "err", err)
-		return
-	}
-	info := c.CachedInfo()
-	a.locked(func(s *state.State) {
-		s.Proven(d.epoch, info.AckFloor.Stream)
-		if info.NumPending == 0 && info.NumAckPending == 0 {
-			s.Proven(d.epoch, si.State.LastSeq)
+	epoch, streamName, name := d.epoch, d.stream, d.cfg.Durable
+	a.wg.Go(func() {
+		defer a.proving.Store(false)
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		si, err := a.cfg.Store.Stream.Info(ctx)
+		if err != nil {
+			a.cfg.Logger.Debug("read the invocation stream's last sequence", "err", err)
+			return
 		}
+		c, err := a.cfg.Store.JS.Consumer(ctx, streamName, name)
+		if err != nil {
+			a.cfg.Logger.Debug("read the invoke consumer's ack floor", "err", err)
+			return
+		}
+		info := c.CachedInfo()
+		a.locked(func(s *state.State) {
+			s.AckFloor(epoch, info.AckFloor.Stream)
+			if info.NumPending == 0 && info.NumAckPending == 0 {
+				s.Proven(epoch, si.State.LastSeq)
+			}
+		})
 	})
 }

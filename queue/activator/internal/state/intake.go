@@ -16,11 +16,14 @@ package state
 // the highest one delivered was delivered (above what it had delivered
 // when it was made: a previous leader's unacked messages come back only
 // after the ack wait). A delivered message not handled yet (Delivered,
-// Handled: a Record read, a nak) holds its pool's position below it. And
-// what the server proves (Proven): its ack floor, and, when it had nothing
-// pending or unacked, the stream's last sequence read before — which also
-// passes messages removed before they were delivered (a cancelled
-// invocation's, swept), that no delivery ever would.
+// Handled: a Record read, a nak) holds its pool's position below it — until
+// the consumer's ack floor passes it: the server will not deliver it again
+// (removed from the stream while it waited, or past its max deliveries),
+// and a mark that stayed would hold its pool's count up for ever. And what
+// the server proves (AckFloor, Proven): its ack floor, and, when it had
+// nothing pending or unacked, the stream's last sequence read before —
+// which also passes messages removed before they were delivered (a
+// cancelled invocation's, swept), that no delivery ever would.
 
 // Intake is the invoke consumer as it was made: the namespaces it filters
 // on and, from its info, its ack floor, the last sequence it delivered and
@@ -42,11 +45,11 @@ type intake struct {
 	// unsure: messages at or below it may wait with a previous leader
 	// (delivered to it, not acked) until proven passes it.
 	unsure uint64
-	// proven: every message of the filter at or below it is handled.
-	proven uint64
-	// delivered: the highest sequence this consumer delivered; lastAsked
-	// its value at the last Unsure.
-	delivered, lastAsked uint64
+	// proven: every message of the filter at or below it is handled;
+	// floor: the consumer's ack floor, last read.
+	proven, floor uint64
+	// delivered: the highest sequence this consumer delivered.
+	delivered uint64
 }
 
 // InvokeConsumer notes that the invoke consumer was made (again) as in,
@@ -73,27 +76,24 @@ func (s *State) Consumed(epoch, seq uint64) {
 	}
 }
 
-// Proven notes that the server says every message of the filter of the
-// invoke consumer of epoch at or below seq is handled: its ack floor, or
-// the stream's last sequence when it had nothing pending or unacked.
-func (s *State) Proven(epoch, seq uint64) {
+// AckFloor notes the ack floor of the invoke consumer of epoch, read from
+// the server: every message of its filter at or below it was acked
+// (handled) or will not be delivered again.
+func (s *State) AckFloor(epoch, seq uint64) {
 	if epoch == s.intake.epoch {
+		s.intake.floor = max(s.intake.floor, seq)
 		s.intake.proven = max(s.intake.proven, seq)
 	}
 }
 
-// Unsure reports whether a proof is due for the invoke consumer of epoch:
-// a previous leader's deliveries are not known handled yet, or nothing was
-// delivered since the last call (an idle consumer's position moves only
-// with proofs).
-func (s *State) Unsure(epoch uint64) bool {
-	in := &s.intake
-	if epoch != in.epoch {
-		return false
+// Proven notes that the server says every message of the filter of the
+// invoke consumer of epoch stored at or below seq is handled (or was
+// removed before it was delivered): it had nothing pending or unacked
+// after seq was the stream's last sequence.
+func (s *State) Proven(epoch, seq uint64) {
+	if epoch == s.intake.epoch {
+		s.intake.proven = max(s.intake.proven, seq)
 	}
-	idle := in.delivered == in.lastAsked
-	in.lastAsked = in.delivered
-	return in.proven < in.unsure || idle
 }
 
 // position is how far the invocation messages of p are taken in (see
@@ -111,7 +111,9 @@ func (s *State) position(p *Pool) uint64 {
 		// Few: the pool's messages whose Record read (or redelivery) is
 		// pending.
 		for seq := range f.delivered {
-			pos = min(pos, seq-1)
+			if seq > in.floor {
+				pos = min(pos, seq-1)
+			}
 		}
 	}
 	p.InvokeSeq = max(p.InvokeSeq, pos)
