@@ -162,6 +162,39 @@ func TestBacklogBoundAfterActivatorRestart(t *testing.T) {
 	}
 }
 
+// TestBacklogBoundMessageRemovedBeforeTakeIn: an invocation cancelled
+// while queued whose message leaves the stream before the activator
+// delivered it (the activator's sweep at a start removes the messages of
+// final Records; here the test removes it, the consumer paused) is never
+// taken in, yet stops counting: once the consumer goes past it, the
+// server's word (its ack floor, with nothing unacked the last sequence it
+// went past) moves the pool's position past it — nothing else would, and
+// a pool of max-backlog 1 would refuse for ever.
+func TestBacklogBoundMessageRemovedBeforeTakeIn(t *testing.T) {
+	e := newEnv(t, boundedPool(1))
+	ctx := context.Background()
+	sc := e.cfg.Stream.WithDefaults()
+	_, err := e.js.PauseConsumer(ctx, sc.Stream, "activator-invoke", time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	r := e.postP("gone")
+	require.Equal(t, 202, r.code, "%s", r.raw)
+	require.Equal(t, 429, e.postP("").code)
+	r = e.do("POST", "/v1/namespaces/team-a/invocations/gone/cancel", nil)
+	require.Equal(t, 200, r.code, "%s", r.raw)
+	st, err := e.js.Stream(ctx, sc.Stream)
+	require.NoError(t, err)
+	m, err := st.GetLastMsgForSubject(ctx, e.subj.Invoke("team-a", "p"))
+	require.NoError(t, err)
+	require.NoError(t, st.DeleteMsg(ctx, m.Sequence))
+	_, err = e.js.ResumeConsumer(ctx, sc.Stream, "activator-invoke")
+	require.NoError(t, err)
+
+	require.Eventually(t, func() bool { return e.postP("after").code == 202 }, 20*time.Second, 50*time.Millisecond,
+		"a removed message counted for ever")
+	r = e.postP("")
+	require.Equal(t, 429, r.code, "beyond max-backlog 1: %s", r.raw)
+}
+
 // startActivator runs an activator alone (no ingress) on e's NATS and
 // configuration, ticking every tick, and returns its stop.
 func (e *env) startActivator(tick time.Duration) func() {

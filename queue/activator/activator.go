@@ -149,8 +149,10 @@ type Activator struct {
 	// purgeFailures reports purge rounds that fail (purge loop only).
 	purgeFailures failureReport
 	// proving: an ask of how far the invoke consumer handled the stream
-	// is under way (proveIntake).
-	proving atomic.Bool
+	// is under way (proveIntake); streamLast is what the last one read of
+	// the stream (touched by that ask only).
+	proving    atomic.Bool
+	streamLast streamLast
 
 	// rsLister reads the ReplicaSets that own worker Pods (set by watchPods).
 	rsLister appslisters.ReplicaSetLister
@@ -232,6 +234,7 @@ func (a *Activator) Run(ctx context.Context) error {
 	a.kick = make(chan struct{}, 1)
 	a.purgeKick = make(chan struct{}, 1)
 	a.ackFloor, a.ackFloorGen = 0, a.invokeGen.Load()
+	a.streamLast = streamLast{}
 	a.filtered = map[string]bool{}
 	a.mu.Unlock()
 	rebuilt := false

@@ -441,14 +441,21 @@ func (a *Activator) refuseResult(m jetstream.Msg, res messages.Result, reason st
 // handled the stream (state/intake.go): two JetStream API requests.
 const proofEvery = time.Second
 
+// streamLast is the invocation stream's last sequence as one ask read it,
+// for the next ask (proveIntake).
+type streamLast struct{ epoch, seq uint64 }
+
 // proveIntake asks the server how far the invoke consumer d handled the
-// stream (state/intake.go), off Run's goroutine (one ask at a time): the
-// stream's last sequence first, then the consumer's ack floor and whether
-// it has anything pending or unacked — if not, every message of its filter
-// stored up to that last sequence was delivered and handled, or removed
-// before it was delivered. Called on Run's goroutine, which alone makes d
-// again: what is read of it is noted under the epoch of the making it was
-// read for.
+// stream (state/intake.go), off Run's goroutine, one ask at a time: the
+// consumer's ack floor, or, when it has nothing unacked, the last stream
+// sequence it delivered or went past; and when it has nothing pending
+// either, the stream's last sequence the ask before read (a second or
+// more before: a message removed before it was delivered is one the
+// consumer never goes past). Not this ask's: the stream's leader may
+// have stored a message that the consumer's replica of the stream has not
+// yet, and does not count pending. Called on Run's goroutine, which alone
+// makes d again: what is read is noted under the epoch of the making it
+// was read for.
 func (a *Activator) proveIntake(ctx context.Context, d *durable) {
 	if !a.proving.CompareAndSwap(false, true) {
 		return
@@ -458,22 +465,25 @@ func (a *Activator) proveIntake(ctx context.Context, d *durable) {
 		defer a.proving.Store(false)
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		si, err := a.cfg.Store.Stream.Info(ctx)
-		if err != nil {
-			a.cfg.Logger.Debug("read the invocation stream's last sequence", "err", err)
-			return
-		}
 		c, err := a.cfg.Store.JS.Consumer(ctx, streamName, name)
 		if err != nil {
 			a.cfg.Logger.Debug("read the invoke consumer's ack floor", "err", err)
 			return
 		}
 		info := c.CachedInfo()
-		a.locked(func(s *state.State) {
-			s.AckFloor(epoch, info.AckFloor.Stream)
-			if info.NumPending == 0 && info.NumAckPending == 0 {
-				s.Proven(epoch, si.State.LastSeq)
+		floor := info.AckFloor.Stream
+		if info.NumAckPending == 0 {
+			floor = max(floor, info.Delivered.Stream)
+			if prev := a.streamLast; info.NumPending == 0 && prev.epoch == epoch {
+				floor = max(floor, prev.seq)
 			}
-		})
+		}
+		a.locked(func(s *state.State) { s.AckFloor(epoch, floor) })
+		si, err := a.cfg.Store.Stream.Info(ctx)
+		if err != nil {
+			a.cfg.Logger.Debug("read the invocation stream's last sequence", "err", err)
+			return
+		}
+		a.streamLast = streamLast{epoch: epoch, seq: si.State.LastSeq}
 	})
 }

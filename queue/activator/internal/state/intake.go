@@ -20,10 +20,12 @@ package state
 // the consumer's ack floor passes it: the server will not deliver it again
 // (removed from the stream while it waited, or past its max deliveries),
 // and a mark that stayed would hold its pool's count up for ever. And what
-// the server proves (AckFloor, Proven): its ack floor, and, when it had
-// nothing pending or unacked, the stream's last sequence read before —
-// which also passes messages removed before they were delivered (a
-// cancelled invocation's, swept), that no delivery ever would.
+// the server says (AckFloor): the consumer's ack floor, or, when nothing is
+// unacked, the last sequence the consumer went past, and when nothing is
+// pending either, the stream's last sequence read an ask before — which
+// also passes messages removed before they were delivered (a cancelled
+// invocation's, swept), that no delivery ever would (activator
+// proveIntake).
 
 // Intake is the invoke consumer as it was made: the namespaces it filters
 // on and, from its info, its ack floor, the last sequence it delivered and
@@ -46,7 +48,8 @@ type intake struct {
 	// (delivered to it, not acked) until proven passes it.
 	unsure uint64
 	// proven: every message of the filter at or below it is handled;
-	// floor: the consumer's ack floor, last read.
+	// floor: the server says none at or below it will be delivered again
+	// (AckFloor).
 	proven, floor uint64
 	// delivered: the highest sequence this consumer delivered.
 	delivered uint64
@@ -64,6 +67,7 @@ func (s *State) InvokeConsumer(in Intake) (epoch uint64) {
 	if in.AckPending == 0 {
 		next.proven = max(next.proven, in.Delivered)
 	}
+	next.floor = next.proven
 	s.intake = next
 	return next.epoch
 }
@@ -76,22 +80,12 @@ func (s *State) Consumed(epoch, seq uint64) {
 	}
 }
 
-// AckFloor notes the ack floor of the invoke consumer of epoch, read from
-// the server: every message of its filter at or below it was acked
-// (handled) or will not be delivered again.
+// AckFloor notes what the server says of the invoke consumer of epoch:
+// every message of its filter at or below seq was acked (handled) or will
+// not be delivered again (proveIntake).
 func (s *State) AckFloor(epoch, seq uint64) {
 	if epoch == s.intake.epoch {
 		s.intake.floor = max(s.intake.floor, seq)
-		s.intake.proven = max(s.intake.proven, seq)
-	}
-}
-
-// Proven notes that the server says every message of the filter of the
-// invoke consumer of epoch stored at or below seq is handled (or was
-// removed before it was delivered): it had nothing pending or unacked
-// after seq was the stream's last sequence.
-func (s *State) Proven(epoch, seq uint64) {
-	if epoch == s.intake.epoch {
 		s.intake.proven = max(s.intake.proven, seq)
 	}
 }

@@ -82,14 +82,14 @@ func TestIntakePosition(t *testing.T) {
 			require.EqualValues(t, 9, pos(s, "ns", "idle"), "an idle pool after a restart is covered")
 		},
 	}, {
-		name: "an idle consumer moves by proofs: messages removed before delivery",
+		name: "the server moves an idle consumer's position: messages removed before delivery",
 		run: func(t *testing.T, s *State) {
 			e := s.InvokeConsumer(Intake{All: true})
 			take(s, e, 2, "ns", "p", "a")
-			s.Proven(e, 30) // nothing pending or unacked, the stream's last sequence
+			s.AckFloor(e, 30) // nothing unacked: the last sequence the consumer went past
 			require.EqualValues(t, 30, pos(s, "ns", "p"))
-			s.Proven(e-1, 40)
-			require.EqualValues(t, 30, pos(s, "ns", "p"), "a proof of the consumer made before says nothing")
+			s.AckFloor(e-1, 40)
+			require.EqualValues(t, 30, pos(s, "ns", "p"), "what the consumer made before says, says nothing")
 		},
 	}, {
 		name: "sharded: a namespace not filtered on is not covered",
