@@ -141,7 +141,15 @@ func (e *env) startQueue() {
 	q := queuetest.Run(e.t, e.cfg) // a restart listens on new ports
 	e.base, e.metricsURL = q.Base, q.MetricsURL
 	e.stop = func() { require.NoError(e.t, q.Stop()) }
-	// The activator's consumers are up before traffic.
+	if !e.cfg.DisableActivator {
+		e.waitActivator()
+	}
+}
+
+// waitActivator waits until the activator's consumers are up: before
+// traffic.
+func (e *env) waitActivator() {
+	e.t.Helper()
 	require.Eventually(e.t, func() bool {
 		sc := e.cfg.Stream.WithDefaults()
 		for n, s := range map[string]string{"activator-invoke": sc.Stream, "activator-results": sc.ResultsStream} {

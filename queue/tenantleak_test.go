@@ -75,7 +75,7 @@ func TestAnswersCarryNoGlobalCounter(t *testing.T) {
 	require.Eventually(t, func() bool {
 		kv, err := pools.Get(context.Background(), stream.PoolKey("default", testPool))
 		var ps messages.PoolStatus
-		return err == nil && json.Unmarshal(kv.Value(), &ps) == nil && ps.InvokeSeq > 0
+		return err == nil && json.Unmarshal(kv.Value(), &ps) == nil && ps.InvokeSeq != nil && *ps.InvokeSeq > 0
 	}, 10*time.Second, 20*time.Millisecond, "the activator's status has invokeSeq")
 
 	req, err := http.NewRequest("GET", e.base+"/v1/namespaces/default/invocations/s1/stream", nil)

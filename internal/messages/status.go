@@ -9,10 +9,14 @@ type PoolStatus struct {
 	Pool      string `json:"pool"`
 	Replicas  int    `json:"replicas"`
 	Backlog   int    `json:"backlog"`
-	// InvokeSeq is the last invoke.<ns>.<pool> stream sequence the activator
-	// took in: the ingress counts what it accepted after it on top of
-	// Backlog.
-	InvokeSeq uint64         `json:"invokeSeq,omitempty"`
+	// InvokeSeq is how far the activator took in the invocation stream:
+	// every invoke.<ns>.<pool> message at or below it is queued (in
+	// Backlog), in flight or known finished; the ingress counts what it
+	// accepted after it on top of Backlog. Set in every status, 0
+	// included, also of a pool the activator took nothing of (nil: an
+	// older activator's status, which the ingress reads as covering all).
+	// A position in the stream every tenant shares: never in an answer.
+	InvokeSeq *uint64        `json:"invokeSeq,omitempty"`
 	InFlight  int            `json:"inFlight"`
 	Capacity  int            `json:"capacity"`
 	Workers   []WorkerStatus `json:"workers"`

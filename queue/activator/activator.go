@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	"k8s.io/client-go/kubernetes"
@@ -147,6 +148,11 @@ type Activator struct {
 	ackFloorGen uint64
 	// purgeFailures reports purge rounds that fail (purge loop only).
 	purgeFailures failureReport
+	// proving: an ask of how far the invoke consumer handled the stream
+	// is under way (proveIntake); streamLast is what the last one read of
+	// the stream (touched by that ask only).
+	proving    atomic.Bool
+	streamLast streamLast
 
 	// rsLister reads the ReplicaSets that own worker Pods (set by watchPods).
 	rsLister appslisters.ReplicaSetLister
@@ -228,6 +234,7 @@ func (a *Activator) Run(ctx context.Context) error {
 	a.kick = make(chan struct{}, 1)
 	a.purgeKick = make(chan struct{}, 1)
 	a.ackFloor, a.ackFloorGen = 0, a.invokeGen.Load()
+	a.streamLast = streamLast{}
 	a.filtered = map[string]bool{}
 	a.mu.Unlock()
 	rebuilt := false
@@ -274,11 +281,12 @@ func (a *Activator) Run(ctx context.Context) error {
 		a.filtered[ns] = true
 	}
 	a.mu.Unlock()
-	if cons.results, err = a.consume(ctx, st.Config.ResultsStream, "results", a.filters("result", cons.nss), a.cfg.ResultAckWait, a.onResult); err != nil {
+	onResult := func(ctx context.Context, _ uint64, m jetstream.Msg) { a.onResult(ctx, m) }
+	if cons.results, err = a.consume(ctx, st.Config.ResultsStream, "results", cons.nss, a.cfg.ResultAckWait, onResult); err != nil {
 		return err
 	}
 	defer cons.results.Stop()
-	if cons.invoke, err = a.consume(ctx, st.Config.Stream, "invoke", a.filters("invoke", cons.nss), 30*time.Second, a.onInvocation); err != nil {
+	if cons.invoke, err = a.consume(ctx, st.Config.Stream, "invoke", cons.nss, 30*time.Second, a.onInvocation); err != nil {
 		return err
 	}
 	defer func() { cons.invoke.Stop() }()
@@ -292,6 +300,7 @@ func (a *Activator) Run(ctx context.Context) error {
 		conflictRec = a.conflictRecorder(ctx)
 	}
 	a.locked(func(*state.State) { a.events = conflictRec })
+	var proved time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -309,6 +318,10 @@ func (a *Activator) Run(ctx context.Context) error {
 			}
 			if err := a.refilter(ctx, cons); err != nil {
 				return err
+			}
+			if now := a.cfg.Clock.Now(); now.Sub(proved) >= proofEvery {
+				proved = now
+				a.proveIntake(ctx, cons.invoke)
 			}
 			a.housekeep(ctx)
 			a.dispatchAll(ctx)

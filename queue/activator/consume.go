@@ -23,15 +23,25 @@ type durable struct {
 	stream string
 	name   string
 	cfg    jetstream.ConsumerConfig
-	h      func(jetstream.Msg)
+	h      func(epoch uint64, m jetstream.Msg)
 	cc     jetstream.ConsumeContext
+	// nss are the namespaces the invoke consumer filters on (sharded);
+	// epoch is the state's for its current making (state.InvokeConsumer).
+	nss   []string
+	epoch uint64
 }
 
 // consume runs h on every message of filters of stream streamName through
-// the durable consumer <prefix>-<name>.
-func (a *Activator) consume(ctx context.Context, streamName, name string, filters []string, ackWait time.Duration,
-	h func(context.Context, jetstream.Msg)) (*durable, error) {
-	d := &durable{a: a, stream: streamName, name: name, h: func(m jetstream.Msg) { h(ctx, m) }, cfg: jetstream.ConsumerConfig{
+// the durable consumer <prefix>-<name>; nss are the namespaces of the
+// filters (sharded). h is told the epoch of the consumer's making
+// (state.InvokeConsumer; invoke only).
+func (a *Activator) consume(ctx context.Context, streamName, name string, nss []string, ackWait time.Duration,
+	h func(ctx context.Context, epoch uint64, m jetstream.Msg)) (*durable, error) {
+	kind := "invoke"
+	if name == "results" {
+		kind = "result"
+	}
+	d := &durable{a: a, stream: streamName, name: name, nss: nss, h: func(epoch uint64, m jetstream.Msg) { h(ctx, epoch, m) }, cfg: jetstream.ConsumerConfig{
 		Durable:       a.cfg.Shard.consumerPrefix(a.cfg.ConsumerPrefix) + "-" + name,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
@@ -41,7 +51,7 @@ func (a *Activator) consume(ctx context.Context, streamName, name string, filter
 		// onMaxDeliveries instead of being delivered for ever.
 		MaxDeliver: ActivatorMaxDeliver,
 	}}
-	d.filter(filters)
+	d.filter(a.filters(kind, nss))
 	if err := d.start(ctx); err != nil {
 		return nil, err
 	}
@@ -65,13 +75,21 @@ func (d *durable) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("create consumer %s: %w", d.cfg.Durable, err)
 	}
-	if info := c.CachedInfo(); info != nil && d.name == "results" {
+	info := c.CachedInfo()
+	switch {
+	case info == nil:
+	case d.name == "results":
 		// Results up to the ack floor were handled by a previous leader.
 		a.locked(func(s *state.State) { s.NoteResultSeq(info.AckFloor.Stream) })
+	case d.name == "invoke":
+		in := state.Intake{All: !a.cfg.Shard.Sharded(), Namespaces: d.nss, AckFloor: info.AckFloor.Stream,
+			Delivered: info.Delivered.Stream, AckPending: info.NumAckPending}
+		a.locked(func(s *state.State) { d.epoch = s.InvokeConsumer(in) })
 	}
+	epoch := d.epoch
 	// Consume pulls in batches (up to 500 messages) and hands them over one
 	// by one; the handlers never wait on the network for long.
-	d.cc, err = c.Consume(d.h, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	d.cc, err = c.Consume(func(m jetstream.Msg) { d.h(epoch, m) }, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
 			a.cfg.Logger.Debug("consumer error", "consumer", d.name, "err", err)
 		}
@@ -92,15 +110,16 @@ func (d *durable) update(ctx context.Context, subjects []string) error {
 	return nil
 }
 
-// recreate makes the consumer again on subjects, delivering from the
-// stream's start.
-func (d *durable) recreate(ctx context.Context, subjects []string) error {
+// recreate makes the invoke consumer again on namespaces nss, delivering
+// from the stream's start.
+func (d *durable) recreate(ctx context.Context, nss []string) error {
 	defer d.remaking()()
 	d.Stop()
 	if err := d.a.cfg.Store.JS.DeleteConsumer(ctx, d.stream, d.cfg.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("delete consumer %s: %w", d.cfg.Durable, err)
 	}
-	d.filter(subjects)
+	d.nss = nss
+	d.filter(d.a.filters("invoke", nss))
 	return d.start(ctx)
 }
 
@@ -159,8 +178,9 @@ func (a *Activator) handled(op string, m jetstream.Msg, inv messages.Invocation,
 // compare-and-set finds), so it is queued without reading the Record.
 const freshAge = 2 * time.Second
 
-// onInvocation takes a new invocation from invoke.<pool>.
-func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
+// onInvocation takes a new invocation from invoke.<pool>, delivered by the
+// invoke consumer of epoch.
+func (a *Activator) onInvocation(ctx context.Context, epoch uint64, m jetstream.Msg) {
 	const c = "invoke"
 	var inv messages.Invocation
 	if err := json.Unmarshal(m.Data(), &inv); err != nil || inv.InvocationID == "" || inv.Pool == "" || inv.Namespace == "" {
@@ -170,6 +190,8 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 	}
 	md, err := m.Metadata()
 	if err != nil {
+		// No sequence: never for a message the consumer delivered (its
+		// reply subject is the server's).
 		a.acked(c, "nak", m, m.Nak())
 		return
 	}
@@ -181,6 +203,7 @@ func (a *Activator) onInvocation(ctx context.Context, m jetstream.Msg) {
 	}
 	var limitSet, isCopy bool
 	a.locked(func(s *state.State) {
+		s.Consumed(epoch, md.Sequence.Stream)
 		known = s.Accept(inv, md.Sequence.Stream)
 		isCopy = known && s.Copy(inv, md.Sequence.Stream)
 		limitSet = s.Pool(state.PoolKey(inv)).LimitSet
@@ -412,4 +435,55 @@ func (a *Activator) refuseResult(m jetstream.Msg, res messages.Result, reason st
 	a.cfg.Logger.Warn("refusing a result from a worker the attempt was not dispatched to", "namespace", res.Namespace, "pool", res.Pool,
 		"invocation", res.InvocationID, "worker", res.Worker, "attempt", res.Attempt, "reason", reason)
 	a.acked("results", "ack", m, m.Ack())
+}
+
+// proofEvery is how often the server is asked how far the invoke consumer
+// handled the stream (state/intake.go): two JetStream API requests.
+const proofEvery = time.Second
+
+// streamLast is the invocation stream's last sequence as one ask read it,
+// for the next ask (proveIntake).
+type streamLast struct{ epoch, seq uint64 }
+
+// proveIntake asks the server how far the invoke consumer d handled the
+// stream (state/intake.go), off Run's goroutine, one ask at a time: the
+// consumer's ack floor, or, when it has nothing unacked, the last stream
+// sequence it delivered or went past; and when it has nothing pending
+// either, the stream's last sequence the ask before read (a second or
+// more before: a message removed before it was delivered is one the
+// consumer never goes past). Not this ask's: the stream's leader may
+// have stored a message that the consumer's replica of the stream has not
+// yet, and does not count pending. Called on Run's goroutine, which alone
+// makes d again: what is read is noted under the epoch of the making it
+// was read for.
+func (a *Activator) proveIntake(ctx context.Context, d *durable) {
+	if !a.proving.CompareAndSwap(false, true) {
+		return
+	}
+	epoch, streamName, name := d.epoch, d.stream, d.cfg.Durable
+	a.wg.Go(func() {
+		defer a.proving.Store(false)
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		c, err := a.cfg.Store.JS.Consumer(ctx, streamName, name)
+		if err != nil {
+			a.cfg.Logger.Debug("read the invoke consumer's ack floor", "err", err)
+			return
+		}
+		info := c.CachedInfo()
+		floor := info.AckFloor.Stream
+		if info.NumAckPending == 0 {
+			floor = max(floor, info.Delivered.Stream)
+			if prev := a.streamLast; info.NumPending == 0 && prev.epoch == epoch {
+				floor = max(floor, prev.seq)
+			}
+		}
+		a.locked(func(s *state.State) { s.AckFloor(epoch, floor) })
+		si, err := a.cfg.Store.Stream.Info(ctx)
+		if err != nil {
+			a.cfg.Logger.Debug("read the invocation stream's last sequence", "err", err)
+			return
+		}
+		a.streamLast = streamLast{epoch: epoch, seq: si.State.LastSeq}
+	})
 }

@@ -169,7 +169,7 @@ func (a *Activator) refilter(ctx context.Context, c *consumers) error {
 	if err := c.results.update(ctx, a.filters("result", nss)); err != nil {
 		return err
 	}
-	if err := c.invoke.recreate(ctx, a.filters("invoke", nss)); err != nil {
+	if err := c.invoke.recreate(ctx, nss); err != nil {
 		return err
 	}
 	c.nss = nss

@@ -295,17 +295,21 @@ func (a *Activator) publishStatus(ctx context.Context) {
 			} else {
 				a.metrics.oldestQueued.DeleteLabelValues(ps.Namespace, ps.Pool)
 			}
+			// Compared without its position, which moves with every pool's
+			// invocations (state.Pool.Uncovered).
+			pos := ps.InvokeSeq
+			ps.InvokeSeq = nil
 			b, err := json.Marshal(ps)
 			p := s.Pool(n)
-			if err != nil || (string(b) == string(p.LastStatus) && now.Sub(p.StatusAt) < 5*time.Second) {
+			if err != nil || (string(b) == string(p.LastStatus) && now.Sub(p.StatusAt) < 5*time.Second && !p.Uncovered(*pos)) {
 				continue
 			}
-			ps.UpdatedAt = now.UTC()
+			ps.UpdatedAt, ps.InvokeSeq = now.UTC(), pos
 			full, err := json.Marshal(ps)
 			if err != nil {
 				continue
 			}
-			p.LastStatus, p.StatusAt = b, now
+			p.LastStatus, p.StatusAt, p.SentSeq = b, now, *pos
 			puts = append(puts, put{stream.PoolKey(ps.Namespace, ps.Pool), full})
 		}
 	})

@@ -49,8 +49,8 @@ func (s *Server) change(pk string, fn func(c *poolCount)) {
 }
 
 // setStatus takes the activator's new status of pool pk, keeping what it
-// had not taken in when it wrote it (a status without InvokeSeq, from an
-// older activator, covers all).
+// had not taken in when it wrote it: what this replica accepted above its
+// InvokeSeq (a status without one, from an older activator, covers all).
 func (s *Server) setStatus(pk string, ps messages.PoolStatus) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -58,7 +58,7 @@ func (s *Server) setStatus(pk string, ps messages.PoolStatus) {
 		c.status = ps
 		kept := c.local[:0]
 		for _, q := range c.local {
-			if ps.InvokeSeq != 0 && q > ps.InvokeSeq {
+			if ps.InvokeSeq != nil && q > *ps.InvokeSeq {
 				kept = append(kept, q)
 			}
 		}

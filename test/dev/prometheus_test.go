@@ -400,17 +400,10 @@ func dashboardTraffic(ctx context.Context, t *testing.T, client kubernetes.Inter
 		code, body = invoke(ctx, t, queueURL, token, held, `{"mode":"async","payload":{}}`)
 		return code == http.StatusAccepted
 	}, 30*time.Second, 200*time.Millisecond, "the held pool never accepted an invocation: %d %s", code, body)
-	// The next is refused. Not always the very next: the first status of a
-	// pool the activator has just learned says it took nothing in yet, and
-	// the ingress reads a status without InvokeSeq as covering what it
-	// accepted (queue/README.md "Fairness": a new pool may take one more).
-	accepted := 0
-	for {
-		code, body = invoke(ctx, t, queueURL, token, held, `{"mode":"async","payload":{}}`)
-		if code != http.StatusAccepted || accepted == 2 {
-			break
-		}
-		accepted++
-	}
-	require.Equal(t, http.StatusTooManyRequests, code, "an invocation of a pool whose backlog holds one, after %d more accepted: %s", accepted, body)
+	// The very next is refused, although the activator may have just
+	// learned the pool: its status says how far it took the invocation
+	// stream in, and the ingress counts what it accepted beyond
+	// (queue/README.md "Fairness").
+	code, body = invoke(ctx, t, queueURL, token, held, `{"mode":"async","payload":{}}`)
+	require.Equal(t, http.StatusTooManyRequests, code, "an invocation of a pool whose backlog holds one: %s", body)
 }

@@ -161,6 +161,7 @@ func (s *State) Restore(it *Item, r messages.Record) {
 		s.holdFor(it, Hold{Subject: InvokeSubject(it), Seq: it.Seq})
 	}
 	p := s.Pool(PoolKey(it.Inv))
+	p.SeenSeq = max(p.SeenSeq, it.Seq)
 	it.Unverified = r.Attempt
 	RestoreRetries(it, r)
 	if (r.State != messages.StateDispatched && r.State != messages.StateRunning) || r.Worker == "" {

@@ -21,7 +21,7 @@ type Assignment struct {
 // already open.
 func (s *State) Accept(inv messages.Invocation, seq uint64) (known bool) {
 	p := s.Pool(PoolKey(inv))
-	p.InvokeSeq = max(p.InvokeSeq, seq)
+	p.SeenSeq = max(p.SeenSeq, seq)
 	s.Delivered(Subject{Namespace: inv.Namespace, Pool: inv.Pool}, seq)
 	_, known = s.items[ItemKey(inv)]
 	return known

@@ -89,6 +89,8 @@ type State struct {
 	// seen the highest invocation stream sequence seen.
 	floors map[Subject]*subjectFloor
 	seen   uint64
+	// intake is how far the invoke consumer took the stream in (intake.go).
+	intake intake
 }
 
 // New returns an empty State.
@@ -188,9 +190,12 @@ type Pod struct {
 type Pool struct {
 	Namespace string
 	Name      string
-	InvokeSeq uint64 // last invoke stream sequence taken in
-	Queue     []*Item
-	Workers   map[string]*Worker
+	// InvokeSeq: every invocation message of the pool at or below it is
+	// taken in (intake.go); SeenSeq is the highest the state has seen of
+	// it, SentSeq the InvokeSeq of the last status published.
+	InvokeSeq, SeenSeq, SentSeq uint64
+	Queue                       []*Item
+	Workers                     map[string]*Worker
 	// MaxInFlight bounds the pool's dispatched invocations (0: unbounded);
 	// LimitSet: the pool's own bound is known (SetMaxInFlight).
 	MaxInFlight int

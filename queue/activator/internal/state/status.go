@@ -12,7 +12,8 @@ import (
 func (s *State) Status(key string, replicas int) messages.PoolStatus {
 	now := s.clk.Now()
 	p := s.Pool(key)
-	st := messages.PoolStatus{Namespace: p.Namespace, Pool: p.Name, Replicas: replicas, Backlog: len(p.Queue), InvokeSeq: p.InvokeSeq, Workers: []messages.WorkerStatus{}}
+	pos := s.position(p)
+	st := messages.PoolStatus{Namespace: p.Namespace, Pool: p.Name, Replicas: replicas, Backlog: len(p.Queue), InvokeSeq: &pos, Workers: []messages.WorkerStatus{}}
 	names := make([]string, 0, len(p.Workers))
 	for n := range p.Workers {
 		names = append(names, n)
@@ -30,6 +31,14 @@ func (s *State) Status(key string, replicas int) messages.PoolStatus {
 	}
 	return st
 }
+
+// Uncovered reports whether a status with InvokeSeq pos would tell the
+// ingress more than the last one published: the pool has an invocation
+// message above that one's InvokeSeq which pos reaches further into. A
+// status is not published again for each move of the position alone (it
+// moves with every pool's invocations), only for these and with its
+// other changes; the ingress's count of the pool waits for no more.
+func (p *Pool) Uncovered(pos uint64) bool { return p.SeenSeq > p.SentSeq && pos > p.SentSeq }
 
 // OldestQueued is when the pool named key accepted the invocation that has
 // waited longest in its queue; false when nothing waits.
