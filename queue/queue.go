@@ -225,6 +225,11 @@ func Run(ctx context.Context, cfg Config) error {
 
 	var kube kubernetes.Interface
 	var pools pool.Source
+	// With Kubernetes, the manager's cache holds what the queue watches:
+	// the pools' Deployments, and their ReplicaSets and Pods once an
+	// activator runs (pool.CacheOptions).
+	var mgr manager.Manager
+	var podCache activator.Cache
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if cfg.RESTConfig != nil {
@@ -232,9 +237,13 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return fmt.Errorf("kubernetes client: %w", err)
 		}
-		inf := pool.NewInformer(kube, cfg.Namespace, 0)
-		go inf.Run(ctx)
-		pools = inf
+		if mgr, err = NewManager(cfg); err != nil {
+			return err
+		}
+		podCache = mgr.GetCache()
+		if pools, err = pool.NewInformer(ctx, mgr.GetCache()); err != nil {
+			return fmt.Errorf("queue: %w", err)
+		}
 	} else {
 		sp := pool.Static{}
 		for _, p := range cfg.StaticPools {
@@ -362,7 +371,7 @@ func Run(ctx context.Context, cfg Config) error {
 		runnables = append(runnables, &manager.Server{Name: "ingress", Listener: hln, ShutdownTimeout: ptr.To(5 * time.Second), Server: hs})
 	}
 	if !cfg.DisableActivator {
-		act, err := activatorRunnable(cfg, activator.Config{Store: st, NC: nc, Pools: pools, Kube: kube, Namespace: cfg.Namespace,
+		act, err := activatorRunnable(cfg, activator.Config{Store: st, NC: nc, Pools: pools, Kube: kube, Cache: podCache,
 			Decisions: cfg.Decisions, Tick: cfg.Tick, Scaler: cfg.Scaler, Revoke: revoke, Logger: log, Registerer: reg, TracerProvider: cfg.TracerProvider}, log)
 		if err != nil {
 			return err
@@ -377,12 +386,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	// Everything below returns only once the activator has stopped, before
 	// nc closes (deferred above).
-	if cfg.RESTConfig == nil {
+	if mgr == nil {
 		return runAll(ctx, runnables)
-	}
-	mgr, err := NewManager(cfg)
-	if err != nil {
-		return err
 	}
 	for _, r := range runnables {
 		if err := mgr.Add(r); err != nil {
