@@ -36,7 +36,7 @@ type Registry interface {
 // registry is the one registry of a Run: cfg.Registry, else
 // controller-runtime's, which the manager's series (leader election,
 // client-go) are in, with the process's collectors
-// (metricsauth.RegisterProcess; in an injected one: the build information).
+// (metricsauth.RegisterProcess; in another: the build information, once).
 // What Run registers in it, it takes out when it returns (done): the
 // registry outlives a queue (tests run one after another), and the
 // scrape-time collectors read this queue's store and connections.
@@ -44,9 +44,11 @@ func registry(cfg Config) (reg *tracked, done func(), err error) {
 	r := cfg.Registry
 	if r == nil {
 		r = ctrlmetrics.Registry
+	}
+	if r == ctrlmetrics.Registry {
 		err = metricsauth.RegisterProcess()
-	} else {
-		err = r.Register(buildinfo.Collector())
+	} else if err = r.Register(buildinfo.Collector()); errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+		err = nil // an earlier queue's: the build is the same
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("queue: metrics: %w", err)

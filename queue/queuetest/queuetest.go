@@ -102,6 +102,7 @@ func Run(t testing.TB, cfg queue.Config) *Queue {
 		case a := <-metricsAddr:
 			q.MetricsURL = "https://" + a + "/metrics"
 		case err := <-done:
+			done <- err // for Stop, in the cleanup
 			require.FailNow(t, "queue.Run returned", "%v", err)
 		case <-timeout:
 			require.FailNow(t, "the queue did not listen within 30s")
