@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"slices"
 	"sync"
 	"time"
 
@@ -57,7 +56,9 @@ func registry(cfg Config) (reg *tracked, done func(), err error) {
 	return t, t.unregisterAll, nil
 }
 
-// tracked is a Registry that remembers what was registered through it.
+// tracked is a Registry that remembers what was registered through it
+// (prometheus has no such wrapper; the queue's packages register into a
+// prometheus.Registerer).
 type tracked struct {
 	Registry
 	mu  sync.Mutex
@@ -81,13 +82,6 @@ func (t *tracked) MustRegister(cs ...prometheus.Collector) {
 			panic(err)
 		}
 	}
-}
-
-func (t *tracked) Unregister(c prometheus.Collector) bool {
-	t.mu.Lock()
-	t.own = slices.DeleteFunc(t.own, func(o prometheus.Collector) bool { return o == c })
-	t.mu.Unlock()
-	return t.Registry.Unregister(c)
 }
 
 func (t *tracked) unregisterAll() {
