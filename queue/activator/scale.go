@@ -159,7 +159,8 @@ type Cache interface {
 // until the ReplicaSet arrives (issue 33). Its handlers on the cache's
 // informers are removed when ctx ends.
 func (a *Activator) watchPods(ctx context.Context) {
-	defer func() { a.podMu.Lock(); a.podMu.Unlock() }() // see podMu
+	// A barrier, once the handlers are removed: see podMu.
+	defer func() { a.podMu.Lock(); a.podMu.Unlock() }() //nolint:staticcheck // SA2001: the wait is the point
 	var stops []func() error
 	defer func() {
 		for _, stop := range stops {
