@@ -146,8 +146,8 @@ func NewManager(cfg Config) (ctrl.Manager, error) {
 		if err := mgr.Add(metricsCert); err != nil {
 			return nil, fmt.Errorf("controllers: metrics certificate: %w", err)
 		}
-		if err := ctrlmetrics.Registry.Register(metricsauth.ExpiryGauge(metricsCert)); err != nil {
-			return nil, fmt.Errorf("controllers: metrics certificate expiry gauge: %w", err)
+		if err := metricsauth.RegisterExpiry(ctrlmetrics.Registry, metricsCert); err != nil {
+			return nil, fmt.Errorf("controllers: %w", err)
 		}
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/logging"
+	"github.com/runplane/runplane/queue/pool"
 )
 
 // DefaultListen is the ingress address (Config.Listen, the configuration
@@ -33,14 +34,16 @@ const DefaultListen = ":8080"
 // (Config.MetricsListen): the manager's own metrics and probe listeners are
 // off.
 //
-// Run adds the ingress and the activator to it; tests add their own
-// Runnables.
+// Its cache keeps what the queue watches (pool.CacheOptions: the pools'
+// Deployments, ReplicaSets and Pods of Config.Namespace). Run adds the
+// ingress and the activator to it; tests add their own Runnables.
 func NewManager(cfg Config) (manager.Manager, error) {
 	if cfg.RESTConfig == nil {
 		return nil, errors.New("queue: manager needs a Kubernetes config")
 	}
 	opts := manager.Options{
 		Logger:                  logging.Manager(cmp.Or(cfg.Logger, slog.Default())),
+		Cache:                   pool.CacheOptions(cfg.Namespace),
 		Metrics:                 metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:  "0",
 		GracefulShutdownTimeout: ptr.To[time.Duration](-1),

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -16,27 +17,99 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/runplane/runplane/internal/buildinfo"
 
 	"github.com/runplane/runplane/internal/metricsauth"
 	"github.com/runplane/runplane/internal/pki"
 )
 
-// metricsServer serves g's /metrics on cfg.MetricsListen, over TLS, to the
+// Registry is where the queue's metrics go and what /metrics serves
+// (Config.Registry).
+type Registry interface {
+	prometheus.Registerer
+	prometheus.Gatherer
+}
+
+// registry is the one registry of a Run: cfg.Registry, else
+// controller-runtime's, which the manager's series (leader election,
+// client-go) are in, with the process's collectors
+// (metricsauth.RegisterProcess; in another: the build information, once).
+// What Run registers in it, it takes out when it returns (done): the
+// registry outlives a queue (tests run one after another), and the
+// scrape-time collectors read this queue's store and connections.
+func registry(cfg Config) (reg *tracked, done func(), err error) {
+	r := cfg.Registry
+	if r == nil {
+		r = ctrlmetrics.Registry
+	}
+	if r == ctrlmetrics.Registry {
+		err = metricsauth.RegisterProcess()
+	} else if err = r.Register(buildinfo.Collector()); errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+		err = nil // an earlier queue's: the build is the same
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("queue: metrics: %w", err)
+	}
+	t := &tracked{Registry: r}
+	return t, t.unregisterAll, nil
+}
+
+// tracked is a Registry that remembers what was registered through it
+// (prometheus has no such wrapper; the queue's packages register into a
+// prometheus.Registerer).
+type tracked struct {
+	Registry
+	mu  sync.Mutex
+	own []prometheus.Collector
+}
+
+func (t *tracked) Register(c prometheus.Collector) error {
+	if err := t.Registry.Register(c); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.own = append(t.own, c)
+	t.mu.Unlock()
+	return nil
+}
+
+// MustRegister panics as prometheus.Registry's does.
+func (t *tracked) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := t.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func (t *tracked) unregisterAll() {
+	t.mu.Lock()
+	own := t.own
+	t.own = nil
+	t.mu.Unlock()
+	for _, c := range own {
+		t.Registry.Unregister(c)
+	}
+}
+
+// metricsServer serves reg's /metrics on cfg.MetricsListen, over TLS, to the
 // scrapers RBAC allows get on /metrics. Apart from the ingress port: every
 // tenant calls that one, and the metrics name every namespace and pool.
 // Its Runnables: the server, and the keeper of cfg.MetricsCert's certificate.
-func metricsServer(ctx context.Context, cfg Config, kube kubernetes.Interface, reg prometheus.Registerer, g prometheus.Gatherer, log *slog.Logger) ([]manager.Runnable, error) {
+func metricsServer(ctx context.Context, cfg Config, kube kubernetes.Interface, reg Registry, log *slog.Logger) ([]manager.Runnable, error) {
 	var h http.Handler
 	switch {
 	case cfg.RESTConfig != nil:
 		var err error
-		if h, err = metricsauth.Handler(cfg.RESTConfig, logr.FromSlogHandler(log.Handler()), g); err != nil {
+		if h, err = metricsauth.Handler(cfg.RESTConfig, logr.FromSlogHandler(log.Handler()), reg); err != nil {
 			return nil, fmt.Errorf("queue: metrics: %w", err)
 		}
 	case cfg.InsecureDisableCallerAuth:
 		// Nothing authenticates without Kubernetes (-no-kube).
 		log.Warn("metrics are served to anyone who reaches the metrics listener (no Kubernetes config to authenticate scrapers; insecure)")
-		h = promhttp.HandlerFor(g, promhttp.HandlerOpts{})
+		h = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	default:
 		return nil, errors.New("queue: metrics: scrapers are authenticated by the API server, which needs a Kubernetes config (InsecureDisableCallerAuth serves them to anyone: insecure)")
 	}
@@ -53,8 +126,8 @@ func metricsServer(ctx context.Context, cfg Config, kube kubernetes.Interface, r
 		if err := keeper.Init(ctx); err != nil {
 			return nil, fmt.Errorf("queue: metrics: %w", err)
 		}
-		if err := reg.Register(metricsauth.ExpiryGauge(keeper)); err != nil {
-			return nil, fmt.Errorf("queue: metrics certificate expiry gauge: %w", err)
+		if err := metricsauth.RegisterExpiry(reg, keeper); err != nil {
+			return nil, fmt.Errorf("queue: %w", err)
 		}
 	}
 	tlsCfg, err := metricsauth.TLS(keeper, "runplane-queue")

@@ -19,17 +19,13 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/trace"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/runplane/runplane/internal/buildinfo"
 	"github.com/runplane/runplane/internal/callerauth"
 	"github.com/runplane/runplane/internal/metricsauth"
 	"github.com/runplane/runplane/internal/natscallout"
@@ -74,6 +70,11 @@ type Config struct {
 	// picks a free port, reported through OnListen).
 	Listen   string
 	OnListen func(addr string)
+	// Registry receives every metric of the queue and is what /metrics
+	// serves. Nil (the binary): controller-runtime's, which the manager's
+	// series are in too. Tests running several replicas in one process give
+	// each its own (prometheus.NewRegistry()).
+	Registry Registry
 	// MetricsListen serves /metrics (the ingress's, the activator's, the
 	// callout's and the manager's series) on a listener of its own, never
 	// the ingress's, over TLS with a self-signed certificate, to scrapers
@@ -224,6 +225,11 @@ func Run(ctx context.Context, cfg Config) error {
 
 	var kube kubernetes.Interface
 	var pools pool.Source
+	// With Kubernetes, the manager's cache holds what the queue watches:
+	// the pools' Deployments, and their ReplicaSets and Pods once an
+	// activator runs (pool.CacheOptions).
+	var mgr manager.Manager
+	var podCache activator.Cache
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if cfg.RESTConfig != nil {
@@ -231,9 +237,13 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return fmt.Errorf("kubernetes client: %w", err)
 		}
-		inf := pool.NewInformer(kube, cfg.Namespace, 0)
-		go inf.Run(ctx)
-		pools = inf
+		if mgr, err = NewManager(cfg); err != nil {
+			return err
+		}
+		podCache = mgr.GetCache()
+		if pools, err = pool.NewInformer(ctx, mgr.GetCache()); err != nil {
+			return fmt.Errorf("queue: %w", err)
+		}
 	} else {
 		sp := pool.Static{}
 		for _, p := range cfg.StaticPools {
@@ -249,14 +259,19 @@ func Run(ctx context.Context, cfg Config) error {
 		pools = sp
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), st.Collector(2*time.Second), buildinfo.Collector())
+	reg, unregister, err := registry(cfg)
+	if err != nil {
+		return err
+	}
+	defer unregister()
+	if err := reg.Register(st.Collector(2 * time.Second)); err != nil {
+		return fmt.Errorf("queue: metrics: %w", err)
+	}
 	// Metrics first: a queue that cannot serve them to scrapers safely does
-	// not start. With the manager's (leader election, client-go), whose own
-	// metrics listener is off.
+	// not start. The manager's own metrics listener is off.
 	var metrics []manager.Runnable
 	if cfg.MetricsListen != "" {
-		if metrics, err = metricsServer(ctx, cfg, kube, reg, metricsauth.Merge(reg, ctrlmetrics.Registry), log); err != nil {
+		if metrics, err = metricsServer(ctx, cfg, kube, reg, log); err != nil {
 			return err
 		}
 	}
@@ -291,7 +306,9 @@ func Run(ctx context.Context, cfg Config) error {
 		defer closeResolver()
 		// The NATS servers' own health, read over the system account (nats-server
 		// serves no Prometheus metrics): the NATSServerDown and certificate alerts.
-		reg.MustRegister(&natsvarz.Collector{Sys: resolver.Conn, Wait: 500 * time.Millisecond, Expect: cfg.NATS.Servers, Log: log.With("component", "nats-varz")})
+		if err := reg.Register(&natsvarz.Collector{Sys: resolver.Conn, Wait: 500 * time.Millisecond, Expect: cfg.NATS.Servers, Log: log.With("component", "nats-varz")}); err != nil {
+			return fmt.Errorf("queue: metrics: %w", err)
+		}
 		if k := cfg.NATSTLSKeeper; k != nil {
 			k.Sys = resolver.Conn
 			k.Log = cmp.Or(k.Log, log.With("component", "nats-tls"))
@@ -354,7 +371,7 @@ func Run(ctx context.Context, cfg Config) error {
 		runnables = append(runnables, &manager.Server{Name: "ingress", Listener: hln, ShutdownTimeout: ptr.To(5 * time.Second), Server: hs})
 	}
 	if !cfg.DisableActivator {
-		act, err := activatorRunnable(cfg, activator.Config{Store: st, NC: nc, Pools: pools, Kube: kube, Namespace: cfg.Namespace,
+		act, err := activatorRunnable(cfg, activator.Config{Store: st, NC: nc, Pools: pools, Kube: kube, Cache: podCache,
 			Decisions: cfg.Decisions, Tick: cfg.Tick, Scaler: cfg.Scaler, Revoke: revoke, Logger: log, Registerer: reg, TracerProvider: cfg.TracerProvider}, log)
 		if err != nil {
 			return err
@@ -369,12 +386,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	// Everything below returns only once the activator has stopped, before
 	// nc closes (deferred above).
-	if cfg.RESTConfig == nil {
+	if mgr == nil {
 		return runAll(ctx, runnables)
-	}
-	mgr, err := NewManager(cfg)
-	if err != nil {
-		return err
 	}
 	for _, r := range runnables {
 		if err := mgr.Add(r); err != nil {

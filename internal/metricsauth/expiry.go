@@ -1,6 +1,9 @@
 package metricsauth
 
 import (
+	"errors"
+	"fmt"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/runplane/runplane/internal/pki"
@@ -19,4 +22,17 @@ func ExpiryGauge(k *pki.Keeper) prometheus.Collector {
 		}
 		return 0
 	})
+}
+
+// RegisterExpiry registers k's ExpiryGauge in r. When r has one already —
+// another component of this process serving its own /metrics on the same
+// registry (make dev runs the controllers and the queue in one process) —
+// that one stays: the series has no label to tell two apart, and each
+// binary on its own has only its own.
+func RegisterExpiry(r prometheus.Registerer, k *pki.Keeper) error {
+	err := r.Register(ExpiryGauge(k))
+	if dup := (prometheus.AlreadyRegisteredError{}); err != nil && !errors.As(err, &dup) {
+		return fmt.Errorf("metrics certificate expiry gauge: %w", err)
+	}
+	return nil
 }

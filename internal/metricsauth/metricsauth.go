@@ -12,18 +12,15 @@
 package metricsauth
 
 import (
-	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"slices"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	dto "github.com/prometheus/client_model/go"
 	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -53,52 +50,18 @@ func filter(cfg *rest.Config) (metricsserver.Filter, error) {
 	return f, nil
 }
 
-// Handler serves gs (Merge) in the Prometheus text format to scrapers the
-// API server cfg reaches authenticates and RBAC allows get on Path.
-func Handler(cfg *rest.Config, log logr.Logger, gs ...prometheus.Gatherer) (http.Handler, error) {
+// Handler serves g in the Prometheus text format to scrapers the API
+// server cfg reaches authenticates and RBAC allows get on Path.
+func Handler(cfg *rest.Config, log logr.Logger, g prometheus.Gatherer) (http.Handler, error) {
 	f, err := filter(cfg)
 	if err != nil {
 		return nil, err
 	}
-	h, err := f(log.WithValues("path", Path), promhttp.HandlerFor(Merge(gs...), promhttp.HandlerOpts{}))
+	h, err := f(log.WithValues("path", Path), promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	if err != nil {
 		return nil, fmt.Errorf("metricsauth: %w", err)
 	}
 	return h, nil
-}
-
-// Merge gathers gs in order and keeps each family from the first that has
-// it. controller-runtime's registry carries the Go and process collectors
-// too once its controller package is linked (make dev and tests run every
-// component in one process), and prometheus.Gatherers fails the whole
-// scrape on such duplicates.
-func Merge(gs ...prometheus.Gatherer) prometheus.Gatherer {
-	if len(gs) == 1 {
-		return gs[0]
-	}
-	return firstWins(gs)
-}
-
-type firstWins []prometheus.Gatherer
-
-func (g firstWins) Gather() ([]*dto.MetricFamily, error) {
-	seen := map[string]bool{}
-	var out []*dto.MetricFamily
-	var errs []error
-	for _, x := range g {
-		mfs, err := x.Gather()
-		if err != nil {
-			errs = append(errs, err)
-		}
-		for _, mf := range mfs {
-			if !seen[mf.GetName()] {
-				seen[mf.GetName()] = true
-				out = append(out, mf)
-			}
-		}
-	}
-	slices.SortFunc(out, func(a, b *dto.MetricFamily) int { return cmp.Compare(a.GetName(), b.GetName()) })
-	return out, errors.Join(errs...)
 }
 
 // ManagerOptions are a controller-runtime manager's metrics server options

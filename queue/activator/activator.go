@@ -27,7 +27,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	"k8s.io/client-go/kubernetes"
-	appslisters "k8s.io/client-go/listers/apps/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 
@@ -47,8 +46,9 @@ type Config struct {
 	// Deployment scale subresource. Nil: workers come from Events only and
 	// nothing is scaled (unless Scaler is set).
 	Kube kubernetes.Interface
-	// Namespace scopes the Pod informer ("" = all).
-	Namespace string
+	// Cache, required with Kube, is where the Pods and ReplicaSets of the
+	// pools are read from: the manager's (pool.CacheOptions).
+	Cache Cache
 	// Scaler overrides the Kubernetes scaler (benchmarks, tests of pure logic).
 	Scaler Scaler
 	// Revoke, when set, is told each worker whose NATS access must end: its
@@ -154,12 +154,12 @@ type Activator struct {
 	proving    atomic.Bool
 	streamLast streamLast
 
-	// rsLister reads the ReplicaSets that own worker Pods (set by watchPods).
-	rsLister appslisters.ReplicaSetLister
 	// podMu makes deciding whether a Pod is a worker and applying that to
 	// the state one step: the Pod, ReplicaSet and pool informers decide on
 	// their own goroutines, and a refusal read before a ReplicaSet arrived
 	// must not land after the admission its arrival decided (issue 33).
+	// watchPods takes it once its handlers are removed: a decision begun
+	// before has been applied, and one after sees the activator stopped.
 	podMu sync.Mutex
 	// refused remembers the Pods refused as workers (namespace/name → why),
 	// to log and count each refusal once.
@@ -213,6 +213,9 @@ func New(cfg Config) (*Activator, error) {
 			return nil, fmt.Errorf("activator: shard %d of %d: must be in [0, %d)", cfg.Shard.Index, cfg.Shard.Count, cfg.Shard.Count)
 		}
 		a.cfg.Pools = ownedPools{Source: cfg.Pools, shard: cfg.Shard}
+	}
+	if cfg.Kube != nil && cfg.Cache == nil {
+		return nil, errors.New("activator: a Kubernetes client needs the cache of the pools' Pods and ReplicaSets")
 	}
 	if a.scaler == nil && cfg.Kube != nil {
 		a.scaler = KubeScaler{Client: cfg.Kube}

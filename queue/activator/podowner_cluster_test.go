@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/queue/activator/internal/state"
@@ -77,7 +78,7 @@ func TestWorkerAdmittedWhenItsReplicaSetArrivesDuringItsRefusal(t *testing.T) {
 
 	gate := &refusalGate{pod: pod.Name, held: make(chan struct{}), release: make(chan struct{}), marker: make(chan struct{})}
 	pools := onePool{Pool: pool.Pool{Namespace: ns, Name: "p", Deployment: dep.Name, DeploymentUID: dep.UID}}
-	a := &Activator{cfg: Config{Kube: kube, Namespace: ns, Pools: pools, Clock: clock.RealClock{}, Logger: slog.New(gate)},
+	a := &Activator{cfg: Config{Kube: kube, Cache: startCache(t, c, ns), Pools: pools, Clock: clock.RealClock{}, Logger: slog.New(gate)},
 		metrics: newMetrics(prometheus.NewRegistry()), refused: map[string]string{}, kick: make(chan struct{}, 1),
 		st: state.New(state.Config{RequirePods: true, Workers: state.Workers{HeartbeatTimeout: metav1.Duration{Duration: time.Minute}}}, clock.RealClock{})}
 	wctx, stop := context.WithCancel(ctx)
@@ -115,6 +116,19 @@ func TestWorkerAdmittedWhenItsReplicaSetArrivesDuringItsRefusal(t *testing.T) {
 	}
 	require.Eventually(t, admitted, 10*time.Second, 10*time.Millisecond,
 		"the worker stays refused after its ReplicaSet arrived (admitted before the refusal was applied: %v)", admittedEarly)
+}
+
+// startCache runs a cache of namespace ns of c as the queue's manager has
+// it (pool.CacheOptions) until the test ends.
+func startCache(t *testing.T, c *cluster.Cluster, ns string) ctrlcache.Cache {
+	t.Helper()
+	cc, err := ctrlcache.New(c.RESTConfig(), pool.CacheOptions(ns))
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cc.Start(ctx) }()
+	t.Cleanup(func() { stop(); require.NoError(t, <-done) })
+	return cc
 }
 
 // onePool is a pool.Source of one pool: a Deployment informer would

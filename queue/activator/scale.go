@@ -9,11 +9,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/queue/activator/internal/state"
@@ -140,19 +142,43 @@ func (a *Activator) applyScale(ctx context.Context, pl pool.Pool, from int, d st
 	return a.scaler.Scale(ctx, pl, from, d.To)
 }
 
+// Cache is where the activator reads the Pods and ReplicaSets of pools:
+// the manager's (ctrlcache.Cache), which outlives an activator (a shard
+// may stop and start again in one process).
+type Cache interface {
+	GetInformer(ctx context.Context, obj client.Object, opts ...ctrlcache.InformerGetOption) (ctrlcache.Informer, error)
+	client.Reader
+}
+
 // watchPods feeds the Pods of every pool into the state until ctx ends. A
 // Pod is a worker of pool ns/p only when it is in namespace ns and owned,
 // through its ReplicaSet, by p's Deployment (controller references and
 // UIDs): the ReplicaSets are watched too, and the Pods are looked at again
 // when a ReplicaSet or a Deployment changes. The informers of the three
 // kinds sync in any order: a Pod listed before its ReplicaSet is refused
-// until the ReplicaSet arrives (issue 33).
+// until the ReplicaSet arrives (issue 33). Its handlers on the cache's
+// informers are removed when ctx ends.
 func (a *Activator) watchPods(ctx context.Context) {
-	f := informers.NewSharedInformerFactoryWithOptions(a.cfg.Kube, 0, informers.WithNamespace(a.cfg.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = api.LabelPool }))
-	pods := f.Core().V1().Pods().Informer()
-	rss := f.Apps().V1().ReplicaSets()
-	a.rsLister = rss.Lister()
+	// A barrier, once the handlers are removed: see podMu.
+	defer func() { a.podMu.Lock(); a.podMu.Unlock() }() //nolint:staticcheck // SA2001: the wait is the point
+	var stops []func() error
+	defer func() {
+		for _, stop := range stops {
+			if err := stop(); err != nil {
+				a.cfg.Logger.Warn("remove an informer handler", "err", err)
+			}
+		}
+	}()
+	pods, err := a.cfg.Cache.GetInformer(ctx, &corev1.Pod{}, ctrlcache.BlockUntilSynced(false))
+	if err != nil {
+		a.cfg.Logger.Error("pod informer", "err", err)
+		return
+	}
+	rss, err := a.cfg.Cache.GetInformer(ctx, &appsv1.ReplicaSet{}, ctrlcache.BlockUntilSynced(false))
+	if err != nil {
+		a.cfg.Logger.Error("replicaset informer", "err", err)
+		return
+	}
 	// A ReplicaSet decides only for the Pods it controls, and only through
 	// its own controller: status updates (every readiness change while a
 	// pool scales) recheck nothing.
@@ -161,22 +187,25 @@ func (a *Activator) watchPods(ctx context.Context) {
 			o = t.Obj
 		}
 		if rs, ok := o.(*appsv1.ReplicaSet); ok {
-			a.recheckPods(ctx, pods.GetStore(), func(p *corev1.Pod) bool {
+			a.recheckPods(ctx, func(p *corev1.Pod) bool {
 				ref := metav1.GetControllerOf(p)
 				return ref != nil && ref.UID == rs.UID
 			})
 		}
 	}
-	_, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(o any) { a.onPod(ctx, o, false) },
-		UpdateFunc: func(old, o any) {
-			a.revokeRelabelled(old, o)
-			a.onPod(ctx, o, false)
-		},
-		DeleteFunc: func(o any) { a.onPod(ctx, o, true) },
-	})
-	if err == nil {
-		_, err = rss.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	handlers := []struct {
+		inf ctrlcache.Informer
+		h   cache.ResourceEventHandler
+	}{
+		{pods, cache.ResourceEventHandlerFuncs{
+			AddFunc: func(o any) { a.onPod(ctx, o, false) },
+			UpdateFunc: func(old, o any) {
+				a.revokeRelabelled(old, o)
+				a.onPod(ctx, o, false)
+			},
+			DeleteFunc: func(o any) { a.onPod(ctx, o, true) },
+		}},
+		{rss, cache.ResourceEventHandlerFuncs{
 			AddFunc: recheck,
 			UpdateFunc: func(old, cur any) {
 				o, ok1 := old.(*appsv1.ReplicaSet)
@@ -186,31 +215,48 @@ func (a *Activator) watchPods(ctx context.Context) {
 				}
 			},
 			DeleteFunc: recheck,
-		})
+		}},
 	}
-	if err != nil {
-		a.cfg.Logger.Error("pod informer", "err", err)
-		return
+	for _, h := range handlers {
+		reg, err := h.inf.AddEventHandler(h.h)
+		if err != nil {
+			a.cfg.Logger.Error("pod informer", "err", err)
+			return
+		}
+		stops = append(stops, func() error { return h.inf.RemoveEventHandler(reg) })
 	}
-	if n, ok := a.cfg.Pools.(interface{ OnChange(func()) }); ok {
-		n.OnChange(func() { a.recheckPods(ctx, pods.GetStore(), func(*corev1.Pod) bool { return true }) })
+	if n, ok := a.cfg.Pools.(changeSource); ok {
+		stop, err := n.OnChange(func() { a.recheckPods(ctx, func(*corev1.Pod) bool { return true }) })
+		if err != nil {
+			a.cfg.Logger.Error("pool informer", "err", err)
+			return
+		}
+		stops = append(stops, stop)
 	}
-	f.Start(ctx.Done())
 	<-ctx.Done()
-	f.Shutdown()
 }
 
-// recheckPods decides again on the Pods of the informer's store that match,
-// each as the store has it when its turn comes: the List is only their
-// keys, and a Pod deleted since is left to its own delete event.
-func (a *Activator) recheckPods(ctx context.Context, store cache.Store, match func(*corev1.Pod) bool) {
-	for _, key := range store.ListKeys() {
+// recheckPods decides again on the cached Pods that match, each as the
+// cache has it when its turn comes: the List is only their names, and a
+// Pod deleted since is left to its own delete event.
+func (a *Activator) recheckPods(ctx context.Context, match func(*corev1.Pod) bool) {
+	var l corev1.PodList
+	if err := a.cfg.Cache.List(ctx, &l, client.UnsafeDisableDeepCopy); err != nil {
+		if ctx.Err() == nil {
+			a.cfg.Logger.Warn("recheck pods: list the cache's", "err", err)
+		}
+		return
+	}
+	for k := range l.Items {
+		key := client.ObjectKeyFromObject(&l.Items[k])
+		var p corev1.Pod
 		a.podMu.Lock()
-		o, ok, err := store.GetByKey(key)
-		if err != nil {
-			a.cfg.Logger.Warn("recheck pod: read the informer's store", "pod", key, "err", err)
-		} else if p, isPod := o.(*corev1.Pod); ok && isPod && match(p) {
-			a.applyPod(ctx, p, false)
+		switch err := a.cfg.Cache.Get(ctx, key, &p, client.UnsafeDisableDeepCopy); {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			a.cfg.Logger.Warn("recheck pod: read the cache", "pod", key, "err", err)
+		case match(&p):
+			a.applyPod(ctx, &p, false)
 		}
 		a.podMu.Unlock()
 	}
@@ -218,7 +264,7 @@ func (a *Activator) recheckPods(ctx context.Context, store cache.Store, match fu
 
 // owner is the pool Deployment that owns pod through its ReplicaSet, by
 // controller references and UIDs; why says what is missing when none does.
-func (a *Activator) owner(pod *corev1.Pod) (pool.Pool, string) {
+func (a *Activator) owner(ctx context.Context, pod *corev1.Pod) (pool.Pool, string) {
 	name := pod.Labels[api.LabelPool]
 	pl, ok := a.cfg.Pools.Lookup(pod.Namespace, name)
 	switch {
@@ -228,14 +274,15 @@ func (a *Activator) owner(pod *corev1.Pod) (pool.Pool, string) {
 		return pl, fmt.Sprintf("pool %s/%s is claimed by several Deployments %v", pod.Namespace, name, pl.Conflict)
 	}
 	ref := metav1.GetControllerOf(pod)
-	if ref == nil || ref.Kind != "ReplicaSet" || a.rsLister == nil {
+	if ref == nil || ref.Kind != "ReplicaSet" {
 		return pl, "the Pod is not controlled by a ReplicaSet"
 	}
-	rs, err := a.rsLister.ReplicaSets(pod.Namespace).Get(ref.Name)
+	var rs appsv1.ReplicaSet
+	err := a.cfg.Cache.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}, &rs, client.UnsafeDisableDeepCopy)
 	if err != nil || rs.UID != ref.UID {
 		return pl, fmt.Sprintf("its ReplicaSet %s is not known (yet)", ref.Name)
 	}
-	dref := metav1.GetControllerOf(rs)
+	dref := metav1.GetControllerOf(&rs)
 	if dref == nil || dref.Kind != "Deployment" || dref.Name != pl.Deployment || dref.UID != pl.DeploymentUID {
 		return pl, fmt.Sprintf("its ReplicaSet %s is not controlled by the pool's Deployment %s", rs.Name, pl.Deployment)
 	}
@@ -258,7 +305,8 @@ func (a *Activator) onPod(ctx context.Context, o any, deleted bool) {
 // and applies that to the state; the caller holds podMu, so that no other
 // informer's decision lands between the two.
 func (a *Activator) applyPod(ctx context.Context, pod *corev1.Pod, deleted bool) {
-	if pod.Labels[api.LabelPool] == "" || !a.cfg.Shard.Owns(pod.Namespace) {
+	// ctx ended: the activator stopped, its state is no one's (see podMu).
+	if ctx.Err() != nil || pod.Labels[api.LabelPool] == "" || !a.cfg.Shard.Owns(pod.Namespace) {
 		return
 	}
 	gone := deleted || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
@@ -273,7 +321,7 @@ func (a *Activator) applyPod(ctx context.Context, pod *corev1.Pod, deleted bool)
 		delete(a.refused, pod.Namespace+"/"+pod.Name)
 		a.refusedMu.Unlock()
 	} else if !gone {
-		if _, why := a.owner(pod); why != "" {
+		if _, why := a.owner(ctx, pod); why != "" {
 			// Not (or no longer) a worker of the pool it names.
 			gone = true
 			a.notePod(pod, why)

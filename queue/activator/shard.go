@@ -63,10 +63,16 @@ func (o ownedPools) List() []pool.Pool {
 }
 
 // OnChange forwards to the source's (watchPods rechecks Pods on it).
-func (o ownedPools) OnChange(fn func()) {
-	if n, ok := o.Source.(interface{ OnChange(func()) }); ok {
-		n.OnChange(fn)
+func (o ownedPools) OnChange(fn func()) (stop func() error, err error) {
+	if n, ok := o.Source.(changeSource); ok {
+		return n.OnChange(fn)
 	}
+	return func() error { return nil }, nil
+}
+
+// changeSource is a pool.Source that tells its changes (pool.Informer).
+type changeSource interface {
+	OnChange(fn func()) (stop func() error, err error)
 }
 
 // namespaces are the shard's namespaces its consumers filter on: those of

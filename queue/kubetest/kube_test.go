@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/framework"
@@ -106,7 +107,9 @@ func setup(t *testing.T, ann map[string]string, replicas int32) *fixture {
 
 	f.scrapers, err = scrape.New(ctx, env)
 	require.NoError(t, err)
-	q := queuetest.Run(t, queue.Config{NATS: queue.NATS{URL: ns.ClientURL()}, InsecureDisableCallerAuth: true, MetricsListen: "127.0.0.1:0",
+	// The binary's registry, controller-runtime's, with the manager's
+	// series (one queue at a time in this package).
+	q := queuetest.Run(t, queue.Config{NATS: queue.NATS{URL: ns.ClientURL()}, InsecureDisableCallerAuth: true, MetricsListen: "127.0.0.1:0", Registry: ctrlmetrics.Registry,
 		RESTConfig: env.RESTConfig(), Namespace: name, LeaderElection: shard.LeaderElection{LeaderElect: ptr.To(true)}, LeaseNamespace: name, Identity: "test",
 		Decisions: activator.Decisions{Workers: activator.Workers{HeartbeatTimeout: metav1.Duration{Duration: 2 * time.Second}}, Backoff: 100 * time.Millisecond}, Tick: 100 * time.Millisecond})
 	f.base, f.metricsURL = q.Base, q.MetricsURL

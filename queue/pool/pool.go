@@ -4,8 +4,8 @@
 // annotations carry the pool's scaling policy. Two Deployments claiming one
 // pool in one namespace are a conflict: the pool is then reported with
 // both names and served by neither (never merged, never the older one). It parses the policy (strictly: a bad
-// value is an error naming the key) and offers a Source backed by a
-// Deployment informer or a static map (tests, make dev without a cluster).
+// value is an error naming the key) and offers a Source backed by the
+// Deployments of the queue's manager cache or a static map (tests, make dev without a cluster).
 package pool
 
 import (
@@ -14,16 +14,14 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/poolpolicy"
@@ -206,66 +204,87 @@ func sortPools(ps []Pool) {
 // Synced implements Source.
 func (Static) Synced() bool { return true }
 
-// Informer is a Source backed by a Deployment informer.
-type Informer struct {
-	inf     cache.SharedIndexInformer
-	mu      sync.Mutex
-	onEvent []func()
-}
-
-// NewInformer watches Deployments labelled runplane.io/pool in namespace
-// ("" = all namespaces). Call Run to start it.
-func NewInformer(client kubernetes.Interface, namespace string, resync time.Duration) *Informer {
-	f := informers.NewSharedInformerFactoryWithOptions(client, resync,
-		informers.WithNamespace(namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = api.LabelPool }))
-	return &Informer{inf: f.Apps().V1().Deployments().Informer()}
-}
-
-// OnChange registers fn, called after any Deployment change.
-func (i *Informer) OnChange(fn func()) {
-	i.mu.Lock()
-	i.onEvent = append(i.onEvent, fn)
-	i.mu.Unlock()
-}
-
-// Run runs the informer until ctx ends.
-func (i *Informer) Run(ctx context.Context) {
-	notify := func() {
-		i.mu.Lock()
-		fns := append([]func(){}, i.onEvent...)
-		i.mu.Unlock()
-		for _, fn := range fns {
-			fn()
-		}
+// CacheOptions are what the queue's manager cache keeps: the Deployments,
+// ReplicaSets and Pods labelled runplane.io/pool (pools and their workers:
+// nothing else is read from it) of namespace ("" = all), without their
+// managed fields, which nothing reads.
+func CacheOptions(namespace string) ctrlcache.Options {
+	o := ctrlcache.Options{DefaultLabelSelector: Selector(), DefaultTransform: ctrlcache.TransformStripManagedFields()}
+	if namespace != "" {
+		o.DefaultNamespaces = map[string]ctrlcache.Config{namespace: {}}
 	}
-	_, _ = i.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { notify() },
-		UpdateFunc: func(any, any) { notify() },
-		DeleteFunc: func(any) { notify() },
+	return o
+}
+
+// Cache is where an Informer reads the Deployments: the manager's
+// (ctrlcache.Cache, kept by CacheOptions).
+type Cache interface {
+	GetInformer(ctx context.Context, obj client.Object, opts ...ctrlcache.InformerGetOption) (ctrlcache.Informer, error)
+	IndexField(ctx context.Context, obj client.Object, field string, extractValue client.IndexerFunc) error
+	client.Reader
+}
+
+// poolField indexes the Deployments by the pool they claim.
+const poolField = "runplane.io/pool"
+
+// Informer is a Source backed by the Deployments of a Cache.
+type Informer struct {
+	cache Cache
+	inf   ctrlcache.Informer
+}
+
+// NewInformer reads the pools from c's Deployments, indexed by the pool
+// they claim; c's informer starts with c.
+func NewInformer(ctx context.Context, c Cache) (*Informer, error) {
+	err := c.IndexField(ctx, &appsv1.Deployment{}, poolField, func(o client.Object) []string { return []string{o.GetLabels()[api.LabelPool]} })
+	if err != nil {
+		return nil, fmt.Errorf("pool: index Deployments by pool: %w", err)
+	}
+	inf, err := c.GetInformer(ctx, &appsv1.Deployment{}, ctrlcache.BlockUntilSynced(false))
+	if err != nil {
+		return nil, fmt.Errorf("pool: Deployment informer: %w", err)
+	}
+	return &Informer{cache: c, inf: inf}, nil
+}
+
+// OnChange calls fn after any Deployment change, until stop.
+func (i *Informer) OnChange(fn func()) (stop func() error, err error) {
+	reg, err := i.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { fn() },
+		UpdateFunc: func(any, any) { fn() },
+		DeleteFunc: func(any) { fn() },
 	})
-	i.inf.Run(ctx.Done())
+	if err != nil {
+		return nil, fmt.Errorf("pool: Deployment informer: %w", err)
+	}
+	return func() error { return i.inf.RemoveEventHandler(reg) }, nil
 }
 
 // Synced implements Source.
 func (i *Informer) Synced() bool { return i.inf.HasSynced() }
 
+// deployments are the cache's Deployments that opts select, not being
+// deleted; none before the informer has synced (the cache's reads would
+// wait for it). Read-only: they are the cache's own objects.
+func (i *Informer) deployments(opts ...client.ListOption) []*appsv1.Deployment {
+	var l appsv1.DeploymentList
+	if !i.Synced() || i.cache.List(context.Background(), &l, append(opts, client.UnsafeDisableDeepCopy)...) != nil {
+		return nil
+	}
+	out := make([]*appsv1.Deployment, 0, len(l.Items))
+	for k := range l.Items {
+		if l.Items[k].DeletionTimestamp == nil {
+			out = append(out, &l.Items[k])
+		}
+	}
+	return out
+}
+
 // Lookup implements Source: only Deployments of namespace ns count. When
 // several claim the pool, it is returned with Conflict set and no
 // Deployment.
 func (i *Informer) Lookup(ns, name string) (Pool, bool) {
-	objs, err := i.inf.GetIndexer().ByIndex(cache.NamespaceIndex, ns)
-	if err != nil {
-		return Pool{}, false
-	}
-	var claim []*appsv1.Deployment
-	for _, o := range objs {
-		d := o.(*appsv1.Deployment)
-		if d.Labels[api.LabelPool] == name && d.DeletionTimestamp == nil {
-			claim = append(claim, d)
-		}
-	}
-	return fromClaims(claim)
+	return fromClaims(i.deployments(client.InNamespace(ns), client.MatchingFields{poolField: name}))
 }
 
 func fromClaims(claim []*appsv1.Deployment) (Pool, bool) {
@@ -286,12 +305,9 @@ func fromClaims(claim []*appsv1.Deployment) (Pool, bool) {
 // List implements Source.
 func (i *Informer) List() []Pool {
 	claims := map[string][]*appsv1.Deployment{}
-	for _, o := range i.inf.GetStore().List() {
-		d := o.(*appsv1.Deployment)
-		if d.DeletionTimestamp == nil {
-			k := StaticKey(d.Namespace, d.Labels[api.LabelPool])
-			claims[k] = append(claims[k], d)
-		}
+	for _, d := range i.deployments() {
+		k := StaticKey(d.Namespace, d.Labels[api.LabelPool])
+		claims[k] = append(claims[k], d)
 	}
 	out := make([]Pool, 0, len(claims))
 	for _, c := range claims {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -60,12 +61,18 @@ func (q *Queue) Expect(target error) { q.expect = target }
 
 // Run runs queue.Run(cfg) until the test ends (or Stop) and returns once
 // its ingress (unless cfg.DisableIngress) and metrics listener (when
-// cfg.MetricsListen is set) listen. cfg.Listen defaults to a free loopback port and cfg.Logger to
-// none (stderr with -v); cfg.OnListen and cfg.OnMetricsListen are Run's.
+// cfg.MetricsListen is set) listen. cfg.Listen defaults to a free loopback port, cfg.Logger to
+// none (stderr with -v) and cfg.Registry to one of this queue's own (tests
+// run several replicas in one process and count each one's series; the
+// binary's is controller-runtime's); cfg.OnListen and cfg.OnMetricsListen
+// are Run's.
 func Run(t testing.TB, cfg queue.Config) *Queue {
 	t.Helper()
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:0"
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -95,6 +102,7 @@ func Run(t testing.TB, cfg queue.Config) *Queue {
 		case a := <-metricsAddr:
 			q.MetricsURL = "https://" + a + "/metrics"
 		case err := <-done:
+			done <- err // for Stop, in the cleanup
 			require.FailNow(t, "queue.Run returned", "%v", err)
 		case <-timeout:
 			require.FailNow(t, "the queue did not listen within 30s")
