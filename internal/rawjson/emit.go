@@ -69,32 +69,58 @@ func (e *emitter) array(i int) (int, error) {
 
 func (e *emitter) object(i int) (int, error) {
 	objs := e.ix.objects
-	k, found := slices.BinarySearchFunc(objs, i, func(o object, at int) int { return cmp.Compare(o.at, at) })
+	k, found := slices.BinarySearchFunc(objs, uint32(i), func(o object, at uint32) int { return cmp.Compare(o.at, at) })
 	if !found {
-		return 0, fmt.Errorf("rawjson: no object at offset %d", i) // a bug of the index
+		// Plain: written as it is, its end found once more (the index
+		// keeps no entry for it, and no emitter meets it twice).
+		end, err := skipObject(e.v, i)
+		if err != nil {
+			return 0, err
+		}
+		e.write(e.v[i:end])
+		return end, nil
 	}
 	o := objs[k]
-	if o.plain {
-		e.write(e.v[o.at:o.end])
-		return o.end, nil
-	}
 	_ = e.w.WriteByte('{')
-	for j, m := range o.members {
+	for j, m := range e.ix.kept[o.first : o.first+o.n] {
 		if j > 0 {
 			_ = e.w.WriteByte(',')
 		}
-		if _, err := e.string(m.keyAt); err != nil {
+		if _, err := e.string(int(m.keyAt)); err != nil {
 			return 0, err
 		}
 		_ = e.w.WriteByte(':')
 		if m.plain {
 			e.write(e.v[m.at:m.end])
-		} else if _, err := e.value(m.at); err != nil {
+		} else if _, err := e.value(int(m.at)); err != nil {
 			return 0, err
 		}
 	}
 	_ = e.w.WriteByte('}')
-	return o.end, nil
+	return int(o.end), nil
+}
+
+// skipObject returns where the (validated) object at v[i] ends: at the
+// bracket that closes it, strings skipped.
+func skipObject(v []byte, i int) (int, error) {
+	depth := 0
+	for ; i < len(v); i++ {
+		switch v[i] {
+		case '"':
+			s, err := scanString(v, i)
+			if err != nil {
+				return 0, err
+			}
+			i = s.end - 1
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth--; depth == 0 {
+				return i + 1, nil
+			}
+		}
+	}
+	return 0, errEnd
 }
 
 // string writes the string at v[i]: as it is when json.Marshal would,

@@ -77,11 +77,11 @@ func genValue(r *rand.Rand, b *strings.Builder, depth int) {
 	}
 }
 
-// TestRev1StructuredDifferential compares WriteSorted with the decode and
-// encode on REV1_N (default 20000) generated values.
-func TestRev1StructuredDifferential(t *testing.T) {
+// TestWriteSortedIsDecodeAndMarshalOnGeneratedValues compares WriteSorted
+// with the decode and encode on RAWJSON_N (default 20000) generated values.
+func TestWriteSortedIsDecodeAndMarshalOnGeneratedValues(t *testing.T) {
 	n := 20000
-	if s := os.Getenv("REV1_N"); s != "" {
+	if s := os.Getenv("RAWJSON_N"); s != "" {
 		var err error
 		n, err = strconv.Atoi(s)
 		require.NoError(t, err)
@@ -99,9 +99,10 @@ func TestRev1StructuredDifferential(t *testing.T) {
 	}
 }
 
-// TestRev1BigObjects: objects of thousands of unsorted, repeated keys
-// among small ones (the member chunks' boundaries).
-func TestRev1BigObjects(t *testing.T) {
+// TestWriteSortedBigObjects: objects of thousands of unsorted, repeated
+// keys among small ones (deduplicated before they close, past dedupeAt
+// members).
+func TestWriteSortedBigObjects(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for range 200 {
 		var b strings.Builder
