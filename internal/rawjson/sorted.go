@@ -24,7 +24,8 @@ import (
 // object that is not already as written, its members by decoded key; a
 // second writes, copying every value that needs no change as it is (a
 // 10 MiB base64 string is scanned once and goes to w in one piece). A
-// string that does need a change goes through encoding/json (decoded and
+// string that needs only the HTML escapes goes through json.HTMLEscape,
+// any other that needs a change through encoding/json (decoded and
 // encoded again, one string at a time), so strings cannot differ from its
 // form; hand-written is only the structure: no maintained library writes
 // encoding/json's map order over raw bytes, and the decode and encode
