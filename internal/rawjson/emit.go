@@ -11,10 +11,11 @@ import (
 
 // emitter is the second pass: it writes the form of v by the index.
 type emitter struct {
-	v   []byte
-	ix  *index
-	w   *bufio.Writer
-	buf bytes.Buffer // a string json.HTMLEscape writes
+	v        []byte
+	ix       *index
+	w        *bufio.Writer
+	buf      bytes.Buffer // a string json.HTMLEscape writes
+	unquoted []byte       // a string appendUnquoted decodes
 }
 
 // write hands p to the bufio.Writer, which keeps the first error of w
@@ -129,7 +130,8 @@ func skipObject(v []byte, i int) (int, error) {
 // string of valid UTF-8 without escapes as json.HTMLEscape writes it (its
 // escapes of < > & U+2028 U+2029 are json.Marshal's; a json.Unmarshal and
 // json.Marshal each cost twice the old decode's CPU on 10 MiB of
-// ["<","<",...]); any other as encoding/json decodes and encodes it.
+// ["<","<",...]); any other decoded as encoding/json decodes it
+// (appendUnquoted) and encoded by json.Marshal.
 func (e *emitter) string(i int) (int, error) {
 	s, err := scanString(e.v, i)
 	if err != nil {
@@ -146,11 +148,8 @@ func (e *emitter) string(i int) (int, error) {
 		e.write(e.buf.Bytes())
 		return s.end, nil
 	}
-	var str string
-	if err := json.Unmarshal(raw, &str); err != nil {
-		return 0, fmt.Errorf("rawjson: string at offset %d: %w", i, err)
-	}
-	b, err := json.Marshal(str)
+	e.unquoted = appendUnquoted(e.unquoted[:0], raw)
+	b, err := json.Marshal(string(e.unquoted))
 	if err != nil {
 		return 0, fmt.Errorf("rawjson: string at offset %d: %w", i, err)
 	}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -183,15 +182,10 @@ func (ix *index) object(v []byte, at, depth int) (end int, plain bool, err error
 			return 0, false, err
 		}
 		m := member{keyAt: uint32(i), key: uint32(i + 1), keyLen: uint32(s.end - 1 - (i + 1))}
-		if !s.decoded {
-			// Rare (escapes, invalid UTF-8): encoding/json decodes it,
-			// as it decoded the old form's map keys.
-			var key string
-			if err := json.Unmarshal(v[i:s.end], &key); err != nil {
-				return 0, false, fmt.Errorf("rawjson: object key at offset %d: %w", i, err)
-			}
-			m.key, m.keyLen, m.inKeys = uint32(len(ix.keys)), uint32(len(key)), true
-			ix.keys = append(ix.keys, key...)
+		if !s.decoded { // escapes, invalid UTF-8
+			n := len(ix.keys)
+			ix.keys = appendUnquoted(ix.keys, v[i:s.end])
+			m.key, m.keyLen, m.inKeys = uint32(n), uint32(len(ix.keys)-n), true
 		}
 		plain = plain && s.plain && (len(ix.open) == base || bytes.Compare(ix.key(ix.open[len(ix.open)-1]), ix.key(m)) < 0)
 		i = skipSpace(v, s.end)
