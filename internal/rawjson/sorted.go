@@ -20,17 +20,19 @@ import (
 // nesting deeper than encoding/json's 10,000 are refused.
 //
 // No `any` tree is made: a first pass validates v and notes, for each
-// object that is not already as written, its members by decoded key; a
-// second writes, copying every value that needs no change as it is (a
-// 10 MiB base64 string is scanned once and goes to w in one piece). A
-// string that needs only the HTML escapes goes through json.HTMLEscape,
-// any other that needs a change through encoding/json (decoded and
-// encoded again, one string at a time), so strings cannot differ from its
-// form; hand-written is only the structure: no maintained library writes
-// encoding/json's map order over raw bytes, and the decode and encode
-// cost ~110 ms of a 10 MiB call (queue/README.md, "Where a call's CPU
-// goes"; BenchmarkRequestHash in queue/ingress: 136 ms against 22 with
-// this, its SHA-256 included).
+// object that is not already as written, its members by decoded key (24
+// bytes a member, one per key, 16 an object; nothing for an object as
+// written); a second writes, copying every value that needs no change as
+// it is (a 10 MiB base64 string is scanned once and goes to w in one
+// piece). A string that needs only the HTML escapes goes through
+// json.HTMLEscape; any other that needs a change is decoded as
+// encoding/json decodes it (appendUnquoted: encoding/json decodes only
+// inside Unmarshal) and encoded by json.Marshal. Hand-written are the
+// structure and the escapes' decoding: no maintained library writes
+// encoding/json's map order over raw bytes (FuzzWriteSorted holds the
+// two equal), and the decode and encode cost ~110 ms of a 10 MiB call
+// (queue/README.md, "Where a call's CPU goes"; BenchmarkRequestHash in
+// queue/ingress: 136 ms against 22 with this, its SHA-256 included).
 func WriteSorted(w io.Writer, v []byte) error {
 	if uint64(len(v)) > math.MaxUint32 {
 		return fmt.Errorf("rawjson: a value of %d bytes, more than 4 GiB", len(v))
