@@ -126,12 +126,14 @@ func skipObject(v []byte, i int) (int, error) {
 	return 0, errEnd
 }
 
-// string writes the string at v[i]: as it is when json.Marshal would; a
-// string of valid UTF-8 without escapes as json.HTMLEscape writes it (its
-// escapes of < > & U+2028 U+2029 are json.Marshal's; a json.Unmarshal and
-// json.Marshal each cost twice the old decode's CPU on 10 MiB of
-// ["<","<",...]); any other decoded as encoding/json decodes it
-// (appendUnquoted) and encoded by json.Marshal.
+// string writes the string at v[i]: as it is when json.Marshal would. A
+// string json.Marshal changes only by its HTML escapes (< > & U+2028
+// U+2029) is written by json.HTMLEscape, whose escapes are json.Marshal's:
+// a json.Unmarshal and json.Marshal each cost twice the old decode's CPU
+// on 10 MiB of ["<","<",...]. A string with escapes or invalid UTF-8 is
+// decoded as encoding/json decodes it (appendUnquoted), then written the
+// same way unless its value holds " \ or a control character, which only
+// json.Marshal escapes as json.Marshal does.
 func (e *emitter) string(i int) (int, error) {
 	s, err := scanString(e.v, i)
 	if err != nil {
@@ -143,16 +145,28 @@ func (e *emitter) string(i int) (int, error) {
 		e.write(raw)
 		return s.end, nil
 	case s.decoded:
-		e.buf.Reset()
-		json.HTMLEscape(&e.buf, raw)
-		e.write(e.buf.Bytes())
+		e.writeHTMLEscaped(raw[1 : len(raw)-1])
 		return s.end, nil
 	}
 	e.unquoted = appendUnquoted(e.unquoted[:0], raw)
+	if !slices.ContainsFunc(e.unquoted, func(c byte) bool { return c < ' ' || c == '"' || c == '\\' }) {
+		e.writeHTMLEscaped(e.unquoted)
+		return s.end, nil
+	}
 	b, err := json.Marshal(string(e.unquoted))
 	if err != nil {
 		return 0, fmt.Errorf("rawjson: string at offset %d: %w", i, err)
 	}
 	e.write(b)
 	return s.end, nil
+}
+
+// writeHTMLEscaped writes the string whose value is p (valid UTF-8, none
+// of " \ or a control character) quoted, with json.HTMLEscape's escapes.
+func (e *emitter) writeHTMLEscaped(p []byte) {
+	e.buf.Reset()
+	e.buf.WriteByte('"')
+	json.HTMLEscape(&e.buf, p)
+	e.buf.WriteByte('"')
+	e.write(e.buf.Bytes())
 }

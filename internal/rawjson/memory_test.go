@@ -38,6 +38,8 @@ func adversarial(shape string, n int) []byte {
 		rep("{", `"a":0`, ",", "}")
 	case "dupkeys-escaped":
 		rep("{", `"\u0061":0`, ",", "}")
+	case "escaped-strings":
+		rep("[", `"\u0061"`, ",", "]")
 	case "html-strings":
 		rep("[", `"<"`, ",", "]")
 	case "small-unsorted-objs":
@@ -110,7 +112,7 @@ func TestMeasureShape(t *testing.T) {
 // was decoded by json.Unmarshal, a decoder's state allocated for each:
 // {"\u0061":0,...} 65 MiB against 27.
 func TestWriteSortedAllocatesNoMoreThanTheDecode(t *testing.T) {
-	for _, shape := range []string{"dupkeys", "dupkeys-escaped", "emptyobjs", "emptyobjs-spaced", "small-unsorted-objs"} {
+	for _, shape := range []string{"dupkeys", "dupkeys-escaped", "emptyobjs", "emptyobjs-spaced", "small-unsorted-objs", "escaped-strings", "html-strings"} {
 		t.Run(shape, func(t *testing.T) {
 			in := adversarial(shape, 4<<20)
 			allocated := func(f func() error) uint64 {

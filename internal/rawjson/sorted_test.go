@@ -125,6 +125,21 @@ func TestWriteSortedHTMLEscapesAsMarshal(t *testing.T) {
 	assert.Equal(t, `"\u2028\u2029"`, string(got))
 }
 
+// A string with escapes is written from its decoded value: by
+// json.HTMLEscape unless the value holds " \ or a control character.
+func TestWriteSortedEscapedStrings(t *testing.T) {
+	for _, in := range []string{
+		`"\u0061"`, `"\u003c\u0026\u003e"`, `"\/"`, `"\u2028\u2029"`, "\"\xff<\"", `"\u00e9\u007f"`,
+		`"\ud800"`, `"\""`, `"\\"`, `"\n\t\u0001\u001f"`, `"a\u0022b"`, `"\b\f"`, `"\ud83d\ude00&"`,
+	} {
+		want, err := decodedForm([]byte(in))
+		require.NoError(t, err, in)
+		got, err := sorted([]byte(in))
+		require.NoError(t, err, in)
+		assert.Equal(t, string(want), string(got), in)
+	}
+}
+
 func TestWriteSortedRefusesInvalidJSON(t *testing.T) {
 	for _, in := range []string{
 		``, ` `, `{`, `[1,2`, `{"a":}`, `{"a" 1}`, `{a:1}`, `{"a":1,}`, `[1,]`, `[1 2]`,
