@@ -115,7 +115,7 @@ func TestDeepBacklogMessageGoneIsDeadLettered(t *testing.T) {
 	require.NoError(t, err)
 	info, err := st.Info(context.Background())
 	require.NoError(t, err)
-	require.NoError(t, st.DeleteMsg(context.Background(), info.State.LastSeq), "the last invocation's message")
+	require.NoError(t, st.DeleteMsg(context.Background(), info.State.LastSeq), "the last invocation's message") //nolint:forbidigo // an operator's purge, not the queue's delete
 
 	e.worker("w", 4, nil)
 	rec := e.waitState(fmt.Sprintf("gone-%03d", n-1), messages.StateDeadLettered, 30*time.Second)

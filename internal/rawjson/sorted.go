@@ -4,9 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 )
 
@@ -20,18 +20,24 @@ import (
 // nesting deeper than encoding/json's 10,000 are refused.
 //
 // No `any` tree is made: a first pass validates v and notes, for each
-// object that is not already as written, its members by decoded key; a
-// second writes, copying every value that needs no change as it is (a
-// 10 MiB base64 string is scanned once and goes to w in one piece). A
-// string that does need a change goes through encoding/json (decoded and
-// encoded again, one string at a time), so strings cannot differ from its
-// form; hand-written is only the structure: no maintained library writes
-// encoding/json's map order over raw bytes, and the decode and encode
-// cost ~110 ms of a 10 MiB call (queue/README.md, "Where a call's CPU
-// goes"; BenchmarkRequestHash in queue/ingress: 136 ms against 22 with
-// this, its SHA-256 included).
+// object that is not already as written, its members by decoded key (24
+// bytes a member, one per key, 16 an object; nothing for an object as
+// written); a second writes, copying every value that needs no change as
+// it is (a 10 MiB base64 string is scanned once and goes to w in one
+// piece). A string that needs only the HTML escapes goes through
+// json.HTMLEscape; any other that needs a change is decoded as
+// encoding/json decodes it (appendUnquoted: encoding/json decodes only
+// inside Unmarshal) and encoded by json.Marshal. Hand-written are the
+// structure and the escapes' decoding: no maintained library writes
+// encoding/json's map order over raw bytes (FuzzWriteSorted holds the
+// two equal), and the decode and encode cost ~110 ms of a 10 MiB call
+// (queue/README.md, "Where a call's CPU goes"; BenchmarkRequestHash in
+// queue/ingress: 136 ms against 22 with this, its SHA-256 included).
 func WriteSorted(w io.Writer, v []byte) error {
-	var ix index
+	if uint64(len(v)) > math.MaxUint32 {
+		return fmt.Errorf("rawjson: a value of %d bytes, more than 4 GiB", len(v))
+	}
+	ix := index{v: v}
 	start := skipSpace(v, 0)
 	end, plain, err := ix.value(v, start, 0)
 	if err != nil {
@@ -54,28 +60,43 @@ func WriteSorted(w io.Writer, v []byte) error {
 // maxNestingDepth): a deeper value is refused there, so here too.
 const maxDepth = 10000
 
-// index is what the first pass learns of v's objects.
+// index is what the first pass learns of v's objects. An object already
+// as json.Marshal writes it (plain) has no entry: the emitter writes it as
+// it is, and no entry is what kept the index small on a tenant's shape —
+// 48 bytes an object and 56 a member, each member held until its object
+// closed, had WriteSorted allocate 190 MiB where the decode allocated 26
+// for 4 MiB of {"a":0,"a":0,...}, and 321 against 231 for [{},{},...]
+// (TestWriteSortedAllocatesNoMoreThanTheDecode). Offsets are 32-bit (v is
+// refused past 4 GiB; a payload is at most 64 MiB).
 type index struct {
-	objects []object // in the order they open, so by at
-	chunk   []member // where the next closed object's members go (keep)
+	v       []byte
+	objects []object // the objects that are not plain, in the order they open, so by at
+	kept    []member // the members of the closed objects, each object's in a run
 	open    []member // the members of the objects being read
+	keys    []byte   // the decoded keys that are not their bytes in v
 }
 
-// object is one object of v.
+// object is one object of v that is not plain: v[at:end], its members
+// kept[first:first+n].
 type object struct {
-	at, end int      // v[at:end] is the object
-	plain   bool     // v[at:end] is already as json.Marshal writes it
-	members []member // not plain: its members
+	at, end, first, n uint32
 }
 
-// member is one member of an object, in the order of the form: sorted by
-// key, one per key.
+// member is one member of an object; a closed object's are in the order
+// of the form: sorted by key, one per key.
 type member struct {
-	key     []byte // decoded
-	keyAt   int    // offset of the key's opening quote
-	at, end int    // v[at:end] is the value
-	plain   bool   // v[at:end] is already as json.Marshal writes it
+	keyAt       uint32 // offset of the key's opening quote
+	key, keyLen uint32 // the decoded key is v[key:key+keyLen], or keys[…] when inKeys
+	at, end     uint32 // v[at:end] is the value
+	plain       bool   // v[at:end] is already as json.Marshal writes it
+	inKeys      bool
 }
+
+// dedupeAt is the number of an open object's members at which they are
+// deduplicated before it closes: a tenant's {"a":0,"a":0,...} holds one
+// (the old map's one entry), not one per repetition. After a pass the
+// next is at twice what it kept, so each member is sorted O(log n) times.
+const dedupeAt = 1024
 
 func (ix *index) value(v []byte, i, depth int) (end int, plain bool, err error) {
 	if i >= len(v) {
@@ -143,12 +164,12 @@ func (ix *index) object(v []byte, at, depth int) (end int, plain bool, err error
 		return 0, false, errDepth
 	}
 	k := len(ix.objects)
-	ix.objects = append(ix.objects, object{at: at})
-	base := len(ix.open)
+	ix.objects = append(ix.objects, object{at: uint32(at)})
+	base, limit := len(ix.open), dedupeAt
 	i := skipSpace(v, at+1)
 	plain = i == at+1
 	if i < len(v) && v[i] == '}' {
-		ix.objects[k].end, ix.objects[k].plain = i+1, plain
+		ix.close(k, base, i+1, plain)
 		return i + 1, plain, nil
 	}
 	for {
@@ -162,17 +183,13 @@ func (ix *index) object(v []byte, at, depth int) (end int, plain bool, err error
 		if err != nil {
 			return 0, false, err
 		}
-		m := member{keyAt: i, key: v[i+1 : s.end-1]}
-		if !s.decoded {
-			// Rare (escapes, invalid UTF-8): encoding/json decodes it,
-			// as it decoded the old form's map keys.
-			var key string
-			if err := json.Unmarshal(v[i:s.end], &key); err != nil {
-				return 0, false, fmt.Errorf("rawjson: object key at offset %d: %w", i, err)
-			}
-			m.key = []byte(key)
+		m := member{keyAt: uint32(i), key: uint32(i + 1), keyLen: uint32(s.end - 1 - (i + 1))}
+		if !s.decoded { // escapes, invalid UTF-8
+			n := len(ix.keys)
+			ix.keys = appendUnquoted(ix.keys, v[i:s.end])
+			m.key, m.keyLen, m.inKeys = uint32(n), uint32(len(ix.keys)-n), true
 		}
-		plain = plain && s.plain && (len(ix.open) == base || bytes.Compare(ix.open[len(ix.open)-1].key, m.key) < 0)
+		plain = plain && s.plain && (len(ix.open) == base || bytes.Compare(ix.key(ix.open[len(ix.open)-1]), ix.key(m)) < 0)
 		i = skipSpace(v, s.end)
 		if i >= len(v) || v[i] != ':' {
 			if i >= len(v) {
@@ -180,14 +197,16 @@ func (ix *index) object(v []byte, at, depth int) (end int, plain bool, err error
 			}
 			return 0, false, invalid(v, i, "after object key")
 		}
-		m.at = skipSpace(v, i+1)
-		plain = plain && i == s.end && m.at == i+1
-		if m.end, m.plain, err = ix.value(v, m.at, depth); err != nil {
+		valueAt := skipSpace(v, i+1)
+		plain = plain && i == s.end && valueAt == i+1
+		valueEnd, valuePlain, err := ix.value(v, valueAt, depth)
+		if err != nil {
 			return 0, false, err
 		}
+		m.at, m.end, m.plain = uint32(valueAt), uint32(valueEnd), valuePlain
 		ix.open = append(ix.open, m)
-		i = skipSpace(v, m.end)
-		plain = plain && m.plain && i == m.end
+		i = skipSpace(v, valueEnd)
+		plain = plain && valuePlain && i == valueEnd
 		switch {
 		case i >= len(v):
 			return 0, false, errEnd
@@ -195,6 +214,11 @@ func (ix *index) object(v []byte, at, depth int) (end int, plain bool, err error
 			next := skipSpace(v, i+1)
 			plain = plain && next == i+1
 			i = next
+			if !plain && len(ix.open)-base >= limit {
+				n := ix.dedupe(ix.open[base:])
+				ix.open = ix.open[:base+n]
+				limit = max(dedupeAt, 2*n)
+			}
 		case v[i] == '}':
 			ix.close(k, base, i+1, plain)
 			return i + 1, plain, nil
@@ -204,39 +228,40 @@ func (ix *index) object(v []byte, at, depth int) (end int, plain bool, err error
 	}
 }
 
-// close ends object k, whose members are open[base:]: a plain one is
-// written as it is, so its members are dropped; the others' are sorted
-// by key (then by place, so the last of a key is last) and kept one per
-// key, the last — a map's.
+// close ends object k, whose members are open[base:]. A plain one is
+// written as it is: its entry is dropped (the objects inside it are plain
+// too, so theirs were). The others' members are kept one per key.
 func (ix *index) close(k, base, end int, plain bool) {
-	o := &ix.objects[k]
-	o.end, o.plain = end, plain
-	if !plain {
-		ms := ix.open[base:]
-		slices.SortFunc(ms, func(a, b member) int {
-			return cmp.Or(bytes.Compare(a.key, b.key), cmp.Compare(a.at, b.at))
-		})
-		n := 0
-		for j, m := range ms {
-			if j+1 == len(ms) || !bytes.Equal(m.key, ms[j+1].key) {
-				ms[n] = m
-				n++
-			}
-		}
-		o.members = ix.keep(ms[:n])
+	if plain {
+		ix.objects = ix.objects[:k]
+	} else {
+		n := ix.dedupe(ix.open[base:])
+		o := &ix.objects[k]
+		o.end, o.first, o.n = uint32(end), uint32(len(ix.kept)), uint32(n)
+		ix.kept = append(ix.kept, ix.open[base:base+n]...)
 	}
-	clear(ix.open[base:]) // the keys may hold decoded copies
 	ix.open = ix.open[:base]
 }
 
-// keep copies a closed object's members out of the open ones into chunks
-// that double up to 4,096 members: one slice that grew with them copied
-// them ~4 times over (Go grows a long slice by a quarter).
-func (ix *index) keep(ms []member) []member {
-	if cap(ix.chunk)-len(ix.chunk) < len(ms) {
-		ix.chunk = make([]member, 0, max(len(ms), min(2*cap(ix.chunk), 4096), 16))
+// dedupe sorts ms by key, then by place, so the last of a key is last,
+// and moves to ms[:n] one member per key, the last — a map's.
+func (ix *index) dedupe(ms []member) (n int) {
+	slices.SortFunc(ms, func(a, b member) int {
+		return cmp.Or(bytes.Compare(ix.key(a), ix.key(b)), cmp.Compare(a.at, b.at))
+	})
+	for j, m := range ms {
+		if j+1 == len(ms) || !bytes.Equal(ix.key(m), ix.key(ms[j+1])) {
+			ms[n] = m
+			n++
+		}
 	}
-	start := len(ix.chunk)
-	ix.chunk = append(ix.chunk, ms...)
-	return ix.chunk[start:len(ix.chunk):len(ix.chunk)]
+	return n
+}
+
+// key is m's decoded key.
+func (ix *index) key(m member) []byte {
+	if m.inKeys {
+		return ix.keys[m.key : m.key+m.keyLen]
+	}
+	return ix.v[m.key : m.key+m.keyLen]
 }

@@ -105,6 +105,41 @@ func TestWriteSortedForms(t *testing.T) {
 	}
 }
 
+// A string of valid UTF-8 without escapes that json.Marshal changes is
+// written by json.HTMLEscape: its escapes are json.Marshal's (U+2028 and
+// U+2029 included), and the rest, é and 0x7f among it, stays.
+func TestWriteSortedHTMLEscapesAsMarshal(t *testing.T) {
+	for _, str := range []string{"<", ">", "&", "\u2028", "\u2029", "a<b>&c", "é<", "\x7f&", "<\u2028é\x7f\u2029>", "x\u2028"} {
+		in := []byte(`["` + str + `",{"` + str + `":"` + str + `"}]`)
+		s, err := scanString(in, 1)
+		require.NoError(t, err)
+		require.True(t, s.decoded && !s.plain, "%q takes json.HTMLEscape's way", str)
+		want, err := json.Marshal([]any{str, map[string]string{str: str}})
+		require.NoError(t, err)
+		got, err := sorted(in)
+		require.NoError(t, err)
+		assert.Equal(t, string(want), string(got), "%q", str)
+	}
+	got, err := sorted([]byte("\"\u2028\u2029\""))
+	require.NoError(t, err)
+	assert.Equal(t, `"\u2028\u2029"`, string(got))
+}
+
+// A string with escapes is written from its decoded value: by
+// json.HTMLEscape unless the value holds " \ or a control character.
+func TestWriteSortedEscapedStrings(t *testing.T) {
+	for _, in := range []string{
+		`"\u0061"`, `"\u003c\u0026\u003e"`, `"\/"`, `"\u2028\u2029"`, "\"\xff<\"", `"\u00e9\u007f"`,
+		`"\ud800"`, `"\""`, `"\\"`, `"\n\t\u0001\u001f"`, `"a\u0022b"`, `"\b\f"`, `"\ud83d\ude00&"`,
+	} {
+		want, err := decodedForm([]byte(in))
+		require.NoError(t, err, in)
+		got, err := sorted([]byte(in))
+		require.NoError(t, err, in)
+		assert.Equal(t, string(want), string(got), in)
+	}
+}
+
 func TestWriteSortedRefusesInvalidJSON(t *testing.T) {
 	for _, in := range []string{
 		``, ` `, `{`, `[1,2`, `{"a":}`, `{"a" 1}`, `{a:1}`, `{"a":1,}`, `[1,]`, `[1 2]`,

@@ -23,7 +23,7 @@ func TestRemovingAMessageAlreadyGone(t *testing.T) {
 	nc, js, st := realStore(t)
 	a := storeActivator(t, nc, st, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	it := heldInvocation(t, a, js, st)
-	require.NoError(t, st.Stream.DeleteMsg(ctx, 1), "another removal takes it first")
+	require.NoError(t, st.Stream.DeleteMsg(ctx, 1), "another removal takes it first") //nolint:forbidigo // the other removal, not through the Store
 
 	assert.True(t, a.removeMessages(ctx, it, true), "its only message is gone")
 	assert.Zero(t, testutil.ToFloat64(a.metrics.removed.WithLabelValues("final")), "counted a removal it did not make")

@@ -79,9 +79,11 @@ func TestRequestHashRefusesAnInvalidPayload(t *testing.T) {
 
 // BenchmarkRequestHash: requestHash (rawjson.WriteSorted into the hash)
 // against the decode and encode it replaced, same run: a 10 MiB payload
-// {"blob":"<base64>"} (queue's BenchmarkPayloadRoundTrip) and a nested
+// {"blob":"<base64>"} (queue's BenchmarkPayloadRoundTrip), a nested
 // one written as Python's json.dumps writes (spaces, keys unsorted,
-// < in strings: nothing of it is as json.Marshal writes it).
+// < in strings: nothing of it is as json.Marshal writes it), and 1 MiB of
+// shapes a tenant may send to make the hash costly: one key repeated,
+// plainly or escaped, empty objects, strings that need HTML escapes.
 func BenchmarkRequestHash(b *testing.B) {
 	raw := make([]byte, (10<<20)*3/4)
 	_, err := rand.Read(raw)
@@ -97,10 +99,21 @@ func BenchmarkRequestHash(b *testing.B) {
 		fmt.Fprintf(&nested, `{"name": "item <%d>", "id": %d, "tags": ["b", "a"], "meta": {"z": 1.50, "y": null, "x": {"w": [true, false]}}}`, i, i)
 	}
 	nested.WriteString(`], "count": 2000}`)
+	repeated := func(open, item, closing string) []byte {
+		n := (1 << 20) / (len(item) + 1)
+		return []byte(open + strings.Repeat(item+",", n) + item + closing)
+	}
 	for _, p := range []struct {
 		name    string
 		payload []byte
-	}{{"blob=10MiB", blob}, {"nested=" + fmt.Sprint(nested.Len()>>10) + "KiB", []byte(nested.String())}} {
+	}{
+		{"blob=10MiB", blob},
+		{"nested=" + fmt.Sprint(nested.Len()>>10) + "KiB", []byte(nested.String())},
+		{"repeatedKey=1MiB", repeated("{", `"a":0`, "}")},
+		{"repeatedEscapedKey=1MiB", repeated("{", `"\u0061":0`, "}")},
+		{"emptyObjects=1MiB", repeated("[", `{}`, "]")},
+		{"htmlStrings=1MiB", repeated("[", `"<"`, "]")},
+	} {
 		req := v1.InvokeRequest{Payload: p.payload, Headers: map[string]string{"x": "y"}, ContentType: "application/json"}
 		for _, f := range []struct {
 			name string
