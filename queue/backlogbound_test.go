@@ -185,7 +185,7 @@ func TestBacklogBoundMessageRemovedBeforeTakeIn(t *testing.T) {
 	require.NoError(t, err)
 	m, err := st.GetLastMsgForSubject(ctx, e.subj.Invoke("team-a", "p"))
 	require.NoError(t, err)
-	require.NoError(t, st.DeleteMsg(ctx, m.Sequence))
+	require.NoError(t, st.DeleteMsg(ctx, m.Sequence)) //nolint:forbidigo // the message removed before take-in, as a sweep would: the test wants the raw delete
 	_, err = e.js.ResumeConsumer(ctx, sc.Stream, "activator-invoke")
 	require.NoError(t, err)
 
