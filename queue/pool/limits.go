@@ -30,12 +30,14 @@ type Limits struct {
 	NamespaceMaxStreamBytes int64 `json:"namespaceMaxStreamBytes,omitempty"`
 	NamespaceMaxRecordBytes int64 `json:"namespaceMaxRecordBytes,omitempty"`
 	// ReplicaMaxBodyBytes: request-body bytes one ingress replica holds
-	// in memory at once, every namespace's together (default 256 MiB, what
-	// the chart's 1 GiB memory limit holds with decoding's multiple);
-	// NamespaceMaxBodyBytes: a namespace's share of it (default 128 MiB:
-	// one body at the limit, or two raw 64 MiB ones, and no namespace
-	// takes it all). Counted from a request's Content-Length (else its
-	// body limit) before its body is read; beyond either, 429.
+	// in memory at once, every namespace's together (default 192 MiB: a
+	// body costs up to 4 times its size in the queue's RSS while it is
+	// read, decoded and stored, so 768 MiB of the chart's 1 GiB memory
+	// limit; test/bench/bodyrss.sh); NamespaceMaxBodyBytes: a namespace's
+	// share of it (default 96 MiB, half: one body at the largest JSON body,
+	// ~86 MiB, and no namespace takes it all). Counted from a request's
+	// Content-Length (else its body limit) before its body is read; beyond
+	// either, 429.
 	ReplicaMaxBodyBytes   int64 `json:"replicaMaxBodyBytes,omitempty"`
 	NamespaceMaxBodyBytes int64 `json:"namespaceMaxBodyBytes,omitempty"`
 }
@@ -49,8 +51,8 @@ const (
 
 	DefaultNamespaceMaxStreamBytes int64 = 256 << 20
 	DefaultNamespaceMaxRecordBytes int64 = 512 << 20
-	DefaultReplicaMaxBodyBytes     int64 = 256 << 20
-	DefaultNamespaceMaxBodyBytes   int64 = 128 << 20
+	DefaultReplicaMaxBodyBytes     int64 = 192 << 20
+	DefaultNamespaceMaxBodyBytes   int64 = 96 << 20
 )
 
 // Default fills the zero fields with the defaults as the configuration

@@ -6,9 +6,10 @@
 # body budgets are off (-1) so every body is read at once. Gives the
 # multiple of a body the ingress holds at its peak: what
 # limits.replicaMaxBodyBytes' default is derived from (queue/README.md,
-# "Fairness").
+# "Fairness"). BUDGETS=default keeps the default budgets: the bodies
+# beyond them get 429 and the peak stays where the budget puts it.
 #
-#   bash test/bench/bodyrss.sh [json|raw] [N, default 4]
+#   [BUDGETS=default] bash test/bench/bodyrss.sh [json|raw] [N, default 4]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 kind="${1:-json}" n="${2:-4}"
@@ -29,8 +30,8 @@ listen: 127.0.0.1:$http
 metrics: {bindAddress: "0"}
 nats: {url: "nats://127.0.0.1:$port"}
 stream: {objectsMaxBytes: 268435456}
-limits: {replicaMaxBodyBytes: -1, namespaceMaxBodyBytes: -1}
 CONF
+if [[ ${BUDGETS:-off} == off ]]; then echo 'limits: {replicaMaxBodyBytes: -1, namespaceMaxBodyBytes: -1}' >>"$dir/config.yaml"; fi
 sleep 1
 "$dir/runplane-queue" -config "$dir/config.yaml" >"$dir/queue.log" 2>&1 &
 qpid=$!
@@ -57,5 +58,5 @@ done
 wait $(jobs -p | grep -v "$qpid" | tail -n "$n") 2>/dev/null || true
 peak=$(awk '/VmHWM/ {print $2}' "/proc/$qpid/status")
 body=$(stat -c %s "$dir/body")
-python3 -c "import sys; b,p,n,s=map(int,sys.argv[1:]); print(f'kind=$kind bodies={n} body={s/2**20:.1f}MiB rss-ready={b/1024:.0f}MiB peak={p/1024:.0f}MiB peak-over-ready={(p-b)/1024:.0f}MiB per-body={(p-b)*1024/n/s:.2f}x')" "$base" "$peak" "$n" "$body"
-cat "$dir"/out* | head -c 600; echo
+python3 -c "import sys; b,p,n,s=map(int,sys.argv[1:]); print(f'kind=$kind budgets=${BUDGETS:-off} bodies={n} body={s/2**20:.1f}MiB rss-ready={b/1024:.0f}MiB peak={p/1024:.0f}MiB peak-over-ready={(p-b)/1024:.0f}MiB per-body={(p-b)*1024/n/s:.2f}x')" "$base" "$peak" "$n" "$body"
+echo "answers: $(cat "$dir"/out* | grep -o '"state":"queued"\|"limit":"[a-z_]*"' | sort | uniq -c | tr '\n' ' ')"
