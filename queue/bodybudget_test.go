@@ -64,23 +64,33 @@ func TestBodyBudget(t *testing.T) {
 	})
 	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{ExpectContinueTimeout: time.Minute}}
 	body := asyncBody(t, size)
-	post := func(ns string, b io.Reader) *http.Response {
+	// post answers a request of ns's pool p with a body of size bytes (no
+	// require here: it runs on goroutines of its own too).
+	post := func(ns string, b io.Reader) (resp, error) {
 		req, err := http.NewRequest("POST", e.base+invocations(ns, "p"), b)
-		require.NoError(t, err)
+		if err != nil {
+			return resp{}, err
+		}
 		req.ContentLength = size
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Expect", "100-continue")
 		r, err := client.Do(req)
-		require.NoError(t, err)
-		return r
-	}
-	answer := func(r *http.Response) resp {
+		if err != nil {
+			return resp{}, err
+		}
 		defer r.Body.Close()
 		raw, err := io.ReadAll(r.Body)
-		require.NoError(t, err)
+		if err != nil {
+			return resp{}, err
+		}
 		out := resp{code: r.StatusCode, header: r.Header, raw: raw}
-		require.NoError(t, json.Unmarshal(raw, &out.body), "%s", raw)
-		return out
+		return out, json.Unmarshal(raw, &out.body)
+	}
+	answer := func(ns string) resp {
+		t.Helper()
+		r, err := post(ns, bytes.NewReader(body))
+		require.NoError(t, err, "%s", r.raw)
+		return r
 	}
 	// hold sends n held bodies of namespace ns and waits until the ingress
 	// has taken the budget of each.
@@ -91,11 +101,16 @@ func TestBodyBudget(t *testing.T) {
 			h := newHeldBody(body)
 			held = append(held, h)
 			go func() {
-				r := post(ns, h)
-				codes <- answer(r).code
+				r, err := post(ns, h)
+				if err != nil {
+					r.code = -1
+				}
+				codes <- r.code
 			}()
 			select {
 			case <-h.started:
+			case code := <-codes: // the earlier held ones are blocked: this is it
+				t.Fatalf("a held body of %s was answered %d before the ingress read it", ns, code)
 			case <-time.After(30 * time.Second):
 				t.Fatalf("the ingress never read a held body of %s", ns)
 			}
@@ -114,13 +129,13 @@ func TestBodyBudget(t *testing.T) {
 	// team-a takes its share; its next body is refused while team-b's is
 	// accepted.
 	hold("team-a", 3)
-	limited(answer(post("team-a", bytes.NewReader(body))), "team-a", "namespace_body_bytes", 3*size)
-	r := answer(post("team-b", bytes.NewReader(body)))
+	limited(answer("team-a"), "team-a", "namespace_body_bytes", 3*size)
+	r := answer("team-b")
 	require.Equal(t, http.StatusAccepted, r.code, "%s", r.raw)
 
 	// team-b fills the replica: its share has room, the replica has not.
 	hold("team-b", 2)
-	limited(answer(post("team-b", bytes.NewReader(body))), "team-b", "replica_body_bytes", 5*size)
+	limited(answer("team-b"), "team-b", "replica_body_bytes", 5*size)
 
 	// The held bodies are read and accepted: their bytes come back.
 	for _, h := range held {
@@ -129,7 +144,7 @@ func TestBodyBudget(t *testing.T) {
 	for range held {
 		assert.Equal(t, http.StatusAccepted, <-codes)
 	}
-	r = answer(post("team-a", bytes.NewReader(body)))
+	r = answer("team-a")
 	assert.Equal(t, http.StatusAccepted, r.code, "%s", r.raw)
 
 	metrics, err := e.metrics()
