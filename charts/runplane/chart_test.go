@@ -374,6 +374,12 @@ func TestInvalidValues(t *testing.T) {
 			[]string{"queue.payloads.bucketMaxBytes + queue.stream.chunks.maxBytes (10804527104 bytes, what each namespace reserves) do not fit in nats.bundled.jetstream.maxFileStore (10Gi)"}},
 		{"shared streams beyond the store", []string{"--set", "nats.bundled.jetstream.maxFileStore=8Gi"},
 			[]string{"queue.stream.maxBytes + queue.recordsMaxBytes + queue.resultsMaxBytes (9663676416 bytes) exceed nats.bundled.jetstream.maxFileStore (8Gi)"}},
+		{"namespace body share below one body", []string{"--set", "queue.limits.namespaceMaxBodyBytes=67108864"},
+			[]string{"queue.limits.namespaceMaxBodyBytes (67108864) is below the largest request body, 90527064 bytes"}},
+		{"namespace body share above the replica's", []string{"--set", "queue.limits.replicaMaxBodyBytes=100000000", "--set", "queue.limits.namespaceMaxBodyBytes=134217728"},
+			[]string{"queue.limits.namespaceMaxBodyBytes (134217728) must be at most queue.limits.replicaMaxBodyBytes (100000000)"}},
+		{"unbounded namespace body share", []string{"--set", "queue.limits.namespaceMaxBodyBytes=-1"},
+			[]string{"queue.limits.namespaceMaxBodyBytes (-1) must be at most queue.limits.replicaMaxBodyBytes (201326592)"}},
 		// Schema errors that said only "'not' failed".
 		{"tier named as the chart's own", []string{"--set", "priorityClasses.tiers[0].name=runplane-stock", "--set", "priorityClasses.tiers[0].value=10"},
 			[]string{"priorityClasses.tiers[0].name: runplane-stock is one of the chart's own PriorityClasses"}},

@@ -55,6 +55,17 @@ func TestDecode(t *testing.T) {
 		{Name: "negative QPS", Doc: header + "callerAuth:\n  tokenReviewQPS: -1\n", Err: "callerAuth.tokenReviewQPS: -1: want > 0"},
 		{Name: "TLS secret needs names", Doc: header + "nats:\n  bootstrap:\n    tlsSecret: s\n", Err: "nats.bootstrap.tlsDNSNames: needed"},
 		{Name: "metrics Secret needs hosts", Doc: header + "metrics:\n  tlsSecret: rp/m\n", Err: "metrics.tlsHosts: needed with metrics.tlsSecret"},
+		{Name: "body budgets", Doc: header + "limits:\n  replicaMaxBodyBytes: 536870912\n  namespaceMaxBodyBytes: 134217728\n", Check: func(t *testing.T, c *QueueConfiguration) {
+			q, err := c.Queue()
+			require.NoError(t, err)
+			assert.Equal(t, []int64{512 << 20, 128 << 20}, []int64{q.Limits.ReplicaMaxBodyBytes, q.Limits.NamespaceMaxBodyBytes})
+		}},
+		{Name: "namespace body share below one body", Doc: header + "limits:\n  namespaceMaxBodyBytes: 67108864\n",
+			Err: "limits.namespaceMaxBodyBytes: 67108864 is below the largest request body, 90527064"},
+		{Name: "namespace body share above the replica's", Doc: header + "limits:\n  replicaMaxBodyBytes: 100000000\n  namespaceMaxBodyBytes: 134217728\n",
+			Err: "limits.namespaceMaxBodyBytes: 134217728: want at most limits.replicaMaxBodyBytes (100000000)"},
+		{Name: "namespace body share unbounded under a bounded replica", Doc: header + "limits:\n  namespaceMaxBodyBytes: -1\n",
+			Err: "limits.namespaceMaxBodyBytes: -1: want at most limits.replicaMaxBodyBytes"},
 		{Name: "metrics Secret not namespace/name", Doc: header + "metrics:\n  tlsSecret: m\n  tlsHosts: [q]\n", Err: `metrics.tlsSecret: metrics TLS Secret "m": want namespace/name`},
 	})
 }

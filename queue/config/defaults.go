@@ -12,6 +12,7 @@ import (
 	"github.com/runplane/runplane/internal/configfile"
 	"github.com/runplane/runplane/internal/objects"
 	"github.com/runplane/runplane/queue"
+	"github.com/runplane/runplane/queue/ingress"
 	"github.com/runplane/runplane/sidecar"
 )
 
@@ -82,6 +83,9 @@ func (c *QueueConfiguration) Validate() error {
 	} else if err := c.Stream.Validate(); err != nil {
 		bad("stream", "%w", err)
 	}
+	if err := c.validateBodyBudgets(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := c.Workers.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("workers.%w", err))
 	}
@@ -92,4 +96,20 @@ func (c *QueueConfiguration) Validate() error {
 		bad("nats.caFile", "nats.bootstrap.tlsSecret keeps the CA file itself: drop nats.caFile")
 	}
 	return errors.Join(errs...)
+}
+
+// validateBodyBudgets refuses body budgets no request at the body limit
+// could fit in (it would get 429 forever, not 413), and a namespace's
+// share above the replica's budget or unbounded under a bounded one (one
+// namespace could take it all).
+func (c *QueueConfiguration) validateBodyBudgets() error {
+	ns, replica := c.Limits.NamespaceMaxBodyBytes, c.Limits.ReplicaMaxBodyBytes
+	if largest := max(ingress.BodyLimit(c.MaxPayloadBytes), c.MaxPayloadBytes); ns > 0 && ns < largest {
+		return fmt.Errorf("limits.namespaceMaxBodyBytes: %d is below the largest request body, %d (maxPayloadBytes %d in base64 plus "+
+			"the envelope): raise it or lower maxPayloadBytes", ns, largest, c.MaxPayloadBytes)
+	}
+	if replica > 0 && (ns < 0 || ns > replica) {
+		return fmt.Errorf("limits.namespaceMaxBodyBytes: %d: want at most limits.replicaMaxBodyBytes (%d), a namespace's share of it", ns, replica)
+	}
+	return nil
 }

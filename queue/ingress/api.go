@@ -54,7 +54,7 @@ type InvocationProblem struct {
 // LimitProblem is a 429 for a full backlog: which limit, its value, where.
 type LimitProblem struct {
 	httpjson.Problem
-	Limit     string `json:"limit,omitempty" doc:"pool_backlog, namespace_backlog, namespace_streams, namespace_stream_bytes or namespace_record_bytes (absent for a caller-review limit)"`
+	Limit     string `json:"limit,omitempty" doc:"pool_backlog, namespace_backlog, namespace_streams, namespace_stream_bytes, namespace_record_bytes, namespace_body_bytes or replica_body_bytes (absent for a caller-review limit)"`
 	Max       int    `json:"max,omitempty" doc:"the limit's value: queued invocations, open streams, or bytes"`
 	Namespace string `json:"namespace,omitempty"`
 	Pool      string `json:"pool,omitempty"`
@@ -78,7 +78,7 @@ var (
 	forbidden   = response{status: http.StatusForbidden, body: Problem{}, description: "RBAC refuses: the detail names the verb, resource, namespace and pool"}
 	unavailable = response{status: http.StatusServiceUnavailable, body: Problem{}, description: "NATS or the apiserver is unavailable"}
 	tooMany     = response{status: http.StatusTooManyRequests, body: LimitProblem{}, headers: []string{"Retry-After"},
-		description: "a backlog limit is reached (the pool's runplane.io/max-backlog or its namespace's; only this namespace is refused), or too many caller reviews"}
+		description: "a backlog limit is reached (the pool's runplane.io/max-backlog or its namespace's; only this namespace is refused), the request bodies in flight on this replica fill its namespace's share or the replica's budget (refused before the body is read), or too many caller reviews"}
 )
 
 func invokeResponses(notFound string) []response {

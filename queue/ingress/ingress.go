@@ -111,7 +111,7 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, objects.DefaultMaxPayloadBytes)
-	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, c.MaxPayloadBytes/3*4+4+1<<20)
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, BodyLimit(c.MaxPayloadBytes))
 	c.AliasBodyBytes = min(cmp.Or(c.AliasBodyBytes, DefaultAliasBodyBytes), c.MaxBodyBytes)
 	c.HTTP = c.HTTP.withDefaults()
 	c.Limits = c.Limits.WithDefaults()
@@ -125,6 +125,11 @@ func (c Config) withDefaults() Config {
 	}
 	return c
 }
+
+// BodyLimit is the default MaxBodyBytes for payloads of up to
+// maxPayload bytes: a binary payload at the limit in base64, plus the
+// envelope.
+func BodyLimit(maxPayload int64) int64 { return maxPayload/3*4 + 4 + 1<<20 }
 
 // DefaultNamespace is the namespace of a pool whose Source names none
 // (a static pool list, as in make dev without a cluster).
@@ -153,6 +158,9 @@ type Server struct {
 	nsBacklog map[string]int
 	// nsStreams: the result streams open per namespace (openStream).
 	nsStreams map[string]int
+	// bodies: the request-body bytes held, per namespace and in all
+	// (bodybudget.go).
+	bodies *bodyBudget
 	// guard: whether the bounded store has room for new work.
 	guard storeGuard
 	// usage: each namespace's share of the stream and the Records bucket,
@@ -171,11 +179,17 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Store == nil || cfg.NC == nil || cfg.Pools == nil {
 		return nil, errors.New("ingress: Store, NC and Pools are required")
 	}
+	if n := cfg.Limits.NamespaceMaxBodyBytes; n > 0 && n < max(cfg.MaxBodyBytes, cfg.MaxPayloadBytes) {
+		return nil, fmt.Errorf("ingress: the namespace body budget (Limits.NamespaceMaxBodyBytes, %d) is below the largest request body (%d): no request that large could be read", n, max(cfg.MaxBodyBytes, cfg.MaxPayloadBytes))
+	}
+	if r, n := cfg.Limits.ReplicaMaxBodyBytes, cfg.Limits.NamespaceMaxBodyBytes; r > 0 && (n == 0 || n > r) {
+		return nil, fmt.Errorf("ingress: a namespace's body budget (Limits.NamespaceMaxBodyBytes, %d; 0: unbounded) must be within the replica's (ReplicaMaxBodyBytes, %d)", n, r)
+	}
 	if cfg.Auth == nil && !cfg.InsecureNoAuth {
 		return nil, errors.New("ingress: Auth is required (InsecureNoAuth serves unauthenticated callers)")
 	}
 	s := &Server{cfg: cfg, waiters: map[string]map[chan messages.Record]waiter{},
-		counts: map[string]*poolCount{}, nsBacklog: map[string]int{}, nsStreams: map[string]int{}, m: newIngressMetrics(cfg.Registerer),
+		counts: map[string]*poolCount{}, nsBacklog: map[string]int{}, nsStreams: map[string]int{}, bodies: newBodyBudget(cfg.Limits.ReplicaMaxBodyBytes, cfg.Limits.NamespaceMaxBodyBytes), m: newIngressMetrics(cfg.Registerer),
 		sse: newSSEMetrics(cfg.Registerer), tracer: tracing.NewTracer(cfg.TracerProvider, "runplane/queue/ingress")}
 	spec, err := SpecJSON(cfg)
 	if err != nil {

@@ -45,6 +45,16 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 	if !named {
 		limit = s.cfg.AliasBodyBytes
 	}
+	if rawBody(r) {
+		limit = s.cfg.MaxPayloadBytes
+	}
+	// The body's bytes are counted before it is read, and given back once
+	// the request holds no form of them: after the accept (below).
+	hold, ok := s.holdBody(w, r, ns, poolName, limit)
+	if !ok {
+		return
+	}
+	defer hold()
 	var req v1.InvokeRequest
 	if rawBody(r) {
 		var ok bool
@@ -189,6 +199,13 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 		defer s.closeStream(ns)
 	}
 	ack, rec, err := s.accept(ctx, inv, hash, s.cfg.Limits.Backlog(pl.Policy), clientID)
+	// The payload is stored (or refused): nothing reads it any more, and
+	// with these two gone no form of the body is reachable (the decoder's
+	// buffer and the encoded message died with their calls), so its bytes
+	// go back to the budget now rather than after a sync wait or a stream
+	// that may last minutes.
+	req.Payload, inv.Payload = nil, nil
+	hold()
 	var le *limitError
 	if errors.As(err, &le) {
 		s.tooMany(w, le)

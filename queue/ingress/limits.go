@@ -83,6 +83,9 @@ func (e *limitError) Error() string {
 	if e.Reason == ReasonNamespaceStreamBytes || e.Reason == ReasonNamespaceRecordBytes {
 		return e.budgetMessage()
 	}
+	if e.Reason == ReasonNamespaceBodyBytes || e.Reason == ReasonReplicaBodyBytes {
+		return e.bodyMessage()
+	}
 	if e.Reason == ReasonNamespaceStreams {
 		return fmt.Sprintf("namespace %q has %d result streams open on this replica, the namespace limit: close one or retry later", e.Namespace, e.Max)
 	}

@@ -27,7 +27,7 @@ func newIngressMetrics(r prometheus.Registerer) *ingressMetrics {
 		// before a limit is checked), which tenants cannot create: bounded.
 		// No pool label: tenants create pools at will.
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runplane_ingress_limited_total",
-			Help: "Invocations refused with 429 by a fairness limit (reason pool_backlog or namespace_backlog), per namespace."}, []string{"reason", "namespace"}),
+			Help: "Invocations refused with 429 by a fairness limit (reason: the limit the answer names, such as pool_backlog or namespace_body_bytes), per namespace."}, []string{"reason", "namespace"}),
 		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "runplane_ingress_connections_refused_total",
 			Help: "Connections answered 503 and closed at once: as many as the ingress allows were waiting for their callers' authentication."}),
 		syncLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "runplane_ingress_sync_seconds", Help: "Sync invocation latency.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 20)}, []string{"namespace", "pool"}),

@@ -31,7 +31,8 @@ var aliceInvokesEcho = callerauthtest.Static{Users: map[string]string{"tok-a": "
 // before it needs one is all a test of it may reach; a nil Store makes any
 // use of it a panic.
 func offlineServer(auth Authorizer, pools pool.Static) *Server {
-	return &Server{cfg: Config{Auth: auth, Pools: pools}.withDefaults(), m: newIngressMetrics(nil), sse: newSSEMetrics(nil)}
+	cfg := Config{Auth: auth, Pools: pools}.withDefaults()
+	return &Server{cfg: cfg, m: newIngressMetrics(nil), sse: newSSEMetrics(nil), bodies: newBodyBudget(cfg.Limits.ReplicaMaxBodyBytes, cfg.Limits.NamespaceMaxBodyBytes)}
 }
 
 // countingBody is a request body of n bytes, a JSON object that opens

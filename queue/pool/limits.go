@@ -29,6 +29,17 @@ type Limits struct {
 	// Beyond either, that namespace's new invocations get 429.
 	NamespaceMaxStreamBytes int64 `json:"namespaceMaxStreamBytes,omitempty"`
 	NamespaceMaxRecordBytes int64 `json:"namespaceMaxRecordBytes,omitempty"`
+	// ReplicaMaxBodyBytes: request-body bytes one ingress replica holds
+	// in memory at once, every namespace's together (default 192 MiB: a
+	// body costs up to 4 times its size in the queue's RSS while it is
+	// read, decoded and stored, so 768 MiB of the chart's 1 GiB memory
+	// limit; test/bench/bodyrss.sh); NamespaceMaxBodyBytes: a namespace's
+	// share of it (default 96 MiB, half: one body at the largest JSON body,
+	// ~86 MiB, and no namespace takes it all). Counted from a request's
+	// Content-Length (else its body limit) before its body is read; beyond
+	// either, 429.
+	ReplicaMaxBodyBytes   int64 `json:"replicaMaxBodyBytes,omitempty"`
+	NamespaceMaxBodyBytes int64 `json:"namespaceMaxBodyBytes,omitempty"`
 }
 
 // Default limits.
@@ -40,6 +51,8 @@ const (
 
 	DefaultNamespaceMaxStreamBytes int64 = 256 << 20
 	DefaultNamespaceMaxRecordBytes int64 = 512 << 20
+	DefaultReplicaMaxBodyBytes     int64 = 192 << 20
+	DefaultNamespaceMaxBodyBytes   int64 = 96 << 20
 )
 
 // Default fills the zero fields with the defaults as the configuration
@@ -52,6 +65,8 @@ func (l *Limits) Default() {
 	l.NamespaceMaxStreams = cmp.Or(l.NamespaceMaxStreams, DefaultNamespaceMaxStreams)
 	l.NamespaceMaxStreamBytes = cmp.Or(l.NamespaceMaxStreamBytes, DefaultNamespaceMaxStreamBytes)
 	l.NamespaceMaxRecordBytes = cmp.Or(l.NamespaceMaxRecordBytes, DefaultNamespaceMaxRecordBytes)
+	l.ReplicaMaxBodyBytes = cmp.Or(l.ReplicaMaxBodyBytes, DefaultReplicaMaxBodyBytes)
+	l.NamespaceMaxBodyBytes = cmp.Or(l.NamespaceMaxBodyBytes, DefaultNamespaceMaxBodyBytes)
 }
 
 // WithDefaults is l defaulted, negative bounds turned into 0 (unbounded):
@@ -62,6 +77,7 @@ func (l Limits) WithDefaults() Limits {
 	l.NamespaceMaxBacklog, l.NamespaceMaxInFlight = bound(l.NamespaceMaxBacklog), bound(l.NamespaceMaxInFlight)
 	l.NamespaceMaxStreams = bound(l.NamespaceMaxStreams)
 	l.NamespaceMaxStreamBytes, l.NamespaceMaxRecordBytes = bound(l.NamespaceMaxStreamBytes), bound(l.NamespaceMaxRecordBytes)
+	l.ReplicaMaxBodyBytes, l.NamespaceMaxBodyBytes = bound(l.ReplicaMaxBodyBytes), bound(l.NamespaceMaxBodyBytes)
 	return l
 }
 

@@ -445,7 +445,7 @@ type LimitProblem struct {
 	// Instance the request path
 	Instance *string `json:"instance,omitempty"`
 
-	// Limit pool_backlog, namespace_backlog, namespace_streams, namespace_stream_bytes or namespace_record_bytes (absent for a caller-review limit)
+	// Limit pool_backlog, namespace_backlog, namespace_streams, namespace_stream_bytes, namespace_record_bytes, namespace_body_bytes or replica_body_bytes (absent for a caller-review limit)
 	Limit *string `json:"limit,omitempty"`
 
 	// Max the limit's value: queued invocations, open streams, or bytes
