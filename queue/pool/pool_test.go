@@ -57,9 +57,10 @@ func TestParsePolicy(t *testing.T) {
 func TestLimits(t *testing.T) {
 	def := Limits{}.WithDefaults()
 	require.Equal(t, Limits{PoolMaxBacklog: DefaultPoolMaxBacklog, NamespaceMaxBacklog: DefaultNamespaceMaxBacklog, NamespaceMaxInFlight: DefaultNamespaceMaxInFlight,
-		NamespaceMaxStreams: DefaultNamespaceMaxStreams, NamespaceMaxStreamBytes: DefaultNamespaceMaxStreamBytes, NamespaceMaxRecordBytes: DefaultNamespaceMaxRecordBytes}, def)
+		NamespaceMaxStreams: DefaultNamespaceMaxStreams, NamespaceMaxStreamBytes: DefaultNamespaceMaxStreamBytes, NamespaceMaxRecordBytes: DefaultNamespaceMaxRecordBytes,
+		ReplicaMaxBodyBytes: DefaultReplicaMaxBodyBytes, NamespaceMaxBodyBytes: DefaultNamespaceMaxBodyBytes}, def)
 	unbounded := Limits{PoolMaxBacklog: -1, PoolMaxInFlight: -1, NamespaceMaxBacklog: -1, NamespaceMaxInFlight: -1, NamespaceMaxStreams: -1,
-		NamespaceMaxStreamBytes: -1, NamespaceMaxRecordBytes: -1}.WithDefaults()
+		NamespaceMaxStreamBytes: -1, NamespaceMaxRecordBytes: -1, ReplicaMaxBodyBytes: -1, NamespaceMaxBodyBytes: -1}.WithDefaults()
 	require.Equal(t, Limits{}, unbounded, "negative: unbounded (0)")
 	own := DefaultPolicy()
 	own.MaxBacklog, own.MaxInFlight = 7, 3
