@@ -77,8 +77,10 @@ func TestPutGet(t *testing.T) {
 // TestGetAfterPutClustered: an object stored through one server of a
 // three-server cluster is read whole through another right after. Any
 // replica answers a direct get, and a follower behind the newest writes
-// said "not found" (57 of 300 such reads before; its followers answer direct gets a few seconds after the bucket is made, so the test reads past that), which Permanent takes
-// for an object that is gone: the invocation failed for good.
+// said "not found" (57 of 300 such reads before), which Permanent takes
+// for an object that is gone: the invocation failed for good. Followers
+// answer direct gets a few seconds after the bucket is made, so the test
+// reads past that.
 func TestGetAfterPutClustered(t *testing.T) {
 	a, servers := natsauth.Cluster(t, nil, 3)
 	asQueue, err := a.QueueOption()
@@ -93,11 +95,20 @@ func TestGetAfterPutClustered(t *testing.T) {
 		buckets[i] = &Buckets{JS: js[i], Cfg: Config{StreamName: "RS", TTL: time.Hour, MaxBytes: 256 << 20, Replicas: 3}}
 	}
 	data := bytes.Repeat([]byte("0123456789"), 60_000) // 600 KB: 3 chunks
+	stores := make([]jetstream.ObjectStore, len(servers))
+	for i, b := range buckets {
+		stores[i], err = b.Ensure(ctx, "team-a")
+		require.NoError(t, err)
+		// A bucket just made takes writes once its stream has a leader
+		// (before that a publish has no responders).
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			_, err := Put(ctx, stores[i], "ready", []byte("x"), 1<<20)
+			assert.NoError(c, err)
+		}, 30*time.Second, 50*time.Millisecond)
+	}
 	var failed []string
 	for i, start := 0, time.Now(); i < 100 || time.Since(start) < natsauth.FollowersServeDirectGets; i++ {
-		obs, err := buckets[i%3].Ensure(ctx, "team-a")
-		require.NoError(t, err)
-		ref, err := Put(ctx, obs, PayloadName("team-a", fmt.Sprintf("inv-%d", i)), data, 1<<20)
+		ref, err := Put(ctx, stores[i%3], PayloadName("team-a", fmt.Sprintf("inv-%d", i%100)), data, 1<<20) // a name again replaces its object: the bucket stays bounded
 		require.NoError(t, err)
 		got, err := Get(ctx, js[(i+1)%3], ref, 0)
 		if err != nil {
