@@ -26,7 +26,7 @@ type configReconciler struct {
 	client kubernetes.Interface
 	// objects is the manager's cache, which keeps of the two kinds only
 	// the objects named Webhooks.Name (cacheOptions).
-	objects ctrlcache.Informers
+	objects  ctrlcache.Informers
 	cfg      Config
 	log      *slog.Logger
 	ready    *atomic.Bool

@@ -131,7 +131,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	mgr, err := manager.New(cfg.RESTConfig, manager.Options{
 		Logger: logr.FromSlogHandler(log.Handler()),
-		Cache: cacheOptions(cfg),
+		Cache:  cacheOptions(cfg),
 		// /metrics (controller-runtime's registry) and the health endpoints
 		// are served on the HTTPS listener, and the health endpoints on
 		// HealthAddr too (below).
