@@ -100,9 +100,10 @@ func (c *Config) defaults() error {
 }
 
 // Run serves admission until ctx ends, then shuts its servers down
-// gracefully. It fails early when the caches do not sync or TLS cannot be
-// set up; once serving, /readyz reports whether the certificate is trusted
-// (caBundle in place) and the catalog is synced.
+// gracefully. It fails early when TLS cannot be set up; it serves
+// admission once the manager's caches (the catalog and NATS CA among
+// them) have synced, and /readyz reports whether the certificate is
+// trusted (caBundle in place) and the caches are synced.
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.defaults(); err != nil {
 		return err
