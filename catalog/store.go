@@ -1,20 +1,19 @@
 package catalog
 
 import (
-	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/runplane/runplane/api"
 )
 
-// Store holds the current catalog and follows the ConfigMap with a watch.
+// Store holds the current catalog and follows the ConfigMap through an
+// informer (Follow).
 // A ConfigMap that fails to parse leaves the last good catalog in place and
 // is reported through LastError, so one bad edit never empties the catalog.
 type Store struct {
@@ -61,27 +60,48 @@ func (s *Store) set(cm *corev1.ConfigMap) {
 	s.catalog, s.lastErr = c, nil
 }
 
-// Watch starts following the catalog ConfigMap in namespace and waits, up to
-// a minute, for the first sync. The watch stops when ctx ends.
-func Watch(ctx context.Context, client kubernetes.Interface, namespace string) (*Store, error) {
+// Informer is what Follow needs of an informer of the catalog ConfigMap:
+// a controller-runtime cache's (restricted to that ConfigMap, see
+// CacheConfig) or client-go's.
+type Informer interface {
+	AddEventHandler(cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error)
+}
+
+// Follow keeps a Store in line with the catalog ConfigMap as inf sees it;
+// the Store has synced once its handler has been handed inf's list.
+// Objects of another name are ignored, so inf may see more ConfigMaps.
+func Follow(inf Informer) (*Store, error) {
 	s := &Store{catalog: Catalog{}}
-	lw := cache.NewListWatchFromClient(client.CoreV1().RESTClient(), "configmaps", namespace,
-		fields.OneTermEqualSelector("metadata.name", api.CatalogConfigMap))
-	_, informer := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: lw,
-		ObjectType:    &corev1.ConfigMap{},
-		Handler: cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { s.set(obj.(*corev1.ConfigMap)) },
-			UpdateFunc: func(_, obj any) { s.set(obj.(*corev1.ConfigMap)) },
-			DeleteFunc: func(any) { s.set(nil) },
+	set := func(obj any) {
+		if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name == api.CatalogConfigMap {
+			s.set(cm)
+		}
+	}
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    set,
+		UpdateFunc: func(_, obj any) { set(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name == api.CatalogConfigMap {
+				s.set(nil)
+			}
 		},
 	})
-	s.synced = informer.HasSynced
-	go informer.Run(ctx.Done())
-	syncCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if !cache.WaitForCacheSync(syncCtx.Done(), informer.HasSynced) {
-		return nil, fmt.Errorf("catalog: watching ConfigMap %s/%s: not synced: %w", namespace, api.CatalogConfigMap, syncCtx.Err())
+	if err != nil {
+		return nil, fmt.Errorf("catalog: following ConfigMap %s: %w", api.CatalogConfigMap, err)
 	}
+	s.synced = reg.HasSynced
 	return s, nil
+}
+
+// CacheConfig is what a controller-runtime cache keeps of ConfigMaps for
+// Follow: the catalog ConfigMap of namespace alone (RBAC grants list and
+// watch of that name only).
+func CacheConfig(namespace string) ctrlcache.ByObject {
+	return ctrlcache.ByObject{
+		Namespaces: map[string]ctrlcache.Config{namespace: {}},
+		Field:      fields.OneTermEqualSelector("metadata.name", api.CatalogConfigMap),
+	}
 }

@@ -172,14 +172,6 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 	if err != nil {
 		return nil, fmt.Errorf("extender: new manager: %w", err)
 	}
-	if e.catalog, err = catalog.Watch(ctx, client, cfg.Namespace); err != nil {
-		return nil, fmt.Errorf("extender: %w", err)
-	}
-	// A spec whose resources the scheduler does not send here would be
-	// placed with no capacity check at all: refuse to start.
-	if err := e.catalog.Catalog().CheckManaged(cfg.ManagedResources); err != nil {
-		return nil, fmt.Errorf("extender: %w", err)
-	}
 	if err := e.informers(ctx, mgr.GetCache()); err != nil {
 		return nil, err
 	}
@@ -246,7 +238,14 @@ func Start(ctx context.Context, cfg Config) (*Extender, error) {
 		if err := e.Wait(); err != nil {
 			return nil, err
 		}
-		return nil, fmt.Errorf("extender: informers (pods, nodes, PodDisruptionBudgets, DRA classes, slices and claims, the followed Lease) did not sync: %w", syncCtx.Err())
+		return nil, fmt.Errorf("extender: informers (pods, nodes, PodDisruptionBudgets, DRA classes, slices and claims, the catalog, the followed Lease) did not sync: %w", syncCtx.Err())
+	}
+	// A spec whose resources the scheduler does not send here would be
+	// placed with no capacity check at all: refuse to start (request
+	// checks each spec again, so nothing is placed unchecked meanwhile).
+	if err := e.catalog.Catalog().CheckManaged(cfg.ManagedResources); err != nil {
+		stop()
+		return nil, errors.Join(fmt.Errorf("extender: %w", err), e.Wait())
 	}
 	if err := scrapeGauges(e.ledger, map[string]*tls.Config{"verbs": tlsCfg, "metrics": metricsTLS}); err != nil {
 		stop()
@@ -343,7 +342,7 @@ func (e *Extender) IsLeader() bool { return e.isLeader() }
 func (e *Extender) isLeader() bool { return e.leader.Load() }
 
 // waitSynced blocks until the cache has synced (Pods, Nodes,
-// PodDisruptionBudgets, DRA objects, the followed Lease) and the ledger has
+// PodDisruptionBudgets, DRA objects, the catalog, the followed Lease) and the ledger has
 // been handed every listed object, or ctx ends (false). Nothing leads
 // before: a leader with a partial ledger would reserve and bind into
 // capacity whose Pods it has not seen yet, and release as stale the
@@ -435,16 +434,17 @@ func protobuf(rc *rest.Config) *rest.Config {
 
 // cacheOptions is what the manager's cache keeps: every object without
 // its managed fields (the ledger never reads them and at 50,000 Pods they
-// dominate the informers' memory), and of Leases only the followed one
-// (RBAC grants list and watch on its name only, which needs the field
-// selector).
+// dominate the informers' memory), of ConfigMaps only the catalog and of
+// Leases only the followed one (RBAC grants list and watch on their names
+// only, which needs the field selector).
 func cacheOptions(cfg Config) ctrlcache.Options {
-	o := ctrlcache.Options{DefaultTransform: ctrlcache.TransformStripManagedFields()}
+	o := ctrlcache.Options{DefaultTransform: ctrlcache.TransformStripManagedFields(),
+		ByObject: map[client.Object]ctrlcache.ByObject{&corev1.ConfigMap{}: catalog.CacheConfig(cfg.Namespace)}}
 	if ns, name, ok := strings.Cut(cfg.LeaderElection.FollowLease, "/"); ok {
-		o.ByObject = map[client.Object]ctrlcache.ByObject{&coordinationv1.Lease{}: {
+		o.ByObject[&coordinationv1.Lease{}] = ctrlcache.ByObject{
 			Namespaces: map[string]ctrlcache.Config{ns: {}},
 			Field:      fields.OneTermEqualSelector("metadata.name", name),
-		}}
+		}
 	}
 	return o
 }
@@ -500,6 +500,14 @@ func (e *Extender) informers(ctx context.Context, c ctrlcache.Cache) error {
 		return err
 	}
 	e.handlersSynced = append(e.handlersSynced, draSynced...)
+	catalogInformer, err := c.GetInformer(ctx, &corev1.ConfigMap{})
+	if err != nil {
+		return fmt.Errorf("extender: catalog informer: %w", err)
+	}
+	if e.catalog, err = catalog.Follow(catalogInformer); err != nil {
+		return fmt.Errorf("extender: %w", err)
+	}
+	e.handlersSynced = append(e.handlersSynced, e.catalog.HasSynced)
 	return nil
 }
 

@@ -13,16 +13,20 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // configReconciler keeps the webhook configuration objects (whole objects
 // when managing them, else only their caBundle) and repairs drift at once.
 // It is a manager Runnable; ready says the last pass succeeded.
 type configReconciler struct {
-	client   kubernetes.Interface
+	client kubernetes.Interface
+	// objects is the manager's cache, which keeps of the two kinds only
+	// the objects named Webhooks.Name (cacheOptions).
+	objects  ctrlcache.Informers
 	cfg      Config
 	log      *slog.Logger
 	ready    *atomic.Bool
@@ -33,7 +37,11 @@ type configReconciler struct {
 // Start reconciles now, whenever either object changes, and every Resync,
 // until ctx ends.
 func (r *configReconciler) Start(ctx context.Context) error {
-	trigger := r.watch(ctx)
+	trigger, stop, err := r.watch(ctx)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	resync := time.NewTicker(r.cfg.Webhooks.Resync.Duration)
 	defer resync.Stop()
 	for {
@@ -67,8 +75,9 @@ func (r *configReconciler) reconcile(ctx context.Context) error {
 }
 
 // watch signals when either configuration object changes, so drift (say a
-// reinstall that reset the caBundle) is repaired at once.
-func (r *configReconciler) watch(ctx context.Context) <-chan struct{} {
+// reinstall that reset the caBundle) is repaired at once; stop removes its
+// handlers (the cache outlives the Runnable at shutdown).
+func (r *configReconciler) watch(ctx context.Context) (<-chan struct{}, func(), error) {
 	ch := make(chan struct{}, 1)
 	poke := func() {
 		select {
@@ -79,13 +88,32 @@ func (r *configReconciler) watch(ctx context.Context) <-chan struct{} {
 	handler := cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { poke() }, UpdateFunc: func(any, any) { poke() }, DeleteFunc: func(any) { poke() },
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(r.client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = "metadata.name=" + r.cfg.Webhooks.Name
-	}))
-	_, _ = factory.Admissionregistration().V1().MutatingWebhookConfigurations().Informer().AddEventHandler(handler)
-	_, _ = factory.Admissionregistration().V1().ValidatingWebhookConfigurations().Informer().AddEventHandler(handler)
-	factory.Start(ctx.Done())
-	return ch
+	var stops []func()
+	stop := func() {
+		for _, s := range stops {
+			s()
+		}
+	}
+	for _, obj := range []client.Object{&admissionregistrationv1.MutatingWebhookConfiguration{}, &admissionregistrationv1.ValidatingWebhookConfiguration{}} {
+		// Not waiting for its sync: the passes start now, and the
+		// handler gets every object the informer lists.
+		inf, err := r.objects.GetInformer(ctx, obj, ctrlcache.BlockUntilSynced(false))
+		if err != nil {
+			stop()
+			return nil, nil, fmt.Errorf("webhook configurations: informer of %T: %w", obj, err)
+		}
+		reg, err := inf.AddEventHandler(handler)
+		if err != nil {
+			stop()
+			return nil, nil, fmt.Errorf("webhook configurations: watching %T: %w", obj, err)
+		}
+		stops = append(stops, func() {
+			if err := inf.RemoveEventHandler(reg); err != nil {
+				r.log.Warn("webhook configurations: removing a watch handler", "error", err)
+			}
+		})
+	}
+	return ch, stop, nil
 }
 
 // service is where managed configurations send admission without a

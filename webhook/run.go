@@ -23,8 +23,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -98,9 +100,10 @@ func (c *Config) defaults() error {
 }
 
 // Run serves admission until ctx ends, then shuts its servers down
-// gracefully. It fails early when the caches do not sync or TLS cannot be
-// set up; once serving, /readyz reports whether the certificate is trusted
-// (caBundle in place) and the catalog is synced.
+// gracefully. It fails early when TLS cannot be set up; it serves
+// admission once the manager's caches (the catalog and NATS CA among
+// them) have synced, and /readyz reports whether the certificate is
+// trusted (caBundle in place) and the caches are synced.
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.defaults(); err != nil {
 		return err
@@ -127,15 +130,9 @@ func Run(ctx context.Context, cfg Config) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	store, err := catalog.Watch(ctx, kube, cfg.Namespace)
-	if err != nil {
-		return fmt.Errorf("webhook: %w", err)
-	}
 	mgr, err := manager.New(cfg.RESTConfig, manager.Options{
 		Logger: logr.FromSlogHandler(log.Handler()),
-		// What admission reads (lookup): claims, PriorityClasses and
-		// Namespaces, without their managed fields.
-		Cache: ctrlcache.Options{DefaultTransform: ctrlcache.TransformStripManagedFields()},
+		Cache:  cacheOptions(cfg),
 		// /metrics (controller-runtime's registry) and the health endpoints
 		// are served on the HTTPS listener, and the health endpoints on
 		// HealthAddr too (below).
@@ -152,6 +149,14 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("webhook: cache of %T: %w", obj, err)
 		}
 	}
+	catalogInformer, err := mgr.GetCache().GetInformer(ctx, &corev1.ConfigMap{})
+	if err != nil {
+		return fmt.Errorf("webhook: cache of the catalog: %w", err)
+	}
+	store, err := catalog.Follow(catalogInformer)
+	if err != nil {
+		return fmt.Errorf("webhook: %w", err)
+	}
 	metrics, err := NewMetrics().registered()
 	if err != nil {
 		return fmt.Errorf("webhook: %w", err)
@@ -164,16 +169,18 @@ func Run(ctx context.Context, cfg Config) error {
 		PriorityClasses: objects,
 		Namespaces:      objects,
 	}
+	caSynced := func() bool { return true }
 	if cfg.Injection.NATSServerName != "" {
 		// The queue (or the chart, for an external NATS) publishes it.
-		ca, err := natstls.WatchCA(ctx, kube, cfg.Namespace)
+		ca, err := followCA(ctx, mgr, cfg.Namespace)
 		if err != nil {
 			return fmt.Errorf("webhook: NATS CA: %w", err)
 		}
 		mutator.NATSCA = ca.Bundle
+		caSynced = ca.HasSynced
 	}
 	var ready, cacheSynced atomic.Bool
-	getCert, keepers, err := serving(ctx, kube, cfg, metrics, log, &ready)
+	getCert, keepers, err := serving(ctx, kube, mgr.GetCache(), cfg, metrics, log, &ready)
 	if err != nil {
 		return err
 	}
@@ -191,6 +198,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}, "catalog": func(*http.Request) error {
 		if !store.HasSynced() {
 			return errors.New("catalog not synced")
+		}
+		return nil
+	}, "nats-ca": func(*http.Request) error {
+		if !caSynced() {
+			return errors.New("NATS CA not synced")
 		}
 		return nil
 	}}
@@ -217,7 +229,10 @@ func Run(ctx context.Context, cfg Config) error {
 		cacheSynced.Store(mgr.GetCache().WaitForCacheSync(ctx))
 		return nil
 	})
-	runnables := append([]manager.Runnable{srv, synced}, keepers...)
+	// Admission is served once the caches have synced (the manager starts
+	// a webhook.Server before them): a Pod is never judged by an empty
+	// catalog or a missing NATS CA.
+	runnables := append([]manager.Runnable{afterCaches{srv}, synced}, keepers...)
 	if cfg.HealthListener != nil || cfg.HealthAddr != "0" {
 		runnables = append(runnables, &manager.Server{Name: "health", Listener: cfg.HealthListener,
 			Server: &http.Server{Addr: cfg.HealthAddr, Handler: healthMux(checks), ReadHeaderTimeout: 10 * time.Second}})
@@ -233,6 +248,63 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	return nil
 }
+
+// afterCaches is a Runnable the manager starts once its caches have
+// synced (a "non-leader-election" one), whatever else r is.
+type afterCaches struct{ manager.Runnable }
+
+func (afterCaches) NeedLeaderElection() bool { return false }
+
+// cacheOptions is what the manager's cache keeps, every object without its
+// managed fields: what admission reads (lookup: PersistentVolumeClaims,
+// PriorityClasses, Namespaces), the catalog ConfigMap alone, and of the
+// webhook configurations only runplane's (RBAC grants list and watch of
+// those names only).
+func cacheOptions(cfg Config) ctrlcache.Options {
+	ours := ctrlcache.ByObject{Field: fields.OneTermEqualSelector("metadata.name", cfg.Webhooks.Name)}
+	return ctrlcache.Options{
+		DefaultTransform: ctrlcache.TransformStripManagedFields(),
+		ByObject: map[client.Object]ctrlcache.ByObject{
+			&corev1.ConfigMap{}: catalog.CacheConfig(cfg.Namespace),
+			&admissionregistrationv1.MutatingWebhookConfiguration{}:   ours,
+			&admissionregistrationv1.ValidatingWebhookConfiguration{}: ours,
+		},
+	}
+}
+
+// followCA follows the NATS CA ConfigMap through a second cache of the
+// manager's: a cache keeps one informer per kind, the manager's keeps the
+// catalog ConfigMap, and RBAC grants list and watch of these two
+// ConfigMaps by name only (one field selector each).
+func followCA(ctx context.Context, mgr manager.Manager, namespace string) (*natstls.CAStore, error) {
+	c, err := ctrlcache.New(mgr.GetConfig(), ctrlcache.Options{
+		HTTPClient: mgr.GetHTTPClient(), Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
+		DefaultTransform: ctrlcache.TransformStripManagedFields(),
+		ByObject:         map[client.Object]ctrlcache.ByObject{&corev1.ConfigMap{}: natstls.CACacheConfig(namespace)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cache: %w", err)
+	}
+	inf, err := c.GetInformer(ctx, &corev1.ConfigMap{})
+	if err != nil {
+		return nil, fmt.Errorf("cache: %w", err)
+	}
+	store, err := natstls.FollowCA(inf, namespace)
+	if err != nil {
+		return nil, err
+	}
+	// Started, and waited for, with the manager's own cache.
+	if err := mgr.Add(managerCache{c}); err != nil {
+		return nil, fmt.Errorf("cache: %w", err)
+	}
+	return store, nil
+}
+
+// managerCache is a cache the manager starts and waits for among its
+// caches (those a Runnable's GetCache names).
+type managerCache struct{ ctrlcache.Cache }
+
+func (c managerCache) GetCache() ctrlcache.Cache { return c.Cache }
 
 // healthMux serves /healthz and /readyz (checks).
 func healthMux(checks map[string]healthz.Checker) *http.ServeMux {

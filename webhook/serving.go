@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/runplane/runplane/internal/pki"
@@ -18,7 +19,7 @@ import (
 
 // serving returns the certificate getter and the Runnables that keep the
 // certificate (and, self-managed, the webhook configurations) current.
-func serving(ctx context.Context, client kubernetes.Interface, cfg Config, metrics *Metrics, log *slog.Logger, ready *atomic.Bool) (func(*tls.ClientHelloInfo) (*tls.Certificate, error), []manager.Runnable, error) {
+func serving(ctx context.Context, client kubernetes.Interface, objects ctrlcache.Informers, cfg Config, metrics *Metrics, log *slog.Logger, ready *atomic.Bool) (func(*tls.ClientHelloInfo) (*tls.Certificate, error), []manager.Runnable, error) {
 	if cfg.TLS.CertManager {
 		w, err := pki.WatchFiles(filepath.Join(cfg.TLS.CertDir, "tls.crt"), filepath.Join(cfg.TLS.CertDir, "tls.key"),
 			func(leaf *x509.Certificate) { metrics.certExpiry.Set(float64(leaf.NotAfter.Unix())) })
@@ -30,7 +31,7 @@ func serving(ctx context.Context, client kubernetes.Interface, cfg Config, metri
 	}
 
 	var trust atomic.Pointer[[]byte] // the caBundle the configurations get
-	configs := &configReconciler{client: client, cfg: cfg, log: log, ready: ready, caBundle: func() []byte { return *trust.Load() }}
+	configs := &configReconciler{client: client, objects: objects, cfg: cfg, log: log, ready: ready, caBundle: func() []byte { return *trust.Load() }}
 	opts := cfg.Certs
 	opts.Name, opts.DNSNames, opts.IPAddresses = "runplane-webhook", cfg.TLS.DNSNames, cfg.TLS.IPs()
 	k := &pki.Keeper{Client: client, Secret: pki.SecretRef{Namespace: cfg.Namespace, Name: cfg.TLS.SecretName}, Options: opts,

@@ -28,7 +28,7 @@ func TestCertKeeperRenews(t *testing.T) {
 	cfg.Namespace, cfg.TLS = "rp", config.TLS{SecretName: "tls", IPAddresses: []string{"127.0.0.1"}}
 	cfg.Webhooks = config.Webhooks{Name: "rp-webhook", Manage: true, URL: "https://127.0.0.1:9443"}
 	var ready atomic.Bool
-	get, runnables, err := serving(ctx, client, cfg, NewMetrics(), slog.New(slog.DiscardHandler), &ready)
+	get, runnables, err := serving(ctx, client, nil, cfg, NewMetrics(), slog.New(slog.DiscardHandler), &ready)
 	require.NoError(t, err)
 	require.Len(t, runnables, 2)
 	k := runnables[0].(*pki.Keeper)

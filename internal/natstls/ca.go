@@ -5,16 +5,14 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/runplane/runplane/api"
 )
@@ -67,21 +65,27 @@ type CAStore struct {
 	bundle    []byte
 	// err is why bundle cannot be used, judged once per change of the
 	// ConfigMap, not at every pool Pod's admission.
-	err error
+	err    error
+	synced func() bool
 }
 
-// WatchCA starts following the ConfigMap in namespace and waits, up to a
-// minute, for the first sync (a ConfigMap that does not exist yet syncs as
-// missing). The watch stops when ctx ends.
-func WatchCA(ctx context.Context, client kubernetes.Interface, namespace string) (*CAStore, error) {
+// Informer is what FollowCA needs of an informer of the ConfigMap: a
+// controller-runtime cache's (restricted to it, see CACacheConfig) or
+// client-go's.
+type Informer interface {
+	AddEventHandler(cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error)
+}
+
+// FollowCA keeps a CAStore in line with the ConfigMap of namespace as inf
+// sees it (missing until inf has listed it); the store has synced once its
+// handler has been handed inf's list. ConfigMaps of another name are
+// ignored.
+func FollowCA(inf Informer, namespace string) (*CAStore, error) {
 	s := &CAStore{namespace: namespace}
 	s.err = s.check(nil) // missing until the first sync says otherwise
-	set := func(obj any) {
+	set := func(cm *corev1.ConfigMap) {
 		var b []byte
-		if cm, ok := obj.(*corev1.ConfigMap); ok {
-			if cm.Name != api.NATSCAConfigMap {
-				return
-			}
+		if cm != nil {
 			b = []byte(cm.Data[api.NATSCAKey])
 		}
 		err := s.check(b)
@@ -89,39 +93,50 @@ func WatchCA(ctx context.Context, client kubernetes.Interface, namespace string)
 		defer s.mu.Unlock()
 		s.bundle, s.err = b, err
 	}
-	cms := client.CoreV1().ConfigMaps(namespace)
-	only := func(o metav1.ListOptions) metav1.ListOptions {
-		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", api.NATSCAConfigMap).String()
-		return o
+	ours := func(obj any) (*corev1.ConfigMap, bool) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		cm, ok := obj.(*corev1.ConfigMap)
+		return cm, ok && cm.Name == api.NATSCAConfigMap && cm.Namespace == namespace
 	}
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return cms.List(ctx, only(o)) },
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return cms.Watch(ctx, only(o))
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if cm, ok := ours(obj); ok {
+				set(cm)
+			}
 		},
-	}
-	_, informer := cache.NewInformerWithOptions(cache.InformerOptions{
-		// A fake clientset (tests) does not stream initial events.
-		ListerWatcher: cache.ToListWatcherWithWatchListSemantics(lw, client),
-		ObjectType:    &corev1.ConfigMap{},
-		Handler: cache.ResourceEventHandlerFuncs{
-			AddFunc:    set,
-			UpdateFunc: func(_, obj any) { set(obj) },
-			DeleteFunc: func(obj any) {
-				if cm, ok := obj.(*corev1.ConfigMap); !ok || cm.Name == api.NATSCAConfigMap {
-					set(nil)
-				}
-			},
+		UpdateFunc: func(_, obj any) {
+			if cm, ok := ours(obj); ok {
+				set(cm)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if _, ok := ours(obj); ok {
+				set(nil)
+			}
 		},
 	})
-	go informer.Run(ctx.Done())
-	syncCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if !cache.WaitForCacheSync(syncCtx.Done(), informer.HasSynced) {
-		return nil, fmt.Errorf("watching ConfigMap %s/%s: not synced: %w", namespace, api.NATSCAConfigMap, syncCtx.Err())
+	if err != nil {
+		return nil, fmt.Errorf("following ConfigMap %s/%s: %w", namespace, api.NATSCAConfigMap, err)
 	}
+	s.synced = reg.HasSynced
 	return s, nil
 }
+
+// CACacheConfig is what a controller-runtime cache keeps of ConfigMaps for
+// FollowCA: the ConfigMap of namespace alone (RBAC grants list and watch
+// of that name only).
+func CACacheConfig(namespace string) ctrlcache.ByObject {
+	return ctrlcache.ByObject{
+		Namespaces: map[string]ctrlcache.Config{namespace: {}},
+		Field:      fields.OneTermEqualSelector("metadata.name", api.NATSCAConfigMap),
+	}
+}
+
+// HasSynced reports whether the store has seen the ConfigMap (or its
+// absence).
+func (s *CAStore) HasSynced() bool { return s.synced() }
 
 // Bundle is the ConfigMap's CA bundle, checked to hold certificates only;
 // an error while it is missing (the queue publishes it at start) or

@@ -7,20 +7,26 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/internal/natstls"
 )
 
-// TestPublishAndWatchCA: the queue publishes the CA bundle (certificates
+// TestPublishAndFollowCA: the queue publishes the CA bundle (certificates
 // only) to the ConfigMap the webhook follows; the webhook's store has no
 // bundle until it exists, then follows every change.
-func TestPublishAndWatchCA(t *testing.T) {
+func TestPublishAndFollowCA(t *testing.T) {
 	ctx := t.Context()
 	client := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "unrelated", Namespace: ns}, Data: map[string]string{api.NATSCAKey: "junk"}})
-	store, err := natstls.WatchCA(ctx, client, ns)
+	// The webhook hands FollowCA its cache's informer; any informer does.
+	inf := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns)).Core().V1().ConfigMaps().Informer()
+	store, err := natstls.FollowCA(inf, ns)
 	require.NoError(t, err)
+	require.False(t, store.HasSynced())
+	go inf.Run(ctx.Done())
+	require.Eventually(t, store.HasSynced, 10*time.Second, 10*time.Millisecond)
 	_, err = store.Bundle()
 	require.ErrorContains(t, err, "not published yet")
 

@@ -1,10 +1,6 @@
 package kubetest_test
 
 import (
-	"bufio"
-	"bytes"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -30,18 +26,8 @@ func TestShardsShareTheManagersCache(t *testing.T) {
 	const ns = "shared-cache"
 	c := cluster.ForTest(t, ns)
 	watches := func(resource string) int {
-		raw, err := c.Client().CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
+		n, err := c.Watches(t.Context(), resource, "namespace")
 		require.NoError(t, err)
-		n := 0
-		for sc := bufio.NewScanner(bytes.NewReader(raw)); sc.Scan(); {
-			l := sc.Text()
-			if strings.HasPrefix(l, "apiserver_longrunning_requests{") && strings.Contains(l, `resource="`+resource+`"`) &&
-				strings.Contains(l, `scope="namespace"`) && strings.Contains(l, `verb="WATCH"`) {
-				v, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
-				require.NoError(t, err, l)
-				n += int(v)
-			}
-		}
 		return n
 	}
 	pods0, rss0 := watches("pods"), watches("replicasets")
