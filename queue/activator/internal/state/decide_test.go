@@ -94,3 +94,33 @@ func TestLeastLoaded(t *testing.T) {
 		})
 	}
 }
+
+// TestScaleDownNeverPicksAWorkerAlreadyLeaving: a worker a scale-down
+// picked is held until its Pod is seen terminating; a second scale-down
+// decided before that picks another idle worker, not it again. Picking it
+// again left the choice of the Pod to delete to the ReplicaSet controller,
+// which took the busy one (queue/kubetest TestIdleScaleDownKeepsBusyPod
+// failed so at load: two decisions 64ms apart both removed the same Pod,
+// and the busy worker was lost).
+func TestScaleDownNeverPicksAWorkerAlreadyLeaving(t *testing.T) {
+	s, clk := newState(3)
+	pol := pool.DefaultPolicy()
+	pol.IdleTimeout = 2 * time.Second
+	register(s, "busy", 1)
+	enqueue(s, "x")
+	require.Equal(t, []string{"x→busy"}, workersOf(s.Dispatch()))
+	register(s, "a", 1)
+	clk.Step(time.Second)
+	register(s, "b", 1)
+	clk.Step(1500 * time.Millisecond) // a idle 2.5s, b 1.5s
+
+	decide := func(current int) Decision {
+		backlog, inflight, views, _ := s.ScaleInput(pk, time.Minute)
+		return Decide(pol, current, backlog, inflight, views, s.Now())
+	}
+	first := decide(3)
+	require.Equal(t, Decision{To: 2, Remove: []string{"a"}, Reason: "1 workers idle for 2s"}, first)
+	s.Hold(pk, first.Remove)
+	clk.Step(time.Second) // b idle 2.5s too; a's Pod not seen terminating yet
+	require.Equal(t, Decision{To: 1, Remove: []string{"b"}, Reason: "1 workers idle for 2s"}, decide(2))
+}

@@ -64,7 +64,11 @@ func (s *State) ScaleInput(pool string, startupTimeout time.Duration) (backlog, 
 	p := s.Pool(pool)
 	for _, w := range p.Workers {
 		inflight += len(w.InFlight)
-		if w.Pod != nil && w.Pod.Terminating {
+		if (w.Pod != nil && w.Pod.Terminating) || now.Before(w.DrainUntil) {
+			// Leaving: its Pod is going, or a scale-down picked it and its
+			// Pod is not seen terminating yet. Counted, a later scale-down
+			// would pick it again, and the ReplicaSet controller would
+			// choose which Pod goes — a busy one as soon as any.
 			continue
 		}
 		ready := w.Registered && w.Ready && !w.Silent
