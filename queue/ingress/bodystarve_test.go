@@ -1,0 +1,80 @@
+package ingress
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/runplane/runplane/internal/callerauth"
+	"github.com/runplane/runplane/internal/callerauth/callerauthtest"
+	"github.com/runplane/runplane/queue/pool"
+)
+
+// stalledBody is a request body that sends nothing until released: a
+// slow client (an authenticated body may take BodyReadTimeout, 5 min).
+// started is closed by its first Read: the handler passed the budget.
+type stalledBody struct {
+	once    sync.Once
+	started chan struct{}
+	release <-chan struct{}
+}
+
+func (b *stalledBody) Read([]byte) (int, error) {
+	b.once.Do(func() { close(b.started) })
+	<-b.release
+	return 0, errors.New("client gone")
+}
+
+// TestBodyBudgetOneTenantStarvesEveryOther (review of bae2696): the README
+// says the namespace share is half the replica's budget "so one tenant
+// never takes the replica". But a seed-alias request that names its pool
+// only in its body is counted in one share common to all such requests,
+// and it is taken after authentication only (no authorization: the
+// namespace is not known yet). So one tenant, allowed to invoke its own
+// pool only, holds the alias share (384 stalled 256 KiB alias bodies) and
+// its namespace's share (one chunked body, counted at the body limit, and
+// one more) — the whole replica at almost no bandwidth — and every other
+// tenant's invocation with a body gets 429 replica_body_bytes.
+func TestBodyBudgetOneTenantStarvesEveryOther(t *testing.T) {
+	auth := callerauthtest.Static{Users: map[string]string{"tok-m": "mallory", "tok-a": "alice"}, May: func(u string, req callerauth.Request) bool {
+		return req.Verb == VerbInvoke && ((u == "mallory" && req.Namespace == "team-m") || (u == "alice" && req.Namespace == "team-a"))
+	}}
+	s := offlineServer(auth, pool.Static{"team-m/echo": pool.DefaultPolicy(), "team-a/echo": pool.DefaultPolicy()})
+	h := s.Handler()
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() { close(release); wg.Wait() }()
+
+	stall := func(path string, contentLength int64) {
+		b := &stalledBody{started: make(chan struct{}), release: release}
+		r := httptest.NewRequest(http.MethodPost, path, b)
+		r.ContentLength = contentLength
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("Authorization", "Bearer tok-m")
+		wg.Go(func() { _ = serve(h, httptest.NewRecorder(), r) })
+		<-b.started // barrier: its bytes are held
+	}
+	// The alias share: mallory is authenticated, which is all it takes.
+	for range s.cfg.Limits.NamespaceMaxBodyBytes / s.cfg.AliasBodyBytes {
+		stall("/api/v1/serverless/invocations", s.cfg.AliasBodyBytes)
+	}
+	// Its own namespace's share: a chunked body (no Content-Length) is
+	// counted at the body limit, however short it is.
+	stall("/v1/namespaces/team-m/pools/echo/invocations", -1)
+	stall("/v1/namespaces/team-m/pools/echo/invocations", s.cfg.Limits.NamespaceMaxBodyBytes-s.cfg.MaxBodyBytes)
+
+	r := httptest.NewRequest(http.MethodPost, "/v1/namespaces/team-a/pools/echo/invocations", strings.NewReader(`{"mode":"async","payload":{}}`))
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Authorization", "Bearer tok-a")
+	w := httptest.NewRecorder()
+	_ = serve(h, w, r) // past the budget it reaches the store, which this server has none of
+	body, _ := io.ReadAll(w.Body)
+	require.NotEqual(t, http.StatusTooManyRequests, w.Code,
+		"alice's 29-byte body was refused because one other tenant holds the whole replica's body budget: %s", body)
+}
