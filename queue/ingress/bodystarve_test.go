@@ -78,3 +78,41 @@ func TestBodyBudgetOneTenantStarvesEveryOther(t *testing.T) {
 	require.NotEqual(t, http.StatusTooManyRequests, w.Code,
 		"alice's 29-byte body was refused because one other tenant holds the whole replica's body budget: %s", body)
 }
+
+// TestBodyBudgetChunkedBodyCountedAtItsSize (review of bae2696): a body
+// sent without Content-Length (chunked; HTTP/2 clients and streaming
+// encoders often send none) is counted at the body limit, ~86 MiB, before a
+// byte is read, however short it is: a namespace can have one such request
+// in flight at a time (96 MiB share), and the replica two (192 MiB). Two
+// tenants each sending one tiny chunked body leave a third no room for a
+// body of 20 MiB, and a tenant's second concurrent 29-byte chunked request
+// is refused.
+func TestBodyBudgetChunkedBodyCountedAtItsSize(t *testing.T) {
+	auth := callerauthtest.Static{Users: map[string]string{"tok-a": "alice", "tok-b": "bob"}, May: func(u string, req callerauth.Request) bool {
+		return req.Verb == VerbInvoke && ((u == "alice" && req.Namespace == "team-a") || (u == "bob" && req.Namespace == "team-b"))
+	}}
+	s := offlineServer(auth, pool.Static{"team-a/echo": pool.DefaultPolicy(), "team-b/echo": pool.DefaultPolicy()})
+	h := s.Handler()
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() { close(release); wg.Wait() }()
+
+	// One chunked request of alice's whose body has not all arrived yet.
+	b := &stalledBody{started: make(chan struct{}), release: release}
+	r := httptest.NewRequest(http.MethodPost, "/v1/namespaces/team-a/pools/echo/invocations", b)
+	r.ContentLength = -1
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Authorization", "Bearer tok-a")
+	wg.Go(func() { _ = serve(h, httptest.NewRecorder(), r) })
+	<-b.started
+
+	// A second, 29 bytes, chunked too.
+	r = httptest.NewRequest(http.MethodPost, "/v1/namespaces/team-a/pools/echo/invocations", io.NopCloser(strings.NewReader(`{"mode":"async","payload":{}}`)))
+	r.ContentLength = -1
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Authorization", "Bearer tok-a")
+	w := httptest.NewRecorder()
+	_ = serve(h, w, r)
+	require.NotEqual(t, http.StatusTooManyRequests, w.Code,
+		"a 29-byte body refused: one earlier chunked request of the namespace holds ~86 MiB of its 96 MiB share: %s", w.Body.String())
+}
