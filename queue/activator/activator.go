@@ -149,10 +149,10 @@ type Activator struct {
 	// purgeFailures reports purge rounds that fail (purge loop only).
 	purgeFailures failureReport
 	// proving: an ask of how far the invoke consumer handled the stream
-	// is under way (proveIntake); streamLast is what the last one read of
-	// the stream (touched by that ask only).
+	// is under way (proveIntake); streamLast is what the last two read of
+	// the stream (touched by those asks only).
 	proving    atomic.Bool
-	streamLast streamLast
+	streamLast [2]streamLast // the newest first
 
 	// podMu makes deciding whether a Pod is a worker and applying that to
 	// the state one step: the Pod, ReplicaSet and pool informers decide on
@@ -237,7 +237,7 @@ func (a *Activator) Run(ctx context.Context) error {
 	a.kick = make(chan struct{}, 1)
 	a.purgeKick = make(chan struct{}, 1)
 	a.ackFloor, a.ackFloorGen = 0, a.invokeGen.Load()
-	a.streamLast = streamLast{}
+	a.streamLast = [2]streamLast{}
 	a.filtered = map[string]bool{}
 	a.mu.Unlock()
 	rebuilt := false

@@ -442,15 +442,21 @@ func (a *Activator) refuseResult(m jetstream.Msg, res messages.Result, reason st
 const proofEvery = time.Second
 
 // streamLast is the invocation stream's last sequence as one ask read it,
-// for the next ask (proveIntake).
-type streamLast struct{ epoch, seq uint64 }
+// and when, for a later ask (proveIntake): the last two asks' are kept,
+// as the last one's is often less than proofEvery old at the next.
+type streamLast struct {
+	epoch, seq uint64
+	at         time.Time
+}
 
 // proveIntake asks the server how far the invoke consumer d handled the
 // stream (state/intake.go), off Run's goroutine, one ask at a time: the
 // consumer's ack floor, or, when it has nothing unacked, the last stream
 // sequence it delivered or went past; and when it has nothing pending
-// either, the stream's last sequence the ask before read (a second or
-// more before: a message removed before it was delivered is one the
+// either, the stream's last sequence an earlier ask read at least
+// proofEvery before this ask's consumer read (asks start a second apart,
+// but one that took long read the stream just before the next began: a
+// review; a message removed before it was delivered is one the
 // consumer never goes past). Not this ask's: the stream's leader may
 // have stored a message that the consumer's replica of the stream has not
 // yet, and does not count pending. Called on Run's goroutine, which alone
@@ -470,12 +476,16 @@ func (a *Activator) proveIntake(ctx context.Context, d *durable) {
 			a.cfg.Logger.Debug("read the invoke consumer's ack floor", "err", err)
 			return
 		}
+		read := a.cfg.Clock.Now()
 		info := c.CachedInfo()
 		floor := info.AckFloor.Stream
 		if info.NumAckPending == 0 {
 			floor = max(floor, info.Delivered.Stream)
-			if prev := a.streamLast; info.NumPending == 0 && prev.epoch == epoch {
-				floor = max(floor, prev.seq)
+			for _, prev := range a.streamLast {
+				if info.NumPending == 0 && prev.epoch == epoch && !prev.at.IsZero() && read.Sub(prev.at) >= proofEvery {
+					floor = max(floor, prev.seq)
+					break
+				}
 			}
 		}
 		a.locked(func(s *state.State) { s.AckFloor(epoch, floor) })
@@ -484,6 +494,6 @@ func (a *Activator) proveIntake(ctx context.Context, d *durable) {
 			a.cfg.Logger.Debug("read the invocation stream's last sequence", "err", err)
 			return
 		}
-		a.streamLast = streamLast{epoch: epoch, seq: si.State.LastSeq}
+		a.streamLast = [2]streamLast{{epoch: epoch, seq: si.State.LastSeq, at: a.cfg.Clock.Now()}, a.streamLast[0]}
 	})
 }

@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 
@@ -22,6 +23,13 @@ const (
 type bodyBudget struct {
 	replica *semaphore.Weighted // nil: unbounded
 	nsMax   int64               // 0: unbounded
+	// aliasMax is the share of the seed-alias requests that name their
+	// pool only inside the body (namespace ""): read before any namespace
+	// is known, they share one small share of their own, so that one
+	// tenant's namespace share and theirs together leave the replica room
+	// for another tenant's largest body (a review filled the replica with
+	// 384 stalled alias bodies and two of its own).
+	aliasMax int64
 
 	mu sync.Mutex
 	// ns: the namespaces with bodies in flight, dropped when their last
@@ -34,8 +42,8 @@ type nsBodies struct {
 	holders int
 }
 
-func newBodyBudget(replicaMax, nsMax int64) *bodyBudget {
-	b := &bodyBudget{nsMax: nsMax, ns: map[string]*nsBodies{}}
+func newBodyBudget(replicaMax, nsMax, aliasMax int64) *bodyBudget {
+	b := &bodyBudget{nsMax: nsMax, aliasMax: aliasMax, ns: map[string]*nsBodies{}}
 	if replicaMax > 0 {
 		b.replica = semaphore.NewWeighted(replicaMax)
 	}
@@ -49,11 +57,15 @@ func newBodyBudget(replicaMax, nsMax int64) *bodyBudget {
 // called. The reason names the budget that is full.
 func (b *bodyBudget) acquire(ns string, n int64) (release func(), reason string) {
 	var nsRelease func()
-	if b.nsMax > 0 {
+	share := b.nsMax
+	if ns == "" && b.aliasMax > 0 {
+		share = b.aliasMax
+	}
+	if share > 0 {
 		b.mu.Lock()
 		e := b.ns[ns]
 		if e == nil {
-			e = &nsBodies{sem: semaphore.NewWeighted(b.nsMax)}
+			e = &nsBodies{sem: semaphore.NewWeighted(share)}
 			b.ns[ns] = e
 		}
 		if !e.sem.TryAcquire(n) {
@@ -95,14 +107,73 @@ func (b *bodyBudget) dropIdle(ns string, e *nsBodies) {
 	}
 }
 
+// unknownLengthStep is what a body without a Content-Length is counted
+// for before it is read; it is counted for more as it arrives
+// (growingBody). Counted at its limit up front, a namespace could have
+// one chunked request in flight and a replica two, however small.
+const unknownLengthStep = 1 << 20
+
 // bodyBytes is what a request's body is counted for before it is read:
 // its Content-Length when it gives one within limit, else limit (a
-// longer body is refused at limit, 413).
+// longer body is refused at limit, 413); without one, unknownLengthStep.
 func bodyBytes(r *http.Request, limit int64) int64 {
-	if r.ContentLength >= 0 && r.ContentLength <= limit {
+	switch {
+	case r.ContentLength < 0:
+		return min(limit, unknownLengthStep)
+	case r.ContentLength <= limit:
 		return r.ContentLength
 	}
 	return limit
+}
+
+// growingBody is a body without a Content-Length, counted for what has
+// arrived: past what it holds, it takes as much again (up to the body's
+// limit) before its bytes are handed on, or fails the read with the
+// budget's *limitError (429).
+type growingBody struct {
+	io.ReadCloser
+	s        *Server
+	ns, pool string
+	read     int64
+	held     int64
+	limit    int64
+	mu       sync.Mutex
+	releases []func()
+	released bool
+}
+
+func (g *growingBody) Read(p []byte) (int, error) {
+	n, err := g.ReadCloser.Read(p)
+	g.read += int64(n)
+	for g.read > g.held && g.held < g.limit {
+		step := min(g.held, g.limit-g.held)
+		g.mu.Lock()
+		if g.released {
+			// The request is over (the server drains what is left):
+			// nothing is held for it any more.
+			g.mu.Unlock()
+			return n, err
+		}
+		release, reason := g.s.bodies.acquire(g.ns, step)
+		if reason != "" {
+			g.mu.Unlock()
+			return n, g.s.bodyLimitError(reason, g.ns, g.pool, step)
+		}
+		g.releases = append(g.releases, release)
+		g.mu.Unlock()
+		g.held += step
+	}
+	return n, err
+}
+
+// release gives back everything the body took.
+func (g *growingBody) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, r := range g.releases {
+		r()
+	}
+	g.releases, g.released = nil, true
 }
 
 // holdBody takes the budget for r's body (at most limit bytes) of
@@ -115,6 +186,11 @@ func (s *Server) holdBody(w http.ResponseWriter, r *http.Request, ns, poolName s
 	n := bodyBytes(r, limit)
 	release, reason := s.bodies.acquire(ns, n)
 	if reason == "" {
+		if r.ContentLength < 0 && n < limit {
+			g := &growingBody{ReadCloser: r.Body, s: s, ns: ns, pool: poolName, held: n, limit: limit, releases: []func(){release}}
+			r.Body = g
+			return g.release, true
+		}
 		return release, true
 	}
 	if ns != "" {
@@ -123,13 +199,22 @@ func (s *Server) holdBody(w http.ResponseWriter, r *http.Request, ns, poolName s
 			return nil, false
 		}
 	}
+	s.tooMany(w, s.bodyLimitError(reason, ns, poolName, n))
+	return nil, false
+}
+
+// bodyLimitError is the 429 of a body budget that is full (reason) for n
+// more bytes.
+func (s *Server) bodyLimitError(reason, ns, poolName string, n int64) *limitError {
 	le := &limitError{Reason: reason, Namespace: ns, Pool: poolName, Need: n, RetryAfter: 1}
 	le.Max = int(s.cfg.Limits.ReplicaMaxBodyBytes)
-	if reason == ReasonNamespaceBodyBytes {
+	switch {
+	case reason == ReasonNamespaceBodyBytes && ns == "":
+		le.Max = int(s.bodies.aliasMax)
+	case reason == ReasonNamespaceBodyBytes:
 		le.Max = int(s.cfg.Limits.NamespaceMaxBodyBytes)
 	}
-	s.tooMany(w, le)
-	return nil, false
+	return le
 }
 
 // bodyMessage is the text of a body budget's 429.

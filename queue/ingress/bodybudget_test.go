@@ -12,7 +12,7 @@ import (
 // most its budget; a release (called twice: once) gives back exactly what
 // was taken, and an idle namespace is forgotten.
 func TestBodyBudget(t *testing.T) {
-	b := newBodyBudget(10, 6)
+	b := newBodyBudget(10, 6, 0)
 	ra1, why := b.acquire("a", 4)
 	require.Empty(t, why)
 	_, why = b.acquire("a", 3)
@@ -35,7 +35,7 @@ func TestBodyBudget(t *testing.T) {
 	rc()
 	assert.Empty(t, b.ns, "idle namespaces are forgotten")
 
-	unbounded := newBodyBudget(0, 0)
+	unbounded := newBodyBudget(0, 0, 0)
 	r, why := unbounded.acquire("a", 1<<40)
 	require.Empty(t, why)
 	r()

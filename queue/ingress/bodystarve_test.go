@@ -51,23 +51,37 @@ func TestBodyBudgetOneTenantStarvesEveryOther(t *testing.T) {
 	var wg sync.WaitGroup
 	defer func() { close(release); wg.Wait() }()
 
-	stall := func(path string, contentLength int64) {
+	// stall reports whether the request's bytes are held (its body is
+	// being read) or it was answered at once (refused).
+	stall := func(path string, contentLength int64) bool {
 		b := &stalledBody{started: make(chan struct{}), release: release}
 		r := httptest.NewRequest(http.MethodPost, path, b)
 		r.ContentLength = contentLength
 		r.Header.Set("Content-Type", "application/json")
 		r.Header.Set("Authorization", "Bearer tok-m")
-		wg.Go(func() { _ = serve(h, httptest.NewRecorder(), r) })
-		<-b.started // barrier: its bytes are held
+		answered := make(chan struct{})
+		wg.Go(func() { defer close(answered); _ = serve(h, httptest.NewRecorder(), r) })
+		select {
+		case <-b.started:
+			return true
+		case <-answered:
+			return false
+		}
 	}
-	// The alias share: mallory is authenticated, which is all it takes.
+	// The alias share: mallory is authenticated, which is all it takes;
+	// as many as it holds (at most what the old common share held).
+	held := 0
 	for range s.cfg.Limits.NamespaceMaxBodyBytes / s.cfg.AliasBodyBytes {
-		stall("/api/v1/serverless/invocations", s.cfg.AliasBodyBytes)
+		if !stall("/api/v1/serverless/invocations", s.cfg.AliasBodyBytes) {
+			break
+		}
+		held++
 	}
+	require.Equal(t, aliasBodyShare, held, "alias bodies held at once")
 	// Its own namespace's share: a chunked body (no Content-Length) is
 	// counted at the body limit, however short it is.
-	stall("/v1/namespaces/team-m/pools/echo/invocations", -1)
-	stall("/v1/namespaces/team-m/pools/echo/invocations", s.cfg.Limits.NamespaceMaxBodyBytes-s.cfg.MaxBodyBytes)
+	require.True(t, stall("/v1/namespaces/team-m/pools/echo/invocations", -1))
+	require.True(t, stall("/v1/namespaces/team-m/pools/echo/invocations", s.cfg.Limits.NamespaceMaxBodyBytes-unknownLengthStep))
 
 	r := httptest.NewRequest(http.MethodPost, "/v1/namespaces/team-a/pools/echo/invocations", strings.NewReader(`{"mode":"async","payload":{}}`))
 	r.Header.Set("Content-Type", "application/json")
@@ -115,4 +129,41 @@ func TestBodyBudgetChunkedBodyCountedAtItsSize(t *testing.T) {
 	_ = serve(h, w, r)
 	require.NotEqual(t, http.StatusTooManyRequests, w.Code,
 		"a 29-byte body refused: one earlier chunked request of the namespace holds ~86 MiB of its 96 MiB share: %s", w.Body.String())
+}
+
+// TestChunkedBodyCountedAsItArrives: a body without a length is counted
+// for what has arrived, and refused (429) once it outgrows what its
+// namespace has left, not read on past its budget.
+func TestChunkedBodyCountedAsItArrives(t *testing.T) {
+	auth := callerauthtest.Static{Users: map[string]string{"tok-a": "alice"}, May: func(u string, req callerauth.Request) bool {
+		return req.Verb == VerbInvoke && u == "alice" && req.Namespace == "team-a"
+	}}
+	s := offlineServer(auth, pool.Static{"team-a/echo": pool.DefaultPolicy()})
+	h := s.Handler()
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() { close(release); wg.Wait() }()
+
+	// All but one step of the namespace's share is held (a body is
+	// counted at most at its limit: two bodies).
+	for _, n := range []int64{s.cfg.MaxBodyBytes, s.cfg.Limits.NamespaceMaxBodyBytes - s.cfg.MaxBodyBytes - unknownLengthStep} {
+		b := &stalledBody{started: make(chan struct{}), release: release}
+		r := httptest.NewRequest(http.MethodPost, "/v1/namespaces/team-a/pools/echo/invocations", b)
+		r.ContentLength = n
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("Authorization", "Bearer tok-a")
+		wg.Go(func() { _ = serve(h, httptest.NewRecorder(), r) })
+		<-b.started
+	}
+
+	// A chunked body of 2 MiB: its first step fits, its second does not.
+	payload := `{"mode":"async","payload":"` + strings.Repeat("x", 2*unknownLengthStep) + `"}`
+	r := httptest.NewRequest(http.MethodPost, "/v1/namespaces/team-a/pools/echo/invocations", io.NopCloser(strings.NewReader(payload)))
+	r.ContentLength = -1
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Authorization", "Bearer tok-a")
+	w := httptest.NewRecorder()
+	_ = serve(h, w, r)
+	require.Equal(t, http.StatusTooManyRequests, w.Code, "%s", w.Body.String())
+	require.Contains(t, w.Body.String(), ReasonNamespaceBodyBytes)
 }

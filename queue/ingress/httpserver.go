@@ -23,6 +23,13 @@ import (
 // pool the body names.
 const DefaultAliasBodyBytes = 256 << 10
 
+// aliasBodyShare is how many AliasBodyBytes the seed-alias requests that
+// name their pool only inside the body may hold together (bodyBudget's
+// aliasMax): 4 MiB by default, so one tenant's namespace share and
+// theirs (96 + 4 MiB) leave the replica's 192 MiB room for another
+// tenant's largest body (~86 MiB).
+const aliasBodyShare = 16
+
 // HTTPLimits bound what one connection may hold of the ingress. Being an
 // anonymous caller costs nothing, so whatever one may hold, many hold:
 // until a request authenticates (the first thing every route does), its

@@ -189,7 +189,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, errors.New("ingress: Auth is required (InsecureNoAuth serves unauthenticated callers)")
 	}
 	s := &Server{cfg: cfg, waiters: map[string]map[chan messages.Record]waiter{},
-		counts: map[string]*poolCount{}, nsBacklog: map[string]int{}, nsStreams: map[string]int{}, bodies: newBodyBudget(cfg.Limits.ReplicaMaxBodyBytes, cfg.Limits.NamespaceMaxBodyBytes), m: newIngressMetrics(cfg.Registerer),
+		counts: map[string]*poolCount{}, nsBacklog: map[string]int{}, nsStreams: map[string]int{}, bodies: newBodyBudget(cfg.Limits.ReplicaMaxBodyBytes, cfg.Limits.NamespaceMaxBodyBytes, aliasBodyShare*cfg.AliasBodyBytes), m: newIngressMetrics(cfg.Registerer),
 		sse: newSSEMetrics(cfg.Registerer), tracer: tracing.NewTracer(cfg.TracerProvider, "runplane/queue/ingress")}
 	spec, err := SpecJSON(cfg)
 	if err != nil {

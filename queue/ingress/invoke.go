@@ -63,7 +63,10 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 		}
 	} else if err := decodeBody(http.MaxBytesReader(w, r.Body, limit), &req); err != nil {
 		var mbe *http.MaxBytesError
+		var le *limitError
 		switch {
+		case errors.As(err, &le): // a body without a length past its budget
+			s.tooMany(w, le)
 		case errors.As(err, &mbe) && !named:
 			s.reject(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("a seed-alias body that names its pool only inside it may have %d bytes (it is read before "+
 				"the caller is authorized for the pool): name the pool in the query (?namespace=…&serverlessRequestID=…) to send up to %d bytes", limit, s.cfg.MaxBodyBytes))

@@ -81,6 +81,11 @@ func (s *Server) decodeRaw(w http.ResponseWriter, r *http.Request) (v1.InvokeReq
 		s.tooLarge(w, "request body", 0)
 		return req, false
 	}
+	var le *limitError
+	if errors.As(err, &le) { // a body without a length past its budget
+		s.tooMany(w, le)
+		return req, false
+	}
 	if err != nil {
 		if !s.bodyTimedOut(w, err) {
 			s.reject(w, http.StatusBadRequest, fmt.Sprintf("read body: %v", err))

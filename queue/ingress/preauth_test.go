@@ -32,7 +32,7 @@ var aliceInvokesEcho = callerauthtest.Static{Users: map[string]string{"tok-a": "
 // use of it a panic.
 func offlineServer(auth Authorizer, pools pool.Static) *Server {
 	cfg := Config{Auth: auth, Pools: pools}.withDefaults()
-	return &Server{cfg: cfg, m: newIngressMetrics(nil), sse: newSSEMetrics(nil), bodies: newBodyBudget(cfg.Limits.ReplicaMaxBodyBytes, cfg.Limits.NamespaceMaxBodyBytes)}
+	return &Server{cfg: cfg, m: newIngressMetrics(nil), sse: newSSEMetrics(nil), bodies: newBodyBudget(cfg.Limits.ReplicaMaxBodyBytes, cfg.Limits.NamespaceMaxBodyBytes, aliasBodyShare*cfg.AliasBodyBytes)}
 }
 
 // countingBody is a request body of n bytes, a JSON object that opens
