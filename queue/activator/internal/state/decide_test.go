@@ -101,7 +101,8 @@ func TestLeastLoaded(t *testing.T) {
 // again left the choice of the Pod to delete to the ReplicaSet controller,
 // which took the busy one (queue/kubetest TestIdleScaleDownKeepsBusyPod
 // failed so at load: two decisions 64ms apart both removed the same Pod,
-// and the busy worker was lost).
+// and the busy worker was lost) — for as long as its deletion takes to be
+// seen, not for its whole hold.
 func TestScaleDownNeverPicksAWorkerAlreadyLeaving(t *testing.T) {
 	s, clk := newState(3)
 	pol := pool.DefaultPolicy()
@@ -123,4 +124,11 @@ func TestScaleDownNeverPicksAWorkerAlreadyLeaving(t *testing.T) {
 	s.Hold(pk, first.Remove)
 	clk.Step(time.Second) // b idle 2.5s too; a's Pod not seen terminating yet
 	require.Equal(t, Decision{To: 1, Remove: []string{"b"}, Reason: "1 workers idle for 2s"}, decide(2))
+
+	// The ReplicaSet controller kept a's Pod (it deletes an unready Pod
+	// before a low deletion cost): once its deletion would have been seen,
+	// a is picked again rather than kept for the whole hold.
+	s.Hold(pk, []string{"b"})
+	clk.Step(pickedFor)
+	require.Equal(t, Decision{To: 1, Remove: []string{"a"}, Reason: "1 workers idle for 2s"}, decide(2))
 }

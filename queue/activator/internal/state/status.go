@@ -64,11 +64,12 @@ func (s *State) ScaleInput(pool string, startupTimeout time.Duration) (backlog, 
 	p := s.Pool(pool)
 	for _, w := range p.Workers {
 		inflight += len(w.InFlight)
-		if (w.Pod != nil && w.Pod.Terminating) || now.Before(w.DrainUntil) {
-			// Leaving: its Pod is going, or a scale-down picked it and its
-			// Pod is not seen terminating yet. Counted, a later scale-down
-			// would pick it again, and the ReplicaSet controller would
-			// choose which Pod goes — a busy one as soon as any.
+		if (w.Pod != nil && w.Pod.Terminating) || s.pickedLately(w, now) {
+			// Leaving: its Pod is going, or a scale-down just picked it
+			// and its Pod is not seen terminating yet. Counted, a later
+			// scale-down would pick it again, and the ReplicaSet
+			// controller would choose which Pod goes — a busy one as soon
+			// as any.
 			continue
 		}
 		ready := w.Registered && w.Ready && !w.Silent
@@ -79,6 +80,21 @@ func (s *State) ScaleInput(pool string, startupTimeout time.Duration) (backlog, 
 		waited = max(waited, now.Sub(it.Inv.AcceptedAt))
 	}
 	return len(p.Queue), inflight, views, waited
+}
+
+// pickedFor is how long a worker a scale-down picked stays out of the
+// next decisions: long enough for its Pod's deletion to be seen (as long
+// as scaleAll takes its own replicas decision for the current one), and
+// no longer — the ReplicaSet controller deletes an unready Pod before a
+// low deletion cost, and a picked worker whose Pod it kept is picked again
+// then rather than kept for the whole DrainHold (a burst's idle
+// scale-down waited a minute so).
+const pickedFor = 5 * time.Second
+
+// pickedLately reports whether a scale-down picked w less than pickedFor
+// ago (Hold).
+func (s *State) pickedLately(w *Worker, now time.Time) bool {
+	return now.Before(w.DrainUntil) && now.Sub(w.DrainUntil.Add(-s.cfg.DrainHold)) < pickedFor
 }
 
 // Hold keeps the named workers of pool from new work for DrainHold: they
