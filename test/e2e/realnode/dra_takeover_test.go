@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,7 +26,6 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/hack/images"
 	"github.com/runplane/runplane/test/cluster"
-	"github.com/runplane/runplane/test/cluster/fakedra"
 	"github.com/runplane/runplane/test/kit"
 )
 
@@ -96,8 +94,7 @@ func draWorkload(name string) *corev1.Pod {
 //     kubelet's stale state rejects). A placeholder's own container is
 //     always pause (the webhook makes it), which exits on SIGTERM.
 //
-// Each GPU Pod is then deleted with grace 0 and, once the node's driver
-// unprepared its claim, the Deployment refills (endRound).
+// Each GPU Pod is then deleted with grace 0 and the Deployment refills.
 func draTakeover(t testing.TB, ctx context.Context, rounds int) draTakeovers {
 	c := env.Client()
 	pods := c.CoreV1().Pods(ns)
@@ -182,7 +179,7 @@ func draTakeover(t testing.TB, ctx context.Context, rounds int) draTakeovers {
 				out.warnings = append(out.warnings, fmt.Sprintf("round %d %s %s: %s ×%d", i, e.InvolvedObject.Name, e.Reason, e.Message, e.Count))
 			}
 		}
-		endRound(t, ctx, stock, name, phClaim.UID)
+		require.NoError(t, pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
 	}
 	phs, err := pods.List(ctx, metav1.ListOptions{LabelSelector: "app=" + stock})
 	require.NoError(t, err)
@@ -193,36 +190,6 @@ func draTakeover(t testing.TB, ctx context.Context, rounds int) draTakeovers {
 	}
 	out.twice = guard.seen()
 	return out
-}
-
-// endRound deletes the round's GPU Pod with grace 0 and starts the next
-// round on a node that has let go of its device: the stock Deployment's
-// refill, pending while the GPU Pod held the device, is removed first and
-// made again only once the node's driver unprepared the GPU Pod's claim.
-// Otherwise the refill is bound the moment the Pod is deleted, while the
-// kubelet still stops it, the driver refuses the refill's claim (the
-// device is prepared for the old one) and the kubelet retries it, and the
-// next GPU Pod, after its backoff (~7 s a round; the rounds' takeovers
-// are the subject, not that race of their own teardown).
-func endRound(t testing.TB, ctx context.Context, stock, gpu string, claim types.UID) {
-	c := env.Client()
-	scale := func(n int) {
-		patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n)
-		_, err := c.AppsV1().Deployments(ns).Patch(ctx, stock, types.MergePatchType, patch, metav1.PatchOptions{})
-		require.NoError(t, err, "scaling %s to %d", stock, n)
-	}
-	scale(0)
-	runningPods(t, ctx, "app="+stock, 0)
-	require.NoError(t, c.CoreV1().Pods(ns).Delete(ctx, gpu, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
-	spec := fakedra.SpecFile(node.CDIDir(), claim)
-	require.NoError(t, wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
-		_, err := os.Stat(spec)
-		if errors.Is(err, fs.ErrNotExist) {
-			return true, nil
-		}
-		return false, err
-	}), "claim %s of %s never unprepared", claim, gpu)
-	scale(1)
 }
 
 // boundPlaceholder waits for a live placeholder matching selector bound to
