@@ -488,8 +488,7 @@ func TestGetAfterCreateClustered(t *testing.T) {
 	for i, s := range servers {
 		js, err := jetstream.New(natsauth.Connect(t, s.ClientURL(), asQueue))
 		require.NoError(t, err)
-		stores[i], err = Open(ctx, js, Config{Replicas: 3, RecordTTL: metav1.Duration{Duration: time.Hour}})
-		require.NoError(t, err)
+		stores[i] = openReplicated(t, js)
 	}
 	var missed []string
 	for i, start := 0, time.Now(); i < 1000 || time.Since(start) < natsauth.FollowersServeDirectGets; i++ {
@@ -527,8 +526,7 @@ func TestLastChunkAfterPublishClustered(t *testing.T) {
 		j, err := jetstream.New(natsauth.Connect(t, s.ClientURL(), asQueue))
 		require.NoError(t, err)
 		js = append(js, j)
-		st, err := Open(ctx, j, Config{Replicas: 3, RecordTTL: metav1.Duration{Duration: time.Hour}})
-		require.NoError(t, err)
+		st := openReplicated(t, j)
 		chunks[i], err = st.Chunks.Ensure(ctx, "ns")
 		require.NoError(t, err)
 	}
@@ -544,4 +542,18 @@ func TestLastChunkAfterPublishClustered(t *testing.T) {
 		}
 	}
 	require.Empty(t, behind, "the last chunk, read through another server right after")
+}
+
+// openReplicated opens the store at three replicas through js, as the
+// queue does: again until the cluster, just started, can place them (at
+// load its first stream creates time out meanwhile).
+func openReplicated(t *testing.T, js jetstream.JetStream) *Store {
+	t.Helper()
+	var st *Store
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var err error
+		st, err = Open(t.Context(), js, Config{Replicas: 3, RecordTTL: metav1.Duration{Duration: time.Hour}})
+		assert.NoError(c, err)
+	}, time.Minute, 100*time.Millisecond)
+	return st
 }
