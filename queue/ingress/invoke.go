@@ -49,8 +49,15 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 		limit = s.cfg.MaxPayloadBytes
 	}
 	// The body's bytes are counted before it is read, and given back once
-	// the request holds no form of them: after the accept (below).
-	hold, ok := s.holdBody(w, r, ns, poolName, limit)
+	// the request holds no form of them: after the accept (below). One
+	// that names no pool is nobody's to charge yet (its caller is not
+	// authorized for any namespace, whatever its query says): the alias
+	// share.
+	holdNS := ns
+	if !named {
+		holdNS = ""
+	}
+	hold, ok := s.holdBody(w, r, holdNS, poolName, limit)
 	if !ok {
 		return
 	}
