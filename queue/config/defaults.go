@@ -104,7 +104,7 @@ func (c *QueueConfiguration) Validate() error {
 // namespace could take it all).
 func (c *QueueConfiguration) validateBodyBudgets() error {
 	ns, replica := c.Limits.NamespaceMaxBodyBytes, c.Limits.ReplicaMaxBodyBytes
-	if largest := max(ingress.BodyLimit(c.MaxPayloadBytes), c.MaxPayloadBytes); ns > 0 && ns < largest {
+	if largest := ingress.BodyLimit(c.MaxPayloadBytes); ns > 0 && ns < largest {
 		return fmt.Errorf("limits.namespaceMaxBodyBytes: %d is below the largest request body, %d (maxPayloadBytes %d in base64 plus "+
 			"the envelope): raise it or lower maxPayloadBytes", ns, largest, c.MaxPayloadBytes)
 	}

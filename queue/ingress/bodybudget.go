@@ -129,7 +129,8 @@ func bodyBytes(r *http.Request, limit int64) int64 {
 // growingBody is a body without a Content-Length, counted for what has
 // arrived: past what it holds, it takes as much again (up to the body's
 // limit) before its bytes are handed on, or fails the read with the
-// budget's *limitError (429).
+// budget's *limitError (429). Only the handler reads it and releases it
+// (net/http drains and closes the request's own body, not this one).
 type growingBody struct {
 	io.ReadCloser
 	s        *Server
@@ -137,9 +138,7 @@ type growingBody struct {
 	read     int64
 	held     int64
 	limit    int64
-	mu       sync.Mutex
 	releases []func()
-	released bool
 }
 
 func (g *growingBody) Read(p []byte) (int, error) {
@@ -147,20 +146,11 @@ func (g *growingBody) Read(p []byte) (int, error) {
 	g.read += int64(n)
 	for g.read > g.held && g.held < g.limit {
 		step := min(g.held, g.limit-g.held)
-		g.mu.Lock()
-		if g.released {
-			// The request is over (the server drains what is left):
-			// nothing is held for it any more.
-			g.mu.Unlock()
-			return n, err
-		}
 		release, reason := g.s.bodies.acquire(g.ns, step)
 		if reason != "" {
-			g.mu.Unlock()
 			return n, g.s.bodyLimitError(reason, g.ns, g.pool, step)
 		}
 		g.releases = append(g.releases, release)
-		g.mu.Unlock()
 		g.held += step
 	}
 	return n, err
@@ -168,17 +158,15 @@ func (g *growingBody) Read(p []byte) (int, error) {
 
 // release gives back everything the body took.
 func (g *growingBody) release() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	for _, r := range g.releases {
 		r()
 	}
-	g.releases, g.released = nil, true
+	g.releases = nil
 }
 
 // holdBody takes the budget for r's body (at most limit bytes) of
-// namespace ns ("": a seed-alias request that names its pool only inside
-// its body: those share one namespace's share), or answers 429 naming the
+// namespace ns ("": a seed-alias request that names no pool in its query:
+// those share the alias share), or answers 429 naming the
 // full budget (404 for a pool that does not exist: what the request
 // would get anyway, and the namespace label of the 429s stays bounded by
 // the namespaces that have pools).
@@ -224,10 +212,12 @@ func (e *limitError) bodyMessage() string {
 			"queue.limits.replicaMaxBodyBytes); this request's %d bytes do not fit until other requests' bodies have been read: retry shortly",
 			e.Max, e.Need)
 	}
-	who := fmt.Sprintf("namespace %q", e.Namespace)
 	if e.Namespace == "" {
-		who = "seed-alias requests that name their pool only inside the body"
+		return fmt.Sprintf("seed-alias requests that name no pool in their query hold their share of this queue replica's request-body bytes "+
+			"in flight (%d: %d of their bodies); this request's %d bytes do not fit until their bodies have been read: name the pool in the "+
+			"query (?namespace=…&serverlessRequestID=…) or retry shortly", e.Max, aliasBodyShare, e.Need)
 	}
+	who := fmt.Sprintf("namespace %q", e.Namespace)
 	return fmt.Sprintf("%s hold their share of this queue replica's request-body bytes in flight (%d, limits.namespaceMaxBodyBytes, chart "+
 		"queue.limits.namespaceMaxBodyBytes); this request's %d bytes do not fit until their bodies have been read: retry shortly", who, e.Max, e.Need)
 }

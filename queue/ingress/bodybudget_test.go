@@ -41,12 +41,14 @@ func TestBodyBudget(t *testing.T) {
 	r()
 }
 
-// TestBodyBytes: a request is counted at its Content-Length, or at the
-// limit when it gives none or more (it is refused at the limit).
+// TestBodyBytes: a request is counted at its Content-Length, at the limit
+// when it gives more (it is refused at the limit), and at first at
+// unknownLengthStep (within the limit) when it gives none.
 func TestBodyBytes(t *testing.T) {
 	for _, c := range []struct {
 		contentLength, want int64
 	}{{100, 100}, {0, 0}, {-1, 1000}, {5000, 1000}} {
 		assert.Equal(t, c.want, bodyBytes(&http.Request{ContentLength: c.contentLength}, 1000), "Content-Length %d", c.contentLength)
 	}
+	assert.Equal(t, int64(unknownLengthStep), bodyBytes(&http.Request{ContentLength: -1}, 64<<20), "no Content-Length, a large limit")
 }

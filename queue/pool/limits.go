@@ -36,7 +36,8 @@ type Limits struct {
 	// limit; test/bench/bodyrss.sh); NamespaceMaxBodyBytes: a namespace's
 	// share of it (default 96 MiB, half: one body at the largest JSON body,
 	// ~86 MiB, and no namespace takes it all). Counted from a request's
-	// Content-Length (else its body limit) before its body is read; beyond
+	// Content-Length before its body is read (a body without one: as it
+	// arrives, 1 MiB at first); beyond
 	// either, 429.
 	ReplicaMaxBodyBytes   int64 `json:"replicaMaxBodyBytes,omitempty"`
 	NamespaceMaxBodyBytes int64 `json:"namespaceMaxBodyBytes,omitempty"`
