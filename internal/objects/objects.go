@@ -194,8 +194,10 @@ func Get(ctx context.Context, js jetstream.JetStream, ref messages.ObjectRef, li
 	subj := "$O." + ref.Bucket + ".C." + ref.NUID
 	data := make([]byte, 0, ref.Size)
 	seq := uint64(1)
+	// A miss is read again only where a follower can answer it.
+	replicated := st.CachedInfo().Config.Replicas > 1
 	for range ref.Chunks {
-		m, err := nextChunk(ctx, st, seq, subj)
+		m, err := nextChunk(ctx, st, seq, subj, replicated)
 		if err != nil {
 			return nil, fmt.Errorf("read object %s of bucket %s, %d of %d bytes: %w", ref.Name, ref.Bucket, len(data), ref.Size, err)
 		}
@@ -228,12 +230,14 @@ func chunkMissRetry() wait.Backoff {
 }
 
 // nextChunk reads the first message on subj at or after seq, reading a
-// miss again as chunkMissRetry says.
-func nextChunk(ctx context.Context, st jetstream.Stream, seq uint64, subj string) (*jetstream.RawStreamMsg, error) {
+// miss of a replicated stream again as chunkMissRetry says (a chunk that
+// is really gone — an expired object, a reference a worker made up —
+// costs that wait and those reads).
+func nextChunk(ctx context.Context, st jetstream.Stream, seq uint64, subj string, replicated bool) (*jetstream.RawStreamMsg, error) {
 	retry := chunkMissRetry()
 	for {
 		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
-		if !errors.Is(err, jetstream.ErrMsgNotFound) || retry.Steps == 0 {
+		if !replicated || !errors.Is(err, jetstream.ErrMsgNotFound) || retry.Steps == 0 {
 			return m, err
 		}
 		select {

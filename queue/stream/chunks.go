@@ -97,15 +97,14 @@ func (e *ChunksNoRoomError) Unwrap() error { return e.Err }
 // process and returns it. Limits retention with discard old: chunks are for
 // reading while and after an invocation runs, up to MaxAge, and a full
 // stream makes room by dropping the namespace's oldest rather than
-// refusing a running invocation's output. An ingress reads the last chunk
-// of a subject without a consumer, through the stream's leader: no direct
-// gets, which any replica answers, and a follower behind the newest writes
-// answered an older last chunk, so a stream ended before its last chunks
-// (TestLastChunkAfterPublishClustered; workers may not read the stream,
-// so only the ingress's reads at a stream's end go to the leader). A
-// stream JetStream has no
-// room for is a *ChunksNoRoomError, tried again once jsensure.RetryAfter
-// has passed.
+// refusing a running invocation's output. An ingress reads chunks by
+// sequence and a subject's last chunk without a consumer (a resume, a
+// stream's end), through the stream's leader: no direct gets, which any
+// replica answers, and a follower behind the newest writes answered an
+// older last chunk, so a stream ended before its last chunks
+// (TestLastChunkAfterPublishClustered; workers may not read the stream).
+// A stream JetStream has no room for is a *ChunksNoRoomError, tried again
+// once jsensure.RetryAfter has passed.
 func (c *ChunkStreams) Ensure(ctx context.Context, ns string) (jetstream.Stream, error) {
 	name := messages.ChunksStreamName(c.Stream, ns)
 	return c.streams.Get(name, func() (jetstream.Stream, error) {

@@ -78,8 +78,8 @@ func TestSentinelsTheQueueReads(t *testing.T) {
 					_, err := st.Results.GetLastMsgForSubject(ctx, st.Subjects.Result("ns", "p"))
 					return err
 				}, jetstream.ErrMsgNotFound},
-				{"sse: direct GetMsg of a chunk never stored", func() error { _, err := chunks.GetMsg(ctx, 5); return err }, jetstream.ErrMsgNotFound},
-				{"sse lastChunk: direct GetLastMsgForSubject of no chunk", func() error {
+				{"sse: GetMsg of a chunk never stored", func() error { _, err := chunks.GetMsg(ctx, 5); return err }, jetstream.ErrMsgNotFound},
+				{"sse lastChunk: GetLastMsgForSubject of no chunk", func() error {
 					_, err := chunks.GetLastMsgForSubject(ctx, st.Subjects.ChunkSubject("ns", "p", "w", "x"))
 					return err
 				}, jetstream.ErrMsgNotFound},
