@@ -86,6 +86,7 @@ func TestBacklogBoundBeforeTakeIn(t *testing.T) {
 			deadline := time.Now().Add(20 * time.Second)
 			for r.header.Get("Retry-After") != "1" {
 				require.True(t, time.Now().Before(deadline), "the ingress never had the status showing the worker")
+				time.Sleep(20 * time.Millisecond) // a poll's pace, not a barrier: the answer below is
 				r = e.postP("")
 				require.Equal(t, 429, r.code, "an invocation beyond max-backlog %d: %s", n, r.raw)
 			}

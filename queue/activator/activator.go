@@ -150,7 +150,8 @@ type Activator struct {
 	purgeFailures failureReport
 	// proving: an ask of how far the invoke consumer handled the stream
 	// is under way (proveIntake); streamLast is what the last two read of
-	// the stream (touched by those asks only).
+	// the stream (written by those asks, and emptied by Run, whose new
+	// state counts epochs from 1 again).
 	proving    atomic.Bool
 	streamLast [2]streamLast // the newest first
 

@@ -481,8 +481,10 @@ func (a *Activator) proveIntake(ctx context.Context, d *durable) {
 		floor := info.AckFloor.Stream
 		if info.NumAckPending == 0 {
 			floor = max(floor, info.Delivered.Stream)
+		}
+		if info.NumAckPending == 0 && info.NumPending == 0 {
 			for _, prev := range a.streamLast {
-				if info.NumPending == 0 && prev.epoch == epoch && !prev.at.IsZero() && read.Sub(prev.at) >= proofEvery {
+				if prev.epoch == epoch && read.Sub(prev.at) >= proofEvery {
 					floor = max(floor, prev.seq)
 					break
 				}

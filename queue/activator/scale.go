@@ -237,8 +237,9 @@ func (a *Activator) watchPods(ctx context.Context) {
 }
 
 // recheckPods decides again on the cached Pods that match, each as the
-// cache has it when its turn comes: the List is only their names, and a
-// Pod deleted since is left to its own delete event.
+// cache has it when its turn comes: of the List only their keys are used
+// (each is read again under podMu), and a Pod deleted since is left to its
+// own delete event.
 func (a *Activator) recheckPods(ctx context.Context, match func(*corev1.Pod) bool) {
 	var l corev1.PodList
 	if err := a.cfg.Cache.List(ctx, &l, client.UnsafeDisableDeepCopy); err != nil {
