@@ -67,13 +67,22 @@ type Informer interface {
 	AddEventHandler(cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error)
 }
 
-// Follow keeps a Store in line with the catalog ConfigMap as inf sees it;
-// the Store has synced once its handler has been handed inf's list.
-// Objects of another name are ignored, so inf may see more ConfigMaps.
-func Follow(inf Informer) (*Store, error) {
+// Follow keeps a Store in line with the catalog ConfigMap of namespace
+// (runplane's) as inf sees it; the Store has synced once its handler has
+// been handed inf's list. Objects of another name or namespace are
+// ignored, so inf may see more ConfigMaps — a tenant's ConfigMap of the
+// catalog's name never replaces the catalog, however inf is scoped.
+func Follow(inf Informer, namespace string) (*Store, error) {
 	s := &Store{catalog: Catalog{}}
+	theCatalog := func(obj any) (*corev1.ConfigMap, bool) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		cm, ok := obj.(*corev1.ConfigMap)
+		return cm, ok && cm.Name == api.CatalogConfigMap && cm.Namespace == namespace
+	}
 	set := func(obj any) {
-		if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name == api.CatalogConfigMap {
+		if cm, ok := theCatalog(obj); ok {
 			s.set(cm)
 		}
 	}
@@ -81,10 +90,7 @@ func Follow(inf Informer) (*Store, error) {
 		AddFunc:    set,
 		UpdateFunc: func(_, obj any) { set(obj) },
 		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name == api.CatalogConfigMap {
+			if _, ok := theCatalog(obj); ok {
 				s.set(nil)
 			}
 		},

@@ -504,7 +504,7 @@ func (e *Extender) informers(ctx context.Context, c ctrlcache.Cache) error {
 	if err != nil {
 		return fmt.Errorf("extender: catalog informer: %w", err)
 	}
-	if e.catalog, err = catalog.Follow(catalogInformer); err != nil {
+	if e.catalog, err = catalog.Follow(catalogInformer, e.cfg.Namespace); err != nil {
 		return fmt.Errorf("extender: %w", err)
 	}
 	e.handlersSynced = append(e.handlersSynced, e.catalog.HasSynced)

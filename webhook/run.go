@@ -153,7 +153,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("webhook: cache of the catalog: %w", err)
 	}
-	store, err := catalog.Follow(catalogInformer)
+	store, err := catalog.Follow(catalogInformer, cfg.Namespace)
 	if err != nil {
 		return fmt.Errorf("webhook: %w", err)
 	}
