@@ -241,7 +241,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		podCache = mgr.GetCache()
-		if pools, err = pool.NewInformer(ctx, mgr.GetCache()); err != nil {
+		if pools, err = pool.NewInformer(ctx, mgr.GetCache(), log.With("component", "pools")); err != nil {
 			return fmt.Errorf("queue: %w", err)
 		}
 	} else {

@@ -1,6 +1,7 @@
 package kubetest_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -25,28 +26,32 @@ import (
 func TestShardsShareTheManagersCache(t *testing.T) {
 	const ns = "shared-cache"
 	c := cluster.ForTest(t, ns)
-	watches := func(resource string) int {
-		n, err := c.Watches(t.Context(), resource, "namespace")
+	watches := func(t require.TestingT, resource string) int {
+		n, err := c.Watches(context.Background(), resource, "namespace")
 		require.NoError(t, err)
 		return n
 	}
-	pods0, rss0 := watches("pods"), watches("replicasets")
+	pods0, rss0 := watches(t, "pods"), watches(t, "replicasets")
 
 	reg := prometheus.NewRegistry()
 	queuetest.Run(t, queue.Config{NATS: queue.NATS{URL: natsauth.JetStream(t, nil).ClientURL()}, InsecureDisableCallerAuth: true,
 		RESTConfig: c.RESTConfig(), Namespace: ns, Registry: reg, Tick: 100 * time.Millisecond,
 		LeaderElection: shard.LeaderElection{LeaderElect: ptr.To(false), Shards: 3}})
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		mfs, err := reg.Gather()
-		require.NoError(t, err)
+		require.NoError(c, err)
+		rebuilt := 0.0
 		for _, mf := range mfs {
 			if mf.GetName() == "runplane_activator_rebuilt" {
-				return mf.GetMetric()[0].GetGauge().GetValue() == 3
+				rebuilt = mf.GetMetric()[0].GetGauge().GetValue()
 			}
 		}
-		return false
+		assert.Equal(c, 3.0, rebuilt, "shards rebuilt")
 	}, 30*time.Second, 50*time.Millisecond, "three shards rebuilt")
-	require.Eventually(t, func() bool { return watches("pods") > pods0 && watches("replicasets") > rss0 }, 30*time.Second, 100*time.Millisecond)
-	assert.Equal(t, 1, watches("pods")-pods0, "Pod watches")
-	assert.Equal(t, 1, watches("replicasets")-rss0, "ReplicaSet watches")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Greater(c, watches(c, "pods"), pods0)
+		assert.Greater(c, watches(c, "replicasets"), rss0)
+	}, 30*time.Second, 100*time.Millisecond)
+	assert.Equal(t, 1, watches(t, "pods")-pods0, "Pod watches")
+	assert.Equal(t, 1, watches(t, "replicasets")-rss0, "ReplicaSet watches")
 }

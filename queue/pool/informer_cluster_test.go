@@ -2,6 +2,8 @@ package pool_test
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,7 +35,7 @@ func TestInformerOnTheManagersCache(t *testing.T) {
 	require.NoError(t, c.CreateNamespace(ctx, other))
 	cc, err := ctrlcache.New(c.RESTConfig(), pool.CacheOptions(ns))
 	require.NoError(t, err)
-	inf, err := pool.NewInformer(ctx, cc)
+	inf, err := pool.NewInformer(ctx, cc, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 	var changes, stoppedChanges atomic.Int32
 	stopped, err := inf.OnChange(func() { stoppedChanges.Add(1) })

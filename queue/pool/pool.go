@@ -11,6 +11,7 @@ package pool
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strconv"
 	"strings"
@@ -225,17 +226,19 @@ type Cache interface {
 }
 
 // poolField indexes the Deployments by the pool they claim.
-const poolField = "runplane.io/pool"
+const poolField = api.LabelPool
 
 // Informer is a Source backed by the Deployments of a Cache.
 type Informer struct {
 	cache Cache
 	inf   ctrlcache.Informer
+	log   *slog.Logger
 }
 
 // NewInformer reads the pools from c's Deployments, indexed by the pool
-// they claim; c's informer starts with c.
-func NewInformer(ctx context.Context, c Cache) (*Informer, error) {
+// they claim; c's informer starts with c. A read of c that fails is
+// logged to log (none: the pools are read as none).
+func NewInformer(ctx context.Context, c Cache, log *slog.Logger) (*Informer, error) {
 	err := c.IndexField(ctx, &appsv1.Deployment{}, poolField, func(o client.Object) []string { return []string{o.GetLabels()[api.LabelPool]} })
 	if err != nil {
 		return nil, fmt.Errorf("pool: index Deployments by pool: %w", err)
@@ -244,7 +247,7 @@ func NewInformer(ctx context.Context, c Cache) (*Informer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pool: Deployment informer: %w", err)
 	}
-	return &Informer{cache: c, inf: inf}, nil
+	return &Informer{cache: c, inf: inf, log: log}, nil
 }
 
 // OnChange calls fn after any Deployment change, until stop.
@@ -268,7 +271,11 @@ func (i *Informer) Synced() bool { return i.inf.HasSynced() }
 // wait for it). Read-only: they are the cache's own objects.
 func (i *Informer) deployments(opts ...client.ListOption) []*appsv1.Deployment {
 	var l appsv1.DeploymentList
-	if !i.Synced() || i.cache.List(context.Background(), &l, append(opts, client.UnsafeDisableDeepCopy)...) != nil {
+	if !i.Synced() {
+		return nil
+	}
+	if err := i.cache.List(context.Background(), &l, append(opts, client.UnsafeDisableDeepCopy)...); err != nil {
+		i.log.Error("pools: read the cached Deployments; none are served", "err", err)
 		return nil
 	}
 	out := make([]*appsv1.Deployment, 0, len(l.Items))

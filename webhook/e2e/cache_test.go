@@ -47,11 +47,11 @@ func TestWatchesOnlyThroughItsCaches(t *testing.T) {
 	// The previous test's webhook has stopped: wait until the API server
 	// has closed its watches too.
 	var before map[watch]int
-	require.Eventually(t, func() bool {
-		a := count(t)
-		time.Sleep(300 * time.Millisecond)
-		before = count(t)
-		return maps.Equal(a, before)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		a := count(c)
+		time.Sleep(300 * time.Millisecond) // a settle window: no count of the stopped webhook's is known to wait for
+		before = count(c)
+		assert.True(c, maps.Equal(a, before), "the API server's watch counts still change: %v, then %v", a, before)
 	}, 30*time.Second, 10*time.Millisecond)
 
 	r := startWebhook(t, func(c *webhook.Config) { c.Injection.NATSServerName = "runplane-nats.runplane-system.svc" })
