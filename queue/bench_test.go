@@ -82,6 +82,13 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// reportCPU runs b's calls and reports the process's CPU time per call.
+func reportCPU(b *testing.B, run func()) {
+	c0 := cpuTime()
+	run()
+	b.ReportMetric(float64((cpuTime()-c0).Microseconds())/float64(b.N), "cpu-µs/op")
+}
+
 // measure runs the queue's calls and reports the CPU time per call, the
 // Record writes per invocation, and what the NATS server handled per call:
 // messages in (every publish, ack, pull and API request of every client)
@@ -104,9 +111,7 @@ func (rt *roundTrip) measure(b *testing.B, run func()) {
 		return counts{kv: st.CachedInfo().State.LastSeq, in: uint64(v.InMsgs), api: api}
 	}
 	before := last()
-	c0 := cpuTime()
-	run()
-	b.ReportMetric(float64((cpuTime()-c0).Microseconds())/float64(b.N), "cpu-µs/op")
+	reportCPU(b, run)
 	after := last()
 	b.ReportMetric(float64(after.kv-before.kv)/float64(b.N), "kv-writes/op")
 	b.ReportMetric(float64(after.in-before.in)/float64(b.N), "nats-msgs/op")
@@ -124,29 +129,33 @@ func syncRoundTrip(b *testing.B, useTLS bool) {
 			_, err := rt.e.nc.Request("bench.echo", syncBody, 5*time.Second)
 			return err
 		},
-		"queue": rt.invoke,
+		"queue":     rt.invoke,
+		"jetstream": newJetStreamFloor(b, rt.e.js).call,
+		"http":      httpFloor(b),
+		"record":    recordFloor(b, rt.e.js),
 	}
 	measure := func(b *testing.B, name string, run func()) {
 		if name == "queue" {
 			rt.measure(b, run)
 			return
 		}
-		c0 := cpuTime()
-		run()
-		b.ReportMetric(float64((cpuTime()-c0).Microseconds())/float64(b.N), "cpu-µs/op")
+		reportCPU(b, run)
 	}
 	rates := []int{100, 500, 1000}
 	if testing.Short() {
 		rates = []int{100}
 	}
+	// Beside the baseline, the floors (floor_bench_test.go): what any
+	// durable design pays, so what bounds the queue's figures.
+	names := []string{"baseline", "jetstream", "record", "http", "queue"}
 	for _, rate := range rates {
-		for _, name := range []string{"baseline", "queue"} {
+		for _, name := range names {
 			b.Run(fmt.Sprintf("rate=%d/%s", rate, name), func(b *testing.B) {
 				measure(b, name, func() { openLoop(b, rate, calls[name]) })
 			})
 		}
 	}
-	for _, name := range []string{"baseline", "queue"} {
+	for _, name := range names {
 		b.Run("rate=max/"+name, func(b *testing.B) {
 			measure(b, name, func() { closedLoop(b, 32, calls[name]) })
 		})
@@ -164,15 +173,24 @@ func syncRoundTripFsync(b *testing.B) {
 	}
 	require.False(b, rts["baseline"].e.ns.JetStreamConfig().SyncAlways)
 	require.True(b, rts["always"].e.ns.JetStreamConfig().SyncAlways)
-	for _, name := range []string{"baseline", "always"} {
-		b.Run("rate=100/"+name, func(b *testing.B) {
-			rts[name].measure(b, func() { openLoop(b, 100, rts[name].invoke) })
-		})
-	}
-	for _, name := range []string{"baseline", "always"} {
-		b.Run("rate=max/"+name, func(b *testing.B) {
-			rts[name].measure(b, func() { closedLoop(b, 32, rts[name].invoke) })
-		})
+	// The JetStream floor with a fsync before every acknowledgement: the
+	// least a durable call waits for on this disk.
+	always := rts["always"]
+	floor := newJetStreamFloor(b, always.e.js).call
+	for _, rate := range []string{"100", "max"} {
+		run := func(b *testing.B, call func() error) {
+			if rate == "max" {
+				closedLoop(b, 32, call)
+				return
+			}
+			openLoop(b, 100, call)
+		}
+		for _, name := range []string{"baseline", "always"} {
+			b.Run("rate="+rate+"/"+name, func(b *testing.B) {
+				rts[name].measure(b, func() { run(b, rts[name].invoke) })
+			})
+		}
+		b.Run("rate="+rate+"/always-jetstream", func(b *testing.B) { reportCPU(b, func() { run(b, floor) }) })
 	}
 }
 
