@@ -72,30 +72,33 @@ func TestFinishedWorkLeavesTheStream(t *testing.T) {
 	})
 	e.okWorker("tenant-a", "p", "wa")
 	e.okWorker("tenant-b", "p", "wb")
-	payload := bigPayload(900 << 10)
-	for i := range 12 { // 12 × 2 × 900 KB: 21 MB, beyond the stream's 16 MiB
-		// Finished work leaves in batches and the store guard counts what
-		// this replica stored since its last read of the stream (Storage,
-		// "Purges"): at load, a call may find the guard's count above 40%
-		// for a moment and be refused (503, nothing accepted) until the
-		// purges are read. Had the finished calls stayed, the stream would
-		// stay full and no retry would succeed.
-		body := fmt.Sprintf(`{"mode":"sync","invocationID":"a-%d","payload":%s}`, i, payload)
+	// Finished work leaves in batches and the store guard counts what this
+	// replica stored since its last read of the stream (Storage,
+	// "Purges"): at load, a call may find the guard's count above 40% for
+	// a moment and be refused (503, nothing accepted) until it reads the
+	// stream again. Had the finished calls stayed, the stream would stay
+	// full and no post again would succeed.
+	post := func(ns, body string) resp {
 		var r resp
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			r = e.invokeIn("tenant-a", "p", body)
-			assert.NotEqual(c, http.StatusServiceUnavailable, r.code, "tenant-a call %d: %s", i, r.raw)
+			r = e.invokeIn(ns, "p", body)
+			assert.NotEqual(c, http.StatusServiceUnavailable, r.code, "%s: %s", ns, r.raw)
 		}, 10*time.Second, 100*time.Millisecond)
+		return r
+	}
+	payload := bigPayload(900 << 10)
+	for i := range 12 { // 12 × 2 × 900 KB: 21 MB, beyond the stream's 16 MiB
+		r := post("tenant-a", fmt.Sprintf(`{"mode":"sync","invocationID":"a-%d","payload":%s}`, i, payload))
 		require.Equal(t, 200, r.code, "tenant-a call %d: %s", i, r.raw)
 		require.Equal(t, "succeeded", r.body["state"])
 	}
 	e.waitStreamEmpty("tenant-a's finished invocations left the stream")
-	r := e.invokeIn("tenant-b", "p", `{"mode":"sync","invocationID":"b-0","payload":{"n":1}}`)
+	r := post("tenant-b", `{"mode":"sync","invocationID":"b-0","payload":{"n":1}}`)
 	require.Equal(t, 200, r.code, "tenant-b: %s", r.raw)
 	e.waitStreamEmpty("tenant-b's too")
 	// Idempotency stands on the Record: a re-post of a finished ID answers
 	// it, publishes nothing, and runs nothing again.
-	r = e.invokeIn("tenant-a", "p", fmt.Sprintf(`{"mode":"sync","invocationID":"a-0","payload":%s}`, payload))
+	r = post("tenant-a", fmt.Sprintf(`{"mode":"sync","invocationID":"a-0","payload":%s}`, payload))
 	require.Equal(t, 200, r.code, "%s", r.raw)
 	require.Equal(t, "succeeded", r.body["state"])
 	require.Zero(t, e.streamState().Msgs, "a re-post of a finished invocation stores nothing")
