@@ -237,7 +237,8 @@ type Informer struct {
 
 // NewInformer reads the pools from c's Deployments, indexed by the pool
 // they claim; c's informer starts with c. A read of c that fails is
-// logged to log (none: the pools are read as none).
+// logged to log (which must not be nil), and serves no pools until the
+// next read succeeds.
 func NewInformer(ctx context.Context, c Cache, log *slog.Logger) (*Informer, error) {
 	err := c.IndexField(ctx, &appsv1.Deployment{}, poolField, func(o client.Object) []string { return []string{o.GetLabels()[api.LabelPool]} })
 	if err != nil {
