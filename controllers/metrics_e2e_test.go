@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runplane/runplane/controllers"
-	"github.com/runplane/runplane/test/cluster"
+	"github.com/runplane/runplane/test/kit"
 	"github.com/runplane/runplane/test/scrape"
 )
 
@@ -19,7 +19,7 @@ import (
 func TestMetricsOnlyForReaders(t *testing.T) {
 	scrapers, err := scrape.New(t.Context(), env)
 	require.NoError(t, err)
-	port, err := cluster.FreePort()
+	port, err := kit.FreePort("127.0.0.1")
 	require.NoError(t, err)
 	url := "https://127.0.0.1:" + strconv.Itoa(port) + "/metrics"
 	startManager(t, func(c *controllers.Config) { c.Metrics.BindAddress = "127.0.0.1:" + strconv.Itoa(port) })

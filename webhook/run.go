@@ -18,7 +18,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -54,9 +53,8 @@ type Config struct {
 	config.WebhookConfiguration
 	// RESTConfig reaches the API server.
 	RESTConfig *rest.Config
-	// Listener, when set, names the HTTPS address instead of Addr (tests
-	// pass 127.0.0.1:0): controller-runtime's webhook server opens its own
-	// listener, so Run closes this one and listens on its address.
+	// Listener, when set, is the HTTPS listener instead of one on Addr
+	// (tests pass 127.0.0.1:0); Run serves on it and closes it.
 	Listener net.Listener
 	// HealthListener, when set, serves /healthz and /readyz instead of
 	// HealthAddr. The HTTPS listener serves them too, and /metrics, only to
@@ -109,20 +107,21 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger.With("component", "webhook")
-	if cfg.Listener != nil {
-		cfg.Addr = cfg.Listener.Addr().String()
-		if err := cfg.Listener.Close(); err != nil {
-			return fmt.Errorf("webhook: freeing %s: %w", cfg.Addr, err)
+	ln := cfg.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", cfg.Addr); err != nil {
+			return fmt.Errorf("webhook: listening on %s: %w", cfg.Addr, err)
 		}
 	}
-	host, portStr, err := net.SplitHostPort(cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("webhook: address %q: %w", cfg.Addr, err)
-	}
-	port, err := strconv.Atoi(portStr)
-	if err != nil {
-		return fmt.Errorf("webhook: address %q: %w", cfg.Addr, err)
-	}
+	// The manager's server closes ln when it stops; this closes it when
+	// Run fails before that server ran.
+	defer func() {
+		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			log.Error("closing the webhook listener", "err", err)
+		}
+	}()
+	cfg.Addr = ln.Addr().String()
 	kube, err := kubernetes.NewForConfig(cfg.RESTConfig)
 	if err != nil {
 		return fmt.Errorf("webhook: client: %w", err)
@@ -213,9 +212,13 @@ func Run(ctx context.Context, cfg Config) error {
 	// The HTTPS listener: admission, the health endpoints and /metrics.
 	mux := healthMux(checks)
 	mux.Handle("GET "+metricsauth.Path, metricsHandler)
-	srv := webhook.NewServer(webhook.Options{Host: host, Port: port, WebhookMux: mux, TLSOpts: []func(*tls.Config){func(c *tls.Config) {
-		c.MinVersion, c.GetCertificate = tls.VersionTLS12, getCert
-	}}})
+	// controller-runtime's webhook server instruments every hook Register
+	// adds (controller_runtime_webhook_*); it is served below on ln, not
+	// started, because its Start opens a listener of its own — closing a
+	// test's 127.0.0.1:0 listener to let it re-listen on the port lost the
+	// port to another process once in 873 tests (make dev: "bind: address
+	// already in use").
+	srv := webhook.NewServer(webhook.Options{WebhookMux: mux})
 	validator := &podValidator{claims: objects, gpuClasses: func() []string { return podclaims.Classes(cfg.GPUDeviceClasses, store.Catalog()) }, log: log}
 	hs, err := hooks(mutator, validator, cfg.Namespace, metrics, log)
 	if err != nil {
@@ -232,7 +235,15 @@ func Run(ctx context.Context, cfg Config) error {
 	// Admission is served once the caches have synced (the manager starts
 	// a webhook.Server before them): a Pod is never judged by an empty
 	// catalog or a missing NATS CA.
-	runnables := append([]manager.Runnable{afterCaches{srv}, synced}, keepers...)
+	https := &manager.Server{
+		Name:     "webhook",
+		Server:   &http.Server{Handler: srv.WebhookMux(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second},
+		Listener: tls.NewListener(ln, &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCert}),
+		// The API server gives up on an admission call after its
+		// timeoutSeconds (5, configurations.go): no call outlives that.
+		ShutdownTimeout: ptr.To(5 * time.Second),
+	}
+	runnables := append([]manager.Runnable{afterCaches{https}, synced}, keepers...)
 	if cfg.HealthListener != nil || cfg.HealthAddr != "0" {
 		runnables = append(runnables, &manager.Server{Name: "health", Listener: cfg.HealthListener,
 			Server: &http.Server{Addr: cfg.HealthAddr, Handler: healthMux(checks), ReadHeaderTimeout: 10 * time.Second}})

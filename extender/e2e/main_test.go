@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runplane/runplane/test/kit"
 	"github.com/runplane/runplane/test/runplanebin"
 
 	"github.com/stretchr/testify/require"
@@ -139,12 +140,12 @@ func newHarness() (*harness, error) {
 		return nil, err
 	}
 	h.bin = filepath.Join(bin, "runplane-extender")
-	port, err := cluster.FreePort()
+	port, err := kit.FreePort("127.0.0.1")
 	if err != nil {
 		return nil, err
 	}
 	h.addr = "127.0.0.1:" + strconv.Itoa(port)
-	if port, err = cluster.FreePort(); err != nil {
+	if port, err = kit.FreePort("127.0.0.1"); err != nil {
 		return nil, err
 	}
 	h.pprof = "127.0.0.1:" + strconv.Itoa(port)

@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,16 +64,6 @@ func Build(ctx context.Context, dir string) (Binaries, error) {
 	return b, nil
 }
 
-// FreePort returns a loopback port that was free a moment ago.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // NATS is a nats-server process with JetStream on file storage, on a fixed
 // port so a restart keeps its URL.
 type NATS struct {
@@ -113,10 +102,10 @@ func StartNATSCluster(bins Binaries, dir string, n int, o NATSOptions) ([]*NATS,
 	var routes []string
 	for i := range n {
 		var err error
-		if clientPorts[i], err = FreePort(); err != nil {
+		if clientPorts[i], err = kit.FreePort("127.0.0.1"); err != nil {
 			return nil, err
 		}
-		if routePorts[i], err = FreePort(); err != nil {
+		if routePorts[i], err = kit.FreePort("127.0.0.1"); err != nil {
 			return nil, err
 		}
 		routes = append(routes, strconv.Quote("nats-route://127.0.0.1:"+strconv.Itoa(routePorts[i])))
@@ -229,12 +218,12 @@ type QueueOptions struct {
 // StartQueue starts a replica named name on a free port and waits for
 // /readyz.
 func StartQueue(bins Binaries, dir, name, natsURL string, o QueueOptions) (*Queue, error) {
-	port, err := FreePort()
+	port, err := kit.FreePort("127.0.0.1")
 	if err != nil {
 		return nil, err
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	if port, err = FreePort(); err != nil {
+	if port, err = kit.FreePort("127.0.0.1"); err != nil {
 		return nil, err
 	}
 	metricsAddr := "127.0.0.1:" + strconv.Itoa(port)
@@ -312,7 +301,7 @@ func StartWorker(bins Binaries, dir, name, natsURL string, o WorkerOptions) (*Wo
 	if err != nil {
 		return nil, err
 	}
-	port, err := FreePort()
+	port, err := kit.FreePort("127.0.0.1")
 	if err != nil {
 		return nil, err
 	}

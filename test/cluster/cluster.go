@@ -26,6 +26,7 @@ import (
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/extender/profile"
 	"github.com/runplane/runplane/hack/images"
+	"github.com/runplane/runplane/test/kit"
 )
 
 // KubernetesVersion is the version of the control-plane binaries.
@@ -151,16 +152,6 @@ func (c *Cluster) startCommand(name, bin string, args ...string) (*Process, erro
 	c.processes = append(c.processes, p)
 	c.mu.Unlock()
 	return p, nil
-}
-
-// FreePort returns a loopback TCP port that was free a moment ago.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func freePorts(n int) ([]int, error) {
@@ -501,7 +492,7 @@ func (c *Cluster) StartScheduler(ctx context.Context, cfg *configv1.KubeSchedule
 	if err != nil {
 		return nil, err
 	}
-	port, err := FreePort()
+	port, err := kit.FreePort("127.0.0.1")
 	if err != nil {
 		return nil, err
 	}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/runplane/runplane/api"
 	"github.com/runplane/runplane/test/cluster"
+	"github.com/runplane/runplane/test/kit"
 )
 
 // promTarget is one component's /metrics as the chart's ServiceMonitor
@@ -144,7 +145,7 @@ func startPrometheus(ctx context.Context, t *testing.T, targets []promTarget, to
 	})
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "prometheus.yml"), cfg, 0o600))
-	port, err := cluster.FreePort()
+	port, err := kit.FreePort("127.0.0.1")
 	require.NoError(t, err)
 	url := "http://127.0.0.1:" + strconv.Itoa(port)
 	log, err := os.Create(filepath.Join(dir, "prometheus.log"))

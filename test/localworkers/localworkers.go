@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +29,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/runplane/runplane/api"
+	"github.com/runplane/runplane/test/kit"
 )
 
 // Config configures Run.
@@ -337,7 +337,7 @@ func (r *Runner) startWorker(ctx context.Context, pod *corev1.Pod) (*worker, err
 	if err != nil {
 		return nil, fmt.Errorf("socket dir: %w", err)
 	}
-	port, err := freePort()
+	port, err := kit.FreePort("127.0.0.1")
 	if err != nil {
 		os.RemoveAll(sockDir)
 		return nil, err
@@ -387,15 +387,6 @@ func hostEnv() []string {
 		out = append(out, kv)
 	}
 	return out
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // proc supervises one process: it restarts it when it exits on its own

@@ -32,6 +32,7 @@ import (
 	"github.com/runplane/runplane/internal/natssync"
 	"github.com/runplane/runplane/internal/natstls"
 	"github.com/runplane/runplane/internal/pki"
+	"github.com/runplane/runplane/test/kit"
 )
 
 // ServerName is the name the server's certificate carries and every
@@ -173,7 +174,7 @@ func StartClusterWith(dir string, a Auth, exports jwt.Exports, n int, extra Extr
 	const host = "127.0.0.1"
 	addrs, routes := make([]string, n), make([]string, n)
 	for i := range routes {
-		port, err := freePort(host)
+		port, err := kit.FreePort(host)
 		if err != nil {
 			return nil, err
 		}
@@ -233,16 +234,6 @@ func StartClusterWith(dir string, a Auth, exports jwt.Exports, n int, extra Extr
 func jetStreamEnabled(s *server.Server, pub string) bool {
 	acc, err := s.LookupAccount(pub)
 	return err == nil && acc.JetStreamEnabled()
-}
-
-// freePort is a port on host that was free a moment ago.
-func freePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return 0, fmt.Errorf("free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // ClientURLs is the comma-separated client URL list of servers, what a

@@ -25,7 +25,6 @@ import (
 	"github.com/runplane/runplane/internal/metricsauth"
 	"github.com/runplane/runplane/internal/natstls"
 	"github.com/runplane/runplane/queue"
-	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/kit"
 	"github.com/runplane/runplane/test/localworkers"
 	"github.com/runplane/runplane/webhook"
@@ -76,7 +75,7 @@ func (s *Stack) startControllers(ctx, runCtx context.Context, o Options) error {
 		return err
 	}
 	// controller-runtime's metrics server takes an address, not a listener.
-	port, err := cluster.FreePort()
+	port, err := kit.FreePort("127.0.0.1")
 	if err != nil {
 		return err
 	}

@@ -11,9 +11,9 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -90,17 +90,19 @@ type running struct {
 func startWebhook(t *testing.T, modify ...func(*webhook.Config)) *running {
 	t.Helper()
 	setup(t)
-	port, err := cluster.FreePort()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
+	counted := &countingListener{Listener: ln}
 	hln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	addr := "127.0.0.1:" + strconv.Itoa(port)
+	addr := ln.Addr().String()
 	cfg := webhook.Config{
 		RESTConfig:     env.RESTConfig(),
+		Listener:       counted,
 		HealthListener: hln,
 		Logger:         slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
-	cfg.Namespace, cfg.Addr = runplaneNS, addr
+	cfg.Namespace = runplaneNS
 	cfg.Injection = mutate.Config{
 		Image: "runplane:e2e", PauseImage: "registry.k8s.io/pause:3.10", NATSURL: "nats://127.0.0.1:4222",
 		SubjectPrefix: api.DefaultSubjectPrefix, StreamName: api.DefaultStreamName,
@@ -144,7 +146,25 @@ func startWebhook(t *testing.T, modify ...func(*webhook.Config)) *running {
 		require.Equal(c, api.SchedulerName, pod.Spec.SchedulerName)
 		require.Contains(c, r.metrics(c), `outcome="mutated"`)
 	}, 60*time.Second, 200*time.Millisecond)
+	// Served on the listener it was given, never closed and listened on
+	// again: another process could take the port in between (it did, once,
+	// to make dev).
+	require.Positive(t, counted.accepted.Load(), "connections accepted on the given listener")
 	return r
+}
+
+// countingListener counts the connections accepted on it.
+type countingListener struct {
+	net.Listener
+	accepted atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.accepted.Add(1)
+	}
+	return c, err
 }
 
 type testWriter struct{ t *testing.T }

@@ -26,7 +26,6 @@ import (
 	"github.com/runplane/runplane/controllers/sshservice"
 	"github.com/runplane/runplane/internal/configfile"
 	"github.com/runplane/runplane/pvcspec"
-	"github.com/runplane/runplane/test/cluster"
 	"github.com/runplane/runplane/test/e2e/rbac"
 	"github.com/runplane/runplane/test/kit"
 	"github.com/runplane/runplane/test/scrape"
@@ -60,7 +59,7 @@ func TestControllers(t *testing.T) {
 	require.True(t, *cc.LeaderElection.LeaderElect, "the chart's controller elects a leader")
 	cert, err := cc.Metrics.ServingCert()
 	require.NoError(t, err)
-	metricsPort, err := cluster.FreePort()
+	metricsPort, err := kit.FreePort("127.0.0.1")
 	require.NoError(t, err)
 	cfg := controllers.Config{ControllerConfiguration: *cc, RESTConfig: rec.As(env.RESTConfig(), releaseNS, "runplane-controller"),
 		Logger: logr.FromSlogHandler(rec.Logger().Handler())}

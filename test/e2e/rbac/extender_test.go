@@ -273,7 +273,7 @@ func runScheduler(t *testing.T, ext *extender.Extender, rec *rbac.Recorder) {
 	require.NoError(t, err)
 	config := filepath.Join(dir, "config.yaml")
 	require.NoError(t, os.WriteFile(config, data, 0o600))
-	port, err := cluster.FreePort()
+	port, err := kit.FreePort("127.0.0.1")
 	require.NoError(t, err)
 	cmd := exec.Command(env.Binary("kube-scheduler"), "--config="+config,
 		"--authentication-kubeconfig="+kubeconfig, "--authorization-kubeconfig="+kubeconfig,
