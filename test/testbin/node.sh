@@ -30,6 +30,8 @@ if [[ ${1:-} == --check ]]; then exit 1; fi
 mkdir -p "$out"
 export GONOSUMDB="${GONOSUMDB:+$GONOSUMDB,}k8s.io/kubernetes"
 export GOFLAGS="-mod=mod -trimpath"
+# Static, as build.sh's binaries are (why: there).
+export CGO_ENABLED=0
 # The kubelet module pins the version; the binaries report it (like build.sh).
 kube_version="$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" { print $3 }' "$here/node/kubelet/go.mod")"
 kube_ldflags="-s -w \
@@ -44,12 +46,12 @@ containerd_ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version
 # we do not use (overlayfs and native remain).
 containerd_tags="no_btrfs no_devmapper no_zfs no_aufs"
 
-build() { # build <module dir> <output name> <package> <ldflags> [tags] [cgo]
-	local dir=$1 name=$2 pkg=$3 ldflags=$4 tags=${5:-} cgo=${6:-0}
+build() { # build <module dir> <output name> <package> <ldflags> [tags]
+	local dir=$1 name=$2 pkg=$3 ldflags=$4 tags=${5:-}
 	[[ -x "$out/$name" ]] && return 0
 	echo "testbin: building $name" >&2
 	local start=$SECONDS
-	(cd "$here/node/$dir" && CGO_ENABLED=$cgo go build -tags "$tags" -ldflags "$ldflags" -o "$out/$name.tmp" "$pkg")
+	(cd "$here/node/$dir" && go build -tags "$tags" -ldflags "$ldflags" -o "$out/$name.tmp" "$pkg")
 	mv "$out/$name.tmp" "$out/$name"
 	echo "testbin: built $name in $((SECONDS - start))s" >&2
 }
@@ -57,11 +59,11 @@ build() { # build <module dir> <output name> <package> <ldflags> [tags] [cgo]
 build containerd containerd github.com/containerd/containerd/v2/cmd/containerd "$containerd_ldflags" "$containerd_tags"
 build containerd containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 "$containerd_ldflags" "$containerd_tags"
 build containerd ctr github.com/containerd/containerd/v2/cmd/ctr "$containerd_ldflags" "$containerd_tags"
-# The kubelet is built with Go's default cgo setting, exactly like build.sh's
-# Kubernetes binaries, so that it reuses their compiled packages from the Go
-# build cache (only kubelet-only packages and the link are new).
-build kubelet kubelet k8s.io/kubernetes/cmd/kubelet "$kube_ldflags" "" "$(go env CGO_ENABLED)"
-build kubelet kube-proxy k8s.io/kubernetes/cmd/kube-proxy "$kube_ldflags" "" "$(go env CGO_ENABLED)"
+# Every binary here is static, like build.sh's Kubernetes binaries, so
+# that the kubelet and the enforcer reuse their compiled packages from the
+# Go build cache (only their own packages and the link are new).
+build kubelet kubelet k8s.io/kubernetes/cmd/kubelet "$kube_ldflags"
+build kubelet kube-proxy k8s.io/kubernetes/cmd/kube-proxy "$kube_ldflags"
 # The cluster DNS runs in a Pod (test/cluster/dns.go), so static.
 build coredns coredns . "-s -w"
 # Runs in the node's network namespace like kube-proxy (test/cluster).
