@@ -7,6 +7,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 go_flags=(${TESTFLAGS:--count=1 -v -timeout 40m})
+# Every Go build of the run — lint's, runplane's binaries (static and
+# trimmed, as the image has them: hack/images) and the tests' — with one
+# configuration, so that each package compiles once: with go test's
+# defaults (cgo on, full paths) a fresh machine compiled every dependency
+# of the binaries twice.
+export GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath" CGO_ENABLED=0
 log="$(mktemp -d)"
 trap 'rm -rf "$log"' EXIT
 
