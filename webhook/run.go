@@ -239,9 +239,12 @@ func Run(ctx context.Context, cfg Config) error {
 		Name:     "webhook",
 		Server:   &http.Server{Handler: srv.WebhookMux(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second},
 		Listener: tls.NewListener(ln, &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCert}),
-		// The API server gives up on an admission call after its
-		// timeoutSeconds (5, configurations.go): no call outlives that.
-		ShutdownTimeout: ptr.To(5 * time.Second),
+		// Below the manager's grace period (5 s, above), which every
+		// runnable must end within: net/http's Shutdown waits up to 5 s
+		// for a connection that has not sent its first request, and at
+		// 5 s here a stop failed on it (TestStorageGate, once in a run).
+		// An admission call is answered in milliseconds.
+		ShutdownTimeout: ptr.To(3 * time.Second),
 	}
 	runnables := append([]manager.Runnable{afterCaches{https}, synced}, keepers...)
 	if cfg.HealthListener != nil || cfg.HealthAddr != "0" {
