@@ -137,7 +137,7 @@ func Run(ctx context.Context, cfg Config) error {
 		// HealthAddr too (below).
 		Metrics:                 metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:  "0",
-		GracefulShutdownTimeout: ptr.To(5 * time.Second),
+		GracefulShutdownTimeout: ptr.To(shutdownGrace),
 	})
 	if err != nil {
 		return fmt.Errorf("webhook: manager: %w", err)
@@ -236,15 +236,18 @@ func Run(ctx context.Context, cfg Config) error {
 	// a webhook.Server before them): a Pod is never judged by an empty
 	// catalog or a missing NATS CA.
 	https := &manager.Server{
-		Name:     "webhook",
-		Server:   &http.Server{Handler: srv.WebhookMux(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second},
-		Listener: tls.NewListener(ln, &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCert}),
-		// Below the manager's grace period (5 s, above), which every
-		// runnable must end within: net/http's Shutdown waits up to 5 s
-		// for a connection that has not sent its first request, and at
-		// 5 s here a stop failed on it (TestStorageGate, once in a run).
-		// An admission call is answered in milliseconds.
-		ShutdownTimeout: ptr.To(3 * time.Second),
+		Name:   "webhook",
+		Server: &http.Server{Handler: srv.WebhookMux(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second},
+		// HTTP/2 first, as controller-runtime's webhook server offers it:
+		// the API server then sends concurrent admission calls over one
+		// connection instead of a TLS handshake each.
+		Listener: tls.NewListener(ln, &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCert, NextProtos: []string{"h2", "http/1.1"}}),
+		// Below the manager's grace, which every runnable must end
+		// within: net/http's Shutdown waits up to 5 s for a connection
+		// that has sent no request yet, and a bound equal to the grace
+		// failed a stop on it (TestStorageGate, once in a whole run). An
+		// admission call is answered in milliseconds.
+		ShutdownTimeout: ptr.To(shutdownGrace - 2*time.Second),
 	}
 	runnables := append([]manager.Runnable{afterCaches{https}, synced}, keepers...)
 	if cfg.HealthListener != nil || cfg.HealthAddr != "0" {
@@ -262,6 +265,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	return nil
 }
+
+// shutdownGrace is how long the manager gives its runnables to end once
+// Run's context is done.
+const shutdownGrace = 5 * time.Second
 
 // afterCaches is a Runnable the manager starts once its caches have
 // synced (a "non-leader-election" one), whatever else r is.

@@ -207,6 +207,17 @@ func servedCert(t *testing.T, addr string) []byte {
 	return conn.ConnectionState().PeerCertificates[0].Raw
 }
 
+// servedProtocol is the application protocol the webhook's HTTPS
+// listener agrees to with a client offering HTTP/2 and HTTP/1.1 (the API
+// server's webhook client does).
+func servedProtocol(t *testing.T, addr string) string {
+	t.Helper()
+	conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2", "http/1.1"}}) // only reading the protocol
+	require.NoError(t, err)
+	defer conn.Close()
+	return conn.ConnectionState().NegotiatedProtocol
+}
+
 func kubectl(t *testing.T, stdin string, args ...string) (string, error) {
 	t.Helper()
 	return run(env.Binary("kubectl"), stdin, append([]string{"--kubeconfig", env.Kubeconfig()}, args...)...)

@@ -350,6 +350,14 @@ func TestUnlabelledPodAdmittedWhileWebhookDown(t *testing.T) {
 	require.ErrorContains(t, err, "gpu-spec.runplane.io", "labelled Pod while the webhook is down: want a webhook failure")
 }
 
+// Admission is offered over HTTP/2, as controller-runtime's webhook server
+// offers it: the API server sends concurrent calls over one connection
+// rather than a TLS handshake each.
+func TestAdmissionOverHTTP2(t *testing.T) {
+	r := startWebhook(t)
+	require.Equal(t, "h2", servedProtocol(t, r.addr))
+}
+
 // A serving certificate close to expiry is renewed by the running webhook
 // and served without a restart; the API server keeps trusting it.
 func TestServingCertificateRotates(t *testing.T) {
