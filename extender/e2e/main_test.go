@@ -140,15 +140,11 @@ func newHarness() (*harness, error) {
 		return nil, err
 	}
 	h.bin = filepath.Join(bin, "runplane-extender")
-	port, err := kit.FreePort("127.0.0.1")
+	ports, err := kit.FreePorts("127.0.0.1", 2)
 	if err != nil {
 		return nil, err
 	}
-	h.addr = "127.0.0.1:" + strconv.Itoa(port)
-	if port, err = kit.FreePort("127.0.0.1"); err != nil {
-		return nil, err
-	}
-	h.pprof = "127.0.0.1:" + strconv.Itoa(port)
+	h.addr, h.pprof = "127.0.0.1:"+strconv.Itoa(ports[0]), "127.0.0.1:"+strconv.Itoa(ports[1])
 	ec := configfile.New[config.ExtenderConfiguration]()
 	ec.TLS.CertFile, ec.TLS.KeyFile = filepath.Join(env.Dir(), "extender.crt"), filepath.Join(env.Dir(), "extender.key")
 	caPEM, err := extender.WriteSelfSignedCert(ec.TLS.CertFile, ec.TLS.KeyFile, []string{"127.0.0.1"})

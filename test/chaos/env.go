@@ -98,17 +98,14 @@ func StartNATS(bins Binaries, dir string, o NATSOptions) (*NATS, error) {
 // the harness's clients have neither TLS nor auth either (the chart's
 // routes are TLS with a password; test/natsauth.StartCluster runs those).
 func StartNATSCluster(bins Binaries, dir string, n int, o NATSOptions) ([]*NATS, error) {
-	clientPorts, routePorts := make([]int, n), make([]int, n)
+	ports, err := kit.FreePorts("127.0.0.1", 2*n)
+	if err != nil {
+		return nil, err
+	}
+	clientPorts, routePorts := ports[:n], ports[n:]
 	var routes []string
-	for i := range n {
-		var err error
-		if clientPorts[i], err = kit.FreePort("127.0.0.1"); err != nil {
-			return nil, err
-		}
-		if routePorts[i], err = kit.FreePort("127.0.0.1"); err != nil {
-			return nil, err
-		}
-		routes = append(routes, strconv.Quote("nats-route://127.0.0.1:"+strconv.Itoa(routePorts[i])))
+	for _, p := range routePorts {
+		routes = append(routes, strconv.Quote("nats-route://127.0.0.1:"+strconv.Itoa(p)))
 	}
 	servers := make([]*NATS, n)
 	for i := range n {
@@ -218,15 +215,11 @@ type QueueOptions struct {
 // StartQueue starts a replica named name on a free port and waits for
 // /readyz.
 func StartQueue(bins Binaries, dir, name, natsURL string, o QueueOptions) (*Queue, error) {
-	port, err := kit.FreePort("127.0.0.1")
+	ports, err := kit.FreePorts("127.0.0.1", 2)
 	if err != nil {
 		return nil, err
 	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	if port, err = kit.FreePort("127.0.0.1"); err != nil {
-		return nil, err
-	}
-	metricsAddr := "127.0.0.1:" + strconv.Itoa(port)
+	addr, metricsAddr := "127.0.0.1:"+strconv.Itoa(ports[0]), "127.0.0.1:"+strconv.Itoa(ports[1])
 	qc := configfile.New[config.QueueConfiguration]()
 	qc.Listen, qc.Metrics.BindAddress, qc.NATS.URL, qc.InsecureDisableCallerAuth = addr, metricsAddr, natsURL, true
 	// The harness measures loss and duplicates, not fairness limits.

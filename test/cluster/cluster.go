@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -154,26 +153,6 @@ func (c *Cluster) startCommand(name, bin string, args ...string) (*Process, erro
 	return p, nil
 }
 
-func freePorts(n int) ([]int, error) {
-	// Hold every listener until all are chosen, so no port is handed out twice.
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("finding free ports: %w", err)
-		}
-		ls = append(ls, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	return ports, nil
-}
-
 // Start brings up etcd, kube-apiserver, kube-controller-manager,
 // kube-scheduler, kwok and the PVC provisioner, and creates opts.Nodes. On
 // error everything already started is stopped.
@@ -204,7 +183,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if c.pki, err = newPKI(dir); err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(6)
+	ports, err := kit.FreePorts("127.0.0.1", 6)
 	if err != nil {
 		return nil, err
 	}

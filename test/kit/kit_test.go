@@ -1,10 +1,13 @@
 package kit
 
 import (
+	"net"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestPercentile(t *testing.T) {
@@ -57,5 +60,19 @@ func TestTail(t *testing.T) {
 		{"empty", "", 3, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) { assert.Equal(t, tc.want, Tail(tc.in, tc.n)) })
+	}
+}
+
+// FreePorts hands out n distinct ports, each free again once it returns.
+func TestFreePorts(t *testing.T) {
+	ports, err := FreePorts("127.0.0.1", 16)
+	require.NoError(t, err)
+	seen := map[int]bool{}
+	for _, p := range ports {
+		require.False(t, seen[p], "port %d handed out twice", p)
+		seen[p] = true
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		require.NoError(t, err, "port %d is not free", p)
+		require.NoError(t, l.Close())
 	}
 }

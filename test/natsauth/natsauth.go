@@ -172,12 +172,12 @@ func StartCluster(dir string, a Auth, exports jwt.Exports, n int) ([]*server.Ser
 // server (extra.Top after the cluster block).
 func StartClusterWith(dir string, a Auth, exports jwt.Exports, n int, extra Extra) ([]*server.Server, error) {
 	const host = "127.0.0.1"
+	ports, err := kit.FreePorts(host, n)
+	if err != nil {
+		return nil, err
+	}
 	addrs, routes := make([]string, n), make([]string, n)
-	for i := range routes {
-		port, err := kit.FreePort(host)
-		if err != nil {
-			return nil, err
-		}
+	for i, port := range ports {
 		addrs[i] = net.JoinHostPort(host, strconv.Itoa(port))
 		routes[i] = strconv.Quote("nats-route://" + addrs[i])
 	}
