@@ -97,8 +97,9 @@ func TestFinishedWorkLeavesTheStream(t *testing.T) {
 	require.Equal(t, 200, r.code, "tenant-b: %s", r.raw)
 	e.waitStreamEmpty("tenant-b's too")
 	// Idempotency stands on the Record: a re-post of a finished ID answers
-	// it, publishes nothing, and runs nothing again.
-	r = post("tenant-a", fmt.Sprintf(`{"mode":"sync","invocationID":"a-0","payload":%s}`, payload))
+	// it, publishes nothing, and runs nothing again — at once, not retried:
+	// a duplicate is answered before the store guard is asked.
+	r = e.invokeIn("tenant-a", "p", fmt.Sprintf(`{"mode":"sync","invocationID":"a-0","payload":%s}`, payload))
 	require.Equal(t, 200, r.code, "%s", r.raw)
 	require.Equal(t, "succeeded", r.body["state"])
 	require.Zero(t, e.streamState().Msgs, "a re-post of a finished invocation stores nothing")
