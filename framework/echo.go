@@ -2,11 +2,12 @@ package framework
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/runplane/runplane/internal/rawjson"
 )
 
 // Attributes an invocation may set to steer the echo framework in tests.
@@ -70,10 +71,22 @@ func Echo(opts EchoOptions) HandlerFunc {
 		if req.Attributes[EchoAttrRaw] == "true" {
 			return Response{StatusCode: 200, ContentType: req.ContentType, Body: req.Payload}, nil
 		}
-		body, err := json.Marshal(req)
+		body, err := echoBody(req)
 		if err != nil {
 			return Response{}, fmt.Errorf("encode echo body: %w", err)
 		}
 		return Response{StatusCode: 200, ContentType: "application/json", Headers: map[string]string{"x-runplane-echo": "1"}, Body: body}, nil
 	}
+}
+
+// echoBody is json.Marshal(req), its payload placed as it is when that is
+// how json.Marshal writes it (rawjson.Canonical: a byte search), not
+// scanned and copied again (~45 ms of a 10 MiB echo).
+func echoBody(req Request) ([]byte, error) {
+	p, err := rawjson.Canonical(req.Payload)
+	if err != nil {
+		return nil, err
+	}
+	req.Payload = p
+	return rawjson.Marshal(&req, &req.Payload)
 }

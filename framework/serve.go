@@ -2,10 +2,8 @@ package framework
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -149,21 +147,8 @@ func NewHandler(fn HandlerFunc, opts ...Option) http.Handler {
 			httpjson.Write(w, http.StatusMethodNotAllowed, errorBody{Error: fmt.Sprintf("method %s not allowed on %s: use POST", r.Method, o.invokePath)})
 			return
 		}
-		var req Request
-		dec := json.NewDecoder(r.Body)
-		if err := dec.Decode(&req); err != nil {
-			httpjson.Write(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("decode invocation envelope: %v", err)})
-			return
-		}
-		if req.InvocationID == "" {
-			httpjson.Write(w, http.StatusBadRequest, errorBody{Error: "invocation envelope: field invocationID must not be empty"})
-			return
-		}
-		// Drain the body: net/http notices a caller that hangs up (the
-		// sidecar cancelling an invocation) only once the body is consumed,
-		// and only then cancels r.Context() for the handler.
-		if _, err := io.Copy(io.Discard, r.Body); err != nil {
-			httpjson.Write(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("read invocation envelope: %v", err)})
+		req, ok := readRequest(w, r)
+		if !ok {
 			return
 		}
 		parent := tracing.FromHTTP(r.Header)
@@ -190,22 +175,47 @@ func NewHandler(fn HandlerFunc, opts ...Option) http.Handler {
 	return mux
 }
 
+// readRequest reads the invocation envelope of r, answering 400 when it
+// is not one. The body is read whole, which also lets net/http notice a
+// caller that hangs up (the sidecar cancelling an invocation) and cancel
+// r.Context() for the handler: it watches the connection only once the
+// body is consumed. It is scanned once and the payload is a slice of it
+// (rawjson.Unmarshal: a json.Decoder scanned a 10 MiB payload three
+// times and copied it four, ~90 ms of the call).
+func readRequest(w http.ResponseWriter, r *http.Request) (Request, bool) {
+	var req Request
+	b, err := httpjson.ReadBody(r.Body, r.ContentLength, httpjson.PeerLengthLimit)
+	if err != nil {
+		httpjson.Write(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("read invocation envelope: %v", err)})
+		return req, false
+	}
+	if err := rawjson.Unmarshal(b, &req, "payload", &req.Payload); err != nil {
+		httpjson.Write(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("decode invocation envelope: %v", err)})
+		return req, false
+	}
+	if req.InvocationID == "" {
+		httpjson.Write(w, http.StatusBadRequest, errorBody{Error: "invocation envelope: field invocationID must not be empty"})
+		return req, false
+	}
+	return req, true
+}
+
 // writeResponse answers a call with resp. Its body is checked once
-// (json.Valid) and placed as it is (rawjson.Marshal): encoding/json's pass
+// (rawjson.Valid) and written as it is (rawjson.MarshalParts): encoding/json's pass
 // would also compact and escape it, a copy nobody needs (the sidecar reads
 // the body as it is). A body that is not JSON answers what a handler's
 // error does — status 500 naming it — not a 200 with an empty envelope.
 func writeResponse(w http.ResponseWriter, resp Response) {
-	if len(resp.Body) > 0 && !json.Valid(resp.Body) {
+	if len(resp.Body) > 0 && !rawjson.Valid(resp.Body) {
 		resp = Response{StatusCode: http.StatusInternalServerError, Error: "the handler's response body is not valid JSON"}
 	}
-	b, err := rawjson.Marshal(&resp, &resp.Body)
+	parts, err := rawjson.MarshalParts(&resp, &resp.Body)
 	if err != nil {
 		resp = Response{StatusCode: http.StatusInternalServerError, Error: fmt.Sprintf("encode the handler's response: %v", err)}
 		httpjson.Write(w, http.StatusOK, resp)
 		return
 	}
-	httpjson.WriteEncoded(w, http.StatusOK, b)
+	httpjson.WriteEncoded(w, http.StatusOK, parts...)
 }
 
 // serveIdempotent answers one POST of call k: a cancel, a re-attach, or a

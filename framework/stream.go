@@ -2,14 +2,10 @@ package framework
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
-
-	"github.com/runplane/runplane/internal/httpjson"
 )
 
 // Streamed answers. Besides the JSON Response envelope, a framework may
@@ -60,19 +56,8 @@ func NewStreamHandler(fn StreamFunc, opts ...Option) http.Handler {
 			base.ServeHTTP(w, r)
 			return
 		}
-		var req Request
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			httpjson.Write(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("decode invocation envelope: %v", err)})
-			return
-		}
-		if req.InvocationID == "" {
-			httpjson.Write(w, http.StatusBadRequest, errorBody{Error: "invocation envelope: field invocationID must not be empty"})
-			return
-		}
-		// As NewHandler: a drained body lets net/http notice the sidecar
-		// hanging up and cancel r.Context().
-		if _, err := drain(r); err != nil {
-			httpjson.Write(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("read invocation envelope: %v", err)})
+		req, ok := readRequest(w, r)
+		if !ok {
 			return
 		}
 		w.Header().Set("Content-Type", ContentTypeEventStream)
@@ -129,8 +114,6 @@ func writeSSEData(b *strings.Builder, p []byte) {
 		b.WriteString("\n")
 	}
 }
-
-func drain(r *http.Request) (int64, error) { return io.Copy(io.Discard, r.Body) }
 
 // StreamSummary is the body of the Response a streamed answer ends in:
 // what was streamed, and the chunks themselves (as UTF-8 strings) while

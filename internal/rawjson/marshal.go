@@ -13,16 +13,36 @@ import (
 // pointer, once) and the caller vouches for its value: valid JSON, and
 // already as json.Marshal writes it (Canonical) when the output must be
 // byte for byte json.Marshal's. *field is restored before Marshal returns.
+func Marshal(v any, field *json.RawMessage) ([]byte, error) {
+	parts, err := MarshalParts(v, field)
+	if err != nil {
+		return nil, err
+	}
+	if len(parts) == 1 {
+		return parts[0], nil
+	}
+	return bytes.Join(parts, nil), nil
+}
+
+// MarshalParts is Marshal in the pieces it joins: what comes before the
+// field's value, the value itself (*field, not a copy) and what follows
+// it; one piece when the value is short. A caller that writes the pieces
+// in turn (an HTTP answer) saves the joined copy (~10–20 ms of a 10 MiB
+// answer's CPU on this machine, most of it first touches of new memory).
 //
 // v is encoded twice with a one-byte placeholder at field, 0 and then 1:
 // the one byte in which the two differ is the field's place, whatever v's
 // layout, so no encoding of v is written by hand here. A value shorter
 // than minRaw is left to json.Marshal: its pass over the value costs less
 // than the second encoding.
-func Marshal(v any, field *json.RawMessage) ([]byte, error) {
+func MarshalParts(v any, field *json.RawMessage) ([][]byte, error) {
 	value := *field
 	if len(value) < minRaw {
-		return json.Marshal(v)
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		return [][]byte{b}, nil
 	}
 	defer func() { *field = value }()
 	*field = json.RawMessage("0")
@@ -39,10 +59,7 @@ func Marshal(v any, field *json.RawMessage) ([]byte, error) {
 	if len(zero) != len(one) || i < 0 || zero[i] != '0' || !bytes.Equal(zero[i+1:], one[i+1:]) {
 		return nil, errors.New("rawjson: the field is not one value of v")
 	}
-	out := make([]byte, 0, len(zero)-1+len(value))
-	out = append(out, zero[:i]...)
-	out = append(out, value...)
-	return append(out, zero[i+1:]...), nil
+	return [][]byte{zero[:i], value, zero[i+1:]}, nil
 }
 
 // minRaw is the smallest value Marshal places as it is (4 KiB: encoding
@@ -84,7 +101,7 @@ func Canonical(v []byte) ([]byte, error) {
 }
 
 // CanonicalChecked is Canonical for bytes nobody validated (a worker's
-// Object Store object): one pass checks them either way — json.Valid when
+// Object Store object): one pass checks them either way — Valid when
 // they need no change, encoding/json's compaction (which refuses invalid
 // JSON) when they do. A Python framework's answers have white space
 // (json.dumps' separators): json.Valid and then Canonical scanned those
@@ -93,7 +110,7 @@ func CanonicalChecked(v []byte) ([]byte, error) {
 	if !asWritten(v) {
 		return canonical(v)
 	}
-	if !json.Valid(v) {
+	if !Valid(v) {
 		return nil, errors.New("rawjson: not valid JSON")
 	}
 	return v, nil

@@ -58,6 +58,19 @@ func TestMarshalWritesTheValueAsItIs(t *testing.T) {
 	assert.Equal(t, `{"id":"a","response":{"body":`+body+`},"tail":""}`, string(got))
 }
 
+// TestMarshalPartsPlacesTheValueItself: the pieces join into Marshal's
+// output, and the middle one is the field's value, not a copy.
+func TestMarshalPartsPlacesTheValueItself(t *testing.T) {
+	body := json.RawMessage(`[` + pad + `]`)
+	v := outer{ID: "a", Response: &inner{Body: body}, Tail: "t"}
+	parts, err := MarshalParts(&v, &v.Response.Body)
+	require.NoError(t, err)
+	require.Len(t, parts, 3)
+	assert.Equal(t, `{"id":"a","response":{"body":`, string(parts[0]))
+	assert.Same(t, &body[0], &parts[1][0])
+	assert.Equal(t, `},"tail":"t"}`, string(parts[2]))
+}
+
 func TestMarshalLeavesAShortValueToEncodingJSON(t *testing.T) {
 	v := outer{ID: "a", Response: &inner{Body: json.RawMessage(`{ "html": "<&>" }`)}}
 	got, err := Marshal(&v, &v.Response.Body)

@@ -68,7 +68,7 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 		if req, ok = s.decodeRaw(w, r); !ok {
 			return
 		}
-	} else if err := decodeBody(http.MaxBytesReader(w, r.Body, limit), &req); err != nil {
+	} else if err := decodeBody(http.MaxBytesReader(w, r.Body, limit), r.ContentLength, limit, &req); err != nil {
 		var mbe *http.MaxBytesError
 		var le *limitError
 		switch {

@@ -75,7 +75,7 @@ func (s *Server) decodeRaw(w http.ResponseWriter, r *http.Request) (v1.InvokeReq
 			return req, false
 		}
 	}
-	b, err := readBody(http.MaxBytesReader(w, r.Body, s.cfg.MaxPayloadBytes), r.ContentLength, s.cfg.MaxPayloadBytes)
+	b, err := httpjson.ReadBody(http.MaxBytesReader(w, r.Body, s.cfg.MaxPayloadBytes), r.ContentLength, s.cfg.MaxPayloadBytes)
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		s.tooLarge(w, "request body", 0)
@@ -98,21 +98,6 @@ func (s *Server) decodeRaw(w http.ResponseWriter, r *http.Request) (v1.InvokeReq
 	return req, true
 }
 
-// readBody reads body, of contentLength bytes when it says (-1: not
-// known), into one buffer of that size: io.ReadAll would grow its buffer
-// by copies up to twice the body (a 64 MiB body peaked at 5 times its
-// size in the queue's RSS with them, test/bench/bodyrss.sh).
-func readBody(body io.Reader, contentLength, limit int64) ([]byte, error) {
-	if contentLength < 0 || contentLength > limit {
-		return io.ReadAll(body)
-	}
-	b := make([]byte, contentLength)
-	if _, err := io.ReadFull(body, b); err != nil {
-		return nil, err
-	}
-	return b, nil
-}
-
 // quotedBase64 is b as a JSON string of its standard base64, made in one
 // buffer: base64's alphabet needs no escaping, and the string and
 // json.Marshal's copies of it would each cost 4/3 of the body again.
@@ -125,8 +110,8 @@ func quotedBase64(b []byte) json.RawMessage {
 
 // validPayload checks a payload against its contentType: anything but
 // JSON must be a JSON string of standard base64. JSON needs no check here:
-// p was decoded from the request body (json.Decoder validated it, the one
-// scan it needs) or encoded from a raw body — scanning it again cost a 10
+// p was cut from the request body (decodeBody validated it, the one scan
+// it needs) or encoded from a raw body — scanning it again cost a 10
 // MiB call ~40 ms.
 func validPayload(contentType string, p json.RawMessage) error {
 	if len(p) == 0 || messages.IsJSON(contentType) {
@@ -253,11 +238,11 @@ func (s *Server) writeRecord(w http.ResponseWriter, ctx context.Context, code in
 		s.reject(w, http.StatusBadGateway, err.Error())
 		return
 	}
-	b, err := callback.Encode(callback.Invocation(full))
+	parts, err := callback.EncodeParts(callback.Invocation(full))
 	if err != nil {
 		s.cfg.Logger.Warn("encode invocation", "invocation", rec.InvocationID, "err", err)
 		s.reject(w, http.StatusBadGateway, fmt.Sprintf("invocation %s: its answer cannot be encoded", rec.InvocationID))
 		return
 	}
-	httpjson.WriteEncoded(w, code, b)
+	httpjson.WriteEncoded(w, code, parts...)
 }

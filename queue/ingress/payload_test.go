@@ -3,8 +3,6 @@ package ingress
 import (
 	"encoding/base64"
 	"encoding/json"
-	"io"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -19,19 +17,6 @@ func TestQuotedBase64(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, string(want), string(quotedBase64(b)))
 	}
-}
-
-// TestReadBody: a body with a Content-Length is read whole into a buffer
-// of that size; a shorter one than it says is an error.
-func TestReadBody(t *testing.T) {
-	b, err := readBody(strings.NewReader("abc"), 3, 10)
-	require.NoError(t, err)
-	assert.Equal(t, "abc", string(b))
-	b, err = readBody(strings.NewReader("abc"), -1, 10)
-	require.NoError(t, err)
-	assert.Equal(t, "abc", string(b))
-	_, err = readBody(strings.NewReader("ab"), 3, 10)
-	assert.ErrorIs(t, err, io.ErrUnexpectedEOF)
 }
 
 // TestValidPayloadAgreesWithDecoding: the streamed check of a binary

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	v1 "github.com/runplane/runplane/api/serverless/v1"
+	"github.com/runplane/runplane/internal/httpjson"
 	"github.com/runplane/runplane/internal/rawjson"
 )
 
@@ -47,23 +48,18 @@ func validID(field, id string) error {
 	return nil
 }
 
-// decodeBody reads exactly one JSON object into v: unknown fields (named
-// in the error) and anything after the object are refused.
-func decodeBody(r io.Reader, v any) error {
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+// decodeBody reads exactly one JSON object, of contentLength bytes (-1:
+// not known) and at most limit, into req: unknown fields (named in the
+// error) and anything after the object are refused. The body is read
+// whole and scanned once; the payload is a slice of it
+// (rawjson.UnmarshalStrict: a json.Decoder scanned a 10 MiB payload three
+// times and copied it four, ~100 ms of the call).
+func decodeBody(body io.Reader, contentLength, limit int64, req *v1.InvokeRequest) error {
+	b, err := httpjson.ReadBody(body, contentLength, limit)
+	if err != nil {
 		return err
 	}
-	var extra json.RawMessage
-	switch err := dec.Decode(&extra); {
-	case errors.Is(err, io.EOF):
-		return nil
-	case err != nil:
-		return fmt.Errorf("after the JSON object: %w", err)
-	default:
-		return errors.New("trailing data after the JSON object: the body must be one JSON object")
-	}
+	return rawjson.UnmarshalStrict(b, req, "payload", &req.Payload)
 }
 
 func (s *Server) validate(req *v1.InvokeRequest) error {

@@ -60,18 +60,7 @@ func (c *Client) InvokeStream(ctx context.Context, r framework.Request, lim Stre
 	defer resp.Body.Close()
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if resp.StatusCode != http.StatusOK || (mt != framework.ContentTypeEventStream && mt != framework.ContentTypeNDJSON) {
-		data, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return framework.Response{}, fmt.Errorf("read framework response on %s: %w", c.socketPath, err)
-		}
-		if resp.StatusCode != http.StatusOK {
-			return framework.Response{}, fmt.Errorf("framework invoke on %s%s: HTTP %d: %s", c.socketPath, c.invokePath, resp.StatusCode, truncate(bytes.TrimSpace(data), 512))
-		}
-		var out framework.Response
-		if err := json.Unmarshal(data, &out); err != nil {
-			return framework.Response{}, fmt.Errorf("decode framework response envelope: %w", err)
-		}
-		return out, nil
+		return c.decode(resp)
 	}
 	sum := framework.StreamSummary{Data: []string{}}
 	kept := 0

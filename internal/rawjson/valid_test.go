@@ -1,0 +1,210 @@
+package rawjson
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// invalidSeeds are inputs json.Valid refuses, one per way to be wrong.
+var invalidSeeds = []string{
+	``, ` `, `{`, `}`, `[1,]`, `[,1]`, `{"a":}`, `{"a" 1}`, `{"a":1,}`, `{a:1}`, `{"a":1 "b":2}`,
+	`"abc`, "\"\x01\"", `"\x"`, `"\u12"`, `"\u12g4"`, `01`, `1.`, `1e`, `-`, `.5`, `+1`, `tru`, `nul`, `nulll`,
+	`1 2`, `{} x`, `[1]]`, `{"a":[}`, `[{]`, "\x00", `{"a":1}}`,
+	strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1),
+	`{"a":` + strings.Repeat(`{"a":`, maxDepth) + `1` + strings.Repeat("}", maxDepth+1),
+}
+
+// TestValidIsJSONValid: Valid's verdict is json.Valid's on the table,
+// on generated values and on every prefix of them.
+func TestValidIsJSONValid(t *testing.T) {
+	in := append(append([]string{}, sortedSeeds...), invalidSeeds...)
+	in = append(in, strings.Repeat("[", maxDepth)+strings.Repeat("]", maxDepth))
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 2000 {
+		var b strings.Builder
+		genValue(r, &b, 0)
+		s := b.String()
+		in = append(in, s, s[:r.IntN(len(s)+1)], s+" ", s+",")
+	}
+	for _, s := range in {
+		assert.Equal(t, json.Valid([]byte(s)), Valid([]byte(s)), "%.200q", s)
+	}
+}
+
+func FuzzValid(f *testing.F) {
+	for _, s := range append(append([]string{}, sortedSeeds...), invalidSeeds...) {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		require.Equal(t, json.Valid(in), Valid(in), "%q", in)
+	})
+}
+
+func TestCutMember(t *testing.T) {
+	for _, tc := range []struct {
+		name, in, rest, value string
+		found                 bool
+		err                   string
+	}{
+		{name: "cut", in: `{"a":1,"payload":{"x":[1]},"b":"y"}`, rest: `{"a":1,"b":"y"}`, value: `{"x":[1]}`, found: true},
+		{name: "white space kept inside members", in: " { \"a\" : 1 ,\n\"payload\" : [ 1 ] , \"b\":2 } \n", rest: `{"a" : 1,"b":2}`, value: `[ 1 ]`, found: true},
+		{name: "only member", in: `{"payload":"x"}`, rest: `{}`, value: `"x"`, found: true},
+		{name: "case folded as encoding/json does, the last kept", in: `{"Payload":1,"a":2,"PAYLOAD":3}`, rest: `{"a":2}`, value: `3`, found: true},
+		{name: "escaped key", in: `{"pay\u006coad":null}`, rest: `{}`, value: `null`, found: true},
+		{name: "nested member not cut", in: `{"a":{"payload":1}}`, rest: `{"a":{"payload":1}}`},
+		{name: "absent", in: `{"a":1}`, rest: `{"a":1}`},
+		{name: "not an object", in: `[1]`, err: `invalid character '[' looking for the beginning of an object at offset 0`},
+		{name: "trailing data", in: `{"a":1} x`, err: `trailing data after the JSON object at offset 8 ('x')`},
+		{name: "invalid inside the value", in: `{"payload":[1,}`, err: `invalid character '}' looking for the beginning of a value at offset 14`},
+		{name: "empty", in: ``, err: `unexpected end of JSON input`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rest, value, found, err := CutMember([]byte(tc.in), "payload")
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.rest, string(rest))
+			assert.Equal(t, tc.value, string(value))
+			assert.Equal(t, tc.found, found)
+		})
+	}
+}
+
+// envelope is a struct of the shape Unmarshal is for: a few fields and a
+// payload.
+type envelope struct {
+	ID      string            `json:"id"`
+	N       int               `json:"n,omitempty"`
+	Tags    map[string]string `json:"tags,omitempty"`
+	Payload json.RawMessage   `json:"payload,omitempty"`
+}
+
+// decodeStrict is the ingress's decode before Unmarshal: one object, no
+// unknown field, nothing after it.
+func decodeStrict(in []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(in))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("trailing data")
+	}
+	return nil
+}
+
+var envelopeSeeds = []string{
+	`{"id":"x","payload":{"a":[1,"<"]}}`,
+	`{"payload":1,"id":"x","Payload":[2]}`,
+	`{"id":"x","n":"1"}`,
+	`{"id":"x","bogus":1,"payload":2}`,
+	`{"id":"x","tags":{"a":"b"},"payload":null}`,
+	`{"PAYLOAD":"s","ID":"y"}`,
+	`{"id":"x"} {}`,
+	`{"id":"x","payload":}`,
+	`[{"payload":1}]`,
+	`"payload"`,
+	` {"payload" : [ 1 , 2 ] } `,
+	`null`,
+	` null x`,
+}
+
+// FuzzUnmarshal: Unmarshal decodes what json.Unmarshal decodes, and
+// UnmarshalStrict what the strict decoder does; each refuses what its
+// reference refuses.
+func FuzzUnmarshal(f *testing.F) {
+	for _, s := range envelopeSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		for _, c := range []struct {
+			name      string
+			reference func([]byte, any) error
+			unmarshal func([]byte, any, string, *json.RawMessage) error
+		}{
+			{"lenient", json.Unmarshal, Unmarshal},
+			{"strict", decodeStrict, UnmarshalStrict},
+		} {
+			var want, got envelope
+			wantErr := c.reference(in, &want)
+			gotErr := c.unmarshal(in, &got, "payload", &got.Payload)
+			if wantErr != nil {
+				require.Error(t, gotErr, "%s %q: the reference refused it: %v", c.name, in, wantErr)
+				continue
+			}
+			require.NoError(t, gotErr, "%s %q", c.name, in)
+			require.Equal(t, want, got, "%s %q", c.name, in)
+		}
+	})
+}
+
+// TestUnmarshalAliasesTheInput: the payload is a slice of the input, not
+// a copy (what Unmarshal is for).
+func TestUnmarshalAliasesTheInput(t *testing.T) {
+	in := []byte(`{"id":"x","payload":"` + strings.Repeat("QUJD", 1024) + `"}`)
+	var e envelope
+	require.NoError(t, UnmarshalStrict(in, &e, "payload", &e.Payload))
+	assert.Equal(t, "x", e.ID)
+	require.NotEmpty(t, e.Payload)
+	assert.Same(t, &in[len(`{"id":"x","payload":`)], &e.Payload[0])
+}
+
+// bigEnvelope is the envelope of a payload of n bytes shaped as the
+// queue's benchmarks send one: {"blob":"<base64>"}.
+func bigEnvelope(n int) []byte {
+	raw := bytes.Repeat([]byte{0xfb, 0x10, 0x7e}, n/4)
+	return []byte(`{"id":"x","n":3,"payload":{"blob":"` + base64.StdEncoding.EncodeToString(raw) + `"}}`)
+}
+
+// BenchmarkValid: json.Valid against Valid on a 10 MiB payload.
+func BenchmarkValid(b *testing.B) {
+	in := bigEnvelope(10 << 20)
+	for _, c := range []struct {
+		name  string
+		valid func([]byte) bool
+	}{{"json.Valid", json.Valid}, {"rawjson", Valid}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(in)))
+			for b.Loop() {
+				if !c.valid(in) {
+					b.Fatal("refused")
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkUnmarshal: the strict json.Decoder the ingress had against
+// UnmarshalStrict on a 10 MiB payload's envelope.
+func BenchmarkUnmarshal(b *testing.B) {
+	in := bigEnvelope(10 << 20)
+	for _, c := range []struct {
+		name   string
+		decode func(*envelope) error
+	}{
+		{"json.Decoder", func(e *envelope) error { return decodeStrict(in, e) }},
+		{"rawjson", func(e *envelope) error { return UnmarshalStrict(in, e, "payload", &e.Payload) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(in)))
+			b.ReportAllocs()
+			for b.Loop() {
+				var e envelope
+				if err := c.decode(&e); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
