@@ -116,6 +116,10 @@ func NewManager(cfg Config) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("controllers: %w", err)
 	}
+	metricsOpts, err := metricsauth.ManagerOptions(cfg.Metrics.BindAddress, metricsCert)
+	if err != nil {
+		return nil, fmt.Errorf("controllers: %w", err)
+	}
 	mgr, err := ctrl.NewManager(cfg.RESTConfig, ctrl.Options{
 		Scheme:     scheme,
 		Logger:     cfg.Logger,
@@ -132,7 +136,7 @@ func NewManager(cfg Config) (ctrl.Manager, error) {
 				Field:      fields.OneTermEqualSelector("metadata.name", api.CatalogConfigMap),
 			},
 		}},
-		Metrics:                       metricsauth.ManagerOptions(cfg.Metrics.BindAddress, metricsCert),
+		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        cfg.HealthAddr,
 		LeaderElection:                *cfg.LeaderElection.LeaderElect,
 		LeaderElectionID:              cfg.LeaderElection.ResourceName,
