@@ -30,10 +30,11 @@ func ReadBody(body io.Reader, contentLength, limit int64) ([]byte, error) {
 	return b, nil
 }
 
-// PeerLengthLimit is ReadBody's limit for a peer whose declared length is
-// trusted up to what no runplane body reaches (a payload is at most 64
-// MiB): the framework and the sidecar in front of it, one Pod's.
-const PeerLengthLimit = 1 << 30
+// PeerLengthLimit is ReadBody's limit between the sidecar and the
+// framework, one Pod's processes: a payload is at most 64 MiB, ~86 MiB as
+// base64 in an envelope. A larger declared length (a framework, the
+// tenant's code, may declare anything) is read as it arrives.
+const PeerLengthLimit = 128 << 20
 
 // Write answers with code and v encoded as JSON. An encoding error is
 // dropped: the status line is already sent, and the only causes are a

@@ -49,34 +49,39 @@ func FuzzValid(f *testing.F) {
 	})
 }
 
-func TestCutMember(t *testing.T) {
+func TestFindMember(t *testing.T) {
 	for _, tc := range []struct {
 		name, in, rest, value string
-		found                 bool
+		matches               int
 		err                   string
 	}{
-		{name: "cut", in: `{"a":1,"payload":{"x":[1]},"b":"y"}`, rest: `{"a":1,"b":"y"}`, value: `{"x":[1]}`, found: true},
-		{name: "white space kept inside members", in: " { \"a\" : 1 ,\n\"payload\" : [ 1 ] , \"b\":2 } \n", rest: `{"a" : 1,"b":2}`, value: `[ 1 ]`, found: true},
-		{name: "only member", in: `{"payload":"x"}`, rest: `{}`, value: `"x"`, found: true},
-		{name: "case folded as encoding/json does, the last kept", in: `{"Payload":1,"a":2,"PAYLOAD":3}`, rest: `{"a":2}`, value: `3`, found: true},
-		{name: "escaped key", in: `{"pay\u006coad":null}`, rest: `{}`, value: `null`, found: true},
-		{name: "nested member not cut", in: `{"a":{"payload":1}}`, rest: `{"a":{"payload":1}}`},
-		{name: "absent", in: `{"a":1}`, rest: `{"a":1}`},
+		{name: "cut", in: `{"a":1,"payload":{"x":[1]},"b":"y"}`, rest: `{"a":1,"b":"y"}`, value: `{"x":[1]}`, matches: 1},
+		{name: "white space kept", in: " { \"a\" : 1 ,\n\"payload\" : [ 1 ] , \"b\":2 } \n", rest: " { \"a\" : 1 , \"b\":2 } \n", value: `[ 1 ]`, matches: 1},
+		{name: "first member: its comma goes with it", in: `{"payload":1 , "a":2}`, rest: `{"a":2}`, value: `1`, matches: 1},
+		{name: "last member", in: `{"a":2 ,"payload":1 }`, rest: `{"a":2 }`, value: `1`, matches: 1},
+		{name: "only member", in: `{"payload":"x"}`, rest: `{}`, value: `"x"`, matches: 1},
+		{name: "escaped key", in: `{"pay\u006coad":null}`, rest: `{}`, value: `null`, matches: 1},
+		{name: "case folded as encoding/json does, the last the value", in: `{"Payload":1,"a":2,"PAYLOAD":3}`, value: `3`, matches: 2},
+		{name: "nested member not counted", in: `{"a":{"payload":1}}`},
+		{name: "absent", in: `{"a":1}`},
+		{name: "null", in: ` null `},
 		{name: "not an object", in: `[1]`, err: `invalid character '[' looking for the beginning of an object at offset 0`},
 		{name: "trailing data", in: `{"a":1} x`, err: `trailing data after the JSON object at offset 8 ('x')`},
 		{name: "invalid inside the value", in: `{"payload":[1,}`, err: `invalid character '}' looking for the beginning of a value at offset 14`},
 		{name: "empty", in: ``, err: `unexpected end of JSON input`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rest, value, found, err := CutMember([]byte(tc.in), "payload")
+			f, err := findMember([]byte(tc.in), "payload")
 			if tc.err != "" {
 				require.ErrorContains(t, err, tc.err)
 				return
 			}
 			require.NoError(t, err)
-			assert.Equal(t, tc.rest, string(rest))
-			assert.Equal(t, tc.value, string(value))
-			assert.Equal(t, tc.found, found)
+			assert.Equal(t, tc.matches, f.matches)
+			assert.Equal(t, tc.value, string(f.value))
+			if f.matches == 1 {
+				assert.Equal(t, tc.rest, string(f.without([]byte(tc.in))))
+			}
 		})
 	}
 }
@@ -149,8 +154,8 @@ func FuzzUnmarshal(f *testing.F) {
 	})
 }
 
-// TestUnmarshalAliasesTheInput: the payload is a slice of the input, not
-// a copy (what Unmarshal is for).
+// TestUnmarshalAliasesTheInput: a payload that is most of the input is a
+// slice of it, not a copy (what Unmarshal is for).
 func TestUnmarshalAliasesTheInput(t *testing.T) {
 	in := []byte(`{"id":"x","payload":"` + strings.Repeat("QUJD", 1024) + `"}`)
 	var e envelope

@@ -210,8 +210,9 @@ func (s *Server) handleInvoke(w http.ResponseWriter, r *http.Request, ns, poolNa
 	}
 	ack, rec, err := s.accept(ctx, inv, hash, s.cfg.Limits.Backlog(pl.Policy), clientID)
 	// The payload is stored (or refused): nothing reads it any more, and
-	// with these two gone no form of the body is reachable (the decoder's
-	// buffer and the encoded message died with their calls), so its bytes
+	// with these two gone no form of the body is reachable (the payload
+	// is a slice of the body's buffer; the encoded message died with its
+	// call), so its bytes
 	// go back to the budget now rather than after a sync wait or a stream
 	// that may last minutes.
 	req.Payload, inv.Payload = nil, nil
