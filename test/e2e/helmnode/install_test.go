@@ -162,6 +162,12 @@ func TestInstallAndInvoke(t *testing.T) {
 	})
 
 	t.Run("uninstall", func(t *testing.T) {
+		t.Cleanup(func() {
+			if t.Failed() { // what helm was still waiting for
+				dumpNamespace(t, releaseNS)
+				dumpNamespace(t, stockNS)
+			}
+		})
 		helm(t, 3*time.Minute, "uninstall", release, "--namespace", releaseNS, "--wait", "--timeout", "2m")
 		client := env.Client()
 		_, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "runplane-webhook", metav1.GetOptions{})
