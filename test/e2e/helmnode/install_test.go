@@ -168,7 +168,12 @@ func TestInstallAndInvoke(t *testing.T) {
 				dumpNamespace(t, stockNS)
 			}
 		})
-		helm(t, 3*time.Minute, "uninstall", release, "--namespace", releaseNS, "--wait", "--timeout", "2m")
+		// 15–25 s alone; twice past 2 minutes in a whole make test at load
+		// ~18 (the bundled NATS's lame duck, 30 s + 10 s, and every Pod's
+		// stop on a real kubelet sharing two busy cores): the time is logged.
+		start := time.Now()
+		helm(t, 5*time.Minute, "uninstall", release, "--namespace", releaseNS, "--wait", "--timeout", "4m")
+		t.Logf("helm uninstall --wait took %s", time.Since(start).Round(time.Second))
 		client := env.Client()
 		_, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "runplane-webhook", metav1.GetOptions{})
 		require.True(t, apierrors.IsNotFound(err), "the MutatingWebhookConfiguration outlived the release: %v", err)
