@@ -122,16 +122,8 @@ func TestWriteSortedAllocatesNoMoreThanTheDecode(t *testing.T) {
 	for _, shape := range []string{"dupkeys", "dupkeys-escaped", "emptyobjs", "emptyobjs-spaced", "small-unsorted-objs", "escaped-strings", "html-strings"} {
 		t.Run(shape, func(t *testing.T) {
 			in := adversarial(shape, 4<<20)
-			allocated := func(f func() error) uint64 {
-				runtime.GC()
-				var before, after runtime.MemStats
-				runtime.ReadMemStats(&before)
-				require.NoError(t, f())
-				runtime.ReadMemStats(&after)
-				return after.TotalAlloc - before.TotalAlloc
-			}
-			old := allocated(func() error { _, err := decodedForm(in); return err })
-			now := allocated(func() error { return WriteSorted(io.Discard, in) })
+			old := allocated(t, func() error { _, err := decodedForm(in); return err })
+			now := allocated(t, func() error { return WriteSorted(io.Discard, in) })
 			assert.LessOrEqual(t, now, old, "%s: WriteSorted allocated %d MiB, the decode and encode %d MiB, for %d MiB of input",
 				shape, now>>20, old>>20, len(in)>>20)
 		})
@@ -145,14 +137,6 @@ func TestWriteSortedAllocatesNoMoreThanTheDecode(t *testing.T) {
 // of {"payload":0,"":0,…} peaked at 1,353 MB RSS against the Decoder's
 // 237 (4 MiB of envelope-members: 20 MiB allocated against 16).
 func TestUnmarshalAllocatesNoMoreThanTheDecode(t *testing.T) {
-	allocated := func(f func() error) uint64 {
-		runtime.GC()
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		require.NoError(t, f())
-		runtime.ReadMemStats(&after)
-		return after.TotalAlloc - before.TotalAlloc
-	}
 	for _, shape := range []string{"envelope-members", "envelope-named", "envelope-alternating"} {
 		t.Run(shape, func(t *testing.T) {
 			in := adversarial(shape, 4<<20)
@@ -164,8 +148,8 @@ func TestUnmarshalAllocatesNoMoreThanTheDecode(t *testing.T) {
 				{"strict", decodeStrict, UnmarshalStrict},
 				{"lenient", json.Unmarshal, Unmarshal},
 			} {
-				old := allocated(func() error { var e envelope; return c.reference(in, &e) })
-				now := allocated(func() error { var e envelope; return c.unmarshal(in, &e, "payload", &e.Payload) })
+				old := allocated(t, func() error { var e envelope; return c.reference(in, &e) })
+				now := allocated(t, func() error { var e envelope; return c.unmarshal(in, &e, "payload", &e.Payload) })
 				// A few KiB of slack: the strict Decoder's buffer, made
 				// again for the whole body, does not grow the same way.
 				assert.LessOrEqual(t, now, old+16<<10, "%s %s: %d KiB allocated, encoding/json %d KiB, for %d KiB of input",
@@ -173,4 +157,15 @@ func TestUnmarshalAllocatesNoMoreThanTheDecode(t *testing.T) {
 			}
 		})
 	}
+}
+
+// allocated is the bytes f allocates (it must succeed).
+func allocated(t *testing.T, f func() error) uint64 {
+	t.Helper()
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	require.NoError(t, f())
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
 }
