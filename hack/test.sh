@@ -58,12 +58,11 @@ fi
 go run ./hack/images/cmd/runplane-images -only binaries -bin "$log/bin" || fail "building runplane's binaries failed"
 export RUNPLANE_BIN_DIR="$log/bin"
 phase "runplane binaries"
-# Test binaries are linked without DWARF (-ldflags=-w: a stack trace and a
-# profile need none) and go test's vet is off (lint ran govet above): of a
-# warm run's ~1,440 CPU-seconds, linking ~117 test binaries took 351 and
-# vet 27 (BSD process accounting, acct's sa), and -w cuts a link by ~30%
-# (queue/kubetest: 11.2 → 7.9 CPU-s).
-RUNPLANE_TESTBIN_DIR="$bin_dir" go test "${go_flags[@]}" -vet=off -ldflags=-w ./... 2>&1 | tee "$log/go.txt"
+# go test's vet is off: lint ran govet above (vet took 27 of a warm run's
+# ~1,440 CPU-seconds by BSD process accounting, acct's sa). Linking the
+# ~117 test binaries is the largest share, 320–350: go test already links
+# a binary it runs and discards without DWARF and symbol table (-s -w).
+RUNPLANE_TESTBIN_DIR="$bin_dir" go test "${go_flags[@]}" -vet=off ./... 2>&1 | tee "$log/go.txt"
 go_status=${PIPESTATUS[0]}
 phase "Go tests (build + run)"
 # Debian's python3 (hack/install-deps.sh installs the SDK's modules for it);
