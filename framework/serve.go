@@ -179,9 +179,9 @@ func NewHandler(fn HandlerFunc, opts ...Option) http.Handler {
 // is not one. The body is read whole, which also lets net/http notice a
 // caller that hangs up (the sidecar cancelling an invocation) and cancel
 // r.Context() for the handler: it watches the connection only once the
-// body is consumed. It is scanned once and the payload is a slice of it
-// (rawjson.Unmarshal: a json.Decoder scanned a 10 MiB payload three
-// times and copied it four, ~90 ms of the call).
+// body is consumed. It is scanned once and a payload that is most of it
+// is a slice of it (rawjson.Unmarshal: a json.Decoder scanned a 10 MiB
+// payload three times and copied it four, ~90 ms of the call).
 func readRequest(w http.ResponseWriter, r *http.Request) (Request, bool) {
 	var req Request
 	b, err := httpjson.ReadBody(r.Body, r.ContentLength, httpjson.PeerLengthLimit)

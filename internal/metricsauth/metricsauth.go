@@ -68,7 +68,8 @@ func Handler(cfg *rest.Config, log logr.Logger, g prometheus.Gatherer) (http.Han
 // on bindAddress ("0": off): HTTPS and the filter; the certificate is k's
 // (ServingCert.Keeper), or without k a self-signed one (SelfSignedTLS),
 // where controller-runtime would make its own: an RSA one, which costs
-// ~0.1–0.5 s of CPU at every start.
+// ~0.1–0.5 s of CPU at every start. Either way GetCertificate is set, so
+// controller-runtime reads no certificate files of its CertDir.
 func ManagerOptions(bindAddress string, k *pki.Keeper) (metricsserver.Options, error) {
 	opts := []func(*tls.Config){http1Only}
 	switch {

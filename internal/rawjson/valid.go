@@ -3,6 +3,7 @@ package rawjson
 import (
 	"bytes"
 	"fmt"
+	"slices"
 )
 
 // Valid reports whether v is one JSON value with nothing but white space
@@ -135,9 +136,10 @@ func members(v []byte, at, depth int, each func(span)) (int, error) {
 
 // found is what findMember learns of an object's members named name.
 type found struct {
-	value    []byte // the last one's value, a slice of the object
-	matches  int    // how many members have the name
-	from, to int    // the last one's place with a comma next to it: obj without obj[from:to] has no such member when matches is 1
+	value    []byte  // the last one's value, a slice of the object
+	matches  int     // how many members have the name
+	from, to int     // the last one's place with a comma next to it: obj without obj[from:to] has no such member when matches is 1
+	unknown  *string // the first key that no name of known takes (with known)
 }
 
 // findMember validates obj, one JSON object with nothing but white space
@@ -147,8 +149,10 @@ type found struct {
 // which encoding/json decodes into a struct as nothing, is an object
 // without members here. It holds nothing per member: a tenant's body of
 // many small members ({"":0,"":0,…}, 5 bytes each) made a first version
-// hold 48 bytes for each, ~41 times the body.
-func findMember(obj []byte, name string) (found, error) {
+// hold 48 bytes for each, ~41 times the body. With known (not nil), the
+// first key that matches none of known as encoding/json matches a field is
+// noted.
+func findMember(obj []byte, name string, known []string) (found, error) {
 	var f found
 	start := skipSpace(obj, 0)
 	if start >= len(obj) {
@@ -181,6 +185,9 @@ func findMember(obj []byte, name string) (found, error) {
 			}
 		case extend:
 			f.to, extend = m.at, false
+		}
+		if known != nil && f.unknown == nil && !slices.ContainsFunc(known, func(n string) bool { return bytes.EqualFold(k, []byte(n)) }) {
+			f.unknown = new(string(k))
 		}
 		prevEnd = m.end
 	})

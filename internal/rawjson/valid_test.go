@@ -71,7 +71,7 @@ func TestFindMember(t *testing.T) {
 		{name: "empty", in: ``, err: `unexpected end of JSON input`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f, err := findMember([]byte(tc.in), "payload")
+			f, err := findMember([]byte(tc.in), "payload", nil)
 			if tc.err != "" {
 				require.ErrorContains(t, err, tc.err)
 				return
@@ -123,6 +123,7 @@ var envelopeSeeds = []string{
 	` {"payload" : [ 1 , 2 ] } `,
 	`null`,
 	` null x`,
+	`{"":{}}`,
 }
 
 // FuzzUnmarshal: Unmarshal decodes what json.Unmarshal decodes, and
@@ -152,6 +153,42 @@ func FuzzUnmarshal(f *testing.F) {
 			require.Equal(t, want, got, "%s %q", c.name, in)
 		}
 	})
+}
+
+// TestUnmarshalStrictNamesTheUnknownField: an unknown member is refused
+// by name, checked in the validating pass for a flat struct (no decoder's
+// copy of the body) and by json.Decoder for one with a struct inside.
+func TestUnmarshalStrictNamesTheUnknownField(t *testing.T) {
+	type nested struct {
+		ID    string `json:"id"`
+		Inner struct {
+			A int `json:"a"`
+		} `json:"inner"`
+		Payload json.RawMessage `json:"payload"`
+	}
+	for _, tc := range []struct {
+		name, in, err string
+		v             any
+	}{
+		{name: "flat", in: `{"id":"x","priority":9,"payload":1}`, err: `unknown field "priority"`, v: &envelope{}},
+		{name: "flat, the first unknown", in: `{"b":1,"a":2}`, err: `unknown field "b"`, v: &envelope{}},
+		{name: "flat, case folded is known", in: `{"ID":"x","TAGS":{}}`, v: &envelope{}},
+		{name: "flat, escaped key", in: `{"\u0078":1}`, err: `unknown field "x"`, v: &envelope{}},
+		{name: "nested, known", in: `{"id":"x","inner":{"a":1}}`, v: &nested{}},
+		{name: "nested, unknown inside", in: `{"id":"x","inner":{"b":1}}`, err: `unknown field "b"`, v: &nested{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var p json.RawMessage
+			err := UnmarshalStrict([]byte(tc.in), tc.v, "payload", &p)
+			if tc.err == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.err)
+			want := decodeStrict([]byte(tc.in), tc.v)
+			require.Error(t, want, "the reference refuses it too")
+		})
+	}
 }
 
 // TestUnmarshalAliasesTheInput: a payload that is most of the input is a

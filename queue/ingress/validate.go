@@ -51,7 +51,7 @@ func validID(field, id string) error {
 // decodeBody reads exactly one JSON object, of contentLength bytes (-1:
 // not known) and at most limit, into req: unknown fields (named in the
 // error) and anything after the object are refused. The body is read
-// whole and scanned once; the payload is a slice of it
+// whole and scanned once; a payload that is most of it is a slice of it
 // (rawjson.UnmarshalStrict: a json.Decoder scanned a 10 MiB payload three
 // times and copied it four, ~100 ms of the call).
 func decodeBody(body io.Reader, contentLength, limit int64, req *v1.InvokeRequest) error {

@@ -145,9 +145,10 @@ func (c *Client) Invoke(ctx context.Context, r framework.Request) (framework.Res
 }
 
 // decode reads a JSON framework.Response envelope answer, whole and into
-// a buffer of its declared size; the body is a slice of it, scanned once
-// (rawjson.Unmarshal: json.Unmarshal scanned a 10 MiB body twice and
-// copied it, and io.ReadAll grew its buffer by copies: ~80 ms of the call).
+// a buffer of its declared size, scanned once; a body that is most of it
+// is a slice of it (rawjson.Unmarshal: json.Unmarshal scanned a 10 MiB
+// body twice and copied it, and io.ReadAll grew its buffer by copies:
+// ~80 ms of the call).
 func (c *Client) decode(resp *http.Response) (framework.Response, error) {
 	data, err := httpjson.ReadBody(resp.Body, resp.ContentLength, httpjson.PeerLengthLimit)
 	if err != nil {
