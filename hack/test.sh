@@ -62,16 +62,7 @@ phase "runplane binaries"
 # ~1,440 CPU-seconds by BSD process accounting, acct's sa). Linking the
 # ~117 test binaries is the largest share, 320–350: go test already links
 # a binary it runs and discards without DWARF and symbol table (-s -w).
-#
-# The longest suites are named first: go test starts test binaries in the
-# order it is given packages (./... adds the rest once), so they overlap
-# the short ones instead of running alone at the end. In alphabetical
-# order test/e2e/realnode (~255 s, most of it waiting for the real
-# kubelet) started 10 minutes into a 14.5-minute test phase and was the
-# last to end, the webhook's few suites beside it (process accounting's
-# start times).
-first=(./test/e2e/realnode ./extender/e2e)
-RUNPLANE_TESTBIN_DIR="$bin_dir" go test "${go_flags[@]}" -vet=off "${first[@]}" ./... 2>&1 | tee "$log/go.txt"
+RUNPLANE_TESTBIN_DIR="$bin_dir" go test "${go_flags[@]}" -vet=off ./... 2>&1 | tee "$log/go.txt"
 go_status=${PIPESTATUS[0]}
 phase "Go tests (build + run)"
 # Debian's python3 (hack/install-deps.sh installs the SDK's modules for it);
