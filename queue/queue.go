@@ -208,16 +208,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	var st *stream.Store
-	err = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		if st, err = stream.Open(octx, js, cfg.Stream); err != nil {
-			log.Warn("opening JetStream resources; retrying", "err", err)
-		}
-		return err == nil, nil
-	})
-	if err != nil {
-		return fmt.Errorf("open JetStream resources: %w", err)
+	if err := retryJetStream(ctx, log, "JetStream resources", func(ctx context.Context) (err error) {
+		st, err = stream.Open(ctx, js, cfg.Stream)
+		return err
+	}); err != nil {
+		return err
 	}
 	for _, skipped := range st.MigrationSkipped {
 		log.Error("an old result could not be moved to the results stream; its invocation times out or is redelivered", "result", skipped)
@@ -314,8 +309,13 @@ func Run(ctx context.Context, cfg Config) error {
 			k.Log = cmp.Or(k.Log, log.With("component", "nats-tls"))
 			runnables = append(runnables, k)
 		}
-		revocations, err := natscallout.OpenRevocations(ctx, js, cfg.Stream.WithDefaults().Replicas)
-		if err != nil {
+		// Pushing RUNPLANE's account (openResolver) makes the servers enable its
+		// JetStream again: for a moment its API has no responders.
+		var revocations *natscallout.KVRevocations
+		if err := retryJetStream(ctx, log, "the revocations bucket", func(ctx context.Context) (err error) {
+			revocations, err = natscallout.OpenRevocations(ctx, js, cfg.Stream.WithDefaults().Replicas)
+			return err
+		}); err != nil {
 			return err
 		}
 		accounts := natscallout.NewWorkerAccounts(trust, resolver, revocations, nil)
@@ -412,4 +412,26 @@ func maxTTLSeconds(c stream.Config) int {
 		}
 	}
 	return m
+}
+
+// retryJetStream calls open every second, each call given 10 seconds, until
+// it succeeds or ctx ends: a queue starts before (or while) the NATS servers
+// elect a JetStream leader or enable an account's JetStream.
+func retryJetStream(ctx context.Context, log *slog.Logger, what string, open func(context.Context) error) error {
+	var last error
+	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if last = open(octx); last != nil {
+			log.Warn("opening "+what+"; retrying", "err", last)
+		}
+		return last == nil, nil
+	})
+	if err != nil && last != nil {
+		return fmt.Errorf("open %s: %w (last: %w)", what, err, last)
+	}
+	if err != nil {
+		return fmt.Errorf("open %s: %w", what, err)
+	}
+	return nil
 }
