@@ -37,6 +37,7 @@ func TestInputValidation(t *testing.T) {
 		{"invoke: invocationID too long", "POST", "/v1/namespaces/default/pools/echo/invocations", `{"mode":"async","invocationID":"` + long + `"}`, 400, "invocationID"},
 		{"invoke: trailing JSON", "POST", "/v1/namespaces/default/pools/echo/invocations", `{"mode":"async"}{"mode":"sync"}`, 400, "trailing"},
 		{"invoke: trailing garbage", "POST", "/v1/namespaces/default/pools/echo/invocations", `{"mode":"async"} x`, 400, "after the JSON object"},
+		{"invoke: malformed JSON", "POST", "/v1/namespaces/default/pools/echo/invocations", `{"mode":}`, 400, "invalid JSON body: invalid character '}' looking for the beginning of a value at offset 8"},
 		{"invoke: unknown field", "POST", "/v1/namespaces/default/pools/echo/invocations", `{"mode":"async","priority":9}`, 400, `"priority"`},
 		{"invoke: ttlSeconds over max", "POST", "/v1/namespaces/default/pools/echo/invocations", `{"mode":"async","ttlSeconds":86401}`, 400, "ttlSeconds"},
 		{"invoke: ttlSeconds negative", "POST", "/v1/namespaces/default/pools/echo/invocations", `{"mode":"async","ttlSeconds":-1}`, 400, "ttlSeconds"},

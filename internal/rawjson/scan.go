@@ -162,12 +162,15 @@ func skipSpace(v []byte, i int) int {
 	return i
 }
 
-var errEnd = errors.New("rawjson: unexpected end of JSON input")
+// The grammar's errors reach callers (an ingress's 400 quotes them), so
+// they say what is wrong in encoding/json's words, without the package's
+// name.
+var errEnd = errors.New("unexpected end of JSON input")
 
-var errDepth = fmt.Errorf("rawjson: nesting deeper than %d", maxDepth)
+var errDepth = fmt.Errorf("nesting deeper than %d", maxDepth)
 
 func invalid(v []byte, i int, where string) error {
-	return fmt.Errorf("rawjson: invalid character %q %s at offset %d", v[i], where, i)
+	return fmt.Errorf("invalid character %q %s at offset %d", v[i], where, i)
 }
 
 // asIs is the ASCII json.Marshal writes in a string as it is: not a
