@@ -14,7 +14,8 @@
 // (BenchmarkValid, BenchmarkUnmarshal); encoding/json/v2 is behind
 // GOEXPERIMENT=jsonv2 in Go 1.26, copies into a jsontext.Value too and
 // matches names and duplicates otherwise than v1, whose rules the public
-// API documents.
+// API documents. The grammar is walked by one walk (walk.go) for all of
+// them: WriteSorted's first pass is that walk with an index.
 package rawjson
 
 import (

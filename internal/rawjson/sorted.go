@@ -39,7 +39,7 @@ func WriteSorted(w io.Writer, v []byte) error {
 	}
 	ix := index{v: v}
 	start := skipSpace(v, 0)
-	end, plain, err := ix.value(v, start, 0)
+	end, plain, err := walk{v: v, ix: &ix}.value(start, 0)
 	if err != nil {
 		return err
 	}
@@ -98,140 +98,69 @@ type member struct {
 // next is at twice what it kept, so each member is sorted O(log n) times.
 const dedupeAt = 1024
 
-func (ix *index) value(v []byte, i, depth int) (end int, plain bool, err error) {
-	if i >= len(v) {
-		return 0, false, errEnd
-	}
-	switch v[i] {
-	case '{':
-		return ix.object(v, i, depth+1)
-	case '[':
-		return ix.array(v, i, depth+1)
-	case '"':
-		s, err := scanString(v, i)
-		return s.end, s.plain, err
-	default:
-		end, err := scalar(v, i)
-		return end, true, err
-	}
-}
+// The walk's notes (walk.object); begin and close do nothing on a nil
+// index, the walk calls the others only with one.
 
-// scalar reads the number or literal at v[i] (both written as they are).
-func scalar(v []byte, i int) (int, error) {
-	if c := v[i]; c == '-' || '0' <= c && c <= '9' {
-		return scanNumber(v, i)
+// begin notes that an object opens at v[at]: its entry k, its members
+// from open[base], deduplicated when limit are open.
+func (ix *index) begin(at int) (k, base, limit int) {
+	if ix == nil {
+		return 0, 0, 0
 	}
-	for _, lit := range []string{"true", "false", "null"} {
-		if bytes.HasPrefix(v[i:], []byte(lit)) {
-			return i + len(lit), nil
-		}
-	}
-	return 0, invalid(v, i, "looking for the beginning of a value")
-}
-
-func (ix *index) array(v []byte, at, depth int) (end int, plain bool, err error) {
-	if depth > maxDepth {
-		return 0, false, errDepth
-	}
-	plain = true
-	i := skipSpace(v, at+1)
-	if i < len(v) && v[i] == ']' {
-		return i + 1, i == at+1, nil
-	}
-	for {
-		start := i
-		end, elemPlain, err := ix.value(v, i, depth)
-		if err != nil {
-			return 0, false, err
-		}
-		i = skipSpace(v, end)
-		plain = plain && elemPlain && (start == at+1 || v[start-1] == ',') && i == end
-		switch {
-		case i >= len(v):
-			return 0, false, errEnd
-		case v[i] == ',':
-			i = skipSpace(v, i+1)
-		case v[i] == ']':
-			return i + 1, plain, nil
-		default:
-			return 0, false, invalid(v, i, "after array element")
-		}
-	}
-}
-
-func (ix *index) object(v []byte, at, depth int) (end int, plain bool, err error) {
-	if depth > maxDepth {
-		return 0, false, errDepth
-	}
-	k := len(ix.objects)
 	ix.objects = append(ix.objects, object{at: uint32(at)})
-	base, limit := len(ix.open), dedupeAt
-	i := skipSpace(v, at+1)
-	plain = i == at+1
-	if i < len(v) && v[i] == '}' {
-		ix.close(k, base, i+1, plain)
-		return i + 1, plain, nil
+	return len(ix.objects) - 1, len(ix.open), dedupeAt
+}
+
+// noteKey is the member of the key at s (small enough to inline: one call
+// per member was ~30% of a body of repeated keys, BenchmarkRequestHash).
+func (ix *index) noteKey(s *span) member {
+	if !s.decoded {
+		return ix.unquotedKey(s)
 	}
-	for {
-		if i >= len(v) {
-			return 0, false, errEnd
-		}
-		if v[i] != '"' {
-			return 0, false, invalid(v, i, "looking for the beginning of an object key string")
-		}
-		s, err := scanString(v, i)
-		if err != nil {
-			return 0, false, err
-		}
-		m := member{keyAt: uint32(i), key: uint32(i + 1), keyLen: uint32(s.end - 1 - (i + 1))}
-		if !s.decoded { // escapes, invalid UTF-8
-			n := len(ix.keys)
-			ix.keys = appendUnquoted(ix.keys, v[i:s.end])
-			m.key, m.keyLen, m.inKeys = uint32(n), uint32(len(ix.keys)-n), true
-		}
-		plain = plain && s.plain && (len(ix.open) == base || bytes.Compare(ix.key(ix.open[len(ix.open)-1]), ix.key(m)) < 0)
-		i = skipSpace(v, s.end)
-		if i >= len(v) || v[i] != ':' {
-			if i >= len(v) {
-				return 0, false, errEnd
-			}
-			return 0, false, invalid(v, i, "after object key")
-		}
-		valueAt := skipSpace(v, i+1)
-		plain = plain && i == s.end && valueAt == i+1
-		valueEnd, valuePlain, err := ix.value(v, valueAt, depth)
-		if err != nil {
-			return 0, false, err
-		}
-		m.at, m.end, m.plain = uint32(valueAt), uint32(valueEnd), valuePlain
-		ix.open = append(ix.open, m)
-		i = skipSpace(v, valueEnd)
-		plain = plain && valuePlain && i == valueEnd
-		switch {
-		case i >= len(v):
-			return 0, false, errEnd
-		case v[i] == ',':
-			next := skipSpace(v, i+1)
-			plain = plain && next == i+1
-			i = next
-			if !plain && len(ix.open)-base >= limit {
-				n := ix.dedupe(ix.open[base:])
-				ix.open = ix.open[:base+n]
-				limit = max(dedupeAt, 2*n)
-			}
-		case v[i] == '}':
-			ix.close(k, base, i+1, plain)
-			return i + 1, plain, nil
-		default:
-			return 0, false, invalid(v, i, "after object key:value pair")
-		}
+	return member{keyAt: uint32(s.at), key: uint32(s.key), keyLen: uint32(s.keyEnd - s.key)}
+}
+
+// unquotedKey is the member of a key whose decoded bytes are not its own
+// (escapes, invalid UTF-8): noted in keys.
+func (ix *index) unquotedKey(s *span) member {
+	n := len(ix.keys)
+	ix.keys = appendUnquoted(ix.keys, ix.v[s.at:s.keyEnd+1])
+	return member{keyAt: uint32(s.at), key: uint32(n), keyLen: uint32(len(ix.keys) - n), inKeys: true}
+}
+
+// after reports whether m's key sorts after the last open member's of the
+// object whose members start at open[base] (true when it is the first).
+func (ix *index) after(base int, m member) bool {
+	return len(ix.open) == base || bytes.Compare(ix.key(ix.open[len(ix.open)-1]), ix.key(m)) < 0
+}
+
+// member notes m, its value at s; once limit members of the object whose
+// members start at open[base] are open, and it is not plain, they are
+// deduplicated, and the next limit is returned.
+func (ix *index) member(m member, s *span, valuePlain, plain bool, base, limit int) int {
+	m.at, m.end, m.plain = uint32(s.value), uint32(s.end), valuePlain
+	ix.open = append(ix.open, m)
+	if plain || len(ix.open)-base < limit {
+		return limit
 	}
+	return ix.deduplicated(base)
+}
+
+// deduplicated deduplicates the open members from base and returns the
+// next limit: twice what it kept.
+func (ix *index) deduplicated(base int) int {
+	n := ix.dedupe(ix.open[base:])
+	ix.open = ix.open[:base+n]
+	return max(dedupeAt, 2*n)
 }
 
 // close ends object k, whose members are open[base:]. A plain one is
 // written as it is: its entry is dropped (the objects inside it are plain
 // too, so theirs were). The others' members are kept one per key.
 func (ix *index) close(k, base, end int, plain bool) {
+	if ix == nil {
+		return
+	}
 	if plain {
 		ix.objects = ix.objects[:k]
 	} else {
