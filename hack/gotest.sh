@@ -39,10 +39,11 @@ for f in ${TESTFLAGS:-}; do
 done
 [[ -n $timeout ]] && flags+=("$timeout")
 
-# One `go test -c -o DIR/` names a binary after its package: the n-th
-# package of a name (several are main, config or e2e) goes to group n.
-list="$(go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.Name}} {{.ImportPath}} {{.Dir}}{{end}}' "$@")" || exit 1
-jobs="$(awk 'NF { n[$1]++; print n[$1], $1, $2, $3 }' <<<"$list")"
+# One `go test -c -o DIR/` names a binary after the last element of its
+# package's import path: the n-th package of a last element (several end
+# in config or e2e) goes to group n.
+list="$(go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}} {{.Dir}}{{end}}' "$@")" || exit 1
+jobs="$(awk 'NF { k = split($1, p, "/"); n[p[k]]++; print n[p[k]], p[k], $1, $2 }' <<<"$list")"
 for group in $(cut -d' ' -f1 <<<"$jobs" | sort -un); do
 	mapfile -t pkgs < <(awk -v g="$group" '$1 == g { print $3 }' <<<"$jobs")
 	mkdir -p "$cache/$group" || exit 1
