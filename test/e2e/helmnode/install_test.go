@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -172,7 +173,9 @@ func TestInstallAndInvoke(t *testing.T) {
 		// ~18 (the bundled NATS's lame duck, 30 s + 10 s, and every Pod's
 		// stop on a real kubelet sharing two busy cores): the time is logged.
 		start := time.Now()
+		stopWatching := logWhatRemains(t, 20*time.Second, releaseNS, stockNS)
 		helm(t, 5*time.Minute, "uninstall", release, "--namespace", releaseNS, "--wait", "--timeout", "4m")
+		stopWatching()
 		t.Logf("helm uninstall --wait took %s", time.Since(start).Round(time.Second))
 		client := env.Client()
 		_, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "runplane-webhook", metav1.GetOptions{})
@@ -260,6 +263,44 @@ func deploymentAvailable(d *appsv1.Deployment) bool {
 
 // dumpNamespace logs the state of ns: its objects, events, and each Pod's
 // description and logs (the current and the previous container's).
+// logWhatRemains logs, every period until the returned func is called,
+// the Pods of namespaces that are still there and how long each has been
+// terminating: what a slow helm uninstall --wait waits for (twice past 2
+// minutes in whole runs, 15–25 s alone; not yet explained).
+func logWhatRemains(t *testing.T, period time.Duration, namespaces ...string) (stop func()) {
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			for _, ns := range namespaces {
+				pods, err := env.Client().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+				if err != nil {
+					continue // the context ended, or a blip: the next tick says
+				}
+				for _, p := range pods.Items {
+					terminating := "not deleted"
+					if d := p.DeletionTimestamp; d != nil {
+						terminating = "terminating for " + time.Since(d.Time).Round(time.Second).String()
+					}
+					t.Logf("still there: pod %s/%s, %s, %s", ns, p.Name, p.Status.Phase, terminating)
+				}
+			}
+		}
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop) // no Logf after the test ends, also when helm fails it
+	return stop
+}
+
 func dumpNamespace(t *testing.T, ns string) {
 	t.Helper()
 	out, _ := run(t, time.Minute, "kubectl", "get", "all,pvc,events", "-n", ns, "-o", "wide")
