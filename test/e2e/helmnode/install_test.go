@@ -265,8 +265,9 @@ func deploymentAvailable(d *appsv1.Deployment) bool {
 // description and logs (the current and the previous container's).
 // logWhatRemains logs, every period until the returned func is called,
 // the Pods of namespaces that are still there and how long each has been
-// terminating: what a slow helm uninstall --wait waits for (twice past 2
-// minutes in whole runs, 15–25 s alone; not yet explained).
+// terminating, and a deleted namespace's conditions: what a slow helm
+// uninstall --wait waits for (2–3 minutes in whole runs, 15–25 s alone: in
+// one, every Pod was gone after ~40 s and helm waited ~90 s more).
 func logWhatRemains(t *testing.T, period time.Duration, namespaces ...string) (stop func()) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
@@ -281,6 +282,16 @@ func logWhatRemains(t *testing.T, period time.Duration, namespaces ...string) (s
 			case <-tick.C:
 			}
 			for _, ns := range namespaces {
+				// A chart's Namespace (stockNS) goes after its content: the
+				// namespace controller's conditions say what is left.
+				if n, err := env.Client().CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err == nil && n.DeletionTimestamp != nil {
+					for _, c := range n.Status.Conditions {
+						if c.Status == corev1.ConditionTrue {
+							t.Logf("still there: namespace %s, %s: %s", ns, c.Type, c.Message)
+						}
+					}
+					t.Logf("still there: namespace %s, %s, finalizers %v", ns, n.Status.Phase, n.Spec.Finalizers)
+				}
 				pods, err := env.Client().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 				if err != nil {
 					continue // the context ended, or a blip: the next tick says
