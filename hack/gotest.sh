@@ -28,22 +28,44 @@ if ! flock -n 9; then
 fi
 
 # go test's spelling of a test flag (-v, -count=1, -timeout 40m; --v too)
-# is the binary's with "test." after the dash. -test.paniconexit0 and the
-# 10-minute timeout (unless one is given) as go test.
+# is the binary's with "test." after the dash; split on white space, never
+# globbed (-run .* is a pattern, not the files here). -test.paniconexit0
+# and the 10-minute timeout (unless one is given) as go test.
+read -ra words <<<"${TESTFLAGS:-}"
 flags=(-test.paniconexit0)
-timeout=-test.timeout=10m
-for f in ${TESTFLAGS:-}; do
+timeout=10m
+next_is_timeout=
+for f in "${words[@]}"; do
 	[[ $f == --* ]] && f="${f#-}"
+	if [[ -n $next_is_timeout ]]; then
+		timeout="$f" next_is_timeout=
+		continue
+	fi
 	case $f in
-	-timeout* | -test.timeout*) timeout= ;;
+	-timeout=* | -test.timeout=*) timeout="${f#*=}" ;;
+	-timeout | -test.timeout) next_is_timeout=1 ;;
 	esac
 	case $f in
+	-timeout* | -test.timeout*) ;;
 	-test.*) flags+=("$f") ;;
 	-*) flags+=("-test.${f#-}") ;;
 	*) flags+=("$f") ;;
 	esac
 done
-[[ -n $timeout ]] && flags+=("$timeout")
+flags+=("-test.timeout=$timeout")
+# As go test: a binary still running a minute past its timeout (a hang
+# outside its tests, in a TestMain's teardown, which -test.timeout does not
+# cover) gets SIGQUIT, its goroutines' stacks, and FAIL. 0: no bound.
+kill_after="$(awk -v d="$timeout" 'BEGIN {
+	s = 0
+	while (match(d, /^[0-9.]+(h|ms|us|ns|m|s)/)) {
+		n = substr(d, 1, RLENGTH); d = substr(d, RLENGTH + 1)
+		v = n + 0; u = n; sub(/^[0-9.]+/, "", u)
+		s += v * (u == "h" ? 3600 : u == "m" ? 60 : u == "s" ? 1 : u == "ms" ? 0.001 : 0)
+	}
+	if (d != "" && d != "0") exit 1
+	printf "%d", (s > 0 ? s + 60 : 0)
+}')" || { echo "gotest: -timeout $timeout is not a duration" >&2; exit 2; }
 
 # One `go test -c -o DIR/` names a binary after the last element of its
 # package's import path: the n-th package of a last element (several end
@@ -51,9 +73,13 @@ done
 # go first (the run's tail is then not one long suite alone).
 list="$(go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}} {{.Dir}}{{end}}' "$@")" || exit 1
 jobs="$(awk 'NF { k = split($1, p, "/"); n[p[k]]++; print n[p[k]], p[k], $1, $2 }' <<<"$list")"
-if [[ -s $cache/durations ]]; then
-	jobs="$(awk 'NR == FNR { d[$1] = $2; next } { print ($3 in d ? d[$3] : 1e9), $0 }' "$cache/durations" - <<<"$jobs" |
-		sort -s -k1,1 -rn | cut -d' ' -f2-)"
+if [[ -z $jobs ]]; then
+	echo "gotest: no packages to test in $*" >&2
+	exit 1
+fi
+if [[ -f $cache/durations ]] && ordered="$(awk 'NR == FNR { d[$1] = $2; next } { print ($3 in d ? d[$3] : 1e9), $0 }' "$cache/durations" - <<<"$jobs" |
+	sort -s -k1,1 -rn | cut -d' ' -f2-)" && [[ $(wc -l <<<"$ordered") == $(wc -l <<<"$jobs") ]]; then
+	jobs="$ordered"
 fi
 
 # build PACKAGES… into group dir $1; GOTMPDIR in the cache, so a binary is
@@ -84,12 +110,17 @@ done
 # gotest_run GROUP NAME IMPORTPATH DIR: one package's binary, in its
 # directory.
 gotest_run() {
-	local out start rc secs
-	out="$(mktemp)"
+	local out start rc secs bound=()
+	out="$(mktemp)" || return 1
+	trap 'rm -f "$out"' EXIT
 	start="$(date +%s.%N)"
-	# shellcheck disable=SC2086 # the flags are words
-	(cd "$4" && exec "$GOTEST_CACHE/$1/$2.test" $GOTEST_FLAGS) >"$out" 2>&1 9>&- </dev/null
+	((GOTEST_KILL_AFTER > 0)) && bound=(timeout --foreground -s QUIT -k 30s "$GOTEST_KILL_AFTER")
+	# The flags are words: split, not globbed (set -f).
+	set -f
+	# shellcheck disable=SC2086
+	(cd "$4" && exec "${bound[@]}" "$GOTEST_CACHE/$1/$2.test" $GOTEST_FLAGS) >"$out" 2>&1 9>&- </dev/null
 	rc=$?
+	set +f
 	secs="$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.3f", e - s }')"
 	{
 		flock 8
@@ -97,6 +128,7 @@ gotest_run() {
 		# As go test: a line of its own after output without a newline,
 		# and why a binary that printed nothing more ended.
 		[[ -s $out && -n $(tail -c 1 "$out") ]] && echo
+		((rc == 124 || rc == 137)) && echo "gotest: $3: killed a minute past its -test.timeout, as go test kills one"
 		((rc > 1)) && echo "gotest: $3: exit status $rc$( ((rc > 128)) && echo " (signal $((rc - 128)))")"
 		if ((rc == 0)); then
 			printf 'ok  \t%s\t%ss\n' "$3" "$secs"
@@ -105,14 +137,14 @@ gotest_run() {
 		fi
 		echo "$3 $secs" >>"$GOTEST_CACHE/durations.new"
 	} 8>"$GOTEST_CACHE/.output"
-	rm -f "$out"
 	return $((rc == 0 ? 0 : 1))
 }
 export -f gotest_run
-export GOTEST_CACHE="$cache" GOTEST_FLAGS="${flags[*]}"
+export GOTEST_CACHE="$cache" GOTEST_FLAGS="${flags[*]}" GOTEST_KILL_AFTER="$kill_after"
 rm -f "$cache/durations.new"
 # xargs: status 123 when a run failed; -r: nothing to run, no run.
-xargs -r -P "${RUNPLANE_TEST_JOBS:-$(($(nproc) + 1))}" -L 1 bash -c 'gotest_run "$@"' _ <<<"$jobs" 9>&-
+# The runs keep the lock (fd 9): one interrupted holds it until it ends.
+xargs -r -P "${RUNPLANE_TEST_JOBS:-$(($(nproc) + 1))}" -L 1 bash -c 'gotest_run "$@"' _ <<<"$jobs"
 status=$?
 # This run's durations over the last's (a run of a few packages keeps the
 # others').

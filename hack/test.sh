@@ -6,7 +6,7 @@
 # line counting every test that ran, e.g. "tests: 412 passed, 0 failed, 3 skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
-go_flags=(${TESTFLAGS:--count=1 -v -timeout 40m})
+read -ra go_flags <<<"${TESTFLAGS:--count=1 -v -timeout 40m}" # words, not globbed
 # Every Go build of the run — lint's, runplane's binaries (static and
 # trimmed, as the image has them: hack/images) and the tests' — with one
 # configuration, so that each package compiles once: with go test's
