@@ -173,7 +173,7 @@ func TestInstallAndInvoke(t *testing.T) {
 		// ~18 (the bundled NATS's lame duck, 30 s + 10 s, and every Pod's
 		// stop on a real kubelet sharing two busy cores): the time is logged.
 		start := time.Now()
-		stopWatching := logWhatRemains(t, 20*time.Second, releaseNS, stockNS)
+		stopWatching := logWhatRemains(t, 20*time.Second)
 		helm(t, 5*time.Minute, "uninstall", release, "--namespace", releaseNS, "--wait", "--timeout", "4m")
 		stopWatching()
 		t.Logf("helm uninstall --wait took %s", time.Since(start).Round(time.Second))
@@ -264,11 +264,14 @@ func deploymentAvailable(d *appsv1.Deployment) bool {
 // dumpNamespace logs the state of ns: its objects, events, and each Pod's
 // description and logs (the current and the previous container's).
 // logWhatRemains logs, every period until the returned func is called,
-// the Pods of namespaces that are still there and how long each has been
-// terminating, and a deleted namespace's conditions: what a slow helm
-// uninstall --wait waits for (2–3 minutes in whole runs, 15–25 s alone: in
-// one, every Pod was gone after ~40 s and helm waited ~90 s more).
-func logWhatRemains(t *testing.T, period time.Duration, namespaces ...string) (stop func()) {
+// which of the release's objects are still there — what helm uninstall
+// --wait waits for — with their deletion time and finalizers. It took 2–3
+// minutes in whole runs (15–25 s alone) with every Pod of the release and
+// its stock Namespace gone after ~40 s; what it waits for then is not known
+// yet.
+func logWhatRemains(t *testing.T, period time.Duration) (stop func()) {
+	manifest := filepath.Join(t.TempDir(), "manifest.yaml")
+	require.NoError(t, os.WriteFile(manifest, []byte(helm(t, time.Minute, "get", "manifest", release, "--namespace", releaseNS)), 0o600))
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() {
@@ -281,28 +284,14 @@ func logWhatRemains(t *testing.T, period time.Duration, namespaces ...string) (s
 				return
 			case <-tick.C:
 			}
-			for _, ns := range namespaces {
-				// A chart's Namespace (stockNS) goes after its content: the
-				// namespace controller's conditions say what is left.
-				if n, err := env.Client().CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err == nil && n.DeletionTimestamp != nil {
-					for _, c := range n.Status.Conditions {
-						if c.Status == corev1.ConditionTrue {
-							t.Logf("still there: namespace %s, %s: %s", ns, c.Type, c.Message)
-						}
-					}
-					t.Logf("still there: namespace %s, %s, finalizers %v", ns, n.Status.Phase, n.Spec.Finalizers)
-				}
-				pods, err := env.Client().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-				if err != nil {
-					continue // the context ended, or a blip: the next tick says
-				}
-				for _, p := range pods.Items {
-					terminating := "not deleted"
-					if d := p.DeletionTimestamp; d != nil {
-						terminating = "terminating for " + time.Since(d.Time).Round(time.Second).String()
-					}
-					t.Logf("still there: pod %s/%s, %s, %s", ns, p.Name, p.Status.Phase, terminating)
-				}
+			out, err := run(t, time.Minute, "kubectl", "get", "-f", manifest, "--ignore-not-found", "--no-headers",
+				"-o", "custom-columns=KIND:.kind,NAMESPACE:.metadata.namespace,NAME:.metadata.name,DELETED:.metadata.deletionTimestamp,FINALIZERS:.metadata.finalizers")
+			switch {
+			case ctx.Err() != nil:
+			case err != nil:
+				t.Logf("listing what is still there: %v\n%s", err, out)
+			case strings.TrimSpace(out) != "":
+				t.Logf("still there:\n%s", out)
 			}
 		}
 	}()
