@@ -276,14 +276,8 @@ func logWhatRemains(t *testing.T, period time.Duration) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		tick := time.NewTicker(period)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
+		// Never done: it lists until ctx ends.
+		_ = wait.PollUntilContextCancel(ctx, period, false, func(ctx context.Context) (bool, error) {
 			out, err := run(t, time.Minute, "kubectl", "get", "-f", manifest, "--ignore-not-found", "--no-headers",
 				"-o", "custom-columns=KIND:.kind,NAMESPACE:.metadata.namespace,NAME:.metadata.name,DELETED:.metadata.deletionTimestamp,FINALIZERS:.metadata.finalizers")
 			switch {
@@ -293,7 +287,8 @@ func logWhatRemains(t *testing.T, period time.Duration) (stop func()) {
 			case strings.TrimSpace(out) != "":
 				t.Logf("still there:\n%s", out)
 			}
-		}
+			return false, nil
+		})
 	}()
 	var once sync.Once
 	stop = func() { once.Do(func() { cancel(); <-done }) }
