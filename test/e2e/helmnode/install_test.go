@@ -265,10 +265,9 @@ func deploymentAvailable(d *appsv1.Deployment) bool {
 // description and logs (the current and the previous container's).
 // logWhatRemains logs, every period until the returned func is called,
 // which of the release's objects are still there — what helm uninstall
-// --wait waits for — with their deletion time and finalizers. It took 2–3
-// minutes in whole runs (15–25 s alone) with every Pod of the release and
-// its stock Namespace gone after ~40 s; what it waits for then is not known
-// yet.
+// --wait waits for — with their deletion time and finalizers, and the Pods
+// of its namespaces. It took 2–3 minutes in whole runs (15–25 s alone): in
+// one, helm test's Namespace (testNS) was what was left for ~2 minutes.
 func logWhatRemains(t *testing.T, period time.Duration) (stop func()) {
 	manifest := filepath.Join(t.TempDir(), "manifest.yaml")
 	require.NoError(t, os.WriteFile(manifest, []byte(helm(t, time.Minute, "get", "manifest", release, "--namespace", releaseNS)), 0o600))
@@ -280,10 +279,19 @@ func logWhatRemains(t *testing.T, period time.Duration) (stop func()) {
 		_ = wait.PollUntilContextCancel(ctx, period, false, func(ctx context.Context) (bool, error) {
 			out, err := run(t, time.Minute, "kubectl", "get", "-f", manifest, "--ignore-not-found", "--no-headers",
 				"-o", "custom-columns=KIND:.kind,NAMESPACE:.metadata.namespace,NAME:.metadata.name,DELETED:.metadata.deletionTimestamp,FINALIZERS:.metadata.finalizers")
+			// And the Pods of its namespaces (a Namespace goes after them):
+			// their grace and which containers still run.
+			pods, perr := run(t, time.Minute, "kubectl", "get", "pods", "-A", "--no-headers",
+				"-o", "custom-columns=NAMESPACE:.metadata.namespace,NAME:.metadata.name,DELETED:.metadata.deletionTimestamp,GRACE:.spec.terminationGracePeriodSeconds,RUNNING:.status.containerStatuses[?(@.state.running)].name")
+			for _, l := range strings.Split(pods, "\n") {
+				if ns, _, _ := strings.Cut(l, " "); ns == releaseNS || ns == stockNS || ns == testNS {
+					out += l + "\n"
+				}
+			}
 			switch {
 			case ctx.Err() != nil:
-			case err != nil:
-				t.Logf("listing what is still there: %v\n%s", err, out)
+			case err != nil || perr != nil:
+				t.Logf("listing what is still there: %v, %v\n%s", err, perr, out)
 			case strings.TrimSpace(out) != "":
 				t.Logf("still there:\n%s", out)
 			}
