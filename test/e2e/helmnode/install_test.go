@@ -3,6 +3,7 @@ package helmnode
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -288,6 +289,12 @@ func logWhatRemains(t *testing.T, period time.Duration) (stop func()) {
 					out += l + "\n"
 				}
 			}
+			// A terminating Namespace with no Pod left: the namespace
+			// controller's conditions say what it still waits for.
+			nss, nerr := run(t, time.Minute, "kubectl", "get", "namespaces", stockNS, testNS, "--ignore-not-found", "--no-headers",
+				"-o", `custom-columns=NAME:.metadata.name,PHASE:.status.phase,WAITING:.status.conditions[?(@.status=="True")].message`)
+			out += nss
+			perr = errors.Join(perr, nerr)
 			switch {
 			case ctx.Err() != nil:
 			case err != nil || perr != nil:
