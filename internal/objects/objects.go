@@ -135,6 +135,9 @@ func (e *NoRoomError) Error() string {
 
 func (e *NoRoomError) Unwrap() error { return e.Err }
 
+// createTry bounds one try of a bucket's create (Ensure).
+const createTry = 10 * time.Second
+
 // Ensure creates (or updates to Cfg) the bucket of namespace ns once per
 // process and returns it. A bucket JetStream has no room for is a
 // *NoRoomError, tried again once jsensure.RetryAfter has passed.
@@ -142,13 +145,27 @@ func (b *Buckets) Ensure(ctx context.Context, ns string) (jetstream.ObjectStore,
 	name := Bucket(b.Cfg.StreamName, ns)
 	return b.buckets.Get(name, func() (jetstream.ObjectStore, error) {
 		maxBytes := cmp.Or(b.Cfg.MaxBytes, -1)
-		obs, err := b.JS.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		cfg := jetstream.ObjectStoreConfig{
 			Bucket:      name,
 			Description: "payloads and results of namespace " + ns + " too big for one NATS message",
 			TTL:         b.Cfg.TTL,
 			MaxBytes:    maxBytes,
 			Storage:     jetstream.FileStorage,
 			Replicas:    cmp.Or(b.Cfg.Replicas, 1),
+		}
+		// Each try bounded: a create's answer lost on a cluster at load
+		// held a caller for its whole context (2 minutes in a test);
+		// asked again, it is answered (the create is idempotent).
+		var obs jetstream.ObjectStore
+		err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			try, cancel := context.WithTimeout(ctx, createTry)
+			defer cancel()
+			var err error
+			obs, err = b.JS.CreateOrUpdateObjectStore(try, cfg)
+			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+				return false, nil
+			}
+			return err == nil, err
 		})
 		switch {
 		case jsensure.NoRoom(err):

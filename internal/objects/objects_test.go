@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -118,4 +121,32 @@ func TestGetAfterPutClustered(t *testing.T) {
 		require.Equal(t, data, got)
 	}
 	require.Empty(t, failed, "objects stored a moment before, read through another server")
+}
+
+// TestEnsureAsksAgainWhenAnAnswerIsLost: a create whose answer is lost (a
+// relay in front of JetStream's API drops the first request) is asked
+// again after createTry, not waited on for the caller's whole context (a
+// 3-server cluster at load lost one: the test above waited 2 minutes).
+func TestEnsureAsksAgainWhenAnAnswerIsLost(t *testing.T) {
+	nc := natsauth.Connect(t, natsauth.JetStream(t, nil).ClientURL())
+	var requests atomic.Int32
+	relay, err := nc.Subscribe("lossy.API.>", func(m *nats.Msg) {
+		if requests.Add(1) == 1 {
+			return // lost
+		}
+		assert.NoError(t, nc.PublishRequest("$JS.API."+strings.TrimPrefix(m.Subject, "lossy.API."), m.Reply, m.Data))
+	})
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, relay.Unsubscribe()) }()
+	js, err := jetstream.NewWithAPIPrefix(nc, "lossy.API")
+	require.NoError(t, err)
+	b := &Buckets{JS: js, Cfg: Config{StreamName: "RS", TTL: time.Hour, MaxBytes: 1 << 20}}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*createTry)
+	defer cancel()
+	obs, err := b.Ensure(ctx, "team-a")
+	require.NoError(t, err)
+	st, err := obs.Status(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "RS_OBJ_team-a", st.Bucket())
+	assert.Greater(t, requests.Load(), int32(1), "the lost request was asked again")
 }
